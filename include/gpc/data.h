@@ -1,0 +1,101 @@
+/*
+ * gpc data: token shard files, datasets and the training data loader.
+ *
+ * A dataset is a folder:
+ *   DIR/dataset.txt      "gpc-dataset 1", vocab_size=N, tokens, shard lists (key=value lines)
+ *   DIR/tokenizer.bin    the tokenizer (absent for synthetic data)
+ *   DIR/train_NNNN.bin   training shards
+ *   DIR/val_NNNN.bin     validation shards
+ *
+ * A shard file starts with a 64-byte header: magic "GPCSHARD", format
+ * version, dtype of the tokens (u16 when the vocabulary fits, else u32),
+ * token count, vocabulary size, CRC-32C of the payload and of the header;
+ * then the tokens. Every file is written atomically and checked on read.
+ */
+#ifndef GPC_DATA_H
+#define GPC_DATA_H
+
+#include "gpc/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GPC_SHARD_VERSION 1
+
+typedef struct {
+    uint64_t tokens;
+    uint32_t vocab_size;
+    gpc_dtype dtype; /* GPC_U16 or GPC_U32 */
+} gpc_shard_info;
+
+gpc_status gpc_shard_write(const char *path, const uint32_t *tokens, uint64_t count,
+                           uint32_t vocab_size);
+/* Reads a whole shard; *tokens is gpc_malloc'd (free with gpc_free). Every
+ * token is checked against the vocabulary. */
+gpc_status gpc_shard_read(const char *path, gpc_shard_info *info, uint32_t **tokens);
+/* Reads and checks only the header. */
+gpc_status gpc_shard_info_read(const char *path, gpc_shard_info *info);
+
+typedef struct {
+    uint32_t vocab_size;
+    uint64_t train_tokens;
+    uint64_t val_tokens;
+    int train_shards;
+    int val_shards;
+    int has_tokenizer;
+} gpc_dataset_info;
+
+gpc_status gpc_dataset_info_read(const char *dir, gpc_dataset_info *info);
+
+/* The loader cuts the token stream of a split into windows of T+1 tokens
+ * (stride T), shuffles their order each epoch with the seed (the validation
+ * split keeps its order), and hands out B windows per batch: inputs are the
+ * first T tokens, targets the next T. With world_size > 1 each rank takes
+ * every world_size-th window, so ranks read disjoint data. */
+typedef struct gpc_loader gpc_loader;
+
+typedef enum { GPC_SPLIT_TRAIN = 0, GPC_SPLIT_VAL = 1 } gpc_split;
+
+gpc_status gpc_loader_open(gpc_loader **out, const char *dir, gpc_split split, int B, int T,
+                           uint64_t seed, int rank, int world_size);
+void gpc_loader_close(gpc_loader *loader);
+/* Fills inputs and targets (host i32, B*T each). Wraps to a new epoch (and a
+ * new shuffle) at the end. */
+gpc_status gpc_loader_next(gpc_loader *loader, int32_t *inputs, int32_t *targets);
+/* Batches in one epoch for this rank (at least 1). */
+uint64_t gpc_loader_batches_per_epoch(const gpc_loader *loader);
+uint32_t gpc_loader_vocab_size(const gpc_loader *loader);
+/* Back to the first batch of epoch 0 (used before each validation pass). */
+void gpc_loader_rewind(gpc_loader *loader);
+
+/* Position for checkpoints: resuming from it continues with the same batches. */
+typedef struct {
+    uint64_t epoch;
+    uint64_t batch; /* next batch within the epoch */
+} gpc_loader_state;
+
+void gpc_loader_get_state(const gpc_loader *loader, gpc_loader_state *state);
+gpc_status gpc_loader_set_state(gpc_loader *loader, const gpc_loader_state *state);
+
+/* Dataset creation (what `gpc data prepare` and `gpc data synth` do). */
+typedef struct {
+    int vocab_size;       /* tokenizer size, default 4096 */
+    double val_fraction;  /* default 0.05 */
+    uint64_t shard_tokens; /* tokens per shard file, default 1<<24 */
+    int verbose;          /* progress on stderr */
+} gpc_prepare_options;
+
+/* Reads every text file under the paths (folders recursively; binary files
+ * such as fortune's .dat indexes are skipped and counted), trains the
+ * tokenizer, encodes, splits into train/val by document, writes shards. */
+gpc_status gpc_data_prepare(const char *const *inputs, int input_count, const char *out_dir,
+                            const gpc_prepare_options *options);
+gpc_status gpc_data_synth(const char *out_dir, uint32_t vocab_size, uint64_t tokens,
+                          uint64_t seed, uint64_t shard_tokens);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPC_DATA_H */

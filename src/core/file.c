@@ -1,0 +1,154 @@
+/*
+ * file.c: atomic file writes and small file-system helpers.
+ *
+ * Every file gpc writes goes through gpc_atomic_*: the bytes land in a
+ * temporary file beside the target, are flushed and fsynced, and the file is
+ * renamed over the target (rename is atomic on POSIX file systems). A crash or
+ * a kill at any moment leaves the previous complete file, never a torn one.
+ * The running CRC-32C of everything written is kept for the caller's footer.
+ */
+#include "gpc/core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char *string_copy(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *copy = gpc_malloc(n);
+    if (copy) memcpy(copy, s, n);
+    return copy;
+}
+
+gpc_status gpc_atomic_open(gpc_atomic_file *f, const char *path) {
+    memset(f, 0, sizeof *f);
+    size_t n = strlen(path) + 32;
+    f->path = string_copy(path);
+    f->tmp_path = gpc_malloc(n);
+    if (!f->path || !f->tmp_path) {
+        gpc_atomic_abort(f);
+        return gpc_error(GPC_ERR_NOMEM, "out of memory opening %s", path);
+    }
+    snprintf(f->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
+    f->file = fopen(f->tmp_path, "wb");
+    if (!f->file) {
+        int err = errno;
+        gpc_status s = gpc_error(GPC_ERR_IO, "cannot write %s: %s", f->tmp_path, strerror(err));
+        gpc_free(f->path);
+        gpc_free(f->tmp_path);
+        memset(f, 0, sizeof *f);
+        return s;
+    }
+    return GPC_OK;
+}
+
+gpc_status gpc_atomic_write(gpc_atomic_file *f, const void *data, size_t bytes) {
+    if (!f->file) return gpc_error(GPC_ERR_INTERNAL, "write to a file that is not open");
+    if (bytes && fwrite(data, 1, bytes, f->file) != bytes)
+        return gpc_error(GPC_ERR_IO, "cannot write %s: %s (is the disk full?)", f->tmp_path,
+                         strerror(errno));
+    f->crc = gpc_crc32c(f->crc, data, bytes);
+    f->bytes += bytes;
+    return GPC_OK;
+}
+
+gpc_status gpc_atomic_commit(gpc_atomic_file *f) {
+    FILE *file = f->file;
+    gpc_status s = GPC_OK;
+    if (!file) return gpc_error(GPC_ERR_INTERNAL, "commit of a file that is not open");
+    f->file = NULL;
+    if (fflush(file) != 0 || fsync(fileno(file)) != 0)
+        s = gpc_error(GPC_ERR_IO, "cannot flush %s: %s", f->tmp_path, strerror(errno));
+    if (fclose(file) != 0 && s == GPC_OK)
+        s = gpc_error(GPC_ERR_IO, "cannot close %s: %s", f->tmp_path, strerror(errno));
+    if (s == GPC_OK && rename(f->tmp_path, f->path) != 0)
+        s = gpc_error(GPC_ERR_IO, "cannot rename %s to %s: %s", f->tmp_path, f->path,
+                      strerror(errno));
+    if (s != GPC_OK) {
+        unlink(f->tmp_path);
+    }
+    gpc_free(f->path);
+    gpc_free(f->tmp_path);
+    f->path = f->tmp_path = NULL;
+    return s;
+}
+
+void gpc_atomic_abort(gpc_atomic_file *f) {
+    if (f->file) fclose(f->file);
+    if (f->tmp_path) unlink(f->tmp_path);
+    gpc_free(f->path);
+    gpc_free(f->tmp_path);
+    memset(f, 0, sizeof *f);
+}
+
+gpc_status gpc_read_file(const char *path, char **out, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    *out = NULL;
+    if (size) *size = 0;
+    if (!f) return gpc_error(GPC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    size_t capacity = 1 << 16, used = 0;
+    char *buf = gpc_malloc(capacity + 1);
+    if (!buf) {
+        fclose(f);
+        return gpc_error(GPC_ERR_NOMEM, "out of memory reading %s", path);
+    }
+    for (;;) {
+        size_t n = fread(buf + used, 1, capacity - used, f);
+        used += n;
+        if (used < capacity) break;
+        char *bigger = gpc_malloc(capacity * 2 + 1);
+        if (!bigger) {
+            gpc_free(buf);
+            fclose(f);
+            return gpc_error(GPC_ERR_NOMEM, "out of memory reading %s", path);
+        }
+        memcpy(bigger, buf, used);
+        gpc_free(buf);
+        buf = bigger;
+        capacity *= 2;
+    }
+    int failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        gpc_free(buf);
+        return gpc_error(GPC_ERR_IO, "cannot read %s", path);
+    }
+    buf[used] = '\0';
+    *out = buf;
+    if (size) *size = used;
+    return GPC_OK;
+}
+
+gpc_status gpc_mkdir_p(const char *path) {
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) return gpc_error(GPC_ERR_INVALID_ARG, "bad directory path");
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] == '/' || buf[i] == '\0') {
+            char c = buf[i];
+            buf[i] = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+                return gpc_error(GPC_ERR_IO, "cannot create directory %s: %s", buf,
+                                 strerror(errno));
+            buf[i] = c;
+        }
+    }
+    if (!gpc_path_is_dir(path))
+        return gpc_error(GPC_ERR_IO, "%s exists and is not a directory", path);
+    return GPC_OK;
+}
+
+int gpc_path_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int gpc_path_is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}

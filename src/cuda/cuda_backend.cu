@@ -1,0 +1,168 @@
+/*
+ * cuda_backend.cu: the CUDA device: memory, copies, streams and events. The
+ * numeric ops are gathered in gpc_cuda_ops (cuda_ops.cu).
+ *
+ * The backend answers only when a usable GPU is present, so a gpc built with
+ * CUDA still runs on a machine without a driver: gpc_cuda_backend() returns
+ * NULL there with a message saying so.
+ */
+#include "cuda/cuda_common.cuh"
+
+#include <stdio.h>
+#include <string.h>
+
+static int cuda_device_count(void) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky "no driver" error */
+        return 0;
+    }
+    return count;
+}
+
+static gpc_status cuda_alloc(int index, size_t bytes, void **out) {
+    GPC_CUDA_CHECK(cudaSetDevice(index));
+    cudaError_t err = cudaMalloc(out, bytes);
+    if (err == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        size_t free_bytes = 0, total = 0;
+        cudaMemGetInfo(&free_bytes, &total);
+        return gpc_error(GPC_ERR_NOMEM,
+                         "out of GPU memory on cuda:%d: asked for %.2f GiB, %.2f GiB free of "
+                         "%.2f GiB; lower --batch, use --recompute, or run 'gpc plan'",
+                         index, bytes / 1073741824.0, free_bytes / 1073741824.0,
+                         total / 1073741824.0);
+    }
+    GPC_CUDA_CHECK(err);
+    return GPC_OK;
+}
+
+static void cuda_free(int index, void *ptr) {
+    (void)index;
+    cudaFree(ptr);
+}
+
+static gpc_status cuda_alloc_host(size_t bytes, void **out) {
+    GPC_CUDA_CHECK(cudaMallocHost(out, bytes));
+    return GPC_OK;
+}
+
+static void cuda_free_host(void *ptr) {
+    cudaFreeHost(ptr);
+}
+
+static gpc_status cuda_memset_zero(gpc_device device, void *ptr, size_t bytes, gpc_stream stream) {
+    if (device.type == GPC_DEVICE_CPU) {
+        memset(ptr, 0, bytes);
+        return GPC_OK;
+    }
+    GPC_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, (cudaStream_t)stream));
+    return GPC_OK;
+}
+
+static gpc_status cuda_copy(void *dst, gpc_device dst_device, const void *src,
+                            gpc_device src_device, size_t bytes, gpc_stream stream) {
+    cudaMemcpyKind kind = cudaMemcpyDefault; /* unified addressing works out the direction */
+    (void)dst_device;
+    (void)src_device;
+    if (!stream) {
+        GPC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
+    } else {
+        GPC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, (cudaStream_t)stream));
+    }
+    return GPC_OK;
+}
+
+static gpc_status cuda_synchronize(int index) {
+    GPC_CUDA_CHECK(cudaSetDevice(index));
+    GPC_CUDA_CHECK(cudaDeviceSynchronize());
+    return GPC_OK;
+}
+
+static gpc_status cuda_memory_info(int index, size_t *free_bytes, size_t *total_bytes) {
+    GPC_CUDA_CHECK(cudaSetDevice(index));
+    GPC_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+    return GPC_OK;
+}
+
+static gpc_status cuda_stream_create(int index, gpc_stream *out) {
+    cudaStream_t s;
+    GPC_CUDA_CHECK(cudaSetDevice(index));
+    GPC_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    *out = (gpc_stream)s;
+    return GPC_OK;
+}
+
+static void cuda_stream_destroy(gpc_stream stream) {
+    if (stream) cudaStreamDestroy((cudaStream_t)stream);
+}
+
+static gpc_status cuda_stream_synchronize(gpc_stream stream) {
+    GPC_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
+    return GPC_OK;
+}
+
+static gpc_status cuda_event_create(gpc_event *out) {
+    cudaEvent_t e;
+    GPC_CUDA_CHECK(cudaEventCreate(&e));
+    *out = (gpc_event)e;
+    return GPC_OK;
+}
+
+static void cuda_event_destroy(gpc_event event) {
+    if (event) cudaEventDestroy((cudaEvent_t)event);
+}
+
+static gpc_status cuda_event_record(gpc_event event, gpc_stream stream) {
+    GPC_CUDA_CHECK(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+    return GPC_OK;
+}
+
+static gpc_status cuda_stream_wait_event(gpc_stream stream, gpc_event event) {
+    GPC_CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0));
+    return GPC_OK;
+}
+
+static gpc_status cuda_event_elapsed_ms(gpc_event start, gpc_event stop, float *ms) {
+    GPC_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)stop));
+    GPC_CUDA_CHECK(cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)stop));
+    return GPC_OK;
+}
+
+static gpc_backend make_backend(void) {
+    gpc_backend b;
+    memset(&b, 0, sizeof b);
+    b.name = "cuda";
+    b.type = GPC_DEVICE_CUDA;
+    b.device_count = cuda_device_count;
+    b.alloc = cuda_alloc;
+    b.free = cuda_free;
+    b.alloc_host = cuda_alloc_host;
+    b.free_host = cuda_free_host;
+    b.memset_zero = cuda_memset_zero;
+    b.copy = cuda_copy;
+    b.synchronize = cuda_synchronize;
+    b.memory_info = cuda_memory_info;
+    b.stream_create = cuda_stream_create;
+    b.stream_destroy = cuda_stream_destroy;
+    b.stream_synchronize = cuda_stream_synchronize;
+    b.event_create = cuda_event_create;
+    b.event_destroy = cuda_event_destroy;
+    b.event_record = cuda_event_record;
+    b.stream_wait_event = cuda_stream_wait_event;
+    b.event_elapsed_ms = cuda_event_elapsed_ms;
+    b.ops = &gpc_cuda_ops;
+    return b;
+}
+
+static const gpc_backend cuda_backend = make_backend();
+
+extern "C" const gpc_backend *gpc_cuda_backend(void) {
+    if (cuda_device_count() <= 0) {
+        gpc_error(GPC_ERR_UNSUPPORTED,
+                  "no usable NVIDIA GPU: the driver is missing or no GPU is visible "
+                  "(check nvidia-smi and CUDA_VISIBLE_DEVICES), or use --device cpu");
+        return NULL;
+    }
+    return &cuda_backend;
+}

@@ -1,0 +1,359 @@
+/*
+ * ops.c: validation and dispatch of every op in ops.h.
+ *
+ * Checks happen here, once, for all backends: tensors present, on one device,
+ * of float dtypes where floats are expected, with the shapes the op needs.
+ * A failed check names the op and the tensor, and shows what was expected,
+ * because these errors are nearly always a bug in the calling code that the
+ * developer must find quickly. Then the device's backend runs the op.
+ */
+#include "ops/ops_backend.h"
+
+#include <string.h>
+
+static int is_float(gpc_dtype d) {
+    return d == GPC_F32 || d == GPC_BF16 || d == GPC_F16;
+}
+
+static gpc_status need(const char *op, const char *name, const gpc_tensor *t) {
+    if (!t || !t->data)
+        return gpc_error(GPC_ERR_INVALID_ARG, "%s: tensor '%s' is missing", op, name);
+    return GPC_OK;
+}
+
+static gpc_status need_float(const char *op, const char *name, const gpc_tensor *t) {
+    GPC_TRY(need(op, name, t));
+    if (!is_float(t->dtype))
+        return gpc_error(GPC_ERR_MISMATCH, "%s: tensor '%s' must be f32, bf16 or f16, not %s", op,
+                         name, gpc_dtype_name(t->dtype));
+    return GPC_OK;
+}
+
+static gpc_status need_dtype(const char *op, const char *name, const gpc_tensor *t,
+                             gpc_dtype dtype) {
+    GPC_TRY(need(op, name, t));
+    if (t->dtype != dtype)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: tensor '%s' must be %s, not %s", op, name,
+                         gpc_dtype_name(dtype), gpc_dtype_name(t->dtype));
+    return GPC_OK;
+}
+
+static gpc_status need_numel(const char *op, const char *name, const gpc_tensor *t,
+                             int64_t numel) {
+    if (gpc_tensor_numel(t) != numel) {
+        char buf[96];
+        return gpc_error(GPC_ERR_MISMATCH, "%s: tensor '%s' is %s; expected %lld elements", op,
+                         name, gpc_tensor_describe(t, buf, sizeof buf), (long long)numel);
+    }
+    return GPC_OK;
+}
+
+/* Last dimension of a tensor (1 for a scalar). */
+static int64_t last_dim(const gpc_tensor *t) {
+    return t->ndim ? t->shape[t->ndim - 1] : 1;
+}
+
+/* Rows when the tensor is seen as [rows, last_dim]. */
+static int64_t rows(const gpc_tensor *t) {
+    int64_t c = last_dim(t);
+    return c ? gpc_tensor_numel(t) / c : 0;
+}
+
+/* Optional tensors (NULL or without data) are skipped. */
+static gpc_status same_device(const char *op, const gpc_tensor *first, const gpc_tensor *other) {
+    if (!other || !other->data) return GPC_OK;
+    if (other->device.type != first->device.type || other->device.index != first->device.index)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: tensors on different devices (%s and %s)", op,
+                         gpc_device_name(first->device), gpc_device_name(other->device));
+    return GPC_OK;
+}
+
+static gpc_status table_for(const char *op, const gpc_tensor *t, const gpc_ops_table **out) {
+    const gpc_backend *backend;
+    GPC_TRY(gpc_backend_require(t->device, &backend));
+    if (!backend->ops)
+        return gpc_error(GPC_ERR_UNSUPPORTED, "%s: the %s backend has no numeric ops", op,
+                         backend->name);
+    *out = backend->ops;
+    return GPC_OK;
+}
+
+#define DEVICES(op, first, ...)                                                                    \
+    do {                                                                                           \
+        const gpc_tensor *others_[] = {__VA_ARGS__};                                               \
+        for (size_t i_ = 0; i_ < sizeof others_ / sizeof others_[0]; i_++)                         \
+            GPC_TRY(same_device(op, first, others_[i_]));                                          \
+    } while (0)
+
+#define DISPATCH(op, first, entry, ...)                                                            \
+    do {                                                                                           \
+        const gpc_ops_table *table_ = NULL;                                                               \
+        GPC_TRY(table_for(op, first, &table_));                                                    \
+        if (!table_->entry)                                                                        \
+            return gpc_error(GPC_ERR_UNSUPPORTED, "%s is not implemented on %s", op,               \
+                             gpc_device_name((first)->device));                                    \
+        return table_->entry(__VA_ARGS__);                                                         \
+    } while (0)
+
+gpc_status gpc_op_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
+                                    const gpc_tensor *wte, const gpc_tensor *wpe) {
+    const char *op = "embedding_forward";
+    GPC_TRY(need_float(op, "out", out));
+    GPC_TRY(need_dtype(op, "tokens", tokens, GPC_I32));
+    GPC_TRY(need_float(op, "wte", wte));
+    GPC_TRY(need_float(op, "wpe", wpe));
+    DEVICES(op, out, tokens, wte, wpe);
+    int64_t C = last_dim(wte), T = last_dim(tokens), N = gpc_tensor_numel(tokens);
+    if (last_dim(wpe) != C || T > rows(wpe))
+        return gpc_error(GPC_ERR_MISMATCH, "embedding_forward: wpe must be [maxT>=%lld, %lld]",
+                         (long long)T, (long long)C);
+    GPC_TRY(need_numel(op, "out", out, N * C));
+    DISPATCH(op, out, embedding_forward, out, tokens, wte, wpe);
+}
+
+gpc_status gpc_op_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,
+                                     const gpc_tensor *tokens) {
+    const char *op = "embedding_backward";
+    GPC_TRY(need_float(op, "dwte", dwte));
+    GPC_TRY(need_float(op, "dwpe", dwpe));
+    GPC_TRY(need_float(op, "dout", dout));
+    GPC_TRY(need_dtype(op, "tokens", tokens, GPC_I32));
+    DEVICES(op, dout, dwte, dwpe, tokens);
+    int64_t C = last_dim(dwte), T = last_dim(tokens);
+    if (last_dim(dwpe) != C || T > rows(dwpe))
+        return gpc_error(GPC_ERR_MISMATCH, "embedding_backward: dwpe must be [maxT>=%lld, %lld]",
+                         (long long)T, (long long)C);
+    GPC_TRY(need_numel(op, "dout", dout, gpc_tensor_numel(tokens) * C));
+    DISPATCH(op, dout, embedding_backward, dwte, dwpe, dout, tokens);
+}
+
+static gpc_status check_layernorm(const char *op, const gpc_tensor *out, const gpc_tensor *mean,
+                                  const gpc_tensor *rstd, const gpc_tensor *inp,
+                                  const gpc_tensor *weight, const gpc_tensor *bias) {
+    GPC_TRY(need_float(op, "out", out));
+    GPC_TRY(need_dtype(op, "mean", mean, GPC_F32));
+    GPC_TRY(need_dtype(op, "rstd", rstd, GPC_F32));
+    GPC_TRY(need_float(op, "inp", inp));
+    GPC_TRY(need_float(op, "weight", weight));
+    GPC_TRY(need_float(op, "bias", bias));
+    DEVICES(op, out, mean, rstd, inp, weight, bias);
+    int64_t C = last_dim(inp), N = rows(inp);
+    GPC_TRY(need_numel(op, "out", out, N * C));
+    GPC_TRY(need_numel(op, "mean", mean, N));
+    GPC_TRY(need_numel(op, "rstd", rstd, N));
+    GPC_TRY(need_numel(op, "weight", weight, C));
+    GPC_TRY(need_numel(op, "bias", bias, C));
+    return GPC_OK;
+}
+
+gpc_status gpc_op_layernorm_forward(gpc_tensor *out, gpc_tensor *mean, gpc_tensor *rstd,
+                                    const gpc_tensor *inp, const gpc_tensor *weight,
+                                    const gpc_tensor *bias) {
+    GPC_TRY(check_layernorm("layernorm_forward", out, mean, rstd, inp, weight, bias));
+    DISPATCH("layernorm_forward", out, layernorm_forward, out, mean, rstd, inp, weight, bias);
+}
+
+gpc_status gpc_op_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
+                                     const gpc_tensor *dout, const gpc_tensor *inp,
+                                     const gpc_tensor *weight, const gpc_tensor *mean,
+                                     const gpc_tensor *rstd) {
+    const char *op = "layernorm_backward";
+    GPC_TRY(check_layernorm(op, dout, mean, rstd, inp, weight, weight));
+    GPC_TRY(need_float(op, "dinp", dinp));
+    GPC_TRY(need_float(op, "dweight", dweight));
+    GPC_TRY(need_float(op, "dbias", dbias));
+    DEVICES(op, dout, dinp, dweight, dbias);
+    GPC_TRY(need_numel(op, "dinp", dinp, gpc_tensor_numel(inp)));
+    GPC_TRY(need_numel(op, "dweight", dweight, last_dim(inp)));
+    GPC_TRY(need_numel(op, "dbias", dbias, last_dim(inp)));
+    DISPATCH(op, dout, layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+}
+
+gpc_status gpc_op_residual_forward(gpc_tensor *out, const gpc_tensor *a, const gpc_tensor *b) {
+    const char *op = "residual_forward";
+    GPC_TRY(need_float(op, "out", out));
+    GPC_TRY(need_float(op, "a", a));
+    GPC_TRY(need_float(op, "b", b));
+    DEVICES(op, out, a, b);
+    GPC_TRY(need_numel(op, "a", a, gpc_tensor_numel(out)));
+    GPC_TRY(need_numel(op, "b", b, gpc_tensor_numel(out)));
+    DISPATCH(op, out, residual_forward, out, a, b);
+}
+
+gpc_status gpc_op_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor *out,
+                                             gpc_tensor *mean, gpc_tensor *rstd,
+                                             const gpc_tensor *a, const gpc_tensor *b,
+                                             const gpc_tensor *weight, const gpc_tensor *bias) {
+    const char *op = "residual_layernorm_forward";
+    const gpc_ops_table *table = NULL;
+    GPC_TRY(need_float(op, "residual", residual));
+    GPC_TRY(check_layernorm(op, out, mean, rstd, residual, weight, bias));
+    GPC_TRY(table_for(op, out, &table));
+    if (table->residual_layernorm_forward)
+        return table->residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias);
+    GPC_TRY(gpc_op_residual_forward(residual, a, b));
+    return gpc_op_layernorm_forward(out, mean, rstd, residual, weight, bias);
+}
+
+gpc_status gpc_op_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
+                                 const gpc_tensor *bias) {
+    const char *op = "matmul_forward";
+    GPC_TRY(need_float(op, "out", out));
+    GPC_TRY(need_float(op, "inp", inp));
+    GPC_TRY(need_float(op, "weight", weight));
+    if (bias) GPC_TRY(need_float(op, "bias", bias));
+    DEVICES(op, out, inp, weight, bias);
+    int64_t C = last_dim(inp), N = rows(inp), OC = rows(weight);
+    if (last_dim(weight) != C) {
+        char a[96], b[96];
+        return gpc_error(GPC_ERR_MISMATCH, "matmul_forward: inp %s and weight %s disagree on C",
+                         gpc_tensor_describe(inp, a, sizeof a),
+                         gpc_tensor_describe(weight, b, sizeof b));
+    }
+    GPC_TRY(need_numel(op, "out", out, N * OC));
+    if (bias) GPC_TRY(need_numel(op, "bias", bias, OC));
+    DISPATCH(op, out, matmul_forward, out, inp, weight, bias);
+}
+
+gpc_status gpc_op_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
+                                  const gpc_tensor *dout, const gpc_tensor *inp,
+                                  const gpc_tensor *weight) {
+    const char *op = "matmul_backward";
+    GPC_TRY(need_float(op, "dout", dout));
+    GPC_TRY(need_float(op, "inp", inp));
+    GPC_TRY(need_float(op, "weight", weight));
+    GPC_TRY(need_float(op, "dweight", dweight));
+    if (dinp) GPC_TRY(need_float(op, "dinp", dinp));
+    if (dbias) GPC_TRY(need_float(op, "dbias", dbias));
+    DEVICES(op, dout, inp, weight, dweight, dinp, dbias);
+    int64_t C = last_dim(inp), N = rows(inp), OC = rows(weight);
+    if (last_dim(weight) != C)
+        return gpc_error(GPC_ERR_MISMATCH, "matmul_backward: inp and weight disagree on C");
+    GPC_TRY(need_numel(op, "dout", dout, N * OC));
+    GPC_TRY(need_numel(op, "dweight", dweight, OC * C));
+    if (dinp) GPC_TRY(need_numel(op, "dinp", dinp, N * C));
+    if (dbias) GPC_TRY(need_numel(op, "dbias", dbias, OC));
+    DISPATCH(op, dout, matmul_backward, dinp, dweight, dbias, dout, inp, weight);
+}
+
+gpc_status gpc_op_gelu_forward(gpc_tensor *out, const gpc_tensor *inp) {
+    const char *op = "gelu_forward";
+    GPC_TRY(need_float(op, "out", out));
+    GPC_TRY(need_float(op, "inp", inp));
+    DEVICES(op, out, inp);
+    GPC_TRY(need_numel(op, "inp", inp, gpc_tensor_numel(out)));
+    DISPATCH(op, out, gelu_forward, out, inp);
+}
+
+gpc_status gpc_op_gelu_backward(gpc_tensor *dinp, const gpc_tensor *inp, const gpc_tensor *dout) {
+    const char *op = "gelu_backward";
+    GPC_TRY(need_float(op, "dinp", dinp));
+    GPC_TRY(need_float(op, "inp", inp));
+    GPC_TRY(need_float(op, "dout", dout));
+    DEVICES(op, dinp, inp, dout);
+    GPC_TRY(need_numel(op, "inp", inp, gpc_tensor_numel(dinp)));
+    GPC_TRY(need_numel(op, "dout", dout, gpc_tensor_numel(dinp)));
+    DISPATCH(op, dinp, gelu_backward, dinp, inp, dout);
+}
+
+static gpc_status check_attention(const char *op, const gpc_tensor *out, const gpc_tensor *lse,
+                                  const gpc_tensor *qkv, int num_heads) {
+    GPC_TRY(need_float(op, "out", out));
+    GPC_TRY(need_dtype(op, "lse", lse, GPC_F32));
+    GPC_TRY(need_float(op, "qkv", qkv));
+    DEVICES(op, out, lse, qkv);
+    if (qkv->ndim != 3 || qkv->shape[2] % 3 != 0)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: qkv must be [B, T, 3C]", op);
+    int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3;
+    if (num_heads <= 0 || C % num_heads != 0)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: %lld channels do not split into %d heads", op,
+                         (long long)C, num_heads);
+    GPC_TRY(need_numel(op, "out", out, B * T * C));
+    GPC_TRY(need_numel(op, "lse", lse, B * num_heads * T));
+    return GPC_OK;
+}
+
+gpc_status gpc_op_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gpc_tensor *qkv,
+                                    int num_heads) {
+    GPC_TRY(check_attention("attention_forward", out, lse, qkv, num_heads));
+    DISPATCH("attention_forward", out, attention_forward, out, lse, qkv, num_heads);
+}
+
+gpc_status gpc_op_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
+                                     const gpc_tensor *qkv, const gpc_tensor *out,
+                                     const gpc_tensor *lse, int num_heads) {
+    const char *op = "attention_backward";
+    GPC_TRY(check_attention(op, out, lse, qkv, num_heads));
+    GPC_TRY(need_float(op, "dqkv", dqkv));
+    GPC_TRY(need_float(op, "dout", dout));
+    DEVICES(op, out, dqkv, dout);
+    GPC_TRY(need_numel(op, "dqkv", dqkv, gpc_tensor_numel(qkv)));
+    GPC_TRY(need_numel(op, "dout", dout, gpc_tensor_numel(out)));
+    DISPATCH(op, out, attention_backward, dqkv, dout, qkv, out, lse, num_heads);
+}
+
+gpc_status gpc_op_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *dlogits,
+                                                const gpc_tensor *logits,
+                                                const gpc_tensor *targets, int vocab_size,
+                                                float dloss) {
+    const char *op = "crossentropy_forward_backward";
+    GPC_TRY(need_dtype(op, "losses", losses, GPC_F32));
+    GPC_TRY(need_float(op, "logits", logits));
+    GPC_TRY(need_dtype(op, "targets", targets, GPC_I32));
+    if (dlogits) GPC_TRY(need_float(op, "dlogits", dlogits));
+    DEVICES(op, logits, losses, targets, dlogits);
+    int64_t Vp = last_dim(logits), N = rows(logits);
+    if (vocab_size <= 0 || vocab_size > Vp)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: vocab_size %d is outside 1..%lld", op, vocab_size,
+                         (long long)Vp);
+    GPC_TRY(need_numel(op, "losses", losses, N));
+    GPC_TRY(need_numel(op, "targets", targets, N));
+    if (dlogits) GPC_TRY(need_numel(op, "dlogits", dlogits, N * Vp));
+    DISPATCH(op, logits, crossentropy_forward_backward, losses, dlogits, logits, targets,
+             vocab_size, dloss);
+}
+
+gpc_status gpc_op_sum_squares(gpc_tensor *acc, const gpc_tensor *x) {
+    const char *op = "sum_squares";
+    GPC_TRY(need_dtype(op, "acc", acc, GPC_F32));
+    GPC_TRY(need_float(op, "x", x));
+    DEVICES(op, acc, x);
+    GPC_TRY(need_numel(op, "acc", acc, 1));
+    DISPATCH(op, x, sum_squares, acc, x);
+}
+
+gpc_status gpc_op_adamw(gpc_tensor *params, gpc_tensor *master, const gpc_tensor *grads,
+                        gpc_tensor *m, gpc_tensor *v, const gpc_adamw_args *args) {
+    const char *op = "adamw";
+    GPC_TRY(need_float(op, "params", params));
+    GPC_TRY(need_float(op, "grads", grads));
+    GPC_TRY(need_dtype(op, "m", m, GPC_F32));
+    GPC_TRY(need_dtype(op, "v", v, GPC_F32));
+    if (master) GPC_TRY(need_dtype(op, "master", master, GPC_F32));
+    if (!master && params->dtype != GPC_F32)
+        return gpc_error(GPC_ERR_INVALID_ARG, "adamw: %s parameters need an f32 master copy",
+                         gpc_dtype_name(params->dtype));
+    if (args->grad_norm_sq) GPC_TRY(need_dtype(op, "grad_norm_sq", args->grad_norm_sq, GPC_F32));
+    DEVICES(op, params, master, grads, m, v, args->grad_norm_sq);
+    int64_t n = gpc_tensor_numel(params);
+    GPC_TRY(need_numel(op, "grads", grads, n));
+    GPC_TRY(need_numel(op, "m", m, n));
+    GPC_TRY(need_numel(op, "v", v, n));
+    if (master) GPC_TRY(need_numel(op, "master", master, n));
+    if (args->step < 1) return gpc_error(GPC_ERR_INVALID_ARG, "adamw: step must start at 1");
+    DISPATCH(op, params, adamw, params, master, grads, m, v, args);
+}
+
+gpc_status gpc_op_convert(gpc_tensor *dst, const gpc_tensor *src) {
+    const char *op = "convert";
+    GPC_TRY(need_float(op, "dst", dst));
+    GPC_TRY(need_float(op, "src", src));
+    DEVICES(op, dst, src);
+    GPC_TRY(need_numel(op, "src", src, gpc_tensor_numel(dst)));
+    DISPATCH(op, dst, convert, dst, src);
+}
+
+gpc_status gpc_op_scale(gpc_tensor *x, float factor) {
+    GPC_TRY(need_float("scale", "x", x));
+    DISPATCH("scale", x, scale, x, factor);
+}

@@ -1,0 +1,140 @@
+/*
+ * ops.h: every numeric operation of gpc, declared once.
+ *
+ * Each function checks shapes, dtypes and devices of its tensors (a mismatch
+ * is GPC_ERR_MISMATCH with a message naming the tensor), then dispatches to
+ * the backend of the tensors' device (src/cpu/ or src/cuda/). All tensors of
+ * one call must live on the same device. The model (src/model/) is written
+ * against this header only, so a new backend needs no model changes.
+ *
+ * Shapes use B (batch), T (time, sequence position), C (channels), NH (number
+ * of heads), V (vocabulary as used by the classifier), Vp (vocabulary padded
+ * to a multiple of 64 for aligned matrix products), N = B*T rows.
+ *
+ * Gradient convention (the one that makes gradient accumulation work):
+ * parameter gradients are ACCUMULATED (+=) so micro-steps add up; activation
+ * gradients are OVERWRITTEN (=), except layernorm's dinp, which ACCUMULATES
+ * because it adds into the residual stream's gradient, shared by the whole
+ * stack of blocks. The model therefore needs no separate residual backward.
+ *
+ * Precision: f32 tensors everywhere on the CPU. On CUDA, activations and the
+ * parameters used in compute may be bf16 or f16; statistics (mean, rstd, lse,
+ * losses) and optimizer state are always f32.
+ */
+#ifndef GPC_OPS_H
+#define GPC_OPS_H
+
+#include "gpc/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]. tokens is i32 [B,T] on the
+ * same device; wte [Vp,C]; wpe [maxT,C] with T <= maxT. */
+gpc_status gpc_op_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
+                                    const gpc_tensor *wte, const gpc_tensor *wpe);
+/* dwte += scatter of dout by token; dwpe[t] += sum over b of dout[b,t]. */
+gpc_status gpc_op_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,
+                                     const gpc_tensor *tokens);
+
+/* out[N,C] = (inp - mean) * rstd * weight + bias, eps = 1e-5; writes mean[N]
+ * and rstd[N] (f32) for the backward pass. inp may be [B,T,C] or [N,C]. */
+gpc_status gpc_op_layernorm_forward(gpc_tensor *out, gpc_tensor *mean, gpc_tensor *rstd,
+                                    const gpc_tensor *inp, const gpc_tensor *weight,
+                                    const gpc_tensor *bias);
+/* dinp += ..., dweight += ..., dbias += ... */
+gpc_status gpc_op_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
+                                     const gpc_tensor *dout, const gpc_tensor *inp,
+                                     const gpc_tensor *weight, const gpc_tensor *mean,
+                                     const gpc_tensor *rstd);
+
+/* Fused residual add and layernorm: residual = a + b, then
+ * out = layernorm(residual). Backends without a fused kernel run the two
+ * steps; the result is the same. */
+gpc_status gpc_op_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor *out,
+                                             gpc_tensor *mean, gpc_tensor *rstd,
+                                             const gpc_tensor *a, const gpc_tensor *b,
+                                             const gpc_tensor *weight, const gpc_tensor *bias);
+
+/* out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC]; bias may be NULL.
+ * inp may be [B,T,C]; out then is [B,T,OC]. */
+gpc_status gpc_op_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
+                                 const gpc_tensor *bias);
+/* dinp = dout @ weight (overwritten; may be NULL to skip),
+ * dweight += dout^T @ inp, dbias += column sums of dout (may be NULL). */
+gpc_status gpc_op_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
+                                  const gpc_tensor *dout, const gpc_tensor *inp,
+                                  const gpc_tensor *weight);
+
+/* GELU, tanh approximation as in GPT-2:
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+gpc_status gpc_op_gelu_forward(gpc_tensor *out, const gpc_tensor *inp);
+/* dinp = gelu'(inp) * dout (overwritten). dinp may alias dout. */
+gpc_status gpc_op_gelu_backward(gpc_tensor *dinp, const gpc_tensor *inp, const gpc_tensor *dout);
+
+/* out = a + b, same shapes. out may alias a or b. */
+gpc_status gpc_op_residual_forward(gpc_tensor *out, const gpc_tensor *a, const gpc_tensor *b);
+
+/* Causal multi-head self-attention. qkv [B,T,3C] holds q, k, v side by side
+ * (each [B,T,NH,C/NH] within its third). out [B,T,C]. lse [B,NH,T] (f32)
+ * receives the log-sum-exp of each row of scaled scores, which is all the
+ * backward pass needs to rebuild the probabilities: no T x T matrix is kept. */
+gpc_status gpc_op_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gpc_tensor *qkv,
+                                    int num_heads);
+/* dqkv [B,T,3C] (overwritten) from dout [B,T,C], using qkv, out and lse of
+ * the forward pass. */
+gpc_status gpc_op_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
+                                     const gpc_tensor *qkv, const gpc_tensor *out,
+                                     const gpc_tensor *lse, int num_heads);
+
+/* Fused softmax + cross-entropy over logits [N,Vp], of which the first
+ * vocab_size columns are real. losses [N] (f32) receives -log p[target].
+ * If dlogits is not NULL it receives (softmax - onehot(target)) * dloss with
+ * zeros in the padded columns; dlogits may alias logits (in place), which is
+ * how the model saves a [N,Vp] buffer. targets is i32 [N] or [B,T]; a target
+ * of -1 masks the row (loss 0, gradient 0). */
+gpc_status gpc_op_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *dlogits,
+                                                const gpc_tensor *logits,
+                                                const gpc_tensor *targets, int vocab_size,
+                                                float dloss);
+
+/* Adds the sum of squares of x (any float dtype) to acc[0] (f32, one
+ * element). Used for the global gradient norm: zero acc, call once per
+ * gradient buffer. */
+gpc_status gpc_op_sum_squares(gpc_tensor *acc, const gpc_tensor *x);
+
+typedef struct {
+    float learning_rate;
+    float beta1;
+    float beta2;
+    float eps;
+    float weight_decay; /* decoupled (AdamW), applied as param -= lr * wd * param */
+    int step;           /* 1-based, for bias correction */
+    /* Gradient clipping by global norm: with grad_norm_sq (device f32 [1],
+     * the output of gpc_op_sum_squares) and max_grad_norm > 0, gradients are
+     * scaled by min(1, max_grad_norm / sqrt(grad_norm_sq)) before the update.
+     * grad_scale multiplies gradients as well (1/loss_scale for fp16). */
+    const gpc_tensor *grad_norm_sq;
+    float max_grad_norm;
+    float grad_scale;
+    uint32_t seed; /* for stochastic rounding of low-precision params */
+} gpc_adamw_args;
+
+/* One AdamW step over a flat parameter buffer. master is the f32 copy of
+ * params when params are bf16/f16 (NULL when params are f32); m and v f32.
+ * grads may be f32, bf16 or f16. */
+gpc_status gpc_op_adamw(gpc_tensor *params, gpc_tensor *master, const gpc_tensor *grads,
+                        gpc_tensor *m, gpc_tensor *v, const gpc_adamw_args *args);
+
+/* dst = src converted between float dtypes (f32, bf16, f16), same numel. */
+gpc_status gpc_op_convert(gpc_tensor *dst, const gpc_tensor *src);
+
+/* x *= factor, in place (any float dtype). */
+gpc_status gpc_op_scale(gpc_tensor *x, float factor);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPC_OPS_H */

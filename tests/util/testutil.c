@@ -1,0 +1,91 @@
+/* testutil.c: see testutil.h. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t test_seed(void) {
+    static uint64_t seed;
+    static int chosen;
+    if (!chosen) {
+        const char *env = getenv("GPC_TEST_SEED");
+        seed = env ? strtoull(env, NULL, 10)
+                   : ((uint64_t)time(NULL) * 2654435761u) ^ ((uint64_t)getpid() << 16);
+        chosen = 1;
+        fprintf(stderr, "test seed: %llu (set GPC_TEST_SEED to repeat)\n",
+                (unsigned long long)seed);
+    }
+    return seed;
+}
+
+static size_t worst_index(const float *a, const double *b, size_t n, double floor, double *worst) {
+    size_t at = 0;
+    *worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double denom = fabs(b[i]) > floor ? fabs(b[i]) : floor;
+        double err = fabs((double)a[i] - b[i]) / denom;
+        if (isnan(a[i]) != isnan(b[i])) err = INFINITY;
+        if (err > *worst || (i == 0 && err != err)) {
+            *worst = err;
+            at = i;
+        }
+    }
+    return at;
+}
+
+double test_max_rel_error(const float *a, const double *b, size_t n, double floor) {
+    double worst;
+    worst_index(a, b, n, floor, &worst);
+    return worst;
+}
+
+double test_max_rel_error_f32(const float *a, const float *b, size_t n, double floor) {
+    double *wide = malloc(n * sizeof *wide);
+    for (size_t i = 0; i < n; i++) wide[i] = b[i];
+    double worst = test_max_rel_error(a, wide, n, floor);
+    free(wide);
+    return worst;
+}
+
+void test_assert_close(const char *what, const float *got, const double *want, size_t n,
+                       double tol, double floor) {
+    double worst;
+    size_t at = worst_index(got, want, n, floor, &worst);
+    if (!(worst <= tol))
+        fail_msg("%s: relative error %.3g > %.3g at element %zu (got %.9g, want %.9g)", what,
+                 worst, tol, at, (double)got[at], want[at]);
+}
+
+void test_assert_close_f32(const char *what, const float *got, const float *want, size_t n,
+                           double tol, double floor) {
+    double *wide = malloc(n * sizeof *wide);
+    for (size_t i = 0; i < n; i++) wide[i] = want[i];
+    test_assert_close(what, got, wide, n, tol, floor);
+    free(wide);
+}
+
+char *test_tmpdir(const char *tag) {
+    const char *base = getenv("TMPDIR");
+    char *path = gpc_malloc(4096);
+    snprintf(path, 4096, "%s/gpc-test-%s-XXXXXX", base ? base : "/tmp", tag);
+    if (!mkdtemp(path)) fail_msg("cannot create a temporary directory %s", path);
+    return path;
+}
+
+void test_rmtree(const char *path) {
+    char cmd[4200];
+    if (!path || !strstr(path, "gpc-test-")) return; /* never remove anything else */
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", path);
+}
+
+char *test_source_path(const char *relative) {
+    const char *root = getenv("GPC_SOURCE_DIR");
+    char *path = gpc_malloc(4096);
+    snprintf(path, 4096, "%s/%s", root ? root : ".", relative);
+    return path;
+}

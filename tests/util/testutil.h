@@ -1,0 +1,60 @@
+/*
+ * testutil.h: helpers shared by gpc's tests: cmocka includes, fresh random
+ * seeds (printed so a failure can be replayed with GPC_TEST_SEED), float64
+ * comparison with a relative tolerance, and temporary directories.
+ */
+#ifndef GPC_TESTUTIL_H
+#define GPC_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+/* cmocka needs the includes above first */
+#include <cmocka.h>
+
+#include "gpc/core.h"
+
+/* A seed that differs from run to run (time and pid) unless GPC_TEST_SEED is
+ * set; printed once so a failing run can be repeated exactly. */
+uint64_t test_seed(void);
+
+/* Largest |a-b| / max(|b|, floor) over n elements; floor keeps tiny
+ * reference values from inflating the relative error. */
+double test_max_rel_error(const float *a, const double *b, size_t n, double floor);
+double test_max_rel_error_f32(const float *a, const float *b, size_t n, double floor);
+
+/* Asserts with a message that names the worst element. */
+void test_assert_close(const char *what, const float *got, const double *want, size_t n,
+                       double tol, double floor);
+void test_assert_close_f32(const char *what, const float *got, const float *want, size_t n,
+                           double tol, double floor);
+
+/* Creates a fresh directory under $TMPDIR (or /tmp) and returns its path
+ * (static storage per call site is the caller's; the string is gpc_malloc'd). */
+char *test_tmpdir(const char *tag);
+/* rm -rf of a test directory. */
+void test_rmtree(const char *path);
+
+/* Path of a file in the source tree (GPC_SOURCE_DIR), gpc_malloc'd. */
+char *test_source_path(const char *relative);
+
+/* Asserts that status is GPC_OK, printing gpc_last_error() otherwise. */
+#define TEST_OK(expr)                                                                              \
+    do {                                                                                           \
+        gpc_status test_status_ = (expr);                                                          \
+        if (test_status_ != GPC_OK) fail_msg("%s failed: %s", #expr, gpc_last_error());            \
+    } while (0)
+
+/* Asserts that expr fails with the given status and a message containing needle. */
+#define TEST_FAILS(expr, status, needle)                                                           \
+    do {                                                                                           \
+        gpc_status test_status_ = (expr);                                                          \
+        if (test_status_ != (status))                                                              \
+            fail_msg("%s returned %s, expected %s (%s)", #expr, gpc_status_name(test_status_),     \
+                     gpc_status_name(status), gpc_last_error());                                   \
+        if (!strstr(gpc_last_error(), (needle)))                                                   \
+            fail_msg("%s: message '%s' lacks '%s'", #expr, gpc_last_error(), (needle));            \
+    } while (0)
+
+#endif /* GPC_TESTUTIL_H */
