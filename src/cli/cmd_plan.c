@@ -1,0 +1,152 @@
+/*
+ * cmd_plan.c: `gpc plan`, the memory a training run needs per GPU and which
+ * common GPUs fit it, with the largest micro-batch each can take. The memory
+ * model is the library's (gpc/plan.h); this file parses and prints.
+ */
+#include "cli/cli.h"
+#include "gpc/plan.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void row(const char *what, uint64_t bytes) {
+    char human[32];
+    printf("  %-34s %16llu  %10s\n", what, (unsigned long long)bytes,
+           cli_format_bytes((double)bytes, human, sizeof human));
+}
+
+static gpc_status write_json(const char *path, const char *model, const gpc_plan_input *in,
+                             const gpc_plan_result *r) {
+    FILE *f = fopen(path, "w");
+    if (!f) return gpc_error(GPC_ERR_IO, "cannot write %s: check the directory exists", path);
+    fprintf(f,
+            "{\"model\": \"%s\", \"layers\": %d, \"heads\": %d, \"channels\": %d, "
+            "\"context\": %d, \"batch\": %d, \"vocab\": %d, \"precision\": \"%s\", "
+            "\"recompute\": %d, \"zero\": %d, \"gpus\": %d, \"lora\": %d, \"device\": \"%s\",\n",
+            model, in->layers, in->heads, in->channels, in->context, in->batch, in->vocab,
+            gpc_dtype_name(in->dtype), in->recompute, in->zero, in->gpus, in->lora_rank,
+            in->cuda ? "cuda" : "cpu");
+    fprintf(f,
+            " \"num_params\": %llu, \"trainable\": %llu, \"parameters\": %llu, \"gradients\": "
+            "%llu, \"optimizer\": %llu, \"activations\": %llu, \"backward\": %llu, "
+            "\"workspace\": %llu, \"context_overhead\": %llu, \"total\": %llu, \"per_sample\": "
+            "%llu,\n \"gpus_fit\": [",
+            (unsigned long long)r->num_params, (unsigned long long)r->trainable,
+            (unsigned long long)r->parameters, (unsigned long long)r->gradients,
+            (unsigned long long)r->optimizer, (unsigned long long)r->activations,
+            (unsigned long long)r->backward, (unsigned long long)r->workspace,
+            (unsigned long long)r->context, (unsigned long long)r->total,
+            (unsigned long long)r->per_sample);
+    int count;
+    const gpc_plan_gpu *gpus = gpc_plan_gpus(&count);
+    for (int i = 0; i < count; i++)
+        fprintf(f, "%s{\"gpu\": \"%s\", \"bytes\": %llu, \"fits\": %s, \"max_batch\": %d}",
+                i ? ", " : "", gpus[i].name, (unsigned long long)gpus[i].bytes,
+                r->total <= gpus[i].bytes ? "true" : "false",
+                gpc_plan_max_batch(in, gpus[i].bytes));
+    fprintf(f, "]}\n");
+    if (fclose(f) != 0) return gpc_error(GPC_ERR_IO, "cannot finish writing %s", path);
+    return GPC_OK;
+}
+
+int cmd_plan(int argc, char **argv) {
+    const char *model = NULL, *precision = "bf16", *device = "cuda", *json = NULL;
+    int context = 1024, batch = 4, recompute = 0, zero = 0, gpus = 1, lora = 0, vocab = 50257;
+    const cli_option options[] = {
+        {"model", CLI_STRING, &model, "dN",
+         "model: dN = N layers, N heads, 64N channels (required)"},
+        {"context", CLI_INT, &context, "T", "sequence length (default 1024)"},
+        {"batch", CLI_INT, &batch, "B", "micro-batch per GPU (default 4)"},
+        {"precision", CLI_STRING, &precision, "P", "bf16, f16 or fp32 (default bf16)"},
+        {"recompute", CLI_INT, &recompute, "0|1|2",
+         "0 keep activations, 1 recompute GELU, 2 also layernorm (default 0)"},
+        {"zero", CLI_INT, &zero, "0|1", "1 shards optimizer state over the GPUs (default 0)"},
+        {"gpus", CLI_INT, &gpus, "N", "data-parallel GPUs (default 1)"},
+        {"lora", CLI_INT, &lora, "R", "LoRA rank; 0 trains every weight (default 0)"},
+        {"vocab", CLI_INT, &vocab, "V", "vocabulary size (default 50257)"},
+        {"device", CLI_STRING, &device, "D",
+         "cuda or cpu (cpu leaves out CUDA's share; default cuda)"},
+        {"json", CLI_STRING, &json, "FILE", "also write the plan as JSON"},
+        {0},
+    };
+    const cli_spec spec = {
+        "plan",
+        "plan --model dN [--context T] [--batch B] [--precision bf16|fp32] ...",
+        "Prints the memory a training run needs per GPU (parameters, gradients, optimizer "
+        "state, activations, workspace, CUDA context) and which common GPUs fit it, with the "
+        "largest micro-batch each can take.",
+        options,
+        0,
+        NULL,
+        NULL};
+    int rc = cli_parse(&spec, argc, argv);
+    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
+    if (rc) return rc;
+    if (!model) return cli_usage_error("plan", "--model is required, e.g. --model d12");
+
+    gpc_plan_input in;
+    gpc_plan_defaults(&in);
+    gpc_status st = gpc_plan_parse_model(model, &in);
+    if (st) return cli_fail("plan", st);
+    if (strcmp(precision, "fp32") == 0 || strcmp(precision, "f32") == 0)
+        in.dtype = GPC_F32;
+    else if (strcmp(precision, "bf16") == 0)
+        in.dtype = GPC_BF16;
+    else if (strcmp(precision, "f16") == 0 || strcmp(precision, "fp16") == 0)
+        in.dtype = GPC_F16;
+    else
+        return cli_usage_error("plan", "--precision %s is not bf16, f16 or fp32", precision);
+    if (strcmp(device, "cuda") == 0)
+        in.cuda = 1;
+    else if (strcmp(device, "cpu") == 0)
+        in.cuda = 0;
+    else
+        return cli_usage_error("plan", "--device %s is not cuda or cpu", device);
+    if (batch < 1) return cli_usage_error("plan", "--batch %d must be at least 1", batch);
+    in.context = context;
+    in.batch = batch;
+    in.recompute = recompute;
+    in.zero = zero;
+    in.gpus = gpus;
+    in.lora_rank = lora;
+    in.vocab = vocab;
+
+    gpc_plan_result r;
+    st = gpc_plan_compute(&in, &r);
+    if (st) return cli_fail("plan", st);
+
+    char human[32];
+    printf("gpc plan: %s (%d layers, %d heads, %d channels), %llu parameters (%.1fM)\n", model,
+           in.layers, in.heads, in.channels, (unsigned long long)r.num_params, r.num_params / 1e6);
+    printf("  context %d, micro-batch %d, %s, recompute %d, zero %d, %d GPU%s, lora %d, vocab "
+           "%d, device %s\n\n",
+           in.context, in.batch, gpc_dtype_name(in.dtype), in.recompute, in.zero, in.gpus,
+           in.gpus == 1 ? "" : "s", in.lora_rank, in.vocab, in.cuda ? "cuda" : "cpu");
+    printf("  %-34s %16s  %10s\n", "memory per GPU", "bytes", "");
+    row("parameters", r.parameters);
+    row("gradients", r.gradients);
+    row(in.dtype == GPC_F32 ? "optimizer (AdamW m, v)" : "optimizer (AdamW m, v, f32 master)",
+        r.optimizer);
+    row("activations", r.activations);
+    row("backward scratch", r.backward);
+    row(in.cuda ? "workspace (logits, cuBLASLt)" : "workspace (logits)", r.workspace);
+    if (in.cuda) row("CUDA context (estimate)", r.context);
+    row("total", r.total);
+    printf("  each extra sequence in the micro-batch adds %s\n\n",
+           cli_format_bytes((double)r.per_sample, human, sizeof human));
+
+    printf("  %-16s %10s  %-5s %s\n", "GPU", "memory", "fits", "largest micro-batch");
+    int count;
+    const gpc_plan_gpu *table = gpc_plan_gpus(&count);
+    for (int i = 0; i < count; i++) {
+        int max_batch = gpc_plan_max_batch(&in, table[i].bytes);
+        printf("  %-16s %10s  %-5s %d\n", table[i].name,
+               cli_format_bytes((double)table[i].bytes, human, sizeof human),
+               r.total <= table[i].bytes ? "yes" : "no", max_batch);
+    }
+    if (json) {
+        st = write_json(json, model, &in, &r);
+        if (st) return cli_fail("plan", st);
+    }
+    return CLI_EXIT_OK;
+}

@@ -1,0 +1,198 @@
+/*
+ * memory_plan.c: the memory a GPT training run needs per GPU (gpc/plan.h).
+ *
+ * The buffer list mirrors gpt_create (include/gpc/model.h): one flat buffer
+ * each for parameters, master copy, gradients, m and v; the activations of
+ * gpt_activations (per-layer tensors carry L as their first dimension); the
+ * backward scratch. Every buffer is rounded up to the arena's 256-byte
+ * alignment, as gpc_arena_tensor places it. Recomputation follows llm.c: with
+ * recompute 1 the GELU output is rebuilt from its input in the backward pass,
+ * so one layer's worth of it is kept instead of L; with recompute 2 the two
+ * layernorm outputs of each block are rebuilt the same way (their mean and
+ * rstd, small, stay).
+ */
+#include "gpc/plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PLAN_ALIGN 256ull /* gpc_arena's alignment (src/core/memory.c) */
+
+static uint64_t align_up(uint64_t bytes) {
+    return (bytes + PLAN_ALIGN - 1) & ~(PLAN_ALIGN - 1);
+}
+
+/* One buffer of count elements of size bytes each, as the arena places it. */
+static uint64_t buffer(uint64_t count, uint64_t size) {
+    return align_up(count * size);
+}
+
+void gpc_plan_defaults(gpc_plan_input *in) {
+    memset(in, 0, sizeof *in);
+    in->layers = 12;
+    in->heads = 12;
+    in->channels = 768;
+    in->context = 1024;
+    in->batch = 4;
+    in->vocab = 50257;
+    in->dtype = GPC_BF16;
+    in->gpus = 1;
+    in->cuda = 1;
+}
+
+gpc_status gpc_plan_parse_model(const char *name, gpc_plan_input *in) {
+    char *end = NULL;
+    long depth = 0;
+    if (name && name[0] == 'd') depth = strtol(name + 1, &end, 10);
+    if (!name || name[0] != 'd' || end == name + 1 || *end || depth < 1 || depth > 256)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "model '%s' is not of the form dN (N layers, N heads, 64*N channels; "
+                         "d12 is GPT-2 124M), N from 1 to 256",
+                         name ? name : "");
+    in->layers = (int)depth;
+    in->heads = (int)depth;
+    in->channels = 64 * (int)depth;
+    return GPC_OK;
+}
+
+static gpc_status check_input(const gpc_plan_input *in) {
+    if (in->layers < 1 || in->heads < 1 || in->channels < 1 || in->channels % in->heads)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "model shape %d layers, %d heads, %d channels is not valid: channels "
+                         "must be a positive multiple of heads",
+                         in->layers, in->heads, in->channels);
+    if (in->context < 1 || in->context > (1 << 20))
+        return gpc_error(GPC_ERR_INVALID_ARG, "--context %d is out of range: use 1 to 1048576",
+                         in->context);
+    if (in->batch < 0 || in->batch > (1 << 20))
+        return gpc_error(GPC_ERR_INVALID_ARG, "--batch %d is out of range: use 1 to 1048576",
+                         in->batch);
+    if (in->vocab < 2)
+        return gpc_error(GPC_ERR_INVALID_ARG, "--vocab %d is too small: use at least 2", in->vocab);
+    if (in->dtype != GPC_F32 && in->dtype != GPC_BF16 && in->dtype != GPC_F16)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "precision %s cannot be trained: use bf16, f16 or fp32",
+                         gpc_dtype_name(in->dtype));
+    if (in->recompute < 0 || in->recompute > 2)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--recompute %d is not 0, 1 (GELU) or 2 (GELU and layernorm)",
+                         in->recompute);
+    if (in->zero != 0 && in->zero != 1)
+        return gpc_error(GPC_ERR_INVALID_ARG, "--zero %d is not 0 or 1 (ZeRO stage 1)", in->zero);
+    if (in->gpus < 1 || in->gpus > 4096)
+        return gpc_error(GPC_ERR_INVALID_ARG, "--gpus %d is out of range: use 1 to 4096", in->gpus);
+    if (in->lora_rank < 0 || in->lora_rank > in->channels)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--lora %d is out of range: use 0 (full fine-tuning) to %d (channels)",
+                         in->lora_rank, in->channels);
+    return GPC_OK;
+}
+
+/* Everything but per_sample. */
+static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
+    memset(out, 0, sizeof *out);
+    const uint64_t L = (uint64_t)in->layers, NH = (uint64_t)in->heads;
+    const uint64_t C = (uint64_t)in->channels, T = (uint64_t)in->context;
+    const uint64_t B = (uint64_t)in->batch, R = (uint64_t)in->lora_rank;
+    const uint64_t Vp = ((uint64_t)in->vocab + 63) / 64 * 64;
+    const uint64_t s = gpc_dtype_size(in->dtype); /* compute dtype */
+    const uint64_t f32 = 4, BT = B * T;
+    const int low_precision = in->dtype != GPC_F32;
+
+    /* Parameters, llm.c's layout: wte Vp*C, wpe T*C, per layer
+     * ln1 2C + qkv 3C*C+3C + attproj C*C+C + ln2 2C + fc 4C*C+4C + fcproj 4C*C+C
+     * = 12C^2 + 13C, and lnf 2C. */
+    uint64_t base = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
+    /* LoRA adapters A [R, in] and B [out, R] on qkv (C->3C), attproj (C->C),
+     * fc (C->4C) and fcproj (4C->C): R*(4C + 2C + 5C + 5C) = 16RC per layer. */
+    uint64_t adapters = R ? L * 16 * R * C : 0;
+    out->num_params = base + adapters;
+    out->trainable = R ? adapters : base;
+
+    out->parameters = buffer(base, s) + (R ? buffer(adapters, s) : 0);
+    out->gradients = buffer(out->trainable, s);
+    /* ZeRO-1 gives each GPU 1/gpus of the optimizer state and master copy. */
+    uint64_t shard =
+        in->zero ? (out->trainable + (uint64_t)in->gpus - 1) / (uint64_t)in->gpus : out->trainable;
+    out->optimizer = 2 * buffer(shard, f32) + (low_precision ? buffer(shard, f32) : 0);
+
+    /* gpt_activations, in its order. */
+    uint64_t kept_gelu = in->recompute >= 1 ? 1 : L;
+    uint64_t kept_ln = in->recompute >= 2 ? 1 : L;
+    uint64_t a = 0;
+    a += buffer(BT * C, s);                 /* encoded */
+    a += buffer(kept_ln * BT * C, s);       /* ln1 */
+    a += 2 * buffer(L * BT, f32);           /* ln1_mean, ln1_rstd */
+    a += buffer(L * BT * 3 * C, s);         /* qkv */
+    a += buffer(L * BT * C, s);             /* atty */
+    a += buffer(L * B * NH * T, f32);       /* lse */
+    a += buffer(L * BT * C, s);             /* attproj */
+    a += buffer(L * BT * C, s);             /* residual2 */
+    a += buffer(kept_ln * BT * C, s);       /* ln2 */
+    a += 2 * buffer(L * BT, f32);           /* ln2_mean, ln2_rstd */
+    a += buffer(L * BT * 4 * C, s);         /* fch */
+    a += buffer(kept_gelu * BT * 4 * C, s); /* fch_gelu */
+    a += buffer(L * BT * C, s);             /* fcproj */
+    a += buffer(L * BT * C, s);             /* residual3 */
+    a += buffer(BT * C, s);                 /* lnf */
+    a += 2 * buffer(BT, f32);               /* lnf_mean, lnf_rstd */
+    a += buffer(BT, f32);                   /* losses */
+    a += 2 * buffer(BT, 4);                 /* tokens, targets (i32) */
+    if (R) a += 4 * buffer(L * BT * R, s);  /* the four adapters' down-projections */
+    out->activations = a;
+
+    out->backward = 2 * buffer(BT * C, s)   /* dresidual, dbtc */
+                    + buffer(BT * 4 * C, s) /* dbt4c, also dqkv */
+                    + buffer(1, f32);       /* norm_sq */
+
+    out->workspace = buffer(BT * Vp, s) + (in->cuda ? GPC_PLAN_CUBLASLT_WORKSPACE : 0);
+    out->context = in->cuda ? GPC_PLAN_CUDA_CONTEXT : 0;
+    out->total = out->parameters + out->gradients + out->optimizer + out->activations +
+                 out->backward + out->workspace + out->context;
+}
+
+gpc_status gpc_plan_compute(const gpc_plan_input *in, gpc_plan_result *out) {
+    memset(out, 0, sizeof *out);
+    GPC_TRY(check_input(in));
+    plan_bytes(in, out);
+    /* Every batch-dependent buffer is linear in B (up to alignment), so what
+     * one more sequence adds is the total at B = 1 less the total at B = 0. */
+    gpc_plan_input probe = *in;
+    gpc_plan_result r0, r1;
+    probe.batch = 0;
+    plan_bytes(&probe, &r0);
+    probe.batch = 1;
+    plan_bytes(&probe, &r1);
+    out->per_sample = r1.total - r0.total;
+    return GPC_OK;
+}
+
+static const gpc_plan_gpu plan_gpus[] = {
+    /* Memory as nvidia-smi reports it (MiB), which is what a process can ask for. */
+    {"RTX 3060 12GB", 12288ull << 20}, {"RTX 3090 24GB", 24576ull << 20},
+    {"RTX 4090 24GB", 24564ull << 20}, {"A100 40GB", 40960ull << 20},
+    {"A100 80GB", 81920ull << 20},     {"H100 80GB", 81559ull << 20},
+    {"H200 141GB", 143771ull << 20},
+};
+
+const gpc_plan_gpu *gpc_plan_gpus(int *count) {
+    *count = (int)(sizeof plan_gpus / sizeof plan_gpus[0]);
+    return plan_gpus;
+}
+
+int gpc_plan_max_batch(const gpc_plan_input *in, uint64_t bytes) {
+    /* The total is nondecreasing in B: binary search the last B that fits. */
+    gpc_plan_input probe = *in;
+    gpc_plan_result r;
+    int lo = 0, hi = 1 << 20;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        probe.batch = mid;
+        if (gpc_plan_compute(&probe, &r) == GPC_OK && r.total <= bytes)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}

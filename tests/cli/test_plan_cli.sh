@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# test_plan_cli.sh: `gpc plan` end to end: the printed table and the JSON
+# carry the memory model's figures, checked against the same hand
+# computation as tests/unit/test_plan.c; bad options are usage errors (exit 2)
+# with a message naming the option.
+set -euo pipefail
+GPC=${GPC:?set GPC to the gpc binary}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# d12, T=1024, B=4, bf16 on CUDA: total 4,478,918,912 bytes (test_plan.c has
+# the sum line by line), one more sequence 456,151,040 bytes.
+"$GPC" plan --model d12 --batch 4 --json "$work/plan.json" >"$work/out.txt"
+grep -q "124475904 parameters" "$work/out.txt" || fail "parameter count missing: $(head -1 "$work/out.txt")"
+total=$(awk '$1 == "total" {print $2}' "$work/out.txt")
+[[ "$total" == 4478918912 ]] || fail "total row says '$total', expected 4478918912"
+python3 - "$work/plan.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+want = {"num_params": 124475904, "parameters": 248951808, "gradients": 248951808,
+        "optimizer": 1493710848, "activations": 1374765056, "backward": 37748992,
+        "workspace": 445644800, "context_overhead": 629145600, "total": 4478918912,
+        "per_sample": 456151040, "batch": 4, "context": 1024, "layers": 12}
+for k, v in want.items():
+    assert p[k] == v, f"{k}: {p[k]} != {v}"
+parts = sum(p[k] for k in ("parameters", "gradients", "optimizer", "activations", "backward",
+                           "workspace", "context_overhead"))
+assert parts == p["total"], "parts do not add up to the total"
+fixed = p["total"] - 4 * p["per_sample"]
+for g in p["gpus_fit"]:
+    # the largest batch by hand: (capacity - fixed) // per_sample
+    expect = max(0, (g["bytes"] - fixed) // p["per_sample"])
+    assert g["max_batch"] == expect, f'{g["gpu"]}: {g["max_batch"]} != {expect}'
+    assert g["fits"] == (p["total"] <= g["bytes"]), g
+names = [g["gpu"] for g in p["gpus_fit"]]
+assert names[0].startswith("RTX 3060") and names[-1].startswith("H200"), names
+PY
+
+# The GPU table: at B=64 the 12 GB card does not fit, the 141 GB one does and
+# takes 324 sequences (test_plan.c: test_max_batch_boundary).
+"$GPC" plan --model d12 --batch 64 >"$work/b64.txt"
+grep -Eq '^  RTX 3060 12GB .* no +22$' "$work/b64.txt" || fail "RTX 3060 row: $(grep 3060 "$work/b64.txt")"
+grep -Eq '^  H200 141GB .* yes +324$' "$work/b64.txt" || fail "H200 row: $(grep H200 "$work/b64.txt")"
+
+# recompute 2 saves 276,824,064 + 138,412,032 bytes of activations at B=4.
+"$GPC" plan --model d12 --batch 4 --recompute 2 --json "$work/r2.json" >/dev/null
+python3 -c "
+import json,sys
+a=json.load(open('$work/plan.json')); b=json.load(open('$work/r2.json'))
+assert a['activations']-b['activations']==276824064+138412032, (a['activations'], b['activations'])"
+
+# Usage errors: exit 2, one line naming what was wrong.
+expect_usage() {
+  local needle=$1; shift
+  set +e
+  "$GPC" plan "$@" >/dev/null 2>"$work/err.txt"
+  local rc=$?
+  set -e
+  [[ $rc -eq 2 ]] || fail "gpc plan $* exited $rc, expected 2"
+  grep -q "^gpc plan: error: .*$needle" "$work/err.txt" || fail "gpc plan $*: message '$(cat "$work/err.txt")' lacks '$needle'"
+}
+expect_usage "--model is required"
+expect_usage "not of the form dN" --model gpt2
+expect_usage "--precision int8" --model d12 --precision int8
+expect_usage "--recompute 5" --model d12 --recompute 5
+expect_usage "--batch 0 must be at least 1" --model d12 --batch 0
+expect_usage "--gpus 0" --model d12 --gpus 0
+echo "plan cli: ok"

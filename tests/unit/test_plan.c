@@ -1,0 +1,237 @@
+/* test_plan.c: gpc plan's memory model (src/train/memory_plan.c) against
+ * figures computed by hand from the buffer list of gpt_create, written out in
+ * the comments, and its error messages. */
+#include "testutil.h"
+
+#include "gpc/plan.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* d12, T = 1024, B = 4, bf16 on CUDA: the GPT-2 124M run.
+ * Vp = 50304 (50257 rounded up to 64), C = 768, L = NH = 12, BT = 4096.
+ * P = Vp*C + T*C + L*(12C^2 + 13C) + 2C
+ *   = 38,633,472 + 786,432 + 12*(7,077,888 + 9,984) + 1,536 = 124,475,904.
+ * parameters (bf16) = 2P = 248,951,808; gradients the same;
+ * optimizer = m + v + master = 3 * 4P = 1,493,710,848.
+ * activations (bytes; s = 2 for bf16, statistics f32):
+ *   encoded BTC*2           6,291,456
+ *   ln1 L*BTC*2            75,497,472
+ *   ln1 mean+rstd 2*L*BT*4    393,216
+ *   qkv L*BT*3C*2         226,492,416
+ *   atty                   75,497,472
+ *   lse L*B*NH*T*4          2,359,296
+ *   attproj                75,497,472
+ *   residual2              75,497,472
+ *   ln2                    75,497,472
+ *   ln2 mean+rstd             393,216
+ *   fch L*BT*4C*2         301,989,888
+ *   fch_gelu              301,989,888
+ *   fcproj                 75,497,472
+ *   residual3              75,497,472
+ *   lnf BTC*2               6,291,456
+ *   lnf mean+rstd 2*BT*4       32,768
+ *   losses BT*4                16,384
+ *   tokens+targets 2*BT*4      32,768
+ *   sum                 1,374,765,056
+ * backward = dresidual + dbtc (2*BTC*2) + dbt4c (BT*4C*2) + norm (4 -> 256)
+ *          = 12,582,912 + 25,165,824 + 256 = 37,748,992.
+ * workspace = logits BT*Vp*2 + 32 MiB = 412,090,368 + 33,554,432 = 445,644,800.
+ * context = 600 MiB = 629,145,600.
+ * total = 248,951,808*2 + 1,493,710,848 + 1,374,765,056 + 37,748,992
+ *       + 445,644,800 + 629,145,600 = 4,478,918,912.
+ * One more sequence (B=1, BT=1024) adds a quarter of every BT-sized buffer:
+ * (1,374,765,056 + 37,748,992 - 256 + 412,090,368) / 4 = 456,151,040. */
+static void test_d12_bf16_by_hand(void **state) {
+    (void)state;
+    gpc_plan_input in;
+    gpc_plan_defaults(&in);
+    TEST_OK(gpc_plan_parse_model("d12", &in));
+    in.context = 1024;
+    in.batch = 4;
+    gpc_plan_result r;
+    TEST_OK(gpc_plan_compute(&in, &r));
+    assert_int_equal(r.num_params, 124475904ull);
+    assert_int_equal(r.trainable, 124475904ull);
+    assert_int_equal(r.parameters, 248951808ull);
+    assert_int_equal(r.gradients, 248951808ull);
+    assert_int_equal(r.optimizer, 1493710848ull);
+    assert_int_equal(r.activations, 1374765056ull);
+    assert_int_equal(r.backward, 37748992ull);
+    assert_int_equal(r.workspace, 445644800ull);
+    assert_int_equal(r.context, 629145600ull);
+    assert_int_equal(r.total, 4478918912ull);
+    assert_int_equal(r.per_sample, 456151040ull);
+}
+
+/* Recompute 1 keeps one layer of fch_gelu instead of 12: saves
+ * 11 * BT*4C*2 = 11 * 25,165,824 = 276,824,064. Recompute 2 also keeps one
+ * layer of ln1 and of ln2: saves another 2 * 11 * BTC*2 = 2 * 11 * 6,291,456
+ * = 138,412,032. */
+static void test_recompute_by_hand(void **state) {
+    (void)state;
+    gpc_plan_input in;
+    gpc_plan_defaults(&in);
+    TEST_OK(gpc_plan_parse_model("d12", &in));
+    gpc_plan_result r0, r1, r2;
+    TEST_OK(gpc_plan_compute(&in, &r0));
+    in.recompute = 1;
+    TEST_OK(gpc_plan_compute(&in, &r1));
+    in.recompute = 2;
+    TEST_OK(gpc_plan_compute(&in, &r2));
+    assert_int_equal(r0.activations - r1.activations, 276824064ull);
+    assert_int_equal(r1.activations - r2.activations, 138412032ull);
+    assert_int_equal(r0.parameters + r0.optimizer, r2.parameters + r2.optimizer);
+}
+
+/* fp32 with ZeRO-1 on 4 GPUs: parameters 4P = 497,903,616, gradients the
+ * same, no master copy, m and v each hold P/4 = 31,118,976 f32 elements:
+ * optimizer = 2 * 124,475,904 = 248,951,808. On 3 GPUs the shard is
+ * ceil(P/3) = 41,491,968 elements: 2 * 165,967,872 = 331,935,744. */
+static void test_fp32_zero1_by_hand(void **state) {
+    (void)state;
+    gpc_plan_input in;
+    gpc_plan_defaults(&in);
+    TEST_OK(gpc_plan_parse_model("d12", &in));
+    in.dtype = GPC_F32;
+    in.zero = 1;
+    in.gpus = 4;
+    gpc_plan_result r;
+    TEST_OK(gpc_plan_compute(&in, &r));
+    assert_int_equal(r.parameters, 497903616ull);
+    assert_int_equal(r.gradients, 497903616ull);
+    assert_int_equal(r.optimizer, 248951808ull);
+    in.gpus = 3;
+    TEST_OK(gpc_plan_compute(&in, &r));
+    assert_int_equal(r.optimizer, 331935744ull);
+    /* without ZeRO the GPU count changes nothing per GPU */
+    in.zero = 0;
+    TEST_OK(gpc_plan_compute(&in, &r));
+    assert_int_equal(r.optimizer, 2 * 497903616ull);
+}
+
+/* LoRA rank 8 on d12: adapters 12 layers * 16 * 8 * 768 = 1,179,648 elements.
+ * parameters = 248,951,808 + 2,359,296; gradients 2,359,296 (adapters only);
+ * optimizer 3 * 4,718,592 = 14,155,776; activations grow by the four
+ * down-projections 4 * L*BT*R*2 = 4 * 12 * 4096 * 8 * 2 = 3,145,728. */
+static void test_lora_by_hand(void **state) {
+    (void)state;
+    gpc_plan_input in;
+    gpc_plan_defaults(&in);
+    TEST_OK(gpc_plan_parse_model("d12", &in));
+    gpc_plan_result full, lora;
+    TEST_OK(gpc_plan_compute(&in, &full));
+    in.lora_rank = 8;
+    TEST_OK(gpc_plan_compute(&in, &lora));
+    assert_int_equal(lora.trainable, 1179648ull);
+    assert_int_equal(lora.num_params, 124475904ull + 1179648ull);
+    assert_int_equal(lora.parameters, 248951808ull + 2359296ull);
+    assert_int_equal(lora.gradients, 2359296ull);
+    assert_int_equal(lora.optimizer, 14155776ull);
+    assert_int_equal(lora.activations - full.activations, 3145728ull);
+}
+
+/* d1 (C = 64), T = 3, B = 1, vocab 10 (Vp 64), fp32 on the CPU: the small
+ * buffers show the 256-byte arena alignment.
+ * P = 64*64 + 3*64 + (12*4096 + 13*64) + 128 = 54,400 -> 217,600 bytes.
+ * activations: encoded 768, ln1 768, ln1 stats 2 * (12 -> 256) = 512,
+ * qkv 2304, atty 768, lse 12 -> 256, attproj 768, residual2 768, ln2 768,
+ * ln2 stats 512, fch 3072, fch_gelu 3072, fcproj 768, residual3 768,
+ * lnf 768, lnf stats 512, losses 256, tokens+targets 512: 17,920.
+ * backward: 2 * 768 + 3072 + 256 = 4,864. workspace: logits 3*64*4 = 768.
+ * total = 217,600 * 2 (params, grads) + 2 * 217,600 (m, v) + 17,920 + 4,864
+ *       + 768 = 893,952. */
+static void test_tiny_alignment_by_hand(void **state) {
+    (void)state;
+    gpc_plan_input in;
+    gpc_plan_defaults(&in);
+    TEST_OK(gpc_plan_parse_model("d1", &in));
+    in.context = 3;
+    in.batch = 1;
+    in.vocab = 10;
+    in.dtype = GPC_F32;
+    in.cuda = 0;
+    gpc_plan_result r;
+    TEST_OK(gpc_plan_compute(&in, &r));
+    assert_int_equal(r.num_params, 54400ull);
+    assert_int_equal(r.parameters, 217600ull);
+    assert_int_equal(r.optimizer, 435200ull);
+    assert_int_equal(r.activations, 17920ull);
+    assert_int_equal(r.backward, 4864ull);
+    assert_int_equal(r.workspace, 768ull);
+    assert_int_equal(r.context, 0ull);
+    assert_int_equal(r.total, 893952ull);
+}
+
+/* The largest batch is the last B whose total fits: check the boundary for
+ * random models and capacities rather than trusting the search. */
+static void test_max_batch_boundary(void **state) {
+    (void)state;
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 11);
+    for (int trial = 0; trial < 20; trial++) {
+        gpc_plan_input in;
+        gpc_plan_defaults(&in);
+        char name[8];
+        snprintf(name, sizeof name, "d%u", 2 + gpc_rng_below(&rng, 30));
+        TEST_OK(gpc_plan_parse_model(name, &in));
+        in.context = 64 << gpc_rng_below(&rng, 5);
+        in.recompute = (int)gpc_rng_below(&rng, 3);
+        uint64_t capacity = (uint64_t)(1.0 + 80.0 * gpc_rng_uniform(&rng)) << 30;
+        int b = gpc_plan_max_batch(&in, capacity);
+        gpc_plan_result r;
+        if (b > 0) {
+            in.batch = b;
+            TEST_OK(gpc_plan_compute(&in, &r));
+            assert_true(r.total <= capacity);
+        }
+        in.batch = b + 1;
+        TEST_OK(gpc_plan_compute(&in, &r));
+        assert_true(r.total > capacity);
+    }
+    /* H200 and d12 at T=1024 bf16: (capacity - fixed) / 456,151,040 by hand,
+     * fixed = 4,478,918,912 - 4 * 456,151,040 = 2,654,314,752;
+     * (150,754,820,096 - 2,654,314,752) / 456,151,040 = 324.67 -> 324. */
+    gpc_plan_input in;
+    gpc_plan_defaults(&in);
+    assert_int_equal(gpc_plan_max_batch(&in, 143771ull << 20), 324);
+}
+
+static void test_bad_input_messages(void **state) {
+    (void)state;
+    gpc_plan_input in;
+    gpc_plan_defaults(&in);
+    TEST_FAILS(gpc_plan_parse_model("x12", &in), GPC_ERR_INVALID_ARG, "not of the form dN");
+    TEST_FAILS(gpc_plan_parse_model("d0", &in), GPC_ERR_INVALID_ARG, "N from 1 to 256");
+    TEST_FAILS(gpc_plan_parse_model("d", &in), GPC_ERR_INVALID_ARG, "not of the form dN");
+    TEST_FAILS(gpc_plan_parse_model("d12x", &in), GPC_ERR_INVALID_ARG, "not of the form dN");
+    gpc_plan_result r;
+    gpc_plan_defaults(&in);
+    in.recompute = 3;
+    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--recompute 3");
+    gpc_plan_defaults(&in);
+    in.zero = 2;
+    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--zero 2");
+    gpc_plan_defaults(&in);
+    in.heads = 7;
+    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "multiple of heads");
+    gpc_plan_defaults(&in);
+    in.lora_rank = 10000;
+    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--lora 10000");
+    gpc_plan_defaults(&in);
+    in.dtype = GPC_I32;
+    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "cannot be trained");
+    gpc_plan_defaults(&in);
+    in.gpus = 0;
+    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--gpus 0");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_d12_bf16_by_hand),       cmocka_unit_test(test_recompute_by_hand),
+        cmocka_unit_test(test_fp32_zero1_by_hand),     cmocka_unit_test(test_lora_by_hand),
+        cmocka_unit_test(test_tiny_alignment_by_hand), cmocka_unit_test(test_max_batch_boundary),
+        cmocka_unit_test(test_bad_input_messages),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
