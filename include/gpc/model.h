@@ -1,0 +1,258 @@
+/*
+ * gpc model: the GPT-2 family (config, parameters, forward, backward,
+ * optimizer step) and its checkpoint files.
+ *
+ * The model is written only against src/ops/ops.h, so it runs unchanged on
+ * every backend. All of its memory is planned up front in arenas (parameters,
+ * gradients, optimizer state, activations); forward, backward and update
+ * allocate nothing.
+ *
+ * Parameters live in ONE contiguous buffer in llm.c's order (wte, wpe, ln1w,
+ * ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw,
+ * fcprojb, lnfw, lnfb), and gradients in another with the same layout, so the
+ * global gradient norm is one reduction and a future all-reduce is one call.
+ */
+#ifndef GPC_MODEL_H
+#define GPC_MODEL_H
+
+#include "gpc/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- config */
+
+typedef struct {
+    int layers;       /* L */
+    int heads;        /* NH */
+    int channels;     /* C, a multiple of heads */
+    int max_context;  /* maxT: positions the model knows */
+    int vocab_size;   /* V: real tokens */
+    int padded_vocab; /* Vp: V rounded up to a multiple of 64, for aligned matrix products */
+} gpt_config;
+
+/* Fills a config and checks it (positive sizes, channels divisible by heads,
+ * vocabulary 2..2^31/2); computes padded_vocab. */
+gpc_status gpt_config_init(gpt_config *config, int layers, int heads, int channels, int max_context,
+                           int vocab_size);
+/* "dN": N layers, N heads, 64*N channels (d12 = GPT-2 124M). Writes only
+ * layers, heads and channels. */
+gpc_status gpt_config_parse_depth(const char *name, int *layers, int *heads, int *channels);
+/* Parameter count (elements, padded vocabulary rows included). */
+size_t gpt_config_num_params(const gpt_config *config);
+/* True when two configs describe the same parameter layout; otherwise a
+ * message such as "checkpoint was written by a model with 12 layers; this
+ * config has 24" (what names the first side) is left in gpc_last_error(). */
+int gpt_config_equal(const gpt_config *a, const gpt_config *b, const char *what);
+
+/* -------------------------------------------------------------- tensors */
+
+#define GPT_NUM_PARAM_TENSORS 16
+
+/* The parameter tensors, as views into one flat buffer. Per-layer tensors
+ * carry the layer as their first dimension ([L, ...]). */
+typedef union {
+    struct {
+        gpc_tensor wte;      /* [Vp, C], also the output head (tied) */
+        gpc_tensor wpe;      /* [maxT, C] */
+        gpc_tensor ln1w;     /* [L, C] */
+        gpc_tensor ln1b;     /* [L, C] */
+        gpc_tensor qkvw;     /* [L, 3C, C] */
+        gpc_tensor qkvb;     /* [L, 3C] */
+        gpc_tensor attprojw; /* [L, C, C] */
+        gpc_tensor attprojb; /* [L, C] */
+        gpc_tensor ln2w;     /* [L, C] */
+        gpc_tensor ln2b;     /* [L, C] */
+        gpc_tensor fcw;      /* [L, 4C, C] */
+        gpc_tensor fcb;      /* [L, 4C] */
+        gpc_tensor fcprojw;  /* [L, C, 4C] */
+        gpc_tensor fcprojb;  /* [L, C] */
+        gpc_tensor lnfw;     /* [C] */
+        gpc_tensor lnfb;     /* [C] */
+    };
+    gpc_tensor all[GPT_NUM_PARAM_TENSORS];
+} gpt_tensors;
+
+/* Names in layout order ("wte", "wpe", "ln1w", ...), for messages and tests. */
+extern const char *const gpt_param_names[GPT_NUM_PARAM_TENSORS];
+/* Whether AdamW's weight decay applies: the 2-D weights (embeddings and matrix
+ * weights, as in GPT-2/nanoGPT), not biases or layernorm parameters. */
+int gpt_param_decays(int index);
+
+/* Activations kept for the backward pass, each sized for the planned B x T
+ * and, where per layer, with L as the first dimension. Statistics (mean,
+ * rstd, lse, losses) are f32; the rest is in the compute dtype. */
+typedef struct {
+    gpc_tensor encoded;   /* [B,T,C] embedding output, the first residual */
+    gpc_tensor ln1;       /* [L,B,T,C] */
+    gpc_tensor ln1_mean;  /* [L,B,T] */
+    gpc_tensor ln1_rstd;  /* [L,B,T] */
+    gpc_tensor qkv;       /* [L,B,T,3C] */
+    gpc_tensor atty;      /* [L,B,T,C] attention output before the projection */
+    gpc_tensor lse;       /* [L,B,NH,T] log-sum-exp of the attention rows */
+    gpc_tensor attproj;   /* [L,B,T,C] */
+    gpc_tensor residual2; /* [L,B,T,C] residual after attention */
+    gpc_tensor ln2;       /* [L,B,T,C] */
+    gpc_tensor ln2_mean;  /* [L,B,T] */
+    gpc_tensor ln2_rstd;  /* [L,B,T] */
+    gpc_tensor fch;       /* [L,B,T,4C] */
+    gpc_tensor fch_gelu;  /* [L,B,T,4C] */
+    gpc_tensor fcproj;    /* [L,B,T,C] */
+    gpc_tensor residual3; /* [L,B,T,C] residual after the MLP */
+    gpc_tensor lnf;       /* [B,T,C] */
+    gpc_tensor lnf_mean;  /* [B,T] */
+    gpc_tensor lnf_rstd;  /* [B,T] */
+    gpc_tensor logits;    /* [B,T,Vp]; holds dlogits after a training step */
+    gpc_tensor losses;    /* [B,T] f32 */
+    gpc_tensor tokens;    /* [B,T] i32 inputs on the device */
+    gpc_tensor targets;   /* [B,T] i32 targets on the device */
+    /* backward scratch (training models only) */
+    gpc_tensor dresidual; /* [B,T,C] gradient of the residual stream, shared by all blocks */
+    gpc_tensor dbtc;      /* [B,T,C] */
+    gpc_tensor dbt4c;     /* [B,T,4C] also holds dqkv [B,T,3C] */
+    gpc_tensor norm_sq;   /* [1] f32: squared global gradient norm */
+} gpt_activations;
+
+/* ----------------------------------------------------------------- model */
+
+typedef struct {
+    gpt_config config;
+    gpc_device device;
+    gpc_dtype dtype; /* compute dtype of parameters, gradients and activations */
+    int training;    /* gradients and optimizer state exist */
+    int B, T;        /* the largest batch the activations were planned for */
+    size_t num_params;
+    size_t param_offset[GPT_NUM_PARAM_TENSORS]; /* element offsets in the flat buffers */
+
+    gpc_tensor params_flat; /* [P] compute dtype */
+    gpc_tensor master_flat; /* [P] f32 master copy; data NULL when dtype is f32 */
+    gpc_tensor grads_flat;  /* [P] compute dtype (training) */
+    gpc_tensor m_flat;      /* [P] f32 AdamW first moment (training) */
+    gpc_tensor v_flat;      /* [P] f32 AdamW second moment (training) */
+    gpt_tensors params;     /* views of params_flat */
+    gpt_tensors grads;      /* views of grads_flat */
+    gpt_activations acts;
+
+    float loss_scale; /* fp16 only: the loss is multiplied by this before backward */
+    int good_steps;   /* fp16: steps since the loss scale last changed */
+    int last_B, last_T;
+    int64_t last_unmasked; /* targets that were not -1 in the last forward */
+
+    /* host staging, placed at creation */
+    int32_t *host_targets; /* [B*T] copy of the last targets, for the mean loss */
+    float *host_losses;    /* [B*T] */
+    void *host_row;        /* [B*Vp] logits rows in the compute dtype */
+
+    gpc_arena param_arena; /* params, master, grads, m, v */
+    gpc_arena act_arena;   /* activations and scratch */
+} gpt_model;
+
+/* Plans and allocates a model for batches up to B x T (T <= max_context) on a
+ * device. dtype is the compute precision: f32, bf16 or f16 (the last two keep
+ * f32 master weights; the CPU backend supports only f32). With training == 0
+ * there are no gradients, optimizer state or backward buffers (sampling).
+ * Parameters are zero until gpt_init_weights or gpt_checkpoint_load. */
+gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device device, gpc_dtype dtype,
+                      int B, int T, int training);
+void gpt_free(gpt_model *model);
+/* Bytes of device memory the model holds (parameters + state + activations). */
+size_t gpt_memory_bytes(const gpt_model *model);
+
+/* GPT-2 initialisation (Radford et al. 2019, as in nanoGPT and llm.c):
+ * weights normal(0, 0.02), wpe normal(0, 0.01), residual projections
+ * (attprojw, fcprojw) scaled by 1/sqrt(2L), biases 0, layernorm weights 1,
+ * padded rows of wte 0. Same seed, same weights on every device. */
+gpc_status gpt_init_weights(gpt_model *model, uint64_t seed);
+
+/* Sets every parameter from an f32 host array in layout order (num_params
+ * elements), and reads them back. Used by checkpoints and tests. */
+gpc_status gpt_set_params(gpt_model *model, const float *values);
+gpc_status gpt_get_params(const gpt_model *model, float *values);
+
+/* Forward pass on B x T tokens (host i32, B <= model->B, T <= model->T).
+ * With targets (host i32, -1 masks a position) the per-position losses are
+ * computed too; gpt_mean_loss reads their mean back. */
+gpc_status gpt_forward(gpt_model *model, const int32_t *inputs, const int32_t *targets, int B,
+                       int T);
+/* One training micro-step: forward with targets, the loss gradient written in
+ * place of the logits, backward. Parameter gradients are ADDED to the
+ * gradient buffer (gradient accumulation); dloss is the weight of each
+ * position's loss, 1/(B*T*accumulation_steps) for the mean. */
+gpc_status gpt_forward_backward(gpt_model *model, const int32_t *inputs, const int32_t *targets,
+                                int B, int T, float dloss);
+gpc_status gpt_zero_grad(gpt_model *model);
+/* Mean loss over the unmasked positions of the last forward pass (reads the
+ * losses back to the host, so it waits for the device). */
+gpc_status gpt_mean_loss(gpt_model *model, float *loss);
+
+typedef struct {
+    float learning_rate;
+    float beta1;         /* default 0.9 */
+    float beta2;         /* default 0.95 */
+    float eps;           /* default 1e-8 */
+    float weight_decay;  /* default 0.1, on 2-D weights only */
+    float max_grad_norm; /* clip the global norm to this; 0 disables */
+    int step;            /* 1-based optimizer step, for bias correction */
+    uint32_t seed;       /* stochastic rounding of low-precision parameters */
+} gpt_adamw_options;
+
+void gpt_adamw_defaults(gpt_adamw_options *options);
+/* Global gradient norm, then AdamW on every parameter tensor (weight decay on
+ * 2-D weights only), with clipping. *grad_norm (optional) receives the norm
+ * before clipping (a one-float read back). With fp16 a step whose gradients
+ * overflowed is skipped (*skipped = 1, optional) and the loss scale halved. */
+gpc_status gpt_update(gpt_model *model, const gpt_adamw_options *options, float *grad_norm,
+                      int *skipped);
+
+/* Inference: forward on B x T tokens (no targets) and copy the logits of the
+ * last position of each row to logits_out (host f32, [B, V]). Recomputes the
+ * whole window each call (no KV cache yet). */
+gpc_status gpt_forward_last_logits(gpt_model *model, const int32_t *inputs, int B, int T,
+                                   float *logits_out);
+/* Copies the logits of the last forward, [B,T,V] (host f32) for tests. */
+gpc_status gpt_copy_logits(gpt_model *model, float *out);
+
+/* ------------------------------------------------------------ checkpoints */
+
+#define GPT_CHECKPOINT_VERSION 1
+
+/* What a training run needs besides the weights to continue exactly. */
+typedef struct {
+    uint64_t step; /* optimizer steps done */
+    uint64_t loader_epoch;
+    uint64_t loader_batch;
+    gpc_rng rng;
+    float loss_scale;
+    /* the training settings of the run */
+    int32_t batch;
+    int32_t context;
+    int64_t total_batch;
+    int32_t steps;
+    int32_t warmup;
+    double learning_rate;
+    double min_lr_ratio;
+    double weight_decay;
+    double max_grad_norm;
+    uint64_t seed;
+} gpt_checkpoint_state;
+
+/* File: magic "GPCCKPT\0", version, config, precision, state, parameters
+ * (f32 master), AdamW m and v (absent when the model has none), CRC-32C of
+ * everything before it. Written atomically. */
+gpc_status gpt_checkpoint_save(const char *path, const gpt_model *model,
+                               const gpt_checkpoint_state *state);
+/* Reads and checks the header only (magic, version, size): the config and
+ * precision the checkpoint was written with and its state. */
+gpc_status gpt_checkpoint_read_header(const char *path, gpt_config *config, gpc_dtype *precision,
+                                      gpt_checkpoint_state *state);
+/* Loads weights (and m, v when the model trains and the file has them) after
+ * checking magic, version, size, checksum and that the file's config equals
+ * the model's. state may be NULL. */
+gpc_status gpt_checkpoint_load(const char *path, gpt_model *model, gpt_checkpoint_state *state);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPC_MODEL_H */

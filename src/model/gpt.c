@@ -1,0 +1,662 @@
+/*
+ * gpt.c: the GPT-2 model: memory plan, initialisation, forward, backward and
+ * the AdamW step, written only against ops.h so every backend runs it.
+ *
+ * The structure follows llm.c (train_gpt2.cu): one flat parameter buffer and
+ * one flat gradient buffer, activations kept per layer for the backward pass,
+ * the residual add fused with the next layernorm, the cross-entropy fused with
+ * its gradient and written over the logits. Backward shares one dresidual
+ * buffer: ops.h's layernorm backward ADDS into its dinp, so the gradient of
+ * the residual stream flows down the stack without a separate residual
+ * backward. Parameter gradients accumulate (+=), which is what makes gradient
+ * accumulation over micro-steps a matter of calling forward_backward again.
+ */
+#include "gpc/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/ops.h"
+
+/* ------------------------------------------------------------ views */
+
+/* A view of `numel_shape` elements starting `offset` elements into t. */
+static gpc_tensor view(const gpc_tensor *t, size_t offset, int ndim, int64_t d0, int64_t d1,
+                       int64_t d2) {
+    int64_t shape[3] = {d0, d1, d2};
+    char *base = t->data ? (char *)t->data + offset * gpc_dtype_size(t->dtype) : NULL;
+    return gpc_tensor_make(base, t->dtype, t->device, ndim, shape);
+}
+
+/* Layer l of a per-layer activation planned as [L, Bplan*Tplan*X], seen as
+ * [B, T, X] for the current batch. */
+static gpc_tensor act_layer(const gpt_model *m, const gpc_tensor *t, int l, int B, int T,
+                            int64_t X) {
+    size_t stride = (size_t)m->B * (size_t)m->T * (size_t)X;
+    return view(t, (size_t)l * stride, 3, B, T, X);
+}
+
+/* Per-layer statistics [L, Bplan*Tplan] seen as [B, T]. */
+static gpc_tensor stat_layer(const gpt_model *m, const gpc_tensor *t, int l, int B, int T) {
+    size_t stride = (size_t)m->B * (size_t)m->T;
+    return view(t, (size_t)l * stride, 2, B, T, 0);
+}
+
+/* Layer l of a per-layer parameter [L, ...] seen as [rows, cols] (or [cols]
+ * when rows is 0). */
+static gpc_tensor param_layer(const gpc_tensor *t, int l, int64_t rows, int64_t cols) {
+    size_t per_layer = (size_t)(rows ? rows : 1) * (size_t)cols;
+    return rows ? view(t, (size_t)l * per_layer, 2, rows, cols, 0)
+                : view(t, (size_t)l * per_layer, 1, cols, 0, 0);
+}
+
+/* ------------------------------------------------------------ memory plan */
+
+static void param_shapes(const gpt_config *c, int64_t shapes[GPT_NUM_PARAM_TENSORS][3],
+                         int ndims[GPT_NUM_PARAM_TENSORS]) {
+    int64_t L = c->layers, C = c->channels;
+    const int64_t table[GPT_NUM_PARAM_TENSORS][3] = {{c->padded_vocab, C, 0},
+                                                     {c->max_context, C, 0},
+                                                     {L, C, 0},
+                                                     {L, C, 0},
+                                                     {L, 3 * C, C},
+                                                     {L, 3 * C, 0},
+                                                     {L, C, C},
+                                                     {L, C, 0},
+                                                     {L, C, 0},
+                                                     {L, C, 0},
+                                                     {L, 4 * C, C},
+                                                     {L, 4 * C, 0},
+                                                     {L, C, 4 * C},
+                                                     {L, C, 0},
+                                                     {C, 0, 0},
+                                                     {C, 0, 0}};
+    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
+        ndims[i] = table[i][2] ? 3 : table[i][1] ? 2 : 1;
+        for (int d = 0; d < 3; d++)
+            shapes[i][d] = table[i][d];
+    }
+}
+
+/* Views of a flat buffer, one per parameter tensor. */
+static void split_flat(const gpt_model *m, const gpc_tensor *flat, gpt_tensors *out) {
+    int64_t shapes[GPT_NUM_PARAM_TENSORS][3];
+    int ndims[GPT_NUM_PARAM_TENSORS];
+    param_shapes(&m->config, shapes, ndims);
+    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++)
+        out->all[i] =
+            view(flat, m->param_offset[i], ndims[i], shapes[i][0], shapes[i][1], shapes[i][2]);
+}
+
+static gpc_status place_params(gpt_model *m, gpc_arena *arena) {
+    int64_t P = (int64_t)m->num_params;
+    GPC_TRY(gpc_arena_tensor(arena, &m->params_flat, m->dtype, 1, &P));
+    if (m->dtype != GPC_F32) GPC_TRY(gpc_arena_tensor(arena, &m->master_flat, GPC_F32, 1, &P));
+    if (m->training) {
+        GPC_TRY(gpc_arena_tensor(arena, &m->grads_flat, m->dtype, 1, &P));
+        GPC_TRY(gpc_arena_tensor(arena, &m->m_flat, GPC_F32, 1, &P));
+        GPC_TRY(gpc_arena_tensor(arena, &m->v_flat, GPC_F32, 1, &P));
+    }
+    return GPC_OK;
+}
+
+static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
+    gpt_activations *a = &m->acts;
+    int64_t L = m->config.layers, B = m->B, T = m->T, C = m->config.channels;
+    int64_t NH = m->config.heads, Vp = m->config.padded_vocab;
+    gpc_dtype d = m->dtype;
+#define PLACE(t, dtype, ...)                                                                       \
+    do {                                                                                           \
+        const int64_t shape_[] = {__VA_ARGS__};                                                    \
+        GPC_TRY(gpc_arena_tensor(arena, &a->t, dtype, (int)(sizeof shape_ / sizeof shape_[0]),     \
+                                 shape_));                                                         \
+    } while (0)
+    PLACE(encoded, d, B, T, C);
+    PLACE(ln1, d, L, B, T, C);
+    PLACE(ln1_mean, GPC_F32, L, B, T);
+    PLACE(ln1_rstd, GPC_F32, L, B, T);
+    PLACE(qkv, d, L, B, T, 3 * C);
+    PLACE(atty, d, L, B, T, C);
+    PLACE(lse, GPC_F32, L, B, NH, T);
+    PLACE(attproj, d, L, B, T, C);
+    PLACE(residual2, d, L, B, T, C);
+    PLACE(ln2, d, L, B, T, C);
+    PLACE(ln2_mean, GPC_F32, L, B, T);
+    PLACE(ln2_rstd, GPC_F32, L, B, T);
+    PLACE(fch, d, L, B, T, 4 * C);
+    PLACE(fch_gelu, d, L, B, T, 4 * C);
+    PLACE(fcproj, d, L, B, T, C);
+    PLACE(residual3, d, L, B, T, C);
+    PLACE(lnf, d, B, T, C);
+    PLACE(lnf_mean, GPC_F32, B, T);
+    PLACE(lnf_rstd, GPC_F32, B, T);
+    PLACE(logits, d, B, T, Vp);
+    PLACE(losses, GPC_F32, B, T);
+    PLACE(tokens, GPC_I32, B, T);
+    PLACE(targets, GPC_I32, B, T);
+    if (m->training) {
+        PLACE(dresidual, d, B, T, C);
+        PLACE(dbtc, d, B, T, C);
+        PLACE(dbt4c, d, B, T, 4 * C);
+        PLACE(norm_sq, GPC_F32, 1);
+    }
+#undef PLACE
+    return GPC_OK;
+}
+
+/* Runs a placement twice: measuring, then into one allocation. */
+static gpc_status plan(gpt_model *m, gpc_arena *arena,
+                       gpc_status (*place)(gpt_model *, gpc_arena *)) {
+    gpc_arena measure;
+    gpc_arena_measure(&measure, m->device);
+    GPC_TRY(place(m, &measure));
+    gpc_status s = gpc_arena_create(arena, m->device, measure.peak);
+    if (s != GPC_OK)
+        return gpc_error_context(s, "allocating %.1f MiB for the model on %s: ",
+                                 (double)measure.peak / (1 << 20), gpc_device_name(m->device));
+    return place(m, arena);
+}
+
+gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device device, gpc_dtype dtype,
+                      int B, int T, int training) {
+    *out = NULL;
+    gpt_config check;
+    GPC_TRY(gpt_config_init(&check, config->layers, config->heads, config->channels,
+                            config->max_context, config->vocab_size));
+    if (dtype != GPC_F32 && dtype != GPC_BF16 && dtype != GPC_F16)
+        return gpc_error(GPC_ERR_INVALID_ARG, "a model computes in f32, bf16 or fp16, not %s",
+                         gpc_dtype_name(dtype));
+    if (device.type == GPC_DEVICE_CPU && dtype != GPC_F32)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "the CPU computes in f32 only, not %s; use --precision f32 (bf16 and "
+                         "fp16 need a GPU)",
+                         gpc_dtype_name(dtype));
+    if (B < 1 || T < 1 || T > check.max_context)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "batch %d x context %d does not fit a model with context %d", B, T,
+                         check.max_context);
+    const gpc_backend *backend;
+    GPC_TRY(gpc_backend_require(device, &backend));
+
+    gpt_model *m = gpc_calloc(1, sizeof *m);
+    if (!m) return gpc_error(GPC_ERR_NOMEM, "out of host memory creating the model");
+    m->config = check;
+    m->device = device;
+    m->dtype = dtype;
+    m->training = training ? 1 : 0;
+    m->B = B;
+    m->T = T;
+    m->num_params = gpt_config_num_params(&check);
+    m->loss_scale = dtype == GPC_F16 ? 4096.0f : 1.0f;
+
+    int64_t shapes[GPT_NUM_PARAM_TENSORS][3];
+    int ndims[GPT_NUM_PARAM_TENSORS];
+    param_shapes(&check, shapes, ndims);
+    size_t offset = 0;
+    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
+        m->param_offset[i] = offset;
+        size_t n = 1;
+        for (int d = 0; d < ndims[i]; d++)
+            n *= (size_t)shapes[i][d];
+        offset += n;
+    }
+
+    gpc_status s = plan(m, &m->param_arena, place_params);
+    if (s == GPC_OK) s = plan(m, &m->act_arena, place_acts);
+    if (s == GPC_OK) {
+        size_t rows = (size_t)B * (size_t)T;
+        m->host_targets = gpc_malloc(rows * sizeof(int32_t));
+        m->host_losses = gpc_malloc(rows * sizeof(float));
+        m->host_row = gpc_malloc((size_t)B * (size_t)check.padded_vocab * gpc_dtype_size(dtype));
+        if (!m->host_targets || !m->host_losses || !m->host_row)
+            s = gpc_error(GPC_ERR_NOMEM, "out of host memory creating the model");
+    }
+    if (s != GPC_OK) {
+        gpt_free(m);
+        return s;
+    }
+    split_flat(m, &m->params_flat, &m->params);
+    if (m->training) split_flat(m, &m->grads_flat, &m->grads);
+    s = gpc_tensor_zero(&m->params_flat);
+    if (s == GPC_OK && m->master_flat.data) s = gpc_tensor_zero(&m->master_flat);
+    if (s == GPC_OK && m->training) {
+        s = gpc_tensor_zero(&m->grads_flat);
+        if (s == GPC_OK) s = gpc_tensor_zero(&m->m_flat);
+        if (s == GPC_OK) s = gpc_tensor_zero(&m->v_flat);
+    }
+    if (s != GPC_OK) {
+        gpt_free(m);
+        return s;
+    }
+    *out = m;
+    return GPC_OK;
+}
+
+void gpt_free(gpt_model *m) {
+    if (!m) return;
+    gpc_arena_destroy(&m->param_arena);
+    gpc_arena_destroy(&m->act_arena);
+    gpc_free(m->host_targets);
+    gpc_free(m->host_losses);
+    gpc_free(m->host_row);
+    gpc_free(m);
+}
+
+size_t gpt_memory_bytes(const gpt_model *m) {
+    return m->param_arena.capacity + m->act_arena.capacity;
+}
+
+/* ------------------------------------------------------------ parameters */
+
+gpc_status gpt_set_params(gpt_model *m, const float *values) {
+    int64_t P = (int64_t)m->num_params;
+    gpc_tensor host = gpc_tensor_make((void *)values, GPC_F32, gpc_cpu(), 1, &P);
+    if (m->master_flat.data) {
+        GPC_TRY(gpc_tensor_copy(&m->master_flat, &host));
+        return gpc_op_convert(&m->params_flat, &m->master_flat);
+    }
+    return gpc_tensor_copy(&m->params_flat, &host);
+}
+
+gpc_status gpt_get_params(const gpt_model *m, float *values) {
+    int64_t P = (int64_t)m->num_params;
+    gpc_tensor host = gpc_tensor_make(values, GPC_F32, gpc_cpu(), 1, &P);
+    return gpc_tensor_copy(&host, m->master_flat.data ? &m->master_flat : &m->params_flat);
+}
+
+gpc_status gpt_init_weights(gpt_model *m, uint64_t seed) {
+    const gpt_config *c = &m->config;
+    float *w = gpc_malloc(m->num_params * sizeof(float));
+    if (!w) return gpc_error(GPC_ERR_NOMEM, "out of host memory initialising the model");
+    gpc_rng rng;
+    gpc_rng_seed(&rng, seed, 0x6770742d696e6974ULL); /* "gpt-init": its own stream */
+    /* GPT-2: std 0.02; residual projections 0.02/sqrt(2L) so the residual
+     * stream's variance does not grow with depth (Radford et al. 2019, 2.3). */
+    const float std = 0.02f, residual_std = 0.02f / sqrtf(2.0f * (float)c->layers);
+    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
+        float *p = w + m->param_offset[i];
+        size_t n = (i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params) -
+                   m->param_offset[i];
+        const char *name = gpt_param_names[i];
+        if (i == 0) { /* wte: real rows random, padded rows zero */
+            size_t real = (size_t)c->vocab_size * (size_t)c->channels;
+            gpc_rng_fill_normal(&rng, p, real, 0.0f, std);
+            memset(p + real, 0, (n - real) * sizeof(float));
+        } else if (i == 1) {
+            gpc_rng_fill_normal(&rng, p, n, 0.0f, 0.01f);
+        } else if (strcmp(name, "attprojw") == 0 || strcmp(name, "fcprojw") == 0) {
+            gpc_rng_fill_normal(&rng, p, n, 0.0f, residual_std);
+        } else if (gpt_param_decays(i)) {
+            gpc_rng_fill_normal(&rng, p, n, 0.0f, std);
+        } else if (strstr(name, "ln") == name && name[strlen(name) - 1] == 'w') {
+            for (size_t k = 0; k < n; k++)
+                p[k] = 1.0f;
+        } else {
+            memset(p, 0, n * sizeof(float));
+        }
+    }
+    gpc_status s = gpt_set_params(m, w);
+    gpc_free(w);
+    return s;
+}
+
+/* ------------------------------------------------------------ forward */
+
+static gpc_status check_batch(const gpt_model *m, int B, int T) {
+    if (B < 1 || T < 1 || B > m->B || T > m->T)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "batch %d x %d is outside what the model was planned for (%d x %d)", B, T,
+                         m->B, m->T);
+    return GPC_OK;
+}
+
+static gpc_status upload_tokens(gpt_model *m, const int32_t *inputs, const int32_t *targets, int B,
+                                int T) {
+    size_t n = (size_t)B * (size_t)T;
+    int V = m->config.vocab_size;
+    for (size_t i = 0; i < n; i++)
+        if (inputs[i] < 0 || inputs[i] >= V)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "token %d at position %zu is outside the vocabulary (0..%d)",
+                             inputs[i], i, V - 1);
+    gpc_tensor host = gpc_tensor_2d((void *)inputs, GPC_I32, gpc_cpu(), B, T);
+    gpc_tensor dev = view(&m->acts.tokens, 0, 2, B, T, 0);
+    GPC_TRY(gpc_tensor_copy(&dev, &host));
+    m->last_unmasked = 0;
+    if (!targets) return GPC_OK;
+    for (size_t i = 0; i < n; i++) {
+        if (targets[i] < -1 || targets[i] >= V)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "target %d at position %zu is outside the vocabulary (0..%d, or -1 "
+                             "to mask)",
+                             targets[i], i, V - 1);
+        m->last_unmasked += targets[i] >= 0;
+    }
+    memcpy(m->host_targets, targets, n * sizeof(int32_t));
+    host = gpc_tensor_2d((void *)targets, GPC_I32, gpc_cpu(), B, T);
+    dev = view(&m->acts.targets, 0, 2, B, T, 0);
+    return gpc_tensor_copy(&dev, &host);
+}
+
+/* Embedding, the blocks and the final layernorm and head: logits [B,T,Vp]. */
+static gpc_status forward_to_logits(gpt_model *m, int B, int T) {
+    const gpt_config *c = &m->config;
+    gpt_activations *a = &m->acts;
+    gpt_tensors *p = &m->params;
+    int L = c->layers, NH = c->heads;
+    int64_t C = c->channels;
+    gpc_tensor tokens = view(&a->tokens, 0, 2, B, T, 0);
+    gpc_tensor encoded = view(&a->encoded, 0, 3, B, T, C);
+    GPC_TRY(gpc_op_embedding_forward(&encoded, &tokens, &p->wte, &p->wpe));
+
+    /* The first layernorm stands alone; every later one is fused with the
+     * residual add that precedes it. */
+    {
+        gpc_tensor ln1 = act_layer(m, &a->ln1, 0, B, T, C);
+        gpc_tensor mean = stat_layer(m, &a->ln1_mean, 0, B, T);
+        gpc_tensor rstd = stat_layer(m, &a->ln1_rstd, 0, B, T);
+        gpc_tensor w = param_layer(&p->ln1w, 0, 0, C), b = param_layer(&p->ln1b, 0, 0, C);
+        GPC_TRY(gpc_op_layernorm_forward(&ln1, &mean, &rstd, &encoded, &w, &b));
+    }
+    for (int l = 0; l < L; l++) {
+        gpc_tensor residual = l == 0 ? encoded : act_layer(m, &a->residual3, l - 1, B, T, C);
+        gpc_tensor ln1 = act_layer(m, &a->ln1, l, B, T, C);
+        gpc_tensor qkv = act_layer(m, &a->qkv, l, B, T, 3 * C);
+        gpc_tensor atty = act_layer(m, &a->atty, l, B, T, C);
+        gpc_tensor lse = view(&a->lse, (size_t)l * m->B * NH * m->T, 3, B, NH, T);
+        gpc_tensor attproj = act_layer(m, &a->attproj, l, B, T, C);
+        gpc_tensor residual2 = act_layer(m, &a->residual2, l, B, T, C);
+        gpc_tensor ln2 = act_layer(m, &a->ln2, l, B, T, C);
+        gpc_tensor ln2_mean = stat_layer(m, &a->ln2_mean, l, B, T);
+        gpc_tensor ln2_rstd = stat_layer(m, &a->ln2_rstd, l, B, T);
+        gpc_tensor fch = act_layer(m, &a->fch, l, B, T, 4 * C);
+        gpc_tensor fch_gelu = act_layer(m, &a->fch_gelu, l, B, T, 4 * C);
+        gpc_tensor fcproj = act_layer(m, &a->fcproj, l, B, T, C);
+        gpc_tensor residual3 = act_layer(m, &a->residual3, l, B, T, C);
+
+        gpc_tensor qkvw = param_layer(&p->qkvw, l, 3 * C, C);
+        gpc_tensor qkvb = param_layer(&p->qkvb, l, 0, 3 * C);
+        gpc_tensor attprojw = param_layer(&p->attprojw, l, C, C);
+        gpc_tensor attprojb = param_layer(&p->attprojb, l, 0, C);
+        gpc_tensor ln2w = param_layer(&p->ln2w, l, 0, C);
+        gpc_tensor ln2b = param_layer(&p->ln2b, l, 0, C);
+        gpc_tensor fcw = param_layer(&p->fcw, l, 4 * C, C);
+        gpc_tensor fcb = param_layer(&p->fcb, l, 0, 4 * C);
+        gpc_tensor fcprojw = param_layer(&p->fcprojw, l, C, 4 * C);
+        gpc_tensor fcprojb = param_layer(&p->fcprojb, l, 0, C);
+
+        GPC_TRY(gpc_op_matmul_forward(&qkv, &ln1, &qkvw, &qkvb));
+        GPC_TRY(gpc_op_attention_forward(&atty, &lse, &qkv, NH));
+        GPC_TRY(gpc_op_matmul_forward(&attproj, &atty, &attprojw, &attprojb));
+        GPC_TRY(gpc_op_residual_layernorm_forward(&residual2, &ln2, &ln2_mean, &ln2_rstd, &residual,
+                                                  &attproj, &ln2w, &ln2b));
+        GPC_TRY(gpc_op_matmul_forward(&fch, &ln2, &fcw, &fcb));
+        GPC_TRY(gpc_op_gelu_forward(&fch_gelu, &fch));
+        GPC_TRY(gpc_op_matmul_forward(&fcproj, &fch_gelu, &fcprojw, &fcprojb));
+        if (l + 1 < L) {
+            gpc_tensor next_ln1 = act_layer(m, &a->ln1, l + 1, B, T, C);
+            gpc_tensor mean = stat_layer(m, &a->ln1_mean, l + 1, B, T);
+            gpc_tensor rstd = stat_layer(m, &a->ln1_rstd, l + 1, B, T);
+            gpc_tensor w = param_layer(&p->ln1w, l + 1, 0, C);
+            gpc_tensor b = param_layer(&p->ln1b, l + 1, 0, C);
+            GPC_TRY(gpc_op_residual_layernorm_forward(&residual3, &next_ln1, &mean, &rstd,
+                                                      &residual2, &fcproj, &w, &b));
+        } else {
+            gpc_tensor lnf = view(&a->lnf, 0, 3, B, T, C);
+            gpc_tensor mean = view(&a->lnf_mean, 0, 2, B, T, 0);
+            gpc_tensor rstd = view(&a->lnf_rstd, 0, 2, B, T, 0);
+            GPC_TRY(gpc_op_residual_layernorm_forward(&residual3, &lnf, &mean, &rstd, &residual2,
+                                                      &fcproj, &p->lnfw, &p->lnfb));
+        }
+    }
+    gpc_tensor lnf = view(&a->lnf, 0, 3, B, T, C);
+    gpc_tensor logits = view(&a->logits, 0, 3, B, T, c->padded_vocab);
+    GPC_TRY(gpc_op_matmul_forward(&logits, &lnf, &p->wte, NULL));
+    m->last_B = B;
+    m->last_T = T;
+    return GPC_OK;
+}
+
+gpc_status gpt_forward(gpt_model *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
+    GPC_TRY(check_batch(m, B, T));
+    GPC_TRY(upload_tokens(m, inputs, targets, B, T));
+    GPC_TRY(forward_to_logits(m, B, T));
+    if (!targets) return GPC_OK;
+    gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, m->config.padded_vocab);
+    gpc_tensor losses = view(&m->acts.losses, 0, 2, B, T, 0);
+    gpc_tensor tgt = view(&m->acts.targets, 0, 2, B, T, 0);
+    return gpc_op_crossentropy_forward_backward(&losses, NULL, &logits, &tgt, m->config.vocab_size,
+                                                1.0f);
+}
+
+gpc_status gpt_mean_loss(gpt_model *m, float *loss) {
+    int B = m->last_B, T = m->last_T;
+    size_t n = (size_t)B * (size_t)T;
+    if (n == 0 || m->last_unmasked == 0) {
+        *loss = 0.0f;
+        return GPC_OK;
+    }
+    gpc_tensor host = gpc_tensor_1d(m->host_losses, GPC_F32, gpc_cpu(), (int64_t)n);
+    gpc_tensor dev = view(&m->acts.losses, 0, 1, (int64_t)n, 0, 0);
+    GPC_TRY(gpc_tensor_copy(&host, &dev));
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++)
+        if (m->host_targets[i] >= 0) sum += m->host_losses[i];
+    *loss = (float)(sum / (double)m->last_unmasked);
+    return GPC_OK;
+}
+
+/* ------------------------------------------------------------ backward */
+
+static gpc_status backward(gpt_model *m, int B, int T) {
+    const gpt_config *c = &m->config;
+    gpt_activations *a = &m->acts;
+    gpt_tensors *p = &m->params, *g = &m->grads;
+    int L = c->layers, NH = c->heads;
+    int64_t C = c->channels;
+
+    gpc_tensor dresidual = view(&a->dresidual, 0, 3, B, T, C);
+    gpc_tensor dbtc = view(&a->dbtc, 0, 3, B, T, C);
+    gpc_tensor dfch = view(&a->dbt4c, 0, 3, B, T, 4 * C);
+    gpc_tensor dqkv = view(&a->dbt4c, 0, 3, B, T, 3 * C);
+    GPC_TRY(gpc_tensor_zero(&dresidual));
+
+    /* head: logits now hold dlogits */
+    gpc_tensor dlogits = view(&a->logits, 0, 3, B, T, c->padded_vocab);
+    gpc_tensor lnf = view(&a->lnf, 0, 3, B, T, C);
+    GPC_TRY(gpc_op_matmul_backward(&dbtc, &g->wte, NULL, &dlogits, &lnf, &p->wte));
+    {
+        gpc_tensor residual = act_layer(m, &a->residual3, L - 1, B, T, C);
+        gpc_tensor mean = view(&a->lnf_mean, 0, 2, B, T, 0);
+        gpc_tensor rstd = view(&a->lnf_rstd, 0, 2, B, T, 0);
+        GPC_TRY(gpc_op_layernorm_backward(&dresidual, &g->lnfw, &g->lnfb, &dbtc, &residual,
+                                          &p->lnfw, &mean, &rstd));
+    }
+    gpc_tensor encoded = view(&a->encoded, 0, 3, B, T, C);
+    for (int l = L - 1; l >= 0; l--) {
+        /* here dresidual is the gradient of residual3[l] */
+        gpc_tensor residual = l == 0 ? encoded : act_layer(m, &a->residual3, l - 1, B, T, C);
+        gpc_tensor ln1 = act_layer(m, &a->ln1, l, B, T, C);
+        gpc_tensor ln1_mean = stat_layer(m, &a->ln1_mean, l, B, T);
+        gpc_tensor ln1_rstd = stat_layer(m, &a->ln1_rstd, l, B, T);
+        gpc_tensor qkv = act_layer(m, &a->qkv, l, B, T, 3 * C);
+        gpc_tensor atty = act_layer(m, &a->atty, l, B, T, C);
+        gpc_tensor lse = view(&a->lse, (size_t)l * m->B * NH * m->T, 3, B, NH, T);
+        gpc_tensor residual2 = act_layer(m, &a->residual2, l, B, T, C);
+        gpc_tensor ln2 = act_layer(m, &a->ln2, l, B, T, C);
+        gpc_tensor ln2_mean = stat_layer(m, &a->ln2_mean, l, B, T);
+        gpc_tensor ln2_rstd = stat_layer(m, &a->ln2_rstd, l, B, T);
+        gpc_tensor fch = act_layer(m, &a->fch, l, B, T, 4 * C);
+        gpc_tensor fch_gelu = act_layer(m, &a->fch_gelu, l, B, T, 4 * C);
+
+        gpc_tensor ln1w = param_layer(&p->ln1w, l, 0, C);
+        gpc_tensor qkvw = param_layer(&p->qkvw, l, 3 * C, C);
+        gpc_tensor attprojw = param_layer(&p->attprojw, l, C, C);
+        gpc_tensor ln2w = param_layer(&p->ln2w, l, 0, C);
+        gpc_tensor fcw = param_layer(&p->fcw, l, 4 * C, C);
+        gpc_tensor fcprojw = param_layer(&p->fcprojw, l, C, 4 * C);
+
+        gpc_tensor dln1w = param_layer(&g->ln1w, l, 0, C), dln1b = param_layer(&g->ln1b, l, 0, C);
+        gpc_tensor dqkvw = param_layer(&g->qkvw, l, 3 * C, C);
+        gpc_tensor dqkvb = param_layer(&g->qkvb, l, 0, 3 * C);
+        gpc_tensor dattprojw = param_layer(&g->attprojw, l, C, C);
+        gpc_tensor dattprojb = param_layer(&g->attprojb, l, 0, C);
+        gpc_tensor dln2w = param_layer(&g->ln2w, l, 0, C), dln2b = param_layer(&g->ln2b, l, 0, C);
+        gpc_tensor dfcw = param_layer(&g->fcw, l, 4 * C, C);
+        gpc_tensor dfcb = param_layer(&g->fcb, l, 0, 4 * C);
+        gpc_tensor dfcprojw = param_layer(&g->fcprojw, l, C, 4 * C);
+        gpc_tensor dfcprojb = param_layer(&g->fcprojb, l, 0, C);
+
+        /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))) */
+        GPC_TRY(
+            gpc_op_matmul_backward(&dfch, &dfcprojw, &dfcprojb, &dresidual, &fch_gelu, &fcprojw));
+        GPC_TRY(gpc_op_gelu_backward(&dfch, &fch, &dfch));
+        GPC_TRY(gpc_op_matmul_backward(&dbtc, &dfcw, &dfcb, &dfch, &ln2, &fcw));
+        GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln2w, &dln2b, &dbtc, &residual2, &ln2w,
+                                          &ln2_mean, &ln2_rstd));
+        /* attention: residual2 = residual + attproj(attention(qkv(ln1(residual)))) */
+        GPC_TRY(
+            gpc_op_matmul_backward(&dbtc, &dattprojw, &dattprojb, &dresidual, &atty, &attprojw));
+        GPC_TRY(gpc_op_attention_backward(&dqkv, &dbtc, &qkv, &atty, &lse, NH));
+        GPC_TRY(gpc_op_matmul_backward(&dbtc, &dqkvw, &dqkvb, &dqkv, &ln1, &qkvw));
+        GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln1w, &dln1b, &dbtc, &residual, &ln1w,
+                                          &ln1_mean, &ln1_rstd));
+    }
+    gpc_tensor tokens = view(&a->tokens, 0, 2, B, T, 0);
+    return gpc_op_embedding_backward(&g->wte, &g->wpe, &dresidual, &tokens);
+}
+
+gpc_status gpt_forward_backward(gpt_model *m, const int32_t *inputs, const int32_t *targets, int B,
+                                int T, float dloss) {
+    if (!m->training)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "this model was created for inference; create it with training on");
+    if (!targets) return gpc_error(GPC_ERR_INVALID_ARG, "a training step needs targets");
+    GPC_TRY(check_batch(m, B, T));
+    GPC_TRY(upload_tokens(m, inputs, targets, B, T));
+    GPC_TRY(forward_to_logits(m, B, T));
+    gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, m->config.padded_vocab);
+    gpc_tensor losses = view(&m->acts.losses, 0, 2, B, T, 0);
+    gpc_tensor tgt = view(&m->acts.targets, 0, 2, B, T, 0);
+    /* fp16 gradients would underflow: the loss is scaled up here and the
+     * gradients scaled back down inside the AdamW step. */
+    GPC_TRY(gpc_op_crossentropy_forward_backward(&losses, &logits, &logits, &tgt,
+                                                 m->config.vocab_size, dloss * m->loss_scale));
+    return backward(m, B, T);
+}
+
+gpc_status gpt_zero_grad(gpt_model *m) {
+    if (!m->training) return GPC_OK;
+    return gpc_tensor_zero(&m->grads_flat);
+}
+
+/* ------------------------------------------------------------ update */
+
+void gpt_adamw_defaults(gpt_adamw_options *o) {
+    memset(o, 0, sizeof *o);
+    o->learning_rate = 6e-4f;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.95f;
+    o->eps = 1e-8f;
+    o->weight_decay = 0.1f;
+    o->max_grad_norm = 1.0f;
+    o->step = 1;
+}
+
+static gpc_status read_scalar(const gpc_tensor *dev, float *out) {
+    gpc_tensor host = gpc_tensor_1d(out, GPC_F32, gpc_cpu(), 1);
+    return gpc_tensor_copy(&host, dev);
+}
+
+gpc_status gpt_update(gpt_model *m, const gpt_adamw_options *o, float *grad_norm, int *skipped) {
+    if (!m->training)
+        return gpc_error(GPC_ERR_INVALID_ARG, "this model was created for inference; it has no "
+                                              "optimizer state");
+    if (skipped) *skipped = 0;
+    gpc_tensor *norm_sq = &m->acts.norm_sq;
+    GPC_TRY(gpc_tensor_zero(norm_sq));
+    GPC_TRY(gpc_op_sum_squares(norm_sq, &m->grads_flat));
+    float scale = m->loss_scale;
+    if (m->dtype == GPC_F16) {
+        /* Dynamic loss scaling: an overflow shows as a non-finite norm; the
+         * step is skipped and the scale halved; after 1000 clean steps it
+         * doubles again (Micikevicius et al. 2018). */
+        float sq;
+        GPC_TRY(read_scalar(norm_sq, &sq));
+        if (!isfinite(sq)) {
+            m->loss_scale = scale > 1.0f ? scale * 0.5f : 1.0f;
+            m->good_steps = 0;
+            if (skipped) *skipped = 1;
+            if (grad_norm) *grad_norm = NAN;
+            return GPC_OK;
+        }
+        GPC_TRY(gpc_op_scale(norm_sq, 1.0f / (scale * scale)));
+        if (++m->good_steps >= 1000 && scale < 65536.0f) {
+            m->loss_scale = scale * 2.0f;
+            m->good_steps = 0;
+        }
+    }
+    gpc_tensor master_flat = m->master_flat;
+    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
+        size_t offset = m->param_offset[i];
+        size_t n =
+            (i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params) - offset;
+        gpc_tensor params = view(&m->params_flat, offset, 1, (int64_t)n, 0, 0);
+        gpc_tensor grads = view(&m->grads_flat, offset, 1, (int64_t)n, 0, 0);
+        gpc_tensor mom = view(&m->m_flat, offset, 1, (int64_t)n, 0, 0);
+        gpc_tensor var = view(&m->v_flat, offset, 1, (int64_t)n, 0, 0);
+        gpc_tensor master = view(&master_flat, offset, 1, (int64_t)n, 0, 0);
+        gpc_adamw_args args;
+        memset(&args, 0, sizeof args);
+        args.learning_rate = o->learning_rate;
+        args.beta1 = o->beta1;
+        args.beta2 = o->beta2;
+        args.eps = o->eps;
+        args.weight_decay = gpt_param_decays(i) ? o->weight_decay : 0.0f;
+        args.step = o->step;
+        args.grad_norm_sq = norm_sq;
+        args.max_grad_norm = o->max_grad_norm;
+        args.grad_scale = 1.0f / scale;
+        args.seed = o->seed * 2654435761u + (uint32_t)i;
+        GPC_TRY(gpc_op_adamw(&params, master.data ? &master : NULL, &grads, &mom, &var, &args));
+    }
+    if (grad_norm) {
+        float sq;
+        GPC_TRY(read_scalar(norm_sq, &sq));
+        *grad_norm = sqrtf(sq);
+    }
+    return GPC_OK;
+}
+
+/* ------------------------------------------------------------ inference */
+
+/* Copies row r of the logits [rows, Vp] (compute dtype) into out[V] as f32. */
+static gpc_status logits_row(gpt_model *m, size_t r, float *out) {
+    int Vp = m->config.padded_vocab, V = m->config.vocab_size;
+    gpc_tensor dev = view(&m->acts.logits, r * (size_t)Vp, 1, Vp, 0, 0);
+    gpc_tensor host = gpc_tensor_1d(m->host_row, m->dtype, gpc_cpu(), Vp);
+    GPC_TRY(gpc_tensor_copy(&host, &dev));
+    const uint16_t *half = m->host_row;
+    for (int v = 0; v < V; v++)
+        out[v] = m->dtype == GPC_F32    ? ((const float *)m->host_row)[v]
+                 : m->dtype == GPC_BF16 ? gpc_bf16_to_f32(half[v])
+                                        : gpc_f16_to_f32(half[v]);
+    return GPC_OK;
+}
+
+gpc_status gpt_forward_last_logits(gpt_model *m, const int32_t *inputs, int B, int T,
+                                   float *logits_out) {
+    GPC_TRY(gpt_forward(m, inputs, NULL, B, T));
+    for (int b = 0; b < B; b++)
+        GPC_TRY(logits_row(m, (size_t)b * T + (size_t)(T - 1),
+                           logits_out + (size_t)b * m->config.vocab_size));
+    return GPC_OK;
+}
+
+gpc_status gpt_copy_logits(gpt_model *m, float *out) {
+    size_t rows = (size_t)m->last_B * (size_t)m->last_T;
+    for (size_t r = 0; r < rows; r++)
+        GPC_TRY(logits_row(m, r, out + r * (size_t)m->config.vocab_size));
+    return GPC_OK;
+}
