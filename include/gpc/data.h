@@ -79,12 +79,33 @@ void gpc_loader_get_state(const gpc_loader *loader, gpc_loader_state *state);
 gpc_status gpc_loader_set_state(gpc_loader *loader, const gpc_loader_state *state);
 
 /* Dataset creation (what `gpc data prepare` and `gpc data synth` do). */
+
+/* What a prepare did, for the summary line. */
+typedef struct {
+    uint64_t files;         /* text files read */
+    uint64_t skipped_files; /* binary files skipped */
+    uint64_t documents, train_documents, val_documents;
+    uint64_t text_bytes;
+    uint64_t train_tokens, val_tokens;
+    int vocab_size; /* smaller than asked when the corpus ran out of pairs to merge */
+    double seconds;
+} gpc_prepare_summary;
+
+/* Progress of a long stage ("reading", "training", "encoding", "writing"). */
+typedef void (*gpc_data_progress)(void *user, const char *stage, uint64_t done, uint64_t total);
+
 typedef struct {
     int vocab_size;       /* tokenizer size, default 4096 */
     double val_fraction;  /* default 0.05 */
     uint64_t shard_tokens; /* tokens per shard file, default 1<<24 */
-    int verbose;          /* progress on stderr */
+    int verbose;          /* progress on stderr (when progress is NULL) */
+    gpc_data_progress progress;   /* optional */
+    void *progress_user;
+    gpc_prepare_summary *summary; /* optional: filled on success */
 } gpc_prepare_options;
+
+/* The defaults above; passing NULL options means the same. */
+void gpc_prepare_options_init(gpc_prepare_options *options);
 
 /* Reads every text file under the paths (folders recursively; binary files
  * such as fortune's .dat indexes are skipped and counted), trains the
