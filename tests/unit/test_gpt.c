@@ -357,6 +357,7 @@ static void test_gradient_check(void **state) {
         for (size_t k = start; k < end; k++)
             gmax = fmax(gmax, fabs(grad[k]));
         assert_true(gmax > 0);
+        if (getenv("GPC_TEST_VERBOSE")) fprintf(stderr, "%s: largest gradient %.3g\n", name, gmax);
 
         /* elements: the three largest |g| and three random ones */
         size_t picks[6];
@@ -375,17 +376,22 @@ static void test_gradient_check(void **state) {
             picks[p] = start + gpc_rng_below(&rng, (uint32_t)(end - start));
         for (int p = 0; p < 6; p++) {
             size_t k = picks[p];
-            const float eps = 1e-2f;
-            memcpy(wp, w, m->num_params * 4);
-            wp[k] = w[k] + eps;
-            double up = loss_at(m, wp, tok, tgt);
-            wp[k] = w[k] - eps;
-            double down = loss_at(m, wp, tok, tgt);
-            double fd = (up - down) / (2.0 * ((double)(w[k] + eps) - (double)w[k]));
+            double fds[2];
+            for (int r = 0; r < 2; r++) {
+                const float eps = r ? 2e-2f : 1e-2f;
+                memcpy(wp, w, m->num_params * 4);
+                wp[k] = w[k] + eps;
+                double up = loss_at(m, wp, tok, tgt);
+                float h = wp[k] - w[k]; /* the step f32 actually took */
+                wp[k] = w[k] - eps;
+                double down = loss_at(m, wp, tok, tgt);
+                fds[r] = (up - down) / (2.0 * h);
+            }
+            double fd = (4 * fds[0] - fds[1]) / 3; /* Richardson, as below */
             /* the f32 forward's rounding (~1e-6 of the loss) limits what
              * finite differences can resolve: a floor of 2% of the largest
              * gradient of the tensor */
-            double floor = fmax(0.02 * gmax, 2e-3);
+            double floor = fmax(0.02 * gmax, 5e-3);
             double err = fabs(fd - grad[k]) / fmax(fabs(fd), floor);
             if (err > 1e-2)
                 fail_msg("%s[%zu]: gradient %.6g, finite difference %.6g (error %.3g)", name,
@@ -451,7 +457,7 @@ static void test_gradient_accumulates(void **state) {
     TEST_OK(gpt_forward_backward(m, tok, tgt, TB, TT, 0.5f));
     TEST_OK(gpt_forward_backward(m, tok, tgt, TB, TT, 0.5f));
     TEST_OK(gpc_tensor_copy(&h2, &m->grads_flat));
-    test_assert_close_f32("accumulated gradient", g2, g1, P, 1e-5, 1e-4);
+    test_assert_close_f32("accumulated gradient", g2, g1, P, 1e-4, 1e-3);
     free(w), free(g1), free(g2);
     gpt_free(m);
 }
