@@ -1,0 +1,331 @@
+/*
+ * checkpoint.c: GPT checkpoint files: everything a training run needs to
+ * continue exactly (f32 master weights, AdamW moments, step, loader position,
+ * RNG, the run's settings), or a sampler needs to generate.
+ *
+ * Layout (little-endian):
+ *   a 256-byte header: magic "GPCCKPT\0", version, header size, the model
+ *   config, precision, whether optimizer state follows, parameter count, the
+ *   training state, zero padding;
+ *   params f32 [P]; then, when present, m f32 [P] and v f32 [P];
+ *   CRC-32C (u32) of every byte before it.
+ * Written through gpc_atomic_* (temporary file, fsync, rename), so a crash
+ * leaves the previous checkpoint whole. Device data streams through a small
+ * host buffer so a large model does not need three host copies.
+ */
+#include "gpc/model.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ops/ops.h"
+
+#define CKPT_MAGIC "GPCCKPT" /* with its NUL: 8 bytes */
+#define CKPT_HEADER_BYTES 256
+#define CKPT_CHUNK_FLOATS ((size_t)1 << 20)
+
+/* Field offsets in the header. The host is assumed little-endian (x86-64 and
+ * aarch64, the machines gpc runs on). */
+enum {
+    OFF_MAGIC = 0,
+    OFF_VERSION = 8,
+    OFF_HEADER_BYTES = 12,
+    OFF_CONFIG = 16, /* 6 x u32: layers, heads, channels, max_context, vocab, padded vocab */
+    OFF_PRECISION = 40,
+    OFF_HAS_OPTIMIZER = 44,
+    OFF_NUM_PARAMS = 48,
+    OFF_STEP = 56,
+    OFF_LOADER_EPOCH = 64,
+    OFF_LOADER_BATCH = 72,
+    OFF_RNG_STATE = 80,
+    OFF_RNG_INC = 88,
+    OFF_LOSS_SCALE = 96,
+    OFF_BATCH = 100,
+    OFF_CONTEXT = 104,
+    OFF_STEPS = 108,
+    OFF_WARMUP = 112,
+    OFF_TOTAL_BATCH = 120,
+    OFF_LR = 128,
+    OFF_MIN_LR_RATIO = 136,
+    OFF_WEIGHT_DECAY = 144,
+    OFF_MAX_GRAD_NORM = 152,
+    OFF_SEED = 160,
+};
+
+static void put(unsigned char *h, int offset, const void *value, size_t bytes) {
+    memcpy(h + offset, value, bytes);
+}
+
+static void get(const unsigned char *h, int offset, void *value, size_t bytes) {
+    memcpy(value, h + offset, bytes);
+}
+
+typedef struct {
+    gpt_config config;
+    gpc_dtype precision;
+    uint32_t has_optimizer;
+    uint64_t num_params;
+    gpt_checkpoint_state state;
+} ckpt_header;
+
+static void encode_header(unsigned char *h, const gpt_model *m, const gpt_checkpoint_state *s) {
+    memset(h, 0, CKPT_HEADER_BYTES);
+    memcpy(h + OFF_MAGIC, CKPT_MAGIC, 8);
+    uint32_t version = GPT_CHECKPOINT_VERSION, header_bytes = CKPT_HEADER_BYTES;
+    put(h, OFF_VERSION, &version, 4);
+    put(h, OFF_HEADER_BYTES, &header_bytes, 4);
+    const gpt_config *c = &m->config;
+    uint32_t config[6] = {(uint32_t)c->layers,     (uint32_t)c->heads,
+                          (uint32_t)c->channels,   (uint32_t)c->max_context,
+                          (uint32_t)c->vocab_size, (uint32_t)c->padded_vocab};
+    put(h, OFF_CONFIG, config, sizeof config);
+    uint32_t precision = (uint32_t)m->dtype, has_optimizer = (uint32_t)m->training;
+    uint64_t num_params = m->num_params;
+    put(h, OFF_PRECISION, &precision, 4);
+    put(h, OFF_HAS_OPTIMIZER, &has_optimizer, 4);
+    put(h, OFF_NUM_PARAMS, &num_params, 8);
+    put(h, OFF_STEP, &s->step, 8);
+    put(h, OFF_LOADER_EPOCH, &s->loader_epoch, 8);
+    put(h, OFF_LOADER_BATCH, &s->loader_batch, 8);
+    put(h, OFF_RNG_STATE, &s->rng.state, 8);
+    put(h, OFF_RNG_INC, &s->rng.inc, 8);
+    put(h, OFF_LOSS_SCALE, &m->loss_scale, 4); /* the model's, which fp16 training adapts */
+    put(h, OFF_BATCH, &s->batch, 4);
+    put(h, OFF_CONTEXT, &s->context, 4);
+    put(h, OFF_STEPS, &s->steps, 4);
+    put(h, OFF_WARMUP, &s->warmup, 4);
+    put(h, OFF_TOTAL_BATCH, &s->total_batch, 8);
+    put(h, OFF_LR, &s->learning_rate, 8);
+    put(h, OFF_MIN_LR_RATIO, &s->min_lr_ratio, 8);
+    put(h, OFF_WEIGHT_DECAY, &s->weight_decay, 8);
+    put(h, OFF_MAX_GRAD_NORM, &s->max_grad_norm, 8);
+    put(h, OFF_SEED, &s->seed, 8);
+}
+
+static void decode_header(const unsigned char *h, ckpt_header *out) {
+    uint32_t config[6], precision;
+    memset(out, 0, sizeof *out);
+    get(h, OFF_CONFIG, config, sizeof config);
+    out->config.layers = (int)config[0];
+    out->config.heads = (int)config[1];
+    out->config.channels = (int)config[2];
+    out->config.max_context = (int)config[3];
+    out->config.vocab_size = (int)config[4];
+    out->config.padded_vocab = (int)config[5];
+    get(h, OFF_PRECISION, &precision, 4);
+    out->precision = (gpc_dtype)precision;
+    get(h, OFF_HAS_OPTIMIZER, &out->has_optimizer, 4);
+    get(h, OFF_NUM_PARAMS, &out->num_params, 8);
+    gpt_checkpoint_state *s = &out->state;
+    get(h, OFF_STEP, &s->step, 8);
+    get(h, OFF_LOADER_EPOCH, &s->loader_epoch, 8);
+    get(h, OFF_LOADER_BATCH, &s->loader_batch, 8);
+    get(h, OFF_RNG_STATE, &s->rng.state, 8);
+    get(h, OFF_RNG_INC, &s->rng.inc, 8);
+    get(h, OFF_LOSS_SCALE, &s->loss_scale, 4);
+    get(h, OFF_BATCH, &s->batch, 4);
+    get(h, OFF_CONTEXT, &s->context, 4);
+    get(h, OFF_STEPS, &s->steps, 4);
+    get(h, OFF_WARMUP, &s->warmup, 4);
+    get(h, OFF_TOTAL_BATCH, &s->total_batch, 8);
+    get(h, OFF_LR, &s->learning_rate, 8);
+    get(h, OFF_MIN_LR_RATIO, &s->min_lr_ratio, 8);
+    get(h, OFF_WEIGHT_DECAY, &s->weight_decay, 8);
+    get(h, OFF_MAX_GRAD_NORM, &s->max_grad_norm, 8);
+    get(h, OFF_SEED, &s->seed, 8);
+}
+
+/* ------------------------------------------------------------ saving */
+
+/* Streams a device f32 tensor into the file through the staging buffer. */
+static gpc_status write_tensor(gpc_atomic_file *f, const gpc_tensor *t, float *stage) {
+    size_t n = (size_t)gpc_tensor_numel(t);
+    for (size_t done = 0; done < n; done += CKPT_CHUNK_FLOATS) {
+        size_t k = n - done < CKPT_CHUNK_FLOATS ? n - done : CKPT_CHUNK_FLOATS;
+        gpc_tensor src = gpc_tensor_1d((float *)t->data + done, GPC_F32, t->device, (int64_t)k);
+        gpc_tensor dst = gpc_tensor_1d(stage, GPC_F32, gpc_cpu(), (int64_t)k);
+        GPC_TRY(gpc_tensor_copy(&dst, &src));
+        GPC_TRY(gpc_atomic_write(f, stage, k * sizeof(float)));
+    }
+    return GPC_OK;
+}
+
+gpc_status gpt_checkpoint_save(const char *path, const gpt_model *m,
+                               const gpt_checkpoint_state *state) {
+    unsigned char header[CKPT_HEADER_BYTES];
+    encode_header(header, m, state);
+    float *stage = gpc_malloc(CKPT_CHUNK_FLOATS * sizeof(float));
+    if (!stage) return gpc_error(GPC_ERR_NOMEM, "out of host memory writing %s", path);
+    gpc_atomic_file f;
+    gpc_status s = gpc_atomic_open(&f, path);
+    if (s != GPC_OK) {
+        gpc_free(stage);
+        return s;
+    }
+    const gpc_tensor *params = m->master_flat.data ? &m->master_flat : &m->params_flat;
+    s = gpc_atomic_write(&f, header, sizeof header);
+    if (s == GPC_OK) s = write_tensor(&f, params, stage);
+    if (s == GPC_OK && m->training) s = write_tensor(&f, &m->m_flat, stage);
+    if (s == GPC_OK && m->training) s = write_tensor(&f, &m->v_flat, stage);
+    if (s == GPC_OK) {
+        uint32_t crc = f.crc;
+        s = gpc_atomic_write(&f, &crc, sizeof crc);
+    }
+    if (s == GPC_OK)
+        s = gpc_atomic_commit(&f);
+    else
+        gpc_atomic_abort(&f);
+    gpc_free(stage);
+    if (s != GPC_OK) return gpc_error_context(s, "saving checkpoint %s: ", path);
+    return GPC_OK;
+}
+
+/* ------------------------------------------------------------ loading */
+
+/* Opens a checkpoint and checks what can be checked without reading the
+ * payload: magic, version, header fields and the file size. */
+static gpc_status open_checked(const char *path, FILE **out, ckpt_header *hdr, unsigned char *raw) {
+    *out = NULL;
+    FILE *file = fopen(path, "rb");
+    if (!file) return gpc_error(GPC_ERR_IO, "cannot open checkpoint %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(file), &st) != 0) {
+        fclose(file);
+        return gpc_error(GPC_ERR_IO, "cannot read checkpoint %s: %s", path, strerror(errno));
+    }
+    size_t got = fread(raw, 1, CKPT_HEADER_BYTES, file);
+    if (got < 8 || memcmp(raw, CKPT_MAGIC, 8) != 0) {
+        fclose(file);
+        return gpc_error(GPC_ERR_FORMAT,
+                         "%s is not a gpc checkpoint (its first bytes are not "
+                         "GPCCKPT)",
+                         path);
+    }
+    uint32_t version = 0, header_bytes = 0;
+    if (got >= 16) {
+        get(raw, OFF_VERSION, &version, 4);
+        get(raw, OFF_HEADER_BYTES, &header_bytes, 4);
+    }
+    if (got >= 16 && version != GPT_CHECKPOINT_VERSION) {
+        fclose(file);
+        return gpc_error(GPC_ERR_FORMAT,
+                         "checkpoint %s has format version %u; this gpc reads version %d (use "
+                         "the gpc that wrote it, or train again)",
+                         path, version, GPT_CHECKPOINT_VERSION);
+    }
+    if (got < CKPT_HEADER_BYTES || header_bytes != CKPT_HEADER_BYTES) {
+        fclose(file);
+        return gpc_error(GPC_ERR_FORMAT,
+                         "checkpoint %s is truncated: its header is incomplete (%zu bytes); the "
+                         "write was interrupted, use checkpoint.prev.bin or train again",
+                         path, got);
+    }
+    decode_header(raw, hdr);
+    gpt_config check;
+    if (gpt_config_init(&check, hdr->config.layers, hdr->config.heads, hdr->config.channels,
+                        hdr->config.max_context, hdr->config.vocab_size) != GPC_OK ||
+        check.padded_vocab != hdr->config.padded_vocab ||
+        gpt_config_num_params(&check) != hdr->num_params || hdr->has_optimizer > 1 ||
+        (hdr->precision != GPC_F32 && hdr->precision != GPC_BF16 && hdr->precision != GPC_F16)) {
+        fclose(file);
+        return gpc_error(GPC_ERR_FORMAT,
+                         "checkpoint %s is corrupt: its header describes an impossible model",
+                         path);
+    }
+    uint64_t arrays = hdr->has_optimizer ? 3 : 1;
+    uint64_t expected = CKPT_HEADER_BYTES + arrays * hdr->num_params * sizeof(float) + 4;
+    if ((uint64_t)st.st_size < expected) {
+        fclose(file);
+        return gpc_error(GPC_ERR_FORMAT,
+                         "checkpoint %s is truncated: %lld bytes, expected %llu; the write was "
+                         "interrupted, use checkpoint.prev.bin or train again",
+                         path, (long long)st.st_size, (unsigned long long)expected);
+    }
+    if ((uint64_t)st.st_size > expected) {
+        fclose(file);
+        return gpc_error(GPC_ERR_FORMAT, "checkpoint %s is corrupt: %lld bytes, expected %llu",
+                         path, (long long)st.st_size, (unsigned long long)expected);
+    }
+    *out = file;
+    return GPC_OK;
+}
+
+gpc_status gpt_checkpoint_read_header(const char *path, gpt_config *config, gpc_dtype *precision,
+                                      gpt_checkpoint_state *state) {
+    FILE *file;
+    ckpt_header hdr;
+    unsigned char raw[CKPT_HEADER_BYTES];
+    GPC_TRY(open_checked(path, &file, &hdr, raw));
+    fclose(file);
+    if (config) *config = hdr.config;
+    if (precision) *precision = hdr.precision;
+    if (state) *state = hdr.state;
+    return GPC_OK;
+}
+
+/* Reads n floats into the device tensor dst (or skips them when dst is NULL),
+ * adding them to the running CRC. */
+static gpc_status read_tensor(FILE *file, const char *path, gpc_tensor *dst, size_t n, float *stage,
+                              uint32_t *crc) {
+    for (size_t done = 0; done < n; done += CKPT_CHUNK_FLOATS) {
+        size_t k = n - done < CKPT_CHUNK_FLOATS ? n - done : CKPT_CHUNK_FLOATS;
+        if (fread(stage, sizeof(float), k, file) != k)
+            return gpc_error(GPC_ERR_FORMAT, "checkpoint %s is truncated", path);
+        *crc = gpc_crc32c(*crc, stage, k * sizeof(float));
+        if (dst) {
+            gpc_tensor src = gpc_tensor_1d(stage, GPC_F32, gpc_cpu(), (int64_t)k);
+            gpc_tensor to =
+                gpc_tensor_1d((float *)dst->data + done, GPC_F32, dst->device, (int64_t)k);
+            GPC_TRY(gpc_tensor_copy(&to, &src));
+        }
+    }
+    return GPC_OK;
+}
+
+gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_state *state) {
+    FILE *file;
+    ckpt_header hdr;
+    unsigned char raw[CKPT_HEADER_BYTES];
+    GPC_TRY(open_checked(path, &file, &hdr, raw));
+    char what[1200];
+    snprintf(what, sizeof what, "checkpoint %s", path);
+    if (!gpt_config_equal(&hdr.config, &m->config, what)) {
+        fclose(file);
+        return GPC_ERR_MISMATCH;
+    }
+    float *stage = gpc_malloc(CKPT_CHUNK_FLOATS * sizeof(float));
+    if (!stage) {
+        fclose(file);
+        return gpc_error(GPC_ERR_NOMEM, "out of host memory reading %s", path);
+    }
+    uint32_t crc = gpc_crc32c(0, raw, CKPT_HEADER_BYTES);
+    size_t P = m->num_params;
+    gpc_tensor *params = m->master_flat.data ? &m->master_flat : &m->params_flat;
+    int moments = hdr.has_optimizer && m->training;
+    gpc_status s = read_tensor(file, path, params, P, stage, &crc);
+    if (s == GPC_OK && hdr.has_optimizer)
+        s = read_tensor(file, path, moments ? &m->m_flat : NULL, P, stage, &crc);
+    if (s == GPC_OK && hdr.has_optimizer)
+        s = read_tensor(file, path, moments ? &m->v_flat : NULL, P, stage, &crc);
+    uint32_t stored = 0;
+    if (s == GPC_OK && fread(&stored, 4, 1, file) != 1)
+        s = gpc_error(GPC_ERR_FORMAT, "checkpoint %s is truncated", path);
+    if (s == GPC_OK && stored != crc)
+        s = gpc_error(GPC_ERR_FORMAT,
+                      "checkpoint %s is corrupt: its checksum does not match its contents (disk "
+                      "or copy error); use checkpoint.prev.bin or train again",
+                      path);
+    gpc_free(stage);
+    fclose(file);
+    if (s != GPC_OK) return s;
+    if (m->master_flat.data) GPC_TRY(gpc_op_convert(&m->params_flat, &m->master_flat));
+    if (m->training && !hdr.has_optimizer) {
+        GPC_TRY(gpc_tensor_zero(&m->m_flat));
+        GPC_TRY(gpc_tensor_zero(&m->v_flat));
+    }
+    if (state) *state = hdr.state;
+    if (m->dtype == GPC_F16 && hdr.state.loss_scale > 0) m->loss_scale = hdr.state.loss_scale;
+    return GPC_OK;
+}

@@ -1,0 +1,199 @@
+/* test_checkpoint.c: GPT checkpoints: a save/load round trip is bitwise
+ * (weights, AdamW moments, training state), and a file that is missing, not a
+ * checkpoint, truncated, corrupt, of another version or for another model is
+ * each rejected with its own message. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpc/model.h"
+
+static char *dir;
+
+static int setup(void **state) {
+    (void)state;
+    dir = test_tmpdir("checkpoint");
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    test_rmtree(dir);
+    gpc_free(dir);
+    return 0;
+}
+
+static char *path_in(const char *name) {
+    static char paths[4][4096];
+    static int next;
+    char *p = paths[next++ % 4];
+    snprintf(p, 4096, "%s/%s", dir, name);
+    return p;
+}
+
+static gpt_model *make_model(int layers, int training) {
+    gpt_config c;
+    gpt_model *m = NULL;
+    TEST_OK(gpt_config_init(&c, layers, 2, 16, 8, 67));
+    TEST_OK(gpt_create(&m, &c, gpc_cpu(), GPC_F32, 2, 8, training));
+    return m;
+}
+
+/* A model with random weights and non-zero moments (after one real step). */
+static gpt_model *trained_model(gpc_rng *rng) {
+    gpt_model *m = make_model(2, 1);
+    TEST_OK(gpt_init_weights(m, gpc_rng_u32(rng)));
+    int32_t tok[16], tgt[16];
+    for (int i = 0; i < 16; i++) {
+        tok[i] = (int32_t)gpc_rng_below(rng, 67);
+        tgt[i] = (int32_t)gpc_rng_below(rng, 67);
+    }
+    TEST_OK(gpt_zero_grad(m));
+    TEST_OK(gpt_forward_backward(m, tok, tgt, 2, 8, 1.0f / 16));
+    gpt_adamw_options o;
+    gpt_adamw_defaults(&o);
+    TEST_OK(gpt_update(m, &o, NULL, NULL));
+    return m;
+}
+
+static gpt_checkpoint_state sample_state(gpc_rng *rng) {
+    gpt_checkpoint_state s;
+    memset(&s, 0, sizeof s);
+    s.step = 1 + gpc_rng_below(rng, 100000);
+    s.loader_epoch = gpc_rng_below(rng, 10);
+    s.loader_batch = gpc_rng_below(rng, 1000);
+    gpc_rng_seed(&s.rng, gpc_rng_u32(rng), 5);
+    s.loss_scale = 1.0f;
+    s.batch = 2;
+    s.context = 8;
+    s.total_batch = 32;
+    s.steps = 500;
+    s.warmup = 50;
+    s.learning_rate = 6e-4;
+    s.min_lr_ratio = 0.1;
+    s.weight_decay = 0.1;
+    s.max_grad_norm = 1.0;
+    s.seed = gpc_rng_u32(rng);
+    return s;
+}
+
+static void assert_tensor_equal(const gpc_tensor *a, const gpc_tensor *b) {
+    assert_int_equal(gpc_tensor_bytes(a), gpc_tensor_bytes(b));
+    assert_memory_equal(a->data, b->data, gpc_tensor_bytes(a)); /* CPU tensors */
+}
+
+static void test_round_trip(void **state) {
+    (void)state;
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 21);
+    gpt_model *a = trained_model(&rng);
+    gpt_checkpoint_state s = sample_state(&rng), got;
+    const char *path = path_in("ckpt.bin");
+    TEST_OK(gpt_checkpoint_save(path, a, &s));
+
+    gpt_config config;
+    gpc_dtype precision;
+    TEST_OK(gpt_checkpoint_read_header(path, &config, &precision, &got));
+    assert_true(gpt_config_equal(&config, &a->config, "test"));
+    assert_int_equal(precision, GPC_F32);
+    assert_memory_equal(&got, &s, sizeof s);
+
+    gpt_model *b = make_model(2, 1);
+    memset(&got, 0, sizeof got);
+    TEST_OK(gpt_checkpoint_load(path, b, &got));
+    assert_memory_equal(&got, &s, sizeof s);
+    assert_tensor_equal(&a->params_flat, &b->params_flat);
+    assert_tensor_equal(&a->m_flat, &b->m_flat);
+    assert_tensor_equal(&a->v_flat, &b->v_flat);
+
+    /* an inference model takes the weights and skips the moments */
+    gpt_model *c = make_model(2, 0);
+    TEST_OK(gpt_checkpoint_load(path, c, NULL));
+    assert_tensor_equal(&a->params_flat, &c->params_flat);
+    /* and its own checkpoint (weights only) loads into a training model with
+     * zero moments */
+    TEST_OK(gpt_checkpoint_save(path_in("weights.bin"), c, &s));
+    TEST_OK(gpt_checkpoint_load(path_in("weights.bin"), b, NULL));
+    assert_tensor_equal(&a->params_flat, &b->params_flat);
+    for (size_t i = 0; i < b->num_params; i++)
+        assert_true(((float *)b->m_flat.data)[i] == 0.0f);
+    gpt_free(a), gpt_free(b), gpt_free(c);
+}
+
+/* Writes bytes to a file in the test directory. */
+static void write_bytes(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+static void test_bad_files(void **state) {
+    (void)state;
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 22);
+    gpt_model *a = trained_model(&rng);
+    gpt_checkpoint_state s = sample_state(&rng);
+    const char *good = path_in("good.bin");
+    TEST_OK(gpt_checkpoint_save(good, a, &s));
+    char *bytes;
+    size_t size;
+    TEST_OK(gpc_read_file(good, &bytes, &size));
+    gpt_model *b = make_model(2, 1);
+    const char *bad = path_in("bad.bin");
+
+    TEST_FAILS(gpt_checkpoint_load(path_in("absent.bin"), b, NULL), GPC_ERR_IO, "cannot open");
+
+    write_bytes(bad, "hello, this is text and not a checkpoint at all", 48);
+    TEST_FAILS(gpt_checkpoint_load(bad, b, NULL), GPC_ERR_FORMAT, "not a gpc checkpoint");
+
+    /* truncated: in the payload, and inside the header */
+    write_bytes(bad, bytes, size - 1 - gpc_rng_below(&rng, (uint32_t)(size - 300)));
+    TEST_FAILS(gpt_checkpoint_load(bad, b, NULL), GPC_ERR_FORMAT, "is truncated");
+    TEST_FAILS(gpt_checkpoint_read_header(bad, NULL, NULL, NULL), GPC_ERR_FORMAT, "is truncated");
+    write_bytes(bad, bytes, 100);
+    TEST_FAILS(gpt_checkpoint_load(bad, b, NULL), GPC_ERR_FORMAT, "is truncated");
+
+    /* one flipped byte anywhere after the header: the checksum catches it */
+    size_t at = 256 + gpc_rng_below(&rng, (uint32_t)(size - 256));
+    bytes[at] ^= (char)(1 + gpc_rng_below(&rng, 255));
+    write_bytes(bad, bytes, size);
+    TEST_FAILS(gpt_checkpoint_load(bad, b, NULL), GPC_ERR_FORMAT, "checksum does not match");
+    gpc_free(bytes);
+    TEST_OK(gpc_read_file(good, &bytes, &size)); /* a fresh copy */
+
+    /* a flipped byte in the training state of the header: checksum too */
+    bytes[60] ^= 0x10;
+    write_bytes(bad, bytes, size);
+    TEST_FAILS(gpt_checkpoint_load(bad, b, NULL), GPC_ERR_FORMAT, "checksum does not match");
+    bytes[60] ^= 0x10;
+
+    /* another format version */
+    uint32_t version = GPT_CHECKPOINT_VERSION + 1;
+    memcpy(bytes + 8, &version, 4);
+    write_bytes(bad, bytes, size);
+    TEST_FAILS(gpt_checkpoint_load(bad, b, NULL), GPC_ERR_FORMAT, "has format version 2");
+    gpc_free(bytes);
+
+    /* another model */
+    gpt_model *deeper = make_model(3, 1);
+    TEST_FAILS(gpt_checkpoint_load(good, deeper, NULL), GPC_ERR_MISMATCH,
+               "was written by a model with 2 layers; this config has 3");
+    gpt_config wide;
+    gpt_model *other = NULL;
+    TEST_OK(gpt_config_init(&wide, 2, 2, 16, 8, 300));
+    TEST_OK(gpt_create(&other, &wide, gpc_cpu(), GPC_F32, 1, 8, 0));
+    TEST_FAILS(gpt_checkpoint_load(good, other, NULL), GPC_ERR_MISMATCH,
+               "67 tokens of vocabulary; this config has 300");
+    gpt_free(a), gpt_free(b), gpt_free(deeper), gpt_free(other);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_bad_files),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
