@@ -1,11 +1,21 @@
 /*
  * cuda_common.cuh: what every CUDA file of gpc shares: the check macro that
- * turns a CUDA error into a gpc_status with file and line, and the backend's
- * ops table declaration.
+ * turns a CUDA error into a gpc_status with file and line, the element types
+ * (f32, bf16, f16) and their conversions, the dtype dispatch used by every
+ * op, warp and block reductions, the per-device scratch buffer, and the
+ * declarations of each op family's entry points gathered in cuda_ops.cu.
+ *
+ * Kernels are templates over the element type of their large tensors
+ * (activations) only; small tensors such as layernorm weights or parameter
+ * gradients go through gpc_cuda_any, a pointer with a run-time dtype, so one
+ * kernel serves every mix the model uses without a template per combination
+ * (which would multiply compile time, which CI pays on two cores).
  */
 #ifndef GPC_CUDA_COMMON_CUH
 #define GPC_CUDA_COMMON_CUH
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 extern "C" {
@@ -26,5 +36,189 @@ extern "C" {
 #define GPC_CUDA_CHECK_LAUNCH() GPC_CUDA_CHECK(cudaGetLastError())
 
 extern "C" const gpc_ops_table gpc_cuda_ops;
+
+/* ------------------------------------------------------------ element types */
+
+typedef __nv_bfloat16 gpc_bf16_t;
+typedef __half gpc_f16_t;
+
+__device__ __forceinline__ float gpc_to_f32(float x) {
+    return x;
+}
+__device__ __forceinline__ float gpc_to_f32(gpc_bf16_t x) {
+    return __bfloat162float(x);
+}
+__device__ __forceinline__ float gpc_to_f32(gpc_f16_t x) {
+    return __half2float(x);
+}
+
+template <typename T> __device__ __forceinline__ T gpc_from_f32(float x);
+template <> __device__ __forceinline__ float gpc_from_f32<float>(float x) {
+    return x;
+}
+template <> __device__ __forceinline__ gpc_bf16_t gpc_from_f32<gpc_bf16_t>(float x) {
+    return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ gpc_f16_t gpc_from_f32<gpc_f16_t>(float x) {
+    return __float2half_rn(x);
+}
+
+/* A tensor pointer whose dtype is known only at run time: for small tensors
+ * (weights of a norm, gradients of parameters) where a branch per element
+ * costs nothing next to the memory traffic of the activations. */
+struct gpc_cuda_any {
+    void *ptr;
+    int dtype; /* gpc_dtype: GPC_F32, GPC_BF16 or GPC_F16 */
+};
+
+static inline gpc_cuda_any gpc_cuda_any_of(const gpc_tensor *t) {
+    gpc_cuda_any a;
+    a.ptr = t ? t->data : NULL;
+    a.dtype = t ? (int)t->dtype : (int)GPC_F32;
+    return a;
+}
+
+__device__ __forceinline__ float gpc_any_load(gpc_cuda_any a, int64_t i) {
+    if (a.dtype == GPC_BF16) return __bfloat162float(((const gpc_bf16_t *)a.ptr)[i]);
+    if (a.dtype == GPC_F16) return __half2float(((const gpc_f16_t *)a.ptr)[i]);
+    return ((const float *)a.ptr)[i];
+}
+
+__device__ __forceinline__ void gpc_any_store(gpc_cuda_any a, int64_t i, float v) {
+    if (a.dtype == GPC_BF16)
+        ((gpc_bf16_t *)a.ptr)[i] = __float2bfloat16_rn(v);
+    else if (a.dtype == GPC_F16)
+        ((gpc_f16_t *)a.ptr)[i] = __float2half_rn(v);
+    else
+        ((float *)a.ptr)[i] = v;
+}
+
+/* Runs BODY with ELEM typedef'd to the C type of a float dtype. Anything else
+ * was refused by ops.c, so the default case is an internal error. */
+#define GPC_CUDA_DISPATCH(dtype, ELEM, ...)                                                        \
+    switch (dtype) {                                                                               \
+    case GPC_F32: {                                                                                \
+        typedef float ELEM;                                                                        \
+        __VA_ARGS__;                                                                               \
+    } break;                                                                                       \
+    case GPC_BF16: {                                                                               \
+        typedef gpc_bf16_t ELEM;                                                                   \
+        __VA_ARGS__;                                                                               \
+    } break;                                                                                       \
+    case GPC_F16: {                                                                                \
+        typedef gpc_f16_t ELEM;                                                                    \
+        __VA_ARGS__;                                                                               \
+    } break;                                                                                       \
+    default:                                                                                       \
+        return gpc_error(GPC_ERR_INTERNAL, "cuda: dtype %s reached a float kernel",                \
+                         gpc_dtype_name((gpc_dtype)(dtype)));                                      \
+    }
+
+/* 16 bytes of elements, for loads and stores of one instruction each. */
+template <typename T> struct alignas(16) gpc_pack {
+    static const int n = 16 / sizeof(T);
+    T v[16 / sizeof(T)];
+};
+
+static inline int gpc_cuda_aligned16(const void *p) {
+    return ((uintptr_t)p & 15) == 0;
+}
+
+/* --------------------------------------------------------------- reductions */
+
+__device__ __forceinline__ float gpc_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float gpc_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over the block; every thread gets the result. shared must hold 32
+ * floats; blockDim.x a multiple of 32. */
+__device__ __forceinline__ float gpc_block_sum(float v, float *shared) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    v = gpc_warp_sum(v);
+    __syncthreads(); /* shared may still be read by a previous call */
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < warps ? shared[lane] : 0.0f;
+    return gpc_warp_sum(v);
+}
+
+/* ---------------------------------------------------------- host helpers */
+
+/* The stream every op is queued on. The default stream for now: the model
+ * runs its step on one stream, and the data loader's copies on their own
+ * stream order themselves against it with events. */
+static inline cudaStream_t gpc_cuda_stream(void) {
+    return 0;
+}
+
+/* Makes the tensor's GPU current for the calling thread (cheap when it is). */
+gpc_status gpc_cuda_enter(const gpc_tensor *t);
+
+/* A grow-only scratch buffer per GPU for the partial sums of reductions and
+ * similar short-lived data. It is sized by the first step and then reused,
+ * so the training step does not allocate after its first micro-step. Ops
+ * queue on one stream, so an op may use the buffer freely until it returns;
+ * the next op's kernels run after its own. */
+gpc_status gpc_cuda_scratch(size_t bytes, void **out);
+
+/* Number of multiprocessors of the current GPU (cached). */
+int gpc_cuda_sm_count(void);
+
+static inline unsigned gpc_cuda_blocks(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+/* Entry points of each op family (one .cu each), gathered in cuda_ops.cu. */
+gpc_status gpc_cuda_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
+                                      const gpc_tensor *wte, const gpc_tensor *wpe);
+gpc_status gpc_cuda_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,
+                                       const gpc_tensor *tokens);
+gpc_status gpc_cuda_layernorm_forward(gpc_tensor *out, gpc_tensor *mean, gpc_tensor *rstd,
+                                      const gpc_tensor *inp, const gpc_tensor *weight,
+                                      const gpc_tensor *bias);
+gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
+                                       const gpc_tensor *dout, const gpc_tensor *inp,
+                                       const gpc_tensor *weight, const gpc_tensor *mean,
+                                       const gpc_tensor *rstd);
+gpc_status gpc_cuda_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor *out,
+                                               gpc_tensor *mean, gpc_tensor *rstd,
+                                               const gpc_tensor *a, const gpc_tensor *b,
+                                               const gpc_tensor *weight, const gpc_tensor *bias);
+gpc_status gpc_cuda_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
+                                   const gpc_tensor *bias);
+gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
+                                    const gpc_tensor *dout, const gpc_tensor *inp,
+                                    const gpc_tensor *weight);
+gpc_status gpc_cuda_gelu_forward(gpc_tensor *out, const gpc_tensor *inp);
+gpc_status gpc_cuda_gelu_backward(gpc_tensor *dinp, const gpc_tensor *inp, const gpc_tensor *dout);
+gpc_status gpc_cuda_residual_forward(gpc_tensor *out, const gpc_tensor *a, const gpc_tensor *b);
+gpc_status gpc_cuda_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gpc_tensor *qkv,
+                                      int num_heads);
+gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
+                                       const gpc_tensor *qkv, const gpc_tensor *out,
+                                       const gpc_tensor *lse, int num_heads);
+gpc_status gpc_cuda_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *dlogits,
+                                                  const gpc_tensor *logits,
+                                                  const gpc_tensor *targets, int vocab_size,
+                                                  float dloss);
+gpc_status gpc_cuda_sum_squares(gpc_tensor *acc, const gpc_tensor *x);
+gpc_status gpc_cuda_adamw(gpc_tensor *params, gpc_tensor *master, const gpc_tensor *grads,
+                          gpc_tensor *m, gpc_tensor *v, const gpc_adamw_args *args);
+gpc_status gpc_cuda_convert(gpc_tensor *dst, const gpc_tensor *src);
+gpc_status gpc_cuda_scale(gpc_tensor *x, float factor);
+
+/* Refuses a mix of dtypes a kernel does not serve (GPC_ERR_UNSUPPORTED,
+ * naming the op and both tensors). */
+gpc_status gpc_cuda_same_dtype(const char *op, const char *name_a, const gpc_tensor *a,
+                               const char *name_b, const gpc_tensor *b);
 
 #endif /* GPC_CUDA_COMMON_CUH */

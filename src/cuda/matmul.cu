@@ -1,0 +1,324 @@
+/*
+ * matmul.cu: the linear layer on the GPU through cuBLASLt, forward and
+ * backward, with the bias fused into the forward product's epilogue.
+ *
+ * Row-major tensors are column-major matrices transposed, so with
+ * inp [N,C], weight [OC,C], out [N,OC] the three products are, in cuBLASLt's
+ * column-major terms (m x k times k x n):
+ *   forward   out^T     (OC x N) = weight^T' (OC x C) . inp^T (C x N)   + bias
+ *   backward  dinp^T    (C x N)  = weight^T  (C x OC) . dout^T (OC x N)  beta 0
+ *             dweight^T (C x OC) = inp^T     (C x N)  . dout   (N x OC)  beta 1
+ * (dweight accumulates, dinp is overwritten: ops.h). bf16/f16 inputs run on
+ * tensor cores with f32 accumulation; f32 inputs use CUBLAS_COMPUTE_32F,
+ * which is true f32 and not TF32, so the f32 path can be checked at 1e-5.
+ *
+ * One cuBLASLt handle and one 32 MiB workspace per GPU (NVIDIA recommends
+ * 32 MiB on Hopper), created at the first product. The algorithm for a shape
+ * comes from cuBLASLt's heuristic once and is cached, so the step does not
+ * pay the heuristic on every call. The bias gradient is a column sum of dout
+ * in two deterministic passes (partial sums per block of rows, then their
+ * sum in order), as the CPU backend computes it.
+ */
+#include "cuda/cuda_common.cuh"
+
+#include <cublasLt.h>
+#include <pthread.h>
+#include <string.h>
+
+#define MATMUL_MAX_DEVICES 64
+#define MATMUL_WORKSPACE_BYTES (32u << 20)
+#define MATMUL_CACHE_SIZE 128
+
+typedef struct {
+    int m, n, k, transa, transb;
+    int atype, btype, dtype, epilogue;
+    int align_a, align_b, align_d, align_bias;
+} matmul_key;
+
+typedef struct {
+    matmul_key key;
+    cublasLtMatmulAlgo_t algo;
+    int used;
+} matmul_cache_entry;
+
+typedef struct {
+    cublasLtHandle_t handle;
+    void *workspace;
+    matmul_cache_entry cache[MATMUL_CACHE_SIZE];
+    int next;
+} matmul_device;
+
+static matmul_device *devices[MATMUL_MAX_DEVICES];
+static pthread_mutex_t matmul_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define LT_CHECK(call)                                                                             \
+    do {                                                                                           \
+        cublasStatus_t lt_status_ = (call);                                                        \
+        if (lt_status_ != CUBLAS_STATUS_SUCCESS) {                                                 \
+            status = gpc_error(GPC_ERR_DEVICE, "cuBLASLt error %d at %s:%d (%s)", (int)lt_status_, \
+                               __FILE__, __LINE__, #call);                                         \
+            goto done;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+static gpc_status device_state(matmul_device **out) {
+    int d = 0;
+    GPC_CUDA_CHECK(cudaGetDevice(&d));
+    if (d < 0 || d >= MATMUL_MAX_DEVICES)
+        return gpc_error(GPC_ERR_UNSUPPORTED, "matmul: GPU %d is beyond the %d gpc supports", d,
+                         MATMUL_MAX_DEVICES);
+    pthread_mutex_lock(&matmul_lock);
+    gpc_status status = GPC_OK;
+    if (!devices[d]) {
+        matmul_device *md = (matmul_device *)calloc(1, sizeof *md);
+        if (!md) {
+            status = gpc_error(GPC_ERR_NOMEM, "matmul: out of host memory");
+        } else if (cublasLtCreate(&md->handle) != CUBLAS_STATUS_SUCCESS) {
+            free(md);
+            status = gpc_error(GPC_ERR_DEVICE,
+                               "matmul: cuBLASLt could not start on cuda:%d; "
+                               "check the driver with nvidia-smi",
+                               d);
+        } else if (cudaMalloc(&md->workspace, MATMUL_WORKSPACE_BYTES) != cudaSuccess) {
+            cudaGetLastError();
+            cublasLtDestroy(md->handle);
+            free(md);
+            status = gpc_error(GPC_ERR_NOMEM,
+                               "matmul: no room for cuBLASLt's 32 MiB workspace "
+                               "on cuda:%d",
+                               d);
+        } else {
+            devices[d] = md;
+        }
+    }
+    *out = devices[d];
+    pthread_mutex_unlock(&matmul_lock);
+    return status;
+}
+
+static cudaDataType_t lt_type(gpc_dtype t) {
+    return t == GPC_BF16 ? CUDA_R_16BF : t == GPC_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+static int alignment(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    int align = 256;
+    while (align > 1 && (a % align) != 0)
+        align >>= 1;
+    return align;
+}
+
+/* D (m x n, ld ldd) = alpha op(A) op(B) + beta D [+ bias], column-major. */
+static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype atype, const void *b,
+                            gpc_dtype btype, const void *bias, int m, int n, int k, int transa,
+                            int transb, int lda, int ldb, int ldd, float beta) {
+    matmul_device *md;
+    GPC_TRY(device_state(&md));
+    gpc_status status = GPC_OK;
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    float alpha = 1.0f;
+    matmul_key key;
+    memset(&key, 0, sizeof key);
+    key.m = m, key.n = n, key.k = k, key.transa = transa, key.transb = transb;
+    key.atype = atype, key.btype = btype, key.dtype = dtype, key.epilogue = (int)epilogue;
+    key.align_a = alignment(a), key.align_b = alignment(b), key.align_d = alignment(d);
+    key.align_bias = bias ? alignment(bias) : 0;
+
+    LT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                            sizeof epilogue));
+    if (bias)
+        LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                sizeof bias));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&la, lt_type(atype), transa ? k : m, transa ? m : k, lda));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&lb, lt_type(btype), transb ? n : k, transb ? k : n, ldb));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&ld, lt_type(dtype), m, n, ldd));
+
+    {
+        matmul_cache_entry *hit = NULL;
+        pthread_mutex_lock(&matmul_lock);
+        for (int i = 0; i < MATMUL_CACHE_SIZE; i++)
+            if (md->cache[i].used && !memcmp(&md->cache[i].key, &key, sizeof key)) {
+                hit = &md->cache[i];
+                break;
+            }
+        cublasLtMatmulAlgo_t algo;
+        if (hit) algo = hit->algo;
+        pthread_mutex_unlock(&matmul_lock);
+        if (!hit) {
+            cublasLtMatmulHeuristicResult_t result;
+            int found = 0;
+            size_t ws = MATMUL_WORKSPACE_BYTES;
+            uint32_t al_a = key.align_a, al_b = key.align_b, al_d = key.align_d;
+            LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+            LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+                pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+            LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+            LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+            LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+            LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+            if (cublasLtMatmulAlgoGetHeuristic(md->handle, desc, la, lb, ld, ld, pref, 1, &result,
+                                               &found) != CUBLAS_STATUS_SUCCESS ||
+                found == 0) {
+                status = gpc_error(GPC_ERR_UNSUPPORTED,
+                                   "matmul: cuBLASLt has no algorithm for %dx%dx%d with %s x %s -> "
+                                   "%s%s; try another precision",
+                                   m, n, k, gpc_dtype_name(atype), gpc_dtype_name(btype),
+                                   gpc_dtype_name(dtype), bias ? " and bias" : "");
+                goto done;
+            }
+            algo = result.algo;
+            pthread_mutex_lock(&matmul_lock);
+            matmul_cache_entry *e = &md->cache[md->next];
+            md->next = (md->next + 1) % MATMUL_CACHE_SIZE;
+            e->key = key;
+            e->algo = algo;
+            e->used = 1;
+            pthread_mutex_unlock(&matmul_lock);
+        }
+        LT_CHECK(cublasLtMatmul(md->handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &algo,
+                                md->workspace, MATMUL_WORKSPACE_BYTES, gpc_cuda_stream()));
+    }
+done:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (ld) cublasLtMatrixLayoutDestroy(ld);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    return status;
+}
+
+/* out[n, j] += bias[j] for when the epilogue cannot take the bias dtype. */
+template <typename T>
+__global__ void add_bias_kernel(T *out, gpc_cuda_any bias, int64_t N, int OC) {
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * OC; i += stride)
+        out[i] = gpc_from_f32<T>(gpc_to_f32(out[i]) + gpc_any_load(bias, i % OC));
+}
+
+/* partial[blockIdx.y][j] = sum of dout[n, j] over this block's rows. Block
+ * (32, 8): a warp reads 32 neighbouring columns of one row. */
+template <typename T>
+__global__ void bias_grad_partial_kernel(float *partial, const T *dout, int64_t N, int OC,
+                                         int64_t rows_per_block) {
+    __shared__ float sums[8][33];
+    int j = blockIdx.x * 32 + threadIdx.x;
+    int64_t begin = blockIdx.y * rows_per_block;
+    int64_t end = begin + rows_per_block < N ? begin + rows_per_block : N;
+    float s = 0.0f;
+    if (j < OC)
+        for (int64_t n = begin + threadIdx.y; n < end; n += 8)
+            s += gpc_to_f32(dout[n * OC + j]);
+    sums[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < OC) {
+        float t = 0.0f;
+        for (int y = 0; y < 8; y++)
+            t += sums[y][threadIdx.x];
+        partial[(int64_t)blockIdx.y * OC + j] = t;
+    }
+}
+
+__global__ void bias_grad_finish_kernel(gpc_cuda_any dbias, const float *partial, int parts,
+                                        int OC) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= OC) return;
+    float s = 0.0f;
+    for (int p = 0; p < parts; p++)
+        s += partial[(int64_t)p * OC + j];
+    gpc_any_store(dbias, j, gpc_any_load(dbias, j) + s);
+}
+
+static gpc_status check_types(const char *op, gpc_dtype a, gpc_dtype b, gpc_dtype d,
+                              const char *what) {
+    if (a != b || (d != a && d != GPC_F32))
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "%s on the GPU multiplies two matrices of one dtype into that dtype or "
+                         "f32; %s are %s, %s -> %s: convert with gpc_op_convert",
+                         op, what, gpc_dtype_name(a), gpc_dtype_name(b), gpc_dtype_name(d));
+    return GPC_OK;
+}
+
+static gpc_status dims_fit(const char *op, int64_t N, int64_t C, int64_t OC) {
+    if (N > 0x7fffffff || C > 0x7fffffff || OC > 0x7fffffff)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "%s: a dimension of %lld x %lld x %lld is beyond cuBLASLt's 32-bit "
+                         "sizes; use smaller batches",
+                         op, (long long)N, (long long)C, (long long)OC);
+    return GPC_OK;
+}
+
+gpc_status gpc_cuda_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
+                                   const gpc_tensor *bias) {
+    const char *op = "matmul_forward";
+    GPC_TRY(check_types(op, weight->dtype, inp->dtype, out->dtype, "weight, inp -> out"));
+    GPC_TRY(gpc_cuda_enter(out));
+    int64_t C = inp->shape[inp->ndim - 1], N = C ? gpc_tensor_numel(inp) / C : 0;
+    int64_t OC = gpc_tensor_numel(weight) / (C ? C : 1);
+    GPC_TRY(dims_fit(op, N, C, OC));
+    if (N == 0 || OC == 0) return GPC_OK;
+    if (C == 0) return gpc_error(GPC_ERR_UNSUPPORTED, "%s: inputs with 0 channels", op);
+    int fused = bias && bias->data && bias->dtype == out->dtype;
+    GPC_TRY(lt_matmul(out->data, out->dtype, weight->data, weight->dtype, inp->data, inp->dtype,
+                      fused ? bias->data : NULL, (int)OC, (int)N, (int)C, 1, 0, (int)C, (int)C,
+                      (int)OC, 0.0f));
+    if (bias && bias->data && !fused) {
+        GPC_CUDA_DISPATCH(out->dtype, E, {
+            add_bias_kernel<E><<<gpc_cuda_sm_count() * 8, 256, 0, gpc_cuda_stream()>>>(
+                (E *)out->data, gpc_cuda_any_of(bias), N, (int)OC);
+        });
+        GPC_CUDA_CHECK_LAUNCH();
+    }
+    return GPC_OK;
+}
+
+gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
+                                    const gpc_tensor *dout, const gpc_tensor *inp,
+                                    const gpc_tensor *weight) {
+    const char *op = "matmul_backward";
+    GPC_TRY(gpc_cuda_enter(dout));
+    int64_t C = inp->shape[inp->ndim - 1], N = C ? gpc_tensor_numel(inp) / C : 0;
+    int64_t OC = gpc_tensor_numel(weight) / (C ? C : 1);
+    GPC_TRY(dims_fit(op, N, C, OC));
+    if (dinp && dinp->data)
+        GPC_TRY(check_types(op, weight->dtype, dout->dtype, dinp->dtype, "weight, dout -> dinp"));
+    GPC_TRY(check_types(op, inp->dtype, dout->dtype, dweight->dtype, "inp, dout -> dweight"));
+    if (N == 0 || C == 0 || OC == 0) return GPC_OK;
+    if (dinp && dinp->data)
+        GPC_TRY(lt_matmul(dinp->data, dinp->dtype, weight->data, weight->dtype, dout->data,
+                          dout->dtype, NULL, (int)C, (int)N, (int)OC, 0, 0, (int)C, (int)OC, (int)C,
+                          0.0f));
+    GPC_TRY(lt_matmul(dweight->data, dweight->dtype, inp->data, inp->dtype, dout->data, dout->dtype,
+                      NULL, (int)C, (int)OC, (int)N, 0, 1, (int)C, (int)OC, (int)C, 1.0f));
+    if (dbias && dbias->data) {
+        int col_blocks = (int)((OC + 31) / 32);
+        int64_t parts = (gpc_cuda_sm_count() * 4 + col_blocks - 1) / col_blocks;
+        if (parts > (N + 63) / 64) parts = (N + 63) / 64;
+        if (parts < 1) parts = 1;
+        int64_t rows_per = (N + parts - 1) / parts;
+        parts = (N + rows_per - 1) / rows_per;
+        void *partial;
+        GPC_TRY(gpc_cuda_scratch((size_t)parts * OC * sizeof(float), &partial));
+        dim3 grid((unsigned)col_blocks, (unsigned)parts), block(32, 8);
+        GPC_CUDA_DISPATCH(dout->dtype, E, {
+            bias_grad_partial_kernel<E><<<grid, block, 0, gpc_cuda_stream()>>>(
+                (float *)partial, (const E *)dout->data, N, (int)OC, rows_per);
+        });
+        GPC_CUDA_CHECK_LAUNCH();
+        bias_grad_finish_kernel<<<gpc_cuda_blocks(OC, 256), 256, 0, gpc_cuda_stream()>>>(
+            gpc_cuda_any_of(dbias), (const float *)partial, (int)parts, (int)OC);
+        GPC_CUDA_CHECK_LAUNCH();
+    }
+    return GPC_OK;
+}
