@@ -1,0 +1,142 @@
+/*
+ * gpc train: the GPT training loop and its learning-rate schedule.
+ *
+ * gpc_train runs what `gpc train` does: opens the dataset, builds the model
+ * on the device, trains with micro-batches and gradient accumulation up to a
+ * total batch in tokens, warmup + cosine learning rate, validation every N
+ * steps, checkpoints every N steps and at the end, and writes the run folder:
+ *   RUN/checkpoint.bin       latest checkpoint (RUN/checkpoint.prev.bin: the one before)
+ *   RUN/config.txt           the model and training settings, key=value
+ *   RUN/tokenizer.bin        the dataset's tokenizer, so RUN alone can generate text
+ *   RUN/metrics.jsonl        one JSON object per step
+ * With resume set it continues from RUN/checkpoint.bin exactly: the losses of
+ * the following steps are bitwise those of an uninterrupted run.
+ *
+ * The library prints nothing: it reports through a callback, and the CLI
+ * draws the progress line. A stop request (from a signal handler) makes the
+ * loop finish its step, write a checkpoint and return GPC_ERR_INTERRUPTED.
+ */
+#ifndef GPC_TRAIN_H
+#define GPC_TRAIN_H
+
+#include "gpc/core.h"
+#include "gpc/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------ schedule */
+
+/* Linear warmup over `warmup` steps to lr, then cosine decay to
+ * lr * min_lr_ratio at the last step (as in llm.c and nanoGPT). */
+typedef struct {
+    double lr;
+    double min_lr_ratio;
+    int warmup;
+    int steps;
+} gpc_lr_schedule;
+
+/* Learning rate of 0-based step `step`:
+ *   step < warmup:  lr * (step + 1) / warmup
+ *   otherwise:      min + 0.5 (1 + cos(pi * (step - warmup) / (steps - warmup))) (lr - min)
+ *                   with min = lr * min_lr_ratio. */
+double gpc_lr_at(const gpc_lr_schedule *schedule, int step);
+/* Default warmup: 10% of the steps, at most 1000. */
+int gpc_lr_default_warmup(int steps);
+/* Default peak learning rate: 1e-3 for models up to 384 channels (d6),
+ * 6e-4 (GPT-2 small's) above. */
+double gpc_lr_default(int channels);
+
+/* ------------------------------------------------------------ options */
+
+typedef enum {
+    GPC_TRAIN_START,      /* model built, data open: the header line */
+    GPC_TRAIN_STEP,       /* one optimizer step done */
+    GPC_TRAIN_EVAL,       /* a validation pass done */
+    GPC_TRAIN_CHECKPOINT, /* a checkpoint written */
+} gpc_train_event_kind;
+
+typedef struct {
+    gpc_train_event_kind kind;
+    /* START */
+    gpt_config config;
+    size_t parameters;
+    int B, T;
+    int64_t tokens_per_step;
+    int accumulation_steps;
+    gpc_device device;
+    gpc_dtype precision;
+    size_t memory_planned; /* bytes the model placed on the device */
+    int first_step;        /* 0, or the step a resumed run continues from */
+    int steps;
+    double peak_lr;
+    int warmup;
+    /* STEP, EVAL, CHECKPOINT */
+    int step;       /* steps done (1-based) */
+    float loss;     /* mean training loss of the step */
+    float val_loss; /* EVAL (and the STEP that ran it); NAN otherwise */
+    float lr;
+    float grad_norm; /* before clipping */
+    double ms;       /* wall time of the step */
+    double tokens_per_s;
+    uint64_t tokens_seen;
+    double eta_s;        /* estimated time to the last step */
+    size_t memory_bytes; /* process RSS on the CPU, used device memory on a GPU */
+    const char *path;    /* CHECKPOINT: the file written */
+} gpc_train_event;
+
+typedef void (*gpc_train_callback)(void *user, const gpc_train_event *event);
+
+/* Zero (or negative where noted) means "default", which for a resumed run is
+ * the checkpoint's value. */
+typedef struct {
+    const char *data_dir;        /* required */
+    const char *out_dir;         /* required: the run folder */
+    const char *model;           /* "dN"; default d6 (6 layers, 6 heads, 384 channels) */
+    int layers, heads, channels; /* override the model's sizes */
+    int context;                 /* T, default 256 */
+    int batch;                   /* micro-batch B, default 8 */
+    int64_t total_batch;         /* tokens per optimizer step, default B*T (no accumulation) */
+    int steps;                   /* optimizer steps, default 1000 */
+    double lr;                   /* peak learning rate, default gpc_lr_default */
+    double min_lr_ratio;         /* default 0.1; negative: 0 */
+    int warmup;                  /* steps, default gpc_lr_default_warmup; negative: none */
+    double weight_decay;         /* default 0.1; negative: none */
+    double max_grad_norm;        /* default 1.0; negative: no clipping */
+    int eval_every;              /* steps between validation passes, default 100; negative: never */
+    int eval_batches;            /* batches per validation pass, default 20 */
+    int checkpoint_every; /* steps between checkpoints, default 500; negative: only at the end */
+    int resume;           /* continue from out_dir/checkpoint.bin */
+    int seed_set;         /* seed was given (a resumed run must then agree) */
+    uint64_t seed;        /* default 1337: weights, data order and the optimizer's rounding */
+    gpc_device device;    /* default CPU */
+    int precision;        /* a gpc_dtype, or -1: f32 on the CPU, bf16 on a GPU */
+    int world_size, rank; /* data parallelism: 1 and 0 until the distributed trainer */
+    gpc_train_callback callback;
+    void *user;
+} gpc_train_options;
+
+void gpc_train_options_init(gpc_train_options *options);
+
+typedef struct {
+    int steps_done;
+    float last_loss;
+    float last_val_loss; /* NAN when no validation ran */
+    double seconds;
+} gpc_train_result;
+
+/* Trains; see the top of this file. result may be NULL. */
+gpc_status gpc_train(const gpc_train_options *options, gpc_train_result *result);
+
+/* Asks a running gpc_train to stop after its current step (with a
+ * checkpoint). Async-signal-safe: it only sets a flag. */
+void gpc_train_request_stop(void);
+int gpc_train_stop_requested(void);
+void gpc_train_clear_stop(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPC_TRAIN_H */

@@ -1,0 +1,520 @@
+/*
+ * trainer.c: the training loop behind `gpc train`.
+ *
+ * One optimizer step: zero the gradients; for each of the accumulation
+ * micro-steps, take a batch from the loader and run forward + backward with
+ * dloss = 1/(B*T*accumulation) so the gradients add up to those of the mean
+ * over the whole step; then the AdamW update with the schedule's learning
+ * rate and global-norm clipping. After the step (never inside it) come the
+ * metrics line, the callback, validation and checkpoints.
+ *
+ * Exact resume: everything that decides the next steps is in the checkpoint
+ * (f32 weights, AdamW moments, step, the loader's epoch and batch, the RNG
+ * that seeds stochastic rounding) and nothing else carries state from step
+ * to step, so a resumed run computes bit for bit what the uninterrupted run
+ * would have.
+ */
+#include "gpc/train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpc/data.h"
+
+static volatile sig_atomic_t stop_flag;
+
+void gpc_train_request_stop(void) {
+    stop_flag = 1;
+}
+
+int gpc_train_stop_requested(void) {
+    return stop_flag != 0;
+}
+
+void gpc_train_clear_stop(void) {
+    stop_flag = 0;
+}
+
+void gpc_train_options_init(gpc_train_options *o) {
+    memset(o, 0, sizeof *o);
+    o->seed = 1337;
+    o->device = gpc_cpu();
+    o->precision = -1;
+    o->world_size = 1;
+}
+
+/* The settings of a run after defaults and the checkpoint are applied. */
+typedef struct {
+    gpt_config config;
+    gpc_dtype precision;
+    int B, T, accumulation, steps;
+    int64_t total_batch;
+    gpc_lr_schedule schedule;
+    double weight_decay, max_grad_norm;
+    int eval_every, eval_batches, checkpoint_every;
+    uint64_t seed;
+} run_settings;
+
+typedef struct {
+    const gpc_train_options *o;
+    run_settings s;
+    gpt_model *model;
+    gpc_loader *train, *val;
+    int32_t *inputs, *targets;
+    FILE *metrics;
+    gpc_rng rng;
+    int step; /* optimizer steps done */
+    char checkpoint_path[4096], prev_path[4096];
+} trainer;
+
+/* ------------------------------------------------------------ settings */
+
+/* A setting the resumed run must keep: the given value must equal the
+ * checkpoint's. */
+static gpc_status same_as_checkpoint(const char *option, long long given, long long stored) {
+    if (given == stored) return GPC_OK;
+    return gpc_error(GPC_ERR_MISMATCH,
+                     "the checkpoint was trained with --%s %lld; this run asks for %lld (leave "
+                     "--%s out to resume, or train a new run with --out elsewhere)",
+                     option, stored, given, option);
+}
+
+static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *data,
+                          const gpt_config *ck_config, const gpt_checkpoint_state *ck,
+                          run_settings *s) {
+    memset(s, 0, sizeof *s);
+    int resume = ck != NULL;
+    int L = 6, NH = 6, C = 384; /* d6 */
+    int sized = o->model || o->layers || o->heads || o->channels;
+    if (o->model) GPC_TRY(gpt_config_parse_depth(o->model, &L, &NH, &C));
+    if (resume && !sized) L = ck_config->layers, NH = ck_config->heads, C = ck_config->channels;
+    if (o->layers) L = o->layers;
+    if (o->heads) NH = o->heads;
+    if (o->channels) C = o->channels;
+    if (o->layers < 0 || o->heads < 0 || o->channels < 0 || o->context < 0 || o->batch < 0 ||
+        o->total_batch < 0 || o->steps < 0 || o->eval_batches < 0)
+        return gpc_error(GPC_ERR_INVALID_ARG, "sizes and counts must be positive");
+    if (o->context && resume) GPC_TRY(same_as_checkpoint("context", o->context, ck->context));
+    if (o->batch && resume) GPC_TRY(same_as_checkpoint("batch", o->batch, ck->batch));
+    if (o->total_batch && resume)
+        GPC_TRY(same_as_checkpoint("total-batch", o->total_batch, ck->total_batch));
+    if (o->seed_set && resume)
+        GPC_TRY(same_as_checkpoint("seed", (long long)o->seed, (long long)ck->seed));
+    s->T = o->context ? o->context : resume ? ck->context : 256;
+    s->B = o->batch ? o->batch : resume ? ck->batch : 8;
+    s->seed = resume ? ck->seed : o->seed;
+    if (data->vocab_size > (uint32_t)INT32_MAX)
+        return gpc_error(GPC_ERR_FORMAT, "the dataset's vocabulary is too large");
+    GPC_TRY(gpt_config_init(&s->config, L, NH, C, s->T, (int)data->vocab_size));
+    if (resume && !gpt_config_equal(ck_config, &s->config, "the checkpoint"))
+        return gpc_error_context(GPC_ERR_MISMATCH, "cannot resume: ");
+
+    int world = o->world_size > 0 ? o->world_size : 1;
+    int64_t micro = (int64_t)s->B * s->T * world;
+    s->total_batch = o->total_batch ? o->total_batch : resume ? ck->total_batch : micro;
+    if (s->total_batch % micro != 0)
+        return gpc_error(
+            GPC_ERR_INVALID_ARG,
+            "--total-batch %lld is not a multiple of batch x context x processes "
+            "= %d x %d x %d = %lld tokens; use %lld or %lld",
+            (long long)s->total_batch, s->B, s->T, world, (long long)micro,
+            (long long)(s->total_batch / micro > 0 ? s->total_batch / micro * micro : micro),
+            (long long)((s->total_batch / micro + 1) * micro));
+    if (s->total_batch / micro > 1 << 20)
+        return gpc_error(GPC_ERR_INVALID_ARG, "--total-batch %lld needs too many micro-steps",
+                         (long long)s->total_batch);
+    s->accumulation = (int)(s->total_batch / micro);
+
+    s->steps = o->steps ? o->steps : resume ? ck->steps : 1000;
+    s->schedule.steps = s->steps;
+    s->schedule.lr = o->lr > 0 ? o->lr : resume ? ck->learning_rate : gpc_lr_default(C);
+    s->schedule.warmup = o->warmup > 0   ? o->warmup
+                         : o->warmup < 0 ? 0
+                         : resume        ? ck->warmup
+                                         : gpc_lr_default_warmup(s->steps);
+    s->schedule.min_lr_ratio = o->min_lr_ratio > 0   ? o->min_lr_ratio
+                               : o->min_lr_ratio < 0 ? 0.0
+                               : resume              ? ck->min_lr_ratio
+                                                     : 0.1;
+    s->weight_decay = o->weight_decay > 0   ? o->weight_decay
+                      : o->weight_decay < 0 ? 0.0
+                      : resume              ? ck->weight_decay
+                                            : 0.1;
+    s->max_grad_norm = o->max_grad_norm > 0   ? o->max_grad_norm
+                       : o->max_grad_norm < 0 ? 0.0
+                       : resume               ? ck->max_grad_norm
+                                              : 1.0;
+    if (o->lr < 0 || s->schedule.min_lr_ratio > 1)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "the learning rate must be positive and --min-lr-ratio at most 1");
+    s->eval_every = o->eval_every > 0 ? o->eval_every : o->eval_every < 0 ? 0 : 100;
+    s->eval_batches = o->eval_batches > 0 ? o->eval_batches : 20;
+    s->checkpoint_every = o->checkpoint_every > 0   ? o->checkpoint_every
+                          : o->checkpoint_every < 0 ? 0
+                                                    : 500;
+    if (o->precision >= 0)
+        s->precision = (gpc_dtype)o->precision;
+    else
+        s->precision = o->device.type == GPC_DEVICE_CPU ? GPC_F32 : GPC_BF16;
+    if (resume && ck->step >= (uint64_t)s->steps)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "the run has already done %llu of its %d steps; give a larger --steps "
+                         "to train longer",
+                         (unsigned long long)ck->step, s->steps);
+    return GPC_OK;
+}
+
+/* ------------------------------------------------------------ run folder */
+
+static gpc_status write_text(const char *path, const char *text) {
+    gpc_atomic_file f;
+    GPC_TRY(gpc_atomic_open(&f, path));
+    gpc_status s = gpc_atomic_write(&f, text, strlen(text));
+    if (s != GPC_OK) {
+        gpc_atomic_abort(&f);
+        return s;
+    }
+    return gpc_atomic_commit(&f);
+}
+
+static gpc_status write_config(const trainer *t) {
+    const run_settings *s = &t->s;
+    char path[4096], text[4096];
+    snprintf(path, sizeof path, "%s/config.txt", t->o->out_dir);
+    snprintf(text, sizeof text,
+             "# gpc training run: the settings it was started with\n"
+             "data=%s\nlayers=%d\nheads=%d\nchannels=%d\ncontext=%d\nvocab_size=%d\n"
+             "padded_vocab=%d\nparameters=%zu\nbatch=%d\ntotal_batch=%lld\n"
+             "accumulation_steps=%d\nsteps=%d\nlr=%g\nwarmup=%d\nmin_lr_ratio=%g\n"
+             "weight_decay=%g\nmax_grad_norm=%g\neval_every=%d\neval_batches=%d\n"
+             "checkpoint_every=%d\nseed=%llu\ndevice=%s\nprecision=%s\n",
+             t->o->data_dir, s->config.layers, s->config.heads, s->config.channels,
+             s->config.max_context, s->config.vocab_size, s->config.padded_vocab,
+             gpt_config_num_params(&s->config), s->B, (long long)s->total_batch, s->accumulation,
+             s->steps, s->schedule.lr, s->schedule.warmup, s->schedule.min_lr_ratio,
+             s->weight_decay, s->max_grad_norm, s->eval_every, s->eval_batches, s->checkpoint_every,
+             (unsigned long long)s->seed, gpc_device_name(t->o->device),
+             gpc_dtype_name(s->precision));
+    return write_text(path, text);
+}
+
+/* RUN/tokenizer.bin: a byte copy of the dataset's, checked by its own
+ * loader when the run is sampled. */
+static gpc_status copy_tokenizer(const trainer *t) {
+    char from[4096], to[4096];
+    snprintf(from, sizeof from, "%s/tokenizer.bin", t->o->data_dir);
+    snprintf(to, sizeof to, "%s/tokenizer.bin", t->o->out_dir);
+    char *bytes;
+    size_t size;
+    GPC_TRY(gpc_read_file(from, &bytes, &size));
+    gpc_atomic_file f;
+    gpc_status s = gpc_atomic_open(&f, to);
+    if (s == GPC_OK) {
+        s = gpc_atomic_write(&f, bytes, size);
+        if (s == GPC_OK)
+            s = gpc_atomic_commit(&f);
+        else
+            gpc_atomic_abort(&f);
+    }
+    gpc_free(bytes);
+    return s;
+}
+
+/* Opens metrics.jsonl: new for a new run; for a resumed run, keeps the lines
+ * up to the checkpoint's step (later ones belong to steps that are redone). */
+static gpc_status open_metrics(trainer *t, int resume) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", t->o->out_dir);
+    char *old = NULL;
+    size_t size = 0;
+    if (resume && gpc_path_exists(path)) GPC_TRY(gpc_read_file(path, &old, &size));
+    t->metrics = fopen(path, "w");
+    if (!t->metrics) {
+        gpc_free(old);
+        return gpc_error(GPC_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    }
+    for (char *line = old; line && *line;) {
+        char *end = strchr(line, '\n');
+        size_t n = end ? (size_t)(end - line + 1) : strlen(line);
+        long step = -1;
+        if (sscanf(line, "{\"step\":%ld", &step) == 1 && step <= t->step && end)
+            fwrite(line, 1, n, t->metrics);
+        line += n;
+    }
+    gpc_free(old);
+    fflush(t->metrics);
+    return GPC_OK;
+}
+
+/* JSON has no NaN or infinity: those become null. */
+static void json_number(FILE *f, const char *key, double value) {
+    if (isfinite(value))
+        fprintf(f, ",\"%s\":%.9g", key, value);
+    else
+        fprintf(f, ",\"%s\":null", key);
+}
+
+static void write_metrics(trainer *t, const gpc_train_event *e) {
+    FILE *f = t->metrics;
+    fprintf(f, "{\"step\":%d", e->step);
+    json_number(f, "loss", e->loss);
+    if (!isnan(e->val_loss)) json_number(f, "val_loss", e->val_loss);
+    json_number(f, "lr", e->lr);
+    json_number(f, "grad_norm", e->grad_norm);
+    json_number(f, "tokens_per_s", e->tokens_per_s);
+    json_number(f, "ms", e->ms);
+    fprintf(f, ",\"tokens\":%llu}\n", (unsigned long long)e->tokens_seen);
+    fflush(f);
+}
+
+static gpc_status save_checkpoint(trainer *t) {
+    gpt_checkpoint_state st;
+    gpc_loader_state ls;
+    memset(&st, 0, sizeof st);
+    gpc_loader_get_state(t->train, &ls);
+    st.step = (uint64_t)t->step;
+    st.loader_epoch = ls.epoch;
+    st.loader_batch = ls.batch;
+    st.rng = t->rng;
+    st.loss_scale = t->model->loss_scale;
+    st.batch = t->s.B;
+    st.context = t->s.T;
+    st.total_batch = t->s.total_batch;
+    st.steps = t->s.steps;
+    st.warmup = t->s.schedule.warmup;
+    st.learning_rate = t->s.schedule.lr;
+    st.min_lr_ratio = t->s.schedule.min_lr_ratio;
+    st.weight_decay = t->s.weight_decay;
+    st.max_grad_norm = t->s.max_grad_norm;
+    st.seed = t->s.seed;
+    /* keep the previous checkpoint until the new one is complete */
+    if (gpc_path_exists(t->checkpoint_path) && rename(t->checkpoint_path, t->prev_path) != 0)
+        return gpc_error(GPC_ERR_IO, "cannot rename %s: %s", t->checkpoint_path, strerror(errno));
+    return gpt_checkpoint_save(t->checkpoint_path, t->model, &st);
+}
+
+/* ------------------------------------------------------------ the loop */
+
+static size_t memory_in_use(gpc_device device) {
+    if (device.type == GPC_DEVICE_CPU) return gpc_process_rss();
+    const gpc_backend *b = gpc_backend_get(device.type);
+    size_t free_bytes = 0, total = 0;
+    if (b && b->memory_info && b->memory_info(device.index, &free_bytes, &total) == GPC_OK)
+        return total - free_bytes;
+    return 0;
+}
+
+static gpc_status evaluate(trainer *t, float *val_loss) {
+    uint64_t batches = gpc_loader_batches_per_epoch(t->val);
+    if (batches > (uint64_t)t->s.eval_batches) batches = (uint64_t)t->s.eval_batches;
+    gpc_loader_rewind(t->val);
+    double sum = 0;
+    for (uint64_t i = 0; i < batches; i++) {
+        float loss;
+        GPC_TRY(gpc_loader_next(t->val, t->inputs, t->targets));
+        GPC_TRY(gpt_forward(t->model, t->inputs, t->targets, t->s.B, t->s.T));
+        GPC_TRY(gpt_mean_loss(t->model, &loss));
+        sum += loss;
+    }
+    *val_loss = (float)(sum / (double)batches);
+    return GPC_OK;
+}
+
+static void emit(const trainer *t, const gpc_train_event *e) {
+    if (t->o->callback) t->o->callback(t->o->user, e);
+}
+
+/* One optimizer step; the loss and gradient norm go into the event. */
+static gpc_status train_step(trainer *t, gpc_train_event *e) {
+    const run_settings *s = &t->s;
+    float dloss = (float)(1.0 / ((double)s->B * s->T * s->accumulation));
+    double loss_sum = 0;
+    GPC_TRY(gpt_zero_grad(t->model));
+    for (int micro = 0; micro < s->accumulation; micro++) {
+        float loss;
+        GPC_TRY(gpc_loader_next(t->train, t->inputs, t->targets));
+        GPC_TRY(gpt_forward_backward(t->model, t->inputs, t->targets, s->B, s->T, dloss));
+        GPC_TRY(gpt_mean_loss(t->model, &loss));
+        loss_sum += loss;
+    }
+    gpt_adamw_options adam;
+    gpt_adamw_defaults(&adam);
+    adam.learning_rate = (float)gpc_lr_at(&s->schedule, t->step);
+    adam.weight_decay = (float)s->weight_decay;
+    adam.max_grad_norm = (float)s->max_grad_norm;
+    adam.step = t->step + 1;
+    adam.seed = gpc_rng_u32(&t->rng);
+    GPC_TRY(gpt_update(t->model, &adam, &e->grad_norm, NULL));
+    e->loss = (float)(loss_sum / s->accumulation);
+    e->lr = adam.learning_rate;
+    if (!isfinite(e->loss))
+        return gpc_error(GPC_ERR_INTERNAL,
+                         "the loss became %f at step %d: training diverged; lower --lr (now %g) "
+                         "or resume from the last checkpoint",
+                         (double)e->loss, t->step + 1, s->schedule.lr);
+    return GPC_OK;
+}
+
+static gpc_status run_loop(trainer *t, gpc_train_result *result) {
+    const run_settings *s = &t->s;
+    double start = gpc_time_seconds(), timed = 0, first_seconds = 0;
+    int timed_steps = 0, first = t->step;
+    float last_val = NAN;
+    gpc_train_event e;
+    while (t->step < s->steps) {
+        memset(&e, 0, sizeof e);
+        double t0 = gpc_time_seconds();
+        GPC_TRY(train_step(t, &e));
+        double seconds = gpc_time_seconds() - t0;
+        t->step++;
+        /* the first step of a process pays for page faults and thread start:
+         * leave it out of the estimate once there are others */
+        if (t->step == first + 1) {
+            first_seconds = seconds;
+        } else {
+            timed += seconds;
+            timed_steps++;
+        }
+        e.kind = GPC_TRAIN_STEP;
+        e.step = t->step;
+        e.ms = seconds * 1e3;
+        e.tokens_per_s = (double)s->total_batch / seconds;
+        e.tokens_seen = (uint64_t)t->step * (uint64_t)s->total_batch;
+        e.eta_s = (timed_steps ? timed / timed_steps : first_seconds) * (s->steps - t->step);
+        e.memory_bytes = memory_in_use(t->o->device);
+        e.val_loss = NAN;
+        int last = t->step == s->steps;
+        if (t->val && s->eval_every && (t->step % s->eval_every == 0 || last)) {
+            GPC_TRY(evaluate(t, &e.val_loss));
+            last_val = e.val_loss;
+        }
+        write_metrics(t, &e);
+        emit(t, &e);
+        if (!isnan(e.val_loss)) {
+            gpc_train_event v = e;
+            v.kind = GPC_TRAIN_EVAL;
+            emit(t, &v);
+        }
+        int stop = gpc_train_stop_requested();
+        if (last || stop || (s->checkpoint_every && t->step % s->checkpoint_every == 0)) {
+            GPC_TRY(save_checkpoint(t));
+            gpc_train_event c = e;
+            c.kind = GPC_TRAIN_CHECKPOINT;
+            c.path = t->checkpoint_path;
+            emit(t, &c);
+        }
+        if (result) {
+            result->steps_done = t->step;
+            result->last_loss = e.loss;
+            result->last_val_loss = last_val;
+            result->seconds = gpc_time_seconds() - start;
+        }
+        if (stop && !last)
+            return gpc_error(GPC_ERR_INTERRUPTED,
+                             "stopped at step %d of %d: checkpoint saved at step %d in %s; "
+                             "resume with --resume",
+                             t->step, s->steps, t->step, t->checkpoint_path);
+    }
+    return GPC_OK;
+}
+
+static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
+                           const gpt_checkpoint_state *ck) {
+    const gpc_train_options *o = t->o;
+    const run_settings *s = &t->s;
+    int world = o->world_size > 0 ? o->world_size : 1;
+    GPC_TRY(gpc_loader_open(&t->train, o->data_dir, GPC_SPLIT_TRAIN, s->B, s->T, s->seed, o->rank,
+                            world));
+    if (s->eval_every && info->val_tokens > (uint64_t)s->T * world)
+        GPC_TRY(gpc_loader_open(&t->val, o->data_dir, GPC_SPLIT_VAL, s->B, s->T, s->seed, o->rank,
+                                world));
+    size_t n = (size_t)s->B * (size_t)s->T;
+    t->inputs = gpc_malloc(n * sizeof(int32_t));
+    t->targets = gpc_malloc(n * sizeof(int32_t));
+    if (!t->inputs || !t->targets) return gpc_error(GPC_ERR_NOMEM, "out of host memory");
+    GPC_TRY(gpt_create(&t->model, &s->config, o->device, s->precision, s->B, s->T, 1));
+    gpc_rng_seed(&t->rng, s->seed, 0x747261696eULL); /* "train" */
+    if (!ck) {
+        GPC_TRY(gpt_init_weights(t->model, s->seed));
+        return GPC_OK;
+    }
+    gpt_checkpoint_state loaded;
+    GPC_TRY(gpt_checkpoint_load(t->checkpoint_path, t->model, &loaded));
+    gpc_loader_state ls = {loaded.loader_epoch, loaded.loader_batch};
+    GPC_TRY(gpc_loader_set_state(t->train, &ls));
+    t->rng = loaded.rng;
+    t->step = (int)loaded.step;
+    return GPC_OK;
+}
+
+gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
+    if (!o->data_dir || !o->out_dir)
+        return gpc_error(GPC_ERR_INVALID_ARG, "training needs a dataset (--data) and a run "
+                                              "folder (--out)");
+    if (result) {
+        memset(result, 0, sizeof *result);
+        result->last_val_loss = NAN;
+    }
+    gpc_dataset_info info;
+    GPC_TRY(gpc_dataset_info_read(o->data_dir, &info));
+
+    trainer t;
+    memset(&t, 0, sizeof t);
+    t.o = o;
+    snprintf(t.checkpoint_path, sizeof t.checkpoint_path, "%s/checkpoint.bin", o->out_dir);
+    snprintf(t.prev_path, sizeof t.prev_path, "%s/checkpoint.prev.bin", o->out_dir);
+    gpt_config ck_config;
+    gpt_checkpoint_state ck;
+    if (o->resume) {
+        if (!gpc_path_exists(t.checkpoint_path))
+            return gpc_error(GPC_ERR_IO,
+                             "nothing to resume: %s does not exist (train without --resume "
+                             "first)",
+                             t.checkpoint_path);
+        GPC_TRY(gpt_checkpoint_read_header(t.checkpoint_path, &ck_config, NULL, &ck));
+    } else if (gpc_path_exists(t.checkpoint_path)) {
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s already holds a trained run; add --resume to continue it, or "
+                         "choose another --out",
+                         o->out_dir);
+    }
+    GPC_TRY(resolve(o, &info, o->resume ? &ck_config : NULL, o->resume ? &ck : NULL, &t.s));
+    GPC_TRY(gpc_mkdir_p(o->out_dir));
+
+    gpc_status s = open_run(&t, &info, o->resume ? &ck : NULL);
+    if (s == GPC_OK) s = write_config(&t);
+    if (s == GPC_OK && info.has_tokenizer) s = copy_tokenizer(&t);
+    if (s == GPC_OK) s = open_metrics(&t, o->resume);
+    if (s == GPC_OK) {
+        gpc_train_event e;
+        memset(&e, 0, sizeof e);
+        e.kind = GPC_TRAIN_START;
+        e.config = t.s.config;
+        e.parameters = t.model->num_params;
+        e.B = t.s.B;
+        e.T = t.s.T;
+        e.tokens_per_step = t.s.total_batch;
+        e.accumulation_steps = t.s.accumulation;
+        e.device = o->device;
+        e.precision = t.s.precision;
+        e.memory_planned = gpt_memory_bytes(t.model);
+        e.first_step = t.step;
+        e.steps = t.s.steps;
+        e.peak_lr = t.s.schedule.lr;
+        e.warmup = t.s.schedule.warmup;
+        e.val_loss = NAN;
+        emit(&t, &e);
+        s = run_loop(&t, result);
+    }
+    if (t.metrics) fclose(t.metrics);
+    gpt_free(t.model);
+    gpc_loader_close(t.train);
+    gpc_loader_close(t.val);
+    gpc_free(t.inputs);
+    gpc_free(t.targets);
+    return s;
+}

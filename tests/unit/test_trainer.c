@@ -1,0 +1,400 @@
+/* test_trainer.c: the training loop on synthetic data: the loss falls on a
+ * learnable pattern, a resumed run repeats an uninterrupted one bit for bit,
+ * gradient accumulation equals a larger micro-batch, the learning-rate
+ * schedule follows its formula, the run folder holds what it should, and
+ * every bad setting is refused with its message. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpc/data.h"
+#include "gpc/model.h"
+#include "gpc/train.h"
+
+enum { V = 32, PERIOD = 11, MAX_STEPS = 64 };
+
+static char *root;
+static char data_dir[4096];
+
+/* A dataset whose every shard repeats one sequence of PERIOD distinct
+ * tokens: the next token is a function of the current one, so a model that
+ * learns brings the loss from ln(32) = 3.47 towards zero. */
+static int setup(void **state) {
+    (void)state;
+    root = test_tmpdir("trainer");
+    snprintf(data_dir, sizeof data_dir, "%s/data", root);
+    if (gpc_data_synth(data_dir, V, 40000, 7, 1 << 14) != GPC_OK) {
+        fprintf(stderr, "synth: %s\n", gpc_last_error());
+        return -1;
+    }
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 31);
+    uint32_t pattern[V];
+    for (uint32_t i = 0; i < V; i++)
+        pattern[i] = i;
+    for (uint32_t i = V - 1; i > 0; i--) { /* a random arrangement */
+        uint32_t j = gpc_rng_below(&rng, i + 1), tmp = pattern[i];
+        pattern[i] = pattern[j], pattern[j] = tmp;
+    }
+    for (int split = 0; split < 2; split++)
+        for (int i = 0;; i++) {
+            char path[4200];
+            snprintf(path, sizeof path, "%s/%s_%04d.bin", data_dir, split ? "val" : "train", i);
+            gpc_shard_info info;
+            if (!gpc_path_exists(path)) break;
+            if (gpc_shard_info_read(path, &info) != GPC_OK) return -1;
+            uint32_t *tokens = malloc(info.tokens * sizeof *tokens);
+            for (uint64_t k = 0; k < info.tokens; k++)
+                tokens[k] = pattern[k % PERIOD];
+            gpc_status s = gpc_shard_write(path, tokens, info.tokens, V);
+            free(tokens);
+            if (s != GPC_OK) return -1;
+        }
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    test_rmtree(root);
+    gpc_free(root);
+    return 0;
+}
+
+static const char *run_dir(const char *name) {
+    static char paths[4][4096];
+    static int next;
+    char *p = paths[next++ % 4];
+    snprintf(p, 4096, "%s/%s", root, name);
+    return p;
+}
+
+/* What the callback saw. */
+typedef struct {
+    int steps;
+    float loss[MAX_STEPS + 1];
+    float lr[MAX_STEPS + 1];
+    float val_loss[MAX_STEPS + 1];
+    int evals, checkpoints, starts;
+    gpc_train_event start;
+    int stop_at; /* request a stop after this step (0: never) */
+} record;
+
+static void on_event(void *user, const gpc_train_event *e) {
+    record *r = user;
+    switch (e->kind) {
+    case GPC_TRAIN_START:
+        r->starts++;
+        r->start = *e;
+        break;
+    case GPC_TRAIN_STEP:
+        assert_true(e->step >= 1 && e->step <= MAX_STEPS);
+        r->loss[e->step] = e->loss;
+        r->lr[e->step] = e->lr;
+        r->val_loss[e->step] = e->val_loss;
+        r->steps++;
+        if (r->stop_at && e->step == r->stop_at) gpc_train_request_stop();
+        break;
+    case GPC_TRAIN_EVAL:
+        r->evals++;
+        break;
+    case GPC_TRAIN_CHECKPOINT:
+        r->checkpoints++;
+        break;
+    }
+}
+
+static void tiny_options(gpc_train_options *o, const char *out, record *r) {
+    gpc_train_options_init(o);
+    o->data_dir = data_dir;
+    o->out_dir = out;
+    o->layers = 2;
+    o->heads = 2;
+    o->channels = 32;
+    o->context = 16;
+    o->batch = 4;
+    o->steps = 30;
+    o->lr = 1e-2;
+    o->eval_every = 10;
+    o->eval_batches = 4;
+    o->checkpoint_every = -1;
+    o->callback = on_event;
+    o->user = r;
+    memset(r, 0, sizeof *r);
+}
+
+static int count_lines(const char *path, const char *needle) {
+    char *text;
+    size_t size;
+    TEST_OK(gpc_read_file(path, &text, &size));
+    int n = 0;
+    for (char *line = text; line && *line;) {
+        char *end = strchr(line, '\n');
+        if (end) *end = '\0';
+        if (!needle || strstr(line, needle)) n++;
+        line = end ? end + 1 : NULL;
+    }
+    gpc_free(text);
+    return n;
+}
+
+static void test_loss_falls(void **state) {
+    (void)state;
+    gpc_train_options o;
+    record r;
+    const char *out = run_dir("falls");
+    tiny_options(&o, out, &r);
+    gpc_train_result result;
+    TEST_OK(gpc_train(&o, &result));
+    assert_int_equal(r.starts, 1);
+    assert_int_equal(r.steps, 30);
+    assert_int_equal(result.steps_done, 30);
+    /* the header: sizes as configured, parameter count as the config says */
+    gpt_config c;
+    TEST_OK(gpt_config_init(&c, 2, 2, 32, 16, V));
+    assert_int_equal(r.start.parameters, gpt_config_num_params(&c));
+    assert_int_equal(r.start.tokens_per_step, 4 * 16);
+    assert_int_equal(r.start.accumulation_steps, 1);
+    assert_int_equal(r.start.warmup, 3); /* 10% of 30 steps */
+    assert_int_equal(r.start.precision, GPC_F32);
+    /* the first loss is that of a near-uniform guess; the last ones far lower */
+    assert_true(fabs(r.loss[1] - log(V)) < 0.3);
+    double tail = (r.loss[26] + r.loss[27] + r.loss[28] + r.loss[29] + r.loss[30]) / 5;
+    if (!(tail < 0.35 * r.loss[1]))
+        fail_msg("loss did not fall enough: %.4f at step 1, %.4f over the last five", r.loss[1],
+                 tail);
+    /* validation at steps 10, 20, 30, and it agrees with the training loss
+     * on this stationary pattern */
+    assert_int_equal(r.evals, 3);
+    assert_true(isnan(r.val_loss[5]) && !isnan(r.val_loss[30]));
+    assert_true(fabs(r.val_loss[30] - r.loss[30]) < 0.2);
+    assert_true(fabs(result.last_val_loss - r.val_loss[30]) == 0);
+    /* learning rates reported are the schedule's */
+    gpc_lr_schedule sch = {1e-2, 0.1, 3, 30};
+    for (int s = 1; s <= 30; s++)
+        assert_true(r.lr[s] == (float)gpc_lr_at(&sch, s - 1));
+    /* the run folder */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+    assert_int_equal(count_lines(path, NULL), 30);
+    assert_int_equal(count_lines(path, "\"val_loss\":"), 3);
+    assert_int_equal(count_lines(path, "{\"step\":17,\"loss\":"), 1);
+    snprintf(path, sizeof path, "%s/config.txt", out);
+    assert_int_equal(count_lines(path, "layers=2"), 1);
+    snprintf(path, sizeof path, "%s/checkpoint.bin", out);
+    gpt_checkpoint_state st;
+    TEST_OK(gpt_checkpoint_read_header(path, NULL, NULL, &st));
+    assert_int_equal(st.step, 30);
+    assert_int_equal(r.checkpoints, 1); /* only at the end */
+    snprintf(path, sizeof path, "%s/tokenizer.bin", out);
+    assert_false(gpc_path_exists(path)); /* synthetic data has none */
+}
+
+/* An interrupted run resumed from its checkpoint repeats the uninterrupted
+ * one exactly: same losses bit for bit, same final checkpoint file. */
+static void test_resume_exact(void **state) {
+    (void)state;
+    gpc_train_options o;
+    record full, part;
+    tiny_options(&o, run_dir("full"), &full);
+    o.steps = 12;
+    o.batch = 2;
+    o.total_batch = 2 * 2 * 16; /* accumulation of 2 */
+    o.eval_every = 4;
+    TEST_OK(gpc_train(&o, NULL));
+    assert_int_equal(full.steps, 12);
+
+    tiny_options(&o, run_dir("part"), &part);
+    o.steps = 12;
+    o.batch = 2;
+    o.total_batch = 2 * 2 * 16;
+    o.eval_every = 4;
+    part.stop_at = 5;
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_INTERRUPTED, "checkpoint saved at step 5 in ");
+    assert_true(strstr(gpc_last_error(), "resume with --resume") != NULL);
+    gpc_train_clear_stop();
+    assert_int_equal(part.steps, 5);
+
+    /* resume with only the folders given: every other setting comes from the checkpoint */
+    record resumed;
+    gpc_train_options_init(&o);
+    memset(&resumed, 0, sizeof resumed);
+    o.data_dir = data_dir;
+    o.out_dir = run_dir("part");
+    o.resume = 1;
+    o.eval_every = 4;
+    o.eval_batches = 4;
+    o.checkpoint_every = -1;
+    o.callback = on_event;
+    o.user = &resumed;
+    TEST_OK(gpc_train(&o, NULL));
+    assert_int_equal(resumed.start.first_step, 5);
+    assert_int_equal(resumed.steps, 7);
+    for (int s = 1; s <= 5; s++)
+        assert_true(part.loss[s] == full.loss[s]);
+    for (int s = 6; s <= 12; s++)
+        if (resumed.loss[s] != full.loss[s])
+            fail_msg("step %d: resumed loss %.9g, uninterrupted %.9g", s, resumed.loss[s],
+                     full.loss[s]);
+    char a[4200], b[4200];
+    snprintf(a, sizeof a, "%s/checkpoint.bin", run_dir("full"));
+    snprintf(b, sizeof b, "%s/checkpoint.bin", run_dir("part"));
+    char *ta, *tb;
+    size_t na, nb;
+    TEST_OK(gpc_read_file(a, &ta, &na));
+    TEST_OK(gpc_read_file(b, &tb, &nb));
+    assert_int_equal(na, nb);
+    assert_memory_equal(ta, tb, na);
+    gpc_free(ta), gpc_free(tb);
+    /* metrics.jsonl has each step once */
+    snprintf(b, sizeof b, "%s/metrics.jsonl", run_dir("part"));
+    assert_int_equal(count_lines(b, NULL), 12);
+    assert_int_equal(count_lines(b, "{\"step\":5,"), 1);
+    assert_int_equal(count_lines(b, "{\"step\":6,"), 1);
+    snprintf(b, sizeof b, "%s/checkpoint.prev.bin", run_dir("part"));
+    assert_true(gpc_path_exists(b));
+}
+
+/* Two micro-batches of B accumulate to the gradient of one micro-batch of
+ * 2B; and the trainer with accumulation 2 follows the trainer with the
+ * doubled micro-batch. */
+static void test_accumulation(void **state) {
+    (void)state;
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 32);
+    gpt_config c;
+    TEST_OK(gpt_config_init(&c, 2, 2, 32, 16, V));
+    gpt_model *big = NULL, *small = NULL;
+    TEST_OK(gpt_create(&big, &c, gpc_cpu(), GPC_F32, 4, 16, 1));
+    TEST_OK(gpt_create(&small, &c, gpc_cpu(), GPC_F32, 2, 16, 1));
+    uint64_t seed = gpc_rng_u32(&rng);
+    TEST_OK(gpt_init_weights(big, seed));
+    TEST_OK(gpt_init_weights(small, seed));
+    int32_t tok[64], tgt[64];
+    for (int i = 0; i < 64; i++) {
+        tok[i] = (int32_t)gpc_rng_below(&rng, V);
+        tgt[i] = (int32_t)gpc_rng_below(&rng, V);
+    }
+    TEST_OK(gpt_zero_grad(big));
+    TEST_OK(gpt_forward_backward(big, tok, tgt, 4, 16, 1.0f / 64));
+    TEST_OK(gpt_zero_grad(small));
+    TEST_OK(gpt_forward_backward(small, tok, tgt, 2, 16, 1.0f / 64));
+    TEST_OK(gpt_forward_backward(small, tok + 32, tgt + 32, 2, 16, 1.0f / 64));
+    size_t P = big->num_params;
+    const float *gb = big->grads_flat.data, *gs = small->grads_flat.data;
+    double gmax = 0, diff2 = 0, norm2 = 0;
+    for (size_t k = 0; k < P; k++) {
+        gmax = fmax(gmax, fabs(gb[k]));
+        diff2 += ((double)gs[k] - gb[k]) * ((double)gs[k] - gb[k]);
+        norm2 += (double)gb[k] * gb[k];
+    }
+    /* the whole update within 1e-5 (summation order differs, so single
+     * elements that cancel are looser) */
+    if (!(sqrt(diff2 / norm2) < 1e-5))
+        fail_msg("accumulated gradient differs by %.3g of its norm", sqrt(diff2 / norm2));
+    test_assert_close_f32("accumulated gradients", gs, gb, P, 1e-3, 1e-2 * gmax);
+    gpt_free(big), gpt_free(small);
+
+    gpc_train_options o;
+    record one, two;
+    tiny_options(&o, run_dir("micro4"), &one);
+    o.steps = 3;
+    o.batch = 4;
+    TEST_OK(gpc_train(&o, NULL));
+    tiny_options(&o, run_dir("micro2x2"), &two);
+    o.steps = 3;
+    o.batch = 2;
+    o.total_batch = 4 * 16;
+    TEST_OK(gpc_train(&o, NULL));
+    assert_int_equal(two.start.accumulation_steps, 2);
+    for (int s = 1; s <= 3; s++)
+        if (fabsf(two.loss[s] - one.loss[s]) > 1e-5f * one.loss[s])
+            fail_msg("step %d: accumulated loss %.9g, one micro-batch %.9g", s, two.loss[s],
+                     one.loss[s]);
+}
+
+static void test_schedule(void **state) {
+    (void)state;
+    gpc_lr_schedule s = {1e-3, 0.1, 10, 100};
+    assert_true(fabs(gpc_lr_at(&s, 0) - 1e-4) < 1e-12);
+    assert_true(fabs(gpc_lr_at(&s, 4) - 5e-4) < 1e-12);
+    assert_true(fabs(gpc_lr_at(&s, 9) - 1e-3) < 1e-12);
+    assert_true(fabs(gpc_lr_at(&s, 10) - 1e-3) < 1e-12);   /* the cosine starts at the peak */
+    assert_true(fabs(gpc_lr_at(&s, 55) - 5.5e-4) < 1e-12); /* halfway: the mean of peak and floor */
+    double last = 1e-4 + 0.5 * (1 + cos(M_PI * 89.0 / 90.0)) * 9e-4;
+    assert_true(fabs(gpc_lr_at(&s, 99) - last) < 1e-12);
+    assert_true(fabs(gpc_lr_at(&s, 100) - 1e-4) < 1e-12);
+    assert_true(fabs(gpc_lr_at(&s, 500) - 1e-4) < 1e-12);
+    for (int k = 11; k < 100; k++)
+        assert_true(gpc_lr_at(&s, k) <= gpc_lr_at(&s, k - 1));
+    gpc_lr_schedule none = {2e-3, 0.0, 0, 50};
+    assert_true(fabs(gpc_lr_at(&none, 0) - 2e-3) < 1e-12);
+    assert_true(fabs(gpc_lr_at(&none, 25) - 1e-3) < 1e-12);
+    assert_int_equal(gpc_lr_default_warmup(100), 10);
+    assert_int_equal(gpc_lr_default_warmup(5), 0);
+    assert_int_equal(gpc_lr_default_warmup(100000), 1000);
+    assert_true(gpc_lr_default(384) == 1e-3 && gpc_lr_default(768) == 6e-4);
+}
+
+static void test_bad_settings(void **state) {
+    (void)state;
+    gpc_train_options o;
+    record r;
+    tiny_options(&o, run_dir("bad"), &r);
+    o.total_batch = 100;
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_INVALID_ARG,
+               "--total-batch 100 is not a multiple of batch x context x processes = 4 x 16 x 1 "
+               "= 64 tokens; use 64 or 128");
+    tiny_options(&o, run_dir("bad"), &r);
+    o.resume = 1;
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_IO, "nothing to resume");
+    tiny_options(&o, run_dir("bad"), &r);
+    o.data_dir = run_dir("no-such-data");
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_IO, "no-such-data");
+    tiny_options(&o, run_dir("bad"), &r);
+    o.precision = GPC_BF16;
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_UNSUPPORTED, "f32 only");
+    tiny_options(&o, run_dir("bad"), &r);
+    o.model = "dx";
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_INVALID_ARG, "unknown model 'dx'");
+    tiny_options(&o, run_dir("bad"), &r);
+    o.heads = 3;
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_INVALID_ARG, "do not split into 3 heads");
+
+    /* a finished run: training into it again, or resuming it differently */
+    tiny_options(&o, run_dir("done"), &r);
+    o.steps = 2;
+    TEST_OK(gpc_train(&o, NULL));
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_INVALID_ARG, "add --resume to continue it");
+    o.resume = 1;
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_INVALID_ARG, "already done 2 of its 2 steps");
+    o.batch = 8;
+    o.steps = 4;
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_MISMATCH,
+               "the checkpoint was trained with --batch 4; this run asks for 8");
+    o.batch = 0;
+    o.layers = 3;
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_MISMATCH,
+               "was written by a model with 2 layers; this config has 3");
+    o.layers = 2;
+    o.seed_set = 1;
+    o.seed = 99;
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_MISMATCH, "--seed 1337");
+    /* and extending it works: two more steps */
+    o.seed_set = 0;
+    memset(&r, 0, sizeof r);
+    TEST_OK(gpc_train(&o, NULL));
+    assert_int_equal(r.steps, 2);
+    assert_int_equal(r.start.first_step, 2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_schedule),     cmocka_unit_test(test_loss_falls),
+        cmocka_unit_test(test_resume_exact), cmocka_unit_test(test_accumulation),
+        cmocka_unit_test(test_bad_settings),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
