@@ -1,0 +1,329 @@
+/*
+ * config.c: gpcd's configuration is one table of options, each with its key,
+ * default and documentation (as in Redis's config.c). The defaults, the ini
+ * parser (inih), `gpcd --print-options` and docs/gpcd.md all come from this
+ * table, so they cannot disagree.
+ */
+#include "gpc/sched.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* OPT_NUMA_RULES is parsed into policy.numa_rules rather than kept as text. */
+typedef enum {
+    OPT_STRING,
+    OPT_DURATION,
+    OPT_NUMBER,
+    OPT_BYTES,
+    OPT_MODE,
+    OPT_INT,
+    OPT_NUMA_RULES
+} option_type;
+
+typedef struct {
+    const char *key;
+    option_type type;
+    size_t offset; /* into sched_config */
+    size_t size;   /* for strings */
+    const char *default_value;
+    const char *doc;
+} config_option;
+
+#define STR(field) OPT_STRING, offsetof(sched_config, field), sizeof(((sched_config *)0)->field)
+#define NUM(kind, field) kind, offsetof(sched_config, field), 0
+
+static const config_option options[] = {
+    {"state_dir", STR(state_dir), "/var/lib/gpcd",
+     "Directory for the job database (gpcd.db), job logs and exit files, and the socket."},
+    {"socket", STR(socket), "",
+     "Unix socket the API listens on; empty means STATE_DIR/gpcd.sock. Clients find it with "
+     "--socket or GPC_SOCKET."},
+    {"socket_mode", NUM(OPT_MODE, socket_mode), "0600",
+     "Permissions of the socket (octal). 0600 lets only gpcd's user in; 0666 lets every local "
+     "user submit, each identified by SO_PEERCRED."},
+    {"listen", STR(listen), "",
+     "Optional TCP address HOST:PORT for the API as well; needs token_file."},
+    {"token_file", STR(token_file), "",
+     "File holding the bearer token TCP clients must send (Authorization: Bearer TOKEN)."},
+    {"gpus", STR(gpus), "nvml",
+     "GPU provider: nvml (the NVIDIA driver; gpcd refuses to start without it) or "
+     "simulated:COUNTxMEMORY such as simulated:8x141GB for tests and trace studies."},
+    {"policies", STR(policies),
+     "priority,aging,least_loaded,binpack,task_type,locality,backfill,preemption",
+     "Placement policies, comma-separated, any subset of: priority, aging, least_loaded, "
+     "binpack, task_type, locality, backfill, preemption."},
+    {"aging_per_hour", NUM(OPT_NUMBER, policy.aging_per_hour), "10",
+     "Priority points a waiting job gains per hour (aging), so low priority work cannot "
+     "starve."},
+    {"small_job_mem", NUM(OPT_BYTES, policy.small_job_mem), "24G",
+     "Shared (inference, interactive) jobs needing at most this much GPU memory are "
+     "bin-packed onto the fullest GPU that fits; bigger ones go to the least loaded."},
+    {"data_numa", OPT_NUMA_RULES, 0, 0, "",
+     "NUMA node of data paths, PREFIX=NODE,...; e.g. /datasets=0,/scratch=1. Paths not listed "
+     "are looked up in sysfs."},
+    {"preempt_grace", NUM(OPT_DURATION, preempt_grace), "30s",
+     "Time a preempted or cancelled job gets between SIGTERM and SIGKILL (to checkpoint)."},
+    {"kill_grace", NUM(OPT_DURATION, kill_grace), "10s",
+     "Time between SIGTERM and SIGKILL when a job passes its time limit."},
+    {"sample_interval", NUM(OPT_DURATION, sample_interval), "1s",
+     "How often the monitor reads every GPU."},
+    {"sample_retention", NUM(OPT_DURATION, sample_retention), "1d",
+     "How long GPU samples are kept in the database."},
+    {"alert_util_below", NUM(OPT_NUMBER, alert_util_below), "70",
+     "Alert when a GPU running a job stays under this utilisation (percent) ..."},
+    {"alert_util_window", NUM(OPT_DURATION, alert_util_window), "60s",
+     "... for this long (the job is likely input-bound)."},
+    {"alert_mem_above", NUM(OPT_NUMBER, alert_mem_above), "90",
+     "Alert when a GPU's memory use passes this percentage."},
+    {"alert_temp_above", NUM(OPT_NUMBER, alert_temp_above), "85",
+     "Alert when a GPU is hotter than this (Celsius) ..."},
+    {"alert_slowdown_margin", NUM(OPT_NUMBER, alert_slowdown_margin), "5",
+     "... or within this many degrees of its own slowdown temperature."},
+    {"simulated_file", STR(simulated_file), "",
+     "With simulated GPUs: a file of lines 'GPU KEY VALUE' (util, mem_used, temperature, "
+     "power) read at every sample, to play out load and faults."},
+    {"max_body", NUM(OPT_INT, max_body), "1048576",
+     "Largest request body the API accepts, in bytes."},
+    {"log_level", STR(log_level), "info", "debug, info, warn or error."},
+};
+
+#define OPTION_COUNT ((int)(sizeof options / sizeof options[0]))
+
+static sched_option_doc option_docs[OPTION_COUNT];
+
+const sched_option_doc *sched_config_options(int *count) {
+    for (int i = 0; i < OPTION_COUNT; i++) {
+        option_docs[i].key = options[i].key;
+        option_docs[i].default_value = options[i].default_value;
+        option_docs[i].doc = options[i].doc;
+    }
+    *count = OPTION_COUNT;
+    return option_docs;
+}
+
+gpc_status sched_config_set(sched_config *config, const char *key, const char *value) {
+    const config_option *o = NULL;
+    for (int i = 0; i < OPTION_COUNT; i++)
+        if (strcmp(options[i].key, key) == 0) o = &options[i];
+    if (!o)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "unknown option '%s' (gpcd --print-options lists them)", key);
+    char *field = (char *)config + o->offset;
+    switch (o->type) {
+    case OPT_NUMA_RULES:
+        return sched_numa_rules_parse(value, &config->policy);
+    case OPT_STRING:
+        if (strlen(value) >= o->size)
+            return gpc_error(GPC_ERR_INVALID_ARG, "%s is too long (at most %zu characters)", key,
+                             o->size - 1);
+        snprintf(field, o->size, "%s", value);
+        return GPC_OK;
+    case OPT_DURATION: {
+        double v;
+        if (sched_duration_parse(value, &v) != GPC_OK)
+            return gpc_error_context(GPC_ERR_INVALID_ARG, "%s: ", key);
+        *(double *)field = v;
+        return GPC_OK;
+    }
+    case OPT_NUMBER: {
+        char *end;
+        errno = 0;
+        double v = strtod(value, &end);
+        if (end == value || *end || errno || v < 0)
+            return gpc_error(GPC_ERR_INVALID_ARG, "%s needs a number >= 0, not '%s'", key, value);
+        *(double *)field = v;
+        return GPC_OK;
+    }
+    case OPT_BYTES: {
+        uint64_t v;
+        if (sched_bytes_parse(value, &v) != GPC_OK)
+            return gpc_error_context(GPC_ERR_INVALID_ARG, "%s: ", key);
+        *(uint64_t *)field = v;
+        return GPC_OK;
+    }
+    case OPT_MODE:
+    case OPT_INT: {
+        char *end;
+        errno = 0;
+        long v = strtol(value, &end, o->type == OPT_MODE ? 8 : 10);
+        if (end == value || *end || errno || v < 0 || v > 0x7fffffff ||
+            (o->type == OPT_MODE && v > 0777))
+            return gpc_error(GPC_ERR_INVALID_ARG, "%s needs %s, not '%s'", key,
+                             o->type == OPT_MODE ? "an octal mode such as 0600" : "a whole number",
+                             value);
+        *(int *)field = (int)v;
+        return GPC_OK;
+    }
+    }
+    return GPC_OK;
+}
+
+void sched_config_defaults(sched_config *config) {
+    memset(config, 0, sizeof *config);
+    for (int i = 0; i < OPTION_COUNT; i++) {
+        gpc_status st = sched_config_set(config, options[i].key, options[i].default_value);
+        (void)st; /* the defaults are tested to parse (test_config) */
+    }
+}
+
+typedef struct {
+    sched_config *config;
+    const char *path;
+    gpc_status status;
+    char message[768];
+} ini_state;
+
+static int config_ini_line(void *user, const char *section, const char *key, const char *value) {
+    ini_state *s = user;
+    if (s->status != GPC_OK) return 0;
+    /* Sections are accepted for readability ([gpcd], [alerts]) and ignored:
+     * keys are unique across the whole table. */
+    (void)section;
+    if (sched_config_set(s->config, key, value) != GPC_OK) {
+        s->status = GPC_ERR_INVALID_ARG;
+        snprintf(s->message, sizeof s->message, "%s", gpc_last_error());
+        return 0;
+    }
+    return 1;
+}
+
+gpc_status sched_config_load(sched_config *config, const char *path) {
+    ini_state s = {config, path, GPC_OK, ""};
+    int rc = ini_parse(path, config_ini_line, &s);
+    if (rc == -1)
+        return gpc_error(GPC_ERR_IO, "cannot read config file %s: %s", path, strerror(errno));
+    if (rc == -2) return gpc_error(GPC_ERR_NOMEM, "out of memory reading %s", path);
+    if (rc > 0) {
+        if (s.status != GPC_OK)
+            return gpc_error(GPC_ERR_INVALID_ARG, "%s line %d: %s", path, rc, s.message);
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s line %d: not 'key = value' (or a [section] header)", path, rc);
+    }
+    return GPC_OK;
+}
+
+gpc_status sched_policies_parse(const char *text, unsigned *flags) {
+    static const struct {
+        const char *name;
+        unsigned flag;
+    } names[] = {
+        {"priority", SCHED_POLICY_PRIORITY},         {"aging", SCHED_POLICY_AGING},
+        {"least_loaded", SCHED_POLICY_LEAST_LOADED}, {"binpack", SCHED_POLICY_BINPACK},
+        {"task_type", SCHED_POLICY_TASK_TYPE},       {"locality", SCHED_POLICY_LOCALITY},
+        {"backfill", SCHED_POLICY_BACKFILL},         {"preemption", SCHED_POLICY_PREEMPTION}};
+    unsigned out = 0;
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        if (!*p) break;
+        size_t len = strcspn(p, ", ");
+        int found = 0;
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (strlen(names[i].name) == len && strncmp(p, names[i].name, len) == 0) {
+                out |= names[i].flag;
+                found = 1;
+            }
+        if (!found)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "unknown policy '%.*s' (use priority, aging, least_loaded, binpack, "
+                             "task_type, locality, backfill, preemption)",
+                             (int)len, p);
+        p += len;
+    }
+    *flags = out;
+    return GPC_OK;
+}
+
+gpc_status sched_numa_rules_parse(const char *text, sched_policy_config *policy) {
+    policy->numa_rule_count = 0;
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        if (!*p) break;
+        size_t len = strcspn(p, ",");
+        const char *eq = memchr(p, '=', len);
+        if (!eq || eq == p)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "data_numa entry '%.*s' is not PREFIX=NODE (e.g. /datasets=0)",
+                             (int)len, p);
+        if (policy->numa_rule_count >= SCHED_MAX_NUMA_RULES)
+            return gpc_error(GPC_ERR_INVALID_ARG, "data_numa has more than %d entries",
+                             SCHED_MAX_NUMA_RULES);
+        size_t plen = (size_t)(eq - p);
+        if (plen >= sizeof policy->numa_rules[0].prefix)
+            return gpc_error(GPC_ERR_INVALID_ARG, "data_numa prefix is too long");
+        char node_text[16];
+        size_t nlen = len - plen - 1;
+        if (nlen == 0 || nlen >= sizeof node_text)
+            return gpc_error(GPC_ERR_INVALID_ARG, "data_numa entry '%.*s' lacks a node number",
+                             (int)len, p);
+        memcpy(node_text, eq + 1, nlen);
+        node_text[nlen] = '\0';
+        char *end;
+        long node = strtol(node_text, &end, 10);
+        if (*end || node < 0 || node > 1023)
+            return gpc_error(GPC_ERR_INVALID_ARG, "data_numa node '%s' is not a number 0-1023",
+                             node_text);
+        sched_numa_rule *r = &policy->numa_rules[policy->numa_rule_count++];
+        memcpy(r->prefix, p, plen);
+        r->prefix[plen] = '\0';
+        r->node = (int)node;
+        p += len;
+    }
+    return GPC_OK;
+}
+
+/* Relative paths are made absolute, since gpcd leaves its working directory. */
+static gpc_status make_absolute(char *path, size_t size, const char *key) {
+    if (!path[0] || path[0] == '/') return GPC_OK;
+    char cwd[512], joined[1100];
+    if (!getcwd(cwd, sizeof cwd))
+        return gpc_error(GPC_ERR_IO, "%s: cannot resolve the relative path %s", key, path);
+    snprintf(joined, sizeof joined, "%s/%s", cwd, path);
+    if (strlen(joined) >= size)
+        return gpc_error(GPC_ERR_INVALID_ARG, "%s: path %s is too long", key, joined);
+    snprintf(path, size, "%s", joined);
+    return GPC_OK;
+}
+
+gpc_status sched_config_finish(sched_config *config) {
+    if (!config->state_dir[0])
+        return gpc_error(GPC_ERR_INVALID_ARG, "state_dir is empty; set it in the config file");
+    GPC_TRY(make_absolute(config->state_dir, sizeof config->state_dir, "state_dir"));
+    GPC_TRY(make_absolute(config->socket, sizeof config->socket, "socket"));
+    if (!config->socket[0]) {
+        int n = snprintf(config->socket, sizeof config->socket, "%s/gpcd.sock", config->state_dir);
+        /* sockaddr_un holds 108 bytes */
+        if (n >= 100)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "socket path %s/gpcd.sock is too long for a unix socket; set a "
+                             "shorter state_dir or socket",
+                             config->state_dir);
+    }
+    if (strlen(config->socket) >= 100)
+        return gpc_error(GPC_ERR_INVALID_ARG, "socket path '%s' is too long (at most 99 bytes)",
+                         config->socket);
+    GPC_TRY(sched_policies_parse(config->policies, &config->policy.flags));
+    if (config->listen[0] && !config->token_file[0])
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "listen = %s needs token_file too: TCP clients must send a bearer token",
+                         config->listen);
+    if (config->sample_interval < 0.05)
+        return gpc_error(GPC_ERR_INVALID_ARG, "sample_interval must be at least 50ms");
+    return GPC_OK;
+}
+
+void sched_config_write_markdown(void *file) {
+    FILE *f = file;
+    fprintf(f, "| key | default | meaning |\n| --- | --- | --- |\n");
+    for (int i = 0; i < OPTION_COUNT; i++)
+        fprintf(f, "| `%s` | `%s` | %s |\n", options[i].key,
+                options[i].default_value[0] ? options[i].default_value : "\"\"", options[i].doc);
+}

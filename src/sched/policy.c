@@ -1,0 +1,426 @@
+/*
+ * policy.c: where and when jobs run. Each policy is a small rule that can be
+ * switched on or off in the config (`policies = ...`), and the scheduling
+ * pass composes the ones that are on:
+ *
+ *   priority      higher priority first (off: first come, first served)
+ *   aging         waiting raises priority, aging_per_hour points per hour,
+ *                 so low priority work cannot starve
+ *   least_loaded  spread big jobs: prefer GPUs with low live utilisation and
+ *                 memory use
+ *   binpack       pack small shared jobs onto the fullest GPU that still
+ *                 fits, keeping whole GPUs free for big work
+ *   task_type     training and batch jobs get whole GPUs, all or nothing
+ *                 (gang scheduling), multi-GPU training on NVLink-connected
+ *                 sets; inference and interactive jobs with a memory limit
+ *                 share GPUs (off: every job takes whole GPUs)
+ *   locality      prefer GPUs on the NUMA node of the job's data and GPUs
+ *                 that last ran a job on the same data (warm page cache)
+ *   backfill      when the first job in line cannot start, it gets a
+ *                 reservation (EASY backfill, Lifka 1995): later jobs may use
+ *                 its GPUs only if their time limit ends before it could start
+ *                 (off: nothing passes a blocked job)
+ *   preemption    a blocked job may stop running jobs of lower priority
+ *                 (SIGTERM, grace, SIGKILL; they return to the queue)
+ *
+ * The pass is pure: it reads the cluster and the jobs and returns decisions;
+ * the daemon carries them out. Scores are "lower is better".
+ */
+#include "gpc/sched.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+static int policy_shares(const sched_policy_config *policy, const sched_job *job) {
+    return (policy->flags & SCHED_POLICY_TASK_TYPE) && sched_job_shares_gpu(job);
+}
+
+void sched_cluster_account(const sched_policy_config *policy, sched_cluster *cluster,
+                           sched_job *const *running, int nrunning) {
+    for (int g = 0; g < cluster->count; g++) {
+        sched_gpu *gpu = &cluster->gpu[g];
+        gpu->mem_reserved = 0;
+        gpu->exclusive_jobs = gpu->shared_jobs = 0;
+        gpu->free_time = 0;
+    }
+    for (int i = 0; i < nrunning; i++) {
+        const sched_job *job = running[i];
+        double end = job->time_limit > 0 ? job->start_time + job->time_limit : INFINITY;
+        int shares = policy_shares(policy, job);
+        for (int a = 0; a < job->assigned_count; a++) {
+            int g = job->assigned[a];
+            if (g < 0 || g >= cluster->count) continue;
+            sched_gpu *gpu = &cluster->gpu[g];
+            /* A shared job reserves its request; an exclusive one the whole GPU. */
+            if (shares) {
+                gpu->shared_jobs++;
+                gpu->mem_reserved += job->mem;
+            } else {
+                gpu->exclusive_jobs++;
+                gpu->mem_reserved = gpu->mem_total;
+            }
+            if (end > gpu->free_time) gpu->free_time = end;
+            if (job->data_hash) gpu->data_hash = job->data_hash;
+        }
+    }
+}
+
+double sched_policy_effective_priority(const sched_policy_config *policy, const sched_job *job,
+                                       double now) {
+    double p = (policy->flags & SCHED_POLICY_PRIORITY) ? job->priority : 0;
+    if ((policy->flags & SCHED_POLICY_AGING) && now > job->submit_time)
+        p += policy->aging_per_hour * (now - job->submit_time) / 3600.0;
+    return p;
+}
+
+static uint64_t gpu_available(const sched_gpu *gpu) {
+    uint64_t taken = gpu->mem_reserved > gpu->mem_used ? gpu->mem_reserved : gpu->mem_used;
+    return taken >= gpu->mem_total ? 0 : gpu->mem_total - taken;
+}
+
+int sched_policy_gpu_admits(const sched_policy_config *policy, const sched_gpu *gpu,
+                            const sched_job *job) {
+    if (gpu->mem_total < job->mem) return 0;
+    if (gpu->exclusive_jobs > 0) return 0;
+    if (!policy_shares(policy, job)) {
+        /* A whole GPU: nothing of gpcd's on it, and enough memory left by
+         * whatever else runs there outside gpcd. */
+        return gpu->shared_jobs == 0 &&
+               gpu->mem_total - (gpu->mem_used < gpu->mem_total ? gpu->mem_used : gpu->mem_total) >=
+                   job->mem;
+    }
+    return gpu_available(gpu) >= job->mem;
+}
+
+double sched_policy_gpu_score(const sched_policy_config *policy, const sched_gpu *gpu,
+                              const sched_job *job) {
+    double score = 0;
+    double total = gpu->mem_total ? (double)gpu->mem_total : 1.0;
+    int small = (policy->flags & SCHED_POLICY_BINPACK) && policy_shares(policy, job) &&
+                job->mem <= policy->small_job_mem;
+    if (small) {
+        /* Best fit: the least memory left over after placing the job. */
+        double left = (double)gpu_available(gpu) - (double)job->mem;
+        score += (left > 0 ? left : 0) / total;
+    } else if (policy->flags & SCHED_POLICY_LEAST_LOADED) {
+        double util = gpu->util < 0 ? 0 : gpu->util;
+        score += util / 100.0 + (double)gpu->mem_used / total;
+    }
+    if (policy->flags & SCHED_POLICY_LOCALITY) {
+        if (job->data_numa >= 0 && gpu->numa_node == job->data_numa) score -= 1.0;
+        if (job->data_hash && gpu->data_hash == job->data_hash) score -= 0.5;
+    }
+    return score;
+}
+
+typedef struct {
+    int gpu;
+    double score;
+} candidate;
+
+static int candidate_cmp(const void *a, const void *b) {
+    const candidate *x = a, *y = b;
+    if (x->score != y->score) return x->score < y->score ? -1 : 1;
+    return x->gpu - y->gpu;
+}
+
+/* Among the candidates (sorted best first), the k-set with the most NVLink
+ * pairs, grown greedily from each seed; ties go to the better scores. */
+static void pick_nvlink_set(const sched_cluster *cluster, const candidate *c, int n, int k,
+                            int *out) {
+    int best_links = -1;
+    double best_score = INFINITY;
+    int set[SCHED_MAX_GPUS];
+    for (int seed = 0; seed < n; seed++) {
+        unsigned char used[SCHED_MAX_GPUS] = {0};
+        int size = 0, links = 0;
+        double score = c[seed].score;
+        set[size++] = seed;
+        used[seed] = 1;
+        while (size < k) {
+            int pick = -1, pick_links = -1;
+            for (int i = 0; i < n; i++) {
+                if (used[i]) continue;
+                int l = 0;
+                for (int s = 0; s < size; s++)
+                    l += cluster->nvlink[c[i].gpu][c[set[s]].gpu];
+                if (l > pick_links) { /* candidates are in score order: first wins ties */
+                    pick_links = l;
+                    pick = i;
+                }
+            }
+            used[pick] = 1;
+            set[size++] = pick;
+            links += pick_links;
+            score += c[pick].score;
+        }
+        if (links > best_links || (links == best_links && score < best_score)) {
+            best_links = links;
+            best_score = score;
+            for (int i = 0; i < k; i++)
+                out[i] = c[set[i]].gpu;
+        }
+    }
+}
+
+static int place_masked(const sched_policy_config *policy, const sched_cluster *cluster,
+                        const sched_job *job, const unsigned char *hidden, int *gpus_out) {
+    candidate c[SCHED_MAX_GPUS];
+    int n = 0, k = job->gpus;
+    if (k < 1 || k > cluster->count) return 0;
+    for (int g = 0; g < cluster->count; g++) {
+        if (hidden && hidden[g]) continue;
+        if (!sched_policy_gpu_admits(policy, &cluster->gpu[g], job)) continue;
+        c[n].gpu = g;
+        c[n].score = sched_policy_gpu_score(policy, &cluster->gpu[g], job);
+        n++;
+    }
+    if (n < k) return 0; /* all or nothing */
+    qsort(c, (size_t)n, sizeof c[0], candidate_cmp);
+    if (k > 1 && (policy->flags & SCHED_POLICY_TASK_TYPE) && job->type == SCHED_TYPE_TRAIN) {
+        pick_nvlink_set(cluster, c, n, k, gpus_out);
+    } else {
+        for (int i = 0; i < k; i++)
+            gpus_out[i] = c[i].gpu;
+    }
+    return k;
+}
+
+int sched_policy_place(const sched_policy_config *policy, const sched_cluster *cluster,
+                       const sched_job *job, int *gpus_out) {
+    return place_masked(policy, cluster, job, NULL, gpus_out);
+}
+
+int sched_data_numa_node(const sched_policy_config *policy, const char *path) {
+    if (!path || !*path) return -1;
+    int best = -1;
+    size_t best_len = 0;
+    for (int i = 0; i < policy->numa_rule_count; i++) {
+        const sched_numa_rule *r = &policy->numa_rules[i];
+        size_t len = strlen(r->prefix);
+        while (len > 1 && r->prefix[len - 1] == '/')
+            len--;
+        /* the prefix must end at a path component: /data matches /data/x, not /database */
+        if (strncmp(path, r->prefix, len) == 0 && (path[len] == '\0' || path[len] == '/') &&
+            len > best_len) {
+            best = r->node;
+            best_len = len;
+        }
+    }
+    if (best >= 0) return best;
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    const char *tails[] = {"device/numa_node", "../device/numa_node", "device/device/numa_node"};
+    for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++) {
+        char sys[256];
+        snprintf(sys, sizeof sys, "/sys/dev/block/%u:%u/%s", major(st.st_dev), minor(st.st_dev),
+                 tails[i]);
+        FILE *f = fopen(sys, "r");
+        if (!f) continue;
+        int node = -1;
+        if (fscanf(f, "%d", &node) != 1) node = -1;
+        fclose(f);
+        if (node >= 0) return node;
+    }
+    return -1;
+}
+
+/* ---------------------------------------------------------------- the pass */
+
+typedef struct {
+    sched_job *job;
+    double priority;
+} queued;
+
+static int queued_cmp(const void *a, const void *b) {
+    const queued *x = a, *y = b;
+    if (x->priority != y->priority) return x->priority > y->priority ? -1 : 1;
+    if (x->job->submit_time != y->job->submit_time)
+        return x->job->submit_time < y->job->submit_time ? -1 : 1;
+    return x->job->id < y->job->id ? -1 : x->job->id > y->job->id;
+}
+
+/* Records a started job in the cluster so later jobs in the pass see it. */
+static void occupy(const sched_policy_config *policy, sched_cluster *cluster, const sched_job *job,
+                   const int *gpus, int k, double now) {
+    int shares = policy_shares(policy, job);
+    double end = job->time_limit > 0 ? now + job->time_limit : INFINITY;
+    for (int i = 0; i < k; i++) {
+        sched_gpu *gpu = &cluster->gpu[gpus[i]];
+        if (shares) {
+            gpu->shared_jobs++;
+            gpu->mem_reserved += job->mem;
+        } else {
+            gpu->exclusive_jobs++;
+            gpu->mem_reserved = gpu->mem_total;
+        }
+        if (end > gpu->free_time) gpu->free_time = end;
+        if (job->data_hash) gpu->data_hash = job->data_hash;
+    }
+}
+
+/* Earliest time k GPUs able to hold the job are free, from the running jobs'
+ * time limits; marks those GPUs reserved. INFINITY when some never say. */
+static double reserve(const sched_cluster *cluster, const sched_job *job, unsigned char *reserved) {
+    candidate c[SCHED_MAX_GPUS];
+    int n = 0;
+    for (int g = 0; g < cluster->count; g++)
+        if (cluster->gpu[g].mem_total >= job->mem) {
+            c[n].gpu = g;
+            c[n].score = cluster->gpu[g].free_time;
+            n++;
+        }
+    memset(reserved, 0, SCHED_MAX_GPUS);
+    if (n < job->gpus) return INFINITY;
+    qsort(c, (size_t)n, sizeof c[0], candidate_cmp);
+    for (int i = 0; i < job->gpus; i++)
+        reserved[c[i].gpu] = 1;
+    return c[job->gpus - 1].score;
+}
+
+static int victim_cmp(const void *a, const void *b) {
+    const sched_job *x = *(sched_job *const *)a, *y = *(sched_job *const *)b;
+    if (x->priority != y->priority) return x->priority - y->priority;
+    /* the most recently started loses the least work */
+    if (x->start_time != y->start_time) return x->start_time > y->start_time ? -1 : 1;
+    return 0;
+}
+
+/* Accounts the cluster as if only `keep` ran; GPUs left empty read as idle. */
+static void account_without(const sched_policy_config *policy, sched_cluster *sim,
+                            const sched_cluster *cluster, sched_job *const *keep, int nkeep) {
+    *sim = *cluster;
+    sched_cluster_account(policy, sim, keep, nkeep);
+    for (int g = 0; g < sim->count; g++) {
+        sched_gpu *gpu = &sim->gpu[g];
+        if (gpu->exclusive_jobs == 0 && gpu->shared_jobs == 0 &&
+            (cluster->gpu[g].exclusive_jobs || cluster->gpu[g].shared_jobs)) {
+            gpu->mem_used = 0;
+            gpu->util = 0;
+        } else if (gpu->mem_used > gpu->mem_reserved && cluster->gpu[g].shared_jobs) {
+            gpu->mem_used = gpu->mem_reserved;
+        }
+    }
+}
+
+/* Chooses running jobs of lower priority whose GPUs would let `job` start.
+ * Jobs already stopping count as gone. Returns decisions written. */
+static int preempt_for(const sched_policy_config *policy, const sched_cluster *cluster,
+                       const sched_job *job, sched_job *const *running, int nrunning,
+                       sched_decision *out, int max_out) {
+    sched_job **keep = malloc(sizeof *keep * (size_t)(nrunning + 1));
+    sched_job **victims = malloc(sizeof *victims * (size_t)(nrunning + 1));
+    sched_cluster *sim = malloc(sizeof *sim);
+    int nkeep = 0, nvictims = 0, written = 0, gpus[SCHED_MAX_GPUS];
+    if (!keep || !victims || !sim) goto done;
+    for (int i = 0; i < nrunning; i++) {
+        if (running[i]->stop_reason != SCHED_STOP_NONE) continue;
+        keep[nkeep++] = running[i];
+        if (running[i]->priority < job->priority) victims[nvictims++] = running[i];
+    }
+    account_without(policy, sim, cluster, keep, nkeep);
+    if (place_masked(policy, sim, job, NULL, gpus) > 0) goto done; /* wait for those stopping */
+    qsort(victims, (size_t)nvictims, sizeof *victims, victim_cmp);
+    for (int v = 0; v < nvictims; v++) {
+        for (int i = 0; i < nkeep; i++)
+            if (keep[i] == victims[v]) {
+                keep[i] = keep[--nkeep];
+                break;
+            }
+        account_without(policy, sim, cluster, keep, nkeep);
+        if (place_masked(policy, sim, job, NULL, gpus) > 0) {
+            /* Of the victims tried, stop only those whose GPUs the job needs. */
+            for (int u = 0; u <= v && written < max_out; u++) {
+                int needed = 0;
+                for (int a = 0; a < victims[u]->assigned_count; a++)
+                    for (int i = 0; i < job->gpus; i++)
+                        if (victims[u]->assigned[a] == gpus[i]) needed = 1;
+                if (!needed) continue;
+                out[written].kind = SCHED_DECIDE_PREEMPT;
+                out[written].job = victims[u];
+                out[written].gpu_count = 0;
+                written++;
+            }
+            break;
+        }
+    }
+done:
+    free(keep);
+    free(victims);
+    free(sim);
+    return written;
+}
+
+static int any_gpu_open(const sched_cluster *cluster) {
+    for (int g = 0; g < cluster->count; g++)
+        if (cluster->gpu[g].exclusive_jobs == 0 && gpu_available(&cluster->gpu[g]) > 0) return 1;
+    return 0;
+}
+
+int sched_schedule(const sched_policy_config *policy, sched_cluster *cluster,
+                   sched_job *const *pending, int npending, sched_job *const *running, int nrunning,
+                   double now, sched_decision *decisions, int max_decisions,
+                   sched_pass_stats *stats) {
+    sched_pass_stats local;
+    if (!stats) stats = &local;
+    memset(stats, 0, sizeof *stats);
+    sched_cluster_account(policy, cluster, running, nrunning);
+    if (npending == 0) return 0;
+    queued *order = malloc(sizeof *order * (size_t)npending);
+    if (!order) return 0;
+    for (int i = 0; i < npending; i++) {
+        order[i].job = pending[i];
+        order[i].priority = sched_policy_effective_priority(policy, pending[i], now);
+    }
+    qsort(order, (size_t)npending, sizeof *order, queued_cmp);
+
+    int written = 0, blocked_seen = 0, reservation = 0;
+    unsigned char reserved[SCHED_MAX_GPUS];
+    double shadow = INFINITY;
+    for (int i = 0; i < npending && written < max_decisions; i++) {
+        sched_job *job = order[i].job;
+        if (!any_gpu_open(cluster)) {
+            stats->blocked += npending - i;
+            break;
+        }
+        /* A job may use reserved GPUs only if it surely ends before the
+         * reserved job could start. */
+        int backfills = job->time_limit > 0 && now + job->time_limit <= shadow;
+        int gpus[SCHED_MAX_GPUS];
+        int k =
+            place_masked(policy, cluster, job, reservation && !backfills ? reserved : NULL, gpus);
+        if (k > 0) {
+            sched_decision *d = &decisions[written++];
+            d->kind = SCHED_DECIDE_START;
+            d->job = job;
+            d->gpu_count = k;
+            memcpy(d->gpus, gpus, sizeof(int) * (size_t)k);
+            occupy(policy, cluster, job, gpus, k, now);
+            stats->started++;
+            continue;
+        }
+        stats->blocked++;
+        if (blocked_seen) continue;
+        blocked_seen = 1;
+        if (policy->flags & SCHED_POLICY_PREEMPTION) {
+            int n = preempt_for(policy, cluster, job, running, nrunning, decisions + written,
+                                max_decisions - written);
+            written += n;
+            stats->preempted += n;
+        }
+        if (!(policy->flags & SCHED_POLICY_BACKFILL)) {
+            stats->blocked += npending - i - 1;
+            break;
+        }
+        shadow = reserve(cluster, job, reserved);
+        reservation = 1;
+        stats->reserved_for = job->id;
+        stats->reservation_time = shadow;
+    }
+    free(order);
+    return written;
+}

@@ -1,0 +1,364 @@
+/*
+ * runner.c: starts job processes and keeps track of them across gpcd
+ * restarts.
+ *
+ * Each job gets a small supervisor: a child of gpcd that leaves gpcd's
+ * session (so killing gpcd does not touch it), forks the command in a new
+ * process group, waits for it and writes "exit N" or "signal N" to the job's
+ * exit file. gpcd remembers the supervisor's pid and start time (from
+ * /proc/PID/stat, so a reused pid is not mistaken for it). After a restart
+ * gpcd re-attaches to supervisors still alive and settles jobs whose
+ * supervisor is gone from their exit file. Signals (cancel, preemption,
+ * time limits) go to the job's process group, reaching everything it
+ * started.
+ *
+ * Between fork and exec only async-signal-safe calls are made; everything
+ * that allocates (argv, environment, paths) is prepared before the fork.
+ */
+#define _GNU_SOURCE /* close_range, pipe2 */
+#include "gpc/sched.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <jansson.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static void free_strings(char **v) {
+    if (!v) return;
+    for (char **p = v; *p; p++)
+        free(*p);
+    free(v);
+}
+
+static char **command_argv(const char *json) {
+    json_t *a = json ? json_loads(json, 0, NULL) : NULL;
+    if (!json_is_array(a) || json_array_size(a) == 0) {
+        json_decref(a);
+        return NULL;
+    }
+    size_t n = json_array_size(a);
+    char **argv = calloc(n + 1, sizeof *argv);
+    for (size_t i = 0; argv && i < n; i++) {
+        const char *s = json_string_value(json_array_get(a, i));
+        argv[i] = strdup(s ? s : "");
+    }
+    json_decref(a);
+    return argv;
+}
+
+static char *format_env(const char *name, const char *value) {
+    size_t len = strlen(name) + strlen(value) + 2;
+    char *s = malloc(len);
+    if (s) snprintf(s, len, "%s=%s", name, value);
+    return s;
+}
+
+/* The submitter's environment with gpcd's variables put over it. */
+static char **job_environment(const sched_job *job) {
+    json_t *env = job->env ? json_loads(job->env, 0, NULL) : NULL;
+    size_t n = json_is_object(env) ? json_object_size(env) : 0;
+    char **envp = calloc(n + 8, sizeof *envp);
+    if (!envp) {
+        json_decref(env);
+        return NULL;
+    }
+    static const char *const ours[] = {"CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE", "GPC_JOB_ID",
+                                       "GPC_JOB_GPUS"};
+    size_t k = 0;
+    const char *key;
+    json_t *value;
+    if (n) json_object_foreach(env, key, value) {
+            int skip = 0;
+            for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
+                if (strcmp(key, ours[i]) == 0) skip = 1;
+            if (!skip && json_is_string(value))
+                envp[k++] = format_env(key, json_string_value(value));
+        }
+    json_decref(env);
+    if (!job->env || n == 0) envp[k++] = strdup("PATH=/usr/local/bin:/usr/bin:/bin");
+    char gpus[SCHED_MAX_GPUS * 4] = "", id[32];
+    size_t used = 0;
+    for (int i = 0; i < job->assigned_count; i++)
+        used +=
+            (size_t)snprintf(gpus + used, sizeof gpus - used, i ? ",%d" : "%d", job->assigned[i]);
+    snprintf(id, sizeof id, "%lld", (long long)job->id);
+    envp[k++] = format_env("CUDA_VISIBLE_DEVICES", gpus);
+    /* NVLink SHARP (NVLS) reserves memory on every GPU of the NVLink domain
+     * and can hang jobs that share a server; gpcd's jobs do without it. */
+    envp[k++] = format_env("NCCL_NVLS_ENABLE", "0");
+    envp[k++] = format_env("GPC_JOB_ID", id);
+    snprintf(id, sizeof id, "%d", job->assigned_count);
+    envp[k++] = format_env("GPC_JOB_GPUS", id);
+    envp[k] = NULL;
+    return envp;
+}
+
+/* Writes a string with write(2) only (usable after fork). */
+static void say(int fd, const char *s) {
+    size_t len = strlen(s);
+    while (len > 0) {
+        ssize_t n = write(fd, s, len);
+        if (n <= 0) return;
+        s += n;
+        len -= (size_t)n;
+    }
+}
+
+static void format_uint(char *buf, unsigned long v) {
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (int i = 0; i < n; i++)
+        buf[i] = tmp[n - 1 - i];
+    buf[n] = '\0';
+}
+
+typedef struct {
+    char **argv;
+    char **envp;
+    const char *cwd;
+    const char *exit_path;
+    char *exit_tmp;
+    int log_fd, null_fd, pipe_w;
+    int switch_user;
+    uid_t uid;
+    gid_t gid;
+    gid_t groups[64];
+    int ngroups;
+} launch;
+
+/* The supervisor: runs in the child of gpcd, never returns. */
+static void supervise(launch *l) {
+    sigset_t all;
+    sigemptyset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL);
+    setsid();
+    dup2(l->null_fd, 0);
+    dup2(l->log_fd, 1);
+    dup2(l->log_fd, 2);
+    if (l->pipe_w != 3) {
+        dup2(l->pipe_w, 3);
+    } else {
+        fcntl(3, F_SETFD, 0);
+    }
+    close_range(4, ~0U, 0);
+    pid_t child = fork();
+    if (child < 0) {
+        say(2, "gpcd: cannot start the job: fork failed\n");
+        _exit(126);
+    }
+    if (child == 0) {
+        setpgid(0, 0);
+        close(3);
+        if (l->switch_user) {
+            if (setgroups((size_t)l->ngroups, l->groups) != 0 || setgid(l->gid) != 0 ||
+                setuid(l->uid) != 0) {
+                say(2, "gpcd: cannot switch to the job owner's user id\n");
+                _exit(126);
+            }
+        }
+        if (chdir(l->cwd) != 0) {
+            say(2, "gpcd: cannot enter the job's directory ");
+            say(2, l->cwd);
+            say(2, ": ");
+            say(2, strerror(errno));
+            say(2, "\n");
+            _exit(126);
+        }
+        environ = l->envp;
+        execvp(l->argv[0], l->argv);
+        say(2, "gpcd: cannot run '");
+        say(2, l->argv[0]);
+        say(2, "': ");
+        say(2, strerror(errno));
+        say(2, "\n");
+        _exit(127);
+    }
+    setpgid(child, child); /* also in the child: whichever runs first wins the race */
+    pid_t pid_value = child;
+    if (write(3, &pid_value, sizeof pid_value) != (ssize_t)sizeof pid_value) _exit(126);
+    close(3);
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0)
+        if (errno != EINTR) _exit(126);
+    char line[64], number[24];
+    if (WIFSIGNALED(status)) {
+        format_uint(number, (unsigned long)WTERMSIG(status));
+        strcpy(line, "signal ");
+    } else {
+        format_uint(number, (unsigned long)WEXITSTATUS(status));
+        strcpy(line, "exit ");
+    }
+    strcat(line, number);
+    strcat(line, "\n");
+    int fd = open(l->exit_tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+        say(fd, line);
+        fsync(fd);
+        close(fd);
+        rename(l->exit_tmp, l->exit_path);
+    }
+    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+}
+
+static gpc_status prepare_user(const sched_job *job, launch *l) {
+    if (geteuid() != 0 || job->owner_uid == 0) return GPC_OK;
+    struct passwd pw, *found = NULL;
+    char buf[4096];
+    if (getpwuid_r(job->owner_uid, &pw, buf, sizeof buf, &found) != 0 || !found)
+        return gpc_error(GPC_ERR_INVALID_ARG, "job %lld: its owner (uid %u) has no user entry",
+                         (long long)job->id, job->owner_uid);
+    l->switch_user = 1;
+    l->uid = pw.pw_uid;
+    l->gid = pw.pw_gid;
+    l->ngroups = 64;
+    if (getgrouplist(pw.pw_name, pw.pw_gid, l->groups, &l->ngroups) < 0) {
+        l->groups[0] = pw.pw_gid;
+        l->ngroups = 1;
+    }
+    return GPC_OK;
+}
+
+gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *exit_path) {
+    launch l;
+    memset(&l, 0, sizeof l);
+    l.log_fd = l.null_fd = -1;
+    int pipe_fds[2] = {-1, -1};
+    gpc_status st = GPC_OK;
+    l.argv = command_argv(job->command);
+    l.envp = job_environment(job);
+    l.cwd = job->cwd ? job->cwd : "/";
+    l.exit_path = exit_path;
+    size_t tmp_len = strlen(exit_path) + 8;
+    l.exit_tmp = malloc(tmp_len);
+    if (!l.argv || !l.envp || !l.exit_tmp) {
+        st = gpc_error(GPC_ERR_INVALID_ARG, "job %lld has no command to run", (long long)job->id);
+        goto out;
+    }
+    snprintf(l.exit_tmp, tmp_len, "%s.tmp", exit_path);
+    unlink(exit_path);
+    if ((st = prepare_user(job, &l)) != GPC_OK) goto out;
+    l.log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    if (l.log_fd < 0) {
+        st = gpc_error(GPC_ERR_IO, "cannot open the job log %s: %s", log_path, strerror(errno));
+        goto out;
+    }
+    if (l.switch_user && fchown(l.log_fd, l.uid, l.gid) != 0) {
+        /* the owner reads logs through gpcd anyway; note it and go on */
+        gpc_log(GPC_LOG_WARN, "cannot give %s to uid %u: %s", log_path, l.uid, strerror(errno));
+    }
+    l.null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (l.null_fd < 0 || pipe2(pipe_fds, O_CLOEXEC) != 0) {
+        st = gpc_error(GPC_ERR_IO, "cannot prepare the job's files: %s", strerror(errno));
+        goto out;
+    }
+    l.pipe_w = pipe_fds[1];
+    pid_t supervisor = fork();
+    if (supervisor < 0) {
+        st = gpc_error(GPC_ERR_IO, "cannot fork for job %lld: %s", (long long)job->id,
+                       strerror(errno));
+        goto out;
+    }
+    if (supervisor == 0) supervise(&l);
+    close(pipe_fds[1]);
+    pipe_fds[1] = -1;
+    pid_t child = 0;
+    ssize_t n;
+    while ((n = read(pipe_fds[0], &child, sizeof child)) < 0 && errno == EINTR) {
+    }
+    if (n != (ssize_t)sizeof child || child <= 0) {
+        st = gpc_error(GPC_ERR_IO, "job %lld's supervisor died before starting it (see %s)",
+                       (long long)job->id, log_path);
+        goto out;
+    }
+    job->pid = supervisor;
+    job->pgid = child;
+    job->pid_start = sched_process_start_time(supervisor);
+out:
+    if (pipe_fds[0] >= 0) close(pipe_fds[0]);
+    if (pipe_fds[1] >= 0) close(pipe_fds[1]);
+    if (l.log_fd >= 0) close(l.log_fd);
+    if (l.null_fd >= 0) close(l.null_fd);
+    free_strings(l.argv);
+    free_strings(l.envp);
+    free(l.exit_tmp);
+    return st;
+}
+
+uint64_t sched_process_start_time(pid_t pid) {
+    char path[64], buf[1024];
+    if (pid <= 0) return 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    /* The command name (field 2) may hold spaces and parentheses: fields
+     * resume after the last ')'. Field 3 is the state, field 22 the start
+     * time (proc(5)). */
+    char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ') return 0;
+    p += 2;
+    if (*p == 'Z' || *p == 'X') return 0; /* exited, not yet reaped */
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p, ' ');
+        if (!p) return 0;
+        p++;
+    }
+    return strtoull(p, NULL, 10);
+}
+
+int sched_runner_alive(const sched_job *job) {
+    if (job->pid <= 0 || job->pid_start == 0) return 0;
+    return sched_process_start_time(job->pid) == job->pid_start;
+}
+
+int sched_runner_read_exit(const char *exit_path, int *exit_code, int *signal_out) {
+    FILE *f = fopen(exit_path, "r");
+    if (!f) return -1;
+    char word[16];
+    int value;
+    int ok = fscanf(f, "%15s %d", word, &value) == 2;
+    fclose(f);
+    if (!ok) return -1;
+    if (strcmp(word, "exit") == 0) {
+        *exit_code = value;
+        *signal_out = 0;
+        return 0;
+    }
+    if (strcmp(word, "signal") == 0) {
+        *exit_code = 128 + value;
+        *signal_out = value;
+        return 0;
+    }
+    return -1;
+}
+
+void sched_runner_signal(const sched_job *job, int sig) {
+    /* Only while the supervisor lives is the process group surely the job's. */
+    if (job->pgid > 1 && sched_runner_alive(job)) kill(-job->pgid, sig);
+}
+
+void sched_runner_reap(void) {
+    int status;
+    while (waitpid(-1, &status, WNOHANG) > 0) {
+    }
+}

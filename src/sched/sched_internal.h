@@ -1,0 +1,70 @@
+/*
+ * sched_internal.h: what gpcd's own files share and nobody else needs: the
+ * daemon's state (daemon.c owns it, api.c reads it under its lock) and the
+ * metrics renderer's input.
+ */
+#ifndef GPC_SCHED_INTERNAL_H
+#define GPC_SCHED_INTERNAL_H
+
+#include <pthread.h>
+#include <signal.h>
+
+#include "gpc/sched.h"
+
+typedef struct {
+    const sched_gpu_reading *gpus;
+    int gpu_count;
+    const sched_alert *alerts;
+    int alert_count;
+    int64_t jobs_by_state[SCHED_STATE_COUNT];
+    int64_t submitted_total, started_total, preempted_total;
+    double last_pass_seconds;
+    double uptime_seconds;
+    int pending, running;
+    double oldest_wait_seconds;
+} sched_metrics_input;
+
+/* Prometheus text exposition format 0.0.4; malloc'd. */
+char *sched_metrics_render(const sched_metrics_input *in);
+
+struct MHD_Daemon;
+
+struct sched_daemon {
+    sched_config config;
+    sched_store *store;
+    sched_monitor *monitor;
+    struct MHD_Daemon *http_unix, *http_tcp;
+    void *api_state; /* api.c's listener contexts */
+    int listen_fd;
+    char token[256];
+    char jobs_dir[600];
+    uid_t uid;
+    double started_at;
+    int wake_fd;
+    volatile sig_atomic_t stop;
+
+    /* Everything below is guarded by lock. */
+    pthread_mutex_t lock;
+    sched_cluster cluster;
+    sched_job **active; /* queued, preempted and running jobs, owned */
+    int nactive, cap_active;
+    int dirty; /* a pass is due */
+    int64_t submitted_total, started_total, preempted_total;
+    double last_pass_seconds;
+    sched_pass_stats last_pass;
+};
+
+/* api.c */
+gpc_status sched_api_start(sched_daemon *daemon);
+void sched_api_stop(sched_daemon *daemon);
+
+/* daemon.c: operations the API calls */
+void sched_daemon_wake(sched_daemon *daemon);
+/* Saves a validated job and queues it; returns the HTTP status and writes
+ * the reply ({"id":N}) or the error into body. On 201 the daemon owns the
+ * job; otherwise the caller still does. */
+int sched_daemon_submit(sched_daemon *daemon, sched_job *job, char *body, size_t size);
+int sched_daemon_cancel(sched_daemon *daemon, int64_t id, uid_t caller, char *body, size_t size);
+void sched_daemon_log_path(const sched_daemon *daemon, int64_t id, char *buf, size_t size);
+
+#endif /* GPC_SCHED_INTERNAL_H */
