@@ -3,6 +3,7 @@
  * the comments, and its error messages. */
 #include "testutil.h"
 
+#include "gpc/model.h"
 #include "gpc/plan.h"
 
 #include <stdio.h>
@@ -226,12 +227,50 @@ static void test_bad_input_messages(void **state) {
     TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--gpus 0");
 }
 
+/* The plan against the model itself: gpt_create on the CPU (f32) places the
+ * very buffers the plan counts, and gpt_memory_bytes is what its two arenas
+ * hold. The arenas do not pad their last tensor, so the plan may be above by
+ * less than one alignment (256 bytes) per arena. */
+static void test_plan_matches_gpt_create(void **state) {
+    (void)state;
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 21);
+    for (int trial = 0; trial < 12; trial++) {
+        int layers = 1 + (int)gpc_rng_below(&rng, 3), heads = 1 + (int)gpc_rng_below(&rng, 4);
+        int channels = heads * 8 * (1 + (int)gpc_rng_below(&rng, 3));
+        int T = 4 + (int)gpc_rng_below(&rng, 40), B = 1 + (int)gpc_rng_below(&rng, 4);
+        int vocab = 50 + (int)gpc_rng_below(&rng, 300);
+        gpt_config config;
+        TEST_OK(gpt_config_init(&config, layers, heads, channels, T, vocab));
+        gpt_model *model = NULL;
+        TEST_OK(gpt_create(&model, &config, gpc_cpu(), GPC_F32, B, T, 1));
+        gpc_plan_input in;
+        gpc_plan_defaults(&in);
+        in.layers = layers, in.heads = heads, in.channels = channels;
+        in.context = T, in.batch = B, in.vocab = vocab;
+        in.dtype = GPC_F32, in.cuda = 0;
+        gpc_plan_result r;
+        TEST_OK(gpc_plan_compute(&in, &r));
+        assert_int_equal(r.num_params, gpt_config_num_params(&config));
+        uint64_t real = gpt_memory_bytes(model);
+        if (!(r.total >= real && r.total - real < 2 * 256))
+            fail_msg("L=%d NH=%d C=%d T=%d B=%d V=%d: plan %llu bytes, gpt_create %llu", layers,
+                     heads, channels, T, B, vocab, (unsigned long long)r.total,
+                     (unsigned long long)real);
+        gpt_free(model);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_d12_bf16_by_hand),       cmocka_unit_test(test_recompute_by_hand),
-        cmocka_unit_test(test_fp32_zero1_by_hand),     cmocka_unit_test(test_lora_by_hand),
-        cmocka_unit_test(test_tiny_alignment_by_hand), cmocka_unit_test(test_max_batch_boundary),
+        cmocka_unit_test(test_d12_bf16_by_hand),
+        cmocka_unit_test(test_recompute_by_hand),
+        cmocka_unit_test(test_fp32_zero1_by_hand),
+        cmocka_unit_test(test_lora_by_hand),
+        cmocka_unit_test(test_tiny_alignment_by_hand),
+        cmocka_unit_test(test_max_batch_boundary),
         cmocka_unit_test(test_bad_input_messages),
+        cmocka_unit_test(test_plan_matches_gpt_create),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
