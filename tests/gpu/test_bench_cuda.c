@@ -1,0 +1,70 @@
+/* test_bench_cuda.c: the GPU measurements of gpc bench on a real GPU: every
+ * GEMM kernel and precision agrees with float64 on sampled entries (the
+ * check inside gpc_bench_cuda_gemm, asserted here with tolerances set by the
+ * precision), the naive and tiled kernels agree, copies and the pipeline
+ * return positive times with bandwidth under what the device can do, and
+ * more streams do not make the pipeline slower. Exits 77 without a GPU. */
+#include "testutil.h"
+
+#include "cuda/bench_cuda.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void test_gemm_kernels_match_float64(void **state) {
+    (void)state;
+    int major = 0, minor = 0;
+    TEST_OK(gpc_bench_cuda_device_info(0, NULL, 0, &major, &minor, NULL));
+    const double tol[] = {1e-4, 1e-2, 2e-2, 1e-2, 2e-2};
+    int sizes[] = {256, 384 + 16 * (int)(test_seed() % 8)}; /* one size not a multiple of 32 */
+    for (int s = 0; s < 2; s++) {
+        for (int k = GPC_GEMM_NAIVE; k <= GPC_GEMM_CUBLAS; k++) {
+            for (int p = GPC_GEMM_F32; p <= GPC_GEMM_FP8; p++) {
+                if (k != GPC_GEMM_CUBLAS && p != GPC_GEMM_F32) continue;
+                if (p == GPC_GEMM_FP8 && major * 10 + minor < 89) continue;
+                double seconds = 0, error = -1;
+                TEST_OK(gpc_bench_cuda_gemm(0, k, p, sizes[s], 2, &seconds, &error));
+                if (!(error >= 0 && error <= tol[p]))
+                    fail_msg("%s-%s n=%d: error %g over %g", gpc_gemm_kernel_name(k),
+                             gpc_gemm_precision_name(p), sizes[s], error, tol[p]);
+                assert_true(seconds > 0);
+            }
+        }
+    }
+    double t, e;
+    TEST_FAILS(gpc_bench_cuda_gemm(0, GPC_GEMM_TILED, GPC_GEMM_BF16, 256, 1, &t, &e),
+               GPC_ERR_UNSUPPORTED, "f32 only");
+}
+
+static void test_copies_and_overlap(void **state) {
+    (void)state;
+    const size_t bytes = 64u << 20;
+    for (int d = GPC_COPY_H2D; d <= GPC_COPY_D2D; d++)
+        for (int m = GPC_COPY_PAGEABLE; m <= GPC_COPY_MANAGED_PREFETCH; m++) {
+            double seconds = 0;
+            TEST_OK(gpc_bench_cuda_copy(0, m, d, bytes, 3, &seconds));
+            double gbps = bytes / seconds / 1e9;
+            /* no host link or HBM moves more than 10 TB/s */
+            if (!(seconds > 0 && gbps < 10000))
+                fail_msg("%s %s: %g s (%g GB/s)", gpc_copy_direction_name(d),
+                         gpc_copy_memory_name(m), seconds, gbps);
+        }
+    double one = 0, four = 0;
+    TEST_OK(gpc_bench_cuda_overlap(0, 1, 64u << 20, 16, 3, &one));
+    TEST_OK(gpc_bench_cuda_overlap(0, 4, 64u << 20, 16, 3, &four));
+    assert_true(one > 0 && four > 0);
+    /* four streams overlap copies with compute: never much slower than one */
+    if (four > 1.2 * one) fail_msg("4 streams %g s vs 1 stream %g s", four, one);
+}
+
+int main(void) {
+    if (gpc_bench_cuda_device_count() <= 0) {
+        printf("no GPU: %s\n", gpc_last_error());
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_kernels_match_float64),
+        cmocka_unit_test(test_copies_and_overlap),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
