@@ -1,0 +1,122 @@
+/*
+ * cmd_sched_submit.c: gpc submit: hands a command to gpcd to run when GPUs
+ * are free. Everything after "--" is the command, passed through untouched;
+ * the job inherits the current directory and environment. The job id is
+ * printed alone on stdout, so `id=$(gpc submit ... -- cmd)` works.
+ */
+#include "cli/cmd_sched.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+extern char **environ;
+
+int cmd_submit(int argc, char **argv) {
+    int gpus = 1;
+    const char *mem = NULL, *priority = NULL, *type = "batch", *data = NULL, *time_limit = NULL,
+               *name = NULL, *socket = NULL;
+    const cli_option options[] = {
+        {"gpus", CLI_INT, &gpus, "N", "GPUs the job needs, all at once (default 1)"},
+        {"mem", CLI_STRING, &mem, "SIZE", "GPU memory needed per GPU, e.g. 40G"},
+        {"priority", CLI_STRING, &priority, "P", "low, normal (default), high or 0-100"},
+        {"type", CLI_STRING, &type, "TYPE",
+         "train, infer, batch (default) or interactive: how it is placed"},
+        {"data", CLI_STRING, &data, "PATH", "data the job reads, to place it near that data"},
+        {"time", CLI_STRING, &time_limit, "DURATION",
+         "time limit such as 30m or 2h (lets short jobs backfill)"},
+        {"name", CLI_STRING, &name, "NAME", "a label shown in gpc queue"},
+        {"socket", CLI_STRING, &socket, "PATH",
+         "gpcd's socket (default $GPC_SOCKET or " SCHED_DEFAULT_SOCKET ")"},
+        {0},
+    };
+    const cli_spec spec = {"submit",
+                           "submit [OPTIONS] -- COMMAND [ARGS...]",
+                           "Queue COMMAND with gpcd. It starts when the GPUs it needs are free, "
+                           "with CUDA_VISIBLE_DEVICES set to them; the job id is printed on the "
+                           "last line.",
+                           options,
+                           0,
+                           NULL,
+                           NULL};
+    /* cli_parse treats "--" as an argument: split the command off first. */
+    int split = argc;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--") == 0) {
+            split = i;
+            break;
+        }
+    int rc = cli_parse(&spec, split, argv);
+    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
+    if (rc) return rc;
+    if (split >= argc - 1)
+        return cli_usage_error("submit", "give the command after '--', e.g. gpc submit --gpus 2 "
+                                         "-- gpc train --config run.ini");
+    if (gpus < 1 || gpus > SCHED_MAX_GPUS)
+        return cli_usage_error("submit", "--gpus %d is outside 1-%d", gpus, SCHED_MAX_GPUS);
+    json_t *job = json_object();
+    json_t *command = json_array();
+    for (int i = split + 1; i < argc; i++)
+        json_array_append_new(command, json_string(argv[i]));
+    json_object_set_new(job, "command", command);
+    json_object_set_new(job, "gpus", json_integer(gpus));
+    json_object_set_new(job, "type", json_string(type));
+    if (mem) json_object_set_new(job, "mem", json_string(mem));
+    if (priority) json_object_set_new(job, "priority", json_string(priority));
+    if (time_limit) json_object_set_new(job, "time_limit", json_string(time_limit));
+    if (name) json_object_set_new(job, "name", json_string(name));
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) {
+        json_decref(job);
+        fprintf(stderr, "gpc submit: error: cannot read the current directory\n");
+        return CLI_EXIT_RUNTIME;
+    }
+    json_object_set_new(job, "cwd", json_string(cwd));
+    if (data) {
+        char *absolute = realpath(data, NULL);
+        if (!absolute && data[0] != '/') {
+            json_decref(job);
+            return cli_usage_error("submit", "--data %s does not exist (give an existing path)",
+                                   data);
+        }
+        json_object_set_new(job, "data", json_string(absolute ? absolute : data));
+        free(absolute);
+    }
+    json_t *env = json_object();
+    for (char **e = environ; *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq || eq == *e) continue;
+        char key[256];
+        size_t len = (size_t)(eq - *e);
+        if (len >= sizeof key) continue;
+        memcpy(key, *e, len);
+        key[len] = '\0';
+        json_t *value = json_string(eq + 1);
+        if (value) json_object_set_new(env, key, value); /* skips values that are not UTF-8 */
+    }
+    json_object_set_new(job, "env", env);
+    char *body = json_dumps(job, JSON_COMPACT);
+    json_decref(job);
+    if (!body) {
+        fprintf(stderr, "gpc submit: error: the command or environment is not valid UTF-8\n");
+        return CLI_EXIT_USAGE;
+    }
+    sched_response response;
+    rc = sched_cli_call("submit", socket, "POST", "/jobs", body, &response);
+    free(body);
+    if (rc) return rc;
+    json_t *reply = json_loadb(response.body, response.body_len, 0, NULL);
+    json_int_t id = json_integer_value(json_object_get(reply, "id"));
+    json_decref(reply);
+    sched_response_free(&response);
+    if (id <= 0) {
+        fprintf(stderr, "gpc submit: error: gpcd accepted the job but sent no id\n");
+        return CLI_EXIT_RUNTIME;
+    }
+    fprintf(stderr, "gpc submit: job %lld queued (%s, %d GPU%s%s%s)\n", (long long)id, type, gpus,
+            gpus == 1 ? "" : "s", priority ? ", priority " : "", priority ? priority : "");
+    printf("%lld\n", (long long)id);
+    return CLI_EXIT_OK;
+}
