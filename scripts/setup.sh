@@ -10,7 +10,7 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config libopenblas-dev libcmocka-dev fortunes
           libsqlite3-dev libmicrohttpd-dev libjansson-dev libinih-dev)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(python3 clang libclang-rt-14-dev prometheus openmpi-bin libopenmpi-dev curl procps)
+  packages+=(python3 clang libclang-rt-14-dev prometheus openmpi-bin libopenmpi-dev curl procps chromium)
 fi
 
 missing=()
