@@ -8,6 +8,8 @@
 #include "cuda/cuda_common.cuh"
 
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #define GPC_CUDA_MAX_DEVICES 64
 
@@ -77,22 +79,128 @@ gpc_status gpc_cuda_same_dtype(const char *op, const char *name_a, const gpc_ten
                      op, name_a, name_b, gpc_dtype_name(a->dtype), gpc_dtype_name(b->dtype));
 }
 
+/* ------------------------------------------------------------ profiling
+ *
+ * With GPC_CUDA_PROFILE=1 in the environment every op is bracketed by a pair
+ * of CUDA events on its stream, so the time of each op family inside a real
+ * training step can be read without a profiler and without stopping the
+ * step: events are resolved in batches when the pool fills, and at report
+ * time. Off (the default) it costs one branch per op. */
+
+#define PROFILE_OPS 17
+#define PROFILE_POOL 8192
+
+static const char *const profile_names[PROFILE_OPS] = {"embedding_forward",
+                                                       "embedding_backward",
+                                                       "layernorm_forward",
+                                                       "layernorm_backward",
+                                                       "residual_layernorm_forward",
+                                                       "matmul_forward",
+                                                       "matmul_backward",
+                                                       "gelu_forward",
+                                                       "gelu_backward",
+                                                       "residual_forward",
+                                                       "attention_forward",
+                                                       "attention_backward",
+                                                       "crossentropy_forward_backward",
+                                                       "sum_squares",
+                                                       "adamw",
+                                                       "convert",
+                                                       "scale"};
+
+static int profile_enabled = -1;
+static cudaEvent_t profile_events[PROFILE_POOL][2];
+static int profile_op[PROFILE_POOL];
+static int profile_used;
+static double profile_ms[PROFILE_OPS];
+static long profile_calls[PROFILE_OPS];
+
+static void profile_flush(void) {
+    if (profile_used == 0) return;
+    cudaEventSynchronize(profile_events[profile_used - 1][1]);
+    for (int i = 0; i < profile_used; i++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, profile_events[i][0], profile_events[i][1]) == cudaSuccess) {
+            profile_ms[profile_op[i]] += ms;
+            profile_calls[profile_op[i]]++;
+        }
+    }
+    cudaGetLastError();
+    profile_used = 0;
+}
+
+static int profile_on(void) {
+    if (profile_enabled < 0) {
+        const char *env = getenv("GPC_CUDA_PROFILE");
+        profile_enabled = env && env[0] == '1';
+        if (profile_enabled)
+            for (int i = 0; i < PROFILE_POOL; i++)
+                if (cudaEventCreate(&profile_events[i][0]) != cudaSuccess ||
+                    cudaEventCreate(&profile_events[i][1]) != cudaSuccess) {
+                    cudaGetLastError();
+                    profile_enabled = 0;
+                    break;
+                }
+    }
+    return profile_enabled;
+}
+
+template <typename Sig, Sig *F, int ID> struct profiled;
+template <typename... A, gpc_status (*F)(A...), int ID> struct profiled<gpc_status(A...), F, ID> {
+    static gpc_status run(A... args) {
+        if (!profile_on()) return F(args...);
+        if (profile_used == PROFILE_POOL) profile_flush();
+        int slot = profile_used++;
+        profile_op[slot] = ID;
+        cudaEventRecord(profile_events[slot][0], gpc_cuda_stream());
+        gpc_status status = F(args...);
+        cudaEventRecord(profile_events[slot][1], gpc_cuda_stream());
+        return status;
+    }
+};
+
+#define PROFILED(fn, id) profiled<decltype(fn), fn, id>::run
+
+extern "C" void gpc_cuda_profile_reset(void) {
+    if (!profile_on()) return;
+    profile_flush();
+    for (int i = 0; i < PROFILE_OPS; i++)
+        profile_ms[i] = 0, profile_calls[i] = 0;
+}
+
+extern "C" int gpc_cuda_profile_report(char *buf, size_t size) {
+    if (!profile_on() || size == 0) return 0;
+    profile_flush();
+    double total = 0;
+    for (int i = 0; i < PROFILE_OPS; i++)
+        total += profile_ms[i];
+    size_t at = 0;
+    at += snprintf(buf + at, size - at, "%-30s %8s %12s %7s\n", "op", "calls", "ms", "share");
+    for (int i = 0; i < PROFILE_OPS && at < size; i++)
+        if (profile_calls[i])
+            at += snprintf(buf + at, size - at, "%-30s %8ld %12.3f %6.1f%%\n", profile_names[i],
+                           profile_calls[i], profile_ms[i],
+                           total > 0 ? 100.0 * profile_ms[i] / total : 0.0);
+    if (at < size) snprintf(buf + at, size - at, "%-30s %8s %12.3f\n", "total", "", total);
+    return 1;
+}
+
 extern "C" const gpc_ops_table gpc_cuda_ops = {
-    gpc_cuda_embedding_forward,
-    gpc_cuda_embedding_backward,
-    gpc_cuda_layernorm_forward,
-    gpc_cuda_layernorm_backward,
-    gpc_cuda_residual_layernorm_forward,
-    gpc_cuda_matmul_forward,
-    gpc_cuda_matmul_backward,
-    gpc_cuda_gelu_forward,
-    gpc_cuda_gelu_backward,
-    gpc_cuda_residual_forward,
-    gpc_cuda_attention_forward,
-    gpc_cuda_attention_backward,
-    gpc_cuda_crossentropy_forward_backward,
-    gpc_cuda_sum_squares,
-    gpc_cuda_adamw,
-    gpc_cuda_convert,
-    gpc_cuda_scale,
+    PROFILED(gpc_cuda_embedding_forward, 0),
+    PROFILED(gpc_cuda_embedding_backward, 1),
+    PROFILED(gpc_cuda_layernorm_forward, 2),
+    PROFILED(gpc_cuda_layernorm_backward, 3),
+    PROFILED(gpc_cuda_residual_layernorm_forward, 4),
+    PROFILED(gpc_cuda_matmul_forward, 5),
+    PROFILED(gpc_cuda_matmul_backward, 6),
+    PROFILED(gpc_cuda_gelu_forward, 7),
+    PROFILED(gpc_cuda_gelu_backward, 8),
+    PROFILED(gpc_cuda_residual_forward, 9),
+    PROFILED(gpc_cuda_attention_forward, 10),
+    PROFILED(gpc_cuda_attention_backward, 11),
+    PROFILED(gpc_cuda_crossentropy_forward_backward, 12),
+    PROFILED(gpc_cuda_sum_squares, 13),
+    PROFILED(gpc_cuda_adamw, 14),
+    PROFILED(gpc_cuda_convert, 15),
+    PROFILED(gpc_cuda_scale, 16),
 };

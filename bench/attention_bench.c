@@ -1,0 +1,96 @@
+/*
+ * attention_bench.c: gpc's causal attention forward and backward at the
+ * GPT-2 shape, timed with CUDA events (median of --reps after warm-up).
+ *
+ *   bench_attention_bench [--batch 64] [--context 1024] [--heads 12]
+ *                         [--head-size 64] [--reps 20] [--precision bf16]
+ *
+ * bench/attention_bench.py times PyTorch's SDPA (flash) on the same shape;
+ * bench/gpt2_train.sh prints the two side by side. FLOPs counted as FA2
+ * does: forward 4 B NH T^2 hs / 2 (causal), backward 2.5 times that.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops.h"
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define CHECK(x)                                                                                   \
+    do {                                                                                           \
+        if ((x) != GPC_OK) {                                                                       \
+            fprintf(stderr, "bench_attention_bench: %s\n", gpc_last_error());                      \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+int main(int argc, char **argv) {
+    int B = 64, T = 1024, NH = 12, hs = 64, reps = 20;
+    const char *precision = "bf16";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--batch")) B = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--context")) T = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--heads")) NH = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--head-size")) hs = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--precision")) precision = argv[i + 1];
+    }
+    const gpc_backend *cuda = gpc_backend_get(GPC_DEVICE_CUDA);
+    if (!cuda) {
+        fprintf(stderr, "bench_attention_bench: %s\n", gpc_last_error());
+        return 1;
+    }
+    gpc_dtype dt;
+    CHECK(gpc_dtype_parse(precision, &dt));
+    gpc_device dev = {GPC_DEVICE_CUDA, 0};
+    int64_t C = (int64_t)NH * hs;
+    int64_t s_qkv[3] = {B, T, 3 * C}, s_o[3] = {B, T, C}, s_l[3] = {B, NH, T};
+    gpc_tensor qkv, out, lse, dout, dqkv, hq, hd;
+    CHECK(gpc_tensor_alloc(&qkv, dt, dev, 3, s_qkv));
+    CHECK(gpc_tensor_alloc(&dqkv, dt, dev, 3, s_qkv));
+    CHECK(gpc_tensor_alloc(&out, dt, dev, 3, s_o));
+    CHECK(gpc_tensor_alloc(&dout, dt, dev, 3, s_o));
+    CHECK(gpc_tensor_alloc(&lse, GPC_F32, dev, 3, s_l));
+    CHECK(gpc_tensor_alloc(&hq, GPC_F32, gpc_cpu(), 3, s_qkv));
+    CHECK(gpc_tensor_alloc(&hd, GPC_F32, gpc_cpu(), 3, s_o));
+    gpc_rng rng;
+    gpc_rng_seed(&rng, 11, 1);
+    gpc_rng_fill_normal(&rng, hq.data, (size_t)gpc_tensor_numel(&hq), 0, 1);
+    gpc_rng_fill_normal(&rng, hd.data, (size_t)gpc_tensor_numel(&hd), 0, 1);
+    gpc_tensor tq, td; /* f32 staging on the device, then converted */
+    CHECK(gpc_tensor_alloc(&tq, GPC_F32, dev, 3, s_qkv));
+    CHECK(gpc_tensor_alloc(&td, GPC_F32, dev, 3, s_o));
+    CHECK(gpc_tensor_copy(&tq, &hq));
+    CHECK(gpc_tensor_copy(&td, &hd));
+    CHECK(gpc_op_convert(&qkv, &tq));
+    CHECK(gpc_op_convert(&dout, &td));
+    gpc_event e0, e1;
+    CHECK(cuda->event_create(&e0));
+    CHECK(cuda->event_create(&e1));
+    float *fwd = malloc(sizeof(float) * reps), *bwd = malloc(sizeof(float) * reps);
+    for (int r = -3; r < reps; r++) {
+        CHECK(cuda->event_record(e0, NULL));
+        CHECK(gpc_op_attention_forward(&out, &lse, &qkv, NH));
+        CHECK(cuda->event_record(e1, NULL));
+        float ms;
+        CHECK(cuda->event_elapsed_ms(e0, e1, &ms));
+        if (r >= 0) fwd[r] = ms;
+        CHECK(cuda->event_record(e0, NULL));
+        CHECK(gpc_op_attention_backward(&dqkv, &dout, &qkv, &out, &lse, NH));
+        CHECK(cuda->event_record(e1, NULL));
+        CHECK(cuda->event_elapsed_ms(e0, e1, &ms));
+        if (r >= 0) bwd[r] = ms;
+    }
+    qsort(fwd, reps, sizeof(float), cmp_float);
+    qsort(bwd, reps, sizeof(float), cmp_float);
+    double f = 4.0 * B * NH * (double)T * T * hs / 2;
+    printf("RESULT gpc_attention B=%d T=%d NH=%d hs=%d %s fwd_ms=%.3f bwd_ms=%.3f "
+           "fwd_tflops=%.1f bwd_tflops=%.1f\n",
+           B, T, NH, hs, precision, fwd[reps / 2], bwd[reps / 2], f / (fwd[reps / 2] * 1e9),
+           2.5 * f / (bwd[reps / 2] * 1e9));
+    return 0;
+}

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# gpt2_train.sh: GPT-2 124M (d12) training throughput on one GPU, gpc against
+# PyTorch, in one call; then attention and GEMMs kernel by kernel.
+#
+#   bench/gpt2_train.sh [BUILD_DIR]        (default build-gpu; built if missing)
+#
+# Environment: STEPS (timed steps, default 10), OUT (folder for logs, default
+# ./gpu-out), SKIP_TORCH=1 to leave out the PyTorch runs.
+#
+# What runs, each printing a RESULT line:
+#   1. gpc train --device cuda on synthetic shards (d12, B=64, T=1024,
+#      524288 tokens a step, bf16): the real command, data loader included;
+#      tokens/s is the median of its metrics.jsonl steps after the first 3.
+#   2. bench_gpt2_step: the same step through the model API (no loader), and
+#      once more with GPC_CUDA_PROFILE=1 for the time of each op family.
+#   3. bench/reference/gpt2_torch.py: PyTorch (torch.compile, SDPA flash,
+#      bf16 autocast, fused AdamW), same model, batch and accumulation.
+#   4. attention forward+backward: gpc against torch SDPA on the d12 shape.
+#   5. every GEMM of the step: gpc (cuBLASLt) against plain cuBLAS.
+# MFU counts 6N + 6LCT FLOPs per token against 989 TFLOP/s (dense bf16).
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build-gpu}
+out=${OUT:-$root/gpu-out}
+steps=${STEPS:-10}
+mkdir -p "$out"
+if [[ ! -x $build/gpc ]]; then
+  cmake -S "$root" -B "$build" -DGPC_ENABLE_SCHED=OFF -DCMAKE_BUILD_TYPE=Release >"$out/bench-build.log" 2>&1 &&
+    cmake --build "$build" -j"$(nproc)" >>"$out/bench-build.log" 2>&1 || { tail -30 "$out/bench-build.log"; exit 1; }
+fi
+log=$out/bench.log
+: >"$log"
+say() { echo "$@" | tee -a "$log"; }
+say "== gpc GPT-2 d12 benchmark, $(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+
+# 1. the real command
+if "$build/gpc" train --help >/dev/null 2>&1; then
+  data=/tmp/gpc-bench-data run=/tmp/gpc-bench-run
+  rm -rf "$data" "$run"
+  if "$build/gpc" data synth --vocab 50257 --tokens 20000000 --out "$data" >>"$log" 2>&1; then
+    timeout 300 "$build/gpc" train --data "$data" --out "$run" --model d12 --context 1024 --batch 64 \
+      --total-batch 524288 --steps $((steps + 3)) --device cuda --precision bf16 --eval-every 0 \
+      --checkpoint-every 0 >>"$out/gpc-train.log" 2>&1
+    echo "gpc train exit status $?" >>"$log"
+    tail -3 "$out/gpc-train.log" | tee -a "$log"
+    if [[ -f $run/metrics.jsonl ]]; then
+      python3 - "$run/metrics.jsonl" <<'PY' | tee -a "$log"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+tps = sorted(r["tokens_per_s"] for r in rows[3:] if r.get("tokens_per_s"))
+if tps:
+    print(f"RESULT gpc_train tokens_per_s={tps[len(tps) // 2]:.0f} steps={len(tps)} last_loss={rows[-1].get('loss')}")
+PY
+    fi
+  fi
+else
+  say "gpc train is not built here: step 1 skipped"
+fi
+
+# 2. the step through the model API, then its per-op profile
+timeout 300 "$build/bench/bench_gpt2_step" --steps "$steps" 2>&1 | tee -a "$log"
+GPC_CUDA_PROFILE=1 timeout 120 "$build/bench/bench_gpt2_step" --steps 2 --warmup 1 2>&1 | tee "$out/profile.log" | sed -n '/per-op/,$p' | tee -a "$log"
+
+# 3. PyTorch
+if [[ ${SKIP_TORCH:-0} != 1 ]]; then
+  timeout 420 python3 "$root/bench/reference/gpt2_torch.py" --steps "$steps" 2>&1 | tee "$out/torch.log" | grep -E "RESULT|Error|error" | tee -a "$log"
+fi
+
+# 4. attention, 5. GEMMs
+timeout 120 "$build/bench/bench_attention_bench" 2>&1 | tee -a "$log"
+GPC_ATTENTION=simple timeout 120 "$build/bench/bench_attention_bench" --reps 3 2>&1 | sed 's/gpc_attention/gpc_attention_simple/' | tee -a "$log"
+[[ ${SKIP_TORCH:-0} != 1 ]] && timeout 120 python3 "$root/bench/attention_bench.py" 2>&1 | tail -2 | tee -a "$log"
+timeout 180 "$build/bench/bench_gemm_bench" 2>&1 | tee -a "$log"
+
+# summary
+python3 - "$log" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+def get(tag, key):
+    m = re.search(r"RESULT %s .*?%s=([0-9.]+)" % (tag, key), text)
+    return float(m.group(1)) if m else None
+g, gt, t = get("gpc", "tokens_per_s"), get("gpc_train", "tokens_per_s"), get("torch", "tokens_per_s")
+print("== summary")
+for name, v in (("gpc (model API)", g), ("gpc train", gt), ("PyTorch", t)):
+    if v: print(f"{name:18s} {v:10.0f} tokens/s")
+if t and (g or gt):
+    print(f"ratio gpc/PyTorch: model API {g / t if g else float('nan'):.3f}, gpc train {gt / t if gt else float('nan'):.3f}")
+af, ab = get("gpc_attention", "fwd_ms"), get("gpc_attention", "bwd_ms")
+sf, sb = get("torch_sdpa", "fwd_ms"), get("torch_sdpa", "bwd_ms")
+if af and sf:
+    print(f"attention fwd+bwd: gpc {af + ab:.3f} ms, SDPA {sf + sb:.3f} ms, gpc/SDPA time {(af + ab) / (sf + sb):.3f}")
+PY

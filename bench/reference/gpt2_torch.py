@@ -1,0 +1,135 @@
+"""gpt2_torch.py: the PyTorch peer of gpc's GPT-2 training benchmark.
+
+The same model as gpc's d12 (GPT-2 124M: 12 layers, 12 heads, 768 channels,
+context 1024, vocabulary 50257 padded to 50304, tied output head, GELU tanh,
+pre-norm blocks), written in plain torch.nn as nanoGPT does, and trained the
+way a careful PyTorch user would: torch.compile, scaled_dot_product_attention
+(flash attention), bf16 autocast with f32 master weights, fused AdamW
+(lr 6e-4, betas 0.9/0.95, weight decay 0.1 on 2-D weights), gradient
+clipping at 1.0, TF32 allowed for any f32 matrix product. Micro-batch B x T,
+gradient accumulation up to --total-batch tokens, random tokens already on
+the GPU (throughput does not depend on the text).
+
+Prints one line per step and a RESULT line: tokens/s of the median timed
+step, MFU against 989 TFLOP/s (6N + 6LCT FLOPs per token, N without the
+position embedding), and peak memory (allocated by tensors, and reserved by
+PyTorch's caching allocator, which is what the GPU sees).
+"""
+import argparse
+import math
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, C, NH):
+        super().__init__()
+        self.NH = NH
+        self.ln_1 = nn.LayerNorm(C)
+        self.c_attn = nn.Linear(C, 3 * C)
+        self.c_proj = nn.Linear(C, C)
+        self.ln_2 = nn.LayerNorm(C)
+        self.c_fc = nn.Linear(C, 4 * C)
+        self.mlp_proj = nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q = q.view(B, T, self.NH, C // self.NH).transpose(1, 2)
+        k = k.view(B, T, self.NH, C // self.NH).transpose(1, 2)
+        v = v.view(B, T, self.NH, C // self.NH).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        x = x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        return x
+
+
+class GPT(nn.Module):
+    def __init__(self, L, NH, C, T, Vp):
+        super().__init__()
+        self.wte = nn.Embedding(Vp, C)
+        self.wpe = nn.Embedding(T, C)
+        self.blocks = nn.ModuleList([Block(C, NH) for _ in range(L)])
+        self.ln_f = nn.LayerNorm(C)
+        self.head = nn.Linear(C, Vp, bias=False)
+        self.head.weight = self.wte.weight  # tied, as GPT-2
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * L) if name.endswith("c_proj.weight") or name.endswith("mlp_proj.weight") else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln_f(x))
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--depth", type=int, default=12)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--context", type=int, default=1024)
+    p.add_argument("--total-batch", type=int, default=524288)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--compile", type=int, default=1)
+    a = p.parse_args()
+    torch.manual_seed(1337)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    L, NH, C, T, B = a.depth, a.depth, 64 * a.depth, a.context, a.batch
+    V, Vp = 50257, 50304
+    accum = a.total_batch // (B * T)
+    model = GPT(L, NH, C, T, Vp).cuda()
+    N = sum(p.numel() for p in model.parameters()) - T * C - (Vp - V) * C
+    flops_per_token = 6 * N + 6 * L * C * T
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    run = torch.compile(model) if a.compile else model
+    data = torch.randint(0, V, (2, B, T + 1), device="cuda")
+    print(f"torch {torch.__version__} d{L}: {N / 1e6:.1f}M parameters, B={B} T={T} "
+          f"accumulation {accum} ({B * T * accum} tokens a step), bf16 autocast, "
+          f"compile={a.compile}", flush=True)
+    times = []
+    for step in range(a.warmup + a.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        for micro in range(accum):
+            x = data[micro & 1, :, :-1]
+            y = data[micro & 1, :, 1:]
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                loss = run(x, y) / accum
+            loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        lossf = loss.item() * accum
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        if step >= a.warmup:
+            times.append(dt)
+        print(f"step {step + 1:3d}{' (warm-up)' if step < a.warmup else ''} loss {lossf:.4f} "
+              f"norm {norm.item():.3f} {dt * 1e3:8.1f} ms {B * T * accum / dt:10.0f} tokens/s",
+              flush=True)
+    times.sort()
+    med = times[len(times) // 2]
+    tps = B * T * accum / med
+    print(f"RESULT torch tokens_per_s={tps:.0f} step_ms={med * 1e3:.1f} "
+          f"mfu={100 * tps * flops_per_token / 989e12:.1f}% "
+          f"peak_allocated_gib={torch.cuda.max_memory_allocated() / 2**30:.2f} "
+          f"peak_reserved_gib={torch.cuda.max_memory_reserved() / 2**30:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

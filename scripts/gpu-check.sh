@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# gpu-check.sh: everything gpc needs to check on a GPU machine, in one call:
+# build, the GPU tests, compute-sanitizer (memcheck over the op tests,
+# racecheck over the attention kernels), then the benchmarks
+# (bench/gpt2_train.sh). Logs go to $OUT (or ./gpu-out); the last lines
+# printed are the summary.
+#
+#   scripts/gpu-check.sh [all|test|bench]
+#
+# The GPU machine lacks some -dev packages gpc builds against (cmocka, and
+# possibly OpenBLAS). If .deps/cuda/ holds their Debian packages (fetch them
+# with: mkdir -p .deps/cuda && cd .deps/cuda && apt-get download libcmocka-dev
+# libcmocka0 libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev
+# libopenblas0 libgfortran5), they are unpacked into a private prefix and
+# used only for what the machine is missing.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+mode=${1:-all}
+out=${OUT:-$root/gpu-out}
+build=$root/build-gpu
+mkdir -p "$out"
+summary=$out/summary.txt
+: >"$summary"
+note() { echo "$@" | tee -a "$summary"; }
+
+{ nvidia-smi; nvcc --version; cmake --version | head -1; } >"$out/machine.txt" 2>&1
+note "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+
+prefix=/tmp/gpc-deps
+if ls .deps/cuda/*.deb >/dev/null 2>&1; then
+  mkdir -p $prefix
+  for f in .deps/cuda/*.deb; do dpkg -x "$f" $prefix; done
+  lib=$prefix/usr/lib/x86_64-linux-gnu
+  mkdir -p $lib/pkgconfig-gpc
+  if ! pkg-config --exists cmocka; then
+    sed "s|/usr|$prefix/usr|g" $lib/pkgconfig/cmocka.pc >$lib/pkgconfig-gpc/cmocka.pc
+    note "cmocka: from .deps/cuda"
+  fi
+  if ! pkg-config --exists openblas; then
+    sed "s|/usr|$prefix/usr|g" $lib/openblas-pthread/pkgconfig/openblas.pc >$lib/pkgconfig-gpc/openblas.pc
+    export LD_LIBRARY_PATH=$lib/openblas-pthread:$lib:${LD_LIBRARY_PATH:-}
+    note "openblas: from .deps/cuda"
+  fi
+  export PKG_CONFIG_PATH=$lib/pkgconfig-gpc:${PKG_CONFIG_PATH:-}
+  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$lib
+fi
+
+start=$(date +%s)
+if ! { cmake -S . -B "$build" -DGPC_ENABLE_SCHED=OFF -DCMAKE_BUILD_TYPE=Release &&
+       cmake --build "$build" -j16; } >"$out/build.log" 2>&1; then
+  note "build: FAILED"; grep -E "error|Error" "$out/build.log" | head -30 | tee -a "$summary"; exit 1
+fi
+note "build: ok ($(( $(date +%s) - start )) s)"
+
+if [[ $mode == all || $mode == test ]]; then
+  (cd "$build" && timeout 300 ctest -R '^gpu_' --output-on-failure) >"$out/tests.log" 2>&1
+  note "gpu tests: $(grep -E 'tests passed|tests failed' "$out/tests.log")"
+  grep -E "FAILED|Failed|error|relative error|seed" "$out/tests.log" | head -40 | tee -a "$summary"
+  export GPC_TEST_SEED=12345
+  timeout 300 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+    "$build/tests/gpu_test_cuda_ops" >"$out/memcheck.log" 2>&1
+  note "memcheck over gpu_test_cuda_ops: exit $? ($(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$out/memcheck.log") error lines) $(grep 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)"
+  GPC_TEST_FILTER='*attention*' timeout 400 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$build/tests/gpu_test_cuda_ops" >"$out/racecheck.log" 2>&1
+  note "racecheck over the attention tests: exit $? $(grep 'RACECHECK SUMMARY\|ERROR SUMMARY' "$out/racecheck.log" | tail -1)"
+  unset GPC_TEST_SEED
+fi
+
+if [[ $mode == all || $mode == bench ]]; then
+  OUT=$out bench/gpt2_train.sh "$build" >"$out/bench-run.log" 2>&1
+  sed -n '/== summary/,$p' "$out/bench-run.log" >>"$summary"
+  grep RESULT "$out/bench.log" >>"$summary"
+fi
+echo "==== summary"
+cat "$summary"

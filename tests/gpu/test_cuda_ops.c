@@ -1,0 +1,525 @@
+/*
+ * test_cuda_ops.c: every CUDA op against the CPU op on fresh random inputs.
+ *
+ * Each case draws inputs, rounds them to the dtype under test (so the CPU,
+ * which computes in f32, sees exactly the values the GPU sees), runs the op
+ * on both devices and compares. Outputs on the GPU are poisoned with NaN
+ * before each run (all bytes 0xFF is NaN in f32, bf16 and f16), so an element
+ * the kernel forgot to write fails the comparison. Accumulated outputs
+ * (parameter gradients, layernorm's dinp) start from the same random values
+ * on both sides. Tolerances are relative to the larger of |reference| and
+ * the reference's RMS (so tiny elements of a row do not dominate): f32 about
+ * 1e-5, bf16/f16 about 1e-2 (outputs rounded to 8 mantissa bits, and
+ * attention's probabilities rounded before P.V as in every flash kernel).
+ *
+ * Without a usable GPU the test exits 77, which CTest reports as skipped.
+ */
+#include "testutil.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops.h"
+
+static gpc_rng rng;
+
+/* A tensor on each device holding the same values, and the host copy. */
+typedef struct {
+    gpc_tensor cpu, gpu;
+    float *host;
+    int64_t n;
+} pair;
+
+static float round_to(gpc_dtype dtype, float x) {
+    if (dtype == GPC_BF16) return gpc_bf16_to_f32(gpc_f32_to_bf16(x));
+    if (dtype == GPC_F16) return gpc_f16_to_f32(gpc_f32_to_f16(x));
+    return x;
+}
+
+static void upload(gpc_tensor *t, const float *host, int64_t n) {
+    size_t es = gpc_dtype_size(t->dtype);
+    unsigned char *buf = malloc((size_t)n * es + 1);
+    for (int64_t i = 0; i < n; i++) {
+        if (t->dtype == GPC_F32)
+            memcpy(buf + i * es, &host[i], 4);
+        else if (t->dtype == GPC_I32) {
+            int32_t v = (int32_t)host[i];
+            memcpy(buf + i * es, &v, 4);
+        } else {
+            uint16_t v = t->dtype == GPC_BF16 ? gpc_f32_to_bf16(host[i]) : gpc_f32_to_f16(host[i]);
+            memcpy(buf + i * es, &v, 2);
+        }
+    }
+    assert_int_equal(cudaMemcpy(t->data, buf, (size_t)n * es, cudaMemcpyHostToDevice), 0);
+    free(buf);
+}
+
+static float *download(const gpc_tensor *t) {
+    int64_t n = gpc_tensor_numel(t);
+    size_t es = gpc_dtype_size(t->dtype);
+    unsigned char *buf = malloc((size_t)n * es + 1);
+    float *out = malloc((size_t)n * sizeof(float) + 4);
+    assert_int_equal(cudaMemcpy(buf, t->data, (size_t)n * es, cudaMemcpyDeviceToHost), 0);
+    for (int64_t i = 0; i < n; i++) {
+        if (t->dtype == GPC_F32) {
+            memcpy(&out[i], buf + i * es, 4);
+        } else {
+            uint16_t v;
+            memcpy(&v, buf + i * es, 2);
+            out[i] = t->dtype == GPC_BF16 ? gpc_bf16_to_f32(v) : gpc_f16_to_f32(v);
+        }
+    }
+    free(buf);
+    return out;
+}
+
+/* kind: 'r' random in [lo, hi), 'p' poisoned output (NaN on both sides). */
+static pair make(gpc_dtype dtype, int ndim, const int64_t *shape, char kind, float lo, float hi) {
+    pair p;
+    memset(&p, 0, sizeof p);
+    TEST_OK(gpc_tensor_alloc(&p.gpu, dtype, (gpc_device){GPC_DEVICE_CUDA, 0}, ndim, shape));
+    p.n = gpc_tensor_numel(&p.gpu);
+    gpc_dtype host_dtype = dtype == GPC_I32 ? GPC_I32 : GPC_F32;
+    TEST_OK(gpc_tensor_alloc(&p.cpu, host_dtype, gpc_cpu(), ndim, shape));
+    p.host = malloc((size_t)p.n * sizeof(float) + 4);
+    for (int64_t i = 0; i < p.n; i++) {
+        float x = kind == 'p' ? NAN : lo + (hi - lo) * gpc_rng_uniform(&rng);
+        if (dtype == GPC_I32 && kind != 'p') x = floorf(x);
+        p.host[i] = dtype == GPC_I32 ? x : round_to(dtype, x);
+    }
+    if (dtype == GPC_I32) {
+        for (int64_t i = 0; i < p.n; i++)
+            ((int32_t *)p.cpu.data)[i] = (int32_t)p.host[i];
+        upload(&p.gpu, p.host, p.n);
+    } else {
+        memcpy(p.cpu.data, p.host, (size_t)p.n * sizeof(float));
+        if (kind == 'p')
+            assert_int_equal(cudaMemset(p.gpu.data, 0xff, gpc_tensor_bytes(&p.gpu)), 0);
+        else
+            upload(&p.gpu, p.host, p.n);
+    }
+    return p;
+}
+
+static void drop(pair *p) {
+    gpc_tensor_free(&p->gpu);
+    gpc_tensor_free(&p->cpu);
+    free(p->host);
+}
+
+/* Compares the GPU tensor of p with its CPU twin. */
+static void expect(const char *what, const pair *p, double tol) {
+    assert_int_equal(cudaDeviceSynchronize(), 0);
+    float *got = download(&p->gpu);
+    const float *want = p->cpu.data;
+    double rms = 0;
+    for (int64_t i = 0; i < p->n; i++)
+        rms += (double)want[i] * want[i];
+    rms = sqrt(rms / (p->n ? p->n : 1));
+    char label[160];
+    snprintf(label, sizeof label, "%s (%s, %lld elements)", what, gpc_dtype_name(p->gpu.dtype),
+             (long long)p->n);
+    test_assert_close_f32(label, got, want, (size_t)p->n, tol, rms > 1e-30 ? rms : 1e-30);
+    free(got);
+}
+
+static double tol_for(gpc_dtype dtype, double f32_tol) {
+    return dtype == GPC_F32 ? f32_tol : 2e-2;
+}
+
+/* ------------------------------------------------------------- embedding */
+
+static void embedding_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C, int64_t V) {
+    int64_t s_tok[2] = {B, T}, s_wte[2] = {V, C}, s_wpe[2] = {T + 3, C}, s_out[3] = {B, T, C};
+    pair tok = make(GPC_I32, 2, s_tok, 'r', 0, (float)V);
+    pair wte = make(dt, 2, s_wte, 'r', -1, 1), wpe = make(dt, 2, s_wpe, 'r', -1, 1);
+    pair out = make(dt, 3, s_out, 'p', 0, 0);
+    TEST_OK(gpc_op_embedding_forward(&out.cpu, &tok.cpu, &wte.cpu, &wpe.cpu));
+    TEST_OK(gpc_op_embedding_forward(&out.gpu, &tok.gpu, &wte.gpu, &wpe.gpu));
+    expect("embedding_forward out", &out, tol_for(dt, 1e-6));
+
+    pair dout = make(dt, 3, s_out, 'r', -1, 1);
+    pair dwte = make(dt, 2, s_wte, 'r', -1, 1), dwpe = make(dt, 2, s_wpe, 'r', -1, 1);
+    TEST_OK(gpc_op_embedding_backward(&dwte.cpu, &dwpe.cpu, &dout.cpu, &tok.cpu));
+    TEST_OK(gpc_op_embedding_backward(&dwte.gpu, &dwpe.gpu, &dout.gpu, &tok.gpu));
+    expect("embedding_backward dwte", &dwte, tol_for(dt, 1e-5));
+    expect("embedding_backward dwpe", &dwpe, tol_for(dt, 1e-5));
+    pair *all[] = {&tok, &wte, &wpe, &out, &dout, &dwte, &dwpe};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        drop(all[i]);
+}
+
+static void test_embedding(void **state) {
+    (void)state;
+    embedding_case(GPC_F32, 3, 37, 36, 11); /* few tokens: many repeats in the scatter */
+    embedding_case(GPC_BF16, 2, 29, 64, 101);
+    embedding_case(GPC_BF16, 2, 17, 36, 7);
+}
+
+/* ------------------------------------------------------------- layernorm */
+
+static void layernorm_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C) {
+    int64_t s_x[3] = {B, T, C}, s_c[1] = {C}, s_n[1] = {B * T};
+    pair x = make(dt, 3, s_x, 'r', -2, 3), w = make(dt, 1, s_c, 'r', 0.5f, 1.5f),
+         b = make(dt, 1, s_c, 'r', -0.5f, 0.5f);
+    pair out = make(dt, 3, s_x, 'p', 0, 0), mean = make(GPC_F32, 1, s_n, 'p', 0, 0),
+         rstd = make(GPC_F32, 1, s_n, 'p', 0, 0);
+    TEST_OK(gpc_op_layernorm_forward(&out.cpu, &mean.cpu, &rstd.cpu, &x.cpu, &w.cpu, &b.cpu));
+    TEST_OK(gpc_op_layernorm_forward(&out.gpu, &mean.gpu, &rstd.gpu, &x.gpu, &w.gpu, &b.gpu));
+    expect("layernorm_forward out", &out, tol_for(dt, 1e-5));
+    expect("layernorm_forward mean", &mean, 1e-5);
+    expect("layernorm_forward rstd", &rstd, 1e-5);
+
+    /* fused residual + layernorm: residual = x + y */
+    pair y = make(dt, 3, s_x, 'r', -1, 1), res = make(dt, 3, s_x, 'p', 0, 0);
+    pair out2 = make(dt, 3, s_x, 'p', 0, 0), mean2 = make(GPC_F32, 1, s_n, 'p', 0, 0),
+         rstd2 = make(GPC_F32, 1, s_n, 'p', 0, 0);
+    TEST_OK(gpc_op_residual_layernorm_forward(&res.cpu, &out2.cpu, &mean2.cpu, &rstd2.cpu, &x.cpu,
+                                              &y.cpu, &w.cpu, &b.cpu));
+    TEST_OK(gpc_op_residual_layernorm_forward(&res.gpu, &out2.gpu, &mean2.gpu, &rstd2.gpu, &x.gpu,
+                                              &y.gpu, &w.gpu, &b.gpu));
+    /* the CPU sums in f32; the GPU rounds the residual to dt first (as it stores it) */
+    expect("residual_layernorm residual", &res, tol_for(dt, 1e-6));
+    expect("residual_layernorm out", &out2, tol_for(dt, 1e-5));
+    expect("residual_layernorm rstd", &rstd2, dt == GPC_F32 ? 1e-5 : 1e-2);
+
+    /* backward, with the forward's statistics from the CPU on both sides */
+    pair dout = make(dt, 3, s_x, 'r', -1, 1), dinp = make(dt, 3, s_x, 'r', -1, 1);
+    pair dw = make(dt, 1, s_c, 'r', -1, 1), db = make(dt, 1, s_c, 'r', -1, 1);
+    gpc_tensor gmean, grstd;
+    TEST_OK(gpc_tensor_alloc(&gmean, GPC_F32, (gpc_device){GPC_DEVICE_CUDA, 0}, 1, s_n));
+    TEST_OK(gpc_tensor_alloc(&grstd, GPC_F32, (gpc_device){GPC_DEVICE_CUDA, 0}, 1, s_n));
+    TEST_OK(gpc_tensor_copy(&gmean, &mean.cpu));
+    TEST_OK(gpc_tensor_copy(&grstd, &rstd.cpu));
+    TEST_OK(gpc_op_layernorm_backward(&dinp.cpu, &dw.cpu, &db.cpu, &dout.cpu, &x.cpu, &w.cpu,
+                                      &mean.cpu, &rstd.cpu));
+    TEST_OK(gpc_op_layernorm_backward(&dinp.gpu, &dw.gpu, &db.gpu, &dout.gpu, &x.gpu, &w.gpu,
+                                      &gmean, &grstd));
+    expect("layernorm_backward dinp", &dinp, tol_for(dt, 1e-5));
+    expect("layernorm_backward dweight", &dw, tol_for(dt, 1e-5));
+    expect("layernorm_backward dbias", &db, tol_for(dt, 1e-5));
+    gpc_tensor_free(&gmean);
+    gpc_tensor_free(&grstd);
+    pair *all[] = {&x,    &w,     &b,     &out,  &mean, &rstd, &y, &res,
+                   &out2, &mean2, &rstd2, &dout, &dinp, &dw,   &db};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        drop(all[i]);
+}
+
+static void test_layernorm(void **state) {
+    (void)state;
+    layernorm_case(GPC_F32, 2, 50, 96);
+    layernorm_case(GPC_F32, 3, 7, 37); /* C not a multiple of the vector width */
+    layernorm_case(GPC_BF16, 2, 64, 768);
+    layernorm_case(GPC_BF16, 1, 9, 44);
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+static void matmul_case(gpc_dtype dt, gpc_dtype grad_dt, int64_t B, int64_t T, int64_t C,
+                        int64_t OC, int with_bias, int with_dinp) {
+    int64_t s_x[3] = {B, T, C}, s_w[2] = {OC, C}, s_b[1] = {OC}, s_o[3] = {B, T, OC};
+    pair x = make(dt, 3, s_x, 'r', -1, 1), w = make(dt, 2, s_w, 'r', -1, 1),
+         b = make(dt, 1, s_b, 'r', -1, 1), out = make(dt, 3, s_o, 'p', 0, 0);
+    TEST_OK(gpc_op_matmul_forward(&out.cpu, &x.cpu, &w.cpu, with_bias ? &b.cpu : NULL));
+    TEST_OK(gpc_op_matmul_forward(&out.gpu, &x.gpu, &w.gpu, with_bias ? &b.gpu : NULL));
+    expect("matmul_forward out", &out, tol_for(dt, 1e-5));
+
+    pair dout = make(dt, 3, s_o, 'r', -1, 1), dinp = make(dt, 3, s_x, 'p', 0, 0);
+    pair dw = make(grad_dt, 2, s_w, 'r', -1, 1), db = make(grad_dt, 1, s_b, 'r', -1, 1);
+    TEST_OK(gpc_op_matmul_backward(with_dinp ? &dinp.cpu : NULL, &dw.cpu,
+                                   with_bias ? &db.cpu : NULL, &dout.cpu, &x.cpu, &w.cpu));
+    TEST_OK(gpc_op_matmul_backward(with_dinp ? &dinp.gpu : NULL, &dw.gpu,
+                                   with_bias ? &db.gpu : NULL, &dout.gpu, &x.gpu, &w.gpu));
+    if (with_dinp) expect("matmul_backward dinp", &dinp, tol_for(dt, 1e-5));
+    expect("matmul_backward dweight", &dw, tol_for(grad_dt == GPC_F32 ? dt : grad_dt, 1e-5));
+    if (with_bias) expect("matmul_backward dbias", &db, tol_for(grad_dt, 1e-5));
+    pair *all[] = {&x, &w, &b, &out, &dout, &dinp, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        drop(all[i]);
+}
+
+static void test_matmul(void **state) {
+    (void)state;
+    matmul_case(GPC_F32, GPC_F32, 2, 33, 64, 96, 1, 1);
+    matmul_case(GPC_F32, GPC_F32, 1, 5, 12, 7, 0, 0); /* odd sizes, no bias, no dinp */
+    matmul_case(GPC_BF16, GPC_BF16, 4, 64, 128, 384, 1, 1);
+    matmul_case(GPC_BF16, GPC_F32, 2, 40, 64, 200, 1, 1); /* bf16 products into f32 grads */
+    matmul_case(GPC_F16, GPC_F16, 2, 16, 64, 64, 1, 1);
+}
+
+/* ----------------------------------------------------------- elementwise */
+
+static void elementwise_case(gpc_dtype dt, int64_t n) {
+    int64_t s[1] = {n};
+    pair x = make(dt, 1, s, 'r', -4, 4), out = make(dt, 1, s, 'p', 0, 0);
+    TEST_OK(gpc_op_gelu_forward(&out.cpu, &x.cpu));
+    TEST_OK(gpc_op_gelu_forward(&out.gpu, &x.gpu));
+    expect("gelu_forward", &out, tol_for(dt, 1e-5));
+
+    pair dout = make(dt, 1, s, 'r', -1, 1), dinp = make(dt, 1, s, 'p', 0, 0);
+    TEST_OK(gpc_op_gelu_backward(&dinp.cpu, &x.cpu, &dout.cpu));
+    TEST_OK(gpc_op_gelu_backward(&dinp.gpu, &x.gpu, &dout.gpu));
+    expect("gelu_backward", &dinp, tol_for(dt, 1e-5));
+    /* in place: dinp aliases dout */
+    TEST_OK(gpc_op_gelu_backward(&dout.cpu, &x.cpu, &dout.cpu));
+    TEST_OK(gpc_op_gelu_backward(&dout.gpu, &x.gpu, &dout.gpu));
+    expect("gelu_backward in place", &dout, tol_for(dt, 1e-5));
+
+    pair y = make(dt, 1, s, 'r', -1, 1), sum = make(dt, 1, s, 'p', 0, 0);
+    TEST_OK(gpc_op_residual_forward(&sum.cpu, &x.cpu, &y.cpu));
+    TEST_OK(gpc_op_residual_forward(&sum.gpu, &x.gpu, &y.gpu));
+    expect("residual_forward", &sum, tol_for(dt, 1e-7));
+
+    TEST_OK(gpc_op_scale(&y.cpu, 0.37f));
+    TEST_OK(gpc_op_scale(&y.gpu, 0.37f));
+    expect("scale", &y, tol_for(dt, 1e-7));
+    pair *all[] = {&x, &out, &dout, &dinp, &y, &sum};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        drop(all[i]);
+}
+
+static void test_elementwise(void **state) {
+    (void)state;
+    elementwise_case(GPC_F32, 1003);
+    elementwise_case(GPC_BF16, 4099);
+    elementwise_case(GPC_F16, 77);
+}
+
+/* ------------------------------------------------------------- attention */
+
+static void attention_case(gpc_dtype dt, int64_t B, int64_t T, int NH, int64_t hs) {
+    int64_t C = NH * hs;
+    int64_t s_qkv[3] = {B, T, 3 * C}, s_o[3] = {B, T, C}, s_l[3] = {B, NH, T};
+    pair qkv = make(dt, 3, s_qkv, 'r', -2, 2), out = make(dt, 3, s_o, 'p', 0, 0),
+         lse = make(GPC_F32, 3, s_l, 'p', 0, 0);
+    TEST_OK(gpc_op_attention_forward(&out.cpu, &lse.cpu, &qkv.cpu, NH));
+    TEST_OK(gpc_op_attention_forward(&out.gpu, &lse.gpu, &qkv.gpu, NH));
+    expect("attention_forward out", &out, tol_for(dt, 2e-5));
+    expect("attention_forward lse", &lse, dt == GPC_F32 ? 2e-5 : 1e-2);
+
+    /* backward from the CPU's forward results, so both sides see one input */
+    pair dout = make(dt, 3, s_o, 'r', -1, 1), dqkv = make(dt, 3, s_qkv, 'p', 0, 0);
+    gpc_tensor gout, glse;
+    TEST_OK(gpc_tensor_alloc(&gout, dt, (gpc_device){GPC_DEVICE_CUDA, 0}, 3, s_o));
+    TEST_OK(gpc_tensor_alloc(&glse, GPC_F32, (gpc_device){GPC_DEVICE_CUDA, 0}, 3, s_l));
+    for (int64_t i = 0; i < out.n; i++)
+        ((float *)out.cpu.data)[i] = round_to(dt, ((float *)out.cpu.data)[i]);
+    upload(&gout, out.cpu.data, out.n);
+    TEST_OK(gpc_tensor_copy(&glse, &lse.cpu));
+    TEST_OK(gpc_op_attention_backward(&dqkv.cpu, &dout.cpu, &qkv.cpu, &out.cpu, &lse.cpu, NH));
+    TEST_OK(gpc_op_attention_backward(&dqkv.gpu, &dout.gpu, &qkv.gpu, &gout, &glse, NH));
+    expect("attention_backward dqkv", &dqkv, tol_for(dt, 5e-5));
+    gpc_tensor_free(&gout);
+    gpc_tensor_free(&glse);
+    pair *all[] = {&qkv, &out, &lse, &dout, &dqkv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        drop(all[i]);
+}
+
+static void test_attention_simple(void **state) {
+    (void)state;
+    attention_case(GPC_F32, 2, 45, 3, 16);
+    attention_case(GPC_F32, 1, 70, 2, 64);
+    attention_case(GPC_BF16, 1, 70, 2, 32); /* 16-bit with a head size the fast path skips */
+}
+
+static void test_attention_tensor_cores(void **state) {
+    (void)state;
+    attention_case(GPC_BF16, 2, 256, 2, 64);
+    attention_case(GPC_BF16, 1, 200, 3, 64); /* T not a multiple of the 64-row tile */
+    attention_case(GPC_F16, 1, 128, 2, 64);
+    attention_case(GPC_BF16, 1, 1, 1, 64);
+}
+
+/* ---------------------------------------------------------- crossentropy */
+
+static void crossentropy_case(gpc_dtype dt, int64_t N, int V, int64_t Vp, int in_place) {
+    int64_t s_l[2] = {N, Vp}, s_n[1] = {N};
+    pair logits = make(dt, 2, s_l, 'r', -4, 4), losses = make(GPC_F32, 1, s_n, 'p', 0, 0);
+    pair targets = make(GPC_I32, 1, s_n, 'r', 0, (float)V);
+    /* mask a few rows with -1 */
+    for (int64_t i = 0; i < N; i += 5) {
+        ((int32_t *)targets.cpu.data)[i] = -1;
+        targets.host[i] = -1;
+    }
+    upload(&targets.gpu, targets.host, N);
+    pair dl = make(dt, 2, s_l, 'p', 0, 0);
+    pair *d = in_place ? &logits : &dl;
+    float dloss = 1.0f / (float)N;
+    TEST_OK(gpc_op_crossentropy_forward_backward(&losses.cpu, &d->cpu, &logits.cpu, &targets.cpu, V,
+                                                 dloss));
+    TEST_OK(gpc_op_crossentropy_forward_backward(&losses.gpu, &d->gpu, &logits.gpu, &targets.gpu, V,
+                                                 dloss));
+    expect("crossentropy losses", &losses, dt == GPC_F32 ? 1e-5 : 1e-4);
+    expect(in_place ? "crossentropy dlogits in place" : "crossentropy dlogits", d,
+           tol_for(dt, 1e-5));
+    pair *all[] = {&logits, &losses, &targets, &dl};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        drop(all[i]);
+}
+
+static void test_crossentropy(void **state) {
+    (void)state;
+    crossentropy_case(GPC_F32, 14, 100, 128, 0);
+    crossentropy_case(GPC_F32, 9, 100, 100, 1);
+    crossentropy_case(GPC_BF16, 12, 1000, 1024, 1);
+    crossentropy_case(GPC_BF16, 5, 97, 101, 0);
+}
+
+/* ------------------------------------------------ sum_squares and adamw */
+
+static void test_sum_squares(void **state) {
+    (void)state;
+    gpc_dtype dts[] = {GPC_F32, GPC_BF16};
+    for (int k = 0; k < 2; k++) {
+        int64_t s[1] = {100003}, one[1] = {1};
+        pair x = make(dts[k], 1, s, 'r', -1, 1), acc = make(GPC_F32, 1, one, 'r', 0, 5);
+        TEST_OK(gpc_op_sum_squares(&acc.cpu, &x.cpu));
+        TEST_OK(gpc_op_sum_squares(&acc.gpu, &x.gpu));
+        TEST_OK(gpc_op_sum_squares(&acc.cpu, &x.cpu)); /* it adds */
+        TEST_OK(gpc_op_sum_squares(&acc.gpu, &x.gpu));
+        expect("sum_squares", &acc, 1e-5);
+        drop(&x);
+        drop(&acc);
+    }
+}
+
+static void adamw_case(gpc_dtype pdt, gpc_dtype gdt, int with_master, float max_norm) {
+    int64_t n = 5003, s[1] = {n}, one[1] = {1};
+    pair w = make(GPC_F32, 1, s, 'r', -1, 1); /* master, or the params when f32 */
+    pair p = make(pdt, 1, s, 'r', 0, 0);
+    for (int64_t i = 0; i < n; i++) {
+        p.host[i] = round_to(pdt, w.host[i]);
+        ((float *)p.cpu.data)[i] = p.host[i];
+    }
+    upload(&p.gpu, p.host, n);
+    pair *params = with_master ? &p : &w;
+    pair g = make(gdt, 1, s, 'r', -0.1f, 0.1f), m = make(GPC_F32, 1, s, 'r', -0.01f, 0.01f),
+         v = make(GPC_F32, 1, s, 'r', 0, 1e-4f), norm = make(GPC_F32, 1, one, 'r', 0, 0);
+    TEST_OK(gpc_tensor_zero(&norm.cpu));
+    TEST_OK(gpc_tensor_zero(&norm.gpu));
+    TEST_OK(gpc_op_sum_squares(&norm.cpu, &g.cpu));
+    TEST_OK(gpc_op_sum_squares(&norm.gpu, &g.gpu));
+    gpc_adamw_args args = {.learning_rate = 1e-3f,
+                           .beta1 = 0.9f,
+                           .beta2 = 0.95f,
+                           .eps = 1e-8f,
+                           .weight_decay = 0.1f,
+                           .step = 7,
+                           .max_grad_norm = max_norm,
+                           .grad_scale = 1.0f,
+                           .seed = (uint32_t)gpc_rng_u32(&rng)};
+    args.grad_norm_sq = &norm.cpu;
+    TEST_OK(gpc_op_adamw(&params->cpu, with_master ? &w.cpu : NULL, &g.cpu, &m.cpu, &v.cpu, &args));
+    args.grad_norm_sq = &norm.gpu;
+    TEST_OK(gpc_op_adamw(&params->gpu, with_master ? &w.gpu : NULL, &g.gpu, &m.gpu, &v.gpu, &args));
+    expect("adamw m", &m, 1e-5);
+    expect("adamw v", &v, 1e-5);
+    expect(with_master ? "adamw master" : "adamw params", &w, 1e-5);
+    if (with_master && pdt == GPC_BF16) {
+        /* stochastic rounding: each param is one of the two bf16 neighbours of
+         * its master value, and not always the nearest one */
+        float *got = download(&p.gpu), *master = w.cpu.data;
+        int64_t not_nearest = 0;
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t bits;
+            memcpy(&bits, &master[i], 4);
+            float toward_zero = gpc_bf16_to_f32((uint16_t)(bits >> 16));
+            float away = gpc_bf16_to_f32((uint16_t)((bits >> 16) + 1));
+            if (got[i] != toward_zero && got[i] != away)
+                fail_msg("adamw: param %lld is %.9g, not a bf16 neighbour of master %.9g",
+                         (long long)i, got[i], master[i]);
+            not_nearest += got[i] != round_to(GPC_BF16, master[i]);
+        }
+        if (not_nearest < n / 20)
+            fail_msg("adamw: only %lld of %lld params were rounded away from the nearest bf16: "
+                     "rounding is not stochastic",
+                     (long long)not_nearest, (long long)n);
+        free(got);
+    } else if (with_master) {
+        expect("adamw params", &p, tol_for(pdt, 1e-5));
+    }
+    pair *all[] = {&w, &p, &g, &m, &v, &norm};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        drop(all[i]);
+}
+
+static void test_adamw(void **state) {
+    (void)state;
+    adamw_case(GPC_F32, GPC_F32, 0, 0.0f);
+    adamw_case(GPC_F32, GPC_F32, 0, 0.5f); /* clipped: the norm is about 4 */
+    adamw_case(GPC_BF16, GPC_BF16, 1, 1.0f);
+    adamw_case(GPC_F16, GPC_F32, 1, 0.0f);
+}
+
+/* --------------------------------------------------------------- convert */
+
+static void test_convert(void **state) {
+    (void)state;
+    gpc_dtype dts[] = {GPC_F32, GPC_BF16, GPC_F16};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) {
+            int64_t s[1] = {1027};
+            pair src = make(dts[a], 1, s, 'r', -100, 100), dst = make(dts[b], 1, s, 'p', 0, 0);
+            TEST_OK(gpc_op_convert(&dst.gpu, &src.gpu));
+            assert_int_equal(cudaDeviceSynchronize(), 0);
+            float *got = download(&dst.gpu);
+            for (int64_t i = 0; i < src.n; i++) {
+                float want = round_to(dts[b], src.host[i]); /* round to nearest even */
+                if (got[i] != want)
+                    fail_msg("convert %s -> %s: element %lld is %.9g, want %.9g",
+                             gpc_dtype_name(dts[a]), gpc_dtype_name(dts[b]), (long long)i, got[i],
+                             want);
+            }
+            free(got);
+            drop(&src);
+            drop(&dst);
+        }
+}
+
+/* ------------------------------------------------------------ bad inputs */
+
+static void test_mixed_dtypes_refused(void **state) {
+    (void)state;
+    int64_t s_qkv[3] = {1, 8, 3 * 64}, s_o[3] = {1, 8, 64}, s_l[3] = {1, 1, 8};
+    pair qkv = make(GPC_BF16, 3, s_qkv, 'r', -1, 1), out = make(GPC_F32, 3, s_o, 'p', 0, 0),
+         lse = make(GPC_F32, 3, s_l, 'p', 0, 0);
+    TEST_FAILS(gpc_op_attention_forward(&out.gpu, &lse.gpu, &qkv.gpu, 1), GPC_ERR_UNSUPPORTED,
+               "of one dtype");
+    int64_t s_x[2] = {4, 64}, s_w[2] = {8, 64}, s_y[2] = {4, 8};
+    pair x = make(GPC_F32, 2, s_x, 'r', -1, 1), w = make(GPC_BF16, 2, s_w, 'r', -1, 1),
+         y = make(GPC_F32, 2, s_y, 'p', 0, 0);
+    TEST_FAILS(gpc_op_matmul_forward(&y.gpu, &x.gpu, &w.gpu, NULL), GPC_ERR_UNSUPPORTED,
+               "gpc_op_convert");
+    pair *all[] = {&qkv, &out, &lse, &x, &w, &y};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        drop(all[i]);
+}
+
+int main(void) {
+    if (!gpc_backend_get(GPC_DEVICE_CUDA)) {
+        fprintf(stderr, "skipped: %s\n", gpc_last_error());
+        return 77;
+    }
+    gpc_rng_seed(&rng, test_seed(), 3);
+    /* GPC_TEST_FILTER='*attention*' runs a subset (scripts/gpu-check.sh's racecheck) */
+    if (getenv("GPC_TEST_FILTER")) cmocka_set_test_filter(getenv("GPC_TEST_FILTER"));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_attention_simple),
+        cmocka_unit_test(test_attention_tensor_cores),
+        cmocka_unit_test(test_crossentropy),
+        cmocka_unit_test(test_sum_squares),
+        cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_convert),
+        cmocka_unit_test(test_mixed_dtypes_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
