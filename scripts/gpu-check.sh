@@ -18,8 +18,13 @@ export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 mode=${1:-all}
-out=${OUT:-$root/gpu-out}
+final=${OUT:-$root/gpu-out}
+out=/tmp/gpc-gpu-out
 build=$root/build-gpu
+rm -rf "$out"
+mkdir -p "$final"
+pack() { cp "$summary" "$final/summary.txt"; tar czf "$final/logs.tgz" -C "$out" .; }
+trap pack EXIT
 mkdir -p "$out"
 summary=$out/summary.txt
 : >"$summary"
@@ -59,10 +64,10 @@ if [[ $mode == all || $mode == test ]]; then
   note "gpu tests: $(grep -E 'tests passed|tests failed' "$out/tests.log")"
   grep -E "FAILED|Failed|error|relative error|seed" "$out/tests.log" | head -40 | tee -a "$summary"
   export GPC_TEST_SEED=12345
-  timeout 300 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+  timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
     "$build/tests/gpu_test_cuda_ops" >"$out/memcheck.log" 2>&1
   note "memcheck over gpu_test_cuda_ops: exit $? ($(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$out/memcheck.log") error lines) $(grep 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)"
-  GPC_TEST_FILTER='*attention*' timeout 400 compute-sanitizer --tool racecheck --error-exitcode 9 \
+  GPC_TEST_FILTER='*attention*' timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$build/tests/gpu_test_cuda_ops" >"$out/racecheck.log" 2>&1
   note "racecheck over the attention tests: exit $? $(grep 'RACECHECK SUMMARY\|ERROR SUMMARY' "$out/racecheck.log" | tail -1)"
   unset GPC_TEST_SEED
