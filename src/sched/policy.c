@@ -383,7 +383,10 @@ int sched_schedule(const sched_policy_config *policy, sched_cluster *cluster,
     double shadow = INFINITY;
     for (int i = 0; i < npending && written < max_decisions; i++) {
         sched_job *job = order[i].job;
-        if (!any_gpu_open(cluster)) {
+        /* With every GPU taken only the first blocked job has anything left
+         * to do (preempt, reserve): the rest of the queue waits. */
+        int open = any_gpu_open(cluster);
+        if (!open && blocked_seen) {
             stats->blocked += npending - i;
             break;
         }
@@ -391,8 +394,9 @@ int sched_schedule(const sched_policy_config *policy, sched_cluster *cluster,
          * reserved job could start. */
         int backfills = job->time_limit > 0 && now + job->time_limit <= shadow;
         int gpus[SCHED_MAX_GPUS];
-        int k =
-            place_masked(policy, cluster, job, reservation && !backfills ? reserved : NULL, gpus);
+        int k = open ? place_masked(policy, cluster, job,
+                                    reservation && !backfills ? reserved : NULL, gpus)
+                     : 0;
         if (k > 0) {
             sched_decision *d = &decisions[written++];
             d->kind = SCHED_DECIDE_START;
