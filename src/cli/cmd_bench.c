@@ -32,8 +32,17 @@ static const char *format_time(double seconds, char *buf, size_t size) {
     return buf;
 }
 
+/* The table header, printed with the first row so that an early error (no
+ * GPU with --device cuda) is not preceded by an empty table. */
+static void print_header(const int *quick) {
+    static int printed;
+    if (printed++) return;
+    printf("gpc bench%s: %-9s %-22s %-7s %-10s %11s %12s\n", *quick ? " (quick)" : "", "group",
+           "name", "device", "size", "time", "rate");
+}
+
 static void print_result(const gpc_bench_result *r, void *user) {
-    (void)user;
+    print_header(user);
     char size[32], time[32], err[32] = "";
     if (r->error >= 0) snprintf(err, sizeof err, "err %.1e", r->error);
     printf("  %-9s %-22s %-7s %-10s %11s %12.1f %-7s %s%s\n", r->group, r->name, r->device,
@@ -43,7 +52,7 @@ static void print_result(const gpc_bench_result *r, void *user) {
 }
 
 static void print_skip(const char *why, void *user) {
-    (void)user;
+    print_header(user);
     printf("  -- %s\n", why);
     fflush(stdout);
 }
@@ -80,6 +89,7 @@ int cmd_bench(int argc, char **argv) {
     o.quick = quick;
     o.on_result = print_result;
     o.on_skip = print_skip;
+    o.user = &quick;
     if (ngroups == 0) groups[ngroups++] = "all";
     for (int i = 0; i < ngroups; i++) {
         const char *g = groups[i];
@@ -116,8 +126,6 @@ int cmd_bench(int argc, char **argv) {
         o.gpu = (int)index;
     }
 
-    printf("gpc bench%s: %-9s %-22s %-7s %-10s %11s %12s\n", quick ? " (quick)" : "", "group",
-           "name", "device", "size", "time", "rate");
     gpc_bench_report report;
     memset(&report, 0, sizeof report);
     gpc_status st = gpc_bench_run(&o, &report);

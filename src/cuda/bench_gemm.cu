@@ -63,8 +63,14 @@ extern "C" int gpc_bench_cuda_device_count(void) {
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
         cudaGetLastError();
-        gpc_error(GPC_ERR_UNSUPPORTED, "no GPU: %s (check nvidia-smi and CUDA_VISIBLE_DEVICES)",
-                  err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device is visible");
+        if (err == cudaErrorInsufficientDriver)
+            gpc_error(GPC_ERR_UNSUPPORTED,
+                      "no GPU: there is no NVIDIA driver, or it is older than this CUDA runtime "
+                      "(%d.%d); check nvidia-smi",
+                      CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+        else
+            gpc_error(GPC_ERR_UNSUPPORTED, "no GPU: %s (check nvidia-smi and CUDA_VISIBLE_DEVICES)",
+                      err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device is visible");
         return 0;
     }
     return count;
