@@ -25,14 +25,14 @@ typedef struct {
     char socket[256];
 } test_gpcd;
 
-static void *test_gpcd_main(void *arg) {
+static inline void *test_gpcd_main(void *arg) {
     test_gpcd *g = arg;
     sched_daemon_run(g->daemon);
     return NULL;
 }
 
 /* Fills a config for a daemon in dir (simulated GPUs, fast sampling). */
-static void test_gpcd_config(test_gpcd *g, const char *dir, const char *gpus) {
+static inline void test_gpcd_config(test_gpcd *g, const char *dir, const char *gpus) {
     sched_config_defaults(&g->config);
     TEST_OK(sched_config_set(&g->config, "state_dir", dir));
     TEST_OK(sched_config_set(&g->config, "gpus", gpus));
@@ -42,12 +42,12 @@ static void test_gpcd_config(test_gpcd *g, const char *dir, const char *gpus) {
     snprintf(g->socket, sizeof g->socket, "%s/gpcd.sock", dir);
 }
 
-static void test_gpcd_start(test_gpcd *g) {
+static inline void test_gpcd_start(test_gpcd *g) {
     TEST_OK(sched_daemon_create(&g->config, &g->daemon));
     if (pthread_create(&g->thread, NULL, test_gpcd_main, g) != 0) fail_msg("pthread_create");
 }
 
-static void test_gpcd_stop(test_gpcd *g) {
+static inline void test_gpcd_stop(test_gpcd *g) {
     if (!g->daemon) return;
     sched_daemon_stop(g->daemon);
     pthread_join(g->thread, NULL);
@@ -57,8 +57,8 @@ static void test_gpcd_stop(test_gpcd *g) {
 
 /* One request; asserts it reached gpcd. Returns the parsed JSON body (or
  * NULL when it is not JSON) and the status in *status. */
-static json_t *test_request(const char *socket, const char *method, const char *path,
-                            const char *body, int *status) {
+static inline json_t *test_request(const char *socket, const char *method, const char *path,
+                                   const char *body, int *status) {
     sched_response r;
     TEST_OK(sched_client_request(socket, method, path, body, &r));
     *status = r.status;
@@ -68,8 +68,8 @@ static json_t *test_request(const char *socket, const char *method, const char *
 }
 
 /* Asserts the status and that the error message contains needle. */
-static void test_request_fails(const char *socket, const char *method, const char *path,
-                               const char *body, int want_status, const char *needle) {
+static inline void test_request_fails(const char *socket, const char *method, const char *path,
+                                      const char *body, int want_status, const char *needle) {
     int status;
     json_t *j = test_request(socket, method, path, body, &status);
     const char *message = json_string_value(json_object_get(j, "error"));
@@ -82,7 +82,7 @@ static void test_request_fails(const char *socket, const char *method, const cha
     json_decref(j);
 }
 
-static int64_t test_submit(const char *socket, const char *body) {
+static inline int64_t test_submit(const char *socket, const char *body) {
     int status;
     json_t *j = test_request(socket, "POST", "/jobs", body, &status);
     if (status != 201) {
@@ -95,7 +95,7 @@ static int64_t test_submit(const char *socket, const char *body) {
 }
 
 /* GET /jobs/ID. */
-static json_t *test_job(const char *socket, int64_t id) {
+static inline json_t *test_job(const char *socket, int64_t id) {
     char path[64];
     int status;
     snprintf(path, sizeof path, "/jobs/%lld", (long long)id);
@@ -105,7 +105,8 @@ static json_t *test_job(const char *socket, int64_t id) {
 }
 
 /* Waits (up to seconds) until job id reaches state; returns its JSON. */
-static json_t *test_wait_state(const char *socket, int64_t id, const char *state, double seconds) {
+static inline json_t *test_wait_state(const char *socket, int64_t id, const char *state,
+                                      double seconds) {
     double end = gpc_time_seconds() + seconds;
     for (;;) {
         json_t *j = test_job(socket, id);

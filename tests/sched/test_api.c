@@ -1,0 +1,378 @@
+/*
+ * test_api.c: gpcd's HTTP API end to end, with gpcd running in this process
+ * on simulated GPUs: every endpoint with the values it must return, each
+ * kind of bad request with its status and message, ownership (403), the
+ * TCP listener's token, alerts driven through simulated_file, and
+ * preemption of a running job by a higher priority one.
+ */
+#include "sched_testutil.h"
+
+#include <sys/wait.h>
+
+#define GIB 1073741824.0
+
+static json_t *get(test_gpcd *g, const char *path) {
+    int status;
+    json_t *j = test_request(g->socket, "GET", path, NULL, &status);
+    if (status != 200) fail_msg("GET %s: %d", path, status);
+    return j;
+}
+
+static void test_endpoints(void **state) {
+    (void)state;
+    test_gpcd g = {0};
+    g.dir = test_tmpdir("api");
+    test_gpcd_config(&g, g.dir, "simulated:8x141GB");
+    test_gpcd_start(&g);
+
+    json_t *s = get(&g, "/status");
+    assert_string_equal(json_string_value(json_object_get(s, "provider")), "simulated:8x141GB");
+    assert_int_equal(json_array_size(json_object_get(s, "gpus")), 8);
+    json_decref(s);
+    json_t *gpus = get(&g, "/gpus");
+    json_t *list = json_object_get(gpus, "gpus");
+    assert_int_equal(json_array_size(list), 8);
+    for (size_t i = 0; i < 8; i++) {
+        json_t *gpu = json_array_get(list, i);
+        assert_int_equal(json_integer_value(json_object_get(gpu, "index")), (json_int_t)i);
+        assert_true(json_integer_value(json_object_get(gpu, "memory_total")) ==
+                    (json_int_t)(141 * GIB));
+        assert_int_equal(json_integer_value(json_object_get(gpu, "numa_node")), i < 4 ? 0 : 1);
+    }
+    json_decref(gpus);
+
+    /* submit: the id comes back, the job shows what was sent */
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 41);
+    unsigned token = gpc_rng_u32(&rng);
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"command\":[\"sh\",\"-c\",\"echo out-%u; echo err-%u >&2; sleep 0.3\"],"
+             "\"gpus\":2,\"mem\":\"40G\",\"priority\":\"high\",\"type\":\"train\",\"name\":\"t\"}",
+             token, token);
+    int64_t id = test_submit(g.socket, body);
+    assert_int_equal(id, 1);
+    json_t *job = test_wait_state(g.socket, id, "running", 5);
+    assert_int_equal(json_integer_value(json_object_get(job, "gpus")), 2);
+    assert_true(json_integer_value(json_object_get(job, "mem")) == (json_int_t)(40 * GIB));
+    assert_int_equal(json_integer_value(json_object_get(job, "priority")), SCHED_PRIORITY_HIGH);
+    assert_int_equal(json_array_size(json_object_get(job, "assigned_gpus")), 2);
+    assert_int_equal(json_integer_value(json_object_get(job, "owner_uid")), (json_int_t)geteuid());
+    json_decref(job);
+    job = test_wait_state(g.socket, id, "completed", 5);
+    assert_int_equal(json_integer_value(json_object_get(job, "exit_code")), 0);
+    json_t *events = json_object_get(job, "events");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(events, 0), "state")),
+                        "queued");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(events, json_array_size(events) - 1), "state")),
+                        "completed");
+    json_decref(job);
+
+    /* logs, whole and from an offset */
+    sched_response r;
+    TEST_OK(sched_client_request(g.socket, "GET", "/jobs/1/logs", NULL, &r));
+    char want[128];
+    snprintf(want, sizeof want, "out-%u\nerr-%u\n", token, token);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, want);
+    assert_int_equal(atoi(r.next_offset), (int)strlen(want));
+    assert_string_equal(r.job_state, "completed");
+    sched_response_free(&r);
+    TEST_OK(sched_client_request(g.socket, "GET", "/jobs/1/logs?offset=4&limit=3", NULL, &r));
+    assert_int_equal(r.body_len, 3);
+    assert_memory_equal(r.body, want + 4, 3);
+    assert_int_equal(atoi(r.next_offset), 7);
+    sched_response_free(&r);
+
+    /* list: finished jobs only with all=1 */
+    json_t *l = get(&g, "/jobs");
+    assert_int_equal(json_array_size(json_object_get(l, "jobs")), 0);
+    json_decref(l);
+    l = get(&g, "/jobs?all=1");
+    assert_int_equal(json_array_size(json_object_get(l, "jobs")), 1);
+    json_decref(l);
+    l = get(&g, "/jobs?state=completed");
+    assert_int_equal(json_array_size(json_object_get(l, "jobs")), 1);
+    json_decref(l);
+
+    /* cancel a queued job (it cannot run: every GPU taken by a long job) */
+    int64_t big = test_submit(g.socket, "{\"command\":[\"sleep\",\"30\"],\"gpus\":8}");
+    json_decref(test_wait_state(g.socket, big, "running", 5));
+    int64_t waiting = test_submit(g.socket, "{\"command\":[\"true\"],\"gpus\":1}");
+    int status;
+    char path[64];
+    snprintf(path, sizeof path, "/jobs/%lld/cancel", (long long)waiting);
+    json_t *c = test_request(g.socket, "POST", path, "", &status);
+    assert_int_equal(status, 200);
+    assert_string_equal(json_string_value(json_object_get(c, "state")), "cancelled");
+    json_decref(c);
+    job = test_job(g.socket, waiting);
+    assert_string_equal(json_string_value(json_object_get(job, "state")), "cancelled");
+    json_decref(job);
+    test_request_fails(g.socket, "POST", path, "", 409, "already been cancelled");
+    /* cancel the running one: SIGTERM, then cancelled */
+    snprintf(path, sizeof path, "/jobs/%lld", (long long)big);
+    c = test_request(g.socket, "DELETE", path, NULL, &status);
+    assert_int_equal(status, 202);
+    json_decref(c);
+    job = test_wait_state(g.socket, big, "cancelled", 5);
+    assert_int_equal(json_integer_value(json_object_get(job, "signal")), 15);
+    json_decref(job);
+
+    /* metrics: the series are there with the values the API reports */
+    TEST_OK(sched_client_request(g.socket, "GET", "/metrics", NULL, &r));
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "gpcd_up 1\n"));
+    assert_non_null(strstr(r.body, "gpcd_gpu_memory_total_bytes{gpu=\"7\"} 151397597184\n"));
+    assert_non_null(strstr(r.body, "gpcd_jobs{state=\"completed\"} 1\n"));
+    assert_non_null(strstr(r.body, "gpcd_jobs{state=\"cancelled\"} 2\n"));
+    assert_non_null(strstr(r.body, "gpcd_jobs_submitted_total 3\n"));
+    assert_non_null(strstr(r.body, "# TYPE gpcd_jobs_submitted_total counter\n"));
+    sched_response_free(&r);
+
+    test_gpcd_stop(&g);
+    test_rmtree(g.dir);
+    gpc_free(g.dir);
+}
+
+static void test_bad_requests(void **state) {
+    (void)state;
+    test_gpcd g = {0};
+    g.dir = test_tmpdir("api");
+    test_gpcd_config(&g, g.dir, "simulated:2x80GB");
+    TEST_OK(sched_config_set(&g.config, "max_body", "4096"));
+    /* open to every local user, so another uid can reach it below */
+    TEST_OK(sched_config_set(&g.config, "socket_mode", "0666"));
+    test_gpcd_start(&g);
+    test_request_fails(g.socket, "GET", "/nothing", NULL, 404, "no such endpoint");
+    test_request_fails(g.socket, "GET", "/jobs/55", NULL, 404, "no job 55");
+    test_request_fails(g.socket, "GET", "/jobs/55/logs", NULL, 404, "no job 55");
+    test_request_fails(g.socket, "POST", "/jobs/55/cancel", "", 404, "no job 55");
+    test_request_fails(g.socket, "PUT", "/jobs", "{}", 405, "GET or POST");
+    test_request_fails(g.socket, "POST", "/jobs", "{\"command\":", 400, "not valid JSON");
+    test_request_fails(g.socket, "POST", "/jobs", "{\"command\":[\"a\"],\"gpus\":3}", 400,
+                       "asks for 3 GPUs; this server has 2");
+    test_request_fails(g.socket, "POST", "/jobs", "{\"command\":[\"a\"],\"mem\":\"81G\"}", 400,
+                       "largest GPU here has 80.0 GiB");
+    test_request_fails(g.socket, "GET", "/jobs?state=bogus", NULL, 400, "unknown job state");
+    char *huge = malloc(8192);
+    memset(huge, ' ', 8191);
+    huge[0] = '{';
+    huge[8190] = '}';
+    huge[8191] = '\0';
+    test_request_fails(g.socket, "POST", "/jobs", huge, 413, "larger than max_body");
+    free(huge);
+    /* nothing bad reached the store */
+    json_t *l = get(&g, "/jobs?all=1");
+    assert_int_equal(json_array_size(json_object_get(l, "jobs")), 0);
+    json_decref(l);
+
+    /* another user may not cancel or read someone else's job */
+    if (geteuid() == 0) {
+        int64_t id = test_submit(g.socket, "{\"command\":[\"sleep\",\"20\"]}");
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
+            char path[64];
+            snprintf(path, sizeof path, "/jobs/%lld/cancel", (long long)id);
+            sched_response r;
+            if (sched_client_request(g.socket, "POST", path, "", &r) != GPC_OK) _exit(11);
+            if (r.status != 403 || !strstr(r.body, "only its owner or root may cancel")) _exit(12);
+            snprintf(path, sizeof path, "/jobs/%lld/logs", (long long)id);
+            if (sched_client_request(g.socket, "GET", path, NULL, &r) != GPC_OK) _exit(13);
+            if (r.status != 403) _exit(14);
+            _exit(0);
+        }
+        int status;
+        waitpid(pid, &status, 0);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+        char path[64];
+        snprintf(path, sizeof path, "/jobs/%lld/cancel", (long long)id);
+        int st;
+        json_decref(test_request(g.socket, "POST", path, "", &st));
+        assert_true(st == 200 || st == 202);
+    }
+    test_gpcd_stop(&g);
+    /* gone: the client says so, naming the socket */
+    sched_response r;
+    TEST_FAILS(sched_client_request(g.socket, "GET", "/status", NULL, &r), GPC_ERR_IO,
+               "gpcd is not running at");
+    test_rmtree(g.dir);
+    gpc_free(g.dir);
+}
+
+static void test_tcp_token(void **state) {
+    (void)state;
+    test_gpcd g = {0};
+    g.dir = test_tmpdir("api");
+    test_gpcd_config(&g, g.dir, "simulated:1x80GB");
+    char token_path[4200];
+    snprintf(token_path, sizeof token_path, "%s/token", g.dir);
+    FILE *f = fopen(token_path, "w");
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 42);
+    char token[64];
+    snprintf(token, sizeof token, "tok%08x%08x", gpc_rng_u32(&rng), gpc_rng_u32(&rng));
+    fprintf(f, "%s\n", token);
+    fclose(f);
+    int port = 20000 + (int)gpc_rng_below(&rng, 30000);
+    char listen[64], where[64];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    snprintf(where, sizeof where, "tcp://127.0.0.1:%d", port);
+    TEST_OK(sched_config_set(&g.config, "listen", listen));
+    TEST_OK(sched_config_set(&g.config, "token_file", token_path));
+    test_gpcd_start(&g);
+    unsetenv("GPC_TOKEN");
+    test_request_fails(where, "GET", "/status", NULL, 401, "bearer token");
+    setenv("GPC_TOKEN", "wrong-token-of-some-length", 1);
+    test_request_fails(where, "GET", "/status", NULL, 401, "bearer token");
+    setenv("GPC_TOKEN", token, 1);
+    int status;
+    json_t *s = test_request(where, "GET", "/status", NULL, &status);
+    assert_int_equal(status, 200);
+    assert_string_equal(json_string_value(json_object_get(s, "provider")), "simulated:1x80GB");
+    json_decref(s);
+    unsetenv("GPC_TOKEN");
+    test_gpcd_stop(&g);
+    test_rmtree(g.dir);
+    gpc_free(g.dir);
+}
+
+static int has_alert(test_gpcd *g, const char *kind, int gpu, const char *needle) {
+    json_t *a = get(g, "/alerts");
+    json_t *list = json_object_get(a, "alerts");
+    int found = 0;
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        json_t *x = json_array_get(list, i);
+        if (strcmp(json_string_value(json_object_get(x, "kind")), kind) == 0 &&
+            json_integer_value(json_object_get(x, "gpu")) == gpu &&
+            strstr(json_string_value(json_object_get(x, "message")), needle))
+            found = 1;
+    }
+    json_decref(a);
+    return found;
+}
+
+static void wait_alert(test_gpcd *g, const char *kind, int gpu, const char *needle, int want) {
+    double end = gpc_time_seconds() + 5;
+    while (has_alert(g, kind, gpu, needle) != want) {
+        if (gpc_time_seconds() > end)
+            fail_msg("alert %s on GPU %d ('%s') %s", kind, gpu, needle,
+                     want ? "never appeared" : "never cleared");
+        usleep(50000);
+    }
+}
+
+static void test_alerts(void **state) {
+    (void)state;
+    test_gpcd g = {0};
+    g.dir = test_tmpdir("api");
+    test_gpcd_config(&g, g.dir, "simulated:2x80GB");
+    char sim[4200];
+    snprintf(sim, sizeof sim, "%s/sim", g.dir);
+    TEST_OK(sched_config_set(&g.config, "simulated_file", sim));
+    TEST_OK(sched_config_set(&g.config, "alert_util_window", "0.3s"));
+    test_gpcd_start(&g);
+    int64_t id = test_submit(g.socket, "{\"command\":[\"sleep\",\"30\"],\"gpus\":1}");
+    json_t *job = test_wait_state(g.socket, id, "running", 5);
+    int gpu = (int)json_integer_value(json_array_get(json_object_get(job, "assigned_gpus"), 0));
+    json_decref(job);
+    int idle = 1 - gpu;
+    FILE *f = fopen(sim, "w");
+    /* the busy GPU at 30% (input-bound), the idle one hot and nearly full:
+     * 86 C > 85, and 76 GiB of 80 = 95% > 90% */
+    fprintf(f, "%d util 30\n%d temperature 86\n%d mem_used 76G\n", gpu, idle, idle);
+    fclose(f);
+    wait_alert(&g, "low_utilization", gpu, "likely input-bound", 1);
+    wait_alert(&g, "temperature", idle, "86 C", 1);
+    wait_alert(&g, "memory", idle, "95% used", 1);
+    /* an idle GPU at low utilisation is not an alert */
+    assert_int_equal(has_alert(&g, "low_utilization", idle, ""), 0);
+    sched_response r;
+    TEST_OK(sched_client_request(g.socket, "GET", "/metrics", NULL, &r));
+    char line[128];
+    snprintf(line, sizeof line, "gpcd_alert_active{gpu=\"%d\",kind=\"low_utilization\"} 1\n", gpu);
+    assert_non_null(strstr(r.body, line));
+    assert_non_null(strstr(r.body, "gpcd_alerts_active{kind=\"memory\"} 1\n"));
+    snprintf(line, sizeof line, "gpcd_gpu_utilization_ratio{gpu=\"%d\"} 0.29999999999999999\n",
+             gpu);
+    assert_non_null(strstr(r.body, line));
+    sched_response_free(&r);
+    /* within 5 C of the GPU's own slowdown threshold (90 C) counts too */
+    f = fopen(sim, "w");
+    fprintf(f, "%d temperature 80\n%d slowdown 84\n", idle, idle);
+    fclose(f);
+    wait_alert(&g, "low_utilization", gpu, "", 0);
+    wait_alert(&g, "memory", idle, "", 0);
+    wait_alert(&g, "temperature", idle, "slowdown at 84 C", 1);
+    unlink(sim);
+    wait_alert(&g, "temperature", idle, "", 0);
+    snprintf(line, sizeof line, "/jobs/%lld/cancel", (long long)id);
+    int status;
+    json_decref(test_request(g.socket, "POST", line, "", &status));
+    json_decref(test_wait_state(g.socket, id, "cancelled", 5));
+    test_gpcd_stop(&g);
+    test_rmtree(g.dir);
+    gpc_free(g.dir);
+}
+
+static void test_preemption_requeues(void **state) {
+    (void)state;
+    test_gpcd g = {0};
+    g.dir = test_tmpdir("api");
+    test_gpcd_config(&g, g.dir, "simulated:1x80GB");
+    test_gpcd_start(&g);
+    /* the low job reports SIGTERM (as gpc train does when it checkpoints) */
+    int64_t low =
+        test_submit(g.socket, "{\"command\":[\"sh\",\"-c\",\"trap 'echo got-term; exit 0' TERM; "
+                              "echo started; sleep 30 & wait\"],\"priority\":\"low\"}");
+    json_decref(test_wait_state(g.socket, low, "running", 5));
+    /* wait until its trap is set: "running" is recorded before the fork */
+    char path[64];
+    snprintf(path, sizeof path, "/jobs/%lld/logs", (long long)low);
+    sched_response r;
+    for (double end = gpc_time_seconds() + 5;;) {
+        TEST_OK(sched_client_request(g.socket, "GET", path, NULL, &r));
+        int started = strcmp(r.body, "started\n") == 0;
+        sched_response_free(&r);
+        if (started) break;
+        if (gpc_time_seconds() > end) fail_msg("the low job never printed 'started'");
+        usleep(20000);
+    }
+    int64_t high = test_submit(g.socket, "{\"command\":[\"sleep\",\"0.5\"],\"priority\":\"high\"}");
+    json_t *j = test_wait_state(g.socket, low, "preempted", 5);
+    assert_int_equal(json_integer_value(json_object_get(j, "preemptions")), 1);
+    json_decref(j);
+    json_decref(test_wait_state(g.socket, high, "running", 5));
+    json_decref(test_wait_state(g.socket, high, "completed", 5));
+    /* back in line, it runs again */
+    json_decref(test_wait_state(g.socket, low, "running", 5));
+    const char *want = "started\ngot-term\nstarted\n";
+    double end = gpc_time_seconds() + 5;
+    for (;;) { /* the second run may not have printed yet */
+        TEST_OK(sched_client_request(g.socket, "GET", path, NULL, &r));
+        int done = strcmp(r.body, want) == 0 || gpc_time_seconds() > end;
+        if (done) assert_string_equal(r.body, want);
+        sched_response_free(&r);
+        if (done) break;
+        usleep(20000);
+    }
+    snprintf(path, sizeof path, "/jobs/%lld/cancel", (long long)low);
+    int status;
+    json_decref(test_request(g.socket, "POST", path, "", &status));
+    json_decref(test_wait_state(g.socket, low, "cancelled", 5));
+    test_gpcd_stop(&g);
+    test_rmtree(g.dir);
+    gpc_free(g.dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_endpoints),           cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_tcp_token),           cmocka_unit_test(test_alerts),
+        cmocka_unit_test(test_preemption_requeues),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

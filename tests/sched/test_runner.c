@@ -1,0 +1,204 @@
+/*
+ * test_runner.c: job processes under gpcd: exit status recorded exactly,
+ * output and environment (CUDA_VISIBLE_DEVICES, NCCL_NVLS_ENABLE) in the
+ * log, time limits enforced with SIGTERM and then SIGKILL, and a gpcd
+ * restart that re-attaches to a running job and settles one that ended
+ * while gpcd was down.
+ */
+#include "sched_testutil.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+static char *read_log(test_gpcd *g, int64_t id) {
+    char path[128];
+    snprintf(path, sizeof path, "/jobs/%lld/logs", (long long)id);
+    sched_response r;
+    TEST_OK(sched_client_request(g->socket, "GET", path, NULL, &r));
+    assert_int_equal(r.status, 200);
+    return r.body;
+}
+
+static void start(test_gpcd *g, const char *gpus) {
+    memset(g, 0, sizeof *g);
+    g->dir = test_tmpdir("runner");
+    test_gpcd_config(g, g->dir, gpus);
+    test_gpcd_start(g);
+}
+
+static void finish(test_gpcd *g) {
+    test_gpcd_stop(g);
+    test_rmtree(g->dir);
+    gpc_free(g->dir);
+}
+
+static void test_exit_status_and_logs(void **state) {
+    (void)state;
+    test_gpcd g;
+    start(&g, "simulated:4x80GB");
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 51);
+    int code = 1 + (int)gpc_rng_below(&rng, 120);
+    unsigned token = gpc_rng_u32(&rng);
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"command\":[\"sh\",\"-c\",\"echo token=%u; echo cvd=$CUDA_VISIBLE_DEVICES; "
+             "echo nvls=$NCCL_NVLS_ENABLE; echo id=$GPC_JOB_ID; echo home=$MY_VAR; pwd; exit "
+             "%d\"],\"gpus\":3,\"env\":{\"MY_VAR\":\"v%u\",\"CUDA_VISIBLE_DEVICES\":\"9\"},"
+             "\"cwd\":\"/tmp\"}",
+             token, code, token);
+    int64_t id = test_submit(g.socket, body);
+    json_t *j = test_wait_state(g.socket, id, "failed", 5);
+    assert_int_equal(json_integer_value(json_object_get(j, "exit_code")), code);
+    assert_true(json_is_null(json_object_get(j, "signal")));
+    char message[64];
+    snprintf(message, sizeof message, "exited with status %d", code);
+    assert_non_null(strstr(json_string_value(json_object_get(j, "message")), message));
+    json_decref(j);
+    /* which GPUs it had: the last "running" event is gone now, so read the
+     * log and check the three listed are distinct valid indices */
+    char *log = read_log(&g, id);
+    char want[256];
+    snprintf(want, sizeof want, "token=%u\n", token);
+    assert_non_null(strstr(log, want));
+    int a, b, c;
+    const char *cvd = strstr(log, "cvd=");
+    assert_non_null(cvd);
+    assert_int_equal(sscanf(cvd, "cvd=%d,%d,%d", &a, &b, &c), 3);
+    assert_true(a != b && b != c && a != c && a >= 0 && b >= 0 && c >= 0 && a < 4 && b < 4 &&
+                c < 4);
+    assert_non_null(strstr(log, "nvls=0\n"));
+    snprintf(want, sizeof want, "id=%lld\nhome=v%u\n/tmp\n", (long long)id, token);
+    assert_non_null(strstr(log, want));
+    free(log);
+
+    /* success is completed with exit code 0 */
+    id = test_submit(g.socket, "{\"command\":[\"true\"]}");
+    j = test_wait_state(g.socket, id, "completed", 5);
+    assert_int_equal(json_integer_value(json_object_get(j, "exit_code")), 0);
+    json_decref(j);
+    /* a command that does not exist: 127 and a message in the log */
+    id = test_submit(g.socket, "{\"command\":[\"/no/such/program\"]}");
+    j = test_wait_state(g.socket, id, "failed", 5);
+    assert_int_equal(json_integer_value(json_object_get(j, "exit_code")), 127);
+    json_decref(j);
+    log = read_log(&g, id);
+    assert_non_null(strstr(log, "gpcd: cannot run '/no/such/program': No such file"));
+    free(log);
+    /* a directory that does not exist: 126 */
+    id = test_submit(g.socket, "{\"command\":[\"true\"],\"cwd\":\"/no/such/dir\"}");
+    j = test_wait_state(g.socket, id, "failed", 5);
+    assert_int_equal(json_integer_value(json_object_get(j, "exit_code")), 126);
+    json_decref(j);
+    log = read_log(&g, id);
+    assert_non_null(strstr(log, "cannot enter the job's directory /no/such/dir"));
+    free(log);
+    finish(&g);
+}
+
+static void test_time_limits(void **state) {
+    (void)state;
+    test_gpcd g;
+    start(&g, "simulated:2x80GB");
+    /* a job that stops on SIGTERM: ends by SIGTERM soon after 0.4 s */
+    double t0 = gpc_wall_seconds();
+    int64_t polite = test_submit(g.socket, "{\"command\":[\"sleep\",\"30\"],\"time_limit\":0.4}");
+    /* one that ignores SIGTERM gets SIGKILL after kill_grace (0.5 s) */
+    int64_t stubborn = test_submit(
+        g.socket, "{\"command\":[\"sh\",\"-c\",\"trap '' TERM; sleep 30 & wait; sleep 30\"],"
+                  "\"time_limit\":0.4}");
+    json_t *j = test_wait_state(g.socket, polite, "failed", 5);
+    assert_int_equal(json_integer_value(json_object_get(j, "signal")), SIGTERM);
+    assert_non_null(strstr(json_string_value(json_object_get(j, "message")), "time limit"));
+    double ran = json_number_value(json_object_get(j, "end_time")) -
+                 json_number_value(json_object_get(j, "start_time"));
+    assert_true(ran >= 0.4 && ran < 2.0);
+    json_decref(j);
+    j = test_wait_state(g.socket, stubborn, "failed", 5);
+    assert_int_equal(json_integer_value(json_object_get(j, "signal")), SIGKILL);
+    ran = json_number_value(json_object_get(j, "end_time")) -
+          json_number_value(json_object_get(j, "start_time"));
+    assert_true(ran >= 0.9 && ran < 3.0); /* 0.4 s limit + 0.5 s grace */
+    json_decref(j);
+    assert_true(gpc_wall_seconds() - t0 < 5);
+    finish(&g);
+}
+
+static void test_reattach_after_restart(void **state) {
+    (void)state;
+    test_gpcd g;
+    start(&g, "simulated:2x80GB");
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 52);
+    int code = 2 + (int)gpc_rng_below(&rng, 100);
+    char body[256];
+    /* A: still running when gpcd comes back; B: ends while gpcd is down */
+    snprintf(body, sizeof body,
+             "{\"command\":[\"sh\",\"-c\",\"echo a-start; sleep 1.5; echo a-end; exit %d\"]}",
+             code);
+    int64_t a = test_submit(g.socket, body);
+    int64_t b = test_submit(g.socket, "{\"command\":[\"sh\",\"-c\",\"sleep 0.3; exit 5\"]}");
+    json_t *ja = test_wait_state(g.socket, a, "running", 5);
+    pid_t pid_a = (pid_t)json_integer_value(json_object_get(ja, "pid"));
+    json_decref(ja);
+    json_decref(test_wait_state(g.socket, b, "running", 5));
+    test_gpcd_stop(&g); /* gpcd goes away; the jobs do not */
+    assert_true(kill(pid_a, 0) == 0);
+    usleep(600 * 1000); /* B ends meanwhile */
+    test_gpcd_start(&g);
+    ja = test_job(g.socket, a);
+    assert_string_equal(json_string_value(json_object_get(ja, "state")), "running");
+    assert_int_equal(json_integer_value(json_object_get(ja, "pid")), pid_a);
+    json_decref(ja);
+    json_t *jb = test_job(g.socket, b);
+    assert_string_equal(json_string_value(json_object_get(jb, "state")), "failed");
+    assert_int_equal(json_integer_value(json_object_get(jb, "exit_code")), 5);
+    assert_non_null(
+        strstr(json_string_value(json_object_get(jb, "message")), "finished while gpcd was down"));
+    json_decref(jb);
+    /* A's GPU stays taken: a 2-GPU job must wait for it */
+    int64_t both = test_submit(g.socket, "{\"command\":[\"true\"],\"gpus\":2}");
+    usleep(200 * 1000);
+    json_t *jw = test_job(g.socket, both);
+    assert_string_equal(json_string_value(json_object_get(jw, "state")), "queued");
+    json_decref(jw);
+    ja = test_wait_state(g.socket, a, "failed", 5);
+    assert_int_equal(json_integer_value(json_object_get(ja, "exit_code")), code);
+    json_decref(ja);
+    char *log = read_log(&g, a);
+    assert_string_equal(log, "a-start\na-end\n");
+    free(log);
+    json_decref(test_wait_state(g.socket, both, "completed", 5));
+    finish(&g);
+}
+
+static void test_process_start_time(void **state) {
+    (void)state;
+    /* our own start time is nonzero and stable; a dead pid has none */
+    uint64_t mine = sched_process_start_time(getpid());
+    assert_true(mine > 0);
+    assert_true(sched_process_start_time(getpid()) == mine);
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    int status;
+    waitpid(child, &status, 0);
+    assert_true(sched_process_start_time(child) == 0);
+    sched_job job;
+    memset(&job, 0, sizeof job);
+    job.pid = getpid();
+    job.pid_start = mine + 1; /* a reused pid: same number, other start */
+    assert_int_equal(sched_runner_alive(&job), 0);
+    job.pid_start = mine;
+    assert_int_equal(sched_runner_alive(&job), 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exit_status_and_logs),
+        cmocka_unit_test(test_time_limits),
+        cmocka_unit_test(test_reattach_after_restart),
+        cmocka_unit_test(test_process_start_time),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
