@@ -15,14 +15,16 @@
  * One cuBLASLt handle and one 32 MiB workspace per GPU (NVIDIA recommends
  * 32 MiB on Hopper), created at the first product. The algorithm for a shape
  * comes from cuBLASLt's heuristic once and is cached, so the step does not
- * pay the heuristic on every call. The bias gradient is a column sum of dout
- * in two deterministic passes (partial sums per block of rows, then their
- * sum in order), as the CPU backend computes it.
+ * pay the heuristic on every call. The bias gradient comes from the dweight
+ * product's BGRADB epilogue where cuBLASLt offers one (dout is then read once
+ * for both); otherwise it is a column sum of dout in two deterministic passes
+ * (partial sums per block of rows, then their sum in order).
  */
 #include "cuda/cuda_common.cuh"
 
 #include <cublasLt.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MATMUL_MAX_DEVICES 64
@@ -38,7 +40,7 @@ typedef struct {
 typedef struct {
     matmul_key key;
     cublasLtMatmulAlgo_t algo;
-    int used;
+    int used; /* 1: algo is valid; 2: cuBLASLt has none for this key */
 } matmul_cache_entry;
 
 typedef struct {
@@ -108,11 +110,14 @@ static int alignment(const void *p) {
     return align;
 }
 
-/* D (m x n, ld ldd) = alpha op(A) op(B) + beta D [+ bias], column-major. */
+/* D (m x n, ld ldd) = alpha op(A) op(B) + beta D [+ bias], column-major.
+ * With bias_grad (f32 [n]) the epilogue also writes the column sums of op(B)
+ * there (BGRADB); when cuBLASLt has no algorithm for that, the call returns
+ * GPC_ERR_UNSUPPORTED having done nothing, and the caller sums itself. */
 static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype atype, const void *b,
                             gpc_dtype btype, const void *bias, int m, int n, int k, int transa,
-                            int transb, int lda, int ldb, int ldd, float beta) {
-    matmul_device *md;
+                            int transb, int lda, int ldb, int ldd, float beta, float *bias_grad) {
+    matmul_device *md = NULL;
     GPC_TRY(device_state(&md));
     gpc_status status = GPC_OK;
     cublasLtMatmulDesc_t desc = NULL;
@@ -120,14 +125,17 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
     cublasLtMatmulPreference_t pref = NULL;
     cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasLtEpilogue_t epilogue = bias        ? CUBLASLT_EPILOGUE_BIAS
+                                  : bias_grad ? CUBLASLT_EPILOGUE_BGRADB
+                                              : CUBLASLT_EPILOGUE_DEFAULT;
+    cudaDataType_t f32 = CUDA_R_32F;
     float alpha = 1.0f;
     matmul_key key;
     memset(&key, 0, sizeof key);
     key.m = m, key.n = n, key.k = k, key.transa = transa, key.transb = transb;
     key.atype = atype, key.btype = btype, key.dtype = dtype, key.epilogue = (int)epilogue;
     key.align_a = alignment(a), key.align_b = alignment(b), key.align_d = alignment(d);
-    key.align_bias = bias ? alignment(bias) : 0;
+    key.align_bias = bias ? alignment(bias) : bias_grad ? alignment(bias_grad) : 0;
 
     LT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
@@ -137,6 +145,12 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
     if (bias)
         LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                 sizeof bias));
+    if (bias_grad) {
+        LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_grad,
+                                                sizeof bias_grad));
+        LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32,
+                                                sizeof f32));
+    }
     LT_CHECK(cublasLtMatrixLayoutCreate(&la, lt_type(atype), transa ? k : m, transa ? m : k, lda));
     LT_CHECK(cublasLtMatrixLayoutCreate(&lb, lt_type(btype), transb ? n : k, transb ? k : n, ldb));
     LT_CHECK(cublasLtMatrixLayoutCreate(&ld, lt_type(dtype), m, n, ldd));
@@ -150,8 +164,14 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
                 break;
             }
         cublasLtMatmulAlgo_t algo;
+        int none = hit && hit->used == 2;
         if (hit) algo = hit->algo;
         pthread_mutex_unlock(&matmul_lock);
+        if (none) {
+            status = gpc_error(GPC_ERR_UNSUPPORTED, "matmul: cuBLASLt has no algorithm for this "
+                                                    "epilogue");
+            goto done;
+        }
         if (!hit) {
             cublasLtMatmulHeuristicResult_t result;
             int found = 0;
@@ -171,6 +191,12 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
             if (cublasLtMatmulAlgoGetHeuristic(md->handle, desc, la, lb, ld, ld, pref, 1, &result,
                                                &found) != CUBLAS_STATUS_SUCCESS ||
                 found == 0) {
+                pthread_mutex_lock(&matmul_lock);
+                matmul_cache_entry *e = &md->cache[md->next];
+                md->next = (md->next + 1) % MATMUL_CACHE_SIZE;
+                e->key = key;
+                e->used = 2;
+                pthread_mutex_unlock(&matmul_lock);
                 status = gpc_error(GPC_ERR_UNSUPPORTED,
                                    "matmul: cuBLASLt has no algorithm for %dx%dx%d with %s x %s -> "
                                    "%s%s; try another precision",
@@ -272,7 +298,7 @@ gpc_status gpc_cuda_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const
     int fused = bias && bias->data && bias->dtype == out->dtype;
     GPC_TRY(lt_matmul(out->data, out->dtype, weight->data, weight->dtype, inp->data, inp->dtype,
                       fused ? bias->data : NULL, (int)OC, (int)N, (int)C, 1, 0, (int)C, (int)C,
-                      (int)OC, 0.0f));
+                      (int)OC, 0.0f, NULL));
     if (bias && bias->data && !fused) {
         GPC_CUDA_DISPATCH(out->dtype, E, {
             add_bias_kernel<E><<<gpc_cuda_sm_count() * 8, 256, 0, gpc_cuda_stream()>>>(
@@ -298,9 +324,29 @@ gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_t
     if (dinp && dinp->data)
         GPC_TRY(lt_matmul(dinp->data, dinp->dtype, weight->data, weight->dtype, dout->data,
                           dout->dtype, NULL, (int)C, (int)N, (int)OC, 0, 0, (int)C, (int)OC, (int)C,
-                          0.0f));
+                          0.0f, NULL));
+    static int epilogue_bgrad = -1; /* GPC_MATMUL_BGRAD=0 turns it off, for comparisons */
+    if (epilogue_bgrad < 0)
+        epilogue_bgrad = !(getenv("GPC_MATMUL_BGRAD") && !strcmp(getenv("GPC_MATMUL_BGRAD"), "0"));
+    if (dbias && dbias->data && epilogue_bgrad) {
+        /* First choice: the bias gradient from the dweight product's epilogue
+         * (cuBLASLt reads dout once for both), into f32 scratch, then added. */
+        void *sums;
+        GPC_TRY(gpc_cuda_scratch((size_t)OC * sizeof(float), &sums));
+        gpc_status st = lt_matmul(dweight->data, dweight->dtype, inp->data, inp->dtype, dout->data,
+                                  dout->dtype, NULL, (int)C, (int)OC, (int)N, 0, 1, (int)C, (int)OC,
+                                  (int)C, 1.0f, (float *)sums);
+        if (st == GPC_OK) {
+            bias_grad_finish_kernel<<<gpc_cuda_blocks(OC, 256), 256, 0, gpc_cuda_stream()>>>(
+                gpc_cuda_any_of(dbias), (const float *)sums, 1, (int)OC);
+            GPC_CUDA_CHECK_LAUNCH();
+            return GPC_OK;
+        }
+        if (st != GPC_ERR_UNSUPPORTED) return st;
+        gpc_clear_error();
+    }
     GPC_TRY(lt_matmul(dweight->data, dweight->dtype, inp->data, inp->dtype, dout->data, dout->dtype,
-                      NULL, (int)C, (int)OC, (int)N, 0, 1, (int)C, (int)OC, (int)C, 1.0f));
+                      NULL, (int)C, (int)OC, (int)N, 0, 1, (int)C, (int)OC, (int)C, 1.0f, NULL));
     if (dbias && dbias->data) {
         int col_blocks = (int)((OC + 31) / 32);
         int64_t parts = (gpc_cuda_sm_count() * 4 + col_blocks - 1) / col_blocks;

@@ -126,6 +126,23 @@ static void expect(const char *what, const pair *p, double tol) {
     free(got);
 }
 
+/* ||gpu - cpu|| / ||cpu|| over the whole tensor. */
+static void expect_norm(const char *what, const pair *p, double tol) {
+    assert_int_equal(cudaDeviceSynchronize(), 0);
+    float *got = download(&p->gpu);
+    const float *want = p->cpu.data;
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < p->n; i++) {
+        num += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        den += (double)want[i] * want[i];
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    if (!(rel <= tol))
+        fail_msg("%s (%s): norm-wise relative error %.3g > %.3g", what,
+                 gpc_dtype_name(p->gpu.dtype), rel, tol);
+    free(got);
+}
+
 static double tol_for(gpc_dtype dtype, double f32_tol) {
     return dtype == GPC_F32 ? f32_tol : 2e-2;
 }
@@ -312,7 +329,11 @@ static void attention_case(gpc_dtype dt, int64_t B, int64_t T, int NH, int64_t h
     TEST_OK(gpc_tensor_copy(&glse, &lse.cpu));
     TEST_OK(gpc_op_attention_backward(&dqkv.cpu, &dout.cpu, &qkv.cpu, &out.cpu, &lse.cpu, NH));
     TEST_OK(gpc_op_attention_backward(&dqkv.gpu, &dout.gpu, &qkv.gpu, &gout, &glse, NH));
-    expect("attention_backward dqkv", &dqkv, tol_for(dt, 5e-5));
+    /* bf16: P is rounded to 8 bits before P^T dO, so dv of the first keys,
+     * long sums over every later query, carry a few rounding errors of 2^-9
+     * each; 5e-2 of the RMS per element, and 1e-2 over the whole tensor */
+    expect("attention_backward dqkv", &dqkv, dt == GPC_F32 ? 5e-5 : 5e-2);
+    if (dt != GPC_F32) expect_norm("attention_backward dqkv", &dqkv, 1e-2);
     gpc_tensor_free(&gout);
     gpc_tensor_free(&glse);
     pair *all[] = {&qkv, &out, &lse, &dout, &dqkv};
