@@ -143,7 +143,7 @@ static gpc_status tokenizer_build(gpc_tokenizer **out, uint32_t *merges, int mer
     for (int id = 0; id < 256; id++)
         length[id] = 1;
     for (int r = 0; r < merge_count; r++) {
-        uint32_t a = merges[2 * r], b = merges[2 * r + 1], id = 256 + (uint32_t)r;
+        uint32_t a = merges[2 * (size_t)r], b = merges[2 * (size_t)r + 1], id = 256 + (uint32_t)r;
         if (a >= id || b >= id) {
             free(length);
             gpc_tokenizer_free(tok);
@@ -171,7 +171,7 @@ static gpc_status tokenizer_build(gpc_tokenizer **out, uint32_t *merges, int mer
         tok->pool[id] = (char)id;
     uint32_t at = 256;
     for (int r = 0; r < merge_count; r++) {
-        uint32_t a = merges[2 * r], b = merges[2 * r + 1], id = 256 + (uint32_t)r;
+        uint32_t a = merges[2 * (size_t)r], b = merges[2 * (size_t)r + 1], id = 256 + (uint32_t)r;
         tok->offset[id] = at;
         memcpy(tok->pool + at, tok->pool + tok->offset[a], length[a]);
         memcpy(tok->pool + at + length[a], tok->pool + tok->offset[b], length[b]);
@@ -564,8 +564,8 @@ gpc_status gpc_tokenizer_train(gpc_tokenizer **out, const char *text, size_t byt
             continue;
         }
         uint32_t z = 256 + (uint32_t)done;
-        merges[2 * done] = t.pairs[top.pair].a;
-        merges[2 * done + 1] = t.pairs[top.pair].b;
+        merges[2 * (size_t)done] = t.pairs[top.pair].a;
+        merges[2 * (size_t)done + 1] = t.pairs[top.pair].b;
         apply_merge(&t, top.pair, z, done);
         done++;
         if (progress && (done % 64 == 0 || done == merges_wanted))

@@ -154,8 +154,11 @@ static gpc_status collect(file_list *list, const char *path, int explicit_input)
     }
     char *copy = strdup(path);
     if (!copy) return gpc_error(GPC_ERR_NOMEM, "out of memory listing the inputs");
-    list->items[list->count] = (file_entry){copy, st.st_dev, st.st_ino, list->count};
-    list->count++;
+    file_entry *e = &list->items[list->count];
+    e->path = copy;
+    e->dev = st.st_dev;
+    e->ino = st.st_ino;
+    e->seq = list->count++;
     return GPC_OK;
 }
 
@@ -269,7 +272,11 @@ static gpc_status write_split(const char *dir, gpc_split split, const token_arra
 
 static gpc_status check_output_dir(const char *out_dir) {
     gpc_status s = gpc_mkdir_p(out_dir);
-    if (s != GPC_OK) return gpc_error_context(s, "output folder: ");
+    if (s != GPC_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", gpc_last_error());
+        return gpc_error(s, "output folder: %s; choose another --out", why);
+    }
     if (access(out_dir, W_OK) != 0)
         return gpc_error(GPC_ERR_IO, "cannot write to %s: %s; choose another --out", out_dir,
                          strerror(errno));
@@ -353,7 +360,7 @@ gpc_status gpc_data_prepare(const char *const *inputs, int input_count, const ch
         size_t bytes[2] = {0, 0}, docs[2] = {0, 0};
         double f = o->val_fraction;
         for (size_t d = 0; is_val && d < c.count; d++)
-            is_val[d] = f > 0 && (size_t)((double)(d + 1) * f) > (size_t)((double)d * f);
+            is_val[d] = (char)(f > 0 && (size_t)((double)(d + 1) * f) > (size_t)((double)d * f));
         for (size_t d = 0; is_val && d < c.count; d++)
             docs[(int)is_val[d]]++;
         if (is_val && f > 0 && c.count >= 2 && docs[1] == 0) { /* at least one */
