@@ -72,6 +72,8 @@ timeout 120 "$build/bench/bench_attention_bench" 2>&1 | tee -a "$log"
 GPC_ATTENTION=simple timeout 120 "$build/bench/bench_attention_bench" --reps 3 2>&1 | sed 's/gpc_attention/gpc_attention_simple/' | tee -a "$log"
 [[ ${SKIP_TORCH:-0} != 1 ]] && timeout 120 python3 "$root/bench/attention_bench.py" 2>&1 | tail -2 | tee -a "$log"
 timeout 180 "$build/bench/bench_gemm_bench" 2>&1 | tee -a "$log"
+say "-- the same with the bias gradient from cuBLASLt's BGRADB epilogue (GPC_MATMUL_BGRAD=1):"
+GPC_MATMUL_BGRAD=1 timeout 180 "$build/bench/bench_gemm_bench" 2>&1 | grep dweight | tee -a "$log"
 
 # summary
 python3 - "$log" <<'PY'

@@ -15,10 +15,10 @@
  * One cuBLASLt handle and one 32 MiB workspace per GPU (NVIDIA recommends
  * 32 MiB on Hopper), created at the first product. The algorithm for a shape
  * comes from cuBLASLt's heuristic once and is cached, so the step does not
- * pay the heuristic on every call. The bias gradient comes from the dweight
- * product's BGRADB epilogue where cuBLASLt offers one (dout is then read once
- * for both); otherwise it is a column sum of dout in two deterministic passes
- * (partial sums per block of rows, then their sum in order).
+ * pay the heuristic on every call. The bias gradient is a column sum of dout
+ * in two deterministic passes (partial sums per block of rows with 16-byte
+ * loads, then their sum in order); cuBLASLt's BGRADB epilogue on the dweight
+ * product can do it instead (GPC_MATMUL_BGRAD=1), but measured no faster.
  */
 #include "cuda/cuda_common.cuh"
 
@@ -234,24 +234,41 @@ __global__ void add_bias_kernel(T *out, gpc_cuda_any bias, int64_t N, int OC) {
 }
 
 /* partial[blockIdx.y][j] = sum of dout[n, j] over this block's rows. Block
- * (32, 8): a warp reads 32 neighbouring columns of one row. */
-template <typename T>
+ * (32, 8): a lane owns PER neighbouring columns (one 16-byte load per row
+ * when PER > 1), the 8 rows of threadIdx.y walk the block's rows, and shared
+ * memory adds the 8 in a fixed order. */
+template <typename T, int PER>
 __global__ void bias_grad_partial_kernel(float *partial, const T *dout, int64_t N, int OC,
                                          int64_t rows_per_block) {
-    __shared__ float sums[8][33];
-    int j = blockIdx.x * 32 + threadIdx.x;
+    __shared__ float sums[8][32 * PER];
+    int j0 = (blockIdx.x * 32 + threadIdx.x) * PER;
     int64_t begin = blockIdx.y * rows_per_block;
     int64_t end = begin + rows_per_block < N ? begin + rows_per_block : N;
-    float s = 0.0f;
-    if (j < OC)
-        for (int64_t n = begin + threadIdx.y; n < end; n += 8)
-            s += gpc_to_f32(dout[n * OC + j]);
-    sums[threadIdx.y][threadIdx.x] = s;
+    float s[PER];
+#pragma unroll
+    for (int k = 0; k < PER; k++)
+        s[k] = 0.0f;
+    if (j0 < OC)
+        for (int64_t n = begin + threadIdx.y; n < end; n += 8) {
+            if (PER == 1) {
+                s[0] += gpc_to_f32(dout[n * OC + j0]);
+            } else {
+                gpc_pack<T> v = *(const gpc_pack<T> *)(dout + n * OC + j0);
+#pragma unroll
+                for (int k = 0; k < PER; k++)
+                    s[k] += gpc_to_f32(v.v[k]);
+            }
+        }
+#pragma unroll
+    for (int k = 0; k < PER; k++)
+        sums[threadIdx.y][threadIdx.x * PER + k] = s[k];
     __syncthreads();
-    if (threadIdx.y == 0 && j < OC) {
+    for (int i = threadIdx.y * 32 + threadIdx.x; i < 32 * PER; i += 256) {
+        int j = blockIdx.x * 32 * PER + i;
+        if (j >= OC) continue;
         float t = 0.0f;
         for (int y = 0; y < 8; y++)
-            t += sums[y][threadIdx.x];
+            t += sums[y][i];
         partial[(int64_t)blockIdx.y * OC + j] = t;
     }
 }
@@ -325,9 +342,11 @@ gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_t
         GPC_TRY(lt_matmul(dinp->data, dinp->dtype, weight->data, weight->dtype, dout->data,
                           dout->dtype, NULL, (int)C, (int)N, (int)OC, 0, 0, (int)C, (int)OC, (int)C,
                           0.0f, NULL));
-    static int epilogue_bgrad = -1; /* GPC_MATMUL_BGRAD=0 turns it off, for comparisons */
+    /* The epilogue measured no faster than the separate column sum on an H200
+     * (bench/gemm_bench.c, 2 runs), so it is opt-in: GPC_MATMUL_BGRAD=1. */
+    static int epilogue_bgrad = -1;
     if (epilogue_bgrad < 0)
-        epilogue_bgrad = !(getenv("GPC_MATMUL_BGRAD") && !strcmp(getenv("GPC_MATMUL_BGRAD"), "0"));
+        epilogue_bgrad = getenv("GPC_MATMUL_BGRAD") && !strcmp(getenv("GPC_MATMUL_BGRAD"), "1");
     if (dbias && dbias->data && epilogue_bgrad) {
         /* First choice: the bias gradient from the dweight product's epilogue
          * (cuBLASLt reads dout once for both), into f32 scratch, then added. */
@@ -348,18 +367,26 @@ gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_t
     GPC_TRY(lt_matmul(dweight->data, dweight->dtype, inp->data, inp->dtype, dout->data, dout->dtype,
                       NULL, (int)C, (int)OC, (int)N, 0, 1, (int)C, (int)OC, (int)C, 1.0f, NULL));
     if (dbias && dbias->data) {
-        int col_blocks = (int)((OC + 31) / 32);
-        int64_t parts = (gpc_cuda_sm_count() * 4 + col_blocks - 1) / col_blocks;
-        if (parts > (N + 63) / 64) parts = (N + 63) / 64;
-        if (parts < 1) parts = 1;
-        int64_t rows_per = (N + parts - 1) / parts;
-        parts = (N + rows_per - 1) / rows_per;
-        void *partial;
-        GPC_TRY(gpc_cuda_scratch((size_t)parts * OC * sizeof(float), &partial));
-        dim3 grid((unsigned)col_blocks, (unsigned)parts), block(32, 8);
+        int64_t parts = 1;
+        void *partial = NULL;
         GPC_CUDA_DISPATCH(dout->dtype, E, {
-            bias_grad_partial_kernel<E><<<grid, block, 0, gpc_cuda_stream()>>>(
-                (float *)partial, (const E *)dout->data, N, (int)OC, rows_per);
+            const int P = 16 / sizeof(E);
+            int vec = OC % P == 0 && gpc_cuda_aligned16(dout->data);
+            int per = vec ? P : 1;
+            int col_blocks = (int)((OC + 32 * per - 1) / (32 * per));
+            parts = (gpc_cuda_sm_count() * 4 + col_blocks - 1) / col_blocks;
+            if (parts > (N + 63) / 64) parts = (N + 63) / 64;
+            if (parts < 1) parts = 1;
+            int64_t rows_per = (N + parts - 1) / parts;
+            parts = (N + rows_per - 1) / rows_per;
+            GPC_TRY(gpc_cuda_scratch((size_t)parts * OC * sizeof(float), &partial));
+            dim3 grid((unsigned)col_blocks, (unsigned)parts), block(32, 8);
+            if (vec)
+                bias_grad_partial_kernel<E, P><<<grid, block, 0, gpc_cuda_stream()>>>(
+                    (float *)partial, (const E *)dout->data, N, (int)OC, rows_per);
+            else
+                bias_grad_partial_kernel<E, 1><<<grid, block, 0, gpc_cuda_stream()>>>(
+                    (float *)partial, (const E *)dout->data, N, (int)OC, rows_per);
         });
         GPC_CUDA_CHECK_LAUNCH();
         bias_grad_finish_kernel<<<gpc_cuda_blocks(OC, 256), 256, 0, gpc_cuda_stream()>>>(

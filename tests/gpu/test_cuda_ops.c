@@ -266,6 +266,7 @@ static void test_matmul(void **state) {
     matmul_case(GPC_BF16, GPC_BF16, 4, 64, 128, 384, 1, 1);
     matmul_case(GPC_BF16, GPC_F32, 2, 40, 64, 200, 1, 1); /* bf16 products into f32 grads */
     matmul_case(GPC_F16, GPC_F16, 2, 16, 64, 64, 1, 1);
+    matmul_case(GPC_BF16, GPC_F32, 1, 24, 64, 36, 1, 1); /* OC not a multiple of 8: scalar dbias */
 }
 
 /* ----------------------------------------------------------- elementwise */
