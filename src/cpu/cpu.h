@@ -2,6 +2,12 @@
  * cpu.h: the CPU backend's ops, one function per entry of gpc_ops_table.
  * Implementations are C11 + OpenMP; every matrix product goes through
  * OpenBLAS (cblas_sgemm). Inputs arrive validated by src/ops/ops.c.
+ *
+ * The kernels live one family per file (embedding.c, layernorm.c, matmul.c,
+ * gelu.c, elementwise.c, attention.c, crossentropy.c, adamw.c) and are gathered
+ * into gpc_cpu_ops in cpu_ops.c. Every kernel gives the same bits for the same
+ * inputs on every run with the same thread count: reductions run in a fixed
+ * order, never in the order threads happen to finish.
  */
 #ifndef GPC_CPU_H
 #define GPC_CPU_H
@@ -9,5 +15,72 @@
 #include "ops/ops_backend.h"
 
 extern const gpc_ops_table gpc_cpu_ops;
+
+/* cpu_common.c: checks the kernels share. */
+
+/* GPC_ERR_UNSUPPORTED unless t is f32 (a NULL t passes: optional tensors). */
+gpc_status gpc_cpu_need_f32(const char *op, const char *name, const gpc_tensor *t);
+/* GPC_ERR_UNSUPPORTED when a dimension does not fit OpenBLAS's int. */
+gpc_status gpc_cpu_need_blas_dim(const char *op, int64_t dim);
+/* Last dimension, and rows when seen as [rows, last dimension]. */
+int64_t gpc_cpu_last_dim(const gpc_tensor *t);
+int64_t gpc_cpu_rows(const gpc_tensor *t);
+
+/* embedding.c */
+gpc_status gpc_cpu_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
+                                     const gpc_tensor *wte, const gpc_tensor *wpe);
+gpc_status gpc_cpu_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,
+                                      const gpc_tensor *tokens);
+
+/* layernorm.c */
+gpc_status gpc_cpu_layernorm_forward(gpc_tensor *out, gpc_tensor *mean, gpc_tensor *rstd,
+                                     const gpc_tensor *inp, const gpc_tensor *weight,
+                                     const gpc_tensor *bias);
+gpc_status gpc_cpu_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
+                                      const gpc_tensor *dout, const gpc_tensor *inp,
+                                      const gpc_tensor *weight, const gpc_tensor *mean,
+                                      const gpc_tensor *rstd);
+gpc_status gpc_cpu_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor *out,
+                                              gpc_tensor *mean, gpc_tensor *rstd,
+                                              const gpc_tensor *a, const gpc_tensor *b,
+                                              const gpc_tensor *weight, const gpc_tensor *bias);
+
+/* matmul.c */
+gpc_status gpc_cpu_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
+                                  const gpc_tensor *bias);
+gpc_status gpc_cpu_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
+                                   const gpc_tensor *dout, const gpc_tensor *inp,
+                                   const gpc_tensor *weight);
+
+/* gelu.c */
+gpc_status gpc_cpu_gelu_forward(gpc_tensor *out, const gpc_tensor *inp);
+gpc_status gpc_cpu_gelu_backward(gpc_tensor *dinp, const gpc_tensor *inp, const gpc_tensor *dout);
+
+/* elementwise.c */
+gpc_status gpc_cpu_residual_forward(gpc_tensor *out, const gpc_tensor *a, const gpc_tensor *b);
+gpc_status gpc_cpu_sum_squares(gpc_tensor *acc, const gpc_tensor *x);
+gpc_status gpc_cpu_convert(gpc_tensor *dst, const gpc_tensor *src);
+gpc_status gpc_cpu_scale(gpc_tensor *x, float factor);
+/* Element i of a float tensor of any float dtype, and the write back (with
+ * round to nearest even for bf16 and f16). */
+float gpc_cpu_load(const gpc_tensor *t, int64_t i);
+void gpc_cpu_store(gpc_tensor *t, int64_t i, float value);
+
+/* attention.c */
+gpc_status gpc_cpu_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gpc_tensor *qkv,
+                                     int num_heads);
+gpc_status gpc_cpu_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
+                                      const gpc_tensor *qkv, const gpc_tensor *out,
+                                      const gpc_tensor *lse, int num_heads);
+
+/* crossentropy.c */
+gpc_status gpc_cpu_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *dlogits,
+                                                 const gpc_tensor *logits,
+                                                 const gpc_tensor *targets, int vocab_size,
+                                                 float dloss);
+
+/* adamw.c */
+gpc_status gpc_cpu_adamw(gpc_tensor *params, gpc_tensor *master, const gpc_tensor *grads,
+                         gpc_tensor *m, gpc_tensor *v, const gpc_adamw_args *args);
 
 #endif /* GPC_CPU_H */

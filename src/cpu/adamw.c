@@ -1,0 +1,57 @@
+/*
+ * adamw.c: one AdamW step (Loshchilov & Hutter 2019) over a flat buffer.
+ *
+ *   g = grad * grad_scale * clip
+ *   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+ *   mhat = m / (1 - b1^t);  vhat = v / (1 - b2^t)
+ *   p -= lr (mhat / (sqrt(vhat) + eps) + wd p)
+ *
+ * clip = min(1, max_grad_norm / sqrt(grad_norm_sq)) when the caller passes
+ * the global squared norm (gpc_op_sum_squares over every gradient) and a
+ * positive max_grad_norm: clipping by global norm, as GPT-2 training does.
+ * A NaN norm leaves clip at 1 (the NaN then shows in the loss); detecting
+ * divergence is the trainer's job, not the kernel's.
+ * grad_scale undoes a loss scale (fp16). Weight decay is decoupled: it acts
+ * on the weights, not through the gradient's moments.
+ *
+ * With master != NULL the f32 master copy is what is updated and params
+ * (bf16/f16) receive it rounded to nearest even; the CPU does not use the
+ * seed's stochastic rounding (it has f32 parameters in practice). Each
+ * element is independent: a parallel loop.
+ */
+#include "cpu/cpu.h"
+
+#include <math.h>
+
+gpc_status gpc_cpu_adamw(gpc_tensor *params, gpc_tensor *master, const gpc_tensor *grads,
+                         gpc_tensor *m, gpc_tensor *v, const gpc_adamw_args *args) {
+    int64_t n = gpc_tensor_numel(params);
+    float clip = 1.0f;
+    if (args->grad_norm_sq && args->grad_norm_sq->data && args->max_grad_norm > 0.0f) {
+        float norm = sqrtf(((const float *)args->grad_norm_sq->data)[0]);
+        if (norm > args->max_grad_norm) clip = args->max_grad_norm / norm;
+    }
+    float gscale = args->grad_scale * clip;
+    float b1 = args->beta1, b2 = args->beta2, lr = args->learning_rate, eps = args->eps;
+    float wd = args->weight_decay;
+    float c1 = (float)(1.0 - pow((double)b1, args->step));
+    float c2 = (float)(1.0 - pow((double)b2, args->step));
+    float *pm = m->data, *pv = v->data;
+    gpc_tensor *weights = master && master->data ? master : params;
+    float *w = weights->data; /* f32: ops.c requires a master for low-precision params */
+    const float *gf = grads->dtype == GPC_F32 ? grads->data : NULL;
+    int write_params = weights != params;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float g = (gf ? gf[i] : gpc_cpu_load(grads, i)) * gscale;
+        float mi = b1 * pm[i] + (1.0f - b1) * g;
+        float vi = b2 * pv[i] + (1.0f - b2) * g * g;
+        pm[i] = mi;
+        pv[i] = vi;
+        float mhat = mi / c1, vhat = vi / c2;
+        float wi = w[i] - lr * (mhat / (sqrtf(vhat) + eps) + wd * w[i]);
+        w[i] = wi;
+        if (write_params) gpc_cpu_store(params, i, wi);
+    }
+    return GPC_OK;
+}

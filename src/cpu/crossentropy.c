@@ -1,0 +1,78 @@
+/*
+ * crossentropy.c: fused softmax + cross-entropy over the classifier's logits,
+ * loss and gradient in one pass over each row.
+ *
+ * For row n with target t: loss = logsumexp(logits[n, :V]) - logits[n, t],
+ * computed stably by subtracting the row maximum first; dlogits[n, j] =
+ * (softmax_j - [j == t]) * dloss for j < V and 0 in the padded columns
+ * V..Vp-1 (they are not real tokens, and zero keeps their weights still).
+ * A target of -1 masks the row: loss 0, gradient 0.
+ *
+ * dlogits may be logits itself: the [N, Vp] logits are the largest
+ * activation of a small model, and overwriting them with their gradient saves
+ * that buffer. So each row first reads everything it needs (max and the
+ * target's logit), then writes e^{x-max} over the row while summing, then
+ * scales in place. Rows are independent: a parallel loop over rows.
+ * Targets are all checked before anything is written, so a bad target leaves
+ * the logits untouched.
+ */
+#include "cpu/cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+gpc_status gpc_cpu_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *dlogits,
+                                                 const gpc_tensor *logits,
+                                                 const gpc_tensor *targets, int vocab_size,
+                                                 float dloss) {
+    const char *op = "crossentropy_forward_backward";
+    GPC_TRY(gpc_cpu_need_f32(op, "logits", logits));
+    GPC_TRY(gpc_cpu_need_f32(op, "dlogits", dlogits));
+    int64_t Vp = gpc_cpu_last_dim(logits), N = gpc_cpu_rows(logits), V = vocab_size;
+    const int32_t *tg = targets->data;
+    for (int64_t n = 0; n < N; n++)
+        if (tg[n] != -1 && (tg[n] < 0 || tg[n] >= V))
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "%s: target %d in row %lld is outside 0..%lld (use -1 to mask a "
+                             "row): the data does not match this model's vocabulary",
+                             op, tg[n], (long long)n, (long long)V - 1);
+    float *loss = losses->data;
+    float *dl = dlogits && dlogits->data ? dlogits->data : NULL;
+    const float *x = logits->data;
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *xr = x + n * Vp;
+        float *dr = dl ? dl + n * Vp : NULL;
+        int32_t t = tg[n];
+        if (t < 0) {
+            loss[n] = 0.0f;
+            if (dr) memset(dr, 0, (size_t)Vp * sizeof(float));
+            continue;
+        }
+        float max = xr[0];
+        for (int64_t j = 1; j < V; j++)
+            max = xr[j] > max ? xr[j] : max;
+        float xt = xr[t];
+        double sum = 0.0;
+        if (dr) {
+            for (int64_t j = 0; j < V; j++) {
+                float e = expf(xr[j] - max);
+                dr[j] = e;
+                sum += e;
+            }
+        } else {
+            for (int64_t j = 0; j < V; j++)
+                sum += expf(xr[j] - max);
+        }
+        loss[n] = (float)((double)max + log(sum) - (double)xt);
+        if (dr) {
+            float scale = (float)(1.0 / sum) * dloss;
+            for (int64_t j = 0; j < V; j++)
+                dr[j] *= scale;
+            dr[t] -= dloss;
+            for (int64_t j = V; j < Vp; j++)
+                dr[j] = 0.0f;
+        }
+    }
+    return GPC_OK;
+}

@@ -1,0 +1,87 @@
+/*
+ * matmul.c: the linear layer, out = inp @ weight^T + bias, and its backward.
+ *
+ * Shapes: inp [N,C], weight [OC,C] (PyTorch's nn.Linear layout, rows are
+ * output channels), out [N,OC]. Every product is one cblas_sgemm:
+ *   forward   out     = inp  @ weight^T   (bias pre-filled, beta = 1)
+ *   backward  dinp    = dout @ weight     (beta = 0: activations overwrite)
+ *             dweight += dout^T @ inp     (beta = 1: parameters accumulate)
+ * OpenBLAS threads the GEMMs itself, so they are called from serial code,
+ * never from inside an OpenMP region. The bias gradient is a column sum of
+ * dout, parallel over blocks of columns, each summing rows in order, so it is
+ * deterministic without atomics.
+ */
+#include "cpu/cpu.h"
+
+#include <cblas.h>
+
+#define MATMUL_COLUMN_BLOCK 64
+
+static gpc_status check_dims(const char *op, int64_t N, int64_t C, int64_t OC) {
+    GPC_TRY(gpc_cpu_need_blas_dim(op, N));
+    GPC_TRY(gpc_cpu_need_blas_dim(op, C));
+    GPC_TRY(gpc_cpu_need_blas_dim(op, OC));
+    return GPC_OK;
+}
+
+gpc_status gpc_cpu_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
+                                  const gpc_tensor *bias) {
+    const char *op = "matmul_forward";
+    GPC_TRY(gpc_cpu_need_f32(op, "out", out));
+    GPC_TRY(gpc_cpu_need_f32(op, "inp", inp));
+    GPC_TRY(gpc_cpu_need_f32(op, "weight", weight));
+    GPC_TRY(gpc_cpu_need_f32(op, "bias", bias));
+    int64_t C = gpc_cpu_last_dim(inp), N = gpc_cpu_rows(inp), OC = gpc_cpu_rows(weight);
+    GPC_TRY(check_dims(op, N, C, OC));
+    float *o = out->data;
+    float beta = 0.0f;
+    if (bias && bias->data) {
+        const float *b = bias->data;
+#pragma omp parallel for schedule(static)
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t j = 0; j < OC; j++)
+                o[n * OC + j] = b[j];
+        beta = 1.0f;
+    }
+    if (N == 0 || OC == 0) return GPC_OK;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)OC, (int)C, 1.0f, inp->data,
+                (int)C, weight->data, (int)C, beta, o, (int)OC);
+    return GPC_OK;
+}
+
+gpc_status gpc_cpu_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
+                                   const gpc_tensor *dout, const gpc_tensor *inp,
+                                   const gpc_tensor *weight) {
+    const char *op = "matmul_backward";
+    GPC_TRY(gpc_cpu_need_f32(op, "dinp", dinp));
+    GPC_TRY(gpc_cpu_need_f32(op, "dweight", dweight));
+    GPC_TRY(gpc_cpu_need_f32(op, "dbias", dbias));
+    GPC_TRY(gpc_cpu_need_f32(op, "dout", dout));
+    GPC_TRY(gpc_cpu_need_f32(op, "inp", inp));
+    GPC_TRY(gpc_cpu_need_f32(op, "weight", weight));
+    int64_t C = gpc_cpu_last_dim(inp), N = gpc_cpu_rows(inp), OC = gpc_cpu_rows(weight);
+    GPC_TRY(check_dims(op, N, C, OC));
+    if (N == 0 || C == 0 || OC == 0) return GPC_OK;
+    const float *dy = dout->data;
+    if (dinp && dinp->data)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)C, (int)OC, 1.0f, dy,
+                    (int)OC, weight->data, (int)C, 0.0f, dinp->data, (int)C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)OC, (int)C, (int)N, 1.0f, dy, (int)OC,
+                inp->data, (int)C, 1.0f, dweight->data, (int)C);
+    if (dbias && dbias->data) {
+        float *db = dbias->data;
+        int64_t blocks = (OC + MATMUL_COLUMN_BLOCK - 1) / MATMUL_COLUMN_BLOCK;
+#pragma omp parallel for schedule(static)
+        for (int64_t blk = 0; blk < blocks; blk++) {
+            int64_t j0 = blk * MATMUL_COLUMN_BLOCK;
+            int64_t width = OC - j0 < MATMUL_COLUMN_BLOCK ? OC - j0 : MATMUL_COLUMN_BLOCK;
+            float sum[MATMUL_COLUMN_BLOCK] = {0};
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t j = 0; j < width; j++)
+                    sum[j] += dy[n * OC + j0 + j];
+            for (int64_t j = 0; j < width; j++)
+                db[j0 + j] += sum[j];
+        }
+    }
+    return GPC_OK;
+}
