@@ -415,8 +415,8 @@ static gpc_status run_loop(trainer *t, gpc_train_result *result) {
         }
         if (stop && !last)
             return gpc_error(GPC_ERR_INTERRUPTED,
-                             "stopped at step %d of %d: checkpoint saved at step %d in %s; "
-                             "resume with --resume",
+                             "interrupted after step %d of %d: checkpoint saved at step %d; "
+                             "resume with --resume (%s)",
                              t->step, s->steps, t->step, t->checkpoint_path);
     }
     return GPC_OK;

@@ -212,8 +212,8 @@ static void test_resume_exact(void **state) {
     o.total_batch = 2 * 2 * 16;
     o.eval_every = 4;
     part.stop_at = 5;
-    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_INTERRUPTED, "checkpoint saved at step 5 in ");
-    assert_true(strstr(gpc_last_error(), "resume with --resume") != NULL);
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_INTERRUPTED,
+               "checkpoint saved at step 5; resume with --resume");
     gpc_train_clear_stop();
     assert_int_equal(part.steps, 5);
 

@@ -1,0 +1,151 @@
+/*
+ * cmd_sample.c: `gpc sample`: generates text from a trained run. Reads
+ * RUN/checkpoint.bin and RUN/tokenizer.bin (both written by gpc train), so a
+ * run folder is all it needs, and streams the text to stdout as it is drawn.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "gpc/model.h"
+#include "gpc/serve.h"
+#include "gpc/tokenizer.h"
+
+static const char *NAME = "sample";
+
+typedef struct {
+    const gpc_tokenizer *tok;
+} stream;
+
+static int print_token(void *user, uint32_t token) {
+    const stream *s = user;
+    size_t n;
+    const char *bytes = gpc_tokenizer_token_bytes(s->tok, token, &n);
+    if (bytes && n) fwrite(bytes, 1, n, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+static gpc_status run(const char *run_dir, const char *prompt, const gpc_generate_options *g,
+                      uint64_t seed, gpc_device device, int precision) {
+    char ckpt[4096], tok_path[4096];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.bin", run_dir);
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", run_dir);
+    if (!gpc_path_is_dir(run_dir))
+        return gpc_error(GPC_ERR_IO,
+                         "run folder %s does not exist (train one with gpc train "
+                         "--out %s)",
+                         run_dir, run_dir);
+    if (!gpc_path_exists(ckpt))
+        return gpc_error(GPC_ERR_IO,
+                         "%s has no checkpoint.bin: train it first (gpc train --out "
+                         "%s)",
+                         run_dir, run_dir);
+    if (!gpc_path_exists(tok_path))
+        return gpc_error(GPC_ERR_IO,
+                         "%s has no tokenizer.bin (was it trained on synthetic data?): sampling "
+                         "text needs a run trained on a prepared dataset",
+                         run_dir);
+    gpt_config config;
+    GPC_TRY(gpt_checkpoint_read_header(ckpt, &config, NULL, NULL));
+    gpc_tokenizer *tok = NULL;
+    GPC_TRY(gpc_tokenizer_load(&tok, tok_path));
+    gpc_status s = GPC_OK;
+    if (gpc_tokenizer_vocab_size(tok) != config.vocab_size)
+        s = gpc_error(GPC_ERR_MISMATCH,
+                      "%s has %d tokens but the checkpoint's model has %d: the run folder mixes "
+                      "two runs",
+                      tok_path, gpc_tokenizer_vocab_size(tok), config.vocab_size);
+    gpc_dtype dtype = precision >= 0                  ? (gpc_dtype)precision
+                      : device.type == GPC_DEVICE_CPU ? GPC_F32
+                                                      : GPC_BF16;
+    gpt_model *model = NULL;
+    if (s == GPC_OK) s = gpt_create(&model, &config, device, dtype, 1, config.max_context, 0);
+    if (s == GPC_OK) s = gpt_checkpoint_load(ckpt, model, NULL);
+    uint32_t *tokens = NULL;
+    size_t count = 0;
+    if (s == GPC_OK) s = gpc_tokenizer_encode(tok, prompt, strlen(prompt), &tokens, &count);
+    if (s == GPC_OK) {
+        uint32_t eot = (uint32_t)gpc_tokenizer_eot(tok);
+        gpc_generate_options o = *g;
+        o.stop_token = eot;
+        gpc_rng rng;
+        gpc_rng_seed(&rng, seed, 0x73616d706c65ULL); /* "sample" */
+        stream out = {tok};
+        fputs(prompt, stdout);
+        fflush(stdout);
+        /* an empty prompt starts a fresh text, as after a document's end */
+        s = count ? gpc_generate(model, tokens, count, &o, &rng, print_token, &out, NULL)
+                  : gpc_generate(model, &eot, 1, &o, &rng, print_token, &out, NULL);
+        fputc('\n', stdout);
+    }
+    gpc_free(tokens);
+    gpt_free(model);
+    gpc_tokenizer_free(tok);
+    return s;
+}
+
+int cmd_sample(int argc, char **argv) {
+    const char *run_dir = NULL, *prompt = "", *device_name = "auto", *precision_name = NULL;
+    int tokens = 200, top_k = 40;
+    double temperature = 0.8;
+    int64_t seed = 1337;
+    const cli_option options[] = {
+        {"run", CLI_STRING, &run_dir, "RUN", "run folder written by gpc train"},
+        {"prompt", CLI_STRING, &prompt, "TEXT", "text to continue (default: a fresh text)"},
+        {"tokens", CLI_INT, &tokens, "N", "tokens to generate (default 200)"},
+        {"temperature", CLI_FLOAT, &temperature, "X",
+         "randomness: 0 picks the likeliest token (default 0.8)"},
+        {"top-k", CLI_INT, &top_k, "K",
+         "draw among the K likeliest tokens, 0 for all (default 40)"},
+        {"seed", CLI_INT64, &seed, "S", "random seed (default 1337)"},
+        {"device", CLI_STRING, &device_name, "DEV", "auto, cpu or cuda[:N] (default auto)"},
+        {"precision", CLI_STRING, &precision_name, "P",
+         "f32, bf16 or fp16 (default f32 on the CPU, bf16 on a GPU)"},
+        {NULL, 0, NULL, NULL, NULL},
+    };
+    const cli_spec spec = {
+        "sample",
+        "sample --run RUN [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K] [--seed S]",
+        "Generates text from a trained run, streaming it to stdout. Stops at the end-of-text "
+        "token or after N tokens.",
+        options,
+        0,
+        NULL,
+        NULL,
+    };
+    int rc = cli_parse(&spec, argc, argv);
+    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
+    if (rc) return rc;
+    if (!run_dir) return cli_usage_error(NAME, "--run RUN is required (a folder from gpc train)");
+    if (tokens <= 0) return cli_usage_error(NAME, "--tokens must be positive, not %d", tokens);
+    if (temperature < 0)
+        return cli_usage_error(NAME, "--temperature must not be negative, not %g", temperature);
+    if (top_k < 0) return cli_usage_error(NAME, "--top-k must not be negative, not %d", top_k);
+    if (seed < 0) return cli_usage_error(NAME, "--seed must not be negative");
+    int precision = -1;
+    if (precision_name) {
+        gpc_dtype d;
+        if (strcmp(precision_name, "fp16") == 0) precision_name = "f16";
+        if (strcmp(precision_name, "fp32") == 0) precision_name = "f32";
+        if (gpc_dtype_parse(precision_name, &d) != GPC_OK ||
+            (d != GPC_F32 && d != GPC_BF16 && d != GPC_F16))
+            return cli_usage_error(NAME, "--precision must be f32, bf16 or fp16, not '%s'",
+                                   precision_name);
+        precision = (int)d;
+    }
+    gpc_device device;
+    gpc_status s = gpc_device_parse(device_name, &device);
+    if (s != GPC_OK) return cli_fail(NAME, s);
+    if (device.type == GPC_DEVICE_CPU && precision >= 0 && precision != GPC_F32)
+        return cli_usage_error(NAME, "the CPU computes in f32 only; use --precision f32 (bf16 "
+                                     "and fp16 need a GPU)");
+    gpc_generate_options g;
+    gpc_generate_options_init(&g);
+    g.max_tokens = tokens;
+    g.temperature = (float)temperature;
+    g.top_k = top_k;
+    s = run(run_dir, prompt, &g, (uint64_t)seed, device, precision);
+    if (s != GPC_OK) return cli_fail(NAME, s);
+    return CLI_EXIT_OK;
+}

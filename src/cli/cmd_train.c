@@ -1,0 +1,252 @@
+/*
+ * cmd_train.c: `gpc train`: trains a GPT on a prepared dataset, with a live
+ * progress line. The loop itself is gpc_train (src/train/trainer.c); this
+ * file turns options into its settings, draws what it reports, and turns
+ * SIGINT/SIGTERM into a clean stop with a checkpoint.
+ */
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "gpc/model.h"
+#include "gpc/train.h"
+
+static const char *NAME = "train";
+
+#define UNSET INT_MIN
+
+static void on_signal(int sig) {
+    (void)sig;
+    gpc_train_request_stop(); /* only sets a flag: async-signal-safe */
+}
+
+/* The first Ctrl-C asks for a checkpoint and a clean exit; SA_RESETHAND
+ * makes a second one stop the process at once. */
+static void install_stop_handler(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static const char *human_count(double n, char *buf, size_t size) {
+    if (n >= 1e9)
+        snprintf(buf, size, "%.2fB", n / 1e9);
+    else if (n >= 1e6)
+        snprintf(buf, size, "%.2fM", n / 1e6);
+    else if (n >= 1e3)
+        snprintf(buf, size, "%.1fK", n / 1e3);
+    else
+        snprintf(buf, size, "%.0f", n);
+    return buf;
+}
+
+typedef struct {
+    cli_progress progress;
+    int steps;
+} view;
+
+static void on_event(void *user, const gpc_train_event *e) {
+    view *v = user;
+    char a[32], b[32], c[32];
+    switch (e->kind) {
+    case GPC_TRAIN_START: {
+        const gpt_config *m = &e->config;
+        v->steps = e->steps;
+        fprintf(stderr,
+                "gpc train: %d layers, %d heads, %d channels, context %d, vocabulary %d: %s "
+                "parameters\n",
+                m->layers, m->heads, m->channels, m->max_context, m->vocab_size,
+                human_count((double)e->parameters, a, sizeof a));
+        fprintf(stderr,
+                "gpc train: %lld tokens per step (batch %d x context %d x %d accumulation), %s "
+                "%s, %s planned, lr %g, warmup %d\n",
+                (long long)e->tokens_per_step, e->B, e->T, e->accumulation_steps,
+                gpc_device_name(e->device), gpc_dtype_name(e->precision),
+                cli_format_bytes((double)e->memory_planned, b, sizeof b), e->peak_lr, e->warmup);
+        if (e->first_step)
+            fprintf(stderr, "gpc train: resuming at step %d of %d\n", e->first_step, e->steps);
+        break;
+    }
+    case GPC_TRAIN_STEP:
+        cli_progress_update(&v->progress, e->step == v->steps || e->step == 1,
+                            "step %d/%d | loss %.4f | lr %.2e | %s tok/s | ETA %s | mem %s",
+                            e->step, v->steps, (double)e->loss, (double)e->lr,
+                            human_count(e->tokens_per_s, a, sizeof a),
+                            cli_format_duration(e->eta_s, b, sizeof b),
+                            cli_format_bytes((double)e->memory_bytes, c, sizeof c));
+        break;
+    case GPC_TRAIN_EVAL:
+        cli_progress_end(&v->progress);
+        fprintf(stderr, "step %d/%d | val loss %.4f (train loss %.4f)\n", e->step, v->steps,
+                (double)e->val_loss, (double)e->loss);
+        break;
+    case GPC_TRAIN_CHECKPOINT:
+        cli_progress_end(&v->progress);
+        fprintf(stderr, "step %d/%d | checkpoint saved: %s\n", e->step, v->steps, e->path);
+        break;
+    }
+}
+
+/* 0 where it means "none" maps to the trainer's negative "none". */
+static int positive_or_unset(const char *flag, int value) {
+    if (value == UNSET || value > 0) return 0;
+    return cli_usage_error(NAME, "--%s must be a positive number, not %d", flag, value);
+}
+
+int cmd_train(int argc, char **argv) {
+    const char *data = NULL, *out = NULL, *model = NULL, *device_name = "auto";
+    const char *precision_name = NULL;
+    /* UNSET values cannot be typed (the parser refuses INT_MIN and NaN), so
+     * "left out" and every value a user can give stay apart */
+    int layers = UNSET, heads = UNSET, channels = UNSET, context = UNSET, batch = UNSET;
+    int steps = UNSET, warmup = UNSET, eval_every = UNSET, eval_batches = UNSET;
+    int checkpoint_every = UNSET, resume = 0;
+    int64_t total_batch = UNSET, seed = UNSET;
+    double lr = NAN, min_lr_ratio = NAN, weight_decay = NAN, max_grad_norm = NAN;
+    const cli_option options[] = {
+        {"data", CLI_STRING, &data, "DIR", "dataset folder (from gpc data prepare or synth)"},
+        {"out", CLI_STRING, &out, "RUN", "run folder: checkpoint, metrics, config, tokenizer"},
+        {"model", CLI_STRING, &model, "dN",
+         "N layers, N heads, 64*N channels (default d6; d12 = GPT-2 124M)"},
+        {"layers", CLI_INT, &layers, "N", "override the model's layers"},
+        {"heads", CLI_INT, &heads, "N", "override the model's heads"},
+        {"channels", CLI_INT, &channels, "N", "override the model's channels"},
+        {"context", CLI_INT, &context, "T", "tokens per sequence (default 256)"},
+        {"batch", CLI_INT, &batch, "B", "sequences per micro-batch (default 8)"},
+        {"total-batch", CLI_INT64, &total_batch, "TOKENS",
+         "tokens per optimizer step, a multiple of B*T (default B*T)"},
+        {"steps", CLI_INT, &steps, "N", "optimizer steps (default 1000)"},
+        {"lr", CLI_FLOAT, &lr, "X", "peak learning rate (default 1e-3 up to d6, 6e-4 above)"},
+        {"min-lr-ratio", CLI_FLOAT, &min_lr_ratio, "F",
+         "final learning rate as a fraction of the peak (default 0.1)"},
+        {"warmup", CLI_INT, &warmup, "N", "warmup steps (default 10% of steps, at most 1000)"},
+        {"weight-decay", CLI_FLOAT, &weight_decay, "X", "AdamW weight decay (default 0.1)"},
+        {"max-grad-norm", CLI_FLOAT, &max_grad_norm, "X",
+         "clip the gradient norm to this, 0 for none (default 1.0)"},
+        {"eval-every", CLI_INT, &eval_every, "N",
+         "validation loss every N steps and at the end, 0 for never (default 100)"},
+        {"eval-batches", CLI_INT, &eval_batches, "N", "batches per validation (default 20)"},
+        {"checkpoint-every", CLI_INT, &checkpoint_every, "N",
+         "checkpoint every N steps, 0 for only at the end (default 500)"},
+        {"device", CLI_STRING, &device_name, "DEV",
+         "auto, cpu or cuda[:N] (default auto: a GPU if there is one)"},
+        {"precision", CLI_STRING, &precision_name, "P",
+         "f32, bf16 or fp16 (default f32 on the CPU, bf16 on a GPU)"},
+        {"resume", CLI_FLAG, &resume, NULL, "continue the run in --out from its checkpoint"},
+        {"seed", CLI_INT64, &seed, "S", "weights, data order and rounding (default 1337)"},
+        {NULL, 0, NULL, NULL, NULL},
+    };
+    const cli_spec spec = {
+        "train",
+        "train --data DIR --out RUN [--model dN] [--context T] [--batch B] [--total-batch "
+        "TOKENS] [--steps N] [--lr X] [--eval-every N] [--checkpoint-every N] [--device "
+        "auto|cpu|cuda] [--resume] [--seed S]",
+        "Trains a GPT-2 style model on token shards: micro-batches with gradient accumulation, "
+        "AdamW with warmup and cosine decay, validation and checkpoints. Ctrl-C (or SIGTERM) "
+        "finishes the step, saves a checkpoint and exits; --resume continues exactly.",
+        options,
+        0,
+        NULL,
+        NULL,
+    };
+    int rc = cli_parse(&spec, argc, argv);
+    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
+    if (rc) return rc;
+    if (!data) return cli_usage_error(NAME, "--data DIR is required (a dataset folder)");
+    if (!out) return cli_usage_error(NAME, "--out RUN is required (the run folder)");
+    if ((rc = positive_or_unset("layers", layers)) || (rc = positive_or_unset("heads", heads)) ||
+        (rc = positive_or_unset("channels", channels)) ||
+        (rc = positive_or_unset("context", context)) || (rc = positive_or_unset("batch", batch)) ||
+        (rc = positive_or_unset("steps", steps)) ||
+        (rc = positive_or_unset("eval-batches", eval_batches)))
+        return rc;
+    if (total_batch != UNSET && total_batch <= 0)
+        return cli_usage_error(NAME, "--total-batch must be a positive number of tokens");
+    if ((warmup != UNSET && warmup < 0) || (eval_every != UNSET && eval_every < 0) ||
+        (checkpoint_every != UNSET && checkpoint_every < 0))
+        return cli_usage_error(NAME, "--warmup, --eval-every and --checkpoint-every must not "
+                                     "be negative");
+    if (!isnan(lr) && !(lr > 0 && lr < 1))
+        return cli_usage_error(NAME, "--lr must be between 0 and 1, not %g", lr);
+    if (!isnan(min_lr_ratio) && !(min_lr_ratio >= 0 && min_lr_ratio <= 1))
+        return cli_usage_error(NAME, "--min-lr-ratio must be between 0 and 1, not %g",
+                               min_lr_ratio);
+    if ((!isnan(weight_decay) && weight_decay < 0) || (!isnan(max_grad_norm) && max_grad_norm < 0))
+        return cli_usage_error(NAME, "--weight-decay and --max-grad-norm must not be negative");
+    if (seed != UNSET && seed < 0) return cli_usage_error(NAME, "--seed must not be negative");
+
+    gpc_train_options o;
+    gpc_train_options_init(&o);
+    o.data_dir = data;
+    o.out_dir = out;
+    if (model) {
+        int l, h, c;
+        if (gpt_config_parse_depth(model, &l, &h, &c) != GPC_OK)
+            return cli_fail(NAME, GPC_ERR_INVALID_ARG);
+        o.model = model;
+    }
+    if (precision_name) {
+        gpc_dtype d;
+        if (strcmp(precision_name, "fp16") == 0) precision_name = "f16";
+        if (strcmp(precision_name, "fp32") == 0) precision_name = "f32";
+        if (gpc_dtype_parse(precision_name, &d) != GPC_OK ||
+            (d != GPC_F32 && d != GPC_BF16 && d != GPC_F16))
+            return cli_usage_error(NAME, "--precision must be f32, bf16 or fp16, not '%s'",
+                                   precision_name);
+        o.precision = (int)d;
+    }
+    gpc_status s = gpc_device_parse(device_name, &o.device);
+    if (s != GPC_OK) return cli_fail(NAME, s);
+    if (o.device.type == GPC_DEVICE_CPU && o.precision >= 0 && o.precision != GPC_F32)
+        return cli_usage_error(NAME, "the CPU trains in f32 only; use --precision f32 (bf16 and "
+                                     "fp16 need a GPU)");
+    o.layers = layers > 0 ? layers : 0;
+    o.heads = heads > 0 ? heads : 0;
+    o.channels = channels > 0 ? channels : 0;
+    o.context = context > 0 ? context : 0;
+    o.batch = batch > 0 ? batch : 0;
+    o.total_batch = total_batch > 0 ? total_batch : 0;
+    o.steps = steps > 0 ? steps : 0;
+    o.lr = isnan(lr) ? 0 : lr;
+    o.min_lr_ratio = isnan(min_lr_ratio) ? 0 : min_lr_ratio > 0 ? min_lr_ratio : -1;
+    o.warmup = warmup == UNSET ? 0 : warmup > 0 ? warmup : -1;
+    o.weight_decay = isnan(weight_decay) ? 0 : weight_decay > 0 ? weight_decay : -1;
+    o.max_grad_norm = isnan(max_grad_norm) ? 0 : max_grad_norm > 0 ? max_grad_norm : -1;
+    o.eval_every = eval_every == UNSET ? 0 : eval_every > 0 ? eval_every : -1;
+    o.eval_batches = eval_batches > 0 ? eval_batches : 0;
+    o.checkpoint_every = checkpoint_every == UNSET ? 0
+                         : checkpoint_every > 0    ? checkpoint_every
+                                                   : -1;
+    o.resume = resume;
+    if (seed != UNSET) {
+        o.seed = (uint64_t)seed;
+        o.seed_set = 1;
+    }
+    view v;
+    memset(&v, 0, sizeof v);
+    cli_progress_init(&v.progress);
+    o.callback = on_event;
+    o.user = &v;
+
+    install_stop_handler();
+    gpc_train_result result;
+    s = gpc_train(&o, &result);
+    cli_progress_end(&v.progress);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    if (s != GPC_OK) return cli_fail(NAME, s);
+    char dur[32];
+    printf("trained %d steps in %s: loss %.4f", result.steps_done,
+           cli_format_duration(result.seconds, dur, sizeof dur), (double)result.last_loss);
+    if (result.last_val_loss == result.last_val_loss)
+        printf(", val loss %.4f", (double)result.last_val_loss);
+    printf("; sample with: gpc sample --run %s\n", out);
+    return CLI_EXIT_OK;
+}

@@ -1,0 +1,113 @@
+/*
+ * sample.c: generation from a GPT: the sampling rule and the loop that feeds
+ * each drawn token back as input.
+ *
+ * Top-k keeps the k largest logits (Fan et al. 2018), temperature divides
+ * the logits before the softmax; both are the knobs of GPT-2's own sampler.
+ * The softmax is computed in double with the largest logit subtracted, so
+ * neither a low temperature nor large logits overflow.
+ */
+#include "gpc/serve.h"
+
+#include <math.h>
+#include <string.h>
+
+void gpc_generate_options_init(gpc_generate_options *o) {
+    o->max_tokens = 200;
+    o->temperature = 0.8f;
+    o->top_k = 40;
+    o->stop_token = -1;
+}
+
+uint32_t gpc_sample_token(const float *logits, int V, float temperature, int top_k, gpc_rng *rng,
+                          void *scratch) {
+    if (temperature <= 0.0f) {
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (logits[v] > logits[best]) best = v;
+        return (uint32_t)best;
+    }
+    int k = (top_k <= 0 || top_k > V) ? V : top_k;
+    float *value = scratch;
+    int *index = (int *)(value + V);
+    int n = 0;
+    if (k == V) {
+        for (int v = 0; v < V; v++)
+            value[v] = logits[v], index[v] = v;
+        n = V;
+    } else {
+        /* keep the k largest, sorted descending, by insertion: O(V k) with
+         * k small is faster than sorting V */
+        for (int v = 0; v < V; v++) {
+            float x = logits[v];
+            if (n == k && x <= value[n - 1]) continue;
+            int at = n < k ? n++ : k - 1;
+            while (at > 0 && value[at - 1] < x) {
+                value[at] = value[at - 1];
+                index[at] = index[at - 1];
+                at--;
+            }
+            value[at] = x;
+            index[at] = v;
+        }
+    }
+    float max = value[0];
+    for (int i = 1; i < n; i++)
+        if (value[i] > max) max = value[i];
+    double total = 0;
+    for (int i = 0; i < n; i++)
+        total += exp(((double)value[i] - max) / temperature);
+    double r = gpc_rng_uniform64(rng) * total, acc = 0;
+    for (int i = 0; i < n; i++) {
+        acc += exp(((double)value[i] - max) / temperature);
+        if (r < acc) return (uint32_t)index[i];
+    }
+    return (uint32_t)index[n - 1]; /* rounding left r at the very top */
+}
+
+gpc_status gpc_generate(gpt_model *m, const uint32_t *prompt, size_t prompt_len,
+                        const gpc_generate_options *o, gpc_rng *rng, gpc_generate_callback callback,
+                        void *user, size_t *generated) {
+    if (generated) *generated = 0;
+    if (prompt_len == 0)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "generation needs a prompt of at least one token (the end-of-text token "
+                         "starts a fresh text)");
+    if (o->max_tokens < 0 || o->temperature < 0 || o->top_k < 0)
+        return gpc_error(GPC_ERR_INVALID_ARG, "tokens, temperature and top-k must not be negative");
+    int V = m->config.vocab_size, maxT = m->T;
+    int32_t *window = gpc_malloc((size_t)maxT * sizeof(int32_t));
+    float *logits = gpc_malloc((size_t)V * sizeof(float));
+    void *scratch = gpc_malloc((size_t)V * 8);
+    if (!window || !logits || !scratch) {
+        gpc_free(window), gpc_free(logits), gpc_free(scratch);
+        return gpc_error(GPC_ERR_NOMEM, "out of host memory for generation");
+    }
+    /* the last maxT tokens of the prompt */
+    size_t skip = prompt_len > (size_t)maxT ? prompt_len - (size_t)maxT : 0;
+    int len = (int)(prompt_len - skip);
+    gpc_status s = GPC_OK;
+    for (int i = 0; i < len; i++) {
+        if (prompt[skip + i] >= (uint32_t)V) {
+            s = gpc_error(GPC_ERR_INVALID_ARG, "prompt token %u is outside the vocabulary (%d)",
+                          prompt[skip + i], V);
+            break;
+        }
+        window[i] = (int32_t)prompt[skip + i];
+    }
+    for (int step = 0; s == GPC_OK && step < o->max_tokens; step++) {
+        s = gpt_forward_last_logits(m, window, 1, len, logits);
+        if (s != GPC_OK) break;
+        uint32_t token = gpc_sample_token(logits, V, o->temperature, o->top_k, rng, scratch);
+        if (o->stop_token >= 0 && token == (uint64_t)o->stop_token) break;
+        if (generated) (*generated)++;
+        if (callback && callback(user, token)) break;
+        if (len == maxT) { /* slide the window by one */
+            memmove(window, window + 1, (size_t)(maxT - 1) * sizeof(int32_t));
+            len--;
+        }
+        window[len++] = (int32_t)token;
+    }
+    gpc_free(window), gpc_free(logits), gpc_free(scratch);
+    return s;
+}

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# test_train_cli.sh: `gpc train` and `gpc sample` end to end: every usage
+# error exits 2 with one "error:" line, runtime errors exit 1, a tiny run
+# trains (metrics.jsonl has one line per step, the loss falls), samples
+# deterministically for a seed, stops cleanly on SIGTERM with a checkpoint
+# and resumes from it.
+set -u
+GPC=${GPC:?set GPC to the gpc binary}
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpc-train-cli-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# expect STATUS DESCRIPTION -- command...: exit status and, for errors, one
+# stderr line that says "error:"
+expect() {
+  local want=$1 what=$2
+  shift 3
+  timeout 300 "$@" >"$work/out" 2>"$work/err"
+  local got=$?
+  if [[ $got -ne $want ]]; then
+    fail "$what: exit $got, expected $want ($(head -c 300 "$work/err"))"
+    return
+  fi
+  if [[ $want -ne 0 ]]; then
+    local lines
+    lines=$(wc -l <"$work/err")
+    if [[ $lines -ne 1 ]] || ! grep -q "error:" "$work/err"; then
+      fail "$what: expected one 'error:' line, got: $(cat "$work/err")"
+    fi
+  fi
+}
+
+# A small corpus: sentences from a fixed grammar, so the text is learnable.
+python3 - "$work/corpus.txt" <<'EOF' 2>/dev/null || {
+import random, sys
+random.seed(5)
+subjects = ["the cat", "a dog", "my friend", "the old man", "a small bird", "the teacher"]
+verbs = ["sees", "likes", "finds", "follows", "watches", "helps"]
+objects = ["the ball", "a tree", "the river", "an apple", "the house", "a song"]
+with open(sys.argv[1], "w") as f:
+    for i in range(3000):
+        f.write(f"{random.choice(subjects)} {random.choice(verbs)} {random.choice(objects)}.\n")
+        if i % 10 == 9:
+            f.write("\n%\n")
+EOF
+  for i in $(seq 1 3000); do echo "the cat sees the ball number $((i % 7)). the dog likes it."; done >"$work/corpus.txt"
+}
+data="$work/data"
+if ! "$GPC" data prepare --input "$work/corpus.txt" --out "$data" --vocab-size 300 \
+  >"$work/prep.out" 2>"$work/prep.err"; then
+  echo "cannot prepare the test dataset: $(cat "$work/prep.err")" >&2
+  exit 1
+fi
+run="$work/run"
+
+# ---- usage errors of train: exit 2
+expect 2 "train without options" -- "$GPC" train
+expect 2 "train without --out" -- "$GPC" train --data "$data"
+expect 2 "train without --data" -- "$GPC" train --out "$run"
+expect 2 "train unknown option" -- "$GPC" train --data "$data" --out "$run" --bogus 1
+expect 2 "train --batch 0" -- "$GPC" train --data "$data" --out "$run" --batch 0
+expect 2 "train --context -4" -- "$GPC" train --data "$data" --out "$run" --context -4
+expect 2 "train --steps abc" -- "$GPC" train --data "$data" --out "$run" --steps abc
+expect 2 "train --lr 5" -- "$GPC" train --data "$data" --out "$run" --lr 5
+expect 2 "train --lr missing value" -- "$GPC" train --data "$data" --out "$run" --lr
+expect 2 "train --min-lr-ratio 2" -- "$GPC" train --data "$data" --out "$run" --min-lr-ratio 2
+expect 2 "train --warmup -3" -- "$GPC" train --data "$data" --out "$run" --warmup -3
+expect 2 "train --weight-decay -1" -- "$GPC" train --data "$data" --out "$run" --weight-decay -1
+expect 2 "train --model x4" -- "$GPC" train --data "$data" --out "$run" --model x4
+expect 2 "train --precision fp8" -- "$GPC" train --data "$data" --out "$run" --precision fp8
+expect 2 "train --device tpu" -- "$GPC" train --data "$data" --out "$run" --device tpu
+expect 2 "train --total-batch 0" -- "$GPC" train --data "$data" --out "$run" --total-batch 0
+expect 2 "train --total-batch not a multiple" -- "$GPC" train --data "$data" --out "$run" \
+  --model d1 --context 16 --batch 2 --total-batch 100 --device cpu
+grep -q "not a multiple of batch x context" "$work/err" || fail "total-batch message: $(cat "$work/err")"
+expect 2 "train --heads not dividing channels" -- "$GPC" train --data "$data" --out "$run" \
+  --layers 1 --heads 3 --channels 32 --context 16 --device cpu
+expect 2 "train bf16 on the cpu" -- "$GPC" train --data "$data" --out "$run" --model d1 \
+  --device cpu --precision bf16
+[[ -d "$run" && -f "$run/checkpoint.bin" ]] && fail "a refused run left a checkpoint"
+
+# ---- runtime errors: exit 1
+expect 1 "train missing data dir" -- "$GPC" train --data "$work/nope" --out "$run" --device cpu
+expect 1 "train --resume with nothing to resume" -- "$GPC" train --data "$data" --out "$work/none" \
+  --resume --device cpu
+
+# ---- a tiny run end to end
+train=("$GPC" train --data "$data" --out "$run" --layers 2 --heads 2 --channels 32 --context 32
+  --batch 4 --steps 40 --lr 3e-3 --eval-every 20 --eval-batches 2 --device cpu --seed 7)
+if ! "${train[@]}" >"$work/train.out" 2>"$work/train.err"; then
+  fail "tiny training run failed: $(cat "$work/train.err")"
+else
+  [[ $(wc -l <"$run/metrics.jsonl") -eq 40 ]] || fail "metrics.jsonl has $(wc -l <"$run/metrics.jsonl") lines, expected 40"
+  [[ $(grep -c '"val_loss":' "$run/metrics.jsonl") -eq 2 ]] || fail "expected 2 validation lines"
+  for f in checkpoint.bin config.txt tokenizer.bin; do
+    [[ -f "$run/$f" ]] || fail "run folder lacks $f"
+  done
+  grep -q "parameters" "$work/train.err" || fail "no header line: $(head -3 "$work/train.err")"
+  grep -q "^trained 40 steps" "$work/train.out" || fail "no summary: $(cat "$work/train.out")"
+  # the loss falls: mean of the last 5 steps below 75% of the first step's
+  python3 - "$run/metrics.jsonl" <<'EOF' || fail "loss did not fall"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["step"] for r in rows] == list(range(1, 41)), "steps out of order"
+first, last = rows[0]["loss"], sum(r["loss"] for r in rows[-5:]) / 5
+print(f"loss {first:.3f} -> {last:.3f}")
+sys.exit(0 if last < 0.75 * first else 1)
+EOF
+  # training into a finished run without --resume is refused
+  expect 2 "train over an existing run" -- "${train[@]}"
+  expect 2 "resume a finished run" -- "${train[@]}" --resume
+  expect 1 "resume with another model" -- "${train[@]}" --resume --layers 3 --steps 50
+fi
+
+# ---- sample
+expect 2 "sample without options" -- "$GPC" sample
+expect 2 "sample --tokens 0" -- "$GPC" sample --run "$run" --tokens 0
+expect 2 "sample --temperature -1" -- "$GPC" sample --run "$run" --temperature -1
+expect 2 "sample --top-k -2" -- "$GPC" sample --run "$run" --top-k -2
+expect 2 "sample unknown option" -- "$GPC" sample --run "$run" --colour red
+expect 2 "sample --precision int4" -- "$GPC" sample --run "$run" --precision int4
+expect 1 "sample missing run" -- "$GPC" sample --run "$work/none"
+if [[ -f "$run/checkpoint.bin" ]]; then
+  expect 0 "sample" -- "$GPC" sample --run "$run" --prompt "the cat" --tokens 30 --seed 3 --device cpu
+  cp "$work/out" "$work/sample1"
+  [[ $(head -c 7 "$work/sample1") == "the cat" ]] || fail "sample does not start with the prompt: $(cat "$work/sample1")"
+  [[ $(wc -c <"$work/sample1") -gt 9 ]] || fail "sample generated nothing: $(cat "$work/sample1")"
+  expect 0 "sample again" -- "$GPC" sample --run "$run" --prompt "the cat" --tokens 30 --seed 3 --device cpu
+  cmp -s "$work/out" "$work/sample1" || fail "same seed, different text"
+  expect 0 "sample greedy, empty prompt" -- "$GPC" sample --run "$run" --temperature 0 --tokens 20 --device cpu
+  [[ -s "$work/out" ]] || fail "greedy sample printed nothing"
+  # a tokenizer that does not belong to the checkpoint
+  cp -r "$run" "$work/mixed"
+  "$GPC" data prepare --input "$work/corpus.txt" --out "$work/data2" --vocab-size 280 >/dev/null 2>&1
+  cp "$work/data2/tokenizer.bin" "$work/mixed/tokenizer.bin"
+  expect 1 "sample with another run's tokenizer" -- "$GPC" sample --run "$work/mixed" --device cpu
+fi
+
+# ---- SIGTERM: a checkpoint and exit 1, then --resume finishes
+long="$work/long"
+"$GPC" train --data "$data" --out "$long" --layers 1 --heads 2 --channels 32 --context 32 \
+  --batch 2 --steps 100000 --eval-every 0 --checkpoint-every 0 --device cpu \
+  >"$work/long.out" 2>"$work/long.err" &
+pid=$!
+for _ in $(seq 1 600); do
+  [[ -s "$long/metrics.jsonl" ]] && break
+  sleep 0.05
+done
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+if [[ $rc -ne 1 ]]; then
+  fail "SIGTERM: exit $rc, expected 1 ($(tail -2 "$work/long.err"))"
+else
+  grep -q "checkpoint saved at step [0-9]*; resume with --resume" "$work/long.err" ||
+    fail "SIGTERM message: $(tail -2 "$work/long.err")"
+  step=$(sed -n 's/.*checkpoint saved at step \([0-9]*\);.*/\1/p' "$work/long.err" | head -1)
+  [[ $(wc -l <"$long/metrics.jsonl") -eq $step ]] || fail "metrics.jsonl does not end at step $step"
+  expect 0 "resume after SIGTERM" -- "$GPC" train --data "$data" --out "$long" --resume \
+    --steps $((step + 3)) --device cpu
+  [[ $(wc -l <"$long/metrics.jsonl") -eq $((step + 3)) ]] || fail "resumed run did not reach step $((step + 3))"
+fi
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures failure(s)" >&2
+  exit 1
+fi
+echo "ok"
