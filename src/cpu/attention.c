@@ -6,74 +6,83 @@
  * h*hs .. (h+1)*hs of each third, hs = C/NH. For query row i of head (b,h):
  *   s_j = q_i . k_j / sqrt(hs) for j <= i (causal), lse_i = log sum_j e^{s_j},
  *   p_j = e^{s_j - lse_i}, out_i = sum_j p_j v_j.
- * Only lse [B,NH,T] is saved. The backward pass rebuilds p_j from s_j and
- * lse_i, then with dout_i and D_i = dout_i . out_i (= sum_j p_j dp_j):
- *   dp_j = dout_i . v_j, ds_j = p_j (dp_j - D_i),
- *   dq_i = sum_j ds_j k_j / sqrt(hs), dk_j += ds_j q_i / sqrt(hs), dv_j += p_j dout_i.
- * (Dao et al. 2022, FlashAttention, algorithm 4, without the tiling a GPU
- * needs for its shared memory.)
+ * Only lse [B,NH,T] is saved. The backward pass rebuilds p from the scores
+ * and lse, then with D_i = dout_i . out_i (which equals sum_j p_j dp_j):
+ *   dp_j = dout_i . v_j, ds_j = p_j (dp_j - D_i) / sqrt(hs),
+ *   dq_i = sum_j ds_j k_j, dk_j += ds_j q_i, dv_j += p_j dout_i.
+ * (Dao et al. 2022, FlashAttention, algorithm 4.)
  *
- * Shape of the loops: one (b,h) pair per OpenMP task, so each thread owns the
- * dk and dv rows of its head and accumulates them in a fixed order: no races,
- * the same bits on every run. Per thread, K (and V in the backward) are first
- * transposed into scratch [hs, T], so the scores of a row are hs passes of a
- * contiguous axpy over j, which the compiler vectorises without having to
- * reorder a floating-point reduction. Scratch is one row of scores plus the
- * transposed head, allocated once per call (O(threads * hs * T) floats).
+ * Shape of the computation: for each head, the queries go in blocks of
+ * ATTENTION_QUERY_BLOCK rows; a block needs keys 0 .. its last row only, so
+ * the causal mask skips almost half the work. Every product of a block is
+ * one cblas_sgemm (scores Q K^T, output P V; in the backward dP = dO V^T,
+ * dQ = dS K, dK += dS^T Q, dV += P^T dO), reading q, k, v in place through
+ * the leading dimension 3C; only the softmax of the block's rows is our own
+ * loop, parallel over rows. The scratch is two [block, T] tiles per call.
+ * Heads run one after the other so that OpenBLAS can thread each GEMM
+ * (calling it from inside an OpenMP region would oversubscribe the cores);
+ * every sum runs in a fixed order, so results are the same bits on every
+ * run. dk and dv accumulate over blocks within the call and are zeroed at
+ * its start: dqkv as a whole is overwritten, as ops.h says.
  */
 #include "cpu/cpu.h"
 
+#include <cblas.h>
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define ATTENTION_QUERY_BLOCK 128
+/* Below this many scores a block's softmax is not worth waking threads for. */
+#define ATTENTION_PARALLEL_SCORES 16384
 
 typedef struct {
     int64_t B, T, C, NH, hs;
     float scale;
 } attention_shape;
 
-static attention_shape shape_of(const gpc_tensor *qkv, int num_heads) {
-    attention_shape s;
-    s.B = qkv->shape[0];
-    s.T = qkv->shape[1];
-    s.C = qkv->shape[2] / 3;
-    s.NH = num_heads;
-    s.hs = s.C / num_heads;
-    s.scale = 1.0f / sqrtf((float)s.hs);
-    return s;
+static gpc_status shape_of(const char *op, const gpc_tensor *qkv, int num_heads,
+                           attention_shape *s) {
+    s->B = qkv->shape[0];
+    s->T = qkv->shape[1];
+    s->C = qkv->shape[2] / 3;
+    s->NH = num_heads;
+    s->hs = s->C / num_heads;
+    s->scale = 1.0f / sqrtf((float)s->hs);
+    return gpc_cpu_need_blas_dim(op, 3 * s->C);
 }
 
-static gpc_status scratch_alloc(const char *op, size_t per_thread, float **out) {
-    size_t threads = (size_t)omp_get_max_threads();
-    *out = malloc(threads * per_thread * sizeof(float) + 1);
+static gpc_status scratch_alloc(const char *op, int64_t T, int tiles, float **out) {
+    size_t floats = (size_t)tiles * ATTENTION_QUERY_BLOCK * (size_t)(T > 0 ? T : 1);
+    *out = malloc(floats * sizeof(float));
     if (!*out)
         return gpc_error(GPC_ERR_NOMEM,
-                         "%s: out of memory for %zu threads of attention scratch; use a shorter "
+                         "%s: out of memory for %.1f MiB of attention scratch; use a shorter "
                          "context",
-                         op, threads);
+                         op, (double)floats * sizeof(float) / (1 << 20));
     return GPC_OK;
 }
 
-/* kt[d*T + j] = k_j[d] for j < n: the head's keys (or values), transposed. */
-static void transpose_head(float *kt, const float *base, int64_t stride, int64_t n, int64_t T,
-                           int64_t hs) {
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t d = 0; d < hs; d++)
-            kt[d * T + j] = base[j * stride + d];
-}
-
-/* s[j] = scale * q . k_j for j <= i, with kt the transposed keys. */
-static void scores_row(float *s, const float *q, const float *kt, int64_t i, int64_t T, int64_t hs,
-                       float scale) {
+/* Row r of a block (query i = i0 + r) holds scaled scores for keys 0..keys-1.
+ * Writes p_j for j <= i and zeros after; returns lse_i. */
+static float softmax_row(float *s, int64_t i, int64_t keys) {
+    float max = s[0];
+#pragma omp simd reduction(max : max)
     for (int64_t j = 0; j <= i; j++)
-        s[j] = 0.0f;
-    for (int64_t d = 0; d < hs; d++) {
-        float qd = q[d] * scale;
-        const float *krow = kt + d * T;
-        for (int64_t j = 0; j <= i; j++)
-            s[j] += qd * krow[j];
+        max = s[j] > max ? s[j] : max;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j <= i; j++) {
+        float e = gpc_cpu_expf(s[j] - max);
+        s[j] = e;
+        sum += e;
     }
+    float inv = 1.0f / sum;
+    for (int64_t j = 0; j <= i; j++)
+        s[j] *= inv;
+    for (int64_t j = i + 1; j < keys; j++)
+        s[j] = 0.0f;
+    return max + logf(sum);
 }
 
 gpc_status gpc_cpu_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gpc_tensor *qkv,
@@ -81,43 +90,30 @@ gpc_status gpc_cpu_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gpc
     const char *op = "attention_forward";
     GPC_TRY(gpc_cpu_need_f32(op, "out", out));
     GPC_TRY(gpc_cpu_need_f32(op, "qkv", qkv));
-    attention_shape sh = shape_of(qkv, num_heads);
+    attention_shape sh;
+    GPC_TRY(shape_of(op, qkv, num_heads, &sh));
     int64_t T = sh.T, C = sh.C, hs = sh.hs, NH = sh.NH, C3 = 3 * C;
-    size_t per_thread = (size_t)(hs * T + T);
-    float *scratch;
-    GPC_TRY(scratch_alloc(op, per_thread, &scratch));
+    float *S;
+    GPC_TRY(scratch_alloc(op, T, 1, &S));
     const float *x = qkv->data;
     float *o = out->data, *l = lse->data;
-#pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < sh.B * NH; bh++) {
         int64_t b = bh / NH, h = bh % NH;
-        float *kt = scratch + (size_t)omp_get_thread_num() * per_thread, *s = kt + hs * T;
         const float *q = x + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-        transpose_head(kt, k, C3, T, T, hs);
-        for (int64_t i = 0; i < T; i++) {
-            scores_row(s, q + i * C3, kt, i, T, hs, sh.scale);
-            float max = s[0];
-            for (int64_t j = 1; j <= i; j++)
-                max = s[j] > max ? s[j] : max;
-            float sum = 0.0f;
-            for (int64_t j = 0; j <= i; j++) {
-                s[j] = expf(s[j] - max);
-                sum += s[j];
-            }
-            float inv = 1.0f / sum;
-            l[bh * T + i] = max + logf(sum);
-            float *orow = o + (b * T + i) * C + h * hs;
-            for (int64_t d = 0; d < hs; d++)
-                orow[d] = 0.0f;
-            for (int64_t j = 0; j <= i; j++) {
-                float p = s[j] * inv;
-                const float *vrow = v + j * C3;
-                for (int64_t d = 0; d < hs; d++)
-                    orow[d] += p * vrow[d];
-            }
+        float *oh = o + b * T * C + h * hs, *lh = l + bh * T;
+        for (int64_t i0 = 0; i0 < T; i0 += ATTENTION_QUERY_BLOCK) {
+            int64_t rows = T - i0 < ATTENTION_QUERY_BLOCK ? T - i0 : ATTENTION_QUERY_BLOCK;
+            int64_t keys = i0 + rows;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)hs,
+                        sh.scale, q + i0 * C3, (int)C3, k, (int)C3, 0.0f, S, (int)keys);
+#pragma omp parallel for schedule(static) if (rows * keys >= ATTENTION_PARALLEL_SCORES)
+            for (int64_t r = 0; r < rows; r++)
+                lh[i0 + r] = softmax_row(S + r * keys, i0 + r, keys);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hs, (int)keys,
+                        1.0f, S, (int)keys, v, (int)C3, 0.0f, oh + i0 * C, (int)C);
         }
     }
-    free(scratch);
+    free(S);
     return GPC_OK;
 }
 
@@ -129,61 +125,58 @@ gpc_status gpc_cpu_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
     GPC_TRY(gpc_cpu_need_f32(op, "dout", dout));
     GPC_TRY(gpc_cpu_need_f32(op, "qkv", qkv));
     GPC_TRY(gpc_cpu_need_f32(op, "out", out));
-    attention_shape sh = shape_of(qkv, num_heads);
+    attention_shape sh;
+    GPC_TRY(shape_of(op, qkv, num_heads, &sh));
     int64_t T = sh.T, C = sh.C, hs = sh.hs, NH = sh.NH, C3 = 3 * C;
-    size_t per_thread = (size_t)(2 * hs * T + 2 * T + hs);
-    float *scratch;
-    GPC_TRY(scratch_alloc(op, per_thread, &scratch));
+    float *P;
+    GPC_TRY(scratch_alloc(op, T, 2, &P));
+    float *dS = P + (size_t)ATTENTION_QUERY_BLOCK * (size_t)T;
     const float *x = qkv->data, *dy = dout->data, *y = out->data, *l = lse->data;
     float *dx = dqkv->data;
-#pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < sh.B * NH; bh++) {
         int64_t b = bh / NH, h = bh % NH;
-        float *kt = scratch + (size_t)omp_get_thread_num() * per_thread;
-        float *vt = kt + hs * T, *p = vt + hs * T, *dp = p + T, *dq = dp + T;
         const float *q = x + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-        float *dqh = dx + b * T * C3 + h * hs, *dkh = dqh + C, *dvh = dqh + 2 * C;
-        transpose_head(kt, k, C3, T, T, hs);
-        transpose_head(vt, v, C3, T, T, hs);
+        const float *dyh = dy + b * T * C + h * hs, *yh = y + b * T * C + h * hs;
+        const float *lh = l + bh * T;
+        float *dq = dx + b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
         for (int64_t t = 0; t < T; t++) {
-            memset(dkh + t * C3, 0, (size_t)hs * sizeof(float));
-            memset(dvh + t * C3, 0, (size_t)hs * sizeof(float));
+            memset(dk + t * C3, 0, (size_t)hs * sizeof(float));
+            memset(dv + t * C3, 0, (size_t)hs * sizeof(float));
         }
-        for (int64_t i = 0; i < T; i++) {
-            const float *qi = q + i * C3;
-            const float *dyi = dy + (b * T + i) * C + h * hs, *yi = y + (b * T + i) * C + h * hs;
-            float lse_i = l[bh * T + i];
-            scores_row(p, qi, kt, i, T, hs, sh.scale);
-            for (int64_t j = 0; j <= i; j++)
-                p[j] = expf(p[j] - lse_i);
-            /* dp_j = dout_i . v_j, as hs contiguous axpys like the scores */
-            for (int64_t j = 0; j <= i; j++)
-                dp[j] = 0.0f;
-            for (int64_t d = 0; d < hs; d++) {
-                float g = dyi[d];
-                const float *vrow = vt + d * T;
-                for (int64_t j = 0; j <= i; j++)
-                    dp[j] += g * vrow[j];
-            }
-            float D = 0.0f;
-            for (int64_t d = 0; d < hs; d++)
-                D += dyi[d] * yi[d];
-            for (int64_t d = 0; d < hs; d++)
-                dq[d] = 0.0f;
-            for (int64_t j = 0; j <= i; j++) {
-                float ds = p[j] * (dp[j] - D) * sh.scale;
-                const float *kj = k + j * C3;
-                float *dkj = dkh + j * C3, *dvj = dvh + j * C3;
-                float pj = p[j];
-                for (int64_t d = 0; d < hs; d++) {
-                    dq[d] += ds * kj[d];
-                    dkj[d] += ds * qi[d];
-                    dvj[d] += pj * dyi[d];
+        for (int64_t i0 = 0; i0 < T; i0 += ATTENTION_QUERY_BLOCK) {
+            int64_t rows = T - i0 < ATTENTION_QUERY_BLOCK ? T - i0 : ATTENTION_QUERY_BLOCK;
+            int64_t keys = i0 + rows;
+            /* scores again, and dP = dO V^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)hs,
+                        sh.scale, q + i0 * C3, (int)C3, k, (int)C3, 0.0f, P, (int)keys);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)hs,
+                        1.0f, dyh + i0 * C, (int)C, v, (int)C3, 0.0f, dS, (int)keys);
+#pragma omp parallel for schedule(static) if (rows * keys >= ATTENTION_PARALLEL_SCORES)
+            for (int64_t r = 0; r < rows; r++) {
+                int64_t i = i0 + r;
+                float *p = P + r * keys, *ds = dS + r * keys, lse_i = lh[i];
+                const float *dyi = dyh + i * C, *yi = yh + i * C;
+                float D = 0.0f;
+                for (int64_t d = 0; d < hs; d++)
+                    D += dyi[d] * yi[d];
+#pragma omp simd
+                for (int64_t j = 0; j <= i; j++) {
+                    float pj = gpc_cpu_expf(p[j] - lse_i);
+                    p[j] = pj;
+                    ds[j] = pj * (ds[j] - D) * sh.scale;
                 }
+                for (int64_t j = i + 1; j < keys; j++)
+                    p[j] = ds[j] = 0.0f;
             }
-            memcpy(dqh + i * C3, dq, (size_t)hs * sizeof(float));
+            /* dQ (overwritten), dK and dV (accumulated over the blocks) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hs, (int)keys,
+                        1.0f, dS, (int)keys, k, (int)C3, 0.0f, dq + i0 * C3, (int)C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)keys, (int)hs, (int)rows,
+                        1.0f, dS, (int)keys, q + i0 * C3, (int)C3, 1.0f, dk, (int)C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)keys, (int)hs, (int)rows,
+                        1.0f, P, (int)keys, dyh + i0 * C, (int)C, 1.0f, dv, (int)C3);
         }
     }
-    free(scratch);
+    free(P);
     return GPC_OK;
 }

@@ -26,6 +26,37 @@ gpc_status gpc_cpu_need_blas_dim(const char *op, int64_t dim);
 int64_t gpc_cpu_last_dim(const gpc_tensor *t);
 int64_t gpc_cpu_rows(const gpc_tensor *t);
 
+/* e^x in f32 that the compiler can vectorise (glibc's expf is a call per
+ * element, and softmax, cross-entropy and GELU are bound by it). Cephes'
+ * expf (Moshier): x = n ln2 + r with |r| <= ln2/2, e^r by a degree-7
+ * polynomial, 2^n put in the exponent bits; relative error below 1e-7.
+ * Below -87.3 it returns 0 (so e^-inf = 0), above 88 it saturates at e^88,
+ * NaN stays NaN. Branch-free so a loop of it becomes SIMD code. */
+static inline float gpc_cpu_expf(float x) {
+    float c = x > -87.3f ? x : -87.3f; /* also maps NaN to -87.3; restored below */
+    c = c < 88.0f ? c : 88.0f;
+    /* n = round(c / ln2) by the 1.5 * 2^23 trick: floorf would not vectorise
+     * without -fno-trapping-math, and the sum cannot be folded away (no
+     * -ffast-math). */
+    float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = c - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } scale = {.i = ((int32_t)n + 127) << 23};
+    float result = p * scale.f;
+    result = x > -87.3f ? result : 0.0f;
+    return x != x ? x : result;
+}
+
 /* embedding.c */
 gpc_status gpc_cpu_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
                                      const gpc_tensor *wte, const gpc_tensor *wpe);

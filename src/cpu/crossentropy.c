@@ -50,19 +50,23 @@ gpc_status gpc_cpu_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor 
             continue;
         }
         float max = xr[0];
-        for (int64_t j = 1; j < V; j++)
+#pragma omp simd reduction(max : max)
+        for (int64_t j = 0; j < V; j++)
             max = xr[j] > max ? xr[j] : max;
         float xt = xr[t];
+        /* the sum in double, vectorised in a fixed order: V can be 50k terms */
         double sum = 0.0;
         if (dr) {
+#pragma omp simd reduction(+ : sum)
             for (int64_t j = 0; j < V; j++) {
-                float e = expf(xr[j] - max);
+                float e = gpc_cpu_expf(xr[j] - max);
                 dr[j] = e;
                 sum += e;
             }
         } else {
+#pragma omp simd reduction(+ : sum)
             for (int64_t j = 0; j < V; j++)
-                sum += expf(xr[j] - max);
+                sum += gpc_cpu_expf(xr[j] - max);
         }
         loss[n] = (float)((double)max + log(sum) - (double)xt);
         if (dr) {
