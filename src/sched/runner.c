@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -149,6 +150,7 @@ static void supervise(launch *l) {
     for (int sig = 1; sig < NSIG; sig++)
         if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL);
     setsid();
+    prctl(PR_SET_NAME, "gpcd-supervise"); /* tells it apart from gpcd in ps */
     dup2(l->null_fd, 0);
     dup2(l->log_fd, 1);
     dup2(l->log_fd, 2);
