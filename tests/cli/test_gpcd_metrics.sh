@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# test_gpcd_metrics.sh: gpcd's /metrics passes `promtool check metrics`
+# (Prometheus's own linter) while jobs run and an alert is active, and its
+# values agree with /status. Skipped (77) without promtool or curl.
+set -euo pipefail
+GPCD=${GPCD:-}
+[[ -n "$GPCD" && -x "$GPCD" ]] || exit 77
+command -v promtool >/dev/null 2>&1 || { echo "promtool not installed (apt-get install prometheus)"; exit 77; }
+command -v curl >/dev/null 2>&1 || exit 77
+work=$(mktemp -d)
+gpcd_pid=
+cleanup() { [[ -n "$gpcd_pid" ]] && kill "$gpcd_pid" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+cat >"$work/gpcd.conf" <<CONF
+state_dir = $work/state
+gpus = simulated:8x141GB
+sample_interval = 0.1s
+simulated_file = $work/sim
+alert_util_window = 0.2s
+CONF
+"$GPCD" --config "$work/gpcd.conf" --foreground >"$work/gpcd.log" 2>&1 &
+gpcd_pid=$!
+sock=$work/state/gpcd.sock
+for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.05; done
+api() { curl -sf --unix-socket "$sock" "http://gpcd$1" "${@:2}"; }
+api /jobs -d '{"command":["sleep","30"],"gpus":2,"type":"train"}' >/dev/null
+api /jobs -d '{"command":["sleep","30"],"gpus":1,"type":"infer","mem":"20G"}' >/dev/null
+echo "0 temperature 91" >"$work/sim"
+for _ in $(seq 100); do api /alerts | grep -q temperature && break; sleep 0.05; done
+api /metrics >"$work/metrics.txt"
+promtool check metrics <"$work/metrics.txt" || fail "promtool: $(promtool check metrics <"$work/metrics.txt" 2>&1)"
+grep -q '^gpcd_running_jobs 2$' "$work/metrics.txt" || fail "running jobs: $(grep running_jobs "$work/metrics.txt")"
+grep -q '^gpcd_gpu_temperature_celsius{gpu="0"} 91$' "$work/metrics.txt" || fail "temperature"
+grep -q '^gpcd_alert_active{gpu="0",kind="temperature"} 1$' "$work/metrics.txt" || fail "alert series"
+[[ $(grep -c '^gpcd_gpu_busy{gpu="[0-7]"} 1$' "$work/metrics.txt") == 3 ]] || fail "busy GPUs"
+grep -q '^gpcd_gpu_memory_used_bytes{gpu="[0-7]"} 21474836480$' "$work/metrics.txt" || fail "shared job memory"
+for id in 1 2; do api /jobs/$id/cancel -X POST >/dev/null; done
+echo ok
