@@ -17,24 +17,23 @@
  * the causal mask skips almost half the work. Every product of a block is
  * one cblas_sgemm (scores Q K^T, output P V; in the backward dP = dO V^T,
  * dQ = dS K, dK += dS^T Q, dV += P^T dO), reading q, k, v in place through
- * the leading dimension 3C; only the softmax of the block's rows is our own
- * loop, parallel over rows. The scratch is two [block, T] tiles per call.
- * Heads run one after the other so that OpenBLAS can thread each GEMM
- * (calling it from inside an OpenMP region would oversubscribe the cores);
- * every sum runs in a fixed order, so results are the same bits on every
- * run. dk and dv accumulate over blocks within the call and are zeroed at
- * its start: dqkv as a whole is overwritten, as ops.h says.
+ * the leading dimension 3C; only the softmax of a block's rows is our own
+ * loop. Heads are spread over the OpenMP threads, each with its own scratch
+ * of one or two [block, T] tiles and single-threaded GEMMs (cpu.h), so a
+ * head's whole computation happens in one thread in a fixed order: the same
+ * bits on every run, whatever the thread count, and no races on dk and dv.
+ * dk and dv accumulate over the blocks of their head and are zeroed first:
+ * dqkv as a whole is overwritten, as ops.h says.
  */
 #include "cpu/cpu.h"
 
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define ATTENTION_QUERY_BLOCK 128
-/* Below this many scores a block's softmax is not worth waking threads for. */
-#define ATTENTION_PARALLEL_SCORES 16384
 
 typedef struct {
     int64_t B, T, C, NH, hs;
@@ -52,8 +51,12 @@ static gpc_status shape_of(const char *op, const gpc_tensor *qkv, int num_heads,
     return gpc_cpu_need_blas_dim(op, 3 * s->C);
 }
 
-static gpc_status scratch_alloc(const char *op, int64_t T, int tiles, float **out) {
-    size_t floats = (size_t)tiles * ATTENTION_QUERY_BLOCK * (size_t)(T > 0 ? T : 1);
+/* tiles [block, T] tiles for each OpenMP thread; *per_thread gets their size. */
+static gpc_status scratch_alloc(const char *op, int64_t T, int tiles, float **out,
+                                size_t *per_thread) {
+    *per_thread = (size_t)tiles * ATTENTION_QUERY_BLOCK * (size_t)(T > 0 ? T : 1);
+    size_t floats = *per_thread * (size_t)omp_get_max_threads();
+    gpc_cpu_blas_init();
     *out = malloc(floats * sizeof(float));
     if (!*out)
         return gpc_error(GPC_ERR_NOMEM,
@@ -93,12 +96,15 @@ gpc_status gpc_cpu_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gpc
     attention_shape sh;
     GPC_TRY(shape_of(op, qkv, num_heads, &sh));
     int64_t T = sh.T, C = sh.C, hs = sh.hs, NH = sh.NH, C3 = 3 * C;
-    float *S;
-    GPC_TRY(scratch_alloc(op, T, 1, &S));
+    float *scratch;
+    size_t per_thread;
+    GPC_TRY(scratch_alloc(op, T, 1, &scratch, &per_thread));
     const float *x = qkv->data;
     float *o = out->data, *l = lse->data;
+#pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < sh.B * NH; bh++) {
         int64_t b = bh / NH, h = bh % NH;
+        float *S = scratch + (size_t)omp_get_thread_num() * per_thread;
         const float *q = x + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
         float *oh = o + b * T * C + h * hs, *lh = l + bh * T;
         for (int64_t i0 = 0; i0 < T; i0 += ATTENTION_QUERY_BLOCK) {
@@ -106,14 +112,13 @@ gpc_status gpc_cpu_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gpc
             int64_t keys = i0 + rows;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)hs,
                         sh.scale, q + i0 * C3, (int)C3, k, (int)C3, 0.0f, S, (int)keys);
-#pragma omp parallel for schedule(static) if (rows * keys >= ATTENTION_PARALLEL_SCORES)
             for (int64_t r = 0; r < rows; r++)
                 lh[i0 + r] = softmax_row(S + r * keys, i0 + r, keys);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hs, (int)keys,
                         1.0f, S, (int)keys, v, (int)C3, 0.0f, oh + i0 * C, (int)C);
         }
     }
-    free(S);
+    free(scratch);
     return GPC_OK;
 }
 
@@ -128,13 +133,16 @@ gpc_status gpc_cpu_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
     attention_shape sh;
     GPC_TRY(shape_of(op, qkv, num_heads, &sh));
     int64_t T = sh.T, C = sh.C, hs = sh.hs, NH = sh.NH, C3 = 3 * C;
-    float *P;
-    GPC_TRY(scratch_alloc(op, T, 2, &P));
-    float *dS = P + (size_t)ATTENTION_QUERY_BLOCK * (size_t)T;
+    float *scratch;
+    size_t per_thread;
+    GPC_TRY(scratch_alloc(op, T, 2, &scratch, &per_thread));
     const float *x = qkv->data, *dy = dout->data, *y = out->data, *l = lse->data;
     float *dx = dqkv->data;
+#pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < sh.B * NH; bh++) {
         int64_t b = bh / NH, h = bh % NH;
+        float *P = scratch + (size_t)omp_get_thread_num() * per_thread;
+        float *dS = P + per_thread / 2;
         const float *q = x + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
         const float *dyh = dy + b * T * C + h * hs, *yh = y + b * T * C + h * hs;
         const float *lh = l + bh * T;
@@ -151,7 +159,6 @@ gpc_status gpc_cpu_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
                         sh.scale, q + i0 * C3, (int)C3, k, (int)C3, 0.0f, P, (int)keys);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)hs,
                         1.0f, dyh + i0 * C, (int)C, v, (int)C3, 0.0f, dS, (int)keys);
-#pragma omp parallel for schedule(static) if (rows * keys >= ATTENTION_PARALLEL_SCORES)
             for (int64_t r = 0; r < rows; r++) {
                 int64_t i = i0 + r;
                 float *p = P + r * keys, *ds = dS + r * keys, lse_i = lh[i];
@@ -177,6 +184,6 @@ gpc_status gpc_cpu_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
                         1.0f, P, (int)keys, dyh + i0 * C, (int)C, 1.0f, dv, (int)C3);
         }
     }
-    free(P);
+    free(scratch);
     return GPC_OK;
 }

@@ -22,6 +22,19 @@ extern const gpc_ops_table gpc_cpu_ops;
 gpc_status gpc_cpu_need_f32(const char *op, const char *name, const gpc_tensor *t);
 /* GPC_ERR_UNSUPPORTED when a dimension does not fit OpenBLAS's int. */
 gpc_status gpc_cpu_need_blas_dim(const char *op, int64_t dim);
+/* Matrix products. The CPU backend runs all its threads through OpenMP: on
+ * first use it sets OpenBLAS to one thread per call, and gpc_cpu_sgemm splits
+ * a product into one block of rows or columns per OpenMP thread, each a
+ * single-threaded cblas_sgemm. Letting OpenBLAS thread on its own while
+ * OpenMP's idle workers spin after every parallel loop put two busy threads
+ * on each core and doubled the time of a matmul that followed a GELU. Every
+ * element is a whole dot product of one call, so results do not depend on
+ * timing. Row-major, C = alpha op(A) op(B) + beta C, op(A) [M,K], op(B) [K,N]. */
+void gpc_cpu_blas_init(void);
+void gpc_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                   const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                   int64_t ldc);
+
 /* Last dimension, and rows when seen as [rows, last dimension]. */
 int64_t gpc_cpu_last_dim(const gpc_tensor *t);
 int64_t gpc_cpu_rows(const gpc_tensor *t);

@@ -2,18 +2,16 @@
  * matmul.c: the linear layer, out = inp @ weight^T + bias, and its backward.
  *
  * Shapes: inp [N,C], weight [OC,C] (PyTorch's nn.Linear layout, rows are
- * output channels), out [N,OC]. Every product is one cblas_sgemm:
+ * output channels), out [N,OC]. Every product is one GEMM (OpenBLAS):
  *   forward   out     = inp  @ weight^T   (bias pre-filled, beta = 1)
  *   backward  dinp    = dout @ weight     (beta = 0: activations overwrite)
  *             dweight += dout^T @ inp     (beta = 1: parameters accumulate)
- * OpenBLAS threads the GEMMs itself, so they are called from serial code,
- * never from inside an OpenMP region. The bias gradient is a column sum of
+ * gpc_cpu_sgemm spreads each GEMM over the OpenMP threads (cpu.h says why
+ * OpenBLAS does not thread them itself). The bias gradient is a column sum of
  * dout, parallel over blocks of columns, each summing rows in order, so it is
  * deterministic without atomics.
  */
 #include "cpu/cpu.h"
-
-#include <cblas.h>
 
 #define MATMUL_COLUMN_BLOCK 64
 
@@ -44,8 +42,7 @@ gpc_status gpc_cpu_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const 
         beta = 1.0f;
     }
     if (N == 0 || OC == 0) return GPC_OK;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)OC, (int)C, 1.0f, inp->data,
-                (int)C, weight->data, (int)C, beta, o, (int)OC);
+    gpc_cpu_sgemm(0, 1, N, OC, C, 1.0f, inp->data, C, weight->data, C, beta, o, OC);
     return GPC_OK;
 }
 
@@ -64,10 +61,8 @@ gpc_status gpc_cpu_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_te
     if (N == 0 || C == 0 || OC == 0) return GPC_OK;
     const float *dy = dout->data;
     if (dinp && dinp->data)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)C, (int)OC, 1.0f, dy,
-                    (int)OC, weight->data, (int)C, 0.0f, dinp->data, (int)C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)OC, (int)C, (int)N, 1.0f, dy, (int)OC,
-                inp->data, (int)C, 1.0f, dweight->data, (int)C);
+        gpc_cpu_sgemm(0, 0, N, C, OC, 1.0f, dy, OC, weight->data, C, 0.0f, dinp->data, C);
+    gpc_cpu_sgemm(1, 0, OC, C, N, 1.0f, dy, OC, inp->data, C, 1.0f, dweight->data, C);
     if (dbias && dbias->data) {
         float *db = dbias->data;
         int64_t blocks = (OC + MATMUL_COLUMN_BLOCK - 1) / MATMUL_COLUMN_BLOCK;
