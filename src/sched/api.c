@@ -553,7 +553,7 @@ gpc_status sched_api_start(sched_daemon *d) {
     state->unix_listener.daemon = state->tcp_listener.daemon = d;
     state->tcp_listener.tcp = 1;
     d->api_state = state;
-    int fd;
+    int fd = -1;
     GPC_TRY(bind_unix(d, &fd));
     d->http_unix = start_mhd(&state->unix_listener, fd, NULL);
     if (!d->http_unix) {

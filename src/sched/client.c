@@ -110,7 +110,7 @@ static void header_value(const char *head, const char *name, char *out, size_t s
 gpc_status sched_client_request(const char *socket_path, const char *method, const char *path,
                                 const char *body, sched_response *out) {
     memset(out, 0, sizeof *out);
-    int fd;
+    int fd = -1;
     GPC_TRY(connect_to(socket_path, &fd));
     size_t body_len = body ? strlen(body) : 0;
     char head[1024], auth[400] = "";
