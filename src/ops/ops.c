@@ -187,6 +187,11 @@ gpc_status gpc_op_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor *o
     const char *op = "residual_layernorm_forward";
     const gpc_ops_table *table = NULL;
     GPC_TRY(need_float(op, "residual", residual));
+    GPC_TRY(need_float(op, "a", a));
+    GPC_TRY(need_float(op, "b", b));
+    DEVICES(op, residual, a, b);
+    GPC_TRY(need_numel(op, "a", a, gpc_tensor_numel(residual)));
+    GPC_TRY(need_numel(op, "b", b, gpc_tensor_numel(residual)));
     GPC_TRY(check_layernorm(op, out, mean, rstd, residual, weight, bias));
     GPC_TRY(table_for(op, out, &table));
     if (table->residual_layernorm_forward)
