@@ -195,6 +195,7 @@ static gpc_status open_checked(const char *path, FILE **out, ckpt_header *hdr, u
         fclose(file);
         return gpc_error(GPC_ERR_IO, "cannot read checkpoint %s: %s", path, strerror(errno));
     }
+    memset(raw, 0, CKPT_HEADER_BYTES); /* a short read leaves zeros, not garbage */
     size_t got = fread(raw, 1, CKPT_HEADER_BYTES, file);
     if (got < 8 || memcmp(raw, CKPT_MAGIC, 8) != 0) {
         fclose(file);
@@ -255,7 +256,7 @@ static gpc_status open_checked(const char *path, FILE **out, ckpt_header *hdr, u
 gpc_status gpt_checkpoint_read_header(const char *path, gpt_config *config, gpc_dtype *precision,
                                       gpt_checkpoint_state *state) {
     FILE *file;
-    ckpt_header hdr;
+    ckpt_header hdr = {0};
     unsigned char raw[CKPT_HEADER_BYTES];
     GPC_TRY(open_checked(path, &file, &hdr, raw));
     fclose(file);
@@ -286,7 +287,7 @@ static gpc_status read_tensor(FILE *file, const char *path, gpc_tensor *dst, siz
 
 gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_state *state) {
     FILE *file;
-    ckpt_header hdr;
+    ckpt_header hdr = {0};
     unsigned char raw[CKPT_HEADER_BYTES];
     GPC_TRY(open_checked(path, &file, &hdr, raw));
     char what[1200];

@@ -29,7 +29,7 @@ uint32_t gpc_sample_token(const float *logits, int V, float temperature, int top
     }
     int k = (top_k <= 0 || top_k > V) ? V : top_k;
     float *value = scratch;
-    int *index = (int *)(value + V);
+    int *index = (int *)((char *)scratch + (size_t)V * sizeof(float));
     int n = 0;
     if (k == V) {
         for (int v = 0; v < V; v++)
