@@ -134,6 +134,7 @@ void *sched_job_to_json(const sched_job *job);
 #define SCHED_POLICY_LOCALITY (1u << 5)
 #define SCHED_POLICY_BACKFILL (1u << 6)
 #define SCHED_POLICY_PREEMPTION (1u << 7)
+#define SCHED_POLICY_SHORTEST_FIRST (1u << 8) /* not in ALL: opt in (docs/gpcd.md) */
 #define SCHED_POLICY_ALL 0xffu
 
 /* A data-path prefix and the NUMA node its storage hangs off. */
@@ -150,6 +151,7 @@ typedef struct sched_policy_config {
     uint64_t small_job_mem; /* shared jobs up to this much memory are bin-packed */
     sched_numa_rule numa_rules[SCHED_MAX_NUMA_RULES];
     int numa_rule_count;
+    double shortest_first_points; /* points per halving of the GPU time a job asks for */
 } sched_policy_config;
 
 typedef struct {

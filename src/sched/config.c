@@ -56,10 +56,14 @@ static const config_option options[] = {
     {"policies", STR(policies),
      "priority,aging,least_loaded,binpack,task_type,locality,backfill,preemption",
      "Placement policies, comma-separated, any subset of: priority, aging, least_loaded, "
-     "binpack, task_type, locality, backfill, preemption."},
+     "binpack, task_type, locality, backfill, preemption, shortest_first."},
     {"aging_per_hour", NUM(OPT_NUMBER, policy.aging_per_hour), "10",
      "Priority points a waiting job gains per hour (aging), so low priority work cannot "
      "starve."},
+    {"shortest_first_points", NUM(OPT_NUMBER, policy.shortest_first_points), "10",
+     "With shortest_first: priority points a job gains for each halving of the GPU time it "
+     "asks for (time limit x GPUs, counted down from one GPU-year); jobs without a time limit "
+     "gain none."},
     {"small_job_mem", NUM(OPT_BYTES, policy.small_job_mem), "24G",
      "Shared (inference, interactive) jobs needing at most this much GPU memory are "
      "bin-packed onto the fullest GPU that fits; bigger ones go to the least loaded."},
@@ -211,11 +215,15 @@ gpc_status sched_policies_parse(const char *text, unsigned *flags) {
     static const struct {
         const char *name;
         unsigned flag;
-    } names[] = {
-        {"priority", SCHED_POLICY_PRIORITY},         {"aging", SCHED_POLICY_AGING},
-        {"least_loaded", SCHED_POLICY_LEAST_LOADED}, {"binpack", SCHED_POLICY_BINPACK},
-        {"task_type", SCHED_POLICY_TASK_TYPE},       {"locality", SCHED_POLICY_LOCALITY},
-        {"backfill", SCHED_POLICY_BACKFILL},         {"preemption", SCHED_POLICY_PREEMPTION}};
+    } names[] = {{"priority", SCHED_POLICY_PRIORITY},
+                 {"aging", SCHED_POLICY_AGING},
+                 {"least_loaded", SCHED_POLICY_LEAST_LOADED},
+                 {"binpack", SCHED_POLICY_BINPACK},
+                 {"task_type", SCHED_POLICY_TASK_TYPE},
+                 {"locality", SCHED_POLICY_LOCALITY},
+                 {"backfill", SCHED_POLICY_BACKFILL},
+                 {"preemption", SCHED_POLICY_PREEMPTION},
+                 {"shortest_first", SCHED_POLICY_SHORTEST_FIRST}};
     unsigned out = 0;
     const char *p = text;
     while (*p) {
@@ -232,7 +240,7 @@ gpc_status sched_policies_parse(const char *text, unsigned *flags) {
         if (!found)
             return gpc_error(GPC_ERR_INVALID_ARG,
                              "unknown policy '%.*s' (use priority, aging, least_loaded, binpack, "
-                             "task_type, locality, backfill, preemption)",
+                             "task_type, locality, backfill, preemption, shortest_first)",
                              (int)len, p);
         p += len;
     }
