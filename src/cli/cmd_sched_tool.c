@@ -28,7 +28,7 @@ static int sched_tool_trace(int argc, char **argv) {
         {"out", CLI_STRING, &out, "FILE", "where to write the CSV (required)"},
         {"gpus", CLI_INT, &t.cluster_gpus, "N", "GPUs the load is offered to (default 64)"},
         {"load", CLI_FLOAT, &t.load, "X",
-         "offered load: GPU-time asked for / (GPUs x span), default 0.9"},
+         "offered load: GPU-time asked for / (GPUs x span), default 1.0"},
         {0},
     };
     const cli_spec spec = {"sched trace",

@@ -13,7 +13,10 @@
  * The numbers below (size shares, a log-normal with a 30-minute median and
  * sigma 2, bursts of 4 jobs on average, a +-50% daily swing) are our own
  * approximation of that shape, not figures copied from the paper; the test
- * checks that generated traces match these targets. Philly's trace has no
+ * checks that generated traces match these targets. The default offered
+ * load is 1.0: a busy shared cluster whose users ask, on average, for all of
+ * its GPU time (more by day, less at night), so that jobs queue as they did
+ * on Philly; bench/sched_simulate.sh also runs 0.8 and 0.9. Philly's trace has no
  * time limits or priorities: we model users asking for a round limit of one
  * to three times the real run time (the usual overestimate that EASY
  * backfill lives with), and 10% high, 20% low priority jobs.
@@ -251,7 +254,7 @@ void sched_trace_targets_default(sched_trace_targets *t) {
     t->jobs = 5000;
     t->seed = 1;
     t->cluster_gpus = 64;
-    t->load = 0.9;
+    t->load = 1.0;
     static const int sizes[SCHED_TRACE_SIZES] = {1, 2, 4, 8, 16};
     /* Mostly single-GPU jobs with a thin tail of big ones (see the top). */
     static const double shares[SCHED_TRACE_SIZES] = {0.80, 0.08, 0.06, 0.05, 0.01};
