@@ -55,7 +55,7 @@ if [[ $# -gt 0 ]]; then
   done
   echo "== gpc show $id"; "$gpc" show "$id"
   echo "== gpc logs $id (last 20 lines)"; "$gpc" logs "$id" | tail -20
-  [[ $("$gpc" show "$id" --json) == *'"state":"running"'* ]] && "$gpc" cancel "$id"
+  if [[ $("$gpc" show "$id" --json) == *'"state":"running"'* ]]; then "$gpc" cancel "$id" || true; fi
 else
   show
 fi

@@ -165,6 +165,8 @@ typedef struct gpc_backend {
     gpc_status (*event_record)(gpc_event event, gpc_stream stream);
     gpc_status (*stream_wait_event)(gpc_stream stream, gpc_event event);
     gpc_status (*event_elapsed_ms)(gpc_event start, gpc_event stop, float *ms);
+    /* The device's marketing name ("NVIDIA H200", or the CPU model). */
+    gpc_status (*device_name)(int index, char *buf, size_t size);
     const struct gpc_ops_table *ops;
 } gpc_backend;
 

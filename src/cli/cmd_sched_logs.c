@@ -47,7 +47,7 @@ int cmd_logs(int argc, char **argv) {
     int rc = cli_parse(&spec, argc, argv);
     if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
     if (rc) return rc;
-    long long id;
+    long long id = 0;
     if ((rc = job_argument("logs", npositional, positional, &id))) return rc;
     long long offset = 0;
     for (;;) {
@@ -89,7 +89,7 @@ int cmd_cancel(int argc, char **argv) {
     int rc = cli_parse(&spec, argc, argv);
     if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
     if (rc) return rc;
-    long long id;
+    long long id = 0;
     if ((rc = job_argument("cancel", npositional, positional, &id))) return rc;
     char path[64];
     snprintf(path, sizeof path, "/jobs/%lld/cancel", id);

@@ -6,6 +6,7 @@
  */
 #include "cpu/cpu.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -113,6 +114,23 @@ static gpc_status cpu_event_elapsed_ms(gpc_event start, gpc_event stop, float *m
     return GPC_OK;
 }
 
+static gpc_status cpu_device_name(int index, char *buf, size_t size) {
+    (void)index;
+    snprintf(buf, size, "CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && colon) {
+            snprintf(buf, size, "%s", colon + 2);
+            buf[strcspn(buf, "\n")] = '\0';
+            break;
+        }
+    }
+    if (f) fclose(f);
+    return GPC_OK;
+}
+
 const gpc_backend gpc_cpu_backend = {
     .name = "cpu",
     .type = GPC_DEVICE_CPU,
@@ -133,5 +151,6 @@ const gpc_backend gpc_cpu_backend = {
     .event_record = cpu_event_record,
     .stream_wait_event = cpu_stream_wait_event,
     .event_elapsed_ms = cpu_event_elapsed_ms,
+    .device_name = cpu_device_name,
     .ops = &gpc_cpu_ops,
 };

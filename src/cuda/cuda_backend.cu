@@ -129,6 +129,13 @@ static gpc_status cuda_event_elapsed_ms(gpc_event start, gpc_event stop, float *
     return GPC_OK;
 }
 
+static gpc_status cuda_device_name(int index, char *buf, size_t size) {
+    cudaDeviceProp prop;
+    GPC_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+    snprintf(buf, size, "%s", prop.name);
+    return GPC_OK;
+}
+
 static gpc_backend make_backend(void) {
     gpc_backend b;
     memset(&b, 0, sizeof b);
@@ -151,6 +158,7 @@ static gpc_backend make_backend(void) {
     b.event_record = cuda_event_record;
     b.stream_wait_event = cuda_stream_wait_event;
     b.event_elapsed_ms = cuda_event_elapsed_ms;
+    b.device_name = cuda_device_name;
     b.ops = &gpc_cuda_ops;
     return b;
 }

@@ -37,7 +37,7 @@ static gpc_status not_running(const char *where, int err) {
 }
 
 static gpc_status connect_to(const char *where, int *out) {
-    int fd;
+    int fd = -1;
     if (strncmp(where, "tcp://", 6) == 0) {
         char host[128];
         const char *hp = where + 6, *colon = strrchr(hp, ':');

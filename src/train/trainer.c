@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "gpc/data.h"
+#include "gpc/trace.h"
 
 static volatile sig_atomic_t stop_flag;
 
@@ -183,7 +184,10 @@ static gpc_status write_text(const char *path, const char *text) {
 
 static gpc_status write_config(const trainer *t) {
     const run_settings *s = &t->s;
-    char path[4096], text[4096];
+    char path[4096], text[4096], device_name[128] = "unknown";
+    const gpc_backend *backend = gpc_backend_get(t->o->device.type);
+    if (backend && backend->device_name)
+        (void)backend->device_name(t->o->device.index, device_name, sizeof device_name);
     snprintf(path, sizeof path, "%s/config.txt", t->o->out_dir);
     snprintf(text, sizeof text,
              "# gpc training run: the settings it was started with\n"
@@ -191,14 +195,14 @@ static gpc_status write_config(const trainer *t) {
              "padded_vocab=%d\nparameters=%zu\nbatch=%d\ntotal_batch=%lld\n"
              "accumulation_steps=%d\nsteps=%d\nlr=%g\nwarmup=%d\nmin_lr_ratio=%g\n"
              "weight_decay=%g\nmax_grad_norm=%g\neval_every=%d\neval_batches=%d\n"
-             "checkpoint_every=%d\nseed=%llu\ndevice=%s\nprecision=%s\n",
+             "checkpoint_every=%d\nseed=%llu\ndevice=%s\nprecision=%s\ngpu_name=%s\n",
              t->o->data_dir, s->config.layers, s->config.heads, s->config.channels,
              s->config.max_context, s->config.vocab_size, s->config.padded_vocab,
              gpt_config_num_params(&s->config), s->B, (long long)s->total_batch, s->accumulation,
              s->steps, s->schedule.lr, s->schedule.warmup, s->schedule.min_lr_ratio,
              s->weight_decay, s->max_grad_norm, s->eval_every, s->eval_batches, s->checkpoint_every,
              (unsigned long long)s->seed, gpc_device_name(t->o->device),
-             gpc_dtype_name(s->precision));
+             gpc_dtype_name(s->precision), device_name);
     return write_text(path, text);
 }
 
@@ -267,6 +271,7 @@ static void write_metrics(trainer *t, const gpc_train_event *e) {
     json_number(f, "grad_norm", e->grad_norm);
     json_number(f, "tokens_per_s", e->tokens_per_s);
     json_number(f, "ms", e->ms);
+    fprintf(f, ",\"memory\":%llu", (unsigned long long)e->memory_bytes);
     fprintf(f, ",\"tokens\":%llu}\n", (unsigned long long)e->tokens_seen);
     fflush(f);
 }
@@ -336,8 +341,14 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
     GPC_TRY(gpt_zero_grad(t->model));
     for (int micro = 0; micro < s->accumulation; micro++) {
         float loss;
-        GPC_TRY(gpc_loader_next(t->train, t->inputs, t->targets));
-        GPC_TRY(gpt_forward_backward(t->model, t->inputs, t->targets, s->B, s->T, dloss));
+        gpc_trace_push("data");
+        gpc_status st = gpc_loader_next(t->train, t->inputs, t->targets);
+        gpc_trace_pop();
+        GPC_TRY(st);
+        gpc_trace_push("forward+backward");
+        st = gpt_forward_backward(t->model, t->inputs, t->targets, s->B, s->T, dloss);
+        gpc_trace_pop();
+        GPC_TRY(st);
         GPC_TRY(gpt_mean_loss(t->model, &loss));
         loss_sum += loss;
     }
@@ -348,7 +359,10 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
     adam.max_grad_norm = (float)s->max_grad_norm;
     adam.step = t->step + 1;
     adam.seed = gpc_rng_u32(&t->rng);
-    GPC_TRY(gpt_update(t->model, &adam, &e->grad_norm, NULL));
+    gpc_trace_push("optimizer");
+    gpc_status update_status = gpt_update(t->model, &adam, &e->grad_norm, NULL);
+    gpc_trace_pop();
+    GPC_TRY(update_status);
     e->loss = (float)(loss_sum / s->accumulation);
     e->lr = adam.learning_rate;
     if (!isfinite(e->loss))
@@ -389,7 +403,10 @@ static gpc_status run_loop(trainer *t, gpc_train_result *result) {
         e.val_loss = NAN;
         int last = t->step == s->steps;
         if (t->val && s->eval_every && (t->step % s->eval_every == 0 || last)) {
-            GPC_TRY(evaluate(t, &e.val_loss));
+            gpc_trace_push("evaluate");
+            gpc_status eval_status = evaluate(t, &e.val_loss);
+            gpc_trace_pop();
+            GPC_TRY(eval_status);
             last_val = e.val_loss;
         }
         write_metrics(t, &e);
