@@ -13,7 +13,9 @@
  *
  * Endpoints: POST /jobs, GET /jobs[?all=1&state=a,b], GET /jobs/ID,
  * GET /jobs/ID/logs?offset=N&limit=M, POST /jobs/ID/cancel (or DELETE
- * /jobs/ID), GET /gpus, GET /alerts, GET /status, GET /metrics.
+ * /jobs/ID), GET /gpus, GET /alerts, GET /status, GET /metrics; and GET /
+ * (or /dashboard), the web page of dashboard.c, served without a token since
+ * it holds no data: its script calls the API with the token (see there).
  */
 #define _GNU_SOURCE /* struct ucred for SO_PEERCRED */
 #include "sched/sched_internal.h"
@@ -139,6 +141,26 @@ static void user_name(uid_t uid, char *buf, size_t size) {
 }
 
 /* -------------------------------------------------------------- handlers */
+
+static enum MHD_Result respond_dashboard(struct MHD_Connection *c) {
+    size_t len;
+    const char *page = sched_dashboard_page(&len);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)page, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/html; charset=utf-8");
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    /* inline script and style only, requests to gpcd itself only, never framed */
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'unsafe-inline'; style-src "
+                            "'unsafe-inline'; connect-src 'self'; form-action 'none'; "
+                            "frame-ancestors 'none'; base-uri 'none'");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
 
 static enum MHD_Result handle_list(sched_daemon *d, struct MHD_Connection *c,
                                    const sched_request *req) {
@@ -380,6 +402,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         *upload_size = 0;
         return MHD_YES;
     }
+    if (strcmp(method, "GET") == 0 && (strcmp(url, "/") == 0 || strcmp(url, "/dashboard") == 0))
+        return respond_dashboard(c);
     uid_t caller = d->uid;
     if (listener->tcp) {
         const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");

@@ -58,6 +58,9 @@ struct sched_daemon {
 gpc_status sched_api_start(sched_daemon *daemon);
 void sched_api_stop(sched_daemon *daemon);
 
+/* dashboard.c: the web page served at / (static HTML and JavaScript) */
+const char *sched_dashboard_page(size_t *len);
+
 /* daemon.c: operations the API calls */
 void sched_daemon_wake(sched_daemon *daemon);
 /* Saves a validated job and queues it; returns the HTTP status and writes
