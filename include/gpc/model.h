@@ -134,6 +134,15 @@ typedef struct {
     gpt_tensors grads;      /* views of grads_flat */
     gpt_activations acts;
 
+    /* Gradient-ready hook (data parallelism, src/train/ddp.c): when set,
+     * backward calls it as soon as gradients become final: with layer == L
+     * after the final layernorm (lnfw, lnfb), with l after block l (its
+     * per-layer slices), and with -1 at the end (wte, wpe). Called on the
+     * host while the device may still be computing: the hook orders itself
+     * after the queued work (an event on the compute stream). */
+    gpc_status (*grad_ready)(void *user, int layer);
+    void *grad_ready_user;
+
     float loss_scale; /* fp16 only: the loss is multiplied by this before backward */
     int good_steps;   /* fp16: steps since the loss scale last changed */
     int last_B, last_T;

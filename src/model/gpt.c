@@ -473,6 +473,7 @@ static gpc_status backward(gpt_model *m, int B, int T) {
         GPC_TRY(gpc_op_layernorm_backward(&dresidual, &g->lnfw, &g->lnfb, &dbtc, &residual,
                                           &p->lnfw, &mean, &rstd));
     }
+    if (m->grad_ready) GPC_TRY(m->grad_ready(m->grad_ready_user, L));
     gpc_tensor encoded = view(&a->encoded, 0, 3, B, T, C);
     for (int l = L - 1; l >= 0; l--) {
         /* here dresidual is the gradient of residual3[l] */
@@ -522,9 +523,11 @@ static gpc_status backward(gpt_model *m, int B, int T) {
         GPC_TRY(gpc_op_matmul_backward(&dbtc, &dqkvw, &dqkvb, &dqkv, &ln1, &qkvw));
         GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln1w, &dln1b, &dbtc, &residual, &ln1w,
                                           &ln1_mean, &ln1_rstd));
+        if (m->grad_ready) GPC_TRY(m->grad_ready(m->grad_ready_user, l));
     }
     gpc_tensor tokens = view(&a->tokens, 0, 2, B, T, 0);
-    return gpc_op_embedding_backward(&g->wte, &g->wpe, &dresidual, &tokens);
+    GPC_TRY(gpc_op_embedding_backward(&g->wte, &g->wpe, &dresidual, &tokens));
+    return m->grad_ready ? m->grad_ready(m->grad_ready_user, -1) : GPC_OK;
 }
 
 gpc_status gpt_forward_backward(gpt_model *m, const int32_t *inputs, const int32_t *targets, int B,
