@@ -36,6 +36,22 @@ typedef struct {
     int problems;
 } doctor;
 
+/* 1 when /proc/cpuinfo lists the flag (e.g. "avx2") for the first CPU. */
+static int cpu_has_flag(const char *flag) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[8192];
+    int found = 0;
+    size_t n = strlen(flag);
+    while (f && !found && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "flags", 5) != 0) continue;
+        for (char *p = strstr(line, flag); p; p = strstr(p + 1, flag))
+            if (p[-1] == ' ' && (p[n] == ' ' || p[n] == '\n')) found = 1;
+        break;
+    }
+    if (f) fclose(f);
+    return found;
+}
+
 static void finding(doctor *d, const char *level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void finding(doctor *d, const char *level, const char *fmt, ...) {
@@ -139,6 +155,15 @@ static void check_host(doctor *d) {
                 config ? config : "");
         advice("set OPENBLAS_NUM_THREADS=%ld so matrix products do not oversubscribe the CPU",
                cores);
+    } else if (config && cpu_has_flag("avx2") &&
+               (strstr(config, "Prescott") || strstr(config, "Core2") ||
+                strstr(config, "Nehalem") || strstr(config, "Atom"))) {
+        /* Seen on virtual machines that hide the CPU model: OpenBLAS falls back to
+         * SSE3 kernels and every CPU matrix product runs several times slower. */
+        finding(d, "PROBLEM", "OpenBLAS: pre-AVX2 kernels on a CPU with AVX2 (%s)", config);
+        advice("the CPU's model is hidden from OpenBLAS (common in virtual machines); set "
+               "OPENBLAS_CORETYPE=%s so matrix products use the CPU's vector units",
+               cpu_has_flag("avx512f") ? "SkylakeX" : "Haswell");
     } else {
         finding(d, "ok", "OpenBLAS: %d threads (%s)", blas, config ? config : "");
     }

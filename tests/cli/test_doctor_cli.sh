@@ -45,6 +45,18 @@ set -e
 grep -q "PROBLEM  OpenMP: $((cores * 8)) threads" "$work/over.txt" || fail "no OpenMP problem line"
 grep -q -- "-> .*set OMP_NUM_THREADS=$cores" "$work/over.txt" || fail "no OpenMP advice"
 
+# OpenBLAS forced onto its SSE3 (Prescott) kernels on a CPU with AVX2, as on
+# virtual machines that hide the CPU model: a problem naming the fix.
+if grep -qw avx2 /proc/cpuinfo; then
+  set +e
+  OMP_NUM_THREADS=$cores OPENBLAS_CORETYPE=Prescott "$GPC" doctor >"$work/blas.txt"
+  rc=$?
+  set -e
+  [[ $rc -eq 1 ]] || fail "Prescott OpenBLAS kernels: exit $rc, expected 1"
+  grep -q "PROBLEM  OpenBLAS: pre-AVX2 kernels" "$work/blas.txt" || fail "no OpenBLAS kernel problem"
+  grep -q -- "-> .*set OPENBLAS_CORETYPE=" "$work/blas.txt" || fail "no OPENBLAS_CORETYPE advice"
+fi
+
 # Watching: a busy loop uses about one core, a sleeping process none. The
 # figure must agree with the process's own /proc ticks over the same window.
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
