@@ -35,8 +35,7 @@ typedef enum {
 
 /* Records a formatted message for the current thread and returns code, so
  * error paths read `return gpc_error(GPC_ERR_IO, "cannot open %s: %s", ...)`. */
-gpc_status gpc_error(gpc_status code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+gpc_status gpc_error(gpc_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prepends context to the current message ("loading checkpoint: " + message). */
 gpc_status gpc_error_context(gpc_status code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -95,11 +95,11 @@ typedef struct {
 typedef void (*gpc_data_progress)(void *user, const char *stage, uint64_t done, uint64_t total);
 
 typedef struct {
-    int vocab_size;       /* tokenizer size, default 4096 */
-    double val_fraction;  /* default 0.05 */
-    uint64_t shard_tokens; /* tokens per shard file, default 1<<24 */
-    int verbose;          /* progress on stderr (when progress is NULL) */
-    gpc_data_progress progress;   /* optional */
+    int vocab_size;             /* tokenizer size, default 4096 */
+    double val_fraction;        /* default 0.05 */
+    uint64_t shard_tokens;      /* tokens per shard file, default 1<<24 */
+    int verbose;                /* progress on stderr (when progress is NULL) */
+    gpc_data_progress progress; /* optional */
     void *progress_user;
     gpc_prepare_summary *summary; /* optional: filled on success */
 } gpc_prepare_options;
@@ -112,8 +112,8 @@ void gpc_prepare_options_init(gpc_prepare_options *options);
  * tokenizer, encodes, splits into train/val by document, writes shards. */
 gpc_status gpc_data_prepare(const char *const *inputs, int input_count, const char *out_dir,
                             const gpc_prepare_options *options);
-gpc_status gpc_data_synth(const char *out_dir, uint32_t vocab_size, uint64_t tokens,
-                          uint64_t seed, uint64_t shard_tokens);
+gpc_status gpc_data_synth(const char *out_dir, uint32_t vocab_size, uint64_t tokens, uint64_t seed,
+                          uint64_t shard_tokens);
 
 #ifdef __cplusplus
 }

@@ -23,8 +23,8 @@ typedef struct gpc_tokenizer gpc_tokenizer;
 typedef void (*gpc_tokenizer_progress)(void *user, int merges_done, int merges_total);
 
 /* Learns vocab_size - 257 merges from text (vocab_size 257..65536). */
-gpc_status gpc_tokenizer_train(gpc_tokenizer **out, const char *text, size_t bytes,
-                               int vocab_size, gpc_tokenizer_progress progress, void *user);
+gpc_status gpc_tokenizer_train(gpc_tokenizer **out, const char *text, size_t bytes, int vocab_size,
+                               gpc_tokenizer_progress progress, void *user);
 void gpc_tokenizer_free(gpc_tokenizer *tok);
 
 int gpc_tokenizer_vocab_size(const gpc_tokenizer *tok);

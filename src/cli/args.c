@@ -34,11 +34,28 @@ int cli_parse_bytes(const char *text, uint64_t *out) {
     if (end == text || errno || v < 0 || !isfinite(v)) return -1;
     double unit = 1;
     switch (*end) {
-    case 'k': case 'K': unit = 1024.0; end++; break;
-    case 'm': case 'M': unit = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': unit = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': unit = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        unit = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        unit = 1024.0 * 1024;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        unit = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        unit = 1024.0 * 1024 * 1024 * 1024;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end == 'i' && unit > 1) end++;
     if (*end == 'B' || *end == 'b') end++;
@@ -78,13 +95,16 @@ static int set_value(const char *command, const cli_option *opt, const char *val
         *(double *)opt->dest = v;
         return 0;
     }
-    case CLI_STRING: *(const char **)opt->dest = value; return 0;
+    case CLI_STRING:
+        *(const char **)opt->dest = value;
+        return 0;
     case CLI_BYTES:
         if (cli_parse_bytes(value, (uint64_t *)opt->dest) != 0)
             return cli_usage_error(command, "--%s needs a size such as 40G or 512M, not '%s'",
                                    opt->name, value);
         return 0;
-    default: return 0;
+    default:
+        return 0;
     }
 }
 
@@ -170,8 +190,11 @@ const char *cli_format_duration(double seconds, char *buf, size_t size) {
         return buf;
     }
     long s = (long)(seconds + 0.5);
-    if (s >= 3600) snprintf(buf, size, "%ldh%02ldm", s / 3600, (s / 60) % 60);
-    else if (s >= 60) snprintf(buf, size, "%ldm%02lds", s / 60, s % 60);
-    else snprintf(buf, size, "%lds", s);
+    if (s >= 3600)
+        snprintf(buf, size, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+    else if (s >= 60)
+        snprintf(buf, size, "%ldm%02lds", s / 60, s % 60);
+    else
+        snprintf(buf, size, "%lds", s);
     return buf;
 }

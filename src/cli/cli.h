@@ -58,7 +58,8 @@ void cli_print_help(const cli_spec *spec);
  * impossible), 1 otherwise. */
 int cli_fail(const char *command, gpc_status status);
 /* Prints a usage error and returns 2. */
-int cli_usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int cli_usage_error(const char *command, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Human-readable sizes and durations: "1.5 GiB", "3m12s". */
 const char *cli_format_bytes(double bytes, char *buf, size_t size);

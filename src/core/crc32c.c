@@ -13,11 +13,13 @@ static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 static void build_table(void) {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
         table[0][i] = c;
     }
     for (uint32_t i = 0; i < 256; i++)
-        for (int s = 1; s < 8; s++) table[s][i] = (table[s - 1][i] >> 8) ^ table[0][table[s - 1][i] & 0xff];
+        for (int s = 1; s < 8; s++)
+            table[s][i] = (table[s - 1][i] >> 8) ^ table[0][table[s - 1][i] & 0xff];
 }
 
 uint32_t gpc_crc32c(uint32_t crc, const void *data, size_t bytes) {
@@ -33,6 +35,7 @@ uint32_t gpc_crc32c(uint32_t crc, const void *data, size_t bytes) {
         p += 8;
         bytes -= 8;
     }
-    while (bytes--) crc = (crc >> 8) ^ table[0][(crc ^ *p++) & 0xff];
+    while (bytes--)
+        crc = (crc >> 8) ^ table[0][(crc ^ *p++) & 0xff];
     return ~crc;
 }

@@ -65,7 +65,7 @@ uint16_t gpc_f32_to_f16(float x) {
     if (((u >> 23) & 0xff) == 0xff) /* inf or nan */
         return (uint16_t)(sign | 0x7c00u | (mantissa ? 0x200u : 0));
     if (exponent >= 31) return (uint16_t)(sign | 0x7c00u); /* overflow to inf */
-    if (exponent <= 0) {                                    /* subnormal or zero */
+    if (exponent <= 0) {                                   /* subnormal or zero */
         if (exponent < -10) return (uint16_t)sign;
         mantissa |= 0x00800000u;
         uint32_t shift = (uint32_t)(14 - exponent);

@@ -18,9 +18,12 @@ static void log_level_from_env(void) {
     const char *env = getenv("GPC_LOG");
     log_level = GPC_LOG_INFO;
     if (!env) return;
-    if (strcmp(env, "debug") == 0) log_level = GPC_LOG_DEBUG;
-    else if (strcmp(env, "warn") == 0) log_level = GPC_LOG_WARN;
-    else if (strcmp(env, "error") == 0) log_level = GPC_LOG_ERROR;
+    if (strcmp(env, "debug") == 0)
+        log_level = GPC_LOG_DEBUG;
+    else if (strcmp(env, "warn") == 0)
+        log_level = GPC_LOG_WARN;
+    else if (strcmp(env, "error") == 0)
+        log_level = GPC_LOG_ERROR;
 }
 
 void gpc_log_set_level(gpc_log_level level) {
@@ -40,6 +43,8 @@ void gpc_log(gpc_log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    if (level == GPC_LOG_INFO) fprintf(stderr, "%s\n", line);
-    else fprintf(stderr, "gpc: %s: %s\n", names[level], line);
+    if (level == GPC_LOG_INFO)
+        fprintf(stderr, "%s\n", line);
+    else
+        fprintf(stderr, "gpc: %s: %s\n", names[level], line);
 }

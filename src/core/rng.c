@@ -51,11 +51,13 @@ float gpc_rng_normal(gpc_rng *rng) {
 }
 
 void gpc_rng_fill_normal(gpc_rng *rng, float *out, size_t n, float mean, float stddev) {
-    for (size_t i = 0; i < n; i++) out[i] = mean + stddev * gpc_rng_normal(rng);
+    for (size_t i = 0; i < n; i++)
+        out[i] = mean + stddev * gpc_rng_normal(rng);
 }
 
 void gpc_rng_fill_uniform(gpc_rng *rng, float *out, size_t n, float low, float high) {
-    for (size_t i = 0; i < n; i++) out[i] = low + (high - low) * gpc_rng_uniform(rng);
+    for (size_t i = 0; i < n; i++)
+        out[i] = low + (high - low) * gpc_rng_uniform(rng);
 }
 
 void gpc_rng_shuffle_u64(gpc_rng *rng, uint64_t *items, size_t n) {

@@ -47,16 +47,26 @@ void gpc_clear_error(void) {
 
 const char *gpc_status_name(gpc_status code) {
     switch (code) {
-    case GPC_OK: return "ok";
-    case GPC_ERR_INVALID_ARG: return "invalid argument";
-    case GPC_ERR_IO: return "input/output error";
-    case GPC_ERR_FORMAT: return "bad file format";
-    case GPC_ERR_NOMEM: return "out of memory";
-    case GPC_ERR_DEVICE: return "device error";
-    case GPC_ERR_UNSUPPORTED: return "unsupported";
-    case GPC_ERR_MISMATCH: return "mismatch";
-    case GPC_ERR_INTERNAL: return "internal error";
-    case GPC_ERR_INTERRUPTED: return "interrupted";
+    case GPC_OK:
+        return "ok";
+    case GPC_ERR_INVALID_ARG:
+        return "invalid argument";
+    case GPC_ERR_IO:
+        return "input/output error";
+    case GPC_ERR_FORMAT:
+        return "bad file format";
+    case GPC_ERR_NOMEM:
+        return "out of memory";
+    case GPC_ERR_DEVICE:
+        return "device error";
+    case GPC_ERR_UNSUPPORTED:
+        return "unsupported";
+    case GPC_ERR_MISMATCH:
+        return "mismatch";
+    case GPC_ERR_INTERNAL:
+        return "internal error";
+    case GPC_ERR_INTERRUPTED:
+        return "interrupted";
     }
     return "unknown status";
 }

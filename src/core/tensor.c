@@ -56,7 +56,8 @@ gpc_tensor gpc_tensor_make(void *data, gpc_dtype dtype, gpc_device device, int n
     t.dtype = dtype;
     t.device = device;
     t.ndim = ndim < 0 ? 0 : (ndim > GPC_MAX_DIMS ? GPC_MAX_DIMS : ndim);
-    for (int i = 0; i < t.ndim; i++) t.shape[i] = shape[i];
+    for (int i = 0; i < t.ndim; i++)
+        t.shape[i] = shape[i];
     return t;
 }
 
@@ -77,7 +78,8 @@ gpc_tensor gpc_tensor_3d(void *data, gpc_dtype dtype, gpc_device device, int64_t
 
 int64_t gpc_tensor_numel(const gpc_tensor *t) {
     int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
     return n;
 }
 

@@ -46,8 +46,8 @@ static gpc_status cpu_memset_zero(gpc_device device, void *ptr, size_t bytes, gp
     return GPC_OK;
 }
 
-static gpc_status cpu_copy(void *dst, gpc_device dst_device, const void *src,
-                           gpc_device src_device, size_t bytes, gpc_stream stream) {
+static gpc_status cpu_copy(void *dst, gpc_device dst_device, const void *src, gpc_device src_device,
+                           size_t bytes, gpc_stream stream) {
     (void)stream;
     if (dst_device.type != GPC_DEVICE_CPU || src_device.type != GPC_DEVICE_CPU)
         return gpc_error(GPC_ERR_INTERNAL, "the CPU backend was asked to copy GPU memory");

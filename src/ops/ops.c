@@ -38,8 +38,7 @@ static gpc_status need_dtype(const char *op, const char *name, const gpc_tensor 
     return GPC_OK;
 }
 
-static gpc_status need_numel(const char *op, const char *name, const gpc_tensor *t,
-                             int64_t numel) {
+static gpc_status need_numel(const char *op, const char *name, const gpc_tensor *t, int64_t numel) {
     if (gpc_tensor_numel(t) != numel) {
         char buf[96];
         return gpc_error(GPC_ERR_MISMATCH, "%s: tensor '%s' is %s; expected %lld elements", op,
@@ -87,7 +86,7 @@ static gpc_status table_for(const char *op, const gpc_tensor *t, const gpc_ops_t
 
 #define DISPATCH(op, first, entry, ...)                                                            \
     do {                                                                                           \
-        const gpc_ops_table *table_ = NULL;                                                               \
+        const gpc_ops_table *table_ = NULL;                                                        \
         GPC_TRY(table_for(op, first, &table_));                                                    \
         if (!table_->entry)                                                                        \
             return gpc_error(GPC_ERR_UNSUPPORTED, "%s is not implemented on %s", op,               \
@@ -298,9 +297,8 @@ gpc_status gpc_op_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
 }
 
 gpc_status gpc_op_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *dlogits,
-                                                const gpc_tensor *logits,
-                                                const gpc_tensor *targets, int vocab_size,
-                                                float dloss) {
+                                                const gpc_tensor *logits, const gpc_tensor *targets,
+                                                int vocab_size, float dloss) {
     const char *op = "crossentropy_forward_backward";
     GPC_TRY(need_dtype(op, "losses", losses, GPC_F32));
     GPC_TRY(need_float(op, "logits", logits));
@@ -361,4 +359,86 @@ gpc_status gpc_op_convert(gpc_tensor *dst, const gpc_tensor *src) {
 gpc_status gpc_op_scale(gpc_tensor *x, float factor) {
     GPC_TRY(need_float("scale", "x", x));
     DISPATCH("scale", x, scale, x, factor);
+}
+
+/* Shapes shared by the fused linear + GELU ops: inp [N,C], weight [OC,C]. */
+static gpc_status check_linear(const char *op, const gpc_tensor *inp, const gpc_tensor *weight,
+                               int64_t *N, int64_t *C, int64_t *OC) {
+    *C = last_dim(inp), *N = rows(inp), *OC = rows(weight);
+    if (last_dim(weight) != *C) {
+        char a[96], b[96];
+        return gpc_error(GPC_ERR_MISMATCH, "%s: inp %s and weight %s disagree on C", op,
+                         gpc_tensor_describe(inp, a, sizeof a),
+                         gpc_tensor_describe(weight, b, sizeof b));
+    }
+    return GPC_OK;
+}
+
+gpc_status gpc_op_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
+                                      const gpc_tensor *inp, const gpc_tensor *weight,
+                                      const gpc_tensor *bias) {
+    const char *op = "matmul_gelu_forward";
+    const gpc_ops_table *table = NULL;
+    int64_t N, C, OC;
+    GPC_TRY(need_float(op, "out_pre", out_pre));
+    GPC_TRY(need_float(op, "out_gelu", out_gelu));
+    GPC_TRY(need_float(op, "inp", inp));
+    GPC_TRY(need_float(op, "weight", weight));
+    if (bias) GPC_TRY(need_float(op, "bias", bias));
+    DEVICES(op, out_pre, out_gelu, inp, weight, bias);
+    GPC_TRY(check_linear(op, inp, weight, &N, &C, &OC));
+    GPC_TRY(need_numel(op, "out_pre", out_pre, N * OC));
+    GPC_TRY(need_numel(op, "out_gelu", out_gelu, N * OC));
+    if (bias) GPC_TRY(need_numel(op, "bias", bias, OC));
+    if (out_pre->data == out_gelu->data)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: out_pre and out_gelu are one buffer; give each its own, since the "
+                         "backward pass needs the pre-activation",
+                         op);
+    GPC_TRY(table_for(op, out_pre, &table));
+    if (table->matmul_gelu_forward)
+        return table->matmul_gelu_forward(out_pre, out_gelu, inp, weight, bias);
+    GPC_TRY(gpc_op_matmul_forward(out_pre, inp, weight, bias));
+    return gpc_op_gelu_forward(out_gelu, out_pre);
+}
+
+gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
+                                        const gpc_tensor *dout, const gpc_tensor *inp,
+                                        const gpc_tensor *weight, const gpc_tensor *gelu_inp) {
+    const char *op = "matmul_backward_dgelu";
+    const gpc_ops_table *table = NULL;
+    int64_t N, C, OC;
+    GPC_TRY(need_float(op, "dinp", dinp));
+    GPC_TRY(need_float(op, "dweight", dweight));
+    if (dbias) GPC_TRY(need_float(op, "dbias", dbias));
+    GPC_TRY(need_float(op, "dout", dout));
+    GPC_TRY(need_float(op, "inp", inp));
+    GPC_TRY(need_float(op, "weight", weight));
+    GPC_TRY(need_float(op, "gelu_inp", gelu_inp));
+    DEVICES(op, dinp, dweight, dbias, dout, inp, weight, gelu_inp);
+    GPC_TRY(check_linear(op, inp, weight, &N, &C, &OC));
+    GPC_TRY(need_numel(op, "dout", dout, N * OC));
+    GPC_TRY(need_numel(op, "dweight", dweight, OC * C));
+    GPC_TRY(need_numel(op, "dinp", dinp, N * C));
+    GPC_TRY(need_numel(op, "gelu_inp", gelu_inp, N * C));
+    if (dbias) GPC_TRY(need_numel(op, "dbias", dbias, OC));
+    if (dinp->data == inp->data || dinp->data == dout->data)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: dinp shares its buffer with %s, which the product still reads; "
+                         "give dinp its own",
+                         op, dinp->data == inp->data ? "inp" : "dout");
+    GPC_TRY(table_for(op, dinp, &table));
+    if (table->matmul_backward_dgelu)
+        return table->matmul_backward_dgelu(dinp, dweight, dbias, dout, inp, weight, gelu_inp);
+    GPC_TRY(gpc_op_matmul_backward(dinp, dweight, dbias, dout, inp, weight));
+    return gpc_op_gelu_backward(dinp, gelu_inp, dinp);
+}
+
+gpc_status gpc_op_sum(gpc_tensor *acc, const gpc_tensor *x) {
+    const char *op = "sum";
+    GPC_TRY(need_dtype(op, "acc", acc, GPC_F32));
+    GPC_TRY(need_float(op, "x", x));
+    DEVICES(op, acc, x);
+    GPC_TRY(need_numel(op, "acc", acc, 1));
+    DISPATCH(op, x, sum, acc, x);
 }

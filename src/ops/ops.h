@@ -95,9 +95,8 @@ gpc_status gpc_op_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
  * how the model saves a [N,Vp] buffer. targets is i32 [N] or [B,T]; a target
  * of -1 masks the row (loss 0, gradient 0). */
 gpc_status gpc_op_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *dlogits,
-                                                const gpc_tensor *logits,
-                                                const gpc_tensor *targets, int vocab_size,
-                                                float dloss);
+                                                const gpc_tensor *logits, const gpc_tensor *targets,
+                                                int vocab_size, float dloss);
 
 /* Adds the sum of squares of x (any float dtype) to acc[0] (f32, one
  * element). Used for the global gradient norm: zero acc, call once per
@@ -132,6 +131,28 @@ gpc_status gpc_op_convert(gpc_tensor *dst, const gpc_tensor *src);
 
 /* x *= factor, in place (any float dtype). */
 gpc_status gpc_op_scale(gpc_tensor *x, float factor);
+
+/* The linear layer and GELU in one: out_pre[N,OC] = inp @ weight^T + bias
+ * (bias may be NULL), kept for the backward pass, and out_gelu = gelu(out_pre).
+ * The result is that of gpc_op_matmul_forward then gpc_op_gelu_forward;
+ * CUDA computes both in one cuBLASLt product (GELU in the epilogue), so the
+ * [N,OC] pre-activation is not read back by a separate GELU kernel. */
+gpc_status gpc_op_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
+                                      const gpc_tensor *inp, const gpc_tensor *weight,
+                                      const gpc_tensor *bias);
+/* gpc_op_matmul_backward for a layer whose input was inp = gelu(gelu_inp):
+ * dinp = gelu'(gelu_inp) * (dout @ weight), the gradient of gelu_inp
+ * (overwritten; required), dweight += dout^T @ inp, dbias += column sums of
+ * dout (may be NULL). The result is that of gpc_op_matmul_backward then
+ * gpc_op_gelu_backward; CUDA applies gelu' in the product's epilogue. */
+gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
+                                        const gpc_tensor *dout, const gpc_tensor *inp,
+                                        const gpc_tensor *weight, const gpc_tensor *gelu_inp);
+
+/* Adds the sum of x (any float dtype) to acc[0] (f32, one element). The
+ * model sums its per-token losses on the device with it, so the trainer
+ * reads the loss once per step instead of once per micro-step. */
+gpc_status gpc_op_sum(gpc_tensor *acc, const gpc_tensor *x);
 
 #ifdef __cplusplus
 }

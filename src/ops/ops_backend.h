@@ -43,14 +43,22 @@ typedef struct gpc_ops_table {
                                      const gpc_tensor *qkv, const gpc_tensor *out,
                                      const gpc_tensor *lse, int num_heads);
     gpc_status (*crossentropy_forward_backward)(gpc_tensor *losses, gpc_tensor *dlogits,
-                                                const gpc_tensor *logits,
-                                                const gpc_tensor *targets, int vocab_size,
-                                                float dloss);
+                                                const gpc_tensor *logits, const gpc_tensor *targets,
+                                                int vocab_size, float dloss);
     gpc_status (*sum_squares)(gpc_tensor *acc, const gpc_tensor *x);
     gpc_status (*adamw)(gpc_tensor *params, gpc_tensor *master, const gpc_tensor *grads,
                         gpc_tensor *m, gpc_tensor *v, const gpc_adamw_args *args);
     gpc_status (*convert)(gpc_tensor *dst, const gpc_tensor *src);
     gpc_status (*scale)(gpc_tensor *x, float factor);
+    /* Optional: NULL means ops.c composes matmul_forward and gelu_forward. */
+    gpc_status (*matmul_gelu_forward)(gpc_tensor *out_pre, gpc_tensor *out_gelu,
+                                      const gpc_tensor *inp, const gpc_tensor *weight,
+                                      const gpc_tensor *bias);
+    /* Optional: NULL means ops.c composes matmul_backward and gelu_backward. */
+    gpc_status (*matmul_backward_dgelu)(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
+                                        const gpc_tensor *dout, const gpc_tensor *inp,
+                                        const gpc_tensor *weight, const gpc_tensor *gelu_inp);
+    gpc_status (*sum)(gpc_tensor *acc, const gpc_tensor *x);
 } gpc_ops_table;
 
 #endif /* GPC_OPS_BACKEND_H */

@@ -27,7 +27,8 @@ static void test_bf16_round_trip(void **state) {
         /* bf16 keeps 8 significant bits: rounding error at most half an ulp, 2^-8 relative */
         assert_true(fabsf(y - x) <= fabsf(x) * (1.0f / 256.0f));
         float h = gpc_f16_to_f32(gpc_f32_to_f16(x));
-        if (fabsf(x) > 6.2e-5f && fabsf(x) < 65000.0f) assert_true(fabsf(h - x) <= fabsf(x) / 2048.0f);
+        if (fabsf(x) > 6.2e-5f && fabsf(x) < 65000.0f)
+            assert_true(fabsf(h - x) <= fabsf(x) / 2048.0f);
     }
     /* exact values and ties to even */
     assert_int_equal(gpc_f32_to_bf16(1.0f), 0x3f80);
@@ -43,7 +44,8 @@ static void test_rng_reproducible_and_uniform(void **state) {
     gpc_rng a, b;
     gpc_rng_seed(&a, 42, 7);
     gpc_rng_seed(&b, 42, 7);
-    for (int i = 0; i < 1000; i++) assert_int_equal(gpc_rng_u32(&a), gpc_rng_u32(&b));
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(gpc_rng_u32(&a), gpc_rng_u32(&b));
     /* moments of the normal generator */
     double sum = 0, sum2 = 0;
     int n = 200000;
@@ -57,8 +59,10 @@ static void test_rng_reproducible_and_uniform(void **state) {
     assert_true(fabs(sum2 / n - 1.0) < 0.02);
     /* below() stays in range and hits every value */
     int seen[7] = {0};
-    for (int i = 0; i < 7000; i++) seen[gpc_rng_below(&a, 7)]++;
-    for (int i = 0; i < 7; i++) assert_true(seen[i] > 800 && seen[i] < 1200);
+    for (int i = 0; i < 7000; i++)
+        seen[gpc_rng_below(&a, 7)]++;
+    for (int i = 0; i < 7; i++)
+        assert_true(seen[i] > 800 && seen[i] < 1200);
 }
 
 static void test_crc32c_known_vectors(void **state) {
@@ -66,7 +70,8 @@ static void test_crc32c_known_vectors(void **state) {
     /* RFC 3720 appendix B.4 test vectors */
     unsigned char zeros[32] = {0}, ones[32], inc[32];
     memset(ones, 0xff, sizeof ones);
-    for (int i = 0; i < 32; i++) inc[i] = (unsigned char)i;
+    for (int i = 0; i < 32; i++)
+        inc[i] = (unsigned char)i;
     assert_int_equal(gpc_crc32c(0, zeros, 32), 0x8a9136aa);
     assert_int_equal(gpc_crc32c(0, ones, 32), 0x62a8ab43);
     assert_int_equal(gpc_crc32c(0, inc, 32), 0x46dd794e);
@@ -139,7 +144,8 @@ static void test_tensor_and_device(void **state) {
     TEST_OK(gpc_tensor_alloc(&t, GPC_F32, gpc_cpu(), 3, shape));
     assert_int_equal(gpc_tensor_numel(&t), 24);
     assert_int_equal(gpc_tensor_bytes(&t), 96);
-    for (int i = 0; i < 24; i++) ((float *)t.data)[i] = (float)i;
+    for (int i = 0; i < 24; i++)
+        ((float *)t.data)[i] = (float)i;
     TEST_OK(gpc_tensor_alloc(&u, GPC_F32, gpc_cpu(), 3, shape));
     TEST_OK(gpc_tensor_copy(&u, &t));
     assert_memory_equal(u.data, t.data, 96);

@@ -45,25 +45,27 @@ double test_max_rel_error(const float *a, const double *b, size_t n, double floo
 
 double test_max_rel_error_f32(const float *a, const float *b, size_t n, double floor) {
     double *wide = malloc(n * sizeof *wide);
-    for (size_t i = 0; i < n; i++) wide[i] = b[i];
+    for (size_t i = 0; i < n; i++)
+        wide[i] = b[i];
     double worst = test_max_rel_error(a, wide, n, floor);
     free(wide);
     return worst;
 }
 
-void test_assert_close(const char *what, const float *got, const double *want, size_t n,
-                       double tol, double floor) {
+void test_assert_close(const char *what, const float *got, const double *want, size_t n, double tol,
+                       double floor) {
     double worst;
     size_t at = worst_index(got, want, n, floor, &worst);
     if (!(worst <= tol))
-        fail_msg("%s: relative error %.3g > %.3g at element %zu (got %.9g, want %.9g)", what,
-                 worst, tol, at, (double)got[at], want[at]);
+        fail_msg("%s: relative error %.3g > %.3g at element %zu (got %.9g, want %.9g)", what, worst,
+                 tol, at, (double)got[at], want[at]);
 }
 
 void test_assert_close_f32(const char *what, const float *got, const float *want, size_t n,
                            double tol, double floor) {
     double *wide = malloc(n * sizeof *wide);
-    for (size_t i = 0; i < n; i++) wide[i] = want[i];
+    for (size_t i = 0; i < n; i++)
+        wide[i] = want[i];
     test_assert_close(what, got, wide, n, tol, floor);
     free(wide);
 }

@@ -25,8 +25,8 @@ double test_max_rel_error(const float *a, const double *b, size_t n, double floo
 double test_max_rel_error_f32(const float *a, const float *b, size_t n, double floor);
 
 /* Asserts with a message that names the worst element. */
-void test_assert_close(const char *what, const float *got, const double *want, size_t n,
-                       double tol, double floor);
+void test_assert_close(const char *what, const float *got, const double *want, size_t n, double tol,
+                       double floor);
 void test_assert_close_f32(const char *what, const float *got, const float *want, size_t n,
                            double tol, double floor);
 
