@@ -112,6 +112,7 @@ typedef struct {
     gpc_tensor dbtc;      /* [B,T,C] */
     gpc_tensor dbt4c;     /* [B,T,4C] also holds dqkv [B,T,3C] */
     gpc_tensor norm_sq;   /* [1] f32: squared global gradient norm */
+    gpc_tensor loss_sum;  /* [1] f32: losses summed since gpt_read_step (same buffer) */
 } gpt_activations;
 
 /* ----------------------------------------------------------------- model */
@@ -122,6 +123,7 @@ typedef struct {
     gpc_dtype dtype; /* compute dtype of parameters, gradients and activations */
     int training;    /* gradients and optimizer state exist */
     int B, T;        /* the largest batch the activations were planned for */
+    int recompute;   /* 0 keep activations; 1 rebuild GELU outputs; 2 also layernorm outputs */
     size_t num_params;
     size_t param_offset[GPT_NUM_PARAM_TENSORS]; /* element offsets in the flat buffers */
 
@@ -147,6 +149,7 @@ typedef struct {
     int good_steps;   /* fp16: steps since the loss scale last changed */
     int last_B, last_T;
     int64_t last_unmasked; /* targets that were not -1 in the last forward */
+    int64_t loss_count;    /* unmasked targets summed into acts.loss_sum */
 
     /* host staging, placed at creation */
     int32_t *host_targets; /* [B*T] copy of the last targets, for the mean loss */
@@ -164,6 +167,13 @@ typedef struct {
  * Parameters are zero until gpt_init_weights or gpt_checkpoint_load. */
 gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device device, gpc_dtype dtype,
                       int B, int T, int training);
+/* gpt_create with activation recomputation (training only), trading compute
+ * for memory: 0 keeps every activation for backward; 1 keeps one layer of
+ * the GELU output instead of L and rebuilds each layer's from its input in
+ * backward; 2 does the same for the two layernorm outputs of each block
+ * (their mean and rstd stay). gpc plan counts the same buffers. */
+gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_device device,
+                                gpc_dtype dtype, int B, int T, int training, int recompute);
 void gpt_free(gpt_model *model);
 /* Bytes of device memory the model holds (parameters + state + activations). */
 size_t gpt_memory_bytes(const gpt_model *model);
@@ -194,6 +204,12 @@ gpc_status gpt_zero_grad(gpt_model *model);
 /* Mean loss over the unmasked positions of the last forward pass (reads the
  * losses back to the host, so it waits for the device). */
 gpc_status gpt_mean_loss(gpt_model *model, float *loss);
+/* After gpt_update: the mean loss over the tokens of every
+ * gpt_forward_backward since the last call (summed on the device, so the
+ * micro-steps need no host synchronisation) and the gradient norm of the
+ * last gpt_update before clipping, both read in one copy; then starts the
+ * sum over. Either pointer may be NULL. */
+gpc_status gpt_read_step(gpt_model *model, float *mean_loss, float *grad_norm);
 
 typedef struct {
     float learning_rate;

@@ -99,10 +99,18 @@ gpc_status gpc_cpu_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_te
 /* gelu.c */
 gpc_status gpc_cpu_gelu_forward(gpc_tensor *out, const gpc_tensor *inp);
 gpc_status gpc_cpu_gelu_backward(gpc_tensor *dinp, const gpc_tensor *inp, const gpc_tensor *dout);
+/* matmul_gelu.c: the fused linear + GELU ops, composed of the two kernels. */
+gpc_status gpc_cpu_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
+                                       const gpc_tensor *inp, const gpc_tensor *weight,
+                                       const gpc_tensor *bias);
+gpc_status gpc_cpu_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
+                                         const gpc_tensor *dout, const gpc_tensor *inp,
+                                         const gpc_tensor *weight, const gpc_tensor *gelu_inp);
 
 /* elementwise.c */
 gpc_status gpc_cpu_residual_forward(gpc_tensor *out, const gpc_tensor *a, const gpc_tensor *b);
 gpc_status gpc_cpu_sum_squares(gpc_tensor *acc, const gpc_tensor *x);
+gpc_status gpc_cpu_sum(gpc_tensor *acc, const gpc_tensor *x);
 gpc_status gpc_cpu_convert(gpc_tensor *dst, const gpc_tensor *src);
 gpc_status gpc_cpu_scale(gpc_tensor *x, float factor);
 /* Element i of a float tensor of any float dtype, and the write back (with

@@ -22,4 +22,7 @@ const gpc_ops_table gpc_cpu_ops = {
     .adamw = gpc_cpu_adamw,
     .convert = gpc_cpu_convert,
     .scale = gpc_cpu_scale,
+    .matmul_gelu_forward = gpc_cpu_matmul_gelu_forward,
+    .matmul_backward_dgelu = gpc_cpu_matmul_backward_dgelu,
+    .sum = gpc_cpu_sum,
 };

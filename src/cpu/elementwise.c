@@ -1,13 +1,13 @@
 /*
  * elementwise.c: the ops that treat a tensor as a flat array: residual add,
- * sum of squares (for the global gradient norm), dtype conversion and
- * in-place scaling.
+ * sum of squares (for the global gradient norm), sum (for the loss), dtype
+ * conversion and in-place scaling.
  *
  * Only these and AdamW accept bf16 and f16 on the CPU, because they are what
  * moves data between precisions; bf16 and f16 values are widened to f32 to
  * compute and rounded to nearest even when stored (core.h's converters).
  *
- * sum_squares is a reduction whose result must not depend on thread timing
+ * sum_squares (and sum) is a reduction whose result must not depend on thread timing
  * (the trainer's --resume test compares losses bit for bit, and the gradient
  * norm feeds clipping). So the array is cut into a fixed number of chunks
  * that depends only on its length, each chunk summed in double in order, and
@@ -69,8 +69,10 @@ gpc_status gpc_cpu_residual_forward(gpc_tensor *out, const gpc_tensor *a, const 
     return GPC_OK;
 }
 
-gpc_status gpc_cpu_sum_squares(gpc_tensor *acc, const gpc_tensor *x) {
-    GPC_TRY(need_float("sum_squares", "x", x));
+/* acc[0] += the sum of x (square 0) or of its squares (square 1), in the
+ * fixed chunk order described at the top of the file. */
+static gpc_status sum_chunked(const char *op, gpc_tensor *acc, const gpc_tensor *x, int square) {
+    GPC_TRY(need_float(op, "x", x));
     int64_t n = gpc_tensor_numel(x);
     int64_t chunk = (n + SUM_SQUARES_MAX_CHUNKS - 1) / SUM_SQUARES_MAX_CHUNKS;
     if (chunk < SUM_SQUARES_MIN_CHUNK) chunk = SUM_SQUARES_MIN_CHUNK;
@@ -81,14 +83,9 @@ gpc_status gpc_cpu_sum_squares(gpc_tensor *acc, const gpc_tensor *x) {
     for (int64_t k = 0; k < chunks; k++) {
         int64_t i0 = k * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
         double s = 0.0;
-        if (xf) {
-            for (int64_t i = i0; i < i1; i++)
-                s += (double)xf[i] * xf[i];
-        } else {
-            for (int64_t i = i0; i < i1; i++) {
-                double v = gpc_cpu_load(x, i);
-                s += v * v;
-            }
+        for (int64_t i = i0; i < i1; i++) {
+            double v = xf ? (double)xf[i] : (double)gpc_cpu_load(x, i);
+            s += square ? v * v : v;
         }
         partial[k] = s;
     }
@@ -98,6 +95,14 @@ gpc_status gpc_cpu_sum_squares(gpc_tensor *acc, const gpc_tensor *x) {
     float *a = acc->data;
     a[0] = (float)((double)a[0] + total);
     return GPC_OK;
+}
+
+gpc_status gpc_cpu_sum_squares(gpc_tensor *acc, const gpc_tensor *x) {
+    return sum_chunked("sum_squares", acc, x, 1);
+}
+
+gpc_status gpc_cpu_sum(gpc_tensor *acc, const gpc_tensor *x) {
+    return sum_chunked("sum", acc, x, 0);
 }
 
 gpc_status gpc_cpu_convert(gpc_tensor *dst, const gpc_tensor *src) {

@@ -211,6 +211,13 @@ gpc_status gpc_cuda_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor
                                                   const gpc_tensor *targets, int vocab_size,
                                                   float dloss);
 gpc_status gpc_cuda_sum_squares(gpc_tensor *acc, const gpc_tensor *x);
+gpc_status gpc_cuda_sum(gpc_tensor *acc, const gpc_tensor *x);
+gpc_status gpc_cuda_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
+                                        const gpc_tensor *inp, const gpc_tensor *weight,
+                                        const gpc_tensor *bias);
+gpc_status gpc_cuda_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
+                                          const gpc_tensor *dout, const gpc_tensor *inp,
+                                          const gpc_tensor *weight, const gpc_tensor *gelu_inp);
 gpc_status gpc_cuda_adamw(gpc_tensor *params, gpc_tensor *master, const gpc_tensor *grads,
                           gpc_tensor *m, gpc_tensor *v, const gpc_adamw_args *args);
 gpc_status gpc_cuda_convert(gpc_tensor *dst, const gpc_tensor *src);

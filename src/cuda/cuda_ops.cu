@@ -87,7 +87,7 @@ gpc_status gpc_cuda_same_dtype(const char *op, const char *name_a, const gpc_ten
  * step: events are resolved in batches when the pool fills, and at report
  * time. Off (the default) it costs one branch per op. */
 
-#define PROFILE_OPS 17
+#define PROFILE_OPS 20
 #define PROFILE_POOL 8192
 
 static const char *const profile_names[PROFILE_OPS] = {"embedding_forward",
@@ -106,7 +106,10 @@ static const char *const profile_names[PROFILE_OPS] = {"embedding_forward",
                                                        "sum_squares",
                                                        "adamw",
                                                        "convert",
-                                                       "scale"};
+                                                       "scale",
+                                                       "matmul_gelu_forward",
+                                                       "matmul_backward_dgelu",
+                                                       "sum"};
 
 static int profile_enabled = -1;
 static cudaEvent_t profile_events[PROFILE_POOL][2];
@@ -203,4 +206,7 @@ extern "C" const gpc_ops_table gpc_cuda_ops = {
     PROFILED(gpc_cuda_adamw, 14),
     PROFILED(gpc_cuda_convert, 15),
     PROFILED(gpc_cuda_scale, 16),
+    PROFILED(gpc_cuda_matmul_gelu_forward, 17),
+    PROFILED(gpc_cuda_matmul_backward_dgelu, 18),
+    PROFILED(gpc_cuda_sum, 19),
 };

@@ -19,6 +19,15 @@
  * in two deterministic passes (partial sums per block of rows with 16-byte
  * loads, then their sum in order); cuBLASLt's BGRADB epilogue on the dweight
  * product can do it instead (GPC_MATMUL_BGRAD=1), but measured no faster.
+ *
+ * The fused linear + GELU ops put GELU into the epilogue: forward
+ * GELU_AUX(_BIAS) writes gelu(X) and the pre-activation X in one pass over
+ * the output tile; backward DGELU multiplies the dinp product by gelu'(X) as
+ * it stores it. That saves a separate GELU kernel's read and write of the
+ * [N,4C] activation each way. Only for bf16/f16 (the training precisions):
+ * cuBLASLt's GELU need not match our f32 tanh formula to 1e-5, and the f32
+ * path exists to check the model at that tolerance, so f32 composes the two
+ * kernels. GPC_MATMUL_GELU=0 turns the epilogues off (for benchmarks).
  */
 #include "cuda/cuda_common.cuh"
 
@@ -34,7 +43,7 @@
 typedef struct {
     int m, n, k, transa, transb;
     int atype, btype, dtype, epilogue;
-    int align_a, align_b, align_d, align_bias;
+    int align_a, align_b, align_d, align_bias, align_aux;
 } matmul_key;
 
 typedef struct {
@@ -110,13 +119,21 @@ static int alignment(const void *p) {
     return align;
 }
 
+/* What the epilogue does with GELU: nothing; D = gelu(X) with X (the
+ * pre-activation) also written to aux (forward); D = X * gelu'(aux) (the
+ * backward of a layer whose input was gelu(aux)). aux is m x n with leading
+ * dimension ldd, in D's dtype. */
+typedef enum { MATMUL_NO_GELU, MATMUL_GELU_AUX, MATMUL_DGELU } matmul_gelu;
+
 /* D (m x n, ld ldd) = alpha op(A) op(B) + beta D [+ bias], column-major.
  * With bias_grad (f32 [n]) the epilogue also writes the column sums of op(B)
  * there (BGRADB); when cuBLASLt has no algorithm for that, the call returns
- * GPC_ERR_UNSUPPORTED having done nothing, and the caller sums itself. */
+ * GPC_ERR_UNSUPPORTED having done nothing, and the caller sums itself. The
+ * GELU epilogues (see matmul_gelu) fail the same way when unsupported. */
 static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype atype, const void *b,
                             gpc_dtype btype, const void *bias, int m, int n, int k, int transa,
-                            int transb, int lda, int ldb, int ldd, float beta, float *bias_grad) {
+                            int transb, int lda, int ldb, int ldd, float beta, float *bias_grad,
+                            matmul_gelu gelu = MATMUL_NO_GELU, void *aux = NULL) {
     matmul_device *md = NULL;
     GPC_TRY(device_state(&md));
     gpc_status status = GPC_OK;
@@ -125,9 +142,12 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
     cublasLtMatmulPreference_t pref = NULL;
     cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtEpilogue_t epilogue = bias        ? CUBLASLT_EPILOGUE_BIAS
-                                  : bias_grad ? CUBLASLT_EPILOGUE_BGRADB
-                                              : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasLtEpilogue_t epilogue = gelu == MATMUL_GELU_AUX ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                                  : CUBLASLT_EPILOGUE_GELU_AUX)
+                                  : gelu == MATMUL_DGELU  ? CUBLASLT_EPILOGUE_DGELU
+                                  : bias                  ? CUBLASLT_EPILOGUE_BIAS
+                                  : bias_grad             ? CUBLASLT_EPILOGUE_BGRADB
+                                                          : CUBLASLT_EPILOGUE_DEFAULT;
     cudaDataType_t f32 = CUDA_R_32F;
     float alpha = 1.0f;
     matmul_key key;
@@ -136,6 +156,7 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
     key.atype = atype, key.btype = btype, key.dtype = dtype, key.epilogue = (int)epilogue;
     key.align_a = alignment(a), key.align_b = alignment(b), key.align_d = alignment(d);
     key.align_bias = bias ? alignment(bias) : bias_grad ? alignment(bias_grad) : 0;
+    key.align_aux = aux ? alignment(aux) : 0;
 
     LT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
@@ -150,6 +171,13 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
                                                 sizeof bias_grad));
         LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32,
                                                 sizeof f32));
+    }
+    if (aux) {
+        int64_t ldaux = ldd; /* the docs ask for a multiple of 8; callers check */
+        LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                &aux, sizeof aux));
+        LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux,
+                                                sizeof ldaux));
     }
     LT_CHECK(cublasLtMatrixLayoutCreate(&la, lt_type(atype), transa ? k : m, transa ? m : k, lda));
     LT_CHECK(cublasLtMatrixLayoutCreate(&lb, lt_type(btype), transb ? n : k, transb ? k : n, ldb));
@@ -199,9 +227,10 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
                 pthread_mutex_unlock(&matmul_lock);
                 status = gpc_error(GPC_ERR_UNSUPPORTED,
                                    "matmul: cuBLASLt has no algorithm for %dx%dx%d with %s x %s -> "
-                                   "%s%s; try another precision",
+                                   "%s%s%s; try another precision",
                                    m, n, k, gpc_dtype_name(atype), gpc_dtype_name(btype),
-                                   gpc_dtype_name(dtype), bias ? " and bias" : "");
+                                   gpc_dtype_name(dtype), bias ? " and bias" : "",
+                                   gelu ? " and a GELU epilogue" : "");
                 goto done;
             }
             algo = result.algo;
@@ -395,4 +424,65 @@ gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_t
         GPC_CUDA_CHECK_LAUNCH();
     }
     return GPC_OK;
+}
+
+/* The GELU epilogues, unless GPC_MATMUL_GELU=0 asks for the separate kernels. */
+static int gelu_epilogue_enabled(void) {
+    static int enabled = -1;
+    if (enabled < 0) {
+        const char *env = getenv("GPC_MATMUL_GELU");
+        enabled = !(env && !strcmp(env, "0"));
+    }
+    return enabled;
+}
+
+gpc_status gpc_cuda_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
+                                        const gpc_tensor *inp, const gpc_tensor *weight,
+                                        const gpc_tensor *bias) {
+    const char *op = "matmul_gelu_forward";
+    GPC_TRY(gpc_cuda_same_dtype(op, "out_pre", out_pre, "out_gelu", out_gelu));
+    GPC_TRY(gpc_cuda_enter(out_gelu));
+    gpc_dtype t = out_gelu->dtype;
+    int64_t C = inp->shape[inp->ndim - 1], N = C ? gpc_tensor_numel(inp) / C : 0;
+    int64_t OC = gpc_tensor_numel(weight) / (C ? C : 1);
+    int fuse = gelu_epilogue_enabled() && t != GPC_F32 && inp->dtype == t && weight->dtype == t &&
+               (!bias || !bias->data || bias->dtype == t) && N > 0 && C > 0 && OC % 8 == 0 &&
+               OC <= 0x7fffffff && N <= 0x7fffffff && C <= 0x7fffffff &&
+               gpc_cuda_aligned16(out_pre->data) && gpc_cuda_aligned16(out_gelu->data);
+    if (fuse) {
+        gpc_status st =
+            lt_matmul(out_gelu->data, t, weight->data, t, inp->data, t,
+                      bias && bias->data ? bias->data : NULL, (int)OC, (int)N, (int)C, 1, 0, (int)C,
+                      (int)C, (int)OC, 0.0f, NULL, MATMUL_GELU_AUX, out_pre->data);
+        if (st != GPC_ERR_UNSUPPORTED) return st;
+        gpc_clear_error(); /* no epilogue algorithm for this shape: the two kernels */
+    }
+    GPC_TRY(gpc_cuda_matmul_forward(out_pre, inp, weight, bias));
+    return gpc_cuda_gelu_forward(out_gelu, out_pre);
+}
+
+gpc_status gpc_cuda_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
+                                          const gpc_tensor *dout, const gpc_tensor *inp,
+                                          const gpc_tensor *weight, const gpc_tensor *gelu_inp) {
+    const char *op = "matmul_backward_dgelu";
+    GPC_TRY(gpc_cuda_same_dtype(op, "dinp", dinp, "gelu_inp", gelu_inp));
+    GPC_TRY(gpc_cuda_enter(dout));
+    gpc_dtype t = dinp->dtype;
+    int64_t C = inp->shape[inp->ndim - 1], N = C ? gpc_tensor_numel(inp) / C : 0;
+    int64_t OC = gpc_tensor_numel(weight) / (C ? C : 1);
+    int fuse = gelu_epilogue_enabled() && t != GPC_F32 && dout->dtype == t && weight->dtype == t &&
+               N > 0 && OC > 0 && C % 8 == 0 && OC <= 0x7fffffff && N <= 0x7fffffff &&
+               C <= 0x7fffffff && gpc_cuda_aligned16(dinp->data) &&
+               gpc_cuda_aligned16(gelu_inp->data);
+    if (fuse) {
+        /* dinp^T (C x N) = weight^T (C x OC) . dout^T (OC x N), times gelu'(gelu_inp) */
+        gpc_status st = lt_matmul(dinp->data, t, weight->data, t, dout->data, t, NULL, (int)C,
+                                  (int)N, (int)OC, 0, 0, (int)C, (int)OC, (int)C, 0.0f, NULL,
+                                  MATMUL_DGELU, (void *)gelu_inp->data);
+        if (st == GPC_OK) return gpc_cuda_matmul_backward(NULL, dweight, dbias, dout, inp, weight);
+        if (st != GPC_ERR_UNSUPPORTED) return st;
+        gpc_clear_error();
+    }
+    GPC_TRY(gpc_cuda_matmul_backward(dinp, dweight, dbias, dout, inp, weight));
+    return gpc_cuda_gelu_backward(dinp, gelu_inp, dinp);
 }

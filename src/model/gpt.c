@@ -37,6 +37,12 @@ static gpc_tensor act_layer(const gpt_model *m, const gpc_tensor *t, int l, int 
     return view(t, (size_t)l * stride, 3, B, T, X);
 }
 
+/* The slot of layer l in an activation that recomputation level `level`
+ * keeps for one layer only (ln1, ln2: level 2; fch_gelu: level 1). */
+static int kept_layer(const gpt_model *m, int l, int level) {
+    return m->recompute >= level ? 0 : l;
+}
+
 /* Per-layer statistics [L, Bplan*Tplan] seen as [B, T]. */
 static gpc_tensor stat_layer(const gpt_model *m, const gpc_tensor *t, int l, int B, int T) {
     size_t stride = (size_t)m->B * (size_t)m->T;
@@ -106,6 +112,8 @@ static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
     int64_t L = m->config.layers, B = m->B, T = m->T, C = m->config.channels;
     int64_t NH = m->config.heads, Vp = m->config.padded_vocab;
     gpc_dtype d = m->dtype;
+    /* recomputed activations keep one layer (gpc plan counts the same) */
+    int64_t kept_gelu = m->recompute >= 1 ? 1 : L, kept_ln = m->recompute >= 2 ? 1 : L;
 #define PLACE(t, dtype, ...)                                                                       \
     do {                                                                                           \
         const int64_t shape_[] = {__VA_ARGS__};                                                    \
@@ -113,7 +121,7 @@ static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
                                  shape_));                                                         \
     } while (0)
     PLACE(encoded, d, B, T, C);
-    PLACE(ln1, d, L, B, T, C);
+    PLACE(ln1, d, kept_ln, B, T, C);
     PLACE(ln1_mean, GPC_F32, L, B, T);
     PLACE(ln1_rstd, GPC_F32, L, B, T);
     PLACE(qkv, d, L, B, T, 3 * C);
@@ -121,11 +129,11 @@ static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
     PLACE(lse, GPC_F32, L, B, NH, T);
     PLACE(attproj, d, L, B, T, C);
     PLACE(residual2, d, L, B, T, C);
-    PLACE(ln2, d, L, B, T, C);
+    PLACE(ln2, d, kept_ln, B, T, C);
     PLACE(ln2_mean, GPC_F32, L, B, T);
     PLACE(ln2_rstd, GPC_F32, L, B, T);
     PLACE(fch, d, L, B, T, 4 * C);
-    PLACE(fch_gelu, d, L, B, T, 4 * C);
+    PLACE(fch_gelu, d, kept_gelu, B, T, 4 * C);
     PLACE(fcproj, d, L, B, T, C);
     PLACE(residual3, d, L, B, T, C);
     PLACE(lnf, d, B, T, C);
@@ -139,7 +147,11 @@ static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
         PLACE(dresidual, d, B, T, C);
         PLACE(dbtc, d, B, T, C);
         PLACE(dbt4c, d, B, T, 4 * C);
-        PLACE(norm_sq, GPC_F32, 1);
+        /* two device scalars in one buffer, so gpt_read_step reads both in
+         * one copy: the squared gradient norm and the summed loss */
+        PLACE(norm_sq, GPC_F32, 2);
+        a->loss_sum = view(&a->norm_sq, 1, 1, 1, 0, 0);
+        a->norm_sq = view(&a->norm_sq, 0, 1, 1, 0, 0);
     }
 #undef PLACE
     return GPC_OK;
@@ -160,7 +172,17 @@ static gpc_status plan(gpt_model *m, gpc_arena *arena,
 
 gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device device, gpc_dtype dtype,
                       int B, int T, int training) {
+    return gpt_create_recompute(out, config, device, dtype, B, T, training, 0);
+}
+
+gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_device device,
+                                gpc_dtype dtype, int B, int T, int training, int recompute) {
     *out = NULL;
+    if (recompute < 0 || recompute > 2)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--recompute %d is not 0 (keep activations), 1 (GELU) or 2 (GELU and "
+                         "layernorm)",
+                         recompute);
     gpt_config check;
     GPC_TRY(gpt_config_init(&check, config->layers, config->heads, config->channels,
                             config->max_context, config->vocab_size));
@@ -185,6 +207,7 @@ gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device devi
     m->device = device;
     m->dtype = dtype;
     m->training = training ? 1 : 0;
+    m->recompute = training ? recompute : 0; /* inference keeps no activations for backward */
     m->B = B;
     m->T = T;
     m->num_params = gpt_config_num_params(&check);
@@ -222,6 +245,7 @@ gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device devi
     if (s == GPC_OK && m->master_flat.data) s = gpc_tensor_zero(&m->master_flat);
     if (s == GPC_OK && m->training) {
         s = gpc_tensor_zero(&m->grads_flat);
+        if (s == GPC_OK) s = gpc_tensor_zero(&m->acts.loss_sum);
         if (s == GPC_OK) s = gpc_tensor_zero(&m->m_flat);
         if (s == GPC_OK) s = gpc_tensor_zero(&m->v_flat);
     }
@@ -353,7 +377,7 @@ static gpc_status forward_to_logits(gpt_model *m, int B, int T) {
     /* The first layernorm stands alone; every later one is fused with the
      * residual add that precedes it. */
     {
-        gpc_tensor ln1 = act_layer(m, &a->ln1, 0, B, T, C);
+        gpc_tensor ln1 = act_layer(m, &a->ln1, 0, B, T, C); /* slot 0 also when recomputed */
         gpc_tensor mean = stat_layer(m, &a->ln1_mean, 0, B, T);
         gpc_tensor rstd = stat_layer(m, &a->ln1_rstd, 0, B, T);
         gpc_tensor w = param_layer(&p->ln1w, 0, 0, C), b = param_layer(&p->ln1b, 0, 0, C);
@@ -361,17 +385,17 @@ static gpc_status forward_to_logits(gpt_model *m, int B, int T) {
     }
     for (int l = 0; l < L; l++) {
         gpc_tensor residual = l == 0 ? encoded : act_layer(m, &a->residual3, l - 1, B, T, C);
-        gpc_tensor ln1 = act_layer(m, &a->ln1, l, B, T, C);
+        gpc_tensor ln1 = act_layer(m, &a->ln1, kept_layer(m, l, 2), B, T, C);
         gpc_tensor qkv = act_layer(m, &a->qkv, l, B, T, 3 * C);
         gpc_tensor atty = act_layer(m, &a->atty, l, B, T, C);
         gpc_tensor lse = view(&a->lse, (size_t)l * m->B * NH * m->T, 3, B, NH, T);
         gpc_tensor attproj = act_layer(m, &a->attproj, l, B, T, C);
         gpc_tensor residual2 = act_layer(m, &a->residual2, l, B, T, C);
-        gpc_tensor ln2 = act_layer(m, &a->ln2, l, B, T, C);
+        gpc_tensor ln2 = act_layer(m, &a->ln2, kept_layer(m, l, 2), B, T, C);
         gpc_tensor ln2_mean = stat_layer(m, &a->ln2_mean, l, B, T);
         gpc_tensor ln2_rstd = stat_layer(m, &a->ln2_rstd, l, B, T);
         gpc_tensor fch = act_layer(m, &a->fch, l, B, T, 4 * C);
-        gpc_tensor fch_gelu = act_layer(m, &a->fch_gelu, l, B, T, 4 * C);
+        gpc_tensor fch_gelu = act_layer(m, &a->fch_gelu, kept_layer(m, l, 1), B, T, 4 * C);
         gpc_tensor fcproj = act_layer(m, &a->fcproj, l, B, T, C);
         gpc_tensor residual3 = act_layer(m, &a->residual3, l, B, T, C);
 
@@ -391,11 +415,10 @@ static gpc_status forward_to_logits(gpt_model *m, int B, int T) {
         GPC_TRY(gpc_op_matmul_forward(&attproj, &atty, &attprojw, &attprojb));
         GPC_TRY(gpc_op_residual_layernorm_forward(&residual2, &ln2, &ln2_mean, &ln2_rstd, &residual,
                                                   &attproj, &ln2w, &ln2b));
-        GPC_TRY(gpc_op_matmul_forward(&fch, &ln2, &fcw, &fcb));
-        GPC_TRY(gpc_op_gelu_forward(&fch_gelu, &fch));
+        GPC_TRY(gpc_op_matmul_gelu_forward(&fch, &fch_gelu, &ln2, &fcw, &fcb));
         GPC_TRY(gpc_op_matmul_forward(&fcproj, &fch_gelu, &fcprojw, &fcprojb));
         if (l + 1 < L) {
-            gpc_tensor next_ln1 = act_layer(m, &a->ln1, l + 1, B, T, C);
+            gpc_tensor next_ln1 = act_layer(m, &a->ln1, kept_layer(m, l + 1, 2), B, T, C);
             gpc_tensor mean = stat_layer(m, &a->ln1_mean, l + 1, B, T);
             gpc_tensor rstd = stat_layer(m, &a->ln1_rstd, l + 1, B, T);
             gpc_tensor w = param_layer(&p->ln1w, l + 1, 0, C);
@@ -447,6 +470,21 @@ gpc_status gpt_mean_loss(gpt_model *m, float *loss) {
     return GPC_OK;
 }
 
+gpc_status gpt_read_step(gpt_model *m, float *mean_loss, float *grad_norm) {
+    if (!m->training)
+        return gpc_error(GPC_ERR_INVALID_ARG, "this model was created for inference; it has no "
+                                              "training step to read");
+    /* norm_sq and loss_sum are adjacent in one buffer: one copy, one wait */
+    float both[2];
+    gpc_tensor host = gpc_tensor_1d(both, GPC_F32, gpc_cpu(), 2);
+    gpc_tensor dev = view(&m->acts.norm_sq, 0, 1, 2, 0, 0);
+    GPC_TRY(gpc_tensor_copy(&host, &dev));
+    if (mean_loss) *mean_loss = m->loss_count ? (float)(both[1] / (double)m->loss_count) : 0.0f;
+    if (grad_norm) *grad_norm = sqrtf(both[0]);
+    m->loss_count = 0;
+    return gpc_tensor_zero(&m->acts.loss_sum);
+}
+
 /* ------------------------------------------------------------ backward */
 
 static gpc_status backward(gpt_model *m, int B, int T) {
@@ -478,18 +516,18 @@ static gpc_status backward(gpt_model *m, int B, int T) {
     for (int l = L - 1; l >= 0; l--) {
         /* here dresidual is the gradient of residual3[l] */
         gpc_tensor residual = l == 0 ? encoded : act_layer(m, &a->residual3, l - 1, B, T, C);
-        gpc_tensor ln1 = act_layer(m, &a->ln1, l, B, T, C);
+        gpc_tensor ln1 = act_layer(m, &a->ln1, kept_layer(m, l, 2), B, T, C);
         gpc_tensor ln1_mean = stat_layer(m, &a->ln1_mean, l, B, T);
         gpc_tensor ln1_rstd = stat_layer(m, &a->ln1_rstd, l, B, T);
         gpc_tensor qkv = act_layer(m, &a->qkv, l, B, T, 3 * C);
         gpc_tensor atty = act_layer(m, &a->atty, l, B, T, C);
         gpc_tensor lse = view(&a->lse, (size_t)l * m->B * NH * m->T, 3, B, NH, T);
         gpc_tensor residual2 = act_layer(m, &a->residual2, l, B, T, C);
-        gpc_tensor ln2 = act_layer(m, &a->ln2, l, B, T, C);
+        gpc_tensor ln2 = act_layer(m, &a->ln2, kept_layer(m, l, 2), B, T, C);
         gpc_tensor ln2_mean = stat_layer(m, &a->ln2_mean, l, B, T);
         gpc_tensor ln2_rstd = stat_layer(m, &a->ln2_rstd, l, B, T);
         gpc_tensor fch = act_layer(m, &a->fch, l, B, T, 4 * C);
-        gpc_tensor fch_gelu = act_layer(m, &a->fch_gelu, l, B, T, 4 * C);
+        gpc_tensor fch_gelu = act_layer(m, &a->fch_gelu, kept_layer(m, l, 1), B, T, 4 * C);
 
         gpc_tensor ln1w = param_layer(&p->ln1w, l, 0, C);
         gpc_tensor qkvw = param_layer(&p->qkvw, l, 3 * C, C);
@@ -509,10 +547,16 @@ static gpc_status backward(gpt_model *m, int B, int T) {
         gpc_tensor dfcprojw = param_layer(&g->fcprojw, l, C, 4 * C);
         gpc_tensor dfcprojb = param_layer(&g->fcprojb, l, 0, C);
 
+        /* Recomputation rebuilds this layer's dropped activations from what
+         * was kept (the same ops as forward, so the same values). */
+        if (m->recompute >= 1) GPC_TRY(gpc_op_gelu_forward(&fch_gelu, &fch));
+        if (m->recompute >= 2) {
+            gpc_tensor ln2b = param_layer(&p->ln2b, l, 0, C);
+            GPC_TRY(gpc_op_layernorm_forward(&ln2, &ln2_mean, &ln2_rstd, &residual2, &ln2w, &ln2b));
+        }
         /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))) */
-        GPC_TRY(
-            gpc_op_matmul_backward(&dfch, &dfcprojw, &dfcprojb, &dresidual, &fch_gelu, &fcprojw));
-        GPC_TRY(gpc_op_gelu_backward(&dfch, &fch, &dfch));
+        GPC_TRY(gpc_op_matmul_backward_dgelu(&dfch, &dfcprojw, &dfcprojb, &dresidual, &fch_gelu,
+                                             &fcprojw, &fch));
         GPC_TRY(gpc_op_matmul_backward(&dbtc, &dfcw, &dfcb, &dfch, &ln2, &fcw));
         GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln2w, &dln2b, &dbtc, &residual2, &ln2w,
                                           &ln2_mean, &ln2_rstd));
@@ -520,6 +564,10 @@ static gpc_status backward(gpt_model *m, int B, int T) {
         GPC_TRY(
             gpc_op_matmul_backward(&dbtc, &dattprojw, &dattprojb, &dresidual, &atty, &attprojw));
         GPC_TRY(gpc_op_attention_backward(&dqkv, &dbtc, &qkv, &atty, &lse, NH));
+        if (m->recompute >= 2) {
+            gpc_tensor ln1b = param_layer(&p->ln1b, l, 0, C);
+            GPC_TRY(gpc_op_layernorm_forward(&ln1, &ln1_mean, &ln1_rstd, &residual, &ln1w, &ln1b));
+        }
         GPC_TRY(gpc_op_matmul_backward(&dbtc, &dqkvw, &dqkvb, &dqkv, &ln1, &qkvw));
         GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln1w, &dln1b, &dbtc, &residual, &ln1w,
                                           &ln1_mean, &ln1_rstd));
@@ -546,6 +594,9 @@ gpc_status gpt_forward_backward(gpt_model *m, const int32_t *inputs, const int32
      * gradients scaled back down inside the AdamW step. */
     GPC_TRY(gpc_op_crossentropy_forward_backward(&losses, &logits, &logits, &tgt,
                                                  m->config.vocab_size, dloss * m->loss_scale));
+    /* masked rows have loss 0, so the plain sum is the sum over real targets */
+    GPC_TRY(gpc_op_sum(&m->acts.loss_sum, &losses));
+    m->loss_count += m->last_unmasked;
     return backward(m, B, T);
 }
 
