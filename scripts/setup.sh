@@ -8,9 +8,9 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libopenblas-dev libcmocka-dev fortunes
-          libsqlite3-dev libmicrohttpd-dev libjansson-dev libinih-dev)
+          libsqlite3-dev libmicrohttpd-dev libjansson-dev libinih-dev openmpi-bin libopenmpi-dev)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(python3 clang libclang-rt-14-dev prometheus openmpi-bin libopenmpi-dev curl procps chromium)
+  packages+=(python3 clang libclang-rt-14-dev prometheus curl procps chromium)
 fi
 
 missing=()

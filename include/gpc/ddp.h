@@ -1,0 +1,108 @@
+/*
+ * gpc ddp: data-parallel training of a GPT over the collectives of dist.h.
+ *
+ * Every rank holds the whole model and computes gradients on its own part of
+ * the batch. The gradients are summed over the ranks in buckets while
+ * backward still runs: the model's gradient-ready hook reports each block as
+ * it finishes, and every bucket whose gradients are then final is launched
+ * at once on a communication stream that waits (an event) for the compute
+ * stream. Micro-steps that only accumulate communicate nothing; only the
+ * last micro-step of an optimizer step does.
+ *
+ * The parameter layout is llm.c's: tensors with the layer as first dimension
+ * (qkvw is [L, 3C, C]), so one block's gradients are 12 slices, and layers
+ * l..L-1 of a tensor are one contiguous range. A bucket is a run of blocks
+ * from the top down: for each per-layer tensor one range, merged where they
+ * touch. The final layernorm rides with the first bucket; wte and wpe (final
+ * only after the embedding backward) are the last.
+ *
+ * zero 0: all-reduce of every bucket, then every rank runs the same AdamW.
+ * zero 1 (ZeRO stage 1, Rajbhandari et al. 2020): the flat buffer is cut
+ * into one shard per rank; each bucket range is reduced to the ranks owning
+ * its pieces (a reduce-scatter), each rank runs AdamW on its shard only
+ * (split at tensor boundaries, since weight decay applies to 2-D weights
+ * only), and the parameters are all-gathered.
+ */
+#ifndef GPC_DDP_H
+#define GPC_DDP_H
+
+#include "gpc/core.h"
+#include "gpc/dist.h"
+#include "gpc/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    size_t offset, count; /* elements of the flat buffer */
+} gpc_ddp_range;
+
+typedef struct {
+    int ready_layer; /* launched when the hook reports this layer (L: final layernorm, -1: end) */
+    int first_range, range_count;
+    size_t elements;
+} gpc_ddp_bucket;
+
+typedef struct {
+    int bucket_count;
+    gpc_ddp_bucket *buckets; /* in launch order */
+    int range_count;
+    gpc_ddp_range *ranges;
+} gpc_ddp_plan;
+
+/* Plans the buckets of a model's flat gradient buffer. bucket_elements 0
+ * puts every gradient into one bucket launched after backward (no overlap).
+ * offsets are gpt_model.param_offset. */
+gpc_status gpc_ddp_plan_buckets(const gpt_config *config, const size_t *offsets, size_t num_params,
+                                size_t bucket_elements, gpc_ddp_plan *out);
+void gpc_ddp_plan_free(gpc_ddp_plan *plan);
+
+/* The pieces of [begin, end) cut at parameter-tensor boundaries. */
+typedef struct {
+    int tensor; /* index into gpt_tensors.all */
+    size_t offset, count;
+} gpc_ddp_segment;
+
+/* Fills up to GPT_NUM_PARAM_TENSORS segments; returns how many. */
+int gpc_ddp_shard_segments(const size_t *offsets, size_t num_params, size_t begin, size_t end,
+                           gpc_ddp_segment *segments);
+
+typedef struct {
+    int zero;         /* 0 or 1 */
+    double bucket_mb; /* bucket size in MiB of gradients; 0: one bucket after backward */
+    int no_comm;      /* benchmarks only: skip the gradient communication (wrong results) */
+} gpc_ddp_options;
+
+/* Default bucket size in MiB (see docs/distributed.md for the measurement). */
+#define GPC_DDP_DEFAULT_BUCKET_MB 25.0
+
+typedef struct gpc_ddp gpc_ddp;
+
+/* Takes the model (created, weights set on rank 0 at least) and the
+ * collectives; broadcasts rank 0's parameters so every rank starts equal. */
+gpc_status gpc_ddp_create(gpc_ddp **out, gpt_model *model, gpc_dist *dist,
+                          const gpc_ddp_options *options);
+void gpc_ddp_free(gpc_ddp *ddp);
+/* Before a micro-step's forward_backward: last says whether it ends the
+ * optimizer step (only then is the hook installed and gradients sent). */
+gpc_status gpc_ddp_micro_step(gpc_ddp *ddp, int last);
+/* After the last micro-step: the compute stream waits for the communication. */
+gpc_status gpc_ddp_finish_backward(gpc_ddp *ddp);
+/* AdamW: gpt_update for zero 0; the shard update and all-gather for zero 1.
+ * Either way the global squared gradient norm is left where gpt_read_step
+ * reads it. */
+gpc_status gpc_ddp_update(gpc_ddp *ddp, const gpt_adamw_options *options, int *skipped);
+/* zero 1: gathers master weights and AdamW moments on every rank so a
+ * checkpoint holds the whole optimizer state. */
+gpc_status gpc_ddp_gather_state(gpc_ddp *ddp);
+/* Sums host values over the ranks (the step's loss, the stop flag) and ends
+ * the step the NCCL watchdog watches. */
+gpc_status gpc_ddp_reduce_host(gpc_ddp *ddp, double *values, int n);
+const gpc_ddp_plan *gpc_ddp_get_plan(const gpc_ddp *ddp);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPC_DDP_H */

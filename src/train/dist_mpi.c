@@ -1,0 +1,204 @@
+/*
+ * dist_mpi.c: the collectives for CPU tensors over MPI, so that the
+ * data-parallel trainer (bucketed all-reduce, ZeRO-1 shards) runs with
+ * several CPU processes under mpirun, in CI and on machines without GPUs.
+ *
+ * Every call is blocking: the CPU backend has finished the gradients when
+ * the backward hook runs, and overlap on two CI cores would gain nothing.
+ * Collectives are in place. A failed MPI call aborts the job (MPI's default
+ * error handler), which is what makes mpirun stop every rank when one dies.
+ *
+ * Built only when CMake finds MPI (GPC_HAVE_MPI); otherwise init explains
+ * that this build has no MPI.
+ */
+#include "gpc/dist.h"
+
+#ifdef GPC_HAVE_MPI
+
+#include <limits.h>
+#include <mpi.h>
+#include <string.h>
+
+static int mpi_started_here;
+
+int gpc_dist_have_mpi(void) {
+    return 1;
+}
+
+static gpc_status mpi_type(gpc_dtype dtype, MPI_Datatype *out) {
+    if (dtype == GPC_F32) {
+        *out = MPI_FLOAT;
+        return GPC_OK;
+    }
+    return gpc_error(GPC_ERR_UNSUPPORTED,
+                     "the mpi collectives move f32 tensors, not %s (the CPU trains in f32)",
+                     gpc_dtype_name(dtype));
+}
+
+static gpc_status mpi_count(size_t count, int *out) {
+    if (count > (size_t)INT_MAX)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "%zu elements are too many for one MPI call (at most %d)", count, INT_MAX);
+    *out = (int)count;
+    return GPC_OK;
+}
+
+static gpc_status mpi_check(int rc, const char *what) {
+    if (rc == MPI_SUCCESS) return GPC_OK;
+    char text[MPI_MAX_ERROR_STRING];
+    int n = 0;
+    MPI_Error_string(rc, text, &n);
+    return gpc_error(GPC_ERR_IO, "MPI %s failed: %s", what, text);
+}
+
+static gpc_status mpi_all_reduce(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype,
+                                 gpc_stream stream) {
+    (void)d, (void)stream;
+    MPI_Datatype t = MPI_FLOAT;
+    int n = 0;
+    GPC_TRY(mpi_type(dtype, &t));
+    GPC_TRY(mpi_count(count, &n));
+    if (n == 0) return GPC_OK;
+    return mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, n, t, MPI_SUM, MPI_COMM_WORLD), "allreduce");
+}
+
+static gpc_status mpi_reduce(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype, int root,
+                             gpc_stream stream) {
+    (void)stream;
+    MPI_Datatype t = MPI_FLOAT;
+    int n = 0;
+    GPC_TRY(mpi_type(dtype, &t));
+    GPC_TRY(mpi_count(count, &n));
+    if (n == 0) return GPC_OK;
+    /* the root sums into its own buffer; the others only send theirs */
+    const void *send = d->rank == root ? MPI_IN_PLACE : buf;
+    return mpi_check(
+        MPI_Reduce(send, d->rank == root ? buf : NULL, n, t, MPI_SUM, root, MPI_COMM_WORLD),
+        "reduce");
+}
+
+static gpc_status mpi_reduce_scatter(gpc_dist *d, void *buf, const size_t *offsets, gpc_dtype dtype,
+                                     gpc_stream stream) {
+    size_t elem = gpc_dtype_size(dtype);
+    for (int r = 0; r < d->world_size; r++)
+        GPC_TRY(mpi_reduce(d, (char *)buf + offsets[r] * elem, offsets[r + 1] - offsets[r], dtype,
+                           r, stream));
+    return GPC_OK;
+}
+
+static gpc_status mpi_all_gather(gpc_dist *d, void *buf, const size_t *offsets, gpc_dtype dtype,
+                                 gpc_stream stream) {
+    (void)stream;
+    MPI_Datatype t = MPI_FLOAT;
+    GPC_TRY(mpi_type(dtype, &t));
+    int W = d->world_size;
+    int counts[W], displs[W];
+    for (int r = 0; r < W; r++) {
+        GPC_TRY(mpi_count(offsets[r + 1] - offsets[r], &counts[r]));
+        GPC_TRY(mpi_count(offsets[r], &displs[r]));
+    }
+    return mpi_check(
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, MPI_COMM_WORLD),
+        "allgatherv");
+}
+
+static gpc_status mpi_broadcast(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype, int root,
+                                gpc_stream stream) {
+    (void)d, (void)stream;
+    MPI_Datatype t = MPI_FLOAT;
+    int n = 0;
+    GPC_TRY(mpi_type(dtype, &t));
+    GPC_TRY(mpi_count(count, &n));
+    if (n == 0) return GPC_OK;
+    return mpi_check(MPI_Bcast(buf, n, t, root, MPI_COMM_WORLD), "broadcast");
+}
+
+static gpc_status mpi_group(gpc_dist *d) {
+    (void)d;
+    return GPC_OK;
+}
+
+static gpc_status mpi_all_reduce_host(gpc_dist *d, double *values, int n) {
+    (void)d;
+    return mpi_check(MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
+                     "allreduce");
+}
+
+static gpc_status mpi_barrier(gpc_dist *d) {
+    (void)d;
+    return mpi_check(MPI_Barrier(MPI_COMM_WORLD), "barrier");
+}
+
+static void mpi_watch(gpc_dist *d, int active) {
+    (void)d, (void)active; /* mpirun stops the job when a rank dies */
+}
+
+static void mpi_destroy(gpc_dist *d) {
+    (void)d;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (mpi_started_here && !finalized) MPI_Finalize();
+    mpi_started_here = 0;
+}
+
+static const gpc_dist_ops mpi_ops = {
+    "mpi",         mpi_all_reduce, mpi_reduce, mpi_reduce_scatter,  mpi_all_gather,
+    mpi_broadcast, mpi_group,      mpi_group,  mpi_all_reduce_host, mpi_barrier,
+    mpi_watch,     mpi_destroy};
+
+static gpc_status mpi_start(void) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+        int provided;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return gpc_error(GPC_ERR_IO, "MPI could not start (MPI_Init failed)");
+        mpi_started_here = 1;
+    }
+    return GPC_OK;
+}
+
+gpc_status gpc_dist_mpi_init(gpc_dist *d, const gpc_dist_env *env) {
+    if (strcmp(env->source, "mpirun") != 0)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "the mpi collectives need processes started by mpirun (found %s): run "
+                         "mpirun -np %d gpc train ...",
+                         env->source, env->world_size);
+    GPC_TRY(mpi_start());
+    int rank = -1, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (rank != env->rank || size != env->world_size)
+        return gpc_error(GPC_ERR_MISMATCH,
+                         "MPI says rank %d of %d but the environment says rank %d of %d", rank,
+                         size, env->rank, env->world_size);
+    d->ops = &mpi_ops;
+    return GPC_OK;
+}
+
+gpc_status gpc_dist_mpi_bcast_bytes(void *data, size_t bytes) {
+    GPC_TRY(mpi_start());
+    int n = 0;
+    GPC_TRY(mpi_count(bytes, &n));
+    return mpi_check(MPI_Bcast(data, n, MPI_BYTE, 0, MPI_COMM_WORLD), "broadcast");
+}
+
+#else /* no MPI in this build */
+
+int gpc_dist_have_mpi(void) {
+    return 0;
+}
+
+gpc_status gpc_dist_mpi_init(gpc_dist *d, const gpc_dist_env *env) {
+    (void)d, (void)env;
+    return gpc_error(GPC_ERR_UNSUPPORTED,
+                     "this gpc was built without MPI, which CPU data parallelism needs: install "
+                     "libopenmpi-dev (scripts/setup.sh) and rebuild");
+}
+
+gpc_status gpc_dist_mpi_bcast_bytes(void *data, size_t bytes) {
+    (void)data, (void)bytes;
+    return gpc_error(GPC_ERR_UNSUPPORTED, "this gpc was built without MPI");
+}
+
+#endif
