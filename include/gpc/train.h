@@ -77,7 +77,10 @@ typedef struct {
     float loss;     /* mean training loss of the step */
     float val_loss; /* EVAL (and the STEP that ran it); NAN otherwise */
     float lr;
-    float grad_norm; /* before clipping */
+    float grad_norm; /* before clipping; NAN for a skipped step */
+    int skipped;       /* fp16: 1 when gradients overflowed and the update was skipped */
+    int skipped_steps; /* fp16: steps skipped so far in this process */
+    float loss_scale;  /* fp16: the dynamic loss scale after the step (1 otherwise) */
     double ms;       /* wall time of the step */
     double tokens_per_s;
     uint64_t tokens_seen;
@@ -112,6 +115,7 @@ typedef struct {
     uint64_t seed;        /* default 1337: weights, data order and the optimizer's rounding */
     gpc_device device;    /* default CPU */
     int precision;        /* a gpc_dtype, or -1: f32 on the CPU, bf16 on a GPU */
+    int recompute;        /* 0 keep activations, 1 recompute GELU, 2 also layernorm */
     int world_size, rank; /* data parallelism: 1 and 0 until the distributed trainer */
     gpc_train_callback callback;
     void *user;

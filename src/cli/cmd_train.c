@@ -74,14 +74,20 @@ static void on_event(void *user, const gpc_train_event *e) {
             fprintf(stderr, "gpc train: resuming at step %d of %d\n", e->first_step, e->steps);
         break;
     }
-    case GPC_TRAIN_STEP:
-        cli_progress_update(&v->progress, e->step == v->steps || e->step == 1,
-                            "step %d/%d | loss %.4f | lr %.2e | %s tok/s | ETA %s | mem %s",
+    case GPC_TRAIN_STEP: {
+        /* fp16 only: steps the loss scaling skipped, and the scale now */
+        char skipped[64] = "";
+        if (e->skipped_steps)
+            snprintf(skipped, sizeof skipped, " | skipped %d (scale %g)", e->skipped_steps,
+                     (double)e->loss_scale);
+        cli_progress_update(&v->progress, e->step == v->steps || e->step == 1 || e->skipped,
+                            "step %d/%d | loss %.4f | lr %.2e | %s tok/s | ETA %s | mem %s%s",
                             e->step, v->steps, (double)e->loss, (double)e->lr,
                             human_count(e->tokens_per_s, a, sizeof a),
                             cli_format_duration(e->eta_s, b, sizeof b),
-                            cli_format_bytes((double)e->memory_bytes, c, sizeof c));
+                            cli_format_bytes((double)e->memory_bytes, c, sizeof c), skipped);
         break;
+    }
     case GPC_TRAIN_EVAL:
         cli_progress_end(&v->progress);
         fprintf(stderr, "step %d/%d | val loss %.4f (train loss %.4f)\n", e->step, v->steps,
@@ -107,7 +113,7 @@ int cmd_train(int argc, char **argv) {
      * "left out" and every value a user can give stay apart */
     int layers = UNSET, heads = UNSET, channels = UNSET, context = UNSET, batch = UNSET;
     int steps = UNSET, warmup = UNSET, eval_every = UNSET, eval_batches = UNSET;
-    int checkpoint_every = UNSET, resume = 0;
+    int checkpoint_every = UNSET, resume = 0, recompute = 0;
     int64_t total_batch = UNSET, seed = UNSET;
     double lr = NAN, min_lr_ratio = NAN, weight_decay = NAN, max_grad_norm = NAN;
     const cli_option options[] = {
@@ -139,6 +145,8 @@ int cmd_train(int argc, char **argv) {
          "auto, cpu or cuda[:N] (default auto: a GPU if there is one)"},
         {"precision", CLI_STRING, &precision_name, "P",
          "f32, bf16 or fp16 (default f32 on the CPU, bf16 on a GPU)"},
+        {"recompute", CLI_INT, &recompute, "0|1|2",
+         "rebuild activations in backward to save memory: 1 GELU, 2 also layernorm (default 0)"},
         {"resume", CLI_FLAG, &resume, NULL, "continue the run in --out from its checkpoint"},
         {"seed", CLI_INT64, &seed, "S", "weights, data order and rounding (default 1337)"},
         {NULL, 0, NULL, NULL, NULL},
@@ -147,7 +155,7 @@ int cmd_train(int argc, char **argv) {
         "train",
         "train --data DIR --out RUN [--model dN] [--context T] [--batch B] [--total-batch "
         "TOKENS] [--steps N] [--lr X] [--eval-every N] [--checkpoint-every N] [--device "
-        "auto|cpu|cuda] [--resume] [--seed S]",
+        "auto|cpu|cuda] [--recompute 0|1|2] [--resume] [--seed S]",
         "Trains a GPT-2 style model on token shards: micro-batches with gradient accumulation, "
         "AdamW with warmup and cosine decay, validation and checkpoints. Ctrl-C (or SIGTERM) "
         "finishes the step, saves a checkpoint and exits; --resume continues exactly.",
@@ -207,6 +215,11 @@ int cmd_train(int argc, char **argv) {
     if (o.device.type == GPC_DEVICE_CPU && o.precision >= 0 && o.precision != GPC_F32)
         return cli_usage_error(NAME, "the CPU trains in f32 only; use --precision f32 (bf16 and "
                                      "fp16 need a GPU)");
+    if (recompute < 0 || recompute > 2)
+        return cli_usage_error(NAME, "--recompute must be 0, 1 (GELU) or 2 (GELU and layernorm), "
+                                     "not %d",
+                               recompute);
+    o.recompute = recompute;
     o.layers = layers > 0 ? layers : 0;
     o.heads = heads > 0 ? heads : 0;
     o.channels = channels > 0 ? channels : 0;

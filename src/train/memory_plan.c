@@ -144,7 +144,7 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
 
     out->backward = 2 * buffer(BT * C, s)   /* dresidual, dbtc */
                     + buffer(BT * 4 * C, s) /* dbt4c, also dqkv */
-                    + buffer(1, f32);       /* norm_sq */
+                    + buffer(2, f32);       /* norm_sq and loss_sum, one buffer */
 
     out->workspace = buffer(BT * Vp, s) + (in->cuda ? GPC_PLAN_CUBLASLT_WORKSPACE : 0);
     out->context = in->cuda ? GPC_PLAN_CUDA_CONTEXT : 0;

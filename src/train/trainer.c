@@ -68,7 +68,8 @@ typedef struct {
     int32_t *inputs, *targets;
     FILE *metrics;
     gpc_rng rng;
-    int step; /* optimizer steps done */
+    int step;          /* optimizer steps done */
+    int skipped_steps; /* fp16 steps skipped on overflow in this process */
     char checkpoint_path[4096], prev_path[4096];
 } trainer;
 
@@ -269,6 +270,10 @@ static void write_metrics(trainer *t, const gpc_train_event *e) {
     if (!isnan(e->val_loss)) json_number(f, "val_loss", e->val_loss);
     json_number(f, "lr", e->lr);
     json_number(f, "grad_norm", e->grad_norm);
+    if (e->skipped_steps) {
+        fprintf(f, ",\"skipped\":%d,\"skipped_steps\":%d", e->skipped, e->skipped_steps);
+        json_number(f, "loss_scale", e->loss_scale);
+    }
     json_number(f, "tokens_per_s", e->tokens_per_s);
     json_number(f, "ms", e->ms);
     fprintf(f, ",\"memory\":%llu", (unsigned long long)e->memory_bytes);
@@ -337,10 +342,10 @@ static void emit(const trainer *t, const gpc_train_event *e) {
 static gpc_status train_step(trainer *t, gpc_train_event *e) {
     const run_settings *s = &t->s;
     float dloss = (float)(1.0 / ((double)s->B * s->T * s->accumulation));
-    double loss_sum = 0;
     GPC_TRY(gpt_zero_grad(t->model));
+    /* The model sums the micro-steps' losses on the device: nothing inside
+     * the step waits for the GPU; gpt_read_step below is the one wait. */
     for (int micro = 0; micro < s->accumulation; micro++) {
-        float loss;
         gpc_trace_push("data");
         gpc_status st = gpc_loader_next(t->train, t->inputs, t->targets);
         gpc_trace_pop();
@@ -349,8 +354,6 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
         st = gpt_forward_backward(t->model, t->inputs, t->targets, s->B, s->T, dloss);
         gpc_trace_pop();
         GPC_TRY(st);
-        GPC_TRY(gpt_mean_loss(t->model, &loss));
-        loss_sum += loss;
     }
     gpt_adamw_options adam;
     gpt_adamw_defaults(&adam);
@@ -360,10 +363,14 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
     adam.step = t->step + 1;
     adam.seed = gpc_rng_u32(&t->rng);
     gpc_trace_push("optimizer");
-    gpc_status update_status = gpt_update(t->model, &adam, &e->grad_norm, NULL);
+    gpc_status update_status = gpt_update(t->model, &adam, NULL, &e->skipped);
     gpc_trace_pop();
     GPC_TRY(update_status);
-    e->loss = (float)(loss_sum / s->accumulation);
+    GPC_TRY(gpt_read_step(t->model, &e->loss, &e->grad_norm));
+    if (e->skipped) e->grad_norm = NAN; /* fp16 overflow: no finite norm */
+    t->skipped_steps += e->skipped;
+    e->skipped_steps = t->skipped_steps;
+    e->loss_scale = t->model->loss_scale;
     e->lr = adam.learning_rate;
     if (!isfinite(e->loss))
         return gpc_error(GPC_ERR_INTERNAL,
@@ -453,7 +460,8 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
     t->inputs = gpc_malloc(n * sizeof(int32_t));
     t->targets = gpc_malloc(n * sizeof(int32_t));
     if (!t->inputs || !t->targets) return gpc_error(GPC_ERR_NOMEM, "out of host memory");
-    GPC_TRY(gpt_create(&t->model, &s->config, o->device, s->precision, s->B, s->T, 1));
+    GPC_TRY(gpt_create_recompute(&t->model, &s->config, o->device, s->precision, s->B, s->T, 1,
+                                 o->recompute));
     gpc_rng_seed(&t->rng, s->seed, 0x747261696eULL); /* "train" */
     if (!ck) {
         GPC_TRY(gpt_init_weights(t->model, s->seed));

@@ -11,6 +11,14 @@
  * each tensor's relative error ||gpu - cpu|| / ||cpu|| must stay within
  * 2e-2 (the whole network's rounding, not one op's).
  *
+ * The GPU model also runs with activation recomputation (--recompute 1 and
+ * 2) against the CPU model without: the same tolerances hold, since the
+ * rebuilt activations are the forward pass's own values (layernorm rebuilt
+ * from the stored bf16 residual may differ from the fused kernel's in the
+ * last bf16 bit). fp16's dynamic loss scaling is checked by forcing an
+ * overflow: the step must be skipped, reported, the scale halved and the
+ * weights left as they were.
+ *
  * Without a usable GPU the test exits 77 (CTest: skipped).
  */
 #include "testutil.h"
@@ -47,13 +55,14 @@ static float *grads_to_host(const gpt_model *m) {
     return out;
 }
 
-static void compare_model(gpc_dtype dtype) {
+static void compare_model(gpc_dtype dtype, int recompute) {
     gpt_config config;
     TEST_OK(gpt_config_init(&config, 2, 2, 128, 64, 300));
     const int B = 2, T = 64;
     gpt_model *cpu = NULL, *gpu = NULL;
     TEST_OK(gpt_create(&cpu, &config, gpc_cpu(), GPC_F32, B, T, 1));
-    TEST_OK(gpt_create(&gpu, &config, (gpc_device){GPC_DEVICE_CUDA, 0}, dtype, B, T, 1));
+    TEST_OK(gpt_create_recompute(&gpu, &config, (gpc_device){GPC_DEVICE_CUDA, 0}, dtype, B, T, 1,
+                                 recompute));
     uint64_t seed = gpc_rng_u32(&rng);
     TEST_OK(gpt_init_weights(cpu, seed));
     TEST_OK(gpt_init_weights(gpu, seed));
@@ -75,6 +84,12 @@ static void compare_model(gpc_dtype dtype) {
     if (!(fabs(loss_gpu - loss_cpu) <= loss_tol * fabs(loss_cpu)))
         fail_msg("%s model: loss %.7f on the GPU, %.7f on the CPU", gpc_dtype_name(dtype), loss_gpu,
                  loss_cpu);
+    /* the loss summed on the device: the same mean over the unmasked tokens */
+    float step_loss = -1, step_norm = -1;
+    TEST_OK(gpt_read_step(gpu, &step_loss, &step_norm));
+    if (!(fabs(step_loss - loss_cpu) <= loss_tol * fabs(loss_cpu)))
+        fail_msg("%s model: gpt_read_step loss %.7f, CPU mean loss %.7f", gpc_dtype_name(dtype),
+                 step_loss, loss_cpu);
 
     float *gc = grads_to_host(cpu), *gg = grads_to_host(gpu);
     for (int p = 0; p < GPT_NUM_PARAM_TENSORS; p++) {
@@ -120,17 +135,72 @@ static void compare_model(gpc_dtype dtype) {
 
 static void test_model_f32(void **state) {
     (void)state;
-    compare_model(GPC_F32);
+    compare_model(GPC_F32, 0);
 }
 
 static void test_model_bf16(void **state) {
     (void)state;
-    compare_model(GPC_BF16);
+    compare_model(GPC_BF16, 0);
 }
 
 static void test_model_f16(void **state) {
     (void)state;
-    compare_model(GPC_F16);
+    compare_model(GPC_F16, 0);
+}
+
+static void test_model_recompute(void **state) {
+    (void)state;
+    compare_model(GPC_F32, 2);
+    compare_model(GPC_BF16, 1);
+    compare_model(GPC_BF16, 2);
+}
+
+/* Forces an fp16 overflow with a huge loss scale: the update is skipped and
+ * reported, the scale halves, the weights stay; at a sane scale the next
+ * step updates. */
+static void test_f16_overflow_skips_step(void **state) {
+    (void)state;
+    gpt_config config;
+    TEST_OK(gpt_config_init(&config, 1, 2, 128, 32, 200));
+    const int B = 2, T = 32;
+    gpt_model *m = NULL;
+    TEST_OK(gpt_create(&m, &config, (gpc_device){GPC_DEVICE_CUDA, 0}, GPC_F16, B, T, 1));
+    TEST_OK(gpt_init_weights(m, gpc_rng_u32(&rng)));
+    int32_t inputs[2 * 32], targets[2 * 32];
+    for (int i = 0; i < B * T; i++) {
+        inputs[i] = (int32_t)gpc_rng_below(&rng, 200);
+        targets[i] = (int32_t)gpc_rng_below(&rng, 200);
+    }
+    float *before = malloc(m->num_params * sizeof(float));
+    float *after = malloc(m->num_params * sizeof(float));
+    TEST_OK(gpt_get_params(m, before));
+    gpt_adamw_options options;
+    gpt_adamw_defaults(&options);
+    options.learning_rate = 1e-3f;
+    /* dlogits ~ scale / (B*T) = 1e9 / 64: far beyond fp16's 65504 */
+    m->loss_scale = 1e9f;
+    TEST_OK(gpt_zero_grad(m));
+    TEST_OK(gpt_forward_backward(m, inputs, targets, B, T, 1.0f / (float)(B * T)));
+    int skipped = 0;
+    float norm = 0;
+    TEST_OK(gpt_update(m, &options, &norm, &skipped));
+    assert_int_equal(skipped, 1);
+    assert_true(isnan(norm));
+    assert_true(m->loss_scale == 5e8f);
+    TEST_OK(gpt_get_params(m, after));
+    assert_memory_equal(before, after, m->num_params * sizeof(float));
+
+    m->loss_scale = 1024.0f;
+    TEST_OK(gpt_zero_grad(m));
+    TEST_OK(gpt_forward_backward(m, inputs, targets, B, T, 1.0f / (float)(B * T)));
+    TEST_OK(gpt_update(m, &options, &norm, &skipped));
+    assert_int_equal(skipped, 0);
+    assert_true(isfinite(norm) && norm > 0);
+    TEST_OK(gpt_get_params(m, after));
+    assert_true(memcmp(before, after, m->num_params * sizeof(float)) != 0);
+    free(before);
+    free(after);
+    gpt_free(m);
 }
 
 int main(void) {
@@ -143,6 +213,8 @@ int main(void) {
         cmocka_unit_test(test_model_f32),
         cmocka_unit_test(test_model_bf16),
         cmocka_unit_test(test_model_f16),
+        cmocka_unit_test(test_model_recompute),
+        cmocka_unit_test(test_f16_overflow_skips_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -269,6 +269,67 @@ static void test_matmul(void **state) {
     matmul_case(GPC_BF16, GPC_F32, 1, 24, 64, 36, 1, 1); /* OC not a multiple of 8: scalar dbias */
 }
 
+/* Fused linear + GELU: forward keeps the pre-activation and writes its GELU;
+ * backward's dinp is gelu'(gelu_inp) times the product. inp and gelu_inp
+ * are drawn independently: the op's result is defined for any pair, and the
+ * CPU composes the two unfused kernels. bf16/f16 runs cuBLASLt's GELU
+ * epilogues (when OC, resp. C, is a multiple of 8), f32 the two kernels. */
+static void matmul_gelu_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C, int64_t OC,
+                             int with_bias) {
+    int64_t s_x[3] = {B, T, C}, s_w[2] = {OC, C}, s_b[1] = {OC}, s_o[3] = {B, T, OC};
+    pair x = make(dt, 3, s_x, 'r', -1, 1), w = make(dt, 2, s_w, 'r', -0.5f, 0.5f),
+         b = make(dt, 1, s_b, 'r', -1, 1), pre = make(dt, 3, s_o, 'p', 0, 0),
+         act = make(dt, 3, s_o, 'p', 0, 0);
+    TEST_OK(gpc_op_matmul_gelu_forward(&pre.cpu, &act.cpu, &x.cpu, &w.cpu,
+                                       with_bias ? &b.cpu : NULL));
+    TEST_OK(gpc_op_matmul_gelu_forward(&pre.gpu, &act.gpu, &x.gpu, &w.gpu,
+                                       with_bias ? &b.gpu : NULL));
+    expect("matmul_gelu_forward out_pre", &pre, tol_for(dt, 1e-5));
+    expect("matmul_gelu_forward out_gelu", &act, tol_for(dt, 1e-5));
+
+    /* backward of a layer C -> OC whose input was gelu(gelu_inp) */
+    pair dout = make(dt, 3, s_o, 'r', -1, 1), gin = make(dt, 3, s_x, 'r', -3, 3),
+         dinp = make(dt, 3, s_x, 'p', 0, 0);
+    pair dw = make(dt, 2, s_w, 'r', -1, 1), db = make(dt, 1, s_b, 'r', -1, 1);
+    TEST_OK(gpc_op_matmul_backward_dgelu(&dinp.cpu, &dw.cpu, with_bias ? &db.cpu : NULL,
+                                         &dout.cpu, &x.cpu, &w.cpu, &gin.cpu));
+    TEST_OK(gpc_op_matmul_backward_dgelu(&dinp.gpu, &dw.gpu, with_bias ? &db.gpu : NULL,
+                                         &dout.gpu, &x.gpu, &w.gpu, &gin.gpu));
+    expect("matmul_backward_dgelu dinp", &dinp, tol_for(dt, 1e-5));
+    expect("matmul_backward_dgelu dweight", &dw, tol_for(dt, 1e-5));
+    if (with_bias) expect("matmul_backward_dgelu dbias", &db, tol_for(dt, 1e-5));
+    pair *all[] = {&x, &w, &b, &pre, &act, &dout, &gin, &dinp, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        drop(all[i]);
+}
+
+static void test_matmul_gelu(void **state) {
+    (void)state;
+    matmul_gelu_case(GPC_F32, 2, 33, 64, 96, 1);
+    matmul_gelu_case(GPC_BF16, 4, 64, 128, 512, 1); /* the fc layer's shape kind: epilogues */
+    matmul_gelu_case(GPC_BF16, 2, 32, 256, 64, 1);  /* fcproj's: C -> OC narrower */
+    matmul_gelu_case(GPC_BF16, 2, 32, 64, 256, 0);  /* GELU_AUX without bias */
+    matmul_gelu_case(GPC_F16, 2, 16, 64, 128, 1);
+    matmul_gelu_case(GPC_BF16, 1, 24, 44, 36, 1); /* not multiples of 8: the two kernels */
+}
+
+/* The plain sum the model adds its losses with. */
+static void test_sum(void **state) {
+    (void)state;
+    gpc_dtype dts[] = {GPC_F32, GPC_BF16};
+    for (int k = 0; k < 2; k++) {
+        int64_t s[1] = {65539}, one[1] = {1};
+        pair x = make(dts[k], 1, s, 'r', 0, 11), acc = make(GPC_F32, 1, one, 'r', 0, 5);
+        TEST_OK(gpc_op_sum(&acc.cpu, &x.cpu));
+        TEST_OK(gpc_op_sum(&acc.gpu, &x.gpu));
+        TEST_OK(gpc_op_sum(&acc.cpu, &x.cpu)); /* it adds */
+        TEST_OK(gpc_op_sum(&acc.gpu, &x.gpu));
+        expect("sum", &acc, 1e-5);
+        drop(&x);
+        drop(&acc);
+    }
+}
+
 /* ----------------------------------------------------------- elementwise */
 
 static void elementwise_case(gpc_dtype dt, int64_t n) {
@@ -534,11 +595,13 @@ int main(void) {
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_matmul_gelu),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_attention_simple),
         cmocka_unit_test(test_attention_tensor_cores),
         cmocka_unit_test(test_crossentropy),
         cmocka_unit_test(test_sum_squares),
+        cmocka_unit_test(test_sum),
         cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_convert),
         cmocka_unit_test(test_mixed_dtypes_refused),

@@ -227,8 +227,8 @@ static void test_bad_input_messages(void **state) {
     TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--gpus 0");
 }
 
-/* The plan against the model itself: gpt_create on the CPU (f32) places the
- * very buffers the plan counts, and gpt_memory_bytes is what its two arenas
+/* The plan against the model itself: gpt_create_recompute on the CPU (f32),
+ * at each recomputation level, places the very buffers the plan counts, and gpt_memory_bytes is what its two arenas
  * hold. The arenas do not pad their last tensor, so the plan may be above by
  * less than one alignment (256 bytes) per arena. */
 static void test_plan_matches_gpt_create(void **state) {
@@ -242,20 +242,22 @@ static void test_plan_matches_gpt_create(void **state) {
         int vocab = 50 + (int)gpc_rng_below(&rng, 300);
         gpt_config config;
         TEST_OK(gpt_config_init(&config, layers, heads, channels, T, vocab));
+        int recompute = trial % 3; /* every recomputation level */
         gpt_model *model = NULL;
-        TEST_OK(gpt_create(&model, &config, gpc_cpu(), GPC_F32, B, T, 1));
+        TEST_OK(gpt_create_recompute(&model, &config, gpc_cpu(), GPC_F32, B, T, 1, recompute));
         gpc_plan_input in;
         gpc_plan_defaults(&in);
         in.layers = layers, in.heads = heads, in.channels = channels;
         in.context = T, in.batch = B, in.vocab = vocab;
-        in.dtype = GPC_F32, in.cuda = 0;
+        in.dtype = GPC_F32, in.cuda = 0, in.recompute = recompute;
         gpc_plan_result r;
         TEST_OK(gpc_plan_compute(&in, &r));
         assert_int_equal(r.num_params, gpt_config_num_params(&config));
         uint64_t real = gpt_memory_bytes(model);
         if (!(r.total >= real && r.total - real < 2 * 256))
-            fail_msg("L=%d NH=%d C=%d T=%d B=%d V=%d: plan %llu bytes, gpt_create %llu", layers,
-                     heads, channels, T, B, vocab, (unsigned long long)r.total,
+            fail_msg("L=%d NH=%d C=%d T=%d B=%d V=%d recompute %d: plan %llu bytes, gpt_create "
+                     "%llu",
+                     layers, heads, channels, T, B, vocab, recompute, (unsigned long long)r.total,
                      (unsigned long long)real);
         gpt_free(model);
     }

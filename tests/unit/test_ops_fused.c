@@ -1,0 +1,177 @@
+/*
+ * test_ops_fused.c: the fused linear + GELU ops and the plain sum on the CPU.
+ *
+ * The fused ops must give exactly what the two unfused ops give (the CPU
+ * composes the same kernels, so bit for bit), and both must match a float64
+ * loop of the formula: gelu(inp @ weight^T + bias) with the tanh GELU, and
+ * dinp = gelu'(gelu_inp) * (dout @ weight), within 1e-5 relative to the
+ * larger of |value| and 1 (the inputs are O(1), and a sum of O(1) terms that
+ * cancels to near zero keeps f32's absolute error). The sum must match a float64
+ * sum. Bad inputs (aliased buffers, missing dinp, wrong shapes) are refused
+ * with a message that names the problem.
+ */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops.h"
+
+static gpc_rng rng;
+
+static float *random_floats(int64_t n, float lo, float hi) {
+    float *x = malloc((size_t)n * sizeof(float) + 4);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = lo + (hi - lo) * gpc_rng_uniform(&rng);
+    return x;
+}
+
+static gpc_tensor t2(float *data, int64_t d0, int64_t d1) {
+    return gpc_tensor_2d(data, GPC_F32, gpc_cpu(), d0, d1);
+}
+
+static gpc_tensor t1(float *data, int64_t d0) {
+    return gpc_tensor_1d(data, GPC_F32, gpc_cpu(), d0);
+}
+
+/* GPT-2's GELU (tanh form) and its derivative in float64. */
+static double gelu64(double x) {
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+static double gelu_grad64(double x) {
+    double u = sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+    double t = tanh(u);
+    return 0.5 * (1.0 + t) +
+           0.5 * x * (1.0 - t * t) * sqrt(2.0 / M_PI) * (1.0 + 3 * 0.044715 * x * x);
+}
+
+static void fused_case(int64_t N, int64_t C, int64_t OC, int with_bias) {
+    float *x = random_floats(N * C, -1, 1), *w = random_floats(OC * C, -0.5f, 0.5f);
+    float *b = random_floats(OC, -1, 1);
+    float *pre = malloc(N * OC * 4), *act = malloc(N * OC * 4);
+    float *pre2 = malloc(N * OC * 4), *act2 = malloc(N * OC * 4);
+    gpc_tensor tx = t2(x, N, C), tw = t2(w, OC, C), tb = t1(b, OC);
+    gpc_tensor tpre = t2(pre, N, OC), tact = t2(act, N, OC);
+    gpc_tensor tpre2 = t2(pre2, N, OC), tact2 = t2(act2, N, OC);
+    TEST_OK(gpc_op_matmul_gelu_forward(&tpre, &tact, &tx, &tw, with_bias ? &tb : NULL));
+    TEST_OK(gpc_op_matmul_forward(&tpre2, &tx, &tw, with_bias ? &tb : NULL));
+    TEST_OK(gpc_op_gelu_forward(&tact2, &tpre2));
+    assert_memory_equal(pre, pre2, (size_t)(N * OC) * 4);
+    assert_memory_equal(act, act2, (size_t)(N * OC) * 4);
+    double *want_pre = malloc(N * OC * 8), *want_act = malloc(N * OC * 8);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t j = 0; j < OC; j++) {
+            double s = with_bias ? b[j] : 0.0;
+            for (int64_t c = 0; c < C; c++)
+                s += (double)x[n * C + c] * w[j * C + c];
+            want_pre[n * OC + j] = s;
+            want_act[n * OC + j] = gelu64(s);
+        }
+    test_assert_close("matmul_gelu_forward out_pre", pre, want_pre, (size_t)(N * OC), 1e-5, 1.0);
+    test_assert_close("matmul_gelu_forward out_gelu", act, want_act, (size_t)(N * OC), 1e-5, 1.0);
+
+    /* backward of a layer C -> OC whose input was gelu(gin) */
+    float *dout = random_floats(N * OC, -1, 1), *gin = random_floats(N * C, -3, 3);
+    float *dw = random_floats(OC * C, -1, 1), *db = random_floats(OC, -1, 1);
+    float *dw2 = malloc(OC * C * 4), *db2 = malloc(OC * 4);
+    memcpy(dw2, dw, OC * C * 4);
+    memcpy(db2, db, OC * 4);
+    float *dinp = malloc(N * C * 4), *dinp2 = malloc(N * C * 4);
+    gpc_tensor tdout = t2(dout, N, OC), tgin = t2(gin, N, C), tdw = t2(dw, OC, C), tdb = t1(db, OC);
+    gpc_tensor tdw2 = t2(dw2, OC, C), tdb2 = t1(db2, OC);
+    gpc_tensor tdinp = t2(dinp, N, C), tdinp2 = t2(dinp2, N, C);
+    double *want_dinp = malloc(N * C * 8), *want_dw = malloc(OC * C * 8);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++) {
+            double s = 0;
+            for (int64_t j = 0; j < OC; j++)
+                s += (double)dout[n * OC + j] * w[j * C + c];
+            want_dinp[n * C + c] = s * gelu_grad64(gin[n * C + c]);
+        }
+    for (int64_t j = 0; j < OC; j++)
+        for (int64_t c = 0; c < C; c++) {
+            double s = dw[j * C + c];
+            for (int64_t n = 0; n < N; n++)
+                s += (double)dout[n * OC + j] * x[n * C + c];
+            want_dw[j * C + c] = s;
+        }
+    TEST_OK(gpc_op_matmul_backward_dgelu(&tdinp, &tdw, with_bias ? &tdb : NULL, &tdout, &tx, &tw,
+                                         &tgin));
+    TEST_OK(gpc_op_matmul_backward(&tdinp2, &tdw2, with_bias ? &tdb2 : NULL, &tdout, &tx, &tw));
+    TEST_OK(gpc_op_gelu_backward(&tdinp2, &tgin, &tdinp2));
+    assert_memory_equal(dinp, dinp2, (size_t)(N * C) * 4);
+    assert_memory_equal(dw, dw2, (size_t)(OC * C) * 4);
+    assert_memory_equal(db, db2, (size_t)OC * 4);
+    test_assert_close("matmul_backward_dgelu dinp", dinp, want_dinp, (size_t)(N * C), 1e-5, 1.0);
+    test_assert_close("matmul_backward_dgelu dweight", dw, want_dw, (size_t)(OC * C), 1e-5, 1.0);
+    void *all[] = {x,   w,  b,  pre, act, pre2, act2,  want_pre,  want_act, dout,
+                   gin, dw, db, dw2, db2, dinp, dinp2, want_dinp, want_dw};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        free(all[i]);
+}
+
+static void test_fused_equals_unfused(void **state) {
+    (void)state;
+    for (int trial = 0; trial < 4; trial++) {
+        int64_t N = 1 + (int64_t)gpc_rng_below(&rng, 40), C = 1 + (int64_t)gpc_rng_below(&rng, 70);
+        int64_t OC = 1 + (int64_t)gpc_rng_below(&rng, 90);
+        fused_case(N, C, OC, trial != 3);
+    }
+    fused_case(64, 32, 128, 1); /* the fc layer's 4x widening */
+}
+
+static void test_sum(void **state) {
+    (void)state;
+    int64_t n = 100000 + (int64_t)gpc_rng_below(&rng, 5000);
+    float *x = random_floats(n, -2, 3);
+    float acc = 1.5f;
+    double want = 1.5;
+    for (int64_t i = 0; i < n; i++)
+        want += x[i];
+    gpc_tensor tx = t1(x, n), tacc = t1(&acc, 1);
+    TEST_OK(gpc_op_sum(&tacc, &tx));
+    if (!(fabs(acc - want) <= 1e-6 * fabs(want)))
+        fail_msg("sum: %.9g, float64 %.9g", (double)acc, want);
+    free(x);
+}
+
+static void test_bad_inputs(void **state) {
+    (void)state;
+    float x[6 * 4], w[8 * 4], b[8], pre[6 * 8], act[6 * 8], dinp[6 * 4], acc[2];
+    memset(x, 0, sizeof x);
+    memset(w, 0, sizeof w);
+    gpc_tensor tx = t2(x, 6, 4), tw = t2(w, 8, 4), tb = t1(b, 8), tpre = t2(pre, 6, 8),
+               tact = t2(act, 6, 8), tdinp = t2(dinp, 6, 4);
+    TEST_FAILS(gpc_op_matmul_gelu_forward(&tpre, &tpre, &tx, &tw, &tb), GPC_ERR_INVALID_ARG,
+               "out_pre and out_gelu are one buffer");
+    gpc_tensor short_act = t2(act, 5, 8);
+    TEST_FAILS(gpc_op_matmul_gelu_forward(&tpre, &short_act, &tx, &tw, &tb), GPC_ERR_MISMATCH,
+               "tensor 'out_gelu'");
+    gpc_tensor wrong_w = t2(w, 4, 8);
+    TEST_FAILS(gpc_op_matmul_gelu_forward(&tpre, &tact, &tx, &wrong_w, &tb), GPC_ERR_MISMATCH,
+               "disagree on C");
+    /* backward: dinp required, and must not share inp's or dout's buffer */
+    gpc_tensor dw = t2(w, 8, 4);
+    TEST_FAILS(gpc_op_matmul_backward_dgelu(NULL, &dw, NULL, &tpre, &tx, &tw, &tx),
+               GPC_ERR_INVALID_ARG, "tensor 'dinp' is missing");
+    TEST_FAILS(gpc_op_matmul_backward_dgelu(&tx, &dw, NULL, &tpre, &tx, &tw, &tdinp),
+               GPC_ERR_INVALID_ARG, "dinp shares its buffer with inp");
+    TEST_FAILS(gpc_op_matmul_backward_dgelu(&tdinp, &dw, NULL, &tpre, &tx, &tw, &tact),
+               GPC_ERR_MISMATCH, "tensor 'gelu_inp'");
+    gpc_tensor two = t1(acc, 2);
+    TEST_FAILS(gpc_op_sum(&two, &tx), GPC_ERR_MISMATCH, "tensor 'acc'");
+    gpc_tensor acc_i32 = gpc_tensor_1d(acc, GPC_I32, gpc_cpu(), 1);
+    TEST_FAILS(gpc_op_sum(&acc_i32, &tx), GPC_ERR_MISMATCH, "must be f32");
+}
+
+int main(void) {
+    gpc_rng_seed(&rng, test_seed(), 31);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fused_equals_unfused),
+        cmocka_unit_test(test_sum),
+        cmocka_unit_test(test_bad_inputs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
