@@ -175,6 +175,11 @@ typedef struct {
     char simulated_file[512];
     int max_body;
     char log_level[16];
+    /* backend = slurm (slurm.c): jobs go to Slurm instead of local GPUs */
+    char backend[16];
+    char slurm_options[512];
+    char slurm_gpu_option[64];
+    double slurm_poll_interval;
 } sched_config;
 
 /* One entry of the options table: gpcd's configuration is this table. */

@@ -52,7 +52,8 @@ static const config_option options[] = {
      "File holding the bearer token TCP clients must send (Authorization: Bearer TOKEN)."},
     {"gpus", STR(gpus), "nvml",
      "GPU provider: nvml (the NVIDIA driver; gpcd refuses to start without it) or "
-     "simulated:COUNTxMEMORY such as simulated:8x141GB for tests and trace studies."},
+     "simulated:COUNTxMEMORY such as simulated:8x141GB for tests and trace studies, or none "
+     "(only with backend = slurm, on a machine without GPUs)."},
     {"policies", STR(policies),
      "priority,aging,least_loaded,binpack,task_type,locality,backfill,preemption",
      "Placement policies, comma-separated, any subset of: priority, aging, least_loaded, "
@@ -94,6 +95,17 @@ static const config_option options[] = {
     {"max_body", NUM(OPT_INT, max_body), "1048576",
      "Largest request body the API accepts, in bytes."},
     {"log_level", STR(log_level), "info", "debug, info, warn or error."},
+    {"backend", STR(backend), "local",
+     "Where jobs run: local (this server's GPUs, placed by the policies) or slurm (each job is "
+     "handed to Slurm with sbatch and followed with scontrol; Slurm schedules the cluster)."},
+    {"slurm_options", STR(slurm_options), "",
+     "With backend = slurm: extra sbatch options for every job, separated by spaces, e.g. "
+     "--partition=gpu --account=ml."},
+    {"slurm_gpu_option", STR(slurm_gpu_option), "--gpus=%d",
+     "With backend = slurm: the sbatch option carrying a job's GPU count (%d), e.g. "
+     "--gres=gpu:%d on clusters without --gpus; empty sends none."},
+    {"slurm_poll_interval", NUM(OPT_DURATION, slurm_poll_interval), "2s",
+     "With backend = slurm: how often gpcd asks Slurm (scontrol) how its jobs are doing."},
 };
 
 #define OPTION_COUNT ((int)(sizeof options / sizeof options[0]))
@@ -323,6 +335,23 @@ gpc_status sched_config_finish(sched_config *config) {
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "listen = %s needs token_file too: TCP clients must send a bearer token",
                          config->listen);
+    if (strcmp(config->backend, "local") != 0 && strcmp(config->backend, "slurm") != 0)
+        return gpc_error(GPC_ERR_INVALID_ARG, "backend = %s: use local or slurm", config->backend);
+    if (strcmp(config->gpus, "none") == 0 && strcmp(config->backend, "slurm") != 0)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "gpus = none only suits backend = slurm (a login node without GPUs)");
+    {
+        /* used as text with %d replaced, never as a printf format */
+        const char *o = config->slurm_gpu_option, *d = strstr(o, "%d");
+        if (*o && (strncmp(o, "--", 2) != 0 || !d || strchr(d + 2, '%') ||
+                   memchr(o, '%', (size_t)(d - o)) || strchr(o, ' ')))
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "slurm_gpu_option = '%s' must be one sbatch option with one %%d, "
+                             "such as --gpus=%%d or --gres=gpu:%%d",
+                             o);
+    }
+    if (config->slurm_poll_interval < 0.1)
+        return gpc_error(GPC_ERR_INVALID_ARG, "slurm_poll_interval must be at least 100ms");
     if (config->sample_interval < 0.05)
         return gpc_error(GPC_ERR_INVALID_ARG, "sample_interval must be at least 50ms");
     return GPC_OK;

@@ -279,7 +279,10 @@ static gpc_status recover(sched_daemon *d) {
         sched_job *job = jobs[i];
         jobs[i] = NULL;
         job->data_numa = sched_data_numa_node(&d->config.policy, job->data);
-        if (job->state == SCHED_RUNNING) {
+        if (sched_slurm_enabled(d)) {
+            /* backend = slurm: Slurm runs them; slurm.c picks up where it was */
+            queued++;
+        } else if (job->state == SCHED_RUNNING) {
             if (job->pid > 0 && sched_runner_alive(job)) {
                 reattached++;
             } else {
@@ -322,6 +325,7 @@ int sched_daemon_submit(sched_daemon *d, sched_job *job, char *error, size_t siz
     for (int g = 0; g < gpu_count; g++)
         if (d->cluster.gpu[g].mem_total > largest) largest = d->cluster.gpu[g].mem_total;
     pthread_mutex_unlock(&d->lock);
+    if (sched_slurm_enabled(d)) gpu_count = SCHED_MAX_GPUS, largest = UINT64_MAX; /* Slurm judges */
     if (job->gpus > gpu_count) {
         snprintf(error, size, "the job asks for %d GPUs; this server has %d", job->gpus, gpu_count);
         return 400;
@@ -381,7 +385,7 @@ int sched_daemon_cancel(sched_daemon *d, int64_t id, uid_t caller, char *body, s
         return 403;
     }
     int status;
-    if (sched_state_is_pending(job->state)) {
+    if (sched_state_is_pending(job->state) && !sched_slurm_submitted(d, job->id)) {
         job->state = SCHED_CANCELLED;
         job->end_time = gpc_wall_seconds();
         set_message(job, "cancelled before it started");
@@ -464,6 +468,7 @@ gpc_status sched_daemon_create(const sched_config *config, sched_daemon **out) {
         if (d->wake_fd < 0) st = gpc_error(GPC_ERR_IO, "eventfd: %s", strerror(errno));
     }
     if (st == GPC_OK) st = recover(d);
+    if (st == GPC_OK && sched_slurm_enabled(d)) st = sched_slurm_start(d);
     if (st == GPC_OK) st = sched_api_start(d);
     if (st != GPC_OK) {
         char message[1024];
@@ -490,15 +495,17 @@ gpc_status sched_daemon_run(sched_daemon *d) {
         }
         if (d->stop) break;
         double now = gpc_time_seconds();
+        int slurm = sched_slurm_enabled(d);
+        if (slurm) sched_slurm_poll(d); /* Slurm runs the jobs: follow them */
         pthread_mutex_lock(&d->lock);
         sched_runner_reap();
-        watch_running(d, gpc_wall_seconds());
+        if (!slurm) watch_running(d, gpc_wall_seconds());
         if (now >= next_sample) {
             sample(d, gpc_wall_seconds());
             next_sample += d->config.sample_interval;
             if (next_sample < now) next_sample = now + d->config.sample_interval;
         }
-        if (d->dirty || now >= next_pass) {
+        if (!slurm && (d->dirty || now >= next_pass)) {
             d->dirty = 0;
             schedule(d);
             next_pass = now + 1.0;
@@ -513,6 +520,7 @@ gpc_status sched_daemon_run(sched_daemon *d) {
 void sched_daemon_destroy(sched_daemon *d) {
     if (!d) return;
     sched_api_stop(d);
+    sched_slurm_stop(d);
     sched_monitor_close(d->monitor);
     sched_store_close(d->store);
     for (int i = 0; i < d->nactive; i++)

@@ -124,6 +124,9 @@ gpc_status sched_monitor_open(const char *spec, const sched_config *config, sche
                 m->nvlink[i][j] =
                     i != j && gpc_nvml_topology(m->nvml, i, j, &link) == GPC_OK && link.nvlink;
             }
+    } else if (strcmp(spec, "none") == 0) {
+        /* backend = slurm on a machine without GPUs: nothing to read */
+        snprintf(m->provider, sizeof m->provider, "none");
     } else {
         free(m);
         return gpc_error(GPC_ERR_INVALID_ARG,

@@ -34,7 +34,8 @@ struct sched_daemon {
     sched_store *store;
     sched_monitor *monitor;
     struct MHD_Daemon *http_unix, *http_tcp;
-    void *api_state; /* api.c's listener contexts */
+    void *api_state;   /* api.c's listener contexts */
+    void *slurm_state; /* slurm.c's, with backend = slurm */
     int listen_fd;
     char token[256];
     char jobs_dir[600];
@@ -60,6 +61,15 @@ void sched_api_stop(sched_daemon *daemon);
 
 /* dashboard.c: the web page served at / (static HTML and JavaScript) */
 const char *sched_dashboard_page(size_t *len);
+
+/* slurm.c: backend = slurm. The poll runs from the main loop (it takes the
+ * lock itself, and runs Slurm's commands without it). */
+int sched_slurm_enabled(const sched_daemon *daemon);
+gpc_status sched_slurm_start(sched_daemon *daemon);
+void sched_slurm_poll(sched_daemon *daemon);
+void sched_slurm_stop(sched_daemon *daemon);
+/* Whether the job was handed to Slurm already (0 with the local backend). */
+int sched_slurm_submitted(sched_daemon *daemon, int64_t job);
 
 /* daemon.c: operations the API calls */
 void sched_daemon_wake(sched_daemon *daemon);
