@@ -11,6 +11,11 @@
  * (a run killed while writing) is skipped with a warning.
  */
 #include "cli/cli.h"
+#ifdef GPC_HAVE_SCHED
+#include "gpc/sched.h"
+
+#include <jansson.h>
+#endif
 
 #include <ctype.h>
 #include <math.h>
@@ -30,6 +35,11 @@ typedef struct {
     int count, capacity;
     char **keys, **values; /* config.txt */
     int nconfig;
+    /* gpcd alerts on the job's GPUs when the run was a gpcd job (config.txt's
+     * gpcd_job); alerts_note says why none are shown otherwise. */
+    char alerts[16][512];
+    int nalerts;
+    char alerts_note[512];
 } report_run;
 
 /* Parses one flat JSON object of numbers (strings, booleans and null are
@@ -364,6 +374,64 @@ static double steady_tokens_per_s(const report_run *r) {
     return m;
 }
 
+/* Asks gpcd for the alerts on the GPUs of the job that ran this training
+ * (GPC_JOB_ID, recorded by the trainer as gpcd_job in config.txt). A report
+ * is still written when gpcd is unreachable; the page says why no alerts are
+ * shown. */
+static void load_alerts(report_run *r) {
+    const char *job = config(r, "gpcd_job");
+    r->nalerts = 0;
+    if (!job || !*job) {
+        snprintf(r->alerts_note, sizeof r->alerts_note,
+                 "This run did not run under gpcd: no alerts to show.");
+        return;
+    }
+#ifdef GPC_HAVE_SCHED
+    /* The job's GPUs from /jobs/ID, then the alerts of those GPUs from /alerts. */
+    char path[96];
+    json_t *objects[2] = {NULL, NULL};
+    const char *paths[2] = {path, "/alerts"};
+    snprintf(path, sizeof path, "/jobs/%lld", atoll(job));
+    for (int i = 0; i < 2; i++) {
+        sched_response response;
+        json_error_t err;
+        memset(&response, 0, sizeof response);
+        if (sched_client_request(sched_client_socket(NULL), "GET", paths[i], NULL, &response)) {
+            snprintf(r->alerts_note, sizeof r->alerts_note, "gpcd job %s: alerts not shown: %s",
+                     job, gpc_last_error());
+            json_decref(objects[0]);
+            return;
+        }
+        if (response.status == 200)
+            objects[i] = json_loads(response.body ? response.body : "", 0, &err);
+        sched_response_free(&response);
+    }
+    json_t *gpus = objects[0] ? json_object_get(objects[0], "assigned_gpus") : NULL;
+    json_t *alerts = objects[1] ? json_object_get(objects[1], "alerts") : NULL;
+    if (!json_is_array(gpus) || !json_is_array(alerts)) {
+        snprintf(r->alerts_note, sizeof r->alerts_note,
+                 "gpcd job %s: gpcd has no GPUs on record for this job", job);
+    } else {
+        for (size_t i = 0; i < json_array_size(alerts) && r->nalerts < 16; i++) {
+            json_t *alert = json_array_get(alerts, i);
+            json_int_t gpu = json_integer_value(json_object_get(alert, "gpu"));
+            int ours = 0;
+            for (size_t g = 0; g < json_array_size(gpus); g++)
+                if (json_integer_value(json_array_get(gpus, g)) == gpu) ours = 1;
+            const char *m = json_string_value(json_object_get(alert, "message"));
+            if (ours && m) snprintf(r->alerts[r->nalerts++], sizeof r->alerts[0], "%s", m);
+        }
+        snprintf(r->alerts_note, sizeof r->alerts_note, "gpcd job %s: %s", job,
+                 r->nalerts ? "active alerts on its GPUs" : "no alerts on its GPUs");
+    }
+    json_decref(objects[0]);
+    json_decref(objects[1]);
+#else
+    snprintf(r->alerts_note, sizeof r->alerts_note,
+             "gpcd job %s: alerts not shown: this gpc was built without the gpcd client", job);
+#endif
+}
+
 static gpc_status write_html(const char *path, const char *run, report_run *r) {
     FILE *f = fopen(path, "w");
     if (!f) return gpc_error(GPC_ERR_IO, "cannot write %s: check that its directory exists", path);
@@ -454,6 +522,18 @@ static gpc_status write_html(const char *path, const char *run, report_run *r) {
     series lr = {"learning rate", "#ff7f0e", FIELD(lr), 1, 0};
     fprintf(f, "<h2>Learning rate</h2>\n");
     chart(f, r, "learning rate", "lr", &lr, 1);
+    fprintf(f, "<h2>Alerts</h2>\n<p class=\"note\" id=\"alerts-note\">");
+    html_text(f, r->alerts_note);
+    fprintf(f, "</p>\n");
+    if (r->nalerts) {
+        fprintf(f, "<ul id=\"alerts\">\n");
+        for (int i = 0; i < r->nalerts; i++) {
+            fprintf(f, "<li>");
+            html_text(f, r->alerts[i]);
+            fprintf(f, "</li>\n");
+        }
+        fprintf(f, "</ul>\n");
+    }
     fprintf(f, "<h2>Configuration</h2>\n");
     if (r->nconfig) {
         fprintf(f, "<table id=\"config\">\n");
@@ -489,7 +569,8 @@ int cmd_report(int argc, char **argv) {
         "report RUN [--out FILE.html]",
         "Writes one self-contained HTML page (inline SVG, nothing fetched) for a training "
         "run: loss and validation loss, tokens/s, MFU and memory over the steps, and the "
-        "run's configuration, from RUN/metrics.jsonl and RUN/config.txt.",
+        "run's configuration, from RUN/metrics.jsonl and RUN/config.txt; for a run started "
+        "by gpcd, the alerts gpcd shows for the job's GPUs.",
         options,
         1,
         positional,
@@ -509,6 +590,7 @@ int cmd_report(int argc, char **argv) {
     gpc_status st = load_metrics(run, &r);
     if (st == GPC_OK) {
         load_config(run, &r);
+        load_alerts(&r);
         st = write_html(out, run, &r);
     }
     if (st == GPC_OK)

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "gpc/data.h"
+#include "gpc/ddp.h"
 #include "gpc/trace.h"
 
 static volatile sig_atomic_t stop_flag;
@@ -70,6 +71,9 @@ typedef struct {
     gpc_rng rng;
     int step;          /* optimizer steps done */
     int skipped_steps; /* fp16 steps skipped on overflow in this process */
+    gpc_ddp *ddp; /* data parallelism (src/train/ddp.c); NULL alone */
+    int rank0;    /* this process writes the run folder and reports */
+    int stop_all; /* a stop was requested on some rank (agreed each step) */
     char checkpoint_path[4096], prev_path[4096];
 } trainer;
 
@@ -196,14 +200,16 @@ static gpc_status write_config(const trainer *t) {
              "padded_vocab=%d\nparameters=%zu\nbatch=%d\ntotal_batch=%lld\n"
              "accumulation_steps=%d\nsteps=%d\nlr=%g\nwarmup=%d\nmin_lr_ratio=%g\n"
              "weight_decay=%g\nmax_grad_norm=%g\neval_every=%d\neval_batches=%d\n"
-             "checkpoint_every=%d\nseed=%llu\ndevice=%s\nprecision=%s\ngpu_name=%s\n",
+             "checkpoint_every=%d\nseed=%llu\ndevice=%s\nprecision=%s\ngpu_name=%s\n"
+             "gpcd_job=%s\n",
              t->o->data_dir, s->config.layers, s->config.heads, s->config.channels,
              s->config.max_context, s->config.vocab_size, s->config.padded_vocab,
              gpt_config_num_params(&s->config), s->B, (long long)s->total_batch, s->accumulation,
              s->steps, s->schedule.lr, s->schedule.warmup, s->schedule.min_lr_ratio,
              s->weight_decay, s->max_grad_norm, s->eval_every, s->eval_batches, s->checkpoint_every,
              (unsigned long long)s->seed, gpc_device_name(t->o->device),
-             gpc_dtype_name(s->precision), device_name);
+             gpc_dtype_name(s->precision), device_name,
+             getenv("GPC_JOB_ID") ? getenv("GPC_JOB_ID") : "");
     return write_text(path, text);
 }
 
@@ -265,6 +271,7 @@ static void json_number(FILE *f, const char *key, double value) {
 
 static void write_metrics(trainer *t, const gpc_train_event *e) {
     FILE *f = t->metrics;
+    if (!f) return; /* ranks other than 0 */
     fprintf(f, "{\"step\":%d", e->step);
     json_number(f, "loss", e->loss);
     if (!isnan(e->val_loss)) json_number(f, "val_loss", e->val_loss);
@@ -301,6 +308,8 @@ static gpc_status save_checkpoint(trainer *t) {
     st.weight_decay = t->s.weight_decay;
     st.max_grad_norm = t->s.max_grad_norm;
     st.seed = t->s.seed;
+    if (t->ddp) GPC_TRY(gpc_ddp_gather_state(t->ddp)); /* every rank takes part */
+    if (!t->rank0) return GPC_OK;
     /* keep the previous checkpoint until the new one is complete */
     if (gpc_path_exists(t->checkpoint_path) && rename(t->checkpoint_path, t->prev_path) != 0)
         return gpc_error(GPC_ERR_IO, "cannot rename %s: %s", t->checkpoint_path, strerror(errno));
@@ -330,18 +339,25 @@ static gpc_status evaluate(trainer *t, float *val_loss) {
         GPC_TRY(gpt_mean_loss(t->model, &loss));
         sum += loss;
     }
+    if (t->ddp) { /* the mean over every rank's validation batches */
+        double total[1] = {sum};
+        GPC_TRY(gpc_ddp_reduce_host(t->ddp, total, 1));
+        sum = total[0] / t->o->world_size;
+    }
     *val_loss = (float)(sum / (double)batches);
     return GPC_OK;
 }
 
 static void emit(const trainer *t, const gpc_train_event *e) {
-    if (t->o->callback) t->o->callback(t->o->user, e);
+    if (t->o->callback && t->rank0) t->o->callback(t->o->user, e);
 }
 
 /* One optimizer step; the loss and gradient norm go into the event. */
 static gpc_status train_step(trainer *t, gpc_train_event *e) {
     const run_settings *s = &t->s;
-    float dloss = (float)(1.0 / ((double)s->B * s->T * s->accumulation));
+    /* with W ranks the summed gradients must be those of the mean over W */
+    int world = t->ddp ? t->o->world_size : 1;
+    float dloss = (float)(1.0 / ((double)s->B * s->T * s->accumulation * world));
     GPC_TRY(gpt_zero_grad(t->model));
     /* The model sums the micro-steps' losses on the device: nothing inside
      * the step waits for the GPU; gpt_read_step below is the one wait. */
@@ -350,6 +366,7 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
         gpc_status st = gpc_loader_next(t->train, t->inputs, t->targets);
         gpc_trace_pop();
         GPC_TRY(st);
+        if (t->ddp) GPC_TRY(gpc_ddp_micro_step(t->ddp, micro == s->accumulation - 1));
         gpc_trace_push("forward+backward");
         st = gpt_forward_backward(t->model, t->inputs, t->targets, s->B, s->T, dloss);
         gpc_trace_pop();
@@ -363,10 +380,20 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
     adam.step = t->step + 1;
     adam.seed = gpc_rng_u32(&t->rng);
     gpc_trace_push("optimizer");
-    gpc_status update_status = gpt_update(t->model, &adam, NULL, &e->skipped);
+    gpc_status update_status = GPC_OK;
+    if (t->ddp) update_status = gpc_ddp_finish_backward(t->ddp);
+    if (update_status == GPC_OK)
+        update_status = t->ddp ? gpc_ddp_update(t->ddp, &adam, &e->skipped)
+                               : gpt_update(t->model, &adam, NULL, &e->skipped);
     gpc_trace_pop();
     GPC_TRY(update_status);
     GPC_TRY(gpt_read_step(t->model, &e->loss, &e->grad_norm));
+    if (t->ddp) { /* the step's loss over all ranks, and whether any was asked to stop */
+        double v[2] = {e->loss, gpc_train_stop_requested() ? 1.0 : 0.0};
+        GPC_TRY(gpc_ddp_reduce_host(t->ddp, v, 2));
+        e->loss = (float)(v[0] / world);
+        t->stop_all = v[1] > 0;
+    }
     if (e->skipped) e->grad_norm = NAN; /* fp16 overflow: no finite norm */
     t->skipped_steps += e->skipped;
     e->skipped_steps = t->skipped_steps;
@@ -423,7 +450,7 @@ static gpc_status run_loop(trainer *t, gpc_train_result *result) {
             v.kind = GPC_TRAIN_EVAL;
             emit(t, &v);
         }
-        int stop = gpc_train_stop_requested();
+        int stop = t->ddp ? t->stop_all : gpc_train_stop_requested();
         if (last || stop || (s->checkpoint_every && t->step % s->checkpoint_every == 0)) {
             GPC_TRY(save_checkpoint(t));
             gpc_train_event c = e;
@@ -446,6 +473,25 @@ static gpc_status run_loop(trainer *t, gpc_train_result *result) {
     return GPC_OK;
 }
 
+/* Data parallelism over the caller's collectives, when there are ranks. */
+static gpc_status open_ddp(trainer *t) {
+    const gpc_train_options *o = t->o;
+    if (o->world_size <= 1 && !o->dist) return GPC_OK;
+    if (!o->dist || o->dist->world_size != o->world_size)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "training with %d processes needs their collectives (gpc_dist_create)",
+                         o->world_size);
+    gpc_ddp_options d;
+    memset(&d, 0, sizeof d);
+    d.zero = o->zero;
+    d.bucket_mb = o->bucket_mb > 0   ? o->bucket_mb
+                  : o->bucket_mb < 0 ? 0
+                                     : GPC_DDP_DEFAULT_BUCKET_MB;
+    const char *no_comm = getenv("GPC_DDP_NO_COMM"); /* benchmarks: the step without comm */
+    d.no_comm = no_comm && strcmp(no_comm, "1") == 0;
+    return gpc_ddp_create(&t->ddp, t->model, o->dist, &d);
+}
+
 static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
                            const gpt_checkpoint_state *ck) {
     const gpc_train_options *o = t->o;
@@ -465,7 +511,7 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
     gpc_rng_seed(&t->rng, s->seed, 0x747261696eULL); /* "train" */
     if (!ck) {
         GPC_TRY(gpt_init_weights(t->model, s->seed));
-        return GPC_OK;
+        return open_ddp(t);
     }
     gpt_checkpoint_state loaded;
     GPC_TRY(gpt_checkpoint_load(t->checkpoint_path, t->model, &loaded));
@@ -473,7 +519,7 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
     GPC_TRY(gpc_loader_set_state(t->train, &ls));
     t->rng = loaded.rng;
     t->step = (int)loaded.step;
-    return GPC_OK;
+    return open_ddp(t);
 }
 
 gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
@@ -490,6 +536,7 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     trainer t;
     memset(&t, 0, sizeof t);
     t.o = o;
+    t.rank0 = o->rank == 0;
     snprintf(t.checkpoint_path, sizeof t.checkpoint_path, "%s/checkpoint.bin", o->out_dir);
     snprintf(t.prev_path, sizeof t.prev_path, "%s/checkpoint.prev.bin", o->out_dir);
     gpt_config ck_config;
@@ -511,9 +558,9 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     GPC_TRY(gpc_mkdir_p(o->out_dir));
 
     gpc_status s = open_run(&t, &info, o->resume ? &ck : NULL);
-    if (s == GPC_OK) s = write_config(&t);
-    if (s == GPC_OK && info.has_tokenizer) s = copy_tokenizer(&t);
-    if (s == GPC_OK) s = open_metrics(&t, o->resume);
+    if (s == GPC_OK && t.rank0) s = write_config(&t);
+    if (s == GPC_OK && t.rank0 && info.has_tokenizer) s = copy_tokenizer(&t);
+    if (s == GPC_OK && t.rank0) s = open_metrics(&t, o->resume);
     if (s == GPC_OK) {
         gpc_train_event e;
         memset(&e, 0, sizeof e);
@@ -536,6 +583,7 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
         s = run_loop(&t, result);
     }
     if (t.metrics) fclose(t.metrics);
+    gpc_ddp_free(t.ddp);
     gpt_free(t.model);
     gpc_loader_close(t.train);
     gpc_loader_close(t.val);
