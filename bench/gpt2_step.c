@@ -3,7 +3,7 @@
  * API (gpt_forward_backward + gpt_update), without the data pipeline.
  *
  *   bench_gpt2_step [--depth 12] [--batch 64] [--context 1024] [--accum 8]
- *                   [--steps 10] [--warmup 3] [--precision bf16]
+ *                   [--steps 10] [--warmup 3] [--precision bf16] [--recompute 0|1|2]
  *
  * Prints one line per timed step and a summary: tokens/s (median step),
  * MFU against the H200's 989 TFLOP/s dense bf16 (FLOPs per token 6N + 6LCT,
@@ -28,7 +28,7 @@ static int compare_double(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    int depth = 12, B = 64, T = 1024, accum = 8, steps = 10, warmup = 3;
+    int depth = 12, B = 64, T = 1024, accum = 8, steps = 10, warmup = 3, recompute = 0;
     const char *precision = "bf16";
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
@@ -44,6 +44,8 @@ int main(int argc, char **argv) {
             steps = atoi(v);
         else if (!strcmp(k, "--warmup"))
             warmup = atoi(v);
+        else if (!strcmp(k, "--recompute"))
+            recompute = atoi(v);
         else if (!strcmp(k, "--precision"))
             precision = v;
         else {
@@ -62,7 +64,7 @@ int main(int argc, char **argv) {
     gpc_device dev = {GPC_DEVICE_CUDA, 0};
     if (gpc_dtype_parse(precision, &dtype) != GPC_OK ||
         gpt_config_init(&config, depth, depth, 64 * depth, T, 50257) != GPC_OK ||
-        gpt_create(&model, &config, dev, dtype, B, T, 1) != GPC_OK ||
+        gpt_create_recompute(&model, &config, dev, dtype, B, T, 1, recompute) != GPC_OK ||
         gpt_init_weights(model, 1337) != GPC_OK) {
         fprintf(stderr, "bench_gpt2_step: %s\n", gpc_last_error());
         return 1;
@@ -100,8 +102,8 @@ int main(int argc, char **argv) {
         opt.step = step + 1;
         opt.seed = (uint32_t)step;
         float loss = 0, norm = 0;
-        if (status == GPC_OK) status = gpt_update(model, &opt, &norm, NULL);
-        if (status == GPC_OK) status = gpt_mean_loss(model, &loss);
+        if (status == GPC_OK) status = gpt_update(model, &opt, NULL, NULL);
+        if (status == GPC_OK) status = gpt_read_step(model, &loss, &norm);
         cuda->synchronize(0);
         double dt = gpc_time_seconds() - t0;
         if (step >= warmup) times[step - warmup] = dt;

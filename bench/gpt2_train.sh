@@ -5,14 +5,16 @@
 #   bench/gpt2_train.sh [BUILD_DIR]        (default build-gpu; built if missing)
 #
 # Environment: STEPS (timed steps, default 10), OUT (folder for logs, default
-# ./gpu-out), SKIP_TORCH=1 to leave out the PyTorch runs.
+# ./gpu-out), SKIP_TORCH=1 to leave out the PyTorch runs, KERNELS=0 to leave
+# out the kernel benchmarks (4, 5), RECOMPUTE_LEVELS (default "1 2").
 #
 # What runs, each printing a RESULT line:
 #   1. gpc train --device cuda on synthetic shards (d12, B=64, T=1024,
 #      524288 tokens a step, bf16): the real command, data loader included;
 #      tokens/s is the median of its metrics.jsonl steps after the first 3.
 #   2. bench_gpt2_step: the same step through the model API (no loader), and
-#      once more with GPC_CUDA_PROFILE=1 for the time of each op family.
+#      once more with GPC_CUDA_PROFILE=1 for the time of each op family; then
+#      without the GELU epilogues (GPC_MATMUL_GELU=0) and with --recompute.
 #   3. bench/reference/gpt2_torch.py: PyTorch (torch.compile, SDPA flash,
 #      bf16 autocast, fused AdamW), same model, batch and accumulation.
 #   4. attention forward+backward: gpc against torch SDPA on the d12 shape.
@@ -61,19 +63,28 @@ fi
 # 2. the step through the model API, then its per-op profile
 timeout 300 "$build/bench/bench_gpt2_step" --steps "$steps" 2>&1 | tee -a "$log"
 GPC_CUDA_PROFILE=1 timeout 120 "$build/bench/bench_gpt2_step" --steps 2 --warmup 1 2>&1 | tee "$out/profile.log" | sed -n '/per-op/,$p' | tee -a "$log"
+# the same step without the GELU epilogues (two kernels instead), and with recomputation
+say "-- without the GELU epilogues (GPC_MATMUL_GELU=0):"
+GPC_MATMUL_GELU=0 timeout 200 "$build/bench/bench_gpt2_step" --steps "$steps" 2>&1 | grep RESULT | sed 's/RESULT gpc /RESULT gpc_nogelu /' | tee -a "$log"
+for r in ${RECOMPUTE_LEVELS-1 2}; do
+  say "-- --recompute $r:"
+  timeout 200 "$build/bench/bench_gpt2_step" --steps "$steps" --recompute "$r" 2>&1 | grep RESULT | sed "s/RESULT gpc /RESULT gpc_recompute$r /" | tee -a "$log"
+done
 
 # 3. PyTorch
 if [[ ${SKIP_TORCH:-0} != 1 ]]; then
   timeout 420 python3 "$root/bench/reference/gpt2_torch.py" --steps "$steps" 2>&1 | tee "$out/torch.log" | grep -E "RESULT|Error|error" | tee -a "$log"
 fi
 
-# 4. attention, 5. GEMMs
-timeout 120 "$build/bench/bench_attention_bench" 2>&1 | tee -a "$log"
-GPC_ATTENTION=simple timeout 120 "$build/bench/bench_attention_bench" --reps 3 2>&1 | sed 's/gpc_attention/gpc_attention_simple/' | tee -a "$log"
-[[ ${SKIP_TORCH:-0} != 1 ]] && timeout 120 python3 "$root/bench/attention_bench.py" 2>&1 | tail -2 | tee -a "$log"
-timeout 180 "$build/bench/bench_gemm_bench" 2>&1 | tee -a "$log"
-say "-- the same with the bias gradient from cuBLASLt's BGRADB epilogue (GPC_MATMUL_BGRAD=1):"
-GPC_MATMUL_BGRAD=1 timeout 180 "$build/bench/bench_gemm_bench" 2>&1 | grep dweight | tee -a "$log"
+# 4. attention, 5. GEMMs (KERNELS=0 leaves them out)
+if [[ ${KERNELS:-1} != 0 ]]; then
+  timeout 120 "$build/bench/bench_attention_bench" 2>&1 | tee -a "$log"
+  GPC_ATTENTION=simple timeout 120 "$build/bench/bench_attention_bench" --reps 3 2>&1 | sed 's/gpc_attention/gpc_attention_simple/' | tee -a "$log"
+  [[ ${SKIP_TORCH:-0} != 1 ]] && timeout 120 python3 "$root/bench/attention_bench.py" 2>&1 | tail -2 | tee -a "$log"
+  timeout 180 "$build/bench/bench_gemm_bench" 2>&1 | tee -a "$log"
+  say "-- the same with the bias gradient from cuBLASLt's BGRADB epilogue (GPC_MATMUL_BGRAD=1):"
+  GPC_MATMUL_BGRAD=1 timeout 180 "$build/bench/bench_gemm_bench" 2>&1 | grep dweight | tee -a "$log"
+fi
 
 # summary
 python3 - "$log" <<'PY'
@@ -84,7 +95,9 @@ def get(tag, key):
     return float(m.group(1)) if m else None
 g, gt, t = get("gpc", "tokens_per_s"), get("gpc_train", "tokens_per_s"), get("torch", "tokens_per_s")
 print("== summary")
-for name, v in (("gpc (model API)", g), ("gpc train", gt), ("PyTorch", t)):
+ng, r1, r2 = get("gpc_nogelu", "tokens_per_s"), get("gpc_recompute1", "tokens_per_s"), get("gpc_recompute2", "tokens_per_s")
+for name, v in (("gpc (model API)", g), ("gpc train", gt), ("PyTorch", t), ("gpc no GELU epi.", ng),
+                ("gpc --recompute 1", r1), ("gpc --recompute 2", r2)):
     if v: print(f"{name:18s} {v:10.0f} tokens/s")
 if t and (g or gt):
     print(f"ratio gpc/PyTorch: model API {g / t if g else float('nan'):.3f}, gpc train {gt / t if gt else float('nan'):.3f}")
