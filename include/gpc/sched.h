@@ -13,6 +13,9 @@
  *   api.c      HTTP/JSON over a unix socket (or TCP with a token)
  *   daemon.c   the main loop tying them together
  *   client.c   the HTTP client the gpc commands use
+ *   dashboard.c  the web page served at /
+ *   slurm.c    backend = slurm: jobs handed to Slurm instead of local GPUs
+ *   trace.c, simulate.c  trace studies of the policies (gpc/sched_sim.h)
  *
  * Everything returns gpc_status with a message, like the rest of libgpc.
  */
