@@ -75,7 +75,7 @@ typedef struct {
 } gpc_ddp_options;
 
 /* Default bucket size in MiB (see docs/distributed.md for the measurement). */
-#define GPC_DDP_DEFAULT_BUCKET_MB 25.0
+#define GPC_DDP_DEFAULT_BUCKET_MB 100.0
 
 typedef struct gpc_ddp gpc_ddp;
 

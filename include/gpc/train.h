@@ -116,7 +116,10 @@ typedef struct {
     gpc_device device;    /* default CPU */
     int precision;        /* a gpc_dtype, or -1: f32 on the CPU, bf16 on a GPU */
     int recompute;        /* 0 keep activations, 1 recompute GELU, 2 also layernorm */
-    int world_size, rank; /* data parallelism: 1 and 0 until the distributed trainer */
+    int world_size, rank; /* data parallelism: processes and this one's place (1 and 0 alone) */
+    struct gpc_dist *dist; /* collectives (gpc/dist.h) when world_size > 1; the caller owns it */
+    int zero;              /* 1: ZeRO-1 optimizer shards across the ranks */
+    double bucket_mb;      /* gradient bucket size in MiB; 0: default; negative: one bucket */
     gpc_train_callback callback;
     void *user;
 } gpc_train_options;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cli_dist.h"
 #include "gpc/model.h"
 #include "gpc/train.h"
 
@@ -116,6 +117,9 @@ int cmd_train(int argc, char **argv) {
     int checkpoint_every = UNSET, resume = 0, recompute = 0;
     int64_t total_batch = UNSET, seed = UNSET;
     double lr = NAN, min_lr_ratio = NAN, weight_decay = NAN, max_grad_norm = NAN;
+    int zero = 0;
+    double bucket_mb = NAN;
+    const char *collectives = "auto";
     const cli_option options[] = {
         {"data", CLI_STRING, &data, "DIR", "dataset folder (from gpc data prepare or synth)"},
         {"out", CLI_STRING, &out, "RUN", "run folder: checkpoint, metrics, config, tokenizer"},
@@ -149,6 +153,12 @@ int cmd_train(int argc, char **argv) {
          "rebuild activations in backward to save memory: 1 GELU, 2 also layernorm (default 0)"},
         {"resume", CLI_FLAG, &resume, NULL, "continue the run in --out from its checkpoint"},
         {"seed", CLI_INT64, &seed, "S", "weights, data order and rounding (default 1337)"},
+        {"zero", CLI_INT, &zero, "0|1",
+         "several processes: 1 shards the optimizer state over them (ZeRO-1; default 0)"},
+        {"bucket-mb", CLI_FLOAT, &bucket_mb, "MB",
+         "several processes: gradient bucket size, 0 for one bucket after backward (default 100)"},
+        {"collectives", CLI_STRING, &collectives, "C",
+         "several processes: auto, nccl (GPUs) or mpi (CPUs under mpirun) (default auto)"},
         {NULL, 0, NULL, NULL, NULL},
     };
     const cli_spec spec = {
@@ -248,13 +258,28 @@ int cmd_train(int argc, char **argv) {
     o.callback = on_event;
     o.user = &v;
 
+    if (zero != 0 && zero != 1) return cli_usage_error(NAME, "--zero must be 0 or 1, not %d", zero);
+    if (!isnan(bucket_mb) && bucket_mb < 0)
+        return cli_usage_error(NAME, "--bucket-mb must not be negative, not %g", bucket_mb);
+    o.zero = zero;
+    o.bucket_mb = isnan(bucket_mb) ? 0 : bucket_mb > 0 ? bucket_mb : -1;
+    gpc_dist *dist = NULL; /* several processes (gpc launch, mpirun, srun) */
+    s = cli_dist_setup(&o, collectives, &dist);
+    if (s != GPC_OK) return cli_fail(NAME, s);
+
     install_stop_handler();
     gpc_train_result result;
     s = gpc_train(&o, &result);
     cli_progress_end(&v.progress);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    if (s != GPC_OK) return cli_fail(NAME, s);
+    if (s != GPC_OK) {
+        int status = cli_fail(NAME, s);
+        gpc_dist_destroy(dist);
+        return status;
+    }
+    gpc_dist_destroy(dist);
+    if (o.rank != 0) return CLI_EXIT_OK; /* rank 0 reports */
     char dur[32];
     printf("trained %d steps in %s: loss %.4f", result.steps_done,
            cli_format_duration(result.seconds, dur, sizeof dur), (double)result.last_loss);

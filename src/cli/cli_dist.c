@@ -1,0 +1,30 @@
+/*
+ * cli_dist.c: joins a data-parallel job from the command line: the job's
+ * environment (gpc launch, mpirun or srun), this rank's GPU, the collectives.
+ */
+#include "cli/cli_dist.h"
+
+#include <string.h>
+
+gpc_status cli_dist_setup(gpc_train_options *o, const char *backend, gpc_dist **out) {
+    *out = NULL;
+    gpc_dist_env env;
+    GPC_TRY(gpc_dist_env_from_process(&env));
+    if (env.world_size <= 1 && (!backend || strcmp(backend, "auto") == 0)) return GPC_OK;
+    if (o->device.type == GPC_DEVICE_CUDA) {
+        /* one process per GPU: the rank's place on its node picks the GPU */
+        const gpc_backend *b = gpc_backend_get(GPC_DEVICE_CUDA);
+        int count = b && b->device_count ? b->device_count() : 0;
+        if (count > 0 && env.local_rank >= count)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "local rank %d has no GPU: this node has %d; start at most %d "
+                             "processes per node",
+                             env.local_rank, count, count);
+        o->device.index = env.local_rank;
+    }
+    GPC_TRY(gpc_dist_create(out, &env, o->device, backend));
+    o->world_size = env.world_size;
+    o->rank = env.rank;
+    o->dist = *out;
+    return GPC_OK;
+}
