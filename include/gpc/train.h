@@ -77,11 +77,11 @@ typedef struct {
     float loss;     /* mean training loss of the step */
     float val_loss; /* EVAL (and the STEP that ran it); NAN otherwise */
     float lr;
-    float grad_norm; /* before clipping; NAN for a skipped step */
+    float grad_norm;   /* before clipping; NAN for a skipped step */
     int skipped;       /* fp16: 1 when gradients overflowed and the update was skipped */
     int skipped_steps; /* fp16: steps skipped so far in this process */
     float loss_scale;  /* fp16: the dynamic loss scale after the step (1 otherwise) */
-    double ms;       /* wall time of the step */
+    double ms;         /* wall time of the step */
     double tokens_per_s;
     uint64_t tokens_seen;
     double eta_s;        /* estimated time to the last step */
@@ -109,14 +109,14 @@ typedef struct {
     double max_grad_norm;        /* default 1.0; negative: no clipping */
     int eval_every;              /* steps between validation passes, default 100; negative: never */
     int eval_batches;            /* batches per validation pass, default 20 */
-    int checkpoint_every; /* steps between checkpoints, default 500; negative: only at the end */
-    int resume;           /* continue from out_dir/checkpoint.bin */
-    int seed_set;         /* seed was given (a resumed run must then agree) */
-    uint64_t seed;        /* default 1337: weights, data order and the optimizer's rounding */
-    gpc_device device;    /* default CPU */
-    int precision;        /* a gpc_dtype, or -1: f32 on the CPU, bf16 on a GPU */
-    int recompute;        /* 0 keep activations, 1 recompute GELU, 2 also layernorm */
-    int world_size, rank; /* data parallelism: processes and this one's place (1 and 0 alone) */
+    int checkpoint_every;  /* steps between checkpoints, default 500; negative: only at the end */
+    int resume;            /* continue from out_dir/checkpoint.bin */
+    int seed_set;          /* seed was given (a resumed run must then agree) */
+    uint64_t seed;         /* default 1337: weights, data order and the optimizer's rounding */
+    gpc_device device;     /* default CPU */
+    int precision;         /* a gpc_dtype, or -1: f32 on the CPU, bf16 on a GPU */
+    int recompute;         /* 0 keep activations, 1 recompute GELU, 2 also layernorm */
+    int world_size, rank;  /* data parallelism: processes and this one's place (1 and 0 alone) */
     struct gpc_dist *dist; /* collectives (gpc/dist.h) when world_size > 1; the caller owns it */
     int zero;              /* 1: ZeRO-1 optimizer shards across the ranks */
     double bucket_mb;      /* gradient bucket size in MiB; 0: default; negative: one bucket */

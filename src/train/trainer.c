@@ -71,9 +71,9 @@ typedef struct {
     gpc_rng rng;
     int step;          /* optimizer steps done */
     int skipped_steps; /* fp16 steps skipped on overflow in this process */
-    gpc_ddp *ddp; /* data parallelism (src/train/ddp.c); NULL alone */
-    int rank0;    /* this process writes the run folder and reports */
-    int stop_all; /* a stop was requested on some rank (agreed each step) */
+    gpc_ddp *ddp;      /* data parallelism (src/train/ddp.c); NULL alone */
+    int rank0;         /* this process writes the run folder and reports */
+    int stop_all;      /* a stop was requested on some rank (agreed each step) */
     char checkpoint_path[4096], prev_path[4096];
 } trainer;
 
