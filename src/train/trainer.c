@@ -295,7 +295,10 @@ static gpc_status save_checkpoint(trainer *t) {
     gpc_loader_get_state(t->train, &ls);
     st.step = (uint64_t)t->step;
     st.loader_epoch = ls.epoch;
-    st.loader_batch = ls.batch;
+    /* in batches of one process: with W ranks each has taken ls.batch, so
+     * the run is W times as far into the window order, and a run resumed at
+     * another world size continues at the same place (same --batch) */
+    st.loader_batch = ls.batch * (uint64_t)(t->o->world_size > 0 ? t->o->world_size : 1);
     st.rng = t->rng;
     st.loss_scale = t->model->loss_scale;
     st.batch = t->s.B;
@@ -515,7 +518,7 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
     }
     gpt_checkpoint_state loaded;
     GPC_TRY(gpt_checkpoint_load(t->checkpoint_path, t->model, &loaded));
-    gpc_loader_state ls = {loaded.loader_epoch, loaded.loader_batch};
+    gpc_loader_state ls = {loaded.loader_epoch, loaded.loader_batch / (uint64_t)world};
     GPC_TRY(gpc_loader_set_state(t->train, &ls));
     t->rng = loaded.rng;
     t->step = (int)loaded.step;

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# test_ddp_mpi.sh: data parallelism on the CPU over MPI. At the same global
+# batch, `mpirun -np N gpc train` must compute what one process computes:
+# the same loss at every step and the same weights and AdamW moments at the
+# end (norm-wise within 2e-5: the sums run in another order), for 2 and 4
+# processes, with --zero 0 and --zero 1, small and single buckets, and
+# gradient accumulation on top. A checkpoint written by 2 processes resumes
+# in 1 process (another world size) and continues as the uninterrupted run.
+# Skipped (77) without mpirun or without MPI in this build.
+set -u
+GPC=${GPC:?set GPC to the gpc binary}
+command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found: skipped"; exit 77; }
+command -v python3 >/dev/null 2>&1 || { echo "python3 not found: skipped"; exit 77; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpc-ddp-mpi-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+# root in CI containers; one core per rank is plenty for a tiny model;
+# MPI's own allocations are not gpc's leaks under the sanitizer build
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm_rsh_agent=
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+mpi=(mpirun --oversubscribe --bind-to none -np)
+
+python3 - "$work/corpus.txt" <<'PY'
+import random, sys
+random.seed(3)
+s = ["the cat", "a dog", "my friend", "the old man", "a small bird"]
+v = ["sees", "likes", "finds", "follows"]
+o = ["the ball", "a tree", "the river", "an apple"]
+with open(sys.argv[1], "w") as f:
+    for i in range(2500):
+        f.write(f"{random.choice(s)} {random.choice(v)} {random.choice(o)}.\n")
+PY
+data=$work/data
+"$GPC" data prepare --input "$work/corpus.txt" --out "$data" --vocab-size 300 >/dev/null 2>"$work/err" ||
+  { echo "cannot prepare data: $(cat "$work/err")" >&2; exit 1; }
+if ! "${mpi[@]}" 1 "$GPC" train --data "$data" --out "$work/probe" --collectives mpi --layers 1 \
+  --heads 1 --channels 8 --context 8 --steps 1 --device cpu --eval-every 0 >/dev/null 2>"$work/err"; then
+  grep -q "built without MPI" "$work/err" && { echo "gpc built without MPI: skipped"; exit 77; }
+  echo "FAIL: one MPI process does not train: $(cat "$work/err")" >&2
+  exit 1
+fi
+
+seed=$(( $(date +%s%N) % 100000 ))
+echo "seed $seed"
+common=(--data "$data" --layers 2 --heads 2 --channels 32 --context 16 --total-batch 256 --steps 4
+        --device cpu --lr 1e-2 --warmup 1 --eval-every 0 --checkpoint-every 2 --seed "$seed")
+
+train() { # NAME NP ARGS...: one run into $work/NAME
+  local name=$1 np=$2
+  shift 2
+  if [[ $np -eq 1 ]]; then
+    "$GPC" train "${common[@]}" --out "$work/$name" "$@" >"$work/$name.out" 2>"$work/$name.err"
+  else
+    "${mpi[@]}" "$np" "$GPC" train "${common[@]}" --out "$work/$name" "$@" >"$work/$name.out" 2>"$work/$name.err"
+  fi || fail "$name: exit $?: $(tail -3 "$work/$name.err")"
+}
+
+# compare REF RUN: losses of every step, then weights, m and v of the final checkpoint
+compare() {
+  python3 - "$work/$1" "$work/$2" <<'PY' || fail "$2 differs from $1"
+import array, json, os, sys
+ref, run = sys.argv[1], sys.argv[2]
+def losses(d):
+    return [json.loads(l)["loss"] for l in open(os.path.join(d, "metrics.jsonl"))]
+a, b = losses(ref), losses(run)
+ok = len(a) == len(b) == 4
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b)) if ok else 1
+if not ok or worst > 1e-5:
+    print(f"{run}: losses {b} vs {a} (relative {worst:.2e})")
+    sys.exit(1)
+def arrays(d):
+    raw = open(os.path.join(d, "checkpoint.bin"), "rb").read()
+    P = (len(raw) - 256 - 4) // 12
+    x = array.array("f")
+    x.frombytes(raw[256:256 + 12 * P])
+    return [x[i * P:(i + 1) * P] for i in range(3)]
+# norm-wise: AdamW divides by sqrt(v), so an element whose gradient is
+# almost zero turns rounding of the summation order into a visible step;
+# the arrays as a whole must agree to float rounding
+for name, x, y in zip(("weights", "m", "v"), arrays(ref), arrays(run)):
+    norm = sum(p * p for p in x) ** 0.5
+    err = sum((p - q) ** 2 for p, q in zip(x, y)) ** 0.5 / norm
+    if err > 2e-5:
+        print(f"{run}: {name} differ by {err:.2e} (relative)")
+        sys.exit(1)
+print(f"{os.path.basename(run)}: losses within {worst:.1e}, weights/m/v match")
+PY
+}
+
+train one 1 --batch 4                                  # 4 micro-steps
+train np2_z0 2 --batch 4 --zero 0                      # 2 micro-steps per rank
+train np2_z1 2 --batch 4 --zero 1
+train np4_z0 4 --batch 4 --zero 0 --bucket-mb 0.01     # many small buckets
+train np4_z1 4 --batch 2 --zero 1 --bucket-mb 0        # one bucket, 2 micro-steps
+for r in np2_z0 np2_z1 np4_z0 np4_z1; do compare one "$r"; done
+
+# only rank 0 writes the run folder and reports
+[[ $(grep -c "trained 4 steps" "$work/np4_z0.out") -eq 1 ]] || fail "np4_z0 printed: $(cat "$work/np4_z0.out")"
+[[ $(wc -l <"$work/np4_z0/metrics.jsonl") -eq 4 ]] || fail "np4_z0: metrics.jsonl has not 4 lines"
+
+# a 2-process ZeRO-1 checkpoint of step 2 resumes in 1 process
+mkdir -p "$work/resumed"
+cp "$work/np2_z1/checkpoint.prev.bin" "$work/resumed/checkpoint.bin"
+head -2 "$work/np2_z1/metrics.jsonl" >"$work/resumed/metrics.jsonl"
+"$GPC" train --data "$data" --out "$work/resumed" --resume --device cpu >"$work/resumed.out" 2>"$work/resumed.err" ||
+  fail "resume in 1 process: $(tail -2 "$work/resumed.err")"
+compare one resumed
+
+# usage errors of the options
+"$GPC" train "${common[@]}" --out "$work/bad" --zero 2 >/dev/null 2>"$work/err"
+[[ $? -eq 2 ]] && grep -q "zero must be 0 or 1" "$work/err" || fail "--zero 2: $(cat "$work/err")"
+"$GPC" train "${common[@]}" --out "$work/bad" --bucket-mb -1 >/dev/null 2>"$work/err"
+[[ $? -eq 2 ]] && grep -q "bucket-mb must not be negative" "$work/err" || fail "--bucket-mb -1: $(cat "$work/err")"
+"$GPC" train "${common[@]}" --out "$work/bad" --collectives carrier-pigeon >/dev/null 2>"$work/err"
+[[ $? -eq 2 ]] && grep -q "unknown collective backend" "$work/err" || fail "--collectives: $(cat "$work/err")"
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures failure(s)" >&2
+  exit 1
+fi
+echo "ddp over MPI: all checks passed"
