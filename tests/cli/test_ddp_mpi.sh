@@ -2,7 +2,7 @@
 # test_ddp_mpi.sh: data parallelism on the CPU over MPI. At the same global
 # batch, `mpirun -np N gpc train` must compute what one process computes:
 # the same loss at every step and the same weights and AdamW moments at the
-# end (norm-wise within 2e-5: the sums run in another order), for 2 and 4
+# end (norm-wise within 2e-5: the sums run in another order), for 2, 4 and 8
 # processes, with --zero 0 and --zero 1, small and single buckets, and
 # gradient accumulation on top. A checkpoint written by 2 processes resumes
 # in 1 process (another world size) and continues as the uninterrupted run.
@@ -96,7 +96,9 @@ train np2_z0 2 --batch 4 --zero 0                      # 2 micro-steps per rank
 train np2_z1 2 --batch 4 --zero 1
 train np4_z0 4 --batch 4 --zero 0 --bucket-mb 0.01     # many small buckets
 train np4_z1 4 --batch 2 --zero 1 --bucket-mb 0        # one bucket, 2 micro-steps
-for r in np2_z0 np2_z1 np4_z0 np4_z1; do compare one "$r"; done
+train np8_z0 8 --batch 2 --zero 0                      # 8 ranks, 1 micro-step each
+train np8_z1 8 --batch 2 --zero 1
+for r in np2_z0 np2_z1 np4_z0 np4_z1 np8_z0 np8_z1; do compare one "$r"; done
 
 # only rank 0 writes the run folder and reports
 [[ $(grep -c "trained 4 steps" "$work/np4_z0.out") -eq 1 ]] || fail "np4_z0 printed: $(cat "$work/np4_z0.out")"
