@@ -82,6 +82,9 @@ expect 2 "train --heads not dividing channels" -- "$GPC" train --data "$data" --
   --layers 1 --heads 3 --channels 32 --context 16 --device cpu
 expect 2 "train bf16 on the cpu" -- "$GPC" train --data "$data" --out "$run" --model d1 \
   --device cpu --precision bf16
+expect 2 "train --recompute 3" -- "$GPC" train --data "$data" --out "$run" --model d1 \
+  --device cpu --recompute 3
+grep -q "recompute must be 0, 1 (GELU) or 2" "$work/err" || fail "recompute message: $(cat "$work/err")"
 [[ -d "$run" && -f "$run/checkpoint.bin" ]] && fail "a refused run left a checkpoint"
 
 # ---- runtime errors: exit 1
