@@ -8,6 +8,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -105,6 +106,28 @@ static void on_event(void *user, const gpc_train_event *e) {
 static int positive_or_unset(const char *flag, int value) {
     if (value == UNSET || value > 0) return 0;
     return cli_usage_error(NAME, "--%s must be a positive number, not %d", flag, value);
+}
+
+/* A job that gpcd preempted and requeued runs the same command again. When
+ * this process is that job (GPC_JOB_ID equals the gpcd_job its run folder's
+ * config.txt records) and the folder holds a checkpoint, training resumes
+ * instead of refusing the folder, so preemption loses at most one step. */
+static int requeued_gpcd_job(const char *out_dir) {
+    const char *job = getenv("GPC_JOB_ID");
+    char path[4096], line[256], want[128];
+    if (!job || !*job || !out_dir) return 0;
+    snprintf(path, sizeof path, "%s/checkpoint.bin", out_dir);
+    if (!gpc_path_exists(path)) return 0;
+    snprintf(path, sizeof path, "%s/config.txt", out_dir);
+    snprintf(want, sizeof want, "gpcd_job=%s\n", job);
+    FILE *f = fopen(path, "r");
+    int same = 0;
+    while (f && !same && fgets(line, sizeof line, f))
+        same = strcmp(line, want) == 0;
+    if (f) fclose(f);
+    if (same)
+        fprintf(stderr, "gpc train: gpcd job %s was requeued: resuming from its checkpoint\n", job);
+    return same;
 }
 
 int cmd_train(int argc, char **argv) {
@@ -226,8 +249,9 @@ int cmd_train(int argc, char **argv) {
         return cli_usage_error(NAME, "the CPU trains in f32 only; use --precision f32 (bf16 and "
                                      "fp16 need a GPU)");
     if (recompute < 0 || recompute > 2)
-        return cli_usage_error(NAME, "--recompute must be 0, 1 (GELU) or 2 (GELU and layernorm), "
-                                     "not %d",
+        return cli_usage_error(NAME,
+                               "--recompute must be 0, 1 (GELU) or 2 (GELU and layernorm), "
+                               "not %d",
                                recompute);
     o.recompute = recompute;
     o.layers = layers > 0 ? layers : 0;
@@ -247,7 +271,7 @@ int cmd_train(int argc, char **argv) {
     o.checkpoint_every = checkpoint_every == UNSET ? 0
                          : checkpoint_every > 0    ? checkpoint_every
                                                    : -1;
-    o.resume = resume;
+    o.resume = resume || requeued_gpcd_job(out);
     if (seed != UNSET) {
         o.seed = (uint64_t)seed;
         o.seed_set = 1;

@@ -169,6 +169,22 @@ else
   [[ $(wc -l <"$long/metrics.jsonl") -eq $((step + 3)) ]] || fail "resumed run did not reach step $((step + 3))"
 fi
 
+# ---- a gpcd job that was preempted and requeued runs the same command again:
+# it resumes (same GPC_JOB_ID as the run's config.txt), another job does not
+job="$work/job"
+jobcmd=("$GPC" train --data "$data" --out "$job" --layers 1 --heads 2 --channels 32 --context 32
+  --batch 2 --steps 3 --eval-every 0 --checkpoint-every 0 --device cpu)
+GPC_JOB_ID=41 "${jobcmd[@]}" >/dev/null 2>&1 || fail "first run of gpcd job 41"
+grep -qx "gpcd_job=41" "$job/config.txt" || fail "config.txt lacks gpcd_job=41"
+if GPC_JOB_ID=41 "${jobcmd[@]}" --steps 5 >"$work/job.out" 2>"$work/job.err"; then
+  grep -q "gpcd job 41 was requeued: resuming from its checkpoint" "$work/job.err" ||
+    fail "requeued job: no resume message ($(head -2 "$work/job.err"))"
+  [[ $(wc -l <"$job/metrics.jsonl") -eq 5 ]] || fail "requeued job did not continue to step 5"
+else
+  fail "requeued gpcd job 41 did not resume: $(tail -1 "$work/job.err")"
+fi
+expect 2 "another gpcd job into the same folder" -- env GPC_JOB_ID=42 "${jobcmd[@]}"
+
 if [[ $failures -ne 0 ]]; then
   echo "$failures failure(s)" >&2
   exit 1
