@@ -207,6 +207,11 @@ size_t gpc_host_bytes_peak(void);
 /* Resident set size of this process in bytes, from /proc (0 where unknown). */
 size_t gpc_process_rss(void);
 
+/* ----------------------------------------------------------------- units */
+
+/* Parses a size such as "40G", "512MiB", "1.5K" or "4096" (powers of 1024). */
+gpc_status gpc_parse_bytes(const char *text, uint64_t *out);
+
 /* ---------------------------------------------------------------- timers */
 
 double gpc_time_seconds(void); /* monotonic clock */

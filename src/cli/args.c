@@ -27,43 +27,6 @@ int cli_fail(const char *command, gpc_status status) {
     return status == GPC_ERR_INVALID_ARG ? CLI_EXIT_USAGE : CLI_EXIT_RUNTIME;
 }
 
-int cli_parse_bytes(const char *text, uint64_t *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (end == text || errno || v < 0 || !isfinite(v)) return -1;
-    double unit = 1;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        unit = 1024.0;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        unit = 1024.0 * 1024;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        unit = 1024.0 * 1024 * 1024;
-        end++;
-        break;
-    case 't':
-    case 'T':
-        unit = 1024.0 * 1024 * 1024 * 1024;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (*end == 'i' && unit > 1) end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) return -1;
-    *out = (uint64_t)(v * unit);
-    return 0;
-}
-
 static int set_value(const char *command, const cli_option *opt, const char *value) {
     char *end;
     errno = 0;
@@ -99,7 +62,7 @@ static int set_value(const char *command, const cli_option *opt, const char *val
         *(const char **)opt->dest = value;
         return 0;
     case CLI_BYTES:
-        if (cli_parse_bytes(value, (uint64_t *)opt->dest) != 0)
+        if (gpc_parse_bytes(value, (uint64_t *)opt->dest) != GPC_OK)
             return cli_usage_error(command, "--%s needs a size such as 40G or 512M, not '%s'",
                                    opt->name, value);
         return 0;

@@ -64,7 +64,6 @@ int cli_usage_error(const char *command, const char *fmt, ...)
 /* Human-readable sizes and durations: "1.5 GiB", "3m12s". */
 const char *cli_format_bytes(double bytes, char *buf, size_t size);
 const char *cli_format_duration(double seconds, char *buf, size_t size);
-int cli_parse_bytes(const char *text, uint64_t *out);
 
 /* A live progress line: rewritten in place on a terminal, one line per
  * update (at most every `interval` seconds) when stderr is a file or pipe. */

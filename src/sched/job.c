@@ -129,45 +129,7 @@ gpc_status sched_duration_parse(const char *text, double *out) {
 }
 
 gpc_status sched_bytes_parse(const char *text, uint64_t *out) {
-    if (!text || !*text) return gpc_error(GPC_ERR_INVALID_ARG, "empty size (write 40G or 512M)");
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (end == text || errno || !isfinite(v) || v < 0)
-        return gpc_error(GPC_ERR_INVALID_ARG, "size '%s' is not a size such as 40G or 512M", text);
-    double unit = 1;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        unit = 1024.0;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        unit = 1024.0 * 1024;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        unit = 1024.0 * 1024 * 1024;
-        end++;
-        break;
-    case 't':
-    case 'T':
-        unit = 1024.0 * 1024 * 1024 * 1024;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (*end == 'i' && unit > 1) end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end)
-        return gpc_error(GPC_ERR_INVALID_ARG, "size '%s' has an unknown unit (use K, M, G or T)",
-                         text);
-    if (v * unit > 1e18) return gpc_error(GPC_ERR_INVALID_ARG, "size '%s' is too large", text);
-    *out = (uint64_t)(v * unit);
-    return GPC_OK;
+    return gpc_parse_bytes(text, out);
 }
 
 int sched_state_is_final(sched_state state) {

@@ -168,6 +168,26 @@ static void test_tensor_and_device(void **state) {
     TEST_FAILS(gpc_dtype_parse("f64", &dt), GPC_ERR_INVALID_ARG, "unknown dtype");
 }
 
+static void test_parse_bytes(void **state) {
+    (void)state;
+    uint64_t v;
+    TEST_OK(gpc_parse_bytes("4096", &v));
+    assert_int_equal(v, 4096);
+    TEST_OK(gpc_parse_bytes("40G", &v));
+    assert_int_equal(v, 40ull << 30);
+    TEST_OK(gpc_parse_bytes("512MiB", &v));
+    assert_int_equal(v, 512ull << 20);
+    TEST_OK(gpc_parse_bytes("1.5k", &v));
+    assert_int_equal(v, 1536);
+    TEST_OK(gpc_parse_bytes("2TB", &v));
+    assert_int_equal(v, 2ull << 40);
+    TEST_FAILS(gpc_parse_bytes("", &v), GPC_ERR_INVALID_ARG, "empty size");
+    TEST_FAILS(gpc_parse_bytes("lots", &v), GPC_ERR_INVALID_ARG, "not a size");
+    TEST_FAILS(gpc_parse_bytes("-1G", &v), GPC_ERR_INVALID_ARG, "not a size");
+    TEST_FAILS(gpc_parse_bytes("40X", &v), GPC_ERR_INVALID_ARG, "unknown unit");
+    TEST_FAILS(gpc_parse_bytes("9e9T", &v), GPC_ERR_INVALID_ARG, "too large");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_messages),
@@ -177,6 +197,7 @@ int main(void) {
         cmocka_unit_test(test_arena_plans_then_places),
         cmocka_unit_test(test_atomic_file_and_errors),
         cmocka_unit_test(test_tensor_and_device),
+        cmocka_unit_test(test_parse_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
