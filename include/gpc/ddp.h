@@ -80,7 +80,11 @@ typedef struct {
 typedef struct gpc_ddp gpc_ddp;
 
 /* Takes the model (created, weights set on rank 0 at least) and the
- * collectives; broadcasts rank 0's parameters so every rank starts equal. */
+ * collectives; broadcasts rank 0's parameters so every rank starts equal.
+ * With zero 1 the model may hold only this rank's shard of the optimizer
+ * state (gpt_create_shard over gpc_dist_shard_offsets with align 64), so
+ * each rank keeps 1/N of m, v and the master weights; its weights must then
+ * be set on every rank (the master shards are not broadcast). */
 gpc_status gpc_ddp_create(gpc_ddp **out, gpt_model *model, gpc_dist *dist,
                           const gpc_ddp_options *options);
 void gpc_ddp_free(gpc_ddp *ddp);
@@ -93,9 +97,13 @@ gpc_status gpc_ddp_finish_backward(gpc_ddp *ddp);
  * Either way the global squared gradient norm is left where gpt_read_step
  * reads it. */
 gpc_status gpc_ddp_update(gpc_ddp *ddp, const gpt_adamw_options *options, int *skipped);
-/* zero 1: gathers master weights and AdamW moments on every rank so a
- * checkpoint holds the whole optimizer state. */
-gpc_status gpc_ddp_gather_state(gpc_ddp *ddp);
+/* zero 1: gathers the master weights and AdamW moments so a checkpoint
+ * holds the whole optimizer state; every rank takes part. A whole model
+ * (gpt_create) gathers in place on every rank and *out stays empty. A
+ * sharded model (gpt_create_shard) leaves every shard in host arrays on rank
+ * 0 (*out, for gpt_checkpoint_save_full; free with gpt_host_state_free),
+ * using the gradient buffers as staging: call it between steps. */
+gpc_status gpc_ddp_gather_state(gpc_ddp *ddp, gpt_host_state *out);
 /* Sums host values over the ranks (the step's loss, the stop flag) and ends
  * the step the NCCL watchdog watches. */
 gpc_status gpc_ddp_reduce_host(gpc_ddp *ddp, double *values, int n);

@@ -127,11 +127,17 @@ typedef struct {
     size_t num_params;
     size_t param_offset[GPT_NUM_PARAM_TENSORS]; /* element offsets in the flat buffers */
 
+    /* The optimizer shard: master_flat, m_flat and v_flat hold elements
+     * [shard_offset, shard_offset + shard_count) of the flat layout (their
+     * element 0 is flat element shard_offset). 0 and P unless the model was
+     * created with gpt_create_shard (ZeRO-1: each rank holds 1/N). */
+    size_t shard_offset, shard_count;
+
     gpc_tensor params_flat; /* [P] compute dtype */
-    gpc_tensor master_flat; /* [P] f32 master copy; data NULL when dtype is f32 */
+    gpc_tensor master_flat; /* [shard] f32 master copy; data NULL when dtype is f32 */
     gpc_tensor grads_flat;  /* [P] compute dtype (training) */
-    gpc_tensor m_flat;      /* [P] f32 AdamW first moment (training) */
-    gpc_tensor v_flat;      /* [P] f32 AdamW second moment (training) */
+    gpc_tensor m_flat;      /* [shard] f32 AdamW first moment (training) */
+    gpc_tensor v_flat;      /* [shard] f32 AdamW second moment (training) */
     gpt_tensors params;     /* views of params_flat */
     gpt_tensors grads;      /* views of grads_flat */
     gpt_activations acts;
@@ -174,6 +180,19 @@ gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device devi
  * (their mean and rstd stay). gpc plan counts the same buffers. */
 gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_device device,
                                 gpc_dtype dtype, int B, int T, int training, int recompute);
+/* A training model holding the optimizer state (AdamW m, v and, for bf16
+ * and fp16, the f32 master weights) of elements [shard_offset,
+ * shard_offset + shard_count) of the flat layout only: ZeRO stage 1, where
+ * each rank updates its shard (gpc_ddp_update). Parameters and gradients
+ * stay whole. gpt_update refuses such a model (a step needs every shard);
+ * gpt_set_params, gpt_init_weights and gpt_checkpoint_load keep this shard
+ * of what they are given, so every rank must call them (each with the same
+ * values). A shard of the whole buffer is gpt_create_recompute. */
+gpc_status gpt_create_shard(gpt_model **out, const gpt_config *config, gpc_device device,
+                            gpc_dtype dtype, int B, int T, int recompute, size_t shard_offset,
+                            size_t shard_count);
+/* Whether the model holds only part of the optimizer state. */
+int gpt_is_sharded(const gpt_model *model);
 void gpt_free(gpt_model *model);
 /* Bytes of device memory the model holds (parameters + state + activations). */
 size_t gpt_memory_bytes(const gpt_model *model);
@@ -185,7 +204,9 @@ size_t gpt_memory_bytes(const gpt_model *model);
 gpc_status gpt_init_weights(gpt_model *model, uint64_t seed);
 
 /* Sets every parameter from an f32 host array in layout order (num_params
- * elements), and reads them back. Used by checkpoints and tests. */
+ * elements), and reads them back. Used by checkpoints and tests. A sharded
+ * low-precision model has f32 master weights of its shard only: reading
+ * gives the master values there and the compute-dtype values elsewhere. */
 gpc_status gpt_set_params(gpt_model *model, const float *values);
 gpc_status gpt_get_params(const gpt_model *model, float *values);
 
@@ -267,13 +288,25 @@ typedef struct {
  * everything before it. Written atomically. */
 gpc_status gpt_checkpoint_save(const char *path, const gpt_model *model,
                                const gpt_checkpoint_state *state);
+/* The whole optimizer state of a sharded model gathered on the host
+ * (gpc_ddp_gather_state): [num_params] f32 each; master NULL when the
+ * parameters are f32 (params_flat is then the master copy). */
+typedef struct {
+    float *master, *m, *v;
+} gpt_host_state;
+void gpt_host_state_free(gpt_host_state *state);
+/* gpt_checkpoint_save taking master weights, m and v from full (when not
+ * NULL) instead of the model: how a sharded model writes a whole checkpoint. */
+gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *model,
+                                    const gpt_checkpoint_state *state, const gpt_host_state *full);
 /* Reads and checks the header only (magic, version, size): the config and
  * precision the checkpoint was written with and its state. */
 gpc_status gpt_checkpoint_read_header(const char *path, gpt_config *config, gpc_dtype *precision,
                                       gpt_checkpoint_state *state);
 /* Loads weights (and m, v when the model trains and the file has them) after
  * checking magic, version, size, checksum and that the file's config equals
- * the model's. state may be NULL. */
+ * the model's. A sharded model keeps its shard of the optimizer state, so a
+ * checkpoint loads at any world size. state may be NULL. */
 gpc_status gpt_checkpoint_load(const char *path, gpt_model *model, gpt_checkpoint_state *state);
 
 #ifdef __cplusplus

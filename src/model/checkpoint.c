@@ -139,9 +139,12 @@ static void decode_header(const unsigned char *h, ckpt_header *out) {
 
 /* ------------------------------------------------------------ saving */
 
-/* Streams a device f32 tensor into the file through the staging buffer. */
-static gpc_status write_tensor(gpc_atomic_file *f, const gpc_tensor *t, float *stage) {
+/* Streams a device f32 tensor into the file through the staging buffer, or
+ * host values when host is not NULL. */
+static gpc_status write_tensor(gpc_atomic_file *f, const gpc_tensor *t, float *stage,
+                               const float *host) {
     size_t n = (size_t)gpc_tensor_numel(t);
+    if (host) return gpc_atomic_write(f, host, n * sizeof(float));
     for (size_t done = 0; done < n; done += CKPT_CHUNK_FLOATS) {
         size_t k = n - done < CKPT_CHUNK_FLOATS ? n - done : CKPT_CHUNK_FLOATS;
         gpc_tensor src = gpc_tensor_1d((float *)t->data + done, GPC_F32, t->device, (int64_t)k);
@@ -152,8 +155,30 @@ static gpc_status write_tensor(gpc_atomic_file *f, const gpc_tensor *t, float *s
     return GPC_OK;
 }
 
+void gpt_host_state_free(gpt_host_state *state) {
+    gpc_free(state->master);
+    gpc_free(state->m);
+    gpc_free(state->v);
+    memset(state, 0, sizeof *state);
+}
+
 gpc_status gpt_checkpoint_save(const char *path, const gpt_model *m,
                                const gpt_checkpoint_state *state) {
+    return gpt_checkpoint_save_full(path, m, state, NULL);
+}
+
+gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *m,
+                                    const gpt_checkpoint_state *state, const gpt_host_state *full) {
+    gpt_host_state none = {0};
+    if (!full) full = &none;
+    /* a shard of the optimizer state is not a checkpoint */
+    if (gpt_is_sharded(m) &&
+        ((m->master_flat.data && !full->master) || (m->training && (!full->m || !full->v))))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "saving checkpoint %s: the model holds one shard of the optimizer state; "
+                         "gather it first (gpc_ddp_gather_state) and pass it to "
+                         "gpt_checkpoint_save_full",
+                         path);
     unsigned char header[CKPT_HEADER_BYTES];
     encode_header(header, m, state);
     float *stage = gpc_malloc(CKPT_CHUNK_FLOATS * sizeof(float));
@@ -164,11 +189,18 @@ gpc_status gpt_checkpoint_save(const char *path, const gpt_model *m,
         gpc_free(stage);
         return s;
     }
-    const gpc_tensor *params = m->master_flat.data ? &m->master_flat : &m->params_flat;
+    /* f32 arrays of num_params elements (data unused where host values come) */
+    int64_t P = (int64_t)m->num_params;
+    gpc_tensor whole = gpc_tensor_make(NULL, GPC_F32, m->device, 1, &P);
+    const gpc_tensor *params = full->master          ? &whole
+                               : m->master_flat.data ? &m->master_flat
+                                                     : &m->params_flat;
     s = gpc_atomic_write(&f, header, sizeof header);
-    if (s == GPC_OK) s = write_tensor(&f, params, stage);
-    if (s == GPC_OK && m->training) s = write_tensor(&f, &m->m_flat, stage);
-    if (s == GPC_OK && m->training) s = write_tensor(&f, &m->v_flat, stage);
+    if (s == GPC_OK) s = write_tensor(&f, params, stage, full->master);
+    if (s == GPC_OK && m->training)
+        s = write_tensor(&f, full->m ? &whole : &m->m_flat, stage, full->m);
+    if (s == GPC_OK && m->training)
+        s = write_tensor(&f, full->v ? &whole : &m->v_flat, stage, full->v);
     if (s == GPC_OK) {
         uint32_t crc = f.crc;
         s = gpc_atomic_write(&f, &crc, sizeof crc);
@@ -266,19 +298,41 @@ gpc_status gpt_checkpoint_read_header(const char *path, gpt_config *config, gpc_
     return GPC_OK;
 }
 
-/* Reads n floats into the device tensor dst (or skips them when dst is NULL),
- * adding them to the running CRC. */
-static gpc_status read_tensor(FILE *file, const char *path, gpc_tensor *dst, size_t n, float *stage,
-                              uint32_t *crc) {
+/* Where the n floats of one array go: elements [lo, lo + count) into the
+ * device tensor dst (element lo at dst's start); the rest is skipped. And,
+ * when low is set, every element converted to the compute dtype into the
+ * parameters (a sharded low-precision model has no whole f32 copy). */
+typedef struct {
+    gpc_tensor *dst;
+    size_t lo, count;
+    gpc_tensor *low; /* [n] bf16 or fp16 */
+    uint16_t *half;  /* [CKPT_CHUNK_FLOATS] host staging for low */
+} read_target;
+
+/* Reads n floats into the target, adding them to the running CRC. */
+static gpc_status read_tensor(FILE *file, const char *path, const read_target *t, size_t n,
+                              float *stage, uint32_t *crc) {
     for (size_t done = 0; done < n; done += CKPT_CHUNK_FLOATS) {
         size_t k = n - done < CKPT_CHUNK_FLOATS ? n - done : CKPT_CHUNK_FLOATS;
         if (fread(stage, sizeof(float), k, file) != k)
             return gpc_error(GPC_ERR_FORMAT, "checkpoint %s is truncated", path);
         *crc = gpc_crc32c(*crc, stage, k * sizeof(float));
-        if (dst) {
-            gpc_tensor src = gpc_tensor_1d(stage, GPC_F32, gpc_cpu(), (int64_t)k);
-            gpc_tensor to =
-                gpc_tensor_1d((float *)dst->data + done, GPC_F32, dst->device, (int64_t)k);
+        size_t a = done > t->lo ? done : t->lo, e = t->lo + t->count;
+        if (e > done + k) e = done + k;
+        if (t->dst && a < e) {
+            gpc_tensor src =
+                gpc_tensor_1d(stage + (a - done), GPC_F32, gpc_cpu(), (int64_t)(e - a));
+            gpc_tensor to = gpc_tensor_1d((float *)t->dst->data + (a - t->lo), GPC_F32,
+                                          t->dst->device, (int64_t)(e - a));
+            GPC_TRY(gpc_tensor_copy(&to, &src));
+        }
+        if (t->low) {
+            for (size_t i = 0; i < k; i++)
+                t->half[i] = t->low->dtype == GPC_BF16 ? gpc_f32_to_bf16(stage[i])
+                                                       : gpc_f32_to_f16(stage[i]);
+            gpc_tensor src = gpc_tensor_1d(t->half, t->low->dtype, gpc_cpu(), (int64_t)k);
+            gpc_tensor to = gpc_tensor_1d((uint16_t *)t->low->data + done, t->low->dtype,
+                                          t->low->device, (int64_t)k);
             GPC_TRY(gpc_tensor_copy(&to, &src));
         }
     }
@@ -296,20 +350,27 @@ gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_st
         fclose(file);
         return GPC_ERR_MISMATCH;
     }
+    /* a sharded low-precision model converts every parameter on the host
+     * and keeps its shard of the f32 values as master weights */
+    int low_shard = m->master_flat.data && gpt_is_sharded(m);
     float *stage = gpc_malloc(CKPT_CHUNK_FLOATS * sizeof(float));
-    if (!stage) {
+    uint16_t *half = low_shard ? gpc_malloc(CKPT_CHUNK_FLOATS * sizeof(uint16_t)) : NULL;
+    if (!stage || (low_shard && !half)) {
+        gpc_free(stage);
         fclose(file);
         return gpc_error(GPC_ERR_NOMEM, "out of host memory reading %s", path);
     }
     uint32_t crc = gpc_crc32c(0, raw, CKPT_HEADER_BYTES);
-    size_t P = m->num_params;
-    gpc_tensor *params = m->master_flat.data ? &m->master_flat : &m->params_flat;
+    size_t P = m->num_params, lo = m->shard_offset, count = m->shard_count;
     int moments = hdr.has_optimizer && m->training;
-    gpc_status s = read_tensor(file, path, params, P, stage, &crc);
-    if (s == GPC_OK && hdr.has_optimizer)
-        s = read_tensor(file, path, moments ? &m->m_flat : NULL, P, stage, &crc);
-    if (s == GPC_OK && hdr.has_optimizer)
-        s = read_tensor(file, path, moments ? &m->v_flat : NULL, P, stage, &crc);
+    read_target params = {&m->params_flat, 0, P, NULL, NULL};
+    if (m->master_flat.data) params = (read_target){&m->master_flat, lo, count, NULL, NULL};
+    if (low_shard) params.low = &m->params_flat, params.half = half;
+    read_target mom = {moments ? &m->m_flat : NULL, lo, count, NULL, NULL};
+    read_target var = {moments ? &m->v_flat : NULL, lo, count, NULL, NULL};
+    gpc_status s = read_tensor(file, path, &params, P, stage, &crc);
+    if (s == GPC_OK && hdr.has_optimizer) s = read_tensor(file, path, &mom, P, stage, &crc);
+    if (s == GPC_OK && hdr.has_optimizer) s = read_tensor(file, path, &var, P, stage, &crc);
     uint32_t stored = 0;
     if (s == GPC_OK && fread(&stored, 4, 1, file) != 1)
         s = gpc_error(GPC_ERR_FORMAT, "checkpoint %s is truncated", path);
@@ -319,9 +380,17 @@ gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_st
                       "or copy error); use checkpoint.prev.bin or train again",
                       path);
     gpc_free(stage);
+    gpc_free(half);
     fclose(file);
     if (s != GPC_OK) return s;
-    if (m->master_flat.data) GPC_TRY(gpc_op_convert(&m->params_flat, &m->master_flat));
+    if (m->master_flat.data) {
+        /* the shard (all of it unsharded) from the master, on the device */
+        int64_t n = (int64_t)count;
+        gpc_tensor own =
+            gpc_tensor_make((char *)m->params_flat.data + lo * gpc_dtype_size(m->dtype), m->dtype,
+                            m->device, 1, &n);
+        GPC_TRY(gpc_op_convert(low_shard ? &own : &m->params_flat, &m->master_flat));
+    }
     if (m->training && !hdr.has_optimizer) {
         GPC_TRY(gpc_tensor_zero(&m->m_flat));
         GPC_TRY(gpc_tensor_zero(&m->v_flat));

@@ -14,6 +14,7 @@
 #include "gpc/model.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -96,13 +97,14 @@ static void split_flat(const gpt_model *m, const gpc_tensor *flat, gpt_tensors *
 }
 
 static gpc_status place_params(gpt_model *m, gpc_arena *arena) {
-    int64_t P = (int64_t)m->num_params;
+    int64_t P = (int64_t)m->num_params, S = (int64_t)m->shard_count;
     GPC_TRY(gpc_arena_tensor(arena, &m->params_flat, m->dtype, 1, &P));
-    if (m->dtype != GPC_F32) GPC_TRY(gpc_arena_tensor(arena, &m->master_flat, GPC_F32, 1, &P));
+    /* the optimizer state covers the shard only (all of it without ZeRO) */
+    if (m->dtype != GPC_F32) GPC_TRY(gpc_arena_tensor(arena, &m->master_flat, GPC_F32, 1, &S));
     if (m->training) {
         GPC_TRY(gpc_arena_tensor(arena, &m->grads_flat, m->dtype, 1, &P));
-        GPC_TRY(gpc_arena_tensor(arena, &m->m_flat, GPC_F32, 1, &P));
-        GPC_TRY(gpc_arena_tensor(arena, &m->v_flat, GPC_F32, 1, &P));
+        GPC_TRY(gpc_arena_tensor(arena, &m->m_flat, GPC_F32, 1, &S));
+        GPC_TRY(gpc_arena_tensor(arena, &m->v_flat, GPC_F32, 1, &S));
     }
     return GPC_OK;
 }
@@ -175,8 +177,10 @@ gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device devi
     return gpt_create_recompute(out, config, device, dtype, B, T, training, 0);
 }
 
-gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_device device,
-                                gpc_dtype dtype, int B, int T, int training, int recompute) {
+/* shard_count SIZE_MAX: the whole buffer. */
+static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device device,
+                         gpc_dtype dtype, int B, int T, int training, int recompute,
+                         size_t shard_offset, size_t shard_count) {
     *out = NULL;
     if (recompute < 0 || recompute > 2)
         return gpc_error(GPC_ERR_INVALID_ARG,
@@ -211,6 +215,16 @@ gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_d
     m->B = B;
     m->T = T;
     m->num_params = gpt_config_num_params(&check);
+    if (shard_count == SIZE_MAX) shard_count = m->num_params;
+    if (shard_offset > m->num_params || shard_count > m->num_params - shard_offset) {
+        gpc_free(m);
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "optimizer shard [%zu, %zu) lies outside the model's %zu parameters; "
+                         "cut the shards with gpc_dist_shard_offsets over num_params",
+                         shard_offset, shard_offset + shard_count, (size_t)m->num_params);
+    }
+    m->shard_offset = shard_offset;
+    m->shard_count = shard_count;
     m->loss_scale = dtype == GPC_F16 ? 4096.0f : 1.0f;
 
     int64_t shapes[GPT_NUM_PARAM_TENSORS][3];
@@ -257,6 +271,21 @@ gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_d
     return GPC_OK;
 }
 
+gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_device device,
+                                gpc_dtype dtype, int B, int T, int training, int recompute) {
+    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX);
+}
+
+gpc_status gpt_create_shard(gpt_model **out, const gpt_config *config, gpc_device device,
+                            gpc_dtype dtype, int B, int T, int recompute, size_t shard_offset,
+                            size_t shard_count) {
+    return create(out, config, device, dtype, B, T, 1, recompute, shard_offset, shard_count);
+}
+
+int gpt_is_sharded(const gpt_model *m) {
+    return m->shard_offset != 0 || m->shard_count != m->num_params;
+}
+
 void gpt_free(gpt_model *m) {
     if (!m) return;
     gpc_arena_destroy(&m->param_arena);
@@ -273,9 +302,37 @@ size_t gpt_memory_bytes(const gpt_model *m) {
 
 /* ------------------------------------------------------------ parameters */
 
+/* A sharded low-precision model: the compute-dtype parameters outside the
+ * master shard come from f32 values converted on the host (round to
+ * nearest even, as the backends' convert), then the shard is converted
+ * from the master on the device as in the unsharded model. */
+static gpc_status set_sharded_params(gpt_model *m, const float *values) {
+    size_t P = m->num_params, chunk = (size_t)1 << 20;
+    uint16_t *half = gpc_malloc(chunk * sizeof *half);
+    if (!half) return gpc_error(GPC_ERR_NOMEM, "out of host memory setting the parameters");
+    gpc_status s = GPC_OK;
+    for (size_t done = 0; s == GPC_OK && done < P; done += chunk) {
+        size_t k = P - done < chunk ? P - done : chunk;
+        for (size_t i = 0; i < k; i++)
+            half[i] = m->dtype == GPC_BF16 ? gpc_f32_to_bf16(values[done + i])
+                                           : gpc_f32_to_f16(values[done + i]);
+        gpc_tensor src = gpc_tensor_1d(half, m->dtype, gpc_cpu(), (int64_t)k);
+        gpc_tensor dst = view(&m->params_flat, done, 1, (int64_t)k, 0, 0);
+        s = gpc_tensor_copy(&dst, &src);
+    }
+    gpc_free(half);
+    GPC_TRY(s);
+    gpc_tensor host = gpc_tensor_1d((void *)(values + m->shard_offset), GPC_F32, gpc_cpu(),
+                                    (int64_t)m->shard_count);
+    GPC_TRY(gpc_tensor_copy(&m->master_flat, &host));
+    gpc_tensor own = view(&m->params_flat, m->shard_offset, 1, (int64_t)m->shard_count, 0, 0);
+    return gpc_op_convert(&own, &m->master_flat);
+}
+
 gpc_status gpt_set_params(gpt_model *m, const float *values) {
     int64_t P = (int64_t)m->num_params;
     gpc_tensor host = gpc_tensor_make((void *)values, GPC_F32, gpc_cpu(), 1, &P);
+    if (m->master_flat.data && gpt_is_sharded(m)) return set_sharded_params(m, values);
     if (m->master_flat.data) {
         GPC_TRY(gpc_tensor_copy(&m->master_flat, &host));
         return gpc_op_convert(&m->params_flat, &m->master_flat);
@@ -286,7 +343,22 @@ gpc_status gpt_set_params(gpt_model *m, const float *values) {
 gpc_status gpt_get_params(const gpt_model *m, float *values) {
     int64_t P = (int64_t)m->num_params;
     gpc_tensor host = gpc_tensor_make(values, GPC_F32, gpc_cpu(), 1, &P);
-    return gpc_tensor_copy(&host, m->master_flat.data ? &m->master_flat : &m->params_flat);
+    if (!(m->master_flat.data && gpt_is_sharded(m)))
+        return gpc_tensor_copy(&host, m->master_flat.data ? &m->master_flat : &m->params_flat);
+    /* the compute-dtype values everywhere, then the master's over its shard */
+    size_t elem = gpc_dtype_size(m->dtype);
+    void *raw = gpc_malloc(m->num_params * elem);
+    if (!raw) return gpc_error(GPC_ERR_NOMEM, "out of host memory reading the parameters");
+    gpc_tensor low = gpc_tensor_make(raw, m->dtype, gpc_cpu(), 1, &P);
+    gpc_status s = gpc_tensor_copy(&low, &m->params_flat);
+    const uint16_t *half = raw;
+    for (size_t i = 0; s == GPC_OK && i < m->num_params; i++)
+        values[i] = m->dtype == GPC_BF16 ? gpc_bf16_to_f32(half[i]) : gpc_f16_to_f32(half[i]);
+    gpc_free(raw);
+    GPC_TRY(s);
+    gpc_tensor shard =
+        gpc_tensor_1d(values + m->shard_offset, GPC_F32, gpc_cpu(), (int64_t)m->shard_count);
+    return gpc_tensor_copy(&shard, &m->master_flat);
 }
 
 gpc_status gpt_init_weights(gpt_model *m, uint64_t seed) {
@@ -627,6 +699,11 @@ gpc_status gpt_update(gpt_model *m, const gpt_adamw_options *o, float *grad_norm
     if (!m->training)
         return gpc_error(GPC_ERR_INVALID_ARG, "this model was created for inference; it has no "
                                               "optimizer state");
+    if (gpt_is_sharded(m))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "this model holds the optimizer state of elements [%zu, %zu) only "
+                         "(ZeRO-1); update it with gpc_ddp_update, which steps every shard",
+                         m->shard_offset, m->shard_offset + m->shard_count);
     if (skipped) *skipped = 0;
     gpc_tensor *norm_sq = &m->acts.norm_sq;
     GPC_TRY(gpc_tensor_zero(norm_sq));

@@ -8,6 +8,7 @@
 #include "gpc/ddp.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -211,9 +212,22 @@ gpc_status gpc_ddp_create(gpc_ddp **out, gpt_model *m, gpc_dist *d, const gpc_dd
         gpc_dist_shard_offsets(m->num_params, d->world_size, 64, p->shard);
         p->segment_count = gpc_ddp_shard_segments(m->param_offset, m->num_params, p->shard[d->rank],
                                                   p->shard[d->rank + 1], p->segments);
-        /* every rank starts from rank 0's weights */
+        size_t lo = p->shard[d->rank], hi = p->shard[d->rank + 1];
+        if (gpt_is_sharded(m) &&
+            (o->zero != 1 || m->shard_offset != lo || m->shard_offset + m->shard_count != hi))
+            s = gpc_error(GPC_ERR_INVALID_ARG,
+                          "the model holds the optimizer state of elements [%zu, %zu), but "
+                          "%s; create it with gpt_create_shard over this rank's shard "
+                          "(gpc_dist_shard_offsets, align 64) or whole with gpt_create",
+                          m->shard_offset, m->shard_offset + m->shard_count,
+                          o->zero != 1 ? "--zero 0 updates every element on every rank"
+                                       : "this rank's ZeRO-1 shard is another range");
+    }
+    if (s == GPC_OK) {
+        /* every rank starts from rank 0's weights; a sharded model's master
+         * shard was set on its own rank from the same values */
         s = d->ops->broadcast(d, m->params_flat.data, m->num_params, m->dtype, 0, NULL);
-        if (s == GPC_OK && m->master_flat.data)
+        if (s == GPC_OK && m->master_flat.data && !gpt_is_sharded(m))
             s = d->ops->broadcast(d, m->master_flat.data, m->num_params, GPC_F32, 0, NULL);
     }
     if (s != GPC_OK) {
@@ -278,6 +292,9 @@ gpc_status gpc_ddp_finish_backward(gpc_ddp *p) {
 static gpc_status update_shard(gpc_ddp *p, const gpt_adamw_options *o) {
     gpt_model *m = p->model;
     gpc_dist *d = p->dist;
+    /* m, v and master start at flat element base (0 for a whole model) */
+    size_t base = m->shard_offset;
+    int comm = !p->options.no_comm;
     gpc_tensor *norm_sq = &m->acts.norm_sq;
     GPC_TRY(gpc_tensor_zero(norm_sq));
     for (int k = 0; k < p->segment_count; k++) {
@@ -286,17 +303,17 @@ static gpc_status update_shard(gpc_ddp *p, const gpt_adamw_options *o) {
             gpc_tensor_1d(at(&m->grads_flat, sg->offset), m->dtype, m->device, (int64_t)sg->count);
         GPC_TRY(gpc_op_sum_squares(norm_sq, &g));
     }
-    GPC_TRY(d->ops->all_reduce_sum(d, norm_sq->data, 1, GPC_F32, NULL));
+    if (comm) GPC_TRY(d->ops->all_reduce_sum(d, norm_sq->data, 1, GPC_F32, NULL));
     for (int k = 0; k < p->segment_count; k++) {
         const gpc_ddp_segment *sg = &p->segments[k];
         int64_t n = (int64_t)sg->count;
         gpc_tensor params = gpc_tensor_1d(at(&m->params_flat, sg->offset), m->dtype, m->device, n);
         gpc_tensor grads = gpc_tensor_1d(at(&m->grads_flat, sg->offset), m->dtype, m->device, n);
-        gpc_tensor mom = gpc_tensor_1d(at(&m->m_flat, sg->offset), GPC_F32, m->device, n);
-        gpc_tensor var = gpc_tensor_1d(at(&m->v_flat, sg->offset), GPC_F32, m->device, n);
+        gpc_tensor mom = gpc_tensor_1d(at(&m->m_flat, sg->offset - base), GPC_F32, m->device, n);
+        gpc_tensor var = gpc_tensor_1d(at(&m->v_flat, sg->offset - base), GPC_F32, m->device, n);
         gpc_tensor master;
         if (m->master_flat.data)
-            master = gpc_tensor_1d(at(&m->master_flat, sg->offset), GPC_F32, m->device, n);
+            master = gpc_tensor_1d(at(&m->master_flat, sg->offset - base), GPC_F32, m->device, n);
         gpc_adamw_args args;
         memset(&args, 0, sizeof args);
         args.learning_rate = o->learning_rate;
@@ -313,25 +330,79 @@ static gpc_status update_shard(gpc_ddp *p, const gpt_adamw_options *o) {
             gpc_op_adamw(&params, m->master_flat.data ? &master : NULL, &grads, &mom, &var, &args));
     }
     /* norm_sq now holds the global squared norm, for gpt_read_step */
+    if (!comm) return GPC_OK;
     return d->ops->all_gather(d, m->params_flat.data, p->shard, m->dtype, NULL);
 }
 
 gpc_status gpc_ddp_update(gpc_ddp *p, const gpt_adamw_options *o, int *skipped) {
-    if (p->options.zero == 1 && !p->options.no_comm) {
+    /* a sharded model has only its shard's state: the shard update even
+     * without communication (benchmarks) */
+    if (p->options.zero == 1 && (!p->options.no_comm || gpt_is_sharded(p->model))) {
         if (skipped) *skipped = 0;
         return update_shard(p, o);
     }
     return gpt_update(p->model, o, NULL, skipped);
 }
 
-gpc_status gpc_ddp_gather_state(gpc_ddp *p) {
+/* Rank 0 receives one f32 array of the shards (m_flat, v_flat or
+ * master_flat: the same offset in each rank's model) into host[P]. Each
+ * owner broadcasts its shard in pieces through the others' gradient buffer
+ * (free between steps; at least P/2 floats large). */
+static gpc_status gather_array(gpc_ddp *p, size_t field, float *host) {
+    gpt_model *m = p->model;
+    gpc_dist *d = p->dist;
+    const gpc_tensor *mine = (const gpc_tensor *)((const char *)m + field);
+    size_t cap = gpc_tensor_bytes(&m->grads_flat) / sizeof(float);
+    for (int owner = 0; owner < d->world_size; owner++) {
+        size_t lo = p->shard[owner], n = p->shard[owner + 1] - lo;
+        for (size_t done = 0; done < n; done += cap) {
+            size_t k = n - done < cap ? n - done : cap;
+            void *buf = d->rank == owner ? at(mine, done) : m->grads_flat.data;
+            GPC_TRY(d->ops->broadcast(d, buf, k, GPC_F32, owner, NULL));
+            if (d->rank != 0) continue;
+            gpc_tensor src = gpc_tensor_1d(buf, GPC_F32, m->device, (int64_t)k);
+            gpc_tensor dst = gpc_tensor_1d(host + lo + done, GPC_F32, gpc_cpu(), (int64_t)k);
+            GPC_TRY(gpc_tensor_copy(&dst, &src));
+        }
+    }
+    return GPC_OK;
+}
+
+gpc_status gpc_ddp_gather_state(gpc_ddp *p, gpt_host_state *out) {
+    memset(out, 0, sizeof *out);
     if (p->options.zero != 1) return GPC_OK;
     gpt_model *m = p->model;
     gpc_dist *d = p->dist;
-    if (m->master_flat.data)
-        GPC_TRY(d->ops->all_gather(d, m->master_flat.data, p->shard, GPC_F32, NULL));
-    GPC_TRY(d->ops->all_gather(d, m->m_flat.data, p->shard, GPC_F32, NULL));
-    return d->ops->all_gather(d, m->v_flat.data, p->shard, GPC_F32, NULL);
+    if (!gpt_is_sharded(m)) { /* whole buffers: gather in place */
+        if (m->master_flat.data)
+            GPC_TRY(d->ops->all_gather(d, m->master_flat.data, p->shard, GPC_F32, NULL));
+        GPC_TRY(d->ops->all_gather(d, m->m_flat.data, p->shard, GPC_F32, NULL));
+        return d->ops->all_gather(d, m->v_flat.data, p->shard, GPC_F32, NULL);
+    }
+    gpc_status s = GPC_OK;
+    if (d->rank == 0) {
+        size_t bytes = m->num_params * sizeof(float);
+        out->m = gpc_malloc(bytes);
+        out->v = gpc_malloc(bytes);
+        if (m->master_flat.data) out->master = gpc_malloc(bytes);
+        if (!out->m || !out->v || (m->master_flat.data && !out->master))
+            s = gpc_error(GPC_ERR_NOMEM,
+                          "out of host memory gathering the optimizer state for a checkpoint "
+                          "(%.1f MiB)",
+                          3.0 * (double)bytes / 1048576.0);
+    }
+    /* every rank learns whether rank 0 can receive, so none waits alone */
+    double failed = s != GPC_OK;
+    gpc_status r = d->ops->all_reduce_host(d, &failed, 1);
+    if (s == GPC_OK && r != GPC_OK) s = r;
+    if (s == GPC_OK && failed > 0)
+        s = gpc_error(GPC_ERR_NOMEM, "rank 0 is out of host memory for the checkpoint");
+    if (s == GPC_OK && m->master_flat.data)
+        s = gather_array(p, offsetof(gpt_model, master_flat), out->master);
+    if (s == GPC_OK) s = gather_array(p, offsetof(gpt_model, m_flat), out->m);
+    if (s == GPC_OK) s = gather_array(p, offsetof(gpt_model, v_flat), out->v);
+    if (s != GPC_OK) gpt_host_state_free(out);
+    return s;
 }
 
 gpc_status gpc_ddp_reduce_host(gpc_ddp *p, double *values, int n) {

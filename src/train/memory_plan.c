@@ -112,9 +112,15 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
 
     out->parameters = buffer(base, s) + (R ? buffer(adapters, s) : 0);
     out->gradients = buffer(out->trainable, s);
-    /* ZeRO-1 gives each GPU 1/gpus of the optimizer state and master copy. */
-    uint64_t shard =
-        in->zero ? (out->trainable + (uint64_t)in->gpus - 1) / (uint64_t)in->gpus : out->trainable;
+    /* ZeRO-1 gives each GPU 1/gpus of the optimizer state and master copy,
+     * cut as gpc_dist_shard_offsets cuts it (align 64): the first shards
+     * are the largest, and they are what a GPU must hold. */
+    uint64_t shard = out->trainable;
+    if (in->zero) {
+        uint64_t chunk = (out->trainable + (uint64_t)in->gpus - 1) / (uint64_t)in->gpus;
+        chunk = (chunk + 63) / 64 * 64;
+        if (chunk < shard) shard = chunk;
+    }
     out->optimizer = 2 * buffer(shard, f32) + (low_precision ? buffer(shard, f32) : 0);
 
     /* gpt_activations, in its order. */

@@ -311,12 +311,18 @@ static gpc_status save_checkpoint(trainer *t) {
     st.weight_decay = t->s.weight_decay;
     st.max_grad_norm = t->s.max_grad_norm;
     st.seed = t->s.seed;
-    if (t->ddp) GPC_TRY(gpc_ddp_gather_state(t->ddp)); /* every rank takes part */
-    if (!t->rank0) return GPC_OK;
+    /* ZeRO-1: every rank takes part; rank 0 gets the whole state */
+    gpt_host_state full = {0};
+    if (t->ddp) GPC_TRY(gpc_ddp_gather_state(t->ddp, &full));
+    gpc_status s = GPC_OK;
     /* keep the previous checkpoint until the new one is complete */
-    if (gpc_path_exists(t->checkpoint_path) && rename(t->checkpoint_path, t->prev_path) != 0)
-        return gpc_error(GPC_ERR_IO, "cannot rename %s: %s", t->checkpoint_path, strerror(errno));
-    return gpt_checkpoint_save(t->checkpoint_path, t->model, &st);
+    if (t->rank0 && gpc_path_exists(t->checkpoint_path) &&
+        rename(t->checkpoint_path, t->prev_path) != 0)
+        s = gpc_error(GPC_ERR_IO, "cannot rename %s: %s", t->checkpoint_path, strerror(errno));
+    if (t->rank0 && s == GPC_OK)
+        s = gpt_checkpoint_save_full(t->checkpoint_path, t->model, &st, &full);
+    gpt_host_state_free(&full);
+    return s;
 }
 
 /* ------------------------------------------------------------ the loop */
@@ -509,8 +515,22 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
     t->inputs = gpc_malloc(n * sizeof(int32_t));
     t->targets = gpc_malloc(n * sizeof(int32_t));
     if (!t->inputs || !t->targets) return gpc_error(GPC_ERR_NOMEM, "out of host memory");
-    GPC_TRY(gpt_create_recompute(&t->model, &s->config, o->device, s->precision, s->B, s->T, 1,
-                                 o->recompute));
+    if (o->zero == 1 && o->dist && world > 1 && o->rank >= 0 && o->rank < world &&
+        s->precision != GPC_F16) {
+        /* ZeRO-1: this rank holds only its shard of m, v and the master
+         * weights, cut as gpc_ddp_create cuts the update */
+        size_t *shard = gpc_calloc((size_t)world + 1, sizeof *shard);
+        if (!shard) return gpc_error(GPC_ERR_NOMEM, "out of host memory");
+        gpc_dist_shard_offsets(gpt_config_num_params(&s->config), world, 64, shard);
+        gpc_status st =
+            gpt_create_shard(&t->model, &s->config, o->device, s->precision, s->B, s->T,
+                             o->recompute, shard[o->rank], shard[o->rank + 1] - shard[o->rank]);
+        gpc_free(shard);
+        GPC_TRY(st);
+    } else {
+        GPC_TRY(gpt_create_recompute(&t->model, &s->config, o->device, s->precision, s->B, s->T, 1,
+                                     o->recompute));
+    }
     gpc_rng_seed(&t->rng, s->seed, 0x747261696eULL); /* "train" */
     if (!ck) {
         GPC_TRY(gpt_init_weights(t->model, s->seed));

@@ -5,7 +5,9 @@
 # end (norm-wise within 2e-5: the sums run in another order), for 2, 4 and 8
 # processes, with --zero 0 and --zero 1, small and single buckets, and
 # gradient accumulation on top. A checkpoint written by 2 processes resumes
-# in 1 process (another world size) and continues as the uninterrupted run.
+# in 1 process (another world size) and continues as the uninterrupted run,
+# and one of 1 process resumes in 4 ZeRO-1 processes (each holding 1/4 of
+# the optimizer state).
 # Skipped (77) without mpirun or without MPI in this build.
 set -u
 GPC=${GPC:?set GPC to the gpc binary}
@@ -111,6 +113,16 @@ head -2 "$work/np2_z1/metrics.jsonl" >"$work/resumed/metrics.jsonl"
 "$GPC" train --data "$data" --out "$work/resumed" --resume --device cpu >"$work/resumed.out" 2>"$work/resumed.err" ||
   fail "resume in 1 process: $(tail -2 "$work/resumed.err")"
 compare one resumed
+
+# and the one-process checkpoint of step 2 resumes in 4 ZeRO-1 processes,
+# each keeping its shard of the optimizer state it loads
+mkdir -p "$work/resumed4"
+cp "$work/one/checkpoint.prev.bin" "$work/resumed4/checkpoint.bin"
+head -2 "$work/one/metrics.jsonl" >"$work/resumed4/metrics.jsonl"
+"${mpi[@]}" 4 "$GPC" train --data "$data" --out "$work/resumed4" --resume --device cpu --zero 1 \
+  >"$work/resumed4.out" 2>"$work/resumed4.err" ||
+  fail "resume in 4 ZeRO-1 processes: $(tail -2 "$work/resumed4.err")"
+compare one resumed4
 
 # usage errors of the options
 "$GPC" train "${common[@]}" --out "$work/bad" --zero 2 >/dev/null 2>"$work/err"

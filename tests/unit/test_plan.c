@@ -3,6 +3,7 @@
  * the comments, and its error messages. */
 #include "testutil.h"
 
+#include "gpc/dist.h"
 #include "gpc/model.h"
 #include "gpc/plan.h"
 
@@ -228,8 +229,8 @@ static void test_bad_input_messages(void **state) {
 }
 
 /* The plan against the model itself: gpt_create_recompute on the CPU (f32),
- * at each recomputation level, places the very buffers the plan counts, and gpt_memory_bytes is what its two arenas
- * hold. The arenas do not pad their last tensor, so the plan may be above by
+ * at each recomputation level, places the very buffers the plan counts, and gpt_memory_bytes is
+ * what its two arenas hold. The arenas do not pad their last tensor, so the plan may be above by
  * less than one alignment (256 bytes) per arena. */
 static void test_plan_matches_gpt_create(void **state) {
     (void)state;
@@ -258,6 +259,22 @@ static void test_plan_matches_gpt_create(void **state) {
             fail_msg("L=%d NH=%d C=%d T=%d B=%d V=%d recompute %d: plan %llu bytes, gpt_create "
                      "%llu",
                      layers, heads, channels, T, B, vocab, recompute, (unsigned long long)r.total,
+                     (unsigned long long)real);
+        gpt_free(model);
+        /* ZeRO-1 on 2, 3 or 4 GPUs: rank 0 holds the largest shard of m and v
+         * (gpc_dist_shard_offsets, align 64), which is what the plan counts */
+        int gpus = 2 + trial % 3;
+        size_t shard[5];
+        gpc_dist_shard_offsets(gpt_config_num_params(&config), gpus, 64, shard);
+        TEST_OK(
+            gpt_create_shard(&model, &config, gpc_cpu(), GPC_F32, B, T, recompute, 0, shard[1]));
+        in.zero = 1, in.gpus = gpus;
+        TEST_OK(gpc_plan_compute(&in, &r));
+        real = gpt_memory_bytes(model);
+        if (!(r.total >= real && r.total - real < 2 * 256))
+            fail_msg("zero 1 on %d GPUs, L=%d C=%d T=%d B=%d V=%d: plan %llu bytes, rank 0 holds "
+                     "%llu",
+                     gpus, layers, channels, T, B, vocab, (unsigned long long)r.total,
                      (unsigned long long)real);
         gpt_free(model);
     }
