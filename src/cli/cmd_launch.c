@@ -268,8 +268,8 @@ int cmd_launch(int argc, char **argv) {
         }
         if (running == 0) return CLI_EXIT_OK;
         if (first_ok >= 0 && gpc_time_seconds() - first_done > timeout) {
-            int hung = -1;
-            for (int i = 0; i < nproc && hung < 0; i++)
+            int hung = 0; /* running > 0 here, so one of them is still running */
+            for (int i = nproc - 1; i >= 0; i--)
                 if (procs[i].running) hung = i;
             stop_all(procs, nproc);
             fprintf(stderr,

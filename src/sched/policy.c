@@ -171,11 +171,13 @@ static void pick_nvlink_set(const sched_cluster *cluster, const candidate *c, in
                     pick = i;
                 }
             }
+            if (pick < 0) break; /* fewer candidates than k: the callers prevent it */
             used[pick] = 1;
             set[size++] = pick;
             links += pick_links;
             score += c[pick].score;
         }
+        if (size < k) continue;
         if (links > best_links || (links == best_links && score < best_score)) {
             best_links = links;
             best_score = score;
