@@ -217,11 +217,12 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     m->num_params = gpt_config_num_params(&check);
     if (shard_count == SIZE_MAX) shard_count = m->num_params;
     if (shard_offset > m->num_params || shard_count > m->num_params - shard_offset) {
+        size_t num_params = (size_t)m->num_params;
         gpc_free(m);
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "optimizer shard [%zu, %zu) lies outside the model's %zu parameters; "
                          "cut the shards with gpc_dist_shard_offsets over num_params",
-                         shard_offset, shard_offset + shard_count, (size_t)m->num_params);
+                         shard_offset, shard_offset + shard_count, num_params);
     }
     m->shard_offset = shard_offset;
     m->shard_count = shard_count;
