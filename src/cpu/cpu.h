@@ -16,6 +16,12 @@
 
 extern const gpc_ops_table gpc_cpu_ops;
 
+/* One kernel per op of gpc_ops_table, named gpc_cpu_NAME; the file of each
+ * family is named after it (embedding.c, layernorm.c, matmul.c, ...). */
+#define GPC_CPU_DECLARE(name, params) gpc_status gpc_cpu_##name params;
+GPC_OPS_LIST(GPC_CPU_DECLARE)
+#undef GPC_CPU_DECLARE
+
 /* cpu_common.c: checks the kernels share. */
 
 /* GPC_ERR_UNSUPPORTED unless t is f32 (a NULL t passes: optional tensors). */
@@ -70,69 +76,9 @@ static inline float gpc_cpu_expf(float x) {
     return x != x ? x : result;
 }
 
-/* embedding.c */
-gpc_status gpc_cpu_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
-                                     const gpc_tensor *wte, const gpc_tensor *wpe);
-gpc_status gpc_cpu_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,
-                                      const gpc_tensor *tokens);
-
-/* layernorm.c */
-gpc_status gpc_cpu_layernorm_forward(gpc_tensor *out, gpc_tensor *mean, gpc_tensor *rstd,
-                                     const gpc_tensor *inp, const gpc_tensor *weight,
-                                     const gpc_tensor *bias);
-gpc_status gpc_cpu_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                      const gpc_tensor *dout, const gpc_tensor *inp,
-                                      const gpc_tensor *weight, const gpc_tensor *mean,
-                                      const gpc_tensor *rstd);
-gpc_status gpc_cpu_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor *out,
-                                              gpc_tensor *mean, gpc_tensor *rstd,
-                                              const gpc_tensor *a, const gpc_tensor *b,
-                                              const gpc_tensor *weight, const gpc_tensor *bias);
-
-/* matmul.c */
-gpc_status gpc_cpu_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
-                                  const gpc_tensor *bias);
-gpc_status gpc_cpu_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                   const gpc_tensor *dout, const gpc_tensor *inp,
-                                   const gpc_tensor *weight);
-
-/* gelu.c */
-gpc_status gpc_cpu_gelu_forward(gpc_tensor *out, const gpc_tensor *inp);
-gpc_status gpc_cpu_gelu_backward(gpc_tensor *dinp, const gpc_tensor *inp, const gpc_tensor *dout);
-/* matmul_gelu.c: the fused linear + GELU ops, composed of the two kernels. */
-gpc_status gpc_cpu_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
-                                       const gpc_tensor *inp, const gpc_tensor *weight,
-                                       const gpc_tensor *bias);
-gpc_status gpc_cpu_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                         const gpc_tensor *dout, const gpc_tensor *inp,
-                                         const gpc_tensor *weight, const gpc_tensor *gelu_inp);
-
-/* elementwise.c */
-gpc_status gpc_cpu_residual_forward(gpc_tensor *out, const gpc_tensor *a, const gpc_tensor *b);
-gpc_status gpc_cpu_sum_squares(gpc_tensor *acc, const gpc_tensor *x);
-gpc_status gpc_cpu_sum(gpc_tensor *acc, const gpc_tensor *x);
-gpc_status gpc_cpu_convert(gpc_tensor *dst, const gpc_tensor *src);
-gpc_status gpc_cpu_scale(gpc_tensor *x, float factor);
-/* Element i of a float tensor of any float dtype, and the write back (with
- * round to nearest even for bf16 and f16). */
+/* elementwise.c: element i of a float tensor of any float dtype, and the
+ * write back (with round to nearest even for bf16 and f16). */
 float gpc_cpu_load(const gpc_tensor *t, int64_t i);
 void gpc_cpu_store(gpc_tensor *t, int64_t i, float value);
-
-/* attention.c */
-gpc_status gpc_cpu_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gpc_tensor *qkv,
-                                     int num_heads);
-gpc_status gpc_cpu_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
-                                      const gpc_tensor *qkv, const gpc_tensor *out,
-                                      const gpc_tensor *lse, int num_heads);
-
-/* crossentropy.c */
-gpc_status gpc_cpu_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *dlogits,
-                                                 const gpc_tensor *logits,
-                                                 const gpc_tensor *targets, int vocab_size,
-                                                 float dloss);
-
-/* adamw.c */
-gpc_status gpc_cpu_adamw(gpc_tensor *params, gpc_tensor *master, const gpc_tensor *grads,
-                         gpc_tensor *m, gpc_tensor *v, const gpc_adamw_args *args);
 
 #endif /* GPC_CPU_H */

@@ -177,51 +177,11 @@ static inline unsigned gpc_cuda_blocks(int64_t n, int threads) {
     return (unsigned)(b < 1 ? 1 : b);
 }
 
-/* Entry points of each op family (one .cu each), gathered in cuda_ops.cu. */
-gpc_status gpc_cuda_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
-                                      const gpc_tensor *wte, const gpc_tensor *wpe);
-gpc_status gpc_cuda_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,
-                                       const gpc_tensor *tokens);
-gpc_status gpc_cuda_layernorm_forward(gpc_tensor *out, gpc_tensor *mean, gpc_tensor *rstd,
-                                      const gpc_tensor *inp, const gpc_tensor *weight,
-                                      const gpc_tensor *bias);
-gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                       const gpc_tensor *dout, const gpc_tensor *inp,
-                                       const gpc_tensor *weight, const gpc_tensor *mean,
-                                       const gpc_tensor *rstd);
-gpc_status gpc_cuda_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor *out,
-                                               gpc_tensor *mean, gpc_tensor *rstd,
-                                               const gpc_tensor *a, const gpc_tensor *b,
-                                               const gpc_tensor *weight, const gpc_tensor *bias);
-gpc_status gpc_cuda_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
-                                   const gpc_tensor *bias);
-gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                    const gpc_tensor *dout, const gpc_tensor *inp,
-                                    const gpc_tensor *weight);
-gpc_status gpc_cuda_gelu_forward(gpc_tensor *out, const gpc_tensor *inp);
-gpc_status gpc_cuda_gelu_backward(gpc_tensor *dinp, const gpc_tensor *inp, const gpc_tensor *dout);
-gpc_status gpc_cuda_residual_forward(gpc_tensor *out, const gpc_tensor *a, const gpc_tensor *b);
-gpc_status gpc_cuda_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gpc_tensor *qkv,
-                                      int num_heads);
-gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
-                                       const gpc_tensor *qkv, const gpc_tensor *out,
-                                       const gpc_tensor *lse, int num_heads);
-gpc_status gpc_cuda_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *dlogits,
-                                                  const gpc_tensor *logits,
-                                                  const gpc_tensor *targets, int vocab_size,
-                                                  float dloss);
-gpc_status gpc_cuda_sum_squares(gpc_tensor *acc, const gpc_tensor *x);
-gpc_status gpc_cuda_sum(gpc_tensor *acc, const gpc_tensor *x);
-gpc_status gpc_cuda_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
-                                        const gpc_tensor *inp, const gpc_tensor *weight,
-                                        const gpc_tensor *bias);
-gpc_status gpc_cuda_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                          const gpc_tensor *dout, const gpc_tensor *inp,
-                                          const gpc_tensor *weight, const gpc_tensor *gelu_inp);
-gpc_status gpc_cuda_adamw(gpc_tensor *params, gpc_tensor *master, const gpc_tensor *grads,
-                          gpc_tensor *m, gpc_tensor *v, const gpc_adamw_args *args);
-gpc_status gpc_cuda_convert(gpc_tensor *dst, const gpc_tensor *src);
-gpc_status gpc_cuda_scale(gpc_tensor *x, float factor);
+/* Entry points of each op family (one .cu each), gpc_cuda_NAME for every op
+ * of gpc_ops_table, gathered in cuda_ops.cu. */
+#define GPC_CUDA_DECLARE(name, params) gpc_status gpc_cuda_##name params;
+GPC_OPS_LIST(GPC_CUDA_DECLARE)
+#undef GPC_CUDA_DECLARE
 
 /* Refuses a mix of dtypes a kernel does not serve (GPC_ERR_UNSUPPORTED,
  * naming the op and both tensors). */

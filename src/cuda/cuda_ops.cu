@@ -87,29 +87,15 @@ gpc_status gpc_cuda_same_dtype(const char *op, const char *name_a, const gpc_ten
  * step: events are resolved in batches when the pool fills, and at report
  * time. Off (the default) it costs one branch per op. */
 
-#define PROFILE_OPS 20
+/* One profile slot per op, numbered in table order. */
+#define GPC_CUDA_OP_ID(name, params) GPC_CUDA_OP_##name,
+enum { GPC_OPS_LIST(GPC_CUDA_OP_ID) PROFILE_OPS };
+#undef GPC_CUDA_OP_ID
 #define PROFILE_POOL 8192
 
-static const char *const profile_names[PROFILE_OPS] = {"embedding_forward",
-                                                       "embedding_backward",
-                                                       "layernorm_forward",
-                                                       "layernorm_backward",
-                                                       "residual_layernorm_forward",
-                                                       "matmul_forward",
-                                                       "matmul_backward",
-                                                       "gelu_forward",
-                                                       "gelu_backward",
-                                                       "residual_forward",
-                                                       "attention_forward",
-                                                       "attention_backward",
-                                                       "crossentropy_forward_backward",
-                                                       "sum_squares",
-                                                       "adamw",
-                                                       "convert",
-                                                       "scale",
-                                                       "matmul_gelu_forward",
-                                                       "matmul_backward_dgelu",
-                                                       "sum"};
+#define GPC_CUDA_OP_NAME(name, params) #name,
+static const char *const profile_names[PROFILE_OPS] = {GPC_OPS_LIST(GPC_CUDA_OP_NAME)};
+#undef GPC_CUDA_OP_NAME
 
 static int profile_enabled = -1;
 static cudaEvent_t profile_events[PROFILE_POOL][2];
@@ -188,25 +174,8 @@ extern "C" int gpc_cuda_profile_report(char *buf, size_t size) {
     return 1;
 }
 
-extern "C" const gpc_ops_table gpc_cuda_ops = {
-    PROFILED(gpc_cuda_embedding_forward, 0),
-    PROFILED(gpc_cuda_embedding_backward, 1),
-    PROFILED(gpc_cuda_layernorm_forward, 2),
-    PROFILED(gpc_cuda_layernorm_backward, 3),
-    PROFILED(gpc_cuda_residual_layernorm_forward, 4),
-    PROFILED(gpc_cuda_matmul_forward, 5),
-    PROFILED(gpc_cuda_matmul_backward, 6),
-    PROFILED(gpc_cuda_gelu_forward, 7),
-    PROFILED(gpc_cuda_gelu_backward, 8),
-    PROFILED(gpc_cuda_residual_forward, 9),
-    PROFILED(gpc_cuda_attention_forward, 10),
-    PROFILED(gpc_cuda_attention_backward, 11),
-    PROFILED(gpc_cuda_crossentropy_forward_backward, 12),
-    PROFILED(gpc_cuda_sum_squares, 13),
-    PROFILED(gpc_cuda_adamw, 14),
-    PROFILED(gpc_cuda_convert, 15),
-    PROFILED(gpc_cuda_scale, 16),
-    PROFILED(gpc_cuda_matmul_gelu_forward, 17),
-    PROFILED(gpc_cuda_matmul_backward_dgelu, 18),
-    PROFILED(gpc_cuda_sum, 19),
-};
+/* Positional (C++ has no designated initializers here), in GPC_OPS_LIST's
+ * order, which is the struct's order. */
+#define GPC_CUDA_ENTRY(name, params) PROFILED(gpc_cuda_##name, GPC_CUDA_OP_##name),
+extern "C" const gpc_ops_table gpc_cuda_ops = {GPC_OPS_LIST(GPC_CUDA_ENTRY)};
+#undef GPC_CUDA_ENTRY

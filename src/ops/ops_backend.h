@@ -5,60 +5,61 @@
  * calls the entry of the device's backend, so backends may assume valid,
  * contiguous tensors and need not repeat the checks. The meaning of each
  * entry is documented beside its public twin in ops.h. An entry left NULL
- * makes the public call fail with GPC_ERR_UNSUPPORTED naming the backend.
+ * makes the public call fail with GPC_ERR_UNSUPPORTED naming the backend;
+ * residual_layernorm_forward left NULL makes ops.c run the two steps.
  */
 #ifndef GPC_OPS_BACKEND_H
 #define GPC_OPS_BACKEND_H
 
 #include "ops/ops.h"
 
+/* Every op of the table, in table order, as X(name, (parameters)). The struct
+ * below, each backend's declarations (gpc_cpu_NAME, gpc_cuda_NAME) and its
+ * table are generated from this one list, so a new op is added once here and
+ * once in ops.h, and a backend that lacks it fails to link. */
+/* clang-format off */
+#define GPC_OPS_LIST(X)                                                                            \
+    X(embedding_forward, (gpc_tensor *out, const gpc_tensor *tokens, const gpc_tensor *wte,        \
+      const gpc_tensor *wpe))                                                                      \
+    X(embedding_backward, (gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,             \
+      const gpc_tensor *tokens))                                                                   \
+    X(layernorm_forward, (gpc_tensor *out, gpc_tensor *mean, gpc_tensor *rstd,                     \
+      const gpc_tensor *inp, const gpc_tensor *weight, const gpc_tensor *bias))                    \
+    X(layernorm_backward, (gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,               \
+      const gpc_tensor *dout, const gpc_tensor *inp, const gpc_tensor *weight,                     \
+      const gpc_tensor *mean, const gpc_tensor *rstd))                                             \
+    X(residual_layernorm_forward, (gpc_tensor *residual, gpc_tensor *out, gpc_tensor *mean,        \
+      gpc_tensor *rstd, const gpc_tensor *a, const gpc_tensor *b, const gpc_tensor *weight,        \
+      const gpc_tensor *bias))                                                                     \
+    X(matmul_forward, (gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,           \
+      const gpc_tensor *bias))                                                                     \
+    X(matmul_backward, (gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,                  \
+      const gpc_tensor *dout, const gpc_tensor *inp, const gpc_tensor *weight))                    \
+    X(gelu_forward, (gpc_tensor *out, const gpc_tensor *inp))                                      \
+    X(gelu_backward, (gpc_tensor *dinp, const gpc_tensor *inp, const gpc_tensor *dout))            \
+    X(residual_forward, (gpc_tensor *out, const gpc_tensor *a, const gpc_tensor *b))               \
+    X(attention_forward, (gpc_tensor *out, gpc_tensor *lse, const gpc_tensor *qkv, int num_heads)) \
+    X(attention_backward, (gpc_tensor *dqkv, const gpc_tensor *dout, const gpc_tensor *qkv,        \
+      const gpc_tensor *out, const gpc_tensor *lse, int num_heads))                                \
+    X(crossentropy_forward_backward, (gpc_tensor *losses, gpc_tensor *dlogits,                     \
+      const gpc_tensor *logits, const gpc_tensor *targets, int vocab_size, float dloss))           \
+    X(sum_squares, (gpc_tensor *acc, const gpc_tensor *x))                                         \
+    X(adamw, (gpc_tensor *params, gpc_tensor *master, const gpc_tensor *grads, gpc_tensor *m,      \
+      gpc_tensor *v, const gpc_adamw_args *args))                                                  \
+    X(convert, (gpc_tensor *dst, const gpc_tensor *src))                                           \
+    X(scale, (gpc_tensor *x, float factor))                                                        \
+    X(matmul_gelu_forward, (gpc_tensor *out_pre, gpc_tensor *out_gelu, const gpc_tensor *inp,      \
+      const gpc_tensor *weight, const gpc_tensor *bias))                                           \
+    X(matmul_backward_dgelu, (gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,            \
+      const gpc_tensor *dout, const gpc_tensor *inp, const gpc_tensor *weight,                     \
+      const gpc_tensor *gelu_inp))                                                                 \
+    X(sum, (gpc_tensor *acc, const gpc_tensor *x))
+/* clang-format on */
+
+#define GPC_OPS_FIELD(name, params) gpc_status(*name) params;
+
 typedef struct gpc_ops_table {
-    gpc_status (*embedding_forward)(gpc_tensor *out, const gpc_tensor *tokens,
-                                    const gpc_tensor *wte, const gpc_tensor *wpe);
-    gpc_status (*embedding_backward)(gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,
-                                     const gpc_tensor *tokens);
-    gpc_status (*layernorm_forward)(gpc_tensor *out, gpc_tensor *mean, gpc_tensor *rstd,
-                                    const gpc_tensor *inp, const gpc_tensor *weight,
-                                    const gpc_tensor *bias);
-    gpc_status (*layernorm_backward)(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                     const gpc_tensor *dout, const gpc_tensor *inp,
-                                     const gpc_tensor *weight, const gpc_tensor *mean,
-                                     const gpc_tensor *rstd);
-    /* Optional: NULL means ops.c runs residual_forward then layernorm_forward. */
-    gpc_status (*residual_layernorm_forward)(gpc_tensor *residual, gpc_tensor *out,
-                                             gpc_tensor *mean, gpc_tensor *rstd,
-                                             const gpc_tensor *a, const gpc_tensor *b,
-                                             const gpc_tensor *weight, const gpc_tensor *bias);
-    gpc_status (*matmul_forward)(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
-                                 const gpc_tensor *bias);
-    gpc_status (*matmul_backward)(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                  const gpc_tensor *dout, const gpc_tensor *inp,
-                                  const gpc_tensor *weight);
-    gpc_status (*gelu_forward)(gpc_tensor *out, const gpc_tensor *inp);
-    gpc_status (*gelu_backward)(gpc_tensor *dinp, const gpc_tensor *inp, const gpc_tensor *dout);
-    gpc_status (*residual_forward)(gpc_tensor *out, const gpc_tensor *a, const gpc_tensor *b);
-    gpc_status (*attention_forward)(gpc_tensor *out, gpc_tensor *lse, const gpc_tensor *qkv,
-                                    int num_heads);
-    gpc_status (*attention_backward)(gpc_tensor *dqkv, const gpc_tensor *dout,
-                                     const gpc_tensor *qkv, const gpc_tensor *out,
-                                     const gpc_tensor *lse, int num_heads);
-    gpc_status (*crossentropy_forward_backward)(gpc_tensor *losses, gpc_tensor *dlogits,
-                                                const gpc_tensor *logits, const gpc_tensor *targets,
-                                                int vocab_size, float dloss);
-    gpc_status (*sum_squares)(gpc_tensor *acc, const gpc_tensor *x);
-    gpc_status (*adamw)(gpc_tensor *params, gpc_tensor *master, const gpc_tensor *grads,
-                        gpc_tensor *m, gpc_tensor *v, const gpc_adamw_args *args);
-    gpc_status (*convert)(gpc_tensor *dst, const gpc_tensor *src);
-    gpc_status (*scale)(gpc_tensor *x, float factor);
-    /* Optional: NULL means ops.c composes matmul_forward and gelu_forward. */
-    gpc_status (*matmul_gelu_forward)(gpc_tensor *out_pre, gpc_tensor *out_gelu,
-                                      const gpc_tensor *inp, const gpc_tensor *weight,
-                                      const gpc_tensor *bias);
-    /* Optional: NULL means ops.c composes matmul_backward and gelu_backward. */
-    gpc_status (*matmul_backward_dgelu)(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                        const gpc_tensor *dout, const gpc_tensor *inp,
-                                        const gpc_tensor *weight, const gpc_tensor *gelu_inp);
-    gpc_status (*sum)(gpc_tensor *acc, const gpc_tensor *x);
+    GPC_OPS_LIST(GPC_OPS_FIELD)
 } gpc_ops_table;
 
 #endif /* GPC_OPS_BACKEND_H */
