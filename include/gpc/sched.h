@@ -155,6 +155,13 @@ typedef struct sched_policy_config {
     sched_numa_rule numa_rules[SCHED_MAX_NUMA_RULES];
     int numa_rule_count;
     double shortest_first_points; /* points per halving of the GPU time a job asks for */
+    /* preemption guards (policy.c): a victim has run at least min_runtime
+     * (doubled for each time it was preempted before), the waiting job's
+     * effective priority exceeds the victim's by margin points, and the job
+     * could not start within grace seconds anyway */
+    double preempt_min_runtime;
+    double preempt_margin;
+    double preempt_grace; /* mirrors sched_config.preempt_grace */
 } sched_policy_config;
 
 typedef struct {
@@ -258,6 +265,12 @@ typedef struct {
 /* The job's place in the queue: its priority, plus aging when enabled. */
 double sched_policy_effective_priority(const sched_policy_config *policy, const sched_job *job,
                                        double now);
+/* Whether the preemption policy lets `job` (waiting) stop `victim`
+ * (running) at `now`: lower base priority, effective priority preempt_margin
+ * below, run at least preempt_min_runtime (doubled per earlier preemption),
+ * and not ending by itself within preempt_grace. */
+int sched_policy_may_preempt(const sched_policy_config *policy, const sched_job *job,
+                             const sched_job *victim, double now);
 /* Whether the job may use this GPU now (task type, memory, exclusivity). */
 int sched_policy_gpu_admits(const sched_policy_config *policy, const sched_gpu *gpu,
                             const sched_job *job);

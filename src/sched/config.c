@@ -73,6 +73,12 @@ static const config_option options[] = {
      "are looked up in sysfs."},
     {"preempt_grace", NUM(OPT_DURATION, preempt_grace), "30s",
      "Time a preempted or cancelled job gets between SIGTERM and SIGKILL (to checkpoint)."},
+    {"preempt_min_runtime", NUM(OPT_DURATION, policy.preempt_min_runtime), "10m",
+     "With preemption: a job is not preempted before it has run this long, and each time it "
+     "was preempted doubles that (so no job is stopped over and over)."},
+    {"preempt_margin", NUM(OPT_NUMBER, policy.preempt_margin), "20",
+     "With preemption: a waiting job preempts only jobs of lower base priority whose effective "
+     "priority (with aging and shortest_first) is at least this many points below its own."},
     {"kill_grace", NUM(OPT_DURATION, kill_grace), "10s",
      "Time between SIGTERM and SIGKILL when a job passes its time limit."},
     {"sample_interval", NUM(OPT_DURATION, sample_interval), "1s",
@@ -144,6 +150,9 @@ gpc_status sched_config_set(sched_config *config, const char *key, const char *v
         if (sched_duration_parse(value, &v) != GPC_OK)
             return gpc_error_context(GPC_ERR_INVALID_ARG, "%s: ", key);
         *(double *)field = v;
+        /* the scheduling pass sees only the policy part of the config, and
+         * needs the grace to tell whether preempting would gain anything */
+        if (field == (char *)&config->preempt_grace) config->policy.preempt_grace = v;
         return GPC_OK;
     }
     case OPT_NUMBER: {

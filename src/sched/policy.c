@@ -21,7 +21,12 @@
  *                 its GPUs only if their time limit ends before it could start
  *                 (off: nothing passes a blocked job)
  *   preemption    a blocked job may stop running jobs of lower priority
- *                 (SIGTERM, grace, SIGKILL; they return to the queue)
+ *                 (SIGTERM, grace, SIGKILL; they return to the queue), with
+ *                 guards against churn: only jobs of lower base priority
+ *                 whose effective priority is preempt_margin points below
+ *                 its own, only jobs that have run preempt_min_runtime
+ *                 (doubled per earlier preemption), and never when the job
+ *                 could start within the grace period anyway
  *   shortest_first  short jobs first: a job gains shortest_first_points for
  *                 each halving of the GPU time it asks for (time limit x
  *                 GPUs); with aging nothing starves (opt in, not in "all")
@@ -305,6 +310,8 @@ static double reserve(const sched_cluster *cluster, const sched_job *job, unsign
 static int victim_cmp(const void *a, const void *b) {
     const sched_job *x = *(sched_job *const *)a, *y = *(sched_job *const *)b;
     if (x->priority != y->priority) return x->priority - y->priority;
+    /* the fewest GPUs: a small job needing one GPU should not stop eight */
+    if (x->gpus != y->gpus) return x->gpus - y->gpus;
     /* the most recently started loses the least work */
     if (x->start_time != y->start_time) return x->start_time > y->start_time ? -1 : 1;
     return 0;
@@ -327,23 +334,54 @@ static void account_without(const sched_policy_config *policy, sched_cluster *si
     }
 }
 
+int sched_policy_may_preempt(const sched_policy_config *policy, const sched_job *job,
+                             const sched_job *victim, double now) {
+    /* Base priorities first: aging and shortest_first must not let jobs of
+     * equal priority stop each other (each would overtake the other in
+     * turn as it waits, and they would ping-pong). */
+    if (victim->priority >= job->priority) return 0;
+    /* Then the same order the queue uses, with a margin: a victim the queue
+     * would put ahead of the job (or about level with it) would be requeued
+     * only to take its GPUs back at once. */
+    if (sched_policy_effective_priority(policy, job, now) <
+        sched_policy_effective_priority(policy, victim, now) + policy->preempt_margin)
+        return 0;
+    /* Let it run a while first: stopping a job that just started throws
+     * away its start-up (loading, warm-up) for little gain. Each earlier
+     * preemption doubles the protection, so no job is stopped over and over. */
+    int times = victim->preemptions < 16 ? victim->preemptions : 16;
+    if (now - victim->start_time < policy->preempt_min_runtime * (double)(1 << times)) return 0;
+    /* A victim whose time limit ends within the grace frees its GPUs as soon
+     * by itself. */
+    if (victim->time_limit > 0 &&
+        victim->start_time + victim->time_limit <= now + policy->preempt_grace)
+        return 0;
+    return 1;
+}
+
 /* Chooses running jobs of lower priority whose GPUs would let `job` start.
  * Jobs already stopping count as gone. Returns decisions written. */
 static int preempt_for(const sched_policy_config *policy, const sched_cluster *cluster,
-                       const sched_job *job, sched_job *const *running, int nrunning,
+                       const sched_job *job, sched_job *const *running, int nrunning, double now,
                        sched_decision *out, int max_out) {
     sched_job **keep = malloc(sizeof *keep * (size_t)(nrunning + 1));
     sched_job **victims = malloc(sizeof *victims * (size_t)(nrunning + 1));
     sched_cluster *sim = malloc(sizeof *sim);
     int nkeep = 0, nvictims = 0, written = 0, gpus[SCHED_MAX_GPUS];
+    unsigned char reserved[SCHED_MAX_GPUS];
     if (!keep || !victims || !sim) goto done;
     for (int i = 0; i < nrunning; i++) {
         if (running[i]->stop_reason != SCHED_STOP_NONE) continue;
         keep[nkeep++] = running[i];
-        if (running[i]->priority < job->priority) victims[nvictims++] = running[i];
+        if (sched_policy_may_preempt(policy, job, running[i], now))
+            victims[nvictims++] = running[i];
     }
+    if (nvictims == 0) goto done;
     account_without(policy, sim, cluster, keep, nkeep);
     if (place_masked(policy, sim, job, NULL, gpus) > 0) goto done; /* wait for those stopping */
+    /* GPUs that the running jobs' time limits free within the grace would
+     * start the job as soon as preempting could. */
+    if (reserve(sim, job, reserved) <= now + policy->preempt_grace) goto done;
     qsort(victims, (size_t)nvictims, sizeof *victims, victim_cmp);
     for (int v = 0; v < nvictims; v++) {
         for (int i = 0; i < nkeep; i++)
@@ -431,7 +469,7 @@ int sched_schedule(const sched_policy_config *policy, sched_cluster *cluster,
         if (blocked_seen) continue;
         blocked_seen = 1;
         if (policy->flags & SCHED_POLICY_PREEMPTION) {
-            int n = preempt_for(policy, cluster, job, running, nrunning, decisions + written,
+            int n = preempt_for(policy, cluster, job, running, nrunning, now, decisions + written,
                                 max_decisions - written);
             written += n;
             stats->preempted += n;

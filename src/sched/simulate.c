@@ -210,7 +210,10 @@ gpc_status sched_simulate(const sched_trace *trace, const sched_policy_config *p
     double t0 = gpc_time_seconds();
     simulation s;
     memset(&s, 0, sizeof s);
-    s.policy = policy;
+    /* the pass weighs preemption against the grace the simulation gives */
+    sched_policy_config sim_policy = *policy;
+    sim_policy.preempt_grace = options->preempt_grace;
+    s.policy = &sim_policy;
     s.options = options;
     s.result = result;
     s.n = trace->count;

@@ -323,6 +323,8 @@ static void test_preemption_requeues(void **state) {
     test_gpcd g = {0};
     g.dir = test_tmpdir("api");
     test_gpcd_config(&g, g.dir, "simulated:1x80GB");
+    /* the default protects a job for its first 10 minutes */
+    TEST_OK(sched_config_set(&g.config, "preempt_min_runtime", "0.1s"));
     test_gpcd_start(&g);
     /* the low job reports SIGTERM (as gpc train does when it checkpoints) */
     int64_t low =

@@ -540,6 +540,114 @@ static void test_value_parsers(void **state) {
     assert_int_equal(st, SCHED_PREEMPTED);
 }
 
+/* The preemption guards, each against its rule worked out directly: a
+ * random cluster state (priorities, ages, run times, earlier preemptions)
+ * and sched_policy_may_preempt's answer compared with the rule's formula;
+ * then whole passes on hand-made cases. */
+static void test_preemption_guards(void **state) {
+    (void)state;
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 19);
+    double now = 1e6;
+    sched_policy_config p =
+        policy_with(SCHED_POLICY_PRIORITY | SCHED_POLICY_AGING | SCHED_POLICY_PREEMPTION);
+    p.preempt_min_runtime = 60 + gpc_rng_uniform64(&rng) * 1800;
+    p.preempt_margin = gpc_rng_uniform64(&rng) * 40;
+    p.preempt_grace = 1 + gpc_rng_uniform64(&rng) * 60;
+    int allowed = 0, refused = 0;
+    for (int trial = 0; trial < 2000; trial++) {
+        sched_job *job = job_make(1, 1, 0, (int)gpc_rng_below(&rng, 101), SCHED_TYPE_TRAIN,
+                                  now - gpc_rng_uniform64(&rng) * 10 * 3600);
+        sched_job *victim = job_make(2, 1, 0, (int)gpc_rng_below(&rng, 101), SCHED_TYPE_TRAIN,
+                                     now - gpc_rng_uniform64(&rng) * 10 * 3600);
+        double ran = gpc_rng_uniform64(&rng) * 4 * p.preempt_min_runtime;
+        job_run_on(victim, now - ran, 1, (int[]){0});
+        victim->preemptions = (int)gpc_rng_below(&rng, 3);
+        victim->time_limit = gpc_rng_below(&rng, 2) ? ran + gpc_rng_uniform64(&rng) * 120 : 0;
+        double pj = job->priority + p.aging_per_hour * (now - job->submit_time) / 3600;
+        double pv = victim->priority + p.aging_per_hour * (now - victim->submit_time) / 3600;
+        int want = victim->priority < job->priority && pj >= pv + p.preempt_margin &&
+                   ran >= p.preempt_min_runtime * (1 << victim->preemptions) &&
+                   !(victim->time_limit > 0 && victim->time_limit - ran <= p.preempt_grace);
+        int got = sched_policy_may_preempt(&p, job, victim, now);
+        if (got != want)
+            fail_msg("trial %d: may_preempt %d, want %d (prio %d/%d, eff %.2f/%.2f, ran %.0f, "
+                     "preemptions %d, limit %.0f)",
+                     trial, got, want, job->priority, victim->priority, pj, pv, ran,
+                     victim->preemptions, victim->time_limit);
+        allowed += want;
+        refused += !want;
+        sched_job_free(job);
+        sched_job_free(victim);
+    }
+    assert_true(allowed > 20 && refused > 20); /* both sides of the rules were reached */
+
+    /* hand-made passes on one GPU: a fresh high job and a low one running */
+    p.preempt_min_runtime = 600;
+    p.preempt_margin = 20;
+    p.preempt_grace = 30;
+    sched_cluster c;
+    cluster_init(&c, 1, 80);
+    sched_job *low = job_make(1, 1, 10, SCHED_PRIORITY_LOW, SCHED_TYPE_TRAIN, now - 1000);
+    sched_job *high = job_make(2, 1, 10, SCHED_PRIORITY_HIGH, SCHED_TYPE_TRAIN, now);
+    sched_job *running[] = {low};
+    sched_job *pending[] = {high};
+    sched_decision d[8];
+    /* min runtime: 599 s run is protected, 600 s is not */
+    job_run_on(low, now - 599, 1, (int[]){0});
+    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
+    low->start_time = now - 600;
+    int n = sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL);
+    assert_int_equal(n, 1);
+    assert_int_equal(preempted(d, n, 1), 1);
+    /* preempted once before: protected for twice as long */
+    low->preemptions = 1;
+    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
+    low->start_time = now - 1200;
+    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 1);
+    low->preemptions = 0;
+    low->start_time = now - 600;
+    /* margin: high (90) against low (10) aged to 71 (19 points below) is
+     * not enough, aged to 70 (20 below) is */
+    low->submit_time = now - 6.1 * 3600;
+    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
+    low->submit_time = now - 6.0 * 3600;
+    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 1);
+    /* no ping-pong: a low job that waited so long it would be requeued
+     * ahead of the high one is not stopped for it */
+    low->submit_time = now - 20 * 3600;
+    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
+    low->submit_time = now - 1000;
+    /* equal base priority never preempts, however long the waiting job aged */
+    high->priority = SCHED_PRIORITY_LOW;
+    high->submit_time = now - 30 * 3600;
+    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
+    high->priority = SCHED_PRIORITY_HIGH;
+    high->submit_time = now;
+    /* the GPU frees by its time limit within the grace: wait, do not stop */
+    low->time_limit = 600 + 29;
+    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
+    low->time_limit = 600 + 31;
+    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 1);
+    low->time_limit = 0;
+
+    /* two GPUs: another job's time limit frees the other GPU within the
+     * grace, so the low job is not stopped; past the grace it is */
+    cluster_init(&c, 2, 80);
+    sched_job *ending = job_make(3, 1, 10, SCHED_PRIORITY_HIGH, SCHED_TYPE_TRAIN, now - 1000);
+    job_run_on(ending, now - 900, 1, (int[]){1});
+    ending->time_limit = 900 + 10;
+    sched_job *running2[] = {low, ending};
+    assert_int_equal(sched_schedule(&p, &c, pending, 1, running2, 2, now, d, 8, NULL), 0);
+    ending->time_limit = 900 + 3600;
+    n = sched_schedule(&p, &c, pending, 1, running2, 2, now, d, 8, NULL);
+    assert_int_equal(n, 1);
+    assert_int_equal(preempted(d, n, 1), 1);
+    sched_job_free(low);
+    sched_job_free(high);
+    sched_job_free(ending);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_priority_orders_queue),
@@ -551,6 +659,7 @@ int main(void) {
         cmocka_unit_test(test_locality),
         cmocka_unit_test(test_backfill),
         cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_preemption_guards),
         cmocka_unit_test(test_pass_never_overcommits),
         cmocka_unit_test(test_value_parsers),
     };

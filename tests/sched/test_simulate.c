@@ -33,6 +33,16 @@ static sched_trace parse(const char *text) {
     return t;
 }
 
+static sched_sim_result run_with(const char *text, const sched_policy_config *p, int gpus,
+                                 double grace, double tick, double *jct) {
+    sched_trace t = parse(text);
+    sched_sim_options o = {gpus, 80ull << 30, grace, tick};
+    sched_sim_result r;
+    TEST_OK(sched_simulate(&t, p, &o, &r, jct));
+    sched_trace_free(&t);
+    return r;
+}
+
 static sched_sim_result run(const char *text, unsigned flags, int gpus, double grace, double *jct) {
     sched_trace t = parse(text);
     sched_policy_config p = policy_with(flags);
@@ -104,7 +114,9 @@ static void test_preemption_by_hand(void **state) {
                         "0,100,1,low\n"
                         "10,20,1,high\n";
     double jct[2];
-    sched_sim_result r = run(trace, SCHED_POLICY_PRIORITY | SCHED_POLICY_PREEMPTION, 1, 5, jct);
+    sched_policy_config p = policy_with(SCHED_POLICY_PRIORITY | SCHED_POLICY_PREEMPTION);
+    p.preempt_min_runtime = 10; /* A has run exactly that long at 10 */
+    sched_sim_result r = run_with(trace, &p, 1, 5, 0, jct);
     const double want[2] = {35 + 90, 35 - 10};
     assert_jcts(jct, want, 2);
     assert_int_equal(r.preemptions, 1);
@@ -113,6 +125,52 @@ static void test_preemption_by_hand(void **state) {
     assert_true(fabs(r.mean_wait - 12.5) < 1e-9);
     /* busy: 15 + 20 + 90 GPU-seconds over 125 */
     assert_true(fabs(r.utilization - 125.0 / 125.0) < 1e-12);
+}
+
+/* preempt_min_runtime: the high job arriving at 10 waits until the low one
+ * has run 60 s (the once-a-second pass sees it at 60); the low job keeps
+ * its 60 s of work, holds the GPU for the 5 s grace, and resumes after the
+ * high one at 85 with 40 s left. */
+static void test_preemption_min_runtime_by_hand(void **state) {
+    (void)state;
+    const char *trace = "submit,duration,gpus,priority\n"
+                        "0,100,1,low\n"
+                        "10,20,1,high\n";
+    double jct[2];
+    sched_policy_config p = policy_with(SCHED_POLICY_PRIORITY | SCHED_POLICY_PREEMPTION);
+    p.preempt_min_runtime = 60;
+    sched_sim_result r = run_with(trace, &p, 1, 5, 1, jct);
+    const double want[2] = {85 + 40, 85 - 10};
+    assert_jcts(jct, want, 2);
+    assert_int_equal(r.preemptions, 1);
+}
+
+/* No ping-pong: a low job that has aged past a fresh high one (10 + 10 h x
+ * 10 points = 110 > 90) would be requeued ahead of it and take its GPU
+ * back at once, over and over; it is not preempted, and the high job
+ * waits for it. Two jobs of equal base priority never preempt each other,
+ * whichever has aged more. */
+static void test_preemption_no_ping_pong_by_hand(void **state) {
+    (void)state;
+    const char *trace = "submit,duration,gpus,priority\n"
+                        "0,72000,1,low\n"
+                        "36000,100,1,high\n"
+                        "36000,100,1,low\n";
+    double jct[3];
+    sched_policy_config p =
+        policy_with(SCHED_POLICY_PRIORITY | SCHED_POLICY_AGING | SCHED_POLICY_PREEMPTION);
+    sched_sim_result r = run_with(trace, &p, 1, 5, 60, jct);
+    const double want[3] = {72000, 72100 - 36000, 72200 - 36000};
+    assert_jcts(jct, want, 3);
+    assert_int_equal(r.preemptions, 0);
+    /* equal base priority: the second job ages for 10 h and never stops the first */
+    const char *equal = "submit,duration,gpus,priority\n"
+                        "0,72000,1,normal\n"
+                        "1,100,1,normal\n";
+    r = run_with(equal, &p, 1, 5, 60, jct);
+    const double want_equal[2] = {72000, 72100 - 1};
+    assert_jcts(jct, want_equal, 2);
+    assert_int_equal(r.preemptions, 0);
 }
 
 /* Past its time limit a job is stopped and counts as timed out. */
@@ -385,6 +443,8 @@ int main(void) {
         cmocka_unit_test(test_fifo_by_hand),
         cmocka_unit_test(test_backfill_by_hand),
         cmocka_unit_test(test_preemption_by_hand),
+        cmocka_unit_test(test_preemption_min_runtime_by_hand),
+        cmocka_unit_test(test_preemption_no_ping_pong_by_hand),
         cmocka_unit_test(test_time_limit_by_hand),
         cmocka_unit_test(test_shortest_first_by_hand),
         cmocka_unit_test(test_shortest_first_formula),
