@@ -45,11 +45,15 @@ static void test_endpoints(void **state) {
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 41);
     unsigned token = gpc_rng_u32(&rng);
-    char body[512];
+    /* the job runs until the test creates DIR/go, so "running" cannot be
+     * missed by a slow poll (ASan, a loaded CI machine) */
+    char body[4608], go[4200];
+    snprintf(go, sizeof go, "%s/go", g.dir);
     snprintf(body, sizeof body,
-             "{\"command\":[\"sh\",\"-c\",\"echo out-%u; echo err-%u >&2; sleep 0.3\"],"
+             "{\"command\":[\"sh\",\"-c\",\"echo out-%u; echo err-%u >&2; "
+             "while [ ! -e %s ]; do sleep 0.02; done\"],"
              "\"gpus\":2,\"mem\":\"40G\",\"priority\":\"high\",\"type\":\"train\",\"name\":\"t\"}",
-             token, token);
+             token, token, go);
     int64_t id = test_submit(g.socket, body);
     assert_int_equal(id, 1);
     json_t *job = test_wait_state(g.socket, id, "running", 5);
@@ -59,6 +63,9 @@ static void test_endpoints(void **state) {
     assert_int_equal(json_array_size(json_object_get(job, "assigned_gpus")), 2);
     assert_int_equal(json_integer_value(json_object_get(job, "owner_uid")), (json_int_t)geteuid());
     json_decref(job);
+    FILE *flag = fopen(go, "w");
+    assert_non_null(flag);
+    fclose(flag);
     job = test_wait_state(g.socket, id, "completed", 5);
     assert_int_equal(json_integer_value(json_object_get(job, "exit_code")), 0);
     json_t *events = json_object_get(job, "events");
@@ -343,7 +350,8 @@ static void test_preemption_requeues(void **state) {
         if (gpc_time_seconds() > end) fail_msg("the low job never printed 'started'");
         usleep(20000);
     }
-    int64_t high = test_submit(g.socket, "{\"command\":[\"sleep\",\"0.5\"],\"priority\":\"high\"}");
+    /* long enough that its "running" is seen, short enough to keep the test quick */
+    int64_t high = test_submit(g.socket, "{\"command\":[\"sleep\",\"2\"],\"priority\":\"high\"}");
     json_t *j = test_wait_state(g.socket, low, "preempted", 5);
     assert_int_equal(json_integer_value(json_object_get(j, "preemptions")), 1);
     json_decref(j);

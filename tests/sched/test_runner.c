@@ -20,6 +20,45 @@ static char *read_log(test_gpcd *g, int64_t id) {
     return r.body;
 }
 
+/* Creates an empty file: the flag a test job waits for. */
+static void touch(const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) fail_msg("cannot create %s", path);
+    fclose(f);
+}
+
+static void start(test_gpcd *g, const char *gpus);
+
+/* 1 while pid runs. A zombie has ended: without gpcd nobody reaps it (and
+ * the container's init may not either). */
+static int process_running(pid_t pid) {
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char *got = fgets(line, sizeof line, f);
+    fclose(f);
+    char *paren = got ? strrchr(line, ')') : NULL;
+    return paren && paren[1] == ' ' && paren[2] != 'Z' && paren[2] != 'X';
+}
+
+/* The pid of a running job: "running" is recorded just before the fork, so
+ * the pid may come a moment later. */
+static pid_t wait_pid(test_gpcd *g, int64_t id) {
+    double end = gpc_time_seconds() + 5;
+    for (;;) {
+        json_t *j = test_job(g->socket, id);
+        const char *state = json_string_value(json_object_get(j, "state"));
+        json_int_t pid = json_integer_value(json_object_get(j, "pid"));
+        int running = state && strcmp(state, "running") == 0;
+        json_decref(j);
+        if (running && pid > 0) return (pid_t)pid;
+        if (gpc_time_seconds() > end)
+            fail_msg("job %lld never showed a running pid", (long long)id);
+        usleep(20000);
+    }
+}
+
 static void start(test_gpcd *g, const char *gpus) {
     memset(g, 0, sizeof *g);
     g->dir = test_tmpdir("runner");
@@ -132,27 +171,36 @@ static void test_reattach_after_restart(void **state) {
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 52);
     int code = 2 + (int)gpc_rng_below(&rng, 100);
-    char body[256];
-    /* A: still running when gpcd comes back; B: ends while gpcd is down */
+    /* A: still running when gpcd comes back; B: ends while gpcd is down.
+     * Each waits for a flag file the test creates, so the order of events
+     * does not depend on how fast a loaded machine runs the test. */
+    char body[9000], a_go[4200], b_go[4200];
+    snprintf(a_go, sizeof a_go, "%s/a-go", g.dir);
+    snprintf(b_go, sizeof b_go, "%s/b-go", g.dir);
     snprintf(body, sizeof body,
-             "{\"command\":[\"sh\",\"-c\",\"echo a-start; sleep 1.5; echo a-end; exit %d\"]}",
-             code);
+             "{\"command\":[\"sh\",\"-c\",\"echo a-start; while [ ! -e %s ]; do sleep 0.02; "
+             "done; echo a-end; exit %d\"]}",
+             a_go, code);
     int64_t a = test_submit(g.socket, body);
-    int64_t b = test_submit(g.socket, "{\"command\":[\"sh\",\"-c\",\"sleep 0.3; exit 5\"]}");
-    json_t *ja = test_wait_state(g.socket, a, "running", 5);
-    pid_t pid_a = (pid_t)json_integer_value(json_object_get(ja, "pid"));
-    json_decref(ja);
-    json_decref(test_wait_state(g.socket, b, "running", 5));
+    snprintf(body, sizeof body,
+             "{\"command\":[\"sh\",\"-c\",\"while [ ! -e %s ]; do sleep 0.02; done; exit 5\"]}",
+             b_go);
+    int64_t b = test_submit(g.socket, body);
+    pid_t pid_a = wait_pid(&g, a), pid_b = wait_pid(&g, b);
+    json_t *ja, *jb;
     test_gpcd_stop(&g); /* gpcd goes away; the jobs do not */
     assert_true(kill(pid_a, 0) == 0);
-    usleep(600 * 1000); /* B ends meanwhile */
+    touch(b_go); /* B ends meanwhile */
+    for (double end = gpc_time_seconds() + 5; process_running(pid_b);) {
+        if (gpc_time_seconds() > end) fail_msg("job B (pid %d) did not end", (int)pid_b);
+        usleep(20000);
+    }
     test_gpcd_start(&g);
     ja = test_job(g.socket, a);
     assert_string_equal(json_string_value(json_object_get(ja, "state")), "running");
     assert_int_equal(json_integer_value(json_object_get(ja, "pid")), pid_a);
     json_decref(ja);
-    json_t *jb = test_job(g.socket, b);
-    assert_string_equal(json_string_value(json_object_get(jb, "state")), "failed");
+    jb = test_wait_state(g.socket, b, "failed", 5);
     assert_int_equal(json_integer_value(json_object_get(jb, "exit_code")), 5);
     assert_non_null(
         strstr(json_string_value(json_object_get(jb, "message")), "finished while gpcd was down"));
@@ -163,6 +211,7 @@ static void test_reattach_after_restart(void **state) {
     json_t *jw = test_job(g.socket, both);
     assert_string_equal(json_string_value(json_object_get(jw, "state")), "queued");
     json_decref(jw);
+    touch(a_go);
     ja = test_wait_state(g.socket, a, "failed", 5);
     assert_int_equal(json_integer_value(json_object_get(ja, "exit_code")), code);
     json_decref(ja);
