@@ -35,7 +35,7 @@ for _ in $(seq 100); do [[ -S $GPC_SOCKET ]] && break; sleep 0.05; done
 # submit: the id alone on the last line of stdout
 token=$RANDOM$RANDOM
 out=$("$GPC" submit --gpus 2 --mem 40G --priority high --type train --name exp -- \
-  sh -c "echo hello-$token; echo warn-$token >&2; sleep 1; echo done-$token")
+  sh -c "echo hello-$token; echo warn-$token >&2; while [ ! -e $work/go ]; do sleep 0.05; done; echo done-$token")
 id=$(printf '%s\n' "$out" | tail -1)
 [[ $id =~ ^[0-9]+$ ]] || fail "submit printed '$out', not an id"
 [[ $id == 1 ]] || fail "first job id $id"
@@ -57,7 +57,9 @@ PY
 "$GPC" show "$id" | grep -q "^job $id: running" || fail "show text: $("$GPC" show "$id")"
 "$GPC" queue | grep -qE "^$id +running +[^ ]+ +high +train +2 +40.0 GiB" || fail "queue: $("$GPC" queue)"
 
-# logs -f follows until the job ends, with stdout and stderr
+# logs -f follows until the job ends, with stdout and stderr (the job runs
+# until $work/go exists, so the checks above cannot race its end)
+( sleep 0.5; touch "$work/go" ) &
 "$GPC" logs "$id" -f >"$work/logs.txt"
 printf 'hello-%s\nwarn-%s\ndone-%s\n' "$token" "$token" "$token" | cmp -s - "$work/logs.txt" ||
   fail "logs -f: $(cat "$work/logs.txt")"

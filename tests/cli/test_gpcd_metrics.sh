@@ -27,8 +27,15 @@ api() { curl -sf --unix-socket "$sock" "http://gpcd$1" "${@:2}"; }
 api /jobs -d '{"command":["sleep","30"],"gpus":2,"type":"train"}' >/dev/null
 api /jobs -d '{"command":["sleep","30"],"gpus":1,"type":"infer","mem":"20G"}' >/dev/null
 echo "0 temperature 91" >"$work/sim"
-for _ in $(seq 100); do api /alerts | grep -q temperature && break; sleep 0.05; done
-api /metrics >"$work/metrics.txt"
+# wait until the alert is up and both jobs run and are sampled as such (a
+# loaded machine may need more than one sampling pass)
+for _ in $(seq 200); do
+  api /metrics >"$work/metrics.txt"
+  grep -q '^gpcd_running_jobs 2$' "$work/metrics.txt" &&
+    grep -q '^gpcd_alert_active{gpu="0",kind="temperature"} 1$' "$work/metrics.txt" &&
+    [[ $(grep -c '^gpcd_gpu_busy{gpu="[0-7]"} 1$' "$work/metrics.txt") == 3 ]] && break
+  sleep 0.05
+done
 promtool check metrics <"$work/metrics.txt" || fail "promtool: $(promtool check metrics <"$work/metrics.txt" 2>&1)"
 grep -q '^gpcd_running_jobs 2$' "$work/metrics.txt" || fail "running jobs: $(grep running_jobs "$work/metrics.txt")"
 grep -q '^gpcd_gpu_temperature_celsius{gpu="0"} 91$' "$work/metrics.txt" || fail "temperature"
