@@ -2,7 +2,7 @@
 # test_ddp_mpi.sh: data parallelism on the CPU over MPI. At the same global
 # batch, `mpirun -np N gpc train` must compute what one process computes:
 # the same loss at every step and the same weights and AdamW moments at the
-# end (norm-wise within 2e-5: the sums run in another order), for 2, 4 and 8
+# end (norm-wise within 1e-4: the sums run in another order), for 2, 4 and 8
 # processes, with --zero 0 and --zero 1, small and single buckets, and
 # gradient accumulation on top. A checkpoint written by 2 processes resumes
 # in 1 process (another world size) and continues as the uninterrupted run,
@@ -46,8 +46,8 @@ if ! "${mpi[@]}" 1 "$GPC" train --data "$data" --out "$work/probe" --collectives
   exit 1
 fi
 
-seed=$(( $(date +%s%N) % 100000 ))
-echo "seed $seed"
+seed=${GPC_TEST_SEED:-$(( $(date +%s%N) % 100000 ))}
+echo "seed $seed (set GPC_TEST_SEED to repeat)"
 common=(--data "$data" --layers 2 --heads 2 --channels 32 --context 16 --total-batch 256 --steps 4
         --device cpu --lr 1e-2 --warmup 1 --eval-every 0 --checkpoint-every 2 --seed "$seed")
 
@@ -61,10 +61,14 @@ train() { # NAME NP ARGS...: one run into $work/NAME
   fi || fail "$name: exit $?: $(tail -3 "$work/$name.err")"
 }
 
-# compare REF RUN [TOL]: losses of every step, then weights, m and v of the
-# final checkpoint, norm-wise within TOL (default 2e-5)
+# compare REF RUN: losses of every step within 1e-5, then weights, m and v of
+# the final checkpoint norm-wise within 1e-4. Typical differences are 2e-6;
+# on some seeds AdamW turns the rounding of a near-zero gradient into a whole
+# step of opposite sign, and the later steps carry it into m and v (seen up to
+# 3.3e-5 with 2 ranks). A wrong gradient scale or a lost bucket moves m and v
+# by whole factors, far beyond 1e-4.
 compare() {
-  python3 - "$work/$1" "$work/$2" "${3:-2e-5}" <<'PY' || fail "$2 differs from $1"
+  python3 - "$work/$1" "$work/$2" "1e-4" <<'PY' || fail "$2 differs from $1"
 import array, json, os, sys
 ref, run, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
 def losses(d):
@@ -84,13 +88,15 @@ def arrays(d):
 # norm-wise: AdamW divides by sqrt(v), so an element whose gradient is
 # almost zero turns rounding of the summation order into a visible step;
 # the arrays as a whole must agree to float rounding
+errs = []
 for name, x, y in zip(("weights", "m", "v"), arrays(ref), arrays(run)):
     norm = sum(p * p for p in x) ** 0.5
-    err = sum((p - q) ** 2 for p, q in zip(x, y)) ** 0.5 / norm
-    if err > tol:
-        print(f"{run}: {name} differ by {err:.2e} (relative)")
+    errs.append(sum((p - q) ** 2 for p, q in zip(x, y)) ** 0.5 / norm)
+    if errs[-1] > tol:
+        print(f"{run}: {name} differ by {errs[-1]:.2e} (relative)")
         sys.exit(1)
-print(f"{os.path.basename(run)}: losses within {worst:.1e}, weights/m/v match")
+print(f"{os.path.basename(run)}: losses within {worst:.1e}, weights/m/v within "
+      + "/".join(f"{e:.1e}" for e in errs))
 PY
 }
 
@@ -101,11 +107,7 @@ train np4_z0 4 --batch 4 --zero 0 --bucket-mb 0.01     # many small buckets
 train np4_z1 4 --batch 2 --zero 1 --bucket-mb 0        # one bucket, 2 micro-steps
 train np8_z0 8 --batch 2 --zero 0                      # 8 ranks, 1 micro-step each
 train np8_z1 8 --batch 2 --zero 1
-for r in np2_z0 np2_z1 np4_z0 np4_z1; do compare one "$r"; done
-# 8 ranks sum 8 partial gradients in yet another order; over a few seeds the
-# weights differ by up to 2.3e-5 norm-wise (AdamW's division by sqrt(v)
-# magnifies the rounding of near-zero gradients), so these get 6e-5
-for r in np8_z0 np8_z1; do compare one "$r" 6e-5; done
+for r in np2_z0 np2_z1 np4_z0 np4_z1 np8_z0 np8_z1; do compare one "$r"; done
 
 # only rank 0 writes the run folder and reports
 [[ $(grep -c "trained 4 steps" "$work/np4_z0.out") -eq 1 ]] || fail "np4_z0 printed: $(cat "$work/np4_z0.out")"
