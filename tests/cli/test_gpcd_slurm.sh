@@ -146,9 +146,11 @@ done
 
 # a 2-"GPU" job that succeeds
 g=$(( cpus >= 2 ? 2 : 1 ))
-b=$("$GPC" submit --gpus "$g" -- sh -c 'sleep 1; echo fine' 2>/dev/null | tail -1)
+# (jobs here wait for a flag file, so the checks while they run cannot race their end)
+b=$("$GPC" submit --gpus "$g" -- sh -c "while [ ! -e $work/go-b ]; do sleep 0.05; done; echo fine" 2>/dev/null | tail -1)
 wait_state "$b" running 30
 [[ $(field "$b" '["message"]') == "Slurm job $(slurm_id "$b") on gpcnode" ]] || fail "running message: $(field "$b" '["message"]')"
+touch "$work/go-b"
 wait_state "$b" completed 30
 [[ $(field "$b" '["exit_code"]') == 0 ]] || fail "job $b exit code"
 [[ $("$GPC" logs "$b") == fine ]] || fail "job $b logs"
@@ -169,11 +171,12 @@ msg=$(field "$d" '["message"]')
 [[ $msg == "Slurm refused the job: sbatch: error: "* ]] || fail "refused message: $msg"
 
 # gpcd restarts while a job runs in Slurm: the job is followed to its end
-e=$("$GPC" submit -- sh -c 'sleep 3; exit 0' 2>/dev/null | tail -1)
+e=$("$GPC" submit -- sh -c "while [ ! -e $work/go-e ]; do sleep 0.05; done; exit 0" 2>/dev/null | tail -1)
 wait_state "$e" running 30
 kill "$gpcd_pid"; wait "$gpcd_pid" 2>/dev/null || true
 start_gpcd
 [[ $(field "$e" '["state"]') == running ]] || fail "after restart job $e is $(field "$e" '["state"]')"
+touch "$work/go-e"
 wait_state "$e" completed 30
 [[ $(grep -c "handed to Slurm as job $(slurm_id "$e")" "$work/gpcd.log") == 1 ]] || fail "job $e was submitted twice"
 grep -q "backend = slurm: 1 job(s) already in Slurm" "$work/gpcd.log" || fail "restart did not find the job"
