@@ -6,7 +6,8 @@
 #
 # Environment: STEPS (timed steps, default 10), OUT (folder for logs, default
 # ./gpu-out), SKIP_TORCH=1 to leave out the PyTorch runs, KERNELS=0 to leave
-# out the kernel benchmarks (4, 5), RECOMPUTE_LEVELS (default "1 2").
+# out the kernel benchmarks (4, 5), RECOMPUTE_LEVELS (default "1 2"), VARIANTS
+# (extra runs of the step under other settings, e.g. "tune:GPC_MATMUL_TUNE=1").
 #
 # What runs, each printing a RESULT line:
 #   1. gpc train --device cuda on synthetic shards (d12, B=64, T=1024,
@@ -66,6 +67,12 @@ GPC_CUDA_PROFILE=1 timeout 120 "$build/bench/bench_gpt2_step" --steps 2 --warmup
 # the same step without the GELU epilogues (two kernels instead), and with recomputation
 say "-- without the GELU epilogues (GPC_MATMUL_GELU=0):"
 GPC_MATMUL_GELU=0 timeout 200 "$build/bench/bench_gpt2_step" --steps "$steps" 2>&1 | grep RESULT | sed 's/RESULT gpc /RESULT gpc_nogelu /' | tee -a "$log"
+# variants of the step, each NAME:VAR=VALUE[,VAR=VALUE]: VARIANTS="tune:GPC_MATMUL_TUNE=1"
+for v in ${VARIANTS-}; do
+  name=${v%%:*} envs=${v#*:}
+  say "-- variant $name (${envs//,/ }):"
+  env ${envs//,/ } timeout 200 "$build/bench/bench_gpt2_step" --steps "$steps" 2>&1 | grep RESULT | sed "s/RESULT gpc /RESULT gpc_$name /" | tee -a "$log"
+done
 for r in ${RECOMPUTE_LEVELS-1 2}; do
   say "-- --recompute $r:"
   timeout 200 "$build/bench/bench_gpt2_step" --steps "$steps" --recompute "$r" 2>&1 | grep RESULT | sed "s/RESULT gpc /RESULT gpc_recompute$r /" | tee -a "$log"
@@ -99,6 +106,9 @@ ng, r1, r2 = get("gpc_nogelu", "tokens_per_s"), get("gpc_recompute1", "tokens_pe
 for name, v in (("gpc (model API)", g), ("gpc train", gt), ("PyTorch", t), ("gpc no GELU epi.", ng),
                 ("gpc --recompute 1", r1), ("gpc --recompute 2", r2)):
     if v: print(f"{name:18s} {v:10.0f} tokens/s")
+for name, v in re.findall(r"RESULT gpc_(\w+) .*?tokens_per_s=([0-9.]+)", text):
+    if name not in ("train", "nogelu", "recompute1", "recompute2", "attention", "attention_simple"):
+        print(f"gpc {name:14s} {float(v):10.0f} tokens/s" + (f" ({float(v) / g:.3f}x the default)" if g else ""))
 if t and (g or gt):
     print(f"ratio gpc/PyTorch: model API {g / t if g else float('nan'):.3f}, gpc train {gt / t if gt else float('nan'):.3f}")
 af, ab = get("gpc_attention", "fwd_ms"), get("gpc_attention", "bwd_ms")

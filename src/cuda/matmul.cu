@@ -15,7 +15,10 @@
  * One cuBLASLt handle and one 32 MiB workspace per GPU (NVIDIA recommends
  * 32 MiB on Hopper), created at the first product. The algorithm for a shape
  * comes from cuBLASLt's heuristic once and is cached, so the step does not
- * pay the heuristic on every call. The bias gradient is a column sum of dout
+ * pay the heuristic on every call. With GPC_MATMUL_TUNE=1 the first call of
+ * a large shape times cuBLASLt's best few candidates (up to 8) on the GPU and
+ * keeps the fastest; the run then depends on timing, so two runs may pick
+ * different algorithms and differ in the last bits. The bias gradient is a column sum of dout
  * in two deterministic passes (partial sums per block of rows with 16-byte
  * loads, then their sum in order); cuBLASLt's BGRADB epilogue on the dweight
  * product can do it instead (GPC_MATMUL_BGRAD=1), but measured no faster.
@@ -119,6 +122,80 @@ static int alignment(const void *p) {
     return align;
 }
 
+/* GPC_MATMUL_TUNE=1: time the heuristic's candidates at a shape's first call. */
+static int tune_enabled(void) {
+    const char *e = getenv("GPC_MATMUL_TUNE");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+#define MATMUL_TUNE_CANDIDATES 8
+#define MATMUL_TUNE_REPEATS 3
+#define MATMUL_TUNE_MIN_FLOP 1e9             /* smaller products are not worth the timing */
+#define MATMUL_TUNE_MAX_SCRATCH (512u << 20) /* the largest temporary output timing may use */
+
+/* The fastest of count candidates for the product described by desc/la/lb/ld,
+ * timed on the current stream (one warm-up run, then MATMUL_TUNE_REPEATS).
+ * The runs write D, aux and the bias gradient; when that would change the
+ * result (beta != 0 accumulates into D; D aliasing an input), they write a
+ * zeroed scratch matrix instead, and when the scratch would be too large the
+ * heuristic's first choice stands. Returns the index of the winner; any
+ * candidate that fails is skipped. */
+static int tune_pick(matmul_device *md, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                     cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld,
+                     const cublasLtMatmulHeuristicResult_t *cand, int count, const void *a,
+                     const void *b, void *d, const void *aux, float beta, size_t d_bytes) {
+    cudaStream_t stream = gpc_cuda_stream();
+    void *target = d, *scratch = NULL;
+    if (beta != 0.0f || d == a || d == b || d == aux) {
+        if (d_bytes > MATMUL_TUNE_MAX_SCRATCH || cudaMalloc(&scratch, d_bytes) != cudaSuccess) {
+            cudaGetLastError();
+            return 0;
+        }
+        if (cudaMemsetAsync(scratch, 0, d_bytes, stream) != cudaSuccess) {
+            cudaGetLastError();
+            cudaFree(scratch);
+            return 0;
+        }
+        target = scratch;
+    }
+    cudaEvent_t start = NULL, stop = NULL;
+    int best = 0;
+    float best_ms = 0.0f;
+    if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+        cudaGetLastError();
+        goto out;
+    }
+    for (int i = 0; i < count; i++) {
+        float alpha = 1.0f, ms = 0.0f;
+        int ok = cublasLtMatmul(md->handle, desc, &alpha, a, la, b, lb, &beta, target, ld, target,
+                                ld, &cand[i].algo, md->workspace, MATMUL_WORKSPACE_BYTES,
+                                stream) == CUBLAS_STATUS_SUCCESS;
+        ok = ok && cudaEventRecord(start, stream) == cudaSuccess;
+        for (int r = 0; ok && r < MATMUL_TUNE_REPEATS; r++)
+            ok = cublasLtMatmul(md->handle, desc, &alpha, a, la, b, lb, &beta, target, ld, target,
+                                ld, &cand[i].algo, md->workspace, MATMUL_WORKSPACE_BYTES,
+                                stream) == CUBLAS_STATUS_SUCCESS;
+        ok = ok && cudaEventRecord(stop, stream) == cudaSuccess &&
+             cudaEventSynchronize(stop) == cudaSuccess &&
+             cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
+        if (!ok) {
+            cudaGetLastError();
+            continue;
+        }
+        if (i == 0 || ms < best_ms) best = i, best_ms = ms;
+    }
+    gpc_log(GPC_LOG_DEBUG, "matmul: tuned over %d candidates, picked #%d (%.3f ms)", count, best,
+            best_ms / MATMUL_TUNE_REPEATS);
+out:
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+    if (scratch) {
+        cudaStreamSynchronize(stream);
+        cudaFree(scratch);
+    }
+    return best;
+}
+
 /* What the epilogue does with GELU: nothing; D = gelu(X) with X (the
  * pre-activation) also written to aux (forward); D = X * gelu'(aux) (the
  * backward of a layer whose input was gelu(aux)). aux is m x n with leading
@@ -201,8 +278,9 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
             goto done;
         }
         if (!hit) {
-            cublasLtMatmulHeuristicResult_t result;
+            cublasLtMatmulHeuristicResult_t result[MATMUL_TUNE_CANDIDATES];
             int found = 0;
+            int tune = tune_enabled() && 2.0 * m * n * k >= MATMUL_TUNE_MIN_FLOP;
             size_t ws = MATMUL_WORKSPACE_BYTES;
             uint32_t al_a = key.align_a, al_b = key.align_b, al_d = key.align_d;
             LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -216,7 +294,8 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
                 pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
             LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
                 pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
-            if (cublasLtMatmulAlgoGetHeuristic(md->handle, desc, la, lb, ld, ld, pref, 1, &result,
+            if (cublasLtMatmulAlgoGetHeuristic(md->handle, desc, la, lb, ld, ld, pref,
+                                               tune ? MATMUL_TUNE_CANDIDATES : 1, result,
                                                &found) != CUBLAS_STATUS_SUCCESS ||
                 found == 0) {
                 pthread_mutex_lock(&matmul_lock);
@@ -233,7 +312,11 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
                                    gelu ? " and a GELU epilogue" : "");
                 goto done;
             }
-            algo = result.algo;
+            algo = result[0].algo;
+            if (tune && found > 1)
+                algo = result[tune_pick(md, desc, la, lb, ld, result, found, a, b, d, aux, beta,
+                                        (size_t)ldd * (size_t)n * gpc_dtype_size(dtype))]
+                           .algo;
             pthread_mutex_lock(&matmul_lock);
             matmul_cache_entry *e = &md->cache[md->next];
             md->next = (md->next + 1) % MATMUL_CACHE_SIZE;
