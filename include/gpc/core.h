@@ -163,6 +163,9 @@ typedef struct gpc_backend {
     void (*event_destroy)(gpc_event event);
     gpc_status (*event_record)(gpc_event event, gpc_stream stream);
     gpc_status (*stream_wait_event)(gpc_stream stream, gpc_event event);
+    /* The host waits until the work before the event's last record is done
+     * (at once when it was never recorded). Callable from any thread. */
+    gpc_status (*event_synchronize)(gpc_event event);
     gpc_status (*event_elapsed_ms)(gpc_event start, gpc_event stop, float *ms);
     /* The device's marketing name ("NVIDIA H200", or the CPU model). */
     gpc_status (*device_name)(int index, char *buf, size_t size);

@@ -109,6 +109,11 @@ static gpc_status cpu_stream_wait_event(gpc_stream stream, gpc_event event) {
     return GPC_OK;
 }
 
+static gpc_status cpu_event_synchronize(gpc_event event) {
+    (void)event;
+    return GPC_OK;
+}
+
 static gpc_status cpu_event_elapsed_ms(gpc_event start, gpc_event stop, float *ms) {
     *ms = (float)((*(double *)stop - *(double *)start) * 1e3);
     return GPC_OK;
@@ -150,6 +155,7 @@ const gpc_backend gpc_cpu_backend = {
     .event_destroy = cpu_event_destroy,
     .event_record = cpu_event_record,
     .stream_wait_event = cpu_stream_wait_event,
+    .event_synchronize = cpu_event_synchronize,
     .event_elapsed_ms = cpu_event_elapsed_ms,
     .device_name = cpu_device_name,
     .ops = &gpc_cpu_ops,

@@ -123,6 +123,11 @@ static gpc_status cuda_stream_wait_event(gpc_stream stream, gpc_event event) {
     return GPC_OK;
 }
 
+static gpc_status cuda_event_synchronize(gpc_event event) {
+    GPC_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)event));
+    return GPC_OK;
+}
+
 static gpc_status cuda_event_elapsed_ms(gpc_event start, gpc_event stop, float *ms) {
     GPC_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)stop));
     GPC_CUDA_CHECK(cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)stop));
@@ -157,6 +162,7 @@ static gpc_backend make_backend(void) {
     b.event_destroy = cuda_event_destroy;
     b.event_record = cuda_event_record;
     b.stream_wait_event = cuda_stream_wait_event;
+    b.event_synchronize = cuda_event_synchronize;
     b.event_elapsed_ms = cuda_event_elapsed_ms;
     b.device_name = cuda_device_name;
     b.ops = &gpc_cuda_ops;
