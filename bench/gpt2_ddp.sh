@@ -4,13 +4,16 @@
 #
 #   bench/gpt2_ddp.sh [BUILD_DIR]     (default build-gpu; built if missing)
 #
-# Environment: STEPS (timed steps, default 8), NPROC (GPUs, default 2), OUT
+# Environment: STEPS (timed steps, default 8), NPROC (GPUs, default 2), ACCUM
+# (micro-steps per GPU in a step, default 1; ACCUM=4 on 2 GPUs is the
+# 524,288-token step of the single-GPU benchmark), RUNS (names of the runs
+# below to do, default all), OUT
 # (logs, default ./gpu-out), SKIP_TORCH=1 to leave PyTorch out. If .deps/cuda
 # holds the Debian packages the GPU machine lacks, they are unpacked as in
 # scripts/gpu-check.sh.
 #
 # Runs (micro-batch 64 x 1024 per GPU, bf16, synthetic tokens), each a RESULT:
-#   1gpu       gpc train, 1 GPU, total batch 2 x 64 x 1024 (2 micro-steps)
+#   1gpu       gpc train, 1 GPU, the same total batch (2 x ACCUM micro-steps)
 #              (with NPROC=1, the default on a one-GPU machine, everything runs
 #              at 64 x 1024 on one GPU: the NCCL path with a world of one)
 #   z0         gpc launch --nproc 2 -- gpc train --zero 0 (total batch the same
@@ -66,7 +69,8 @@ data=/tmp/gpc-ddp-data
 rm -rf "$data"
 "$gpc" data synth --vocab 50257 --tokens 6000000 --out "$data" >>"$log" 2>&1 || { say "data synth failed"; exit 1; }
 B=64 T=1024
-total=$((B * T * np))
+accum=${ACCUM:-1}
+total=$((B * T * np * accum))
 common=(--data "$data" --model d12 --context $T --batch $B --total-batch $total --steps $((steps + 2))
         --device cuda --precision bf16 --eval-every 0 --checkpoint-every 0 --seed 7)
 
@@ -74,6 +78,7 @@ common=(--data "$data" --model d12 --context $T --batch $B --total-batch $total 
 run() {
   local name=$1
   shift
+  [[ -n ${RUNS:-} && " $RUNS " != *" $name "* ]] && return
   local dir=/tmp/gpc-ddp-$name
   rm -rf "$dir"
   timeout 240 "$@" "${common[@]}" --out "$dir" >"$out/$name.log" 2>&1
@@ -109,6 +114,7 @@ run z0_b100 "${ddp[@]}" --zero 0 --bucket-mb 100
 
 if [[ ${SKIP_TORCH:-0} != 1 ]]; then
   timeout 300 "${launch[@]}" python3 "$root/bench/reference/gpt2_torch_ddp.py" --steps "$steps" \
+    --total-batch "$total" \
     >"$out/torch_ddp.log" 2>&1
   grep -E "RESULT|Error" "$out/torch_ddp.log" | tail -3 | tee -a "$log"
 fi
