@@ -63,6 +63,9 @@ if [[ $mode == all || $mode == test ]]; then
   (cd "$build" && timeout 300 ctest -R '^gpu_' --output-on-failure) >"$out/tests.log" 2>&1
   note "gpu tests: $(grep -E 'tests passed|tests failed' "$out/tests.log")"
   grep -E "FAILED|Failed|error|relative error|seed" "$out/tests.log" | head -40 | tee -a "$summary"
+  # the same tests with the GEMM algorithms picked by timing (GPC_MATMUL_TUNE=1)
+  (cd "$build" && GPC_MATMUL_TUNE=1 timeout 300 ctest -R '^gpu_test_cuda_(ops|model)' --output-on-failure) >"$out/tests-tune.log" 2>&1
+  note "gpu tests with GPC_MATMUL_TUNE=1: $(grep -E 'tests passed|tests failed' "$out/tests-tune.log")"
   export GPC_TEST_SEED=12345
   timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
     "$build/tests/gpu_test_cuda_ops" >"$out/memcheck.log" 2>&1
