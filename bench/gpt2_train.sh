@@ -7,7 +7,8 @@
 # Environment: STEPS (timed steps, default 10), OUT (folder for logs, default
 # ./gpu-out), SKIP_TORCH=1 to leave out the PyTorch runs, KERNELS=0 to leave
 # out the kernel benchmarks (4, 5), RECOMPUTE_LEVELS (default "1 2"), VARIANTS
-# (extra runs of the step under other settings, e.g. "tune:GPC_MATMUL_TUNE=1").
+# (extra runs of the step under other settings, e.g. "tune:GPC_MATMUL_TUNE=1
+# fusedbwd:GPC_ATTENTION_BWD=fused").
 #
 # What runs, each printing a RESULT line:
 #   1. gpc train --device cuda on synthetic shards (d12, B=64, T=1024,
@@ -86,6 +87,7 @@ fi
 # 4. attention, 5. GEMMs (KERNELS=0 leaves them out)
 if [[ ${KERNELS:-1} != 0 ]]; then
   timeout 120 "$build/bench/bench_attention_bench" 2>&1 | tee -a "$log"
+  GPC_ATTENTION_BWD=fused timeout 120 "$build/bench/bench_attention_bench" 2>&1 | sed 's/gpc_attention/gpc_attention_fused/' | tee -a "$log"
   GPC_ATTENTION=simple timeout 120 "$build/bench/bench_attention_bench" --reps 3 2>&1 | sed 's/gpc_attention/gpc_attention_simple/' | tee -a "$log"
   [[ ${SKIP_TORCH:-0} != 1 ]] && timeout 120 python3 "$root/bench/attention_bench.py" 2>&1 | tail -2 | tee -a "$log"
   timeout 180 "$build/bench/bench_gemm_bench" 2>&1 | tee -a "$log"
@@ -115,4 +117,8 @@ af, ab = get("gpc_attention", "fwd_ms"), get("gpc_attention", "bwd_ms")
 sf, sb = get("torch_sdpa", "fwd_ms"), get("torch_sdpa", "bwd_ms")
 if af and sf:
     print(f"attention fwd+bwd: gpc {af + ab:.3f} ms, SDPA {sf + sb:.3f} ms, gpc/SDPA time {(af + ab) / (sf + sb):.3f}")
+ff, fb = get("gpc_attention_fused", "fwd_ms"), get("gpc_attention_fused", "bwd_ms")
+if ff and ab:
+    print(f"attention backward: one kernel (fused) {fb:.3f} ms against two kernels {ab:.3f} ms"
+          + (f", fused fwd+bwd / SDPA {(ff + fb) / (sf + sb):.3f}" if sf else ""))
 PY

@@ -66,6 +66,13 @@ if [[ $mode == all || $mode == test ]]; then
   # the same tests with the GEMM algorithms picked by timing (GPC_MATMUL_TUNE=1)
   (cd "$build" && GPC_MATMUL_TUNE=1 timeout 300 ctest -R '^gpu_test_cuda_(ops|model)' --output-on-failure) >"$out/tests-tune.log" 2>&1
   note "gpu tests with GPC_MATMUL_TUNE=1: $(grep -E 'tests passed|tests failed' "$out/tests-tune.log")"
+  # and with the one-kernel attention backward (GPC_ATTENTION_BWD=fused)
+  (cd "$build" && GPC_ATTENTION_BWD=fused timeout 300 ctest -R '^gpu_test_cuda_(ops|model|curve)' --output-on-failure) >"$out/tests-fused.log" 2>&1
+  note "gpu tests with GPC_ATTENTION_BWD=fused: $(grep -E 'tests passed|tests failed' "$out/tests-fused.log")"
+  grep -E "FAILED|Failed|relative error" "$out/tests-fused.log" | head -20 | tee -a "$summary"
+  GPC_ATTENTION_BWD=fused GPC_TEST_FILTER='*attention*' timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$build/tests/gpu_test_cuda_ops" >"$out/racecheck-fused.log" 2>&1
+  note "racecheck, fused attention backward: exit $? $(grep 'RACECHECK SUMMARY\|ERROR SUMMARY' "$out/racecheck-fused.log" | tail -1)"
   export GPC_TEST_SEED=12345
   timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
     "$build/tests/gpu_test_cuda_ops" >"$out/memcheck.log" 2>&1

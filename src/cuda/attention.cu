@@ -23,7 +23,9 @@
  * with D = rowsum(dO * O) from a small kernel first. Splitting dq from dk/dv
  * recomputes two of the five products but needs no atomics: every output
  * element is written by one thread, so the gradients are the same bits on
- * every run.
+ * every run. GPC_ATTENTION_BWD=fused runs FA2's one-kernel backward instead:
+ * the dk/dv loop also adds dS K into an f32 dq buffer with atomics (five
+ * products rather than seven; dq then differs in its last bits run to run).
  *
  * Any other head size or f32 runs a simple kernel, one warp per row (exact
  * and slow: it exists for tests and unusual shapes, not for training).
@@ -437,6 +439,178 @@ __global__ __launch_bounds__(ATT_THREADS) void att_backward_dkdv_kernel(
     att_store_rows(db + 2 * C, stride, k0 + warp * 16, T_, dv, 1.0f, 1.0f, lane);
 }
 
+/* acc[16 x 64] += A[16 x 64] . tile, A given as operand fragments and the
+ * tile's rows the reduction axis. */
+template <typename T>
+__device__ __forceinline__ void att_mma_ab(float acc[8][4], const uint32_t a[4][4], const T *tile,
+                                           int lane) {
+#pragma unroll
+    for (int kc = 0; kc < 4; kc++) {
+#pragma unroll
+        for (int dt = 0; dt < 8; dt += 2) {
+            uint32_t b0, b1, b2, b3;
+            att_ldsm_x4_t(b0, b1, b2, b3,
+                          tile + (kc * 16 + (lane & 15)) * ATT_PAD + dt * 8 + (lane >> 4) * 8);
+            att_mma<T>(acc[dt], a[kc], b0, b1);
+            att_mma<T>(acc[dt + 1], a[kc], b2, b3);
+        }
+    }
+}
+
+__device__ __forceinline__ void att_red_add2(float *dst, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd((float2 *)dst, make_float2(x, y));
+#else
+    atomicAdd(dst, x);
+    atomicAdd(dst + 1, y);
+#endif
+}
+
+/* The one-kernel backward (GPC_ATTENTION_BWD=fused): the dk/dv kernel's loop,
+ * plus dQ_i += dS_ij K_j for each query tile it visits, added into dq_acc
+ * (f32 [B*NH, T, 64], zeroed first) with atomics; att_dq_store_kernel then
+ * scales and stores it. Five products instead of seven, at the price of the
+ * atomics and of run-to-run differences in the last bits of dq. dS goes
+ * through shared memory (over the Q tile just used) to be transposed. */
+template <typename T>
+__global__ __launch_bounds__(ATT_THREADS) void att_backward_fused_kernel(
+    float *dq_acc, T *dqkv, const T *qkv, const T *dout, const float *lse, const float *dsum,
+    int T_, int NH, float scale_log2, float scale) {
+    __shared__ __align__(16) T q_s[2][ATT_TILE * ATT_PAD];
+    __shared__ __align__(16) T do_s[2][ATT_TILE * ATT_PAD];
+    __shared__ __align__(16) T k_s[ATT_TILE * ATT_PAD];
+    __shared__ float lse_s[2][ATT_TILE], d_s[2][ATT_TILE];
+    int kt = blockIdx.x;
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    int C = NH * ATT_HS, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int nq = (T_ + ATT_TILE - 1) / ATT_TILE;
+    int64_t stride = 3 * (int64_t)C;
+    const T *qb = qkv + (int64_t)b * T_ * stride + h * ATT_HS, *kb = qb + C, *vb = qb + 2 * C;
+    const T *dob = dout + (int64_t)b * T_ * C + h * ATT_HS;
+    const float *lse_b = lse + (int64_t)bh * T_, *d_b = dsum + (int64_t)bh * T_;
+    float *dq_b = dq_acc + (int64_t)bh * T_ * ATT_HS;
+    int k0 = kt * ATT_TILE;
+
+    att_load_tile(k_s, kb, k0, T_, stride);
+    att_load_tile(do_s[1], vb, k0, T_, stride);
+    att_load_tile(q_s[0], qb, k0, T_, stride);
+    att_load_tile(do_s[0], dob, k0, T_, C);
+    att_cp_commit();
+    if (threadIdx.x < ATT_TILE) {
+        int t = k0 + threadIdx.x;
+        lse_s[0][threadIdx.x] = t < T_ ? lse_b[t] * ATT_LOG2E : INFINITY;
+        d_s[0][threadIdx.x] = t < T_ ? d_b[t] : 0.0f;
+    }
+    att_cp_wait<0>();
+    __syncthreads();
+    uint32_t ka[4][4], va[4][4];
+    att_load_a(ka, k_s, warp, lane);
+    att_load_a(va, do_s[1], warp, lane);
+    __syncthreads();
+
+    float dk[8][4], dv[8][4];
+    att_zero(dk);
+    att_zero(dv);
+    int key_g = k0 + warp * 16 + (lane >> 2);
+    for (int i = kt; i < nq; i++) {
+        int buf = (i - kt) & 1;
+        if (i + 1 < nq) {
+            int nb = buf ^ 1, q1 = (i + 1) * ATT_TILE;
+            att_load_tile(q_s[nb], qb, q1, T_, stride);
+            att_load_tile(do_s[nb], dob, q1, T_, C);
+            att_cp_commit();
+            if (threadIdx.x < ATT_TILE) {
+                int t = q1 + threadIdx.x;
+                lse_s[nb][threadIdx.x] = t < T_ ? lse_b[t] * ATT_LOG2E : INFINITY;
+                d_s[nb][threadIdx.x] = t < T_ ? d_b[t] : 0.0f;
+            }
+            att_cp_wait<1>();
+        } else {
+            att_cp_wait<0>();
+        }
+        __syncthreads();
+        T *qs = q_s[buf];
+        const T *dos = do_s[buf];
+        {
+            float st[8][4], dpt[8][4];
+            att_zero(st);
+            att_zero(dpt);
+            att_mma_abt<T>(st, ka, qs, lane);
+            att_mma_abt<T>(dpt, va, dos, lane);
+            bool diag = i == kt;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int qi = nt * 8 + (lane & 3) * 2 + (e & 1);
+                    float p = exp2f(st[nt][e] * scale_log2 - lse_s[buf][qi]);
+                    if (diag && key_g + (e >> 1) * 8 > i * ATT_TILE + qi) p = 0.0f;
+                    st[nt][e] = p;
+                    dpt[nt][e] = p * (dpt[nt][e] - d_s[buf][qi]);
+                }
+            att_mma_pv<T>(dv, st, dos, lane);
+            att_mma_pv<T>(dk, dpt, qs, lane);
+            __syncthreads(); /* every warp is done with this Q tile: dS^T goes over it */
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    int key = warp * 16 + (lane >> 2) + r * 8, qi = nt * 8 + (lane & 3) * 2;
+                    *(uint32_t *)(qs + key * ATT_PAD + qi) =
+                        att_pack<T>(dpt[nt][2 * r], dpt[nt][2 * r + 1]);
+                }
+        }
+        __syncthreads();
+        /* dQ rows 16*warp.. of this query tile: dS (queries x keys, read
+         * transposed from the keys-major tile) times K (keys x 64). */
+        uint32_t dsa[4][4];
+#pragma unroll
+        for (int kc = 0; kc < 4; kc++) {
+            int m = lane >> 3;
+            att_ldsm_x4_t(dsa[kc][0], dsa[kc][1], dsa[kc][2], dsa[kc][3],
+                          qs + (kc * 16 + (m >> 1) * 8 + (lane & 7)) * ATT_PAD + warp * 16 +
+                              (m & 1) * 8);
+        }
+        float dq[8][4];
+        att_zero(dq);
+        att_mma_ab<T>(dq, dsa, k_s, lane);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int t = i * ATT_TILE + warp * 16 + (lane >> 2) + r * 8;
+            if (t >= T_) continue;
+            float *row = dq_b + (int64_t)t * ATT_HS;
+#pragma unroll
+            for (int dt = 0; dt < 8; dt++)
+                att_red_add2(row + dt * 8 + (lane & 3) * 2, dq[dt][2 * r], dq[dt][2 * r + 1]);
+        }
+        __syncthreads(); /* the tile is refilled by the next iteration's prefetch */
+    }
+    T *db = dqkv + (int64_t)b * T_ * stride + h * ATT_HS;
+    att_store_rows(db + C, stride, k0 + warp * 16, T_, dk, scale, scale, lane);
+    att_store_rows(db + 2 * C, stride, k0 + warp * 16, T_, dv, 1.0f, 1.0f, lane);
+}
+
+/* dqkv's q third = scale * dq_acc, eight elements a thread. */
+template <typename T>
+__global__ void att_dq_store_kernel(T *dqkv, const float *dq_acc, int B, int T_, int NH,
+                                    float scale) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t n = (int64_t)B * NH * T_ * (ATT_HS / 8);
+    if (i >= n) return;
+    int d8 = (int)(i % (ATT_HS / 8)) * 8;
+    int64_t row = i / (ATT_HS / 8);
+    int t = (int)(row % T_), bh = (int)(row / T_), b = bh / NH, h = bh % NH;
+    const float4 *src = (const float4 *)(dq_acc + row * ATT_HS + d8);
+    float4 x = src[0], y = src[1];
+    int64_t C = (int64_t)NH * ATT_HS;
+    uint4 packed;
+    packed.x = att_pack<T>(x.x * scale, x.y * scale);
+    packed.y = att_pack<T>(x.z * scale, x.w * scale);
+    packed.z = att_pack<T>(y.x * scale, y.y * scale);
+    packed.w = att_pack<T>(y.z * scale, y.w * scale);
+    *(uint4 *)(dqkv + ((int64_t)b * T_ + t) * 3 * C + h * ATT_HS + d8) = packed;
+}
+
 /* ----------------------------------------------------------- simple path */
 
 /* One warp per row; lane l holds dimensions l, l+32, l+64, l+96. */
@@ -652,8 +826,14 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
                          "head size of at most %d",
                          op, s.hs, ATT_NAIVE_MAX_HS);
     int64_t rows = (int64_t)s.B * s.NH * s.T;
+    const char *bwd_env = getenv("GPC_ATTENTION_BWD");
+    int fused = fast && bwd_env && !strcmp(bwd_env, "fused");
+    /* scratch: dsum [rows], then (fused) the f32 dq accumulator [rows, 64] */
+    size_t dsum_bytes = ((size_t)rows * sizeof(float) + 255) & ~(size_t)255;
     void *dsum;
-    GPC_TRY(gpc_cuda_scratch((size_t)rows * sizeof(float), &dsum));
+    GPC_TRY(
+        gpc_cuda_scratch(dsum_bytes + (fused ? (size_t)rows * ATT_HS * sizeof(float) : 0), &dsum));
+    float *dq_acc = (float *)((char *)dsum + dsum_bytes);
     float scale = 1.0f / sqrtf((float)s.hs);
     cudaStream_t st = gpc_cuda_stream();
     GPC_CUDA_DISPATCH(out->dtype, E, {
@@ -661,6 +841,30 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
             (float *)dsum, (const E *)dout->data, (const E *)out->data, s.B, s.T, s.NH, s.hs);
     });
     GPC_CUDA_CHECK_LAUNCH();
+    if (fused) {
+        unsigned tiles = (unsigned)((s.T + ATT_TILE - 1) / ATT_TILE);
+        dim3 grid(tiles, (unsigned)(s.B * s.NH));
+        float sl2 = scale * ATT_LOG2E;
+        GPC_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, (size_t)rows * ATT_HS * sizeof(float), st));
+        unsigned store_blocks = gpc_cuda_blocks(rows * (ATT_HS / 8), 256);
+        if (out->dtype == GPC_BF16) {
+            typedef gpc_bf16_t E;
+            att_backward_fused_kernel<E><<<grid, ATT_THREADS, 0, st>>>(
+                dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
+                (const float *)lse->data, (const float *)dsum, s.T, s.NH, sl2, scale);
+            att_dq_store_kernel<E>
+                <<<store_blocks, 256, 0, st>>>((E *)dqkv->data, dq_acc, s.B, s.T, s.NH, scale);
+        } else {
+            typedef gpc_f16_t E;
+            att_backward_fused_kernel<E><<<grid, ATT_THREADS, 0, st>>>(
+                dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
+                (const float *)lse->data, (const float *)dsum, s.T, s.NH, sl2, scale);
+            att_dq_store_kernel<E>
+                <<<store_blocks, 256, 0, st>>>((E *)dqkv->data, dq_acc, s.B, s.T, s.NH, scale);
+        }
+        GPC_CUDA_CHECK_LAUNCH();
+        return GPC_OK;
+    }
     if (fast) {
         unsigned tiles = (unsigned)((s.T + ATT_TILE - 1) / ATT_TILE);
         dim3 grid(tiles, (unsigned)(s.B * s.NH));
