@@ -32,7 +32,13 @@
  *
  * Scores are scaled by 1/sqrt(hs) and handled in base 2 inside the kernels
  * (exp2 is one instruction); lse is stored in natural log, as the CPU does.
+ *
+ * The entry points at the end also choose the path (gpc_attention_path):
+ * these kernels, or cuDNN's fused flash attention (attention_cudnn.cu),
+ * which computes the same lse, so a forward of one and a backward of the
+ * other agree.
  */
+#include "cuda/attention_cudnn.h"
 #include "cuda/cuda_common.cuh"
 
 #include <math.h>
@@ -457,13 +463,39 @@ __device__ __forceinline__ void att_mma_ab(float acc[8][4], const uint32_t a[4][
     }
 }
 
-__device__ __forceinline__ void att_red_add2(float *dst, float x, float y) {
+/* Adds a warp's 16 x 64 accumulator rows to the f32 rows row0.. of dst
+ * (row length 64). Neighbouring lanes swap halves first, so each lane holds
+ * four consecutive columns and issues one 16-byte atomic where it would
+ * issue two 8-byte ones (Hopper adds float4 atomically). */
+__device__ __forceinline__ void att_atomic_add_rows(float *dst, int row0, int T_,
+                                                    const float acc[8][4], int lane) {
+    int odd = lane & 1;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int t = row0 + (lane >> 2) + r * 8;
+#pragma unroll
+        for (int dt = 0; dt < 8; dt += 2) {
+            /* even lanes keep tile dt and take the odd neighbour's dt values;
+             * odd lanes keep tile dt + 1 and take the even neighbour's */
+            float give0 = odd ? acc[dt][2 * r] : acc[dt + 1][2 * r];
+            float give1 = odd ? acc[dt][2 * r + 1] : acc[dt + 1][2 * r + 1];
+            float got0 = __shfl_xor_sync(0xffffffffu, give0, 1);
+            float got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+            int tile = odd ? dt + 1 : dt;
+            float4 v = odd ? make_float4(got0, got1, acc[dt + 1][2 * r], acc[dt + 1][2 * r + 1])
+                           : make_float4(acc[dt][2 * r], acc[dt][2 * r + 1], got0, got1);
+            if (t >= T_) continue;
+            float *p = dst + (int64_t)t * ATT_HS + tile * 8 + (lane & 2) * 2;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    atomicAdd((float2 *)dst, make_float2(x, y));
+            atomicAdd((float4 *)p, v);
 #else
-    atomicAdd(dst, x);
-    atomicAdd(dst + 1, y);
+            atomicAdd(p, v.x);
+            atomicAdd(p + 1, v.y);
+            atomicAdd(p + 2, v.z);
+            atomicAdd(p + 3, v.w);
 #endif
+        }
+    }
 }
 
 /* The one-kernel backward (GPC_ATTENTION_BWD=fused): the dk/dv kernel's loop,
@@ -574,15 +606,7 @@ __global__ __launch_bounds__(ATT_THREADS) void att_backward_fused_kernel(
         float dq[8][4];
         att_zero(dq);
         att_mma_ab<T>(dq, dsa, k_s, lane);
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            int t = i * ATT_TILE + warp * 16 + (lane >> 2) + r * 8;
-            if (t >= T_) continue;
-            float *row = dq_b + (int64_t)t * ATT_HS;
-#pragma unroll
-            for (int dt = 0; dt < 8; dt++)
-                att_red_add2(row + dt * 8 + (lane & 3) * 2, dq[dt][2 * r], dq[dt][2 * r + 1]);
-        }
+        att_atomic_add_rows(dq_b, i * ATT_TILE + warp * 16, T_, dq, lane);
         __syncthreads(); /* the tile is refilled by the next iteration's prefetch */
     }
     T *db = dqkv + (int64_t)b * T_ * stride + h * ATT_HS;
@@ -753,15 +777,107 @@ static att_shape att_shape_of(const gpc_tensor *qkv, int num_heads) {
 }
 
 /* The tensor-core kernels need bf16/f16, head size 64 and 16-byte aligned
- * rows; GPC_ATTENTION=simple forces the simple kernels (for comparisons). */
-static int att_fast(gpc_dtype dtype, const att_shape *s, const void *const *ptrs, int n) {
-    const char *env = getenv("GPC_ATTENTION");
-    if (env && !strcmp(env, "simple")) return 0;
+ * rows; the path simple forces the simple kernels (for comparisons). */
+static int att_fast(gpc_attention_path path, gpc_dtype dtype, const att_shape *s,
+                    const void *const *ptrs, int n) {
+    if (path == GPC_ATTENTION_SIMPLE) return 0;
     if ((dtype != GPC_BF16 && dtype != GPC_F16) || s->hs != ATT_HS) return 0;
     for (int i = 0; i < n; i++)
         if (!gpc_cuda_aligned16(ptrs[i])) return 0;
     return 1;
 }
+
+/* ------------------------------------------------------- path choice
+ *
+ * auto takes cuDNN where it measured faster than these kernels
+ * (bench/RESULTS.md, "cuDNN's attention beside gpc's"): on Hopper-class GPUs
+ * (compute capability 9 and up), in bf16 or fp16, when libcudnn loaded and
+ * its engines accepted the shape. Anywhere else auto means gpc's kernels. A
+ * missing library under auto costs a one-line notice, once; asking for
+ * cudnn by name makes every such reason an error instead. */
+#define ATT_AUTO_CUDNN_MIN_MAJOR 9
+
+static int att_auto_wants_cudnn(gpc_dtype dtype, const att_shape *s) {
+    if (dtype != GPC_BF16 && dtype != GPC_F16) return 0;
+    if (!gpc_cudnn_attention_built() || s->hs % 8 != 0 || s->hs > 128) return 0;
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return major >= ATT_AUTO_CUDNN_MIN_MAJOR;
+}
+
+/* *use: 1 when cuDNN serves this call (which: GPC_CUDNN_FORWARD and/or
+ * GPC_CUDNN_BACKWARD, the plans it needs). Fails only when cudnn was asked for
+ * by name and cannot serve it, or GPC_ATTENTION is not a path. */
+static gpc_status att_route(const char *op, gpc_dtype dtype, const att_shape *s, int which,
+                            const void *const *ptrs, int n, gpc_attention_path *path, int *use) {
+    *use = 0;
+    GPC_TRY(gpc_op_attention_path(path));
+    if (*path == GPC_ATTENTION_GPC || *path == GPC_ATTENTION_SIMPLE) return GPC_OK;
+    if (*path == GPC_ATTENTION_CUDNN) {
+        gpc_status st = gpc_cudnn_attention_prepare(s->B, s->T, s->NH, s->hs, dtype, which);
+        if (st != GPC_OK)
+            return gpc_error_context(st,
+                                     "%s with the cuDNN path (GPC_ATTENTION=cudnn or "
+                                     "--attention cudnn): ",
+                                     op);
+        *use = 1;
+        return GPC_OK;
+    }
+    if (!att_auto_wants_cudnn(dtype, s)) return GPC_OK;
+    for (int i = 0; i < n; i++)
+        if (!gpc_cuda_aligned16(ptrs[i])) return GPC_OK;
+    gpc_status st = gpc_cudnn_attention_load();
+    if (st != GPC_OK) {
+        static int noticed;
+        if (!noticed++)
+            gpc_log(GPC_LOG_WARN, "attention runs on gpc's kernels: %s", gpc_last_error());
+        gpc_clear_error();
+        return GPC_OK;
+    }
+    /* a shape cuDNN has no engine for is cached as such and left to us */
+    if (gpc_cudnn_attention_prepare(s->B, s->T, s->NH, s->hs, dtype, which) == GPC_OK)
+        *use = 1;
+    else
+        gpc_clear_error();
+    return GPC_OK;
+}
+
+#ifndef GPC_HAVE_CUDNN
+/* Built without cudnn.h: the path exists in name only. */
+#define ATT_NO_CUDNN                                                                               \
+    gpc_error(GPC_ERR_UNSUPPORTED,                                                                 \
+              "this gpc was built without cuDNN (cudnn.h was not found at build time; point "      \
+              "CUDNN_INCLUDE_DIR at it and rebuild), so GPC_ATTENTION=cudnn cannot run; use "      \
+              "GPC_ATTENTION=gpc")
+extern "C" int gpc_cudnn_attention_built(void) {
+    return 0;
+}
+extern "C" gpc_status gpc_cudnn_attention_load(void) {
+    return ATT_NO_CUDNN;
+}
+extern "C" long gpc_cudnn_attention_version(void) {
+    return 0;
+}
+extern "C" gpc_status gpc_cudnn_attention_prepare(int, int, int, int, gpc_dtype, int) {
+    return ATT_NO_CUDNN;
+}
+extern "C" gpc_status gpc_cudnn_attention_forward(gpc_tensor *, gpc_tensor *, const gpc_tensor *,
+                                                  int) {
+    return ATT_NO_CUDNN;
+}
+extern "C" gpc_status gpc_cudnn_attention_backward(gpc_tensor *, const gpc_tensor *,
+                                                   const gpc_tensor *, const gpc_tensor *,
+                                                   const gpc_tensor *, int) {
+    return ATT_NO_CUDNN;
+}
+extern "C" void gpc_cudnn_attention_get_stats(gpc_cudnn_attention_stats *stats) {
+    memset(stats, 0, sizeof *stats);
+}
+#endif
 
 static gpc_status att_check(const char *op, const att_shape *s) {
     if ((int64_t)s->B * s->T * 3 * s->C > ((int64_t)1 << 40) || s->T <= 0)
@@ -777,10 +893,14 @@ gpc_status gpc_cuda_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gp
     att_shape s = att_shape_of(qkv, num_heads);
     if (s.B == 0) return GPC_OK;
     GPC_TRY(att_check(op, &s));
+    const void *ptrs[] = {out->data, qkv->data, lse->data};
+    gpc_attention_path path;
+    int use_cudnn;
+    GPC_TRY(att_route(op, out->dtype, &s, GPC_CUDNN_FORWARD, ptrs, 3, &path, &use_cudnn));
+    if (use_cudnn) return gpc_cudnn_attention_forward(out, lse, qkv, num_heads);
     float scale = 1.0f / sqrtf((float)s.hs);
     cudaStream_t st = gpc_cuda_stream();
-    const void *ptrs[] = {out->data, qkv->data};
-    if (att_fast(out->dtype, &s, ptrs, 2)) {
+    if (att_fast(path, out->dtype, &s, ptrs, 2)) {
         dim3 grid((unsigned)((s.T + ATT_TILE - 1) / ATT_TILE), (unsigned)(s.B * s.NH));
         if (out->dtype == GPC_BF16)
             att_forward_kernel<gpc_bf16_t><<<grid, ATT_THREADS, 0, st>>>(
@@ -818,8 +938,12 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
     att_shape s = att_shape_of(qkv, num_heads);
     if (s.B == 0) return GPC_OK;
     GPC_TRY(att_check(op, &s));
-    const void *ptrs[] = {out->data, qkv->data, dqkv->data, dout->data};
-    int fast = att_fast(out->dtype, &s, ptrs, 4);
+    const void *ptrs[] = {out->data, qkv->data, dqkv->data, dout->data, lse->data};
+    gpc_attention_path path;
+    int use_cudnn;
+    GPC_TRY(att_route(op, out->dtype, &s, GPC_CUDNN_BACKWARD, ptrs, 5, &path, &use_cudnn));
+    if (use_cudnn) return gpc_cudnn_attention_backward(dqkv, dout, qkv, out, lse, num_heads);
+    int fast = att_fast(path, out->dtype, &s, ptrs, 4);
     if (!fast && s.hs > ATT_NAIVE_MAX_HS)
         return gpc_error(GPC_ERR_UNSUPPORTED,
                          "%s: head size %d on the GPU needs bf16 or f16 and head size 64, or a "
@@ -900,4 +1024,20 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
     });
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
+}
+
+/* Builds what the chosen path needs for this shape ahead of the first step:
+ * cuDNN's plans and workspace, when cuDNN will serve it. gpc's kernels need
+ * nothing built (their small row-sum scratch grows on first use). */
+gpc_status gpc_cuda_attention_prepare(const gpc_tensor *qkv, int num_heads, int backward) {
+    GPC_TRY(gpc_cuda_enter(qkv));
+    att_shape s = att_shape_of(qkv, num_heads);
+    if (s.B == 0 || s.T == 0) return GPC_OK;
+    /* the model's tensors are placed 256-byte aligned, so alignment is
+     * settled at each call; here only the shape and dtype decide */
+    const void *aligned[] = {(const void *)(uintptr_t)256};
+    gpc_attention_path path;
+    int use;
+    int which = GPC_CUDNN_FORWARD | (backward ? GPC_CUDNN_BACKWARD : 0);
+    return att_route("attention_prepare", qkv->dtype, &s, which, aligned, 1, &path, &use);
 }
