@@ -11,7 +11,8 @@
  * positive max_grad_norm: clipping by global norm, as GPT-2 training does.
  * A NaN norm leaves clip at 1 (the NaN then shows in the loss); detecting
  * divergence is the trainer's job, not the kernel's.
- * grad_scale undoes a loss scale (fp16). Weight decay is decoupled: it acts
+ * grad_scale undoes a loss scale (fp16), and skip_nonfinite skips the whole
+ * step on a non-finite norm (fp16 overflow). Weight decay is decoupled: it acts
  * on the weights, not through the gradient's moments.
  *
  * With master != NULL the f32 master copy is what is updated and params
@@ -26,6 +27,8 @@
 gpc_status gpc_cpu_adamw(gpc_tensor *params, gpc_tensor *master, const gpc_tensor *grads,
                          gpc_tensor *m, gpc_tensor *v, const gpc_adamw_args *args) {
     int64_t n = gpc_tensor_numel(params);
+    if (args->skip_nonfinite && !isfinite(((const float *)args->grad_norm_sq->data)[0]))
+        return GPC_OK; /* fp16 overflow: the step is skipped */
     float clip = 1.0f;
     if (args->grad_norm_sq && args->grad_norm_sq->data && args->max_grad_norm > 0.0f) {
         float norm = sqrtf(((const float *)args->grad_norm_sq->data)[0]);

@@ -8,7 +8,8 @@
  *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
  *   p -= lr (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd p)
  * The squared norm stays on the device (gpc_op_sum_squares wrote it), so the
- * step needs no host synchronisation for clipping.
+ * step needs no host synchronisation for clipping, nor for fp16's overflow
+ * check (skip_nonfinite: a non-finite norm leaves every buffer as it was).
  *
  * With an f32 master copy, the master is updated and the bf16 compute copy
  * gets it by stochastic rounding: round up with probability equal to the
@@ -53,7 +54,10 @@ template <typename P, typename G>
 __global__ void adamw_kernel(P *params, float *master, const G *grads, float *m, float *v,
                              int64_t n, float lr, float b1, float b2, float eps, float wd, float c1,
                              float c2, float grad_scale, const float *norm_sq, float max_norm,
-                             uint32_t seed) {
+                             int skip_nonfinite, uint32_t seed) {
+    /* fp16 overflow, decided here so the host need not read the norm: every
+     * thread sees the same norm, so the whole step is skipped */
+    if (skip_nonfinite && (__float_as_uint(norm_sq[0]) & 0x7f800000u) == 0x7f800000u) return;
     float clip = 1.0f;
     if (norm_sq && max_norm > 0.0f) {
         float norm = sqrtf(norm_sq[0]);
@@ -96,7 +100,8 @@ gpc_status gpc_cuda_adamw(gpc_tensor *params, gpc_tensor *master, const gpc_tens
             adamw_kernel<P, G><<<grid, 256, 0, gpc_cuda_stream()>>>(
                 (P *)params->data, mst, (const G *)grads->data, (float *)m->data, (float *)v->data,
                 n, args->learning_rate, args->beta1, args->beta2, args->eps, args->weight_decay, c1,
-                c2, args->grad_scale, norm_sq, args->max_grad_norm, args->seed);
+                c2, args->grad_scale, norm_sq, args->max_grad_norm, args->skip_nonfinite && norm_sq,
+                args->seed);
         });
     });
     GPC_CUDA_CHECK_LAUNCH();

@@ -337,6 +337,9 @@ gpc_status gpc_op_adamw(gpc_tensor *params, gpc_tensor *master, const gpc_tensor
         return gpc_error(GPC_ERR_INVALID_ARG, "adamw: %s parameters need an f32 master copy",
                          gpc_dtype_name(params->dtype));
     if (args->grad_norm_sq) GPC_TRY(need_dtype(op, "grad_norm_sq", args->grad_norm_sq, GPC_F32));
+    if (args->skip_nonfinite && !args->grad_norm_sq)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "adamw: skip_nonfinite needs grad_norm_sq, the norm it tests");
     DEVICES(op, params, master, grads, m, v, args->grad_norm_sq);
     int64_t n = gpc_tensor_numel(params);
     GPC_TRY(need_numel(op, "grads", grads, n));

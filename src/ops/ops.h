@@ -117,6 +117,10 @@ typedef struct {
     const gpc_tensor *grad_norm_sq;
     float max_grad_norm;
     float grad_scale;
+    /* With grad_norm_sq: a non-finite norm (fp16 gradients that overflowed)
+     * leaves params, master, m and v as they were, decided on the device so
+     * the host need not read the norm first. */
+    int skip_nonfinite;
     uint32_t seed; /* for stochastic rounding of low-precision params */
 } gpc_adamw_args;
 

@@ -875,6 +875,50 @@ static void test_adamw_master(void **state) {
     free(master), free(m), free(v), free(g), free(params), free(g16), free(rp), free(rm), free(rv);
 }
 
+/* skip_nonfinite (fp16 overflow decided on the device): a non-finite norm
+ * leaves every buffer as it was; a finite one gives the plain step. */
+static void test_adamw_skip_nonfinite(void **state) {
+    (void)state;
+    int64_t n = rand_range(1, 2000);
+    float *p = randn(n, 1), *m = randn(n, 0.1f), *v = filled(n, 0.5f), *g = randn(n, 1);
+    float *p0 = malloc((size_t)n * 4), *m0 = malloc((size_t)n * 4), *v0 = malloc((size_t)n * 4);
+    memcpy(p0, p, (size_t)n * 4), memcpy(m0, m, (size_t)n * 4), memcpy(v0, v, (size_t)n * 4);
+    float norm2 = 0;
+    gpc_tensor tp = t1(p, n), tm = t1(m, n), tv = t1(v, n), tg = t1(g, n), tn = t1(&norm2, 1);
+    gpc_adamw_args a = {.learning_rate = 1e-2f,
+                        .beta1 = 0.9f,
+                        .beta2 = 0.95f,
+                        .eps = 1e-8f,
+                        .step = 3,
+                        .grad_norm_sq = &tn,
+                        .max_grad_norm = 1.0f,
+                        .grad_scale = 1.0f / 1024,
+                        .skip_nonfinite = 1};
+    const float bad[] = {INFINITY, NAN};
+    for (int k = 0; k < 2; k++) {
+        norm2 = bad[k];
+        TEST_OK(gpc_op_adamw(&tp, NULL, &tg, &tm, &tv, &a));
+        assert_memory_equal(p, p0, (size_t)n * 4);
+        assert_memory_equal(m, m0, (size_t)n * 4);
+        assert_memory_equal(v, v0, (size_t)n * 4);
+    }
+    /* finite: bit for bit the step without the flag */
+    norm2 = 0;
+    TEST_OK(gpc_op_sum_squares(&tn, &tg));
+    TEST_OK(gpc_op_adamw(&tp, NULL, &tg, &tm, &tv, &a));
+    gpc_tensor tp0 = t1(p0, n), tm0 = t1(m0, n), tv0 = t1(v0, n);
+    a.skip_nonfinite = 0;
+    TEST_OK(gpc_op_adamw(&tp0, NULL, &tg, &tm0, &tv0, &a));
+    assert_memory_equal(p, p0, (size_t)n * 4);
+    assert_memory_equal(m, m0, (size_t)n * 4);
+    assert_memory_equal(v, v0, (size_t)n * 4);
+    a.skip_nonfinite = 1;
+    a.grad_norm_sq = NULL;
+    TEST_FAILS(gpc_op_adamw(&tp, NULL, &tg, &tm, &tv, &a), GPC_ERR_INVALID_ARG,
+               "skip_nonfinite needs grad_norm_sq");
+    free(p), free(m), free(v), free(g), free(p0), free(m0), free(v0);
+}
+
 /* ---------------------------------------------------- convert, scale */
 
 static void test_convert_and_scale(void **state) {
@@ -949,6 +993,7 @@ int main(void) {
         cmocka_unit_test(test_sum_squares),
         cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_adamw_master),
+        cmocka_unit_test(test_adamw_skip_nonfinite),
         cmocka_unit_test(test_convert_and_scale),
         cmocka_unit_test(test_cpu_needs_f32),
     };
