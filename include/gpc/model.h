@@ -151,16 +151,17 @@ typedef struct {
     gpc_status (*grad_ready)(void *user, int layer);
     void *grad_ready_user;
 
-    float loss_scale; /* fp16 only: the loss is multiplied by this before backward */
-    int good_steps;   /* fp16: steps since the loss scale last changed */
+    float loss_scale;        /* fp16 only: the loss is multiplied by this before backward */
+    int good_steps;          /* fp16: steps since the loss scale last changed */
+    int scale_check_pending; /* fp16: the last update's overflow check is not read yet */
+    int step_skipped;        /* fp16: the last update was skipped (known after gpt_read_step) */
     int last_B, last_T;
     int64_t last_unmasked; /* targets that were not -1 in the last forward */
     int64_t loss_count;    /* unmasked targets summed into acts.loss_sum */
 
     /* host staging, placed at creation */
-    int32_t *host_targets; /* [B*T] copy of the last targets, for the mean loss */
-    float *host_losses;    /* [B*T] */
-    void *host_row;        /* [B*Vp] logits rows in the compute dtype */
+    float *host_losses; /* [B*T] */
+    void *host_row;     /* [B*Vp] logits rows in the compute dtype */
 
     gpc_arena param_arena; /* params, master, grads, m, v */
     gpc_arena act_arena;   /* activations and scratch */
@@ -218,9 +219,20 @@ gpc_status gpt_forward(gpt_model *model, const int32_t *inputs, const int32_t *t
 /* One training micro-step: forward with targets, the loss gradient written in
  * place of the logits, backward. Parameter gradients are ADDED to the
  * gradient buffer (gradient accumulation); dloss is the weight of each
- * position's loss, 1/(B*T*accumulation_steps) for the mean. */
+ * position's loss, 1/(B*T*accumulation_steps) for the mean. The tokens are
+ * checked against the vocabulary and copied to the device, which waits for
+ * the copy. */
 gpc_status gpt_forward_backward(gpt_model *model, const int32_t *inputs, const int32_t *targets,
                                 int B, int T, float dloss);
+/* The same micro-step on tokens already on the model's device (the data
+ * loader's, gpc_prefetch_next): inputs and targets [B, T] i32, unmasked the
+ * number of targets that are not -1. Nothing waits for the device, and the
+ * tokens are not checked: the caller guarantees 0 <= input < vocab_size and
+ * -1 <= target < vocab_size (the loader checked every token of the shards
+ * against the dataset's vocabulary, which is the model's). The result is
+ * the same as gpt_forward_backward's on the same tokens. */
+gpc_status gpt_forward_backward_device(gpt_model *model, const gpc_tensor *inputs,
+                                       const gpc_tensor *targets, int64_t unmasked, float dloss);
 gpc_status gpt_zero_grad(gpt_model *model);
 /* Mean loss over the unmasked positions of the last forward pass (reads the
  * losses back to the host, so it waits for the device). */
@@ -229,7 +241,9 @@ gpc_status gpt_mean_loss(gpt_model *model, float *loss);
  * gpt_forward_backward since the last call (summed on the device, so the
  * micro-steps need no host synchronisation) and the gradient norm of the
  * last gpt_update before clipping, both read in one copy; then starts the
- * sum over. Either pointer may be NULL. */
+ * sum over. Either pointer may be NULL. With fp16 this is also where the
+ * update's overflow check is read: model->step_skipped says whether the
+ * step was skipped (the norm is then NaN) and the loss scale adapts. */
 gpc_status gpt_read_step(gpt_model *model, float *mean_loss, float *grad_norm);
 
 typedef struct {
@@ -247,7 +261,12 @@ void gpt_adamw_defaults(gpt_adamw_options *options);
 /* Global gradient norm, then AdamW on every parameter tensor (weight decay on
  * 2-D weights only), with clipping. *grad_norm (optional) receives the norm
  * before clipping (a one-float read back). With fp16 a step whose gradients
- * overflowed is skipped (*skipped = 1, optional) and the loss scale halved. */
+ * overflowed is skipped and the loss scale halved: with grad_norm or skipped
+ * given, the norm is read here (*skipped = 1 on overflow); with neither,
+ * nothing waits for the device: the AdamW kernel skips the step on the
+ * device, and the next gpt_read_step reads the verdict and adapts the scale
+ * (model->step_skipped; a forward_backward or update that comes first reads
+ * it itself). */
 gpc_status gpt_update(gpt_model *model, const gpt_adamw_options *options, float *grad_norm,
                       int *skipped);
 

@@ -244,10 +244,9 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     if (s == GPC_OK) s = plan(m, &m->act_arena, place_acts);
     if (s == GPC_OK) {
         size_t rows = (size_t)B * (size_t)T;
-        m->host_targets = gpc_malloc(rows * sizeof(int32_t));
         m->host_losses = gpc_malloc(rows * sizeof(float));
         m->host_row = gpc_malloc((size_t)B * (size_t)check.padded_vocab * gpc_dtype_size(dtype));
-        if (!m->host_targets || !m->host_losses || !m->host_row)
+        if (!m->host_losses || !m->host_row)
             s = gpc_error(GPC_ERR_NOMEM, "out of host memory creating the model");
     }
     if (s != GPC_OK) {
@@ -291,7 +290,6 @@ void gpt_free(gpt_model *m) {
     if (!m) return;
     gpc_arena_destroy(&m->param_arena);
     gpc_arena_destroy(&m->act_arena);
-    gpc_free(m->host_targets);
     gpc_free(m->host_losses);
     gpc_free(m->host_row);
     gpc_free(m);
@@ -430,22 +428,21 @@ static gpc_status upload_tokens(gpt_model *m, const int32_t *inputs, const int32
                              targets[i], i, V - 1);
         m->last_unmasked += targets[i] >= 0;
     }
-    memcpy(m->host_targets, targets, n * sizeof(int32_t));
     host = gpc_tensor_2d((void *)targets, GPC_I32, gpc_cpu(), B, T);
     dev = view(&m->acts.targets, 0, 2, B, T, 0);
     return gpc_tensor_copy(&dev, &host);
 }
 
-/* Embedding, the blocks and the final layernorm and head: logits [B,T,Vp]. */
-static gpc_status forward_to_logits(gpt_model *m, int B, int T) {
+/* Embedding, the blocks and the final layernorm and head: logits [B,T,Vp].
+ * tokens: [B,T] i32 on the model's device. */
+static gpc_status forward_to_logits(gpt_model *m, const gpc_tensor *tokens, int B, int T) {
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
     gpt_tensors *p = &m->params;
     int L = c->layers, NH = c->heads;
     int64_t C = c->channels;
-    gpc_tensor tokens = view(&a->tokens, 0, 2, B, T, 0);
     gpc_tensor encoded = view(&a->encoded, 0, 3, B, T, C);
-    GPC_TRY(gpc_op_embedding_forward(&encoded, &tokens, &p->wte, &p->wpe));
+    GPC_TRY(gpc_op_embedding_forward(&encoded, tokens, &p->wte, &p->wpe));
 
     /* The first layernorm stands alone; every later one is fused with the
      * residual add that precedes it. */
@@ -517,7 +514,8 @@ static gpc_status forward_to_logits(gpt_model *m, int B, int T) {
 gpc_status gpt_forward(gpt_model *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
     GPC_TRY(check_batch(m, B, T));
     GPC_TRY(upload_tokens(m, inputs, targets, B, T));
-    GPC_TRY(forward_to_logits(m, B, T));
+    gpc_tensor tokens = view(&m->acts.tokens, 0, 2, B, T, 0);
+    GPC_TRY(forward_to_logits(m, &tokens, B, T));
     if (!targets) return GPC_OK;
     gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, m->config.padded_vocab);
     gpc_tensor losses = view(&m->acts.losses, 0, 2, B, T, 0);
@@ -536,10 +534,46 @@ gpc_status gpt_mean_loss(gpt_model *m, float *loss) {
     gpc_tensor host = gpc_tensor_1d(m->host_losses, GPC_F32, gpc_cpu(), (int64_t)n);
     gpc_tensor dev = view(&m->acts.losses, 0, 1, (int64_t)n, 0, 0);
     GPC_TRY(gpc_tensor_copy(&host, &dev));
-    double sum = 0.0;
+    double sum = 0.0; /* masked positions hold a loss of 0 */
     for (size_t i = 0; i < n; i++)
-        if (m->host_targets[i] >= 0) sum += m->host_losses[i];
+        sum += m->host_losses[i];
     *loss = (float)(sum / (double)m->last_unmasked);
+    return GPC_OK;
+}
+
+static gpc_status read_scalar(const gpc_tensor *dev, float *out) {
+    gpc_tensor host = gpc_tensor_1d(out, GPC_F32, gpc_cpu(), 1);
+    return gpc_tensor_copy(&host, dev);
+}
+
+/* fp16 dynamic loss scaling (Micikevicius et al. 2018), once the step's
+ * squared gradient norm is on the host: a non-finite norm means the
+ * gradients overflowed, so the step was skipped and the scale halves; after
+ * 1000 clean steps it doubles. Returns whether the step was clean. */
+static int loss_scale_update(gpt_model *m, float norm_sq) {
+    float scale = m->loss_scale;
+    m->scale_check_pending = 0;
+    m->step_skipped = !isfinite(norm_sq);
+    if (m->step_skipped) {
+        m->loss_scale = scale > 1.0f ? scale * 0.5f : 1.0f;
+        m->good_steps = 0;
+        return 0;
+    }
+    if (++m->good_steps >= 1000 && scale < 65536.0f) {
+        m->loss_scale = scale * 2.0f;
+        m->good_steps = 0;
+    }
+    return 1;
+}
+
+/* An fp16 step whose overflow check nobody read (gpt_read_step does): read
+ * it now, before the loss scale is used again. This waits for the device;
+ * the trainer never gets here. */
+static gpc_status resolve_loss_scale(gpt_model *m) {
+    if (!m->scale_check_pending) return GPC_OK;
+    float sq;
+    GPC_TRY(read_scalar(&m->acts.norm_sq, &sq));
+    loss_scale_update(m, sq);
     return GPC_OK;
 }
 
@@ -552,15 +586,16 @@ gpc_status gpt_read_step(gpt_model *m, float *mean_loss, float *grad_norm) {
     gpc_tensor host = gpc_tensor_1d(both, GPC_F32, gpc_cpu(), 2);
     gpc_tensor dev = view(&m->acts.norm_sq, 0, 1, 2, 0, 0);
     GPC_TRY(gpc_tensor_copy(&host, &dev));
+    if (m->scale_check_pending) loss_scale_update(m, both[0]);
     if (mean_loss) *mean_loss = m->loss_count ? (float)(both[1] / (double)m->loss_count) : 0.0f;
-    if (grad_norm) *grad_norm = sqrtf(both[0]);
+    if (grad_norm) *grad_norm = m->step_skipped ? NAN : sqrtf(both[0]);
     m->loss_count = 0;
     return gpc_tensor_zero(&m->acts.loss_sum);
 }
 
 /* ------------------------------------------------------------ backward */
 
-static gpc_status backward(gpt_model *m, int B, int T) {
+static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T) {
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
     gpt_tensors *p = &m->params, *g = &m->grads;
@@ -646,9 +681,25 @@ static gpc_status backward(gpt_model *m, int B, int T) {
                                           &ln1_mean, &ln1_rstd));
         if (m->grad_ready) GPC_TRY(m->grad_ready(m->grad_ready_user, l));
     }
-    gpc_tensor tokens = view(&a->tokens, 0, 2, B, T, 0);
-    GPC_TRY(gpc_op_embedding_backward(&g->wte, &g->wpe, &dresidual, &tokens));
+    GPC_TRY(gpc_op_embedding_backward(&g->wte, &g->wpe, &dresidual, tokens));
     return m->grad_ready ? m->grad_ready(m->grad_ready_user, -1) : GPC_OK;
+}
+
+/* A training micro-step on tokens and targets ([B,T] i32) on the device;
+ * m->last_unmasked counts the targets that are not -1. */
+static gpc_status forward_backward(gpt_model *m, const gpc_tensor *tokens, const gpc_tensor *tgt,
+                                   int B, int T, float dloss) {
+    GPC_TRY(forward_to_logits(m, tokens, B, T));
+    gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, m->config.padded_vocab);
+    gpc_tensor losses = view(&m->acts.losses, 0, 2, B, T, 0);
+    /* fp16 gradients would underflow: the loss is scaled up here and the
+     * gradients scaled back down inside the AdamW step. */
+    GPC_TRY(gpc_op_crossentropy_forward_backward(&losses, &logits, &logits, tgt,
+                                                 m->config.vocab_size, dloss * m->loss_scale));
+    /* masked rows have loss 0, so the plain sum is the sum over real targets */
+    GPC_TRY(gpc_op_sum(&m->acts.loss_sum, &losses));
+    m->loss_count += m->last_unmasked;
+    return backward(m, tokens, B, T);
 }
 
 gpc_status gpt_forward_backward(gpt_model *m, const int32_t *inputs, const int32_t *targets, int B,
@@ -658,19 +709,51 @@ gpc_status gpt_forward_backward(gpt_model *m, const int32_t *inputs, const int32
                          "this model was created for inference; create it with training on");
     if (!targets) return gpc_error(GPC_ERR_INVALID_ARG, "a training step needs targets");
     GPC_TRY(check_batch(m, B, T));
+    GPC_TRY(resolve_loss_scale(m));
     GPC_TRY(upload_tokens(m, inputs, targets, B, T));
-    GPC_TRY(forward_to_logits(m, B, T));
-    gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, m->config.padded_vocab);
-    gpc_tensor losses = view(&m->acts.losses, 0, 2, B, T, 0);
+    gpc_tensor tokens = view(&m->acts.tokens, 0, 2, B, T, 0);
     gpc_tensor tgt = view(&m->acts.targets, 0, 2, B, T, 0);
-    /* fp16 gradients would underflow: the loss is scaled up here and the
-     * gradients scaled back down inside the AdamW step. */
-    GPC_TRY(gpc_op_crossentropy_forward_backward(&losses, &logits, &logits, &tgt,
-                                                 m->config.vocab_size, dloss * m->loss_scale));
-    /* masked rows have loss 0, so the plain sum is the sum over real targets */
-    GPC_TRY(gpc_op_sum(&m->acts.loss_sum, &losses));
-    m->loss_count += m->last_unmasked;
-    return backward(m, B, T);
+    return forward_backward(m, &tokens, &tgt, B, T, dloss);
+}
+
+/* A token tensor the model can read as it is: [B,T] i32 on its device. */
+static gpc_status check_tokens(const gpt_model *m, const char *name, const gpc_tensor *t) {
+    char text[96];
+    if (!t || !t->data || t->dtype != GPC_I32 || t->ndim != 2 || t->device.type != m->device.type ||
+        t->device.index != m->device.index)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s must be a [B, T] i32 tensor on %s, not %s; give host tokens to "
+                         "gpt_forward_backward instead",
+                         name, gpc_device_name(m->device),
+                         t ? gpc_tensor_describe(t, text, sizeof text) : "none");
+    return GPC_OK;
+}
+
+gpc_status gpt_forward_backward_device(gpt_model *m, const gpc_tensor *inputs,
+                                       const gpc_tensor *targets, int64_t unmasked, float dloss) {
+    if (!m->training)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "this model was created for inference; create it with training on");
+    GPC_TRY(check_tokens(m, "inputs", inputs));
+    GPC_TRY(check_tokens(m, "targets", targets));
+    if (inputs->shape[0] != targets->shape[0] || inputs->shape[1] != targets->shape[1])
+        return gpc_error(GPC_ERR_MISMATCH, "inputs are [%lld, %lld] but targets [%lld, %lld]",
+                         (long long)inputs->shape[0], (long long)inputs->shape[1],
+                         (long long)targets->shape[0], (long long)targets->shape[1]);
+    if (inputs->shape[0] > m->B || inputs->shape[1] > m->T)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "batch %lld x %lld is outside what the model was planned for (%d x %d)",
+                         (long long)inputs->shape[0], (long long)inputs->shape[1], m->B, m->T);
+    int B = (int)inputs->shape[0], T = (int)inputs->shape[1];
+    GPC_TRY(check_batch(m, B, T));
+    if (unmasked < 0 || unmasked > (int64_t)B * T)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%lld unmasked targets in a batch of %d x %d positions: count the "
+                         "targets that are not -1",
+                         (long long)unmasked, B, T);
+    GPC_TRY(resolve_loss_scale(m));
+    m->last_unmasked = unmasked;
+    return forward_backward(m, inputs, targets, B, T, dloss);
 }
 
 gpc_status gpt_zero_grad(gpt_model *m) {
@@ -691,11 +774,6 @@ void gpt_adamw_defaults(gpt_adamw_options *o) {
     o->step = 1;
 }
 
-static gpc_status read_scalar(const gpc_tensor *dev, float *out) {
-    gpc_tensor host = gpc_tensor_1d(out, GPC_F32, gpc_cpu(), 1);
-    return gpc_tensor_copy(&host, dev);
-}
-
 gpc_status gpt_update(gpt_model *m, const gpt_adamw_options *o, float *grad_norm, int *skipped) {
     if (!m->training)
         return gpc_error(GPC_ERR_INVALID_ARG, "this model was created for inference; it has no "
@@ -706,28 +784,31 @@ gpc_status gpt_update(gpt_model *m, const gpt_adamw_options *o, float *grad_norm
                          "(ZeRO-1); update it with gpc_ddp_update, which steps every shard",
                          m->shard_offset, m->shard_offset + m->shard_count);
     if (skipped) *skipped = 0;
+    GPC_TRY(resolve_loss_scale(m));
+    m->step_skipped = 0;
     gpc_tensor *norm_sq = &m->acts.norm_sq;
     GPC_TRY(gpc_tensor_zero(norm_sq));
     GPC_TRY(gpc_op_sum_squares(norm_sq, &m->grads_flat));
     float scale = m->loss_scale;
+    int on_device = 0; /* fp16: the overflow check is left to the kernel */
     if (m->dtype == GPC_F16) {
-        /* Dynamic loss scaling: an overflow shows as a non-finite norm; the
-         * step is skipped and the scale halved; after 1000 clean steps it
-         * doubles again (Micikevicius et al. 2018). */
-        float sq;
-        GPC_TRY(read_scalar(norm_sq, &sq));
-        if (!isfinite(sq)) {
-            m->loss_scale = scale > 1.0f ? scale * 0.5f : 1.0f;
-            m->good_steps = 0;
-            if (skipped) *skipped = 1;
-            if (grad_norm) *grad_norm = NAN;
-            return GPC_OK;
+        /* An overflow shows as a non-finite norm. When the caller asks for
+         * the norm or the verdict, read it now (a wait for the device);
+         * otherwise AdamW itself leaves everything as it was on a
+         * non-finite norm, and gpt_read_step adjusts the scale. */
+        if (grad_norm || skipped) {
+            float sq;
+            GPC_TRY(read_scalar(norm_sq, &sq));
+            if (!loss_scale_update(m, sq)) {
+                if (skipped) *skipped = 1;
+                if (grad_norm) *grad_norm = NAN;
+                return GPC_OK;
+            }
+        } else {
+            on_device = 1;
+            m->scale_check_pending = 1;
         }
         GPC_TRY(gpc_op_scale(norm_sq, 1.0f / (scale * scale)));
-        if (++m->good_steps >= 1000 && scale < 65536.0f) {
-            m->loss_scale = scale * 2.0f;
-            m->good_steps = 0;
-        }
     }
     gpc_tensor master_flat = m->master_flat;
     for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
@@ -750,6 +831,7 @@ gpc_status gpt_update(gpt_model *m, const gpt_adamw_options *o, float *grad_norm
         args.grad_norm_sq = norm_sq;
         args.max_grad_norm = o->max_grad_norm;
         args.grad_scale = 1.0f / scale;
+        args.skip_nonfinite = on_device;
         args.seed = o->seed * 2654435761u + (uint32_t)i;
         GPC_TRY(gpc_op_adamw(&params, master.data ? &master : NULL, &grads, &mom, &var, &args));
     }
