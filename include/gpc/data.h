@@ -78,6 +78,50 @@ typedef struct {
 void gpc_loader_get_state(const gpc_loader *loader, gpc_loader_state *state);
 gpc_status gpc_loader_set_state(gpc_loader *loader, const gpc_loader_state *state);
 
+/* The prefetching loader: the batches of gpc_loader_next, in the same
+ * order, prepared ahead by a host thread and delivered on a device.
+ *
+ * The thread reads the split's shards (so a bad shard is reported by the
+ * gpc_prefetch_next that needed it, with gpc_shard_read's message), then
+ * cuts batches into a ring of `depth` host buffers: pinned on a GPU, so
+ * their copies are asynchronous. On a GPU, gpc_prefetch_next queues the
+ * batch's copy on a copy stream into one of two device buffers, makes the
+ * compute stream (the default stream, where every op runs) wait for it on
+ * the GPU, and queues the next batch's copy too, so it overlaps this step;
+ * the host never waits for the device here. A host buffer is filled again
+ * only after its copy is done: the thread waits for that, when the ring
+ * wraps. On the CPU the batch is the host buffer itself. */
+typedef struct gpc_prefetch gpc_prefetch;
+
+typedef struct {
+    gpc_tensor inputs;  /* [B, T] i32 on the prefetcher's device */
+    gpc_tensor targets; /* [B, T] i32 (-1 would mask a position) */
+    int64_t unmasked;   /* targets that are not -1, counted on the host */
+} gpc_batch;
+
+#define GPC_PREFETCH_DEPTH 4 /* host buffers when depth is 0 */
+
+/* Opens the split as gpc_loader_open does (same checks and messages, except
+ * that the shards' own errors come from gpc_prefetch_next) and starts the
+ * thread. depth: host buffers, at least 2 (0: GPC_PREFETCH_DEPTH). */
+gpc_status gpc_prefetch_open(gpc_prefetch **out, const char *dir, gpc_split split, int B, int T,
+                             uint64_t seed, int rank, int world_size, gpc_device device, int depth);
+/* Stops and joins the thread; waits for the copies still queued. */
+void gpc_prefetch_close(gpc_prefetch *prefetch);
+/* The next batch: the one gpc_loader_next would give. Its tensors stay valid
+ * until the next call (or gpc_prefetch_set_state); on a GPU, work queued on
+ * the compute stream before that call may read them. The thread's error,
+ * if it failed before preparing this batch, is returned here (and again by
+ * every later call). */
+gpc_status gpc_prefetch_next(gpc_prefetch *prefetch, gpc_batch *batch);
+uint64_t gpc_prefetch_batches_per_epoch(const gpc_prefetch *prefetch);
+/* The position after the last batch returned (not after those prepared
+ * ahead), as gpc_loader_get_state would give it: what a checkpoint stores. */
+void gpc_prefetch_get_state(const gpc_prefetch *prefetch, gpc_loader_state *state);
+/* Continues from a position (gpc_loader_set_state's checks and message);
+ * batches prepared ahead are dropped. */
+gpc_status gpc_prefetch_set_state(gpc_prefetch *prefetch, const gpc_loader_state *state);
+
 /* Dataset creation (what `gpc data prepare` and `gpc data synth` do). */
 
 /* What a prepare did, for the summary line. */

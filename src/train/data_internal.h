@@ -1,12 +1,13 @@
 /*
  * data_internal.h: what the data files of libgpc share but do not publish:
- * shard file names and the dataset.txt writer.
+ * shard file names, the dataset.txt writer and the loader's two-step open.
  */
 #ifndef GPC_DATA_INTERNAL_H
 #define GPC_DATA_INTERNAL_H
 
 #include "gpc/data.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 
 #define DATASET_FILE "dataset.txt"
@@ -29,5 +30,15 @@ typedef struct {
 /* Writes DIR/dataset.txt atomically (written last, so its presence means the
  * dataset is complete) and removes shards of an earlier, bigger dataset. */
 gpc_status data_write_dataset(const char *dir, const data_dataset_meta *meta);
+
+/* gpc_loader_open in two halves, for the prefetch thread: the checks, the
+ * sizes (from dataset.txt) and the window order, then the shards' tokens.
+ * gpc_loader_next needs loader_load first, which stops between shards with
+ * GPC_ERR_INTERRUPTED once *cancel (optional) is set. */
+gpc_status loader_open_unloaded(gpc_loader **out, const char *dir, gpc_split split, int B, int T,
+                                uint64_t seed, int rank, int world_size);
+gpc_status loader_load(gpc_loader *loader, atomic_int *cancel);
+/* gpc_loader_set_state's check alone: whether the position exists. */
+gpc_status loader_check_state(const gpc_loader *loader, const gpc_loader_state *state);
 
 #endif /* GPC_DATA_INTERNAL_H */

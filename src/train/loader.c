@@ -12,15 +12,19 @@
  * and every rank gets the same number of batches (the leftover windows of
  * an epoch are skipped), which keeps data-parallel ranks in step.
  *
- * Memory: the whole split is loaded at open (as u16 when the vocabulary
- * fits), which is right for the corpora gpc prepares today. A streaming
- * version would keep the window order here and read the windows a batch
- * needs from the shards (their offsets are known from the headers) on a
- * prefetch thread; the interface above it would not change.
+ * Memory: the whole split is loaded (as u16 when the vocabulary fits),
+ * which is right for the corpora gpc prepares today: at open here, or on
+ * the prefetch thread (prefetch.c), which opens the loader without its
+ * tokens (loader_open_unloaded: the sizes come from dataset.txt, whose
+ * shard headers gpc_dataset_info_read has checked) and reads them there.
+ * A streaming version would keep the window order here and read the
+ * windows a batch needs from the shards (their offsets are known from the
+ * headers) on that thread; the interface above it would not change.
  */
 #include "train/data_internal.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 struct gpc_loader {
@@ -36,6 +40,8 @@ struct gpc_loader {
     uint64_t *order;  /* window order of order_epoch */
     uint64_t order_epoch;
     uint64_t epoch, batch; /* the next batch handed out */
+    char *dir;
+    gpc_dataset_info info;
 };
 
 static void loader_order(gpc_loader *l, uint64_t epoch) {
@@ -55,7 +61,8 @@ static inline int32_t loader_token(const gpc_loader *l, uint64_t i) {
 }
 
 /* Loads every shard of the split into one array of l->width-byte tokens. */
-static gpc_status loader_read_split(gpc_loader *l, const char *dir, const gpc_dataset_info *info) {
+static gpc_status loader_read_split(gpc_loader *l, const char *dir, const gpc_dataset_info *info,
+                                    atomic_int *cancel) {
     int shards = l->split == GPC_SPLIT_TRAIN ? info->train_shards : info->val_shards;
     uint64_t total = l->split == GPC_SPLIT_TRAIN ? info->train_tokens : info->val_tokens;
     l->tokens = gpc_malloc(total ? (size_t)total * l->width : 1);
@@ -66,6 +73,11 @@ static gpc_status loader_read_split(gpc_loader *l, const char *dir, const gpc_da
     for (int i = 0; i < shards; i++) {
         char path[4096];
         gpc_shard_info shard;
+        if (cancel && atomic_load(cancel))
+            return gpc_error(GPC_ERR_INTERRUPTED,
+                             "reading the shards of %s stopped: the loader "
+                             "was closed",
+                             dir);
         uint32_t *tokens;
         data_shard_path(path, sizeof path, dir, l->split, i);
         GPC_TRY(gpc_shard_read(path, &shard, &tokens));
@@ -83,12 +95,16 @@ static gpc_status loader_read_split(gpc_loader *l, const char *dir, const gpc_da
         at += shard.tokens;
         gpc_free(tokens);
     }
-    l->token_count = at;
+    if (at != total)
+        return gpc_error(GPC_ERR_MISMATCH,
+                         "the %s shards of %s hold %" PRIu64 " tokens but dataset.txt says %" PRIu64
+                         "; prepare the dataset again",
+                         l->split == GPC_SPLIT_TRAIN ? "train" : "val", dir, at, total);
     return GPC_OK;
 }
 
-gpc_status gpc_loader_open(gpc_loader **out, const char *dir, gpc_split split, int B, int T,
-                           uint64_t seed, int rank, int world_size) {
+gpc_status loader_open_unloaded(gpc_loader **out, const char *dir, gpc_split split, int B, int T,
+                                uint64_t seed, int rank, int world_size) {
     *out = NULL;
     if (B < 1 || T < 1)
         return gpc_error(GPC_ERR_INVALID_ARG, "batch %d and context %d must both be at least 1", B,
@@ -108,11 +124,16 @@ gpc_status gpc_loader_open(gpc_loader **out, const char *dir, gpc_split split, i
     l->seed = seed;
     l->vocab_size = info.vocab_size;
     l->width = info.vocab_size <= 65536 ? 2 : 4;
-    gpc_status s = loader_read_split(l, dir, &info);
-    if (s != GPC_OK) {
+    l->info = info;
+    l->dir = gpc_malloc(strlen(dir) + 1);
+    if (!l->dir) {
         gpc_loader_close(l);
-        return s;
+        return gpc_error(GPC_ERR_NOMEM, "out of memory opening the loader");
     }
+    memcpy(l->dir, dir, strlen(dir) + 1);
+    /* gpc_dataset_info_read checked that the shards' headers add up to the
+     * split's count, so the windows are known before a token is read */
+    l->token_count = split == GPC_SPLIT_TRAIN ? info.train_tokens : info.val_tokens;
     const char *name = split == GPC_SPLIT_TRAIN ? "training" : "validation";
     l->windows = l->token_count > 0 ? (l->token_count - 1) / (uint64_t)T : 0;
     l->batches = l->windows / (uint64_t)world_size / (uint64_t)B;
@@ -120,11 +141,11 @@ gpc_status gpc_loader_open(gpc_loader **out, const char *dir, gpc_split split, i
         uint64_t need = (uint64_t)B * (uint64_t)world_size * (uint64_t)T + 1;
         char ranks[64] = "";
         if (world_size > 1) snprintf(ranks, sizeof ranks, " on each of %d ranks", world_size);
-        s = gpc_error(GPC_ERR_INVALID_ARG,
-                      "the %s split of %s has %" PRIu64 " tokens, too few for one batch of %d "
-                      "x %d tokens%s, which needs %" PRIu64
-                      " tokens: lower --batch or --context, or prepare more data",
-                      name, dir, l->token_count, B, T, ranks, need);
+        gpc_status s = gpc_error(GPC_ERR_INVALID_ARG,
+                                 "the %s split of %s has %" PRIu64 " tokens, too few for one "
+                                 "batch of %d x %d tokens%s, which needs %" PRIu64
+                                 " tokens: lower --batch or --context, or prepare more data",
+                                 name, dir, l->token_count, B, T, ranks, need);
         gpc_loader_close(l);
         return s;
     }
@@ -139,14 +160,40 @@ gpc_status gpc_loader_open(gpc_loader **out, const char *dir, gpc_split split, i
     return GPC_OK;
 }
 
+gpc_status loader_load(gpc_loader *l, atomic_int *cancel) {
+    if (l->tokens) return GPC_OK;
+    gpc_status s = loader_read_split(l, l->dir, &l->info, cancel);
+    if (s != GPC_OK) {
+        gpc_free(l->tokens);
+        l->tokens = NULL;
+    }
+    return s;
+}
+
+gpc_status gpc_loader_open(gpc_loader **out, const char *dir, gpc_split split, int B, int T,
+                           uint64_t seed, int rank, int world_size) {
+    gpc_loader *l;
+    GPC_TRY(loader_open_unloaded(&l, dir, split, B, T, seed, rank, world_size));
+    gpc_status s = loader_load(l, NULL);
+    if (s != GPC_OK) {
+        gpc_loader_close(l);
+        return s;
+    }
+    *out = l;
+    return GPC_OK;
+}
+
 void gpc_loader_close(gpc_loader *loader) {
     if (!loader) return;
     gpc_free(loader->tokens);
     gpc_free(loader->order);
+    gpc_free(loader->dir);
     gpc_free(loader);
 }
 
 gpc_status gpc_loader_next(gpc_loader *l, int32_t *inputs, int32_t *targets) {
+    if (!l->tokens)
+        return gpc_error(GPC_ERR_INTERNAL, "the loader's shards were never read (loader_load)");
     if (l->batch >= l->batches) {
         l->epoch++;
         l->batch = 0;
@@ -190,7 +237,7 @@ void gpc_loader_get_state(const gpc_loader *loader, gpc_loader_state *state) {
     }
 }
 
-gpc_status gpc_loader_set_state(gpc_loader *loader, const gpc_loader_state *state) {
+gpc_status loader_check_state(const gpc_loader *loader, const gpc_loader_state *state) {
     if (state->batch >= loader->batches)
         return gpc_error(GPC_ERR_MISMATCH,
                          "saved loader position (epoch %" PRIu64 ", batch %" PRIu64
@@ -198,6 +245,11 @@ gpc_status gpc_loader_set_state(gpc_loader *loader, const gpc_loader_state *stat
                          " batches per epoch; resume with the dataset, --batch, --context and "
                          "number of processes of the original run",
                          state->epoch, state->batch, loader->batches);
+    return GPC_OK;
+}
+
+gpc_status gpc_loader_set_state(gpc_loader *loader, const gpc_loader_state *state) {
+    GPC_TRY(loader_check_state(loader, state));
     loader->epoch = state->epoch;
     loader->batch = state->batch;
     return GPC_OK;
