@@ -187,3 +187,12 @@ gpc_status gpc_cpu_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
     free(scratch);
     return GPC_OK;
 }
+
+/* The CPU's attention has nothing to build ahead: its scratch is taken per
+ * call and it has one implementation. */
+gpc_status gpc_cpu_attention_prepare(const gpc_tensor *qkv, int num_heads, int backward) {
+    (void)qkv;
+    (void)num_heads;
+    (void)backward;
+    return GPC_OK;
+}

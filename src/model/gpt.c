@@ -242,6 +242,12 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
 
     gpc_status s = plan(m, &m->param_arena, place_params);
     if (s == GPC_OK) s = plan(m, &m->act_arena, place_acts);
+    /* attention's own plans and workspace (cuDNN's) are built now, with the
+     * rest of the model's memory, rather than in the first step */
+    if (s == GPC_OK) {
+        gpc_tensor qkv = act_layer(m, &m->acts.qkv, 0, B, T, 3 * (int64_t)check.channels);
+        s = gpc_op_attention_prepare(&qkv, check.heads, m->training);
+    }
     if (s == GPC_OK) {
         size_t rows = (size_t)B * (size_t)T;
         m->host_losses = gpc_malloc(rows * sizeof(float));

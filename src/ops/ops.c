@@ -9,6 +9,7 @@
  */
 #include "ops/ops_backend.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static int is_float(gpc_dtype d) {
@@ -294,6 +295,70 @@ gpc_status gpc_op_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
     GPC_TRY(need_numel(op, "dqkv", dqkv, gpc_tensor_numel(qkv)));
     GPC_TRY(need_numel(op, "dout", dout, gpc_tensor_numel(out)));
     DISPATCH(op, out, attention_backward, dqkv, dout, qkv, out, lse, num_heads);
+}
+
+gpc_status gpc_op_attention_prepare(const gpc_tensor *qkv, int num_heads, int backward) {
+    const char *op = "attention_prepare";
+    if (!qkv) return gpc_error(GPC_ERR_INVALID_ARG, "%s: tensor 'qkv' is missing", op);
+    if (!is_float(qkv->dtype))
+        return gpc_error(GPC_ERR_MISMATCH, "%s: tensor 'qkv' must be f32, bf16 or f16, not %s", op,
+                         gpc_dtype_name(qkv->dtype));
+    if (qkv->ndim != 3 || qkv->shape[2] % 3 != 0)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: qkv must be [B, T, 3C]", op);
+    int64_t C = qkv->shape[2] / 3;
+    if (num_heads <= 0 || C % num_heads != 0)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: %lld channels do not split into %d heads", op,
+                         (long long)C, num_heads);
+    DISPATCH(op, qkv, attention_prepare, qkv, num_heads, backward ? 1 : 0);
+}
+
+/* ------------------------------------------------- attention path choice */
+
+static const char *const attention_path_names[] = {"auto", "gpc", "cudnn", "simple"};
+/* -1: not set, read GPC_ATTENTION; else a gpc_attention_path. */
+static volatile int attention_path_set = -1;
+
+gpc_status gpc_attention_path_parse(const char *name, gpc_attention_path *out) {
+    for (int i = 0; name && i < 4; i++)
+        if (!strcmp(name, attention_path_names[i])) {
+            *out = (gpc_attention_path)i;
+            return GPC_OK;
+        }
+    return gpc_error(GPC_ERR_INVALID_ARG,
+                     "attention path '%s' is not auto, gpc, cudnn or simple (auto: the faster of "
+                     "gpc's kernels and cuDNN's for this GPU)",
+                     name ? name : "(none)");
+}
+
+const char *gpc_attention_path_name(gpc_attention_path path) {
+    return (unsigned)path < 4 ? attention_path_names[path] : "unknown";
+}
+
+gpc_status gpc_op_set_attention_path(const char *name) {
+    if (!name) {
+        attention_path_set = -1;
+        return GPC_OK;
+    }
+    gpc_attention_path path = GPC_ATTENTION_AUTO;
+    GPC_TRY(gpc_attention_path_parse(name, &path));
+    attention_path_set = (int)path;
+    return GPC_OK;
+}
+
+gpc_status gpc_op_attention_path(gpc_attention_path *out) {
+    int set = attention_path_set;
+    if (set >= 0) {
+        *out = (gpc_attention_path)set;
+        return GPC_OK;
+    }
+    const char *env = getenv("GPC_ATTENTION");
+    if (!env || !env[0]) {
+        *out = GPC_ATTENTION_AUTO;
+        return GPC_OK;
+    }
+    gpc_status s = gpc_attention_path_parse(env, out);
+    if (s != GPC_OK) return gpc_error_context(s, "GPC_ATTENTION in the environment: ");
+    return GPC_OK;
 }
 
 gpc_status gpc_op_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *dlogits,

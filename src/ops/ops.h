@@ -87,6 +87,38 @@ gpc_status gpc_op_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gpc_
 gpc_status gpc_op_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
                                      const gpc_tensor *qkv, const gpc_tensor *out,
                                      const gpc_tensor *lse, int num_heads);
+/* Readies attention for qkv's shape [B,T,3C] before the first step, so that
+ * what the path needs is built and placed at setup, not inside a step: with
+ * cuDNN, the execution plans (forward, and backward when backward is 1) and
+ * their workspace. A shape the chosen path cannot run fails here when that
+ * path was asked for by name; under auto it leaves the shape to gpc's kernels.
+ * Only qkv's shape, dtype and device are read. */
+gpc_status gpc_op_attention_prepare(const gpc_tensor *qkv, int num_heads, int backward);
+
+/* Which implementation runs attention on a GPU (the CPU has one, and ignores
+ * this): gpc's flash-attention kernels (src/cuda/attention.cu), cuDNN's
+ * fused flash attention (bf16 and f16; libcudnn loaded at run time,
+ * src/cuda/attention_cudnn.cu), or auto, the faster of the two for the GPU
+ * and dtype (docs/ARCHITECTURE.md says which it picks and why). simple is
+ * gpc's exact one-warp-per-row kernel, for comparisons. Asking for cudnn
+ * where it cannot run is an error at the first attention call, never a
+ * silent fallback. */
+typedef enum {
+    GPC_ATTENTION_AUTO = 0,
+    GPC_ATTENTION_GPC,
+    GPC_ATTENTION_CUDNN,
+    GPC_ATTENTION_SIMPLE,
+} gpc_attention_path;
+
+/* "auto", "gpc", "cudnn" or "simple"; anything else is GPC_ERR_INVALID_ARG. */
+gpc_status gpc_attention_path_parse(const char *name, gpc_attention_path *out);
+const char *gpc_attention_path_name(gpc_attention_path path);
+/* Sets the path for the whole process (gpc train --attention); NULL goes
+ * back to the environment's GPC_ATTENTION. A bad name changes nothing. */
+gpc_status gpc_op_set_attention_path(const char *name);
+/* The path in force: the one set, else GPC_ATTENTION, else auto. A bad
+ * GPC_ATTENTION is GPC_ERR_INVALID_ARG with a message naming it. */
+gpc_status gpc_op_attention_path(gpc_attention_path *out);
 
 /* Fused softmax + cross-entropy over logits [N,Vp], of which the first
  * vocab_size columns are real. losses [N] (f32) receives -log p[target].

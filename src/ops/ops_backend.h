@@ -41,6 +41,7 @@
     X(attention_forward, (gpc_tensor *out, gpc_tensor *lse, const gpc_tensor *qkv, int num_heads)) \
     X(attention_backward, (gpc_tensor *dqkv, const gpc_tensor *dout, const gpc_tensor *qkv,        \
       const gpc_tensor *out, const gpc_tensor *lse, int num_heads))                                \
+    X(attention_prepare, (const gpc_tensor *qkv, int num_heads, int backward))                     \
     X(crossentropy_forward_backward, (gpc_tensor *losses, gpc_tensor *dlogits,                     \
       const gpc_tensor *logits, const gpc_tensor *targets, int vocab_size, float dloss))           \
     X(sum_squares, (gpc_tensor *acc, const gpc_tensor *x))                                         \
