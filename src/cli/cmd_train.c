@@ -15,6 +15,7 @@
 #include "cli/cli_dist.h"
 #include "gpc/model.h"
 #include "gpc/train.h"
+#include "ops/ops.h"
 
 static const char *NAME = "train";
 
@@ -142,7 +143,7 @@ int cmd_train(int argc, char **argv) {
     double lr = NAN, min_lr_ratio = NAN, weight_decay = NAN, max_grad_norm = NAN;
     int zero = 0;
     double bucket_mb = NAN;
-    const char *collectives = "auto";
+    const char *collectives = "auto", *attention = NULL;
     const cli_option options[] = {
         {"data", CLI_STRING, &data, "DIR", "dataset folder (from gpc data prepare or synth)"},
         {"out", CLI_STRING, &out, "RUN", "run folder: checkpoint, metrics, config, tokenizer"},
@@ -172,6 +173,9 @@ int cmd_train(int argc, char **argv) {
          "auto, cpu or cuda[:N] (default auto: a GPU if there is one)"},
         {"precision", CLI_STRING, &precision_name, "P",
          "f32, bf16 or fp16 (default f32 on the CPU, bf16 on a GPU)"},
+        {"attention", CLI_STRING, &attention, "A",
+         "GPU attention: auto, gpc (gpc's kernels) or cudnn (cuDNN's fused attention) "
+         "(default GPC_ATTENTION, else auto: the faster here)"},
         {"recompute", CLI_INT, &recompute, "0|1|2",
          "rebuild activations in backward to save memory: 1 GELU, 2 also layernorm (default 0)"},
         {"resume", CLI_FLAG, &resume, NULL, "continue the run in --out from its checkpoint"},
@@ -188,7 +192,7 @@ int cmd_train(int argc, char **argv) {
         "train",
         "train --data DIR --out RUN [--model dN] [--context T] [--batch B] [--total-batch "
         "TOKENS] [--steps N] [--lr X] [--eval-every N] [--checkpoint-every N] [--device "
-        "auto|cpu|cuda] [--recompute 0|1|2] [--resume] [--seed S]",
+        "auto|cpu|cuda] [--attention auto|gpc|cudnn] [--recompute 0|1|2] [--resume] [--seed S]",
         "Trains a GPT-2 style model on token shards: micro-batches with gradient accumulation, "
         "AdamW with warmup and cosine decay, validation and checkpoints. Ctrl-C (or SIGTERM) "
         "finishes the step, saves a checkpoint and exits; --resume continues exactly.",
@@ -248,6 +252,17 @@ int cmd_train(int argc, char **argv) {
     if (o.device.type == GPC_DEVICE_CPU && o.precision >= 0 && o.precision != GPC_F32)
         return cli_usage_error(NAME, "the CPU trains in f32 only; use --precision f32 (bf16 and "
                                      "fp16 need a GPU)");
+    if (attention) {
+        gpc_attention_path path;
+        if (gpc_attention_path_parse(attention, &path) != GPC_OK || path == GPC_ATTENTION_SIMPLE)
+            return cli_usage_error(NAME, "--attention must be auto, gpc or cudnn, not '%s'",
+                                   attention);
+        if (path == GPC_ATTENTION_CUDNN && o.device.type == GPC_DEVICE_CPU)
+            return cli_usage_error(NAME, "--attention cudnn needs a GPU; on the CPU attention "
+                                         "runs gpc's own kernel");
+        /* for the whole process: every model it builds */
+        if ((s = gpc_op_set_attention_path(attention)) != GPC_OK) return cli_fail(NAME, s);
+    }
     if (recompute < 0 || recompute > 2)
         return cli_usage_error(NAME,
                                "--recompute must be 0, 1 (GELU) or 2 (GELU and layernorm), "

@@ -85,6 +85,13 @@ expect 2 "train bf16 on the cpu" -- "$GPC" train --data "$data" --out "$run" --m
 expect 2 "train --recompute 3" -- "$GPC" train --data "$data" --out "$run" --model d1 \
   --device cpu --recompute 3
 grep -q "recompute must be 0, 1 (GELU) or 2" "$work/err" || fail "recompute message: $(cat "$work/err")"
+expect 2 "train --attention flash" -- "$GPC" train --data "$data" --out "$run" --model d1 \
+  --device cpu --attention flash
+grep -q "attention must be auto, gpc or cudnn, not 'flash'" "$work/err" ||
+  fail "attention message: $(cat "$work/err")"
+expect 2 "train --attention cudnn on the cpu" -- "$GPC" train --data "$data" --out "$run" \
+  --model d1 --device cpu --attention cudnn
+grep -q "attention cudnn needs a GPU" "$work/err" || fail "attention cpu message: $(cat "$work/err")"
 [[ -d "$run" && -f "$run/checkpoint.bin" ]] && fail "a refused run left a checkpoint"
 
 # ---- runtime errors: exit 1

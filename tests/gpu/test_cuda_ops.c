@@ -589,6 +589,8 @@ int main(void) {
         return 77;
     }
     gpc_rng_seed(&rng, test_seed(), 3);
+    /* these are gpc's own kernels' tests; test_cuda_cudnn.c checks cuDNN's path */
+    gpc_op_set_attention_path("gpc");
     /* GPC_TEST_FILTER='*attention*' runs a subset (scripts/gpu-check.sh's racecheck) */
     if (getenv("GPC_TEST_FILTER")) cmocka_set_test_filter(getenv("GPC_TEST_FILTER"));
     const struct CMUnitTest tests[] = {

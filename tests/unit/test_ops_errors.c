@@ -199,11 +199,64 @@ static void test_bad_arguments(void **state) {
         assert_true(pool[0][i] == (float)i);
 }
 
+/* attention_prepare checks qkv like the attention ops do */
+static void test_attention_prepare(void **state) {
+    (void)state;
+    int64_t T = rand_range(1, 8), C = 4 * rand_range(1, 8);
+    gpc_tensor qkv = gpc_tensor_3d(pool[0], GPC_F32, gpc_cpu(), 2, T, 3 * C);
+    TEST_OK(gpc_op_attention_prepare(&qkv, 4, 1));
+    TEST_FAILS(gpc_op_attention_prepare(NULL, 4, 1), GPC_ERR_INVALID_ARG, "'qkv' is missing");
+    gpc_tensor bad = gpc_tensor_3d(pool[0], GPC_F32, gpc_cpu(), 2, T, 3 * C + 1);
+    TEST_FAILS(gpc_op_attention_prepare(&bad, 4, 1), GPC_ERR_MISMATCH, "[B, T, 3C]");
+    char want[64];
+    snprintf(want, sizeof want, "%lld channels do not split into %lld heads", (long long)C,
+             (long long)(C + 1));
+    TEST_FAILS(gpc_op_attention_prepare(&qkv, (int)C + 1, 1), GPC_ERR_MISMATCH, want);
+    gpc_tensor ints = gpc_tensor_3d(pool[0], GPC_I32, gpc_cpu(), 2, T, 3 * C);
+    TEST_FAILS(gpc_op_attention_prepare(&ints, 4, 0), GPC_ERR_MISMATCH, "not i32");
+}
+
+/* The GPU attention path: named, set for the process, or from GPC_ATTENTION. */
+static void test_attention_path(void **state) {
+    (void)state;
+    static const char *const names[] = {"auto", "gpc", "cudnn", "simple"};
+    for (int i = 0; i < 4; i++) {
+        gpc_attention_path path;
+        TEST_OK(gpc_attention_path_parse(names[i], &path));
+        assert_int_equal(path, i);
+        assert_string_equal(gpc_attention_path_name(path), names[i]);
+    }
+    gpc_attention_path path = GPC_ATTENTION_GPC;
+    TEST_FAILS(gpc_attention_path_parse("flash", &path), GPC_ERR_INVALID_ARG,
+               "'flash' is not auto, gpc, cudnn or simple");
+    TEST_FAILS(gpc_attention_path_parse(NULL, &path), GPC_ERR_INVALID_ARG, "(none)");
+
+    unsetenv("GPC_ATTENTION");
+    TEST_OK(gpc_op_set_attention_path(NULL));
+    TEST_OK(gpc_op_attention_path(&path));
+    assert_int_equal(path, GPC_ATTENTION_AUTO); /* the default */
+    setenv("GPC_ATTENTION", "gpc", 1);
+    TEST_OK(gpc_op_attention_path(&path));
+    assert_int_equal(path, GPC_ATTENTION_GPC);
+    TEST_OK(gpc_op_set_attention_path("cudnn")); /* set wins over the environment */
+    TEST_OK(gpc_op_attention_path(&path));
+    assert_int_equal(path, GPC_ATTENTION_CUDNN);
+    TEST_FAILS(gpc_op_set_attention_path("fastest"), GPC_ERR_INVALID_ARG, "'fastest'");
+    TEST_OK(gpc_op_attention_path(&path));
+    assert_int_equal(path, GPC_ATTENTION_CUDNN); /* a bad name changed nothing */
+    TEST_OK(gpc_op_set_attention_path(NULL));
+    setenv("GPC_ATTENTION", "cuDNN", 1);
+    TEST_FAILS(gpc_op_attention_path(&path), GPC_ERR_INVALID_ARG,
+               "GPC_ATTENTION in the environment: attention path 'cuDNN'");
+    unsetenv("GPC_ATTENTION");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_missing_tensors), cmocka_unit_test(test_wrong_dtypes),
         cmocka_unit_test(test_wrong_shapes),    cmocka_unit_test(test_mismatched_devices),
-        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_bad_arguments),   cmocka_unit_test(test_attention_prepare),
+        cmocka_unit_test(test_attention_path),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
