@@ -2,11 +2,14 @@
  * trainer.c: the training loop behind `gpc train`.
  *
  * One optimizer step: zero the gradients; for each of the accumulation
- * micro-steps, take a batch from the loader and run forward + backward with
+ * micro-steps, take a batch from the prefetching loader (already on the
+ * device: gpc_prefetch_next) and run forward + backward with
  * dloss = 1/(B*T*accumulation) so the gradients add up to those of the mean
  * over the whole step; then the AdamW update with the schedule's learning
- * rate and global-norm clipping. After the step (never inside it) come the
- * metrics line, the callback, validation and checkpoints.
+ * rate and global-norm clipping. Nothing in the step waits for the device;
+ * gpt_read_step, which reads the loss for the metrics line, is the one
+ * wait. After the step come the metrics line, the callback, validation and
+ * checkpoints.
  *
  * Exact resume: everything that decides the next steps is in the checkpoint
  * (f32 weights, AdamW moments, step, the loader's epoch and batch, the RNG
@@ -65,7 +68,8 @@ typedef struct {
     const gpc_train_options *o;
     run_settings s;
     gpt_model *model;
-    gpc_loader *train, *val;
+    gpc_prefetch *train; /* batches prepared by a thread, copied to the device ahead */
+    gpc_loader *val;
     int32_t *inputs, *targets;
     FILE *metrics;
     gpc_rng rng;
@@ -292,7 +296,7 @@ static gpc_status save_checkpoint(trainer *t) {
     gpt_checkpoint_state st;
     gpc_loader_state ls;
     memset(&st, 0, sizeof st);
-    gpc_loader_get_state(t->train, &ls);
+    gpc_prefetch_get_state(t->train, &ls); /* the last batch trained on, not the thread's */
     st.step = (uint64_t)t->step;
     st.loader_epoch = ls.epoch;
     /* in batches of one process: with W ranks each has taken ls.batch, so
@@ -368,16 +372,19 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
     int world = t->ddp ? t->o->world_size : 1;
     float dloss = (float)(1.0 / ((double)s->B * s->T * s->accumulation * world));
     GPC_TRY(gpt_zero_grad(t->model));
-    /* The model sums the micro-steps' losses on the device: nothing inside
-     * the step waits for the GPU; gpt_read_step below is the one wait. */
+    /* The batches arrive on the device through the copy stream, and the
+     * model sums the micro-steps' losses on the device: nothing inside the
+     * step waits for the GPU; gpt_read_step below is the one wait. */
     for (int micro = 0; micro < s->accumulation; micro++) {
+        gpc_batch batch;
         gpc_trace_push("data");
-        gpc_status st = gpc_loader_next(t->train, t->inputs, t->targets);
+        gpc_status st = gpc_prefetch_next(t->train, &batch);
         gpc_trace_pop();
         GPC_TRY(st);
         if (t->ddp) GPC_TRY(gpc_ddp_micro_step(t->ddp, micro == s->accumulation - 1));
         gpc_trace_push("forward+backward");
-        st = gpt_forward_backward(t->model, t->inputs, t->targets, s->B, s->T, dloss);
+        st = gpt_forward_backward_device(t->model, &batch.inputs, &batch.targets, batch.unmasked,
+                                         dloss);
         gpc_trace_pop();
         GPC_TRY(st);
     }
@@ -392,11 +399,13 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
     gpc_status update_status = GPC_OK;
     if (t->ddp) update_status = gpc_ddp_finish_backward(t->ddp);
     if (update_status == GPC_OK)
-        update_status = t->ddp ? gpc_ddp_update(t->ddp, &adam, &e->skipped)
-                               : gpt_update(t->model, &adam, NULL, &e->skipped);
+        update_status =
+            t->ddp ? gpc_ddp_update(t->ddp, &adam, NULL) : gpt_update(t->model, &adam, NULL, NULL);
     gpc_trace_pop();
     GPC_TRY(update_status);
+    /* fp16: the overflow verdict comes back with the loss */
     GPC_TRY(gpt_read_step(t->model, &e->loss, &e->grad_norm));
+    e->skipped = t->model->step_skipped;
     if (t->ddp) { /* the step's loss over all ranks, and whether any was asked to stop */
         double v[2] = {e->loss, gpc_train_stop_requested() ? 1.0 : 0.0};
         GPC_TRY(gpc_ddp_reduce_host(t->ddp, v, 2));
@@ -506,8 +515,13 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
     const gpc_train_options *o = t->o;
     const run_settings *s = &t->s;
     int world = o->world_size > 0 ? o->world_size : 1;
-    GPC_TRY(gpc_loader_open(&t->train, o->data_dir, GPC_SPLIT_TRAIN, s->B, s->T, s->seed, o->rank,
-                            world));
+    /* the thread reads the shards while the model is built */
+    GPC_TRY(gpc_prefetch_open(&t->train, o->data_dir, GPC_SPLIT_TRAIN, s->B, s->T, s->seed, o->rank,
+                              world, o->device, 0));
+    if (ck) { /* the header's position: the same the checkpoint load reads */
+        gpc_loader_state ls = {ck->loader_epoch, ck->loader_batch / (uint64_t)world};
+        GPC_TRY(gpc_prefetch_set_state(t->train, &ls));
+    }
     if (s->eval_every && info->val_tokens > (uint64_t)s->T * world)
         GPC_TRY(gpc_loader_open(&t->val, o->data_dir, GPC_SPLIT_VAL, s->B, s->T, s->seed, o->rank,
                                 world));
@@ -544,8 +558,6 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
     }
     gpt_checkpoint_state loaded;
     GPC_TRY(gpt_checkpoint_load(t->checkpoint_path, t->model, &loaded));
-    gpc_loader_state ls = {loaded.loader_epoch, loaded.loader_batch / (uint64_t)world};
-    GPC_TRY(gpc_loader_set_state(t->train, &ls));
     t->rng = loaded.rng;
     t->step = (int)loaded.step;
     return open_ddp(t);
@@ -614,7 +626,7 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     if (t.metrics) fclose(t.metrics);
     gpc_ddp_free(t.ddp);
     gpt_free(t.model);
-    gpc_loader_close(t.train);
+    gpc_prefetch_close(t.train);
     gpc_loader_close(t.val);
     gpc_free(t.inputs);
     gpc_free(t.targets);

@@ -1,0 +1,383 @@
+/*
+ * test_pipeline.c: the input pipeline on a GPU (gpc_prefetch_* with pinned
+ * host buffers and a copy stream, gpt_forward_backward_device, and fp16's
+ * overflow check left to the device) against the synchronous path:
+ *  - the batches that reach the device are the synchronous loader's, as
+ *    the compute stream sees them while it lags behind the host (slow work
+ *    queued before each read), over several epochs and changes of position:
+ *    what keeps them right is the events, not luck;
+ *  - a small model trained on prefetched batches gives the losses and
+ *    weights of one trained on host tokens uploaded by gpt_forward_backward,
+ *    in f32 and bf16 (bitwise expected: every token occurs once in the
+ *    split, so even the embedding backward sums in a fixed order; asserted
+ *    within 1e-6);
+ *  - fp16 steps whose overflow verdict gpt_read_step reads skip and rescale
+ *    exactly as steps whose verdict gpt_update reads itself;
+ *  - gpc_train on the GPU, interrupted and resumed from its checkpoint,
+ *    repeats the uninterrupted run bit for bit.
+ *
+ * Without a usable GPU the test exits 77 (CTest: skipped).
+ */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpc/data.h"
+#include "gpc/model.h"
+#include "gpc/train.h"
+#include "ops/ops.h"
+
+enum { V = 4096, B = 4, T = 32 };
+
+static gpc_rng rng;
+static char *root;
+static char data_dir[4096];
+static const gpc_device gpu = {GPC_DEVICE_CUDA, 0};
+
+/* The training split is a permutation of the vocabulary, written in shards
+ * of 1000 tokens, so no token occurs twice in a batch; the validation split
+ * another permutation. */
+static int setup(void **state) {
+    (void)state;
+    root = test_tmpdir("pipeline");
+    snprintf(data_dir, sizeof data_dir, "%s/data", root);
+    if (gpc_mkdir_p(data_dir) != GPC_OK) return -1;
+    uint64_t *perm = malloc(V * sizeof *perm);
+    uint32_t *tokens = malloc(V * sizeof *tokens);
+    int shards = 0;
+    for (int split = 0; split < 2; split++) {
+        for (uint64_t i = 0; i < V; i++)
+            perm[i] = i;
+        gpc_rng_shuffle_u64(&rng, perm, V);
+        for (uint64_t i = 0; i < V; i++)
+            tokens[i] = (uint32_t)perm[i];
+        for (int at = 0, k = 0; at < V; at += 1000, k++) {
+            char path[4200];
+            snprintf(path, sizeof path, "%s/%s_%04d.bin", data_dir, split ? "val" : "train", k);
+            int n = V - at < 1000 ? V - at : 1000;
+            if (gpc_shard_write(path, tokens + at, (uint64_t)n, V) != GPC_OK) return -1;
+            if (!split) shards = k + 1;
+        }
+    }
+    char path[4200], text[512];
+    int len = snprintf(text, sizeof text,
+                       "gpc-dataset 1\nvocab_size=%d\ntrain_tokens=%d\nval_tokens=%d\n"
+                       "train_shards=%d\nval_shards=%d\n",
+                       V, V, V, shards, shards);
+    snprintf(path, sizeof path, "%s/dataset.txt", data_dir);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(text, 1, (size_t)len, f) != (size_t)len) return -1;
+    fclose(f);
+    free(perm);
+    free(tokens);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    test_rmtree(root);
+    gpc_free(root);
+    return 0;
+}
+
+/* ---------------------------------------------------------- the batches */
+
+/* Each batch is copied, on the compute stream and after slow work queued
+ * there, into a device history; read back at the end, the history must
+ * hold the synchronous loader's batches. A device slot overwritten before
+ * the compute stream read it, or read before its copy arrived, would show. */
+static void check_arrivals(int depth) {
+    gpc_loader *l;
+    gpc_prefetch *p;
+    uint64_t seed = gpc_rng_u32(&rng);
+    TEST_OK(gpc_loader_open(&l, data_dir, GPC_SPLIT_TRAIN, B, T, seed, 0, 1));
+    TEST_OK(gpc_prefetch_open(&p, data_dir, GPC_SPLIT_TRAIN, B, T, seed, 0, 1, gpu, depth));
+    uint64_t batches = gpc_loader_batches_per_epoch(l);
+    const int K = (int)(3 * batches + 5);
+    size_t n = (size_t)B * T;
+    gpc_tensor history, slow;
+    int64_t hshape[3] = {K, 2, (int64_t)n}, sshape[1] = {1 << 24};
+    TEST_OK(gpc_tensor_alloc(&history, GPC_I32, gpu, 3, hshape));
+    TEST_OK(gpc_tensor_alloc(&slow, GPC_F32, gpu, 1, sshape));
+    TEST_OK(gpc_tensor_zero(&slow));
+    int32_t *want = malloc((size_t)K * 2 * n * sizeof *want);
+    int32_t *got = malloc((size_t)K * 2 * n * sizeof *got);
+    for (int k = 0; k < K; k++) {
+        if (k % 11 == 10) { /* a new position, on both */
+            gpc_loader_state to = {gpc_rng_below(&rng, 4), gpc_rng_below(&rng, (uint32_t)batches)};
+            TEST_OK(gpc_prefetch_set_state(p, &to));
+            TEST_OK(gpc_loader_set_state(l, &to));
+        }
+        gpc_batch batch;
+        TEST_OK(gpc_prefetch_next(p, &batch));
+        TEST_OK(gpc_loader_next(l, want + (size_t)k * 2 * n, want + ((size_t)k * 2 + 1) * n));
+        assert_int_equal(batch.inputs.device.type, GPC_DEVICE_CUDA);
+        assert_int_equal(batch.inputs.dtype, GPC_I32);
+        assert_int_equal(batch.inputs.shape[0], B);
+        assert_int_equal(batch.inputs.shape[1], T);
+        assert_int_equal(batch.unmasked, (int64_t)n);
+        for (int r = 0; r < 1 + k % 3; r++) /* the GPU falls behind the host */
+            TEST_OK(gpc_op_scale(&slow, 1.0f));
+        gpc_tensor in_k =
+            gpc_tensor_1d((int32_t *)history.data + (size_t)k * 2 * n, GPC_I32, gpu, (int64_t)n);
+        gpc_tensor tg_k = gpc_tensor_1d((int32_t *)history.data + ((size_t)k * 2 + 1) * n, GPC_I32,
+                                        gpu, (int64_t)n);
+        gpc_tensor in = gpc_tensor_1d(batch.inputs.data, GPC_I32, gpu, (int64_t)n);
+        gpc_tensor tg = gpc_tensor_1d(batch.targets.data, GPC_I32, gpu, (int64_t)n);
+        TEST_OK(gpc_tensor_copy(&in_k, &in)); /* device to device: queued on the compute stream */
+        TEST_OK(gpc_tensor_copy(&tg_k, &tg));
+    }
+    gpc_tensor host = gpc_tensor_3d(got, GPC_I32, gpc_cpu(), K, 2, (int64_t)n);
+    TEST_OK(gpc_tensor_copy(&host, &history));
+    for (int k = 0; k < K; k++)
+        if (memcmp(got + (size_t)k * 2 * n, want + (size_t)k * 2 * n, 2 * n * sizeof *got) != 0)
+            fail_msg("depth %d: batch %d on the GPU is not the loader's", depth, k);
+    gpc_prefetch_close(p);
+    gpc_loader_close(l);
+    gpc_tensor_free(&history);
+    gpc_tensor_free(&slow);
+    free(want);
+    free(got);
+}
+
+static void test_batches_arrive_in_order(void **state) {
+    (void)state;
+    check_arrivals(2);
+    check_arrivals(4);
+}
+
+/* ------------------------------------------------- training, two ways */
+
+static void check_training(gpc_dtype dtype) {
+    gpt_config config;
+    TEST_OK(gpt_config_init(&config, 2, 2, 128, T, V)); /* head size 64 */
+    gpt_model *host = NULL, *dev = NULL;
+    TEST_OK(gpt_create(&host, &config, gpu, dtype, B, T, 1));
+    TEST_OK(gpt_create(&dev, &config, gpu, dtype, B, T, 1));
+    uint64_t seed = gpc_rng_u32(&rng);
+    TEST_OK(gpt_init_weights(host, seed));
+    TEST_OK(gpt_init_weights(dev, seed));
+    gpc_loader *l;
+    gpc_prefetch *p;
+    TEST_OK(gpc_loader_open(&l, data_dir, GPC_SPLIT_TRAIN, B, T, seed, 0, 1));
+    TEST_OK(gpc_prefetch_open(&p, data_dir, GPC_SPLIT_TRAIN, B, T, seed, 0, 1, gpu, 0));
+    int32_t in[B * T], tg[B * T];
+    int bitwise = 0;
+    const int steps = 8, accumulation = 2;
+    for (int step = 1; step <= steps; step++) {
+        TEST_OK(gpt_zero_grad(host));
+        TEST_OK(gpt_zero_grad(dev));
+        for (int micro = 0; micro < accumulation; micro++) {
+            gpc_batch batch;
+            float dloss = 1.0f / (float)(accumulation * B * T);
+            TEST_OK(gpc_loader_next(l, in, tg));
+            TEST_OK(gpt_forward_backward(host, in, tg, B, T, dloss));
+            TEST_OK(gpc_prefetch_next(p, &batch));
+            TEST_OK(gpt_forward_backward_device(dev, &batch.inputs, &batch.targets, batch.unmasked,
+                                                dloss));
+        }
+        gpt_adamw_options o;
+        gpt_adamw_defaults(&o);
+        o.learning_rate = 3e-3f;
+        o.step = step;
+        o.seed = (uint32_t)step;
+        TEST_OK(gpt_update(host, &o, NULL, NULL));
+        TEST_OK(gpt_update(dev, &o, NULL, NULL));
+        float la, lb, na, nb;
+        TEST_OK(gpt_read_step(host, &la, &na));
+        TEST_OK(gpt_read_step(dev, &lb, &nb));
+        bitwise += la == lb && na == nb;
+        if (!(fabsf(la - lb) <= 1e-6f * fabsf(la)) || !(fabsf(na - nb) <= 1e-6f * fabsf(na)))
+            fail_msg("%s step %d: loss %.9g, norm %.9g on uploaded tokens; %.9g, %.9g on "
+                     "prefetched ones",
+                     gpc_dtype_name(dtype), step, la, na, lb, nb);
+    }
+    fprintf(stderr, "%s: %d of %d steps bitwise equal\n", gpc_dtype_name(dtype), bitwise, steps);
+    size_t P = host->num_params;
+    float *wa = malloc(P * sizeof *wa), *wb = malloc(P * sizeof *wb);
+    TEST_OK(gpt_get_params(host, wa));
+    TEST_OK(gpt_get_params(dev, wb));
+    test_assert_close_f32("weights after training on prefetched batches", wb, wa, P, 1e-5, 1e-3);
+    free(wa);
+    free(wb);
+    gpc_prefetch_close(p);
+    gpc_loader_close(l);
+    gpt_free(host);
+    gpt_free(dev);
+}
+
+static void test_training_f32(void **state) {
+    (void)state;
+    check_training(GPC_F32);
+}
+
+static void test_training_bf16(void **state) {
+    (void)state;
+    check_training(GPC_BF16);
+}
+
+/* ------------------------------------------------- fp16's overflow check */
+
+/* Two fp16 models from a scale that overflows for several steps: one reads
+ * the verdict inside gpt_update (a wait), the other leaves it to the AdamW
+ * kernel and gpt_read_step. Same skips, same scales, same weights. */
+static void test_f16_check_on_device(void **state) {
+    (void)state;
+    gpt_config config;
+    TEST_OK(gpt_config_init(&config, 1, 2, 128, T, V));
+    gpt_model *now = NULL, *later = NULL;
+    TEST_OK(gpt_create(&now, &config, gpu, GPC_F16, B, T, 1));
+    TEST_OK(gpt_create(&later, &config, gpu, GPC_F16, B, T, 1));
+    uint64_t seed = gpc_rng_u32(&rng);
+    TEST_OK(gpt_init_weights(now, seed));
+    TEST_OK(gpt_init_weights(later, seed));
+    size_t P = now->num_params;
+    float *before = malloc(P * sizeof *before), *after = malloc(P * sizeof *after);
+    /* the target's dlogit is about -scale / (B*T): 1e8 / 128 and the
+     * gradients made from it overflow fp16 (65504) until the scale has
+     * halved several times */
+    now->loss_scale = later->loss_scale = 1e8f;
+    gpc_loader *l;
+    TEST_OK(gpc_loader_open(&l, data_dir, GPC_SPLIT_TRAIN, B, T, seed, 0, 1));
+    int32_t in[B * T], tg[B * T];
+    int skips = 0, clean = 0;
+    for (int step = 1; step <= 16; step++) {
+        TEST_OK(gpc_loader_next(l, in, tg));
+        TEST_OK(gpt_get_params(later, before));
+        TEST_OK(gpt_zero_grad(now));
+        TEST_OK(gpt_zero_grad(later));
+        TEST_OK(gpt_forward_backward(now, in, tg, B, T, 1.0f / (B * T)));
+        TEST_OK(gpt_forward_backward(later, in, tg, B, T, 1.0f / (B * T)));
+        gpt_adamw_options o;
+        gpt_adamw_defaults(&o);
+        o.learning_rate = 1e-3f;
+        o.step = step;
+        o.seed = (uint32_t)step;
+        int skipped = -1;
+        float norm_now = 0, norm_later = 0, loss_now, loss_later;
+        TEST_OK(gpt_update(now, &o, &norm_now, &skipped));
+        TEST_OK(gpt_read_step(now, &loss_now, NULL));
+        TEST_OK(gpt_update(later, &o, NULL, NULL));
+        assert_true(later->scale_check_pending);
+        TEST_OK(gpt_read_step(later, &loss_later, &norm_later));
+        assert_false(later->scale_check_pending);
+        if (later->step_skipped != skipped || later->loss_scale != now->loss_scale ||
+            later->good_steps != now->good_steps)
+            fail_msg("step %d: skipped %d / %d, scale %g / %g, good steps %d / %d", step, skipped,
+                     later->step_skipped, now->loss_scale, later->loss_scale, now->good_steps,
+                     later->good_steps);
+        assert_true(loss_now == loss_later);
+        if (skipped) {
+            assert_true(isnan(norm_now) && isnan(norm_later));
+            TEST_OK(gpt_get_params(later, after));
+            assert_memory_equal(before, after, P * sizeof *after);
+        } else {
+            assert_true(norm_now == norm_later && isfinite(norm_now) && norm_now > 0);
+        }
+        skips += skipped;
+        clean += !skipped;
+    }
+    fprintf(stderr, "fp16: %d steps skipped, %d clean\n", skips, clean);
+    assert_true(skips >= 3 && clean >= 3);
+    TEST_OK(gpt_get_params(now, before));
+    TEST_OK(gpt_get_params(later, after));
+    assert_memory_equal(before, after, P * sizeof *after);
+
+    /* a verdict nobody read is read before the scale is used again */
+    later->loss_scale = 1e9f;
+    TEST_OK(gpt_zero_grad(later));
+    TEST_OK(gpt_forward_backward(later, in, tg, B, T, 1.0f / (B * T)));
+    gpt_adamw_options o;
+    gpt_adamw_defaults(&o);
+    TEST_OK(gpt_update(later, &o, NULL, NULL));
+    assert_true(later->loss_scale == 1e9f && later->scale_check_pending);
+    TEST_OK(gpt_forward_backward(later, in, tg, B, T, 1.0f / (B * T)));
+    assert_true(later->loss_scale == 5e8f && later->step_skipped && !later->scale_check_pending);
+    free(before);
+    free(after);
+    gpc_loader_close(l);
+    gpt_free(now);
+    gpt_free(later);
+}
+
+/* ------------------------------------------------- the trainer, resumed */
+
+typedef struct {
+    float loss[32];
+    int steps, stop_at;
+} record;
+
+static void on_event(void *user, const gpc_train_event *e) {
+    record *r = user;
+    if (e->kind != GPC_TRAIN_STEP) return;
+    assert_true(e->step >= 1 && e->step < 32);
+    r->loss[e->step] = e->loss;
+    r->steps++;
+    if (r->stop_at && e->step == r->stop_at) gpc_train_request_stop();
+}
+
+static void options(gpc_train_options *o, const char *out, record *r) {
+    gpc_train_options_init(o);
+    o->data_dir = data_dir;
+    o->out_dir = out;
+    o->device = gpu; /* bf16, the GPU's default */
+    o->layers = 2;
+    o->heads = 2;
+    o->channels = 128;
+    o->context = T;
+    o->batch = B;
+    o->total_batch = 2 * B * T; /* two micro-steps */
+    o->steps = 12;
+    o->lr = 3e-3;
+    o->eval_every = 4;
+    o->eval_batches = 4;
+    o->callback = on_event;
+    o->user = r;
+}
+
+static void test_trainer_resume_exact(void **state) {
+    (void)state;
+    char full_dir[4200], part_dir[4200];
+    snprintf(full_dir, sizeof full_dir, "%s/full", root);
+    snprintf(part_dir, sizeof part_dir, "%s/part", root);
+    gpc_train_options o;
+    record full, part, resumed;
+    memset(&full, 0, sizeof full);
+    memset(&part, 0, sizeof part);
+    memset(&resumed, 0, sizeof resumed);
+    options(&o, full_dir, &full);
+    TEST_OK(gpc_train(&o, NULL));
+    assert_int_equal(full.steps, 12);
+    options(&o, part_dir, &part);
+    part.stop_at = 5;
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_INTERRUPTED, "checkpoint saved at step 5");
+    gpc_train_clear_stop();
+    options(&o, part_dir, &resumed);
+    o.resume = 1;
+    TEST_OK(gpc_train(&o, NULL));
+    assert_int_equal(resumed.steps, 7);
+    for (int s = 1; s <= 5; s++)
+        if (part.loss[s] != full.loss[s])
+            fail_msg("step %d: %.9g, uninterrupted %.9g", s, part.loss[s], full.loss[s]);
+    for (int s = 6; s <= 12; s++)
+        if (resumed.loss[s] != full.loss[s])
+            fail_msg("step %d: resumed loss %.9g, uninterrupted %.9g", s, resumed.loss[s],
+                     full.loss[s]);
+}
+
+int main(void) {
+    if (!gpc_backend_get(GPC_DEVICE_CUDA)) {
+        fprintf(stderr, "skipped: %s\n", gpc_last_error());
+        return 77;
+    }
+    gpc_rng_seed(&rng, test_seed(), 43);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batches_arrive_in_order), cmocka_unit_test(test_training_f32),
+        cmocka_unit_test(test_training_bf16),           cmocka_unit_test(test_f16_check_on_device),
+        cmocka_unit_test(test_trainer_resume_exact),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
