@@ -1,18 +1,26 @@
 /*
  * attention_bench.c: gpc's causal attention forward and backward at the
- * GPT-2 shape, timed with CUDA events (median of --reps after warm-up).
+ * GPT-2 shape, timed with CUDA events (median of --reps after warm-up), on
+ * each GPU path: gpc's own kernels and cuDNN's fused attention
+ * (gpc_attention_path), then the ratio of their forward+backward times.
  *
  *   bench_attention_bench [--batch 64] [--context 1024] [--heads 12]
  *                         [--head-size 64] [--reps 20] [--precision bf16]
+ *                         [--path both|gpc|cudnn|simple]
  *
- * bench/attention_bench.py times PyTorch's SDPA (flash) on the same shape;
- * bench/gpt2_train.sh prints the two side by side. FLOPs counted as FA2
- * does: forward 4 B NH T^2 hs / 2 (causal), backward 2.5 times that.
+ * --path defaults to both, or to GPC_ATTENTION when that is set. Lines:
+ * RESULT gpc_attention ... (gpc's kernels, also for simple), RESULT
+ * cudnn_attention ..., RESULT attention_paths gpc_over_cudnn=... (above 1:
+ * cuDNN is faster). bench/attention_bench.py times PyTorch's SDPA (flash) on
+ * the same shape; bench/gpt2_train.sh prints them side by side. FLOPs
+ * counted as FA2 does: forward 4 B NH T^2 hs / 2 (causal), backward 2.5
+ * times that.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/attention_cudnn.h"
 #include "ops/ops.h"
 
 static int cmp_float(const void *a, const void *b) {
@@ -30,7 +38,8 @@ static int cmp_float(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     int B = 64, T = 1024, NH = 12, hs = 64, reps = 20;
-    const char *precision = "bf16";
+    const char *precision = "bf16", *path_arg = getenv("GPC_ATTENTION");
+    if (!path_arg || !path_arg[0]) path_arg = "both";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--batch")) B = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--context")) T = atoi(argv[i + 1]);
@@ -38,7 +47,10 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--head-size")) hs = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--precision")) precision = argv[i + 1];
+        if (!strcmp(argv[i], "--path")) path_arg = argv[i + 1];
     }
+    const char *paths[2] = {path_arg, NULL};
+    if (!strcmp(path_arg, "both")) paths[0] = "gpc", paths[1] = "cudnn";
     const gpc_backend *cuda = gpc_backend_get(GPC_DEVICE_CUDA);
     if (!cuda) {
         fprintf(stderr, "bench_attention_bench: %s\n", gpc_last_error());
@@ -72,25 +84,50 @@ int main(int argc, char **argv) {
     CHECK(cuda->event_create(&e0));
     CHECK(cuda->event_create(&e1));
     float *fwd = malloc(sizeof(float) * reps), *bwd = malloc(sizeof(float) * reps);
-    for (int r = -3; r < reps; r++) {
-        CHECK(cuda->event_record(e0, NULL));
-        CHECK(gpc_op_attention_forward(&out, &lse, &qkv, NH));
-        CHECK(cuda->event_record(e1, NULL));
-        float ms;
-        CHECK(cuda->event_elapsed_ms(e0, e1, &ms));
-        if (r >= 0) fwd[r] = ms;
-        CHECK(cuda->event_record(e0, NULL));
-        CHECK(gpc_op_attention_backward(&dqkv, &dout, &qkv, &out, &lse, NH));
-        CHECK(cuda->event_record(e1, NULL));
-        CHECK(cuda->event_elapsed_ms(e0, e1, &ms));
-        if (r >= 0) bwd[r] = ms;
+    double f = 4.0 * B * NH * (double)T * T * hs / 2, total[2] = {0, 0};
+    for (int k = 0; k < 2 && paths[k]; k++) {
+        CHECK(gpc_op_set_attention_path(paths[k]));
+        /* plans (cuDNN) are built here, outside the timing */
+        gpc_status prepared = gpc_op_attention_prepare(&qkv, NH, 1);
+        if (prepared != GPC_OK) {
+            printf("RESULT %s_attention not run: %s\n", paths[k], gpc_last_error());
+            continue;
+        }
+        for (int r = -3; r < reps; r++) {
+            CHECK(cuda->event_record(e0, NULL));
+            CHECK(gpc_op_attention_forward(&out, &lse, &qkv, NH));
+            CHECK(cuda->event_record(e1, NULL));
+            float ms;
+            CHECK(cuda->event_elapsed_ms(e0, e1, &ms));
+            if (r >= 0) fwd[r] = ms;
+            CHECK(cuda->event_record(e0, NULL));
+            CHECK(gpc_op_attention_backward(&dqkv, &dout, &qkv, &out, &lse, NH));
+            CHECK(cuda->event_record(e1, NULL));
+            CHECK(cuda->event_elapsed_ms(e0, e1, &ms));
+            if (r >= 0) bwd[r] = ms;
+        }
+        qsort(fwd, reps, sizeof(float), cmp_float);
+        qsort(bwd, reps, sizeof(float), cmp_float);
+        float mf = fwd[reps / 2], mb = bwd[reps / 2];
+        total[k] = mf + mb;
+        printf("RESULT %s_attention B=%d T=%d NH=%d hs=%d %s fwd_ms=%.3f bwd_ms=%.3f "
+               "fwdbwd_ms=%.3f fwd_tflops=%.1f bwd_tflops=%.1f fwdbwd_tflops=%.1f",
+               strcmp(paths[k], "cudnn") ? "gpc" : "cudnn", B, T, NH, hs, precision, mf, mb,
+               mf + mb, f / (mf * 1e9), 2.5 * f / (mb * 1e9), 3.5 * f / ((mf + mb) * 1e9));
+#ifdef GPC_HAVE_CUDA /* a build without CUDA has no cuDNN path to describe */
+        if (!strcmp(paths[k], "cudnn")) {
+            gpc_cudnn_attention_stats stats;
+            gpc_cudnn_attention_get_stats(&stats);
+            printf(" cudnn=%ld workspace_mib=%.1f", gpc_cudnn_attention_version(),
+                   stats.workspace_bytes / 1048576.0);
+        }
+#endif
+        printf("\n");
     }
-    qsort(fwd, reps, sizeof(float), cmp_float);
-    qsort(bwd, reps, sizeof(float), cmp_float);
-    double f = 4.0 * B * NH * (double)T * T * hs / 2;
-    printf("RESULT gpc_attention B=%d T=%d NH=%d hs=%d %s fwd_ms=%.3f bwd_ms=%.3f "
-           "fwd_tflops=%.1f bwd_tflops=%.1f\n",
-           B, T, NH, hs, precision, fwd[reps / 2], bwd[reps / 2], f / (fwd[reps / 2] * 1e9),
-           2.5 * f / (bwd[reps / 2] * 1e9));
+    if (total[0] > 0 && total[1] > 0)
+        printf("RESULT attention_paths B=%d T=%d gpc_fwdbwd_ms=%.3f cudnn_fwdbwd_ms=%.3f "
+               "gpc_over_cudnn=%.3f\n",
+               B, T, total[0], total[1], total[0] / total[1]);
+    gpc_op_set_attention_path(NULL);
     return 0;
 }

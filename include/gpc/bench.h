@@ -3,7 +3,8 @@
  * how to train on it: GEMM rates (OpenBLAS on the CPU; a naive kernel, a
  * shared-memory tiled kernel and cuBLAS in each precision on the GPU), copy
  * bandwidth and latency from pageable, pinned and managed memory, a
- * copy-compute pipeline on 1, 2 and 4 streams, and gpc's attention op; then
+ * copy-compute pipeline on 1, 2 and 4 streams, and gpc's attention op (on a
+ * GPU both of its paths, gpc's kernels and cuDNN's, and their ratio); then
  * the seed article's claims set beside what was measured here.
  *
  * Every timing is the median of several repetitions after a warm-up. Every
@@ -21,13 +22,13 @@ extern "C" {
 
 typedef struct {
     char group[12];  /* "gemm", "copy", "overlap", "attention" */
-    char name[40];   /* "openblas-f32", "naive-f32", "cublas-bf16", "h2d-pinned", "streams-2" */
+    char name[40];   /* "openblas-f32", "cublas-bf16", "h2d-pinned", "streams-2", "cudnn-forward" */
     char device[16]; /* "cpu", "cuda:0" */
     int64_t size;    /* n of the n x n GEMM; bytes of a copy or pipeline; T of attention */
     double seconds;  /* median of the timed repetitions */
     double work;     /* per repetition: floating-point operations or bytes moved */
     double rate;     /* work / seconds / 1e9, in unit */
-    char unit[8];    /* "GFLOP/s" or "GB/s" */
+    char unit[8];    /* "GFLOP/s", "GB/s", or "x" for a ratio (attention's gpc/cudnn-time) */
     double error;    /* GEMM: largest sampled error against float64, normalised; -1 unchecked */
     int ok;          /* 0 when the result failed its check (then rate means nothing) */
 } gpc_bench_result;

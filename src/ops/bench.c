@@ -1,7 +1,8 @@
 /*
  * bench.c: the measurements behind `gpc bench` (gpc/bench.h): CPU GEMM
  * through OpenBLAS on every core, host memcpy, gpc's attention op on the
- * chosen device, and the GPU measurements of src/cuda/bench_cuda.h; then the
+ * chosen device (on a GPU, gpc's kernels and cuDNN's path side by side),
+ * and the GPU measurements of src/cuda/bench_cuda.h; then the
  * seed article's claims against what was measured, and the JSON file.
  */
 #include "gpc/bench.h"
@@ -190,20 +191,24 @@ done:
 /* gpc's attention op, forward and backward, on the device, with the d12
  * shape (12 heads of 64). Causal FLOPs: forward QK^T and PV, each
  * B*NH*T*T*hs*2 halved by the mask, = 2*B*T*T*C; backward recomputes the
- * probabilities and forms dV, dP, dQ, dK: 2.5 times that. */
+ * probabilities and forms dV, dP, dQ, dK: 2.5 times that. On a GPU, path
+ * names the implementation (gpc_attention_path: "gpc" or "cudnn"), which
+ * also names the rows; *total gets the median forward+backward seconds. */
 static gpc_status attention(const gpc_bench_options *o, gpc_bench_report *r, gpc_device device,
-                            int B, int T, int reps) {
+                            int B, int T, int reps, const char *path, double *total) {
     const int NH = 12, C = 768;
     gpc_dtype dtype = device.type == GPC_DEVICE_CPU ? GPC_F32 : GPC_BF16;
     gpc_tensor qkv = {0}, out = {0}, lse = {0}, dout = {0}, dqkv = {0}, host = {0};
     int64_t qkv_shape[3] = {B, T, 3 * C}, out_shape[3] = {B, T, C}, lse_shape[3] = {B, NH, T};
     double *fwd = calloc((size_t)reps, sizeof *fwd), *bwd = calloc((size_t)reps, sizeof *bwd);
+    double *both = calloc((size_t)reps, sizeof *both);
     float *values = malloc((size_t)B * T * 3 * C * sizeof *values);
     uint16_t *half = malloc((size_t)B * T * 3 * C * sizeof *half);
     const gpc_backend *backend = NULL;
-    char name[24];
+    char name[24], row[40];
     gpc_status status = GPC_OK;
-    if (!fwd || !bwd || !values || !half) {
+    if (!path) path = "gpc";
+    if (!fwd || !bwd || !both || !values || !half) {
         status = gpc_error(GPC_ERR_NOMEM, "no memory for the attention benchmark");
         goto done;
     }
@@ -226,6 +231,11 @@ static gpc_status attention(const gpc_bench_options *o, gpc_bench_report *r, gpc
     if ((status = gpc_tensor_copy(&qkv, &host))) goto done;
     host.shape[2] = C; /* the first third of the same random numbers as dout */
     if ((status = gpc_tensor_copy(&dout, &host))) goto done;
+    if (device.type != GPC_DEVICE_CPU) {
+        if ((status = gpc_op_set_attention_path(path))) goto done;
+        /* plans (cuDNN) are built here, outside the timed repetitions */
+        if ((status = gpc_op_attention_prepare(&qkv, NH, 1))) goto done;
+    }
     for (int rep = -1; rep < reps; rep++) {
         double t0 = gpc_time_seconds();
         if ((status = gpc_op_attention_forward(&out, &lse, &qkv, NH))) goto done;
@@ -237,15 +247,25 @@ static gpc_status attention(const gpc_bench_options *o, gpc_bench_report *r, gpc
         if (rep >= 0) {
             fwd[rep] = t1 - t0;
             bwd[rep] = t2 - t1;
+            both[rep] = t2 - t0;
         }
     }
     double flops = 2.0 * B * (double)T * T * C;
-    if ((status = add(o, r, "attention", "gpc-forward", name, T, median(fwd, reps), flops,
-                      "GFLOP/s", -1, 1)))
+    snprintf(row, sizeof row, "%s-forward", path);
+    if ((status = add(o, r, "attention", row, name, T, median(fwd, reps), flops, "GFLOP/s", -1, 1)))
         goto done;
-    status = add(o, r, "attention", "gpc-backward", name, T, median(bwd, reps), 2.5 * flops,
-                 "GFLOP/s", -1, 1);
+    snprintf(row, sizeof row, "%s-backward", path);
+    if ((status = add(o, r, "attention", row, name, T, median(bwd, reps), 2.5 * flops, "GFLOP/s",
+                      -1, 1)))
+        goto done;
+    if (total) *total = median(both, reps);
+    if (device.type != GPC_DEVICE_CPU) {
+        snprintf(row, sizeof row, "%s-fwd+bwd", path);
+        status =
+            add(o, r, "attention", row, name, T, median(both, reps), 3.5 * flops, "GFLOP/s", -1, 1);
+    }
 done:
+    if (device.type != GPC_DEVICE_CPU) gpc_op_set_attention_path(NULL);
     gpc_tensor_free(&qkv);
     gpc_tensor_free(&dqkv);
     gpc_tensor_free(&out);
@@ -253,6 +273,7 @@ done:
     gpc_tensor_free(&lse);
     free(fwd);
     free(bwd);
+    free(both);
     free(values);
     free(half);
     return status;
@@ -412,19 +433,27 @@ gpc_status gpc_bench_run(const gpc_bench_options *o, gpc_bench_report *r) {
             skip(o, r, "overlap (copy-compute-copy on 1, 2, 4 streams) not run: %s", gpu_why);
     }
     if (o->attention) {
-        gpc_status st = attention(o, r, gpc_cpu(), 1, o->quick ? 128 : 512, o->quick ? 2 : 3);
+        gpc_status st =
+            attention(o, r, gpc_cpu(), 1, o->quick ? 128 : 512, o->quick ? 2 : 3, NULL, NULL);
         if (st == GPC_ERR_NOMEM) return st;
         if (st) skip(o, r, "attention on the CPU: %s", gpc_last_error());
         if (gpu_ok) {
+            /* the two GPU paths side by side: gpc's kernels, then cuDNN's
+             * fused attention; the last row is their ratio (above 1: cuDNN
+             * is faster), which is what auto's choice rests on */
             gpc_device gpu = {GPC_DEVICE_CUDA, o->gpu};
-            st = attention(o, r, gpu, o->quick ? 2 : 8, 1024, o->quick ? 3 : 5);
+            int B = o->quick ? 2 : 8, reps = o->quick ? 3 : 5;
+            double t_gpc = 0, t_cudnn = 0;
+            st = attention(o, r, gpu, B, 1024, reps, "gpc", &t_gpc);
             if (st == GPC_ERR_NOMEM) return st;
             if (st) skip(o, r, "attention on %s: %s", dev, gpc_last_error());
-            /* gpc's CUDA backend has one attention path, its own kernel; a
-             * cuDNN comparison needs the backend to offer cuDNN's. */
-            skip(o, r,
-                 "attention via cuDNN: this gpc's CUDA backend offers no cuDNN attention "
-                 "path, so only gpc's own kernel was measured");
+            gpc_status sc = attention(o, r, gpu, B, 1024, reps, "cudnn", &t_cudnn);
+            if (sc == GPC_ERR_NOMEM) return sc;
+            if (sc) skip(o, r, "attention via cuDNN on %s not run: %s", dev, gpc_last_error());
+            if (!st && !sc && t_cudnn > 0)
+                /* work t_gpc * 1e9 over t_cudnn seconds: rate = t_gpc / t_cudnn */
+                GPC_TRY(add(o, r, "attention", "gpc/cudnn-time", dev, 1024, t_cudnn, t_gpc * 1e9,
+                            "x", -1, 1));
         } else {
             skip(o, r, "attention on the GPU not run: %s", gpu_why);
         }
