@@ -15,6 +15,10 @@
  *    exactly as steps whose verdict gpt_update reads itself;
  *  - gpc_train on the GPU, interrupted and resumed from its checkpoint,
  *    repeats the uninterrupted run bit for bit.
+ * Bitwise comparisons need kernels that sum in a fixed order: attention
+ * runs on gpc's kernels with their two-kernel backward (cuDNN's, or the
+ * fused backward of GPC_ATTENTION_BWD=fused, add dq with atomics), whatever
+ * the environment asks.
  *
  * Without a usable GPU the test exits 77 (CTest: skipped).
  */
@@ -374,6 +378,11 @@ int main(void) {
         return 77;
     }
     gpc_rng_seed(&rng, test_seed(), 43);
+    unsetenv("GPC_ATTENTION_BWD");
+    if (gpc_op_set_attention_path("gpc") != GPC_OK) {
+        fprintf(stderr, "%s\n", gpc_last_error());
+        return 1;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batches_arrive_in_order), cmocka_unit_test(test_training_f32),
         cmocka_unit_test(test_training_bf16),           cmocka_unit_test(test_f16_check_on_device),
