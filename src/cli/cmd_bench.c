@@ -45,9 +45,12 @@ static void print_result(const gpc_bench_result *r, void *user) {
     print_header(user);
     char size[32], time[32], err[32] = "";
     if (r->error >= 0) snprintf(err, sizeof err, "err %.1e", r->error);
-    printf("  %-9s %-22s %-7s %-10s %11s %12.1f %-7s %s%s\n", r->group, r->name, r->device,
-           format_size(r, size, sizeof size), format_time(r->seconds, time, sizeof time), r->rate,
-           r->unit, err, r->ok ? "" : "  WRONG RESULT");
+    /* a ratio ("x") gets two decimals, rates one */
+    printf(strcmp(r->unit, "x") ? "  %-9s %-22s %-7s %-10s %11s %12.1f %-7s %s%s\n"
+                                : "  %-9s %-22s %-7s %-10s %11s %12.2f %-7s %s%s\n",
+           r->group, r->name, r->device, format_size(r, size, sizeof size),
+           format_time(r->seconds, time, sizeof time), r->rate, r->unit, err,
+           r->ok ? "" : "  WRONG RESULT");
     fflush(stdout);
 }
 

@@ -790,11 +790,13 @@ static int att_fast(gpc_attention_path path, gpc_dtype dtype, const att_shape *s
 /* ------------------------------------------------------- path choice
  *
  * auto takes cuDNN where it measured faster than these kernels
- * (bench/RESULTS.md, "cuDNN's attention beside gpc's"): on Hopper-class GPUs
- * (compute capability 9 and up), in bf16 or fp16, when libcudnn loaded and
- * its engines accepted the shape. Anywhere else auto means gpc's kernels. A
- * missing library under auto costs a one-line notice, once; asking for
- * cudnn by name makes every such reason an error instead. */
+ * (bench/RESULTS.md, "cuDNN's attention beside gpc's": on an H200 with cuDNN
+ * 9.14, forward+backward 1.77x faster at B=64 T=1024 NH=12 hs=64, the GPT-2
+ * step 11.5% faster): on Hopper-class GPUs (compute capability 9 and up), in
+ * bf16 or fp16, when libcudnn loaded and its engines accepted the shape.
+ * Anywhere else auto means gpc's kernels. A missing library under auto costs
+ * a one-line notice, once; asking for cudnn by name makes every such reason
+ * an error instead. */
 #define ATT_AUTO_CUDNN_MIN_MAJOR 9
 
 static int att_auto_wants_cudnn(gpc_dtype dtype, const att_shape *s) {
