@@ -342,13 +342,13 @@ gpc_status gpc_prefetch_open(gpc_prefetch **out, const char *dir, gpc_split spli
     size_t slot_bytes = 2 * p->batch_elements * sizeof(int32_t);
     p->slots = gpc_calloc((size_t)depth, sizeof *p->slots);
     if (!p->slots) s = gpc_error(GPC_ERR_NOMEM, "out of host memory opening the data loader");
+    /* the GPU side first: it makes the GPU current, so the pinned ring
+     * belongs to its context */
+    if (s == GPC_OK && p->gpu) s = create_gpu_side(p);
     if (s == GPC_OK) s = backend->alloc_host(slot_bytes * (size_t)depth, &p->host_memory);
-    if (s == GPC_OK) {
-        for (int i = 0; i < depth; i++) {
-            p->slots[i].inputs = (int32_t *)((char *)p->host_memory + slot_bytes * (size_t)i);
-            p->slots[i].targets = p->slots[i].inputs + p->batch_elements;
-        }
-        if (p->gpu) s = create_gpu_side(p);
+    for (int i = 0; s == GPC_OK && i < depth; i++) {
+        p->slots[i].inputs = (int32_t *)((char *)p->host_memory + slot_bytes * (size_t)i);
+        p->slots[i].targets = p->slots[i].inputs + p->batch_elements;
     }
     if (s == GPC_OK) s = start_thread(p);
     if (s != GPC_OK) {
