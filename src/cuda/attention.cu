@@ -813,9 +813,16 @@ static int att_auto_wants_cudnn(gpc_dtype dtype, const att_shape *s) {
 
 /* *use: 1 when cuDNN serves this call (which: GPC_CUDNN_FORWARD and/or
  * GPC_CUDNN_BACKWARD, the plans it needs). Fails only when cudnn was asked for
- * by name and cannot serve it, or GPC_ATTENTION is not a path. */
+ * by name and cannot serve it, or GPC_ATTENTION is not a path.
+ *
+ * Under auto, only gpc_op_attention_prepare (build = 1) builds plans; a call
+ * takes cuDNN only for a shape prepared ahead, as a model's training and
+ * evaluation shapes are at gpt_create. Other shapes, such as the growing
+ * windows of sampling, stay on gpc's kernels rather than pay a plan build
+ * each. cudnn by name builds whatever shape it is given. */
 static gpc_status att_route(const char *op, gpc_dtype dtype, const att_shape *s, int which,
-                            const void *const *ptrs, int n, gpc_attention_path *path, int *use) {
+                            int build, const void *const *ptrs, int n, gpc_attention_path *path,
+                            int *use) {
     *use = 0;
     GPC_TRY(gpc_op_attention_path(path));
     if (*path == GPC_ATTENTION_GPC || *path == GPC_ATTENTION_SIMPLE) return GPC_OK;
@@ -832,6 +839,10 @@ static gpc_status att_route(const char *op, gpc_dtype dtype, const att_shape *s,
     if (!att_auto_wants_cudnn(dtype, s)) return GPC_OK;
     for (int i = 0; i < n; i++)
         if (!gpc_cuda_aligned16(ptrs[i])) return GPC_OK;
+    if (!build) {
+        *use = gpc_cudnn_attention_ready(s->B, s->T, s->NH, s->hs, dtype, which);
+        return GPC_OK;
+    }
     gpc_status st = gpc_cudnn_attention_load();
     if (st != GPC_OK) {
         static int noticed;
@@ -867,6 +878,9 @@ extern "C" long gpc_cudnn_attention_version(void) {
 extern "C" gpc_status gpc_cudnn_attention_prepare(int, int, int, int, gpc_dtype, int) {
     return ATT_NO_CUDNN;
 }
+extern "C" int gpc_cudnn_attention_ready(int, int, int, int, gpc_dtype, int) {
+    return 0;
+}
 extern "C" gpc_status gpc_cudnn_attention_forward(gpc_tensor *, gpc_tensor *, const gpc_tensor *,
                                                   int) {
     return ATT_NO_CUDNN;
@@ -898,7 +912,7 @@ gpc_status gpc_cuda_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gp
     const void *ptrs[] = {out->data, qkv->data, lse->data};
     gpc_attention_path path;
     int use_cudnn;
-    GPC_TRY(att_route(op, out->dtype, &s, GPC_CUDNN_FORWARD, ptrs, 3, &path, &use_cudnn));
+    GPC_TRY(att_route(op, out->dtype, &s, GPC_CUDNN_FORWARD, 0, ptrs, 3, &path, &use_cudnn));
     if (use_cudnn) return gpc_cudnn_attention_forward(out, lse, qkv, num_heads);
     float scale = 1.0f / sqrtf((float)s.hs);
     cudaStream_t st = gpc_cuda_stream();
@@ -943,7 +957,7 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
     const void *ptrs[] = {out->data, qkv->data, dqkv->data, dout->data, lse->data};
     gpc_attention_path path;
     int use_cudnn;
-    GPC_TRY(att_route(op, out->dtype, &s, GPC_CUDNN_BACKWARD, ptrs, 5, &path, &use_cudnn));
+    GPC_TRY(att_route(op, out->dtype, &s, GPC_CUDNN_BACKWARD, 0, ptrs, 5, &path, &use_cudnn));
     if (use_cudnn) return gpc_cudnn_attention_backward(dqkv, dout, qkv, out, lse, num_heads);
     int fast = att_fast(path, out->dtype, &s, ptrs, 4);
     if (!fast && s.hs > ATT_NAIVE_MAX_HS)
@@ -1041,5 +1055,5 @@ gpc_status gpc_cuda_attention_prepare(const gpc_tensor *qkv, int num_heads, int 
     gpc_attention_path path;
     int use;
     int which = GPC_CUDNN_FORWARD | (backward ? GPC_CUDNN_BACKWARD : 0);
-    return att_route("attention_prepare", qkv->dtype, &s, which, aligned, 1, &path, &use);
+    return att_route("attention_prepare", qkv->dtype, &s, which, 1, aligned, 1, &path, &use);
 }

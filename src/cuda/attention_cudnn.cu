@@ -967,6 +967,28 @@ extern "C" gpc_status gpc_cudnn_attention_prepare(int B, int T, int NH, int hs, 
     return s;
 }
 
+extern "C" int gpc_cudnn_attention_ready(int B, int T, int NH, int hs, gpc_dtype dtype, int which) {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= CUDNN_ATT_MAX_DEVICES) {
+        cudaGetLastError();
+        return 0;
+    }
+    plan_key key;
+    memset(&key, 0, sizeof key);
+    key.device = device, key.B = B, key.T = T, key.NH = NH, key.hs = hs, key.dtype = dtype;
+    int found = 0, wanted = 0;
+    pthread_mutex_lock(&lock);
+    for (int backward = 0; backward < 2; backward++) {
+        if (!(which & (backward ? GPC_CUDNN_BACKWARD : GPC_CUDNN_FORWARD))) continue;
+        wanted++;
+        key.backward = backward;
+        for (int i = 0; i < num_plans; i++)
+            if (key_equal(&plans[i]->key, &key) && plans[i]->status == GPC_OK) found++;
+    }
+    pthread_mutex_unlock(&lock);
+    return wanted > 0 && found == wanted;
+}
+
 static gpc_status check_aligned(const char *op, const gpc_tensor *const *ts, int n, int C) {
     for (int i = 0; i < n; i++)
         if (!gpc_cuda_aligned16(ts[i]->data))

@@ -38,6 +38,11 @@ long gpc_cudnn_attention_version(void);
 enum { GPC_CUDNN_FORWARD = 1, GPC_CUDNN_BACKWARD = 2 };
 gpc_status gpc_cudnn_attention_prepare(int B, int T, int NH, int hs, gpc_dtype dtype, int which);
 
+/* 1 when the plans named by which were built for this shape on the current
+ * GPU (by gpc_cudnn_attention_prepare or a call) and succeeded; 0 when they
+ * failed or were never asked for. Builds nothing. */
+int gpc_cudnn_attention_ready(int B, int T, int NH, int hs, gpc_dtype dtype, int which);
+
 /* The ops, same contract as gpc_op_attention_forward/backward (bf16 or f16,
  * head size a multiple of 8 up to 128, 16-byte aligned tensors). Built on
  * first use when gpc_cudnn_attention_prepare was not called. */

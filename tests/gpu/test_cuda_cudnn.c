@@ -230,7 +230,8 @@ static void test_cudnn_matches(void **state) {
     compare_case(GPC_BF16, 1, 130, 1, 128); /* the largest head size cuDNN's backward takes */
 }
 
-/* auto must always run, whatever cuDNN makes of the shape (T=1: one key). */
+/* auto must always run, prepared or not, whatever cuDNN makes of the shape
+ * (T=1: one key). */
 static void test_auto_always_runs(void **state) {
     (void)state;
     int64_t s_qkv[3] = {1, 1, 3 * 64}, s_o[3] = {1, 1, 64}, s_l[3] = {1, 1, 1};
@@ -238,6 +239,7 @@ static void test_auto_always_runs(void **state) {
     gpc_tensor q = upload(GPC_BF16, 3, s_qkv, hq);
     gpc_tensor out = poisoned(GPC_BF16, 3, s_o), lse = poisoned(GPC_F32, 3, s_l);
     set_path("auto");
+    TEST_OK(gpc_op_attention_prepare(&q, 1, 0));
     TEST_OK(gpc_op_attention_forward(&out, &lse, &q, 1));
     /* one key: the output is v itself and lse the one scaled score */
     float *o = download(&out), *l = download(&lse);
@@ -250,6 +252,51 @@ static void test_auto_always_runs(void **state) {
     set_path(NULL);
     free(o), free(l), free(hq);
     gpc_tensor_free(&q), gpc_tensor_free(&out), gpc_tensor_free(&lse);
+}
+
+/* auto builds plans only through gpc_op_attention_prepare (a model's shapes,
+ * at gpt_create); an unprepared shape runs gpc's kernels and builds nothing.
+ * On Hopper, a prepared shape then runs cuDNN: the same bits as cudnn by name. */
+static void test_auto_uses_prepared_shapes(void **state) {
+    (void)state;
+    int64_t B = 1, T = 48, NH = 2, hs = 64, C = NH * hs;
+    int64_t s_qkv[3] = {B, T, 3 * C}, s_o[3] = {B, T, C}, s_l[3] = {B, NH, T};
+    float *hq = random_values(B * T * 3 * C, -2, 2, GPC_BF16);
+    gpc_tensor q = upload(GPC_BF16, 3, s_qkv, hq);
+    gpc_tensor out = poisoned(GPC_BF16, 3, s_o), lse = poisoned(GPC_F32, 3, s_l);
+    gpc_tensor out_c = poisoned(GPC_BF16, 3, s_o), lse_c = poisoned(GPC_F32, 3, s_l);
+    gpc_tensor cq = gpc_tensor_make(hq, GPC_F32, gpc_cpu(), 3, s_qkv), co, cl;
+    TEST_OK(gpc_tensor_alloc(&co, GPC_F32, gpc_cpu(), 3, s_o));
+    TEST_OK(gpc_tensor_alloc(&cl, GPC_F32, gpc_cpu(), 3, s_l));
+    TEST_OK(gpc_op_attention_forward(&co, &cl, &cq, (int)NH));
+    int major = 0;
+    assert_int_equal(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), 0);
+
+    gpc_cudnn_attention_stats a, b, c;
+    set_path("auto");
+    gpc_cudnn_attention_get_stats(&a);
+    TEST_OK(gpc_op_attention_forward(&out, &lse, &q, (int)NH));
+    gpc_cudnn_attention_get_stats(&b);
+    assert_int_equal(b.plans, a.plans); /* not prepared: nothing built */
+    expect_device("auto, unprepared shape: out vs CPU", &out, co.data, 2e-2, 0);
+    TEST_OK(gpc_op_attention_prepare(&q, (int)NH, 1));
+    gpc_cudnn_attention_get_stats(&c);
+    assert_int_equal(c.plans, a.plans + (major >= 9 ? 2 : 0));
+    poison(&out);
+    TEST_OK(gpc_op_attention_forward(&out, &lse, &q, (int)NH));
+    expect_device("auto, prepared shape: out vs CPU", &out, co.data, 2e-2, 0);
+    if (major >= 9) {
+        set_path("cudnn");
+        TEST_OK(gpc_op_attention_forward(&out_c, &lse_c, &q, (int)NH));
+        float *x = download(&out), *y = download(&out_c);
+        assert_memory_equal(x, y, (size_t)(B * T * C) * sizeof(float));
+        free(x), free(y);
+    }
+    set_path(NULL);
+    gpc_tensor *all[] = {&q, &out, &lse, &out_c, &lse_c, &co, &cl};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        gpc_tensor_free(all[i]);
+    free(hq);
 }
 
 /* prepare builds both plans of a shape once, and the workspace with them. */
@@ -394,11 +441,9 @@ int main(void) {
     }
     fprintf(stderr, "cuDNN %ld\n", gpc_cudnn_attention_version());
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_cudnn_matches),
-        cmocka_unit_test(test_auto_always_runs),
-        cmocka_unit_test(test_prepare_caches),
-        cmocka_unit_test(test_model_losses_match),
+        cmocka_unit_test(test_errors),           cmocka_unit_test(test_cudnn_matches),
+        cmocka_unit_test(test_auto_always_runs), cmocka_unit_test(test_auto_uses_prepared_shapes),
+        cmocka_unit_test(test_prepare_caches),   cmocka_unit_test(test_model_losses_match),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
