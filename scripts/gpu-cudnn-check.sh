@@ -71,6 +71,14 @@ if [[ $mode == all || $mode == test ]]; then
   note "gpu_test_cuda_model (auto): exit $? $(grep -E '^\[  (PASSED|FAILED)' "$out/test-model.log" | tr '\n' ' ')"
   "$build/tests/test_ops_errors" >"$out/test-errors.log" 2>&1
   note "test_ops_errors: exit $?"
+  # gpc train --attention end to end, each path, a tiny model on random tokens
+  "$build/gpc" data synth --vocab 512 --tokens 400000 --out /tmp/gpc-synth >/dev/null 2>&1
+  for path in cudnn gpc auto; do
+    timeout 120 "$build/gpc" train --data /tmp/gpc-synth --out "/tmp/gpc-run-$path" --model d2 \
+      --context 256 --batch 8 --steps 8 --eval-every 0 --device cuda --attention "$path" \
+      --seed 3 >"$out/train-$path.log" 2>&1
+    note "gpc train --attention $path: exit $? $(grep -E 'trained|cuDNN|error' "$out/train-$path.log" | tr '\n' ' ')"
+  done
 fi
 
 if [[ $mode == all || $mode == bench ]]; then
