@@ -61,10 +61,10 @@
 
 #define CUDNN_ATT_MAX_DEVICES 64
 #define CUDNN_ATT_MAX_PLANS 64
-#define CUDNN_ATT_MAX_PACKS 32   /* variant packs kept per plan: one per layer's tensors */
+#define CUDNN_ATT_MAX_PACKS 128  /* variant packs kept per plan: one per layer's tensors */
 #define CUDNN_ATT_MAX_CONFIGS 8  /* engine configurations tried per graph */
-#define CUDNN_ATT_MAX_DESCS 160  /* descriptors of one graph (the backward needs ~95) */
-#define CUDNN_ATT_MAX_OPS 40     /* operations of one graph (the backward has 30) */
+#define CUDNN_ATT_MAX_DESCS 160  /* descriptors of one graph (the backward: about 90) */
+#define CUDNN_ATT_MAX_OPS 40     /* operations of one graph (the backward: 22) */
 #define CUDNN_ATT_MAX_TENSORS 16 /* tensors the caller provides (the variant pack) */
 #define CUDNN_ATT_ALIGN 256
 
