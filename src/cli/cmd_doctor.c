@@ -12,6 +12,7 @@
  * errors. A machine without a GPU is a supported machine: "no GPU" is info.
  */
 #include "cli/cli.h"
+#include "cuda/attention_cudnn.h"
 #include "cuda/bench_cuda.h"
 #include "gpc/nvml.h"
 
@@ -356,6 +357,31 @@ static void check_allreduce(doctor *d, gpu_state *g, int nccl_ok) {
     }
 }
 
+/* cuDNN's fused attention: the faster attention path on Hopper (1.77x gpc's
+ * kernels at the GPT-2 shape on an H200), so its absence is worth a line. */
+static void check_cudnn(doctor *d) {
+#ifdef GPC_HAVE_CUDA
+    if (!gpc_cudnn_attention_built()) {
+        finding(d, "info",
+                "cuDNN: this gpc was built without cudnn.h; attention runs on gpc's own kernels");
+        advice("install cuDNN 9's headers (or set CUDNN_INCLUDE_DIR) and rebuild for the faster "
+               "attention path on Hopper GPUs");
+        return;
+    }
+    if (gpc_cudnn_attention_load() != GPC_OK) {
+        finding(d, "info", "cuDNN: %s; attention runs on gpc's own kernels", gpc_last_error());
+        return;
+    }
+    long v = gpc_cudnn_attention_version();
+    finding(d, "ok",
+            "cuDNN %ld.%ld.%ld: fused attention available (--attention auto uses it on "
+            "Hopper and newer)",
+            v / 10000, v % 10000 / 100, v % 100);
+#else
+    (void)d;
+#endif
+}
+
 static void check_gpu_stack(doctor *d, gpu_state *g) {
     int driver = 0, runtime = 0;
     gpc_status cuda = gpc_bench_cuda_versions(&driver, &runtime);
@@ -393,6 +419,7 @@ static void check_gpu_stack(doctor *d, gpu_state *g) {
         finding(d, "ok", "NCCL %d.%d.%d", nccl / 10000, nccl % 10000 / 100, nccl % 100);
     else
         finding(d, g->count >= 2 ? "PROBLEM" : "info", "NCCL: %s", gpc_last_error());
+    if (!cuda && g->count > 0) check_cudnn(d);
 
     for (int i = 0; i < g->count; i++) {
         gpc_nvml_sample s;
