@@ -77,6 +77,11 @@ if [[ $mode == all || $mode == test ]]; then
   timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
     "$build/tests/gpu_test_cuda_ops" >"$out/memcheck.log" 2>&1
   note "memcheck over gpu_test_cuda_ops: exit $? ($(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$out/memcheck.log") error lines) $(grep 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)"
+  for t in gpu_test_cuda_cudnn gpu_test_pipeline; do
+    timeout 200 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+      "$build/tests/$t" >"$out/memcheck-$t.log" 2>&1
+    note "memcheck over $t: exit $? $(grep 'ERROR SUMMARY' "$out/memcheck-$t.log" | tail -1)"
+  done
   GPC_TEST_FILTER='*attention*' timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$build/tests/gpu_test_cuda_ops" >"$out/racecheck.log" 2>&1
   note "racecheck over the attention tests: exit $? $(grep 'RACECHECK SUMMARY\|ERROR SUMMARY' "$out/racecheck.log" | tail -1)"
