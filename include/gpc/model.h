@@ -254,7 +254,7 @@ typedef struct {
     float weight_decay;  /* default 0.1, on 2-D weights only */
     float max_grad_norm; /* clip the global norm to this; 0 disables */
     int step;            /* 1-based optimizer step, for bias correction */
-    uint32_t seed;       /* stochastic rounding of low-precision parameters */
+    uint32_t seed;       /* 0: round to nearest; else stochastic rounding of bf16 */
 } gpt_adamw_options;
 
 void gpt_adamw_defaults(gpt_adamw_options *options);

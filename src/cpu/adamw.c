@@ -16,8 +16,7 @@
  * on the weights, not through the gradient's moments.
  *
  * With master != NULL the f32 master copy is what is updated and params
- * (bf16/f16) receive it rounded to nearest even; the CPU does not use the
- * seed's stochastic rounding (it has f32 parameters in practice). Each
+ * (bf16/f16) receive it rounded to nearest even, as on the GPU. Each
  * element is independent: a parallel loop.
  */
 #include "cpu/cpu.h"

@@ -11,14 +11,16 @@
  * step needs no host synchronisation for clipping, nor for fp16's overflow
  * check (skip_nonfinite: a non-finite norm leaves every buffer as it was).
  *
- * With an f32 master copy, the master is updated and the bf16 compute copy
- * gets it by stochastic rounding: round up with probability equal to the
- * distance to the lower bf16 neighbour. Round-to-nearest would drop every
- * update smaller than half a bf16 step (2^-9 of the weight), which late in
- * training is most of them; stochastic rounding keeps them in expectation
- * (Gupta et al. 2015; llm.c does the same). The random bits are a hash of
- * (seed, index), so a step is reproducible for a given seed. f16 and f32
- * parameters are rounded to nearest.
+ * With an f32 master copy, the master is updated and the bf16/f16 compute
+ * copy is, by default (seed 0), the master rounded to nearest: the master
+ * keeps the updates smaller than half a bf16 step, and a run resumed from a
+ * checkpoint (which stores the master) rebuilds the copy bit for bit. With a
+ * non-zero seed the bf16 copy gets stochastic rounding instead: round up
+ * with probability equal to the distance to the lower bf16 neighbour
+ * (Gupta et al. 2015), the random bits a hash of (seed, index), so a step
+ * is reproducible for a given seed; a resumed run then rebuilds the copy
+ * rounded to nearest, within one bf16 step of the uninterrupted run's. f16
+ * and f32 parameters are always rounded to nearest.
  */
 #include "cuda/cuda_common.cuh"
 
@@ -75,7 +77,7 @@ __global__ void adamw_kernel(P *params, float *master, const G *grads, float *m,
         w -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + wd * w);
         if (master) {
             master[i] = w;
-            params[i] = adamw_round<P>(w, (uint32_t)i, seed);
+            params[i] = seed ? adamw_round<P>(w, (uint32_t)i, seed) : gpc_from_f32<P>(w);
         } else {
             params[i] = gpc_from_f32<P>(w);
         }

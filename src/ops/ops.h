@@ -153,7 +153,8 @@ typedef struct {
      * leaves params, master, m and v as they were, decided on the device so
      * the host need not read the norm first. */
     int skip_nonfinite;
-    uint32_t seed; /* for stochastic rounding of low-precision params */
+    uint32_t seed; /* 0: an f32 master's low-precision copy is rounded to nearest;
+                    * otherwise stochastically, seeded by this */
 } gpc_adamw_args;
 
 /* One AdamW step over a flat parameter buffer. master is the f32 copy of

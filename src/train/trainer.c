@@ -12,8 +12,8 @@
  * checkpoints.
  *
  * Exact resume: everything that decides the next steps is in the checkpoint
- * (f32 weights, AdamW moments, step, the loader's epoch and batch, the RNG
- * that seeds stochastic rounding) and nothing else carries state from step
+ * (f32 weights, from which the bf16 copy is rounded to nearest, AdamW
+ * moments, step, the loader's epoch and batch, the RNG) and nothing else carries state from step
  * to step, so a resumed run computes bit for bit what the uninterrupted run
  * would have.
  */
@@ -394,7 +394,13 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
     adam.weight_decay = (float)s->weight_decay;
     adam.max_grad_norm = (float)s->max_grad_norm;
     adam.step = t->step + 1;
-    adam.seed = gpc_rng_u32(&t->rng);
+    /* bf16 copies are rounded to nearest from the f32 master (a resumed run
+     * then repeats bit for bit); GPC_STOCHASTIC_ROUNDING=1 rounds them
+     * stochastically. The draw happens either way, so the RNG stream and the
+     * checkpoint do not depend on the choice. */
+    uint32_t draw = gpc_rng_u32(&t->rng);
+    const char *sr = getenv("GPC_STOCHASTIC_ROUNDING");
+    adam.seed = sr && *sr && strcmp(sr, "0") != 0 ? (draw | 1u) : 0;
     gpc_trace_push("optimizer");
     gpc_status update_status = GPC_OK;
     if (t->ddp) update_status = gpc_ddp_finish_backward(t->ddp);

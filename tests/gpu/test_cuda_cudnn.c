@@ -188,17 +188,21 @@ static void compare_case(gpc_dtype dt, int64_t B, int64_t T, int NH, int64_t hs)
     snprintf(what, sizeof what, "cuDNN dqkv vs gpc (%s T=%lld)", gpc_dtype_name(dt), (long long)T);
     expect_close(what, d_c, d_g, n_qkv, 5e-2, 1e-2);
 
-    /* mixing: cuDNN's forward, gpc's backward; gpc's forward, cuDNN's backward */
+    /* mixing: cuDNN's forward, gpc's backward; gpc's forward, cuDNN's backward.
+     * The backward now starts from one path's bf16 output rather than the
+     * CPU's, so D = rowsum(dO * O) carries that output's rounding into
+     * dS = P (dP - D), where it meets cancellation: single elements may be
+     * off by up to 1e-1 of the RMS, the tensor as a whole stays at 1e-2. */
     poison(&dq_g);
     set_path("gpc");
     TEST_OK(gpc_op_attention_backward(&dq_g, &dout, &q, &out_c, &lse_c, NH));
     snprintf(what, sizeof what, "cuDNN forward + gpc backward vs CPU (T=%lld)", (long long)T);
-    expect_device(what, &dq_g, ref_dqkv, 5e-2, 1e-2);
+    expect_device(what, &dq_g, ref_dqkv, 1e-1, 1e-2);
     poison(&dq_c);
     set_path("cudnn");
     TEST_OK(gpc_op_attention_backward(&dq_c, &dout, &q, &out_g, &lse_g, NH));
     snprintf(what, sizeof what, "gpc forward + cuDNN backward vs CPU (T=%lld)", (long long)T);
-    expect_device(what, &dq_c, ref_dqkv, 5e-2, 1e-2);
+    expect_device(what, &dq_c, ref_dqkv, 1e-1, 1e-2);
 
     /* the same shape again builds nothing new */
     gpc_cudnn_attention_stats before, after;
