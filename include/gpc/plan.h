@@ -44,7 +44,8 @@ typedef struct {
     uint64_t optimizer;   /* AdamW m and v (f32) + f32 master when low precision */
     uint64_t activations; /* what the forward pass keeps for backward */
     uint64_t backward;    /* backward scratch: dresidual, dbtc, dbt4c, norm */
-    uint64_t workspace;   /* logits (reused for dlogits) + cuBLASLt workspace */
+    uint64_t workspace;   /* logits (reused for dlogits) + cuBLASLt workspace + cuDNN
+                           * attention's f32 dQ accumulator (GPU, bf16/f16) */
     uint64_t context;     /* CUDA context and library kernels (estimate) */
     uint64_t total;       /* sum of the above */
     uint64_t per_sample;  /* bytes added by each extra sequence of the micro-batch */

@@ -129,7 +129,7 @@ int cmd_plan(int argc, char **argv) {
         r.optimizer);
     row("activations", r.activations);
     row("backward scratch", r.backward);
-    row(in.cuda ? "workspace (logits, cuBLASLt)" : "workspace (logits)", r.workspace);
+    row(in.cuda ? "workspace (logits, cuBLASLt, cuDNN)" : "workspace (logits)", r.workspace);
     if (in.cuda) row("CUDA context (estimate)", r.context);
     row("total", r.total);
     printf("  each extra sequence in the micro-batch adds %s\n\n",

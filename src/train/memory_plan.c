@@ -152,7 +152,14 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
                     + buffer(BT * 4 * C, s) /* dbt4c, also dqkv */
                     + buffer(2, f32);       /* norm_sq and loss_sum, one buffer */
 
-    out->workspace = buffer(BT * Vp, s) + (in->cuda ? GPC_PLAN_CUBLASLT_WORKSPACE : 0);
+    /* On the GPU in bf16/f16, attention auto runs cuDNN's fused attention
+     * where it can (Hopper and newer), whose backward adds dQ into an f32
+     * [B, NH, T, hs] accumulator: counted for every GPU, so a plan for an
+     * older one errs by that much on the safe side. */
+    uint64_t hs = (uint64_t)(C / NH);
+    uint64_t cudnn =
+        in->cuda && in->dtype != GPC_F32 && hs % 8 == 0 && hs <= 128 ? buffer(BT * C, f32) : 0;
+    out->workspace = buffer(BT * Vp, s) + (in->cuda ? GPC_PLAN_CUBLASLT_WORKSPACE : 0) + cudnn;
     out->context = in->cuda ? GPC_PLAN_CUDA_CONTEXT : 0;
     out->total = out->parameters + out->gradients + out->optimizer + out->activations +
                  out->backward + out->workspace + out->context;
