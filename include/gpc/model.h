@@ -300,6 +300,7 @@ typedef struct {
     double weight_decay;
     double max_grad_norm;
     uint64_t seed;
+    int32_t recompute; /* the run's --recompute; -1 in checkpoints that predate it */
 } gpt_checkpoint_state;
 
 /* File: magic "GPCCKPT\0", version, config, precision, state, parameters

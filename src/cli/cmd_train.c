@@ -138,7 +138,7 @@ int cmd_train(int argc, char **argv) {
      * "left out" and every value a user can give stay apart */
     int layers = UNSET, heads = UNSET, channels = UNSET, context = UNSET, batch = UNSET;
     int steps = UNSET, warmup = UNSET, eval_every = UNSET, eval_batches = UNSET;
-    int checkpoint_every = UNSET, resume = 0, recompute = 0;
+    int checkpoint_every = UNSET, resume = 0, recompute = UNSET;
     int64_t total_batch = UNSET, seed = UNSET;
     double lr = NAN, min_lr_ratio = NAN, weight_decay = NAN, max_grad_norm = NAN;
     int zero = 0;
@@ -177,7 +177,8 @@ int cmd_train(int argc, char **argv) {
          "GPU attention: auto, gpc (gpc's kernels) or cudnn (cuDNN's fused attention) "
          "(default GPC_ATTENTION, else auto: the faster here)"},
         {"recompute", CLI_INT, &recompute, "0|1|2",
-         "rebuild activations in backward to save memory: 1 GELU, 2 also layernorm (default 0)"},
+         "rebuild activations in backward to save memory: 1 GELU, 2 also layernorm (default 0, or "
+         "the checkpoint's when resuming)"},
         {"resume", CLI_FLAG, &resume, NULL, "continue the run in --out from its checkpoint"},
         {"seed", CLI_INT64, &seed, "S", "weights, data order and rounding (default 1337)"},
         {"zero", CLI_INT, &zero, "0|1",
@@ -263,12 +264,12 @@ int cmd_train(int argc, char **argv) {
         /* for the whole process: every model it builds */
         if ((s = gpc_op_set_attention_path(attention)) != GPC_OK) return cli_fail(NAME, s);
     }
-    if (recompute < 0 || recompute > 2)
+    if (recompute != UNSET && (recompute < 0 || recompute > 2))
         return cli_usage_error(NAME,
                                "--recompute must be 0, 1 (GELU) or 2 (GELU and layernorm), "
                                "not %d",
                                recompute);
-    o.recompute = recompute;
+    o.recompute = recompute == UNSET ? -1 : recompute; /* -1: the checkpoint's, else 0 */
     o.layers = layers > 0 ? layers : 0;
     o.heads = heads > 0 ? heads : 0;
     o.channels = channels > 0 ? channels : 0;

@@ -52,6 +52,7 @@ enum {
     OFF_WEIGHT_DECAY = 144,
     OFF_MAX_GRAD_NORM = 152,
     OFF_SEED = 160,
+    OFF_RECOMPUTE = 168, /* recompute + 1: older files hold 0 there (unknown) */
 };
 
 static void put(unsigned char *h, int offset, const void *value, size_t bytes) {
@@ -102,6 +103,8 @@ static void encode_header(unsigned char *h, const gpt_model *m, const gpt_checkp
     put(h, OFF_WEIGHT_DECAY, &s->weight_decay, 8);
     put(h, OFF_MAX_GRAD_NORM, &s->max_grad_norm, 8);
     put(h, OFF_SEED, &s->seed, 8);
+    int32_t recompute_plus_one = s->recompute + 1;
+    put(h, OFF_RECOMPUTE, &recompute_plus_one, 4);
 }
 
 static void decode_header(const unsigned char *h, ckpt_header *out) {
@@ -135,6 +138,9 @@ static void decode_header(const unsigned char *h, ckpt_header *out) {
     get(h, OFF_WEIGHT_DECAY, &s->weight_decay, 8);
     get(h, OFF_MAX_GRAD_NORM, &s->max_grad_norm, 8);
     get(h, OFF_SEED, &s->seed, 8);
+    int32_t recompute_plus_one = 0;
+    get(h, OFF_RECOMPUTE, &recompute_plus_one, 4);
+    s->recompute = recompute_plus_one - 1;
 }
 
 /* ------------------------------------------------------------ saving */

@@ -50,6 +50,7 @@ void gpc_train_options_init(gpc_train_options *o) {
     o->device = gpc_cpu();
     o->precision = -1;
     o->world_size = 1;
+    o->recompute = -1;
 }
 
 /* The settings of a run after defaults and the checkpoint are applied. */
@@ -61,6 +62,7 @@ typedef struct {
     gpc_lr_schedule schedule;
     double weight_decay, max_grad_norm;
     int eval_every, eval_batches, checkpoint_every;
+    int recompute;
     uint64_t seed;
 } run_settings;
 
@@ -108,6 +110,15 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
     if (o->layers < 0 || o->heads < 0 || o->channels < 0 || o->context < 0 || o->batch < 0 ||
         o->total_batch < 0 || o->steps < 0 || o->eval_batches < 0)
         return gpc_error(GPC_ERR_INVALID_ARG, "sizes and counts must be positive");
+    if (o->recompute < -1 || o->recompute > 2)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "recompute must be 0, 1 (GELU) or 2 (GELU and layernorm), not %d",
+                         o->recompute);
+    /* a memory-for-speed choice that leaves the numbers alone: a resumed run
+     * keeps its own unless told otherwise */
+    s->recompute = o->recompute >= 0              ? o->recompute
+                   : resume && ck->recompute >= 0 ? ck->recompute
+                                                  : 0;
     if (o->context && resume) GPC_TRY(same_as_checkpoint("context", o->context, ck->context));
     if (o->batch && resume) GPC_TRY(same_as_checkpoint("batch", o->batch, ck->batch));
     if (o->total_batch && resume)
@@ -204,15 +215,15 @@ static gpc_status write_config(const trainer *t) {
              "padded_vocab=%d\nparameters=%zu\nbatch=%d\ntotal_batch=%lld\n"
              "accumulation_steps=%d\nsteps=%d\nlr=%g\nwarmup=%d\nmin_lr_ratio=%g\n"
              "weight_decay=%g\nmax_grad_norm=%g\neval_every=%d\neval_batches=%d\n"
-             "checkpoint_every=%d\nseed=%llu\ndevice=%s\nprecision=%s\ngpu_name=%s\n"
-             "gpcd_job=%s\n",
+             "checkpoint_every=%d\nseed=%llu\ndevice=%s\nprecision=%s\nrecompute=%d\n"
+             "gpu_name=%s\ngpcd_job=%s\n",
              t->o->data_dir, s->config.layers, s->config.heads, s->config.channels,
              s->config.max_context, s->config.vocab_size, s->config.padded_vocab,
              gpt_config_num_params(&s->config), s->B, (long long)s->total_batch, s->accumulation,
              s->steps, s->schedule.lr, s->schedule.warmup, s->schedule.min_lr_ratio,
              s->weight_decay, s->max_grad_norm, s->eval_every, s->eval_batches, s->checkpoint_every,
              (unsigned long long)s->seed, gpc_device_name(t->o->device),
-             gpc_dtype_name(s->precision), device_name,
+             gpc_dtype_name(s->precision), s->recompute, device_name,
              getenv("GPC_JOB_ID") ? getenv("GPC_JOB_ID") : "");
     return write_text(path, text);
 }
@@ -315,6 +326,7 @@ static gpc_status save_checkpoint(trainer *t) {
     st.weight_decay = t->s.weight_decay;
     st.max_grad_norm = t->s.max_grad_norm;
     st.seed = t->s.seed;
+    st.recompute = t->s.recompute;
     /* ZeRO-1: every rank takes part; rank 0 gets the whole state */
     gpt_host_state full = {0};
     if (t->ddp) GPC_TRY(gpc_ddp_gather_state(t->ddp, &full));
@@ -550,12 +562,12 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
         gpc_dist_shard_offsets(gpt_config_num_params(&s->config), world, 64, shard);
         gpc_status st =
             gpt_create_shard(&t->model, &s->config, o->device, s->precision, s->B, s->T,
-                             o->recompute, shard[o->rank], shard[o->rank + 1] - shard[o->rank]);
+                             s->recompute, shard[o->rank], shard[o->rank + 1] - shard[o->rank]);
         gpc_free(shard);
         GPC_TRY(st);
     } else {
         GPC_TRY(gpt_create_recompute(&t->model, &s->config, o->device, s->precision, s->B, s->T, 1,
-                                     o->recompute));
+                                     s->recompute));
     }
     gpc_rng_seed(&t->rng, s->seed, 0x747261696eULL); /* "train" */
     if (!ck) {

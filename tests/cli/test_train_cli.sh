@@ -154,7 +154,7 @@ fi
 # ---- SIGTERM: a checkpoint and exit 1, then --resume finishes
 long="$work/long"
 "$GPC" train --data "$data" --out "$long" --layers 1 --heads 2 --channels 32 --context 32 \
-  --batch 2 --steps 100000 --eval-every 0 --checkpoint-every 0 --device cpu \
+  --batch 2 --steps 100000 --eval-every 0 --checkpoint-every 0 --device cpu --recompute 1 \
   >"$work/long.out" 2>"$work/long.err" &
 pid=$!
 for _ in $(seq 1 600); do
@@ -174,6 +174,11 @@ else
   expect 0 "resume after SIGTERM" -- "$GPC" train --data "$data" --out "$long" --resume \
     --steps $((step + 3)) --device cpu
   [[ $(wc -l <"$long/metrics.jsonl") -eq $((step + 3)) ]] || fail "resumed run did not reach step $((step + 3))"
+  # --recompute was not repeated: the resumed run keeps the checkpoint's
+  grep -qx "recompute=1" "$long/config.txt" || fail "resumed run lost --recompute 1: $(grep recompute "$long/config.txt")"
+  expect 0 "resume with another --recompute" -- "$GPC" train --data "$data" --out "$long" --resume \
+    --steps $((step + 4)) --device cpu --recompute 0
+  grep -qx "recompute=0" "$long/config.txt" || fail "--recompute 0 on resume not taken: $(grep recompute "$long/config.txt")"
 fi
 
 # ---- a gpcd job that was preempted and requeued runs the same command again:

@@ -76,6 +76,7 @@ static gpt_checkpoint_state sample_state(gpc_rng *rng) {
     s.weight_decay = 0.1;
     s.max_grad_norm = 1.0;
     s.seed = gpc_rng_u32(rng);
+    s.recompute = (int32_t)gpc_rng_below(rng, 3);
     return s;
 }
 
@@ -120,6 +121,32 @@ static void test_round_trip(void **state) {
     for (size_t i = 0; i < b->num_params; i++)
         assert_true(((float *)b->m_flat.data)[i] == 0.0f);
     gpt_free(a), gpt_free(b), gpt_free(c);
+}
+
+/* --recompute travels in the header as value + 1, so checkpoints written
+ * before it was stored (zeros there) read back as -1, "not recorded". */
+static void test_recompute_in_header(void **state) {
+    (void)state;
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 23);
+    gpt_model *a = trained_model(&rng);
+    gpt_checkpoint_state s = sample_state(&rng), got;
+    const char *path = path_in("recompute.bin");
+    for (int r = -1; r <= 2; r++) {
+        s.recompute = r;
+        TEST_OK(gpt_checkpoint_save(path, a, &s));
+        char *bytes;
+        size_t size;
+        TEST_OK(gpc_read_file(path, &bytes, &size));
+        int32_t stored;
+        memcpy(&stored, bytes + 168, 4);
+        assert_int_equal(stored, r + 1); /* r = -1: the zeros of an older file */
+        gpc_free(bytes);
+        memset(&got, 0x5a, sizeof got);
+        TEST_OK(gpt_checkpoint_read_header(path, NULL, NULL, &got));
+        assert_int_equal(got.recompute, r);
+    }
+    gpt_free(a);
 }
 
 /* Writes bytes to a file in the test directory. */
@@ -193,6 +220,7 @@ static void test_bad_files(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_recompute_in_header),
         cmocka_unit_test(test_bad_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
