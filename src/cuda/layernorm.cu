@@ -12,18 +12,35 @@
  * the activations. The fused kernel writes residual = a + b in the first
  * pass, saving a separate kernel's read and write of the residual stream.
  *
- * Backward: one warp per row for dinp, 16-byte accesses. The parameter
- * gradients are column sums over all rows, computed by a second kernel that
- * reads dout and inp again (an extra 2 x N x C reads, about 0.05 ms at d12,
- * against the milliseconds a row kernel loses keeping per-channel sums in
- * shared memory): blocks of rows write partial sums to scratch and a third
- * kernel adds them in order, so there are no atomics and the result is the
- * same bits on every run.
+ * Backward, C <= 1024 (768 in f32) in 16-byte packs (GPT-2's rows): one
+ * fused kernel on a persistent grid (LNB_BLOCKS_PER_SM blocks a
+ * multiprocessor). A warp takes one row at a time and keeps it in registers
+ * for both passes (the row sums, then dinp), and each lane owns the same
+ * columns of every row, so it also keeps its columns' dweight and dbias sums
+ * in registers over all its rows. dout, inp and dinp are each read once and
+ * dinp written once: the minimum traffic (an earlier version read dout and
+ * inp a second time in a separate column-sum kernel, a third more traffic).
+ * Each block adds its warps' sums in warp order and writes one row of
+ * partial sums to scratch; a small kernel adds those rows in a fixed order.
+ * No atomics: the bits depend only on N, C and the GPU's multiprocessor
+ * count, the same on every run. Other C (odd, wider, or unaligned rows):
+ * one warp per row for dinp, and the column sums by a second kernel that
+ * reads dout and inp again, in row blocks whose partial sums the same
+ * finishing kernel adds.
  */
 #include "cuda/cuda_common.cuh"
 
 #define LAYERNORM_EPS 1e-5f
 #define LN_WARPS 8
+/* the fused backward: block size, and blocks per multiprocessor of its
+ * persistent grid (a fixed number, so the partial sums and their order, and
+ * so the bits of dweight and dbias, depend only on N, C and the GPU) */
+#define LNB_WARPS 8
+#define LNB_THREADS (32 * LNB_WARPS)
+#define LNB_BLOCKS_PER_SM 2
+/* columns per lane: C <= 1024 for bf16 and f16, 768 for f32 (32 f32 spill) */
+#define LNB_MAX_ELEMS(E) (sizeof(E) == 2 ? 32 : 24)
+#define LNF_ROWS 16 /* threadIdx.y of the finishing kernel */
 
 /* Loads PER elements (1 or a 16-byte pack) at p into f32. */
 template <int PER, typename T> __device__ __forceinline__ void ln_load(float *x, const T *p) {
@@ -179,17 +196,176 @@ __global__ void layernorm_params_partial_kernel(float *partial, const T *dout, c
     }
 }
 
-__global__ void layernorm_params_finish_kernel(gpc_cuda_any dweight, gpc_cuda_any dbias,
-                                               const float *partial, int blocks, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float sw = 0.0f, sb = 0.0f;
-    for (int k = 0; k < blocks; k++) {
-        sw += partial[(size_t)k * 2 * C + c];
-        sb += partial[(size_t)k * 2 * C + C + c];
+/* Hides the value of a pack from the optimiser (no instruction). */
+template <typename T> __device__ __forceinline__ void ln_opaque(gpc_pack<T> &p) {
+    unsigned *u = (unsigned *)&p;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        asm volatile("" : "+r"(u[j]));
+}
+
+/* PER f32 weights from shared memory, 16 bytes a load (s is 16-byte aligned). */
+template <int PER> __device__ __forceinline__ void ln_weights(float *w, const float *s) {
+#pragma unroll
+    for (int k = 0; k < PER; k += 4) {
+        float4 v = *(const float4 *)(s + k);
+        w[k] = v.x;
+        w[k + 1] = v.y;
+        w[k + 2] = v.z;
+        w[k + 3] = v.w;
     }
-    gpc_any_store(dweight, c, gpc_any_load(dweight, c) + sw);
-    gpc_any_store(dbias, c, gpc_any_load(dbias, c) + sb);
+}
+
+/* The fused backward for rows of at most 32 * ELEMS columns in 16-byte packs:
+ * a persistent grid, one warp per row at a time, each warp walking the rows
+ * warp, warp + warps, ... of the whole grid. A lane owns the same packs of
+ * every row (pack lane + 32 i), so it keeps dweight's and dbias's column sums
+ * for them in registers across all of its rows; dout and inp are read once
+ * (both passes over the row use the registers), dinp once and written once.
+ * At the end the block's warps add their sums in warp order in shared memory
+ * and the block writes one partial row [2C] (dweight, then dbias) to
+ * partial[blockIdx.x]; layernorm_params_finish_kernel adds the blocks' rows
+ * in a fixed order. The weight is staged in shared memory as f32 once per
+ * block. Dynamic shared memory: 3 * C floats. */
+template <typename T, int ELEMS>
+__global__ void __launch_bounds__(LNB_THREADS, LNB_BLOCKS_PER_SM)
+    layernorm_backward_fused_kernel(T *__restrict__ dinp, const T *__restrict__ dout,
+                                    const T *__restrict__ inp, gpc_cuda_any weight,
+                                    const float *__restrict__ mean, const float *__restrict__ rstd,
+                                    float *__restrict__ partial, int64_t N, int C) {
+    typedef gpc_pack<T> P;
+    const int PER = P::n, ITEMS = ELEMS / P::n;
+    const bool EARLY = ELEMS <= 24 && ELEMS * sizeof(T) <= 64; /* no spills at 128 registers */
+    extern __shared__ float4 ln_shared[];              /* float4: 16-byte aligned for ln_weights */
+    float *w_s = (float *)ln_shared, *sum_s = w_s + C; /* sum_s: [2C], dweight then dbias */
+    for (int c = threadIdx.x; c < C; c += LNB_THREADS)
+        w_s[c] = gpc_any_load(weight, c);
+    __syncthreads();
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, packs = C / PER;
+    const int64_t warps = (int64_t)gridDim.x * LNB_WARPS;
+    float dw[ITEMS][PER], db[ITEMS][PER];
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++)
+#pragma unroll
+        for (int k = 0; k < PER; k++)
+            dw[i][k] = db[i][k] = 0.0f;
+
+    for (int64_t row = (int64_t)blockIdx.x * LNB_WARPS + warp; row < N; row += warps) {
+        const P *dy = (const P *)(dout + row * C), *x = (const P *)(inp + row * C);
+        P *dx = (P *)(dinp + row * C);
+        P dyp[ITEMS], xp[ITEMS];
+        /* every load of the row first, so they are in flight together */
+#pragma unroll
+        for (int i = 0; i < ITEMS; i++) {
+            int p = lane + 32 * i;
+            if (p < packs) {
+                dyp[i] = dy[p];
+                xp[i] = x[p];
+            }
+        }
+        const float m = mean[row], r = rstd[row];
+        float g_sum = 0.0f, gx_sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < ITEMS; i++) {
+            int p = lane + 32 * i;
+            if (p < packs) {
+                float w[PER];
+                ln_weights<PER>(w, w_s + p * PER);
+#pragma unroll
+                for (int k = 0; k < PER; k++) {
+                    float d = gpc_to_f32(dyp[i].v[k]), xhat = (gpc_to_f32(xp[i].v[k]) - m) * r;
+                    float g = w[k] * d;
+                    g_sum += g;
+                    gx_sum += g * xhat;
+                    dw[i][k] += d * xhat;
+                    db[i][k] += d;
+                }
+            }
+        }
+        /* dinp's loads overlap the row reduction where the registers allow
+         * (pass 1's floats are dead by now); otherwise pass 2 loads them */
+        P dxp[ITEMS];
+#pragma unroll
+        for (int i = 0; i < ITEMS; i++)
+            if (EARLY && lane + 32 * i < packs) dxp[i] = dx[lane + 32 * i];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            g_sum += __shfl_xor_sync(0xffffffffu, g_sum, o);
+            gx_sum += __shfl_xor_sync(0xffffffffu, gx_sum, o);
+        }
+        const float g_mean = g_sum / C, gx_mean = gx_sum / C;
+        /* pass 2 converts the packs again rather than keeping pass 1's floats
+         * alive across the reduction (twice the registers for bf16/f16) */
+#pragma unroll
+        for (int i = 0; i < ITEMS; i++) {
+            ln_opaque(dyp[i]);
+            ln_opaque(xp[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < ITEMS; i++) {
+            int p = lane + 32 * i;
+            if (p < packs) {
+                P out;
+                if (!EARLY) dxp[i] = dx[p];
+                float w[PER];
+                ln_weights<PER>(w, w_s + p * PER);
+#pragma unroll
+                for (int k = 0; k < PER; k++) {
+                    float d = gpc_to_f32(dyp[i].v[k]), xhat = (gpc_to_f32(xp[i].v[k]) - m) * r;
+                    float g = w[k] * d;
+                    out.v[k] = gpc_from_f32<T>(gpc_to_f32(dxp[i].v[k]) +
+                                               r * (g - g_mean - xhat * gx_mean));
+                }
+                dx[p] = out;
+            }
+        }
+    }
+
+    /* the block's column sums, warp 0 first, then each warp in turn */
+    for (int w = 0; w < LNB_WARPS; w++) {
+        if (warp == w) {
+#pragma unroll
+            for (int i = 0; i < ITEMS; i++) {
+                int p = lane + 32 * i;
+                if (p < packs)
+#pragma unroll
+                    for (int k = 0; k < PER; k++) {
+                        int c = p * PER + k;
+                        sum_s[c] = w ? sum_s[c] + dw[i][k] : dw[i][k];
+                        sum_s[C + c] = w ? sum_s[C + c] + db[i][k] : db[i][k];
+                    }
+            }
+        }
+        __syncthreads();
+    }
+    float *out = partial + (int64_t)blockIdx.x * 2 * C;
+    for (int c = threadIdx.x; c < 2 * C; c += LNB_THREADS)
+        out[c] = sum_s[c];
+}
+
+/* dweight[c] += sum over parts of partial[part][c], dbias[c] += that of
+ * partial[part][C + c]. A block adds 32 of the 2C columns: thread y sums the
+ * parts y, y + LNF_ROWS, ... in order, then thread y = 0 adds the LNF_ROWS
+ * results in order, so the bits do not depend on scheduling. */
+__global__ void layernorm_params_finish_kernel(gpc_cuda_any dweight, gpc_cuda_any dbias,
+                                               const float *partial, int parts, int C) {
+    __shared__ float s[LNF_ROWS][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    float v = 0.0f;
+    if (c < 2 * C)
+        for (int k = threadIdx.y; k < parts; k += LNF_ROWS)
+            v += partial[(size_t)k * 2 * C + c];
+    s[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= 2 * C) return;
+    float t = 0.0f;
+    for (int y = 0; y < LNF_ROWS; y++)
+        t += s[y][threadIdx.x];
+    if (c < C)
+        gpc_any_store(dweight, c, gpc_any_load(dweight, c) + t);
+    else
+        gpc_any_store(dbias, c - C, gpc_any_load(dbias, c - C) + t);
 }
 
 template <typename T>
@@ -273,6 +449,18 @@ gpc_status gpc_cuda_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor 
     return layernorm_launch(out, mean, rstd, residual, a, b, weight, bias);
 }
 
+/* Queues the fused backward for ELEMS columns per lane (see its kernel). */
+template <typename E, int ELEMS>
+static void layernorm_backward_fused(unsigned grid, cudaStream_t s, gpc_tensor *dinp,
+                                     const gpc_tensor *dout, const gpc_tensor *inp,
+                                     const gpc_tensor *weight, const float *mu, const float *rs,
+                                     float *partial, int64_t N, int C) {
+    layernorm_backward_fused_kernel<E, ELEMS>
+        <<<grid, LNB_THREADS, 3 * (size_t)C * sizeof(float), s>>>(
+            (E *)dinp->data, (const E *)dout->data, (const E *)inp->data, gpc_cuda_any_of(weight),
+            mu, rs, partial, N, C);
+}
+
 gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
                                        const gpc_tensor *dout, const gpc_tensor *inp,
                                        const gpc_tensor *weight, const gpc_tensor *mean,
@@ -291,34 +479,57 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
         const int P = 16 / sizeof(E);
         int vec = C % P == 0 && gpc_cuda_aligned16(dinp->data) && gpc_cuda_aligned16(dout->data) &&
                   gpc_cuda_aligned16(inp->data);
-        int per = vec ? P : 1;
-        int col_blocks = (int)((C + 32 * per - 1) / (32 * per));
-        int64_t want = (gpc_cuda_sm_count() * 4 + col_blocks - 1) / col_blocks;
-        if (want > (N + 63) / 64) want = (N + 63) / 64;
-        if (want < 1) want = 1;
-        int64_t rows_per = (N + want - 1) / want;
-        parts = (int)((N + rows_per - 1) / rows_per);
-        GPC_TRY(gpc_cuda_scratch((size_t)parts * 2 * C * sizeof(float), &partial));
-        unsigned grid = gpc_cuda_blocks(N, LN_WARPS);
-        dim3 pgrid((unsigned)col_blocks, (unsigned)parts), pblock(32, 8);
-        if (vec) {
-            layernorm_dinp_kernel<E, P><<<grid, 32 * LN_WARPS, 0, s>>>(
-                (E *)dinp->data, (const E *)dout->data, (const E *)inp->data,
-                gpc_cuda_any_of(weight), mu, rs, N, (int)C);
-            layernorm_params_partial_kernel<E, P>
-                <<<pgrid, pblock, 0, s>>>((float *)partial, (const E *)dout->data,
-                                          (const E *)inp->data, mu, rs, N, (int)C, rows_per);
+        /* columns a lane owns in the fused kernel: whole packs, a multiple of 8 */
+        int64_t elems = vec ? ((C / P + 31) / 32 * P + 7) / 8 * 8 : 0;
+        if (vec && elems <= LNB_MAX_ELEMS(E)) {
+            int64_t grid = (int64_t)gpc_cuda_sm_count() * LNB_BLOCKS_PER_SM,
+                    need = (N + LNB_WARPS - 1) / LNB_WARPS;
+            parts = (int)(grid < need ? grid : need);
+            GPC_TRY(gpc_cuda_scratch((size_t)parts * 2 * C * sizeof(float), &partial));
+            float *pp = (float *)partial;
+            if (elems == 8)
+                layernorm_backward_fused<E, 8>(parts, s, dinp, dout, inp, weight, mu, rs, pp, N,
+                                               (int)C);
+            else if (elems == 16)
+                layernorm_backward_fused<E, 16>(parts, s, dinp, dout, inp, weight, mu, rs, pp, N,
+                                                (int)C);
+            else if (elems == 24)
+                layernorm_backward_fused<E, 24>(parts, s, dinp, dout, inp, weight, mu, rs, pp, N,
+                                                (int)C);
+            else
+                layernorm_backward_fused<E, LNB_MAX_ELEMS(E)>(parts, s, dinp, dout, inp, weight, mu,
+                                                              rs, pp, N, (int)C);
         } else {
-            layernorm_dinp_kernel<E, 1><<<grid, 32 * LN_WARPS, 0, s>>>(
-                (E *)dinp->data, (const E *)dout->data, (const E *)inp->data,
-                gpc_cuda_any_of(weight), mu, rs, N, (int)C);
-            layernorm_params_partial_kernel<E, 1>
-                <<<pgrid, pblock, 0, s>>>((float *)partial, (const E *)dout->data,
-                                          (const E *)inp->data, mu, rs, N, (int)C, rows_per);
+            /* any C: dinp by one kernel, the column sums by a second */
+            int per = vec ? P : 1;
+            int col_blocks = (int)((C + 32 * per - 1) / (32 * per));
+            int64_t want = (gpc_cuda_sm_count() * 4 + col_blocks - 1) / col_blocks;
+            if (want > (N + 63) / 64) want = (N + 63) / 64;
+            if (want < 1) want = 1;
+            int64_t rows_per = (N + want - 1) / want;
+            parts = (int)((N + rows_per - 1) / rows_per);
+            GPC_TRY(gpc_cuda_scratch((size_t)parts * 2 * C * sizeof(float), &partial));
+            unsigned grid = gpc_cuda_blocks(N, LN_WARPS);
+            dim3 pgrid((unsigned)col_blocks, (unsigned)parts), pblock(32, 8);
+            if (vec) {
+                layernorm_dinp_kernel<E, P><<<grid, 32 * LN_WARPS, 0, s>>>(
+                    (E *)dinp->data, (const E *)dout->data, (const E *)inp->data,
+                    gpc_cuda_any_of(weight), mu, rs, N, (int)C);
+                layernorm_params_partial_kernel<E, P>
+                    <<<pgrid, pblock, 0, s>>>((float *)partial, (const E *)dout->data,
+                                              (const E *)inp->data, mu, rs, N, (int)C, rows_per);
+            } else {
+                layernorm_dinp_kernel<E, 1><<<grid, 32 * LN_WARPS, 0, s>>>(
+                    (E *)dinp->data, (const E *)dout->data, (const E *)inp->data,
+                    gpc_cuda_any_of(weight), mu, rs, N, (int)C);
+                layernorm_params_partial_kernel<E, 1>
+                    <<<pgrid, pblock, 0, s>>>((float *)partial, (const E *)dout->data,
+                                              (const E *)inp->data, mu, rs, N, (int)C, rows_per);
+            }
         }
     });
     GPC_CUDA_CHECK_LAUNCH();
-    layernorm_params_finish_kernel<<<gpc_cuda_blocks(C, 256), 256, 0, s>>>(
+    layernorm_params_finish_kernel<<<gpc_cuda_blocks(2 * C, 32), dim3(32, LNF_ROWS), 0, s>>>(
         gpc_cuda_any_of(dweight), gpc_cuda_any_of(dbias), (const float *)partial, parts, (int)C);
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;

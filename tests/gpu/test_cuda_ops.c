@@ -110,10 +110,8 @@ static void drop(pair *p) {
     free(p->host);
 }
 
-/* Compares the GPU tensor of p with its CPU twin. */
-static void expect(const char *what, const pair *p, double tol) {
-    assert_int_equal(cudaDeviceSynchronize(), 0);
-    float *got = download(&p->gpu);
+/* Compares got, values downloaded from the GPU tensor of p, with its CPU twin. */
+static void expect_got(const char *what, const pair *p, const float *got, double tol) {
     const float *want = p->cpu.data;
     double rms = 0;
     for (int64_t i = 0; i < p->n; i++)
@@ -123,6 +121,13 @@ static void expect(const char *what, const pair *p, double tol) {
     snprintf(label, sizeof label, "%s (%s, %lld elements)", what, gpc_dtype_name(p->gpu.dtype),
              (long long)p->n);
     test_assert_close_f32(label, got, want, (size_t)p->n, tol, rms > 1e-30 ? rms : 1e-30);
+}
+
+/* Compares the GPU tensor of p with its CPU twin. */
+static void expect(const char *what, const pair *p, double tol) {
+    assert_int_equal(cudaDeviceSynchronize(), 0);
+    float *got = download(&p->gpu);
+    expect_got(what, p, got, tol);
     free(got);
 }
 
@@ -178,6 +183,20 @@ static void test_embedding(void **state) {
 
 /* ------------------------------------------------------------- layernorm */
 
+/* A device copy of t's bytes (cudaFree it), and t's bytes on the host (free it). */
+static void *device_snapshot(const gpc_tensor *t) {
+    void *p = NULL;
+    assert_int_equal(cudaMalloc(&p, gpc_tensor_bytes(t)), 0);
+    assert_int_equal(cudaMemcpy(p, t->data, gpc_tensor_bytes(t), cudaMemcpyDeviceToDevice), 0);
+    return p;
+}
+
+static unsigned char *device_bytes(const gpc_tensor *t) {
+    unsigned char *h = malloc(gpc_tensor_bytes(t) + 1);
+    assert_int_equal(cudaMemcpy(h, t->data, gpc_tensor_bytes(t), cudaMemcpyDeviceToHost), 0);
+    return h;
+}
+
 static void layernorm_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C) {
     int64_t s_x[3] = {B, T, C}, s_c[1] = {C}, s_n[1] = {B * T};
     pair x = make(dt, 3, s_x, 'r', -2, 3), w = make(dt, 1, s_c, 'r', 0.5f, 1.5f),
@@ -213,11 +232,36 @@ static void layernorm_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C) {
     TEST_OK(gpc_tensor_copy(&grstd, &rstd.cpu));
     TEST_OK(gpc_op_layernorm_backward(&dinp.cpu, &dw.cpu, &db.cpu, &dout.cpu, &x.cpu, &w.cpu,
                                       &mean.cpu, &rstd.cpu));
+    pair *acc[3] = {&dinp, &dw, &db}; /* accumulated: start from random values */
+    const char *names[3] = {"dinp", "dweight", "dbias"};
+    void *start[3];
+    for (int i = 0; i < 3; i++)
+        start[i] = device_snapshot(&acc[i]->gpu);
     TEST_OK(gpc_op_layernorm_backward(&dinp.gpu, &dw.gpu, &db.gpu, &dout.gpu, &x.gpu, &w.gpu,
                                       &gmean, &grstd));
     expect("layernorm_backward dinp", &dinp, tol_for(dt, 1e-5));
     expect("layernorm_backward dweight", &dw, tol_for(dt, 1e-5));
     expect("layernorm_backward dbias", &db, tol_for(dt, 1e-5));
+    /* deterministic: a second call from the same state gives the same bits */
+    unsigned char *first[3];
+    for (int i = 0; i < 3; i++) {
+        first[i] = device_bytes(&acc[i]->gpu);
+        assert_int_equal(cudaMemcpy(acc[i]->gpu.data, start[i], gpc_tensor_bytes(&acc[i]->gpu),
+                                    cudaMemcpyDeviceToDevice),
+                         0);
+    }
+    TEST_OK(gpc_op_layernorm_backward(&dinp.gpu, &dw.gpu, &db.gpu, &dout.gpu, &x.gpu, &w.gpu,
+                                      &gmean, &grstd));
+    for (int i = 0; i < 3; i++) {
+        unsigned char *again = device_bytes(&acc[i]->gpu);
+        if (memcmp(first[i], again, gpc_tensor_bytes(&acc[i]->gpu)) != 0)
+            fail_msg("layernorm_backward (%s, C=%lld): %s differs between two calls from the "
+                     "same state",
+                     gpc_dtype_name(dt), (long long)C, names[i]);
+        free(again);
+        free(first[i]);
+        assert_int_equal(cudaFree(start[i]), 0);
+    }
     gpc_tensor_free(&gmean);
     gpc_tensor_free(&grstd);
     pair *all[] = {&x,    &w,     &b,     &out,  &mean, &rstd, &y, &res,
@@ -232,6 +276,16 @@ static void test_layernorm(void **state) {
     layernorm_case(GPC_F32, 3, 7, 37); /* C not a multiple of the vector width */
     layernorm_case(GPC_BF16, 2, 64, 768);
     layernorm_case(GPC_BF16, 1, 9, 44);
+    /* the backward's paths: fused (16-byte rows, C <= 1024, 768 in f32) with
+     * several rows per warp and N not a multiple of the rows per block, a last
+     * pack owned by only some lanes (C = 1000), and the two-kernel fallback
+     * for odd, wide, and wide f32 rows */
+    layernorm_case(GPC_BF16, 7, 1171, 768);
+    layernorm_case(GPC_F32, 3, 701, 768);
+    layernorm_case(GPC_F16, 3, 101, 1000);
+    layernorm_case(GPC_BF16, 3, 333, 77);
+    layernorm_case(GPC_BF16, 1, 37, 2048);
+    layernorm_case(GPC_F32, 1, 45, 1024);
 }
 
 /* ---------------------------------------------------------------- matmul */
@@ -280,10 +334,10 @@ static void matmul_gelu_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C, int6
     pair x = make(dt, 3, s_x, 'r', -1, 1), w = make(dt, 2, s_w, 'r', -0.5f, 0.5f),
          b = make(dt, 1, s_b, 'r', -1, 1), pre = make(dt, 3, s_o, 'p', 0, 0),
          act = make(dt, 3, s_o, 'p', 0, 0);
-    TEST_OK(gpc_op_matmul_gelu_forward(&pre.cpu, &act.cpu, &x.cpu, &w.cpu,
-                                       with_bias ? &b.cpu : NULL));
-    TEST_OK(gpc_op_matmul_gelu_forward(&pre.gpu, &act.gpu, &x.gpu, &w.gpu,
-                                       with_bias ? &b.gpu : NULL));
+    TEST_OK(
+        gpc_op_matmul_gelu_forward(&pre.cpu, &act.cpu, &x.cpu, &w.cpu, with_bias ? &b.cpu : NULL));
+    TEST_OK(
+        gpc_op_matmul_gelu_forward(&pre.gpu, &act.gpu, &x.gpu, &w.gpu, with_bias ? &b.gpu : NULL));
     expect("matmul_gelu_forward out_pre", &pre, tol_for(dt, 1e-5));
     expect("matmul_gelu_forward out_gelu", &act, tol_for(dt, 1e-5));
 
@@ -291,10 +345,10 @@ static void matmul_gelu_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C, int6
     pair dout = make(dt, 3, s_o, 'r', -1, 1), gin = make(dt, 3, s_x, 'r', -3, 3),
          dinp = make(dt, 3, s_x, 'p', 0, 0);
     pair dw = make(dt, 2, s_w, 'r', -1, 1), db = make(dt, 1, s_b, 'r', -1, 1);
-    TEST_OK(gpc_op_matmul_backward_dgelu(&dinp.cpu, &dw.cpu, with_bias ? &db.cpu : NULL,
-                                         &dout.cpu, &x.cpu, &w.cpu, &gin.cpu));
-    TEST_OK(gpc_op_matmul_backward_dgelu(&dinp.gpu, &dw.gpu, with_bias ? &db.gpu : NULL,
-                                         &dout.gpu, &x.gpu, &w.gpu, &gin.gpu));
+    TEST_OK(gpc_op_matmul_backward_dgelu(&dinp.cpu, &dw.cpu, with_bias ? &db.cpu : NULL, &dout.cpu,
+                                         &x.cpu, &w.cpu, &gin.cpu));
+    TEST_OK(gpc_op_matmul_backward_dgelu(&dinp.gpu, &dw.gpu, with_bias ? &db.gpu : NULL, &dout.gpu,
+                                         &x.gpu, &w.gpu, &gin.gpu));
     expect("matmul_backward_dgelu dinp", &dinp, tol_for(dt, 1e-5));
     expect("matmul_backward_dgelu dweight", &dw, tol_for(dt, 1e-5));
     if (with_bias) expect("matmul_backward_dgelu dbias", &db, tol_for(dt, 1e-5));
@@ -420,26 +474,69 @@ static void test_attention_tensor_cores(void **state) {
 
 /* ---------------------------------------------------------- crossentropy */
 
-static void crossentropy_case(gpc_dtype dt, int64_t N, int V, int64_t Vp, int in_place) {
+/* How the case passes dlogits: a separate tensor, the logits themselves (as
+ * the model does), or none (loss only). */
+enum { CE_OUT_OF_PLACE, CE_IN_PLACE, CE_LOSS_ONLY };
+
+/* Random logits in [-4, 4) and targets: -1 (masked) every 5th row from row 0,
+ * V-1 and 0 (the vocabulary's edges, V-1 next to the padding) in rows 1 and
+ * 2, random elsewhere; with `bad`, an out-of-range target every 5th row from
+ * row 3 (V + row, or a negative other than -1), which the CPU op refuses and
+ * the GPU answers with NaN loss and gradient (zeros still in the padding):
+ * the CPU sees those rows masked and they are checked apart. */
+static void crossentropy_case(gpc_dtype dt, int64_t N, int V, int64_t Vp, int mode, int bad,
+                              float dloss) {
     int64_t s_l[2] = {N, Vp}, s_n[1] = {N};
     pair logits = make(dt, 2, s_l, 'r', -4, 4), losses = make(GPC_F32, 1, s_n, 'p', 0, 0);
     pair targets = make(GPC_I32, 1, s_n, 'r', 0, (float)V);
-    /* mask a few rows with -1 */
-    for (int64_t i = 0; i < N; i += 5) {
-        ((int32_t *)targets.cpu.data)[i] = -1;
-        targets.host[i] = -1;
+    int32_t *cpu_targets = targets.cpu.data;
+    int *is_bad = calloc((size_t)N, sizeof *is_bad);
+    for (int64_t i = 0; i < N; i++) {
+        float t = targets.host[i];
+        if (i % 5 == 0)
+            t = -1;
+        else if (i == 1)
+            t = (float)(V - 1);
+        else if (i == 2)
+            t = 0;
+        else if (bad && i % 5 == 3) {
+            t = i % 2 ? (float)(V + i) : (float)(-2 - i);
+            is_bad[i] = 1;
+        }
+        targets.host[i] = t;
+        cpu_targets[i] = is_bad[i] ? -1 : (int32_t)t;
     }
     upload(&targets.gpu, targets.host, N);
     pair dl = make(dt, 2, s_l, 'p', 0, 0);
-    pair *d = in_place ? &logits : &dl;
-    float dloss = 1.0f / (float)N;
-    TEST_OK(gpc_op_crossentropy_forward_backward(&losses.cpu, &d->cpu, &logits.cpu, &targets.cpu, V,
-                                                 dloss));
-    TEST_OK(gpc_op_crossentropy_forward_backward(&losses.gpu, &d->gpu, &logits.gpu, &targets.gpu, V,
-                                                 dloss));
-    expect("crossentropy losses", &losses, dt == GPC_F32 ? 1e-5 : 1e-4);
-    expect(in_place ? "crossentropy dlogits in place" : "crossentropy dlogits", d,
-           tol_for(dt, 1e-5));
+    pair *d = mode == CE_IN_PLACE ? &logits : mode == CE_OUT_OF_PLACE ? &dl : NULL;
+    TEST_OK(gpc_op_crossentropy_forward_backward(&losses.cpu, d ? &d->cpu : NULL, &logits.cpu,
+                                                 &targets.cpu, V, dloss));
+    TEST_OK(gpc_op_crossentropy_forward_backward(&losses.gpu, d ? &d->gpu : NULL, &logits.gpu,
+                                                 &targets.gpu, V, dloss));
+    assert_int_equal(cudaDeviceSynchronize(), 0);
+    float *got_losses = download(&losses.gpu), *got_d = d ? download(&d->gpu) : NULL;
+    for (int64_t i = 0; i < N; i++) {
+        if (!is_bad[i]) continue;
+        if (!isnan(got_losses[i]))
+            fail_msg("crossentropy: row %lld's target %d is outside 0..%d, loss %g, want NaN",
+                     (long long)i, (int)targets.host[i], V - 1, (double)got_losses[i]);
+        got_losses[i] = 0.0f; /* the CPU's masked row */
+        for (int64_t j = 0; got_d && j < Vp; j++) {
+            float *g = &got_d[i * Vp + j];
+            if (j < V ? !isnan(*g) : *g != 0.0f)
+                fail_msg("crossentropy: row %lld (target out of range) column %lld of %d: "
+                         "gradient %g, want %s",
+                         (long long)i, (long long)j, V, (double)*g, j < V ? "NaN" : "0");
+            *g = 0.0f;
+        }
+    }
+    expect_got("crossentropy losses", &losses, got_losses, dt == GPC_F32 ? 1e-5 : 1e-4);
+    if (d)
+        expect_got(mode == CE_IN_PLACE ? "crossentropy dlogits in place" : "crossentropy dlogits",
+                   d, got_d, tol_for(dt, 1e-5));
+    free(got_losses);
+    free(got_d);
+    free(is_bad);
     pair *all[] = {&logits, &losses, &targets, &dl};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         drop(all[i]);
@@ -447,10 +544,26 @@ static void crossentropy_case(gpc_dtype dt, int64_t N, int V, int64_t Vp, int in
 
 static void test_crossentropy(void **state) {
     (void)state;
-    crossentropy_case(GPC_F32, 14, 100, 128, 0);
-    crossentropy_case(GPC_F32, 9, 100, 100, 1);
-    crossentropy_case(GPC_BF16, 12, 1000, 1024, 1);
-    crossentropy_case(GPC_BF16, 5, 97, 101, 0);
+    /* rows held in registers (Vp a multiple of the 16-byte pack, at most
+     * 8 packs on each of 1024 threads): 1, 2, 4 and 8 packs a thread */
+    crossentropy_case(GPC_F32, 14, 100, 128, CE_OUT_OF_PLACE, 0, 1.0f / 14);
+    crossentropy_case(GPC_F32, 9, 100, 100, CE_IN_PLACE, 1, 1.0f / 9);
+    crossentropy_case(GPC_BF16, 12, 1000, 1024, CE_IN_PLACE, 1, 1.0f / 12);
+    crossentropy_case(GPC_BF16, 6, 16001, 16384, CE_OUT_OF_PLACE, 1, 0.5f);
+    crossentropy_case(GPC_F16, 6, 29999, 30000, CE_IN_PLACE, 1, 1.0f / 6);
+    crossentropy_case(GPC_F32, 5, 32700, 32768, CE_OUT_OF_PLACE, 1, 3.0f);
+    /* GPT-2's classifier: V = 50257 padded to 50304, bf16 */
+    crossentropy_case(GPC_BF16, 9, 50257, 50304, CE_IN_PLACE, 1, 1.0f / 9);
+    crossentropy_case(GPC_BF16, 9, 50257, 50304, CE_OUT_OF_PLACE, 1, 1.0f / 9);
+    crossentropy_case(GPC_BF16, 4, 50257, 50304, CE_LOSS_ONLY, 1, 1.0f);
+    crossentropy_case(GPC_F16, 4, 50257, 50304, CE_OUT_OF_PLACE, 0, 1.0f / 4);
+    /* the two-pass kernel: Vp not a multiple of the pack, or a row too long
+     * for the registers (f32 at GPT-2's size, bf16 just past 8 x 1024 packs) */
+    crossentropy_case(GPC_BF16, 5, 97, 101, CE_OUT_OF_PLACE, 0, 1.0f / 5);
+    crossentropy_case(GPC_BF16, 9, 50257, 50301, CE_IN_PLACE, 1, 1.0f / 9);
+    crossentropy_case(GPC_F32, 9, 50257, 50304, CE_IN_PLACE, 1, 1.0f / 9);
+    crossentropy_case(GPC_F32, 4, 50257, 50304, CE_LOSS_ONLY, 1, 1.0f);
+    crossentropy_case(GPC_BF16, 6, 65537, 65544, CE_OUT_OF_PLACE, 1, 1.0f / 6);
 }
 
 /* ------------------------------------------------ sum_squares and adamw */
