@@ -2,23 +2,50 @@
  * crossentropy.cu: the fused classifier tail: softmax, cross-entropy loss and
  * its gradient over logits [N, Vp], without materialising the probabilities.
  *
- * One block per row. The first pass keeps a running (max, sum of exp) per
- * thread (the online softmax of Milakov & Gimelshein 2018), merged across the
- * block, so the row is read once for the statistics; the second pass reads
- * the row again and writes (softmax - onehot) * dloss straight over it when
- * dlogits aliases logits (the model's way to save an [N, Vp] buffer), zeros
- * in the padded columns V..Vp-1. Each element is read by the thread that
- * writes it, so the in-place update is safe.
+ * One block per row, in one of two kernels.
+ *
+ * The row kept in registers (crossentropy_registers_kernel, the usual case):
+ * each thread loads its share of the row, up to PACKS 16-byte packs, into
+ * registers, all loads issued before any is used; it takes the max and then
+ * the sum of exp over what it holds, the (max, sum) pairs are merged across
+ * the block (the online softmax's merge, Milakov & Gimelshein 2018), and the
+ * thread writes (softmax - onehot) * dloss from its registers. So the row is
+ * read once and written once: 2x its bytes instead of the 3x of two passes,
+ * whose second read mostly misses L2 (about 500 rows of 100 KB in flight on
+ * an H200 against its 50 MB of L2). A pack is 4 registers whatever the dtype;
+ * PACKS is 1, 2, 4 or 8, the smallest that holds the row launched with as
+ * many threads as the row then needs (a multiple of 32, up to 1024): a row
+ * of up to 65536 bf16/f16 or 32768 f32 logits fits. GPT-2's 50304 bf16
+ * logits (6288 packs) run as PACKS 8 on 800 threads. 32 registers of data fit
+ * in the 64 a thread of a 1024-thread block may have: sm_90 ptxas reports
+ * 64 registers for PACKS 8 (59-64 unbounded), 42 for 4, at most 32 below, no
+ * spills. To get there the max is taken in T's own arithmetic (ce_max):
+ * converting every element to f32 for it let the compiler keep those f32
+ * values alive for the sum, which spilled.
+ *
+ * Two passes (crossentropy_kernel, the fallback for a row too long for the
+ * registers, a Vp not a multiple of the pack, or a pointer not 16-byte
+ * aligned): the first pass keeps a running (max, sum of exp) per thread,
+ * merged across the block, the second reads the row again and writes the
+ * gradient. It makes 3x the row's bytes of traffic.
+ *
+ * Both write the gradient straight over the logits when dlogits aliases them
+ * (the model's way to save an [N, Vp] buffer), with zeros in the padded
+ * columns V..Vp-1. Each element is read by the thread that writes it, so the
+ * in-place update is safe. dlogits NULL computes the loss only.
  *
  * A target of -1 masks the row (loss 0, gradient 0), as on the CPU. A target
  * outside the vocabulary cannot be reported without stopping the step for
- * the host, so its loss is NaN, which the trainer sees at its next read-out.
+ * the host, so its loss and gradient are NaN, which the trainer sees at its
+ * next read-out.
  */
 #include "cuda/cuda_common.cuh"
 
 #include <math.h>
 
-#define CE_THREADS 512
+#define CE_THREADS 512           /* two-pass kernel */
+#define CE_REGISTER_THREADS 1024 /* most threads of the register kernel */
+#define CE_REGISTER_PACKS 8      /* most packs a thread of it holds */
 
 __device__ __forceinline__ void ce_merge(float &m, float &s, float m2, float s2) {
     float mm = fmaxf(m, m2);
@@ -27,12 +54,217 @@ __device__ __forceinline__ void ce_merge(float &m, float &s, float m2, float s2)
     m = mm;
 }
 
+/* Merges every thread's (m, s) across the block; every thread gets the row's
+ * max and sum of exp. blockDim.x is a multiple of 32, at most 1024. */
+__device__ __forceinline__ void ce_block_merge(float &m, float &s) {
+    __shared__ float shared_m[32], shared_s[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        ce_merge(m, s, m2, s2);
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        shared_m[warp] = m;
+        shared_s[warp] = s;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        int warps = blockDim.x >> 5;
+        m = lane < warps ? shared_m[lane] : -INFINITY;
+        s = lane < warps ? shared_s[lane] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) {
+            float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+            ce_merge(m, s, m2, s2);
+        }
+        if (lane == 0) {
+            shared_m[0] = m;
+            shared_s[0] = s;
+        }
+    }
+    __syncthreads();
+    m = shared_m[0];
+    s = shared_s[0];
+}
+
+/* The loss of a row from its statistics and the target's logit. */
+__device__ __forceinline__ float ce_loss(int masked, int bad, float row_max, float sum,
+                                         float target_logit) {
+    if (bad) return NAN;
+    if (masked) return 0.0f;
+    return logf(sum) + row_max - target_logit;
+}
+
+/* The gradient of column col, which holds logit f. zero_all is 0 for a masked
+ * row, poison NaN for a bad target. */
+__device__ __forceinline__ float ce_grad(float f, int col, int V, int target, float row_max,
+                                         float inv_sum, float dloss, float zero_all, float poison) {
+    if (col >= V) return 0.0f;
+    return (__expf(f - row_max) * inv_sum - (col == target ? 1.0f : 0.0f)) * dloss * zero_all +
+           poison;
+}
+
+/* Element k (a constant once unrolled) of a pack of T held as 4 words. */
+template <typename T> __device__ __forceinline__ float ce_element(const uint4 &v, int k);
+template <> __device__ __forceinline__ float ce_element<float>(const uint4 &v, int k) {
+    unsigned w = k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+    return __uint_as_float(w);
+}
+template <> __device__ __forceinline__ float ce_element<gpc_bf16_t>(const uint4 &v, int k) {
+    unsigned w = k < 2 ? v.x : k < 4 ? v.y : k < 6 ? v.z : v.w;
+    return __uint_as_float(k & 1 ? w & 0xffff0000u : w << 16); /* bf16 is f32's top half */
+}
+template <> __device__ __forceinline__ float ce_element<gpc_f16_t>(const uint4 &v, int k) {
+    unsigned w = k < 2 ? v.x : k < 4 ? v.y : k < 6 ? v.z : v.w;
+    return __half2float(__ushort_as_half((unsigned short)(k & 1 ? w >> 16 : w & 0xffffu)));
+}
+
+/* -inf in T's bits. */
+template <typename T> struct ce_bits;
+template <> struct ce_bits<float> { static const unsigned neg_inf = 0xff800000u; };
+template <> struct ce_bits<gpc_bf16_t> { static const unsigned neg_inf = 0xff80u; };
+template <> struct ce_bits<gpc_f16_t> { static const unsigned neg_inf = 0xfc00u; };
+/* The running max of a thread's packs, in T's own arithmetic (exact, and
+ * for bf16/f16 two elements an instruction with no conversion to f32, whose
+ * values the compiler would otherwise keep for the sum and spill). As fmaxf,
+ * a NaN is passed over. */
+template <typename T> struct ce_max {
+    float m = -INFINITY;
+    __device__ __forceinline__ void add(const uint4 &v) {
+        m = fmaxf(fmaxf(m, fmaxf(__uint_as_float(v.x), __uint_as_float(v.y))),
+                  fmaxf(__uint_as_float(v.z), __uint_as_float(v.w)));
+    }
+    __device__ __forceinline__ float get() const {
+        return m;
+    }
+};
+template <typename T2> __device__ __forceinline__ T2 ce_pair(unsigned w) {
+    T2 h;
+    memcpy(&h, &w, sizeof h);
+    return h;
+}
+template <typename T, typename T2> struct ce_max_pairs {
+    T2 m = ce_pair<T2>(ce_bits<T>::neg_inf << 16 | ce_bits<T>::neg_inf);
+    __device__ __forceinline__ void add(const uint4 &v) {
+        m = __hmax2(m, __hmax2(__hmax2(ce_pair<T2>(v.x), ce_pair<T2>(v.y)),
+                               __hmax2(ce_pair<T2>(v.z), ce_pair<T2>(v.w))));
+    }
+};
+template <> struct ce_max<gpc_bf16_t> : ce_max_pairs<gpc_bf16_t, __nv_bfloat162> {
+    __device__ __forceinline__ float get() const {
+        return fmaxf(__low2float(m), __high2float(m));
+    }
+};
+template <> struct ce_max<gpc_f16_t> : ce_max_pairs<gpc_f16_t, __half2> {
+    __device__ __forceinline__ float get() const {
+        return fmaxf(__low2float(m), __high2float(m));
+    }
+};
+
+/* Sets element k of a pack to -inf. */
+template <typename T> __device__ __forceinline__ void ce_set_neg_inf(uint4 &v, int k) {
+    const int per_word = 4 / sizeof(T), shift = (k % per_word) * 8 * sizeof(T);
+    const unsigned mask = (sizeof(T) == 4 ? 0xffffffffu : 0xffffu) << shift;
+    unsigned &w = (k / per_word) == 0   ? v.x
+                  : (k / per_word) == 1 ? v.y
+                  : (k / per_word) == 2 ? v.z
+                                        : v.w;
+    w = (w & ~mask) | (ce_bits<T>::neg_inf << shift);
+}
+
+template <typename T, int PACKS>
+__global__ __launch_bounds__(CE_REGISTER_THREADS) void crossentropy_registers_kernel(
+    float *losses, T *dlogits, const T *logits, const int32_t *targets, int V, int Vp,
+    float dloss) {
+    const int n = gpc_pack<T>::n;
+    __shared__ float shared_target_logit;
+    int64_t row = blockIdx.x;
+    const uint4 *x = (const uint4 *)(logits + row * Vp);
+    int packs = Vp / n, target = targets[row];
+    int masked = target == -1, bad = !masked && (target < 0 || target >= V);
+    /* Pack p of this thread is pack threadIdx.x + p * blockDim.x of the row:
+     * the warp's loads are contiguous. All loads first, so they overlap. */
+    uint4 r[PACKS];
+#pragma unroll
+    for (int p = 0; p < PACKS; p++) {
+        int i = threadIdx.x + p * blockDim.x;
+        r[p] = i < packs ? x[i] : make_uint4(0, 0, 0, 0);
+    }
+    /* Columns past V (padding, or packs past the row) become -inf: they then
+     * add nothing to the sum and get a gradient of 0 with no test per element. */
+#pragma unroll
+    for (int p = 0; p < PACKS; p++) {
+        int keep = V - (threadIdx.x + p * blockDim.x) * n;
+        if (keep < n) {
+#pragma unroll
+            for (int k = 0; k < n; k++)
+                if (k >= keep) ce_set_neg_inf<T>(r[p], k);
+        }
+    }
+    if (!masked && !bad) {
+        int tp = target / n;
+        if (tp % blockDim.x == threadIdx.x) {
+            int pi = tp / blockDim.x, ki = target % n;
+#pragma unroll
+            for (int p = 0; p < PACKS; p++)
+#pragma unroll
+                for (int k = 0; k < n; k++)
+                    if (p == pi && k == ki) shared_target_logit = ce_element<T>(r[p], k);
+        }
+    }
+    /* The thread's max, then its sum of exp: no rescaling, the row is here. */
+    ce_max<T> thread_max;
+#pragma unroll
+    for (int p = 0; p < PACKS; p++)
+        thread_max.add(r[p]);
+    float m = thread_max.get(), s = 0.0f;
+    if (m != -INFINITY) {
+#pragma unroll
+        for (int p = 0; p < PACKS; p++)
+#pragma unroll
+            for (int k = 0; k < n; k++)
+                s += __expf(ce_element<T>(r[p], k) - m);
+    }
+    /* its __syncthreads also publishes shared_target_logit */
+    ce_block_merge(m, s);
+    float row_max = m, inv_sum = 1.0f / s;
+    if (threadIdx.x == 0)
+        losses[row] = ce_loss(masked, bad, row_max, s, masked || bad ? 0.0f : shared_target_logit);
+    if (!dlogits) return;
+    gpc_pack<T> *d = (gpc_pack<T> *)(dlogits + row * Vp);
+    if (masked || bad) { /* the whole block takes this branch; rare */
+#pragma unroll
+        for (int p = 0; p < PACKS; p++) {
+            int i = threadIdx.x + p * blockDim.x;
+            if (i < packs) {
+                gpc_pack<T> out;
+#pragma unroll
+                for (int k = 0; k < n; k++)
+                    out.v[k] = gpc_from_f32<T>(bad && i * n + k < V ? NAN : 0.0f);
+                d[i] = out;
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int p = 0; p < PACKS; p++) {
+        int i = threadIdx.x + p * blockDim.x;
+        if (i < packs) {
+            gpc_pack<T> out;
+#pragma unroll
+            for (int k = 0; k < n; k++)
+                out.v[k] = gpc_from_f32<T>((__expf(ce_element<T>(r[p], k) - row_max) * inv_sum -
+                                            (i * n + k == target ? 1.0f : 0.0f)) *
+                                           dloss);
+            d[i] = out;
+        }
+    }
+}
+
 template <typename T>
 __global__
 __launch_bounds__(CE_THREADS) void crossentropy_kernel(float *losses, T *dlogits, const T *logits,
                                                        const int32_t *targets, int V, int Vp,
                                                        float dloss, int vectorised) {
-    __shared__ float shared_m[32], shared_s[32];
     int64_t row = blockIdx.x;
     const T *x = logits + row * Vp;
     int target = targets[row];
@@ -62,41 +294,12 @@ __launch_bounds__(CE_THREADS) void crossentropy_kernel(float *losses, T *dlogits
         float f = gpc_to_f32(x[i]);
         ce_merge(m, s, f, 1.0f);
     }
-    /* merge across the warp, then across warps */
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        ce_merge(m, s, m2, s2);
-    }
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) {
-        shared_m[warp] = m;
-        shared_s[warp] = s;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        int warps = blockDim.x >> 5;
-        m = lane < warps ? shared_m[lane] : -INFINITY;
-        s = lane < warps ? shared_s[lane] : 0.0f;
-        for (int o = 16; o > 0; o >>= 1) {
-            float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-            ce_merge(m, s, m2, s2);
-        }
-        if (lane == 0) {
-            shared_m[0] = m;
-            shared_s[0] = s;
-        }
-    }
-    __syncthreads();
-    float row_max = shared_m[0], inv_sum = 1.0f / shared_s[0];
+    ce_block_merge(m, s);
+    float row_max = m, inv_sum = 1.0f / s;
     int masked = target == -1, bad = !masked && (target < 0 || target >= V);
-    if (threadIdx.x == 0) {
-        float loss = 0.0f;
-        if (bad)
-            loss = NAN;
-        else if (!masked)
-            loss = logf(shared_s[0]) + row_max - gpc_to_f32(x[target]);
-        losses[row] = loss;
-    }
+    if (threadIdx.x == 0)
+        losses[row] =
+            ce_loss(masked, bad, row_max, s, masked || bad ? 0.0f : gpc_to_f32(x[target]));
     if (!dlogits) return;
     /* Thread 0 read x[target] for the loss; in place, another thread will
      * overwrite that column, so wait for the read first. */
@@ -110,28 +313,33 @@ __launch_bounds__(CE_THREADS) void crossentropy_kernel(float *losses, T *dlogits
         for (int i = threadIdx.x; i < packs; i += blockDim.x) {
             P v = ((const P *)x)[i], out;
 #pragma unroll
-            for (int k = 0; k < P::n; k++) {
-                int col = i * P::n + k;
-                float g = 0.0f;
-                if (col < V)
-                    g = (__expf(gpc_to_f32(v.v[k]) - row_max) * inv_sum -
-                         (col == target ? 1.0f : 0.0f)) *
-                            dloss * zero_all +
-                        poison;
-                out.v[k] = gpc_from_f32<T>(g);
-            }
+            for (int k = 0; k < P::n; k++)
+                out.v[k] = gpc_from_f32<T>(ce_grad(gpc_to_f32(v.v[k]), i * P::n + k, V, target,
+                                                   row_max, inv_sum, dloss, zero_all, poison));
             ((P *)d)[i] = out;
         }
         start = packs * P::n;
     }
-    for (int col = start + threadIdx.x; col < Vp; col += blockDim.x) {
-        float g = 0.0f;
-        if (col < V)
-            g = (__expf(gpc_to_f32(x[col]) - row_max) * inv_sum - (col == target ? 1.0f : 0.0f)) *
-                    dloss * zero_all +
-                poison;
-        d[col] = gpc_from_f32<T>(g);
+    for (int col = start + threadIdx.x; col < Vp; col += blockDim.x)
+        d[col] = gpc_from_f32<T>(
+            ce_grad(gpc_to_f32(x[col]), col, V, target, row_max, inv_sum, dloss, zero_all, poison));
+}
+
+/* Launches the register kernel with the fewest packs a thread (of PACKS and
+ * its doublings up to CE_REGISTER_PACKS) that hold a row of `packs` packs, on
+ * as many threads (a multiple of 32) as that needs. */
+template <typename T, int PACKS>
+static void crossentropy_registers_launch(int packs, unsigned rows, float *losses, T *dlogits,
+                                          const T *logits, const int32_t *targets, int V, int Vp,
+                                          float dloss) {
+    if (PACKS < CE_REGISTER_PACKS && packs > PACKS * CE_REGISTER_THREADS) {
+        crossentropy_registers_launch<T, (PACKS < CE_REGISTER_PACKS ? 2 * PACKS : PACKS)>(
+            packs, rows, losses, dlogits, logits, targets, V, Vp, dloss);
+        return;
     }
+    int threads = ((packs + PACKS - 1) / PACKS + 31) / 32 * 32;
+    crossentropy_registers_kernel<T, PACKS>
+        <<<rows, threads, 0, gpc_cuda_stream()>>>(losses, dlogits, logits, targets, V, Vp, dloss);
 }
 
 gpc_status gpc_cuda_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *dlogits,
@@ -153,10 +361,15 @@ gpc_status gpc_cuda_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor
         int per = (int)(16 / sizeof(E));
         int vec = Vp % per == 0 && gpc_cuda_aligned16(logits->data) &&
                   (!dlogits || !dlogits->data || gpc_cuda_aligned16(dlogits->data));
-        crossentropy_kernel<E><<<(unsigned)N, CE_THREADS, 0, gpc_cuda_stream()>>>(
-            (float *)losses->data, dlogits && dlogits->data ? (E *)dlogits->data : NULL,
-            (const E *)logits->data, (const int32_t *)targets->data, vocab_size, (int)Vp, dloss,
-            vec);
+        E *d = dlogits && dlogits->data ? (E *)dlogits->data : NULL;
+        if (vec && Vp / per <= (int64_t)CE_REGISTER_THREADS * CE_REGISTER_PACKS)
+            crossentropy_registers_launch<E, 1>(
+                (int)(Vp / per), (unsigned)N, (float *)losses->data, d, (const E *)logits->data,
+                (const int32_t *)targets->data, vocab_size, (int)Vp, dloss);
+        else
+            crossentropy_kernel<E><<<(unsigned)N, CE_THREADS, 0, gpc_cuda_stream()>>>(
+                (float *)losses->data, d, (const E *)logits->data, (const int32_t *)targets->data,
+                vocab_size, (int)Vp, dloss, vec);
     });
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
