@@ -40,20 +40,7 @@ log=$out/ddp.log
 : >"$log"
 say() { echo "$@" | tee -a "$log"; }
 
-prefix=/tmp/gpc-deps
-if ls "$root"/.deps/cuda/*.deb >/dev/null 2>&1; then
-  mkdir -p $prefix
-  for f in "$root"/.deps/cuda/*.deb; do dpkg -x "$f" $prefix; done
-  lib=$prefix/usr/lib/x86_64-linux-gnu
-  mkdir -p $lib/pkgconfig-gpc
-  pkg-config --exists cmocka || sed "s|/usr|$prefix/usr|g" $lib/pkgconfig/cmocka.pc >$lib/pkgconfig-gpc/cmocka.pc
-  if ! pkg-config --exists openblas; then
-    sed "s|/usr|$prefix/usr|g" $lib/openblas-pthread/pkgconfig/openblas.pc >$lib/pkgconfig-gpc/openblas.pc
-    export LD_LIBRARY_PATH=$lib/openblas-pthread:$lib:${LD_LIBRARY_PATH:-}
-  fi
-  export PKG_CONFIG_PATH=$lib/pkgconfig-gpc:${PKG_CONFIG_PATH:-}
-  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$lib
-fi
+source "$root/scripts/gpu-deps.sh" "$root"
 if [[ ! -x $build/gpc ]]; then
   t0=$(date +%s)
   { cmake -S "$root" -B "$build" -DGPC_ENABLE_SCHED=OFF -DCMAKE_BUILD_TYPE=Release &&

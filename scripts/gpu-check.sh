@@ -33,24 +33,8 @@ note() { echo "$@" | tee -a "$summary"; }
 { nvidia-smi; nvcc --version; cmake --version | head -1; } >"$out/machine.txt" 2>&1
 note "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
 
-prefix=/tmp/gpc-deps
-if ls .deps/cuda/*.deb >/dev/null 2>&1; then
-  mkdir -p $prefix
-  for f in .deps/cuda/*.deb; do dpkg -x "$f" $prefix; done
-  lib=$prefix/usr/lib/x86_64-linux-gnu
-  mkdir -p $lib/pkgconfig-gpc
-  if ! pkg-config --exists cmocka; then
-    sed "s|/usr|$prefix/usr|g" $lib/pkgconfig/cmocka.pc >$lib/pkgconfig-gpc/cmocka.pc
-    note "cmocka: from .deps/cuda"
-  fi
-  if ! pkg-config --exists openblas; then
-    sed "s|/usr|$prefix/usr|g" $lib/openblas-pthread/pkgconfig/openblas.pc >$lib/pkgconfig-gpc/openblas.pc
-    export LD_LIBRARY_PATH=$lib/openblas-pthread:$lib:${LD_LIBRARY_PATH:-}
-    note "openblas: from .deps/cuda"
-  fi
-  export PKG_CONFIG_PATH=$lib/pkgconfig-gpc:${PKG_CONFIG_PATH:-}
-  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$lib
-fi
+source "$root/scripts/gpu-deps.sh" "$root"
+[[ -n $gpu_deps_taken ]] && note "from .deps/cuda:$gpu_deps_taken"
 
 start=$(date +%s)
 if ! { cmake -S . -B "$build" -DGPC_ENABLE_SCHED=OFF -DCMAKE_BUILD_TYPE=Release &&

@@ -33,22 +33,8 @@ note "cudnn headers: $(ls /usr/include/x86_64-linux-gnu/cudnn_version*.h /usr/in
 note "cudnn library: $(ldconfig -p | grep -o 'libcudnn.so.9 .*' | head -1)"
 note "nvrtc: $(ldconfig -p | grep -o 'libnvrtc.so[.0-9]*' | head -1; ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null | head -1)"
 
-prefix=/tmp/gpc-deps
-if ls .deps/cuda/*.deb >/dev/null 2>&1; then
-  mkdir -p $prefix
-  for f in .deps/cuda/*.deb; do dpkg -x "$f" $prefix; done
-  lib=$prefix/usr/lib/x86_64-linux-gnu
-  mkdir -p $lib/pkgconfig-gpc
-  if ! pkg-config --exists cmocka; then
-    sed "s|/usr|$prefix/usr|g" $lib/pkgconfig/cmocka.pc >$lib/pkgconfig-gpc/cmocka.pc
-  fi
-  if ! pkg-config --exists openblas; then
-    sed "s|/usr|$prefix/usr|g" $lib/openblas-pthread/pkgconfig/openblas.pc >$lib/pkgconfig-gpc/openblas.pc
-    export LD_LIBRARY_PATH=$lib/openblas-pthread:$lib:${LD_LIBRARY_PATH:-}
-  fi
-  export PKG_CONFIG_PATH=$lib/pkgconfig-gpc:${PKG_CONFIG_PATH:-}
-  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$lib
-fi
+source "$root/scripts/gpu-deps.sh" "$root"
+[[ -n $gpu_deps_taken ]] && note "from .deps/cuda:$gpu_deps_taken"
 
 start=$(date +%s)
 targets="gpc_cli gpu_test_cuda_cudnn gpu_test_cuda_ops gpu_test_cuda_model test_ops_errors bench_attention_bench bench_gpt2_step"

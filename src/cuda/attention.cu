@@ -362,89 +362,6 @@ __global__ __launch_bounds__(ATT_THREADS) void att_backward_dq_kernel(
                    scale, scale, lane);
 }
 
-template <typename T>
-__global__ __launch_bounds__(ATT_THREADS) void att_backward_dkdv_kernel(
-    T *dqkv, const T *qkv, const T *dout, const float *lse, const float *dsum, int T_, int NH,
-    float scale_log2, float scale) {
-    __shared__ __align__(16) T q_s[2][ATT_TILE * ATT_PAD];
-    __shared__ __align__(16) T do_s[2][ATT_TILE * ATT_PAD];
-    __shared__ float lse_s[2][ATT_TILE], d_s[2][ATT_TILE];
-    int kt = blockIdx.x; /* the first key tiles see the most queries: they go first */
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    int C = NH * ATT_HS, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int nq = (T_ + ATT_TILE - 1) / ATT_TILE;
-    int64_t stride = 3 * (int64_t)C;
-    const T *qb = qkv + (int64_t)b * T_ * stride + h * ATT_HS, *kb = qb + C, *vb = qb + 2 * C;
-    const T *dob = dout + (int64_t)b * T_ * C + h * ATT_HS;
-    const float *lse_b = lse + (int64_t)bh * T_, *d_b = dsum + (int64_t)bh * T_;
-    int k0 = kt * ATT_TILE;
-
-    /* K and V pass through the second buffers on their way to registers. */
-    att_load_tile(q_s[1], kb, k0, T_, stride);
-    att_load_tile(do_s[1], vb, k0, T_, stride);
-    att_load_tile(q_s[0], qb, k0, T_, stride);
-    att_load_tile(do_s[0], dob, k0, T_, C);
-    att_cp_commit();
-    if (threadIdx.x < ATT_TILE) {
-        int t = k0 + threadIdx.x;
-        /* rows past T get lse = +inf: their probabilities come out 0 */
-        lse_s[0][threadIdx.x] = t < T_ ? lse_b[t] * ATT_LOG2E : INFINITY;
-        d_s[0][threadIdx.x] = t < T_ ? d_b[t] : 0.0f;
-    }
-    att_cp_wait<0>();
-    __syncthreads();
-    uint32_t ka[4][4], va[4][4];
-    att_load_a(ka, q_s[1], warp, lane);
-    att_load_a(va, do_s[1], warp, lane);
-    __syncthreads();
-
-    float dk[8][4], dv[8][4];
-    att_zero(dk);
-    att_zero(dv);
-    int key_g = k0 + warp * 16 + (lane >> 2);
-    for (int i = kt; i < nq; i++) {
-        int buf = (i - kt) & 1;
-        if (i + 1 < nq) {
-            int nb = buf ^ 1, q1 = (i + 1) * ATT_TILE;
-            att_load_tile(q_s[nb], qb, q1, T_, stride);
-            att_load_tile(do_s[nb], dob, q1, T_, C);
-            att_cp_commit();
-            if (threadIdx.x < ATT_TILE) {
-                int t = q1 + threadIdx.x;
-                lse_s[nb][threadIdx.x] = t < T_ ? lse_b[t] * ATT_LOG2E : INFINITY;
-                d_s[nb][threadIdx.x] = t < T_ ? d_b[t] : 0.0f;
-            }
-            att_cp_wait<1>();
-        } else {
-            att_cp_wait<0>();
-        }
-        __syncthreads();
-        const T *qs = q_s[buf], *dos = do_s[buf];
-        float st[8][4], dpt[8][4];
-        att_zero(st);
-        att_zero(dpt);
-        att_mma_abt<T>(st, ka, qs, lane);
-        att_mma_abt<T>(dpt, va, dos, lane);
-        bool diag = i == kt;
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int qi = nt * 8 + (lane & 3) * 2 + (e & 1);
-                float p = exp2f(st[nt][e] * scale_log2 - lse_s[buf][qi]);
-                if (diag && key_g + (e >> 1) * 8 > i * ATT_TILE + qi) p = 0.0f;
-                st[nt][e] = p;
-                dpt[nt][e] = p * (dpt[nt][e] - d_s[buf][qi]);
-            }
-        att_mma_pv<T>(dv, st, dos, lane);
-        att_mma_pv<T>(dk, dpt, qs, lane);
-        __syncthreads();
-    }
-    T *db = dqkv + (int64_t)b * T_ * stride + h * ATT_HS;
-    att_store_rows(db + C, stride, k0 + warp * 16, T_, dk, scale, scale, lane);
-    att_store_rows(db + 2 * C, stride, k0 + warp * 16, T_, dv, 1.0f, 1.0f, lane);
-}
-
 /* acc[16 x 64] += A[16 x 64] . tile, A given as operand fragments and the
  * tile's rows the reduction axis. */
 template <typename T>
@@ -498,21 +415,24 @@ __device__ __forceinline__ void att_atomic_add_rows(float *dst, int row0, int T_
     }
 }
 
-/* The one-kernel backward (GPC_ATTENTION_BWD=fused): the dk/dv kernel's loop,
- * plus dQ_i += dS_ij K_j for each query tile it visits, added into dq_acc
- * (f32 [B*NH, T, 64], zeroed first) with atomics; att_dq_store_kernel then
- * scales and stores it. Five products instead of seven, at the price of the
+/* The dk/dv backward: grid (key tiles, B*NH); for query tiles i >= j it
+ * rebuilds S^T = K Q^T and dP^T = V dO^T and adds dV += P^T dO, dK += dS^T Q.
+ * With FUSED (GPC_ATTENTION_BWD=fused) it is FA2's one-kernel backward: each
+ * visited query tile also gets dQ_i += dS_ij K_j, added into dq_acc (f32
+ * [B*NH, T, 64], zeroed first) with atomics, and att_dq_store_kernel then
+ * scales and stores it; five products instead of seven, at the price of the
  * atomics and of run-to-run differences in the last bits of dq. dS goes
- * through shared memory (over the Q tile just used) to be transposed. */
-template <typename T>
-__global__ __launch_bounds__(ATT_THREADS) void att_backward_fused_kernel(
+ * through shared memory (over the Q tile just used) to be transposed, and K
+ * keeps a tile of its own (47 KB of shared memory in all). */
+template <typename T, bool FUSED>
+__global__ __launch_bounds__(ATT_THREADS) void att_backward_kv_kernel(
     float *dq_acc, T *dqkv, const T *qkv, const T *dout, const float *lse, const float *dsum,
     int T_, int NH, float scale_log2, float scale) {
     __shared__ __align__(16) T q_s[2][ATT_TILE * ATT_PAD];
     __shared__ __align__(16) T do_s[2][ATT_TILE * ATT_PAD];
-    __shared__ __align__(16) T k_s[ATT_TILE * ATT_PAD];
+    __shared__ __align__(16) T k_s[FUSED ? ATT_TILE * ATT_PAD : 8];
     __shared__ float lse_s[2][ATT_TILE], d_s[2][ATT_TILE];
-    int kt = blockIdx.x;
+    int kt = blockIdx.x; /* the first key tiles see the most queries: they go first */
     int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     int C = NH * ATT_HS, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int nq = (T_ + ATT_TILE - 1) / ATT_TILE;
@@ -520,23 +440,26 @@ __global__ __launch_bounds__(ATT_THREADS) void att_backward_fused_kernel(
     const T *qb = qkv + (int64_t)b * T_ * stride + h * ATT_HS, *kb = qb + C, *vb = qb + 2 * C;
     const T *dob = dout + (int64_t)b * T_ * C + h * ATT_HS;
     const float *lse_b = lse + (int64_t)bh * T_, *d_b = dsum + (int64_t)bh * T_;
-    float *dq_b = dq_acc + (int64_t)bh * T_ * ATT_HS;
     int k0 = kt * ATT_TILE;
 
-    att_load_tile(k_s, kb, k0, T_, stride);
+    /* K and V pass through the second buffers on their way to registers
+     * (fused: K stays in its own tile, for dQ = dS K). */
+    T *k_tile = FUSED ? k_s : q_s[1];
+    att_load_tile(k_tile, kb, k0, T_, stride);
     att_load_tile(do_s[1], vb, k0, T_, stride);
     att_load_tile(q_s[0], qb, k0, T_, stride);
     att_load_tile(do_s[0], dob, k0, T_, C);
     att_cp_commit();
     if (threadIdx.x < ATT_TILE) {
         int t = k0 + threadIdx.x;
+        /* rows past T get lse = +inf: their probabilities come out 0 */
         lse_s[0][threadIdx.x] = t < T_ ? lse_b[t] * ATT_LOG2E : INFINITY;
         d_s[0][threadIdx.x] = t < T_ ? d_b[t] : 0.0f;
     }
     att_cp_wait<0>();
     __syncthreads();
     uint32_t ka[4][4], va[4][4];
-    att_load_a(ka, k_s, warp, lane);
+    att_load_a(ka, k_tile, warp, lane);
     att_load_a(va, do_s[1], warp, lane);
     __syncthreads();
 
@@ -563,26 +486,27 @@ __global__ __launch_bounds__(ATT_THREADS) void att_backward_fused_kernel(
         __syncthreads();
         T *qs = q_s[buf];
         const T *dos = do_s[buf];
-        {
-            float st[8][4], dpt[8][4];
-            att_zero(st);
-            att_zero(dpt);
-            att_mma_abt<T>(st, ka, qs, lane);
-            att_mma_abt<T>(dpt, va, dos, lane);
-            bool diag = i == kt;
+        float st[8][4], dpt[8][4];
+        att_zero(st);
+        att_zero(dpt);
+        att_mma_abt<T>(st, ka, qs, lane);
+        att_mma_abt<T>(dpt, va, dos, lane);
+        bool diag = i == kt;
 #pragma unroll
-            for (int nt = 0; nt < 8; nt++)
+        for (int nt = 0; nt < 8; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int qi = nt * 8 + (lane & 3) * 2 + (e & 1);
-                    float p = exp2f(st[nt][e] * scale_log2 - lse_s[buf][qi]);
-                    if (diag && key_g + (e >> 1) * 8 > i * ATT_TILE + qi) p = 0.0f;
-                    st[nt][e] = p;
-                    dpt[nt][e] = p * (dpt[nt][e] - d_s[buf][qi]);
-                }
-            att_mma_pv<T>(dv, st, dos, lane);
-            att_mma_pv<T>(dk, dpt, qs, lane);
-            __syncthreads(); /* every warp is done with this Q tile: dS^T goes over it */
+            for (int e = 0; e < 4; e++) {
+                int qi = nt * 8 + (lane & 3) * 2 + (e & 1);
+                float p = exp2f(st[nt][e] * scale_log2 - lse_s[buf][qi]);
+                if (diag && key_g + (e >> 1) * 8 > i * ATT_TILE + qi) p = 0.0f;
+                st[nt][e] = p;
+                dpt[nt][e] = p * (dpt[nt][e] - d_s[buf][qi]);
+            }
+        att_mma_pv<T>(dv, st, dos, lane);
+        att_mma_pv<T>(dk, dpt, qs, lane);
+        __syncthreads(); /* every warp is done with this Q tile */
+        if constexpr (FUSED) {
+            /* dS^T (keys x queries) goes over the Q tile */
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
 #pragma unroll
@@ -591,23 +515,24 @@ __global__ __launch_bounds__(ATT_THREADS) void att_backward_fused_kernel(
                     *(uint32_t *)(qs + key * ATT_PAD + qi) =
                         att_pack<T>(dpt[nt][2 * r], dpt[nt][2 * r + 1]);
                 }
-        }
-        __syncthreads();
-        /* dQ rows 16*warp.. of this query tile: dS (queries x keys, read
-         * transposed from the keys-major tile) times K (keys x 64). */
-        uint32_t dsa[4][4];
+            __syncthreads();
+            /* dQ rows 16*warp.. of this query tile: dS (queries x keys, read
+             * transposed from the keys-major tile) times K (keys x 64) */
+            uint32_t dsa[4][4];
 #pragma unroll
-        for (int kc = 0; kc < 4; kc++) {
-            int m = lane >> 3;
-            att_ldsm_x4_t(dsa[kc][0], dsa[kc][1], dsa[kc][2], dsa[kc][3],
-                          qs + (kc * 16 + (m >> 1) * 8 + (lane & 7)) * ATT_PAD + warp * 16 +
-                              (m & 1) * 8);
+            for (int kc = 0; kc < 4; kc++) {
+                int m = lane >> 3;
+                att_ldsm_x4_t(dsa[kc][0], dsa[kc][1], dsa[kc][2], dsa[kc][3],
+                              qs + (kc * 16 + (m >> 1) * 8 + (lane & 7)) * ATT_PAD + warp * 16 +
+                                  (m & 1) * 8);
+            }
+            float dq[8][4];
+            att_zero(dq);
+            att_mma_ab<T>(dq, dsa, k_s, lane);
+            att_atomic_add_rows(dq_acc + (int64_t)bh * T_ * ATT_HS, i * ATT_TILE + warp * 16, T_,
+                                dq, lane);
+            __syncthreads(); /* the tile is refilled by the next iteration's prefetch */
         }
-        float dq[8][4];
-        att_zero(dq);
-        att_mma_ab<T>(dq, dsa, k_s, lane);
-        att_atomic_add_rows(dq_b, i * ATT_TILE + warp * 16, T_, dq, lane);
-        __syncthreads(); /* the tile is refilled by the next iteration's prefetch */
     }
     T *db = dqkv + (int64_t)b * T_ * stride + h * ATT_HS;
     att_store_rows(db + C, stride, k0 + warp * 16, T_, dk, scale, scale, lane);
@@ -989,14 +914,14 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
         unsigned store_blocks = gpc_cuda_blocks(rows * (ATT_HS / 8), 256);
         if (out->dtype == GPC_BF16) {
             typedef gpc_bf16_t E;
-            att_backward_fused_kernel<E><<<grid, ATT_THREADS, 0, st>>>(
+            att_backward_kv_kernel<E, true><<<grid, ATT_THREADS, 0, st>>>(
                 dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
                 (const float *)lse->data, (const float *)dsum, s.T, s.NH, sl2, scale);
             att_dq_store_kernel<E>
                 <<<store_blocks, 256, 0, st>>>((E *)dqkv->data, dq_acc, s.B, s.T, s.NH, scale);
         } else {
             typedef gpc_f16_t E;
-            att_backward_fused_kernel<E><<<grid, ATT_THREADS, 0, st>>>(
+            att_backward_kv_kernel<E, true><<<grid, ATT_THREADS, 0, st>>>(
                 dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
                 (const float *)lse->data, (const float *)dsum, s.T, s.NH, sl2, scale);
             att_dq_store_kernel<E>
@@ -1011,16 +936,16 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
         float sl2 = scale * ATT_LOG2E;
         if (out->dtype == GPC_BF16) {
             typedef gpc_bf16_t E;
-            att_backward_dkdv_kernel<E><<<grid, ATT_THREADS, 0, st>>>(
-                (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
+            att_backward_kv_kernel<E, false><<<grid, ATT_THREADS, 0, st>>>(
+                NULL, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
                 (const float *)lse->data, (const float *)dsum, s.T, s.NH, sl2, scale);
             att_backward_dq_kernel<E><<<grid, ATT_THREADS, 0, st>>>(
                 (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
                 (const float *)lse->data, (const float *)dsum, s.T, s.NH, sl2, scale);
         } else {
             typedef gpc_f16_t E;
-            att_backward_dkdv_kernel<E><<<grid, ATT_THREADS, 0, st>>>(
-                (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
+            att_backward_kv_kernel<E, false><<<grid, ATT_THREADS, 0, st>>>(
+                NULL, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
                 (const float *)lse->data, (const float *)dsum, s.T, s.NH, sl2, scale);
             att_backward_dq_kernel<E><<<grid, ATT_THREADS, 0, st>>>(
                 (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
