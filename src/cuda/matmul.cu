@@ -40,7 +40,21 @@
 #include <string.h>
 
 #define MATMUL_MAX_DEVICES 64
-#define MATMUL_WORKSPACE_BYTES (32u << 20)
+#define MATMUL_WORKSPACE_DEFAULT_MB 32
+
+/* cuBLASLt's workspace: 32 MiB, or GPC_MATMUL_WORKSPACE_MB (1 to 4096; for
+ * measuring whether more room for split-K pays). */
+static size_t matmul_workspace_bytes(void) {
+    static size_t bytes;
+    if (!bytes) {
+        const char *e = getenv("GPC_MATMUL_WORKSPACE_MB");
+        long mb = e && *e ? strtol(e, NULL, 10) : MATMUL_WORKSPACE_DEFAULT_MB;
+        if (mb < 1 || mb > 4096) mb = MATMUL_WORKSPACE_DEFAULT_MB;
+        bytes = (size_t)mb << 20;
+    }
+    return bytes;
+}
+#define MATMUL_WORKSPACE_BYTES matmul_workspace_bytes()
 #define MATMUL_CACHE_SIZE 128
 
 typedef struct {
@@ -98,9 +112,9 @@ static gpc_status device_state(matmul_device **out) {
             cublasLtDestroy(md->handle);
             free(md);
             status = gpc_error(GPC_ERR_NOMEM,
-                               "matmul: no room for cuBLASLt's 32 MiB workspace "
+                               "matmul: no room for cuBLASLt's %zu MiB workspace "
                                "on cuda:%d",
-                               d);
+                               MATMUL_WORKSPACE_BYTES >> 20, d);
         } else {
             devices[d] = md;
         }
