@@ -13,7 +13,8 @@ GPCD=${GPCD:-}
 [[ -n "$GPCD" && -x "$GPCD" ]] || exit 77
 work=$(mktemp -d)
 gpcd_pid=
-cleanup() { [[ -n "$gpcd_pid" ]] && kill "$gpcd_pid" 2>/dev/null; rm -rf "$work"; }
+. "$(dirname "$0")/gpcd_stop.sh"
+cleanup() { gpcd_stop "$work/state/gpcd.sock" "$gpcd_pid"; gpcd_remove "$work"; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; [[ -f "$work/gpcd.log" ]] && tail -5 "$work/gpcd.log" >&2; exit 1; }
 

@@ -17,8 +17,9 @@ CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
 [[ -n $CHROMIUM ]] || { echo "skip: chromium is not installed (apt-get install chromium)"; exit 77; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpcd-dashboard.XXXXXX")
 gpcd_pid=
+. "$(dirname "$0")/gpcd_stop.sh"
 cleanup() {
-  [[ -n "$gpcd_pid" ]] && kill "$gpcd_pid" 2>/dev/null && wait "$gpcd_pid" 2>/dev/null
+  gpcd_stop "$work/state/gpcd.sock" "$gpcd_pid"
   # keep only the screenshot
   find "$work" -mindepth 1 -maxdepth 1 ! -name dashboard.png -exec rm -rf {} +
 }

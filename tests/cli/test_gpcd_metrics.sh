@@ -9,7 +9,8 @@ command -v promtool >/dev/null 2>&1 || { echo "promtool not installed (apt-get i
 command -v curl >/dev/null 2>&1 || exit 77
 work=$(mktemp -d)
 gpcd_pid=
-cleanup() { [[ -n "$gpcd_pid" ]] && kill "$gpcd_pid" 2>/dev/null; rm -rf "$work"; }
+. "$(dirname "$0")/gpcd_stop.sh"
+cleanup() { gpcd_stop "$work/state/gpcd.sock" "$gpcd_pid"; gpcd_remove "$work"; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 cat >"$work/gpcd.conf" <<CONF
