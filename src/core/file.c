@@ -17,6 +17,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Shards, tokenizers and checkpoints store numbers in the host's byte order
+ * and are read back with memcpy, which is right on the little-endian hosts
+ * gpc runs on (x86-64, aarch64); a big-endian build stops here rather than
+ * write files no other machine reads correctly. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "gpc's file formats are little-endian; this host is not");
+
 static char *string_copy(const char *s) {
     size_t n = strlen(s) + 1;
     char *copy = gpc_malloc(n);
