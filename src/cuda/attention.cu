@@ -156,6 +156,21 @@ __device__ __forceinline__ void att_mma_abt(float acc[8][4], const uint32_t a[4]
     }
 }
 
+/* acc[16 x 64] += A[16 x 16] . tile rows 16*kc.. (16 x 64): one k-chunk of a
+ * product whose reduction axis is the tile's rows, A as operand fragments. */
+template <typename T>
+__device__ __forceinline__ void att_mma_chunk(float acc[8][4], const uint32_t a[4], const T *tile,
+                                              int kc, int lane) {
+#pragma unroll
+    for (int dt = 0; dt < 8; dt += 2) {
+        uint32_t b0, b1, b2, b3;
+        att_ldsm_x4_t(b0, b1, b2, b3,
+                      tile + (kc * 16 + (lane & 15)) * ATT_PAD + dt * 8 + (lane >> 4) * 8);
+        att_mma<T>(acc[dt], a, b0, b1);
+        att_mma<T>(acc[dt + 1], a, b2, b3);
+    }
+}
+
 /* acc[16 x 64] += P[16 x 64] . tile, with P given as accumulators (the
  * layout of a product's result) and the tile's rows the reduction axis. */
 template <typename T>
@@ -168,14 +183,7 @@ __device__ __forceinline__ void att_mma_pv(float acc[8][4], const float p[8][4],
         a[1] = att_pack<T>(p[2 * kc][2], p[2 * kc][3]);
         a[2] = att_pack<T>(p[2 * kc + 1][0], p[2 * kc + 1][1]);
         a[3] = att_pack<T>(p[2 * kc + 1][2], p[2 * kc + 1][3]);
-#pragma unroll
-        for (int dt = 0; dt < 8; dt += 2) {
-            uint32_t b0, b1, b2, b3;
-            att_ldsm_x4_t(b0, b1, b2, b3,
-                          tile + (kc * 16 + (lane & 15)) * ATT_PAD + dt * 8 + (lane >> 4) * 8);
-            att_mma<T>(acc[dt], a, b0, b1);
-            att_mma<T>(acc[dt + 1], a, b2, b3);
-        }
+        att_mma_chunk<T>(acc, a, tile, kc, lane);
     }
 }
 
@@ -368,16 +376,8 @@ template <typename T>
 __device__ __forceinline__ void att_mma_ab(float acc[8][4], const uint32_t a[4][4], const T *tile,
                                            int lane) {
 #pragma unroll
-    for (int kc = 0; kc < 4; kc++) {
-#pragma unroll
-        for (int dt = 0; dt < 8; dt += 2) {
-            uint32_t b0, b1, b2, b3;
-            att_ldsm_x4_t(b0, b1, b2, b3,
-                          tile + (kc * 16 + (lane & 15)) * ATT_PAD + dt * 8 + (lane >> 4) * 8);
-            att_mma<T>(acc[dt], a[kc], b0, b1);
-            att_mma<T>(acc[dt + 1], a[kc], b2, b3);
-        }
-    }
+    for (int kc = 0; kc < 4; kc++)
+        att_mma_chunk<T>(acc, a[kc], tile, kc, lane);
 }
 
 /* Adds a warp's 16 x 64 accumulator rows to the f32 rows row0.. of dst
