@@ -79,6 +79,10 @@ extern const char *const gpt_param_names[GPT_NUM_PARAM_TENSORS];
 /* Whether AdamW's weight decay applies: the 2-D weights (embeddings and matrix
  * weights, as in GPT-2/nanoGPT), not biases or layernorm parameters. */
 int gpt_param_decays(int index);
+/* The stochastic-rounding seed of parameter tensor index in a step whose
+ * gpt_adamw_options.seed is step_seed: 0 (round to nearest) when step_seed
+ * is 0, otherwise a non-zero seed of its own for each tensor. */
+uint32_t gpt_param_round_seed(uint32_t step_seed, int index);
 
 /* Activations kept for the backward pass, each sized for the planned B x T
  * and, where per layer, with L as the first dimension. Statistics (mean,

@@ -838,7 +838,7 @@ gpc_status gpt_update(gpt_model *m, const gpt_adamw_options *o, float *grad_norm
         args.max_grad_norm = o->max_grad_norm;
         args.grad_scale = 1.0f / scale;
         args.skip_nonfinite = on_device;
-        args.seed = o->seed ? (o->seed * 2654435761u + (uint32_t)i) | 1u : 0;
+        args.seed = gpt_param_round_seed(o->seed, i);
         GPC_TRY(gpc_op_adamw(&params, master.data ? &master : NULL, &grads, &mom, &var, &args));
     }
     if (grad_norm) {

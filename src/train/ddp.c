@@ -325,8 +325,7 @@ static gpc_status update_shard(gpc_ddp *p, const gpt_adamw_options *o) {
         args.grad_norm_sq = norm_sq;
         args.max_grad_norm = o->max_grad_norm;
         args.grad_scale = 1.0f / m->loss_scale;
-        args.seed =
-            o->seed ? (o->seed * 2654435761u + (uint32_t)sg->tensor) | 1u : 0; /* as gpt_update */
+        args.seed = gpt_param_round_seed(o->seed, sg->tensor);
         GPC_TRY(
             gpc_op_adamw(&params, m->master_flat.data ? &master : NULL, &grads, &mom, &var, &args));
     }

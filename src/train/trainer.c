@@ -63,6 +63,7 @@ typedef struct {
     double weight_decay, max_grad_norm;
     int eval_every, eval_batches, checkpoint_every;
     int recompute;
+    int stochastic_rounding; /* GPC_STOCHASTIC_ROUNDING=1: of the bf16 copy of the weights */
     uint64_t seed;
 } run_settings;
 
@@ -114,6 +115,8 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "recompute must be 0, 1 (GELU) or 2 (GELU and layernorm), not %d",
                          o->recompute);
+    const char *sr = getenv("GPC_STOCHASTIC_ROUNDING");
+    s->stochastic_rounding = sr && *sr && strcmp(sr, "0") != 0;
     /* a memory-for-speed choice that leaves the numbers alone: a resumed run
      * keeps its own unless told otherwise */
     s->recompute = o->recompute >= 0              ? o->recompute
@@ -411,8 +414,7 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
      * stochastically. The draw happens either way, so the RNG stream and the
      * checkpoint do not depend on the choice. */
     uint32_t draw = gpc_rng_u32(&t->rng);
-    const char *sr = getenv("GPC_STOCHASTIC_ROUNDING");
-    adam.seed = sr && *sr && strcmp(sr, "0") != 0 ? (draw | 1u) : 0;
+    adam.seed = s->stochastic_rounding ? (draw | 1u) : 0;
     gpc_trace_push("optimizer");
     gpc_status update_status = GPC_OK;
     if (t->ddp) update_status = gpc_ddp_finish_backward(t->ddp);
