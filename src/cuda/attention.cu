@@ -820,6 +820,21 @@ extern "C" void gpc_cudnn_attention_get_stats(gpc_cudnn_attention_stats *stats) 
 }
 #endif
 
+/* GPC_ATTENTION_BWD=fused: the one-kernel backward; read once, and any
+ * other value but "two" (the default) is named in a warning. */
+static int att_fused_backward(void) {
+    static int fused = -1;
+    if (fused < 0) {
+        const char *e = getenv("GPC_ATTENTION_BWD");
+        fused = e && !strcmp(e, "fused");
+        if (e && *e && !fused && strcmp(e, "two") != 0)
+            gpc_log(GPC_LOG_WARN,
+                    "GPC_ATTENTION_BWD=%s is not 'fused' or 'two': using the two-kernel backward",
+                    e);
+    }
+    return fused;
+}
+
 static gpc_status att_check(const char *op, const att_shape *s) {
     if ((int64_t)s->B * s->T * 3 * s->C > ((int64_t)1 << 40) || s->T <= 0)
         return gpc_error(GPC_ERR_UNSUPPORTED, "%s: shape out of the GPU kernel's range", op);
@@ -891,8 +906,7 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
                          "head size of at most %d",
                          op, s.hs, ATT_NAIVE_MAX_HS);
     int64_t rows = (int64_t)s.B * s.NH * s.T;
-    const char *bwd_env = getenv("GPC_ATTENTION_BWD");
-    int fused = fast && bwd_env && !strcmp(bwd_env, "fused");
+    int fused = fast && att_fused_backward();
     /* scratch: dsum [rows], then (fused) the f32 dq accumulator [rows, 64] */
     size_t dsum_bytes = ((size_t)rows * sizeof(float) + 255) & ~(size_t)255;
     void *dsum;

@@ -49,7 +49,11 @@ static size_t matmul_workspace_bytes(void) {
     if (!bytes) {
         const char *e = getenv("GPC_MATMUL_WORKSPACE_MB");
         long mb = e && *e ? strtol(e, NULL, 10) : MATMUL_WORKSPACE_DEFAULT_MB;
-        if (mb < 1 || mb > 4096) mb = MATMUL_WORKSPACE_DEFAULT_MB;
+        if (mb < 1 || mb > 4096) {
+            gpc_log(GPC_LOG_WARN, "GPC_MATMUL_WORKSPACE_MB=%s is not 1 to 4096: using %d", e,
+                    MATMUL_WORKSPACE_DEFAULT_MB);
+            mb = MATMUL_WORKSPACE_DEFAULT_MB;
+        }
         bytes = (size_t)mb << 20;
     }
     return bytes;
