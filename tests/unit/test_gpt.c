@@ -221,7 +221,8 @@ static void test_init(void **state) {
         double n = (double)(end - start), mean = sum / n, sd = sqrt(sum2 / n - mean * mean);
         const char *name = gpt_param_names[i];
         if (expect_std[i] > 0) {
-            if (fabs(mean) > 4 * expect_std[i] / sqrt(n) || fabs(sd / expect_std[i] - 1) > 0.05)
+            /* five standard errors: about 1 in 10^6 runs per tensor */
+            if (fabs(mean) > 5 * expect_std[i] / sqrt(n) || fabs(sd / expect_std[i] - 1) > 0.05)
                 fail_msg("%s: mean %g sd %g, expected 0 and %g", name, mean, sd, expect_std[i]);
         } else {
             double want = (strncmp(name, "ln", 2) == 0 && name[strlen(name) - 1] == 'w') ? 1 : 0;
@@ -319,10 +320,44 @@ static double loss_at(gpt_model *m, const float *w, const int32_t *tok, const in
     return loss;
 }
 
+/* Central difference of the loss at step h: along dir over [start, end), or,
+ * with dir NULL, along the single element start (divided by the step f32
+ * actually took). */
+static double central_difference(gpt_model *m, const float *w, float *wp, size_t n,
+                                 const int32_t *tok, const int32_t *tgt, size_t start, size_t end,
+                                 const double *dir, double h) {
+    memcpy(wp, w, n * 4);
+    if (!dir) {
+        wp[start] = (float)(w[start] + h);
+        float step = wp[start] - w[start];
+        double up = loss_at(m, wp, tok, tgt);
+        wp[start] = (float)(w[start] - h);
+        double down = loss_at(m, wp, tok, tgt);
+        return (up - down) / (2.0 * step);
+    }
+    for (size_t k = start; k < end; k++)
+        wp[k] = (float)(w[k] + h * dir[k]);
+    double up = loss_at(m, wp, tok, tgt);
+    for (size_t k = start; k < end; k++)
+        wp[k] = (float)(w[k] - h * dir[k]);
+    double down = loss_at(m, wp, tok, tgt);
+    return (up - down) / (2 * h);
+}
+
+/* Richardson's extrapolation of central differences at steps h and 2h: it
+ * cancels the h^2 term. */
+static double richardson(gpt_model *m, const float *w, float *wp, size_t n, const int32_t *tok,
+                         const int32_t *tgt, size_t start, size_t end, const double *dir,
+                         double h) {
+    double d1 = central_difference(m, w, wp, n, tok, tgt, start, end, dir, h);
+    double d2 = central_difference(m, w, wp, n, tok, tgt, start, end, dir, 2 * h);
+    return (4 * d1 - d2) / 3;
+}
+
 /* Every parameter tensor's gradient against central differences of the
  * mean loss: its largest elements and a few random ones one by one, and the
- * directional derivative along a random direction (Richardson-extrapolated,
- * so the f32 forward's rounding and the O(eps^2) term both stay small). */
+ * directional derivative along a random direction (extrapolated from several
+ * steps, so the f32 forward's rounding and the O(h^2) term both stay small). */
 static void test_gradient_check(void **state) {
     (void)state;
     gpc_rng rng;
@@ -376,18 +411,7 @@ static void test_gradient_check(void **state) {
             picks[p] = start + gpc_rng_below(&rng, (uint32_t)(end - start));
         for (int p = 0; p < 6; p++) {
             size_t k = picks[p];
-            double fds[2];
-            for (int r = 0; r < 2; r++) {
-                const float eps = r ? 2e-2f : 1e-2f;
-                memcpy(wp, w, m->num_params * 4);
-                wp[k] = w[k] + eps;
-                double up = loss_at(m, wp, tok, tgt);
-                float h = wp[k] - w[k]; /* the step f32 actually took */
-                wp[k] = w[k] - eps;
-                double down = loss_at(m, wp, tok, tgt);
-                fds[r] = (up - down) / (2.0 * h);
-            }
-            double fd = (4 * fds[0] - fds[1]) / 3; /* Richardson, as below */
+            double fd = richardson(m, w, wp, m->num_params, tok, tgt, k, k + 1, NULL, 1e-2);
             /* the f32 forward's rounding (~1e-6 of the loss) limits what
              * finite differences can resolve: a floor of 2% of the largest
              * gradient of the tensor */
@@ -413,20 +437,19 @@ static void test_gradient_check(void **state) {
             dir[k] /= sqrt(norm);
             analytic += dir[k] * grad[k];
         }
-        double d[2];
-        for (int r = 0; r < 2; r++) {
-            double h = r ? 2e-2 : 1e-2;
-            memcpy(wp, w, m->num_params * 4);
-            for (size_t k = start; k < end; k++)
-                wp[k] = (float)(w[k] + h * dir[k]);
-            double up = loss_at(m, wp, tok, tgt);
-            for (size_t k = start; k < end; k++)
-                wp[k] = (float)(w[k] - h * dir[k]);
-            double down = loss_at(m, wp, tok, tgt);
-            d[r] = (up - down) / (2 * h);
-        }
-        double fd = (4 * d[0] - d[1]) / 3; /* Richardson: cancels the h^2 term */
-        double err = fabs(fd - analytic) / fabs(analytic);
+        /* A step along many elements at once meets the loss's curvature
+         * sooner: with weights this large it is far from quadratic at 0.02,
+         * while the f32 forward's rounding grows as the step shrinks. So the
+         * estimate at 0.01, 0.005 or 0.0025 is kept that agrees best with the
+         * next larger step's (Ridders' rule): the data choose the step, never
+         * the analytic value. */
+        double r[3];
+        for (int q = 0; q < 3; q++)
+            r[q] = richardson(m, w, wp, m->num_params, tok, tgt, start, end, dir, 1e-2 / (1 << q));
+        double fd = fabs(r[2] - r[1]) < fabs(r[1] - r[0]) ? r[2] : r[1];
+        /* the f32 forward's rounding leaves ~1e-4 of noise at the smallest
+         * step: a floor of 0.25 under small derivatives (these run 0.05-3) */
+        double err = fabs(fd - analytic) / fmax(fabs(analytic), 0.25);
         if (err > 1e-3)
             fail_msg("%s: directional derivative %.8g, finite difference %.8g (error %.3g)", name,
                      analytic, fd, err);
