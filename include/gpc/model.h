@@ -160,6 +160,7 @@ typedef struct {
     int scale_check_pending; /* fp16: the last update's overflow check is not read yet */
     int step_skipped;        /* fp16: the last update was skipped (known after gpt_read_step) */
     int last_B, last_T;
+    int cached_len;        /* positions whose keys and values gpt_forward_cached keeps */
     int64_t last_unmasked; /* targets that were not -1 in the last forward */
     int64_t loss_count;    /* unmasked targets summed into acts.loss_sum */
 
@@ -276,9 +277,21 @@ gpc_status gpt_update(gpt_model *model, const gpt_adamw_options *options, float 
 
 /* Inference: forward on B x T tokens (no targets) and copy the logits of the
  * last position of each row to logits_out (host f32, [B, V]). Recomputes the
- * whole window each call (no KV cache yet). */
+ * whole window each call; gpt_forward_cached does not. */
 gpc_status gpt_forward_last_logits(gpt_model *model, const int32_t *inputs, int B, int T,
                                    float *logits_out);
+/* Inference that keeps keys and values (generation): runs the n tokens at
+ * positions start .. start+n-1 of one sequence and copies the logits of the
+ * last of them to logits_out (host f32, [V]). Positions 0 .. start-1 are not
+ * recomputed: their keys and values are the ones earlier calls left in the
+ * model, so start must not exceed model->cached_len (the positions those
+ * calls covered); start 0 begins a new sequence. start + n <= the model's T.
+ * Afterwards cached_len is start + n. Any other forward overwrites what is
+ * kept, and gpt_set_params and gpt_update make it stale (cached_len becomes
+ * 0 with each). The logits equal gpt_forward_last_logits's
+ * on the whole sequence up to rounding. */
+gpc_status gpt_forward_cached(gpt_model *model, const int32_t *tokens, int start, int n,
+                              float *logits_out);
 /* Copies the logits of the last forward, [B,T,V] (host f32) for tests. */
 gpc_status gpt_copy_logits(gpt_model *model, float *out);
 

@@ -29,18 +29,28 @@ typedef struct {
     float temperature;  /* default 0.8 */
     int top_k;          /* default 40; 0 for all */
     int64_t stop_token; /* generation ends when this is drawn (not emitted); -1: never */
+    int kv_cache;       /* default 1: keep keys and values, run one position a step;
+                           0: recompute the whole window every step */
 } gpc_generate_options;
 
 void gpc_generate_options_init(gpc_generate_options *options);
+
+/* Tokens the generation window drops when it is full: a quarter of the
+ * context (at least one), so a token always sees at least 3/4 of it. */
+int gpc_generate_window_drop(int context);
 
 /* Called with each generated token; a non-zero return stops generation. */
 typedef int (*gpc_generate_callback)(void *user, uint32_t token);
 
 /* Generates from a prompt (at least one token) with a model created for
- * batch 1 and its full context. The window slides when the text outgrows the
- * context. Each step recomputes the whole window (no KV cache yet), so a step
- * costs a forward pass over up to max_context tokens. *generated (optional)
- * receives the number of tokens emitted. */
+ * batch 1 and its full context. The prompt runs once; after that each step
+ * runs only the newly drawn token through the model, its attention reading
+ * the keys and values kept from earlier positions (gpt_forward_cached). When
+ * the text fills the context, the window drops its oldest
+ * gpc_generate_window_drop(context) tokens and runs once more from position
+ * 0 (the positions have shifted). With options->kv_cache 0 every step
+ * recomputes the whole window instead, the same window; the logits agree up
+ * to rounding. *generated (optional) receives the number of tokens emitted. */
 gpc_status gpc_generate(gpt_model *model, const uint32_t *prompt, size_t prompt_len,
                         const gpc_generate_options *options, gpc_rng *rng,
                         gpc_generate_callback callback, void *user, size_t *generated);

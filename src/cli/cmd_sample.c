@@ -75,9 +75,16 @@ static gpc_status run(const char *run_dir, const char *prompt, const gpc_generat
         fputs(prompt, stdout);
         fflush(stdout);
         /* an empty prompt starts a fresh text, as after a document's end */
-        s = count ? gpc_generate(model, tokens, count, &o, &rng, print_token, &out, NULL)
-                  : gpc_generate(model, &eot, 1, &o, &rng, print_token, &out, NULL);
+        size_t made = 0;
+        double t0 = gpc_time_seconds();
+        s = count ? gpc_generate(model, tokens, count, &o, &rng, print_token, &out, &made)
+                  : gpc_generate(model, &eot, 1, &o, &rng, print_token, &out, &made);
+        double dt = gpc_time_seconds() - t0;
         fputc('\n', stdout);
+        fflush(stdout);
+        if (s == GPC_OK)
+            fprintf(stderr, "sample: %zu tokens in %.2f s (%.1f tokens/s, prompt of %zu)\n", made,
+                    dt, dt > 0 ? (double)made / dt : 0.0, count ? count : 1);
     }
     gpc_free(tokens);
     gpt_free(model);
@@ -87,7 +94,7 @@ static gpc_status run(const char *run_dir, const char *prompt, const gpc_generat
 
 int cmd_sample(int argc, char **argv) {
     const char *run_dir = NULL, *prompt = "", *device_name = "auto", *precision_name = NULL;
-    int tokens = 200, top_k = 40;
+    int tokens = 200, top_k = 40, no_kv_cache = 0;
     double temperature = 0.8;
     int64_t seed = 1337;
     const cli_option options[] = {
@@ -102,6 +109,9 @@ int cmd_sample(int argc, char **argv) {
         {"device", CLI_STRING, &device_name, "DEV", "auto, cpu or cuda[:N] (default auto)"},
         {"precision", CLI_STRING, &precision_name, "P",
          "f32, bf16 or fp16 (default f32 on the CPU, bf16 on a GPU)"},
+        {"no-kv-cache", CLI_FLAG, &no_kv_cache, NULL,
+         "recompute the whole window for every token instead of keeping keys and values "
+         "(slower; for comparisons)"},
         {NULL, 0, NULL, NULL, NULL},
     };
     const cli_spec spec = {
@@ -145,6 +155,7 @@ int cmd_sample(int argc, char **argv) {
     g.max_tokens = tokens;
     g.temperature = (float)temperature;
     g.top_k = top_k;
+    g.kv_cache = !no_kv_cache;
     s = run(run_dir, prompt, &g, (uint64_t)seed, device, precision);
     if (s != GPC_OK) return cli_fail(NAME, s);
     return CLI_EXIT_OK;

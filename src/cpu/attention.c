@@ -88,38 +88,51 @@ static float softmax_row(float *s, int64_t i, int64_t keys) {
     return max + logf(sum);
 }
 
-gpc_status gpc_cpu_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gpc_tensor *qkv,
-                                     int num_heads) {
-    const char *op = "attention_forward";
+/* Rows Tk-Tq .. Tk-1 of causal attention over qkv [B,Tk,3C] into out
+ * [B,Tq,C]; lse [B,NH,Tq] too when not NULL. Tq = Tk is the whole forward. */
+static gpc_status forward_rows(const char *op, gpc_tensor *out, gpc_tensor *lse,
+                               const gpc_tensor *qkv, int num_heads) {
     GPC_TRY(gpc_cpu_need_f32(op, "out", out));
     GPC_TRY(gpc_cpu_need_f32(op, "qkv", qkv));
     attention_shape sh;
     GPC_TRY(shape_of(op, qkv, num_heads, &sh));
-    int64_t T = sh.T, C = sh.C, hs = sh.hs, NH = sh.NH, C3 = 3 * C;
+    int64_t T = sh.T, Tq = out->shape[1], q0 = T - Tq, C = sh.C, hs = sh.hs, NH = sh.NH, C3 = 3 * C;
     float *scratch;
     size_t per_thread;
     GPC_TRY(scratch_alloc(op, T, 1, &scratch, &per_thread));
     const float *x = qkv->data;
-    float *o = out->data, *l = lse->data;
+    float *o = out->data, *l = lse ? lse->data : NULL;
 #pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < sh.B * NH; bh++) {
         int64_t b = bh / NH, h = bh % NH;
         float *S = scratch + (size_t)omp_get_thread_num() * per_thread;
         const float *q = x + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-        float *oh = o + b * T * C + h * hs, *lh = l + bh * T;
-        for (int64_t i0 = 0; i0 < T; i0 += ATTENTION_QUERY_BLOCK) {
+        float *oh = o + b * Tq * C + h * hs;
+        /* query blocks of absolute rows i0 .. i0+rows-1, from q0 */
+        for (int64_t i0 = q0; i0 < T; i0 += ATTENTION_QUERY_BLOCK) {
             int64_t rows = T - i0 < ATTENTION_QUERY_BLOCK ? T - i0 : ATTENTION_QUERY_BLOCK;
             int64_t keys = i0 + rows;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)hs,
                         sh.scale, q + i0 * C3, (int)C3, k, (int)C3, 0.0f, S, (int)keys);
-            for (int64_t r = 0; r < rows; r++)
-                lh[i0 + r] = softmax_row(S + r * keys, i0 + r, keys);
+            for (int64_t r = 0; r < rows; r++) {
+                float lse_r = softmax_row(S + r * keys, i0 + r, keys);
+                if (l) l[bh * Tq + i0 - q0 + r] = lse_r;
+            }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hs, (int)keys,
-                        1.0f, S, (int)keys, v, (int)C3, 0.0f, oh + i0 * C, (int)C);
+                        1.0f, S, (int)keys, v, (int)C3, 0.0f, oh + (i0 - q0) * C, (int)C);
         }
     }
     free(scratch);
     return GPC_OK;
+}
+
+gpc_status gpc_cpu_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gpc_tensor *qkv,
+                                     int num_heads) {
+    return forward_rows("attention_forward", out, lse, qkv, num_heads);
+}
+
+gpc_status gpc_cpu_attention_decode(gpc_tensor *out, const gpc_tensor *qkv, int num_heads) {
+    return forward_rows("attention_decode", out, NULL, qkv, num_heads);
 }
 
 gpc_status gpc_cpu_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,

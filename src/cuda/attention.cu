@@ -582,13 +582,16 @@ __device__ __forceinline__ float att_dot(const float *a, const float *b) {
     return gpc_warp_sum(s);
 }
 
+/* Rows T_-Tq .. T_-1 of causal attention (all rows when Tq = T_), one warp a
+ * row: out [B,Tq,C], lse [B,NH,Tq] unless NULL. */
 template <typename T>
-__global__ void att_naive_forward_kernel(T *out, float *lse, const T *qkv, int B, int T_, int NH,
-                                         int hs, float scale) {
+__global__ void att_naive_forward_kernel(T *out, float *lse, const T *qkv, int B, int T_, int Tq,
+                                         int NH, int hs, float scale) {
     int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
-    if (w >= (int64_t)B * NH * T_) return;
-    int t = (int)(w % T_), bh = (int)(w / T_), b = bh / NH, h = bh % NH, C = NH * hs;
+    if (w >= (int64_t)B * NH * Tq) return;
+    int r = (int)(w % Tq), bh = (int)(w / Tq), b = bh / NH, h = bh % NH, C = NH * hs;
+    int t = T_ - Tq + r;
     int64_t stride = 3 * (int64_t)C;
     const T *base = qkv + (int64_t)b * T_ * stride + h * hs;
     float q[ATT_NAIVE_PER], k[ATT_NAIVE_PER], v[ATT_NAIVE_PER], acc[ATT_NAIVE_PER] = {0};
@@ -604,10 +607,10 @@ __global__ void att_naive_forward_kernel(T *out, float *lse, const T *qkv, int B
             acc[i] = acc[i] * corr + p * v[i];
         m = mn;
     }
-    T *o = out + ((int64_t)b * T_ + t) * C + h * hs;
+    T *o = out + ((int64_t)b * Tq + r) * C + h * hs;
     for (int i = 0; i < ATT_NAIVE_PER; i++)
         if (lane + 32 * i < hs) o[lane + 32 * i] = gpc_from_f32<T>(acc[i] / l);
-    if (lane == 0) lse[(int64_t)bh * T_ + t] = m + logf(l);
+    if (lse && lane == 0) lse[(int64_t)bh * Tq + r] = m + logf(l);
 }
 
 template <typename T>
@@ -877,7 +880,31 @@ gpc_status gpc_cuda_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gp
     int64_t rows = (int64_t)s.B * s.NH * s.T;
     GPC_CUDA_DISPATCH(out->dtype, E, {
         att_naive_forward_kernel<E><<<gpc_cuda_blocks(rows * 32, 128), 128, 0, st>>>(
-            (E *)out->data, (float *)lse->data, (const E *)qkv->data, s.B, s.T, s.NH, s.hs, scale);
+            (E *)out->data, (float *)lse->data, (const E *)qkv->data, s.B, s.T, s.T, s.NH, s.hs,
+            scale);
+    });
+    GPC_CUDA_CHECK_LAUNCH();
+    return GPC_OK;
+}
+
+/* Generation's few rows at a time: the one-warp-a-row kernel, whose loads of
+ * the kept keys and values are what a decoding step costs. */
+gpc_status gpc_cuda_attention_decode(gpc_tensor *out, const gpc_tensor *qkv, int num_heads) {
+    const char *op = "attention_decode";
+    GPC_TRY(gpc_cuda_same_dtype(op, "out", out, "qkv", qkv));
+    GPC_TRY(gpc_cuda_enter(out));
+    att_shape s = att_shape_of(qkv, num_heads);
+    if (s.B == 0) return GPC_OK;
+    GPC_TRY(att_check(op, &s));
+    if (s.hs > ATT_NAIVE_MAX_HS)
+        return gpc_error(GPC_ERR_UNSUPPORTED, "%s: head size %d on the GPU is over %d", op, s.hs,
+                         ATT_NAIVE_MAX_HS);
+    int Tq = (int)out->shape[1];
+    int64_t rows = (int64_t)s.B * s.NH * Tq;
+    float scale = 1.0f / sqrtf((float)s.hs);
+    GPC_CUDA_DISPATCH(out->dtype, E, {
+        att_naive_forward_kernel<E><<<gpc_cuda_blocks(rows * 32, 128), 128, 0, gpc_cuda_stream()>>>(
+            (E *)out->data, NULL, (const E *)qkv->data, s.B, s.T, Tq, s.NH, s.hs, scale);
     });
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;

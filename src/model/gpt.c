@@ -337,6 +337,7 @@ static gpc_status set_sharded_params(gpt_model *m, const float *values) {
 gpc_status gpt_set_params(gpt_model *m, const float *values) {
     int64_t P = (int64_t)m->num_params;
     gpc_tensor host = gpc_tensor_make((void *)values, GPC_F32, gpc_cpu(), 1, &P);
+    m->cached_len = 0; /* kept keys and values belong to the old weights */
     if (m->master_flat.data && gpt_is_sharded(m)) return set_sharded_params(m, values);
     if (m->master_flat.data) {
         GPC_TRY(gpc_tensor_copy(&m->master_flat, &host));
@@ -442,6 +443,7 @@ static gpc_status upload_tokens(gpt_model *m, const int32_t *inputs, const int32
 /* Embedding, the blocks and the final layernorm and head: logits [B,T,Vp].
  * tokens: [B,T] i32 on the model's device. */
 static gpc_status forward_to_logits(gpt_model *m, const gpc_tensor *tokens, int B, int T) {
+    m->cached_len = 0; /* qkv is overwritten from position 0 */
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
     gpt_tensors *p = &m->params;
@@ -781,6 +783,7 @@ void gpt_adamw_defaults(gpt_adamw_options *o) {
 }
 
 gpc_status gpt_update(gpt_model *m, const gpt_adamw_options *o, float *grad_norm, int *skipped) {
+    m->cached_len = 0; /* kept keys and values belong to the old weights */
     if (!m->training)
         return gpc_error(GPC_ERR_INVALID_ARG, "this model was created for inference; it has no "
                                               "optimizer state");
@@ -871,6 +874,117 @@ gpc_status gpt_forward_last_logits(gpt_model *m, const int32_t *inputs, int B, i
     for (int b = 0; b < B; b++)
         GPC_TRY(logits_row(m, (size_t)b * T + (size_t)(T - 1),
                            logits_out + (size_t)b * m->config.vocab_size));
+    return GPC_OK;
+}
+
+/* Rows [start, start+n) of layer l of an activation planned as
+ * [L, Bplan*Tplan*X], for sequence 0 of a batch of one: [1, n, X]. */
+static gpc_tensor act_rows(const gpt_model *m, const gpc_tensor *t, int l, int start, int n,
+                           int64_t X) {
+    size_t stride = (size_t)m->B * (size_t)m->T * (size_t)X;
+    return view(t, (size_t)l * stride + (size_t)start * (size_t)X, 3, 1, n, X);
+}
+
+/* The same for per-layer statistics [L, Bplan*Tplan]: [1, n]. */
+static gpc_tensor stat_rows(const gpt_model *m, const gpc_tensor *t, int l, int start, int n) {
+    size_t stride = (size_t)m->B * (size_t)m->T;
+    return view(t, (size_t)l * stride + (size_t)start, 2, 1, n, 0);
+}
+
+gpc_status gpt_forward_cached(gpt_model *m, const int32_t *tokens, int start, int n,
+                              float *logits_out) {
+    if (start < 0 || n < 1 || start > m->T - n)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "positions %d..%d are outside the model's context of %d", start,
+                         start + n - 1, m->T);
+    if (start > m->cached_len)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "position %d follows positions that are not kept (only %d are); start "
+                         "at %d or earlier",
+                         start, m->cached_len, m->cached_len);
+    const gpt_config *c = &m->config;
+    gpt_activations *a = &m->acts;
+    gpt_tensors *p = &m->params;
+    int L = c->layers, NH = c->heads, end = start + n;
+    int64_t C = c->channels;
+    int V = c->vocab_size;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "token %d at position %d is outside the vocabulary (0..%d)", tokens[i],
+                             start + i, V - 1);
+    m->cached_len = start; /* until the rows below are all written */
+    gpc_tensor host = gpc_tensor_2d((void *)tokens, GPC_I32, gpc_cpu(), 1, n);
+    gpc_tensor tok = view(&a->tokens, (size_t)start, 2, 1, n, 0);
+    GPC_TRY(gpc_tensor_copy(&tok, &host));
+
+    /* the rows of the new positions through every layer; attention reads
+     * the kept keys and values of the positions before them */
+    gpc_tensor encoded = view(&a->encoded, (size_t)start * (size_t)C, 3, 1, n, C);
+    gpc_tensor wpe = view(&p->wpe, (size_t)start * (size_t)C, 2, n, C, 0);
+    GPC_TRY(gpc_op_embedding_forward(&encoded, &tok, &p->wte, &wpe));
+    {
+        gpc_tensor ln1 = act_rows(m, &a->ln1, 0, start, n, C);
+        gpc_tensor mean = stat_rows(m, &a->ln1_mean, 0, start, n);
+        gpc_tensor rstd = stat_rows(m, &a->ln1_rstd, 0, start, n);
+        gpc_tensor w = param_layer(&p->ln1w, 0, 0, C), b = param_layer(&p->ln1b, 0, 0, C);
+        GPC_TRY(gpc_op_layernorm_forward(&ln1, &mean, &rstd, &encoded, &w, &b));
+    }
+    for (int l = 0; l < L; l++) {
+        gpc_tensor residual = l == 0 ? encoded : act_rows(m, &a->residual3, l - 1, start, n, C);
+        gpc_tensor ln1 = act_rows(m, &a->ln1, kept_layer(m, l, 2), start, n, C);
+        gpc_tensor qkv = act_rows(m, &a->qkv, l, start, n, 3 * C);
+        gpc_tensor qkv_all = act_rows(m, &a->qkv, l, 0, end, 3 * C);
+        gpc_tensor atty = act_rows(m, &a->atty, l, start, n, C);
+        gpc_tensor attproj = act_rows(m, &a->attproj, l, start, n, C);
+        gpc_tensor residual2 = act_rows(m, &a->residual2, l, start, n, C);
+        gpc_tensor ln2 = act_rows(m, &a->ln2, kept_layer(m, l, 2), start, n, C);
+        gpc_tensor ln2_mean = stat_rows(m, &a->ln2_mean, l, start, n);
+        gpc_tensor ln2_rstd = stat_rows(m, &a->ln2_rstd, l, start, n);
+        gpc_tensor fch = act_rows(m, &a->fch, l, start, n, 4 * C);
+        gpc_tensor fch_gelu = act_rows(m, &a->fch_gelu, kept_layer(m, l, 1), start, n, 4 * C);
+        gpc_tensor fcproj = act_rows(m, &a->fcproj, l, start, n, C);
+        gpc_tensor residual3 = act_rows(m, &a->residual3, l, start, n, C);
+
+        gpc_tensor qkvw = param_layer(&p->qkvw, l, 3 * C, C);
+        gpc_tensor qkvb = param_layer(&p->qkvb, l, 0, 3 * C);
+        gpc_tensor attprojw = param_layer(&p->attprojw, l, C, C);
+        gpc_tensor attprojb = param_layer(&p->attprojb, l, 0, C);
+        gpc_tensor ln2w = param_layer(&p->ln2w, l, 0, C);
+        gpc_tensor ln2b = param_layer(&p->ln2b, l, 0, C);
+        gpc_tensor fcw = param_layer(&p->fcw, l, 4 * C, C);
+        gpc_tensor fcb = param_layer(&p->fcb, l, 0, 4 * C);
+        gpc_tensor fcprojw = param_layer(&p->fcprojw, l, C, 4 * C);
+        gpc_tensor fcprojb = param_layer(&p->fcprojb, l, 0, C);
+
+        GPC_TRY(gpc_op_matmul_forward(&qkv, &ln1, &qkvw, &qkvb));
+        GPC_TRY(gpc_op_attention_decode(&atty, &qkv_all, NH));
+        GPC_TRY(gpc_op_matmul_forward(&attproj, &atty, &attprojw, &attprojb));
+        GPC_TRY(gpc_op_residual_layernorm_forward(&residual2, &ln2, &ln2_mean, &ln2_rstd, &residual,
+                                                  &attproj, &ln2w, &ln2b));
+        GPC_TRY(gpc_op_matmul_gelu_forward(&fch, &fch_gelu, &ln2, &fcw, &fcb));
+        GPC_TRY(gpc_op_matmul_forward(&fcproj, &fch_gelu, &fcprojw, &fcprojb));
+        int last = l + 1 == L;
+        gpc_tensor next_ln = last ? view(&a->lnf, (size_t)start * (size_t)C, 3, 1, n, C)
+                                  : act_rows(m, &a->ln1, kept_layer(m, l + 1, 2), start, n, C);
+        gpc_tensor mean = last ? view(&a->lnf_mean, (size_t)start, 2, 1, n, 0)
+                               : stat_rows(m, &a->ln1_mean, l + 1, start, n);
+        gpc_tensor rstd = last ? view(&a->lnf_rstd, (size_t)start, 2, 1, n, 0)
+                               : stat_rows(m, &a->ln1_rstd, l + 1, start, n);
+        gpc_tensor w = last ? p->lnfw : param_layer(&p->ln1w, l + 1, 0, C);
+        gpc_tensor b = last ? p->lnfb : param_layer(&p->ln1b, l + 1, 0, C);
+        GPC_TRY(gpc_op_residual_layernorm_forward(&residual3, &next_ln, &mean, &rstd, &residual2,
+                                                  &fcproj, &w, &b));
+    }
+    /* the head on the last position only, into logits row 0 */
+    gpc_tensor lnf = view(&a->lnf, (size_t)(end - 1) * (size_t)C, 3, 1, 1, C);
+    gpc_tensor logits = view(&a->logits, 0, 3, 1, 1, c->padded_vocab);
+    GPC_TRY(gpc_op_matmul_forward(&logits, &lnf, &p->wte, NULL));
+    m->last_B = 1;
+    m->last_T = 1;
+    m->last_unmasked = 0;
+    GPC_TRY(logits_row(m, 0, logits_out));
+    m->cached_len = end;
     return GPC_OK;
 }
 

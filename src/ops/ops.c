@@ -284,6 +284,26 @@ gpc_status gpc_op_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gpc_
     DISPATCH("attention_forward", out, attention_forward, out, lse, qkv, num_heads);
 }
 
+gpc_status gpc_op_attention_decode(gpc_tensor *out, const gpc_tensor *qkv, int num_heads) {
+    const char *op = "attention_decode";
+    GPC_TRY(need_float(op, "out", out));
+    GPC_TRY(need_float(op, "qkv", qkv));
+    DEVICES(op, out, qkv);
+    if (qkv->ndim != 3 || qkv->shape[2] % 3 != 0)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: qkv must be [B, T, 3C]", op);
+    int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3;
+    if (num_heads <= 0 || C % num_heads != 0)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: %lld channels do not split into %d heads", op,
+                         (long long)C, num_heads);
+    if (out->ndim != 3 || out->shape[0] != B || out->shape[2] != C || out->shape[1] < 1 ||
+        out->shape[1] > T)
+        return gpc_error(GPC_ERR_MISMATCH,
+                         "%s: out must be [%lld, 1..%lld, %lld] for qkv [%lld, %lld, %lld]", op,
+                         (long long)B, (long long)T, (long long)C, (long long)B, (long long)T,
+                         (long long)(3 * C));
+    DISPATCH(op, out, attention_decode, out, qkv, num_heads);
+}
+
 gpc_status gpc_op_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
                                      const gpc_tensor *qkv, const gpc_tensor *out,
                                      const gpc_tensor *lse, int num_heads) {

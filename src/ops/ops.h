@@ -82,6 +82,13 @@ gpc_status gpc_op_residual_forward(gpc_tensor *out, const gpc_tensor *a, const g
  * backward pass needs to rebuild the probabilities: no T x T matrix is kept. */
 gpc_status gpc_op_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gpc_tensor *qkv,
                                     int num_heads);
+/* Attention of the last Tq positions over all Tk positions of qkv, for
+ * generation that keeps keys and values: qkv [B,Tk,3C] holds q, k and v of
+ * positions 0..Tk-1 (of the first Tk-Tq positions only k and v are read), and
+ * out [B,Tq,C] receives rows Tk-Tq .. Tk-1 of causal attention over qkv, the
+ * same values gpc_op_attention_forward gives those rows. Forward only: no
+ * lse is written. */
+gpc_status gpc_op_attention_decode(gpc_tensor *out, const gpc_tensor *qkv, int num_heads);
 /* dqkv [B,T,3C] (overwritten) from dout [B,T,C], using qkv, out and lse of
  * the forward pass. */
 gpc_status gpc_op_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,

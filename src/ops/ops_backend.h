@@ -54,7 +54,8 @@
     X(matmul_backward_dgelu, (gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,            \
       const gpc_tensor *dout, const gpc_tensor *inp, const gpc_tensor *weight,                     \
       const gpc_tensor *gelu_inp))                                                                 \
-    X(sum, (gpc_tensor *acc, const gpc_tensor *x))
+    X(sum, (gpc_tensor *acc, const gpc_tensor *x))                                                 \
+    X(attention_decode, (gpc_tensor *out, const gpc_tensor *qkv, int num_heads))
 /* clang-format on */
 
 #define GPC_OPS_FIELD(name, params) gpc_status(*name) params;

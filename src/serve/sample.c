@@ -17,6 +17,7 @@ void gpc_generate_options_init(gpc_generate_options *o) {
     o->temperature = 0.8f;
     o->top_k = 40;
     o->stop_token = -1;
+    o->kv_cache = 1;
 }
 
 uint32_t gpc_sample_token(const float *logits, int V, float temperature, int top_k, gpc_rng *rng,
@@ -65,6 +66,10 @@ uint32_t gpc_sample_token(const float *logits, int V, float temperature, int top
     return (uint32_t)index[n - 1]; /* rounding left r at the very top */
 }
 
+int gpc_generate_window_drop(int context) {
+    return context >= 4 ? context / 4 : 1;
+}
+
 gpc_status gpc_generate(gpt_model *m, const uint32_t *prompt, size_t prompt_len,
                         const gpc_generate_options *o, gpc_rng *rng, gpc_generate_callback callback,
                         void *user, size_t *generated) {
@@ -95,16 +100,26 @@ gpc_status gpc_generate(gpt_model *m, const uint32_t *prompt, size_t prompt_len,
         }
         window[i] = (int32_t)prompt[skip + i];
     }
+    /* with the cache, window[0 .. cached) have their keys and values in the
+     * model and each step runs only the positions after them */
+    int cached = 0;
     for (int step = 0; s == GPC_OK && step < o->max_tokens; step++) {
-        s = gpt_forward_last_logits(m, window, 1, len, logits);
+        s = o->kv_cache ? gpt_forward_cached(m, window + cached, cached, len - cached, logits)
+                        : gpt_forward_last_logits(m, window, 1, len, logits);
         if (s != GPC_OK) break;
+        cached = len;
         uint32_t token = gpc_sample_token(logits, V, o->temperature, o->top_k, rng, scratch);
         if (o->stop_token >= 0 && token == (uint64_t)o->stop_token) break;
         if (generated) (*generated)++;
         if (callback && callback(user, token)) break;
-        if (len == maxT) { /* slide the window by one */
-            memmove(window, window + 1, (size_t)(maxT - 1) * sizeof(int32_t));
-            len--;
+        if (len == maxT) {
+            /* the window is full: drop its oldest quarter. Positions shift,
+             * so what the cache kept is recomputed once, on the next step,
+             * and each token still sees at least 3/4 of the context. */
+            int drop = gpc_generate_window_drop(maxT);
+            memmove(window, window + drop, (size_t)(maxT - drop) * sizeof(int32_t));
+            len -= drop;
+            cached = 0;
         }
         window[len++] = (int32_t)token;
     }

@@ -140,10 +140,17 @@ if [[ -f "$run/checkpoint.bin" ]]; then
   cp "$work/out" "$work/sample1"
   [[ $(head -c 7 "$work/sample1") == "the cat" ]] || fail "sample does not start with the prompt: $(cat "$work/sample1")"
   [[ $(wc -c <"$work/sample1") -gt 9 ]] || fail "sample generated nothing: $(cat "$work/sample1")"
+  # the report on stderr counts what was drawn: at most 30 tokens, the prompt's 2
+  grep -Eq '^sample: ([1-9]|[12][0-9]|30) tokens in [0-9.]+ s \([0-9.]+ tokens/s, prompt of 2\)$' "$work/err" ||
+    fail "sample report: $(cat "$work/err")"
   expect 0 "sample again" -- "$GPC" sample --run "$run" --prompt "the cat" --tokens 30 --seed 3 --device cpu
   cmp -s "$work/out" "$work/sample1" || fail "same seed, different text"
   expect 0 "sample greedy, empty prompt" -- "$GPC" sample --run "$run" --temperature 0 --tokens 20 --device cpu
   [[ -s "$work/out" ]] || fail "greedy sample printed nothing"
+  cp "$work/out" "$work/greedy"
+  # keys and values kept or the window recomputed every token: the same text
+  expect 0 "sample greedy, no kv cache" -- "$GPC" sample --run "$run" --temperature 0 --tokens 20 --device cpu --no-kv-cache
+  cmp -s "$work/out" "$work/greedy" || fail "greedy text differs without the kv cache: $(cat "$work/out") / $(cat "$work/greedy")"
   # a tokenizer that does not belong to the checkpoint
   cp -r "$run" "$work/mixed"
   "$GPC" data prepare --input "$work/corpus.txt" --out "$work/data2" --vocab-size 280 >/dev/null 2>&1

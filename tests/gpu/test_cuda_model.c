@@ -17,7 +17,8 @@
  * from the stored bf16 residual may differ from the fused kernel's in the
  * last bf16 bit). fp16's dynamic loss scaling is checked by forcing an
  * overflow: the step must be skipped, reported, the scale halved and the
- * weights left as they were.
+ * weights left as they were. Generation's forward over kept keys and values
+ * is checked against the CPU model's full forward.
  *
  * Without a usable GPU the test exits 77 (CTest: skipped).
  */
@@ -203,6 +204,50 @@ static void test_f16_overflow_skips_step(void **state) {
     gpt_free(m);
 }
 
+/* Generation's forward on the GPU (gpt_forward_cached: one position at a
+ * time over kept keys and values) against the CPU model's full forward on
+ * the same sequence, in f32 and bf16, with the prompt in two chunks. */
+static void test_forward_cached(void **state) {
+    (void)state;
+    gpt_config config;
+    TEST_OK(gpt_config_init(&config, 2, 2, 128, 64, 300));
+    const int T = 40, V = 300;
+    gpt_model *cpu = NULL;
+    TEST_OK(gpt_create(&cpu, &config, gpc_cpu(), GPC_F32, 1, 64, 0));
+    uint64_t seed = gpc_rng_u32(&rng);
+    TEST_OK(gpt_init_weights(cpu, seed));
+    int32_t seq[40];
+    for (int i = 0; i < T; i++)
+        seq[i] = (int32_t)gpc_rng_below(&rng, V);
+    float want[300], got[300];
+    const gpc_dtype dtypes[2] = {GPC_F32, GPC_BF16};
+    for (int d = 0; d < 2; d++) {
+        gpt_model *gpu = NULL;
+        TEST_OK(gpt_create(&gpu, &config, (gpc_device){GPC_DEVICE_CUDA, 0}, dtypes[d], 1, 64, 0));
+        TEST_OK(gpt_init_weights(gpu, seed));
+        int pos = 0;
+        while (pos < T) {
+            int n = pos == 0 ? 7 : pos == 7 ? 9 : 1;
+            TEST_OK(gpt_forward_cached(gpu, seq + pos, pos, n, got));
+            pos += n;
+            TEST_OK(gpt_forward_last_logits(cpu, seq, 1, pos, want));
+            char what[64];
+            snprintf(what, sizeof what, "%s cached logits to %d", gpc_dtype_name(dtypes[d]), pos);
+            if (dtypes[d] == GPC_F32)
+                test_assert_close_f32(what, got, want, V, 1e-4, 1.0);
+            else {
+                double num = 0, den = 0;
+                for (int v = 0; v < V; v++)
+                    num += (got[v] - want[v]) * (got[v] - want[v]), den += want[v] * want[v];
+                if (!(sqrt(num / den) <= 2e-2))
+                    fail_msg("%s: relative error %.3g", what, sqrt(num / den));
+            }
+        }
+        gpt_free(gpu);
+    }
+    gpt_free(cpu);
+}
+
 int main(void) {
     if (!gpc_backend_get(GPC_DEVICE_CUDA)) {
         fprintf(stderr, "skipped: %s\n", gpc_last_error());
@@ -215,6 +260,7 @@ int main(void) {
         cmocka_unit_test(test_model_f16),
         cmocka_unit_test(test_model_recompute),
         cmocka_unit_test(test_f16_overflow_skips_step),
+        cmocka_unit_test(test_forward_cached),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -433,6 +433,16 @@ static void attention_case(gpc_dtype dt, int64_t B, int64_t T, int NH, int64_t h
     TEST_OK(gpc_op_attention_forward(&out.gpu, &lse.gpu, &qkv.gpu, NH));
     expect("attention_forward out", &out, tol_for(dt, 2e-5));
     expect("attention_forward lse", &lse, dt == GPC_F32 ? 2e-5 : 1e-2);
+    /* decode (generation): the last Tq rows only, for one row, some and all */
+    int64_t tqs[3] = {1, T / 3 + 1, T};
+    for (int i = 0; i < 3; i++) {
+        int64_t s_d[3] = {B, tqs[i] < T ? tqs[i] : T, C};
+        pair dec = make(dt, 3, s_d, 'p', 0, 0);
+        TEST_OK(gpc_op_attention_decode(&dec.cpu, &qkv.cpu, NH));
+        TEST_OK(gpc_op_attention_decode(&dec.gpu, &qkv.gpu, NH));
+        expect("attention_decode out", &dec, tol_for(dt, 2e-5));
+        drop(&dec);
+    }
 
     /* backward from the CPU's forward results, so both sides see one input */
     pair dout = make(dt, 3, s_o, 'r', -1, 1), dqkv = make(dt, 3, s_qkv, 'p', 0, 0);

@@ -1,7 +1,9 @@
 /* test_gpt_sample.c: sampling and generation. The sampler's frequencies
  * match the exact top-k/temperature distribution computed here in float64
- * (a chi-square bound), greedy picks the argmax, and generation equals a
- * hand-written loop of full forward passes, window sliding included. */
+ * (a chi-square bound), greedy picks the argmax, generation (with kept keys
+ * and values and without) equals a hand-written loop of full forward passes,
+ * the window's drops included, and the kept-keys forward equals the full one
+ * at every position. */
 #include "testutil.h"
 
 #include <math.h>
@@ -75,74 +77,109 @@ static void test_sample_distribution(void **state) {
 
 /* Collects generated tokens. */
 typedef struct {
-    uint32_t got[16];
+    uint32_t got[32];
     int n;
 } token_sink;
 
 static int collect(void *user, uint32_t token) {
     token_sink *s = user;
-    if (s->n < 16) s->got[s->n] = token;
+    if (s->n < 32) s->got[s->n] = token;
     s->n++;
     return 0;
 }
 
-/* Greedy generation against a loop of full forward passes over the window. */
+/* The greedy reference: the window gpc_generate keeps (the prompt's last T
+ * tokens; when full it drops its oldest gpc_generate_window_drop(T)), run
+ * whole through the model at every step. Returns the smallest gap between
+ * the two largest logits over the steps, so a caller can avoid near ties
+ * that rounding alone could flip. */
+static float greedy_reference(gpt_model *m, const uint32_t *prompt, int plen, int steps,
+                              int32_t *out) {
+    int T = m->T, V = m->config.vocab_size;
+    int32_t window[64];
+    int len = plen < T ? plen : T;
+    for (int i = 0; i < len; i++)
+        window[i] = (int32_t)prompt[plen - len + i];
+    float *logits = malloc((size_t)T * V * sizeof(float)), gap = INFINITY;
+    for (int s = 0; s < steps; s++) {
+        TEST_OK(gpt_forward(m, window, NULL, 1, len));
+        TEST_OK(gpt_copy_logits(m, logits));
+        const float *last = logits + (size_t)(len - 1) * V;
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (last[v] > last[best]) best = v;
+        for (int v = 0; v < V; v++)
+            if (v != best) gap = fminf(gap, last[best] - last[v]);
+        out[s] = best;
+        if (len == T) {
+            int drop = gpc_generate_window_drop(T);
+            memmove(window, window + drop, (size_t)(T - drop) * sizeof(int32_t));
+            len -= drop;
+        }
+        window[len++] = best;
+    }
+    free(logits);
+    return gap;
+}
+
+/* Greedy generation, with kept keys and values and without, against the
+ * reference loop of full forward passes; prompts shorter and longer than
+ * the context, and enough steps for the window to drop tokens several times. */
 static void test_generate_matches_forward(void **state) {
     (void)state;
-    enum { V = 40, T = 8, STEPS = 13 };
+    enum { V = 40, T = 8, STEPS = 16 };
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 42);
     gpt_config c;
     gpt_model *m = NULL;
     TEST_OK(gpt_config_init(&c, 2, 2, 16, T, V));
     TEST_OK(gpt_create(&m, &c, gpc_cpu(), GPC_F32, 1, T, 0));
-    /* weights larger than the initialisation's so the argmax is clear-cut */
     float *w = malloc(m->num_params * sizeof(float));
-    gpc_rng_fill_normal(&rng, w, m->num_params, 0.0f, 0.5f);
-    TEST_OK(gpt_set_params(m, w));
-    uint32_t prompt[3];
-    for (int i = 0; i < 3; i++)
-        prompt[i] = gpc_rng_below(&rng, V);
+    uint32_t prompt[11];
+    int32_t want[STEPS];
+    for (int plen = 3; plen <= 11; plen += 8) {
+        /* weights larger than the initialisation's so the argmax is
+         * clear-cut; redrawn in the rare case of a near tie */
+        float gap = 0;
+        for (int draw = 0; draw < 20 && gap < 1e-3f; draw++) {
+            gpc_rng_fill_normal(&rng, w, m->num_params, 0.0f, 0.5f);
+            TEST_OK(gpt_set_params(m, w));
+            for (int i = 0; i < plen; i++)
+                prompt[i] = gpc_rng_below(&rng, V);
+            gap = greedy_reference(m, prompt, plen, STEPS, want);
+        }
+        assert_true(gap >= 1e-3f);
+        for (int cache = 0; cache <= 1; cache++) {
+            gpc_generate_options o;
+            gpc_generate_options_init(&o);
+            o.max_tokens = STEPS;
+            o.temperature = 0.0f;
+            o.kv_cache = cache;
+            token_sink out = {{0}, 0};
+            size_t generated;
+            TEST_OK(gpc_generate(m, prompt, (size_t)plen, &o, &rng, collect, &out, &generated));
+            assert_int_equal(generated, STEPS);
+            assert_int_equal(out.n, STEPS);
+            for (int s = 0; s < STEPS; s++)
+                if (out.got[s] != (uint32_t)want[s])
+                    fail_msg("prompt of %d, cache %d: step %d drew %u, the reference %d", plen,
+                             cache, s, out.got[s], want[s]);
 
-    /* reference: the whole sequence so far, its last T tokens through the model */
-    int32_t seq[3 + STEPS];
-    for (int i = 0; i < 3; i++)
-        seq[i] = (int32_t)prompt[i];
-    int len = 3;
-    float logits[T * V];
-    for (int s = 0; s < STEPS; s++) {
-        int n = len < T ? len : T;
-        TEST_OK(gpt_forward(m, seq + len - n, NULL, 1, n));
-        TEST_OK(gpt_copy_logits(m, logits));
-        const float *last = logits + (size_t)(n - 1) * V;
-        int best = 0;
-        for (int v = 1; v < V; v++)
-            if (last[v] > last[best]) best = v;
-        seq[len++] = best;
+            /* a stop token ends generation before it is emitted */
+            o.stop_token = want[4];
+            int first = 0;
+            while (want[first] != want[4])
+                first++; /* its first occurrence in the output */
+            out.n = 0;
+            TEST_OK(gpc_generate(m, prompt, (size_t)plen, &o, &rng, collect, &out, &generated));
+            assert_int_equal(generated, first);
+            assert_int_equal(out.n, first);
+        }
     }
 
+    /* bad input */
     gpc_generate_options o;
     gpc_generate_options_init(&o);
-    o.max_tokens = STEPS;
-    o.temperature = 0.0f;
-    token_sink out = {{0}, 0};
-    size_t generated;
-    TEST_OK(gpc_generate(m, prompt, 3, &o, &rng, collect, &out, &generated));
-    assert_int_equal(generated, STEPS);
-    assert_int_equal(out.n, STEPS);
-    for (int s = 0; s < STEPS; s++)
-        assert_int_equal(out.got[s], seq[3 + s]);
-
-    /* a stop token ends generation before it is emitted */
-    o.stop_token = seq[3 + 4];
-    int first = 3;
-    while (seq[first] != seq[3 + 4])
-        first++; /* its first occurrence in the output */
-    out.n = 0;
-    TEST_OK(gpc_generate(m, prompt, 3, &o, &rng, collect, &out, &generated));
-    assert_int_equal(generated, first - 3);
-
-    /* bad input */
     uint32_t bad = V;
     TEST_FAILS(gpc_generate(m, &bad, 1, &o, &rng, NULL, NULL, NULL), GPC_ERR_INVALID_ARG,
                "outside the vocabulary");
@@ -152,10 +189,69 @@ static void test_generate_matches_forward(void **state) {
     gpt_free(m);
 }
 
+/* gpt_forward_cached against full forward passes: the prompt in chunks of
+ * random sizes, then one position at a time, each call's logits equal to
+ * those of the whole sequence so far; a new sequence from position 0; and
+ * the calls it must refuse. */
+static void test_forward_cached(void **state) {
+    (void)state;
+    enum { V = 50, T = 24 };
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 43);
+    gpt_config c;
+    gpt_model *m = NULL;
+    TEST_OK(gpt_config_init(&c, 3, 4, 32, T, V));
+    TEST_OK(gpt_create(&m, &c, gpc_cpu(), GPC_F32, 1, T, 0));
+    float *w = malloc(m->num_params * sizeof(float));
+    gpc_rng_fill_normal(&rng, w, m->num_params, 0.0f, 0.3f);
+    TEST_OK(gpt_set_params(m, w));
+    float *full = malloc((size_t)T * V * sizeof(float)), got[V];
+    for (int round = 0; round < 2; round++) {
+        int32_t seq[T];
+        for (int i = 0; i < T; i++)
+            seq[i] = (int32_t)gpc_rng_below(&rng, V);
+        int pos = 0;
+        while (pos < T) {
+            /* chunks of 1..6 positions, then single positions past half */
+            int n = pos < T / 2 ? 1 + (int)gpc_rng_below(&rng, 6) : 1;
+            if (n > T - pos) n = T - pos;
+            TEST_OK(gpt_forward_cached(m, seq + pos, pos, n, got));
+            assert_int_equal(m->cached_len, pos + n);
+            pos += n;
+            /* the reference overwrites what is kept: check, then rebuild it */
+            TEST_OK(gpt_forward(m, seq, NULL, 1, pos));
+            assert_int_equal(m->cached_len, 0);
+            TEST_OK(gpt_copy_logits(m, full));
+            char what[64];
+            snprintf(what, sizeof what, "round %d, positions to %d", round, pos);
+            test_assert_close_f32(what, got, full + (size_t)(pos - 1) * V, V, 1e-5, 1.0);
+            TEST_OK(gpt_forward_cached(m, seq, 0, pos, got));
+            test_assert_close_f32(what, got, full + (size_t)(pos - 1) * V, V, 1e-5, 1.0);
+        }
+    }
+
+    /* refused: gaps, the context's end, bad tokens, stale keys */
+    int32_t tok[T] = {0};
+    TEST_OK(gpt_forward_cached(m, tok, 0, 4, got));
+    TEST_FAILS(gpt_forward_cached(m, tok, 5, 1, got), GPC_ERR_INVALID_ARG, "not kept");
+    TEST_FAILS(gpt_forward_cached(m, tok, 4, T - 3, got), GPC_ERR_INVALID_ARG, "context");
+    TEST_FAILS(gpt_forward_cached(m, tok, 4, 0, got), GPC_ERR_INVALID_ARG, "context");
+    tok[1] = V;
+    TEST_FAILS(gpt_forward_cached(m, tok, 4, 2, got), GPC_ERR_INVALID_ARG, "vocabulary");
+    tok[1] = 0;
+    TEST_OK(gpt_forward_cached(m, tok, 4, 1, got));
+    TEST_OK(gpt_set_params(m, w));
+    assert_int_equal(m->cached_len, 0);
+    TEST_FAILS(gpt_forward_cached(m, tok, 5, 1, got), GPC_ERR_INVALID_ARG, "not kept");
+    free(w), free(full);
+    gpt_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sample_distribution),
         cmocka_unit_test(test_generate_matches_forward),
+        cmocka_unit_test(test_forward_cached),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

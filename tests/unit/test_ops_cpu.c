@@ -599,6 +599,17 @@ static void attention_case(int64_t B, int64_t T, int64_t NH, int64_t hs, int fin
     attention_ref(want, wlse, &c);
     test_assert_close("attention out", out, want, (size_t)no, FWD_TOL, 0.1);
     test_assert_close("attention lse", lse, wlse, (size_t)(B * NH * T), FWD_TOL, 0.1);
+    /* decode: the last Tq rows only (every Tq for short rows, a few for
+     * long ones), equal to the same rows of the reference */
+    for (int64_t Tq = 1; Tq <= T; Tq += T < 10 ? 1 : rand_range(1, T)) {
+        float *last = filled(B * Tq * C, NAN);
+        gpc_tensor tlast = t3(last, B, Tq, C);
+        TEST_OK(gpc_op_attention_decode(&tlast, &tqkv, (int)NH));
+        for (int64_t b = 0; b < B; b++)
+            test_assert_close("attention decode", last + b * Tq * C, want + (b * T + T - Tq) * C,
+                              (size_t)(Tq * C), FWD_TOL, 0.1);
+        free(last);
+    }
     float *r = randn(no, 1), *dqkv = filled(nq, NAN); /* overwritten, so NaN must vanish */
     c.r = r;
     gpc_tensor tdy = t3(r, B, T, C), tdqkv = t3(dqkv, B, T, 3 * C);

@@ -145,6 +145,18 @@ static void test_wrong_shapes(void **state) {
     gpc_tensor qkv2 = f32_2d(0, 4, 3 * Ca);
     TEST_FAILS(gpc_op_attention_forward(&aout, &lse, &qkv2, 1), GPC_ERR_MISMATCH,
                "qkv must be [B, T, 3C]");
+    /* decode: the same checks, and out no longer than qkv nor of other B or C */
+    TEST_FAILS(gpc_op_attention_decode(&aout, &qkv, (int)NH), GPC_ERR_MISMATCH, needle);
+    TEST_FAILS(gpc_op_attention_decode(&aout, &qkv2, 1), GPC_ERR_MISMATCH,
+               "qkv must be [B, T, 3C]");
+    gpc_tensor dqkv = gpc_tensor_3d(pool[0], GPC_F32, gpc_cpu(), 2, 4, 3 * Ca);
+    gpc_tensor long_out = gpc_tensor_3d(pool[1], GPC_F32, gpc_cpu(), 2, 5, Ca);
+    gpc_tensor wide_out = gpc_tensor_3d(pool[1], GPC_F32, gpc_cpu(), 2, 1, Ca + 1);
+    gpc_tensor one_b = gpc_tensor_3d(pool[1], GPC_F32, gpc_cpu(), 1, 1, Ca);
+    TEST_FAILS(gpc_op_attention_decode(&long_out, &dqkv, 1), GPC_ERR_MISMATCH,
+               "out must be [2, 1..4");
+    TEST_FAILS(gpc_op_attention_decode(&wide_out, &dqkv, 1), GPC_ERR_MISMATCH, "out must be");
+    TEST_FAILS(gpc_op_attention_decode(&one_b, &dqkv, 1), GPC_ERR_MISMATCH, "out must be");
     /* cross-entropy: a vocabulary wider than the logits */
     int64_t Vp = rand_range(2, 64);
     gpc_tensor logits = f32_2d(0, N, Vp), losses = f32_1d(1, N);
