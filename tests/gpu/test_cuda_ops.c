@@ -554,26 +554,38 @@ static void crossentropy_case(gpc_dtype dt, int64_t N, int V, int64_t Vp, int mo
 
 static void test_crossentropy(void **state) {
     (void)state;
-    /* rows held in registers (Vp a multiple of the 16-byte pack, at most
-     * 8 packs on each of 1024 threads): 1, 2, 4 and 8 packs a thread */
-    crossentropy_case(GPC_F32, 14, 100, 128, CE_OUT_OF_PLACE, 0, 1.0f / 14);
-    crossentropy_case(GPC_F32, 9, 100, 100, CE_IN_PLACE, 1, 1.0f / 9);
-    crossentropy_case(GPC_BF16, 12, 1000, 1024, CE_IN_PLACE, 1, 1.0f / 12);
-    crossentropy_case(GPC_BF16, 6, 16001, 16384, CE_OUT_OF_PLACE, 1, 0.5f);
-    crossentropy_case(GPC_F16, 6, 29999, 30000, CE_IN_PLACE, 1, 1.0f / 6);
-    crossentropy_case(GPC_F32, 5, 32700, 32768, CE_OUT_OF_PLACE, 1, 3.0f);
-    /* GPT-2's classifier: V = 50257 padded to 50304, bf16 */
-    crossentropy_case(GPC_BF16, 9, 50257, 50304, CE_IN_PLACE, 1, 1.0f / 9);
-    crossentropy_case(GPC_BF16, 9, 50257, 50304, CE_OUT_OF_PLACE, 1, 1.0f / 9);
-    crossentropy_case(GPC_BF16, 4, 50257, 50304, CE_LOSS_ONLY, 1, 1.0f);
-    crossentropy_case(GPC_F16, 4, 50257, 50304, CE_OUT_OF_PLACE, 0, 1.0f / 4);
-    /* the two-pass kernel: Vp not a multiple of the pack, or a row too long
-     * for the registers (f32 at GPT-2's size, bf16 just past 8 x 1024 packs) */
-    crossentropy_case(GPC_BF16, 5, 97, 101, CE_OUT_OF_PLACE, 0, 1.0f / 5);
-    crossentropy_case(GPC_BF16, 9, 50257, 50301, CE_IN_PLACE, 1, 1.0f / 9);
-    crossentropy_case(GPC_F32, 9, 50257, 50304, CE_IN_PLACE, 1, 1.0f / 9);
-    crossentropy_case(GPC_F32, 4, 50257, 50304, CE_LOSS_ONLY, 1, 1.0f);
-    crossentropy_case(GPC_BF16, 6, 65537, 65544, CE_OUT_OF_PLACE, 1, 1.0f / 6);
+    /* each case with a row in one block, and split over clusters of 2 and 4
+     * blocks (GPC_CE_SPLIT; rows of fewer than 512 or 1024 packs, and GPUs
+     * without clusters, stay in one block) */
+    const char *splits[3] = {"1", "2", "4"};
+    for (int k = 0; k < 3; k++) {
+        setenv("GPC_CE_SPLIT", splits[k], 1);
+        /* rows held in registers (Vp a multiple of the 16-byte pack, at
+         * most 8 packs on each of 1024 threads): 1, 2, 4 and 8 packs a
+         * thread */
+        crossentropy_case(GPC_F32, 14, 100, 128, CE_OUT_OF_PLACE, 0, 1.0f / 14);
+        crossentropy_case(GPC_F32, 9, 100, 100, CE_IN_PLACE, 1, 1.0f / 9);
+        crossentropy_case(GPC_BF16, 12, 1000, 1024, CE_IN_PLACE, 1, 1.0f / 12);
+        crossentropy_case(GPC_BF16, 6, 16001, 16384, CE_OUT_OF_PLACE, 1, 0.5f);
+        crossentropy_case(GPC_F16, 6, 29999, 30000, CE_IN_PLACE, 1, 1.0f / 6);
+        crossentropy_case(GPC_F32, 5, 32700, 32768, CE_OUT_OF_PLACE, 1, 3.0f);
+        /* GPT-2's classifier: V = 50257 padded to 50304, bf16 */
+        crossentropy_case(GPC_BF16, 9, 50257, 50304, CE_IN_PLACE, 1, 1.0f / 9);
+        crossentropy_case(GPC_BF16, 9, 50257, 50304, CE_OUT_OF_PLACE, 1, 1.0f / 9);
+        crossentropy_case(GPC_BF16, 4, 50257, 50304, CE_LOSS_ONLY, 1, 1.0f);
+        crossentropy_case(GPC_F16, 4, 50257, 50304, CE_OUT_OF_PLACE, 0, 1.0f / 4);
+        /* the two-pass kernel: Vp not a multiple of the pack, or a row too
+         * long for the registers (f32 at GPT-2's size, bf16 just past 8 x
+         * 1024 packs; split over a cluster those two fit in registers) */
+        crossentropy_case(GPC_BF16, 5, 97, 101, CE_OUT_OF_PLACE, 0, 1.0f / 5);
+        crossentropy_case(GPC_BF16, 9, 50257, 50301, CE_IN_PLACE, 1, 1.0f / 9);
+        crossentropy_case(GPC_F32, 9, 50257, 50304, CE_IN_PLACE, 1, 1.0f / 9);
+        crossentropy_case(GPC_F32, 4, 50257, 50304, CE_LOSS_ONLY, 1, 1.0f);
+        crossentropy_case(GPC_BF16, 6, 65537, 65544, CE_OUT_OF_PLACE, 1, 1.0f / 6);
+        /* enough rows that clusters of different rows share multiprocessors */
+        crossentropy_case(GPC_BF16, 700, 50257, 50304, CE_IN_PLACE, 1, 1.0f / 700);
+    }
+    unsetenv("GPC_CE_SPLIT");
 }
 
 /* ------------------------------------------------ sum_squares and adamw */
