@@ -270,8 +270,7 @@ static void layernorm_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C) {
         drop(all[i]);
 }
 
-static void test_layernorm(void **state) {
-    (void)state;
+static void layernorm_cases(void) {
     layernorm_case(GPC_F32, 2, 50, 96);
     layernorm_case(GPC_F32, 3, 7, 37); /* C not a multiple of the vector width */
     layernorm_case(GPC_BF16, 2, 64, 768);
@@ -286,6 +285,18 @@ static void test_layernorm(void **state) {
     layernorm_case(GPC_BF16, 3, 333, 77);
     layernorm_case(GPC_BF16, 1, 37, 2048);
     layernorm_case(GPC_F32, 1, 45, 1024);
+}
+
+static void test_layernorm(void **state) {
+    (void)state;
+    /* every case with the forward's row reloaded from cache, then with the
+     * row in registers (GPC_LN_REGISTERS=1: 16-byte rows of at most 128
+     * packs; the others keep the first kernel) */
+    for (int registers = 0; registers <= 1; registers++) {
+        setenv("GPC_LN_REGISTERS", registers ? "1" : "0", 1);
+        layernorm_cases();
+    }
+    unsetenv("GPC_LN_REGISTERS");
 }
 
 /* ---------------------------------------------------------------- matmul */
