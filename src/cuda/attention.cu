@@ -844,14 +844,22 @@ static gpc_status att_check(const char *op, const att_shape *s) {
     return GPC_OK;
 }
 
+/* What every attention entry does first: out's dtype against qkv's, the
+ * device, and qkv's shape into *s (s->B 0: nothing to do). */
+static gpc_status att_begin(const char *op, const gpc_tensor *out, const gpc_tensor *qkv,
+                            int num_heads, att_shape *s) {
+    GPC_TRY(gpc_cuda_same_dtype(op, "out", out, "qkv", qkv));
+    GPC_TRY(gpc_cuda_enter(out));
+    *s = att_shape_of(qkv, num_heads);
+    return s->B == 0 ? GPC_OK : att_check(op, s);
+}
+
 gpc_status gpc_cuda_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gpc_tensor *qkv,
                                       int num_heads) {
     const char *op = "attention_forward";
-    GPC_TRY(gpc_cuda_same_dtype(op, "out", out, "qkv", qkv));
-    GPC_TRY(gpc_cuda_enter(out));
-    att_shape s = att_shape_of(qkv, num_heads);
+    att_shape s;
+    GPC_TRY(att_begin(op, out, qkv, num_heads, &s));
     if (s.B == 0) return GPC_OK;
-    GPC_TRY(att_check(op, &s));
     const void *ptrs[] = {out->data, qkv->data, lse->data};
     gpc_attention_path path;
     int use_cudnn;
@@ -891,11 +899,9 @@ gpc_status gpc_cuda_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gp
  * the kept keys and values are what a decoding step costs. */
 gpc_status gpc_cuda_attention_decode(gpc_tensor *out, const gpc_tensor *qkv, int num_heads) {
     const char *op = "attention_decode";
-    GPC_TRY(gpc_cuda_same_dtype(op, "out", out, "qkv", qkv));
-    GPC_TRY(gpc_cuda_enter(out));
-    att_shape s = att_shape_of(qkv, num_heads);
+    att_shape s;
+    GPC_TRY(att_begin(op, out, qkv, num_heads, &s));
     if (s.B == 0) return GPC_OK;
-    GPC_TRY(att_check(op, &s));
     if (s.hs > ATT_NAIVE_MAX_HS)
         return gpc_error(GPC_ERR_UNSUPPORTED, "%s: head size %d on the GPU is over %d", op, s.hs,
                          ATT_NAIVE_MAX_HS);
@@ -914,13 +920,11 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
                                        const gpc_tensor *qkv, const gpc_tensor *out,
                                        const gpc_tensor *lse, int num_heads) {
     const char *op = "attention_backward";
-    GPC_TRY(gpc_cuda_same_dtype(op, "out", out, "qkv", qkv));
     GPC_TRY(gpc_cuda_same_dtype(op, "dqkv", dqkv, "qkv", qkv));
     GPC_TRY(gpc_cuda_same_dtype(op, "dout", dout, "qkv", qkv));
-    GPC_TRY(gpc_cuda_enter(out));
-    att_shape s = att_shape_of(qkv, num_heads);
+    att_shape s;
+    GPC_TRY(att_begin(op, out, qkv, num_heads, &s));
     if (s.B == 0) return GPC_OK;
-    GPC_TRY(att_check(op, &s));
     const void *ptrs[] = {out->data, qkv->data, dqkv->data, dout->data, lse->data};
     gpc_attention_path path;
     int use_cudnn;

@@ -30,12 +30,19 @@ static gpc_tensor view(const gpc_tensor *t, size_t offset, int ndim, int64_t d0,
     return gpc_tensor_make(base, t->dtype, t->device, ndim, shape);
 }
 
-/* Layer l of a per-layer activation planned as [L, Bplan*Tplan*X], seen as
- * [B, T, X] for the current batch. */
+/* Layer l of a per-layer activation planned as [L, Bplan*Tplan*X], from row
+ * `start` on, seen as [B, T, X]: the current batch (start 0), or positions
+ * start .. start+T-1 of a batch of one (generation over kept keys and
+ * values). */
+static gpc_tensor act_rows(const gpt_model *m, const gpc_tensor *t, int l, int start, int B, int T,
+                           int64_t X) {
+    size_t stride = (size_t)m->B * (size_t)m->T * (size_t)X;
+    return view(t, (size_t)l * stride + (size_t)start * (size_t)X, 3, B, T, X);
+}
+
 static gpc_tensor act_layer(const gpt_model *m, const gpc_tensor *t, int l, int B, int T,
                             int64_t X) {
-    size_t stride = (size_t)m->B * (size_t)m->T * (size_t)X;
-    return view(t, (size_t)l * stride, 3, B, T, X);
+    return act_rows(m, t, l, 0, B, T, X);
 }
 
 /* The slot of layer l in an activation that recomputation level `level`
@@ -44,10 +51,15 @@ static int kept_layer(const gpt_model *m, int l, int level) {
     return m->recompute >= level ? 0 : l;
 }
 
-/* Per-layer statistics [L, Bplan*Tplan] seen as [B, T]. */
-static gpc_tensor stat_layer(const gpt_model *m, const gpc_tensor *t, int l, int B, int T) {
+/* Per-layer statistics [L, Bplan*Tplan] from row `start`, seen as [B, T]. */
+static gpc_tensor stat_rows(const gpt_model *m, const gpc_tensor *t, int l, int start, int B,
+                            int T) {
     size_t stride = (size_t)m->B * (size_t)m->T;
-    return view(t, (size_t)l * stride, 2, B, T, 0);
+    return view(t, (size_t)l * stride + (size_t)start, 2, B, T, 0);
+}
+
+static gpc_tensor stat_layer(const gpt_model *m, const gpc_tensor *t, int l, int B, int T) {
+    return stat_rows(m, t, l, 0, B, T);
 }
 
 /* Layer l of a per-layer parameter [L, ...] seen as [rows, cols] (or [cols]
@@ -440,42 +452,46 @@ static gpc_status upload_tokens(gpt_model *m, const int32_t *inputs, const int32
     return gpc_tensor_copy(&dev, &host);
 }
 
-/* Embedding, the blocks and the final layernorm and head: logits [B,T,Vp].
- * tokens: [B,T] i32 on the model's device. */
-static gpc_status forward_to_logits(gpt_model *m, const gpc_tensor *tokens, int B, int T) {
-    m->cached_len = 0; /* qkv is overwritten from position 0 */
+/* Embedding, the blocks and the final layernorm, into lnf: the whole batch
+ * (start 0, attention over the batch's own positions, lse kept for the
+ * backward pass), or, with `cached`, positions start .. start+T-1 of a batch
+ * of one whose attention reads the keys and values kept in qkv for the
+ * positions before them (no lse). tokens: [B,T] i32 on the model's device. */
+static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int start, int B, int T,
+                                 int cached) {
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
     gpt_tensors *p = &m->params;
     int L = c->layers, NH = c->heads;
     int64_t C = c->channels;
-    gpc_tensor encoded = view(&a->encoded, 0, 3, B, T, C);
-    GPC_TRY(gpc_op_embedding_forward(&encoded, tokens, &p->wte, &p->wpe));
+    size_t at = (size_t)start * (size_t)C;
+    gpc_tensor encoded = view(&a->encoded, at, 3, B, T, C);
+    gpc_tensor wpe = view(&p->wpe, at, 2, c->max_context - start, C, 0);
+    GPC_TRY(gpc_op_embedding_forward(&encoded, tokens, &p->wte, &wpe));
 
     /* The first layernorm stands alone; every later one is fused with the
      * residual add that precedes it. */
     {
-        gpc_tensor ln1 = act_layer(m, &a->ln1, 0, B, T, C); /* slot 0 also when recomputed */
-        gpc_tensor mean = stat_layer(m, &a->ln1_mean, 0, B, T);
-        gpc_tensor rstd = stat_layer(m, &a->ln1_rstd, 0, B, T);
+        gpc_tensor ln1 = act_rows(m, &a->ln1, 0, start, B, T, C); /* slot 0 also when recomputed */
+        gpc_tensor mean = stat_rows(m, &a->ln1_mean, 0, start, B, T);
+        gpc_tensor rstd = stat_rows(m, &a->ln1_rstd, 0, start, B, T);
         gpc_tensor w = param_layer(&p->ln1w, 0, 0, C), b = param_layer(&p->ln1b, 0, 0, C);
         GPC_TRY(gpc_op_layernorm_forward(&ln1, &mean, &rstd, &encoded, &w, &b));
     }
     for (int l = 0; l < L; l++) {
-        gpc_tensor residual = l == 0 ? encoded : act_layer(m, &a->residual3, l - 1, B, T, C);
-        gpc_tensor ln1 = act_layer(m, &a->ln1, kept_layer(m, l, 2), B, T, C);
-        gpc_tensor qkv = act_layer(m, &a->qkv, l, B, T, 3 * C);
-        gpc_tensor atty = act_layer(m, &a->atty, l, B, T, C);
-        gpc_tensor lse = view(&a->lse, (size_t)l * m->B * NH * m->T, 3, B, NH, T);
-        gpc_tensor attproj = act_layer(m, &a->attproj, l, B, T, C);
-        gpc_tensor residual2 = act_layer(m, &a->residual2, l, B, T, C);
-        gpc_tensor ln2 = act_layer(m, &a->ln2, kept_layer(m, l, 2), B, T, C);
-        gpc_tensor ln2_mean = stat_layer(m, &a->ln2_mean, l, B, T);
-        gpc_tensor ln2_rstd = stat_layer(m, &a->ln2_rstd, l, B, T);
-        gpc_tensor fch = act_layer(m, &a->fch, l, B, T, 4 * C);
-        gpc_tensor fch_gelu = act_layer(m, &a->fch_gelu, kept_layer(m, l, 1), B, T, 4 * C);
-        gpc_tensor fcproj = act_layer(m, &a->fcproj, l, B, T, C);
-        gpc_tensor residual3 = act_layer(m, &a->residual3, l, B, T, C);
+        gpc_tensor residual = l == 0 ? encoded : act_rows(m, &a->residual3, l - 1, start, B, T, C);
+        gpc_tensor ln1 = act_rows(m, &a->ln1, kept_layer(m, l, 2), start, B, T, C);
+        gpc_tensor qkv = act_rows(m, &a->qkv, l, start, B, T, 3 * C);
+        gpc_tensor atty = act_rows(m, &a->atty, l, start, B, T, C);
+        gpc_tensor attproj = act_rows(m, &a->attproj, l, start, B, T, C);
+        gpc_tensor residual2 = act_rows(m, &a->residual2, l, start, B, T, C);
+        gpc_tensor ln2 = act_rows(m, &a->ln2, kept_layer(m, l, 2), start, B, T, C);
+        gpc_tensor ln2_mean = stat_rows(m, &a->ln2_mean, l, start, B, T);
+        gpc_tensor ln2_rstd = stat_rows(m, &a->ln2_rstd, l, start, B, T);
+        gpc_tensor fch = act_rows(m, &a->fch, l, start, B, T, 4 * C);
+        gpc_tensor fch_gelu = act_rows(m, &a->fch_gelu, kept_layer(m, l, 1), start, B, T, 4 * C);
+        gpc_tensor fcproj = act_rows(m, &a->fcproj, l, start, B, T, C);
+        gpc_tensor residual3 = act_rows(m, &a->residual3, l, start, B, T, C);
 
         gpc_tensor qkvw = param_layer(&p->qkvw, l, 3 * C, C);
         gpc_tensor qkvb = param_layer(&p->qkvb, l, 0, 3 * C);
@@ -489,31 +505,42 @@ static gpc_status forward_to_logits(gpt_model *m, const gpc_tensor *tokens, int 
         gpc_tensor fcprojb = param_layer(&p->fcprojb, l, 0, C);
 
         GPC_TRY(gpc_op_matmul_forward(&qkv, &ln1, &qkvw, &qkvb));
-        GPC_TRY(gpc_op_attention_forward(&atty, &lse, &qkv, NH));
+        if (cached) {
+            gpc_tensor kept = act_rows(m, &a->qkv, l, 0, 1, start + T, 3 * C);
+            GPC_TRY(gpc_op_attention_decode(&atty, &kept, NH));
+        } else {
+            gpc_tensor lse = view(&a->lse, (size_t)l * m->B * NH * m->T, 3, B, NH, T);
+            GPC_TRY(gpc_op_attention_forward(&atty, &lse, &qkv, NH));
+        }
         GPC_TRY(gpc_op_matmul_forward(&attproj, &atty, &attprojw, &attprojb));
         GPC_TRY(gpc_op_residual_layernorm_forward(&residual2, &ln2, &ln2_mean, &ln2_rstd, &residual,
                                                   &attproj, &ln2w, &ln2b));
         GPC_TRY(gpc_op_matmul_gelu_forward(&fch, &fch_gelu, &ln2, &fcw, &fcb));
         GPC_TRY(gpc_op_matmul_forward(&fcproj, &fch_gelu, &fcprojw, &fcprojb));
-        if (l + 1 < L) {
-            gpc_tensor next_ln1 = act_layer(m, &a->ln1, kept_layer(m, l + 1, 2), B, T, C);
-            gpc_tensor mean = stat_layer(m, &a->ln1_mean, l + 1, B, T);
-            gpc_tensor rstd = stat_layer(m, &a->ln1_rstd, l + 1, B, T);
-            gpc_tensor w = param_layer(&p->ln1w, l + 1, 0, C);
-            gpc_tensor b = param_layer(&p->ln1b, l + 1, 0, C);
-            GPC_TRY(gpc_op_residual_layernorm_forward(&residual3, &next_ln1, &mean, &rstd,
-                                                      &residual2, &fcproj, &w, &b));
-        } else {
-            gpc_tensor lnf = view(&a->lnf, 0, 3, B, T, C);
-            gpc_tensor mean = view(&a->lnf_mean, 0, 2, B, T, 0);
-            gpc_tensor rstd = view(&a->lnf_rstd, 0, 2, B, T, 0);
-            GPC_TRY(gpc_op_residual_layernorm_forward(&residual3, &lnf, &mean, &rstd, &residual2,
-                                                      &fcproj, &p->lnfw, &p->lnfb));
-        }
+        /* residual3, and the next layer's ln1 or the final layernorm */
+        int last = l + 1 == L;
+        gpc_tensor next = last ? view(&a->lnf, at, 3, B, T, C)
+                               : act_rows(m, &a->ln1, kept_layer(m, l + 1, 2), start, B, T, C);
+        gpc_tensor mean = last ? view(&a->lnf_mean, (size_t)start, 2, B, T, 0)
+                               : stat_rows(m, &a->ln1_mean, l + 1, start, B, T);
+        gpc_tensor rstd = last ? view(&a->lnf_rstd, (size_t)start, 2, B, T, 0)
+                               : stat_rows(m, &a->ln1_rstd, l + 1, start, B, T);
+        gpc_tensor w = last ? p->lnfw : param_layer(&p->ln1w, l + 1, 0, C);
+        gpc_tensor b = last ? p->lnfb : param_layer(&p->ln1b, l + 1, 0, C);
+        GPC_TRY(gpc_op_residual_layernorm_forward(&residual3, &next, &mean, &rstd, &residual2,
+                                                  &fcproj, &w, &b));
     }
-    gpc_tensor lnf = view(&a->lnf, 0, 3, B, T, C);
-    gpc_tensor logits = view(&a->logits, 0, 3, B, T, c->padded_vocab);
-    GPC_TRY(gpc_op_matmul_forward(&logits, &lnf, &p->wte, NULL));
+    return GPC_OK;
+}
+
+/* Embedding, the blocks and the final layernorm and head: logits [B,T,Vp].
+ * tokens: [B,T] i32 on the model's device. */
+static gpc_status forward_to_logits(gpt_model *m, const gpc_tensor *tokens, int B, int T) {
+    m->cached_len = 0; /* qkv is overwritten from position 0 */
+    GPC_TRY(blocks_forward(m, tokens, 0, B, T, 0));
+    gpc_tensor lnf = view(&m->acts.lnf, 0, 3, B, T, m->config.channels);
+    gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, m->config.padded_vocab);
+    GPC_TRY(gpc_op_matmul_forward(&logits, &lnf, &m->params.wte, NULL));
     m->last_B = B;
     m->last_T = T;
     return GPC_OK;
@@ -877,20 +904,6 @@ gpc_status gpt_forward_last_logits(gpt_model *m, const int32_t *inputs, int B, i
     return GPC_OK;
 }
 
-/* Rows [start, start+n) of layer l of an activation planned as
- * [L, Bplan*Tplan*X], for sequence 0 of a batch of one: [1, n, X]. */
-static gpc_tensor act_rows(const gpt_model *m, const gpc_tensor *t, int l, int start, int n,
-                           int64_t X) {
-    size_t stride = (size_t)m->B * (size_t)m->T * (size_t)X;
-    return view(t, (size_t)l * stride + (size_t)start * (size_t)X, 3, 1, n, X);
-}
-
-/* The same for per-layer statistics [L, Bplan*Tplan]: [1, n]. */
-static gpc_tensor stat_rows(const gpt_model *m, const gpc_tensor *t, int l, int start, int n) {
-    size_t stride = (size_t)m->B * (size_t)m->T;
-    return view(t, (size_t)l * stride + (size_t)start, 2, 1, n, 0);
-}
-
 gpc_status gpt_forward_cached(gpt_model *m, const int32_t *tokens, int start, int n,
                               float *logits_out) {
     if (start < 0 || n < 1 || start > m->T - n)
@@ -903,11 +916,8 @@ gpc_status gpt_forward_cached(gpt_model *m, const int32_t *tokens, int start, in
                          "at %d or earlier",
                          start, m->cached_len, m->cached_len);
     const gpt_config *c = &m->config;
-    gpt_activations *a = &m->acts;
-    gpt_tensors *p = &m->params;
-    int L = c->layers, NH = c->heads, end = start + n;
+    int end = start + n, V = c->vocab_size;
     int64_t C = c->channels;
-    int V = c->vocab_size;
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= V)
             return gpc_error(GPC_ERR_INVALID_ARG,
@@ -915,71 +925,13 @@ gpc_status gpt_forward_cached(gpt_model *m, const int32_t *tokens, int start, in
                              start + i, V - 1);
     m->cached_len = start; /* until the rows below are all written */
     gpc_tensor host = gpc_tensor_2d((void *)tokens, GPC_I32, gpc_cpu(), 1, n);
-    gpc_tensor tok = view(&a->tokens, (size_t)start, 2, 1, n, 0);
+    gpc_tensor tok = view(&m->acts.tokens, (size_t)start, 2, 1, n, 0);
     GPC_TRY(gpc_tensor_copy(&tok, &host));
-
-    /* the rows of the new positions through every layer; attention reads
-     * the kept keys and values of the positions before them */
-    gpc_tensor encoded = view(&a->encoded, (size_t)start * (size_t)C, 3, 1, n, C);
-    gpc_tensor wpe = view(&p->wpe, (size_t)start * (size_t)C, 2, n, C, 0);
-    GPC_TRY(gpc_op_embedding_forward(&encoded, &tok, &p->wte, &wpe));
-    {
-        gpc_tensor ln1 = act_rows(m, &a->ln1, 0, start, n, C);
-        gpc_tensor mean = stat_rows(m, &a->ln1_mean, 0, start, n);
-        gpc_tensor rstd = stat_rows(m, &a->ln1_rstd, 0, start, n);
-        gpc_tensor w = param_layer(&p->ln1w, 0, 0, C), b = param_layer(&p->ln1b, 0, 0, C);
-        GPC_TRY(gpc_op_layernorm_forward(&ln1, &mean, &rstd, &encoded, &w, &b));
-    }
-    for (int l = 0; l < L; l++) {
-        gpc_tensor residual = l == 0 ? encoded : act_rows(m, &a->residual3, l - 1, start, n, C);
-        gpc_tensor ln1 = act_rows(m, &a->ln1, kept_layer(m, l, 2), start, n, C);
-        gpc_tensor qkv = act_rows(m, &a->qkv, l, start, n, 3 * C);
-        gpc_tensor qkv_all = act_rows(m, &a->qkv, l, 0, end, 3 * C);
-        gpc_tensor atty = act_rows(m, &a->atty, l, start, n, C);
-        gpc_tensor attproj = act_rows(m, &a->attproj, l, start, n, C);
-        gpc_tensor residual2 = act_rows(m, &a->residual2, l, start, n, C);
-        gpc_tensor ln2 = act_rows(m, &a->ln2, kept_layer(m, l, 2), start, n, C);
-        gpc_tensor ln2_mean = stat_rows(m, &a->ln2_mean, l, start, n);
-        gpc_tensor ln2_rstd = stat_rows(m, &a->ln2_rstd, l, start, n);
-        gpc_tensor fch = act_rows(m, &a->fch, l, start, n, 4 * C);
-        gpc_tensor fch_gelu = act_rows(m, &a->fch_gelu, kept_layer(m, l, 1), start, n, 4 * C);
-        gpc_tensor fcproj = act_rows(m, &a->fcproj, l, start, n, C);
-        gpc_tensor residual3 = act_rows(m, &a->residual3, l, start, n, C);
-
-        gpc_tensor qkvw = param_layer(&p->qkvw, l, 3 * C, C);
-        gpc_tensor qkvb = param_layer(&p->qkvb, l, 0, 3 * C);
-        gpc_tensor attprojw = param_layer(&p->attprojw, l, C, C);
-        gpc_tensor attprojb = param_layer(&p->attprojb, l, 0, C);
-        gpc_tensor ln2w = param_layer(&p->ln2w, l, 0, C);
-        gpc_tensor ln2b = param_layer(&p->ln2b, l, 0, C);
-        gpc_tensor fcw = param_layer(&p->fcw, l, 4 * C, C);
-        gpc_tensor fcb = param_layer(&p->fcb, l, 0, 4 * C);
-        gpc_tensor fcprojw = param_layer(&p->fcprojw, l, C, 4 * C);
-        gpc_tensor fcprojb = param_layer(&p->fcprojb, l, 0, C);
-
-        GPC_TRY(gpc_op_matmul_forward(&qkv, &ln1, &qkvw, &qkvb));
-        GPC_TRY(gpc_op_attention_decode(&atty, &qkv_all, NH));
-        GPC_TRY(gpc_op_matmul_forward(&attproj, &atty, &attprojw, &attprojb));
-        GPC_TRY(gpc_op_residual_layernorm_forward(&residual2, &ln2, &ln2_mean, &ln2_rstd, &residual,
-                                                  &attproj, &ln2w, &ln2b));
-        GPC_TRY(gpc_op_matmul_gelu_forward(&fch, &fch_gelu, &ln2, &fcw, &fcb));
-        GPC_TRY(gpc_op_matmul_forward(&fcproj, &fch_gelu, &fcprojw, &fcprojb));
-        int last = l + 1 == L;
-        gpc_tensor next_ln = last ? view(&a->lnf, (size_t)start * (size_t)C, 3, 1, n, C)
-                                  : act_rows(m, &a->ln1, kept_layer(m, l + 1, 2), start, n, C);
-        gpc_tensor mean = last ? view(&a->lnf_mean, (size_t)start, 2, 1, n, 0)
-                               : stat_rows(m, &a->ln1_mean, l + 1, start, n);
-        gpc_tensor rstd = last ? view(&a->lnf_rstd, (size_t)start, 2, 1, n, 0)
-                               : stat_rows(m, &a->ln1_rstd, l + 1, start, n);
-        gpc_tensor w = last ? p->lnfw : param_layer(&p->ln1w, l + 1, 0, C);
-        gpc_tensor b = last ? p->lnfb : param_layer(&p->ln1b, l + 1, 0, C);
-        GPC_TRY(gpc_op_residual_layernorm_forward(&residual3, &next_ln, &mean, &rstd, &residual2,
-                                                  &fcproj, &w, &b));
-    }
+    GPC_TRY(blocks_forward(m, &tok, start, 1, n, 1));
     /* the head on the last position only, into logits row 0 */
-    gpc_tensor lnf = view(&a->lnf, (size_t)(end - 1) * (size_t)C, 3, 1, 1, C);
-    gpc_tensor logits = view(&a->logits, 0, 3, 1, 1, c->padded_vocab);
-    GPC_TRY(gpc_op_matmul_forward(&logits, &lnf, &p->wte, NULL));
+    gpc_tensor lnf = view(&m->acts.lnf, (size_t)(end - 1) * (size_t)C, 3, 1, 1, C);
+    gpc_tensor logits = view(&m->acts.logits, 0, 3, 1, 1, c->padded_vocab);
+    GPC_TRY(gpc_op_matmul_forward(&logits, &lnf, &m->params.wte, NULL));
     m->last_B = 1;
     m->last_T = 1;
     m->last_unmasked = 0;

@@ -261,18 +261,25 @@ gpc_status gpc_op_gelu_backward(gpc_tensor *dinp, const gpc_tensor *inp, const g
     DISPATCH(op, dinp, gelu_backward, dinp, inp, dout);
 }
 
+/* qkv [B, T, 3C] with C split into num_heads heads. */
+static gpc_status check_qkv(const char *op, const gpc_tensor *qkv, int num_heads) {
+    if (qkv->ndim != 3 || qkv->shape[2] % 3 != 0)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: qkv must be [B, T, 3C]", op);
+    int64_t C = qkv->shape[2] / 3;
+    if (num_heads <= 0 || C % num_heads != 0)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: %lld channels do not split into %d heads", op,
+                         (long long)C, num_heads);
+    return GPC_OK;
+}
+
 static gpc_status check_attention(const char *op, const gpc_tensor *out, const gpc_tensor *lse,
                                   const gpc_tensor *qkv, int num_heads) {
     GPC_TRY(need_float(op, "out", out));
     GPC_TRY(need_dtype(op, "lse", lse, GPC_F32));
     GPC_TRY(need_float(op, "qkv", qkv));
     DEVICES(op, out, lse, qkv);
-    if (qkv->ndim != 3 || qkv->shape[2] % 3 != 0)
-        return gpc_error(GPC_ERR_MISMATCH, "%s: qkv must be [B, T, 3C]", op);
+    GPC_TRY(check_qkv(op, qkv, num_heads));
     int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3;
-    if (num_heads <= 0 || C % num_heads != 0)
-        return gpc_error(GPC_ERR_MISMATCH, "%s: %lld channels do not split into %d heads", op,
-                         (long long)C, num_heads);
     GPC_TRY(need_numel(op, "out", out, B * T * C));
     GPC_TRY(need_numel(op, "lse", lse, B * num_heads * T));
     return GPC_OK;
@@ -289,12 +296,8 @@ gpc_status gpc_op_attention_decode(gpc_tensor *out, const gpc_tensor *qkv, int n
     GPC_TRY(need_float(op, "out", out));
     GPC_TRY(need_float(op, "qkv", qkv));
     DEVICES(op, out, qkv);
-    if (qkv->ndim != 3 || qkv->shape[2] % 3 != 0)
-        return gpc_error(GPC_ERR_MISMATCH, "%s: qkv must be [B, T, 3C]", op);
+    GPC_TRY(check_qkv(op, qkv, num_heads));
     int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3;
-    if (num_heads <= 0 || C % num_heads != 0)
-        return gpc_error(GPC_ERR_MISMATCH, "%s: %lld channels do not split into %d heads", op,
-                         (long long)C, num_heads);
     if (out->ndim != 3 || out->shape[0] != B || out->shape[2] != C || out->shape[1] < 1 ||
         out->shape[1] > T)
         return gpc_error(GPC_ERR_MISMATCH,
@@ -323,12 +326,7 @@ gpc_status gpc_op_attention_prepare(const gpc_tensor *qkv, int num_heads, int ba
     if (!is_float(qkv->dtype))
         return gpc_error(GPC_ERR_MISMATCH, "%s: tensor 'qkv' must be f32, bf16 or f16, not %s", op,
                          gpc_dtype_name(qkv->dtype));
-    if (qkv->ndim != 3 || qkv->shape[2] % 3 != 0)
-        return gpc_error(GPC_ERR_MISMATCH, "%s: qkv must be [B, T, 3C]", op);
-    int64_t C = qkv->shape[2] / 3;
-    if (num_heads <= 0 || C % num_heads != 0)
-        return gpc_error(GPC_ERR_MISMATCH, "%s: %lld channels do not split into %d heads", op,
-                         (long long)C, num_heads);
+    GPC_TRY(check_qkv(op, qkv, num_heads));
     DISPATCH(op, qkv, attention_prepare, qkv, num_heads, backward ? 1 : 0);
 }
 
