@@ -311,6 +311,10 @@ gpc_status sched_store_get(sched_store *store, int64_t id, sched_job **out);
  * keeps finished jobs that ended after it (0 = all). */
 gpc_status sched_store_list(sched_store *store, unsigned state_mask, double since_end,
                             sched_job ***out, int *count);
+/* The `newest` jobs with a state in the mask, latest end time first (jobs
+ * that have not ended, end time 0, come last), ties by id, newest first. */
+gpc_status sched_store_list_recent(sched_store *store, unsigned state_mask, int newest,
+                                   sched_job ***out, int *count);
 void sched_store_free_list(sched_job **jobs, int count);
 /* State changes of one job: JSON array [{time, state, message}] as text. */
 gpc_status sched_store_events(sched_store *store, int64_t id, char **json_out);
@@ -444,6 +448,7 @@ typedef struct {
     int64_t job_id;
     int all;             /* list: include finished jobs */
     unsigned state_mask; /* list: states wanted (0 = default) */
+    int recent;          /* list: only the newest this many by end time (0 = all) */
     int64_t offset;      /* logs */
     int64_t limit;       /* logs */
     sched_job *job;      /* submit: the validated job (caller frees) */

@@ -11,7 +11,7 @@
  * Every request goes through sched_request_parse (request.c) first; bad
  * input gets a 4xx with {"error": "..."}.
  *
- * Endpoints: POST /jobs, GET /jobs[?all=1&state=a,b], GET /jobs/ID,
+ * Endpoints: POST /jobs, GET /jobs[?all=1&state=a,b&recent=N], GET /jobs/ID,
  * GET /jobs/ID/logs?offset=N&limit=M, POST /jobs/ID/cancel (or DELETE
  * /jobs/ID), GET /gpus, GET /alerts, GET /status, GET /metrics; and GET /
  * (or /dashboard), the web page of dashboard.c, served without a token since
@@ -170,8 +170,9 @@ static enum MHD_Result handle_list(sched_daemon *d, struct MHD_Connection *c,
                         : (1u << SCHED_QUEUED) | (1u << SCHED_RUNNING) | (1u << SCHED_PREEMPTED);
     sched_job **jobs;
     int n;
-    if (sched_store_list(d->store, mask, 0, &jobs, &n) != GPC_OK)
-        return respond_error(c, 500, gpc_last_error());
+    gpc_status st = req->recent ? sched_store_list_recent(d->store, mask, req->recent, &jobs, &n)
+                                : sched_store_list(d->store, mask, 0, &jobs, &n);
+    if (st != GPC_OK) return respond_error(c, 500, gpc_last_error());
     json_t *array = json_array();
     for (int i = 0; i < n; i++)
         json_array_append_new(array, sched_job_to_json(jobs[i]));

@@ -246,6 +246,16 @@ int sched_request_parse(const char *method, const char *path, const sched_query_
                 if (!out->state_mask)
                     return reject(error, error_size, 400, "state filter is empty");
             }
+            const char *recent = find_arg(args, nargs, "recent");
+            if (recent) {
+                char *end;
+                long n = strtol(recent, &end, 10);
+                if (end == recent || *end || n < 1 || n > 10000)
+                    return reject(error, error_size, 400,
+                                  "recent must be a number of jobs from 1 to 10000, not '%.32s'",
+                                  recent);
+                out->recent = (int)n;
+            }
             return 200;
         }
         if (!post)

@@ -375,25 +375,24 @@ gpc_status sched_store_get(sched_store *store, int64_t id, sched_job **out) {
     return st;
 }
 
-gpc_status sched_store_list(sched_store *store, unsigned state_mask, double since_end,
-                            sched_job ***out, int *count) {
+/* Runs a job query whose ?1 is the state mask and ?2 a number (its meaning is
+ * the query's), collecting the rows. */
+static gpc_status list_query(sched_store *store, const char *sql, unsigned state_mask,
+                             double number, sched_job ***out, int *count) {
     *out = NULL;
     *count = 0;
     sqlite3_stmt *s;
     pthread_mutex_lock(&store->db_lock);
-    gpc_status st = prepare(store,
-                            "SELECT " JOB_COLUMNS " FROM jobs WHERE ((1 << state) & ?1) != 0"
-                            " AND (?2 = 0 OR state IN (0, 1, 5) OR end_time >= ?2) ORDER BY id",
-                            &s);
+    gpc_status st = prepare(store, sql, &s);
     if (st != GPC_OK) {
         pthread_mutex_unlock(&store->db_lock);
         return st;
     }
     sqlite3_bind_int64(s, 1, state_mask);
-    sqlite3_bind_double(s, 2, since_end);
+    sqlite3_bind_double(s, 2, number);
     int capacity = 64, n = 0;
     sched_job **jobs = malloc((size_t)capacity * sizeof *jobs);
-    int rc;
+    int rc = SQLITE_DONE;
     while (jobs && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         if (n == capacity) {
             capacity *= 2;
@@ -417,6 +416,22 @@ gpc_status sched_store_list(sched_store *store, unsigned state_mask, double sinc
     *out = jobs;
     *count = n;
     return GPC_OK;
+}
+
+gpc_status sched_store_list(sched_store *store, unsigned state_mask, double since_end,
+                            sched_job ***out, int *count) {
+    return list_query(store,
+                      "SELECT " JOB_COLUMNS " FROM jobs WHERE ((1 << state) & ?1) != 0"
+                      " AND (?2 = 0 OR state IN (0, 1, 5) OR end_time >= ?2) ORDER BY id",
+                      state_mask, since_end, out, count);
+}
+
+gpc_status sched_store_list_recent(sched_store *store, unsigned state_mask, int newest,
+                                   sched_job ***out, int *count) {
+    return list_query(store,
+                      "SELECT " JOB_COLUMNS " FROM jobs WHERE ((1 << state) & ?1) != 0"
+                      " ORDER BY end_time DESC, id DESC LIMIT ?2",
+                      state_mask, newest, out, count);
 }
 
 void sched_store_free_list(sched_job **jobs, int count) {

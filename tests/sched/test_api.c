@@ -102,6 +102,12 @@ static void test_endpoints(void **state) {
     l = get(&g, "/jobs?state=completed");
     assert_int_equal(json_array_size(json_object_get(l, "jobs")), 1);
     json_decref(l);
+    l = get(&g, "/jobs?state=completed&recent=5");
+    assert_int_equal(json_array_size(json_object_get(l, "jobs")), 1);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_array_get(json_object_get(l, "jobs"), 0), "id")),
+        1);
+    json_decref(l);
 
     /* cancel a queued job (it cannot run: every GPU taken by a long job) */
     int64_t big = test_submit(g.socket, "{\"command\":[\"sleep\",\"30\"],\"gpus\":8}");
@@ -163,6 +169,7 @@ static void test_bad_requests(void **state) {
     test_request_fails(g.socket, "POST", "/jobs", "{\"command\":[\"a\"],\"mem\":\"81G\"}", 400,
                        "largest GPU here has 80.0 GiB");
     test_request_fails(g.socket, "GET", "/jobs?state=bogus", NULL, 400, "unknown job state");
+    test_request_fails(g.socket, "GET", "/jobs?recent=0", NULL, 400, "recent must be");
     char *huge = malloc(8192);
     memset(huge, ' ', 8191);
     huge[0] = '{';

@@ -64,6 +64,12 @@ static void test_routes(void **state) {
                      200);
     assert_int_equal(req.all, 1);
     assert_int_equal(req.state_mask, (1u << SCHED_QUEUED) | (1u << SCHED_FAILED));
+    assert_int_equal(req.recent, 0);
+    sched_query_arg recent_args[] = {{"state", "completed"}, {"recent", "20"}};
+    assert_int_equal(sched_request_parse("GET", "/jobs", recent_args, 2, NULL, 0, 0, "root", &req,
+                                         error, sizeof error),
+                     200);
+    assert_int_equal(req.recent, 20);
 }
 
 static void test_bad_routes(void **state) {
@@ -100,6 +106,14 @@ static void test_bad_routes(void **state) {
         sched_request_parse("GET", "/jobs", bad_all, 1, NULL, 0, 0, "r", &req, error, sizeof error),
         400);
     assert_non_null(strstr(error, "all must be 1 or 0"));
+    const char *bad_recent[] = {"0", "-3", "10001", "ten", "5x", ""};
+    for (int i = 0; i < 6; i++) {
+        sched_query_arg arg[] = {{"recent", bad_recent[i]}};
+        assert_int_equal(
+            sched_request_parse("GET", "/jobs", arg, 1, NULL, 0, 0, "r", &req, error, sizeof error),
+            400);
+        assert_non_null(strstr(error, "recent must be a number of jobs from 1 to 10000"));
+    }
 }
 
 static void test_good_submission(void **state) {

@@ -146,6 +146,60 @@ static void *submit_many(void *arg) {
     return NULL;
 }
 
+/* The newest finished jobs by end time: 40 jobs, 30 of them ended at
+ * random times (some equal, so ties fall back to the id), against the order
+ * computed here. */
+static void test_list_recent(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("recent");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/gpcd.db", dir);
+    sched_store *store;
+    TEST_OK(sched_store_open(path, &store));
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 33);
+    enum { JOBS = 40 };
+    double end[JOBS + 1] = {0};
+    for (int i = 1; i <= JOBS; i++) {
+        sched_job *j = sample_job(&rng);
+        TEST_OK(sched_store_submit(store, j));
+        if (i % 4 != 0) { /* every fourth stays queued */
+            j->state = gpc_rng_below(&rng, 2) ? SCHED_COMPLETED : SCHED_FAILED;
+            j->start_time = j->submit_time + 1;
+            j->end_time = 1.8e9 + (double)gpc_rng_below(&rng, 12); /* few values: ties */
+            end[i] = j->end_time;
+            TEST_OK(sched_store_update(store, j));
+        }
+        sched_job_free(j);
+    }
+    const unsigned finished = (1u << SCHED_COMPLETED) | (1u << SCHED_FAILED);
+    for (int want = 1; want <= JOBS; want += 7) {
+        sched_job **list;
+        int n;
+        TEST_OK(sched_store_list_recent(store, finished, want, &list, &n));
+        assert_int_equal(n, want < 30 ? want : 30);
+        /* the reference: ids of finished jobs by end time, then id, both descending */
+        int order[JOBS], count = 0;
+        for (int i = 1; i <= JOBS; i++)
+            if (end[i] > 0) order[count++] = i;
+        for (int a = 0; a < count; a++)
+            for (int b = a + 1; b < count; b++)
+                if (end[order[b]] > end[order[a]] ||
+                    (end[order[b]] == end[order[a]] && order[b] > order[a])) {
+                    int t = order[a];
+                    order[a] = order[b], order[b] = t;
+                }
+        for (int k = 0; k < n; k++) {
+            assert_int_equal(list[k]->id, order[k]);
+            assert_true(list[k]->end_time == end[order[k]]);
+        }
+        sched_store_free_list(list, n);
+    }
+    sched_store_close(store);
+    test_rmtree(dir);
+    gpc_free(dir);
+}
+
 static void test_group_commit_concurrent(void **state) {
     (void)state;
     char *dir = test_tmpdir("store");
@@ -311,11 +365,9 @@ static void test_config(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_jobs_round_trip),
-        cmocka_unit_test(test_group_commit_concurrent),
-        cmocka_unit_test(test_samples_and_alerts),
-        cmocka_unit_test(test_store_open_errors),
-        cmocka_unit_test(test_config),
+        cmocka_unit_test(test_jobs_round_trip),         cmocka_unit_test(test_list_recent),
+        cmocka_unit_test(test_group_commit_concurrent), cmocka_unit_test(test_samples_and_alerts),
+        cmocka_unit_test(test_store_open_errors),       cmocka_unit_test(test_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
