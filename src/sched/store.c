@@ -52,6 +52,7 @@ static const char *schema =
     " signal INTEGER, assigned TEXT, pid INTEGER, pid_start INTEGER, pgid INTEGER,"
     " preemptions INTEGER NOT NULL DEFAULT 0, message TEXT);"
     "CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);"
+    "CREATE INDEX IF NOT EXISTS jobs_end ON jobs(end_time);" /* the jobs that ended last */
     "CREATE TABLE IF NOT EXISTS job_events("
     " job_id INTEGER NOT NULL, time REAL NOT NULL, state TEXT NOT NULL, message TEXT);"
     "CREATE INDEX IF NOT EXISTS job_events_job ON job_events(job_id);"
