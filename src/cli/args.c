@@ -161,3 +161,14 @@ const char *cli_format_duration(double seconds, char *buf, size_t size) {
         snprintf(buf, size, "%lds", s);
     return buf;
 }
+
+int cli_precision(const char *command, const char *value, int *dtype) {
+    const char *name = strcmp(value, "fp16") == 0   ? "f16"
+                       : strcmp(value, "fp32") == 0 ? "f32"
+                                                    : value;
+    gpc_dtype d;
+    if (gpc_dtype_parse(name, &d) != GPC_OK || (d != GPC_F32 && d != GPC_BF16 && d != GPC_F16))
+        return cli_usage_error(command, "--precision must be f32, bf16 or fp16, not '%s'", value);
+    *dtype = (int)d;
+    return 0;
+}

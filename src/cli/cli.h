@@ -51,6 +51,14 @@ typedef struct {
 /* Parses argv[1..argc-1] (argv[0] is the command name). Returns 0, CLI_HELP_SHOWN
  * after printing help for --help/-h, or CLI_EXIT_USAGE after printing the error. */
 int cli_parse(const cli_spec *spec, int argc, char **argv);
+/* In a command's function: parses, returns CLI_EXIT_OK after --help and the
+ * usage error's status after an error, and goes on otherwise. */
+#define CLI_PARSE_OR_RETURN(spec, argc, argv)                                                      \
+    do {                                                                                           \
+        int parsed_ = cli_parse(spec, argc, argv);                                                 \
+        if (parsed_ == CLI_HELP_SHOWN) return CLI_EXIT_OK;                                         \
+        if (parsed_) return parsed_;                                                               \
+    } while (0)
 void cli_print_help(const cli_spec *spec);
 
 /* Prints "gpc CMD: error: <gpc_last_error()>" and returns the exit status for
@@ -60,6 +68,9 @@ int cli_fail(const char *command, gpc_status status);
 /* Prints a usage error and returns 2. */
 int cli_usage_error(const char *command, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* --precision's value: f32, bf16 or fp16 (also f16, fp32) into *dtype (a
+ * gpc_dtype). Returns 0, or prints the usage error and returns 2. */
+int cli_precision(const char *command, const char *value, int *dtype);
 
 /* Human-readable sizes and durations: "1.5 GiB", "3m12s". */
 const char *cli_format_bytes(double bytes, char *buf, size_t size);

@@ -83,9 +83,7 @@ int cmd_bench(int argc, char **argv) {
         4,
         groups,
         &ngroups};
-    int rc = cli_parse(&spec, argc, argv);
-    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
-    if (rc) return rc;
+    CLI_PARSE_OR_RETURN(&spec, argc, argv);
 
     gpc_bench_options o;
     memset(&o, 0, sizeof o);

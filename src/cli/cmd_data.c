@@ -64,9 +64,7 @@ static int data_prepare(int argc, char **argv) {
         0,
         NULL,
         NULL};
-    int rc = cli_parse(&spec, argc, argv);
-    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
-    if (rc) return rc;
+    CLI_PARSE_OR_RETURN(&spec, argc, argv);
     if (inputs.count == 0)
         return cli_usage_error(spec.name, "--input PATH... is required: the text to learn from");
     if (!out) return cli_usage_error(spec.name, "--out DIR is required: where the dataset goes");
@@ -125,9 +123,7 @@ static int data_synth(int argc, char **argv) {
         0,
         NULL,
         NULL};
-    int rc = cli_parse(&spec, argc, argv);
-    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
-    if (rc) return rc;
+    CLI_PARSE_OR_RETURN(&spec, argc, argv);
     if (vocab == INT64_MIN) return cli_usage_error(spec.name, "--vocab N is required");
     if (tokens == INT64_MIN) return cli_usage_error(spec.name, "--tokens M is required");
     if (!out) return cli_usage_error(spec.name, "--out DIR is required");

@@ -734,9 +734,7 @@ int cmd_doctor(int argc, char **argv) {
         0,
         NULL,
         NULL};
-    int rc = cli_parse(&spec, argc, argv);
-    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
-    if (rc) return rc;
+    CLI_PARSE_OR_RETURN(&spec, argc, argv);
     if (job && pid > 0) return cli_usage_error("doctor", "give --job or --pid, not both");
     if (job < 0) return cli_usage_error("doctor", "--job %lld is not a job id", job);
     if (pid == 0 || pid < -1) return cli_usage_error("doctor", "--pid %d is not a process id", pid);
@@ -747,7 +745,7 @@ int cmd_doctor(int argc, char **argv) {
                                seconds);
     int job_gpus[64], njob_gpus = 0;
     if (job) {
-        rc = resolve_job(job, &pid, job_gpus, &njob_gpus);
+        int rc = resolve_job(job, &pid, job_gpus, &njob_gpus);
         if (rc) return rc;
     }
     if (pid > 0 && kill(pid, 0) != 0 && proc_stat(pid, NULL, NULL, NULL, NULL, 0) != 0)
@@ -759,7 +757,7 @@ int cmd_doctor(int argc, char **argv) {
     check_host(&d);
     check_gpu_stack(&d, &g);
     if (pid > 0) {
-        rc = watch(&d, &g, pid, job_gpus, njob_gpus, seconds);
+        int rc = watch(&d, &g, pid, job_gpus, njob_gpus, seconds);
         if (rc) {
             if (g.nvml) gpc_nvml_close(g.nvml);
             return rc;

@@ -79,9 +79,7 @@ int cmd_plan(int argc, char **argv) {
         0,
         NULL,
         NULL};
-    int rc = cli_parse(&spec, argc, argv);
-    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
-    if (rc) return rc;
+    CLI_PARSE_OR_RETURN(&spec, argc, argv);
     if (!model) return cli_usage_error("plan", "--model is required, e.g. --model d12");
 
     gpc_plan_input in;

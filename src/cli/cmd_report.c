@@ -575,9 +575,7 @@ int cmd_report(int argc, char **argv) {
         1,
         positional,
         &npositional};
-    int rc = cli_parse(&spec, argc, argv);
-    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
-    if (rc) return rc;
+    CLI_PARSE_OR_RETURN(&spec, argc, argv);
     if (npositional != 1) return cli_usage_error("report", "give the run folder: gpc report RUN");
     const char *run = positional[0];
     char default_out[4096];

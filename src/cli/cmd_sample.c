@@ -124,9 +124,8 @@ int cmd_sample(int argc, char **argv) {
         NULL,
         NULL,
     };
-    int rc = cli_parse(&spec, argc, argv);
-    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
-    if (rc) return rc;
+    CLI_PARSE_OR_RETURN(&spec, argc, argv);
+    int rc;
     if (!run_dir) return cli_usage_error(NAME, "--run RUN is required (a folder from gpc train)");
     if (tokens <= 0) return cli_usage_error(NAME, "--tokens must be positive, not %d", tokens);
     if (temperature < 0)
@@ -134,16 +133,7 @@ int cmd_sample(int argc, char **argv) {
     if (top_k < 0) return cli_usage_error(NAME, "--top-k must not be negative, not %d", top_k);
     if (seed < 0) return cli_usage_error(NAME, "--seed must not be negative");
     int precision = -1;
-    if (precision_name) {
-        gpc_dtype d;
-        if (strcmp(precision_name, "fp16") == 0) precision_name = "f16";
-        if (strcmp(precision_name, "fp32") == 0) precision_name = "f32";
-        if (gpc_dtype_parse(precision_name, &d) != GPC_OK ||
-            (d != GPC_F32 && d != GPC_BF16 && d != GPC_F16))
-            return cli_usage_error(NAME, "--precision must be f32, bf16 or fp16, not '%s'",
-                                   precision_name);
-        precision = (int)d;
-    }
+    if (precision_name && (rc = cli_precision(NAME, precision_name, &precision))) return rc;
     gpc_device device;
     gpc_status s = gpc_device_parse(device_name, &device);
     if (s != GPC_OK) return cli_fail(NAME, s);

@@ -44,9 +44,8 @@ int cmd_logs(int argc, char **argv) {
     /* -f is the short form everyone types */
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "-f") == 0) argv[i] = (char *)"--follow";
-    int rc = cli_parse(&spec, argc, argv);
-    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
-    if (rc) return rc;
+    CLI_PARSE_OR_RETURN(&spec, argc, argv);
+    int rc;
     long long id = 0;
     if ((rc = job_argument("logs", npositional, positional, &id))) return rc;
     long long offset = 0;
@@ -86,9 +85,8 @@ int cmd_cancel(int argc, char **argv) {
                            1,
                            positional,
                            &npositional};
-    int rc = cli_parse(&spec, argc, argv);
-    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
-    if (rc) return rc;
+    CLI_PARSE_OR_RETURN(&spec, argc, argv);
+    int rc;
     long long id = 0;
     if ((rc = job_argument("cancel", npositional, positional, &id))) return rc;
     char path[64];

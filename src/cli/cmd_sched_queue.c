@@ -83,9 +83,8 @@ int cmd_queue(int argc, char **argv) {
         0,
         NULL,
         NULL};
-    int rc = cli_parse(&spec, argc, argv);
-    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
-    if (rc) return rc;
+    CLI_PARSE_OR_RETURN(&spec, argc, argv);
+    int rc;
     char path[256];
     snprintf(path, sizeof path, "/jobs%s%s%s", all ? "?all=1" : "",
              state ? (all ? "&state=" : "?state=") : "", state ? state : "");
@@ -125,9 +124,8 @@ int cmd_show(int argc, char **argv) {
     const cli_spec spec = {
         "show",     "show JOB [--json]", "Show one job: its fields and history.", options, 1,
         positional, &npositional};
-    int rc = cli_parse(&spec, argc, argv);
-    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
-    if (rc) return rc;
+    CLI_PARSE_OR_RETURN(&spec, argc, argv);
+    int rc;
     if (npositional != 1) return cli_usage_error("show", "give a job id");
     long long id;
     if ((rc = parse_job_id("show", positional[0], &id))) return rc;

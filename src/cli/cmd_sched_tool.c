@@ -41,9 +41,7 @@ static int sched_tool_trace(int argc, char **argv) {
                            0,
                            NULL,
                            NULL};
-    int rc = cli_parse(&spec, argc, argv);
-    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
-    if (rc) return rc;
+    CLI_PARSE_OR_RETURN(&spec, argc, argv);
     if (!out) return cli_usage_error("sched trace", "--out FILE is required");
     t.seed = (uint64_t)seed;
     sched_trace trace;
@@ -122,9 +120,7 @@ static int sched_tool_simulate(int argc, char **argv) {
         0,
         NULL,
         NULL};
-    int rc = cli_parse(&spec, argc, argv);
-    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
-    if (rc) return rc;
+    CLI_PARSE_OR_RETURN(&spec, argc, argv);
     if (!trace_path) return cli_usage_error("sched simulate", "--trace FILE is required");
     if (gpus < 1 || gpus > SCHED_MAX_GPUS)
         return cli_usage_error("sched simulate", "--gpus %d is outside 1-%d", gpus, SCHED_MAX_GPUS);

@@ -129,9 +129,8 @@ int cmd_top(int argc, char **argv) {
                            0,
                            NULL,
                            NULL};
-    int rc = cli_parse(&spec, argc, argv);
-    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
-    if (rc) return rc;
+    CLI_PARSE_OR_RETURN(&spec, argc, argv);
+    int rc;
     if (!(interval >= 0.1)) return cli_usage_error("top", "--interval must be at least 0.1");
     signal(SIGINT, on_interrupt);
     signal(SIGTERM, on_interrupt);

@@ -202,9 +202,8 @@ int cmd_train(int argc, char **argv) {
         NULL,
         NULL,
     };
-    int rc = cli_parse(&spec, argc, argv);
-    if (rc == CLI_HELP_SHOWN) return CLI_EXIT_OK;
-    if (rc) return rc;
+    CLI_PARSE_OR_RETURN(&spec, argc, argv);
+    int rc;
     if (!data) return cli_usage_error(NAME, "--data DIR is required (a dataset folder)");
     if (!out) return cli_usage_error(NAME, "--out RUN is required (the run folder)");
     if ((rc = positive_or_unset("layers", layers)) || (rc = positive_or_unset("heads", heads)) ||
@@ -238,16 +237,7 @@ int cmd_train(int argc, char **argv) {
             return cli_fail(NAME, GPC_ERR_INVALID_ARG);
         o.model = model;
     }
-    if (precision_name) {
-        gpc_dtype d;
-        if (strcmp(precision_name, "fp16") == 0) precision_name = "f16";
-        if (strcmp(precision_name, "fp32") == 0) precision_name = "f32";
-        if (gpc_dtype_parse(precision_name, &d) != GPC_OK ||
-            (d != GPC_F32 && d != GPC_BF16 && d != GPC_F16))
-            return cli_usage_error(NAME, "--precision must be f32, bf16 or fp16, not '%s'",
-                                   precision_name);
-        o.precision = (int)d;
-    }
+    if (precision_name && (rc = cli_precision(NAME, precision_name, &o.precision))) return rc;
     gpc_status s = gpc_device_parse(device_name, &o.device);
     if (s != GPC_OK) return cli_fail(NAME, s);
     if (o.device.type == GPC_DEVICE_CPU && o.precision >= 0 && o.precision != GPC_F32)
