@@ -931,15 +931,14 @@ extern "C" long gpc_cudnn_attention_version(void) {
     return api.version;
 }
 
-/* The head sizes and dtypes cuDNN's fused engines take (cudnn-frontend's
- * support checks: hs a multiple of 8 up to 128 for the backward). */
+/* The head sizes and dtypes cuDNN's fused engines take. */
 static gpc_status check_shape(const char *op, int T, int hs, gpc_dtype dtype) {
     if (dtype != GPC_BF16 && dtype != GPC_F16)
         return gpc_error(GPC_ERR_UNSUPPORTED,
                          "%s: cuDNN's attention runs bf16 or fp16, not %s; use --precision bf16 "
                          "or GPC_ATTENTION=gpc",
                          op, gpc_dtype_name(dtype));
-    if (hs % 8 != 0 || hs > 128)
+    if (!gpc_attention_cudnn_head_size_ok(hs))
         return gpc_error(GPC_ERR_UNSUPPORTED,
                          "%s: cuDNN's attention needs a head size that is a multiple of 8 up to "
                          "128, not %d; use GPC_ATTENTION=gpc",

@@ -117,6 +117,13 @@ typedef enum {
     GPC_ATTENTION_SIMPLE,
 } gpc_attention_path;
 
+/* The head sizes cuDNN's fused attention engines take (cudnn-frontend's
+ * support checks: a multiple of 8 up to 128, for the backward too); the
+ * cuDNN path checks it, and gpc plan counts cuDNN's dQ accumulator by it. */
+static inline int gpc_attention_cudnn_head_size_ok(int64_t head_size) {
+    return head_size % 8 == 0 && head_size <= 128;
+}
+
 /* "auto", "gpc", "cudnn" or "simple"; anything else is GPC_ERR_INVALID_ARG. */
 gpc_status gpc_attention_path_parse(const char *name, gpc_attention_path *out);
 const char *gpc_attention_path_name(gpc_attention_path path);

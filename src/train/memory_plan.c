@@ -12,6 +12,7 @@
  * rstd, small, stay).
  */
 #include "gpc/plan.h"
+#include "ops/ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,7 +159,9 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
      * older one errs by that much on the safe side. */
     uint64_t hs = (uint64_t)(C / NH);
     uint64_t cudnn =
-        in->cuda && in->dtype != GPC_F32 && hs % 8 == 0 && hs <= 128 ? buffer(BT * C, f32) : 0;
+        in->cuda && in->dtype != GPC_F32 && gpc_attention_cudnn_head_size_ok((int64_t)hs)
+            ? buffer(BT * C, f32)
+            : 0;
     out->workspace = buffer(BT * Vp, s) + (in->cuda ? GPC_PLAN_CUBLASLT_WORKSPACE : 0) + cudnn;
     out->context = in->cuda ? GPC_PLAN_CUDA_CONTEXT : 0;
     out->total = out->parameters + out->gradients + out->optimizer + out->activations +
