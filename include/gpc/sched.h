@@ -190,6 +190,7 @@ typedef struct {
     char slurm_options[512];
     char slurm_gpu_option[64];
     double slurm_poll_interval;
+    char slurm_log_dir[400]; /* where Slurm jobs write their output; "" = STATE_DIR/jobs */
 } sched_config;
 
 /* One entry of the options table: gpcd's configuration is this table. */

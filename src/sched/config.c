@@ -112,6 +112,10 @@ static const config_option options[] = {
      "--gres=gpu:%d on clusters without --gpus; empty sends none."},
     {"slurm_poll_interval", NUM(OPT_DURATION, slurm_poll_interval), "2s",
      "With backend = slurm: how often gpcd asks Slurm (scontrol) how its jobs are doing."},
+    {"slurm_log_dir", STR(slurm_log_dir), "",
+     "With backend = slurm: the folder jobs write their output to, for gpc logs. On a cluster, "
+     "a folder the compute nodes and gpcd's host share (the default, STATE_DIR/jobs, is seen "
+     "only by jobs that run on gpcd's own machine)."},
 };
 
 #define OPTION_COUNT ((int)(sizeof options / sizeof options[0]))
@@ -361,6 +365,14 @@ gpc_status sched_config_finish(sched_config *config) {
     }
     if (config->slurm_poll_interval < 0.1)
         return gpc_error(GPC_ERR_INVALID_ARG, "slurm_poll_interval must be at least 100ms");
+    if (config->slurm_log_dir[0] && strcmp(config->backend, "slurm") != 0)
+        return gpc_error(
+            GPC_ERR_INVALID_ARG,
+            "slurm_log_dir is for backend = slurm (local jobs write to STATE_DIR/jobs)");
+    if (config->slurm_log_dir[0] && config->slurm_log_dir[0] != '/')
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "slurm_log_dir = %s must be an absolute path (the compute nodes open it)",
+                         config->slurm_log_dir);
     if (config->sample_interval < 0.05)
         return gpc_error(GPC_ERR_INVALID_ARG, "sample_interval must be at least 50ms");
     return GPC_OK;

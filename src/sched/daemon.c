@@ -28,7 +28,7 @@
 #define LOOP_TICK_MS 50
 
 void sched_daemon_log_path(const sched_daemon *d, int64_t id, char *buf, size_t size) {
-    snprintf(buf, size, "%s/%lld.log", d->jobs_dir, (long long)id);
+    snprintf(buf, size, "%s/%lld.log", d->logs_dir, (long long)id);
 }
 
 static void exit_path(const sched_daemon *d, int64_t id, char *buf, size_t size) {
@@ -427,7 +427,16 @@ gpc_status sched_daemon_create(const sched_config *config, sched_daemon **out) {
         chmod(d->config.state_dir, 0711);
         snprintf(d->jobs_dir, sizeof d->jobs_dir, "%s/jobs", d->config.state_dir);
         st = gpc_mkdir_p(d->jobs_dir);
-        chmod(d->jobs_dir, 0700);
+        /* Slurm opens a job's output as the job's user: the folder must let
+         * users reach their own (pre-created, owner-only) log file */
+        int slurm = strcmp(d->config.backend, "slurm") == 0;
+        chmod(d->jobs_dir, slurm && !d->config.slurm_log_dir[0] ? 0711 : 0700);
+        snprintf(d->logs_dir, sizeof d->logs_dir, "%s",
+                 d->config.slurm_log_dir[0] ? d->config.slurm_log_dir : d->jobs_dir);
+        if (st == GPC_OK && d->config.slurm_log_dir[0] && !gpc_path_is_dir(d->logs_dir)) {
+            st = gpc_mkdir_p(d->logs_dir);
+            if (st == GPC_OK) chmod(d->logs_dir, 0711);
+        }
     }
     if (st == GPC_OK && d->config.token_file[0]) {
         char *text = NULL;

@@ -39,6 +39,7 @@ struct sched_daemon {
     int listen_fd;
     char token[256];
     char jobs_dir[600];
+    char logs_dir[600]; /* jobs_dir, or slurm_log_dir */
     uid_t uid;
     double started_at;
     int wake_fd;

@@ -38,6 +38,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
+#include <sys/statfs.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -316,13 +317,27 @@ static submit_result submit(const sched_daemon *d, const slurm_state *s, const s
     if (job->priority < SCHED_PRIORITY_NORMAL)
         snprintf(nice, sizeof nice, "--nice=%d", (SCHED_PRIORITY_NORMAL - job->priority) * 100);
     if (job->cwd) snprintf(chdir, sizeof chdir, "--chdir=%s", job->cwd);
+    gid_t owner_gid = (gid_t)-1;
     if (geteuid() == 0 && job->owner_uid != 0) {
         struct passwd pw, *found = NULL;
         char buf[2048];
         snprintf(uid, sizeof uid, "--uid=%u", job->owner_uid);
-        if (getpwuid_r(job->owner_uid, &pw, buf, sizeof buf, &found) == 0 && found)
-            snprintf(gid, sizeof gid, "--gid=%u", (unsigned)pw.pw_gid);
+        if (getpwuid_r(job->owner_uid, &pw, buf, sizeof buf, &found) == 0 && found) {
+            owner_gid = pw.pw_gid;
+            snprintf(gid, sizeof gid, "--gid=%u", (unsigned)owner_gid);
+        }
     }
+    /* the log exists before Slurm opens it as the job's user: owner-only,
+     * and the user's, so a shared folder need not be writable by all */
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(message, size, "cannot create the job log %.300s: %s", log, strerror(errno));
+        return SUBMIT_REFUSED;
+    }
+    if (uid[0] && fchown(fd, job->owner_uid, owner_gid) != 0)
+        gpc_log(GPC_LOG_WARN, "cannot give the log %s to uid %u: %s", log, job->owner_uid,
+                strerror(errno));
+    close(fd);
     char log_opt[720];
     snprintf(log_opt, sizeof log_opt, "--output=%s", log);
     char options[sizeof d->config.slurm_options];
@@ -701,6 +716,25 @@ void sched_slurm_poll(sched_daemon *d) {
     free(work);
 }
 
+/* Whether path is on a network or cluster filesystem (by statfs's type);
+ * unknown types count as shared, so only a plainly local disk warns. */
+static int shared_filesystem(const char *path) {
+    struct statfs f;
+    if (statfs(path, &f) != 0) return 1;
+    switch ((unsigned long)f.f_type) {
+    case 0xEF53UL:     /* ext2/3/4 */
+    case 0x58465342UL: /* xfs */
+    case 0x9123683EUL: /* btrfs */
+    case 0x01021994UL: /* tmpfs */
+    case 0x794C7630UL: /* overlayfs */
+    case 0x2FC12FC1UL: /* zfs */
+    case 0xF2F52010UL: /* f2fs */
+        return 0;
+    default:
+        return 1;
+    }
+}
+
 gpc_status sched_slurm_start(sched_daemon *d) {
     slurm_state *s = calloc(1, sizeof *s);
     if (!s) return gpc_error(GPC_ERR_NOMEM, "out of memory starting the Slurm backend");
@@ -727,6 +761,12 @@ gpc_status sched_slurm_start(sched_daemon *d) {
     }
     gpc_clear_error();
     gpc_log(GPC_LOG_INFO, "backend = slurm: %d job(s) already in Slurm", s->count);
+    if (!shared_filesystem(d->logs_dir))
+        gpc_log(GPC_LOG_WARN,
+                "backend = slurm: job logs go to %s, on a local filesystem: a job that runs on "
+                "another node writes its output there, where gpc logs cannot read it. On a "
+                "cluster, set slurm_log_dir to a folder the nodes share",
+                d->logs_dir);
     d->dirty = 1;
     return GPC_OK;
 }

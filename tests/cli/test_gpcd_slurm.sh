@@ -27,6 +27,8 @@ bad_config "gpus = none only suits backend = slurm" "gpus = none"
 bad_config "slurm_gpu_option = '--gpus' must be one sbatch option with one %d" "backend = slurm" "gpus = none" "slurm_gpu_option = --gpus"
 bad_config "slurm_gpu_option = '--gres=gpu:%s'" "backend = slurm" "gpus = none" "slurm_gpu_option = --gres=gpu:%s"
 bad_config "slurm_poll_interval must be at least 100ms" "backend = slurm" "gpus = none" "slurm_poll_interval = 0.01s"
+bad_config "slurm_log_dir is for backend = slurm" "slurm_log_dir = /tmp/x"
+bad_config "slurm_log_dir = logs must be an absolute path" "backend = slurm" "gpus = none" "slurm_log_dir = logs"
 
 for tool in slurmctld slurmd sbatch scontrol scancel munged; do
   command -v "$tool" >/dev/null || { echo "skip: $tool not found (apt-get install slurm-wlm)"; exit 77; }
@@ -112,6 +114,7 @@ gpus = none
 backend = slurm
 slurm_gpu_option = --cpus-per-task=%d
 slurm_poll_interval = 0.2s
+slurm_log_dir = $work/shared/logs
 CONF
 start_gpcd() {
   "$GPCD" --config "$work/gpcd.conf" --foreground >>"$work/gpcd.log" 2>&1 &
@@ -139,6 +142,10 @@ sa=$(slurm_id "$a")
 [[ $(field "$a" '["message"]') == "Slurm job $sa FAILED (exit status 7)" ]] || fail "message: $(field "$a" '["message"]')"
 printf 'out-%s\ncpus=1 job=%s\nerr-%s\n' "$tag" "$a" "$tag" | cmp -s - <("$GPC" logs "$a") ||
   fail "logs: $("$GPC" logs "$a")"
+# the output went to slurm_log_dir (created by gpcd), owner-only
+[[ -f $work/shared/logs/$a.log && ! -e $work/state/jobs/$a.log ]] || fail "job $a's log is not in slurm_log_dir"
+[[ $(stat -c %a "$work/shared/logs/$a.log") == 600 && $(stat -c %a "$work/shared/logs") == 711 ]] ||
+  fail "log modes: $(stat -c %a "$work/shared/logs/$a.log") $(stat -c %a "$work/shared/logs")"
 info=$(scontrol -o show job "$sa")
 for want in "JobName=gpcd-" "-$a " "TimeLimit=00:05:00" "CPUs/Task=1" "JobState=FAILED" "ExitCode=7:0" "WorkDir=$PWD "; do
   [[ $info == *"$want"* ]] || fail "Slurm's job lacks '$want': $info"
