@@ -391,20 +391,28 @@ static gpc_status list_query(sched_store *store, const char *sql, unsigned state
     }
     sqlite3_bind_int64(s, 1, state_mask);
     sqlite3_bind_double(s, 2, number);
-    int capacity = 64, n = 0;
+    int capacity = 64, n = 0, oom = 0;
     sched_job **jobs = malloc((size_t)capacity * sizeof *jobs);
     int rc = SQLITE_DONE;
-    while (jobs && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    oom = jobs == NULL;
+    while (!oom && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         if (n == capacity) {
-            capacity *= 2;
-            sched_job **grown = realloc(jobs, (size_t)capacity * sizeof *jobs);
-            if (!grown) break;
+            sched_job **grown = realloc(jobs, (size_t)capacity * 2 * sizeof *jobs);
+            if (!grown) {
+                oom = 1;
+                break;
+            }
             jobs = grown;
+            capacity *= 2;
         }
         jobs[n] = job_from_row(s);
-        if (jobs[n]) n++;
+        if (!jobs[n]) {
+            oom = 1;
+            break;
+        }
+        n++;
     }
-    if (!jobs)
+    if (oom)
         st = gpc_error(GPC_ERR_NOMEM, "out of memory listing jobs");
     else if (rc != SQLITE_DONE && rc != SQLITE_ROW)
         st = store_fail(store, "listing jobs");
