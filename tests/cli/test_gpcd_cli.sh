@@ -29,7 +29,7 @@ CONF
 "$GPCD" --config "$work/gpcd.conf" --foreground >"$work/gpcd.log" 2>&1 &
 gpcd_pid=$!
 export GPC_SOCKET=$work/state/gpcd.sock
-for _ in $(seq 100); do [[ -S $GPC_SOCKET ]] && break; sleep 0.05; done
+for _ in $(seq 400); do [[ -S $GPC_SOCKET ]] && break; sleep 0.05; done
 [[ -S $GPC_SOCKET ]] || fail "gpcd did not create its socket"
 [[ $(stat -c %a "$GPC_SOCKET") == 600 ]] || fail "socket mode $(stat -c %a "$GPC_SOCKET"), want 600"
 
@@ -42,7 +42,7 @@ id=$(printf '%s\n' "$out" | tail -1)
 [[ $id == 1 ]] || fail "first job id $id"
 
 # show --json has what was asked for
-for _ in $(seq 100); do
+for _ in $(seq 300); do
   state=$("$GPC" show "$id" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
   [[ $state == running ]] && break; sleep 0.05
 done

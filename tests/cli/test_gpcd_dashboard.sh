@@ -40,7 +40,7 @@ CONF
 "$GPCD" --config "$work/gpcd.conf" --foreground >"$work/gpcd.log" 2>&1 &
 gpcd_pid=$!
 url=http://127.0.0.1:$port
-for _ in $(seq 100); do curl -sf -o /dev/null "$url/" && break; sleep 0.05; done
+for _ in $(seq 400); do curl -sf -o /dev/null "$url/" && break; sleep 0.05; done
 
 # the page: HTML, no token needed, locked down; the API still wants the token
 curl -s -D "$work/headers" -o "$work/page.html" "$url/" || fail "GET / failed"

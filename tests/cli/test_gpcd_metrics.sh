@@ -23,7 +23,7 @@ CONF
 "$GPCD" --config "$work/gpcd.conf" --foreground >"$work/gpcd.log" 2>&1 &
 gpcd_pid=$!
 sock=$work/state/gpcd.sock
-for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.05; done
+for _ in $(seq 400); do [[ -S $sock ]] && break; sleep 0.05; done
 api() { curl -sf --unix-socket "$sock" "http://gpcd$1" "${@:2}"; }
 api /jobs -d '{"command":["sleep","30"],"gpus":2,"type":"train"}' >/dev/null
 api /jobs -d '{"command":["sleep","30"],"gpus":1,"type":"infer","mem":"20G"}' >/dev/null

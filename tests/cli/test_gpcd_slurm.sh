@@ -58,7 +58,7 @@ munged --foreground --force --key-file="$work/munge/munge.key" --socket="$work/m
   --pid-file="$work/munge/munged.pid" --log-file="$work/munge/munged.log" \
   --seed-file="$work/munge/munge.seed" >/dev/null 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do [[ -S $work/munge/munge.sock ]] && break; sleep 0.05; done
+for _ in $(seq 400); do [[ -S $work/munge/munge.sock ]] && break; sleep 0.05; done
 [[ -S $work/munge/munge.sock ]] || skip "munged did not start: $(tail -2 "$work/munge/munged.log" 2>/dev/null)"
 
 read -r ctld_port slurmd_port < <(python3 -c '
@@ -120,7 +120,7 @@ start_gpcd() {
   "$GPCD" --config "$work/gpcd.conf" --foreground >>"$work/gpcd.log" 2>&1 &
   gpcd_pid=$!
   pids+=($gpcd_pid)
-  for _ in $(seq 100); do [[ -S $work/state/gpcd.sock ]] && break; sleep 0.05; done
+  for _ in $(seq 400); do [[ -S $work/state/gpcd.sock ]] && break; sleep 0.05; done
   [[ -S $work/state/gpcd.sock ]] || fail "gpcd did not start"
 }
 start_gpcd

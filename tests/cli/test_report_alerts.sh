@@ -27,7 +27,7 @@ CONF
 "$GPCD" --config "$work/gpcd.conf" --foreground >"$work/gpcd.log" 2>&1 &
 gpcd_pid=$!
 export GPC_SOCKET=$work/state/gpcd.sock
-for _ in $(seq 100); do [[ -S $GPC_SOCKET ]] && break; sleep 0.05; done
+for _ in $(seq 400); do [[ -S $GPC_SOCKET ]] && break; sleep 0.05; done
 [[ -S $GPC_SOCKET ]] || fail "gpcd did not create its socket"
 id=$("$GPC" submit --gpus 1 --type train -- sleep 30 | tail -1)
 [[ $id =~ ^[0-9]+$ ]] || fail "submit printed '$id'"
@@ -39,7 +39,7 @@ write_run() { # folder, gpcd_job value
 }
 write_run "$work/run" "$id"
 page=$work/run/report.html
-for _ in $(seq 50); do
+for _ in $(seq 200); do
   "$GPC" report "$work/run" >/dev/null
   grep -q "close to running out of memory" "$page" && break
   sleep 0.1
