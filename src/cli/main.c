@@ -60,7 +60,8 @@ static const command_entry commands[] = {
 
 static void print_overview(FILE *out) {
     fprintf(out,
-            "gpc %s: train, serve and share GPU servers\n\nusage: gpc COMMAND [OPTIONS]\n\n"
+            "gpc %s: train and sample GPT models, measure and share GPU servers\n\nusage: gpc "
+            "COMMAND [OPTIONS]\n\n"
             "commands:\n",
             GPC_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
