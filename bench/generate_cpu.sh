@@ -31,6 +31,8 @@ else
   echo "texts: DIFFERENT" >&2
   exit 1
 fi
-awk -v a="$(sed -E 's/.*\(([0-9.]+) tokens\/s.*/\1/' "$WORK/kept.err" | tail -1)" \
-    -v b="$(sed -E 's/.*\(([0-9.]+) tokens\/s.*/\1/' "$WORK/recomputed.err" | tail -1)" \
-    'BEGIN { printf "speed-up: %.1fx\n", a / b }'
+# tokens/s over the whole generation (N tokens in T s)
+rate() { sed -nE 's/^sample: ([0-9]+) tokens in ([0-9.]+) s.*/\1 \2/p' "$1" | awk '{ printf "%.1f", $1 / $2 }'; }
+kept=$(rate "$WORK/kept.err") recomputed=$(rate "$WORK/recomputed.err")
+echo "tokens/s: $kept kept, $recomputed recomputed"
+awk -v a="$kept" -v b="$recomputed" 'BEGIN { printf "speed-up: %.1fx\n", a / b }'

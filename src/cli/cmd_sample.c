@@ -15,10 +15,12 @@ static const char *NAME = "sample";
 
 typedef struct {
     const gpc_tokenizer *tok;
+    double first; /* when the first token came (the prompt's cost), 0 before */
 } stream;
 
 static int print_token(void *user, uint32_t token) {
-    const stream *s = user;
+    stream *s = user;
+    if (s->first == 0) s->first = gpc_time_seconds();
     size_t n;
     const char *bytes = gpc_tokenizer_token_bytes(s->tok, token, &n);
     if (bytes && n) fwrite(bytes, 1, n, stdout);
@@ -71,7 +73,7 @@ static gpc_status run(const char *run_dir, const char *prompt, const gpc_generat
         o.stop_token = eot;
         gpc_rng rng;
         gpc_rng_seed(&rng, seed, 0x73616d706c65ULL); /* "sample" */
-        stream out = {tok};
+        stream out = {tok, 0};
         fputs(prompt, stdout);
         fflush(stdout);
         /* an empty prompt starts a fresh text, as after a document's end */
@@ -82,9 +84,14 @@ static gpc_status run(const char *run_dir, const char *prompt, const gpc_generat
         double dt = gpc_time_seconds() - t0;
         fputc('\n', stdout);
         fflush(stdout);
+        /* the first token pays for the prompt; the rate is of those after it */
+        double first = out.first > 0 ? out.first - t0 : dt, rest = dt - first;
         if (s == GPC_OK)
-            fprintf(stderr, "sample: %zu tokens in %.2f s (%.1f tokens/s, prompt of %zu)\n", made,
-                    dt, dt > 0 ? (double)made / dt : 0.0, count ? count : 1);
+            fprintf(stderr,
+                    "sample: %zu tokens in %.2f s: a prompt of %zu and the first token in %.2f s, "
+                    "then %.1f tokens/s\n",
+                    made, dt, count ? count : 1, first,
+                    made > 1 && rest > 0 ? (double)(made - 1) / rest : 0.0);
     }
     gpc_free(tokens);
     gpt_free(model);

@@ -141,7 +141,7 @@ if [[ -f "$run/checkpoint.bin" ]]; then
   [[ $(head -c 7 "$work/sample1") == "the cat" ]] || fail "sample does not start with the prompt: $(cat "$work/sample1")"
   [[ $(wc -c <"$work/sample1") -gt 9 ]] || fail "sample generated nothing: $(cat "$work/sample1")"
   # the report on stderr counts what was drawn: at most 30 tokens, the prompt's 2
-  grep -Eq '^sample: ([1-9]|[12][0-9]|30) tokens in [0-9.]+ s \([0-9.]+ tokens/s, prompt of 2\)$' "$work/err" ||
+  grep -Eq '^sample: ([1-9]|[12][0-9]|30) tokens in [0-9.]+ s: a prompt of 2 and the first token in [0-9.]+ s, then [0-9.]+ tokens/s$' "$work/err" ||
     fail "sample report: $(cat "$work/err")"
   expect 0 "sample again" -- "$GPC" sample --run "$run" --prompt "the cat" --tokens 30 --seed 3 --device cpu
   cmp -s "$work/out" "$work/sample1" || fail "same seed, different text"
