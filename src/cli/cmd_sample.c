@@ -73,6 +73,11 @@ static gpc_status run(const char *run_dir, const char *prompt, const gpc_generat
         o.stop_token = eot;
         gpc_rng rng;
         gpc_rng_seed(&rng, seed, 0x73616d706c65ULL); /* "sample" */
+        if (count > (size_t)config.max_context)
+            fprintf(stderr,
+                    "sample: the prompt's %zu tokens exceed the context of %d: the model sees "
+                    "the last %d\n",
+                    count, config.max_context, config.max_context);
         stream out = {tok, 0};
         fputs(prompt, stdout);
         fflush(stdout);

@@ -148,6 +148,11 @@ if [[ -f "$run/checkpoint.bin" ]]; then
   expect 0 "sample greedy, empty prompt" -- "$GPC" sample --run "$run" --temperature 0 --tokens 20 --device cpu
   [[ -s "$work/out" ]] || fail "greedy sample printed nothing"
   cp "$work/out" "$work/greedy"
+  # a prompt longer than the context (32): said, and its end is used
+  long=$(for i in $(seq 60); do printf 'the cat sat. '; done)
+  expect 0 "sample, long prompt" -- "$GPC" sample --run "$run" --prompt "$long" --tokens 5 --device cpu
+  grep -Eq "^sample: the prompt's [0-9]+ tokens exceed the context of 32: the model sees the last 32$" "$work/err" ||
+    fail "long prompt notice: $(cat "$work/err")"
   # keys and values kept or the window recomputed every token: the same text
   expect 0 "sample greedy, no kv cache" -- "$GPC" sample --run "$run" --temperature 0 --tokens 20 --device cpu --no-kv-cache
   cmp -s "$work/out" "$work/greedy" || fail "greedy text differs without the kv cache: $(cat "$work/out") / $(cat "$work/greedy")"
