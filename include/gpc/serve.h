@@ -19,15 +19,17 @@ extern "C" {
 
 /* Picks a token from logits[V]: temperature 0 is greedy (the first largest
  * logit); otherwise softmax(logits / temperature) restricted to the top_k
- * largest (top_k 0 or >= V: all of them). scratch holds V floats and V ints
- * (8*V bytes). */
-uint32_t gpc_sample_token(const float *logits, int V, float temperature, int top_k, gpc_rng *rng,
-                          void *scratch);
+ * largest (top_k 0 or >= V: all of them), and then, with top_p < 1, to the
+ * likeliest of those whose probabilities sum to top_p or just past it
+ * (nucleus sampling; top_p 1 keeps them all). scratch holds 8*V bytes. */
+uint32_t gpc_sample_token(const float *logits, int V, float temperature, int top_k, float top_p,
+                          gpc_rng *rng, void *scratch);
 
 typedef struct {
     int max_tokens;     /* tokens to generate, default 200 */
     float temperature;  /* default 0.8 */
     int top_k;          /* default 40; 0 for all */
+    float top_p;        /* default 1 (off): nucleus sampling over probability top_p */
     int64_t stop_token; /* generation ends when this is drawn (not emitted); -1: never */
     int kv_cache;       /* default 1: keep keys and values, run one position a step;
                            0: recompute the whole window every step */

@@ -107,7 +107,7 @@ static gpc_status run(const char *run_dir, const char *prompt, const gpc_generat
 int cmd_sample(int argc, char **argv) {
     const char *run_dir = NULL, *prompt = "", *device_name = "auto", *precision_name = NULL;
     int tokens = 200, top_k = 40, no_kv_cache = 0;
-    double temperature = 0.8;
+    double temperature = 0.8, top_p = 1.0;
     int64_t seed = 1337;
     const cli_option options[] = {
         {"run", CLI_STRING, &run_dir, "RUN", "run folder written by gpc train"},
@@ -117,6 +117,8 @@ int cmd_sample(int argc, char **argv) {
          "randomness: 0 picks the likeliest token (default 0.8)"},
         {"top-k", CLI_INT, &top_k, "K",
          "draw among the K likeliest tokens, 0 for all (default 40)"},
+        {"top-p", CLI_FLOAT, &top_p, "P",
+         "then among the likeliest whose probabilities sum to P, in (0, 1] (default 1: all)"},
         {"seed", CLI_INT64, &seed, "S", "random seed (default 1337)"},
         {"device", CLI_STRING, &device_name, "DEV", "auto, cpu or cuda[:N] (default auto)"},
         {"precision", CLI_STRING, &precision_name, "P",
@@ -128,7 +130,8 @@ int cmd_sample(int argc, char **argv) {
     };
     const cli_spec spec = {
         "sample",
-        "sample --run RUN [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K] [--seed S]",
+        "sample --run RUN [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K] [--top-p P] "
+        "[--seed S]",
         "Generates text from a trained run, streaming it to stdout. Stops at the end-of-text "
         "token or after N tokens.",
         options,
@@ -143,6 +146,8 @@ int cmd_sample(int argc, char **argv) {
     if (temperature < 0)
         return cli_usage_error(NAME, "--temperature must not be negative, not %g", temperature);
     if (top_k < 0) return cli_usage_error(NAME, "--top-k must not be negative, not %d", top_k);
+    if (!(top_p > 0 && top_p <= 1))
+        return cli_usage_error(NAME, "--top-p must be more than 0 and at most 1, not %g", top_p);
     if (seed < 0) return cli_usage_error(NAME, "--seed must not be negative");
     int precision = -1;
     if (precision_name && (rc = cli_precision(NAME, precision_name, &precision))) return rc;
@@ -157,6 +162,7 @@ int cmd_sample(int argc, char **argv) {
     g.max_tokens = tokens;
     g.temperature = (float)temperature;
     g.top_k = top_k;
+    g.top_p = (float)top_p;
     g.kv_cache = !no_kv_cache;
     s = run(run_dir, prompt, &g, (uint64_t)seed, device, precision);
     if (s != GPC_OK) return cli_fail(NAME, s);

@@ -4,24 +4,41 @@
  *
  * Top-k keeps the k largest logits (Fan et al. 2018), temperature divides
  * the logits before the softmax; both are the knobs of GPT-2's own sampler.
+ * Top-p (nucleus sampling, Holtzman et al. 2020) then keeps the smallest
+ * set of the likeliest tokens whose probability reaches p.
  * The softmax is computed in double with the largest logit subtracted, so
  * neither a low temperature nor large logits overflow.
  */
 #include "gpc/serve.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 void gpc_generate_options_init(gpc_generate_options *o) {
     o->max_tokens = 200;
     o->temperature = 0.8f;
     o->top_k = 40;
+    o->top_p = 1.0f;
     o->stop_token = -1;
     o->kv_cache = 1;
 }
 
-uint32_t gpc_sample_token(const float *logits, int V, float temperature, int top_k, gpc_rng *rng,
-                          void *scratch) {
+/* A candidate token: its logit and its id. */
+typedef struct {
+    float value;
+    int index;
+} candidate;
+
+/* Largest logit first; equal logits by id, so the order is total. */
+static int by_logit_desc(const void *pa, const void *pb) {
+    const candidate *a = pa, *b = pb;
+    if (a->value != b->value) return a->value < b->value ? 1 : -1;
+    return (a->index > b->index) - (a->index < b->index);
+}
+
+uint32_t gpc_sample_token(const float *logits, int V, float temperature, int top_k, float top_p,
+                          gpc_rng *rng, void *scratch) {
     if (temperature <= 0.0f) {
         int best = 0;
         for (int v = 1; v < V; v++)
@@ -29,41 +46,51 @@ uint32_t gpc_sample_token(const float *logits, int V, float temperature, int top
         return (uint32_t)best;
     }
     int k = (top_k <= 0 || top_k > V) ? V : top_k;
-    float *value = scratch;
-    int *index = (int *)((char *)scratch + (size_t)V * sizeof(float));
+    candidate *c = scratch;
     int n = 0;
     if (k == V) {
         for (int v = 0; v < V; v++)
-            value[v] = logits[v], index[v] = v;
+            c[v].value = logits[v], c[v].index = v;
         n = V;
+        /* top-p needs them in order; top-k alone does not */
+        if (top_p < 1.0f) qsort(c, (size_t)n, sizeof *c, by_logit_desc);
     } else {
         /* keep the k largest, sorted descending, by insertion: O(V k) with
          * k small is faster than sorting V */
         for (int v = 0; v < V; v++) {
             float x = logits[v];
-            if (n == k && x <= value[n - 1]) continue;
+            if (n == k && x <= c[n - 1].value) continue;
             int at = n < k ? n++ : k - 1;
-            while (at > 0 && value[at - 1] < x) {
-                value[at] = value[at - 1];
-                index[at] = index[at - 1];
+            while (at > 0 && c[at - 1].value < x) {
+                c[at] = c[at - 1];
                 at--;
             }
-            value[at] = x;
-            index[at] = v;
+            c[at].value = x;
+            c[at].index = v;
         }
     }
-    float max = value[0];
+    float max = c[0].value;
     for (int i = 1; i < n; i++)
-        if (value[i] > max) max = value[i];
+        if (c[i].value > max) max = c[i].value;
     double total = 0;
     for (int i = 0; i < n; i++)
-        total += exp(((double)value[i] - max) / temperature);
+        total += exp(((double)c[i].value - max) / temperature);
+    if (top_p < 1.0f) {
+        /* the smallest prefix whose probability reaches top_p (the token
+         * that crosses it included; at least one) */
+        double want = (double)top_p * total, kept = 0;
+        int m = 0;
+        while (m < n && (m == 0 || kept < want))
+            kept += exp(((double)c[m++].value - max) / temperature);
+        n = m;
+        total = kept;
+    }
     double r = gpc_rng_uniform64(rng) * total, acc = 0;
     for (int i = 0; i < n; i++) {
-        acc += exp(((double)value[i] - max) / temperature);
-        if (r < acc) return (uint32_t)index[i];
+        acc += exp(((double)c[i].value - max) / temperature);
+        if (r < acc) return (uint32_t)c[i].index;
     }
-    return (uint32_t)index[n - 1]; /* rounding left r at the very top */
+    return (uint32_t)c[n - 1].index; /* rounding left r at the very top */
 }
 
 int gpc_generate_window_drop(int context) {
@@ -80,6 +107,8 @@ gpc_status gpc_generate(gpt_model *m, const uint32_t *prompt, size_t prompt_len,
                          "starts a fresh text)");
     if (o->max_tokens < 0 || o->temperature < 0 || o->top_k < 0)
         return gpc_error(GPC_ERR_INVALID_ARG, "tokens, temperature and top-k must not be negative");
+    if (!(o->top_p > 0.0f && o->top_p <= 1.0f))
+        return gpc_error(GPC_ERR_INVALID_ARG, "top-p must be in (0, 1], not %g", (double)o->top_p);
     int V = m->config.vocab_size, maxT = m->T;
     int32_t *window = gpc_malloc((size_t)maxT * sizeof(int32_t));
     float *logits = gpc_malloc((size_t)V * sizeof(float));
@@ -108,7 +137,8 @@ gpc_status gpc_generate(gpt_model *m, const uint32_t *prompt, size_t prompt_len,
                         : gpt_forward_last_logits(m, window, 1, len, logits);
         if (s != GPC_OK) break;
         cached = len;
-        uint32_t token = gpc_sample_token(logits, V, o->temperature, o->top_k, rng, scratch);
+        uint32_t token =
+            gpc_sample_token(logits, V, o->temperature, o->top_k, o->top_p, rng, scratch);
         if (o->stop_token >= 0 && token == (uint64_t)o->stop_token) break;
         if (generated) (*generated)++;
         if (callback && callback(user, token)) break;

@@ -132,6 +132,8 @@ expect 2 "sample without options" -- "$GPC" sample
 expect 2 "sample --tokens 0" -- "$GPC" sample --run "$run" --tokens 0
 expect 2 "sample --temperature -1" -- "$GPC" sample --run "$run" --temperature -1
 expect 2 "sample --top-k -2" -- "$GPC" sample --run "$run" --top-k -2
+expect 2 "sample --top-p 0" -- "$GPC" sample --run "$run" --top-p 0
+expect 2 "sample --top-p 1.5" -- "$GPC" sample --run "$run" --top-p 1.5
 expect 2 "sample unknown option" -- "$GPC" sample --run "$run" --colour red
 expect 2 "sample --precision int4" -- "$GPC" sample --run "$run" --precision int4
 expect 1 "sample missing run" -- "$GPC" sample --run "$work/none"
@@ -148,6 +150,9 @@ if [[ -f "$run/checkpoint.bin" ]]; then
   expect 0 "sample greedy, empty prompt" -- "$GPC" sample --run "$run" --temperature 0 --tokens 20 --device cpu
   [[ -s "$work/out" ]] || fail "greedy sample printed nothing"
   cp "$work/out" "$work/greedy"
+  # nucleus sampling with a tiny p keeps the likeliest token: the greedy text
+  expect 0 "sample --top-p tiny" -- "$GPC" sample --run "$run" --top-p 0.000001 --top-k 0 --tokens 20 --device cpu
+  cmp -s "$work/out" "$work/greedy" || fail "top-p 1e-6 differs from greedy: $(cat "$work/out") / $(cat "$work/greedy")"
   # a prompt longer than the context (32): said, and its end is used
   long=$(for i in $(seq 60); do printf 'the cat sat. '; done)
   expect 0 "sample, long prompt" -- "$GPC" sample --run "$run" --prompt "$long" --tokens 5 --device cpu

@@ -16,48 +16,53 @@
 
 static void test_sample_distribution(void **state) {
     (void)state;
-    enum { V = 50, DRAWS = 200000 };
+    enum { V = 50, DRAWS = 200000, CASES = 6 };
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 41);
     float logits[V];
     for (int v = 0; v < V; v++)
         logits[v] = 2.0f * gpc_rng_normal(&rng);
     static char scratch[V * 8];
-    const int ks[3] = {0, 5, 1};
-    const float temps[3] = {1.0f, 0.5f, 2.0f};
-    for (int c = 0; c < 3; c++) {
-        int k = ks[c];
+    const int ks[CASES] = {0, 5, 1, 0, 8, 0};
+    const float temps[CASES] = {1.0f, 0.5f, 2.0f, 1.0f, 0.7f, 2.0f};
+    const float ps[CASES] = {1.0f, 1.0f, 1.0f, 0.9f, 0.6f, 0.3f};
+    /* the logits' order, largest first */
+    int order[V];
+    for (int v = 0; v < V; v++)
+        order[v] = v;
+    for (int i = 0; i < V; i++)
+        for (int j = i + 1; j < V; j++)
+            if (logits[order[j]] > logits[order[i]]) {
+                int t = order[i];
+                order[i] = order[j], order[j] = t;
+            }
+    for (int c = 0; c < CASES; c++) {
+        int k = ks[c] ? ks[c] : V;
         float temp = temps[c];
-        /* exact probabilities: softmax(logits / temp) over the k largest */
-        double p[V], total = 0;
-        float kth = -INFINITY;
-        if (k) {
-            float sorted[V];
-            memcpy(sorted, logits, sizeof sorted);
-            for (int i = 0; i < V; i++)
-                for (int j = i + 1; j < V; j++)
-                    if (sorted[j] > sorted[i]) {
-                        float t = sorted[i];
-                        sorted[i] = sorted[j], sorted[j] = t;
-                    }
-            kth = sorted[k - 1];
-        }
-        for (int v = 0; v < V; v++) {
-            p[v] = logits[v] >= kth ? exp((double)logits[v] / temp) : 0.0;
-            total += p[v];
+        /* exact probabilities: softmax(logits / temp) over the k largest,
+         * then the likeliest of those up to and including the one whose
+         * cumulative probability reaches p */
+        double p[V] = {0}, total = 0, kept = 0;
+        for (int i = 0; i < k; i++)
+            total += exp((double)logits[order[i]] / temp);
+        for (int i = 0; i < k && (i == 0 || kept < ps[c] * total); i++) {
+            p[order[i]] = exp((double)logits[order[i]] / temp);
+            kept += p[order[i]];
         }
         int counts[V] = {0};
         for (int i = 0; i < DRAWS; i++) {
-            uint32_t t = gpc_sample_token(logits, V, temp, k, &rng, scratch);
+            uint32_t t = gpc_sample_token(logits, V, temp, ks[c], ps[c], &rng, scratch);
             assert_true(t < V);
             counts[t]++;
         }
         double chi2 = 0;
         int dof = -1;
         for (int v = 0; v < V; v++) {
-            double expect = p[v] / total * DRAWS;
+            double expect = p[v] / kept * DRAWS;
             if (expect == 0) {
-                assert_int_equal(counts[v], 0); /* outside the top k: never drawn */
+                if (counts[v] != 0)
+                    fail_msg("top-k %d top-p %g: token %d, outside the kept set, drawn %d times",
+                             ks[c], (double)ps[c], v, counts[v]);
                 continue;
             }
             chi2 += (counts[v] - expect) * (counts[v] - expect) / expect;
@@ -66,13 +71,17 @@ static void test_sample_distribution(void **state) {
         /* chi-square with dof degrees of freedom: mean dof, sd sqrt(2 dof);
          * 6 sd leaves a false alarm rate far below one in a million */
         if (dof > 0 && chi2 > dof + 6 * sqrt(2.0 * dof))
-            fail_msg("top-k %d temperature %g: chi-square %.1f for %d degrees of freedom", k, temp,
-                     chi2, dof);
+            fail_msg("top-k %d top-p %g temperature %g: chi-square %.1f for %d degrees of freedom",
+                     ks[c], (double)ps[c], temp, chi2, dof);
     }
     /* temperature 0: the first largest logit */
     logits[17] = 100.0f;
     logits[30] = 100.0f;
-    assert_int_equal(gpc_sample_token(logits, V, 0.0f, 40, &rng, scratch), 17);
+    assert_int_equal(gpc_sample_token(logits, V, 0.0f, 40, 1.0f, &rng, scratch), 17);
+    /* top-p this small keeps the likeliest token alone (of two equal, the
+     * first) */
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(gpc_sample_token(logits, V, 1.0f, 0, 1e-6f, &rng, scratch), 17);
 }
 
 /* Collects generated tokens. */
@@ -185,6 +194,12 @@ static void test_generate_matches_forward(void **state) {
                "outside the vocabulary");
     TEST_FAILS(gpc_generate(m, prompt, 0, &o, &rng, NULL, NULL, NULL), GPC_ERR_INVALID_ARG,
                "at least one token");
+    const float bad_p[3] = {0.0f, -0.5f, 1.5f};
+    for (int i = 0; i < 3; i++) {
+        o.top_p = bad_p[i];
+        TEST_FAILS(gpc_generate(m, prompt, 1, &o, &rng, NULL, NULL, NULL), GPC_ERR_INVALID_ARG,
+                   "top-p must be in (0, 1]");
+    }
     free(w);
     gpt_free(m);
 }
