@@ -582,16 +582,24 @@ __device__ __forceinline__ float att_dot(const float *a, const float *b) {
     return gpc_warp_sum(s);
 }
 
-/* Rows T_-Tq .. T_-1 of causal attention (all rows when Tq = T_), one warp a
- * row: out [B,Tq,C], lse [B,NH,Tq] unless NULL. */
+/* One key of a row's online softmax: running max m, sum l, output acc. */
+__device__ __forceinline__ void att_online(const float *q, const float *k, const float *v,
+                                           float *acc, float &m, float &l, float scale) {
+    float s = att_dot(q, k) * scale, mn = fmaxf(m, s);
+    float corr = expf(m - mn), p = expf(s - mn);
+    l = l * corr + p;
+    for (int i = 0; i < ATT_NAIVE_PER; i++)
+        acc[i] = acc[i] * corr + p * v[i];
+    m = mn;
+}
+
 template <typename T>
-__global__ void att_naive_forward_kernel(T *out, float *lse, const T *qkv, int B, int T_, int Tq,
-                                         int NH, int hs, float scale) {
+__global__ void att_naive_forward_kernel(T *out, float *lse, const T *qkv, int B, int T_, int NH,
+                                         int hs, float scale) {
     int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
-    if (w >= (int64_t)B * NH * Tq) return;
-    int r = (int)(w % Tq), bh = (int)(w / Tq), b = bh / NH, h = bh % NH, C = NH * hs;
-    int t = T_ - Tq + r;
+    if (w >= (int64_t)B * NH * T_) return;
+    int t = (int)(w % T_), bh = (int)(w / T_), b = bh / NH, h = bh % NH, C = NH * hs;
     int64_t stride = 3 * (int64_t)C;
     const T *base = qkv + (int64_t)b * T_ * stride + h * hs;
     float q[ATT_NAIVE_PER], k[ATT_NAIVE_PER], v[ATT_NAIVE_PER], acc[ATT_NAIVE_PER] = {0};
@@ -600,17 +608,62 @@ __global__ void att_naive_forward_kernel(T *out, float *lse, const T *qkv, int B
     for (int j = 0; j <= t; j++) {
         att_row(k, base + j * stride + C, hs, lane);
         att_row(v, base + j * stride + 2 * C, hs, lane);
-        float s = att_dot(q, k) * scale, mn = fmaxf(m, s);
-        float corr = expf(m - mn), p = expf(s - mn);
-        l = l * corr + p;
-        for (int i = 0; i < ATT_NAIVE_PER; i++)
-            acc[i] = acc[i] * corr + p * v[i];
-        m = mn;
+        att_online(q, k, v, acc, m, l, scale);
     }
-    T *o = out + ((int64_t)b * Tq + r) * C + h * hs;
+    T *o = out + ((int64_t)b * T_ + t) * C + h * hs;
     for (int i = 0; i < ATT_NAIVE_PER; i++)
         if (lane + 32 * i < hs) o[lane + 32 * i] = gpc_from_f32<T>(acc[i] / l);
-    if (lse && lane == 0) lse[(int64_t)bh * Tq + r] = m + logf(l);
+    if (lane == 0) lse[(int64_t)bh * T_ + t] = m + logf(l);
+}
+
+/* Generation's rows (attention_decode): one block of ATT_DECODE_WARPS warps
+ * a row, the row's keys dealt out to the warps in turn (key j to warp
+ * j % ATT_DECODE_WARPS), each warp keeping its own online softmax as
+ * att_naive_forward_kernel does; the warps' (max, sum, output) are then
+ * merged in shared memory. A decoding step has few rows (B x NH), so one
+ * warp a row would leave the GPU nearly idle while each walked the whole
+ * kept sequence alone. */
+#define ATT_DECODE_WARPS 8
+template <typename T>
+__global__ void __launch_bounds__(32 * ATT_DECODE_WARPS)
+    att_decode_kernel(T *out, const T *qkv, int T_, int Tq, int NH, int hs, float scale) {
+    __shared__ float part_m[ATT_DECODE_WARPS], part_l[ATT_DECODE_WARPS];
+    __shared__ float part_o[ATT_DECODE_WARPS][ATT_NAIVE_MAX_HS];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int r = (int)(blockIdx.x % Tq), bh = (int)(blockIdx.x / Tq), b = bh / NH, h = bh % NH;
+    int C = NH * hs, t = T_ - Tq + r;
+    int64_t stride = 3 * (int64_t)C;
+    const T *base = qkv + (int64_t)b * T_ * stride + h * hs;
+    float q[ATT_NAIVE_PER], k[ATT_NAIVE_PER], v[ATT_NAIVE_PER], acc[ATT_NAIVE_PER] = {0};
+    att_row(q, base + t * stride, hs, lane);
+    float m = -INFINITY, l = 0.0f;
+    for (int j = warp; j <= t; j += ATT_DECODE_WARPS) {
+        att_row(k, base + j * stride + C, hs, lane);
+        att_row(v, base + j * stride + 2 * C, hs, lane);
+        att_online(q, k, v, acc, m, l, scale);
+    }
+    if (lane == 0) {
+        part_m[warp] = m;
+        part_l[warp] = l;
+    }
+    for (int i = 0; i < ATT_NAIVE_PER; i++)
+        if (lane + 32 * i < hs) part_o[warp][lane + 32 * i] = acc[i];
+    __syncthreads();
+    /* warp 0 holds key 0, so the merged max is finite; a warp with no keys
+     * (t < warp) has m = -inf and weighs 0 */
+    float mx = part_m[0];
+    for (int w = 1; w < ATT_DECODE_WARPS; w++)
+        mx = fmaxf(mx, part_m[w]);
+    float total = 0.0f;
+    for (int w = 0; w < ATT_DECODE_WARPS; w++)
+        total += part_l[w] * expf(part_m[w] - mx);
+    T *o = out + ((int64_t)b * Tq + r) * C + h * hs;
+    for (int d = threadIdx.x; d < hs; d += blockDim.x) {
+        float sum = 0.0f;
+        for (int w = 0; w < ATT_DECODE_WARPS; w++)
+            sum += part_o[w][d] * expf(part_m[w] - mx);
+        o[d] = gpc_from_f32<T>(sum / total);
+    }
 }
 
 template <typename T>
@@ -888,15 +941,14 @@ gpc_status gpc_cuda_attention_forward(gpc_tensor *out, gpc_tensor *lse, const gp
     int64_t rows = (int64_t)s.B * s.NH * s.T;
     GPC_CUDA_DISPATCH(out->dtype, E, {
         att_naive_forward_kernel<E><<<gpc_cuda_blocks(rows * 32, 128), 128, 0, st>>>(
-            (E *)out->data, (float *)lse->data, (const E *)qkv->data, s.B, s.T, s.T, s.NH, s.hs,
-            scale);
+            (E *)out->data, (float *)lse->data, (const E *)qkv->data, s.B, s.T, s.NH, s.hs, scale);
     });
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
 }
 
-/* Generation's few rows at a time: the one-warp-a-row kernel, whose loads of
- * the kept keys and values are what a decoding step costs. */
+/* Generation's few rows at a time (att_decode_kernel), whose loads of the
+ * kept keys and values are what a decoding step costs. */
 gpc_status gpc_cuda_attention_decode(gpc_tensor *out, const gpc_tensor *qkv, int num_heads) {
     const char *op = "attention_decode";
     att_shape s;
@@ -908,9 +960,10 @@ gpc_status gpc_cuda_attention_decode(gpc_tensor *out, const gpc_tensor *qkv, int
     int Tq = (int)out->shape[1];
     int64_t rows = (int64_t)s.B * s.NH * Tq;
     float scale = 1.0f / sqrtf((float)s.hs);
+    if (rows > 0x7fffffff) return gpc_error(GPC_ERR_UNSUPPORTED, "%s: too many rows", op);
     GPC_CUDA_DISPATCH(out->dtype, E, {
-        att_naive_forward_kernel<E><<<gpc_cuda_blocks(rows * 32, 128), 128, 0, gpc_cuda_stream()>>>(
-            (E *)out->data, NULL, (const E *)qkv->data, s.B, s.T, Tq, s.NH, s.hs, scale);
+        att_decode_kernel<E><<<(unsigned)rows, 32 * ATT_DECODE_WARPS, 0, gpc_cuda_stream()>>>(
+            (E *)out->data, (const E *)qkv->data, s.T, Tq, s.NH, s.hs, scale);
     });
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;

@@ -455,8 +455,9 @@ static gpc_status upload_tokens(gpt_model *m, const int32_t *inputs, const int32
 /* Embedding, the blocks and the final layernorm, into lnf: the whole batch
  * (start 0, attention over the batch's own positions, lse kept for the
  * backward pass), or, with `cached`, positions start .. start+T-1 of a batch
- * of one whose attention reads the keys and values kept in qkv for the
- * positions before them (no lse). tokens: [B,T] i32 on the model's device. */
+ * of one whose attention (attention_decode when start > 0) reads the keys and
+ * values kept in qkv for the positions before them. tokens: [B,T] i32 on the
+ * model's device. */
 static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int start, int B, int T,
                                  int cached) {
     const gpt_config *c = &m->config;
@@ -505,10 +506,10 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
         gpc_tensor fcprojb = param_layer(&p->fcprojb, l, 0, C);
 
         GPC_TRY(gpc_op_matmul_forward(&qkv, &ln1, &qkvw, &qkvb));
-        if (cached) {
+        if (cached && start > 0) {
             gpc_tensor kept = act_rows(m, &a->qkv, l, 0, 1, start + T, 3 * C);
             GPC_TRY(gpc_op_attention_decode(&atty, &kept, NH));
-        } else {
+        } else { /* the whole sequence so far: the flash kernels */
             gpc_tensor lse = view(&a->lse, (size_t)l * m->B * NH * m->T, 3, B, NH, T);
             GPC_TRY(gpc_op_attention_forward(&atty, &lse, &qkv, NH));
         }
