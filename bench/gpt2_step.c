@@ -10,14 +10,16 @@
  * N without the position embedding and the padded rows, as llm.c counts),
  * the model's planned memory and the GPU memory in use. With
  * GPC_CUDA_PROFILE=1 it adds the time of every op family over the timed
- * steps (CUDA events around each op, src/cuda/cuda_ops.cu). Random tokens:
- * throughput does not depend on the text.
+ * steps (CUDA events around each op, src/cuda/cuda_ops.cu). The first timed
+ * step is the NVTX range "timed-step". Random tokens: throughput does not
+ * depend on the text.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpc/model.h"
+#include "gpc/trace.h"
 #ifdef GPC_HAVE_CUDA
 #include "cuda/cuda_profile.h"
 #endif
@@ -94,6 +96,9 @@ int main(int argc, char **argv) {
 #endif
         cuda->synchronize(0);
         double t0 = gpc_time_seconds();
+        /* the first timed step is an NVTX range, so a profiler can take its
+         * kernels alone (scripts/gpu-kernels.sh) */
+        if (step == warmup) gpc_trace_push("timed-step");
         status = gpt_zero_grad(model);
         for (int a = 0; a < accum && status == GPC_OK; a++) {
             const int32_t *x = tokens + (a & 1) * (n + 1);
@@ -104,6 +109,7 @@ int main(int argc, char **argv) {
         float loss = 0, norm = 0;
         if (status == GPC_OK) status = gpt_update(model, &opt, NULL, NULL);
         if (status == GPC_OK) status = gpt_read_step(model, &loss, &norm);
+        if (step == warmup) gpc_trace_pop();
         cuda->synchronize(0);
         double dt = gpc_time_seconds() - t0;
         if (step >= warmup) times[step - warmup] = dt;
