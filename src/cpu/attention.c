@@ -51,10 +51,14 @@ static gpc_status shape_of(const char *op, const gpc_tensor *qkv, int num_heads,
     return gpc_cpu_need_blas_dim(op, 3 * s->C);
 }
 
-/* tiles [block, T] tiles for each OpenMP thread; *per_thread gets their size. */
-static gpc_status scratch_alloc(const char *op, int64_t T, int tiles, float **out,
+/* tiles [rows, T] tiles for each OpenMP thread, rows the query rows of a
+ * block (ATTENTION_QUERY_BLOCK, or fewer when fewer are asked for: a
+ * generation step's one row needs a small scratch, not a fresh mapping);
+ * *per_thread gets their size. */
+static gpc_status scratch_alloc(const char *op, int64_t rows, int64_t T, int tiles, float **out,
                                 size_t *per_thread) {
-    *per_thread = (size_t)tiles * ATTENTION_QUERY_BLOCK * (size_t)(T > 0 ? T : 1);
+    if (rows > ATTENTION_QUERY_BLOCK) rows = ATTENTION_QUERY_BLOCK;
+    *per_thread = (size_t)tiles * (size_t)(rows > 0 ? rows : 1) * (size_t)(T > 0 ? T : 1);
     size_t floats = *per_thread * (size_t)omp_get_max_threads();
     gpc_cpu_blas_init();
     *out = malloc(floats * sizeof(float));
@@ -99,7 +103,7 @@ static gpc_status forward_rows(const char *op, gpc_tensor *out, gpc_tensor *lse,
     int64_t T = sh.T, Tq = out->shape[1], q0 = T - Tq, C = sh.C, hs = sh.hs, NH = sh.NH, C3 = 3 * C;
     float *scratch;
     size_t per_thread;
-    GPC_TRY(scratch_alloc(op, T, 1, &scratch, &per_thread));
+    GPC_TRY(scratch_alloc(op, Tq, T, 1, &scratch, &per_thread));
     const float *x = qkv->data;
     float *o = out->data, *l = lse ? lse->data : NULL;
 #pragma omp parallel for schedule(static)
@@ -148,7 +152,7 @@ gpc_status gpc_cpu_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
     int64_t T = sh.T, C = sh.C, hs = sh.hs, NH = sh.NH, C3 = 3 * C;
     float *scratch;
     size_t per_thread;
-    GPC_TRY(scratch_alloc(op, T, 2, &scratch, &per_thread));
+    GPC_TRY(scratch_alloc(op, T, T, 2, &scratch, &per_thread));
     const float *x = qkv->data, *dy = dout->data, *y = out->data, *l = lse->data;
     float *dx = dqkv->data;
 #pragma omp parallel for schedule(static)
