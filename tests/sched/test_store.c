@@ -47,13 +47,19 @@ static void assert_same_job(const sched_job *a, const sched_job *b) {
     assert_int_equal(a->state, b->state);
 }
 
-static void test_jobs_round_trip(void **state) {
-    (void)state;
-    char *dir = test_tmpdir("store");
-    char path[4200];
-    snprintf(path, sizeof path, "%s/gpcd.db", dir);
+/* A new store in a fresh folder (*dir, to remove at the end; path: its file). */
+static sched_store *open_fresh(const char *tag, char **dir, char *path, size_t size) {
+    *dir = test_tmpdir(tag);
+    snprintf(path, size, "%s/gpcd.db", *dir);
     sched_store *store;
     TEST_OK(sched_store_open(path, &store));
+    return store;
+}
+
+static void test_jobs_round_trip(void **state) {
+    (void)state;
+    char *dir, path[4200];
+    sched_store *store = open_fresh("store", &dir, path, sizeof path);
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 31);
     sched_job *jobs[20];
@@ -151,11 +157,8 @@ static void *submit_many(void *arg) {
  * computed here. */
 static void test_list_recent(void **state) {
     (void)state;
-    char *dir = test_tmpdir("recent");
-    char path[4200];
-    snprintf(path, sizeof path, "%s/gpcd.db", dir);
-    sched_store *store;
-    TEST_OK(sched_store_open(path, &store));
+    char *dir, path[4200];
+    sched_store *store = open_fresh("recent", &dir, path, sizeof path);
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 33);
     enum { JOBS = 40 };
@@ -202,11 +205,8 @@ static void test_list_recent(void **state) {
 
 static void test_group_commit_concurrent(void **state) {
     (void)state;
-    char *dir = test_tmpdir("store");
-    char path[4200];
-    snprintf(path, sizeof path, "%s/gpcd.db", dir);
-    sched_store *store;
-    TEST_OK(sched_store_open(path, &store));
+    char *dir, path[4200];
+    sched_store *store = open_fresh("store", &dir, path, sizeof path);
     enum { THREADS = 8, EACH = 60 };
     pthread_t threads[THREADS];
     submitter subs[THREADS];
@@ -241,11 +241,8 @@ static void test_group_commit_concurrent(void **state) {
 
 static void test_samples_and_alerts(void **state) {
     (void)state;
-    char *dir = test_tmpdir("store");
-    char path[4200];
-    snprintf(path, sizeof path, "%s/gpcd.db", dir);
-    sched_store *store;
-    TEST_OK(sched_store_open(path, &store));
+    char *dir, path[4200];
+    sched_store *store = open_fresh("store", &dir, path, sizeof path);
     sched_sample_row rows[4];
     for (int g = 0; g < 4; g++)
         rows[g] = (sched_sample_row){0, g, 50, 1, 2, 40, 300};

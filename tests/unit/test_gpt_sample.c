@@ -97,6 +97,15 @@ static int collect(void *user, uint32_t token) {
     return 0;
 }
 
+/* A CPU model for sampling (batch 1, its whole context). */
+static gpt_model *inference_model(int L, int NH, int C, int T, int V) {
+    gpt_config c;
+    gpt_model *m = NULL;
+    TEST_OK(gpt_config_init(&c, L, NH, C, T, V));
+    TEST_OK(gpt_create(&m, &c, gpc_cpu(), GPC_F32, 1, T, 0));
+    return m;
+}
+
 /* The greedy reference: the window gpc_generate keeps (the prompt's last T
  * tokens; when full it drops its oldest gpc_generate_window_drop(T)), run
  * whole through the model at every step. Returns the smallest gap between
@@ -139,10 +148,7 @@ static void test_generate_matches_forward(void **state) {
     enum { V = 40, T = 8, STEPS = 16 };
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 42);
-    gpt_config c;
-    gpt_model *m = NULL;
-    TEST_OK(gpt_config_init(&c, 2, 2, 16, T, V));
-    TEST_OK(gpt_create(&m, &c, gpc_cpu(), GPC_F32, 1, T, 0));
+    gpt_model *m = inference_model(2, 2, 16, T, V);
     float *w = malloc(m->num_params * sizeof(float));
     uint32_t prompt[11];
     int32_t want[STEPS];
@@ -213,10 +219,7 @@ static void test_forward_cached(void **state) {
     enum { V = 50, T = 24 };
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 43);
-    gpt_config c;
-    gpt_model *m = NULL;
-    TEST_OK(gpt_config_init(&c, 3, 4, 32, T, V));
-    TEST_OK(gpt_create(&m, &c, gpc_cpu(), GPC_F32, 1, T, 0));
+    gpt_model *m = inference_model(3, 4, 32, T, V);
     float *w = malloc(m->num_params * sizeof(float));
     gpc_rng_fill_normal(&rng, w, m->num_params, 0.0f, 0.3f);
     TEST_OK(gpt_set_params(m, w));
