@@ -28,8 +28,9 @@ static int print_token(void *user, uint32_t token) {
     return 0;
 }
 
-static gpc_status run(const char *run_dir, const char *prompt, const gpc_generate_options *g,
-                      uint64_t seed, gpc_device device, int precision) {
+static gpc_status run(const char *run_dir, const char *prompt, size_t prompt_len,
+                      const gpc_generate_options *g, uint64_t seed, gpc_device device,
+                      int precision) {
     char ckpt[4096], tok_path[4096];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.bin", run_dir);
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", run_dir);
@@ -66,7 +67,7 @@ static gpc_status run(const char *run_dir, const char *prompt, const gpc_generat
     if (s == GPC_OK) s = gpt_checkpoint_load(ckpt, model, NULL);
     uint32_t *tokens = NULL;
     size_t count = 0;
-    if (s == GPC_OK) s = gpc_tokenizer_encode(tok, prompt, strlen(prompt), &tokens, &count);
+    if (s == GPC_OK) s = gpc_tokenizer_encode(tok, prompt, prompt_len, &tokens, &count);
     if (s == GPC_OK) {
         uint32_t eot = (uint32_t)gpc_tokenizer_eot(tok);
         gpc_generate_options o = *g;
@@ -79,7 +80,7 @@ static gpc_status run(const char *run_dir, const char *prompt, const gpc_generat
                     "the last %d\n",
                     count, config.max_context, config.max_context);
         stream out = {tok, 0};
-        fputs(prompt, stdout);
+        fwrite(prompt, 1, prompt_len, stdout);
         fflush(stdout);
         /* an empty prompt starts a fresh text, as after a document's end */
         size_t made = 0;
@@ -105,13 +106,15 @@ static gpc_status run(const char *run_dir, const char *prompt, const gpc_generat
 }
 
 int cmd_sample(int argc, char **argv) {
-    const char *run_dir = NULL, *prompt = "", *device_name = "auto", *precision_name = NULL;
+    const char *run_dir = NULL, *prompt = NULL, *prompt_file = NULL, *device_name = "auto",
+               *precision_name = NULL;
     int tokens = 200, top_k = 40, no_kv_cache = 0;
     double temperature = 0.8, top_p = 1.0;
     int64_t seed = 1337;
     const cli_option options[] = {
         {"run", CLI_STRING, &run_dir, "RUN", "run folder written by gpc train"},
         {"prompt", CLI_STRING, &prompt, "TEXT", "text to continue (default: a fresh text)"},
+        {"prompt-file", CLI_STRING, &prompt_file, "FILE", "continue the text of FILE instead"},
         {"tokens", CLI_INT, &tokens, "N", "tokens to generate (default 200)"},
         {"temperature", CLI_FLOAT, &temperature, "X",
          "randomness: 0 picks the likeliest token (default 0.8)"},
@@ -130,7 +133,8 @@ int cmd_sample(int argc, char **argv) {
     };
     const cli_spec spec = {
         "sample",
-        "sample --run RUN [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K] [--top-p P] "
+        "sample --run RUN [--prompt TEXT | --prompt-file FILE] [--tokens N] [--temperature X] "
+        "[--top-k K] [--top-p P] "
         "[--seed S]",
         "Generates text from a trained run, streaming it to stdout. Stops at the end-of-text "
         "token or after N tokens.",
@@ -142,6 +146,8 @@ int cmd_sample(int argc, char **argv) {
     CLI_PARSE_OR_RETURN(&spec, argc, argv);
     int rc;
     if (!run_dir) return cli_usage_error(NAME, "--run RUN is required (a folder from gpc train)");
+    if (prompt && prompt_file)
+        return cli_usage_error(NAME, "give --prompt or --prompt-file, not both");
     if (tokens <= 0) return cli_usage_error(NAME, "--tokens must be positive, not %d", tokens);
     if (temperature < 0)
         return cli_usage_error(NAME, "--temperature must not be negative, not %g", temperature);
@@ -164,7 +170,18 @@ int cmd_sample(int argc, char **argv) {
     g.top_k = top_k;
     g.top_p = (float)top_p;
     g.kv_cache = !no_kv_cache;
-    s = run(run_dir, prompt, &g, (uint64_t)seed, device, precision);
+    char *file_text = NULL;
+    size_t prompt_len = prompt ? strlen(prompt) : 0;
+    if (prompt_file) {
+        s = gpc_read_file(prompt_file, &file_text, &prompt_len);
+        if (s != GPC_OK) return cli_fail(NAME, s);
+    }
+    s = run(run_dir,
+            file_text ? file_text
+            : prompt  ? prompt
+                      : "",
+            prompt_len, &g, (uint64_t)seed, device, precision);
+    gpc_free(file_text);
     if (s != GPC_OK) return cli_fail(NAME, s);
     return CLI_EXIT_OK;
 }

@@ -133,6 +133,8 @@ expect 2 "sample --tokens 0" -- "$GPC" sample --run "$run" --tokens 0
 expect 2 "sample --temperature -1" -- "$GPC" sample --run "$run" --temperature -1
 expect 2 "sample --top-k -2" -- "$GPC" sample --run "$run" --top-k -2
 expect 2 "sample --top-p 0" -- "$GPC" sample --run "$run" --top-p 0
+expect 2 "sample --prompt and --prompt-file" -- "$GPC" sample --run "$run" --prompt x --prompt-file /etc/hostname
+expect 1 "sample --prompt-file missing" -- "$GPC" sample --run "$run" --prompt-file "$work/no-such-prompt"
 expect 2 "sample --top-p 1.5" -- "$GPC" sample --run "$run" --top-p 1.5
 expect 2 "sample unknown option" -- "$GPC" sample --run "$run" --colour red
 expect 2 "sample --precision int4" -- "$GPC" sample --run "$run" --precision int4
@@ -147,6 +149,10 @@ if [[ -f "$run/checkpoint.bin" ]]; then
     fail "sample report: $(cat "$work/err")"
   expect 0 "sample again" -- "$GPC" sample --run "$run" --prompt "the cat" --tokens 30 --seed 3 --device cpu
   cmp -s "$work/out" "$work/sample1" || fail "same seed, different text"
+  # the prompt from a file: the same text
+  printf 'the cat' >"$work/prompt.txt"
+  expect 0 "sample --prompt-file" -- "$GPC" sample --run "$run" --prompt-file "$work/prompt.txt" --tokens 30 --seed 3 --device cpu
+  cmp -s "$work/out" "$work/sample1" || fail "--prompt-file gives another text: $(cat "$work/out")"
   expect 0 "sample greedy, empty prompt" -- "$GPC" sample --run "$run" --temperature 0 --tokens 20 --device cpu
   [[ -s "$work/out" ]] || fail "greedy sample printed nothing"
   cp "$work/out" "$work/greedy"
