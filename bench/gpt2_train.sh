@@ -8,7 +8,8 @@
 # ./gpu-out), SKIP_TORCH=1 to leave out the PyTorch runs, KERNELS=0 to leave
 # out the kernel benchmarks (4, 5), RECOMPUTE_LEVELS (default "1 2"), VARIANTS
 # (extra runs of the step under other settings, e.g. "tune:GPC_MATMUL_TUNE=1
-# fusedbwd:GPC_ATTENTION_BWD=fused").
+# fusedbwd:GPC_ATTENTION_BWD=fused"), ROUNDS (default 1: with more, the
+# default step and the variants run in turn that many times).
 #
 # What runs, each printing a RESULT line:
 #   1. gpc train --device cuda on synthetic shards (d12, B=64, T=1024,
@@ -68,11 +69,21 @@ GPC_CUDA_PROFILE=1 timeout 120 "$build/bench/bench_gpt2_step" --steps 2 --warmup
 # the same step without the GELU epilogues (two kernels instead), and with recomputation
 say "-- without the GELU epilogues (GPC_MATMUL_GELU=0):"
 GPC_MATMUL_GELU=0 timeout 200 "$build/bench/bench_gpt2_step" --steps "$steps" 2>&1 | grep RESULT | sed 's/RESULT gpc /RESULT gpc_nogelu /' | tee -a "$log"
-# variants of the step, each NAME:VAR=VALUE[,VAR=VALUE]: VARIANTS="tune:GPC_MATMUL_TUNE=1"
-for v in ${VARIANTS-}; do
-  name=${v%%:*} envs=${v#*:}
-  say "-- variant $name (${envs//,/ }):"
-  env ${envs//,/ } timeout 200 "$build/bench/bench_gpt2_step" --steps "$steps" 2>&1 | grep RESULT | sed "s/RESULT gpc /RESULT gpc_$name /" | tee -a "$log"
+# variants of the step, each NAME:VAR=VALUE[,VAR=VALUE]: VARIANTS="tune:GPC_MATMUL_TUNE=1".
+# With ROUNDS=R > 1 the default step (as "base") and every variant run in
+# turn R times, so a drift of the GPU's speed over the call falls on all of
+# them alike; the summary gives each one's median and its ratio to base's.
+rounds=${ROUNDS:-1}
+for ((round = 1; round <= rounds; round++)); do
+  if [[ -n ${VARIANTS-} && $rounds -gt 1 ]]; then
+    say "-- round $round, base:"
+    timeout 200 "$build/bench/bench_gpt2_step" --steps "$steps" 2>&1 | grep RESULT | sed "s/RESULT gpc /RESULT gpc_base /" | tee -a "$log"
+  fi
+  for v in ${VARIANTS-}; do
+    name=${v%%:*} envs=${v#*:}
+    say "-- variant $name (${envs//,/ }):"
+    env ${envs//,/ } timeout 200 "$build/bench/bench_gpt2_step" --steps "$steps" 2>&1 | grep RESULT | sed "s/RESULT gpc /RESULT gpc_$name /" | tee -a "$log"
+  done
 done
 for r in ${RECOMPUTE_LEVELS-1 2}; do
   say "-- --recompute $r:"
@@ -108,9 +119,15 @@ ng, r1, r2 = get("gpc_nogelu", "tokens_per_s"), get("gpc_recompute1", "tokens_pe
 for name, v in (("gpc (model API)", g), ("gpc train", gt), ("PyTorch", t), ("gpc no GELU epi.", ng),
                 ("gpc --recompute 1", r1), ("gpc --recompute 2", r2)):
     if v: print(f"{name:18s} {v:10.0f} tokens/s")
+runs = {}
 for name, v in re.findall(r"RESULT gpc_(\w+) .*?tokens_per_s=([0-9.]+)", text):
     if name not in ("train", "nogelu", "recompute1", "recompute2", "attention", "attention_simple"):
-        print(f"gpc {name:14s} {float(v):10.0f} tokens/s" + (f" ({float(v) / g:.3f}x the default)" if g else ""))
+        runs.setdefault(name, []).append(float(v))
+median = lambda xs: sorted(xs)[len(xs) // 2]
+ref = median(runs["base"]) if "base" in runs else g
+for name, vs in runs.items():
+    spread = f", {len(vs)} runs {min(vs):.0f}-{max(vs):.0f}" if len(vs) > 1 else ""
+    print(f"gpc {name:14s} {median(vs):10.0f} tokens/s" + (f" ({median(vs) / ref:.3f}x {'base' if 'base' in runs else 'the default'}{spread})" if ref else ""))
 if t and (g or gt):
     print(f"ratio gpc/PyTorch: model API {g / t if g else float('nan'):.3f}, gpc train {gt / t if gt else float('nan'):.3f}")
 af, ab = get("gpc_attention", "fwd_ms"), get("gpc_attention", "bwd_ms")
