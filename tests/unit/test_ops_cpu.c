@@ -616,7 +616,10 @@ static void attention_case(int64_t B, int64_t T, int64_t NH, int64_t hs, int fin
     TEST_OK(gpc_op_attention_backward(&tdqkv, &tdy, &tqkv, &tout, &tlse, (int)NH));
     if (finite_differences) {
         double *g = finite_diff(c.qkv, nq, attention_loss, &c);
-        test_assert_close("attention dqkv", dqkv, g, (size_t)nq, BWD_TOL, 1e-2);
+        /* floor 0.1: where the exact gradient is 0 (a row's only key: its
+         * softmax is constant), f32's p (dp - D) leaves about 1e-6 of the
+         * gradients' scale of 1, as much as BWD_TOL x 1e-2 */
+        test_assert_close("attention dqkv", dqkv, g, (size_t)nq, BWD_TOL, 0.1);
         free(g);
     } else {
         double *g = dzeros(nq), *dy = widen(r, no);
