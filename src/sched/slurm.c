@@ -240,8 +240,12 @@ static gpc_status write_script(const sched_daemon *d, const sched_job *job, cons
     }
     char tmp[800];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    /* owner-only from its creation: it holds the submitter's environment,
+     * and the folder lets users reach their own logs */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0700);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
+        if (fd >= 0) close(fd);
         json_decref(command);
         return gpc_error(GPC_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
     }
