@@ -338,6 +338,8 @@ static submit_result submit(const sched_daemon *d, const slurm_state *s, const s
         snprintf(message, size, "cannot create the job log %.300s: %s", log, strerror(errno));
         return SUBMIT_REFUSED;
     }
+    if (fchmod(fd, 0600) != 0) /* whatever the umask */
+        gpc_log(GPC_LOG_WARN, "cannot make the log %s owner-only: %s", log, strerror(errno));
     if (uid[0] && fchown(fd, job->owner_uid, owner_gid) != 0)
         gpc_log(GPC_LOG_WARN, "cannot give the log %s to uid %u: %s", log, job->owner_uid,
                 strerror(errno));
