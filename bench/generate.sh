@@ -19,9 +19,16 @@ MODEL=${MODEL:-d6}
 WORK=${WORK:-$(mktemp -d)}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
-"$GPC" data prepare --input /usr/share/games/fortunes --out "$WORK/data" >/dev/null 2>&1
+# the bundled corpus where setup installed it, else this repository's own
+# text (the GPU machine has no fortunes)
+if [[ -d /usr/share/games/fortunes ]]; then corpus=(/usr/share/games/fortunes); else corpus=(docs src README.md); fi
+inputs=()
+for c in "${corpus[@]}"; do inputs+=(--input "$c"); done
+"$GPC" data prepare "${inputs[@]}" --out "$WORK/data" >"$WORK/prepare.log" 2>&1 ||
+  { echo "generate.sh: data prepare failed: $(tail -1 "$WORK/prepare.log")" >&2; exit 1; }
 "$GPC" train --data "$WORK/data" --out "$WORK/run" --model "$MODEL" --context 1024 --batch 1 \
-  --steps 2 --device "$DEVICE" --checkpoint-every 0 --eval-every 0 >/dev/null 2>&1
+  --steps 2 --device "$DEVICE" --checkpoint-every 0 --eval-every 0 >"$WORK/train.log" 2>&1 ||
+  { echo "generate.sh: train failed: $(tail -1 "$WORK/train.log")" >&2; exit 1; }
 # temperature 1.5 over the whole vocabulary: an untrained model then rarely
 # draws the end-of-text token, so all TOKENS are generated
 args=(sample --run "$WORK/run" --tokens "$TOKENS" --seed 2 --device "$DEVICE" --top-k 0 --temperature 1.5)

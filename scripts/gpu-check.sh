@@ -78,6 +78,9 @@ if [[ $mode == all || $mode == test ]]; then
 fi
 
 if [[ $mode == all || $mode == bench ]]; then
+  # generation: kept keys and values against the window recomputed, d12, bf16
+  GPC=$build/gpc DEVICE=cuda MODEL=d12 timeout 300 bench/generate.sh >"$out/generate.log" 2>&1
+  note "generation (d12, context 1024): exit $? $(grep -E 'tokens/s:|speed-up|texts' "$out/generate.log" | tr '\n' ' ')"
   OUT=$out bench/gpt2_train.sh "$build" >"$out/bench-run.log" 2>&1
   sed -n '/== summary/,$p' "$out/bench-run.log" >>"$summary"
   grep RESULT "$out/bench.log" >>"$summary"
