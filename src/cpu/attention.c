@@ -106,7 +106,7 @@ static gpc_status forward_rows(const char *op, gpc_tensor *out, gpc_tensor *lse,
     GPC_TRY(scratch_alloc(op, Tq, T, 1, &scratch, &per_thread));
     const float *x = qkv->data;
     float *o = out->data, *l = lse ? lse->data : NULL;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (sh.B * Tq * T * C >= GPC_CPU_PARALLEL_MIN)
     for (int64_t bh = 0; bh < sh.B * NH; bh++) {
         int64_t b = bh / NH, h = bh % NH;
         float *S = scratch + (size_t)omp_get_thread_num() * per_thread;
@@ -116,14 +116,12 @@ static gpc_status forward_rows(const char *op, gpc_tensor *out, gpc_tensor *lse,
         for (int64_t i0 = q0; i0 < T; i0 += ATTENTION_QUERY_BLOCK) {
             int64_t rows = T - i0 < ATTENTION_QUERY_BLOCK ? T - i0 : ATTENTION_QUERY_BLOCK;
             int64_t keys = i0 + rows;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)hs,
-                        sh.scale, q + i0 * C3, (int)C3, k, (int)C3, 0.0f, S, (int)keys);
+            gpc_cpu_sgemm1(0, 1, rows, keys, hs, sh.scale, q + i0 * C3, C3, k, C3, 0.0f, S, keys);
             for (int64_t r = 0; r < rows; r++) {
                 float lse_r = softmax_row(S + r * keys, i0 + r, keys);
                 if (l) l[bh * Tq + i0 - q0 + r] = lse_r;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hs, (int)keys,
-                        1.0f, S, (int)keys, v, (int)C3, 0.0f, oh + (i0 - q0) * C, (int)C);
+            gpc_cpu_sgemm1(0, 0, rows, hs, keys, 1.0f, S, keys, v, C3, 0.0f, oh + (i0 - q0) * C, C);
         }
     }
     free(scratch);

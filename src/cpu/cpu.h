@@ -19,10 +19,24 @@ extern const gpc_ops_table gpc_cpu_ops;
 /* One kernel per op of gpc_ops_table, named gpc_cpu_NAME; the file of each
  * family is named after it (embedding.c, layernorm.c, matmul.c, ...). */
 #define GPC_CPU_DECLARE(name, params) gpc_status gpc_cpu_##name params;
+
+/* Loops over fewer elements than this run on the calling thread (an OpenMP
+ * `if` clause): waking the team costs more than it saves on, say, the one
+ * row of a generation step. Every loop it gates gives the same bits either
+ * way. */
+#define GPC_CPU_PARALLEL_MIN 32768
 GPC_OPS_LIST(GPC_CPU_DECLARE)
 #undef GPC_CPU_DECLARE
 
 /* cpu_common.c: checks the kernels share. */
+
+/* One row-major cblas_sgemm on the calling thread, but a matrix-vector
+ * product (sgemv) when C has one row and A is not transposed: OpenBLAS
+ * 0.3.21's sgemm packs op(B) even then, 2 to 8 times slower on generation's
+ * one-row products. */
+void gpc_cpu_sgemm1(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                    int64_t ldc);
 
 /* GPC_ERR_UNSUPPORTED unless t is f32 (a NULL t passes: optional tensors). */
 gpc_status gpc_cpu_need_f32(const char *op, const char *name, const gpc_tensor *t);

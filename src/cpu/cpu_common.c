@@ -53,17 +53,33 @@ void gpc_cpu_blas_init(void) {
     pthread_once(&once, blas_one_thread);
 }
 
+void gpc_cpu_sgemm1(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                    int64_t ldc) {
+    if (M == 1 && !trans_a) {
+        /* c = alpha op(B)^T a + beta c, op(B) [K, N]: B is [N, K] (trans_b)
+         * or [K, N] */
+        if (trans_b)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)N, (int)K, alpha, B, (int)ldb, A, 1, beta,
+                        C, 1);
+        else
+            cblas_sgemv(CblasRowMajor, CblasTrans, (int)K, (int)N, alpha, B, (int)ldb, A, 1, beta,
+                        C, 1);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda, B,
+                (int)ldb, beta, C, (int)ldc);
+}
+
 void gpc_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                    const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                    int64_t ldc) {
     if (M <= 0 || N <= 0) return;
     gpc_cpu_blas_init();
-    enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     if (threads <= 1 || M * N * K < SGEMM_PARALLEL_WORK) {
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb,
-                    beta, C, (int)ldc);
+        gpc_cpu_sgemm1(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     /* split the longer side of C; a block of rows of C takes the same rows of
@@ -79,12 +95,12 @@ void gpc_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, fl
         if (size > 0) {
             if (split_rows) {
                 const float *a = trans_a ? A + start : A + start * lda;
-                cblas_sgemm(CblasRowMajor, ta, tb, (int)size, (int)N, (int)K, alpha, a, (int)lda, B,
-                            (int)ldb, beta, C + start * ldc, (int)ldc);
+                gpc_cpu_sgemm1(trans_a, trans_b, size, N, K, alpha, a, lda, B, ldb, beta,
+                               C + start * ldc, ldc);
             } else {
                 const float *b = trans_b ? B + start * ldb : B + start;
-                cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)size, (int)K, alpha, A, (int)lda, b,
-                            (int)ldb, beta, C + start, (int)ldc);
+                gpc_cpu_sgemm1(trans_a, trans_b, M, size, K, alpha, A, lda, b, ldb, beta, C + start,
+                               ldc);
             }
         }
     }

@@ -63,7 +63,7 @@ gpc_status gpc_cpu_residual_forward(gpc_tensor *out, const gpc_tensor *a, const 
     int64_t n = gpc_tensor_numel(out);
     float *o = out->data;
     const float *pa = a->data, *pb = b->data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= GPC_CPU_PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++)
         o[i] = pa[i] + pb[i];
     return GPC_OK;

@@ -39,7 +39,7 @@ gpc_status gpc_cpu_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
     GPC_TRY(check_tokens(op, tok, N, V));
     float *o = out->data;
     const float *te = wte->data, *pe = wpe->data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= GPC_CPU_PARALLEL_MIN)
     for (int64_t n = 0; n < N; n++) {
         float *row = o + n * C;
         const float *trow = te + (int64_t)tok[n] * C, *prow = pe + (n % T) * C;

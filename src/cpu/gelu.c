@@ -22,7 +22,7 @@ gpc_status gpc_cpu_gelu_forward(gpc_tensor *out, const gpc_tensor *inp) {
     int64_t n = gpc_tensor_numel(out);
     float *o = out->data;
     const float *x = inp->data;
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= GPC_CPU_PARALLEL_MIN)
     for (int64_t i = 0; i < n; i++) {
         float xi = x[i];
         float u = GELU_SCALE * (xi + GELU_CUBIC * xi * xi * xi);

@@ -59,7 +59,7 @@ gpc_status gpc_cpu_layernorm_forward(gpc_tensor *out, gpc_tensor *mean, gpc_tens
     int64_t C = gpc_cpu_last_dim(inp), N = gpc_cpu_rows(inp);
     float *o = out->data, *mu = mean->data, *rs = rstd->data;
     const float *x = inp->data, *w = weight->data, *b = bias->data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= GPC_CPU_PARALLEL_MIN)
     for (int64_t n = 0; n < N; n++)
         layernorm_row(o + n * C, mu + n, rs + n, x + n * C, w, b, C);
     return GPC_OK;
@@ -91,7 +91,7 @@ gpc_status gpc_cpu_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor *
     float *r = residual->data, *o = out->data, *mu = mean->data, *rs = rstd->data;
     const float *pa = a->data, *pb = b->data, *w = weight->data, *bi = bias->data;
     /* One pass per row: the sum is still in cache when the row is normalised. */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= GPC_CPU_PARALLEL_MIN)
     for (int64_t n = 0; n < N; n++) {
         float *row = r + n * C;
         for (int64_t c = 0; c < C; c++)

@@ -35,7 +35,7 @@ gpc_status gpc_cpu_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const 
     float beta = 0.0f;
     if (bias && bias->data) {
         const float *b = bias->data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * OC >= GPC_CPU_PARALLEL_MIN)
         for (int64_t n = 0; n < N; n++)
             for (int64_t j = 0; j < OC; j++)
                 o[n * OC + j] = b[j];

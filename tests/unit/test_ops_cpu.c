@@ -429,6 +429,38 @@ static void test_matmul_large(void **state) {
     free(x), free(w), free(b), free(out), free(c.x), free(c.w), free(c.b), free(want);
 }
 
+/* One row (generation's decoding step), which the CPU computes as a
+ * matrix-vector product: forward and dinp against float64, small (one call)
+ * and wide (columns spread over the threads). */
+static void test_matmul_one_row(void **state) {
+    (void)state;
+    const int64_t sizes[2][2] = {{rand_range(1, 40), rand_range(1, 40)},
+                                 {300 + rand_range(0, 200), 2000 + rand_range(0, 500)}};
+    for (int k = 0; k < 2; k++) {
+        int64_t C = sizes[k][0], OC = sizes[k][1];
+        matmul_ctx c = {.N = 1, .C = C, .OC = OC};
+        float *x = randn(C, 1), *w = randn(OC * C, 1), *b = randn(OC, 1), *out = filled(OC, NAN);
+        gpc_tensor tx = t2(x, 1, C), tw = t2(w, OC, C), tb = t1(b, OC), tout = t2(out, 1, OC);
+        TEST_OK(gpc_op_matmul_forward(&tout, &tx, &tw, &tb));
+        c.x = widen(x, C), c.w = widen(w, OC * C), c.b = widen(b, OC);
+        double *want = dzeros(OC);
+        matmul_ref(want, &c);
+        test_assert_close("matmul out (one row)", out, want, (size_t)OC, FWD_TOL, sqrt((double)C));
+        /* dinp = dout W, one row too */
+        float *dy = randn(OC, 1), *dx = filled(C, NAN), *dw = filled(OC * C, 0),
+              *db = filled(OC, 0);
+        gpc_tensor tdy = t2(dy, 1, OC), tdx = t2(dx, 1, C), tdw = t2(dw, OC, C), tdb = t1(db, OC);
+        TEST_OK(gpc_op_matmul_backward(&tdx, &tdw, &tdb, &tdy, &tx, &tw));
+        double *wdx = dzeros(C);
+        for (int64_t o = 0; o < OC; o++)
+            for (int64_t i = 0; i < C; i++)
+                wdx[i] += (double)dy[o] * c.w[o * C + i];
+        test_assert_close("matmul dinp (one row)", dx, wdx, (size_t)C, FWD_TOL, sqrt((double)OC));
+        free(x), free(w), free(b), free(out), free(c.x), free(c.w), free(c.b), free(want);
+        free(dy), free(dx), free(dw), free(db), free(wdx);
+    }
+}
+
 /* --------------------------------------------------- gelu and residual */
 
 static double gelu_ref(double x) {
@@ -999,6 +1031,7 @@ int main(void) {
         cmocka_unit_test(test_residual_layernorm),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_large),
+        cmocka_unit_test(test_matmul_one_row),
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_residual),
         cmocka_unit_test(test_attention),
