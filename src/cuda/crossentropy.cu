@@ -270,8 +270,7 @@ __global__ __launch_bounds__(CE_REGISTER_THREADS) void crossentropy_registers_ke
     float target_logit = masked || bad ? 0.0f : shared_target_logit;
     if (SPLIT > 1) ce_cluster_merge<SPLIT>(m, s, &shared_target_logit, target_part, &target_logit);
     float row_max = m, inv_sum = 1.0f / s;
-    if (threadIdx.x == 0 && part == 0)
-        losses[row] = ce_loss(masked, bad, row_max, s, masked || bad ? 0.0f : target_logit);
+    if (threadIdx.x == 0 && part == 0) losses[row] = ce_loss(masked, bad, row_max, s, target_logit);
     if (!dlogits) return;
     gpc_pack<T> *d = (gpc_pack<T> *)(dlogits + row * Vp);
     if (masked || bad) { /* the whole block takes this branch; rare */

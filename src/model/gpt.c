@@ -425,17 +425,20 @@ static gpc_status check_batch(const gpt_model *m, int B, int T) {
     return GPC_OK;
 }
 
-static gpc_status upload_tokens(gpt_model *m, const int32_t *inputs, const int32_t *targets, int B,
-                                int T) {
+/* Checks and copies B x T tokens (and targets, when given) to the device,
+ * from position `start` of the token buffer on (start > 0 only for a batch
+ * of one: generation over kept keys and values). */
+static gpc_status upload_tokens(gpt_model *m, const int32_t *inputs, const int32_t *targets,
+                                int start, int B, int T) {
     size_t n = (size_t)B * (size_t)T;
     int V = m->config.vocab_size;
     for (size_t i = 0; i < n; i++)
         if (inputs[i] < 0 || inputs[i] >= V)
             return gpc_error(GPC_ERR_INVALID_ARG,
                              "token %d at position %zu is outside the vocabulary (0..%d)",
-                             inputs[i], i, V - 1);
+                             inputs[i], (size_t)start + i, V - 1);
     gpc_tensor host = gpc_tensor_2d((void *)inputs, GPC_I32, gpc_cpu(), B, T);
-    gpc_tensor dev = view(&m->acts.tokens, 0, 2, B, T, 0);
+    gpc_tensor dev = view(&m->acts.tokens, (size_t)start, 2, B, T, 0);
     GPC_TRY(gpc_tensor_copy(&dev, &host));
     m->last_unmasked = 0;
     if (!targets) return GPC_OK;
@@ -448,18 +451,17 @@ static gpc_status upload_tokens(gpt_model *m, const int32_t *inputs, const int32
         m->last_unmasked += targets[i] >= 0;
     }
     host = gpc_tensor_2d((void *)targets, GPC_I32, gpc_cpu(), B, T);
-    dev = view(&m->acts.targets, 0, 2, B, T, 0);
+    dev = view(&m->acts.targets, (size_t)start, 2, B, T, 0);
     return gpc_tensor_copy(&dev, &host);
 }
 
 /* Embedding, the blocks and the final layernorm, into lnf: the whole batch
- * (start 0, attention over the batch's own positions, lse kept for the
- * backward pass), or, with `cached`, positions start .. start+T-1 of a batch
- * of one whose attention (attention_decode when start > 0) reads the keys and
- * values kept in qkv for the positions before them. tokens: [B,T] i32 on the
- * model's device. */
-static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int start, int B, int T,
-                                 int cached) {
+ * (start 0: attention over the batch's own positions, lse kept for the
+ * backward pass), or positions start .. start+T-1 (start > 0) of a batch of
+ * one, whose attention (attention_decode) reads the keys and values kept in
+ * qkv for the positions before them. tokens: [B,T] i32 on the model's
+ * device. */
+static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int start, int B, int T) {
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
     gpt_tensors *p = &m->params;
@@ -506,7 +508,7 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
         gpc_tensor fcprojb = param_layer(&p->fcprojb, l, 0, C);
 
         GPC_TRY(gpc_op_matmul_forward(&qkv, &ln1, &qkvw, &qkvb));
-        if (cached && start > 0) {
+        if (start > 0) {
             gpc_tensor kept = act_rows(m, &a->qkv, l, 0, 1, start + T, 3 * C);
             GPC_TRY(gpc_op_attention_decode(&atty, &kept, NH));
         } else { /* the whole sequence so far: the flash kernels */
@@ -538,7 +540,7 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
  * tokens: [B,T] i32 on the model's device. */
 static gpc_status forward_to_logits(gpt_model *m, const gpc_tensor *tokens, int B, int T) {
     m->cached_len = 0; /* qkv is overwritten from position 0 */
-    GPC_TRY(blocks_forward(m, tokens, 0, B, T, 0));
+    GPC_TRY(blocks_forward(m, tokens, 0, B, T));
     gpc_tensor lnf = view(&m->acts.lnf, 0, 3, B, T, m->config.channels);
     gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, m->config.padded_vocab);
     GPC_TRY(gpc_op_matmul_forward(&logits, &lnf, &m->params.wte, NULL));
@@ -549,7 +551,7 @@ static gpc_status forward_to_logits(gpt_model *m, const gpc_tensor *tokens, int 
 
 gpc_status gpt_forward(gpt_model *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
     GPC_TRY(check_batch(m, B, T));
-    GPC_TRY(upload_tokens(m, inputs, targets, B, T));
+    GPC_TRY(upload_tokens(m, inputs, targets, 0, B, T));
     gpc_tensor tokens = view(&m->acts.tokens, 0, 2, B, T, 0);
     GPC_TRY(forward_to_logits(m, &tokens, B, T));
     if (!targets) return GPC_OK;
@@ -746,7 +748,7 @@ gpc_status gpt_forward_backward(gpt_model *m, const int32_t *inputs, const int32
     if (!targets) return gpc_error(GPC_ERR_INVALID_ARG, "a training step needs targets");
     GPC_TRY(check_batch(m, B, T));
     GPC_TRY(resolve_loss_scale(m));
-    GPC_TRY(upload_tokens(m, inputs, targets, B, T));
+    GPC_TRY(upload_tokens(m, inputs, targets, 0, B, T));
     gpc_tensor tokens = view(&m->acts.tokens, 0, 2, B, T, 0);
     gpc_tensor tgt = view(&m->acts.targets, 0, 2, B, T, 0);
     return forward_backward(m, &tokens, &tgt, B, T, dloss);
@@ -917,18 +919,12 @@ gpc_status gpt_forward_cached(gpt_model *m, const int32_t *tokens, int start, in
                          "at %d or earlier",
                          start, m->cached_len, m->cached_len);
     const gpt_config *c = &m->config;
-    int end = start + n, V = c->vocab_size;
+    int end = start + n;
     int64_t C = c->channels;
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= V)
-            return gpc_error(GPC_ERR_INVALID_ARG,
-                             "token %d at position %d is outside the vocabulary (0..%d)", tokens[i],
-                             start + i, V - 1);
     m->cached_len = start; /* until the rows below are all written */
-    gpc_tensor host = gpc_tensor_2d((void *)tokens, GPC_I32, gpc_cpu(), 1, n);
+    GPC_TRY(upload_tokens(m, tokens, NULL, start, 1, n));
     gpc_tensor tok = view(&m->acts.tokens, (size_t)start, 2, 1, n, 0);
-    GPC_TRY(gpc_tensor_copy(&tok, &host));
-    GPC_TRY(blocks_forward(m, &tok, start, 1, n, 1));
+    GPC_TRY(blocks_forward(m, &tok, start, 1, n));
     /* the head on the last position only, into logits row 0 */
     gpc_tensor lnf = view(&m->acts.lnf, (size_t)(end - 1) * (size_t)C, 3, 1, 1, C);
     gpc_tensor logits = view(&m->acts.logits, 0, 3, 1, 1, c->padded_vocab);
