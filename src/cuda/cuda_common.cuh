@@ -150,6 +150,32 @@ __device__ __forceinline__ float gpc_block_sum(float v, float *shared) {
     return gpc_warp_sum(v);
 }
 
+/* Column sums of partial sums: the sum over p < parts of
+ * partial[p * width + c] with c = blockIdx.x * 32 + threadIdx.x, for a block
+ * of (32, GPC_PARTS_ROWS) threads. Thread y adds the parts y, y + ROWS, ...
+ * in order (the loads of a warp are one coalesced 128-byte line, and the
+ * ROWS warps keep that many lines in flight), then the ROWS results are added
+ * in order in shared memory, so the bits do not depend on scheduling. The
+ * sum is returned to the threads with threadIdx.y == 0 (0 elsewhere and for
+ * c >= width). Every thread of the block must call it. */
+#define GPC_PARTS_ROWS 16
+__device__ __forceinline__ float gpc_parts_column_sum(const float *partial, int parts,
+                                                      int64_t width) {
+    __shared__ float s[GPC_PARTS_ROWS][33];
+    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    float v = 0.0f;
+    if (c < width)
+        for (int k = threadIdx.y; k < parts; k += GPC_PARTS_ROWS)
+            v += partial[(int64_t)k * width + c];
+    s[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    float t = 0.0f;
+    if (threadIdx.y == 0)
+        for (int y = 0; y < GPC_PARTS_ROWS; y++)
+            t += s[y][threadIdx.x];
+    return t;
+}
+
 /* ---------------------------------------------------------- host helpers */
 
 /* The stream every op is queued on. The default stream for now: the model

@@ -43,7 +43,6 @@
 #define LNB_BLOCKS_PER_SM 2
 /* columns per lane: C <= 1024 for bf16 and f16, 768 for f32 (32 f32 spill) */
 #define LNB_MAX_ELEMS(E) (sizeof(E) == 2 ? 32 : 24)
-#define LNF_ROWS 16 /* threadIdx.y of the finishing kernel */
 
 /* Loads PER elements (1 or a 16-byte pack) at p into f32. */
 template <int PER, typename T> __device__ __forceinline__ void ln_load(float *x, const T *p) {
@@ -446,23 +445,13 @@ __global__ void __launch_bounds__(LNB_THREADS, LNB_BLOCKS_PER_SM)
 }
 
 /* dweight[c] += sum over parts of partial[part][c], dbias[c] += that of
- * partial[part][C + c]. A block adds 32 of the 2C columns: thread y sums the
- * parts y, y + LNF_ROWS, ... in order, then thread y = 0 adds the LNF_ROWS
- * results in order, so the bits do not depend on scheduling. */
+ * partial[part][C + c]. A block adds 32 of the 2C columns, in a fixed order
+ * (gpc_parts_column_sum). */
 __global__ void layernorm_params_finish_kernel(gpc_cuda_any dweight, gpc_cuda_any dbias,
                                                const float *partial, int parts, int C) {
-    __shared__ float s[LNF_ROWS][33];
     int c = blockIdx.x * 32 + threadIdx.x;
-    float v = 0.0f;
-    if (c < 2 * C)
-        for (int k = threadIdx.y; k < parts; k += LNF_ROWS)
-            v += partial[(size_t)k * 2 * C + c];
-    s[threadIdx.y][threadIdx.x] = v;
-    __syncthreads();
+    float t = gpc_parts_column_sum(partial, parts, 2 * (int64_t)C);
     if (threadIdx.y != 0 || c >= 2 * C) return;
-    float t = 0.0f;
-    for (int y = 0; y < LNF_ROWS; y++)
-        t += s[y][threadIdx.x];
     if (c < C)
         gpc_any_store(dweight, c, gpc_any_load(dweight, c) + t);
     else
@@ -635,7 +624,7 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
         }
     });
     GPC_CUDA_CHECK_LAUNCH();
-    layernorm_params_finish_kernel<<<gpc_cuda_blocks(2 * C, 32), dim3(32, LNF_ROWS), 0, s>>>(
+    layernorm_params_finish_kernel<<<gpc_cuda_blocks(2 * C, 32), dim3(32, GPC_PARTS_ROWS), 0, s>>>(
         gpc_cuda_any_of(dweight), gpc_cuda_any_of(dbias), (const float *)partial, parts, (int)C);
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;

@@ -403,14 +403,22 @@ __global__ void bias_grad_partial_kernel(float *partial, const T *dout, int64_t 
     }
 }
 
+/* dbias[j] += the sum over parts of partial[part][j], 32 columns a block in a
+ * fixed order (gpc_parts_column_sum): each thread reads parts / 16 partial
+ * rows, so the sum is not one thread's chain of dependent loads. */
 __global__ void bias_grad_finish_kernel(gpc_cuda_any dbias, const float *partial, int parts,
                                         int OC) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= OC) return;
-    float s = 0.0f;
-    for (int p = 0; p < parts; p++)
-        s += partial[(int64_t)p * OC + j];
-    gpc_any_store(dbias, j, gpc_any_load(dbias, j) + s);
+    int j = blockIdx.x * 32 + threadIdx.x;
+    float s = gpc_parts_column_sum(partial, parts, OC);
+    if (threadIdx.y == 0 && j < OC) gpc_any_store(dbias, j, gpc_any_load(dbias, j) + s);
+}
+
+static gpc_status bias_grad_finish(const gpc_tensor *dbias, const float *partial, int parts,
+                                   int OC) {
+    bias_grad_finish_kernel<<<gpc_cuda_blocks(OC, 32), dim3(32, GPC_PARTS_ROWS), 0,
+                              gpc_cuda_stream()>>>(gpc_cuda_any_of(dbias), partial, parts, OC);
+    GPC_CUDA_CHECK_LAUNCH();
+    return GPC_OK;
 }
 
 static gpc_status check_types(const char *op, gpc_dtype a, gpc_dtype b, gpc_dtype d,
@@ -486,12 +494,7 @@ gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_t
         gpc_status st = lt_matmul(dweight->data, dweight->dtype, inp->data, inp->dtype, dout->data,
                                   dout->dtype, NULL, (int)C, (int)OC, (int)N, 0, 1, (int)C, (int)OC,
                                   (int)C, 1.0f, (float *)sums);
-        if (st == GPC_OK) {
-            bias_grad_finish_kernel<<<gpc_cuda_blocks(OC, 256), 256, 0, gpc_cuda_stream()>>>(
-                gpc_cuda_any_of(dbias), (const float *)sums, 1, (int)OC);
-            GPC_CUDA_CHECK_LAUNCH();
-            return GPC_OK;
-        }
+        if (st == GPC_OK) return bias_grad_finish(dbias, (const float *)sums, 1, (int)OC);
         if (st != GPC_ERR_UNSUPPORTED) return st;
         gpc_clear_error();
     }
@@ -520,9 +523,7 @@ gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_t
                     (float *)partial, (const E *)dout->data, N, (int)OC, rows_per);
         });
         GPC_CUDA_CHECK_LAUNCH();
-        bias_grad_finish_kernel<<<gpc_cuda_blocks(OC, 256), 256, 0, gpc_cuda_stream()>>>(
-            gpc_cuda_any_of(dbias), (const float *)partial, (int)parts, (int)OC);
-        GPC_CUDA_CHECK_LAUNCH();
+        GPC_TRY(bias_grad_finish(dbias, (const float *)partial, (int)parts, (int)OC));
     }
     return GPC_OK;
 }
