@@ -54,11 +54,6 @@ if [[ $mode == all || $mode == test ]]; then
   (cd "$build" && GPC_ATTENTION_BWD=fused timeout 300 ctest -R '^gpu_test_cuda_(ops|model|curve)' --output-on-failure) >"$out/tests-fused.log" 2>&1
   note "gpu tests with GPC_ATTENTION_BWD=fused: $(grep -E 'tests passed|tests failed' "$out/tests-fused.log")"
   grep -E "FAILED|Failed|relative error" "$out/tests-fused.log" | head -20 | tee -a "$summary"
-  # and with the opt-in memory-bound kernels (cluster cross-entropy, register
-  # layernorm forward) through the whole model and its 200-step curve
-  (cd "$build" && GPC_CE_SPLIT=2 GPC_LN_REGISTERS=1 timeout 300 ctest -R '^gpu_test_cuda_(model|curve)' --output-on-failure) >"$out/tests-ce-ln.log" 2>&1
-  note "gpu tests with GPC_CE_SPLIT=2 GPC_LN_REGISTERS=1: $(grep -E 'tests passed|tests failed' "$out/tests-ce-ln.log")"
-  grep -E "FAILED|Failed|relative error" "$out/tests-ce-ln.log" | head -20 | tee -a "$summary"
   GPC_ATTENTION_BWD=fused GPC_TEST_FILTER='*attention*' timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$build/tests/gpu_test_cuda_ops" >"$out/racecheck-fused.log" 2>&1
   note "racecheck, fused attention backward: exit $? $(grep 'RACECHECK SUMMARY\|ERROR SUMMARY' "$out/racecheck-fused.log" | tail -1)"

@@ -62,7 +62,8 @@ gpc_status gpc_cpu_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_te
     const float *dy = dout->data;
     if (dinp && dinp->data)
         gpc_cpu_sgemm(0, 0, N, C, OC, 1.0f, dy, OC, weight->data, C, 0.0f, dinp->data, C);
-    gpc_cpu_sgemm(1, 0, OC, C, N, 1.0f, dy, OC, inp->data, C, 1.0f, dweight->data, C);
+    if (dweight && dweight->data)
+        gpc_cpu_sgemm(1, 0, OC, C, N, 1.0f, dy, OC, inp->data, C, 1.0f, dweight->data, C);
     if (dbias && dbias->data) {
         float *db = dbias->data;
         int64_t blocks = (OC + MATMUL_COLUMN_BLOCK - 1) / MATMUL_COLUMN_BLOCK;

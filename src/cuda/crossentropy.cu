@@ -41,9 +41,7 @@
  */
 #include "cuda/cuda_common.cuh"
 
-#include <cooperative_groups.h>
 #include <math.h>
-#include <stdlib.h>
 
 #define CE_THREADS 512           /* two-pass kernel */
 #define CE_REGISTER_THREADS 1024 /* most threads of the register kernel */
@@ -173,50 +171,14 @@ template <typename T> __device__ __forceinline__ void ce_set_neg_inf(uint4 &v, i
     w = (w & ~mask) | (ce_bits<T>::neg_inf << shift);
 }
 
-/* The row's statistics across the SPLIT blocks of a cluster: each block
- * publishes its merged (m, s) in shared memory, and every thread merges all
- * of them in rank order, so every block gets the same bits. The target's
- * logit is read from the block that holds it. The second cluster barrier
- * keeps each block's shared memory alive until the others have read it. */
-template <int SPLIT>
-__device__ __forceinline__ void ce_cluster_merge(float &m, float &s, float *shared_target_logit,
-                                                 int target_part, float *target_logit) {
-#if __CUDA_ARCH__ >= 900
-    __shared__ float cluster_m, cluster_s;
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    if (threadIdx.x == 0) {
-        cluster_m = m;
-        cluster_s = s;
-    }
-    cluster.sync();
-    m = -INFINITY;
-    s = 0.0f;
-#pragma unroll
-    for (int q = 0; q < SPLIT; q++)
-        ce_merge(m, s, *cluster.map_shared_rank(&cluster_m, q),
-                 *cluster.map_shared_rank(&cluster_s, q));
-    *target_logit = *cluster.map_shared_rank(shared_target_logit, target_part);
-    cluster.sync();
-#else
-    (void)m, (void)s, (void)shared_target_logit, (void)target_part, (void)target_logit;
-    __trap(); /* launched only on sm_90 and newer */
-#endif
-}
-
-/* SPLIT blocks share a row (a thread block cluster of SPLIT, sm_90): block
- * `part` of the cluster holds the packs part * blockDim.x + threadIdx.x +
- * p * SPLIT * blockDim.x, and the blocks merge their statistics through
- * distributed shared memory. With SPLIT 1 a block holds its row alone. */
-template <typename T, int PACKS, int SPLIT>
+template <typename T, int PACKS>
 __global__ __launch_bounds__(CE_REGISTER_THREADS) void crossentropy_registers_kernel(
     float *losses, T *dlogits, const T *logits, const int32_t *targets, int V, int Vp,
     float dloss) {
     const int n = gpc_pack<T>::n;
     __shared__ float shared_target_logit;
-    int64_t row = blockIdx.x / SPLIT;
-    int part = (int)(blockIdx.x % SPLIT), stride = SPLIT * blockDim.x;
-    int first = part * blockDim.x + threadIdx.x; /* this thread's first pack */
+    int64_t row = blockIdx.x;
+    int stride = blockDim.x, first = threadIdx.x; /* this thread's first pack */
     const uint4 *x = (const uint4 *)(logits + row * Vp);
     int packs = Vp / n, target = targets[row];
     int masked = target == -1, bad = !masked && (target < 0 || target >= V);
@@ -239,10 +201,8 @@ __global__ __launch_bounds__(CE_REGISTER_THREADS) void crossentropy_registers_ke
                 if (k >= keep) ce_set_neg_inf<T>(r[p], k);
         }
     }
-    int target_part = 0; /* the block of the cluster that holds the target */
     if (!masked && !bad) {
         int tp = target / n;
-        target_part = (tp % stride) / blockDim.x;
         if (tp % stride == first) {
             int pi = tp / stride, ki = target % n;
 #pragma unroll
@@ -268,9 +228,8 @@ __global__ __launch_bounds__(CE_REGISTER_THREADS) void crossentropy_registers_ke
     /* its __syncthreads also publishes shared_target_logit */
     ce_block_merge(m, s);
     float target_logit = masked || bad ? 0.0f : shared_target_logit;
-    if (SPLIT > 1) ce_cluster_merge<SPLIT>(m, s, &shared_target_logit, target_part, &target_logit);
     float row_max = m, inv_sum = 1.0f / s;
-    if (threadIdx.x == 0 && part == 0) losses[row] = ce_loss(masked, bad, row_max, s, target_logit);
+    if (threadIdx.x == 0) losses[row] = ce_loss(masked, bad, row_max, s, target_logit);
     if (!dlogits) return;
     gpc_pack<T> *d = (gpc_pack<T> *)(dlogits + row * Vp);
     if (masked || bad) { /* the whole block takes this branch; rare */
@@ -380,49 +339,8 @@ static void crossentropy_registers_launch(int packs, unsigned rows, float *losse
         return;
     }
     int threads = ((packs + PACKS - 1) / PACKS + 31) / 32 * 32;
-    crossentropy_registers_kernel<T, PACKS, 1>
+    crossentropy_registers_kernel<T, PACKS>
         <<<rows, threads, 0, gpc_cuda_stream()>>>(losses, dlogits, logits, targets, V, Vp, dloss);
-}
-
-/* The row split over a cluster of SPLIT blocks, each holding CE_REGISTER_PACKS
- * packs a thread: fewer registers a block, so several blocks (of different
- * rows, in different phases of load, reduce and write) share a
- * multiprocessor, where the one-block row leaves the memory idle while it
- * reduces. */
-template <typename T, int SPLIT>
-static cudaError_t crossentropy_cluster_launch(int packs, unsigned rows, float *losses, T *dlogits,
-                                               const T *logits, const int32_t *targets, int V,
-                                               int Vp, float dloss) {
-    int per_block = (packs + SPLIT - 1) / SPLIT;
-    int threads = ((per_block + CE_REGISTER_PACKS - 1) / CE_REGISTER_PACKS + 31) / 32 * 32;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(rows * SPLIT);
-    config.blockDim = dim3((unsigned)threads);
-    config.stream = gpc_cuda_stream();
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = SPLIT;
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, crossentropy_registers_kernel<T, CE_REGISTER_PACKS, SPLIT>,
-                              losses, dlogits, logits, targets, V, Vp, dloss);
-}
-
-/* GPC_CE_SPLIT: 1 (default) or the blocks of a cluster that share a row, 2 or
- * 4, on GPUs with clusters (compute capability 9 and up); read at each call
- * (a few calls a step), so a test can switch it. */
-static int crossentropy_split(void) {
-    const char *e = getenv("GPC_CE_SPLIT");
-    int split = e && *e ? atoi(e) : 1;
-    if (split != 2 && split != 4) return 1;
-    int device = 0, major = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        major < 9)
-        return 1;
-    return split;
 }
 
 gpc_status gpc_cuda_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *dlogits,
@@ -445,23 +363,7 @@ gpc_status gpc_cuda_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor
         int vec = Vp % per == 0 && gpc_cuda_aligned16(logits->data) &&
                   (!dlogits || !dlogits->data || gpc_cuda_aligned16(dlogits->data));
         E *d = dlogits && dlogits->data ? (E *)dlogits->data : NULL;
-        int split = vec && N <= (1 << 28) ? crossentropy_split() : 1;
-        int64_t packs = Vp / per;
-        if (split > 1 && packs <= (int64_t)split * CE_REGISTER_THREADS * CE_REGISTER_PACKS &&
-            packs >= (int64_t)split * 32 * CE_REGISTER_PACKS) {
-            cudaError_t e = split == 2
-                                ? crossentropy_cluster_launch<E, 2>(
-                                      (int)packs, (unsigned)N, (float *)losses->data, d,
-                                      (const E *)logits->data, (const int32_t *)targets->data,
-                                      vocab_size, (int)Vp, dloss)
-                                : crossentropy_cluster_launch<E, 4>(
-                                      (int)packs, (unsigned)N, (float *)losses->data, d,
-                                      (const E *)logits->data, (const int32_t *)targets->data,
-                                      vocab_size, (int)Vp, dloss);
-            if (e != cudaSuccess)
-                return gpc_error(GPC_ERR_DEVICE, "%s: cluster launch of %d blocks a row: %s", op,
-                                 split, cudaGetErrorString(e));
-        } else if (vec && Vp / per <= (int64_t)CE_REGISTER_THREADS * CE_REGISTER_PACKS)
+        if (vec && Vp / per <= (int64_t)CE_REGISTER_THREADS * CE_REGISTER_PACKS)
             crossentropy_registers_launch<E, 1>(
                 (int)(Vp / per), (unsigned)N, (float *)losses->data, d, (const E *)logits->data,
                 (const int32_t *)targets->data, vocab_size, (int)Vp, dloss);

@@ -30,9 +30,6 @@
  */
 #include "cuda/cuda_common.cuh"
 
-#include <stdlib.h>
-#include <string.h>
-
 #define LAYERNORM_EPS 1e-5f
 #define LN_WARPS 8
 /* the fused backward: block size, and blocks per multiprocessor of its
@@ -115,104 +112,6 @@ __global__ void layernorm_forward_kernel(T *out, float *mean_out, float *rstd_ou
         mean_out[row] = mean;
         rstd_out[row] = rstd;
     }
-}
-
-/* The forward with the row in registers (GPC_LN_REGISTERS=1; rows of
- * 16-byte packs, at most 32 * PACKS of them: C <= 1024 in bf16/f16, 512 in
- * f32): one warp a row, lane l holding packs l, l + 32, ... . Every load of
- * a and b (or inp) is issued before any is used, the row is read once and
- * residual and out written once, and the later passes run on registers
- * instead of reloading the row. The sums run in layernorm_forward_kernel's
- * order and the residual is rounded to T the same way. */
-template <typename T, int PACKS>
-__global__ void layernorm_forward_rows_kernel(T *out, float *mean_out, float *rstd_out, T *inp,
-                                              const T *a, const T *b, gpc_cuda_any weight,
-                                              gpc_cuda_any bias, int64_t N, int C) {
-    typedef gpc_pack<T> P;
-    const int n = P::n;
-    int lane = threadIdx.x & 31;
-    int64_t row = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
-    if (row >= N) return;
-    int packs = C / n;
-    P *x = (P *)(inp + row * C);
-    P va[PACKS], vb[PACKS];
-#pragma unroll
-    for (int p = 0; p < PACKS; p++) {
-        int i = lane + 32 * p;
-        if (i < packs) {
-            if (a) {
-                va[p] = ((const P *)(a + row * C))[i];
-                vb[p] = ((const P *)(b + row * C))[i];
-            } else {
-                va[p] = x[i];
-            }
-        }
-    }
-    float v[PACKS][P::n];
-    float sum = 0.0f;
-#pragma unroll
-    for (int p = 0; p < PACKS; p++) {
-        int i = lane + 32 * p;
-        if (i < packs) {
-            if (a) {
-                P r;
-#pragma unroll
-                for (int k = 0; k < n; k++)
-                    r.v[k] = gpc_from_f32<T>(gpc_to_f32(va[p].v[k]) + gpc_to_f32(vb[p].v[k]));
-                x[i] = r;
-                va[p] = r; /* the rounded residual, as the next layer will see it */
-            }
-#pragma unroll
-            for (int k = 0; k < n; k++) {
-                v[p][k] = gpc_to_f32(va[p].v[k]);
-                sum += v[p][k];
-            }
-        }
-    }
-    float mean = gpc_warp_sum(sum) / C;
-    float var = 0.0f;
-#pragma unroll
-    for (int p = 0; p < PACKS; p++)
-        if (lane + 32 * p < packs) {
-#pragma unroll
-            for (int k = 0; k < n; k++)
-                var += (v[p][k] - mean) * (v[p][k] - mean);
-        }
-    float rstd = rsqrtf(gpc_warp_sum(var) / C + LAYERNORM_EPS);
-    P *o = (P *)(out + row * C);
-#pragma unroll
-    for (int p = 0; p < PACKS; p++) {
-        int i = lane + 32 * p;
-        if (i < packs) {
-            P r;
-#pragma unroll
-            for (int k = 0; k < n; k++) {
-                int c = i * n + k;
-                r.v[k] = gpc_from_f32<T>((v[p][k] - mean) * rstd * gpc_any_load(weight, c) +
-                                         gpc_any_load(bias, c));
-            }
-            o[i] = r;
-        }
-    }
-    if (lane == 0) {
-        mean_out[row] = mean;
-        rstd_out[row] = rstd;
-    }
-}
-
-/* Launches the register forward with the fewest packs a lane that hold the
- * row (PACKS and up, to 4). */
-template <typename T, int PACKS>
-static void layernorm_rows_launch(int packs, unsigned grid, T *out, float *mean, float *rstd,
-                                  T *inp, const T *a, const T *b, gpc_cuda_any weight,
-                                  gpc_cuda_any bias, int64_t N, int C) {
-    if (PACKS < 4 && packs > 32 * PACKS) {
-        layernorm_rows_launch<T, (PACKS < 4 ? PACKS + 1 : PACKS)>(packs, grid, out, mean, rstd, inp,
-                                                                  a, b, weight, bias, N, C);
-        return;
-    }
-    layernorm_forward_rows_kernel<T, PACKS><<<grid, 32 * LN_WARPS, 0, gpc_cuda_stream()>>>(
-        out, mean, rstd, inp, a, b, weight, bias, N, C);
 }
 
 /* dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = w * dout: one
@@ -489,12 +388,7 @@ static gpc_status layernorm_launch(gpc_tensor *out, gpc_tensor *mean, gpc_tensor
                   (!a || (gpc_cuda_aligned16(a->data) && gpc_cuda_aligned16(b->data)));
         unsigned grid = gpc_cuda_blocks(N, LN_WARPS);
         const E *pa = a ? (const E *)a->data : NULL, *pb = b ? (const E *)b->data : NULL;
-        const char *rows_env = getenv("GPC_LN_REGISTERS"); /* read each call: tests switch it */
-        if (vec && rows_env && strcmp(rows_env, "1") == 0 && C / per <= 32 * 4)
-            layernorm_rows_launch<E, 1>((int)(C / per), grid, (E *)out->data, (float *)mean->data,
-                                        (float *)rstd->data, (E *)inp->data, pa, pb,
-                                        gpc_cuda_any_of(weight), gpc_cuda_any_of(bias), N, (int)C);
-        else if (vec)
+        if (vec)
             layernorm_forward_kernel<E, 16 / sizeof(E)>
                 <<<grid, 32 * LN_WARPS, 0, gpc_cuda_stream()>>>(
                     (E *)out->data, (float *)mean->data, (float *)rstd->data, (E *)inp->data, pa,

@@ -224,10 +224,15 @@ gpc_status gpc_op_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_ten
                                   const gpc_tensor *dout, const gpc_tensor *inp,
                                   const gpc_tensor *weight) {
     const char *op = "matmul_backward";
+    if (!dinp && !dweight && !dbias)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: tensors 'dinp', 'dweight' and 'dbias' are all missing: nothing to "
+                         "compute",
+                         op);
     GPC_TRY(need_float(op, "dout", dout));
     GPC_TRY(need_float(op, "inp", inp));
     GPC_TRY(need_float(op, "weight", weight));
-    GPC_TRY(need_float(op, "dweight", dweight));
+    if (dweight) GPC_TRY(need_float(op, "dweight", dweight));
     if (dinp) GPC_TRY(need_float(op, "dinp", dinp));
     if (dbias) GPC_TRY(need_float(op, "dbias", dbias));
     DEVICES(op, dout, inp, weight, dweight, dinp, dbias);
@@ -235,7 +240,7 @@ gpc_status gpc_op_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_ten
     if (last_dim(weight) != C)
         return gpc_error(GPC_ERR_MISMATCH, "matmul_backward: inp and weight disagree on C");
     GPC_TRY(need_numel(op, "dout", dout, N * OC));
-    GPC_TRY(need_numel(op, "dweight", dweight, OC * C));
+    if (dweight) GPC_TRY(need_numel(op, "dweight", dweight, OC * C));
     if (dinp) GPC_TRY(need_numel(op, "dinp", dinp, N * C));
     if (dbias) GPC_TRY(need_numel(op, "dbias", dbias, OC));
     DISPATCH(op, dout, matmul_backward, dinp, dweight, dbias, dout, inp, weight);
@@ -495,7 +500,7 @@ gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, g
     const gpc_ops_table *table = NULL;
     int64_t N, C, OC;
     GPC_TRY(need_float(op, "dinp", dinp));
-    GPC_TRY(need_float(op, "dweight", dweight));
+    if (dweight) GPC_TRY(need_float(op, "dweight", dweight));
     if (dbias) GPC_TRY(need_float(op, "dbias", dbias));
     GPC_TRY(need_float(op, "dout", dout));
     GPC_TRY(need_float(op, "inp", inp));
@@ -504,7 +509,7 @@ gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, g
     DEVICES(op, dinp, dweight, dbias, dout, inp, weight, gelu_inp);
     GPC_TRY(check_linear(op, inp, weight, &N, &C, &OC));
     GPC_TRY(need_numel(op, "dout", dout, N * OC));
-    GPC_TRY(need_numel(op, "dweight", dweight, OC * C));
+    if (dweight) GPC_TRY(need_numel(op, "dweight", dweight, OC * C));
     GPC_TRY(need_numel(op, "dinp", dinp, N * C));
     GPC_TRY(need_numel(op, "gelu_inp", gelu_inp, N * C));
     if (dbias) GPC_TRY(need_numel(op, "dbias", dbias, OC));
@@ -527,4 +532,12 @@ gpc_status gpc_op_sum(gpc_tensor *acc, const gpc_tensor *x) {
     DEVICES(op, acc, x);
     GPC_TRY(need_numel(op, "acc", acc, 1));
     DISPATCH(op, x, sum, acc, x);
+}
+
+gpc_status gpc_op_stream(const gpc_tensor *on_device, gpc_stream_action action) {
+    const char *op = "stream";
+    if (!on_device) return gpc_error(GPC_ERR_INVALID_ARG, "%s: tensor 'on_device' is missing", op);
+    if (action != GPC_STREAM_MAIN && action != GPC_STREAM_SIDE && action != GPC_STREAM_JOIN)
+        return gpc_error(GPC_ERR_INVALID_ARG, "%s: unknown action %d", op, (int)action);
+    DISPATCH(op, on_device, stream_switch, on_device, action);
 }

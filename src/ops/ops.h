@@ -30,6 +30,9 @@
 extern "C" {
 #endif
 
+/* See gpc_op_stream at the end. */
+typedef enum { GPC_STREAM_MAIN, GPC_STREAM_SIDE, GPC_STREAM_JOIN } gpc_stream_action;
+
 /* out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]. tokens is i32 [B,T] on the
  * same device; wte [Vp,C]; wpe [maxT,C] with T <= maxT. */
 gpc_status gpc_op_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
@@ -61,8 +64,10 @@ gpc_status gpc_op_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor *o
  * inp may be [B,T,C]; out then is [B,T,OC]. */
 gpc_status gpc_op_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
                                  const gpc_tensor *bias);
-/* dinp = dout @ weight (overwritten; may be NULL to skip),
- * dweight += dout^T @ inp, dbias += column sums of dout (may be NULL). */
+/* dinp = dout @ weight (overwritten), dweight += dout^T @ inp, dbias +=
+ * column sums of dout. Each of the three may be NULL to skip it, so the
+ * input gradient and the weight gradients can be queued apart (on two
+ * streams: gpc_op_stream). */
 gpc_status gpc_op_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
                                   const gpc_tensor *dout, const gpc_tensor *inp,
                                   const gpc_tensor *weight);
@@ -194,7 +199,7 @@ gpc_status gpc_op_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
 /* gpc_op_matmul_backward for a layer whose input was inp = gelu(gelu_inp):
  * dinp = gelu'(gelu_inp) * (dout @ weight), the gradient of gelu_inp
  * (overwritten; required), dweight += dout^T @ inp, dbias += column sums of
- * dout (may be NULL). The result is that of gpc_op_matmul_backward then
+ * dout (each may be NULL). The result is that of gpc_op_matmul_backward then
  * gpc_op_gelu_backward; CUDA applies gelu' in the product's epilogue. */
 gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
                                         const gpc_tensor *dout, const gpc_tensor *inp,
@@ -204,6 +209,23 @@ gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, g
  * model sums its per-token losses on the device with it, so the trainer
  * reads the loss once per step instead of once per micro-step. */
 gpc_status gpc_op_sum(gpc_tensor *acc, const gpc_tensor *x);
+
+/* Which queue the calling thread's next ops go to on the device of
+ * on_device (a no-op on the CPU, whose ops finish before they return).
+ * Backward queues the weight gradients on a second stream so that they run
+ * beside the input-gradient chain and fill the GPU where one kernel alone
+ * leaves it partly idle (the last wave of a product, a memory-bound kernel
+ * next to a compute-bound one):
+ *   GPC_STREAM_SIDE  later ops go to the side stream, which first waits for
+ *                    everything queued on the main stream so far;
+ *   GPC_STREAM_MAIN  later ops go to the main stream again (no wait);
+ *   GPC_STREAM_JOIN  the main stream waits for everything queued on the
+ *                    side stream so far.
+ * Ops on the side stream use their own scratch memory. The caller orders
+ * every buffer one stream writes and the other reads with a JOIN (or by
+ * switching to SIDE after the write). GPC_BACKWARD_STREAMS=0 keeps every op
+ * on the main stream. */
+gpc_status gpc_op_stream(const gpc_tensor *on_device, gpc_stream_action action);
 
 #ifdef __cplusplus
 }

@@ -289,14 +289,7 @@ static void layernorm_cases(void) {
 
 static void test_layernorm(void **state) {
     (void)state;
-    /* every case with the forward's row reloaded from cache, then with the
-     * row in registers (GPC_LN_REGISTERS=1: 16-byte rows of at most 128
-     * packs; the others keep the first kernel) */
-    for (int registers = 0; registers <= 1; registers++) {
-        setenv("GPC_LN_REGISTERS", registers ? "1" : "0", 1);
-        layernorm_cases();
-    }
-    unsetenv("GPC_LN_REGISTERS");
+    layernorm_cases();
 }
 
 /* ---------------------------------------------------------------- matmul */
@@ -319,7 +312,24 @@ static void matmul_case(gpc_dtype dt, gpc_dtype grad_dt, int64_t B, int64_t T, i
     if (with_dinp) expect("matmul_backward dinp", &dinp, tol_for(dt, 1e-5));
     expect("matmul_backward dweight", &dw, tol_for(grad_dt == GPC_F32 ? dt : grad_dt, 1e-5));
     if (with_bias) expect("matmul_backward dbias", &db, tol_for(grad_dt, 1e-5));
-    pair *all[] = {&x, &w, &b, &out, &dout, &dinp, &dw, &db};
+    /* the input gradient alone on the main stream, and the weight and bias
+     * gradients alone on the side stream (as backward queues them), joined
+     * before the results are read */
+    pair dinp2 = make(dt, 3, s_x, 'p', 0, 0);
+    TEST_OK(gpc_op_matmul_backward(&dinp2.cpu, NULL, NULL, &dout.cpu, &x.cpu, &w.cpu));
+    TEST_OK(gpc_op_matmul_backward(&dinp2.gpu, NULL, NULL, &dout.gpu, &x.gpu, &w.gpu));
+    expect("matmul_backward dinp alone", &dinp2, tol_for(dt, 1e-5));
+    TEST_OK(gpc_op_matmul_backward(NULL, &dw.cpu, with_bias ? &db.cpu : NULL, &dout.cpu, &x.cpu,
+                                   &w.cpu));
+    TEST_OK(gpc_op_stream(&dw.gpu, GPC_STREAM_SIDE));
+    TEST_OK(gpc_op_matmul_backward(NULL, &dw.gpu, with_bias ? &db.gpu : NULL, &dout.gpu, &x.gpu,
+                                   &w.gpu));
+    TEST_OK(gpc_op_stream(&dw.gpu, GPC_STREAM_MAIN));
+    TEST_OK(gpc_op_stream(&dw.gpu, GPC_STREAM_JOIN));
+    expect("matmul_backward dweight on the side stream", &dw,
+           tol_for(grad_dt == GPC_F32 ? dt : grad_dt, 1e-5));
+    if (with_bias) expect("matmul_backward dbias on the side stream", &db, tol_for(grad_dt, 1e-5));
+    pair *all[] = {&x, &w, &b, &out, &dout, &dinp, &dw, &db, &dinp2};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         drop(all[i]);
 }
@@ -565,38 +575,30 @@ static void crossentropy_case(gpc_dtype dt, int64_t N, int V, int64_t Vp, int mo
 
 static void test_crossentropy(void **state) {
     (void)state;
-    /* each case with a row in one block, and split over clusters of 2 and 4
-     * blocks (GPC_CE_SPLIT; rows of fewer than 512 or 1024 packs, and GPUs
-     * without clusters, stay in one block) */
-    const char *splits[3] = {"1", "2", "4"};
-    for (int k = 0; k < 3; k++) {
-        setenv("GPC_CE_SPLIT", splits[k], 1);
-        /* rows held in registers (Vp a multiple of the 16-byte pack, at
-         * most 8 packs on each of 1024 threads): 1, 2, 4 and 8 packs a
-         * thread */
-        crossentropy_case(GPC_F32, 14, 100, 128, CE_OUT_OF_PLACE, 0, 1.0f / 14);
-        crossentropy_case(GPC_F32, 9, 100, 100, CE_IN_PLACE, 1, 1.0f / 9);
-        crossentropy_case(GPC_BF16, 12, 1000, 1024, CE_IN_PLACE, 1, 1.0f / 12);
-        crossentropy_case(GPC_BF16, 6, 16001, 16384, CE_OUT_OF_PLACE, 1, 0.5f);
-        crossentropy_case(GPC_F16, 6, 29999, 30000, CE_IN_PLACE, 1, 1.0f / 6);
-        crossentropy_case(GPC_F32, 5, 32700, 32768, CE_OUT_OF_PLACE, 1, 3.0f);
-        /* GPT-2's classifier: V = 50257 padded to 50304, bf16 */
-        crossentropy_case(GPC_BF16, 9, 50257, 50304, CE_IN_PLACE, 1, 1.0f / 9);
-        crossentropy_case(GPC_BF16, 9, 50257, 50304, CE_OUT_OF_PLACE, 1, 1.0f / 9);
-        crossentropy_case(GPC_BF16, 4, 50257, 50304, CE_LOSS_ONLY, 1, 1.0f);
-        crossentropy_case(GPC_F16, 4, 50257, 50304, CE_OUT_OF_PLACE, 0, 1.0f / 4);
-        /* the two-pass kernel: Vp not a multiple of the pack, or a row too
-         * long for the registers (f32 at GPT-2's size, bf16 just past 8 x
-         * 1024 packs; split over a cluster those two fit in registers) */
-        crossentropy_case(GPC_BF16, 5, 97, 101, CE_OUT_OF_PLACE, 0, 1.0f / 5);
-        crossentropy_case(GPC_BF16, 9, 50257, 50301, CE_IN_PLACE, 1, 1.0f / 9);
-        crossentropy_case(GPC_F32, 9, 50257, 50304, CE_IN_PLACE, 1, 1.0f / 9);
-        crossentropy_case(GPC_F32, 4, 50257, 50304, CE_LOSS_ONLY, 1, 1.0f);
-        crossentropy_case(GPC_BF16, 6, 65537, 65544, CE_OUT_OF_PLACE, 1, 1.0f / 6);
-        /* enough rows that clusters of different rows share multiprocessors */
-        crossentropy_case(GPC_BF16, 700, 50257, 50304, CE_IN_PLACE, 1, 1.0f / 700);
-    }
-    unsetenv("GPC_CE_SPLIT");
+    /* rows held in registers (Vp a multiple of the 16-byte pack, at
+     * most 8 packs on each of 1024 threads): 1, 2, 4 and 8 packs a
+     * thread */
+    crossentropy_case(GPC_F32, 14, 100, 128, CE_OUT_OF_PLACE, 0, 1.0f / 14);
+    crossentropy_case(GPC_F32, 9, 100, 100, CE_IN_PLACE, 1, 1.0f / 9);
+    crossentropy_case(GPC_BF16, 12, 1000, 1024, CE_IN_PLACE, 1, 1.0f / 12);
+    crossentropy_case(GPC_BF16, 6, 16001, 16384, CE_OUT_OF_PLACE, 1, 0.5f);
+    crossentropy_case(GPC_F16, 6, 29999, 30000, CE_IN_PLACE, 1, 1.0f / 6);
+    crossentropy_case(GPC_F32, 5, 32700, 32768, CE_OUT_OF_PLACE, 1, 3.0f);
+    /* GPT-2's classifier: V = 50257 padded to 50304, bf16 */
+    crossentropy_case(GPC_BF16, 9, 50257, 50304, CE_IN_PLACE, 1, 1.0f / 9);
+    crossentropy_case(GPC_BF16, 9, 50257, 50304, CE_OUT_OF_PLACE, 1, 1.0f / 9);
+    crossentropy_case(GPC_BF16, 4, 50257, 50304, CE_LOSS_ONLY, 1, 1.0f);
+    crossentropy_case(GPC_F16, 4, 50257, 50304, CE_OUT_OF_PLACE, 0, 1.0f / 4);
+    /* the two-pass kernel: Vp not a multiple of the pack, or a row too
+     * long for the registers (f32 at GPT-2's size, bf16 just past 8 x
+     * 1024 packs) */
+    crossentropy_case(GPC_BF16, 5, 97, 101, CE_OUT_OF_PLACE, 0, 1.0f / 5);
+    crossentropy_case(GPC_BF16, 9, 50257, 50301, CE_IN_PLACE, 1, 1.0f / 9);
+    crossentropy_case(GPC_F32, 9, 50257, 50304, CE_IN_PLACE, 1, 1.0f / 9);
+    crossentropy_case(GPC_F32, 4, 50257, 50304, CE_LOSS_ONLY, 1, 1.0f);
+    crossentropy_case(GPC_BF16, 6, 65537, 65544, CE_OUT_OF_PLACE, 1, 1.0f / 6);
+    /* enough rows that several share the GPU at once */
+    crossentropy_case(GPC_BF16, 700, 50257, 50304, CE_IN_PLACE, 1, 1.0f / 700);
 }
 
 /* ------------------------------------------------ sum_squares and adamw */

@@ -400,6 +400,20 @@ static void matmul_case(int with_bias) {
         twice[i] += gw[i] - pre_w[i];
     test_assert_close("matmul dweight, second micro-step", dw, twice, (size_t)(OC * C), BWD_TOL,
                       1.0);
+    /* dweight may be skipped too (backward queues the input gradient and the
+     * weight gradients apart): dinp alone is the same product, and dbias
+     * alone accumulates its column sums once more */
+    float *dx2 = filled(c.N * C, NAN), *db2 = copy_of(db, OC);
+    gpc_tensor tdx2 = t3(dx2, B, T, C);
+    TEST_OK(gpc_op_matmul_backward(&tdx2, NULL, NULL, &tdy, &tx, &tw));
+    assert_memory_equal(dx2, dx, (size_t)(c.N * C) * sizeof(float));
+    TEST_OK(gpc_op_matmul_backward(NULL, NULL, &tdb, &tdy, &tx, &tw));
+    double *sums = widen(db2, OC);
+    for (int64_t o = 0; o < OC; o++)
+        for (int64_t n = 0; n < c.N; n++)
+            sums[o] += r[n * OC + o];
+    test_assert_close("matmul dbias alone", db, sums, (size_t)OC, FWD_TOL, 1.0);
+    free(dx2), free(db2), free(sums);
 
     free(x), free(w), free(b), free(out), free(c.x), free(c.w), free(c.b), free(want), free(r);
     free(dx), free(dw), free(db), free(pre_w), free(pre_b), free(gx), free(gw), free(dw2);
