@@ -178,24 +178,21 @@ __device__ __forceinline__ float gpc_parts_column_sum(const float *partial, int 
 
 /* ---------------------------------------------------------- host helpers */
 
-/* The stream the calling thread's ops are queued on: the default (legacy)
- * stream, or the GPU's side stream between gpc_op_stream's SIDE and MAIN
- * (cuda_ops.cu). The data loader's copies run on their own stream and order
- * themselves against the default stream with events. */
-cudaStream_t gpc_cuda_stream(void);
-/* 0 on the default stream, 1 on the side stream: which scratch buffer and
- * cuBLASLt workspace an op may use, so ops on the two streams never share
- * one. */
-int gpc_cuda_stream_slot(void);
+/* The stream every op is queued on. The default stream for now: the model
+ * runs its step on one stream, and the data loader's copies on their own
+ * stream order themselves against it with events. */
+static inline cudaStream_t gpc_cuda_stream(void) {
+    return 0;
+}
 
 /* Makes the tensor's GPU current for the calling thread (cheap when it is). */
 gpc_status gpc_cuda_enter(const gpc_tensor *t);
 
-/* A grow-only scratch buffer per GPU and stream slot for the partial sums of
- * reductions and similar short-lived data. It is sized by the first step and
- * then reused, so the training step does not allocate after its first
- * micro-step. The ops of one slot queue on one stream, so an op may use the
- * buffer freely until it returns; the next op's kernels run after its own. */
+/* A grow-only scratch buffer per GPU for the partial sums of reductions and
+ * similar short-lived data. It is sized by the first step and then reused,
+ * so the training step does not allocate after its first micro-step. Ops
+ * queue on one stream, so an op may use the buffer freely until it returns;
+ * the next op's kernels run after its own. */
 gpc_status gpc_cuda_scratch(size_t bytes, void **out);
 
 /* Number of multiprocessors of the current GPU (cached). */

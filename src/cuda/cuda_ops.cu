@@ -13,11 +13,9 @@
 
 #define GPC_CUDA_MAX_DEVICES 64
 
-#define GPC_CUDA_SLOTS 2 /* the default stream and the side stream */
-
 static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
-static void *scratch_ptr[GPC_CUDA_MAX_DEVICES][GPC_CUDA_SLOTS];
-static size_t scratch_size[GPC_CUDA_MAX_DEVICES][GPC_CUDA_SLOTS];
+static void *scratch_ptr[GPC_CUDA_MAX_DEVICES];
+static size_t scratch_size[GPC_CUDA_MAX_DEVICES];
 static int sm_count[GPC_CUDA_MAX_DEVICES];
 
 gpc_status gpc_cuda_enter(const gpc_tensor *t) {
@@ -33,96 +31,19 @@ static int current_device(void) {
     return d;
 }
 
-/* ------------------------------------------------------------ streams
- *
- * Each GPU has a side stream (non-blocking, so it never waits for the legacy
- * default stream implicitly) and two events: "fork" (recorded on the default
- * stream when a thread switches to the side stream, which waits for it) and
- * "join" (recorded on the side stream, which the default stream waits for).
- * The side stream is chosen per thread: the thread's ops go to it while it
- * is on the side and its current GPU is the one it switched on. One thread
- * drives a GPU's training step, so the events are not shared between
- * threads in practice. */
-static pthread_mutex_t stream_lock = PTHREAD_MUTEX_INITIALIZER;
-static cudaStream_t side_stream[GPC_CUDA_MAX_DEVICES];
-static cudaEvent_t fork_event[GPC_CUDA_MAX_DEVICES], join_event[GPC_CUDA_MAX_DEVICES];
-static thread_local int side_device = -1; /* the GPU this thread is on the side of, or -1 */
-
-cudaStream_t gpc_cuda_stream(void) {
-    return side_device >= 0 && current_device() == side_device ? side_stream[side_device] : 0;
-}
-
-int gpc_cuda_stream_slot(void) {
-    return side_device >= 0 && current_device() == side_device ? 1 : 0;
-}
-
-/* GPC_BACKWARD_STREAMS=0 keeps every op on the default stream (read at each
- * call: a test compares both in one process). */
-static int side_streams_enabled(void) {
-    const char *e = getenv("GPC_BACKWARD_STREAMS");
-    return !(e && e[0] == '0' && e[1] == 0);
-}
-
-static gpc_status side_stream_ready(int d) {
-    gpc_status status = GPC_OK;
-    pthread_mutex_lock(&stream_lock);
-    if (!side_stream[d]) {
-        cudaStream_t st = NULL;
-        cudaEvent_t f = NULL, j = NULL;
-        if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess ||
-            cudaEventCreateWithFlags(&f, cudaEventDisableTiming) != cudaSuccess ||
-            cudaEventCreateWithFlags(&j, cudaEventDisableTiming) != cudaSuccess) {
-            cudaError_t err = cudaGetLastError();
-            if (st) cudaStreamDestroy(st);
-            if (f) cudaEventDestroy(f);
-            status = gpc_error(GPC_ERR_DEVICE, "cuda: cannot create the side stream of cuda:%d: %s",
-                               d, cudaGetErrorString(err));
-        } else {
-            fork_event[d] = f;
-            join_event[d] = j;
-            side_stream[d] = st; /* last: another thread reads it without the lock */
-        }
-    }
-    pthread_mutex_unlock(&stream_lock);
-    return status;
-}
-
-gpc_status gpc_cuda_stream_switch(const gpc_tensor *on_device, gpc_stream_action action) {
-    GPC_TRY(gpc_cuda_enter(on_device));
-    int d = current_device();
-    switch (action) {
-    case GPC_STREAM_SIDE:
-        if (!side_streams_enabled() || side_device == d) return GPC_OK;
-        GPC_TRY(side_stream_ready(d));
-        GPC_CUDA_CHECK(cudaEventRecord(fork_event[d], 0));
-        GPC_CUDA_CHECK(cudaStreamWaitEvent(side_stream[d], fork_event[d], 0));
-        side_device = d;
-        return GPC_OK;
-    case GPC_STREAM_MAIN:
-        side_device = -1;
-        return GPC_OK;
-    case GPC_STREAM_JOIN:
-        if (!side_stream[d]) return GPC_OK; /* never used: nothing to wait for */
-        GPC_CUDA_CHECK(cudaEventRecord(join_event[d], side_stream[d]));
-        GPC_CUDA_CHECK(cudaStreamWaitEvent(0, join_event[d], 0));
-        return GPC_OK;
-    }
-    return gpc_error(GPC_ERR_INVALID_ARG, "stream: unknown action %d", (int)action);
-}
-
 gpc_status gpc_cuda_scratch(size_t bytes, void **out) {
-    int d = current_device(), slot = gpc_cuda_stream_slot();
+    int d = current_device();
     gpc_status status = GPC_OK;
     pthread_mutex_lock(&scratch_lock);
-    if (scratch_size[d][slot] < bytes) {
+    if (scratch_size[d] < bytes) {
         /* Grow with headroom so a slightly larger request later does not
          * reallocate again. cudaFree waits for kernels still using the old
          * buffer, which only happens while the step's sizes are first seen. */
         size_t want = bytes + bytes / 4 + 4096;
-        if (scratch_ptr[d][slot]) cudaFree(scratch_ptr[d][slot]);
-        scratch_ptr[d][slot] = NULL;
-        scratch_size[d][slot] = 0;
-        cudaError_t err = cudaMalloc(&scratch_ptr[d][slot], want);
+        if (scratch_ptr[d]) cudaFree(scratch_ptr[d]);
+        scratch_ptr[d] = NULL;
+        scratch_size[d] = 0;
+        cudaError_t err = cudaMalloc(&scratch_ptr[d], want);
         if (err != cudaSuccess) {
             cudaGetLastError();
             status = gpc_error(GPC_ERR_NOMEM,
@@ -130,10 +51,10 @@ gpc_status gpc_cuda_scratch(size_t bytes, void **out) {
                                "--batch or free GPU memory",
                                want / 1048576.0, d);
         } else {
-            scratch_size[d][slot] = want;
+            scratch_size[d] = want;
         }
     }
-    *out = scratch_ptr[d][slot];
+    *out = scratch_ptr[d];
     pthread_mutex_unlock(&scratch_lock);
     return status;
 }

@@ -75,8 +75,7 @@ typedef struct {
 
 typedef struct {
     cublasLtHandle_t handle;
-    void *workspace;      /* for products on the default stream */
-    void *side_workspace; /* for those on the side stream, made at its first product */
+    void *workspace;
     matmul_cache_entry cache[MATMUL_CACHE_SIZE];
     int next;
 } matmul_device;
@@ -129,29 +128,6 @@ static gpc_status device_state(matmul_device **out) {
     return status;
 }
 
-/* The workspace of the calling thread's stream: products on the two streams
- * may run at once, so each has its own. */
-static gpc_status workspace_for(matmul_device *md, void **out) {
-    if (gpc_cuda_stream_slot() == 0) {
-        *out = md->workspace;
-        return GPC_OK;
-    }
-    gpc_status status = GPC_OK;
-    pthread_mutex_lock(&matmul_lock);
-    if (!md->side_workspace &&
-        cudaMalloc(&md->side_workspace, MATMUL_WORKSPACE_BYTES) != cudaSuccess) {
-        cudaGetLastError();
-        md->side_workspace = NULL;
-        status = gpc_error(GPC_ERR_NOMEM,
-                           "matmul: no room for the side stream's %zu MiB cuBLASLt workspace; "
-                           "GPC_BACKWARD_STREAMS=0 runs backward on one stream",
-                           MATMUL_WORKSPACE_BYTES >> 20);
-    }
-    *out = md->side_workspace;
-    pthread_mutex_unlock(&matmul_lock);
-    return status;
-}
-
 static cudaDataType_t lt_type(gpc_dtype t) {
     return t == GPC_BF16 ? CUDA_R_16BF : t == GPC_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
@@ -182,11 +158,10 @@ static int tune_enabled(void) {
  * zeroed scratch matrix instead, and when the scratch would be too large the
  * heuristic's first choice stands. Returns the index of the winner; any
  * candidate that fails is skipped. */
-static int tune_pick(matmul_device *md, void *workspace, cublasLtMatmulDesc_t desc,
-                     cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                     cublasLtMatrixLayout_t ld, const cublasLtMatmulHeuristicResult_t *cand,
-                     int count, const void *a, const void *b, void *d, const void *aux, float beta,
-                     size_t d_bytes) {
+static int tune_pick(matmul_device *md, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                     cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld,
+                     const cublasLtMatmulHeuristicResult_t *cand, int count, const void *a,
+                     const void *b, void *d, const void *aux, float beta, size_t d_bytes) {
     cudaStream_t stream = gpc_cuda_stream();
     void *target = d, *scratch = NULL;
     if (beta != 0.0f || d == a || d == b || d == aux) {
@@ -211,12 +186,12 @@ static int tune_pick(matmul_device *md, void *workspace, cublasLtMatmulDesc_t de
     for (int i = 0; i < count; i++) {
         float alpha = 1.0f, ms = 0.0f;
         int ok = cublasLtMatmul(md->handle, desc, &alpha, a, la, b, lb, &beta, target, ld, target,
-                                ld, &cand[i].algo, workspace, MATMUL_WORKSPACE_BYTES,
+                                ld, &cand[i].algo, md->workspace, MATMUL_WORKSPACE_BYTES,
                                 stream) == CUBLAS_STATUS_SUCCESS;
         ok = ok && cudaEventRecord(start, stream) == cudaSuccess;
         for (int r = 0; ok && r < MATMUL_TUNE_REPEATS; r++)
             ok = cublasLtMatmul(md->handle, desc, &alpha, a, la, b, lb, &beta, target, ld, target,
-                                ld, &cand[i].algo, workspace, MATMUL_WORKSPACE_BYTES,
+                                ld, &cand[i].algo, md->workspace, MATMUL_WORKSPACE_BYTES,
                                 stream) == CUBLAS_STATUS_SUCCESS;
         ok = ok && cudaEventRecord(stop, stream) == cudaSuccess &&
              cudaEventSynchronize(stop) == cudaSuccess &&
@@ -255,9 +230,7 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
                             int transb, int lda, int ldb, int ldd, float beta, float *bias_grad,
                             matmul_gelu gelu = MATMUL_NO_GELU, void *aux = NULL) {
     matmul_device *md = NULL;
-    void *workspace = NULL;
     GPC_TRY(device_state(&md));
-    GPC_TRY(workspace_for(md, &workspace));
     gpc_status status = GPC_OK;
     cublasLtMatmulDesc_t desc = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
@@ -359,8 +332,8 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
             }
             algo = result[0].algo;
             if (tune && found > 1)
-                algo = result[tune_pick(md, workspace, desc, la, lb, ld, result, found, a, b, d,
-                                        aux, beta, (size_t)ldd * (size_t)n * gpc_dtype_size(dtype))]
+                algo = result[tune_pick(md, desc, la, lb, ld, result, found, a, b, d, aux, beta,
+                                        (size_t)ldd * (size_t)n * gpc_dtype_size(dtype))]
                            .algo;
             pthread_mutex_lock(&matmul_lock);
             matmul_cache_entry *e = &md->cache[md->next];
@@ -371,7 +344,7 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
             pthread_mutex_unlock(&matmul_lock);
         }
         LT_CHECK(cublasLtMatmul(md->handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &algo,
-                                workspace, MATMUL_WORKSPACE_BYTES, gpc_cuda_stream()));
+                                md->workspace, MATMUL_WORKSPACE_BYTES, gpc_cuda_stream()));
     }
 done:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);

@@ -633,23 +633,6 @@ gpc_status gpt_read_step(gpt_model *m, float *mean_loss, float *grad_norm) {
 
 /* ------------------------------------------------------------ backward */
 
-/* Queues dweight += dout^T inp and dbias += column sums of dout on the side
- * stream of the device of `on` (gpc_op_stream): they run beside the input
- * gradients that follow on the main stream. With join_first, the main stream
- * first waits for the weight gradients queued before, because the main
- * stream is about to overwrite a buffer they read; those waits are where
- * the two streams meet. The side stream starts after everything queued on
- * the main stream so far, so it sees every input it reads. */
-static gpc_status weight_grad(const gpc_tensor *on, const gpc_tensor *join_first,
-                              gpc_tensor *dweight, gpc_tensor *dbias, const gpc_tensor *dout,
-                              const gpc_tensor *inp, const gpc_tensor *weight) {
-    if (join_first) GPC_TRY(gpc_op_stream(join_first, GPC_STREAM_JOIN));
-    GPC_TRY(gpc_op_stream(on, GPC_STREAM_SIDE));
-    gpc_status status = gpc_op_matmul_backward(NULL, dweight, dbias, dout, inp, weight);
-    gpc_status back = gpc_op_stream(on, GPC_STREAM_MAIN);
-    return status != GPC_OK ? status : back;
-}
-
 static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T) {
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
@@ -666,8 +649,7 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
     /* head: logits now hold dlogits */
     gpc_tensor dlogits = view(&a->logits, 0, 3, B, T, c->padded_vocab);
     gpc_tensor lnf = view(&a->lnf, 0, 3, B, T, C);
-    GPC_TRY(gpc_op_matmul_backward(&dbtc, NULL, NULL, &dlogits, &lnf, &p->wte));
-    GPC_TRY(weight_grad(&dresidual, NULL, &g->wte, NULL, &dlogits, &lnf, &p->wte));
+    GPC_TRY(gpc_op_matmul_backward(&dbtc, &g->wte, NULL, &dlogits, &lnf, &p->wte));
     {
         gpc_tensor residual = act_layer(m, &a->residual3, L - 1, B, T, C);
         gpc_tensor mean = view(&a->lnf_mean, 0, 2, B, T, 0);
@@ -675,7 +657,6 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
         GPC_TRY(gpc_op_layernorm_backward(&dresidual, &g->lnfw, &g->lnfb, &dbtc, &residual,
                                           &p->lnfw, &mean, &rstd));
     }
-    GPC_TRY(gpc_op_stream(&dresidual, GPC_STREAM_JOIN));
     if (m->grad_ready) GPC_TRY(m->grad_ready(m->grad_ready_user, L));
     gpc_tensor encoded = view(&a->encoded, 0, 3, B, T, C);
     for (int l = L - 1; l >= 0; l--) {
@@ -719,39 +700,23 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
             gpc_tensor ln2b = param_layer(&p->ln2b, l, 0, C);
             GPC_TRY(gpc_op_layernorm_forward(&ln2, &ln2_mean, &ln2_rstd, &residual2, &ln2w, &ln2b));
         }
-        /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))). Each
-         * input gradient is queued on the main stream and each weight
-         * gradient on the side stream (weight_grad); a JOIN comes before the
-         * main stream overwrites what a queued weight gradient still reads. */
-        GPC_TRY(
-            gpc_op_matmul_backward_dgelu(&dfch, NULL, NULL, &dresidual, &fch_gelu, &fcprojw, &fch));
-        GPC_TRY(
-            weight_grad(&dresidual, NULL, &dfcprojw, &dfcprojb, &dresidual, &fch_gelu, &fcprojw));
-        GPC_TRY(gpc_op_matmul_backward(&dbtc, NULL, NULL, &dfch, &ln2, &fcw));
-        /* layernorm backward adds into dresidual, which fcproj's weight
-         * gradient reads */
-        GPC_TRY(weight_grad(&dresidual, &dresidual, &dfcw, &dfcb, &dfch, &ln2, &fcw));
+        /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))) */
+        GPC_TRY(gpc_op_matmul_backward_dgelu(&dfch, &dfcprojw, &dfcprojb, &dresidual, &fch_gelu,
+                                             &fcprojw, &fch));
+        GPC_TRY(gpc_op_matmul_backward(&dbtc, &dfcw, &dfcb, &dfch, &ln2, &fcw));
         GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln2w, &dln2b, &dbtc, &residual2, &ln2w,
                                           &ln2_mean, &ln2_rstd));
         /* attention: residual2 = residual + attproj(attention(qkv(ln1(residual)))) */
-        GPC_TRY(gpc_op_matmul_backward(&dbtc, NULL, NULL, &dresidual, &atty, &attprojw));
-        /* dqkv shares its buffer with dfch, which fc's weight gradient reads */
-        GPC_TRY(weight_grad(&dresidual, &dresidual, &dattprojw, &dattprojb, &dresidual, &atty,
-                            &attprojw));
+        GPC_TRY(
+            gpc_op_matmul_backward(&dbtc, &dattprojw, &dattprojb, &dresidual, &atty, &attprojw));
         GPC_TRY(gpc_op_attention_backward(&dqkv, &dbtc, &qkv, &atty, &lse, NH));
         if (m->recompute >= 2) {
             gpc_tensor ln1b = param_layer(&p->ln1b, l, 0, C);
             GPC_TRY(gpc_op_layernorm_forward(&ln1, &ln1_mean, &ln1_rstd, &residual, &ln1w, &ln1b));
         }
-        GPC_TRY(gpc_op_matmul_backward(&dbtc, NULL, NULL, &dqkv, &ln1, &qkvw));
-        /* layernorm backward adds into dresidual, which attproj's weight
-         * gradient reads */
-        GPC_TRY(weight_grad(&dresidual, &dresidual, &dqkvw, &dqkvb, &dqkv, &ln1, &qkvw));
+        GPC_TRY(gpc_op_matmul_backward(&dbtc, &dqkvw, &dqkvb, &dqkv, &ln1, &qkvw));
         GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln1w, &dln1b, &dbtc, &residual, &ln1w,
                                           &ln1_mean, &ln1_rstd));
-        /* the layer's gradients are complete for grad_ready, and the next
-         * layer writes dfch over dqkv, which qkv's weight gradient reads */
-        GPC_TRY(gpc_op_stream(&dresidual, GPC_STREAM_JOIN));
         if (m->grad_ready) GPC_TRY(m->grad_ready(m->grad_ready_user, l));
     }
     GPC_TRY(gpc_op_embedding_backward(&g->wte, &g->wpe, &dresidual, tokens));

@@ -533,11 +533,3 @@ gpc_status gpc_op_sum(gpc_tensor *acc, const gpc_tensor *x) {
     GPC_TRY(need_numel(op, "acc", acc, 1));
     DISPATCH(op, x, sum, acc, x);
 }
-
-gpc_status gpc_op_stream(const gpc_tensor *on_device, gpc_stream_action action) {
-    const char *op = "stream";
-    if (!on_device) return gpc_error(GPC_ERR_INVALID_ARG, "%s: tensor 'on_device' is missing", op);
-    if (action != GPC_STREAM_MAIN && action != GPC_STREAM_SIDE && action != GPC_STREAM_JOIN)
-        return gpc_error(GPC_ERR_INVALID_ARG, "%s: unknown action %d", op, (int)action);
-    DISPATCH(op, on_device, stream_switch, on_device, action);
-}

@@ -30,9 +30,6 @@
 extern "C" {
 #endif
 
-/* See gpc_op_stream at the end. */
-typedef enum { GPC_STREAM_MAIN, GPC_STREAM_SIDE, GPC_STREAM_JOIN } gpc_stream_action;
-
 /* out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]. tokens is i32 [B,T] on the
  * same device; wte [Vp,C]; wpe [maxT,C] with T <= maxT. */
 gpc_status gpc_op_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
@@ -65,9 +62,9 @@ gpc_status gpc_op_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor *o
 gpc_status gpc_op_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
                                  const gpc_tensor *bias);
 /* dinp = dout @ weight (overwritten), dweight += dout^T @ inp, dbias +=
- * column sums of dout. Each of the three may be NULL to skip it, so the
- * input gradient and the weight gradients can be queued apart (on two
- * streams: gpc_op_stream). */
+ * column sums of dout. Each of the three may be NULL to skip it (not all
+ * three), so the input gradient and the weight gradients can be computed
+ * apart. */
 gpc_status gpc_op_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
                                   const gpc_tensor *dout, const gpc_tensor *inp,
                                   const gpc_tensor *weight);
@@ -209,23 +206,6 @@ gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, g
  * model sums its per-token losses on the device with it, so the trainer
  * reads the loss once per step instead of once per micro-step. */
 gpc_status gpc_op_sum(gpc_tensor *acc, const gpc_tensor *x);
-
-/* Which queue the calling thread's next ops go to on the device of
- * on_device (a no-op on the CPU, whose ops finish before they return).
- * Backward queues the weight gradients on a second stream so that they run
- * beside the input-gradient chain and fill the GPU where one kernel alone
- * leaves it partly idle (the last wave of a product, a memory-bound kernel
- * next to a compute-bound one):
- *   GPC_STREAM_SIDE  later ops go to the side stream, which first waits for
- *                    everything queued on the main stream so far;
- *   GPC_STREAM_MAIN  later ops go to the main stream again (no wait);
- *   GPC_STREAM_JOIN  the main stream waits for everything queued on the
- *                    side stream so far.
- * Ops on the side stream use their own scratch memory. The caller orders
- * every buffer one stream writes and the other reads with a JOIN (or by
- * switching to SIDE after the write). GPC_BACKWARD_STREAMS=0 keeps every op
- * on the main stream. */
-gpc_status gpc_op_stream(const gpc_tensor *on_device, gpc_stream_action action);
 
 #ifdef __cplusplus
 }
