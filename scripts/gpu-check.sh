@@ -5,7 +5,7 @@
 # (bench/gpt2_train.sh). Logs go to $OUT (or ./gpu-out); the last lines
 # printed are the summary.
 #
-#   scripts/gpu-check.sh [all|test|bench]
+#   scripts/gpu-check.sh [all|test|bench|build]   (build: only the build, into build-gpu)
 #
 # The GPU machine lacks some -dev packages gpc builds against (cmocka, and
 # possibly OpenBLAS). If .deps/cuda/ holds their Debian packages (fetch them
@@ -18,6 +18,9 @@ export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 mode=${1:-all}
+case $mode in all | test | bench | build) ;; *)
+  echo "gpu-check: unknown mode '$mode': use all, test, bench or build" >&2; exit 2 ;;
+esac
 final=${OUT:-$root/gpu-out}
 out=/tmp/gpc-gpu-out
 build=$root/build-gpu

@@ -18,7 +18,7 @@ build=${1:-$root/build-gpu}
 out=${OUT:-$root/gpu-out}
 mkdir -p "$out"
 bench=$build/bench/bench_gpt2_step
-[[ -x $bench ]] || { echo "gpu-kernels: $bench is missing; build first (scripts/gpu-check.sh test)" >&2; exit 1; }
+[[ -x $bench ]] || { echo "gpu-kernels: $bench is missing; build first (scripts/gpu-check.sh build)" >&2; exit 1; }
 command -v ncu >/dev/null || { echo "gpu-kernels: ncu is not on the PATH" >&2; exit 1; }
 csv=$out/kernels.csv
 timeout 500 ncu --clock-control none --nvtx --nvtx-include "timed-step/" \
