@@ -89,7 +89,7 @@ static gpc_status table_for(const char *op, const gpc_tensor *t, const gpc_ops_t
     do {                                                                                           \
         const gpc_ops_table *table_ = NULL;                                                        \
         GPC_TRY(table_for(op, first, &table_));                                                    \
-        if (!table_->entry)                                                                        \
+        if (!table_ || !table_->entry)                                                             \
             return gpc_error(GPC_ERR_UNSUPPORTED, "%s is not implemented on %s", op,               \
                              gpc_device_name((first)->device));                                    \
         return table_->entry(__VA_ARGS__);                                                         \
@@ -194,7 +194,7 @@ gpc_status gpc_op_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor *o
     GPC_TRY(need_numel(op, "b", b, gpc_tensor_numel(residual)));
     GPC_TRY(check_layernorm(op, out, mean, rstd, residual, weight, bias));
     GPC_TRY(table_for(op, out, &table));
-    if (table->residual_layernorm_forward)
+    if (table && table->residual_layernorm_forward)
         return table->residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias);
     GPC_TRY(gpc_op_residual_forward(residual, a, b));
     return gpc_op_layernorm_forward(out, mean, rstd, residual, weight, bias);
@@ -487,7 +487,7 @@ gpc_status gpc_op_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
                          "backward pass needs the pre-activation",
                          op);
     GPC_TRY(table_for(op, out_pre, &table));
-    if (table->matmul_gelu_forward)
+    if (table && table->matmul_gelu_forward)
         return table->matmul_gelu_forward(out_pre, out_gelu, inp, weight, bias);
     GPC_TRY(gpc_op_matmul_forward(out_pre, inp, weight, bias));
     return gpc_op_gelu_forward(out_gelu, out_pre);
@@ -519,7 +519,7 @@ gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, g
                          "give dinp its own",
                          op, dinp->data == inp->data ? "inp" : "dout");
     GPC_TRY(table_for(op, dinp, &table));
-    if (table->matmul_backward_dgelu)
+    if (table && table->matmul_backward_dgelu)
         return table->matmul_backward_dgelu(dinp, dweight, dbias, dout, inp, weight, gelu_inp);
     GPC_TRY(gpc_op_matmul_backward(dinp, dweight, dbias, dout, inp, weight));
     return gpc_op_gelu_backward(dinp, gelu_inp, dinp);
