@@ -124,6 +124,22 @@ static inline int gpc_cuda_aligned16(const void *p) {
     return ((uintptr_t)p & 15) == 0;
 }
 
+/* GELU, tanh approximation (GPT-2's). tanh through one exponential: gpc
+ * builds with --use_fast_math, under which tanhf may become the hardware's
+ * tanh.approx (about 2^-11 relative error), too coarse for the f32 path's
+ * 1e-5. 1 - 2/(e^{2u}+1) is exact to a few ulps away from 0 and to about
+ * 1e-7 absolute near it; it saturates correctly (e^{2u} = inf gives 1, 0
+ * gives -1). */
+#define GPC_GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
+__device__ __forceinline__ float gpc_gelu_tanh(float u) {
+    return 1.0f - 2.0f / (__expf(2.0f * u) + 1.0f);
+}
+
+__device__ __forceinline__ float gpc_gelu(float x) {
+    float cube = 0.044715f * x * x * x;
+    return 0.5f * x * (1.0f + gpc_gelu_tanh(GPC_GELU_SCALE * (x + cube)));
+}
+
 /* --------------------------------------------------------------- reductions */
 
 __device__ __forceinline__ float gpc_warp_sum(float v) {

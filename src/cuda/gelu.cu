@@ -8,27 +8,12 @@
  */
 #include "cuda/cuda_common.cuh"
 
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
-
-/* tanh through one exponential: gpc builds with --use_fast_math, under which
- * tanhf may become the hardware's tanh.approx (about 2^-11 relative error),
- * too coarse for the f32 path's 1e-5. 1 - 2/(e^{2u}+1) is exact to a few
- * ulps away from 0 and to about 1e-7 absolute near it; it saturates
- * correctly (e^{2u} = inf gives 1, 0 gives -1). */
-__device__ __forceinline__ float gelu_tanh(float u) {
-    return 1.0f - 2.0f / (__expf(2.0f * u) + 1.0f);
-}
-
-__device__ __forceinline__ float gelu_f(float x) {
-    float cube = 0.044715f * x * x * x;
-    return 0.5f * x * (1.0f + gelu_tanh(GELU_SCALE * (x + cube)));
-}
-
 __device__ __forceinline__ float gelu_grad_f(float x) {
     float cube = 0.044715f * x * x * x;
-    float t = gelu_tanh(GELU_SCALE * (x + cube));
+    float t = gpc_gelu_tanh(GPC_GELU_SCALE * (x + cube));
     float sech2 = 1.0f - t * t;
-    return 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+    return 0.5f * (1.0f + t) +
+           0.5f * x * sech2 * GPC_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
 template <typename T>
@@ -43,13 +28,13 @@ __global__ void gelu_forward_kernel(T *out, const T *inp, int64_t n, int vectori
             P x = ((const P *)inp)[i], y;
 #pragma unroll
             for (int k = 0; k < P::n; k++)
-                y.v[k] = gpc_from_f32<T>(gelu_f(gpc_to_f32(x.v[k])));
+                y.v[k] = gpc_from_f32<T>(gpc_gelu(gpc_to_f32(x.v[k])));
             ((P *)out)[i] = y;
         }
         done = packs * P::n;
     }
     for (int64_t i = done + first; i < n; i += stride)
-        out[i] = gpc_from_f32<T>(gelu_f(gpc_to_f32(inp[i])));
+        out[i] = gpc_from_f32<T>(gpc_gelu(gpc_to_f32(inp[i])));
 }
 
 template <typename T>

@@ -338,6 +338,12 @@ static void test_matmul(void **state) {
     matmul_case(GPC_BF16, GPC_F32, 2, 40, 64, 200, 1, 1); /* bf16 products into f32 grads */
     matmul_case(GPC_F16, GPC_F16, 2, 16, 64, 64, 1, 1);
     matmul_case(GPC_BF16, GPC_F32, 1, 24, 64, 36, 1, 1); /* OC not a multiple of 8: scalar dbias */
+    /* up to 4 rows (generation's products): the matrix-vector kernel */
+    matmul_case(GPC_BF16, GPC_BF16, 1, 1, 768, 2304, 1, 1);
+    matmul_case(GPC_BF16, GPC_F32, 1, 3, 64, 200, 1, 1);
+    matmul_case(GPC_F16, GPC_F16, 2, 2, 3072, 72, 0, 1);
+    matmul_case(GPC_BF16, GPC_BF16, 1, 4, 40, 33, 1, 0);
+    matmul_case(GPC_BF16, GPC_BF16, 1, 5, 64, 64, 1, 1); /* 5 rows: cuBLASLt again */
 }
 
 /* Fused linear + GELU: forward keeps the pre-activation and writes its GELU;
@@ -381,7 +387,9 @@ static void test_matmul_gelu(void **state) {
     matmul_gelu_case(GPC_BF16, 2, 32, 256, 64, 1);  /* fcproj's: C -> OC narrower */
     matmul_gelu_case(GPC_BF16, 2, 32, 64, 256, 0);  /* GELU_AUX without bias */
     matmul_gelu_case(GPC_F16, 2, 16, 64, 128, 1);
-    matmul_gelu_case(GPC_BF16, 1, 24, 44, 36, 1); /* not multiples of 8: the two kernels */
+    matmul_gelu_case(GPC_BF16, 1, 24, 44, 36, 1);   /* not multiples of 8: the two kernels */
+    matmul_gelu_case(GPC_BF16, 1, 1, 768, 3072, 1); /* one row: the matrix-vector kernel */
+    matmul_gelu_case(GPC_F16, 1, 3, 64, 40, 0);
 }
 
 /* The plain sum the model adds its losses with. */
