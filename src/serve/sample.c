@@ -72,22 +72,29 @@ uint32_t gpc_sample_token(const float *logits, int V, float temperature, int top
     float max = c[0].value;
     for (int i = 1; i < n; i++)
         if (c[i].value > max) max = c[i].value;
+    /* each candidate's weight exp((x - max) / T), in (0, 1], computed once
+     * in float over the candidates in place (the whole vocabulary with
+     * top-k 0: one expf each, not the two double exps of a sum and a draw)
+     * and summed in double */
+    const float inv_t = 1.0f / temperature;
     double total = 0;
-    for (int i = 0; i < n; i++)
-        total += exp(((double)c[i].value - max) / temperature);
+    for (int i = 0; i < n; i++) {
+        c[i].value = expf((c[i].value - max) * inv_t);
+        total += c[i].value;
+    }
     if (top_p < 1.0f) {
         /* the smallest prefix whose probability reaches top_p (the token
          * that crosses it included; at least one) */
         double want = (double)top_p * total, kept = 0;
         int m = 0;
         while (m < n && (m == 0 || kept < want))
-            kept += exp(((double)c[m++].value - max) / temperature);
+            kept += c[m++].value;
         n = m;
         total = kept;
     }
     double r = gpc_rng_uniform64(rng) * total, acc = 0;
     for (int i = 0; i < n; i++) {
-        acc += exp(((double)c[i].value - max) / temperature);
+        acc += c[i].value;
         if (r < acc) return (uint32_t)c[i].index;
     }
     return (uint32_t)c[n - 1].index; /* rounding left r at the very top */
