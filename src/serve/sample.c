@@ -73,9 +73,7 @@ uint32_t gpc_sample_token(const float *logits, int V, float temperature, int top
     for (int i = 1; i < n; i++)
         if (c[i].value > max) max = c[i].value;
     /* each candidate's weight exp((x - max) / T), in (0, 1], computed once
-     * in float over the candidates in place (the whole vocabulary with
-     * top-k 0: one expf each, not the two double exps of a sum and a draw)
-     * and summed in double */
+     * in place and summed in double; top-p and the draw read the weights */
     const float inv_t = 1.0f / temperature;
     double total = 0;
     for (int i = 0; i < n; i++) {

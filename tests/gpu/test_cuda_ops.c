@@ -270,7 +270,8 @@ static void layernorm_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C) {
         drop(all[i]);
 }
 
-static void layernorm_cases(void) {
+static void test_layernorm(void **state) {
+    (void)state;
     layernorm_case(GPC_F32, 2, 50, 96);
     layernorm_case(GPC_F32, 3, 7, 37); /* C not a multiple of the vector width */
     layernorm_case(GPC_BF16, 2, 64, 768);
@@ -285,11 +286,6 @@ static void layernorm_cases(void) {
     layernorm_case(GPC_BF16, 3, 333, 77);
     layernorm_case(GPC_BF16, 1, 37, 2048);
     layernorm_case(GPC_F32, 1, 45, 1024);
-}
-
-static void test_layernorm(void **state) {
-    (void)state;
-    layernorm_cases();
 }
 
 /* ---------------------------------------------------------------- matmul */
