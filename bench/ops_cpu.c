@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
          gpc_op_matmul_backward(&tdx, &tdw4, &tdb4, &tdy4, &tx, &tw4));
     TIME("layernorm_forward", 0, gpc_op_layernorm_forward(&tdx, &tmean, &trstd, &tx, &tc, &tc));
     TIME("layernorm_backward", 0,
-         gpc_op_layernorm_backward(&tdx, &tdc, &tdc, &tx, &tx, &tc, &tmean, &trstd));
+         gpc_op_layernorm_backward(&tdx, &tdc, &tdc, NULL, &tx, &tx, &tc, &tmean, &trstd));
     TIME("gelu_forward (4C)", 0, gpc_op_gelu_forward(&tdy4, &ty4));
     TIME("gelu_backward (4C)", 0, gpc_op_gelu_backward(&tdy4, &ty4, &tdy4));
     double af = 4.0 * B * NH * (T * (T + 1) / 2.0) * (C / NH);

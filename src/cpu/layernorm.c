@@ -102,13 +102,14 @@ gpc_status gpc_cpu_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor *
 }
 
 gpc_status gpc_cpu_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                      const gpc_tensor *dout, const gpc_tensor *inp,
-                                      const gpc_tensor *weight, const gpc_tensor *mean,
-                                      const gpc_tensor *rstd) {
+                                      gpc_tensor *dinp_sum, const gpc_tensor *dout,
+                                      const gpc_tensor *inp, const gpc_tensor *weight,
+                                      const gpc_tensor *mean, const gpc_tensor *rstd) {
     const char *op = "layernorm_backward";
     GPC_TRY(gpc_cpu_need_f32(op, "dinp", dinp));
     GPC_TRY(gpc_cpu_need_f32(op, "dweight", dweight));
     GPC_TRY(gpc_cpu_need_f32(op, "dbias", dbias));
+    GPC_TRY(gpc_cpu_need_f32(op, "dinp_sum", dinp_sum));
     GPC_TRY(gpc_cpu_need_f32(op, "dout", dout));
     GPC_TRY(gpc_cpu_need_f32(op, "inp", inp));
     GPC_TRY(gpc_cpu_need_f32(op, "weight", weight));
@@ -117,6 +118,8 @@ gpc_status gpc_cpu_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc
     const float *dy = dout->data, *x = inp->data, *w = weight->data;
     const float *mu = mean->data, *rs = rstd->data;
     int64_t blocks = (C + LAYERNORM_CHANNEL_BLOCK - 1) / LAYERNORM_CHANNEL_BLOCK;
+    /* dinp as it came in, before the rows below add to it */
+    if (dinp_sum) gpc_cpu_add_column_sums(dinp_sum->data, dx, N, C);
 #pragma omp parallel
     {
 #pragma omp for schedule(static) nowait

@@ -64,20 +64,21 @@ gpc_status gpc_cpu_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_te
         gpc_cpu_sgemm(0, 0, N, C, OC, 1.0f, dy, OC, weight->data, C, 0.0f, dinp->data, C);
     if (dweight && dweight->data)
         gpc_cpu_sgemm(1, 0, OC, C, N, 1.0f, dy, OC, inp->data, C, 1.0f, dweight->data, C);
-    if (dbias && dbias->data) {
-        float *db = dbias->data;
-        int64_t blocks = (OC + MATMUL_COLUMN_BLOCK - 1) / MATMUL_COLUMN_BLOCK;
-#pragma omp parallel for schedule(static)
-        for (int64_t blk = 0; blk < blocks; blk++) {
-            int64_t j0 = blk * MATMUL_COLUMN_BLOCK;
-            int64_t width = OC - j0 < MATMUL_COLUMN_BLOCK ? OC - j0 : MATMUL_COLUMN_BLOCK;
-            float sum[MATMUL_COLUMN_BLOCK] = {0};
-            for (int64_t n = 0; n < N; n++)
-                for (int64_t j = 0; j < width; j++)
-                    sum[j] += dy[n * OC + j0 + j];
-            for (int64_t j = 0; j < width; j++)
-                db[j0 + j] += sum[j];
-        }
-    }
+    if (dbias && dbias->data) gpc_cpu_add_column_sums(dbias->data, dy, N, OC);
     return GPC_OK;
+}
+
+void gpc_cpu_add_column_sums(float *acc, const float *x, int64_t N, int64_t C) {
+    int64_t blocks = (C + MATMUL_COLUMN_BLOCK - 1) / MATMUL_COLUMN_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < blocks; blk++) {
+        int64_t j0 = blk * MATMUL_COLUMN_BLOCK;
+        int64_t width = C - j0 < MATMUL_COLUMN_BLOCK ? C - j0 : MATMUL_COLUMN_BLOCK;
+        float sum[MATMUL_COLUMN_BLOCK] = {0};
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t j = 0; j < width; j++)
+                sum[j] += x[n * C + j0 + j];
+        for (int64_t j = 0; j < width; j++)
+            acc[j0 + j] += sum[j];
+    }
 }

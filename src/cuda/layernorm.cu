@@ -23,10 +23,14 @@
  * Each block adds its warps' sums in warp order and writes one row of
  * partial sums to scratch; a small kernel adds those rows in a fixed order.
  * No atomics: the bits depend only on N, C and the GPU's multiprocessor
- * count, the same on every run. Other C (odd, wider, or unaligned rows):
- * one warp per row for dinp, and the column sums by a second kernel that
- * reads dout and inp again, in row blocks whose partial sums the same
- * finishing kernel adds.
+ * count, the same on every run. Asked for dinp's incoming column sums (the
+ * bias gradient of the projection before this layernorm, see ops.h), the
+ * kernel sums the dinp it reads the same way, for rows of up to 768 columns
+ * in bf16/f16 (512 in f32); wider rows would spill registers, so there the
+ * sums are a pass of their own before the kernel. Other C (odd, wider, or
+ * unaligned rows): one warp per row for dinp, and the column sums by a
+ * second kernel that reads dout and inp again, in row blocks whose partial
+ * sums the same finishing kernel adds.
  */
 #include "cuda/cuda_common.cuh"
 
@@ -40,6 +44,9 @@
 #define LNB_BLOCKS_PER_SM 2
 /* columns per lane: C <= 1024 for bf16 and f16, 768 for f32 (32 f32 spill) */
 #define LNB_MAX_ELEMS(E) (sizeof(E) == 2 ? 32 : 24)
+/* ... and with dinp's column sums too (SUM): C <= 768 for bf16 and f16, 512
+ * for f32; wider rows spill, so their sums are a separate pass */
+#define LNB_SUM_MAX_ELEMS(E) (sizeof(E) == 2 ? 24 : 16)
 
 /* Loads PER elements (1 or a 16-byte pack) at p into f32. */
 template <int PER, typename T> __device__ __forceinline__ void ln_load(float *x, const T *p) {
@@ -221,34 +228,39 @@ template <int PER> __device__ __forceinline__ void ln_weights(float *w, const fl
  * every row (pack lane + 32 i), so it keeps dweight's and dbias's column sums
  * for them in registers across all of its rows; dout and inp are read once
  * (both passes over the row use the registers), dinp once and written once.
+ * With SUM it also sums the columns of dinp as they come in (the residual
+ * gradient's column sums: a projection's bias gradient) the same way.
  * At the end the block's warps add their sums in warp order in shared memory
- * and the block writes one partial row [2C] (dweight, then dbias) to
- * partial[blockIdx.x]; layernorm_params_finish_kernel adds the blocks' rows
- * in a fixed order. The weight is staged in shared memory as f32 once per
- * block. Dynamic shared memory: 3 * C floats. */
-template <typename T, int ELEMS>
+ * and the block writes one partial row [GROUPS * C] (dweight, dbias, then
+ * dinp's sums) to partial[blockIdx.x]; layernorm_params_finish_kernel adds the
+ * blocks' rows in a fixed order. The weight is staged in shared memory as f32
+ * once per block. Dynamic shared memory: (1 + GROUPS) * C floats. */
+template <typename T, int ELEMS, bool SUM>
 __global__ void __launch_bounds__(LNB_THREADS, LNB_BLOCKS_PER_SM)
     layernorm_backward_fused_kernel(T *__restrict__ dinp, const T *__restrict__ dout,
                                     const T *__restrict__ inp, gpc_cuda_any weight,
                                     const float *__restrict__ mean, const float *__restrict__ rstd,
                                     float *__restrict__ partial, int64_t N, int C) {
     typedef gpc_pack<T> P;
-    const int PER = P::n, ITEMS = ELEMS / P::n;
-    const bool EARLY = ELEMS <= 24 && ELEMS * sizeof(T) <= 64; /* no spills at 128 registers */
-    extern __shared__ float4 ln_shared[];              /* float4: 16-byte aligned for ln_weights */
-    float *w_s = (float *)ln_shared, *sum_s = w_s + C; /* sum_s: [2C], dweight then dbias */
+    const int PER = P::n, ITEMS = ELEMS / P::n, GROUPS = SUM ? 3 : 2;
+    const bool EARLY =
+        ELEMS <= 24 && ELEMS * sizeof(T) <= 64 && !SUM; /* no spills at 128 registers */
+    extern __shared__ float4 ln_shared[];               /* float4: 16-byte aligned for ln_weights */
+    float *w_s = (float *)ln_shared, *sum_s = w_s + C;  /* sum_s: [GROUPS * C] */
     for (int c = threadIdx.x; c < C; c += LNB_THREADS)
         w_s[c] = gpc_any_load(weight, c);
     __syncthreads();
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, packs = C / PER;
     const int64_t warps = (int64_t)gridDim.x * LNB_WARPS;
-    float dw[ITEMS][PER], db[ITEMS][PER];
+    float dw[ITEMS][PER], db[ITEMS][PER], ds[SUM ? ITEMS : 1][PER];
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
 #pragma unroll
-        for (int k = 0; k < PER; k++)
+        for (int k = 0; k < PER; k++) {
             dw[i][k] = db[i][k] = 0.0f;
+            if (SUM) ds[SUM ? i : 0][k] = 0.0f;
+        }
 
     for (int64_t row = (int64_t)blockIdx.x * LNB_WARPS + warp; row < N; row += warps) {
         const P *dy = (const P *)(dout + row * C), *x = (const P *)(inp + row * C);
@@ -312,9 +324,9 @@ __global__ void __launch_bounds__(LNB_THREADS, LNB_BLOCKS_PER_SM)
 #pragma unroll
                 for (int k = 0; k < PER; k++) {
                     float d = gpc_to_f32(dyp[i].v[k]), xhat = (gpc_to_f32(xp[i].v[k]) - m) * r;
-                    float g = w[k] * d;
-                    out.v[k] = gpc_from_f32<T>(gpc_to_f32(dxp[i].v[k]) +
-                                               r * (g - g_mean - xhat * gx_mean));
+                    float g = w[k] * d, in = gpc_to_f32(dxp[i].v[k]);
+                    if (SUM) ds[SUM ? i : 0][k] += in;
+                    out.v[k] = gpc_from_f32<T>(in + r * (g - g_mean - xhat * gx_mean));
                 }
                 dx[p] = out;
             }
@@ -333,28 +345,32 @@ __global__ void __launch_bounds__(LNB_THREADS, LNB_BLOCKS_PER_SM)
                         int c = p * PER + k;
                         sum_s[c] = w ? sum_s[c] + dw[i][k] : dw[i][k];
                         sum_s[C + c] = w ? sum_s[C + c] + db[i][k] : db[i][k];
+                        if (SUM)
+                            sum_s[2 * C + c] =
+                                w ? sum_s[2 * C + c] + ds[SUM ? i : 0][k] : ds[SUM ? i : 0][k];
                     }
             }
         }
         __syncthreads();
     }
-    float *out = partial + (int64_t)blockIdx.x * 2 * C;
-    for (int c = threadIdx.x; c < 2 * C; c += LNB_THREADS)
+    float *out = partial + (int64_t)blockIdx.x * GROUPS * C;
+    for (int c = threadIdx.x; c < GROUPS * C; c += LNB_THREADS)
         out[c] = sum_s[c];
 }
 
 /* dweight[c] += sum over parts of partial[part][c], dbias[c] += that of
- * partial[part][C + c]. A block adds 32 of the 2C columns, in a fixed order
- * (gpc_parts_column_sum). */
+ * partial[part][C + c], and with dsum (groups 3) dsum[c] += that of
+ * partial[part][2C + c]. A block adds 32 of the groups * C columns, in a
+ * fixed order (gpc_parts_column_sum). */
 __global__ void layernorm_params_finish_kernel(gpc_cuda_any dweight, gpc_cuda_any dbias,
-                                               const float *partial, int parts, int C) {
+                                               gpc_cuda_any dsum, const float *partial, int parts,
+                                               int C, int groups) {
     int c = blockIdx.x * 32 + threadIdx.x;
-    float t = gpc_parts_column_sum(partial, parts, 2 * (int64_t)C);
-    if (threadIdx.y != 0 || c >= 2 * C) return;
-    if (c < C)
-        gpc_any_store(dweight, c, gpc_any_load(dweight, c) + t);
-    else
-        gpc_any_store(dbias, c - C, gpc_any_load(dbias, c - C) + t);
+    float t = gpc_parts_column_sum(partial, parts, groups * (int64_t)C);
+    if (threadIdx.y != 0 || c >= groups * C) return;
+    gpc_cuda_any to = c < C ? dweight : c < 2 * C ? dbias : dsum;
+    int j = c % C;
+    gpc_any_store(to, j, gpc_any_load(to, j) + t);
 }
 
 template <typename T>
@@ -438,22 +454,31 @@ gpc_status gpc_cuda_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor 
     return layernorm_launch(out, mean, rstd, residual, a, b, weight, bias);
 }
 
-/* Queues the fused backward for ELEMS columns per lane (see its kernel). */
+/* Queues the fused backward for ELEMS columns per lane (see its kernel),
+ * summing dinp's columns too when sum is set. */
 template <typename E, int ELEMS>
 static void layernorm_backward_fused(unsigned grid, cudaStream_t s, gpc_tensor *dinp,
                                      const gpc_tensor *dout, const gpc_tensor *inp,
                                      const gpc_tensor *weight, const float *mu, const float *rs,
-                                     float *partial, int64_t N, int C) {
-    layernorm_backward_fused_kernel<E, ELEMS>
-        <<<grid, LNB_THREADS, 3 * (size_t)C * sizeof(float), s>>>(
+                                     float *partial, int64_t N, int C, int sum) {
+    size_t shared = (sum ? 4 : 3) * (size_t)C * sizeof(float);
+    /* the caller sets sum only where ELEMS fits it, so only those widths
+     * instantiate the summing kernel */
+    if (sum)
+        layernorm_backward_fused_kernel<E, ELEMS, (ELEMS <= LNB_SUM_MAX_ELEMS(E))>
+            <<<grid, LNB_THREADS, shared, s>>>((E *)dinp->data, (const E *)dout->data,
+                                               (const E *)inp->data, gpc_cuda_any_of(weight), mu,
+                                               rs, partial, N, C);
+    else
+        layernorm_backward_fused_kernel<E, ELEMS, false><<<grid, LNB_THREADS, shared, s>>>(
             (E *)dinp->data, (const E *)dout->data, (const E *)inp->data, gpc_cuda_any_of(weight),
             mu, rs, partial, N, C);
 }
 
 gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                       const gpc_tensor *dout, const gpc_tensor *inp,
-                                       const gpc_tensor *weight, const gpc_tensor *mean,
-                                       const gpc_tensor *rstd) {
+                                       gpc_tensor *dinp_sum, const gpc_tensor *dout,
+                                       const gpc_tensor *inp, const gpc_tensor *weight,
+                                       const gpc_tensor *mean, const gpc_tensor *rstd) {
     const char *op = "layernorm_backward";
     GPC_TRY(gpc_cuda_same_dtype(op, "dinp", dinp, "dout", dout));
     GPC_TRY(gpc_cuda_same_dtype(op, "dinp", dinp, "inp", inp));
@@ -462,7 +487,7 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
     if (N == 0) return GPC_OK;
     cudaStream_t s = gpc_cuda_stream();
     const float *mu = (const float *)mean->data, *rs = (const float *)rstd->data;
-    int parts = 0;
+    int parts = 0, groups = 2;
     void *partial = NULL;
     GPC_CUDA_DISPATCH(dout->dtype, E, {
         const int P = 16 / sizeof(E);
@@ -473,23 +498,31 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
         if (vec && elems <= LNB_MAX_ELEMS(E)) {
             int64_t grid = (int64_t)gpc_cuda_sm_count() * LNB_BLOCKS_PER_SM,
                     need = (N + LNB_WARPS - 1) / LNB_WARPS;
+            int sum = dinp_sum != NULL && elems <= LNB_SUM_MAX_ELEMS(E);
+            if (dinp_sum && !sum)
+                GPC_TRY(gpc_cuda_add_column_sums(dinp_sum, dinp->data, dinp->dtype, N, C));
+            groups = sum ? 3 : 2;
             parts = (int)(grid < need ? grid : need);
-            GPC_TRY(gpc_cuda_scratch((size_t)parts * 2 * C * sizeof(float), &partial));
+            GPC_TRY(gpc_cuda_scratch((size_t)parts * groups * C * sizeof(float), &partial));
             float *pp = (float *)partial;
             if (elems == 8)
                 layernorm_backward_fused<E, 8>(parts, s, dinp, dout, inp, weight, mu, rs, pp, N,
-                                               (int)C);
+                                               (int)C, sum);
             else if (elems == 16)
                 layernorm_backward_fused<E, 16>(parts, s, dinp, dout, inp, weight, mu, rs, pp, N,
-                                                (int)C);
+                                                (int)C, sum);
             else if (elems == 24)
                 layernorm_backward_fused<E, 24>(parts, s, dinp, dout, inp, weight, mu, rs, pp, N,
-                                                (int)C);
+                                                (int)C, sum);
             else
                 layernorm_backward_fused<E, LNB_MAX_ELEMS(E)>(parts, s, dinp, dout, inp, weight, mu,
-                                                              rs, pp, N, (int)C);
+                                                              rs, pp, N, (int)C, sum);
         } else {
-            /* any C: dinp by one kernel, the column sums by a second */
+            /* any C: dinp's incoming column sums first (their own scratch
+             * use ends before the next), then dinp by one kernel, the
+             * parameters' column sums by a second */
+            if (dinp_sum)
+                GPC_TRY(gpc_cuda_add_column_sums(dinp_sum, dinp->data, dinp->dtype, N, C));
             int per = vec ? P : 1;
             int col_blocks = (int)((C + 32 * per - 1) / (32 * per));
             int64_t want = (gpc_cuda_sm_count() * 4 + col_blocks - 1) / col_blocks;
@@ -518,8 +551,10 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
         }
     });
     GPC_CUDA_CHECK_LAUNCH();
-    layernorm_params_finish_kernel<<<gpc_cuda_blocks(2 * C, 32), dim3(32, GPC_PARTS_ROWS), 0, s>>>(
-        gpc_cuda_any_of(dweight), gpc_cuda_any_of(dbias), (const float *)partial, parts, (int)C);
+    layernorm_params_finish_kernel<<<gpc_cuda_blocks(groups * C, 32), dim3(32, GPC_PARTS_ROWS), 0,
+                                     s>>>(gpc_cuda_any_of(dweight), gpc_cuda_any_of(dbias),
+                                          gpc_cuda_any_of(dinp_sum), (const float *)partial, parts,
+                                          (int)C, groups);
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
 }

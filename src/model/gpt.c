@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/ops.h"
@@ -633,7 +634,20 @@ gpc_status gpt_read_step(gpt_model *m, float *mean_loss, float *grad_norm) {
 
 /* ------------------------------------------------------------ backward */
 
+/* Whether backward takes three of a layer's four bias gradients from the
+ * ops that already hold the gradient (see backward); GPC_FUSED_BIAS_GRADS=0
+ * sums each in gpc_op_matmul_backward instead (for benchmarks). */
+static int fused_bias_grads(void) {
+    static int fused = -1;
+    if (fused < 0) {
+        const char *env = getenv("GPC_FUSED_BIAS_GRADS");
+        fused = !(env && !strcmp(env, "0"));
+    }
+    return fused;
+}
+
 static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T) {
+    const int fused = fused_bias_grads();
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
     gpt_tensors *p = &m->params, *g = &m->grads;
@@ -654,7 +668,7 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
         gpc_tensor residual = act_layer(m, &a->residual3, L - 1, B, T, C);
         gpc_tensor mean = view(&a->lnf_mean, 0, 2, B, T, 0);
         gpc_tensor rstd = view(&a->lnf_rstd, 0, 2, B, T, 0);
-        GPC_TRY(gpc_op_layernorm_backward(&dresidual, &g->lnfw, &g->lnfb, &dbtc, &residual,
+        GPC_TRY(gpc_op_layernorm_backward(&dresidual, &g->lnfw, &g->lnfb, NULL, &dbtc, &residual,
                                           &p->lnfw, &mean, &rstd));
     }
     if (m->grad_ready) GPC_TRY(m->grad_ready(m->grad_ready_user, L));
@@ -700,23 +714,27 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
             gpc_tensor ln2b = param_layer(&p->ln2b, l, 0, C);
             GPC_TRY(gpc_op_layernorm_forward(&ln2, &ln2_mean, &ln2_rstd, &residual2, &ln2w, &ln2b));
         }
-        /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))) */
-        GPC_TRY(gpc_op_matmul_backward_dgelu(&dfch, &dfcprojw, &dfcprojb, &dresidual, &fch_gelu,
-                                             &fcprojw, &fch));
-        GPC_TRY(gpc_op_matmul_backward(&dbtc, &dfcw, &dfcb, &dfch, &ln2, &fcw));
-        GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln2w, &dln2b, &dbtc, &residual2, &ln2w,
-                                          &ln2_mean, &ln2_rstd));
+        /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))). With
+         * fused bias gradients, fc's comes from the DGELU product (the column
+         * sums of dfch) and fcproj's from ln2's backward (the column sums of
+         * dresidual as it enters), so neither gradient is read again. */
+        GPC_TRY(gpc_op_matmul_backward_dgelu(&dfch, &dfcprojw, fused ? NULL : &dfcprojb,
+                                             fused ? &dfcb : NULL, &dresidual, &fch_gelu, &fcprojw,
+                                             &fch));
+        GPC_TRY(gpc_op_matmul_backward(&dbtc, &dfcw, fused ? NULL : &dfcb, &dfch, &ln2, &fcw));
+        GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln2w, &dln2b, fused ? &dfcprojb : NULL,
+                                          &dbtc, &residual2, &ln2w, &ln2_mean, &ln2_rstd));
         /* attention: residual2 = residual + attproj(attention(qkv(ln1(residual)))) */
-        GPC_TRY(
-            gpc_op_matmul_backward(&dbtc, &dattprojw, &dattprojb, &dresidual, &atty, &attprojw));
+        GPC_TRY(gpc_op_matmul_backward(&dbtc, &dattprojw, fused ? NULL : &dattprojb, &dresidual,
+                                       &atty, &attprojw));
         GPC_TRY(gpc_op_attention_backward(&dqkv, &dbtc, &qkv, &atty, &lse, NH));
         if (m->recompute >= 2) {
             gpc_tensor ln1b = param_layer(&p->ln1b, l, 0, C);
             GPC_TRY(gpc_op_layernorm_forward(&ln1, &ln1_mean, &ln1_rstd, &residual, &ln1w, &ln1b));
         }
         GPC_TRY(gpc_op_matmul_backward(&dbtc, &dqkvw, &dqkvb, &dqkv, &ln1, &qkvw));
-        GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln1w, &dln1b, &dbtc, &residual, &ln1w,
-                                          &ln1_mean, &ln1_rstd));
+        GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln1w, &dln1b, fused ? &dattprojb : NULL,
+                                          &dbtc, &residual, &ln1w, &ln1_mean, &ln1_rstd));
         if (m->grad_ready) GPC_TRY(m->grad_ready(m->grad_ready_user, l));
     }
     GPC_TRY(gpc_op_embedding_backward(&g->wte, &g->wpe, &dresidual, tokens));

@@ -154,19 +154,23 @@ gpc_status gpc_op_layernorm_forward(gpc_tensor *out, gpc_tensor *mean, gpc_tenso
 }
 
 gpc_status gpc_op_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                     const gpc_tensor *dout, const gpc_tensor *inp,
-                                     const gpc_tensor *weight, const gpc_tensor *mean,
-                                     const gpc_tensor *rstd) {
+                                     gpc_tensor *dinp_sum, const gpc_tensor *dout,
+                                     const gpc_tensor *inp, const gpc_tensor *weight,
+                                     const gpc_tensor *mean, const gpc_tensor *rstd) {
     const char *op = "layernorm_backward";
     GPC_TRY(check_layernorm(op, dout, mean, rstd, inp, weight, weight));
     GPC_TRY(need_float(op, "dinp", dinp));
     GPC_TRY(need_float(op, "dweight", dweight));
     GPC_TRY(need_float(op, "dbias", dbias));
-    DEVICES(op, dout, dinp, dweight, dbias);
+    if (dinp_sum && !dinp_sum->data) dinp_sum = NULL;
+    if (dinp_sum) GPC_TRY(need_float(op, "dinp_sum", dinp_sum));
+    DEVICES(op, dout, dinp, dweight, dbias, dinp_sum);
     GPC_TRY(need_numel(op, "dinp", dinp, gpc_tensor_numel(inp)));
     GPC_TRY(need_numel(op, "dweight", dweight, last_dim(inp)));
     GPC_TRY(need_numel(op, "dbias", dbias, last_dim(inp)));
-    DISPATCH(op, dout, layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+    if (dinp_sum) GPC_TRY(need_numel(op, "dinp_sum", dinp_sum, last_dim(inp)));
+    DISPATCH(op, dout, layernorm_backward, dinp, dweight, dbias, dinp_sum, dout, inp, weight, mean,
+             rstd);
 }
 
 gpc_status gpc_op_residual_forward(gpc_tensor *out, const gpc_tensor *a, const gpc_tensor *b) {
@@ -494,25 +498,29 @@ gpc_status gpc_op_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
 }
 
 gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                        const gpc_tensor *dout, const gpc_tensor *inp,
-                                        const gpc_tensor *weight, const gpc_tensor *gelu_inp) {
+                                        gpc_tensor *dgelu_bias, const gpc_tensor *dout,
+                                        const gpc_tensor *inp, const gpc_tensor *weight,
+                                        const gpc_tensor *gelu_inp) {
     const char *op = "matmul_backward_dgelu";
     const gpc_ops_table *table = NULL;
     int64_t N, C, OC;
     GPC_TRY(need_float(op, "dinp", dinp));
     if (dweight) GPC_TRY(need_float(op, "dweight", dweight));
     if (dbias) GPC_TRY(need_float(op, "dbias", dbias));
+    if (dgelu_bias && !dgelu_bias->data) dgelu_bias = NULL;
+    if (dgelu_bias) GPC_TRY(need_float(op, "dgelu_bias", dgelu_bias));
     GPC_TRY(need_float(op, "dout", dout));
     GPC_TRY(need_float(op, "inp", inp));
     GPC_TRY(need_float(op, "weight", weight));
     GPC_TRY(need_float(op, "gelu_inp", gelu_inp));
-    DEVICES(op, dinp, dweight, dbias, dout, inp, weight, gelu_inp);
+    DEVICES(op, dinp, dweight, dbias, dgelu_bias, dout, inp, weight, gelu_inp);
     GPC_TRY(check_linear(op, inp, weight, &N, &C, &OC));
     GPC_TRY(need_numel(op, "dout", dout, N * OC));
     if (dweight) GPC_TRY(need_numel(op, "dweight", dweight, OC * C));
     GPC_TRY(need_numel(op, "dinp", dinp, N * C));
     GPC_TRY(need_numel(op, "gelu_inp", gelu_inp, N * C));
     if (dbias) GPC_TRY(need_numel(op, "dbias", dbias, OC));
+    if (dgelu_bias) GPC_TRY(need_numel(op, "dgelu_bias", dgelu_bias, C));
     if (dinp->data == inp->data || dinp->data == dout->data)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "%s: dinp shares its buffer with %s, which the product still reads; "
@@ -520,7 +528,11 @@ gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, g
                          op, dinp->data == inp->data ? "inp" : "dout");
     GPC_TRY(table_for(op, dinp, &table));
     if (table && table->matmul_backward_dgelu)
-        return table->matmul_backward_dgelu(dinp, dweight, dbias, dout, inp, weight, gelu_inp);
+        return table->matmul_backward_dgelu(dinp, dweight, dbias, dgelu_bias, dout, inp, weight,
+                                            gelu_inp);
+    if (dgelu_bias)
+        return gpc_error(GPC_ERR_UNSUPPORTED, "%s: the %s backend cannot sum dgelu_bias", op,
+                         gpc_device_name(dinp->device));
     GPC_TRY(gpc_op_matmul_backward(dinp, dweight, dbias, dout, inp, weight));
     return gpc_op_gelu_backward(dinp, gelu_inp, dinp);
 }

@@ -43,11 +43,17 @@ gpc_status gpc_op_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const g
 gpc_status gpc_op_layernorm_forward(gpc_tensor *out, gpc_tensor *mean, gpc_tensor *rstd,
                                     const gpc_tensor *inp, const gpc_tensor *weight,
                                     const gpc_tensor *bias);
-/* dinp += ..., dweight += ..., dbias += ... */
+/* dinp += ..., dweight += ..., dbias += ...; and dinp_sum [C] (may be NULL)
+ * += the column sums of dinp as it came in, before this op adds to it. In a
+ * transformer block dinp is the residual stream's gradient, whose column sums
+ * are the bias gradient of the projection added to the residual before this
+ * layernorm: the model takes that bias gradient here, from a row already in
+ * registers, instead of reading the [N,C] gradient again in
+ * gpc_op_matmul_backward. */
 gpc_status gpc_op_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                     const gpc_tensor *dout, const gpc_tensor *inp,
-                                     const gpc_tensor *weight, const gpc_tensor *mean,
-                                     const gpc_tensor *rstd);
+                                     gpc_tensor *dinp_sum, const gpc_tensor *dout,
+                                     const gpc_tensor *inp, const gpc_tensor *weight,
+                                     const gpc_tensor *mean, const gpc_tensor *rstd);
 
 /* Fused residual add and layernorm: residual = a + b, then
  * out = layernorm(residual). Backends without a fused kernel run the two
@@ -196,11 +202,14 @@ gpc_status gpc_op_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
 /* gpc_op_matmul_backward for a layer whose input was inp = gelu(gelu_inp):
  * dinp = gelu'(gelu_inp) * (dout @ weight), the gradient of gelu_inp
  * (overwritten; required), dweight += dout^T @ inp, dbias += column sums of
- * dout (each may be NULL). The result is that of gpc_op_matmul_backward then
- * gpc_op_gelu_backward; CUDA applies gelu' in the product's epilogue. */
+ * dout, dgelu_bias [C] += column sums of dinp: the bias gradient of the layer
+ * that produced gelu_inp (each of the three may be NULL). The result is that
+ * of gpc_op_matmul_backward then gpc_op_gelu_backward; CUDA applies gelu' in
+ * the product's epilogue and, where cuBLASLt can, sums dgelu_bias there too. */
 gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                        const gpc_tensor *dout, const gpc_tensor *inp,
-                                        const gpc_tensor *weight, const gpc_tensor *gelu_inp);
+                                        gpc_tensor *dgelu_bias, const gpc_tensor *dout,
+                                        const gpc_tensor *inp, const gpc_tensor *weight,
+                                        const gpc_tensor *gelu_inp);
 
 /* Adds the sum of x (any float dtype) to acc[0] (f32, one element). The
  * model sums its per-token losses on the device with it, so the trainer

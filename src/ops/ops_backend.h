@@ -26,7 +26,7 @@
     X(layernorm_forward, (gpc_tensor *out, gpc_tensor *mean, gpc_tensor *rstd,                     \
       const gpc_tensor *inp, const gpc_tensor *weight, const gpc_tensor *bias))                    \
     X(layernorm_backward, (gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,               \
-      const gpc_tensor *dout, const gpc_tensor *inp, const gpc_tensor *weight,                     \
+      gpc_tensor *dinp_sum, const gpc_tensor *dout, const gpc_tensor *inp, const gpc_tensor *weight,                     \
       const gpc_tensor *mean, const gpc_tensor *rstd))                                             \
     X(residual_layernorm_forward, (gpc_tensor *residual, gpc_tensor *out, gpc_tensor *mean,        \
       gpc_tensor *rstd, const gpc_tensor *a, const gpc_tensor *b, const gpc_tensor *weight,        \
@@ -52,7 +52,7 @@
     X(matmul_gelu_forward, (gpc_tensor *out_pre, gpc_tensor *out_gelu, const gpc_tensor *inp,      \
       const gpc_tensor *weight, const gpc_tensor *bias))                                           \
     X(matmul_backward_dgelu, (gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,            \
-      const gpc_tensor *dout, const gpc_tensor *inp, const gpc_tensor *weight,                     \
+      gpc_tensor *dgelu_bias, const gpc_tensor *dout, const gpc_tensor *inp, const gpc_tensor *weight,                     \
       const gpc_tensor *gelu_inp))                                                                 \
     X(sum, (gpc_tensor *acc, const gpc_tensor *x))                                                 \
     X(attention_decode, (gpc_tensor *out, const gpc_tensor *qkv, int num_heads))

@@ -283,10 +283,19 @@ static void test_layernorm(void **state) {
     /* backward: dinp, dweight and dbias all accumulate */
     float *r = randn(NC, 1);
     c.r = r;
-    float *dx = randn(NC, 1), *dw = randn(C, 1), *db = randn(C, 1);
+    float *dx = randn(NC, 1), *dw = randn(C, 1), *db = randn(C, 1), *ds = randn(C, 1);
     float *pre_x = copy_of(dx, NC), *pre_w = copy_of(dw, C), *pre_b = copy_of(db, C);
     gpc_tensor tdy = t2(r, c.N, C), tdx = t2(dx, c.N, C), tdw = t1(dw, C), tdb = t1(db, C);
-    TEST_OK(gpc_op_layernorm_backward(&tdx, &tdw, &tdb, &tdy, &tx, &tw, &tm, &trs));
+    gpc_tensor tds = t1(ds, C);
+    /* dinp_sum gets the column sums of dinp as it came in */
+    double *want_ds = dzeros(C);
+    for (int64_t j = 0; j < C; j++) {
+        want_ds[j] = ds[j];
+        for (int64_t n = 0; n < c.N; n++)
+            want_ds[j] += dx[n * C + j];
+    }
+    TEST_OK(gpc_op_layernorm_backward(&tdx, &tdw, &tdb, &tds, &tdy, &tx, &tw, &tm, &trs));
+    test_assert_close("layernorm dinp_sum", ds, want_ds, (size_t)C, 1e-5, 1e-3);
     double *gx = finite_diff(c.x, NC, layernorm_loss, &c);
     double *gw = finite_diff(c.w, C, layernorm_loss, &c);
     double *gb = finite_diff(c.b, C, layernorm_loss, &c);
@@ -299,7 +308,7 @@ static void test_layernorm(void **state) {
 
     free(x), free(w), free(b), free(out), free(mean), free(rstd), free(c.x), free(c.w), free(c.b);
     free(want), free(wmean), free(wrstd), free(r), free(dx), free(dw), free(db);
-    free(pre_x), free(pre_w), free(pre_b), free(gx), free(gw), free(gb);
+    free(pre_x), free(pre_w), free(pre_b), free(gx), free(gw), free(gb), free(ds), free(want_ds);
 }
 
 static void test_residual_layernorm(void **state) {

@@ -125,6 +125,10 @@ static void test_wrong_shapes(void **state) {
     gpc_tensor m_short = f32_1d(2, N + 1);
     TEST_FAILS(gpc_op_layernorm_forward(&y, &m_short, &rs, &inp, &lb, &lb), GPC_ERR_MISMATCH,
                "tensor 'mean'");
+    /* layernorm backward: the residual gradient's column sums of the wrong width */
+    gpc_tensor ldw = f32_1d(6, C), ldb = f32_1d(7, C), lds = f32_1d(5, C + 1);
+    TEST_FAILS(gpc_op_layernorm_backward(&y, &ldw, &ldb, &lds, &y, &inp, &lb, &m, &rs),
+               GPC_ERR_MISMATCH, "layernorm_backward: tensor 'dinp_sum'");
     /* embedding: sequence longer than the position table */
     int64_t T = rand_range(2, 16);
     gpc_tensor tok = gpc_tensor_2d(pool[6], GPC_I32, gpc_cpu(), 1, T);
