@@ -25,9 +25,10 @@
  * No atomics: the bits depend only on N, C and the GPU's multiprocessor
  * count, the same on every run. Asked for dinp's incoming column sums (the
  * bias gradient of the projection before this layernorm, see ops.h), the
- * kernel sums the dinp it reads the same way, for rows of up to 768 columns
- * in bf16/f16 (512 in f32); wider rows would spill registers, so there the
- * sums are a pass of their own before the kernel. Other C (odd, wider, or
+ * kernel also sums the dinp it reads, per warp in shared memory, so the
+ * residual gradient is not read again for that bias (rows of up to 768
+ * columns in bf16/f16, 512 in f32; wider ones would spill registers and sum
+ * in a pass of their own). Other C (odd, wider, or
  * unaligned rows): one warp per row for dinp, and the column sums by a
  * second kernel that reads dout and inp again, in row blocks whose partial
  * sums the same finishing kernel adds.
@@ -44,8 +45,8 @@
 #define LNB_BLOCKS_PER_SM 2
 /* columns per lane: C <= 1024 for bf16 and f16, 768 for f32 (32 f32 spill) */
 #define LNB_MAX_ELEMS(E) (sizeof(E) == 2 ? 32 : 24)
-/* ... and with dinp's column sums too (SUM): C <= 768 for bf16 and f16, 512
- * for f32; wider rows spill, so their sums are a separate pass */
+/* ... and with dinp's column sums too (SUM) without spilling: C <= 768 for
+ * bf16 and f16, 512 for f32; wider rows sum dinp in a pass of their own */
 #define LNB_SUM_MAX_ELEMS(E) (sizeof(E) == 2 ? 24 : 16)
 
 /* Loads PER elements (1 or a 16-byte pack) at p into f32. */
@@ -229,12 +230,15 @@ template <int PER> __device__ __forceinline__ void ln_weights(float *w, const fl
  * for them in registers across all of its rows; dout and inp are read once
  * (both passes over the row use the registers), dinp once and written once.
  * With SUM it also sums the columns of dinp as they come in (the residual
- * gradient's column sums: a projection's bias gradient) the same way.
+ * gradient's column sums: a projection's bias gradient), each warp into its
+ * own row of shared memory, since registers for a third set of sums would
+ * spill or cost the early loads of dinp (measured 25% slower).
  * At the end the block's warps add their sums in warp order in shared memory
  * and the block writes one partial row [GROUPS * C] (dweight, dbias, then
  * dinp's sums) to partial[blockIdx.x]; layernorm_params_finish_kernel adds the
  * blocks' rows in a fixed order. The weight is staged in shared memory as f32
- * once per block. Dynamic shared memory: (1 + GROUPS) * C floats. */
+ * once per block. Dynamic shared memory: (1 + GROUPS) * C floats, and
+ * LNB_WARPS * C more with SUM. */
 template <typename T, int ELEMS, bool SUM>
 __global__ void __launch_bounds__(LNB_THREADS, LNB_BLOCKS_PER_SM)
     layernorm_backward_fused_kernel(T *__restrict__ dinp, const T *__restrict__ dout,
@@ -243,24 +247,25 @@ __global__ void __launch_bounds__(LNB_THREADS, LNB_BLOCKS_PER_SM)
                                     float *__restrict__ partial, int64_t N, int C) {
     typedef gpc_pack<T> P;
     const int PER = P::n, ITEMS = ELEMS / P::n, GROUPS = SUM ? 3 : 2;
-    const bool EARLY =
-        ELEMS <= 24 && ELEMS * sizeof(T) <= 64 && !SUM; /* no spills at 128 registers */
-    extern __shared__ float4 ln_shared[];               /* float4: 16-byte aligned for ln_weights */
-    float *w_s = (float *)ln_shared, *sum_s = w_s + C;  /* sum_s: [GROUPS * C] */
+    const bool EARLY = ELEMS <= 24 && ELEMS * sizeof(T) <= 64; /* no spills at 128 registers */
+    extern __shared__ float4 ln_shared[];              /* float4: 16-byte aligned for ln_weights */
+    float *w_s = (float *)ln_shared, *sum_s = w_s + C; /* sum_s: [GROUPS * C] */
+    float *ds_s = sum_s + GROUPS * C;                  /* SUM: [LNB_WARPS][C], a row per warp */
     for (int c = threadIdx.x; c < C; c += LNB_THREADS)
         w_s[c] = gpc_any_load(weight, c);
+    if (SUM)
+        for (int c = threadIdx.x; c < LNB_WARPS * C; c += LNB_THREADS)
+            ds_s[c] = 0.0f;
     __syncthreads();
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, packs = C / PER;
     const int64_t warps = (int64_t)gridDim.x * LNB_WARPS;
-    float dw[ITEMS][PER], db[ITEMS][PER], ds[SUM ? ITEMS : 1][PER];
+    float dw[ITEMS][PER], db[ITEMS][PER];
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
 #pragma unroll
-        for (int k = 0; k < PER; k++) {
+        for (int k = 0; k < PER; k++)
             dw[i][k] = db[i][k] = 0.0f;
-            if (SUM) ds[SUM ? i : 0][k] = 0.0f;
-        }
 
     for (int64_t row = (int64_t)blockIdx.x * LNB_WARPS + warp; row < N; row += warps) {
         const P *dy = (const P *)(dout + row * C), *x = (const P *)(inp + row * C);
@@ -321,12 +326,23 @@ __global__ void __launch_bounds__(LNB_THREADS, LNB_BLOCKS_PER_SM)
                 if (!EARLY) dxp[i] = dx[p];
                 float w[PER];
                 ln_weights<PER>(w, w_s + p * PER);
+                float4 *acc = (float4 *)(ds_s + warp * C + p * PER);
 #pragma unroll
-                for (int k = 0; k < PER; k++) {
-                    float d = gpc_to_f32(dyp[i].v[k]), xhat = (gpc_to_f32(xp[i].v[k]) - m) * r;
-                    float g = w[k] * d, in = gpc_to_f32(dxp[i].v[k]);
-                    if (SUM) ds[SUM ? i : 0][k] += in;
-                    out.v[k] = gpc_from_f32<T>(in + r * (g - g_mean - xhat * gx_mean));
+                for (int q = 0; q < PER / 4; q++) {
+                    float in[4];
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        int k = 4 * q + j;
+                        float d = gpc_to_f32(dyp[i].v[k]), xhat = (gpc_to_f32(xp[i].v[k]) - m) * r;
+                        float g = w[k] * d;
+                        in[j] = gpc_to_f32(dxp[i].v[k]);
+                        out.v[k] = gpc_from_f32<T>(in[j] + r * (g - g_mean - xhat * gx_mean));
+                    }
+                    if (SUM) {
+                        float4 a = acc[q];
+                        a.x += in[0], a.y += in[1], a.z += in[2], a.w += in[3];
+                        acc[q] = a;
+                    }
                 }
                 dx[p] = out;
             }
@@ -345,14 +361,19 @@ __global__ void __launch_bounds__(LNB_THREADS, LNB_BLOCKS_PER_SM)
                         int c = p * PER + k;
                         sum_s[c] = w ? sum_s[c] + dw[i][k] : dw[i][k];
                         sum_s[C + c] = w ? sum_s[C + c] + db[i][k] : db[i][k];
-                        if (SUM)
-                            sum_s[2 * C + c] =
-                                w ? sum_s[2 * C + c] + ds[SUM ? i : 0][k] : ds[SUM ? i : 0][k];
                     }
             }
         }
         __syncthreads();
     }
+    if (SUM) /* the warps' rows of dinp's sums, in warp order */
+        for (int c = threadIdx.x; c < C; c += LNB_THREADS) {
+            float t = 0.0f;
+            for (int w = 0; w < LNB_WARPS; w++)
+                t += ds_s[w * C + c];
+            sum_s[2 * C + c] = t;
+        }
+    __syncthreads();
     float *out = partial + (int64_t)blockIdx.x * GROUPS * C;
     for (int c = threadIdx.x; c < GROUPS * C; c += LNB_THREADS)
         out[c] = sum_s[c];
@@ -461,8 +482,8 @@ static void layernorm_backward_fused(unsigned grid, cudaStream_t s, gpc_tensor *
                                      const gpc_tensor *dout, const gpc_tensor *inp,
                                      const gpc_tensor *weight, const float *mu, const float *rs,
                                      float *partial, int64_t N, int C, int sum) {
-    size_t shared = (sum ? 4 : 3) * (size_t)C * sizeof(float);
-    /* the caller sets sum only where ELEMS fits it, so only those widths
+    size_t shared = (sum ? 4 + LNB_WARPS : 3) * (size_t)C * sizeof(float);
+    /* the caller sets sum only where ELEMS allows it, so only those widths
      * instantiate the summing kernel */
     if (sum)
         layernorm_backward_fused_kernel<E, ELEMS, (ELEMS <= LNB_SUM_MAX_ELEMS(E))>
