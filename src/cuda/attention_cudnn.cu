@@ -36,6 +36,16 @@
  * and the row sums D. The model builds its plans at setup through
  * gpc_op_attention_prepare, so the training step allocates nothing.
  *
+ * A plan is the first of cuDNN's heuristic (mode A) engine configurations
+ * whose execution plan finalizes. With GPC_CUDNN_TUNE=1 every configuration
+ * that finalizes is kept as a candidate (the workspace sized for the
+ * largest), and the first call of the shape and direction, when the real
+ * tensors are known, times each on the current stream with CUDA events (one
+ * warm-up run, then CUDNN_ATT_TUNE_RUNS), keeps the fastest median, destroys
+ * the others and logs the times. Repeating a run is harmless: the forward
+ * writes O and Stats, the backward writes dQ, dK and dV (none is added to),
+ * and the backward's f32 dQ accumulator starts from zero in every run.
+ *
  * The library is opened with dlopen("libcudnn.so.9") on first use and only
  * the dozen functions below are looked up, so the binary needs no cuDNN to
  * start. Every cuDNN failure becomes a gpc_error carrying
@@ -66,6 +76,7 @@
 #define CUDNN_ATT_MAX_DESCS 160  /* descriptors of one graph (the backward: about 90) */
 #define CUDNN_ATT_MAX_OPS 40     /* operations of one graph (the backward: 22) */
 #define CUDNN_ATT_MAX_TENSORS 16 /* tensors the caller provides (the variant pack) */
+#define CUDNN_ATT_TUNE_RUNS 3    /* timed runs of each candidate with GPC_CUDNN_TUNE=1 */
 #define CUDNN_ATT_ALIGN 256
 
 /* ------------------------------------------------------------ the library */
@@ -201,17 +212,29 @@ typedef struct {
     cudnnBackendDescriptor_t pack;
 } pack_entry;
 
+/* An execution plan that finalized, with what it needs to be kept or timed. */
+typedef struct {
+    cudnnBackendDescriptor_t plan;
+    long engine_index;       /* cuDNN's global index of the engine, -1 if unknown */
+    int rank;                /* its place in the heuristics' order, from 1 */
+    int64_t workspace_bytes; /* the engine's own workspace */
+} candidate;
+
 typedef struct {
     plan_key key;
     gpc_status status; /* GPC_OK, or why cuDNN cannot run this shape */
     char why[1024];
     cudnnBackendDescriptor_t plan;
+    /* GPC_CUDNN_TUNE=1: the plans still to time at the first execution, plan
+     * among them (the heuristics' first); 0 when there is nothing to time */
+    candidate candidates[CUDNN_ATT_MAX_CONFIGS];
+    int num_candidates;
     cudnnBackendDescriptor_t descs[CUDNN_ATT_MAX_DESCS]; /* what the plan was built from */
     int num_descs;
     int64_t uids[CUDNN_ATT_MAX_TENSORS];
     tensor_role roles[CUDNN_ATT_MAX_TENSORS];
     int num_tensors;
-    int64_t engine_bytes; /* the engine's own workspace */
+    int64_t engine_bytes; /* the engine's own workspace (the largest of the candidates') */
     size_t accum_offset, rowsum_offset, total_bytes;
     long engine_index;
     int variant;
@@ -604,11 +627,29 @@ static void build_backward(graph *g, const geometry *s, int variant) {
     pointwise(g, "dQ", CUDNN_POINTWISE_IDENTITY, F, accum, NULL, NULL, dq, -1);
 }
 
-/* Heuristics over the finished graph, then the first engine configuration
- * whose plan finalizes. */
-static void build_plan(graph *g, cudnnHandle_t handle, cudnnBackendDescriptor_t *plan_out,
-                       long *engine_index) {
-    *plan_out = NULL;
+/* The global index of the engine a configuration runs, for the log; -1
+ * when cuDNN does not say, which costs nothing else. */
+static long engine_index_of(cudnnBackendDescriptor_t config) {
+    cudnnBackendDescriptor_t engine = NULL;
+    int64_t n = 0, index = -1;
+    if (api.CreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) == CUDNN_STATUS_SUCCESS) {
+        if (api.GetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                             &n, &engine) == CUDNN_STATUS_SUCCESS)
+            api.GetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n,
+                             &index);
+        api.DestroyDescriptor(engine);
+    }
+    return (long)index;
+}
+
+/* Heuristics over the finished graph, then execution plans of the engine
+ * configurations in the heuristics' order: the first that finalizes, or with
+ * all_configs (GPC_CUDNN_TUNE=1) every one that does. Returns how many plans
+ * it put in out, each with its engine and workspace size; 0, with g->status
+ * saying why, when none finalized. The plans, like every descriptor made
+ * here, belong to the graph. what names the graph for the debug log. */
+static int build_plan(graph *g, cudnnHandle_t handle, int all_configs, const char *what,
+                      candidate out[CUDNN_ATT_MAX_CONFIGS]) {
     cudnnBackendDescriptor_t op_graph = make(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "graph");
     set(g, op_graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->num_ops,
         g->ops, "graph");
@@ -620,50 +661,62 @@ static void build_plan(graph *g, cudnnHandle_t handle, cudnnBackendDescriptor_t 
     set_desc(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, op_graph, "heuristics");
     set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics");
     finalize(g, heur, "heuristics");
-    if (g->status != CUDNN_STATUS_SUCCESS) return;
+    if (g->status != CUDNN_STATUS_SUCCESS) return 0;
 
     int64_t count = 0;
     cudnnStatus_t status = api.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL);
-    if (status != CUDNN_STATUS_SUCCESS) return graph_fail(g, status, "heuristics results");
+    if (status != CUDNN_STATUS_SUCCESS) {
+        graph_fail(g, status, "heuristics results");
+        return 0;
+    }
+    gpc_log(GPC_LOG_DEBUG,
+            "cuDNN attention: %s: the heuristics returned %lld engine configurations (up to %d "
+            "are tried)",
+            what, (long long)count, CUDNN_ATT_MAX_CONFIGS);
     if (count > CUDNN_ATT_MAX_CONFIGS) count = CUDNN_ATT_MAX_CONFIGS;
     if (count == 0) {
         g->status = CUDNN_STATUS_NOT_SUPPORTED;
         snprintf(g->failure, sizeof g->failure, "heuristics found no engine for the graph");
-        return;
+        return 0;
     }
     cudnnBackendDescriptor_t configs[CUDNN_ATT_MAX_CONFIGS];
     for (int64_t i = 0; i < count; i++)
         configs[i] = make(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine configuration");
-    if (g->status != CUDNN_STATUS_SUCCESS) return;
+    if (g->status != CUDNN_STATUS_SUCCESS) return 0;
     int64_t got = 0;
     status = api.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                               count, &got, configs);
-    if (status != CUDNN_STATUS_SUCCESS) return graph_fail(g, status, "heuristics results");
+    if (status != CUDNN_STATUS_SUCCESS) {
+        graph_fail(g, status, "heuristics results");
+        return 0;
+    }
 
     char first_failure[sizeof g->failure] = "";
     cudnnStatus_t first_status = CUDNN_STATUS_NOT_SUPPORTED;
+    int found = 0;
     for (int64_t i = 0; i < got; i++) {
         cudnnBackendDescriptor_t plan = make(g, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "plan");
         set(g, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "plan");
         set_desc(g, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[i], "plan");
         finalize(g, plan, "execution plan");
         if (g->status == CUDNN_STATUS_SUCCESS) {
-            *plan_out = plan;
-            /* which engine, for the log line; a failure here costs nothing */
-            cudnnBackendDescriptor_t engine = NULL;
-            int64_t n = 0, index = -1;
-            if (api.CreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) ==
-                CUDNN_STATUS_SUCCESS) {
-                if (api.GetAttribute(configs[i], CUDNN_ATTR_ENGINECFG_ENGINE,
-                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
-                                     &engine) == CUDNN_STATUS_SUCCESS)
-                    api.GetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1,
-                                     &n, &index);
-                api.DestroyDescriptor(engine);
+            /* a plan that finalized but cannot say its workspace is a broken
+             * library rather than an unsuitable engine: the graph fails */
+            int64_t bytes = 0, n = 0;
+            status = api.GetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                      CUDNN_TYPE_INT64, 1, &n, &bytes);
+            if (status != CUDNN_STATUS_SUCCESS) {
+                graph_fail(g, status, "plan workspace size");
+                return 0;
             }
-            *engine_index = (long)index;
-            return;
+            out[found].plan = plan;
+            out[found].engine_index = engine_index_of(configs[i]);
+            out[found].workspace_bytes = bytes;
+            out[found].rank = (int)i + 1;
+            found++;
+            if (!all_configs) return found;
+            continue;
         }
         if (!first_failure[0]) {
             snprintf(first_failure, sizeof first_failure, "%s", g->failure);
@@ -671,9 +724,11 @@ static void build_plan(graph *g, cudnnHandle_t handle, cudnnBackendDescriptor_t 
         }
         g->status = CUDNN_STATUS_SUCCESS; /* try the next configuration */
     }
+    if (found > 0) return found;
     g->status = first_status;
     snprintf(g->failure, sizeof g->failure, "no engine of %lld finalized; the first: %s",
              (long long)got, first_failure);
+    return 0;
 }
 
 /* ------------------------------------------------------------ the cache */
@@ -728,9 +783,17 @@ static const char *shape_text(const plan_key *k, char *buf, size_t size) {
     return buf;
 }
 
+/* GPC_CUDNN_TUNE=1: keep every engine configuration that finalizes and time
+ * them at the first execution. */
+static int tune_enabled(void) {
+    const char *e = getenv("GPC_CUDNN_TUNE");
+    return e && strcmp(e, "1") == 0;
+}
+
 /* Builds the plan of one key: each variant of the graph in turn. */
 static void plan_build(plan_entry *p, cudnnHandle_t handle) {
     const plan_key *k = &p->key;
+    int tune = tune_enabled();
     geometry s = geometry_of(k);
     const int *variants = k->backward ? backward_variants : forward_variants;
     int num_variants = k->backward ? (int)(sizeof backward_variants / sizeof(int))
@@ -749,46 +812,50 @@ static void plan_build(plan_entry *p, cudnnHandle_t handle) {
             build_backward(g, &s, variants[i]);
         else
             build_forward(g, &s, variants[i]);
-        cudnnBackendDescriptor_t plan = NULL;
-        long engine = -1;
-        if (g->status == CUDNN_STATUS_SUCCESS) build_plan(g, handle, &plan, &engine);
-        if (g->status == CUDNN_STATUS_SUCCESS && plan) {
-            int64_t bytes = 0, n = 0;
-            cudnnStatus_t st = api.GetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                                CUDNN_TYPE_INT64, 1, &n, &bytes);
-            if (st != CUDNN_STATUS_SUCCESS) graph_fail(g, st, "plan workspace size");
-            if (g->status == CUDNN_STATUS_SUCCESS) {
-                p->plan = plan;
-                memcpy(p->descs, g->descs, (size_t)g->num_descs * sizeof g->descs[0]);
-                p->num_descs = g->num_descs;
-                memcpy(p->uids, g->uids, (size_t)g->num_tensors * sizeof g->uids[0]);
-                memcpy(p->roles, g->roles, (size_t)g->num_tensors * sizeof g->roles[0]);
-                p->num_tensors = g->num_tensors;
-                p->engine_bytes = bytes;
-                p->engine_index = engine;
-                p->variant = variants[i];
-                size_t at = align_up((size_t)bytes);
-                p->accum_offset = p->rowsum_offset = 0;
-                if (k->backward) {
-                    p->accum_offset = at;
-                    at += align_up((size_t)(s.B * s.H * s.T * s.D) * sizeof(float));
-                    p->rowsum_offset = at;
-                    if (!(variants[i] & VARIANT_ROWSUM_VIRT))
-                        at += align_up((size_t)(s.B * s.H * s.T) * sizeof(float));
-                }
-                p->total_bytes = at;
-                p->status = GPC_OK;
-                free(g);
-                return;
+        char text[96], what[128];
+        snprintf(what, sizeof what, "%s, graph variant %d", shape_text(k, text, sizeof text),
+                 variants[i]);
+        candidate found[CUDNN_ATT_MAX_CONFIGS];
+        int num_found = 0;
+        if (g->status == CUDNN_STATUS_SUCCESS) num_found = build_plan(g, handle, tune, what, found);
+        if (g->status == CUDNN_STATUS_SUCCESS && num_found > 0) {
+            /* the heuristics' first runs until timing picks another, and the
+             * workspace has room for the largest candidate */
+            int64_t bytes = 0;
+            for (int c = 0; c < num_found; c++)
+                if (found[c].workspace_bytes > bytes) bytes = found[c].workspace_bytes;
+            p->plan = found[0].plan;
+            if (num_found > 1) {
+                memcpy(p->candidates, found, (size_t)num_found * sizeof found[0]);
+                p->num_candidates = num_found;
             }
+            memcpy(p->descs, g->descs, (size_t)g->num_descs * sizeof g->descs[0]);
+            p->num_descs = g->num_descs;
+            memcpy(p->uids, g->uids, (size_t)g->num_tensors * sizeof g->uids[0]);
+            memcpy(p->roles, g->roles, (size_t)g->num_tensors * sizeof g->roles[0]);
+            p->num_tensors = g->num_tensors;
+            p->engine_bytes = bytes;
+            p->engine_index = found[0].engine_index;
+            p->variant = variants[i];
+            size_t at = align_up((size_t)bytes);
+            p->accum_offset = p->rowsum_offset = 0;
+            if (k->backward) {
+                p->accum_offset = at;
+                at += align_up((size_t)(s.B * s.H * s.T * s.D) * sizeof(float));
+                p->rowsum_offset = at;
+                if (!(variants[i] & VARIANT_ROWSUM_VIRT))
+                    at += align_up((size_t)(s.B * s.H * s.T) * sizeof(float));
+            }
+            p->total_bytes = at;
+            p->status = GPC_OK;
+            free(g);
+            return;
         }
         if (!first[0]) {
             snprintf(first, sizeof first, "%s", g->failure);
             first_status = g->status;
         }
-        char text[96];
-        gpc_log(GPC_LOG_DEBUG, "cuDNN attention: %s, graph variant %d: %s",
-                shape_text(k, text, sizeof text), variants[i], g->failure);
+        gpc_log(GPC_LOG_DEBUG, "cuDNN attention: %s: %s", what, g->failure);
         graph_release(g);
         free(g);
     }
@@ -834,12 +901,21 @@ static gpc_status plan_get(const plan_key *key, plan_entry **out) {
     gpc_status s = workspace_reserve(key->device, p->total_bytes);
     if (s != GPC_OK) return s;
     char text[96];
-    gpc_log(GPC_LOG_INFO,
-            "cuDNN %ld.%ld attention %s on cuda:%d: engine %ld, workspace %.1f MiB (the GPU's "
-            "attention workspace is %.1f MiB)",
-            api.version / 10000, api.version / 100 % 100, shape_text(key, text, sizeof text),
-            key->device, p->engine_index, p->total_bytes / 1048576.0,
-            workspace_bytes[key->device] / 1048576.0);
+    if (p->num_candidates > 1)
+        gpc_log(GPC_LOG_INFO,
+                "cuDNN %ld.%ld attention %s on cuda:%d: %d engine candidates to time at the "
+                "first call (GPC_CUDNN_TUNE=1), workspace %.1f MiB (the GPU's attention "
+                "workspace is %.1f MiB)",
+                api.version / 10000, api.version / 100 % 100, shape_text(key, text, sizeof text),
+                key->device, p->num_candidates, p->total_bytes / 1048576.0,
+                workspace_bytes[key->device] / 1048576.0);
+    else
+        gpc_log(GPC_LOG_INFO,
+                "cuDNN %ld.%ld attention %s on cuda:%d: engine %ld, workspace %.1f MiB (the "
+                "GPU's attention workspace is %.1f MiB)",
+                api.version / 10000, api.version / 100 % 100, shape_text(key, text, sizeof text),
+                key->device, p->engine_index, p->total_bytes / 1048576.0,
+                workspace_bytes[key->device] / 1048576.0);
     return GPC_OK;
 }
 
@@ -885,6 +961,125 @@ static gpc_status pack_for(plan_entry *p, const void *const key[6], void *const 
     return GPC_OK;
 }
 
+/* One run of a plan on the handle's stream, after zeroing the backward's dQ
+ * accumulator where this cuDNN needs it. */
+static gpc_status run_plan(const plan_entry *p, cudnnBackendDescriptor_t plan,
+                           cudnnBackendDescriptor_t pack, cudaStream_t stream) {
+    int device = p->key.device;
+    if (p->key.backward && api.version < 90600) {
+        /* before cuDNN 9.6 the engine expected a zeroed dQ accumulator */
+        size_t bytes = (size_t)p->key.B * p->key.NH * p->key.T * p->key.hs * sizeof(float);
+        GPC_CUDA_CHECK(
+            cudaMemsetAsync((char *)workspace[device] + p->accum_offset, 0, bytes, stream));
+    }
+    cudnnStatus_t st = api.Execute(handles[device], plan, pack);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        char text[96];
+        return cudnn_failure(st, "running %s", shape_text(&p->key, text, sizeof text));
+    }
+    return GPC_OK;
+}
+
+/* Destroys one of a plan entry's descriptors and drops it from the list. */
+static void drop_descriptor(plan_entry *p, cudnnBackendDescriptor_t d) {
+    for (int i = 0; i < p->num_descs; i++)
+        if (p->descs[i] == d) {
+            api.DestroyDescriptor(d);
+            memmove(&p->descs[i], &p->descs[i + 1],
+                    (size_t)(p->num_descs - i - 1) * sizeof p->descs[0]);
+            p->num_descs--;
+            return;
+        }
+}
+
+/* GPC_CUDNN_TUNE=1, at a plan's first execution: times each candidate with
+ * the call's own tensors on stream (one warm-up run, then
+ * CUDNN_ATT_TUNE_RUNS runs, each between two events), keeps the one of the
+ * lowest median as p->plan, destroys the other plans and logs the times.
+ * The timed runs include run_plan's zeroing of the dQ accumulator where
+ * there is one, the same for every candidate. A candidate that fails to run
+ * is left out; when all fail, the heuristics' first stays and the run that
+ * follows reports its error. Waiting for the events is a host-device
+ * synchronisation inside the step, which this opt-in pays once per shape and
+ * direction. A CUDA failure of the timing itself is returned, and the
+ * candidates stay for the next call. */
+static gpc_status tune(plan_entry *p, cudnnBackendDescriptor_t pack, cudaStream_t stream) {
+    const int runs = CUDNN_ATT_TUNE_RUNS;
+    cudaEvent_t events[CUDNN_ATT_TUNE_RUNS + 1] = {0};
+    float median[CUDNN_ATT_MAX_CONFIGS], mean[CUDNN_ATT_MAX_CONFIGS];
+    int ran[CUDNN_ATT_MAX_CONFIGS] = {0};
+    char text[96];
+    shape_text(&p->key, text, sizeof text);
+    cudaError_t err = cudaSuccess;
+    for (int e = 0; e <= runs && err == cudaSuccess; e++)
+        err = cudaEventCreate(&events[e]);
+    for (int c = 0; c < p->num_candidates && err == cudaSuccess; c++) {
+        cudnnBackendDescriptor_t plan = p->candidates[c].plan;
+        int ok = run_plan(p, plan, pack, stream) == GPC_OK; /* the warm-up */
+        for (int r = 0; ok && r <= runs && err == cudaSuccess; r++) {
+            err = cudaEventRecord(events[r], stream);
+            if (r < runs && err == cudaSuccess) ok = run_plan(p, plan, pack, stream) == GPC_OK;
+        }
+        if (ok && err == cudaSuccess) err = cudaEventSynchronize(events[runs]);
+        if (err != cudaSuccess) break;
+        if (!ok) {
+            gpc_log(GPC_LOG_DEBUG, "cuDNN attention: %s: engine %ld left out: %s", text,
+                    p->candidates[c].engine_index, gpc_last_error());
+            cudaGetLastError(); /* a failed launch's error is this candidate's alone */
+            continue;
+        }
+        float ms[CUDNN_ATT_TUNE_RUNS], sum = 0.0f;
+        for (int r = 0; r < runs && err == cudaSuccess; r++) {
+            err = cudaEventElapsedTime(&ms[r], events[r], events[r + 1]);
+            if (err == cudaSuccess) sum += ms[r];
+        }
+        if (err != cudaSuccess) break;
+        for (int r = 1; r < runs; r++) /* insertion sort, for the median */
+            for (int q = r; q > 0 && ms[q] < ms[q - 1]; q--) {
+                float t = ms[q];
+                ms[q] = ms[q - 1], ms[q - 1] = t;
+            }
+        median[c] = ms[runs / 2], mean[c] = sum / runs, ran[c] = 1;
+    }
+    for (int e = 0; e <= runs; e++)
+        if (events[e]) cudaEventDestroy(events[e]);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        return gpc_error(err == cudaErrorMemoryAllocation ? GPC_ERR_NOMEM : GPC_ERR_DEVICE,
+                         "cuDNN attention: timing the engines of %s (GPC_CUDNN_TUNE=1): %s; "
+                         "unset GPC_CUDNN_TUNE to run the heuristics' first engine untimed",
+                         text, cudaGetErrorString(err));
+    }
+
+    int best = 0, any = 0;
+    for (int c = 0; c < p->num_candidates; c++)
+        if (ran[c] && (!any || median[c] < median[best])) best = c, any = 1;
+    char line[1024];
+    size_t at = (size_t)snprintf(line, sizeof line,
+                                 "cuDNN attention %s on cuda:%d: %d engine candidates "
+                                 "(heuristics' rank: engine, median/mean of %d runs):",
+                                 text, p->key.device, p->num_candidates, runs);
+    for (int c = 0; c < p->num_candidates && at < sizeof line; c++) {
+        const char *sep = c + 1 < p->num_candidates ? "," : ";";
+        if (ran[c])
+            at += (size_t)snprintf(line + at, sizeof line - at, " %d: engine %ld %.3f/%.3f ms%s",
+                                   p->candidates[c].rank, p->candidates[c].engine_index, median[c],
+                                   mean[c], sep);
+        else
+            at += (size_t)snprintf(line + at, sizeof line - at, " %d: engine %ld failed to run%s",
+                                   p->candidates[c].rank, p->candidates[c].engine_index, sep);
+    }
+    gpc_log(GPC_LOG_INFO, "%s %s %d (engine %ld)", line,
+            any ? "picked" : "none ran; keeping the heuristics' first,", p->candidates[best].rank,
+            p->candidates[best].engine_index);
+    for (int c = 0; c < p->num_candidates; c++)
+        if (c != best) drop_descriptor(p, p->candidates[c].plan);
+    p->plan = p->candidates[best].plan;
+    p->engine_index = p->candidates[best].engine_index;
+    p->num_candidates = 0;
+    return GPC_OK;
+}
+
 static gpc_status execute(plan_entry *p, const void *const key[6], void *by_role[14]) {
     int device = p->key.device;
     char *ws = (char *)workspace[device];
@@ -898,17 +1093,10 @@ static gpc_status execute(plan_entry *p, const void *const key[6], void *by_role
     cudaStream_t stream = gpc_cuda_stream();
     cudnnStatus_t st = api.SetStream(handles[device], stream);
     if (st != CUDNN_STATUS_SUCCESS) return cudnn_failure(st, "cudnnSetStream");
-    if (p->key.backward && api.version < 90600) {
-        /* before cuDNN 9.6 the engine expected a zeroed dQ accumulator */
-        size_t bytes = (size_t)p->key.B * p->key.NH * p->key.T * p->key.hs * sizeof(float);
-        GPC_CUDA_CHECK(cudaMemsetAsync(ws + p->accum_offset, 0, bytes, stream));
-    }
-    st = api.Execute(handles[device], p->plan, pack);
-    if (st != CUDNN_STATUS_SUCCESS) {
-        char text[96];
-        return cudnn_failure(st, "running %s", shape_text(&p->key, text, sizeof text));
-    }
-    return GPC_OK;
+    /* the timing's runs write the call's outputs; the run below writes them
+     * again with the plan kept */
+    if (p->num_candidates > 1) GPC_TRY(tune(p, pack, stream));
+    return run_plan(p, p->plan, pack, stream);
 }
 
 /* ------------------------------------------------------------ public API */
