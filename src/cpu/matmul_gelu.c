@@ -16,15 +16,9 @@ gpc_status gpc_cpu_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu
 }
 
 gpc_status gpc_cpu_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                         gpc_tensor *dgelu_bias, const gpc_tensor *dout,
-                                         const gpc_tensor *inp, const gpc_tensor *weight,
-                                         const gpc_tensor *gelu_inp) {
-    GPC_TRY(gpc_cpu_need_f32("matmul_backward_dgelu", "dgelu_bias", dgelu_bias));
+                                         const gpc_tensor *dout, const gpc_tensor *inp,
+                                         const gpc_tensor *weight, const gpc_tensor *gelu_inp) {
     GPC_TRY(gpc_cpu_matmul_backward(dinp, dweight, dbias, dout, inp, weight));
     /* gelu_backward reads each element before writing it, so in place is safe */
-    GPC_TRY(gpc_cpu_gelu_backward(dinp, gelu_inp, dinp));
-    if (dgelu_bias)
-        gpc_cpu_add_column_sums(dgelu_bias->data, dinp->data, gpc_cpu_rows(dinp),
-                                gpc_cpu_last_dim(dinp));
-    return GPC_OK;
+    return gpc_cpu_gelu_backward(dinp, gelu_inp, dinp);
 }

@@ -16,25 +16,28 @@
  * 32 MiB on Hopper), created at the first product. The algorithm for a shape
  * comes from cuBLASLt's heuristic once and is cached, so the step does not
  * pay the heuristic on every call. With GPC_MATMUL_TUNE=1 the first call of
- * a large shape times cuBLASLt's best few candidates (up to 8) on the GPU and
- * keeps the fastest; the run then depends on timing, so two runs may pick
- * different algorithms and differ in the last bits. The bias gradient is a column sum of dout
- * in two deterministic passes (partial sums per block of rows with 16-byte
- * loads, then their sum in order); cuBLASLt's BGRADB epilogue on the dweight
- * product can do it instead (GPC_MATMUL_BGRAD=1), but measured no faster.
+ * a large shape times the heuristic's first 16 candidates and their variants
+ * (tune_candidates) on the GPU and keeps the fastest; the run then depends on
+ * timing, so two runs may pick different algorithms and differ in the last
+ * bits. On an H200 the picks were 4-13% faster than the heuristic's in
+ * isolation, yet the GPT-2 step was not faster (0.999x): the step runs at
+ * the GPU's power cap, where time follows energy, and so it stays off. The
+ * bias gradient is a column sum of dout in two deterministic passes (partial
+ * sums per block of rows with 16-byte loads, then their sum in order);
+ * cuBLASLt's BGRADB epilogue on the dweight product can do it instead
+ * (GPC_MATMUL_BGRAD=1), but measured no faster.
  *
  * The fused linear + GELU ops put GELU into the epilogue: forward
  * GELU_AUX(_BIAS) writes gelu(X) and the pre-activation X in one pass over
  * the output tile; backward DGELU multiplies the dinp product by gelu'(X) as
  * it stores it. That saves a separate GELU kernel's read and write of the
- * [N,4C] activation each way. Asked for the bias gradient of gelu_inp's
- * layer, backward uses DGELU_BGRAD, which also sums the columns of the
- * gradient it writes (into f32 scratch, then added), so the [N,4C] gradient
- * is not read again for it; GPC_MATMUL_DGELU_BGRAD=0 sums it in a separate
- * pass instead (for benchmarks). Only for bf16/f16 (the training precisions):
+ * [N,4C] activation each way. Only for bf16/f16 (the training precisions):
  * cuBLASLt's GELU need not match our f32 tanh formula to 1e-5, and the f32
  * path exists to check the model at that tolerance, so f32 composes the two
  * kernels. GPC_MATMUL_GELU=0 turns the epilogues off (for benchmarks).
+ * DGELU_BGRAD, which would also sum fc's bias gradient, has no algorithm
+ * with an f32 sum on an H200, and with a bf16 one it ran 1.75x slower than
+ * DGELU (bench/gemm_search.cu), so that bias gradient is a column sum.
  *
  * Forward products of at most 4 rows in bf16/f16 (generation's one row a
  * step) skip cuBLASLt for gemv_kernel, a warp per output column.
@@ -345,12 +348,9 @@ typedef enum { MATMUL_NO_GELU, MATMUL_GELU_AUX, MATMUL_DGELU } matmul_gelu;
 
 /* D (m x n, ld ldd) = alpha op(A) op(B) + beta D [+ bias], column-major.
  * With bias_grad (f32 [n]) the epilogue also writes the column sums of op(B)
- * there (BGRADB); with MATMUL_DGELU, bias_grad (f32 [m]) gets the sums of
- * D's rows after gelu' (DGELU_BGRAD: in row-major terms, the column sums of
- * the gradient the product writes). When cuBLASLt has no algorithm for that,
- * the call returns GPC_ERR_UNSUPPORTED having done nothing, and the caller
- * sums itself. The GELU epilogues (see matmul_gelu) fail the same way when
- * unsupported. */
+ * there (BGRADB); when cuBLASLt has no algorithm for that, the call returns
+ * GPC_ERR_UNSUPPORTED having done nothing, and the caller sums itself. The
+ * GELU epilogues (see matmul_gelu) fail the same way when unsupported. */
 static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype atype, const void *b,
                             gpc_dtype btype, const void *bias, int m, int n, int k, int transa,
                             int transb, int lda, int ldb, int ldd, float beta, float *bias_grad,
@@ -363,14 +363,12 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
     cublasLtMatmulPreference_t pref = NULL;
     cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtEpilogue_t epilogue =
-        gelu == MATMUL_GELU_AUX
-            ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
-        : gelu == MATMUL_DGELU
-            ? (bias_grad ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU)
-        : bias      ? CUBLASLT_EPILOGUE_BIAS
-        : bias_grad ? CUBLASLT_EPILOGUE_BGRADB
-                    : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasLtEpilogue_t epilogue = gelu == MATMUL_GELU_AUX ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                                  : CUBLASLT_EPILOGUE_GELU_AUX)
+                                  : gelu == MATMUL_DGELU  ? CUBLASLT_EPILOGUE_DGELU
+                                  : bias                  ? CUBLASLT_EPILOGUE_BIAS
+                                  : bias_grad             ? CUBLASLT_EPILOGUE_BGRADB
+                                                          : CUBLASLT_EPILOGUE_DEFAULT;
     cudaDataType_t f32 = CUDA_R_32F;
     float alpha = 1.0f;
     matmul_key key;
@@ -794,21 +792,9 @@ gpc_status gpc_cuda_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gel
     return gpc_cuda_gelu_forward(out_gelu, out_pre);
 }
 
-/* The fc bias gradient from the DGELU product's epilogue, unless
- * GPC_MATMUL_DGELU_BGRAD=0 asks for the separate column sum (benchmarks). */
-static int dgelu_bgrad_enabled(void) {
-    static int enabled = -1;
-    if (enabled < 0) {
-        const char *env = getenv("GPC_MATMUL_DGELU_BGRAD");
-        enabled = !(env && !strcmp(env, "0"));
-    }
-    return enabled;
-}
-
 gpc_status gpc_cuda_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                          gpc_tensor *dgelu_bias, const gpc_tensor *dout,
-                                          const gpc_tensor *inp, const gpc_tensor *weight,
-                                          const gpc_tensor *gelu_inp) {
+                                          const gpc_tensor *dout, const gpc_tensor *inp,
+                                          const gpc_tensor *weight, const gpc_tensor *gelu_inp) {
     const char *op = "matmul_backward_dgelu";
     GPC_TRY(gpc_cuda_same_dtype(op, "dinp", dinp, "gelu_inp", gelu_inp));
     GPC_TRY(gpc_cuda_enter(dout));
@@ -820,37 +806,14 @@ gpc_status gpc_cuda_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight,
                C <= 0x7fffffff && gpc_cuda_aligned16(dinp->data) &&
                gpc_cuda_aligned16(gelu_inp->data);
     if (fuse) {
-        /* dinp^T (C x N) = weight^T (C x OC) . dout^T (OC x N), times
-         * gelu'(gelu_inp); with the bias sums from the epilogue when it can */
-        float *sums = NULL;
-        if (dgelu_bias && dgelu_bgrad_enabled()) {
-            void *scratch = NULL;
-            GPC_TRY(gpc_cuda_scratch((size_t)C * sizeof(float), &scratch));
-            sums = (float *)scratch;
-        }
+        /* dinp^T (C x N) = weight^T (C x OC) . dout^T (OC x N), times gelu'(gelu_inp) */
         gpc_status st = lt_matmul(dinp->data, t, weight->data, t, dout->data, t, NULL, (int)C,
-                                  (int)N, (int)OC, 0, 0, (int)C, (int)OC, (int)C, 0.0f, sums,
+                                  (int)N, (int)OC, 0, 0, (int)C, (int)OC, (int)C, 0.0f, NULL,
                                   MATMUL_DGELU, (void *)gelu_inp->data);
-        if (st == GPC_ERR_UNSUPPORTED && sums) {
-            gpc_clear_error(); /* no DGELU_BGRAD algorithm: DGELU, then the column sum */
-            sums = NULL;
-            st = lt_matmul(dinp->data, t, weight->data, t, dout->data, t, NULL, (int)C, (int)N,
-                           (int)OC, 0, 0, (int)C, (int)OC, (int)C, 0.0f, NULL, MATMUL_DGELU,
-                           (void *)gelu_inp->data);
-        }
-        if (st == GPC_OK) {
-            if (sums)
-                GPC_TRY(bias_grad_finish(dgelu_bias, sums, 1, (int)C));
-            else if (dgelu_bias)
-                GPC_TRY(gpc_cuda_add_column_sums(dgelu_bias, dinp->data, t, N, C));
-            if (!dweight && !dbias) return GPC_OK;
-            return gpc_cuda_matmul_backward(NULL, dweight, dbias, dout, inp, weight);
-        }
+        if (st == GPC_OK) return gpc_cuda_matmul_backward(NULL, dweight, dbias, dout, inp, weight);
         if (st != GPC_ERR_UNSUPPORTED) return st;
         gpc_clear_error();
     }
     GPC_TRY(gpc_cuda_matmul_backward(dinp, dweight, dbias, dout, inp, weight));
-    GPC_TRY(gpc_cuda_gelu_backward(dinp, gelu_inp, dinp));
-    if (dgelu_bias) GPC_TRY(gpc_cuda_add_column_sums(dgelu_bias, dinp->data, t, N, C));
-    return GPC_OK;
+    return gpc_cuda_gelu_backward(dinp, gelu_inp, dinp);
 }

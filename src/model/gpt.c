@@ -634,9 +634,10 @@ gpc_status gpt_read_step(gpt_model *m, float *mean_loss, float *grad_norm) {
 
 /* ------------------------------------------------------------ backward */
 
-/* Whether backward takes three of a layer's four bias gradients from the
- * ops that already hold the gradient (see backward); GPC_FUSED_BIAS_GRADS=0
- * sums each in gpc_op_matmul_backward instead (for benchmarks). */
+/* Whether backward takes the two projections' bias gradients from the
+ * layernorm backwards that already read the residual gradient (see
+ * backward); GPC_FUSED_BIAS_GRADS=0 sums each in gpc_op_matmul_backward
+ * instead (for benchmarks). */
 static int fused_bias_grads(void) {
     static int fused = -1;
     if (fused < 0) {
@@ -715,13 +716,12 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
             GPC_TRY(gpc_op_layernorm_forward(&ln2, &ln2_mean, &ln2_rstd, &residual2, &ln2w, &ln2b));
         }
         /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))). With
-         * fused bias gradients, fc's comes from the DGELU product (the column
-         * sums of dfch) and fcproj's from ln2's backward (the column sums of
-         * dresidual as it enters), so neither gradient is read again. */
-        GPC_TRY(gpc_op_matmul_backward_dgelu(&dfch, &dfcprojw, fused ? NULL : &dfcprojb,
-                                             fused ? &dfcb : NULL, &dresidual, &fch_gelu, &fcprojw,
-                                             &fch));
-        GPC_TRY(gpc_op_matmul_backward(&dbtc, &dfcw, fused ? NULL : &dfcb, &dfch, &ln2, &fcw));
+         * fused bias gradients, fcproj's comes from ln2's backward (the column
+         * sums of dresidual as it enters), so that gradient is not read again
+         * for it; attproj's likewise from ln1's. */
+        GPC_TRY(gpc_op_matmul_backward_dgelu(&dfch, &dfcprojw, fused ? NULL : &dfcprojb, &dresidual,
+                                             &fch_gelu, &fcprojw, &fch));
+        GPC_TRY(gpc_op_matmul_backward(&dbtc, &dfcw, &dfcb, &dfch, &ln2, &fcw));
         GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln2w, &dln2b, fused ? &dfcprojb : NULL,
                                           &dbtc, &residual2, &ln2w, &ln2_mean, &ln2_rstd));
         /* attention: residual2 = residual + attproj(attention(qkv(ln1(residual)))) */

@@ -202,12 +202,10 @@ gpc_status gpc_op_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
 /* gpc_op_matmul_backward for a layer whose input was inp = gelu(gelu_inp):
  * dinp = gelu'(gelu_inp) * (dout @ weight), the gradient of gelu_inp
  * (overwritten; required), dweight += dout^T @ inp, dbias += column sums of
- * dout, dgelu_bias [C] += column sums of dinp: the bias gradient of the layer
- * that produced gelu_inp (each of the three may be NULL). The result is that
- * of gpc_op_matmul_backward then gpc_op_gelu_backward; CUDA applies gelu' in
- * the product's epilogue and, where cuBLASLt can, sums dgelu_bias there too. */
+ * dout (each may be NULL). The result is that of gpc_op_matmul_backward then
+ * gpc_op_gelu_backward; CUDA applies gelu' in the product's epilogue. */
 gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                        gpc_tensor *dgelu_bias, const gpc_tensor *dout,
+                                        const gpc_tensor *dout,
                                         const gpc_tensor *inp, const gpc_tensor *weight,
                                         const gpc_tensor *gelu_inp);
 

@@ -351,7 +351,7 @@ static void test_matmul(void **state) {
  * CPU composes the two unfused kernels. bf16/f16 runs cuBLASLt's GELU
  * epilogues (when OC, resp. C, is a multiple of 8), f32 the two kernels. */
 static void matmul_gelu_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C, int64_t OC,
-                             int with_bias, int with_dgelu_bias) {
+                             int with_bias) {
     int64_t s_x[3] = {B, T, C}, s_w[2] = {OC, C}, s_b[1] = {OC}, s_o[3] = {B, T, OC};
     pair x = make(dt, 3, s_x, 'r', -1, 1), w = make(dt, 2, s_w, 'r', -0.5f, 0.5f),
          b = make(dt, 1, s_b, 'r', -1, 1), pre = make(dt, 3, s_o, 'p', 0, 0),
@@ -367,37 +367,29 @@ static void matmul_gelu_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C, int6
     pair dout = make(dt, 3, s_o, 'r', -1, 1), gin = make(dt, 3, s_x, 'r', -3, 3),
          dinp = make(dt, 3, s_x, 'p', 0, 0);
     pair dw = make(dt, 2, s_w, 'r', -1, 1), db = make(dt, 1, s_b, 'r', -1, 1);
-    int64_t s_c[1] = {C};
-    pair dgb = make(dt, 1, s_c, 'r', -1, 1); /* the gradient of gelu_inp's layer's bias */
-    gpc_tensor *cpu_dgb = with_dgelu_bias ? &dgb.cpu : NULL;
-    gpc_tensor *gpu_dgb = with_dgelu_bias ? &dgb.gpu : NULL;
-    TEST_OK(gpc_op_matmul_backward_dgelu(&dinp.cpu, &dw.cpu, with_bias ? &db.cpu : NULL, cpu_dgb,
-                                         &dout.cpu, &x.cpu, &w.cpu, &gin.cpu));
-    TEST_OK(gpc_op_matmul_backward_dgelu(&dinp.gpu, &dw.gpu, with_bias ? &db.gpu : NULL, gpu_dgb,
-                                         &dout.gpu, &x.gpu, &w.gpu, &gin.gpu));
+    TEST_OK(gpc_op_matmul_backward_dgelu(&dinp.cpu, &dw.cpu, with_bias ? &db.cpu : NULL, &dout.cpu,
+                                         &x.cpu, &w.cpu, &gin.cpu));
+    TEST_OK(gpc_op_matmul_backward_dgelu(&dinp.gpu, &dw.gpu, with_bias ? &db.gpu : NULL, &dout.gpu,
+                                         &x.gpu, &w.gpu, &gin.gpu));
     expect("matmul_backward_dgelu dinp", &dinp, tol_for(dt, 1e-5));
     expect("matmul_backward_dgelu dweight", &dw, tol_for(dt, 1e-5));
     if (with_bias) expect("matmul_backward_dgelu dbias", &db, tol_for(dt, 1e-5));
-    if (with_dgelu_bias) expect("matmul_backward_dgelu dgelu_bias", &dgb, tol_for(dt, 1e-5));
-    pair *all[] = {&x, &w, &b, &pre, &act, &dout, &gin, &dinp, &dw, &db, &dgb};
+    pair *all[] = {&x, &w, &b, &pre, &act, &dout, &gin, &dinp, &dw, &db};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         drop(all[i]);
 }
 
 static void test_matmul_gelu(void **state) {
     (void)state;
-    /* the last argument: gelu_inp's bias gradient from the op (DGELU_BGRAD,
-     * or the column sum where cuBLASLt has no such algorithm), as the model
-     * asks for it */
-    matmul_gelu_case(GPC_F32, 2, 33, 64, 96, 1, 1);
-    matmul_gelu_case(GPC_BF16, 4, 64, 128, 512, 1, 0); /* the fc layer's shape kind: epilogues */
-    matmul_gelu_case(GPC_BF16, 4, 64, 512, 128, 0, 1); /* fcproj's backward, as the model runs it */
-    matmul_gelu_case(GPC_BF16, 2, 32, 256, 64, 1, 1);  /* fcproj's: C -> OC narrower */
-    matmul_gelu_case(GPC_BF16, 2, 32, 64, 256, 0, 0);  /* GELU_AUX without bias */
-    matmul_gelu_case(GPC_F16, 2, 16, 64, 128, 1, 1);
-    matmul_gelu_case(GPC_BF16, 1, 24, 44, 36, 1, 1);   /* not multiples of 8: the two kernels */
-    matmul_gelu_case(GPC_BF16, 1, 1, 768, 3072, 1, 0); /* one row: the matrix-vector kernel */
-    matmul_gelu_case(GPC_F16, 1, 3, 64, 40, 0, 1);
+    matmul_gelu_case(GPC_F32, 2, 33, 64, 96, 1);
+    matmul_gelu_case(GPC_BF16, 4, 64, 128, 512, 1); /* the fc layer's shape kind: epilogues */
+    matmul_gelu_case(GPC_BF16, 4, 64, 512, 128, 0); /* fcproj's backward, as the model runs it */
+    matmul_gelu_case(GPC_BF16, 2, 32, 256, 64, 1);  /* fcproj's: C -> OC narrower */
+    matmul_gelu_case(GPC_BF16, 2, 32, 64, 256, 0);  /* GELU_AUX without bias */
+    matmul_gelu_case(GPC_F16, 2, 16, 64, 128, 1);
+    matmul_gelu_case(GPC_BF16, 1, 24, 44, 36, 1);   /* not multiples of 8: the two kernels */
+    matmul_gelu_case(GPC_BF16, 1, 1, 768, 3072, 1); /* one row: the matrix-vector kernel */
+    matmul_gelu_case(GPC_F16, 1, 3, 64, 40, 0);
 }
 
 /* The plain sum the model adds its losses with. */
