@@ -169,6 +169,10 @@ typedef struct gpc_backend {
     gpc_status (*event_elapsed_ms)(gpc_event start, gpc_event stop, float *ms);
     /* The device's marketing name ("NVIDIA H200", or the CPU model). */
     gpc_status (*device_name)(int index, char *buf, size_t size);
+    /* The device's PCI bus id, "0000:3B:00.0" (domain:bus:device.function, hex),
+     * which names the same GPU for NVML whatever CUDA_VISIBLE_DEVICES renumbers.
+     * Optional: NULL where the device has none (the CPU). */
+    gpc_status (*device_pci_bus_id)(int index, char *buf, size_t size);
     const struct gpc_ops_table *ops;
 } gpc_backend;
 

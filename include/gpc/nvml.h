@@ -63,6 +63,16 @@ typedef struct {
     int numa_node; /* from sysfs for the GPU's PCI device; -1 when unknown */
 } gpc_nvml_sample;
 
+/* The readings that say whether power holds a GPU's clock down: a subset of
+ * gpc_nvml_sample, which gpc_train takes every step. */
+typedef struct {
+    double power_w;           /* -1 when unknown */
+    double power_limit_w;     /* the enforced limit; -1 when unknown */
+    int sm_clock_mhz;         /* -1 when unknown */
+    int sm_clock_max_mhz;     /* -1 when unknown */
+    int64_t throttle_reasons; /* GPC_NVML_THROTTLE_* bits; -1 when unknown */
+} gpc_nvml_power;
+
 /* How two GPUs reach each other, nearest first (NVML's topology levels). */
 typedef enum {
     GPC_NVML_PATH_SAME = 0,        /* the same GPU */
@@ -89,8 +99,25 @@ int gpc_nvml_device_count(const gpc_nvml *nvml);
 /* The driver version, e.g. "550.54.15" ("" when unknown). */
 const char *gpc_nvml_driver_version(const gpc_nvml *nvml);
 gpc_status gpc_nvml_sample_device(gpc_nvml *nvml, int index, gpc_nvml_sample *out);
+/* Power, SM clock and clocks-event reasons only: five NVML calls and no
+ * sysfs read, for a caller inside a loop (gpc_train reads it every step).
+ * Measured on an H200 in a VM: 1.5 ms a call, against 2.0 ms for
+ * gpc_nvml_sample_device. Readings the driver cannot give are -1; only a bad
+ * index fails. */
+gpc_status gpc_nvml_sample_power(gpc_nvml *nvml, int index, gpc_nvml_power *out);
 gpc_status gpc_nvml_topology(gpc_nvml *nvml, int a, int b, gpc_nvml_link *out);
 const char *gpc_nvml_path_name(gpc_nvml_path path);
+
+/* The NVML index of the GPU at PCI bus id bus_id (as the CUDA backend's
+ * device_pci_bus_id writes it). NVML numbers every GPU of the machine and
+ * ignores CUDA_VISIBLE_DEVICES, so CUDA's device N is not NVML's N; the bus id
+ * names the same GPU in both. No such GPU: GPC_ERR_INVALID_ARG, saying so. */
+gpc_status gpc_nvml_find_bus_id(gpc_nvml *nvml, const char *bus_id, int *index);
+/* 1 when a and b name the same PCI function: both parse as hex
+ * domain:bus:device.function and the four numbers agree, so CUDA's
+ * "0000:3B:00.0", sysfs's "0000:3b:00.0" and NVML's "00000000:3B:00.0" are
+ * equal. 0 otherwise, and whenever either is malformed (or NULL). */
+int gpc_pci_bus_id_equal(const char *a, const char *b);
 
 #ifdef __cplusplus
 }

@@ -87,6 +87,17 @@ typedef struct {
     double eta_s;        /* estimated time to the last step */
     size_t memory_bytes; /* process RSS on the CPU, used device memory on a GPU */
     const char *path;    /* CHECKPOINT: the file written */
+    /* STEP on a CUDA device, read from NVML while the GPU runs the step, just
+     * before the step's one wait (unknown on the CPU, without NVML, or where
+     * the driver lacks the reading). A GPU at its power limit lowers its SM
+     * clock, so kernels that are faster at full clock may not make such a
+     * step faster. */
+    double gpu_power_w;       /* board power draw; NAN when unknown */
+    double gpu_power_limit_w; /* the enforced power limit; NAN when unknown */
+    int gpu_sm_clock_mhz;     /* -1 when unknown */
+    int gpu_sm_clock_max_mhz; /* -1 when unknown */
+    int gpu_power_capped;     /* 1: clocks held down by the power limit (NVML's SW power cap
+                               * or HW power brake reason), 0: not, -1: unknown */
 } gpc_train_event;
 
 typedef void (*gpc_train_callback)(void *user, const gpc_train_event *event);
@@ -127,15 +138,33 @@ typedef struct {
 
 void gpc_train_options_init(gpc_train_options *options);
 
+/* The most recent steps whose SM clock gpc_train keeps for the median. */
+#define GPC_TRAIN_CLOCK_STEPS 4096
+
 typedef struct {
     int steps_done;
     float last_loss;
     float last_val_loss; /* NAN when no validation ran */
     double seconds;
+    /* This process's GPU over the steps of this run (all zero or unknown on
+     * the CPU or without NVML); see gpc_train_event's gpu_ fields. */
+    int gpu_steps_sampled;       /* steps whose reading said whether power held the clock */
+    int gpu_steps_power_capped;  /* of those, the steps with gpu_power_capped == 1 */
+    int gpu_sm_clock_median_mhz; /* over the last GPC_TRAIN_CLOCK_STEPS steps read; -1 */
+    int gpu_sm_clock_max_mhz;    /* -1 when unknown */
+    double gpu_power_limit_w;    /* NAN when unknown */
 } gpc_train_result;
 
 /* Trains; see the top of this file. result may be NULL. */
 gpc_status gpc_train(const gpc_train_options *options, gpc_train_result *result);
+
+/* The closing remark on power of a run: when at least 3 steps were sampled
+ * and the GPU was at its power limit in at least half of them, writes into
+ * buf a line such as "the GPU was at its power limit (700 W) in 95% of 200
+ * steps, SM clock median 1620 of 1980 MHz: power, not kernel speed, bounds
+ * the step" (the parts NVML did not give left out) and returns 1; otherwise
+ * writes "" and returns 0. */
+int gpc_train_power_summary(const gpc_train_result *result, char *buf, size_t size);
 
 /* Asks a running gpc_train to stop after its current step (with a
  * checkpoint). Async-signal-safe: it only sets a flag. */

@@ -50,6 +50,18 @@ static const char *human_count(double n, char *buf, size_t size) {
     return buf;
 }
 
+/* " | GPU 1620 MHz 690 W, power cap": the readings NVML gave during the
+ * step, "" when it gave none (the CPU, no driver). */
+static void format_gpu(const gpc_train_event *e, char *buf, size_t size) {
+    char clock[24] = "", power[24] = "";
+    buf[0] = '\0';
+    if (e->gpu_sm_clock_mhz < 0 && isnan(e->gpu_power_w)) return;
+    if (e->gpu_sm_clock_mhz >= 0) snprintf(clock, sizeof clock, " %d MHz", e->gpu_sm_clock_mhz);
+    if (!isnan(e->gpu_power_w)) snprintf(power, sizeof power, " %.0f W", e->gpu_power_w);
+    snprintf(buf, size, " | GPU%s%s%s", clock, power,
+             e->gpu_power_capped == 1 ? ", power cap" : "");
+}
+
 typedef struct {
     cli_progress progress;
     int steps;
@@ -83,12 +95,14 @@ static void on_event(void *user, const gpc_train_event *e) {
         if (e->skipped_steps)
             snprintf(skipped, sizeof skipped, " | skipped %d (scale %g)", e->skipped_steps,
                      (double)e->loss_scale);
+        char gpu[64];
+        format_gpu(e, gpu, sizeof gpu);
         cli_progress_update(&v->progress, e->step == v->steps || e->step == 1 || e->skipped,
-                            "step %d/%d | loss %.4f | lr %.2e | %s tok/s | ETA %s | mem %s%s",
+                            "step %d/%d | loss %.4f | lr %.2e | %s tok/s | ETA %s | mem %s%s%s",
                             e->step, v->steps, (double)e->loss, (double)e->lr,
                             human_count(e->tokens_per_s, a, sizeof a),
                             cli_format_duration(e->eta_s, b, sizeof b),
-                            cli_format_bytes((double)e->memory_bytes, c, sizeof c), skipped);
+                            cli_format_bytes((double)e->memory_bytes, c, sizeof c), skipped, gpu);
         break;
     }
     case GPC_TRAIN_EVAL:
@@ -316,5 +330,9 @@ int cmd_train(int argc, char **argv) {
     if (result.last_val_loss == result.last_val_loss)
         printf(", val loss %.4f", (double)result.last_val_loss);
     printf("; sample with: gpc sample --run %s\n", out);
+    /* a GPU held at its power limit: faster kernels would not show */
+    char power[256];
+    if (gpc_train_power_summary(&result, power, sizeof power))
+        fprintf(stderr, "gpc train: %s\n", power);
     return CLI_EXIT_OK;
 }

@@ -13,6 +13,7 @@
  */
 #include "gpc/nvml.h"
 
+#include <ctype.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -367,6 +368,28 @@ gpc_status gpc_nvml_sample_device(gpc_nvml *nvml, int index, gpc_nvml_sample *ou
     return GPC_OK;
 }
 
+gpc_status gpc_nvml_sample_power(gpc_nvml *nvml, int index, gpc_nvml_power *out) {
+    if (!nvml || index < 0 || index >= (int)nvml->count)
+        return gpc_error(GPC_ERR_INVALID_ARG, "GPU %d does not exist (NVML sees %d)", index,
+                         gpc_nvml_device_count(nvml));
+    nvml_device dev = nvml->devices[index];
+    out->power_w = out->power_limit_w = -1;
+    out->sm_clock_mhz = out->sm_clock_max_mhz = -1;
+    out->throttle_reasons = -1;
+    unsigned int v;
+    if (nvml->api.power && nvml->api.power(dev, &v) == NVML_SUCCESS) out->power_w = v / 1000.0;
+    if (nvml->api.power_limit && nvml->api.power_limit(dev, &v) == NVML_SUCCESS)
+        out->power_limit_w = v / 1000.0;
+    if (nvml->api.clock && nvml->api.clock(dev, NVML_CLOCK_SM, &v) == NVML_SUCCESS)
+        out->sm_clock_mhz = (int)v;
+    if (nvml->api.max_clock && nvml->api.max_clock(dev, NVML_CLOCK_SM, &v) == NVML_SUCCESS)
+        out->sm_clock_max_mhz = (int)v;
+    unsigned long long bits;
+    if (nvml->api.throttle_reasons && nvml->api.throttle_reasons(dev, &bits) == NVML_SUCCESS)
+        out->throttle_reasons = (int64_t)bits;
+    return GPC_OK;
+}
+
 gpc_status gpc_nvml_topology(gpc_nvml *nvml, int a, int b, gpc_nvml_link *out) {
     int n = gpc_nvml_device_count(nvml);
     if (a < 0 || b < 0 || a >= n || b >= n)
@@ -443,4 +466,75 @@ const char *gpc_nvml_path_name(gpc_nvml_path path) {
         break;
     }
     return "unknown";
+}
+
+/* ------------------------------------------------------- PCI bus ids */
+
+/* Reads 1 to max_digits hex digits at *p into *value and moves *p past them;
+ * 0 when there are none or too many. */
+static int parse_hex_field(const char **p, int max_digits, unsigned long *value) {
+    int digits = 0;
+    *value = 0;
+    while (isxdigit((unsigned char)**p)) {
+        if (++digits > max_digits) return 0;
+        char c = (char)tolower((unsigned char)**p);
+        *value = *value * 16 + (unsigned long)(c <= '9' ? c - '0' : c - 'a' + 10);
+        (*p)++;
+    }
+    return digits > 0;
+}
+
+/* "domain:bus:device.function" in hex: domain up to 8 digits (NVML writes 8,
+ * CUDA and sysfs 4), bus up to 2, device up to 2 and below 32, function one
+ * digit below 8 (PCI's own limits). Nothing may follow. */
+static int parse_pci_bus_id(const char *s, unsigned long out[4]) {
+    if (!s) return 0;
+    const char *p = s;
+    if (!parse_hex_field(&p, 8, &out[0]) || *p++ != ':') return 0;
+    if (!parse_hex_field(&p, 2, &out[1]) || *p++ != ':') return 0;
+    if (!parse_hex_field(&p, 2, &out[2]) || *p++ != '.') return 0;
+    if (!parse_hex_field(&p, 1, &out[3]) || *p != '\0') return 0;
+    return out[2] < 32 && out[3] < 8;
+}
+
+int gpc_pci_bus_id_equal(const char *a, const char *b) {
+    unsigned long x[4], y[4];
+    if (!parse_pci_bus_id(a, x) || !parse_pci_bus_id(b, y)) return 0;
+    return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3];
+}
+
+gpc_status gpc_nvml_find_bus_id(gpc_nvml *nvml, const char *bus_id, int *index) {
+    *index = -1;
+    if (!nvml || !bus_id)
+        return gpc_error(GPC_ERR_INVALID_ARG, "finding a GPU by PCI bus id needs NVML and an id");
+    unsigned long want[4];
+    if (!parse_pci_bus_id(bus_id, want))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "'%s' is not a PCI bus id (domain:bus:device.function in hex, as in "
+                         "0000:3b:00.0)",
+                         bus_id);
+    if (!nvml->api.pci_info)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "this NVIDIA driver's NVML lacks nvmlDeviceGetPciInfo_v3, so it cannot "
+                         "tell which GPU is %s; update the driver",
+                         bus_id);
+    for (unsigned int i = 0; i < nvml->count; i++) {
+        nvml_pci_info pci;
+        memset(&pci, 0, sizeof pci);
+        if (nvml->api.pci_info(nvml->devices[i], &pci) != NVML_SUCCESS) continue;
+        /* NVML's own string is "00000000:3B:00.0"; where it is empty or
+         * cut short, the numeric fields say the same (function 0: NVML lists
+         * whole GPUs) */
+        pci.bus_id[sizeof pci.bus_id - 1] = '\0';
+        char built[48];
+        snprintf(built, sizeof built, "%x:%x:%x.0", pci.domain, pci.bus & 0xff, pci.device & 0x1f);
+        if (gpc_pci_bus_id_equal(bus_id, pci.bus_id) || gpc_pci_bus_id_equal(bus_id, built)) {
+            *index = (int)i;
+            return GPC_OK;
+        }
+    }
+    return gpc_error(GPC_ERR_INVALID_ARG,
+                     "NVML sees no GPU at PCI bus id %s among its %u; check nvidia-smi's "
+                     "Bus-Id column",
+                     bus_id, nvml->count);
 }

@@ -141,6 +141,13 @@ static gpc_status cuda_device_name(int index, char *buf, size_t size) {
     return GPC_OK;
 }
 
+/* "0000:3B:00.0": CUDA writes 13 characters and the NUL. */
+static gpc_status cuda_device_pci_bus_id(int index, char *buf, size_t size) {
+    int length = size > 64 ? 64 : (int)size;
+    GPC_CUDA_CHECK(cudaDeviceGetPCIBusId(buf, length, index));
+    return GPC_OK;
+}
+
 static gpc_backend make_backend(void) {
     gpc_backend b;
     memset(&b, 0, sizeof b);
@@ -165,6 +172,7 @@ static gpc_backend make_backend(void) {
     b.event_synchronize = cuda_event_synchronize;
     b.event_elapsed_ms = cuda_event_elapsed_ms;
     b.device_name = cuda_device_name;
+    b.device_pci_bus_id = cuda_device_pci_bus_id;
     b.ops = &gpc_cuda_ops;
     return b;
 }

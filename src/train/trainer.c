@@ -8,14 +8,20 @@
  * over the whole step; then the AdamW update with the schedule's learning
  * rate and global-norm clipping. Nothing in the step waits for the device;
  * gpt_read_step, which reads the loss for the metrics line, is the one
- * wait. After the step come the metrics line, the callback, validation and
- * checkpoints.
+ * wait, and just before it the host reads the GPU's power and clock. After
+ * the step come the metrics line, the callback, validation and checkpoints.
  *
  * Exact resume: everything that decides the next steps is in the checkpoint
  * (f32 weights, from which the bf16 copy is rounded to nearest, AdamW
  * moments, step, the loader's epoch and batch, the RNG) and nothing else carries state from step
  * to step, so a resumed run computes bit for bit what the uninterrupted run
  * would have.
+ *
+ * On a CUDA device NVML is read once a step, while the GPU runs the queued
+ * step (power, SM clock, whether the power limit holds the clock down): a
+ * GPU at its power cap runs the step at a lower clock, which no kernel timing
+ * in isolation shows. The readings go into the metrics and the result;
+ * without NVML there are none and training is the same.
  */
 #include "gpc/train.h"
 
@@ -28,6 +34,7 @@
 
 #include "gpc/data.h"
 #include "gpc/ddp.h"
+#include "gpc/nvml.h"
 #include "gpc/trace.h"
 
 static volatile sig_atomic_t stop_flag;
@@ -82,6 +89,16 @@ typedef struct {
     int rank0;         /* this process writes the run folder and reports */
     int stop_all;      /* a stop was requested on some rank (agreed each step) */
     char checkpoint_path[4096], prev_path[4096];
+    /* this process's GPU as NVML sees it (src/core/nvml.c); NULL on the CPU
+     * or when NVML cannot be opened or does not list the device */
+    gpc_nvml *nvml;
+    int nvml_index;
+    int gpu_sample_failed; /* a reading failed once: logged, not again */
+    int gpu_sampled, gpu_capped;
+    int gpu_clock_max_mhz;
+    double gpu_power_limit_w;
+    int gpu_clock_count; /* clocks recorded; the last GPC_TRAIN_CLOCK_STEPS are kept */
+    int gpu_clocks[GPC_TRAIN_CLOCK_STEPS];
 } trainer;
 
 /* ------------------------------------------------------------ settings */
@@ -302,6 +319,10 @@ static void write_metrics(trainer *t, const gpc_train_event *e) {
     json_number(f, "tokens_per_s", e->tokens_per_s);
     json_number(f, "ms", e->ms);
     fprintf(f, ",\"memory\":%llu", (unsigned long long)e->memory_bytes);
+    /* GPU readings only where NVML gave them: absent, not null, otherwise */
+    if (!isnan(e->gpu_power_w)) json_number(f, "gpu_power_w", e->gpu_power_w);
+    if (e->gpu_sm_clock_mhz >= 0) fprintf(f, ",\"gpu_sm_clock_mhz\":%d", e->gpu_sm_clock_mhz);
+    if (e->gpu_power_capped >= 0) fprintf(f, ",\"gpu_power_capped\":%d", e->gpu_power_capped);
     fprintf(f, ",\"tokens\":%llu}\n", (unsigned long long)e->tokens_seen);
     fflush(f);
 }
@@ -342,6 +363,105 @@ static gpc_status save_checkpoint(trainer *t) {
         s = gpt_checkpoint_save_full(t->checkpoint_path, t->model, &st, &full);
     gpt_host_state_free(&full);
     return s;
+}
+
+/* ------------------------------------------------------------ GPU readings */
+
+static void gpu_readings_unknown(gpc_train_event *e) {
+    e->gpu_power_w = e->gpu_power_limit_w = NAN;
+    e->gpu_sm_clock_mhz = e->gpu_sm_clock_max_mhz = -1;
+    e->gpu_power_capped = -1;
+}
+
+/* Finds this process's GPU in NVML. NVML numbers all GPUs of the machine and
+ * ignores CUDA_VISIBLE_DEVICES, so the GPU is matched by its PCI bus id. Any
+ * failure leaves t->nvml NULL, says why at debug level and lets training go
+ * on without readings. */
+static void open_gpu_readings(trainer *t) {
+    gpc_device device = t->o->device;
+    if (device.type != GPC_DEVICE_CUDA) return;
+    const gpc_backend *b = gpc_backend_get(device.type);
+    char bus_id[64];
+    gpc_status s = b && b->device_pci_bus_id
+                       ? b->device_pci_bus_id(device.index, bus_id, sizeof bus_id)
+                       : gpc_error(GPC_ERR_UNSUPPORTED, "the backend gives no PCI bus id");
+    if (s == GPC_OK) s = gpc_nvml_open(&t->nvml);
+    if (s == GPC_OK) s = gpc_nvml_find_bus_id(t->nvml, bus_id, &t->nvml_index);
+    if (s != GPC_OK) {
+        gpc_log(GPC_LOG_DEBUG, "train: no GPU power or clock readings for %s: %s",
+                gpc_device_name(device), gpc_last_error());
+        gpc_clear_error();
+        gpc_nvml_close(t->nvml);
+        t->nvml = NULL;
+        return;
+    }
+    gpc_log(GPC_LOG_DEBUG, "train: %s (PCI %s) is NVML's GPU %d", gpc_device_name(device), bus_id,
+            t->nvml_index);
+}
+
+/* Reads the GPU's power, SM clock and throttle reasons into the event and
+ * the run's counts; a reading NVML cannot give stays unknown. */
+static void sample_gpu(trainer *t, gpc_train_event *e) {
+    if (!t->nvml) return;
+    gpc_nvml_power p;
+    if (gpc_nvml_sample_power(t->nvml, t->nvml_index, &p) != GPC_OK) {
+        if (!t->gpu_sample_failed)
+            gpc_log(GPC_LOG_DEBUG, "train: reading the GPU failed: %s", gpc_last_error());
+        t->gpu_sample_failed = 1;
+        gpc_clear_error();
+        return;
+    }
+    if (p.power_w >= 0) e->gpu_power_w = p.power_w;
+    if (p.power_limit_w > 0) e->gpu_power_limit_w = t->gpu_power_limit_w = p.power_limit_w;
+    e->gpu_sm_clock_mhz = p.sm_clock_mhz;
+    if (p.sm_clock_max_mhz > 0) e->gpu_sm_clock_max_mhz = t->gpu_clock_max_mhz = p.sm_clock_max_mhz;
+    if (p.sm_clock_mhz >= 0)
+        t->gpu_clocks[t->gpu_clock_count++ % GPC_TRAIN_CLOCK_STEPS] = p.sm_clock_mhz;
+    if (p.throttle_reasons < 0) return; /* no verdict on power: not a sampled step */
+    e->gpu_power_capped = (p.throttle_reasons & (int64_t)(GPC_NVML_THROTTLE_SW_POWER_CAP |
+                                                          GPC_NVML_THROTTLE_HW_POWER_BRAKE)) != 0;
+    t->gpu_sampled++;
+    t->gpu_capped += e->gpu_power_capped;
+}
+
+static int compare_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* The run's GPU figures into the result; sorts the kept clocks, so it is
+ * called once, after the loop. */
+static void gpu_result(trainer *t, gpc_train_result *result) {
+    result->gpu_steps_sampled = t->gpu_sampled;
+    result->gpu_steps_power_capped = t->gpu_capped;
+    result->gpu_sm_clock_max_mhz = t->gpu_clock_max_mhz;
+    result->gpu_power_limit_w = t->gpu_power_limit_w;
+    int n = t->gpu_clock_count < GPC_TRAIN_CLOCK_STEPS ? t->gpu_clock_count : GPC_TRAIN_CLOCK_STEPS;
+    result->gpu_sm_clock_median_mhz = -1;
+    if (n == 0) return;
+    qsort(t->gpu_clocks, (size_t)n, sizeof t->gpu_clocks[0], compare_int);
+    /* an even count takes the mean of the middle two, rounded */
+    result->gpu_sm_clock_median_mhz =
+        n % 2 ? t->gpu_clocks[n / 2] : (t->gpu_clocks[n / 2 - 1] + t->gpu_clocks[n / 2] + 1) / 2;
+}
+
+int gpc_train_power_summary(const gpc_train_result *r, char *buf, size_t size) {
+    if (size) buf[0] = '\0';
+    int sampled = r->gpu_steps_sampled, capped = r->gpu_steps_power_capped;
+    if (sampled < 3 || capped < 0 || capped > sampled || 2 * (int64_t)capped < sampled) return 0;
+    char limit[32] = "", clock[64] = "";
+    if (r->gpu_power_limit_w > 0) snprintf(limit, sizeof limit, " (%.0f W)", r->gpu_power_limit_w);
+    if (r->gpu_sm_clock_median_mhz >= 0 && r->gpu_sm_clock_max_mhz > 0)
+        snprintf(clock, sizeof clock, ", SM clock median %d of %d MHz", r->gpu_sm_clock_median_mhz,
+                 r->gpu_sm_clock_max_mhz);
+    else if (r->gpu_sm_clock_median_mhz >= 0)
+        snprintf(clock, sizeof clock, ", SM clock median %d MHz", r->gpu_sm_clock_median_mhz);
+    /* rounded down, so 199 of 200 is 99%, not 100% */
+    snprintf(buf, size,
+             "the GPU was at its power limit%s in %d%% of %d steps%s: power, not kernel speed, "
+             "bounds the step",
+             limit, (int)((int64_t)capped * 100 / sampled), sampled, clock);
+    return 1;
 }
 
 /* ------------------------------------------------------------ the loop */
@@ -423,6 +543,10 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
             t->ddp ? gpc_ddp_update(t->ddp, &adam, NULL) : gpt_update(t->model, &adam, NULL, NULL);
     gpc_trace_pop();
     GPC_TRY(update_status);
+    /* The GPU is still working through the queued step while the host, which
+     * would only wait, reads its power and clock: the readings are those of
+     * the loaded GPU, and cost the step nothing unless the GPU finishes first. */
+    sample_gpu(t, e);
     /* fp16: the overflow verdict comes back with the loss */
     GPC_TRY(gpt_read_step(t->model, &e->loss, &e->grad_norm));
     e->skipped = t->model->step_skipped;
@@ -453,6 +577,7 @@ static gpc_status run_loop(trainer *t, gpc_train_result *result) {
     gpc_train_event e;
     while (t->step < s->steps) {
         memset(&e, 0, sizeof e);
+        gpu_readings_unknown(&e);
         double t0 = gpc_time_seconds();
         GPC_TRY(train_step(t, &e));
         double seconds = gpc_time_seconds() - t0;
@@ -590,6 +715,8 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     if (result) {
         memset(result, 0, sizeof *result);
         result->last_val_loss = NAN;
+        result->gpu_sm_clock_median_mhz = result->gpu_sm_clock_max_mhz = -1;
+        result->gpu_power_limit_w = NAN;
     }
     gpc_dataset_info info;
     GPC_TRY(gpc_dataset_info_read(o->data_dir, &info));
@@ -598,6 +725,8 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     memset(&t, 0, sizeof t);
     t.o = o;
     t.rank0 = o->rank == 0;
+    t.gpu_clock_max_mhz = -1;
+    t.gpu_power_limit_w = NAN;
     snprintf(t.checkpoint_path, sizeof t.checkpoint_path, "%s/checkpoint.bin", o->out_dir);
     snprintf(t.prev_path, sizeof t.prev_path, "%s/checkpoint.prev.bin", o->out_dir);
     gpt_config ck_config;
@@ -619,6 +748,7 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     GPC_TRY(gpc_mkdir_p(o->out_dir));
 
     gpc_status s = open_run(&t, &info, o->resume ? &ck : NULL);
+    if (s == GPC_OK) open_gpu_readings(&t);
     if (s == GPC_OK && t.rank0) s = write_config(&t);
     if (s == GPC_OK && t.rank0 && info.has_tokenizer) s = copy_tokenizer(&t);
     if (s == GPC_OK && t.rank0) s = open_metrics(&t, o->resume);
@@ -640,9 +770,12 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
         e.peak_lr = t.s.schedule.lr;
         e.warmup = t.s.schedule.warmup;
         e.val_loss = NAN;
+        gpu_readings_unknown(&e);
         emit(&t, &e);
         s = run_loop(&t, result);
     }
+    if (result) gpu_result(&t, result);
+    gpc_nvml_close(t.nvml);
     if (t.metrics) fclose(t.metrics);
     gpc_ddp_free(t.ddp);
     gpt_free(t.model);

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # test_train_cli.sh: `gpc train` and `gpc sample` end to end: every usage
 # error exits 2 with one "error:" line, runtime errors exit 1, a tiny run
-# trains (metrics.jsonl has one line per step, the loss falls), samples
-# deterministically for a seed, stops cleanly on SIGTERM with a checkpoint
-# and resumes from it.
+# trains (metrics.jsonl has one line per step, the loss falls, no GPU fields
+# on the CPU), samples deterministically for a seed, stops cleanly on SIGTERM
+# with a checkpoint and resumes from it.
 set -u
 GPC=${GPC:?set GPC to the gpc binary}
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpc-train-cli-XXXXXX")
@@ -112,6 +112,10 @@ else
   done
   grep -q "parameters" "$work/train.err" || fail "no header line: $(head -3 "$work/train.err")"
   grep -q "^trained 40 steps" "$work/train.out" || fail "no summary: $(cat "$work/train.out")"
+  # the CPU has no GPU readings: none in the metrics, the progress line or a
+  # closing remark on power
+  grep -q '"gpu_' "$run/metrics.jsonl" && fail "a CPU run's metrics carry GPU fields: $(grep -m1 '"gpu_' "$run/metrics.jsonl")"
+  grep -Eq '\| GPU |power limit|power cap' "$work/train.err" && fail "a CPU run reports GPU power: $(grep -Em1 'GPU|power' "$work/train.err")"
   # the loss falls: mean of the last 5 steps below 75% of the first step's
   python3 - "$run/metrics.jsonl" <<'EOF' || fail "loss did not fall"
 import json, sys

@@ -14,7 +14,9 @@
  *  - fp16 steps whose overflow verdict gpt_read_step reads skip and rescale
  *    exactly as steps whose verdict gpt_update reads itself;
  *  - gpc_train on the GPU, interrupted and resumed from its checkpoint,
- *    repeats the uninterrupted run bit for bit.
+ *    repeats the uninterrupted run bit for bit; where NVML answers, every
+ *    step's line in metrics.jsonl carries the GPU's SM clock and power
+ *    (both above zero) and the result counts the steps read.
  * Bitwise comparisons need kernels that sum in a fixed order: attention
  * runs on gpc's kernels with their two-kernel backward (cuDNN's, or the
  * fused backward of GPC_ATTENTION_BWD=fused, add dq with atomics), whatever
@@ -31,6 +33,7 @@
 
 #include "gpc/data.h"
 #include "gpc/model.h"
+#include "gpc/nvml.h"
 #include "gpc/train.h"
 #include "ops/ops.h"
 
@@ -312,6 +315,7 @@ static void test_f16_check_on_device(void **state) {
 typedef struct {
     float loss[32];
     int steps, stop_at;
+    int gpu_clocked; /* steps whose event carried an SM clock above zero */
 } record;
 
 static void on_event(void *user, const gpc_train_event *e) {
@@ -319,6 +323,7 @@ static void on_event(void *user, const gpc_train_event *e) {
     if (e->kind != GPC_TRAIN_STEP) return;
     assert_true(e->step >= 1 && e->step < 32);
     r->loss[e->step] = e->loss;
+    r->gpu_clocked += e->gpu_sm_clock_mhz > 0;
     r->steps++;
     if (r->stop_at && e->step == r->stop_at) gpc_train_request_stop();
 }
@@ -342,6 +347,57 @@ static void options(gpc_train_options *o, const char *out, record *r) {
     o->user = r;
 }
 
+/* The number after "key": in a metrics line, or NAN when the key is absent. */
+static double metrics_value(const char *line, const char *key) {
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "\"%s\":", key);
+    const char *at = strstr(line, quoted);
+    return at ? strtod(at + strlen(quoted), NULL) : NAN;
+}
+
+/* Every line of RUN/metrics.jsonl holds the GPU's SM clock and power, both
+ * above zero, and whether the power limit held the clock (0 or 1); the
+ * result agrees. Only where NVML answers here, as the trainer's reads it. */
+static void check_gpu_readings(const char *run, const gpc_train_result *result, const record *r) {
+    gpc_nvml *nvml;
+    if (gpc_nvml_open(&nvml) != GPC_OK) {
+        fprintf(stderr, "GPU readings not checked: %s\n", gpc_last_error());
+        return;
+    }
+    gpc_nvml_close(nvml);
+    char path[4300];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+    char *text;
+    size_t size;
+    TEST_OK(gpc_read_file(path, &text, &size));
+    int lines = 0;
+    for (char *line = text; *line;) {
+        char *end = strchr(line, '\n');
+        assert_non_null(end);
+        *end = '\0';
+        double clock = metrics_value(line, "gpu_sm_clock_mhz");
+        double power = metrics_value(line, "gpu_power_w");
+        double capped = metrics_value(line, "gpu_power_capped");
+        if (!(clock > 0 && power > 0 && (capped == 0 || capped == 1)))
+            fail_msg("metrics line %d lacks the GPU's readings: %s", lines + 1, line);
+        lines++;
+        line = end + 1;
+    }
+    gpc_free(text);
+    assert_int_equal(lines, 12);
+    assert_int_equal(r->gpu_clocked, 12);
+    assert_int_equal(result->gpu_steps_sampled, 12);
+    assert_true(result->gpu_steps_power_capped >= 0 && result->gpu_steps_power_capped <= 12);
+    assert_true(result->gpu_sm_clock_median_mhz > 0);
+    if (result->gpu_sm_clock_max_mhz > 0)
+        assert_true(result->gpu_sm_clock_median_mhz <= result->gpu_sm_clock_max_mhz);
+    fprintf(stderr,
+            "GPU readings: %d steps, %d at the power limit (%.0f W), SM clock median %d of %d "
+            "MHz\n",
+            result->gpu_steps_sampled, result->gpu_steps_power_capped, result->gpu_power_limit_w,
+            result->gpu_sm_clock_median_mhz, result->gpu_sm_clock_max_mhz);
+}
+
 static void test_trainer_resume_exact(void **state) {
     (void)state;
     char full_dir[4200], part_dir[4200];
@@ -353,8 +409,10 @@ static void test_trainer_resume_exact(void **state) {
     memset(&part, 0, sizeof part);
     memset(&resumed, 0, sizeof resumed);
     options(&o, full_dir, &full);
-    TEST_OK(gpc_train(&o, NULL));
+    gpc_train_result result;
+    TEST_OK(gpc_train(&o, &result));
     assert_int_equal(full.steps, 12);
+    check_gpu_readings(full_dir, &result, &full);
     options(&o, part_dir, &part);
     part.stop_at = 5;
     TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_INTERRUPTED, "checkpoint saved at step 5");

@@ -2,7 +2,9 @@
  * learnable pattern, a resumed run repeats an uninterrupted one bit for bit,
  * gradient accumulation equals a larger micro-batch, the learning-rate
  * schedule follows its formula, the run folder holds what it should, and
- * every bad setting is refused with its message. */
+ * every bad setting is refused with its message. A run on the CPU has no GPU
+ * readings, and the closing remark on the GPU's power limit appears exactly
+ * when the counts call for it. */
 #include "testutil.h"
 
 #include <math.h>
@@ -78,6 +80,7 @@ typedef struct {
     float lr[MAX_STEPS + 1];
     float val_loss[MAX_STEPS + 1];
     int evals, checkpoints, starts;
+    int gpu_readings; /* STEP events that carried any GPU reading */
     gpc_train_event start;
     int stop_at; /* request a stop after this step (0: never) */
 } record;
@@ -94,6 +97,9 @@ static void on_event(void *user, const gpc_train_event *e) {
         r->loss[e->step] = e->loss;
         r->lr[e->step] = e->lr;
         r->val_loss[e->step] = e->val_loss;
+        r->gpu_readings += !isnan(e->gpu_power_w) || !isnan(e->gpu_power_limit_w) ||
+                           e->gpu_sm_clock_mhz != -1 || e->gpu_sm_clock_max_mhz != -1 ||
+                           e->gpu_power_capped != -1;
         r->steps++;
         if (r->stop_at && e->step == r->stop_at) gpc_train_request_stop();
         break;
@@ -190,6 +196,80 @@ static void test_loss_falls(void **state) {
     assert_int_equal(r.checkpoints, 1); /* only at the end */
     snprintf(path, sizeof path, "%s/tokenizer.bin", out);
     assert_false(gpc_path_exists(path)); /* synthetic data has none */
+    /* the CPU has no GPU readings: unknown in events and result, absent from
+     * the metrics, and no remark on power */
+    assert_int_equal(r.gpu_readings, 0);
+    assert_true(isnan(r.start.gpu_power_w) && r.start.gpu_power_capped == -1);
+    assert_int_equal(result.gpu_steps_sampled, 0);
+    assert_int_equal(result.gpu_steps_power_capped, 0);
+    assert_int_equal(result.gpu_sm_clock_median_mhz, -1);
+    assert_int_equal(result.gpu_sm_clock_max_mhz, -1);
+    assert_true(isnan(result.gpu_power_limit_w));
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+    assert_int_equal(count_lines(path, "\"gpu_"), 0);
+    char line[256] = "x";
+    assert_int_equal(gpc_train_power_summary(&result, line, sizeof line), 0);
+    assert_string_equal(line, "");
+}
+
+/* A result as a GPU run would leave it. */
+static gpc_train_result gpu_result(int sampled, int capped, int median, int max, double limit) {
+    gpc_train_result r;
+    memset(&r, 0, sizeof r);
+    r.last_val_loss = NAN;
+    r.gpu_steps_sampled = sampled;
+    r.gpu_steps_power_capped = capped;
+    r.gpu_sm_clock_median_mhz = median;
+    r.gpu_sm_clock_max_mhz = max;
+    r.gpu_power_limit_w = limit;
+    return r;
+}
+
+static void test_power_summary(void **state) {
+    (void)state;
+    char line[256];
+    /* the H200 case that motivated it */
+    gpc_train_result r = gpu_result(200, 190, 1620, 1980, 700.0);
+    assert_int_equal(gpc_train_power_summary(&r, line, sizeof line), 1);
+    assert_string_equal(line, "the GPU was at its power limit (700 W) in 95% of 200 steps, SM "
+                              "clock median 1620 of 1980 MHz: power, not kernel speed, bounds "
+                              "the step");
+    /* exactly half is enough; the percentage rounds down, never up to 100 */
+    r = gpu_result(10, 5, 1700, 1980, 700.0);
+    assert_int_equal(gpc_train_power_summary(&r, line, sizeof line), 1);
+    assert_non_null(strstr(line, " in 50% of 10 steps"));
+    r = gpu_result(200, 199, 1600, 1980, 699.5);
+    assert_int_equal(gpc_train_power_summary(&r, line, sizeof line), 1);
+    assert_non_null(strstr(line, "(700 W) in 99% of 200 steps"));
+    /* readings NVML did not give are left out of the line */
+    r = gpu_result(4, 4, 1500, -1, NAN);
+    assert_int_equal(gpc_train_power_summary(&r, line, sizeof line), 1);
+    assert_string_equal(line, "the GPU was at its power limit in 100% of 4 steps, SM clock "
+                              "median 1500 MHz: power, not kernel speed, bounds the step");
+    r = gpu_result(3, 2, -1, 1980, 700.0);
+    assert_int_equal(gpc_train_power_summary(&r, line, sizeof line), 1);
+    assert_string_equal(line, "the GPU was at its power limit (700 W) in 66% of 3 steps: power, "
+                              "not kernel speed, bounds the step");
+    /* no remark: under half the steps capped, too few steps, no GPU, or
+     * counts that cannot be */
+    const gpc_train_result quiet[] = {
+        gpu_result(10, 4, 1980, 1980, 700.0), gpu_result(2, 2, 1600, 1980, 700.0),
+        gpu_result(0, 0, -1, -1, NAN),        gpu_result(5, 6, 1600, 1980, 700.0),
+        gpu_result(5, -1, 1600, 1980, 700.0),
+    };
+    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++) {
+        strcpy(line, "x");
+        if (gpc_train_power_summary(&quiet[i], line, sizeof line) != 0 || line[0] != '\0')
+            fail_msg("case %zu: %d of %d steps capped gave '%s'", i,
+                     quiet[i].gpu_steps_power_capped, quiet[i].gpu_steps_sampled, line);
+    }
+    /* a short buffer is cut, not overrun */
+    char small[16];
+    memset(small, 'z', sizeof small);
+    r = gpu_result(200, 190, 1620, 1980, 700.0);
+    assert_int_equal(gpc_train_power_summary(&r, small, 12), 1);
+    assert_string_equal(small, "the GPU was");
+    assert_int_equal(small[12], 'z');
 }
 
 /* An interrupted run resumed from its checkpoint repeats the uninterrupted
@@ -394,7 +474,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schedule),     cmocka_unit_test(test_loss_falls),
         cmocka_unit_test(test_resume_exact), cmocka_unit_test(test_accumulation),
-        cmocka_unit_test(test_bad_settings),
+        cmocka_unit_test(test_bad_settings), cmocka_unit_test(test_power_summary),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
