@@ -88,8 +88,10 @@ typedef struct {
     size_t memory_bytes; /* process RSS on the CPU, used device memory on a GPU */
     const char *path;    /* CHECKPOINT: the file written */
     /* STEP on a CUDA device, read from NVML while the GPU runs the step, just
-     * before the step's one wait (unknown on the CPU, without NVML, or where
-     * the driver lacks the reading). A GPU at its power limit lowers its SM
+     * before the step's one wait: every step, or once per half second and at
+     * the last step when steps are shorter (unknown on the other steps, on
+     * the CPU, without NVML, or where the driver lacks the reading). A GPU
+     * at its power limit lowers its SM
      * clock, so kernels that are faster at full clock may not make such a
      * step faster. */
     double gpu_power_w;       /* board power draw; NAN when unknown */
@@ -148,7 +150,7 @@ typedef struct {
     double seconds;
     /* This process's GPU over the steps of this run (all zero or unknown on
      * the CPU or without NVML); see gpc_train_event's gpu_ fields. */
-    int gpu_steps_sampled;       /* steps whose reading said whether power held the clock */
+    int gpu_steps_sampled;       /* steps read whose reading said whether power held the clock */
     int gpu_steps_power_capped;  /* of those, the steps with gpu_power_capped == 1 */
     int gpu_sm_clock_median_mhz; /* over the last GPC_TRAIN_CLOCK_STEPS steps read; -1 */
     int gpu_sm_clock_max_mhz;    /* -1 when unknown */
@@ -161,7 +163,7 @@ gpc_status gpc_train(const gpc_train_options *options, gpc_train_result *result)
 /* The closing remark on power of a run: when at least 3 steps were sampled
  * and the GPU was at its power limit in at least half of them, writes into
  * buf a line such as "the GPU was at its power limit (700 W) in 95% of 200
- * steps, SM clock median 1620 of 1980 MHz: power, not kernel speed, bounds
+ * steps read, SM clock median 1620 of 1980 MHz: power, not kernel speed, bounds
  * the step" (the parts NVML did not give left out) and returns 1; otherwise
  * writes "" and returns 0. */
 int gpc_train_power_summary(const gpc_train_result *result, char *buf, size_t size);

@@ -94,6 +94,7 @@ typedef struct {
     gpc_nvml *nvml;
     int nvml_index;
     int gpu_sample_failed; /* a reading failed once: logged, not again */
+    double gpu_last_read;  /* gpc_time_seconds() of the last reading; 0 before the first */
     int gpu_sampled, gpu_capped;
     int gpu_clock_max_mhz;
     double gpu_power_limit_w;
@@ -400,9 +401,17 @@ static void open_gpu_readings(trainer *t) {
 }
 
 /* Reads the GPU's power, SM clock and throttle reasons into the event and
- * the run's counts; a reading NVML cannot give stays unknown. */
+ * the run's counts; a reading NVML cannot give stays unknown. A reading takes
+ * about 1.5 ms and NVML's power is an average over about a second, so steps
+ * shorter than GPU_READ_PERIOD_S are read once per period (and the last
+ * step always): a small model's millisecond steps do not pay for it. */
+#define GPU_READ_PERIOD_S 0.5
 static void sample_gpu(trainer *t, gpc_train_event *e) {
     if (!t->nvml) return;
+    double now = gpc_time_seconds();
+    int last = t->step + 1 == t->s.steps;
+    if (t->gpu_last_read > 0 && now - t->gpu_last_read < GPU_READ_PERIOD_S && !last) return;
+    t->gpu_last_read = now;
     gpc_nvml_power p;
     if (gpc_nvml_sample_power(t->nvml, t->nvml_index, &p) != GPC_OK) {
         if (!t->gpu_sample_failed)
@@ -457,10 +466,11 @@ int gpc_train_power_summary(const gpc_train_result *r, char *buf, size_t size) {
     else if (r->gpu_sm_clock_median_mhz >= 0)
         snprintf(clock, sizeof clock, ", SM clock median %d MHz", r->gpu_sm_clock_median_mhz);
     /* rounded down, so 199 of 200 is 99%, not 100% */
-    snprintf(buf, size,
-             "the GPU was at its power limit%s in %d%% of %d steps%s: power, not kernel speed, "
-             "bounds the step",
-             limit, (int)((int64_t)capped * 100 / sampled), sampled, clock);
+    snprintf(
+        buf, size,
+        "the GPU was at its power limit%s in %d%% of %d steps read%s: power, not kernel speed, "
+        "bounds the step",
+        limit, (int)((int64_t)capped * 100 / sampled), sampled, clock);
     return 1;
 }
 

@@ -231,25 +231,26 @@ static void test_power_summary(void **state) {
     /* the H200 case that motivated it */
     gpc_train_result r = gpu_result(200, 190, 1620, 1980, 700.0);
     assert_int_equal(gpc_train_power_summary(&r, line, sizeof line), 1);
-    assert_string_equal(line, "the GPU was at its power limit (700 W) in 95% of 200 steps, SM "
+    assert_string_equal(line, "the GPU was at its power limit (700 W) in 95% of 200 steps read, SM "
                               "clock median 1620 of 1980 MHz: power, not kernel speed, bounds "
                               "the step");
     /* exactly half is enough; the percentage rounds down, never up to 100 */
     r = gpu_result(10, 5, 1700, 1980, 700.0);
     assert_int_equal(gpc_train_power_summary(&r, line, sizeof line), 1);
-    assert_non_null(strstr(line, " in 50% of 10 steps"));
+    assert_non_null(strstr(line, " in 50% of 10 steps read"));
     r = gpu_result(200, 199, 1600, 1980, 699.5);
     assert_int_equal(gpc_train_power_summary(&r, line, sizeof line), 1);
-    assert_non_null(strstr(line, "(700 W) in 99% of 200 steps"));
+    assert_non_null(strstr(line, "(700 W) in 99% of 200 steps read"));
     /* readings NVML did not give are left out of the line */
     r = gpu_result(4, 4, 1500, -1, NAN);
     assert_int_equal(gpc_train_power_summary(&r, line, sizeof line), 1);
-    assert_string_equal(line, "the GPU was at its power limit in 100% of 4 steps, SM clock "
+    assert_string_equal(line, "the GPU was at its power limit in 100% of 4 steps read, SM clock "
                               "median 1500 MHz: power, not kernel speed, bounds the step");
     r = gpu_result(3, 2, -1, 1980, 700.0);
     assert_int_equal(gpc_train_power_summary(&r, line, sizeof line), 1);
-    assert_string_equal(line, "the GPU was at its power limit (700 W) in 66% of 3 steps: power, "
-                              "not kernel speed, bounds the step");
+    assert_string_equal(line,
+                        "the GPU was at its power limit (700 W) in 66% of 3 steps read: power, "
+                        "not kernel speed, bounds the step");
     /* no remark: under half the steps capped, too few steps, no GPU, or
      * counts that cannot be */
     const gpc_train_result quiet[] = {
