@@ -741,52 +741,17 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
     return m->grad_ready ? m->grad_ready(m->grad_ready_user, -1) : GPC_OK;
 }
 
-/* Rows of the output head computed at a time in training, so that the
- * cross-entropy reads each block of logits while it is still in the GPU's L2
- * cache: GPC_CLASSIFIER_CHUNK_ROWS (0, the default: all rows at once). */
-static int classifier_chunk_rows(void) {
-    static int rows = -1;
-    if (rows < 0) {
-        const char *env = getenv("GPC_CLASSIFIER_CHUNK_ROWS");
-        long v = env && *env ? strtol(env, NULL, 10) : 0;
-        rows = v > 0 && v < (1L << 30) ? (int)v : 0;
-    }
-    return rows;
-}
-
 /* A training micro-step on tokens and targets ([B,T] i32) on the device;
  * m->last_unmasked counts the targets that are not -1. */
 static gpc_status forward_backward(gpt_model *m, const gpc_tensor *tokens, const gpc_tensor *tgt,
                                    int B, int T, float dloss) {
-    int64_t N = (int64_t)B * T, Vp = m->config.padded_vocab, C = m->config.channels;
-    int64_t chunk = classifier_chunk_rows();
+    GPC_TRY(forward_to_logits(m, tokens, B, T));
+    gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, m->config.padded_vocab);
+    gpc_tensor losses = view(&m->acts.losses, 0, 2, B, T, 0);
     /* fp16 gradients would underflow: the loss is scaled up here and the
      * gradients scaled back down inside the AdamW step. */
-    float scaled = dloss * m->loss_scale;
-    if (chunk <= 0 || chunk >= N) {
-        GPC_TRY(forward_to_logits(m, tokens, B, T));
-        gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, Vp);
-        gpc_tensor losses = view(&m->acts.losses, 0, 2, B, T, 0);
-        GPC_TRY(gpc_op_crossentropy_forward_backward(&losses, &logits, &logits, tgt,
-                                                     m->config.vocab_size, scaled));
-    } else {
-        /* the same head and loss, a block of rows at a time */
-        m->cached_len = 0;
-        GPC_TRY(blocks_forward(m, tokens, 0, B, T));
-        m->last_B = B;
-        m->last_T = T;
-        for (int64_t r0 = 0; r0 < N; r0 += chunk) {
-            int64_t n = N - r0 < chunk ? N - r0 : chunk;
-            gpc_tensor lnf = view(&m->acts.lnf, (size_t)(r0 * C), 2, n, C, 0);
-            gpc_tensor logits = view(&m->acts.logits, (size_t)(r0 * Vp), 2, n, Vp, 0);
-            gpc_tensor losses = view(&m->acts.losses, (size_t)r0, 1, n, 0, 0);
-            gpc_tensor targets = view(tgt, (size_t)r0, 1, n, 0, 0);
-            GPC_TRY(gpc_op_matmul_forward(&logits, &lnf, &m->params.wte, NULL));
-            GPC_TRY(gpc_op_crossentropy_forward_backward(&losses, &logits, &logits, &targets,
-                                                         m->config.vocab_size, scaled));
-        }
-    }
-    gpc_tensor losses = view(&m->acts.losses, 0, 2, B, T, 0);
+    GPC_TRY(gpc_op_crossentropy_forward_backward(&losses, &logits, &logits, tgt,
+                                                 m->config.vocab_size, dloss * m->loss_scale));
     /* masked rows have loss 0, so the plain sum is the sum over real targets */
     GPC_TRY(gpc_op_sum(&m->acts.loss_sum, &losses));
     m->loss_count += m->last_unmasked;
