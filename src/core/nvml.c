@@ -288,6 +288,26 @@ static void nvml_drain_xid(gpc_nvml *nvml) {
         if (nvml->api.fn && nvml->api.fn(dev, &v_) == NVML_SUCCESS) (target) = (int)v_;            \
     } while (0)
 
+/* Power, power limit, SM clock and its maximum, and the clocks-event
+ * reasons of dev (each -1 where NVML has no reading): what both samplers
+ * report of power. */
+static void read_power(gpc_nvml *nvml, nvml_device dev, gpc_nvml_power *out) {
+    out->power_w = out->power_limit_w = -1;
+    out->sm_clock_mhz = out->sm_clock_max_mhz = -1;
+    out->throttle_reasons = -1;
+    unsigned int v;
+    if (nvml->api.power && nvml->api.power(dev, &v) == NVML_SUCCESS) out->power_w = v / 1000.0;
+    if (nvml->api.power_limit && nvml->api.power_limit(dev, &v) == NVML_SUCCESS)
+        out->power_limit_w = v / 1000.0;
+    if (nvml->api.clock && nvml->api.clock(dev, NVML_CLOCK_SM, &v) == NVML_SUCCESS)
+        out->sm_clock_mhz = (int)v;
+    if (nvml->api.max_clock && nvml->api.max_clock(dev, NVML_CLOCK_SM, &v) == NVML_SUCCESS)
+        out->sm_clock_max_mhz = (int)v;
+    unsigned long long bits;
+    if (nvml->api.throttle_reasons && nvml->api.throttle_reasons(dev, &bits) == NVML_SUCCESS)
+        out->throttle_reasons = (int64_t)bits;
+}
+
 gpc_status gpc_nvml_sample_device(gpc_nvml *nvml, int index, gpc_nvml_sample *out) {
     if (!nvml || index < 0 || index >= (int)nvml->count)
         return gpc_error(GPC_ERR_INVALID_ARG, "GPU %d does not exist (NVML sees %d)", index,
@@ -337,18 +357,15 @@ gpc_status gpc_nvml_sample_device(gpc_nvml *nvml, int index, gpc_nvml_sample *ou
         if (nvml->api.temperature_threshold(dev, NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, &v) == 0)
             out->shutdown_temperature_c = (int)v;
     }
-    if (nvml->api.power && nvml->api.power(dev, &v) == NVML_SUCCESS) out->power_w = v / 1000.0;
-    if (nvml->api.power_limit && nvml->api.power_limit(dev, &v) == NVML_SUCCESS)
-        out->power_limit_w = v / 1000.0;
-    if (nvml->api.clock) {
-        if (nvml->api.clock(dev, NVML_CLOCK_SM, &v) == 0) out->sm_clock_mhz = (int)v;
-        if (nvml->api.clock(dev, NVML_CLOCK_MEM, &v) == 0) out->memory_clock_mhz = (int)v;
-    }
-    if (nvml->api.max_clock && nvml->api.max_clock(dev, NVML_CLOCK_SM, &v) == 0)
-        out->sm_clock_max_mhz = (int)v;
-    unsigned long long bits;
-    if (nvml->api.throttle_reasons && nvml->api.throttle_reasons(dev, &bits) == NVML_SUCCESS)
-        out->throttle_reasons = (int64_t)bits;
+    gpc_nvml_power p;
+    read_power(nvml, dev, &p);
+    out->power_w = p.power_w;
+    out->power_limit_w = p.power_limit_w;
+    out->sm_clock_mhz = p.sm_clock_mhz;
+    out->sm_clock_max_mhz = p.sm_clock_max_mhz;
+    out->throttle_reasons = p.throttle_reasons;
+    if (nvml->api.clock && nvml->api.clock(dev, NVML_CLOCK_MEM, &v) == 0)
+        out->memory_clock_mhz = (int)v;
     if (nvml->api.ecc_errors) {
         unsigned long long n;
         if (nvml->api.ecc_errors(dev, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, &n) ==
@@ -372,21 +389,7 @@ gpc_status gpc_nvml_sample_power(gpc_nvml *nvml, int index, gpc_nvml_power *out)
     if (!nvml || index < 0 || index >= (int)nvml->count)
         return gpc_error(GPC_ERR_INVALID_ARG, "GPU %d does not exist (NVML sees %d)", index,
                          gpc_nvml_device_count(nvml));
-    nvml_device dev = nvml->devices[index];
-    out->power_w = out->power_limit_w = -1;
-    out->sm_clock_mhz = out->sm_clock_max_mhz = -1;
-    out->throttle_reasons = -1;
-    unsigned int v;
-    if (nvml->api.power && nvml->api.power(dev, &v) == NVML_SUCCESS) out->power_w = v / 1000.0;
-    if (nvml->api.power_limit && nvml->api.power_limit(dev, &v) == NVML_SUCCESS)
-        out->power_limit_w = v / 1000.0;
-    if (nvml->api.clock && nvml->api.clock(dev, NVML_CLOCK_SM, &v) == NVML_SUCCESS)
-        out->sm_clock_mhz = (int)v;
-    if (nvml->api.max_clock && nvml->api.max_clock(dev, NVML_CLOCK_SM, &v) == NVML_SUCCESS)
-        out->sm_clock_max_mhz = (int)v;
-    unsigned long long bits;
-    if (nvml->api.throttle_reasons && nvml->api.throttle_reasons(dev, &bits) == NVML_SUCCESS)
-        out->throttle_reasons = (int64_t)bits;
+    read_power(nvml, nvml->devices[index], out);
     return GPC_OK;
 }
 
@@ -526,9 +529,9 @@ gpc_status gpc_nvml_find_bus_id(gpc_nvml *nvml, const char *bus_id, int *index) 
          * cut short, the numeric fields say the same (function 0: NVML lists
          * whole GPUs) */
         pci.bus_id[sizeof pci.bus_id - 1] = '\0';
-        char built[48];
-        snprintf(built, sizeof built, "%x:%x:%x.0", pci.domain, pci.bus & 0xff, pci.device & 0x1f);
-        if (gpc_pci_bus_id_equal(bus_id, pci.bus_id) || gpc_pci_bus_id_equal(bus_id, built)) {
+        int numeric = want[0] == pci.domain && want[1] == (pci.bus & 0xff) &&
+                      want[2] == (pci.device & 0x1f) && want[3] == 0;
+        if (numeric || gpc_pci_bus_id_equal(bus_id, pci.bus_id)) {
             *index = (int)i;
             return GPC_OK;
         }

@@ -28,7 +28,7 @@
  * kernel also sums the dinp it reads, per warp in shared memory, so the
  * residual gradient is not read again for that bias (rows of up to 768
  * columns in bf16/f16, 512 in f32; wider ones would spill registers and sum
- * in a pass of their own). Other C (odd, wider, or
+ * in a pass of their own, before the kernel). Other C (odd, wider, or
  * unaligned rows): one warp per row for dinp, and the column sums by a
  * second kernel that reads dout and inp again, in row blocks whose partial
  * sums the same finishing kernel adds.
@@ -516,13 +516,17 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
                   gpc_cuda_aligned16(inp->data);
         /* columns a lane owns in the fused kernel: whole packs, a multiple of 8 */
         int64_t elems = vec ? ((C / P + 31) / 32 * P + 7) / 8 * 8 : 0;
-        if (vec && elems <= LNB_MAX_ELEMS(E)) {
+        int fused = vec && elems <= LNB_MAX_ELEMS(E);
+        /* dinp's incoming column sums: in the fused kernel where it has room
+         * for them, else a pass of their own before dinp changes (its scratch
+         * use ends before the partial sums below take the buffer) */
+        int sum = dinp_sum != NULL && fused && elems <= LNB_SUM_MAX_ELEMS(E);
+        if (dinp_sum && !sum)
+            GPC_TRY(gpc_cuda_add_column_sums(dinp_sum, dinp->data, dinp->dtype, N, C));
+        groups = sum ? 3 : 2;
+        if (fused) {
             int64_t grid = (int64_t)gpc_cuda_sm_count() * LNB_BLOCKS_PER_SM,
                     need = (N + LNB_WARPS - 1) / LNB_WARPS;
-            int sum = dinp_sum != NULL && elems <= LNB_SUM_MAX_ELEMS(E);
-            if (dinp_sum && !sum)
-                GPC_TRY(gpc_cuda_add_column_sums(dinp_sum, dinp->data, dinp->dtype, N, C));
-            groups = sum ? 3 : 2;
             parts = (int)(grid < need ? grid : need);
             GPC_TRY(gpc_cuda_scratch((size_t)parts * groups * C * sizeof(float), &partial));
             float *pp = (float *)partial;
@@ -539,11 +543,7 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
                 layernorm_backward_fused<E, LNB_MAX_ELEMS(E)>(parts, s, dinp, dout, inp, weight, mu,
                                                               rs, pp, N, (int)C, sum);
         } else {
-            /* any C: dinp's incoming column sums first (their own scratch
-             * use ends before the next), then dinp by one kernel, the
-             * parameters' column sums by a second */
-            if (dinp_sum)
-                GPC_TRY(gpc_cuda_add_column_sums(dinp_sum, dinp->data, dinp->dtype, N, C));
+            /* any C: dinp by one kernel, the column sums by a second */
             int per = vec ? P : 1;
             int col_blocks = (int)((C + 32 * per - 1) / (32 * per));
             int64_t want = (gpc_cuda_sm_count() * 4 + col_blocks - 1) / col_blocks;

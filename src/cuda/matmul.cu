@@ -305,14 +305,13 @@ static int tune_pick(matmul_device *md, cublasLtMatmulDesc_t desc, cublasLtMatri
         }
     {
         count = tune_candidates(md, desc, la, lb, ld, heur, found, list);
-        float first = -1.0f;
         for (int i = 0; i < count; i++)
             list[i].ms =
                 tune_time(md, desc, la, lb, ld, &list[i].algo, a, b, target, beta, 1, events);
         int finalists = count < MATMUL_TUNE_FINALISTS ? count : MATMUL_TUNE_FINALISTS;
         /* the heuristic's first is always a finalist, as the measure to beat */
-        first = tune_time(md, desc, la, lb, ld, &heur[0].algo, a, b, target, beta,
-                          MATMUL_TUNE_REPEATS, events);
+        float first = tune_time(md, desc, la, lb, ld, &heur[0].algo, a, b, target, beta,
+                                MATMUL_TUNE_REPEATS, events);
         qsort(list, (size_t)count, sizeof *list, compare_ms);
         for (int i = 0; i < finalists; i++)
             if (list[i].ms >= 0.0f)

@@ -47,8 +47,8 @@ gpc_status gpc_op_layernorm_forward(gpc_tensor *out, gpc_tensor *mean, gpc_tenso
  * += the column sums of dinp as it came in, before this op adds to it. In a
  * transformer block dinp is the residual stream's gradient, whose column sums
  * are the bias gradient of the projection added to the residual before this
- * layernorm: the model takes that bias gradient here, from a row already in
- * registers, instead of reading the [N,C] gradient again in
+ * layernorm: the model takes that bias gradient here, from the rows this op
+ * reads anyway, instead of reading the [N,C] gradient again in
  * gpc_op_matmul_backward. */
 gpc_status gpc_op_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
                                      gpc_tensor *dinp_sum, const gpc_tensor *dout,
@@ -205,9 +205,8 @@ gpc_status gpc_op_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
  * dout (each may be NULL). The result is that of gpc_op_matmul_backward then
  * gpc_op_gelu_backward; CUDA applies gelu' in the product's epilogue. */
 gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                        const gpc_tensor *dout,
-                                        const gpc_tensor *inp, const gpc_tensor *weight,
-                                        const gpc_tensor *gelu_inp);
+                                        const gpc_tensor *dout, const gpc_tensor *inp,
+                                        const gpc_tensor *weight, const gpc_tensor *gelu_inp);
 
 /* Adds the sum of x (any float dtype) to acc[0] (f32, one element). The
  * model sums its per-token losses on the device with it, so the trainer

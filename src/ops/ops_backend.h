@@ -26,8 +26,8 @@
     X(layernorm_forward, (gpc_tensor *out, gpc_tensor *mean, gpc_tensor *rstd,                     \
       const gpc_tensor *inp, const gpc_tensor *weight, const gpc_tensor *bias))                    \
     X(layernorm_backward, (gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,               \
-      gpc_tensor *dinp_sum, const gpc_tensor *dout, const gpc_tensor *inp, const gpc_tensor *weight,                     \
-      const gpc_tensor *mean, const gpc_tensor *rstd))                                             \
+      gpc_tensor *dinp_sum, const gpc_tensor *dout, const gpc_tensor *inp,                         \
+      const gpc_tensor *weight, const gpc_tensor *mean, const gpc_tensor *rstd))                   \
     X(residual_layernorm_forward, (gpc_tensor *residual, gpc_tensor *out, gpc_tensor *mean,        \
       gpc_tensor *rstd, const gpc_tensor *a, const gpc_tensor *b, const gpc_tensor *weight,        \
       const gpc_tensor *bias))                                                                     \

@@ -17,8 +17,9 @@
  * to step, so a resumed run computes bit for bit what the uninterrupted run
  * would have.
  *
- * On a CUDA device NVML is read once a step, while the GPU runs the queued
- * step (power, SM clock, whether the power limit holds the clock down): a
+ * On a CUDA device NVML is read while the GPU runs the queued step (every
+ * step, or once per half second when steps are shorter): power, SM clock,
+ * whether the power limit holds the clock down. A
  * GPU at its power cap runs the step at a lower clock, which no kernel timing
  * in isolation shows. The readings go into the metrics and the result;
  * without NVML there are none and training is the same.
