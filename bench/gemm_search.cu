@@ -8,7 +8,7 @@
  *   bench_gemm_search [--tokens 65536] [--shape NAME|all] [--budget-s 20]
  *                     [--max-configs 400] [--finalists 20] [--runs 10]
  *                     [--warmup 2] [--warm-s 0.5] [--skip-algo ID]...
- *                     [--verbose] [--list]
+ *                     [--energy-s 0] [--energy-configs 4] [--verbose] [--list]
  *
  * For each shape (--list names them) it times, as the median of --runs runs
  * (CUDA events around each run) after --warmup untimed ones:
@@ -58,12 +58,29 @@
  * tflops = 2mnk over that time, SOURCE says which set it came from, and the
  * configuration printed is the full search's best. "none" marks a figure
  * that does not exist (no heuristic result; nothing passed the check).
+ *
+ * Energy (--energy-s S > 0). A GPU held at its power limit (an H200 at 700 W
+ * runs GPT-2's training step there) takes as long for a product as the
+ * product's energy allows, so a configuration that is faster alone may gain
+ * nothing in the step. This mode runs, back to back for S seconds each after
+ * a settling run of S/4 (at most 1 s): the heuristic's pick, the
+ * --energy-configs fastest checked ones of (b) and of (c), and the heuristic's
+ * pick again. NVML's energy counter gives millijoules a call, and wall time
+ * over the calls the time a call takes at the clock the power allows. Then
+ *   ENERGY shape=NAME heuristic_mj=E heuristic_ms=T drift=D best_mj=E
+ *          best_ms=T gain_energy=G gain_time=G best=SOURCE algo=.. ...
+ * where the heuristic's figures are the mean of its two runs, drift is the
+ * second over the first (how much the GPU's state moved meanwhile), and best
+ * is the configuration with the least energy a call.
  */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "gpc/nvml.h"
+
 #include <algorithm>
+#include <string>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -82,6 +99,7 @@
 #define MAX_CUSTOM_OPTION 7 /* custom options tried in phase 2: 1 to this */
 #define CHECK_LIMIT 5e-2    /* the largest max_rel_diff a winner may have */
 #define GPT2_C 768          /* GPT-2 124M's channels */
+#define GPT2_VP 50304       /* its vocabulary, padded as gpc pads it */
 
 /* Names of cuBLASLt's tile, stages and cluster-shape ids, generated from the
  * enums of cublasLt.h in cuBLAS 13.1; an id beyond them prints as #id. */
@@ -345,7 +363,7 @@ typedef struct {
     aux_kind aux;
 } gemm_shape;
 
-#define SHAPE_COUNT 8
+#define SHAPE_COUNT 14
 
 static void gpt2_shapes(gemm_shape *s, int N) {
     const int C = GPT2_C;
@@ -369,6 +387,19 @@ static void gpt2_shapes(gemm_shape *s, int N) {
          3 * C, N, 0, 1, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, BIAS_NONE, AUX_NONE},
         {"fcproj_dinp", "fcproj backward dinp without epilogue (the DGELU shapes' reference)",
          4 * C, N, C, 0, 0, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, BIAS_NONE, AUX_NONE},
+        {"fcproj_fwd", "fcproj forward: out^T (C x N) = W^T' (C x 4C) . inp^T (4C x N), BIAS", C, N,
+         4 * C, 1, 0, 0.0f, CUBLASLT_EPILOGUE_BIAS, BIAS_BF16, AUX_NONE},
+        {"fc_dinp", "fc backward dinp: dinp^T (C x N) = W (C x 4C) . dout^T (4C x N)", C, N, 4 * C,
+         0, 0, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, BIAS_NONE, AUX_NONE},
+        {"fc_dweight", "fc backward dweight: dW^T (C x 4C) += inp^T (C x N) . dout (N x 4C)", C,
+         4 * C, N, 0, 1, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, BIAS_NONE, AUX_NONE},
+        {"classifier_fwd", "output head: logits^T (V x N) = wte^T' (V x C) . lnf^T (C x N)",
+         GPT2_VP, N, C, 1, 0, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, BIAS_NONE, AUX_NONE},
+        {"classifier_dinp", "output head dinp: dlnf^T (C x N) = wte (C x V) . dlogits^T (V x N)", C,
+         N, GPT2_VP, 0, 0, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, BIAS_NONE, AUX_NONE},
+        {"classifier_dweight",
+         "output head dweight: dwte^T (C x V) += lnf^T (C x N) . dlogits (N x V)", C, GPT2_VP, N, 0,
+         1, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, BIAS_NONE, AUX_NONE},
     };
     for (int i = 0; i < SHAPE_COUNT; i++)
         s[i] = list[i];
@@ -405,6 +436,8 @@ typedef struct {
     int max_configs, finalists, runs, warmup;
     int skip[MAX_SKIPPED], nskip;
     int verbose;
+    double energy_s; /* > 0: each pick's energy, run back to back this long */
+    int energy_configs;
 } options;
 
 /* What every shape shares: the handle, the stream, cuBLASLt's workspace. */
@@ -416,6 +449,8 @@ typedef struct {
     diff_stats *stats; /* device */
     cudaEvent_t start[MAX_RUNS], stop[MAX_RUNS];
     int cluster_launch; /* the GPU launches thread-block clusters (Hopper) */
+    gpc_nvml *nvml;     /* with --energy-s: NVML, and the GPU's index in it */
+    int nvml_index;
 } bench;
 
 /* One shape's descriptors and buffers. */
@@ -1151,6 +1186,138 @@ static int first_checked(const problem *p, const std::vector<algo_config> &list,
     return -1;
 }
 
+/* ------------------------------------------------------------ energy */
+
+/* One configuration run back to back, as the training step runs it at the
+ * GPU's power limit: wall time and energy a call from NVML's counter. */
+typedef struct {
+    long calls;
+    double ms, mj, watts;
+    int mhz, capped; /* SM clock, and the power cap's clocks-event reason, at the end */
+} sustained;
+
+/* Calls algo in batches of `batch` until `seconds` have passed; *calls
+ * counts them. 0 on a failure. */
+static int run_for(const problem *p, const cublasLtMatmulAlgo_t *algo, double seconds, long batch,
+                   long *calls) {
+    double end = now_s() + seconds;
+    *calls = 0;
+    while (now_s() < end) {
+        for (long i = 0; i < batch; i++)
+            if (run_once(p, p->desc, algo) != CUBLAS_STATUS_SUCCESS) return 0;
+        if (!CUDA_OK(cudaStreamSynchronize(p->b->stream))) return 0;
+        *calls += batch;
+    }
+    return 1;
+}
+
+/* Runs c for a quarter of `seconds` (at most 1 s) so that the clock settles
+ * where this configuration's power puts it, then for `seconds`, reading the
+ * energy counter before and after. 0 when a run or NVML failed. */
+static int sustain(const problem *p, const algo_config *c, double seconds, sustained *out) {
+    bench *b = p->b;
+    /* batches of about 20 ms keep the queue full between synchronisations */
+    long batch = c->ms > 0 ? std::max(1L, (long)(20.0 / c->ms)) : 8;
+    long calls = 0;
+    if (!run_for(p, &c->algo, std::min(1.0, seconds / 4), batch, &calls)) return 0;
+    gpc_nvml_power before, after;
+    if (gpc_nvml_sample_power(b->nvml, b->nvml_index, &before) != GPC_OK) return 0;
+    double t0 = now_s();
+    if (!run_for(p, &c->algo, seconds, batch, &calls)) return 0;
+    double t1 = now_s();
+    if (gpc_nvml_sample_power(b->nvml, b->nvml_index, &after) != GPC_OK) return 0;
+    if (before.energy_j < 0 || after.energy_j < 0 || calls == 0) return 0;
+    double joules = after.energy_j - before.energy_j;
+    out->calls = calls;
+    out->ms = (t1 - t0) * 1e3 / (double)calls;
+    out->mj = joules * 1e3 / (double)calls;
+    out->watts = joules / (t1 - t0);
+    out->mhz = after.sm_clock_mhz;
+    out->capped = after.throttle_reasons >= 0 &&
+                  (after.throttle_reasons & GPC_NVML_THROTTLE_SW_POWER_CAP) != 0;
+    return 1;
+}
+
+typedef struct {
+    algo_config c;
+    const char *set;
+    sustained e;
+} energy_pick;
+
+/* Up to `want` configurations of list (sorted by time) that pass the check and
+ * are not already in picks. */
+static void add_checked(const problem *p, const std::vector<algo_config> &list, const char *set,
+                        int want, std::vector<energy_pick> *picks) {
+    int added = 0;
+    for (size_t i = 0; i < list.size() && added < want; i++) {
+        int seen = 0;
+        for (const energy_pick &e : *picks)
+            seen |= config_same(&e.c, &list[i]);
+        char label[64];
+        snprintf(label, sizeof label, "%s #%zu for energy", set, i);
+        if (seen || check_algo(p, &list[i].algo, label) > CHECK_LIMIT) continue;
+        energy_pick e = {};
+        e.c = list[i], e.set = set;
+        picks->push_back(e);
+        added++;
+    }
+}
+
+/* --energy-s: the heuristic's pick, the fastest few of its other results and
+ * of the full search, each run back to back; then the heuristic's pick again,
+ * which says how far the GPU drifted (temperature) meanwhile. Prints one
+ * ENERGY line. */
+static void energy_shape(const problem *p, const std::vector<algo_config> &top,
+                         const std::vector<algo_config> &top_timed,
+                         const std::vector<algo_config> &finals) {
+    const options *o = p->b->opt;
+    const gemm_shape *s = p->shape;
+    if (top.empty() || top[0].ms <= 0) {
+        printf("ENERGY shape=%s none (no heuristic pick to compare with)\n", s->name);
+        return;
+    }
+    std::vector<energy_pick> picks;
+    energy_pick h = {};
+    h.c = top[0], h.set = "heuristic";
+    picks.push_back(h);
+    add_checked(p, top_timed, "top16", o->energy_configs, &picks);
+    add_checked(p, finals, "full", o->energy_configs, &picks);
+    picks.push_back(h);
+    for (energy_pick &e : picks) {
+        char desc[256];
+        if (!sustain(p, &e.c, o->energy_s, &e.e)) {
+            printf("  energy %-9s failed (a run, or NVML's energy counter)\n", e.set);
+            e.e.mj = -1.0;
+            cuda_recover();
+            continue;
+        }
+        printf("  energy %-9s %8.4f ms %9.3f mJ %5.0f W %4d MHz%s %6.1f TFLOPS  %s\n", e.set,
+               e.e.ms, e.e.mj, e.e.watts, e.e.mhz, e.e.capped ? " capped" : "       ",
+               tflops(s, e.e.ms), config_describe(&e.c, desc, sizeof desc));
+    }
+    const energy_pick &first = picks.front(), &last = picks.back();
+    if (first.e.mj <= 0 || last.e.mj <= 0) {
+        printf("ENERGY shape=%s none (the heuristic's pick could not be measured)\n", s->name);
+        return;
+    }
+    /* the heuristic's figure: the mean of its two runs, which bracket the rest */
+    double h_mj = 0.5 * (first.e.mj + last.e.mj), h_ms = 0.5 * (first.e.ms + last.e.ms);
+    const energy_pick *best = NULL;
+    for (size_t i = 1; i + 1 < picks.size(); i++)
+        if (picks[i].e.mj > 0 && (!best || picks[i].e.mj < best->e.mj)) best = &picks[i];
+    char desc[256];
+    if (best)
+        config_describe(&best->c, desc, sizeof desc);
+    else
+        snprintf(desc, sizeof desc, "algo=none");
+    printf("ENERGY shape=%s heuristic_mj=%.3f heuristic_ms=%.4f drift=%.3f best_mj=%.3f "
+           "best_ms=%.4f gain_energy=%.3f gain_time=%.3f best=%s %s\n",
+           s->name, h_mj, h_ms, last.e.mj / first.e.mj, best ? best->e.mj : -1.0,
+           best ? best->e.ms : -1.0, best ? h_mj / best->e.mj : -1.0,
+           best ? h_ms / best->e.ms : -1.0, best ? best->set : "none", desc);
+    fflush(stdout);
+}
+
 /* ------------------------------------------------------------ one shape */
 
 /* v with `decimals` decimals, or "none" when it is not positive (does not exist). */
@@ -1251,6 +1418,7 @@ static int run_shape(bench *b, const gemm_shape *s) {
                "unchecked, took %.4f ms\n",
                p.have_ref ? "" : " (there is no reference to check against)", finals[0].ms);
     fflush(stdout);
+    if (o->energy_s > 0) energy_shape(&p, top, top_timed, finals);
     problem_free(&p);
     return 0;
 }
@@ -1261,9 +1429,10 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: bench_gemm_search [--tokens N] [--shape NAME|all] [--budget-s S]\n"
             "                         [--max-configs N] [--finalists N] [--runs N] [--warmup N]\n"
-            "                         [--warm-s S] [--skip-algo ID]... [--verbose] [--list]\n"
+            "                         [--warm-s S] [--skip-algo ID]... [--energy-s S]\n"
+            "                         [--energy-configs N] [--verbose] [--list]\n"
             "  --tokens N       tokens in a batch (default 65536)\n"
-            "  --shape NAME     one shape (see --list), or all (default)\n"
+            "  --shape NAMES    shapes, comma-separated (see --list), or all (default)\n"
             "  --budget-s S     seconds of full search a shape (default 20)\n"
             "  --max-configs N  configurations screened a shape (default 400)\n"
             "  --finalists N    screened configurations timed in full (default 20)\n"
@@ -1271,6 +1440,9 @@ static void usage(FILE *f) {
             "  --warmup N       untimed runs before them (default 2)\n"
             "  --warm-s S       seconds of running before a shape's timings (default 0.5)\n"
             "  --skip-algo ID   leave algorithm id ID out of the search (repeatable)\n"
+            "  --energy-s S     also run the picks back to back S seconds each and read their\n"
+            "                   energy from NVML (default 0: off)\n"
+            "  --energy-configs N  fastest checked configurations of each set so run (default 4)\n"
             "  --verbose        print every screened configuration\n",
             MAX_RUNS);
 }
@@ -1292,6 +1464,7 @@ static int parse_args(int argc, char **argv, options *o, int *list) {
     o->tokens = 65536, o->shape = "all", o->budget_s = 20.0, o->warm_s = 0.5;
     o->max_configs = 400, o->finalists = 20, o->runs = 10, o->warmup = 2;
     o->nskip = 0, o->verbose = 0;
+    o->energy_s = 0.0, o->energy_configs = 4;
     *list = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1326,6 +1499,12 @@ static int parse_args(int argc, char **argv, options *o, int *list) {
         } else if (!strcmp(a, "--warmup")) {
             if (!parse_num(a, v, 0, 1000, &x)) return 0;
             o->warmup = (int)x, i++;
+        } else if (!strcmp(a, "--energy-s")) {
+            if (!parse_num(a, v, 0, 600, &x)) return 0;
+            o->energy_s = x, i++;
+        } else if (!strcmp(a, "--energy-configs")) {
+            if (!parse_num(a, v, 0, 100, &x)) return 0;
+            o->energy_configs = (int)x, i++;
         } else if (!strcmp(a, "--skip-algo")) {
             if (o->nskip == MAX_SKIPPED) {
                 fprintf(stderr, "bench_gemm_search: at most %d --skip-algo\n", MAX_SKIPPED);
@@ -1342,6 +1521,19 @@ static int parse_args(int argc, char **argv, options *o, int *list) {
     return 1;
 }
 
+/* Whether `name` is one of `names` (comma-separated, or "all"). */
+static int shape_selected(const char *names, const char *name) {
+    if (!strcmp(names, "all")) return 1;
+    size_t len = strlen(name);
+    for (const char *q = names; *q;) {
+        const char *end = strchr(q, ',');
+        size_t n = end ? (size_t)(end - q) : strlen(q);
+        if (n == len && !strncmp(q, name, len)) return 1;
+        q += n + (end ? 1 : 0);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     options o;
     int list = 0;
@@ -1353,12 +1545,18 @@ int main(int argc, char **argv) {
             printf("%-30s %s\n", shapes[i].name, shapes[i].what);
         return 0;
     }
-    int selected = 0;
-    for (int i = 0; i < SHAPE_COUNT; i++)
-        selected += !strcmp(o.shape, "all") || !strcmp(o.shape, shapes[i].name);
-    if (!selected) {
-        fprintf(stderr, "bench_gemm_search: no shape '%s'; --list names them\n", o.shape);
-        return 2;
+    /* every name given must be a shape */
+    for (const char *q = o.shape; strcmp(o.shape, "all") && *q;) {
+        const char *end = strchr(q, ',');
+        std::string name(q, end ? (size_t)(end - q) : strlen(q));
+        int known = 0;
+        for (int i = 0; i < SHAPE_COUNT; i++)
+            known |= name == shapes[i].name;
+        if (!known) {
+            fprintf(stderr, "bench_gemm_search: no shape '%s'; --list names them\n", name.c_str());
+            return 2;
+        }
+        q += name.size() + (end ? 1 : 0);
     }
 
     bench b;
@@ -1379,6 +1577,16 @@ int main(int argc, char **argv) {
            "N=%d tokens, C=%d, budget %.1f s a shape, %d configurations at most\n",
            prop.name, prop.major, prop.minor, prop.multiProcessorCount, driver, runtime,
            cublasLtGetVersion(), o.tokens, GPT2_C, o.budget_s, o.max_configs);
+    if (o.energy_s > 0) {
+        char bus[32];
+        if (!CUDA_OK(cudaDeviceGetPCIBusId(bus, (int)sizeof bus, dev))) return 1;
+        if (gpc_nvml_open(&b.nvml) != GPC_OK ||
+            gpc_nvml_find_bus_id(b.nvml, bus, &b.nvml_index) != GPC_OK) {
+            fprintf(stderr, "bench_gemm_search: --energy-s needs NVML's view of this GPU: %s\n",
+                    gpc_last_error());
+            return 1;
+        }
+    }
     if (!LT_OK(cublasLtCreate(&b.handle))) return 1;
     int ok = CUDA_OK(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking)) &&
              (b.workspace = device_alloc(WORKSPACE_BYTES, "cuBLASLt's workspace")) != NULL &&
@@ -1387,7 +1595,7 @@ int main(int argc, char **argv) {
         ok = CUDA_OK(cudaEventCreate(&b.start[r])) && CUDA_OK(cudaEventCreate(&b.stop[r]));
     int status = ok ? 0 : 1;
     for (int i = 0; ok && i < SHAPE_COUNT; i++) {
-        if (strcmp(o.shape, "all") && strcmp(o.shape, shapes[i].name)) continue;
+        if (!shape_selected(o.shape, shapes[i].name)) continue;
         int r = run_shape(&b, &shapes[i]);
         if (r == 1) status = 1;
         if (r == 2) {
@@ -1403,5 +1611,6 @@ int main(int argc, char **argv) {
     if (b.workspace) cudaFree(b.workspace);
     if (b.stream) cudaStreamDestroy(b.stream);
     cublasLtDestroy(b.handle);
+    if (b.nvml) gpc_nvml_close(b.nvml);
     return status;
 }

@@ -92,6 +92,7 @@ typedef struct {
     nvml_return (*clock)(nvml_device, int, unsigned int *);
     nvml_return (*max_clock)(nvml_device, int, unsigned int *);
     nvml_return (*throttle_reasons)(nvml_device, unsigned long long *);
+    nvml_return (*energy)(nvml_device, unsigned long long *);
     nvml_return (*ecc_errors)(nvml_device, int, int, unsigned long long *);
     nvml_return (*pcie_gen)(nvml_device, unsigned int *);
     nvml_return (*pcie_width)(nvml_device, unsigned int *);
@@ -148,6 +149,7 @@ static void nvml_load_api(void *library, nvml_api *api) {
     LOAD(max_clock, "nvmlDeviceGetMaxClockInfo", NULL);
     LOAD(throttle_reasons, "nvmlDeviceGetCurrentClocksEventReasons",
          "nvmlDeviceGetCurrentClocksThrottleReasons");
+    LOAD(energy, "nvmlDeviceGetTotalEnergyConsumption", NULL);
     LOAD(ecc_errors, "nvmlDeviceGetTotalEccErrors", NULL);
     LOAD(pcie_gen, "nvmlDeviceGetCurrPcieLinkGeneration", NULL);
     LOAD(pcie_width, "nvmlDeviceGetCurrPcieLinkWidth", NULL);
@@ -288,13 +290,14 @@ static void nvml_drain_xid(gpc_nvml *nvml) {
         if (nvml->api.fn && nvml->api.fn(dev, &v_) == NVML_SUCCESS) (target) = (int)v_;            \
     } while (0)
 
-/* Power, power limit, SM clock and its maximum, and the clocks-event
- * reasons of dev (each -1 where NVML has no reading): what both samplers
- * report of power. */
+/* Power, power limit, SM clock and its maximum, the clocks-event reasons
+ * and the energy counter of dev (each -1 where NVML has no reading): what
+ * both samplers report of power. */
 static void read_power(gpc_nvml *nvml, nvml_device dev, gpc_nvml_power *out) {
     out->power_w = out->power_limit_w = -1;
     out->sm_clock_mhz = out->sm_clock_max_mhz = -1;
     out->throttle_reasons = -1;
+    out->energy_j = -1;
     unsigned int v;
     if (nvml->api.power && nvml->api.power(dev, &v) == NVML_SUCCESS) out->power_w = v / 1000.0;
     if (nvml->api.power_limit && nvml->api.power_limit(dev, &v) == NVML_SUCCESS)
@@ -306,6 +309,8 @@ static void read_power(gpc_nvml *nvml, nvml_device dev, gpc_nvml_power *out) {
     unsigned long long bits;
     if (nvml->api.throttle_reasons && nvml->api.throttle_reasons(dev, &bits) == NVML_SUCCESS)
         out->throttle_reasons = (int64_t)bits;
+    unsigned long long mj;
+    if (nvml->api.energy && nvml->api.energy(dev, &mj) == NVML_SUCCESS) out->energy_j = mj / 1000.0;
 }
 
 gpc_status gpc_nvml_sample_device(gpc_nvml *nvml, int index, gpc_nvml_sample *out) {
