@@ -21,7 +21,11 @@
  * timing, so two runs may pick different algorithms and differ in the last
  * bits. On an H200 the picks were 4-13% faster than the heuristic's in
  * isolation, yet the GPT-2 step was not faster (0.999x): the step runs at
- * the GPU's power cap, where time follows energy, and so it stays off. The
+ * the GPU's power cap, where time follows energy, and so it stays off.
+ * What does pay there is a small table of configurations measured to need
+ * less energy a call at the cap (measured_configs, from
+ * bench_gemm_search --energy-s), taken in place of the heuristic's first
+ * choice for those shapes on the GPU they were measured on. The
  * bias gradient is a column sum of dout in two deterministic passes (partial
  * sums per block of rows with 16-byte loads, then their sum in order);
  * cuBLASLt's BGRADB epilogue on the dweight product can do it instead
@@ -43,6 +47,7 @@
  * step) skip cuBLASLt for gemv_kernel, a warp per output column.
  */
 #include "cuda/cuda_common.cuh"
+#include "cuda/matmul.h"
 
 #include <cublasLt.h>
 #include <pthread.h>
@@ -339,6 +344,142 @@ out:
     return result;
 }
 
+/* ------------------------------------------------ measured configurations */
+
+/* Configurations that need less energy a call than the heuristic's first
+ * choice for GPT-2's large products on an H100/H200 (sm_90, 132 SMs) with
+ * cuBLASLt 13, found by `bench_gemm_search --energy-s` (bench/gemm_search.cu):
+ * each product run back to back at the GPU's 700 W power cap, where the
+ * training step runs and a product's time follows its energy. The gain is
+ * energy a call against the heuristic's pick, N = 65,536 tokens, C = 768.
+ * Configurations faster only in short runs (higher clocks) are not here:
+ * some of those need more energy at the cap (fc's dweight, for one). Used
+ * for bf16 with 256-byte aligned operands and n >= MEASURED_MIN_N, when
+ * cublasLtMatmulAlgoCheck accepts them; GPC_MATMUL_MEASURED=0 turns them
+ * off (the heuristic's first choice then, as everywhere else). */
+typedef struct {
+    const char *what;
+    int m, k, transa, transb;
+    cublasLtEpilogue_t epilogue;
+    int32_t id;
+    uint32_t tile, stages, swizzle, custom;
+    uint16_t cluster;
+} measured_config;
+
+#define MEASURED_MIN_N 8192
+
+static int measured_uses;
+
+int gpc_cuda_matmul_measured_uses(void) {
+    return __atomic_load_n(&measured_uses, __ATOMIC_RELAXED);
+}
+
+static const measured_config measured_configs[] = {
+    /* 1.096x: 8.40 -> 7.61 ms at the cap */
+    {"output head forward", 50304, 768, 1, 0, CUBLASLT_EPILOGUE_DEFAULT, 66,
+     CUBLASLT_MATMUL_TILE_176x128, CUBLASLT_MATMUL_STAGES_64xAUTO, 0, 2,
+     CUBLASLT_CLUSTER_SHAPE_1x2x1},
+    /* 1.055x: 0.684 -> 0.649 ms */
+    {"fc forward, GELU", 3072, 768, 1, 0, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, 66,
+     CUBLASLT_MATMUL_TILE_192x64, CUBLASLT_MATMUL_STAGES_64xAUTO, 0, 0,
+     CUBLASLT_CLUSTER_SHAPE_1x2x1},
+    /* 1.036x: 0.679 -> 0.656 ms */
+    {"fcproj backward dinp, DGELU", 3072, 768, 0, 0, CUBLASLT_EPILOGUE_DGELU, 39,
+     CUBLASLT_MATMUL_TILE_128x128, CUBLASLT_MATMUL_STAGES_64xAUTO, 1, 0,
+     CUBLASLT_CLUSTER_SHAPE_2x1x1},
+    /* 1.035x: 0.391 -> 0.376 ms */
+    {"qkv forward", 2304, 768, 1, 0, CUBLASLT_EPILOGUE_BIAS, 66, CUBLASLT_MATMUL_TILE_96x192,
+     CUBLASLT_MATMUL_STAGES_64xAUTO, 0, 0, CUBLASLT_CLUSTER_SHAPE_2x1x1},
+};
+
+static int measured_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("GPC_MATMUL_MEASURED");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on;
+}
+
+/* Whether this GPU and cuBLASLt are the ones the table was measured on. */
+static int measured_gpu(void) {
+    static int known = -1;
+    if (known < 0) {
+        int dev = 0, major = 0, sms = 0;
+        size_t version = cublasLtGetVersion(); /* 130100 for 13.1.0 */
+        known =
+            cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+            major == 9 && sms == 132 && version / 10000 == 13;
+        cudaGetLastError();
+    }
+    return known;
+}
+
+int gpc_cuda_matmul_measured_applies(void) {
+    return measured_enabled() && measured_gpu();
+}
+
+/* The measured configuration for this product in *out (0), or -1 when the
+ * table has none or cuBLASLt does not accept it here. */
+static int measured_pick(matmul_device *md, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                         cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld,
+                         const matmul_key *key, cublasLtEpilogue_t epilogue,
+                         cublasLtMatmulAlgo_t *out) {
+    if (!measured_enabled() || key->n < MEASURED_MIN_N || key->atype != GPC_BF16 ||
+        key->btype != GPC_BF16 || key->dtype != GPC_BF16 || key->align_a < 256 ||
+        key->align_b < 256 || key->align_d < 256 || (key->align_aux && key->align_aux < 256) ||
+        !measured_gpu())
+        return -1;
+    for (size_t i = 0; i < sizeof measured_configs / sizeof measured_configs[0]; i++) {
+        const measured_config *c = &measured_configs[i];
+        if (c->m != key->m || c->k != key->k || c->transa != key->transa ||
+            c->transb != key->transb || c->epilogue != epilogue)
+            continue;
+        cublasLtMatmulAlgo_t algo;
+        int32_t one = 1;
+        uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+        cublasLtMatmulHeuristicResult_t r;
+        memset(&r, 0, sizeof r);
+        if (cublasLtMatmulAlgoInit(md->handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF,
+                                   CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, c->id,
+                                   &algo) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &c->tile,
+                                                 sizeof c->tile) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &c->stages,
+                                                 sizeof c->stages) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one,
+                                                 sizeof one) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                 &none, sizeof none) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+                                                 &c->swizzle,
+                                                 sizeof c->swizzle) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
+                                                 &c->custom,
+                                                 sizeof c->custom) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+                                                 &c->cluster,
+                                                 sizeof c->cluster) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulAlgoCheck(md->handle, desc, la, lb, ld, ld, &algo, &r) !=
+                CUBLAS_STATUS_SUCCESS ||
+            r.workspaceSize > MATMUL_WORKSPACE_BYTES) {
+            gpc_log(GPC_LOG_DEBUG,
+                    "matmul %dx%dx%d: cuBLASLt does not take the measured "
+                    "configuration for the %s; using its heuristic's",
+                    key->m, key->n, key->k, c->what);
+            return -1;
+        }
+        gpc_log(GPC_LOG_DEBUG, "matmul %dx%dx%d: the measured configuration for the %s", key->m,
+                key->n, key->k, c->what);
+        __atomic_fetch_add(&measured_uses, 1, __ATOMIC_RELAXED);
+        *out = algo;
+        return 0;
+    }
+    return -1;
+}
+
 /* What the epilogue does with GELU: nothing; D = gelu(X) with X (the
  * pre-activation) also written to aux (forward); D = X * gelu'(aux) (the
  * backward of a layer whose input was gelu(aux)). aux is m x n with leading
@@ -456,6 +597,7 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
                 goto done;
             }
             algo = result[0].algo;
+            if (!tune) measured_pick(md, desc, la, lb, ld, &key, epilogue, &algo);
             if (tune)
                 tune_pick(md, desc, la, lb, ld, result, found, a, b, d, aux, beta,
                           (size_t)ldd * (size_t)n * gpc_dtype_size(dtype), m, n, k, &algo);

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/matmul.h"
 #include "ops/ops.h"
 
 static gpc_rng rng;
@@ -392,6 +393,23 @@ static void test_matmul_gelu(void **state) {
     matmul_gelu_case(GPC_F16, 1, 3, 64, 40, 0);
 }
 
+/* GPT-2's large products at n = 8192 tokens, where matmul.cu takes the
+ * configurations of its measured table (on an H100/H200 with cuBLASLt 13;
+ * elsewhere the heuristic's, and the values are checked all the same). */
+static void test_matmul_measured(void **state) {
+    (void)state;
+    int before = gpc_cuda_matmul_measured_uses();
+    matmul_case(GPC_BF16, GPC_BF16, 2, 4096, 768, 50304, 0, 0); /* the output head */
+    matmul_case(GPC_BF16, GPC_BF16, 2, 4096, 768, 2304, 1, 0);  /* qkv */
+    matmul_gelu_case(GPC_BF16, 2, 4096, 768, 3072, 1);          /* fc, GELU_AUX_BIAS */
+    matmul_gelu_case(GPC_BF16, 2, 4096, 3072, 768, 0);          /* fcproj's DGELU backward */
+    int used = gpc_cuda_matmul_measured_uses() - before;
+    int applies = gpc_cuda_matmul_measured_applies();
+    printf("  measured configurations taken: %d of 4 (the table %s here)\n", used,
+           applies ? "applies" : "does not apply");
+    assert_int_equal(used, applies ? 4 : 0);
+}
+
 /* The plain sum the model adds its losses with. */
 static void test_sum(void **state) {
     (void)state;
@@ -750,6 +768,7 @@ int main(void) {
         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_gelu),
+        cmocka_unit_test(test_matmul_measured),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_attention_simple),
         cmocka_unit_test(test_attention_tensor_cores),

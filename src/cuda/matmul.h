@@ -1,0 +1,26 @@
+/*
+ * matmul.h: what matmul.cu tells tests and benchmarks about its choices.
+ * Plain C.
+ */
+#ifndef GPC_CUDA_MATMUL_H
+#define GPC_CUDA_MATMUL_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How many product shapes have taken a configuration from matmul.cu's
+ * measured table (measured_configs) instead of cuBLASLt's heuristic, since
+ * the process started. Each shape counts once, at its first call. */
+int gpc_cuda_matmul_measured_uses(void);
+
+/* 1 when the measured table applies to the current GPU and cuBLASLt (an
+ * sm_90 GPU with 132 SMs, cuBLASLt 13), GPC_MATMUL_MEASURED is not 0 and
+ * GPC_MATMUL_TUNE (which times its own picks) is not on. */
+int gpc_cuda_matmul_measured_applies(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
