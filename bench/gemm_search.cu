@@ -363,7 +363,7 @@ typedef struct {
     aux_kind aux;
 } gemm_shape;
 
-#define SHAPE_COUNT 14
+#define SHAPE_COUNT 18
 
 static void gpt2_shapes(gemm_shape *s, int N) {
     const int C = GPT2_C;
@@ -389,6 +389,16 @@ static void gpt2_shapes(gemm_shape *s, int N) {
          4 * C, N, C, 0, 0, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, BIAS_NONE, AUX_NONE},
         {"fcproj_fwd", "fcproj forward: out^T (C x N) = W^T' (C x 4C) . inp^T (4C x N), BIAS", C, N,
          4 * C, 1, 0, 0.0f, CUBLASLT_EPILOGUE_BIAS, BIAS_BF16, AUX_NONE},
+        {"qkv_dinp", "qkv backward dinp: dinp^T (C x N) = W (C x 3C) . dout^T (3C x N)", C, N,
+         3 * C, 0, 0, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, BIAS_NONE, AUX_NONE},
+        {"attproj_dinp", "attproj backward dinp: dinp^T (C x N) = W (C x C) . dout^T (C x N)", C, N,
+         C, 0, 0, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, BIAS_NONE, AUX_NONE},
+        {"attproj_dweight",
+         "attproj backward dweight: dW^T (C x C) += inp^T (C x N) . dout (N x C)", C, C, N, 0, 1,
+         1.0f, CUBLASLT_EPILOGUE_DEFAULT, BIAS_NONE, AUX_NONE},
+        {"fcproj_dweight",
+         "fcproj backward dweight: dW^T (4C x C) += inp^T (4C x N) . dout (N x C)", 4 * C, C, N, 0,
+         1, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, BIAS_NONE, AUX_NONE},
         {"fc_dinp", "fc backward dinp: dinp^T (C x N) = W (C x 4C) . dout^T (4C x N)", C, N, 4 * C,
          0, 0, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, BIAS_NONE, AUX_NONE},
         {"fc_dweight", "fc backward dweight: dW^T (C x 4C) += inp^T (C x N) . dout (N x 4C)", C,
