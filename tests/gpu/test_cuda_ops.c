@@ -401,13 +401,14 @@ static void test_matmul_measured(void **state) {
     int before = gpc_cuda_matmul_measured_uses();
     matmul_case(GPC_BF16, GPC_BF16, 2, 4096, 768, 50304, 0, 0); /* the output head */
     matmul_case(GPC_BF16, GPC_BF16, 2, 4096, 768, 2304, 1, 0);  /* qkv */
+    matmul_case(GPC_BF16, GPC_BF16, 2, 4096, 768, 768, 1, 1);   /* attention projection */
     matmul_gelu_case(GPC_BF16, 2, 4096, 768, 3072, 1);          /* fc, GELU_AUX_BIAS */
     matmul_gelu_case(GPC_BF16, 2, 4096, 3072, 768, 0);          /* fcproj's DGELU backward */
     int used = gpc_cuda_matmul_measured_uses() - before;
     int applies = gpc_cuda_matmul_measured_applies();
-    printf("  measured configurations taken: %d of 4 (the table %s here)\n", used,
+    printf("  measured configurations taken: %d of 6 (the table %s here)\n", used,
            applies ? "applies" : "does not apply");
-    assert_int_equal(used, applies ? 4 : 0);
+    assert_int_equal(used, applies ? 6 : 0);
 }
 
 /* The plain sum the model adds its losses with. */
