@@ -100,6 +100,9 @@ typedef struct {
     int gpu_sm_clock_max_mhz; /* -1 when unknown */
     int gpu_power_capped;     /* 1: clocks held down by the power limit (NVML's SW power cap
                                * or HW power brake reason), 0: not, -1: unknown */
+    double gpu_step_energy_j; /* the GPU's energy a step since the previous reading (NVML's
+                               * energy counter; validation passes in between count too);
+                               * NAN when unknown or at the first reading */
 } gpc_train_event;
 
 typedef void (*gpc_train_callback)(void *user, const gpc_train_event *event);
@@ -155,6 +158,12 @@ typedef struct {
     int gpu_sm_clock_median_mhz; /* over the last GPC_TRAIN_CLOCK_STEPS steps read; -1 */
     int gpu_sm_clock_max_mhz;    /* -1 when unknown */
     double gpu_power_limit_w;    /* NAN when unknown */
+    /* NVML's energy counter from the first reading to the last: joules, the
+     * steps between the two readings and the tokens this process trained in
+     * them (0 and 0 when fewer than two readings had the counter) */
+    double gpu_energy_j;
+    int gpu_energy_steps;
+    int64_t gpu_energy_tokens;
 } gpc_train_result;
 
 /* Trains; see the top of this file. result may be NULL. */
@@ -167,6 +176,13 @@ gpc_status gpc_train(const gpc_train_options *options, gpc_train_result *result)
  * the step" (the parts NVML did not give left out) and returns 1; otherwise
  * writes "" and returns 0. */
 int gpc_train_power_summary(const gpc_train_result *result, char *buf, size_t size);
+
+/* The run's energy on this process's GPU: when the energy counter was read
+ * over at least one step, writes a line such as "the GPU used 4.75 kJ over
+ * 10 steps: 475 J a step, 11,038 tokens per joule" and returns 1; otherwise
+ * writes "" and returns 0. At a power limit, energy is what a step costs;
+ * tokens per joule compare runs, settings and peers on one footing. */
+int gpc_train_energy_summary(const gpc_train_result *result, char *buf, size_t size);
 
 /* Asks a running gpc_train to stop after its current step (with a
  * checkpoint). Async-signal-safe: it only sets a flag. */

@@ -334,5 +334,7 @@ int cmd_train(int argc, char **argv) {
     char power[256];
     if (gpc_train_power_summary(&result, power, sizeof power))
         fprintf(stderr, "gpc train: %s\n", power);
+    if (gpc_train_energy_summary(&result, power, sizeof power))
+        fprintf(stderr, "gpc train: %s\n", power);
     return CLI_EXIT_OK;
 }

@@ -101,6 +101,10 @@ typedef struct {
     double gpu_power_limit_w;
     int gpu_clock_count; /* clocks recorded; the last GPC_TRAIN_CLOCK_STEPS are kept */
     int gpu_clocks[GPC_TRAIN_CLOCK_STEPS];
+    /* the energy counter (joules) at the first, previous and last readings
+     * that had it, and the step each was taken in; step -1: none yet */
+    double gpu_energy_first, gpu_energy_prev;
+    int gpu_energy_first_step, gpu_energy_prev_step;
 } trainer;
 
 /* ------------------------------------------------------------ settings */
@@ -323,6 +327,7 @@ static void write_metrics(trainer *t, const gpc_train_event *e) {
     fprintf(f, ",\"memory\":%llu", (unsigned long long)e->memory_bytes);
     /* GPU readings only where NVML gave them: absent, not null, otherwise */
     if (!isnan(e->gpu_power_w)) json_number(f, "gpu_power_w", e->gpu_power_w);
+    if (!isnan(e->gpu_step_energy_j)) json_number(f, "gpu_step_energy_j", e->gpu_step_energy_j);
     if (e->gpu_sm_clock_mhz >= 0) fprintf(f, ",\"gpu_sm_clock_mhz\":%d", e->gpu_sm_clock_mhz);
     if (e->gpu_power_capped >= 0) fprintf(f, ",\"gpu_power_capped\":%d", e->gpu_power_capped);
     fprintf(f, ",\"tokens\":%llu}\n", (unsigned long long)e->tokens_seen);
@@ -373,6 +378,7 @@ static void gpu_readings_unknown(gpc_train_event *e) {
     e->gpu_power_w = e->gpu_power_limit_w = NAN;
     e->gpu_sm_clock_mhz = e->gpu_sm_clock_max_mhz = -1;
     e->gpu_power_capped = -1;
+    e->gpu_step_energy_j = NAN;
 }
 
 /* Finds this process's GPU in NVML. NVML numbers all GPUs of the machine and
@@ -427,6 +433,19 @@ static void sample_gpu(trainer *t, gpc_train_event *e) {
     if (p.sm_clock_max_mhz > 0) e->gpu_sm_clock_max_mhz = t->gpu_clock_max_mhz = p.sm_clock_max_mhz;
     if (p.sm_clock_mhz >= 0)
         t->gpu_clocks[t->gpu_clock_count++ % GPC_TRAIN_CLOCK_STEPS] = p.sm_clock_mhz;
+    if (p.energy_j >= 0) {
+        /* readings are taken at the same point of their steps, so the
+         * difference of two is the energy of the steps between them */
+        if (t->gpu_energy_prev_step < 0) {
+            t->gpu_energy_first = p.energy_j;
+            t->gpu_energy_first_step = t->step;
+        } else if (t->step > t->gpu_energy_prev_step && p.energy_j >= t->gpu_energy_prev) {
+            e->gpu_step_energy_j =
+                (p.energy_j - t->gpu_energy_prev) / (t->step - t->gpu_energy_prev_step);
+        }
+        t->gpu_energy_prev = p.energy_j;
+        t->gpu_energy_prev_step = t->step;
+    }
     if (p.throttle_reasons < 0) return; /* no verdict on power: not a sampled step */
     e->gpu_power_capped = (p.throttle_reasons & (int64_t)(GPC_NVML_THROTTLE_SW_POWER_CAP |
                                                           GPC_NVML_THROTTLE_HW_POWER_BRAKE)) != 0;
@@ -446,6 +465,16 @@ static void gpu_result(trainer *t, gpc_train_result *result) {
     result->gpu_steps_power_capped = t->gpu_capped;
     result->gpu_sm_clock_max_mhz = t->gpu_clock_max_mhz;
     result->gpu_power_limit_w = t->gpu_power_limit_w;
+    result->gpu_energy_j = 0;
+    result->gpu_energy_steps = 0;
+    result->gpu_energy_tokens = 0;
+    if (t->gpu_energy_first_step >= 0 && t->gpu_energy_prev_step > t->gpu_energy_first_step &&
+        t->gpu_energy_prev >= t->gpu_energy_first) {
+        int world = t->o->world_size > 1 ? t->o->world_size : 1;
+        result->gpu_energy_j = t->gpu_energy_prev - t->gpu_energy_first;
+        result->gpu_energy_steps = t->gpu_energy_prev_step - t->gpu_energy_first_step;
+        result->gpu_energy_tokens = (int64_t)result->gpu_energy_steps * t->s.total_batch / world;
+    }
     int n = t->gpu_clock_count < GPC_TRAIN_CLOCK_STEPS ? t->gpu_clock_count : GPC_TRAIN_CLOCK_STEPS;
     result->gpu_sm_clock_median_mhz = -1;
     if (n == 0) return;
@@ -472,6 +501,42 @@ int gpc_train_power_summary(const gpc_train_result *r, char *buf, size_t size) {
         "the GPU was at its power limit%s in %d%% of %d steps read%s: power, not kernel speed, "
         "bounds the step",
         limit, (int)((int64_t)capped * 100 / sampled), sampled, clock);
+    return 1;
+}
+
+/* v with thousands separated by commas ("11,038"). */
+static const char *grouped(char *buf, size_t size, double v) {
+    char digits[32];
+    snprintf(digits, sizeof digits, "%.0f", v);
+    size_t n = strlen(digits), o = 0;
+    for (size_t i = 0; i < n && o + 2 < size; i++) {
+        if (i > 0 && digits[0] != '-' && (n - i) % 3 == 0) buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    buf[o < size ? o : size - 1] = '\0';
+    return buf;
+}
+
+/* j joules to three significant digits in J, kJ or MJ ("475 J", "4.75 kJ"). */
+static const char *joules(char *buf, size_t size, double j) {
+    if (j >= 1e6)
+        snprintf(buf, size, "%.3g MJ", j / 1e6);
+    else if (j >= 1e3)
+        snprintf(buf, size, "%.3g kJ", j / 1e3);
+    else
+        snprintf(buf, size, "%.3g J", j);
+    return buf;
+}
+
+int gpc_train_energy_summary(const gpc_train_result *r, char *buf, size_t size) {
+    if (size) buf[0] = '\0';
+    if (!(r->gpu_energy_j > 0) || r->gpu_energy_steps < 1 || r->gpu_energy_tokens < 1) return 0;
+    char total[32], step[32], per_token[32];
+    snprintf(buf, size, "the GPU used %s over %d step%s: %s a step, %s tokens per joule",
+             joules(total, sizeof total, r->gpu_energy_j), r->gpu_energy_steps,
+             r->gpu_energy_steps == 1 ? "" : "s",
+             joules(step, sizeof step, r->gpu_energy_j / r->gpu_energy_steps),
+             grouped(per_token, sizeof per_token, (double)r->gpu_energy_tokens / r->gpu_energy_j));
     return 1;
 }
 
@@ -738,6 +803,7 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     t.rank0 = o->rank == 0;
     t.gpu_clock_max_mhz = -1;
     t.gpu_power_limit_w = NAN;
+    t.gpu_energy_first_step = t.gpu_energy_prev_step = -1;
     snprintf(t.checkpoint_path, sizeof t.checkpoint_path, "%s/checkpoint.bin", o->out_dir);
     snprintf(t.prev_path, sizeof t.prev_path, "%s/checkpoint.prev.bin", o->out_dir);
     gpt_config ck_config;

@@ -373,7 +373,8 @@ static void check_gpu_readings(const char *run, const gpc_train_result *result, 
     char *text;
     size_t size;
     TEST_OK(gpc_read_file(path, &text, &size));
-    int lines = 0, read = 0, first_read = 0, last_read = 0;
+    int lines = 0, read = 0, first_read = 0, last_read = 0, energies = 0, missing = 0,
+        first_step = -1, last_step = -1;
     for (char *line = text; *line;) {
         char *end = strchr(line, '\n');
         assert_non_null(end);
@@ -384,7 +385,19 @@ static void check_gpu_readings(const char *run, const gpc_train_result *result, 
         int any = !isnan(clock) || !isnan(power) || !isnan(capped);
         if (any && !(clock > 0 && power > 0 && (capped == 0 || capped == 1)))
             fail_msg("metrics line %d has part of the GPU's readings: %s", lines + 1, line);
+        /* the energy a step: on every read line but the first read (it needs a
+         * previous reading), and only there */
+        double energy = metrics_value(line, "gpu_step_energy_j");
+        if (!isnan(energy)) {
+            if (!any || read == 0 || !(energy > 0))
+                fail_msg("metrics line %d has a wrong step energy: %s", lines + 1, line);
+            energies++;
+        } else if (any && read > 0) {
+            missing++;
+        }
         lines++;
+        if (any && first_step < 0) first_step = lines;
+        if (any) last_step = lines;
         read += any;
         if (lines == 1) first_read = any;
         last_read = any;
@@ -404,6 +417,20 @@ static void check_gpu_readings(const char *run, const gpc_train_result *result, 
             "MHz\n",
             result->gpu_steps_sampled, result->gpu_steps_power_capped, result->gpu_power_limit_w,
             result->gpu_sm_clock_median_mhz, result->gpu_sm_clock_max_mhz);
+    /* the energy from the first reading to the last, and the tokens between
+     * (where the driver has the energy counter: Volta and later) */
+    if (energies == 0 && result->gpu_energy_steps == 0) {
+        fprintf(stderr, "energy not checked: this GPU's driver gives no energy counter\n");
+        return;
+    }
+    assert_int_equal(missing, 0);
+    assert_int_equal(energies, read - 1);
+    assert_true(result->gpu_energy_j > 0);
+    assert_int_equal(result->gpu_energy_steps, last_step - first_step);
+    assert_true(result->gpu_energy_tokens == (int64_t)result->gpu_energy_steps * 2 * B * T);
+    char energy_line[256];
+    assert_int_equal(gpc_train_energy_summary(result, energy_line, sizeof energy_line), 1);
+    fprintf(stderr, "%s\n", energy_line);
 }
 
 static void test_trainer_resume_exact(void **state) {

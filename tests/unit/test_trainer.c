@@ -205,10 +205,15 @@ static void test_loss_falls(void **state) {
     assert_int_equal(result.gpu_sm_clock_median_mhz, -1);
     assert_int_equal(result.gpu_sm_clock_max_mhz, -1);
     assert_true(isnan(result.gpu_power_limit_w));
+    assert_true(result.gpu_energy_j == 0 && result.gpu_energy_steps == 0);
+    assert_true(isnan(r.start.gpu_step_energy_j));
     snprintf(path, sizeof path, "%s/metrics.jsonl", out);
     assert_int_equal(count_lines(path, "\"gpu_"), 0);
     char line[256] = "x";
     assert_int_equal(gpc_train_power_summary(&result, line, sizeof line), 0);
+    assert_string_equal(line, "");
+    strcpy(line, "x");
+    assert_int_equal(gpc_train_energy_summary(&result, line, sizeof line), 0);
     assert_string_equal(line, "");
 }
 
@@ -223,6 +228,57 @@ static gpc_train_result gpu_result(int sampled, int capped, int median, int max,
     r.gpu_sm_clock_max_mhz = max;
     r.gpu_power_limit_w = limit;
     return r;
+}
+
+/* A result with energy readings as a GPU run would leave it. */
+static gpc_train_result energy_result(double joules, int steps, int64_t tokens) {
+    gpc_train_result r = gpu_result(0, 0, -1, -1, NAN);
+    r.gpu_energy_j = joules;
+    r.gpu_energy_steps = steps;
+    r.gpu_energy_tokens = tokens;
+    return r;
+}
+
+static void test_energy_summary(void **state) {
+    (void)state;
+    char line[256];
+    /* GPT-2 124M's 524,288-token step on an H200: about 600 J */
+    gpc_train_result r = energy_result(5995.0, 10, 5242880);
+    assert_int_equal(gpc_train_energy_summary(&r, line, sizeof line), 1);
+    assert_string_equal(line,
+                        "the GPU used 6 kJ over 10 steps: 600 J a step, 875 tokens per joule");
+    r = energy_result(4750.0, 10, 52428800);
+    assert_int_equal(gpc_train_energy_summary(&r, line, sizeof line), 1);
+    assert_string_equal(line, "the GPU used 4.75 kJ over 10 steps: 475 J a step, 11,038 tokens "
+                              "per joule");
+    /* one step, joules below a kilojoule, megajoules, millions of tokens */
+    r = energy_result(12.5, 1, 4096);
+    assert_int_equal(gpc_train_energy_summary(&r, line, sizeof line), 1);
+    assert_string_equal(line, "the GPU used 12.5 J over 1 step: 12.5 J a step, 328 tokens per "
+                              "joule");
+    r = energy_result(2.5e6, 5000, (int64_t)5000 * 524288);
+    assert_int_equal(gpc_train_energy_summary(&r, line, sizeof line), 1);
+    assert_string_equal(line, "the GPU used 2.5 MJ over 5000 steps: 500 J a step, 1,049 tokens "
+                              "per joule");
+    r = energy_result(0.5, 2, (int64_t)2 * 1000000);
+    assert_int_equal(gpc_train_energy_summary(&r, line, sizeof line), 1);
+    assert_non_null(strstr(line, ": 0.25 J a step, 4,000,000 tokens per joule"));
+    /* nothing to say: no counter, no steps between readings, no tokens */
+    const gpc_train_result quiet[] = {energy_result(0, 0, 0),      energy_result(100.0, 0, 0),
+                                      energy_result(0, 3, 3000),   energy_result(100.0, 3, 0),
+                                      energy_result(NAN, 3, 3000), energy_result(-5.0, 3, 3000)};
+    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++) {
+        strcpy(line, "x");
+        if (gpc_train_energy_summary(&quiet[i], line, sizeof line) != 0 || line[0] != '\0')
+            fail_msg("case %zu gave '%s'", i, line);
+    }
+    /* a short buffer is cut, not overrun */
+    char small[16];
+    memset(small, 'z', sizeof small);
+    r = energy_result(4750.0, 10, 52428800);
+    assert_int_equal(gpc_train_energy_summary(&r, small, 9), 1);
+    assert_string_equal(small, "the GPU ");
+    assert_int_equal(small[9], 'z');
 }
 
 static void test_power_summary(void **state) {
@@ -473,9 +529,10 @@ static void test_bad_settings(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_schedule),     cmocka_unit_test(test_loss_falls),
-        cmocka_unit_test(test_resume_exact), cmocka_unit_test(test_accumulation),
-        cmocka_unit_test(test_bad_settings), cmocka_unit_test(test_power_summary),
+        cmocka_unit_test(test_schedule),       cmocka_unit_test(test_loss_falls),
+        cmocka_unit_test(test_resume_exact),   cmocka_unit_test(test_accumulation),
+        cmocka_unit_test(test_bad_settings),   cmocka_unit_test(test_power_summary),
+        cmocka_unit_test(test_energy_summary),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
