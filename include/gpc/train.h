@@ -100,9 +100,11 @@ typedef struct {
     int gpu_sm_clock_max_mhz; /* -1 when unknown */
     int gpu_power_capped;     /* 1: clocks held down by the power limit (NVML's SW power cap
                                * or HW power brake reason), 0: not, -1: unknown */
-    double gpu_step_energy_j; /* the GPU's energy a step since the previous reading (NVML's
-                               * energy counter; validation passes in between count too);
-                               * NAN when unknown or at the first reading */
+    double gpu_step_energy_j; /* the GPU's energy a step since the previous reading that
+                               * gave one (NVML's energy counter, which the driver updates
+                               * only every so often: readings count a second or more
+                               * apart; validation passes in between count too); NAN on
+                               * the other steps */
 } gpc_train_event;
 
 typedef void (*gpc_train_callback)(void *user, const gpc_train_event *event);
@@ -158,9 +160,10 @@ typedef struct {
     int gpu_sm_clock_median_mhz; /* over the last GPC_TRAIN_CLOCK_STEPS steps read; -1 */
     int gpu_sm_clock_max_mhz;    /* -1 when unknown */
     double gpu_power_limit_w;    /* NAN when unknown */
-    /* NVML's energy counter from the first reading to the last: joules, the
-     * steps between the two readings and the tokens this process trained in
-     * them (0 and 0 when fewer than two readings had the counter) */
+    /* NVML's energy counter from the first reading to the last that gave a
+     * step energy: joules, the steps between the two and the tokens this
+     * process trained in them (all 0 when there was no such pair: runs
+     * shorter than about a second, or no counter) */
     double gpu_energy_j;
     int gpu_energy_steps;
     int64_t gpu_energy_tokens;
@@ -176,6 +179,25 @@ gpc_status gpc_train(const gpc_train_options *options, gpc_train_result *result)
  * the step" (the parts NVML did not give left out) and returns 1; otherwise
  * writes "" and returns 0. */
 int gpc_train_power_summary(const gpc_train_result *result, char *buf, size_t size);
+
+/* The energy of training steps from readings of a GPU's energy counter
+ * (gpc_train_event.gpu_step_energy_j). */
+#define GPC_ENERGY_PERIOD_S 1.0 /* readings counted at least this far apart */
+typedef struct {
+    double first_j, base_j, base_time;
+    int first_step, base_step; /* -1: no reading yet */
+} gpc_energy_meter;
+
+void gpc_energy_meter_init(gpc_energy_meter *meter);
+/* A reading of the counter (joules) taken during step `step` (counted from
+ * 0) at time `now` (seconds): the energy a step since the base reading when
+ * the two are GPC_ENERGY_PERIOD_S or more apart and the counter has moved (the
+ * reading then becomes the base); otherwise NAN. The first reading, and the
+ * first after the counter went back, only sets the base. */
+double gpc_energy_meter_read(gpc_energy_meter *meter, int step, double now, double energy_j);
+/* Joules from the first reading to the base, and in *steps the steps between
+ * them; 0 and 0 when there are none. */
+double gpc_energy_meter_total(const gpc_energy_meter *meter, int *steps);
 
 /* The run's energy on this process's GPU: when the energy counter was read
  * over at least one step, writes a line such as "the GPU used 4.75 kJ over

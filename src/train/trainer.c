@@ -101,10 +101,7 @@ typedef struct {
     double gpu_power_limit_w;
     int gpu_clock_count; /* clocks recorded; the last GPC_TRAIN_CLOCK_STEPS are kept */
     int gpu_clocks[GPC_TRAIN_CLOCK_STEPS];
-    /* the energy counter (joules) at the first, previous and last readings
-     * that had it, and the step each was taken in; step -1: none yet */
-    double gpu_energy_first, gpu_energy_prev;
-    int gpu_energy_first_step, gpu_energy_prev_step;
+    gpc_energy_meter gpu_energy; /* energy a step from NVML's counter */
 } trainer;
 
 /* ------------------------------------------------------------ settings */
@@ -433,19 +430,8 @@ static void sample_gpu(trainer *t, gpc_train_event *e) {
     if (p.sm_clock_max_mhz > 0) e->gpu_sm_clock_max_mhz = t->gpu_clock_max_mhz = p.sm_clock_max_mhz;
     if (p.sm_clock_mhz >= 0)
         t->gpu_clocks[t->gpu_clock_count++ % GPC_TRAIN_CLOCK_STEPS] = p.sm_clock_mhz;
-    if (p.energy_j >= 0) {
-        /* readings are taken at the same point of their steps, so the
-         * difference of two is the energy of the steps between them */
-        if (t->gpu_energy_prev_step < 0) {
-            t->gpu_energy_first = p.energy_j;
-            t->gpu_energy_first_step = t->step;
-        } else if (t->step > t->gpu_energy_prev_step && p.energy_j >= t->gpu_energy_prev) {
-            e->gpu_step_energy_j =
-                (p.energy_j - t->gpu_energy_prev) / (t->step - t->gpu_energy_prev_step);
-        }
-        t->gpu_energy_prev = p.energy_j;
-        t->gpu_energy_prev_step = t->step;
-    }
+    if (p.energy_j >= 0)
+        e->gpu_step_energy_j = gpc_energy_meter_read(&t->gpu_energy, t->step, now, p.energy_j);
     if (p.throttle_reasons < 0) return; /* no verdict on power: not a sampled step */
     e->gpu_power_capped = (p.throttle_reasons & (int64_t)(GPC_NVML_THROTTLE_SW_POWER_CAP |
                                                           GPC_NVML_THROTTLE_HW_POWER_BRAKE)) != 0;
@@ -465,16 +451,9 @@ static void gpu_result(trainer *t, gpc_train_result *result) {
     result->gpu_steps_power_capped = t->gpu_capped;
     result->gpu_sm_clock_max_mhz = t->gpu_clock_max_mhz;
     result->gpu_power_limit_w = t->gpu_power_limit_w;
-    result->gpu_energy_j = 0;
-    result->gpu_energy_steps = 0;
-    result->gpu_energy_tokens = 0;
-    if (t->gpu_energy_first_step >= 0 && t->gpu_energy_prev_step > t->gpu_energy_first_step &&
-        t->gpu_energy_prev >= t->gpu_energy_first) {
-        int world = t->o->world_size > 1 ? t->o->world_size : 1;
-        result->gpu_energy_j = t->gpu_energy_prev - t->gpu_energy_first;
-        result->gpu_energy_steps = t->gpu_energy_prev_step - t->gpu_energy_first_step;
-        result->gpu_energy_tokens = (int64_t)result->gpu_energy_steps * t->s.total_batch / world;
-    }
+    int world = t->o->world_size > 1 ? t->o->world_size : 1;
+    result->gpu_energy_j = gpc_energy_meter_total(&t->gpu_energy, &result->gpu_energy_steps);
+    result->gpu_energy_tokens = (int64_t)result->gpu_energy_steps * t->s.total_batch / world;
     int n = t->gpu_clock_count < GPC_TRAIN_CLOCK_STEPS ? t->gpu_clock_count : GPC_TRAIN_CLOCK_STEPS;
     result->gpu_sm_clock_median_mhz = -1;
     if (n == 0) return;
@@ -502,6 +481,43 @@ int gpc_train_power_summary(const gpc_train_result *r, char *buf, size_t size) {
         "bounds the step",
         limit, (int)((int64_t)capped * 100 / sampled), sampled, clock);
     return 1;
+}
+
+void gpc_energy_meter_init(gpc_energy_meter *m) {
+    memset(m, 0, sizeof *m);
+    m->first_step = m->base_step = -1;
+}
+
+/* Readings are taken at the same point of their steps, so the difference of
+ * two is the energy of the steps between them. The driver updates the
+ * counter only every so often (an H200 showed no change over 50 ms), so a
+ * difference counts once the readings are GPC_ENERGY_PERIOD_S apart and the
+ * counter has moved; until then the earlier reading stays the base. A
+ * counter that went back (the driver reloaded) starts the base again. */
+double gpc_energy_meter_read(gpc_energy_meter *m, int step, double now, double energy_j) {
+    if (!(energy_j >= 0)) return NAN;
+    if (m->base_step < 0) {
+        m->first_j = m->base_j = energy_j;
+        m->first_step = m->base_step = step;
+        m->base_time = now;
+        return NAN;
+    }
+    if (energy_j < m->base_j) { /* a new counter: what came before cannot be compared */
+        gpc_energy_meter_init(m);
+        return gpc_energy_meter_read(m, step, now, energy_j);
+    }
+    if (step <= m->base_step || now - m->base_time < GPC_ENERGY_PERIOD_S || energy_j == m->base_j)
+        return NAN;
+    double per_step = (energy_j - m->base_j) / (step - m->base_step);
+    m->base_j = energy_j;
+    m->base_step = step;
+    m->base_time = now;
+    return per_step;
+}
+
+double gpc_energy_meter_total(const gpc_energy_meter *m, int *steps) {
+    *steps = m->base_step > m->first_step ? m->base_step - m->first_step : 0;
+    return *steps ? m->base_j - m->first_j : 0.0;
 }
 
 /* v with thousands separated by commas ("11,038"). */
@@ -803,7 +819,7 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     t.rank0 = o->rank == 0;
     t.gpu_clock_max_mhz = -1;
     t.gpu_power_limit_w = NAN;
-    t.gpu_energy_first_step = t.gpu_energy_prev_step = -1;
+    gpc_energy_meter_init(&t.gpu_energy);
     snprintf(t.checkpoint_path, sizeof t.checkpoint_path, "%s/checkpoint.bin", o->out_dir);
     snprintf(t.prev_path, sizeof t.prev_path, "%s/checkpoint.prev.bin", o->out_dir);
     gpt_config ck_config;

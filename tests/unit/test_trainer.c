@@ -281,6 +281,36 @@ static void test_energy_summary(void **state) {
     assert_int_equal(small[9], 'z');
 }
 
+/* The energy meter: differences a second or more apart, once the counter
+ * has moved, per step. */
+static void test_energy_meter(void **state) {
+    (void)state;
+    gpc_energy_meter m;
+    gpc_energy_meter_init(&m);
+    int steps = -1;
+    assert_true(gpc_energy_meter_total(&m, &steps) == 0 && steps == 0);
+    assert_true(isnan(gpc_energy_meter_read(&m, 0, 10.0, 1000.0))); /* the base */
+    assert_true(isnan(gpc_energy_meter_read(&m, 1, 10.4, 1250.0))); /* too soon */
+    assert_true(isnan(gpc_energy_meter_read(&m, 2, 10.9, 1500.0)));
+    /* 1.1 s and 4 steps on: (2200 - 1000) / 4 */
+    assert_true(gpc_energy_meter_read(&m, 4, 11.1, 2200.0) == 300.0);
+    assert_true(gpc_energy_meter_total(&m, &steps) == 1200.0 && steps == 4);
+    /* a counter the driver has not updated yet: no figure, the base stays */
+    assert_true(isnan(gpc_energy_meter_read(&m, 6, 12.5, 2200.0)));
+    assert_true(gpc_energy_meter_read(&m, 8, 12.6, 3400.0) == 300.0);
+    assert_true(gpc_energy_meter_total(&m, &steps) == 2400.0 && steps == 8);
+    /* a reading in the same step, or no counter, changes nothing */
+    assert_true(isnan(gpc_energy_meter_read(&m, 8, 14.0, 3900.0)));
+    assert_true(isnan(gpc_energy_meter_read(&m, 9, 14.0, -1.0)));
+    assert_true(isnan(gpc_energy_meter_read(&m, 9, 14.0, NAN)));
+    assert_true(gpc_energy_meter_read(&m, 9, 14.0, 3700.0) == 300.0);
+    /* a counter that went back starts over, never a negative energy */
+    assert_true(isnan(gpc_energy_meter_read(&m, 12, 16.0, 50.0)));
+    assert_true(gpc_energy_meter_total(&m, &steps) == 0 && steps == 0);
+    assert_true(gpc_energy_meter_read(&m, 14, 17.0, 650.0) == 300.0);
+    assert_true(gpc_energy_meter_total(&m, &steps) == 600.0 && steps == 2);
+}
+
 static void test_power_summary(void **state) {
     (void)state;
     char line[256];
@@ -532,7 +562,7 @@ int main(void) {
         cmocka_unit_test(test_schedule),       cmocka_unit_test(test_loss_falls),
         cmocka_unit_test(test_resume_exact),   cmocka_unit_test(test_accumulation),
         cmocka_unit_test(test_bad_settings),   cmocka_unit_test(test_power_summary),
-        cmocka_unit_test(test_energy_summary),
+        cmocka_unit_test(test_energy_summary), cmocka_unit_test(test_energy_meter),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
