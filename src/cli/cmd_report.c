@@ -28,6 +28,8 @@
 
 typedef struct {
     double step, loss, val_loss, lr, grad_norm, tokens_per_s, ms, tokens, memory;
+    /* the GPU's readings, on the steps the trainer read them (else NAN) */
+    double gpu_power_w, gpu_sm_clock_mhz, gpu_power_capped, gpu_step_energy_j;
 } report_row;
 
 typedef struct {
@@ -46,11 +48,32 @@ typedef struct {
  * accepted and ignored, null leaving the field NAN). Returns 0 or -1 with
  * *why set. */
 static int parse_line(const char *p, report_row *row, const char **why) {
-    double *fields[] = {&row->step, &row->loss,      &row->val_loss,
-                        &row->lr,   &row->grad_norm, &row->tokens_per_s,
-                        &row->ms,   &row->tokens,    &row->memory};
-    static const char *names[] = {"step",         "loss", "val_loss", "lr",    "grad_norm",
-                                  "tokens_per_s", "ms",   "tokens",   "memory"};
+    double *fields[] = {&row->step,
+                        &row->loss,
+                        &row->val_loss,
+                        &row->lr,
+                        &row->grad_norm,
+                        &row->tokens_per_s,
+                        &row->ms,
+                        &row->tokens,
+                        &row->memory,
+                        &row->gpu_power_w,
+                        &row->gpu_sm_clock_mhz,
+                        &row->gpu_power_capped,
+                        &row->gpu_step_energy_j};
+    static const char *names[] = {"step",
+                                  "loss",
+                                  "val_loss",
+                                  "lr",
+                                  "grad_norm",
+                                  "tokens_per_s",
+                                  "ms",
+                                  "tokens",
+                                  "memory",
+                                  "gpu_power_w",
+                                  "gpu_sm_clock_mhz",
+                                  "gpu_power_capped",
+                                  "gpu_step_energy_j"};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         *fields[i] = NAN;
     while (isspace((unsigned char)*p))
@@ -357,14 +380,13 @@ static int compare_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Median tokens/s over the steps after the first (the first pays for
- * warm-up: allocation, kernel loading, caches). */
-static double steady_tokens_per_s(const report_run *r) {
+/* The median of a field over the rows from `from` on that have it; NAN when none do. */
+static double median_field(const report_run *r, int index, int from) {
     double *v = malloc((size_t)r->count * sizeof *v);
     int n = 0;
     if (!v) return NAN;
-    for (int i = r->count > 1 ? 1 : 0; i < r->count; i++)
-        if (isfinite(r->rows[i].tokens_per_s)) v[n++] = r->rows[i].tokens_per_s;
+    for (int i = from < r->count ? from : 0; i < r->count; i++)
+        if (isfinite(field(&r->rows[i], index))) v[n++] = field(&r->rows[i], index);
     double m = NAN;
     if (n) {
         qsort(v, (size_t)n, sizeof *v, compare_double);
@@ -372,6 +394,12 @@ static double steady_tokens_per_s(const report_run *r) {
     }
     free(v);
     return m;
+}
+
+/* Median tokens/s over the steps after the first (the first pays for
+ * warm-up: allocation, kernel loading, caches). */
+static double steady_tokens_per_s(const report_run *r) {
+    return median_field(r, FIELD(tokens_per_s), 1);
 }
 
 /* Asks gpcd for the alerts on the GPUs of the job that ran this training
@@ -497,6 +525,31 @@ static gpc_status write_html(const char *path, const char *run, report_run *r) {
                 "</tr>\n",
                 cli_format_bytes(peak_mem, human, sizeof human));
     }
+    /* the GPU's power: how many steps read were at the limit, and energy */
+    int gpu_read = 0, gpu_capped = 0;
+    for (int i = 0; i < r->count; i++)
+        if (isfinite(r->rows[i].gpu_power_capped)) {
+            gpu_read++;
+            gpu_capped += r->rows[i].gpu_power_capped > 0;
+        }
+    double step_energy = median_field(r, FIELD(gpu_step_energy_j), 0);
+    double tokens_per_step = last->step > 0 ? last->tokens / last->step : NAN;
+    if (gpu_read)
+        fprintf(f,
+                "<tr><th>steps at the GPU's power limit</th><td class=\"num\" "
+                "id=\"gpu-capped\">%d of %d</td><td>steps read</td></tr>\n",
+                gpu_capped, gpu_read);
+    if (isfinite(step_energy)) {
+        fprintf(f,
+                "<tr><th>GPU energy a step (median)</th><td class=\"num\" "
+                "id=\"step-energy\">%.4g J</td><td></td></tr>\n",
+                step_energy);
+        if (isfinite(tokens_per_step) && step_energy > 0)
+            fprintf(f,
+                    "<tr><th>tokens per joule</th><td class=\"num\" "
+                    "id=\"tokens-per-joule\">%.0f</td><td>this process's GPU</td></tr>\n",
+                    tokens_per_step / step_energy);
+    }
     fprintf(f, "</table>\n<h2>Loss</h2>\n");
     series loss[2] = {{"training loss", "#1f77b4", FIELD(loss), 1, 0},
                       {"validation loss", "#d62728", FIELD(val_loss), 1, 1}};
@@ -518,6 +571,24 @@ static gpc_status write_html(const char *path, const char *run, report_run *r) {
         chart(f, r, "memory", "GiB", &mem, 1);
     } else {
         fprintf(f, "<p class=\"note\">This run's metrics.jsonl records no memory figures.</p>\n");
+    }
+    fprintf(f, "<h2>GPU power</h2>\n");
+    double any_power = median_field(r, FIELD(gpu_power_w), 0);
+    if (isfinite(any_power)) {
+        fprintf(f, "<p class=\"note\">Read while each step ran. A GPU at its power limit "
+                   "lowers its clock: then the step's energy, not its kernels' speed, sets "
+                   "its time.</p>\n");
+        series power = {"power", "#d62728", FIELD(gpu_power_w), 1, 0};
+        chart(f, r, "GPU power", "W", &power, 1);
+        series clock = {"SM clock", "#17becf", FIELD(gpu_sm_clock_mhz), 1, 0};
+        chart(f, r, "SM clock", "MHz", &clock, 1);
+        if (isfinite(step_energy)) {
+            series energy = {"energy a step", "#bcbd22", FIELD(gpu_step_energy_j), 1, 0};
+            chart(f, r, "GPU energy a step", "J", &energy, 1);
+        }
+    } else {
+        fprintf(f, "<p class=\"note\" id=\"gpu-note\">No GPU readings in this run's "
+                   "metrics.jsonl (a CPU run, or NVML could not read the GPU).</p>\n");
     }
     series lr = {"learning rate", "#ff7f0e", FIELD(lr), 1, 0};
     fprintf(f, "<h2>Learning rate</h2>\n");

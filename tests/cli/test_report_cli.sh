@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # test_report_cli.sh: `gpc report` on a synthetic run written here (random
-# losses, throughput and memory): the page is self-contained, and rendered in
-# headless Chromium it shows the run's final loss, best validation loss,
-# median tokens/s and MFU as computed here independently; a screenshot is
-# taken. Missing, empty and corrupt metrics are clear errors. Skips (77)
+# losses, throughput, memory and GPU readings): the page is self-contained,
+# holds the steps at the GPU's power limit, the median energy a step and the
+# tokens per joule as computed here, and rendered in headless Chromium it
+# shows the run's final loss, best validation loss, median tokens/s and MFU
+# as computed here independently; a screenshot is taken. Missing, empty and corrupt metrics are clear errors. Skips (77)
 # when Chromium is not installed.
 set -euo pipefail
 GPC=${GPC:?set GPC to the gpc binary}
@@ -28,6 +29,13 @@ with open(f"{run}/metrics.jsonl", "w") as f:
              "tokens": s * 16384, "memory": 30e9 + rng.random() * 1e9}
         if s % 7 == 0 or s == steps:
             d["val_loss"] = d["loss"] + rng.random() * 0.2
+        # the GPU's readings on most steps, a step's energy on every other read
+        if s % 5 != 3:
+            d["gpu_power_w"] = 600 + rng.random() * 100
+            d["gpu_sm_clock_mhz"] = rng.randint(1400, 1980)
+            d["gpu_power_capped"] = int(rng.random() < 0.7)
+            if s > 1 and s % 2 == 0:
+                d["gpu_step_energy_j"] = 50 + rng.random() * 10
         f.write(json.dumps(d, separators=(",", ":")) + "\n")
 with open(f"{run}/config.txt", "w") as f:
     f.write("# gpc training run\nlayers=12\nheads=12\nchannels=768\ncontext=1024\n"
@@ -47,9 +55,21 @@ flops = 6 * 124475904 + 6 * 12 * 768 * 1024
 mfu = "%.3g%%" % (100 * tps * flops / 989e12)
 out = open(sys.argv[2]).read()
 assert f"final loss {final}" in out, out
-print(final, best, "%.0f" % tps, mfu)
+# the GPU: steps at the power limit of those read, a step's energy, tokens per joule
+read = [r for r in rows if "gpu_power_capped" in r]
+capped = "%d of %d" % (sum(r["gpu_power_capped"] for r in read), len(read))
+energy = statistics.median(r["gpu_step_energy_j"] for r in rows if "gpu_step_energy_j" in r)
+per_joule = "%.0f" % (rows[-1]["tokens"] / rows[-1]["step"] / energy)
+print(final, best, "%.0f" % tps, mfu, capped.replace(" ", "_"), "%.4g_J" % energy, per_joule)
 PY
-read -r final best tps mfu <"$work/expect.txt"
+read -r final best tps mfu capped energy per_joule <"$work/expect.txt"
+capped=${capped//_/ } energy=${energy//_/ }
+# the GPU's figures are in the page as computed here
+for pair in "gpu-capped:$capped" "step-energy:$energy" "tokens-per-joule:$per_joule"; do
+  grep -q "id=\"${pair%%:*}\">${pair#*:}<" "$work/page.html" ||
+    fail "page lacks ${pair%%:*} = ${pair#*:}: $(grep -o "id=\"${pair%%:*}\">[^<]*" "$work/page.html")"
+done
+grep -q 'id="gpu-note"' "$work/page.html" && fail "a note that there are no GPU readings, beside them"
 
 # Self-contained: nothing to fetch (the SVG namespace is a name, not a fetch).
 if grep -Eo '(src|href)="[^"]*"' "$work/page.html" | grep -q .; then
@@ -84,6 +104,8 @@ printf '{"step":1,"loss":3.5}\n{"step":2,"loss":3.25}\n{"step":3,"lo' >"$work/ba
 grep -q "final loss 3.2500" "$work/partial.txt" || fail "partial run: $(cat "$work/partial.txt")"
 grep -q "line 3 is unfinished" "$work/partial.err" || fail "no warning for the unfinished line"
 grep -q 'id="mfu-note"' "$work/bad/report.html" || fail "no MFU note without a config"
+grep -q 'id="gpu-note"' "$work/bad/report.html" || fail "no note that a run has no GPU readings"
+grep -q 'id="gpu-capped"\|id="step-energy"' "$work/bad/report.html" && fail "GPU figures in a run without readings"
 
 browser=$(command -v chromium || command -v chromium-browser || true)
 if [[ -z "$browser" ]]; then
@@ -109,9 +131,9 @@ assert cell("final-loss") == final, (cell("final-loss"), final)
 assert cell("best-val-loss") == best, (cell("best-val-loss"), best)
 assert cell("tokens-per-s") == tps, (cell("tokens-per-s"), tps)
 assert cell("mfu") == mfu, (cell("mfu"), mfu)
-# five charts: loss, tokens/s, MFU, memory, learning rate; the loss chart
-# has a line and the validation points
-assert dom.count("<svg") == 5, dom.count("<svg")
+# eight charts: loss, tokens/s, MFU, memory, GPU power, SM clock, energy a
+# step, learning rate; the loss chart has a line and the validation points
+assert dom.count("<svg") == 8, dom.count("<svg")
 assert "<polyline" in dom and "<circle" in dom
 PY
 chrome --window-size=900,1600 --screenshot="$work/shot.png" "file://$work/page.html" >/dev/null
