@@ -53,6 +53,11 @@ if [[ $mode == all || $mode == test ]]; then
   # the same tests with the GEMM algorithms picked by timing (GPC_MATMUL_TUNE=1)
   (cd "$build" && GPC_MATMUL_TUNE=1 timeout 300 ctest -R '^gpu_test_cuda_(ops|model)' --output-on-failure) >"$out/tests-tune.log" 2>&1
   note "gpu tests with GPC_MATMUL_TUNE=1: $(grep -E 'tests passed|tests failed' "$out/tests-tune.log")"
+  # cuDNN's engines picked by energy at the power limit (GPC_CUDNN_TUNE=energy),
+  # measured briefly here: the path runs, the values stay right
+  (cd "$build" && GPC_CUDNN_TUNE=energy GPC_CUDNN_TUNE_ENERGY_S=0.05 GPC_LOG=info timeout 300 ctest -R '^gpu_test_cuda_cudnn' --output-on-failure) >"$out/tests-cudnn-energy.log" 2>&1
+  note "gpu tests with GPC_CUDNN_TUNE=energy: $(grep -E 'tests passed|tests failed' "$out/tests-cudnn-energy.log")"
+  grep -m2 "engine candidates, each run back to back" "$out/tests-cudnn-energy.log" | cut -c1-300 | tee -a "$summary"
   # and with the one-kernel attention backward (GPC_ATTENTION_BWD=fused)
   (cd "$build" && GPC_ATTENTION_BWD=fused timeout 300 ctest -R '^gpu_test_cuda_(ops|model|curve)' --output-on-failure) >"$out/tests-fused.log" 2>&1
   note "gpu tests with GPC_ATTENTION_BWD=fused: $(grep -E 'tests passed|tests failed' "$out/tests-fused.log")"
