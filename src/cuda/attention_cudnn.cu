@@ -1110,7 +1110,7 @@ static gpc_status tune(plan_entry *p, cudnnBackendDescriptor_t pack, cudaStream_
             energy_run(p, plan, pack, stream, index, &ms, &mj) != GPC_OK) {
             gpc_log(GPC_LOG_DEBUG, "cuDNN attention: %s: engine %ld left out: %s", text,
                     p->candidates[c].engine_index, gpc_last_error());
-            err = cudaGetLastError(); /* a failed launch's error is this candidate's alone */
+            cudaGetLastError(); /* a failed launch's error is this candidate's alone */
             err = cudaStreamSynchronize(stream);
             continue;
         }
@@ -1157,7 +1157,7 @@ static gpc_status tune(plan_entry *p, cudnnBackendDescriptor_t pack, cudaStream_
 
     if (by_energy && !measured_energy) /* a mix of energies and times cannot be compared */
         for (int c = 0; c < p->num_candidates; c++)
-            median[c] = mean[c];
+            if (ran[c]) median[c] = mean[c];
     int best = 0, any = 0;
     for (int c = 0; c < p->num_candidates; c++)
         if (ran[c] && (!any || median[c] < median[best])) best = c, any = 1;
