@@ -426,7 +426,7 @@ static int measured_gpu(void) {
 }
 
 int gpc_cuda_matmul_measured_applies(void) {
-    return measured_enabled() && measured_gpu();
+    return measured_enabled() && !tune_enabled() && measured_gpu();
 }
 
 /* The measured configuration for this product in *out (0), or -1 when the
