@@ -55,7 +55,7 @@ if [[ $mode == all || $mode == test ]]; then
   note "gpu tests with GPC_MATMUL_TUNE=1: $(grep -E 'tests passed|tests failed' "$out/tests-tune.log")"
   # cuDNN's engines picked by energy at the power limit (GPC_CUDNN_TUNE=energy),
   # measured briefly here: the path runs, the values stay right
-  (cd "$build" && GPC_CUDNN_TUNE=energy GPC_CUDNN_TUNE_ENERGY_S=0.05 GPC_LOG=info timeout 300 ctest -R '^gpu_test_cuda_cudnn' --output-on-failure) >"$out/tests-cudnn-energy.log" 2>&1
+  (cd "$build" && GPC_CUDNN_TUNE=energy GPC_CUDNN_TUNE_ENERGY_S=0.05 GPC_LOG=info timeout 300 ctest -V -R '^gpu_test_cuda_cudnn') >"$out/tests-cudnn-energy.log" 2>&1
   note "gpu tests with GPC_CUDNN_TUNE=energy: $(grep -E 'tests passed|tests failed' "$out/tests-cudnn-energy.log")"
   grep -m2 "engine candidates, each run back to back" "$out/tests-cudnn-energy.log" | cut -c1-300 | tee -a "$summary"
   # and with the one-kernel attention backward (GPC_ATTENTION_BWD=fused)
