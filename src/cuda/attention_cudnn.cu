@@ -1041,9 +1041,19 @@ static double energy_now(int index) {
  * GPC_CUDNN_TUNE_ENERGY_S (0.01 to 60; tests take a short one), else
  * CUDNN_ATT_ENERGY_S. */
 static double energy_seconds(void) {
-    const char *e = getenv("GPC_CUDNN_TUNE_ENERGY_S");
-    double v = e && *e ? strtod(e, NULL) : CUDNN_ATT_ENERGY_S;
-    return v >= 0.01 && v <= 60 ? v : CUDNN_ATT_ENERGY_S;
+    static double seconds;
+    if (seconds == 0) {
+        const char *e = getenv("GPC_CUDNN_TUNE_ENERGY_S");
+        char *end = NULL;
+        double v = e && *e ? strtod(e, &end) : CUDNN_ATT_ENERGY_S;
+        if (e && *e && (*end || !(v >= 0.01 && v <= 60))) {
+            gpc_log(GPC_LOG_WARN, "GPC_CUDNN_TUNE_ENERGY_S=%s is not 0.01 to 60 seconds: using %g",
+                    e, CUDNN_ATT_ENERGY_S);
+            v = CUDNN_ATT_ENERGY_S;
+        }
+        seconds = v;
+    }
+    return seconds;
 }
 
 /* Runs plan back to back, a quarter of energy_seconds() so that the clock
