@@ -290,14 +290,13 @@ static void nvml_drain_xid(gpc_nvml *nvml) {
         if (nvml->api.fn && nvml->api.fn(dev, &v_) == NVML_SUCCESS) (target) = (int)v_;            \
     } while (0)
 
-/* Power, power limit, SM clock and its maximum, the clocks-event reasons
- * and the energy counter of dev (each -1 where NVML has no reading): what
- * both samplers report of power. */
+/* Power, power limit, SM clock and its maximum and the clocks-event reasons
+ * of dev (each -1 where NVML has no reading): what both samplers report of
+ * power. The energy counter is gpc_nvml_sample_power's alone. */
 static void read_power(gpc_nvml *nvml, nvml_device dev, gpc_nvml_power *out) {
     out->power_w = out->power_limit_w = -1;
     out->sm_clock_mhz = out->sm_clock_max_mhz = -1;
     out->throttle_reasons = -1;
-    out->energy_j = -1;
     unsigned int v;
     if (nvml->api.power && nvml->api.power(dev, &v) == NVML_SUCCESS) out->power_w = v / 1000.0;
     if (nvml->api.power_limit && nvml->api.power_limit(dev, &v) == NVML_SUCCESS)
@@ -309,8 +308,6 @@ static void read_power(gpc_nvml *nvml, nvml_device dev, gpc_nvml_power *out) {
     unsigned long long bits;
     if (nvml->api.throttle_reasons && nvml->api.throttle_reasons(dev, &bits) == NVML_SUCCESS)
         out->throttle_reasons = (int64_t)bits;
-    unsigned long long mj;
-    if (nvml->api.energy && nvml->api.energy(dev, &mj) == NVML_SUCCESS) out->energy_j = mj / 1000.0;
 }
 
 gpc_status gpc_nvml_sample_device(gpc_nvml *nvml, int index, gpc_nvml_sample *out) {
@@ -394,7 +391,11 @@ gpc_status gpc_nvml_sample_power(gpc_nvml *nvml, int index, gpc_nvml_power *out)
     if (!nvml || index < 0 || index >= (int)nvml->count)
         return gpc_error(GPC_ERR_INVALID_ARG, "GPU %d does not exist (NVML sees %d)", index,
                          gpc_nvml_device_count(nvml));
-    read_power(nvml, nvml->devices[index], out);
+    nvml_device dev = nvml->devices[index];
+    read_power(nvml, dev, out);
+    unsigned long long mj;
+    out->energy_j = -1;
+    if (nvml->api.energy && nvml->api.energy(dev, &mj) == NVML_SUCCESS) out->energy_j = mj / 1000.0;
     return GPC_OK;
 }
 
