@@ -96,6 +96,7 @@ typedef struct {
     void *workspace;
     matmul_cache_entry cache[MATMUL_CACHE_SIZE];
     int next;
+    int measured; /* measured_configs apply to this GPU: 0 not asked yet, 1 no, 2 yes */
 } matmul_device;
 
 static matmul_device *devices[MATMUL_MAX_DEVICES];
@@ -454,24 +455,30 @@ static int measured_enabled(void) {
     return on;
 }
 
-/* Whether this GPU and cuBLASLt are the ones the table was measured on. */
-static int measured_gpu(void) {
-    static int known = -1;
-    if (known < 0) {
+/* Whether md's GPU (the current one) and cuBLASLt are the ones the table was
+ * measured on; asked once per GPU. */
+static int measured_gpu(matmul_device *md) {
+    if (!md->measured) {
         int dev = 0, major = 0, sms = 0;
         size_t version = cublasLtGetVersion(); /* 130100 for 13.1.0 */
-        known =
+        int yes =
             cudaGetDevice(&dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
             major == 9 && sms == 132 && version / 10000 == 13;
         cudaGetLastError();
+        md->measured = yes ? 2 : 1;
     }
-    return known;
+    return md->measured == 2;
 }
 
 int gpc_cuda_matmul_measured_applies(void) {
-    return measured_enabled() && !tune_enabled() && measured_gpu();
+    matmul_device *md = NULL;
+    if (device_state(&md) != GPC_OK) {
+        gpc_clear_error();
+        return 0;
+    }
+    return measured_enabled() && !tune_enabled() && measured_gpu(md);
 }
 
 /* The measured configuration for this product in *out (0), or -1 when the
@@ -483,7 +490,7 @@ static int measured_pick(matmul_device *md, cublasLtMatmulDesc_t desc, cublasLtM
     if (!measured_enabled() || key->n < MEASURED_MIN_N || key->atype != GPC_BF16 ||
         key->btype != GPC_BF16 || key->dtype != GPC_BF16 || key->align_a < 256 ||
         key->align_b < 256 || key->align_d < 256 || (key->align_aux && key->align_aux < 256) ||
-        !measured_gpu())
+        !measured_gpu(md))
         return -1;
     for (size_t i = 0; i < sizeof measured_configs / sizeof measured_configs[0]; i++) {
         const measured_config *c = &measured_configs[i];
@@ -650,8 +657,9 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
                 goto done;
             }
             algo = result[0].algo;
-            if (!tune) measured_pick(md, desc, la, lb, ld, &key, epilogue, &algo);
-            if (tune)
+            if (!tune)
+                measured_pick(md, desc, la, lb, ld, &key, epilogue, &algo);
+            else
                 tune_pick(md, desc, la, lb, ld, result, found, a, b, d, aux, beta,
                           (size_t)ldd * (size_t)n * gpc_dtype_size(dtype), m, n, k, &algo);
             pthread_mutex_lock(&matmul_lock);
