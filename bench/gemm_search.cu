@@ -363,7 +363,7 @@ typedef struct {
     aux_kind aux;
 } gemm_shape;
 
-#define SHAPE_COUNT 18
+#define SHAPE_COUNT 20
 
 static void gpt2_shapes(gemm_shape *s, int N) {
     const int C = GPT2_C;
@@ -403,6 +403,12 @@ static void gpt2_shapes(gemm_shape *s, int N) {
          0, 0, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, BIAS_NONE, AUX_NONE},
         {"fc_dweight", "fc backward dweight: dW^T (C x 4C) += inp^T (C x N) . dout (N x 4C)", C,
          4 * C, N, 0, 1, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, BIAS_NONE, AUX_NONE},
+        {"fc_dweight_bgradb",
+         "fc backward dweight with the bias gradient (BGRADB, f32): db (4C) = column sums of dout",
+         C, 4 * C, N, 0, 1, 1.0f, CUBLASLT_EPILOGUE_BGRADB, BGRAD_F32, AUX_NONE},
+        {"qkv_dweight_bgradb",
+         "qkv backward dweight with the bias gradient (BGRADB, f32): db (3C) = column sums of dout",
+         C, 3 * C, N, 0, 1, 1.0f, CUBLASLT_EPILOGUE_BGRADB, BGRAD_F32, AUX_NONE},
         {"classifier_fwd", "output head: logits^T (V x N) = wte^T' (V x C) . lnf^T (C x N)",
          GPT2_VP, N, C, 1, 0, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, BIAS_NONE, AUX_NONE},
         {"classifier_dinp", "output head dinp: dlnf^T (C x N) = wte (C x V) . dlogits^T (V x N)", C,
@@ -427,6 +433,8 @@ static const char *epilogue_name(cublasLtEpilogue_t e) {
         return "DGELU";
     case CUBLASLT_EPILOGUE_DGELU_BGRAD:
         return "DGELU_BGRAD";
+    case CUBLASLT_EPILOGUE_BGRADB:
+        return "BGRADB";
     default:
         return "other";
     }
@@ -434,7 +442,13 @@ static const char *epilogue_name(cublasLtEpilogue_t e) {
 
 static int epilogue_uses_bias(cublasLtEpilogue_t e) {
     return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
-           e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+           e == CUBLASLT_EPILOGUE_DGELU_BGRAD || e == CUBLASLT_EPILOGUE_BGRADB;
+}
+
+/* The bias's length: one per row of D (m), but BGRADB's gradient has one per
+ * column of op(B) (n). */
+static size_t bias_length(const gemm_shape *s) {
+    return (size_t)(s->epilogue == CUBLASLT_EPILOGUE_BGRADB ? s->n : s->m);
 }
 
 /* ------------------------------------------------------------ the problem */
@@ -555,7 +569,7 @@ static int problem_init(problem *p, bench *b, const gemm_shape *s) {
     p->b = b;
     p->shape = s;
     const size_t m = (size_t)s->m, n = (size_t)s->n, k = (size_t)s->k, bf = 2;
-    size_t bias_bytes = m * (s->bias == BGRAD_F32 ? 4 : 2);
+    size_t bias_bytes = bias_length(s) * (s->bias == BGRAD_F32 ? 4 : 2);
     p->d_bytes = m * n * bf;
     if (!(p->a = device_alloc(m * k * bf, "A")) || !(p->bmat = device_alloc(k * n * bf, "B")) ||
         !(p->d = device_alloc(p->d_bytes, "D")) ||
@@ -567,7 +581,7 @@ static int problem_init(problem *p, bench *b, const gemm_shape *s) {
         return 0;
     if (s->bias != BIAS_NONE && !(p->bias = device_alloc(bias_bytes, "the bias"))) return 0;
     if ((s->bias == BGRAD_F32 || s->bias == BGRAD_BF16) &&
-        !(p->bias_ref = device_alloc(m * 4, "the reference bias gradient")))
+        !(p->bias_ref = device_alloc(bias_length(s) * 4, "the reference bias gradient")))
         return 0;
 
     cudaStream_t st = b->stream;
@@ -738,7 +752,8 @@ static int make_reference(problem *p, const cublasLtMatmulAlgo_t *ref_algo) {
         ok = CUDA_OK(cudaMemcpyAsync(p->aux_ref, p->aux, m * n * 2, cudaMemcpyDeviceToDevice, st));
     if (ok && p->bias_ref && ref_algo) {
         p->bias_ref_type = bias_type(s);
-        ok = CUDA_OK(cudaMemcpyAsync(p->bias_ref, p->bias, m * (s->bias == BGRAD_F32 ? 4 : 2),
+        ok = CUDA_OK(cudaMemcpyAsync(p->bias_ref, p->bias,
+                                     bias_length(s) * (s->bias == BGRAD_F32 ? 4 : 2),
                                      cudaMemcpyDeviceToDevice, st));
     } else if (ok && p->bias_ref) {
         p->bias_ref_type = BUF_F32;
@@ -781,7 +796,8 @@ static double check_algo(const problem *p, const cublasLtMatmulAlgo_t *algo, con
     double d = max_rel_diff(p, p->d, BUF_BF16, p->d_ref, BUF_BF16, mn), aux = 0.0, bias = 0.0;
     if (p->aux_ref) aux = max_rel_diff(p, p->aux, BUF_BF16, p->aux_ref, BUF_BF16, mn);
     if (p->bias_ref)
-        bias = max_rel_diff(p, p->bias, bias_type(s), p->bias_ref, p->bias_ref_type, s->m);
+        bias = max_rel_diff(p, p->bias, bias_type(s), p->bias_ref, p->bias_ref_type,
+                            (int64_t)bias_length(s));
     if (d < 0.0 || aux < 0.0 || bias < 0.0) return INFINITY;
     printf("  check %s: max_rel_diff D %.3g", label, d);
     if (p->aux_ref) printf(", aux %.3g", aux);
