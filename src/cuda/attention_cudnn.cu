@@ -1110,6 +1110,9 @@ static gpc_status tune(plan_entry *p, cudnnBackendDescriptor_t pack, cudaStream_
         err = cudaEventCreate(&events[e]);
     const int by_energy = tune_by_energy();
     const int index = by_energy ? energy_index(p->key.device) : -1;
+    /* why energies were not compared, when they were not */
+    const char *by_time =
+        index < 0 ? "ms a run, no energy counter" : "ms a run, the energy counter did not move";
     int measured_energy = by_energy;
     for (int c = 0; by_energy && c < p->num_candidates && err == cudaSuccess; c++) {
         /* energy a run (or, without NVML's counter, the time a run) back to
@@ -1177,7 +1180,7 @@ static gpc_status tune(plan_entry *p, cudnnBackendDescriptor_t pack, cudaStream_
                                "cuDNN attention %s on cuda:%d: %d engine candidates, each run "
                                "back to back %.2g s (heuristics' rank: engine, %s):",
                                text, p->key.device, p->num_candidates, energy_seconds(),
-                               measured_energy ? "mJ/ms a run" : "ms a run, no energy counter")
+                               measured_energy ? "mJ/ms a run" : by_time)
             : (size_t)snprintf(line, sizeof line,
                                "cuDNN attention %s on cuda:%d: %d engine candidates "
                                "(heuristics' rank: engine, median/mean of %d runs):",

@@ -901,7 +901,9 @@ gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_t
                           0.0f, NULL));
     /* Opt-in (GPC_MATMUL_BGRAD=1): on an H200 the epilogue was slower than the
      * scalar column sum in one run and 0.04-0.07 ms faster per d12 layer than
-     * the 16-byte one in another (bench/gemm_bench.c); not yet conclusive. */
+     * the 16-byte one in another (bench/gemm_bench.c); cuBLASLt 13.1 has no
+     * BGRADB algorithm with an f32 sum for GPT-2's dweight products at all
+     * (bench_gemm_search's *_bgradb shapes), so there it falls back, said once. */
     static int epilogue_bgrad = -1;
     if (epilogue_bgrad < 0)
         epilogue_bgrad = getenv("GPC_MATMUL_BGRAD") && !strcmp(getenv("GPC_MATMUL_BGRAD"), "1");
@@ -915,6 +917,14 @@ gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_t
                                   (int)C, 1.0f, (float *)sums);
         if (st == GPC_OK) return bias_grad_finish(dbias, (const float *)sums, 1, (int)OC);
         if (st != GPC_ERR_UNSUPPORTED) return st;
+        static int said;
+        if (!said) {
+            said = 1;
+            gpc_log(GPC_LOG_WARN,
+                    "GPC_MATMUL_BGRAD=1: %s (BGRADB for the %dx%d weight gradient): "
+                    "bias gradients are column sums instead",
+                    gpc_last_error(), (int)OC, (int)C);
+        }
         gpc_clear_error();
     }
     if (want_dweight)
