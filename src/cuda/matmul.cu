@@ -546,23 +546,6 @@ static int measured_pick(matmul_device *md, cublasLtMatmulDesc_t desc, cublasLtM
  * dimension ldd, in D's dtype. */
 typedef enum { MATMUL_NO_GELU, MATMUL_GELU_AUX, MATMUL_DGELU } matmul_gelu;
 
-/* GPC_MATMUL_SMS=N (a measurement knob): products run on N SMs, leaving the
- * others free; 0 when unset (all of them). */
-static int32_t sm_count_target(void) {
-    static int32_t target = -1;
-    if (target < 0) {
-        const char *e = getenv("GPC_MATMUL_SMS");
-        char *end = NULL;
-        long v = e && *e ? strtol(e, &end, 10) : 0;
-        if (e && *e && (*end || v < 1 || v > 4096)) {
-            gpc_log(GPC_LOG_WARN, "GPC_MATMUL_SMS=%s is not a count of SMs: using all", e);
-            v = 0;
-        }
-        target = (int32_t)v;
-    }
-    return target;
-}
-
 /* D (m x n, ld ldd) = alpha op(A) op(B) + beta D [+ bias], column-major.
  * With bias_grad (f32 [n]) the epilogue also writes the column sums of op(B)
  * there (BGRADB); when cuBLASLt has no algorithm for that, the call returns
@@ -588,7 +571,6 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
                                                           : CUBLASLT_EPILOGUE_DEFAULT;
     cudaDataType_t f32 = CUDA_R_32F;
     float alpha = 1.0f;
-    int32_t sms = sm_count_target();
     matmul_key key;
     memset(&key, 0, sizeof key);
     key.m = m, key.n = n, key.k = k, key.transa = transa, key.transb = transb;
@@ -602,9 +584,6 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
     LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
     LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                             sizeof epilogue));
-    if (sms > 0)
-        LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms,
-                                                sizeof sms));
     if (bias)
         LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                 sizeof bias));
