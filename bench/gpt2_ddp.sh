@@ -99,7 +99,7 @@ unset GPC_DDP_NO_COMM
 run z0_b0 "${ddp[@]}" --zero 0 --bucket-mb 0
 run z0_b100 "${ddp[@]}" --zero 0 --bucket-mb 100
 
-if [[ ${SKIP_TORCH:-0} != 1 ]]; then
+if [[ ${SKIP_TORCH:-0} != 1 && ( -z ${RUNS:-} || " $RUNS " == *" torch_ddp "* ) ]]; then
   timeout 300 "${launch[@]}" python3 "$root/bench/reference/gpt2_torch_ddp.py" --steps "$steps" \
     --total-batch "$total" \
     >"$out/torch_ddp.log" 2>&1
