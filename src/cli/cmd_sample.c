@@ -134,8 +134,7 @@ int cmd_sample(int argc, char **argv) {
     const cli_spec spec = {
         "sample",
         "sample --run RUN [--prompt TEXT | --prompt-file FILE] [--tokens N] [--temperature X] "
-        "[--top-k K] [--top-p P] "
-        "[--seed S]",
+        "[--top-k K] [--top-p P] [--seed S] [--device DEV] [--precision P] [--no-kv-cache]",
         "Generates text from a trained run, streaming it to stdout. Stops at the end-of-text "
         "token or after N tokens.",
         options,
