@@ -55,10 +55,10 @@ void gpc_cpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, fl
                    const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                    int64_t ldc);
 
-/* acc[j] += the sum over rows n of x[n * C + j], for j < C: parallel over
+/* acc[j] += the sum over rows n of x[n * ld + j], for j < C: parallel over
  * blocks of columns, each adding its rows in order (deterministic, no
  * atomics). The bias gradients' column sums. */
-void gpc_cpu_add_column_sums(float *acc, const float *x, int64_t N, int64_t C);
+void gpc_cpu_add_column_sums(float *acc, const float *x, int64_t N, int64_t C, int64_t ld);
 
 /* Last dimension, and rows when seen as [rows, last dimension]. */
 int64_t gpc_cpu_last_dim(const gpc_tensor *t);

@@ -119,7 +119,7 @@ gpc_status gpc_cpu_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc
     const float *mu = mean->data, *rs = rstd->data;
     int64_t blocks = (C + LAYERNORM_CHANNEL_BLOCK - 1) / LAYERNORM_CHANNEL_BLOCK;
     /* dinp as it came in, before the rows below add to it */
-    if (dinp_sum) gpc_cpu_add_column_sums(dinp_sum->data, dx, N, C);
+    if (dinp_sum) gpc_cpu_add_column_sums(dinp_sum->data, dx, N, C, C);
 #pragma omp parallel
     {
 #pragma omp for schedule(static) nowait

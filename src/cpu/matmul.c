@@ -64,11 +64,11 @@ gpc_status gpc_cpu_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_te
         gpc_cpu_sgemm(0, 0, N, C, OC, 1.0f, dy, OC, weight->data, C, 0.0f, dinp->data, C);
     if (dweight && dweight->data)
         gpc_cpu_sgemm(1, 0, OC, C, N, 1.0f, dy, OC, inp->data, C, 1.0f, dweight->data, C);
-    if (dbias && dbias->data) gpc_cpu_add_column_sums(dbias->data, dy, N, OC);
+    if (dbias && dbias->data) gpc_cpu_add_column_sums(dbias->data, dy, N, OC, OC);
     return GPC_OK;
 }
 
-void gpc_cpu_add_column_sums(float *acc, const float *x, int64_t N, int64_t C) {
+void gpc_cpu_add_column_sums(float *acc, const float *x, int64_t N, int64_t C, int64_t ld) {
     int64_t blocks = (C + MATMUL_COLUMN_BLOCK - 1) / MATMUL_COLUMN_BLOCK;
 #pragma omp parallel for schedule(static)
     for (int64_t blk = 0; blk < blocks; blk++) {
@@ -77,8 +77,18 @@ void gpc_cpu_add_column_sums(float *acc, const float *x, int64_t N, int64_t C) {
         float sum[MATMUL_COLUMN_BLOCK] = {0};
         for (int64_t n = 0; n < N; n++)
             for (int64_t j = 0; j < width; j++)
-                sum[j] += x[n * C + j0 + j];
+                sum[j] += x[n * ld + j0 + j];
         for (int64_t j = 0; j < width; j++)
             acc[j0 + j] += sum[j];
     }
+}
+
+gpc_status gpc_cpu_column_sums(gpc_tensor *acc, const gpc_tensor *x, int64_t first) {
+    const char *op = "column_sums";
+    GPC_TRY(gpc_cpu_need_f32(op, "acc", acc));
+    GPC_TRY(gpc_cpu_need_f32(op, "x", x));
+    int64_t W = gpc_cpu_last_dim(x);
+    gpc_cpu_add_column_sums(acc->data, (const float *)x->data + first, gpc_cpu_rows(x),
+                            gpc_tensor_numel(acc), W);
+    return GPC_OK;
 }

@@ -211,12 +211,13 @@ gpc_status gpc_cuda_enter(const gpc_tensor *t);
  * the next op's kernels run after its own. */
 gpc_status gpc_cuda_scratch(size_t bytes, void **out);
 
-/* acc[j] += the sum over rows n of x[n * C + j] (x [N,C] in dtype on the
- * current GPU; acc any float dtype): partial sums per block of rows, then
- * their sum in a fixed order, so the bits do not depend on scheduling. Uses
- * the scratch buffer. The bias gradients' column sums (matmul.cu). */
+/* acc[j] += the sum over rows n of x[n * ld + j], j < C (x N rows of ld
+ * elements in dtype on the current GPU; acc any float dtype): partial sums
+ * per block of rows, then their sum in a fixed order, so the bits do not
+ * depend on scheduling. Uses the scratch buffer. The bias gradients' column
+ * sums (matmul.cu). */
 gpc_status gpc_cuda_add_column_sums(const gpc_tensor *acc, const void *x, gpc_dtype dtype,
-                                    int64_t N, int64_t C);
+                                    int64_t N, int64_t C, int64_t ld);
 
 /* Number of multiprocessors of the current GPU (cached). */
 int gpc_cuda_sm_count(void);

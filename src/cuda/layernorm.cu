@@ -522,7 +522,7 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
          * use ends before the partial sums below take the buffer) */
         int sum = dinp_sum != NULL && fused && elems <= LNB_SUM_MAX_ELEMS(E);
         if (dinp_sum && !sum)
-            GPC_TRY(gpc_cuda_add_column_sums(dinp_sum, dinp->data, dinp->dtype, N, C));
+            GPC_TRY(gpc_cuda_add_column_sums(dinp_sum, dinp->data, dinp->dtype, N, C, C));
         groups = sum ? 3 : 2;
         if (fused) {
             int64_t grid = (int64_t)gpc_cuda_sm_count() * LNB_BLOCKS_PER_SM,

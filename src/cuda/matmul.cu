@@ -690,13 +690,13 @@ __global__ void add_bias_kernel(T *out, gpc_cuda_any bias, int64_t N, int OC) {
         out[i] = gpc_from_f32<T>(gpc_to_f32(out[i]) + gpc_any_load(bias, i % OC));
 }
 
-/* partial[blockIdx.y][j] = sum of dout[n, j] over this block's rows. Block
+/* partial[blockIdx.y][j] = sum of dout[n * ld + j] over this block's rows. Block
  * (32, 8): a lane owns PER neighbouring columns (one 16-byte load per row
  * when PER > 1), the 8 rows of threadIdx.y walk the block's rows, and shared
  * memory adds the 8 in a fixed order. */
 template <typename T, int PER>
 __global__ void bias_grad_partial_kernel(float *partial, const T *dout, int64_t N, int OC,
-                                         int64_t rows_per_block) {
+                                         int64_t ld, int64_t rows_per_block) {
     __shared__ float sums[8][32 * PER];
     int j0 = (blockIdx.x * 32 + threadIdx.x) * PER;
     int64_t begin = blockIdx.y * rows_per_block;
@@ -708,9 +708,9 @@ __global__ void bias_grad_partial_kernel(float *partial, const T *dout, int64_t 
     if (j0 < OC)
         for (int64_t n = begin + threadIdx.y; n < end; n += 8) {
             if (PER == 1) {
-                s[0] += gpc_to_f32(dout[n * OC + j0]);
+                s[0] += gpc_to_f32(dout[n * ld + j0]);
             } else {
-                gpc_pack<T> v = *(const gpc_pack<T> *)(dout + n * OC + j0);
+                gpc_pack<T> v = *(const gpc_pack<T> *)(dout + n * ld + j0);
 #pragma unroll
                 for (int k = 0; k < PER; k++)
                     s[k] += gpc_to_f32(v.v[k]);
@@ -932,12 +932,12 @@ gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_t
                           dout->dtype, NULL, (int)C, (int)OC, (int)N, 0, 1, (int)C, (int)OC, (int)C,
                           1.0f, NULL));
     if (dbias && dbias->data)
-        GPC_TRY(gpc_cuda_add_column_sums(dbias, dout->data, dout->dtype, N, OC));
+        GPC_TRY(gpc_cuda_add_column_sums(dbias, dout->data, dout->dtype, N, OC, OC));
     return GPC_OK;
 }
 
 gpc_status gpc_cuda_add_column_sums(const gpc_tensor *acc, const void *x, gpc_dtype dtype,
-                                    int64_t N, int64_t C) {
+                                    int64_t N, int64_t C, int64_t ld) {
     if (N == 0 || C == 0) return GPC_OK;
     if (C > 0x7fffffff)
         return gpc_error(GPC_ERR_UNSUPPORTED, "column sums: %lld columns are too many",
@@ -946,7 +946,7 @@ gpc_status gpc_cuda_add_column_sums(const gpc_tensor *acc, const void *x, gpc_dt
     void *partial = NULL;
     GPC_CUDA_DISPATCH(dtype, E, {
         const int P = 16 / sizeof(E);
-        int vec = C % P == 0 && gpc_cuda_aligned16(x);
+        int vec = C % P == 0 && ld % P == 0 && gpc_cuda_aligned16(x);
         int per = vec ? P : 1;
         int col_blocks = (int)((C + 32 * per - 1) / (32 * per));
         parts = (gpc_cuda_sm_count() * 4 + col_blocks - 1) / col_blocks;
@@ -958,13 +958,21 @@ gpc_status gpc_cuda_add_column_sums(const gpc_tensor *acc, const void *x, gpc_dt
         dim3 grid((unsigned)col_blocks, (unsigned)parts), block(32, 8);
         if (vec)
             bias_grad_partial_kernel<E, P><<<grid, block, 0, gpc_cuda_stream()>>>(
-                (float *)partial, (const E *)x, N, (int)C, rows_per);
+                (float *)partial, (const E *)x, N, (int)C, ld, rows_per);
         else
             bias_grad_partial_kernel<E, 1><<<grid, block, 0, gpc_cuda_stream()>>>(
-                (float *)partial, (const E *)x, N, (int)C, rows_per);
+                (float *)partial, (const E *)x, N, (int)C, ld, rows_per);
     });
     GPC_CUDA_CHECK_LAUNCH();
     return bias_grad_finish(acc, (const float *)partial, (int)parts, (int)C);
+}
+
+gpc_status gpc_cuda_column_sums(gpc_tensor *acc, const gpc_tensor *x, int64_t first) {
+    GPC_TRY(gpc_cuda_enter(x));
+    int64_t W = x->ndim ? x->shape[x->ndim - 1] : 1;
+    int64_t N = W ? gpc_tensor_numel(x) / W : 0;
+    const char *data = (const char *)x->data + first * (int64_t)gpc_dtype_size(x->dtype);
+    return gpc_cuda_add_column_sums(acc, data, x->dtype, N, gpc_tensor_numel(acc), W);
 }
 
 /* The GELU epilogues, unless GPC_MATMUL_GELU=0 asks for the separate kernels. */

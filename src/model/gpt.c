@@ -225,6 +225,8 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     m->dtype = dtype;
     m->training = training ? 1 : 0;
     m->recompute = training ? recompute : 0; /* inference keeps no activations for backward */
+    const char *derived = getenv("GPC_QKV_BIAS_DERIVED");
+    m->derived_qkv_bias = derived && !strcmp(derived, "1");
     m->B = B;
     m->T = T;
     m->num_params = gpt_config_num_params(&check);
@@ -647,8 +649,29 @@ static int fused_bias_grads(void) {
     return fused;
 }
 
+/* The key and value thirds of layer l's qkv bias gradient, without reading
+ * dqkv (m->derived_qkv_bias). Adding a vector b_k to every key adds q . b_k
+ * to all of a query's scores alike, which its softmax ignores: the key bias
+ * has no effect, and its gradient is zero (the third stays as zeroed).
+ * Adding b_v to every value adds b_v to every attention output, since each
+ * row of attention weights sums to 1: its gradient is the column sums of
+ * the output's gradient, dO = dproj @ W_proj, which are the projection's
+ * bias gradient times W_proj. That bias gradient accumulates over the
+ * micro-steps of a step and W_proj does not change within one, so setting
+ * the value third from it after each micro-step keeps it the accumulated
+ * gradient too. */
+static gpc_status derive_qkv_bias_grad(gpt_model *m, int l, const gpc_tensor *dattprojb,
+                                       const gpc_tensor *attprojw, const gpc_tensor *scratch) {
+    int64_t C = m->config.channels;
+    gpc_tensor dqkvb = param_layer(&m->grads.qkvb, l, 0, 3 * C);
+    gpc_tensor dvb = view(&dqkvb, (size_t)(2 * C), 2, 1, C, 0);
+    gpc_tensor dout = view(dattprojb, 0, 2, 1, C, 0);
+    gpc_tensor shape = view(scratch, 0, 2, 1, C, 0); /* only its shape is read */
+    return gpc_op_matmul_backward(&dvb, NULL, NULL, &dout, &shape, attprojw);
+}
+
 static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T) {
-    const int fused = fused_bias_grads();
+    const int fused = fused_bias_grads(), derived = m->derived_qkv_bias;
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
     gpt_tensors *p = &m->params, *g = &m->grads;
@@ -732,9 +755,14 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
             gpc_tensor ln1b = param_layer(&p->ln1b, l, 0, C);
             GPC_TRY(gpc_op_layernorm_forward(&ln1, &ln1_mean, &ln1_rstd, &residual, &ln1w, &ln1b));
         }
-        GPC_TRY(gpc_op_matmul_backward(&dbtc, &dqkvw, &dqkvb, &dqkv, &ln1, &qkvw));
+        GPC_TRY(gpc_op_matmul_backward(&dbtc, &dqkvw, derived ? NULL : &dqkvb, &dqkv, &ln1, &qkvw));
+        if (derived) {
+            gpc_tensor dqb = view(&dqkvb, 0, 1, C, 0, 0);
+            GPC_TRY(gpc_op_column_sums(&dqb, &dqkv, 0));
+        }
         GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln1w, &dln1b, fused ? &dattprojb : NULL,
                                           &dbtc, &residual, &ln1w, &ln1_mean, &ln1_rstd));
+        if (derived) GPC_TRY(derive_qkv_bias_grad(m, l, &dattprojb, &attprojw, &dbtc));
         if (m->grad_ready) GPC_TRY(m->grad_ready(m->grad_ready_user, l));
     }
     GPC_TRY(gpc_op_embedding_backward(&g->wte, &g->wpe, &dresidual, tokens));

@@ -529,6 +529,19 @@ gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, g
     return gpc_op_gelu_backward(dinp, gelu_inp, dinp);
 }
 
+gpc_status gpc_op_column_sums(gpc_tensor *acc, const gpc_tensor *x, int64_t first) {
+    const char *op = "column_sums";
+    GPC_TRY(need_float(op, "acc", acc));
+    GPC_TRY(need_float(op, "x", x));
+    DEVICES(op, acc, x);
+    int64_t K = gpc_tensor_numel(acc), W = last_dim(x);
+    if (first < 0 || K > W || first > W - K)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: columns %lld to %lld are not all among x's %lld columns", op,
+                         (long long)first, (long long)(first + K - 1), (long long)W);
+    DISPATCH(op, x, column_sums, acc, x, first);
+}
+
 gpc_status gpc_op_sum(gpc_tensor *acc, const gpc_tensor *x) {
     const char *op = "sum";
     GPC_TRY(need_dtype(op, "acc", acc, GPC_F32));

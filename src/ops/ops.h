@@ -208,6 +208,12 @@ gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, g
                                         const gpc_tensor *dout, const gpc_tensor *inp,
                                         const gpc_tensor *weight, const gpc_tensor *gelu_inp);
 
+/* acc[K] += the sums over rows of x's columns first .. first+K-1, x viewed
+ * as [rows, W] with W its last dimension (K = acc's element count; any float
+ * dtypes, summed in f32). The model sums one part of a wider gradient with
+ * it: the query third of the qkv bias gradient. */
+gpc_status gpc_op_column_sums(gpc_tensor *acc, const gpc_tensor *x, int64_t first);
+
 /* Adds the sum of x (any float dtype) to acc[0] (f32, one element). The
  * model sums its per-token losses on the device with it, so the trainer
  * reads the loss once per step instead of once per micro-step. */

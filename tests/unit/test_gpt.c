@@ -485,6 +485,59 @@ static void test_gradient_accumulates(void **state) {
     gpt_free(m);
 }
 
+/* GPC_QKV_BIAS_DERIVED's backward (m->derived_qkv_bias) against the one that
+ * sums all of dqkv, over two micro-steps: every other gradient is the same
+ * bit for bit, and so is the query third of the qkv bias gradient (the same
+ * column sums); the key third is zero where the sums give float32 noise
+ * around zero, and the value third, the attention projection's bias
+ * gradient times its weight, matches the value columns' sums. */
+static void test_derived_qkv_bias(void **state) {
+    (void)state;
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 15);
+    gpt_model *m = make_model(TL, TNH, TC, TT, TV, TB, TT, 1);
+    float *w = random_params(m, &rng);
+    TEST_OK(gpt_set_params(m, w));
+    int32_t tok[TB * TT], tgt[TB * TT], tok2[TB * TT], tgt2[TB * TT];
+    random_tokens(&rng, tok, tgt, TB * TT, TV);
+    random_tokens(&rng, tok2, tgt2, TB * TT, TV);
+    size_t P = m->num_params;
+    float *summed = malloc(P * 4), *derived = malloc(P * 4);
+    for (int d = 0; d < 2; d++) {
+        m->derived_qkv_bias = d;
+        gpc_tensor host = gpc_tensor_1d(d ? derived : summed, GPC_F32, gpc_cpu(), (int64_t)P);
+        TEST_OK(gpt_zero_grad(m));
+        TEST_OK(gpt_forward_backward(m, tok, tgt, TB, TT, 0.5f));
+        TEST_OK(gpt_forward_backward(m, tok2, tgt2, TB, TT, 0.5f));
+        TEST_OK(gpc_tensor_copy(&host, &m->grads_flat));
+    }
+    int qkvb = -1;
+    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++)
+        if (!strcmp(gpt_param_names[i], "qkvb")) qkvb = i;
+    assert_true(qkvb >= 0 && qkvb + 1 < GPT_NUM_PARAM_TENSORS);
+    size_t start = m->param_offset[qkvb], end = m->param_offset[qkvb + 1];
+    if (memcmp(summed, derived, start * 4) || memcmp(summed + end, derived + end, (P - end) * 4))
+        fail_msg("a gradient other than qkvb's differs between the two backwards");
+    double big = 0;
+    for (size_t k = start; k < end; k++)
+        big = fmax(big, fabs(summed[k]));
+    assert_true(big > 0);
+    for (int l = 0; l < TL; l++) {
+        const float *s = summed + start + (size_t)l * 3 * TC,
+                    *d = derived + start + (size_t)l * 3 * TC;
+        if (memcmp(s, d, TC * 4)) fail_msg("layer %d: the query third differs", l);
+        for (int j = 0; j < TC; j++) {
+            if (d[TC + j] != 0.0f) fail_msg("layer %d: key bias gradient %g, not 0", l, d[TC + j]);
+            if (fabs(s[TC + j]) > 1e-5 * big)
+                fail_msg("layer %d: the summed key bias gradient %g is not about 0 (largest %g)", l,
+                         s[TC + j], big);
+        }
+        test_assert_close_f32("value bias gradient", d + 2 * TC, s + 2 * TC, TC, 1e-5, 1e-5 * big);
+    }
+    free(w), free(summed), free(derived);
+    gpt_free(m);
+}
+
 /* One AdamW step against the formula computed here in float64, with the
  * global-norm clip active and weight decay only on 2-D weights. */
 static void test_update(void **state) {
@@ -539,6 +592,7 @@ int main(void) {
         cmocka_unit_test(test_causal),
         cmocka_unit_test(test_gradient_check),
         cmocka_unit_test(test_gradient_accumulates),
+        cmocka_unit_test(test_derived_qkv_bias),
         cmocka_unit_test(test_update),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
