@@ -428,6 +428,26 @@ static void test_sum(void **state) {
     }
 }
 
+/* column_sums over a range of a wider matrix's columns, added to what acc
+ * held: the qkv bias gradient's query third (16-byte loads: the range and
+ * the row start on 8-element boundaries) and an odd range of odd rows (one
+ * element a load). */
+static void test_column_sums(void **state) {
+    (void)state;
+    gpc_dtype dts[] = {GPC_F32, GPC_BF16};
+    const int64_t cases[][4] = {{4099, 2304, 0, 768}, {1027, 771, 5, 301}, {3, 40, 8, 16}};
+    for (int k = 0; k < 2; k++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            int64_t s[2] = {cases[c][0], cases[c][1]}, ks[1] = {cases[c][3]};
+            pair x = make(dts[k], 2, s, 'r', -1, 1), acc = make(dts[k], 1, ks, 'r', -2, 2);
+            TEST_OK(gpc_op_column_sums(&acc.cpu, &x.cpu, cases[c][2]));
+            TEST_OK(gpc_op_column_sums(&acc.gpu, &x.gpu, cases[c][2]));
+            expect("column_sums", &acc, tol_for(dts[k], 3e-5));
+            drop(&x);
+            drop(&acc);
+        }
+}
+
 /* ----------------------------------------------------------- elementwise */
 
 static void elementwise_case(gpc_dtype dt, int64_t n) {
@@ -776,6 +796,7 @@ int main(void) {
         cmocka_unit_test(test_crossentropy),
         cmocka_unit_test(test_sum_squares),
         cmocka_unit_test(test_sum),
+        cmocka_unit_test(test_column_sums),
         cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_convert),
         cmocka_unit_test(test_mixed_dtypes_refused),

@@ -852,6 +852,27 @@ static void test_sum_squares(void **state) {
     free(x), free(h);
 }
 
+/* column_sums: a random range of a random matrix's columns, added to what
+ * acc held, against float64 sums; the columns outside the range untouched
+ * is what acc's length and the sums' match together show. */
+static void test_column_sums(void **state) {
+    (void)state;
+    int64_t N = rand_range(1, 3000), W = rand_range(1, 200);
+    int64_t first = rand_range(0, W - 1), K = rand_range(1, W - first);
+    float *x = randn(N * W, 1.0f), *acc = randn(K, 1.0f);
+    double *want = widen(acc, K);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t j = 0; j < K; j++)
+            want[j] += x[n * W + first + j];
+    gpc_tensor tx = t2(x, N, W), tacc = t1(acc, K);
+    TEST_OK(gpc_op_column_sums(&tacc, &tx, first));
+    /* float32 sums of N terms of size 1 reach sqrt(N), and each addition
+     * rounds at that size: about sqrt(N) * sqrt(N) * eps / 2 in all, under
+     * 3e-5 of sqrt(N) for every N here, with room to spare */
+    test_assert_close("column_sums", acc, want, K, 3e-5, sqrt((double)N));
+    free(x), free(acc), free(want);
+}
+
 typedef struct {
     double lr, b1, b2, eps, wd, grad_scale, max_norm;
 } adamw_ref_args;
@@ -1061,6 +1082,7 @@ int main(void) {
         cmocka_unit_test(test_attention_deterministic),
         cmocka_unit_test(test_crossentropy),
         cmocka_unit_test(test_sum_squares),
+        cmocka_unit_test(test_column_sums),
         cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_adamw_master),
         cmocka_unit_test(test_adamw_skip_nonfinite),

@@ -178,6 +178,13 @@ static void test_wrong_shapes(void **state) {
     gpc_tensor acc = f32_1d(3, 2);
     TEST_FAILS(gpc_op_sum_squares(&acc, &logits), GPC_ERR_MISMATCH,
                "sum_squares: tensor 'acc' is [2] f32 on cpu; expected 1 elements");
+    /* column sums: the range must lie among x's columns */
+    gpc_tensor sums = f32_1d(3, 2);
+    snprintf(needle, sizeof needle, "column_sums: columns %lld to %lld are not all among x's %lld",
+             (long long)Vp - 1, (long long)Vp, (long long)Vp);
+    TEST_FAILS(gpc_op_column_sums(&sums, &logits, Vp - 1), GPC_ERR_INVALID_ARG, needle);
+    TEST_FAILS(gpc_op_column_sums(&sums, &logits, -1), GPC_ERR_INVALID_ARG,
+               "column_sums: columns -1 to 0");
     /* convert: element counts differ */
     gpc_tensor dst = gpc_tensor_1d(pool[4], GPC_BF16, gpc_cpu(), N * Vp + 1);
     TEST_FAILS(gpc_op_convert(&dst, &logits), GPC_ERR_MISMATCH, "convert: tensor 'src'");
