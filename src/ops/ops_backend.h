@@ -55,7 +55,7 @@
       const gpc_tensor *dout, const gpc_tensor *inp, const gpc_tensor *weight,                     \
       const gpc_tensor *gelu_inp))                                                                 \
     X(sum, (gpc_tensor *acc, const gpc_tensor *x))                                                 \
-    X(attention_decode, (gpc_tensor *out, const gpc_tensor *qkv, int num_heads))                 \
+    X(attention_decode, (gpc_tensor *out, const gpc_tensor *qkv, int num_heads))                   \
     X(column_sums, (gpc_tensor *acc, const gpc_tensor *x, int64_t first))
 /* clang-format on */
 
