@@ -1486,6 +1486,18 @@ static int parse_num(const char *name, const char *text, double lo, double hi, d
     return 1;
 }
 
+/* parse_num for a count: a whole number from lo to hi into *out. */
+static int parse_count(const char *name, const char *text, double lo, double hi, int *out) {
+    double v = 0.0;
+    if (!parse_num(name, text, lo, hi, &v)) return 0;
+    if (v != floor(v)) {
+        fprintf(stderr, "bench_gemm_search: %s needs a whole number, not '%s'\n", name, text);
+        return 0;
+    }
+    *out = (int)v;
+    return 1;
+}
+
 static int parse_args(int argc, char **argv, options *o, int *list) {
     o->tokens = 65536, o->shape = "all", o->budget_s = 20.0, o->warm_s = 0.5;
     o->max_configs = 400, o->finalists = 20, o->runs = 10, o->warmup = 2;
@@ -1505,8 +1517,8 @@ static int parse_args(int argc, char **argv, options *o, int *list) {
         } else if (!strcmp(a, "--shape") && v) {
             o->shape = v, i++;
         } else if (!strcmp(a, "--tokens")) {
-            if (!parse_num(a, v, 1, 1 << 24, &x) || x != floor(x)) return 0;
-            o->tokens = (int)x, i++;
+            if (!parse_count(a, v, 1, 1 << 24, &o->tokens)) return 0;
+            i++;
         } else if (!strcmp(a, "--budget-s")) {
             if (!parse_num(a, v, 0.1, 3600, &x)) return 0;
             o->budget_s = x, i++;
@@ -1514,30 +1526,30 @@ static int parse_args(int argc, char **argv, options *o, int *list) {
             if (!parse_num(a, v, 0, 60, &x)) return 0;
             o->warm_s = x, i++;
         } else if (!strcmp(a, "--max-configs")) {
-            if (!parse_num(a, v, 1, 100000, &x)) return 0;
-            o->max_configs = (int)x, i++;
+            if (!parse_count(a, v, 1, 100000, &o->max_configs)) return 0;
+            i++;
         } else if (!strcmp(a, "--finalists")) {
-            if (!parse_num(a, v, 1, 1000, &x)) return 0;
-            o->finalists = (int)x, i++;
+            if (!parse_count(a, v, 1, 1000, &o->finalists)) return 0;
+            i++;
         } else if (!strcmp(a, "--runs")) {
-            if (!parse_num(a, v, 1, MAX_RUNS, &x)) return 0;
-            o->runs = (int)x, i++;
+            if (!parse_count(a, v, 1, MAX_RUNS, &o->runs)) return 0;
+            i++;
         } else if (!strcmp(a, "--warmup")) {
-            if (!parse_num(a, v, 0, 1000, &x)) return 0;
-            o->warmup = (int)x, i++;
+            if (!parse_count(a, v, 0, 1000, &o->warmup)) return 0;
+            i++;
         } else if (!strcmp(a, "--energy-s")) {
             if (!parse_num(a, v, 0, 600, &x)) return 0;
             o->energy_s = x, i++;
         } else if (!strcmp(a, "--energy-configs")) {
-            if (!parse_num(a, v, 0, 100, &x)) return 0;
-            o->energy_configs = (int)x, i++;
+            if (!parse_count(a, v, 0, 100, &o->energy_configs)) return 0;
+            i++;
         } else if (!strcmp(a, "--skip-algo")) {
             if (o->nskip == MAX_SKIPPED) {
                 fprintf(stderr, "bench_gemm_search: at most %d --skip-algo\n", MAX_SKIPPED);
                 return 0;
             }
-            if (!parse_num(a, v, 0, 1e9, &x)) return 0;
-            o->skip[o->nskip++] = (int)x, i++;
+            if (!parse_count(a, v, 0, 1e9, &o->skip[o->nskip])) return 0;
+            o->nskip++, i++;
         } else {
             fprintf(stderr, "bench_gemm_search: unknown option or missing value: %s\n", a);
             usage(stderr);

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# test_bench_tools.sh: the GPU benchmark programs in bench/ refuse bad
+# options before they touch a GPU, so this runs wherever they were built
+# (CUDA found at build time), GPU or not. bench_gemm_search: --list names
+# every shape of the GPT-2 step once; each bad number, an unknown shape and
+# an unknown option exit 2 with a line saying which. Skipped (77) where the
+# programs were not built.
+set -u
+search=${GPC_BINARY_DIR:?set GPC_BINARY_DIR to the build folder}/bench/bench_gemm_search
+[[ -x $search ]] || { echo "bench_gemm_search not built (no CUDA at build time): skipped"; exit 77; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpc-bench-tools-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+"$search" --list >"$work/list" 2>&1 || fail "--list: exit $?: $(cat "$work/list")"
+names=$(awk '{print $1}' "$work/list")
+[[ $(echo "$names" | wc -l) -eq 20 ]] || fail "--list: $(echo "$names" | wc -l) shapes, not 20"
+[[ $(echo "$names" | sort -u | wc -l) -eq 20 ]] || fail "--list: a shape is named twice"
+for s in fc_fwd fcproj_dinp_dgelu qkv_dweight fc_dweight_bgradb qkv_dweight_bgradb classifier_fwd; do
+  grep -qx "$s" <<<"$names" || fail "--list does not name $s"
+done
+
+# usage errors: exit 2 and a message naming the problem
+expect_usage() {
+  local want=$1
+  shift
+  "$search" "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  [[ $rc -eq 2 ]] || fail "$*: exit $rc, not 2"
+  grep -qF -- "$want" "$work/err" || fail "$*: no '$want' in: $(cat "$work/err")"
+}
+expect_usage "--energy-s needs a number from 0 to 600, not 'abc'" --energy-s abc
+expect_usage "--energy-s needs a number from 0 to 600, not '601'" --energy-s 601
+expect_usage "--budget-s needs a number from 0.1 to 3600, not '0'" --budget-s 0
+expect_usage "--energy-configs needs a number from 0 to 100, not '-1'" --energy-configs -1
+expect_usage "--tokens needs a whole number, not '2.5'" --tokens 2.5
+expect_usage "--tokens needs a number from 1 to 16777216, not '0'" --tokens 0
+expect_usage "no shape 'fc_dweight_bgrad'; --list names them" --shape qkv_fwd,fc_dweight_bgrad
+expect_usage "--runs needs a whole number, not '3.5'" --runs 3.5
+expect_usage "--skip-algo needs a whole number, not '1e-3'" --skip-algo 1e-3
+expect_usage "unknown option or missing value: --bogus" --bogus
+expect_usage "unknown option or missing value: --shape" --shape
+
+[[ $failures -eq 0 ]] || exit 1
+echo "bench tools: ok"
