@@ -1,0 +1,89 @@
+/*
+ * md.h: Lennard-Jones molecular dynamics on the CPU.
+ *
+ * Reduced units (epsilon = sigma = mass = Boltzmann's constant = 1), the
+ * pair potential 4 (r^-12 - r^-6) cut at `cutoff` without shifting (what
+ * LAMMPS calls lj/cut), atoms on an fcc lattice in a periodic cube, velocity
+ * Verlet at constant energy (NVE). Pairs come from a half neighbour list
+ * (each pair once, Newton's third law) built from a grid of cells of at
+ * least cutoff + skin, rebuilt when an atom has moved more than half the
+ * skin since the last build (or every N steps, as LAMMPS's benchmark does).
+ * The defaults are LAMMPS's `in.lj` melt benchmark: 32,000 atoms at density
+ * 0.8442, temperature 3.0, cutoff 2.5, skin 0.3, time step 0.005.
+ *
+ * Thermodynamic output follows LAMMPS's conventions, so the two can be read
+ * side by side: energies per atom, temperature over 3N - 3 degrees of
+ * freedom (total momentum is zero), pressure from the kinetic part and the
+ * pair virial.
+ */
+#ifndef GPC_MD_H
+#define GPC_MD_H
+
+#include "gpc/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int cells;          /* fcc unit cells along each side: 4 cells^3 atoms */
+    double density;     /* atoms per unit volume */
+    double temperature; /* initial temperature */
+    double cutoff;      /* pair cutoff */
+    double skin;        /* neighbour-list margin beyond the cutoff */
+    double dt;          /* time step */
+    uint64_t seed;      /* initial velocities */
+    int rebuild_every;  /* 0: rebuild when an atom moved over skin/2; N: every N steps */
+} gpc_md_config;
+
+/* LAMMPS's in.lj: 20 cells (32,000 atoms), 0.8442, 3.0, 2.5, 0.3, 0.005. */
+void gpc_md_defaults(gpc_md_config *config);
+
+typedef struct {
+    int64_t step;
+    double temperature;
+    double potential; /* pair energy per atom */
+    double kinetic;   /* per atom */
+    double total;     /* per atom */
+    double pressure;
+} gpc_md_thermo;
+
+typedef struct gpc_md gpc_md;
+
+/* Places the atoms, draws velocities (uniform, total momentum removed,
+ * scaled to the temperature exactly) and computes the first forces. Errors:
+ * a value out of range, a box not more than twice cutoff + skin wide (the
+ * nearest image would be ambiguous), memory. */
+gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config);
+void gpc_md_free(gpc_md *md);
+
+/* Advances `steps` time steps. */
+gpc_status gpc_md_run(gpc_md *md, int steps);
+
+/* Recomputes forces, energy and virial at the current positions, rebuilding
+ * the neighbour list first (after positions were changed from outside). */
+gpc_status gpc_md_compute(gpc_md *md);
+
+void gpc_md_get_thermo(const gpc_md *md, gpc_md_thermo *out);
+
+int64_t gpc_md_atoms(const gpc_md *md);
+double gpc_md_box(const gpc_md *md); /* side of the cube */
+/* Atoms are sorted by cell at each neighbour-list build, so an atom's row
+ * changes: gpc_md_ids gives each row's atom (its place in the lattice order
+ * of creation). Positions are wrapped into the box at each build. */
+double *gpc_md_positions(gpc_md *md);  /* [atoms][3], writable */
+double *gpc_md_velocities(gpc_md *md); /* [atoms][3], writable */
+const double *gpc_md_forces(const gpc_md *md);
+const int64_t *gpc_md_ids(const gpc_md *md);
+int64_t gpc_md_neighbor_builds(const gpc_md *md);
+int64_t gpc_md_pairs(const gpc_md *md); /* pairs in the current neighbour list */
+
+/* Every pair of atoms against every other, nearest image (a reference for
+ * tests): forces [atoms][3], the pair energy and the virial sum r . f. */
+void gpc_md_brute_force(const gpc_md *md, double *forces, double *energy, double *virial);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPC_MD_H */

@@ -1,0 +1,499 @@
+/*
+ * md.c: Lennard-Jones molecular dynamics on the CPU (gpc/md.h).
+ *
+ * The neighbour list is a half list: each pair within cutoff + skin once,
+ * found through a grid of cells at least that wide (an atom looks at the
+ * later atoms of its own cell and at the 13 cells "above" it). At each build
+ * the positions are wrapped into the box and the atoms sorted by cell, and
+ * each entry records which periodic image of its partner is the near one,
+ * so the force loop needs neither ghost atoms nor a rounding per pair. That
+ * takes a box more than twice cutoff + skin wide (gpc_md_create checks).
+ *
+ * Forces: each thread walks a static share of the atoms and adds both
+ * halves of each pair into its own force array, then the arrays are summed
+ * per atom in thread order, so a run's results do not depend on scheduling
+ * for a given thread count.
+ */
+#include "gpc/md.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+struct gpc_md {
+    gpc_md_config config;
+    int64_t n;
+    double box, volume;
+    double *x, *v, *f; /* [n][3] */
+    double *x_built;   /* positions at the last neighbour-list build */
+    double *thread_f;  /* [threads][n][3] */
+    int threads;
+    int64_t *id; /* each atom's place in the lattice order of creation */
+    /* neighbour list: atom i's partners are neigh[i * row_capacity ..] and
+     * count[i] of them; before[i] sums the counts of the atoms before i */
+    uint32_t *neigh;
+    int32_t *count;
+    int64_t *before;
+    int64_t row_capacity, neigh_capacity;
+    int32_t *cell_of, *cell_start, *order;
+    double *scratch; /* [n][3] */
+    int cells_per_side;
+    double shift[27][3]; /* box times each image offset, by shift code */
+    double potential, virial;
+    int64_t step, builds, since_build;
+};
+
+void gpc_md_defaults(gpc_md_config *c) {
+    memset(c, 0, sizeof *c);
+    c->cells = 20;
+    c->density = 0.8442;
+    c->temperature = 3.0;
+    c->cutoff = 2.5;
+    c->skin = 0.3;
+    c->dt = 0.005;
+    c->seed = 87287;
+    c->rebuild_every = 0;
+}
+
+static gpc_status check_config(const gpc_md_config *c) {
+    if (c->cells < 1 || c->cells > 300) /* 4 x 300^3 atoms: neighbour indices take 27 bits */
+        return gpc_error(GPC_ERR_INVALID_ARG, "md: cells %d is not 1 to 300", c->cells);
+    if (!(c->density > 0 && c->density < 10))
+        return gpc_error(GPC_ERR_INVALID_ARG, "md: density %g is not above 0 and below 10",
+                         c->density);
+    if (!(c->temperature >= 0 && c->temperature < 1e6))
+        return gpc_error(GPC_ERR_INVALID_ARG, "md: temperature %g is not 0 or more",
+                         c->temperature);
+    if (!(c->cutoff > 0))
+        return gpc_error(GPC_ERR_INVALID_ARG, "md: cutoff %g is not above 0", c->cutoff);
+    if (!(c->skin >= 0)) return gpc_error(GPC_ERR_INVALID_ARG, "md: skin %g is negative", c->skin);
+    if (!(c->dt > 0 && c->dt < 1))
+        return gpc_error(GPC_ERR_INVALID_ARG, "md: time step %g is not above 0 and below 1", c->dt);
+    if (c->rebuild_every < 0)
+        return gpc_error(GPC_ERR_INVALID_ARG, "md: rebuild every %d steps: not 0 or more",
+                         c->rebuild_every);
+    return GPC_OK;
+}
+
+void gpc_md_free(gpc_md *md) {
+    if (!md) return;
+    gpc_free(md->x), gpc_free(md->v), gpc_free(md->f), gpc_free(md->x_built);
+    gpc_free(md->thread_f), gpc_free(md->id), gpc_free(md->neigh), gpc_free(md->count);
+    gpc_free(md->before), gpc_free(md->cell_of), gpc_free(md->cell_start), gpc_free(md->order);
+    gpc_free(md->scratch);
+    gpc_free(md);
+}
+
+static double nearest(double d, double box, double inv_box) {
+    return d - box * nearbyint(d * inv_box);
+}
+
+/* ------------------------------------------------------------ neighbours */
+
+/* A neighbour entry: the partner's index in the low 27 bits, and in the top
+ * 5 which periodic image of it is the near one: the partner's position plus
+ * box times (sx, sy, sz), each -1, 0 or 1, numbered by shift_code (13 is the
+ * partner itself). The image stays right until the next build, because
+ * positions are wrapped into the box only then. */
+#define INDEX_BITS 27
+#define INDEX_MASK ((1u << INDEX_BITS) - 1)
+
+static int shift_code(int sx, int sy, int sz) {
+    return ((sz + 1) * 3 + (sy + 1)) * 3 + (sx + 1);
+}
+
+/* The 13 cells "above" a cell (offsets whose first non-zero component is
+ * positive) and the cell itself: each pair of cells is visited once. */
+static const int8_t upper[14][3] = {{0, 0, 0},   {1, 0, 0},  {-1, 1, 0}, {0, 1, 0},  {1, 1, 0},
+                                    {-1, -1, 1}, {0, -1, 1}, {1, -1, 1}, {-1, 0, 1}, {0, 0, 1},
+                                    {1, 0, 1},   {-1, 1, 1}, {0, 1, 1},  {1, 1, 1}};
+
+/* Sorts the atoms by cell (positions wrapped into the box first), so each
+ * cell's atoms are consecutive: the pair loops then read neighbouring
+ * positions from a few runs of memory. ids follow the atoms. */
+static gpc_status sort_by_cell(gpc_md *md) {
+    const int64_t n = md->n;
+    const int m = md->cells_per_side;
+    const int64_t cells = (int64_t)m * m * m;
+    const double box = md->box, inv_box = 1.0 / box;
+    for (int64_t k = 0; k < 3 * n; k++) {
+        double p = md->x[k] - box * floor(md->x[k] * inv_box);
+        md->x[k] = p >= box ? p - box : p;
+    }
+    memset(md->cell_start, 0, (size_t)(cells + 1) * sizeof *md->cell_start);
+    for (int64_t i = 0; i < n; i++) {
+        int c[3];
+        for (int d = 0; d < 3; d++) {
+            c[d] = (int)(md->x[3 * i + d] * inv_box * m);
+            if (c[d] >= m) c[d] = m - 1;
+        }
+        md->cell_of[i] = (int32_t)((c[2] * m + c[1]) * m + c[0]);
+        md->cell_start[md->cell_of[i] + 1]++;
+    }
+    for (int64_t c = 0; c < cells; c++)
+        md->cell_start[c + 1] += md->cell_start[c];
+    int32_t *fill = gpc_malloc((size_t)cells * sizeof *fill);
+    if (!fill) return gpc_error(GPC_ERR_NOMEM, "md: out of host memory for the cell grid");
+    memcpy(fill, md->cell_start, (size_t)cells * sizeof *fill);
+    for (int64_t i = 0; i < n; i++)
+        md->order[fill[md->cell_of[i]]++] = (int32_t)i;
+    gpc_free(fill);
+    /* permute positions, velocities and ids into cell order */
+    double *arrays[2] = {md->x, md->v};
+    for (int a = 0; a < 2; a++) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            for (int d = 0; d < 3; d++)
+                md->scratch[3 * i + d] = arrays[a][3 * (int64_t)md->order[i] + d];
+        memcpy(arrays[a], md->scratch, (size_t)(3 * n) * sizeof *md->scratch);
+    }
+    int64_t *ids = (int64_t *)md->scratch;
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = md->id[md->order[i]];
+    memcpy(md->id, ids, (size_t)n * sizeof *ids);
+    return GPC_OK;
+}
+
+/* Each atom's partners within cutoff + skin: the later atoms of its own cell
+ * and every atom of the 13 cells above it, each pair once. Rows have a fixed
+ * capacity; a row that overflows makes the build run again with more. */
+static gpc_status build_neighbors(gpc_md *md) {
+    GPC_TRY(sort_by_cell(md));
+    const int64_t n = md->n;
+    const int m = md->cells_per_side;
+    const double box = md->box, reach = md->config.cutoff + md->config.skin;
+    const double reach2 = reach * reach;
+    for (;;) {
+        const int64_t cap = md->row_capacity;
+        if ((int64_t)n * cap > md->neigh_capacity) {
+            gpc_free(md->neigh);
+            md->neigh = gpc_malloc((size_t)(n * cap) * sizeof *md->neigh);
+            md->neigh_capacity = md->neigh ? n * cap : 0;
+            if (!md->neigh)
+                return gpc_error(GPC_ERR_NOMEM, "md: out of host memory for %lld neighbour slots",
+                                 (long long)(n * cap));
+        }
+        int64_t longest = 0;
+#pragma omp parallel for schedule(dynamic, 64) reduction(max : longest)
+        for (int64_t c = 0; c < (int64_t)m * m * m; c++) {
+            int cx = (int)(c % m), cy = (int)((c / m) % m), cz = (int)(c / ((int64_t)m * m));
+            for (int32_t i = md->cell_start[c]; i < md->cell_start[c + 1]; i++) {
+                const double xi = md->x[3 * (int64_t)i], yi = md->x[3 * (int64_t)i + 1],
+                             zi = md->x[3 * (int64_t)i + 2];
+                uint32_t *row = md->neigh + (int64_t)i * cap;
+                int64_t count = 0;
+                for (int s = 0; s < 14; s++) {
+                    int nx = cx + upper[s][0], ny = cy + upper[s][1], nz = cz + upper[s][2];
+                    int sx = nx < 0    ? -1
+                             : nx >= m ? 1
+                                       : 0,
+                        sy = ny < 0    ? -1
+                             : ny >= m ? 1
+                                       : 0,
+                        sz = nz < 0    ? -1
+                             : nz >= m ? 1
+                                       : 0;
+                    nx -= sx * m, ny -= sy * m, nz -= sz * m;
+                    int cell = (nz * m + ny) * m + nx;
+                    /* the partner's near image is at x_j + box * (sx, sy, sz) */
+                    const double ox = box * sx, oy = box * sy, oz = box * sz;
+                    uint32_t code = (uint32_t)shift_code(sx, sy, sz) << INDEX_BITS;
+                    int32_t q = s == 0 ? i + 1 : md->cell_start[cell];
+                    for (; q < md->cell_start[cell + 1]; q++) {
+                        double dx = xi - md->x[3 * (int64_t)q] - ox;
+                        double dy = yi - md->x[3 * (int64_t)q + 1] - oy;
+                        double dz = zi - md->x[3 * (int64_t)q + 2] - oz;
+                        if (dx * dx + dy * dy + dz * dz < reach2) {
+                            if (count < cap) row[count] = code | (uint32_t)q;
+                            count++;
+                        }
+                    }
+                }
+                md->count[i] = (int32_t)(count < cap ? count : cap);
+                if (count > longest) longest = count;
+            }
+        }
+        if (longest <= cap) break;
+        md->row_capacity = longest + longest / 4 + 8; /* and build again */
+    }
+    /* pairs before each atom, so threads can take equal numbers of pairs */
+    md->before[0] = 0;
+    for (int64_t i = 0; i < n; i++)
+        md->before[i + 1] = md->before[i] + md->count[i];
+    memcpy(md->x_built, md->x, (size_t)(3 * n) * sizeof *md->x);
+    md->builds++;
+    md->since_build = 0;
+    return GPC_OK;
+}
+
+/* Whether an atom moved more than half the skin since the last build. */
+static int moved_too_far(const gpc_md *md) {
+    const double limit = 0.25 * md->config.skin * md->config.skin;
+    int far = 0;
+#pragma omp parallel for schedule(static) reduction(| : far)
+    for (int64_t i = 0; i < md->n; i++) {
+        double dx = md->x[3 * i] - md->x_built[3 * i];
+        double dy = md->x[3 * i + 1] - md->x_built[3 * i + 1];
+        double dz = md->x[3 * i + 2] - md->x_built[3 * i + 2];
+        far |= dx * dx + dy * dy + dz * dz > limit;
+    }
+    return far;
+}
+
+/* ---------------------------------------------------------------- forces */
+
+static void compute_forces(gpc_md *md) {
+    const int64_t n = md->n;
+    const double rc2 = md->config.cutoff * md->config.cutoff;
+    double potential = 0, virial = 0;
+#pragma omp parallel num_threads(md->threads) reduction(+ : potential, virial)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        double *f = md->thread_f + (size_t)t * 3 * (size_t)n;
+        memset(f, 0, (size_t)(3 * n) * sizeof *f);
+        int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
+        /* threads take equal numbers of pairs, not of atoms */
+        if (nt > 1) {
+            int64_t pairs = md->before[n], want_lo = pairs * t / nt, want_hi = pairs * (t + 1) / nt;
+            int64_t a = 0, b = n;
+            while (a < b) { /* first i with start[i] >= want_lo */
+                int64_t mid = (a + b) / 2;
+                if (md->before[mid] < want_lo)
+                    a = mid + 1;
+                else
+                    b = mid;
+            }
+            lo = t == 0 ? 0 : a;
+            a = 0, b = n;
+            while (a < b) {
+                int64_t mid = (a + b) / 2;
+                if (md->before[mid] < want_hi)
+                    a = mid + 1;
+                else
+                    b = mid;
+            }
+            hi = t == nt - 1 ? n : a;
+        }
+        for (int64_t i = lo; i < hi; i++) {
+            const double xi = md->x[3 * i], yi = md->x[3 * i + 1], zi = md->x[3 * i + 2];
+            double fx = 0, fy = 0, fz = 0;
+            const uint32_t *row = md->neigh + i * md->row_capacity;
+            for (int32_t k = 0; k < md->count[i]; k++) {
+                const int64_t j = row[k] & INDEX_MASK;
+                const double *o = md->shift[row[k] >> INDEX_BITS];
+                double dx = xi - md->x[3 * j] - o[0];
+                double dy = yi - md->x[3 * j + 1] - o[1];
+                double dz = zi - md->x[3 * j + 2] - o[2];
+                double r2 = dx * dx + dy * dy + dz * dz;
+                if (r2 >= rc2) continue;
+                double r2inv = 1.0 / r2, r6inv = r2inv * r2inv * r2inv;
+                double fpair = r6inv * (48.0 * r6inv - 24.0) * r2inv;
+                fx += dx * fpair, fy += dy * fpair, fz += dz * fpair;
+                f[3 * j] -= dx * fpair, f[3 * j + 1] -= dy * fpair, f[3 * j + 2] -= dz * fpair;
+                potential += 4.0 * r6inv * (r6inv - 1.0);
+                virial += r2 * fpair;
+            }
+            f[3 * i] += fx, f[3 * i + 1] += fy, f[3 * i + 2] += fz;
+        }
+#pragma omp barrier
+        /* sum the threads' arrays, atom by atom in thread order */
+#pragma omp for schedule(static)
+        for (int64_t k = 0; k < 3 * n; k++) {
+            double s = 0;
+            for (int u = 0; u < nt; u++)
+                s += md->thread_f[(size_t)u * 3 * (size_t)n + (size_t)k];
+            md->f[k] = s;
+        }
+    }
+    md->potential = potential;
+    md->virial = virial;
+}
+
+gpc_status gpc_md_compute(gpc_md *md) {
+    GPC_TRY(build_neighbors(md));
+    compute_forces(md);
+    return GPC_OK;
+}
+
+/* ------------------------------------------------------------- the run */
+
+gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
+    *out = NULL;
+    GPC_TRY(check_config(config));
+    const gpc_md_config *c = config;
+    const double a = cbrt(4.0 / c->density);
+    const double box = a * c->cells, reach = c->cutoff + c->skin;
+    if (!(box > 2 * reach))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "md: the box (%d cells of %.4g, %.4g wide) must be more than twice cutoff "
+                         "+ skin (%.4g): use at least %d cells",
+                         c->cells, a, box, reach, (int)floor(2 * reach / a) + 1);
+    gpc_md *md = gpc_calloc(1, sizeof *md);
+    if (!md) return gpc_error(GPC_ERR_NOMEM, "md: out of host memory");
+    md->config = *c;
+    md->n = 4 * (int64_t)c->cells * c->cells * c->cells;
+    md->box = box;
+    md->volume = box * box * box;
+    md->threads = omp_get_max_threads();
+    md->cells_per_side = (int)floor(box / reach);
+    if (md->cells_per_side < 1) md->cells_per_side = 1;
+    const int64_t n = md->n,
+                  cells = (int64_t)md->cells_per_side * md->cells_per_side * md->cells_per_side;
+    const size_t vec = (size_t)(3 * n) * sizeof(double);
+    md->x = gpc_malloc(vec), md->v = gpc_malloc(vec), md->f = gpc_malloc(vec);
+    md->x_built = gpc_malloc(vec);
+    md->thread_f = gpc_malloc(vec * (size_t)md->threads);
+    md->id = gpc_malloc((size_t)n * sizeof *md->id);
+    md->count = gpc_malloc((size_t)n * sizeof *md->count);
+    md->before = gpc_malloc((size_t)(n + 1) * sizeof *md->before);
+    md->order = gpc_malloc((size_t)n * sizeof *md->order);
+    md->scratch = gpc_malloc(vec);
+    md->cell_of = gpc_malloc((size_t)n * sizeof *md->cell_of);
+    md->cell_start = gpc_malloc((size_t)(cells + 1) * sizeof *md->cell_start);
+    if (!md->x || !md->v || !md->f || !md->x_built || !md->thread_f || !md->id || !md->count ||
+        !md->before || !md->order || !md->scratch || !md->cell_of || !md->cell_start) {
+        gpc_md_free(md);
+        return gpc_error(GPC_ERR_NOMEM, "md: out of host memory for %lld atoms", (long long)n);
+    }
+
+    for (int code = 0; code < 27; code++) {
+        md->shift[code][0] = box * (code % 3 - 1);
+        md->shift[code][1] = box * ((code / 3) % 3 - 1);
+        md->shift[code][2] = box * (code / 9 - 1);
+    }
+    /* half of the atoms within reach, and room for twice that in a row */
+    md->row_capacity = (int64_t)(2.0 * c->density * 2.0 * M_PI / 3.0 * reach * reach * reach) + 16;
+    for (int64_t k = 0; k < n; k++)
+        md->id[k] = k;
+    /* the fcc lattice: 4 atoms a cell, x fastest (LAMMPS's create_atoms order) */
+    static const double basis[4][3] = {{0, 0, 0}, {0.5, 0.5, 0}, {0.5, 0, 0.5}, {0, 0.5, 0.5}};
+    int64_t i = 0;
+    for (int z = 0; z < c->cells; z++)
+        for (int y = 0; y < c->cells; y++)
+            for (int x = 0; x < c->cells; x++)
+                for (int b = 0; b < 4; b++, i++) {
+                    md->x[3 * i] = (x + basis[b][0]) * a;
+                    md->x[3 * i + 1] = (y + basis[b][1]) * a;
+                    md->x[3 * i + 2] = (z + basis[b][2]) * a;
+                }
+    /* velocities: uniform, total momentum removed, scaled to the temperature */
+    gpc_rng rng;
+    gpc_rng_seed(&rng, c->seed, 0x6d64);
+    double mean[3] = {0, 0, 0};
+    for (int64_t k = 0; k < 3 * n; k++) {
+        md->v[k] = gpc_rng_uniform64(&rng) - 0.5;
+        mean[k % 3] += md->v[k];
+    }
+    double sum2 = 0;
+    for (int64_t k = 0; k < 3 * n; k++) {
+        md->v[k] -= mean[k % 3] / (double)n;
+        sum2 += md->v[k] * md->v[k];
+    }
+    const double dof = 3.0 * (double)n - 3.0;
+    double scale = dof > 0 && sum2 > 0 ? sqrt(c->temperature * dof / sum2) : 0.0;
+    for (int64_t k = 0; k < 3 * n; k++)
+        md->v[k] *= scale;
+
+    gpc_status st = gpc_md_compute(md);
+    if (st != GPC_OK) {
+        gpc_md_free(md);
+        return st;
+    }
+    *out = md;
+    return GPC_OK;
+}
+
+gpc_status gpc_md_run(gpc_md *md, int steps) {
+    const int64_t n3 = 3 * md->n;
+    const double half_dt = 0.5 * md->config.dt, dt = md->config.dt;
+    for (int s = 0; s < steps; s++) {
+        double *x = md->x, *v = md->v;
+        const double *f = md->f;
+#pragma omp parallel for schedule(static)
+        for (int64_t k = 0; k < n3; k++) {
+            v[k] += half_dt * f[k];
+            x[k] += dt * v[k];
+        }
+        md->since_build++;
+        int rebuild = md->config.rebuild_every > 0 ? md->since_build >= md->config.rebuild_every
+                                                   : moved_too_far(md);
+        if (rebuild) GPC_TRY(build_neighbors(md));
+        compute_forces(md);
+#pragma omp parallel for schedule(static)
+        for (int64_t k = 0; k < n3; k++)
+            v[k] += half_dt * f[k];
+        md->step++;
+    }
+    return GPC_OK;
+}
+
+void gpc_md_get_thermo(const gpc_md *md, gpc_md_thermo *out) {
+    double sum2 = 0;
+    for (int64_t k = 0; k < 3 * md->n; k++)
+        sum2 += md->v[k] * md->v[k];
+    const double n = (double)md->n, dof = 3.0 * n - 3.0, ke = 0.5 * sum2;
+    out->step = md->step;
+    out->temperature = dof > 0 ? 2.0 * ke / dof : 0.0;
+    out->potential = md->potential / n;
+    out->kinetic = ke / n;
+    out->total = (md->potential + ke) / n;
+    out->pressure = (dof * out->temperature + md->virial) / (3.0 * md->volume);
+}
+
+int64_t gpc_md_atoms(const gpc_md *md) {
+    return md->n;
+}
+
+double gpc_md_box(const gpc_md *md) {
+    return md->box;
+}
+
+double *gpc_md_positions(gpc_md *md) {
+    return md->x;
+}
+
+double *gpc_md_velocities(gpc_md *md) {
+    return md->v;
+}
+
+const double *gpc_md_forces(const gpc_md *md) {
+    return md->f;
+}
+
+const int64_t *gpc_md_ids(const gpc_md *md) {
+    return md->id;
+}
+
+int64_t gpc_md_neighbor_builds(const gpc_md *md) {
+    return md->builds;
+}
+
+int64_t gpc_md_pairs(const gpc_md *md) {
+    return md->before[md->n];
+}
+
+void gpc_md_brute_force(const gpc_md *md, double *forces, double *energy, double *virial) {
+    const int64_t n = md->n;
+    const double box = md->box, inv_box = 1.0 / box;
+    const double rc2 = md->config.cutoff * md->config.cutoff;
+    double e = 0, w = 0;
+    memset(forces, 0, (size_t)(3 * n) * sizeof *forces);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = i + 1; j < n; j++) {
+            double dx = nearest(md->x[3 * i] - md->x[3 * j], box, inv_box);
+            double dy = nearest(md->x[3 * i + 1] - md->x[3 * j + 1], box, inv_box);
+            double dz = nearest(md->x[3 * i + 2] - md->x[3 * j + 2], box, inv_box);
+            double r2 = dx * dx + dy * dy + dz * dz;
+            if (r2 >= rc2) continue;
+            double r6 = r2 * r2 * r2, r12 = r6 * r6;
+            double fpair = (48.0 / r12 - 24.0 / r6) / r2;
+            forces[3 * i] += dx * fpair, forces[3 * i + 1] += dy * fpair;
+            forces[3 * i + 2] += dz * fpair;
+            forces[3 * j] -= dx * fpair, forces[3 * j + 1] -= dy * fpair;
+            forces[3 * j + 2] -= dz * fpair;
+            e += 4.0 * (1.0 / r12 - 1.0 / r6);
+            w += r2 * fpair;
+        }
+    *energy = e;
+    *virial = w;
+}
