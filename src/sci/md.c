@@ -29,10 +29,12 @@ struct gpc_md {
     double *thread_f;  /* [threads][n][3] */
     int threads;
     int64_t *id; /* each atom's place in the lattice order of creation */
-    /* neighbour list: atom i's partners are neigh[i * row_capacity ..] and
-     * count[i] of them; before[i] sums the counts of the atoms before i */
+    /* neighbour list: atom i's row is neigh[i * row_capacity ..], with the
+     * count[i] partners whose near image is themselves at its front (bare
+     * indices) and the shifted[i] others at its back (coded entries);
+     * before[i] sums both counts over the atoms before i */
     uint32_t *neigh;
-    int32_t *count;
+    int32_t *count, *shifted;
     int64_t *before;
     int64_t row_capacity, neigh_capacity;
     int32_t *cell_of, *cell_start, *order;
@@ -79,6 +81,7 @@ void gpc_md_free(gpc_md *md) {
     if (!md) return;
     gpc_free(md->x), gpc_free(md->v), gpc_free(md->f), gpc_free(md->x_built);
     gpc_free(md->thread_f), gpc_free(md->id), gpc_free(md->neigh), gpc_free(md->count);
+    gpc_free(md->shifted);
     gpc_free(md->before), gpc_free(md->cell_of), gpc_free(md->cell_start), gpc_free(md->order);
     gpc_free(md->scratch);
     gpc_free(md);
@@ -97,6 +100,7 @@ static double nearest(double d, double box, double inv_box) {
  * positions are wrapped into the box only then. */
 #define INDEX_BITS 27
 #define INDEX_MASK ((1u << INDEX_BITS) - 1)
+#define SHIFT_NONE 13
 
 static int shift_code(int sx, int sy, int sz) {
     return ((sz + 1) * 3 + (sy + 1)) * 3 + (sx + 1);
@@ -181,7 +185,7 @@ static gpc_status build_neighbors(gpc_md *md) {
                 const double xi = md->x[3 * (int64_t)i], yi = md->x[3 * (int64_t)i + 1],
                              zi = md->x[3 * (int64_t)i + 2];
                 uint32_t *row = md->neigh + (int64_t)i * cap;
-                int64_t count = 0;
+                int64_t count = 0, plain = 0, far = 0;
                 for (int s = 0; s < 14; s++) {
                     int nx = cx + upper[s][0], ny = cy + upper[s][1], nz = cz + upper[s][2];
                     int sx = nx < 0    ? -1
@@ -197,19 +201,23 @@ static gpc_status build_neighbors(gpc_md *md) {
                     int cell = (nz * m + ny) * m + nx;
                     /* the partner's near image is at x_j + box * (sx, sy, sz) */
                     const double ox = box * sx, oy = box * sy, oz = box * sz;
-                    uint32_t code = (uint32_t)shift_code(sx, sy, sz) << INDEX_BITS;
+                    const int code = shift_code(sx, sy, sz);
+                    const uint32_t coded = (uint32_t)code << INDEX_BITS;
                     int32_t q = s == 0 ? i + 1 : md->cell_start[cell];
                     for (; q < md->cell_start[cell + 1]; q++) {
                         double dx = xi - md->x[3 * (int64_t)q] - ox;
                         double dy = yi - md->x[3 * (int64_t)q + 1] - oy;
                         double dz = zi - md->x[3 * (int64_t)q + 2] - oz;
                         if (dx * dx + dy * dy + dz * dz < reach2) {
-                            if (count < cap) row[count] = code | (uint32_t)q;
-                            count++;
+                            if (++count > cap) continue; /* counted: the row grows next time */
+                            if (code == SHIFT_NONE)
+                                row[plain++] = (uint32_t)q;
+                            else
+                                row[cap - 1 - far++] = coded | (uint32_t)q;
                         }
                     }
                 }
-                md->count[i] = (int32_t)(count < cap ? count : cap);
+                md->count[i] = (int32_t)plain, md->shifted[i] = (int32_t)far;
                 if (count > longest) longest = count;
             }
         }
@@ -219,7 +227,7 @@ static gpc_status build_neighbors(gpc_md *md) {
     /* pairs before each atom, so threads can take equal numbers of pairs */
     md->before[0] = 0;
     for (int64_t i = 0; i < n; i++)
-        md->before[i + 1] = md->before[i] + md->count[i];
+        md->before[i + 1] = md->before[i] + md->count[i] + md->shifted[i];
     memcpy(md->x_built, md->x, (size_t)(3 * n) * sizeof *md->x);
     md->builds++;
     md->since_build = 0;
@@ -275,25 +283,43 @@ static void compute_forces(gpc_md *md) {
             hi = t == nt - 1 ? n : a;
         }
         for (int64_t i = lo; i < hi; i++) {
-            const double xi = md->x[3 * i], yi = md->x[3 * i + 1], zi = md->x[3 * i + 2];
+            const double *x = md->x;
+            const double xi = x[3 * i], yi = x[3 * i + 1], zi = x[3 * i + 2];
             double fx = 0, fy = 0, fz = 0;
             const uint32_t *row = md->neigh + i * md->row_capacity;
+            double e = 0, w = 0;
+            /* partners that are their own near image: a row's indices are
+             * distinct, so the lanes of a vector never write the same f[j] */
+#pragma omp simd reduction(+ : fx, fy, fz, e, w)
             for (int32_t k = 0; k < md->count[i]; k++) {
-                const int64_t j = row[k] & INDEX_MASK;
-                const double *o = md->shift[row[k] >> INDEX_BITS];
-                double dx = xi - md->x[3 * j] - o[0];
-                double dy = yi - md->x[3 * j + 1] - o[1];
-                double dz = zi - md->x[3 * j + 2] - o[2];
+                const int64_t j = row[k];
+                double dx = xi - x[3 * j], dy = yi - x[3 * j + 1], dz = zi - x[3 * j + 2];
+                double r2 = dx * dx + dy * dy + dz * dz;
+                double r2inv = 1.0 / r2, r6inv = r2inv * r2inv * r2inv;
+                double fpair = r2 < rc2 ? r6inv * (48.0 * r6inv - 24.0) * r2inv : 0.0;
+                fx += dx * fpair, fy += dy * fpair, fz += dz * fpair;
+                f[3 * j] -= dx * fpair, f[3 * j + 1] -= dy * fpair, f[3 * j + 2] -= dz * fpair;
+                e += r2 < rc2 ? 4.0 * r6inv * (r6inv - 1.0) : 0.0;
+                w += r2 * fpair;
+            }
+            /* the others, each with its image's offset */
+            const uint32_t *back = row + md->row_capacity - md->shifted[i];
+            for (int32_t k = 0; k < md->shifted[i]; k++) {
+                const int64_t j = back[k] & INDEX_MASK;
+                const double *o = md->shift[back[k] >> INDEX_BITS];
+                double dx = xi - x[3 * j] - o[0], dy = yi - x[3 * j + 1] - o[1],
+                       dz = zi - x[3 * j + 2] - o[2];
                 double r2 = dx * dx + dy * dy + dz * dz;
                 if (r2 >= rc2) continue;
                 double r2inv = 1.0 / r2, r6inv = r2inv * r2inv * r2inv;
                 double fpair = r6inv * (48.0 * r6inv - 24.0) * r2inv;
                 fx += dx * fpair, fy += dy * fpair, fz += dz * fpair;
                 f[3 * j] -= dx * fpair, f[3 * j + 1] -= dy * fpair, f[3 * j + 2] -= dz * fpair;
-                potential += 4.0 * r6inv * (r6inv - 1.0);
-                virial += r2 * fpair;
+                e += 4.0 * r6inv * (r6inv - 1.0);
+                w += r2 * fpair;
             }
             f[3 * i] += fx, f[3 * i + 1] += fy, f[3 * i + 2] += fz;
+            potential += e, virial += w;
         }
 #pragma omp barrier
         /* sum the threads' arrays, atom by atom in thread order */
@@ -345,13 +371,15 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
     md->thread_f = gpc_malloc(vec * (size_t)md->threads);
     md->id = gpc_malloc((size_t)n * sizeof *md->id);
     md->count = gpc_malloc((size_t)n * sizeof *md->count);
+    md->shifted = gpc_malloc((size_t)n * sizeof *md->shifted);
     md->before = gpc_malloc((size_t)(n + 1) * sizeof *md->before);
     md->order = gpc_malloc((size_t)n * sizeof *md->order);
     md->scratch = gpc_malloc(vec);
     md->cell_of = gpc_malloc((size_t)n * sizeof *md->cell_of);
     md->cell_start = gpc_malloc((size_t)(cells + 1) * sizeof *md->cell_start);
     if (!md->x || !md->v || !md->f || !md->x_built || !md->thread_f || !md->id || !md->count ||
-        !md->before || !md->order || !md->scratch || !md->cell_of || !md->cell_start) {
+        !md->shifted || !md->before || !md->order || !md->scratch || !md->cell_of ||
+        !md->cell_start) {
         gpc_md_free(md);
         return gpc_error(GPC_ERR_NOMEM, "md: out of host memory for %lld atoms", (long long)n);
     }
