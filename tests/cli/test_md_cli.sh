@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# test_md_cli.sh: `gpc md` end to end. A small crystal's first thermo row is
+# LAMMPS's in.lj figures (E_pair -6.7733681 whatever the crystal's size; the
+# kinetic energy per atom (3N - 3) T / 2N), the JSON holds what the table
+# prints, the rate is atoms x steps / seconds, the steps asked for ran, and
+# bad options are usage errors (exit 2) with a line saying what to change.
+set -euo pipefail
+GPC=${GPC:?set GPC to the gpc binary}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$GPC" md --cells 5 --steps 40 --thermo 10 --temperature 1.5 --json "$work/md.json" >"$work/out"
+python3 - "$work/md.json" "$work/out" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+out = open(sys.argv[2]).read().splitlines()
+n = r["atoms"]
+assert n == 4 * 5 ** 3 == 500, n
+assert r["steps"] == 40 and r["cells"] == 5 and r["temperature"] == 1.5
+steps = [t["step"] for t in r["thermo"]]
+assert steps == [0, 10, 20, 30, 40], steps
+t0 = r["thermo"][0]
+assert abs(t0["potential"] - -6.7733681) < 1e-7, t0
+assert abs(t0["temperature"] - 1.5) < 1e-12, t0
+assert abs(t0["kinetic"] - (3 * n - 3) * 1.5 / (2 * n)) < 1e-12, t0
+for t in r["thermo"]:
+    assert abs(t["total"] - (t["potential"] + t["kinetic"])) < 1e-12, t
+assert abs(r["atom_steps_per_s"] - n * 40 / r["seconds"]) <= 1e-6 * r["atom_steps_per_s"], r
+assert r["neighbor_builds"] >= 1 and r["pairs"] > 0
+# the table prints the same rows (7 decimals)
+rows = [l.split() for l in out if l.strip() and l.split()[0].isdigit()]
+assert [int(x[0]) for x in rows] == steps, rows
+for x, t in zip(rows, r["thermo"]):
+    assert abs(float(x[2]) - t["potential"]) < 1e-7 and abs(float(x[3]) - t["total"]) < 1e-7, (x, t)
+assert any("million atom-steps/s" in l for l in out), out[-1]
+PY
+
+expect_usage() {
+  local want=$1
+  shift
+  set +e
+  "$GPC" md "$@" >"$work/o" 2>"$work/e"
+  local rc=$?
+  set -e
+  [[ $rc -eq 2 ]] || fail "gpc md $*: exit $rc, not 2: $(cat "$work/e")"
+  grep -qF -- "$want" "$work/e" || fail "gpc md $*: no '$want' in: $(cat "$work/e")"
+}
+expect_usage "use at least 4 cells" --cells 3
+expect_usage "cells 0 is not 1 to 300" --cells 0
+expect_usage "--steps -1 is negative" --steps -1
+expect_usage "--thermo 0 is not 1 or more" --thermo 0
+expect_usage "skin -1 is negative" --skin -1
+expect_usage "unknown option --atoms" --atoms 10
+"$GPC" md --help | grep -q "LAMMPS" || fail "gpc md --help does not describe the command"
+echo "md: ok"
