@@ -282,25 +282,33 @@ static void compute_forces(gpc_md *md) {
             }
             hi = t == nt - 1 ? n : a;
         }
+        double pair[3][md->row_capacity]; /* one row's pair forces (a few KiB) */
         for (int64_t i = lo; i < hi; i++) {
             const double *x = md->x;
             const double xi = x[3 * i], yi = x[3 * i + 1], zi = x[3 * i + 2];
             double fx = 0, fy = 0, fz = 0;
             const uint32_t *row = md->neigh + i * md->row_capacity;
             double e = 0, w = 0;
-            /* partners that are their own near image: a row's indices are
-             * distinct, so the lanes of a vector never write the same f[j] */
+            /* partners that are their own near image, in two loops: the
+             * first, over gathered positions only, vectorises; the second
+             * adds the pair forces to the partners */
+            const int32_t plain = md->count[i];
 #pragma omp simd reduction(+ : fx, fy, fz, e, w)
-            for (int32_t k = 0; k < md->count[i]; k++) {
+            for (int32_t k = 0; k < plain; k++) {
                 const int64_t j = row[k];
                 double dx = xi - x[3 * j], dy = yi - x[3 * j + 1], dz = zi - x[3 * j + 2];
                 double r2 = dx * dx + dy * dy + dz * dz;
                 double r2inv = 1.0 / r2, r6inv = r2inv * r2inv * r2inv;
-                double fpair = r2 < rc2 ? r6inv * (48.0 * r6inv - 24.0) * r2inv : 0.0;
+                int inside = r2 < rc2;
+                double fpair = inside ? r6inv * (48.0 * r6inv - 24.0) * r2inv : 0.0;
                 fx += dx * fpair, fy += dy * fpair, fz += dz * fpair;
-                f[3 * j] -= dx * fpair, f[3 * j + 1] -= dy * fpair, f[3 * j + 2] -= dz * fpair;
-                e += r2 < rc2 ? 4.0 * r6inv * (r6inv - 1.0) : 0.0;
+                e += inside ? 4.0 * r6inv * (r6inv - 1.0) : 0.0;
                 w += r2 * fpair;
+                pair[0][k] = dx * fpair, pair[1][k] = dy * fpair, pair[2][k] = dz * fpair;
+            }
+            for (int32_t k = 0; k < plain; k++) {
+                double *fj = f + 3 * (int64_t)row[k];
+                fj[0] -= pair[0][k], fj[1] -= pair[1][k], fj[2] -= pair[2][k];
             }
             /* the others, each with its image's offset */
             const uint32_t *back = row + md->row_capacity - md->shifted[i];
