@@ -77,11 +77,16 @@ static const command_entry *find(const char *name) {
 }
 
 static int run_command(const command_entry *c, int argc, char **argv) {
+    if (!c->run && !c->needs) {
+        fprintf(stderr, "gpc %s: error: this command is not part of gpc %s yet\n", c->name,
+                GPC_VERSION);
+        return CLI_EXIT_RUNTIME;
+    }
     if (!c->run) {
         fprintf(stderr,
                 "gpc %s: error: this gpc was built without %s; install its libraries (make "
                 "setup) and rebuild\n",
-                c->name, c->needs ? c->needs : "this command");
+                c->name, c->needs);
         return CLI_EXIT_RUNTIME;
     }
     return c->run(argc, argv);
