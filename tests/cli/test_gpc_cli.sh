@@ -23,7 +23,8 @@ run() { # run EXPECTED_STATUS ARGS...: output in $work/out, $work/err
 run 2
 grep -q "^  md  *Lennard-Jones molecular dynamics" "$work/err" || fail "the overview does not list md"
 grep -q "^  train " "$work/err" || fail "the overview does not list train"
-grep -q "^  stencil" "$work/err" && fail "the overview lists stencil, which this gpc lacks"
+grep -q "^  stencil  *3D finite-difference" "$work/err" || fail "the overview does not list stencil"
+grep -q "^  serve" "$work/err" && fail "the overview lists serve, which this gpc lacks"
 run 0 --help
 grep -q "^  help " "$work/out" || fail "gpc --help does not list help"
 run 0 --version
@@ -34,9 +35,9 @@ run 2 help nosuch
 grep -q "unknown command 'nosuch'" "$work/err" || fail "help of an unknown command: $(cat "$work/err")"
 run 0 help md
 grep -q "usage: gpc md" "$work/out" || fail "gpc help md: $(head -2 "$work/out")"
-run 1 stencil
-grep -q "gpc stencil: error: this command is not part of gpc .* yet" "$work/err" ||
-  fail "gpc stencil: $(cat "$work/err")"
+run 1 serve
+grep -q "gpc serve: error: this command is not part of gpc .* yet" "$work/err" ||
+  fail "gpc serve: $(cat "$work/err")"
 
 [[ $failures -eq 0 ]] || exit 1
 echo "gpc: ok"

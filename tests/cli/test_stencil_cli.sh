@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# test_stencil_cli.sh: `gpc stencil` end to end: the JSON holds the run asked
+# for, the centre point is the exact decay of the starting mode (lambda^s,
+# computed here), the field agrees with it to rounding, two domains give the
+# same centre as one, the rates are consistent, and bad options are usage
+# errors (exit 2) saying what to change.
+set -euo pipefail
+GPC=${GPC:?set GPC to the gpc binary}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$GPC" stencil --n 31 --steps 40 --r 0.1 --mode 1,2,1 --json "$work/one.json" >"$work/out" 2>"$work/err"
+"$GPC" stencil --n 31 --steps 40 --r 0.1 --mode 1,2,1 --domains 4 --json "$work/four.json" >/dev/null 2>&1
+python3 - "$work/one.json" "$work/four.json" "$work/out" <<'PY'
+import json, math, sys
+one, four = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+out = open(sys.argv[3]).read()
+n, r, k, steps = 31, 0.1, (1, 2, 1), 40
+assert (one["n"], one["steps"], one["domains"], four["domains"]) == (n, steps, 1, 4), one
+h = 1 / (n + 1)
+lam = 1 - 4 * r * sum(math.sin(q * math.pi * h / 2) ** 2 for q in k)
+assert abs(one["lambda"] - lam) < 1e-15, (one["lambda"], lam)
+c = n // 2 + 1  # the centre point's grid coordinate, 1-based
+want = lam ** steps * math.prod(math.sin(q * math.pi * c * h) for q in k)
+assert abs(one["center"] - want) < 1e-13, (one["center"], want)
+assert one["center"] == four["center"], (one["center"], four["center"])
+assert one["error"] < 1e-13 and four["error"] < 1e-13, (one["error"], four["error"])
+assert abs(one["glups"] - n ** 3 * steps / one["seconds"] / 1e9) <= 1e-6 * one["glups"], one
+assert abs(one["gb_per_s"] - 16 * one["glups"]) <= 1e-9 * one["gb_per_s"], one
+assert one["copy_gb_per_s"] > 0
+assert "G lattice updates/s" in out and "field vs exact" in out, out
+PY
+
+expect_usage() {
+  local want=$1
+  shift
+  set +e
+  "$GPC" stencil "$@" >"$work/o" 2>"$work/e"
+  local rc=$?
+  set -e
+  [[ $rc -eq 2 ]] || fail "gpc stencil $*: exit $rc, not 2: $(cat "$work/e")"
+  grep -qF -- "$want" "$work/e" || fail "gpc stencil $*: no '$want' in: $(cat "$work/e")"
+}
+expect_usage "at most 1/6" --r 0.2
+expect_usage "9 domains for 8 planes" --n 8 --domains 9
+expect_usage "--mode 1,2 is not three numbers" --mode 1,2
+expect_usage "mode 1,9,1: each must be 1 to n (8)" --n 8 --mode 1,9,1
+expect_usage "--steps -3 is negative" --steps -3
+"$GPC" stencil --help | grep -q "halo" || fail "gpc stencil --help does not describe the command"
+echo "stencil: ok"

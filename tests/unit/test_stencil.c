@@ -1,0 +1,156 @@
+/* test_stencil.c: the 3D heat-equation solver against references computed
+ * another way: the exact decay of a discrete sine mode (lambda^s, lambda
+ * from the mode's numbers), the update written here as plain float64 loops
+ * over the whole grid from a random field, and the same run split into
+ * slabs, which must give the same bits as one slab. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpc/stencil.h"
+
+static gpc_stencil *make(int n, int domains, double r, int kx, int ky, int kz) {
+    gpc_stencil_config c;
+    gpc_stencil_defaults(&c);
+    c.n = n, c.domains = domains, c.r = r, c.mode[0] = kx, c.mode[1] = ky, c.mode[2] = kz;
+    gpc_stencil *s = NULL;
+    TEST_OK(gpc_stencil_create(&s, &c));
+    return s;
+}
+
+/* A sine mode decays by exactly lambda a step, lambda computed here from its
+ * definition rather than taken from the library. */
+static void test_mode_decays_exactly(void **state) {
+    (void)state;
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 1);
+    for (int trial = 0; trial < 4; trial++) {
+        int n = 8 + (int)gpc_rng_below(&rng, 40), k[3];
+        for (int a = 0; a < 3; a++)
+            k[a] = 1 + (int)gpc_rng_below(&rng, (uint32_t)n);
+        double r = 0.02 + 0.14 * gpc_rng_uniform64(&rng);
+        int steps = 5 + (int)gpc_rng_below(&rng, 60);
+        gpc_stencil *s = make(n, 1 + (int)gpc_rng_below(&rng, 3), r, k[0], k[1], k[2]);
+        TEST_OK(gpc_stencil_run(s, steps));
+        assert_int_equal(gpc_stencil_steps(s), steps);
+        double h = 1.0 / (n + 1), lambda = 1;
+        for (int a = 0; a < 3; a++)
+            lambda -= 4 * r * pow(sin(k[a] * M_PI * h / 2), 2);
+        double scale = pow(lambda, steps), err = 0;
+        for (int z = 0; z < n; z++)
+            for (int y = 0; y < n; y++)
+                for (int x = 0; x < n; x++) {
+                    double want = scale * sin(k[0] * M_PI * (x + 1) * h) *
+                                  sin(k[1] * M_PI * (y + 1) * h) * sin(k[2] * M_PI * (z + 1) * h);
+                    err = fmax(err, fabs(gpc_stencil_at(s, x, y, z) - want));
+                }
+        /* against the starting amplitude, 1: rounding adds about a unit a
+         * step, in other modes too, which a high mode's fast decay does not
+         * take away */
+        if (!(err <= 1e-14 * steps))
+            fail_msg("n %d mode %d,%d,%d r %g, %d steps: error %.3g", n, k[0], k[1], k[2], r, steps,
+                     err);
+        if (!(fabs(gpc_stencil_error(s) - err) <= 1e-15))
+            fail_msg("gpc_stencil_error %.3g, measured here %.3g", gpc_stencil_error(s), err);
+        gpc_stencil_free(s);
+    }
+}
+
+/* Three slabs against the update written here as plain float64 loops over
+ * one grid with a zero border (u + r times the Laplacian, summed in another
+ * order), from a high mode whose neighbours differ a lot. */
+static void test_matches_plain_loops(void **state) {
+    (void)state;
+    const int n = 13, steps = 7;
+    const double r = 0.15;
+    const int k[3] = {2, 3, 5};
+    gpc_stencil *s = make(n, 3, r, k[0], k[1], k[2]);
+    TEST_OK(gpc_stencil_run(s, steps));
+    /* float64 reference: the same mode on a grid with a zero border */
+    const int R = n + 2;
+    double *u = calloc((size_t)R * R * R, sizeof *u), *v = calloc((size_t)R * R * R, sizeof *v);
+    double h = 1.0 / (n + 1);
+    for (int z = 1; z <= n; z++)
+        for (int y = 1; y <= n; y++)
+            for (int x = 1; x <= n; x++)
+                u[(z * R + y) * R + x] =
+                    sin(k[0] * M_PI * x * h) * sin(k[1] * M_PI * y * h) * sin(k[2] * M_PI * z * h);
+    for (int t = 0; t < steps; t++) {
+        for (int z = 1; z <= n; z++)
+            for (int y = 1; y <= n; y++)
+                for (int x = 1; x <= n; x++) {
+                    int i = (z * R + y) * R + x;
+                    double lap = u[i - 1] + u[i + 1] + u[i - R] + u[i + R] + u[i - R * R] +
+                                 u[i + R * R] - 6 * u[i];
+                    v[i] = u[i] + r * lap;
+                }
+        double *tmp = u;
+        u = v, v = tmp;
+    }
+    double err = 0;
+    for (int z = 0; z < n; z++)
+        for (int y = 0; y < n; y++)
+            for (int x = 0; x < n; x++)
+                err = fmax(err, fabs(gpc_stencil_at(s, x, y, z) -
+                                     u[((z + 1) * R + (y + 1)) * R + (x + 1)]));
+    if (!(err < 1e-14)) fail_msg("against plain loops: %.3g", err);
+    free(u), free(v);
+    gpc_stencil_free(s);
+}
+
+/* Split into 2, 3, 5 or n slabs (one plane each), the field is the same to
+ * the last bit as one slab's: the halos carry exactly the planes needed. */
+static void test_domains_give_the_same_bits(void **state) {
+    (void)state;
+    const int n = 20, steps = 25, splits[] = {1, 2, 3, 5, 20};
+    double *first = NULL;
+    for (size_t p = 0; p < sizeof splits / sizeof splits[0]; p++) {
+        gpc_stencil *s = make(n, splits[p], 1.0 / 6, 3, 1, 2);
+        TEST_OK(gpc_stencil_run(s, steps));
+        double *field = malloc((size_t)n * n * n * sizeof *field);
+        for (int z = 0; z < n; z++)
+            for (int y = 0; y < n; y++)
+                for (int x = 0; x < n; x++)
+                    field[(z * n + y) * n + x] = gpc_stencil_at(s, x, y, z);
+        if (!first)
+            first = field;
+        else {
+            if (memcmp(first, field, (size_t)n * n * n * sizeof *field))
+                fail_msg("%d domains differ from one", splits[p]);
+            free(field);
+        }
+        gpc_stencil_free(s);
+    }
+    free(first);
+}
+
+static void test_bad_configs(void **state) {
+    (void)state;
+    gpc_stencil_config c;
+    gpc_stencil *s = NULL;
+    gpc_stencil_defaults(&c);
+    c.r = 0.2;
+    TEST_FAILS(gpc_stencil_create(&s, &c), GPC_ERR_INVALID_ARG, "at most 1/6");
+    gpc_stencil_defaults(&c);
+    c.n = 4, c.domains = 5;
+    TEST_FAILS(gpc_stencil_create(&s, &c), GPC_ERR_INVALID_ARG, "5 domains for 4 planes");
+    gpc_stencil_defaults(&c);
+    c.mode[1] = 0;
+    TEST_FAILS(gpc_stencil_create(&s, &c), GPC_ERR_INVALID_ARG, "mode 1,0,1");
+    gpc_stencil_defaults(&c);
+    c.n = 0;
+    TEST_FAILS(gpc_stencil_create(&s, &c), GPC_ERR_INVALID_ARG, "n 0 is not 1 to 4096");
+    assert_null(s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mode_decays_exactly),
+        cmocka_unit_test(test_matches_plain_loops),
+        cmocka_unit_test(test_domains_give_the_same_bits),
+        cmocka_unit_test(test_bad_configs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
