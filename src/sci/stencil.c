@@ -8,16 +8,26 @@
  * interior planes into its neighbours' halos, then updates every interior
  * point from u into v (OpenMP over planes, x innermost and vectorised) and
  * swaps the two. Points are updated by the same expression in the same
- * order whatever the split, so every split gives the same bits.
+ * order whatever the split, so every split gives the same bits: c6 u + r s
+ * as one fused multiply-add, in the vector and the scalar code alike.
+ *
+ * A grid larger than the last-level cache is written with streaming stores
+ * (AVX-512 builds): v's lines then go to memory without being read first,
+ * 16 bytes of traffic a point instead of 24.
  */
 #include "gpc/stencil.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 struct gpc_stencil {
     gpc_stencil_config config;
     int n, domains;
+    int stream; /* write v with streaming stores */
     int *z0, *nz;
     double **u, **v;
     int64_t steps;
@@ -84,6 +94,9 @@ gpc_status gpc_stencil_create(gpc_stencil **out, const gpc_stencil_config *c) {
     s->config = *c;
     s->n = c->n, s->domains = c->domains;
     s->lambda = gpc_stencil_lambda(c);
+    /* two arrays beyond 64 MiB: larger than the caches of the machines
+     * gpc runs on, so v is not read back before the next step overwrites it */
+    s->stream = 16.0 * c->n * c->n * c->n > 64.0 * 1024 * 1024;
     s->z0 = gpc_calloc((size_t)c->domains, sizeof *s->z0);
     s->nz = gpc_calloc((size_t)c->domains, sizeof *s->nz);
     s->u = gpc_calloc((size_t)c->domains, sizeof *s->u);
@@ -127,6 +140,34 @@ static void exchange_halos(gpc_stencil *s) {
     }
 }
 
+/* v[i] = c6 u[i] + r (its six neighbours) for the n points from i0 on. */
+static void update_row(double *restrict v, const double *restrict u, size_t i0, int n, size_t R,
+                       size_t P, double c6, double r, int stream) {
+    size_t i = i0, end = i0 + (size_t)n;
+#if defined(__AVX512F__)
+    if (stream) {
+        for (; i < end && ((uintptr_t)(v + i) & 63); i++)
+            v[i] = fma(c6, u[i],
+                       r * (u[i - 1] + u[i + 1] + u[i - R] + u[i + R] + u[i - P] + u[i + P]));
+        const __m512d vc6 = _mm512_set1_pd(c6), vr = _mm512_set1_pd(r);
+        for (; i + 8 <= end; i += 8) {
+            __m512d sum = _mm512_add_pd(_mm512_loadu_pd(u + i - 1), _mm512_loadu_pd(u + i + 1));
+            sum = _mm512_add_pd(sum, _mm512_loadu_pd(u + i - R));
+            sum = _mm512_add_pd(sum, _mm512_loadu_pd(u + i + R));
+            sum = _mm512_add_pd(sum, _mm512_loadu_pd(u + i - P));
+            sum = _mm512_add_pd(sum, _mm512_loadu_pd(u + i + P));
+            _mm512_stream_pd(v + i,
+                             _mm512_fmadd_pd(vc6, _mm512_loadu_pd(u + i), _mm512_mul_pd(vr, sum)));
+        }
+    }
+#else
+    (void)stream;
+#endif
+#pragma omp simd
+    for (size_t k = i; k < end; k++)
+        v[k] = fma(c6, u[k], r * (u[k - 1] + u[k + 1] + u[k - R] + u[k + R] + u[k - P] + u[k + P]));
+}
+
 gpc_status gpc_stencil_run(gpc_stencil *s, int steps) {
     const int n = s->n, R = n + 2;
     const size_t plane = plane_of(n);
@@ -140,17 +181,13 @@ gpc_status gpc_stencil_run(gpc_stencil *s, int steps) {
             while (z >= s->z0[d] + s->nz[d])
                 d++;
             const size_t base = (size_t)(z - s->z0[d] + 1) * plane;
-            const double *restrict u = s->u[d];
-            double *restrict v = s->v[d];
-            for (int y = 1; y <= n; y++) {
-                const size_t row = base + (size_t)y * R;
-#pragma omp simd
-                for (int x = 1; x <= n; x++) {
-                    const size_t i = row + (size_t)x;
-                    v[i] = c6 * u[i] + r * (u[i - 1] + u[i + 1] + u[i - R] + u[i + R] +
-                                            u[i - plane] + u[i + plane]);
-                }
-            }
+            for (int y = 1; y <= n; y++)
+                update_row(s->v[d], s->u[d], base + (size_t)y * R + 1, n, (size_t)R, plane, c6, r,
+                           s->stream);
+#if defined(__AVX512F__)
+            /* this thread's streamed lines out before the barrier and the next step */
+            if (s->stream) _mm_sfence();
+#endif
         }
         for (int d = 0; d < s->domains; d++) {
             double *t = s->u[d];

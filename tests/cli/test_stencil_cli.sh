@@ -27,7 +27,7 @@ assert abs(one["center"] - want) < 1e-13, (one["center"], want)
 assert one["center"] == four["center"], (one["center"], four["center"])
 assert one["error"] < 1e-13 and four["error"] < 1e-13, (one["error"], four["error"])
 assert abs(one["glups"] - n ** 3 * steps / one["seconds"] / 1e9) <= 1e-6 * one["glups"], one
-assert abs(one["gb_per_s"] - 16 * one["glups"]) <= 1e-9 * one["gb_per_s"], one
+assert abs(one["gb_per_s"] - 16 * one["glups"]) <= 1e-7 * one["gb_per_s"], one  # both printed to 9 digits
 assert one["copy_gb_per_s"] > 0
 assert "G lattice updates/s" in out and "field vs exact" in out, out
 PY
