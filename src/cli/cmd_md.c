@@ -126,7 +126,7 @@ int cmd_md(int argc, char **argv) {
         if (st == GPC_OK) ok = log_row(&log, md);
     }
     if (st == GPC_OK && !ok) st = gpc_error(GPC_ERR_NOMEM, "out of host memory for the thermo log");
-    if (st == GPC_OK) {
+    if (st == GPC_OK && log.count > 0) {
         const gpc_md_thermo *first = &log.rows[0], *last = &log.rows[log.count - 1];
         printf("gpc md: %d steps in %.3f s: %.3g million atom-steps/s, %lld neighbour-list "
                "builds, %.1f neighbours an atom; energy drift %.3g per atom\n",

@@ -29,6 +29,7 @@ struct gpc_md {
     double *thread_f;  /* [threads][n][3] */
     int threads;
     int64_t *id; /* each atom's place in the lattice order of creation */
+    int64_t *id_scratch;
     /* neighbour list: atom i's row is neigh[i * row_capacity ..], with the
      * count[i] partners whose near image is themselves at its front (bare
      * indices) and the shifted[i] others at its back (coded entries);
@@ -80,7 +81,8 @@ static gpc_status check_config(const gpc_md_config *c) {
 void gpc_md_free(gpc_md *md) {
     if (!md) return;
     gpc_free(md->x), gpc_free(md->v), gpc_free(md->f), gpc_free(md->x_built);
-    gpc_free(md->thread_f), gpc_free(md->id), gpc_free(md->neigh), gpc_free(md->count);
+    gpc_free(md->thread_f), gpc_free(md->id), gpc_free(md->id_scratch), gpc_free(md->neigh),
+        gpc_free(md->count);
     gpc_free(md->shifted);
     gpc_free(md->before), gpc_free(md->cell_of), gpc_free(md->cell_start), gpc_free(md->order);
     gpc_free(md->scratch);
@@ -151,10 +153,10 @@ static gpc_status sort_by_cell(gpc_md *md) {
                 md->scratch[3 * i + d] = arrays[a][3 * (int64_t)md->order[i] + d];
         memcpy(arrays[a], md->scratch, (size_t)(3 * n) * sizeof *md->scratch);
     }
-    int64_t *ids = (int64_t *)md->scratch;
     for (int64_t i = 0; i < n; i++)
-        ids[i] = md->id[md->order[i]];
-    memcpy(md->id, ids, (size_t)n * sizeof *ids);
+        md->id_scratch[i] = md->id[md->order[i]];
+    int64_t *t = md->id;
+    md->id = md->id_scratch, md->id_scratch = t;
     return GPC_OK;
 }
 
@@ -378,6 +380,7 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
     md->x_built = gpc_malloc(vec);
     md->thread_f = gpc_malloc(vec * (size_t)md->threads);
     md->id = gpc_malloc((size_t)n * sizeof *md->id);
+    md->id_scratch = gpc_malloc((size_t)n * sizeof *md->id_scratch);
     md->count = gpc_malloc((size_t)n * sizeof *md->count);
     md->shifted = gpc_malloc((size_t)n * sizeof *md->shifted);
     md->before = gpc_malloc((size_t)(n + 1) * sizeof *md->before);
@@ -385,8 +388,8 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
     md->scratch = gpc_malloc(vec);
     md->cell_of = gpc_malloc((size_t)n * sizeof *md->cell_of);
     md->cell_start = gpc_malloc((size_t)(cells + 1) * sizeof *md->cell_start);
-    if (!md->x || !md->v || !md->f || !md->x_built || !md->thread_f || !md->id || !md->count ||
-        !md->shifted || !md->before || !md->order || !md->scratch || !md->cell_of ||
+    if (!md->x || !md->v || !md->f || !md->x_built || !md->thread_f || !md->id || !md->id_scratch ||
+        !md->count || !md->shifted || !md->before || !md->order || !md->scratch || !md->cell_of ||
         !md->cell_start) {
         gpc_md_free(md);
         return gpc_error(GPC_ERR_NOMEM, "md: out of host memory for %lld atoms", (long long)n);

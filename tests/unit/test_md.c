@@ -213,7 +213,7 @@ static void test_rebuild_policies_agree(void **state) {
         gpc_md *md = make(5, 2.0, test_seed(), every[p]);
         TEST_OK(gpc_md_run(md, 30));
         n = gpc_md_atoms(md);
-        pos[p] = malloc((size_t)(3 * n) * sizeof(double));
+        pos[p] = calloc((size_t)(3 * n), sizeof(double));
         const double *x = gpc_md_positions(md);
         const int64_t *id = gpc_md_ids(md);
         for (int64_t i = 0; i < n; i++)
