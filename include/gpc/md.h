@@ -57,7 +57,8 @@ typedef struct gpc_md gpc_md;
 gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config);
 void gpc_md_free(gpc_md *md);
 
-/* Advances `steps` time steps. */
+/* Advances `steps` time steps. A run whose energy stops being finite (a time
+ * step too long for the temperature) fails with GPC_ERR_INVALID_ARG. */
 gpc_status gpc_md_run(gpc_md *md, int steps);
 
 /* Recomputes forces, energy and virial at the current positions, rebuilding
@@ -76,6 +77,9 @@ double *gpc_md_velocities(gpc_md *md); /* [atoms][3], writable */
 const double *gpc_md_forces(const gpc_md *md);
 const int64_t *gpc_md_ids(const gpc_md *md);
 int64_t gpc_md_neighbor_builds(const gpc_md *md);
+/* With rebuild_every N: the rebuilds at which an atom had moved more than
+ * half the skin since the one before, so pairs may have been missed. */
+int64_t gpc_md_dangerous_builds(const gpc_md *md);
 int64_t gpc_md_pairs(const gpc_md *md); /* pairs in the current neighbour list */
 
 /* Every pair of atoms against every other, nearest image (a reference for

@@ -39,12 +39,13 @@ static gpc_status write_json(const char *path, const gpc_md_config *c, const gpc
             "\"temperature\": %.17g, \"cutoff\": %.17g, \"skin\": %.17g, \"dt\": %.17g, "
             "\"seed\": %llu, \"rebuild_every\": %d, \"threads\": %d, \"steps\": %d, "
             "\"seconds\": %.9g, \"atom_steps_per_s\": %.9g, \"neighbor_builds\": %lld, "
-            "\"pairs\": %lld,\n \"thermo\": [",
+            "\"dangerous_builds\": %lld, \"pairs\": %lld,\n \"thermo\": [",
             (long long)gpc_md_atoms(md), c->cells, c->density, gpc_md_box(md), c->temperature,
             c->cutoff, c->skin, c->dt, (unsigned long long)c->seed, c->rebuild_every,
             omp_get_max_threads(), steps, seconds,
             seconds > 0 ? (double)gpc_md_atoms(md) * steps / seconds : 0.0,
-            (long long)gpc_md_neighbor_builds(md), (long long)gpc_md_pairs(md));
+            (long long)gpc_md_neighbor_builds(md), (long long)gpc_md_dangerous_builds(md),
+            (long long)gpc_md_pairs(md));
     for (int i = 0; i < log->count; i++) {
         const gpc_md_thermo *t = &log->rows[i];
         fprintf(f,
@@ -129,11 +130,15 @@ int cmd_md(int argc, char **argv) {
     if (st == GPC_OK && log.count > 0) {
         const gpc_md_thermo *first = &log.rows[0], *last = &log.rows[log.count - 1];
         printf("gpc md: %d steps in %.3f s: %.3g million atom-steps/s, %lld neighbour-list "
-               "builds, %.1f neighbours an atom; energy drift %.3g per atom\n",
+               "builds, %.1f listed pairs an atom; energy drift %.3g per atom\n",
                steps, seconds, seconds > 0 ? (double)gpc_md_atoms(md) * steps / seconds / 1e6 : 0.0,
                (long long)gpc_md_neighbor_builds(md),
-               2.0 * (double)gpc_md_pairs(md) / (double)gpc_md_atoms(md),
-               last->total - first->total);
+               (double)gpc_md_pairs(md) / (double)gpc_md_atoms(md), last->total - first->total);
+        if (gpc_md_dangerous_builds(md))
+            printf("gpc md: warning: %lld of the rebuilds every %d steps came after an atom had "
+                   "moved more than half the skin, so pairs may have been missed: use "
+                   "--rebuild-every 0 (rebuild on that) or a larger --skin\n",
+                   (long long)gpc_md_dangerous_builds(md), c.rebuild_every);
         if (json) st = write_json(json, &c, md, &log, steps, seconds);
     }
     free(log.rows);

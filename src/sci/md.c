@@ -43,7 +43,7 @@ struct gpc_md {
     int cells_per_side;
     double shift[27][3]; /* box times each image offset, by shift code */
     double potential, virial;
-    int64_t step, builds, since_build;
+    int64_t step, builds, since_build, dangerous;
 };
 
 void gpc_md_defaults(gpc_md_config *c) {
@@ -123,8 +123,13 @@ static gpc_status sort_by_cell(gpc_md *md) {
     const int64_t cells = (int64_t)m * m * m;
     const double box = md->box, inv_box = 1.0 / box;
     for (int64_t k = 0; k < 3 * n; k++) {
+        if (!isfinite(md->x[k]))
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "md: the run blew up by step %lld (an atom's position is no longer "
+                             "finite): use a smaller time step than %g or a lower temperature",
+                             (long long)md->step + 1, md->config.dt);
         double p = md->x[k] - box * floor(md->x[k] * inv_box);
-        md->x[k] = p >= box ? p - box : p;
+        md->x[k] = p >= box || p < 0 ? 0.0 : p; /* p < 0 or p = box: rounding at the faces */
     }
     memset(md->cell_start, 0, (size_t)(cells + 1) * sizeof *md->cell_start);
     for (int64_t i = 0; i < n; i++) {
@@ -132,6 +137,7 @@ static gpc_status sort_by_cell(gpc_md *md) {
         for (int d = 0; d < 3; d++) {
             c[d] = (int)(md->x[3 * i + d] * inv_box * m);
             if (c[d] >= m) c[d] = m - 1;
+            if (c[d] < 0) c[d] = 0;
         }
         md->cell_of[i] = (int32_t)((c[2] * m + c[1]) * m + c[0]);
         md->cell_start[md->cell_of[i] + 1]++;
@@ -454,10 +460,22 @@ gpc_status gpc_md_run(gpc_md *md, int steps) {
             x[k] += dt * v[k];
         }
         md->since_build++;
-        int rebuild = md->config.rebuild_every > 0 ? md->since_build >= md->config.rebuild_every
-                                                   : moved_too_far(md);
+        int rebuild;
+        if (md->config.rebuild_every > 0) {
+            rebuild = md->since_build >= md->config.rebuild_every;
+            /* a fixed interval that let an atom move over half the skin may
+             * have missed pairs in between (LAMMPS's "dangerous builds") */
+            if (rebuild && moved_too_far(md)) md->dangerous++;
+        } else {
+            rebuild = moved_too_far(md);
+        }
         if (rebuild) GPC_TRY(build_neighbors(md));
         compute_forces(md);
+        if (!isfinite(md->potential) || !isfinite(md->virial))
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "md: the run blew up at step %lld (the energy is no longer finite): "
+                             "use a smaller time step than %g or a lower temperature",
+                             (long long)md->step + 1, md->config.dt);
 #pragma omp parallel for schedule(static)
         for (int64_t k = 0; k < n3; k++)
             v[k] += half_dt * f[k];
@@ -505,6 +523,10 @@ const int64_t *gpc_md_ids(const gpc_md *md) {
 
 int64_t gpc_md_neighbor_builds(const gpc_md *md) {
     return md->builds;
+}
+
+int64_t gpc_md_dangerous_builds(const gpc_md *md) {
+    return md->dangerous;
 }
 
 int64_t gpc_md_pairs(const gpc_md *md) {

@@ -53,4 +53,10 @@ expect_usage "--thermo 0 is not 1 or more" --thermo 0
 expect_usage "skin -1 is negative" --skin -1
 expect_usage "unknown option --atoms" --atoms 10
 "$GPC" md --help | grep -q "LAMMPS" || fail "gpc md --help does not describe the command"
+# a time step far too long: a clear error, not infinities
+expect_usage "the run blew up" --cells 5 --dt 0.5 --steps 100
+# fixed rebuilds too far apart for a hot gas: a warning with what to do
+"$GPC" md --cells 5 --temperature 30 --steps 80 --rebuild-every 40 >"$work/hot" 2>&1 || true
+grep -q "warning: .* pairs may have been missed: use --rebuild-every 0" "$work/hot" ||
+  fail "no dangerous-build warning: $(tail -2 "$work/hot")"
 echo "md: ok"

@@ -233,6 +233,30 @@ static void test_rebuild_policies_agree(void **state) {
         free(pos[p]);
 }
 
+/* A time step far too long blows the crystal apart: the run stops with an
+ * error saying so instead of going on with infinities (or writing outside
+ * the cell grid). Fixed-interval rebuilds too far apart for a hot gas are
+ * counted as dangerous; the default policy has none by construction. */
+static void test_blow_up_and_dangerous_builds(void **state) {
+    (void)state;
+    gpc_md_config c;
+    gpc_md_defaults(&c);
+    c.cells = 5, c.dt = 0.5, c.seed = test_seed();
+    gpc_md *md = NULL;
+    TEST_OK(gpc_md_create(&md, &c));
+    TEST_FAILS(gpc_md_run(md, 200), GPC_ERR_INVALID_ARG, "the run blew up");
+    gpc_md_free(md);
+    for (int every = 0; every <= 40; every += 40) {
+        gpc_md *hot = make(5, 30.0, test_seed(), every);
+        TEST_OK(gpc_md_run(hot, 80));
+        if (every)
+            assert_true(gpc_md_dangerous_builds(hot) > 0);
+        else
+            assert_int_equal(gpc_md_dangerous_builds(hot), 0);
+        gpc_md_free(hot);
+    }
+}
+
 static void test_bad_configs(void **state) {
     (void)state;
     gpc_md_config c;
@@ -266,6 +290,7 @@ int main(void) {
         cmocka_unit_test(test_forces_are_energy_gradient),
         cmocka_unit_test(test_energy_and_momentum_conserved),
         cmocka_unit_test(test_rebuild_policies_agree),
+        cmocka_unit_test(test_blow_up_and_dangerous_builds),
         cmocka_unit_test(test_bad_configs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
