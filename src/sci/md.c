@@ -108,8 +108,10 @@ static int shift_code(int sx, int sy, int sz) {
     return ((sz + 1) * 3 + (sy + 1)) * 3 + (sx + 1);
 }
 
-/* The 13 cells "above" a cell (offsets whose first non-zero component is
- * positive) and the cell itself: each pair of cells is visited once. */
+/* The cell itself and the 13 cells "above" it (offsets whose last non-zero
+ * component, z then y then x, is positive): each pair of cells is visited
+ * once. (Cells of half the reach, about 60 of them, test fewer atoms but
+ * cost more in loop overhead: 1.5 atoms less a cell did not pay.) */
 static const int8_t upper[14][3] = {{0, 0, 0},   {1, 0, 0},  {-1, 1, 0}, {0, 1, 0},  {1, 1, 0},
                                     {-1, -1, 1}, {0, -1, 1}, {1, -1, 1}, {-1, 0, 1}, {0, 0, 1},
                                     {1, 0, 1},   {-1, 1, 1}, {0, 1, 1},  {1, 1, 1}};
