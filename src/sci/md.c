@@ -110,8 +110,8 @@ static int shift_code(int sx, int sy, int sz) {
 
 /* The cell itself and the 13 cells "above" it (offsets whose last non-zero
  * component, z then y then x, is positive): each pair of cells is visited
- * once. (Cells of half the reach, about 60 of them, test fewer atoms but
- * cost more in loop overhead: 1.5 atoms less a cell did not pay.) */
+ * once. (Cells half the reach wide, about 60 of them with 2 or 3 atoms
+ * each, test fewer atoms but cost more in loop overhead: measured slower.) */
 static const int8_t upper[14][3] = {{0, 0, 0},   {1, 0, 0},  {-1, 1, 0}, {0, 1, 0},  {1, 1, 0},
                                     {-1, -1, 1}, {0, -1, 1}, {1, -1, 1}, {-1, 0, 1}, {0, 0, 1},
                                     {1, 0, 1},   {-1, 1, 1}, {0, 1, 1},  {1, 1, 1}};
