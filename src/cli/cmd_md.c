@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "gpc/md.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,29 @@ static int log_row(thermo_log *log, const gpc_md *md) {
            t->total, t->pressure);
     fflush(stdout);
     return 1;
+}
+
+/* One frame of the trajectory in extended XYZ (OVITO, ASE and VMD read it):
+ * the atoms in the order they were created, positions wrapped into the box. */
+static gpc_status write_frame(FILE *f, const char *path, gpc_md *md, double *scratch, double dt) {
+    const int64_t n = gpc_md_atoms(md);
+    const double box = gpc_md_box(md), *x = gpc_md_positions(md);
+    const int64_t *id = gpc_md_ids(md);
+    for (int64_t i = 0; i < n; i++)
+        for (int d = 0; d < 3; d++) {
+            double p = x[3 * i + d] - box * floor(x[3 * i + d] / box);
+            scratch[3 * id[i] + d] = p >= box ? 0.0 : p;
+        }
+    gpc_md_thermo t;
+    gpc_md_get_thermo(md, &t);
+    fprintf(f,
+            "%lld\nLattice=\"%.10g 0 0 0 %.10g 0 0 0 %.10g\" Properties=species:S:1:pos:R:3 "
+            "pbc=\"T T T\" step=%lld time=%.10g\n",
+            (long long)n, box, box, box, (long long)t.step, (double)t.step * dt);
+    for (int64_t i = 0; i < n; i++)
+        fprintf(f, "Ar %.8f %.8f %.8f\n", scratch[3 * i], scratch[3 * i + 1], scratch[3 * i + 2]);
+    if (ferror(f)) return gpc_error(GPC_ERR_IO, "cannot write the trajectory to %s", path);
+    return GPC_OK;
 }
 
 static gpc_status write_json(const char *path, const gpc_md_config *c, const gpc_md *md,
@@ -66,7 +90,8 @@ int cmd_md(int argc, char **argv) {
     int64_t seed = (int64_t)c.seed;
     double density = c.density, temperature = c.temperature, cutoff = c.cutoff, skin = c.skin,
            dt = c.dt;
-    const char *json = NULL;
+    const char *json = NULL, *dump = NULL;
+    int dump_every = 0;
     const cli_option options[] = {
         {"cells", CLI_INT, &cells, "N", "fcc unit cells along each side: 4 N^3 atoms (default 20)"},
         {"density", CLI_FLOAT, &density, "RHO", "atoms per unit volume (default 0.8442)"},
@@ -82,12 +107,17 @@ int cmd_md(int argc, char **argv) {
         {"thermo", CLI_INT, &thermo, "N",
          "print the thermodynamic row every N steps (default: 10 rows a run)"},
         {"json", CLI_STRING, &json, "FILE", "also write the run's figures as JSON"},
+        {"dump", CLI_STRING, &dump, "FILE",
+         "write the trajectory to FILE (extended XYZ, atoms in creation order)"},
+        {"dump-every", CLI_INT, &dump_every, "N",
+         "steps between trajectory frames (default: the --thermo interval)"},
         {0},
     };
     const cli_spec spec = {
         "md",
         "md [--cells N] [--density RHO] [--temperature T] [--cutoff RC] [--skin S] [--dt DT] "
-        "[--steps N] [--seed S] [--rebuild-every N] [--thermo N] [--json FILE]",
+        "[--steps N] [--seed S] [--rebuild-every N] [--thermo N] [--json FILE] [--dump FILE "
+        "[--dump-every N]]",
         "Lennard-Jones molecular dynamics on the CPU (OpenMP threads: OMP_NUM_THREADS): atoms on "
         "an fcc lattice in a periodic box, constant energy, reduced units. The defaults are "
         "LAMMPS's in.lj melt benchmark (32,000 atoms); the table has LAMMPS's thermo columns "
@@ -103,7 +133,11 @@ int cmd_md(int argc, char **argv) {
     if (seed < 0) return cli_usage_error("md", "--seed %lld is negative", (long long)seed);
     c.cells = cells, c.density = density, c.temperature = temperature, c.cutoff = cutoff;
     c.skin = skin, c.dt = dt, c.seed = (uint64_t)seed, c.rebuild_every = rebuild_every;
+    if (dump_every < 0 || (dump_every > 0 && !dump))
+        return cli_usage_error("md", "--dump-every %d needs --dump FILE and 1 or more steps",
+                               dump_every);
     if (thermo < 0) thermo = steps >= 10 ? steps / 10 : 1;
+    if (dump && !dump_every) dump_every = thermo;
 
     gpc_md *md = NULL;
     double t0 = gpc_time_seconds();
@@ -115,17 +149,41 @@ int cmd_md(int argc, char **argv) {
            (long long)gpc_md_atoms(md), c.cells, c.density, gpc_md_box(md), c.cutoff, c.skin, c.dt,
            omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s", setup);
     printf("%8s %12s %12s %12s %12s\n", "Step", "Temp", "E_pair", "TotEng", "Press");
+    FILE *trajectory = NULL;
+    double *scratch = NULL;
+    if (dump) {
+        trajectory = fopen(dump, "w");
+        scratch = malloc((size_t)(3 * gpc_md_atoms(md)) * sizeof *scratch);
+        if (!trajectory || !scratch) {
+            if (trajectory) fclose(trajectory);
+            free(scratch);
+            gpc_md_free(md);
+            return cli_fail("md", gpc_error(GPC_ERR_IO,
+                                            "cannot write %s: check the directory "
+                                            "exists",
+                                            dump));
+        }
+        st = write_frame(trajectory, dump, md, scratch, c.dt);
+    }
     thermo_log log = {0};
     int ok = log_row(&log, md);
     double seconds = 0;
     for (int done = 0; ok && st == GPC_OK && done < steps;) {
-        int chunk = steps - done < thermo - done % thermo ? steps - done : thermo - done % thermo;
+        /* up to the next thermo row, frame or the end */
+        int chunk = thermo - done % thermo;
+        if (dump && dump_every - done % dump_every < chunk) chunk = dump_every - done % dump_every;
+        if (steps - done < chunk) chunk = steps - done;
         double start = gpc_time_seconds();
         st = gpc_md_run(md, chunk);
         seconds += gpc_time_seconds() - start;
         done += chunk;
-        if (st == GPC_OK) ok = log_row(&log, md);
+        if (st == GPC_OK && (done % thermo == 0 || done == steps)) ok = log_row(&log, md);
+        if (st == GPC_OK && dump && done % dump_every == 0)
+            st = write_frame(trajectory, dump, md, scratch, c.dt);
     }
+    if (trajectory && fclose(trajectory) != 0 && st == GPC_OK)
+        st = gpc_error(GPC_ERR_IO, "cannot finish writing %s", dump);
+    free(scratch);
     if (st == GPC_OK && !ok) st = gpc_error(GPC_ERR_NOMEM, "out of host memory for the thermo log");
     if (st == GPC_OK && log.count > 0) {
         const gpc_md_thermo *first = &log.rows[0], *last = &log.rows[log.count - 1];

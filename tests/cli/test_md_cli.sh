@@ -36,6 +36,38 @@ for x, t in zip(rows, r["thermo"]):
 assert any("million atom-steps/s" in l for l in out), out[-1]
 PY
 
+# the trajectory: frames at 0, 15 and 30, atoms in creation order (frame 0
+# is the lattice: 4 atoms a cell, x fastest), positions inside the box
+"$GPC" md --cells 4 --steps 30 --thermo 10 --dump "$work/t.xyz" --dump-every 15 >/dev/null
+python3 - "$work/t.xyz" <<'PY'
+import re, sys
+lines = open(sys.argv[1]).read().splitlines()
+frames, at = [], 0
+while at < len(lines):
+    n = int(lines[at]); head = lines[at + 1]
+    pos = [tuple(map(float, l.split()[1:])) for l in lines[at + 2:at + 2 + n]]
+    frames.append((head, pos)); at += 2 + n
+assert len(frames) == 3, len(frames)
+steps = [int(re.search(r"step=(\d+)", h).group(1)) for h, _ in frames]
+assert steps == [0, 15, 30], steps
+L = float(re.search(r'Lattice="([0-9.e+-]+) ', frames[0][0]).group(1))
+a = L / 4
+assert all(len(p) == 256 for _, p in frames)
+basis = [(0, 0, 0), (0.5, 0.5, 0), (0.5, 0, 0.5), (0, 0.5, 0.5)]
+i = 0
+for z in range(4):
+    for y in range(4):
+        for x in range(4):
+            for b in basis:
+                want = ((x + b[0]) * a, (y + b[1]) * a, (z + b[2]) * a)
+                got = frames[0][1][i]
+                assert all(abs(g - w) < 1e-7 for g, w in zip(got, want)), (i, got, want)
+                i += 1
+for _, p in frames:
+    assert all(0 <= c < L for xyz in p for c in xyz)
+assert frames[1][1] != frames[0][1] and frames[2][1] != frames[1][1]
+PY
+
 expect_usage() {
   local want=$1
   shift
@@ -52,6 +84,7 @@ expect_usage "--steps -1 is negative" --steps -1
 expect_usage "--thermo 0 is not 1 or more" --thermo 0
 expect_usage "skin -1 is negative" --skin -1
 expect_usage "unknown option --atoms" --atoms 10
+expect_usage "--dump-every 5 needs --dump FILE" --dump-every 5
 "$GPC" md --help | grep -q "LAMMPS" || fail "gpc md --help does not describe the command"
 # a time step far too long: a clear error, not infinities
 expect_usage "the run blew up" --cells 5 --dt 0.5 --steps 100
