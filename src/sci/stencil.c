@@ -89,6 +89,19 @@ gpc_status gpc_stencil_create(gpc_stencil **out, const gpc_stencil_config *c) {
             return gpc_error(GPC_ERR_INVALID_ARG,
                              "stencil: mode %d,%d,%d: each must be 1 to n (%d)", c->mode[0],
                              c->mode[1], c->mode[2], c->n);
+    {
+        /* refuse what cannot fit rather than be killed filling it in */
+        const double need = 2.0 * (c->n + 2.0) * (c->n + 2.0) * (c->n + 2.0 * c->domains) * 8;
+        const gpc_backend *cpu;
+        size_t free_bytes = 0, total = 0;
+        if (gpc_backend_require(gpc_cpu(), &cpu) == GPC_OK &&
+            cpu->memory_info(0, &free_bytes, &total) == GPC_OK && total > 0 && need > (double)total)
+            return gpc_error(GPC_ERR_NOMEM,
+                             "stencil: %d^3 points need about %.1f GiB, more than this machine's "
+                             "%.1f GiB: use a smaller --n",
+                             c->n, need / (1 << 30), (double)total / (1 << 30));
+        gpc_clear_error();
+    }
     gpc_stencil *s = gpc_calloc(1, sizeof *s);
     if (!s) return gpc_error(GPC_ERR_NOMEM, "stencil: out of host memory");
     s->config = *c;

@@ -86,6 +86,13 @@ expect_usage "skin -1 is negative" --skin -1
 expect_usage "unknown option --atoms" --atoms 10
 expect_usage "--dump-every 5 needs --dump FILE" --dump-every 5
 "$GPC" md --help | grep -q "LAMMPS" || fail "gpc md --help does not describe the command"
+# more atoms than any machine's memory holds (about 400 GiB): refused up front
+set +e
+"$GPC" md --cells 300 --density 9 >"$work/o" 2>"$work/e"
+rc=$?
+set -e
+[[ $rc -eq 1 ]] && grep -q "GiB, more than this machine's .* GiB: use fewer cells" "$work/e" ||
+  fail "a run too large for memory: exit $rc: $(cat "$work/e")"
 # a time step far too long: a clear error, not infinities
 expect_usage "the run blew up" --cells 5 --dt 0.5 --steps 100
 # fixed rebuilds too far apart for a hot gas: a warning with what to do

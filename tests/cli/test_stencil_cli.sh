@@ -47,5 +47,12 @@ expect_usage "9 domains for 8 planes" --n 8 --domains 9
 expect_usage "--mode 1,2 is not three numbers" --mode 1,2
 expect_usage "mode 1,9,1: each must be 1 to n (8)" --n 8 --mode 1,9,1
 expect_usage "--steps -3 is negative" --steps -3
+# a grid larger than any machine's memory (a TiB): refused up front
+set +e
+"$GPC" stencil --n 4096 >"$work/o" 2>"$work/e"
+rc=$?
+set -e
+[[ $rc -eq 1 ]] && grep -q "GiB, more than this machine's .* GiB: use a smaller --n" "$work/e" ||
+  fail "a grid too large for memory: exit $rc: $(cat "$work/e")"
 "$GPC" stencil --help | grep -q "halo" || fail "gpc stencil --help does not describe the command"
 echo "stencil: ok"
