@@ -15,9 +15,11 @@
  * for a given thread count.
  */
 #include "gpc/md.h"
+#include "sci/sci.h"
 
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <string.h>
 
 struct gpc_md {
@@ -376,16 +378,10 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
         /* refuse what cannot fit rather than be killed filling it in */
         const double atoms = 4.0 * c->cells * c->cells * c->cells;
         const double row = 2.0 * c->density * 2.0 * M_PI / 3.0 * reach * reach * reach + 16;
-        const double need = atoms * (5 * 24 + 24.0 * omp_get_max_threads() + 40 + 4 * row);
-        const gpc_backend *cpu;
-        size_t free_bytes = 0, total = 0;
-        if (gpc_backend_require(gpc_cpu(), &cpu) == GPC_OK &&
-            cpu->memory_info(0, &free_bytes, &total) == GPC_OK && total > 0 && need > (double)total)
-            return gpc_error(GPC_ERR_NOMEM,
-                             "md: %.0f atoms need about %.1f GiB, more than this machine's %.1f "
-                             "GiB: use fewer cells",
-                             atoms, need / (1 << 30), (double)total / (1 << 30));
-        gpc_clear_error();
+        char what[64];
+        snprintf(what, sizeof what, "md: %.0f atoms", atoms);
+        GPC_TRY(gpc_sci_check_memory(atoms * (5 * 24 + 24.0 * omp_get_max_threads() + 40 + 4 * row),
+                                     what, "use fewer cells"));
     }
     gpc_md *md = gpc_calloc(1, sizeof *md);
     if (!md) return gpc_error(GPC_ERR_NOMEM, "md: out of host memory");

@@ -16,9 +16,11 @@
  * 16 bytes of traffic a point instead of 24.
  */
 #include "gpc/stencil.h"
+#include "sci/sci.h"
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -91,16 +93,11 @@ gpc_status gpc_stencil_create(gpc_stencil **out, const gpc_stencil_config *c) {
                              c->mode[1], c->mode[2], c->n);
     {
         /* refuse what cannot fit rather than be killed filling it in */
-        const double need = 2.0 * (c->n + 2.0) * (c->n + 2.0) * (c->n + 2.0 * c->domains) * 8;
-        const gpc_backend *cpu;
-        size_t free_bytes = 0, total = 0;
-        if (gpc_backend_require(gpc_cpu(), &cpu) == GPC_OK &&
-            cpu->memory_info(0, &free_bytes, &total) == GPC_OK && total > 0 && need > (double)total)
-            return gpc_error(GPC_ERR_NOMEM,
-                             "stencil: %d^3 points need about %.1f GiB, more than this machine's "
-                             "%.1f GiB: use a smaller --n",
-                             c->n, need / (1 << 30), (double)total / (1 << 30));
-        gpc_clear_error();
+        char what[64];
+        snprintf(what, sizeof what, "stencil: %d^3 points", c->n);
+        GPC_TRY(
+            gpc_sci_check_memory(2.0 * (c->n + 2.0) * (c->n + 2.0) * (c->n + 2.0 * c->domains) * 8,
+                                 what, "use a smaller --n"));
     }
     gpc_stencil *s = gpc_calloc(1, sizeof *s);
     if (!s) return gpc_error(GPC_ERR_NOMEM, "stencil: out of host memory");

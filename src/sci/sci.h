@@ -1,0 +1,15 @@
+/*
+ * sci.h: what the scientific kernels (md.c, stencil.c) share.
+ */
+#ifndef GPC_SCI_H
+#define GPC_SCI_H
+
+#include "gpc/core.h"
+
+/* GPC_OK when `bytes` fit in this machine's physical memory (or it cannot
+ * be read); otherwise GPC_ERR_NOMEM saying "<what> need about X GiB, more
+ * than this machine's Y GiB: <advice>", so a run too large is refused before
+ * it is killed filling its arrays. */
+gpc_status gpc_sci_check_memory(double bytes, const char *what, const char *advice);
+
+#endif /* GPC_SCI_H */
