@@ -490,7 +490,10 @@ static void test_gradient_accumulates(void **state) {
  * bit for bit, and so is the query third of the qkv bias gradient (the same
  * column sums); the key third is zero where the sums give float32 noise
  * around zero, and the value third, the attention projection's bias
- * gradient times its weight, matches the value columns' sums. */
+ * gradient times its weight, matches the value columns' sums. Those sums
+ * cancel terms much larger than their result, so the two roundings agree to
+ * about 1e-4 of the largest bias gradient (over 1,000 seeds); the test
+ * allows 1e-3, where a wrong derivation is off by the whole value. */
 static void test_derived_qkv_bias(void **state) {
     (void)state;
     gpc_rng rng;
@@ -532,7 +535,7 @@ static void test_derived_qkv_bias(void **state) {
                 fail_msg("layer %d: the summed key bias gradient %g is not about 0 (largest %g)", l,
                          s[TC + j], big);
         }
-        test_assert_close_f32("value bias gradient", d + 2 * TC, s + 2 * TC, TC, 1e-5, 1e-5 * big);
+        test_assert_close_f32("value bias gradient", d + 2 * TC, s + 2 * TC, TC, 1e-3, 1e-3 * big);
     }
     free(w), free(summed), free(derived);
     gpt_free(m);
