@@ -192,12 +192,16 @@ int cmd_md(int argc, char **argv) {
                steps, seconds, seconds > 0 ? (double)gpc_md_atoms(md) * steps / seconds / 1e6 : 0.0,
                (long long)gpc_md_neighbor_builds(md),
                (double)gpc_md_pairs(md) / (double)gpc_md_atoms(md), last->total - first->total);
-        if (gpc_md_dangerous_builds(md))
-            printf("gpc md: warning: %lld of the rebuilds every %d steps came after an atom had "
-                   "moved more than half the skin, so pairs may have been missed: use "
-                   "--rebuild-every 0 (rebuild on that) or a larger --skin\n",
-                   (long long)gpc_md_dangerous_builds(md), c.rebuild_every);
         if (json) st = write_json(json, &c, md, &log, steps, seconds);
+    }
+    /* also when the run failed: missed pairs are a likely reason it blew up */
+    if (gpc_md_dangerous_builds(md)) {
+        fflush(stdout);
+        fprintf(stderr,
+                "gpc md: warning: %lld of the rebuilds every %d steps came after an atom had moved "
+                "more than half the skin, so pairs may have been missed: use --rebuild-every 0 "
+                "(rebuild on that) or a larger --skin\n",
+                (long long)gpc_md_dangerous_builds(md), c.rebuild_every);
     }
     free(log.rows);
     gpc_md_free(md);

@@ -96,7 +96,7 @@ set -e
 # a time step far too long: a clear error, not infinities
 expect_usage "the run blew up" --cells 5 --dt 0.5 --steps 100
 # fixed rebuilds too far apart for a hot gas: a warning with what to do
-"$GPC" md --cells 5 --temperature 30 --steps 80 --rebuild-every 40 >"$work/hot" 2>&1 || true
+"$GPC" md --cells 5 --temperature 10 --dt 0.002 --steps 45 --rebuild-every 40 >"$work/hot" 2>&1 || true
 grep -q "warning: .* pairs may have been missed: use --rebuild-every 0" "$work/hot" ||
   fail "no dangerous-build warning: $(tail -2 "$work/hot")"
 echo "md: ok"
