@@ -8,8 +8,28 @@
 
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* Ctrl-C or SIGTERM: stop after the current few steps, with the summary
+ * and the trajectory so far; SA_RESETHAND makes a second one stop at once. */
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+    stop_requested = sig;
+}
+
+static void install_stop_handler(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
 
 typedef struct {
     gpc_md_thermo *rows;
@@ -121,7 +141,7 @@ int cmd_md(int argc, char **argv) {
         "Lennard-Jones molecular dynamics on the CPU (OpenMP threads: OMP_NUM_THREADS): atoms on "
         "an fcc lattice in a periodic box, constant energy, reduced units. The defaults are "
         "LAMMPS's in.lj melt benchmark (32,000 atoms); the table has LAMMPS's thermo columns "
-        "(per-atom energies).",
+        "(per-atom energies). Ctrl-C or SIGTERM stops the run cleanly with its summary.",
         options,
         0,
         NULL,
@@ -168,9 +188,13 @@ int cmd_md(int argc, char **argv) {
     thermo_log log = {0};
     int ok = log_row(&log, md);
     double seconds = 0;
-    for (int done = 0; ok && st == GPC_OK && done < steps;) {
-        /* up to the next thermo row, frame or the end */
+    install_stop_handler();
+    int done = 0;
+    for (; ok && st == GPC_OK && done < steps && !stop_requested;) {
+        /* up to the next thermo row, frame or the end, at most 20 steps so a
+         * stop request is seen soon */
         int chunk = thermo - done % thermo;
+        if (chunk > 20) chunk = 20;
         if (dump && dump_every - done % dump_every < chunk) chunk = dump_every - done % dump_every;
         if (steps - done < chunk) chunk = steps - done;
         double start = gpc_time_seconds();
@@ -180,6 +204,13 @@ int cmd_md(int argc, char **argv) {
         if (st == GPC_OK && (done % thermo == 0 || done == steps)) ok = log_row(&log, md);
         if (st == GPC_OK && dump && done % dump_every == 0)
             st = write_frame(trajectory, dump, md, scratch, c.dt);
+    }
+    if (stop_requested && st == GPC_OK && ok) {
+        if (done % thermo) ok = log_row(&log, md); /* the last step reached */
+        fprintf(stderr, "gpc md: stopped by %s at step %d of %d%s\n",
+                stop_requested == SIGINT ? "Ctrl-C" : "SIGTERM", done, steps,
+                dump ? "; the trajectory holds the frames written so far" : "");
+        steps = done; /* the summary is of the steps that ran */
     }
     if (trajectory && fclose(trajectory) != 0 && st == GPC_OK)
         st = gpc_error(GPC_ERR_IO, "cannot finish writing %s", dump);
@@ -205,5 +236,6 @@ int cmd_md(int argc, char **argv) {
     }
     free(log.rows);
     gpc_md_free(md);
-    return st ? cli_fail("md", st) : CLI_EXIT_OK;
+    if (st) return cli_fail("md", st);
+    return stop_requested ? 128 + (int)stop_requested : CLI_EXIT_OK;
 }

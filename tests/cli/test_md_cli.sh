@@ -68,6 +68,33 @@ for _, p in frames:
 assert frames[1][1] != frames[0][1] and frames[2][1] != frames[1][1]
 PY
 
+# SIGTERM (or Ctrl-C) stops the run cleanly: exit 128 + 15, a line saying
+# where, the summary of the steps that ran, and whole trajectory frames
+"$GPC" md --cells 6 --steps 10000000 --thermo 100 --dump "$work/stop.xyz" --dump-every 10 \
+  >"$work/stop.out" 2>&1 &
+pid=$!
+sleep 1
+kill -TERM "$pid"
+set +e
+wait "$pid"
+rc=$?
+set -e
+[[ $rc -eq 143 ]] || fail "SIGTERM: exit $rc, not 143: $(tail -3 "$work/stop.out")"
+grep -q "stopped by SIGTERM at step [0-9]* of 10000000" "$work/stop.out" || fail "no stop line: $(tail -3 "$work/stop.out")"
+grep -q "million atom-steps/s" "$work/stop.out" || fail "no summary after the stop"
+python3 - "$work/stop.xyz" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+at = frames = 0
+while at < len(lines):
+    n = int(lines[at])
+    assert n == 864 and len(lines) >= at + 2 + n, (at, n, len(lines))
+    assert all(len(l.split()) == 4 for l in lines[at + 2:at + 2 + n])
+    at += 2 + n
+    frames += 1
+assert frames >= 2, frames
+PY
+
 expect_usage() {
   local want=$1
   shift
