@@ -90,6 +90,13 @@ void cli_progress_update(cli_progress *p, int force, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void cli_progress_end(cli_progress *p);
 
+/* Ctrl-C and SIGTERM as a request to stop cleanly (stop.c): after
+ * cli_catch_stop, cli_stop_signal() is the signal received, 0 before one;
+ * a second signal stops the process at once. */
+void cli_catch_stop(void);
+int cli_stop_signal(void);
+const char *cli_stop_name(void); /* "Ctrl-C" or "SIGTERM" */
+
 /* Subcommands. Each lives in its own cmd_*.c file. */
 typedef int (*cli_command_fn)(int argc, char **argv);
 

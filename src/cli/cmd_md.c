@@ -8,28 +8,9 @@
 
 #include <math.h>
 #include <omp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Ctrl-C or SIGTERM: stop after the current few steps, with the summary
- * and the trajectory so far; SA_RESETHAND makes a second one stop at once. */
-static volatile sig_atomic_t stop_requested;
-
-static void on_signal(int sig) {
-    stop_requested = sig;
-}
-
-static void install_stop_handler(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
 
 typedef struct {
     gpc_md_thermo *rows;
@@ -188,9 +169,9 @@ int cmd_md(int argc, char **argv) {
     thermo_log log = {0};
     int ok = log_row(&log, md);
     double seconds = 0;
-    install_stop_handler();
+    cli_catch_stop(); /* Ctrl-C, SIGTERM: stop after the current steps, with the summary */
     int done = 0;
-    for (; ok && st == GPC_OK && done < steps && !stop_requested;) {
+    for (; ok && st == GPC_OK && done < steps && !cli_stop_signal();) {
         /* up to the next thermo row, frame or the end, at most 20 steps so a
          * stop request is seen soon */
         int chunk = thermo - done % thermo;
@@ -205,10 +186,9 @@ int cmd_md(int argc, char **argv) {
         if (st == GPC_OK && dump && done % dump_every == 0)
             st = write_frame(trajectory, dump, md, scratch, c.dt);
     }
-    if (stop_requested && st == GPC_OK && ok) {
+    if (cli_stop_signal() && st == GPC_OK && ok) {
         if (done % thermo) ok = log_row(&log, md); /* the last step reached */
-        fprintf(stderr, "gpc md: stopped by %s at step %d of %d%s\n",
-                stop_requested == SIGINT ? "Ctrl-C" : "SIGTERM", done, steps,
+        fprintf(stderr, "gpc md: stopped by %s at step %d of %d%s\n", cli_stop_name(), done, steps,
                 dump ? "; the trajectory holds the frames written so far" : "");
         steps = done; /* the summary is of the steps that ran */
     }
@@ -237,5 +217,5 @@ int cmd_md(int argc, char **argv) {
     free(log.rows);
     gpc_md_free(md);
     if (st) return cli_fail("md", st);
-    return stop_requested ? 128 + (int)stop_requested : CLI_EXIT_OK;
+    return cli_stop_signal() ? 128 + cli_stop_signal() : CLI_EXIT_OK;
 }

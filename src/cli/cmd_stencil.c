@@ -62,7 +62,8 @@ int cmd_stencil(int argc, char **argv) {
         "Solves the 3D heat equation on an N^3 grid (faces held at 0) with the 7-point stencil "
         "and explicit Euler, on the CPU (OpenMP threads: OMP_NUM_THREADS), split into D slabs "
         "that exchange halo planes every step. The field starts as a sine mode, whose exact "
-        "evolution the result is checked against.",
+        "evolution the result is checked against. Ctrl-C or SIGTERM stops the run cleanly with its "
+        "summary.",
         options,
         0,
         NULL,
@@ -83,7 +84,9 @@ int cmd_stencil(int argc, char **argv) {
     cli_progress progress;
     cli_progress_init(&progress);
     double seconds = 0;
-    for (int done = 0; done < steps && st == GPC_OK;) {
+    cli_catch_stop(); /* Ctrl-C, SIGTERM: stop after the current steps, with the summary */
+    int done = 0;
+    for (; done < steps && st == GPC_OK && !cli_stop_signal();) {
         int chunk = steps - done < 10 ? steps - done : 10;
         double t0 = gpc_time_seconds();
         st = gpc_stencil_run(s, chunk);
@@ -93,6 +96,11 @@ int cmd_stencil(int argc, char **argv) {
                             done, steps, seconds > 0 ? points * done / seconds / 1e9 : 0.0);
     }
     cli_progress_end(&progress);
+    if (cli_stop_signal() && st == GPC_OK) {
+        fprintf(stderr, "gpc stencil: stopped by %s at step %d of %d\n", cli_stop_name(), done,
+                steps);
+        steps = done; /* the summary is of the steps that ran */
+    }
     if (st) {
         gpc_stencil_free(s);
         return cli_fail("stencil", st);
@@ -120,5 +128,6 @@ int cmd_stencil(int argc, char **argv) {
         }
     }
     gpc_stencil_free(s);
-    return st ? cli_fail("stencil", st) : CLI_EXIT_OK;
+    if (st) return cli_fail("stencil", st);
+    return cli_stop_signal() ? 128 + cli_stop_signal() : CLI_EXIT_OK;
 }

@@ -32,6 +32,20 @@ assert one["copy_gb_per_s"] > 0
 assert "G lattice updates/s" in out and "field vs exact" in out, out
 PY
 
+# SIGTERM stops the run cleanly: exit 128 + 15, a line saying where, and
+# the summary of the steps that ran
+"$GPC" stencil --n 64 --steps 100000000 >"$work/stop.out" 2>&1 &
+pid=$!
+sleep 1
+kill -TERM "$pid"
+set +e
+wait "$pid"
+rc=$?
+set -e
+[[ $rc -eq 143 ]] || fail "SIGTERM: exit $rc, not 143: $(tail -3 "$work/stop.out")"
+grep -q "stopped by SIGTERM at step [0-9]* of 100000000" "$work/stop.out" || fail "no stop line: $(tail -3 "$work/stop.out")"
+grep -q "G lattice updates/s, .* field vs exact" "$work/stop.out" || fail "no summary after the stop"
+
 expect_usage() {
   local want=$1
   shift
