@@ -91,9 +91,10 @@ void cli_progress_update(cli_progress *p, int force, const char *fmt, ...)
 void cli_progress_end(cli_progress *p);
 
 /* Ctrl-C and SIGTERM as a request to stop cleanly (stop.c): after
- * cli_catch_stop, cli_stop_signal() is the signal received, 0 before one;
- * a second signal stops the process at once. */
-void cli_catch_stop(void);
+ * cli_catch_stop, cli_stop_signal() is the signal received, 0 before one,
+ * and `hook` (if not NULL; it runs in the signal handler, so it may only set
+ * a flag) is called at each; a second signal stops the process at once. */
+void cli_catch_stop(void (*hook)(void));
 int cli_stop_signal(void);
 const char *cli_stop_name(void); /* "Ctrl-C" or "SIGTERM" */
 

@@ -169,7 +169,7 @@ int cmd_md(int argc, char **argv) {
     thermo_log log = {0};
     int ok = log_row(&log, md);
     double seconds = 0;
-    cli_catch_stop(); /* Ctrl-C, SIGTERM: stop after the current steps, with the summary */
+    cli_catch_stop(NULL); /* Ctrl-C, SIGTERM: stop after the current steps, with the summary */
     int done = 0;
     for (; ok && st == GPC_OK && done < steps && !cli_stop_signal();) {
         /* up to the next thermo row, frame or the end, at most 20 steps so a

@@ -84,7 +84,7 @@ int cmd_stencil(int argc, char **argv) {
     cli_progress progress;
     cli_progress_init(&progress);
     double seconds = 0;
-    cli_catch_stop(); /* Ctrl-C, SIGTERM: stop after the current steps, with the summary */
+    cli_catch_stop(NULL); /* Ctrl-C, SIGTERM: stop after the current steps, with the summary */
     int done = 0;
     for (; done < steps && st == GPC_OK && !cli_stop_signal();) {
         int chunk = steps - done < 10 ? steps - done : 10;

@@ -21,23 +21,6 @@ static const char *NAME = "train";
 
 #define UNSET INT_MIN
 
-static void on_signal(int sig) {
-    (void)sig;
-    gpc_train_request_stop(); /* only sets a flag: async-signal-safe */
-}
-
-/* The first Ctrl-C asks for a checkpoint and a clean exit; SA_RESETHAND
- * makes a second one stop the process at once. */
-static void install_stop_handler(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
 static const char *human_count(double n, char *buf, size_t size) {
     if (n >= 1e9)
         snprintf(buf, size, "%.2fB", n / 1e9);
@@ -311,7 +294,9 @@ int cmd_train(int argc, char **argv) {
     s = cli_dist_setup(&o, collectives, &dist);
     if (s != GPC_OK) return cli_fail(NAME, s);
 
-    install_stop_handler();
+    /* the first Ctrl-C asks for a checkpoint and a clean exit (the hook only
+     * sets a flag: async-signal-safe); a second stops the process at once */
+    cli_catch_stop(gpc_train_request_stop);
     gpc_train_result result;
     s = gpc_train(&o, &result);
     cli_progress_end(&v.progress);

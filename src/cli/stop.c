@@ -1,8 +1,9 @@
 /*
  * stop.c: Ctrl-C and SIGTERM as a request to stop cleanly (cli.h), for the
- * commands whose long loops can end early with what they have (gpc md,
- * gpc stencil): the handler only records the signal; SA_RESETHAND makes a
- * second one stop the process at once.
+ * commands whose long loops can end early with what they have (gpc train
+ * with a checkpoint, gpc md, gpc stencil): the handler records the signal
+ * and calls the command's hook, if any; SA_RESETHAND makes a second one stop
+ * the process at once.
  */
 #include "cli/cli.h"
 
@@ -10,12 +11,15 @@
 #include <string.h>
 
 static volatile sig_atomic_t stop_signal;
+static void (*stop_hook)(void);
 
 static void on_stop(int sig) {
     stop_signal = sig;
+    if (stop_hook) stop_hook();
 }
 
-void cli_catch_stop(void) {
+void cli_catch_stop(void (*hook)(void)) {
+    stop_hook = hook;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop;
