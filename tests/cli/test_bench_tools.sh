@@ -15,6 +15,7 @@ fail() {
   echo "FAIL: $*" >&2
   failures=$((failures + 1))
 }
+source "$(dirname "$0")/lib.sh"
 
 "$search" --list >"$work/list" 2>&1 || fail "--list: exit $?: $(cat "$work/list")"
 names=$(awk '{print $1}' "$work/list")
@@ -25,14 +26,7 @@ for s in fc_fwd fcproj_dinp_dgelu qkv_dweight fc_dweight_bgradb qkv_dweight_bgra
 done
 
 # usage errors: exit 2 and a message naming the problem
-expect_usage() {
-  local want=$1
-  shift
-  "$search" "$@" >"$work/out" 2>"$work/err"
-  local rc=$?
-  [[ $rc -eq 2 ]] || fail "$*: exit $rc, not 2"
-  grep -qF -- "$want" "$work/err" || fail "$*: no '$want' in: $(cat "$work/err")"
-}
+expect_usage() { expect_exit 2 "$1" "$search" "${@:2}"; }
 expect_usage "--energy-s needs a number from 0 to 600, not 'abc'" --energy-s abc
 expect_usage "--energy-s needs a number from 0 to 600, not '601'" --energy-s 601
 expect_usage "--budget-s needs a number from 0.1 to 3600, not '0'" --budget-s 0

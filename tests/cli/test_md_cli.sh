@@ -9,6 +9,7 @@ GPC=${GPC:?set GPC to the gpc binary}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh"
 
 "$GPC" md --cells 5 --steps 40 --thermo 10 --temperature 1.5 --json "$work/md.json" >"$work/out"
 python3 - "$work/md.json" "$work/out" <<'PY'
@@ -70,16 +71,9 @@ PY
 
 # SIGTERM (or Ctrl-C) stops the run cleanly: exit 128 + 15, a line saying
 # where, the summary of the steps that ran, and whole trajectory frames
-"$GPC" md --cells 6 --steps 10000000 --thermo 100 --dump "$work/stop.xyz" --dump-every 10 \
-  >"$work/stop.out" 2>&1 &
-pid=$!
-sleep 1
-kill -TERM "$pid"
-set +e
-wait "$pid"
-rc=$?
-set -e
-[[ $rc -eq 143 ]] || fail "SIGTERM: exit $rc, not 143: $(tail -3 "$work/stop.out")"
+sigterm_after 1 "$work/stop.out" \
+  "$GPC" md --cells 6 --steps 10000000 --thermo 100 --dump "$work/stop.xyz" --dump-every 10
+[[ $stopped_rc -eq 143 ]] || fail "SIGTERM: exit $stopped_rc, not 143: $(tail -3 "$work/stop.out")"
 grep -q "stopped by SIGTERM at step [0-9]* of 10000000" "$work/stop.out" || fail "no stop line: $(tail -3 "$work/stop.out")"
 grep -q "million atom-steps/s" "$work/stop.out" || fail "no summary after the stop"
 python3 - "$work/stop.xyz" <<'PY'
@@ -95,16 +89,7 @@ while at < len(lines):
 assert frames >= 2, frames
 PY
 
-expect_usage() {
-  local want=$1
-  shift
-  set +e
-  "$GPC" md "$@" >"$work/o" 2>"$work/e"
-  local rc=$?
-  set -e
-  [[ $rc -eq 2 ]] || fail "gpc md $*: exit $rc, not 2: $(cat "$work/e")"
-  grep -qF -- "$want" "$work/e" || fail "gpc md $*: no '$want' in: $(cat "$work/e")"
-}
+expect_usage() { expect_exit 2 "$1" "$GPC" md "${@:2}"; }
 expect_usage "use at least 4 cells" --cells 3
 expect_usage "cells 0 is not 1 to 300" --cells 0
 expect_usage "--steps -1 is negative" --steps -1
@@ -114,12 +99,9 @@ expect_usage "unknown option --atoms" --atoms 10
 expect_usage "--dump-every 5 needs --dump FILE" --dump-every 5
 "$GPC" md --help | grep -q "LAMMPS" || fail "gpc md --help does not describe the command"
 # more atoms than any machine's memory holds (about 400 GiB): refused up front
-set +e
-"$GPC" md --cells 300 --density 9 >"$work/o" 2>"$work/e"
-rc=$?
-set -e
-[[ $rc -eq 1 ]] && grep -q "GiB, more than this machine's .* GiB: use fewer cells" "$work/e" ||
-  fail "a run too large for memory: exit $rc: $(cat "$work/e")"
+expect_exit 1 "GiB: use fewer cells" "$GPC" md --cells 300 --density 9
+grep -q "GiB, more than this machine's .* GiB: use fewer cells" "$work/expect.err" ||
+  fail "a run too large for memory: $(cat "$work/expect.err")"
 # a time step far too long: a clear error, not infinities
 expect_usage "the run blew up" --cells 5 --dt 0.5 --steps 100
 # fixed rebuilds too far apart for a hot gas: a warning with what to do

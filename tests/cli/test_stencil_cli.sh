@@ -9,6 +9,7 @@ GPC=${GPC:?set GPC to the gpc binary}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh"
 
 "$GPC" stencil --n 31 --steps 40 --r 0.1 --mode 1,2,1 --json "$work/one.json" >"$work/out" 2>"$work/err"
 "$GPC" stencil --n 31 --steps 40 --r 0.1 --mode 1,2,1 --domains 4 --json "$work/four.json" >/dev/null 2>&1
@@ -34,39 +35,20 @@ PY
 
 # SIGTERM stops the run cleanly: exit 128 + 15, a line saying where, and
 # the summary of the steps that ran
-"$GPC" stencil --n 64 --steps 100000000 >"$work/stop.out" 2>&1 &
-pid=$!
-sleep 1
-kill -TERM "$pid"
-set +e
-wait "$pid"
-rc=$?
-set -e
-[[ $rc -eq 143 ]] || fail "SIGTERM: exit $rc, not 143: $(tail -3 "$work/stop.out")"
+sigterm_after 1 "$work/stop.out" "$GPC" stencil --n 64 --steps 100000000
+[[ $stopped_rc -eq 143 ]] || fail "SIGTERM: exit $stopped_rc, not 143: $(tail -3 "$work/stop.out")"
 grep -q "stopped by SIGTERM at step [0-9]* of 100000000" "$work/stop.out" || fail "no stop line: $(tail -3 "$work/stop.out")"
 grep -q "G lattice updates/s, .* field vs exact" "$work/stop.out" || fail "no summary after the stop"
 
-expect_usage() {
-  local want=$1
-  shift
-  set +e
-  "$GPC" stencil "$@" >"$work/o" 2>"$work/e"
-  local rc=$?
-  set -e
-  [[ $rc -eq 2 ]] || fail "gpc stencil $*: exit $rc, not 2: $(cat "$work/e")"
-  grep -qF -- "$want" "$work/e" || fail "gpc stencil $*: no '$want' in: $(cat "$work/e")"
-}
+expect_usage() { expect_exit 2 "$1" "$GPC" stencil "${@:2}"; }
 expect_usage "at most 1/6" --r 0.2
 expect_usage "9 domains for 8 planes" --n 8 --domains 9
 expect_usage "--mode 1,2 is not three numbers" --mode 1,2
 expect_usage "mode 1,9,1: each must be 1 to n (8)" --n 8 --mode 1,9,1
 expect_usage "--steps -3 is negative" --steps -3
 # a grid larger than any machine's memory (a TiB): refused up front
-set +e
-"$GPC" stencil --n 4096 >"$work/o" 2>"$work/e"
-rc=$?
-set -e
-[[ $rc -eq 1 ]] && grep -q "GiB, more than this machine's .* GiB: use a smaller --n" "$work/e" ||
-  fail "a grid too large for memory: exit $rc: $(cat "$work/e")"
+expect_exit 1 "GiB: use a smaller --n" "$GPC" stencil --n 4096
+grep -q "GiB, more than this machine's .* GiB: use a smaller --n" "$work/expect.err" ||
+  fail "a grid too large for memory: $(cat "$work/expect.err")"
 "$GPC" stencil --help | grep -q "halo" || fail "gpc stencil --help does not describe the command"
 echo "stencil: ok"

@@ -1,0 +1,26 @@
+# lib.sh: helpers shared by the end-to-end scripts (sourced; not a test).
+# They use the sourcing script's $work (a scratch folder) and its fail().
+
+# expect_exit STATUS TEXT COMMAND...: COMMAND exits STATUS and its standard
+# error holds TEXT (a fixed string); its output stays in $work/expect.out
+# and $work/expect.err.
+expect_exit() {
+  local want=$1 text=$2 rc
+  shift 2
+  "$@" >"$work/expect.out" 2>"$work/expect.err" && rc=0 || rc=$?
+  [[ $rc -eq $want ]] || fail "$*: exit $rc, not $want: $(cat "$work/expect.err")"
+  grep -qF -- "$text" "$work/expect.err" || fail "$*: no '$text' in: $(cat "$work/expect.err")"
+}
+
+# sigterm_after SECONDS OUT COMMAND...: runs COMMAND in the background (all
+# its output in OUT), sends it SIGTERM after SECONDS and waits; its exit
+# status lands in $stopped_rc.
+sigterm_after() {
+  local seconds=$1 out=$2 pid
+  shift 2
+  "$@" >"$out" 2>&1 &
+  pid=$!
+  sleep "$seconds"
+  kill -TERM "$pid"
+  wait "$pid" && stopped_rc=0 || stopped_rc=$?
+}
