@@ -262,6 +262,20 @@ static int moved_too_far(const gpc_md *md) {
 
 /* ---------------------------------------------------------------- forces */
 
+/* The first atom i whose pairs start at or after pair number `pair`
+ * (before[i] >= pair; the atom count when none does). */
+static int64_t first_atom_from(const gpc_md *md, int64_t pair) {
+    int64_t a = 0, b = md->n;
+    while (a < b) {
+        int64_t mid = (a + b) / 2;
+        if (md->before[mid] < pair)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    return a;
+}
+
 static void compute_forces(gpc_md *md) {
     const int64_t n = md->n;
     const double rc2 = md->config.cutoff * md->config.cutoff;
@@ -274,25 +288,9 @@ static void compute_forces(gpc_md *md) {
         int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
         /* threads take equal numbers of pairs, not of atoms */
         if (nt > 1) {
-            int64_t pairs = md->before[n], want_lo = pairs * t / nt, want_hi = pairs * (t + 1) / nt;
-            int64_t a = 0, b = n;
-            while (a < b) { /* first i with start[i] >= want_lo */
-                int64_t mid = (a + b) / 2;
-                if (md->before[mid] < want_lo)
-                    a = mid + 1;
-                else
-                    b = mid;
-            }
-            lo = t == 0 ? 0 : a;
-            a = 0, b = n;
-            while (a < b) {
-                int64_t mid = (a + b) / 2;
-                if (md->before[mid] < want_hi)
-                    a = mid + 1;
-                else
-                    b = mid;
-            }
-            hi = t == nt - 1 ? n : a;
+            int64_t pairs = md->before[n];
+            lo = t == 0 ? 0 : first_atom_from(md, pairs * t / nt);
+            hi = t == nt - 1 ? n : first_atom_from(md, pairs * (t + 1) / nt);
         }
         double pair[3][md->row_capacity]; /* one row's pair forces (a few KiB) */
         for (int64_t i = lo; i < hi; i++) {

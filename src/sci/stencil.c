@@ -137,6 +137,14 @@ gpc_status gpc_stencil_create(gpc_stencil **out, const gpc_stencil_config *c) {
     return GPC_OK;
 }
 
+/* The slab holding grid plane z. */
+static int slab_of(const gpc_stencil *s, int z) {
+    int d = 0;
+    while (z >= s->z0[d] + s->nz[d])
+        d++;
+    return d;
+}
+
 /* Each slab's outermost interior planes into its neighbours' halo planes. */
 static void exchange_halos(gpc_stencil *s) {
     const size_t plane = plane_of(s->n);
@@ -187,9 +195,7 @@ gpc_status gpc_stencil_run(gpc_stencil *s, int steps) {
         /* every interior plane of every slab, numbered globally */
 #pragma omp parallel for schedule(static)
         for (int z = 0; z < n; z++) {
-            int d = 0;
-            while (z >= s->z0[d] + s->nz[d])
-                d++;
+            const int d = slab_of(s, z);
             const size_t base = (size_t)(z - s->z0[d] + 1) * plane;
             for (int y = 1; y <= n; y++)
                 update_row(s->v[d], s->u[d], base + (size_t)y * R + 1, n, (size_t)R, plane, c6, r,
@@ -213,9 +219,7 @@ int64_t gpc_stencil_steps(const gpc_stencil *s) {
 }
 
 double gpc_stencil_at(const gpc_stencil *s, int x, int y, int z) {
-    int d = 0;
-    while (z >= s->z0[d] + s->nz[d])
-        d++;
+    const int d = slab_of(s, z);
     return s->u[d][(size_t)(z - s->z0[d] + 1) * plane_of(s->n) + (size_t)(y + 1) * (s->n + 2) +
                    (size_t)(x + 1)];
 }
