@@ -63,10 +63,6 @@ if [[ $mode == all || $mode == test ]]; then
   (cd "$build" && GPC_QKV_BIAS_DERIVED=1 timeout 300 ctest -R '^gpu_test_cuda_(model|curve)' --output-on-failure) >"$out/tests-qkvb.log" 2>&1
   note "gpu tests with GPC_QKV_BIAS_DERIVED=1: $(grep -E 'tests passed|tests failed' "$out/tests-qkvb.log")"
   grep -E "FAILED|Failed|relative error" "$out/tests-qkvb.log" | head -20 | tee -a "$summary"
-  # fc's bias gradient summed by the GELU backward pass (GPC_DGELU_SUMS=1)
-  (cd "$build" && GPC_DGELU_SUMS=1 timeout 300 ctest -R '^gpu_test_cuda_(model|curve)' --output-on-failure) >"$out/tests-dgelu-sums.log" 2>&1
-  note "gpu tests with GPC_DGELU_SUMS=1: $(grep -E 'tests passed|tests failed' "$out/tests-dgelu-sums.log")"
-  grep -E "FAILED|Failed|relative error" "$out/tests-dgelu-sums.log" | head -20 | tee -a "$summary"
   # and with the one-kernel attention backward (GPC_ATTENTION_BWD=fused)
   (cd "$build" && GPC_ATTENTION_BWD=fused timeout 300 ctest -R '^gpu_test_cuda_(ops|model|curve)' --output-on-failure) >"$out/tests-fused.log" 2>&1
   note "gpu tests with GPC_ATTENTION_BWD=fused: $(grep -E 'tests passed|tests failed' "$out/tests-fused.log")"

@@ -132,11 +132,6 @@ typedef struct {
      * derives the rest (see gpt.c's backward); GPC_QKV_BIAS_DERIVED=1 at
      * creation sets it */
     int derived_qkv_bias;
-    /* 1: the fc projection's input gradient is a plain product and gelu' is
-     * applied by the pass that also sums fc's bias gradient, instead of in
-     * the product's epilogue (CUDA) with a second read for the bias;
-     * GPC_DGELU_SUMS=1 at creation sets it */
-    int dgelu_sums;
     size_t num_params;
     size_t param_offset[GPT_NUM_PARAM_TENSORS]; /* element offsets in the flat buffers */
 

@@ -22,10 +22,3 @@ gpc_status gpc_cpu_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, 
     /* gelu_backward reads each element before writing it, so in place is safe */
     return gpc_cpu_gelu_backward(dinp, gelu_inp, dinp);
 }
-
-gpc_status gpc_cpu_gelu_backward_sums(gpc_tensor *dinp, gpc_tensor *dsums, const gpc_tensor *inp,
-                                      const gpc_tensor *dout) {
-    GPC_TRY(gpc_cpu_need_f32("gelu_backward_sums", "dsums", dsums));
-    GPC_TRY(gpc_cpu_gelu_backward(dinp, inp, dout));
-    return gpc_cpu_column_sums(dsums, dinp, 0);
-}

@@ -140,15 +140,6 @@ __device__ __forceinline__ float gpc_gelu(float x) {
     return 0.5f * x * (1.0f + gpc_gelu_tanh(GPC_GELU_SCALE * (x + cube)));
 }
 
-/* gelu'(x) */
-__device__ __forceinline__ float gpc_gelu_grad(float x) {
-    float cube = 0.044715f * x * x * x;
-    float t = gpc_gelu_tanh(GPC_GELU_SCALE * (x + cube));
-    float sech2 = 1.0f - t * t;
-    return 0.5f * (1.0f + t) +
-           0.5f * x * sech2 * GPC_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-}
-
 /* --------------------------------------------------------------- reductions */
 
 __device__ __forceinline__ float gpc_warp_sum(float v) {

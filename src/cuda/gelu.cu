@@ -8,6 +8,14 @@
  */
 #include "cuda/cuda_common.cuh"
 
+__device__ __forceinline__ float gelu_grad_f(float x) {
+    float cube = 0.044715f * x * x * x;
+    float t = gpc_gelu_tanh(GPC_GELU_SCALE * (x + cube));
+    float sech2 = 1.0f - t * t;
+    return 0.5f * (1.0f + t) +
+           0.5f * x * sech2 * GPC_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 template <typename T>
 __global__ void gelu_forward_kernel(T *out, const T *inp, int64_t n, int vectorised) {
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -42,13 +50,13 @@ __global__ void gelu_backward_kernel(T *dinp, const T *inp, const T *dout, int64
             P x = ((const P *)inp)[i], d = ((const P *)dout)[i], y;
 #pragma unroll
             for (int k = 0; k < P::n; k++)
-                y.v[k] = gpc_from_f32<T>(gpc_gelu_grad(gpc_to_f32(x.v[k])) * gpc_to_f32(d.v[k]));
+                y.v[k] = gpc_from_f32<T>(gelu_grad_f(gpc_to_f32(x.v[k])) * gpc_to_f32(d.v[k]));
             ((P *)dinp)[i] = y;
         }
         done = packs * P::n;
     }
     for (int64_t i = done + first; i < n; i += stride)
-        dinp[i] = gpc_from_f32<T>(gpc_gelu_grad(gpc_to_f32(inp[i])) * gpc_to_f32(dout[i]));
+        dinp[i] = gpc_from_f32<T>(gelu_grad_f(gpc_to_f32(inp[i])) * gpc_to_f32(dout[i]));
 }
 
 static unsigned stream_grid(int64_t n, int per_thread) {

@@ -693,21 +693,10 @@ __global__ void add_bias_kernel(T *out, gpc_cuda_any bias, int64_t N, int OC) {
 /* partial[blockIdx.y][j] = sum of dout[n * ld + j] over this block's rows. Block
  * (32, 8): a lane owns PER neighbouring columns (one 16-byte load per row
  * when PER > 1), the 8 rows of threadIdx.y walk the block's rows, and shared
- * memory adds the 8 in a fixed order. With GELU, each element is first
- * replaced by gelu'(ginp) * dout, written to dgelu (which may be dout) and
- * summed as written (rounded to T), so the sums are those of dgelu. */
-template <typename T, int PER, bool GELU>
-__device__ __forceinline__ float column_element(T *dgelu, const T *ginp, int64_t i, float d) {
-    if (!GELU) return d;
-    T r = gpc_from_f32<T>(gpc_gelu_grad(gpc_to_f32(ginp[i])) * d);
-    dgelu[i] = r;
-    return gpc_to_f32(r);
-}
-
-template <typename T, int PER, bool GELU = false>
+ * memory adds the 8 in a fixed order. */
+template <typename T, int PER>
 __global__ void bias_grad_partial_kernel(float *partial, const T *dout, int64_t N, int OC,
-                                         int64_t ld, int64_t rows_per_block, T *dgelu = NULL,
-                                         const T *ginp = NULL) {
+                                         int64_t ld, int64_t rows_per_block) {
     __shared__ float sums[8][32 * PER];
     int j0 = (blockIdx.x * 32 + threadIdx.x) * PER;
     int64_t begin = blockIdx.y * rows_per_block;
@@ -716,30 +705,17 @@ __global__ void bias_grad_partial_kernel(float *partial, const T *dout, int64_t 
 #pragma unroll
     for (int k = 0; k < PER; k++)
         s[k] = 0.0f;
-    if (j0 < OC) {
-#pragma unroll 2
+    if (j0 < OC)
         for (int64_t n = begin + threadIdx.y; n < end; n += 8) {
-            int64_t i = n * ld + j0;
             if (PER == 1) {
-                s[0] += column_element<T, PER, GELU>(dgelu, ginp, i, gpc_to_f32(dout[i]));
-            } else if (!GELU) {
-                gpc_pack<T> v = *(const gpc_pack<T> *)(dout + i);
+                s[0] += gpc_to_f32(dout[n * ld + j0]);
+            } else {
+                gpc_pack<T> v = *(const gpc_pack<T> *)(dout + n * ld + j0);
 #pragma unroll
                 for (int k = 0; k < PER; k++)
                     s[k] += gpc_to_f32(v.v[k]);
-            } else {
-                gpc_pack<T> v = *(const gpc_pack<T> *)(dout + i);
-                gpc_pack<T> x = *(const gpc_pack<T> *)(ginp + i), r;
-#pragma unroll
-                for (int k = 0; k < PER; k++) {
-                    r.v[k] =
-                        gpc_from_f32<T>(gpc_gelu_grad(gpc_to_f32(x.v[k])) * gpc_to_f32(v.v[k]));
-                    s[k] += gpc_to_f32(r.v[k]);
-                }
-                *(gpc_pack<T> *)(dgelu + i) = r;
             }
         }
-    }
 #pragma unroll
     for (int k = 0; k < PER; k++)
         sums[threadIdx.y][threadIdx.x * PER + k] = s[k];
@@ -960,10 +936,8 @@ gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_t
     return GPC_OK;
 }
 
-/* gpc_cuda_add_column_sums, and with dgelu first dgelu = gelu'(ginp) * x
- * (ld = C; dgelu may be x), summed as written. */
-static gpc_status column_sums(const gpc_tensor *acc, const void *x, gpc_dtype dtype, int64_t N,
-                              int64_t C, int64_t ld, void *dgelu, const void *ginp) {
+gpc_status gpc_cuda_add_column_sums(const gpc_tensor *acc, const void *x, gpc_dtype dtype,
+                                    int64_t N, int64_t C, int64_t ld) {
     if (N == 0 || C == 0) return GPC_OK;
     if (C > 0x7fffffff)
         return gpc_error(GPC_ERR_UNSUPPORTED, "column sums: %lld columns are too many",
@@ -972,8 +946,7 @@ static gpc_status column_sums(const gpc_tensor *acc, const void *x, gpc_dtype dt
     void *partial = NULL;
     GPC_CUDA_DISPATCH(dtype, E, {
         const int P = 16 / sizeof(E);
-        int vec = C % P == 0 && ld % P == 0 && gpc_cuda_aligned16(x) &&
-                  (!dgelu || (gpc_cuda_aligned16(dgelu) && gpc_cuda_aligned16(ginp)));
+        int vec = C % P == 0 && ld % P == 0 && gpc_cuda_aligned16(x);
         int per = vec ? P : 1;
         int col_blocks = (int)((C + 32 * per - 1) / (32 * per));
         parts = (gpc_cuda_sm_count() * 4 + col_blocks - 1) / col_blocks;
@@ -983,41 +956,15 @@ static gpc_status column_sums(const gpc_tensor *acc, const void *x, gpc_dtype dt
         parts = (N + rows_per - 1) / rows_per;
         GPC_TRY(gpc_cuda_scratch((size_t)parts * C * sizeof(float), &partial));
         dim3 grid((unsigned)col_blocks, (unsigned)parts), block(32, 8);
-        float *sums = (float *)partial;
-        const E *in = (const E *)x, *g = (const E *)ginp;
-        E *out = (E *)dgelu;
-        cudaStream_t s = gpc_cuda_stream();
-        if (vec && dgelu)
-            bias_grad_partial_kernel<E, P, true>
-                <<<grid, block, 0, s>>>(sums, in, N, (int)C, ld, rows_per, out, g);
-        else if (dgelu)
-            bias_grad_partial_kernel<E, 1, true>
-                <<<grid, block, 0, s>>>(sums, in, N, (int)C, ld, rows_per, out, g);
-        else if (vec)
-            bias_grad_partial_kernel<E, P>
-                <<<grid, block, 0, s>>>(sums, in, N, (int)C, ld, rows_per);
+        if (vec)
+            bias_grad_partial_kernel<E, P><<<grid, block, 0, gpc_cuda_stream()>>>(
+                (float *)partial, (const E *)x, N, (int)C, ld, rows_per);
         else
-            bias_grad_partial_kernel<E, 1>
-                <<<grid, block, 0, s>>>(sums, in, N, (int)C, ld, rows_per);
+            bias_grad_partial_kernel<E, 1><<<grid, block, 0, gpc_cuda_stream()>>>(
+                (float *)partial, (const E *)x, N, (int)C, ld, rows_per);
     });
     GPC_CUDA_CHECK_LAUNCH();
     return bias_grad_finish(acc, (const float *)partial, (int)parts, (int)C);
-}
-
-gpc_status gpc_cuda_add_column_sums(const gpc_tensor *acc, const void *x, gpc_dtype dtype,
-                                    int64_t N, int64_t C, int64_t ld) {
-    return column_sums(acc, x, dtype, N, C, ld, NULL, NULL);
-}
-
-gpc_status gpc_cuda_gelu_backward_sums(gpc_tensor *dinp, gpc_tensor *dsums, const gpc_tensor *inp,
-                                       const gpc_tensor *dout) {
-    const char *op = "gelu_backward_sums";
-    GPC_TRY(gpc_cuda_same_dtype(op, "dinp", dinp, "inp", inp));
-    GPC_TRY(gpc_cuda_same_dtype(op, "dinp", dinp, "dout", dout));
-    GPC_TRY(gpc_cuda_enter(dinp));
-    int64_t W = dinp->ndim ? dinp->shape[dinp->ndim - 1] : 1;
-    int64_t N = W ? gpc_tensor_numel(dinp) / W : 0;
-    return column_sums(dsums, dout->data, dout->dtype, N, W, W, dinp->data, inp->data);
 }
 
 gpc_status gpc_cuda_column_sums(gpc_tensor *acc, const gpc_tensor *x, int64_t first) {

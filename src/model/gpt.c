@@ -227,8 +227,6 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     m->recompute = training ? recompute : 0; /* inference keeps no activations for backward */
     const char *derived = getenv("GPC_QKV_BIAS_DERIVED");
     m->derived_qkv_bias = derived && !strcmp(derived, "1");
-    const char *dgelu_sums = getenv("GPC_DGELU_SUMS");
-    m->dgelu_sums = dgelu_sums && !strcmp(dgelu_sums, "1");
     m->B = B;
     m->T = T;
     m->num_params = gpt_config_num_params(&check);
@@ -744,18 +742,9 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
          * fused bias gradients, fcproj's comes from ln2's backward (the column
          * sums of dresidual as it enters), so that gradient is not read again
          * for it; attproj's likewise from ln1's. */
-        if (m->dgelu_sums) {
-            /* gelu' applied by the pass that also sums fc's bias gradient,
-             * instead of in the product's epilogue and a second read */
-            GPC_TRY(gpc_op_matmul_backward(&dfch, &dfcprojw, fused ? NULL : &dfcprojb, &dresidual,
-                                           &fch_gelu, &fcprojw));
-            GPC_TRY(gpc_op_gelu_backward_sums(&dfch, &dfcb, &fch, &dfch));
-        } else {
-            GPC_TRY(gpc_op_matmul_backward_dgelu(&dfch, &dfcprojw, fused ? NULL : &dfcprojb,
-                                                 &dresidual, &fch_gelu, &fcprojw, &fch));
-        }
-        GPC_TRY(
-            gpc_op_matmul_backward(&dbtc, &dfcw, m->dgelu_sums ? NULL : &dfcb, &dfch, &ln2, &fcw));
+        GPC_TRY(gpc_op_matmul_backward_dgelu(&dfch, &dfcprojw, fused ? NULL : &dfcprojb, &dresidual,
+                                             &fch_gelu, &fcprojw, &fch));
+        GPC_TRY(gpc_op_matmul_backward(&dbtc, &dfcw, &dfcb, &dfch, &ln2, &fcw));
         GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln2w, &dln2b, fused ? &dfcprojb : NULL,
                                           &dbtc, &residual2, &ln2w, &ln2_mean, &ln2_rstd));
         /* attention: residual2 = residual + attproj(attention(qkv(ln1(residual)))) */

@@ -529,20 +529,6 @@ gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, g
     return gpc_op_gelu_backward(dinp, gelu_inp, dinp);
 }
 
-gpc_status gpc_op_gelu_backward_sums(gpc_tensor *dinp, gpc_tensor *dsums, const gpc_tensor *inp,
-                                     const gpc_tensor *dout) {
-    const char *op = "gelu_backward_sums";
-    GPC_TRY(need_float(op, "dinp", dinp));
-    GPC_TRY(need_float(op, "dsums", dsums));
-    GPC_TRY(need_float(op, "inp", inp));
-    GPC_TRY(need_float(op, "dout", dout));
-    DEVICES(op, dinp, dsums, inp, dout);
-    GPC_TRY(need_numel(op, "inp", inp, gpc_tensor_numel(dinp)));
-    GPC_TRY(need_numel(op, "dout", dout, gpc_tensor_numel(dinp)));
-    GPC_TRY(need_numel(op, "dsums", dsums, last_dim(dinp)));
-    DISPATCH(op, dinp, gelu_backward_sums, dinp, dsums, inp, dout);
-}
-
 gpc_status gpc_op_column_sums(gpc_tensor *acc, const gpc_tensor *x, int64_t first) {
     const char *op = "column_sums";
     GPC_TRY(need_float(op, "acc", acc));

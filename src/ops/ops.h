@@ -208,14 +208,6 @@ gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, g
                                         const gpc_tensor *dout, const gpc_tensor *inp,
                                         const gpc_tensor *weight, const gpc_tensor *gelu_inp);
 
-/* gpc_op_gelu_backward, and dsums[W] += the column sums of the dinp it wrote
- * (dinp viewed as [rows, W], W its last dimension; dsums any float dtype,
- * summed in f32 from dinp's rounded values). dinp may alias dout. The bias
- * gradient of the layer whose output went through the GELU comes out of the
- * same pass (CUDA: one kernel reads dout and inp once), not a second read. */
-gpc_status gpc_op_gelu_backward_sums(gpc_tensor *dinp, gpc_tensor *dsums, const gpc_tensor *inp,
-                                     const gpc_tensor *dout);
-
 /* acc[K] += the sums over rows of x's columns first .. first+K-1, x viewed
  * as [rows, W] with W its last dimension (K = acc's element count; any float
  * dtypes, summed in f32). The model sums one part of a wider gradient with

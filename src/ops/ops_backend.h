@@ -56,9 +56,7 @@
       const gpc_tensor *gelu_inp))                                                                 \
     X(sum, (gpc_tensor *acc, const gpc_tensor *x))                                                 \
     X(attention_decode, (gpc_tensor *out, const gpc_tensor *qkv, int num_heads))                   \
-    X(column_sums, (gpc_tensor *acc, const gpc_tensor *x, int64_t first))                         \
-    X(gelu_backward_sums, (gpc_tensor *dinp, gpc_tensor *dsums, const gpc_tensor *inp,             \
-      const gpc_tensor *dout))
+    X(column_sums, (gpc_tensor *acc, const gpc_tensor *x, int64_t first))
 /* clang-format on */
 
 #define GPC_OPS_FIELD(name, params) gpc_status(*name) params;

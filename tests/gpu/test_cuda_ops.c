@@ -448,43 +448,6 @@ static void test_column_sums(void **state) {
         }
 }
 
-/* gelu_backward_sums: dinp and the sums against the CPU, and the one-pass
- * kernel bit for bit against the GPU's gelu_backward then column_sums (the
- * same values summed in the same order); then in place on dout. Widths: fc's
- * 3072 (16-byte loads) and an odd one (one element a load). */
-static void test_gelu_backward_sums(void **state) {
-    (void)state;
-    gpc_dtype dts[] = {GPC_F32, GPC_BF16};
-    const int64_t cases[][2] = {{4099, 3072}, {1027, 771}, {3, 40}};
-    for (int k = 0; k < 2; k++)
-        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-            int64_t s[2] = {cases[c][0], cases[c][1]}, ws[1] = {cases[c][1]};
-            pair x = make(dts[k], 2, s, 'r', -4, 4), dout = make(dts[k], 2, s, 'r', -1, 1);
-            pair dinp = make(dts[k], 2, s, 'p', 0, 0), sums = make(GPC_F32, 1, ws, 'r', -2, 2);
-            pair dinp2 = make(dts[k], 2, s, 'p', 0, 0), sums2 = make(GPC_F32, 1, ws, 'p', 0, 0);
-            upload(&sums2.gpu, sums.host, sums.n);
-            TEST_OK(gpc_op_gelu_backward_sums(&dinp.cpu, &sums.cpu, &x.cpu, &dout.cpu));
-            TEST_OK(gpc_op_gelu_backward_sums(&dinp.gpu, &sums.gpu, &x.gpu, &dout.gpu));
-            expect("gelu_backward_sums dinp", &dinp, tol_for(dts[k], 1e-5));
-            expect("gelu_backward_sums dsums", &sums, tol_for(dts[k], 3e-5));
-            TEST_OK(gpc_op_gelu_backward(&dinp2.gpu, &x.gpu, &dout.gpu));
-            TEST_OK(gpc_op_column_sums(&sums2.gpu, &dinp2.gpu, 0));
-            assert_int_equal(cudaDeviceSynchronize(), 0);
-            float *a = download(&dinp.gpu), *b = download(&dinp2.gpu);
-            float *sa = download(&sums.gpu), *sb = download(&sums2.gpu);
-            assert_memory_equal(a, b, (size_t)dinp.n * sizeof(float));
-            assert_memory_equal(sa, sb, (size_t)sums.n * sizeof(float));
-            free(a), free(b), free(sa), free(sb);
-            TEST_OK(gpc_op_gelu_backward_sums(&dout.cpu, &sums.cpu, &x.cpu, &dout.cpu));
-            TEST_OK(gpc_op_gelu_backward_sums(&dout.gpu, &sums.gpu, &x.gpu, &dout.gpu));
-            expect("gelu_backward_sums in place", &dout, tol_for(dts[k], 1e-5));
-            expect("gelu_backward_sums in place, dsums", &sums, tol_for(dts[k], 3e-5));
-            pair *all[] = {&x, &dout, &dinp, &sums, &dinp2, &sums2};
-            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-                drop(all[i]);
-        }
-}
-
 /* ----------------------------------------------------------- elementwise */
 
 static void elementwise_case(gpc_dtype dt, int64_t n) {
@@ -834,7 +797,6 @@ int main(void) {
         cmocka_unit_test(test_sum_squares),
         cmocka_unit_test(test_sum),
         cmocka_unit_test(test_column_sums),
-        cmocka_unit_test(test_gelu_backward_sums),
         cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_convert),
         cmocka_unit_test(test_mixed_dtypes_refused),

@@ -541,44 +541,6 @@ static void test_derived_qkv_bias(void **state) {
     gpt_free(m);
 }
 
-/* GPC_DGELU_SUMS's backward (m->dgelu_sums: fc's bias gradient summed by the
- * GELU backward pass) against the default over two micro-steps: on the CPU
- * both sum the same values in the same order, so every gradient is the same
- * bit for bit, with and without recomputation. */
-static void test_dgelu_sums(void **state) {
-    (void)state;
-    gpc_rng rng;
-    gpc_rng_seed(&rng, test_seed(), 15);
-    int32_t tok[TB * TT], tgt[TB * TT], tok2[TB * TT], tgt2[TB * TT];
-    random_tokens(&rng, tok, tgt, TB * TT, TV);
-    random_tokens(&rng, tok2, tgt2, TB * TT, TV);
-    for (int recompute = 0; recompute <= 1; recompute++) {
-        gpt_model *m = make_model(TL, TNH, TC, TT, TV, TB, TT, 1);
-        m->recompute = recompute;
-        float *w = random_params(m, &rng);
-        TEST_OK(gpt_set_params(m, w));
-        size_t P = m->num_params;
-        float *grads[2] = {malloc(P * 4), malloc(P * 4)};
-        for (int d = 0; d < 2; d++) {
-            m->dgelu_sums = d;
-            gpc_tensor host = gpc_tensor_1d(grads[d], GPC_F32, gpc_cpu(), (int64_t)P);
-            TEST_OK(gpt_zero_grad(m));
-            TEST_OK(gpt_forward_backward(m, tok, tgt, TB, TT, 0.5f));
-            TEST_OK(gpt_forward_backward(m, tok2, tgt2, TB, TT, 0.5f));
-            TEST_OK(gpc_tensor_copy(&host, &m->grads_flat));
-        }
-        double big = 0;
-        for (size_t k = 0; k < P; k++)
-            big = fmax(big, fabs(grads[0][k]));
-        assert_true(big > 0);
-        if (memcmp(grads[0], grads[1], P * 4))
-            fail_msg("recompute %d: the gradients differ with the GELU pass's bias sums",
-                     recompute);
-        free(w), free(grads[0]), free(grads[1]);
-        gpt_free(m);
-    }
-}
-
 /* One AdamW step against the formula computed here in float64, with the
  * global-norm clip active and weight decay only on 2-D weights. */
 static void test_update(void **state) {
@@ -634,7 +596,6 @@ int main(void) {
         cmocka_unit_test(test_gradient_check),
         cmocka_unit_test(test_gradient_accumulates),
         cmocka_unit_test(test_derived_qkv_bias),
-        cmocka_unit_test(test_dgelu_sums),
         cmocka_unit_test(test_update),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

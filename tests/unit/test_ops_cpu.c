@@ -535,36 +535,6 @@ static void test_gelu(void **state) {
     free(x), free(out), free(want), free(r), free(dx), free(c.x), free(g), free(inplace);
 }
 
-/* gelu_backward_sums: dinp exactly gelu_backward's (whose values test_gelu
- * checks), and dsums the float64 sums of those dinp columns added to what it
- * held; then in place, dinp aliasing dout. */
-static void test_gelu_backward_sums(void **state) {
-    (void)state;
-    int64_t N = rand_range(1, 2000), W = rand_range(1, 150);
-    float *x = randn(N * W, 2), *dy = randn(N * W, 1), *want_dx = filled(N * W, NAN);
-    float *dx = filled(N * W, NAN), *sums = randn(W, 1);
-    double *want = widen(sums, W);
-    gpc_tensor tx = t2(x, N, W), tdy = t2(dy, N, W), twant = t2(want_dx, N, W), tdx = t2(dx, N, W);
-    gpc_tensor tsums = t1(sums, W);
-    TEST_OK(gpc_op_gelu_backward(&twant, &tx, &tdy));
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t j = 0; j < W; j++)
-            want[j] += want_dx[n * W + j];
-    TEST_OK(gpc_op_gelu_backward_sums(&tdx, &tsums, &tx, &tdy));
-    assert_memory_equal(dx, want_dx, (size_t)(N * W) * sizeof(float));
-    /* the dinp terms are below about 1.2 |dy|: the column_sums bound */
-    test_assert_close("gelu_backward_sums dsums", sums, want, (size_t)W, 3e-5, 2 * sqrt((double)N));
-    double *want2 = widen(sums, W);
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t j = 0; j < W; j++)
-            want2[j] += want_dx[n * W + j];
-    TEST_OK(gpc_op_gelu_backward_sums(&tdy, &tsums, &tx, &tdy));
-    assert_memory_equal(dy, want_dx, (size_t)(N * W) * sizeof(float));
-    test_assert_close("gelu_backward_sums in place", sums, want2, (size_t)W, 3e-5,
-                      2 * sqrt((double)N));
-    free(x), free(dy), free(want_dx), free(dx), free(sums), free(want), free(want2);
-}
-
 static void test_residual(void **state) {
     (void)state;
     int64_t n = rand_range(1, 500);
@@ -1110,7 +1080,6 @@ int main(void) {
         cmocka_unit_test(test_matmul_large),
         cmocka_unit_test(test_matmul_one_row),
         cmocka_unit_test(test_gelu),
-        cmocka_unit_test(test_gelu_backward_sums),
         cmocka_unit_test(test_residual),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_deterministic),
