@@ -129,8 +129,8 @@ typedef struct {
     int B, T;        /* the largest batch the activations were planned for */
     int recompute;   /* 0 keep activations; 1 rebuild GELU outputs; 2 also layernorm outputs */
     /* 1: backward sums only the query third of the qkv bias gradient and
-     * derives the rest (see gpt.c's backward); GPC_QKV_BIAS_DERIVED=1 at
-     * creation sets it */
+     * derives the rest (see gpt.c's backward); the default, which
+     * GPC_QKV_BIAS_DERIVED=0 at creation turns off */
     int derived_qkv_bias;
     size_t num_params;
     size_t param_offset[GPT_NUM_PARAM_TENSORS]; /* element offsets in the flat buffers */

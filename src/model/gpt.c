@@ -226,7 +226,7 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     m->training = training ? 1 : 0;
     m->recompute = training ? recompute : 0; /* inference keeps no activations for backward */
     const char *derived = getenv("GPC_QKV_BIAS_DERIVED");
-    m->derived_qkv_bias = derived && !strcmp(derived, "1");
+    m->derived_qkv_bias = !(derived && !strcmp(derived, "0"));
     m->B = B;
     m->T = T;
     m->num_params = gpt_config_num_params(&check);
