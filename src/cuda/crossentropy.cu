@@ -341,12 +341,13 @@ __launch_bounds__(CE_THREADS) void crossentropy_kernel(float *losses, T *dlogits
  * mbarrier). The loads stream without a pause and the writes go out beside
  * them. Two bf16 rows of GPT-2's 50304 logits take 196.5 KiB of the 227. */
 #define CE_TMA_THREADS 1024
+#define CE_DEFAULT_BUFS 0 /* the register kernel stays the default */
 
 __device__ __forceinline__ unsigned ce_smem(const void *p) {
     return (unsigned)__cvta_generic_to_shared(p);
 }
 
-template <typename T>
+template <typename T, int BUFS>
 __global__ __launch_bounds__(CE_TMA_THREADS) void crossentropy_tma_kernel(float *losses, T *dlogits,
                                                                           const T *logits,
                                                                           const int32_t *targets,
@@ -354,13 +355,13 @@ __global__ __launch_bounds__(CE_TMA_THREADS) void crossentropy_tma_kernel(float 
                                                                           float dloss, int rows) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint4 ce_rows[];
-    __shared__ __align__(8) unsigned long long bar[2];
+    __shared__ __align__(8) unsigned long long bar[BUFS];
     __shared__ float shared_target_logit;
     const int n = gpc_pack<T>::n;
     const int packs = Vp / n;
     const unsigned bytes = (unsigned)packs * 16u;
     if (threadIdx.x == 0) {
-        for (int b = 0; b < 2; b++)
+        for (int b = 0; b < BUFS; b++)
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(ce_smem(&bar[b])));
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -380,14 +381,16 @@ __global__ __launch_bounds__(CE_TMA_THREADS) void crossentropy_tma_kernel(float 
     int row = blockIdx.x;
     if (threadIdx.x == 0 && row < rows) fetch(row, 0);
     for (int it = 0; row < rows; it++, row += gridDim.x) {
-        const int b = it & 1;
-        if (threadIdx.x == 0 && row + (int)gridDim.x < rows) fetch(row + gridDim.x, b ^ 1);
+        const int b = BUFS == 2 ? it & 1 : 0;
+        const unsigned parity = BUFS == 2 ? (unsigned)(it >> 1) & 1u : (unsigned)it & 1u;
+        if (BUFS == 2 && threadIdx.x == 0 && row + (int)gridDim.x < rows)
+            fetch(row + gridDim.x, b ^ 1);
         unsigned ready = 0;
         while (!ready)
             asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
                          "selp.u32 %0, 1, 0, p;\n}"
                          : "=r"(ready)
-                         : "r"(ce_smem(&bar[b])), "r"((unsigned)(it >> 1) & 1u)
+                         : "r"(ce_smem(&bar[b])), "r"(parity)
                          : "memory");
         const uint4 *x = ce_rows + (size_t)b * packs;
         int target = targets[row];
@@ -433,19 +436,28 @@ __global__ __launch_bounds__(CE_TMA_THREADS) void crossentropy_tma_kernel(float 
         /* every thread is done with buffer b before the next iteration
          * queues a row into it */
         __syncthreads();
+        if (BUFS == 1 && threadIdx.x == 0 && row + (int)gridDim.x < rows) fetch(row + gridDim.x, 0);
     }
 #endif
 }
 
-/* Whether the shared-memory kernel takes rows of `packs` packs: an sm_90 GPU
- * with room for two of them (GPC_CE_KERNEL=registers keeps the register
- * kernel, for comparison). Sets the kernel's shared-memory limit once. */
-template <typename T> static int ce_tma_fits(int packs) {
-    static int major = -1, optin = 0, env = -1;
-    if (env < 0) {
+/* GPC_CE_KERNEL: "tma" (two row buffers, a block a multiprocessor), "tma1"
+ * (one buffer, two blocks a multiprocessor) or "registers". */
+static int ce_kernel_choice(void) {
+    static int choice = -1;
+    if (choice < 0) {
         const char *e = getenv("GPC_CE_KERNEL");
-        env = !(e && !strcmp(e, "registers"));
+        choice = !e ? CE_DEFAULT_BUFS : !strcmp(e, "tma") ? 2 : !strcmp(e, "tma1") ? 1 : 0;
     }
+    return choice;
+}
+
+/* How many row buffers the shared-memory kernel takes rows of `packs` packs
+ * with (0: it does not): an sm_90 GPU with room for them. Sets the kernel's
+ * shared-memory limit once. */
+template <typename T> static int ce_tma_fits(int packs) {
+    static int major = -1, optin = 0;
+    const int bufs = ce_kernel_choice();
     if (major < 0) {
         int device = 0;
         if (cudaGetDevice(&device) != cudaSuccess ||
@@ -457,19 +469,23 @@ template <typename T> static int ce_tma_fits(int packs) {
             major = 0;
         }
     }
-    size_t need = (size_t)2 * packs * 16;
-    if (!env || major < 9 || need + 1024 > (size_t)optin) return 0;
+    size_t need = (size_t)bufs * packs * 16;
+    if (!bufs || major < 9 || need + 1024 > (size_t)optin) return 0;
     static size_t set = 0;
     if (set < need) {
-        if (cudaFuncSetAttribute(crossentropy_tma_kernel<T>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)need) != cudaSuccess) {
+        cudaError_t e =
+            bufs == 2
+                ? cudaFuncSetAttribute(crossentropy_tma_kernel<T, 2>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need)
+                : cudaFuncSetAttribute(crossentropy_tma_kernel<T, 1>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need);
+        if (e != cudaSuccess) {
             cudaGetLastError();
             return 0;
         }
         set = need;
     }
-    return 1;
+    return bufs;
 }
 
 /* Launches the register kernel with the fewest packs a thread (of PACKS and
@@ -509,13 +525,21 @@ gpc_status gpc_cuda_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor
         int vec = Vp % per == 0 && gpc_cuda_aligned16(logits->data) &&
                   (!dlogits || !dlogits->data || gpc_cuda_aligned16(dlogits->data));
         E *d = dlogits && dlogits->data ? (E *)dlogits->data : NULL;
-        if (vec && ce_tma_fits<E>((int)(Vp / per))) {
-            unsigned grid = (unsigned)gpc_cuda_sm_count();
+        int bufs = vec ? ce_tma_fits<E>((int)(Vp / per)) : 0;
+        if (bufs) {
+            /* two buffers: a block a multiprocessor; one: two blocks */
+            unsigned grid = (unsigned)gpc_cuda_sm_count() * (bufs == 2 ? 1u : 2u);
             if ((int64_t)grid > N) grid = (unsigned)N;
-            crossentropy_tma_kernel<E>
-                <<<grid, CE_TMA_THREADS, (size_t)2 * (Vp / per) * 16, gpc_cuda_stream()>>>(
-                    (float *)losses->data, d, (const E *)logits->data,
-                    (const int32_t *)targets->data, vocab_size, (int)Vp, dloss, (int)N);
+            size_t smem = (size_t)bufs * (Vp / per) * 16;
+            float *l = (float *)losses->data;
+            const E *x = (const E *)logits->data;
+            const int32_t *t = (const int32_t *)targets->data;
+            if (bufs == 2)
+                crossentropy_tma_kernel<E, 2><<<grid, CE_TMA_THREADS, smem, gpc_cuda_stream()>>>(
+                    l, d, x, t, vocab_size, (int)Vp, dloss, (int)N);
+            else
+                crossentropy_tma_kernel<E, 1><<<grid, CE_TMA_THREADS, smem, gpc_cuda_stream()>>>(
+                    l, d, x, t, vocab_size, (int)Vp, dloss, (int)N);
         } else if (vec && Vp / per <= (int64_t)CE_REGISTER_THREADS * CE_REGISTER_PACKS)
             crossentropy_registers_launch<E, 1>(
                 (int)(Vp / per), (unsigned)N, (float *)losses->data, d, (const E *)logits->data,

@@ -1,0 +1,110 @@
+/*
+ * ce_bench.c: the fused cross-entropy (softmax, loss and gradient written over
+ * the logits, as the model calls it) at GPT-2's classifier shape on the GPU,
+ * timed with CUDA events: the median of --reps calls after 3 warm-up calls,
+ * and the memory rate that makes (one read and one write of the logits).
+ *
+ *   bench_ce_bench [--rows 65536] [--vocab 50257] [--padded 50304]
+ *                  [--reps 20] [--precision bf16]
+ *
+ * The kernel is the one gpc picks; GPC_CE_KERNEL=registers|tma|tma1 selects
+ * one (src/cuda/crossentropy.cu). Each call gets fresh logits (converted
+ * from f32 outside the timed span), so every call sees the same values.
+ * Prints: RESULT crossentropy kernel=... rows=... ms=... tb_per_s=...
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops.h"
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define CHECK(x)                                                                                   \
+    do {                                                                                           \
+        if ((x) != GPC_OK) {                                                                       \
+            fprintf(stderr, "bench_ce_bench: %s\n", gpc_last_error());                             \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+int main(int argc, char **argv) {
+    int64_t N = 65536, V = 50257, Vp = 50304;
+    int reps = 20;
+    const char *precision = "bf16";
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 >= argc) {
+            fprintf(stderr, "bench_ce_bench: %s needs a value\n", argv[i]);
+            return 2;
+        }
+        if (!strcmp(argv[i], "--rows"))
+            N = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--vocab"))
+            V = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--padded"))
+            Vp = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps"))
+            reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--precision"))
+            precision = argv[i + 1];
+        else {
+            fprintf(stderr, "bench_ce_bench: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (N < 1 || V < 1 || Vp < V || reps < 1) {
+        fprintf(stderr, "bench_ce_bench: need rows >= 1, 1 <= vocab <= padded, reps >= 1\n");
+        return 2;
+    }
+    const gpc_backend *cuda = gpc_backend_get(GPC_DEVICE_CUDA);
+    if (!cuda) {
+        fprintf(stderr, "bench_ce_bench: %s\n", gpc_last_error());
+        return 1;
+    }
+    gpc_dtype dt;
+    CHECK(gpc_dtype_parse(precision, &dt));
+    gpc_device dev = {GPC_DEVICE_CUDA, 0};
+    int64_t s_l[2] = {N, Vp}, s_n[1] = {N};
+    gpc_tensor logits, staged, losses, targets, host_l, host_t;
+    CHECK(gpc_tensor_alloc(&logits, dt, dev, 2, s_l));
+    CHECK(gpc_tensor_alloc(&staged, GPC_F32, dev, 2, s_l));
+    CHECK(gpc_tensor_alloc(&losses, GPC_F32, dev, 1, s_n));
+    CHECK(gpc_tensor_alloc(&targets, GPC_I32, dev, 1, s_n));
+    CHECK(gpc_tensor_alloc(&host_l, GPC_F32, gpc_cpu(), 2, s_l));
+    CHECK(gpc_tensor_alloc(&host_t, GPC_I32, gpc_cpu(), 1, s_n));
+    gpc_rng rng;
+    gpc_rng_seed(&rng, 7, 1);
+    gpc_rng_fill_normal(&rng, host_l.data, (size_t)gpc_tensor_numel(&host_l), 0, 2);
+    for (int64_t i = 0; i < N; i++)
+        ((int32_t *)host_t.data)[i] = (int32_t)(gpc_rng_uniform(&rng) * (double)V) % (int32_t)V;
+    CHECK(gpc_tensor_copy(&staged, &host_l));
+    CHECK(gpc_tensor_copy(&targets, &host_t));
+    gpc_event e0, e1;
+    CHECK(cuda->event_create(&e0));
+    CHECK(cuda->event_create(&e1));
+    float *ms = malloc(sizeof(float) * (size_t)reps);
+    if (!ms) return 1;
+    for (int r = -3; r < reps; r++) {
+        CHECK(gpc_op_convert(&logits, &staged));
+        CHECK(cuda->event_record(e0, NULL));
+        CHECK(gpc_op_crossentropy_forward_backward(&losses, &logits, &logits, &targets, (int)V,
+                                                   1.0f / (float)N));
+        CHECK(cuda->event_record(e1, NULL));
+        float t;
+        CHECK(cuda->event_elapsed_ms(e0, e1, &t));
+        if (r >= 0) ms[r] = t;
+    }
+    qsort(ms, (size_t)reps, sizeof(float), cmp_float);
+    float med = ms[reps / 2];
+    double bytes = 2.0 * (double)N * (double)Vp * (double)gpc_dtype_size(dt);
+    const char *kernel = getenv("GPC_CE_KERNEL");
+    printf("RESULT crossentropy kernel=%s rows=%lld vocab=%lld padded=%lld %s ms=%.3f "
+           "min_ms=%.3f tb_per_s=%.2f\n",
+           kernel && kernel[0] ? kernel : "default", (long long)N, (long long)V, (long long)Vp,
+           precision, med, ms[0], bytes / (med * 1e9));
+    free(ms);
+    return 0;
+}
