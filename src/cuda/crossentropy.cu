@@ -2,10 +2,7 @@
  * crossentropy.cu: the fused classifier tail: softmax, cross-entropy loss and
  * its gradient over logits [N, Vp], without materialising the probabilities.
  *
- * On sm_90, when two rows fit in shared memory (GPT-2's bf16 rows do), one
- * block a multiprocessor walks many rows, the next row's bulk copy in flight
- * while it works on the current one (crossentropy_tma_kernel, below).
- * Otherwise one block per row, in one of two kernels.
+ * One block per row, in one of two kernels.
  *
  * The row kept in registers (crossentropy_registers_kernel, the usual case):
  * each thread loads its share of the row, up to PACKS 16-byte packs, into
@@ -329,165 +326,6 @@ __launch_bounds__(CE_THREADS) void crossentropy_kernel(float *losses, T *dlogits
             ce_grad(gpc_to_f32(x[col]), col, V, target, row_max, inv_sum, dloss, zero_all, poison));
 }
 
-/* ------------------------------------------------ rows staged in shared memory
- *
- * The register kernel runs one row a multiprocessor at a time (800 threads of
- * 64 registers fill its register file), so each SM loads a row, reduces it and
- * writes it in turn, and the memory system idles through the reduction. Here
- * (sm_90: the Tensor Memory Accelerator's bulk copy) a block owns an SM and
- * walks rows blockIdx.x, + gridDim.x, ...: while it reduces and writes one
- * row from shared memory, the next row is already on its way into the other
- * of two row buffers (one cp.async.bulk of the whole row, completed on an
- * mbarrier). The loads stream without a pause and the writes go out beside
- * them. Two bf16 rows of GPT-2's 50304 logits take 196.5 KiB of the 227. */
-#define CE_TMA_THREADS 1024
-#define CE_DEFAULT_BUFS 0 /* the register kernel stays the default */
-
-__device__ __forceinline__ unsigned ce_smem(const void *p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-template <typename T, int BUFS>
-__global__ __launch_bounds__(CE_TMA_THREADS) void crossentropy_tma_kernel(float *losses, T *dlogits,
-                                                                          const T *logits,
-                                                                          const int32_t *targets,
-                                                                          int V, int Vp,
-                                                                          float dloss, int rows) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    extern __shared__ __align__(128) uint4 ce_rows[];
-    __shared__ __align__(8) unsigned long long bar[BUFS];
-    __shared__ float shared_target_logit;
-    const int n = gpc_pack<T>::n;
-    const int packs = Vp / n;
-    const unsigned bytes = (unsigned)packs * 16u;
-    if (threadIdx.x == 0) {
-        for (int b = 0; b < BUFS; b++)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(ce_smem(&bar[b])));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    /* one thread queues row r's bytes into buffer b, counted on bar[b] */
-    auto fetch = [&](int r, int b) {
-        asm volatile(
-            "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(ce_smem(&bar[b])),
-            "r"(bytes)
-            : "memory");
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-            "%2, [%3];" ::"r"(ce_smem(ce_rows + (size_t)b * packs)),
-            "l"(logits + (int64_t)r * Vp), "r"(bytes), "r"(ce_smem(&bar[b]))
-            : "memory");
-    };
-    int row = blockIdx.x;
-    if (threadIdx.x == 0 && row < rows) fetch(row, 0);
-    for (int it = 0; row < rows; it++, row += gridDim.x) {
-        const int b = BUFS == 2 ? it & 1 : 0;
-        const unsigned parity = BUFS == 2 ? (unsigned)(it >> 1) & 1u : (unsigned)it & 1u;
-        if (BUFS == 2 && threadIdx.x == 0 && row + (int)gridDim.x < rows)
-            fetch(row + gridDim.x, b ^ 1);
-        unsigned ready = 0;
-        while (!ready)
-            asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                         "selp.u32 %0, 1, 0, p;\n}"
-                         : "=r"(ready)
-                         : "r"(ce_smem(&bar[b])), "r"(parity)
-                         : "memory");
-        const uint4 *x = ce_rows + (size_t)b * packs;
-        int target = targets[row];
-        int masked = target == -1, bad = !masked && (target < 0 || target >= V);
-        if (threadIdx.x == 0 && !masked && !bad)
-            shared_target_logit = gpc_to_f32(((const T *)x)[target]);
-        /* the thread's max, then its sum of exp against it; columns past V
-         * (the padding) take no part */
-        ce_max<T> thread_max;
-        for (int i = threadIdx.x; i < packs; i += blockDim.x) {
-            uint4 v = x[i];
-            int keep = V - i * n;
-            if (keep < n)
-                for (int k = 0; k < n; k++)
-                    if (k >= keep) ce_set_neg_inf<T>(v, k);
-            thread_max.add(v);
-        }
-        float m = thread_max.get(), s = 0.0f;
-        if (m != -INFINITY)
-            for (int i = threadIdx.x; i < packs; i += blockDim.x) {
-                uint4 v = x[i];
-#pragma unroll
-                for (int k = 0; k < n; k++)
-                    if (i * n + k < V) s += __expf(ce_element<T>(v, k) - m);
-            }
-        ce_block_merge(m, s); /* its __syncthreads publishes shared_target_logit */
-        float target_logit = masked || bad ? 0.0f : shared_target_logit;
-        float row_max = m, inv_sum = 1.0f / s;
-        if (threadIdx.x == 0) losses[row] = ce_loss(masked, bad, row_max, s, target_logit);
-        if (dlogits) {
-            gpc_pack<T> *d = (gpc_pack<T> *)(dlogits + (int64_t)row * Vp);
-            float zero_all = masked ? 0.0f : 1.0f, poison = bad ? NAN : 0.0f;
-            for (int i = threadIdx.x; i < packs; i += blockDim.x) {
-                uint4 v = x[i];
-                gpc_pack<T> out;
-#pragma unroll
-                for (int k = 0; k < n; k++)
-                    out.v[k] = gpc_from_f32<T>(ce_grad(ce_element<T>(v, k), i * n + k, V, target,
-                                                       row_max, inv_sum, dloss, zero_all, poison));
-                d[i] = out;
-            }
-        }
-        /* every thread is done with buffer b before the next iteration
-         * queues a row into it */
-        __syncthreads();
-        if (BUFS == 1 && threadIdx.x == 0 && row + (int)gridDim.x < rows) fetch(row + gridDim.x, 0);
-    }
-#endif
-}
-
-/* GPC_CE_KERNEL: "tma" (two row buffers, a block a multiprocessor), "tma1"
- * (one buffer, two blocks a multiprocessor) or "registers". */
-static int ce_kernel_choice(void) {
-    static int choice = -1;
-    if (choice < 0) {
-        const char *e = getenv("GPC_CE_KERNEL");
-        choice = !e ? CE_DEFAULT_BUFS : !strcmp(e, "tma") ? 2 : !strcmp(e, "tma1") ? 1 : 0;
-    }
-    return choice;
-}
-
-/* How many row buffers the shared-memory kernel takes rows of `packs` packs
- * with (0: it does not): an sm_90 GPU with room for them. Sets the kernel's
- * shared-memory limit once. */
-template <typename T> static int ce_tma_fits(int packs) {
-    static int major = -1, optin = 0;
-    const int bufs = ce_kernel_choice();
-    if (major < 0) {
-        int device = 0;
-        if (cudaGetDevice(&device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) !=
-                cudaSuccess ||
-            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-                cudaSuccess) {
-            cudaGetLastError();
-            major = 0;
-        }
-    }
-    size_t need = (size_t)bufs * packs * 16;
-    if (!bufs || major < 9 || need + 1024 > (size_t)optin) return 0;
-    static size_t set = 0;
-    if (set < need) {
-        cudaError_t e =
-            bufs == 2
-                ? cudaFuncSetAttribute(crossentropy_tma_kernel<T, 2>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need)
-                : cudaFuncSetAttribute(crossentropy_tma_kernel<T, 1>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            return 0;
-        }
-        set = need;
-    }
-    return bufs;
-}
-
 /* Launches the register kernel with the fewest packs a thread (of PACKS and
  * its doublings up to CE_REGISTER_PACKS) that hold a row of `packs` packs, on
  * as many threads (a multiple of 32) as that needs. */
@@ -525,22 +363,7 @@ gpc_status gpc_cuda_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor
         int vec = Vp % per == 0 && gpc_cuda_aligned16(logits->data) &&
                   (!dlogits || !dlogits->data || gpc_cuda_aligned16(dlogits->data));
         E *d = dlogits && dlogits->data ? (E *)dlogits->data : NULL;
-        int bufs = vec ? ce_tma_fits<E>((int)(Vp / per)) : 0;
-        if (bufs) {
-            /* two buffers: a block a multiprocessor; one: two blocks */
-            unsigned grid = (unsigned)gpc_cuda_sm_count() * (bufs == 2 ? 1u : 2u);
-            if ((int64_t)grid > N) grid = (unsigned)N;
-            size_t smem = (size_t)bufs * (Vp / per) * 16;
-            float *l = (float *)losses->data;
-            const E *x = (const E *)logits->data;
-            const int32_t *t = (const int32_t *)targets->data;
-            if (bufs == 2)
-                crossentropy_tma_kernel<E, 2><<<grid, CE_TMA_THREADS, smem, gpc_cuda_stream()>>>(
-                    l, d, x, t, vocab_size, (int)Vp, dloss, (int)N);
-            else
-                crossentropy_tma_kernel<E, 1><<<grid, CE_TMA_THREADS, smem, gpc_cuda_stream()>>>(
-                    l, d, x, t, vocab_size, (int)Vp, dloss, (int)N);
-        } else if (vec && Vp / per <= (int64_t)CE_REGISTER_THREADS * CE_REGISTER_PACKS)
+        if (vec && Vp / per <= (int64_t)CE_REGISTER_THREADS * CE_REGISTER_PACKS)
             crossentropy_registers_launch<E, 1>(
                 (int)(Vp / per), (unsigned)N, (float *)losses->data, d, (const E *)logits->data,
                 (const int32_t *)targets->data, vocab_size, (int)Vp, dloss);

@@ -618,9 +618,9 @@ static void crossentropy_case(gpc_dtype dt, int64_t N, int V, int64_t Vp, int mo
 
 static void test_crossentropy(void **state) {
     (void)state;
-    /* rows staged in shared memory (sm_90, two rows fit) or held in
-     * registers (Vp a multiple of the 16-byte pack, at most 8 packs on
-     * each of 1024 threads): 1, 2, 4 and 8 packs a thread */
+    /* rows held in registers (Vp a multiple of the 16-byte pack, at
+     * most 8 packs on each of 1024 threads): 1, 2, 4 and 8 packs a
+     * thread */
     crossentropy_case(GPC_F32, 14, 100, 128, CE_OUT_OF_PLACE, 0, 1.0f / 14);
     crossentropy_case(GPC_F32, 9, 100, 100, CE_IN_PLACE, 1, 1.0f / 9);
     crossentropy_case(GPC_BF16, 12, 1000, 1024, CE_IN_PLACE, 1, 1.0f / 12);
@@ -632,9 +632,8 @@ static void test_crossentropy(void **state) {
     crossentropy_case(GPC_BF16, 9, 50257, 50304, CE_OUT_OF_PLACE, 1, 1.0f / 9);
     crossentropy_case(GPC_BF16, 4, 50257, 50304, CE_LOSS_ONLY, 1, 1.0f);
     crossentropy_case(GPC_F16, 4, 50257, 50304, CE_OUT_OF_PLACE, 0, 1.0f / 4);
-    /* more rows than multiprocessors: on sm_90 each block of the
-     * shared-memory kernel walks several rows through its two buffers
-     * (GPC_CE_KERNEL=registers runs the same cases on the register kernel) */
+    /* more rows than multiprocessors, so blocks of several waves share
+     * each one */
     crossentropy_case(GPC_BF16, 700, 50257, 50304, CE_IN_PLACE, 1, 1.0f / 700);
     crossentropy_case(GPC_F16, 301, 50257, 50304, CE_OUT_OF_PLACE, 1, 1.0f / 301);
     crossentropy_case(GPC_F32, 403, 20000, 20000, CE_IN_PLACE, 1, 1.0f / 403);
