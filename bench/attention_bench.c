@@ -21,20 +21,10 @@
 #include <string.h>
 
 #include "cuda/attention_cudnn.h"
+#include "bench_util.h"
 #include "ops/ops.h"
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
-#define CHECK(x)                                                                                   \
-    do {                                                                                           \
-        if ((x) != GPC_OK) {                                                                       \
-            fprintf(stderr, "bench_attention_bench: %s\n", gpc_last_error());                      \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
+#define CHECK(x) BENCH_TRY("bench_attention_bench", x)
 
 int main(int argc, char **argv) {
     int B = 64, T = 1024, NH = 12, hs = 64, reps = 20;
@@ -106,8 +96,8 @@ int main(int argc, char **argv) {
             CHECK(cuda->event_elapsed_ms(e0, e1, &ms));
             if (r >= 0) bwd[r] = ms;
         }
-        qsort(fwd, reps, sizeof(float), cmp_float);
-        qsort(bwd, reps, sizeof(float), cmp_float);
+        qsort(fwd, reps, sizeof(float), bench_cmp_float);
+        qsort(bwd, reps, sizeof(float), bench_cmp_float);
         float mf = fwd[reps / 2], mb = bwd[reps / 2];
         total[k] = mf + mb;
         printf("RESULT %s_attention B=%d T=%d NH=%d hs=%d %s fwd_ms=%.3f bwd_ms=%.3f "

@@ -16,20 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "ops/ops.h"
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
-#define CHECK(x)                                                                                   \
-    do {                                                                                           \
-        if ((x) != GPC_OK) {                                                                       \
-            fprintf(stderr, "bench_ce_bench: %s\n", gpc_last_error());                             \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
+#define CHECK(x) BENCH_TRY("bench_ce_bench", x)
 
 int main(int argc, char **argv) {
     int64_t N = 65536, V = 50257, Vp = 50304;
@@ -103,7 +93,7 @@ int main(int argc, char **argv) {
         CHECK(cuda->event_elapsed_ms(e0, e1, &t));
         if (r >= 0) ms[r] = t;
     }
-    qsort(ms, (size_t)reps, sizeof(float), cmp_float);
+    qsort(ms, (size_t)reps, sizeof(float), bench_cmp_float);
     float med = ms[reps / 2];
     double bytes = 2.0 * (double)N * (double)Vp * (double)gpc_dtype_size(dt);
     printf("RESULT crossentropy rows=%lld vocab=%lld padded=%lld %s ms=%.3f min_ms=%.3f "

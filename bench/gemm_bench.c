@@ -27,6 +27,7 @@ int main(void) {
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "bench_util.h"
 #include "ops/ops.h"
 
 #define CHECK(x)                                                                                   \
@@ -37,11 +38,6 @@ int main(void) {
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
 
 static gpc_tensor dev_random(int64_t rows, int64_t cols, gpc_rng *rng) {
     gpc_tensor t, h;
@@ -102,7 +98,7 @@ static float time_one(int kind, int reps, cublasHandle_t blas, gpc_tensor *x, gp
         if (r >= 0) cudaEventElapsedTime(&ms[r], e0, e1);
     }
     CHECK(cudaGetLastError() == cudaSuccess);
-    qsort(ms, (size_t)reps, sizeof(float), cmp_float);
+    qsort(ms, (size_t)reps, sizeof(float), bench_cmp_float);
     float median = ms[reps / 2];
     free(ms);
     cudaEventDestroy(e0);

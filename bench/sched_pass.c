@@ -14,12 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "gpc/sched.h"
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static sched_job *random_job(gpc_rng *rng, int64_t id, int gpus_total, double now) {
     sched_job *j = sched_job_new();
@@ -85,7 +81,7 @@ static double run_case(const char *name, int njobs, int ngpus, int repeat, int b
         started = stats.started;
         preempted = stats.preempted;
     }
-    qsort(times, (size_t)repeat, sizeof *times, cmp_double);
+    qsort(times, (size_t)repeat, sizeof *times, bench_cmp_double);
     printf("%-5s %6d jobs %3d GPUs: median %.3f ms, min %.3f ms, max %.3f ms over %d passes "
            "(%d started, %d preempted per pass)\n",
            name, njobs, ngpus, times[repeat / 2] * 1e3, times[0] * 1e3, times[repeat - 1] * 1e3,

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "gpc/sched.h"
 
 typedef struct {
@@ -46,11 +47,6 @@ static void *submit_loop(void *arg) {
 static void *daemon_main(void *arg) {
     sched_daemon_run(arg);
     return NULL;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv) {
@@ -117,7 +113,7 @@ int main(int argc, char **argv) {
     }
     double elapsed = gpc_time_seconds() - t0;
     int done = per * threads;
-    qsort(latency, (size_t)done, sizeof *latency, cmp_double);
+    qsort(latency, (size_t)done, sizeof *latency, bench_cmp_double);
     printf("%d durable submissions from %d clients in %.2f s: %.0f jobs/s; acknowledgement "
            "latency median %.2f ms, p99 %.2f ms; %d failed\n",
            done, threads, elapsed, done / elapsed, latency[done / 2] * 1e3,
