@@ -5,7 +5,11 @@
 # (bench/gpt2_train.sh). Logs go to $OUT (or ./gpu-out); the last lines
 # printed are the summary.
 #
-#   scripts/gpu-check.sh [all|test|bench|build]   (build: only the build, into build-gpu)
+#   scripts/gpu-check.sh [all|test|quick|bench|build]
+#
+# build: only the build, into build-gpu. quick: the build, the GPU tests once
+# with the defaults and memcheck over the op tests (about a third of test's
+# device time, for a call that also measures something).
 #
 # The GPU machine lacks some -dev packages gpc builds against (cmocka, and
 # possibly OpenBLAS). If .deps/cuda/ holds their Debian packages (fetch them
@@ -18,8 +22,8 @@ export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 mode=${1:-all}
-case $mode in all | test | bench | build) ;; *)
-  echo "gpu-check: unknown mode '$mode': use all, test, bench or build" >&2; exit 2 ;;
+case $mode in all | test | quick | bench | build) ;; *)
+  echo "gpu-check: unknown mode '$mode': use all, test, quick, bench or build" >&2; exit 2 ;;
 esac
 final=${OUT:-$root/gpu-out}
 out=/tmp/gpc-gpu-out
@@ -46,10 +50,17 @@ if ! { cmake -S . -B "$build" -DGPC_ENABLE_SCHED=OFF -DCMAKE_BUILD_TYPE=Release 
 fi
 note "build: ok ($(( $(date +%s) - start )) s)"
 
-if [[ $mode == all || $mode == test ]]; then
+if [[ $mode == all || $mode == test || $mode == quick ]]; then
   (cd "$build" && timeout 300 ctest -R '^gpu_' --output-on-failure) >"$out/tests.log" 2>&1
   note "gpu tests: $(grep -E 'tests passed|tests failed' "$out/tests.log")"
   grep -E "FAILED|Failed|error|relative error|seed" "$out/tests.log" | head -40 | tee -a "$summary"
+fi
+if [[ $mode == quick ]]; then
+  GPC_TEST_SEED=12345 timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+    "$build/tests/gpu_test_cuda_ops" >"$out/memcheck.log" 2>&1
+  note "memcheck over gpu_test_cuda_ops: exit $? $(grep 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)"
+fi
+if [[ $mode == all || $mode == test ]]; then
   # the same tests with the GEMM algorithms picked by timing (GPC_MATMUL_TUNE=1)
   (cd "$build" && GPC_MATMUL_TUNE=1 timeout 300 ctest -R '^gpu_test_cuda_(ops|model)' --output-on-failure) >"$out/tests-tune.log" 2>&1
   note "gpu tests with GPC_MATMUL_TUNE=1: $(grep -E 'tests passed|tests failed' "$out/tests-tune.log")"
