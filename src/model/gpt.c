@@ -802,14 +802,15 @@ gpc_status gpt_forward_backward(gpt_model *m, const int32_t *inputs, const int32
 
 /* A token tensor the model can read as it is: [B,T] i32 on its device. */
 static gpc_status check_tokens(const gpt_model *m, const char *name, const gpc_tensor *t) {
-    char text[96];
     if (!t || !t->data || t->dtype != GPC_I32 || t->ndim != 2 || t->device.type != m->device.type ||
-        t->device.index != m->device.index)
+        t->device.index != m->device.index) {
+        char text[96];
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "%s must be a [B, T] i32 tensor on %s, not %s; give host tokens to "
                          "gpt_forward_backward instead",
                          name, gpc_device_name(m->device),
                          t ? gpc_tensor_describe(t, text, sizeof text) : "none");
+    }
     return GPC_OK;
 }
 
