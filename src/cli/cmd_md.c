@@ -87,22 +87,21 @@ static gpc_status write_json(const char *path, const gpc_md_config *c, const gpc
 int cmd_md(int argc, char **argv) {
     gpc_md_config c;
     gpc_md_defaults(&c);
-    int steps = 100, thermo = -1, rebuild_every = 0, cells = c.cells;
-    int64_t seed = (int64_t)c.seed;
-    double density = c.density, temperature = c.temperature, cutoff = c.cutoff, skin = c.skin,
-           dt = c.dt;
+    int steps = 100, thermo = -1;
+    int64_t seed = (int64_t)c.seed; /* signed, so a negative value is refused, not wrapped */
     const char *json = NULL, *dump = NULL;
     int dump_every = 0;
     const cli_option options[] = {
-        {"cells", CLI_INT, &cells, "N", "fcc unit cells along each side: 4 N^3 atoms (default 20)"},
-        {"density", CLI_FLOAT, &density, "RHO", "atoms per unit volume (default 0.8442)"},
-        {"temperature", CLI_FLOAT, &temperature, "T", "initial temperature (default 3.0)"},
-        {"cutoff", CLI_FLOAT, &cutoff, "RC", "pair cutoff, unshifted (default 2.5)"},
-        {"skin", CLI_FLOAT, &skin, "S", "neighbour-list margin beyond the cutoff (default 0.3)"},
-        {"dt", CLI_FLOAT, &dt, "DT", "time step (default 0.005)"},
+        {"cells", CLI_INT, &c.cells, "N",
+         "fcc unit cells along each side: 4 N^3 atoms (default 20)"},
+        {"density", CLI_FLOAT, &c.density, "RHO", "atoms per unit volume (default 0.8442)"},
+        {"temperature", CLI_FLOAT, &c.temperature, "T", "initial temperature (default 3.0)"},
+        {"cutoff", CLI_FLOAT, &c.cutoff, "RC", "pair cutoff, unshifted (default 2.5)"},
+        {"skin", CLI_FLOAT, &c.skin, "S", "neighbour-list margin beyond the cutoff (default 0.3)"},
+        {"dt", CLI_FLOAT, &c.dt, "DT", "time step (default 0.005)"},
         {"steps", CLI_INT, &steps, "N", "time steps to run (default 100)"},
         {"seed", CLI_INT64, &seed, "S", "seed of the initial velocities (default 87287)"},
-        {"rebuild-every", CLI_INT, &rebuild_every, "N",
+        {"rebuild-every", CLI_INT, &c.rebuild_every, "N",
          "rebuild the neighbour list every N steps; 0 when an atom moved over half the skin "
          "(default 0)"},
         {"thermo", CLI_INT, &thermo, "N",
@@ -132,8 +131,7 @@ int cmd_md(int argc, char **argv) {
     if (thermo == 0 || thermo < -1)
         return cli_usage_error("md", "--thermo %d is not 1 or more", thermo);
     if (seed < 0) return cli_usage_error("md", "--seed %lld is negative", (long long)seed);
-    c.cells = cells, c.density = density, c.temperature = temperature, c.cutoff = cutoff;
-    c.skin = skin, c.dt = dt, c.seed = (uint64_t)seed, c.rebuild_every = rebuild_every;
+    c.seed = (uint64_t)seed;
     if (dump_every < 0 || (dump_every > 0 && !dump))
         return cli_usage_error("md", "--dump-every %d needs --dump FILE and 1 or more steps",
                                dump_every);
