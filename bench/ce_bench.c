@@ -22,40 +22,44 @@
 #define CHECK(x) BENCH_TRY("bench_ce_bench", x)
 
 int main(int argc, char **argv) {
-    int64_t N = 65536, V = 50257, Vp = 50304;
-    int reps = 20;
+    const char *prog = "bench_ce_bench";
+    int64_t N = 65536, V = 50257, Vp = 50304, reps = 20;
     const char *precision = "bf16";
     for (int i = 1; i < argc; i += 2) {
-        if (i + 1 >= argc) {
-            fprintf(stderr, "bench_ce_bench: %s needs a value\n", argv[i]);
-            return 2;
-        }
-        if (!strcmp(argv[i], "--rows"))
-            N = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--vocab"))
-            V = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--padded"))
-            Vp = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--reps"))
-            reps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--precision"))
-            precision = argv[i + 1];
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int ok = v != NULL;
+        if (ok && !strcmp(a, "--rows"))
+            ok = bench_parse_int64(prog, a, v, 1, 1 << 24, &N);
+        else if (ok && !strcmp(a, "--vocab"))
+            ok = bench_parse_int64(prog, a, v, 1, 1 << 24, &V);
+        else if (ok && !strcmp(a, "--padded"))
+            ok = bench_parse_int64(prog, a, v, 1, 1 << 24, &Vp);
+        else if (ok && !strcmp(a, "--reps"))
+            ok = bench_parse_int64(prog, a, v, 1, 10000, &reps);
+        else if (ok && !strcmp(a, "--precision"))
+            precision = v;
         else {
-            fprintf(stderr, "bench_ce_bench: unknown option %s\n", argv[i]);
+            fprintf(stderr, "%s: unknown option or missing value: %s\n", prog, a);
             return 2;
         }
+        if (!ok) return 2;
     }
-    if (N < 1 || V < 1 || Vp < V || reps < 1) {
-        fprintf(stderr, "bench_ce_bench: need rows >= 1, 1 <= vocab <= padded, reps >= 1\n");
+    if (Vp < V) {
+        fprintf(stderr, "%s: --padded %lld is below --vocab %lld\n", prog, (long long)Vp,
+                (long long)V);
+        return 2;
+    }
+    gpc_dtype dt;
+    if (gpc_dtype_parse(precision, &dt) != GPC_OK ||
+        (dt != GPC_F32 && dt != GPC_BF16 && dt != GPC_F16)) {
+        fprintf(stderr, "%s: --precision needs f32, bf16 or f16, not '%s'\n", prog, precision);
         return 2;
     }
     const gpc_backend *cuda = gpc_backend_get(GPC_DEVICE_CUDA);
     if (!cuda) {
-        fprintf(stderr, "bench_ce_bench: %s\n", gpc_last_error());
+        fprintf(stderr, "%s: %s\n", prog, gpc_last_error());
         return 1;
     }
-    gpc_dtype dt;
-    CHECK(gpc_dtype_parse(precision, &dt));
     gpc_device dev = {GPC_DEVICE_CUDA, 0};
     int64_t s_l[2] = {N, Vp}, s_n[1] = {N};
     int64_t chunk = N < 512 ? N : 512, s_c[2] = {chunk, Vp};

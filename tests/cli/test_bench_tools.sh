@@ -3,10 +3,12 @@
 # options before they touch a GPU, so this runs wherever they were built
 # (CUDA found at build time), GPU or not. bench_gemm_search: --list names
 # every shape of the GPT-2 step once; each bad number, an unknown shape and
-# an unknown option exit 2 with a line saying which. Skipped (77) where the
-# programs were not built.
+# an unknown option exit 2 with a line saying which; so do bench_ce_bench's
+# bad numbers, precisions and options. Skipped (77) where the programs were
+# not built.
 set -u
-search=${GPC_BINARY_DIR:?set GPC_BINARY_DIR to the build folder}/bench/bench_gemm_search
+bench=${GPC_BINARY_DIR:?set GPC_BINARY_DIR to the build folder}/bench
+search=$bench/bench_gemm_search
 [[ -x $search ]] || { echo "bench_gemm_search not built (no CUDA at build time): skipped"; exit 77; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpc-bench-tools-XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -38,6 +40,16 @@ expect_usage "--runs needs a whole number, not '3.5'" --runs 3.5
 expect_usage "--skip-algo needs a whole number, not '1e-3'" --skip-algo 1e-3
 expect_usage "unknown option or missing value: --bogus" --bogus
 expect_usage "unknown option or missing value: --shape" --shape
+
+# bench_ce_bench: its options are checked before it looks for a GPU
+ce=$bench/bench_ce_bench
+expect_exit 2 "bench_ce_bench: --rows needs a whole number, not '12x'" "$ce" --rows 12x
+expect_exit 2 "bench_ce_bench: --rows needs a number from 1 to 16777216, not '0'" "$ce" --rows 0
+expect_exit 2 "bench_ce_bench: --reps needs a whole number, not '2.5'" "$ce" --reps 2.5
+expect_exit 2 "bench_ce_bench: --padded 100 is below --vocab 101" "$ce" --vocab 101 --padded 100
+expect_exit 2 "bench_ce_bench: --precision needs f32, bf16 or f16, not 'i32'" "$ce" --precision i32
+expect_exit 2 "bench_ce_bench: unknown option or missing value: --bogus" "$ce" --bogus 1
+expect_exit 2 "bench_ce_bench: unknown option or missing value: --rows" "$ce" --rows
 
 [[ $failures -eq 0 ]] || exit 1
 echo "bench tools: ok"
