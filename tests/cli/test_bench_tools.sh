@@ -51,5 +51,14 @@ expect_exit 2 "bench_ce_bench: --precision needs f32, bf16 or f16, not 'i32'" "$
 expect_exit 2 "bench_ce_bench: unknown option or missing value: --bogus" "$ce" --bogus 1
 expect_exit 2 "bench_ce_bench: unknown option or missing value: --rows" "$ce" --rows
 
+# bench_reduce_bench: the same, for its options
+rb=$bench/bench_reduce_bench
+expect_exit 2 "bench_reduce_bench: --rows needs a whole number, not '1k'" "$rb" --rows 1k
+expect_exit 2 "bench_reduce_bench: --channels needs a number from 8 to 4096, not '4'" "$rb" --channels 4
+expect_exit 2 "bench_reduce_bench: --channels needs a multiple of 8, not 100" "$rb" --channels 100
+expect_exit 2 "bench_reduce_bench: --reps needs a number from 1 to 10000, not '0'" "$rb" --reps 0
+expect_exit 2 "bench_reduce_bench: unknown option or missing value: --vocab" "$rb" --vocab 5
+expect_exit 2 "bench_reduce_bench: unknown option or missing value: --reps" "$rb" --reps
+
 [[ $failures -eq 0 ]] || exit 1
 echo "bench tools: ok"

@@ -1,0 +1,139 @@
+/*
+ * reduce_bench.c: the memory-bound reductions of GPT-2's backward pass on the
+ * GPU, as the model calls them, timed with CUDA events (the median of --reps
+ * calls after 3 warm-up calls) with the memory rate each makes:
+ *
+ *   layernorm   gpc_op_layernorm_backward with dinp's column sums, [N, C]:
+ *               reads dout, inp and dinp, writes dinp (4 N C elements)
+ *   fc_bias     the fc bias gradient, column sums of [N, 4C] (N 4C read)
+ *   q_bias      the query third of the qkv bias gradient, columns 0..C-1 of
+ *               [N, 3C] (N C read)
+ *
+ *   bench_reduce_bench [--rows 65536] [--channels 768] [--reps 20]
+ *
+ * The tensors are bf16, filled from 64 random host rows repeated. Prints one
+ * line per reduction: RESULT reduce NAME rows=... ms=... tb_per_s=...
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "ops/ops.h"
+
+#define PROG "bench_reduce_bench"
+#define CHECK(x) BENCH_TRY(PROG, x)
+#define REPEAT_ROWS 64
+
+/* Fills the [rows, cols] device tensor t with REPEAT_ROWS random host rows. */
+static int fill(gpc_tensor *t, gpc_rng *rng, float lo, float hi) {
+    int64_t rows = t->shape[0], cols = t->shape[1];
+    int64_t chunk = rows < REPEAT_ROWS ? rows : REPEAT_ROWS, s_h[2] = {chunk, cols};
+    gpc_tensor host, host_bf;
+    CHECK(gpc_tensor_alloc(&host, GPC_F32, gpc_cpu(), 2, s_h));
+    CHECK(gpc_tensor_alloc(&host_bf, t->dtype, gpc_cpu(), 2, s_h));
+    gpc_rng_fill_uniform(rng, host.data, (size_t)(chunk * cols), lo, hi);
+    CHECK(gpc_op_convert(&host_bf, &host));
+    size_t row_bytes = (size_t)cols * gpc_dtype_size(t->dtype);
+    for (int64_t r = 0; r < rows; r += chunk) {
+        int64_t n = rows - r < chunk ? rows - r : chunk;
+        gpc_tensor part =
+            gpc_tensor_2d((char *)t->data + r * row_bytes, t->dtype, t->device, n, cols);
+        gpc_tensor src = gpc_tensor_2d(host_bf.data, t->dtype, gpc_cpu(), n, cols);
+        CHECK(gpc_tensor_copy(&part, &src));
+    }
+    gpc_tensor_free(&host);
+    gpc_tensor_free(&host_bf);
+    return 0;
+}
+
+enum { LAYERNORM, FC_BIAS, Q_BIAS, KINDS };
+static const char *const kind_names[KINDS] = {"layernorm", "fc_bias", "q_bias"};
+
+int main(int argc, char **argv) {
+    int64_t N = 65536, C = 768, reps = 20;
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int ok = v != NULL;
+        if (ok && !strcmp(a, "--rows"))
+            ok = bench_parse_int64(PROG, a, v, 1, 1 << 22, &N);
+        else if (ok && !strcmp(a, "--channels"))
+            ok = bench_parse_int64(PROG, a, v, 8, 4096, &C);
+        else if (ok && !strcmp(a, "--reps"))
+            ok = bench_parse_int64(PROG, a, v, 1, 10000, &reps);
+        else {
+            fprintf(stderr, "%s: unknown option or missing value: %s\n", PROG, a);
+            return 2;
+        }
+        if (!ok) return 2;
+    }
+    if (C % 8) {
+        fprintf(stderr, "%s: --channels needs a multiple of 8, not %lld\n", PROG, (long long)C);
+        return 2;
+    }
+    const gpc_backend *cuda = gpc_backend_get(GPC_DEVICE_CUDA);
+    if (!cuda) {
+        fprintf(stderr, "%s: %s\n", PROG, gpc_last_error());
+        return 1;
+    }
+    gpc_device dev = {GPC_DEVICE_CUDA, 0};
+    int64_t s_x[2] = {N, C}, s_fc[2] = {N, 4 * C}, s_qkv[2] = {N, 3 * C}, s_c[1] = {C},
+            s_4c[1] = {4 * C}, s_n[1] = {N};
+    gpc_tensor dout, inp, dinp, fc, qkv, w, dw, db, ds, dfc, mean, rstd;
+    CHECK(gpc_tensor_alloc(&dout, GPC_BF16, dev, 2, s_x));
+    CHECK(gpc_tensor_alloc(&inp, GPC_BF16, dev, 2, s_x));
+    CHECK(gpc_tensor_alloc(&dinp, GPC_BF16, dev, 2, s_x));
+    CHECK(gpc_tensor_alloc(&fc, GPC_BF16, dev, 2, s_fc));
+    CHECK(gpc_tensor_alloc(&qkv, GPC_BF16, dev, 2, s_qkv));
+    CHECK(gpc_tensor_alloc(&w, GPC_F32, dev, 1, s_c));
+    CHECK(gpc_tensor_alloc(&dw, GPC_F32, dev, 1, s_c));
+    CHECK(gpc_tensor_alloc(&db, GPC_F32, dev, 1, s_c));
+    CHECK(gpc_tensor_alloc(&ds, GPC_F32, dev, 1, s_c));
+    CHECK(gpc_tensor_alloc(&dfc, GPC_F32, dev, 1, s_4c));
+    CHECK(gpc_tensor_alloc(&mean, GPC_F32, dev, 1, s_n));
+    CHECK(gpc_tensor_alloc(&rstd, GPC_F32, dev, 1, s_n));
+    gpc_rng rng;
+    gpc_rng_seed(&rng, 11, 1);
+    if (fill(&dout, &rng, -1, 1) || fill(&inp, &rng, -2, 2) || fill(&dinp, &rng, -1, 1) ||
+        fill(&fc, &rng, -1, 1) || fill(&qkv, &rng, -1, 1))
+        return 1;
+    gpc_tensor w2 = gpc_tensor_2d(w.data, GPC_F32, dev, 1, C),
+               mean2 = gpc_tensor_2d(mean.data, GPC_F32, dev, 1, N),
+               rstd2 = gpc_tensor_2d(rstd.data, GPC_F32, dev, 1, N);
+    if (fill(&w2, &rng, 0.5f, 1.5f) || fill(&mean2, &rng, -0.1f, 0.1f) ||
+        fill(&rstd2, &rng, 0.5f, 2.0f))
+        return 1;
+    CHECK(gpc_tensor_zero(&dw));
+    CHECK(gpc_tensor_zero(&db));
+    CHECK(gpc_tensor_zero(&ds));
+    CHECK(gpc_tensor_zero(&dfc));
+
+    gpc_event e0, e1;
+    CHECK(cuda->event_create(&e0));
+    CHECK(cuda->event_create(&e1));
+    float *ms = malloc(sizeof(float) * (size_t)reps);
+    if (!ms) return 1;
+    for (int k = 0; k < KINDS; k++) {
+        for (int r = -3; r < reps; r++) {
+            CHECK(cuda->event_record(e0, NULL));
+            if (k == LAYERNORM)
+                CHECK(
+                    gpc_op_layernorm_backward(&dinp, &dw, &db, &ds, &dout, &inp, &w, &mean, &rstd));
+            else if (k == FC_BIAS)
+                CHECK(gpc_op_column_sums(&dfc, &fc, 0));
+            else
+                CHECK(gpc_op_column_sums(&ds, &qkv, 0));
+            CHECK(cuda->event_record(e1, NULL));
+            float t;
+            CHECK(cuda->event_elapsed_ms(e0, e1, &t));
+            if (r >= 0) ms[r] = t;
+        }
+        qsort(ms, (size_t)reps, sizeof(float), bench_cmp_float);
+        double elems = k == LAYERNORM ? 4.0 * C : k == FC_BIAS ? 4.0 * C : 1.0 * C;
+        double bytes = elems * (double)N * 2.0, med = ms[reps / 2];
+        printf("RESULT reduce %s rows=%lld channels=%lld ms=%.4f min_ms=%.4f tb_per_s=%.2f\n",
+               kind_names[k], (long long)N, (long long)C, med, ms[0], bytes / (med * 1e9));
+    }
+    free(ms);
+    return 0;
+}
