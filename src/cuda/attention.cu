@@ -105,6 +105,17 @@ template <> __device__ __forceinline__ uint32_t att_pack<gpc_f16_t>(float lo, fl
     return *(uint32_t *)&v;
 }
 
+__device__ __forceinline__ void att_cp_async16(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(att_smem(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void att_cp_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void att_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 /* Queues the load of 64 rows x 64 elements starting at row0 (rows past T are
  * filled with zeros) into a padded shared tile. */
 template <typename T>
@@ -114,7 +125,7 @@ __device__ __forceinline__ void att_load_tile(T *tile, const T *base, int row0, 
         int r = c >> 3, col = (c & 7) * 8, t = row0 + r;
         bool valid = t < T_;
         const T *src = valid ? base + (int64_t)t * row_stride + col : base;
-        gpc_cp_async16(tile + r * ATT_PAD + col, src, valid);
+        att_cp_async16(tile + r * ATT_PAD + col, src, valid);
     }
 }
 
@@ -222,7 +233,7 @@ __global__ __launch_bounds__(ATT_THREADS) void att_forward_kernel(T *out, float 
     att_load_tile(q_s, qb, q0, T_, stride);
     att_load_tile(k_s[0], kb, 0, T_, stride);
     att_load_tile(v_s[0], vb, 0, T_, stride);
-    gpc_cp_commit();
+    att_cp_commit();
 
     uint32_t qa[4][4];
     float o[8][4], m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f};
@@ -232,10 +243,10 @@ __global__ __launch_bounds__(ATT_THREADS) void att_forward_kernel(T *out, float 
         if (j < qt) {
             att_load_tile(k_s[(j + 1) & 1], kb, (j + 1) * ATT_TILE, T_, stride);
             att_load_tile(v_s[(j + 1) & 1], vb, (j + 1) * ATT_TILE, T_, stride);
-            gpc_cp_commit();
-            gpc_cp_wait<1>();
+            att_cp_commit();
+            att_cp_wait<1>();
         } else {
-            gpc_cp_wait<0>();
+            att_cp_wait<0>();
         }
         __syncthreads();
         if (j == 0) att_load_a(qa, q_s, warp, lane);
@@ -309,8 +320,8 @@ __global__ __launch_bounds__(ATT_THREADS) void att_backward_dq_kernel(
     att_load_tile(v_s[1], dob, q0, T_, C);
     att_load_tile(k_s[0], kb, 0, T_, stride);
     att_load_tile(v_s[0], vb, 0, T_, stride);
-    gpc_cp_commit();
-    gpc_cp_wait<0>();
+    att_cp_commit();
+    att_cp_wait<0>();
     __syncthreads();
     uint32_t qa[4][4], da[4][4];
     att_load_a(qa, k_s[1], warp, lane);
@@ -330,10 +341,10 @@ __global__ __launch_bounds__(ATT_THREADS) void att_backward_dq_kernel(
         if (j < qt) {
             att_load_tile(k_s[(j + 1) & 1], kb, (j + 1) * ATT_TILE, T_, stride);
             att_load_tile(v_s[(j + 1) & 1], vb, (j + 1) * ATT_TILE, T_, stride);
-            gpc_cp_commit();
-            gpc_cp_wait<1>();
+            att_cp_commit();
+            att_cp_wait<1>();
         } else {
-            gpc_cp_wait<0>();
+            att_cp_wait<0>();
         }
         __syncthreads();
         const T *ks = k_s[j & 1], *vs = v_s[j & 1];
@@ -438,14 +449,14 @@ __global__ __launch_bounds__(ATT_THREADS) void att_backward_kv_kernel(
     att_load_tile(do_s[1], vb, k0, T_, stride);
     att_load_tile(q_s[0], qb, k0, T_, stride);
     att_load_tile(do_s[0], dob, k0, T_, C);
-    gpc_cp_commit();
+    att_cp_commit();
     if (threadIdx.x < ATT_TILE) {
         int t = k0 + threadIdx.x;
         /* rows past T get lse = +inf: their probabilities come out 0 */
         lse_s[0][threadIdx.x] = t < T_ ? lse_b[t] * ATT_LOG2E : INFINITY;
         d_s[0][threadIdx.x] = t < T_ ? d_b[t] : 0.0f;
     }
-    gpc_cp_wait<0>();
+    att_cp_wait<0>();
     __syncthreads();
     uint32_t ka[4][4], va[4][4];
     att_load_a(ka, k_tile, warp, lane);
@@ -462,15 +473,15 @@ __global__ __launch_bounds__(ATT_THREADS) void att_backward_kv_kernel(
             int nb = buf ^ 1, q1 = (i + 1) * ATT_TILE;
             att_load_tile(q_s[nb], qb, q1, T_, stride);
             att_load_tile(do_s[nb], dob, q1, T_, C);
-            gpc_cp_commit();
+            att_cp_commit();
             if (threadIdx.x < ATT_TILE) {
                 int t = q1 + threadIdx.x;
                 lse_s[nb][threadIdx.x] = t < T_ ? lse_b[t] * ATT_LOG2E : INFINITY;
                 d_s[nb][threadIdx.x] = t < T_ ? d_b[t] : 0.0f;
             }
-            gpc_cp_wait<1>();
+            att_cp_wait<1>();
         } else {
-            gpc_cp_wait<0>();
+            att_cp_wait<0>();
         }
         __syncthreads();
         T *qs = q_s[buf];

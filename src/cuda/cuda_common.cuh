@@ -120,23 +120,6 @@ template <typename T> struct alignas(16) gpc_pack {
     T v[16 / sizeof(T)];
 };
 
-/* cp.async (sm_80 and later): a 16-byte copy from global to shared memory
- * that bypasses the registers and L1, zero-filled when valid is false;
- * commit closes a group of copies, wait<N> waits until at most N groups of
- * this thread are still in flight. Each thread sees its own copies after its
- * wait; other threads need a barrier as well. */
-__device__ __forceinline__ void gpc_cp_async16(void *dst, const void *src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                     (uint32_t)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void gpc_cp_commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void gpc_cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 static inline int gpc_cuda_aligned16(const void *p) {
     return ((uintptr_t)p & 15) == 0;
 }
@@ -238,11 +221,6 @@ gpc_status gpc_cuda_add_column_sums(const gpc_tensor *acc, const void *x, gpc_dt
 
 /* Number of multiprocessors of the current GPU (cached). */
 int gpc_cuda_sm_count(void);
-
-/* Shared memory of one multiprocessor of the current GPU, in bytes (cached);
- * a block may have at most this less 1 KiB, and only with the kernel's
- * cudaFuncAttributeMaxDynamicSharedMemorySize raised past 48 KiB. */
-size_t gpc_cuda_smem_per_sm(void);
 
 static inline unsigned gpc_cuda_blocks(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;

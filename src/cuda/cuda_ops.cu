@@ -17,7 +17,6 @@ static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *scratch_ptr[GPC_CUDA_MAX_DEVICES];
 static size_t scratch_size[GPC_CUDA_MAX_DEVICES];
 static int sm_count[GPC_CUDA_MAX_DEVICES];
-static int smem_per_sm[GPC_CUDA_MAX_DEVICES];
 
 gpc_status gpc_cuda_enter(const gpc_tensor *t) {
     int current = -1;
@@ -69,19 +68,6 @@ int gpc_cuda_sm_count(void) {
         sm_count[d] = n;
     }
     return sm_count[d];
-}
-
-size_t gpc_cuda_smem_per_sm(void) {
-    int d = current_device();
-    if (!smem_per_sm[d]) {
-        int n = 0;
-        if (cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerMultiprocessor, d) !=
-                cudaSuccess ||
-            n < 1)
-            n = 48 * 1024;
-        smem_per_sm[d] = n;
-    }
-    return (size_t)smem_per_sm[d];
 }
 
 gpc_status gpc_cuda_same_dtype(const char *op, const char *name_a, const gpc_tensor *a,

@@ -35,9 +35,6 @@
  */
 #include "cuda/cuda_common.cuh"
 
-#include <stdlib.h>
-#include <string.h>
-
 #define LAYERNORM_EPS 1e-5f
 #define LN_WARPS 8
 /* the fused backward: block size, and blocks per multiprocessor of its
@@ -226,25 +223,6 @@ template <int PER> __device__ __forceinline__ void ln_weights(float *w, const fl
     }
 }
 
-/* Queues the copies of row's dout, inp and dinp packs that this lane owns
- * into stage ([3][ITEMS][32] packs) as one cp.async group. */
-template <typename T, int ITEMS>
-__device__ __forceinline__ void ln_stage_row(gpc_pack<T> *stage, const T *dout, const T *inp,
-                                             const T *dinp, int64_t row, int C, int lane,
-                                             int packs) {
-    typedef gpc_pack<T> P;
-    const P *src[3] = {(const P *)(dout + row * C), (const P *)(inp + row * C),
-                       (const P *)(dinp + row * C)};
-#pragma unroll
-    for (int t = 0; t < 3; t++)
-#pragma unroll
-        for (int i = 0; i < ITEMS; i++) {
-            int p = lane + 32 * i;
-            if (p < packs) gpc_cp_async16(stage + (t * ITEMS + i) * 32 + lane, src[t] + p, true);
-        }
-    gpc_cp_commit();
-}
-
 /* The fused backward for rows of at most 32 * ELEMS columns in 16-byte packs:
  * a persistent grid, one warp per row at a time, each warp walking the rows
  * warp, warp + warps, ... of the whole grid. A lane owns the same packs of
@@ -261,7 +239,7 @@ __device__ __forceinline__ void ln_stage_row(gpc_pack<T> *stage, const T *dout, 
  * blocks' rows in a fixed order. The weight is staged in shared memory as f32
  * once per block. Dynamic shared memory: (1 + GROUPS) * C floats, and
  * LNB_WARPS * C more with SUM. */
-template <typename T, int ELEMS, bool SUM, bool STAGED>
+template <typename T, int ELEMS, bool SUM>
 __global__ void __launch_bounds__(LNB_THREADS, LNB_BLOCKS_PER_SM)
     layernorm_backward_fused_kernel(T *__restrict__ dinp, const T *__restrict__ dout,
                                     const T *__restrict__ inp, gpc_cuda_any weight,
@@ -269,8 +247,7 @@ __global__ void __launch_bounds__(LNB_THREADS, LNB_BLOCKS_PER_SM)
                                     float *__restrict__ partial, int64_t N, int C) {
     typedef gpc_pack<T> P;
     const int PER = P::n, ITEMS = ELEMS / P::n, GROUPS = SUM ? 3 : 2;
-    /* the loads of dinp before the row reduction: no spills at 128 registers */
-    const bool EARLY = !STAGED && ELEMS <= 24 && ELEMS * sizeof(T) <= 64;
+    const bool EARLY = ELEMS <= 24 && ELEMS * sizeof(T) <= 64; /* no spills at 128 registers */
     extern __shared__ float4 ln_shared[];              /* float4: 16-byte aligned for ln_weights */
     float *w_s = (float *)ln_shared, *sum_s = w_s + C; /* sum_s: [GROUPS * C] */
     float *ds_s = sum_s + GROUPS * C;                  /* SUM: [LNB_WARPS][C], a row per warp */
@@ -290,34 +267,17 @@ __global__ void __launch_bounds__(LNB_THREADS, LNB_BLOCKS_PER_SM)
         for (int k = 0; k < PER; k++)
             dw[i][k] = db[i][k] = 0.0f;
 
-    /* STAGED: this warp's two row buffers, [2][3][ITEMS][32] packs after the
-     * sums (dout, inp, dinp of a row; a lane's packs 16 bytes apart, so a
-     * warp's accesses are conflict-free) */
-    P *stage = (P *)(ds_s + (SUM ? LNB_WARPS * C : 0)) + (int64_t)warp * 2 * 3 * ITEMS * 32;
-    int64_t row = (int64_t)blockIdx.x * LNB_WARPS + warp;
-    if (STAGED && row < N) ln_stage_row<T, ITEMS>(stage, dout, inp, dinp, row, C, lane, packs);
-    for (int buf = 0; row < N; row += warps, buf ^= 1) {
+    for (int64_t row = (int64_t)blockIdx.x * LNB_WARPS + warp; row < N; row += warps) {
         const P *dy = (const P *)(dout + row * C), *x = (const P *)(inp + row * C);
         P *dx = (P *)(dinp + row * C);
         P dyp[ITEMS], xp[ITEMS];
-        const P *cur = stage + buf * 3 * ITEMS * 32 + lane; /* STAGED: this row's packs */
-        if (STAGED) {
-            /* the next row's copies go out before this row is worked on; an
-             * empty group at the end keeps "all but one group" this row's */
-            if (row + warps < N)
-                ln_stage_row<T, ITEMS>(stage + (buf ^ 1) * 3 * ITEMS * 32, dout, inp, dinp,
-                                       row + warps, C, lane, packs);
-            else
-                gpc_cp_commit();
-            gpc_cp_wait<1>();
-        }
         /* every load of the row first, so they are in flight together */
 #pragma unroll
         for (int i = 0; i < ITEMS; i++) {
             int p = lane + 32 * i;
             if (p < packs) {
-                dyp[i] = STAGED ? cur[32 * i] : dy[p];
-                xp[i] = STAGED ? cur[32 * (ITEMS + i)] : x[p];
+                dyp[i] = dy[p];
+                xp[i] = x[p];
             }
         }
         const float m = mean[row], r = rstd[row];
@@ -363,10 +323,7 @@ __global__ void __launch_bounds__(LNB_THREADS, LNB_BLOCKS_PER_SM)
             int p = lane + 32 * i;
             if (p < packs) {
                 P out;
-                if (STAGED)
-                    dxp[i] = cur[32 * (2 * ITEMS + i)];
-                else if (!EARLY)
-                    dxp[i] = dx[p];
+                if (!EARLY) dxp[i] = dx[p];
                 float w[PER];
                 ln_weights<PER>(w, w_s + p * PER);
                 float4 *acc = (float4 *)(ds_s + warp * C + p * PER);
@@ -518,50 +475,25 @@ gpc_status gpc_cuda_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor 
     return layernorm_launch(out, mean, rstd, residual, a, b, weight, bias);
 }
 
-/* Whether the fused backward stages rows in shared memory (GPC_LN_STAGED=0
- * turns it off), read once. */
-static int ln_staged_enabled(void) {
-    static int enabled = -1;
-    if (enabled < 0) {
-        const char *e = getenv("GPC_LN_STAGED");
-        enabled = !(e && !strcmp(e, "0"));
-    }
-    return enabled;
-}
-
 /* Queues the fused backward for ELEMS columns per lane (see its kernel),
- * summing dinp's columns too when sum is set, with rows staged in shared
- * memory where LNB_BLOCKS_PER_SM blocks of that size fit a multiprocessor. */
+ * summing dinp's columns too when sum is set. */
 template <typename E, int ELEMS>
-static gpc_status
-layernorm_backward_fused(unsigned grid, cudaStream_t s, gpc_tensor *dinp, const gpc_tensor *dout,
-                         const gpc_tensor *inp, const gpc_tensor *weight, const float *mu,
-                         const float *rs, float *partial, int64_t N, int C, int sum) {
-    const int ITEMS = ELEMS / gpc_pack<E>::n;
-    const bool SUM = ELEMS <= LNB_SUM_MAX_ELEMS(E); /* only those widths instantiate it */
+static void layernorm_backward_fused(unsigned grid, cudaStream_t s, gpc_tensor *dinp,
+                                     const gpc_tensor *dout, const gpc_tensor *inp,
+                                     const gpc_tensor *weight, const float *mu, const float *rs,
+                                     float *partial, int64_t N, int C, int sum) {
     size_t shared = (sum ? 4 + LNB_WARPS : 3) * (size_t)C * sizeof(float);
-    size_t staged = shared + (size_t)LNB_WARPS * 2 * 3 * ITEMS * 32 * sizeof(gpc_pack<E>);
-    /* each block also holds 1 KiB of the system's */
-    int stage =
-        ln_staged_enabled() && LNB_BLOCKS_PER_SM * (staged + 1024) <= gpc_cuda_smem_per_sm();
-    E *dx = (E *)dinp->data;
-    const E *dy = (const E *)dout->data, *x = (const E *)inp->data;
-    gpc_cuda_any w = gpc_cuda_any_of(weight);
-    if (stage) {
-        void (*k)(E *, const E *, const E *, gpc_cuda_any, const float *, const float *, float *,
-                  int64_t, int) = sum ? layernorm_backward_fused_kernel<E, ELEMS, SUM, true>
-                                      : layernorm_backward_fused_kernel<E, ELEMS, false, true>;
-        GPC_CUDA_CHECK(
-            cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)staged));
-        k<<<grid, LNB_THREADS, staged, s>>>(dx, dy, x, w, mu, rs, partial, N, C);
-    } else if (sum) {
-        layernorm_backward_fused_kernel<E, ELEMS, SUM, false>
-            <<<grid, LNB_THREADS, shared, s>>>(dx, dy, x, w, mu, rs, partial, N, C);
-    } else {
-        layernorm_backward_fused_kernel<E, ELEMS, false, false>
-            <<<grid, LNB_THREADS, shared, s>>>(dx, dy, x, w, mu, rs, partial, N, C);
-    }
-    return GPC_OK;
+    /* the caller sets sum only where ELEMS allows it, so only those widths
+     * instantiate the summing kernel */
+    if (sum)
+        layernorm_backward_fused_kernel<E, ELEMS, (ELEMS <= LNB_SUM_MAX_ELEMS(E))>
+            <<<grid, LNB_THREADS, shared, s>>>((E *)dinp->data, (const E *)dout->data,
+                                               (const E *)inp->data, gpc_cuda_any_of(weight), mu,
+                                               rs, partial, N, C);
+    else
+        layernorm_backward_fused_kernel<E, ELEMS, false><<<grid, LNB_THREADS, shared, s>>>(
+            (E *)dinp->data, (const E *)dout->data, (const E *)inp->data, gpc_cuda_any_of(weight),
+            mu, rs, partial, N, C);
 }
 
 gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
@@ -577,7 +509,6 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
     cudaStream_t s = gpc_cuda_stream();
     const float *mu = (const float *)mean->data, *rs = (const float *)rstd->data;
     int parts = 0, groups = 2;
-    gpc_status st = GPC_OK;
     void *partial = NULL;
     GPC_CUDA_DISPATCH(dout->dtype, E, {
         const int P = 16 / sizeof(E);
@@ -600,18 +531,17 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
             GPC_TRY(gpc_cuda_scratch((size_t)parts * groups * C * sizeof(float), &partial));
             float *pp = (float *)partial;
             if (elems == 8)
-                st = layernorm_backward_fused<E, 8>(parts, s, dinp, dout, inp, weight, mu, rs, pp,
-                                                    N, (int)C, sum);
+                layernorm_backward_fused<E, 8>(parts, s, dinp, dout, inp, weight, mu, rs, pp, N,
+                                               (int)C, sum);
             else if (elems == 16)
-                st = layernorm_backward_fused<E, 16>(parts, s, dinp, dout, inp, weight, mu, rs, pp,
-                                                     N, (int)C, sum);
+                layernorm_backward_fused<E, 16>(parts, s, dinp, dout, inp, weight, mu, rs, pp, N,
+                                                (int)C, sum);
             else if (elems == 24)
-                st = layernorm_backward_fused<E, 24>(parts, s, dinp, dout, inp, weight, mu, rs, pp,
-                                                     N, (int)C, sum);
+                layernorm_backward_fused<E, 24>(parts, s, dinp, dout, inp, weight, mu, rs, pp, N,
+                                                (int)C, sum);
             else
-                st = layernorm_backward_fused<E, LNB_MAX_ELEMS(E)>(
-                    parts, s, dinp, dout, inp, weight, mu, rs, pp, N, (int)C, sum);
-            GPC_TRY(st);
+                layernorm_backward_fused<E, LNB_MAX_ELEMS(E)>(parts, s, dinp, dout, inp, weight, mu,
+                                                              rs, pp, N, (int)C, sum);
         } else {
             /* any C: dinp by one kernel, the column sums by a second */
             int per = vec ? P : 1;

@@ -690,28 +690,13 @@ __global__ void add_bias_kernel(T *out, gpc_cuda_any bias, int64_t N, int OC) {
         out[i] = gpc_from_f32<T>(gpc_to_f32(out[i]) + gpc_any_load(bias, i % OC));
 }
 
-/* PER elements of dout at p (one, or a 16-byte pack) added to s in order. */
-template <typename T, int PER> __device__ __forceinline__ void colsum_add(float *s, const T *p) {
-    if (PER == 1) {
-        s[0] += gpc_to_f32(p[0]);
-    } else {
-        gpc_pack<T> v = *(const gpc_pack<T> *)p;
-#pragma unroll
-        for (int k = 0; k < PER; k++)
-            s[k] += gpc_to_f32(v.v[k]);
-    }
-}
-
 /* partial[blockIdx.y][j] = sum of dout[n * ld + j] over this block's rows. Block
  * (32, 8): a lane owns PER neighbouring columns (one 16-byte load per row
  * when PER > 1), the 8 rows of threadIdx.y walk the block's rows, and shared
- * memory adds the 8 in a fixed order. ROWS rows of a thread are loaded
- * before any is added, so that many loads are in flight at once; they are
- * added in row order, so the sums do not depend on ROWS. */
-template <typename T, int PER, int ROWS>
+ * memory adds the 8 in a fixed order. */
+template <typename T, int PER>
 __global__ void bias_grad_partial_kernel(float *partial, const T *dout, int64_t N, int OC,
                                          int64_t ld, int64_t rows_per_block) {
-    typedef gpc_pack<T> P;
     __shared__ float sums[8][32 * PER];
     int j0 = (blockIdx.x * 32 + threadIdx.x) * PER;
     int64_t begin = blockIdx.y * rows_per_block;
@@ -720,21 +705,17 @@ __global__ void bias_grad_partial_kernel(float *partial, const T *dout, int64_t 
 #pragma unroll
     for (int k = 0; k < PER; k++)
         s[k] = 0.0f;
-    if (j0 < OC) {
-        int64_t n = begin + threadIdx.y;
-        if (PER > 1 && ROWS > 1)
-            for (; n + 8 * (ROWS - 1) < end; n += 8 * ROWS) {
-                P v[ROWS];
+    if (j0 < OC)
+        for (int64_t n = begin + threadIdx.y; n < end; n += 8) {
+            if (PER == 1) {
+                s[0] += gpc_to_f32(dout[n * ld + j0]);
+            } else {
+                gpc_pack<T> v = *(const gpc_pack<T> *)(dout + n * ld + j0);
 #pragma unroll
-                for (int u = 0; u < ROWS; u++)
-                    v[u] = *(const P *)(dout + (n + 8 * u) * ld + j0);
-#pragma unroll
-                for (int u = 0; u < ROWS; u++)
-                    colsum_add<T, PER>(s, (const T *)&v[u]);
+                for (int k = 0; k < PER; k++)
+                    s[k] += gpc_to_f32(v.v[k]);
             }
-        for (; n < end; n += 8)
-            colsum_add<T, PER>(s, dout + n * ld + j0);
-    }
+        }
 #pragma unroll
     for (int k = 0; k < PER; k++)
         sums[threadIdx.y][threadIdx.x * PER + k] = s[k];
@@ -955,17 +936,6 @@ gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_t
     return GPC_OK;
 }
 
-/* Rows a thread of the column sums loads at once: 4, or 1 with
- * GPC_COLSUM_ROWS=1; read once. */
-static int colsum_rows(void) {
-    static int rows = 0;
-    if (!rows) {
-        const char *e = getenv("GPC_COLSUM_ROWS");
-        rows = e && !strcmp(e, "1") ? 1 : 4;
-    }
-    return rows;
-}
-
 gpc_status gpc_cuda_add_column_sums(const gpc_tensor *acc, const void *x, gpc_dtype dtype,
                                     int64_t N, int64_t C, int64_t ld) {
     if (N == 0 || C == 0) return GPC_OK;
@@ -986,14 +956,11 @@ gpc_status gpc_cuda_add_column_sums(const gpc_tensor *acc, const void *x, gpc_dt
         parts = (N + rows_per - 1) / rows_per;
         GPC_TRY(gpc_cuda_scratch((size_t)parts * C * sizeof(float), &partial));
         dim3 grid((unsigned)col_blocks, (unsigned)parts), block(32, 8);
-        if (vec && colsum_rows() > 1)
-            bias_grad_partial_kernel<E, P, 4><<<grid, block, 0, gpc_cuda_stream()>>>(
-                (float *)partial, (const E *)x, N, (int)C, ld, rows_per);
-        else if (vec)
-            bias_grad_partial_kernel<E, P, 1><<<grid, block, 0, gpc_cuda_stream()>>>(
+        if (vec)
+            bias_grad_partial_kernel<E, P><<<grid, block, 0, gpc_cuda_stream()>>>(
                 (float *)partial, (const E *)x, N, (int)C, ld, rows_per);
         else
-            bias_grad_partial_kernel<E, 1, 1><<<grid, block, 0, gpc_cuda_stream()>>>(
+            bias_grad_partial_kernel<E, 1><<<grid, block, 0, gpc_cuda_stream()>>>(
                 (float *)partial, (const E *)x, N, (int)C, ld, rows_per);
     });
     GPC_CUDA_CHECK_LAUNCH();
