@@ -60,5 +60,11 @@ expect_exit 2 "bench_reduce_bench: --reps needs a number from 1 to 10000, not '0
 expect_exit 2 "bench_reduce_bench: unknown option or missing value: --vocab" "$rb" --vocab 5
 expect_exit 2 "bench_reduce_bench: unknown option or missing value: --reps" "$rb" --reps
 
+# bench_gelu_bench: the same
+gb=$bench/bench_gelu_bench
+expect_exit 2 "bench_gelu_bench: --rows needs a whole number, not 'x'" "$gb" --rows x
+expect_exit 2 "bench_gelu_bench: --channels needs a number from 8 to 8192, not '9000'" "$gb" --channels 9000
+expect_exit 2 "bench_gelu_bench: unknown option or missing value: --steps" "$gb" --steps 3
+
 [[ $failures -eq 0 ]] || exit 1
 echo "bench tools: ok"

@@ -382,6 +382,7 @@ static void matmul_gelu_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C, int6
 
 static void test_matmul_gelu(void **state) {
     (void)state;
+    long sm90_before = gpc_cuda_gemm_sm90_calls();
     matmul_gelu_case(GPC_F32, 2, 33, 64, 96, 1);
     matmul_gelu_case(GPC_BF16, 4, 64, 128, 512, 1); /* the fc layer's shape kind: epilogues */
     matmul_gelu_case(GPC_BF16, 4, 64, 512, 128, 0); /* fcproj's backward, as the model runs it */
@@ -391,6 +392,14 @@ static void test_matmul_gelu(void **state) {
     matmul_gelu_case(GPC_BF16, 1, 24, 44, 36, 1);   /* not multiples of 8: the two kernels */
     matmul_gelu_case(GPC_BF16, 1, 1, 768, 3072, 1); /* one row: the matrix-vector kernel */
     matmul_gelu_case(GPC_F16, 1, 3, 64, 40, 0);
+    /* bf16 with rows and columns multiples of 128 and K of 64: gemm_sm90.cu
+     * on an H100/H200 (the two 4 x 64 cases above, forward and DGELU each,
+     * and this one's forward, without bias) */
+    matmul_gelu_case(GPC_BF16, 2, 64, 64, 256, 0);
+    long sm90 = gpc_cuda_gemm_sm90_calls() - sm90_before;
+    printf("  gemm_sm90 products: %ld (%s here)\n", sm90,
+           gpc_cuda_gemm_sm90_available() ? "available" : "not available");
+    assert_int_equal(sm90, gpc_cuda_gemm_sm90_available() ? 5 : 0);
 }
 
 /* GPT-2's large products at n = 8192 tokens, where matmul.cu takes the
@@ -406,9 +415,11 @@ static void test_matmul_measured(void **state) {
     matmul_gelu_case(GPC_BF16, 2, 4096, 3072, 768, 0);          /* fcproj's DGELU backward */
     int used = gpc_cuda_matmul_measured_uses() - before;
     int applies = gpc_cuda_matmul_measured_applies();
-    printf("  measured configurations taken: %d of 6 (the table %s here)\n", used,
+    /* the two GELU products are gemm_sm90.cu's where it runs */
+    int expected = applies ? (gpc_cuda_gemm_sm90_available() ? 4 : 6) : 0;
+    printf("  measured configurations taken: %d of %d (the table %s here)\n", used, expected,
            applies ? "applies" : "does not apply");
-    assert_int_equal(used, applies ? 6 : 0);
+    assert_int_equal(used, expected);
 }
 
 /* The plain sum the model adds its losses with. */

@@ -1,0 +1,382 @@
+/*
+ * gemm_sm90.cu: gpc's own Hopper matrix product for the two GELU products of
+ * a transformer block, where cuBLASLt's fused epilogues run well below its
+ * plain products (the [N, 4C] epilogue of a K = C product does not overlap
+ * its short main loop):
+ *
+ *   GELU forward   pre = inp . W^T + bias, act = gelu(pre)    (both written)
+ *   DGELU          dinp = (dout . W) * gelu'(pre)             (pre read)
+ *
+ * Both are out[M, N] = A[M, K] . B[N, K]^T with A and B K-major (rows of K
+ * contiguous bf16): the forward's B is the weight [OC, C] itself; the
+ * DGELU's is the weight transposed once per call into scratch (a few MB).
+ *
+ * The kernel (sm_90a: wgmma and TMA) is persistent, one block a
+ * multiprocessor, three warpgroups:
+ *   - warpgroup 0 (one thread of it) is the producer: it walks the block's
+ *     tiles and queues TMA copies of each 64-wide K slice of A (128 rows) and
+ *     B (128 rows) into a ring of G_STAGES shared-memory stages (128-byte
+ *     swizzle), each stage with a "full" mbarrier (bytes arrived) and an
+ *     "empty" one (its consumer is done with it);
+ *   - warpgroups 1 and 2 are consumers that take the block's tiles in turn
+ *     (even, odd): a 128 x 128 tile is two m64n128k16 wgmma chains over K,
+ *     accumulated in f32 registers, then its epilogue (bias, GELU or gelu',
+ *     bf16 stores) runs straight from those registers. While one consumer is
+ *     in its epilogue the other's products run, so the tensor cores are not
+ *     idle for the epilogue's stores (what slows the library's fused form).
+ *
+ * The ring is filled in the order the consumers use it (tile by tile, K
+ * slice by K slice), so a consumer knows the stage and phase of each slice
+ * from its position alone. Shapes: M and N multiples of 128, K of 64, all
+ * pointers 16-byte aligned and bf16; anything else, another GPU than compute
+ * capability 9.0, or GPC_GEMM_SM90=0, answers GPC_ERR_UNSUPPORTED and the
+ * caller takes cuBLASLt's path.
+ */
+#include "cuda/cuda_common.cuh"
+#include "cuda/gemm_sm90.h"
+#include "cuda/matmul.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define G_BM 128                       /* rows of A (tokens) per tile */
+#define G_BN 128                       /* rows of B (output columns) per tile */
+#define G_BK 64                        /* K per stage: one 128-byte swizzle row */
+#define G_STAGES 6                     /* ring depth */
+#define G_THREADS 384                  /* producer + two consumer warpgroups */
+#define G_MAX_DEVICES 64               /* GPUs a process keeps answers for */
+#define G_TILE_BYTES (G_BM * G_BK * 2) /* 16 KiB: one operand's stage */
+#define G_SMEM (2 * G_STAGES * G_TILE_BYTES + 1024 + 2 * G_STAGES * 8)
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define G_KERNEL_BODY 1
+#endif
+
+/* ------------------------------------------------------- PTX wrappers */
+#ifdef G_KERNEL_BODY
+__device__ __forceinline__ uint32_t g_smem(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void g_mbar_init(uint64_t *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(g_smem(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void g_mbar_expect(uint64_t *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(g_smem(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void g_mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(g_smem(bar)) : "memory");
+}
+
+__device__ __forceinline__ void g_mbar_wait(uint64_t *bar, unsigned parity) {
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT_%=;\n"
+                 "}\n" ::"r"(g_smem(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* A box of [rows 128][K 64] at (k, row) of the tensor map into dst. */
+__device__ __forceinline__ void g_tma_load(void *dst, const CUtensorMap *map, int k, int row,
+                                           uint64_t *bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];" ::"r"(g_smem(dst)),
+                 "l"(map), "r"(k), "r"(row), "r"(g_smem(bar))
+                 : "memory");
+}
+
+/* The wgmma descriptor of a K-major tile with 128-byte rows in the 128-byte
+ * swizzle (8-row atoms of 1024 bytes): start address, leading offset 1
+ * (unused for this layout), stride offset 1024 bytes, swizzle mode 1. */
+__device__ __forceinline__ uint64_t g_desc(const void *p) {
+    uint64_t a = g_smem(p);
+    return ((a & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void g_wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void g_wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void g_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+/* d[64] += A (64 x 16, descriptor a) . B (128 x 16, descriptor b)^T, or
+ * d = the product when accumulate is 0. */
+__device__ __forceinline__ void g_wgmma(float *d, uint64_t a, uint64_t b, int accumulate) {
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "%64, %65, p, 1, 1, 0, 0;\n"
+                 "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+                   "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+                   "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(a), "l"(b), "r"(accumulate));
+}
+
+/* tanh on the special-function unit: about 2^-11 relative error, below what
+ * the bf16 outputs keep (2^-8). */
+__device__ __forceinline__ float g_tanh(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ float g_gelu(float x) {
+    float t = g_tanh(GPC_GELU_SCALE * (x + 0.044715f * x * x * x));
+    return 0.5f * x * (1.0f + t);
+}
+
+__device__ __forceinline__ float g_gelu_grad(float x) {
+    float x2 = x * x, t = g_tanh(GPC_GELU_SCALE * (x + 0.044715f * x2 * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GPC_GELU_SCALE * (1.0f + 0.134145f * x2);
+}
+#endif /* G_KERNEL_BODY */
+
+/* mode GPC_GEMM_GELU: pre = acc + bias (bias may be NULL), act = gelu(pre).
+ * mode GPC_GEMM_DGELU: act = acc * gelu'(pre), pre read. out rows have ld
+ * = N elements. */
+__global__ void __launch_bounds__(G_THREADS, 1)
+    gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
+                     const __grid_constant__ CUtensorMap map_b, gpc_bf16_t *pre, gpc_bf16_t *act,
+                     const gpc_bf16_t *bias, int M, int N, int K, int mode) {
+#ifdef G_KERNEL_BODY
+    extern __shared__ __align__(1024) unsigned char g_shared[];
+    /* the swizzled stages want 1024-byte alignment */
+    unsigned char *base = (unsigned char *)(((uintptr_t)g_shared + 1023) & ~(uintptr_t)1023);
+    unsigned char *stage_a = base, *stage_b = base + G_STAGES * G_TILE_BYTES;
+    uint64_t *full = (uint64_t *)(base + 2 * G_STAGES * G_TILE_BYTES), *empty = full + G_STAGES;
+    const int tiles_n = N / G_BN, tiles = (M / G_BM) * tiles_n, kblocks = K / G_BK;
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < G_STAGES; s++) {
+            g_mbar_init(&full[s], 1);
+            g_mbar_init(&empty[s], 4); /* lane 0 of each consumer warp */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        if (t != 0) return;
+        int pos = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN;
+            for (int kb = 0; kb < kblocks; kb++, pos++) {
+                int s = pos % G_STAGES, round = pos / G_STAGES;
+                if (round > 0) g_mbar_wait(&empty[s], (round - 1) & 1);
+                g_mbar_expect(&full[s], 2 * G_TILE_BYTES);
+                g_tma_load(stage_a + s * G_TILE_BYTES, &map_a, kb * G_BK, m0, &full[s]);
+                g_tma_load(stage_b + s * G_TILE_BYTES, &map_b, kb * G_BK, n0, &full[s]);
+            }
+        }
+        return;
+    }
+
+    /* consumer c takes the block's tiles c, c + 2, c + 4, ... */
+    const int c = wg - 1, warp = t / 32, lane = t % 32;
+    float acc[2][64];
+    int local = c;
+    for (int tile = blockIdx.x + c * gridDim.x; tile < tiles; tile += 2 * gridDim.x, local += 2) {
+        int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN;
+        int pos = local * kblocks, prev = -1;
+        for (int kb = 0; kb < kblocks; kb++, pos++) {
+            int s = pos % G_STAGES;
+            g_mbar_wait(&full[s], (pos / G_STAGES) & 1);
+            const unsigned char *a = stage_a + s * G_TILE_BYTES, *b = stage_b + s * G_TILE_BYTES;
+            g_wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < G_BK / 16; k++) {
+                uint64_t db = g_desc(b + 32 * k);
+                g_wgmma(acc[0], g_desc(a + 32 * k), db, kb > 0 || k > 0);
+                g_wgmma(acc[1], g_desc(a + 64 * 128 + 32 * k), db, kb > 0 || k > 0);
+            }
+            g_wgmma_commit();
+            /* the previous slice's products are done: its stage goes back */
+            g_wgmma_wait<1>();
+            if (prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
+            prev = s;
+        }
+        g_wgmma_wait<0>();
+        if (prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
+
+            /* the epilogue: accumulator d[h][4j + e] is row m0 + 64h + 16 warp +
+             * lane/4 (+8 for e >= 2), column n0 + 8j + 2(lane%4) (+1 for odd e) */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                int col = n0 + 8 * j + 2 * (lane % 4);
+                float b0 = 0.0f, b1 = 0.0f;
+                if (mode == GPC_GEMM_GELU && bias) {
+                    b0 = gpc_to_f32(bias[col]);
+                    b1 = gpc_to_f32(bias[col + 1]);
+                }
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    int64_t row = m0 + 64 * h + 16 * warp + lane / 4 + 8 * half;
+                    int64_t at = row * N + col;
+                    float v0 = acc[h][4 * j + 2 * half], v1 = acc[h][4 * j + 2 * half + 1];
+                    if (mode == GPC_GEMM_GELU) {
+                        v0 += b0;
+                        v1 += b1;
+                        *(__nv_bfloat162 *)(pre + at) = __floats2bfloat162_rn(v0, v1);
+                        *(__nv_bfloat162 *)(act + at) =
+                            __floats2bfloat162_rn(g_gelu(v0), g_gelu(v1));
+                    } else {
+                        __nv_bfloat162 p = *(const __nv_bfloat162 *)(pre + at);
+                        float p0 = __low2float(p), p1 = __high2float(p);
+                        *(__nv_bfloat162 *)(act + at) =
+                            __floats2bfloat162_rn(v0 * g_gelu_grad(p0), v1 * g_gelu_grad(p1));
+                    }
+                }
+            }
+        }
+    }
+#else
+    (void)map_a, (void)map_b, (void)pre, (void)act, (void)bias, (void)M, (void)N, (void)K,
+        (void)mode;
+#endif
+}
+
+/* out[c, r] = in[r, c] for a rows x cols bf16 matrix, 32 x 32 tiles. */
+__global__ void transpose_kernel(gpc_bf16_t *out, const gpc_bf16_t *in, int rows, int cols) {
+    __shared__ gpc_bf16_t tile[32][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    for (int y = threadIdx.y; y < 32; y += 8) {
+        int r = blockIdx.y * 32 + y;
+        if (r < rows && c < cols) tile[y][threadIdx.x] = in[(int64_t)r * cols + c];
+    }
+    __syncthreads();
+    int r = blockIdx.y * 32 + threadIdx.x;
+    for (int y = threadIdx.y; y < 32; y += 8) {
+        int cc = blockIdx.x * 32 + y;
+        if (r < rows && cc < cols) out[(int64_t)cc * rows + r] = tile[threadIdx.x][y];
+    }
+}
+
+/* --------------------------------------------------------------- host */
+
+static PFN_cuTensorMapEncodeTiled_v12000 encode_fn;
+static pthread_once_t encode_once = PTHREAD_ONCE_INIT;
+
+static void encode_lookup(void) {
+    cudaDriverEntryPointQueryResult q;
+    void *fn = NULL;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+        encode_fn = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    else
+        cudaGetLastError();
+}
+
+/* The tensor map of a rows x K bf16 matrix (K contiguous), 128 x 64 boxes. */
+static gpc_status make_map(CUtensorMap *map, const void *p, int64_t rows, int64_t K) {
+    cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K * 2};
+    cuuint32_t box[2] = {G_BK, 128}, elem[2] = {1, 1};
+    CUresult r = encode_fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box,
+                           elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return gpc_error(GPC_ERR_DEVICE, "gemm_sm90: cuTensorMapEncodeTiled failed (%d)", (int)r);
+    return GPC_OK;
+}
+
+int gpc_cuda_gemm_sm90_enabled(void) {
+    static int enabled = -1;
+    if (enabled < 0) {
+        const char *e = getenv("GPC_GEMM_SM90");
+        enabled = !(e && !strcmp(e, "0"));
+    }
+    return enabled;
+}
+
+/* Whether this GPU runs the kernel: compute capability 9.0 and the driver's
+ * tensor-map encoder found. Asked once per device. */
+static int device_ok(void) {
+    static int ok[G_MAX_DEVICES]; /* 0 unknown, 1 no, 2 yes */
+    int d = 0;
+    if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= G_MAX_DEVICES) return 0;
+    if (!ok[d]) {
+        int major = 0, minor = 0;
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
+        pthread_once(&encode_once, encode_lookup);
+        int yes =
+            major == 9 && minor == 0 && encode_fn &&
+            cudaFuncSetAttribute(gemm_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 G_SMEM) == cudaSuccess;
+        if (!yes) cudaGetLastError();
+        ok[d] = yes ? 2 : 1;
+    }
+    return ok[d] == 2;
+}
+
+static long calls;
+
+int gpc_cuda_gemm_sm90_available(void) {
+    return gpc_cuda_gemm_sm90_enabled() && device_ok();
+}
+
+long gpc_cuda_gemm_sm90_calls(void) {
+    return __atomic_load_n(&calls, __ATOMIC_RELAXED);
+}
+
+gpc_status gpc_cuda_gemm_sm90(int mode, gpc_bf16_t *pre, gpc_bf16_t *act, const gpc_bf16_t *a,
+                              const gpc_bf16_t *w, const gpc_bf16_t *bias, int64_t M, int64_t N,
+                              int64_t K) {
+    if (!gpc_cuda_gemm_sm90_enabled() || M <= 0 || N <= 0 || K <= 0 || M % G_BM || N % G_BN ||
+        K % G_BK || M > 0x7fffffff || N > 0x7fffffff || K > 0x7fffffff ||
+        !gpc_cuda_aligned16(pre) || !gpc_cuda_aligned16(act) || !gpc_cuda_aligned16(a) ||
+        !gpc_cuda_aligned16(w) || (M / G_BM) * (N / G_BN) > 0x7fffffff || !device_ok())
+        return gpc_error(GPC_ERR_UNSUPPORTED, "gemm_sm90: not for this shape or GPU");
+    cudaStream_t s = gpc_cuda_stream();
+    const gpc_bf16_t *b = w;
+    if (mode == GPC_GEMM_DGELU) {
+        /* w is [K, N] (the weight as the model keeps it): B = w^T, [N, K] */
+        void *scratch = NULL;
+        GPC_TRY(gpc_cuda_scratch((size_t)N * K * sizeof(gpc_bf16_t), &scratch));
+        dim3 grid((unsigned)((N + 31) / 32), (unsigned)((K + 31) / 32)), block(32, 8);
+        transpose_kernel<<<grid, block, 0, s>>>((gpc_bf16_t *)scratch, w, (int)K, (int)N);
+        GPC_CUDA_CHECK_LAUNCH();
+        b = (const gpc_bf16_t *)scratch;
+    }
+    CUtensorMap map_a, map_b;
+    GPC_TRY(make_map(&map_a, a, M, K));
+    GPC_TRY(make_map(&map_b, b, N, K));
+    int tiles = (int)((M / G_BM) * (N / G_BN)), sms = gpc_cuda_sm_count();
+    int grid = tiles < sms ? tiles : sms;
+    gemm_sm90_kernel<<<grid, G_THREADS, G_SMEM, s>>>(map_a, map_b, pre, act, bias, (int)M, (int)N,
+                                                     (int)K, mode);
+    GPC_CUDA_CHECK_LAUNCH();
+    __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
+    return GPC_OK;
+}
