@@ -49,7 +49,7 @@
 #define G_THREADS 384                  /* producer + two consumer warpgroups */
 #define G_MAX_DEVICES 64               /* GPUs a process keeps answers for */
 #define G_TILE_BYTES (G_BM * G_BK * 2) /* 16 KiB: one operand's stage */
-#define G_SMEM (2 * G_STAGES * G_TILE_BYTES + 1024 + 2 * G_STAGES * 8)
+#define G_SMEM (2 * G_STAGES * G_TILE_BYTES + 1024 + (2 * G_STAGES + 2) * 8)
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define G_KERNEL_BODY 1
@@ -172,6 +172,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
     unsigned char *base = (unsigned char *)(((uintptr_t)g_shared + 1023) & ~(uintptr_t)1023);
     unsigned char *stage_a = base, *stage_b = base + G_STAGES * G_TILE_BYTES;
     uint64_t *full = (uint64_t *)(base + 2 * G_STAGES * G_TILE_BYTES), *empty = full + G_STAGES;
+    uint64_t *turn = empty + G_STAGES; /* consumer c's main loop may start */
     const int tiles_n = N / G_BN, tiles = (M / G_BM) * tiles_n, kblocks = K / G_BK;
     const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
 
@@ -180,6 +181,8 @@ __global__ void __launch_bounds__(G_THREADS, 1)
             g_mbar_init(&full[s], 1);
             g_mbar_init(&empty[s], 4); /* lane 0 of each consumer warp */
         }
+        g_mbar_init(&turn[0], 4);
+        g_mbar_init(&turn[1], 4);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -200,13 +203,20 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         return;
     }
 
-    /* consumer c takes the block's tiles c, c + 2, c + 4, ... */
+    /* Consumer c takes the block's tiles c, c + 2, c + 4, ... (local
+     * numbers), and their main loops run in local order: each waits for
+     * the other consumer to finish the main loop of the tile before it
+     * (turn[c]). Besides alternating the two (one's epilogue under the
+     * other's products), this keeps a consumer from waiting on a stage
+     * two rounds ahead of where it is, which its parity cannot tell. */
     const int c = wg - 1, warp = t / 32, lane = t % 32;
     float acc[2][64];
-    int local = c;
-    for (int tile = blockIdx.x + c * gridDim.x; tile < tiles; tile += 2 * gridDim.x, local += 2) {
+    int local = c, k_own = 0;
+    for (int tile = blockIdx.x + c * gridDim.x; tile < tiles;
+         tile += 2 * gridDim.x, local += 2, k_own++) {
         int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN;
         int pos = local * kblocks, prev = -1;
+        if (local > 0) g_mbar_wait(&turn[c], (c == 0 ? k_own - 1 : k_own) & 1);
         for (int kb = 0; kb < kblocks; kb++, pos++) {
             int s = pos % G_STAGES;
             g_mbar_wait(&full[s], (pos / G_STAGES) & 1);
@@ -226,6 +236,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         }
         g_wgmma_wait<0>();
         if (prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
+        if (lane == 0) g_mbar_arrive(&turn[c ^ 1]);
 
             /* the epilogue: accumulator d[h][4j + e] is row m0 + 64h + 16 warp +
              * lane/4 (+8 for e >= 2), column n0 + 8j + 2(lane%4) (+1 for odd e) */
