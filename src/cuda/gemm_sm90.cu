@@ -12,25 +12,28 @@
  * DGELU's is the weight transposed once per call into scratch (a few MB).
  *
  * The kernel (sm_90a: wgmma and TMA) is persistent, one block a
- * multiprocessor, three warpgroups:
- *   - warpgroup 0 (one thread of it) is the producer: it walks the block's
- *     tiles and queues TMA copies of each 64-wide K slice of A (128 rows) and
- *     B (128 rows) into a ring of G_STAGES shared-memory stages (128-byte
- *     swizzle), each stage with a "full" mbarrier (bytes arrived) and an
- *     "empty" one (its consumer is done with it);
- *   - warpgroups 1 and 2 are consumers that take the block's tiles in turn
- *     (even, odd): a 128 x 128 tile is two m64n128k16 wgmma chains over K,
- *     accumulated in f32 registers, then its epilogue (bias, GELU or gelu',
- *     bf16 stores) runs straight from those registers. While one consumer is
- *     in its epilogue the other's products run, so the tensor cores are not
- *     idle for the epilogue's stores (what slows the library's fused form).
+ * multiprocessor, each block walking tiles of 128 x 256 outputs, with three
+ * warpgroups:
+ *   - warp 0 is the producer: one thread queues TMA copies of each 64-wide
+ *     K slice of A (128 rows) and B (256 rows) into a ring of G_STAGES
+ *     shared-memory stages (128-byte swizzle), each with a "full" mbarrier
+ *     (its bytes arrived) and an "empty" one (the consumers are done);
+ *   - warpgroups 1 and 2 are the consumers: each takes 64 of the tile's
+ *     rows, a chain of m64n256k16 wgmma over K into f32 registers. At the
+ *     tile's end they write their sums (plus the bias, for the forward) as
+ *     bf16 into a staging buffer and go straight on to the next tile;
+ *   - warps 1-3 are the epilogue: they take the staged tile and write the
+ *     outputs (GELU, or gelu' times the staged product) row by row, 512
+ *     contiguous bytes a warp store, while the consumers' products for the
+ *     next tile run. So the tensor cores do not wait for the epilogue's
+ *     memory traffic, which is what slows the library's fused form.
+ * The staged sums are bf16, as the forward's pre-activation output is; the
+ * DGELU's product is rounded to bf16 before it is multiplied by gelu'.
  *
- * The ring is filled in the order the consumers use it (tile by tile, K
- * slice by K slice), so a consumer knows the stage and phase of each slice
- * from its position alone. Shapes: M and N multiples of 128, K of 64, all
- * pointers 16-byte aligned and bf16; anything else, another GPU than compute
- * capability 9.0, or GPC_GEMM_SM90=0, answers GPC_ERR_UNSUPPORTED and the
- * caller takes cuBLASLt's path.
+ * Shapes: M a multiple of 128, N of 256, K of 64, all pointers 16-byte
+ * aligned and bf16; anything else, another GPU than compute capability 9.0,
+ * or GPC_GEMM_SM90=0, answers GPC_ERR_UNSUPPORTED and the caller takes
+ * cuBLASLt's path.
  */
 #include "cuda/cuda_common.cuh"
 #include "cuda/gemm_sm90.h"
@@ -42,14 +45,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define G_BM 128                       /* rows of A (tokens) per tile */
-#define G_BN 128                       /* rows of B (output columns) per tile */
-#define G_BK 64                        /* K per stage: one 128-byte swizzle row */
-#define G_STAGES 6                     /* ring depth */
-#define G_THREADS 384                  /* producer + two consumer warpgroups */
-#define G_MAX_DEVICES 64               /* GPUs a process keeps answers for */
-#define G_TILE_BYTES (G_BM * G_BK * 2) /* 16 KiB: one operand's stage */
-#define G_SMEM (2 * G_STAGES * G_TILE_BYTES + 1024 + (2 * G_STAGES + 2) * 8)
+#define G_BM 128                    /* rows of A (tokens) per tile */
+#define G_BN 256                    /* rows of B (output columns) per tile */
+#define G_BK 64                     /* K per stage: one 128-byte swizzle row */
+#define G_STAGES 3                  /* ring depth */
+#define G_THREADS 384               /* producer/epilogue + two consumer warpgroups */
+#define G_EPI_WARPS 3               /* warps 1-3 */
+#define G_EPI_UNROLL 4              /* chunks an epilogue thread loads at once */
+#define G_MAX_DEVICES 64            /* GPUs a process keeps answers for */
+#define G_A_BYTES (G_BM * G_BK * 2) /* 16 KiB */
+#define G_B_BYTES (G_BN * G_BK * 2) /* 32 KiB */
+#define G_STAGE_BYTES (G_A_BYTES + G_B_BYTES)
+#define G_ROW_PAD (G_BN + 8)                   /* staging row: 528 bytes, conflict-free */
+#define G_STAGING_BYTES (G_BM * G_ROW_PAD * 2) /* 66 KiB */
+#define G_BARRIERS (2 * G_STAGES + 2)
+#define G_SMEM (1024 + G_STAGES * G_STAGE_BYTES + G_STAGING_BYTES + G_BARRIERS * 8)
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define G_KERNEL_BODY 1
@@ -75,6 +85,8 @@ __device__ __forceinline__ void g_mbar_arrive(uint64_t *bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(g_smem(bar)) : "memory");
 }
 
+/* Waits until the phase of the given parity has completed. A waiter may be
+ * at most one phase behind the barrier, which the callers ensure. */
 __device__ __forceinline__ void g_mbar_wait(uint64_t *bar, unsigned parity) {
     asm volatile("{\n"
                  ".reg .pred p;\n"
@@ -86,7 +98,7 @@ __device__ __forceinline__ void g_mbar_wait(uint64_t *bar, unsigned parity) {
                  : "memory");
 }
 
-/* A box of [rows 128][K 64] at (k, row) of the tensor map into dst. */
+/* A box [rows][64] at (k, row) of the tensor map into dst. */
 __device__ __forceinline__ void g_tma_load(void *dst, const CUtensorMap *map, int k, int row,
                                            uint64_t *bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
@@ -113,31 +125,44 @@ template <int N> __device__ __forceinline__ void g_wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
-/* d[64] += A (64 x 16, descriptor a) . B (128 x 16, descriptor b)^T, or
+/* d[128] += A (64 x 16, descriptor a) . B (256 x 16, descriptor b)^T, or
  * d = the product when accumulate is 0. */
 __device__ __forceinline__ void g_wgmma(float *d, uint64_t a, uint64_t b, int accumulate) {
-    asm volatile("{\n"
-                 ".reg .pred p;\n"
-                 "setp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "%64, %65, p, 1, 1, 0, 0;\n"
-                 "}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-                   "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-                   "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(a), "l"(b), "r"(accumulate));
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
+        "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
+        "%55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, "
+        "%73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, "
+        "%91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, "
+        "%107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, "
+        "%122, %123, %124, %125, %126, %127}, "
+        "%128, %129, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+          "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+          "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+          "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+          "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+          "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+          "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+          "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(a), "l"(b), "r"(accumulate));
 }
 
 /* tanh on the special-function unit: about 2^-11 relative error, below what
@@ -160,8 +185,7 @@ __device__ __forceinline__ float g_gelu_grad(float x) {
 #endif /* G_KERNEL_BODY */
 
 /* mode GPC_GEMM_GELU: pre = acc + bias (bias may be NULL), act = gelu(pre).
- * mode GPC_GEMM_DGELU: act = acc * gelu'(pre), pre read. out rows have ld
- * = N elements. */
+ * mode GPC_GEMM_DGELU: act = acc * gelu'(pre), pre read. Rows of N. */
 __global__ void __launch_bounds__(G_THREADS, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                      const __grid_constant__ CUtensorMap map_b, gpc_bf16_t *pre, gpc_bf16_t *act,
@@ -170,64 +194,108 @@ __global__ void __launch_bounds__(G_THREADS, 1)
     extern __shared__ __align__(1024) unsigned char g_shared[];
     /* the swizzled stages want 1024-byte alignment */
     unsigned char *base = (unsigned char *)(((uintptr_t)g_shared + 1023) & ~(uintptr_t)1023);
-    unsigned char *stage_a = base, *stage_b = base + G_STAGES * G_TILE_BYTES;
-    uint64_t *full = (uint64_t *)(base + 2 * G_STAGES * G_TILE_BYTES), *empty = full + G_STAGES;
-    uint64_t *turn = empty + G_STAGES; /* consumer c's main loop may start */
+    gpc_bf16_t *staging = (gpc_bf16_t *)(base + G_STAGES * G_STAGE_BYTES);
+    uint64_t *full = (uint64_t *)(base + G_STAGES * G_STAGE_BYTES + G_STAGING_BYTES);
+    uint64_t *empty = full + G_STAGES, *staged = empty + G_STAGES, *drained = staged + 1;
     const int tiles_n = N / G_BN, tiles = (M / G_BM) * tiles_n, kblocks = K / G_BK;
-    const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < G_STAGES; s++) {
             g_mbar_init(&full[s], 1);
-            g_mbar_init(&empty[s], 4); /* lane 0 of each consumer warp */
+            g_mbar_init(&empty[s], 8); /* lane 0 of each consumer warp */
         }
-        g_mbar_init(&turn[0], 4);
-        g_mbar_init(&turn[1], 4);
+        g_mbar_init(staged, 8);            /* consumer warps: the tile is staged */
+        g_mbar_init(drained, G_EPI_WARPS); /* epilogue warps: staging is free again */
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
-    if (wg == 0) {
-        if (t != 0) return;
+    if (warp == 0) { /* the producer */
+        if (lane != 0) return;
         int pos = 0;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
             int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN;
             for (int kb = 0; kb < kblocks; kb++, pos++) {
                 int s = pos % G_STAGES, round = pos / G_STAGES;
+                unsigned char *st = base + s * G_STAGE_BYTES;
                 if (round > 0) g_mbar_wait(&empty[s], (round - 1) & 1);
-                g_mbar_expect(&full[s], 2 * G_TILE_BYTES);
-                g_tma_load(stage_a + s * G_TILE_BYTES, &map_a, kb * G_BK, m0, &full[s]);
-                g_tma_load(stage_b + s * G_TILE_BYTES, &map_b, kb * G_BK, n0, &full[s]);
+                g_mbar_expect(&full[s], G_STAGE_BYTES);
+                g_tma_load(st, &map_a, kb * G_BK, m0, &full[s]);
+                g_tma_load(st + G_A_BYTES, &map_b, kb * G_BK, n0, &full[s]);
             }
         }
         return;
     }
 
-    /* Consumer c takes the block's tiles c, c + 2, c + 4, ... (local
-     * numbers), and their main loops run in local order: each waits for
-     * the other consumer to finish the main loop of the tile before it
-     * (turn[c]). Besides alternating the two (one's epilogue under the
-     * other's products), this keeps a consumer from waiting on a stage
-     * two rounds ahead of where it is, which its parity cannot tell. */
-    const int c = wg - 1, warp = t / 32, lane = t % 32;
-    float acc[2][64];
-    int local = c, k_own = 0;
-    for (int tile = blockIdx.x + c * gridDim.x; tile < tiles;
-         tile += 2 * gridDim.x, local += 2, k_own++) {
-        int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN;
-        int pos = local * kblocks, prev = -1;
-        if (local > 0) g_mbar_wait(&turn[c], (c == 0 ? k_own - 1 : k_own) & 1);
+    if (warp < 4) { /* the epilogue: 16-byte chunks, a warp a 512-byte row */
+        typedef gpc_pack<gpc_bf16_t> P;
+        const int threads = G_EPI_WARPS * 32, chunks = G_BM * G_BN / 8, e = threadIdx.x - 32;
+        unsigned j = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, j++) {
+            int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN, next = tile + gridDim.x;
+            if (mode == GPC_GEMM_DGELU && next < tiles) /* the next tile's pre into L2 */
+                for (int l = e; l < G_BM * (G_BN * 2 / 128); l += threads) {
+                    int r = l / (G_BN * 2 / 128), part = l % (G_BN * 2 / 128);
+                    const gpc_bf16_t *p = pre + (int64_t)(next / tiles_n * G_BM + r) * N +
+                                          next % tiles_n * G_BN + part * 64;
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+                }
+            g_mbar_wait(staged, j & 1);
+            /* G_EPI_UNROLL chunks a thread at a time, their loads first */
+            for (int i0 = e; i0 < chunks; i0 += G_EPI_UNROLL * threads) {
+                P v[G_EPI_UNROLL], p[G_EPI_UNROLL];
+                int64_t at[G_EPI_UNROLL];
+#pragma unroll
+                for (int u = 0; u < G_EPI_UNROLL; u++) {
+                    int i = i0 + u * threads, r = i / (G_BN / 8), c = i % (G_BN / 8) * 8;
+                    at[u] = (int64_t)(m0 + r) * N + n0 + c;
+                    if (i < chunks) {
+                        v[u] = *(const P *)(staging + r * G_ROW_PAD + c);
+                        if (mode == GPC_GEMM_DGELU) p[u] = *(const P *)(pre + at[u]);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < G_EPI_UNROLL; u++) {
+                    if (i0 + u * threads >= chunks) break;
+                    P out;
+                    if (mode == GPC_GEMM_GELU) {
+                        *(P *)(pre + at[u]) = v[u];
+#pragma unroll
+                        for (int k = 0; k < 8; k++)
+                            out.v[k] = __float2bfloat16_rn(g_gelu(__bfloat162float(v[u].v[k])));
+                    } else {
+#pragma unroll
+                        for (int k = 0; k < 8; k++)
+                            out.v[k] =
+                                __float2bfloat16_rn(__bfloat162float(v[u].v[k]) *
+                                                    g_gelu_grad(__bfloat162float(p[u].v[k])));
+                    }
+                    *(P *)(act + at[u]) = out;
+                }
+            }
+            __syncwarp();
+            if (lane == 0) g_mbar_arrive(drained);
+        }
+        return;
+    }
+
+    /* the consumers: warpgroup c takes rows 64c..64c+63 of every tile */
+    const int c = warp / 4 - 1, t = threadIdx.x % 128, cw = t / 32;
+    float acc[128];
+    int pos = 0;
+    unsigned j = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, j++) {
+        int n0 = tile % tiles_n * G_BN, prev = -1;
         for (int kb = 0; kb < kblocks; kb++, pos++) {
             int s = pos % G_STAGES;
             g_mbar_wait(&full[s], (pos / G_STAGES) & 1);
-            const unsigned char *a = stage_a + s * G_TILE_BYTES, *b = stage_b + s * G_TILE_BYTES;
+            const unsigned char *a = base + s * G_STAGE_BYTES + c * 64 * 128;
+            const unsigned char *b = base + s * G_STAGE_BYTES + G_A_BYTES;
             g_wgmma_fence();
 #pragma unroll
-            for (int k = 0; k < G_BK / 16; k++) {
-                uint64_t db = g_desc(b + 32 * k);
-                g_wgmma(acc[0], g_desc(a + 32 * k), db, kb > 0 || k > 0);
-                g_wgmma(acc[1], g_desc(a + 64 * 128 + 32 * k), db, kb > 0 || k > 0);
-            }
+            for (int k = 0; k < G_BK / 16; k++)
+                g_wgmma(acc, g_desc(a + 32 * k), g_desc(b + 32 * k), kb > 0 || k > 0);
             g_wgmma_commit();
             /* the previous slice's products are done: its stage goes back */
             g_wgmma_wait<1>();
@@ -236,40 +304,27 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         }
         g_wgmma_wait<0>();
         if (prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
-        if (lane == 0) g_mbar_arrive(&turn[c ^ 1]);
 
-            /* the epilogue: accumulator d[h][4j + e] is row m0 + 64h + 16 warp +
-             * lane/4 (+8 for e >= 2), column n0 + 8j + 2(lane%4) (+1 for odd e) */
+        /* stage the tile once the epilogue has drained the last one:
+         * acc[4q + e] is row 16 cw + lane/4 (+8 for e >= 2) of this
+         * consumer's 64, column 8q + 2(lane%4) (+1 for odd e) */
+        if (j > 0) g_mbar_wait(drained, (j - 1) & 1);
+        int r0 = 64 * c + 16 * cw + lane / 4;
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-#pragma unroll
-            for (int j = 0; j < 16; j++) {
-                int col = n0 + 8 * j + 2 * (lane % 4);
-                float b0 = 0.0f, b1 = 0.0f;
-                if (mode == GPC_GEMM_GELU && bias) {
-                    b0 = gpc_to_f32(bias[col]);
-                    b1 = gpc_to_f32(bias[col + 1]);
-                }
-#pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    int64_t row = m0 + 64 * h + 16 * warp + lane / 4 + 8 * half;
-                    int64_t at = row * N + col;
-                    float v0 = acc[h][4 * j + 2 * half], v1 = acc[h][4 * j + 2 * half + 1];
-                    if (mode == GPC_GEMM_GELU) {
-                        v0 += b0;
-                        v1 += b1;
-                        *(__nv_bfloat162 *)(pre + at) = __floats2bfloat162_rn(v0, v1);
-                        *(__nv_bfloat162 *)(act + at) =
-                            __floats2bfloat162_rn(g_gelu(v0), g_gelu(v1));
-                    } else {
-                        __nv_bfloat162 p = *(const __nv_bfloat162 *)(pre + at);
-                        float p0 = __low2float(p), p1 = __high2float(p);
-                        *(__nv_bfloat162 *)(act + at) =
-                            __floats2bfloat162_rn(v0 * g_gelu_grad(p0), v1 * g_gelu_grad(p1));
-                    }
-                }
+        for (int q = 0; q < 32; q++) {
+            int col = 8 * q + 2 * (lane % 4);
+            float b0 = 0.0f, b1 = 0.0f;
+            if (mode == GPC_GEMM_GELU && bias) {
+                b0 = __bfloat162float(bias[n0 + col]);
+                b1 = __bfloat162float(bias[n0 + col + 1]);
             }
+            *(__nv_bfloat162 *)(staging + r0 * G_ROW_PAD + col) =
+                __floats2bfloat162_rn(acc[4 * q] + b0, acc[4 * q + 1] + b1);
+            *(__nv_bfloat162 *)(staging + (r0 + 8) * G_ROW_PAD + col) =
+                __floats2bfloat162_rn(acc[4 * q + 2] + b0, acc[4 * q + 3] + b1);
         }
+        __syncwarp();
+        if (lane == 0) g_mbar_arrive(staged);
     }
 #else
     (void)map_a, (void)map_b, (void)pre, (void)act, (void)bias, (void)M, (void)N, (void)K,
@@ -309,10 +364,12 @@ static void encode_lookup(void) {
         cudaGetLastError();
 }
 
-/* The tensor map of a rows x K bf16 matrix (K contiguous), 128 x 64 boxes. */
-static gpc_status make_map(CUtensorMap *map, const void *p, int64_t rows, int64_t K) {
+/* The tensor map of a rows x K bf16 matrix (K contiguous), boxes of
+ * box_rows x 64. */
+static gpc_status make_map(CUtensorMap *map, const void *p, int64_t rows, int64_t K,
+                           unsigned box_rows) {
     cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K * 2};
-    cuuint32_t box[2] = {G_BK, 128}, elem[2] = {1, 1};
+    cuuint32_t box[2] = {G_BK, box_rows}, elem[2] = {1, 1};
     CUresult r = encode_fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box,
                            elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -381,8 +438,8 @@ gpc_status gpc_cuda_gemm_sm90(int mode, gpc_bf16_t *pre, gpc_bf16_t *act, const 
         b = (const gpc_bf16_t *)scratch;
     }
     CUtensorMap map_a, map_b;
-    GPC_TRY(make_map(&map_a, a, M, K));
-    GPC_TRY(make_map(&map_b, b, N, K));
+    GPC_TRY(make_map(&map_a, a, M, K, G_BM));
+    GPC_TRY(make_map(&map_b, b, N, K, G_BN));
     int tiles = (int)((M / G_BM) * (N / G_BN)), sms = gpc_cuda_sm_count();
     int grid = tiles < sms ? tiles : sms;
     gemm_sm90_kernel<<<grid, G_THREADS, G_SMEM, s>>>(map_a, map_b, pre, act, bias, (int)M, (int)N,

@@ -14,7 +14,7 @@ enum {
 
 /* The product of mode on the current GPU's stream: a [M, K], outputs and pre
  * [M, N], all bf16, bias [N] or NULL (GELU only). GPC_ERR_UNSUPPORTED (with
- * nothing queued) unless M and N are multiples of 128, K of 64, the pointers
+ * nothing queued) unless M is a multiple of 128, N of 256, K of 64, the pointers
  * 16-byte aligned, the GPU of compute capability 9.0 and GPC_GEMM_SM90 not
  * 0; the caller then takes another path. */
 gpc_status gpc_cuda_gemm_sm90(int mode, gpc_bf16_t *pre, gpc_bf16_t *act, const gpc_bf16_t *a,
