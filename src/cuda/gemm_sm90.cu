@@ -189,7 +189,7 @@ __device__ __forceinline__ float g_gelu_grad(float x) {
 __global__ void __launch_bounds__(G_THREADS, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                      const __grid_constant__ CUtensorMap map_b, gpc_bf16_t *pre, gpc_bf16_t *act,
-                     const gpc_bf16_t *bias, int M, int N, int K, int mode) {
+                     const gpc_bf16_t *bias, int M, int N, int K, int mode, int noepi) {
 #ifdef G_KERNEL_BODY
     extern __shared__ __align__(1024) unsigned char g_shared[];
     /* the swizzled stages want 1024-byte alignment */
@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
                 }
             g_mbar_wait(staged, j & 1);
             /* G_EPI_UNROLL chunks a thread at a time, their loads first */
-            for (int i0 = e; i0 < chunks; i0 += G_EPI_UNROLL * threads) {
+            for (int i0 = e; i0 < (noepi ? 0 : chunks); i0 += G_EPI_UNROLL * threads) {
                 P v[G_EPI_UNROLL], p[G_EPI_UNROLL];
                 int64_t at[G_EPI_UNROLL];
 #pragma unroll
@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
     }
 #else
     (void)map_a, (void)map_b, (void)pre, (void)act, (void)bias, (void)M, (void)N, (void)K,
-        (void)mode;
+        (void)mode, (void)noepi;
 #endif
 }
 
@@ -443,7 +443,8 @@ gpc_status gpc_cuda_gemm_sm90(int mode, gpc_bf16_t *pre, gpc_bf16_t *act, const 
     int tiles = (int)((M / G_BM) * (N / G_BN)), sms = gpc_cuda_sm_count();
     int grid = tiles < sms ? tiles : sms;
     gemm_sm90_kernel<<<grid, G_THREADS, G_SMEM, s>>>(map_a, map_b, pre, act, bias, (int)M, (int)N,
-                                                     (int)K, mode);
+                                                     (int)K, mode,
+                                                     getenv("GPC_GEMM_SM90_NOEPI") != NULL);
     GPC_CUDA_CHECK_LAUNCH();
     __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
     return GPC_OK;
