@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
                 }
             g_mbar_wait(staged, j & 1);
             /* G_EPI_UNROLL chunks a thread at a time, their loads first */
-            for (int i0 = e; i0 < (noepi ? 0 : chunks); i0 += G_EPI_UNROLL * threads) {
+            for (int i0 = e; i0 < (noepi == 1 ? 0 : chunks); i0 += G_EPI_UNROLL * threads) {
                 P v[G_EPI_UNROLL], p[G_EPI_UNROLL];
                 int64_t at[G_EPI_UNROLL];
 #pragma unroll
@@ -259,8 +259,10 @@ __global__ void __launch_bounds__(G_THREADS, 1)
                 for (int u = 0; u < G_EPI_UNROLL; u++) {
                     if (i0 + u * threads >= chunks) break;
                     P out;
-                    if (mode == GPC_GEMM_GELU) {
-                        *(P *)(pre + at[u]) = v[u];
+                    if (noepi == 2) {
+                        out = v[u];
+                    } else if (mode == GPC_GEMM_GELU) {
+                        if (noepi != 3) *(P *)(pre + at[u]) = v[u];
 #pragma unroll
                         for (int k = 0; k < 8; k++)
                             out.v[k] = __float2bfloat16_rn(g_gelu(__bfloat162float(v[u].v[k])));
@@ -442,9 +444,9 @@ gpc_status gpc_cuda_gemm_sm90(int mode, gpc_bf16_t *pre, gpc_bf16_t *act, const 
     GPC_TRY(make_map(&map_b, b, N, K, G_BN));
     int tiles = (int)((M / G_BM) * (N / G_BN)), sms = gpc_cuda_sm_count();
     int grid = tiles < sms ? tiles : sms;
-    gemm_sm90_kernel<<<grid, G_THREADS, G_SMEM, s>>>(map_a, map_b, pre, act, bias, (int)M, (int)N,
-                                                     (int)K, mode,
-                                                     getenv("GPC_GEMM_SM90_NOEPI") != NULL);
+    gemm_sm90_kernel<<<grid, G_THREADS, G_SMEM, s>>>(
+        map_a, map_b, pre, act, bias, (int)M, (int)N, (int)K, mode,
+        getenv("GPC_GEMM_SM90_NOEPI") ? atoi(getenv("GPC_GEMM_SM90_NOEPI")) : 0);
     GPC_CUDA_CHECK_LAUNCH();
     __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
     return GPC_OK;
