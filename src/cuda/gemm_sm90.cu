@@ -1,34 +1,29 @@
 /*
- * gemm_sm90.cu: gpc's own Hopper matrix product for the two GELU products of
- * a transformer block, where cuBLASLt's fused epilogues run well below its
- * plain products (the [N, 4C] epilogue of a K = C product does not overlap
- * its short main loop):
+ * gemm_sm90.cu: gpc's own Hopper matrix product for the fc layer's forward,
+ * pre = inp . W^T + bias and act = gelu(pre), both written: cuBLASLt's
+ * GELU_AUX_BIAS epilogue runs this product well below its plain ones (its
+ * [N, 4C] epilogue does not overlap the short K = C main loop).
  *
- *   GELU forward   pre = inp . W^T + bias, act = gelu(pre)    (both written)
- *   DGELU          dinp = (dout . W) * gelu'(pre)             (pre read)
- *
- * Both are out[M, N] = A[M, K] . B[N, K]^T with A and B K-major (rows of K
- * contiguous bf16): the forward's B is the weight [OC, C] itself; the
- * DGELU's is the weight transposed once per call into scratch (a few MB).
- *
- * The kernel (sm_90a: wgmma and TMA) is persistent, one block a
- * multiprocessor, each block walking tiles of 128 x 256 outputs, with three
- * warpgroups:
+ * out[M, N] = A[M, K] . B[N, K]^T with A (inp) and B (the weight [OC, C])
+ * K-major. The kernel (sm_90a: wgmma and TMA) is persistent, one block a
+ * multiprocessor walking tiles of 128 x 256 outputs, with three warpgroups:
  *   - warp 0 is the producer: one thread queues TMA copies of each 64-wide
  *     K slice of A (128 rows) and B (256 rows) into a ring of G_STAGES
  *     shared-memory stages (128-byte swizzle), each with a "full" mbarrier
  *     (its bytes arrived) and an "empty" one (the consumers are done);
  *   - warpgroups 1 and 2 are the consumers: each takes 64 of the tile's
  *     rows, a chain of m64n256k16 wgmma over K into f32 registers. At the
- *     tile's end they write their sums (plus the bias, for the forward) as
- *     bf16 into a staging buffer and go straight on to the next tile;
- *   - warps 1-3 are the epilogue: they take the staged tile and write the
- *     outputs (GELU, or gelu' times the staged product) row by row, 512
- *     contiguous bytes a warp store, while the consumers' products for the
- *     next tile run. So the tensor cores do not wait for the epilogue's
- *     memory traffic, which is what slows the library's fused form.
- * The staged sums are bf16, as the forward's pre-activation output is; the
- * DGELU's product is rounded to bf16 before it is multiplied by gelu'.
+ *     tile's end they add the bias, write the sums as bf16 into a staging
+ *     tile and go straight on to the next tile;
+ *   - warps 1-3 are the epilogue: a TMA store writes the staged tile to pre,
+ *     the warps apply GELU to it in place, and a second TMA store writes it
+ *     to act, all while the consumers' products for the next tile run. So
+ *     the tensor cores do not wait for the epilogue's memory traffic, which
+ *     is what slows the library's fused form.
+ * The staging tile is four [128][64] boxes in the 128-byte swizzle, the
+ * layout the TMA stores read; the consumers' writes to it are then free of
+ * bank conflicts. GELU is computed from the bf16 pre-activation, as the
+ * backward pass sees it.
  *
  * Shapes: M a multiple of 128, N of 256, K of 64, all pointers 16-byte
  * aligned and bf16; anything else, another GPU than compute capability 9.0,
@@ -49,15 +44,14 @@
 #define G_BN 256                    /* rows of B (output columns) per tile */
 #define G_BK 64                     /* K per stage: one 128-byte swizzle row */
 #define G_STAGES 3                  /* ring depth */
-#define G_THREADS 384               /* producer/epilogue + two consumer warpgroups */
-#define G_EPI_WARPS 3               /* warps 1-3 */
-#define G_EPI_UNROLL 4              /* chunks an epilogue thread loads at once */
+#define G_THREADS 384               /* three warpgroups: see above */
+#define G_EPI_THREADS 96            /* warps 1-3 */
 #define G_MAX_DEVICES 64            /* GPUs a process keeps answers for */
 #define G_A_BYTES (G_BM * G_BK * 2) /* 16 KiB */
 #define G_B_BYTES (G_BN * G_BK * 2) /* 32 KiB */
 #define G_STAGE_BYTES (G_A_BYTES + G_B_BYTES)
-#define G_ROW_PAD (G_BN + 8)                   /* staging row: 528 bytes, conflict-free */
-#define G_STAGING_BYTES (G_BM * G_ROW_PAD * 2) /* 66 KiB */
+#define G_BOX_BYTES (G_BM * 64 * 2) /* a staging box: [128][64] bf16 */
+#define G_STAGING_BYTES (G_BM * G_BN * 2)
 #define G_BARRIERS (2 * G_STAGES + 2)
 #define G_SMEM (1024 + G_STAGES * G_STAGE_BYTES + G_STAGING_BYTES + G_BARRIERS * 8)
 
@@ -65,8 +59,8 @@
 #define G_KERNEL_BODY 1
 #endif
 
-/* ------------------------------------------------------- PTX wrappers */
 #ifdef G_KERNEL_BODY
+/* ------------------------------------------------------- PTX wrappers */
 __device__ __forceinline__ uint32_t g_smem(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
@@ -178,24 +172,44 @@ __device__ __forceinline__ float g_gelu(float x) {
     return 0.5f * x * (1.0f + t);
 }
 
-__device__ __forceinline__ float g_gelu_grad(float x) {
-    float x2 = x * x, t = g_tanh(GPC_GELU_SCALE * (x + 0.044715f * x2 * x));
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GPC_GELU_SCALE * (1.0f + 0.134145f * x2);
+/* The staging tile's four boxes to the tensor map at column n0, row m0
+ * (one thread), then waits until the copies have read shared memory. */
+__device__ __forceinline__ void g_tma_store_tile(const CUtensorMap *map, const void *staging,
+                                                 int n0, int m0) {
+#pragma unroll
+    for (int b = 0; b < G_BN / 64; b++)
+        asm volatile(
+            "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(
+                map),
+            "r"(n0 + 64 * b), "r"(m0), "r"(g_smem((const unsigned char *)staging + b * G_BOX_BYTES))
+            : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+
+/* The epilogue's own barrier (named barrier 1, its three warps). */
+__device__ __forceinline__ void g_epi_sync() {
+    asm volatile("bar.sync 1, %0;" ::"n"(G_EPI_THREADS) : "memory");
+}
+
+/* Makes this thread's shared-memory writes visible to TMA (async proxy). */
+__device__ __forceinline__ void g_fence_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 #endif /* G_KERNEL_BODY */
 
-/* mode GPC_GEMM_GELU: pre = acc + bias (bias may be NULL), act = gelu(pre).
- * mode GPC_GEMM_DGELU: act = acc * gelu'(pre), pre read. Rows of N. */
 __global__ void __launch_bounds__(G_THREADS, 1)
-    gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
-                     const __grid_constant__ CUtensorMap map_b, gpc_bf16_t *pre, gpc_bf16_t *act,
-                     const gpc_bf16_t *bias, int M, int N, int K, int mode, int noepi) {
+    gemm_gelu_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
+                          const __grid_constant__ CUtensorMap map_b,
+                          const __grid_constant__ CUtensorMap map_pre,
+                          const __grid_constant__ CUtensorMap map_act, const gpc_bf16_t *bias,
+                          int M, int N, int K) {
 #ifdef G_KERNEL_BODY
     extern __shared__ __align__(1024) unsigned char g_shared[];
-    /* the swizzled stages want 1024-byte alignment */
+    /* the swizzled stages and staging boxes want 1024-byte alignment */
     unsigned char *base = (unsigned char *)(((uintptr_t)g_shared + 1023) & ~(uintptr_t)1023);
-    gpc_bf16_t *staging = (gpc_bf16_t *)(base + G_STAGES * G_STAGE_BYTES);
-    uint64_t *full = (uint64_t *)(base + G_STAGES * G_STAGE_BYTES + G_STAGING_BYTES);
+    unsigned char *staging = base + G_STAGES * G_STAGE_BYTES;
+    uint64_t *full = (uint64_t *)(staging + G_STAGING_BYTES);
     uint64_t *empty = full + G_STAGES, *staged = empty + G_STAGES, *drained = staged + 1;
     const int tiles_n = N / G_BN, tiles = (M / G_BM) * tiles_n, kblocks = K / G_BK;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -205,8 +219,8 @@ __global__ void __launch_bounds__(G_THREADS, 1)
             g_mbar_init(&full[s], 1);
             g_mbar_init(&empty[s], 8); /* lane 0 of each consumer warp */
         }
-        g_mbar_init(staged, 8);            /* consumer warps: the tile is staged */
-        g_mbar_init(drained, G_EPI_WARPS); /* epilogue warps: staging is free again */
+        g_mbar_init(staged, 8);  /* consumer warps: the tile is staged */
+        g_mbar_init(drained, 1); /* the epilogue: staging is free again */
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -228,57 +242,32 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         return;
     }
 
-    if (warp < 4) { /* the epilogue: 16-byte chunks, a warp a 512-byte row */
+    if (warp < 4) { /* the epilogue */
         typedef gpc_pack<gpc_bf16_t> P;
-        const int threads = G_EPI_WARPS * 32, chunks = G_BM * G_BN / 8, e = threadIdx.x - 32;
+        const int e = threadIdx.x - 32;
+        P *chunks = (P *)staging;
         unsigned j = 0;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, j++) {
-            int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN, next = tile + gridDim.x;
-            if (mode == GPC_GEMM_DGELU && next < tiles) /* the next tile's pre into L2 */
-                for (int l = e; l < G_BM * (G_BN * 2 / 128); l += threads) {
-                    int r = l / (G_BN * 2 / 128), part = l % (G_BN * 2 / 128);
-                    const gpc_bf16_t *p = pre + (int64_t)(next / tiles_n * G_BM + r) * N +
-                                          next % tiles_n * G_BN + part * 64;
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-                }
+            int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN;
             g_mbar_wait(staged, j & 1);
-            /* G_EPI_UNROLL chunks a thread at a time, their loads first */
-            for (int i0 = e; i0 < (noepi == 1 ? 0 : chunks); i0 += G_EPI_UNROLL * threads) {
-                P v[G_EPI_UNROLL], p[G_EPI_UNROLL];
-                int64_t at[G_EPI_UNROLL];
+            if (e == 0) g_tma_store_tile(&map_pre, staging, n0, m0);
+            g_epi_sync(); /* pre has been read out of staging */
+            /* GELU in place: elementwise, so the swizzled order is no matter */
+            for (int i = e; i < G_STAGING_BYTES / 16; i += G_EPI_THREADS) {
+                P v = chunks[i];
 #pragma unroll
-                for (int u = 0; u < G_EPI_UNROLL; u++) {
-                    int i = i0 + u * threads, r = i / (G_BN / 8), c = i % (G_BN / 8) * 8;
-                    at[u] = (int64_t)(m0 + r) * N + n0 + c;
-                    if (i < chunks) {
-                        v[u] = *(const P *)(staging + r * G_ROW_PAD + c);
-                        if (mode == GPC_GEMM_DGELU) p[u] = *(const P *)(pre + at[u]);
-                    }
-                }
-#pragma unroll
-                for (int u = 0; u < G_EPI_UNROLL; u++) {
-                    if (i0 + u * threads >= chunks) break;
-                    P out;
-                    if (noepi == 2) {
-                        out = v[u];
-                    } else if (mode == GPC_GEMM_GELU) {
-                        if (noepi != 3) *(P *)(pre + at[u]) = v[u];
-#pragma unroll
-                        for (int k = 0; k < 8; k++)
-                            out.v[k] = __float2bfloat16_rn(g_gelu(__bfloat162float(v[u].v[k])));
-                    } else {
-#pragma unroll
-                        for (int k = 0; k < 8; k++)
-                            out.v[k] =
-                                __float2bfloat16_rn(__bfloat162float(v[u].v[k]) *
-                                                    g_gelu_grad(__bfloat162float(p[u].v[k])));
-                    }
-                    *(P *)(act + at[u]) = out;
-                }
+                for (int k = 0; k < 8; k++)
+                    v.v[k] = __float2bfloat16_rn(g_gelu(__bfloat162float(v.v[k])));
+                chunks[i] = v;
             }
-            __syncwarp();
-            if (lane == 0) g_mbar_arrive(drained);
+            g_fence_async_smem();
+            g_epi_sync();
+            if (e == 0) {
+                g_tma_store_tile(&map_act, staging, n0, m0);
+                g_mbar_arrive(drained);
+            }
         }
+        if (e == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
         return;
     }
 
@@ -307,47 +296,34 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         g_wgmma_wait<0>();
         if (prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
 
-        /* stage the tile once the epilogue has drained the last one:
-         * acc[4q + e] is row 16 cw + lane/4 (+8 for e >= 2) of this
-         * consumer's 64, column 8q + 2(lane%4) (+1 for odd e) */
+        /* Stage the tile once the epilogue is done with the last one.
+         * acc[4q + e] is row r0 (+8 for e >= 2), column 8q + 2(lane%4) (+1
+         * for odd e): box q/8, 16-byte chunk q%8 of its 128-byte row, which
+         * the swizzle puts at chunk (q%8) ^ (row%8), the same for both rows. */
         if (j > 0) g_mbar_wait(drained, (j - 1) & 1);
-        int r0 = 64 * c + 16 * cw + lane / 4;
+        const int r0 = 64 * c + 16 * cw + lane / 4;
+        unsigned char *row0 = staging + r0 * 128 + 4 * (lane % 4); /* row r0 + 8: +1024 */
+        const int swz = r0 % 8;
 #pragma unroll
         for (int q = 0; q < 32; q++) {
+            /* a box at a time, so the bias loads are not all hoisted (registers) */
+            if (q % 8 == 0) asm volatile("" ::: "memory");
             int col = 8 * q + 2 * (lane % 4);
-            float b0 = 0.0f, b1 = 0.0f;
-            if (mode == GPC_GEMM_GELU && bias) {
-                b0 = __bfloat162float(bias[n0 + col]);
-                b1 = __bfloat162float(bias[n0 + col + 1]);
-            }
-            *(__nv_bfloat162 *)(staging + r0 * G_ROW_PAD + col) =
-                __floats2bfloat162_rn(acc[4 * q] + b0, acc[4 * q + 1] + b1);
-            *(__nv_bfloat162 *)(staging + (r0 + 8) * G_ROW_PAD + col) =
+            float2 bb = bias ? __bfloat1622float2(*(const __nv_bfloat162 *)(bias + n0 + col))
+                             : make_float2(0.0f, 0.0f);
+            float b0 = bb.x, b1 = bb.y;
+            unsigned char *at = row0 + (q / 8) * G_BOX_BYTES + (((q % 8) ^ swz) * 16);
+            *(__nv_bfloat162 *)at = __floats2bfloat162_rn(acc[4 * q] + b0, acc[4 * q + 1] + b1);
+            *(__nv_bfloat162 *)(at + 1024) =
                 __floats2bfloat162_rn(acc[4 * q + 2] + b0, acc[4 * q + 3] + b1);
         }
+        g_fence_async_smem();
         __syncwarp();
         if (lane == 0) g_mbar_arrive(staged);
     }
 #else
-    (void)map_a, (void)map_b, (void)pre, (void)act, (void)bias, (void)M, (void)N, (void)K,
-        (void)mode, (void)noepi;
+    (void)map_a, (void)map_b, (void)map_pre, (void)map_act, (void)bias, (void)M, (void)N, (void)K;
 #endif
-}
-
-/* out[c, r] = in[r, c] for a rows x cols bf16 matrix, 32 x 32 tiles. */
-__global__ void transpose_kernel(gpc_bf16_t *out, const gpc_bf16_t *in, int rows, int cols) {
-    __shared__ gpc_bf16_t tile[32][33];
-    int c = blockIdx.x * 32 + threadIdx.x;
-    for (int y = threadIdx.y; y < 32; y += 8) {
-        int r = blockIdx.y * 32 + y;
-        if (r < rows && c < cols) tile[y][threadIdx.x] = in[(int64_t)r * cols + c];
-    }
-    __syncthreads();
-    int r = blockIdx.y * 32 + threadIdx.x;
-    for (int y = threadIdx.y; y < 32; y += 8) {
-        int cc = blockIdx.x * 32 + y;
-        if (r < rows && cc < cols) out[(int64_t)cc * rows + r] = tile[threadIdx.x][y];
-    }
 }
 
 /* --------------------------------------------------------------- host */
@@ -366,12 +342,12 @@ static void encode_lookup(void) {
         cudaGetLastError();
 }
 
-/* The tensor map of a rows x K bf16 matrix (K contiguous), boxes of
- * box_rows x 64. */
-static gpc_status make_map(CUtensorMap *map, const void *p, int64_t rows, int64_t K,
+/* The tensor map of a rows x cols bf16 matrix (cols contiguous), boxes of
+ * box_rows x 64 in the 128-byte swizzle. */
+static gpc_status make_map(CUtensorMap *map, const void *p, int64_t rows, int64_t cols,
                            unsigned box_rows) {
-    cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K * 2};
-    cuuint32_t box[2] = {G_BK, box_rows}, elem[2] = {1, 1};
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)cols * 2};
+    cuuint32_t box[2] = {64, box_rows}, elem[2] = {1, 1};
     CUresult r = encode_fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box,
                            elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -402,7 +378,7 @@ static int device_ok(void) {
         pthread_once(&encode_once, encode_lookup);
         int yes =
             major == 9 && minor == 0 && encode_fn &&
-            cudaFuncSetAttribute(gemm_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            cudaFuncSetAttribute(gemm_gelu_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  G_SMEM) == cudaSuccess;
         if (!yes) cudaGetLastError();
         ok[d] = yes ? 2 : 1;
@@ -420,33 +396,23 @@ long gpc_cuda_gemm_sm90_calls(void) {
     return __atomic_load_n(&calls, __ATOMIC_RELAXED);
 }
 
-gpc_status gpc_cuda_gemm_sm90(int mode, gpc_bf16_t *pre, gpc_bf16_t *act, const gpc_bf16_t *a,
-                              const gpc_bf16_t *w, const gpc_bf16_t *bias, int64_t M, int64_t N,
-                              int64_t K) {
+gpc_status gpc_cuda_gemm_gelu_sm90(gpc_bf16_t *pre, gpc_bf16_t *act, const gpc_bf16_t *a,
+                                   const gpc_bf16_t *w, const gpc_bf16_t *bias, int64_t M,
+                                   int64_t N, int64_t K) {
     if (!gpc_cuda_gemm_sm90_enabled() || M <= 0 || N <= 0 || K <= 0 || M % G_BM || N % G_BN ||
         K % G_BK || M > 0x7fffffff || N > 0x7fffffff || K > 0x7fffffff ||
         !gpc_cuda_aligned16(pre) || !gpc_cuda_aligned16(act) || !gpc_cuda_aligned16(a) ||
         !gpc_cuda_aligned16(w) || (M / G_BM) * (N / G_BN) > 0x7fffffff || !device_ok())
         return gpc_error(GPC_ERR_UNSUPPORTED, "gemm_sm90: not for this shape or GPU");
-    cudaStream_t s = gpc_cuda_stream();
-    const gpc_bf16_t *b = w;
-    if (mode == GPC_GEMM_DGELU) {
-        /* w is [K, N] (the weight as the model keeps it): B = w^T, [N, K] */
-        void *scratch = NULL;
-        GPC_TRY(gpc_cuda_scratch((size_t)N * K * sizeof(gpc_bf16_t), &scratch));
-        dim3 grid((unsigned)((N + 31) / 32), (unsigned)((K + 31) / 32)), block(32, 8);
-        transpose_kernel<<<grid, block, 0, s>>>((gpc_bf16_t *)scratch, w, (int)K, (int)N);
-        GPC_CUDA_CHECK_LAUNCH();
-        b = (const gpc_bf16_t *)scratch;
-    }
-    CUtensorMap map_a, map_b;
+    CUtensorMap map_a, map_b, map_pre, map_act;
     GPC_TRY(make_map(&map_a, a, M, K, G_BM));
-    GPC_TRY(make_map(&map_b, b, N, K, G_BN));
+    GPC_TRY(make_map(&map_b, w, N, K, G_BN));
+    GPC_TRY(make_map(&map_pre, pre, M, N, G_BM));
+    GPC_TRY(make_map(&map_act, act, M, N, G_BM));
     int tiles = (int)((M / G_BM) * (N / G_BN)), sms = gpc_cuda_sm_count();
     int grid = tiles < sms ? tiles : sms;
-    gemm_sm90_kernel<<<grid, G_THREADS, G_SMEM, s>>>(
-        map_a, map_b, pre, act, bias, (int)M, (int)N, (int)K, mode,
-        getenv("GPC_GEMM_SM90_NOEPI") ? atoi(getenv("GPC_GEMM_SM90_NOEPI")) : 0);
+    gemm_gelu_sm90_kernel<<<grid, G_THREADS, G_SMEM, gpc_cuda_stream()>>>(
+        map_a, map_b, map_pre, map_act, bias, (int)M, (int)N, (int)K);
     GPC_CUDA_CHECK_LAUNCH();
     __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
     return GPC_OK;

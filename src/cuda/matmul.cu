@@ -1002,8 +1002,8 @@ gpc_status gpc_cuda_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gel
     if (fuse && gemv_fits(N, C, out_gelu, inp, weight, bias, out_pre))
         return gemv(out_gelu, out_pre, inp, weight, bias, (int)N, (int)C, (int)OC);
     if (fuse && t == GPC_BF16) {
-        gpc_status st = gpc_cuda_gemm_sm90(
-            GPC_GEMM_GELU, (gpc_bf16_t *)out_pre->data, (gpc_bf16_t *)out_gelu->data,
+        gpc_status st = gpc_cuda_gemm_gelu_sm90(
+            (gpc_bf16_t *)out_pre->data, (gpc_bf16_t *)out_gelu->data,
             (const gpc_bf16_t *)inp->data, (const gpc_bf16_t *)weight->data,
             bias && bias->data ? (const gpc_bf16_t *)bias->data : NULL, N, OC, C);
         if (st != GPC_ERR_UNSUPPORTED) return st;
@@ -1034,14 +1034,6 @@ gpc_status gpc_cuda_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight,
                N > 0 && OC > 0 && C % 8 == 0 && OC <= 0x7fffffff && N <= 0x7fffffff &&
                C <= 0x7fffffff && gpc_cuda_aligned16(dinp->data) &&
                gpc_cuda_aligned16(gelu_inp->data);
-    if (fuse && t == GPC_BF16) {
-        gpc_status st = gpc_cuda_gemm_sm90(GPC_GEMM_DGELU, (gpc_bf16_t *)gelu_inp->data,
-                                           (gpc_bf16_t *)dinp->data, (const gpc_bf16_t *)dout->data,
-                                           (const gpc_bf16_t *)weight->data, NULL, N, C, OC);
-        if (st == GPC_OK) return gpc_cuda_matmul_backward(NULL, dweight, dbias, dout, inp, weight);
-        if (st != GPC_ERR_UNSUPPORTED) return st;
-        gpc_clear_error();
-    }
     if (fuse) {
         /* dinp^T (C x N) = weight^T (C x OC) . dout^T (OC x N), times gelu'(gelu_inp) */
         gpc_status st = lt_matmul(dinp->data, t, weight->data, t, dout->data, t, NULL, (int)C,

@@ -19,8 +19,8 @@ int gpc_cuda_matmul_measured_uses(void);
  * GPC_MATMUL_TUNE (which times its own picks) is not on. */
 int gpc_cuda_matmul_measured_applies(void);
 
-/* 1 when gpc's own Hopper product (gemm_sm90.cu) serves the GELU products
- * on the current GPU: compute capability 9.0, built for it, and
+/* 1 when gpc's own Hopper product (gemm_sm90.cu) serves the fc layer's
+ * GELU forward on the current GPU: compute capability 9.0 and
  * GPC_GEMM_SM90 not 0. */
 int gpc_cuda_gemm_sm90_available(void);
 
