@@ -46,7 +46,6 @@
 #define G_STAGES 3                  /* ring depth */
 #define G_THREADS 384               /* three warpgroups: see above */
 #define G_EPI_THREADS 96            /* warps 1-3 */
-#define G_EPI_UNROLL 4              /* chunks an epilogue thread works on at once */
 #define G_MAX_DEVICES 64            /* GPUs a process keeps answers for */
 #define G_A_BYTES (G_BM * G_BK * 2) /* 16 KiB */
 #define G_B_BYTES (G_BN * G_BK * 2) /* 32 KiB */
@@ -254,20 +253,12 @@ __global__ void __launch_bounds__(G_THREADS, 1)
             if (e == 0) g_tma_store_tile(&map_pre, staging, n0, m0);
             g_epi_sync(); /* pre has been read out of staging */
             /* GELU in place: elementwise, so the swizzled order is no matter */
-            for (int i0 = e; i0 < G_STAGING_BYTES / 16; i0 += G_EPI_UNROLL * G_EPI_THREADS) {
-                P v[G_EPI_UNROLL]; /* all loads first: one warp a sub-partition needs the ILP */
+            for (int i = e; i < G_STAGING_BYTES / 16; i += G_EPI_THREADS) {
+                P v = chunks[i];
 #pragma unroll
-                for (int u = 0; u < G_EPI_UNROLL; u++)
-                    if (i0 + u * G_EPI_THREADS < G_STAGING_BYTES / 16)
-                        v[u] = chunks[i0 + u * G_EPI_THREADS];
-#pragma unroll
-                for (int u = 0; u < G_EPI_UNROLL; u++) {
-                    if (i0 + u * G_EPI_THREADS >= G_STAGING_BYTES / 16) break;
-#pragma unroll
-                    for (int k = 0; k < 8; k++)
-                        v[u].v[k] = __float2bfloat16_rn(g_gelu(__bfloat162float(v[u].v[k])));
-                    chunks[i0 + u * G_EPI_THREADS] = v[u];
-                }
+                for (int k = 0; k < 8; k++)
+                    v.v[k] = __float2bfloat16_rn(g_gelu(__bfloat162float(v.v[k])));
+                chunks[i] = v;
             }
             g_fence_async_smem();
             g_epi_sync();
