@@ -11,8 +11,9 @@
  *
  *   bench_gelu_bench [--rows 65536] [--channels 768] [--reps 20]
  *
- * bf16, filled from 64 random host rows repeated. GPC_GEMM_SM90=0 times
- * cuBLASLt's fused epilogues instead of gemm_sm90.cu. Prints
+ * bf16, filled from 64 random host rows repeated. The defaults run
+ * cuBLASLt's fused epilogues; GPC_GEMM_SM90=1 times gpc's own Hopper product
+ * (gemm_sm90.cu) for the forward instead. Prints
  * RESULT gelu NAME rows=... ms=... tflops=... (the products' FLOPs: 2NC4C
  * for the forward, twice that for dgelu's dinp and dweight).
  */

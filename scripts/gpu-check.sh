@@ -93,6 +93,10 @@ if [[ $mode == all || $mode == test ]]; then
   GPC_TEST_FILTER='*attention*' timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$build/tests/gpu_test_cuda_ops" >"$out/racecheck.log" 2>&1
   note "racecheck over the attention tests: exit $? $(grep 'RACECHECK SUMMARY\|ERROR SUMMARY' "$out/racecheck.log" | tail -1)"
+  # gpc's own Hopper product for the GELU forward (off by default)
+  GPC_GEMM_SM90=1 GPC_TEST_FILTER='*gelu*' timeout 150 compute-sanitizer --tool memcheck --leak-check no \
+    --error-exitcode 9 "$build/tests/gpu_test_cuda_ops" >"$out/memcheck-gemm-sm90.log" 2>&1
+  note "memcheck over the GELU products with GPC_GEMM_SM90=1: exit $? $(grep 'ERROR SUMMARY' "$out/memcheck-gemm-sm90.log" | tail -1)"
   unset GPC_TEST_SEED
 fi
 

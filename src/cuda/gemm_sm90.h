@@ -11,13 +11,13 @@
  * [M, K], w [N, K], pre and act [M, N], bias [N] or NULL, all bf16.
  * GPC_ERR_UNSUPPORTED (with nothing queued) unless M is a multiple of 128,
  * N of 256, K of 64, the pointers 16-byte aligned, the GPU of compute
- * capability 9.0 and GPC_GEMM_SM90 not 0; the caller then takes another
- * path. */
+ * capability 9.0 and GPC_GEMM_SM90=1 (off by default: not yet faster than
+ * cuBLASLt); the caller then takes another path. */
 gpc_status gpc_cuda_gemm_gelu_sm90(gpc_bf16_t *pre, gpc_bf16_t *act, const gpc_bf16_t *a,
                                    const gpc_bf16_t *w, const gpc_bf16_t *bias, int64_t M,
                                    int64_t N, int64_t K);
 
-/* 0 when GPC_GEMM_SM90=0 turns the kernel off (read once). */
+/* 1 when GPC_GEMM_SM90=1 turns the kernel on (read once). */
 int gpc_cuda_gemm_sm90_enabled(void);
 
 #endif

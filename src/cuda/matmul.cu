@@ -1007,7 +1007,7 @@ gpc_status gpc_cuda_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gel
             (const gpc_bf16_t *)inp->data, (const gpc_bf16_t *)weight->data,
             bias && bias->data ? (const gpc_bf16_t *)bias->data : NULL, N, OC, C);
         if (st != GPC_ERR_UNSUPPORTED) return st;
-        gpc_clear_error(); /* not for this shape or GPU: cuBLASLt's epilogue */
+        gpc_clear_error(); /* off, or not for this shape or GPU: cuBLASLt's epilogue */
     }
     if (fuse) {
         gpc_status st =

@@ -21,7 +21,7 @@ int gpc_cuda_matmul_measured_applies(void);
 
 /* 1 when gpc's own Hopper product (gemm_sm90.cu) serves the fc layer's
  * GELU forward on the current GPU: compute capability 9.0 and
- * GPC_GEMM_SM90 not 0. */
+ * GPC_GEMM_SM90=1 (off by default). */
 int gpc_cuda_gemm_sm90_available(void);
 
 /* How many products it has queued since the process started. */

@@ -392,7 +392,8 @@ static void test_matmul_gelu(void **state) {
     matmul_gelu_case(GPC_BF16, 1, 24, 44, 36, 1);   /* not multiples of 8: the two kernels */
     matmul_gelu_case(GPC_BF16, 1, 1, 768, 3072, 1); /* one row: the matrix-vector kernel */
     matmul_gelu_case(GPC_F16, 1, 3, 64, 40, 0);
-    /* bf16 forwards with M a multiple of 128, N of 256 and K of 64 go to
+    /* with GPC_GEMM_SM90=1 (the test gpu_test_cuda_ops_gemm_sm90), bf16
+     * forwards with M a multiple of 128, N of 256 and K of 64 go to
      * gemm_sm90.cu on an H100/H200: the first 4 x 64 case above, this one
      * (no bias), and with several tiles a block both consumers busy, the
      * next one */
@@ -417,7 +418,7 @@ static void test_matmul_measured(void **state) {
     matmul_gelu_case(GPC_BF16, 2, 4096, 3072, 768, 0);          /* fcproj's DGELU backward */
     int used = gpc_cuda_matmul_measured_uses() - before;
     int applies = gpc_cuda_matmul_measured_applies();
-    /* the fc forward is gemm_sm90.cu's where it runs */
+    /* the fc forward is gemm_sm90.cu's where it runs (GPC_GEMM_SM90=1) */
     int expected = applies ? (gpc_cuda_gemm_sm90_available() ? 5 : 6) : 0;
     printf("  measured configurations taken: %d of %d (the table %s here)\n", used, expected,
            applies ? "applies" : "does not apply");
