@@ -6,34 +6,34 @@
  *
  * out[M, N] = A[M, K] . B[N, K]^T with A (inp) and B (the weight [OC, C])
  * K-major. The kernel (sm_90a: wgmma and TMA) is persistent, one block a
- * multiprocessor walking tiles of 128 x 256 outputs, with three warpgroups:
+ * multiprocessor walking tiles of 128 x 192 outputs, with three warpgroups:
  *   - warp 0 is the producer: one thread queues TMA copies of each 64-wide
- *     K slice of A (128 rows) and B (256 rows) into a ring of G_STAGES
+ *     K slice of A (128 rows) and B (192 rows) into a ring of G_STAGES
  *     shared-memory stages (128-byte swizzle), each with a "full" mbarrier
  *     (its bytes arrived) and an "empty" one (the consumers are done);
  *   - warpgroups 1 and 2 are the consumers: each takes 64 of the tile's
- *     rows, a chain of m64n256k16 wgmma over K into f32 registers. At the
- *     tile's end they add the bias, write the sums as bf16 into a staging
- *     tile and go straight on to the next tile;
- *   - warps 1-3 are the epilogue: a TMA store writes the staged tile to pre,
- *     the warps apply GELU to it in place, and a second TMA store writes it
- *     to act, all while the consumers' products for the next tile run. So
- *     the tensor cores do not wait for the epilogue's memory traffic, which
- *     is what slows the library's fused form.
- * The staging tile is four [128][64] boxes in the 128-byte swizzle, the
+ *     rows, a chain of m64n192k16 wgmma over K into f32 registers. At the
+ *     tile's end they add the bias, write the sums as bf16 into the pre
+ *     staging tile and go straight on to the next tile;
+ *   - warps 1-3 are the epilogue: a TMA store writes the staged tile to pre
+ *     while the warps write its GELU into a second staging tile, which a
+ *     second TMA store writes to act, all while the consumers' products for
+ *     the next tile run. So the tensor cores do not wait for the epilogue's
+ *     memory traffic, which is what slows the library's fused form.
+ * A staging tile is three [128][64] boxes in the 128-byte swizzle, the
  * layout the TMA stores read; the consumers' writes to it are then free of
  * bank conflicts. GELU is computed from the bf16 pre-activation, as the
  * backward pass sees it.
  *
- * Shapes: M a multiple of 128, N of 256, K of 64, all pointers 16-byte
+ * Shapes: M a multiple of 128, N of 192, K of 64, all pointers 16-byte
  * aligned and bf16; anything else, or another GPU than compute capability
  * 9.0, answers GPC_ERR_UNSUPPORTED and the caller takes cuBLASLt's path.
  *
- * Off unless GPC_GEMM_SM90=1: on an H200 at GPT-2's shape it takes 0.574 ms
- * against cuBLASLt's 0.552-0.562 (bench_gelu_bench), and the training step
- * measured the same either way. Its main loop alone (the epilogue's work
- * skipped) takes 0.447 ms, 690 TFLOP/s: the three epilogue warps are what
- * is slow, and the place to work on (bench/NOTES-cuda.md).
+ * Off unless GPC_GEMM_SM90=1: on an H200 at GPT-2's shape it takes
+ * 0.560-0.565 ms against cuBLASLt's 0.551 (bench_gelu_bench). Its main loop
+ * alone (measured with 256-wide tiles, the epilogue's work skipped) took
+ * 0.447 ms, 690 TFLOP/s: the epilogue is what is slow, and the place to
+ * work on (bench/NOTES-cuda.md).
  */
 #include "cuda/cuda_common.cuh"
 #include "cuda/gemm_sm90.h"
@@ -55,19 +55,11 @@
 #define G_BOX_BYTES (G_BM * 64 * 2) /* a staging box: [128][64] bf16 */
 #define G_BARRIERS (2 * G_STAGES + 2)
 
-/* The sizes that follow from a tile's width BN (256 or 192). With 192, two
- * staging tiles fit beside the ring: the consumers stage pre in one, the
- * epilogue writes act into the other, and the pre store, the GELU pass and
- * the act store of a tile overlap one another. With 256 one tile is staged
- * and GELU is applied to it in place after its pre store has read it. */
-template <int BN> struct g_shape {
-    static const int b_bytes = BN * G_BK * 2;
-    static const int stage_bytes = G_A_BYTES + b_bytes;
-    static const int staging_bytes = G_BM * BN * 2;
-    static const int stagings = BN <= 192 ? 2 : 1;
-    static const int smem =
-        1024 + G_STAGES * stage_bytes + stagings * staging_bytes + G_BARRIERS * 8;
-};
+#define G_BN 192                    /* rows of B (output columns) per tile */
+#define G_B_BYTES (G_BN * G_BK * 2) /* 24 KiB */
+#define G_STAGE_BYTES (G_A_BYTES + G_B_BYTES)
+#define G_STAGING_BYTES (G_BM * G_BN * 2) /* one staging tile, 48 KiB */
+#define G_SMEM (1024 + G_STAGES * G_STAGE_BYTES + 2 * G_STAGING_BYTES + G_BARRIERS * 8)
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define G_KERNEL_BODY 1
 #endif
@@ -132,48 +124,8 @@ template <int N> __device__ __forceinline__ void g_wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
-/* d[128] += A (64 x 16, descriptor a) . B (256 x 16, descriptor b)^T, or
- * d = the product when accumulate is 0. */
-__device__ __forceinline__ void g_wgmma256(float *d, uint64_t a, uint64_t b, int accumulate) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
-        "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
-        "%55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, "
-        "%73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, "
-        "%91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, "
-        "%107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, "
-        "%122, %123, %124, %125, %126, %127}, "
-        "%128, %129, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-          "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
-          "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
-          "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
-          "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
-          "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
-          "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
-          "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
-          "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(a), "l"(b), "r"(accumulate));
-}
-
 /* d[96] += A (64 x 16) . B (192 x 16)^T, or d = the product. */
-__device__ __forceinline__ void g_wgmma192(float *d, uint64_t a, uint64_t b, int accumulate) {
+__device__ __forceinline__ void g_wgmma(float *d, uint64_t a, uint64_t b, int accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
@@ -204,14 +156,6 @@ __device__ __forceinline__ void g_wgmma192(float *d, uint64_t a, uint64_t b, int
         : "l"(a), "l"(b), "r"(accumulate));
 }
 
-template <int BN>
-__device__ __forceinline__ void g_wgmma(float *d, uint64_t a, uint64_t b, int accumulate) {
-    if (BN == 256)
-        g_wgmma256(d, a, b, accumulate);
-    else
-        g_wgmma192(d, a, b, accumulate);
-}
-
 /* tanh on the special-function unit: about 2^-11 relative error, below what
  * the bf16 outputs keep (2^-8). */
 __device__ __forceinline__ float g_tanh(float x) {
@@ -225,13 +169,12 @@ __device__ __forceinline__ float g_gelu(float x) {
     return 0.5f * x * (1.0f + t);
 }
 
-/* The staging tile's BN/64 boxes to the tensor map at column n0, row m0
+/* A staging tile's three boxes to the tensor map at column n0, row m0
  * (one thread), as one bulk group. */
-template <int BN>
 __device__ __forceinline__ void g_tma_store_tile(const CUtensorMap *map, const void *staging,
                                                  int n0, int m0) {
 #pragma unroll
-    for (int b = 0; b < BN / 64; b++)
+    for (int b = 0; b < G_BN / 64; b++)
         asm volatile(
             "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(
                 map),
@@ -257,7 +200,6 @@ __device__ __forceinline__ void g_fence_async_smem() {
 }
 #endif /* G_KERNEL_BODY */
 
-template <int BN>
 __global__ void __launch_bounds__(G_THREADS, 1)
     gemm_gelu_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                           const __grid_constant__ CUtensorMap map_b,
@@ -265,15 +207,14 @@ __global__ void __launch_bounds__(G_THREADS, 1)
                           const __grid_constant__ CUtensorMap map_act, const gpc_bf16_t *bias,
                           int M, int N, int K) {
 #ifdef G_KERNEL_BODY
-    typedef g_shape<BN> S;
     extern __shared__ __align__(1024) unsigned char g_shared[];
     /* the swizzled stages and staging boxes want 1024-byte alignment */
     unsigned char *base = (unsigned char *)(((uintptr_t)g_shared + 1023) & ~(uintptr_t)1023);
-    unsigned char *staging = base + G_STAGES * S::stage_bytes; /* pre (and act, when 1) */
-    unsigned char *act_stg = staging + (S::stagings - 1) * S::staging_bytes;
-    uint64_t *full = (uint64_t *)(staging + S::stagings * S::staging_bytes);
+    unsigned char *staging = base + G_STAGES * G_STAGE_BYTES; /* the consumers' sums: pre */
+    unsigned char *act_stg = staging + G_STAGING_BYTES;       /* the epilogue's GELU of them */
+    uint64_t *full = (uint64_t *)(act_stg + G_STAGING_BYTES);
     uint64_t *empty = full + G_STAGES, *staged = empty + G_STAGES, *drained = staged + 1;
-    const int tiles_n = N / BN, tiles = (M / G_BM) * tiles_n, kblocks = K / G_BK;
+    const int tiles_n = N / G_BN, tiles = (M / G_BM) * tiles_n, kblocks = K / G_BK;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
     if (threadIdx.x == 0) {
@@ -291,12 +232,12 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         if (lane != 0) return;
         int pos = 0;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * BN;
+            int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN;
             for (int kb = 0; kb < kblocks; kb++, pos++) {
                 int s = pos % G_STAGES, round = pos / G_STAGES;
-                unsigned char *st = base + s * S::stage_bytes;
+                unsigned char *st = base + s * G_STAGE_BYTES;
                 if (round > 0) g_mbar_wait(&empty[s], (round - 1) & 1);
-                g_mbar_expect(&full[s], S::stage_bytes);
+                g_mbar_expect(&full[s], G_STAGE_BYTES);
                 g_tma_load(st, &map_a, kb * G_BK, m0, &full[s]);
                 g_tma_load(st + G_A_BYTES, &map_b, kb * G_BK, n0, &full[s]);
             }
@@ -311,20 +252,15 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         P *out = (P *)act_stg;
         unsigned j = 0;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, j++) {
-            int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * BN;
+            int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN;
             g_mbar_wait(staged, j & 1);
             if (e == 0) {
-                g_tma_store_tile<BN>(&map_pre, staging, n0, m0);
-                /* one staging tile: GELU may write it once pre has read it;
-                 * two: act's may be written once the last act store read it */
-                if (S::stagings == 1)
-                    g_bulk_wait_read<0>();
-                else
-                    g_bulk_wait_read<1>();
+                g_tma_store_tile(&map_pre, staging, n0, m0);
+                g_bulk_wait_read<1>(); /* the last tile's act store has read act_stg */
             }
             g_epi_sync();
             /* GELU, elementwise, so the swizzled order is no matter */
-            for (int i = e; i < S::staging_bytes / 16; i += G_EPI_THREADS) {
+            for (int i = e; i < G_STAGING_BYTES / 16; i += G_EPI_THREADS) {
                 P v = in[i];
 #pragma unroll
                 for (int k = 0; k < 8; k++)
@@ -334,13 +270,8 @@ __global__ void __launch_bounds__(G_THREADS, 1)
             g_fence_async_smem();
             g_epi_sync();
             if (e == 0) {
-                g_tma_store_tile<BN>(&map_act, act_stg, n0, m0);
-                /* the pre staging is free once its store has read it (with
-                 * one tile, once act's has) */
-                if (S::stagings == 1)
-                    g_bulk_wait_read<0>();
-                else
-                    g_bulk_wait_read<1>();
+                g_tma_store_tile(&map_act, act_stg, n0, m0);
+                g_bulk_wait_read<1>(); /* this tile's pre store has read staging */
                 g_mbar_arrive(drained);
             }
         }
@@ -350,20 +281,20 @@ __global__ void __launch_bounds__(G_THREADS, 1)
 
     /* the consumers: warpgroup c takes rows 64c..64c+63 of every tile */
     const int c = warp / 4 - 1, t = threadIdx.x % 128, cw = t / 32;
-    float acc[BN / 2];
+    float acc[G_BN / 2];
     int pos = 0;
     unsigned j = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, j++) {
-        int n0 = tile % tiles_n * BN, prev = -1;
+        int n0 = tile % tiles_n * G_BN, prev = -1;
         for (int kb = 0; kb < kblocks; kb++, pos++) {
             int s = pos % G_STAGES;
             g_mbar_wait(&full[s], (pos / G_STAGES) & 1);
-            const unsigned char *a = base + s * S::stage_bytes + c * 64 * 128;
-            const unsigned char *b = base + s * S::stage_bytes + G_A_BYTES;
+            const unsigned char *a = base + s * G_STAGE_BYTES + c * 64 * 128;
+            const unsigned char *b = base + s * G_STAGE_BYTES + G_A_BYTES;
             g_wgmma_fence();
 #pragma unroll
             for (int k = 0; k < G_BK / 16; k++)
-                g_wgmma<BN>(acc, g_desc(a + 32 * k), g_desc(b + 32 * k), kb > 0 || k > 0);
+                g_wgmma(acc, g_desc(a + 32 * k), g_desc(b + 32 * k), kb > 0 || k > 0);
             g_wgmma_commit();
             /* the previous slice's products are done: its stage goes back */
             g_wgmma_wait<1>();
@@ -382,7 +313,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         unsigned char *row0 = staging + r0 * 128 + 4 * (lane % 4); /* row r0 + 8: +1024 */
         const int swz = r0 % 8;
 #pragma unroll
-        for (int q = 0; q < BN / 8; q++) {
+        for (int q = 0; q < G_BN / 8; q++) {
             /* a box at a time, so the bias loads are not all hoisted (registers) */
             if (q % 8 == 0) asm volatile("" ::: "memory");
             int col = 8 * q + 2 * (lane % 4);
@@ -453,13 +384,10 @@ static int device_ok(void) {
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
         pthread_once(&encode_once, encode_lookup);
-        int yes = major == 9 && minor == 0 && encode_fn &&
-                  cudaFuncSetAttribute(gemm_gelu_sm90_kernel<256>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       g_shape<256>::smem) == cudaSuccess &&
-                  cudaFuncSetAttribute(gemm_gelu_sm90_kernel<192>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       g_shape<192>::smem) == cudaSuccess;
+        int yes =
+            major == 9 && minor == 0 && encode_fn &&
+            cudaFuncSetAttribute(gemm_gelu_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 G_SMEM) == cudaSuccess;
         if (!yes) cudaGetLastError();
         ok[d] = yes ? 2 : 1;
     }
@@ -476,19 +404,10 @@ long gpc_cuda_gemm_sm90_calls(void) {
     return __atomic_load_n(&calls, __ATOMIC_RELAXED);
 }
 
-int gpc_cuda_gemm_sm90_tile_n(void) {
-    static int tile = 0;
-    if (!tile) {
-        const char *e = getenv("GPC_GEMM_SM90_TILE");
-        tile = e && !strcmp(e, "256") ? 256 : 192;
-    }
-    return tile;
-}
-
 gpc_status gpc_cuda_gemm_gelu_sm90(gpc_bf16_t *pre, gpc_bf16_t *act, const gpc_bf16_t *a,
                                    const gpc_bf16_t *w, const gpc_bf16_t *bias, int64_t M,
                                    int64_t N, int64_t K) {
-    const int bn = gpc_cuda_gemm_sm90_tile_n();
+    const int bn = G_BN;
     if (!gpc_cuda_gemm_sm90_enabled() || M <= 0 || N <= 0 || K <= 0 || M % G_BM || N % bn ||
         K % G_BK || M > 0x7fffffff || N > 0x7fffffff || K > 0x7fffffff ||
         !gpc_cuda_aligned16(pre) || !gpc_cuda_aligned16(act) || !gpc_cuda_aligned16(a) ||
@@ -501,12 +420,8 @@ gpc_status gpc_cuda_gemm_gelu_sm90(gpc_bf16_t *pre, gpc_bf16_t *act, const gpc_b
     GPC_TRY(make_map(&map_act, act, M, N, G_BM));
     int tiles = (int)((M / G_BM) * (N / bn)), sms = gpc_cuda_sm_count();
     int grid = tiles < sms ? tiles : sms;
-    if (bn == 256)
-        gemm_gelu_sm90_kernel<256><<<grid, G_THREADS, g_shape<256>::smem, gpc_cuda_stream()>>>(
-            map_a, map_b, map_pre, map_act, bias, (int)M, (int)N, (int)K);
-    else
-        gemm_gelu_sm90_kernel<192><<<grid, G_THREADS, g_shape<192>::smem, gpc_cuda_stream()>>>(
-            map_a, map_b, map_pre, map_act, bias, (int)M, (int)N, (int)K);
+    gemm_gelu_sm90_kernel<<<grid, G_THREADS, G_SMEM, gpc_cuda_stream()>>>(
+        map_a, map_b, map_pre, map_act, bias, (int)M, (int)N, (int)K);
     GPC_CUDA_CHECK_LAUNCH();
     __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
     return GPC_OK;

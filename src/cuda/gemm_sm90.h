@@ -10,7 +10,7 @@
 /* pre = a . w^T + bias and act = gelu(pre) on the current GPU's stream: a
  * [M, K], w [N, K], pre and act [M, N], bias [N] or NULL, all bf16.
  * GPC_ERR_UNSUPPORTED (with nothing queued) unless M is a multiple of 128,
- * N of 256, K of 64, the pointers 16-byte aligned, the GPU of compute
+ * N of 192, K of 64, the pointers 16-byte aligned, the GPU of compute
  * capability 9.0 and GPC_GEMM_SM90=1 (off by default: not yet faster than
  * cuBLASLt); the caller then takes another path. */
 gpc_status gpc_cuda_gemm_gelu_sm90(gpc_bf16_t *pre, gpc_bf16_t *act, const gpc_bf16_t *a,

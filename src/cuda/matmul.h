@@ -27,10 +27,6 @@ int gpc_cuda_gemm_sm90_available(void);
 /* How many products it has queued since the process started. */
 long gpc_cuda_gemm_sm90_calls(void);
 
-/* The width of its output tiles: 192 (two staging tiles, the default) or,
- * with GPC_GEMM_SM90_TILE=256, 256 (one); N must be a multiple of it. */
-int gpc_cuda_gemm_sm90_tile_n(void);
-
 #ifdef __cplusplus
 }
 #endif
