@@ -9,8 +9,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gpc/core.h"
+#include "ops/ops.h"
 
 static inline int bench_cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
@@ -50,5 +52,55 @@ static inline int bench_parse_int64(const char *program, const char *name, const
             return 1;                                                                              \
         }                                                                                          \
     } while (0)
+
+/* Parses the options --rows (1 to 2^22), --channels (8 to max_channels) and
+ * --reps (1 to 10000), each followed by its value, into the variables given
+ * (which hold the defaults). Returns 0, or 2 after a one-line message. */
+static inline int bench_parse_rows_channels_reps(const char *program, int argc, char **argv,
+                                                 int64_t *rows, int64_t *channels,
+                                                 int64_t max_channels, int64_t *reps) {
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int ok = v != NULL;
+        if (ok && !strcmp(a, "--rows"))
+            ok = bench_parse_int64(program, a, v, 1, 1 << 22, rows);
+        else if (ok && !strcmp(a, "--channels"))
+            ok = bench_parse_int64(program, a, v, 8, max_channels, channels);
+        else if (ok && !strcmp(a, "--reps"))
+            ok = bench_parse_int64(program, a, v, 1, 10000, reps);
+        else {
+            fprintf(stderr, "%s: unknown option or missing value: %s\n", program, a);
+            return 2;
+        }
+        if (!ok) return 2;
+    }
+    return 0;
+}
+
+/* Fills the [rows, cols] tensor t (any float dtype, any device) with the
+ * same `repeat` rows of uniform random values in [lo, hi) over and over, so
+ * the host's share of filling a large tensor stays small. Returns 0, or 1
+ * after printing gpc's message. */
+static inline int bench_fill_rows(const char *program, gpc_tensor *t, gpc_rng *rng, float lo,
+                                  float hi, int64_t repeat) {
+    int64_t rows = t->shape[0], cols = t->shape[1];
+    int64_t chunk = rows < repeat ? rows : repeat, s_h[2] = {chunk, cols};
+    gpc_tensor host, host_t;
+    BENCH_TRY(program, gpc_tensor_alloc(&host, GPC_F32, gpc_cpu(), 2, s_h));
+    BENCH_TRY(program, gpc_tensor_alloc(&host_t, t->dtype, gpc_cpu(), 2, s_h));
+    gpc_rng_fill_uniform(rng, host.data, (size_t)(chunk * cols), lo, hi);
+    BENCH_TRY(program, gpc_op_convert(&host_t, &host));
+    size_t row_bytes = (size_t)cols * gpc_dtype_size(t->dtype);
+    for (int64_t r = 0; r < rows; r += chunk) {
+        int64_t n = rows - r < chunk ? rows - r : chunk;
+        gpc_tensor part =
+            gpc_tensor_2d((char *)t->data + r * row_bytes, t->dtype, t->device, n, cols);
+        gpc_tensor src = gpc_tensor_2d(host_t.data, t->dtype, gpc_cpu(), n, cols);
+        BENCH_TRY(program, gpc_tensor_copy(&part, &src));
+    }
+    gpc_tensor_free(&host);
+    gpc_tensor_free(&host_t);
+    return 0;
+}
 
 #endif /* GPC_BENCH_UTIL_H */

@@ -28,45 +28,14 @@
 #define CHECK(x) BENCH_TRY(PROG, x)
 #define REPEAT_ROWS 64
 
-/* Fills the [rows, cols] bf16 device tensor t with REPEAT_ROWS random rows. */
+/* t filled with REPEAT_ROWS random rows in [lo, hi), repeated. */
 static int fill(gpc_tensor *t, gpc_rng *rng, float lo, float hi) {
-    int64_t rows = t->shape[0], cols = t->shape[1];
-    int64_t chunk = rows < REPEAT_ROWS ? rows : REPEAT_ROWS, s_h[2] = {chunk, cols};
-    gpc_tensor host, host_bf;
-    CHECK(gpc_tensor_alloc(&host, GPC_F32, gpc_cpu(), 2, s_h));
-    CHECK(gpc_tensor_alloc(&host_bf, t->dtype, gpc_cpu(), 2, s_h));
-    gpc_rng_fill_uniform(rng, host.data, (size_t)(chunk * cols), lo, hi);
-    CHECK(gpc_op_convert(&host_bf, &host));
-    size_t row_bytes = (size_t)cols * gpc_dtype_size(t->dtype);
-    for (int64_t r = 0; r < rows; r += chunk) {
-        int64_t n = rows - r < chunk ? rows - r : chunk;
-        gpc_tensor part =
-            gpc_tensor_2d((char *)t->data + r * row_bytes, t->dtype, t->device, n, cols);
-        gpc_tensor src = gpc_tensor_2d(host_bf.data, t->dtype, gpc_cpu(), n, cols);
-        CHECK(gpc_tensor_copy(&part, &src));
-    }
-    gpc_tensor_free(&host);
-    gpc_tensor_free(&host_bf);
-    return 0;
+    return bench_fill_rows(PROG, t, rng, lo, hi, REPEAT_ROWS);
 }
 
 int main(int argc, char **argv) {
     int64_t N = 65536, C = 768, reps = 20;
-    for (int i = 1; i < argc; i += 2) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int ok = v != NULL;
-        if (ok && !strcmp(a, "--rows"))
-            ok = bench_parse_int64(PROG, a, v, 1, 1 << 22, &N);
-        else if (ok && !strcmp(a, "--channels"))
-            ok = bench_parse_int64(PROG, a, v, 8, 8192, &C);
-        else if (ok && !strcmp(a, "--reps"))
-            ok = bench_parse_int64(PROG, a, v, 1, 10000, &reps);
-        else {
-            fprintf(stderr, "%s: unknown option or missing value: %s\n", PROG, a);
-            return 2;
-        }
-        if (!ok) return 2;
-    }
+    if (bench_parse_rows_channels_reps(PROG, argc, argv, &N, &C, 8192, &reps)) return 2;
     const gpc_backend *cuda = gpc_backend_get(GPC_DEVICE_CUDA);
     if (!cuda) {
         fprintf(stderr, "%s: %s\n", PROG, gpc_last_error());
