@@ -6,9 +6,11 @@
  *
  *   bench_attention_bench [--batch 64] [--context 1024] [--heads 12]
  *                         [--head-size 64] [--reps 20] [--precision bf16]
- *                         [--path both|gpc|cudnn|simple]
+ *                         [--path both|auto|gpc|cudnn|simple]
  *
- * --path defaults to both, or to GPC_ATTENTION when that is set. Lines:
+ * --path defaults to both, or to GPC_ATTENTION when that is set. Options
+ * are checked before a GPU is looked for (exit 2 with a line saying which).
+ * Lines:
  * RESULT gpc_attention ... (gpc's kernels, also for simple), RESULT
  * cudnn_attention ..., RESULT attention_paths gpc_over_cudnn=... (above 1:
  * cuDNN is faster). bench/attention_bench.py times PyTorch's SDPA (flash) on
@@ -24,30 +26,57 @@
 #include "bench_util.h"
 #include "ops/ops.h"
 
-#define CHECK(x) BENCH_TRY("bench_attention_bench", x)
+#define PROG "bench_attention_bench"
+#define CHECK(x) BENCH_TRY(PROG, x)
 
 int main(int argc, char **argv) {
-    int B = 64, T = 1024, NH = 12, hs = 64, reps = 20;
+    int64_t b = 64, t = 1024, nh = 12, head = 64, r64 = 20;
     const char *precision = "bf16", *path_arg = getenv("GPC_ATTENTION");
     if (!path_arg || !path_arg[0]) path_arg = "both";
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--batch")) B = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--context")) T = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--heads")) NH = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--head-size")) hs = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--precision")) precision = argv[i + 1];
-        if (!strcmp(argv[i], "--path")) path_arg = argv[i + 1];
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int ok = v != NULL;
+        if (ok && !strcmp(a, "--batch"))
+            ok = bench_parse_int64(PROG, a, v, 1, 4096, &b);
+        else if (ok && !strcmp(a, "--context"))
+            ok = bench_parse_int64(PROG, a, v, 1, 1 << 17, &t);
+        else if (ok && !strcmp(a, "--heads"))
+            ok = bench_parse_int64(PROG, a, v, 1, 1024, &nh);
+        else if (ok && !strcmp(a, "--head-size"))
+            ok = bench_parse_int64(PROG, a, v, 1, 512, &head);
+        else if (ok && !strcmp(a, "--reps"))
+            ok = bench_parse_int64(PROG, a, v, 1, 10000, &r64);
+        else if (ok && !strcmp(a, "--precision"))
+            precision = v;
+        else if (ok && !strcmp(a, "--path"))
+            path_arg = v;
+        else {
+            fprintf(stderr, "%s: unknown option or missing value: %s\n", PROG, a);
+            return 2;
+        }
+        if (!ok) return 2;
+    }
+    int B = (int)b, T = (int)t, NH = (int)nh, hs = (int)head, reps = (int)r64;
+    gpc_dtype dt;
+    if (gpc_dtype_parse(precision, &dt) != GPC_OK ||
+        (dt != GPC_F32 && dt != GPC_BF16 && dt != GPC_F16)) {
+        fprintf(stderr, "%s: --precision needs f32, bf16 or f16, not '%s'\n", PROG, precision);
+        return 2;
+    }
+    if (strcmp(path_arg, "both") && strcmp(path_arg, "auto") && strcmp(path_arg, "gpc") &&
+        strcmp(path_arg, "cudnn") && strcmp(path_arg, "simple")) {
+        fprintf(stderr,
+                "%s: --path (or GPC_ATTENTION) needs both, auto, gpc, cudnn or simple, not '%s'\n",
+                PROG, path_arg);
+        return 2;
     }
     const char *paths[2] = {path_arg, NULL};
     if (!strcmp(path_arg, "both")) paths[0] = "gpc", paths[1] = "cudnn";
     const gpc_backend *cuda = gpc_backend_get(GPC_DEVICE_CUDA);
     if (!cuda) {
-        fprintf(stderr, "bench_attention_bench: %s\n", gpc_last_error());
+        fprintf(stderr, "%s: %s\n", PROG, gpc_last_error());
         return 1;
     }
-    gpc_dtype dt;
-    CHECK(gpc_dtype_parse(precision, &dt));
     gpc_device dev = {GPC_DEVICE_CUDA, 0};
     int64_t C = (int64_t)NH * hs;
     int64_t s_qkv[3] = {B, T, 3 * C}, s_o[3] = {B, T, C}, s_l[3] = {B, NH, T};

@@ -66,5 +66,15 @@ expect_exit 2 "bench_gelu_bench: --rows needs a whole number, not 'x'" "$gb" --r
 expect_exit 2 "bench_gelu_bench: --channels needs a number from 8 to 8192, not '9000'" "$gb" --channels 9000
 expect_exit 2 "bench_gelu_bench: unknown option or missing value: --steps" "$gb" --steps 3
 
+# bench_attention_bench: the same
+ab=$bench/bench_attention_bench
+expect_exit 2 "bench_attention_bench: --batch needs a whole number, not '6o'" "$ab" --batch 6o
+expect_exit 2 "bench_attention_bench: --head-size needs a number from 1 to 512, not '0'" "$ab" --head-size 0
+expect_exit 2 "bench_attention_bench: --precision needs f32, bf16 or f16, not 'i32'" "$ab" --precision i32
+expect_exit 2 "bench_attention_bench: --path (or GPC_ATTENTION) needs both, auto, gpc, cudnn or simple, not 'fast'" "$ab" --path fast
+GPC_ATTENTION=quick expect_exit 2 "needs both, auto, gpc, cudnn or simple, not 'quick'" "$ab"
+expect_exit 2 "bench_attention_bench: unknown option or missing value: --steps" "$ab" --steps 3
+expect_exit 2 "bench_attention_bench: unknown option or missing value: --reps" "$ab" --reps
+
 [[ $failures -eq 0 ]] || exit 1
 echo "bench tools: ok"
