@@ -54,12 +54,12 @@
 #define G_A_BYTES (G_BM * G_BK * 2) /* 16 KiB */
 #define G_BOX_BYTES (G_BM * 64 * 2) /* a staging box: [128][64] bf16 */
 #define G_BARRIERS (2 * G_STAGES + 2)
-
 #define G_BN 192                    /* rows of B (output columns) per tile */
 #define G_B_BYTES (G_BN * G_BK * 2) /* 24 KiB */
 #define G_STAGE_BYTES (G_A_BYTES + G_B_BYTES)
 #define G_STAGING_BYTES (G_BM * G_BN * 2) /* one staging tile, 48 KiB */
 #define G_SMEM (1024 + G_STAGES * G_STAGE_BYTES + 2 * G_STAGING_BYTES + G_BARRIERS * 8)
+
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define G_KERNEL_BODY 1
 #endif
