@@ -74,7 +74,6 @@
 #error "gpc's cuDNN attention is written against cuDNN 9's backend API"
 #endif
 
-#define CUDNN_ATT_MAX_DEVICES 64
 #define CUDNN_ATT_MAX_PLANS 64
 #define CUDNN_ATT_MAX_PACKS 128  /* variant packs kept per plan: one per layer's tensors */
 #define CUDNN_ATT_MAX_CONFIGS 8  /* engine configurations tried per graph */
@@ -185,9 +184,9 @@ static gpc_status cudnn_failure(cudnnStatus_t status, const char *fmt, ...) {
  * as long as cuDNN takes, which happens once per shape. */
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static cudnnHandle_t handles[CUDNN_ATT_MAX_DEVICES];
-static void *workspace[CUDNN_ATT_MAX_DEVICES];
-static size_t workspace_bytes[CUDNN_ATT_MAX_DEVICES];
+static cudnnHandle_t handles[GPC_CUDA_MAX_DEVICES];
+static void *workspace[GPC_CUDA_MAX_DEVICES];
+static size_t workspace_bytes[GPC_CUDA_MAX_DEVICES];
 
 typedef struct {
     int device, B, T, NH, hs, backward;
@@ -742,7 +741,7 @@ static int build_plan(graph *g, cudnnHandle_t handle, int all_configs, const cha
 static gpc_status device_of_caller(int *device) {
     int d = 0;
     GPC_CUDA_CHECK(cudaGetDevice(&d));
-    if (d < 0 || d >= CUDNN_ATT_MAX_DEVICES)
+    if (d < 0 || d >= GPC_CUDA_MAX_DEVICES)
         return gpc_error(GPC_ERR_UNSUPPORTED, "cuDNN attention: GPU index %d out of range", d);
     *device = d;
     return GPC_OK;
@@ -1011,8 +1010,8 @@ static void drop_descriptor(plan_entry *p, cudnnBackendDescriptor_t d) {
 static gpc_nvml *energy_nvml;
 
 static int energy_index(int device) {
-    static int index[CUDNN_ATT_MAX_DEVICES], looked[CUDNN_ATT_MAX_DEVICES];
-    if (device < 0 || device >= CUDNN_ATT_MAX_DEVICES) return -1;
+    static int index[GPC_CUDA_MAX_DEVICES], looked[GPC_CUDA_MAX_DEVICES];
+    if (device < 0 || device >= GPC_CUDA_MAX_DEVICES) return -1;
     if (!looked[device]) {
         char bus[32];
         looked[device] = 1;
@@ -1290,7 +1289,7 @@ extern "C" gpc_status gpc_cudnn_attention_prepare(int B, int T, int NH, int hs, 
 
 extern "C" int gpc_cudnn_attention_ready(int B, int T, int NH, int hs, gpc_dtype dtype, int which) {
     int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= CUDNN_ATT_MAX_DEVICES) {
+    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= GPC_CUDA_MAX_DEVICES) {
         cudaGetLastError();
         return 0;
     }
@@ -1395,7 +1394,7 @@ extern "C" gpc_status gpc_cudnn_attention_backward(gpc_tensor *dqkv, const gpc_t
 extern "C" void gpc_cudnn_attention_get_stats(gpc_cudnn_attention_stats *stats) {
     memset(stats, 0, sizeof *stats);
     int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= CUDNN_ATT_MAX_DEVICES) {
+    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= GPC_CUDA_MAX_DEVICES) {
         cudaGetLastError();
         device = 0;
     }

@@ -219,6 +219,10 @@ gpc_status gpc_cuda_scratch(size_t bytes, void **out);
 gpc_status gpc_cuda_add_column_sums(const gpc_tensor *acc, const void *x, gpc_dtype dtype,
                                     int64_t N, int64_t C, int64_t ld);
 
+/* How many GPUs a process keeps per-device state for (handles, scratch,
+ * cached answers); device numbers at or above it get none. */
+#define GPC_CUDA_MAX_DEVICES 64
+
 /* Number of multiprocessors of the current GPU (cached). */
 int gpc_cuda_sm_count(void);
 

@@ -11,8 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define GPC_CUDA_MAX_DEVICES 64
-
 static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *scratch_ptr[GPC_CUDA_MAX_DEVICES];
 static size_t scratch_size[GPC_CUDA_MAX_DEVICES];

@@ -50,7 +50,6 @@
 #define G_STAGES 3                  /* ring depth */
 #define G_THREADS 384               /* three warpgroups: see above */
 #define G_EPI_THREADS 96            /* warps 1-3 */
-#define G_MAX_DEVICES 64            /* GPUs a process keeps answers for */
 #define G_A_BYTES (G_BM * G_BK * 2) /* 16 KiB */
 #define G_BOX_BYTES (G_BM * 64 * 2) /* a staging box: [128][64] bf16 */
 #define G_BARRIERS (2 * G_STAGES + 2)
@@ -364,7 +363,8 @@ static gpc_status make_map(CUtensorMap *map, const void *p, int64_t rows, int64_
     return GPC_OK;
 }
 
-int gpc_cuda_gemm_sm90_enabled(void) {
+/* 1 when GPC_GEMM_SM90=1 turns the kernel on (read once). */
+static int sm90_enabled(void) {
     static int enabled = -1;
     if (enabled < 0) {
         const char *e = getenv("GPC_GEMM_SM90");
@@ -376,9 +376,9 @@ int gpc_cuda_gemm_sm90_enabled(void) {
 /* Whether this GPU runs the kernel: compute capability 9.0 and the driver's
  * tensor-map encoder found. Asked once per device. */
 static int device_ok(void) {
-    static int ok[G_MAX_DEVICES]; /* 0 unknown, 1 no, 2 yes */
+    static int ok[GPC_CUDA_MAX_DEVICES]; /* 0 unknown, 1 no, 2 yes */
     int d = 0;
-    if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= G_MAX_DEVICES) return 0;
+    if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= GPC_CUDA_MAX_DEVICES) return 0;
     if (!ok[d]) {
         int major = 0, minor = 0;
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
@@ -397,7 +397,7 @@ static int device_ok(void) {
 static long calls;
 
 int gpc_cuda_gemm_sm90_available(void) {
-    return gpc_cuda_gemm_sm90_enabled() && device_ok();
+    return sm90_enabled() && device_ok();
 }
 
 long gpc_cuda_gemm_sm90_calls(void) {
@@ -407,18 +407,17 @@ long gpc_cuda_gemm_sm90_calls(void) {
 gpc_status gpc_cuda_gemm_gelu_sm90(gpc_bf16_t *pre, gpc_bf16_t *act, const gpc_bf16_t *a,
                                    const gpc_bf16_t *w, const gpc_bf16_t *bias, int64_t M,
                                    int64_t N, int64_t K) {
-    const int bn = G_BN;
-    if (!gpc_cuda_gemm_sm90_enabled() || M <= 0 || N <= 0 || K <= 0 || M % G_BM || N % bn ||
-        K % G_BK || M > 0x7fffffff || N > 0x7fffffff || K > 0x7fffffff ||
-        !gpc_cuda_aligned16(pre) || !gpc_cuda_aligned16(act) || !gpc_cuda_aligned16(a) ||
-        !gpc_cuda_aligned16(w) || (M / G_BM) * (N / bn) > 0x7fffffff || !device_ok())
+    if (!sm90_enabled() || M <= 0 || N <= 0 || K <= 0 || M % G_BM || N % G_BN || K % G_BK ||
+        M > 0x7fffffff || N > 0x7fffffff || K > 0x7fffffff || !gpc_cuda_aligned16(pre) ||
+        !gpc_cuda_aligned16(act) || !gpc_cuda_aligned16(a) || !gpc_cuda_aligned16(w) ||
+        (M / G_BM) * (N / G_BN) > 0x7fffffff || !device_ok())
         return gpc_error(GPC_ERR_UNSUPPORTED, "gemm_sm90: not for this shape or GPU");
     CUtensorMap map_a, map_b, map_pre, map_act;
     GPC_TRY(make_map(&map_a, a, M, K, G_BM));
-    GPC_TRY(make_map(&map_b, w, N, K, (unsigned)bn));
+    GPC_TRY(make_map(&map_b, w, N, K, G_BN));
     GPC_TRY(make_map(&map_pre, pre, M, N, G_BM));
     GPC_TRY(make_map(&map_act, act, M, N, G_BM));
-    int tiles = (int)((M / G_BM) * (N / bn)), sms = gpc_cuda_sm_count();
+    int tiles = (int)((M / G_BM) * (N / G_BN)), sms = gpc_cuda_sm_count();
     int grid = tiles < sms ? tiles : sms;
     gemm_gelu_sm90_kernel<<<grid, G_THREADS, G_SMEM, gpc_cuda_stream()>>>(
         map_a, map_b, map_pre, map_act, bias, (int)M, (int)N, (int)K);

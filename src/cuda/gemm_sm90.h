@@ -17,7 +17,4 @@ gpc_status gpc_cuda_gemm_gelu_sm90(gpc_bf16_t *pre, gpc_bf16_t *act, const gpc_b
                                    const gpc_bf16_t *w, const gpc_bf16_t *bias, int64_t M,
                                    int64_t N, int64_t K);
 
-/* 1 when GPC_GEMM_SM90=1 turns the kernel on (read once). */
-int gpc_cuda_gemm_sm90_enabled(void);
-
 #endif

@@ -58,7 +58,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MATMUL_MAX_DEVICES 64
 #define MATMUL_WORKSPACE_DEFAULT_MB 32
 
 /* cuBLASLt's workspace: 32 MiB, or GPC_MATMUL_WORKSPACE_MB (1 to 4096; for
@@ -100,7 +99,7 @@ typedef struct {
     int measured; /* measured_configs apply to this GPU: 0 not asked yet, 1 no, 2 yes */
 } matmul_device;
 
-static matmul_device *devices[MATMUL_MAX_DEVICES];
+static matmul_device *devices[GPC_CUDA_MAX_DEVICES];
 static pthread_mutex_t matmul_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define LT_CHECK(call)                                                                             \
@@ -116,9 +115,9 @@ static pthread_mutex_t matmul_lock = PTHREAD_MUTEX_INITIALIZER;
 static gpc_status device_state(matmul_device **out) {
     int d = 0;
     GPC_CUDA_CHECK(cudaGetDevice(&d));
-    if (d < 0 || d >= MATMUL_MAX_DEVICES)
+    if (d < 0 || d >= GPC_CUDA_MAX_DEVICES)
         return gpc_error(GPC_ERR_UNSUPPORTED, "matmul: GPU %d is beyond the %d gpc supports", d,
-                         MATMUL_MAX_DEVICES);
+                         GPC_CUDA_MAX_DEVICES);
     pthread_mutex_lock(&matmul_lock);
     gpc_status status = GPC_OK;
     if (!devices[d]) {
