@@ -8,14 +8,15 @@
  *   dgelu     gpc_op_matmul_backward_dgelu of the projection after it
  *             (W_proj [C, 4C]): dinp = (dout . W_proj) * gelu'(pre), then
  *             W_proj's weight and bias gradients
+ *   dinp      the same op with only dinp asked for: the DGELU product alone
  *
  *   bench_gelu_bench [--rows 65536] [--channels 768] [--reps 20]
  *
  * bf16, filled from 64 random host rows repeated. The defaults run
- * cuBLASLt's fused epilogues; GPC_GEMM_SM90=1 times gpc's own Hopper product
- * (gemm_sm90.cu) for the forward instead. Prints
+ * cuBLASLt's fused epilogues; GPC_GEMM_SM90=1 (or gelu, dgelu) times gpc's
+ * own Hopper products (gemm_sm90.cu) instead. Prints
  * RESULT gelu NAME rows=... ms=... tflops=... (the products' FLOPs: 2NC4C
- * for the forward, twice that for dgelu's dinp and dweight).
+ * for the forward and dinp, twice that for dgelu's dinp and dweight).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,21 +71,23 @@ int main(int argc, char **argv) {
     CHECK(cuda->event_create(&e0));
     CHECK(cuda->event_create(&e1));
     static float ms[10000]; /* --reps is at most 10000 */
-    const char *names[2] = {"forward", "dgelu"};
-    for (int k = 0; k < 2; k++) {
+    const char *names[3] = {"forward", "dgelu", "dinp"};
+    for (int k = 0; k < 3; k++) {
         for (int r = -3; r < reps; r++) {
             CHECK(cuda->event_record(e0, NULL));
             if (k == 0)
                 CHECK(gpc_op_matmul_gelu_forward(&pre, &act, &inp, &w_fc, &bias));
-            else
+            else if (k == 1)
                 CHECK(gpc_op_matmul_backward_dgelu(&dinp, &dw, &dbias, &dout, &act, &w_proj, &pre));
+            else
+                CHECK(gpc_op_matmul_backward_dgelu(&dinp, NULL, NULL, &dout, &act, &w_proj, &pre));
             CHECK(cuda->event_record(e1, NULL));
             float t;
             CHECK(cuda->event_elapsed_ms(e0, e1, &t));
             if (r >= 0) ms[r] = t;
         }
         qsort(ms, (size_t)reps, sizeof(float), bench_cmp_float);
-        double flops = 2.0 * (double)N * (double)C * 4.0 * (double)C * (k ? 2.0 : 1.0);
+        double flops = 2.0 * (double)N * (double)C * 4.0 * (double)C * (k == 1 ? 2.0 : 1.0);
         double med = ms[reps / 2];
         printf("RESULT gelu %s rows=%lld channels=%lld ms=%.4f min_ms=%.4f tflops=%.1f\n", names[k],
                (long long)N, (long long)C, med, ms[0], flops / (med * 1e9));

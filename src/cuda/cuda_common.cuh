@@ -219,6 +219,10 @@ gpc_status gpc_cuda_scratch(size_t bytes, void **out);
 gpc_status gpc_cuda_add_column_sums(const gpc_tensor *acc, const void *x, gpc_dtype dtype,
                                     int64_t N, int64_t C, int64_t ld);
 
+/* dst [cols, rows] = the transpose of src [rows, cols], 2-byte elements
+ * (bf16 or f16), both on the current GPU, queued on its stream (convert.cu). */
+gpc_status gpc_cuda_transpose16(void *dst, const void *src, int64_t rows, int64_t cols);
+
 /* How many GPUs a process keeps per-device state for (handles, scratch,
  * cached answers); device numbers at or above it get none. */
 #define GPC_CUDA_MAX_DEVICES 64

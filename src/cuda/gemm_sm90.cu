@@ -42,6 +42,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,18 +53,36 @@
 #define G_EPI_THREADS 96            /* warps 1-3 */
 #define G_A_BYTES (G_BM * G_BK * 2) /* 16 KiB */
 #define G_BOX_BYTES (G_BM * 64 * 2) /* a staging box: [128][64] bf16 */
-#define G_BARRIERS (2 * G_STAGES + 2)
+#define G_BARRIERS (2 * G_STAGES + 6)
 #define G_BN 192                    /* rows of B (output columns) per tile */
 #define G_B_BYTES (G_BN * G_BK * 2) /* 24 KiB */
 #define G_STAGE_BYTES (G_A_BYTES + G_B_BYTES)
 #define G_STAGING_BYTES (G_BM * G_BN * 2) /* one staging tile, 48 KiB */
-#define G_SMEM (1024 + G_STAGES * G_STAGE_BYTES + 2 * G_STAGING_BYTES + G_BARRIERS * 8)
+#define G_BIAS_BYTES (2 * G_BN * 2)       /* the bias of two tiles, bf16 */
+#define G_SMEM                                                                                     \
+    (1024 + G_STAGES * G_STAGE_BYTES + 2 * G_STAGING_BYTES + G_BARRIERS * 8 + G_BIAS_BYTES)
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define G_KERNEL_BODY 1
 #endif
 
+/* GPC_SM90_PROFILE builds (not the default) sum clock64 intervals of the
+ * first consumer thread and the first epilogue thread over all blocks. */
+#ifdef GPC_SM90_PROFILE
+__device__ unsigned long long g_prof[8];
+#endif
+
 #ifdef G_KERNEL_BODY
+#ifdef GPC_SM90_PROFILE
+#define G_PROF_T(v) long long v = clock64()
+#define G_PROF_ADD(on, slot, t0)                                                                   \
+    do {                                                                                           \
+        if (on) atomicAdd(&g_prof[slot], (unsigned long long)(clock64() - (t0)));                  \
+    } while (0)
+#else
+#define G_PROF_T(v)
+#define G_PROF_ADD(on, slot, t0)
+#endif
 /* ------------------------------------------------------- PTX wrappers */
 __device__ __forceinline__ uint32_t g_smem(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -155,19 +174,6 @@ __device__ __forceinline__ void g_wgmma(float *d, uint64_t a, uint64_t b, int ac
         : "l"(a), "l"(b), "r"(accumulate));
 }
 
-/* tanh on the special-function unit: about 2^-11 relative error, below what
- * the bf16 outputs keep (2^-8). */
-__device__ __forceinline__ float g_tanh(float x) {
-    float y;
-    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ float g_gelu(float x) {
-    float t = g_tanh(GPC_GELU_SCALE * (x + 0.044715f * x * x * x));
-    return 0.5f * x * (1.0f + t);
-}
-
 /* A staging tile's three boxes to the tensor map at column n0, row m0
  * (one thread), as one bulk group. */
 __device__ __forceinline__ void g_tma_store_tile(const CUtensorMap *map, const void *staging,
@@ -199,20 +205,127 @@ __device__ __forceinline__ void g_fence_async_smem() {
 }
 #endif /* G_KERNEL_BODY */
 
+#ifdef G_KERNEL_BODY
+/* The producer (one thread): TMA copies of every tile's K slices of A and B
+ * into the ring of stages, each stage reused once the consumers are done. */
+__device__ __forceinline__ void g_produce(unsigned char *base, uint64_t *full, uint64_t *empty,
+                                          const CUtensorMap *map_a, const CUtensorMap *map_b,
+                                          int tiles, int tiles_n, int kblocks) {
+    int pos = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN;
+        for (int kb = 0; kb < kblocks; kb++, pos++) {
+            int s = pos % G_STAGES, round = pos / G_STAGES;
+            unsigned char *st = base + s * G_STAGE_BYTES;
+            if (round > 0) g_mbar_wait(&empty[s], (round - 1) & 1);
+            g_mbar_expect(&full[s], G_STAGE_BYTES);
+            g_tma_load(st, map_a, kb * G_BK, m0, &full[s]);
+            g_tma_load(st + G_A_BYTES, map_b, kb * G_BK, n0, &full[s]);
+        }
+    }
+}
+
+/* A consumer warpgroup's (c) products for one tile: acc = its 64 rows of the
+ * tile over all of K. pos counts the stages taken so far (both consumers
+ * take every stage). */
+__device__ __forceinline__ void g_mainloop(float *acc, const unsigned char *base, uint64_t *full,
+                                           uint64_t *empty, int &pos, int kblocks, int c,
+                                           int lane) {
+    int prev = -1;
+    for (int kb = 0; kb < kblocks; kb++, pos++) {
+        int s = pos % G_STAGES;
+        g_mbar_wait(&full[s], (pos / G_STAGES) & 1);
+        const unsigned char *a = base + s * G_STAGE_BYTES + c * 64 * 128;
+        const unsigned char *b = base + s * G_STAGE_BYTES + G_A_BYTES;
+        g_wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < G_BK / 16; k++)
+            g_wgmma(acc, g_desc(a + 32 * k), g_desc(b + 32 * k), kb > 0 || k > 0);
+        g_wgmma_commit();
+        /* the previous slice's products are done: its stage goes back */
+        g_wgmma_wait<1>();
+        if (prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
+        prev = s;
+    }
+    g_wgmma_wait<0>();
+    if (prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
+}
+
+/* Where a consumer thread's sums go in a staging tile: acc[4q + e] is row r0
+ * (+8 for e >= 2), column 8q + 2(lane%4) (+1 for odd e), so box q/8, 16-byte
+ * chunk q%8 of its 128-byte row, which the swizzle puts at chunk (q%8) ^
+ * (row%8), the same for both rows (row r0 + 8 is 1024 bytes on). */
+__device__ __forceinline__ unsigned char *g_stage_at(unsigned char *row0, int q, int swz) {
+    return row0 + (q / 8) * G_BOX_BYTES + (((q % 8) ^ swz) * 16);
+}
+
+/* The epilogues' elementwise work in f16 pairs, which takes half the
+ * instructions of f32 and is the epilogue warps' limit. f16 keeps 11 bits,
+ * more than the bf16 results' 8; x comes from bf16, so exactly, within the
+ * clamps below. tanh.approx.f16x2 is good to about 2^-10.7. */
+__device__ __forceinline__ __half2 g_tanh2(__half2 x) {
+    uint32_t y, in = *(const uint32_t *)&x;
+    asm("tanh.approx.f16x2 %0, %1;" : "=r"(y) : "r"(in));
+    return *(const __half2 *)&y;
+}
+
+/* gelu of a pair: x . 0.5 (1 + tanh(u)) with the half-sum in f16 pairs and
+ * the product in f32, so large x keep their value (the f16 copy of x is
+ * clamped where tanh(u) is +-1 already). */
+__device__ __forceinline__ __nv_bfloat162 g_gelu2(__nv_bfloat162 in) {
+    float2 x = __bfloat1622float2(in);
+    __half2 h = __hmax2(__hmin2(__floats2half2_rn(x.x, x.y), __float2half2_rn(16.0f)),
+                        __float2half2_rn(-16.0f));
+    __half2 v = __hfma2(__hmul2(h, h), __float2half2_rn(0.044715f * GPC_GELU_SCALE),
+                        __float2half2_rn(GPC_GELU_SCALE));
+    __half2 a = __hfma2(g_tanh2(__hmul2(h, v)), __float2half2_rn(0.5f), __float2half2_rn(0.5f));
+    float2 af = __half22float2(a);
+    return __floats2bfloat162_rn(x.x * af.x, x.y * af.y);
+}
+
+/* gelu' of a pair, as f16: 0.5 (1 + t) + 0.5 x (1 - t^2) u'(x) with t =
+ * tanh(u), u = s (x + 0.044715 x^3). Beyond |x| = 8 it is 1 or 0 to f16's
+ * precision (t is +-1), so x is clamped there. */
+__device__ __forceinline__ __half2 g_gelu_grad2(__nv_bfloat162 in) {
+    float2 xf = __bfloat1622float2(in);
+    __half2 x = __hmax2(__hmin2(__floats2half2_rn(xf.x, xf.y), __float2half2_rn(8.0f)),
+                        __float2half2_rn(-8.0f));
+    __half2 x2 = __hmul2(x, x);
+    __half2 v =
+        __hfma2(x2, __float2half2_rn(0.044715f * GPC_GELU_SCALE), __float2half2_rn(GPC_GELU_SCALE));
+    __half2 t = g_tanh2(__hmul2(x, v));
+    __half2 a = __hfma2(t, __float2half2_rn(0.5f), __float2half2_rn(0.5f));
+    __half2 s = __hfma2(__hneg2(t), t, __float2half2_rn(1.0f));
+    __half2 du = __hfma2(x2, __float2half2_rn(3.0f * 0.044715f * GPC_GELU_SCALE),
+                         __float2half2_rn(GPC_GELU_SCALE));
+    return __hfma2(__hmul2(__hmul2(__float2half2_rn(0.5f), x), s), du, a);
+}
+
+#endif /* G_KERNEL_BODY */
+
+/* MODE G_GELU: x = A . B^T + bias and y = gelu(x), both written (map_x,
+ * map_y). MODE G_DGELU: y = (A . B^T) * gelu'(x), x read (map_x). */
+enum { G_GELU, G_DGELU };
+
+template <int MODE>
 __global__ void __launch_bounds__(G_THREADS, 1)
-    gemm_gelu_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
-                          const __grid_constant__ CUtensorMap map_b,
-                          const __grid_constant__ CUtensorMap map_pre,
-                          const __grid_constant__ CUtensorMap map_act, const gpc_bf16_t *bias,
-                          int M, int N, int K) {
+    gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
+                     const __grid_constant__ CUtensorMap map_b,
+                     const __grid_constant__ CUtensorMap map_x,
+                     const __grid_constant__ CUtensorMap map_y, const gpc_bf16_t *bias, int M,
+                     int N, int K) {
 #ifdef G_KERNEL_BODY
     extern __shared__ __align__(1024) unsigned char g_shared[];
     /* the swizzled stages and staging boxes want 1024-byte alignment */
     unsigned char *base = (unsigned char *)(((uintptr_t)g_shared + 1023) & ~(uintptr_t)1023);
-    unsigned char *staging = base + G_STAGES * G_STAGE_BYTES; /* the consumers' sums: pre */
-    unsigned char *act_stg = staging + G_STAGING_BYTES;       /* the epilogue's GELU of them */
-    uint64_t *full = (uint64_t *)(act_stg + G_STAGING_BYTES);
-    uint64_t *empty = full + G_STAGES, *staged = empty + G_STAGES, *drained = staged + 1;
+    /* two staging tiles: GELU's pre and act; DGELU's ring of two tiles */
+    unsigned char *staging = base + G_STAGES * G_STAGE_BYTES;
+    unsigned char *staging2 = staging + G_STAGING_BYTES;
+    uint64_t *full = (uint64_t *)(staging2 + G_STAGING_BYTES);
+    uint64_t *empty = full + G_STAGES, *bar = empty + G_STAGES;
+    /* GELU: bar[0] the tile is staged, bar[1] the epilogue has drained it.
+     * DGELU, each for staging tile b: bar[b] its x tile has arrived,
+     * bar[2 + b] gelu'(x) is in it, bar[4 + b] the consumers' y is in it. */
     const int tiles_n = N / G_BN, tiles = (M / G_BM) * tiles_n, kblocks = K / G_BK;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
@@ -221,115 +334,210 @@ __global__ void __launch_bounds__(G_THREADS, 1)
             g_mbar_init(&full[s], 1);
             g_mbar_init(&empty[s], 8); /* lane 0 of each consumer warp */
         }
-        g_mbar_init(staged, 8);  /* consumer warps: the tile is staged */
-        g_mbar_init(drained, 1); /* the epilogue: the pre staging is free again */
+        if (MODE == G_GELU) {
+            g_mbar_init(&bar[0], 8); /* consumer warps: the tile is staged */
+            g_mbar_init(&bar[1], 1); /* the epilogue: the pre staging is free again */
+        } else {
+            for (int b = 0; b < 2; b++) {
+                g_mbar_init(&bar[b], 1);     /* the TMA load's bytes */
+                g_mbar_init(&bar[2 + b], 1); /* the epilogue's first thread */
+                g_mbar_init(&bar[4 + b], 8); /* consumer warps */
+            }
+        }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
     if (warp == 0) { /* the producer */
-        if (lane != 0) return;
-        int pos = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN;
-            for (int kb = 0; kb < kblocks; kb++, pos++) {
-                int s = pos % G_STAGES, round = pos / G_STAGES;
-                unsigned char *st = base + s * G_STAGE_BYTES;
-                if (round > 0) g_mbar_wait(&empty[s], (round - 1) & 1);
-                g_mbar_expect(&full[s], G_STAGE_BYTES);
-                g_tma_load(st, &map_a, kb * G_BK, m0, &full[s]);
-                g_tma_load(st + G_A_BYTES, &map_b, kb * G_BK, n0, &full[s]);
-            }
-        }
+        if (lane == 0) g_produce(base, full, empty, &map_a, &map_b, tiles, tiles_n, kblocks);
         return;
     }
 
-    if (warp < 4) { /* the epilogue */
+    if (warp < 4 && MODE == G_GELU) { /* the epilogue: x stored, y = gelu(x) */
         typedef gpc_pack<gpc_bf16_t> P;
         const int e = threadIdx.x - 32;
         const P *in = (const P *)staging;
-        P *out = (P *)act_stg;
+        P *out = (P *)staging2;
         unsigned j = 0;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, j++) {
             int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN;
-            g_mbar_wait(staged, j & 1);
+            G_PROF_T(p0);
+            g_mbar_wait(&bar[0], j & 1);
+            G_PROF_ADD(e == 0, 4, p0);
+            G_PROF_T(p1);
             if (e == 0) {
-                g_tma_store_tile(&map_pre, staging, n0, m0);
-                g_bulk_wait_read<1>(); /* the last tile's act store has read act_stg */
+                g_tma_store_tile(&map_x, staging, n0, m0);
+                g_bulk_wait_read<1>(); /* the last tile's act store has read staging2 */
             }
             g_epi_sync();
             /* GELU, elementwise, so the swizzled order is no matter */
             for (int i = e; i < G_STAGING_BYTES / 16; i += G_EPI_THREADS) {
-                P v = in[i];
+                uint4 v = ((const uint4 *)in)[i];
+                __nv_bfloat162 *w = (__nv_bfloat162 *)&v;
 #pragma unroll
-                for (int k = 0; k < 8; k++)
-                    v.v[k] = __float2bfloat16_rn(g_gelu(__bfloat162float(v.v[k])));
-                out[i] = v;
+                for (int k = 0; k < 4; k++)
+                    w[k] = g_gelu2(w[k]);
+                ((uint4 *)out)[i] = v;
             }
             g_fence_async_smem();
             g_epi_sync();
+            G_PROF_ADD(e == 0, 5, p1);
+            G_PROF_T(p2);
             if (e == 0) {
-                g_tma_store_tile(&map_act, act_stg, n0, m0);
+                g_tma_store_tile(&map_y, staging2, n0, m0);
                 g_bulk_wait_read<1>(); /* this tile's pre store has read staging */
-                g_mbar_arrive(drained);
+                g_mbar_arrive(&bar[1]);
             }
+            G_PROF_ADD(e == 0, 6, p2);
         }
         if (e == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
         return;
     }
 
+    if (warp < 4 && MODE == G_DGELU) { /* the epilogue: x loaded, gelu'(x) in its place, y stored */
+        const int e = threadIdx.x - 32;
+        int prev_m0 = 0, prev_n0 = 0;
+        unsigned j = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, j++) {
+            const int b = j & 1, m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN;
+            unsigned char *buf = staging + b * G_STAGING_BYTES;
+            if (e == 0) {
+                /* tile j - 2's store, the last queued, has read buf */
+                g_bulk_wait_read<0>();
+                g_mbar_expect(&bar[b], G_STAGING_BYTES);
+#pragma unroll
+                for (int x = 0; x < G_BN / 64; x++)
+                    g_tma_load(buf + x * G_BOX_BYTES, &map_x, n0 + 64 * x, m0, &bar[b]);
+            }
+            G_PROF_T(p0);
+            g_mbar_wait(&bar[b], (j >> 1) & 1);
+            G_PROF_ADD(e == 0, 4, p0);
+            G_PROF_T(p1);
+            /* gelu'(x) as f16 over x's bf16, elementwise */
+            for (int i = e; i < G_STAGING_BYTES / 16; i += G_EPI_THREADS) {
+                uint4 v = ((const uint4 *)buf)[i];
+                uint32_t *w = (uint32_t *)&v;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    __half2 g = g_gelu_grad2(*(const __nv_bfloat162 *)&w[k]);
+                    w[k] = *(const uint32_t *)&g;
+                }
+                ((uint4 *)buf)[i] = v;
+            }
+            g_epi_sync();
+            G_PROF_ADD(e == 0, 5, p1);
+            G_PROF_T(p2);
+            if (e == 0) {
+                g_mbar_arrive(&bar[2 + b]);
+                if (j > 0) { /* the last tile's y, once the consumers have written it */
+                    g_mbar_wait(&bar[4 + (b ^ 1)], ((j - 1) >> 1) & 1);
+                    g_tma_store_tile(&map_y, staging + (b ^ 1) * G_STAGING_BYTES, prev_n0, prev_m0);
+                }
+            }
+            G_PROF_ADD(e == 0, 6, p2);
+            prev_m0 = m0, prev_n0 = n0;
+        }
+        if (e == 0) {
+            if (j > 0) {
+                const int b = (j - 1) & 1;
+                g_mbar_wait(&bar[4 + b], ((j - 1) >> 1) & 1);
+                g_tma_store_tile(&map_y, staging + b * G_STAGING_BYTES, prev_n0, prev_m0);
+            }
+            asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        }
+        return;
+    }
+
     /* the consumers: warpgroup c takes rows 64c..64c+63 of every tile */
     const int c = warp / 4 - 1, t = threadIdx.x % 128, cw = t / 32;
+    const int r0 = 64 * c + 16 * cw + lane / 4, swz = r0 % 8;
     float acc[G_BN / 2];
     int pos = 0;
     unsigned j = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, j++) {
-        int n0 = tile % tiles_n * G_BN, prev = -1;
-        for (int kb = 0; kb < kblocks; kb++, pos++) {
-            int s = pos % G_STAGES;
-            g_mbar_wait(&full[s], (pos / G_STAGES) & 1);
-            const unsigned char *a = base + s * G_STAGE_BYTES + c * 64 * 128;
-            const unsigned char *b = base + s * G_STAGE_BYTES + G_A_BYTES;
-            g_wgmma_fence();
+        int n0 = tile % tiles_n * G_BN;
+        [[maybe_unused]] const bool prof = threadIdx.x == 128;
+        /* GELU: the first 96 consumer threads fetch the tile's bias, a pair
+         * each, while the products run; it goes to shared memory after them */
+        const int ct = threadIdx.x - 128;
+        __nv_bfloat162 bpair = __float2bfloat162_rn(0.0f);
+        if (MODE == G_GELU && bias && ct < G_BN / 2)
+            bpair = *(const __nv_bfloat162 *)(bias + n0 + 2 * ct);
+        G_PROF_T(q0);
+        g_mainloop(acc, base, full, empty, pos, kblocks, c, lane);
+        G_PROF_ADD(prof, 0, q0);
+#ifdef GPC_SM90_PROFILE
+        if (prof) atomicAdd(&g_prof[3], 1ull);
+#endif
+        if (MODE == G_GELU) {
+            /* stage the tile (with its bias) once the epilogue is done with the last one */
+            __nv_bfloat162 *bias_s = (__nv_bfloat162 *)(full + G_BARRIERS) + (j & 1) * (G_BN / 2);
+            if (ct < G_BN / 2) bias_s[ct] = bpair;
+            /* the consumers' own barrier (named barrier 2): the bias is in.
+             * Tile j + 2 writes this half again only after every consumer
+             * has passed tile j + 1's barrier, so after these reads. */
+            asm volatile("bar.sync 2, %0;" ::"n"(2 * 128) : "memory");
+            G_PROF_T(q1);
+            if (j > 0) g_mbar_wait(&bar[1], (j - 1) & 1);
+            G_PROF_ADD(prof, 1, q1);
+            G_PROF_T(q2);
+            unsigned char *row0 = staging + r0 * 128 + 4 * (lane % 4);
+            /* a box at a time: its 8 bias loads first, so they are in flight together */
 #pragma unroll
-            for (int k = 0; k < G_BK / 16; k++)
-                g_wgmma(acc, g_desc(a + 32 * k), g_desc(b + 32 * k), kb > 0 || k > 0);
-            g_wgmma_commit();
-            /* the previous slice's products are done: its stage goes back */
-            g_wgmma_wait<1>();
-            if (prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
-            prev = s;
-        }
-        g_wgmma_wait<0>();
-        if (prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
-
-        /* Stage the tile once the epilogue is done with the last one.
-         * acc[4q + e] is row r0 (+8 for e >= 2), column 8q + 2(lane%4) (+1
-         * for odd e): box q/8, 16-byte chunk q%8 of its 128-byte row, which
-         * the swizzle puts at chunk (q%8) ^ (row%8), the same for both rows. */
-        if (j > 0) g_mbar_wait(drained, (j - 1) & 1);
-        const int r0 = 64 * c + 16 * cw + lane / 4;
-        unsigned char *row0 = staging + r0 * 128 + 4 * (lane % 4); /* row r0 + 8: +1024 */
-        const int swz = r0 % 8;
+            for (int q0 = 0; q0 < G_BN / 8; q0 += 8) {
+                float2 bb[8];
 #pragma unroll
-        for (int q = 0; q < G_BN / 8; q++) {
-            /* a box at a time, so the bias loads are not all hoisted (registers) */
-            if (q % 8 == 0) asm volatile("" ::: "memory");
-            int col = 8 * q + 2 * (lane % 4);
-            float2 bb = bias ? __bfloat1622float2(*(const __nv_bfloat162 *)(bias + n0 + col))
-                             : make_float2(0.0f, 0.0f);
-            float b0 = bb.x, b1 = bb.y;
-            unsigned char *at = row0 + (q / 8) * G_BOX_BYTES + (((q % 8) ^ swz) * 16);
-            *(__nv_bfloat162 *)at = __floats2bfloat162_rn(acc[4 * q] + b0, acc[4 * q + 1] + b1);
-            *(__nv_bfloat162 *)(at + 1024) =
-                __floats2bfloat162_rn(acc[4 * q + 2] + b0, acc[4 * q + 3] + b1);
+                for (int q = 0; q < 8; q++)
+                    bb[q] = __bfloat1622float2(bias_s[4 * (q0 + q) + lane % 4]);
+#pragma unroll
+                for (int q = 0; q < 8; q++) {
+                    unsigned char *at = g_stage_at(row0, q0 + q, swz);
+                    const float *d = acc + 4 * (q0 + q);
+                    *(__nv_bfloat162 *)at = __floats2bfloat162_rn(d[0] + bb[q].x, d[1] + bb[q].y);
+                    *(__nv_bfloat162 *)(at + 1024) =
+                        __floats2bfloat162_rn(d[2] + bb[q].x, d[3] + bb[q].y);
+                }
+            }
+            g_fence_async_smem();
+            __syncwarp();
+            if (lane == 0) g_mbar_arrive(&bar[0]);
+            G_PROF_ADD(prof, 2, q2);
+        } else {
+            /* y = the sums times gelu'(x), which the epilogue has put in this tile's buffer */
+            const int b = j & 1;
+            unsigned char *row0 = staging + b * G_STAGING_BYTES + r0 * 128 + 4 * (lane % 4);
+            G_PROF_T(q1);
+            g_mbar_wait(&bar[2 + b], (j >> 1) & 1);
+            G_PROF_ADD(prof, 1, q1);
+            G_PROF_T(q2);
+            /* a box at a time: its 16 loads first, so they are in flight together */
+#pragma unroll
+            for (int q0 = 0; q0 < G_BN / 8; q0 += 8) {
+                __half2 g[16];
+#pragma unroll
+                for (int q = 0; q < 8; q++) {
+                    const unsigned char *at = g_stage_at(row0, q0 + q, swz);
+                    g[2 * q] = *(const __half2 *)at;
+                    g[2 * q + 1] = *(const __half2 *)(at + 1024);
+                }
+#pragma unroll
+                for (int q = 0; q < 8; q++) {
+                    unsigned char *at = g_stage_at(row0, q0 + q, swz);
+                    const float *d = acc + 4 * (q0 + q);
+                    float2 g0 = __half22float2(g[2 * q]), g1 = __half22float2(g[2 * q + 1]);
+                    *(__nv_bfloat162 *)at = __floats2bfloat162_rn(d[0] * g0.x, d[1] * g0.y);
+                    *(__nv_bfloat162 *)(at + 1024) =
+                        __floats2bfloat162_rn(d[2] * g1.x, d[3] * g1.y);
+                }
+            }
+            g_fence_async_smem();
+            __syncwarp();
+            if (lane == 0) g_mbar_arrive(&bar[4 + b]);
+            G_PROF_ADD(prof, 2, q2);
         }
-        g_fence_async_smem();
-        __syncwarp();
-        if (lane == 0) g_mbar_arrive(staged);
     }
 #else
-    (void)map_a, (void)map_b, (void)map_pre, (void)map_act, (void)bias, (void)M, (void)N, (void)K;
+    (void)map_a, (void)map_b, (void)map_x, (void)map_y, (void)bias, (void)M, (void)N, (void)K;
 #endif
 }
 
@@ -363,17 +571,23 @@ static gpc_status make_map(CUtensorMap *map, const void *p, int64_t rows, int64_
     return GPC_OK;
 }
 
-/* 1 when GPC_GEMM_SM90=1 turns the kernel on (read once). */
+/* Which products GPC_GEMM_SM90 turns on (read once): "1" both, "gelu" the
+ * forward, "dgelu" the backward; anything else neither. */
+enum { SM90_GELU = 1, SM90_DGELU = 2 };
 static int sm90_enabled(void) {
     static int enabled = -1;
     if (enabled < 0) {
         const char *e = getenv("GPC_GEMM_SM90");
-        enabled = e && !strcmp(e, "1");
+        enabled = !e                    ? 0
+                  : !strcmp(e, "1")     ? SM90_GELU | SM90_DGELU
+                  : !strcmp(e, "gelu")  ? SM90_GELU
+                  : !strcmp(e, "dgelu") ? SM90_DGELU
+                                        : 0;
     }
     return enabled;
 }
 
-/* Whether this GPU runs the kernel: compute capability 9.0 and the driver's
+/* Whether this GPU runs the kernels: compute capability 9.0 and the driver's
  * tensor-map encoder found. Asked once per device. */
 static int device_ok(void) {
     static int ok[GPC_CUDA_MAX_DEVICES]; /* 0 unknown, 1 no, 2 yes */
@@ -384,10 +598,13 @@ static int device_ok(void) {
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
         pthread_once(&encode_once, encode_lookup);
-        int yes =
-            major == 9 && minor == 0 && encode_fn &&
-            cudaFuncSetAttribute(gemm_gelu_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 G_SMEM) == cudaSuccess;
+        int yes = major == 9 && minor == 0 && encode_fn &&
+                  cudaFuncSetAttribute(gemm_sm90_kernel<G_GELU>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       G_SMEM) == cudaSuccess &&
+                  cudaFuncSetAttribute(gemm_sm90_kernel<G_DGELU>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       G_SMEM) == cudaSuccess;
         if (!yes) cudaGetLastError();
         ok[d] = yes ? 2 : 1;
     }
@@ -397,31 +614,87 @@ static int device_ok(void) {
 static long calls;
 
 int gpc_cuda_gemm_sm90_available(void) {
-    return sm90_enabled() && device_ok();
+    return sm90_enabled() && device_ok() ? sm90_enabled() : 0;
 }
 
 long gpc_cuda_gemm_sm90_calls(void) {
     return __atomic_load_n(&calls, __ATOMIC_RELAXED);
 }
 
+/* Whether the kernels take this product: which (SM90_*) on, shapes in
+ * whole tiles, sizes within int, pointers 16-byte aligned, the GPU able. */
+static int sm90_takes(int which, int64_t M, int64_t N, int64_t K, const void *const *ptrs,
+                      int nptrs) {
+    if (!(sm90_enabled() & which) || M <= 0 || N <= 0 || K <= 0 || M % G_BM || N % G_BN ||
+        K % G_BK || M > 0x7fffffff || N > 0x7fffffff || K > 0x7fffffff ||
+        (M / G_BM) * (N / G_BN) > 0x7fffffff)
+        return 0;
+    for (int i = 0; i < nptrs; i++)
+        if (!gpc_cuda_aligned16(ptrs[i])) return 0;
+    return device_ok();
+}
+
+/* GPC_SM90_PROFILE builds: the kernel's intervals, in cycles a tile. */
+static void sm90_profile(const char *what) {
+#ifdef GPC_SM90_PROFILE
+    unsigned long long p[8] = {0};
+    cudaDeviceSynchronize();
+    cudaMemcpyFromSymbol(p, g_prof, sizeof p);
+    double n = p[3] ? (double)p[3] : 1.0;
+    fprintf(stderr,
+            "sm90 %s profile, cycles a tile (%llu tiles): consumer main loop %.0f, wait %.0f, "
+            "staging %.0f; epilogue wait %.0f, work %.0f, stores %.0f\n",
+            what, p[3], p[0] / n, p[1] / n, p[2] / n, p[4] / n, p[5] / n, p[6] / n);
+    memset(p, 0, sizeof p);
+    cudaMemcpyToSymbol(g_prof, p, sizeof p);
+#else
+    (void)what;
+#endif
+}
+
+/* The persistent grid: one block a multiprocessor, or one a tile. */
+static int sm90_grid(int64_t M, int64_t N) {
+    int tiles = (int)((M / G_BM) * (N / G_BN)), sms = gpc_cuda_sm_count();
+    return tiles < sms ? tiles : sms;
+}
+
 gpc_status gpc_cuda_gemm_gelu_sm90(gpc_bf16_t *pre, gpc_bf16_t *act, const gpc_bf16_t *a,
                                    const gpc_bf16_t *w, const gpc_bf16_t *bias, int64_t M,
                                    int64_t N, int64_t K) {
-    if (!sm90_enabled() || M <= 0 || N <= 0 || K <= 0 || M % G_BM || N % G_BN || K % G_BK ||
-        M > 0x7fffffff || N > 0x7fffffff || K > 0x7fffffff || !gpc_cuda_aligned16(pre) ||
-        !gpc_cuda_aligned16(act) || !gpc_cuda_aligned16(a) || !gpc_cuda_aligned16(w) ||
-        (M / G_BM) * (N / G_BN) > 0x7fffffff || !device_ok())
+    const void *ptrs[4] = {pre, act, a, w};
+    if (!sm90_takes(SM90_GELU, M, N, K, ptrs, 4))
         return gpc_error(GPC_ERR_UNSUPPORTED, "gemm_sm90: not for this shape or GPU");
     CUtensorMap map_a, map_b, map_pre, map_act;
     GPC_TRY(make_map(&map_a, a, M, K, G_BM));
     GPC_TRY(make_map(&map_b, w, N, K, G_BN));
     GPC_TRY(make_map(&map_pre, pre, M, N, G_BM));
     GPC_TRY(make_map(&map_act, act, M, N, G_BM));
-    int tiles = (int)((M / G_BM) * (N / G_BN)), sms = gpc_cuda_sm_count();
-    int grid = tiles < sms ? tiles : sms;
-    gemm_gelu_sm90_kernel<<<grid, G_THREADS, G_SMEM, gpc_cuda_stream()>>>(
+    gemm_sm90_kernel<G_GELU><<<sm90_grid(M, N), G_THREADS, G_SMEM, gpc_cuda_stream()>>>(
         map_a, map_b, map_pre, map_act, bias, (int)M, (int)N, (int)K);
     GPC_CUDA_CHECK_LAUNCH();
+    sm90_profile("GELU");
+    __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
+    return GPC_OK;
+}
+
+gpc_status gpc_cuda_gemm_dgelu_sm90(gpc_bf16_t *dinp, const gpc_bf16_t *dout, const gpc_bf16_t *w,
+                                    const gpc_bf16_t *pre, int64_t M, int64_t N, int64_t K) {
+    const void *ptrs[4] = {dinp, dout, w, pre};
+    if (!sm90_takes(SM90_DGELU, M, N, K, ptrs, 4))
+        return gpc_error(GPC_ERR_UNSUPPORTED, "gemm_sm90: not for this shape or GPU");
+    /* the kernel wants B K-major: w^T [N, K], in the scratch buffer */
+    void *wt = NULL;
+    GPC_TRY(gpc_cuda_scratch((size_t)(N * K) * 2, &wt));
+    GPC_TRY(gpc_cuda_transpose16(wt, w, K, N));
+    CUtensorMap map_a, map_b, map_pre, map_dinp;
+    GPC_TRY(make_map(&map_a, dout, M, K, G_BM));
+    GPC_TRY(make_map(&map_b, wt, N, K, G_BN));
+    GPC_TRY(make_map(&map_pre, pre, M, N, G_BM));
+    GPC_TRY(make_map(&map_dinp, dinp, M, N, G_BM));
+    gemm_sm90_kernel<G_DGELU><<<sm90_grid(M, N), G_THREADS, G_SMEM, gpc_cuda_stream()>>>(
+        map_a, map_b, map_pre, map_dinp, NULL, (int)M, (int)N, (int)K);
+    GPC_CUDA_CHECK_LAUNCH();
+    sm90_profile("DGELU");
     __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
     return GPC_OK;
 }

@@ -1,6 +1,8 @@
 /*
- * gemm_sm90.h: gpc's own Hopper product for the fc layer's forward
- * (gemm_sm90.cu), which matmul.cu tries before cuBLASLt's GELU epilogue.
+ * gemm_sm90.h: gpc's own Hopper products for the fc layer's forward and the
+ * GELU backward after it (gemm_sm90.cu), which matmul.cu tries before
+ * cuBLASLt's GELU epilogues when GPC_GEMM_SM90 turns them on: "1" both,
+ * "gelu" the forward, "dgelu" the backward.
  */
 #ifndef GPC_CUDA_GEMM_SM90_H
 #define GPC_CUDA_GEMM_SM90_H
@@ -11,10 +13,17 @@
  * [M, K], w [N, K], pre and act [M, N], bias [N] or NULL, all bf16.
  * GPC_ERR_UNSUPPORTED (with nothing queued) unless M is a multiple of 128,
  * N of 192, K of 64, the pointers 16-byte aligned, the GPU of compute
- * capability 9.0 and GPC_GEMM_SM90=1 (off by default: not yet faster than
+ * capability 9.0 and GPC_GEMM_SM90 on (off by default: not yet faster than
  * cuBLASLt); the caller then takes another path. */
 gpc_status gpc_cuda_gemm_gelu_sm90(gpc_bf16_t *pre, gpc_bf16_t *act, const gpc_bf16_t *a,
                                    const gpc_bf16_t *w, const gpc_bf16_t *bias, int64_t M,
                                    int64_t N, int64_t K);
+
+/* dinp = (dout . w) * gelu'(pre), the backward product of a layer whose
+ * input was gelu(pre): dout [M, K], w [K, N] (the layer's weight, which is
+ * transposed into the scratch buffer first), pre and dinp [M, N], all bf16.
+ * GPC_ERR_UNSUPPORTED as above (M a multiple of 128, N of 192, K of 64). */
+gpc_status gpc_cuda_gemm_dgelu_sm90(gpc_bf16_t *dinp, const gpc_bf16_t *dout, const gpc_bf16_t *w,
+                                    const gpc_bf16_t *pre, int64_t M, int64_t N, int64_t K);
 
 #endif
