@@ -1,39 +1,51 @@
 /*
- * gemm_sm90.cu: gpc's own Hopper matrix product for the fc layer's forward,
- * pre = inp . W^T + bias and act = gelu(pre), both written: cuBLASLt's
- * GELU_AUX_BIAS epilogue runs this product well below its plain ones (its
- * [N, 4C] epilogue does not overlap the short K = C main loop).
+ * gemm_sm90.cu: gpc's own Hopper matrix products for the two GELU products
+ * of the transformer block, where cuBLASLt's GELU epilogues run well below
+ * its plain products (their [N, 4C] epilogue does not overlap the short
+ * K = C main loop):
+ *   - GELU (the fc forward): pre = inp . W^T + bias and act = gelu(pre),
+ *     both written;
+ *   - DGELU (fcproj's backward): dinp = (dout . W) * gelu'(pre), with W
+ *     transposed K-major first (gpc_cuda_transpose16, a few microseconds).
  *
- * out[M, N] = A[M, K] . B[N, K]^T with A (inp) and B (the weight [OC, C])
- * K-major. The kernel (sm_90a: wgmma and TMA) is persistent, one block a
- * multiprocessor walking tiles of 128 x 192 outputs, with three warpgroups:
+ * y[M, N] = A[M, K] . B[N, K]^T with A and B K-major. The kernel (sm_90a:
+ * wgmma and TMA) is persistent, one block a multiprocessor walking tiles of
+ * 128 x 192 outputs, with three warpgroups:
  *   - warp 0 is the producer: one thread queues TMA copies of each 64-wide
  *     K slice of A (128 rows) and B (192 rows) into a ring of G_STAGES
  *     shared-memory stages (128-byte swizzle), each with a "full" mbarrier
  *     (its bytes arrived) and an "empty" one (the consumers are done);
  *   - warpgroups 1 and 2 are the consumers: each takes 64 of the tile's
- *     rows, a chain of m64n192k16 wgmma over K into f32 registers. At the
- *     tile's end they add the bias, write the sums as bf16 into the pre
- *     staging tile and go straight on to the next tile;
- *   - warps 1-3 are the epilogue: a TMA store writes the staged tile to pre
- *     while the warps write its GELU into a second staging tile, which a
- *     second TMA store writes to act, all while the consumers' products for
- *     the next tile run. So the tensor cores do not wait for the epilogue's
- *     memory traffic, which is what slows the library's fused form.
+ *     rows, a chain of m64n192k16 wgmma over K into f32 registers, then
+ *     writes the tile's result as bf16 into a staging tile and goes
+ *     straight on to the next tile. GELU: the sums plus the bias (which 96
+ *     of them fetch during the products and put in shared memory). DGELU:
+ *     the sums times gelu'(pre), read from the staging tile;
+ *   - warps 1-3 are the epilogue. GELU: a TMA store writes the staged tile
+ *     to pre while the warps write its GELU into the second staging tile,
+ *     which a second TMA store writes to act. DGELU: the two staging tiles
+ *     are a ring; for each tile a TMA load brings pre into one, the warps
+ *     turn it into gelu'(pre) in f16 in place, and once the consumers have
+ *     written dinp over it a TMA store sends it out. Either way the
+ *     epilogue's work overlaps the next tile's products.
  * A staging tile is three [128][64] boxes in the 128-byte swizzle, the
- * layout the TMA stores read; the consumers' writes to it are then free of
- * bank conflicts. GELU is computed from the bf16 pre-activation, as the
- * backward pass sees it.
+ * layout the TMA copies use; the consumers' accesses to it are then free of
+ * bank conflicts. The elementwise math runs in f16 pairs (half the
+ * instructions of f32; f16 keeps 11 bits, more than the bf16 results' 8),
+ * from the bf16 pre-activation, as the backward pass sees it.
  *
  * Shapes: M a multiple of 128, N of 192, K of 64, all pointers 16-byte
  * aligned and bf16; anything else, or another GPU than compute capability
  * 9.0, answers GPC_ERR_UNSUPPORTED and the caller takes cuBLASLt's path.
  *
- * Off unless GPC_GEMM_SM90=1: on an H200 at GPT-2's shape it takes
- * 0.560-0.565 ms against cuBLASLt's 0.551 (bench_gelu_bench). Its main loop
- * alone (measured with 256-wide tiles, the epilogue's work skipped) took
- * 0.447 ms, 690 TFLOP/s: the epilogue is what is slow, and the place to
- * work on (bench/NOTES-cuda.md).
+ * Off unless GPC_GEMM_SM90 is 1 (both), gelu or dgelu. On an H200 at
+ * GPT-2's shape (bench_gelu_bench, bench/RESULTS.md) the GELU form takes
+ * 0.530-0.533 ms against cuBLASLt's 0.551-0.553 (1.04x) and the DGELU form
+ * 0.622-0.625 against 0.618-0.623; the training step, which runs at the
+ * GPU's power cap, moved by 1.001-1.002x, within its noise, so the default
+ * stays with cuBLASLt. Built with -DGPC_SM90_PROFILE, each call prints the
+ * cycles a tile spends in each phase (consumers: products, waiting,
+ * staging; epilogue: waiting, work, stores), which is how these were tuned.
  */
 #include "cuda/cuda_common.cuh"
 #include "cuda/gemm_sm90.h"
@@ -371,6 +383,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
             }
             g_epi_sync();
             /* GELU, elementwise, so the swizzled order is no matter */
+#pragma unroll 4
             for (int i = e; i < G_STAGING_BYTES / 16; i += G_EPI_THREADS) {
                 uint4 v = ((const uint4 *)in)[i];
                 __nv_bfloat162 *w = (__nv_bfloat162 *)&v;
@@ -414,6 +427,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
             G_PROF_ADD(e == 0, 4, p0);
             G_PROF_T(p1);
             /* gelu'(x) as f16 over x's bf16, elementwise */
+#pragma unroll 4
             for (int i = e; i < G_STAGING_BYTES / 16; i += G_EPI_THREADS) {
                 uint4 v = ((const uint4 *)buf)[i];
                 uint32_t *w = (uint32_t *)&v;

@@ -985,18 +985,6 @@ static int gelu_epilogue_enabled(void) {
     return enabled;
 }
 
-/* GPC_MATMUL_DGELU_T=1: cuBLASLt's DGELU product takes a transposed copy of
- * the weight (K-major, as the forward's), for measuring which layout its
- * kernels prefer. */
-static int dgelu_transposed(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *env = getenv("GPC_MATMUL_DGELU_T");
-        on = env && !strcmp(env, "1");
-    }
-    return on;
-}
-
 gpc_status gpc_cuda_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
                                         const gpc_tensor *inp, const gpc_tensor *weight,
                                         const gpc_tensor *bias) {
@@ -1055,17 +1043,9 @@ gpc_status gpc_cuda_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight,
     }
     if (fuse) {
         /* dinp^T (C x N) = weight^T (C x OC) . dout^T (OC x N), times gelu'(gelu_inp) */
-        const void *w = weight->data;
-        int transa = 0, lda = (int)C;
-        if (dgelu_transposed()) { /* weight^T K-major, as the forward's layout */
-            void *wt = NULL;
-            GPC_TRY(gpc_cuda_scratch((size_t)(C * OC) * 2, &wt));
-            GPC_TRY(gpc_cuda_transpose16(wt, weight->data, OC, C));
-            w = wt, transa = 1, lda = (int)OC;
-        }
-        gpc_status st =
-            lt_matmul(dinp->data, t, w, t, dout->data, t, NULL, (int)C, (int)N, (int)OC, transa, 0,
-                      lda, (int)OC, (int)C, 0.0f, NULL, MATMUL_DGELU, (void *)gelu_inp->data);
+        gpc_status st = lt_matmul(dinp->data, t, weight->data, t, dout->data, t, NULL, (int)C,
+                                  (int)N, (int)OC, 0, 0, (int)C, (int)OC, (int)C, 0.0f, NULL,
+                                  MATMUL_DGELU, (void *)gelu_inp->data);
         if (st == GPC_OK) return gpc_cuda_matmul_backward(NULL, dweight, dbias, dout, inp, weight);
         if (st != GPC_ERR_UNSUPPORTED) return st;
         gpc_clear_error();
