@@ -672,23 +672,30 @@ static int sm90_grid(int64_t M, int64_t N) {
     return tiles < sms ? tiles : sms;
 }
 
+/* The tensor maps of A [M, K], B [N, K], x and y [M, N], and the launch. */
+template <int MODE>
+static gpc_status sm90_launch(const void *a, const void *b, const void *x, const void *y,
+                              const gpc_bf16_t *bias, int64_t M, int64_t N, int64_t K) {
+    CUtensorMap map_a, map_b, map_x, map_y;
+    GPC_TRY(make_map(&map_a, a, M, K, G_BM));
+    GPC_TRY(make_map(&map_b, b, N, K, G_BN));
+    GPC_TRY(make_map(&map_x, x, M, N, G_BM));
+    GPC_TRY(make_map(&map_y, y, M, N, G_BM));
+    gemm_sm90_kernel<MODE><<<sm90_grid(M, N), G_THREADS, G_SMEM, gpc_cuda_stream()>>>(
+        map_a, map_b, map_x, map_y, bias, (int)M, (int)N, (int)K);
+    GPC_CUDA_CHECK_LAUNCH();
+    sm90_profile(MODE == G_GELU ? "GELU" : "DGELU");
+    __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
+    return GPC_OK;
+}
+
 gpc_status gpc_cuda_gemm_gelu_sm90(gpc_bf16_t *pre, gpc_bf16_t *act, const gpc_bf16_t *a,
                                    const gpc_bf16_t *w, const gpc_bf16_t *bias, int64_t M,
                                    int64_t N, int64_t K) {
     const void *ptrs[4] = {pre, act, a, w};
     if (!sm90_takes(SM90_GELU, M, N, K, ptrs, 4))
         return gpc_error(GPC_ERR_UNSUPPORTED, "gemm_sm90: not for this shape or GPU");
-    CUtensorMap map_a, map_b, map_pre, map_act;
-    GPC_TRY(make_map(&map_a, a, M, K, G_BM));
-    GPC_TRY(make_map(&map_b, w, N, K, G_BN));
-    GPC_TRY(make_map(&map_pre, pre, M, N, G_BM));
-    GPC_TRY(make_map(&map_act, act, M, N, G_BM));
-    gemm_sm90_kernel<G_GELU><<<sm90_grid(M, N), G_THREADS, G_SMEM, gpc_cuda_stream()>>>(
-        map_a, map_b, map_pre, map_act, bias, (int)M, (int)N, (int)K);
-    GPC_CUDA_CHECK_LAUNCH();
-    sm90_profile("GELU");
-    __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
-    return GPC_OK;
+    return sm90_launch<G_GELU>(a, w, pre, act, bias, M, N, K);
 }
 
 gpc_status gpc_cuda_gemm_dgelu_sm90(gpc_bf16_t *dinp, const gpc_bf16_t *dout, const gpc_bf16_t *w,
@@ -700,15 +707,5 @@ gpc_status gpc_cuda_gemm_dgelu_sm90(gpc_bf16_t *dinp, const gpc_bf16_t *dout, co
     void *wt = NULL;
     GPC_TRY(gpc_cuda_scratch((size_t)(N * K) * 2, &wt));
     GPC_TRY(gpc_cuda_transpose16(wt, w, K, N));
-    CUtensorMap map_a, map_b, map_pre, map_dinp;
-    GPC_TRY(make_map(&map_a, dout, M, K, G_BM));
-    GPC_TRY(make_map(&map_b, wt, N, K, G_BN));
-    GPC_TRY(make_map(&map_pre, pre, M, N, G_BM));
-    GPC_TRY(make_map(&map_dinp, dinp, M, N, G_BM));
-    gemm_sm90_kernel<G_DGELU><<<sm90_grid(M, N), G_THREADS, G_SMEM, gpc_cuda_stream()>>>(
-        map_a, map_b, map_pre, map_dinp, NULL, (int)M, (int)N, (int)K);
-    GPC_CUDA_CHECK_LAUNCH();
-    sm90_profile("DGELU");
-    __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
-    return GPC_OK;
+    return sm90_launch<G_DGELU>(dout, wt, pre, dinp, NULL, M, N, K);
 }
