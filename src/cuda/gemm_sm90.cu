@@ -215,9 +215,7 @@ __device__ __forceinline__ void g_epi_sync() {
 __device__ __forceinline__ void g_fence_async_smem() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-#endif /* G_KERNEL_BODY */
 
-#ifdef G_KERNEL_BODY
 /* The producer (one thread): TMA copies of every tile's K slices of A and B
  * into the ring of stages, each stage reused once the consumers are done. */
 __device__ __forceinline__ void g_produce(unsigned char *base, uint64_t *full, uint64_t *empty,
@@ -271,8 +269,8 @@ __device__ __forceinline__ unsigned char *g_stage_at(unsigned char *row0, int q,
     return row0 + (q / 8) * G_BOX_BYTES + (((q % 8) ^ swz) * 16);
 }
 
-/* The epilogues' elementwise work in f16 pairs, which takes half the
- * instructions of f32 and is the epilogue warps' limit. f16 keeps 11 bits,
+/* The epilogues' elementwise work in f16 pairs, half the instructions of
+ * f32 (the loops over it are latency-bound, hence unrolled). f16 keeps 11 bits,
  * more than the bf16 results' 8; x comes from bf16, so exactly, within the
  * clamps below. tanh.approx.f16x2 is good to about 2^-10.7. */
 __device__ __forceinline__ __half2 g_tanh2(__half2 x) {
@@ -366,10 +364,9 @@ __global__ void __launch_bounds__(G_THREADS, 1)
     }
 
     if (warp < 4 && MODE == G_GELU) { /* the epilogue: x stored, y = gelu(x) */
-        typedef gpc_pack<gpc_bf16_t> P;
         const int e = threadIdx.x - 32;
-        const P *in = (const P *)staging;
-        P *out = (P *)staging2;
+        const uint4 *in = (const uint4 *)staging;
+        uint4 *out = (uint4 *)staging2;
         unsigned j = 0;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, j++) {
             int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN;
@@ -385,12 +382,12 @@ __global__ void __launch_bounds__(G_THREADS, 1)
             /* GELU, elementwise, so the swizzled order is no matter */
 #pragma unroll 4
             for (int i = e; i < G_STAGING_BYTES / 16; i += G_EPI_THREADS) {
-                uint4 v = ((const uint4 *)in)[i];
+                uint4 v = in[i];
                 __nv_bfloat162 *w = (__nv_bfloat162 *)&v;
 #pragma unroll
                 for (int k = 0; k < 4; k++)
                     w[k] = g_gelu2(w[k]);
-                ((uint4 *)out)[i] = v;
+                out[i] = v;
             }
             g_fence_async_smem();
             g_epi_sync();
