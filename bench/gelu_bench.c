@@ -7,8 +7,10 @@
  *             gelu(pre); inp [N, C], W_fc [4C, C]
  *   dgelu     gpc_op_matmul_backward_dgelu of the projection after it
  *             (W_proj [C, 4C]): dinp = (dout . W_proj) * gelu'(pre), then
- *             W_proj's weight and bias gradients
+ *             W_proj's weight and bias gradients, and fc's bias gradient
+ *             (dinp's column sums), as the model asks for them
  *   dinp      the same op with only dinp asked for: the DGELU product alone
+ *   dinp_sums dinp and fc's bias gradient
  *
  *   bench_gelu_bench [--rows 65536] [--channels 768] [--reps 20]
  *
@@ -45,7 +47,7 @@ int main(int argc, char **argv) {
     gpc_device dev = {GPC_DEVICE_CUDA, 0};
     int64_t s_x[2] = {N, C}, s_h[2] = {N, 4 * C}, s_wfc[2] = {4 * C, C}, s_wp[2] = {C, 4 * C},
             s_b4[2] = {1, 4 * C}, s_b[2] = {1, C};
-    gpc_tensor inp, w_fc, b_fc, pre, act, dout, w_proj, dinp, dw, db;
+    gpc_tensor inp, w_fc, b_fc, pre, act, dout, w_proj, dinp, dw, db, db_fc;
     CHECK(gpc_tensor_alloc(&inp, GPC_BF16, dev, 2, s_x));
     CHECK(gpc_tensor_alloc(&w_fc, GPC_BF16, dev, 2, s_wfc));
     CHECK(gpc_tensor_alloc(&b_fc, GPC_BF16, dev, 2, s_b4));
@@ -56,6 +58,7 @@ int main(int argc, char **argv) {
     CHECK(gpc_tensor_alloc(&dinp, GPC_BF16, dev, 2, s_h));
     CHECK(gpc_tensor_alloc(&dw, GPC_BF16, dev, 2, s_wp));
     CHECK(gpc_tensor_alloc(&db, GPC_BF16, dev, 2, s_b));
+    CHECK(gpc_tensor_alloc(&db_fc, GPC_BF16, dev, 2, s_b4));
     gpc_rng rng;
     gpc_rng_seed(&rng, 13, 1);
     if (fill(&inp, &rng, -1, 1) || fill(&w_fc, &rng, -0.05f, 0.05f) ||
@@ -64,23 +67,25 @@ int main(int argc, char **argv) {
         return 1;
     CHECK(gpc_tensor_zero(&dw));
     CHECK(gpc_tensor_zero(&db));
+    CHECK(gpc_tensor_zero(&db_fc));
     gpc_tensor bias = gpc_tensor_1d(b_fc.data, GPC_BF16, dev, 4 * C),
-               dbias = gpc_tensor_1d(db.data, GPC_BF16, dev, C);
+               dbias = gpc_tensor_1d(db.data, GPC_BF16, dev, C),
+               dbias_fc = gpc_tensor_1d(db_fc.data, GPC_BF16, dev, 4 * C);
 
     gpc_event e0, e1;
     CHECK(cuda->event_create(&e0));
     CHECK(cuda->event_create(&e1));
     static float ms[10000]; /* --reps is at most 10000 */
-    const char *names[3] = {"forward", "dgelu", "dinp"};
-    for (int k = 0; k < 3; k++) {
+    const char *names[4] = {"forward", "dgelu", "dinp", "dinp_sums"};
+    for (int k = 0; k < 4; k++) {
         for (int r = -3; r < reps; r++) {
             CHECK(cuda->event_record(e0, NULL));
             if (k == 0)
                 CHECK(gpc_op_matmul_gelu_forward(&pre, &act, &inp, &w_fc, &bias));
-            else if (k == 1)
-                CHECK(gpc_op_matmul_backward_dgelu(&dinp, &dw, &dbias, &dout, &act, &w_proj, &pre));
             else
-                CHECK(gpc_op_matmul_backward_dgelu(&dinp, NULL, NULL, &dout, &act, &w_proj, &pre));
+                CHECK(gpc_op_matmul_backward_dgelu(
+                    &dinp, k == 1 ? &dw : NULL, k == 1 ? &dbias : NULL, k != 2 ? &dbias_fc : NULL,
+                    &dout, &act, &w_proj, &pre));
             CHECK(cuda->event_record(e1, NULL));
             float t;
             CHECK(cuda->event_elapsed_ms(e0, e1, &t));

@@ -16,9 +16,11 @@ gpc_status gpc_cpu_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu
 }
 
 gpc_status gpc_cpu_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                         const gpc_tensor *dout, const gpc_tensor *inp,
-                                         const gpc_tensor *weight, const gpc_tensor *gelu_inp) {
+                                         gpc_tensor *dpre_bias, const gpc_tensor *dout,
+                                         const gpc_tensor *inp, const gpc_tensor *weight,
+                                         const gpc_tensor *gelu_inp) {
     GPC_TRY(gpc_cpu_matmul_backward(dinp, dweight, dbias, dout, inp, weight));
     /* gelu_backward reads each element before writing it, so in place is safe */
-    return gpc_cpu_gelu_backward(dinp, gelu_inp, dinp);
+    GPC_TRY(gpc_cpu_gelu_backward(dinp, gelu_inp, dinp));
+    return dpre_bias ? gpc_cpu_column_sums(dpre_bias, dinp, 0) : GPC_OK;
 }

@@ -219,6 +219,11 @@ gpc_status gpc_cuda_scratch(size_t bytes, void **out);
 gpc_status gpc_cuda_add_column_sums(const gpc_tensor *acc, const void *x, gpc_dtype dtype,
                                     int64_t N, int64_t C, int64_t ld);
 
+/* acc[C] += the column sums of partial [parts, C] (f32, on the device), in
+ * a fixed order: the finishing pass of gpc_cuda_add_column_sums, for
+ * kernels that leave such partial sums themselves (matmul.cu). */
+gpc_status gpc_cuda_add_partial_sums(const gpc_tensor *acc, const float *partial, int parts, int C);
+
 /* dst [cols, rows] = the transpose of src [rows, cols], 2-byte elements
  * (bf16 or f16), both on the current GPU, queued on its stream (convert.cu). */
 gpc_status gpc_cuda_transpose16(void *dst, const void *src, int64_t rows, int64_t cols);

@@ -311,10 +311,55 @@ __device__ __forceinline__ __half2 g_gelu_grad2(__nv_bfloat162 in) {
     return __hfma2(__hmul2(__hmul2(__float2half2_rn(0.5f), x), s), du, a);
 }
 
+/* The end of a DGELU tile in the epilogue, once the consumers have written
+ * its y into buf (ready, of the given parity): the first thread queues its
+ * TMA store and, with sums, the three warps add up its columns, so that
+ * sums[m0 / 128][n0 + column] is the column's sum over the tile's 128 rows.
+ * Warp w takes box w; lane l the 16-byte chunk l % 8 of rows l / 8, l / 8 + 4,
+ * ..., so the eight lanes of each quarter-warp read one whole 128-byte row,
+ * free of bank conflicts. The row groups' sums are then added by shuffles
+ * in a fixed order, and the epilogue syncs, since buf is reloaded next. */
+__device__ __forceinline__ void g_dgelu_end(const CUtensorMap *map_y, const unsigned char *buf,
+                                            uint64_t *ready, unsigned parity, int e, int m0, int n0,
+                                            float *sums, int N) {
+    static_assert(G_BN / 64 == G_EPI_THREADS / 32, "a box for each epilogue warp");
+    if (sums || e == 0) g_mbar_wait(ready, parity);
+    if (e == 0) g_tma_store_tile(map_y, buf, n0, m0);
+    if (!sums) return;
+    const int w = e / 32, lane = e % 32, c = lane % 8;
+    const unsigned char *box = buf + w * G_BOX_BYTES;
+    float s[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        s[k] = 0.0f;
+#pragma unroll 4
+    for (int r = lane / 8; r < G_BM; r += 4) {
+        uint4 v = *(const uint4 *)(box + r * 128 + ((c ^ (r % 8)) * 16));
+        const uint32_t *u = (const uint32_t *)&v;
+#pragma unroll
+        for (int k = 0; k < 4; k++) { /* bf16 pairs: low element first */
+            s[2 * k] += __uint_as_float(u[k] << 16);
+            s[2 * k + 1] += __uint_as_float(u[k] & 0xffff0000u);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        s[k] += __shfl_xor_sync(0xffffffffu, s[k], 8);
+        s[k] += __shfl_xor_sync(0xffffffffu, s[k], 16);
+    }
+    if (lane < 8) {
+        float4 *dst = (float4 *)(sums + (size_t)(m0 / G_BM) * N + n0 + 64 * w + 8 * c);
+        dst[0] = make_float4(s[0], s[1], s[2], s[3]);
+        dst[1] = make_float4(s[4], s[5], s[6], s[7]);
+    }
+    g_epi_sync();
+}
+
 #endif /* G_KERNEL_BODY */
 
 /* MODE G_GELU: x = A . B^T + bias and y = gelu(x), both written (map_x,
- * map_y). MODE G_DGELU: y = (A . B^T) * gelu'(x), x read (map_x). */
+ * map_y). MODE G_DGELU: y = (A . B^T) * gelu'(x), x read (map_x), and with
+ * sums, y's column sums over each 128-row tile in sums[M / 128][N]. */
 enum { G_GELU, G_DGELU };
 
 template <int MODE>
@@ -322,8 +367,8 @@ __global__ void __launch_bounds__(G_THREADS, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                      const __grid_constant__ CUtensorMap map_b,
                      const __grid_constant__ CUtensorMap map_x,
-                     const __grid_constant__ CUtensorMap map_y, const gpc_bf16_t *bias, int M,
-                     int N, int K) {
+                     const __grid_constant__ CUtensorMap map_y, const gpc_bf16_t *bias, float *sums,
+                     int M, int N, int K) {
 #ifdef G_KERNEL_BODY
     extern __shared__ __align__(1024) unsigned char g_shared[];
     /* the swizzled stages and staging boxes want 1024-byte alignment */
@@ -405,6 +450,8 @@ __global__ void __launch_bounds__(G_THREADS, 1)
     }
 
     if (warp < 4 && MODE == G_DGELU) { /* the epilogue: x loaded, gelu'(x) in its place, y stored */
+        /* (and summed: each tile's end, g_dgelu_end, comes after the next
+         * tile's gelu', so that it overlaps the consumers' products) */
         const int e = threadIdx.x - 32;
         int prev_m0 = 0, prev_n0 = 0;
         unsigned j = 0;
@@ -438,24 +485,19 @@ __global__ void __launch_bounds__(G_THREADS, 1)
             g_epi_sync();
             G_PROF_ADD(e == 0, 5, p1);
             G_PROF_T(p2);
-            if (e == 0) {
-                g_mbar_arrive(&bar[2 + b]);
-                if (j > 0) { /* the last tile's y, once the consumers have written it */
-                    g_mbar_wait(&bar[4 + (b ^ 1)], ((j - 1) >> 1) & 1);
-                    g_tma_store_tile(&map_y, staging + (b ^ 1) * G_STAGING_BYTES, prev_n0, prev_m0);
-                }
-            }
+            if (e == 0) g_mbar_arrive(&bar[2 + b]);
+            if (j > 0) /* the last tile's y, once the consumers have written it */
+                g_dgelu_end(&map_y, staging + (b ^ 1) * G_STAGING_BYTES, &bar[4 + (b ^ 1)],
+                            ((j - 1) >> 1) & 1, e, prev_m0, prev_n0, sums, N);
             G_PROF_ADD(e == 0, 6, p2);
             prev_m0 = m0, prev_n0 = n0;
         }
-        if (e == 0) {
-            if (j > 0) {
-                const int b = (j - 1) & 1;
-                g_mbar_wait(&bar[4 + b], ((j - 1) >> 1) & 1);
-                g_tma_store_tile(&map_y, staging + b * G_STAGING_BYTES, prev_n0, prev_m0);
-            }
-            asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        if (j > 0) {
+            const int b = (j - 1) & 1;
+            g_dgelu_end(&map_y, staging + b * G_STAGING_BYTES, &bar[4 + b], ((j - 1) >> 1) & 1, e,
+                        prev_m0, prev_n0, sums, N);
         }
+        if (e == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
         return;
     }
 
@@ -548,7 +590,8 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         }
     }
 #else
-    (void)map_a, (void)map_b, (void)map_x, (void)map_y, (void)bias, (void)M, (void)N, (void)K;
+    (void)map_a, (void)map_b, (void)map_x, (void)map_y, (void)bias, (void)sums, (void)M, (void)N,
+        (void)K;
 #endif
 }
 
@@ -672,14 +715,15 @@ static int sm90_grid(int64_t M, int64_t N) {
 /* The tensor maps of A [M, K], B [N, K], x and y [M, N], and the launch. */
 template <int MODE>
 static gpc_status sm90_launch(const void *a, const void *b, const void *x, const void *y,
-                              const gpc_bf16_t *bias, int64_t M, int64_t N, int64_t K) {
+                              const gpc_bf16_t *bias, float *sums, int64_t M, int64_t N,
+                              int64_t K) {
     CUtensorMap map_a, map_b, map_x, map_y;
     GPC_TRY(make_map(&map_a, a, M, K, G_BM));
     GPC_TRY(make_map(&map_b, b, N, K, G_BN));
     GPC_TRY(make_map(&map_x, x, M, N, G_BM));
     GPC_TRY(make_map(&map_y, y, M, N, G_BM));
     gemm_sm90_kernel<MODE><<<sm90_grid(M, N), G_THREADS, G_SMEM, gpc_cuda_stream()>>>(
-        map_a, map_b, map_x, map_y, bias, (int)M, (int)N, (int)K);
+        map_a, map_b, map_x, map_y, bias, sums, (int)M, (int)N, (int)K);
     GPC_CUDA_CHECK_LAUNCH();
     sm90_profile(MODE == G_GELU ? "GELU" : "DGELU");
     __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
@@ -692,17 +736,23 @@ gpc_status gpc_cuda_gemm_gelu_sm90(gpc_bf16_t *pre, gpc_bf16_t *act, const gpc_b
     const void *ptrs[4] = {pre, act, a, w};
     if (!sm90_takes(SM90_GELU, M, N, K, ptrs, 4))
         return gpc_error(GPC_ERR_UNSUPPORTED, "gemm_sm90: not for this shape or GPU");
-    return sm90_launch<G_GELU>(a, w, pre, act, bias, M, N, K);
+    return sm90_launch<G_GELU>(a, w, pre, act, bias, NULL, M, N, K);
 }
 
-gpc_status gpc_cuda_gemm_dgelu_sm90(gpc_bf16_t *dinp, const gpc_bf16_t *dout, const gpc_bf16_t *w,
+gpc_status gpc_cuda_gemm_dgelu_sm90(gpc_bf16_t *dinp, const gpc_tensor *pre_bias,
+                                    const gpc_bf16_t *dout, const gpc_bf16_t *w,
                                     const gpc_bf16_t *pre, int64_t M, int64_t N, int64_t K) {
     const void *ptrs[4] = {dinp, dout, w, pre};
     if (!sm90_takes(SM90_DGELU, M, N, K, ptrs, 4))
         return gpc_error(GPC_ERR_UNSUPPORTED, "gemm_sm90: not for this shape or GPU");
-    /* the kernel wants B K-major: w^T [N, K], in the scratch buffer */
-    void *wt = NULL;
-    GPC_TRY(gpc_cuda_scratch((size_t)(N * K) * 2, &wt));
-    GPC_TRY(gpc_cuda_transpose16(wt, w, K, N));
-    return sm90_launch<G_DGELU>(dout, wt, pre, dinp, NULL, M, N, K);
+    /* the scratch buffer: the kernel's B, w^T [N, K] (it wants B K-major),
+     * then the column sums of each 128-row tile, [M / 128, N] f32 */
+    size_t wt_bytes = ((size_t)(N * K) * 2 + 255) & ~(size_t)255;
+    size_t sum_bytes = pre_bias ? (size_t)(M / G_BM * N) * sizeof(float) : 0;
+    unsigned char *scratch = NULL;
+    GPC_TRY(gpc_cuda_scratch(wt_bytes + sum_bytes, (void **)&scratch));
+    float *sums = pre_bias ? (float *)(scratch + wt_bytes) : NULL;
+    GPC_TRY(gpc_cuda_transpose16(scratch, w, K, N));
+    GPC_TRY(sm90_launch<G_DGELU>(dout, scratch, pre, dinp, NULL, sums, M, N, K));
+    return sums ? gpc_cuda_add_partial_sums(pre_bias, sums, (int)(M / G_BM), (int)N) : GPC_OK;
 }

@@ -22,8 +22,12 @@ gpc_status gpc_cuda_gemm_gelu_sm90(gpc_bf16_t *pre, gpc_bf16_t *act, const gpc_b
 /* dinp = (dout . w) * gelu'(pre), the backward product of a layer whose
  * input was gelu(pre): dout [M, K], w [K, N] (the layer's weight, which is
  * transposed into the scratch buffer first), pre and dinp [M, N], all bf16.
+ * With pre_bias (any float dtype, [N]; may be NULL), pre_bias += the column
+ * sums of dinp as stored (bf16), summed by the epilogue from the tile it
+ * stages and finished in a fixed order: no second read of dinp.
  * GPC_ERR_UNSUPPORTED as above (M a multiple of 128, N of 192, K of 64). */
-gpc_status gpc_cuda_gemm_dgelu_sm90(gpc_bf16_t *dinp, const gpc_bf16_t *dout, const gpc_bf16_t *w,
+gpc_status gpc_cuda_gemm_dgelu_sm90(gpc_bf16_t *dinp, const gpc_tensor *pre_bias,
+                                    const gpc_bf16_t *dout, const gpc_bf16_t *w,
                                     const gpc_bf16_t *pre, int64_t M, int64_t N, int64_t K);
 
 #endif

@@ -740,8 +740,8 @@ __global__ void bias_grad_finish_kernel(gpc_cuda_any dbias, const float *partial
     if (threadIdx.y == 0 && j < OC) gpc_any_store(dbias, j, gpc_any_load(dbias, j) + s);
 }
 
-static gpc_status bias_grad_finish(const gpc_tensor *dbias, const float *partial, int parts,
-                                   int OC) {
+gpc_status gpc_cuda_add_partial_sums(const gpc_tensor *dbias, const float *partial, int parts,
+                                     int OC) {
     bias_grad_finish_kernel<<<gpc_cuda_blocks(OC, 32), dim3(32, GPC_PARTS_ROWS), 0,
                               gpc_cuda_stream()>>>(gpc_cuda_any_of(dbias), partial, parts, OC);
     GPC_CUDA_CHECK_LAUNCH();
@@ -915,7 +915,7 @@ gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_t
         gpc_status st = lt_matmul(dweight->data, dweight->dtype, inp->data, inp->dtype, dout->data,
                                   dout->dtype, NULL, (int)C, (int)OC, (int)N, 0, 1, (int)C, (int)OC,
                                   (int)C, 1.0f, (float *)sums);
-        if (st == GPC_OK) return bias_grad_finish(dbias, (const float *)sums, 1, (int)OC);
+        if (st == GPC_OK) return gpc_cuda_add_partial_sums(dbias, (const float *)sums, 1, (int)OC);
         if (st != GPC_ERR_UNSUPPORTED) return st;
         static int said;
         if (!said) {
@@ -964,7 +964,7 @@ gpc_status gpc_cuda_add_column_sums(const gpc_tensor *acc, const void *x, gpc_dt
                 (float *)partial, (const E *)x, N, (int)C, ld, rows_per);
     });
     GPC_CUDA_CHECK_LAUNCH();
-    return bias_grad_finish(acc, (const float *)partial, (int)parts, (int)C);
+    return gpc_cuda_add_partial_sums(acc, (const float *)partial, (int)parts, (int)C);
 }
 
 gpc_status gpc_cuda_column_sums(gpc_tensor *acc, const gpc_tensor *x, int64_t first) {
@@ -1021,8 +1021,9 @@ gpc_status gpc_cuda_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gel
 }
 
 gpc_status gpc_cuda_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                          const gpc_tensor *dout, const gpc_tensor *inp,
-                                          const gpc_tensor *weight, const gpc_tensor *gelu_inp) {
+                                          gpc_tensor *dpre_bias, const gpc_tensor *dout,
+                                          const gpc_tensor *inp, const gpc_tensor *weight,
+                                          const gpc_tensor *gelu_inp) {
     const char *op = "matmul_backward_dgelu";
     GPC_TRY(gpc_cuda_same_dtype(op, "dinp", dinp, "gelu_inp", gelu_inp));
     GPC_TRY(gpc_cuda_enter(dout));
@@ -1033,23 +1034,31 @@ gpc_status gpc_cuda_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight,
                N > 0 && OC > 0 && C % 8 == 0 && OC <= 0x7fffffff && N <= 0x7fffffff &&
                C <= 0x7fffffff && gpc_cuda_aligned16(dinp->data) &&
                gpc_cuda_aligned16(gelu_inp->data);
-    if (fuse && t == GPC_BF16) {
+    int pre_sums = dpre_bias && dpre_bias->data;
+    if (fuse && t == GPC_BF16) { /* with dpre_bias summed inside the product */
         gpc_status st = gpc_cuda_gemm_dgelu_sm90(
-            (gpc_bf16_t *)dinp->data, (const gpc_bf16_t *)dout->data,
+            (gpc_bf16_t *)dinp->data, pre_sums ? dpre_bias : NULL, (const gpc_bf16_t *)dout->data,
             (const gpc_bf16_t *)weight->data, (const gpc_bf16_t *)gelu_inp->data, N, C, OC);
         if (st == GPC_OK) return gpc_cuda_matmul_backward(NULL, dweight, dbias, dout, inp, weight);
         if (st != GPC_ERR_UNSUPPORTED) return st;
         gpc_clear_error(); /* off, or not for this shape or GPU: cuBLASLt's epilogue */
     }
+    gpc_status st = GPC_ERR_UNSUPPORTED;
     if (fuse) {
         /* dinp^T (C x N) = weight^T (C x OC) . dout^T (OC x N), times gelu'(gelu_inp) */
-        gpc_status st = lt_matmul(dinp->data, t, weight->data, t, dout->data, t, NULL, (int)C,
-                                  (int)N, (int)OC, 0, 0, (int)C, (int)OC, (int)C, 0.0f, NULL,
-                                  MATMUL_DGELU, (void *)gelu_inp->data);
-        if (st == GPC_OK) return gpc_cuda_matmul_backward(NULL, dweight, dbias, dout, inp, weight);
-        if (st != GPC_ERR_UNSUPPORTED) return st;
-        gpc_clear_error();
+        st = lt_matmul(dinp->data, t, weight->data, t, dout->data, t, NULL, (int)C, (int)N, (int)OC,
+                       0, 0, (int)C, (int)OC, (int)C, 0.0f, NULL, MATMUL_DGELU,
+                       (void *)gelu_inp->data);
+        if (st != GPC_ERR_UNSUPPORTED)
+            GPC_TRY(st);
+        else
+            gpc_clear_error(); /* no epilogue algorithm for this shape: the two kernels */
     }
-    GPC_TRY(gpc_cuda_matmul_backward(dinp, dweight, dbias, dout, inp, weight));
-    return gpc_cuda_gelu_backward(dinp, gelu_inp, dinp);
+    if (st == GPC_OK) {
+        GPC_TRY(gpc_cuda_matmul_backward(NULL, dweight, dbias, dout, inp, weight));
+    } else {
+        GPC_TRY(gpc_cuda_matmul_backward(dinp, dweight, dbias, dout, inp, weight));
+        GPC_TRY(gpc_cuda_gelu_backward(dinp, gelu_inp, dinp));
+    }
+    return pre_sums ? gpc_cuda_add_column_sums(dpre_bias, dinp->data, t, N, C, C) : GPC_OK;
 }

@@ -741,10 +741,11 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
         /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))). With
          * fused bias gradients, fcproj's comes from ln2's backward (the column
          * sums of dresidual as it enters), so that gradient is not read again
-         * for it; attproj's likewise from ln1's. */
-        GPC_TRY(gpc_op_matmul_backward_dgelu(&dfch, &dfcprojw, fused ? NULL : &dfcprojb, &dresidual,
-                                             &fch_gelu, &fcprojw, &fch));
-        GPC_TRY(gpc_op_matmul_backward(&dbtc, &dfcw, &dfcb, &dfch, &ln2, &fcw));
+         * for it; attproj's likewise from ln1's. fc's bias gradient, the
+         * column sums of dfch, comes with dfch itself. */
+        GPC_TRY(gpc_op_matmul_backward_dgelu(&dfch, &dfcprojw, fused ? NULL : &dfcprojb, &dfcb,
+                                             &dresidual, &fch_gelu, &fcprojw, &fch));
+        GPC_TRY(gpc_op_matmul_backward(&dbtc, &dfcw, NULL, &dfch, &ln2, &fcw));
         GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln2w, &dln2b, fused ? &dfcprojb : NULL,
                                           &dbtc, &residual2, &ln2w, &ln2_mean, &ln2_rstd));
         /* attention: residual2 = residual + attproj(attention(qkv(ln1(residual)))) */

@@ -498,25 +498,28 @@ gpc_status gpc_op_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
 }
 
 gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                        const gpc_tensor *dout, const gpc_tensor *inp,
-                                        const gpc_tensor *weight, const gpc_tensor *gelu_inp) {
+                                        gpc_tensor *dpre_bias, const gpc_tensor *dout,
+                                        const gpc_tensor *inp, const gpc_tensor *weight,
+                                        const gpc_tensor *gelu_inp) {
     const char *op = "matmul_backward_dgelu";
     const gpc_ops_table *table = NULL;
     int64_t N, C, OC;
     GPC_TRY(need_float(op, "dinp", dinp));
     if (dweight) GPC_TRY(need_float(op, "dweight", dweight));
     if (dbias) GPC_TRY(need_float(op, "dbias", dbias));
+    if (dpre_bias) GPC_TRY(need_float(op, "dpre_bias", dpre_bias));
     GPC_TRY(need_float(op, "dout", dout));
     GPC_TRY(need_float(op, "inp", inp));
     GPC_TRY(need_float(op, "weight", weight));
     GPC_TRY(need_float(op, "gelu_inp", gelu_inp));
-    DEVICES(op, dinp, dweight, dbias, dout, inp, weight, gelu_inp);
+    DEVICES(op, dinp, dweight, dbias, dpre_bias, dout, inp, weight, gelu_inp);
     GPC_TRY(check_linear(op, inp, weight, &N, &C, &OC));
     GPC_TRY(need_numel(op, "dout", dout, N * OC));
     if (dweight) GPC_TRY(need_numel(op, "dweight", dweight, OC * C));
     GPC_TRY(need_numel(op, "dinp", dinp, N * C));
     GPC_TRY(need_numel(op, "gelu_inp", gelu_inp, N * C));
     if (dbias) GPC_TRY(need_numel(op, "dbias", dbias, OC));
+    if (dpre_bias) GPC_TRY(need_numel(op, "dpre_bias", dpre_bias, C));
     if (dinp->data == inp->data || dinp->data == dout->data)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "%s: dinp shares its buffer with %s, which the product still reads; "
@@ -524,9 +527,11 @@ gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, g
                          op, dinp->data == inp->data ? "inp" : "dout");
     GPC_TRY(table_for(op, dinp, &table));
     if (table && table->matmul_backward_dgelu)
-        return table->matmul_backward_dgelu(dinp, dweight, dbias, dout, inp, weight, gelu_inp);
+        return table->matmul_backward_dgelu(dinp, dweight, dbias, dpre_bias, dout, inp, weight,
+                                            gelu_inp);
     GPC_TRY(gpc_op_matmul_backward(dinp, dweight, dbias, dout, inp, weight));
-    return gpc_op_gelu_backward(dinp, gelu_inp, dinp);
+    GPC_TRY(gpc_op_gelu_backward(dinp, gelu_inp, dinp));
+    return dpre_bias ? gpc_op_column_sums(dpre_bias, dinp, 0) : GPC_OK;
 }
 
 gpc_status gpc_op_column_sums(gpc_tensor *acc, const gpc_tensor *x, int64_t first) {

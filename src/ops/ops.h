@@ -202,11 +202,15 @@ gpc_status gpc_op_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
 /* gpc_op_matmul_backward for a layer whose input was inp = gelu(gelu_inp):
  * dinp = gelu'(gelu_inp) * (dout @ weight), the gradient of gelu_inp
  * (overwritten; required), dweight += dout^T @ inp, dbias += column sums of
- * dout (each may be NULL). The result is that of gpc_op_matmul_backward then
- * gpc_op_gelu_backward; CUDA applies gelu' in the product's epilogue. */
+ * dout, and dpre_bias[C] += column sums of dinp: the gradient of the bias
+ * added into gelu_inp by the layer before (each may be NULL). The result is
+ * that of gpc_op_matmul_backward, gpc_op_gelu_backward and
+ * gpc_op_column_sums; CUDA applies gelu' in the product's epilogue, and its
+ * own Hopper product sums dpre_bias there too, so dinp is not read again. */
 gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
-                                        const gpc_tensor *dout, const gpc_tensor *inp,
-                                        const gpc_tensor *weight, const gpc_tensor *gelu_inp);
+                                        gpc_tensor *dpre_bias, const gpc_tensor *dout,
+                                        const gpc_tensor *inp, const gpc_tensor *weight,
+                                        const gpc_tensor *gelu_inp);
 
 /* acc[K] += the sums over rows of x's columns first .. first+K-1, x viewed
  * as [rows, W] with W its last dimension (K = acc's element count; any float

@@ -52,8 +52,8 @@
     X(matmul_gelu_forward, (gpc_tensor *out_pre, gpc_tensor *out_gelu, const gpc_tensor *inp,      \
       const gpc_tensor *weight, const gpc_tensor *bias))                                           \
     X(matmul_backward_dgelu, (gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,            \
-      const gpc_tensor *dout, const gpc_tensor *inp, const gpc_tensor *weight,                     \
-      const gpc_tensor *gelu_inp))                                                                 \
+      gpc_tensor *dpre_bias, const gpc_tensor *dout, const gpc_tensor *inp,                        \
+      const gpc_tensor *weight, const gpc_tensor *gelu_inp))                                       \
     X(sum, (gpc_tensor *acc, const gpc_tensor *x))                                                 \
     X(attention_decode, (gpc_tensor *out, const gpc_tensor *qkv, int num_heads))                   \
     X(column_sums, (gpc_tensor *acc, const gpc_tensor *x, int64_t first))

@@ -368,14 +368,20 @@ static void matmul_gelu_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C, int6
     pair dout = make(dt, 3, s_o, 'r', -1, 1), gin = make(dt, 3, s_x, 'r', -3, 3),
          dinp = make(dt, 3, s_x, 'p', 0, 0);
     pair dw = make(dt, 2, s_w, 'r', -1, 1), db = make(dt, 1, s_b, 'r', -1, 1);
-    TEST_OK(gpc_op_matmul_backward_dgelu(&dinp.cpu, &dw.cpu, with_bias ? &db.cpu : NULL, &dout.cpu,
-                                         &x.cpu, &w.cpu, &gin.cpu));
-    TEST_OK(gpc_op_matmul_backward_dgelu(&dinp.gpu, &dw.gpu, with_bias ? &db.gpu : NULL, &dout.gpu,
-                                         &x.gpu, &w.gpu, &gin.gpu));
+    pair dpb = make(dt, 1, &C, 'r', -1, 1); /* the bias gradient before the GELU */
+    TEST_OK(gpc_op_matmul_backward_dgelu(&dinp.cpu, &dw.cpu, with_bias ? &db.cpu : NULL,
+                                         with_bias ? &dpb.cpu : NULL, &dout.cpu, &x.cpu, &w.cpu,
+                                         &gin.cpu));
+    TEST_OK(gpc_op_matmul_backward_dgelu(&dinp.gpu, &dw.gpu, with_bias ? &db.gpu : NULL,
+                                         with_bias ? &dpb.gpu : NULL, &dout.gpu, &x.gpu, &w.gpu,
+                                         &gin.gpu));
     expect("matmul_backward_dgelu dinp", &dinp, tol_for(dt, 1e-5));
     expect("matmul_backward_dgelu dweight", &dw, tol_for(dt, 1e-5));
-    if (with_bias) expect("matmul_backward_dgelu dbias", &db, tol_for(dt, 1e-5));
-    pair *all[] = {&x, &w, &b, &pre, &act, &dout, &gin, &dinp, &dw, &db};
+    if (with_bias) {
+        expect("matmul_backward_dgelu dbias", &db, tol_for(dt, 1e-5));
+        expect("matmul_backward_dgelu dpre_bias", &dpb, tol_for(dt, 1e-5));
+    }
+    pair *all[] = {&x, &w, &b, &pre, &act, &dout, &gin, &dinp, &dw, &db, &dpb};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         drop(all[i]);
 }
@@ -403,11 +409,12 @@ static void test_matmul_gelu(void **state) {
      * tiles, so each block's ring of two staging tiles turns over */
     matmul_gelu_case(GPC_BF16, 2, 64, 768, 64, 1);
     matmul_gelu_case(GPC_BF16, 4, 2048, 1536, 128, 0);
+    matmul_gelu_case(GPC_BF16, 4, 2048, 1536, 128, 1); /* and with the column sums */
     long sm90 = gpc_cuda_gemm_sm90_calls() - sm90_before;
     int on = gpc_cuda_gemm_sm90_available();
     printf("  gemm_sm90 products: %ld (GELU %s, DGELU %s here)\n", sm90,
            on & 1 ? "available" : "not available", on & 2 ? "available" : "not available");
-    assert_int_equal(sm90, (on & 1 ? 2 : 0) + (on & 2 ? 2 : 0));
+    assert_int_equal(sm90, (on & 1 ? 2 : 0) + (on & 2 ? 3 : 0));
 }
 
 /* GPT-2's large products at n = 8192 tokens, where matmul.cu takes the
@@ -420,7 +427,7 @@ static void test_matmul_measured(void **state) {
     matmul_case(GPC_BF16, GPC_BF16, 2, 4096, 768, 2304, 1, 0);  /* qkv */
     matmul_case(GPC_BF16, GPC_BF16, 2, 4096, 768, 768, 1, 1);   /* attention projection */
     matmul_gelu_case(GPC_BF16, 2, 4096, 768, 3072, 1);          /* fc, GELU_AUX_BIAS */
-    matmul_gelu_case(GPC_BF16, 2, 4096, 3072, 768, 0);          /* fcproj's DGELU backward */
+    matmul_gelu_case(GPC_BF16, 2, 4096, 3072, 768, 1);          /* fcproj's DGELU backward */
     int used = gpc_cuda_matmul_measured_uses() - before;
     int applies = gpc_cuda_matmul_measured_applies();
     /* the fc forward and fcproj's DGELU are gemm_sm90.cu's where it runs them */

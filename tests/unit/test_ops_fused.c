@@ -79,6 +79,9 @@ static void fused_case(int64_t N, int64_t C, int64_t OC, int with_bias) {
     memcpy(dw2, dw, OC * C * 4);
     memcpy(db2, db, OC * 4);
     float *dinp = malloc(N * C * 4), *dinp2 = malloc(N * C * 4);
+    float *dpb = random_floats(C, -1, 1), *dpb2 = malloc(C * 4);
+    memcpy(dpb2, dpb, C * 4);
+    gpc_tensor tdpb = t1(dpb, C), tdpb2 = t1(dpb2, C);
     gpc_tensor tdout = t2(dout, N, OC), tgin = t2(gin, N, C), tdw = t2(dw, OC, C), tdb = t1(db, OC);
     gpc_tensor tdw2 = t2(dw2, OC, C), tdb2 = t1(db2, OC);
     gpc_tensor tdinp = t2(dinp, N, C), tdinp2 = t2(dinp2, N, C);
@@ -97,17 +100,28 @@ static void fused_case(int64_t N, int64_t C, int64_t OC, int with_bias) {
                 s += (double)dout[n * OC + j] * x[n * C + c];
             want_dw[j * C + c] = s;
         }
-    TEST_OK(gpc_op_matmul_backward_dgelu(&tdinp, &tdw, with_bias ? &tdb : NULL, &tdout, &tx, &tw,
-                                         &tgin));
+    /* the gradient of the bias before the GELU: dpre_bias += column sums of dinp */
+    double *want_dpb = malloc(C * 8);
+    for (int64_t c = 0; c < C; c++) {
+        want_dpb[c] = dpb[c];
+        for (int64_t n = 0; n < N; n++)
+            want_dpb[c] += want_dinp[n * C + c];
+    }
+    TEST_OK(gpc_op_matmul_backward_dgelu(&tdinp, &tdw, with_bias ? &tdb : NULL,
+                                         with_bias ? &tdpb : NULL, &tdout, &tx, &tw, &tgin));
     TEST_OK(gpc_op_matmul_backward(&tdinp2, &tdw2, with_bias ? &tdb2 : NULL, &tdout, &tx, &tw));
     TEST_OK(gpc_op_gelu_backward(&tdinp2, &tgin, &tdinp2));
+    if (with_bias) TEST_OK(gpc_op_column_sums(&tdpb2, &tdinp2, 0));
     assert_memory_equal(dinp, dinp2, (size_t)(N * C) * 4);
     assert_memory_equal(dw, dw2, (size_t)(OC * C) * 4);
     assert_memory_equal(db, db2, (size_t)OC * 4);
+    assert_memory_equal(dpb, dpb2, (size_t)C * 4);
     test_assert_close("matmul_backward_dgelu dinp", dinp, want_dinp, (size_t)(N * C), 1e-5, 1.0);
     test_assert_close("matmul_backward_dgelu dweight", dw, want_dw, (size_t)(OC * C), 1e-5, 1.0);
-    void *all[] = {x,   w,  b,  pre, act, pre2, act2,  want_pre,  want_act, dout,
-                   gin, dw, db, dw2, db2, dinp, dinp2, want_dinp, want_dw};
+    if (with_bias)
+        test_assert_close("matmul_backward_dgelu dpre_bias", dpb, want_dpb, (size_t)C, 1e-5, 1.0);
+    void *all[] = {x,  w,  b,   pre, act,  pre2,  act2,      want_pre, want_act, dout, gin,
+                   dw, db, dw2, db2, dinp, dinp2, want_dinp, want_dw,  dpb,      dpb2, want_dpb};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
 }
@@ -154,12 +168,14 @@ static void test_bad_inputs(void **state) {
                "disagree on C");
     /* backward: dinp required, and must not share inp's or dout's buffer */
     gpc_tensor dw = t2(w, 8, 4);
-    TEST_FAILS(gpc_op_matmul_backward_dgelu(NULL, &dw, NULL, &tpre, &tx, &tw, &tx),
+    TEST_FAILS(gpc_op_matmul_backward_dgelu(NULL, &dw, NULL, NULL, &tpre, &tx, &tw, &tx),
                GPC_ERR_INVALID_ARG, "tensor 'dinp' is missing");
-    TEST_FAILS(gpc_op_matmul_backward_dgelu(&tx, &dw, NULL, &tpre, &tx, &tw, &tdinp),
+    TEST_FAILS(gpc_op_matmul_backward_dgelu(&tx, &dw, NULL, NULL, &tpre, &tx, &tw, &tdinp),
                GPC_ERR_INVALID_ARG, "dinp shares its buffer with inp");
-    TEST_FAILS(gpc_op_matmul_backward_dgelu(&tdinp, &dw, NULL, &tpre, &tx, &tw, &tact),
+    TEST_FAILS(gpc_op_matmul_backward_dgelu(&tdinp, &dw, NULL, NULL, &tpre, &tx, &tw, &tact),
                GPC_ERR_MISMATCH, "tensor 'gelu_inp'");
+    TEST_FAILS(gpc_op_matmul_backward_dgelu(&tdinp, &dw, NULL, &tb, &tpre, &tx, &tw, &tx),
+               GPC_ERR_MISMATCH, "tensor 'dpre_bias'");
     gpc_tensor two = t1(acc, 2);
     TEST_FAILS(gpc_op_sum(&two, &tx), GPC_ERR_MISMATCH, "tensor 'acc'");
     gpc_tensor acc_i32 = gpc_tensor_1d(acc, GPC_I32, gpc_cpu(), 1);
