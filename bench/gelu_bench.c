@@ -15,8 +15,8 @@
  *   bench_gelu_bench [--rows 65536] [--channels 768] [--reps 20]
  *
  * bf16, filled from 64 random host rows repeated. The defaults run
- * cuBLASLt's fused epilogues; GPC_GEMM_SM90=1 (or gelu, dgelu) times gpc's
- * own Hopper products (gemm_sm90.cu) instead. Prints
+ * gpc's own Hopper products (gemm_sm90.cu) where the GPU has them;
+ * GPC_GEMM_SM90=0 times cuBLASLt's fused epilogues instead. Prints
  * RESULT gelu NAME rows=... ms=... tflops=... (the products' FLOPs: 2NC4C
  * for the forward and dinp, twice that for dgelu's dinp and dweight).
  */

@@ -6,7 +6,9 @@
  *   - GELU (the fc forward): pre = inp . W^T + bias and act = gelu(pre),
  *     both written;
  *   - DGELU (fcproj's backward): dinp = (dout . W) * gelu'(pre), with W
- *     transposed K-major first (gpc_cuda_transpose16, a few microseconds).
+ *     transposed K-major first (gpc_cuda_transpose16, a few microseconds),
+ *     and, when asked, dinp's column sums (fc's bias gradient) summed by the
+ *     epilogue from the tile it stages, so dinp is not read again for them.
  *
  * y[M, N] = A[M, K] . B[N, K]^T with A and B K-major. The kernel (sm_90a:
  * wgmma and TMA) is persistent, one block a multiprocessor walking tiles of
@@ -38,12 +40,12 @@
  * aligned and bf16; anything else, or another GPU than compute capability
  * 9.0, answers GPC_ERR_UNSUPPORTED and the caller takes cuBLASLt's path.
  *
- * Off unless GPC_GEMM_SM90 is 1 (both), gelu or dgelu. On an H200 at
- * GPT-2's shape (bench_gelu_bench, bench/RESULTS.md) the GELU form takes
- * 0.530-0.533 ms against cuBLASLt's 0.551-0.553 (1.04x) and the DGELU form
- * 0.622-0.625 against 0.618-0.623; the training step, which runs at the
- * GPU's power cap, moved by 1.001-1.002x, within its noise, so the default
- * stays with cuBLASLt. Built with -DGPC_SM90_PROFILE, each call prints the
+ * On by default; GPC_GEMM_SM90=0 turns both off, gelu or dgelu keeps one.
+ * On an H200 at GPT-2's shape (bench_gelu_bench, bench/RESULTS.md) the GELU
+ * form takes 0.529-0.531 ms against cuBLASLt's 0.545-0.548, and the DGELU
+ * product with fc's bias gradient 0.616 ms against 0.708 for cuBLASLt's
+ * product and a column-sum pass; the training step, at the GPU's power cap,
+ * ran 1.009x faster. Built with -DGPC_SM90_PROFILE, each call prints the
  * cycles a tile spends in each phase (consumers: products, waiting,
  * staging; epilogue: waiting, work, stores), which is how these were tuned.
  */
@@ -625,18 +627,24 @@ static gpc_status make_map(CUtensorMap *map, const void *p, int64_t rows, int64_
     return GPC_OK;
 }
 
-/* Which products GPC_GEMM_SM90 turns on (read once): "1" both, "gelu" the
- * forward, "dgelu" the backward; anything else neither. */
+/* Which products run here (GPC_GEMM_SM90, read once): both by default or
+ * with "1", none with "0", "gelu" the forward, "dgelu" the backward; any
+ * other value is said once and leaves both on. */
 enum { SM90_GELU = 1, SM90_DGELU = 2 };
 static int sm90_enabled(void) {
     static int enabled = -1;
     if (enabled < 0) {
         const char *e = getenv("GPC_GEMM_SM90");
-        enabled = !e                    ? 0
-                  : !strcmp(e, "1")     ? SM90_GELU | SM90_DGELU
-                  : !strcmp(e, "gelu")  ? SM90_GELU
-                  : !strcmp(e, "dgelu") ? SM90_DGELU
-                                        : 0;
+        const int both = SM90_GELU | SM90_DGELU;
+        enabled = !e || !*e || !strcmp(e, "1") ? both
+                  : !strcmp(e, "0")            ? 0
+                  : !strcmp(e, "gelu")         ? SM90_GELU
+                  : !strcmp(e, "dgelu")        ? SM90_DGELU
+                                               : -1;
+        if (enabled < 0) {
+            gpc_log(GPC_LOG_WARN, "GPC_GEMM_SM90=%s is not 1, 0, gelu or dgelu: both stay on", e);
+            enabled = both;
+        }
     }
     return enabled;
 }

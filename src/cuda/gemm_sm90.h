@@ -1,8 +1,8 @@
 /*
  * gemm_sm90.h: gpc's own Hopper products for the fc layer's forward and the
  * GELU backward after it (gemm_sm90.cu), which matmul.cu tries before
- * cuBLASLt's GELU epilogues when GPC_GEMM_SM90 turns them on: "1" both,
- * "gelu" the forward, "dgelu" the backward.
+ * cuBLASLt's GELU epilogues unless GPC_GEMM_SM90 turns them off: "0" both,
+ * "gelu" keeps only the forward, "dgelu" only the backward.
  */
 #ifndef GPC_CUDA_GEMM_SM90_H
 #define GPC_CUDA_GEMM_SM90_H
@@ -13,8 +13,8 @@
  * [M, K], w [N, K], pre and act [M, N], bias [N] or NULL, all bf16.
  * GPC_ERR_UNSUPPORTED (with nothing queued) unless M is a multiple of 128,
  * N of 192, K of 64, the pointers 16-byte aligned, the GPU of compute
- * capability 9.0 and GPC_GEMM_SM90 on (off by default: not yet faster than
- * cuBLASLt); the caller then takes another path. */
+ * capability 9.0 and GPC_GEMM_SM90 not turning it off; the caller then
+ * takes another path. */
 gpc_status gpc_cuda_gemm_gelu_sm90(gpc_bf16_t *pre, gpc_bf16_t *act, const gpc_bf16_t *a,
                                    const gpc_bf16_t *w, const gpc_bf16_t *bias, int64_t M,
                                    int64_t N, int64_t K);

@@ -21,8 +21,8 @@ int gpc_cuda_matmul_measured_applies(void);
 
 /* Which of gpc's own Hopper products (gemm_sm90.cu) serve the current GPU:
  * 1 the fc layer's GELU forward, 2 the DGELU backward after it (bits), when
- * it has compute capability 9.0 and GPC_GEMM_SM90 turns them on ("1" both,
- * "gelu", "dgelu"; off by default); 0 for none. */
+ * it has compute capability 9.0 and GPC_GEMM_SM90 leaves them on (both by
+ * default; "0" none, "gelu" or "dgelu" one); 0 for none. */
 int gpc_cuda_gemm_sm90_available(void);
 
 /* How many products it has queued since the process started. */

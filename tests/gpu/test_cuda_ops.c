@@ -398,7 +398,7 @@ static void test_matmul_gelu(void **state) {
     matmul_gelu_case(GPC_BF16, 1, 24, 44, 36, 1);   /* not multiples of 8: the two kernels */
     matmul_gelu_case(GPC_BF16, 1, 1, 768, 3072, 1); /* one row: the matrix-vector kernel */
     matmul_gelu_case(GPC_F16, 1, 3, 64, 40, 0);
-    /* with GPC_GEMM_SM90=1 (the test gpu_test_cuda_ops_gemm_sm90), bf16
+    /* unless GPC_GEMM_SM90=0 (the test gpu_test_cuda_ops_cublaslt_gelu), bf16
      * forwards with M a multiple of 128, N of 192 and K of 64 go to
      * gemm_sm90.cu on an H100/H200: these two (no bias; then 512 tiles over
      * the blocks, both consumers busy, the staging tiles reused) */
