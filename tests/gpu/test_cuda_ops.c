@@ -584,9 +584,11 @@ enum { CE_OUT_OF_PLACE, CE_IN_PLACE, CE_LOSS_ONLY };
  * 2, random elsewhere; with `bad`, an out-of-range target every 5th row from
  * row 3 (V + row, or a negative other than -1), which the CPU op refuses and
  * the GPU answers with NaN loss and gradient (zeros still in the padding):
- * the CPU sees those rows masked and they are checked apart. */
-static void crossentropy_case(gpc_dtype dt, int64_t N, int V, int64_t Vp, int mode, int bad,
-                              float dloss) {
+ * the CPU sees those rows masked and they are checked apart. With
+ * target_logit, every row's target logit is set to it: a large one makes
+ * the target's softmax nearly 1, so its gradient softmax - 1 cancels. */
+static void crossentropy_case_at(gpc_dtype dt, int64_t N, int V, int64_t Vp, int mode, int bad,
+                                 float dloss, float target_logit) {
     int64_t s_l[2] = {N, Vp}, s_n[1] = {N};
     pair logits = make(dt, 2, s_l, 'r', -4, 4), losses = make(GPC_F32, 1, s_n, 'p', 0, 0);
     pair targets = make(GPC_I32, 1, s_n, 'r', 0, (float)V);
@@ -608,6 +610,14 @@ static void crossentropy_case(gpc_dtype dt, int64_t N, int V, int64_t Vp, int mo
         cpu_targets[i] = is_bad[i] ? -1 : (int32_t)t;
     }
     upload(&targets.gpu, targets.host, N);
+    if (target_logit != 0.0f) {
+        for (int64_t i = 0; i < N; i++)
+            if (cpu_targets[i] >= 0) {
+                int64_t at = i * Vp + cpu_targets[i];
+                logits.host[at] = ((float *)logits.cpu.data)[at] = target_logit;
+            }
+        upload(&logits.gpu, logits.host, N * Vp);
+    }
     pair dl = make(dt, 2, s_l, 'p', 0, 0);
     pair *d = mode == CE_IN_PLACE ? &logits : mode == CE_OUT_OF_PLACE ? &dl : NULL;
     TEST_OK(gpc_op_crossentropy_forward_backward(&losses.cpu, d ? &d->cpu : NULL, &logits.cpu,
@@ -643,6 +653,11 @@ static void crossentropy_case(gpc_dtype dt, int64_t N, int V, int64_t Vp, int mo
         drop(all[i]);
 }
 
+static void crossentropy_case(gpc_dtype dt, int64_t N, int V, int64_t Vp, int mode, int bad,
+                              float dloss) {
+    crossentropy_case_at(dt, N, V, Vp, mode, bad, dloss, 0.0f);
+}
+
 static void test_crossentropy(void **state) {
     (void)state;
     /* rows held in registers (Vp a multiple of the 16-byte pack, at
@@ -656,6 +671,10 @@ static void test_crossentropy(void **state) {
     crossentropy_case(GPC_F32, 5, 32700, 32768, CE_OUT_OF_PLACE, 1, 3.0f);
     /* GPT-2's classifier: V = 50257 padded to 50304, bf16 */
     crossentropy_case(GPC_BF16, 9, 50257, 50304, CE_IN_PLACE, 1, 1.0f / 9);
+    /* targets with softmax near 1 (logit 20 against the others' [-4, 4):
+     * gradient about -7e-4 at the target, which cancels) */
+    crossentropy_case_at(GPC_BF16, 9, 50257, 50304, CE_IN_PLACE, 0, 1.0f / 9, 20.0f);
+    crossentropy_case_at(GPC_F32, 9, 50257, 50304, CE_OUT_OF_PLACE, 0, 1.0f / 9, 20.0f);
     crossentropy_case(GPC_BF16, 9, 50257, 50304, CE_OUT_OF_PLACE, 1, 1.0f / 9);
     crossentropy_case(GPC_BF16, 4, 50257, 50304, CE_LOSS_ONLY, 1, 1.0f);
     crossentropy_case(GPC_F16, 4, 50257, 50304, CE_OUT_OF_PLACE, 0, 1.0f / 4);
