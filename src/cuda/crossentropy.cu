@@ -23,14 +23,6 @@
  * converting every element to f32 for it let the compiler keep those f32
  * values alive for the sum, which spilled.
  *
- * For bf16 the sum pass also keeps each exp(x - thread max) in place of its
- * logit, rounded to bf16 (the loss still sums the f32 values, so it is
- * unchanged), and the gradient is that times one factor a thread: one
- * exponential an element instead of two, which were what bounded the
- * kernel's time between its loads and stores. The rounding adds at most one
- * bf16 step to a gradient that is rounded to bf16 anyway; the target's own
- * element, where softmax - 1 may cancel, is computed from its f32 logit.
- *
  * Two passes (crossentropy_kernel, the fallback for a row too long for the
  * registers, a Vp not a multiple of the pack, or a pointer not 16-byte
  * aligned): the first pass keeps a running (max, sum of exp) per thread,
@@ -50,7 +42,6 @@
 #include "cuda/cuda_common.cuh"
 
 #include <math.h>
-#include <type_traits>
 
 #define CE_THREADS 512           /* two-pass kernel */
 #define CE_REGISTER_THREADS 1024 /* most threads of the register kernel */
@@ -222,39 +213,18 @@ __global__ __launch_bounds__(CE_REGISTER_THREADS) void crossentropy_registers_ke
         }
     }
     /* The thread's max, then its sum of exp: no rescaling, the row is here. */
-    constexpr bool keep_exp = std::is_same<T, gpc_bf16_t>::value;
     ce_max<T> thread_max;
 #pragma unroll
     for (int p = 0; p < PACKS; p++)
         thread_max.add(r[p]);
     float m = thread_max.get(), s = 0.0f;
-    if (keep_exp || m != -INFINITY) {
-        /* (bf16: a thread with none of the row keeps exp 0, from m = 0) */
-        const float mu = keep_exp && m == -INFINITY ? 0.0f : m;
+    if (m != -INFINITY) {
 #pragma unroll
         for (int p = 0; p < PACKS; p++)
 #pragma unroll
-            for (int k = 0; k < n; k += 2) {
-                float e0 = __expf(ce_element<T>(r[p], k) - mu);
-                s += e0;
-                float e1 = __expf(ce_element<T>(r[p], k + 1) - mu);
-                s += e1;
-                if constexpr (keep_exp) { /* bf16: exp(x - m) in place of the pair */
-                    __nv_bfloat162 e = __floats2bfloat162_rn(e0, e1);
-                    unsigned w;
-                    memcpy(&w, &e, sizeof w);
-                    if (k == 0)
-                        r[p].x = w;
-                    else if (k == 2)
-                        r[p].y = w;
-                    else if (k == 4)
-                        r[p].z = w;
-                    else
-                        r[p].w = w;
-                }
-            }
+            for (int k = 0; k < n; k++)
+                s += __expf(ce_element<T>(r[p], k) - m);
     }
-    const float thread_m = m;
     /* its __syncthreads also publishes shared_target_logit */
     ce_block_merge(m, s);
     float target_logit = masked || bad ? 0.0f : shared_target_logit;
@@ -276,23 +246,16 @@ __global__ __launch_bounds__(CE_REGISTER_THREADS) void crossentropy_registers_ke
         }
         return;
     }
-    /* bf16: softmax = the kept exp(x - thread max) times exp(thread max -
-     * row max) / sum (0 where the thread's max is -inf: its exps are 0), the
-     * target's element from its logit in f32; otherwise from the logits */
-    const float scale = keep_exp ? __expf(thread_m - row_max) * inv_sum * dloss : 0.0f;
-    const float target_grad = (__expf(target_logit - row_max) * inv_sum - 1.0f) * dloss;
 #pragma unroll
     for (int p = 0; p < PACKS; p++) {
         int i = first + p * stride;
         if (i < packs) {
             gpc_pack<T> out;
 #pragma unroll
-            for (int k = 0; k < n; k++) {
-                float x = ce_element<T>(r[p], k);
-                out.v[k] = gpc_from_f32<T>(i * n + k == target ? target_grad
-                                           : keep_exp          ? x * scale
-                                                      : __expf(x - row_max) * inv_sum * dloss);
-            }
+            for (int k = 0; k < n; k++)
+                out.v[k] = gpc_from_f32<T>((__expf(ce_element<T>(r[p], k) - row_max) * inv_sum -
+                                            (i * n + k == target ? 1.0f : 0.0f)) *
+                                           dloss);
             d[i] = out;
         }
     }

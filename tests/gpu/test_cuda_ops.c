@@ -641,7 +641,12 @@ static void crossentropy_case_at(gpc_dtype dt, int64_t N, int V, int64_t Vp, int
             *g = 0.0f;
         }
     }
-    expect_got("crossentropy losses", &losses, got_losses, dt == GPC_F32 ? 1e-5 : 1e-4);
+    if (target_logit != 0.0f) /* losses near 0: their error is absolute (f32's rounding of
+                               * the sum near 1 moves log(sum) by about 1e-6) */
+        test_assert_close_f32("crossentropy losses (targets near softmax 1)", got_losses,
+                              losses.cpu.data, (size_t)N, 1e-4, 0.1);
+    else
+        expect_got("crossentropy losses", &losses, got_losses, dt == GPC_F32 ? 1e-5 : 1e-4);
     if (d)
         expect_got(mode == CE_IN_PLACE ? "crossentropy dlogits in place" : "crossentropy dlogits",
                    d, got_d, tol_for(dt, 1e-5));
