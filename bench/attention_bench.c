@@ -58,11 +58,7 @@ int main(int argc, char **argv) {
     }
     int B = (int)b, T = (int)t, NH = (int)nh, hs = (int)head, reps = (int)r64;
     gpc_dtype dt;
-    if (gpc_dtype_parse(precision, &dt) != GPC_OK ||
-        (dt != GPC_F32 && dt != GPC_BF16 && dt != GPC_F16)) {
-        fprintf(stderr, "%s: --precision needs f32, bf16 or f16, not '%s'\n", PROG, precision);
-        return 2;
-    }
+    if (!bench_parse_float_dtype(PROG, precision, &dt)) return 2;
     if (strcmp(path_arg, "both") && strcmp(path_arg, "auto") && strcmp(path_arg, "gpc") &&
         strcmp(path_arg, "cudnn") && strcmp(path_arg, "simple")) {
         fprintf(stderr,
@@ -72,11 +68,8 @@ int main(int argc, char **argv) {
     }
     const char *paths[2] = {path_arg, NULL};
     if (!strcmp(path_arg, "both")) paths[0] = "gpc", paths[1] = "cudnn";
-    const gpc_backend *cuda = gpc_backend_get(GPC_DEVICE_CUDA);
-    if (!cuda) {
-        fprintf(stderr, "%s: %s\n", PROG, gpc_last_error());
-        return 1;
-    }
+    const gpc_backend *cuda = bench_cuda(PROG);
+    if (!cuda) return 1;
     gpc_device dev = {GPC_DEVICE_CUDA, 0};
     int64_t C = (int64_t)NH * hs;
     int64_t s_qkv[3] = {B, T, 3 * C}, s_o[3] = {B, T, C}, s_l[3] = {B, NH, T};

@@ -53,6 +53,27 @@ static inline int bench_parse_int64(const char *program, const char *name, const
         }                                                                                          \
     } while (0)
 
+/* The CUDA backend, or NULL after a line on stderr from `program` saying why
+ * there is none (no GPU, no driver, a build without CUDA). */
+static inline const gpc_backend *bench_cuda(const char *program) {
+    const gpc_backend *cuda = gpc_backend_get(GPC_DEVICE_CUDA);
+    if (!cuda) fprintf(stderr, "%s: %s\n", program, gpc_last_error());
+    return cuda;
+}
+
+/* The --precision value `text` as a float dtype (f32, bf16 or f16) into
+ * *out; otherwise a line on stderr from `program`, and 0. */
+static inline int bench_parse_float_dtype(const char *program, const char *text, gpc_dtype *out) {
+    gpc_dtype dt;
+    if (gpc_dtype_parse(text, &dt) != GPC_OK ||
+        (dt != GPC_F32 && dt != GPC_BF16 && dt != GPC_F16)) {
+        fprintf(stderr, "%s: --precision needs f32, bf16 or f16, not '%s'\n", program, text);
+        return 0;
+    }
+    *out = dt;
+    return 1;
+}
+
 /* Parses the options --rows (1 to 2^22), --channels (8 to max_channels) and
  * --reps (1 to 10000), each followed by its value, into the variables given
  * (which hold the defaults). Returns 0, or 2 after a one-line message. */

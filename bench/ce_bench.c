@@ -50,16 +50,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     gpc_dtype dt;
-    if (gpc_dtype_parse(precision, &dt) != GPC_OK ||
-        (dt != GPC_F32 && dt != GPC_BF16 && dt != GPC_F16)) {
-        fprintf(stderr, "%s: --precision needs f32, bf16 or f16, not '%s'\n", prog, precision);
-        return 2;
-    }
-    const gpc_backend *cuda = gpc_backend_get(GPC_DEVICE_CUDA);
-    if (!cuda) {
-        fprintf(stderr, "%s: %s\n", prog, gpc_last_error());
-        return 1;
-    }
+    if (!bench_parse_float_dtype(prog, precision, &dt)) return 2;
+    const gpc_backend *cuda = bench_cuda(prog);
+    if (!cuda) return 1;
     gpc_device dev = {GPC_DEVICE_CUDA, 0};
     int64_t s_l[2] = {N, Vp}, s_n[1] = {N};
     int64_t chunk = N < 512 ? N : 512, s_c[2] = {chunk, Vp};

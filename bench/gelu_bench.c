@@ -39,11 +39,8 @@ static int fill(gpc_tensor *t, gpc_rng *rng, float lo, float hi) {
 int main(int argc, char **argv) {
     int64_t N = 65536, C = 768, reps = 20;
     if (bench_parse_rows_channels_reps(PROG, argc, argv, &N, &C, 8192, &reps)) return 2;
-    const gpc_backend *cuda = gpc_backend_get(GPC_DEVICE_CUDA);
-    if (!cuda) {
-        fprintf(stderr, "%s: %s\n", PROG, gpc_last_error());
-        return 1;
-    }
+    const gpc_backend *cuda = bench_cuda(PROG);
+    if (!cuda) return 1;
     gpc_device dev = {GPC_DEVICE_CUDA, 0};
     int64_t s_x[2] = {N, C}, s_h[2] = {N, 4 * C}, s_wfc[2] = {4 * C, C}, s_wp[2] = {C, 4 * C},
             s_b4[2] = {1, 4 * C}, s_b[2] = {1, C};

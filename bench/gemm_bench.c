@@ -114,10 +114,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--context")) T = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
     }
-    if (!gpc_backend_get(GPC_DEVICE_CUDA)) {
-        fprintf(stderr, "bench_gemm_bench: %s\n", gpc_last_error());
-        return 1;
-    }
+    if (!bench_cuda("bench_gemm_bench")) return 1;
     int C = 64 * depth, N = B * T;
     struct {
         const char *name;

@@ -20,6 +20,7 @@
 
 #include "gpc/model.h"
 #include "gpc/trace.h"
+#include "bench_util.h"
 #ifdef GPC_HAVE_CUDA
 #include "cuda/cuda_profile.h"
 #endif
@@ -55,11 +56,8 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    const gpc_backend *cuda = gpc_backend_get(GPC_DEVICE_CUDA);
-    if (!cuda) {
-        fprintf(stderr, "bench_gpt2_step: %s\n", gpc_last_error());
-        return 1;
-    }
+    const gpc_backend *cuda = bench_cuda("bench_gpt2_step");
+    if (!cuda) return 1;
     gpc_dtype dtype;
     gpt_config config;
     gpt_model *model = NULL;

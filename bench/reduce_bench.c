@@ -40,11 +40,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: --channels needs a multiple of 8, not %lld\n", PROG, (long long)C);
         return 2;
     }
-    const gpc_backend *cuda = gpc_backend_get(GPC_DEVICE_CUDA);
-    if (!cuda) {
-        fprintf(stderr, "%s: %s\n", PROG, gpc_last_error());
-        return 1;
-    }
+    const gpc_backend *cuda = bench_cuda(PROG);
+    if (!cuda) return 1;
     gpc_device dev = {GPC_DEVICE_CUDA, 0};
     int64_t s_x[2] = {N, C}, s_fc[2] = {N, 4 * C}, s_qkv[2] = {N, 3 * C}, s_c[1] = {C},
             s_4c[1] = {4 * C}, s_n[1] = {N};
