@@ -95,14 +95,12 @@ typedef struct {
     gpc_tensor qkv;       /* [L,B,T,3C] */
     gpc_tensor atty;      /* [L,B,T,C] attention output before the projection */
     gpc_tensor lse;       /* [L,B,NH,T] log-sum-exp of the attention rows */
-    gpc_tensor attproj;   /* [L,B,T,C] */
     gpc_tensor residual2; /* [L,B,T,C] residual after attention */
     gpc_tensor ln2;       /* [L,B,T,C] */
     gpc_tensor ln2_mean;  /* [L,B,T] */
     gpc_tensor ln2_rstd;  /* [L,B,T] */
     gpc_tensor fch;       /* [L,B,T,4C] */
     gpc_tensor fch_gelu;  /* [L,B,T,4C] */
-    gpc_tensor fcproj;    /* [L,B,T,C] */
     gpc_tensor residual3; /* [L,B,T,C] residual after the MLP */
     gpc_tensor lnf;       /* [B,T,C] */
     gpc_tensor lnf_mean;  /* [B,T] */

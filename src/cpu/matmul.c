@@ -3,7 +3,9 @@
  *
  * Shapes: inp [N,C], weight [OC,C] (PyTorch's nn.Linear layout, rows are
  * output channels), out [N,OC]. Every product is one GEMM (OpenBLAS):
- *   forward   out     = inp  @ weight^T   (bias pre-filled, beta = 1)
+ *   forward   out     = inp  @ weight^T   (bias, and the residual of
+ *                                         matmul_residual_forward, pre-filled,
+ *                                         beta = 1)
  *   backward  dinp    = dout @ weight     (beta = 0: activations overwrite)
  *             dweight += dout^T @ inp     (beta = 1: parameters accumulate)
  * gpc_cpu_sgemm spreads each GEMM over the OpenMP threads (cpu.h says why
@@ -22,28 +24,42 @@ static gpc_status check_dims(const char *op, int64_t N, int64_t C, int64_t OC) {
     return GPC_OK;
 }
 
-gpc_status gpc_cpu_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
-                                  const gpc_tensor *bias) {
-    const char *op = "matmul_forward";
+/* out = [residual +] inp @ weight^T [+ bias]: residual and bias (either may
+ * be NULL) are laid into out first, and the product adds to them (beta 1). */
+static gpc_status forward(const char *op, gpc_tensor *out, const gpc_tensor *inp,
+                          const gpc_tensor *weight, const gpc_tensor *bias,
+                          const gpc_tensor *residual) {
     GPC_TRY(gpc_cpu_need_f32(op, "out", out));
     GPC_TRY(gpc_cpu_need_f32(op, "inp", inp));
     GPC_TRY(gpc_cpu_need_f32(op, "weight", weight));
     GPC_TRY(gpc_cpu_need_f32(op, "bias", bias));
+    GPC_TRY(gpc_cpu_need_f32(op, "residual", residual));
     int64_t C = gpc_cpu_last_dim(inp), N = gpc_cpu_rows(inp), OC = gpc_cpu_rows(weight);
     GPC_TRY(check_dims(op, N, C, OC));
     float *o = out->data;
-    float beta = 0.0f;
-    if (bias && bias->data) {
-        const float *b = bias->data;
+    const float *b = bias && bias->data ? bias->data : NULL;
+    const float *r = residual && residual->data ? residual->data : NULL;
+    float beta = b || r ? 1.0f : 0.0f;
+    if (beta != 0.0f) {
 #pragma omp parallel for schedule(static) if (N * OC >= GPC_CPU_PARALLEL_MIN)
         for (int64_t n = 0; n < N; n++)
             for (int64_t j = 0; j < OC; j++)
-                o[n * OC + j] = b[j];
-        beta = 1.0f;
+                o[n * OC + j] = (r ? r[n * OC + j] : 0.0f) + (b ? b[j] : 0.0f);
     }
     if (N == 0 || OC == 0) return GPC_OK;
     gpc_cpu_sgemm(0, 1, N, OC, C, 1.0f, inp->data, C, weight->data, C, beta, o, OC);
     return GPC_OK;
+}
+
+gpc_status gpc_cpu_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
+                                  const gpc_tensor *bias) {
+    return forward("matmul_forward", out, inp, weight, bias, NULL);
+}
+
+gpc_status gpc_cpu_matmul_residual_forward(gpc_tensor *out, const gpc_tensor *inp,
+                                           const gpc_tensor *weight, const gpc_tensor *bias,
+                                           const gpc_tensor *residual) {
+    return forward("matmul_residual_forward", out, inp, weight, bias, residual);
 }
 
 gpc_status gpc_cpu_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,

@@ -82,7 +82,7 @@ static size_t matmul_workspace_bytes(void) {
 typedef struct {
     int m, n, k, transa, transb;
     int atype, btype, dtype, epilogue;
-    int align_a, align_b, align_d, align_bias, align_aux;
+    int align_a, align_b, align_d, align_bias, align_aux, align_c;
 } matmul_key;
 
 typedef struct {
@@ -489,8 +489,8 @@ static int measured_pick(matmul_device *md, cublasLtMatmulDesc_t desc, cublasLtM
                          cublasLtMatmulAlgo_t *out) {
     if (!measured_enabled() || key->n < MEASURED_MIN_N || key->atype != GPC_BF16 ||
         key->btype != GPC_BF16 || key->dtype != GPC_BF16 || key->align_a < 256 ||
-        key->align_b < 256 || key->align_d < 256 || (key->align_aux && key->align_aux < 256) ||
-        !measured_gpu(md))
+        key->align_b < 256 || key->align_d < 256 || key->align_c < 256 ||
+        (key->align_aux && key->align_aux < 256) || !measured_gpu(md))
         return -1;
     for (size_t i = 0; i < sizeof measured_configs / sizeof measured_configs[0]; i++) {
         const measured_config *c = &measured_configs[i];
@@ -546,7 +546,8 @@ static int measured_pick(matmul_device *md, cublasLtMatmulDesc_t desc, cublasLtM
  * dimension ldd, in D's dtype. */
 typedef enum { MATMUL_NO_GELU, MATMUL_GELU_AUX, MATMUL_DGELU } matmul_gelu;
 
-/* D (m x n, ld ldd) = alpha op(A) op(B) + beta D [+ bias], column-major.
+/* D (m x n, ld ldd) = alpha op(A) op(B) + beta C [+ bias], column-major, with
+ * C = D unless c (a matrix of D's dtype and layout) is given.
  * With bias_grad (f32 [n]) the epilogue also writes the column sums of op(B)
  * there (BGRADB); when cuBLASLt has no algorithm for that, the call returns
  * GPC_ERR_UNSUPPORTED having done nothing, and the caller sums itself. The
@@ -554,7 +555,8 @@ typedef enum { MATMUL_NO_GELU, MATMUL_GELU_AUX, MATMUL_DGELU } matmul_gelu;
 static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype atype, const void *b,
                             gpc_dtype btype, const void *bias, int m, int n, int k, int transa,
                             int transb, int lda, int ldb, int ldd, float beta, float *bias_grad,
-                            matmul_gelu gelu = MATMUL_NO_GELU, void *aux = NULL) {
+                            matmul_gelu gelu = MATMUL_NO_GELU, void *aux = NULL,
+                            const void *c = NULL) {
     matmul_device *md = NULL;
     GPC_TRY(device_state(&md));
     gpc_status status = GPC_OK;
@@ -578,6 +580,7 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
     key.align_a = alignment(a), key.align_b = alignment(b), key.align_d = alignment(d);
     key.align_bias = bias ? alignment(bias) : bias_grad ? alignment(bias_grad) : 0;
     key.align_aux = aux ? alignment(aux) : 0;
+    key.align_c = c ? alignment(c) : key.align_d;
 
     LT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
@@ -624,9 +627,10 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
         if (!hit) {
             cublasLtMatmulHeuristicResult_t result[MATMUL_TUNE_CANDIDATES];
             int found = 0;
-            int tune = tune_enabled() && 2.0 * m * n * k >= MATMUL_TUNE_MIN_FLOP;
+            int tune = tune_enabled() && !c && 2.0 * m * n * k >= MATMUL_TUNE_MIN_FLOP;
             size_t ws = MATMUL_WORKSPACE_BYTES;
-            uint32_t al_a = key.align_a, al_b = key.align_b, al_d = key.align_d;
+            uint32_t al_a = key.align_a, al_b = key.align_b, al_c = key.align_c;
+            uint32_t al_d = key.align_d;
             LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
             LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
                 pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
@@ -635,7 +639,7 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
             LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
                 pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
             LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
             LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
                 pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
             if (cublasLtMatmulAlgoGetHeuristic(md->handle, desc, la, lb, ld, ld, pref,
@@ -670,8 +674,8 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
             e->used = 1;
             pthread_mutex_unlock(&matmul_lock);
         }
-        LT_CHECK(cublasLtMatmul(md->handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &algo,
-                                md->workspace, MATMUL_WORKSPACE_BYTES, gpc_cuda_stream()));
+        LT_CHECK(cublasLtMatmul(md->handle, desc, &alpha, a, la, b, lb, &beta, c ? c : d, ld, d, ld,
+                                &algo, md->workspace, MATMUL_WORKSPACE_BYTES, gpc_cuda_stream()));
     }
 done:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -757,14 +761,15 @@ gpc_status gpc_cuda_add_partial_sums(const gpc_tensor *dbias, const float *parti
  * read once at close to the memory's rate; the few input rows come from
  * cache. f32 accumulation, the lanes' sums added in a fixed order. With
  * out_pre the output is gelu(x + bias) and x + bias goes to out_pre (the
- * GELU_AUX epilogue's contract). */
+ * GELU_AUX epilogue's contract); with residual (never with out_pre; it may
+ * be out) the output is residual + x + bias. */
 #define GEMV_MAX_ROWS 4
 #define GEMV_WARPS 8
 
 template <typename T, int ROWS>
 __global__ void __launch_bounds__(32 * GEMV_WARPS)
     gemv_kernel(T *out, T *out_pre, const T *__restrict__ inp, const T *__restrict__ weight,
-                const T *__restrict__ bias, int C, int OC) {
+                const T *__restrict__ bias, const T *residual, int C, int OC) {
     typedef gpc_pack<T> P;
     int lane = threadIdx.x & 31;
     int o = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
@@ -789,6 +794,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
     for (int r = 0; r < ROWS; r++) {
         float v = gpc_warp_sum(acc[r]) + (bias ? gpc_to_f32(bias[o]) : 0.0f);
         if (lane != 0) continue;
+        if (residual) v += gpc_to_f32(residual[(int64_t)r * OC + o]);
         if (out_pre) {
             out_pre[(int64_t)r * OC + o] = gpc_from_f32<T>(v);
             v = gpc_gelu(gpc_to_f32(gpc_from_f32<T>(v))); /* GELU of the stored x */
@@ -810,25 +816,27 @@ static int gemv_fits(int64_t N, int64_t C, const gpc_tensor *out, const gpc_tens
 }
 
 static gpc_status gemv(gpc_tensor *out, gpc_tensor *out_pre, const gpc_tensor *inp,
-                       const gpc_tensor *weight, const gpc_tensor *bias, int N, int C, int OC) {
+                       const gpc_tensor *weight, const gpc_tensor *bias, const gpc_tensor *residual,
+                       int N, int C, int OC) {
     unsigned grid = gpc_cuda_blocks(OC, GEMV_WARPS);
     GPC_CUDA_DISPATCH(out->dtype, E, {
         E *o = (E *)out->data, *pre = out_pre ? (E *)out_pre->data : NULL;
         const E *x = (const E *)inp->data, *w = (const E *)weight->data;
         const E *b = bias && bias->data ? (const E *)bias->data : NULL;
+        const E *r = residual ? (const E *)residual->data : NULL;
         cudaStream_t s = gpc_cuda_stream();
         switch (N) {
         case 1:
-            gemv_kernel<E, 1><<<grid, 32 * GEMV_WARPS, 0, s>>>(o, pre, x, w, b, C, OC);
+            gemv_kernel<E, 1><<<grid, 32 * GEMV_WARPS, 0, s>>>(o, pre, x, w, b, r, C, OC);
             break;
         case 2:
-            gemv_kernel<E, 2><<<grid, 32 * GEMV_WARPS, 0, s>>>(o, pre, x, w, b, C, OC);
+            gemv_kernel<E, 2><<<grid, 32 * GEMV_WARPS, 0, s>>>(o, pre, x, w, b, r, C, OC);
             break;
         case 3:
-            gemv_kernel<E, 3><<<grid, 32 * GEMV_WARPS, 0, s>>>(o, pre, x, w, b, C, OC);
+            gemv_kernel<E, 3><<<grid, 32 * GEMV_WARPS, 0, s>>>(o, pre, x, w, b, r, C, OC);
             break;
         default:
-            gemv_kernel<E, 4><<<grid, 32 * GEMV_WARPS, 0, s>>>(o, pre, x, w, b, C, OC);
+            gemv_kernel<E, 4><<<grid, 32 * GEMV_WARPS, 0, s>>>(o, pre, x, w, b, r, C, OC);
             break;
         }
     });
@@ -855,9 +863,12 @@ static gpc_status dims_fit(const char *op, int64_t N, int64_t C, int64_t OC) {
     return GPC_OK;
 }
 
-gpc_status gpc_cuda_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
-                                   const gpc_tensor *bias) {
-    const char *op = "matmul_forward";
+/* out = [residual +] inp @ weight^T [+ bias] (matmul_forward and
+ * matmul_residual_forward). cuBLASLt reads the residual as its C matrix
+ * (beta 1), so the sum is rounded once. */
+static gpc_status forward(const char *op, gpc_tensor *out, const gpc_tensor *inp,
+                          const gpc_tensor *weight, const gpc_tensor *bias,
+                          const gpc_tensor *residual) {
     GPC_TRY(check_types(op, weight->dtype, inp->dtype, out->dtype, "weight, inp -> out"));
     GPC_TRY(gpc_cuda_enter(out));
     int64_t C = inp->shape[inp->ndim - 1], N = C ? gpc_tensor_numel(inp) / C : 0;
@@ -866,11 +877,12 @@ gpc_status gpc_cuda_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const
     if (N == 0 || OC == 0) return GPC_OK;
     if (C == 0) return gpc_error(GPC_ERR_UNSUPPORTED, "%s: inputs with 0 channels", op);
     if (gemv_fits(N, C, out, inp, weight, bias, NULL))
-        return gemv(out, NULL, inp, weight, bias, (int)N, (int)C, (int)OC);
+        return gemv(out, NULL, inp, weight, bias, residual, (int)N, (int)C, (int)OC);
     int fused = bias && bias->data && bias->dtype == out->dtype;
     GPC_TRY(lt_matmul(out->data, out->dtype, weight->data, weight->dtype, inp->data, inp->dtype,
                       fused ? bias->data : NULL, (int)OC, (int)N, (int)C, 1, 0, (int)C, (int)C,
-                      (int)OC, 0.0f, NULL));
+                      (int)OC, residual ? 1.0f : 0.0f, NULL, MATMUL_NO_GELU, NULL,
+                      residual ? residual->data : NULL));
     if (bias && bias->data && !fused) {
         GPC_CUDA_DISPATCH(out->dtype, E, {
             add_bias_kernel<E><<<gpc_cuda_sm_count() * 8, 256, 0, gpc_cuda_stream()>>>(
@@ -879,6 +891,17 @@ gpc_status gpc_cuda_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const
         GPC_CUDA_CHECK_LAUNCH();
     }
     return GPC_OK;
+}
+
+gpc_status gpc_cuda_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
+                                   const gpc_tensor *bias) {
+    return forward("matmul_forward", out, inp, weight, bias, NULL);
+}
+
+gpc_status gpc_cuda_matmul_residual_forward(gpc_tensor *out, const gpc_tensor *inp,
+                                            const gpc_tensor *weight, const gpc_tensor *bias,
+                                            const gpc_tensor *residual) {
+    return forward("matmul_residual_forward", out, inp, weight, bias, residual);
 }
 
 gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
@@ -999,7 +1022,7 @@ gpc_status gpc_cuda_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gel
                OC <= 0x7fffffff && N <= 0x7fffffff && C <= 0x7fffffff &&
                gpc_cuda_aligned16(out_pre->data) && gpc_cuda_aligned16(out_gelu->data);
     if (fuse && gemv_fits(N, C, out_gelu, inp, weight, bias, out_pre))
-        return gemv(out_gelu, out_pre, inp, weight, bias, (int)N, (int)C, (int)OC);
+        return gemv(out_gelu, out_pre, inp, weight, bias, NULL, (int)N, (int)C, (int)OC);
     if (fuse && t == GPC_BF16) {
         gpc_status st = gpc_cuda_gemm_gelu_sm90(
             (gpc_bf16_t *)out_pre->data, (gpc_bf16_t *)out_gelu->data,

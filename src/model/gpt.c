@@ -142,14 +142,12 @@ static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
     PLACE(qkv, d, L, B, T, 3 * C);
     PLACE(atty, d, L, B, T, C);
     PLACE(lse, GPC_F32, L, B, NH, T);
-    PLACE(attproj, d, L, B, T, C);
     PLACE(residual2, d, L, B, T, C);
     PLACE(ln2, d, kept_ln, B, T, C);
     PLACE(ln2_mean, GPC_F32, L, B, T);
     PLACE(ln2_rstd, GPC_F32, L, B, T);
     PLACE(fch, d, L, B, T, 4 * C);
     PLACE(fch_gelu, d, kept_gelu, B, T, 4 * C);
-    PLACE(fcproj, d, L, B, T, C);
     PLACE(residual3, d, L, B, T, C);
     PLACE(lnf, d, B, T, C);
     PLACE(lnf_mean, GPC_F32, B, T);
@@ -475,8 +473,9 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
     gpc_tensor wpe = view(&p->wpe, at, 2, c->max_context - start, C, 0);
     GPC_TRY(gpc_op_embedding_forward(&encoded, tokens, &p->wte, &wpe));
 
-    /* The first layernorm stands alone; every later one is fused with the
-     * residual add that precedes it. */
+    /* Each projection adds to the residual stream inside its product
+     * (gpc_op_matmul_residual_forward), so its output is never stored: the
+     * layernorm after it reads the new residual alone. */
     {
         gpc_tensor ln1 = act_rows(m, &a->ln1, 0, start, B, T, C); /* slot 0 also when recomputed */
         gpc_tensor mean = stat_rows(m, &a->ln1_mean, 0, start, B, T);
@@ -489,14 +488,12 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
         gpc_tensor ln1 = act_rows(m, &a->ln1, kept_layer(m, l, 2), start, B, T, C);
         gpc_tensor qkv = act_rows(m, &a->qkv, l, start, B, T, 3 * C);
         gpc_tensor atty = act_rows(m, &a->atty, l, start, B, T, C);
-        gpc_tensor attproj = act_rows(m, &a->attproj, l, start, B, T, C);
         gpc_tensor residual2 = act_rows(m, &a->residual2, l, start, B, T, C);
         gpc_tensor ln2 = act_rows(m, &a->ln2, kept_layer(m, l, 2), start, B, T, C);
         gpc_tensor ln2_mean = stat_rows(m, &a->ln2_mean, l, start, B, T);
         gpc_tensor ln2_rstd = stat_rows(m, &a->ln2_rstd, l, start, B, T);
         gpc_tensor fch = act_rows(m, &a->fch, l, start, B, T, 4 * C);
         gpc_tensor fch_gelu = act_rows(m, &a->fch_gelu, kept_layer(m, l, 1), start, B, T, 4 * C);
-        gpc_tensor fcproj = act_rows(m, &a->fcproj, l, start, B, T, C);
         gpc_tensor residual3 = act_rows(m, &a->residual3, l, start, B, T, C);
 
         gpc_tensor qkvw = param_layer(&p->qkvw, l, 3 * C, C);
@@ -518,12 +515,12 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
             gpc_tensor lse = view(&a->lse, (size_t)l * m->B * NH * m->T, 3, B, NH, T);
             GPC_TRY(gpc_op_attention_forward(&atty, &lse, &qkv, NH));
         }
-        GPC_TRY(gpc_op_matmul_forward(&attproj, &atty, &attprojw, &attprojb));
-        GPC_TRY(gpc_op_residual_layernorm_forward(&residual2, &ln2, &ln2_mean, &ln2_rstd, &residual,
-                                                  &attproj, &ln2w, &ln2b));
+        GPC_TRY(gpc_op_matmul_residual_forward(&residual2, &atty, &attprojw, &attprojb, &residual));
+        GPC_TRY(gpc_op_layernorm_forward(&ln2, &ln2_mean, &ln2_rstd, &residual2, &ln2w, &ln2b));
         GPC_TRY(gpc_op_matmul_gelu_forward(&fch, &fch_gelu, &ln2, &fcw, &fcb));
-        GPC_TRY(gpc_op_matmul_forward(&fcproj, &fch_gelu, &fcprojw, &fcprojb));
-        /* residual3, and the next layer's ln1 or the final layernorm */
+        GPC_TRY(
+            gpc_op_matmul_residual_forward(&residual3, &fch_gelu, &fcprojw, &fcprojb, &residual2));
+        /* the next layer's ln1 or the final layernorm, of residual3 */
         int last = l + 1 == L;
         gpc_tensor next = last ? view(&a->lnf, at, 3, B, T, C)
                                : act_rows(m, &a->ln1, kept_layer(m, l + 1, 2), start, B, T, C);
@@ -533,8 +530,7 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
                                : stat_rows(m, &a->ln1_rstd, l + 1, start, B, T);
         gpc_tensor w = last ? p->lnfw : param_layer(&p->ln1w, l + 1, 0, C);
         gpc_tensor b = last ? p->lnfb : param_layer(&p->ln1b, l + 1, 0, C);
-        GPC_TRY(gpc_op_residual_layernorm_forward(&residual3, &next, &mean, &rstd, &residual2,
-                                                  &fcproj, &w, &b));
+        GPC_TRY(gpc_op_layernorm_forward(&next, &mean, &rstd, &residual3, &w, &b));
     }
     return GPC_OK;
 }

@@ -204,9 +204,9 @@ gpc_status gpc_op_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor *o
     return gpc_op_layernorm_forward(out, mean, rstd, residual, weight, bias);
 }
 
-gpc_status gpc_op_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
-                                 const gpc_tensor *bias) {
-    const char *op = "matmul_forward";
+/* The checks matmul_forward and matmul_residual_forward share. */
+static gpc_status check_matmul_forward(const char *op, const gpc_tensor *out, const gpc_tensor *inp,
+                                       const gpc_tensor *weight, const gpc_tensor *bias) {
     GPC_TRY(need_float(op, "out", out));
     GPC_TRY(need_float(op, "inp", inp));
     GPC_TRY(need_float(op, "weight", weight));
@@ -215,13 +215,31 @@ gpc_status gpc_op_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const g
     int64_t C = last_dim(inp), N = rows(inp), OC = rows(weight);
     if (last_dim(weight) != C) {
         char a[96], b[96];
-        return gpc_error(GPC_ERR_MISMATCH, "matmul_forward: inp %s and weight %s disagree on C",
+        return gpc_error(GPC_ERR_MISMATCH, "%s: inp %s and weight %s disagree on C", op,
                          gpc_tensor_describe(inp, a, sizeof a),
                          gpc_tensor_describe(weight, b, sizeof b));
     }
     GPC_TRY(need_numel(op, "out", out, N * OC));
     if (bias) GPC_TRY(need_numel(op, "bias", bias, OC));
+    return GPC_OK;
+}
+
+gpc_status gpc_op_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
+                                 const gpc_tensor *bias) {
+    const char *op = "matmul_forward";
+    GPC_TRY(check_matmul_forward(op, out, inp, weight, bias));
     DISPATCH(op, out, matmul_forward, out, inp, weight, bias);
+}
+
+gpc_status gpc_op_matmul_residual_forward(gpc_tensor *out, const gpc_tensor *inp,
+                                          const gpc_tensor *weight, const gpc_tensor *bias,
+                                          const gpc_tensor *residual) {
+    const char *op = "matmul_residual_forward";
+    GPC_TRY(check_matmul_forward(op, out, inp, weight, bias));
+    GPC_TRY(need_dtype(op, "residual", residual, out->dtype));
+    DEVICES(op, out, residual);
+    GPC_TRY(need_numel(op, "residual", residual, gpc_tensor_numel(out)));
+    DISPATCH(op, out, matmul_residual_forward, out, inp, weight, bias, residual);
 }
 
 gpc_status gpc_op_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,

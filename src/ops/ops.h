@@ -67,6 +67,13 @@ gpc_status gpc_op_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor *o
  * inp may be [B,T,C]; out then is [B,T,OC]. */
 gpc_status gpc_op_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
                                  const gpc_tensor *bias);
+/* out[N,OC] = residual[N,OC] + inp[N,C] @ weight[OC,C]^T + bias[OC], rounded
+ * once: a projection added to the residual stream in one product, so the
+ * projection's output is never stored and read back. bias may be NULL; out
+ * may alias residual (the stream updated in place). */
+gpc_status gpc_op_matmul_residual_forward(gpc_tensor *out, const gpc_tensor *inp,
+                                          const gpc_tensor *weight, const gpc_tensor *bias,
+                                          const gpc_tensor *residual);
 /* dinp = dout @ weight (overwritten), dweight += dout^T @ inp, dbias +=
  * column sums of dout. Each of the three may be NULL to skip it (not all
  * three), so the input gradient and the weight gradients can be computed

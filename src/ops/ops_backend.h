@@ -56,7 +56,9 @@
       const gpc_tensor *weight, const gpc_tensor *gelu_inp))                                       \
     X(sum, (gpc_tensor *acc, const gpc_tensor *x))                                                 \
     X(attention_decode, (gpc_tensor *out, const gpc_tensor *qkv, int num_heads))                   \
-    X(column_sums, (gpc_tensor *acc, const gpc_tensor *x, int64_t first))
+    X(column_sums, (gpc_tensor *acc, const gpc_tensor *x, int64_t first))                        \
+    X(matmul_residual_forward, (gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,  \
+      const gpc_tensor *bias, const gpc_tensor *residual))
 /* clang-format on */
 
 #define GPC_OPS_FIELD(name, params) gpc_status(*name) params;

@@ -134,13 +134,11 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
     a += buffer(L * BT * 3 * C, s);         /* qkv */
     a += buffer(L * BT * C, s);             /* atty */
     a += buffer(L * B * NH * T, f32);       /* lse */
-    a += buffer(L * BT * C, s);             /* attproj */
     a += buffer(L * BT * C, s);             /* residual2 */
     a += buffer(kept_ln * BT * C, s);       /* ln2 */
     a += 2 * buffer(L * BT, f32);           /* ln2_mean, ln2_rstd */
     a += buffer(L * BT * 4 * C, s);         /* fch */
     a += buffer(kept_gelu * BT * 4 * C, s); /* fch_gelu */
-    a += buffer(L * BT * C, s);             /* fcproj */
     a += buffer(L * BT * C, s);             /* residual3 */
     a += buffer(BT * C, s);                 /* lnf */
     a += 2 * buffer(BT, f32);               /* lnf_mean, lnf_rstd */

@@ -9,19 +9,19 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-# d12, T=1024, B=4, bf16 on CUDA: total 4,491,501,824 bytes (test_plan.c has
-# the sum line by line), one more sequence 459,296,768 bytes.
+# d12, T=1024, B=4, bf16 on CUDA: total 4,340,506,880 bytes (test_plan.c has
+# the sum line by line), one more sequence 421,548,032 bytes.
 "$GPC" plan --model d12 --batch 4 --json "$work/plan.json" >"$work/out.txt"
 grep -q "124475904 parameters" "$work/out.txt" || fail "parameter count missing: $(head -1 "$work/out.txt")"
 total=$(awk '$1 == "total" {print $2}' "$work/out.txt")
-[[ "$total" == 4491501824 ]] || fail "total row says '$total', expected 4491501824"
+[[ "$total" == 4340506880 ]] || fail "total row says '$total', expected 4340506880"
 python3 - "$work/plan.json" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))
 want = {"num_params": 124475904, "parameters": 248951808, "gradients": 248951808,
-        "optimizer": 1493710848, "activations": 1374765056, "backward": 37748992,
-        "workspace": 458227712, "context_overhead": 629145600, "total": 4491501824,
-        "per_sample": 459296768, "batch": 4, "context": 1024, "layers": 12}
+        "optimizer": 1493710848, "activations": 1223770112, "backward": 37748992,
+        "workspace": 458227712, "context_overhead": 629145600, "total": 4340506880,
+        "per_sample": 421548032, "batch": 4, "context": 1024, "layers": 12}
 for k, v in want.items():
     assert p[k] == v, f"{k}: {p[k]} != {v}"
 parts = sum(p[k] for k in ("parameters", "gradients", "optimizer", "activations", "backward",
@@ -38,10 +38,10 @@ assert names[0].startswith("RTX 3060") and names[-1].startswith("H200"), names
 PY
 
 # The GPU table: at B=64 the 12 GB card does not fit, the 141 GB one does and
-# takes 322 sequences (test_plan.c: test_max_batch_boundary).
+# takes 351 sequences (test_plan.c: test_max_batch_boundary).
 "$GPC" plan --model d12 --batch 64 >"$work/b64.txt"
-grep -Eq '^  RTX 3060 12GB .* no +22$' "$work/b64.txt" || fail "RTX 3060 row: $(grep 3060 "$work/b64.txt")"
-grep -Eq '^  H200 141GB .* yes +322$' "$work/b64.txt" || fail "H200 row: $(grep H200 "$work/b64.txt")"
+grep -Eq '^  RTX 3060 12GB .* no +24$' "$work/b64.txt" || fail "RTX 3060 row: $(grep 3060 "$work/b64.txt")"
+grep -Eq '^  H200 141GB .* yes +351$' "$work/b64.txt" || fail "H200 row: $(grep H200 "$work/b64.txt")"
 
 # recompute 2 saves 276,824,064 + 138,412,032 bytes of activations at B=4.
 "$GPC" plan --model d12 --batch 4 --recompute 2 --json "$work/r2.json" >/dev/null

@@ -302,6 +302,17 @@ static void matmul_case(gpc_dtype dt, gpc_dtype grad_dt, int64_t B, int64_t T, i
     TEST_OK(gpc_op_matmul_forward(&out.cpu, &x.cpu, &w.cpu, with_bias ? &b.cpu : NULL));
     TEST_OK(gpc_op_matmul_forward(&out.gpu, &x.gpu, &w.gpu, with_bias ? &b.gpu : NULL));
     expect("matmul_forward out", &out, tol_for(dt, 1e-5));
+    /* the product added to a residual: into a third tensor, then in place */
+    pair res = make(dt, 3, s_o, 'r', -4, 4), sum = make(dt, 3, s_o, 'p', 0, 0);
+    const gpc_tensor *bias_cpu = with_bias ? &b.cpu : NULL, *bias_gpu = with_bias ? &b.gpu : NULL;
+    TEST_OK(gpc_op_matmul_residual_forward(&sum.cpu, &x.cpu, &w.cpu, bias_cpu, &res.cpu));
+    TEST_OK(gpc_op_matmul_residual_forward(&sum.gpu, &x.gpu, &w.gpu, bias_gpu, &res.gpu));
+    expect("matmul_residual_forward out", &sum, tol_for(dt, 1e-5));
+    TEST_OK(gpc_op_matmul_residual_forward(&res.cpu, &x.cpu, &w.cpu, bias_cpu, &res.cpu));
+    TEST_OK(gpc_op_matmul_residual_forward(&res.gpu, &x.gpu, &w.gpu, bias_gpu, &res.gpu));
+    expect("matmul_residual_forward in place", &res, tol_for(dt, 1e-5));
+    drop(&res);
+    drop(&sum);
 
     pair dout = make(dt, 3, s_o, 'r', -1, 1), dinp = make(dt, 3, s_x, 'p', 0, 0);
     pair dw = make(grad_dt, 2, s_w, 'r', -1, 1), db = make(grad_dt, 1, s_b, 'r', -1, 1);

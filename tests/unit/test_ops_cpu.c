@@ -382,6 +382,20 @@ static void matmul_case(int with_bias) {
     double *want = dzeros(c.N * OC);
     matmul_ref(want, &c);
     test_assert_close("matmul out", out, want, (size_t)(c.N * OC), FWD_TOL, 1.0);
+    /* the product added to a residual: into a third tensor, then in place */
+    {
+        float *res = randn(c.N * OC, 4), *sum = filled(c.N * OC, NAN);
+        gpc_tensor tres = t3(res, B, T, OC), tsum = t3(sum, B, T, OC);
+        double *want_r = dzeros(c.N * OC);
+        for (int64_t i = 0; i < c.N * OC; i++)
+            want_r[i] = want[i] + res[i];
+        TEST_OK(gpc_op_matmul_residual_forward(&tsum, &tx, &tw, with_bias ? &tb : NULL, &tres));
+        test_assert_close("matmul residual out", sum, want_r, (size_t)(c.N * OC), FWD_TOL, 1.0);
+        TEST_OK(gpc_op_matmul_residual_forward(&tres, &tx, &tw, with_bias ? &tb : NULL, &tres));
+        test_assert_close("matmul residual in place", res, want_r, (size_t)(c.N * OC), FWD_TOL,
+                          1.0);
+        free(res), free(sum), free(want_r);
+    }
 
     /* backward: dinp overwritten (NaN prefill), dweight and dbias accumulate */
     float *r = randn(c.N * OC, 1);

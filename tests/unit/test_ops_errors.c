@@ -113,6 +113,16 @@ static void test_wrong_shapes(void **state) {
     gpc_tensor bias = f32_1d(3, OC + 2);
     TEST_FAILS(gpc_op_matmul_forward(&out, &inp, &w2, &bias), GPC_ERR_MISMATCH,
                "matmul_forward: tensor 'bias'");
+    /* the residual form: the same checks, and a residual of out's size */
+    TEST_FAILS(gpc_op_matmul_residual_forward(&out, &inp, &w, NULL, &out), GPC_ERR_MISMATCH,
+               "matmul_residual_forward: inp");
+    gpc_tensor short_res = f32_2d(5, N, OC - 1 > 0 ? OC - 1 : OC + 1);
+    snprintf(needle, sizeof needle, "matmul_residual_forward: tensor 'residual' is [%lld, %lld]",
+             (long long)N, (long long)(OC - 1 > 0 ? OC - 1 : OC + 1));
+    TEST_FAILS(gpc_op_matmul_residual_forward(&out, &inp, &w2, NULL, &short_res), GPC_ERR_MISMATCH,
+               needle);
+    TEST_FAILS(gpc_op_matmul_residual_forward(&out, &inp, &w2, NULL, NULL), GPC_ERR_INVALID_ARG,
+               "matmul_residual_forward: tensor 'residual' is missing");
     gpc_tensor dw = f32_2d(4, OC, C - 1);
     TEST_FAILS(gpc_op_matmul_backward(NULL, &dw, NULL, &out, &inp, &w2), GPC_ERR_MISMATCH,
                "matmul_backward: tensor 'dweight'");
