@@ -6,7 +6,9 @@
 #   bench/ab_step.sh SOURCE SOURCE [SOURCE...]
 #
 # Each SOURCE is a source tree of gpc (this one, or an older commit unpacked
-# with `git archive OLD | tar -x -C a`). A tree's build-gpu is used when it
+# with `git archive OLD | tar -x -C a`), optionally followed by
+# :VAR=VALUE[,VAR=VALUE] for the environment of its runs (`. .:GPC_X=0` is one
+# build with and without a setting). A tree's build-gpu is used when it
 # holds bench/bench_gpt2_step (scripts/gpu-check.sh build makes it);
 # otherwise the tree is built into its build-ab. The first tree is the
 # baseline. Environment: STEPS (timed steps a run, default 6), ROUNDS
@@ -26,8 +28,10 @@ out=${OUT:-$root/gpu-out}
 mkdir -p "$out"
 log=$out/ab-step.log
 : >"$log"
-names=() bins=()
-for src in "$@"; do
+names=() bins=() envs=()
+for arg in "$@"; do
+  src=${arg%%:*} env=
+  [[ $arg == *:* ]] && env=${arg#*:}
   dir=$(cd "$src" 2>/dev/null && pwd) || { echo "ab_step: no source tree at '$src'" >&2; exit 2; }
   build=$dir/build-gpu
   if [[ ! -x $build/bench/bench_gpt2_step ]]; then
@@ -37,18 +41,18 @@ for src in "$@"; do
       cmake --build "$build" -j"$(nproc)" --target bench_gpt2_step; } >"$out/ab-build.log" 2>&1 ||
       { tail -20 "$out/ab-build.log"; exit 1; }
   fi
-  names+=("$src") bins+=("$build/bench/bench_gpt2_step")
+  names+=("$arg") bins+=("$build/bench/bench_gpt2_step") envs+=("${env//,/ }")
 done
 for ((round = 1; round <= rounds; round++)); do
   for i in "${!bins[@]}"; do
-    line=$(timeout 300 "${bins[$i]}" --steps "$steps" 2>&1 | grep '^RESULT gpc ')
+    line=$(env ${envs[$i]} timeout 300 "${bins[$i]}" --steps "$steps" 2>&1 | grep '^RESULT gpc ')
     echo "round $round [${names[$i]}] ${line:-(no result)}" | tee -a "$log"
   done
 done
 if [[ ${PROFILE:-0} == 1 ]]; then
   for i in "${!bins[@]}"; do
     echo "== per-op profile [${names[$i]}]" | tee -a "$log"
-    GPC_CUDA_PROFILE=1 timeout 120 "${bins[$i]}" --steps 2 --warmup 1 2>&1 | sed -n '/per-op/,$p' | tee -a "$log"
+    env ${envs[$i]} GPC_CUDA_PROFILE=1 timeout 120 "${bins[$i]}" --steps 2 --warmup 1 2>&1 | sed -n '/per-op/,$p' | tee -a "$log"
   done
 fi
 python3 - "$log" "${names[@]}" <<'PY'

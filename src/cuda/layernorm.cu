@@ -11,6 +11,10 @@
  * pass but the later passes hit L1, so the cost is one read and one write of
  * the activations. The fused kernel writes residual = a + b in the first
  * pass, saving a separate kernel's read and write of the residual stream.
+ * Rows of 1 to 4 16-byte packs a lane (GPT-2's 768 in bf16 is 3) go to a
+ * kernel that loads the whole row at once and keeps it in registers: the
+ * general one has one pack a lane in flight, which held it to about 2 TB/s
+ * at GPT-2's shape.
  *
  * Backward, C <= 1024 (768 in f32) in 16-byte packs (GPT-2's rows): one
  * fused kernel on a persistent grid (LNB_BLOCKS_PER_SM blocks a
@@ -34,6 +38,8 @@
  * sums the same finishing kernel adds.
  */
 #include "cuda/cuda_common.cuh"
+#include <stdlib.h>
+#include <string.h>
 
 #define LAYERNORM_EPS 1e-5f
 #define LN_WARPS 8
@@ -115,6 +121,73 @@ __global__ void layernorm_forward_kernel(T *out, float *mean_out, float *rstd_ou
         for (int k = 0; k < per; k++)
             x8[k] = (x8[k] - mean) * rstd * gpc_any_load(weight, c + k) + gpc_any_load(bias, c + k);
         ln_store<PER>(o + c, x8);
+    }
+    if (lane == 0) {
+        mean_out[row] = mean;
+        rstd_out[row] = rstd;
+    }
+}
+
+/* The same forward for rows of exactly 32 * PER * CHUNKS columns (GPT-2's
+ * 768 in bf16 is 3 chunks of a 16-byte pack a lane) with weight and bias in
+ * T: each lane loads its CHUNKS packs at once and keeps the row in registers
+ * for the three passes, so a warp has the whole row in flight instead of one
+ * pack a lane. Same sums in the same order as layernorm_forward_kernel, so
+ * the same bits. */
+template <typename T, int CHUNKS>
+__global__ void layernorm_forward_rows_kernel(T *out, float *mean_out, float *rstd_out, T *inp,
+                                              const T *a, const T *b, const T *weight,
+                                              const T *bias, int64_t N) {
+    typedef gpc_pack<T> P;
+    const int C = 32 * P::n * CHUNKS;
+    int lane = threadIdx.x & 31;
+    int64_t row = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
+    if (row >= N) return;
+    float x[CHUNKS][P::n];
+    P v[CHUNKS];
+    if (a) {
+        P u[CHUNKS];
+#pragma unroll
+        for (int i = 0; i < CHUNKS; i++) {
+            v[i] = ((const P *)(a + row * C))[lane + 32 * i];
+            u[i] = ((const P *)(b + row * C))[lane + 32 * i];
+        }
+#pragma unroll
+        for (int i = 0; i < CHUNKS; i++) {
+#pragma unroll
+            for (int k = 0; k < P::n; k++)
+                v[i].v[k] = gpc_from_f32<T>(gpc_to_f32(v[i].v[k]) + gpc_to_f32(u[i].v[k]));
+            ((P *)(inp + row * C))[lane + 32 * i] = v[i];
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < CHUNKS; i++)
+            v[i] = ((const P *)(inp + row * C))[lane + 32 * i];
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < CHUNKS; i++)
+#pragma unroll
+        for (int k = 0; k < P::n; k++) {
+            x[i][k] = gpc_to_f32(v[i].v[k]);
+            sum += x[i][k];
+        }
+    float mean = gpc_warp_sum(sum) / C;
+    float var = 0.0f;
+#pragma unroll
+    for (int i = 0; i < CHUNKS; i++)
+#pragma unroll
+        for (int k = 0; k < P::n; k++)
+            var += (x[i][k] - mean) * (x[i][k] - mean);
+    float rstd = rsqrtf(gpc_warp_sum(var) / C + LAYERNORM_EPS);
+#pragma unroll
+    for (int i = 0; i < CHUNKS; i++) {
+        P w = ((const P *)weight)[lane + 32 * i], c = ((const P *)bias)[lane + 32 * i], o;
+#pragma unroll
+        for (int k = 0; k < P::n; k++)
+            o.v[k] =
+                gpc_from_f32<T>((x[i][k] - mean) * rstd * gpc_to_f32(w.v[k]) + gpc_to_f32(c.v[k]));
+        ((P *)(out + row * C))[lane + 32 * i] = o;
     }
     if (lane == 0) {
         mean_out[row] = mean;
@@ -414,6 +487,17 @@ __global__ void residual_kernel(T *out, const T *a, const T *b, int64_t n, int v
         out[i] = gpc_from_f32<T>(gpc_to_f32(a[i]) + gpc_to_f32(b[i]));
 }
 
+/* GPC_LAYERNORM_ROWS=0 keeps every row on layernorm_forward_kernel (for
+ * measuring the register kernel against it). */
+static int layernorm_rows_enabled(void) {
+    static int enabled = -1;
+    if (enabled < 0) {
+        const char *env = getenv("GPC_LAYERNORM_ROWS");
+        enabled = !(env && strcmp(env, "0") == 0);
+    }
+    return enabled;
+}
+
 static gpc_status layernorm_launch(gpc_tensor *out, gpc_tensor *mean, gpc_tensor *rstd,
                                    gpc_tensor *inp, const gpc_tensor *a, const gpc_tensor *b,
                                    const gpc_tensor *weight, const gpc_tensor *bias) {
@@ -425,7 +509,35 @@ static gpc_status layernorm_launch(gpc_tensor *out, gpc_tensor *mean, gpc_tensor
                   (!a || (gpc_cuda_aligned16(a->data) && gpc_cuda_aligned16(b->data)));
         unsigned grid = gpc_cuda_blocks(N, LN_WARPS);
         const E *pa = a ? (const E *)a->data : NULL, *pb = b ? (const E *)b->data : NULL;
-        if (vec)
+        int chunks = (int)(C / (32 * per));
+        int rows = vec && C == (int64_t)chunks * 32 * per && chunks >= 1 && chunks <= 4 &&
+                   weight->dtype == out->dtype && bias->dtype == out->dtype &&
+                   gpc_cuda_aligned16(weight->data) && gpc_cuda_aligned16(bias->data) &&
+                   layernorm_rows_enabled();
+        if (rows) {
+            E *o = (E *)out->data, *x = (E *)inp->data;
+            const E *w = (const E *)weight->data, *bb = (const E *)bias->data;
+            float *mu = (float *)mean->data, *rs = (float *)rstd->data;
+            cudaStream_t s = gpc_cuda_stream();
+            switch (chunks) {
+            case 1:
+                layernorm_forward_rows_kernel<E, 1>
+                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N);
+                break;
+            case 2:
+                layernorm_forward_rows_kernel<E, 2>
+                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N);
+                break;
+            case 3:
+                layernorm_forward_rows_kernel<E, 3>
+                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N);
+                break;
+            default:
+                layernorm_forward_rows_kernel<E, 4>
+                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N);
+                break;
+            }
+        } else if (vec)
             layernorm_forward_kernel<E, 16 / sizeof(E)>
                 <<<grid, 32 * LN_WARPS, 0, gpc_cuda_stream()>>>(
                     (E *)out->data, (float *)mean->data, (float *)rstd->data, (E *)inp->data, pa,

@@ -290,6 +290,13 @@ static void test_layernorm(void **state) {
     layernorm_case(GPC_BF16, 3, 333, 77);
     layernorm_case(GPC_BF16, 1, 37, 2048);
     layernorm_case(GPC_F32, 1, 45, 1024);
+    /* rows of 1 to 4 16-byte packs a lane: the forward keeps them in
+     * registers (layernorm_forward_rows_kernel) */
+    layernorm_case(GPC_BF16, 3, 77, 256);
+    layernorm_case(GPC_F16, 2, 45, 512);
+    layernorm_case(GPC_BF16, 2, 33, 1024);
+    layernorm_case(GPC_F32, 3, 71, 384);
+    layernorm_case(GPC_F32, 1, 19, 128);
 }
 
 /* ---------------------------------------------------------------- matmul */
