@@ -21,12 +21,7 @@
  * 64 registers for PACKS 8 (59-64 unbounded), 42 for 4, at most 32 below, no
  * spills. To get there the max is taken in T's own arithmetic (ce_max):
  * converting every element to f32 for it let the compiler keep those f32
- * values alive for the sum, which spilled. A 1024-thread block of 64
- * registers a thread leaves room for one row a multiprocessor, so nothing
- * else hides the row's loads: each thread therefore takes its max and sum
- * CE_CHUNK_PACKS packs at a time (the running sum rescaled when the max
- * grows, one exponential a chunk), and sums its first packs while the later
- * ones are still on their way (GPC_CE_CHUNKS=0: one chunk).
+ * values alive for the sum, which spilled.
  *
  * Two passes (crossentropy_kernel, the fallback for a row too long for the
  * registers, a Vp not a multiple of the pack, or a pointer not 16-byte
@@ -47,13 +42,10 @@
 #include "cuda/cuda_common.cuh"
 
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define CE_THREADS 512           /* two-pass kernel */
 #define CE_REGISTER_THREADS 1024 /* most threads of the register kernel */
 #define CE_REGISTER_PACKS 8      /* most packs a thread of it holds */
-#define CE_CHUNK_PACKS 2         /* packs a thread sums at a time in it */
 
 __device__ __forceinline__ void ce_merge(float &m, float &s, float m2, float s2) {
     float mm = fmaxf(m, m2);
@@ -179,7 +171,7 @@ template <typename T> __device__ __forceinline__ void ce_set_neg_inf(uint4 &v, i
     w = (w & ~mask) | (ce_bits<T>::neg_inf << shift);
 }
 
-template <typename T, int PACKS, int CHUNK>
+template <typename T, int PACKS>
 __global__ __launch_bounds__(CE_REGISTER_THREADS) void crossentropy_registers_kernel(
     float *losses, T *dlogits, const T *logits, const int32_t *targets, int V, int Vp,
     float dloss) {
@@ -198,41 +190,15 @@ __global__ __launch_bounds__(CE_REGISTER_THREADS) void crossentropy_registers_ke
         int i = first + p * stride;
         r[p] = i < packs ? x[i] : make_uint4(0, 0, 0, 0);
     }
-    /* The thread's max and sum of exp, CHUNK packs at a time: each chunk's
-     * max, its sum of exp, and the running sum rescaled when the max grows
-     * (one exponential a chunk), so the first packs are summed while the
-     * later ones are still arriving. With CHUNK = PACKS, one chunk: the max of
-     * everything, then the sum, the same bits as without chunks. */
-    float m = -INFINITY, s = 0.0f;
+    /* Columns past V (padding, or packs past the row) become -inf: they then
+     * add nothing to the sum and get a gradient of 0 with no test per element. */
 #pragma unroll
-    for (int c = 0; c < PACKS; c += CHUNK) {
-        /* Columns past V (padding, or packs past the row) become -inf: they
-         * then add nothing to the sum and get a gradient of 0 with no test
-         * per element. (Here, chunk by chunk, so no pack is waited for
-         * before its chunk.) */
+    for (int p = 0; p < PACKS; p++) {
+        int keep = V - (first + p * stride) * n;
+        if (keep < n) {
 #pragma unroll
-        for (int p = c; p < c + CHUNK; p++) {
-            int keep = V - (first + p * stride) * n;
-            if (keep < n) {
-#pragma unroll
-                for (int k = 0; k < n; k++)
-                    if (k >= keep) ce_set_neg_inf<T>(r[p], k);
-            }
-        }
-        ce_max<T> chunk_max;
-#pragma unroll
-        for (int p = c; p < c + CHUNK; p++)
-            chunk_max.add(r[p]);
-        float mc = fmaxf(m, chunk_max.get());
-        if (mc != -INFINITY) {
-            float sc = 0.0f;
-#pragma unroll
-            for (int p = c; p < c + CHUNK; p++)
-#pragma unroll
-                for (int k = 0; k < n; k++)
-                    sc += __expf(ce_element<T>(r[p], k) - mc);
-            s = s * __expf(m - mc) + sc;
-            m = mc;
+            for (int k = 0; k < n; k++)
+                if (k >= keep) ce_set_neg_inf<T>(r[p], k);
         }
     }
     if (!masked && !bad) {
@@ -245,6 +211,19 @@ __global__ __launch_bounds__(CE_REGISTER_THREADS) void crossentropy_registers_ke
                 for (int k = 0; k < n; k++)
                     if (p == pi && k == ki) shared_target_logit = ce_element<T>(r[p], k);
         }
+    }
+    /* The thread's max, then its sum of exp: no rescaling, the row is here. */
+    ce_max<T> thread_max;
+#pragma unroll
+    for (int p = 0; p < PACKS; p++)
+        thread_max.add(r[p]);
+    float m = thread_max.get(), s = 0.0f;
+    if (m != -INFINITY) {
+#pragma unroll
+        for (int p = 0; p < PACKS; p++)
+#pragma unroll
+            for (int k = 0; k < n; k++)
+                s += __expf(ce_element<T>(r[p], k) - m);
     }
     /* its __syncthreads also publishes shared_target_logit */
     ce_block_merge(m, s);
@@ -347,19 +326,6 @@ __launch_bounds__(CE_THREADS) void crossentropy_kernel(float *losses, T *dlogits
             ce_grad(gpc_to_f32(x[col]), col, V, target, row_max, inv_sum, dloss, zero_all, poison));
 }
 
-/* How many packs a thread of the register kernel sums at a time:
- * GPC_CE_CHUNKS=2 or 4 (2 by default); 0 sums all of them in one chunk, the
- * kernel as it was before the chunks (for measuring them against it). */
-static int ce_chunk_packs(void) {
-    static int chunk = -1;
-    if (chunk < 0) {
-        const char *env = getenv("GPC_CE_CHUNKS");
-        chunk = !env || !env[0] ? CE_CHUNK_PACKS : atoi(env);
-        if (chunk != 0 && chunk != 2 && chunk != 4) chunk = CE_CHUNK_PACKS;
-    }
-    return chunk;
-}
-
 /* Launches the register kernel with the fewest packs a thread (of PACKS and
  * its doublings up to CE_REGISTER_PACKS) that hold a row of `packs` packs, on
  * as many threads (a multiple of 32) as that needs. */
@@ -373,17 +339,8 @@ static void crossentropy_registers_launch(int packs, unsigned rows, float *losse
         return;
     }
     int threads = ((packs + PACKS - 1) / PACKS + 31) / 32 * 32;
-    int chunk = ce_chunk_packs();
-    cudaStream_t st = gpc_cuda_stream();
-    if (chunk == 2 && PACKS > 2)
-        crossentropy_registers_kernel<T, PACKS, (PACKS > 2 ? 2 : PACKS)>
-            <<<rows, threads, 0, st>>>(losses, dlogits, logits, targets, V, Vp, dloss);
-    else if (chunk == 4 && PACKS > 4)
-        crossentropy_registers_kernel<T, PACKS, (PACKS > 4 ? 4 : PACKS)>
-            <<<rows, threads, 0, st>>>(losses, dlogits, logits, targets, V, Vp, dloss);
-    else
-        crossentropy_registers_kernel<T, PACKS, PACKS>
-            <<<rows, threads, 0, st>>>(losses, dlogits, logits, targets, V, Vp, dloss);
+    crossentropy_registers_kernel<T, PACKS>
+        <<<rows, threads, 0, gpc_cuda_stream()>>>(losses, dlogits, logits, targets, V, Vp, dloss);
 }
 
 gpc_status gpc_cuda_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *dlogits,
