@@ -76,7 +76,11 @@ python3 - "$got" "$t0" "$t1" "$s0" "$s1" "$hz" <<'PY'
 import sys
 got, t0, t1, s0, s1, hz = (float(x) for x in sys.argv[1:])
 independent = 100 * (t1 - t0) / hz / (s1 - s0)
-assert 10 <= got <= 105, f"busy loop at {got}% of a core"
+assert got <= 105, f"busy loop at {got}% of a core"
+# on an idle machine the loop has a core to itself; on one saturated by
+# other work (a parallel test run) it gets what the scheduler gives it, which
+# /proc's own ticks show too
+assert got >= 10 or independent < 20, f"busy loop at {got}% of a core ({independent:.1f}% by /proc)"
 # the independent window is longer (it includes doctor's own checks), so
 # the two agree only loosely on a shared machine
 assert abs(got - independent) <= 40, (got, independent)
