@@ -17,6 +17,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "ops/ops_backend.h"
@@ -119,6 +121,17 @@ template <typename T> struct alignas(16) gpc_pack {
     static const int n = 16 / sizeof(T);
     T v[16 / sizeof(T)];
 };
+
+/* 1 unless the environment sets name to "0" (a switch that is on by
+ * default), read at the first call: *cached starts at -1 and keeps the
+ * answer. */
+static inline int gpc_cuda_env_on(const char *name, int *cached) {
+    if (*cached < 0) {
+        const char *e = getenv(name);
+        *cached = !(e && strcmp(e, "0") == 0);
+    }
+    return *cached;
+}
 
 static inline int gpc_cuda_aligned16(const void *p) {
     return ((uintptr_t)p & 15) == 0;

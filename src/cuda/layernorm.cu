@@ -38,8 +38,6 @@
  * sums the same finishing kernel adds.
  */
 #include "cuda/cuda_common.cuh"
-#include <stdlib.h>
-#include <string.h>
 
 #define LAYERNORM_EPS 1e-5f
 #define LN_WARPS 8
@@ -491,11 +489,7 @@ __global__ void residual_kernel(T *out, const T *a, const T *b, int64_t n, int v
  * measuring the register kernel against it). */
 static int layernorm_rows_enabled(void) {
     static int enabled = -1;
-    if (enabled < 0) {
-        const char *env = getenv("GPC_LAYERNORM_ROWS");
-        enabled = !(env && strcmp(env, "0") == 0);
-    }
-    return enabled;
+    return gpc_cuda_env_on("GPC_LAYERNORM_ROWS", &enabled);
 }
 
 static gpc_status layernorm_launch(gpc_tensor *out, gpc_tensor *mean, gpc_tensor *rstd,

@@ -448,11 +448,7 @@ static const measured_config measured_configs[] = {
 
 static int measured_enabled(void) {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("GPC_MATMUL_MEASURED");
-        on = !(e && !strcmp(e, "0"));
-    }
-    return on;
+    return gpc_cuda_env_on("GPC_MATMUL_MEASURED", &on);
 }
 
 /* Whether md's GPU (the current one) and cuBLASLt are the ones the table was
@@ -1001,11 +997,7 @@ gpc_status gpc_cuda_column_sums(gpc_tensor *acc, const gpc_tensor *x, int64_t fi
 /* The GELU epilogues, unless GPC_MATMUL_GELU=0 asks for the separate kernels. */
 static int gelu_epilogue_enabled(void) {
     static int enabled = -1;
-    if (enabled < 0) {
-        const char *env = getenv("GPC_MATMUL_GELU");
-        enabled = !(env && !strcmp(env, "0"));
-    }
-    return enabled;
+    return gpc_cuda_env_on("GPC_MATMUL_GELU", &enabled);
 }
 
 gpc_status gpc_cuda_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
