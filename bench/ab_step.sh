@@ -25,23 +25,28 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 [[ $# -ge 2 ]] || { echo "usage: bench/ab_step.sh SOURCE SOURCE [SOURCE...]" >&2; exit 2; }
 steps=${STEPS:-6} rounds=${ROUNDS:-3}
 out=${OUT:-$root/gpu-out}
-mkdir -p "$out"
-log=$out/ab-step.log
-: >"$log"
-names=() bins=() envs=()
+# every tree checked before anything is built
+names=() dirs=() envs=()
 for arg in "$@"; do
   src=${arg%%:*} env=
   [[ $arg == *:* ]] && env=${arg#*:}
   dir=$(cd "$src" 2>/dev/null && pwd) || { echo "ab_step: no source tree at '$src'" >&2; exit 2; }
-  build=$dir/build-gpu
+  names+=("$arg") dirs+=("$dir") envs+=("${env//,/ }")
+done
+mkdir -p "$out"
+log=$out/ab-step.log
+: >"$log"
+bins=()
+for i in "${!dirs[@]}"; do
+  build=${dirs[$i]}/build-gpu
   if [[ ! -x $build/bench/bench_gpt2_step ]]; then
-    build=$dir/build-ab
-    echo "ab_step: building $src in $build" | tee -a "$log"
-    { cmake -S "$dir" -B "$build" -DGPC_ENABLE_SCHED=OFF -DCMAKE_BUILD_TYPE=Release &&
+    build=${dirs[$i]}/build-ab
+    echo "ab_step: building ${names[$i]} in $build" | tee -a "$log"
+    { cmake -S "${dirs[$i]}" -B "$build" -DGPC_ENABLE_SCHED=OFF -DCMAKE_BUILD_TYPE=Release &&
       cmake --build "$build" -j"$(nproc)" --target bench_gpt2_step; } >"$out/ab-build.log" 2>&1 ||
       { tail -20 "$out/ab-build.log"; exit 1; }
   fi
-  names+=("$arg") bins+=("$build/bench/bench_gpt2_step") envs+=("${env//,/ }")
+  bins+=("$build/bench/bench_gpt2_step")
 done
 for ((round = 1; round <= rounds; round++)); do
   for i in "${!bins[@]}"; do
