@@ -138,6 +138,41 @@ __device__ __forceinline__ void g_tma_load(void *dst, const CUtensorMap *map, in
                  : "memory");
 }
 
+/* The same box copied into this CTA's and its cluster peer's shared memory
+ * at the same offset (cta_mask 0b11), each copy signalling the mbarrier at
+ * bar's offset in its own CTA. */
+__device__ __forceinline__ void g_tma_load_multicast(void *dst, const CUtensorMap *map, int k,
+                                                     int row, uint64_t *bar, uint16_t cta_mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(g_smem(dst)),
+                 "l"(map), "r"(k), "r"(row), "r"(g_smem(bar)), "h"(cta_mask)
+                 : "memory");
+}
+
+/* Arrives on the mbarrier at bar's offset in cluster CTA cta. */
+__device__ __forceinline__ void g_mbar_arrive_cta(uint64_t *bar, unsigned cta) {
+    asm volatile("{\n"
+                 ".reg .b32 remote;\n"
+                 "mapa.shared::cluster.u32 remote, %0, %1;\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+                 "}\n" ::"r"(g_smem(bar)),
+                 "r"(cta)
+                 : "memory");
+}
+
+__device__ __forceinline__ unsigned g_cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+/* Every thread of both CTAs of the cluster. */
+__device__ __forceinline__ void g_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;" ::
+                     : "memory");
+}
+
 /* The wgmma descriptor of a K-major tile with 128-byte rows in the 128-byte
  * swizzle (8-row atoms of 1024 bytes): start address, leading offset 1
  * (unused for this layout), stride offset 1024 bytes, swizzle mode 1. */
@@ -218,31 +253,66 @@ __device__ __forceinline__ void g_fence_async_smem() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+/* Which tiles a block takes, in order. The blocks of a cluster of cl (1 or
+ * 2) take work items first, first + step, ... of works = tiles / cl; item w
+ * is the tiles of columns n0(w) and rows m0(w), one per block of the cluster
+ * (rank), which so share the tile of B. */
+struct g_sched {
+    int first, step, works, tiles_n, rank, cl;
+    __device__ int m0(int w) const {
+        return ((w / tiles_n) * cl + rank) * G_BM;
+    }
+    __device__ int n0(int w) const {
+        return w % tiles_n * G_BN;
+    }
+};
+
 /* The producer (one thread): TMA copies of every tile's K slices of A and B
- * into the ring of stages, each stage reused once the consumers are done. */
+ * into the ring of stages, each stage reused once the consumers are done.
+ * In a cluster of two each block loads half of B's rows into both blocks'
+ * stages (multicast), and a stage is free again once the consumers of both
+ * have released it (empty counts both); at the end the producer waits for
+ * those releases, so that no arrival from the peer is still on its way when
+ * this block exits. */
+template <int CL>
 __device__ __forceinline__ void g_produce(unsigned char *base, uint64_t *full, uint64_t *empty,
                                           const CUtensorMap *map_a, const CUtensorMap *map_b,
-                                          int tiles, int tiles_n, int kblocks) {
+                                          const g_sched &sc, int kblocks) {
     int pos = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN;
+    for (int w = sc.first; w < sc.works; w += sc.step) {
+        const int m0 = sc.m0(w), n0 = sc.n0(w);
         for (int kb = 0; kb < kblocks; kb++, pos++) {
             int s = pos % G_STAGES, round = pos / G_STAGES;
             unsigned char *st = base + s * G_STAGE_BYTES;
             if (round > 0) g_mbar_wait(&empty[s], (round - 1) & 1);
             g_mbar_expect(&full[s], G_STAGE_BYTES);
             g_tma_load(st, map_a, kb * G_BK, m0, &full[s]);
-            g_tma_load(st + G_A_BYTES, map_b, kb * G_BK, n0, &full[s]);
+            if (CL == 1)
+                g_tma_load(st + G_A_BYTES, map_b, kb * G_BK, n0, &full[s]);
+            else
+                g_tma_load_multicast(st + G_A_BYTES + sc.rank * (G_B_BYTES / 2), map_b, kb * G_BK,
+                                     n0 + sc.rank * (G_BN / 2), &full[s], 0x3);
         }
     }
+    if (CL > 1)
+        for (int i = 0; i < G_STAGES; i++, pos++)
+            if (pos >= G_STAGES) g_mbar_wait(&empty[pos % G_STAGES], (pos / G_STAGES - 1) & 1);
+}
+
+/* A consumer warp gives stage s back: to its own block, and in a cluster to
+ * the peer too, whose producer copies half of B into it. */
+template <int CL> __device__ __forceinline__ void g_release(uint64_t *empty, int s, int rank) {
+    g_mbar_arrive(&empty[s]);
+    if (CL > 1) g_mbar_arrive_cta(&empty[s], (unsigned)rank ^ 1u);
 }
 
 /* A consumer warpgroup's (c) products for one tile: acc = its 64 rows of the
  * tile over all of K. pos counts the stages taken so far (both consumers
  * take every stage). */
+template <int CL>
 __device__ __forceinline__ void g_mainloop(float *acc, const unsigned char *base, uint64_t *full,
-                                           uint64_t *empty, int &pos, int kblocks, int c,
-                                           int lane) {
+                                           uint64_t *empty, int &pos, int kblocks, int c, int lane,
+                                           int rank) {
     int prev = -1;
     for (int kb = 0; kb < kblocks; kb++, pos++) {
         int s = pos % G_STAGES;
@@ -256,11 +326,11 @@ __device__ __forceinline__ void g_mainloop(float *acc, const unsigned char *base
         g_wgmma_commit();
         /* the previous slice's products are done: its stage goes back */
         g_wgmma_wait<1>();
-        if (prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
+        if (prev >= 0 && lane == 0) g_release<CL>(empty, prev, rank);
         prev = s;
     }
     g_wgmma_wait<0>();
-    if (prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
+    if (prev >= 0 && lane == 0) g_release<CL>(empty, prev, rank);
 }
 
 /* Where a consumer thread's sums go in a staging tile: acc[4q + e] is row r0
@@ -364,7 +434,7 @@ __device__ __forceinline__ void g_dgelu_end(const CUtensorMap *map_y, const unsi
  * sums, y's column sums over each 128-row tile in sums[M / 128][N]. */
 enum { G_GELU, G_DGELU };
 
-template <int MODE>
+template <int MODE, int CL>
 __global__ void __launch_bounds__(G_THREADS, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                      const __grid_constant__ CUtensorMap map_b,
@@ -385,11 +455,13 @@ __global__ void __launch_bounds__(G_THREADS, 1)
      * bar[2 + b] gelu'(x) is in it, bar[4 + b] the consumers' y is in it. */
     const int tiles_n = N / G_BN, tiles = (M / G_BM) * tiles_n, kblocks = K / G_BK;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int rank = CL > 1 ? (int)g_cluster_rank() : 0;
+    const g_sched sc = {(int)blockIdx.x / CL, (int)gridDim.x / CL, tiles / CL, tiles_n, rank, CL};
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < G_STAGES; s++) {
             g_mbar_init(&full[s], 1);
-            g_mbar_init(&empty[s], 8); /* lane 0 of each consumer warp */
+            g_mbar_init(&empty[s], 8 * CL); /* lane 0 of each consumer warp, of each block */
         }
         if (MODE == G_GELU) {
             g_mbar_init(&bar[0], 8); /* consumer warps: the tile is staged */
@@ -403,10 +475,13 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();
+    if (CL > 1) /* the peer's barriers are ready before any copy or arrival reaches them */
+        g_cluster_sync();
+    else
+        __syncthreads();
 
     if (warp == 0) { /* the producer */
-        if (lane == 0) g_produce(base, full, empty, &map_a, &map_b, tiles, tiles_n, kblocks);
+        if (lane == 0) g_produce<CL>(base, full, empty, &map_a, &map_b, sc, kblocks);
         return;
     }
 
@@ -415,8 +490,8 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         const uint4 *in = (const uint4 *)staging;
         uint4 *out = (uint4 *)staging2;
         unsigned j = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, j++) {
-            int m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN;
+        for (int w = sc.first; w < sc.works; w += sc.step, j++) {
+            const int m0 = sc.m0(w), n0 = sc.n0(w);
             G_PROF_T(p0);
             g_mbar_wait(&bar[0], j & 1);
             G_PROF_ADD(e == 0, 4, p0);
@@ -457,8 +532,8 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         const int e = threadIdx.x - 32;
         int prev_m0 = 0, prev_n0 = 0;
         unsigned j = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, j++) {
-            const int b = j & 1, m0 = tile / tiles_n * G_BM, n0 = tile % tiles_n * G_BN;
+        for (int w = sc.first; w < sc.works; w += sc.step, j++) {
+            const int b = j & 1, m0 = sc.m0(w), n0 = sc.n0(w);
             unsigned char *buf = staging + b * G_STAGING_BYTES;
             if (e == 0) {
                 /* tile j - 2's store, the last queued, has read buf */
@@ -509,8 +584,8 @@ __global__ void __launch_bounds__(G_THREADS, 1)
     float acc[G_BN / 2];
     int pos = 0;
     unsigned j = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, j++) {
-        int n0 = tile % tiles_n * G_BN;
+    for (int w = sc.first; w < sc.works; w += sc.step, j++) {
+        const int n0 = sc.n0(w);
         [[maybe_unused]] const bool prof = threadIdx.x == 128;
         /* GELU: the first 96 consumer threads fetch the tile's bias, a pair
          * each, while the products run; it goes to shared memory after them */
@@ -519,7 +594,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         if (MODE == G_GELU && bias && ct < G_BN / 2)
             bpair = *(const __nv_bfloat162 *)(bias + n0 + 2 * ct);
         G_PROF_T(q0);
-        g_mainloop(acc, base, full, empty, pos, kblocks, c, lane);
+        g_mainloop<CL>(acc, base, full, empty, pos, kblocks, c, lane, rank);
         G_PROF_ADD(prof, 0, q0);
 #ifdef GPC_SM90_PROFILE
         if (prof) atomicAdd(&g_prof[3], 1ull);
@@ -649,8 +724,43 @@ static int sm90_enabled(void) {
     return enabled;
 }
 
+template <int MODE, int CL> static int smem_ok(void) {
+    return cudaFuncSetAttribute(gemm_sm90_kernel<MODE, CL>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, G_SMEM) == cudaSuccess;
+}
+
+/* The launch of a cluster-of-two kernel on grid blocks. */
+static cudaLaunchConfig_t cluster_config(cudaLaunchAttribute *attr, int grid) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)grid);
+    cfg.blockDim = dim3(G_THREADS);
+    cfg.dynamicSmemBytes = G_SMEM;
+    cfg.stream = gpc_cuda_stream();
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = 2;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+
+/* How many clusters of two blocks are resident at once (0: none). */
+static int max_clusters(void) {
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t cfg = cluster_config(&attr, 2 * gpc_cuda_sm_count());
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, gemm_sm90_kernel<G_DGELU, 2>, &cfg) != cudaSuccess) {
+        cudaGetLastError();
+        n = 0;
+    }
+    return n;
+}
+
 /* Whether this GPU runs the kernels: compute capability 9.0 and the driver's
- * tensor-map encoder found. Asked once per device. */
+ * tensor-map encoder found; and how many clusters of two it holds at once.
+ * Asked once per device. */
+static int clusters[GPC_CUDA_MAX_DEVICES];
 static int device_ok(void) {
     static int ok[GPC_CUDA_MAX_DEVICES]; /* 0 unknown, 1 no, 2 yes */
     int d = 0;
@@ -660,20 +770,16 @@ static int device_ok(void) {
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
         pthread_once(&encode_once, encode_lookup);
-        int yes = major == 9 && minor == 0 && encode_fn &&
-                  cudaFuncSetAttribute(gemm_sm90_kernel<G_GELU>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       G_SMEM) == cudaSuccess &&
-                  cudaFuncSetAttribute(gemm_sm90_kernel<G_DGELU>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       G_SMEM) == cudaSuccess;
+        int yes = major == 9 && minor == 0 && encode_fn && smem_ok<G_GELU, 1>() &&
+                  smem_ok<G_DGELU, 1>() && smem_ok<G_DGELU, 2>();
         if (!yes) cudaGetLastError();
         ok[d] = yes ? 2 : 1;
+        clusters[d] = yes ? max_clusters() : 0;
     }
     return ok[d] == 2;
 }
 
-static long calls;
+static long calls, cluster_calls;
 
 int gpc_cuda_gemm_sm90_available(void) {
     return sm90_enabled() && device_ok() ? sm90_enabled() : 0;
@@ -681,6 +787,10 @@ int gpc_cuda_gemm_sm90_available(void) {
 
 long gpc_cuda_gemm_sm90_calls(void) {
     return __atomic_load_n(&calls, __ATOMIC_RELAXED);
+}
+
+long gpc_cuda_gemm_sm90_cluster_calls(void) {
+    return __atomic_load_n(&cluster_calls, __ATOMIC_RELAXED);
 }
 
 /* Whether the kernels take this product: which (SM90_*) on, shapes in
@@ -714,24 +824,54 @@ static void sm90_profile(const char *what) {
 #endif
 }
 
-/* The persistent grid: one block a multiprocessor, or one a tile. */
-static int sm90_grid(int64_t M, int64_t N) {
-    int tiles = (int)((M / G_BM) * (N / G_BN)), sms = gpc_cuda_sm_count();
-    return tiles < sms ? tiles : sms;
+/* The DGELU product in clusters of two blocks sharing B's tiles
+ * (GPC_GEMM_SM90_CLUSTER, on unless "0") where the GPU holds them and the
+ * tile rows pair up: the number of clusters resident at once, or 0 for single
+ * blocks. (The GELU forward, whose epilogue does more a tile, measured 10%
+ * slower in clusters, each block held to its peer's pace.) */
+static int sm90_clusters(int mode, int64_t M) {
+    static int on = -1;
+    int d = 0;
+    if (mode != G_DGELU || !gpc_cuda_env_on("GPC_GEMM_SM90_CLUSTER", &on) || (M / G_BM) % 2 ||
+        cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= GPC_CUDA_MAX_DEVICES)
+        return 0;
+    return clusters[d];
 }
 
-/* The tensor maps of A [M, K], B [N, K], x and y [M, N], and the launch. */
+/* The tensor maps of A [M, K], B [N, K], x and y [M, N], and the launch on a
+ * persistent grid: one block a multiprocessor (or a cluster of two for each
+ * pair that fits at once), or fewer where there are fewer tiles. */
 template <int MODE>
 static gpc_status sm90_launch(const void *a, const void *b, const void *x, const void *y,
                               const gpc_bf16_t *bias, float *sums, int64_t M, int64_t N,
                               int64_t K) {
+    const int64_t tiles = (M / G_BM) * (N / G_BN);
+    const int cl = sm90_clusters(MODE, M);
     CUtensorMap map_a, map_b, map_x, map_y;
     GPC_TRY(make_map(&map_a, a, M, K, G_BM));
-    GPC_TRY(make_map(&map_b, b, N, K, G_BN));
+    GPC_TRY(make_map(&map_b, b, N, K, cl ? G_BN / 2 : G_BN));
     GPC_TRY(make_map(&map_x, x, M, N, G_BM));
     GPC_TRY(make_map(&map_y, y, M, N, G_BM));
-    gemm_sm90_kernel<MODE><<<sm90_grid(M, N), G_THREADS, G_SMEM, gpc_cuda_stream()>>>(
-        map_a, map_b, map_x, map_y, bias, sums, (int)M, (int)N, (int)K);
+    int clustered = 0;
+    if constexpr (MODE == G_DGELU) /* only it has the clusters' kernel */
+        if (cl) {
+            int64_t works = tiles / 2;
+            int grid = 2 * (int)(works < cl ? works : cl);
+            cudaLaunchAttribute attr;
+            cudaLaunchConfig_t cfg = cluster_config(&attr, grid);
+            cudaError_t e = cudaLaunchKernelEx(&cfg, gemm_sm90_kernel<MODE, 2>, map_a, map_b, map_x,
+                                               map_y, bias, sums, (int)M, (int)N, (int)K);
+            if (e != cudaSuccess)
+                return gpc_error(GPC_ERR_DEVICE, "gemm_sm90: cluster launch failed: %s",
+                                 cudaGetErrorString(e));
+            __atomic_add_fetch(&cluster_calls, 1, __ATOMIC_RELAXED);
+            clustered = 1;
+        }
+    if (!clustered) {
+        int sms = gpc_cuda_sm_count(), grid = (int)(tiles < sms ? tiles : sms);
+        gemm_sm90_kernel<MODE, 1><<<grid, G_THREADS, G_SMEM, gpc_cuda_stream()>>>(
+            map_a, map_b, map_x, map_y, bias, sums, (int)M, (int)N, (int)K);
+    }
     GPC_CUDA_CHECK_LAUNCH();
     sm90_profile(MODE == G_GELU ? "GELU" : "DGELU");
     __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);

@@ -25,8 +25,10 @@ int gpc_cuda_matmul_measured_applies(void);
  * default; "0" none, "gelu" or "dgelu" one); 0 for none. */
 int gpc_cuda_gemm_sm90_available(void);
 
-/* How many products it has queued since the process started. */
+/* How many products it has queued since the process started, and how many
+ * of them ran as clusters of two blocks sharing B's tiles. */
 long gpc_cuda_gemm_sm90_calls(void);
+long gpc_cuda_gemm_sm90_cluster_calls(void);
 
 #ifdef __cplusplus
 }

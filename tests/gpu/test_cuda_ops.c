@@ -406,7 +406,8 @@ static void matmul_gelu_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C, int6
 
 static void test_matmul_gelu(void **state) {
     (void)state;
-    long sm90_before = gpc_cuda_gemm_sm90_calls();
+    long sm90_before = gpc_cuda_gemm_sm90_calls(),
+         clusters_before = gpc_cuda_gemm_sm90_cluster_calls();
     matmul_gelu_case(GPC_F32, 2, 33, 64, 96, 1);
     matmul_gelu_case(GPC_BF16, 4, 64, 128, 512, 1); /* the fc layer's shape kind: epilogues */
     matmul_gelu_case(GPC_BF16, 4, 64, 512, 128, 0); /* fcproj's backward, as the model runs it */
@@ -433,6 +434,13 @@ static void test_matmul_gelu(void **state) {
     printf("  gemm_sm90 products: %ld (GELU %s, DGELU %s here)\n", sm90,
            on & 1 ? "available" : "not available", on & 2 ? "available" : "not available");
     assert_int_equal(sm90, (on & 1 ? 2 : 0) + (on & 2 ? 3 : 0));
+    /* the 8192-row DGELU products pair their tile rows: clusters of two
+     * blocks unless GPC_GEMM_SM90_CLUSTER=0 (gpu_test_cuda_ops_sm90_single) */
+    const char *cl = getenv("GPC_GEMM_SM90_CLUSTER");
+    int clusters_on = on && !(cl && !strcmp(cl, "0"));
+    long clustered = gpc_cuda_gemm_sm90_cluster_calls() - clusters_before;
+    printf("  of them as clusters of two: %ld\n", clustered);
+    assert_int_equal(clustered, clusters_on && (on & 2) ? 2 : 0);
 }
 
 /* GPT-2's large products at n = 8192 tokens, where matmul.cu takes the
