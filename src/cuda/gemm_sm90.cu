@@ -30,16 +30,18 @@
  *     turn it into gelu'(pre) in f16 in place, and once the consumers have
  *     written dinp over it a TMA store sends it out. Either way the
  *     epilogue's work overlaps the next tile's products.
- * The DGELU product runs in clusters of two blocks (GPC_GEMM_SM90_CLUSTER,
- * on unless "0"): the blocks of a cluster take tiles of the same columns and
+ * With GPC_GEMM_SM90_CLUSTER=1 the DGELU product runs in clusters of two
+ * blocks: the blocks of a cluster take tiles of the same columns and
  * adjacent rows, and each producer copies half of B's 192 rows into both
  * blocks' stages at once (TMA multicast), so each block reads 28 KiB a stage
  * from L2 instead of 40. A stage is then free only once the consumers of
  * both blocks are done with it: each consumer warp releases it to its own
- * block and to the peer, whose producer waits for both. Step: 1.0014x in 4
- * of 5 rounds over two calls (noise-level, kept since it reads less). The
- * GELU forward measured 10% slower this way in one call (each block held to
- * its peer's pace, its epilogue being the heavier), so it stays single.
+ * block and to the peer, whose producer waits for both. One GPU's step:
+ * 1.0014x in 4 of 5 rounds over two calls (noise-level); two GPUs with it
+ * scaled 1.954x in one call against 1.983-1.985x before, not yet told apart
+ * from the machine, so it is opt-in. The GELU forward measured 10% slower
+ * this way in one call (each block held to its peer's pace, its epilogue
+ * being the heavier), so it has no cluster form.
  * A staging tile is three [128][64] boxes in the 128-byte swizzle, the
  * layout the TMA copies use; the consumers' accesses to it are then free of
  * bank conflicts. The elementwise math runs in f16 pairs (half the
@@ -835,15 +837,19 @@ static void sm90_profile(const char *what) {
 }
 
 /* The DGELU product in clusters of two blocks sharing B's tiles
- * (GPC_GEMM_SM90_CLUSTER, on unless "0") where the GPU holds them and the
- * tile rows pair up: the number of clusters resident at once, or 0 for single
+ * (GPC_GEMM_SM90_CLUSTER=1, read once) where the GPU holds them and the tile
+ * rows pair up: the number of clusters resident at once, or 0 for single
  * blocks. (The GELU forward, whose epilogue does more a tile, measured 10%
  * slower in clusters, each block held to its peer's pace.) */
 static int sm90_clusters(int mode, int64_t M) {
     static int on = -1;
     int d = 0;
-    if (mode != G_DGELU || !gpc_cuda_env_on("GPC_GEMM_SM90_CLUSTER", &on) || (M / G_BM) % 2 ||
-        cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= GPC_CUDA_MAX_DEVICES)
+    if (on < 0) {
+        const char *e = getenv("GPC_GEMM_SM90_CLUSTER");
+        on = e && !strcmp(e, "1");
+    }
+    if (mode != G_DGELU || !on || (M / G_BM) % 2 || cudaGetDevice(&d) != cudaSuccess || d < 0 ||
+        d >= GPC_CUDA_MAX_DEVICES)
         return 0;
     return clusters[d];
 }

@@ -435,9 +435,9 @@ static void test_matmul_gelu(void **state) {
            on & 1 ? "available" : "not available", on & 2 ? "available" : "not available");
     assert_int_equal(sm90, (on & 1 ? 2 : 0) + (on & 2 ? 3 : 0));
     /* the 8192-row DGELU products pair their tile rows: clusters of two
-     * blocks unless GPC_GEMM_SM90_CLUSTER=0 (gpu_test_cuda_ops_sm90_single) */
+     * blocks with GPC_GEMM_SM90_CLUSTER=1 (gpu_test_cuda_ops_sm90_cluster) */
     const char *cl = getenv("GPC_GEMM_SM90_CLUSTER");
-    int clusters_on = on && !(cl && !strcmp(cl, "0"));
+    int clusters_on = on && cl && !strcmp(cl, "1");
     long clustered = gpc_cuda_gemm_sm90_cluster_calls() - clusters_before;
     printf("  of them as clusters of two: %ld\n", clustered);
     assert_int_equal(clustered, clusters_on && (on & 2) ? 2 : 0);
