@@ -12,15 +12,21 @@ expect_exit() {
   grep -qF -- "$text" "$work/expect.err" || fail "$*: no '$text' in: $(cat "$work/expect.err")"
 }
 
-# sigterm_after SECONDS OUT COMMAND...: runs COMMAND in the background (all
-# its output in OUT), sends it SIGTERM after SECONDS and waits; its exit
-# status lands in $stopped_rc.
-sigterm_after() {
-  local seconds=$1 out=$2 pid
+# sigterm_when CHECK OUT COMMAND...: runs COMMAND in the background (all its
+# output in OUT), sends it SIGTERM once the shell command CHECK succeeds
+# (polled every 0.1 s, so a loaded machine's slow start does not matter;
+# after 120 s, or if COMMAND has ended, it goes on and the caller's checks
+# say what is missing) and waits; its exit status lands in $stopped_rc.
+sigterm_when() {
+  local check=$1 out=$2 pid i
   shift 2
   "$@" >"$out" 2>&1 &
   pid=$!
-  sleep "$seconds"
-  kill -TERM "$pid"
+  for ((i = 0; i < 1200; i++)); do
+    eval "$check" && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -TERM "$pid" 2>/dev/null || true
   wait "$pid" && stopped_rc=0 || stopped_rc=$?
 }

@@ -70,8 +70,9 @@ assert frames[1][1] != frames[0][1] and frames[2][1] != frames[1][1]
 PY
 
 # SIGTERM (or Ctrl-C) stops the run cleanly: exit 128 + 15, a line saying
-# where, the summary of the steps that ran, and whole trajectory frames
-sigterm_after 1 "$work/stop.out" \
+# where, the summary of the steps that ran, and whole trajectory frames (sent
+# once a second frame's header shows the steps running)
+sigterm_when '[[ $(grep -c "^864$" "$work/stop.xyz" 2>/dev/null) -ge 2 ]]' "$work/stop.out" \
   "$GPC" md --cells 6 --steps 10000000 --thermo 100 --dump "$work/stop.xyz" --dump-every 10
 [[ $stopped_rc -eq 143 ]] || fail "SIGTERM: exit $stopped_rc, not 143: $(tail -3 "$work/stop.out")"
 grep -q "stopped by SIGTERM at step [0-9]* of 10000000" "$work/stop.out" || fail "no stop line: $(tail -3 "$work/stop.out")"

@@ -34,8 +34,10 @@ assert "G lattice updates/s" in out and "field vs exact" in out, out
 PY
 
 # SIGTERM stops the run cleanly: exit 128 + 15, a line saying where, and
-# the summary of the steps that ran
-sigterm_after 1 "$work/stop.out" "$GPC" stencil --n 64 --steps 100000000
+# the summary of the steps that ran (sent once its first progress line shows
+# the steps running)
+sigterm_when 'grep -q "step [0-9]* of 100000000" "$work/stop.out"' "$work/stop.out" \
+  "$GPC" stencil --n 64 --steps 100000000
 [[ $stopped_rc -eq 143 ]] || fail "SIGTERM: exit $stopped_rc, not 143: $(tail -3 "$work/stop.out")"
 grep -q "stopped by SIGTERM at step [0-9]* of 100000000" "$work/stop.out" || fail "no stop line: $(tail -3 "$work/stop.out")"
 grep -q "G lattice updates/s, .* field vs exact" "$work/stop.out" || fail "no summary after the stop"
