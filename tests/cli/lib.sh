@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154,SC2034  # sourced: $work and $stopped_rc belong to the caller
 # lib.sh: helpers shared by the end-to-end scripts (sourced; not a test).
 # They use the sourcing script's $work (a scratch folder) and its fail().
 
