@@ -2,7 +2,7 @@
 # test_ddp_mpi.sh: data parallelism on the CPU over MPI. At the same global
 # batch, `mpirun -np N gpc train` must compute what one process computes:
 # the same loss at every step and the same weights and AdamW moments at the
-# end (norm-wise within 1e-4: the sums run in another order), for 2, 4 and 8
+# end (norm-wise within 1e-3: the sums run in another order), for 2, 4 and 8
 # processes, with --zero 0 and --zero 1, small and single buckets, and
 # gradient accumulation on top. A checkpoint written by 2 processes resumes
 # in 1 process (another world size) and continues as the uninterrupted run,
@@ -62,13 +62,14 @@ train() { # NAME NP ARGS...: one run into $work/NAME
 }
 
 # compare REF RUN: losses of every step within 1e-5, then weights, m and v of
-# the final checkpoint norm-wise within 1e-4. Typical differences are 2e-6;
-# on some seeds AdamW turns the rounding of a near-zero gradient into a whole
-# step of opposite sign, and the later steps carry it into m and v (seen up to
-# 3.3e-5 with 2 ranks). A wrong gradient scale or a lost bucket moves m and v
-# by whole factors, far beyond 1e-4.
+# the final checkpoint norm-wise within 1e-3. Typical differences are 1e-7 to
+# 1e-5; on some seeds AdamW turns the rounding of a near-zero gradient into a
+# whole step of opposite sign, and the later steps carry it into m and v
+# (seen up to 3.3e-5 with 2 ranks, and 1.3e-4 with 8 on seed 25172). A wrong
+# gradient scale or a lost bucket (the smallest here, 0.01 MB, is a few
+# percent of the parameters) moves m and v by 1e-2 or more.
 compare() {
-  python3 - "$work/$1" "$work/$2" "1e-4" <<'PY' || fail "$2 differs from $1"
+  python3 - "$work/$1" "$work/$2" "1e-3" <<'PY' || fail "$2 differs from $1"
 import array, json, os, sys
 ref, run, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
 def losses(d):
