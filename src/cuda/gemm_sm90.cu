@@ -868,9 +868,8 @@ static gpc_status sm90_launch(const void *a, const void *b, const void *x, const
     GPC_TRY(make_map(&map_b, b, N, K, cl ? G_BN / 2 : G_BN));
     GPC_TRY(make_map(&map_x, x, M, N, G_BM));
     GPC_TRY(make_map(&map_y, y, M, N, G_BM));
-    int clustered = 0;
-    if constexpr (MODE == G_DGELU) /* only it has the clusters' kernel */
-        if (cl) {
+    if (cl) { /* sm90_clusters says 0 but for the DGELU product, the one with a clusters' kernel */
+        if constexpr (MODE == G_DGELU) {
             int64_t works = tiles / 2;
             int grid = 2 * (int)(works < cl ? works : cl);
             cudaLaunchAttribute attr;
@@ -881,9 +880,8 @@ static gpc_status sm90_launch(const void *a, const void *b, const void *x, const
                 return gpc_error(GPC_ERR_DEVICE, "gemm_sm90: cluster launch failed: %s",
                                  cudaGetErrorString(e));
             __atomic_add_fetch(&cluster_calls, 1, __ATOMIC_RELAXED);
-            clustered = 1;
         }
-    if (!clustered) {
+    } else {
         int sms = gpc_cuda_sm_count(), grid = (int)(tiles < sms ? tiles : sms);
         gemm_sm90_kernel<MODE, 1><<<grid, G_THREADS, G_SMEM, gpc_cuda_stream()>>>(
             map_a, map_b, map_x, map_y, bias, sums, (int)M, (int)N, (int)K);
