@@ -8,12 +8,17 @@
  *
  * Backward: dwte[v,:] += sum of dout rows whose token is v. Adding rows into
  * dwte with atomics would round once per token in bf16 and race; instead the
- * token positions are bucketed by token id (histogram, prefix sum, scatter:
- * a counting sort), and one block per vocabulary row sums its rows in f32
- * and adds the total to dwte once. dwpe[t,:] += sum over b of dout[b,t,:] is
- * one thread per (t, channel), summing the batch in order.
+ * positions are sorted by token id with a stable radix sort (so each token's
+ * positions stay in increasing order), the start and end of each token's run
+ * are marked, and one block per vocabulary row sums its rows in f32 in that
+ * order and adds the total to dwte once: the same bits on every run.
+ * dwpe[t,:] += sum over b of dout[b,t,:] is one thread per (t, channels),
+ * summing the batch in order. Both read 16 bytes of dout a thread where the
+ * rows allow.
  */
 #include "cuda/cuda_common.cuh"
+
+#include <cub/device/device_radix_sort.cuh>
 
 #include <math.h>
 
@@ -48,76 +53,87 @@ __global__ void embedding_forward_kernel(T *out, const int32_t *tokens, const T 
     }
 }
 
-__global__ void embedding_histogram_kernel(int *counts, const int32_t *tokens, int64_t N, int V) {
+/* The sort's input: key n = tokens[n], or V (after every token) where it is
+ * outside the vocabulary; value n = n. */
+__global__ void embedding_keys_kernel(unsigned *keys, int *positions, const int32_t *tokens,
+                                      int64_t N, int V) {
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; n < N; n += stride) {
         int tok = tokens[n];
-        if (tok >= 0 && tok < V) atomicAdd(&counts[tok], 1);
+        keys[n] = tok >= 0 && tok < V ? (unsigned)tok : (unsigned)V;
+        positions[n] = (int)n;
     }
 }
 
-/* Exclusive prefix sum of counts[V] into offsets[V+1], one block of 1024
- * threads: each thread scans a contiguous chunk, the chunk totals are
- * scanned in shared memory. V is at most a few hundred thousand. */
-__global__ void embedding_scan_kernel(int *offsets, const int *counts, int V) {
-    __shared__ int totals[1024];
-    int chunk = (V + blockDim.x - 1) / blockDim.x;
-    int begin = threadIdx.x * chunk, end = min(begin + chunk, V);
-    int sum = 0;
-    for (int i = begin; i < end; i++)
-        sum += counts[i];
-    totals[threadIdx.x] = sum;
-    __syncthreads();
-    for (int off = 1; off < (int)blockDim.x; off <<= 1) {
-        int v = threadIdx.x >= (unsigned)off ? totals[threadIdx.x - off] : 0;
-        __syncthreads();
-        totals[threadIdx.x] += v;
-        __syncthreads();
-    }
-    int running = totals[threadIdx.x] - sum; /* exclusive start of this chunk */
-    for (int i = begin; i < end; i++) {
-        offsets[i] = running;
-        running += counts[i];
-    }
-    if (threadIdx.x == blockDim.x - 1) offsets[V] = totals[threadIdx.x];
-}
-
-__global__ void embedding_scatter_kernel(int *order, int *cursor, const int *offsets,
-                                         const int32_t *tokens, int64_t N, int V) {
+/* begin[v], end[v]: where token v's run starts and ends in the sorted keys
+ * (both left 0 for a token that does not occur). */
+__global__ void embedding_runs_kernel(int *begin, int *end, const unsigned *keys, int64_t N,
+                                      int V) {
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; n < N; n += stride) {
-        int tok = tokens[n];
-        if (tok < 0 || tok >= V) continue;
-        int slot = atomicAdd(&cursor[tok], 1);
-        order[offsets[tok] + slot] = (int)n;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += stride) {
+        unsigned k = keys[i];
+        if (k >= (unsigned)V) continue;
+        if (i == 0 || keys[i - 1] != k) begin[k] = (int)i;
+        if (i == N - 1 || keys[i + 1] != k) end[k] = (int)(i + 1);
     }
 }
 
-template <typename T>
+/* PER channels of dout row n from c, added to sum (PER > 1: one 16-byte load). */
+template <typename T, int PER>
+__device__ __forceinline__ void embedding_add_row(float *sum, const T *dout, int64_t n, int C,
+                                                  int c) {
+    const T *row = dout + n * C + c;
+    if (PER > 1) {
+        gpc_pack<T> x = *(const gpc_pack<T> *)row;
+#pragma unroll
+        for (int k = 0; k < PER; k++)
+            sum[k] += gpc_to_f32(x.v[k]);
+    } else {
+        sum[0] += gpc_to_f32(row[0]);
+    }
+}
+
+template <typename T, int PER>
 __global__ void embedding_wte_backward_kernel(gpc_cuda_any dwte, const T *dout, const int *order,
-                                              const int *offsets, int C) {
+                                              const int *begin, const int *end, int C) {
     int v = blockIdx.x;
-    int begin = offsets[v], end = offsets[v + 1];
-    if (begin == end) return;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float sum = 0.0f;
-        for (int k = begin; k < end; k++)
-            sum += gpc_to_f32(dout[(int64_t)order[k] * C + c]);
-        int64_t at = (int64_t)v * C + c;
-        gpc_any_store(dwte, at, gpc_any_load(dwte, at) + sum);
+    int first = begin[v], last = end[v];
+    if (first == last) return;
+    for (int c = threadIdx.x * PER; c < C; c += blockDim.x * PER) {
+        float sum[PER] = {};
+        for (int k = first; k < last; k++)
+            embedding_add_row<T, PER>(sum, dout, order[k], C, c);
+        for (int k = 0; k < PER; k++) {
+            int64_t at = (int64_t)v * C + c + k;
+            gpc_any_store(dwte, at, gpc_any_load(dwte, at) + sum[k]);
+        }
     }
 }
 
-template <typename T>
+template <typename T, int PER>
 __global__ void embedding_wpe_backward_kernel(gpc_cuda_any dwpe, const T *dout, int B, int T_,
                                               int C) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * PER;
     if (i >= (int64_t)T_ * C) return;
     int t = (int)(i / C), c = (int)(i % C);
-    float sum = 0.0f;
+    float sum[PER] = {};
     for (int b = 0; b < B; b++)
-        sum += gpc_to_f32(dout[((int64_t)b * T_ + t) * C + c]);
-    gpc_any_store(dwpe, i, gpc_any_load(dwpe, i) + sum);
+        embedding_add_row<T, PER>(sum, dout, (int64_t)b * T_ + t, C, c);
+    for (int k = 0; k < PER; k++)
+        gpc_any_store(dwpe, i + k, gpc_any_load(dwpe, i + k) + sum[k]);
+}
+
+/* The two reductions, PER channels a thread. */
+template <typename E, int PER>
+static void embedding_sums(gpc_cuda_any dwte, gpc_cuda_any dwpe, const E *dout, const int *order,
+                           const int *begin, const int *end, int64_t V, int64_t B, int64_t T,
+                           int64_t C, cudaStream_t s) {
+    int threads = (int)((C / PER + 31) / 32 * 32);
+    if (threads > 256) threads = 256;
+    embedding_wte_backward_kernel<E, PER>
+        <<<(unsigned)V, threads, 0, s>>>(dwte, dout, order, begin, end, (int)C);
+    embedding_wpe_backward_kernel<E, PER>
+        <<<gpc_cuda_blocks(T * C / PER, 256), 256, 0, s>>>(dwpe, dout, (int)B, (int)T, (int)C);
 }
 
 gpc_status gpc_cuda_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
@@ -155,28 +171,41 @@ gpc_status gpc_cuda_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const
                          "embedding_backward: %lld tokens or %lld vocabulary rows are more than "
                          "the GPU kernel indexes; use smaller batches",
                          (long long)N, (long long)V);
-    /* scratch: counts[V], cursor[V], offsets[V+1], order[N] */
-    void *scratch;
-    size_t ints = (size_t)(3 * V + 1 + N);
-    GPC_TRY(gpc_cuda_scratch(ints * sizeof(int), &scratch));
-    int *counts = (int *)scratch, *cursor = counts + V, *offsets = cursor + V,
-        *order = offsets + V + 1;
+    /* scratch: keys and positions before and after the sort, begin[V],
+     * end[V], then the sort's own temporary storage */
     cudaStream_t s = gpc_cuda_stream();
-    GPC_CUDA_CHECK(cudaMemsetAsync(counts, 0, 2 * V * sizeof(int), s));
+    int bits = 1;
+    while (bits < 32 && (1ll << bits) <= V) /* keys go up to V */
+        bits++;
+    size_t sort_bytes = 0;
+    if (cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, (const unsigned *)NULL, (unsigned *)NULL,
+                                        (const int *)NULL, (int *)NULL, (int)N, 0, bits,
+                                        s) != cudaSuccess)
+        return gpc_error(GPC_ERR_DEVICE, "embedding_backward: the sort's storage was not sized");
+    size_t ints = ((size_t)(4 * N + 2 * V) + 63) & ~(size_t)63;
+    void *scratch;
+    GPC_TRY(gpc_cuda_scratch(ints * sizeof(int) + sort_bytes, &scratch));
+    unsigned *keys = (unsigned *)scratch, *sorted = keys + N;
+    int *positions = (int *)(sorted + N), *order = positions + N, *begin = order + N,
+        *end = begin + V;
+    void *sort_tmp = (int *)scratch + ints;
     unsigned grid = gpc_cuda_blocks(N, 256);
-    embedding_histogram_kernel<<<grid, 256, 0, s>>>(counts, (const int32_t *)tokens->data, N,
-                                                    (int)V);
+    embedding_keys_kernel<<<grid, 256, 0, s>>>(keys, positions, (const int32_t *)tokens->data, N,
+                                               (int)V);
     GPC_CUDA_CHECK_LAUNCH();
-    embedding_scan_kernel<<<1, 1024, 0, s>>>(offsets, counts, (int)V);
-    GPC_CUDA_CHECK_LAUNCH();
-    embedding_scatter_kernel<<<grid, 256, 0, s>>>(order, cursor, offsets,
-                                                  (const int32_t *)tokens->data, N, (int)V);
+    GPC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_tmp, sort_bytes, keys, sorted, positions,
+                                                   order, (int)N, 0, bits, s));
+    GPC_CUDA_CHECK(cudaMemsetAsync(begin, 0, 2 * V * sizeof(int), s));
+    embedding_runs_kernel<<<grid, 256, 0, s>>>(begin, end, sorted, N, (int)V);
     GPC_CUDA_CHECK_LAUNCH();
     GPC_CUDA_DISPATCH(dout->dtype, E, {
-        embedding_wte_backward_kernel<E><<<(unsigned)V, 128, 0, s>>>(
-            gpc_cuda_any_of(dwte), (const E *)dout->data, order, offsets, (int)C);
-        embedding_wpe_backward_kernel<E><<<gpc_cuda_blocks(T * C, 256), 256, 0, s>>>(
-            gpc_cuda_any_of(dwpe), (const E *)dout->data, (int)B, (int)T, (int)C);
+        const int per = gpc_pack<E>::n;
+        if (C % per == 0 && gpc_cuda_aligned16(dout->data))
+            embedding_sums<E, per>(gpc_cuda_any_of(dwte), gpc_cuda_any_of(dwpe),
+                                   (const E *)dout->data, order, begin, end, V, B, T, C, s);
+        else
+            embedding_sums<E, 1>(gpc_cuda_any_of(dwte), gpc_cuda_any_of(dwpe),
+                                 (const E *)dout->data, order, begin, end, V, B, T, C, s);
     });
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;

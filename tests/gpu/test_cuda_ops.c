@@ -155,36 +155,6 @@ static double tol_for(gpc_dtype dtype, double f32_tol) {
 
 /* ------------------------------------------------------------- embedding */
 
-static void embedding_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C, int64_t V) {
-    int64_t s_tok[2] = {B, T}, s_wte[2] = {V, C}, s_wpe[2] = {T + 3, C}, s_out[3] = {B, T, C};
-    pair tok = make(GPC_I32, 2, s_tok, 'r', 0, (float)V);
-    pair wte = make(dt, 2, s_wte, 'r', -1, 1), wpe = make(dt, 2, s_wpe, 'r', -1, 1);
-    pair out = make(dt, 3, s_out, 'p', 0, 0);
-    TEST_OK(gpc_op_embedding_forward(&out.cpu, &tok.cpu, &wte.cpu, &wpe.cpu));
-    TEST_OK(gpc_op_embedding_forward(&out.gpu, &tok.gpu, &wte.gpu, &wpe.gpu));
-    expect("embedding_forward out", &out, tol_for(dt, 1e-6));
-
-    pair dout = make(dt, 3, s_out, 'r', -1, 1);
-    pair dwte = make(dt, 2, s_wte, 'r', -1, 1), dwpe = make(dt, 2, s_wpe, 'r', -1, 1);
-    TEST_OK(gpc_op_embedding_backward(&dwte.cpu, &dwpe.cpu, &dout.cpu, &tok.cpu));
-    TEST_OK(gpc_op_embedding_backward(&dwte.gpu, &dwpe.gpu, &dout.gpu, &tok.gpu));
-    expect("embedding_backward dwte", &dwte, tol_for(dt, 1e-5));
-    expect("embedding_backward dwpe", &dwpe, tol_for(dt, 1e-5));
-    pair *all[] = {&tok, &wte, &wpe, &out, &dout, &dwte, &dwpe};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        drop(all[i]);
-}
-
-static void test_embedding(void **state) {
-    (void)state;
-    embedding_case(GPC_F32, 3, 37, 36, 11); /* few tokens: many repeats in the scatter */
-    embedding_case(GPC_BF16, 2, 29, 64, 101);
-    embedding_case(GPC_BF16, 2, 17, 36, 7);
-}
-
-/* ------------------------------------------------------------- layernorm */
-
-/* A device copy of t's bytes (cudaFree it), and t's bytes on the host (free it). */
 static void *device_snapshot(const gpc_tensor *t) {
     void *p = NULL;
     assert_int_equal(cudaMalloc(&p, gpc_tensor_bytes(t)), 0);
@@ -198,6 +168,53 @@ static unsigned char *device_bytes(const gpc_tensor *t) {
     return h;
 }
 
+static void embedding_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C, int64_t V) {
+    int64_t s_tok[2] = {B, T}, s_wte[2] = {V, C}, s_wpe[2] = {T + 3, C}, s_out[3] = {B, T, C};
+    pair tok = make(GPC_I32, 2, s_tok, 'r', 0, (float)V);
+    pair wte = make(dt, 2, s_wte, 'r', -1, 1), wpe = make(dt, 2, s_wpe, 'r', -1, 1);
+    pair out = make(dt, 3, s_out, 'p', 0, 0);
+    TEST_OK(gpc_op_embedding_forward(&out.cpu, &tok.cpu, &wte.cpu, &wpe.cpu));
+    TEST_OK(gpc_op_embedding_forward(&out.gpu, &tok.gpu, &wte.gpu, &wpe.gpu));
+    expect("embedding_forward out", &out, tol_for(dt, 1e-6));
+
+    pair dout = make(dt, 3, s_out, 'r', -1, 1);
+    pair dwte = make(dt, 2, s_wte, 'r', -1, 1), dwpe = make(dt, 2, s_wpe, 'r', -1, 1);
+    TEST_OK(gpc_op_embedding_backward(&dwte.cpu, &dwpe.cpu, &dout.cpu, &tok.cpu));
+    void *start = device_snapshot(&dwte.gpu);
+    TEST_OK(gpc_op_embedding_backward(&dwte.gpu, &dwpe.gpu, &dout.gpu, &tok.gpu));
+    expect("embedding_backward dwte", &dwte, tol_for(dt, 1e-5));
+    expect("embedding_backward dwpe", &dwpe, tol_for(dt, 1e-5));
+    /* deterministic: from the same state a second call gives the same bits
+     * (each token's rows are summed in the order of their positions) */
+    unsigned char *first = device_bytes(&dwte.gpu);
+    assert_int_equal(
+        cudaMemcpy(dwte.gpu.data, start, gpc_tensor_bytes(&dwte.gpu), cudaMemcpyDeviceToDevice), 0);
+    TEST_OK(gpc_op_embedding_backward(&dwte.gpu, &dwpe.gpu, &dout.gpu, &tok.gpu));
+    unsigned char *again = device_bytes(&dwte.gpu);
+    if (memcmp(first, again, gpc_tensor_bytes(&dwte.gpu)) != 0)
+        fail_msg("embedding_backward (%s, %lld tokens, V=%lld): dwte differs between two calls "
+                 "from the same state",
+                 gpc_dtype_name(dt), (long long)(B * T), (long long)V);
+    free(first);
+    free(again);
+    assert_int_equal(cudaFree(start), 0);
+    pair *all[] = {&tok, &wte, &wpe, &out, &dout, &dwte, &dwpe};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        drop(all[i]);
+}
+
+static void test_embedding(void **state) {
+    (void)state;
+    embedding_case(GPC_F32, 3, 37, 36, 11); /* few tokens: many repeats in the scatter */
+    embedding_case(GPC_BF16, 2, 29, 64, 101);
+    embedding_case(GPC_BF16, 2, 17, 36, 7); /* C not a multiple of 8: a channel a thread */
+    /* GPT-2's width, 8192 positions over 50 tokens: long runs of each */
+    embedding_case(GPC_BF16, 8, 1024, 768, 50);
+}
+
+/* ------------------------------------------------------------- layernorm */
+
+/* A device copy of t's bytes (cudaFree it), and t's bytes on the host (free it). */
 static void layernorm_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C) {
     int64_t s_x[3] = {B, T, C}, s_c[1] = {C}, s_n[1] = {B * T};
     pair x = make(dt, 3, s_x, 'r', -2, 3), w = make(dt, 1, s_c, 'r', 0.5f, 1.5f),

@@ -8,9 +8,9 @@
  *    what keeps them right is the events, not luck;
  *  - a small model trained on prefetched batches gives the losses and
  *    weights of one trained on host tokens uploaded by gpt_forward_backward,
- *    in f32 and bf16 (bitwise expected: every token occurs once in the
- *    split, so even the embedding backward sums in a fixed order; asserted
- *    within 1e-6);
+ *    in f32 and bf16 (bitwise expected, the embedding backward summing
+ *    each token's rows in the order of their positions; asserted within
+ *    1e-6);
  *  - fp16 steps whose overflow verdict gpt_read_step reads skip and rescale
  *    exactly as steps whose verdict gpt_update reads itself;
  *  - gpc_train on the GPU, interrupted and resumed from its checkpoint,
