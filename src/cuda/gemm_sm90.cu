@@ -12,7 +12,8 @@
  *
  * y[M, N] = A[M, K] . B[N, K]^T with A and B K-major. The kernel (sm_90a:
  * wgmma and TMA) is persistent, one block a multiprocessor walking tiles of
- * 128 x 192 outputs, with three warpgroups:
+ * 128 x 192 outputs, with four warpgroups (512 threads; the consumers take
+ * 168 registers a thread with setmaxnreg, the others keep 88):
  *   - warp 0 is the producer: one thread queues TMA copies of each 64-wide
  *     K slice of A (128 rows) and B (192 rows) into a ring of G_STAGES
  *     shared-memory stages (128-byte swizzle), each with a "full" mbarrier
@@ -23,7 +24,10 @@
  *     straight on to the next tile. GELU: the sums plus the bias (which 96
  *     of them fetch during the products and put in shared memory). DGELU:
  *     the sums times gelu'(pre), read from the staging tile;
- *   - warps 1-3 are the epilogue. GELU: a TMA store writes the staged tile
+ *   - warps 1-3 and 12-14 are the epilogue (warp 15 has nothing to do: six
+ *     warps split the staging tile's three 64-column boxes evenly, and an
+ *     epilogue of three warps, the earlier form, held the DGELU product's
+ *     consumers up). GELU: a TMA store writes the staged tile
  *     to pre while the warps write its GELU into the second staging tile,
  *     which a second TMA store writes to act. DGELU: the two staging tiles
  *     are a ring; for each tile a TMA load brings pre into one, the warps
@@ -75,8 +79,11 @@
 #define G_BM 128                    /* rows of A (tokens) per tile */
 #define G_BK 64                     /* K per stage: one 128-byte swizzle row */
 #define G_STAGES 3                  /* ring depth */
-#define G_THREADS 384               /* three warpgroups: see above */
-#define G_EPI_THREADS 96            /* warps 1-3 */
+#define G_THREADS 512               /* four warpgroups: see above */
+#define G_EPI_THREADS 192           /* warps 1-3 and 12-14 */
+#define G_EPI_HALF 96               /* the epilogue warps of one warpgroup */
+#define G_CONSUMER_REGS 168         /* registers a consumer thread (setmaxnreg) */
+#define G_OTHER_REGS 88             /* and a thread of the other two warpgroups */
 #define G_A_BYTES (G_BM * G_BK * 2) /* 16 KiB */
 #define G_BOX_BYTES (G_BM * 64 * 2) /* a staging box: [128][64] bf16 */
 #define G_BARRIERS (2 * G_STAGES + 6)
@@ -397,27 +404,28 @@ __device__ __forceinline__ __half2 g_gelu_grad2(__nv_bfloat162 in) {
 
 /* The end of a DGELU tile in the epilogue, once the consumers have written
  * its y into buf (ready, of the given parity): the first thread queues its
- * TMA store and, with sums, the three warps add up its columns, so that
- * sums[m0 / 128][n0 + column] is the column's sum over the tile's 128 rows.
- * Warp w takes box w; lane l the 16-byte chunk l % 8 of rows l / 8, l / 8 + 4,
- * ..., so the eight lanes of each quarter-warp read one whole 128-byte row,
- * free of bank conflicts. The row groups' sums are then added by shuffles
- * in a fixed order, and the epilogue syncs, since buf is reloaded next. */
+ * TMA store and, with sums, the six warps add up its columns, so that
+ * sums[m0 / 64 + h][n0 + column] is the column's sum over the tile's rows
+ * 64h..64h+63. Epilogue warp w takes box w % 3 and half h = w / 3; lane l
+ * the 16-byte chunk l % 8 of rows 64h + l / 8, 64h + l / 8 + 4, ..., so the
+ * eight lanes of each quarter-warp read one whole 128-byte row, free of
+ * bank conflicts. The row groups' sums are then added by shuffles in a
+ * fixed order, and the epilogue syncs, since buf is reloaded next. */
 __device__ __forceinline__ void g_dgelu_end(const CUtensorMap *map_y, const unsigned char *buf,
                                             uint64_t *ready, unsigned parity, int e, int m0, int n0,
                                             float *sums, int N) {
-    static_assert(G_BN / 64 == G_EPI_THREADS / 32, "a box for each epilogue warp");
+    static_assert(2 * (G_BN / 64) == G_EPI_THREADS / 32, "two epilogue warps a box");
     if (sums || e == 0) g_mbar_wait(ready, parity);
     if (e == 0) g_tma_store_tile(map_y, buf, n0, m0);
     if (!sums) return;
-    const int w = e / 32, lane = e % 32, c = lane % 8;
+    const int w = e / 32 % 3, h = e / 32 / 3, lane = e % 32, c = lane % 8;
     const unsigned char *box = buf + w * G_BOX_BYTES;
     float s[8];
 #pragma unroll
     for (int k = 0; k < 8; k++)
         s[k] = 0.0f;
 #pragma unroll 4
-    for (int r = lane / 8; r < G_BM; r += 4) {
+    for (int r = 64 * h + lane / 8; r < 64 * h + 64; r += 4) {
         uint4 v = *(const uint4 *)(box + r * 128 + ((c ^ (r % 8)) * 16));
         const uint32_t *u = (const uint32_t *)&v;
 #pragma unroll
@@ -432,7 +440,7 @@ __device__ __forceinline__ void g_dgelu_end(const CUtensorMap *map_y, const unsi
         s[k] += __shfl_xor_sync(0xffffffffu, s[k], 16);
     }
     if (lane < 8) {
-        float4 *dst = (float4 *)(sums + (size_t)(m0 / G_BM) * N + n0 + 64 * w + 8 * c);
+        float4 *dst = (float4 *)(sums + (size_t)(m0 / 64 + h) * N + n0 + 64 * w + 8 * c);
         dst[0] = make_float4(s[0], s[1], s[2], s[3]);
         dst[1] = make_float4(s[4], s[5], s[6], s[7]);
     }
@@ -491,14 +499,116 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         g_cluster_sync();
     else
         __syncthreads();
+    /* the consumers' accumulators want more registers than an even split of
+     * 512 threads gives; the producer and epilogue warpgroups hand theirs
+     * over (warp 15, unused, only takes part in that) */
+    static_assert(2 * 128 * (G_CONSUMER_REGS + G_OTHER_REGS) <= 65536, "the register file");
+    if (warp >= 4 && warp < 12) {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(G_CONSUMER_REGS));
+        /* the consumers: warpgroup c takes rows 64c..64c+63 of every tile */
+        const int c = warp / 4 - 1, t = threadIdx.x % 128, cw = t / 32;
+        const int r0 = 64 * c + 16 * cw + lane / 4, swz = r0 % 8;
+        float acc[G_BN / 2];
+        int pos = 0;
+        unsigned j = 0;
+        for (int w = sc.first; w < sc.works; w += sc.step, j++) {
+            const int n0 = sc.n0(w);
+            [[maybe_unused]] const bool prof = threadIdx.x == 128;
+            /* GELU: the first 96 consumer threads fetch the tile's bias, a pair
+             * each, while the products run; it goes to shared memory after them */
+            const int ct = threadIdx.x - 128;
+            __nv_bfloat162 bpair = __float2bfloat162_rn(0.0f);
+            if (MODE == G_GELU && bias && ct < G_BN / 2)
+                bpair = *(const __nv_bfloat162 *)(bias + n0 + 2 * ct);
+            G_PROF_T(q0);
+            g_mainloop<CL>(acc, base, full, empty, pos, kblocks, c, lane, rank);
+            G_PROF_ADD(prof, 0, q0);
+#ifdef GPC_SM90_PROFILE
+            if (prof) atomicAdd(&g_prof[3], 1ull);
+#endif
+            if (MODE == G_GELU) {
+                /* stage the tile (with its bias) once the epilogue is done with the last one */
+                __nv_bfloat162 *bias_s =
+                    (__nv_bfloat162 *)(full + G_BARRIERS) + (j & 1) * (G_BN / 2);
+                if (ct < G_BN / 2) bias_s[ct] = bpair;
+                /* the consumers' own barrier (named barrier 2): the bias is in.
+                 * Tile j + 2 writes this half again only after every consumer
+                 * has passed tile j + 1's barrier, so after these reads. */
+                asm volatile("bar.sync 2, %0;" ::"n"(2 * 128) : "memory");
+                G_PROF_T(q1);
+                if (j > 0) g_mbar_wait(&bar[1], (j - 1) & 1);
+                G_PROF_ADD(prof, 1, q1);
+                G_PROF_T(q2);
+                unsigned char *row0 = staging + r0 * 128 + 4 * (lane % 4);
+                /* a box at a time: its 8 bias loads first, so they are in flight together */
+#pragma unroll
+                for (int q0 = 0; q0 < G_BN / 8; q0 += 8) {
+                    float2 bb[8];
+#pragma unroll
+                    for (int q = 0; q < 8; q++)
+                        bb[q] = __bfloat1622float2(bias_s[4 * (q0 + q) + lane % 4]);
+#pragma unroll
+                    for (int q = 0; q < 8; q++) {
+                        unsigned char *at = g_stage_at(row0, q0 + q, swz);
+                        const float *d = acc + 4 * (q0 + q);
+                        *(__nv_bfloat162 *)at =
+                            __floats2bfloat162_rn(d[0] + bb[q].x, d[1] + bb[q].y);
+                        *(__nv_bfloat162 *)(at + 1024) =
+                            __floats2bfloat162_rn(d[2] + bb[q].x, d[3] + bb[q].y);
+                    }
+                }
+                g_fence_async_smem();
+                __syncwarp();
+                if (lane == 0) g_mbar_arrive(&bar[0]);
+                G_PROF_ADD(prof, 2, q2);
+            } else {
+                /* y = the sums times gelu'(x), which the epilogue has put in this tile's buffer */
+                const int b = j & 1;
+                unsigned char *row0 = staging + b * G_STAGING_BYTES + r0 * 128 + 4 * (lane % 4);
+                G_PROF_T(q1);
+                g_mbar_wait(&bar[2 + b], (j >> 1) & 1);
+                G_PROF_ADD(prof, 1, q1);
+                G_PROF_T(q2);
+                /* a box at a time: its 16 loads first, so they are in flight together */
+#pragma unroll
+                for (int q0 = 0; q0 < G_BN / 8; q0 += 8) {
+                    __half2 g[16];
+#pragma unroll
+                    for (int q = 0; q < 8; q++) {
+                        const unsigned char *at = g_stage_at(row0, q0 + q, swz);
+                        g[2 * q] = *(const __half2 *)at;
+                        g[2 * q + 1] = *(const __half2 *)(at + 1024);
+                    }
+#pragma unroll
+                    for (int q = 0; q < 8; q++) {
+                        unsigned char *at = g_stage_at(row0, q0 + q, swz);
+                        const float *d = acc + 4 * (q0 + q);
+                        float2 g0 = __half22float2(g[2 * q]), g1 = __half22float2(g[2 * q + 1]);
+                        *(__nv_bfloat162 *)at = __floats2bfloat162_rn(d[0] * g0.x, d[1] * g0.y);
+                        *(__nv_bfloat162 *)(at + 1024) =
+                            __floats2bfloat162_rn(d[2] * g1.x, d[3] * g1.y);
+                    }
+                }
+                g_fence_async_smem();
+                __syncwarp();
+                if (lane == 0) g_mbar_arrive(&bar[4 + b]);
+                G_PROF_ADD(prof, 2, q2);
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(G_OTHER_REGS));
+    if (warp == 15) return;
+    /* epilogue threads: warps 1-3 and 12-14, numbered 0..191 */
+    const bool epilogue = (warp >= 1 && warp < 4) || warp >= 12;
+    const int e = warp < 4 ? (int)threadIdx.x - 32 : (int)threadIdx.x - 384 + G_EPI_HALF;
 
     if (warp == 0) { /* the producer */
         if (lane == 0) g_produce<CL>(base, full, empty, &map_a, &map_b, sc, kblocks);
         return;
     }
 
-    if (warp < 4 && MODE == G_GELU) { /* the epilogue: x stored, y = gelu(x) */
-        const int e = threadIdx.x - 32;
+    if (epilogue && MODE == G_GELU) { /* the epilogue: x stored, y = gelu(x) */
         const uint4 *in = (const uint4 *)staging;
         uint4 *out = (uint4 *)staging2;
         unsigned j = 0;
@@ -538,10 +648,9 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         return;
     }
 
-    if (warp < 4 && MODE == G_DGELU) { /* the epilogue: x loaded, gelu'(x) in its place, y stored */
+    if (epilogue && MODE == G_DGELU) { /* the epilogue: x loaded, gelu'(x) in its place, y stored */
         /* (and summed: each tile's end, g_dgelu_end, comes after the next
          * tile's gelu', so that it overlaps the consumers' products) */
-        const int e = threadIdx.x - 32;
         int prev_m0 = 0, prev_n0 = 0;
         unsigned j = 0;
         for (int w = sc.first; w < sc.works; w += sc.step, j++) {
@@ -590,94 +699,6 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         return;
     }
 
-    /* the consumers: warpgroup c takes rows 64c..64c+63 of every tile */
-    const int c = warp / 4 - 1, t = threadIdx.x % 128, cw = t / 32;
-    const int r0 = 64 * c + 16 * cw + lane / 4, swz = r0 % 8;
-    float acc[G_BN / 2];
-    int pos = 0;
-    unsigned j = 0;
-    for (int w = sc.first; w < sc.works; w += sc.step, j++) {
-        const int n0 = sc.n0(w);
-        [[maybe_unused]] const bool prof = threadIdx.x == 128;
-        /* GELU: the first 96 consumer threads fetch the tile's bias, a pair
-         * each, while the products run; it goes to shared memory after them */
-        const int ct = threadIdx.x - 128;
-        __nv_bfloat162 bpair = __float2bfloat162_rn(0.0f);
-        if (MODE == G_GELU && bias && ct < G_BN / 2)
-            bpair = *(const __nv_bfloat162 *)(bias + n0 + 2 * ct);
-        G_PROF_T(q0);
-        g_mainloop<CL>(acc, base, full, empty, pos, kblocks, c, lane, rank);
-        G_PROF_ADD(prof, 0, q0);
-#ifdef GPC_SM90_PROFILE
-        if (prof) atomicAdd(&g_prof[3], 1ull);
-#endif
-        if (MODE == G_GELU) {
-            /* stage the tile (with its bias) once the epilogue is done with the last one */
-            __nv_bfloat162 *bias_s = (__nv_bfloat162 *)(full + G_BARRIERS) + (j & 1) * (G_BN / 2);
-            if (ct < G_BN / 2) bias_s[ct] = bpair;
-            /* the consumers' own barrier (named barrier 2): the bias is in.
-             * Tile j + 2 writes this half again only after every consumer
-             * has passed tile j + 1's barrier, so after these reads. */
-            asm volatile("bar.sync 2, %0;" ::"n"(2 * 128) : "memory");
-            G_PROF_T(q1);
-            if (j > 0) g_mbar_wait(&bar[1], (j - 1) & 1);
-            G_PROF_ADD(prof, 1, q1);
-            G_PROF_T(q2);
-            unsigned char *row0 = staging + r0 * 128 + 4 * (lane % 4);
-            /* a box at a time: its 8 bias loads first, so they are in flight together */
-#pragma unroll
-            for (int q0 = 0; q0 < G_BN / 8; q0 += 8) {
-                float2 bb[8];
-#pragma unroll
-                for (int q = 0; q < 8; q++)
-                    bb[q] = __bfloat1622float2(bias_s[4 * (q0 + q) + lane % 4]);
-#pragma unroll
-                for (int q = 0; q < 8; q++) {
-                    unsigned char *at = g_stage_at(row0, q0 + q, swz);
-                    const float *d = acc + 4 * (q0 + q);
-                    *(__nv_bfloat162 *)at = __floats2bfloat162_rn(d[0] + bb[q].x, d[1] + bb[q].y);
-                    *(__nv_bfloat162 *)(at + 1024) =
-                        __floats2bfloat162_rn(d[2] + bb[q].x, d[3] + bb[q].y);
-                }
-            }
-            g_fence_async_smem();
-            __syncwarp();
-            if (lane == 0) g_mbar_arrive(&bar[0]);
-            G_PROF_ADD(prof, 2, q2);
-        } else {
-            /* y = the sums times gelu'(x), which the epilogue has put in this tile's buffer */
-            const int b = j & 1;
-            unsigned char *row0 = staging + b * G_STAGING_BYTES + r0 * 128 + 4 * (lane % 4);
-            G_PROF_T(q1);
-            g_mbar_wait(&bar[2 + b], (j >> 1) & 1);
-            G_PROF_ADD(prof, 1, q1);
-            G_PROF_T(q2);
-            /* a box at a time: its 16 loads first, so they are in flight together */
-#pragma unroll
-            for (int q0 = 0; q0 < G_BN / 8; q0 += 8) {
-                __half2 g[16];
-#pragma unroll
-                for (int q = 0; q < 8; q++) {
-                    const unsigned char *at = g_stage_at(row0, q0 + q, swz);
-                    g[2 * q] = *(const __half2 *)at;
-                    g[2 * q + 1] = *(const __half2 *)(at + 1024);
-                }
-#pragma unroll
-                for (int q = 0; q < 8; q++) {
-                    unsigned char *at = g_stage_at(row0, q0 + q, swz);
-                    const float *d = acc + 4 * (q0 + q);
-                    float2 g0 = __half22float2(g[2 * q]), g1 = __half22float2(g[2 * q + 1]);
-                    *(__nv_bfloat162 *)at = __floats2bfloat162_rn(d[0] * g0.x, d[1] * g0.y);
-                    *(__nv_bfloat162 *)(at + 1024) =
-                        __floats2bfloat162_rn(d[2] * g1.x, d[3] * g1.y);
-                }
-            }
-            g_fence_async_smem();
-            __syncwarp();
-            if (lane == 0) g_mbar_arrive(&bar[4 + b]);
-            G_PROF_ADD(prof, 2, q2);
-        }
-    }
 #else
     (void)map_a, (void)map_b, (void)map_x, (void)map_y, (void)bias, (void)sums, (void)M, (void)N,
         (void)K;
@@ -910,11 +931,11 @@ gpc_status gpc_cuda_gemm_dgelu_sm90(gpc_bf16_t *dinp, const gpc_tensor *pre_bias
     /* the scratch buffer: the kernel's B, w^T [N, K] (it wants B K-major),
      * then the column sums of each 128-row tile, [M / 128, N] f32 */
     size_t wt_bytes = ((size_t)(N * K) * 2 + 255) & ~(size_t)255;
-    size_t sum_bytes = pre_bias ? (size_t)(M / G_BM * N) * sizeof(float) : 0;
+    size_t sum_bytes = pre_bias ? (size_t)(M / 64 * N) * sizeof(float) : 0;
     unsigned char *scratch = NULL;
     GPC_TRY(gpc_cuda_scratch(wt_bytes + sum_bytes, (void **)&scratch));
     float *sums = pre_bias ? (float *)(scratch + wt_bytes) : NULL;
     GPC_TRY(gpc_cuda_transpose16(scratch, w, K, N));
     GPC_TRY(sm90_launch<G_DGELU>(dout, scratch, pre, dinp, NULL, sums, M, N, K));
-    return sums ? gpc_cuda_add_partial_sums(pre_bias, sums, (int)(M / G_BM), (int)N) : GPC_OK;
+    return sums ? gpc_cuda_add_partial_sums(pre_bias, sums, (int)(M / 64), (int)N) : GPC_OK;
 }
