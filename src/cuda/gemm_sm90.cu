@@ -454,6 +454,106 @@ __device__ __forceinline__ void g_dgelu_end(const CUtensorMap *map_y, const unsi
  * sums, y's column sums over each 128-row tile in sums[M / 128][N]. */
 enum { G_GELU, G_DGELU };
 
+#ifdef G_KERNEL_BODY
+/* The consumers (warps 4-11): warpgroup c takes rows 64c..64c+63 of every
+ * tile, its products (g_mainloop) and then its share of the tile's staging:
+ * GELU, the sums plus the bias; DGELU, the sums times gelu'(x), which the
+ * epilogue has put in the tile's staging buffer. */
+template <int MODE, int CL>
+__device__ __forceinline__ void g_consume(unsigned char *base, unsigned char *staging,
+                                          uint64_t *full, uint64_t *empty, uint64_t *bar,
+                                          const g_sched &sc, int kblocks, const gpc_bf16_t *bias,
+                                          int warp, int lane, int rank) {
+    const int c = warp / 4 - 1, t = threadIdx.x % 128, cw = t / 32;
+    const int r0 = 64 * c + 16 * cw + lane / 4, swz = r0 % 8;
+    float acc[G_BN / 2];
+    int pos = 0;
+    unsigned j = 0;
+    for (int w = sc.first; w < sc.works; w += sc.step, j++) {
+        const int n0 = sc.n0(w);
+        [[maybe_unused]] const bool prof = threadIdx.x == 128;
+        /* GELU: the first 96 consumer threads fetch the tile's bias, a pair
+         * each, while the products run; it goes to shared memory after them */
+        const int ct = threadIdx.x - 128;
+        __nv_bfloat162 bpair = __float2bfloat162_rn(0.0f);
+        if (MODE == G_GELU && bias && ct < G_BN / 2)
+            bpair = *(const __nv_bfloat162 *)(bias + n0 + 2 * ct);
+        G_PROF_T(q0);
+        g_mainloop<CL>(acc, base, full, empty, pos, kblocks, c, lane, rank);
+        G_PROF_ADD(prof, 0, q0);
+#ifdef GPC_SM90_PROFILE
+        if (prof) atomicAdd(&g_prof[3], 1ull);
+#endif
+        if (MODE == G_GELU) {
+            /* stage the tile (with its bias) once the epilogue is done with the last one */
+            __nv_bfloat162 *bias_s = (__nv_bfloat162 *)(full + G_BARRIERS) + (j & 1) * (G_BN / 2);
+            if (ct < G_BN / 2) bias_s[ct] = bpair;
+            /* the consumers' own barrier (named barrier 2): the bias is in.
+             * Tile j + 2 writes this half again only after every consumer
+             * has passed tile j + 1's barrier, so after these reads. */
+            asm volatile("bar.sync 2, %0;" ::"n"(2 * 128) : "memory");
+            G_PROF_T(q1);
+            if (j > 0) g_mbar_wait(&bar[1], (j - 1) & 1);
+            G_PROF_ADD(prof, 1, q1);
+            G_PROF_T(q2);
+            unsigned char *row0 = staging + r0 * 128 + 4 * (lane % 4);
+            /* a box at a time: its 8 bias loads first, so they are in flight together */
+#pragma unroll
+            for (int q0 = 0; q0 < G_BN / 8; q0 += 8) {
+                float2 bb[8];
+#pragma unroll
+                for (int q = 0; q < 8; q++)
+                    bb[q] = __bfloat1622float2(bias_s[4 * (q0 + q) + lane % 4]);
+#pragma unroll
+                for (int q = 0; q < 8; q++) {
+                    unsigned char *at = g_stage_at(row0, q0 + q, swz);
+                    const float *d = acc + 4 * (q0 + q);
+                    *(__nv_bfloat162 *)at = __floats2bfloat162_rn(d[0] + bb[q].x, d[1] + bb[q].y);
+                    *(__nv_bfloat162 *)(at + 1024) =
+                        __floats2bfloat162_rn(d[2] + bb[q].x, d[3] + bb[q].y);
+                }
+            }
+            g_fence_async_smem();
+            __syncwarp();
+            if (lane == 0) g_mbar_arrive(&bar[0]);
+            G_PROF_ADD(prof, 2, q2);
+        } else {
+            /* y = the sums times gelu'(x), which the epilogue has put in this tile's buffer */
+            const int b = j & 1;
+            unsigned char *row0 = staging + b * G_STAGING_BYTES + r0 * 128 + 4 * (lane % 4);
+            G_PROF_T(q1);
+            g_mbar_wait(&bar[2 + b], (j >> 1) & 1);
+            G_PROF_ADD(prof, 1, q1);
+            G_PROF_T(q2);
+            /* a box at a time: its 16 loads first, so they are in flight together */
+#pragma unroll
+            for (int q0 = 0; q0 < G_BN / 8; q0 += 8) {
+                __half2 g[16];
+#pragma unroll
+                for (int q = 0; q < 8; q++) {
+                    const unsigned char *at = g_stage_at(row0, q0 + q, swz);
+                    g[2 * q] = *(const __half2 *)at;
+                    g[2 * q + 1] = *(const __half2 *)(at + 1024);
+                }
+#pragma unroll
+                for (int q = 0; q < 8; q++) {
+                    unsigned char *at = g_stage_at(row0, q0 + q, swz);
+                    const float *d = acc + 4 * (q0 + q);
+                    float2 g0 = __half22float2(g[2 * q]), g1 = __half22float2(g[2 * q + 1]);
+                    *(__nv_bfloat162 *)at = __floats2bfloat162_rn(d[0] * g0.x, d[1] * g0.y);
+                    *(__nv_bfloat162 *)(at + 1024) =
+                        __floats2bfloat162_rn(d[2] * g1.x, d[3] * g1.y);
+                }
+            }
+            g_fence_async_smem();
+            __syncwarp();
+            if (lane == 0) g_mbar_arrive(&bar[4 + b]);
+            G_PROF_ADD(prof, 2, q2);
+        }
+    }
+}
+#endif
+
 template <int MODE, int CL>
 __global__ void __launch_bounds__(G_THREADS, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
@@ -505,96 +605,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
     static_assert(2 * 128 * (G_CONSUMER_REGS + G_OTHER_REGS) <= 65536, "the register file");
     if (warp >= 4 && warp < 12) {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(G_CONSUMER_REGS));
-        /* the consumers: warpgroup c takes rows 64c..64c+63 of every tile */
-        const int c = warp / 4 - 1, t = threadIdx.x % 128, cw = t / 32;
-        const int r0 = 64 * c + 16 * cw + lane / 4, swz = r0 % 8;
-        float acc[G_BN / 2];
-        int pos = 0;
-        unsigned j = 0;
-        for (int w = sc.first; w < sc.works; w += sc.step, j++) {
-            const int n0 = sc.n0(w);
-            [[maybe_unused]] const bool prof = threadIdx.x == 128;
-            /* GELU: the first 96 consumer threads fetch the tile's bias, a pair
-             * each, while the products run; it goes to shared memory after them */
-            const int ct = threadIdx.x - 128;
-            __nv_bfloat162 bpair = __float2bfloat162_rn(0.0f);
-            if (MODE == G_GELU && bias && ct < G_BN / 2)
-                bpair = *(const __nv_bfloat162 *)(bias + n0 + 2 * ct);
-            G_PROF_T(q0);
-            g_mainloop<CL>(acc, base, full, empty, pos, kblocks, c, lane, rank);
-            G_PROF_ADD(prof, 0, q0);
-#ifdef GPC_SM90_PROFILE
-            if (prof) atomicAdd(&g_prof[3], 1ull);
-#endif
-            if (MODE == G_GELU) {
-                /* stage the tile (with its bias) once the epilogue is done with the last one */
-                __nv_bfloat162 *bias_s =
-                    (__nv_bfloat162 *)(full + G_BARRIERS) + (j & 1) * (G_BN / 2);
-                if (ct < G_BN / 2) bias_s[ct] = bpair;
-                /* the consumers' own barrier (named barrier 2): the bias is in.
-                 * Tile j + 2 writes this half again only after every consumer
-                 * has passed tile j + 1's barrier, so after these reads. */
-                asm volatile("bar.sync 2, %0;" ::"n"(2 * 128) : "memory");
-                G_PROF_T(q1);
-                if (j > 0) g_mbar_wait(&bar[1], (j - 1) & 1);
-                G_PROF_ADD(prof, 1, q1);
-                G_PROF_T(q2);
-                unsigned char *row0 = staging + r0 * 128 + 4 * (lane % 4);
-                /* a box at a time: its 8 bias loads first, so they are in flight together */
-#pragma unroll
-                for (int q0 = 0; q0 < G_BN / 8; q0 += 8) {
-                    float2 bb[8];
-#pragma unroll
-                    for (int q = 0; q < 8; q++)
-                        bb[q] = __bfloat1622float2(bias_s[4 * (q0 + q) + lane % 4]);
-#pragma unroll
-                    for (int q = 0; q < 8; q++) {
-                        unsigned char *at = g_stage_at(row0, q0 + q, swz);
-                        const float *d = acc + 4 * (q0 + q);
-                        *(__nv_bfloat162 *)at =
-                            __floats2bfloat162_rn(d[0] + bb[q].x, d[1] + bb[q].y);
-                        *(__nv_bfloat162 *)(at + 1024) =
-                            __floats2bfloat162_rn(d[2] + bb[q].x, d[3] + bb[q].y);
-                    }
-                }
-                g_fence_async_smem();
-                __syncwarp();
-                if (lane == 0) g_mbar_arrive(&bar[0]);
-                G_PROF_ADD(prof, 2, q2);
-            } else {
-                /* y = the sums times gelu'(x), which the epilogue has put in this tile's buffer */
-                const int b = j & 1;
-                unsigned char *row0 = staging + b * G_STAGING_BYTES + r0 * 128 + 4 * (lane % 4);
-                G_PROF_T(q1);
-                g_mbar_wait(&bar[2 + b], (j >> 1) & 1);
-                G_PROF_ADD(prof, 1, q1);
-                G_PROF_T(q2);
-                /* a box at a time: its 16 loads first, so they are in flight together */
-#pragma unroll
-                for (int q0 = 0; q0 < G_BN / 8; q0 += 8) {
-                    __half2 g[16];
-#pragma unroll
-                    for (int q = 0; q < 8; q++) {
-                        const unsigned char *at = g_stage_at(row0, q0 + q, swz);
-                        g[2 * q] = *(const __half2 *)at;
-                        g[2 * q + 1] = *(const __half2 *)(at + 1024);
-                    }
-#pragma unroll
-                    for (int q = 0; q < 8; q++) {
-                        unsigned char *at = g_stage_at(row0, q0 + q, swz);
-                        const float *d = acc + 4 * (q0 + q);
-                        float2 g0 = __half22float2(g[2 * q]), g1 = __half22float2(g[2 * q + 1]);
-                        *(__nv_bfloat162 *)at = __floats2bfloat162_rn(d[0] * g0.x, d[1] * g0.y);
-                        *(__nv_bfloat162 *)(at + 1024) =
-                            __floats2bfloat162_rn(d[2] * g1.x, d[3] * g1.y);
-                    }
-                }
-                g_fence_async_smem();
-                __syncwarp();
-                if (lane == 0) g_mbar_arrive(&bar[4 + b]);
-                G_PROF_ADD(prof, 2, q2);
-            }
-        }
+        g_consume<MODE, CL>(base, staging, full, empty, bar, sc, kblocks, bias, warp, lane, rank);
         return;
     }
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(G_OTHER_REGS));
