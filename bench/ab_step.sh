@@ -42,7 +42,7 @@ for i in "${!dirs[@]}"; do
   if [[ ! -x $build/bench/bench_gpt2_step ]]; then
     build=${dirs[$i]}/build-ab
     echo "ab_step: building ${names[$i]} in $build" | tee -a "$log"
-    { cmake -S "${dirs[$i]}" -B "$build" -DGPC_ENABLE_SCHED=OFF -DCMAKE_BUILD_TYPE=Release &&
+    { cmake -S "${dirs[$i]}" -B "$build" -DGPC_ENABLE_SCHED=OFF -DGPC_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release &&
       cmake --build "$build" -j"$(nproc)" --target bench_gpt2_step; } >"$out/ab-build.log" 2>&1 ||
       { tail -20 "$out/ab-build.log"; exit 1; }
   fi

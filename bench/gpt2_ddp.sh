@@ -43,7 +43,7 @@ say() { echo "$@" | tee -a "$log"; }
 source "$root/scripts/gpu-deps.sh" "$root"
 if [[ ! -x $build/gpc ]]; then
   t0=$(date +%s)
-  { cmake -S "$root" -B "$build" -DGPC_ENABLE_SCHED=OFF -DCMAKE_BUILD_TYPE=Release &&
+  { cmake -S "$root" -B "$build" -DGPC_ENABLE_SCHED=OFF -DGPC_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release &&
     cmake --build "$build" -j"$(nproc)" --target gpc_cli; } >"$out/ddp-build.log" 2>&1 ||
     { tail -30 "$out/ddp-build.log"; exit 1; }
   say "build: $(( $(date +%s) - t0 )) s"

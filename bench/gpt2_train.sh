@@ -31,7 +31,7 @@ out=${OUT:-$root/gpu-out}
 steps=${STEPS:-10}
 mkdir -p "$out"
 if [[ ! -x $build/gpc ]]; then
-  cmake -S "$root" -B "$build" -DGPC_ENABLE_SCHED=OFF -DCMAKE_BUILD_TYPE=Release >"$out/bench-build.log" 2>&1 &&
+  cmake -S "$root" -B "$build" -DGPC_ENABLE_SCHED=OFF -DGPC_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release >"$out/bench-build.log" 2>&1 &&
     cmake --build "$build" -j"$(nproc)" >>"$out/bench-build.log" 2>&1 || { tail -30 "$out/bench-build.log"; exit 1; }
 fi
 log=$out/bench.log
