@@ -41,24 +41,9 @@ say "== gpc GPT-2 d12 benchmark, $(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --que
 
 # 1. the real command
 if "$build/gpc" train --help >/dev/null 2>&1; then
-  data=/tmp/gpc-bench-data run=/tmp/gpc-bench-run
-  rm -rf "$data" "$run"
-  if "$build/gpc" data synth --vocab 50257 --tokens 20000000 --out "$data" >>"$log" 2>&1; then
-    timeout 300 "$build/gpc" train --data "$data" --out "$run" --model d12 --context 1024 --batch 64 \
-      --total-batch 524288 --steps $((steps + 3)) --device cuda --precision bf16 --eval-every 0 \
-      --checkpoint-every 0 >>"$out/gpc-train.log" 2>&1
-    echo "gpc train exit status $?" >>"$log"
-    tail -3 "$out/gpc-train.log" | tee -a "$log"
-    if [[ -f $run/metrics.jsonl ]]; then
-      python3 - "$run/metrics.jsonl" <<'PY' | tee -a "$log"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-tps = sorted(r["tokens_per_s"] for r in rows[3:] if r.get("tokens_per_s"))
-if tps:
-    print(f"RESULT gpc_train tokens_per_s={tps[len(tps) // 2]:.0f} steps={len(tps)} last_loss={rows[-1].get('loss')}")
-PY
-    fi
-  fi
+  rm -f "${GPC_BENCH_DATA:-/tmp/gpc-bench-data}.complete" # fresh shards for this build
+  "$root/bench/train_run.sh" "$build/gpc" "$out/gpc-train.log" "$steps" 2>&1 | tee -a "$log"
+  tail -3 "$out/gpc-train.log" >>"$log"
 else
   say "gpc train is not built here: step 1 skipped"
 fi

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# test_ab_step.sh: bench/ab_step.sh without a GPU. Bad arguments are usage
-# errors (exit 2) naming what was wrong; with stand-in trees whose
-# build-gpu/bench/bench_gpt2_step prints a fixed RESULT line (its rate
-# raised by the environment a SOURCE:VAR=VALUE argument sets), the runs go
-# round by round in the order given and the summary's medians and ratios are
-# those of the printed rates.
+# test_ab_step.sh: bench/ab_step.sh (and bench/train_run.sh) without a GPU.
+# Bad arguments are usage errors (exit 2) naming what was wrong; with
+# stand-in trees whose build-gpu/bench/bench_gpt2_step prints a fixed RESULT
+# line (its rate raised by the environment a SOURCE:VAR=VALUE argument sets),
+# the runs go round by round in the order given and the summary's medians
+# and ratios are those of the printed rates; TRAIN=1 and TORCH=1 add each
+# tree's `gpc train` (a stand-in gpc) and a stand-in PyTorch reference.
 set -euo pipefail
 root=${GPC_SOURCE_DIR:?set GPC_SOURCE_DIR to the source tree}
 work=$(mktemp -d)
@@ -37,4 +38,47 @@ grep -qx 'fast: 606,000, 606,000; median 606,000 tokens/s, 1.0100x base (faster 
   "$work/ab.txt" || fail "fast line: $(cat "$work/ab.txt")"
 grep -qx 'fast:EXTRA=6000: 612,000, 612,000; median 612,000 tokens/s, 1.0200x base (faster in 2 of 2 rounds)' \
   "$work/ab.txt" || fail "fast:EXTRA line: $(cat "$work/ab.txt")"
+
+# TRAIN=1 and TORCH=1: each tree's `gpc train` once (stand-in binaries that
+# write RATE + step into metrics.jsonl; train_run.sh takes the median after
+# the first three steps) and the PyTorch reference once (a stand-in script),
+# with the ratios to it
+for t in base fast; do
+  rate=$([[ $t == base ]] && echo 620000 || echo 630000)
+  cat >"$work/$t/build-gpu/gpc" <<SH
+#!/bin/sh
+[ "\$1 \$2" = "train --help" ] && exit 0
+if [ "\$1 \$2" = "data synth" ]; then
+  while [ \$# -gt 0 ]; do [ "\$1" = --out ] && mkdir -p "\$2"; shift; done
+  exit 0
+fi
+out= steps=0
+while [ \$# -gt 0 ]; do
+  case "\$1" in --out) out=\$2 ;; --steps) steps=\$2 ;; esac
+  shift
+done
+mkdir -p "\$out"
+i=0
+while [ \$i -lt \$steps ]; do
+  echo "{\"step\": \$i, \"tokens_per_s\": \$(($rate + i)), \"loss\": 5.5}" >>"\$out/metrics.jsonl"
+  i=\$((i + 1))
+done
+SH
+  chmod +x "$work/$t/build-gpu/gpc"
+done
+printf 'print("RESULT torch tokens_per_s=500000 step_ms=1")\n' >"$work/torch_ref.py"
+(cd "$work" && ROUNDS=1 TRAIN=1 TORCH=1 TORCH_REF="$work/torch_ref.py" GPC_BENCH_DATA="$work/data" \
+  bash "$ab" base fast) >"$work/ab2.txt" 2>&1 || fail "ab_step TRAIN/TORCH exited $?: $(cat "$work/ab2.txt")"
+grep -qx 'base: 600,000; median 600,000 tokens/s, 1.0000x base, 1.200x PyTorch; gpc train 620,006 tokens/s, 1.240x PyTorch' \
+  "$work/ab2.txt" || fail "base line with TRAIN/TORCH: $(cat "$work/ab2.txt")"
+grep -qx 'fast: 606,000; median 606,000 tokens/s, 1.0100x base (faster in 1 of 1 rounds), 1.212x PyTorch; gpc train 630,006 tokens/s, 1.260x PyTorch' \
+  "$work/ab2.txt" || fail "fast line with TRAIN/TORCH: $(cat "$work/ab2.txt")"
+grep -qx 'PyTorch: 500,000 tokens/s' "$work/ab2.txt" || fail "PyTorch line: $(cat "$work/ab2.txt")"
+[[ -d $work/data-ab0 && -d $work/data-ab1 ]] || fail "no shards made for each tree: $(ls "$work")"
+
+# train_run.sh on a binary without a train command says so
+printf '#!/bin/sh\nexit 1\n' >"$work/nogpc"
+chmod +x "$work/nogpc"
+expect_exit 1 "has no train command" bash "$root/bench/train_run.sh" "$work/nogpc" "$work/t.log"
+expect_exit 2 "usage: bench/train_run.sh GPC LOG" bash "$root/bench/train_run.sh" "$work/nogpc"
 echo "ab_step: ok"
