@@ -40,13 +40,15 @@ mkdir -p "$out"
 log=$out/ab-step.log
 : >"$log"
 bins=() gpcs=()
+targets=(bench_gpt2_step) # and gpc itself where TRAIN=1 runs it
+[[ ${TRAIN:-0} == 1 ]] && targets+=(gpc_cli)
 for i in "${!dirs[@]}"; do
   build=${dirs[$i]}/build-gpu
   if [[ ! -x $build/bench/bench_gpt2_step ]]; then
     build=${dirs[$i]}/build-ab
     echo "ab_step: building ${names[$i]} in $build" | tee -a "$log"
     { cmake -S "${dirs[$i]}" -B "$build" -DGPC_ENABLE_SCHED=OFF -DGPC_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release &&
-      cmake --build "$build" -j"$(nproc)" --target bench_gpt2_step gpc_cli; } >"$out/ab-build.log" 2>&1 ||
+      cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"; } >"$out/ab-build.log" 2>&1 ||
       { tail -20 "$out/ab-build.log"; exit 1; }
   fi
   bins+=("$build/bench/bench_gpt2_step")

@@ -84,6 +84,7 @@
 #define G_EPI_HALF 96               /* the epilogue warps of one warpgroup */
 #define G_CONSUMER_REGS 168         /* registers a consumer thread (setmaxnreg) */
 #define G_OTHER_REGS 88             /* and a thread of the other two warpgroups */
+#define G_SUM_ROWS (G_BM / 2)       /* rows a DGELU partial column sum covers */
 #define G_A_BYTES (G_BM * G_BK * 2) /* 16 KiB */
 #define G_BOX_BYTES (G_BM * 64 * 2) /* a staging box: [128][64] bf16 */
 #define G_BARRIERS (2 * G_STAGES + 6)
@@ -425,7 +426,7 @@ __device__ __forceinline__ void g_dgelu_end(const CUtensorMap *map_y, const unsi
     for (int k = 0; k < 8; k++)
         s[k] = 0.0f;
 #pragma unroll 4
-    for (int r = 64 * h + lane / 8; r < 64 * h + 64; r += 4) {
+    for (int r = G_SUM_ROWS * h + lane / 8; r < G_SUM_ROWS * (h + 1); r += 4) {
         uint4 v = *(const uint4 *)(box + r * 128 + ((c ^ (r % 8)) * 16));
         const uint32_t *u = (const uint32_t *)&v;
 #pragma unroll
@@ -440,7 +441,7 @@ __device__ __forceinline__ void g_dgelu_end(const CUtensorMap *map_y, const unsi
         s[k] += __shfl_xor_sync(0xffffffffu, s[k], 16);
     }
     if (lane < 8) {
-        float4 *dst = (float4 *)(sums + (size_t)(m0 / 64 + h) * N + n0 + 64 * w + 8 * c);
+        float4 *dst = (float4 *)(sums + (size_t)(m0 / G_SUM_ROWS + h) * N + n0 + 64 * w + 8 * c);
         dst[0] = make_float4(s[0], s[1], s[2], s[3]);
         dst[1] = make_float4(s[4], s[5], s[6], s[7]);
     }
@@ -940,13 +941,13 @@ gpc_status gpc_cuda_gemm_dgelu_sm90(gpc_bf16_t *dinp, const gpc_tensor *pre_bias
     if (!sm90_takes(SM90_DGELU, M, N, K, ptrs, 4))
         return gpc_error(GPC_ERR_UNSUPPORTED, "gemm_sm90: not for this shape or GPU");
     /* the scratch buffer: the kernel's B, w^T [N, K] (it wants B K-major),
-     * then the column sums of each 128-row tile, [M / 128, N] f32 */
+     * then the column sums of each half tile (G_SUM_ROWS rows), [M / 64, N] f32 */
     size_t wt_bytes = ((size_t)(N * K) * 2 + 255) & ~(size_t)255;
-    size_t sum_bytes = pre_bias ? (size_t)(M / 64 * N) * sizeof(float) : 0;
+    size_t sum_bytes = pre_bias ? (size_t)(M / G_SUM_ROWS * N) * sizeof(float) : 0;
     unsigned char *scratch = NULL;
     GPC_TRY(gpc_cuda_scratch(wt_bytes + sum_bytes, (void **)&scratch));
     float *sums = pre_bias ? (float *)(scratch + wt_bytes) : NULL;
     GPC_TRY(gpc_cuda_transpose16(scratch, w, K, N));
     GPC_TRY(sm90_launch<G_DGELU>(dout, scratch, pre, dinp, NULL, sums, M, N, K));
-    return sums ? gpc_cuda_add_partial_sums(pre_bias, sums, (int)(M / 64), (int)N) : GPC_OK;
+    return sums ? gpc_cuda_add_partial_sums(pre_bias, sums, (int)(M / G_SUM_ROWS), (int)N) : GPC_OK;
 }
