@@ -67,17 +67,14 @@
  */
 #include "cuda/cuda_common.cuh"
 #include "cuda/gemm_sm90.h"
+#include "cuda/sm90_common.cuh"
 #include "cuda/matmul.h"
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define G_BM 128                    /* rows of A (tokens) per tile */
-#define G_BK 64                     /* K per stage: one 128-byte swizzle row */
 #define G_STAGES 3                  /* ring depth */
 #define G_THREADS 512               /* four warpgroups: see above */
 #define G_EPI_THREADS 192           /* warps 1-3 and 12-14 */
@@ -85,20 +82,11 @@
 #define G_CONSUMER_REGS 168         /* registers a consumer thread (setmaxnreg) */
 #define G_OTHER_REGS 88             /* and a thread of the other two warpgroups */
 #define G_SUM_ROWS (G_BM / 2)       /* rows a DGELU partial column sum covers */
-#define G_A_BYTES (G_BM * G_BK * 2) /* 16 KiB */
-#define G_BOX_BYTES (G_BM * 64 * 2) /* a staging box: [128][64] bf16 */
 #define G_BARRIERS (2 * G_STAGES + 6)
-#define G_BN 192                    /* rows of B (output columns) per tile */
-#define G_B_BYTES (G_BN * G_BK * 2) /* 24 KiB */
 #define G_STAGE_BYTES (G_A_BYTES + G_B_BYTES)
-#define G_STAGING_BYTES (G_BM * G_BN * 2) /* one staging tile, 48 KiB */
 #define G_BIAS_BYTES (2 * G_BN * 2)       /* the bias of two tiles, bf16 */
 #define G_SMEM                                                                                     \
     (1024 + G_STAGES * G_STAGE_BYTES + 2 * G_STAGING_BYTES + G_BARRIERS * 8 + G_BIAS_BYTES)
-
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define G_KERNEL_BODY 1
-#endif
 
 /* GPC_SM90_PROFILE builds (not the default) sum clock64 intervals of the
  * first consumer thread and the first epilogue thread over all blocks. */
@@ -117,175 +105,12 @@ __device__ unsigned long long g_prof[8];
 #define G_PROF_T(v)
 #define G_PROF_ADD(on, slot, t0)
 #endif
-/* ------------------------------------------------------- PTX wrappers */
-__device__ __forceinline__ uint32_t g_smem(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void g_mbar_init(uint64_t *bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(g_smem(bar)), "r"(count));
-}
-
-__device__ __forceinline__ void g_mbar_expect(uint64_t *bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(g_smem(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void g_mbar_arrive(uint64_t *bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(g_smem(bar)) : "memory");
-}
-
-/* Waits until the phase of the given parity has completed. A waiter may be
- * at most one phase behind the barrier, which the callers ensure. */
-__device__ __forceinline__ void g_mbar_wait(uint64_t *bar, unsigned parity) {
-    asm volatile("{\n"
-                 ".reg .pred p;\n"
-                 "WAIT_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra WAIT_%=;\n"
-                 "}\n" ::"r"(g_smem(bar)),
-                 "r"(parity)
-                 : "memory");
-}
-
-/* A box [rows][64] at (k, row) of the tensor map into dst. */
-__device__ __forceinline__ void g_tma_load(void *dst, const CUtensorMap *map, int k, int row,
-                                           uint64_t *bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3}], [%4];" ::"r"(g_smem(dst)),
-                 "l"(map), "r"(k), "r"(row), "r"(g_smem(bar))
-                 : "memory");
-}
-
-/* The same box copied into this CTA's and its cluster peer's shared memory
- * at the same offset (cta_mask 0b11), each copy signalling the mbarrier at
- * bar's offset in its own CTA. */
-__device__ __forceinline__ void g_tma_load_multicast(void *dst, const CUtensorMap *map, int k,
-                                                     int row, uint64_t *bar, uint16_t cta_mask) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(g_smem(dst)),
-                 "l"(map), "r"(k), "r"(row), "r"(g_smem(bar)), "h"(cta_mask)
-                 : "memory");
-}
-
-/* Arrives on the mbarrier at bar's offset in cluster CTA cta. */
-__device__ __forceinline__ void g_mbar_arrive_cta(uint64_t *bar, unsigned cta) {
-    asm volatile("{\n"
-                 ".reg .b32 remote;\n"
-                 "mapa.shared::cluster.u32 remote, %0, %1;\n"
-                 "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
-                 "}\n" ::"r"(g_smem(bar)),
-                 "r"(cta)
-                 : "memory");
-}
-
-__device__ __forceinline__ unsigned g_cluster_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-
-/* Every thread of both CTAs of the cluster. */
-__device__ __forceinline__ void g_cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n"
-                 "barrier.cluster.wait.acquire.aligned;" ::
-                     : "memory");
-}
-
-/* The wgmma descriptor of a K-major tile with 128-byte rows in the 128-byte
- * swizzle (8-row atoms of 1024 bytes): start address, leading offset 1
- * (unused for this layout), stride offset 1024 bytes, swizzle mode 1. */
-__device__ __forceinline__ uint64_t g_desc(const void *p) {
-    uint64_t a = g_smem(p);
-    return ((a & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ void g_wgmma_fence() {
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void g_wgmma_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void g_wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-
-/* d[96] += A (64 x 16) . B (192 x 16)^T, or d = the product. */
-__device__ __forceinline__ void g_wgmma(float *d, uint64_t a, uint64_t b, int accumulate) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %98, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
-        "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
-        "%55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, "
-        "%73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, "
-        "%91, %92, %93, %94, %95}, "
-        "%96, %97, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-          "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
-          "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
-          "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
-          "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-        : "l"(a), "l"(b), "r"(accumulate));
-}
-
-/* A staging tile's three boxes to the tensor map at column n0, row m0
- * (one thread), as one bulk group. */
-__device__ __forceinline__ void g_tma_store_tile(const CUtensorMap *map, const void *staging,
-                                                 int n0, int m0) {
-#pragma unroll
-    for (int b = 0; b < G_BN / 64; b++)
-        asm volatile(
-            "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(
-                map),
-            "r"(n0 + 64 * b), "r"(m0), "r"(g_smem((const unsigned char *)staging + b * G_BOX_BYTES))
-            : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-/* Waits until all but the newest N bulk store groups of this thread have
- * read their shared memory. */
-template <int N> __device__ __forceinline__ void g_bulk_wait_read() {
-    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
-}
 
 /* The epilogue's own barrier (named barrier 1, its three warps). */
 __device__ __forceinline__ void g_epi_sync() {
     asm volatile("bar.sync 1, %0;" ::"n"(G_EPI_THREADS) : "memory");
 }
 
-/* Makes this thread's shared-memory writes visible to TMA (async proxy). */
-__device__ __forceinline__ void g_fence_async_smem() {
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-/* Which tiles a block takes, in order. The blocks of a cluster of cl (1 or
- * 2) take work items first, first + step, ... of works = tiles / cl; item w
- * is the tiles of columns n0(w) and rows m0(w), one per block of the cluster
- * (rank), which so share the tile of B. */
-struct g_sched {
-    int first, step, works, tiles_n, rank, cl;
-    __device__ int m0(int w) const {
-        return ((w / tiles_n) * cl + rank) * G_BM;
-    }
-    __device__ int n0(int w) const {
-        return w % tiles_n * G_BN;
-    }
-};
 
 /* The producer (one thread): TMA copies of every tile's K slices of A and B
  * into the ring of stages, each stage reused once the consumers are done.
@@ -353,13 +178,6 @@ __device__ __forceinline__ void g_mainloop(float *acc, const unsigned char *base
     if (prev >= 0 && lane == 0) g_release<CL>(empty, prev, rank);
 }
 
-/* Where a consumer thread's sums go in a staging tile: acc[4q + e] is row r0
- * (+8 for e >= 2), column 8q + 2(lane%4) (+1 for odd e), so box q/8, 16-byte
- * chunk q%8 of its 128-byte row, which the swizzle puts at chunk (q%8) ^
- * (row%8), the same for both rows (row r0 + 8 is 1024 bytes on). */
-__device__ __forceinline__ unsigned char *g_stage_at(unsigned char *row0, int q, int swz) {
-    return row0 + (q / 8) * G_BOX_BYTES + (((q % 8) ^ swz) * 16);
-}
 
 /* The epilogues' elementwise work in f16 pairs, half the instructions of
  * f32 (the loops over it are latency-bound, hence unrolled). f16 keeps 11 bits,
@@ -733,9 +551,7 @@ static void encode_lookup(void) {
         cudaGetLastError();
 }
 
-/* The tensor map of a rows x cols bf16 matrix (cols contiguous), boxes of
- * box_rows x 64 in the 128-byte swizzle. */
-static gpc_status make_map(CUtensorMap *map, const void *p, int64_t rows, int64_t cols,
+gpc_status gpc_sm90_make_map(CUtensorMap *map, const void *p, int64_t rows, int64_t cols,
                            unsigned box_rows) {
     cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)cols * 2};
     cuuint32_t box[2] = {64, box_rows}, elem[2] = {1, 1};
@@ -745,6 +561,15 @@ static gpc_status make_map(CUtensorMap *map, const void *p, int64_t rows, int64_
     if (r != CUDA_SUCCESS)
         return gpc_error(GPC_ERR_DEVICE, "gemm_sm90: cuTensorMapEncodeTiled failed (%d)", (int)r);
     return GPC_OK;
+}
+
+int gpc_sm90_gpu_ok(void) {
+    int d = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&d) != cudaSuccess) return 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
+    pthread_once(&encode_once, encode_lookup);
+    return major == 9 && minor == 0 && encode_fn;
 }
 
 /* Which products run here (GPC_GEMM_SM90, read once): both by default or
@@ -811,12 +636,8 @@ static int device_ok(void) {
     int d = 0;
     if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= GPC_CUDA_MAX_DEVICES) return 0;
     if (!ok[d]) {
-        int major = 0, minor = 0;
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
-        pthread_once(&encode_once, encode_lookup);
-        int yes = major == 9 && minor == 0 && encode_fn && smem_ok<G_GELU, 1>() &&
-                  smem_ok<G_DGELU, 1>() && smem_ok<G_DGELU, 2>();
+        int yes = gpc_sm90_gpu_ok() && smem_ok<G_GELU, 1>() && smem_ok<G_DGELU, 1>() &&
+                  smem_ok<G_DGELU, 2>();
         if (!yes) cudaGetLastError();
         ok[d] = yes ? 2 : 1;
         clusters[d] = yes ? max_clusters() : 0;
@@ -897,10 +718,10 @@ static gpc_status sm90_launch(const void *a, const void *b, const void *x, const
     const int64_t tiles = (M / G_BM) * (N / G_BN);
     const int cl = sm90_clusters(MODE, M);
     CUtensorMap map_a, map_b, map_x, map_y;
-    GPC_TRY(make_map(&map_a, a, M, K, G_BM));
-    GPC_TRY(make_map(&map_b, b, N, K, cl ? G_BN / 2 : G_BN));
-    GPC_TRY(make_map(&map_x, x, M, N, G_BM));
-    GPC_TRY(make_map(&map_y, y, M, N, G_BM));
+    GPC_TRY(gpc_sm90_make_map(&map_a, a, M, K, G_BM));
+    GPC_TRY(gpc_sm90_make_map(&map_b, b, N, K, cl ? G_BN / 2 : G_BN));
+    GPC_TRY(gpc_sm90_make_map(&map_x, x, M, N, G_BM));
+    GPC_TRY(gpc_sm90_make_map(&map_y, y, M, N, G_BM));
     if (cl) { /* sm90_clusters says 0 but for the DGELU product, the one with a clusters' kernel */
         if constexpr (MODE == G_DGELU) {
             int64_t works = tiles / 2;
