@@ -105,7 +105,8 @@ typedef struct {
     gpc_tensor lnf;       /* [B,T,C] */
     gpc_tensor lnf_mean;  /* [B,T] */
     gpc_tensor lnf_rstd;  /* [B,T] */
-    gpc_tensor logits;    /* [B,T,Vp]; holds dlogits after a training step */
+    gpc_tensor logits;    /* [B,T,Vp]; after a training step, the logits or dlogits, whichever
+                           * the backend's gpc_op_classifier left there */
     gpc_tensor losses;    /* [B,T] f32 */
     gpc_tensor tokens;    /* [B,T] i32 inputs on the device */
     gpc_tensor targets;   /* [B,T] i32 targets on the device */
@@ -223,12 +224,12 @@ gpc_status gpt_get_params(const gpt_model *model, float *values);
  * computed too; gpt_mean_loss reads their mean back. */
 gpc_status gpt_forward(gpt_model *model, const int32_t *inputs, const int32_t *targets, int B,
                        int T);
-/* One training micro-step: forward with targets, the loss gradient written in
- * place of the logits, backward. Parameter gradients are ADDED to the
- * gradient buffer (gradient accumulation); dloss is the weight of each
- * position's loss, 1/(B*T*accumulation_steps) for the mean. The tokens are
- * checked against the vocabulary and copied to the device, which waits for
- * the copy. */
+/* One training micro-step: forward with targets, the output head's losses
+ * and gradients (gpc_op_classifier, with the logits buffer as its scratch),
+ * backward. Parameter gradients are ADDED to the gradient buffer (gradient
+ * accumulation); dloss is the weight of each position's loss,
+ * 1/(B*T*accumulation_steps) for the mean. The tokens are checked against
+ * the vocabulary and copied to the device, which waits for the copy. */
 gpc_status gpt_forward_backward(gpt_model *model, const int32_t *inputs, const int32_t *targets,
                                 int B, int T, float dloss);
 /* The same micro-step on tokens already on the model's device (the data

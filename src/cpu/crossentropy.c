@@ -15,6 +15,9 @@
  * scales in place. Rows are independent: a parallel loop over rows.
  * Targets are all checked before anything is written, so a bad target leaves
  * the logits untouched.
+ *
+ * The whole output head (gpc_op_classifier) is not fused on the CPU: its
+ * entry here answers unsupported, and ops.c composes it.
  */
 #include "cpu/cpu.h"
 
@@ -79,4 +82,17 @@ gpc_status gpc_cpu_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor 
         }
     }
     return GPC_OK;
+}
+
+/* The output head in one call (gpc_op_classifier): the CPU has no fused
+ * kernel for it. Answering unsupported makes ops.c run the product, the
+ * cross-entropy above (in place) and the backward products, so a CPU
+ * training step runs the same kernels in the same order as before the op
+ * existed, and gives the same bits. */
+gpc_status gpc_cpu_classifier(gpc_tensor *losses, gpc_tensor *dinp, gpc_tensor *dweight,
+                              gpc_tensor *logits, const gpc_tensor *inp, const gpc_tensor *weight,
+                              const gpc_tensor *targets, int vocab_size, float dloss) {
+    (void)losses, (void)dinp, (void)dweight, (void)logits, (void)inp, (void)weight, (void)targets,
+        (void)vocab_size, (void)dloss;
+    return gpc_error(GPC_ERR_UNSUPPORTED, "classifier: no fused kernel on the CPU");
 }

@@ -4,8 +4,10 @@
  *
  * The structure follows llm.c (train_gpt2.cu): one flat parameter buffer and
  * one flat gradient buffer, activations kept per layer for the backward pass,
- * the residual add fused with the next layernorm, the cross-entropy fused with
- * its gradient and written over the logits. Backward shares one dresidual
+ * the residual add fused with the next layernorm, and the training step's
+ * output head (the logits, the cross-entropy and its gradient, and the head's
+ * two backward products) one op, gpc_op_classifier, which a backend may fuse
+ * so that the logits' gradient is never stored. Backward shares one dresidual
  * buffer: ops.h's layernorm backward ADDS into its dinp, so the gradient of
  * the residual stream flows down the stack without a separate residual
  * backward. Parameter gradients accumulate (+=), which is what makes gradient
@@ -535,17 +537,22 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
     return GPC_OK;
 }
 
-/* Embedding, the blocks and the final layernorm and head: logits [B,T,Vp].
- * tokens: [B,T] i32 on the model's device. */
-static gpc_status forward_to_logits(gpt_model *m, const gpc_tensor *tokens, int B, int T) {
+/* Embedding, the blocks and the final layernorm of a whole batch: lnf
+ * [B,T,C], the output head's input. tokens: [B,T] i32 on the model's device. */
+static gpc_status forward_to_lnf(gpt_model *m, const gpc_tensor *tokens, int B, int T) {
     m->cached_len = 0; /* qkv is overwritten from position 0 */
     GPC_TRY(blocks_forward(m, tokens, 0, B, T));
-    gpc_tensor lnf = view(&m->acts.lnf, 0, 3, B, T, m->config.channels);
-    gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, m->config.padded_vocab);
-    GPC_TRY(gpc_op_matmul_forward(&logits, &lnf, &m->params.wte, NULL));
     m->last_B = B;
     m->last_T = T;
     return GPC_OK;
+}
+
+/* forward_to_lnf and the head's product: logits [B,T,Vp]. */
+static gpc_status forward_to_logits(gpt_model *m, const gpc_tensor *tokens, int B, int T) {
+    GPC_TRY(forward_to_lnf(m, tokens, B, T));
+    gpc_tensor lnf = view(&m->acts.lnf, 0, 3, B, T, m->config.channels);
+    gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, m->config.padded_vocab);
+    return gpc_op_matmul_forward(&logits, &lnf, &m->params.wte, NULL);
 }
 
 gpc_status gpt_forward(gpt_model *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
@@ -680,10 +687,9 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
     gpc_tensor dqkv = view(&a->dbt4c, 0, 3, B, T, 3 * C);
     GPC_TRY(gpc_tensor_zero(&dresidual));
 
-    /* head: logits now hold dlogits */
-    gpc_tensor dlogits = view(&a->logits, 0, 3, B, T, c->padded_vocab);
-    gpc_tensor lnf = view(&a->lnf, 0, 3, B, T, C);
-    GPC_TRY(gpc_op_matmul_backward(&dbtc, &g->wte, NULL, &dlogits, &lnf, &p->wte));
+    /* the head's backward products ran in forward_backward's
+     * gpc_op_classifier: dbtc holds the gradient of lnf, and wte's gradient
+     * has the head's part added */
     {
         gpc_tensor residual = act_layer(m, &a->residual3, L - 1, B, T, C);
         gpc_tensor mean = view(&a->lnf_mean, 0, 2, B, T, 0);
@@ -770,13 +776,21 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
  * m->last_unmasked counts the targets that are not -1. */
 static gpc_status forward_backward(gpt_model *m, const gpc_tensor *tokens, const gpc_tensor *tgt,
                                    int B, int T, float dloss) {
-    GPC_TRY(forward_to_logits(m, tokens, B, T));
-    gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, m->config.padded_vocab);
-    gpc_tensor losses = view(&m->acts.losses, 0, 2, B, T, 0);
-    /* fp16 gradients would underflow: the loss is scaled up here and the
-     * gradients scaled back down inside the AdamW step. */
-    GPC_TRY(gpc_op_crossentropy_forward_backward(&losses, &logits, &logits, tgt,
-                                                 m->config.vocab_size, dloss * m->loss_scale));
+    const gpt_config *c = &m->config;
+    gpt_activations *a = &m->acts;
+    GPC_TRY(forward_to_lnf(m, tokens, B, T));
+    gpc_tensor lnf = view(&a->lnf, 0, 3, B, T, c->channels);
+    gpc_tensor logits = view(&a->logits, 0, 3, B, T, c->padded_vocab);
+    gpc_tensor losses = view(&a->losses, 0, 2, B, T, 0);
+    gpc_tensor dlnf = view(&a->dbtc, 0, 3, B, T, c->channels);
+    /* The output head in one op: logits = lnf . wte^T, the losses and their
+     * gradient, then lnf's gradient into dbtc (where backward starts) and
+     * wte's gradient +=. The logits buffer is its scratch: a backend that
+     * fuses the head never stores the logits' gradient. fp16 gradients would
+     * underflow: the loss is scaled up here and the gradients scaled back
+     * down inside the AdamW step. */
+    GPC_TRY(gpc_op_classifier(&losses, &dlnf, &m->grads.wte, &logits, &lnf, &m->params.wte, tgt,
+                              c->vocab_size, dloss * m->loss_scale));
     /* masked rows have loss 0, so the plain sum is the sum over real targets */
     GPC_TRY(gpc_op_sum(&m->acts.loss_sum, &losses));
     m->loss_count += m->last_unmasked;

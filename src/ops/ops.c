@@ -552,6 +552,58 @@ gpc_status gpc_op_matmul_backward_dgelu(gpc_tensor *dinp, gpc_tensor *dweight, g
     return dpre_bias ? gpc_op_column_sums(dpre_bias, dinp, 0) : GPC_OK;
 }
 
+/* The output head: the checks here, then the backend's fused kernel, or
+ * the three ops it stands for when the backend has none for these tensors
+ * (GPC_ERR_UNSUPPORTED), so every backend gives the composition's result. */
+gpc_status gpc_op_classifier(gpc_tensor *losses, gpc_tensor *dinp, gpc_tensor *dweight,
+                             gpc_tensor *logits, const gpc_tensor *inp, const gpc_tensor *weight,
+                             const gpc_tensor *targets, int vocab_size, float dloss) {
+    const char *op = "classifier";
+    const gpc_ops_table *table = NULL;
+    int64_t N, C, Vp;
+    GPC_TRY(need_dtype(op, "losses", losses, GPC_F32));
+    GPC_TRY(need_float(op, "inp", inp));
+    GPC_TRY(need_dtype(op, "weight", weight, inp->dtype));
+    GPC_TRY(need_dtype(op, "logits", logits, inp->dtype));
+    GPC_TRY(need_dtype(op, "dinp", dinp, inp->dtype));
+    GPC_TRY(need_dtype(op, "dweight", dweight, inp->dtype));
+    GPC_TRY(need_dtype(op, "targets", targets, GPC_I32));
+    DEVICES(op, inp, losses, dinp, dweight, logits, weight, targets);
+    GPC_TRY(check_linear(op, inp, weight, &N, &C, &Vp));
+    if (vocab_size <= 0 || vocab_size > Vp)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: vocab_size %d is outside 1..%lld (weight's rows)",
+                         op, vocab_size, (long long)Vp);
+    GPC_TRY(need_numel(op, "logits", logits, N * Vp));
+    GPC_TRY(need_numel(op, "losses", losses, N));
+    GPC_TRY(need_numel(op, "targets", targets, N));
+    GPC_TRY(need_numel(op, "dinp", dinp, N * C));
+    GPC_TRY(need_numel(op, "dweight", dweight, Vp * C));
+    if (dinp->data == inp->data || dinp->data == logits->data)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: dinp shares its buffer with %s, which the product still reads; "
+                         "give dinp its own",
+                         op, dinp->data == inp->data ? "inp" : "logits");
+    if (logits->data == inp->data || logits->data == weight->data)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: logits shares its buffer with %s, which the products still read; "
+                         "give logits its own",
+                         op, logits->data == inp->data ? "inp" : "weight");
+    /* [N, Vp] whatever shape logits came in, so that the product and the
+     * cross-entropy agree on its rows */
+    gpc_tensor rows_vp = gpc_tensor_2d(logits->data, logits->dtype, logits->device, N, Vp);
+    GPC_TRY(table_for(op, inp, &table));
+    if (table && table->classifier) {
+        gpc_status st = table->classifier(losses, dinp, dweight, &rows_vp, inp, weight, targets,
+                                          vocab_size, dloss);
+        if (st != GPC_ERR_UNSUPPORTED) return st;
+        gpc_clear_error(); /* no fused kernel for these tensors or this device */
+    }
+    GPC_TRY(gpc_op_matmul_forward(&rows_vp, inp, weight, NULL));
+    GPC_TRY(gpc_op_crossentropy_forward_backward(losses, &rows_vp, &rows_vp, targets, vocab_size,
+                                                 dloss));
+    return gpc_op_matmul_backward(dinp, dweight, NULL, &rows_vp, inp, weight);
+}
+
 gpc_status gpc_op_column_sums(gpc_tensor *acc, const gpc_tensor *x, int64_t first) {
     const char *op = "column_sums";
     GPC_TRY(need_float(op, "acc", acc));

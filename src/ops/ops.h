@@ -159,6 +159,23 @@ gpc_status gpc_op_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *
                                                 const gpc_tensor *logits, const gpc_tensor *targets,
                                                 int vocab_size, float dloss);
 
+/* The output head of a training step: logits = inp . weight^T into logits
+ * [N, Vp] (scratch: afterwards it holds the logits or dlogits, whichever the
+ * backend left there), losses [N] and dlogits as gpc_op_crossentropy_forward_backward
+ * computes them (first vocab_size columns real, target -1 masks a row),
+ * then dinp = dlogits . weight (overwritten) and dweight += dlogits^T . inp.
+ * inp [N, C] (or [B, T, C]), weight [Vp, C], dweight like weight, dinp like
+ * inp; inp, weight, logits, dinp and dweight of one float dtype, losses f32,
+ * targets i32 [N] (or [B, T]). dinp and logits must have buffers of their
+ * own (the products still read inp, weight and the logits while they are
+ * written). A backend may fuse these so that dlogits is never stored
+ * (CUDA on Hopper, in bf16); otherwise they run as gpc_op_matmul_forward,
+ * gpc_op_crossentropy_forward_backward (in place) and gpc_op_matmul_backward
+ * in turn, and give exactly what those three give. */
+gpc_status gpc_op_classifier(gpc_tensor *losses, gpc_tensor *dinp, gpc_tensor *dweight,
+                             gpc_tensor *logits, const gpc_tensor *inp, const gpc_tensor *weight,
+                             const gpc_tensor *targets, int vocab_size, float dloss);
+
 /* Adds the sum of squares of x (any float dtype) to acc[0] (f32, one
  * element). Used for the global gradient norm: zero acc, call once per
  * gradient buffer. */

@@ -5,8 +5,11 @@
  * calls the entry of the device's backend, so backends may assume valid,
  * contiguous tensors and need not repeat the checks. The meaning of each
  * entry is documented beside its public twin in ops.h. An entry left NULL
- * makes the public call fail with GPC_ERR_UNSUPPORTED naming the backend;
- * residual_layernorm_forward left NULL makes ops.c run the two steps.
+ * makes the public call fail with GPC_ERR_UNSUPPORTED naming the backend,
+ * except the fused ops, which ops.c composes from the unfused ones:
+ * residual_layernorm_forward, matmul_gelu_forward and matmul_backward_dgelu
+ * left NULL, and classifier left NULL or answering GPC_ERR_UNSUPPORTED (for a
+ * dtype, shape or GPU its fused kernel does not take).
  */
 #ifndef GPC_OPS_BACKEND_H
 #define GPC_OPS_BACKEND_H
@@ -56,9 +59,12 @@
       const gpc_tensor *weight, const gpc_tensor *gelu_inp))                                       \
     X(sum, (gpc_tensor *acc, const gpc_tensor *x))                                                 \
     X(attention_decode, (gpc_tensor *out, const gpc_tensor *qkv, int num_heads))                   \
-    X(column_sums, (gpc_tensor *acc, const gpc_tensor *x, int64_t first))                        \
+    X(column_sums, (gpc_tensor *acc, const gpc_tensor *x, int64_t first))                          \
     X(matmul_residual_forward, (gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,  \
-      const gpc_tensor *bias, const gpc_tensor *residual))
+      const gpc_tensor *bias, const gpc_tensor *residual))                                         \
+    X(classifier, (gpc_tensor *losses, gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *logits,  \
+      const gpc_tensor *inp, const gpc_tensor *weight, const gpc_tensor *targets, int vocab_size,  \
+      float dloss))
 /* clang-format on */
 
 #define GPC_OPS_FIELD(name, params) gpc_status(*name) params;

@@ -743,6 +743,122 @@ static void test_crossentropy(void **state) {
     crossentropy_case(GPC_BF16, 700, 50257, 50304, CE_IN_PLACE, 1, 1.0f / 700);
 }
 
+/* ------------------------------------------------------------ classifier */
+
+/* The output head (gpc_op_classifier) in bf16 at a shape classifier_sm90.cu
+ * takes (N a multiple of 128, Vp of 384, C of 192), so a GPU with the fused
+ * kernel runs it and any other the three ops in turn. Inputs: inp in
+ * [-1, 1) and weight in [-a, a) with a = 6 / sqrt(C), so the logits' std is
+ * sqrt(C (1/3) (a^2/3)) = 2; targets random but -1 every 37th row; dweight
+ * starting from values of about its increment (a few 1e-3 at dloss = 1/N),
+ * so that a lost += shows. Against a float64 reference from the same bf16
+ * inputs, and against the unfused sequence on the GPU: dinp and dweight
+ * within 2e-2 of their largest reference element; each loss within 1e-2
+ * plus what rounding the logits to bf16 (as the unfused sequence stores
+ * them) can move it: 2^-8 of |logit[target]| plus 2^-8 of the row's largest
+ * |logit| (the log-sum-exp moves by at most the largest change of a logit).
+ * A flat 2e-2 is not enough: 15360 simulated rows of std-2 logits, V = 700,
+ * reached 0.026. */
+static void classifier_case(int64_t B, int64_t T, int64_t C, int64_t Vp, int V) {
+    int64_t N = B * T;
+    int64_t s_x[3] = {B, T, C}, s_w[2] = {Vp, C}, s_l[3] = {B, T, Vp}, s_n[2] = {B, T};
+    float a = 6.0f / sqrtf((float)C), dloss = 1.0f / (float)N;
+    pair x = make(GPC_BF16, 3, s_x, 'r', -1, 1), w = make(GPC_BF16, 2, s_w, 'r', -a, a);
+    pair dw = make(GPC_BF16, 2, s_w, 'r', -2e-3f, 2e-3f), dw2 = make(GPC_BF16, 2, s_w, 'p', 0, 0);
+    upload(&dw2.gpu, dw.host, dw.n); /* the unfused sequence starts from the same dweight */
+    pair dx = make(GPC_BF16, 3, s_x, 'p', 0, 0), dx2 = make(GPC_BF16, 3, s_x, 'p', 0, 0);
+    pair logits = make(GPC_BF16, 3, s_l, 'p', 0, 0), logits2 = make(GPC_BF16, 3, s_l, 'p', 0, 0);
+    pair losses = make(GPC_F32, 2, s_n, 'p', 0, 0), losses2 = make(GPC_F32, 2, s_n, 'p', 0, 0);
+    pair tgt = make(GPC_I32, 2, s_n, 'r', 0, (float)V);
+    for (int64_t n = 0; n < N; n += 37)
+        tgt.host[n] = -1;
+    upload(&tgt.gpu, tgt.host, N);
+
+    /* float64 reference: each row's logits, loss and gradient, then the
+     * two products; the loss tolerance of each row as above */
+    double *d = malloc((size_t)(N * Vp) * 8), *want_loss = malloc((size_t)N * 8);
+    double *loss_tol = malloc((size_t)N * 8), *want_dx = malloc((size_t)(N * C) * 8);
+    double *want_dw = malloc((size_t)(Vp * C) * 8);
+    for (int64_t n = 0; n < N; n++) {
+        double *row = d + n * Vp, max = -INFINITY, max_abs = 0;
+        for (int64_t j = 0; j < Vp; j++) {
+            double s = 0;
+            for (int64_t c = 0; c < C; c++)
+                s += (double)x.host[n * C + c] * w.host[j * C + c];
+            row[j] = s;
+            if (j < V) max = fmax(max, s), max_abs = fmax(max_abs, fabs(s));
+        }
+        double sum = exp(row[0] - max); /* V >= 1 */
+        for (int64_t j = 1; j < V; j++)
+            sum += exp(row[j] - max);
+        double lse = max + log(sum);
+        int t = (int)tgt.host[n];
+        want_loss[n] = t < 0 ? 0.0 : lse - row[t];
+        loss_tol[n] = t < 0 ? 0.0 : 1e-2 + (fabs(row[t]) + max_abs) / 256.0;
+        for (int64_t j = 0; j < Vp; j++)
+            row[j] = t < 0 || j >= V ? 0.0 : (exp(row[j] - lse) - (j == t)) * dloss;
+    }
+    double max_dx = 0, max_dw = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++) {
+            double s = 0;
+            for (int64_t j = 0; j < Vp; j++)
+                s += d[n * Vp + j] * w.host[j * C + c];
+            want_dx[n * C + c] = s;
+            max_dx = fmax(max_dx, fabs(s));
+        }
+    for (int64_t j = 0; j < Vp; j++)
+        for (int64_t c = 0; c < C; c++) {
+            double s = dw.host[j * C + c];
+            for (int64_t n = 0; n < N; n++)
+                s += d[n * Vp + j] * x.host[n * C + c];
+            want_dw[j * C + c] = s;
+            max_dw = fmax(max_dw, fabs(s));
+        }
+
+    TEST_OK(gpc_op_classifier(&losses.gpu, &dx.gpu, &dw.gpu, &logits.gpu, &x.gpu, &w.gpu, &tgt.gpu,
+                              V, dloss));
+    /* the three ops it stands for, in turn, on the GPU */
+    TEST_OK(gpc_op_matmul_forward(&logits2.gpu, &x.gpu, &w.gpu, NULL));
+    TEST_OK(gpc_op_crossentropy_forward_backward(&losses2.gpu, &logits2.gpu, &logits2.gpu, &tgt.gpu,
+                                                 V, dloss));
+    TEST_OK(gpc_op_matmul_backward(&dx2.gpu, &dw2.gpu, NULL, &logits2.gpu, &x.gpu, &w.gpu));
+    assert_int_equal(cudaDeviceSynchronize(), 0);
+    float *got_loss = download(&losses.gpu), *got_dx = download(&dx.gpu),
+          *got_dw = download(&dw.gpu);
+    float *seq_loss = download(&losses2.gpu), *seq_dx = download(&dx2.gpu),
+          *seq_dw = download(&dw2.gpu);
+    for (int64_t n = 0; n < N; n++) {
+        double err = fabs((double)got_loss[n] - want_loss[n]),
+               err_seq = fabs((double)got_loss[n] - seq_loss[n]);
+        if (!(err <= loss_tol[n]) || !(err_seq <= loss_tol[n]))
+            fail_msg("classifier loss of row %lld (target %d): %.6g, float64 %.6g, unfused "
+                     "sequence %.6g; tolerance %.3g",
+                     (long long)n, (int)tgt.host[n], (double)got_loss[n], want_loss[n],
+                     (double)seq_loss[n], loss_tol[n]);
+    }
+    test_assert_close("classifier dinp (bf16) against float64", got_dx, want_dx, (size_t)(N * C),
+                      2e-2, max_dx);
+    test_assert_close("classifier dweight (bf16) against float64", got_dw, want_dw,
+                      (size_t)(Vp * C), 2e-2, max_dw);
+    test_assert_close_f32("classifier dinp (bf16) against the unfused sequence", got_dx, seq_dx,
+                          (size_t)(N * C), 2e-2, max_dx);
+    test_assert_close_f32("classifier dweight (bf16) against the unfused sequence", got_dw, seq_dw,
+                          (size_t)(Vp * C), 2e-2, max_dw);
+    void *host[] = {d,      want_loss, loss_tol, want_dx, want_dw, got_loss,
+                    got_dx, got_dw,    seq_loss, seq_dx,  seq_dw};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+        free(host[i]);
+    pair *all[] = {&x, &w, &dw, &dw2, &dx, &dx2, &logits, &logits2, &losses, &losses2, &tgt};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        drop(all[i]);
+}
+
+static void test_classifier(void **state) {
+    (void)state;
+    classifier_case(2, 128, 384, 768, 700);
+}
+
 /* ------------------------------------------------ sum_squares and adamw */
 
 static void test_sum_squares(void **state) {
@@ -884,21 +1000,14 @@ int main(void) {
     /* GPC_TEST_FILTER='*attention*' runs a subset (scripts/gpu-check.sh's racecheck) */
     if (getenv("GPC_TEST_FILTER")) cmocka_set_test_filter(getenv("GPC_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_embedding),
-        cmocka_unit_test(test_layernorm),
-        cmocka_unit_test(test_matmul),
-        cmocka_unit_test(test_matmul_gelu),
-        cmocka_unit_test(test_matmul_measured),
-        cmocka_unit_test(test_elementwise),
-        cmocka_unit_test(test_attention_simple),
-        cmocka_unit_test(test_attention_tensor_cores),
-        cmocka_unit_test(test_crossentropy),
-        cmocka_unit_test(test_sum_squares),
-        cmocka_unit_test(test_sum),
-        cmocka_unit_test(test_column_sums),
-        cmocka_unit_test(test_adamw),
-        cmocka_unit_test(test_convert),
-        cmocka_unit_test(test_mixed_dtypes_refused),
+        cmocka_unit_test(test_embedding),        cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_matmul),           cmocka_unit_test(test_matmul_gelu),
+        cmocka_unit_test(test_matmul_measured),  cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_attention_simple), cmocka_unit_test(test_attention_tensor_cores),
+        cmocka_unit_test(test_crossentropy),     cmocka_unit_test(test_classifier),
+        cmocka_unit_test(test_sum_squares),      cmocka_unit_test(test_sum),
+        cmocka_unit_test(test_column_sums),      cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_convert),          cmocka_unit_test(test_mixed_dtypes_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

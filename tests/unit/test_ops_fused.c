@@ -1,5 +1,6 @@
 /*
- * test_ops_fused.c: the fused linear + GELU ops and the plain sum on the CPU.
+ * test_ops_fused.c: the fused linear + GELU ops, the output head and the
+ * plain sum on the CPU.
  *
  * The fused ops must give exactly what the two unfused ops give (the CPU
  * composes the same kernels, so bit for bit), and both must match a float64
@@ -11,6 +12,15 @@
  * (seed 315 once took it to 1.08e-5 of its value). The sum must match a float64
  * sum. Bad inputs (aliased buffers, missing dinp, wrong shapes) are refused
  * with a message that names the problem.
+ *
+ * The output head (gpc_op_classifier) must give bit for bit what its three
+ * ops give (matmul_forward, crossentropy_forward_backward in place,
+ * matmul_backward), and match a float64 loop of the formula: softmax over
+ * the first V of Vp columns, loss logsumexp - logit[target], dlogits
+ * (softmax - onehot) * dloss, dinp = dlogits . weight, dweight +=
+ * dlogits^T . inp, within 1e-5 relative to the larger of |value| and 0.1
+ * (losses of about log V, gradients of about dloss). Its bad inputs are
+ * refused before any output is touched.
  */
 #include "testutil.h"
 
@@ -148,6 +158,157 @@ static void test_fused_equals_unfused(void **state) {
     fused_case(64, 32, 128, 1); /* the fc layer's 4x widening */
 }
 
+/* The output head on inp [B, T, C] (so the [B, T] shapes are exercised),
+ * weight [Vp, C], V <= Vp real columns, one masked row, dweight starting
+ * from random values so that the += is checked. */
+static void classifier_case(int64_t B, int64_t T, int64_t C, int64_t Vp, int V, float dloss) {
+    int64_t N = B * T;
+    float *x = random_floats(N * C, -1, 1), *w = random_floats(Vp * C, -1, 1);
+    float *dw = random_floats(Vp * C, -1, 1), *dw2 = malloc(Vp * C * 4);
+    memcpy(dw2, dw, Vp * C * 4);
+    float *logits = malloc(N * Vp * 4), *logits2 = malloc(N * Vp * 4);
+    float *losses = malloc(N * 4), *losses2 = malloc(N * 4);
+    float *dx = malloc(N * C * 4), *dx2 = malloc(N * C * 4);
+    int32_t *tgt = malloc(N * 4);
+    for (int64_t n = 0; n < N; n++)
+        tgt[n] = (int32_t)gpc_rng_below(&rng, (uint32_t)V);
+    if (N > 1) tgt[gpc_rng_below(&rng, (uint32_t)N)] = -1;
+    gpc_tensor tx = gpc_tensor_3d(x, GPC_F32, gpc_cpu(), B, T, C), tw = t2(w, Vp, C);
+    gpc_tensor tdw = t2(dw, Vp, C), tdw2 = t2(dw2, Vp, C);
+    gpc_tensor tl = gpc_tensor_3d(logits, GPC_F32, gpc_cpu(), B, T, Vp),
+               tl2 = gpc_tensor_3d(logits2, GPC_F32, gpc_cpu(), B, T, Vp);
+    gpc_tensor tloss = t2(losses, B, T), tloss2 = t2(losses2, B, T);
+    gpc_tensor tdx = gpc_tensor_3d(dx, GPC_F32, gpc_cpu(), B, T, C),
+               tdx2 = gpc_tensor_3d(dx2, GPC_F32, gpc_cpu(), B, T, C);
+    gpc_tensor tt = gpc_tensor_2d(tgt, GPC_I32, gpc_cpu(), B, T);
+
+    /* float64: the logits, then each row's loss and gradient */
+    double *want_loss = malloc(N * 8), *d = malloc(N * Vp * 8);
+    double *want_dx = malloc(N * C * 8), *want_dw = malloc(Vp * C * 8);
+    for (int64_t n = 0; n < N; n++) {
+        double *row = d + n * Vp, max = -INFINITY;
+        for (int64_t j = 0; j < Vp; j++) {
+            double s = 0;
+            for (int64_t c = 0; c < C; c++)
+                s += (double)x[n * C + c] * w[j * C + c];
+            row[j] = s;
+            if (j < V && s > max) max = s;
+        }
+        double sum = exp(row[0] - max); /* V >= 1 */
+        for (int64_t j = 1; j < V; j++)
+            sum += exp(row[j] - max);
+        double lse = max + log(sum);
+        int t = tgt[n];
+        want_loss[n] = t < 0 ? 0.0 : lse - row[t];
+        for (int64_t j = 0; j < Vp; j++)
+            row[j] = t < 0 || j >= V ? 0.0 : (exp(row[j] - lse) - (j == t)) * dloss;
+    }
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++) {
+            double s = 0;
+            for (int64_t j = 0; j < Vp; j++)
+                s += d[n * Vp + j] * w[j * C + c];
+            want_dx[n * C + c] = s;
+        }
+    for (int64_t j = 0; j < Vp; j++)
+        for (int64_t c = 0; c < C; c++) {
+            double s = dw[j * C + c];
+            for (int64_t n = 0; n < N; n++)
+                s += d[n * Vp + j] * x[n * C + c];
+            want_dw[j * C + c] = s;
+        }
+
+    TEST_OK(gpc_op_classifier(&tloss, &tdx, &tdw, &tl, &tx, &tw, &tt, V, dloss));
+    test_assert_close("classifier losses", losses, want_loss, (size_t)N, 1e-5, 0.1);
+    test_assert_close("classifier dinp", dx, want_dx, (size_t)(N * C), 1e-5, 0.1);
+    test_assert_close("classifier dweight", dw, want_dw, (size_t)(Vp * C), 1e-5, 0.1);
+    for (int64_t n = 0; n < N; n++)
+        if (tgt[n] < 0 && losses[n] != 0.0f)
+            fail_msg("classifier: masked row %lld has loss %g, want 0", (long long)n,
+                     (double)losses[n]);
+
+    /* the three ops it stands for, in turn: the same bits */
+    TEST_OK(gpc_op_matmul_forward(&tl2, &tx, &tw, NULL));
+    TEST_OK(gpc_op_crossentropy_forward_backward(&tloss2, &tl2, &tl2, &tt, V, dloss));
+    TEST_OK(gpc_op_matmul_backward(&tdx2, &tdw2, NULL, &tl2, &tx, &tw));
+    assert_memory_equal(losses, losses2, (size_t)N * 4);
+    assert_memory_equal(dx, dx2, (size_t)(N * C) * 4);
+    assert_memory_equal(dw, dw2, (size_t)(Vp * C) * 4);
+    void *all[] = {x,  w,   dw,  dw2,       logits, logits2, losses, losses2,
+                   dx, dx2, tgt, want_loss, d,      want_dx, want_dw};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        free(all[i]);
+}
+
+static void test_classifier(void **state) {
+    (void)state;
+    classifier_case(2, 3, 8, 12, 10, 1.0f / 6); /* N = 6, C = 8, Vp = 12, V = 10 */
+    classifier_case(1, 1, 8, 12, 12, 1.0f);     /* one row, no padding */
+    classifier_case(3, 11, 40, 64, 50, 0.37f);
+}
+
+/* Each bad call fails with a message naming the op and the problem, and
+ * leaves losses, dinp and dweight as they were. */
+static void test_classifier_bad_inputs(void **state) {
+    (void)state;
+    enum { N = 6, C = 8, Vp = 12 };
+    float x[N * C], w[Vp * C], dw[Vp * C], logits[N * Vp], losses[N], dx[N * C];
+    float copy_dw[Vp * C], copy_losses[N], copy_dx[N * C];
+    int32_t tgt[N];
+    float f32_tgt[N];
+    memset(x, 0, sizeof x);
+    memset(w, 0, sizeof w);
+    for (int i = 0; i < Vp * C; i++)
+        dw[i] = copy_dw[i] = (float)i;
+    for (int i = 0; i < N * C; i++)
+        dx[i] = copy_dx[i] = (float)-i;
+    for (int i = 0; i < N; i++)
+        losses[i] = copy_losses[i] = 7.0f, tgt[i] = i, f32_tgt[i] = (float)i;
+    gpc_tensor tx = t2(x, N, C), tw = t2(w, Vp, C), tdw = t2(dw, Vp, C), tl = t2(logits, N, Vp),
+               tloss = t1(losses, N), tdx = t2(dx, N, C);
+    gpc_tensor tt = gpc_tensor_1d(tgt, GPC_I32, gpc_cpu(), N);
+    gpc_tensor f32_targets = t1(f32_tgt, N);
+    TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &tdw, &tl, &tx, &tw, &f32_targets, 10, 1.0f),
+               GPC_ERR_MISMATCH, "classifier: tensor 'targets' must be i32, not f32");
+    gpc_tensor i32_losses = gpc_tensor_1d(losses, GPC_I32, gpc_cpu(), N);
+    TEST_FAILS(gpc_op_classifier(&i32_losses, &tdx, &tdw, &tl, &tx, &tw, &tt, 10, 1.0f),
+               GPC_ERR_MISMATCH, "classifier: tensor 'losses' must be f32");
+    gpc_tensor bf16_dw = gpc_tensor_2d(dw, GPC_BF16, gpc_cpu(), Vp, C);
+    TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &bf16_dw, &tl, &tx, &tw, &tt, 10, 1.0f),
+               GPC_ERR_MISMATCH, "classifier: tensor 'dweight' must be f32, not bf16");
+    gpc_tensor short_dx = t2(dx, N - 1, C);
+    TEST_FAILS(gpc_op_classifier(&tloss, &short_dx, &tdw, &tl, &tx, &tw, &tt, 10, 1.0f),
+               GPC_ERR_MISMATCH, "classifier: tensor 'dinp' is [5, 8]");
+    gpc_tensor narrow_w = t2(w, Vp, C - 1);
+    TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &tdw, &tl, &tx, &narrow_w, &tt, 10, 1.0f),
+               GPC_ERR_MISMATCH, "disagree on C");
+    gpc_tensor short_dw = t2(dw, Vp - 1, C);
+    TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &short_dw, &tl, &tx, &tw, &tt, 10, 1.0f),
+               GPC_ERR_MISMATCH, "classifier: tensor 'dweight' is [11, 8]");
+    gpc_tensor short_logits = t2(logits, N, Vp - 1);
+    TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &tdw, &short_logits, &tx, &tw, &tt, 10, 1.0f),
+               GPC_ERR_MISMATCH, "classifier: tensor 'logits'");
+    TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &tdw, &tl, &tx, &tw, &tt, 0, 1.0f), GPC_ERR_MISMATCH,
+               "classifier: vocab_size 0 is outside 1..12");
+    TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &tdw, &tl, &tx, &tw, &tt, Vp + 1, 1.0f),
+               GPC_ERR_MISMATCH, "classifier: vocab_size 13 is outside 1..12");
+    TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &tdw, &tl, &tx, &tw, NULL, 10, 1.0f),
+               GPC_ERR_INVALID_ARG, "classifier: tensor 'targets' is missing");
+    gpc_tensor dx_over_x = t2(x, N, C);
+    TEST_FAILS(gpc_op_classifier(&tloss, &dx_over_x, &tdw, &tl, &tx, &tw, &tt, 10, 1.0f),
+               GPC_ERR_INVALID_ARG, "classifier: dinp shares its buffer with inp");
+    gpc_tensor logits_over_w = t2(w, N, Vp);
+    TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &tdw, &logits_over_w, &tx, &tw, &tt, 10, 1.0f),
+               GPC_ERR_INVALID_ARG, "classifier: logits shares its buffer with weight");
+    gpc_tensor gpu_dw = tdw;
+    gpu_dw.device = (gpc_device){GPC_DEVICE_CUDA, 0}; /* never dereferenced */
+    TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &gpu_dw, &tl, &tx, &tw, &tt, 10, 1.0f),
+               GPC_ERR_MISMATCH, "classifier: tensors on different devices");
+    assert_memory_equal(dw, copy_dw, sizeof dw);
+    assert_memory_equal(dx, copy_dx, sizeof dx);
+    assert_memory_equal(losses, copy_losses, sizeof losses);
+}
+
 static void test_sum(void **state) {
     (void)state;
     int64_t n = 100000 + (int64_t)gpc_rng_below(&rng, 5000);
@@ -200,6 +361,8 @@ int main(void) {
         cmocka_unit_test(test_fused_equals_unfused),
         cmocka_unit_test(test_sum),
         cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_classifier),
+        cmocka_unit_test(test_classifier_bad_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
