@@ -30,6 +30,10 @@ int gpc_cuda_gemm_sm90_available(void);
 long gpc_cuda_gemm_sm90_calls(void);
 long gpc_cuda_gemm_sm90_cluster_calls(void);
 
+/* How many output heads gpc_op_classifier has run fused on Hopper
+ * (classifier_sm90.cu) since the process started. */
+long gpc_cuda_classifier_sm90_calls(void);
+
 #ifdef __cplusplus
 }
 #endif

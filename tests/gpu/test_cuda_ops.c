@@ -856,7 +856,20 @@ static void classifier_case(int64_t B, int64_t T, int64_t C, int64_t Vp, int V) 
 
 static void test_classifier(void **state) {
     (void)state;
+    long before = gpc_cuda_classifier_sm90_calls();
+    /* on Hopper the fused kernels (classifier_sm90.cu): one tile a block,
+     * with padded columns in the last tiles of logits and of dweight */
     classifier_case(2, 128, 384, 768, 700);
+    /* two blocks, each walking 12, 4 and 9 tiles of the three products, so
+     * the rings of stages and staging tiles turn over */
+    setenv("GPC_SM90_BLOCKS", "2", 1);
+    classifier_case(2, 256, 384, 1152, 1100);
+    unsetenv("GPC_SM90_BLOCKS");
+    const char *head = getenv("GPC_GEMM_SM90_HEAD");
+    int on = gpc_cuda_gemm_sm90_available() && !(head && !strcmp(head, "0"));
+    long ran = gpc_cuda_classifier_sm90_calls() - before;
+    printf("  fused output heads: %ld (%s here)\n", ran, on ? "available" : "not available");
+    assert_int_equal(ran, on ? 2 : 0);
 }
 
 /* ------------------------------------------------ sum_squares and adamw */
