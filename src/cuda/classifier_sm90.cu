@@ -38,20 +38,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define H_STAGES 3
+#define H_MAX_STAGES 4
 #define H_THREADS 512
 #define H_STAGE_BYTES (G_A_BYTES + G_B_BYTES)
 #define H_TOK_BYTES (G_BK * 8) /* DW: a stage's 64 tokens' (c, target) */
-#define H_BARRIERS (2 * H_STAGES + 4)
-#define H_CONSUMER_REGS 184
-#define H_OTHER_REGS 72
+#define H_BARRIERS (2 * H_MAX_STAGES + 4)
 #define H_GROUP_M 16 /* LOGITS: row tiles a group of the raster holds in L2 */
-#define H_SMEM                                                                                     \
-    (1024 + H_STAGES * H_STAGE_BYTES + 2 * G_STAGING_BYTES + H_STAGES * H_TOK_BYTES +              \
-     H_BARRIERS * 8)
 #define H_LOG2E 1.4426950408889634f
 
 enum { H_LOGITS, H_DX, H_DW };
+
+/* Each product's ring depth and staging tiles: LOGITS, whose tiles are
+ * short (K = C), keeps two staging tiles so that its statistics and stores
+ * overlap the next tile; DX and DW, whose tiles run over the whole
+ * vocabulary or batch, take a fourth stage instead of a second staging
+ * tile. */
+template <int MODE> struct h_cfg {
+    static constexpr int stages = MODE == H_LOGITS ? 3 : 4;
+    static constexpr int bufs = MODE == H_LOGITS ? 2 : 1;
+    /* registers a thread (setmaxnreg): the consumers, whose DX and DW forms
+     * hold two sets of A fragments beside the accumulators, and the others */
+    static constexpr int consumer_regs = MODE == H_LOGITS ? 168 : 200;
+    static constexpr int other_regs = MODE == H_LOGITS ? 88 : 56;
+    static constexpr int smem = 1024 + stages * H_STAGE_BYTES + bufs * G_STAGING_BYTES +
+                                stages * H_TOK_BYTES + H_BARRIERS * 8;
+};
 
 /* A row's (max, sum of exp) over one tile of 192 logit columns. */
 struct h_stat {
@@ -124,14 +135,13 @@ __device__ __forceinline__ void h_wgmma_rs(float *d, const uint32_t *a, uint64_t
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
 
-/* wgmma.wait_group N that also keeps the sixteen A-fragment registers alive
- * (and unmoved) up to it: the products in flight still read them. */
-template <int N> __device__ __forceinline__ void h_wait_frags(uint32_t (&a)[4][4]) {
-    asm volatile("wgmma.wait_group.sync.aligned %16;"
-                 : "+r"(a[0][0]), "+r"(a[0][1]), "+r"(a[0][2]), "+r"(a[0][3]), "+r"(a[1][0]),
-                   "+r"(a[1][1]), "+r"(a[1][2]), "+r"(a[1][3]), "+r"(a[2][0]), "+r"(a[2][1]),
-                   "+r"(a[2][2]), "+r"(a[2][3]), "+r"(a[3][0]), "+r"(a[3][1]), "+r"(a[3][2]),
-                   "+r"(a[3][3])
+/* wgmma.wait_group N that also keeps the A-fragment registers of both sets
+ * alive (and unmoved) up to it: the products in flight still read them. */
+#define H_FRAG4(x) "+r"(x[0]), "+r"(x[1]), "+r"(x[2]), "+r"(x[3])
+template <int N> __device__ __forceinline__ void h_wait_frags(uint32_t (&a)[2][4][4]) {
+    asm volatile("wgmma.wait_group.sync.aligned %32;"
+                 : H_FRAG4(a[0][0]), H_FRAG4(a[0][1]), H_FRAG4(a[0][2]), H_FRAG4(a[0][3]),
+                   H_FRAG4(a[1][0]), H_FRAG4(a[1][1]), H_FRAG4(a[1][2]), H_FRAG4(a[1][3])
                  : "n"(N)
                  : "memory");
 }
@@ -173,13 +183,14 @@ __device__ __forceinline__ void h_produce(unsigned char *base, unsigned char *to
                                           uint64_t *empty, const CUtensorMap *map_a,
                                           const CUtensorMap *map_b, const float2 *row_c,
                                           int tiles_m, int tiles_n, int kblocks) {
+    constexpr int S = h_cfg<MODE>::stages;
     const int tiles = tiles_m * tiles_n;
     int pos = 0;
     for (int w = blockIdx.x; w < tiles; w += gridDim.x) {
         int m0, n0;
         h_tile<MODE>(w, tiles_m, tiles_n, m0, n0);
         for (int kb = 0; kb < kblocks; kb++, pos++) {
-            const int s = pos % H_STAGES, round = pos / H_STAGES;
+            const int s = pos % S, round = pos / S;
             unsigned char *st = base + s * H_STAGE_BYTES;
             if (round > 0) g_mbar_wait(&empty[s], (round - 1) & 1);
             g_mbar_expect(&full[s], H_STAGE_BYTES + (MODE == H_DW ? H_TOK_BYTES : 0));
@@ -253,41 +264,97 @@ __device__ __forceinline__ void h_dw_slice(uint32_t *a, const float2 *tk, int va
     }
 }
 
+/* What a consumer thread needs to turn its rows' logits into dlogits: DX,
+ * its two token rows' (c, target); DW, its two logit columns and their
+ * masks (-inf for padding). */
+struct h_rows {
+    float ca, cb, mask_a, mask_b;
+    int ta, tb, va;
+};
+
+/* A stage's four k16 slices of dlogits into f: ldmatrix (DW transposed),
+ * then each slice formed in place. */
+template <int MODE>
+__device__ __forceinline__ void h_load_stage(uint32_t (&f)[4][4], const unsigned char *st,
+                                             const float2 *tk, int kb, const h_rows &r, int c,
+                                             int cw, int lane, int V, float dloss, int variant) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        if (MODE == H_DX) {
+            const int row = 64 * c + 16 * cw + (lane & 7) + 8 * ((lane >> 3) & 1);
+            const int chunk = 2 * k + (lane >> 4);
+            h_ldmatrix<false>(f[k], g_smem(st + row * 128 + ((chunk ^ (lane & 7)) << 4)));
+        } else {
+            const int krow = 16 * k + (lane & 7) + 8 * (lane >> 4);
+            const int chunk = 2 * cw + ((lane >> 3) & 1);
+            h_ldmatrix<true>(
+                f[k], g_smem(st + c * (G_A_BYTES / 2) + krow * 128 + ((chunk ^ (lane & 7)) << 4)));
+        }
+    }
+    if (variant) return;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        if (MODE == H_DX)
+            h_dx_slice(f[k], r.ca, r.cb, r.ta, r.tb, kb * G_BK + 16 * k, lane % 4, V, dloss);
+        else
+            h_dw_slice(f[k], tk + 16 * k, r.va, r.mask_a, r.mask_b, lane % 4, dloss);
+    }
+}
+
+/* One stage of a DX or DW consumer: the four products of the stage at pos
+ * with the fragments of set SET (formed during the last step), then, while
+ * they run, the next stage's fragments into the other set, whose products
+ * (the last step's) are done first; their stage goes back to the producer. */
+template <int MODE, int SET>
+__device__ __forceinline__ void
+h_rs_step(float *acc, uint32_t (&a)[2][4][4], const unsigned char *base, const unsigned char *tok,
+          uint64_t *full, uint64_t *empty, int &pos, int kb, int kblocks, const h_rows &r, int c,
+          int cw, int lane, int V, float dloss, int variant) {
+    constexpr int S = h_cfg<MODE>::stages;
+    const unsigned char *st = base + (pos % S) * H_STAGE_BYTES;
+    g_wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        h_wgmma_rs(acc, a[SET][k], g_desc(st + G_A_BYTES + 32 * k), kb > 0 || k > 0);
+    g_wgmma_commit();
+    h_wait_frags<1>(a);
+    if (kb > 0 && lane == 0) g_mbar_arrive(&empty[(pos + S - 1) % S]);
+    pos++;
+    if (kb + 1 < kblocks) {
+        g_mbar_wait(&full[pos % S], (pos / S) & 1);
+        h_load_stage<MODE>(a[SET ^ 1], base + (pos % S) * H_STAGE_BYTES,
+                           (const float2 *)(tok + (pos % S) * H_TOK_BYTES), kb + 1, r, c, cw, lane,
+                           V, dloss, variant);
+    }
+}
+
 /* The consumers (warps 4-11): warpgroup c takes rows 64c..64c+63 of every
  * tile, its products over K and then its share of the staging tile: the
  * sums as bf16 (DW: plus dw's old tile, which the store warp has loaded
- * into it). */
+ * into it). LOGITS reads both operands from shared memory; DX and DW form
+ * A's fragments a stage ahead of their products (h_rs_step), in two sets. */
 template <int MODE>
 __device__ __forceinline__ void
 h_consume(unsigned char *base, unsigned char *staging, const unsigned char *tok, uint64_t *full,
           uint64_t *empty, uint64_t *staged, uint64_t *freed, const float2 *row_c, int tiles_m,
-          int tiles_n, int kblocks, int V, float dloss, int warp, int lane) {
+          int tiles_n, int kblocks, int V, float dloss, int warp, int lane, int variant) {
+    constexpr int S = h_cfg<MODE>::stages, NB = h_cfg<MODE>::bufs;
     const int c = warp / 4 - 1, cw = warp % 4, t = lane % 4;
     const int r0 = 64 * c + 16 * cw + lane / 4, swz = r0 % 8;
     const int tiles = tiles_m * tiles_n;
     float acc[G_BN / 2];
-    uint32_t a[4][4] = {};
+    uint32_t a[2][4][4] = {};
     int pos = 0;
     unsigned j = 0;
     for (int w = blockIdx.x; w < tiles; w += gridDim.x, j++) {
         int m0, n0;
         h_tile<MODE>(w, tiles_m, tiles_n, m0, n0);
-        float ca = 0.0f, cb = 0.0f, mask_a = 0.0f, mask_b = 0.0f;
-        int ta = -1, tb = -1;
-        if (MODE == H_DX) {
-            const float2 pa = row_c[m0 + r0], pb = row_c[m0 + r0 + 8];
-            ca = pa.x, cb = pb.x, ta = __float_as_int(pa.y), tb = __float_as_int(pb.y);
-        }
-        if (MODE == H_DW) {
-            mask_a = m0 + r0 < V ? 0.0f : -INFINITY;
-            mask_b = m0 + r0 + 8 < V ? 0.0f : -INFINITY;
-        }
-        int prev = -1;
-        for (int kb = 0; kb < kblocks; kb++, pos++) {
-            const int s = pos % H_STAGES;
-            g_mbar_wait(&full[s], (pos / H_STAGES) & 1);
-            const unsigned char *st = base + s * H_STAGE_BYTES;
-            if (MODE == H_LOGITS) {
+        if (MODE == H_LOGITS) {
+            int prev = -1;
+            for (int kb = 0; kb < kblocks; kb++, pos++) {
+                const int s = pos % S;
+                g_mbar_wait(&full[s], (pos / S) & 1);
+                const unsigned char *st = base + s * H_STAGE_BYTES;
                 g_wgmma_fence();
 #pragma unroll
                 for (int k = 0; k < G_BK / 16; k++)
@@ -296,46 +363,42 @@ h_consume(unsigned char *base, unsigned char *staging, const unsigned char *tok,
                 g_wgmma_commit();
                 g_wgmma_wait<1>();
                 if (prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
-            } else {
-#pragma unroll
-                for (int k = 0; k < G_BK / 16; k++) {
-                    /* a[k] was read by the product three slices back */
-                    h_wait_frags<3>(a);
-                    if (k == 3 && prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
-                    if (MODE == H_DX) {
-                        const int row = 64 * c + 16 * cw + (lane & 7) + 8 * ((lane >> 3) & 1);
-                        const int chunk = 2 * k + (lane >> 4);
-                        h_ldmatrix<false>(a[k],
-                                          g_smem(st + row * 128 + ((chunk ^ (lane & 7)) << 4)));
-                        h_dx_slice(a[k], ca, cb, ta, tb, kb * G_BK + 16 * k, t, V, dloss);
-                    } else {
-                        const int krow = 16 * k + (lane & 7) + 8 * (lane >> 4);
-                        const int chunk = 2 * cw + ((lane >> 3) & 1);
-                        h_ldmatrix<true>(a[k], g_smem(st + c * (G_A_BYTES / 2) + krow * 128 +
-                                                      ((chunk ^ (lane & 7)) << 4)));
-                        h_dw_slice(a[k], (const float2 *)(tok + s * H_TOK_BYTES) + 16 * k, m0 + r0,
-                                   mask_a, mask_b, t, dloss);
-                    }
-                    g_wgmma_fence();
-                    h_wgmma_rs(acc, a[k], g_desc(st + G_A_BYTES + 32 * k), kb > 0 || k > 0);
-                    g_wgmma_commit();
-                }
+                prev = s;
             }
-            prev = s;
-        }
-        if (MODE == H_LOGITS)
             g_wgmma_wait<0>();
-        else
+            if (prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
+        } else {
+            h_rows r = {};
+            if (MODE == H_DX) {
+                const float2 pa = row_c[m0 + r0], pb = row_c[m0 + r0 + 8];
+                r.ca = pa.x, r.cb = pb.x, r.ta = __float_as_int(pa.y), r.tb = __float_as_int(pb.y);
+            } else {
+                r.va = m0 + r0;
+                r.mask_a = r.va < V ? 0.0f : -INFINITY;
+                r.mask_b = r.va + 8 < V ? 0.0f : -INFINITY;
+            }
+            /* the tile's first stage, then two stages a turn (kblocks is even) */
+            g_mbar_wait(&full[pos % S], (pos / S) & 1);
+            h_load_stage<MODE>(a[0], base + (pos % S) * H_STAGE_BYTES,
+                               (const float2 *)(tok + (pos % S) * H_TOK_BYTES), 0, r, c, cw, lane,
+                               V, dloss, variant);
+            for (int kb = 0; kb < kblocks; kb += 2) {
+                h_rs_step<MODE, 0>(acc, a, base, tok, full, empty, pos, kb, kblocks, r, c, cw, lane,
+                                   V, dloss, variant);
+                h_rs_step<MODE, 1>(acc, a, base, tok, full, empty, pos, kb + 1, kblocks, r, c, cw,
+                                   lane, V, dloss, variant);
+            }
             h_wait_frags<0>(a);
-        if (prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
+            if (lane == 0) g_mbar_arrive(&empty[(pos + S - 1) % S]);
+        }
 
         /* stage the tile in buffer b once it is free (DW: once dw's old tile is in it) */
-        const int b = j & 1;
+        const int b = j % NB;
         unsigned char *row0 = staging + b * G_STAGING_BYTES + r0 * 128 + 4 * t;
         if (MODE == H_DW)
-            g_mbar_wait(&freed[b], (j >> 1) & 1);
-        else if (j >= 2)
-            g_mbar_wait(&freed[b], ((j >> 1) - 1) & 1);
+            g_mbar_wait(&freed[b], (j / NB) & 1);
+        else if (j >= (unsigned)NB)
+            g_mbar_wait(&freed[b], (j / NB - 1) & 1);
 #pragma unroll
         for (int q = 0; q < G_BN / 8; q++) {
             unsigned char *at = g_stage_at(row0, q, swz);
@@ -410,14 +473,15 @@ __global__ void __launch_bounds__(H_THREADS, 1)
                            const __grid_constant__ CUtensorMap map_b,
                            const __grid_constant__ CUtensorMap map_y, h_stat *stats,
                            const float2 *row_c, int tiles_m, int tiles_n, int kblocks, int N, int V,
-                           float dloss) {
+                           float dloss, int variant) {
 #ifdef G_KERNEL_BODY
     extern __shared__ __align__(1024) unsigned char h_shared[];
     unsigned char *base = (unsigned char *)(((uintptr_t)h_shared + 1023) & ~(uintptr_t)1023);
-    unsigned char *staging = base + H_STAGES * H_STAGE_BYTES;
-    unsigned char *tok = staging + 2 * G_STAGING_BYTES;
-    uint64_t *full = (uint64_t *)(tok + H_STAGES * H_TOK_BYTES);
-    uint64_t *empty = full + H_STAGES, *staged = empty + H_STAGES, *freed = staged + 2;
+    constexpr int S = h_cfg<MODE>::stages, NB = h_cfg<MODE>::bufs;
+    unsigned char *staging = base + S * H_STAGE_BYTES;
+    unsigned char *tok = staging + NB * G_STAGING_BYTES;
+    uint64_t *full = (uint64_t *)(tok + S * H_TOK_BYTES);
+    uint64_t *empty = full + S, *staged = empty + S, *freed = staged + NB;
     /* staged[b]: the consumers have written staging tile b; freed[b]: it may
      * be written again (LOGITS, DX: its store has read it, and in LOGITS the
      * statistics are done; DW: dw's old tile has arrived in it) */
@@ -425,25 +489,26 @@ __global__ void __launch_bounds__(H_THREADS, 1)
     const int tiles = tiles_m * tiles_n;
 
     if (threadIdx.x == 0) {
-        for (int s = 0; s < H_STAGES; s++) {
+        for (int s = 0; s < S; s++) {
             g_mbar_init(&full[s], 1);
             g_mbar_init(&empty[s], 8); /* lane 0 of each consumer warp */
         }
-        for (int b = 0; b < 2; b++) {
+        for (int b = 0; b < NB; b++) {
             g_mbar_init(&staged[b], 8);
             g_mbar_init(&freed[b], MODE == H_LOGITS ? 2 : 1);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    static_assert(2 * 128 * (H_CONSUMER_REGS + H_OTHER_REGS) <= 65536, "the register file");
+    constexpr int CR = h_cfg<MODE>::consumer_regs, OR = h_cfg<MODE>::other_regs;
+    static_assert(2 * 128 * (CR + OR) <= 65536, "the register file");
     if (warp >= 4 && warp < 12) {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(H_CONSUMER_REGS));
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CR));
         h_consume<MODE>(base, staging, tok, full, empty, staged, freed, row_c, tiles_m, tiles_n,
-                        kblocks, V, dloss, warp, lane);
+                        kblocks, V, dloss, warp, lane, variant);
         return;
     }
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(H_OTHER_REGS));
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(OR));
 
     if (warp == 0) {
         if (lane == 0)
@@ -456,22 +521,21 @@ __global__ void __launch_bounds__(H_THREADS, 1)
         unsigned j = 0;
         int pm0 = 0, pn0 = 0;
         for (int w = blockIdx.x; w < tiles; w += gridDim.x, j++) {
-            const int b = j & 1;
+            const int b = j % NB;
             int m0, n0;
             h_tile<MODE>(w, tiles_m, tiles_n, m0, n0);
-            if (MODE == H_DW) {
-                /* the store that last read buffer b (tile j - 2) is done with it */
-                g_bulk_wait_read<0>();
-                g_mbar_expect(&freed[b], G_STAGING_BYTES);
-                for (int x = 0; x < G_BN / 64; x++)
-                    g_tma_load(staging + b * G_STAGING_BYTES + x * G_BOX_BYTES, &map_y, n0 + 64 * x,
-                               m0, &freed[b]);
-                if (j > 0) { /* tile j - 1 out */
-                    g_mbar_wait(&staged[b ^ 1], ((j - 1) >> 1) & 1);
-                    g_tma_store_tile(&map_y, staging + (b ^ 1) * G_STAGING_BYTES, pn0, pm0);
+            if (MODE == H_DW) { /* one staging tile: tile j - 1 out, then tile j's old dw in */
+                static_assert(MODE != H_DW || NB == 1, "DW stages in one tile");
+                if (j > 0) {
+                    g_mbar_wait(&staged[0], (j - 1) & 1);
+                    g_tma_store_tile(&map_y, staging, pn0, pm0);
+                    g_bulk_wait_read<0>();
                 }
+                g_mbar_expect(&freed[0], G_STAGING_BYTES);
+                for (int x = 0; x < G_BN / 64; x++)
+                    g_tma_load(staging + x * G_BOX_BYTES, &map_y, n0 + 64 * x, m0, &freed[0]);
             } else {
-                g_mbar_wait(&staged[b], (j >> 1) & 1);
+                g_mbar_wait(&staged[b], (j / NB) & 1);
                 g_tma_store_tile(&map_y, staging + b * G_STAGING_BYTES, n0, m0);
                 g_bulk_wait_read<0>();
                 g_mbar_arrive(&freed[b]);
@@ -479,9 +543,8 @@ __global__ void __launch_bounds__(H_THREADS, 1)
             pm0 = m0, pn0 = n0;
         }
         if (MODE == H_DW && j > 0) {
-            const int b = (j - 1) & 1;
-            g_mbar_wait(&staged[b], ((j - 1) >> 1) & 1);
-            g_tma_store_tile(&map_y, staging + b * G_STAGING_BYTES, pn0, pm0);
+            g_mbar_wait(&staged[0], (j - 1) & 1);
+            g_tma_store_tile(&map_y, staging, pn0, pm0);
         }
         asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
         return;
@@ -490,10 +553,10 @@ __global__ void __launch_bounds__(H_THREADS, 1)
         const int e = threadIdx.x - 384;
         unsigned j = 0;
         for (int w = blockIdx.x; w < tiles; w += gridDim.x, j++) {
-            const int b = j & 1;
+            const int b = j % NB;
             int m0, n0;
             h_tile<MODE>(w, tiles_m, tiles_n, m0, n0);
-            g_mbar_wait(&staged[b], (j >> 1) & 1);
+            g_mbar_wait(&staged[b], (j / NB) & 1);
             h_stats(staging + b * G_STAGING_BYTES, stats, e, m0, n0, N, V);
             asm volatile("bar.sync 1, 128;" ::: "memory");
             if (e == 0) g_mbar_arrive(&freed[b]);
@@ -501,7 +564,7 @@ __global__ void __launch_bounds__(H_THREADS, 1)
     }
 #else
     (void)map_a, (void)map_b, (void)map_y, (void)stats, (void)row_c, (void)tiles_m, (void)tiles_n,
-        (void)kblocks, (void)N, (void)V, (void)dloss;
+        (void)kblocks, (void)N, (void)V, (void)dloss, (void)variant;
 #endif
 }
 
@@ -558,7 +621,8 @@ __global__ void __launch_bounds__(32 * H_FINISH_WARPS)
 
 template <int MODE> static int h_smem_ok(void) {
     return cudaFuncSetAttribute(classifier_sm90_kernel<MODE>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, H_SMEM) == cudaSuccess;
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                h_cfg<MODE>::smem) == cudaSuccess;
 }
 
 /* Whether this GPU runs the kernels (asked once per device). */
@@ -593,9 +657,10 @@ static gpc_status h_launch(const CUtensorMap &map_a, const CUtensorMap &map_b,
     int64_t grid = gpc_cuda_sm_count();
     if (cap && atoi(cap) > 0 && atoi(cap) < grid) grid = atoi(cap);
     if (tiles < grid) grid = tiles;
-    classifier_sm90_kernel<MODE><<<(unsigned)grid, H_THREADS, H_SMEM, gpc_cuda_stream()>>>(
-        map_a, map_b, map_y, stats, row_c, (int)tiles_m, (int)tiles_n, (int)kblocks, (int)N, V,
-        dloss);
+    classifier_sm90_kernel<MODE>
+        <<<(unsigned)grid, H_THREADS, h_cfg<MODE>::smem, gpc_cuda_stream()>>>(
+            map_a, map_b, map_y, stats, row_c, (int)tiles_m, (int)tiles_n, (int)kblocks, (int)N, V,
+            dloss, getenv("GPC_HEAD_VARIANT") ? atoi(getenv("GPC_HEAD_VARIANT")) : 0);
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
 }
