@@ -38,17 +38,19 @@
 #include "cuda/sm90_common.cuh"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define H_STAGES 3
+#define H_BUFS 2 /* staging tiles */
 #define H_THREADS 512
 #define H_STAGE_BYTES (G_A_BYTES + G_B_BYTES)
-#define H_BARRIERS (2 * H_STAGES + 6)
+#define H_BARRIERS (2 * H_STAGES + 3 * H_BUFS)
 #define H_CONSUMER_REGS 168
 #define H_OTHER_REGS 88
 #define H_GROUP_M 16 /* row tiles a group of the raster holds in L2 */
-#define H_SMEM (1024 + H_STAGES * H_STAGE_BYTES + 2 * G_STAGING_BYTES + H_BARRIERS * 8)
+#define H_SMEM (1024 + H_STAGES * H_STAGE_BYTES + H_BUFS * G_STAGING_BYTES + H_BARRIERS * 8)
 #define H_LOG2E 1.4426950408889634f
 #define H_SHIFT 16.0f      /* e = exp(logit - H_SHIFT) */
 #define H_MIN_LOGIT -50.0f /* a row's largest logit: e of it at least exp(-66) */
@@ -127,8 +129,8 @@ __device__ __forceinline__ void h_consume(unsigned char *base, unsigned char *st
         g_wgmma_wait<0>();
         if (prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
 
-        const int b = j & 1;
-        if (j >= 2) g_mbar_wait(&freed[b], ((j >> 1) - 1) & 1);
+        const int b = j % H_BUFS;
+        if (j >= H_BUFS) g_mbar_wait(&freed[b], (j / H_BUFS - 1) & 1);
         unsigned char *row0 = staging + b * G_STAGING_BYTES + r0 * 128 + 4 * t;
 #pragma unroll
         for (int q = 0; q < G_BN / 8; q++) {
@@ -153,41 +155,49 @@ __device__ __forceinline__ void h_epilogue(unsigned char *buf, h_stat *stats, fl
     unsigned char *row = buf + e * 128;
     const int sw = e % 8;
     const bool all_real = n0 + G_BN <= V;
-    const bool has_target = target >= n0 && target < n0 + G_BN;
-    float mx = -INFINITY, sum = 0.0f;
+    /* the target's logit first, read where it lies before it becomes e */
+    if (target >= n0 && target < n0 + G_BN) {
+        const int col = target - n0;
+        const unsigned char *at = row + col / 64 * G_BOX_BYTES + (((col % 64 / 8) ^ sw) << 4);
+        const uint16_t bits = *(const uint16_t *)(at + (col % 8) * 2);
+        target_logit[m0 + e] = __uint_as_float((uint32_t)bits << 16);
+    }
+    /* half a box (32 columns) at a time: its four 16-byte loads first, and
+     * four sums and two maxima, so that the exponentials overlap */
+    float mx[2] = {-INFINITY, -INFINITY}, sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 1
-    for (int q = 0; q < G_BN / 64; q++)
-#pragma unroll 2
-        for (int ch = 0; ch < 8; ch++) {
-            uint4 *at = (uint4 *)(row + q * G_BOX_BYTES + ((ch ^ sw) << 4));
-            const uint4 v = *at;
-            uint32_t u[4] = {v.x, v.y, v.z, v.w};
-            const int col = n0 + 64 * q + 8 * ch;
-            if (has_target && target >= col && target < col + 8) {
-                const int k = target - col; /* the pair k / 2, element k % 2 */
-                uint32_t p = u[0];
+    for (int h = 0; h < G_BN / 32; h++) { /* half a box: chunks 4(h % 2) .. +3 of box h / 2 */
+        unsigned char *box = row + h / 2 * G_BOX_BYTES;
+        uint4 v[4];
 #pragma unroll
-                for (int x = 1; x < 4; x++)
-                    p = k / 2 == x ? u[x] : p;
-                target_logit[m0 + e] = __uint_as_float(k % 2 ? p & 0xffff0000u : p << 16);
-            }
+        for (int i = 0; i < 4; i++)
+            v[i] = *(const uint4 *)(box + (((4 * (h % 2) + i) ^ sw) << 4));
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t u[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+            const int col = n0 + 32 * h + 8 * i;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 const float lo = __uint_as_float(u[k] << 16);
                 const float hi = __uint_as_float(u[k] & 0xffff0000u);
                 const bool real_lo = all_real || col + 2 * k < V;
                 const bool real_hi = all_real || col + 2 * k + 1 < V;
-                mx = fmaxf(mx, real_lo ? lo : -INFINITY);
-                mx = fmaxf(mx, real_hi ? hi : -INFINITY);
+                mx[0] = fmaxf(mx[0], real_lo ? lo : -INFINITY);
+                mx[1] = fmaxf(mx[1], real_hi ? hi : -INFINITY);
                 const float e_lo = real_lo ? h_exp2(fmaf(lo, H_LOG2E, -H_SHIFT * H_LOG2E)) : 0.0f;
                 const float e_hi = real_hi ? h_exp2(fmaf(hi, H_LOG2E, -H_SHIFT * H_LOG2E)) : 0.0f;
                 asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u[k]) : "f"(e_hi), "f"(e_lo));
                 /* the sum of the values stored */
-                sum += __uint_as_float(u[k] << 16) + __uint_as_float(u[k] & 0xffff0000u);
+                sum[k] += __uint_as_float(u[k] << 16) + __uint_as_float(u[k] & 0xffff0000u);
             }
-            *at = make_uint4(u[0], u[1], u[2], u[3]);
+            v[i] = make_uint4(u[0], u[1], u[2], u[3]);
         }
-    stats[(size_t)(n0 / G_BN) * N + m0 + e] = {mx, sum};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            *(uint4 *)(box + (((4 * (h % 2) + i) ^ sw) << 4)) = v[i];
+    }
+    stats[(size_t)(n0 / G_BN) * N + m0 + e] = {fmaxf(mx[0], mx[1]),
+                                               (sum[0] + sum[1]) + (sum[2] + sum[3])};
 }
 #endif /* G_KERNEL_BODY */
 
@@ -203,9 +213,9 @@ __global__ void __launch_bounds__(H_THREADS, 1)
     extern __shared__ __align__(1024) unsigned char h_shared[];
     unsigned char *base = (unsigned char *)(((uintptr_t)h_shared + 1023) & ~(uintptr_t)1023);
     unsigned char *staging = base + H_STAGES * H_STAGE_BYTES;
-    uint64_t *full = (uint64_t *)(staging + 2 * G_STAGING_BYTES);
+    uint64_t *full = (uint64_t *)(staging + H_BUFS * G_STAGING_BYTES);
     uint64_t *empty = full + H_STAGES, *staged = empty + H_STAGES;
-    uint64_t *ready = staged + 2, *freed = ready + 2;
+    uint64_t *ready = staged + H_BUFS, *freed = ready + H_BUFS;
     /* for staging tile b: staged[b] the consumers have written its logits,
      * ready[b] the epilogue has turned them into e, freed[b] its store has
      * read it */
@@ -217,7 +227,7 @@ __global__ void __launch_bounds__(H_THREADS, 1)
             g_mbar_init(&full[s], 1);
             g_mbar_init(&empty[s], 8); /* lane 0 of each consumer warp */
         }
-        for (int b = 0; b < 2; b++) {
+        for (int b = 0; b < H_BUFS; b++) {
             g_mbar_init(&staged[b], 8);
             g_mbar_init(&ready[b], 1);
             g_mbar_init(&freed[b], 1);
@@ -241,10 +251,10 @@ __global__ void __launch_bounds__(H_THREADS, 1)
         if (lane != 0) return;
         unsigned j = 0;
         for (int w = blockIdx.x; w < tiles; w += gridDim.x, j++) {
-            const int b = j & 1;
+            const int b = j % H_BUFS;
             int m0, n0;
             h_tile(w, tiles_m, tiles_n, m0, n0);
-            g_mbar_wait(&ready[b], (j >> 1) & 1);
+            g_mbar_wait(&ready[b], (j / H_BUFS) & 1);
             g_tma_store_tile(&map_y, staging + b * G_STAGING_BYTES, n0, m0);
             g_bulk_wait_read<0>();
             g_mbar_arrive(&freed[b]);
@@ -256,11 +266,11 @@ __global__ void __launch_bounds__(H_THREADS, 1)
         const int e = threadIdx.x - 384;
         unsigned j = 0;
         for (int w = blockIdx.x; w < tiles; w += gridDim.x, j++) {
-            const int b = j & 1;
+            const int b = j % H_BUFS;
             int m0, n0;
             h_tile(w, tiles_m, tiles_n, m0, n0);
             const int target = targets[m0 + e];
-            g_mbar_wait(&staged[b], (j >> 1) & 1);
+            g_mbar_wait(&staged[b], (j / H_BUFS) & 1);
             h_epilogue(staging + b * G_STAGING_BYTES, stats, target_logit, target, e, m0, n0, N, V);
             g_fence_async_smem(); /* the e written here, before the TMA store reads it */
             asm volatile("bar.sync 1, 128;" ::: "memory");
