@@ -105,8 +105,8 @@ typedef struct {
     gpc_tensor lnf;       /* [B,T,C] */
     gpc_tensor lnf_mean;  /* [B,T] */
     gpc_tensor lnf_rstd;  /* [B,T] */
-    gpc_tensor logits;    /* [B,T,Vp]; after a training step, the logits or dlogits, whichever
-                           * the backend's gpc_op_classifier left there */
+    gpc_tensor logits;    /* [B,T,Vp]; after a training step, whatever the backend's
+                           * gpc_op_classifier left there (its scratch) */
     gpc_tensor losses;    /* [B,T] f32 */
     gpc_tensor tokens;    /* [B,T] i32 inputs on the device */
     gpc_tensor targets;   /* [B,T] i32 targets on the device */

@@ -160,8 +160,9 @@ gpc_status gpc_op_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *
                                                 int vocab_size, float dloss);
 
 /* The output head of a training step: logits = inp . weight^T into logits
- * [N, Vp] (scratch: afterwards it holds the logits or dlogits, whichever the
- * backend left there), losses [N] and dlogits as gpc_op_crossentropy_forward_backward
+ * [N, Vp] (scratch: what it holds afterwards is the backend's: dlogits for
+ * the three ops below, exp(logits - 16) lowered at the targets on Hopper),
+ * losses [N] and dlogits as gpc_op_crossentropy_forward_backward
  * computes them (first vocab_size columns real, target -1 masks a row),
  * then dinp = dlogits . weight (overwritten) and dweight += dlogits^T . inp.
  * inp [N, C] (or [B, T, C]), weight [Vp, C], dweight like weight, dinp like
@@ -169,7 +170,9 @@ gpc_status gpc_op_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *
  * targets i32 [N] (or [B, T]). dinp and logits must have buffers of their
  * own (the products still read inp, weight and the logits while they are
  * written). A backend may fuse these so that dlogits is never stored
- * (CUDA on Hopper, in bf16); otherwise they run as gpc_op_matmul_forward,
+ * (CUDA on Hopper, in bf16: src/cuda/classifier_sm90.cu, which wants each
+ * row's largest logit in [-50, 80) and gives a NaN loss for a row outside
+ * it; GPC_GEMM_SM90_HEAD=0 turns it off); otherwise they run as gpc_op_matmul_forward,
  * gpc_op_crossentropy_forward_backward (in place) and gpc_op_matmul_backward
  * in turn, and give exactly what those three give. */
 gpc_status gpc_op_classifier(gpc_tensor *losses, gpc_tensor *dinp, gpc_tensor *dweight,
