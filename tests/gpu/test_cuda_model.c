@@ -18,7 +18,8 @@
  * last bf16 bit). fp16's dynamic loss scaling is checked by forcing an
  * overflow: the step must be skipped, reported, the scale halved and the
  * weights left as they were. Generation's forward over kept keys and values
- * is checked against the CPU model's full forward.
+ * is checked against the CPU model's full forward. A vocabulary whose padded
+ * width is a multiple of 192 takes the fused output head on Hopper.
  *
  * Without a usable GPU the test exits 77 (CTest: skipped).
  */
@@ -30,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/matmul.h"
 #include "gpc/model.h"
 
 static gpc_rng rng;
@@ -56,9 +58,9 @@ static float *grads_to_host(const gpt_model *m) {
     return out;
 }
 
-static void compare_model(gpc_dtype dtype, int recompute) {
+static void compare_model(gpc_dtype dtype, int recompute, int vocab) {
     gpt_config config;
-    TEST_OK(gpt_config_init(&config, 2, 2, 128, 64, 300));
+    TEST_OK(gpt_config_init(&config, 2, 2, 128, 64, vocab));
     const int B = 2, T = 64;
     gpt_model *cpu = NULL, *gpu = NULL;
     TEST_OK(gpt_create(&cpu, &config, gpc_cpu(), GPC_F32, B, T, 1));
@@ -70,8 +72,8 @@ static void compare_model(gpc_dtype dtype, int recompute) {
 
     int32_t inputs[2 * 64], targets[2 * 64];
     for (int i = 0; i < B * T; i++) {
-        inputs[i] = (int32_t)gpc_rng_below(&rng, 300);
-        targets[i] = i % 17 == 5 ? -1 : (int32_t)gpc_rng_below(&rng, 300);
+        inputs[i] = (int32_t)gpc_rng_below(&rng, (uint32_t)vocab);
+        targets[i] = i % 17 == 5 ? -1 : (int32_t)gpc_rng_below(&rng, (uint32_t)vocab);
     }
     float dloss = 1.0f / (float)(B * T);
     TEST_OK(gpt_zero_grad(cpu));
@@ -136,24 +138,38 @@ static void compare_model(gpc_dtype dtype, int recompute) {
 
 static void test_model_f32(void **state) {
     (void)state;
-    compare_model(GPC_F32, 0);
+    compare_model(GPC_F32, 0, 300);
 }
 
 static void test_model_bf16(void **state) {
     (void)state;
-    compare_model(GPC_BF16, 0);
+    compare_model(GPC_BF16, 0, 300);
+}
+
+/* A vocabulary of 380 pads to 384 columns, two tiles of 192: on Hopper the
+ * bf16 model's output head then runs fused (classifier_sm90.cu), its
+ * gradients reaching every parameter through lnf's. */
+static void test_model_bf16_fused_head(void **state) {
+    (void)state;
+    long before = gpc_cuda_classifier_sm90_calls();
+    compare_model(GPC_BF16, 0, 380);
+    const char *head = getenv("GPC_GEMM_SM90_HEAD");
+    int on = gpc_cuda_gemm_sm90_available() && !(head && !strcmp(head, "0"));
+    long ran = gpc_cuda_classifier_sm90_calls() - before;
+    printf("  fused output heads: %ld (%s here)\n", ran, on ? "available" : "not available");
+    assert_int_equal(ran, on ? 1 : 0);
 }
 
 static void test_model_f16(void **state) {
     (void)state;
-    compare_model(GPC_F16, 0);
+    compare_model(GPC_F16, 0, 300);
 }
 
 static void test_model_recompute(void **state) {
     (void)state;
-    compare_model(GPC_F32, 2);
-    compare_model(GPC_BF16, 1);
-    compare_model(GPC_BF16, 2);
+    compare_model(GPC_F32, 2, 300);
+    compare_model(GPC_BF16, 1, 300);
+    compare_model(GPC_BF16, 2, 300);
 }
 
 /* Forces an fp16 overflow with a huge loss scale: the update is skipped and
@@ -257,6 +273,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_f32),
         cmocka_unit_test(test_model_bf16),
+        cmocka_unit_test(test_model_bf16_fused_head),
         cmocka_unit_test(test_model_f16),
         cmocka_unit_test(test_model_recompute),
         cmocka_unit_test(test_f16_overflow_skips_step),

@@ -872,6 +872,47 @@ static void test_classifier(void **state) {
     assert_int_equal(ran, on ? 2 : 0);
 }
 
+/* The fused head keeps exp(logit - 16) in bf16, which holds a row whose
+ * largest logit lies in [-50, 80): a row reaching 100 gets a NaN loss there
+ * (rather than a wrong gradient), the other rows stay right, and the three
+ * ops (GPC_GEMM_SM90_HEAD=0, or another GPU) give every row its loss. The
+ * logits: column 7 of row n is x[n][0] (1, and 100 in row 3), every other
+ * column 0; the targets are all 7, so a row's loss is log(e^x + 189) - x. */
+static void test_classifier_range(void **state) {
+    (void)state;
+    const int64_t N = 128, C = 64, Vp = 192;
+    const int V = 190;
+    int64_t s_x[2] = {N, C}, s_w[2] = {Vp, C}, s_l[2] = {N, Vp}, s_n[1] = {N};
+    pair x = make(GPC_BF16, 2, s_x, 'r', 0, 0), w = make(GPC_BF16, 2, s_w, 'r', 0, 0);
+    pair dw = make(GPC_BF16, 2, s_w, 'r', 0, 0), dx = make(GPC_BF16, 2, s_x, 'p', 0, 0);
+    pair logits = make(GPC_BF16, 2, s_l, 'p', 0, 0), losses = make(GPC_F32, 1, s_n, 'p', 0, 0);
+    pair tgt = make(GPC_I32, 1, s_n, 'r', 7, 7);
+    for (int64_t n = 0; n < N; n++)
+        x.host[n * C] = n == 3 ? 100.0f : 1.0f;
+    w.host[7 * C] = 1.0f;
+    upload(&x.gpu, x.host, x.n);
+    upload(&w.gpu, w.host, w.n);
+    long before = gpc_cuda_classifier_sm90_calls();
+    TEST_OK(gpc_op_classifier(&losses.gpu, &dx.gpu, &dw.gpu, &logits.gpu, &x.gpu, &w.gpu, &tgt.gpu,
+                              V, 1.0f / (float)N));
+    int fused = gpc_cuda_classifier_sm90_calls() > before;
+    float *got = download(&losses.gpu);
+    for (int64_t n = 0; n < N; n++) {
+        double xn = n == 3 ? 100.0 : 1.0, want = log(exp(xn) + 189.0) - xn;
+        if (n == 3 && fused) {
+            if (!isnan(got[n])) fail_msg("fused head, largest logit 100: loss %g, not NaN", got[n]);
+        } else if (!(fabs(got[n] - want) <= 1e-2)) {
+            fail_msg("classifier loss of row %lld: %g, want %g (%s)", (long long)n, got[n], want,
+                     fused ? "fused" : "three ops");
+        }
+    }
+    printf("  the head ran %s\n", fused ? "fused: row 3's loss is NaN" : "as three ops");
+    free(got);
+    pair *all[] = {&x, &w, &dw, &dx, &logits, &losses, &tgt};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        drop(all[i]);
+}
+
 /* ------------------------------------------------ sum_squares and adamw */
 
 static void test_sum_squares(void **state) {
@@ -1013,14 +1054,23 @@ int main(void) {
     /* GPC_TEST_FILTER='*attention*' runs a subset (scripts/gpu-check.sh's racecheck) */
     if (getenv("GPC_TEST_FILTER")) cmocka_set_test_filter(getenv("GPC_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_embedding),        cmocka_unit_test(test_layernorm),
-        cmocka_unit_test(test_matmul),           cmocka_unit_test(test_matmul_gelu),
-        cmocka_unit_test(test_matmul_measured),  cmocka_unit_test(test_elementwise),
-        cmocka_unit_test(test_attention_simple), cmocka_unit_test(test_attention_tensor_cores),
-        cmocka_unit_test(test_crossentropy),     cmocka_unit_test(test_classifier),
-        cmocka_unit_test(test_sum_squares),      cmocka_unit_test(test_sum),
-        cmocka_unit_test(test_column_sums),      cmocka_unit_test(test_adamw),
-        cmocka_unit_test(test_convert),          cmocka_unit_test(test_mixed_dtypes_refused),
+        cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_matmul_gelu),
+        cmocka_unit_test(test_matmul_measured),
+        cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_attention_simple),
+        cmocka_unit_test(test_attention_tensor_cores),
+        cmocka_unit_test(test_crossentropy),
+        cmocka_unit_test(test_classifier),
+        cmocka_unit_test(test_classifier_range),
+        cmocka_unit_test(test_sum_squares),
+        cmocka_unit_test(test_sum),
+        cmocka_unit_test(test_column_sums),
+        cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_convert),
+        cmocka_unit_test(test_mixed_dtypes_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
