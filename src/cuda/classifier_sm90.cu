@@ -42,15 +42,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define H_STAGES 3
 #define H_BUFS 2 /* staging tiles */
 #define H_THREADS 512
-#define H_STAGE_BYTES (G_A_BYTES + G_B_BYTES)
-#define H_BARRIERS (2 * H_STAGES + 3 * H_BUFS)
+#define H_BARRIERS (2 * G_STAGES + 3 * H_BUFS)
 #define H_CONSUMER_REGS 168
 #define H_OTHER_REGS 88
 #define H_GROUP_M 16 /* row tiles a group of the raster holds in L2 */
-#define H_SMEM (1024 + H_STAGES * H_STAGE_BYTES + H_BUFS * G_STAGING_BYTES + H_BARRIERS * 8)
+#define H_SMEM (1024 + G_STAGES * G_STAGE_BYTES + H_BUFS * G_STAGING_BYTES + H_BARRIERS * 8)
 #define H_LOG2E 1.4426950408889634f
 #define H_SHIFT 16.0f      /* e = exp(logit - H_SHIFT) */
 #define H_MIN_LOGIT -50.0f /* a row's largest logit: e of it at least exp(-66) */
@@ -87,10 +85,10 @@ __device__ __forceinline__ void h_produce(unsigned char *base, uint64_t *full, u
         int m0, n0;
         h_tile(w, tiles_m, tiles_n, m0, n0);
         for (int kb = 0; kb < kblocks; kb++, pos++) {
-            const int s = pos % H_STAGES, round = pos / H_STAGES;
-            unsigned char *st = base + s * H_STAGE_BYTES;
+            const int s = pos % G_STAGES, round = pos / G_STAGES;
+            unsigned char *st = base + s * G_STAGE_BYTES;
             if (round > 0) g_mbar_wait(&empty[s], (round - 1) & 1);
-            g_mbar_expect(&full[s], H_STAGE_BYTES);
+            g_mbar_expect(&full[s], G_STAGE_BYTES);
             g_tma_load(st, map_a, kb * G_BK, m0, &full[s]);
             g_tma_load(st + G_A_BYTES, map_b, kb * G_BK, n0, &full[s]);
         }
@@ -110,24 +108,7 @@ __device__ __forceinline__ void h_consume(unsigned char *base, unsigned char *st
     int pos = 0;
     unsigned j = 0;
     for (int w = blockIdx.x; w < tiles_m * tiles_n; w += gridDim.x, j++) {
-        int prev = -1;
-        for (int kb = 0; kb < kblocks; kb++, pos++) {
-            const int s = pos % H_STAGES;
-            g_mbar_wait(&full[s], (pos / H_STAGES) & 1);
-            const unsigned char *st = base + s * H_STAGE_BYTES;
-            g_wgmma_fence();
-#pragma unroll
-            for (int k = 0; k < G_BK / 16; k++)
-                g_wgmma(acc, g_desc(st + c * 64 * 128 + 32 * k), g_desc(st + G_A_BYTES + 32 * k),
-                        kb > 0 || k > 0);
-            g_wgmma_commit();
-            /* the previous slice's products are done: its stage goes back */
-            g_wgmma_wait<1>();
-            if (prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
-            prev = s;
-        }
-        g_wgmma_wait<0>();
-        if (prev >= 0 && lane == 0) g_mbar_arrive(&empty[prev]);
+        g_mainloop<1>(acc, base, full, empty, pos, kblocks, c, lane, 0);
 
         const int b = j % H_BUFS;
         if (j >= H_BUFS) g_mbar_wait(&freed[b], (j / H_BUFS - 1) & 1);
@@ -212,9 +193,9 @@ __global__ void __launch_bounds__(H_THREADS, 1)
 #ifdef G_KERNEL_BODY
     extern __shared__ __align__(1024) unsigned char h_shared[];
     unsigned char *base = (unsigned char *)(((uintptr_t)h_shared + 1023) & ~(uintptr_t)1023);
-    unsigned char *staging = base + H_STAGES * H_STAGE_BYTES;
+    unsigned char *staging = base + G_STAGES * G_STAGE_BYTES;
     uint64_t *full = (uint64_t *)(staging + H_BUFS * G_STAGING_BYTES);
-    uint64_t *empty = full + H_STAGES, *staged = empty + H_STAGES;
+    uint64_t *empty = full + G_STAGES, *staged = empty + G_STAGES;
     uint64_t *ready = staged + H_BUFS, *freed = ready + H_BUFS;
     /* for staging tile b: staged[b] the consumers have written its logits,
      * ready[b] the epilogue has turned them into e, freed[b] its store has
@@ -223,7 +204,7 @@ __global__ void __launch_bounds__(H_THREADS, 1)
     const int tiles = tiles_m * tiles_n;
 
     if (threadIdx.x == 0) {
-        for (int s = 0; s < H_STAGES; s++) {
+        for (int s = 0; s < G_STAGES; s++) {
             g_mbar_init(&full[s], 1);
             g_mbar_init(&empty[s], 8); /* lane 0 of each consumer warp */
         }

@@ -75,16 +75,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define G_STAGES 3                  /* ring depth */
-#define G_THREADS 512               /* four warpgroups: see above */
-#define G_EPI_THREADS 192           /* warps 1-3 and 12-14 */
-#define G_EPI_HALF 96               /* the epilogue warps of one warpgroup */
-#define G_CONSUMER_REGS 168         /* registers a consumer thread (setmaxnreg) */
-#define G_OTHER_REGS 88             /* and a thread of the other two warpgroups */
-#define G_SUM_ROWS (G_BM / 2)       /* rows a DGELU partial column sum covers */
+#define G_THREADS 512         /* four warpgroups: see above */
+#define G_EPI_THREADS 192     /* warps 1-3 and 12-14 */
+#define G_EPI_HALF 96         /* the epilogue warps of one warpgroup */
+#define G_CONSUMER_REGS 168   /* registers a consumer thread (setmaxnreg) */
+#define G_OTHER_REGS 88       /* and a thread of the other two warpgroups */
+#define G_SUM_ROWS (G_BM / 2) /* rows a DGELU partial column sum covers */
 #define G_BARRIERS (2 * G_STAGES + 6)
-#define G_STAGE_BYTES (G_A_BYTES + G_B_BYTES)
-#define G_BIAS_BYTES (2 * G_BN * 2)       /* the bias of two tiles, bf16 */
+#define G_BIAS_BYTES (2 * G_BN * 2) /* the bias of two tiles, bf16 */
 #define G_SMEM                                                                                     \
     (1024 + G_STAGES * G_STAGE_BYTES + 2 * G_STAGING_BYTES + G_BARRIERS * 8 + G_BIAS_BYTES)
 
@@ -110,7 +108,6 @@ __device__ unsigned long long g_prof[8];
 __device__ __forceinline__ void g_epi_sync() {
     asm volatile("bar.sync 1, %0;" ::"n"(G_EPI_THREADS) : "memory");
 }
-
 
 /* The producer (one thread): TMA copies of every tile's K slices of A and B
  * into the ring of stages, each stage reused once the consumers are done.
@@ -143,41 +140,6 @@ __device__ __forceinline__ void g_produce(unsigned char *base, uint64_t *full, u
         for (int i = 0; i < G_STAGES; i++, pos++)
             if (pos >= G_STAGES) g_mbar_wait(&empty[pos % G_STAGES], (pos / G_STAGES - 1) & 1);
 }
-
-/* A consumer warp gives stage s back: to its own block, and in a cluster to
- * the peer too, whose producer copies half of B into it. */
-template <int CL> __device__ __forceinline__ void g_release(uint64_t *empty, int s, int rank) {
-    g_mbar_arrive(&empty[s]);
-    if (CL > 1) g_mbar_arrive_cta(&empty[s], (unsigned)rank ^ 1u);
-}
-
-/* A consumer warpgroup's (c) products for one tile: acc = its 64 rows of the
- * tile over all of K. pos counts the stages taken so far (both consumers
- * take every stage). */
-template <int CL>
-__device__ __forceinline__ void g_mainloop(float *acc, const unsigned char *base, uint64_t *full,
-                                           uint64_t *empty, int &pos, int kblocks, int c, int lane,
-                                           int rank) {
-    int prev = -1;
-    for (int kb = 0; kb < kblocks; kb++, pos++) {
-        int s = pos % G_STAGES;
-        g_mbar_wait(&full[s], (pos / G_STAGES) & 1);
-        const unsigned char *a = base + s * G_STAGE_BYTES + c * 64 * 128;
-        const unsigned char *b = base + s * G_STAGE_BYTES + G_A_BYTES;
-        g_wgmma_fence();
-#pragma unroll
-        for (int k = 0; k < G_BK / 16; k++)
-            g_wgmma(acc, g_desc(a + 32 * k), g_desc(b + 32 * k), kb > 0 || k > 0);
-        g_wgmma_commit();
-        /* the previous slice's products are done: its stage goes back */
-        g_wgmma_wait<1>();
-        if (prev >= 0 && lane == 0) g_release<CL>(empty, prev, rank);
-        prev = s;
-    }
-    g_wgmma_wait<0>();
-    if (prev >= 0 && lane == 0) g_release<CL>(empty, prev, rank);
-}
-
 
 /* The epilogues' elementwise work in f16 pairs, half the instructions of
  * f32 (the loops over it are latency-bound, hence unrolled). f16 keeps 11 bits,
@@ -552,7 +514,7 @@ static void encode_lookup(void) {
 }
 
 gpc_status gpc_sm90_make_map(CUtensorMap *map, const void *p, int64_t rows, int64_t cols,
-                           unsigned box_rows) {
+                             unsigned box_rows) {
     cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)cols * 2};
     cuuint32_t box[2] = {64, box_rows}, elem[2] = {1, 1};
     CUresult r = encode_fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box,

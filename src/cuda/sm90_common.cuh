@@ -24,6 +24,8 @@
 #define G_B_BYTES (G_BN * G_BK * 2)       /* 24 KiB */
 #define G_BOX_BYTES (G_BM * 64 * 2)       /* a staging box: [128][64] bf16 */
 #define G_STAGING_BYTES (G_BM * G_BN * 2) /* one staging tile, 48 KiB */
+#define G_STAGES 3                        /* ring depth */
+#define G_STAGE_BYTES (G_A_BYTES + G_B_BYTES)
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define G_KERNEL_BODY 1
@@ -201,6 +203,40 @@ struct g_sched {
  * (row%8), the same for both rows (row r0 + 8 is 1024 bytes on). */
 __device__ __forceinline__ unsigned char *g_stage_at(unsigned char *row0, int q, int swz) {
     return row0 + (q / 8) * G_BOX_BYTES + (((q % 8) ^ swz) * 16);
+}
+
+/* A consumer warp gives stage s back: to its own block, and in a cluster to
+ * the peer too, whose producer copies half of B into it. */
+template <int CL> __device__ __forceinline__ void g_release(uint64_t *empty, int s, int rank) {
+    g_mbar_arrive(&empty[s]);
+    if (CL > 1) g_mbar_arrive_cta(&empty[s], (unsigned)rank ^ 1u);
+}
+
+/* A consumer warpgroup's (c) products for one tile: acc = its 64 rows of the
+ * tile over all of K. pos counts the stages taken so far (both consumers
+ * take every stage). */
+template <int CL>
+__device__ __forceinline__ void g_mainloop(float *acc, const unsigned char *base, uint64_t *full,
+                                           uint64_t *empty, int &pos, int kblocks, int c, int lane,
+                                           int rank) {
+    int prev = -1;
+    for (int kb = 0; kb < kblocks; kb++, pos++) {
+        int s = pos % G_STAGES;
+        g_mbar_wait(&full[s], (pos / G_STAGES) & 1);
+        const unsigned char *a = base + s * G_STAGE_BYTES + c * 64 * 128;
+        const unsigned char *b = base + s * G_STAGE_BYTES + G_A_BYTES;
+        g_wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < G_BK / 16; k++)
+            g_wgmma(acc, g_desc(a + 32 * k), g_desc(b + 32 * k), kb > 0 || k > 0);
+        g_wgmma_commit();
+        /* the previous slice's products are done: its stage goes back */
+        g_wgmma_wait<1>();
+        if (prev >= 0 && lane == 0) g_release<CL>(empty, prev, rank);
+        prev = s;
+    }
+    g_wgmma_wait<0>();
+    if (prev >= 0 && lane == 0) g_release<CL>(empty, prev, rank);
 }
 
 #endif /* G_KERNEL_BODY */
