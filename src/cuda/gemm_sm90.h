@@ -2,7 +2,10 @@
  * gemm_sm90.h: gpc's own Hopper products for the fc layer's forward and the
  * GELU backward after it (gemm_sm90.cu), which matmul.cu tries before
  * cuBLASLt's GELU epilogues unless GPC_GEMM_SM90 turns them off: "0" both,
- * "gelu" keeps only the forward, "dgelu" only the backward.
+ * "gelu" keeps only the forward, "dgelu" only the backward; and the training
+ * step's output head without a cross-entropy pass (classifier_sm90.cu),
+ * which gpc_op_classifier tries first unless GPC_GEMM_SM90=0 or
+ * GPC_GEMM_SM90_HEAD=0.
  */
 #ifndef GPC_CUDA_GEMM_SM90_H
 #define GPC_CUDA_GEMM_SM90_H
