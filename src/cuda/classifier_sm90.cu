@@ -1,7 +1,7 @@
 /*
  * classifier_sm90.cu: the output head of a training step on Hopper without
- * a cross-entropy pass over the logits (gpc_cuda_classifier_sm90, see
- * gemm_sm90.h).
+ * a cross-entropy pass over the logits: the CUDA backend's classifier entry
+ * (gpc_op_classifier).
  *
  * The unfused head writes the logits [N, Vp], reads them back in the
  * cross-entropy, writes dlogits over them and reads dlogits in both
@@ -33,7 +33,6 @@
  *
  * Shapes: N a multiple of 128, Vp of 192, C of 64.
  */
-#include "cuda/gemm_sm90.h"
 #include "cuda/matmul.h"
 #include "cuda/sm90_common.cuh"
 
@@ -358,12 +357,33 @@ long gpc_cuda_classifier_sm90_calls(void) {
     return __atomic_load_n(&calls, __ATOMIC_RELAXED);
 }
 
-gpc_status gpc_cuda_classifier_sm90(float *losses, gpc_bf16_t *dinp, gpc_bf16_t *dw,
-                                    gpc_bf16_t *logits, const gpc_bf16_t *inp, const gpc_bf16_t *w,
-                                    const int32_t *targets, int64_t N, int64_t Vp, int64_t C, int V,
-                                    float dloss) {
+/* The CUDA backend's classifier entry (gpc_op_classifier; ops.c has checked
+ * the tensors). In bf16 on Hopper:
+ *   losses[n] = logsumexp(logits[n][0..V-1]) - logits[n][targets[n]];
+ *   dinp = dlogits . weight, overwritten; dweight += dlogits^T . inp;
+ * for logits = inp . weight^T and dlogits = (softmax(logits[n][0..V-1]) -
+ * onehot(targets[n])) * dloss, zero in the padded columns V..Vp-1. The
+ * [N, Vp] buffer logits is scratch: it ends up holding exp(logits - 16),
+ * lowered at the targets, which with a per-row scale is dlogits. A target of
+ * -1 masks its row (loss 0, gradient 0); one outside 0..V-1, or a row whose
+ * largest logit is below -50 or at least 80, gives a NaN loss and NaN
+ * gradients. GPC_ERR_UNSUPPORTED (nothing queued) for another dtype, unless
+ * N is a multiple of 128, Vp of 192, C of 64, the buffers 16-byte aligned,
+ * the GPU of compute capability 9.0 and GPC_GEMM_SM90 / GPC_GEMM_SM90_HEAD
+ * not turning it off; ops.c then runs the product, the cross-entropy and the
+ * backward products in turn. */
+gpc_status gpc_cuda_classifier(gpc_tensor *losses, gpc_tensor *dinp, gpc_tensor *dweight,
+                               gpc_tensor *logits, const gpc_tensor *inp, const gpc_tensor *weight,
+                               const gpc_tensor *targets, int V, float dloss) {
+    GPC_TRY(gpc_cuda_enter(inp));
+    if (inp->dtype != GPC_BF16) /* ops.c checked that the others are inp's dtype */
+        return gpc_error(GPC_ERR_UNSUPPORTED, "classifier: no fused kernel for %s on the GPU",
+                         gpc_dtype_name(inp->dtype));
+    const int64_t C = inp->shape[inp->ndim - 1], N = C ? gpc_tensor_numel(inp) / C : 0;
+    const int64_t Vp = C ? gpc_tensor_numel(weight) / C : 0;
     static int head_on = -1;
-    const void *ptrs[7] = {losses, dinp, dw, logits, inp, w, targets};
+    const void *ptrs[7] = {losses->data, dinp->data,   dweight->data, logits->data,
+                           inp->data,    weight->data, targets->data};
     int aligned = 1;
     for (int i = 0; i < 7; i++)
         aligned &= gpc_cuda_aligned16(ptrs[i]);
@@ -386,9 +406,9 @@ gpc_status gpc_cuda_classifier_sm90(float *losses, gpc_bf16_t *dinp, gpc_bf16_t 
 
     /* 1. e and the tiles' statistics */
     CUtensorMap map_a, map_b, map_y;
-    GPC_TRY(gpc_sm90_make_map(&map_a, inp, N, C, G_BM));
-    GPC_TRY(gpc_sm90_make_map(&map_b, w, Vp, C, G_BN));
-    GPC_TRY(gpc_sm90_make_map(&map_y, logits, N, Vp, G_BM));
+    GPC_TRY(gpc_sm90_make_map(&map_a, inp->data, N, C, G_BM));
+    GPC_TRY(gpc_sm90_make_map(&map_b, weight->data, Vp, C, G_BN));
+    GPC_TRY(gpc_sm90_make_map(&map_y, logits->data, N, Vp, G_BM));
     const int64_t tiles = tiles_m * tiles_n;
     /* GPC_SM90_BLOCKS (read each call; for tests) caps the persistent grid,
      * so that a small problem still has blocks walking several tiles */
@@ -397,28 +417,22 @@ gpc_status gpc_cuda_classifier_sm90(float *losses, gpc_bf16_t *dinp, gpc_bf16_t 
     if (cap && atoi(cap) > 0 && atoi(cap) < grid) grid = atoi(cap);
     if (tiles < grid) grid = tiles;
     classifier_sm90_kernel<<<(unsigned)grid, H_THREADS, H_SMEM, gpc_cuda_stream()>>>(
-        map_a, map_b, map_y, stats, target_logit, targets, (int)tiles_m, (int)tiles_n,
-        (int)(C / G_BK), (int)N, V);
+        map_a, map_b, map_y, stats, target_logit, (const int32_t *)targets->data, (int)tiles_m,
+        (int)tiles_n, (int)(C / G_BK), (int)N, V);
     GPC_CUDA_CHECK_LAUNCH();
     /* 2. the losses, the row scales, e at the targets */
     h_finish_kernel<<<(unsigned)((N + 31) / 32), 32 * H_FINISH_WARPS, 0, gpc_cuda_stream()>>>(
-        losses, scale, (__nv_bfloat16 *)logits, stats, target_logit, targets, (int)N, (int)tiles_n,
-        Vp, V, dloss);
+        (float *)losses->data, scale, (__nv_bfloat16 *)logits->data, stats, target_logit,
+        (const int32_t *)targets->data, (int)N, (int)tiles_n, Vp, V, dloss);
     GPC_CUDA_CHECK_LAUNCH();
-    /* 3. dinp = scale . (e . w) */
-    gpc_device dev = {GPC_DEVICE_CUDA, 0};
-    GPC_CUDA_CHECK(cudaGetDevice(&dev.index));
-    gpc_tensor e_t = gpc_tensor_2d(logits, GPC_BF16, dev, N, Vp);
-    gpc_tensor w_t = gpc_tensor_2d((void *)w, GPC_BF16, dev, Vp, C);
-    gpc_tensor inp_t = gpc_tensor_2d((void *)inp, GPC_BF16, dev, N, C);
-    gpc_tensor dinp_t = gpc_tensor_2d(dinp, GPC_BF16, dev, N, C);
-    gpc_tensor dw_t = gpc_tensor_2d(dw, GPC_BF16, dev, Vp, C);
-    gpc_tensor scaled_t = gpc_tensor_2d(inp_scaled, GPC_BF16, dev, N, C);
-    GPC_TRY(gpc_cuda_matmul_backward(&dinp_t, NULL, NULL, &e_t, &inp_t, &w_t));
-    GPC_TRY(scale_rows(dinp, dinp, scale, N, C));
-    /* 4. dw += e^T . (scale . inp) */
-    GPC_TRY(scale_rows(inp_scaled, inp, scale, N, C));
-    GPC_TRY(gpc_cuda_matmul_backward(NULL, &dw_t, NULL, &e_t, &scaled_t, &w_t));
+    /* 3. dinp = scale . (e . weight) */
+    gpc_bf16_t *dinp_data = (gpc_bf16_t *)dinp->data;
+    GPC_TRY(gpc_cuda_matmul_backward(dinp, NULL, NULL, logits, inp, weight));
+    GPC_TRY(scale_rows(dinp_data, dinp_data, scale, N, C));
+    /* 4. dweight += e^T . (scale . inp) */
+    GPC_TRY(scale_rows(inp_scaled, (const gpc_bf16_t *)inp->data, scale, N, C));
+    gpc_tensor scaled = gpc_tensor_2d(inp_scaled, GPC_BF16, inp->device, N, C);
+    GPC_TRY(gpc_cuda_matmul_backward(NULL, dweight, NULL, logits, &scaled, weight));
     __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
     return GPC_OK;
 }

@@ -41,12 +41,11 @@
  *
  * The whole output head (gpc_op_classifier: the product into the logits,
  * this cross-entropy and the two backward products) runs fused where
- * classifier_sm90.cu takes it (bf16 on Hopper, so dlogits is never stored);
- * elsewhere gpc_cuda_classifier answers unsupported and ops.c runs the
- * product, the kernels here and the backward products in turn.
+ * classifier_sm90.cu takes it (bf16 on Hopper, where dlogits is never
+ * stored); elsewhere that backend entry answers unsupported and ops.c runs
+ * the product, the kernels here and the backward products in turn.
  */
 #include "cuda/cuda_common.cuh"
-#include "cuda/gemm_sm90.h"
 
 #include <math.h>
 
@@ -381,21 +380,4 @@ gpc_status gpc_cuda_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor
     });
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
-}
-
-gpc_status gpc_cuda_classifier(gpc_tensor *losses, gpc_tensor *dinp, gpc_tensor *dweight,
-                               gpc_tensor *logits, const gpc_tensor *inp, const gpc_tensor *weight,
-                               const gpc_tensor *targets, int vocab_size, float dloss) {
-    GPC_TRY(gpc_cuda_enter(inp));
-    if (inp->dtype != GPC_BF16) /* ops.c checked that the others are inp's dtype */
-        return gpc_error(GPC_ERR_UNSUPPORTED, "classifier: no fused kernel for %s on the GPU",
-                         gpc_dtype_name(inp->dtype));
-    int64_t C = inp->shape[inp->ndim - 1], N = C ? gpc_tensor_numel(inp) / C : 0;
-    int64_t Vp = C ? gpc_tensor_numel(weight) / C : 0;
-    /* GPC_ERR_UNSUPPORTED (nothing queued) for a shape, GPU or setting it does
-     * not take: ops.c then composes the three ops */
-    return gpc_cuda_classifier_sm90((float *)losses->data, (gpc_bf16_t *)dinp->data,
-                                    (gpc_bf16_t *)dweight->data, (gpc_bf16_t *)logits->data,
-                                    (const gpc_bf16_t *)inp->data, (const gpc_bf16_t *)weight->data,
-                                    (const int32_t *)targets->data, N, Vp, C, vocab_size, dloss);
 }
