@@ -351,6 +351,12 @@ static int h_device_ok(void) {
     return ok[d] == 2;
 }
 
+int gpc_cuda_classifier_sm90_available(void) {
+    static int head_on = -1;
+    return gpc_cuda_env_on("GPC_GEMM_SM90_HEAD", &head_on) && gpc_cuda_gemm_sm90_available() &&
+           h_device_ok();
+}
+
 static long calls;
 
 long gpc_cuda_classifier_sm90_calls(void) {
@@ -381,16 +387,15 @@ gpc_status gpc_cuda_classifier(gpc_tensor *losses, gpc_tensor *dinp, gpc_tensor 
                          gpc_dtype_name(inp->dtype));
     const int64_t C = inp->shape[inp->ndim - 1], N = C ? gpc_tensor_numel(inp) / C : 0;
     const int64_t Vp = C ? gpc_tensor_numel(weight) / C : 0;
-    static int head_on = -1;
     const void *ptrs[7] = {losses->data, dinp->data,   dweight->data, logits->data,
                            inp->data,    weight->data, targets->data};
     int aligned = 1;
     for (int i = 0; i < 7; i++)
         aligned &= gpc_cuda_aligned16(ptrs[i]);
-    if (!gpc_cuda_env_on("GPC_GEMM_SM90_HEAD", &head_on) || !gpc_cuda_gemm_sm90_available() ||
-        N <= 0 || Vp <= 0 || C <= 0 || N % G_BM || Vp % G_BN || C % G_BK || V <= 0 || V > Vp ||
+    if (N <= 0 || Vp <= 0 || C <= 0 || N % G_BM || Vp % G_BN || C % G_BK || V <= 0 || V > Vp ||
         N > 0x7fffffff || Vp > 0x7fffffff || C > 0x7fffffff ||
-        (N / G_BM) * (Vp / G_BN) > 0x7fffffff || !(dloss >= 0.0f) || !aligned || !h_device_ok())
+        (N / G_BM) * (Vp / G_BN) > 0x7fffffff || !(dloss >= 0.0f) || !aligned ||
+        !gpc_cuda_classifier_sm90_available())
         return gpc_error(GPC_ERR_UNSUPPORTED, "classifier_sm90: not for this shape or GPU");
     /* scratch: the tiles' statistics, the target logits, the row scales and
      * inp's rows scaled (cuBLASLt's products below use none of it) */

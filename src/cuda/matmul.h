@@ -30,8 +30,11 @@ int gpc_cuda_gemm_sm90_available(void);
 long gpc_cuda_gemm_sm90_calls(void);
 long gpc_cuda_gemm_sm90_cluster_calls(void);
 
-/* How many output heads gpc_op_classifier has run fused on Hopper
- * (classifier_sm90.cu) since the process started. */
+/* Whether gpc_op_classifier runs the output head fused on the current GPU
+ * (classifier_sm90.cu: compute capability 9.0, and neither GPC_GEMM_SM90=0
+ * nor GPC_GEMM_SM90_HEAD=0), for bf16 tensors of the shapes it takes; and
+ * how many heads it has run fused since the process started. */
+int gpc_cuda_classifier_sm90_available(void);
 long gpc_cuda_classifier_sm90_calls(void);
 
 #ifdef __cplusplus
