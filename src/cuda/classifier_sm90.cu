@@ -29,7 +29,11 @@
  * a group's rows of inp stay in L2 while w streams past once), a ring of
  * three 64-wide K stages filled by TMA, two consumer warpgroups of 64 rows,
  * and two staging tiles. Warps: 0 the producer, 1 the stores, 4-11 the
- * consumers, 12-15 the epilogue (one row a thread); the rest idle.
+ * consumers, 12-15 the epilogue (one row a thread); the rest idle. The
+ * consumers take 168 registers a thread, the epilogue 120 (enough to load
+ * half a box ahead of the one it works on), warps 0-3 the 56 left.
+ * (Measured and not kept: clusters of two blocks sharing w's tiles by
+ * multicast ran no faster; four stages with one staging tile ran slower.)
  *
  * Shapes: N a multiple of 128, Vp of 192, C of 64.
  */
@@ -42,10 +46,11 @@
 #define H_BUFS 2 /* staging tiles */
 #define H_THREADS 512
 #define H_BARRIERS (2 * G_STAGES + 3 * H_BUFS)
-#define H_CONSUMER_REGS 168
-#define H_OTHER_REGS 88
-#define H_GROUP_M 16 /* row tiles a group of the raster holds in L2 */
 #define H_SMEM (1024 + G_STAGES * G_STAGE_BYTES + H_BUFS * G_STAGING_BYTES + H_BARRIERS * 8)
+#define H_CONSUMER_REGS 168
+#define H_SERVICE_REGS 56   /* warps 0-3 */
+#define H_EPILOGUE_REGS 120 /* warps 12-15 */
+#define H_GROUP_M 16        /* row tiles a group of the raster holds in L2 */
 #define H_LOG2E 1.4426950408889634f
 #define H_SHIFT 16.0f      /* e = exp(logit - H_SHIFT) */
 #define H_MIN_LOGIT -50.0f /* a row's largest logit: e of it at least exp(-66) */
@@ -57,39 +62,10 @@ struct h_stat {
 };
 
 #ifdef G_KERNEL_BODY
-/* Tile w's rows m0 and columns n0: groups of H_GROUP_M row tiles, each
- * walked down all the column tiles, a column tile's row tiles together. */
-__device__ __forceinline__ void h_tile(int w, int tiles_m, int tiles_n, int &m0, int &n0) {
-    const int group = w / (H_GROUP_M * tiles_n), r = w % (H_GROUP_M * tiles_n);
-    const int first = group * H_GROUP_M, gm = min(H_GROUP_M, tiles_m - first);
-    m0 = (first + r % gm) * G_BM;
-    n0 = r / gm * G_BN;
-}
-
 __device__ __forceinline__ float h_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
-}
-
-/* The producer (one thread): each stage's [128][64] slice of inp and
- * [192][64] slice of w by TMA. */
-__device__ __forceinline__ void h_produce(unsigned char *base, uint64_t *full, uint64_t *empty,
-                                          const CUtensorMap *map_a, const CUtensorMap *map_b,
-                                          int tiles_m, int tiles_n, int kblocks) {
-    int pos = 0;
-    for (int w = blockIdx.x; w < tiles_m * tiles_n; w += gridDim.x) {
-        int m0, n0;
-        h_tile(w, tiles_m, tiles_n, m0, n0);
-        for (int kb = 0; kb < kblocks; kb++, pos++) {
-            const int s = pos % G_STAGES, round = pos / G_STAGES;
-            unsigned char *st = base + s * G_STAGE_BYTES;
-            if (round > 0) g_mbar_wait(&empty[s], (round - 1) & 1);
-            g_mbar_expect(&full[s], G_STAGE_BYTES);
-            g_tma_load(st, map_a, kb * G_BK, m0, &full[s]);
-            g_tma_load(st + G_A_BYTES, map_b, kb * G_BK, n0, &full[s]);
-        }
-    }
 }
 
 /* The consumers (warps 4-11): warpgroup c takes rows 64c..64c+63 of every
@@ -97,14 +73,14 @@ __device__ __forceinline__ void h_produce(unsigned char *base, uint64_t *full, u
  * logits into staging tile j % 2 once the store of tile j - 2 has read it. */
 __device__ __forceinline__ void h_consume(unsigned char *base, unsigned char *staging,
                                           uint64_t *full, uint64_t *empty, uint64_t *staged,
-                                          uint64_t *freed, int tiles_m, int tiles_n, int kblocks,
-                                          int warp, int lane) {
+                                          uint64_t *freed, const g_sched &sc, int kblocks, int warp,
+                                          int lane) {
     const int c = warp / 4 - 1, t = lane % 4;
     const int r0 = 64 * c + 16 * (warp % 4) + lane / 4, swz = r0 % 8;
     float acc[G_BN / 2];
     int pos = 0;
     unsigned j = 0;
-    for (int w = blockIdx.x; w < tiles_m * tiles_n; w += gridDim.x, j++) {
+    for (int w = sc.first; w < sc.works; w += sc.step, j++) {
         g_mainloop<1>(acc, base, full, empty, pos, kblocks, c, lane, 0);
 
         const int b = j % H_BUFS;
@@ -122,12 +98,54 @@ __device__ __forceinline__ void h_consume(unsigned char *base, unsigned char *st
     }
 }
 
+/* The 16-byte chunks 4(h % 2) .. +3 of box h / 2 of a staged row: its
+ * columns 32h .. 32h + 31, read in the swizzled order (sw = row % 8), so the
+ * 32 rows of a warp cover all banks. */
+__device__ __forceinline__ unsigned char *h_chunk(unsigned char *row, int h, int i, int sw) {
+    return row + h / 2 * G_BOX_BYTES + (((4 * (h % 2) + i) ^ sw) << 4);
+}
+
+__device__ __forceinline__ void h_load_half(uint4 v[4], unsigned char *row, int h, int sw) {
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        v[i] = *(const uint4 *)h_chunk(row, h, i, sw);
+}
+
+/* Half a box of a row (columns n0 + 32h ..): each logit x becomes e =
+ * exp(x - H_SHIFT) in bf16, 0 at and past column V, written back; mx and
+ * sum take the real logits' maximum and the stored e's sum (two maxima and
+ * four sums, so that the exponentials overlap). */
+__device__ __forceinline__ void h_exp_half(uint4 v[4], unsigned char *row, int h, int sw, int n0,
+                                           int V, bool all_real, float mx[2], float sum[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint32_t u[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+        const int col = n0 + 32 * h + 8 * i;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float lo = __uint_as_float(u[k] << 16);
+            const float hi = __uint_as_float(u[k] & 0xffff0000u);
+            const bool real_lo = all_real || col + 2 * k < V;
+            const bool real_hi = all_real || col + 2 * k + 1 < V;
+            mx[0] = fmaxf(mx[0], real_lo ? lo : -INFINITY);
+            mx[1] = fmaxf(mx[1], real_hi ? hi : -INFINITY);
+            const float e_lo = real_lo ? h_exp2(fmaf(lo, H_LOG2E, -H_SHIFT * H_LOG2E)) : 0.0f;
+            const float e_hi = real_hi ? h_exp2(fmaf(hi, H_LOG2E, -H_SHIFT * H_LOG2E)) : 0.0f;
+            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u[k]) : "f"(e_hi), "f"(e_lo));
+            /* the sum of the values stored */
+            sum[k] += __uint_as_float(u[k] << 16) + __uint_as_float(u[k] & 0xffff0000u);
+        }
+        *(uint4 *)h_chunk(row, h, i, sw) = make_uint4(u[0], u[1], u[2], u[3]);
+    }
+}
+
 /* The epilogue for one staged tile (warps 12-15, thread e = row e): each
- * bf16 logit x of the row becomes e = exp(x - H_SHIFT) in bf16 (0 at and
- * past column V), in place; the row's largest logit and sum of the stored e
- * go to stats[n0 / 192][m0 + e], and its target's logit, if the tile holds
- * it, to target_logit[m0 + e]. The 16-byte chunks of a row are read in the
- * swizzled order, so the 32 rows of a warp cover all banks. */
+ * bf16 logit of the row becomes e (h_exp_half) in place; the row's largest
+ * logit and sum of the stored e go to stats[n0 / 192][m0 + e], and its
+ * target's logit, if the tile holds it, to target_logit[m0 + e]. Each half
+ * box's loads are issued before the half box ahead of it is worked on, so
+ * that their latency (long while the products read shared memory) is
+ * hidden. */
 __device__ __forceinline__ void h_epilogue(unsigned char *buf, h_stat *stats, float *target_logit,
                                            int target, int e, int m0, int n0, int N, int V) {
     unsigned char *row = buf + e * 128;
@@ -136,43 +154,19 @@ __device__ __forceinline__ void h_epilogue(unsigned char *buf, h_stat *stats, fl
     /* the target's logit first, read where it lies before it becomes e */
     if (target >= n0 && target < n0 + G_BN) {
         const int col = target - n0;
-        const unsigned char *at = row + col / 64 * G_BOX_BYTES + (((col % 64 / 8) ^ sw) << 4);
+        const unsigned char *at = h_chunk(row, col / 32, col % 32 / 8, sw);
         const uint16_t bits = *(const uint16_t *)(at + (col % 8) * 2);
         target_logit[m0 + e] = __uint_as_float((uint32_t)bits << 16);
     }
-    /* half a box (32 columns) at a time: its four 16-byte loads first, and
-     * four sums and two maxima, so that the exponentials overlap */
     float mx[2] = {-INFINITY, -INFINITY}, sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    uint4 even[4], odd[4];
+    h_load_half(even, row, 0, sw);
 #pragma unroll 1
-    for (int h = 0; h < G_BN / 32; h++) { /* half a box: chunks 4(h % 2) .. +3 of box h / 2 */
-        unsigned char *box = row + h / 2 * G_BOX_BYTES;
-        uint4 v[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            v[i] = *(const uint4 *)(box + (((4 * (h % 2) + i) ^ sw) << 4));
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            uint32_t u[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
-            const int col = n0 + 32 * h + 8 * i;
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const float lo = __uint_as_float(u[k] << 16);
-                const float hi = __uint_as_float(u[k] & 0xffff0000u);
-                const bool real_lo = all_real || col + 2 * k < V;
-                const bool real_hi = all_real || col + 2 * k + 1 < V;
-                mx[0] = fmaxf(mx[0], real_lo ? lo : -INFINITY);
-                mx[1] = fmaxf(mx[1], real_hi ? hi : -INFINITY);
-                const float e_lo = real_lo ? h_exp2(fmaf(lo, H_LOG2E, -H_SHIFT * H_LOG2E)) : 0.0f;
-                const float e_hi = real_hi ? h_exp2(fmaf(hi, H_LOG2E, -H_SHIFT * H_LOG2E)) : 0.0f;
-                asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u[k]) : "f"(e_hi), "f"(e_lo));
-                /* the sum of the values stored */
-                sum[k] += __uint_as_float(u[k] << 16) + __uint_as_float(u[k] & 0xffff0000u);
-            }
-            v[i] = make_uint4(u[0], u[1], u[2], u[3]);
-        }
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            *(uint4 *)(box + (((4 * (h % 2) + i) ^ sw) << 4)) = v[i];
+    for (int h = 0; h < G_BN / 32; h += 2) {
+        h_load_half(odd, row, h + 1, sw);
+        h_exp_half(even, row, h, sw, n0, V, all_real, mx, sum);
+        if (h + 2 < G_BN / 32) h_load_half(even, row, h + 2, sw);
+        h_exp_half(odd, row, h + 1, sw, n0, V, all_real, mx, sum);
     }
     stats[(size_t)(n0 / G_BN) * N + m0 + e] = {fmaxf(mx[0], mx[1]),
                                                (sum[0] + sum[1]) + (sum[2] + sum[3])};
@@ -198,7 +192,7 @@ __global__ void __launch_bounds__(H_THREADS, 1)
      * ready[b] the epilogue has turned them into e, freed[b] its store has
      * read it */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int tiles = tiles_m * tiles_n;
+    const g_sched sc = g_schedule<1>(tiles_m, tiles_n, H_GROUP_M);
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < G_STAGES; s++) {
@@ -213,40 +207,19 @@ __global__ void __launch_bounds__(H_THREADS, 1)
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    static_assert(2 * 128 * (H_CONSUMER_REGS + H_OTHER_REGS) <= 65536, "the register file");
-    if (warp >= 4 && warp < 12) {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(H_CONSUMER_REGS));
-        h_consume(base, staging, full, empty, staged, freed, tiles_m, tiles_n, kblocks, warp, lane);
-        return;
-    }
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(H_OTHER_REGS));
-
-    if (warp == 0) {
-        if (lane == 0) h_produce(base, full, empty, &map_a, &map_b, tiles_m, tiles_n, kblocks);
-        return;
-    }
-    if (warp == 1) { /* the stores */
-        if (lane != 0) return;
-        unsigned j = 0;
-        for (int w = blockIdx.x; w < tiles; w += gridDim.x, j++) {
-            const int b = j % H_BUFS;
-            int m0, n0;
-            h_tile(w, tiles_m, tiles_n, m0, n0);
-            g_mbar_wait(&ready[b], (j / H_BUFS) & 1);
-            g_tma_store_tile(&map_y, staging + b * G_STAGING_BYTES, n0, m0);
-            g_bulk_wait_read<0>();
-            g_mbar_arrive(&freed[b]);
-        }
-        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-        return;
-    }
+    /* registers a thread, moved to the consumers from the others (each
+     * warpgroup's code reachable from its own setmaxnreg alone, or ptxas
+     * holds them all to the least) */
+    static_assert(128 * (H_SERVICE_REGS + 2 * H_CONSUMER_REGS + H_EPILOGUE_REGS) <= 65536,
+                  "the register file");
     if (warp >= 12) { /* the epilogue */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(H_EPILOGUE_REGS));
         const int e = threadIdx.x - 384;
         unsigned j = 0;
-        for (int w = blockIdx.x; w < tiles; w += gridDim.x, j++) {
+        for (int w = sc.first; w < sc.works; w += sc.step, j++) {
             const int b = j % H_BUFS;
             int m0, n0;
-            h_tile(w, tiles_m, tiles_n, m0, n0);
+            sc.at(w, m0, n0);
             const int target = targets[m0 + e];
             g_mbar_wait(&staged[b], (j / H_BUFS) & 1);
             h_epilogue(staging + b * G_STAGING_BYTES, stats, target_logit, target, e, m0, n0, N, V);
@@ -254,6 +227,33 @@ __global__ void __launch_bounds__(H_THREADS, 1)
             asm volatile("bar.sync 1, 128;" ::: "memory");
             if (e == 0) g_mbar_arrive(&ready[b]);
         }
+        return;
+    }
+    if (warp >= 4 && warp < 12) {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(H_CONSUMER_REGS));
+        h_consume(base, staging, full, empty, staged, freed, sc, kblocks, warp, lane);
+        return;
+    }
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(H_SERVICE_REGS));
+
+    if (warp == 0) {
+        if (lane == 0) g_produce<1>(base, full, empty, &map_a, &map_b, sc, kblocks);
+        return;
+    }
+    if (warp == 1) { /* the stores */
+        if (lane != 0) return;
+        unsigned j = 0;
+        for (int w = sc.first; w < sc.works; w += sc.step, j++) {
+            const int b = j % H_BUFS;
+            int m0, n0;
+            sc.at(w, m0, n0);
+            g_mbar_wait(&ready[b], (j / H_BUFS) & 1);
+            g_tma_store_tile(&map_y, staging + b * G_STAGING_BYTES, n0, m0);
+            g_bulk_wait_read<0>();
+            g_mbar_arrive(&freed[b]);
+        }
+        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        return;
     }
 #else
     (void)map_a, (void)map_b, (void)map_y, (void)stats, (void)target_logit, (void)targets,
@@ -412,8 +412,8 @@ gpc_status gpc_cuda_classifier(gpc_tensor *losses, gpc_tensor *dinp, gpc_tensor 
     /* 1. e and the tiles' statistics */
     CUtensorMap map_a, map_b, map_y;
     GPC_TRY(gpc_sm90_make_map(&map_a, inp->data, N, C, G_BM));
-    GPC_TRY(gpc_sm90_make_map(&map_b, weight->data, Vp, C, G_BN));
     GPC_TRY(gpc_sm90_make_map(&map_y, logits->data, N, Vp, G_BM));
+    GPC_TRY(gpc_sm90_make_map(&map_b, weight->data, Vp, C, G_BN));
     const int64_t tiles = tiles_m * tiles_n;
     /* GPC_SM90_BLOCKS (read each call; for tests) caps the persistent grid,
      * so that a small problem still has blocks walking several tiles */

@@ -109,38 +109,6 @@ __device__ __forceinline__ void g_epi_sync() {
     asm volatile("bar.sync 1, %0;" ::"n"(G_EPI_THREADS) : "memory");
 }
 
-/* The producer (one thread): TMA copies of every tile's K slices of A and B
- * into the ring of stages, each stage reused once the consumers are done.
- * In a cluster of two each block loads half of B's rows into both blocks'
- * stages (multicast), and a stage is free again once the consumers of both
- * have released it (empty counts both); at the end the producer waits for
- * those releases, so that no arrival from the peer is still on its way when
- * this block exits. */
-template <int CL>
-__device__ __forceinline__ void g_produce(unsigned char *base, uint64_t *full, uint64_t *empty,
-                                          const CUtensorMap *map_a, const CUtensorMap *map_b,
-                                          const g_sched &sc, int kblocks) {
-    int pos = 0;
-    for (int w = sc.first; w < sc.works; w += sc.step) {
-        const int m0 = sc.m0(w), n0 = sc.n0(w);
-        for (int kb = 0; kb < kblocks; kb++, pos++) {
-            int s = pos % G_STAGES, round = pos / G_STAGES;
-            unsigned char *st = base + s * G_STAGE_BYTES;
-            if (round > 0) g_mbar_wait(&empty[s], (round - 1) & 1);
-            g_mbar_expect(&full[s], G_STAGE_BYTES);
-            g_tma_load(st, map_a, kb * G_BK, m0, &full[s]);
-            if (CL == 1)
-                g_tma_load(st + G_A_BYTES, map_b, kb * G_BK, n0, &full[s]);
-            else
-                g_tma_load_multicast(st + G_A_BYTES + sc.rank * (G_B_BYTES / 2), map_b, kb * G_BK,
-                                     n0 + sc.rank * (G_BN / 2), &full[s], 0x3);
-        }
-    }
-    if (CL > 1)
-        for (int i = 0; i < G_STAGES; i++, pos++)
-            if (pos >= G_STAGES) g_mbar_wait(&empty[pos % G_STAGES], (pos / G_STAGES - 1) & 1);
-}
-
 /* The epilogues' elementwise work in f16 pairs, half the instructions of
  * f32 (the loops over it are latency-bound, hence unrolled). f16 keeps 11 bits,
  * more than the bf16 results' 8; x comes from bf16, so exactly, within the
@@ -354,10 +322,10 @@ __global__ void __launch_bounds__(G_THREADS, 1)
     /* GELU: bar[0] the tile is staged, bar[1] the epilogue has drained it.
      * DGELU, each for staging tile b: bar[b] its x tile has arrived,
      * bar[2 + b] gelu'(x) is in it, bar[4 + b] the consumers' y is in it. */
-    const int tiles_n = N / G_BN, tiles = (M / G_BM) * tiles_n, kblocks = K / G_BK;
+    const int tiles_n = N / G_BN, kblocks = K / G_BK;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int rank = CL > 1 ? (int)g_cluster_rank() : 0;
-    const g_sched sc = {(int)blockIdx.x / CL, (int)gridDim.x / CL, tiles / CL, tiles_n, rank, CL};
+    const g_sched sc = g_schedule<CL>(M / G_BM, tiles_n, 1); /* row by row */
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < G_STAGES; s++) {

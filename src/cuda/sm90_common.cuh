@@ -186,16 +186,39 @@ __device__ __forceinline__ void g_fence_async_smem() {
 /* Which tiles a block takes, in order. The blocks of a cluster of cl (1 or
  * 2) take work items first, first + step, ... of works = tiles / cl; item w
  * is the tiles of columns n0(w) and rows m0(w), one per block of the cluster
- * (rank), which so share the tile of B. */
+ * (rank), which so share the tile of B. The items are walked in groups of
+ * `group` row items (rows in all), each group down all tiles_n columns, a
+ * column's row items together: with group 1 row by row, with more a group's
+ * rows of A stay in L2 while B streams past once. */
 struct g_sched {
-    int first, step, works, tiles_n, rank, cl;
+    int first, step, works, tiles_n, rank, cl, group, rows;
+    __device__ void at(int w, int &m0, int &n0) const {
+        const int g = w / (group * tiles_n), r = w % (group * tiles_n);
+        const int top = g * group, gm = min(group, rows - top);
+        m0 = ((top + r % gm) * cl + rank) * G_BM;
+        n0 = r / gm * G_BN;
+    }
     __device__ int m0(int w) const {
-        return ((w / tiles_n) * cl + rank) * G_BM;
+        int m, n;
+        at(w, m, n);
+        return m;
     }
     __device__ int n0(int w) const {
-        return w % tiles_n * G_BN;
+        int m, n;
+        at(w, m, n);
+        return n;
     }
 };
+
+/* A block's schedule over tiles_m x tiles_n tiles (tiles_m a multiple of
+ * CL), in groups of group row items. */
+template <int CL>
+__device__ __forceinline__ g_sched g_schedule(int tiles_m, int tiles_n, int group) {
+    const int rank = CL > 1 ? (int)g_cluster_rank() : 0;
+    return {
+        (int)blockIdx.x / CL, (int)gridDim.x / CL, tiles_m / CL * tiles_n, tiles_n, rank, CL, group,
+        tiles_m / CL};
+}
 
 /* Where a consumer thread's sums go in a staging tile: acc[4q + e] is row r0
  * (+8 for e >= 2), column 8q + 2(lane%4) (+1 for odd e), so box q/8, 16-byte
@@ -210,6 +233,38 @@ __device__ __forceinline__ unsigned char *g_stage_at(unsigned char *row0, int q,
 template <int CL> __device__ __forceinline__ void g_release(uint64_t *empty, int s, int rank) {
     g_mbar_arrive(&empty[s]);
     if (CL > 1) g_mbar_arrive_cta(&empty[s], (unsigned)rank ^ 1u);
+}
+
+/* The producer (one thread): TMA copies of every tile's K slices of A and B
+ * into the ring of stages, each stage reused once the consumers are done. In a cluster of two each
+ * block loads half of B's rows into both blocks' stages (multicast; map_b's boxes are G_BN / 2
+ * rows), and a stage is free again once the consumers of both have released it (empty counts both);
+ * at the end the producer waits for those releases, so that no arrival from the peer is still on
+ * its way when this block exits. */
+template <int CL>
+__device__ __forceinline__ void g_produce(unsigned char *base, uint64_t *full, uint64_t *empty,
+                                          const CUtensorMap *map_a, const CUtensorMap *map_b,
+                                          const g_sched &sc, int kblocks) {
+    int pos = 0;
+    for (int w = sc.first; w < sc.works; w += sc.step) {
+        int m0, n0;
+        sc.at(w, m0, n0);
+        for (int kb = 0; kb < kblocks; kb++, pos++) {
+            int s = pos % G_STAGES, round = pos / G_STAGES;
+            unsigned char *st = base + s * G_STAGE_BYTES;
+            if (round > 0) g_mbar_wait(&empty[s], (round - 1) & 1);
+            g_mbar_expect(&full[s], G_STAGE_BYTES);
+            g_tma_load(st, map_a, kb * G_BK, m0, &full[s]);
+            if (CL == 1)
+                g_tma_load(st + G_A_BYTES, map_b, kb * G_BK, n0, &full[s]);
+            else
+                g_tma_load_multicast(st + G_A_BYTES + sc.rank * (G_B_BYTES / 2), map_b, kb * G_BK,
+                                     n0 + sc.rank * (G_BN / 2), &full[s], 0x3);
+        }
+    }
+    if (CL > 1)
+        for (int i = 0; i < G_STAGES; i++, pos++)
+            if (pos >= G_STAGES) g_mbar_wait(&empty[pos % G_STAGES], (pos / G_STAGES - 1) & 1);
 }
 
 /* A consumer warpgroup's (c) products for one tile: acc = its 64 rows of the
