@@ -212,14 +212,15 @@ template <int MODE, int CL>
 __device__ __forceinline__ void g_consume(unsigned char *base, unsigned char *staging,
                                           uint64_t *full, uint64_t *empty, uint64_t *bar,
                                           const g_sched &sc, int kblocks, const gpc_bf16_t *bias,
-                                          int warp, int lane, int rank) {
+                                          int warp, int lane) {
     const int c = warp / 4 - 1, t = threadIdx.x % 128, cw = t / 32;
     const int r0 = 64 * c + 16 * cw + lane / 4, swz = r0 % 8;
     float acc[G_BN / 2];
     int pos = 0;
     unsigned j = 0;
     for (int w = sc.first; w < sc.works; w += sc.step, j++) {
-        const int n0 = sc.n0(w);
+        int m0, n0;
+        sc.at(w, m0, n0);
         [[maybe_unused]] const bool prof = threadIdx.x == 128;
         /* GELU: the first 96 consumer threads fetch the tile's bias, a pair
          * each, while the products run; it goes to shared memory after them */
@@ -228,7 +229,7 @@ __device__ __forceinline__ void g_consume(unsigned char *base, unsigned char *st
         if (MODE == G_GELU && bias && ct < G_BN / 2)
             bpair = *(const __nv_bfloat162 *)(bias + n0 + 2 * ct);
         G_PROF_T(q0);
-        g_mainloop<CL>(acc, base, full, empty, pos, kblocks, c, lane, rank);
+        g_mainloop<CL>(acc, base, full, empty, pos, kblocks, c, lane, sc.rank);
         G_PROF_ADD(prof, 0, q0);
 #ifdef GPC_SM90_PROFILE
         if (prof) atomicAdd(&g_prof[3], 1ull);
@@ -324,7 +325,6 @@ __global__ void __launch_bounds__(G_THREADS, 1)
      * bar[2 + b] gelu'(x) is in it, bar[4 + b] the consumers' y is in it. */
     const int tiles_n = N / G_BN, kblocks = K / G_BK;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int rank = CL > 1 ? (int)g_cluster_rank() : 0;
     const g_sched sc = g_schedule<CL>(M / G_BM, tiles_n, 1); /* row by row */
 
     if (threadIdx.x == 0) {
@@ -354,7 +354,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
     static_assert(2 * 128 * (G_CONSUMER_REGS + G_OTHER_REGS) <= 65536, "the register file");
     if (warp >= 4 && warp < 12) {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(G_CONSUMER_REGS));
-        g_consume<MODE, CL>(base, staging, full, empty, bar, sc, kblocks, bias, warp, lane, rank);
+        g_consume<MODE, CL>(base, staging, full, empty, bar, sc, kblocks, bias, warp, lane);
         return;
     }
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(G_OTHER_REGS));
@@ -373,7 +373,8 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         uint4 *out = (uint4 *)staging2;
         unsigned j = 0;
         for (int w = sc.first; w < sc.works; w += sc.step, j++) {
-            const int m0 = sc.m0(w), n0 = sc.n0(w);
+            int m0, n0;
+            sc.at(w, m0, n0);
             G_PROF_T(p0);
             g_mbar_wait(&bar[0], j & 1);
             G_PROF_ADD(e == 0, 4, p0);
@@ -414,7 +415,9 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         int prev_m0 = 0, prev_n0 = 0;
         unsigned j = 0;
         for (int w = sc.first; w < sc.works; w += sc.step, j++) {
-            const int b = j & 1, m0 = sc.m0(w), n0 = sc.n0(w);
+            const int b = j & 1;
+            int m0, n0;
+            sc.at(w, m0, n0);
             unsigned char *buf = staging + b * G_STAGING_BYTES;
             if (e == 0) {
                 /* tile j - 2's store, the last queued, has read buf */

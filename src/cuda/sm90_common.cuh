@@ -185,7 +185,7 @@ __device__ __forceinline__ void g_fence_async_smem() {
 
 /* Which tiles a block takes, in order. The blocks of a cluster of cl (1 or
  * 2) take work items first, first + step, ... of works = tiles / cl; item w
- * is the tiles of columns n0(w) and rows m0(w), one per block of the cluster
+ * is the tiles of columns n0 and rows m0 (at(w)), one per block of the cluster
  * (rank), which so share the tile of B. The items are walked in groups of
  * `group` row items (rows in all), each group down all tiles_n columns, a
  * column's row items together: with group 1 row by row, with more a group's
@@ -197,16 +197,6 @@ struct g_sched {
         const int top = g * group, gm = min(group, rows - top);
         m0 = ((top + r % gm) * cl + rank) * G_BM;
         n0 = r / gm * G_BN;
-    }
-    __device__ int m0(int w) const {
-        int m, n;
-        at(w, m, n);
-        return m;
-    }
-    __device__ int n0(int w) const {
-        int m, n;
-        at(w, m, n);
-        return n;
     }
 };
 
