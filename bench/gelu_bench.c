@@ -11,6 +11,14 @@
  *             (dinp's column sums), as the model asks for them
  *   dinp      the same op with only dinp asked for: the DGELU product alone
  *   dinp_sums dinp and fc's bias gradient
+ *   fc        gpc_op_matmul_forward: pre alone (bias in the product), the
+ *             forward's product without act's write
+ *   proj      gpc_op_matmul_residual_forward from act: out = res + act .
+ *             W_proj^T + b, the product after the GELU
+ *
+ * With GELU_BENCH_ENERGY_S=S each op also runs back to back for S seconds at
+ * the GPU's power cap (after S/4 to settle its clock), NVML's energy counter
+ * of GPU 0 read before and after: RESULT gelu_energy NAME mj=... a call.
  *
  *   bench_gelu_bench [--rows 65536] [--channels 768] [--reps 20]
  *
@@ -23,8 +31,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench_util.h"
+#include "gpc/nvml.h"
 #include "ops/ops.h"
 
 #define PROG "bench_gelu_bench"
@@ -36,6 +46,69 @@ static int fill(gpc_tensor *t, gpc_rng *rng, float lo, float hi) {
     return bench_fill_rows(PROG, t, rng, lo, hi, REPEAT_ROWS);
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The tensors of the ops timed. */
+typedef struct {
+    gpc_tensor inp, w_fc, pre, act, dout, w_proj, dinp, dw, res, out;
+    gpc_tensor bias, dbias, dbias_fc, bias_proj;
+} mlp;
+
+/* Queues op k (see the list above). */
+static gpc_status run_op(mlp *m, int k) {
+    switch (k) {
+    case 0:
+        return gpc_op_matmul_gelu_forward(&m->pre, &m->act, &m->inp, &m->w_fc, &m->bias);
+    case 4:
+        return gpc_op_matmul_forward(&m->pre, &m->inp, &m->w_fc, &m->bias);
+    case 5:
+        return gpc_op_matmul_residual_forward(&m->out, &m->act, &m->w_proj, &m->bias_proj, &m->res);
+    default:
+        return gpc_op_matmul_backward_dgelu(&m->dinp, k == 1 ? &m->dw : NULL,
+                                            k == 1 ? &m->dbias : NULL, k != 2 ? &m->dbias_fc : NULL,
+                                            &m->dout, &m->act, &m->w_proj, &m->pre);
+    }
+}
+
+/* Op k back to back for `seconds` after a quarter of that (at most 1 s) for
+ * the clock to settle where its power puts it: millijoules and milliseconds
+ * a call from NVML's energy counter and the wall clock, the power and the
+ * SM clock at the end. 0, or 1 after saying what failed. */
+static int sustain(const gpc_backend *cuda, gpc_nvml *nvml, mlp *m, int k, double seconds,
+                   const char *name) {
+    gpc_event e;
+    CHECK(cuda->event_create(&e));
+    gpc_nvml_power p0 = {0}, p1 = {0};
+    double settle = seconds / 4 < 1 ? seconds / 4 : 1, t0 = 0, end = now_s() + settle;
+    long calls = 0;
+    for (int phase = 0; phase < 2; phase++) {
+        for (;;) {
+            for (int i = 0; i < 20; i++, calls++)
+                CHECK(run_op(m, k));
+            float unused;
+            CHECK(cuda->event_record(e, NULL));
+            CHECK(cuda->event_elapsed_ms(e, e, &unused)); /* waits for the batch */
+            if (now_s() >= end) break;
+        }
+        CHECK(gpc_nvml_sample_power(nvml, 0, phase ? &p1 : &p0));
+        if (!phase) t0 = now_s(), end = t0 + seconds, calls = 0;
+    }
+    double t1 = now_s(), j = p1.energy_j - p0.energy_j;
+    cuda->event_destroy(e);
+    if (p0.energy_j < 0 || p1.energy_j < 0) {
+        fprintf(stderr, "%s: NVML gives no energy counter here\n", PROG);
+        return 1;
+    }
+    printf("RESULT gelu_energy %s mj=%.3f ms=%.4f watts=%.0f mhz=%d calls=%ld\n", name,
+           j * 1e3 / (double)calls, (t1 - t0) * 1e3 / (double)calls, j / (t1 - t0), p1.sm_clock_mhz,
+           calls);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int64_t N = 65536, C = 768, reps = 20;
     if (bench_parse_rows_channels_reps(PROG, argc, argv, &N, &C, 8192, &reps)) return 2;
@@ -44,45 +117,49 @@ int main(int argc, char **argv) {
     gpc_device dev = {GPC_DEVICE_CUDA, 0};
     int64_t s_x[2] = {N, C}, s_h[2] = {N, 4 * C}, s_wfc[2] = {4 * C, C}, s_wp[2] = {C, 4 * C},
             s_b4[2] = {1, 4 * C}, s_b[2] = {1, C};
-    gpc_tensor inp, w_fc, b_fc, pre, act, dout, w_proj, dinp, dw, db, db_fc;
-    CHECK(gpc_tensor_alloc(&inp, GPC_BF16, dev, 2, s_x));
-    CHECK(gpc_tensor_alloc(&w_fc, GPC_BF16, dev, 2, s_wfc));
+    mlp m;
+    gpc_tensor b_fc, db, db_fc;
+    CHECK(gpc_tensor_alloc(&m.inp, GPC_BF16, dev, 2, s_x));
+    CHECK(gpc_tensor_alloc(&m.w_fc, GPC_BF16, dev, 2, s_wfc));
     CHECK(gpc_tensor_alloc(&b_fc, GPC_BF16, dev, 2, s_b4));
-    CHECK(gpc_tensor_alloc(&pre, GPC_BF16, dev, 2, s_h));
-    CHECK(gpc_tensor_alloc(&act, GPC_BF16, dev, 2, s_h));
-    CHECK(gpc_tensor_alloc(&dout, GPC_BF16, dev, 2, s_x));
-    CHECK(gpc_tensor_alloc(&w_proj, GPC_BF16, dev, 2, s_wp));
-    CHECK(gpc_tensor_alloc(&dinp, GPC_BF16, dev, 2, s_h));
-    CHECK(gpc_tensor_alloc(&dw, GPC_BF16, dev, 2, s_wp));
+    CHECK(gpc_tensor_alloc(&m.pre, GPC_BF16, dev, 2, s_h));
+    CHECK(gpc_tensor_alloc(&m.act, GPC_BF16, dev, 2, s_h));
+    CHECK(gpc_tensor_alloc(&m.dout, GPC_BF16, dev, 2, s_x));
+    CHECK(gpc_tensor_alloc(&m.w_proj, GPC_BF16, dev, 2, s_wp));
+    CHECK(gpc_tensor_alloc(&m.dinp, GPC_BF16, dev, 2, s_h));
+    CHECK(gpc_tensor_alloc(&m.dw, GPC_BF16, dev, 2, s_wp));
     CHECK(gpc_tensor_alloc(&db, GPC_BF16, dev, 2, s_b));
     CHECK(gpc_tensor_alloc(&db_fc, GPC_BF16, dev, 2, s_b4));
+    CHECK(gpc_tensor_alloc(&m.res, GPC_BF16, dev, 2, s_x));
+    CHECK(gpc_tensor_alloc(&m.out, GPC_BF16, dev, 2, s_x));
     gpc_rng rng;
     gpc_rng_seed(&rng, 13, 1);
-    if (fill(&inp, &rng, -1, 1) || fill(&w_fc, &rng, -0.05f, 0.05f) ||
-        fill(&b_fc, &rng, -0.1f, 0.1f) || fill(&dout, &rng, -1, 1) ||
-        fill(&w_proj, &rng, -0.05f, 0.05f))
+    if (fill(&m.inp, &rng, -1, 1) || fill(&m.w_fc, &rng, -0.05f, 0.05f) ||
+        fill(&b_fc, &rng, -0.1f, 0.1f) || fill(&m.dout, &rng, -1, 1) ||
+        fill(&m.w_proj, &rng, -0.05f, 0.05f) || fill(&m.res, &rng, -1, 1))
         return 1;
-    CHECK(gpc_tensor_zero(&dw));
+    CHECK(gpc_tensor_zero(&m.dw));
     CHECK(gpc_tensor_zero(&db));
     CHECK(gpc_tensor_zero(&db_fc));
-    gpc_tensor bias = gpc_tensor_1d(b_fc.data, GPC_BF16, dev, 4 * C),
-               dbias = gpc_tensor_1d(db.data, GPC_BF16, dev, C),
-               dbias_fc = gpc_tensor_1d(db_fc.data, GPC_BF16, dev, 4 * C);
+    m.bias = gpc_tensor_1d(b_fc.data, GPC_BF16, dev, 4 * C);
+    m.dbias = gpc_tensor_1d(db.data, GPC_BF16, dev, C);
+    m.dbias_fc = gpc_tensor_1d(db_fc.data, GPC_BF16, dev, 4 * C);
+    m.bias_proj = gpc_tensor_1d(b_fc.data, GPC_BF16, dev, C);
+    CHECK(run_op(&m, 0)); /* pre and act for them all */
 
+    const char *es = getenv("GELU_BENCH_ENERGY_S");
+    double energy_s = es ? atof(es) : 0.0;
+    gpc_nvml *nvml = NULL;
+    if (energy_s > 0) CHECK(gpc_nvml_open(&nvml));
     gpc_event e0, e1;
     CHECK(cuda->event_create(&e0));
     CHECK(cuda->event_create(&e1));
     static float ms[10000]; /* --reps is at most 10000 */
-    const char *names[4] = {"forward", "dgelu", "dinp", "dinp_sums"};
-    for (int k = 0; k < 4; k++) {
+    const char *names[6] = {"forward", "dgelu", "dinp", "dinp_sums", "fc", "proj"};
+    for (int k = 0; k < 6; k++) {
         for (int r = -3; r < reps; r++) {
             CHECK(cuda->event_record(e0, NULL));
-            if (k == 0)
-                CHECK(gpc_op_matmul_gelu_forward(&pre, &act, &inp, &w_fc, &bias));
-            else
-                CHECK(gpc_op_matmul_backward_dgelu(
-                    &dinp, k == 1 ? &dw : NULL, k == 1 ? &dbias : NULL, k != 2 ? &dbias_fc : NULL,
-                    &dout, &act, &w_proj, &pre));
+            CHECK(run_op(&m, k));
             CHECK(cuda->event_record(e1, NULL));
             float t;
             CHECK(cuda->event_elapsed_ms(e0, e1, &t));
@@ -93,6 +170,8 @@ int main(int argc, char **argv) {
         double med = ms[reps / 2];
         printf("RESULT gelu %s rows=%lld channels=%lld ms=%.4f min_ms=%.4f tflops=%.1f\n", names[k],
                (long long)N, (long long)C, med, ms[0], flops / (med * 1e9));
+        if (energy_s > 0 && sustain(cuda, nvml, &m, k, energy_s, names[k])) return 1;
     }
+    if (nvml) gpc_nvml_close(nvml);
     return 0;
 }
