@@ -16,7 +16,7 @@
  *   proj      gpc_op_matmul_residual_forward from act: out = res + act .
  *             W_proj^T + b, the product after the GELU
  *
- * With GELU_BENCH_ENERGY_S=S each op also runs back to back for S seconds at
+ * With GPC_BENCH_ENERGY_S=S each op also runs back to back for S seconds at
  * the GPU's power cap (after S/4 to settle its clock), NVML's energy counter
  * of GPU 0 read before and after: RESULT gelu_energy NAME mj=... a call.
  *
@@ -147,7 +147,7 @@ int main(int argc, char **argv) {
     m.bias_proj = gpc_tensor_1d(b_fc.data, GPC_BF16, dev, C);
     CHECK(run_op(&m, 0)); /* pre and act for them all */
 
-    const char *es = getenv("GELU_BENCH_ENERGY_S");
+    const char *es = getenv("GPC_BENCH_ENERGY_S");
     double energy_s = es ? atof(es) : 0.0;
     gpc_nvml *nvml = NULL;
     if (energy_s > 0) CHECK(gpc_nvml_open(&nvml));
