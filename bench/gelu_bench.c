@@ -112,6 +112,14 @@ static int sustain(const gpc_backend *cuda, gpc_nvml *nvml, mlp *m, int k, doubl
 int main(int argc, char **argv) {
     int64_t N = 65536, C = 768, reps = 20;
     if (bench_parse_rows_channels_reps(PROG, argc, argv, &N, &C, 8192, &reps)) return 2;
+    const char *es = getenv("GPC_BENCH_ENERGY_S");
+    char *end = NULL;
+    double energy_s = es && *es ? strtod(es, &end) : 0.0;
+    if (es && *es && (*end || !(energy_s >= 0 && energy_s <= 600))) {
+        fprintf(stderr, "%s: GPC_BENCH_ENERGY_S=%s is not a number of seconds in 0..600\n", PROG,
+                es);
+        return 2;
+    }
     const gpc_backend *cuda = bench_cuda(PROG);
     if (!cuda) return 1;
     gpc_device dev = {GPC_DEVICE_CUDA, 0};
@@ -147,8 +155,6 @@ int main(int argc, char **argv) {
     m.bias_proj = gpc_tensor_1d(b_fc.data, GPC_BF16, dev, C);
     CHECK(run_op(&m, 0)); /* pre and act for them all */
 
-    const char *es = getenv("GPC_BENCH_ENERGY_S");
-    double energy_s = es ? atof(es) : 0.0;
     gpc_nvml *nvml = NULL;
     if (energy_s > 0) CHECK(gpc_nvml_open(&nvml));
     gpc_event e0, e1;

@@ -65,6 +65,10 @@ gb=$bench/bench_gelu_bench
 expect_exit 2 "bench_gelu_bench: --rows needs a whole number, not 'x'" "$gb" --rows x
 expect_exit 2 "bench_gelu_bench: --channels needs a number from 8 to 8192, not '9000'" "$gb" --channels 9000
 expect_exit 2 "bench_gelu_bench: unknown option or missing value: --steps" "$gb" --steps 3
+expect_exit 2 "bench_gelu_bench: GPC_BENCH_ENERGY_S=abc is not a number of seconds in 0..600" \
+  env GPC_BENCH_ENERGY_S=abc "$gb"
+expect_exit 2 "bench_gelu_bench: GPC_BENCH_ENERGY_S=700 is not a number of seconds in 0..600" \
+  env GPC_BENCH_ENERGY_S=700 "$gb"
 
 # bench_attention_bench: the same
 ab=$bench/bench_attention_bench
