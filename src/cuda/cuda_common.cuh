@@ -122,6 +122,31 @@ template <typename T> struct alignas(16) gpc_pack {
     T v[16 / sizeof(T)];
 };
 
+/* PER elements at p (1, or gpc_pack<T>::n as one 16-byte load) into f32. */
+template <int PER, typename T> __device__ __forceinline__ void gpc_load_f32(float *x, const T *p) {
+    if (PER == 1) {
+        x[0] = gpc_to_f32(p[0]);
+    } else {
+        gpc_pack<T> v = *(const gpc_pack<T> *)p;
+#pragma unroll
+        for (int k = 0; k < gpc_pack<T>::n; k++)
+            x[k] = gpc_to_f32(v.v[k]);
+    }
+}
+
+/* The reverse: PER f32 values rounded to T and stored at p. */
+template <int PER, typename T> __device__ __forceinline__ void gpc_store_f32(T *p, const float *x) {
+    if (PER == 1) {
+        p[0] = gpc_from_f32<T>(x[0]);
+    } else {
+        gpc_pack<T> v;
+#pragma unroll
+        for (int k = 0; k < gpc_pack<T>::n; k++)
+            v.v[k] = gpc_from_f32<T>(x[k]);
+        *(gpc_pack<T> *)p = v;
+    }
+}
+
 /* 1 unless the environment sets name to "0" (a switch that is on by
  * default), read at the first call: *cached starts at -1 and keeps the
  * answer. */

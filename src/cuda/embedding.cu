@@ -82,15 +82,11 @@ __global__ void embedding_runs_kernel(int *begin, int *end, const unsigned *keys
 template <typename T, int PER>
 __device__ __forceinline__ void embedding_add_row(float *sum, const T *dout, int64_t n, int C,
                                                   int c) {
-    const T *row = dout + n * C + c;
-    if (PER > 1) {
-        gpc_pack<T> x = *(const gpc_pack<T> *)row;
+    float x[PER];
+    gpc_load_f32<PER>(x, dout + n * C + c);
 #pragma unroll
-        for (int k = 0; k < PER; k++)
-            sum[k] += gpc_to_f32(x.v[k]);
-    } else {
-        sum[0] += gpc_to_f32(row[0]);
-    }
+    for (int k = 0; k < PER; k++)
+        sum[k] += x[k];
 }
 
 template <typename T, int PER>

@@ -53,30 +53,6 @@
  * bf16 and f16, 512 for f32; wider rows sum dinp in a pass of their own */
 #define LNB_SUM_MAX_ELEMS(E) (sizeof(E) == 2 ? 24 : 16)
 
-/* Loads PER elements (1 or a 16-byte pack) at p into f32. */
-template <int PER, typename T> __device__ __forceinline__ void ln_load(float *x, const T *p) {
-    if (PER == 1) {
-        x[0] = gpc_to_f32(p[0]);
-    } else {
-        gpc_pack<T> v = *(const gpc_pack<T> *)p;
-#pragma unroll
-        for (int k = 0; k < gpc_pack<T>::n; k++)
-            x[k] = gpc_to_f32(v.v[k]);
-    }
-}
-
-template <int PER, typename T> __device__ __forceinline__ void ln_store(T *p, const float *x) {
-    if (PER == 1) {
-        p[0] = gpc_from_f32<T>(x[0]);
-    } else {
-        gpc_pack<T> v;
-#pragma unroll
-        for (int k = 0; k < gpc_pack<T>::n; k++)
-            v.v[k] = gpc_from_f32<T>(x[k]);
-        *(gpc_pack<T> *)p = v;
-    }
-}
-
 /* a and b are NULL for plain layernorm (inp is then the input); otherwise
  * residual = a + b is written to inp (cast away: it is the residual tensor). */
 template <typename T, int PER>
@@ -93,14 +69,14 @@ __global__ void layernorm_forward_kernel(T *out, float *mean_out, float *rstd_ou
     for (int c = lane * per; c < C; c += 32 * per) {
         if (a) {
             float y8[8];
-            ln_load<PER>(x8, a + row * C + c);
-            ln_load<PER>(y8, b + row * C + c);
+            gpc_load_f32<PER>(x8, a + row * C + c);
+            gpc_load_f32<PER>(y8, b + row * C + c);
             for (int k = 0; k < per; k++)
                 x8[k] += y8[k];
-            ln_store<PER>(x + c, x8);
-            ln_load<PER>(x8, x + c); /* use the rounded residual, as the next layer will */
+            gpc_store_f32<PER>(x + c, x8);
+            gpc_load_f32<PER>(x8, x + c); /* use the rounded residual, as the next layer will */
         } else {
-            ln_load<PER>(x8, x + c);
+            gpc_load_f32<PER>(x8, x + c);
         }
         for (int k = 0; k < per; k++)
             sum += x8[k];
@@ -108,17 +84,17 @@ __global__ void layernorm_forward_kernel(T *out, float *mean_out, float *rstd_ou
     float mean = gpc_warp_sum(sum) / C;
     float var = 0.0f;
     for (int c = lane * per; c < C; c += 32 * per) {
-        ln_load<PER>(x8, x + c);
+        gpc_load_f32<PER>(x8, x + c);
         for (int k = 0; k < per; k++)
             var += (x8[k] - mean) * (x8[k] - mean);
     }
     float rstd = rsqrtf(gpc_warp_sum(var) / C + LAYERNORM_EPS);
     T *o = out + row * C;
     for (int c = lane * per; c < C; c += 32 * per) {
-        ln_load<PER>(x8, x + c);
+        gpc_load_f32<PER>(x8, x + c);
         for (int k = 0; k < per; k++)
             x8[k] = (x8[k] - mean) * rstd * gpc_any_load(weight, c + k) + gpc_any_load(bias, c + k);
-        ln_store<PER>(o + c, x8);
+        gpc_store_f32<PER>(o + c, x8);
     }
     if (lane == 0) {
         mean_out[row] = mean;
@@ -206,8 +182,8 @@ __global__ void layernorm_dinp_kernel(T *dinp, const T *dout, const T *inp, gpc_
     float m = mean[row], r = rstd[row];
     float d8[8], x8[8], g_mean = 0.0f, gx_mean = 0.0f;
     for (int c = lane * PER; c < C; c += 32 * PER) {
-        ln_load<PER>(d8, dy + c);
-        ln_load<PER>(x8, x + c);
+        gpc_load_f32<PER>(d8, dy + c);
+        gpc_load_f32<PER>(x8, x + c);
         for (int k = 0; k < PER; k++) {
             float g = gpc_any_load(weight, c + k) * d8[k];
             g_mean += g;
@@ -218,14 +194,14 @@ __global__ void layernorm_dinp_kernel(T *dinp, const T *dout, const T *inp, gpc_
     gx_mean = gpc_warp_sum(gx_mean) / C;
     for (int c = lane * PER; c < C; c += 32 * PER) {
         float o8[8];
-        ln_load<PER>(d8, dy + c);
-        ln_load<PER>(x8, x + c);
-        ln_load<PER>(o8, dx + c);
+        gpc_load_f32<PER>(d8, dy + c);
+        gpc_load_f32<PER>(x8, x + c);
+        gpc_load_f32<PER>(o8, dx + c);
         for (int k = 0; k < PER; k++) {
             float xhat = (x8[k] - m) * r, g = gpc_any_load(weight, c + k) * d8[k];
             o8[k] += r * (g - g_mean - xhat * gx_mean);
         }
-        ln_store<PER>(dx + c, o8);
+        gpc_store_f32<PER>(dx + c, o8);
     }
 }
 
@@ -247,8 +223,8 @@ __global__ void layernorm_params_partial_kernel(float *partial, const T *dout, c
     if (c0 < C)
         for (int64_t n = begin + threadIdx.y; n < end; n += 8) {
             float d8[8], x8[8], m = mean[n], r = rstd[n];
-            ln_load<PER>(d8, dout + n * C + c0);
-            ln_load<PER>(x8, inp + n * C + c0);
+            gpc_load_f32<PER>(d8, dout + n * C + c0);
+            gpc_load_f32<PER>(x8, inp + n * C + c0);
 #pragma unroll
             for (int k = 0; k < PER; k++) {
                 dw[k] += d8[k] * (x8[k] - m) * r;
