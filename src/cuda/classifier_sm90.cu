@@ -335,20 +335,16 @@ static gpc_status scale_rows(gpc_bf16_t *out, const gpc_bf16_t *x, const float *
     return GPC_OK;
 }
 
+static int h_kernel_ok(int device) {
+    (void)device;
+    return cudaFuncSetAttribute(classifier_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                H_SMEM) == cudaSuccess;
+}
+
 /* Whether this GPU runs the kernel (asked once per device). */
 static int h_device_ok(void) {
-    static int ok[GPC_CUDA_MAX_DEVICES]; /* 0 unknown, 1 no, 2 yes */
-    int d = 0;
-    if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= GPC_CUDA_MAX_DEVICES) return 0;
-    if (!ok[d]) {
-        int yes =
-            gpc_sm90_gpu_ok() && cudaFuncSetAttribute(classifier_sm90_kernel,
-                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                      H_SMEM) == cudaSuccess;
-        if (!yes) cudaGetLastError();
-        ok[d] = yes ? 2 : 1;
-    }
-    return ok[d] == 2;
+    static int ok[GPC_CUDA_MAX_DEVICES];
+    return gpc_sm90_device_ok(ok, h_kernel_ok);
 }
 
 int gpc_cuda_classifier_sm90_available(void) {

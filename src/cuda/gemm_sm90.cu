@@ -496,13 +496,18 @@ gpc_status gpc_sm90_make_map(CUtensorMap *map, const void *p, int64_t rows, int6
     return GPC_OK;
 }
 
-int gpc_sm90_gpu_ok(void) {
+int gpc_sm90_device_ok(int *cache, int (*kernels_ok)(int device)) {
     int d = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&d) != cudaSuccess) return 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
-    pthread_once(&encode_once, encode_lookup);
-    return major == 9 && minor == 0 && encode_fn;
+    if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= GPC_CUDA_MAX_DEVICES) return 0;
+    if (!cache[d]) {
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
+        pthread_once(&encode_once, encode_lookup);
+        int yes = major == 9 && minor == 0 && encode_fn && kernels_ok(d);
+        if (!yes) cudaGetLastError();
+        cache[d] = yes ? 2 : 1;
+    }
+    return cache[d] == 2;
 }
 
 /* Which products run here (GPC_GEMM_SM90, read once): both by default or
@@ -560,22 +565,19 @@ static int max_clusters(void) {
     return n;
 }
 
-/* Whether this GPU runs the kernels: compute capability 9.0 and the driver's
- * tensor-map encoder found; and how many clusters of two it holds at once.
- * Asked once per device. */
+/* The kernels' shared memory on device d, and how many clusters of two it
+ * holds at once. */
 static int clusters[GPC_CUDA_MAX_DEVICES];
+static int kernels_ok(int d) {
+    if (!(smem_ok<G_GELU, 1>() && smem_ok<G_DGELU, 1>() && smem_ok<G_DGELU, 2>())) return 0;
+    clusters[d] = max_clusters();
+    return 1;
+}
+
+/* Whether this GPU runs the kernels (asked once per device). */
 static int device_ok(void) {
-    static int ok[GPC_CUDA_MAX_DEVICES]; /* 0 unknown, 1 no, 2 yes */
-    int d = 0;
-    if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= GPC_CUDA_MAX_DEVICES) return 0;
-    if (!ok[d]) {
-        int yes = gpc_sm90_gpu_ok() && smem_ok<G_GELU, 1>() && smem_ok<G_DGELU, 1>() &&
-                  smem_ok<G_DGELU, 2>();
-        if (!yes) cudaGetLastError();
-        ok[d] = yes ? 2 : 1;
-        clusters[d] = yes ? max_clusters() : 0;
-    }
-    return ok[d] == 2;
+    static int ok[GPC_CUDA_MAX_DEVICES];
+    return gpc_sm90_device_ok(ok, kernels_ok);
 }
 
 static long calls, cluster_calls;

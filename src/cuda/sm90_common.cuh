@@ -291,8 +291,12 @@ __device__ __forceinline__ void g_mainloop(float *acc, const unsigned char *base
 gpc_status gpc_sm90_make_map(CUtensorMap *map, const void *p, int64_t rows, int64_t cols,
                              unsigned box_rows);
 
-/* Whether this GPU can run the sm_90a kernels at all: compute capability
- * 9.0 and the driver's tensor-map encoder found. */
-int gpc_sm90_gpu_ok(void);
+/* Whether the current GPU runs a file's sm_90a kernels, asked once per
+ * device: compute capability 9.0, the driver's tensor-map encoder found,
+ * and kernels_ok(device) (the kernels' shared-memory attributes, and what
+ * else the file wants to know of the device once). cache is the file's
+ * [GPC_CUDA_MAX_DEVICES] answers (0 unknown, 1 no, 2 yes); a failed
+ * check's CUDA error is cleared. */
+int gpc_sm90_device_ok(int *cache, int (*kernels_ok)(int device));
 
 #endif
