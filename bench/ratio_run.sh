@@ -8,7 +8,9 @@
 #                                   build makes)
 #
 # Environment: TURNS (default 2: each side runs this often), STEPS (timed
-# steps a run, default 10), OUT (folder for the logs, default ./gpu-out).
+# steps a run, default 10), TORCH_REF (the PyTorch script, default
+# bench/reference/gpt2_torch.py), OUT (folder for the logs, default
+# ./gpu-out).
 # Each run is GPT-2 124M, micro-batch 64 x 1024, 524,288 tokens a step, bf16:
 # `gpc train` through bench/train_run.sh (the data loader included) and
 # bench/reference/gpt2_torch.py. Prints each run's tokens/s, then each side's
@@ -19,12 +21,16 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-gpu}
 turns=${TURNS:-2} steps=${STEPS:-10}
 out=${OUT:-$root/gpu-out}
+for v in "TURNS=$turns" "STEPS=$steps"; do
+  [[ ${v#*=} =~ ^[1-9][0-9]{0,2}$ ]] ||
+    { echo "ratio_run: $v is not a whole number from 1 to 999" >&2; exit 2; }
+done
 [[ -x $build/gpc ]] || { echo "ratio_run: $build/gpc is missing; build first" >&2; exit 1; }
 mkdir -p "$out"
 log=$out/ratio-run.log
 : >"$log"
 for ((t = 1; t <= turns; t++)); do
-  line=$(timeout 420 python3 "$root/bench/reference/gpt2_torch.py" --steps "$steps" 2>&1 |
+  line=$(timeout 420 python3 "${TORCH_REF:-$root/bench/reference/gpt2_torch.py}" --steps "$steps" 2>&1 |
     tee -a "$out/torch.log" | grep '^RESULT torch ')
   echo "turn $t torch ${line:-(no result: see $out/torch.log)}" | tee -a "$log"
   line=$("$root/bench/train_run.sh" "$build/gpc" "$out/gpc-train.log" "$steps" 2>&1 | grep '^RESULT')

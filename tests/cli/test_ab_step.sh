@@ -5,7 +5,8 @@
 # line (its rate raised by the environment a SOURCE:VAR=VALUE argument sets),
 # the runs go round by round in the order given and the summary's medians
 # and ratios are those of the printed rates; TRAIN=1 and TORCH=1 add each
-# tree's `gpc train` (a stand-in gpc) and a stand-in PyTorch reference.
+# tree's `gpc train` (a stand-in gpc) and a stand-in PyTorch reference;
+# bench/ratio_run.sh runs the same stand-ins in turns.
 set -euo pipefail
 root=${GPC_SOURCE_DIR:?set GPC_SOURCE_DIR to the source tree}
 work=$(mktemp -d)
@@ -75,6 +76,20 @@ grep -qx 'fast: 606,000; median 606,000 tokens/s, 1.0100x base (faster in 1 of 1
   "$work/ab2.txt" || fail "fast line with TRAIN/TORCH: $(cat "$work/ab2.txt")"
 grep -qx 'PyTorch: 500,000 tokens/s' "$work/ab2.txt" || fail "PyTorch line: $(cat "$work/ab2.txt")"
 [[ -d $work/data-ab0 && -d $work/data-ab1 ]] || fail "no shards made for each tree: $(ls "$work")"
+
+# ratio_run.sh: the stand-in PyTorch and the base tree's stand-in gpc in
+# turns, each side's median and the ratio; bad TURNS or STEPS and a build
+# without gpc are refused
+rr=$root/bench/ratio_run.sh
+expect_exit 2 "ratio_run: TURNS=x is not a whole number from 1 to 999" env TURNS=x bash "$rr" "$work/base/build-gpu"
+expect_exit 2 "ratio_run: STEPS=0 is not a whole number from 1 to 999" env STEPS=0 bash "$rr" "$work/base/build-gpu"
+expect_exit 1 "ratio_run: $work/missing/gpc is missing; build first" bash "$rr" "$work/missing"
+TURNS=2 STEPS=3 TORCH_REF="$work/torch_ref.py" GPC_BENCH_DATA="$work/data-rr" \
+  bash "$rr" "$work/base/build-gpu" >"$work/rr.txt" 2>&1 || fail "ratio_run exited $?: $(cat "$work/rr.txt")"
+[[ $(grep -c '^turn ' "$work/out/ratio-run.log") -eq 4 ]] || fail "not four runs: $(cat "$work/out/ratio-run.log")"
+grep -qx 'PyTorch 500,000 tokens/s (500,000, 500,000)' "$work/rr.txt" || fail "ratio_run PyTorch line: $(cat "$work/rr.txt")"
+grep -qx 'gpc train 620,004 tokens/s (620,004, 620,004)' "$work/rr.txt" || fail "ratio_run gpc line: $(cat "$work/rr.txt")"
+grep -qx 'ratio gpc/PyTorch 1.240 (per turn: 1.240, 1.240)' "$work/rr.txt" || fail "ratio_run ratio line: $(cat "$work/rr.txt")"
 
 # train_run.sh on a binary without a train command says so
 printf '#!/bin/sh\nexit 1\n' >"$work/nogpc"
