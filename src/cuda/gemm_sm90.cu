@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
                      const __grid_constant__ CUtensorMap map_b,
                      const __grid_constant__ CUtensorMap map_x,
                      const __grid_constant__ CUtensorMap map_y, const gpc_bf16_t *bias, float *sums,
-                     int M, int N, int K, int reverse) {
+                     int M, int N, int K) {
 #ifdef G_KERNEL_BODY
     extern __shared__ __align__(1024) unsigned char g_shared[];
     /* the swizzled stages and staging boxes want 1024-byte alignment */
@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
      * bar[2 + b] gelu'(x) is in it, bar[4 + b] the consumers' y is in it. */
     const int tiles_n = N / G_BN, kblocks = K / G_BK;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const g_sched sc = g_schedule<CL>(M / G_BM, tiles_n, 1, reverse); /* row by row */
+    const g_sched sc = g_schedule<CL>(M / G_BM, tiles_n, 1); /* row by row */
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < G_STAGES; s++) {
@@ -464,7 +464,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
 
 #else
     (void)map_a, (void)map_b, (void)map_x, (void)map_y, (void)bias, (void)sums, (void)M, (void)N,
-        (void)reverse, (void)K;
+        (void)K;
 #endif
 }
 
@@ -643,16 +643,6 @@ static int sm90_clusters(int mode, int64_t M) {
     return clusters[d];
 }
 
-/* GPC_GEMM_SM90_REVERSE=1: the tiles from the last row to the first. */
-static int sm90_reverse(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("GPC_GEMM_SM90_REVERSE");
-        on = e && !strcmp(e, "1");
-    }
-    return on;
-}
-
 /* The tensor maps of A [M, K], B [N, K], x and y [M, N], and the launch on a
  * persistent grid: one block a multiprocessor (or a cluster of two for each
  * pair that fits at once), or fewer where there are fewer tiles. */
@@ -673,9 +663,8 @@ static gpc_status sm90_launch(const void *a, const void *b, const void *x, const
             int grid = 2 * (int)(works < cl ? works : cl);
             cudaLaunchAttribute attr;
             cudaLaunchConfig_t cfg = cluster_config(&attr, grid);
-            cudaError_t e =
-                cudaLaunchKernelEx(&cfg, gemm_sm90_kernel<MODE, 2>, map_a, map_b, map_x, map_y,
-                                   bias, sums, (int)M, (int)N, (int)K, sm90_reverse());
+            cudaError_t e = cudaLaunchKernelEx(&cfg, gemm_sm90_kernel<MODE, 2>, map_a, map_b, map_x,
+                                               map_y, bias, sums, (int)M, (int)N, (int)K);
             if (e != cudaSuccess)
                 return gpc_error(GPC_ERR_DEVICE, "gemm_sm90: cluster launch failed: %s",
                                  cudaGetErrorString(e));
@@ -684,7 +673,7 @@ static gpc_status sm90_launch(const void *a, const void *b, const void *x, const
     } else {
         int sms = gpc_cuda_sm_count(), grid = (int)(tiles < sms ? tiles : sms);
         gemm_sm90_kernel<MODE, 1><<<grid, G_THREADS, G_SMEM, gpc_cuda_stream()>>>(
-            map_a, map_b, map_x, map_y, bias, sums, (int)M, (int)N, (int)K, sm90_reverse());
+            map_a, map_b, map_x, map_y, bias, sums, (int)M, (int)N, (int)K);
     }
     GPC_CUDA_CHECK_LAUNCH();
     sm90_profile(MODE == G_GELU ? "GELU" : "DGELU");

@@ -111,13 +111,12 @@ __global__ void layernorm_forward_kernel(T *out, float *mean_out, float *rstd_ou
 template <typename T, int CHUNKS>
 __global__ void layernorm_forward_rows_kernel(T *out, float *mean_out, float *rstd_out, T *inp,
                                               const T *a, const T *b, const T *weight,
-                                              const T *bias, int64_t N, int reverse) {
+                                              const T *bias, int64_t N) {
     typedef gpc_pack<T> P;
     const int C = 32 * P::n * CHUNKS;
     int lane = threadIdx.x & 31;
     int64_t row = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
     if (row >= N) return;
-    if (reverse) row = N - 1 - row;
     float x[CHUNKS][P::n];
     P v[CHUNKS];
     if (a) {
@@ -292,7 +291,7 @@ __global__ void __launch_bounds__(LNB_THREADS, LNB_BLOCKS_PER_SM)
     layernorm_backward_fused_kernel(T *__restrict__ dinp, const T *__restrict__ dout,
                                     const T *__restrict__ inp, gpc_cuda_any weight,
                                     const float *__restrict__ mean, const float *__restrict__ rstd,
-                                    float *__restrict__ partial, int64_t N, int C, int reverse) {
+                                    float *__restrict__ partial, int64_t N, int C) {
     typedef gpc_pack<T> P;
     const int PER = P::n, ITEMS = ELEMS / P::n, GROUPS = SUM ? 3 : 2;
     const bool EARLY = ELEMS <= 24 && ELEMS * sizeof(T) <= 64; /* no spills at 128 registers */
@@ -315,8 +314,7 @@ __global__ void __launch_bounds__(LNB_THREADS, LNB_BLOCKS_PER_SM)
         for (int k = 0; k < PER; k++)
             dw[i][k] = db[i][k] = 0.0f;
 
-    for (int64_t i = (int64_t)blockIdx.x * LNB_WARPS + warp; i < N; i += warps) {
-        const int64_t row = reverse ? N - 1 - i : i;
+    for (int64_t row = (int64_t)blockIdx.x * LNB_WARPS + warp; row < N; row += warps) {
         const P *dy = (const P *)(dout + row * C), *x = (const P *)(inp + row * C);
         P *dx = (P *)(dinp + row * C);
         P dyp[ITEMS], xp[ITEMS];
@@ -476,17 +474,6 @@ static int layernorm_rows_enabled(void) {
     return gpc_cuda_env_on("GPC_LAYERNORM_ROWS", &enabled);
 }
 
-/* The register forward and the fused backward take their rows last to
- * first (GPC_LAYERNORM_REVERSE=0: first to last). The product before a
- * layernorm writes its last rows last, and the product after it reads its
- * first rows first: walked backwards, the layernorm finds the rows most
- * recently written still in L2 and leaves its own first rows there for the
- * next product. */
-static int layernorm_reverse(void) {
-    static int enabled = -1;
-    return gpc_cuda_env_on("GPC_LAYERNORM_REVERSE", &enabled);
-}
-
 static gpc_status layernorm_launch(gpc_tensor *out, gpc_tensor *mean, gpc_tensor *rstd,
                                    gpc_tensor *inp, const gpc_tensor *a, const gpc_tensor *b,
                                    const gpc_tensor *weight, const gpc_tensor *bias) {
@@ -508,23 +495,22 @@ static gpc_status layernorm_launch(gpc_tensor *out, gpc_tensor *mean, gpc_tensor
             const E *w = (const E *)weight->data, *bb = (const E *)bias->data;
             float *mu = (float *)mean->data, *rs = (float *)rstd->data;
             cudaStream_t s = gpc_cuda_stream();
-            int rev = layernorm_reverse();
             switch (chunks) {
             case 1:
                 layernorm_forward_rows_kernel<E, 1>
-                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, rev);
+                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N);
                 break;
             case 2:
                 layernorm_forward_rows_kernel<E, 2>
-                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, rev);
+                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N);
                 break;
             case 3:
                 layernorm_forward_rows_kernel<E, 3>
-                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, rev);
+                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N);
                 break;
             default:
                 layernorm_forward_rows_kernel<E, 4>
-                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, rev);
+                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N);
                 break;
             }
         } else if (vec)
@@ -591,11 +577,11 @@ static void layernorm_backward_fused(unsigned grid, cudaStream_t s, gpc_tensor *
         layernorm_backward_fused_kernel<E, ELEMS, (ELEMS <= LNB_SUM_MAX_ELEMS(E))>
             <<<grid, LNB_THREADS, shared, s>>>((E *)dinp->data, (const E *)dout->data,
                                                (const E *)inp->data, gpc_cuda_any_of(weight), mu,
-                                               rs, partial, N, C, layernorm_reverse());
+                                               rs, partial, N, C);
     else
         layernorm_backward_fused_kernel<E, ELEMS, false><<<grid, LNB_THREADS, shared, s>>>(
             (E *)dinp->data, (const E *)dout->data, (const E *)inp->data, gpc_cuda_any_of(weight),
-            mu, rs, partial, N, C, layernorm_reverse());
+            mu, rs, partial, N, C);
 }
 
 gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,

@@ -191,9 +191,8 @@ __device__ __forceinline__ void g_fence_async_smem() {
  * column's row items together: with group 1 row by row, with more a group's
  * rows of A stay in L2 while B streams past once. */
 struct g_sched {
-    int first, step, works, tiles_n, rank, cl, group, rows, reverse;
+    int first, step, works, tiles_n, rank, cl, group, rows;
     __device__ void at(int w, int &m0, int &n0) const {
-        if (reverse) w = works - 1 - w;
         const int g = w / (group * tiles_n), r = w % (group * tiles_n);
         const int top = g * group, gm = min(group, rows - top);
         m0 = ((top + r % gm) * cl + rank) * G_BM;
@@ -204,18 +203,11 @@ struct g_sched {
 /* A block's schedule over tiles_m x tiles_n tiles (tiles_m a multiple of
  * CL), in groups of group row items. */
 template <int CL>
-__device__ __forceinline__ g_sched g_schedule(int tiles_m, int tiles_n, int group,
-                                              int reverse = 0) {
+__device__ __forceinline__ g_sched g_schedule(int tiles_m, int tiles_n, int group) {
     const int rank = CL > 1 ? (int)g_cluster_rank() : 0;
-    return {(int)blockIdx.x / CL,
-            (int)gridDim.x / CL,
-            tiles_m / CL * tiles_n,
-            tiles_n,
-            rank,
-            CL,
-            group,
-            tiles_m / CL,
-            reverse};
+    return {
+        (int)blockIdx.x / CL, (int)gridDim.x / CL, tiles_m / CL * tiles_n, tiles_n, rank, CL, group,
+        tiles_m / CL};
 }
 
 /* Where a consumer thread's sums go in a staging tile: acc[4q + e] is row r0
