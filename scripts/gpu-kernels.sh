@@ -10,7 +10,12 @@
 #                                      the folder scripts/gpu-check.sh builds)
 #
 # Environment: BATCH (default 16: the shapes of GPT-2's step at a quarter of
-# its micro-batch, so ncu's replays take about a minute), ACCUM (1), OUT.
+# its micro-batch, so ncu's replays take about a minute), ACCUM (1), OUT,
+# KERNELS (a regular expression: only the kernels it matches), METRICS (more
+# ncu metrics, comma-separated, summed by name beside the time, e.g.
+# dram__bytes_read.sum), CACHE (ncu's --cache-control: all, the default,
+# empties the caches before each kernel; none keeps what the kernel before
+# left in L2, as in a real step).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,30 +26,43 @@ bench=$build/bench/bench_gpt2_step
 [[ -x $bench ]] || { echo "gpu-kernels: $bench is missing; build first (scripts/gpu-check.sh build)" >&2; exit 1; }
 command -v ncu >/dev/null || { echo "gpu-kernels: ncu is not on the PATH" >&2; exit 1; }
 csv=$out/kernels.csv
-timeout 500 ncu --clock-control none --nvtx --nvtx-include "timed-step/" \
-  --metrics gpu__time_duration.sum --csv --page raw \
+metrics=gpu__time_duration.sum${METRICS:+,$METRICS}
+filter=()
+[[ -n ${KERNELS:-} ]] && filter=(-k "regex:$KERNELS")
+timeout 500 ncu --clock-control none --cache-control "${CACHE:-all}" --nvtx --nvtx-include "timed-step/" \
+  "${filter[@]}" --metrics "$metrics" --csv --page raw \
   "$bench" --batch "${BATCH:-16}" --accum "${ACCUM:-1}" --steps 1 --warmup 1 >"$csv" 2>"$out/kernels.err"
 echo "ncu exit $? ($(grep -c '^"' "$csv") lines)"
 # columns: find "Kernel Name" and "gpu__time_duration.sum" by header
-python3 - "$csv" <<'PY'
+python3 - "$csv" "$metrics" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if r]
 head = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
 cols = rows[head]
-name, dur = cols.index("Kernel Name"), cols.index("gpu__time_duration.sum")
+metrics = sys.argv[2].split(",")
+name, dur = cols.index("Kernel Name"), cols.index(metrics[0])
+extra = [cols.index(m) for m in metrics[1:] if m in cols]
 unit = rows[head + 1][dur] if len(rows) > head + 1 else ""
 total, count = collections.Counter(), collections.Counter()
+sums = collections.defaultdict(lambda: [0.0] * len(extra))
+def num(r, c):
+    return float(r[c].replace(",", ""))
 for r in rows[head + 1:]:
     try:
-        t = float(r[dur].replace(",", ""))
+        t = num(r, dur)
+        e = [num(r, c) for c in extra]
     except (ValueError, IndexError):
         continue
     k = r[name][:90]
     total[k] += t
     count[k] += 1
+    sums[k] = [a + b for a, b in zip(sums[k], e)]
 grand = sum(total.values())
-print(f"{'kernel':90} {'calls':>6} {'time':>12} {'share':>6}  ({unit})")
+names = "".join(f" {cols[c][:24]:>24}" for c in extra)
+units = " ".join(rows[head + 1][c] for c in extra)
+print(f"{'kernel':90} {'calls':>6} {'time':>12} {'share':>6}{names}  ({unit} {units})")
 for k, t in total.most_common():
-    print(f"{k:90} {count[k]:6d} {t:12.1f} {100 * t / grand:5.1f}%")
+    more = "".join(f" {v:24.1f}" for v in sums[k])
+    print(f"{k:90} {count[k]:6d} {t:12.1f} {100 * t / grand:5.1f}%{more}")
 print(f"{'total':90} {sum(count.values()):6d} {grand:12.1f}")
 PY
