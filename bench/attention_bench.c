@@ -16,18 +16,37 @@
  * cuDNN is faster). bench/attention_bench.py times PyTorch's SDPA (flash) on
  * the same shape; bench/gpt2_train.sh prints them side by side. FLOPs
  * counted as FA2 does: forward 4 B NH T^2 hs / 2 (causal), backward 2.5
- * times that.
+ * times that. With GPC_BENCH_ENERGY_S=S the forward and the backward of
+ * each path also run back to back for S seconds at the power cap: RESULT
+ * attention_energy PATH_forward|PATH_backward mj=... pj_per_flop=... a call
+ * (bench_energy.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/attention_cudnn.h"
-#include "bench_util.h"
+#include "bench_energy.h"
 #include "ops/ops.h"
 
 #define PROG "bench_attention_bench"
 #define CHECK(x) BENCH_TRY(PROG, x)
+
+/* The tensors of one attention call, for bench_energy_sustain. */
+typedef struct {
+    gpc_tensor *qkv, *out, *lse, *dout, *dqkv;
+    int NH;
+} att_call;
+
+static gpc_status run_forward(void *ctx) {
+    att_call *c = ctx;
+    return gpc_op_attention_forward(c->out, c->lse, c->qkv, c->NH);
+}
+
+static gpc_status run_backward(void *ctx) {
+    att_call *c = ctx;
+    return gpc_op_attention_backward(c->dqkv, c->dout, c->qkv, c->out, c->lse, c->NH);
+}
 
 int main(int argc, char **argv) {
     int64_t b = 64, t = 1024, nh = 12, head = 64, r64 = 20;
@@ -66,6 +85,8 @@ int main(int argc, char **argv) {
                 PROG, path_arg);
         return 2;
     }
+    double energy_s;
+    if (!bench_energy_seconds(PROG, &energy_s)) return 2;
     const char *paths[2] = {path_arg, NULL};
     if (!strcmp(path_arg, "both")) paths[0] = "gpc", paths[1] = "cudnn";
     const gpc_backend *cuda = bench_cuda(PROG);
@@ -92,6 +113,9 @@ int main(int argc, char **argv) {
     CHECK(gpc_tensor_copy(&td, &hd));
     CHECK(gpc_op_convert(&qkv, &tq));
     CHECK(gpc_op_convert(&dout, &td));
+    gpc_nvml *nvml = NULL;
+    if (energy_s > 0) CHECK(gpc_nvml_open(&nvml));
+    att_call call = {&qkv, &out, &lse, &dout, &dqkv, NH};
     gpc_event e0, e1;
     CHECK(cuda->event_create(&e0));
     CHECK(cuda->event_create(&e1));
@@ -135,7 +159,20 @@ int main(int argc, char **argv) {
         }
 #endif
         printf("\n");
+        if (energy_s > 0) {
+            const char *name = strcmp(paths[k], "cudnn") ? "gpc" : "cudnn";
+            char label[32];
+            snprintf(label, sizeof label, "%s_forward", name);
+            if (bench_energy_sustain(PROG, cuda, nvml, run_forward, &call, energy_s,
+                                     "attention_energy", label, f))
+                return 1;
+            snprintf(label, sizeof label, "%s_backward", name);
+            if (bench_energy_sustain(PROG, cuda, nvml, run_backward, &call, energy_s,
+                                     "attention_energy", label, 2.5 * f))
+                return 1;
+        }
     }
+    if (nvml) gpc_nvml_close(nvml);
     if (total[0] > 0 && total[1] > 0)
         printf("RESULT attention_paths B=%d T=%d gpc_fwdbwd_ms=%.3f cudnn_fwdbwd_ms=%.3f "
                "gpc_over_cudnn=%.3f\n",

@@ -31,10 +31,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "bench_util.h"
-#include "gpc/nvml.h"
+#include "bench_energy.h"
 #include "ops/ops.h"
 
 #define PROG "bench_gelu_bench"
@@ -44,12 +42,6 @@
 /* t filled with REPEAT_ROWS random rows in [lo, hi), repeated. */
 static int fill(gpc_tensor *t, gpc_rng *rng, float lo, float hi) {
     return bench_fill_rows(PROG, t, rng, lo, hi, REPEAT_ROWS);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* The tensors of the ops timed. */
@@ -74,52 +66,22 @@ static gpc_status run_op(mlp *m, int k) {
     }
 }
 
-/* Op k back to back for `seconds` after a quarter of that (at most 1 s) for
- * the clock to settle where its power puts it: millijoules and milliseconds
- * a call from NVML's energy counter and the wall clock, the power and the
- * SM clock at the end. 0, or 1 after saying what failed. */
-static int sustain(const gpc_backend *cuda, gpc_nvml *nvml, mlp *m, int k, double seconds,
-                   const char *name) {
-    gpc_event e;
-    CHECK(cuda->event_create(&e));
-    gpc_nvml_power p0 = {0}, p1 = {0};
-    double settle = seconds / 4 < 1 ? seconds / 4 : 1, t0 = 0, end = now_s() + settle;
-    long calls = 0;
-    for (int phase = 0; phase < 2; phase++) {
-        for (;;) {
-            for (int i = 0; i < 20; i++, calls++)
-                CHECK(run_op(m, k));
-            float unused;
-            CHECK(cuda->event_record(e, NULL));
-            CHECK(cuda->event_elapsed_ms(e, e, &unused)); /* waits for the batch */
-            if (now_s() >= end) break;
-        }
-        CHECK(gpc_nvml_sample_power(nvml, 0, phase ? &p1 : &p0));
-        if (!phase) t0 = now_s(), end = t0 + seconds, calls = 0;
-    }
-    double t1 = now_s(), j = p1.energy_j - p0.energy_j;
-    cuda->event_destroy(e);
-    if (p0.energy_j < 0 || p1.energy_j < 0) {
-        fprintf(stderr, "%s: NVML gives no energy counter here\n", PROG);
-        return 1;
-    }
-    printf("RESULT gelu_energy %s mj=%.3f ms=%.4f watts=%.0f mhz=%d calls=%ld\n", name,
-           j * 1e3 / (double)calls, (t1 - t0) * 1e3 / (double)calls, j / (t1 - t0), p1.sm_clock_mhz,
-           calls);
-    return 0;
+/* One op of the bench, for bench_energy_sustain. */
+typedef struct {
+    mlp *m;
+    int k;
+} op_call;
+
+static gpc_status run_call(void *ctx) {
+    op_call *c = ctx;
+    return run_op(c->m, c->k);
 }
 
 int main(int argc, char **argv) {
     int64_t N = 65536, C = 768, reps = 20;
     if (bench_parse_rows_channels_reps(PROG, argc, argv, &N, &C, 8192, &reps)) return 2;
-    const char *es = getenv("GPC_BENCH_ENERGY_S");
-    char *end = NULL;
-    double energy_s = es && *es ? strtod(es, &end) : 0.0;
-    if (es && *es && (*end || !(energy_s >= 0 && energy_s <= 600))) {
-        fprintf(stderr, "%s: GPC_BENCH_ENERGY_S=%s is not a number of seconds in 0..600\n", PROG,
-                es);
-        return 2;
-    }
+    double energy_s;
+    if (!bench_energy_seconds(PROG, &energy_s)) return 2;
     const gpc_backend *cuda = bench_cuda(PROG);
     if (!cuda) return 1;
     gpc_device dev = {GPC_DEVICE_CUDA, 0};
@@ -176,7 +138,10 @@ int main(int argc, char **argv) {
         double med = ms[reps / 2];
         printf("RESULT gelu %s rows=%lld channels=%lld ms=%.4f min_ms=%.4f tflops=%.1f\n", names[k],
                (long long)N, (long long)C, med, ms[0], flops / (med * 1e9));
-        if (energy_s > 0 && sustain(cuda, nvml, &m, k, energy_s, names[k])) return 1;
+        op_call call = {&m, k};
+        if (energy_s > 0 && bench_energy_sustain(PROG, cuda, nvml, run_call, &call, energy_s,
+                                                 "gelu_energy", names[k], flops))
+            return 1;
     }
     if (nvml) gpc_nvml_close(nvml);
     return 0;
