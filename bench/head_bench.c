@@ -18,13 +18,18 @@
  * difference over the largest magnitude). Prints
  * RESULT head NAME rows=... ms=... tflops=... (6 N C Vp FLOPs) and
  * RESULT head_diff loss=... dinp=... dwte=...
+ * With GPC_BENCH_ENERGY_S=S each way, and the three ops' forward product and
+ * backward products alone, also run back to back for S seconds at the power
+ * cap: RESULT head_energy NAME mj=... pj_per_flop=... a call
+ * (bench_energy.h), so the classifier's product can be set against
+ * cuBLASLt's (classifier - backward against forward).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_util.h"
+#include "bench_energy.h"
 #include "ops/ops.h"
 
 #define PROG "bench_head_bench"
@@ -46,6 +51,30 @@ static gpc_status run_ops(head *h, float dloss) {
 static gpc_status run_classifier(head *h, float dloss) {
     return gpc_op_classifier(&h->losses, &h->dinp, &h->dwte, &h->logits, &h->inp, &h->wte,
                              &h->targets, VOCAB, dloss);
+}
+
+/* One part of the head for bench_energy_sustain: 0 the three ops, 1 the
+ * classifier, 2 the forward product alone, 3 the backward products alone
+ * (the logits standing in for dlogits). */
+typedef struct {
+    head *h;
+    int part;
+    float dloss;
+} head_call;
+
+static gpc_status run_part(void *ctx) {
+    head_call *c = ctx;
+    head *h = c->h;
+    switch (c->part) {
+    case 0:
+        return run_ops(h, c->dloss);
+    case 1:
+        return run_classifier(h, c->dloss);
+    case 2:
+        return gpc_op_matmul_forward(&h->logits, &h->inp, &h->wte, NULL);
+    default:
+        return gpc_op_matmul_backward(&h->dinp, &h->dwte, NULL, &h->logits, &h->inp, &h->wte);
+    }
 }
 
 /* t (device) as f32 on the host, in out (allocated here). */
@@ -91,6 +120,8 @@ static gpc_status compare(head *h, float dloss, double out[3]) {
 int main(int argc, char **argv) {
     int64_t N = 65536, C = 768, reps = 10;
     if (bench_parse_rows_channels_reps(PROG, argc, argv, &N, &C, 8192, &reps)) return 2;
+    double energy_s;
+    if (!bench_energy_seconds(PROG, &energy_s)) return 2;
     const gpc_backend *cuda = bench_cuda(PROG);
     if (!cuda) return 1;
     gpc_device dev = {GPC_DEVICE_CUDA, 0};
@@ -140,5 +171,19 @@ int main(int argc, char **argv) {
     double diff[3];
     CHECK(compare(&h, dloss, diff));
     printf("RESULT head_diff loss=%.2e dinp=%.2e dwte=%.2e\n", diff[0], diff[1], diff[2]);
+    if (energy_s > 0) {
+        gpc_nvml *nvml = NULL;
+        CHECK(gpc_nvml_open(&nvml));
+        const char *parts[4] = {"ops", "classifier", "forward", "backward"};
+        const double product = 2.0 * (double)N * (double)C * PADDED;
+        const double flops[4] = {3 * product, 3 * product, product, 2 * product};
+        for (int k = 0; k < 4; k++) {
+            head_call call = {&h, k, dloss};
+            if (bench_energy_sustain(PROG, cuda, nvml, run_part, &call, energy_s, "head_energy",
+                                     parts[k], flops[k]))
+                return 1;
+        }
+        gpc_nvml_close(nvml);
+    }
     return 0;
 }
