@@ -77,9 +77,10 @@ __device__ __forceinline__ float h_exp2(float x) {
  * tile, a chain of m64n192k16 products over K, then writes its sums as bf16
  * logits into staging tile j % 2 once the store of tile j - 2 has read it. */
 template <int BN, int STAGES>
-__device__ __forceinline__ void
-h_consume(unsigned char *base, unsigned char *staging, uint64_t *full, uint64_t *empty,
-          uint64_t *staged, uint64_t *freed, const g_sched &sc, int kblocks, int warp, int lane) {
+__device__ __forceinline__ void h_consume(unsigned char *base, unsigned char *staging,
+                                          uint64_t *full, uint64_t *empty, uint64_t *staged,
+                                          uint64_t *freed, const g_sched &sc, int kblocks, int warp,
+                                          int lane, int stm) {
     const int c = warp / 4 - 1, t = lane % 4;
     const int r0 = 64 * c + 16 * (warp % 4) + lane / 4, swz = r0 % 8;
     float acc[BN / 2];
@@ -90,13 +91,25 @@ h_consume(unsigned char *base, unsigned char *staging, uint64_t *full, uint64_t 
 
         const int b = j % H_BUFS;
         if (j >= H_BUFS) g_mbar_wait(&freed[b], (j / H_BUFS - 1) & 1);
-        unsigned char *row0 = staging + b * g_staging_bytes<BN>() + r0 * 128 + 4 * t;
+        unsigned char *tile = staging + b * g_staging_bytes<BN>();
+        if (stm) {
+            const int rb = 64 * c + 16 * (warp % 4);
 #pragma unroll
-        for (int q = 0; q < BN / 8; q++) {
-            unsigned char *at = g_stage_at(row0, q, swz);
-            const float *d = acc + 4 * q;
-            *(__nv_bfloat162 *)at = __floats2bfloat162_rn(d[0], d[1]);
-            *(__nv_bfloat162 *)(at + 1024) = __floats2bfloat162_rn(d[2], d[3]);
+            for (int q = 0; q < BN / 8; q += 2) {
+                const float *d = acc + 4 * q;
+                g_stmatrix4(g_matrix_at(tile, rb, q, lane), g_pack_bf16(d[0], d[1]),
+                            g_pack_bf16(d[2], d[3]), g_pack_bf16(d[4], d[5]),
+                            g_pack_bf16(d[6], d[7]));
+            }
+        } else {
+            unsigned char *row0 = tile + r0 * 128 + 4 * t;
+#pragma unroll
+            for (int q = 0; q < BN / 8; q++) {
+                unsigned char *at = g_stage_at(row0, q, swz);
+                const float *d = acc + 4 * q;
+                *(__nv_bfloat162 *)at = __floats2bfloat162_rn(d[0], d[1]);
+                *(__nv_bfloat162 *)(at + 1024) = __floats2bfloat162_rn(d[2], d[3]);
+            }
         }
         __syncwarp();
         if (lane == 0) g_mbar_arrive(&staged[b]);
@@ -188,7 +201,7 @@ __global__ void __launch_bounds__(H_THREADS, 1)
                            const __grid_constant__ CUtensorMap map_b,
                            const __grid_constant__ CUtensorMap map_y, h_stat *stats,
                            float *target_logit, const int32_t *targets, int tiles_m, int tiles_n,
-                           int kblocks, int N, int V) {
+                           int kblocks, int N, int V, int stm) {
 #ifdef G_KERNEL_BODY
     extern __shared__ __align__(1024) unsigned char h_shared[];
     unsigned char *base = (unsigned char *)(((uintptr_t)h_shared + 1023) & ~(uintptr_t)1023);
@@ -240,7 +253,8 @@ __global__ void __launch_bounds__(H_THREADS, 1)
     }
     if (warp >= 4 && warp < 12) {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(H_CONSUMER_REGS));
-        h_consume<BN, STAGES>(base, staging, full, empty, staged, freed, sc, kblocks, warp, lane);
+        h_consume<BN, STAGES>(base, staging, full, empty, staged, freed, sc, kblocks, warp, lane,
+                              stm);
         return;
     }
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(H_SERVICE_REGS));
@@ -266,7 +280,7 @@ __global__ void __launch_bounds__(H_THREADS, 1)
     }
 #else
     (void)map_a, (void)map_b, (void)map_y, (void)stats, (void)target_logit, (void)targets,
-        (void)tiles_m, (void)tiles_n, (void)kblocks, (void)N, (void)V;
+        (void)tiles_m, (void)tiles_n, (void)kblocks, (void)N, (void)V, (void)stm;
 #endif
 }
 
@@ -377,7 +391,7 @@ static void h_launch(unsigned grid, const CUtensorMap &map_a, const CUtensorMap 
     classifier_sm90_kernel<BN, STAGES>
         <<<grid, H_THREADS, h_smem<BN, STAGES>(), gpc_cuda_stream()>>>(
             map_a, map_b, map_y, stats, target_logit, targets, (int)tiles_m, (int)tiles_n,
-            (int)(C / G_BK), (int)N, V);
+            (int)(C / G_BK), (int)N, V, gpc_sm90_stmatrix());
 }
 
 /* Whether this GPU runs the kernel (asked once per device). */

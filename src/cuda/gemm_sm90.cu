@@ -212,7 +212,7 @@ template <int MODE, int CL>
 __device__ __forceinline__ void g_consume(unsigned char *base, unsigned char *staging,
                                           uint64_t *full, uint64_t *empty, uint64_t *bar,
                                           const g_sched &sc, int kblocks, const gpc_bf16_t *bias,
-                                          int warp, int lane) {
+                                          int warp, int lane, int stm) {
     const int c = warp / 4 - 1, t = threadIdx.x % 128, cw = t / 32;
     const int r0 = 64 * c + 16 * cw + lane / 4, swz = r0 % 8;
     float acc[G_BN / 2];
@@ -247,20 +247,35 @@ __device__ __forceinline__ void g_consume(unsigned char *base, unsigned char *st
             G_PROF_ADD(prof, 1, q1);
             G_PROF_T(q2);
             unsigned char *row0 = staging + r0 * 128 + 4 * (lane % 4);
-            /* a box at a time: its 8 bias loads first, so they are in flight together */
+            if (stm) {
 #pragma unroll
-            for (int q0 = 0; q0 < G_BN / 8; q0 += 8) {
-                float2 bb[8];
+                for (int q = 0; q < G_BN / 8; q += 2) {
+                    const float2 b0 = __bfloat1622float2(bias_s[4 * q + lane % 4]);
+                    const float2 b1 = __bfloat1622float2(bias_s[4 * (q + 1) + lane % 4]);
+                    const float *d = acc + 4 * q;
+                    g_stmatrix4(g_matrix_at(staging, r0 - lane / 4, q, lane),
+                                g_pack_bf16(d[0] + b0.x, d[1] + b0.y),
+                                g_pack_bf16(d[2] + b0.x, d[3] + b0.y),
+                                g_pack_bf16(d[4] + b1.x, d[5] + b1.y),
+                                g_pack_bf16(d[6] + b1.x, d[7] + b1.y));
+                }
+            } else {
+                /* a box at a time: its 8 bias loads first, so they are in flight together */
 #pragma unroll
-                for (int q = 0; q < 8; q++)
-                    bb[q] = __bfloat1622float2(bias_s[4 * (q0 + q) + lane % 4]);
+                for (int q0 = 0; q0 < G_BN / 8; q0 += 8) {
+                    float2 bb[8];
 #pragma unroll
-                for (int q = 0; q < 8; q++) {
-                    unsigned char *at = g_stage_at(row0, q0 + q, swz);
-                    const float *d = acc + 4 * (q0 + q);
-                    *(__nv_bfloat162 *)at = __floats2bfloat162_rn(d[0] + bb[q].x, d[1] + bb[q].y);
-                    *(__nv_bfloat162 *)(at + 1024) =
-                        __floats2bfloat162_rn(d[2] + bb[q].x, d[3] + bb[q].y);
+                    for (int q = 0; q < 8; q++)
+                        bb[q] = __bfloat1622float2(bias_s[4 * (q0 + q) + lane % 4]);
+#pragma unroll
+                    for (int q = 0; q < 8; q++) {
+                        unsigned char *at = g_stage_at(row0, q0 + q, swz);
+                        const float *d = acc + 4 * (q0 + q);
+                        *(__nv_bfloat162 *)at =
+                            __floats2bfloat162_rn(d[0] + bb[q].x, d[1] + bb[q].y);
+                        *(__nv_bfloat162 *)(at + 1024) =
+                            __floats2bfloat162_rn(d[2] + bb[q].x, d[3] + bb[q].y);
+                    }
                 }
             }
             g_fence_async_smem();
@@ -275,24 +290,43 @@ __device__ __forceinline__ void g_consume(unsigned char *base, unsigned char *st
             g_mbar_wait(&bar[2 + b], (j >> 1) & 1);
             G_PROF_ADD(prof, 1, q1);
             G_PROF_T(q2);
-            /* a box at a time: its 16 loads first, so they are in flight together */
+            if (stm) {
+                unsigned char *tile = staging + b * G_STAGING_BYTES;
 #pragma unroll
-            for (int q0 = 0; q0 < G_BN / 8; q0 += 8) {
-                __half2 g[16];
+                for (int q = 0; q < G_BN / 8; q += 2) {
+                    unsigned char *at = g_matrix_at(tile, r0 - lane / 4, q, lane);
+                    uint32_t gv[4];
+                    g_ldmatrix4(at, gv);
+                    const float *d = acc + 4 * q;
+                    float2 g[4];
 #pragma unroll
-                for (int q = 0; q < 8; q++) {
-                    const unsigned char *at = g_stage_at(row0, q0 + q, swz);
-                    g[2 * q] = *(const __half2 *)at;
-                    g[2 * q + 1] = *(const __half2 *)(at + 1024);
+                    for (int i = 0; i < 4; i++)
+                        g[i] = __half22float2(*(const __half2 *)&gv[i]);
+                    g_stmatrix4(at, g_pack_bf16(d[0] * g[0].x, d[1] * g[0].y),
+                                g_pack_bf16(d[2] * g[1].x, d[3] * g[1].y),
+                                g_pack_bf16(d[4] * g[2].x, d[5] * g[2].y),
+                                g_pack_bf16(d[6] * g[3].x, d[7] * g[3].y));
                 }
+            } else {
+                /* a box at a time: its 16 loads first, so they are in flight together */
 #pragma unroll
-                for (int q = 0; q < 8; q++) {
-                    unsigned char *at = g_stage_at(row0, q0 + q, swz);
-                    const float *d = acc + 4 * (q0 + q);
-                    float2 g0 = __half22float2(g[2 * q]), g1 = __half22float2(g[2 * q + 1]);
-                    *(__nv_bfloat162 *)at = __floats2bfloat162_rn(d[0] * g0.x, d[1] * g0.y);
-                    *(__nv_bfloat162 *)(at + 1024) =
-                        __floats2bfloat162_rn(d[2] * g1.x, d[3] * g1.y);
+                for (int q0 = 0; q0 < G_BN / 8; q0 += 8) {
+                    __half2 g[16];
+#pragma unroll
+                    for (int q = 0; q < 8; q++) {
+                        const unsigned char *at = g_stage_at(row0, q0 + q, swz);
+                        g[2 * q] = *(const __half2 *)at;
+                        g[2 * q + 1] = *(const __half2 *)(at + 1024);
+                    }
+#pragma unroll
+                    for (int q = 0; q < 8; q++) {
+                        unsigned char *at = g_stage_at(row0, q0 + q, swz);
+                        const float *d = acc + 4 * (q0 + q);
+                        float2 g0 = __half22float2(g[2 * q]), g1 = __half22float2(g[2 * q + 1]);
+                        *(__nv_bfloat162 *)at = __floats2bfloat162_rn(d[0] * g0.x, d[1] * g0.y);
+                        *(__nv_bfloat162 *)(at + 1024) =
+                            __floats2bfloat162_rn(d[2] * g1.x, d[3] * g1.y);
+                    }
                 }
             }
             g_fence_async_smem();
@@ -310,7 +344,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
                      const __grid_constant__ CUtensorMap map_b,
                      const __grid_constant__ CUtensorMap map_x,
                      const __grid_constant__ CUtensorMap map_y, const gpc_bf16_t *bias, float *sums,
-                     int M, int N, int K) {
+                     int M, int N, int K, int stm) {
 #ifdef G_KERNEL_BODY
     extern __shared__ __align__(1024) unsigned char g_shared[];
     /* the swizzled stages and staging boxes want 1024-byte alignment */
@@ -354,7 +388,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
     static_assert(2 * 128 * (G_CONSUMER_REGS + G_OTHER_REGS) <= 65536, "the register file");
     if (warp >= 4 && warp < 12) {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(G_CONSUMER_REGS));
-        g_consume<MODE, CL>(base, staging, full, empty, bar, sc, kblocks, bias, warp, lane);
+        g_consume<MODE, CL>(base, staging, full, empty, bar, sc, kblocks, bias, warp, lane, stm);
         return;
     }
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(G_OTHER_REGS));
@@ -464,7 +498,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
 
 #else
     (void)map_a, (void)map_b, (void)map_x, (void)map_y, (void)bias, (void)sums, (void)M, (void)N,
-        (void)K;
+        (void)stm, (void)K;
 #endif
 }
 
@@ -663,8 +697,9 @@ static gpc_status sm90_launch(const void *a, const void *b, const void *x, const
             int grid = 2 * (int)(works < cl ? works : cl);
             cudaLaunchAttribute attr;
             cudaLaunchConfig_t cfg = cluster_config(&attr, grid);
-            cudaError_t e = cudaLaunchKernelEx(&cfg, gemm_sm90_kernel<MODE, 2>, map_a, map_b, map_x,
-                                               map_y, bias, sums, (int)M, (int)N, (int)K);
+            cudaError_t e =
+                cudaLaunchKernelEx(&cfg, gemm_sm90_kernel<MODE, 2>, map_a, map_b, map_x, map_y,
+                                   bias, sums, (int)M, (int)N, (int)K, gpc_sm90_stmatrix());
             if (e != cudaSuccess)
                 return gpc_error(GPC_ERR_DEVICE, "gemm_sm90: cluster launch failed: %s",
                                  cudaGetErrorString(e));
@@ -673,7 +708,7 @@ static gpc_status sm90_launch(const void *a, const void *b, const void *x, const
     } else {
         int sms = gpc_cuda_sm_count(), grid = (int)(tiles < sms ? tiles : sms);
         gemm_sm90_kernel<MODE, 1><<<grid, G_THREADS, G_SMEM, gpc_cuda_stream()>>>(
-            map_a, map_b, map_x, map_y, bias, sums, (int)M, (int)N, (int)K);
+            map_a, map_b, map_x, map_y, bias, sums, (int)M, (int)N, (int)K, gpc_sm90_stmatrix());
     }
     GPC_CUDA_CHECK_LAUNCH();
     sm90_profile(MODE == G_GELU ? "GELU" : "DGELU");

@@ -273,6 +273,43 @@ __device__ __forceinline__ unsigned char *g_stage_at(unsigned char *row0, int q,
     return row0 + (q / 8) * G_BOX_BYTES + (((q % 8) ^ swz) * 16);
 }
 
+/* Four 8 x 8 bf16 matrices from a warp's registers into shared memory
+ * (stmatrix): lane l gives the address of row l % 8 of matrix l / 8, and its
+ * register i holds matrix i's row l / 4, columns 2(l % 4) and + 1, the
+ * layout of a wgmma accumulator's column pairs. One instruction where
+ * 4-byte stores take four. */
+__device__ __forceinline__ void g_stmatrix4(void *at, uint32_t a, uint32_t b, uint32_t c,
+                                            uint32_t d) {
+    asm volatile(
+        "stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(g_smem(at)),
+        "r"(a), "r"(b), "r"(c), "r"(d)
+        : "memory");
+}
+
+/* The same four matrices loaded (ldmatrix), in the same layout. */
+__device__ __forceinline__ void g_ldmatrix4(const void *at, uint32_t v[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+                 : "r"(g_smem(at))
+                 : "memory");
+}
+
+__device__ __forceinline__ uint32_t g_pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+/* The address lane gives g_stmatrix4 / g_ldmatrix4 for a consumer warp's
+ * rows rb .. rb + 15 (rb a multiple of 8) and column chunks q and q + 1 of 8
+ * columns in a staging tile (boxes of [128][64] in the 128-byte swizzle):
+ * matrices (q, rows rb..), (q, rows rb + 8..), (q + 1, rb..), (q + 1, rb + 8..),
+ * which are acc[4q .. 4q + 7] of g_stage_at's layout. */
+__device__ __forceinline__ unsigned char *g_matrix_at(unsigned char *tile, int rb, int q,
+                                                      int lane) {
+    const int m = lane / 8, i = lane % 8, row = rb + i + 8 * (m % 2), k = q + m / 2;
+    return tile + (k / 8) * G_BOX_BYTES + row * 128 + (((k % 8) ^ i) << 4);
+}
+
 /* A consumer warp gives stage s back: to its own block, and in a cluster to
  * the peer too, whose producer copies half of B into it. */
 template <int CL> __device__ __forceinline__ void g_release(uint64_t *empty, int s, int rank) {
@@ -342,6 +379,18 @@ __device__ __forceinline__ void g_mainloop(float *acc, const unsigned char *base
 }
 
 #endif /* G_KERNEL_BODY */
+
+/* GPC_SM90_STMATRIX=1: the consumers stage their sums with stmatrix (and
+ * the DGELU form loads gelu' with ldmatrix) instead of 4-byte shared-memory
+ * loads and stores; read at the first call. */
+static inline int gpc_sm90_stmatrix(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("GPC_SM90_STMATRIX");
+        on = e && !strcmp(e, "1");
+    }
+    return on;
+}
 
 /* The tensor map of a rows x cols bf16 matrix (cols contiguous), boxes of
  * box_rows x 64 in the 128-byte swizzle. */
