@@ -45,13 +45,8 @@
 
 #define H_BUFS 2 /* staging tiles */
 #define H_THREADS 512
-/* the tiles' width and the ring's depth: 192 x 3 stages, or 128 x 5 (a
- * narrower tile's smaller stages buy two more of them, and room for both
- * staging tiles) */
-template <int BN, int STAGES> constexpr int h_smem() {
-    return 1024 + STAGES * g_stage_bytes<BN>() + H_BUFS * g_staging_bytes<BN>() +
-           (2 * STAGES + 3 * H_BUFS) * 8;
-}
+#define H_BARRIERS (2 * G_STAGES + 3 * H_BUFS)
+#define H_SMEM (1024 + G_STAGES * G_STAGE_BYTES + H_BUFS * G_STAGING_BYTES + H_BARRIERS * 8)
 #define H_CONSUMER_REGS 168
 #define H_SERVICE_REGS 56   /* warps 0-3 */
 #define H_EPILOGUE_REGS 120 /* warps 12-15 */
@@ -76,26 +71,25 @@ __device__ __forceinline__ float h_exp2(float x) {
 /* The consumers (warps 4-11): warpgroup c takes rows 64c..64c+63 of every
  * tile, a chain of m64n192k16 products over K, then writes its sums as bf16
  * logits into staging tile j % 2 once the store of tile j - 2 has read it. */
-template <int BN, int STAGES>
 __device__ __forceinline__ void h_consume(unsigned char *base, unsigned char *staging,
                                           uint64_t *full, uint64_t *empty, uint64_t *staged,
                                           uint64_t *freed, const g_sched &sc, int kblocks, int warp,
                                           int lane, int stm) {
     const int c = warp / 4 - 1, t = lane % 4;
     const int r0 = 64 * c + 16 * (warp % 4) + lane / 4, swz = r0 % 8;
-    float acc[BN / 2];
+    float acc[G_BN / 2];
     int pos = 0;
     unsigned j = 0;
     for (int w = sc.first; w < sc.works; w += sc.step, j++) {
-        g_mainloop<1, BN, STAGES>(acc, base, full, empty, pos, kblocks, c, lane, 0);
+        g_mainloop<1>(acc, base, full, empty, pos, kblocks, c, lane, 0);
 
         const int b = j % H_BUFS;
         if (j >= H_BUFS) g_mbar_wait(&freed[b], (j / H_BUFS - 1) & 1);
-        unsigned char *tile = staging + b * g_staging_bytes<BN>();
+        unsigned char *tile = staging + b * G_STAGING_BYTES;
         if (stm) {
             const int rb = 64 * c + 16 * (warp % 4);
 #pragma unroll
-            for (int q = 0; q < BN / 8; q += 2) {
+            for (int q = 0; q < G_BN / 8; q += 2) {
                 const float *d = acc + 4 * q;
                 g_stmatrix4(g_matrix_at(tile, rb, q, lane), g_pack_bf16(d[0], d[1]),
                             g_pack_bf16(d[2], d[3]), g_pack_bf16(d[4], d[5]),
@@ -104,7 +98,7 @@ __device__ __forceinline__ void h_consume(unsigned char *base, unsigned char *st
         } else {
             unsigned char *row0 = tile + r0 * 128 + 4 * t;
 #pragma unroll
-            for (int q = 0; q < BN / 8; q++) {
+            for (int q = 0; q < G_BN / 8; q++) {
                 unsigned char *at = g_stage_at(row0, q, swz);
                 const float *d = acc + 4 * q;
                 *(__nv_bfloat162 *)at = __floats2bfloat162_rn(d[0], d[1]);
@@ -164,14 +158,13 @@ __device__ __forceinline__ void h_exp_half(uint4 v[4], unsigned char *row, int h
  * box's loads are issued before the half box ahead of it is worked on, so
  * that their latency (long while the products read shared memory) is
  * hidden. */
-template <int BN>
 __device__ __forceinline__ void h_epilogue(unsigned char *buf, h_stat *stats, float *target_logit,
                                            int target, int e, int m0, int n0, int N, int V) {
     unsigned char *row = buf + e * 128;
     const int sw = e % 8;
-    const bool all_real = n0 + BN <= V;
+    const bool all_real = n0 + G_BN <= V;
     /* the target's logit first, read where it lies before it becomes e */
-    if (target >= n0 && target < n0 + BN) {
+    if (target >= n0 && target < n0 + G_BN) {
         const int col = target - n0;
         const unsigned char *at = h_chunk(row, col / 32, col % 32 / 8, sw);
         const uint16_t bits = *(const uint16_t *)(at + (col % 8) * 2);
@@ -181,21 +174,19 @@ __device__ __forceinline__ void h_epilogue(unsigned char *buf, h_stat *stats, fl
     uint4 even[4], odd[4];
     h_load_half(even, row, 0, sw);
 #pragma unroll 1
-    for (int h = 0; h < BN / 32; h += 2) {
+    for (int h = 0; h < G_BN / 32; h += 2) {
         h_load_half(odd, row, h + 1, sw);
         h_exp_half(even, row, h, sw, n0, V, all_real, mx, sum);
-        if (h + 2 < BN / 32) h_load_half(even, row, h + 2, sw);
+        if (h + 2 < G_BN / 32) h_load_half(even, row, h + 2, sw);
         h_exp_half(odd, row, h + 1, sw, n0, V, all_real, mx, sum);
     }
-    stats[(size_t)(n0 / BN) * N + m0 + e] = {fmaxf(mx[0], mx[1]),
-                                             (sum[0] + sum[1]) + (sum[2] + sum[3])};
+    stats[(size_t)(n0 / G_BN) * N + m0 + e] = {fmaxf(mx[0], mx[1]),
+                                               (sum[0] + sum[1]) + (sum[2] + sum[3])};
 }
 #endif /* G_KERNEL_BODY */
 
 /* e = exp(inp . w^T - H_SHIFT) (A inp [N, C], B w [Vp, C], y e [N, Vp])
- * with each tile's statistics (h_epilogue), in tiles 128 x BN through a
- * ring of STAGES. */
-template <int BN, int STAGES>
+ * with each tile's statistics (h_epilogue). */
 __global__ void __launch_bounds__(H_THREADS, 1)
     classifier_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                            const __grid_constant__ CUtensorMap map_b,
@@ -205,18 +196,18 @@ __global__ void __launch_bounds__(H_THREADS, 1)
 #ifdef G_KERNEL_BODY
     extern __shared__ __align__(1024) unsigned char h_shared[];
     unsigned char *base = (unsigned char *)(((uintptr_t)h_shared + 1023) & ~(uintptr_t)1023);
-    unsigned char *staging = base + STAGES * g_stage_bytes<BN>();
-    uint64_t *full = (uint64_t *)(staging + H_BUFS * g_staging_bytes<BN>());
-    uint64_t *empty = full + STAGES, *staged = empty + STAGES;
+    unsigned char *staging = base + G_STAGES * G_STAGE_BYTES;
+    uint64_t *full = (uint64_t *)(staging + H_BUFS * G_STAGING_BYTES);
+    uint64_t *empty = full + G_STAGES, *staged = empty + G_STAGES;
     uint64_t *ready = staged + H_BUFS, *freed = ready + H_BUFS;
     /* for staging tile b: staged[b] the consumers have written its logits,
      * ready[b] the epilogue has turned them into e, freed[b] its store has
      * read it */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const g_sched sc = g_schedule<1, BN>(tiles_m, tiles_n, H_GROUP_M);
+    const g_sched sc = g_schedule<1>(tiles_m, tiles_n, H_GROUP_M);
 
     if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) {
+        for (int s = 0; s < G_STAGES; s++) {
             g_mbar_init(&full[s], 1);
             g_mbar_init(&empty[s], 8); /* lane 0 of each consumer warp */
         }
@@ -243,8 +234,7 @@ __global__ void __launch_bounds__(H_THREADS, 1)
             sc.at(w, m0, n0);
             const int target = targets[m0 + e];
             g_mbar_wait(&staged[b], (j / H_BUFS) & 1);
-            h_epilogue<BN>(staging + b * g_staging_bytes<BN>(), stats, target_logit, target, e, m0,
-                           n0, N, V);
+            h_epilogue(staging + b * G_STAGING_BYTES, stats, target_logit, target, e, m0, n0, N, V);
             g_fence_async_smem(); /* the e written here, before the TMA store reads it */
             asm volatile("bar.sync 1, 128;" ::: "memory");
             if (e == 0) g_mbar_arrive(&ready[b]);
@@ -253,14 +243,13 @@ __global__ void __launch_bounds__(H_THREADS, 1)
     }
     if (warp >= 4 && warp < 12) {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(H_CONSUMER_REGS));
-        h_consume<BN, STAGES>(base, staging, full, empty, staged, freed, sc, kblocks, warp, lane,
-                              stm);
+        h_consume(base, staging, full, empty, staged, freed, sc, kblocks, warp, lane, stm);
         return;
     }
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(H_SERVICE_REGS));
 
     if (warp == 0) {
-        if (lane == 0) g_produce<1, BN, STAGES>(base, full, empty, &map_a, &map_b, sc, kblocks);
+        if (lane == 0) g_produce<1>(base, full, empty, &map_a, &map_b, sc, kblocks);
         return;
     }
     if (warp == 1) { /* the stores */
@@ -271,7 +260,7 @@ __global__ void __launch_bounds__(H_THREADS, 1)
             int m0, n0;
             sc.at(w, m0, n0);
             g_mbar_wait(&ready[b], (j / H_BUFS) & 1);
-            g_tma_store_tile<BN>(&map_y, staging + b * g_staging_bytes<BN>(), n0, m0);
+            g_tma_store_tile(&map_y, staging + b * G_STAGING_BYTES, n0, m0);
             g_bulk_wait_read<0>();
             g_mbar_arrive(&freed[b]);
         }
@@ -358,40 +347,10 @@ static gpc_status scale_rows(gpc_bf16_t *out, const gpc_bf16_t *x, const float *
     return GPC_OK;
 }
 
-template <int BN, int STAGES> static int h_form_ok(void) {
-    return cudaFuncSetAttribute(classifier_sm90_kernel<BN, STAGES>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                h_smem<BN, STAGES>()) == cudaSuccess;
-}
-
 static int h_kernel_ok(int device) {
     (void)device;
-    return h_form_ok<192, 3>() && h_form_ok<128, 5>() && h_form_ok<128, 4>();
-}
-
-/* GPC_HEAD_TILE: the product's tile width and ring depth, 192x3 (the
- * default), 128x5 or 128x4; read at the first call. */
-static int h_tile_width(int *stages) {
-    static int width = 0, depth = 0;
-    if (!width) {
-        const char *e = getenv("GPC_HEAD_TILE");
-        width = 192, depth = 3;
-        if (e && !strcmp(e, "128x5")) width = 128, depth = 5;
-        if (e && !strcmp(e, "128x4")) width = 128, depth = 4;
-    }
-    *stages = depth;
-    return width;
-}
-
-template <int BN, int STAGES>
-static void h_launch(unsigned grid, const CUtensorMap &map_a, const CUtensorMap &map_b,
-                     const CUtensorMap &map_y, h_stat *stats, float *target_logit,
-                     const int32_t *targets, int64_t tiles_m, int64_t tiles_n, int64_t C, int64_t N,
-                     int V) {
-    classifier_sm90_kernel<BN, STAGES>
-        <<<grid, H_THREADS, h_smem<BN, STAGES>(), gpc_cuda_stream()>>>(
-            map_a, map_b, map_y, stats, target_logit, targets, (int)tiles_m, (int)tiles_n,
-            (int)(C / G_BK), (int)N, V, gpc_sm90_stmatrix());
+    return cudaFuncSetAttribute(classifier_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                H_SMEM) == cudaSuccess;
 }
 
 /* Whether this GPU runs the kernel (asked once per device). */
@@ -441,16 +400,14 @@ gpc_status gpc_cuda_classifier(gpc_tensor *losses, gpc_tensor *dinp, gpc_tensor 
     int aligned = 1;
     for (int i = 0; i < 7; i++)
         aligned &= gpc_cuda_aligned16(ptrs[i]);
-    int stages;
-    const int bn = h_tile_width(&stages);
-    if (N <= 0 || Vp <= 0 || C <= 0 || N % G_BM || Vp % bn || C % G_BK || V <= 0 || V > Vp ||
+    if (N <= 0 || Vp <= 0 || C <= 0 || N % G_BM || Vp % G_BN || C % G_BK || V <= 0 || V > Vp ||
         N > 0x7fffffff || Vp > 0x7fffffff || C > 0x7fffffff ||
-        (N / G_BM) * (Vp / bn) > 0x7fffffff || !(dloss >= 0.0f) || !aligned ||
+        (N / G_BM) * (Vp / G_BN) > 0x7fffffff || !(dloss >= 0.0f) || !aligned ||
         !gpc_cuda_classifier_sm90_available())
         return gpc_error(GPC_ERR_UNSUPPORTED, "classifier_sm90: not for this shape or GPU");
     /* scratch: the tiles' statistics, the target logits, the row scales and
      * inp's rows scaled (cuBLASLt's products below use none of it) */
-    const int64_t tiles_m = N / G_BM, tiles_n = Vp / bn;
+    const int64_t tiles_m = N / G_BM, tiles_n = Vp / G_BN;
     const size_t stat_bytes = ((size_t)(tiles_n * N) * sizeof(h_stat) + 255) & ~(size_t)255;
     const size_t row_bytes = ((size_t)N * sizeof(float) + 255) & ~(size_t)255;
     unsigned char *scratch = NULL;
@@ -464,7 +421,7 @@ gpc_status gpc_cuda_classifier(gpc_tensor *losses, gpc_tensor *dinp, gpc_tensor 
     CUtensorMap map_a, map_b, map_y;
     GPC_TRY(gpc_sm90_make_map(&map_a, inp->data, N, C, G_BM));
     GPC_TRY(gpc_sm90_make_map(&map_y, logits->data, N, Vp, G_BM));
-    GPC_TRY(gpc_sm90_make_map(&map_b, weight->data, Vp, C, (unsigned)bn));
+    GPC_TRY(gpc_sm90_make_map(&map_b, weight->data, Vp, C, G_BN));
     const int64_t tiles = tiles_m * tiles_n;
     /* GPC_SM90_BLOCKS (read each call; for tests) caps the persistent grid,
      * so that a small problem still has blocks walking several tiles */
@@ -472,16 +429,9 @@ gpc_status gpc_cuda_classifier(gpc_tensor *losses, gpc_tensor *dinp, gpc_tensor 
     int64_t grid = gpc_cuda_sm_count();
     if (cap && atoi(cap) > 0 && atoi(cap) < grid) grid = atoi(cap);
     if (tiles < grid) grid = tiles;
-    const int32_t *tg = (const int32_t *)targets->data;
-    if (bn == 192)
-        h_launch<192, 3>((unsigned)grid, map_a, map_b, map_y, stats, target_logit, tg, tiles_m,
-                         tiles_n, C, N, V);
-    else if (stages == 5)
-        h_launch<128, 5>((unsigned)grid, map_a, map_b, map_y, stats, target_logit, tg, tiles_m,
-                         tiles_n, C, N, V);
-    else
-        h_launch<128, 4>((unsigned)grid, map_a, map_b, map_y, stats, target_logit, tg, tiles_m,
-                         tiles_n, C, N, V);
+    classifier_sm90_kernel<<<(unsigned)grid, H_THREADS, H_SMEM, gpc_cuda_stream()>>>(
+        map_a, map_b, map_y, stats, target_logit, (const int32_t *)targets->data, (int)tiles_m,
+        (int)tiles_n, (int)(C / G_BK), (int)N, V, gpc_sm90_stmatrix());
     GPC_CUDA_CHECK_LAUNCH();
     /* 2. the losses, the row scales, e at the targets */
     h_finish_kernel<<<(unsigned)((N + 31) / 32), 32 * H_FINISH_WARPS, 0, gpc_cuda_stream()>>>(

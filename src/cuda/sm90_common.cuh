@@ -27,18 +27,6 @@
 #define G_STAGES 3                        /* ring depth */
 #define G_STAGE_BYTES (G_A_BYTES + G_B_BYTES)
 
-/* The same for a kernel with tiles BN wide (a multiple of 64; 128 and 192
- * have products below): B's bytes in a stage, a stage's, a staging tile's. */
-template <int BN> constexpr int g_b_bytes() {
-    return BN * G_BK * 2;
-}
-template <int BN> constexpr int g_stage_bytes() {
-    return G_A_BYTES + g_b_bytes<BN>();
-}
-template <int BN> constexpr int g_staging_bytes() {
-    return G_BM * BN * 2;
-}
-
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define G_KERNEL_BODY 1
 #endif
@@ -170,49 +158,12 @@ __device__ __forceinline__ void g_wgmma(float *d, uint64_t a, uint64_t b, int ac
         : "l"(a), "l"(b), "r"(accumulate));
 }
 
-/* d[64] += A (64 x 16) . B (128 x 16)^T, or d = the product. */
-__device__ __forceinline__ void g_wgmma_n128(float *d, uint64_t a, uint64_t b, int accumulate) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
-        "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
-        "%55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "%64, %65, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-          "+f"(d[63])
-        : "l"(a), "l"(b), "r"(accumulate));
-}
-
-/* The product of a tile BN wide: d[BN / 2] += A (64 x 16) . B (BN x 16)^T. */
-template <int BN>
-__device__ __forceinline__ void g_wgmma_bn(float *d, uint64_t a, uint64_t b, int accumulate) {
-    static_assert(BN == 128 || BN == 192, "products for tiles 128 or 192 wide");
-    if constexpr (BN == 128)
-        g_wgmma_n128(d, a, b, accumulate);
-    else
-        g_wgmma(d, a, b, accumulate);
-}
-
-/* A staging tile's BN / 64 boxes to the tensor map at column n0, row m0
+/* A staging tile's three boxes to the tensor map at column n0, row m0
  * (one thread), as one bulk group. */
-template <int BN = G_BN>
 __device__ __forceinline__ void g_tma_store_tile(const CUtensorMap *map, const void *staging,
                                                  int n0, int m0) {
 #pragma unroll
-    for (int b = 0; b < BN / 64; b++)
+    for (int b = 0; b < G_BN / 64; b++)
         asm volatile(
             "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(
                 map),
@@ -240,29 +191,23 @@ __device__ __forceinline__ void g_fence_async_smem() {
  * column's row items together: with group 1 row by row, with more a group's
  * rows of A stay in L2 while B streams past once. */
 struct g_sched {
-    int first, step, works, tiles_n, rank, cl, group, rows, bn;
+    int first, step, works, tiles_n, rank, cl, group, rows;
     __device__ void at(int w, int &m0, int &n0) const {
         const int g = w / (group * tiles_n), r = w % (group * tiles_n);
         const int top = g * group, gm = min(group, rows - top);
         m0 = ((top + r % gm) * cl + rank) * G_BM;
-        n0 = r / gm * bn;
+        n0 = r / gm * G_BN;
     }
 };
 
-/* A block's schedule over tiles_m x tiles_n tiles BN wide (tiles_m a
- * multiple of CL), in groups of group row items. */
-template <int CL, int BN = G_BN>
+/* A block's schedule over tiles_m x tiles_n tiles (tiles_m a multiple of
+ * CL), in groups of group row items. */
+template <int CL>
 __device__ __forceinline__ g_sched g_schedule(int tiles_m, int tiles_n, int group) {
     const int rank = CL > 1 ? (int)g_cluster_rank() : 0;
-    return {(int)blockIdx.x / CL,
-            (int)gridDim.x / CL,
-            tiles_m / CL * tiles_n,
-            tiles_n,
-            rank,
-            CL,
-            group,
-            tiles_m / CL,
-            BN};
+    return {
+        (int)blockIdx.x / CL, (int)gridDim.x / CL, tiles_m / CL * tiles_n, tiles_n, rank, CL, group,
+        tiles_m / CL};
 }
 
 /* Where a consumer thread's sums go in a staging tile: acc[4q + e] is row r0
@@ -323,51 +268,49 @@ template <int CL> __device__ __forceinline__ void g_release(uint64_t *empty, int
  * rows), and a stage is free again once the consumers of both have released it (empty counts both);
  * at the end the producer waits for those releases, so that no arrival from the peer is still on
  * its way when this block exits. */
-template <int CL, int BN = G_BN, int STAGES = G_STAGES>
+template <int CL>
 __device__ __forceinline__ void g_produce(unsigned char *base, uint64_t *full, uint64_t *empty,
                                           const CUtensorMap *map_a, const CUtensorMap *map_b,
                                           const g_sched &sc, int kblocks) {
-    constexpr int stage_bytes = g_stage_bytes<BN>();
     int pos = 0;
     for (int w = sc.first; w < sc.works; w += sc.step) {
         int m0, n0;
         sc.at(w, m0, n0);
         for (int kb = 0; kb < kblocks; kb++, pos++) {
-            int s = pos % STAGES, round = pos / STAGES;
-            unsigned char *st = base + s * stage_bytes;
+            int s = pos % G_STAGES, round = pos / G_STAGES;
+            unsigned char *st = base + s * G_STAGE_BYTES;
             if (round > 0) g_mbar_wait(&empty[s], (round - 1) & 1);
-            g_mbar_expect(&full[s], stage_bytes);
+            g_mbar_expect(&full[s], G_STAGE_BYTES);
             g_tma_load(st, map_a, kb * G_BK, m0, &full[s]);
             if (CL == 1)
                 g_tma_load(st + G_A_BYTES, map_b, kb * G_BK, n0, &full[s]);
             else
-                g_tma_load_multicast(st + G_A_BYTES + sc.rank * (g_b_bytes<BN>() / 2), map_b,
-                                     kb * G_BK, n0 + sc.rank * (BN / 2), &full[s], 0x3);
+                g_tma_load_multicast(st + G_A_BYTES + sc.rank * (G_B_BYTES / 2), map_b, kb * G_BK,
+                                     n0 + sc.rank * (G_BN / 2), &full[s], 0x3);
         }
     }
     if (CL > 1)
-        for (int i = 0; i < STAGES; i++, pos++)
-            if (pos >= STAGES) g_mbar_wait(&empty[pos % STAGES], (pos / STAGES - 1) & 1);
+        for (int i = 0; i < G_STAGES; i++, pos++)
+            if (pos >= G_STAGES) g_mbar_wait(&empty[pos % G_STAGES], (pos / G_STAGES - 1) & 1);
 }
 
 /* A consumer warpgroup's (c) products for one tile: acc = its 64 rows of the
  * tile over all of K. pos counts the stages taken so far (both consumers
  * take every stage). */
-template <int CL, int BN = G_BN, int STAGES = G_STAGES>
+template <int CL>
 __device__ __forceinline__ void g_mainloop(float *acc, const unsigned char *base, uint64_t *full,
                                            uint64_t *empty, int &pos, int kblocks, int c, int lane,
                                            int rank) {
-    constexpr int stage_bytes = g_stage_bytes<BN>();
     int prev = -1;
     for (int kb = 0; kb < kblocks; kb++, pos++) {
-        int s = pos % STAGES;
-        g_mbar_wait(&full[s], (pos / STAGES) & 1);
-        const unsigned char *a = base + s * stage_bytes + c * 64 * 128;
-        const unsigned char *b = base + s * stage_bytes + G_A_BYTES;
+        int s = pos % G_STAGES;
+        g_mbar_wait(&full[s], (pos / G_STAGES) & 1);
+        const unsigned char *a = base + s * G_STAGE_BYTES + c * 64 * 128;
+        const unsigned char *b = base + s * G_STAGE_BYTES + G_A_BYTES;
         g_wgmma_fence();
 #pragma unroll
         for (int k = 0; k < G_BK / 16; k++)
-            g_wgmma_bn<BN>(acc, g_desc(a + 32 * k), g_desc(b + 32 * k), kb > 0 || k > 0);
+            g_wgmma(acc, g_desc(a + 32 * k), g_desc(b + 32 * k), kb > 0 || k > 0);
         g_wgmma_commit();
         /* the previous slice's products are done: its stage goes back */
         g_wgmma_wait<1>();
