@@ -23,6 +23,9 @@ build=${1:-$root/build-gpu}
 out=${OUT:-$root/gpu-out}
 mkdir -p "$out"
 bench=$build/bench/bench_gpt2_step
+case ${CACHE:-all} in all | none) ;; *)
+  echo "gpu-kernels: CACHE=$CACHE is not all or none (ncu's --cache-control)" >&2; exit 2 ;;
+esac
 [[ -x $bench ]] || { echo "gpu-kernels: $bench is missing; build first (scripts/gpu-check.sh build)" >&2; exit 1; }
 command -v ncu >/dev/null || { echo "gpu-kernels: ncu is not on the PATH" >&2; exit 1; }
 csv=$out/kernels.csv

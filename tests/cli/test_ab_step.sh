@@ -6,7 +6,8 @@
 # the runs go round by round in the order given and the summary's medians
 # and ratios are those of the printed rates; TRAIN=1 and TORCH=1 add each
 # tree's `gpc train` (a stand-in gpc) and a stand-in PyTorch reference;
-# bench/ratio_run.sh runs the same stand-ins in turns.
+# bench/ratio_run.sh runs the same stand-ins in turns; scripts/gpu-kernels.sh
+# refuses a bad CACHE.
 set -euo pipefail
 root=${GPC_SOURCE_DIR:?set GPC_SOURCE_DIR to the source tree}
 work=$(mktemp -d)
@@ -81,6 +82,8 @@ grep -qx 'PyTorch: 500,000 tokens/s' "$work/ab2.txt" || fail "PyTorch line: $(ca
 # turns, each side's median and the ratio; bad TURNS or STEPS and a build
 # without gpc are refused
 rr=$root/bench/ratio_run.sh
+# scripts/gpu-kernels.sh refuses a CACHE ncu does not take, before it looks for a build
+expect_exit 2 "gpu-kernels: CACHE=some is not all or none" env CACHE=some bash "$root/scripts/gpu-kernels.sh" "$work/missing"
 expect_exit 2 "ratio_run: TURNS=x is not a whole number from 1 to 999" env TURNS=x bash "$rr" "$work/base/build-gpu"
 expect_exit 2 "ratio_run: STEPS=0 is not a whole number from 1 to 999" env STEPS=0 bash "$rr" "$work/base/build-gpu"
 expect_exit 1 "ratio_run: $work/missing/gpc is missing; build first" bash "$rr" "$work/missing"

@@ -78,6 +78,10 @@ expect_exit 2 "bench_attention_bench: --precision needs f32, bf16 or f16, not 'i
 expect_exit 2 "bench_attention_bench: --path (or GPC_ATTENTION) needs both, auto, gpc, cudnn or simple, not 'fast'" "$ab" --path fast
 GPC_ATTENTION=quick expect_exit 2 "needs both, auto, gpc, cudnn or simple, not 'quick'" "$ab"
 expect_exit 2 "bench_attention_bench: unknown option or missing value: --steps" "$ab" --steps 3
+expect_exit 2 "bench_attention_bench: GPC_BENCH_ENERGY_S=abc is not a number of seconds in 0..600" \
+  env GPC_BENCH_ENERGY_S=abc "$ab"
+expect_exit 2 "bench_head_bench: GPC_BENCH_ENERGY_S=-1 is not a number of seconds in 0..600" \
+  env GPC_BENCH_ENERGY_S=-1 "$bench/bench_head_bench"
 expect_exit 2 "bench_attention_bench: unknown option or missing value: --reps" "$ab" --reps
 
 [[ $failures -eq 0 ]] || exit 1
