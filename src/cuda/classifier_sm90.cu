@@ -32,8 +32,13 @@
  * consumers, 12-15 the epilogue (one row a thread); the rest idle. The
  * consumers take 168 registers a thread, the epilogue 120 (enough to load
  * half a box ahead of the one it works on), warps 0-3 the 56 left.
- * (Measured and not kept: clusters of two blocks sharing w's tiles by
- * multicast ran no faster; four stages with one staging tile ran slower.)
+ * With GPC_HEAD_CLUSTER=1 the blocks run in clusters of two on adjacent row
+ * tiles of the same columns, each producer copying half of w's 192 rows into
+ * both blocks' stages (TMA multicast, as gemm_sm90.cu's DGELU clusters):
+ * no faster alone, but 3.4% less energy for the whole head at the power
+ * cap, and the training step 1.0012-1.0024x in 5 of 5 rounds over two
+ * A/Bs (bench/RESULTS.md), so far opt-in. (Four stages with one staging
+ * tile ran slower.)
  *
  * Shapes: N a multiple of 128, Vp of 192, C of 64.
  */
@@ -42,6 +47,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define H_BUFS 2 /* staging tiles */
 #define H_THREADS 512
@@ -71,6 +77,7 @@ __device__ __forceinline__ float h_exp2(float x) {
 /* The consumers (warps 4-11): warpgroup c takes rows 64c..64c+63 of every
  * tile, a chain of m64n192k16 products over K, then writes its sums as bf16
  * logits into staging tile j % 2 once the store of tile j - 2 has read it. */
+template <int CL>
 __device__ __forceinline__ void h_consume(unsigned char *base, unsigned char *staging,
                                           uint64_t *full, uint64_t *empty, uint64_t *staged,
                                           uint64_t *freed, const g_sched &sc, int kblocks, int warp,
@@ -81,7 +88,7 @@ __device__ __forceinline__ void h_consume(unsigned char *base, unsigned char *st
     int pos = 0;
     unsigned j = 0;
     for (int w = sc.first; w < sc.works; w += sc.step, j++) {
-        g_mainloop<1>(acc, base, full, empty, pos, kblocks, c, lane, 0);
+        g_mainloop<CL>(acc, base, full, empty, pos, kblocks, c, lane, sc.rank);
 
         const int b = j % H_BUFS;
         if (j >= H_BUFS) g_mbar_wait(&freed[b], (j / H_BUFS - 1) & 1);
@@ -187,6 +194,7 @@ __device__ __forceinline__ void h_epilogue(unsigned char *buf, h_stat *stats, fl
 
 /* e = exp(inp . w^T - H_SHIFT) (A inp [N, C], B w [Vp, C], y e [N, Vp])
  * with each tile's statistics (h_epilogue). */
+template <int CL>
 __global__ void __launch_bounds__(H_THREADS, 1)
     classifier_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
                            const __grid_constant__ CUtensorMap map_b,
@@ -204,12 +212,12 @@ __global__ void __launch_bounds__(H_THREADS, 1)
      * ready[b] the epilogue has turned them into e, freed[b] its store has
      * read it */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const g_sched sc = g_schedule<1>(tiles_m, tiles_n, H_GROUP_M);
+    const g_sched sc = g_schedule<CL>(tiles_m, tiles_n, H_GROUP_M);
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < G_STAGES; s++) {
             g_mbar_init(&full[s], 1);
-            g_mbar_init(&empty[s], 8); /* lane 0 of each consumer warp */
+            g_mbar_init(&empty[s], 8 * CL); /* lane 0 of each consumer warp, of each block */
         }
         for (int b = 0; b < H_BUFS; b++) {
             g_mbar_init(&staged[b], 8);
@@ -218,7 +226,10 @@ __global__ void __launch_bounds__(H_THREADS, 1)
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();
+    if (CL > 1) /* the peer's barriers are ready before any copy or arrival reaches them */
+        g_cluster_sync();
+    else
+        __syncthreads();
     /* registers a thread, moved to the consumers from the others (each
      * warpgroup's code reachable from its own setmaxnreg alone, or ptxas
      * holds them all to the least) */
@@ -243,13 +254,13 @@ __global__ void __launch_bounds__(H_THREADS, 1)
     }
     if (warp >= 4 && warp < 12) {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(H_CONSUMER_REGS));
-        h_consume(base, staging, full, empty, staged, freed, sc, kblocks, warp, lane, stm);
+        h_consume<CL>(base, staging, full, empty, staged, freed, sc, kblocks, warp, lane, stm);
         return;
     }
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(H_SERVICE_REGS));
 
     if (warp == 0) {
-        if (lane == 0) g_produce<1>(base, full, empty, &map_a, &map_b, sc, kblocks);
+        if (lane == 0) g_produce<CL>(base, full, empty, &map_a, &map_b, sc, kblocks);
         return;
     }
     if (warp == 1) { /* the stores */
@@ -347,10 +358,34 @@ static gpc_status scale_rows(gpc_bf16_t *out, const gpc_bf16_t *x, const float *
     return GPC_OK;
 }
 
+/* Clusters of two blocks of the kernel resident at once, a device. */
+static int h_clusters[GPC_CUDA_MAX_DEVICES];
+
 static int h_kernel_ok(int device) {
-    (void)device;
-    return cudaFuncSetAttribute(classifier_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                H_SMEM) == cudaSuccess;
+    if (cudaFuncSetAttribute(classifier_sm90_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             H_SMEM) != cudaSuccess ||
+        cudaFuncSetAttribute(classifier_sm90_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             H_SMEM) != cudaSuccess)
+        return 0;
+    h_clusters[device] = gpc_sm90_max_clusters(classifier_sm90_kernel<2>, H_THREADS, H_SMEM);
+    return 1;
+}
+
+/* The product in clusters of two blocks sharing w's tiles
+ * (GPC_HEAD_CLUSTER=1, read once) where the GPU holds them and the row
+ * tiles pair up: how many clusters are resident at once, or 0 for single
+ * blocks. */
+static int h_cluster_count(int64_t tiles_m) {
+    static int on = -1;
+    int d = 0;
+    if (on < 0) {
+        const char *e = getenv("GPC_HEAD_CLUSTER");
+        on = e && !strcmp(e, "1");
+    }
+    if (!on || tiles_m % 2 || cudaGetDevice(&d) != cudaSuccess || d < 0 ||
+        d >= GPC_CUDA_MAX_DEVICES)
+        return 0;
+    return h_clusters[d];
 }
 
 /* Whether this GPU runs the kernel (asked once per device). */
@@ -417,21 +452,34 @@ gpc_status gpc_cuda_classifier(gpc_tensor *losses, gpc_tensor *dinp, gpc_tensor 
     float *scale = (float *)(scratch + stat_bytes + row_bytes);
     gpc_bf16_t *inp_scaled = (gpc_bf16_t *)(scratch + stat_bytes + 2 * row_bytes);
 
-    /* 1. e and the tiles' statistics */
+    /* 1. e and the tiles' statistics: one block a multiprocessor, or in
+     * clusters of two, each block's producer copying half of w's 192 rows
+     * into both blocks' stages (map_b's boxes then 96 rows) */
+    const int64_t tiles = tiles_m * tiles_n;
+    const int clusters = h_cluster_count(tiles_m);
     CUtensorMap map_a, map_b, map_y;
     GPC_TRY(gpc_sm90_make_map(&map_a, inp->data, N, C, G_BM));
     GPC_TRY(gpc_sm90_make_map(&map_y, logits->data, N, Vp, G_BM));
-    GPC_TRY(gpc_sm90_make_map(&map_b, weight->data, Vp, C, G_BN));
-    const int64_t tiles = tiles_m * tiles_n;
-    /* GPC_SM90_BLOCKS (read each call; for tests) caps the persistent grid,
-     * so that a small problem still has blocks walking several tiles */
-    const char *cap = getenv("GPC_SM90_BLOCKS");
-    int64_t grid = gpc_cuda_sm_count();
-    if (cap && atoi(cap) > 0 && atoi(cap) < grid) grid = atoi(cap);
-    if (tiles < grid) grid = tiles;
-    classifier_sm90_kernel<<<(unsigned)grid, H_THREADS, H_SMEM, gpc_cuda_stream()>>>(
-        map_a, map_b, map_y, stats, target_logit, (const int32_t *)targets->data, (int)tiles_m,
-        (int)tiles_n, (int)(C / G_BK), (int)N, V, gpc_sm90_stmatrix());
+    GPC_TRY(gpc_sm90_make_map(&map_b, weight->data, Vp, C, clusters ? G_BN / 2 : G_BN));
+    const int grid = gpc_sm90_grid(tiles), stm = gpc_sm90_stmatrix();
+    const int32_t *tgt = (const int32_t *)targets->data;
+    const int kblocks = (int)(C / G_BK);
+    if (clusters) {
+        int pairs = (grid + 1) / 2;
+        if (pairs > clusters) pairs = clusters;
+        cudaLaunchAttribute attr;
+        cudaLaunchConfig_t cfg = gpc_sm90_cluster_config(&attr, 2 * pairs, H_THREADS, H_SMEM);
+        cudaError_t e = cudaLaunchKernelEx(&cfg, classifier_sm90_kernel<2>, map_a, map_b, map_y,
+                                           stats, target_logit, tgt, (int)tiles_m, (int)tiles_n,
+                                           kblocks, (int)N, V, stm);
+        if (e != cudaSuccess)
+            return gpc_error(GPC_ERR_DEVICE, "classifier_sm90: cluster launch failed: %s",
+                             cudaGetErrorString(e));
+    } else {
+        classifier_sm90_kernel<1><<<(unsigned)grid, H_THREADS, H_SMEM, gpc_cuda_stream()>>>(
+            map_a, map_b, map_y, stats, target_logit, tgt, (int)tiles_m, (int)tiles_n, kblocks,
+            (int)N, V, stm);
+    }
     GPC_CUDA_CHECK_LAUNCH();
     /* 2. the losses, the row scales, e at the targets */
     h_finish_kernel<<<(unsigned)((N + 31) / 32), 32 * H_FINISH_WARPS, 0, gpc_cuda_stream()>>>(

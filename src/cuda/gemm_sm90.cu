@@ -571,40 +571,12 @@ template <int MODE, int CL> static int smem_ok(void) {
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, G_SMEM) == cudaSuccess;
 }
 
-/* The launch of a cluster-of-two kernel on grid blocks. */
-static cudaLaunchConfig_t cluster_config(cudaLaunchAttribute *attr, int grid) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)grid);
-    cfg.blockDim = dim3(G_THREADS);
-    cfg.dynamicSmemBytes = G_SMEM;
-    cfg.stream = gpc_cuda_stream();
-    attr->id = cudaLaunchAttributeClusterDimension;
-    attr->val.clusterDim.x = 2;
-    attr->val.clusterDim.y = 1;
-    attr->val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return cfg;
-}
-
-/* How many clusters of two blocks are resident at once (0: none). */
-static int max_clusters(void) {
-    cudaLaunchAttribute attr;
-    cudaLaunchConfig_t cfg = cluster_config(&attr, 2 * gpc_cuda_sm_count());
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, gemm_sm90_kernel<G_DGELU, 2>, &cfg) != cudaSuccess) {
-        cudaGetLastError();
-        n = 0;
-    }
-    return n;
-}
-
 /* The kernels' shared memory on device d, and how many clusters of two it
  * holds at once. */
 static int clusters[GPC_CUDA_MAX_DEVICES];
 static int kernels_ok(int d) {
     if (!(smem_ok<G_GELU, 1>() && smem_ok<G_DGELU, 1>() && smem_ok<G_DGELU, 2>())) return 0;
-    clusters[d] = max_clusters();
+    clusters[d] = gpc_sm90_max_clusters(gemm_sm90_kernel<G_DGELU, 2>, G_THREADS, G_SMEM);
     return 1;
 }
 
@@ -696,7 +668,7 @@ static gpc_status sm90_launch(const void *a, const void *b, const void *x, const
             int64_t works = tiles / 2;
             int grid = 2 * (int)(works < cl ? works : cl);
             cudaLaunchAttribute attr;
-            cudaLaunchConfig_t cfg = cluster_config(&attr, grid);
+            cudaLaunchConfig_t cfg = gpc_sm90_cluster_config(&attr, grid, G_THREADS, G_SMEM);
             cudaError_t e =
                 cudaLaunchKernelEx(&cfg, gemm_sm90_kernel<MODE, 2>, map_a, map_b, map_x, map_y,
                                    bias, sums, (int)M, (int)N, (int)K, gpc_sm90_stmatrix());

@@ -337,6 +337,47 @@ static inline int gpc_sm90_stmatrix(void) {
     return on;
 }
 
+/* The launch of a kernel in clusters of two blocks (threads a block, smem
+ * bytes of dynamic shared memory) on grid blocks, on gpc's stream. */
+static inline cudaLaunchConfig_t gpc_sm90_cluster_config(cudaLaunchAttribute *attr, int grid,
+                                                         int threads, size_t smem) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)grid);
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = gpc_cuda_stream();
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = 2;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+
+/* How many clusters of two blocks of kernel are resident at once on the
+ * current GPU (0: none, or the question failed). */
+template <class Kernel> static int gpc_sm90_max_clusters(Kernel kernel, int threads, size_t smem) {
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t cfg = gpc_sm90_cluster_config(&attr, 2 * gpc_cuda_sm_count(), threads, smem);
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+        cudaGetLastError();
+        n = 0;
+    }
+    return n;
+}
+
+/* The persistent grid: one block a multiprocessor, fewer where there are
+ * fewer tiles, or (GPC_SM90_BLOCKS, read each call; for tests) fewer still,
+ * so that a small problem still has blocks walking several tiles. */
+static inline int gpc_sm90_grid(int64_t tiles) {
+    const char *cap = getenv("GPC_SM90_BLOCKS");
+    int64_t grid = gpc_cuda_sm_count();
+    if (cap && atoi(cap) > 0 && atoi(cap) < grid) grid = atoi(cap);
+    return (int)(tiles < grid ? tiles : grid);
+}
+
 /* The tensor map of a rows x cols bf16 matrix (cols contiguous), boxes of
  * box_rows x 64 in the 128-byte swizzle. */
 gpc_status gpc_sm90_make_map(CUtensorMap *map, const void *p, int64_t rows, int64_t cols,
