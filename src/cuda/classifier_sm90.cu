@@ -377,15 +377,7 @@ static int h_kernel_ok(int device) {
  * blocks. */
 static int h_cluster_count(int64_t tiles_m) {
     static int on = -1;
-    int d = 0;
-    if (on < 0) {
-        const char *e = getenv("GPC_HEAD_CLUSTER");
-        on = e && !strcmp(e, "1");
-    }
-    if (!on || tiles_m % 2 || cudaGetDevice(&d) != cudaSuccess || d < 0 ||
-        d >= GPC_CUDA_MAX_DEVICES)
-        return 0;
-    return h_clusters[d];
+    return gpc_sm90_cluster_count("GPC_HEAD_CLUSTER", &on, h_clusters, tiles_m);
 }
 
 /* Whether this GPU runs the kernel (asked once per device). */

@@ -638,15 +638,9 @@ static void sm90_profile(const char *what) {
  * slower in clusters, each block held to its peer's pace.) */
 static int sm90_clusters(int mode, int64_t M) {
     static int on = -1;
-    int d = 0;
-    if (on < 0) {
-        const char *e = getenv("GPC_GEMM_SM90_CLUSTER");
-        on = e && !strcmp(e, "1");
-    }
-    if (mode != G_DGELU || !on || (M / G_BM) % 2 || cudaGetDevice(&d) != cudaSuccess || d < 0 ||
-        d >= GPC_CUDA_MAX_DEVICES)
-        return 0;
-    return clusters[d];
+    return mode == G_DGELU
+               ? gpc_sm90_cluster_count("GPC_GEMM_SM90_CLUSTER", &on, clusters, M / G_BM)
+               : 0;
 }
 
 /* The tensor maps of A [M, K], B [N, K], x and y [M, N], and the launch on a
