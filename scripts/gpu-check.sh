@@ -93,11 +93,11 @@ if [[ $mode == all || $mode == test ]]; then
   GPC_TEST_FILTER='*attention*' timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$build/tests/gpu_test_cuda_ops" >"$out/racecheck.log" 2>&1
   note "racecheck over the attention tests: exit $? $(grep 'RACECHECK SUMMARY\|ERROR SUMMARY' "$out/racecheck.log" | tail -1)"
-  # the fused head's product in clusters of two blocks (GPC_HEAD_CLUSTER=1,
-  # opt-in), its blocks walking several tiles in the second case
-  GPC_HEAD_CLUSTER=1 GPC_TEST_FILTER='*classifier*' timeout 150 compute-sanitizer --tool memcheck --leak-check no \
-    --error-exitcode 9 "$build/tests/gpu_test_cuda_ops" >"$out/memcheck-head-cluster.log" 2>&1
-  note "memcheck over the fused head in clusters (GPC_HEAD_CLUSTER=1): exit $? $(grep 'ERROR SUMMARY' "$out/memcheck-head-cluster.log" | tail -1)"
+  # the fused head's product in single blocks (GPC_HEAD_CLUSTER=0; clusters of
+  # two are the default), its blocks walking several tiles in the second case
+  GPC_HEAD_CLUSTER=0 GPC_TEST_FILTER='*classifier*' timeout 150 compute-sanitizer --tool memcheck --leak-check no \
+    --error-exitcode 9 "$build/tests/gpu_test_cuda_ops" >"$out/memcheck-head-single.log" 2>&1
+  note "memcheck over the fused head in single blocks (GPC_HEAD_CLUSTER=0): exit $? $(grep 'ERROR SUMMARY' "$out/memcheck-head-single.log" | tail -1)"
   # the GELU products through cuBLASLt's epilogues instead of gpc's own
   # Hopper products (the default on an H100/H200, which memcheck saw above)
   GPC_GEMM_SM90=0 GPC_TEST_FILTER='*gelu*' timeout 150 compute-sanitizer --tool memcheck --leak-check no \

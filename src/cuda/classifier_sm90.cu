@@ -32,13 +32,14 @@
  * consumers, 12-15 the epilogue (one row a thread); the rest idle. The
  * consumers take 168 registers a thread, the epilogue 120 (enough to load
  * half a box ahead of the one it works on), warps 0-3 the 56 left.
- * With GPC_HEAD_CLUSTER=1 the blocks run in clusters of two on adjacent row
- * tiles of the same columns, each producer copying half of w's 192 rows into
- * both blocks' stages (TMA multicast, as gemm_sm90.cu's DGELU clusters):
- * no faster alone, but 3.4% less energy for the whole head at the power
- * cap, and the training step 1.0012-1.0024x in 5 of 5 rounds over two
- * A/Bs (bench/RESULTS.md), so far opt-in. (Four stages with one staging
- * tile ran slower.)
+ * The blocks run in clusters of two on adjacent row tiles of the same
+ * columns, each producer copying half of w's 192 rows into both blocks'
+ * stages (TMA multicast, as gemm_sm90.cu's DGELU clusters): no faster
+ * alone, but 3.4% less energy for the whole head at the power cap, and the
+ * training step 1.0012-1.0029x in 9 of 11 rounds over four A/Bs
+ * (bench/RESULTS.md). GPC_HEAD_CLUSTER=0 runs single blocks. (Four stages
+ * with one staging tile ran slower; larger groups of row tiles did not
+ * pay.)
  *
  * Shapes: N a multiple of 128, Vp of 192, C of 64.
  */
@@ -371,13 +372,13 @@ static int h_kernel_ok(int device) {
     return 1;
 }
 
-/* The product in clusters of two blocks sharing w's tiles
- * (GPC_HEAD_CLUSTER=1, read once) where the GPU holds them and the row
+/* The product in clusters of two blocks sharing w's tiles (unless
+ * GPC_HEAD_CLUSTER=0, read once) where the GPU holds them and the row
  * tiles pair up: how many clusters are resident at once, or 0 for single
  * blocks. */
 static int h_cluster_count(int64_t tiles_m) {
     static int on = -1;
-    return gpc_sm90_cluster_count("GPC_HEAD_CLUSTER", &on, h_clusters, tiles_m);
+    return gpc_sm90_cluster_count("GPC_HEAD_CLUSTER", 1, &on, h_clusters, tiles_m);
 }
 
 /* Whether this GPU runs the kernel (asked once per device). */

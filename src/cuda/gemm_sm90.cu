@@ -639,7 +639,7 @@ static void sm90_profile(const char *what) {
 static int sm90_clusters(int mode, int64_t M) {
     static int on = -1;
     return mode == G_DGELU
-               ? gpc_sm90_cluster_count("GPC_GEMM_SM90_CLUSTER", &on, clusters, M / G_BM)
+               ? gpc_sm90_cluster_count("GPC_GEMM_SM90_CLUSTER", 0, &on, clusters, M / G_BM)
                : 0;
 }
 
