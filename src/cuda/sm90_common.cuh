@@ -368,16 +368,17 @@ template <class Kernel> static int gpc_sm90_max_clusters(Kernel kernel, int thre
     return n;
 }
 
-/* Whether a product runs in clusters of two: where the switch var is "1"
- * (or unset, and dflt 1; read once into *on, -1 before), the row tiles pair
- * up and the current device holds clusters, the number resident at once (table[device], the
- * file's gpc_sm90_max_clusters answers); else 0, for single blocks. */
+/* Whether a product runs in clusters of two: where the switch var allows it
+ * (read once into *on, -1 before: with dflt 1 anything but "0", as
+ * gpc_cuda_env_on; with dflt 0 only "1"), the row tiles pair up and the
+ * current device holds clusters, the number resident at once (table[device],
+ * the file's gpc_sm90_max_clusters answers); else 0, for single blocks. */
 static inline int gpc_sm90_cluster_count(const char *var, int dflt, int *on, const int *table,
                                          int64_t tiles_m) {
     int d = 0;
     if (*on < 0) {
         const char *e = getenv(var);
-        *on = e ? !strcmp(e, "1") : dflt;
+        *on = !e ? dflt : dflt ? strcmp(e, "0") != 0 : strcmp(e, "1") == 0;
     }
     if (!*on || tiles_m % 2 || cudaGetDevice(&d) != cudaSuccess || d < 0 ||
         d >= GPC_CUDA_MAX_DEVICES)
