@@ -81,6 +81,13 @@ if [[ $mode == all || $mode == test ]]; then
   GPC_ATTENTION_BWD=fused GPC_TEST_FILTER='*attention*' timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$build/tests/gpu_test_cuda_ops" >"$out/racecheck-fused.log" 2>&1
   note "racecheck, fused attention backward: exit $? $(grep 'RACECHECK SUMMARY\|ERROR SUMMARY' "$out/racecheck-fused.log" | tail -1)"
+  # and with its dk/dv part on wgmma (GPC_ATTENTION_BWD=wgmma, opt-in)
+  (cd "$build" && GPC_ATTENTION_BWD=wgmma timeout 300 ctest -R '^gpu_test_cuda_(ops|model|curve)$' --output-on-failure) >"$out/tests-wgmma.log" 2>&1
+  note "gpu tests with GPC_ATTENTION_BWD=wgmma: $(grep -E 'tests passed|tests failed' "$out/tests-wgmma.log")"
+  grep -E "FAILED|Failed|relative error" "$out/tests-wgmma.log" | head -20 | tee -a "$summary"
+  GPC_ATTENTION_BWD=wgmma GPC_TEST_FILTER='*attention*' timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+    "$build/tests/gpu_test_cuda_ops" >"$out/memcheck-wgmma.log" 2>&1
+  note "memcheck, wgmma attention backward: exit $? $(grep 'ERROR SUMMARY' "$out/memcheck-wgmma.log" | tail -1)"
   export GPC_TEST_SEED=12345
   timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
     "$build/tests/gpu_test_cuda_ops" >"$out/memcheck.log" 2>&1

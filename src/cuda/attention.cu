@@ -26,6 +26,9 @@
  * every run. GPC_ATTENTION_BWD=fused runs FA2's one-kernel backward instead:
  * the dk/dv loop also adds dS K into an f32 dq buffer with atomics (five
  * products rather than seven; dq then differs in its last bits run to run).
+ * GPC_ATTENTION_BWD=wgmma is that backward with its dk/dv kernel on Hopper's
+ * wgmma (attention_sm90.cu: bf16, T a multiple of 128, compute capability
+ * 9.0; elsewhere the mma.sync kernel).
  *
  * Any other head size or f32 runs a simple kernel, one warp per row (exact
  * and slow: it exists for tests and unusual shapes, not for training).
@@ -39,6 +42,7 @@
  * other agree.
  */
 #include "cuda/attention_cudnn.h"
+#include "cuda/attention_sm90.h"
 #include "cuda/cuda_common.cuh"
 
 #include <math.h>
@@ -876,19 +880,28 @@ extern "C" void gpc_cudnn_attention_get_stats(gpc_cudnn_attention_stats *stats) 
 }
 #endif
 
-/* GPC_ATTENTION_BWD=fused: the one-kernel backward; read once, and any
- * other value but "two" (the default) is named in a warning. */
-static int att_fused_backward(void) {
-    static int fused = -1;
-    if (fused < 0) {
+/* GPC_ATTENTION_BWD: "two" (the default) 0, "fused" (the one-kernel
+ * backward) 1, "wgmma" (the same with attention_sm90.cu's kernel for the
+ * dk/dv part, where it runs) 2; read once, and any other value is named in
+ * a warning. */
+enum { ATT_BWD_TWO, ATT_BWD_FUSED, ATT_BWD_WGMMA };
+static int att_backward_mode(void) {
+    static int mode = -1;
+    if (mode < 0) {
         const char *e = getenv("GPC_ATTENTION_BWD");
-        fused = e && !strcmp(e, "fused");
-        if (e && *e && !fused && strcmp(e, "two") != 0)
+        mode = !e || !*e || !strcmp(e, "two") ? ATT_BWD_TWO
+               : !strcmp(e, "fused")          ? ATT_BWD_FUSED
+               : !strcmp(e, "wgmma")          ? ATT_BWD_WGMMA
+                                              : -2;
+        if (mode == -2) {
             gpc_log(GPC_LOG_WARN,
-                    "GPC_ATTENTION_BWD=%s is not 'fused' or 'two': using the two-kernel backward",
+                    "GPC_ATTENTION_BWD=%s is not 'two', 'fused' or 'wgmma': using the two-kernel "
+                    "backward",
                     e);
+            mode = ATT_BWD_TWO;
+        }
     }
-    return fused;
+    return mode;
 }
 
 static gpc_status att_check(const char *op, const att_shape *s) {
@@ -990,7 +1003,8 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
                          "head size of at most %d",
                          op, s.hs, ATT_NAIVE_MAX_HS);
     int64_t rows = (int64_t)s.B * s.NH * s.T;
-    int fused = fast && att_fused_backward();
+    const int mode = att_backward_mode();
+    int fused = fast && mode != ATT_BWD_TWO;
     /* scratch: dsum [rows], then (fused) the f32 dq accumulator [rows, 64] */
     size_t dsum_bytes = ((size_t)rows * sizeof(float) + 255) & ~(size_t)255;
     void *dsum;
@@ -1012,9 +1026,16 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
         unsigned store_blocks = gpc_cuda_blocks(rows * (ATT_HS / 8), 256);
         if (out->dtype == GPC_BF16) {
             typedef gpc_bf16_t E;
-            att_backward_kv_kernel<E, true><<<grid, ATT_THREADS, 0, st>>>(
-                dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
-                (const float *)lse->data, (const float *)dsum, s.T, s.NH, sl2, scale);
+            gpc_status wg = GPC_ERR_UNSUPPORTED;
+            if (mode == ATT_BWD_WGMMA)
+                wg = gpc_cuda_attention_backward_kv_sm90(
+                    dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
+                    (const float *)lse->data, (const float *)dsum, s.B, s.T, s.NH, scale);
+            if (wg != GPC_OK && wg != GPC_ERR_UNSUPPORTED) return wg;
+            if (wg == GPC_ERR_UNSUPPORTED)
+                att_backward_kv_kernel<E, true><<<grid, ATT_THREADS, 0, st>>>(
+                    dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
+                    (const float *)lse->data, (const float *)dsum, s.T, s.NH, sl2, scale);
             att_dq_store_kernel<E>
                 <<<store_blocks, 256, 0, st>>>((E *)dqkv->data, dq_acc, s.B, s.T, s.NH, scale);
         } else {

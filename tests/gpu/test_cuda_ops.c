@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/attention_sm90.h"
 #include "cuda/matmul.h"
 #include "ops/ops.h"
 
@@ -610,10 +611,21 @@ static void test_attention_simple(void **state) {
 
 static void test_attention_tensor_cores(void **state) {
     (void)state;
+    long before = gpc_cuda_attention_sm90_calls();
     attention_case(GPC_BF16, 2, 256, 2, 64);
     attention_case(GPC_BF16, 1, 200, 3, 64); /* T not a multiple of the 64-row tile */
     attention_case(GPC_F16, 1, 128, 2, 64);
     attention_case(GPC_BF16, 1, 1, 1, 64);
+    /* four blocks of 128 keys, so the wgmma kernel's ring of stages turns over */
+    attention_case(GPC_BF16, 1, 512, 3, 64);
+    /* with GPC_ATTENTION_BWD=wgmma on Hopper the backward's dk/dv part ran on
+     * wgmma (attention_sm90.cu) for the bf16 cases whose T is a multiple of
+     * 128, and the mma.sync kernel for the others */
+    const char *bwd = getenv("GPC_ATTENTION_BWD");
+    int on = bwd && !strcmp(bwd, "wgmma") && gpc_cuda_attention_sm90_available();
+    long ran = gpc_cuda_attention_sm90_calls() - before;
+    printf("  wgmma attention backwards: %ld (%s)\n", ran, on ? "on" : "off");
+    assert_int_equal(ran, on ? 2 : 0);
 }
 
 /* ---------------------------------------------------------- crossentropy */

@@ -1,0 +1,381 @@
+/*
+ * attention_sm90.cu: the dk/dv half of the one-kernel attention backward
+ * (GPC_ATTENTION_BWD=wgmma) on Hopper's wgmma, for bf16, head size 64 and T
+ * a multiple of 128. It takes the place of attention.cu's
+ * att_backward_kv_kernel<bf16, true> and keeps its contract: dK and dV
+ * written into dqkv, dS K added into the f32 dq accumulator [B*NH, T, 64]
+ * with atomics (att_dq_store_kernel then scales and stores it), lse in
+ * natural log, D = rowsum(dO * O) from att_dsum_kernel.
+ *
+ * A block takes one (batch, head) and a block of 128 keys, and walks the
+ * query blocks from its own (the diagonal, masked) to the last; blocks are
+ * issued key block 0 first, the ones with the most query blocks. 384
+ * threads: warpgroup 0's first thread is the producer (K and V once; per
+ * query block Q, dO by TMA and lse, D by bulk copies into a ring of two
+ * stages), warpgroups 1 and 2 the consumers, 64 keys each:
+ *
+ *   S^T = K Q^T, dP^T = V dO^T      wgmma m64n128, both operands K-major
+ *   P^T = exp(S^T - lse), dS^T = P^T (dP^T - D)   in the accumulators
+ *   dV += P^T dO, dK += dS^T Q      wgmma m64n64, A from registers (the
+ *                                   accumulator layout is the A layout),
+ *                                   B transposed (dO and Q as loaded)
+ *   dS to shared memory             stmatrix.trans, into a K-major tile
+ *   dQ = dS K, added to dq_acc      wgmma m64n64, each consumer 64 queries
+ *
+ * The two consumer warpgroups meet at one named barrier a query block
+ * (both halves of dS written); dS is double-buffered so that a warpgroup
+ * may write the next one while the other still reads this one.
+ *
+ * Status: built for the next GPU session's tests (gpu_test_cuda_ops with
+ * GPC_ATTENTION_BWD=wgmma) and measurement against cuDNN's backward; it has
+ * not run on a GPU yet.
+ */
+#include "cuda/attention_sm90.h"
+#include "cuda/sm90_common.cuh"
+
+#define AW_HS 64                             /* head size */
+#define AW_BLOCK 128                         /* keys a block, queries a stage */
+#define AW_TILE_BYTES (AW_BLOCK * AW_HS * 2) /* [128][64] bf16, 16 KiB */
+#define AW_STAGES 2
+#define AW_THREADS 384
+#define AW_CONSUMER_REGS 240
+#define AW_PRODUCER_REGS 24
+#define AW_LAUNCH_REGS 168 /* what ptxas gives 384 threads of one block a multiprocessor */
+#define AW_LOG2E 1.4426950408889634f
+/* shared memory, from a 1024-byte aligned base */
+#define AW_K 0
+#define AW_V AW_TILE_BYTES
+#define AW_STAGE(s) (2 * AW_TILE_BYTES + (s)*2 * AW_TILE_BYTES) /* Q, then dO */
+#define AW_DS(b) (AW_STAGE(AW_STAGES) + (b)*2 * AW_TILE_BYTES)  /* two [128][64] boxes */
+#define AW_ROWS(s) (AW_DS(2) + (s)*2 * AW_BLOCK * 4)            /* lse, then D */
+#define AW_BARS AW_ROWS(AW_STAGES)
+#define AW_SMEM (1024 + AW_BARS + 8 * (1 + 2 * AW_STAGES))
+
+#ifdef G_KERNEL_BODY
+/* d[64] += A (64 x 16, K-major) . B (128 x 16, K-major)^T, or d = it */
+__device__ __forceinline__ void aw_wgmma_128(float *d, uint64_t a, uint64_t b, int accumulate) {
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
+                 "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
+                 "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "%64, %65, p, 1, 1, 0, 0;\n"
+                 "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+                   "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+                   "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(a), "l"(b), "r"(accumulate));
+}
+
+/* d[32] += A (64 x 16, from registers) . B (16 x 64, N contiguous: transposed), or d = it */
+__device__ __forceinline__ void aw_wgmma_64_rt(float *d, const uint32_t *a, uint64_t b,
+                                               int accumulate) {
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n"
+                 "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+}
+
+/* d[32] += A (64 x 16, K-major) . B (16 x 64, N contiguous: transposed), or d = it */
+__device__ __forceinline__ void aw_wgmma_64_st(float *d, uint64_t a, uint64_t b, int accumulate) {
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, 1, 1, 0, 1;\n"
+                 "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31])
+                 : "l"(a), "l"(b), "r"(accumulate));
+}
+
+/* A 1-D bulk copy of bytes (a multiple of 16) into shared memory, counted
+ * on bar's transaction bytes. */
+__device__ __forceinline__ void aw_bulk_load(void *dst, const void *src, unsigned bytes,
+                                             uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1], %2, [%3];" ::"r"(g_smem(dst)),
+                 "l"(src), "r"(bytes), "r"(g_smem(bar))
+                 : "memory");
+}
+
+/* Four 8 x 8 bf16 matrices from registers into shared memory, each stored
+ * transposed (lane l gives the address of memory row l % 8 of matrix l / 8,
+ * which is column l % 8 of the matrix as the registers hold it). */
+__device__ __forceinline__ void aw_stmatrix4_t(uint32_t at, uint32_t a, uint32_t b, uint32_t c,
+                                               uint32_t d) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(at),
+                 "r"(a), "r"(b), "r"(c), "r"(d)
+                 : "memory");
+}
+
+/* The wgmma descriptor of a tile whose rows are 128 bytes in the 128-byte
+ * swizzle: for a K-major operand the rows are M or N and K runs along them
+ * (advance 32 bytes a k16 step); for a transposed (N-contiguous) B the rows
+ * are K and N = 64 runs along them (advance two 8-row atoms, 2048 bytes, a
+ * k16 step). Both have 1024 bytes between 8-row atoms. */
+__device__ __forceinline__ uint64_t aw_desc(uint32_t smem_addr) {
+    return ((uint64_t)(smem_addr & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+
+/* The consumers of warpgroup c (0 or 1): keys 64c .. 64c + 63 of the block. */
+__device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, float *dq_acc,
+                                           gpc_bf16_t *dqkv, int b, int h, int bh, int kb, int nq,
+                                           int T, int NH, float scale_log2, float scale, int c,
+                                           int wi, int lane) {
+    uint64_t *kv_full = bars, *full = bars + 1, *empty = full + AW_STAGES;
+    const uint32_t s_base = g_smem(base);
+    const int r0 = 16 * wi + lane / 4; /* this thread's first row of the 64 */
+    const int key0 = 64 * c + r0;      /* its first key in the block */
+    const int colq = 2 * (lane % 4);   /* its first column in each 8 */
+    float dk[32], dv[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        dk[i] = dv[i] = 0.0f;
+    g_mbar_wait(kv_full, 0);
+    for (int it = 0; it < nq; it++) {
+        const int s = it % AW_STAGES, i = kb + it;
+        const uint32_t q_s = s_base + AW_STAGE(s), do_s = q_s + AW_TILE_BYTES;
+        const float *lse_s = (const float *)(base + AW_ROWS(s)), *d_s = lse_s + AW_BLOCK;
+        g_mbar_wait(&full[s], (it / AW_STAGES) & 1);
+
+        /* S^T and dP^T for this warpgroup's 64 keys and the block's 128 queries */
+        float st[64], dpt[64];
+        g_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < AW_HS / 16; kk++)
+            aw_wgmma_128(st, aw_desc(s_base + AW_K + c * 64 * 128 + 32 * kk),
+                         aw_desc(q_s + 32 * kk), kk > 0);
+#pragma unroll
+        for (int kk = 0; kk < AW_HS / 16; kk++)
+            aw_wgmma_128(dpt, aw_desc(s_base + AW_V + c * 64 * 128 + 32 * kk),
+                         aw_desc(do_s + 32 * kk), kk > 0);
+        g_wgmma_commit();
+        g_wgmma_wait<0>();
+
+        /* P^T and dS^T, packed in pairs: pa[2q + r] holds row r0 + 8r,
+         * columns 8q + colq and + 1, which for k16 step kk are the A
+         * fragment registers pa[4kk .. 4kk + 3] */
+        uint32_t pa[32], dsa[32];
+        const bool diag = it == 0;
+#pragma unroll
+        for (int q = 0; q < 16; q++) {
+            const int col = 8 * q + colq;
+            const float2 l2 = *(const float2 *)(lse_s + col), d2 = *(const float2 *)(d_s + col);
+            float p[4], ds[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int qi = col + (e & 1), key = key0 + 8 * (e >> 1);
+                const float lse2 = ((e & 1) ? l2.y : l2.x) * AW_LOG2E;
+                p[e] = exp2f(st[4 * q + e] * scale_log2 - lse2);
+                if (diag && key > qi) p[e] = 0.0f;
+                ds[e] = p[e] * (dpt[4 * q + e] - ((e & 1) ? d2.y : d2.x));
+            }
+            pa[2 * q] = g_pack_bf16(p[0], p[1]);
+            pa[2 * q + 1] = g_pack_bf16(p[2], p[3]);
+            dsa[2 * q] = g_pack_bf16(ds[0], ds[1]);
+            dsa[2 * q + 1] = g_pack_bf16(ds[2], ds[3]);
+        }
+
+        /* dV += P^T dO, dK += dS^T Q over the 128 queries */
+        g_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < AW_BLOCK / 16; kk++)
+            aw_wgmma_64_rt(dv, pa + 4 * kk, aw_desc(do_s + 2048 * kk), 1);
+#pragma unroll
+        for (int kk = 0; kk < AW_BLOCK / 16; kk++)
+            aw_wgmma_64_rt(dk, dsa + 4 * kk, aw_desc(q_s + 2048 * kk), 1);
+        g_wgmma_commit();
+        g_wgmma_wait<0>();
+        /* this stage's Q, dO, lse and D are read: the producer may refill it */
+        if (lane == 0) g_mbar_arrive(&empty[s]);
+
+        /* dS (queries x keys) into buffer it % 2, K-major for dQ = dS K:
+         * the x4 store takes dsa[2q .. 2q + 3], matrices (keys rb.., queries
+         * 8q..), (rb + 8.., 8q..), (rb.., 8q + 8..), (rb + 8.., 8q + 8..) */
+        const uint32_t ds_s = s_base + AW_DS(it % 2);
+        {
+            const int m = lane / 8, row_in = lane % 8;
+            const int key = 64 * c + 16 * wi + 8 * (m & 1); /* this lane's matrix: its keys */
+#pragma unroll
+            for (int q = 0; q < 16; q += 2) {
+                const int qrow = 8 * (q + (m >> 1)) + row_in; /* the memory row: a query */
+                const uint32_t at = ds_s + (key / 64) * AW_TILE_BYTES + qrow * 128 +
+                                    ((((key % 64) / 8) ^ (qrow % 8)) << 4);
+                aw_stmatrix4_t(at, dsa[2 * q], dsa[2 * q + 1], dsa[2 * q + 2], dsa[2 * q + 3]);
+            }
+        }
+        g_fence_async_smem();
+        asm volatile("bar.sync 1, %0;" ::"n"(2 * 128) : "memory"); /* both halves of dS */
+
+        /* dQ for queries 64c .. 64c + 63: dS (K-major, keys in two boxes) times K
+         * (transposed B: keys are its K) */
+        float dq[32];
+        g_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < AW_BLOCK / 16; kk++)
+            aw_wgmma_64_st(dq,
+                           aw_desc(ds_s + (kk / 4) * AW_TILE_BYTES + c * 64 * 128 + 32 * (kk % 4)),
+                           aw_desc(s_base + AW_K + 2048 * kk), kk > 0);
+        g_wgmma_commit();
+        g_wgmma_wait<0>();
+        float *dst = dq_acc + ((int64_t)bh * T + (int64_t)i * AW_BLOCK + 64 * c + r0) * AW_HS;
+#pragma unroll
+        for (int q = 0; q < 8; q++) {
+            atomicAdd((float2 *)(dst + 8 * q + colq), make_float2(dq[4 * q], dq[4 * q + 1]));
+            atomicAdd((float2 *)(dst + 8 * AW_HS + 8 * q + colq),
+                      make_float2(dq[4 * q + 2], dq[4 * q + 3]));
+        }
+    }
+
+    /* dK (times the softmax scale) and dV into dqkv */
+    const int64_t C = (int64_t)NH * AW_HS, stride = 3 * C;
+    gpc_bf16_t *row = dqkv + ((int64_t)b * T + (int64_t)kb * AW_BLOCK + key0) * stride + h * AW_HS;
+#pragma unroll
+    for (int q = 0; q < 8; q++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            gpc_bf16_t *at = row + r * 8 * stride + 8 * q + colq;
+            *(uint32_t *)(at + C) =
+                g_pack_bf16(dk[4 * q + 2 * r] * scale, dk[4 * q + 2 * r + 1] * scale);
+            *(uint32_t *)(at + 2 * C) = g_pack_bf16(dv[4 * q + 2 * r], dv[4 * q + 2 * r + 1]);
+        }
+}
+#endif /* G_KERNEL_BODY */
+
+__global__ void __launch_bounds__(AW_THREADS, 1)
+    att_sm90_backward_kv_kernel(const __grid_constant__ CUtensorMap map_qkv,
+                                const __grid_constant__ CUtensorMap map_do, float *dq_acc,
+                                gpc_bf16_t *dqkv, const float *lse, const float *dsum, int B, int T,
+                                int NH, float scale_log2, float scale) {
+#ifdef G_KERNEL_BODY
+    extern __shared__ __align__(1024) unsigned char aw_shared[];
+    unsigned char *base = (unsigned char *)(((uintptr_t)aw_shared + 1023) & ~(uintptr_t)1023);
+    uint64_t *bars = (uint64_t *)(base + AW_BARS);
+    uint64_t *kv_full = bars, *full = bars + 1, *empty = full + AW_STAGES;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int nkb = T / AW_BLOCK, bhs = B * NH;
+    const int kb = (int)blockIdx.x / bhs, bh = (int)blockIdx.x % bhs, b = bh / NH, h = bh % NH;
+    const int nq = nkb - kb, C = NH * AW_HS;
+
+    if (threadIdx.x == 0) {
+        g_mbar_init(kv_full, 1);
+        for (int s = 0; s < AW_STAGES; s++) {
+            g_mbar_init(&full[s], 1);
+            g_mbar_init(&empty[s], 8); /* lane 0 of each consumer warp */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    /* setmaxnreg moves registers within what the launch gave the block (168
+     * a thread for 384 threads): the producer's warpgroup hands over what
+     * the consumers take, or their increase would wait forever */
+    static_assert(128 * (2 * AW_CONSUMER_REGS + AW_PRODUCER_REGS) <= AW_THREADS * AW_LAUNCH_REGS,
+                  "the launch's registers");
+    if (warp >= 4) {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(AW_CONSUMER_REGS));
+        aw_consume(base, bars, dq_acc, dqkv, b, h, bh, kb, nq, T, NH, scale_log2, scale,
+                   warp / 4 - 1, warp % 4, lane);
+        return;
+    }
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(AW_PRODUCER_REGS));
+    if (threadIdx.x != 0) return;
+    /* the producer: K and V of this key block, then each query block's Q,
+     * dO, lse and D into the ring */
+    const int row0 = b * T;
+    g_mbar_expect(kv_full, 2 * AW_TILE_BYTES);
+    g_tma_load(base + AW_K, &map_qkv, C + h * AW_HS, row0 + kb * AW_BLOCK, kv_full);
+    g_tma_load(base + AW_V, &map_qkv, 2 * C + h * AW_HS, row0 + kb * AW_BLOCK, kv_full);
+    const float *lse_b = lse + (int64_t)bh * T, *d_b = dsum + (int64_t)bh * T;
+    for (int it = 0; it < nq; it++) {
+        const int s = it % AW_STAGES, round = it / AW_STAGES, q0 = (kb + it) * AW_BLOCK;
+        if (round > 0) g_mbar_wait(&empty[s], (round - 1) & 1);
+        g_mbar_expect(&full[s], 2 * AW_TILE_BYTES + 2 * AW_BLOCK * 4);
+        g_tma_load(base + AW_STAGE(s), &map_qkv, h * AW_HS, row0 + q0, &full[s]);
+        g_tma_load(base + AW_STAGE(s) + AW_TILE_BYTES, &map_do, h * AW_HS, row0 + q0, &full[s]);
+        aw_bulk_load(base + AW_ROWS(s), lse_b + q0, AW_BLOCK * 4, &full[s]);
+        aw_bulk_load(base + AW_ROWS(s) + AW_BLOCK * 4, d_b + q0, AW_BLOCK * 4, &full[s]);
+    }
+#else
+    (void)map_qkv, (void)map_do, (void)dq_acc, (void)dqkv, (void)lse, (void)dsum, (void)B, (void)T,
+        (void)NH, (void)scale_log2, (void)scale;
+#endif
+}
+
+/* --------------------------------------------------------------- host */
+
+/* The shared memory, and the registers the kernel was built with: the
+ * warpgroups' setmaxnreg counts add up to 168 a thread (AW_LAUNCH_REGS), and
+ * with fewer the consumers' increase would never be granted. */
+static int aw_kernel_ok(int device) {
+    (void)device;
+    cudaFuncAttributes attr;
+    return cudaFuncSetAttribute(att_sm90_backward_kv_kernel,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                AW_SMEM) == cudaSuccess &&
+           cudaFuncGetAttributes(&attr, att_sm90_backward_kv_kernel) == cudaSuccess &&
+           attr.numRegs == AW_LAUNCH_REGS;
+}
+
+static long calls;
+
+long gpc_cuda_attention_sm90_calls(void) {
+    return __atomic_load_n(&calls, __ATOMIC_RELAXED);
+}
+
+int gpc_cuda_attention_sm90_available(void) {
+    static int ok[GPC_CUDA_MAX_DEVICES];
+    return gpc_sm90_device_ok(ok, aw_kernel_ok);
+}
+
+gpc_status gpc_cuda_attention_backward_kv_sm90(float *dq_acc, gpc_bf16_t *dqkv,
+                                               const gpc_bf16_t *qkv, const gpc_bf16_t *dout,
+                                               const float *lse, const float *dsum, int B, int T,
+                                               int NH, float scale) {
+    const void *ptrs[6] = {dq_acc, dqkv, qkv, dout, lse, dsum};
+    int aligned = 1;
+    for (int i = 0; i < 6; i++)
+        aligned &= gpc_cuda_aligned16(ptrs[i]);
+    const int64_t blocks = (int64_t)(T / AW_BLOCK) * B * NH;
+    if (B <= 0 || NH <= 0 || T <= 0 || T % AW_BLOCK || !aligned || blocks > 0x7fffffff ||
+        (int64_t)B * T > 0x7fffffff || !gpc_cuda_attention_sm90_available())
+        return gpc_error(GPC_ERR_UNSUPPORTED, "attention_sm90: not for this shape or GPU");
+    const int64_t C = (int64_t)NH * AW_HS;
+    CUtensorMap map_qkv, map_do;
+    GPC_TRY(gpc_sm90_make_map(&map_qkv, qkv, (int64_t)B * T, 3 * C, AW_BLOCK));
+    GPC_TRY(gpc_sm90_make_map(&map_do, dout, (int64_t)B * T, C, AW_BLOCK));
+    att_sm90_backward_kv_kernel<<<(unsigned)blocks, AW_THREADS, AW_SMEM, gpc_cuda_stream()>>>(
+        map_qkv, map_do, dq_acc, dqkv, lse, dsum, B, T, NH, scale * AW_LOG2E, scale);
+    GPC_CUDA_CHECK_LAUNCH();
+    __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
+    return GPC_OK;
+}

@@ -1,0 +1,39 @@
+/*
+ * attention_sm90.h: the attention backward's dk/dv kernel on Hopper's wgmma
+ * (attention_sm90.cu), which attention.cu runs in place of its own mma.sync
+ * kernel under GPC_ATTENTION_BWD=wgmma. The first two are plain C, for
+ * tests; the launch is for CUDA files.
+ */
+#ifndef GPC_CUDA_ATTENTION_SM90_H
+#define GPC_CUDA_ATTENTION_SM90_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Whether this GPU runs the kernel (compute capability 9.0; asked once per
+ * device), and how many times it has been queued since the process
+ * started. */
+int gpc_cuda_attention_sm90_available(void);
+long gpc_cuda_attention_sm90_calls(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifdef __CUDACC__
+#include "cuda/cuda_common.cuh"
+
+/* For causal attention over qkv [B, T, 3, NH, 64] (bf16), with dout [B, T,
+ * NH * 64], lse [B*NH, T] (natural log) and dsum = rowsum(dout * out) [B*NH,
+ * T]: writes dK (scaled by scale) and dV into dqkv's k and v thirds and adds
+ * dS K (unscaled) into dq_acc (f32 [B*NH, T, 64]), on the current GPU's
+ * stream. GPC_ERR_UNSUPPORTED (nothing queued) unless T is a multiple of
+ * 128, the pointers 16-byte aligned and the GPU of compute capability 9.0. */
+gpc_status gpc_cuda_attention_backward_kv_sm90(float *dq_acc, gpc_bf16_t *dqkv,
+                                               const gpc_bf16_t *qkv, const gpc_bf16_t *dout,
+                                               const float *lse, const float *dsum, int B, int T,
+                                               int NH, float scale);
+#endif
+
+#endif
