@@ -115,6 +115,13 @@ __device__ __forceinline__ void aw_wgmma_64_st(float *d, uint64_t a, uint64_t b,
                  : "l"(a), "l"(b), "r"(accumulate));
 }
 
+/* Two floats from shared memory at a shared-space address. */
+__device__ __forceinline__ float2 aw_lds2(uint32_t at) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(at) : "memory");
+    return v;
+}
+
 /* A 1-D bulk copy of bytes (a multiple of 16) into shared memory, counted
  * on bar's transaction bytes. */
 __device__ __forceinline__ void aw_bulk_load(void *dst, const void *src, unsigned bytes,
@@ -163,7 +170,7 @@ __device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, 
     for (int it = 0; it < nq; it++) {
         const int s = it % AW_STAGES, i = kb + it;
         const uint32_t q_s = s_base + AW_STAGE(s), do_s = q_s + AW_TILE_BYTES;
-        const float *lse_s = (const float *)(base + AW_ROWS(s)), *d_s = lse_s + AW_BLOCK;
+        const uint32_t lse_s = s_base + AW_ROWS(s), d_s = lse_s + AW_BLOCK * 4;
         g_mbar_wait(&full[s], (it / AW_STAGES) & 1);
 
         /* S^T and dP^T for this warpgroup's 64 keys and the block's 128 queries */
@@ -188,7 +195,7 @@ __device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, 
 #pragma unroll
         for (int q = 0; q < 16; q++) {
             const int col = 8 * q + colq;
-            const float2 l2 = *(const float2 *)(lse_s + col), d2 = *(const float2 *)(d_s + col);
+            const float2 l2 = aw_lds2(lse_s + 4 * col), d2 = aw_lds2(d_s + 4 * col);
             float p[4], ds[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) {
@@ -246,12 +253,21 @@ __device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, 
                            aw_desc(s_base + AW_K + 2048 * kk), kk > 0);
         g_wgmma_commit();
         g_wgmma_wait<0>();
-        float *dst = dq_acc + ((int64_t)bh * T + (int64_t)i * AW_BLOCK + 64 * c + r0) * AW_HS;
+        /* lanes l and l ^ 1 hold columns colq and colq + 2 of the same two
+         * rows: each swaps one pair with the other, so the even lane adds four
+         * columns of row r0 and the odd lane four of row r0 + 8 */
+        const bool odd = lane & 1;
+        float *dst = dq_acc + ((int64_t)bh * T + (int64_t)i * AW_BLOCK + 64 * c + r0) * AW_HS +
+                     (odd ? 8 * AW_HS + colq - 2 : colq);
 #pragma unroll
         for (int q = 0; q < 8; q++) {
-            atomicAdd((float2 *)(dst + 8 * q + colq), make_float2(dq[4 * q], dq[4 * q + 1]));
-            atomicAdd((float2 *)(dst + 8 * AW_HS + 8 * q + colq),
-                      make_float2(dq[4 * q + 2], dq[4 * q + 3]));
+            const float g0 = odd ? dq[4 * q] : dq[4 * q + 2],
+                        g1 = odd ? dq[4 * q + 1] : dq[4 * q + 3];
+            const float o0 = __shfl_xor_sync(0xffffffffu, g0, 1);
+            const float o1 = __shfl_xor_sync(0xffffffffu, g1, 1);
+            atomicAdd((float4 *)(dst + 8 * q),
+                      odd ? make_float4(o0, o1, dq[4 * q + 2], dq[4 * q + 3])
+                          : make_float4(dq[4 * q], dq[4 * q + 1], o0, o1));
         }
     }
 
