@@ -115,6 +115,36 @@ __device__ __forceinline__ void aw_wgmma_64_st(float *d, uint64_t a, uint64_t b,
                  : "l"(a), "l"(b), "r"(accumulate));
 }
 
+/* g_mbar_wait with a limit: a phase that has not completed after
+ * AW_WAIT_LIMIT_NS of waiting means a copy or an arrival that never comes
+ * (a wrong byte count, a lost release), and the kernel traps, so the launch
+ * fails with an error instead of holding the GPU. No wait of a working
+ * kernel comes near it. */
+#define AW_WAIT_LIMIT_NS 10000000000ull /* 10 s */
+__device__ __forceinline__ void aw_mbar_wait(uint64_t *bar, unsigned parity) {
+    uint64_t start = 0;
+    for (unsigned spins = 0;; spins++) {
+        uint32_t done;
+        asm volatile("{\n"
+                     ".reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n"
+                     "}\n"
+                     : "=r"(done)
+                     : "r"(g_smem(bar)), "r"(parity)
+                     : "memory");
+        if (done) return;
+        if (spins % 1024 == 0) {
+            uint64_t now;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+            if (!start)
+                start = now;
+            else if (now - start > AW_WAIT_LIMIT_NS)
+                __trap();
+        }
+    }
+}
+
 /* Two floats from shared memory at a shared-space address. */
 __device__ __forceinline__ float2 aw_lds2(uint32_t at) {
     float2 v;
@@ -166,12 +196,12 @@ __device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, 
 #pragma unroll
     for (int i = 0; i < 32; i++)
         dk[i] = dv[i] = 0.0f;
-    g_mbar_wait(kv_full, 0);
+    aw_mbar_wait(kv_full, 0);
     for (int it = 0; it < nq; it++) {
         const int s = it % AW_STAGES, i = kb + it;
         const uint32_t q_s = s_base + AW_STAGE(s), do_s = q_s + AW_TILE_BYTES;
         const uint32_t lse_s = s_base + AW_ROWS(s), d_s = lse_s + AW_BLOCK * 4;
-        g_mbar_wait(&full[s], (it / AW_STAGES) & 1);
+        aw_mbar_wait(&full[s], (it / AW_STAGES) & 1);
 
         /* S^T and dP^T for this warpgroup's 64 keys and the block's 128 queries */
         float st[64], dpt[64];
@@ -332,7 +362,7 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
     const float *lse_b = lse + (int64_t)bh * T, *d_b = dsum + (int64_t)bh * T;
     for (int it = 0; it < nq; it++) {
         const int s = it % AW_STAGES, round = it / AW_STAGES, q0 = (kb + it) * AW_BLOCK;
-        if (round > 0) g_mbar_wait(&empty[s], (round - 1) & 1);
+        if (round > 0) aw_mbar_wait(&empty[s], (round - 1) & 1);
         g_mbar_expect(&full[s], 2 * AW_TILE_BYTES + 2 * AW_BLOCK * 4);
         g_tma_load(base + AW_STAGE(s), &map_qkv, h * AW_HS, row0 + q0, &full[s]);
         g_tma_load(base + AW_STAGE(s) + AW_TILE_BYTES, &map_do, h * AW_HS, row0 + q0, &full[s]);
