@@ -24,7 +24,11 @@
  *
  * The two consumer warpgroups meet at one named barrier a query block
  * (both halves of dS written); dS is double-buffered so that a warpgroup
- * may write the next one while the other still reads this one.
+ * may write the next one while the other still reads this one. Overlap
+ * within a warpgroup: P^T's exponentials while dP^T's products run, and dV
+ * and dK's products while it waits at the barrier and issues dQ's; each
+ * query block's products are done before the next block's begin. Mbarrier
+ * waits trap after 10 s rather than hang.
  *
  * Status: built for the next GPU session's tests (gpu_test_cuda_ops with
  * GPC_ATTENTION_BWD=wgmma) and measurement against cuDNN's backward; it has
@@ -203,56 +207,56 @@ __device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, 
         const uint32_t lse_s = s_base + AW_ROWS(s), d_s = lse_s + AW_BLOCK * 4;
         aw_mbar_wait(&full[s], (it / AW_STAGES) & 1);
 
-        /* S^T and dP^T for this warpgroup's 64 keys and the block's 128 queries */
+        /* S^T and dP^T for this warpgroup's 64 keys and the block's 128
+         * queries, as two groups: P^T's exponentials run while dP^T's
+         * products do */
         float st[64], dpt[64];
         g_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < AW_HS / 16; kk++)
             aw_wgmma_128(st, aw_desc(s_base + AW_K + c * 64 * 128 + 32 * kk),
                          aw_desc(q_s + 32 * kk), kk > 0);
+        g_wgmma_commit();
 #pragma unroll
         for (int kk = 0; kk < AW_HS / 16; kk++)
             aw_wgmma_128(dpt, aw_desc(s_base + AW_V + c * 64 * 128 + 32 * kk),
                          aw_desc(do_s + 32 * kk), kk > 0);
         g_wgmma_commit();
-        g_wgmma_wait<0>();
+        g_wgmma_wait<1>();
 
-        /* P^T and dS^T, packed in pairs: pa[2q + r] holds row r0 + 8r,
-         * columns 8q + colq and + 1, which for k16 step kk are the A
-         * fragment registers pa[4kk .. 4kk + 3] */
-        uint32_t pa[32], dsa[32];
+        /* P^T in place of S^T; st[4q + e] is row r0 + 8(e / 2), column 8q +
+         * colq + e % 2 */
         const bool diag = it == 0;
 #pragma unroll
         for (int q = 0; q < 16; q++) {
             const int col = 8 * q + colq;
-            const float2 l2 = aw_lds2(lse_s + 4 * col), d2 = aw_lds2(d_s + 4 * col);
-            float p[4], ds[4];
+            const float2 l2 = aw_lds2(lse_s + 4 * col);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int qi = col + (e & 1), key = key0 + 8 * (e >> 1);
                 const float lse2 = ((e & 1) ? l2.y : l2.x) * AW_LOG2E;
-                p[e] = exp2f(st[4 * q + e] * scale_log2 - lse2);
-                if (diag && key > qi) p[e] = 0.0f;
-                ds[e] = p[e] * (dpt[4 * q + e] - ((e & 1) ? d2.y : d2.x));
+                st[4 * q + e] = exp2f(st[4 * q + e] * scale_log2 - lse2);
+                if (diag && key > qi) st[4 * q + e] = 0.0f;
             }
-            pa[2 * q] = g_pack_bf16(p[0], p[1]);
-            pa[2 * q + 1] = g_pack_bf16(p[2], p[3]);
+        }
+        g_wgmma_wait<0>();
+
+        /* dS^T, then both packed in pairs: pa[2q + r] holds row r0 + 8r,
+         * columns 8q + colq and + 1, which for k16 step kk are the A
+         * fragment registers pa[4kk .. 4kk + 3] */
+        uint32_t pa[32], dsa[32];
+#pragma unroll
+        for (int q = 0; q < 16; q++) {
+            const float2 d2 = aw_lds2(d_s + 4 * (8 * q + colq));
+            float ds[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                ds[e] = st[4 * q + e] * (dpt[4 * q + e] - ((e & 1) ? d2.y : d2.x));
+            pa[2 * q] = g_pack_bf16(st[4 * q], st[4 * q + 1]);
+            pa[2 * q + 1] = g_pack_bf16(st[4 * q + 2], st[4 * q + 3]);
             dsa[2 * q] = g_pack_bf16(ds[0], ds[1]);
             dsa[2 * q + 1] = g_pack_bf16(ds[2], ds[3]);
         }
-
-        /* dV += P^T dO, dK += dS^T Q over the 128 queries */
-        g_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < AW_BLOCK / 16; kk++)
-            aw_wgmma_64_rt(dv, pa + 4 * kk, aw_desc(do_s + 2048 * kk), 1);
-#pragma unroll
-        for (int kk = 0; kk < AW_BLOCK / 16; kk++)
-            aw_wgmma_64_rt(dk, dsa + 4 * kk, aw_desc(q_s + 2048 * kk), 1);
-        g_wgmma_commit();
-        g_wgmma_wait<0>();
-        /* this stage's Q, dO, lse and D are read: the producer may refill it */
-        if (lane == 0) g_mbar_arrive(&empty[s]);
 
         /* dS (queries x keys) into buffer it % 2, K-major for dQ = dS K:
          * the x4 store takes dsa[2q .. 2q + 3], matrices (keys rb.., queries
@@ -270,6 +274,17 @@ __device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, 
             }
         }
         g_fence_async_smem();
+
+        /* dV += P^T dO, dK += dS^T Q over the 128 queries: they run while the
+         * other warpgroup finishes its half of dS */
+        g_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < AW_BLOCK / 16; kk++)
+            aw_wgmma_64_rt(dv, pa + 4 * kk, aw_desc(do_s + 2048 * kk), 1);
+#pragma unroll
+        for (int kk = 0; kk < AW_BLOCK / 16; kk++)
+            aw_wgmma_64_rt(dk, dsa + 4 * kk, aw_desc(q_s + 2048 * kk), 1);
+        g_wgmma_commit();
         asm volatile("bar.sync 1, %0;" ::"n"(2 * 128) : "memory"); /* both halves of dS */
 
         /* dQ for queries 64c .. 64c + 63: dS (K-major, keys in two boxes) times K
@@ -282,6 +297,10 @@ __device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, 
                            aw_desc(ds_s + (kk / 4) * AW_TILE_BYTES + c * 64 * 128 + 32 * (kk % 4)),
                            aw_desc(s_base + AW_K + 2048 * kk), kk > 0);
         g_wgmma_commit();
+        g_wgmma_wait<1>();
+        /* dV and dK are done: this stage's Q, dO, lse and D are read, and the
+         * producer may refill it */
+        if (lane == 0) g_mbar_arrive(&empty[s]);
         g_wgmma_wait<0>();
         /* lanes l and l ^ 1 hold columns colq and colq + 2 of the same two
          * rows: each swaps one pair with the other, so the even lane adds four
