@@ -176,17 +176,13 @@ __device__ __forceinline__ void aw_stmatrix4_t(uint32_t at, uint32_t a, uint32_t
                  : "memory");
 }
 
-/* The wgmma descriptor of a tile whose rows are 128 bytes in the 128-byte
- * swizzle: for a K-major operand the rows are M or N and K runs along them
- * (advance 32 bytes a k16 step); for a transposed (N-contiguous) B the rows
- * are K and N = 64 runs along them (advance two 8-row atoms, 2048 bytes, a
- * k16 step). Both have 1024 bytes between 8-row atoms. */
-__device__ __forceinline__ uint64_t aw_desc(uint32_t smem_addr) {
-    return ((uint64_t)(smem_addr & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           (1ull << 62);
-}
-
-/* The consumers of warpgroup c (0 or 1): keys 64c .. 64c + 63 of the block. */
+/* The consumers of warpgroup c (0 or 1): keys 64c .. 64c + 63 of the block.
+ * Their operands' descriptors (g_desc_at) are of tiles whose rows are 128
+ * bytes in the 128-byte swizzle: for a K-major operand the rows are M or N
+ * and K runs along them (advance 32 bytes a k16 step); for a transposed
+ * (N-contiguous) B the rows are K and N = 64 runs along them (advance two
+ * 8-row atoms, 2048 bytes, a k16 step). Both have 1024 bytes between 8-row
+ * atoms. */
 __device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, float *dq_acc,
                                            gpc_bf16_t *dqkv, int b, int h, int bh, int kb, int nq,
                                            int T, int NH, float scale_log2, float scale, int c,
@@ -214,13 +210,13 @@ __device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, 
         g_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < AW_HS / 16; kk++)
-            aw_wgmma_128(st, aw_desc(s_base + AW_K + c * 64 * 128 + 32 * kk),
-                         aw_desc(q_s + 32 * kk), kk > 0);
+            aw_wgmma_128(st, g_desc_at(s_base + AW_K + c * 64 * 128 + 32 * kk),
+                         g_desc_at(q_s + 32 * kk), kk > 0);
         g_wgmma_commit();
 #pragma unroll
         for (int kk = 0; kk < AW_HS / 16; kk++)
-            aw_wgmma_128(dpt, aw_desc(s_base + AW_V + c * 64 * 128 + 32 * kk),
-                         aw_desc(do_s + 32 * kk), kk > 0);
+            aw_wgmma_128(dpt, g_desc_at(s_base + AW_V + c * 64 * 128 + 32 * kk),
+                         g_desc_at(do_s + 32 * kk), kk > 0);
         g_wgmma_commit();
         g_wgmma_wait<1>();
 
@@ -280,10 +276,10 @@ __device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, 
         g_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < AW_BLOCK / 16; kk++)
-            aw_wgmma_64_rt(dv, pa + 4 * kk, aw_desc(do_s + 2048 * kk), 1);
+            aw_wgmma_64_rt(dv, pa + 4 * kk, g_desc_at(do_s + 2048 * kk), 1);
 #pragma unroll
         for (int kk = 0; kk < AW_BLOCK / 16; kk++)
-            aw_wgmma_64_rt(dk, dsa + 4 * kk, aw_desc(q_s + 2048 * kk), 1);
+            aw_wgmma_64_rt(dk, dsa + 4 * kk, g_desc_at(q_s + 2048 * kk), 1);
         g_wgmma_commit();
         asm volatile("bar.sync 1, %0;" ::"n"(2 * 128) : "memory"); /* both halves of dS */
 
@@ -293,9 +289,9 @@ __device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, 
         g_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < AW_BLOCK / 16; kk++)
-            aw_wgmma_64_st(dq,
-                           aw_desc(ds_s + (kk / 4) * AW_TILE_BYTES + c * 64 * 128 + 32 * (kk % 4)),
-                           aw_desc(s_base + AW_K + 2048 * kk), kk > 0);
+            aw_wgmma_64_st(
+                dq, g_desc_at(ds_s + (kk / 4) * AW_TILE_BYTES + c * 64 * 128 + 32 * (kk % 4)),
+                g_desc_at(s_base + AW_K + 2048 * kk), kk > 0);
         g_wgmma_commit();
         g_wgmma_wait<1>();
         /* dV and dK are done: this stage's Q, dO, lse and D are read, and the

@@ -158,6 +158,16 @@ static inline int gpc_cuda_env_on(const char *name, int *cached) {
     return *cached;
 }
 
+/* The reverse kind: 0 unless the environment sets name to "1" (a switch
+ * that is off by default), read and kept the same way. */
+static inline int gpc_cuda_env_is1(const char *name, int *cached) {
+    if (*cached < 0) {
+        const char *e = getenv(name);
+        *cached = e && strcmp(e, "1") == 0;
+    }
+    return *cached;
+}
+
 static inline int gpc_cuda_aligned16(const void *p) {
     return ((uintptr_t)p & 15) == 0;
 }

@@ -111,9 +111,12 @@ __device__ __forceinline__ void g_cluster_sync() {
 /* The wgmma descriptor of a K-major tile with 128-byte rows in the 128-byte
  * swizzle (8-row atoms of 1024 bytes): start address, leading offset 1
  * (unused for this layout), stride offset 1024 bytes, swizzle mode 1. */
+__device__ __forceinline__ uint64_t g_desc_at(uint32_t smem_addr) {
+    return ((uint64_t)(smem_addr & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
 __device__ __forceinline__ uint64_t g_desc(const void *p) {
-    uint64_t a = g_smem(p);
-    return ((a & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+    return g_desc_at(g_smem(p));
 }
 
 __device__ __forceinline__ void g_wgmma_fence() {
@@ -330,11 +333,7 @@ __device__ __forceinline__ void g_mainloop(float *acc, const unsigned char *base
  * GPC_SM90_STMATRIX=0 keeps the 4-byte stores; read at the first call. */
 static inline int gpc_sm90_stmatrix(void) {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("GPC_SM90_STMATRIX");
-        on = !(e && !strcmp(e, "0"));
-    }
-    return on;
+    return gpc_cuda_env_on("GPC_SM90_STMATRIX", &on);
 }
 
 /* The launch of a kernel in clusters of two blocks (threads a block, smem
@@ -369,18 +368,16 @@ template <class Kernel> static int gpc_sm90_max_clusters(Kernel kernel, int thre
 }
 
 /* Whether a product runs in clusters of two: where the switch var allows it
- * (read once into *on, -1 before: with dflt 1 anything but "0", as
- * gpc_cuda_env_on; with dflt 0 only "1"), the row tiles pair up and the
- * current device holds clusters, the number resident at once (table[device],
- * the file's gpc_sm90_max_clusters answers); else 0, for single blocks. */
+ * (read once into *on, -1 before: with dflt 1 gpc_cuda_env_on, anything but
+ * "0"; with dflt 0 gpc_cuda_env_is1, only "1"), the row tiles pair up and
+ * the current device holds clusters, the number resident at once
+ * (table[device], the file's gpc_sm90_max_clusters answers); else 0, for
+ * single blocks. */
 static inline int gpc_sm90_cluster_count(const char *var, int dflt, int *on, const int *table,
                                          int64_t tiles_m) {
     int d = 0;
-    if (*on < 0) {
-        const char *e = getenv(var);
-        *on = !e ? dflt : dflt ? strcmp(e, "0") != 0 : strcmp(e, "1") == 0;
-    }
-    if (!*on || tiles_m % 2 || cudaGetDevice(&d) != cudaSuccess || d < 0 ||
+    const int want = dflt ? gpc_cuda_env_on(var, on) : gpc_cuda_env_is1(var, on);
+    if (!want || tiles_m % 2 || cudaGetDevice(&d) != cudaSuccess || d < 0 ||
         d >= GPC_CUDA_MAX_DEVICES)
         return 0;
     return table[d];
