@@ -78,12 +78,13 @@ grep -qx 'fast: 606,000; median 606,000 tokens/s, 1.0100x base (faster in 1 of 1
 grep -qx 'PyTorch: 500,000 tokens/s' "$work/ab2.txt" || fail "PyTorch line: $(cat "$work/ab2.txt")"
 [[ -d $work/data-ab0 && -d $work/data-ab1 ]] || fail "no shards made for each tree: $(ls "$work")"
 
+# scripts/gpu-kernels.sh refuses a CACHE ncu does not take, before it looks for a build
+expect_exit 2 "gpu-kernels: CACHE=some is not all or none" env CACHE=some bash "$root/scripts/gpu-kernels.sh" "$work/missing"
+
 # ratio_run.sh: the stand-in PyTorch and the base tree's stand-in gpc in
 # turns, each side's median and the ratio; bad TURNS or STEPS and a build
 # without gpc are refused
 rr=$root/bench/ratio_run.sh
-# scripts/gpu-kernels.sh refuses a CACHE ncu does not take, before it looks for a build
-expect_exit 2 "gpu-kernels: CACHE=some is not all or none" env CACHE=some bash "$root/scripts/gpu-kernels.sh" "$work/missing"
 expect_exit 2 "ratio_run: TURNS=x is not a whole number from 1 to 999" env TURNS=x bash "$rr" "$work/base/build-gpu"
 expect_exit 2 "ratio_run: STEPS=0 is not a whole number from 1 to 999" env STEPS=0 bash "$rr" "$work/base/build-gpu"
 expect_exit 1 "ratio_run: $work/missing/gpc is missing; build first" bash "$rr" "$work/missing"
