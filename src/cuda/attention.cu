@@ -745,6 +745,38 @@ __global__ void att_dsum_kernel(float *dsum, const T *dout, const T *out, int B,
     if (lane == 0) dsum[w] = s;
 }
 
+/* The same for head size 64 (the tensor-core paths): 16 bytes of each
+ * operand a thread, 64 / n threads a row, and, for the fused backward, the
+ * row's f32 dq accumulator zeroed on the way (dq_acc [B*NH, T, 64], or NULL),
+ * which saves a memset's pass over it. */
+template <typename T>
+__global__ void att_dsum64_kernel(float *dsum, float *dq_acc, const T *dout, const T *out, int B,
+                                  int T_, int NH) {
+    const int n = gpc_pack<T>::n, per = ATT_HS / n;
+    const int64_t rows = (int64_t)B * NH * T_;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, w = i / per;
+    /* a row's threads share a warp: all of the warp stay for the shuffles */
+    const bool live = w < rows;
+    if (!live) w = rows - 1;
+    int part = (int)(i % per), t = (int)(w % T_), bh = (int)(w / T_), b = bh / NH, h = bh % NH;
+    int64_t at = ((int64_t)b * T_ + t) * NH * ATT_HS + h * ATT_HS + n * part;
+    gpc_pack<T> a = *(const gpc_pack<T> *)(dout + at), o = *(const gpc_pack<T> *)(out + at);
+    float s = 0.0f;
+#pragma unroll
+    for (int e = 0; e < n; e++)
+        s += gpc_to_f32(a.v[e]) * gpc_to_f32(o.v[e]);
+#pragma unroll
+    for (int m = 1; m < per; m *= 2)
+        s += __shfl_xor_sync(0xffffffffu, s, m);
+    if (live && part == 0) dsum[w] = s;
+    if (live && dq_acc) {
+        float4 *z = (float4 *)(dq_acc + w * ATT_HS + n * part);
+#pragma unroll
+        for (int e = 0; e < n / 4; e++)
+            z[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+
 /* ------------------------------------------------------------------ host */
 
 typedef struct {
@@ -1014,15 +1046,19 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
     float scale = 1.0f / sqrtf((float)s.hs);
     cudaStream_t st = gpc_cuda_stream();
     GPC_CUDA_DISPATCH(out->dtype, E, {
-        att_dsum_kernel<E><<<gpc_cuda_blocks(rows * 32, 256), 256, 0, st>>>(
-            (float *)dsum, (const E *)dout->data, (const E *)out->data, s.B, s.T, s.NH, s.hs);
+        if (fast)
+            att_dsum64_kernel<E><<<gpc_cuda_blocks(rows * (ATT_HS / gpc_pack<E>::n), 256), 256, 0, st>>>(
+                (float *)dsum, fused ? dq_acc : NULL, (const E *)dout->data, (const E *)out->data,
+                s.B, s.T, s.NH);
+        else
+            att_dsum_kernel<E><<<gpc_cuda_blocks(rows * 32, 256), 256, 0, st>>>(
+                (float *)dsum, (const E *)dout->data, (const E *)out->data, s.B, s.T, s.NH, s.hs);
     });
     GPC_CUDA_CHECK_LAUNCH();
     if (fused) {
         unsigned tiles = (unsigned)((s.T + ATT_TILE - 1) / ATT_TILE);
         dim3 grid(tiles, (unsigned)(s.B * s.NH));
         float sl2 = scale * ATT_LOG2E;
-        GPC_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, (size_t)rows * ATT_HS * sizeof(float), st));
         unsigned store_blocks = gpc_cuda_blocks(rows * (ATT_HS / 8), 256);
         if (out->dtype == GPC_BF16) {
             typedef gpc_bf16_t E;

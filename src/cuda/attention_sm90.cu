@@ -46,14 +46,15 @@
 #define AW_PRODUCER_REGS 24
 #define AW_LAUNCH_REGS 168 /* what ptxas gives 384 threads of one block a multiprocessor */
 #define AW_LOG2E 1.4426950408889634f
+#define AW_UNIT 2 /* key blocks a block of the grid: kb and nkb - 1 - kb */
 /* shared memory, from a 1024-byte aligned base */
-#define AW_K 0
-#define AW_V AW_TILE_BYTES
-#define AW_STAGE(s) (2 * AW_TILE_BYTES + (s)*2 * AW_TILE_BYTES) /* Q, then dO */
-#define AW_DS(b) (AW_STAGE(AW_STAGES) + (b)*2 * AW_TILE_BYTES)  /* two [128][64] boxes */
-#define AW_ROWS(s) (AW_DS(2) + (s)*2 * AW_BLOCK * 4)            /* lse, then D */
+#define AW_KV(j) ((j)*2 * AW_TILE_BYTES) /* the unit's key block j: K, then V */
+#define AW_STAGE(s) (AW_KV(AW_UNIT) + (s)*2 * AW_TILE_BYTES)   /* Q, then dO */
+#define AW_DS(b) (AW_STAGE(AW_STAGES) + (b)*2 * AW_TILE_BYTES) /* two [128][64] boxes */
+#define AW_ROWS(s) (AW_DS(2) + (s)*2 * AW_BLOCK * 4)           /* lse, then D */
 #define AW_BARS AW_ROWS(AW_STAGES)
-#define AW_SMEM (1024 + AW_BARS + 8 * (1 + 2 * AW_STAGES))
+#define AW_NBARS (AW_UNIT + 2 * AW_STAGES) /* kv_full[AW_UNIT], full, empty */
+#define AW_SMEM (1024 + AW_BARS + 8 * AW_NBARS)
 
 #ifdef G_KERNEL_BODY
 /* d[64] += A (64 x 16, K-major) . B (128 x 16, K-major)^T, or d = it */
@@ -156,6 +157,11 @@ __device__ __forceinline__ float2 aw_lds2(uint32_t at) {
     return v;
 }
 
+/* Key block j (0 or 1) of unit u: u, then nkb - 1 - u. */
+__device__ __forceinline__ int aw_key_block(int j, int u, int nkb) {
+    return j == 0 ? u : nkb - 1 - u;
+}
+
 /* A 1-D bulk copy of bytes (a multiple of 16) into shared memory, counted
  * on bar's transaction bytes. */
 __device__ __forceinline__ void aw_bulk_load(void *dst, const void *src, unsigned bytes,
@@ -183,12 +189,13 @@ __device__ __forceinline__ void aw_stmatrix4_t(uint32_t at, uint32_t a, uint32_t
  * (N-contiguous) B the rows are K and N = 64 runs along them (advance two
  * 8-row atoms, 2048 bytes, a k16 step). Both have 1024 bytes between 8-row
  * atoms. */
-__device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, float *dq_acc,
-                                           gpc_bf16_t *dqkv, int b, int h, int bh, int kb, int nq,
-                                           int T, int NH, float scale_log2, float scale, int c,
-                                           int wi, int lane) {
-    uint64_t *kv_full = bars, *full = bars + 1, *empty = full + AW_STAGES;
-    const uint32_t s_base = g_smem(base);
+__device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, float *dq_acc,
+                                          gpc_bf16_t *dqkv, int b, int h, int bh, int kb, int j,
+                                          int g0, int T, int NH, float scale_log2, float scale,
+                                          int c, int wi, int lane) {
+    uint64_t *kv_full = bars + j, *full = bars + AW_UNIT, *empty = full + AW_STAGES;
+    const int nq = T / AW_BLOCK - kb;
+    const uint32_t s_base = g_smem(base), k_s = s_base + AW_KV(j), v_s = k_s + AW_TILE_BYTES;
     const int r0 = 16 * wi + lane / 4; /* this thread's first row of the 64 */
     const int key0 = 64 * c + r0;      /* its first key in the block */
     const int colq = 2 * (lane % 4);   /* its first column in each 8 */
@@ -198,10 +205,10 @@ __device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, 
         dk[i] = dv[i] = 0.0f;
     aw_mbar_wait(kv_full, 0);
     for (int it = 0; it < nq; it++) {
-        const int s = it % AW_STAGES, i = kb + it;
+        const int g = g0 + it, s = g % AW_STAGES, i = kb + it;
         const uint32_t q_s = s_base + AW_STAGE(s), do_s = q_s + AW_TILE_BYTES;
         const uint32_t lse_s = s_base + AW_ROWS(s), d_s = lse_s + AW_BLOCK * 4;
-        aw_mbar_wait(&full[s], (it / AW_STAGES) & 1);
+        aw_mbar_wait(&full[s], (g / AW_STAGES) & 1);
 
         /* S^T and dP^T for this warpgroup's 64 keys and the block's 128
          * queries, as two groups: P^T's exponentials run while dP^T's
@@ -210,12 +217,12 @@ __device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, 
         g_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < AW_HS / 16; kk++)
-            aw_wgmma_128(st, g_desc_at(s_base + AW_K + c * 64 * 128 + 32 * kk),
+            aw_wgmma_128(st, g_desc_at(k_s + c * 64 * 128 + 32 * kk),
                          g_desc_at(q_s + 32 * kk), kk > 0);
         g_wgmma_commit();
 #pragma unroll
         for (int kk = 0; kk < AW_HS / 16; kk++)
-            aw_wgmma_128(dpt, g_desc_at(s_base + AW_V + c * 64 * 128 + 32 * kk),
+            aw_wgmma_128(dpt, g_desc_at(v_s + c * 64 * 128 + 32 * kk),
                          g_desc_at(do_s + 32 * kk), kk > 0);
         g_wgmma_commit();
         g_wgmma_wait<1>();
@@ -254,10 +261,10 @@ __device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, 
             dsa[2 * q + 1] = g_pack_bf16(ds[2], ds[3]);
         }
 
-        /* dS (queries x keys) into buffer it % 2, K-major for dQ = dS K:
+        /* dS (queries x keys) into buffer g % 2, K-major for dQ = dS K:
          * the x4 store takes dsa[2q .. 2q + 3], matrices (keys rb.., queries
          * 8q..), (rb + 8.., 8q..), (rb.., 8q + 8..), (rb + 8.., 8q + 8..) */
-        const uint32_t ds_s = s_base + AW_DS(it % 2);
+        const uint32_t ds_s = s_base + AW_DS(g % 2);
         {
             const int m = lane / 8, row_in = lane % 8;
             const int key = 64 * c + 16 * wi + 8 * (m & 1); /* this lane's matrix: its keys */
@@ -291,11 +298,13 @@ __device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, 
         for (int kk = 0; kk < AW_BLOCK / 16; kk++)
             aw_wgmma_64_st(
                 dq, g_desc_at(ds_s + (kk / 4) * AW_TILE_BYTES + c * 64 * 128 + 32 * (kk % 4)),
-                g_desc_at(s_base + AW_K + 2048 * kk), kk > 0);
+                g_desc_at(k_s + 2048 * kk), kk > 0);
         g_wgmma_commit();
         g_wgmma_wait<1>();
         /* dV and dK are done: this stage's Q, dO, lse and D are read, and the
-         * producer may refill it */
+         * producer may refill it (the warp's lanes meet first, so their reads
+         * of lse and D come before lane 0's arrival) */
+        __syncwarp();
         if (lane == 0) g_mbar_arrive(&empty[s]);
         g_wgmma_wait<0>();
         /* lanes l and l ^ 1 hold columns colq and colq + 2 of the same two
@@ -328,6 +337,7 @@ __device__ __forceinline__ void aw_consume(unsigned char *base, uint64_t *bars, 
                 g_pack_bf16(dk[4 * q + 2 * r] * scale, dk[4 * q + 2 * r + 1] * scale);
             *(uint32_t *)(at + 2 * C) = g_pack_bf16(dv[4 * q + 2 * r], dv[4 * q + 2 * r + 1]);
         }
+    return g0 + nq;
 }
 #endif /* G_KERNEL_BODY */
 
@@ -340,14 +350,19 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
     extern __shared__ __align__(1024) unsigned char aw_shared[];
     unsigned char *base = (unsigned char *)(((uintptr_t)aw_shared + 1023) & ~(uintptr_t)1023);
     uint64_t *bars = (uint64_t *)(base + AW_BARS);
-    uint64_t *kv_full = bars, *full = bars + 1, *empty = full + AW_STAGES;
+    uint64_t *kv_full = bars, *full = bars + AW_UNIT, *empty = full + AW_STAGES;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int nkb = T / AW_BLOCK, bhs = B * NH;
-    const int kb = (int)blockIdx.x / bhs, bh = (int)blockIdx.x % bhs, b = bh / NH, h = bh % NH;
-    const int nq = nkb - kb, C = NH * AW_HS;
+    /* the block's unit: (batch, head) bh, key blocks u and nkb - 1 - u (one
+     * when they are the same), nkb + 1 query blocks in all; a head's units
+     * are neighbours in the grid, so they run at about the same time and
+     * share their Q, dO and dq lines in L2 */
+    const int nkb = T / AW_BLOCK, units = (nkb + 1) / 2, C = NH * AW_HS;
+    const int bh = (int)blockIdx.x / units, u = (int)blockIdx.x % units, b = bh / NH, h = bh % NH;
+    const int nk = nkb - 1 - u == u ? 1 : 2;
 
     if (threadIdx.x == 0) {
-        g_mbar_init(kv_full, 1);
+        for (int j = 0; j < AW_UNIT; j++)
+            g_mbar_init(&kv_full[j], 1);
         for (int s = 0; s < AW_STAGES; s++) {
             g_mbar_init(&full[s], 1);
             g_mbar_init(&empty[s], 8); /* lane 0 of each consumer warp */
@@ -362,28 +377,35 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
                   "the launch's registers");
     if (warp >= 4) {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(AW_CONSUMER_REGS));
-        aw_consume(base, bars, dq_acc, dqkv, b, h, bh, kb, nq, T, NH, scale_log2, scale,
-                   warp / 4 - 1, warp % 4, lane);
+        /* the stages' ring runs on across the unit's key blocks */
+        for (int j = 0, g = 0; j < nk; j++)
+            g = aw_consume(base, bars, dq_acc, dqkv, b, h, bh, aw_key_block(j, u, nkb), j, g, T, NH, scale_log2,
+                           scale, warp / 4 - 1, warp % 4, lane);
         return;
     }
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(AW_PRODUCER_REGS));
     if (threadIdx.x != 0) return;
-    /* the producer: K and V of this key block, then each query block's Q,
-     * dO, lse and D into the ring */
+    /* the producer: K and V of the unit's key blocks, then each query block's
+     * Q, dO, lse and D into the ring */
     const int row0 = b * T;
-    g_mbar_expect(kv_full, 2 * AW_TILE_BYTES);
-    g_tma_load(base + AW_K, &map_qkv, C + h * AW_HS, row0 + kb * AW_BLOCK, kv_full);
-    g_tma_load(base + AW_V, &map_qkv, 2 * C + h * AW_HS, row0 + kb * AW_BLOCK, kv_full);
-    const float *lse_b = lse + (int64_t)bh * T, *d_b = dsum + (int64_t)bh * T;
-    for (int it = 0; it < nq; it++) {
-        const int s = it % AW_STAGES, round = it / AW_STAGES, q0 = (kb + it) * AW_BLOCK;
-        if (round > 0) aw_mbar_wait(&empty[s], (round - 1) & 1);
-        g_mbar_expect(&full[s], 2 * AW_TILE_BYTES + 2 * AW_BLOCK * 4);
-        g_tma_load(base + AW_STAGE(s), &map_qkv, h * AW_HS, row0 + q0, &full[s]);
-        g_tma_load(base + AW_STAGE(s) + AW_TILE_BYTES, &map_do, h * AW_HS, row0 + q0, &full[s]);
-        aw_bulk_load(base + AW_ROWS(s), lse_b + q0, AW_BLOCK * 4, &full[s]);
-        aw_bulk_load(base + AW_ROWS(s) + AW_BLOCK * 4, d_b + q0, AW_BLOCK * 4, &full[s]);
+    for (int j = 0; j < nk; j++) {
+        g_mbar_expect(&kv_full[j], 2 * AW_TILE_BYTES);
+        g_tma_load(base + AW_KV(j), &map_qkv, C + h * AW_HS, row0 + aw_key_block(j, u, nkb) * AW_BLOCK, &kv_full[j]);
+        g_tma_load(base + AW_KV(j) + AW_TILE_BYTES, &map_qkv, 2 * C + h * AW_HS,
+                   row0 + aw_key_block(j, u, nkb) * AW_BLOCK, &kv_full[j]);
     }
+    const float *lse_b = lse + (int64_t)bh * T, *d_b = dsum + (int64_t)bh * T;
+    for (int j = 0, g = 0; j < nk; j++)
+        for (int i = aw_key_block(j, u, nkb); i < nkb; i++, g++) {
+            const int s = g % AW_STAGES, round = g / AW_STAGES, q0 = i * AW_BLOCK;
+            if (round > 0) aw_mbar_wait(&empty[s], (round - 1) & 1);
+            g_mbar_expect(&full[s], 2 * AW_TILE_BYTES + 2 * AW_BLOCK * 4);
+            g_tma_load(base + AW_STAGE(s), &map_qkv, h * AW_HS, row0 + q0, &full[s]);
+            g_tma_load(base + AW_STAGE(s) + AW_TILE_BYTES, &map_do, h * AW_HS, row0 + q0,
+                       &full[s]);
+            aw_bulk_load(base + AW_ROWS(s), lse_b + q0, AW_BLOCK * 4, &full[s]);
+            aw_bulk_load(base + AW_ROWS(s) + AW_BLOCK * 4, d_b + q0, AW_BLOCK * 4, &full[s]);
+        }
 #else
     (void)map_qkv, (void)map_do, (void)dq_acc, (void)dqkv, (void)lse, (void)dsum, (void)B, (void)T,
         (void)NH, (void)scale_log2, (void)scale;
@@ -424,7 +446,7 @@ gpc_status gpc_cuda_attention_backward_kv_sm90(float *dq_acc, gpc_bf16_t *dqkv,
     int aligned = 1;
     for (int i = 0; i < 6; i++)
         aligned &= gpc_cuda_aligned16(ptrs[i]);
-    const int64_t blocks = (int64_t)(T / AW_BLOCK) * B * NH;
+    const int64_t blocks = (int64_t)(T / AW_BLOCK + 1) / 2 * B * NH; /* units */
     if (B <= 0 || NH <= 0 || T <= 0 || T % AW_BLOCK || !aligned || blocks > 0x7fffffff ||
         (int64_t)B * T > 0x7fffffff || !gpc_cuda_attention_sm90_available())
         return gpc_error(GPC_ERR_UNSUPPORTED, "attention_sm90: not for this shape or GPU");
