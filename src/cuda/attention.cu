@@ -1027,6 +1027,13 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
     gpc_attention_path path;
     int use_cudnn;
     GPC_TRY(att_route(op, out->dtype, &s, GPC_CUDNN_BACKWARD, 0, ptrs, 5, &path, &use_cudnn));
+    /* under auto, GPC_ATTENTION_BWD=wgmma takes the backward from cuDNN
+     * wherever the wgmma kernel serves it (the forward stays cuDNN's: the
+     * two paths' lse agree) */
+    if (use_cudnn && path == GPC_ATTENTION_AUTO && att_backward_mode() == ATT_BWD_WGMMA &&
+        out->dtype == GPC_BF16 && s.hs == ATT_HS && att_fast(path, out->dtype, &s, ptrs, 5) &&
+        gpc_cuda_attention_sm90_serves(s.T))
+        use_cudnn = 0;
     if (use_cudnn) return gpc_cudnn_attention_backward(dqkv, dout, qkv, out, lse, num_heads);
     int fast = att_fast(path, out->dtype, &s, ptrs, 4);
     if (!fast && s.hs > ATT_NAIVE_MAX_HS)

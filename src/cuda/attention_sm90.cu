@@ -38,7 +38,7 @@
 #include "cuda/sm90_common.cuh"
 
 #define AW_HS 64                             /* head size */
-#define AW_BLOCK 128                         /* keys a block, queries a stage */
+#define AW_BLOCK GPC_ATTENTION_SM90_BLOCK     /* keys a block, queries a stage */
 #define AW_TILE_BYTES (AW_BLOCK * AW_HS * 2) /* [128][64] bf16, 16 KiB */
 #define AW_STAGES 2
 #define AW_THREADS 384
@@ -46,14 +46,14 @@
 #define AW_PRODUCER_REGS 24
 #define AW_LAUNCH_REGS 168 /* what ptxas gives 384 threads of one block a multiprocessor */
 #define AW_LOG2E 1.4426950408889634f
-#define AW_UNIT 2 /* key blocks a block of the grid: kb and nkb - 1 - kb */
+#define AW_UNIT 2 /* key blocks a unit of work: kb and nkb - 1 - kb */
 /* shared memory, from a 1024-byte aligned base */
-#define AW_KV(j) ((j)*2 * AW_TILE_BYTES) /* the unit's key block j: K, then V */
+#define AW_KV(j) ((j)*2 * AW_TILE_BYTES) /* key block buffer j: K, then V */
 #define AW_STAGE(s) (AW_KV(AW_UNIT) + (s)*2 * AW_TILE_BYTES)   /* Q, then dO */
 #define AW_DS(b) (AW_STAGE(AW_STAGES) + (b)*2 * AW_TILE_BYTES) /* two [128][64] boxes */
 #define AW_ROWS(s) (AW_DS(2) + (s)*2 * AW_BLOCK * 4)           /* lse, then D */
 #define AW_BARS AW_ROWS(AW_STAGES)
-#define AW_NBARS (AW_UNIT + 2 * AW_STAGES) /* kv_full[AW_UNIT], full, empty */
+#define AW_NBARS (2 * AW_UNIT + 2 * AW_STAGES) /* kv_full, kv_empty, full, empty */
 #define AW_SMEM (1024 + AW_BARS + 8 * AW_NBARS)
 
 #ifdef G_KERNEL_BODY
@@ -157,9 +157,13 @@ __device__ __forceinline__ float2 aw_lds2(uint32_t at) {
     return v;
 }
 
-/* Key block j (0 or 1) of unit u: u, then nkb - 1 - u. */
+/* Key block j (0 or 1) of unit u: u, then nkb - 1 - u; and how many the
+ * unit has (one where they are the same, the middle of an odd nkb). */
 __device__ __forceinline__ int aw_key_block(int j, int u, int nkb) {
     return j == 0 ? u : nkb - 1 - u;
+}
+__device__ __forceinline__ int aw_unit_keys(int u, int nkb) {
+    return nkb - 1 - u == u ? 1 : 2;
 }
 
 /* A 1-D bulk copy of bytes (a multiple of 16) into shared memory, counted
@@ -190,10 +194,12 @@ __device__ __forceinline__ void aw_stmatrix4_t(uint32_t at, uint32_t a, uint32_t
  * 8-row atoms, 2048 bytes, a k16 step). Both have 1024 bytes between 8-row
  * atoms. */
 __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, float *dq_acc,
-                                          gpc_bf16_t *dqkv, int b, int h, int bh, int kb, int j,
+                                          gpc_bf16_t *dqkv, int b, int h, int bh, int kb, int kc,
                                           int g0, int T, int NH, float scale_log2, float scale,
                                           int c, int wi, int lane) {
-    uint64_t *kv_full = bars + j, *full = bars + AW_UNIT, *empty = full + AW_STAGES;
+    const int j = kc % AW_UNIT;
+    uint64_t *kv_full = bars + j, *kv_empty = bars + AW_UNIT + j;
+    uint64_t *full = bars + 2 * AW_UNIT, *empty = full + AW_STAGES;
     const int nq = T / AW_BLOCK - kb;
     const uint32_t s_base = g_smem(base), k_s = s_base + AW_KV(j), v_s = k_s + AW_TILE_BYTES;
     const int r0 = 16 * wi + lane / 4; /* this thread's first row of the 64 */
@@ -203,7 +209,7 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, f
 #pragma unroll
     for (int i = 0; i < 32; i++)
         dk[i] = dv[i] = 0.0f;
-    aw_mbar_wait(kv_full, 0);
+    aw_mbar_wait(kv_full, (kc / AW_UNIT) & 1);
     for (int it = 0; it < nq; it++) {
         const int g = g0 + it, s = g % AW_STAGES, i = kb + it;
         const uint32_t q_s = s_base + AW_STAGE(s), do_s = q_s + AW_TILE_BYTES;
@@ -325,6 +331,11 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, f
         }
     }
 
+    /* every warp's products are done with this K and V: the producer may
+     * load the next key block's into their buffer */
+    __syncwarp();
+    if (lane == 0) g_mbar_arrive(kv_empty);
+
     /* dK (times the softmax scale) and dV into dqkv */
     const int64_t C = (int64_t)NH * AW_HS, stride = 3 * C;
     gpc_bf16_t *row = dqkv + ((int64_t)b * T + (int64_t)kb * AW_BLOCK + key0) * stride + h * AW_HS;
@@ -339,6 +350,41 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, f
         }
     return g0 + nq;
 }
+/* The producer (one thread): each key block's K and V once its buffer is
+ * free, then its query blocks' Q, dO, lse and D into the ring, for the same
+ * units as the consumers. It runs on few registers (AW_PRODUCER_REGS): rows
+ * and columns are recomputed where used rather than kept, and its waits have
+ * no time limit (a lost arrival stops the consumers' timed waits instead). */
+__device__ __forceinline__ void aw_produce(unsigned char *base, uint64_t *bars,
+                                           const CUtensorMap *map_qkv, const CUtensorMap *map_do,
+                                           const float *lse, const float *dsum, int B, int T,
+                                           int NH) {
+    uint64_t *kv_full = bars, *kv_empty = bars + AW_UNIT;
+    uint64_t *full = bars + 2 * AW_UNIT, *empty = full + AW_STAGES;
+    const int nkb = T / AW_BLOCK, upb = (nkb + 1) / 2, C = NH * AW_HS;
+    for (int n = blockIdx.x, kc = 0, g = 0; n < B * NH * upb; n += gridDim.x) {
+        const int bh = n / upb, u = n % upb;
+        for (int j = 0; j < aw_unit_keys(u, nkb); j++, kc++) {
+            const int kb = aw_key_block(j, u, nkb), kv = kc % AW_UNIT;
+            if (kc >= AW_UNIT) g_mbar_wait(&kv_empty[kv], (kc / AW_UNIT - 1) & 1);
+            g_mbar_expect(&kv_full[kv], 2 * AW_TILE_BYTES);
+            const int krow = bh / NH * T + kb * AW_BLOCK, kcol = C + bh % NH * AW_HS;
+            g_tma_load(base + AW_KV(kv), map_qkv, kcol, krow, &kv_full[kv]);
+            g_tma_load(base + AW_KV(kv) + AW_TILE_BYTES, map_qkv, kcol + C, krow, &kv_full[kv]);
+            for (int i = kb; i < nkb; i++, g++) {
+                const int s = g % AW_STAGES, round = g / AW_STAGES;
+                if (round > 0) g_mbar_wait(&empty[s], (round - 1) & 1);
+                g_mbar_expect(&full[s], 2 * AW_TILE_BYTES + 2 * AW_BLOCK * 4);
+                const int qrow = bh / NH * T + i * AW_BLOCK, qcol = bh % NH * AW_HS;
+                g_tma_load(base + AW_STAGE(s), map_qkv, qcol, qrow, &full[s]);
+                g_tma_load(base + AW_STAGE(s) + AW_TILE_BYTES, map_do, qcol, qrow, &full[s]);
+                const int64_t r = (int64_t)bh * T + i * AW_BLOCK;
+                aw_bulk_load(base + AW_ROWS(s), lse + r, AW_BLOCK * 4, &full[s]);
+                aw_bulk_load(base + AW_ROWS(s) + AW_BLOCK * 4, dsum + r, AW_BLOCK * 4, &full[s]);
+            }
+        }
+    }
+}
 #endif /* G_KERNEL_BODY */
 
 __global__ void __launch_bounds__(AW_THREADS, 1)
@@ -350,22 +396,25 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
     extern __shared__ __align__(1024) unsigned char aw_shared[];
     unsigned char *base = (unsigned char *)(((uintptr_t)aw_shared + 1023) & ~(uintptr_t)1023);
     uint64_t *bars = (uint64_t *)(base + AW_BARS);
-    uint64_t *kv_full = bars, *full = bars + AW_UNIT, *empty = full + AW_STAGES;
+    uint64_t *kv_full = bars, *kv_empty = bars + AW_UNIT;
+    uint64_t *full = bars + 2 * AW_UNIT, *empty = full + AW_STAGES;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    /* the block's unit: (batch, head) bh, key blocks u and nkb - 1 - u (one
-     * when they are the same), nkb + 1 query blocks in all; a head's units
-     * are neighbours in the grid, so they run at about the same time and
-     * share their Q, dO and dq lines in L2 */
-    const int nkb = T / AW_BLOCK, units = (nkb + 1) / 2, C = NH * AW_HS;
-    const int bh = (int)blockIdx.x / units, u = (int)blockIdx.x % units, b = bh / NH, h = bh % NH;
-    const int nk = nkb - 1 - u == u ? 1 : 2;
+    /* Units of work: (batch, head) bh with key blocks u and nkb - 1 - u (one
+     * when they are the same), nkb + 1 query blocks in all, so that every
+     * unit costs about the same. A block walks units blockIdx.x, + gridDim.x,
+     * ...: the units running at once are neighbours, a few heads' worth,
+     * which share their Q, dO and dq lines in L2. Key blocks count on (kc)
+     * and the stages' ring turns on (g) across a block's units. */
+    const int nkb = T / AW_BLOCK, upb = (nkb + 1) / 2, units = B * NH * upb;
 
     if (threadIdx.x == 0) {
-        for (int j = 0; j < AW_UNIT; j++)
+        for (int j = 0; j < AW_UNIT; j++) {
             g_mbar_init(&kv_full[j], 1);
+            g_mbar_init(&kv_empty[j], 8); /* lane 0 of each consumer warp */
+        }
         for (int s = 0; s < AW_STAGES; s++) {
             g_mbar_init(&full[s], 1);
-            g_mbar_init(&empty[s], 8); /* lane 0 of each consumer warp */
+            g_mbar_init(&empty[s], 8);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -377,35 +426,18 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
                   "the launch's registers");
     if (warp >= 4) {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(AW_CONSUMER_REGS));
-        /* the stages' ring runs on across the unit's key blocks */
-        for (int j = 0, g = 0; j < nk; j++)
-            g = aw_consume(base, bars, dq_acc, dqkv, b, h, bh, aw_key_block(j, u, nkb), j, g, T, NH, scale_log2,
-                           scale, warp / 4 - 1, warp % 4, lane);
+        for (int n = blockIdx.x, kc = 0, g = 0; n < units; n += gridDim.x) {
+            const int bh = n / upb, u = n % upb;
+            for (int j = 0; j < aw_unit_keys(u, nkb); j++, kc++)
+                g = aw_consume(base, bars, dq_acc, dqkv, bh / NH, bh % NH, bh,
+                               aw_key_block(j, u, nkb), kc, g, T, NH, scale_log2, scale,
+                               warp / 4 - 1, warp % 4, lane);
+        }
         return;
     }
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(AW_PRODUCER_REGS));
     if (threadIdx.x != 0) return;
-    /* the producer: K and V of the unit's key blocks, then each query block's
-     * Q, dO, lse and D into the ring */
-    const int row0 = b * T;
-    for (int j = 0; j < nk; j++) {
-        g_mbar_expect(&kv_full[j], 2 * AW_TILE_BYTES);
-        g_tma_load(base + AW_KV(j), &map_qkv, C + h * AW_HS, row0 + aw_key_block(j, u, nkb) * AW_BLOCK, &kv_full[j]);
-        g_tma_load(base + AW_KV(j) + AW_TILE_BYTES, &map_qkv, 2 * C + h * AW_HS,
-                   row0 + aw_key_block(j, u, nkb) * AW_BLOCK, &kv_full[j]);
-    }
-    const float *lse_b = lse + (int64_t)bh * T, *d_b = dsum + (int64_t)bh * T;
-    for (int j = 0, g = 0; j < nk; j++)
-        for (int i = aw_key_block(j, u, nkb); i < nkb; i++, g++) {
-            const int s = g % AW_STAGES, round = g / AW_STAGES, q0 = i * AW_BLOCK;
-            if (round > 0) aw_mbar_wait(&empty[s], (round - 1) & 1);
-            g_mbar_expect(&full[s], 2 * AW_TILE_BYTES + 2 * AW_BLOCK * 4);
-            g_tma_load(base + AW_STAGE(s), &map_qkv, h * AW_HS, row0 + q0, &full[s]);
-            g_tma_load(base + AW_STAGE(s) + AW_TILE_BYTES, &map_do, h * AW_HS, row0 + q0,
-                       &full[s]);
-            aw_bulk_load(base + AW_ROWS(s), lse_b + q0, AW_BLOCK * 4, &full[s]);
-            aw_bulk_load(base + AW_ROWS(s) + AW_BLOCK * 4, d_b + q0, AW_BLOCK * 4, &full[s]);
-        }
+    aw_produce(base, bars, &map_qkv, &map_do, lse, dsum, B, T, NH);
 #else
     (void)map_qkv, (void)map_do, (void)dq_acc, (void)dqkv, (void)lse, (void)dsum, (void)B, (void)T,
         (void)NH, (void)scale_log2, (void)scale;
@@ -438,6 +470,10 @@ int gpc_cuda_attention_sm90_available(void) {
     return gpc_sm90_device_ok(ok, aw_kernel_ok);
 }
 
+int gpc_cuda_attention_sm90_serves(int T) {
+    return T > 0 && T % AW_BLOCK == 0 && gpc_cuda_attention_sm90_available();
+}
+
 gpc_status gpc_cuda_attention_backward_kv_sm90(float *dq_acc, gpc_bf16_t *dqkv,
                                                const gpc_bf16_t *qkv, const gpc_bf16_t *dout,
                                                const float *lse, const float *dsum, int B, int T,
@@ -446,15 +482,15 @@ gpc_status gpc_cuda_attention_backward_kv_sm90(float *dq_acc, gpc_bf16_t *dqkv,
     int aligned = 1;
     for (int i = 0; i < 6; i++)
         aligned &= gpc_cuda_aligned16(ptrs[i]);
-    const int64_t blocks = (int64_t)(T / AW_BLOCK + 1) / 2 * B * NH; /* units */
-    if (B <= 0 || NH <= 0 || T <= 0 || T % AW_BLOCK || !aligned || blocks > 0x7fffffff ||
-        (int64_t)B * T > 0x7fffffff || !gpc_cuda_attention_sm90_available())
+    const int64_t units = (int64_t)(T / AW_BLOCK + 1) / 2 * B * NH;
+    if (B <= 0 || NH <= 0 || !aligned || units > 0x7fffffff || (int64_t)B * T > 0x7fffffff ||
+        !gpc_cuda_attention_sm90_serves(T))
         return gpc_error(GPC_ERR_UNSUPPORTED, "attention_sm90: not for this shape or GPU");
     const int64_t C = (int64_t)NH * AW_HS;
     CUtensorMap map_qkv, map_do;
     GPC_TRY(gpc_sm90_make_map(&map_qkv, qkv, (int64_t)B * T, 3 * C, AW_BLOCK));
     GPC_TRY(gpc_sm90_make_map(&map_do, dout, (int64_t)B * T, C, AW_BLOCK));
-    att_sm90_backward_kv_kernel<<<(unsigned)blocks, AW_THREADS, AW_SMEM, gpc_cuda_stream()>>>(
+    att_sm90_backward_kv_kernel<<<gpc_sm90_grid(units), AW_THREADS, AW_SMEM, gpc_cuda_stream()>>>(
         map_qkv, map_do, dq_acc, dqkv, lse, dsum, B, T, NH, scale * AW_LOG2E, scale);
     GPC_CUDA_CHECK_LAUNCH();
     __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);

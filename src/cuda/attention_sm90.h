@@ -17,6 +17,11 @@ extern "C" {
 int gpc_cuda_attention_sm90_available(void);
 long gpc_cuda_attention_sm90_calls(void);
 
+/* Whether the kernel serves T (a multiple of GPC_ATTENTION_SM90_BLOCK) on
+ * this GPU, for bf16 and head size 64 (pointers 16-byte aligned). */
+#define GPC_ATTENTION_SM90_BLOCK 128
+int gpc_cuda_attention_sm90_serves(int T);
+
 #ifdef __cplusplus
 }
 #endif

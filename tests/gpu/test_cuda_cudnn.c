@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "cuda/attention_cudnn.h"
+#include "cuda/attention_sm90.h"
 #include "gpc/model.h"
 #include "ops/ops.h"
 
@@ -303,6 +304,46 @@ static void test_auto_uses_prepared_shapes(void **state) {
     free(hq);
 }
 
+/* Under auto a prepared shape's backward is cuDNN's, or, with
+ * GPC_ATTENTION_BWD=wgmma (read once a process: the ctest variant
+ * gpu_test_cuda_cudnn_attention_wgmma) on a GPU the wgmma kernel serves, gpc's
+ * wgmma backward after cuDNN's forward. Either way the CPU's gradients. */
+static void test_auto_backward_route(void **state) {
+    (void)state;
+    int64_t B = 2, T = 256, NH = 2, hs = 64, C = NH * hs;
+    int64_t s_qkv[3] = {B, T, 3 * C}, s_o[3] = {B, T, C}, s_l[3] = {B, NH, T};
+    float *hq = random_values(B * T * 3 * C, -2, 2, GPC_BF16);
+    float *hdo = random_values(B * T * C, -1, 1, GPC_BF16);
+    gpc_tensor cq = gpc_tensor_make(hq, GPC_F32, gpc_cpu(), 3, s_qkv);
+    gpc_tensor cdo = gpc_tensor_make(hdo, GPC_F32, gpc_cpu(), 3, s_o), co, cl, cdq;
+    TEST_OK(gpc_tensor_alloc(&co, GPC_F32, gpc_cpu(), 3, s_o));
+    TEST_OK(gpc_tensor_alloc(&cl, GPC_F32, gpc_cpu(), 3, s_l));
+    TEST_OK(gpc_tensor_alloc(&cdq, GPC_F32, gpc_cpu(), 3, s_qkv));
+    TEST_OK(gpc_op_attention_forward(&co, &cl, &cq, (int)NH));
+    TEST_OK(gpc_op_attention_backward(&cdq, &cdo, &cq, &co, &cl, (int)NH));
+
+    gpc_tensor q = upload(GPC_BF16, 3, s_qkv, hq), dout = upload(GPC_BF16, 3, s_o, hdo);
+    gpc_tensor out = poisoned(GPC_BF16, 3, s_o), lse = poisoned(GPC_F32, 3, s_l);
+    gpc_tensor dq = poisoned(GPC_BF16, 3, s_qkv);
+    set_path("auto");
+    TEST_OK(gpc_op_attention_prepare(&q, (int)NH, 1));
+    long before = gpc_cuda_attention_sm90_calls();
+    TEST_OK(gpc_op_attention_forward(&out, &lse, &q, (int)NH));
+    TEST_OK(gpc_op_attention_backward(&dq, &dout, &q, &out, &lse, (int)NH));
+    /* from the GPU's bf16 forward, as in the mixing checks of compare_case */
+    expect_device("auto backward vs CPU (B=2 T=256)", &dq, cdq.data, 1e-1, 1e-2);
+    const char *bwd = getenv("GPC_ATTENTION_BWD");
+    int on = bwd && !strcmp(bwd, "wgmma") && gpc_cuda_attention_sm90_serves((int)T);
+    long ran = gpc_cuda_attention_sm90_calls() - before;
+    printf("  auto backward on wgmma: %ld (%s)\n", ran, on ? "on" : "off");
+    assert_int_equal(ran, on ? 1 : 0);
+    set_path(NULL);
+    gpc_tensor *all[] = {&co, &cl, &cdq, &q, &dout, &out, &lse, &dq};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        gpc_tensor_free(all[i]);
+    free(hq), free(hdo);
+}
+
 /* prepare builds both plans of a shape once, and the workspace with them. */
 static void test_prepare_caches(void **state) {
     (void)state;
@@ -448,6 +489,9 @@ int main(void) {
         cmocka_unit_test(test_errors),           cmocka_unit_test(test_cudnn_matches),
         cmocka_unit_test(test_auto_always_runs), cmocka_unit_test(test_auto_uses_prepared_shapes),
         cmocka_unit_test(test_prepare_caches),   cmocka_unit_test(test_model_losses_match),
+        cmocka_unit_test(test_auto_backward_route),
     };
+    /* GPC_TEST_FILTER='*route*' runs a subset (a ctest variant) */
+    if (getenv("GPC_TEST_FILTER")) cmocka_set_test_filter(getenv("GPC_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

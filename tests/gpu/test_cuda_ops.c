@@ -592,8 +592,9 @@ static void attention_case(gpc_dtype dt, int64_t B, int64_t T, int NH, int64_t h
     TEST_OK(gpc_op_attention_backward(&dqkv.gpu, &dout.gpu, &qkv.gpu, &gout, &glse, NH));
     /* bf16: P is rounded to 8 bits before P^T dO, so dv of the first keys,
      * long sums over every later query, carry a few rounding errors of 2^-9
-     * each; 5e-2 of the RMS per element, and 1e-2 over the whole tensor */
-    expect("attention_backward dqkv", &dqkv, dt == GPC_F32 ? 5e-5 : 5e-2);
+     * each; 6e-2 of the RMS per element (the largest of some 3e5 elements
+     * reaches 5.4e-2 in some draws), and 1e-2 over the whole tensor */
+    expect("attention_backward dqkv", &dqkv, dt == GPC_F32 ? 5e-5 : 6e-2);
     if (dt != GPC_F32) expect_norm("attention_backward dqkv", &dqkv, 1e-2);
     gpc_tensor_free(&gout);
     gpc_tensor_free(&glse);
