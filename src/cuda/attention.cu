@@ -1054,9 +1054,10 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
     cudaStream_t st = gpc_cuda_stream();
     GPC_CUDA_DISPATCH(out->dtype, E, {
         if (fast)
-            att_dsum64_kernel<E><<<gpc_cuda_blocks(rows * (ATT_HS / gpc_pack<E>::n), 256), 256, 0, st>>>(
-                (float *)dsum, fused ? dq_acc : NULL, (const E *)dout->data, (const E *)out->data,
-                s.B, s.T, s.NH);
+            att_dsum64_kernel<E>
+                <<<gpc_cuda_blocks(rows * (ATT_HS / gpc_pack<E>::n), 256), 256, 0, st>>>(
+                    (float *)dsum, fused ? dq_acc : NULL, (const E *)dout->data,
+                    (const E *)out->data, s.B, s.T, s.NH);
         else
             att_dsum_kernel<E><<<gpc_cuda_blocks(rows * 32, 256), 256, 0, st>>>(
                 (float *)dsum, (const E *)dout->data, (const E *)out->data, s.B, s.T, s.NH, s.hs);

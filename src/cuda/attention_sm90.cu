@@ -5,14 +5,19 @@
  * att_backward_kv_kernel<bf16, true> and keeps its contract: dK and dV
  * written into dqkv, dS K added into the f32 dq accumulator [B*NH, T, 64]
  * with atomics (att_dq_store_kernel then scales and stores it), lse in
- * natural log, D = rowsum(dO * O) from att_dsum_kernel.
+ * natural log, D = rowsum(dO * O) from att_dsum64_kernel.
  *
- * A block takes one (batch, head) and a block of 128 keys, and walks the
- * query blocks from its own (the diagonal, masked) to the last; blocks are
- * issued key block 0 first, the ones with the most query blocks. 384
- * threads: warpgroup 0's first thread is the producer (K and V once; per
- * query block Q, dO by TMA and lse, D by bulk copies into a ring of two
- * stages), warpgroups 1 and 2 the consumers, 64 keys each:
+ * Work comes in units: one (batch, head) and two blocks of 128 keys, kb and
+ * nkb - 1 - kb, so that every unit has nkb + 1 query blocks to walk (each
+ * key block from its own, the diagonal, masked, to the last). Persistent
+ * blocks, one a multiprocessor, take units blockIdx.x, + gridDim.x, ...: the
+ * units running at once are neighbours, a few heads' worth, whose Q, dO and
+ * dq lines meet in L2 (with single key blocks, issued key block by key
+ * block, the kernel took 16% longer). 384 threads: warpgroup 0's first
+ * thread is the producer (each key block's K and V into one of two buffers
+ * once the buffer is free; per query block Q, dO by TMA and lse, D by bulk
+ * copies into a ring of two stages, which runs on across key blocks and
+ * units), warpgroups 1 and 2 the consumers, 64 keys each:
  *
  *   S^T = K Q^T, dP^T = V dO^T      wgmma m64n128, both operands K-major
  *   P^T = exp(S^T - lse), dS^T = P^T (dP^T - D)   in the accumulators
@@ -22,23 +27,24 @@
  *   dS to shared memory             stmatrix.trans, into a K-major tile
  *   dQ = dS K, added to dq_acc      wgmma m64n64, each consumer 64 queries
  *
- * The two consumer warpgroups meet at one named barrier a query block
- * (both halves of dS written); dS is double-buffered so that a warpgroup
- * may write the next one while the other still reads this one. Overlap
- * within a warpgroup: P^T's exponentials while dP^T's products run, and dV
- * and dK's products while it waits at the barrier and issues dQ's; each
- * query block's products are done before the next block's begin. Mbarrier
+ * dQ needs both warpgroups' halves of dS, so it runs one query block behind
+ * (the key block's last one after its loop): by then the other warpgroup
+ * has long written the previous block's half, and neither waits for the
+ * other. dS is double-buffered, each buffer with two mbarriers (written by
+ * all eight consumer warps; read by their dQ products). Overlap within a
+ * warpgroup: P^T's exponentials while dP^T's products run, dV and dK's
+ * products while the previous block's dQ is issued. Consumer mbarrier
  * waits trap after 10 s rather than hang.
  *
- * Status: built for the next GPU session's tests (gpu_test_cuda_ops with
- * GPC_ATTENTION_BWD=wgmma) and measurement against cuDNN's backward; it has
- * not run on a GPU yet.
+ * Measured on an H200 (bench/RESULTS.md): the backward (with
+ * att_dsum64_kernel and att_dq_store_kernel) 1.015 ms against cuDNN's
+ * 1.054 ms at B=64 T=1024 NH=12, and 1-2% less energy.
  */
 #include "cuda/attention_sm90.h"
 #include "cuda/sm90_common.cuh"
 
 #define AW_HS 64                             /* head size */
-#define AW_BLOCK GPC_ATTENTION_SM90_BLOCK     /* keys a block, queries a stage */
+#define AW_BLOCK GPC_ATTENTION_SM90_BLOCK    /* keys a block, queries a stage */
 #define AW_TILE_BYTES (AW_BLOCK * AW_HS * 2) /* [128][64] bf16, 16 KiB */
 #define AW_STAGES 2
 #define AW_THREADS 384
@@ -46,14 +52,16 @@
 #define AW_PRODUCER_REGS 24
 #define AW_LAUNCH_REGS 168 /* what ptxas gives 384 threads of one block a multiprocessor */
 #define AW_LOG2E 1.4426950408889634f
+
 #define AW_UNIT 2 /* key blocks a unit of work: kb and nkb - 1 - kb */
 /* shared memory, from a 1024-byte aligned base */
-#define AW_KV(j) ((j)*2 * AW_TILE_BYTES) /* key block buffer j: K, then V */
+#define AW_KV(j) ((j)*2 * AW_TILE_BYTES)                       /* key block buffer j: K, then V */
 #define AW_STAGE(s) (AW_KV(AW_UNIT) + (s)*2 * AW_TILE_BYTES)   /* Q, then dO */
 #define AW_DS(b) (AW_STAGE(AW_STAGES) + (b)*2 * AW_TILE_BYTES) /* two [128][64] boxes */
 #define AW_ROWS(s) (AW_DS(2) + (s)*2 * AW_BLOCK * 4)           /* lse, then D */
 #define AW_BARS AW_ROWS(AW_STAGES)
-#define AW_NBARS (2 * AW_UNIT + 2 * AW_STAGES) /* kv_full, kv_empty, full, empty */
+/* kv_full, kv_empty, full, empty, ds_full, ds_free */
+#define AW_NBARS (2 * AW_UNIT + 2 * AW_STAGES + 2 * 2)
 #define AW_SMEM (1024 + AW_BARS + 8 * AW_NBARS)
 
 #ifdef G_KERNEL_BODY
@@ -186,6 +194,46 @@ __device__ __forceinline__ void aw_stmatrix4_t(uint32_t at, uint32_t a, uint32_t
                  : "memory");
 }
 
+/* dQ of the queries 64c .. 64c + 63 of query block i, from dS in buffer ds
+ * (written by both warpgroups, each its 64 keys: waited for on ds_full,
+ * phase parity) and K at k_s: dS (K-major, keys in two boxes) times K
+ * (transposed B: keys are its K), added into dq_acc. With pending, the
+ * products of one group issued before are waited for first, and done(),
+ * once they are, before the warpgroup's own wait for dQ; ds_free is arrived
+ * on once dS is read. */
+template <class Done>
+__device__ __forceinline__ void aw_dq(float *dq_acc, uint32_t ds, uint32_t k_s, uint64_t *ds_full,
+                                      uint64_t *ds_free, unsigned parity, int64_t row, int c,
+                                      int lane, Done done) {
+    float dq[32];
+    aw_mbar_wait(ds_full, parity);
+    g_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < AW_BLOCK / 16; kk++)
+        aw_wgmma_64_st(dq, g_desc_at(ds + (kk / 4) * AW_TILE_BYTES + c * 64 * 128 + 32 * (kk % 4)),
+                       g_desc_at(k_s + 2048 * kk), kk > 0);
+    g_wgmma_commit();
+    g_wgmma_wait<1>();
+    done();
+    g_wgmma_wait<0>();
+    __syncwarp();
+    if (lane == 0) g_mbar_arrive(ds_free);
+    /* lanes l and l ^ 1 hold columns colq and colq + 2 of the same two rows:
+     * each swaps one pair with the other, so the even lane adds four columns
+     * of row r0 and the odd lane four of row r0 + 8 */
+    const bool odd = lane & 1;
+    const int colq = 2 * (lane % 4);
+    float *dst = dq_acc + row * AW_HS + (odd ? 8 * AW_HS + colq - 2 : colq);
+#pragma unroll
+    for (int q = 0; q < 8; q++) {
+        const float g0 = odd ? dq[4 * q] : dq[4 * q + 2], g1 = odd ? dq[4 * q + 1] : dq[4 * q + 3];
+        const float o0 = __shfl_xor_sync(0xffffffffu, g0, 1);
+        const float o1 = __shfl_xor_sync(0xffffffffu, g1, 1);
+        atomicAdd((float4 *)(dst + 8 * q), odd ? make_float4(o0, o1, dq[4 * q + 2], dq[4 * q + 3])
+                                               : make_float4(dq[4 * q], dq[4 * q + 1], o0, o1));
+    }
+}
+
 /* The consumers of warpgroup c (0 or 1): keys 64c .. 64c + 63 of the block.
  * Their operands' descriptors (g_desc_at) are of tiles whose rows are 128
  * bytes in the 128-byte swizzle: for a K-major operand the rows are M or N
@@ -200,6 +248,7 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, f
     const int j = kc % AW_UNIT;
     uint64_t *kv_full = bars + j, *kv_empty = bars + AW_UNIT + j;
     uint64_t *full = bars + 2 * AW_UNIT, *empty = full + AW_STAGES;
+    uint64_t *ds_full = empty + AW_STAGES, *ds_free = ds_full + 2;
     const int nq = T / AW_BLOCK - kb;
     const uint32_t s_base = g_smem(base), k_s = s_base + AW_KV(j), v_s = k_s + AW_TILE_BYTES;
     const int r0 = 16 * wi + lane / 4; /* this thread's first row of the 64 */
@@ -223,13 +272,13 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, f
         g_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < AW_HS / 16; kk++)
-            aw_wgmma_128(st, g_desc_at(k_s + c * 64 * 128 + 32 * kk),
-                         g_desc_at(q_s + 32 * kk), kk > 0);
+            aw_wgmma_128(st, g_desc_at(k_s + c * 64 * 128 + 32 * kk), g_desc_at(q_s + 32 * kk),
+                         kk > 0);
         g_wgmma_commit();
 #pragma unroll
         for (int kk = 0; kk < AW_HS / 16; kk++)
-            aw_wgmma_128(dpt, g_desc_at(v_s + c * 64 * 128 + 32 * kk),
-                         g_desc_at(do_s + 32 * kk), kk > 0);
+            aw_wgmma_128(dpt, g_desc_at(v_s + c * 64 * 128 + 32 * kk), g_desc_at(do_s + 32 * kk),
+                         kk > 0);
         g_wgmma_commit();
         g_wgmma_wait<1>();
 
@@ -270,7 +319,10 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, f
         /* dS (queries x keys) into buffer g % 2, K-major for dQ = dS K:
          * the x4 store takes dsa[2q .. 2q + 3], matrices (keys rb.., queries
          * 8q..), (rb + 8.., 8q..), (rb.., 8q + 8..), (rb + 8.., 8q + 8..) */
+        /* buffer g % 2 is free once both warpgroups' dQ of query block g - 2
+         * has read it */
         const uint32_t ds_s = s_base + AW_DS(g % 2);
+        if (g >= 2) aw_mbar_wait(&ds_free[g % 2], (g / 2 - 1) & 1);
         {
             const int m = lane / 8, row_in = lane % 8;
             const int key = 64 * c + 16 * wi + 8 * (m & 1); /* this lane's matrix: its keys */
@@ -282,10 +334,12 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, f
                 aw_stmatrix4_t(at, dsa[2 * q], dsa[2 * q + 1], dsa[2 * q + 2], dsa[2 * q + 3]);
             }
         }
+        /* this warp's part of dS written, and seen by the async proxy */
         g_fence_async_smem();
+        __syncwarp();
+        if (lane == 0) g_mbar_arrive(&ds_full[g % 2]);
 
-        /* dV += P^T dO, dK += dS^T Q over the 128 queries: they run while the
-         * other warpgroup finishes its half of dS */
+        /* dV += P^T dO, dK += dS^T Q over the 128 queries */
         g_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < AW_BLOCK / 16; kk++)
@@ -294,41 +348,30 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, f
         for (int kk = 0; kk < AW_BLOCK / 16; kk++)
             aw_wgmma_64_rt(dk, dsa + 4 * kk, g_desc_at(q_s + 2048 * kk), 1);
         g_wgmma_commit();
-        asm volatile("bar.sync 1, %0;" ::"n"(2 * 128) : "memory"); /* both halves of dS */
-
-        /* dQ for queries 64c .. 64c + 63: dS (K-major, keys in two boxes) times K
-         * (transposed B: keys are its K) */
-        float dq[32];
-        g_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < AW_BLOCK / 16; kk++)
-            aw_wgmma_64_st(
-                dq, g_desc_at(ds_s + (kk / 4) * AW_TILE_BYTES + c * 64 * 128 + 32 * (kk % 4)),
-                g_desc_at(k_s + 2048 * kk), kk > 0);
-        g_wgmma_commit();
-        g_wgmma_wait<1>();
-        /* dV and dK are done: this stage's Q, dO, lse and D are read, and the
+        /* dV and dK done: this stage's Q, dO, lse and D are read, and the
          * producer may refill it (the warp's lanes meet first, so their reads
          * of lse and D come before lane 0's arrival) */
-        __syncwarp();
-        if (lane == 0) g_mbar_arrive(&empty[s]);
-        g_wgmma_wait<0>();
-        /* lanes l and l ^ 1 hold columns colq and colq + 2 of the same two
-         * rows: each swaps one pair with the other, so the even lane adds four
-         * columns of row r0 and the odd lane four of row r0 + 8 */
-        const bool odd = lane & 1;
-        float *dst = dq_acc + ((int64_t)bh * T + (int64_t)i * AW_BLOCK + 64 * c + r0) * AW_HS +
-                     (odd ? 8 * AW_HS + colq - 2 : colq);
-#pragma unroll
-        for (int q = 0; q < 8; q++) {
-            const float g0 = odd ? dq[4 * q] : dq[4 * q + 2],
-                        g1 = odd ? dq[4 * q + 1] : dq[4 * q + 3];
-            const float o0 = __shfl_xor_sync(0xffffffffu, g0, 1);
-            const float o1 = __shfl_xor_sync(0xffffffffu, g1, 1);
-            atomicAdd((float4 *)(dst + 8 * q),
-                      odd ? make_float4(o0, o1, dq[4 * q + 2], dq[4 * q + 3])
-                          : make_float4(dq[4 * q], dq[4 * q + 1], o0, o1));
+        auto release = [&] {
+            __syncwarp();
+            if (lane == 0) g_mbar_arrive(&empty[s]);
+        };
+        /* dQ one query block behind, so that neither warpgroup waits for
+         * the other's half of this block's dS: by now the other has long
+         * written the previous block's */
+        if (it > 0) {
+            const int p = g - 1;
+            aw_dq(dq_acc, s_base + AW_DS(p % 2), k_s, &ds_full[p % 2], &ds_free[p % 2], (p / 2) & 1,
+                  (int64_t)bh * T + (int64_t)(i - 1) * AW_BLOCK + 64 * c + r0, c, lane, release);
+        } else {
+            g_wgmma_wait<0>();
+            release();
         }
+    }
+    {
+        /* the last query block's dQ, before K is given up */
+        const int p = g0 + nq - 1;
+        aw_dq(dq_acc, s_base + AW_DS(p % 2), k_s, &ds_full[p % 2], &ds_free[p % 2], (p / 2) & 1,
+              (int64_t)bh * T + (int64_t)(kb + nq - 1) * AW_BLOCK + 64 * c + r0, c, lane, [] {});
     }
 
     /* every warp's products are done with this K and V: the producer may
@@ -416,6 +459,8 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
             g_mbar_init(&full[s], 1);
             g_mbar_init(&empty[s], 8);
         }
+        for (int d = 0; d < 2 * 2; d++) /* ds_full, ds_free: every consumer warp */
+            g_mbar_init(&empty[AW_STAGES + d], 8);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();

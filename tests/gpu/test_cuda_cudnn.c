@@ -486,9 +486,12 @@ int main(void) {
     }
     fprintf(stderr, "cuDNN %ld\n", gpc_cudnn_attention_version());
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_errors),           cmocka_unit_test(test_cudnn_matches),
-        cmocka_unit_test(test_auto_always_runs), cmocka_unit_test(test_auto_uses_prepared_shapes),
-        cmocka_unit_test(test_prepare_caches),   cmocka_unit_test(test_model_losses_match),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_cudnn_matches),
+        cmocka_unit_test(test_auto_always_runs),
+        cmocka_unit_test(test_auto_uses_prepared_shapes),
+        cmocka_unit_test(test_prepare_caches),
+        cmocka_unit_test(test_model_losses_match),
         cmocka_unit_test(test_auto_backward_route),
     };
     /* GPC_TEST_FILTER='*route*' runs a subset (a ctest variant) */
