@@ -884,7 +884,7 @@ static void test_classifier(void **state) {
     int on = gpc_cuda_classifier_sm90_available();
     long ran = gpc_cuda_classifier_sm90_calls() - before;
     printf("  fused output heads: %ld (%s here)\n", ran, on ? "available" : "not available");
-    assert_int_equal(ran, on ? 3 : 0);
+    assert_int_equal(ran, on ? 2 : 0);
 }
 
 /* The fused head keeps exp(logit - 16) in bf16, which holds a row whose
