@@ -88,6 +88,9 @@ if [[ $mode == all || $mode == test ]]; then
   GPC_ATTENTION_BWD=wgmma GPC_TEST_FILTER='*attention*' timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
     "$build/tests/gpu_test_cuda_ops" >"$out/memcheck-wgmma.log" 2>&1
   note "memcheck, wgmma attention backward: exit $? $(grep 'ERROR SUMMARY' "$out/memcheck-wgmma.log" | tail -1)"
+  GPC_ATTENTION_BWD=wgmma GPC_TEST_FILTER='*attention_tensor*' timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$build/tests/gpu_test_cuda_ops" >"$out/racecheck-wgmma.log" 2>&1
+  note "racecheck, wgmma attention backward: exit $? $(grep 'RACECHECK SUMMARY\|ERROR SUMMARY' "$out/racecheck-wgmma.log" | tail -1)"
   export GPC_TEST_SEED=12345
   timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
     "$build/tests/gpu_test_cuda_ops" >"$out/memcheck.log" 2>&1

@@ -349,12 +349,11 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, f
             aw_wgmma_64_rt(dk, dsa + 4 * kk, g_desc_at(q_s + 2048 * kk), 1);
         g_wgmma_commit();
         /* dV and dK done: this stage's Q, dO, lse and D are read, and the
-         * producer may refill it (the warp's lanes meet first, so their reads
-         * of lse and D come before lane 0's arrival) */
-        auto release = [&] {
-            __syncwarp();
-            if (lane == 0) g_mbar_arrive(&empty[s]);
-        };
+         * producer may refill it. Every thread arrives, each releasing its
+         * own loads of lse and D (racecheck does not count a warp's lanes
+         * meeting before lane 0 arrives as ordering the others' loads before
+         * the next copy; this form it does, at no measurable cost) */
+        auto release = [&] { g_mbar_arrive(&empty[s]); };
         /* dQ one query block behind, so that neither warpgroup waits for
          * the other's half of this block's dS: by now the other has long
          * written the previous block's */
@@ -457,7 +456,7 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
         }
         for (int s = 0; s < AW_STAGES; s++) {
             g_mbar_init(&full[s], 1);
-            g_mbar_init(&empty[s], 8);
+            g_mbar_init(&empty[s], 256); /* every consumer thread */
         }
         for (int d = 0; d < 2 * 2; d++) /* ds_full, ds_free: every consumer warp */
             g_mbar_init(&empty[AW_STAGES + d], 8);
