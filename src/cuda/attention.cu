@@ -1031,7 +1031,7 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
      * wherever the wgmma kernel serves it (the forward stays cuDNN's: the
      * two paths' lse agree) */
     if (use_cudnn && path == GPC_ATTENTION_AUTO && att_backward_mode() == ATT_BWD_WGMMA &&
-        out->dtype == GPC_BF16 && s.hs == ATT_HS && att_fast(path, out->dtype, &s, ptrs, 5) &&
+        out->dtype == GPC_BF16 && att_fast(path, out->dtype, &s, ptrs, 5) &&
         gpc_cuda_attention_sm90_serves(s.T))
         use_cudnn = 0;
     if (use_cudnn) return gpc_cudnn_attention_backward(dqkv, dout, qkv, out, lse, num_heads);
