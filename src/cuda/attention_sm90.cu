@@ -194,13 +194,13 @@ __device__ __forceinline__ void aw_stmatrix4_t(uint32_t at, uint32_t a, uint32_t
                  : "memory");
 }
 
-/* dQ of the queries 64c .. 64c + 63 of query block i, from dS in buffer ds
+/* dQ of the queries 64c .. 64c + 63 of a query block, from dS in buffer ds
  * (written by both warpgroups, each its 64 keys: waited for on ds_full,
  * phase parity) and K at k_s: dS (K-major, keys in two boxes) times K
- * (transposed B: keys are its K), added into dq_acc. With pending, the
- * products of one group issued before are waited for first, and done(),
- * once they are, before the warpgroup's own wait for dQ; ds_free is arrived
- * on once dS is read. */
+ * (transposed B: keys are its K), added into dq_acc from row (this thread's
+ * first query's row of dq_acc). The group of products the warpgroup
+ * committed before these is waited for first, then done() runs; once dQ's
+ * products are done too, ds_free is arrived on (dS read). */
 template <class Done>
 __device__ __forceinline__ void aw_dq(float *dq_acc, uint32_t ds, uint32_t k_s, uint64_t *ds_full,
                                       uint64_t *ds_free, unsigned parity, int64_t row, int c,
