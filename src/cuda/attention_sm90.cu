@@ -60,8 +60,15 @@
 #define AW_DS(b) (AW_STAGE(AW_STAGES) + (b)*2 * AW_TILE_BYTES) /* two [128][64] boxes */
 #define AW_ROWS(s) (AW_DS(2) + (s)*2 * AW_BLOCK * 4)           /* lse, then D */
 #define AW_BARS AW_ROWS(AW_STAGES)
-/* kv_full, kv_empty, full, empty, ds_full, ds_free */
-#define AW_NBARS (2 * AW_UNIT + 2 * AW_STAGES + 2 * 2)
+/* the mbarriers, at AW_BARS: each key block buffer's kv_full and kv_empty,
+ * each stage's full and empty, each dS buffer's ds_full and ds_free */
+#define AW_KV_FULL 0
+#define AW_KV_EMPTY (AW_KV_FULL + AW_UNIT)
+#define AW_FULL (AW_KV_EMPTY + AW_UNIT)
+#define AW_EMPTY (AW_FULL + AW_STAGES)
+#define AW_DS_FULL (AW_EMPTY + AW_STAGES)
+#define AW_DS_FREE (AW_DS_FULL + 2)
+#define AW_NBARS (AW_DS_FREE + 2)
 #define AW_SMEM (1024 + AW_BARS + 8 * AW_NBARS)
 
 #ifdef G_KERNEL_BODY
@@ -242,13 +249,13 @@ __device__ __forceinline__ void aw_dq(float *dq_acc, uint32_t ds, uint32_t k_s, 
  * 8-row atoms, 2048 bytes, a k16 step). Both have 1024 bytes between 8-row
  * atoms. */
 __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, float *dq_acc,
-                                          gpc_bf16_t *dqkv, int b, int h, int bh, int kb, int kc,
-                                          int g0, int T, int NH, float scale_log2, float scale,
-                                          int c, int wi, int lane) {
-    const int j = kc % AW_UNIT;
-    uint64_t *kv_full = bars + j, *kv_empty = bars + AW_UNIT + j;
-    uint64_t *full = bars + 2 * AW_UNIT, *empty = full + AW_STAGES;
-    uint64_t *ds_full = empty + AW_STAGES, *ds_free = ds_full + 2;
+                                          gpc_bf16_t *dqkv, int bh, int kb, int kc, int g0, int T,
+                                          int NH, float scale_log2, float scale, int c, int wi,
+                                          int lane) {
+    const int j = kc % AW_UNIT, b = bh / NH, h = bh % NH;
+    uint64_t *kv_full = bars + AW_KV_FULL + j, *kv_empty = bars + AW_KV_EMPTY + j;
+    uint64_t *full = bars + AW_FULL, *empty = bars + AW_EMPTY;
+    uint64_t *ds_full = bars + AW_DS_FULL, *ds_free = bars + AW_DS_FREE;
     const int nq = T / AW_BLOCK - kb;
     const uint32_t s_base = g_smem(base), k_s = s_base + AW_KV(j), v_s = k_s + AW_TILE_BYTES;
     const int r0 = 16 * wi + lane / 4; /* this thread's first row of the 64 */
@@ -316,11 +323,10 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, f
             dsa[2 * q + 1] = g_pack_bf16(ds[2], ds[3]);
         }
 
-        /* dS (queries x keys) into buffer g % 2, K-major for dQ = dS K:
-         * the x4 store takes dsa[2q .. 2q + 3], matrices (keys rb.., queries
-         * 8q..), (rb + 8.., 8q..), (rb.., 8q + 8..), (rb + 8.., 8q + 8..) */
-        /* buffer g % 2 is free once both warpgroups' dQ of query block g - 2
-         * has read it */
+        /* dS (queries x keys) into buffer g % 2, K-major for dQ = dS K, once
+         * both warpgroups' dQ of ring position g - 2 has read it: the x4
+         * store takes dsa[2q .. 2q + 3], matrices (keys rb.., queries 8q..),
+         * (rb + 8.., 8q..), (rb.., 8q + 8..), (rb + 8.., 8q + 8..) */
         const uint32_t ds_s = s_base + AW_DS(g % 2);
         if (g >= 2) aw_mbar_wait(&ds_free[g % 2], (g / 2 - 1) & 1);
         {
@@ -392,6 +398,7 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, f
         }
     return g0 + nq;
 }
+
 /* The producer (one thread): each key block's K and V once its buffer is
  * free, then its query blocks' Q, dO, lse and D into the ring, for the same
  * units as the consumers. It runs on few registers (AW_PRODUCER_REGS): rows
@@ -401,8 +408,8 @@ __device__ __forceinline__ void aw_produce(unsigned char *base, uint64_t *bars,
                                            const CUtensorMap *map_qkv, const CUtensorMap *map_do,
                                            const float *lse, const float *dsum, int B, int T,
                                            int NH) {
-    uint64_t *kv_full = bars, *kv_empty = bars + AW_UNIT;
-    uint64_t *full = bars + 2 * AW_UNIT, *empty = full + AW_STAGES;
+    uint64_t *kv_full = bars + AW_KV_FULL, *kv_empty = bars + AW_KV_EMPTY;
+    uint64_t *full = bars + AW_FULL, *empty = bars + AW_EMPTY;
     const int nkb = T / AW_BLOCK, upb = (nkb + 1) / 2, C = NH * AW_HS;
     for (int n = blockIdx.x, kc = 0, g = 0; n < B * NH * upb; n += gridDim.x) {
         const int bh = n / upb, u = n % upb;
@@ -438,8 +445,6 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
     extern __shared__ __align__(1024) unsigned char aw_shared[];
     unsigned char *base = (unsigned char *)(((uintptr_t)aw_shared + 1023) & ~(uintptr_t)1023);
     uint64_t *bars = (uint64_t *)(base + AW_BARS);
-    uint64_t *kv_full = bars, *kv_empty = bars + AW_UNIT;
-    uint64_t *full = bars + 2 * AW_UNIT, *empty = full + AW_STAGES;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     /* Units of work: (batch, head) bh with key blocks u and nkb - 1 - u (one
      * when they are the same), nkb + 1 query blocks in all, so that every
@@ -451,15 +456,17 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
 
     if (threadIdx.x == 0) {
         for (int j = 0; j < AW_UNIT; j++) {
-            g_mbar_init(&kv_full[j], 1);
-            g_mbar_init(&kv_empty[j], 8); /* lane 0 of each consumer warp */
+            g_mbar_init(&bars[AW_KV_FULL + j], 1);
+            g_mbar_init(&bars[AW_KV_EMPTY + j], 8); /* lane 0 of each consumer warp */
         }
         for (int s = 0; s < AW_STAGES; s++) {
-            g_mbar_init(&full[s], 1);
-            g_mbar_init(&empty[s], 256); /* every consumer thread */
+            g_mbar_init(&bars[AW_FULL + s], 1);
+            g_mbar_init(&bars[AW_EMPTY + s], 256); /* every consumer thread */
         }
-        for (int d = 0; d < 2 * 2; d++) /* ds_full, ds_free: every consumer warp */
-            g_mbar_init(&empty[AW_STAGES + d], 8);
+        for (int d = 0; d < 2; d++) { /* lane 0 of each consumer warp */
+            g_mbar_init(&bars[AW_DS_FULL + d], 8);
+            g_mbar_init(&bars[AW_DS_FREE + d], 8);
+        }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -473,9 +480,8 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
         for (int n = blockIdx.x, kc = 0, g = 0; n < units; n += gridDim.x) {
             const int bh = n / upb, u = n % upb;
             for (int j = 0; j < aw_unit_keys(u, nkb); j++, kc++)
-                g = aw_consume(base, bars, dq_acc, dqkv, bh / NH, bh % NH, bh,
-                               aw_key_block(j, u, nkb), kc, g, T, NH, scale_log2, scale,
-                               warp / 4 - 1, warp % 4, lane);
+                g = aw_consume(base, bars, dq_acc, dqkv, bh, aw_key_block(j, u, nkb), kc, g, T, NH,
+                               scale_log2, scale, warp / 4 - 1, warp % 4, lane);
         }
         return;
     }
