@@ -746,12 +746,12 @@ __global__ void att_dsum_kernel(float *dsum, const T *dout, const T *out, int B,
 }
 
 /* The same for head size 64 (the tensor-core paths): 16 bytes of each
- * operand a thread, 64 / n threads a row, and, for the fused backward, the
- * row's f32 dq accumulator zeroed on the way (dq_acc [B*NH, T, 64], or NULL),
- * which saves a memset's pass over it. */
+ * operand a thread, 64 / n threads a row, and, for the fused backward, its
+ * zero4 16-byte words of scratch zeroed on the way (the f32 dq accumulator,
+ * or the wgmma kernel's workspace), which saves a memset's pass. */
 template <typename T>
-__global__ void att_dsum64_kernel(float *dsum, float *dq_acc, const T *dout, const T *out, int B,
-                                  int T_, int NH) {
+__global__ void att_dsum64_kernel(float *dsum, float4 *zero, int64_t zero4, const T *dout,
+                                  const T *out, int B, int T_, int NH) {
     const int n = gpc_pack<T>::n, per = ATT_HS / n;
     const int64_t rows = (int64_t)B * NH * T_;
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, w = i / per;
@@ -769,12 +769,8 @@ __global__ void att_dsum64_kernel(float *dsum, float *dq_acc, const T *dout, con
     for (int m = 1; m < per; m *= 2)
         s += __shfl_xor_sync(0xffffffffu, s, m);
     if (live && part == 0) dsum[w] = s;
-    if (live && dq_acc) {
-        float4 *z = (float4 *)(dq_acc + w * ATT_HS + n * part);
-#pragma unroll
-        for (int e = 0; e < n / 4; e++)
-            z[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
+    for (int64_t k = i; k < zero4; k += (int64_t)gridDim.x * blockDim.x)
+        zero[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 }
 
 /* ------------------------------------------------------------------ host */
@@ -1044,11 +1040,17 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
     int64_t rows = (int64_t)s.B * s.NH * s.T;
     const int mode = att_backward_mode();
     int fused = fast && mode != ATT_BWD_TWO;
-    /* scratch: dsum [rows], then (fused) the f32 dq accumulator [rows, 64] */
+    /* the wgmma kernel (bf16; its own checks of T and the GPU) */
+    int wgmma = fused && mode == ATT_BWD_WGMMA && out->dtype == GPC_BF16 &&
+                gpc_cuda_attention_sm90_serves(s.T);
+    /* scratch: dsum [rows], then (fused) the f32 dq accumulator [rows, 64]
+     * or the wgmma kernel's workspace, zeroed with dsum's pass */
     size_t dsum_bytes = ((size_t)rows * sizeof(float) + 255) & ~(size_t)255;
+    size_t zero_bytes = wgmma   ? gpc_cuda_attention_sm90_workspace(s.B, s.T, s.NH)
+                        : fused ? (size_t)rows * ATT_HS * sizeof(float)
+                                : 0;
     void *dsum;
-    GPC_TRY(
-        gpc_cuda_scratch(dsum_bytes + (fused ? (size_t)rows * ATT_HS * sizeof(float) : 0), &dsum));
+    GPC_TRY(gpc_cuda_scratch(dsum_bytes + zero_bytes, &dsum));
     float *dq_acc = (float *)((char *)dsum + dsum_bytes);
     float scale = 1.0f / sqrtf((float)s.hs);
     cudaStream_t st = gpc_cuda_stream();
@@ -1056,8 +1058,8 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
         if (fast)
             att_dsum64_kernel<E>
                 <<<gpc_cuda_blocks(rows * (ATT_HS / gpc_pack<E>::n), 256), 256, 0, st>>>(
-                    (float *)dsum, fused ? dq_acc : NULL, (const E *)dout->data,
-                    (const E *)out->data, s.B, s.T, s.NH);
+                    (float *)dsum, (float4 *)dq_acc, (int64_t)(zero_bytes / 16),
+                    (const E *)dout->data, (const E *)out->data, s.B, s.T, s.NH);
         else
             att_dsum_kernel<E><<<gpc_cuda_blocks(rows * 32, 256), 256, 0, st>>>(
                 (float *)dsum, (const E *)dout->data, (const E *)out->data, s.B, s.T, s.NH, s.hs);
@@ -1068,18 +1070,17 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
         dim3 grid(tiles, (unsigned)(s.B * s.NH));
         float sl2 = scale * ATT_LOG2E;
         unsigned store_blocks = gpc_cuda_blocks(rows * (ATT_HS / 8), 256);
+        if (wgmma) {
+            typedef gpc_bf16_t E;
+            return gpc_cuda_attention_backward_kv_sm90(
+                dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
+                (const float *)lse->data, (const float *)dsum, s.B, s.T, s.NH, scale);
+        }
         if (out->dtype == GPC_BF16) {
             typedef gpc_bf16_t E;
-            gpc_status wg = GPC_ERR_UNSUPPORTED;
-            if (mode == ATT_BWD_WGMMA)
-                wg = gpc_cuda_attention_backward_kv_sm90(
-                    dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
-                    (const float *)lse->data, (const float *)dsum, s.B, s.T, s.NH, scale);
-            if (wg != GPC_OK && wg != GPC_ERR_UNSUPPORTED) return wg;
-            if (wg == GPC_ERR_UNSUPPORTED)
-                att_backward_kv_kernel<E, true><<<grid, ATT_THREADS, 0, st>>>(
-                    dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
-                    (const float *)lse->data, (const float *)dsum, s.T, s.NH, sl2, scale);
+            att_backward_kv_kernel<E, true><<<grid, ATT_THREADS, 0, st>>>(
+                dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
+                (const float *)lse->data, (const float *)dsum, s.T, s.NH, sl2, scale);
             att_dq_store_kernel<E>
                 <<<store_blocks, 256, 0, st>>>((E *)dqkv->data, dq_acc, s.B, s.T, s.NH, scale);
         } else {

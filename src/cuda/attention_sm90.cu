@@ -53,23 +53,39 @@
 #define AW_LAUNCH_REGS 168 /* what ptxas gives 384 threads of one block a multiprocessor */
 #define AW_LOG2E 1.4426950408889634f
 
-#define AW_UNIT 2 /* key blocks a unit of work: kb and nkb - 1 - kb */
+#define AW_UNIT 2                    /* key blocks a unit of work: kb and nkb - 1 - kb */
+#define AW_DQ_BYTES (64 * AW_HS * 4) /* a warpgroup's dQ: [64][64] f32 as two [64][32] boxes */
 /* shared memory, from a 1024-byte aligned base */
 #define AW_KV(j) ((j)*2 * AW_TILE_BYTES)                       /* key block buffer j: K, then V */
 #define AW_STAGE(s) (AW_KV(AW_UNIT) + (s)*2 * AW_TILE_BYTES)   /* Q, then dO */
 #define AW_DS(b) (AW_STAGE(AW_STAGES) + (b)*2 * AW_TILE_BYTES) /* two [128][64] boxes */
-#define AW_ROWS(s) (AW_DS(2) + (s)*2 * AW_BLOCK * 4)           /* lse, then D */
-#define AW_BARS AW_ROWS(AW_STAGES)
+#define AW_DQ(c) (AW_DS(2) + (c)*AW_DQ_BYTES)                  /* warpgroup c's dQ, staged */
+#define AW_ROWS(s) (AW_DQ(2) + (s)*2 * AW_BLOCK * 4)           /* lse, then D */
+/* four ints: each key block buffer's key block (unit * 2 + which, or -1:
+ * no more), each dQ staging's query block (bh * nqb + i, or -1: no more) */
+#define AW_INFO AW_ROWS(AW_STAGES)
+#define AW_BARS (AW_INFO + 16)
 /* the mbarriers, at AW_BARS: each key block buffer's kv_full and kv_empty,
- * each stage's full and empty, each dS buffer's ds_full and ds_free */
+ * each stage's full and empty, each dS buffer's ds_full and ds_free, each
+ * dQ staging's dq_full, dq_empty and dq_load (a finished half's sums
+ * loaded into it for conversion) */
 #define AW_KV_FULL 0
 #define AW_KV_EMPTY (AW_KV_FULL + AW_UNIT)
 #define AW_FULL (AW_KV_EMPTY + AW_UNIT)
 #define AW_EMPTY (AW_FULL + AW_STAGES)
 #define AW_DS_FULL (AW_EMPTY + AW_STAGES)
 #define AW_DS_FREE (AW_DS_FULL + 2)
-#define AW_NBARS (AW_DS_FREE + 2)
-#define AW_SMEM (1024 + AW_BARS + 8 * AW_NBARS)
+#define AW_DQ_FULL (AW_DS_FREE + 2)
+#define AW_DQ_EMPTY (AW_DQ_FULL + 2)
+#define AW_DQ_LOAD (AW_DQ_EMPTY + 2)
+#define AW_NBARS (AW_DQ_LOAD + 2)
+#define AW_SMEM_USED (AW_BARS + 8 * AW_NBARS)
+/* All a block may have on compute capability 9.0. The layout leaves no room
+ * for a kilobyte of alignment slack: the dynamic shared memory starts
+ * 1024-byte aligned where nothing else is in shared memory, and the kernel
+ * traps if it finds it further off than what is left over. */
+#define AW_SMEM 232448
+static_assert(AW_SMEM_USED <= AW_SMEM, "the shared memory layout");
 
 #ifdef G_KERNEL_BODY
 /* d[64] += A (64 x 16, K-major) . B (128 x 16, K-major)^T, or d = it */
@@ -203,17 +219,19 @@ __device__ __forceinline__ void aw_stmatrix4_t(uint32_t at, uint32_t a, uint32_t
 
 /* dQ of the queries 64c .. 64c + 63 of a query block, from dS in buffer ds
  * (written by both warpgroups, each its 64 keys: waited for on ds_full,
- * phase parity) and K at k_s: dS (K-major, keys in two boxes) times K
- * (transposed B: keys are its K), added into dq_acc from row (this thread's
- * first query's row of dq_acc). The group of products the warpgroup
+ * ring position p) and K at k_s: dS (K-major, keys in two boxes) times K
+ * (transposed B: keys are its K). The group of products the warpgroup
  * committed before these is waited for first, then done() runs; once dQ's
- * products are done too, ds_free is arrived on (dS read). */
+ * products are done too, ds_free is arrived on (dS read). The sums go to
+ * the warpgroup's staging (once its reducer has sent the last ones off,
+ * dq_empty), in the 128-byte swizzle of two [64][32] f32 boxes, and the
+ * reducer is told (dq_full) with the query block's tag (bh * nqb + i). */
 template <class Done>
-__device__ __forceinline__ void aw_dq(float *dq_acc, uint32_t ds, uint32_t k_s, uint64_t *ds_full,
-                                      uint64_t *ds_free, unsigned parity, int64_t row, int c,
-                                      int lane, Done done) {
+__device__ __forceinline__ void aw_dq(unsigned char *base, uint64_t *bars, uint32_t k_s, int p,
+                                      int tag, int c, int wi, int lane, Done done) {
     float dq[32];
-    aw_mbar_wait(ds_full, parity);
+    const uint32_t ds = g_smem(base + AW_DS(p % 2)), stage = g_smem(base + AW_DQ(c));
+    aw_mbar_wait(&bars[AW_DS_FULL + p % 2], (p / 2) & 1);
     g_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < AW_BLOCK / 16; kk++)
@@ -224,21 +242,26 @@ __device__ __forceinline__ void aw_dq(float *dq_acc, uint32_t ds, uint32_t k_s, 
     done();
     g_wgmma_wait<0>();
     __syncwarp();
-    if (lane == 0) g_mbar_arrive(ds_free);
-    /* lanes l and l ^ 1 hold columns colq and colq + 2 of the same two rows:
-     * each swaps one pair with the other, so the even lane adds four columns
-     * of row r0 and the odd lane four of row r0 + 8 */
-    const bool odd = lane & 1;
-    const int colq = 2 * (lane % 4);
-    float *dst = dq_acc + row * AW_HS + (odd ? 8 * AW_HS + colq - 2 : colq);
+    if (lane == 0) g_mbar_arrive(&bars[AW_DS_FREE + p % 2]);
+    if (p > 0) aw_mbar_wait(&bars[AW_DQ_EMPTY + c], (p - 1) & 1);
+    /* dq[4q + e] is row r0 + 8(e / 2) (r0 = 16wi + lane / 4, so row % 8 is
+     * lane / 4 for both), column 8q + colq + e % 2: box q / 4, 16-byte chunk
+     * 2(q % 4) + colq / 4, 8 bytes in when colq % 4 is 2 */
+    const int r0 = 16 * wi + lane / 4, colq = 2 * (lane % 4);
 #pragma unroll
-    for (int q = 0; q < 8; q++) {
-        const float g0 = odd ? dq[4 * q] : dq[4 * q + 2], g1 = odd ? dq[4 * q + 1] : dq[4 * q + 3];
-        const float o0 = __shfl_xor_sync(0xffffffffu, g0, 1);
-        const float o1 = __shfl_xor_sync(0xffffffffu, g1, 1);
-        atomicAdd((float4 *)(dst + 8 * q), odd ? make_float4(o0, o1, dq[4 * q + 2], dq[4 * q + 3])
-                                               : make_float4(dq[4 * q], dq[4 * q + 1], o0, o1));
-    }
+    for (int q = 0; q < 8; q++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int chunk = 2 * (q % 4) + colq / 4;
+            const uint32_t at = stage + (q / 4) * (AW_DQ_BYTES / 2) + (r0 + 8 * h) * 128 +
+                                ((chunk ^ (lane / 4)) << 4) + (colq % 4) * 4;
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(at), "f"(dq[4 * q + 2 * h]),
+                         "f"(dq[4 * q + 2 * h + 1])
+                         : "memory");
+        }
+    g_fence_async_smem();
+    if (wi == 0 && lane == 0) ((volatile int *)(base + AW_INFO))[2 + c] = tag;
+    g_mbar_arrive(&bars[AW_DQ_FULL + c]);
 }
 
 /* The consumers of warpgroup c (0 or 1): keys 64c .. 64c + 63 of the block.
@@ -248,15 +271,14 @@ __device__ __forceinline__ void aw_dq(float *dq_acc, uint32_t ds, uint32_t k_s, 
  * (N-contiguous) B the rows are K and N = 64 runs along them (advance two
  * 8-row atoms, 2048 bytes, a k16 step). Both have 1024 bytes between 8-row
  * atoms. */
-__device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, float *dq_acc,
-                                          gpc_bf16_t *dqkv, int bh, int kb, int kc, int g0, int T,
-                                          int NH, float scale_log2, float scale, int c, int wi,
-                                          int lane) {
-    const int j = kc % AW_UNIT, b = bh / NH, h = bh % NH;
-    uint64_t *kv_full = bars + AW_KV_FULL + j, *kv_empty = bars + AW_KV_EMPTY + j;
+__device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, gpc_bf16_t *dqkv,
+                                          int bh, int kb, int kc, int g0, int T, int NH,
+                                          float scale_log2, float scale, int c, int wi, int lane) {
+    const int j = kc % AW_UNIT, b = bh / NH, h = bh % NH, nqb = T / AW_BLOCK;
+    uint64_t *kv_empty = bars + AW_KV_EMPTY + j;
     uint64_t *full = bars + AW_FULL, *empty = bars + AW_EMPTY;
     uint64_t *ds_full = bars + AW_DS_FULL, *ds_free = bars + AW_DS_FREE;
-    const int nq = T / AW_BLOCK - kb;
+    const int nq = nqb - kb;
     const uint32_t s_base = g_smem(base), k_s = s_base + AW_KV(j), v_s = k_s + AW_TILE_BYTES;
     const int r0 = 16 * wi + lane / 4; /* this thread's first row of the 64 */
     const int key0 = 64 * c + r0;      /* its first key in the block */
@@ -265,7 +287,6 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, f
 #pragma unroll
     for (int i = 0; i < 32; i++)
         dk[i] = dv[i] = 0.0f;
-    aw_mbar_wait(kv_full, (kc / AW_UNIT) & 1);
     for (int it = 0; it < nq; it++) {
         const int g = g0 + it, s = g % AW_STAGES, i = kb + it;
         const uint32_t q_s = s_base + AW_STAGE(s), do_s = q_s + AW_TILE_BYTES;
@@ -364,20 +385,14 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, f
          * the other's half of this block's dS: by now the other has long
          * written the previous block's */
         if (it > 0) {
-            const int p = g - 1;
-            aw_dq(dq_acc, s_base + AW_DS(p % 2), k_s, &ds_full[p % 2], &ds_free[p % 2], (p / 2) & 1,
-                  (int64_t)bh * T + (int64_t)(i - 1) * AW_BLOCK + 64 * c + r0, c, lane, release);
+            aw_dq(base, bars, k_s, g - 1, bh * nqb + i - 1, c, wi, lane, release);
         } else {
             g_wgmma_wait<0>();
             release();
         }
     }
-    {
-        /* the last query block's dQ, before K is given up */
-        const int p = g0 + nq - 1;
-        aw_dq(dq_acc, s_base + AW_DS(p % 2), k_s, &ds_full[p % 2], &ds_free[p % 2], (p / 2) & 1,
-              (int64_t)bh * T + (int64_t)(kb + nq - 1) * AW_BLOCK + 64 * c + r0, c, lane, [] {});
-    }
+    /* the last query block's dQ, before K is given up */
+    aw_dq(base, bars, k_s, g0 + nq - 1, bh * nqb + nqb - 1, c, wi, lane, [] {});
 
     /* every warp's products are done with this K and V: the producer may
      * load the next key block's into their buffer */
@@ -399,23 +414,30 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, f
     return g0 + nq;
 }
 
-/* The producer (one thread): each key block's K and V once its buffer is
- * free, then its query blocks' Q, dO, lse and D into the ring, for the same
- * units as the consumers. It runs on few registers (AW_PRODUCER_REGS): rows
- * and columns are recomputed where used rather than kept, and its waits have
- * no time limit (a lost arrival stops the consumers' timed waits instead). */
+/* The producer (one thread): takes the units in order from ctl[0], a
+ * counter every block shares, so that a unit is only ever taken by a block
+ * that runs (the dQ reducers' waits for a slot rely on it); for each key
+ * block, K and V once its buffer is free, with the key block's place
+ * (unit * 2 + which) in AW_INFO for the consumers, then its query blocks'
+ * Q, dO, lse and D into the ring. When the units run out, a buffer's place
+ * is -1. It runs on few registers (AW_PRODUCER_REGS): rows and columns are
+ * recomputed where used rather than kept, and its waits have no time limit
+ * (a lost arrival stops the consumers' timed waits instead). */
 __device__ __forceinline__ void aw_produce(unsigned char *base, uint64_t *bars,
                                            const CUtensorMap *map_qkv, const CUtensorMap *map_do,
-                                           const float *lse, const float *dsum, int B, int T,
-                                           int NH) {
+                                           const float *lse, const float *dsum, unsigned *ctl,
+                                           int B, int T, int NH) {
     uint64_t *kv_full = bars + AW_KV_FULL, *kv_empty = bars + AW_KV_EMPTY;
     uint64_t *full = bars + AW_FULL, *empty = bars + AW_EMPTY;
+    volatile int *place = (volatile int *)(base + AW_INFO);
     const int nkb = T / AW_BLOCK, upb = (nkb + 1) / 2, C = NH * AW_HS;
-    for (int n = blockIdx.x, kc = 0, g = 0; n < B * NH * upb; n += gridDim.x) {
+    int kc = 0;
+    for (int n = (int)atomicAdd(ctl, 1u), g = 0; n < B * NH * upb; n = (int)atomicAdd(ctl, 1u)) {
         const int bh = n / upb, u = n % upb;
         for (int j = 0; j < aw_unit_keys(u, nkb); j++, kc++) {
             const int kb = aw_key_block(j, u, nkb), kv = kc % AW_UNIT;
             if (kc >= AW_UNIT) g_mbar_wait(&kv_empty[kv], (kc / AW_UNIT - 1) & 1);
+            place[kv] = 2 * n + j;
             g_mbar_expect(&kv_full[kv], 2 * AW_TILE_BYTES);
             const int krow = bh / NH * T + kb * AW_BLOCK, kcol = C + bh % NH * AW_HS;
             g_tma_load(base + AW_KV(kv), map_qkv, kcol, krow, &kv_full[kv]);
@@ -433,26 +455,283 @@ __device__ __forceinline__ void aw_produce(unsigned char *base, uint64_t *bars,
             }
         }
     }
+    const int kv = kc % AW_UNIT;
+    if (kc >= AW_UNIT) g_mbar_wait(&kv_empty[kv], (kc / AW_UNIT - 1) & 1);
+    place[kv] = -1;
+    g_mbar_arrive(&kv_full[kv]);
+}
+
+/* ------------------------------------------------------------ dQ's sums
+ *
+ * dQ is summed in f32 in a ring of nslot slots, each a head's [T][64]: head
+ * bh uses slot bh % nslot, once every half query block of the head before
+ * it there (bh - nslot) has been converted (gen[slot], conversions done in
+ * the slot this launch, reaches (bh / nslot) * 2 * nqb). Each warpgroup's
+ * reducer adds its staged half block into the slot by TMA
+ * (cp.reduce.async.bulk.tensor add) and, once the add is complete, counts
+ * it (cnt[slot][i][c]); query block i has i + 1 contributions (key blocks
+ * 0 .. i), and whoever counts the last converts the half: dQ times the
+ * softmax scale to bf16 into dqkv's q third, the slot's half zeroed again,
+ * its count reset, gen[slot] raised. The ring (about 16 MB) stays in L2,
+ * where a [B*NH][T][64] f32 accumulator went through HBM four times and
+ * needed a pass to zero it and one to convert it. ctl: the unit counter,
+ * gen [nslot], cnt [nslot][nqb][2], all zero at launch with the ring. */
+
+/* Waits (one thread) until the slot's conversions reach need, then orders
+ * what they wrote (zeros) before this thread's TMA adds. */
+__device__ __forceinline__ void aw_slot_wait(const unsigned *gen, unsigned need) {
+    uint64_t start = 0;
+    for (;;) {
+        unsigned v;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(gen) : "memory");
+        if (v >= need) break;
+        __nanosleep(128);
+        uint64_t now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        if (!start)
+            start = now;
+        else if (now - start > AW_WAIT_LIMIT_NS)
+            __trap();
+    }
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
+/* Half a query block's dQ, 64 rows of 64 f32 from the slot (in L2, read
+ * past L1), times scale into 64 bf16 rows stride apart at dst, and the slot's
+ * rows zeroed (one warp: lane l takes columns 4(l % 16) .. + 3 of rows l /
+ * 16, + 2, ..., four rows in flight). */
+__device__ __forceinline__ void aw_convert(float *src, gpc_bf16_t *dst, int64_t stride, float scale,
+                                           int lane) {
+    float4 *s4 = (float4 *)src + lane;
+    gpc_bf16_t *d = dst + (lane / 16) * stride + 4 * (lane % 16);
+#pragma unroll 1
+    for (int r = 0; r < 64; r += 8, s4 += 4 * 32, d += 8 * stride) {
+        float4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            v[u] = __ldcg(s4 + 32 * u);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            *(uint2 *)(d + 2 * u * stride) =
+                make_uint2(g_pack_bf16(v[u].x * scale, v[u].y * scale),
+                           g_pack_bf16(v[u].z * scale, v[u].w * scale));
+            __stcg(s4 + 32 * u, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+        }
+    }
+}
+
+/* The first of half t's 64 rows in the ring (t = bh * nqb + i, warpgroup
+ * c's half) */
+__device__ __forceinline__ int aw_ring_row(int t, int T, int nslot, int c) {
+    const int nqb = T / AW_BLOCK;
+    return t / nqb % nslot * T + t % nqb * AW_BLOCK + 64 * c;
+}
+
+/* Where half t goes in dqkv: its first row's q part, rows stride apart */
+__device__ __forceinline__ gpc_bf16_t *aw_dq_out(gpc_bf16_t *dqkv, int t, int T, int NH, int c) {
+    const int nqb = T / AW_BLOCK, bh = t / nqb;
+    const int64_t C = (int64_t)NH * AW_HS;
+    return dqkv + ((int64_t)(bh / NH) * T + (int64_t)(t % nqb) * AW_BLOCK + 64 * c) * 3 * C +
+           bh % NH * AW_HS;
+}
+
+/* Half t's count back to 0 and its slot's conversions raised, after the
+ * slot's zeros are written (lane 0). */
+__device__ __forceinline__ void aw_release(unsigned *ctl, int t, int T, int nslot, int c) {
+    const int nqb = T / AW_BLOCK, slot = t / nqb % nslot;
+    *(volatile unsigned *)(ctl + 1 + nslot + (slot * nqb + t % nqb) * 2 + c) = 0;
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctl + 1 + slot) : "memory");
+}
+
+/* Half t, finished, converted through the staging (free: its adds have
+ * read it): the slot's rows loaded by TMA, times scale into dqkv as bf16,
+ * zeros written back in their place and stored to the slot by TMA (the
+ * warp; lane 0 issues, and waits until the store has read the staging).
+ * Lane l takes 16-byte chunk l % 8 of rows l / 8, + 4, ... of each box. */
+__device__ __forceinline__ void aw_convert_staged(unsigned char *base, uint64_t *bars,
+                                                  const CUtensorMap *map_ring, gpc_bf16_t *dqkv,
+                                                  int t, int T, int NH, int nslot, float scale,
+                                                  int c, int lane, int &loads) {
+    unsigned char *stage = base + AW_DQ(c);
+    const int row = aw_ring_row(t, T, nslot, c);
+    uint64_t *bar = &bars[AW_DQ_LOAD + c];
+    if (lane == 0) {
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+        g_mbar_expect(bar, AW_DQ_BYTES);
+        g_tma_load(stage, map_ring, 0, row, bar);
+        g_tma_load(stage + AW_DQ_BYTES / 2, map_ring, 32, row, bar);
+    }
+    aw_mbar_wait(bar, loads++ & 1);
+    const int64_t stride = (int64_t)3 * NH * AW_HS;
+    gpc_bf16_t *dst = aw_dq_out(dqkv, t, T, NH, c) + 4 * (lane % 8);
+    const uint32_t s0 = g_smem(stage);
+#pragma unroll 4
+    for (int m = 0; m < 32; m++) {
+        const int box = m / 16, r = 4 * (m % 16) + lane / 8;
+        const uint32_t at = s0 + box * (AW_DQ_BYTES / 2) + r * 128 + (((lane % 8) ^ (r % 8)) << 4);
+        float4 v;
+        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                     "st.shared.v4.f32 [%4], {%5, %5, %5, %5};"
+                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                     : "r"(at), "f"(0.0f)
+                     : "memory");
+        *(uint2 *)(dst + r * stride + 32 * box) = make_uint2(g_pack_bf16(v.x * scale, v.y * scale),
+                                                             g_pack_bf16(v.z * scale, v.w * scale));
+    }
+    g_fence_async_smem();
+    __syncwarp();
+    if (lane == 0) {
+#pragma unroll
+        for (int box = 0; box < 2; box++)
+            asm volatile(
+                "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(
+                    map_ring),
+                "r"(32 * box), "r"(row), "r"(g_smem(stage + box * (AW_DQ_BYTES / 2)))
+                : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        g_bulk_wait_read<0>();
+    }
+    __syncwarp();
+}
+
+/* Counts half t once this thread's adds but the newest in_flight groups are
+ * complete: the count's old value comes back into old while the thread
+ * goes on (it is looked at after the next wait, aw_reduce). Lane 0. */
+template <int in_flight>
+__device__ __forceinline__ void aw_count(unsigned *ctl, int T, int nslot, int c, int t,
+                                         unsigned &old) {
+    const int nqb = T / AW_BLOCK;
+    unsigned *count = ctl + 1 + nslot + (t / nqb % nslot * nqb + t % nqb) * 2 + c;
+    asm volatile("cp.async.bulk.wait_group %2;\n"
+                 "fence.proxy.async.global;\n"
+                 "atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
+                 : "=r"(old)
+                 : "l"(count), "n"(in_flight)
+                 : "memory");
+}
+
+/* Whether the slot is free for a head (gen reached need), without waiting */
+__device__ __forceinline__ bool aw_slot_free(const unsigned *gen, unsigned need) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(gen) : "memory");
+    return v >= need;
+}
+
+/* The reducer of warpgroup c's dQ halves (a warp; lane 0 issues). For each
+ * staged half (dq_full, its tag in AW_INFO): the slot's turn where the head
+ * is new; the two boxes' TMA adds; then, the staging read, the halves found
+ * finished converted through it (aw_convert_staged); dq_empty; then the
+ * half before counted once its adds are complete (one add in flight while
+ * the thread waits), its count looked at after the next wait: the last of
+ * a query block's i + 1 contributions is finished. Before a wait for a
+ * slot, which may need them, the half in flight is counted and every half
+ * found finished is converted (then straight from the ring, aw_convert, as
+ * the staging holds the new half). A tag of -1 ends it. */
+__device__ __forceinline__ void aw_reduce(unsigned char *base, uint64_t *bars,
+                                          const CUtensorMap *map_ring, float *ring, unsigned *ctl,
+                                          gpc_bf16_t *dqkv, int T, int NH, int nslot, float scale,
+                                          int c, int lane) {
+    const volatile int *tag = (const volatile int *)(base + AW_INFO) + 2 + c;
+    const uint32_t stage = g_smem(base + AW_DQ(c));
+    const int nqb = T / AW_BLOCK;
+    /* the head whose slot is known free; the half whose adds are in flight;
+     * the half counted whose count is not yet looked at, and its old value */
+    int ready = -1, pend = -1, counted = -1, loads = 0;
+    unsigned old = 0;
+    for (int p = 0;; p++) {
+        aw_mbar_wait(&bars[AW_DQ_FULL + c], p & 1);
+        /* lane 0 reads the tag, before its arrival on dq_empty lets it change */
+        const int t = __shfl_sync(0xffffffffu, lane == 0 ? *tag : 0, 0);
+        int fin[2];
+        fin[0] = __shfl_sync(0xffffffffu,
+                             counted >= 0 && old == (unsigned)(counted % nqb) ? counted : -1, 0);
+        fin[1] = -1;
+        counted = -1;
+        if (t < 0 || t / nqb != ready) {
+            if (pend >= 0 && lane == 0) aw_count<0>(ctl, T, nslot, c, pend, old);
+            fin[1] =
+                __shfl_sync(0xffffffffu, pend >= 0 && old == (unsigned)(pend % nqb) ? pend : -1, 0);
+            pend = -1;
+            const int h = t < 0 ? -1 : t / nqb;
+            const unsigned need = h < 0 ? 0 : (unsigned)(h / nslot * 2 * nqb);
+            const bool free =
+                h < 0 ||
+                __shfl_sync(0xffffffffu, lane == 0 && aw_slot_free(ctl + 1 + h % nslot, need), 0);
+            if (t < 0 || !free) {
+                for (int f = 0; f < 2; f++)
+                    if (fin[f] >= 0) {
+                        const int row = aw_ring_row(fin[f], T, nslot, c);
+                        aw_convert(ring + (int64_t)row * AW_HS, aw_dq_out(dqkv, fin[f], T, NH, c),
+                                   (int64_t)3 * NH * AW_HS, scale, lane);
+                        __threadfence();
+                        __syncwarp();
+                        if (lane == 0) aw_release(ctl, fin[f], T, nslot, c);
+                        fin[f] = -1;
+                    }
+            }
+            if (t < 0) {
+                if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+                return;
+            }
+            ready = h;
+            if (lane == 0) aw_slot_wait(ctl + 1 + h % nslot, need);
+            __syncwarp();
+        }
+        if (lane == 0) {
+            const int row = aw_ring_row(t, T, nslot, c);
+#pragma unroll
+            for (int box = 0; box < 2; box++)
+                asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group"
+                             " [%0, {%1, %2}], [%3];" ::"l"(map_ring),
+                             "r"(32 * box), "r"(row), "r"(stage + box * (AW_DQ_BYTES / 2))
+                             : "memory");
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            g_bulk_wait_read<0>();
+        }
+        __syncwarp();
+        for (int f = 0; f < 2; f++)
+            if (fin[f] >= 0)
+                aw_convert_staged(base, bars, map_ring, dqkv, fin[f], T, NH, nslot, scale, c, lane,
+                                  loads);
+        /* every lane, each releasing its own reads and writes of the staging */
+        g_mbar_arrive(&bars[AW_DQ_EMPTY + c]);
+        if (lane == 0) {
+            if (fin[0] >= 0 || fin[1] >= 0) {
+                /* the zeros stored (and with them the adds before) */
+                asm volatile("cp.async.bulk.wait_group 0;\n"
+                             "fence.proxy.async.global;" ::
+                                 : "memory");
+                for (int f = 0; f < 2; f++)
+                    if (fin[f] >= 0) aw_release(ctl, fin[f], T, nslot, c);
+            }
+            if (pend >= 0) aw_count<1>(ctl, T, nslot, c, pend, old);
+        }
+        counted = pend;
+        pend = t;
+    }
 }
 #endif /* G_KERNEL_BODY */
 
 __global__ void __launch_bounds__(AW_THREADS, 1)
     att_sm90_backward_kv_kernel(const __grid_constant__ CUtensorMap map_qkv,
-                                const __grid_constant__ CUtensorMap map_do, float *dq_acc,
-                                gpc_bf16_t *dqkv, const float *lse, const float *dsum, int B, int T,
-                                int NH, float scale_log2, float scale) {
+                                const __grid_constant__ CUtensorMap map_do,
+                                const __grid_constant__ CUtensorMap map_ring, float *ring,
+                                unsigned *ctl, gpc_bf16_t *dqkv, const float *lse,
+                                const float *dsum, int B, int T, int NH, int nslot,
+                                float scale_log2, float scale) {
 #ifdef G_KERNEL_BODY
     extern __shared__ __align__(1024) unsigned char aw_shared[];
     unsigned char *base = (unsigned char *)(((uintptr_t)aw_shared + 1023) & ~(uintptr_t)1023);
+    if (base - aw_shared > AW_SMEM - AW_SMEM_USED) __trap();
     uint64_t *bars = (uint64_t *)(base + AW_BARS);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     /* Units of work: (batch, head) bh with key blocks u and nkb - 1 - u (one
      * when they are the same), nkb + 1 query blocks in all, so that every
-     * unit costs about the same. A block walks units blockIdx.x, + gridDim.x,
-     * ...: the units running at once are neighbours, a few heads' worth,
-     * which share their Q, dO and dq lines in L2. Key blocks count on (kc)
-     * and the stages' ring turns on (g) across a block's units. */
-    const int nkb = T / AW_BLOCK, upb = (nkb + 1) / 2, units = B * NH * upb;
+     * unit costs about the same. Blocks take units in order (aw_produce): the
+     * units running at once are neighbours, a few heads' worth, which share
+     * their Q, dO and dQ sums in L2. Key blocks count on (kc) and the
+     * stages' ring turns on (g) across a block's units. */
+    const int nkb = T / AW_BLOCK, upb = (nkb + 1) / 2;
 
     if (threadIdx.x == 0) {
         for (int j = 0; j < AW_UNIT; j++) {
@@ -467,6 +746,12 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
             g_mbar_init(&bars[AW_DS_FULL + d], 8);
             g_mbar_init(&bars[AW_DS_FREE + d], 8);
         }
+        for (int c = 0; c < 2; c++) {
+            g_mbar_init(&bars[AW_DQ_FULL + c], 128); /* every thread of warpgroup c */
+            g_mbar_init(&bars[AW_DQ_EMPTY + c], 32); /* its reducer's lanes */
+        }
+        for (int c = 0; c < 2; c++)
+            g_mbar_init(&bars[AW_DQ_LOAD + c], 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -477,20 +762,31 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
                   "the launch's registers");
     if (warp >= 4) {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(AW_CONSUMER_REGS));
-        for (int n = blockIdx.x, kc = 0, g = 0; n < units; n += gridDim.x) {
-            const int bh = n / upb, u = n % upb;
-            for (int j = 0; j < aw_unit_keys(u, nkb); j++, kc++)
-                g = aw_consume(base, bars, dq_acc, dqkv, bh, aw_key_block(j, u, nkb), kc, g, T, NH,
-                               scale_log2, scale, warp / 4 - 1, warp % 4, lane);
+        const int c = warp / 4 - 1, wi = warp % 4;
+        const volatile int *place = (const volatile int *)(base + AW_INFO);
+        int g = 0;
+        for (int kc = 0;; kc++) {
+            aw_mbar_wait(&bars[AW_KV_FULL + kc % AW_UNIT], (kc / AW_UNIT) & 1);
+            const int at = place[kc % AW_UNIT];
+            if (at < 0) break;
+            const int n = at / 2, bh = n / upb, u = n % upb;
+            g = aw_consume(base, bars, dqkv, bh, aw_key_block(at % 2, u, nkb), kc, g, T, NH,
+                           scale_log2, scale, c, wi, lane);
         }
+        /* no more: the reducer is told once it has taken the last half */
+        if (g > 0) aw_mbar_wait(&bars[AW_DQ_EMPTY + c], (g - 1) & 1);
+        if (wi == 0 && lane == 0) ((volatile int *)(base + AW_INFO))[2 + c] = -1;
+        g_mbar_arrive(&bars[AW_DQ_FULL + c]);
         return;
     }
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(AW_PRODUCER_REGS));
-    if (threadIdx.x != 0) return;
-    aw_produce(base, bars, &map_qkv, &map_do, lse, dsum, B, T, NH);
+    if (warp == 1 || warp == 2)
+        aw_reduce(base, bars, &map_ring, ring, ctl, dqkv, T, NH, nslot, scale, warp - 1, lane);
+    else if (threadIdx.x == 0)
+        aw_produce(base, bars, &map_qkv, &map_do, lse, dsum, ctl, B, T, NH);
 #else
-    (void)map_qkv, (void)map_do, (void)dq_acc, (void)dqkv, (void)lse, (void)dsum, (void)B, (void)T,
-        (void)NH, (void)scale_log2, (void)scale;
+    (void)map_qkv, (void)map_do, (void)map_ring, (void)ring, (void)ctl, (void)dqkv, (void)lse,
+        (void)dsum, (void)B, (void)T, (void)NH, (void)nslot, (void)scale_log2, (void)scale;
 #endif
 }
 
@@ -524,24 +820,53 @@ int gpc_cuda_attention_sm90_serves(int T) {
     return T > 0 && T % AW_BLOCK == 0 && gpc_cuda_attention_sm90_available();
 }
 
-gpc_status gpc_cuda_attention_backward_kv_sm90(float *dq_acc, gpc_bf16_t *dqkv,
-                                               const gpc_bf16_t *qkv, const gpc_bf16_t *dout,
-                                               const float *lse, const float *dsum, int B, int T,
-                                               int NH, float scale) {
-    const void *ptrs[6] = {dq_acc, dqkv, qkv, dout, lse, dsum};
+/* The dQ sums' ring: about twice the heads that run at once (the grid's
+ * units, a head's upb of them, and one more at each end), at most B * NH;
+ * GPC_SM90_DQ_SLOTS sets it (tests: 1 makes every head wait for the one
+ * before). */
+static int aw_slots(int B, int T, int NH) {
+    const int upb = (T / AW_BLOCK + 1) / 2;
+    const int64_t heads = (int64_t)B * NH;
+    int64_t n = 2 * ((gpc_sm90_grid(heads * upb) + upb - 1) / upb + 1);
+    const char *e = getenv("GPC_SM90_DQ_SLOTS");
+    if (e && atoi(e) > 0) n = atoi(e);
+    return (int)(n < heads ? n : heads);
+}
+
+/* ctl: the unit counter, gen [nslot] and cnt [nslot][nqb][2], in 16 bytes */
+static size_t aw_ctl_bytes(int nslot, int T) {
+    return ((size_t)(1 + nslot + (size_t)nslot * (T / AW_BLOCK) * 2) * 4 + 15) & ~(size_t)15;
+}
+
+size_t gpc_cuda_attention_sm90_workspace(int B, int T, int NH) {
+    if (B <= 0 || NH <= 0 || T <= 0) return 0;
+    const int nslot = aw_slots(B, T, NH);
+    return (size_t)nslot * T * AW_HS * sizeof(float) + aw_ctl_bytes(nslot, T);
+}
+
+gpc_status gpc_cuda_attention_backward_kv_sm90(void *ws, gpc_bf16_t *dqkv, const gpc_bf16_t *qkv,
+                                               const gpc_bf16_t *dout, const float *lse,
+                                               const float *dsum, int B, int T, int NH,
+                                               float scale) {
+    const void *ptrs[6] = {ws, dqkv, qkv, dout, lse, dsum};
     int aligned = 1;
     for (int i = 0; i < 6; i++)
         aligned &= gpc_cuda_aligned16(ptrs[i]);
     const int64_t units = (int64_t)(T / AW_BLOCK + 1) / 2 * B * NH;
     if (B <= 0 || NH <= 0 || !aligned || units > 0x7fffffff || (int64_t)B * T > 0x7fffffff ||
-        !gpc_cuda_attention_sm90_serves(T))
+        (int64_t)B * NH * T > 0x7fffffff || !gpc_cuda_attention_sm90_serves(T))
         return gpc_error(GPC_ERR_UNSUPPORTED, "attention_sm90: not for this shape or GPU");
     const int64_t C = (int64_t)NH * AW_HS;
-    CUtensorMap map_qkv, map_do;
+    const int nslot = aw_slots(B, T, NH);
+    float *ring = (float *)ws;
+    unsigned *ctl = (unsigned *)(ring + (size_t)nslot * T * AW_HS);
+    CUtensorMap map_qkv, map_do, map_ring;
     GPC_TRY(gpc_sm90_make_map(&map_qkv, qkv, (int64_t)B * T, 3 * C, AW_BLOCK));
     GPC_TRY(gpc_sm90_make_map(&map_do, dout, (int64_t)B * T, C, AW_BLOCK));
+    GPC_TRY(gpc_sm90_make_map_f32(&map_ring, ring, (int64_t)nslot * T, AW_HS, 64));
     att_sm90_backward_kv_kernel<<<gpc_sm90_grid(units), AW_THREADS, AW_SMEM, gpc_cuda_stream()>>>(
-        map_qkv, map_do, dq_acc, dqkv, lse, dsum, B, T, NH, scale * AW_LOG2E, scale);
+        map_qkv, map_do, map_ring, ring, ctl, dqkv, lse, dsum, B, T, NH, nslot, scale * AW_LOG2E,
+        scale);
     GPC_CUDA_CHECK_LAUNCH();
     __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
     return GPC_OK;
