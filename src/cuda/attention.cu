@@ -1046,9 +1046,7 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
     /* scratch: dsum [rows], then (fused) the f32 dq accumulator [rows, 64]
      * or the wgmma kernel's workspace, zeroed with dsum's pass */
     size_t dsum_bytes = ((size_t)rows * sizeof(float) + 255) & ~(size_t)255;
-    size_t zero_bytes = wgmma   ? gpc_cuda_attention_sm90_workspace(s.B, s.T, s.NH)
-                        : fused ? (size_t)rows * ATT_HS * sizeof(float)
-                                : 0;
+    size_t zero_bytes = fused ? (size_t)rows * ATT_HS * sizeof(float) : 0;
     void *dsum;
     GPC_TRY(gpc_cuda_scratch(dsum_bytes + zero_bytes, &dsum));
     float *dq_acc = (float *)((char *)dsum + dsum_bytes);
@@ -1070,17 +1068,16 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
         dim3 grid(tiles, (unsigned)(s.B * s.NH));
         float sl2 = scale * ATT_LOG2E;
         unsigned store_blocks = gpc_cuda_blocks(rows * (ATT_HS / 8), 256);
-        if (wgmma) {
-            typedef gpc_bf16_t E;
-            return gpc_cuda_attention_backward_kv_sm90(
-                dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
-                (const float *)lse->data, (const float *)dsum, s.B, s.T, s.NH, scale);
-        }
         if (out->dtype == GPC_BF16) {
             typedef gpc_bf16_t E;
-            att_backward_kv_kernel<E, true><<<grid, ATT_THREADS, 0, st>>>(
-                dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
-                (const float *)lse->data, (const float *)dsum, s.T, s.NH, sl2, scale);
+            if (wgmma)
+                GPC_TRY(gpc_cuda_attention_backward_kv_sm90(
+                    dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
+                    (const float *)lse->data, (const float *)dsum, s.B, s.T, s.NH, scale));
+            else
+                att_backward_kv_kernel<E, true><<<grid, ATT_THREADS, 0, st>>>(
+                    dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
+                    (const float *)lse->data, (const float *)dsum, s.T, s.NH, sl2, scale);
             att_dq_store_kernel<E>
                 <<<store_blocks, 256, 0, st>>>((E *)dqkv->data, dq_acc, s.B, s.T, s.NH, scale);
         } else {

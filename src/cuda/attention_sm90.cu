@@ -77,8 +77,7 @@
 #define AW_DS_FREE (AW_DS_FULL + 2)
 #define AW_DQ_FULL (AW_DS_FREE + 2)
 #define AW_DQ_EMPTY (AW_DQ_FULL + 2)
-#define AW_DQ_LOAD (AW_DQ_EMPTY + 2)
-#define AW_NBARS (AW_DQ_LOAD + 2)
+#define AW_NBARS (AW_DQ_EMPTY + 2)
 #define AW_SMEM_USED (AW_BARS + 8 * AW_NBARS)
 /* All a block may have on compute capability 9.0. The layout leaves no room
  * for a kilobyte of alignment slack: the dynamic shared memory starts
@@ -425,14 +424,14 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, g
  * (a lost arrival stops the consumers' timed waits instead). */
 __device__ __forceinline__ void aw_produce(unsigned char *base, uint64_t *bars,
                                            const CUtensorMap *map_qkv, const CUtensorMap *map_do,
-                                           const float *lse, const float *dsum, unsigned *ctl,
-                                           int B, int T, int NH) {
+                                           const float *lse, const float *dsum, int B, int T,
+                                           int NH) {
     uint64_t *kv_full = bars + AW_KV_FULL, *kv_empty = bars + AW_KV_EMPTY;
     uint64_t *full = bars + AW_FULL, *empty = bars + AW_EMPTY;
     volatile int *place = (volatile int *)(base + AW_INFO);
     const int nkb = T / AW_BLOCK, upb = (nkb + 1) / 2, C = NH * AW_HS;
     int kc = 0;
-    for (int n = (int)atomicAdd(ctl, 1u), g = 0; n < B * NH * upb; n = (int)atomicAdd(ctl, 1u)) {
+    for (int n = blockIdx.x, g = 0; n < B * NH * upb; n += gridDim.x) {
         const int bh = n / upb, u = n % upb;
         for (int j = 0; j < aw_unit_keys(u, nkb); j++, kc++) {
             const int kb = aw_key_block(j, u, nkb), kv = kc % AW_UNIT;
@@ -461,263 +460,39 @@ __device__ __forceinline__ void aw_produce(unsigned char *base, uint64_t *bars,
     g_mbar_arrive(&kv_full[kv]);
 }
 
-/* ------------------------------------------------------------ dQ's sums
- *
- * dQ is summed in f32 in a ring of nslot slots, each a head's [T][64]: head
- * bh uses slot bh % nslot, once every half query block of the head before
- * it there (bh - nslot) has been converted (gen[slot], conversions done in
- * the slot this launch, reaches (bh / nslot) * 2 * nqb). Each warpgroup's
- * reducer adds its staged half block into the slot by TMA
- * (cp.reduce.async.bulk.tensor add) and, once the add is complete, counts
- * it (cnt[slot][i][c]); query block i has i + 1 contributions (key blocks
- * 0 .. i), and whoever counts the last converts the half: dQ times the
- * softmax scale to bf16 into dqkv's q third, the slot's half zeroed again,
- * its count reset, gen[slot] raised. The ring (about 16 MB) stays in L2,
- * where a [B*NH][T][64] f32 accumulator went through HBM four times and
- * needed a pass to zero it and one to convert it. ctl: the unit counter,
- * gen [nslot], cnt [nslot][nqb][2], all zero at launch with the ring. */
-
-/* Waits (one thread) until the slot's conversions reach need, then orders
- * what they wrote (zeros) before this thread's TMA adds. */
-__device__ __forceinline__ void aw_slot_wait(const unsigned *gen, unsigned need) {
-    uint64_t start = 0;
-    for (;;) {
-        unsigned v;
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(gen) : "memory");
-        if (v >= need) break;
-        __nanosleep(128);
-        uint64_t now;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-        if (!start)
-            start = now;
-        else if (now - start > AW_WAIT_LIMIT_NS)
-            __trap();
-    }
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-}
-
-/* Half a query block's dQ, 64 rows of 64 f32 from the slot (in L2, read
- * past L1), times scale into 64 bf16 rows stride apart at dst, and the slot's
- * rows zeroed (one warp: lane l takes columns 4(l % 16) .. + 3 of rows l /
- * 16, + 2, ..., four rows in flight). */
-__device__ __forceinline__ void aw_convert(float *src, gpc_bf16_t *dst, int64_t stride, float scale,
-                                           int lane) {
-    float4 *s4 = (float4 *)src + lane;
-    gpc_bf16_t *d = dst + (lane / 16) * stride + 4 * (lane % 16);
-#pragma unroll 1
-    for (int r = 0; r < 64; r += 8, s4 += 4 * 32, d += 8 * stride) {
-        float4 v[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            v[u] = __ldcg(s4 + 32 * u);
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            *(uint2 *)(d + 2 * u * stride) =
-                make_uint2(g_pack_bf16(v[u].x * scale, v[u].y * scale),
-                           g_pack_bf16(v[u].z * scale, v[u].w * scale));
-            __stcg(s4 + 32 * u, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
-        }
-    }
-}
-
-/* The first of half t's 64 rows in the ring (t = bh * nqb + i, warpgroup
- * c's half) */
-__device__ __forceinline__ int aw_ring_row(int t, int T, int nslot, int c) {
-    const int nqb = T / AW_BLOCK;
-    return t / nqb % nslot * T + t % nqb * AW_BLOCK + 64 * c;
-}
-
-/* Where half t goes in dqkv: its first row's q part, rows stride apart */
-__device__ __forceinline__ gpc_bf16_t *aw_dq_out(gpc_bf16_t *dqkv, int t, int T, int NH, int c) {
-    const int nqb = T / AW_BLOCK, bh = t / nqb;
-    const int64_t C = (int64_t)NH * AW_HS;
-    return dqkv + ((int64_t)(bh / NH) * T + (int64_t)(t % nqb) * AW_BLOCK + 64 * c) * 3 * C +
-           bh % NH * AW_HS;
-}
-
-/* Half t's count back to 0 and its slot's conversions raised, after the
- * slot's zeros are written (lane 0). */
-__device__ __forceinline__ void aw_release(unsigned *ctl, int t, int T, int nslot, int c) {
-    const int nqb = T / AW_BLOCK, slot = t / nqb % nslot;
-    *(volatile unsigned *)(ctl + 1 + nslot + (slot * nqb + t % nqb) * 2 + c) = 0;
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctl + 1 + slot) : "memory");
-}
-
-/* Half t, finished, converted through the staging (free: its adds have
- * read it): the slot's rows loaded by TMA, times scale into dqkv as bf16,
- * zeros written back in their place and stored to the slot by TMA (the
- * warp; lane 0 issues, and waits until the store has read the staging).
- * Lane l takes 16-byte chunk l % 8 of rows l / 8, + 4, ... of each box. */
-__device__ __forceinline__ void aw_convert_staged(unsigned char *base, uint64_t *bars,
-                                                  const CUtensorMap *map_ring, gpc_bf16_t *dqkv,
-                                                  int t, int T, int NH, int nslot, float scale,
-                                                  int c, int lane, int &loads) {
-    unsigned char *stage = base + AW_DQ(c);
-    const int row = aw_ring_row(t, T, nslot, c);
-    uint64_t *bar = &bars[AW_DQ_LOAD + c];
-    if (lane == 0) {
-        asm volatile("fence.proxy.async.global;" ::: "memory");
-        g_mbar_expect(bar, AW_DQ_BYTES);
-        g_tma_load(stage, map_ring, 0, row, bar);
-        g_tma_load(stage + AW_DQ_BYTES / 2, map_ring, 32, row, bar);
-    }
-    aw_mbar_wait(bar, loads++ & 1);
-    const int64_t stride = (int64_t)3 * NH * AW_HS;
-    gpc_bf16_t *dst = aw_dq_out(dqkv, t, T, NH, c) + 4 * (lane % 8);
-    const uint32_t s0 = g_smem(stage);
-#pragma unroll 4
-    for (int m = 0; m < 32; m++) {
-        const int box = m / 16, r = 4 * (m % 16) + lane / 8;
-        const uint32_t at = s0 + box * (AW_DQ_BYTES / 2) + r * 128 + (((lane % 8) ^ (r % 8)) << 4);
-        float4 v;
-        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                     "st.shared.v4.f32 [%4], {%5, %5, %5, %5};"
-                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                     : "r"(at), "f"(0.0f)
-                     : "memory");
-        *(uint2 *)(dst + r * stride + 32 * box) = make_uint2(g_pack_bf16(v.x * scale, v.y * scale),
-                                                             g_pack_bf16(v.z * scale, v.w * scale));
-    }
-    g_fence_async_smem();
-    __syncwarp();
-    if (lane == 0) {
-#pragma unroll
-        for (int box = 0; box < 2; box++)
-            asm volatile(
-                "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(
-                    map_ring),
-                "r"(32 * box), "r"(row), "r"(g_smem(stage + box * (AW_DQ_BYTES / 2)))
-                : "memory");
-        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-        g_bulk_wait_read<0>();
-    }
-    __syncwarp();
-}
-
-/* Counts half t once this thread's adds but the newest in_flight groups are
- * complete: the count's old value comes back into old while the thread
- * goes on (it is looked at after the next wait, aw_reduce). Lane 0. */
-template <int in_flight>
-__device__ __forceinline__ void aw_count(unsigned *ctl, int T, int nslot, int c, int t,
-                                         unsigned &old) {
-    const int nqb = T / AW_BLOCK;
-    unsigned *count = ctl + 1 + nslot + (t / nqb % nslot * nqb + t % nqb) * 2 + c;
-    asm volatile("cp.async.bulk.wait_group %2;\n"
-                 "fence.proxy.async.global;\n"
-                 "atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
-                 : "=r"(old)
-                 : "l"(count), "n"(in_flight)
-                 : "memory");
-}
-
-/* Whether the slot is free for a head (gen reached need), without waiting */
-__device__ __forceinline__ bool aw_slot_free(const unsigned *gen, unsigned need) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(gen) : "memory");
-    return v >= need;
-}
-
-/* The reducer of warpgroup c's dQ halves (a warp; lane 0 issues). For each
- * staged half (dq_full, its tag in AW_INFO): the slot's turn where the head
- * is new; the two boxes' TMA adds; then, the staging read, the halves found
- * finished converted through it (aw_convert_staged); dq_empty; then the
- * half before counted once its adds are complete (one add in flight while
- * the thread waits), its count looked at after the next wait: the last of
- * a query block's i + 1 contributions is finished. Before a wait for a
- * slot, which may need them, the half in flight is counted and every half
- * found finished is converted (then straight from the ring, aw_convert, as
- * the staging holds the new half). A tag of -1 ends it. */
+/* The reducer of warpgroup c's dQ halves (one thread): for each staged
+ * half (dq_full, its tag bh * nqb + i in AW_INFO), the two boxes' TMA adds
+ * into the f32 accumulator (cp.reduce.async.bulk.tensor add), and dq_empty
+ * once they have read the staging. A tag of -1 ends it. */
 __device__ __forceinline__ void aw_reduce(unsigned char *base, uint64_t *bars,
-                                          const CUtensorMap *map_ring, float *ring, unsigned *ctl,
-                                          gpc_bf16_t *dqkv, int T, int NH, int nslot, float scale,
-                                          int c, int lane) {
+                                          const CUtensorMap *map_acc, int T, int c) {
     const volatile int *tag = (const volatile int *)(base + AW_INFO) + 2 + c;
     const uint32_t stage = g_smem(base + AW_DQ(c));
     const int nqb = T / AW_BLOCK;
-    /* the head whose slot is known free; the half whose adds are in flight;
-     * the half counted whose count is not yet looked at, and its old value */
-    int ready = -1, pend = -1, counted = -1, loads = 0;
-    unsigned old = 0;
     for (int p = 0;; p++) {
         aw_mbar_wait(&bars[AW_DQ_FULL + c], p & 1);
-        /* lane 0 reads the tag, before its arrival on dq_empty lets it change */
-        const int t = __shfl_sync(0xffffffffu, lane == 0 ? *tag : 0, 0);
-        int fin[2];
-        fin[0] = __shfl_sync(0xffffffffu,
-                             counted >= 0 && old == (unsigned)(counted % nqb) ? counted : -1, 0);
-        fin[1] = -1;
-        counted = -1;
-        if (t < 0 || t / nqb != ready) {
-            if (pend >= 0 && lane == 0) aw_count<0>(ctl, T, nslot, c, pend, old);
-            fin[1] =
-                __shfl_sync(0xffffffffu, pend >= 0 && old == (unsigned)(pend % nqb) ? pend : -1, 0);
-            pend = -1;
-            const int h = t < 0 ? -1 : t / nqb;
-            const unsigned need = h < 0 ? 0 : (unsigned)(h / nslot * 2 * nqb);
-            const bool free =
-                h < 0 ||
-                __shfl_sync(0xffffffffu, lane == 0 && aw_slot_free(ctl + 1 + h % nslot, need), 0);
-            if (t < 0 || !free) {
-                for (int f = 0; f < 2; f++)
-                    if (fin[f] >= 0) {
-                        const int row = aw_ring_row(fin[f], T, nslot, c);
-                        aw_convert(ring + (int64_t)row * AW_HS, aw_dq_out(dqkv, fin[f], T, NH, c),
-                                   (int64_t)3 * NH * AW_HS, scale, lane);
-                        __threadfence();
-                        __syncwarp();
-                        if (lane == 0) aw_release(ctl, fin[f], T, nslot, c);
-                        fin[f] = -1;
-                    }
-            }
-            if (t < 0) {
-                if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-                return;
-            }
-            ready = h;
-            if (lane == 0) aw_slot_wait(ctl + 1 + h % nslot, need);
-            __syncwarp();
-        }
-        if (lane == 0) {
-            const int row = aw_ring_row(t, T, nslot, c);
+        const int t = *tag;
+        if (t < 0) break;
+        const int row = t / nqb * T + t % nqb * AW_BLOCK + 64 * c;
 #pragma unroll
-            for (int box = 0; box < 2; box++)
-                asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group"
-                             " [%0, {%1, %2}], [%3];" ::"l"(map_ring),
-                             "r"(32 * box), "r"(row), "r"(stage + box * (AW_DQ_BYTES / 2))
-                             : "memory");
-            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-            g_bulk_wait_read<0>();
-        }
-        __syncwarp();
-        for (int f = 0; f < 2; f++)
-            if (fin[f] >= 0)
-                aw_convert_staged(base, bars, map_ring, dqkv, fin[f], T, NH, nslot, scale, c, lane,
-                                  loads);
-        /* every lane, each releasing its own reads and writes of the staging */
+        for (int box = 0; box < 2; box++)
+            asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group"
+                         " [%0, {%1, %2}], [%3];" ::"l"(map_acc),
+                         "r"(32 * box), "r"(row), "r"(stage + box * (AW_DQ_BYTES / 2))
+                         : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        g_bulk_wait_read<0>();
         g_mbar_arrive(&bars[AW_DQ_EMPTY + c]);
-        if (lane == 0) {
-            if (fin[0] >= 0 || fin[1] >= 0) {
-                /* the zeros stored (and with them the adds before) */
-                asm volatile("cp.async.bulk.wait_group 0;\n"
-                             "fence.proxy.async.global;" ::
-                                 : "memory");
-                for (int f = 0; f < 2; f++)
-                    if (fin[f] >= 0) aw_release(ctl, fin[f], T, nslot, c);
-            }
-            if (pend >= 0) aw_count<1>(ctl, T, nslot, c, pend, old);
-        }
-        counted = pend;
-        pend = t;
     }
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 #endif /* G_KERNEL_BODY */
 
 __global__ void __launch_bounds__(AW_THREADS, 1)
     att_sm90_backward_kv_kernel(const __grid_constant__ CUtensorMap map_qkv,
                                 const __grid_constant__ CUtensorMap map_do,
-                                const __grid_constant__ CUtensorMap map_ring, float *ring,
-                                unsigned *ctl, gpc_bf16_t *dqkv, const float *lse,
-                                const float *dsum, int B, int T, int NH, int nslot,
+                                const __grid_constant__ CUtensorMap map_acc, gpc_bf16_t *dqkv,
+                                const float *lse, const float *dsum, int B, int T, int NH,
                                 float scale_log2, float scale) {
 #ifdef G_KERNEL_BODY
     extern __shared__ __align__(1024) unsigned char aw_shared[];
@@ -748,10 +523,8 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
         }
         for (int c = 0; c < 2; c++) {
             g_mbar_init(&bars[AW_DQ_FULL + c], 128); /* every thread of warpgroup c */
-            g_mbar_init(&bars[AW_DQ_EMPTY + c], 32); /* its reducer's lanes */
+            g_mbar_init(&bars[AW_DQ_EMPTY + c], 1);  /* its reducer */
         }
-        for (int c = 0; c < 2; c++)
-            g_mbar_init(&bars[AW_DQ_LOAD + c], 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -780,13 +553,13 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
         return;
     }
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(AW_PRODUCER_REGS));
-    if (warp == 1 || warp == 2)
-        aw_reduce(base, bars, &map_ring, ring, ctl, dqkv, T, NH, nslot, scale, warp - 1, lane);
+    if ((warp == 1 || warp == 2) && lane == 0)
+        aw_reduce(base, bars, &map_acc, T, warp - 1);
     else if (threadIdx.x == 0)
-        aw_produce(base, bars, &map_qkv, &map_do, lse, dsum, ctl, B, T, NH);
+        aw_produce(base, bars, &map_qkv, &map_do, lse, dsum, B, T, NH);
 #else
-    (void)map_qkv, (void)map_do, (void)map_ring, (void)ring, (void)ctl, (void)dqkv, (void)lse,
-        (void)dsum, (void)B, (void)T, (void)NH, (void)nslot, (void)scale_log2, (void)scale;
+    (void)map_qkv, (void)map_do, (void)map_acc, (void)dqkv, (void)lse, (void)dsum, (void)B, (void)T,
+        (void)NH, (void)scale_log2, (void)scale;
 #endif
 }
 
@@ -820,35 +593,11 @@ int gpc_cuda_attention_sm90_serves(int T) {
     return T > 0 && T % AW_BLOCK == 0 && gpc_cuda_attention_sm90_available();
 }
 
-/* The dQ sums' ring: about twice the heads that run at once (the grid's
- * units, a head's upb of them, and one more at each end), at most B * NH;
- * GPC_SM90_DQ_SLOTS sets it (tests: 1 makes every head wait for the one
- * before). */
-static int aw_slots(int B, int T, int NH) {
-    const int upb = (T / AW_BLOCK + 1) / 2;
-    const int64_t heads = (int64_t)B * NH;
-    int64_t n = 2 * ((gpc_sm90_grid(heads * upb) + upb - 1) / upb + 1);
-    const char *e = getenv("GPC_SM90_DQ_SLOTS");
-    if (e && atoi(e) > 0) n = atoi(e);
-    return (int)(n < heads ? n : heads);
-}
-
-/* ctl: the unit counter, gen [nslot] and cnt [nslot][nqb][2], in 16 bytes */
-static size_t aw_ctl_bytes(int nslot, int T) {
-    return ((size_t)(1 + nslot + (size_t)nslot * (T / AW_BLOCK) * 2) * 4 + 15) & ~(size_t)15;
-}
-
-size_t gpc_cuda_attention_sm90_workspace(int B, int T, int NH) {
-    if (B <= 0 || NH <= 0 || T <= 0) return 0;
-    const int nslot = aw_slots(B, T, NH);
-    return (size_t)nslot * T * AW_HS * sizeof(float) + aw_ctl_bytes(nslot, T);
-}
-
-gpc_status gpc_cuda_attention_backward_kv_sm90(void *ws, gpc_bf16_t *dqkv, const gpc_bf16_t *qkv,
-                                               const gpc_bf16_t *dout, const float *lse,
-                                               const float *dsum, int B, int T, int NH,
-                                               float scale) {
-    const void *ptrs[6] = {ws, dqkv, qkv, dout, lse, dsum};
+gpc_status gpc_cuda_attention_backward_kv_sm90(float *dq_acc, gpc_bf16_t *dqkv,
+                                               const gpc_bf16_t *qkv, const gpc_bf16_t *dout,
+                                               const float *lse, const float *dsum, int B, int T,
+                                               int NH, float scale) {
+    const void *ptrs[6] = {dq_acc, dqkv, qkv, dout, lse, dsum};
     int aligned = 1;
     for (int i = 0; i < 6; i++)
         aligned &= gpc_cuda_aligned16(ptrs[i]);
@@ -857,16 +606,12 @@ gpc_status gpc_cuda_attention_backward_kv_sm90(void *ws, gpc_bf16_t *dqkv, const
         (int64_t)B * NH * T > 0x7fffffff || !gpc_cuda_attention_sm90_serves(T))
         return gpc_error(GPC_ERR_UNSUPPORTED, "attention_sm90: not for this shape or GPU");
     const int64_t C = (int64_t)NH * AW_HS;
-    const int nslot = aw_slots(B, T, NH);
-    float *ring = (float *)ws;
-    unsigned *ctl = (unsigned *)(ring + (size_t)nslot * T * AW_HS);
-    CUtensorMap map_qkv, map_do, map_ring;
+    CUtensorMap map_qkv, map_do, map_acc;
     GPC_TRY(gpc_sm90_make_map(&map_qkv, qkv, (int64_t)B * T, 3 * C, AW_BLOCK));
     GPC_TRY(gpc_sm90_make_map(&map_do, dout, (int64_t)B * T, C, AW_BLOCK));
-    GPC_TRY(gpc_sm90_make_map_f32(&map_ring, ring, (int64_t)nslot * T, AW_HS, 64));
+    GPC_TRY(gpc_sm90_make_map_f32(&map_acc, dq_acc, (int64_t)B * NH * T, AW_HS, 64));
     att_sm90_backward_kv_kernel<<<gpc_sm90_grid(units), AW_THREADS, AW_SMEM, gpc_cuda_stream()>>>(
-        map_qkv, map_do, map_ring, ring, ctl, dqkv, lse, dsum, B, T, NH, nslot, scale * AW_LOG2E,
-        scale);
+        map_qkv, map_do, map_acc, dqkv, lse, dsum, B, T, NH, scale * AW_LOG2E, scale);
     GPC_CUDA_CHECK_LAUNCH();
     __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
     return GPC_OK;

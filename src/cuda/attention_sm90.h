@@ -29,22 +29,16 @@ int gpc_cuda_attention_sm90_serves(int T);
 #ifdef __CUDACC__
 #include "cuda/cuda_common.cuh"
 
-/* The workspace (bytes, a multiple of 16) the kernel needs for dQ's sums
- * at this shape: a ring of per-head f32 slots, about 16 MB at GPT-2's, and
- * their counters. It must be zero when the kernel starts, and is again
- * when it ends. */
-size_t gpc_cuda_attention_sm90_workspace(int B, int T, int NH);
-
 /* For causal attention over qkv [B, T, 3, NH, 64] (bf16), with dout [B, T,
  * NH * 64], lse [B*NH, T] (natural log) and dsum = rowsum(dout * out) [B*NH,
- * T]: writes dQ and dK (scaled by scale) and dV into dqkv, using ws (of
- * gpc_cuda_attention_sm90_workspace bytes, zeroed), on the current GPU's
+ * T]: writes dK (scaled by scale) and dV into dqkv's k and v thirds and adds
+ * dS K (unscaled) into dq_acc (f32 [B*NH, T, 64]), on the current GPU's
  * stream. GPC_ERR_UNSUPPORTED (nothing queued) unless T is a multiple of
  * 128, the pointers 16-byte aligned and the GPU of compute capability 9.0. */
-gpc_status gpc_cuda_attention_backward_kv_sm90(void *ws, gpc_bf16_t *dqkv, const gpc_bf16_t *qkv,
-                                               const gpc_bf16_t *dout, const float *lse,
-                                               const float *dsum, int B, int T, int NH,
-                                               float scale);
+gpc_status gpc_cuda_attention_backward_kv_sm90(float *dq_acc, gpc_bf16_t *dqkv,
+                                               const gpc_bf16_t *qkv, const gpc_bf16_t *dout,
+                                               const float *lse, const float *dsum, int B, int T,
+                                               int NH, float scale);
 #endif
 
 #endif
