@@ -908,23 +908,25 @@ extern "C" void gpc_cudnn_attention_get_stats(gpc_cudnn_attention_stats *stats) 
 }
 #endif
 
-/* GPC_ATTENTION_BWD: "two" (the default) 0, "fused" (the one-kernel
- * backward) 1, "wgmma" (the same with attention_sm90.cu's kernel for the
- * dk/dv part, where it runs) 2; read once, and any other value is named in
- * a warning. */
-enum { ATT_BWD_TWO, ATT_BWD_FUSED, ATT_BWD_WGMMA };
+/* GPC_ATTENTION_BWD: "auto" (the default: under the auto path the wgmma
+ * kernel in place of cuDNN's backward where it serves, and on gpc's path
+ * the two kernels) 3, "two" 0, "fused" (the one-kernel backward) 1, "wgmma"
+ * (the same on attention_sm90.cu's kernel where it runs, on either path) 2;
+ * read once, and any other value is named in a warning. */
+enum { ATT_BWD_TWO, ATT_BWD_FUSED, ATT_BWD_WGMMA, ATT_BWD_AUTO };
 static int att_backward_mode(void) {
     static int mode = -1;
     if (mode < 0) {
         const char *e = getenv("GPC_ATTENTION_BWD");
-        mode = !e || !*e || !strcmp(e, "two") ? ATT_BWD_TWO
-               : !strcmp(e, "fused")          ? ATT_BWD_FUSED
-               : !strcmp(e, "wgmma")          ? ATT_BWD_WGMMA
-                                              : -2;
+        mode = !e || !*e || !strcmp(e, "auto") ? ATT_BWD_AUTO
+               : !strcmp(e, "two")             ? ATT_BWD_TWO
+               : !strcmp(e, "fused")           ? ATT_BWD_FUSED
+               : !strcmp(e, "wgmma")           ? ATT_BWD_WGMMA
+                                               : -2;
         if (mode == -2) {
             gpc_log(GPC_LOG_WARN,
-                    "GPC_ATTENTION_BWD=%s is not 'two', 'fused' or 'wgmma': using the two-kernel "
-                    "backward",
+                    "GPC_ATTENTION_BWD=%s is not 'auto', 'two', 'fused' or 'wgmma': using the "
+                    "two-kernel backward",
                     e);
             mode = ATT_BWD_TWO;
         }
@@ -1023,13 +1025,15 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
     gpc_attention_path path;
     int use_cudnn;
     GPC_TRY(att_route(op, out->dtype, &s, GPC_CUDNN_BACKWARD, 0, ptrs, 5, &path, &use_cudnn));
-    /* under auto, GPC_ATTENTION_BWD=wgmma takes the backward from cuDNN
-     * wherever the wgmma kernel serves it (the forward stays cuDNN's: the
-     * two paths' lse agree) */
-    if (use_cudnn && path == GPC_ATTENTION_AUTO && att_backward_mode() == ATT_BWD_WGMMA &&
-        out->dtype == GPC_BF16 && att_fast(path, out->dtype, &s, ptrs, 5) &&
-        gpc_cuda_attention_sm90_serves(s.T))
-        use_cudnn = 0;
+    /* under auto, the wgmma kernel takes the backward from cuDNN wherever it
+     * serves (GPC_ATTENTION_BWD auto or wgmma; the forward stays cuDNN's:
+     * the two paths' lse agree) */
+    const int mode = att_backward_mode();
+    const int from_cudnn = use_cudnn && path == GPC_ATTENTION_AUTO &&
+                           (mode == ATT_BWD_AUTO || mode == ATT_BWD_WGMMA) &&
+                           out->dtype == GPC_BF16 && att_fast(path, out->dtype, &s, ptrs, 5) &&
+                           gpc_cuda_attention_sm90_serves(s.T);
+    if (from_cudnn) use_cudnn = 0;
     if (use_cudnn) return gpc_cudnn_attention_backward(dqkv, dout, qkv, out, lse, num_heads);
     int fast = att_fast(path, out->dtype, &s, ptrs, 4);
     if (!fast && s.hs > ATT_NAIVE_MAX_HS)
@@ -1038,11 +1042,11 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
                          "head size of at most %d",
                          op, s.hs, ATT_NAIVE_MAX_HS);
     int64_t rows = (int64_t)s.B * s.NH * s.T;
-    const int mode = att_backward_mode();
-    int fused = fast && mode != ATT_BWD_TWO;
-    /* the wgmma kernel (bf16; its own checks of T and the GPU) */
-    int wgmma = fused && mode == ATT_BWD_WGMMA && out->dtype == GPC_BF16 &&
+    /* the wgmma kernel (bf16; its own checks of T and the GPU), or the
+     * mma.sync one-kernel backward in its place where it does not serve */
+    int wgmma = fast && (mode == ATT_BWD_WGMMA || from_cudnn) && out->dtype == GPC_BF16 &&
                 gpc_cuda_attention_sm90_serves(s.T);
+    int fused = fast && (mode == ATT_BWD_FUSED || mode == ATT_BWD_WGMMA || wgmma);
     /* scratch: dsum [rows], then (fused) the f32 dq accumulator [rows, 64]
      * or the wgmma kernel's workspace, zeroed with dsum's pass */
     size_t dsum_bytes = ((size_t)rows * sizeof(float) + 255) & ~(size_t)255;

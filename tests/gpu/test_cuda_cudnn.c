@@ -304,10 +304,11 @@ static void test_auto_uses_prepared_shapes(void **state) {
     free(hq);
 }
 
-/* Under auto a prepared shape's backward is cuDNN's, or, with
- * GPC_ATTENTION_BWD=wgmma (read once a process: the ctest variant
- * gpu_test_cuda_cudnn_attention_wgmma) on a GPU the wgmma kernel serves, gpc's
- * wgmma backward after cuDNN's forward. Either way the CPU's gradients. */
+/* Under auto a prepared shape's backward is gpc's wgmma backward after
+ * cuDNN's forward on a GPU the wgmma kernel serves (GPC_ATTENTION_BWD unset,
+ * auto or wgmma; read once a process), and cuDNN's otherwise or with
+ * GPC_ATTENTION_BWD=two (the ctest variant gpu_test_cuda_cudnn_attention_two).
+ * Either way the CPU's gradients. */
 static void test_auto_backward_route(void **state) {
     (void)state;
     int64_t B = 2, T = 256, NH = 2, hs = 64, C = NH * hs;
@@ -333,7 +334,8 @@ static void test_auto_backward_route(void **state) {
     /* from the GPU's bf16 forward, as in the mixing checks of compare_case */
     expect_device("auto backward vs CPU (B=2 T=256)", &dq, cdq.data, 1e-1, 1e-2);
     const char *bwd = getenv("GPC_ATTENTION_BWD");
-    int on = bwd && !strcmp(bwd, "wgmma") && gpc_cuda_attention_sm90_serves((int)T);
+    int on = (!bwd || !*bwd || !strcmp(bwd, "auto") || !strcmp(bwd, "wgmma")) &&
+             gpc_cuda_attention_sm90_serves((int)T);
     long ran = gpc_cuda_attention_sm90_calls() - before;
     printf("  auto backward on wgmma: %ld (%s)\n", ran, on ? "on" : "off");
     assert_int_equal(ran, on ? 1 : 0);
