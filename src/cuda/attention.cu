@@ -28,7 +28,8 @@
  * products rather than seven; dq then differs in its last bits run to run).
  * GPC_ATTENTION_BWD=wgmma is that backward with its dk/dv kernel on Hopper's
  * wgmma (attention_sm90.cu: bf16, T a multiple of 128, compute capability
- * 9.0; elsewhere the mma.sync kernel).
+ * 9.0; elsewhere the mma.sync kernel); under the auto path it replaces
+ * cuDNN's backward by default where it serves.
  *
  * Any other head size or f32 runs a simple kernel, one warp per row (exact
  * and slow: it exists for tests and unusual shapes, not for training).

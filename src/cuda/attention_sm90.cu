@@ -4,7 +4,7 @@
  * a multiple of 128. It takes the place of attention.cu's
  * att_backward_kv_kernel<bf16, true> and keeps its contract: dK and dV
  * written into dqkv, dS K added into the f32 dq accumulator [B*NH, T, 64]
- * with atomics (att_dq_store_kernel then scales and stores it), lse in
+ * (att_dq_store_kernel then scales and stores it), lse in
  * natural log, D = rowsum(dO * O) from att_dsum64_kernel.
  *
  * Work comes in units: one (batch, head) and two blocks of 128 keys, kb and
@@ -25,7 +25,10 @@
  *                                   accumulator layout is the A layout),
  *                                   B transposed (dO and Q as loaded)
  *   dS to shared memory             stmatrix.trans, into a K-major tile
- *   dQ = dS K, added to dq_acc      wgmma m64n64, each consumer 64 queries
+ *   dQ = dS K                       wgmma m64n64, each consumer 64 queries,
+ *                                   staged in shared memory (f32) and added
+ *                                   to dq_acc by its reducer thread's TMA
+ *                                   reduce-adds (warps 1 and 2)
  *
  * dQ needs both warpgroups' halves of dS, so it runs one query block behind
  * (the key block's last one after its loop): by then the other warpgroup
@@ -37,8 +40,8 @@
  * waits trap after 10 s rather than hang.
  *
  * Measured on an H200 (bench/RESULTS.md): the backward (with
- * att_dsum64_kernel and att_dq_store_kernel) 1.015 ms against cuDNN's
- * 1.054 ms at B=64 T=1024 NH=12, and 1-2% less energy.
+ * att_dsum64_kernel and att_dq_store_kernel) 0.964 ms against cuDNN's
+ * 1.048 ms at B=64 T=1024 NH=12, and 6% less energy.
  */
 #include "cuda/attention_sm90.h"
 #include "cuda/sm90_common.cuh"
@@ -413,13 +416,11 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, g
     return g0 + nq;
 }
 
-/* The producer (one thread): takes the units in order from ctl[0], a
- * counter every block shares, so that a unit is only ever taken by a block
- * that runs (the dQ reducers' waits for a slot rely on it); for each key
- * block, K and V once its buffer is free, with the key block's place
- * (unit * 2 + which) in AW_INFO for the consumers, then its query blocks'
- * Q, dO, lse and D into the ring. When the units run out, a buffer's place
- * is -1. It runs on few registers (AW_PRODUCER_REGS): rows and columns are
+/* The producer (one thread): for the block's units (blockIdx.x, +
+ * gridDim.x, ...), each key block's K and V once its buffer is free, with
+ * the key block's place (unit * 2 + which) in AW_INFO for the consumers,
+ * then its query blocks' Q, dO, lse and D into the ring. When the units run
+ * out, a buffer's place is -1. It runs on few registers (AW_PRODUCER_REGS): rows and columns are
  * recomputed where used rather than kept, and its waits have no time limit
  * (a lost arrival stops the consumers' timed waits instead). */
 __device__ __forceinline__ void aw_produce(unsigned char *base, uint64_t *bars,
@@ -502,9 +503,9 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     /* Units of work: (batch, head) bh with key blocks u and nkb - 1 - u (one
      * when they are the same), nkb + 1 query blocks in all, so that every
-     * unit costs about the same. Blocks take units in order (aw_produce): the
-     * units running at once are neighbours, a few heads' worth, which share
-     * their Q, dO and dQ sums in L2. Key blocks count on (kc) and the
+     * unit costs about the same. Block b takes units b, b + gridDim.x, ...
+     * (aw_produce): the units running at once are neighbours, a few heads'
+     * worth, which share their Q, dO and dQ sums in L2. Key blocks count on (kc) and the
      * stages' ring turns on (g) across a block's units. */
     const int nkb = T / AW_BLOCK, upb = (nkb + 1) / 2;
 
