@@ -747,9 +747,9 @@ __global__ void att_dsum_kernel(float *dsum, const T *dout, const T *out, int B,
 }
 
 /* The same for head size 64 (the tensor-core paths): 16 bytes of each
- * operand a thread, 64 / n threads a row, and, for the fused backward, its
- * zero4 16-byte words of scratch zeroed on the way (the f32 dq accumulator,
- * or the wgmma kernel's workspace), which saves a memset's pass. */
+ * operand a thread, 64 / n threads a row, and, for the fused backwards, its
+ * zero4 16-byte words of scratch zeroed on the way (the f32 dq
+ * accumulator), which saves a memset's pass. */
 template <typename T>
 __global__ void att_dsum64_kernel(float *dsum, float4 *zero, int64_t zero4, const T *dout,
                                   const T *out, int B, int T_, int NH) {
@@ -1048,8 +1048,8 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
     int wgmma = fast && (mode == ATT_BWD_WGMMA || from_cudnn) && out->dtype == GPC_BF16 &&
                 gpc_cuda_attention_sm90_serves(s.T);
     int fused = fast && (mode == ATT_BWD_FUSED || mode == ATT_BWD_WGMMA || wgmma);
-    /* scratch: dsum [rows], then (fused) the f32 dq accumulator [rows, 64]
-     * or the wgmma kernel's workspace, zeroed with dsum's pass */
+    /* scratch: dsum [rows], then (fused) the f32 dq accumulator [rows, 64],
+     * zeroed with dsum's pass */
     size_t dsum_bytes = ((size_t)rows * sizeof(float) + 255) & ~(size_t)255;
     size_t zero_bytes = fused ? (size_t)rows * ATT_HS * sizeof(float) : 0;
     void *dsum;

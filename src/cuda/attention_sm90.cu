@@ -70,8 +70,7 @@
 #define AW_BARS (AW_INFO + 16)
 /* the mbarriers, at AW_BARS: each key block buffer's kv_full and kv_empty,
  * each stage's full and empty, each dS buffer's ds_full and ds_free, each
- * dQ staging's dq_full, dq_empty and dq_load (a finished half's sums
- * loaded into it for conversion) */
+ * dQ staging's dq_full and dq_empty */
 #define AW_KV_FULL 0
 #define AW_KV_EMPTY (AW_KV_FULL + AW_UNIT)
 #define AW_FULL (AW_KV_EMPTY + AW_UNIT)
@@ -420,9 +419,12 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, g
  * gridDim.x, ...), each key block's K and V once its buffer is free, with
  * the key block's place (unit * 2 + which) in AW_INFO for the consumers,
  * then its query blocks' Q, dO, lse and D into the ring. When the units run
- * out, a buffer's place is -1. It runs on few registers (AW_PRODUCER_REGS): rows and columns are
- * recomputed where used rather than kept, and its waits have no time limit
- * (a lost arrival stops the consumers' timed waits instead). */
+ * out, a buffer's place is -1. (The consumers could derive their units as
+ * the producer does, but then they keep the walk's state in registers and
+ * spill 44 bytes; reading the place costs them nothing.) It runs on few
+ * registers (AW_PRODUCER_REGS): rows and columns are recomputed where used
+ * rather than kept, and its waits have no time limit (a lost arrival stops
+ * the consumers' timed waits instead). */
 __device__ __forceinline__ void aw_produce(unsigned char *base, uint64_t *bars,
                                            const CUtensorMap *map_qkv, const CUtensorMap *map_do,
                                            const float *lse, const float *dsum, int B, int T,
@@ -505,8 +507,8 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
      * when they are the same), nkb + 1 query blocks in all, so that every
      * unit costs about the same. Block b takes units b, b + gridDim.x, ...
      * (aw_produce): the units running at once are neighbours, a few heads'
-     * worth, which share their Q, dO and dQ sums in L2. Key blocks count on (kc) and the
-     * stages' ring turns on (g) across a block's units. */
+     * worth, which share their Q, dO and dQ sums in L2. Key blocks count on
+     * (kc) and the stages' ring turns on (g) across a block's units. */
     const int nkb = T / AW_BLOCK, upb = (nkb + 1) / 2;
 
     if (threadIdx.x == 0) {

@@ -623,7 +623,7 @@ static void test_attention_tensor_cores(void **state) {
     attention_case(GPC_BF16, 1, 512, 3, 64);
     attention_case(GPC_BF16, 2, 384, 2, 64);
     /* GPT-2's T: four units a head, eight query blocks, each summed from up
-     * to eight key blocks' dQ in the wgmma kernel's ring of slots */
+     * to eight key blocks' dQ by the wgmma kernel's TMA adds */
     attention_case(GPC_BF16, 1, 1024, 8, 64);
     /* with GPC_ATTENTION_BWD=wgmma on Hopper the backward ran on wgmma
      * (attention_sm90.cu) for the bf16 cases whose T is a multiple of 128,
