@@ -747,11 +747,13 @@ __global__ void att_dsum_kernel(float *dsum, const T *dout, const T *out, int B,
 }
 
 /* The same for head size 64 (the tensor-core paths): 16 bytes of each
- * operand a thread, 64 / n threads a row, and, for the fused backwards, its
- * zero4 16-byte words of scratch zeroed on the way (the f32 dq
- * accumulator), which saves a memset's pass. */
+ * operand a thread, 64 / n threads a row. On the way, which saves a
+ * memset's pass, the mma.sync backward's zero4 16-byte words of scratch are
+ * zeroed (its f32 dq accumulator), or the wgmma backward's dqkv q third
+ * (qzero, [B, T, 3, NH, 64], where its TMA adds sum dQ), 16 bytes a thread
+ * at the place the thread reads dout from. */
 template <typename T>
-__global__ void att_dsum64_kernel(float *dsum, float4 *zero, int64_t zero4, const T *dout,
+__global__ void att_dsum64_kernel(float *dsum, float4 *zero, int64_t zero4, T *qzero, const T *dout,
                                   const T *out, int B, int T_, int NH) {
     const int n = gpc_pack<T>::n, per = ATT_HS / n;
     const int64_t rows = (int64_t)B * NH * T_;
@@ -770,6 +772,9 @@ __global__ void att_dsum64_kernel(float *dsum, float4 *zero, int64_t zero4, cons
     for (int m = 1; m < per; m *= 2)
         s += __shfl_xor_sync(0xffffffffu, s, m);
     if (live && part == 0) dsum[w] = s;
+    if (live && qzero)
+        *(uint4 *)(qzero + ((int64_t)b * T_ + t) * 3 * NH * ATT_HS + h * ATT_HS + n * part) =
+            make_uint4(0, 0, 0, 0);
     for (int64_t k = i; k < zero4; k += (int64_t)gridDim.x * blockDim.x)
         zero[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 }
@@ -1013,6 +1018,21 @@ gpc_status gpc_cuda_attention_decode(gpc_tensor *out, const gpc_tensor *qkv, int
     return GPC_OK;
 }
 
+/* The mma.sync one-kernel backward: dK, dV and dQ's sums into the zeroed
+ * f32 accumulator dq_acc, then dQ stored from it. */
+template <typename E>
+static void att_fused_backward(gpc_tensor *dqkv, const gpc_tensor *qkv, const gpc_tensor *dout,
+                               const gpc_tensor *lse, float *dq_acc, const float *dsum,
+                               const att_shape *s, float scale, cudaStream_t st) {
+    dim3 grid((unsigned)((s->T + ATT_TILE - 1) / ATT_TILE), (unsigned)(s->B * s->NH));
+    att_backward_kv_kernel<E, true><<<grid, ATT_THREADS, 0, st>>>(
+        dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
+        (const float *)lse->data, dsum, s->T, s->NH, scale * ATT_LOG2E, scale);
+    att_dq_store_kernel<E>
+        <<<gpc_cuda_blocks((int64_t)s->B * s->NH * s->T * (ATT_HS / 8), 256), 256, 0, st>>>(
+            (E *)dqkv->data, dq_acc, s->B, s->T, s->NH, scale);
+}
+
 gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
                                        const gpc_tensor *qkv, const gpc_tensor *out,
                                        const gpc_tensor *lse, int num_heads) {
@@ -1047,9 +1067,10 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
      * mma.sync one-kernel backward in its place where it does not serve */
     int wgmma = fast && (mode == ATT_BWD_WGMMA || from_cudnn) && out->dtype == GPC_BF16 &&
                 gpc_cuda_attention_sm90_serves(s.T);
-    int fused = fast && (mode == ATT_BWD_FUSED || mode == ATT_BWD_WGMMA || wgmma);
-    /* scratch: dsum [rows], then (fused) the f32 dq accumulator [rows, 64],
-     * zeroed with dsum's pass */
+    int fused = fast && !wgmma && (mode == ATT_BWD_FUSED || mode == ATT_BWD_WGMMA);
+    /* scratch: dsum [rows], then (fused) the f32 dq accumulator [rows, 64].
+     * dsum's pass zeroes it, or (wgmma) dqkv's q third, into which that
+     * kernel adds dQ itself */
     size_t dsum_bytes = ((size_t)rows * sizeof(float) + 255) & ~(size_t)255;
     size_t zero_bytes = fused ? (size_t)rows * ATT_HS * sizeof(float) : 0;
     void *dsum;
@@ -1062,37 +1083,24 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
             att_dsum64_kernel<E>
                 <<<gpc_cuda_blocks(rows * (ATT_HS / gpc_pack<E>::n), 256), 256, 0, st>>>(
                     (float *)dsum, (float4 *)dq_acc, (int64_t)(zero_bytes / 16),
-                    (const E *)dout->data, (const E *)out->data, s.B, s.T, s.NH);
+                    wgmma ? (E *)dqkv->data : NULL, (const E *)dout->data, (const E *)out->data,
+                    s.B, s.T, s.NH);
         else
             att_dsum_kernel<E><<<gpc_cuda_blocks(rows * 32, 256), 256, 0, st>>>(
                 (float *)dsum, (const E *)dout->data, (const E *)out->data, s.B, s.T, s.NH, s.hs);
     });
     GPC_CUDA_CHECK_LAUNCH();
+    if (wgmma)
+        return gpc_cuda_attention_backward_sm90(
+            (gpc_bf16_t *)dqkv->data, (const gpc_bf16_t *)qkv->data, (const gpc_bf16_t *)dout->data,
+            (const float *)lse->data, (const float *)dsum, s.B, s.T, s.NH, scale);
     if (fused) {
-        unsigned tiles = (unsigned)((s.T + ATT_TILE - 1) / ATT_TILE);
-        dim3 grid(tiles, (unsigned)(s.B * s.NH));
-        float sl2 = scale * ATT_LOG2E;
-        unsigned store_blocks = gpc_cuda_blocks(rows * (ATT_HS / 8), 256);
-        if (out->dtype == GPC_BF16) {
-            typedef gpc_bf16_t E;
-            if (wgmma)
-                GPC_TRY(gpc_cuda_attention_backward_kv_sm90(
-                    dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
-                    (const float *)lse->data, (const float *)dsum, s.B, s.T, s.NH, scale));
-            else
-                att_backward_kv_kernel<E, true><<<grid, ATT_THREADS, 0, st>>>(
-                    dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
-                    (const float *)lse->data, (const float *)dsum, s.T, s.NH, sl2, scale);
-            att_dq_store_kernel<E>
-                <<<store_blocks, 256, 0, st>>>((E *)dqkv->data, dq_acc, s.B, s.T, s.NH, scale);
-        } else {
-            typedef gpc_f16_t E;
-            att_backward_kv_kernel<E, true><<<grid, ATT_THREADS, 0, st>>>(
-                dq_acc, (E *)dqkv->data, (const E *)qkv->data, (const E *)dout->data,
-                (const float *)lse->data, (const float *)dsum, s.T, s.NH, sl2, scale);
-            att_dq_store_kernel<E>
-                <<<store_blocks, 256, 0, st>>>((E *)dqkv->data, dq_acc, s.B, s.T, s.NH, scale);
-        }
+        if (out->dtype == GPC_BF16)
+            att_fused_backward<gpc_bf16_t>(dqkv, qkv, dout, lse, dq_acc, (const float *)dsum, &s,
+                                           scale, st);
+        else
+            att_fused_backward<gpc_f16_t>(dqkv, qkv, dout, lse, dq_acc, (const float *)dsum, &s,
+                                          scale, st);
         GPC_CUDA_CHECK_LAUNCH();
         return GPC_OK;
     }

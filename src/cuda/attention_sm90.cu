@@ -1,11 +1,12 @@
 /*
- * attention_sm90.cu: the dk/dv half of the one-kernel attention backward
- * (GPC_ATTENTION_BWD=wgmma) on Hopper's wgmma, for bf16, head size 64 and T
- * a multiple of 128. It takes the place of attention.cu's
- * att_backward_kv_kernel<bf16, true> and keeps its contract: dK and dV
- * written into dqkv, dS K added into the f32 dq accumulator [B*NH, T, 64]
- * (att_dq_store_kernel then scales and stores it), lse in
- * natural log, D = rowsum(dO * O) from att_dsum64_kernel.
+ * attention_sm90.cu: the attention backward on Hopper's wgmma, for bf16,
+ * head size 64 and T a multiple of 128 (attention.cu runs it after
+ * att_dsum64_kernel, which gives D = rowsum(dO * O) and zeroes dqkv's q
+ * third; lse in natural log). dK and dV are written into dqkv, and each
+ * key block's part of dQ, dS K, is added into dqkv's q third in bf16 by
+ * TMA reduce-adds: no f32 accumulator, no pass to zero it or convert it.
+ * Query block i is summed from the i + 1 key blocks at or before it, each
+ * add rounded to bf16 (the sum in f32 would be rounded once).
  *
  * Work comes in units: one (batch, head) and two blocks of 128 keys, kb and
  * nkb - 1 - kb, so that every unit has nkb + 1 query blocks to walk (each
@@ -26,9 +27,9 @@
  *                                   B transposed (dO and Q as loaded)
  *   dS to shared memory             stmatrix.trans, into a K-major tile
  *   dQ = dS K                       wgmma m64n64, each consumer 64 queries,
- *                                   staged in shared memory (f32) and added
- *                                   to dq_acc by its reducer thread's TMA
- *                                   reduce-adds (warps 1 and 2)
+ *                                   staged in shared memory (bf16) and added
+ *                                   to dqkv by its reducer thread's TMA
+ *                                   reduce-add (warps 1 and 2)
  *
  * dQ needs both warpgroups' halves of dS, so it runs one query block behind
  * (the key block's last one after its loop): by then the other warpgroup
@@ -39,9 +40,10 @@
  * products while the previous block's dQ is issued. Consumer mbarrier
  * waits trap after 10 s rather than hang.
  *
- * Measured on an H200 (bench/RESULTS.md): the backward (with
- * att_dsum64_kernel and att_dq_store_kernel) 0.964 ms against cuDNN's
- * 1.048 ms at B=64 T=1024 NH=12, and 6% less energy.
+ * Measured on an H200 (bench/RESULTS.md): with dQ summed in f32 (its
+ * accumulator zeroed by att_dsum64_kernel, converted by
+ * att_dq_store_kernel), the backward took 0.964 ms against cuDNN's 1.048
+ * ms at B=64 T=1024 NH=12, and 6% less energy.
  */
 #include "cuda/attention_sm90.h"
 #include "cuda/sm90_common.cuh"
@@ -57,7 +59,7 @@
 #define AW_LOG2E 1.4426950408889634f
 
 #define AW_UNIT 2                    /* key blocks a unit of work: kb and nkb - 1 - kb */
-#define AW_DQ_BYTES (64 * AW_HS * 4) /* a warpgroup's dQ: [64][64] f32 as two [64][32] boxes */
+#define AW_DQ_BYTES (64 * AW_HS * 2) /* a warpgroup's dQ: [64][64] bf16, one box */
 /* shared memory, from a 1024-byte aligned base */
 #define AW_KV(j) ((j)*2 * AW_TILE_BYTES)                       /* key block buffer j: K, then V */
 #define AW_STAGE(s) (AW_KV(AW_UNIT) + (s)*2 * AW_TILE_BYTES)   /* Q, then dO */
@@ -225,11 +227,12 @@ __device__ __forceinline__ void aw_stmatrix4_t(uint32_t at, uint32_t a, uint32_t
  * committed before these is waited for first, then done() runs; once dQ's
  * products are done too, ds_free is arrived on (dS read). The sums go to
  * the warpgroup's staging (once its reducer has sent the last ones off,
- * dq_empty), in the 128-byte swizzle of two [64][32] f32 boxes, and the
- * reducer is told (dq_full) with the query block's tag (bh * nqb + i). */
+ * dq_empty), scaled and in bf16, in the 128-byte swizzle of a [64][64]
+ * box, and the reducer is told (dq_full) with the query block's tag (bh *
+ * nqb + i). */
 template <class Done>
 __device__ __forceinline__ void aw_dq(unsigned char *base, uint64_t *bars, uint32_t k_s, int p,
-                                      int tag, int c, int wi, int lane, Done done) {
+                                      int tag, float scale, int c, int wi, int lane, Done done) {
     float dq[32];
     const uint32_t ds = g_smem(base + AW_DS(p % 2)), stage = g_smem(base + AW_DQ(c));
     aw_mbar_wait(&bars[AW_DS_FULL + p % 2], (p / 2) & 1);
@@ -246,18 +249,18 @@ __device__ __forceinline__ void aw_dq(unsigned char *base, uint64_t *bars, uint3
     if (lane == 0) g_mbar_arrive(&bars[AW_DS_FREE + p % 2]);
     if (p > 0) aw_mbar_wait(&bars[AW_DQ_EMPTY + c], (p - 1) & 1);
     /* dq[4q + e] is row r0 + 8(e / 2) (r0 = 16wi + lane / 4, so row % 8 is
-     * lane / 4 for both), column 8q + colq + e % 2: box q / 4, 16-byte chunk
-     * 2(q % 4) + colq / 4, 8 bytes in when colq % 4 is 2 */
+     * lane / 4 for both), column 8q + colq + e % 2: 16-byte chunk q of the
+     * row, 2colq bytes in; scaled (by a power of two: the same as scaling
+     * the rounded sum) and rounded to bf16 in pairs. A warp's 32 stores meet
+     * 8 rows in 8 different chunks: no bank conflict. */
     const int r0 = 16 * wi + lane / 4, colq = 2 * (lane % 4);
 #pragma unroll
     for (int q = 0; q < 8; q++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int chunk = 2 * (q % 4) + colq / 4;
-            const uint32_t at = stage + (q / 4) * (AW_DQ_BYTES / 2) + (r0 + 8 * h) * 128 +
-                                ((chunk ^ (lane / 4)) << 4) + (colq % 4) * 4;
-            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(at), "f"(dq[4 * q + 2 * h]),
-                         "f"(dq[4 * q + 2 * h + 1])
+            const uint32_t at = stage + (r0 + 8 * h) * 128 + ((q ^ (lane / 4)) << 4) + 2 * colq;
+            asm volatile("st.shared.b32 [%0], %1;" ::"r"(at),
+                         "r"(g_pack_bf16(dq[4 * q + 2 * h] * scale, dq[4 * q + 2 * h + 1] * scale))
                          : "memory");
         }
     g_fence_async_smem();
@@ -386,14 +389,14 @@ __device__ __forceinline__ int aw_consume(unsigned char *base, uint64_t *bars, g
          * the other's half of this block's dS: by now the other has long
          * written the previous block's */
         if (it > 0) {
-            aw_dq(base, bars, k_s, g - 1, bh * nqb + i - 1, c, wi, lane, release);
+            aw_dq(base, bars, k_s, g - 1, bh * nqb + i - 1, scale, c, wi, lane, release);
         } else {
             g_wgmma_wait<0>();
             release();
         }
     }
     /* the last query block's dQ, before K is given up */
-    aw_dq(base, bars, k_s, g0 + nq - 1, bh * nqb + nqb - 1, c, wi, lane, [] {});
+    aw_dq(base, bars, k_s, g0 + nq - 1, bh * nqb + nqb - 1, scale, c, wi, lane, [] {});
 
     /* every warp's products are done with this K and V: the producer may
      * load the next key block's into their buffer */
@@ -464,11 +467,12 @@ __device__ __forceinline__ void aw_produce(unsigned char *base, uint64_t *bars,
 }
 
 /* The reducer of warpgroup c's dQ halves (one thread): for each staged
- * half (dq_full, its tag bh * nqb + i in AW_INFO), the two boxes' TMA adds
- * into the f32 accumulator (cp.reduce.async.bulk.tensor add), and dq_empty
- * once they have read the staging. A tag of -1 ends it. */
+ * half (dq_full, its tag bh * nqb + i in AW_INFO), a TMA add of the box
+ * into dqkv's q third (cp.reduce.async.bulk.tensor add, bf16, rounded to
+ * nearest), and dq_empty once it has read the staging. A tag of -1 ends
+ * it. */
 __device__ __forceinline__ void aw_reduce(unsigned char *base, uint64_t *bars,
-                                          const CUtensorMap *map_acc, int T, int c) {
+                                          const CUtensorMap *map_dq, int T, int NH, int c) {
     const volatile int *tag = (const volatile int *)(base + AW_INFO) + 2 + c;
     const uint32_t stage = g_smem(base + AW_DQ(c));
     const int nqb = T / AW_BLOCK;
@@ -476,13 +480,11 @@ __device__ __forceinline__ void aw_reduce(unsigned char *base, uint64_t *bars,
         aw_mbar_wait(&bars[AW_DQ_FULL + c], p & 1);
         const int t = *tag;
         if (t < 0) break;
-        const int row = t / nqb * T + t % nqb * AW_BLOCK + 64 * c;
-#pragma unroll
-        for (int box = 0; box < 2; box++)
-            asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group"
-                         " [%0, {%1, %2}], [%3];" ::"l"(map_acc),
-                         "r"(32 * box), "r"(row), "r"(stage + box * (AW_DQ_BYTES / 2))
-                         : "memory");
+        const int bh = t / nqb, row = bh / NH * T + t % nqb * AW_BLOCK + 64 * c;
+        asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group"
+                     " [%0, {%1, %2}], [%3];" ::"l"(map_dq),
+                     "r"(bh % NH * AW_HS), "r"(row), "r"(stage)
+                     : "memory");
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
         g_bulk_wait_read<0>();
         g_mbar_arrive(&bars[AW_DQ_EMPTY + c]);
@@ -492,11 +494,11 @@ __device__ __forceinline__ void aw_reduce(unsigned char *base, uint64_t *bars,
 #endif /* G_KERNEL_BODY */
 
 __global__ void __launch_bounds__(AW_THREADS, 1)
-    att_sm90_backward_kv_kernel(const __grid_constant__ CUtensorMap map_qkv,
-                                const __grid_constant__ CUtensorMap map_do,
-                                const __grid_constant__ CUtensorMap map_acc, gpc_bf16_t *dqkv,
-                                const float *lse, const float *dsum, int B, int T, int NH,
-                                float scale_log2, float scale) {
+    att_sm90_backward_kernel(const __grid_constant__ CUtensorMap map_qkv,
+                             const __grid_constant__ CUtensorMap map_do,
+                             const __grid_constant__ CUtensorMap map_dq, gpc_bf16_t *dqkv,
+                             const float *lse, const float *dsum, int B, int T, int NH,
+                             float scale_log2, float scale) {
 #ifdef G_KERNEL_BODY
     extern __shared__ __align__(1024) unsigned char aw_shared[];
     unsigned char *base = (unsigned char *)(((uintptr_t)aw_shared + 1023) & ~(uintptr_t)1023);
@@ -557,11 +559,11 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
     }
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(AW_PRODUCER_REGS));
     if ((warp == 1 || warp == 2) && lane == 0)
-        aw_reduce(base, bars, &map_acc, T, warp - 1);
+        aw_reduce(base, bars, &map_dq, T, NH, warp - 1);
     else if (threadIdx.x == 0)
         aw_produce(base, bars, &map_qkv, &map_do, lse, dsum, B, T, NH);
 #else
-    (void)map_qkv, (void)map_do, (void)map_acc, (void)dqkv, (void)lse, (void)dsum, (void)B, (void)T,
+    (void)map_qkv, (void)map_do, (void)map_dq, (void)dqkv, (void)lse, (void)dsum, (void)B, (void)T,
         (void)NH, (void)scale_log2, (void)scale;
 #endif
 }
@@ -574,10 +576,10 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
 static int aw_kernel_ok(int device) {
     (void)device;
     cudaFuncAttributes attr;
-    return cudaFuncSetAttribute(att_sm90_backward_kv_kernel,
+    return cudaFuncSetAttribute(att_sm90_backward_kernel,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 AW_SMEM) == cudaSuccess &&
-           cudaFuncGetAttributes(&attr, att_sm90_backward_kv_kernel) == cudaSuccess &&
+           cudaFuncGetAttributes(&attr, att_sm90_backward_kernel) == cudaSuccess &&
            attr.numRegs == AW_LAUNCH_REGS;
 }
 
@@ -596,25 +598,24 @@ int gpc_cuda_attention_sm90_serves(int T) {
     return T > 0 && T % AW_BLOCK == 0 && gpc_cuda_attention_sm90_available();
 }
 
-gpc_status gpc_cuda_attention_backward_kv_sm90(float *dq_acc, gpc_bf16_t *dqkv,
-                                               const gpc_bf16_t *qkv, const gpc_bf16_t *dout,
-                                               const float *lse, const float *dsum, int B, int T,
-                                               int NH, float scale) {
-    const void *ptrs[6] = {dq_acc, dqkv, qkv, dout, lse, dsum};
+gpc_status gpc_cuda_attention_backward_sm90(gpc_bf16_t *dqkv, const gpc_bf16_t *qkv,
+                                            const gpc_bf16_t *dout, const float *lse,
+                                            const float *dsum, int B, int T, int NH, float scale) {
+    const void *ptrs[5] = {dqkv, qkv, dout, lse, dsum};
     int aligned = 1;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 5; i++)
         aligned &= gpc_cuda_aligned16(ptrs[i]);
     const int64_t units = (int64_t)(T / AW_BLOCK + 1) / 2 * B * NH;
     if (B <= 0 || NH <= 0 || !aligned || units > 0x7fffffff || (int64_t)B * T > 0x7fffffff ||
         (int64_t)B * NH * T > 0x7fffffff || !gpc_cuda_attention_sm90_serves(T))
         return gpc_error(GPC_ERR_UNSUPPORTED, "attention_sm90: not for this shape or GPU");
     const int64_t C = (int64_t)NH * AW_HS;
-    CUtensorMap map_qkv, map_do, map_acc;
+    CUtensorMap map_qkv, map_do, map_dq;
     GPC_TRY(gpc_sm90_make_map(&map_qkv, qkv, (int64_t)B * T, 3 * C, AW_BLOCK));
     GPC_TRY(gpc_sm90_make_map(&map_do, dout, (int64_t)B * T, C, AW_BLOCK));
-    GPC_TRY(gpc_sm90_make_map_f32(&map_acc, dq_acc, (int64_t)B * NH * T, AW_HS, 64));
-    att_sm90_backward_kv_kernel<<<gpc_sm90_grid(units), AW_THREADS, AW_SMEM, gpc_cuda_stream()>>>(
-        map_qkv, map_do, map_acc, dqkv, lse, dsum, B, T, NH, scale * AW_LOG2E, scale);
+    GPC_TRY(gpc_sm90_make_map(&map_dq, dqkv, (int64_t)B * T, 3 * C, 64));
+    att_sm90_backward_kernel<<<gpc_sm90_grid(units), AW_THREADS, AW_SMEM, gpc_cuda_stream()>>>(
+        map_qkv, map_do, map_dq, dqkv, lse, dsum, B, T, NH, scale * AW_LOG2E, scale);
     GPC_CUDA_CHECK_LAUNCH();
     __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
     return GPC_OK;

@@ -1,5 +1,5 @@
 /*
- * attention_sm90.h: the attention backward's dk/dv kernel on Hopper's wgmma
+ * attention_sm90.h: the attention backward's kernel on Hopper's wgmma
  * (attention_sm90.cu), which attention.cu runs in place of cuDNN's backward
  * under the auto path (the default) and of its own mma.sync kernel under
  * GPC_ATTENTION_BWD=wgmma. The queries are plain C, for tests
@@ -32,14 +32,14 @@ int gpc_cuda_attention_sm90_serves(int T);
 
 /* For causal attention over qkv [B, T, 3, NH, 64] (bf16), with dout [B, T,
  * NH * 64], lse [B*NH, T] (natural log) and dsum = rowsum(dout * out) [B*NH,
- * T]: writes dK (scaled by scale) and dV into dqkv's k and v thirds and adds
- * dS K (unscaled) into dq_acc (f32 [B*NH, T, 64]), on the current GPU's
+ * T]: writes dK and dV into dqkv's k and v thirds and adds dQ into its q
+ * third, which must be zero (each key block's part, rounded to bf16 by the
+ * adds), all scaled by scale as the softmax is, on the current GPU's
  * stream. GPC_ERR_UNSUPPORTED (nothing queued) unless T is a multiple of
  * 128, the pointers 16-byte aligned and the GPU of compute capability 9.0. */
-gpc_status gpc_cuda_attention_backward_kv_sm90(float *dq_acc, gpc_bf16_t *dqkv,
-                                               const gpc_bf16_t *qkv, const gpc_bf16_t *dout,
-                                               const float *lse, const float *dsum, int B, int T,
-                                               int NH, float scale);
+gpc_status gpc_cuda_attention_backward_sm90(gpc_bf16_t *dqkv, const gpc_bf16_t *qkv,
+                                            const gpc_bf16_t *dout, const float *lse,
+                                            const float *dsum, int B, int T, int NH, float scale);
 #endif
 
 #endif

@@ -538,11 +538,6 @@ gpc_status gpc_sm90_make_map(CUtensorMap *map, const void *p, int64_t rows, int6
     return sm90_map(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p, rows, cols, box_rows);
 }
 
-gpc_status gpc_sm90_make_map_f32(CUtensorMap *map, const float *p, int64_t rows, int64_t cols,
-                                 unsigned box_rows) {
-    return sm90_map(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, p, rows, cols, box_rows);
-}
-
 int gpc_sm90_device_ok(int *cache, int (*kernels_ok)(int device)) {
     int d = 0, major = 0, minor = 0;
     if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= GPC_CUDA_MAX_DEVICES) return 0;

@@ -397,9 +397,6 @@ static inline int gpc_sm90_grid(int64_t tiles) {
  * box_rows x 64 in the 128-byte swizzle. */
 gpc_status gpc_sm90_make_map(CUtensorMap *map, const void *p, int64_t rows, int64_t cols,
                              unsigned box_rows);
-/* The same for f32, whose boxes are box_rows x 32 */
-gpc_status gpc_sm90_make_map_f32(CUtensorMap *map, const float *p, int64_t rows, int64_t cols,
-                                 unsigned box_rows);
 
 /* Whether the current GPU runs a file's sm_90a kernels, asked once per
  * device: compute capability 9.0, the driver's tensor-map encoder found,
