@@ -83,6 +83,7 @@ fi
 # 4. attention, 5. GEMMs (KERNELS=0 leaves them out)
 if [[ ${KERNELS:-1} != 0 ]]; then
   timeout 120 "$build/bench/bench_attention_bench" 2>&1 | tee -a "$log"
+  timeout 120 "$build/bench/bench_attention_bench" --path auto 2>&1 | sed 's/gpc_attention/gpc_attention_auto/' | tee -a "$log"
   GPC_ATTENTION_BWD=fused timeout 120 "$build/bench/bench_attention_bench" --path gpc 2>&1 | sed 's/gpc_attention/gpc_attention_fused/' | tee -a "$log"
   GPC_ATTENTION=simple timeout 120 "$build/bench/bench_attention_bench" --reps 3 2>&1 | sed 's/gpc_attention/gpc_attention_simple/' | tee -a "$log"
   [[ ${SKIP_TORCH:-0} != 1 ]] && timeout 120 python3 "$root/bench/attention_bench.py" 2>&1 | tail -2 | tee -a "$log"
@@ -123,6 +124,10 @@ cf, cb = get("cudnn_attention", "fwd_ms"), get("cudnn_attention", "bwd_ms")
 if cf and af:
     print(f"attention fwd+bwd: cuDNN {cf + cb:.3f} ms, gpc {af + ab:.3f} ms, gpc/cuDNN time {(af + ab) / (cf + cb):.3f}"
           + (f", cuDNN/SDPA time {(cf + cb) / (sf + sb):.3f}" if sf else ""))
+uf, ub = get("gpc_attention_auto", "fwd_ms"), get("gpc_attention_auto", "bwd_ms")
+if uf and sf:
+    print(f"attention fwd+bwd, the training default (auto: cuDNN's forward, gpc's wgmma backward): {uf + ub:.3f} ms, "
+          f"SDPA {sf + sb:.3f} ms, auto/SDPA time {(uf + ub) / (sf + sb):.3f}")
 ff, fb = get("gpc_attention_fused", "fwd_ms"), get("gpc_attention_fused", "bwd_ms")
 if ff and ab:
     print(f"attention backward: one kernel (fused) {fb:.3f} ms against two kernels {ab:.3f} ms"

@@ -26,10 +26,11 @@
  * every run. GPC_ATTENTION_BWD=fused runs FA2's one-kernel backward instead:
  * the dk/dv loop also adds dS K into an f32 dq buffer with atomics (five
  * products rather than seven; dq then differs in its last bits run to run).
- * GPC_ATTENTION_BWD=wgmma is that backward with its dk/dv kernel on Hopper's
- * wgmma (attention_sm90.cu: bf16, T a multiple of 128, compute capability
- * 9.0; elsewhere the mma.sync kernel); under the auto path it replaces
- * cuDNN's backward by default where it serves.
+ * GPC_ATTENTION_BWD=wgmma is a one-kernel backward on Hopper's wgmma
+ * (attention_sm90.cu: bf16, T a multiple of 128, compute capability 9.0;
+ * elsewhere the mma.sync one) that adds each key block's dQ in bf16
+ * straight into dqkv; under the auto path it replaces cuDNN's backward by
+ * default where it serves.
  *
  * Any other head size or f32 runs a simple kernel, one warp per row (exact
  * and slow: it exists for tests and unusual shapes, not for training).
@@ -1063,10 +1064,12 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
                          "head size of at most %d",
                          op, s.hs, ATT_NAIVE_MAX_HS);
     int64_t rows = (int64_t)s.B * s.NH * s.T;
-    /* the wgmma kernel (bf16; its own checks of T and the GPU), or the
-     * mma.sync one-kernel backward in its place where it does not serve */
+    /* the wgmma kernel (bf16, T a multiple of 128 on compute capability
+     * 9.0; lse 16-byte aligned as its bulk copies need), or the mma.sync
+     * one-kernel backward in its place where it does not serve. gpc's path
+     * keeps its two kernels by default: they give the same bits every run */
     int wgmma = fast && (mode == ATT_BWD_WGMMA || from_cudnn) && out->dtype == GPC_BF16 &&
-                gpc_cuda_attention_sm90_serves(s.T);
+                gpc_cuda_aligned16(lse->data) && gpc_cuda_attention_sm90_serves(s.T);
     int fused = fast && !wgmma && (mode == ATT_BWD_FUSED || mode == ATT_BWD_WGMMA);
     /* scratch: dsum [rows], then (fused) the f32 dq accumulator [rows, 64].
      * dsum's pass zeroes it, or (wgmma) dqkv's q third, into which that

@@ -1,8 +1,8 @@
 /*
  * attention_sm90.h: the attention backward's kernel on Hopper's wgmma
- * (attention_sm90.cu), which attention.cu runs in place of cuDNN's backward
- * under the auto path (the default) and of its own mma.sync kernel under
- * GPC_ATTENTION_BWD=wgmma. The queries are plain C, for tests
+ * (attention_sm90.cu), which attention.cu runs after its D pass in place of
+ * cuDNN's backward under the auto path (the default) and of its own
+ * mma.sync kernels under GPC_ATTENTION_BWD=wgmma. The queries are plain C, for tests
  * and for attention.cu's choice of path; the launch is for CUDA files.
  */
 #ifndef GPC_CUDA_ATTENTION_SM90_H
