@@ -89,7 +89,7 @@ if [[ ${KERNELS:-1} != 0 ]]; then
   [[ ${SKIP_TORCH:-0} != 1 ]] && timeout 120 python3 "$root/bench/attention_bench.py" 2>&1 | tail -2 | tee -a "$log"
   timeout 180 "$build/bench/bench_gemm_bench" 2>&1 | tee -a "$log"
   say "-- the same with the bias gradient from cuBLASLt's BGRADB epilogue (GPC_MATMUL_BGRAD=1):"
-  GPC_MATMUL_BGRAD=1 timeout 180 "$build/bench/bench_gemm_bench" 2>&1 | grep dweight | tee -a "$log"
+  GPC_MATMUL_BGRAD=1 timeout 180 "$build/bench/bench_gemm_bench" 2>&1 | grep -E "dweight|dw\+dbias" | tee -a "$log"
 fi
 
 # summary
