@@ -20,7 +20,9 @@
 #      without the GELU epilogues (GPC_MATMUL_GELU=0) and with --recompute.
 #   3. bench/reference/gpt2_torch.py: PyTorch (torch.compile, SDPA flash,
 #      bf16 autocast, fused AdamW), same model, batch and accumulation.
-#   4. attention forward+backward: gpc against torch SDPA on the d12 shape.
+#   4. attention forward+backward on the d12 shape: gpc's own kernels, cuDNN's,
+#      and the training default (auto: cuDNN's forward, gpc's wgmma backward),
+#      against torch SDPA.
 #   5. every GEMM of the step: gpc (cuBLASLt) against plain cuBLAS.
 # MFU counts 6N + 6LCT FLOPs per token against 989 TFLOP/s (dense bf16).
 set -uo pipefail
