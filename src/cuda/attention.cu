@@ -941,6 +941,16 @@ static int att_backward_mode(void) {
     return mode;
 }
 
+/* Whether, under the auto path, gpc's wgmma kernel takes a shape's backward
+ * from cuDNN (GPC_ATTENTION_BWD auto or wgmma, bf16, head size 64, a T and
+ * GPU it serves): cuDNN's forward, then this backward (the two paths' lse
+ * agree), and cuDNN's backward plan is never built for the shape. */
+static int att_wgmma_takes_backward(gpc_attention_path path, gpc_dtype dtype, const att_shape *s) {
+    const int mode = att_backward_mode();
+    return path == GPC_ATTENTION_AUTO && (mode == ATT_BWD_AUTO || mode == ATT_BWD_WGMMA) &&
+           dtype == GPC_BF16 && s->hs == ATT_HS && gpc_cuda_attention_sm90_serves(s->T);
+}
+
 static gpc_status att_check(const char *op, const att_shape *s) {
     if ((int64_t)s->B * s->T * 3 * s->C > ((int64_t)1 << 40) || s->T <= 0)
         return gpc_error(GPC_ERR_UNSUPPORTED, "%s: shape out of the GPU kernel's range", op);
@@ -1045,18 +1055,18 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
     if (s.B == 0) return GPC_OK;
     const void *ptrs[] = {out->data, qkv->data, dqkv->data, dout->data, lse->data};
     gpc_attention_path path;
+    GPC_TRY(gpc_op_attention_path(&path));
+    /* where the wgmma kernel takes the backward from cuDNN, a shape cuDNN
+     * serves is one whose forward plan was prepared (its backward plan never
+     * is); the wgmma kernel then runs in place of cuDNN's backward */
+    const int takes = att_wgmma_takes_backward(path, out->dtype, &s);
     int use_cudnn;
-    GPC_TRY(att_route(op, out->dtype, &s, GPC_CUDNN_BACKWARD, 0, ptrs, 5, &path, &use_cudnn));
-    /* under auto, the wgmma kernel takes the backward from cuDNN wherever it
-     * serves (GPC_ATTENTION_BWD auto or wgmma; the forward stays cuDNN's:
-     * the two paths' lse agree) */
-    const int mode = att_backward_mode();
-    const int from_cudnn = use_cudnn && path == GPC_ATTENTION_AUTO &&
-                           (mode == ATT_BWD_AUTO || mode == ATT_BWD_WGMMA) &&
-                           out->dtype == GPC_BF16 && att_fast(path, out->dtype, &s, ptrs, 5) &&
-                           gpc_cuda_attention_sm90_serves(s.T);
+    GPC_TRY(att_route(op, out->dtype, &s, takes ? GPC_CUDNN_FORWARD : GPC_CUDNN_BACKWARD, 0, ptrs,
+                      5, &path, &use_cudnn));
+    const int from_cudnn = use_cudnn && takes;
     if (from_cudnn) use_cudnn = 0;
     if (use_cudnn) return gpc_cudnn_attention_backward(dqkv, dout, qkv, out, lse, num_heads);
+    const int mode = att_backward_mode();
     int fast = att_fast(path, out->dtype, &s, ptrs, 4);
     if (!fast && s.hs > ATT_NAIVE_MAX_HS)
         return gpc_error(GPC_ERR_UNSUPPORTED,
@@ -1145,8 +1155,9 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
 }
 
 /* Builds what the chosen path needs for this shape ahead of the first step:
- * cuDNN's plans and workspace, when cuDNN will serve it. gpc's kernels need
- * nothing built (their small row-sum scratch grows on first use). */
+ * cuDNN's plans and workspace, when cuDNN will serve it (under auto, only
+ * the forward's where gpc's wgmma kernel takes the backward). gpc's kernels
+ * need nothing built (their small row-sum scratch grows on first use). */
 gpc_status gpc_cuda_attention_prepare(const gpc_tensor *qkv, int num_heads, int backward) {
     GPC_TRY(gpc_cuda_enter(qkv));
     att_shape s = att_shape_of(qkv, num_heads);
@@ -1155,7 +1166,10 @@ gpc_status gpc_cuda_attention_prepare(const gpc_tensor *qkv, int num_heads, int 
      * settled at each call; here only the shape and dtype decide */
     const void *aligned[] = {(const void *)(uintptr_t)256};
     gpc_attention_path path;
+    GPC_TRY(gpc_op_attention_path(&path));
     int use;
-    int which = GPC_CUDNN_FORWARD | (backward ? GPC_CUDNN_BACKWARD : 0);
+    int which =
+        GPC_CUDNN_FORWARD |
+        (backward && !att_wgmma_takes_backward(path, qkv->dtype, &s) ? GPC_CUDNN_BACKWARD : 0);
     return att_route("attention_prepare", qkv->dtype, &s, which, 1, aligned, 1, &path, &use);
 }

@@ -153,8 +153,10 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
 
     /* On the GPU in bf16/f16, attention auto runs cuDNN's fused attention
      * where it can (Hopper and newer), whose backward adds dQ into an f32
-     * [B, NH, T, hs] accumulator: counted for every GPU, so a plan for an
-     * older one errs by that much on the safe side. */
+     * [B, NH, T, hs] accumulator: counted for every GPU, so a plan errs by
+     * that much on the safe side where cuDNN's backward does not run (an
+     * older GPU; bf16 at head size 64 and T a multiple of 128 on compute
+     * capability 9.0, where gpc's wgmma backward takes its place). */
     uint64_t hs = (uint64_t)(C / NH);
     uint64_t cudnn =
         in->cuda && in->dtype != GPC_F32 && gpc_attention_cudnn_head_size_ok((int64_t)hs)

@@ -306,12 +306,14 @@ static void test_auto_uses_prepared_shapes(void **state) {
 
 /* Under auto a prepared shape's backward is gpc's wgmma backward after
  * cuDNN's forward on a GPU the wgmma kernel serves (GPC_ATTENTION_BWD unset,
- * auto or wgmma; read once a process), and cuDNN's otherwise or with
- * GPC_ATTENTION_BWD=two (the ctest variant gpu_test_cuda_cudnn_attention_two).
- * Either way the CPU's gradients. */
+ * auto or wgmma; read once a process), and prepare builds only cuDNN's
+ * forward plan; it is cuDNN's backward otherwise or with
+ * GPC_ATTENTION_BWD=two (the ctest variant gpu_test_cuda_cudnn_attention_two),
+ * both plans built. Either way the CPU's gradients. */
 static void test_auto_backward_route(void **state) {
     (void)state;
-    int64_t B = 2, T = 256, NH = 2, hs = 64, C = NH * hs;
+    /* a shape no other test builds plans for, so that prepare's count shows */
+    int64_t B = 2, T = 384, NH = 2, hs = 64, C = NH * hs;
     int64_t s_qkv[3] = {B, T, 3 * C}, s_o[3] = {B, T, C}, s_l[3] = {B, NH, T};
     float *hq = random_values(B * T * 3 * C, -2, 2, GPC_BF16);
     float *hdo = random_values(B * T * C, -1, 1, GPC_BF16);
@@ -326,16 +328,23 @@ static void test_auto_backward_route(void **state) {
     gpc_tensor q = upload(GPC_BF16, 3, s_qkv, hq), dout = upload(GPC_BF16, 3, s_o, hdo);
     gpc_tensor out = poisoned(GPC_BF16, 3, s_o), lse = poisoned(GPC_F32, 3, s_l);
     gpc_tensor dq = poisoned(GPC_BF16, 3, s_qkv);
+    const char *bwd = getenv("GPC_ATTENTION_BWD");
+    int on = (!bwd || !*bwd || !strcmp(bwd, "auto") || !strcmp(bwd, "wgmma")) &&
+             gpc_cuda_attention_sm90_serves((int)T);
+    int major = 0;
+    assert_int_equal(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), 0);
+    gpc_cudnn_attention_stats a, b;
     set_path("auto");
+    gpc_cudnn_attention_get_stats(&a);
     TEST_OK(gpc_op_attention_prepare(&q, (int)NH, 1));
+    gpc_cudnn_attention_get_stats(&b);
+    printf("  plans built by prepare: %lld\n", (long long)(b.plans - a.plans));
+    assert_int_equal(b.plans - a.plans, major < 9 ? 0 : on ? 1 : 2);
     long before = gpc_cuda_attention_sm90_calls();
     TEST_OK(gpc_op_attention_forward(&out, &lse, &q, (int)NH));
     TEST_OK(gpc_op_attention_backward(&dq, &dout, &q, &out, &lse, (int)NH));
     /* from the GPU's bf16 forward, as in the mixing checks of compare_case */
-    expect_device("auto backward vs CPU (B=2 T=256)", &dq, cdq.data, 1e-1, 1e-2);
-    const char *bwd = getenv("GPC_ATTENTION_BWD");
-    int on = (!bwd || !*bwd || !strcmp(bwd, "auto") || !strcmp(bwd, "wgmma")) &&
-             gpc_cuda_attention_sm90_serves((int)T);
+    expect_device("auto backward vs CPU (B=2 T=384)", &dq, cdq.data, 1e-1, 1e-2);
     long ran = gpc_cuda_attention_sm90_calls() - before;
     printf("  auto backward on wgmma: %ld (%s)\n", ran, on ? "on" : "off");
     assert_int_equal(ran, on ? 1 : 0);
