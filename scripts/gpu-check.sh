@@ -81,7 +81,8 @@ if [[ $mode == all || $mode == test ]]; then
   GPC_ATTENTION_BWD=fused GPC_TEST_FILTER='*attention*' timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$build/tests/gpu_test_cuda_ops" >"$out/racecheck-fused.log" 2>&1
   note "racecheck, fused attention backward: exit $? $(grep 'RACECHECK SUMMARY\|ERROR SUMMARY' "$out/racecheck-fused.log" | tail -1)"
-  # and with its dk/dv part on wgmma (GPC_ATTENTION_BWD=wgmma, opt-in)
+  # and with the wgmma backward on gpc's path too (GPC_ATTENTION_BWD=wgmma;
+  # under auto it is the default, after cuDNN's forward)
   (cd "$build" && GPC_ATTENTION_BWD=wgmma timeout 300 ctest -R '^gpu_test_cuda_(ops|model|curve)$' --output-on-failure) >"$out/tests-wgmma.log" 2>&1
   note "gpu tests with GPC_ATTENTION_BWD=wgmma: $(grep -E 'tests passed|tests failed' "$out/tests-wgmma.log")"
   grep -E "FAILED|Failed|relative error" "$out/tests-wgmma.log" | head -20 | tee -a "$summary"

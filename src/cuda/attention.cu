@@ -1063,9 +1063,9 @@ gpc_status gpc_cuda_attention_backward(gpc_tensor *dqkv, const gpc_tensor *dout,
     int use_cudnn;
     GPC_TRY(att_route(op, out->dtype, &s, takes ? GPC_CUDNN_FORWARD : GPC_CUDNN_BACKWARD, 0, ptrs,
                       5, &path, &use_cudnn));
+    if (use_cudnn && !takes)
+        return gpc_cudnn_attention_backward(dqkv, dout, qkv, out, lse, num_heads);
     const int from_cudnn = use_cudnn && takes;
-    if (from_cudnn) use_cudnn = 0;
-    if (use_cudnn) return gpc_cudnn_attention_backward(dqkv, dout, qkv, out, lse, num_heads);
     const int mode = att_backward_mode();
     int fast = att_fast(path, out->dtype, &s, ptrs, 4);
     if (!fast && s.hs > ATT_NAIVE_MAX_HS)

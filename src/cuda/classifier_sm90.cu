@@ -47,8 +47,6 @@
 #include "cuda/sm90_common.cuh"
 
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define H_BUFS 2 /* staging tiles */
 #define H_THREADS 512

@@ -518,24 +518,16 @@ static void encode_lookup(void) {
         cudaGetLastError();
 }
 
-/* A rows x cols matrix of elements of size bytes (cols contiguous), boxes
- * of box_rows rows and one 128-byte swizzle row. */
-static gpc_status sm90_map(CUtensorMap *map, CUtensorMapDataType type, unsigned size, const void *p,
-                           int64_t rows, int64_t cols, unsigned box_rows) {
-    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows},
-               strides[1] = {(cuuint64_t)cols * size};
-    cuuint32_t box[2] = {128 / size, box_rows}, elem[2] = {1, 1};
-    CUresult r = encode_fn(map, type, 2, (void *)p, dims, strides, box, elem,
-                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+gpc_status gpc_sm90_make_map(CUtensorMap *map, const void *p, int64_t rows, int64_t cols,
+                             unsigned box_rows) {
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)cols * 2};
+    cuuint32_t box[2] = {64, box_rows}, elem[2] = {1, 1};
+    CUresult r = encode_fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box,
+                           elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return gpc_error(GPC_ERR_DEVICE, "sm90: cuTensorMapEncodeTiled failed (%d)", (int)r);
     return GPC_OK;
-}
-
-gpc_status gpc_sm90_make_map(CUtensorMap *map, const void *p, int64_t rows, int64_t cols,
-                             unsigned box_rows) {
-    return sm90_map(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p, rows, cols, box_rows);
 }
 
 int gpc_sm90_device_ok(int *cache, int (*kernels_ok)(int device)) {
