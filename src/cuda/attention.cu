@@ -9,7 +9,8 @@
  *                        head sizes up to 128, and generation's rows;
  *   attention_sm90.cu    the backward on Hopper's wgmma (bf16, T a multiple
  *                        of 128, compute capability 9.0);
- *   attention_cudnn.cu   cuDNN's fused flash attention (attention_cudnn.h),
+ *   attention_cudnn.cu   cuDNN's fused flash attention (attention_cudnn.h;
+ *                        attention_no_cudnn.cu where cuDNN is absent),
  *                        which computes the same lse, so a forward of one
  *                        path and a backward of another agree.
  *
