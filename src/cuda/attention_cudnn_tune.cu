@@ -18,7 +18,7 @@
  * and the backward's f32 dQ accumulator starts from zero in every run.
  */
 #include "cuda/attention_cudnn_plan.cuh"
-#include "gpc/nvml.h"
+#include "gpc/energy.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -52,10 +52,11 @@ static void drop_descriptor(plan_entry *p, cudnnBackendDescriptor_t d) {
         }
 }
 
-/* GPC_CUDNN_TUNE=energy: NVML, opened at the first use and kept, and the
- * index of `device` in it; -1 when NVML cannot read it (energy_run then
- * measures time alone). Plans run, and are tuned, under `lock`, one at a time. */
-static gpc_nvml *energy_nvml;
+/* GPC_CUDNN_TUNE=energy: NVML, opened for `device` at the first use and
+ * kept, and the GPU's index in it; -1 when NVML cannot read it (energy_run
+ * then measures time alone). Plans run, and are tuned, under `lock`, one at
+ * a time. */
+static gpc_nvml *energy_nvml[GPC_CUDA_MAX_DEVICES];
 
 static int energy_index(int device) {
     static int index[GPC_CUDA_MAX_DEVICES], looked[GPC_CUDA_MAX_DEVICES];
@@ -64,24 +65,13 @@ static int energy_index(int device) {
         char bus[32];
         looked[device] = 1;
         index[device] = -1;
-        if ((energy_nvml || gpc_nvml_open(&energy_nvml) == GPC_OK) &&
-            cudaDeviceGetPCIBusId(bus, (int)sizeof bus, device) == cudaSuccess &&
-            gpc_nvml_find_bus_id(energy_nvml, bus, &index[device]) != GPC_OK)
+        if (cudaDeviceGetPCIBusId(bus, (int)sizeof bus, device) == cudaSuccess &&
+            gpc_nvml_open_bus_id(bus, &energy_nvml[device], &index[device]) != GPC_OK)
             index[device] = -1;
         cudaGetLastError();
         gpc_clear_error();
     }
     return index[device];
-}
-
-/* NVML's energy counter of the GPU at `index`, joules; -1 when unknown. */
-static double energy_now(int index) {
-    gpc_nvml_power power;
-    if (index < 0 || !energy_nvml || gpc_nvml_sample_power(energy_nvml, index, &power) != GPC_OK) {
-        gpc_clear_error();
-        return -1;
-    }
-    return power.energy_j;
 }
 
 /* Seconds each candidate is measured with GPC_CUDNN_TUNE=energy:
@@ -103,34 +93,40 @@ static double energy_seconds(void) {
     return seconds;
 }
 
-/* Runs plan back to back, a quarter of energy_seconds() so that the clock
- * settles where the candidate's power puts it, then energy_seconds() measured: *ms
- * gets the time a run and *mj its energy from NVML's counter (-1 when the
- * counter cannot be read). At the power limit, where the training step runs,
- * a run's time follows its energy; a short timing at full clock does not. */
+/* What gpc_energy_sustain's callbacks need: one candidate's plan and the
+ * call's tensors. */
+typedef struct {
+    const plan_entry *p;
+    cudnnBackendDescriptor_t plan, pack;
+    cudaStream_t stream;
+} energy_call;
+
+static gpc_status energy_call_run(void *ctx) {
+    const energy_call *c = (const energy_call *)ctx;
+    return gpc_cudnn_att_run_plan(c->p, c->plan, c->pack, c->stream);
+}
+
+static gpc_status energy_call_wait(void *ctx) {
+    GPC_CUDA_CHECK(cudaStreamSynchronize(((const energy_call *)ctx)->stream));
+    return GPC_OK;
+}
+
+/* Runs plan back to back (gpc_energy_sustain), a quarter of
+ * energy_seconds() so that the clock settles where the candidate's power
+ * puts it, then energy_seconds() measured: *ms gets the time a run and *mj
+ * its energy from NVML's counter (-1 when the counter cannot be read or did
+ * not move). At the power limit, where the training step runs, a run's time
+ * follows its energy; a short timing at full clock does not. */
 static gpc_status energy_run(const plan_entry *p, cudnnBackendDescriptor_t plan,
                              cudnnBackendDescriptor_t pack, cudaStream_t stream, int index,
                              float *ms, float *mj) {
-    double e0 = -1, t0 = 0;
-    long runs = 0, batch = 1;
-    for (int phase = 0; phase < 2; phase++) {
-        double start = gpc_time_seconds(),
-               length = phase ? energy_seconds() : 0.25 * energy_seconds();
-        if (phase) e0 = energy_now(index), t0 = start, runs = 0;
-        do { /* at least one batch a phase */
-            double b0 = gpc_time_seconds();
-            for (long r = 0; r < batch; r++)
-                GPC_TRY(gpc_cudnn_att_run_plan(p, plan, pack, stream));
-            GPC_CUDA_CHECK(cudaStreamSynchronize(stream));
-            runs += batch;
-            /* batches of 10 ms or more keep the queue full between the waits */
-            double took = gpc_time_seconds() - b0;
-            if (took < 0.01 && batch < (1L << 20)) batch *= 2;
-        } while (gpc_time_seconds() - start < length);
-    }
-    double seconds = gpc_time_seconds() - t0, e1 = energy_now(index);
-    *ms = (float)(seconds * 1e3 / (double)runs);
-    *mj = e0 >= 0 && e1 > e0 ? (float)((e1 - e0) * 1e3 / (double)runs) : -1.0f;
+    energy_call call = {p, plan, pack, stream};
+    gpc_nvml *nvml = index >= 0 ? energy_nvml[p->key.device] : NULL;
+    gpc_energy_run r;
+    GPC_TRY(gpc_energy_sustain(nvml, index, energy_call_run, energy_call_wait, &call,
+                               0.25 * energy_seconds(), energy_seconds(), &r));
+    *ms = (float)(r.seconds * 1e3 / (double)r.calls);
+    *mj = r.joules > 0 ? (float)(r.joules * 1e3 / (double)r.calls) : -1.0f;
     return GPC_OK;
 }
 
