@@ -77,6 +77,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "gpc/energy.h"
 #include "gpc/nvml.h"
 
 #include <algorithm>
@@ -1222,45 +1223,48 @@ typedef struct {
     int mhz, capped; /* SM clock, and the power cap's clocks-event reason, at the end */
 } sustained;
 
-/* Calls algo in batches of `batch` until `seconds` have passed; *calls
- * counts them. 0 on a failure. */
-static int run_for(const problem *p, const cublasLtMatmulAlgo_t *algo, double seconds, long batch,
-                   long *calls) {
-    double end = now_s() + seconds;
-    *calls = 0;
-    while (now_s() < end) {
-        for (long i = 0; i < batch; i++)
-            if (run_once(p, p->desc, algo) != CUBLAS_STATUS_SUCCESS) return 0;
-        if (!CUDA_OK(cudaStreamSynchronize(p->b->stream))) return 0;
-        *calls += batch;
-    }
-    return 1;
+/* What gpc_energy_sustain's callbacks need: the shape and the
+ * configuration to run. */
+typedef struct {
+    const problem *p;
+    const cublasLtMatmulAlgo_t *algo;
+} sustain_call;
+
+static gpc_status sustain_run(void *ctx) {
+    const sustain_call *c = (const sustain_call *)ctx;
+    cublasStatus_t st = run_once(c->p, c->p->desc, c->algo);
+    if (st == CUBLAS_STATUS_SUCCESS) return GPC_OK;
+    return gpc_error(GPC_ERR_DEVICE, "cublasLtMatmul: %s", cublasLtGetStatusName(st));
 }
 
-/* Runs c for a quarter of `seconds` (at most 1 s) so that the clock settles
- * where this configuration's power puts it, then for `seconds`, reading the
- * energy counter before and after. 0 when a run or NVML failed. */
+static gpc_status sustain_wait(void *ctx) {
+    const sustain_call *c = (const sustain_call *)ctx;
+    cudaError_t e = cudaStreamSynchronize(c->p->b->stream);
+    if (e == cudaSuccess) return GPC_OK;
+    return gpc_error(GPC_ERR_DEVICE, "cudaStreamSynchronize: %s", cudaGetErrorString(e));
+}
+
+/* Runs c back to back (gpc_energy_sustain): a quarter of `seconds` (at most
+ * 1 s) so that the clock settles where this configuration's power puts it,
+ * then `seconds` between two readings of the energy counter. 0 when a run
+ * or NVML failed. */
 static int sustain(const problem *p, const algo_config *c, double seconds, sustained *out) {
     bench *b = p->b;
-    /* batches of about 20 ms keep the queue full between synchronisations */
-    long batch = c->ms > 0 ? std::max(1L, (long)(20.0 / c->ms)) : 8;
-    long calls = 0;
-    if (!run_for(p, &c->algo, std::min(1.0, seconds / 4), batch, &calls)) return 0;
-    gpc_nvml_power before, after;
-    if (gpc_nvml_sample_power(b->nvml, b->nvml_index, &before) != GPC_OK) return 0;
-    double t0 = now_s();
-    if (!run_for(p, &c->algo, seconds, batch, &calls)) return 0;
-    double t1 = now_s();
-    if (gpc_nvml_sample_power(b->nvml, b->nvml_index, &after) != GPC_OK) return 0;
-    if (before.energy_j < 0 || after.energy_j < 0 || calls == 0) return 0;
-    double joules = after.energy_j - before.energy_j;
-    out->calls = calls;
-    out->ms = (t1 - t0) * 1e3 / (double)calls;
-    out->mj = joules * 1e3 / (double)calls;
-    out->watts = joules / (t1 - t0);
-    out->mhz = after.sm_clock_mhz;
-    out->capped = after.throttle_reasons >= 0 &&
-                  (after.throttle_reasons & GPC_NVML_THROTTLE_SW_POWER_CAP) != 0;
+    sustain_call call = {p, &c->algo};
+    gpc_energy_run r;
+    if (gpc_energy_sustain(b->nvml, b->nvml_index, sustain_run, sustain_wait, &call,
+                           std::min(1.0, seconds / 4), seconds, &r) != GPC_OK) {
+        fprintf(stderr, "bench_gemm_search: %s\n", gpc_last_error());
+        return 0;
+    }
+    if (r.joules < 0 || r.calls == 0) return 0;
+    out->calls = r.calls;
+    out->ms = r.seconds * 1e3 / (double)r.calls;
+    out->mj = r.joules * 1e3 / (double)r.calls;
+    out->watts = r.joules / r.seconds;
+    out->mhz = r.sm_clock_mhz;
+    out->capped =
+        r.throttle_reasons >= 0 && (r.throttle_reasons & GPC_NVML_THROTTLE_SW_POWER_CAP) != 0;
     return 1;
 }
 
@@ -1618,8 +1622,7 @@ int main(int argc, char **argv) {
     if (o.energy_s > 0) {
         char bus[32];
         if (!CUDA_OK(cudaDeviceGetPCIBusId(bus, (int)sizeof bus, dev))) return 1;
-        if (gpc_nvml_open(&b.nvml) != GPC_OK ||
-            gpc_nvml_find_bus_id(b.nvml, bus, &b.nvml_index) != GPC_OK) {
+        if (gpc_nvml_open_bus_id(bus, &b.nvml, &b.nvml_index) != GPC_OK) {
             fprintf(stderr, "bench_gemm_search: --energy-s needs NVML's view of this GPU: %s\n",
                     gpc_last_error());
             return 1;

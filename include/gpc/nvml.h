@@ -106,6 +106,10 @@ gpc_status gpc_nvml_sample_device(gpc_nvml *nvml, int index, gpc_nvml_sample *ou
  * gpc_nvml_sample_device. Readings the driver cannot give are -1; only a bad
  * index fails. */
 gpc_status gpc_nvml_sample_power(gpc_nvml *nvml, int index, gpc_nvml_power *out);
+/* The energy counter alone (one NVML call): joules since the driver
+ * loaded, -1 when unknown (no counter, no NVML, an index it does not list).
+ * gpc_energy_sustain (gpc/energy.h) measures a call's energy with it. */
+double gpc_nvml_energy_j(gpc_nvml *nvml, int index);
 gpc_status gpc_nvml_topology(gpc_nvml *nvml, int a, int b, gpc_nvml_link *out);
 const char *gpc_nvml_path_name(gpc_nvml_path path);
 
@@ -114,6 +118,10 @@ const char *gpc_nvml_path_name(gpc_nvml_path path);
  * ignores CUDA_VISIBLE_DEVICES, so CUDA's device N is not NVML's N; the bus id
  * names the same GPU in both. No such GPU: GPC_ERR_INVALID_ARG, saying so. */
 gpc_status gpc_nvml_find_bus_id(gpc_nvml *nvml, const char *bus_id, int *index);
+/* gpc_nvml_open, then gpc_nvml_find_bus_id: NVML opened for the GPU at
+ * bus_id, and its index. On failure *out is NULL, *index -1 and nothing
+ * stays open. */
+gpc_status gpc_nvml_open_bus_id(const char *bus_id, gpc_nvml **out, int *index);
 /* 1 when a and b name the same PCI function: both parse as hex
  * domain:bus:device.function and the four numbers agree, so CUDA's
  * "0000:3B:00.0", sysfs's "0000:3b:00.0" and NVML's "00000000:3B:00.0" are

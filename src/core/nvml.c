@@ -292,7 +292,7 @@ static void nvml_drain_xid(gpc_nvml *nvml) {
 
 /* Power, power limit, SM clock and its maximum and the clocks-event reasons
  * of dev (each -1 where NVML has no reading): what both samplers report of
- * power. The energy counter is gpc_nvml_sample_power's alone. */
+ * power. The energy counter is gpc_nvml_energy_j's alone. */
 static void read_power(gpc_nvml *nvml, nvml_device dev, gpc_nvml_power *out) {
     out->power_w = out->power_limit_w = -1;
     out->sm_clock_mhz = out->sm_clock_max_mhz = -1;
@@ -391,12 +391,17 @@ gpc_status gpc_nvml_sample_power(gpc_nvml *nvml, int index, gpc_nvml_power *out)
     if (!nvml || index < 0 || index >= (int)nvml->count)
         return gpc_error(GPC_ERR_INVALID_ARG, "GPU %d does not exist (NVML sees %d)", index,
                          gpc_nvml_device_count(nvml));
-    nvml_device dev = nvml->devices[index];
-    read_power(nvml, dev, out);
-    unsigned long long mj;
-    out->energy_j = -1;
-    if (nvml->api.energy && nvml->api.energy(dev, &mj) == NVML_SUCCESS) out->energy_j = mj / 1000.0;
+    read_power(nvml, nvml->devices[index], out);
+    out->energy_j = gpc_nvml_energy_j(nvml, index);
     return GPC_OK;
+}
+
+double gpc_nvml_energy_j(gpc_nvml *nvml, int index) {
+    unsigned long long mj;
+    if (!nvml || index < 0 || index >= (int)nvml->count || !nvml->api.energy ||
+        nvml->api.energy(nvml->devices[index], &mj) != NVML_SUCCESS)
+        return -1;
+    return mj / 1000.0;
 }
 
 gpc_status gpc_nvml_topology(gpc_nvml *nvml, int a, int b, gpc_nvml_link *out) {
@@ -546,4 +551,18 @@ gpc_status gpc_nvml_find_bus_id(gpc_nvml *nvml, const char *bus_id, int *index) 
                      "NVML sees no GPU at PCI bus id %s among its %u; check nvidia-smi's "
                      "Bus-Id column",
                      bus_id, nvml->count);
+}
+
+gpc_status gpc_nvml_open_bus_id(const char *bus_id, gpc_nvml **out, int *index) {
+    *out = NULL;
+    *index = -1;
+    gpc_nvml *nvml;
+    GPC_TRY(gpc_nvml_open(&nvml));
+    gpc_status s = gpc_nvml_find_bus_id(nvml, bus_id, index);
+    if (s != GPC_OK) {
+        gpc_nvml_close(nvml);
+        return s;
+    }
+    *out = nvml;
+    return GPC_OK;
 }

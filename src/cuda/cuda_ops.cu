@@ -2,8 +2,9 @@
  * cuda_ops.cu: the CUDA backend's table of numeric ops, and the helpers the
  * op families share: selecting the tensor's GPU, the per-GPU scratch buffer
  * and dtype checks. The kernels live one family per file (embedding.cu,
- * layernorm.cu, matmul.cu, gelu.cu, attention.cu, crossentropy.cu,
- * adamw.cu, reduce.cu, convert.cu).
+ * layernorm.cu, matmul.cu, gelu.cu, attention.cu (which chooses among
+ * attention_mma.cu, attention_simple.cu, attention_sm90.cu and cuDNN's
+ * path), crossentropy.cu, adamw.cu, reduce.cu, convert.cu).
  */
 #include "cuda/cuda_common.cuh"
 

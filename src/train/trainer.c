@@ -390,14 +390,11 @@ static void open_gpu_readings(trainer *t) {
     gpc_status s = b && b->device_pci_bus_id
                        ? b->device_pci_bus_id(device.index, bus_id, sizeof bus_id)
                        : gpc_error(GPC_ERR_UNSUPPORTED, "the backend gives no PCI bus id");
-    if (s == GPC_OK) s = gpc_nvml_open(&t->nvml);
-    if (s == GPC_OK) s = gpc_nvml_find_bus_id(t->nvml, bus_id, &t->nvml_index);
+    if (s == GPC_OK) s = gpc_nvml_open_bus_id(bus_id, &t->nvml, &t->nvml_index);
     if (s != GPC_OK) {
         gpc_log(GPC_LOG_DEBUG, "train: no GPU power or clock readings for %s: %s",
                 gpc_device_name(device), gpc_last_error());
         gpc_clear_error();
-        gpc_nvml_close(t->nvml);
-        t->nvml = NULL;
         return;
     }
     gpc_log(GPC_LOG_DEBUG, "train: %s (PCI %s) is NVML's GPU %d", gpc_device_name(device), bus_id,

@@ -1,8 +1,9 @@
 /* test_nvml.c: what of src/core/nvml.c runs without a GPU: PCI bus ids
  * compared as numbers whatever their spelling (CUDA's, sysfs's, NVML's), and
  * malformed ids never equal; finding a GPU by bus id or reading its power
- * without NVML is refused; and opening NVML from a library that does not
- * exist fails with a message instead of crashing. */
+ * without NVML is refused (its energy counter is unknown); and opening NVML
+ * from a library that does not exist, for all GPUs or for one bus id, fails
+ * with a message instead of crashing. */
 #include "testutil.h"
 
 #include <stdlib.h>
@@ -72,6 +73,8 @@ static void test_refuses_bad_arguments(void **state) {
     assert_int_equal(index, -1);
     gpc_nvml_power power;
     TEST_FAILS(gpc_nvml_sample_power(NULL, 0, &power), GPC_ERR_INVALID_ARG, "does not exist");
+    /* the energy counter without NVML is unknown, not zero */
+    assert_true(gpc_nvml_energy_j(NULL, 0) == -1.0);
 }
 
 static void test_open_without_the_library(void **state) {
@@ -82,6 +85,13 @@ static void test_open_without_the_library(void **state) {
     gpc_nvml *nvml = (gpc_nvml *)1;
     TEST_FAILS(gpc_nvml_open(&nvml), GPC_ERR_UNSUPPORTED, "no NVIDIA driver found");
     assert_null(nvml);
+    /* opening for one GPU fails the same way and leaves nothing open */
+    int index = 7;
+    nvml = (gpc_nvml *)1;
+    TEST_FAILS(gpc_nvml_open_bus_id("0000:3b:00.0", &nvml, &index), GPC_ERR_UNSUPPORTED,
+               "no NVIDIA driver found");
+    assert_null(nvml);
+    assert_int_equal(index, -1);
     if (saved) {
         setenv("GPC_NVML_LIBRARY", saved, 1);
         free(saved);
