@@ -218,6 +218,9 @@ size_t gpc_process_rss(void);
 
 /* Parses a size such as "40G", "512MiB", "1.5K" or "4096" (powers of 1024). */
 gpc_status gpc_parse_bytes(const char *text, uint64_t *out);
+/* Writes a size for people: "512 B", "1.5 GiB" (one decimal above bytes).
+ * Returns buf. */
+const char *gpc_format_bytes(double bytes, char *buf, size_t size);
 
 /* ---------------------------------------------------------------- timers */
 
