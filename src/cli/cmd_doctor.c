@@ -36,20 +36,20 @@ static void print_finding(void *user, gpc_doctor_kind kind, const char *text) {
 static int resolve_job(long long job, int *pid, int *gpus, int *ngpus) {
 #ifdef GPC_HAVE_SCHED
     char path[64];
-    sched_response response;
+    gpcd_response response;
     memset(&response, 0, sizeof response);
     snprintf(path, sizeof path, "/jobs/%lld", job);
-    gpc_status st = sched_client_request(sched_client_socket(NULL), "GET", path, NULL, &response);
+    gpc_status st = gpcd_client_request(gpcd_client_socket(NULL), "GET", path, NULL, &response);
     if (st) return cli_fail("doctor", st);
     if (response.status != 200) {
         fprintf(stderr, "gpc doctor: error: gpcd answered %d for job %lld: %s\n", response.status,
                 job, response.body ? response.body : "");
-        sched_response_free(&response);
+        gpcd_response_free(&response);
         return response.status == 404 ? CLI_EXIT_USAGE : CLI_EXIT_RUNTIME;
     }
     json_error_t err;
     json_t *o = json_loads(response.body ? response.body : "", 0, &err);
-    sched_response_free(&response);
+    gpcd_response_free(&response);
     json_t *p = o ? json_object_get(o, "pid") : NULL;
     if (!p || !json_is_integer(p)) {
         const char *state = o ? json_string_value(json_object_get(o, "state")) : NULL;

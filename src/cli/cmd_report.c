@@ -30,10 +30,10 @@ static void load_alerts(gpc_report *r) {
     const char *paths[2] = {path, "/alerts"};
     snprintf(path, sizeof path, "/jobs/%lld", atoll(job));
     for (int i = 0; i < 2; i++) {
-        sched_response response;
+        gpcd_response response;
         json_error_t err;
         memset(&response, 0, sizeof response);
-        if (sched_client_request(sched_client_socket(NULL), "GET", paths[i], NULL, &response)) {
+        if (gpcd_client_request(gpcd_client_socket(NULL), "GET", paths[i], NULL, &response)) {
             snprintf(note, sizeof note, "gpcd job %s: alerts not shown: %s", job, gpc_last_error());
             gpc_report_set_alerts(r, note, NULL, 0);
             json_decref(objects[0]);
@@ -41,7 +41,7 @@ static void load_alerts(gpc_report *r) {
         }
         if (response.status == 200)
             objects[i] = json_loads(response.body ? response.body : "", 0, &err);
-        sched_response_free(&response);
+        gpcd_response_free(&response);
     }
     json_t *gpus = objects[0] ? json_object_get(objects[0], "assigned_gpus") : NULL;
     json_t *alerts = objects[1] ? json_object_get(objects[1], "alerts") : NULL;
