@@ -23,7 +23,7 @@ typedef enum {
     GPC_DOCTOR_OK = 0,  /* a check passed; the text says what was seen */
     GPC_DOCTOR_INFO,    /* worth knowing, not a fault (no GPU, no NCCL on one GPU) */
     GPC_DOCTOR_PROBLEM, /* something to fix; one or more GPC_DOCTOR_ADVICE follow */
-    GPC_DOCTOR_ADVICE,  /* what to do about the problem just reported */
+    GPC_DOCTOR_ADVICE,  /* what to do about the finding just reported */
     GPC_DOCTOR_SECTION, /* a new part begins: "watching process 12 (gpc) for 5 s" */
 } gpc_doctor_kind;
 

@@ -1,6 +1,6 @@
 /* test_tools.c: the tools layer's library calls as gpcd or a server would
  * make them: gpc_doctor's findings through a sink (problems counted as the
- * sink saw them, advice only after a problem, a missing process refused),
+ * sink saw them, advice only after a finding, a missing process refused),
  * gpc_report on a run written here (steps, final loss, config, the warning
  * for an unfinished line, the page's figures), and gpc_format_bytes. */
 #include "testutil.h"
@@ -16,8 +16,8 @@
 
 typedef struct {
     int count[5];
-    int advice_without_problem; /* advice with no problem since the last section */
-    int in_problem;
+    int advice_alone; /* advice before any finding, or right after a section */
+    int after_finding;
     char first_section[256];
 } seen;
 
@@ -26,9 +26,8 @@ static void collect(void *user, gpc_doctor_kind kind, const char *text) {
     assert_true((unsigned)kind < 5);
     assert_true(text[0] != 0);
     s->count[kind]++;
-    if (kind == GPC_DOCTOR_PROBLEM) s->in_problem = 1;
-    if (kind == GPC_DOCTOR_OK || kind == GPC_DOCTOR_INFO) s->in_problem = 0;
-    if (kind == GPC_DOCTOR_ADVICE && !s->in_problem) s->advice_without_problem++;
+    if (kind == GPC_DOCTOR_ADVICE && !s->after_finding) s->advice_alone++;
+    s->after_finding = kind != GPC_DOCTOR_SECTION;
     if (kind == GPC_DOCTOR_SECTION && !s->first_section[0])
         snprintf(s->first_section, sizeof s->first_section, "%s", text);
 }
@@ -43,8 +42,8 @@ static void test_doctor_sink(void **state) {
     /* the host's CPU, OpenMP and OpenBLAS lines at least */
     assert_true(s.count[GPC_DOCTOR_OK] + s.count[GPC_DOCTOR_PROBLEM] >= 3);
     assert_int_equal(gpc_doctor_problems(d), s.count[GPC_DOCTOR_PROBLEM]);
-    /* the throttle advice follows a problem line; host advice too */
-    assert_int_equal(s.advice_without_problem, 0);
+    /* advice always follows the finding it is about */
+    assert_int_equal(s.advice_alone, 0);
     assert_int_equal(s.count[GPC_DOCTOR_SECTION], 0);
 
     /* this process exists; one that cannot (pid_max is at most 2^22) does not */
