@@ -17,17 +17,17 @@
 #include "bench_util.h"
 #include "gpc/sched.h"
 
-static sched_job *random_job(gpc_rng *rng, int64_t id, int gpus_total, double now) {
-    sched_job *j = sched_job_new();
+static gpcd_job *random_job(gpc_rng *rng, int64_t id, int gpus_total, double now) {
+    gpcd_job *j = gpcd_job_new();
     j->id = id;
-    j->type = (sched_job_type)gpc_rng_below(rng, SCHED_TYPE_COUNT);
-    j->gpus = j->type == SCHED_TYPE_TRAIN ? 1 << gpc_rng_below(rng, 4) : 1;
+    j->type = (gpcd_job_type)gpc_rng_below(rng, GPCD_TYPE_COUNT);
+    j->gpus = j->type == GPCD_TYPE_TRAIN ? 1 << gpc_rng_below(rng, 4) : 1;
     if (j->gpus > gpus_total) j->gpus = gpus_total;
     j->mem = (uint64_t)(1 + gpc_rng_below(rng, 80)) << 30;
     j->priority = (int)gpc_rng_below(rng, 101);
     j->time_limit = gpc_rng_below(rng, 2) ? 600.0 * (1 + gpc_rng_below(rng, 48)) : 0;
     j->submit_time = now - gpc_rng_uniform64(rng) * 86400;
-    j->state = SCHED_QUEUED;
+    j->state = GPCD_QUEUED;
     return j;
 }
 
@@ -35,29 +35,29 @@ static double run_case(const char *name, int njobs, int ngpus, int repeat, int b
     gpc_rng rng;
     gpc_rng_seed(&rng, 2024, 1);
     double now = 1.8e9;
-    sched_policy_config policy;
+    gpcd_policy_config policy;
     memset(&policy, 0, sizeof policy);
-    policy.flags = SCHED_POLICY_ALL;
+    policy.flags = GPCD_POLICY_ALL;
     policy.aging_per_hour = 10;
     policy.small_job_mem = 24ull << 30;
-    sched_job **pending = malloc(sizeof *pending * (size_t)njobs);
+    gpcd_job **pending = malloc(sizeof *pending * (size_t)njobs);
     for (int i = 0; i < njobs; i++)
         pending[i] = random_job(&rng, i + 1, ngpus, now);
     /* busy: one training job per GPU at top priority, so nothing preempts it */
-    sched_job **running = malloc(sizeof *running * (size_t)ngpus);
+    gpcd_job **running = malloc(sizeof *running * (size_t)ngpus);
     int nrunning = busy ? ngpus : 0;
     for (int g = 0; g < nrunning; g++) {
-        running[g] = sched_job_new();
+        running[g] = gpcd_job_new();
         running[g]->id = njobs + g + 1;
-        running[g]->type = SCHED_TYPE_TRAIN;
-        running[g]->priority = SCHED_PRIORITY_MAX;
-        running[g]->state = SCHED_RUNNING;
+        running[g]->type = GPCD_TYPE_TRAIN;
+        running[g]->priority = GPCD_PRIORITY_MAX;
+        running[g]->state = GPCD_RUNNING;
         running[g]->start_time = now - 100;
         running[g]->time_limit = 3600;
         running[g]->assigned_count = 1;
         running[g]->assigned[0] = g;
     }
-    sched_cluster cluster;
+    gpcd_cluster cluster;
     memset(&cluster, 0, sizeof cluster);
     cluster.count = ngpus;
     for (int g = 0; g < ngpus; g++) {
@@ -69,14 +69,14 @@ static double run_case(const char *name, int njobs, int ngpus, int repeat, int b
             cluster.nvlink[g][h] = g != h;
     }
     int max_decisions = ngpus * 4 + 16;
-    sched_decision *decisions = malloc(sizeof *decisions * (size_t)max_decisions);
+    gpcd_decision *decisions = malloc(sizeof *decisions * (size_t)max_decisions);
     double *times = malloc(sizeof *times * (size_t)repeat);
     int started = 0, preempted = 0;
     for (int r = 0; r < repeat; r++) {
-        sched_pass_stats stats;
+        gpcd_pass_stats stats;
         double t0 = gpc_time_seconds();
-        sched_schedule(&policy, &cluster, pending, njobs, running, nrunning, now, decisions,
-                       max_decisions, &stats);
+        gpcd_schedule(&policy, &cluster, pending, njobs, running, nrunning, now, decisions,
+                      max_decisions, &stats);
         times[r] = gpc_time_seconds() - t0;
         started = stats.started;
         preempted = stats.preempted;
@@ -88,9 +88,9 @@ static double run_case(const char *name, int njobs, int ngpus, int repeat, int b
            repeat, started, preempted);
     double median = times[repeat / 2];
     for (int i = 0; i < njobs; i++)
-        sched_job_free(pending[i]);
+        gpcd_job_free(pending[i]);
     for (int g = 0; g < nrunning; g++)
-        sched_job_free(running[g]);
+        gpcd_job_free(running[g]);
     free(pending);
     free(running);
     free(decisions);
@@ -112,9 +112,9 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (njobs < 1 || ngpus < 1 || ngpus > SCHED_MAX_GPUS || repeat < 1) {
+    if (njobs < 1 || ngpus < 1 || ngpus > GPCD_MAX_GPUS || repeat < 1) {
         fprintf(stderr, "bench_sched_pass: error: jobs and repeat must be >= 1, gpus 1-%d\n",
-                SCHED_MAX_GPUS);
+                GPCD_MAX_GPUS);
         return 2;
     }
     double busy = run_case("busy", njobs, ngpus, repeat, 1);

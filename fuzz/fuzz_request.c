@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *body = cursor;
     size_t body_len = (size_t)(end - cursor);
 
-    sched_query_arg args[FUZZ_MAX_ARGS];
+    gpcd_query_arg args[FUZZ_MAX_ARGS];
     int nargs = 0;
     for (char *pair = strtok(query, "&"); pair && nargs < FUZZ_MAX_ARGS; pair = strtok(NULL, "&")) {
         char *eq = strchr(pair, '=');
@@ -50,14 +50,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         args[nargs].value = eq ? eq + 1 : NULL;
         nargs++;
     }
-    sched_request request;
+    gpcd_request request;
     char error[512];
-    int status = sched_request_parse(method, path, args, nargs, body, body_len, 1000, "fuzz",
-                                     &request, error, sizeof error);
+    int status = gpcd_request_parse(method, path, args, nargs, body, body_len, 1000, "fuzz",
+                                    &request, error, sizeof error);
     /* the contract: 200 with a job exactly for submissions, else a message */
-    if (status == 200 && request.kind == SCHED_REQ_SUBMIT) {
+    if (status == 200 && request.kind == GPCD_REQ_SUBMIT) {
         if (!request.job || !request.job->command) abort();
-        json_t *j = sched_job_to_json(request.job);
+        json_t *j = gpcd_job_to_json(request.job);
         char *text = json_dumps(j, JSON_COMPACT);
         if (!text) abort();
         free(text);
@@ -65,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else if (status != 200) {
         if (request.job || !error[0] || status < 400 || status > 599) abort();
     }
-    sched_request_clear(&request);
+    gpcd_request_clear(&request);
     free(copy);
     return 0;
 }

@@ -180,7 +180,13 @@ typedef struct gpc_backend {
  * machine has none. */
 const gpc_backend *gpc_backend_get(gpc_device_type type);
 gpc_status gpc_backend_require(gpc_device device, const gpc_backend **out);
-void gpc_backend_register(const gpc_backend *backend);
+
+/* How a backend makes itself known: find returns it, or NULL with a message
+ * when this machine cannot run it (no driver, no GPU). It is called on each
+ * gpc_backend_get, so it must be cheap after its first call. A later
+ * registration of a type replaces the earlier one. */
+typedef const gpc_backend *(*gpc_backend_finder)(void);
+void gpc_backend_register(gpc_device_type type, gpc_backend_finder find);
 
 /* ------------------------------------------------------- memory: arenas */
 
@@ -218,6 +224,9 @@ size_t gpc_process_rss(void);
 
 /* Parses a size such as "40G", "512MiB", "1.5K" or "4096" (powers of 1024). */
 gpc_status gpc_parse_bytes(const char *text, uint64_t *out);
+/* Writes a size for people: "512 B", "1.5 GiB" (one decimal above bytes).
+ * Returns buf. */
+const char *gpc_format_bytes(double bytes, char *buf, size_t size);
 
 /* ---------------------------------------------------------------- timers */
 

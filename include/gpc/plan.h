@@ -77,6 +77,12 @@ const gpc_plan_gpu *gpc_plan_gpus(int *count);
 /* Largest micro-batch whose plan fits in bytes (0 when not even one does). */
 int gpc_plan_max_batch(const gpc_plan_input *in, uint64_t bytes);
 
+/* Writes the plan as one JSON object to path: model (its name as given,
+ * "d12"), the input, every figure of r in bytes, and for each GPU of
+ * gpc_plan_gpus whether it fits and its largest micro-batch. */
+gpc_status gpc_plan_write_json(const char *path, const char *model, const gpc_plan_input *in,
+                               const gpc_plan_result *r);
+
 #ifdef __cplusplus
 }
 #endif

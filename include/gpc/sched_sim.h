@@ -35,41 +35,41 @@ typedef struct {
     int priority;
     double time_limit;
     int line; /* in the file, for messages */
-} sched_trace_job;
+} gpcd_trace_job;
 
 typedef struct {
-    sched_trace_job *jobs;
+    gpcd_trace_job *jobs;
     int count;
-} sched_trace;
+} gpcd_trace;
 
 /* Parses CSV text; errors name the source and line ("t.csv line 7: ..."). */
-gpc_status sched_trace_parse(const char *text, size_t len, const char *source, sched_trace *out);
-gpc_status sched_trace_load(const char *path, sched_trace *out);
+gpc_status gpcd_trace_parse(const char *text, size_t len, const char *source, gpcd_trace *out);
+gpc_status gpcd_trace_load(const char *path, gpcd_trace *out);
 /* Writes the trace as CSV (header submit,duration,gpus,priority,time_limit),
  * atomically. */
-gpc_status sched_trace_save(const char *path, const sched_trace *trace);
-void sched_trace_free(sched_trace *trace);
+gpc_status gpcd_trace_save(const char *path, const gpcd_trace *trace);
+void gpcd_trace_free(gpcd_trace *trace);
 
-/* What the generator aims for. The defaults (sched_trace_targets_default)
+/* What the generator aims for. The defaults (gpcd_trace_targets_default)
  * are the Philly-like shape described in trace.c. */
-#define SCHED_TRACE_SIZES 5
+#define GPCD_TRACE_SIZES 5
 typedef struct {
     int jobs;
     uint64_t seed;
-    int cluster_gpus;                     /* the load is offered to this many GPUs */
-    double load;                          /* offered GPU-time / (GPUs x span), e.g. 0.9 */
-    int size_gpus[SCHED_TRACE_SIZES];     /* 1, 2, 4, 8, 16 */
-    double size_share[SCHED_TRACE_SIZES]; /* share of jobs of each size */
-    double duration_median;               /* seconds; log-normal */
-    double duration_sigma;                /* of log(duration) */
-    double duration_min, duration_max;    /* clipped to this range */
-    double burst_mean;                    /* jobs per submission burst (geometric) */
-    double diurnal_amplitude;             /* arrival rate 1 +- this over a day */
-    double share_high, share_low;         /* priorities; the rest are normal */
-} sched_trace_targets;
+    int cluster_gpus;                    /* the load is offered to this many GPUs */
+    double load;                         /* offered GPU-time / (GPUs x span), e.g. 0.9 */
+    int size_gpus[GPCD_TRACE_SIZES];     /* 1, 2, 4, 8, 16 */
+    double size_share[GPCD_TRACE_SIZES]; /* share of jobs of each size */
+    double duration_median;              /* seconds; log-normal */
+    double duration_sigma;               /* of log(duration) */
+    double duration_min, duration_max;   /* clipped to this range */
+    double burst_mean;                   /* jobs per submission burst (geometric) */
+    double diurnal_amplitude;            /* arrival rate 1 +- this over a day */
+    double share_high, share_low;        /* priorities; the rest are normal */
+} gpcd_trace_targets;
 
-void sched_trace_targets_default(sched_trace_targets *targets);
-gpc_status sched_trace_generate(const sched_trace_targets *targets, sched_trace *out);
+void gpcd_trace_targets_default(gpcd_trace_targets *targets);
+gpc_status gpcd_trace_generate(const gpcd_trace_targets *targets, gpcd_trace *out);
 
 /* -------------------------------------------------------------- simulation */
 
@@ -78,7 +78,7 @@ typedef struct {
     uint64_t gpu_mem;     /* per GPU */
     double preempt_grace; /* a preempted job holds its GPUs this long (checkpointing) */
     double tick;          /* extra passes this often while jobs wait (0 = only on events) */
-} sched_sim_options;
+} gpcd_sim_options;
 
 typedef struct {
     int jobs, completed, timed_out; /* timed out: ran past their time limit and were stopped */
@@ -90,17 +90,16 @@ typedef struct {
     double mean_wait, worst_wait;         /* time not running: JCT - time running */
     int worst_wait_line;                  /* the trace line of the job that waited longest */
     double wall_seconds;                  /* what the simulation itself took */
-} sched_sim_result;
+} gpcd_sim_result;
 
 /* "fifo" (no policy: first come, first served, nothing passes a blocked
- * job), "all", or a comma list for sched_policies_parse. */
-gpc_status sched_sim_policy_parse(const char *text, unsigned *flags);
+ * job), "all", or a comma list for gpcd_policies_parse. */
+gpc_status gpcd_sim_policy_parse(const char *text, unsigned *flags);
 
-/* Runs the trace through sched_schedule on a simulated clock. jct_out, when
+/* Runs the trace through gpcd_schedule on a simulated clock. jct_out, when
  * not NULL, gets each job's completion time in trace order. */
-gpc_status sched_simulate(const sched_trace *trace, const sched_policy_config *policy,
-                          const sched_sim_options *options, sched_sim_result *result,
-                          double *jct_out);
+gpc_status gpcd_simulate(const gpcd_trace *trace, const gpcd_policy_config *policy,
+                         const gpcd_sim_options *options, gpcd_sim_result *result, double *jct_out);
 
 #ifdef __cplusplus
 }

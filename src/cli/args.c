@@ -137,14 +137,7 @@ void cli_print_help(const cli_spec *spec) {
 }
 
 const char *cli_format_bytes(double bytes, char *buf, size_t size) {
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (bytes >= 1024 && u < 4) {
-        bytes /= 1024;
-        u++;
-    }
-    snprintf(buf, size, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
-    return buf;
+    return gpc_format_bytes(bytes, buf, size);
 }
 
 const char *cli_format_duration(double seconds, char *buf, size_t size) {

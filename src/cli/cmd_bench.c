@@ -2,7 +2,7 @@
  * cmd_bench.c: `gpc bench`, the measurements of gpc/bench.h printed as a
  * table while they run, then the seed article's claims beside what this
  * machine measured, and optionally the whole as JSON. The measuring is in
- * the library (src/ops/bench.c, src/cuda/bench_gemm.cu); this file parses
+ * the library (src/tools/bench.c, src/tools/bench_gemm.cu); this file parses
  * options and prints.
  */
 #include "cli/cli.h"

@@ -1,668 +1,34 @@
 /*
- * cmd_doctor.c: `gpc doctor`, the checks a user runs on a new server or when
- * a job is slow: the host (CPU, memory, OpenMP and OpenBLAS threads, disk),
- * the GPU stack (driver, CUDA runtime, NCCL, NVML) and each GPU's health
- * (memory, temperature, clocks and throttle reasons, PCIe link, ECC, XID),
- * an NCCL all-reduce against the link's expected rate when there are two or
- * more GPUs, and, given a process (--pid) or a gpcd job (--job), a few
- * seconds of watching it with concrete advice for the usual failures.
+ * cmd_doctor.c: `gpc doctor`, the checks of gpc/doctor.h printed as they are
+ * made: the host, the GPU stack and each GPU's health, an NCCL all-reduce
+ * on two or more GPUs, and, given a process (--pid) or a gpcd job (--job), a
+ * few seconds of watching it with concrete advice for the usual failures.
+ * This file parses options, asks gpcd for a job's process and GPUs, and
+ * prints.
  *
  * Every finding is one line: "ok", "info" or "PROBLEM" with advice under it.
  * Exit status 0 when no problem was found, 1 when one was, 2 for usage
  * errors. A machine without a GPU is a supported machine: "no GPU" is info.
  */
 #include "cli/cli.h"
-#include "cuda/attention_cudnn.h"
-#include "cuda/bench_cuda.h"
-#include "gpc/nvml.h"
+#include "gpc/doctor.h"
 
-#include <cblas.h>
-#include <ctype.h>
-#include <dirent.h>
-#include <omp.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
-#include <unistd.h>
 
 #ifdef GPC_HAVE_SCHED
 #include "gpc/sched.h"
 #include <jansson.h>
 #endif
 
-typedef struct {
-    int problems;
-} doctor;
-
-/* 1 when /proc/cpuinfo lists the flag (e.g. "avx2") for the first CPU. */
-static int cpu_has_flag(const char *flag) {
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[8192];
-    int found = 0;
-    size_t n = strlen(flag);
-    while (f && !found && fgets(line, sizeof line, f)) {
-        if (strncmp(line, "flags", 5) != 0) continue;
-        for (char *p = strstr(line, flag); p; p = strstr(p + 1, flag))
-            if (p[-1] == ' ' && (p[n] == ' ' || p[n] == '\n')) found = 1;
-        break;
-    }
-    if (f) fclose(f);
-    return found;
-}
-
-static void finding(doctor *d, const char *level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void finding(doctor *d, const char *level, const char *fmt, ...) {
-    char text[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    if (!strcmp(level, "PROBLEM")) d->problems++;
-    printf("  %-8s %s\n", level, text);
-}
-
-static void advice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void advice(const char *fmt, ...) {
-    char text[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    printf("           -> %s\n", text);
-}
-
-/* ------------------------------------------------------------------ host */
-
-static long meminfo_kb(const char *key) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return -1;
-    char line[256];
-    long value = -1;
-    size_t n = strlen(key);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, n) && line[n] == ':') {
-            value = strtol(line + n + 1, NULL, 10);
-            break;
-        }
-    fclose(f);
-    return value;
-}
-
-static void cpu_name(char *out, size_t size) {
-    snprintf(out, size, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-            const char *v = strchr(line, ':') + 1;
-            while (*v == ' ')
-                v++;
-            snprintf(out, size, "%s", v);
-            out[strcspn(out, "\n")] = 0;
-            break;
-        }
-    fclose(f);
-}
-
-static void check_host(doctor *d) {
-    char name[256], human[32], human2[32];
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_name(name, sizeof name);
-    double load[3] = {0, 0, 0};
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = 0;
-        fclose(f);
-    }
-    finding(d, "ok", "CPU: %s, %ld cores online, load %.2f (1 min)", name, cores, load[0]);
-
-    long total = meminfo_kb("MemTotal"), avail = meminfo_kb("MemAvailable");
-    if (total > 0 && avail >= 0) {
-        double frac = (double)avail / (double)total;
-        if (frac < 0.05) {
-            finding(d, "PROBLEM", "memory: only %s available of %s (%.0f%%)",
-                    cli_format_bytes(avail * 1024.0, human, sizeof human),
-                    cli_format_bytes(total * 1024.0, human2, sizeof human2), 100 * frac);
-            advice("the data loader and pinned buffers need host memory; stop other processes "
-                   "or lower --batch");
-        } else {
-            finding(d, "ok", "memory: %s available of %s",
-                    cli_format_bytes(avail * 1024.0, human, sizeof human),
-                    cli_format_bytes(total * 1024.0, human2, sizeof human2));
-        }
-    }
-
-    const char *omp_env = getenv("OMP_NUM_THREADS");
-    int omp = omp_get_max_threads();
-    if (omp > cores) {
-        finding(d, "PROBLEM", "OpenMP: %d threads (OMP_NUM_THREADS=%s) on %ld cores", omp,
-                omp_env ? omp_env : "unset", cores);
-        advice("more threads than cores makes every parallel loop wait on descheduled threads; "
-               "set OMP_NUM_THREADS=%ld (or unset it)",
-               cores);
-    } else {
-        finding(d, "ok", "OpenMP: %d threads (OMP_NUM_THREADS=%s) on %ld cores", omp,
-                omp_env ? omp_env : "unset", cores);
-    }
-    int blas = openblas_get_num_threads();
-    const char *config = openblas_get_config();
-    if (blas > cores) {
-        finding(d, "PROBLEM", "OpenBLAS: %d threads on %ld cores (%s)", blas, cores,
-                config ? config : "");
-        advice("set OPENBLAS_NUM_THREADS=%ld so matrix products do not oversubscribe the CPU",
-               cores);
-    } else if (config && cpu_has_flag("avx2") &&
-               (strstr(config, "Prescott") || strstr(config, "Core2") ||
-                strstr(config, "Nehalem") || strstr(config, "Atom"))) {
-        /* Seen on virtual machines that hide the CPU model: OpenBLAS falls back to
-         * SSE3 kernels and every CPU matrix product runs several times slower. */
-        finding(d, "PROBLEM", "OpenBLAS: pre-AVX2 kernels on a CPU with AVX2 (%s)", config);
-        advice("the CPU's model is hidden from OpenBLAS (common in virtual machines); set "
-               "OPENBLAS_CORETYPE=%s so matrix products use the CPU's vector units",
-               cpu_has_flag("avx512f") ? "SkylakeX" : "Haswell");
-    } else {
-        finding(d, "ok", "OpenBLAS: %d threads (%s)", blas, config ? config : "");
-    }
-
-    struct statvfs fs;
-    char cwd[4096];
-    if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, ".");
-    if (statvfs(".", &fs) == 0) {
-        double free_bytes = (double)fs.f_bavail * fs.f_frsize;
-        double total_bytes = (double)fs.f_blocks * fs.f_frsize;
-        cli_format_bytes(free_bytes, human, sizeof human);
-        cli_format_bytes(total_bytes, human2, sizeof human2);
-        if (free_bytes < 1024.0 * 1024 * 1024 || free_bytes < 0.02 * total_bytes) {
-            finding(d, "PROBLEM", "disk: %s free of %s at %s", human, human2, cwd);
-            advice("checkpoints and token shards need room (a d12 checkpoint is about 1.5 GB); "
-                   "free space or write runs elsewhere");
-        } else {
-            finding(d, "ok", "disk: %s free of %s at %s", human, human2, cwd);
-        }
-    }
-}
-
-/* ------------------------------------------------------------------- GPU */
-
-typedef struct {
-    gpc_nvml *nvml;
-    int count;
-} gpu_state;
-
-static const char *throttle_text(int64_t bits, char *buf, size_t size) {
-    static const struct {
-        uint64_t bit;
-        const char *name;
-    } names[] = {
-        {GPC_NVML_THROTTLE_SW_POWER_CAP, "power cap"},
-        {GPC_NVML_THROTTLE_HW_SLOWDOWN, "hardware slowdown"},
-        {GPC_NVML_THROTTLE_SW_THERMAL, "software thermal"},
-        {GPC_NVML_THROTTLE_HW_THERMAL, "hardware thermal"},
-        {GPC_NVML_THROTTLE_HW_POWER_BRAKE, "power brake"},
-        {GPC_NVML_THROTTLE_APP_CLOCKS, "application clocks"},
-        {GPC_NVML_THROTTLE_SYNC_BOOST, "sync boost"},
-    };
-    buf[0] = 0;
-    if (bits < 0) return "unknown";
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if ((uint64_t)bits & names[i].bit)
-            snprintf(buf + strlen(buf), size - strlen(buf), "%s%s", buf[0] ? ", " : "",
-                     names[i].name);
-    return buf[0] ? buf : "none";
-}
-
-/* Throttling that slows a busy GPU: heat, hardware slowdown, power brake,
- * or a power cap that pulls the clock well under its maximum. */
-static int throttled(const gpc_nvml_sample *s) {
-    if (s->throttle_reasons < 0) return 0;
-    uint64_t bad = GPC_NVML_THROTTLE_HW_SLOWDOWN | GPC_NVML_THROTTLE_SW_THERMAL |
-                   GPC_NVML_THROTTLE_HW_THERMAL | GPC_NVML_THROTTLE_HW_POWER_BRAKE;
-    if ((uint64_t)s->throttle_reasons & bad) return 1;
-    return ((uint64_t)s->throttle_reasons & GPC_NVML_THROTTLE_SW_POWER_CAP) &&
-           s->sm_clock_max_mhz > 0 && s->sm_clock_mhz < 0.8 * s->sm_clock_max_mhz;
-}
-
-static void throttle_advice(const gpc_nvml_sample *s) {
-    uint64_t bits = (uint64_t)s->throttle_reasons;
-    if (bits & (GPC_NVML_THROTTLE_SW_THERMAL | GPC_NVML_THROTTLE_HW_THERMAL))
-        advice("GPU %d is hot (%d C, slows down at %d C): check fans, airflow and the room; "
-               "spread jobs over GPUs",
-               s->index, s->temperature_c, s->slowdown_temperature_c);
-    if (bits & (GPC_NVML_THROTTLE_SW_POWER_CAP | GPC_NVML_THROTTLE_HW_POWER_BRAKE))
-        advice("GPU %d is held by power (%.0f W of a %.0f W limit, SM clock %d of %d MHz): check "
-               "the limit with nvidia-smi -q -d POWER and the server's power supply",
-               s->index, s->power_w, s->power_limit_w, s->sm_clock_mhz, s->sm_clock_max_mhz);
-    if (bits & GPC_NVML_THROTTLE_HW_SLOWDOWN)
-        advice("GPU %d reports hardware slowdown (heat or power supply): see nvidia-smi -q -d "
-               "PERFORMANCE and the server's event log",
-               s->index);
-}
-
-static double pcie_lane_gbps(int gen) {
-    /* GB/s per lane each way after encoding (PCI-SIG): 8b/10b for gen 1-2,
-     * 128b/130b from gen 3. */
-    static const double rate[] = {0, 0.25, 0.5, 0.985, 1.969, 3.938, 7.563};
-    return gen >= 1 && gen <= 6 ? rate[gen] : 0;
-}
-
-static void check_gpu_sample(doctor *d, const gpc_nvml_sample *s) {
-    char human[32], human2[32], reasons[160];
-    finding(d, "ok", "GPU %d: %s, %s used of %s, %d C, %.0f W, SM %d/%d MHz, PCI %s", s->index,
-            s->name, cli_format_bytes((double)s->memory_used, human, sizeof human),
-            cli_format_bytes((double)s->memory_total, human2, sizeof human2), s->temperature_c,
-            s->power_w, s->sm_clock_mhz, s->sm_clock_max_mhz, s->pci_bus_id);
-    if (s->pcie_width > 0 && s->pcie_width_max > 0 && s->pcie_width < s->pcie_width_max) {
-        finding(d, "PROBLEM", "GPU %d: PCIe link x%d of x%d (gen %d of %d)", s->index,
-                s->pcie_width, s->pcie_width_max, s->pcie_gen, s->pcie_gen_max);
-        advice("the card runs on fewer lanes than it can: reseat it or move it to a full x%d "
-               "slot; host copies get %.0f GB/s instead of %.0f",
-               s->pcie_width_max, s->pcie_width * pcie_lane_gbps(s->pcie_gen_max),
-               s->pcie_width_max * pcie_lane_gbps(s->pcie_gen_max));
-    } else if (s->pcie_gen > 0 && s->pcie_gen < s->pcie_gen_max) {
-        finding(d, "info",
-                "GPU %d: PCIe gen %d x%d now, gen %d x%d at most (the link slows down when "
-                "idle; under load it should reach gen %d)",
-                s->index, s->pcie_gen, s->pcie_width, s->pcie_gen_max, s->pcie_width_max,
-                s->pcie_gen_max);
-    } else if (s->pcie_gen > 0) {
-        finding(d, "ok", "GPU %d: PCIe gen %d x%d (the maximum)", s->index, s->pcie_gen,
-                s->pcie_width);
-    }
-    if (throttled(s)) {
-        finding(d, "PROBLEM", "GPU %d: clocks held back: %s", s->index,
-                throttle_text(s->throttle_reasons, reasons, sizeof reasons));
-        throttle_advice(s);
-    } else {
-        finding(d, "ok", "GPU %d: throttle reasons: %s", s->index,
-                throttle_text(s->throttle_reasons, reasons, sizeof reasons));
-    }
-    if (s->slowdown_temperature_c > 0 && s->temperature_c >= s->slowdown_temperature_c - 5) {
-        finding(d, "PROBLEM", "GPU %d: %d C, within 5 C of its slowdown temperature %d C", s->index,
-                s->temperature_c, s->slowdown_temperature_c);
-        advice("check fans and airflow before the GPU starts to slow itself down");
-    }
-    if (s->ecc_uncorrected > 0) {
-        finding(d, "PROBLEM", "GPU %d: %lld uncorrected ECC errors since the driver loaded",
-                s->index, (long long)s->ecc_uncorrected);
-        advice("results on this GPU may be wrong: drain it, reset it (nvidia-smi -r) and, if "
-               "errors return, have it replaced");
-    }
-    if (s->xid_count > 0) {
-        finding(d, "PROBLEM", "GPU %d: %lld XID errors (last XID %lld)", s->index,
-                (long long)s->xid_count, (long long)s->last_xid);
-        advice("look the XID up in NVIDIA's XID catalogue; 48, 63, 64, 74, 79 and 94/95 mean "
-               "hardware trouble");
-    }
-}
-
-/* The expected per-GPU rate between GPU 0 and 1 for an all-reduce: NVLink
- * 25 GB/s per link each way (NVLink 2 to 4), else PCIe at the GPU's maximum
- * generation and width. */
-static double expected_link_gbps(gpu_state *g, const char **what) {
-    gpc_nvml_link link;
-    gpc_nvml_sample s;
-    if (gpc_nvml_topology(g->nvml, 0, 1, &link) == GPC_OK && link.nvlink && link.nvlink_links > 0) {
-        *what = "NVLink";
-        return 25.0 * link.nvlink_links;
-    }
-    *what = "PCIe";
-    if (gpc_nvml_sample_device(g->nvml, 0, &s) == GPC_OK && s.pcie_width_max > 0)
-        return pcie_lane_gbps(s.pcie_gen_max) * s.pcie_width_max;
-    return 0;
-}
-
-static void check_allreduce(doctor *d, gpu_state *g, int nccl_ok) {
-    if (g->count < 2) return;
-    if (!nccl_ok) {
-        finding(d, "info", "all-reduce test not run: NCCL is not installed");
-        return;
-    }
-    int cuda_count = gpc_bench_cuda_device_count();
-    if (cuda_count < 2) {
-        finding(d, "info", "all-reduce test not run: %s",
-                cuda_count == 0 ? gpc_last_error() : "CUDA sees one GPU");
-        return;
-    }
-    int gpus = cuda_count < g->count ? cuda_count : g->count;
-    size_t bytes = 256u << 20;
-    double seconds = 0;
-    if (gpc_bench_cuda_allreduce(gpus, bytes, 5, &seconds) != GPC_OK) {
-        finding(d, "PROBLEM", "NCCL all-reduce over %d GPUs failed: %s", gpus, gpc_last_error());
-        advice("run with NCCL_DEBUG=INFO to see why; check that the GPUs can reach each other "
-               "(nvidia-smi topo -m)");
-        return;
-    }
-    /* nccl-tests' bus bandwidth: what each link carried */
-    double busbw = bytes / seconds / 1e9 * 2.0 * (gpus - 1) / gpus;
-    const char *what = "link";
-    double expected = expected_link_gbps(g, &what);
-    if (expected > 0 && busbw < 0.5 * expected) {
-        finding(d, "PROBLEM",
-                "NCCL all-reduce of 256 MiB over %d GPUs: bus bandwidth %.1f GB/s, under half "
-                "of what %s should give (%.0f GB/s)",
-                gpus, busbw, what, expected);
-        advice("check nvidia-smi topo -m (GPUs across CPU sockets go through the CPU "
-               "interconnect), that NCCL_P2P_DISABLE is not set, and that PCIe ACS is off on "
-               "the switches; NCCL_DEBUG=INFO shows the transport chosen");
-    } else {
-        finding(d, "ok",
-                "NCCL all-reduce of 256 MiB over %d GPUs: bus bandwidth %.1f GB/s (%s "
-                "should give about %.0f)",
-                gpus, busbw, what, expected);
-    }
-}
-
-/* cuDNN's fused attention: the faster attention path on Hopper (1.77x gpc's
- * kernels at the GPT-2 shape on an H200), so its absence is worth a line. */
-static void check_cudnn(doctor *d) {
-#ifdef GPC_HAVE_CUDA
-    if (!gpc_cudnn_attention_built()) {
-        finding(d, "info",
-                "cuDNN: this gpc was built without cudnn.h; attention runs on gpc's own kernels");
-        advice("install cuDNN 9's headers (or set CUDNN_INCLUDE_DIR) and rebuild for the faster "
-               "attention path on Hopper GPUs");
-        return;
-    }
-    if (gpc_cudnn_attention_load() != GPC_OK) {
-        finding(d, "info", "cuDNN: %s; attention runs on gpc's own kernels", gpc_last_error());
-        return;
-    }
-    long v = gpc_cudnn_attention_version();
-    finding(d, "ok",
-            "cuDNN %ld.%ld.%ld: fused attention available (--attention auto uses it on "
-            "Hopper and newer)",
-            v / 10000, v % 10000 / 100, v % 100);
-#else
-    (void)d;
-#endif
-}
-
-static void check_gpu_stack(doctor *d, gpu_state *g) {
-    int driver = 0, runtime = 0;
-    gpc_status cuda = gpc_bench_cuda_versions(&driver, &runtime);
-    char cuda_why[512] = "";
-    if (cuda) snprintf(cuda_why, sizeof cuda_why, "%s", gpc_last_error());
-
-    gpc_status st = gpc_nvml_open(&g->nvml);
-    if (st == GPC_OK) {
-        g->count = gpc_nvml_device_count(g->nvml);
-        finding(d, "ok", "NVIDIA driver %s (NVML), %d GPU%s", gpc_nvml_driver_version(g->nvml),
-                g->count, g->count == 1 ? "" : "s");
-    } else {
-        finding(d, "info", "no GPU: %s; gpc runs on the CPU here", gpc_last_error());
-    }
-    if (cuda)
-        finding(d, "info", "CUDA: %s", cuda_why);
-    else if (driver == 0 && g->count > 0)
-        finding(d, "PROBLEM", "CUDA runtime %d.%d but the CUDA driver API did not answer",
-                runtime / 1000, runtime % 1000 / 10);
-    else if (driver && driver < runtime) {
-        finding(d, "PROBLEM", "CUDA runtime %d.%d is newer than the driver supports (CUDA %d.%d)",
-                runtime / 1000, runtime % 1000 / 10, driver / 1000, driver % 1000 / 10);
-        advice("update the NVIDIA driver, or build gpc with a CUDA toolkit no newer than %d.%d",
-               driver / 1000, driver % 1000 / 10);
-    } else if (driver)
-        finding(d, "ok", "CUDA runtime %d.%d, driver supports CUDA %d.%d", runtime / 1000,
-                runtime % 1000 / 10, driver / 1000, driver % 1000 / 10);
+static void print_finding(void *user, gpc_doctor_kind kind, const char *text) {
+    (void)user;
+    if (kind == GPC_DOCTOR_ADVICE)
+        printf("           -> %s\n", text);
+    else if (kind == GPC_DOCTOR_SECTION)
+        printf("\n%s:\n", text);
     else
-        finding(d, "info", "CUDA runtime %d.%d built in; no CUDA driver on this machine",
-                runtime / 1000, runtime % 1000 / 10);
-
-    int nccl = 0;
-    int nccl_ok = gpc_bench_nccl_version(&nccl) == GPC_OK;
-    if (nccl_ok)
-        finding(d, "ok", "NCCL %d.%d.%d", nccl / 10000, nccl % 10000 / 100, nccl % 100);
-    else
-        finding(d, g->count >= 2 ? "PROBLEM" : "info", "NCCL: %s", gpc_last_error());
-    if (!cuda && g->count > 0) check_cudnn(d);
-
-    for (int i = 0; i < g->count; i++) {
-        gpc_nvml_sample s;
-        if (gpc_nvml_sample_device(g->nvml, i, &s) != GPC_OK) {
-            finding(d, "PROBLEM", "GPU %d: %s", i, gpc_last_error());
-            advice("check nvidia-smi; a GPU that NVML cannot read may have fallen off the bus");
-            continue;
-        }
-        check_gpu_sample(d, &s);
-    }
-    check_allreduce(d, g, nccl_ok);
-}
-
-/* ------------------------------------------------------------- watching */
-
-/* CPU ticks (user + system) of a process, and its parent, from /proc. */
-static int proc_stat(int pid, long long *ticks, int *ppid, int *threads, char *comm,
-                     size_t comm_size) {
-    char path[64], buf[2048];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    /* comm is in parentheses and may hold spaces: parse after the last ')' */
-    char *open = strchr(buf, '('), *close = strrchr(buf, ')');
-    if (!open || !close) return -1;
-    if (comm) snprintf(comm, comm_size, "%.*s", (int)(close - open - 1), open + 1);
-    char state;
-    int parent;
-    unsigned long utime, stime;
-    long nthreads;
-    if (sscanf(close + 2, "%c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d %*d %*d %ld",
-               &state, &parent, &utime, &stime, &nthreads) != 5)
-        return -1;
-    if (ticks) *ticks = (long long)(utime + stime);
-    if (ppid) *ppid = parent;
-    if (threads) *threads = (int)nthreads;
-    return 0;
-}
-
-/* Ticks of a process and all its descendants (a gpcd job's supervisor
- * starts the trainer as a child). */
-static long long tree_ticks(int root, int *nthreads) {
-    long long total = 0;
-    int pids[4096], parents[4096], count = 0;
-    DIR *dir = opendir("/proc");
-    if (!dir) return -1;
-    struct dirent *e;
-    long long ticks[4096];
-    int threads[4096];
-    while ((e = readdir(dir)) && count < 4096) {
-        if (!isdigit((unsigned char)e->d_name[0])) continue;
-        int pid = atoi(e->d_name);
-        if (proc_stat(pid, &ticks[count], &parents[count], &threads[count], NULL, 0) == 0)
-            pids[count++] = pid;
-    }
-    closedir(dir);
-    /* mark descendants: repeat until nothing new joins */
-    char in[4096] = {0};
-    int changed = 1;
-    while (changed) {
-        changed = 0;
-        for (int i = 0; i < count; i++) {
-            if (in[i]) continue;
-            int join = pids[i] == root;
-            for (int j = 0; j < count && !join; j++)
-                join = in[j] && pids[j] == parents[i];
-            if (join) in[i] = changed = 1;
-        }
-    }
-    *nthreads = 0;
-    for (int i = 0; i < count; i++)
-        if (in[i]) {
-            total += ticks[i];
-            *nthreads += threads[i];
-        }
-    return total;
-}
-
-/* The GPUs a process may use: its CUDA_VISIBLE_DEVICES (indices), else all. */
-static int process_gpus(int pid, int count, int *gpus) {
-    char path[64], buf[65536];
-    snprintf(path, sizeof path, "/proc/%d/environ", pid);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f) fclose(f);
-    buf[n] = 0;
-    for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
-        if (strncmp(buf + i, "CUDA_VISIBLE_DEVICES=", 21)) continue;
-        int used = 0;
-        for (char *p = buf + i + 21; *p;) {
-            char *end;
-            long g = strtol(p, &end, 10);
-            if (end == p) break; /* UUIDs: fall back to every GPU */
-            if (g >= 0 && g < count) gpus[used++] = (int)g;
-            p = *end == ',' ? end + 1 : end;
-            if (end == p) break;
-        }
-        if (used) return used;
-    }
-    for (int i = 0; i < count; i++)
-        gpus[i] = i;
-    return count;
-}
-
-static double rss_of(int pid) {
-    char path[64];
-    long pages = 0, resident = 0;
-    snprintf(path, sizeof path, "/proc/%d/statm", pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    fclose(f);
-    return (double)resident * (double)sysconf(_SC_PAGESIZE);
-}
-
-static int uses_cuda(int pid) {
-    char path[64], line[1024];
-    snprintf(path, sizeof path, "/proc/%d/maps", pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    int found = 0;
-    while (!found && fgets(line, sizeof line, f))
-        found = strstr(line, "libcuda.so") != NULL;
-    fclose(f);
-    return found;
-}
-
-static int watch(doctor *d, gpu_state *g, int pid, const int *job_gpus, int njob_gpus,
-                 double seconds) {
-    char comm[64] = "?", human[32], human2[32];
-    if (kill(pid, 0) != 0 && proc_stat(pid, NULL, NULL, NULL, NULL, 0) != 0)
-        return cli_usage_error("doctor", "no process with pid %d (is it still running?)", pid);
-    proc_stat(pid, NULL, NULL, NULL, comm, sizeof comm);
-    printf("\nwatching process %d (%s) for %.0f s:\n", pid, comm, seconds);
-
-    int gpus[64], ngpus = 0;
-    if (g->count > 0) {
-        if (njob_gpus > 0) {
-            for (int i = 0; i < njob_gpus && i < 64; i++)
-                if (job_gpus[i] >= 0 && job_gpus[i] < g->count) gpus[ngpus++] = job_gpus[i];
-        } else {
-            ngpus = process_gpus(pid, g->count < 64 ? g->count : 64, gpus);
-        }
-    }
-    double util_sum[64] = {0}, util_min[64], util_max[64] = {0}, mem_max[64] = {0};
-    uint64_t total_mem[64] = {0};
-    int throttles[64] = {0}, samples = 0;
-    gpc_nvml_sample worst[64];
-    for (int i = 0; i < 64; i++)
-        util_min[i] = 101;
-    long hz = sysconf(_SC_CLK_TCK);
-    int threads = 0;
-    long long t_start = tree_ticks(pid, &threads);
-    double w_start = gpc_time_seconds(), step = 0.25;
-    while (gpc_time_seconds() - w_start < seconds) {
-        usleep((useconds_t)(step * 1e6));
-        for (int k = 0; k < ngpus; k++) {
-            gpc_nvml_sample s;
-            if (gpc_nvml_sample_device(g->nvml, gpus[k], &s) != GPC_OK) continue;
-            util_sum[k] += s.utilization_gpu;
-            if (s.utilization_gpu < util_min[k]) util_min[k] = s.utilization_gpu;
-            if (s.utilization_gpu > util_max[k]) util_max[k] = s.utilization_gpu;
-            if ((double)s.memory_used > mem_max[k]) mem_max[k] = (double)s.memory_used;
-            total_mem[k] = s.memory_total;
-            if (throttled(&s)) {
-                throttles[k]++;
-                worst[k] = s;
-            }
-        }
-        samples++;
-    }
-    double elapsed = gpc_time_seconds() - w_start;
-    long long t_end = tree_ticks(pid, &threads);
-    if (proc_stat(pid, NULL, NULL, NULL, NULL, 0) != 0) {
-        finding(d, "PROBLEM", "process %d ended while it was watched", pid);
-        advice("look at its log for the error (gpc logs ID for a gpcd job)");
-        return 0;
-    }
-    /* 100% = one core busy all the time */
-    double cpu = t_end >= t_start ? 100.0 * (double)(t_end - t_start) / hz / elapsed : 0;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    finding(d, "info",
-            "process %d: CPU %.0f%% (100%% = one core; %ld cores), %d threads, "
-            "resident %s",
-            pid, cpu, cores, threads, cli_format_bytes(rss_of(pid), human, sizeof human));
-
-    int on_gpu = uses_cuda(pid);
-    if (g->count == 0 || on_gpu == 0) {
-        if (g->count == 0)
-            finding(d, "info", "no GPU to watch: the process runs on the CPU");
-        else
-            finding(d, "info", "process %d has not loaded the CUDA driver: it runs on the CPU",
-                    pid);
-        if (cpu < 50.0 * cores / 2 && cores > 1 && threads >= cores)
-            finding(d, "info",
-                    "it keeps %.1f of %ld cores busy: I/O, locks or a serial part "
-                    "limit it",
-                    cpu / 100, cores);
-        return 0;
-    }
-    for (int k = 0; k < ngpus; k++) {
-        int gi = gpus[k];
-        double util = samples ? util_sum[k] / samples : 0;
-        double mem_frac = total_mem[k] ? mem_max[k] / (double)total_mem[k] : 0;
-        finding(d, "info", "GPU %d: utilisation %.0f%% (min %.0f, max %.0f), memory up to %s of %s",
-                gi, util, util_min[k] > 100 ? 0 : util_min[k], util_max[k],
-                cli_format_bytes(mem_max[k], human, sizeof human),
-                cli_format_bytes((double)total_mem[k], human2, sizeof human2));
-        if (mem_frac > 0.92) {
-            finding(d, "PROBLEM", "GPU %d: memory %.0f%% full: near out of memory", gi,
-                    100 * mem_frac);
-            advice("lower the micro-batch (--batch) and keep the step size with --total-batch "
-                   "(gradient accumulation); --recompute 1 or 2 trades compute for activation "
-                   "memory; 'gpc plan --model dN --batch B' shows what fits");
-        }
-        if (util < 60) {
-            finding(d, "PROBLEM", "GPU %d: low utilisation, %.0f%% on average", gi, util);
-            if (cpu >= 90)
-                advice("the process keeps a core busy (CPU %.0f%%) while the GPU waits: it is "
-                       "CPU bound: tokenise ahead of time (gpc data prepare), use more loader "
-                       "threads, pinned buffers, and keep Python/host work out of the step",
-                       cpu);
-            else if (util_max[k] - (util_min[k] > 100 ? 0 : util_min[k]) > 50)
-                advice("utilisation swings between %.0f%% and %.0f%%: the GPU idles while the "
-                       "host waits on it; avoid reading values back every step (log every N "
-                       "steps), cudaDeviceSynchronize, and synchronous checkpoints",
-                       util_min[k] > 100 ? 0 : util_min[k], util_max[k]);
-            else
-                advice("steady low utilisation with an idle CPU: the kernels are too small "
-                       "to fill the GPU; raise the micro-batch or context, fuse small "
-                       "operations, or capture the step in a CUDA graph");
-        }
-        if (throttles[k]) {
-            char reasons[160];
-            finding(d, "PROBLEM", "GPU %d: throttled in %d of %d samples (%s)", gi, throttles[k],
-                    samples, throttle_text(worst[k].throttle_reasons, reasons, sizeof reasons));
-            throttle_advice(&worst[k]);
-        }
-    }
-    return 0;
+        printf("  %-8s %s\n", gpc_doctor_kind_name(kind), text);
 }
 
 /* ------------------------------------------------------------- the job */
@@ -670,20 +36,20 @@ static int watch(doctor *d, gpu_state *g, int pid, const int *job_gpus, int njob
 static int resolve_job(long long job, int *pid, int *gpus, int *ngpus) {
 #ifdef GPC_HAVE_SCHED
     char path[64];
-    sched_response response;
+    gpcd_response response;
     memset(&response, 0, sizeof response);
     snprintf(path, sizeof path, "/jobs/%lld", job);
-    gpc_status st = sched_client_request(sched_client_socket(NULL), "GET", path, NULL, &response);
+    gpc_status st = gpcd_client_request(gpcd_client_socket(NULL), "GET", path, NULL, &response);
     if (st) return cli_fail("doctor", st);
     if (response.status != 200) {
         fprintf(stderr, "gpc doctor: error: gpcd answered %d for job %lld: %s\n", response.status,
                 job, response.body ? response.body : "");
-        sched_response_free(&response);
+        gpcd_response_free(&response);
         return response.status == 404 ? CLI_EXIT_USAGE : CLI_EXIT_RUNTIME;
     }
     json_error_t err;
     json_t *o = json_loads(response.body ? response.body : "", 0, &err);
-    sched_response_free(&response);
+    gpcd_response_free(&response);
     json_t *p = o ? json_object_get(o, "pid") : NULL;
     if (!p || !json_is_integer(p)) {
         const char *state = o ? json_string_value(json_object_get(o, "state")) : NULL;
@@ -748,26 +114,29 @@ int cmd_doctor(int argc, char **argv) {
         int rc = resolve_job(job, &pid, job_gpus, &njob_gpus);
         if (rc) return rc;
     }
-    if (pid > 0 && kill(pid, 0) != 0 && proc_stat(pid, NULL, NULL, NULL, NULL, 0) != 0)
+    if (pid > 0 && !gpc_doctor_process_exists(pid))
         return cli_usage_error("doctor", "no process with pid %d (is it still running?)", pid);
 
-    doctor d = {0};
-    gpu_state g = {0};
+    gpc_doctor *d;
+    gpc_status st = gpc_doctor_open(print_finding, NULL, &d);
+    if (st) return cli_fail("doctor", st);
     printf("gpc doctor: machine\n");
-    check_host(&d);
-    check_gpu_stack(&d, &g);
+    gpc_doctor_check_machine(d);
     if (pid > 0) {
-        int rc = watch(&d, &g, pid, job_gpus, njob_gpus, seconds);
-        if (rc) {
-            if (g.nvml) gpc_nvml_close(g.nvml);
-            return rc;
+        st = gpc_doctor_watch(d, pid, job_gpus, njob_gpus, seconds);
+        if (st) {
+            gpc_doctor_close(d);
+            /* the process ended between the check above and the watch */
+            return st == GPC_ERR_INVALID_ARG ? cli_usage_error("doctor", "%s", gpc_last_error())
+                                             : cli_fail("doctor", st);
         }
     }
-    if (g.nvml) gpc_nvml_close(g.nvml);
-    if (d.problems)
-        printf("\n%d problem%s found (see the advice under each)\n", d.problems,
-               d.problems == 1 ? "" : "s");
+    int problems = gpc_doctor_problems(d);
+    gpc_doctor_close(d);
+    if (problems)
+        printf("\n%d problem%s found (see the advice under each)\n", problems,
+               problems == 1 ? "" : "s");
     else
         printf("\nno problems found\n");
-    return d.problems ? CLI_EXIT_RUNTIME : CLI_EXIT_OK;
+    return problems ? CLI_EXIT_RUNTIME : CLI_EXIT_OK;
 }

@@ -12,9 +12,9 @@
 /* Sends one request. On success (2xx) returns 0 with the response filled;
  * otherwise prints the error line and returns the exit status (2 for a bad
  * request, 1 for everything else), with the response freed. */
-int sched_cli_call(const char *command, const char *socket, const char *method, const char *path,
-                   const char *body, sched_response *out);
+int gpcd_cli_call(const char *command, const char *socket, const char *method, const char *path,
+                  const char *body, gpcd_response *out);
 /* "high" for 90, the number otherwise; a short age such as "3m12s". */
-const char *sched_cli_age(double seconds, char *buf, size_t size);
+const char *gpcd_cli_age(double seconds, char *buf, size_t size);
 
 #endif /* GPC_CMD_SCHED_H */

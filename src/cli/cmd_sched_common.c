@@ -8,10 +8,10 @@
 #include <stdio.h>
 #include <string.h>
 
-int sched_cli_call(const char *command, const char *socket, const char *method, const char *path,
-                   const char *body, sched_response *out) {
-    const char *where = sched_client_socket(socket);
-    gpc_status st = sched_client_request(where, method, path, body, out);
+int gpcd_cli_call(const char *command, const char *socket, const char *method, const char *path,
+                  const char *body, gpcd_response *out) {
+    const char *where = gpcd_client_socket(socket);
+    gpc_status st = gpcd_client_request(where, method, path, body, out);
     if (st != GPC_OK) return cli_fail(command, st);
     if (out->status >= 200 && out->status < 300) return 0;
     json_t *reply = json_loadb(out->body, out->body_len, 0, NULL);
@@ -20,10 +20,10 @@ int sched_cli_call(const char *command, const char *socket, const char *method, 
             message ? message : "gpcd answered with an error it did not explain");
     json_decref(reply);
     int status = out->status;
-    sched_response_free(out);
+    gpcd_response_free(out);
     return status == 400 ? CLI_EXIT_USAGE : CLI_EXIT_RUNTIME;
 }
 
-const char *sched_cli_age(double seconds, char *buf, size_t size) {
+const char *gpcd_cli_age(double seconds, char *buf, size_t size) {
     return cli_format_duration(seconds < 0 ? 0 : seconds, buf, size);
 }

@@ -52,8 +52,8 @@ int cmd_logs(int argc, char **argv) {
     for (;;) {
         char path[128];
         snprintf(path, sizeof path, "/jobs/%lld/logs?offset=%lld", id, offset);
-        sched_response r;
-        if ((rc = sched_cli_call("logs", socket, "GET", path, NULL, &r))) return rc;
+        gpcd_response r;
+        if ((rc = gpcd_cli_call("logs", socket, "GET", path, NULL, &r))) return rc;
         if (r.body_len) {
             fwrite(r.body, 1, r.body_len, stdout);
             fflush(stdout);
@@ -61,7 +61,7 @@ int cmd_logs(int argc, char **argv) {
         long long next = strtoll(r.next_offset, NULL, 10);
         int ended = job_has_ended(r.job_state);
         size_t got = r.body_len;
-        sched_response_free(&r);
+        gpcd_response_free(&r);
         if (next > offset) offset = next;
         if (got > 0) continue; /* more may be waiting right away */
         if (!follow || ended) break;
@@ -91,12 +91,12 @@ int cmd_cancel(int argc, char **argv) {
     if ((rc = job_argument("cancel", npositional, positional, &id))) return rc;
     char path[64];
     snprintf(path, sizeof path, "/jobs/%lld/cancel", id);
-    sched_response r;
-    if ((rc = sched_cli_call("cancel", socket, "POST", path, "", &r))) return rc;
+    gpcd_response r;
+    if ((rc = gpcd_cli_call("cancel", socket, "POST", path, "", &r))) return rc;
     if (r.status == 202)
         printf("job %lld is stopping (SIGTERM now, SIGKILL after the grace period)\n", id);
     else
         printf("job %lld cancelled\n", id);
-    sched_response_free(&r);
+    gpcd_response_free(&r);
     return CLI_EXIT_OK;
 }

@@ -53,7 +53,7 @@ static void print_table(json_t *jobs) {
         if (m > 0) cli_format_bytes(m, mem, sizeof mem);
         double start = number_of(j, "start_time"), end = number_of(j, "end_time");
         double since = start > 0 ? start : number_of(j, "submit_time");
-        sched_cli_age((end > 0 ? end : now) - since, age, sizeof age);
+        gpcd_cli_age((end > 0 ? end : now) - since, age, sizeof age);
         gpu_list(j, on, sizeof on);
         command_line(j, cmd, sizeof cmd);
         const char *name = text_of(j, "name", NULL);
@@ -90,8 +90,8 @@ int cmd_queue(int argc, char **argv) {
              state ? (all ? "&state=" : "?state=") : "", state ? state : "");
     if (state && strspn(state, "abcdefghijklmnopqrstuvwxyz,") != strlen(state))
         return cli_usage_error("queue", "--state takes names such as queued,running");
-    sched_response r;
-    if ((rc = sched_cli_call("queue", socket, "GET", path, NULL, &r))) return rc;
+    gpcd_response r;
+    if ((rc = gpcd_cli_call("queue", socket, "GET", path, NULL, &r))) return rc;
     if (json) {
         fwrite(r.body, 1, r.body_len, stdout);
     } else {
@@ -99,7 +99,7 @@ int cmd_queue(int argc, char **argv) {
         print_table(json_object_get(reply, "jobs"));
         json_decref(reply);
     }
-    sched_response_free(&r);
+    gpcd_response_free(&r);
     return CLI_EXIT_OK;
 }
 
@@ -131,15 +131,15 @@ int cmd_show(int argc, char **argv) {
     if ((rc = parse_job_id("show", positional[0], &id))) return rc;
     char path[64];
     snprintf(path, sizeof path, "/jobs/%lld", id);
-    sched_response r;
-    if ((rc = sched_cli_call("show", socket, "GET", path, NULL, &r))) return rc;
+    gpcd_response r;
+    if ((rc = gpcd_cli_call("show", socket, "GET", path, NULL, &r))) return rc;
     if (json) {
         fwrite(r.body, 1, r.body_len, stdout);
-        sched_response_free(&r);
+        gpcd_response_free(&r);
         return CLI_EXIT_OK;
     }
     json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
-    sched_response_free(&r);
+    gpcd_response_free(&r);
     char cmd[4096], mem[32] = "unspecified", on[256], buf[64];
     command_line(j, cmd, sizeof cmd);
     gpu_list(j, on, sizeof on);
@@ -168,7 +168,7 @@ int cmd_show(int argc, char **argv) {
     for (size_t i = 0; i < json_array_size(events); i++) {
         json_t *e = json_array_get(events, i);
         const char *message = text_of(e, "message", NULL);
-        printf("  +%-8s %s%s%s\n", sched_cli_age(number_of(e, "time") - first, buf, sizeof buf),
+        printf("  +%-8s %s%s%s\n", gpcd_cli_age(number_of(e, "time") - first, buf, sizeof buf),
                text_of(e, "state", "?"), message ? ": " : "", message ? message : "");
     }
     json_decref(j);

@@ -29,7 +29,7 @@ int cmd_submit(int argc, char **argv) {
          "time limit such as 30m or 2h (lets short jobs backfill)"},
         {"name", CLI_STRING, &name, "NAME", "a label shown in gpc queue"},
         {"socket", CLI_STRING, &socket, "PATH",
-         "gpcd's socket (default $GPC_SOCKET or " SCHED_DEFAULT_SOCKET ")"},
+         "gpcd's socket (default $GPC_SOCKET or " GPCD_DEFAULT_SOCKET ")"},
         {0},
     };
     const cli_spec spec = {"submit",
@@ -54,8 +54,8 @@ int cmd_submit(int argc, char **argv) {
     if (split >= argc - 1)
         return cli_usage_error("submit", "give the command after '--', e.g. gpc submit --gpus 2 "
                                          "-- gpc train --config run.ini");
-    if (gpus < 1 || gpus > SCHED_MAX_GPUS)
-        return cli_usage_error("submit", "--gpus %d is outside 1-%d", gpus, SCHED_MAX_GPUS);
+    if (gpus < 1 || gpus > GPCD_MAX_GPUS)
+        return cli_usage_error("submit", "--gpus %d is outside 1-%d", gpus, GPCD_MAX_GPUS);
     json_t *job = json_object();
     json_t *command = json_array();
     for (int i = split + 1; i < argc; i++)
@@ -103,14 +103,14 @@ int cmd_submit(int argc, char **argv) {
         fprintf(stderr, "gpc submit: error: the command or environment is not valid UTF-8\n");
         return CLI_EXIT_USAGE;
     }
-    sched_response response;
-    rc = sched_cli_call("submit", socket, "POST", "/jobs", body, &response);
+    gpcd_response response;
+    rc = gpcd_cli_call("submit", socket, "POST", "/jobs", body, &response);
     free(body);
     if (rc) return rc;
     json_t *reply = json_loadb(response.body, response.body_len, 0, NULL);
     json_int_t id = json_integer_value(json_object_get(reply, "id"));
     json_decref(reply);
-    sched_response_free(&response);
+    gpcd_response_free(&response);
     if (id <= 0) {
         fprintf(stderr, "gpc submit: error: gpcd accepted the job but sent no id\n");
         return CLI_EXIT_RUNTIME;

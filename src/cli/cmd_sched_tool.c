@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int sched_tool_trace(int argc, char **argv) {
-    sched_trace_targets t;
-    sched_trace_targets_default(&t);
+static int gpcd_tool_trace(int argc, char **argv) {
+    gpcd_trace_targets t;
+    gpcd_trace_targets_default(&t);
     int64_t seed = 1;
     const char *out = NULL;
     const cli_option options[] = {
@@ -44,12 +44,12 @@ static int sched_tool_trace(int argc, char **argv) {
     CLI_PARSE_OR_RETURN(&spec, argc, argv);
     if (!out) return cli_usage_error("sched trace", "--out FILE is required");
     t.seed = (uint64_t)seed;
-    sched_trace trace;
-    gpc_status st = sched_trace_generate(&t, &trace);
+    gpcd_trace trace;
+    gpc_status st = gpcd_trace_generate(&t, &trace);
     if (st != GPC_OK) return cli_fail("sched trace", st);
-    st = sched_trace_save(out, &trace);
+    st = gpcd_trace_save(out, &trace);
     if (st != GPC_OK) {
-        sched_trace_free(&trace);
+        gpcd_trace_free(&trace);
         return cli_fail("sched trace", st);
     }
     double work = 0, span = trace.jobs[trace.count - 1].submit;
@@ -63,11 +63,11 @@ static int sched_tool_trace(int argc, char **argv) {
             "offered load %.2f on %d GPUs -> %s\n",
             trace.count, span / 86400.0, 100.0 * single / trace.count, work / 3600.0,
             span > 0 ? work / (span * t.cluster_gpus) : 0, t.cluster_gpus, out);
-    sched_trace_free(&trace);
+    gpcd_trace_free(&trace);
     return CLI_EXIT_OK;
 }
 
-static json_t *result_json(const char *policy, const sched_sim_result *r) {
+static json_t *result_json(const char *policy, const gpcd_sim_result *r) {
     json_t *o = json_object();
     json_object_set_new(o, "policy", json_string(policy));
     json_object_set_new(o, "jobs", json_integer(r->jobs));
@@ -86,7 +86,7 @@ static json_t *result_json(const char *policy, const sched_sim_result *r) {
     return o;
 }
 
-static int sched_tool_simulate(int argc, char **argv) {
+static int gpcd_tool_simulate(int argc, char **argv) {
     const char *trace_path = NULL;
     cli_list policies = {0};
     int gpus = 64, json = 0, per_job = 0;
@@ -122,8 +122,8 @@ static int sched_tool_simulate(int argc, char **argv) {
         NULL};
     CLI_PARSE_OR_RETURN(&spec, argc, argv);
     if (!trace_path) return cli_usage_error("sched simulate", "--trace FILE is required");
-    if (gpus < 1 || gpus > SCHED_MAX_GPUS)
-        return cli_usage_error("sched simulate", "--gpus %d is outside 1-%d", gpus, SCHED_MAX_GPUS);
+    if (gpus < 1 || gpus > GPCD_MAX_GPUS)
+        return cli_usage_error("sched simulate", "--gpus %d is outside 1-%d", gpus, GPCD_MAX_GPUS);
     if (tick < 0 || grace < 0)
         return cli_usage_error("sched simulate", "--tick and --preempt-grace must be >= 0");
     const char *default_policy = "all";
@@ -131,8 +131,8 @@ static int sched_tool_simulate(int argc, char **argv) {
         policies.items = &default_policy;
         policies.count = 1;
     }
-    sched_config config;
-    sched_config_defaults(&config);
+    gpcd_config config;
+    gpcd_config_defaults(&config);
     for (int i = 0; i < settings.count; i++) {
         char key[64];
         const char *eq = strchr(settings.items[i], '=');
@@ -141,18 +141,18 @@ static int sched_tool_simulate(int argc, char **argv) {
                                    settings.items[i]);
         memcpy(key, settings.items[i], (size_t)(eq - settings.items[i]));
         key[eq - settings.items[i]] = '\0';
-        if (sched_config_set(&config, key, eq + 1) != GPC_OK)
+        if (gpcd_config_set(&config, key, eq + 1) != GPC_OK)
             return cli_fail("sched simulate", GPC_ERR_INVALID_ARG);
     }
     unsigned flags[64];
     if (policies.count > 64) return cli_usage_error("sched simulate", "at most 64 policy sets");
     for (int i = 0; i < policies.count; i++)
-        if (sched_sim_policy_parse(policies.items[i], &flags[i]) != GPC_OK)
+        if (gpcd_sim_policy_parse(policies.items[i], &flags[i]) != GPC_OK)
             return cli_fail("sched simulate", GPC_ERR_INVALID_ARG);
-    sched_trace trace;
-    gpc_status st = sched_trace_load(trace_path, &trace);
+    gpcd_trace trace;
+    gpc_status st = gpcd_trace_load(trace_path, &trace);
     if (st != GPC_OK) return cli_fail("sched simulate", st);
-    sched_sim_options o = {gpus, gpu_mem, grace, tick};
+    gpcd_sim_options o = {gpus, gpu_mem, grace, tick};
     double *jct = per_job ? malloc(sizeof *jct * (size_t)trace.count) : NULL;
     json_t *all = json_array();
     if (!json) {
@@ -161,10 +161,10 @@ static int sched_tool_simulate(int argc, char **argv) {
                "p95 JCT", "makespan", "util", "mean wait", "worst wait", "timeouts", "preempt");
     }
     for (int i = 0; i < policies.count && st == GPC_OK; i++) {
-        sched_policy_config policy = config.policy;
+        gpcd_policy_config policy = config.policy;
         policy.flags = flags[i];
-        sched_sim_result r;
-        st = sched_simulate(&trace, &policy, &o, &r, jct);
+        gpcd_sim_result r;
+        st = gpcd_simulate(&trace, &policy, &o, &r, jct);
         if (st != GPC_OK) break;
         if (json) {
             json_t *row = result_json(policies.items[i], &r);
@@ -196,7 +196,7 @@ static int sched_tool_simulate(int argc, char **argv) {
     }
     json_decref(all);
     free(jct);
-    sched_trace_free(&trace);
+    gpcd_trace_free(&trace);
     return st == GPC_OK ? CLI_EXIT_OK : cli_fail("sched simulate", st);
 }
 
@@ -210,10 +210,10 @@ int cmd_sched(int argc, char **argv) {
     }
     if (strcmp(argv[1], "options") == 0) {
         if (argc > 2) return cli_usage_error("sched", "'options' takes no arguments");
-        sched_config_write_markdown(stdout);
+        gpcd_config_write_markdown(stdout);
         return CLI_EXIT_OK;
     }
-    if (strcmp(argv[1], "trace") == 0) return sched_tool_trace(argc - 1, argv + 1);
-    if (strcmp(argv[1], "simulate") == 0) return sched_tool_simulate(argc - 1, argv + 1);
+    if (strcmp(argv[1], "trace") == 0) return gpcd_tool_trace(argc - 1, argv + 1);
+    if (strcmp(argv[1], "simulate") == 0) return gpcd_tool_simulate(argc - 1, argv + 1);
     return cli_usage_error("sched", "unknown tool '%s' (use: options, trace, simulate)", argv[1]);
 }

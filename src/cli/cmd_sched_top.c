@@ -136,10 +136,10 @@ int cmd_top(int argc, char **argv) {
     signal(SIGTERM, on_interrupt);
     int tty = isatty(STDOUT_FILENO) && !once;
     while (!top_stop) {
-        sched_response status, jobs;
-        if ((rc = sched_cli_call("top", socket, "GET", "/status", NULL, &status))) return rc;
-        if ((rc = sched_cli_call("top", socket, "GET", "/jobs", NULL, &jobs))) {
-            sched_response_free(&status);
+        gpcd_response status, jobs;
+        if ((rc = gpcd_cli_call("top", socket, "GET", "/status", NULL, &status))) return rc;
+        if ((rc = gpcd_cli_call("top", socket, "GET", "/jobs", NULL, &jobs))) {
+            gpcd_response_free(&status);
             return rc;
         }
         json_t *s = json_loadb(status.body, status.body_len, 0, NULL);
@@ -149,8 +149,8 @@ int cmd_top(int argc, char **argv) {
         fflush(stdout);
         json_decref(s);
         json_decref(j);
-        sched_response_free(&status);
-        sched_response_free(&jobs);
+        gpcd_response_free(&status);
+        gpcd_response_free(&jobs);
         if (once) break;
         usleep((useconds_t)(interval * 1e6));
     }

@@ -1,24 +1,30 @@
 /*
  * backend.c: the registry of backends, one per device type.
  *
- * The CPU backend is always present. The CUDA backend is linked in when gpc
- * is built with CUDA (GPC_HAVE_CUDA) and answers only when the machine has a
- * usable GPU, so one binary runs on machines with and without one.
+ * Backends sit above core, so core names none of them: each registers
+ * itself, from a constructor in its own file (gpc_cpu_backend_register in
+ * src/cpu/cpu_backend.c, gpc_cuda_backend_register in
+ * src/cuda/cuda_backend.cu). Constructors rather than a registration call
+ * in main() because tests, benchmarks, gpc and gpcd all use tensors
+ * without a common start-up call, and a forgotten one would fail only at
+ * run time. libgpc is a static archive, from which the linker takes only
+ * the objects a program references; CMakeLists.txt names the two
+ * constructors as undefined symbols for every program linking gpc, so
+ * their objects are always linked and the constructors always run.
+ *
+ * A registration stores a finder, not the backend: the CUDA backend is
+ * linked in when gpc is built with CUDA (GPC_HAVE_CUDA) and answers only
+ * when the machine has a usable GPU, so one binary runs on machines with
+ * and without one, and nothing touches the driver before it is needed.
  */
 #include "gpc/core.h"
 
 #include <stddef.h>
 
-extern const gpc_backend gpc_cpu_backend;
-#ifdef GPC_HAVE_CUDA
-const gpc_backend *gpc_cuda_backend(void);
-#endif
+static gpc_backend_finder finders[GPC_DEVICE_TYPE_COUNT];
 
-static const gpc_backend *registered[GPC_DEVICE_TYPE_COUNT];
-
-void gpc_backend_register(const gpc_backend *backend) {
-    if (backend && (unsigned)backend->type < GPC_DEVICE_TYPE_COUNT)
-        registered[backend->type] = backend;
+void gpc_backend_register(gpc_device_type type, gpc_backend_finder find) {
+    if ((unsigned)type < GPC_DEVICE_TYPE_COUNT) finders[type] = find;
 }
 
 const gpc_backend *gpc_backend_get(gpc_device_type type) {
@@ -26,18 +32,16 @@ const gpc_backend *gpc_backend_get(gpc_device_type type) {
         gpc_error(GPC_ERR_INVALID_ARG, "unknown device type %d", (int)type);
         return NULL;
     }
-    if (registered[type]) return registered[type];
-    if (type == GPC_DEVICE_CPU) return &gpc_cpu_backend;
-#ifdef GPC_HAVE_CUDA
-    const gpc_backend *cuda = gpc_cuda_backend();
-    if (cuda) return cuda; /* gpc_cuda_backend set the message when it returns NULL */
+    if (finders[type]) return finders[type](); /* the finder set the message when NULL */
+    if (type == GPC_DEVICE_CUDA)
+        gpc_error(GPC_ERR_UNSUPPORTED,
+                  "this gpc was built without CUDA: install the CUDA toolkit (nvcc) and rebuild, "
+                  "or use --device cpu");
+    else
+        gpc_error(GPC_ERR_INTERNAL,
+                  "no CPU backend is registered: link the program with libgpc through its CMake "
+                  "target, which keeps src/cpu/cpu_backend.c in the link");
     return NULL;
-#else
-    gpc_error(GPC_ERR_UNSUPPORTED,
-              "this gpc was built without CUDA: install the CUDA toolkit (nvcc) and rebuild, or "
-              "use --device cpu");
-    return NULL;
-#endif
 }
 
 gpc_status gpc_backend_require(gpc_device device, const gpc_backend **out) {

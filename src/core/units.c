@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 gpc_status gpc_parse_bytes(const char *text, uint64_t *out) {
@@ -46,4 +47,15 @@ gpc_status gpc_parse_bytes(const char *text, uint64_t *out) {
     if (v * unit > 1e18) return gpc_error(GPC_ERR_INVALID_ARG, "size '%s' is too large", text);
     *out = (uint64_t)(v * unit);
     return GPC_OK;
+}
+
+const char *gpc_format_bytes(double bytes, char *buf, size_t size) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) {
+        bytes /= 1024;
+        u++;
+    }
+    snprintf(buf, size, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
+    return buf;
 }

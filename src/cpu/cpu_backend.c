@@ -136,7 +136,7 @@ static gpc_status cpu_device_name(int index, char *buf, size_t size) {
     return GPC_OK;
 }
 
-const gpc_backend gpc_cpu_backend = {
+static const gpc_backend cpu_backend = {
     .name = "cpu",
     .type = GPC_DEVICE_CPU,
     .device_count = cpu_device_count,
@@ -160,3 +160,13 @@ const gpc_backend gpc_cpu_backend = {
     .device_name = cpu_device_name,
     .ops = &gpc_cpu_ops,
 };
+
+static const gpc_backend *cpu_backend_find(void) {
+    return &cpu_backend;
+}
+
+/* Runs before main (core/backend.c says why a constructor); extern so that
+ * the build can name it to keep this object in every link. */
+__attribute__((constructor)) void gpc_cpu_backend_register(void) {
+    gpc_backend_register(GPC_DEVICE_CPU, cpu_backend_find);
+}

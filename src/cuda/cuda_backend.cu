@@ -3,7 +3,7 @@
  * numeric ops are gathered in gpc_cuda_ops (cuda_ops.cu).
  *
  * The backend answers only when a usable GPU is present, so a gpc built with
- * CUDA still runs on a machine without a driver: gpc_cuda_backend() returns
+ * CUDA still runs on a machine without a driver: its finder returns
  * NULL there with a message saying so.
  */
 #include "cuda/cuda_common.cuh"
@@ -179,7 +179,7 @@ static gpc_backend make_backend(void) {
 
 static const gpc_backend cuda_backend = make_backend();
 
-extern "C" const gpc_backend *gpc_cuda_backend(void) {
+static const gpc_backend *cuda_backend_find(void) {
     if (cuda_device_count() <= 0) {
         gpc_error(GPC_ERR_UNSUPPORTED,
                   "no usable NVIDIA GPU: the driver is missing or no GPU is visible "
@@ -187,4 +187,12 @@ extern "C" const gpc_backend *gpc_cuda_backend(void) {
         return NULL;
     }
     return &cuda_backend;
+}
+
+/* Runs before main (core/backend.c says why a constructor). It only records
+ * the finder: the driver is first touched when a CUDA device is asked for.
+ * extern "C" so that the build can name it to keep this object in every
+ * link. */
+extern "C" __attribute__((constructor)) void gpc_cuda_backend_register(void) {
+    gpc_backend_register(GPC_DEVICE_CUDA, cuda_backend_find);
 }

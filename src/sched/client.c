@@ -17,11 +17,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-const char *sched_client_socket(const char *explicit_path) {
+const char *gpcd_client_socket(const char *explicit_path) {
     if (explicit_path && *explicit_path) return explicit_path;
     const char *env = getenv("GPC_SOCKET");
     if (env && *env) return env;
-    return SCHED_DEFAULT_SOCKET;
+    return GPCD_DEFAULT_SOCKET;
 }
 
 static gpc_status not_running(const char *where, int err) {
@@ -107,8 +107,8 @@ static void header_value(const char *head, const char *name, char *out, size_t s
     }
 }
 
-gpc_status sched_client_request(const char *socket_path, const char *method, const char *path,
-                                const char *body, sched_response *out) {
+gpc_status gpcd_client_request(const char *socket_path, const char *method, const char *path,
+                               const char *body, gpcd_response *out) {
     memset(out, 0, sizeof *out);
     int fd = -1;
     GPC_TRY(connect_to(socket_path, &fd));
@@ -177,7 +177,7 @@ gpc_status sched_client_request(const char *socket_path, const char *method, con
     return GPC_OK;
 }
 
-void sched_response_free(sched_response *response) {
+void gpcd_response_free(gpcd_response *response) {
     free(response->body);
     response->body = NULL;
 }

@@ -27,29 +27,29 @@
 
 #define LOOP_TICK_MS 50
 
-void sched_daemon_log_path(const sched_daemon *d, int64_t id, char *buf, size_t size) {
+void gpcd_daemon_log_path(const gpcd_daemon *d, int64_t id, char *buf, size_t size) {
     snprintf(buf, size, "%s/%lld.log", d->logs_dir, (long long)id);
 }
 
-static void exit_path(const sched_daemon *d, int64_t id, char *buf, size_t size) {
+static void exit_path(const gpcd_daemon *d, int64_t id, char *buf, size_t size) {
     snprintf(buf, size, "%s/%lld.exit", d->jobs_dir, (long long)id);
 }
 
-void sched_daemon_wake(sched_daemon *d) {
+void gpcd_daemon_wake(gpcd_daemon *d) {
     uint64_t one = 1;
     if (write(d->wake_fd, &one, sizeof one) < 0) {
         /* the counter is full: the loop is awake anyway */
     }
 }
 
-void sched_daemon_stop(sched_daemon *d) {
+void gpcd_daemon_stop(gpcd_daemon *d) {
     d->stop = 1;
-    sched_daemon_wake(d);
+    gpcd_daemon_wake(d);
 }
 
-static void set_message(sched_job *job, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_message(gpcd_job *job, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-static void set_message(sched_job *job, const char *fmt, ...) {
+static void set_message(gpcd_job *job, const char *fmt, ...) {
     char buf[512];
     va_list ap;
     va_start(ap, fmt);
@@ -59,10 +59,10 @@ static void set_message(sched_job *job, const char *fmt, ...) {
     job->message = strdup(buf);
 }
 
-static gpc_status add_active(sched_daemon *d, sched_job *job) {
+static gpc_status add_active(gpcd_daemon *d, gpcd_job *job) {
     if (d->nactive == d->cap_active) {
         int cap = d->cap_active ? d->cap_active * 2 : 256;
-        sched_job **grown = realloc(d->active, sizeof *grown * (size_t)cap);
+        gpcd_job **grown = realloc(d->active, sizeof *grown * (size_t)cap);
         if (!grown) return gpc_error(GPC_ERR_NOMEM, "out of memory queueing a job");
         d->active = grown;
         d->cap_active = cap;
@@ -72,60 +72,60 @@ static gpc_status add_active(sched_daemon *d, sched_job *job) {
     return GPC_OK;
 }
 
-static void remove_active(sched_daemon *d, int index) {
-    sched_job_free(d->active[index]);
+static void remove_active(gpcd_daemon *d, int index) {
+    gpcd_job_free(d->active[index]);
     d->active[index] = d->active[--d->nactive];
     d->dirty = 1;
 }
 
-static void save(sched_daemon *d, const sched_job *job) {
-    if (sched_store_update(d->store, job) != GPC_OK)
+static void save(gpcd_daemon *d, const gpcd_job *job) {
+    if (gpcd_store_update(d->store, job) != GPC_OK)
         gpc_log(GPC_LOG_ERROR, "job %lld: %s", (long long)job->id, gpc_last_error());
 }
 
 /* ------------------------------------------------------------- settling */
 
 /* Records how a job whose supervisor is gone ended. */
-static void settle(sched_daemon *d, sched_job *job, int recovering) {
+static void settle(gpcd_daemon *d, gpcd_job *job, int recovering) {
     char path[700];
     exit_path(d, job->id, path, sizeof path);
     int code = -1, sig = 0;
-    int have_exit = sched_runner_read_exit(path, &code, &sig) == 0;
+    int have_exit = gpcd_runner_read_exit(path, &code, &sig) == 0;
     if (!recovering && job->pgid > 1) kill(-job->pgid, SIGKILL); /* stragglers it left */
     job->end_time = gpc_wall_seconds();
     job->exit_code = have_exit ? code : -1;
     job->signal = have_exit ? sig : 0;
     switch (job->stop_reason) {
-    case SCHED_STOP_PREEMPT:
-        job->state = SCHED_PREEMPTED;
+    case GPCD_STOP_PREEMPT:
+        job->state = GPCD_PREEMPTED;
         job->preemptions++;
         job->end_time = 0;
         set_message(job, "preempted by higher priority work; waiting to run again");
         break;
-    case SCHED_STOP_CANCEL:
-        job->state = SCHED_CANCELLED;
+    case GPCD_STOP_CANCEL:
+        job->state = GPCD_CANCELLED;
         set_message(job, "cancelled while running");
         break;
-    case SCHED_STOP_TIMEOUT:
-        job->state = SCHED_FAILED;
+    case GPCD_STOP_TIMEOUT:
+        job->state = GPCD_FAILED;
         set_message(job, "stopped at its time limit of %.0f s", job->time_limit);
         break;
     default:
         if (!have_exit) {
-            job->state = SCHED_FAILED;
+            job->state = GPCD_FAILED;
             set_message(job, "%s",
                         recovering ? "its process was gone after gpcd restarted and left no "
                                      "exit status"
                                    : "its supervisor vanished without an exit status");
         } else if (code == 0) {
-            job->state = SCHED_COMPLETED;
+            job->state = GPCD_COMPLETED;
             free(job->message);
             job->message = NULL;
         } else if (sig) {
-            job->state = SCHED_FAILED;
+            job->state = GPCD_FAILED;
             set_message(job, "killed by signal %d", sig);
         } else {
-            job->state = SCHED_FAILED;
+            job->state = GPCD_FAILED;
             set_message(job, "exited with status %d%s", code,
                         code == 127 ? " (command not found: see gpc logs)" : "");
         }
@@ -137,42 +137,42 @@ static void settle(sched_daemon *d, sched_job *job, int recovering) {
     job->pid = 0;
     job->pid_start = 0;
     job->pgid = 0;
-    job->stop_reason = SCHED_STOP_NONE;
+    job->stop_reason = GPCD_STOP_NONE;
     job->term_sent = 0;
     job->kill_sent = 0;
-    if (job->state == SCHED_PREEMPTED) {
+    if (job->state == GPCD_PREEMPTED) {
         job->exit_code = -1;
         job->signal = 0;
         job->start_time = 0;
     }
     save(d, job);
-    gpc_log(GPC_LOG_INFO, "job %lld %s%s%s", (long long)job->id, sched_state_name(job->state),
+    gpc_log(GPC_LOG_INFO, "job %lld %s%s%s", (long long)job->id, gpcd_state_name(job->state),
             job->message ? ": " : "", job->message ? job->message : "");
 }
 
-static void watch_running(sched_daemon *d, double now) {
+static void watch_running(gpcd_daemon *d, double now) {
     for (int i = 0; i < d->nactive; i++) {
-        sched_job *job = d->active[i];
-        if (job->state != SCHED_RUNNING) continue;
-        if (!sched_runner_alive(job)) {
+        gpcd_job *job = d->active[i];
+        if (job->state != GPCD_RUNNING) continue;
+        if (!gpcd_runner_alive(job)) {
             settle(d, job, 0);
             d->dirty = 1;
-            if (sched_state_is_final(job->state)) remove_active(d, i--);
+            if (gpcd_state_is_final(job->state)) remove_active(d, i--);
             continue;
         }
-        if (job->stop_reason == SCHED_STOP_NONE && job->time_limit > 0 &&
+        if (job->stop_reason == GPCD_STOP_NONE && job->time_limit > 0 &&
             now - job->start_time > job->time_limit) {
-            job->stop_reason = SCHED_STOP_TIMEOUT;
+            job->stop_reason = GPCD_STOP_TIMEOUT;
             job->term_sent = now;
-            sched_runner_signal(job, SIGTERM);
+            gpcd_runner_signal(job, SIGTERM);
             gpc_log(GPC_LOG_INFO, "job %lld passed its time limit; sent SIGTERM",
                     (long long)job->id);
         }
         if (job->term_sent > 0 && !job->kill_sent) {
-            double grace = job->stop_reason == SCHED_STOP_TIMEOUT ? d->config.kill_grace
-                                                                  : d->config.preempt_grace;
+            double grace = job->stop_reason == GPCD_STOP_TIMEOUT ? d->config.kill_grace
+                                                                 : d->config.preempt_grace;
             if (now - job->term_sent >= grace) {
-                sched_runner_signal(job, SIGKILL);
+                gpcd_runner_signal(job, SIGKILL);
                 job->kill_sent = 1;
             }
         }
@@ -181,8 +181,8 @@ static void watch_running(sched_daemon *d, double now) {
 
 /* ----------------------------------------------------------- scheduling */
 
-static void start_job(sched_daemon *d, sched_job *job, const int *gpus, int k) {
-    job->state = SCHED_RUNNING;
+static void start_job(gpcd_daemon *d, gpcd_job *job, const int *gpus, int k) {
+    job->state = GPCD_RUNNING;
     job->start_time = gpc_wall_seconds();
     job->assigned_count = k;
     memcpy(job->assigned, gpus, sizeof(int) * (size_t)k);
@@ -194,10 +194,10 @@ static void start_job(sched_daemon *d, sched_job *job, const int *gpus, int k) {
      * is settled as lost rather than started a second time. */
     save(d, job);
     char log_path[700], exit_file[700];
-    sched_daemon_log_path(d, job->id, log_path, sizeof log_path);
+    gpcd_daemon_log_path(d, job->id, log_path, sizeof log_path);
     exit_path(d, job->id, exit_file, sizeof exit_file);
-    if (sched_runner_start(job, log_path, exit_file) != GPC_OK) {
-        job->state = SCHED_FAILED;
+    if (gpcd_runner_start(job, log_path, exit_file) != GPC_OK) {
+        job->state = GPCD_FAILED;
         job->end_time = gpc_wall_seconds();
         job->assigned_count = 0;
         set_message(job, "could not start: %s", gpc_last_error());
@@ -212,31 +212,31 @@ static void start_job(sched_daemon *d, sched_job *job, const int *gpus, int k) {
     save(d, job);
 }
 
-static void schedule(sched_daemon *d) {
-    sched_job **pending = malloc(sizeof *pending * (size_t)(d->nactive + 1));
-    sched_job **running = malloc(sizeof *running * (size_t)(d->nactive + 1));
+static void schedule(gpcd_daemon *d) {
+    gpcd_job **pending = malloc(sizeof *pending * (size_t)(d->nactive + 1));
+    gpcd_job **running = malloc(sizeof *running * (size_t)(d->nactive + 1));
     int max_decisions = d->cluster.count * 4 + 16;
-    sched_decision *decisions = malloc(sizeof *decisions * (size_t)max_decisions);
+    gpcd_decision *decisions = malloc(sizeof *decisions * (size_t)max_decisions);
     if (!pending || !running || !decisions) goto out;
     int np = 0, nr = 0;
     for (int i = 0; i < d->nactive; i++) {
-        if (sched_state_is_pending(d->active[i]->state))
+        if (gpcd_state_is_pending(d->active[i]->state))
             pending[np++] = d->active[i];
-        else if (d->active[i]->state == SCHED_RUNNING)
+        else if (d->active[i]->state == GPCD_RUNNING)
             running[nr++] = d->active[i];
     }
     double t0 = gpc_time_seconds();
-    int n = sched_schedule(&d->config.policy, &d->cluster, pending, np, running, nr,
-                           gpc_wall_seconds(), decisions, max_decisions, &d->last_pass);
+    int n = gpcd_schedule(&d->config.policy, &d->cluster, pending, np, running, nr,
+                          gpc_wall_seconds(), decisions, max_decisions, &d->last_pass);
     d->last_pass_seconds = gpc_time_seconds() - t0;
     for (int i = 0; i < n; i++) {
-        sched_decision *dec = &decisions[i];
-        if (dec->kind == SCHED_DECIDE_START) {
+        gpcd_decision *dec = &decisions[i];
+        if (dec->kind == GPCD_DECIDE_START) {
             start_job(d, dec->job, dec->gpus, dec->gpu_count);
-        } else if (dec->job->stop_reason == SCHED_STOP_NONE) {
-            dec->job->stop_reason = SCHED_STOP_PREEMPT;
+        } else if (dec->job->stop_reason == GPCD_STOP_NONE) {
+            dec->job->stop_reason = GPCD_STOP_PREEMPT;
             dec->job->term_sent = gpc_wall_seconds();
-            sched_runner_signal(dec->job, SIGTERM);
+            gpcd_runner_signal(dec->job, SIGTERM);
             d->preempted_total++;
             gpc_log(GPC_LOG_INFO, "job %lld preempted (SIGTERM, %.0f s grace)",
                     (long long)dec->job->id, d->config.preempt_grace);
@@ -244,50 +244,50 @@ static void schedule(sched_daemon *d) {
     }
     /* jobs that failed to start are final */
     for (int i = 0; i < d->nactive; i++)
-        if (sched_state_is_final(d->active[i]->state)) remove_active(d, i--);
+        if (gpcd_state_is_final(d->active[i]->state)) remove_active(d, i--);
 out:
     free(pending);
     free(running);
     free(decisions);
 }
 
-static void running_jobs(sched_daemon *d, sched_job **out, int *n) {
+static void running_jobs(gpcd_daemon *d, gpcd_job **out, int *n) {
     *n = 0;
     for (int i = 0; i < d->nactive; i++)
-        if (d->active[i]->state == SCHED_RUNNING) out[(*n)++] = d->active[i];
+        if (d->active[i]->state == GPCD_RUNNING) out[(*n)++] = d->active[i];
 }
 
-static void sample(sched_daemon *d, double now) {
-    sched_job **running = malloc(sizeof *running * (size_t)(d->nactive + 1));
+static void sample(gpcd_daemon *d, double now) {
+    gpcd_job **running = malloc(sizeof *running * (size_t)(d->nactive + 1));
     int n = 0;
     if (!running) return;
     running_jobs(d, running, &n);
-    if (sched_monitor_sample(d->monitor, &d->cluster, running, n, now) != GPC_OK)
+    if (gpcd_monitor_sample(d->monitor, &d->cluster, running, n, now) != GPC_OK)
         gpc_log(GPC_LOG_WARN, "monitor: %s", gpc_last_error());
     free(running);
 }
 
 /* ------------------------------------------------------------- recovery */
 
-static gpc_status recover(sched_daemon *d) {
-    sched_job **jobs;
+static gpc_status recover(gpcd_daemon *d) {
+    gpcd_job **jobs;
     int n;
-    unsigned mask = (1u << SCHED_QUEUED) | (1u << SCHED_RUNNING) | (1u << SCHED_PREEMPTED);
-    GPC_TRY(sched_store_list(d->store, mask, 0, &jobs, &n));
+    unsigned mask = (1u << GPCD_QUEUED) | (1u << GPCD_RUNNING) | (1u << GPCD_PREEMPTED);
+    GPC_TRY(gpcd_store_list(d->store, mask, 0, &jobs, &n));
     int reattached = 0, settled = 0, queued = 0;
     for (int i = 0; i < n; i++) {
-        sched_job *job = jobs[i];
+        gpcd_job *job = jobs[i];
         jobs[i] = NULL;
-        job->data_numa = sched_data_numa_node(&d->config.policy, job->data);
-        if (sched_slurm_enabled(d)) {
+        job->data_numa = gpcd_data_numa_node(&d->config.policy, job->data);
+        if (gpcd_slurm_enabled(d)) {
             /* backend = slurm: Slurm runs them; slurm.c picks up where it was */
             queued++;
-        } else if (job->state == SCHED_RUNNING) {
-            if (job->pid > 0 && sched_runner_alive(job)) {
+        } else if (job->state == GPCD_RUNNING) {
+            if (job->pid > 0 && gpcd_runner_alive(job)) {
                 reattached++;
             } else {
                 if (job->pid <= 0) {
-                    job->state = SCHED_FAILED;
+                    job->state = GPCD_FAILED;
                     job->end_time = gpc_wall_seconds();
                     job->assigned_count = 0;
                     set_message(job, "gpcd stopped while starting this job; submit it again");
@@ -296,8 +296,8 @@ static gpc_status recover(sched_daemon *d) {
                     settle(d, job, 1);
                 }
                 settled++;
-                if (sched_state_is_final(job->state)) {
-                    sched_job_free(job);
+                if (gpcd_state_is_final(job->state)) {
+                    gpcd_job_free(job);
                     continue;
                 }
             }
@@ -305,12 +305,12 @@ static gpc_status recover(sched_daemon *d) {
             queued++;
         }
         if (add_active(d, job) != GPC_OK) {
-            sched_job_free(job);
-            sched_store_free_list(jobs, n);
+            gpcd_job_free(job);
+            gpcd_store_free_list(jobs, n);
             return GPC_ERR_NOMEM;
         }
     }
-    sched_store_free_list(jobs, n);
+    gpcd_store_free_list(jobs, n);
     gpc_log(GPC_LOG_INFO, "recovered %d waiting job(s), re-attached %d running, settled %d", queued,
             reattached, settled);
     return GPC_OK;
@@ -318,14 +318,14 @@ static gpc_status recover(sched_daemon *d) {
 
 /* -------------------------------------------------- operations for the API */
 
-int sched_daemon_submit(sched_daemon *d, sched_job *job, char *error, size_t size) {
+int gpcd_daemon_submit(gpcd_daemon *d, gpcd_job *job, char *error, size_t size) {
     pthread_mutex_lock(&d->lock);
     int gpu_count = d->cluster.count;
     uint64_t largest = 0;
     for (int g = 0; g < gpu_count; g++)
         if (d->cluster.gpu[g].mem_total > largest) largest = d->cluster.gpu[g].mem_total;
     pthread_mutex_unlock(&d->lock);
-    if (sched_slurm_enabled(d)) gpu_count = SCHED_MAX_GPUS, largest = UINT64_MAX; /* Slurm judges */
+    if (gpcd_slurm_enabled(d)) gpu_count = GPCD_MAX_GPUS, largest = UINT64_MAX; /* Slurm judges */
     if (job->gpus > gpu_count) {
         snprintf(error, size, "the job asks for %d GPUs; this server has %d", job->gpus, gpu_count);
         return 400;
@@ -336,10 +336,10 @@ int sched_daemon_submit(sched_daemon *d, sched_job *job, char *error, size_t siz
                  job->mem / 1073741824.0, largest / 1073741824.0);
         return 400;
     }
-    job->state = SCHED_QUEUED;
+    job->state = GPCD_QUEUED;
     job->submit_time = gpc_wall_seconds();
-    job->data_numa = sched_data_numa_node(&d->config.policy, job->data);
-    if (sched_store_submit(d->store, job) != GPC_OK) {
+    job->data_numa = gpcd_data_numa_node(&d->config.policy, job->data);
+    if (gpcd_store_submit(d->store, job) != GPC_OK) {
         snprintf(error, size, "%s", gpc_last_error());
         return 503;
     }
@@ -354,29 +354,29 @@ int sched_daemon_submit(sched_daemon *d, sched_job *job, char *error, size_t siz
                  gpc_last_error());
         return 503;
     }
-    sched_daemon_wake(d);
+    gpcd_daemon_wake(d);
     snprintf(error, size, "{\"id\":%lld}", (long long)id);
     return 201;
 }
 
-int sched_daemon_cancel(sched_daemon *d, int64_t id, uid_t caller, char *body, size_t size) {
+int gpcd_daemon_cancel(gpcd_daemon *d, int64_t id, uid_t caller, char *body, size_t size) {
     pthread_mutex_lock(&d->lock);
     int index = -1;
     for (int i = 0; i < d->nactive; i++)
         if (d->active[i]->id == id) index = i;
     if (index < 0) {
         pthread_mutex_unlock(&d->lock);
-        sched_job *job = NULL;
-        if (sched_store_get(d->store, id, &job) != GPC_OK) {
+        gpcd_job *job = NULL;
+        if (gpcd_store_get(d->store, id, &job) != GPC_OK) {
             snprintf(body, size, "no job %lld", (long long)id);
             return 404;
         }
         snprintf(body, size, "job %lld has already %s", (long long)id,
-                 job->state == SCHED_CANCELLED ? "been cancelled" : "ended");
-        sched_job_free(job);
+                 job->state == GPCD_CANCELLED ? "been cancelled" : "ended");
+        gpcd_job_free(job);
         return 409;
     }
-    sched_job *job = d->active[index];
+    gpcd_job *job = d->active[index];
     if (caller != 0 && caller != job->owner_uid) {
         snprintf(body, size,
                  "job %lld belongs to %s (uid %u); only its owner or root may cancel it",
@@ -385,8 +385,8 @@ int sched_daemon_cancel(sched_daemon *d, int64_t id, uid_t caller, char *body, s
         return 403;
     }
     int status;
-    if (sched_state_is_pending(job->state) && !sched_slurm_submitted(d, job->id)) {
-        job->state = SCHED_CANCELLED;
+    if (gpcd_state_is_pending(job->state) && !gpcd_slurm_submitted(d, job->id)) {
+        job->state = GPCD_CANCELLED;
         job->end_time = gpc_wall_seconds();
         set_message(job, "cancelled before it started");
         save(d, job);
@@ -394,26 +394,26 @@ int sched_daemon_cancel(sched_daemon *d, int64_t id, uid_t caller, char *body, s
         snprintf(body, size, "{\"id\":%lld,\"state\":\"cancelled\"}", (long long)id);
         status = 200;
     } else {
-        if (job->stop_reason != SCHED_STOP_CANCEL) {
-            job->stop_reason = SCHED_STOP_CANCEL;
+        if (job->stop_reason != GPCD_STOP_CANCEL) {
+            job->stop_reason = GPCD_STOP_CANCEL;
             if (job->term_sent == 0) {
                 job->term_sent = gpc_wall_seconds();
-                sched_runner_signal(job, SIGTERM);
+                gpcd_runner_signal(job, SIGTERM);
             }
         }
         snprintf(body, size, "{\"id\":%lld,\"state\":\"cancelling\"}", (long long)id);
         status = 202;
     }
     pthread_mutex_unlock(&d->lock);
-    sched_daemon_wake(d);
+    gpcd_daemon_wake(d);
     return status;
 }
 
 /* ------------------------------------------------------------- lifecycle */
 
-gpc_status sched_daemon_create(const sched_config *config, sched_daemon **out) {
+gpc_status gpcd_daemon_create(const gpcd_config *config, gpcd_daemon **out) {
     *out = NULL;
-    sched_daemon *d = calloc(1, sizeof *d);
+    gpcd_daemon *d = calloc(1, sizeof *d);
     if (!d) return gpc_error(GPC_ERR_NOMEM, "out of memory starting gpcd");
     d->config = *config;
     d->listen_fd = -1;
@@ -421,7 +421,7 @@ gpc_status sched_daemon_create(const sched_config *config, sched_daemon **out) {
     d->uid = geteuid();
     d->started_at = gpc_wall_seconds();
     pthread_mutex_init(&d->lock, NULL);
-    gpc_status st = sched_config_finish(&d->config);
+    gpc_status st = gpcd_config_finish(&d->config);
     if (st == GPC_OK) st = gpc_mkdir_p(d->config.state_dir);
     if (st == GPC_OK) {
         chmod(d->config.state_dir, 0711);
@@ -458,41 +458,41 @@ gpc_status sched_daemon_create(const sched_config *config, sched_daemon **out) {
     if (st == GPC_OK) {
         char db[700];
         snprintf(db, sizeof db, "%s/gpcd.db", d->config.state_dir);
-        st = sched_store_open(db, &d->store);
+        st = gpcd_store_open(db, &d->store);
     }
-    if (st == GPC_OK) st = sched_monitor_open(d->config.gpus, &d->config, &d->monitor);
+    if (st == GPC_OK) st = gpcd_monitor_open(d->config.gpus, &d->config, &d->monitor);
     if (st == GPC_OK) {
-        sched_monitor_set_store(d->monitor, d->store);
-        sched_monitor_topology(d->monitor, &d->cluster);
+        gpcd_monitor_set_store(d->monitor, d->store);
+        gpcd_monitor_topology(d->monitor, &d->cluster);
         /* a first reading before any placement, so live memory is known */
-        st = sched_monitor_sample(d->monitor, &d->cluster, NULL, 0, gpc_wall_seconds());
+        st = gpcd_monitor_sample(d->monitor, &d->cluster, NULL, 0, gpc_wall_seconds());
         if (st != GPC_OK) {
             gpc_log(GPC_LOG_WARN, "monitor: %s", gpc_last_error());
             st = GPC_OK;
         }
-        sched_monitor_topology(d->monitor, &d->cluster);
+        gpcd_monitor_topology(d->monitor, &d->cluster);
     }
     if (st == GPC_OK) {
         d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (d->wake_fd < 0) st = gpc_error(GPC_ERR_IO, "eventfd: %s", strerror(errno));
     }
     if (st == GPC_OK) st = recover(d);
-    if (st == GPC_OK && sched_slurm_enabled(d)) st = sched_slurm_start(d);
-    if (st == GPC_OK) st = sched_api_start(d);
+    if (st == GPC_OK && gpcd_slurm_enabled(d)) st = gpcd_slurm_start(d);
+    if (st == GPC_OK) st = gpcd_api_start(d);
     if (st != GPC_OK) {
         char message[1024];
         snprintf(message, sizeof message, "%s", gpc_last_error());
-        sched_daemon_destroy(d);
+        gpcd_daemon_destroy(d);
         return gpc_error(st, "%s", message);
     }
     gpc_log(GPC_LOG_INFO, "gpcd %s: %d GPU(s) from %s, listening on %s%s%s", GPC_VERSION,
-            d->cluster.count, sched_monitor_provider(d->monitor), d->config.socket,
+            d->cluster.count, gpcd_monitor_provider(d->monitor), d->config.socket,
             d->config.listen[0] ? " and " : "", d->config.listen);
     *out = d;
     return GPC_OK;
 }
 
-gpc_status sched_daemon_run(sched_daemon *d) {
+gpc_status gpcd_daemon_run(gpcd_daemon *d) {
     double next_sample = gpc_time_seconds() + d->config.sample_interval;
     double next_pass = 0;
     while (!d->stop) {
@@ -504,10 +504,10 @@ gpc_status sched_daemon_run(sched_daemon *d) {
         }
         if (d->stop) break;
         double now = gpc_time_seconds();
-        int slurm = sched_slurm_enabled(d);
-        if (slurm) sched_slurm_poll(d); /* Slurm runs the jobs: follow them */
+        int slurm = gpcd_slurm_enabled(d);
+        if (slurm) gpcd_slurm_poll(d); /* Slurm runs the jobs: follow them */
         pthread_mutex_lock(&d->lock);
-        sched_runner_reap();
+        gpcd_runner_reap();
         if (!slurm) watch_running(d, gpc_wall_seconds());
         if (now >= next_sample) {
             sample(d, gpc_wall_seconds());
@@ -526,14 +526,14 @@ gpc_status sched_daemon_run(sched_daemon *d) {
     return GPC_OK;
 }
 
-void sched_daemon_destroy(sched_daemon *d) {
+void gpcd_daemon_destroy(gpcd_daemon *d) {
     if (!d) return;
-    sched_api_stop(d);
-    sched_slurm_stop(d);
-    sched_monitor_close(d->monitor);
-    sched_store_close(d->store);
+    gpcd_api_stop(d);
+    gpcd_slurm_stop(d);
+    gpcd_monitor_close(d->monitor);
+    gpcd_store_close(d->store);
     for (int i = 0; i < d->nactive; i++)
-        sched_job_free(d->active[i]);
+        gpcd_job_free(d->active[i]);
     free(d->active);
     if (d->wake_fd >= 0) close(d->wake_fd);
     pthread_mutex_destroy(&d->lock);

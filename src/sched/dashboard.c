@@ -238,7 +238,7 @@ static const char dashboard_page[] =
     "</body>\n"
     "</html>\n";
 
-const char *sched_dashboard_page(size_t *len) {
+const char *gpcd_dashboard_page(size_t *len) {
     *len = sizeof dashboard_page - 1;
     return dashboard_page;
 }

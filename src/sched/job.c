@@ -13,18 +13,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const state_names[SCHED_STATE_COUNT] = {"queued", "running",   "completed",
-                                                           "failed", "cancelled", "preempted"};
-static const char *const type_names[SCHED_TYPE_COUNT] = {"train", "infer", "batch", "interactive"};
+static const char *const state_names[GPCD_STATE_COUNT] = {"queued", "running",   "completed",
+                                                          "failed", "cancelled", "preempted"};
+static const char *const type_names[GPCD_TYPE_COUNT] = {"train", "infer", "batch", "interactive"};
 
-const char *sched_state_name(sched_state state) {
-    return (unsigned)state < SCHED_STATE_COUNT ? state_names[state] : "unknown";
+const char *gpcd_state_name(gpcd_state state) {
+    return (unsigned)state < GPCD_STATE_COUNT ? state_names[state] : "unknown";
 }
 
-gpc_status sched_state_parse(const char *name, sched_state *out) {
-    for (int i = 0; i < SCHED_STATE_COUNT; i++)
+gpc_status gpcd_state_parse(const char *name, gpcd_state *out) {
+    for (int i = 0; i < GPCD_STATE_COUNT; i++)
         if (name && strcmp(name, state_names[i]) == 0) {
-            *out = (sched_state)i;
+            *out = (gpcd_state)i;
             return GPC_OK;
         }
     return gpc_error(GPC_ERR_INVALID_ARG,
@@ -33,14 +33,14 @@ gpc_status sched_state_parse(const char *name, sched_state *out) {
                      name ? name : "");
 }
 
-const char *sched_type_name(sched_job_type type) {
-    return (unsigned)type < SCHED_TYPE_COUNT ? type_names[type] : "unknown";
+const char *gpcd_type_name(gpcd_job_type type) {
+    return (unsigned)type < GPCD_TYPE_COUNT ? type_names[type] : "unknown";
 }
 
-gpc_status sched_type_parse(const char *name, sched_job_type *out) {
-    for (int i = 0; i < SCHED_TYPE_COUNT; i++)
+gpc_status gpcd_type_parse(const char *name, gpcd_job_type *out) {
+    for (int i = 0; i < GPCD_TYPE_COUNT; i++)
         if (name && strcmp(name, type_names[i]) == 0) {
-            *out = (sched_job_type)i;
+            *out = (gpcd_job_type)i;
             return GPC_OK;
         }
     return gpc_error(GPC_ERR_INVALID_ARG,
@@ -48,20 +48,20 @@ gpc_status sched_type_parse(const char *name, sched_job_type *out) {
                      name ? name : "");
 }
 
-gpc_status sched_priority_parse(const char *text, int *out) {
+gpc_status gpcd_priority_parse(const char *text, int *out) {
     if (!text || !*text)
         return gpc_error(GPC_ERR_INVALID_ARG, "empty priority (use low, normal, high or 0-100)");
     if (strcmp(text, "low") == 0)
-        *out = SCHED_PRIORITY_LOW;
+        *out = GPCD_PRIORITY_LOW;
     else if (strcmp(text, "normal") == 0)
-        *out = SCHED_PRIORITY_NORMAL;
+        *out = GPCD_PRIORITY_NORMAL;
     else if (strcmp(text, "high") == 0)
-        *out = SCHED_PRIORITY_HIGH;
+        *out = GPCD_PRIORITY_HIGH;
     else {
         char *end;
         errno = 0;
         long v = strtol(text, &end, 10);
-        if (*end || errno || v < 0 || v > SCHED_PRIORITY_MAX)
+        if (*end || errno || v < 0 || v > GPCD_PRIORITY_MAX)
             return gpc_error(GPC_ERR_INVALID_ARG,
                              "priority '%s' is not low, normal, high or a number 0-100", text);
         *out = (int)v;
@@ -69,19 +69,19 @@ gpc_status sched_priority_parse(const char *text, int *out) {
     return GPC_OK;
 }
 
-const char *sched_priority_name(int priority, char *buf, size_t size) {
-    if (priority == SCHED_PRIORITY_LOW)
+const char *gpcd_priority_name(int priority, char *buf, size_t size) {
+    if (priority == GPCD_PRIORITY_LOW)
         snprintf(buf, size, "low");
-    else if (priority == SCHED_PRIORITY_NORMAL)
+    else if (priority == GPCD_PRIORITY_NORMAL)
         snprintf(buf, size, "normal");
-    else if (priority == SCHED_PRIORITY_HIGH)
+    else if (priority == GPCD_PRIORITY_HIGH)
         snprintf(buf, size, "high");
     else
         snprintf(buf, size, "%d", priority);
     return buf;
 }
 
-gpc_status sched_duration_parse(const char *text, double *out) {
+gpc_status gpcd_duration_parse(const char *text, double *out) {
     if (!text || !*text)
         return gpc_error(GPC_ERR_INVALID_ARG, "empty duration (write 90s, 15m, 2h or 1d)");
     double total = 0;
@@ -128,25 +128,25 @@ gpc_status sched_duration_parse(const char *text, double *out) {
     return GPC_OK;
 }
 
-gpc_status sched_bytes_parse(const char *text, uint64_t *out) {
+gpc_status gpcd_bytes_parse(const char *text, uint64_t *out) {
     return gpc_parse_bytes(text, out);
 }
 
-int sched_state_is_final(sched_state state) {
-    return state == SCHED_COMPLETED || state == SCHED_FAILED || state == SCHED_CANCELLED;
+int gpcd_state_is_final(gpcd_state state) {
+    return state == GPCD_COMPLETED || state == GPCD_FAILED || state == GPCD_CANCELLED;
 }
 
-int sched_state_is_pending(sched_state state) {
-    return state == SCHED_QUEUED || state == SCHED_PREEMPTED;
+int gpcd_state_is_pending(gpcd_state state) {
+    return state == GPCD_QUEUED || state == GPCD_PREEMPTED;
 }
 
-int sched_job_shares_gpu(const sched_job *job) {
+int gpcd_job_shares_gpu(const gpcd_job *job) {
     /* Sharing needs a memory limit to keep jobs from crowding each other out;
      * training and batch work want the whole GPU's compute anyway. */
-    return (job->type == SCHED_TYPE_INFER || job->type == SCHED_TYPE_INTERACTIVE) && job->mem > 0;
+    return (job->type == GPCD_TYPE_INFER || job->type == GPCD_TYPE_INTERACTIVE) && job->mem > 0;
 }
 
-uint32_t sched_data_hash(const char *path) {
+uint32_t gpcd_data_hash(const char *path) {
     if (!path || !*path) return 0;
     uint32_t h = 2166136261u;
     for (const unsigned char *p = (const unsigned char *)path; *p; p++)
@@ -154,11 +154,11 @@ uint32_t sched_data_hash(const char *path) {
     return h ? h : 1;
 }
 
-sched_job *sched_job_new(void) {
-    sched_job *job = calloc(1, sizeof *job);
+gpcd_job *gpcd_job_new(void) {
+    gpcd_job *job = calloc(1, sizeof *job);
     if (!job) return NULL;
     job->gpus = 1;
-    job->priority = SCHED_PRIORITY_NORMAL;
+    job->priority = GPCD_PRIORITY_NORMAL;
     job->exit_code = -1;
     job->data_numa = -1;
     return job;
@@ -168,8 +168,8 @@ static char *dup_or_null(const char *s) {
     return s ? strdup(s) : NULL;
 }
 
-sched_job *sched_job_copy(const sched_job *job) {
-    sched_job *copy = malloc(sizeof *copy);
+gpcd_job *gpcd_job_copy(const gpcd_job *job) {
+    gpcd_job *copy = malloc(sizeof *copy);
     if (!copy) return NULL;
     *copy = *job;
     copy->owner = dup_or_null(job->owner);
@@ -182,7 +182,7 @@ sched_job *sched_job_copy(const sched_job *job) {
     return copy;
 }
 
-void sched_job_free(sched_job *job) {
+void gpcd_job_free(gpcd_job *job) {
     if (!job) return;
     free(job->owner);
     free(job->name);
@@ -194,11 +194,11 @@ void sched_job_free(sched_job *job) {
     free(job);
 }
 
-void *sched_job_to_json(const sched_job *job) {
+void *gpcd_job_to_json(const gpcd_job *job) {
     json_t *o = json_object();
     char prio[16];
     json_object_set_new(o, "id", json_integer(job->id));
-    json_object_set_new(o, "state", json_string(sched_state_name(job->state)));
+    json_object_set_new(o, "state", json_string(gpcd_state_name(job->state)));
     json_object_set_new(o, "owner", json_string(job->owner ? job->owner : ""));
     json_object_set_new(o, "owner_uid", json_integer(job->owner_uid));
     if (job->name) json_object_set_new(o, "name", json_string(job->name));
@@ -209,8 +209,8 @@ void *sched_job_to_json(const sched_job *job) {
     json_object_set_new(o, "mem", json_integer((json_int_t)job->mem));
     json_object_set_new(o, "priority", json_integer(job->priority));
     json_object_set_new(o, "priority_name",
-                        json_string(sched_priority_name(job->priority, prio, sizeof prio)));
-    json_object_set_new(o, "type", json_string(sched_type_name(job->type)));
+                        json_string(gpcd_priority_name(job->priority, prio, sizeof prio)));
+    json_object_set_new(o, "type", json_string(gpcd_type_name(job->type)));
     json_object_set_new(o, "data", job->data ? json_string(job->data) : json_null());
     json_object_set_new(o, "time_limit", json_real(job->time_limit));
     json_object_set_new(o, "submit_time", json_real(job->submit_time));

@@ -42,7 +42,7 @@ typedef enum {
     GPU_BUSY
 } gpu_field;
 
-static double gpu_value(const sched_gpu_reading *r, gpu_field field) {
+static double gpu_value(const gpcd_gpu_reading *r, gpu_field field) {
     switch (field) {
     case GPU_UTIL:
         return r->util < 0 ? -1 : r->util / 100.0;
@@ -72,7 +72,7 @@ static double gpu_value(const sched_gpu_reading *r, gpu_field field) {
     return -1;
 }
 
-char *sched_metrics_render(const sched_metrics_input *in) {
+char *gpcd_metrics_render(const gpcd_metrics_input *in) {
     char *text = NULL;
     size_t size = 0;
     FILE *f = open_memstream(&text, &size);
@@ -117,8 +117,8 @@ char *sched_metrics_render(const sched_metrics_input *in) {
     }
 
     header(f, "gpcd_jobs", "gauge", "Jobs in the database by state.");
-    for (int s = 0; s < SCHED_STATE_COUNT; s++)
-        fprintf(f, "gpcd_jobs{state=\"%s\"} %lld\n", sched_state_name((sched_state)s),
+    for (int s = 0; s < GPCD_STATE_COUNT; s++)
+        fprintf(f, "gpcd_jobs{state=\"%s\"} %lld\n", gpcd_state_name((gpcd_state)s),
                 (long long)in->jobs_by_state[s]);
     header(f, "gpcd_queue_length", "gauge", "Jobs waiting for GPUs (queued or preempted).");
     fprintf(f, "gpcd_queue_length %d\n", in->pending);
@@ -136,16 +136,16 @@ char *sched_metrics_render(const sched_metrics_input *in) {
     header(f, "gpcd_schedule_pass_seconds", "gauge", "Duration of the last scheduling pass.");
     fprintf(f, "gpcd_schedule_pass_seconds %.9f\n", in->last_pass_seconds);
 
-    int by_kind[SCHED_ALERT_KIND_COUNT] = {0};
+    int by_kind[GPCD_ALERT_KIND_COUNT] = {0};
     for (int i = 0; i < in->alert_count; i++)
         by_kind[in->alerts[i].kind]++;
     header(f, "gpcd_alerts_active", "gauge", "Active alerts by kind.");
-    for (int k = 0; k < SCHED_ALERT_KIND_COUNT; k++)
-        fprintf(f, "gpcd_alerts_active{kind=\"%s\"} %d\n", sched_alert_kind_name(k), by_kind[k]);
+    for (int k = 0; k < GPCD_ALERT_KIND_COUNT; k++)
+        fprintf(f, "gpcd_alerts_active{kind=\"%s\"} %d\n", gpcd_alert_kind_name(k), by_kind[k]);
     header(f, "gpcd_alert_active", "gauge", "1 for each active alert, by GPU and kind.");
     for (int i = 0; i < in->alert_count; i++)
         fprintf(f, "gpcd_alert_active{gpu=\"%d\",kind=\"%s\"} 1\n", in->alerts[i].gpu,
-                sched_alert_kind_name(in->alerts[i].kind));
+                gpcd_alert_kind_name(in->alerts[i].kind));
     fclose(f);
     return text;
 }

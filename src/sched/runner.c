@@ -66,7 +66,7 @@ static char *format_env(const char *name, const char *value) {
 }
 
 /* The submitter's environment with gpcd's variables put over it. */
-static char **job_environment(const sched_job *job) {
+static char **job_environment(const gpcd_job *job) {
     json_t *env = job->env ? json_loads(job->env, 0, NULL) : NULL;
     size_t n = json_is_object(env) ? json_object_size(env) : 0;
     char **envp = calloc(n + 8, sizeof *envp);
@@ -88,7 +88,7 @@ static char **job_environment(const sched_job *job) {
         }
     json_decref(env);
     if (!job->env || n == 0) envp[k++] = strdup("PATH=/usr/local/bin:/usr/bin:/bin");
-    char gpus[SCHED_MAX_GPUS * 4] = "", id[32];
+    char gpus[GPCD_MAX_GPUS * 4] = "", id[32];
     size_t used = 0;
     for (int i = 0; i < job->assigned_count; i++)
         used +=
@@ -219,7 +219,7 @@ static void supervise(launch *l) {
     _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 }
 
-static gpc_status prepare_user(const sched_job *job, launch *l) {
+static gpc_status prepare_user(const gpcd_job *job, launch *l) {
     if (geteuid() != 0 || job->owner_uid == 0) return GPC_OK;
     struct passwd pw, *found = NULL;
     char buf[4096];
@@ -237,7 +237,7 @@ static gpc_status prepare_user(const sched_job *job, launch *l) {
     return GPC_OK;
 }
 
-gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *exit_path) {
+gpc_status gpcd_runner_start(gpcd_job *job, const char *log_path, const char *exit_path) {
     launch l;
     memset(&l, 0, sizeof l);
     l.log_fd = l.null_fd = -1;
@@ -291,7 +291,7 @@ gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *
     }
     job->pid = supervisor;
     job->pgid = child;
-    job->pid_start = sched_process_start_time(supervisor);
+    job->pid_start = gpcd_process_start_time(supervisor);
 out:
     if (pipe_fds[0] >= 0) close(pipe_fds[0]);
     if (pipe_fds[1] >= 0) close(pipe_fds[1]);
@@ -303,7 +303,7 @@ out:
     return st;
 }
 
-uint64_t sched_process_start_time(pid_t pid) {
+uint64_t gpcd_process_start_time(pid_t pid) {
     char path[64], buf[1024];
     if (pid <= 0) return 0;
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -328,12 +328,12 @@ uint64_t sched_process_start_time(pid_t pid) {
     return strtoull(p, NULL, 10);
 }
 
-int sched_runner_alive(const sched_job *job) {
+int gpcd_runner_alive(const gpcd_job *job) {
     if (job->pid <= 0 || job->pid_start == 0) return 0;
-    return sched_process_start_time(job->pid) == job->pid_start;
+    return gpcd_process_start_time(job->pid) == job->pid_start;
 }
 
-int sched_runner_read_exit(const char *exit_path, int *exit_code, int *signal_out) {
+int gpcd_runner_read_exit(const char *exit_path, int *exit_code, int *signal_out) {
     FILE *f = fopen(exit_path, "r");
     if (!f) return -1;
     char word[16];
@@ -354,12 +354,12 @@ int sched_runner_read_exit(const char *exit_path, int *exit_code, int *signal_ou
     return -1;
 }
 
-void sched_runner_signal(const sched_job *job, int sig) {
+void gpcd_runner_signal(const gpcd_job *job, int sig) {
     /* Only while the supervisor lives is the process group surely the job's. */
-    if (job->pgid > 1 && sched_runner_alive(job)) kill(-job->pgid, sig);
+    if (job->pgid > 1 && gpcd_runner_alive(job)) kill(-job->pgid, sig);
 }
 
-void sched_runner_reap(void) {
+void gpcd_runner_reap(void) {
     int status;
     while (waitpid(-1, &status, WNOHANG) > 0) {
     }

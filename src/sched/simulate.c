@@ -1,6 +1,6 @@
 /*
  * simulate.c: runs a job trace through gpcd's scheduling pass
- * (sched_schedule in policy.c, the very code the daemon runs) on a simulated
+ * (gpcd_schedule in policy.c, the very code the daemon runs) on a simulated
  * clock. Nothing sleeps and nothing is started: time jumps from one event to
  * the next (a job arrives, ends, or finishes stopping after preemption), and
  * a pass runs at every event, as the daemon runs one whenever a job arrives
@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Per-job simulation state beside the real sched_job the policy sees. */
+/* Per-job simulation state beside the real gpcd_job the policy sees. */
 typedef struct {
     double remaining; /* seconds of work left */
     double run_start; /* when the current run began */
@@ -40,32 +40,32 @@ typedef struct {
 } sim_state;
 
 typedef struct {
-    const sched_policy_config *policy;
-    const sched_sim_options *options;
+    const gpcd_policy_config *policy;
+    const gpcd_sim_options *options;
     int n;
-    sched_job *jobs;  /* trace order sorted by submission */
+    gpcd_job *jobs;   /* trace order sorted by submission */
     sim_state *state; /* same index */
     int *trace_index; /* sorted position -> trace position */
-    sched_job **pending, **running;
+    gpcd_job **pending, **running;
     int npending, nrunning;
-    sched_cluster cluster;
+    gpcd_cluster cluster;
     double busy_gpu_seconds;
-    sched_sim_result *result;
+    gpcd_sim_result *result;
 } simulation;
 
-gpc_status sched_sim_policy_parse(const char *text, unsigned *flags) {
+gpc_status gpcd_sim_policy_parse(const char *text, unsigned *flags) {
     if (strcmp(text, "fifo") == 0) {
         *flags = 0;
         return GPC_OK;
     }
     if (strcmp(text, "all") == 0) {
-        *flags = SCHED_POLICY_ALL;
+        *flags = GPCD_POLICY_ALL;
         return GPC_OK;
     }
-    return sched_policies_parse(text, flags);
+    return gpcd_policies_parse(text, flags);
 }
 
-static void cluster_init(sched_cluster *c, const sched_sim_options *o) {
+static void cluster_init(gpcd_cluster *c, const gpcd_sim_options *o) {
     memset(c, 0, sizeof *c);
     c->count = o->gpus;
     for (int g = 0; g < o->gpus; g++) {
@@ -88,14 +88,14 @@ static void cluster_readings(simulation *s) {
             s->cluster.gpu[s->running[i]->assigned[a]].util = 97;
 }
 
-static double run_event_time(const simulation *s, const sched_job *job) {
+static double run_event_time(const simulation *s, const gpcd_job *job) {
     const sim_state *st = &s->state[job - s->jobs];
     return st->term_at > 0 && st->stop_at < st->end_at ? st->stop_at : st->end_at;
 }
 
-static void start(simulation *s, sched_job *job, const int *gpus, int k, double now) {
+static void start(simulation *s, gpcd_job *job, const int *gpus, int k, double now) {
     sim_state *st = &s->state[job - s->jobs];
-    job->state = SCHED_RUNNING;
+    job->state = GPCD_RUNNING;
     job->start_time = now;
     job->assigned_count = k;
     memcpy(job->assigned, gpus, sizeof(int) * (size_t)k);
@@ -109,7 +109,7 @@ static void start(simulation *s, sched_job *job, const int *gpus, int k, double 
 
 /* A run ends at `now`: finished, timed out, or stopped after preemption. */
 static void finish_run(simulation *s, int r, double now) {
-    sched_job *job = s->running[r];
+    gpcd_job *job = s->running[r];
     sim_state *st = &s->state[job - s->jobs];
     double progress_until = now;
     s->busy_gpu_seconds += (now - st->run_start) * job->gpus;
@@ -118,7 +118,7 @@ static void finish_run(simulation *s, int r, double now) {
         progress_until = st->term_at;
         st->remaining -= progress_until - st->run_start;
         st->ran += now - st->run_start;
-        job->state = SCHED_PREEMPTED;
+        job->state = GPCD_PREEMPTED;
         job->preemptions++;
         job->start_time = 0;
         s->result->preemptions++;
@@ -127,7 +127,7 @@ static void finish_run(simulation *s, int r, double now) {
         st->ran += now - st->run_start;
         int done = st->remaining <= now - st->run_start + 1e-9;
         st->remaining = done ? 0 : st->remaining - (now - st->run_start);
-        job->state = done ? SCHED_COMPLETED : SCHED_FAILED;
+        job->state = done ? GPCD_COMPLETED : GPCD_FAILED;
         job->end_time = now;
         st->jct = now - job->submit_time;
         if (done)
@@ -136,28 +136,28 @@ static void finish_run(simulation *s, int r, double now) {
             s->result->timed_out++;
     }
     job->assigned_count = 0;
-    job->stop_reason = SCHED_STOP_NONE;
+    job->stop_reason = GPCD_STOP_NONE;
     job->term_sent = 0;
     st->term_at = st->stop_at = 0;
     s->running[r] = s->running[--s->nrunning];
 }
 
 /* Runs passes at `now` until one leaves nothing more to do. */
-static void schedule(simulation *s, double now, sched_decision *decisions, int max_decisions) {
+static void schedule(simulation *s, double now, gpcd_decision *decisions, int max_decisions) {
     for (;;) {
         cluster_readings(s);
-        int n = sched_schedule(s->policy, &s->cluster, s->pending, s->npending, s->running,
-                               s->nrunning, now, decisions, max_decisions, NULL);
+        int n = gpcd_schedule(s->policy, &s->cluster, s->pending, s->npending, s->running,
+                              s->nrunning, now, decisions, max_decisions, NULL);
         s->result->passes++;
         int started = 0;
         for (int i = 0; i < n; i++) {
-            sched_decision *d = &decisions[i];
+            gpcd_decision *d = &decisions[i];
             sim_state *st = &s->state[d->job - s->jobs];
-            if (d->kind == SCHED_DECIDE_START) {
+            if (d->kind == GPCD_DECIDE_START) {
                 start(s, d->job, d->gpus, d->gpu_count, now);
                 started++;
-            } else if (d->job->stop_reason == SCHED_STOP_NONE) {
-                d->job->stop_reason = SCHED_STOP_PREEMPT;
+            } else if (d->job->stop_reason == GPCD_STOP_NONE) {
+                d->job->stop_reason = GPCD_STOP_PREEMPT;
                 d->job->term_sent = now;
                 st->term_at = now;
                 st->stop_at = now + s->options->preempt_grace;
@@ -166,14 +166,14 @@ static void schedule(simulation *s, double now, sched_decision *decisions, int m
         /* drop the started jobs from the queue, keeping its order */
         int kept = 0;
         for (int i = 0; i < s->npending; i++)
-            if (sched_state_is_pending(s->pending[i]->state)) s->pending[kept++] = s->pending[i];
+            if (gpcd_state_is_pending(s->pending[i]->state)) s->pending[kept++] = s->pending[i];
         s->npending = kept;
         if (n < max_decisions || started == 0) break;
     }
 }
 
 static int cmp_index_by_submit(const void *a, const void *b, void *arg) {
-    const sched_trace *t = arg;
+    const gpcd_trace *t = arg;
     int x = *(const int *)a, y = *(const int *)b;
     if (t->jobs[x].submit != t->jobs[y].submit)
         return t->jobs[x].submit < t->jobs[y].submit ? -1 : 1;
@@ -193,13 +193,13 @@ static void simulation_free(simulation *s) {
     free(s->running);
 }
 
-gpc_status sched_simulate(const sched_trace *trace, const sched_policy_config *policy,
-                          const sched_sim_options *options, sched_sim_result *result,
-                          double *jct_out) {
+gpc_status gpcd_simulate(const gpcd_trace *trace, const gpcd_policy_config *policy,
+                         const gpcd_sim_options *options, gpcd_sim_result *result,
+                         double *jct_out) {
     memset(result, 0, sizeof *result);
-    if (options->gpus < 1 || options->gpus > SCHED_MAX_GPUS)
+    if (options->gpus < 1 || options->gpus > GPCD_MAX_GPUS)
         return gpc_error(GPC_ERR_INVALID_ARG, "the simulated cluster needs 1-%d GPUs, not %d",
-                         SCHED_MAX_GPUS, options->gpus);
+                         GPCD_MAX_GPUS, options->gpus);
     if (trace->count < 1) return gpc_error(GPC_ERR_INVALID_ARG, "the trace has no jobs");
     for (int i = 0; i < trace->count; i++)
         if (trace->jobs[i].gpus > options->gpus)
@@ -211,7 +211,7 @@ gpc_status sched_simulate(const sched_trace *trace, const sched_policy_config *p
     simulation s;
     memset(&s, 0, sizeof s);
     /* the pass weighs preemption against the grace the simulation gives */
-    sched_policy_config sim_policy = *policy;
+    gpcd_policy_config sim_policy = *policy;
     sim_policy.preempt_grace = options->preempt_grace;
     s.policy = &sim_policy;
     s.options = options;
@@ -223,7 +223,7 @@ gpc_status sched_simulate(const sched_trace *trace, const sched_policy_config *p
     s.pending = malloc(sizeof *s.pending * (size_t)s.n);
     s.running = malloc(sizeof *s.running * (size_t)(s.n < 4096 ? s.n : 4096));
     int max_decisions = options->gpus * 4 + 16; /* as the daemon asks for */
-    sched_decision *decisions = malloc(sizeof *decisions * (size_t)max_decisions);
+    gpcd_decision *decisions = malloc(sizeof *decisions * (size_t)max_decisions);
     if (!s.jobs || !s.state || !s.trace_index || !s.pending || !s.running || !decisions) {
         simulation_free(&s);
         free(decisions);
@@ -233,17 +233,17 @@ gpc_status sched_simulate(const sched_trace *trace, const sched_policy_config *p
         s.trace_index[i] = i;
     qsort_r(s.trace_index, (size_t)s.n, sizeof *s.trace_index, cmp_index_by_submit, (void *)trace);
     for (int i = 0; i < s.n; i++) {
-        const sched_trace_job *t = &trace->jobs[s.trace_index[i]];
-        sched_job *job = &s.jobs[i];
+        const gpcd_trace_job *t = &trace->jobs[s.trace_index[i]];
+        gpcd_job *job = &s.jobs[i];
         job->id = i + 1;
         job->gpus = t->gpus;
         job->priority = t->priority;
-        job->type = SCHED_TYPE_TRAIN;
+        job->type = GPCD_TYPE_TRAIN;
         job->time_limit = t->time_limit;
         job->submit_time = t->submit;
         job->exit_code = -1;
         job->data_numa = -1;
-        job->state = SCHED_QUEUED;
+        job->state = GPCD_QUEUED;
         s.state[i].remaining = t->duration;
     }
     cluster_init(&s.cluster, options);

@@ -63,7 +63,7 @@ typedef struct {
     char instance[16]; /* tells this gpcd's jobs from another's in Slurm */
 } slurm_state;
 
-int sched_slurm_enabled(const sched_daemon *d) {
+int gpcd_slurm_enabled(const gpcd_daemon *d) {
     return strcmp(d->config.backend, "slurm") == 0;
 }
 
@@ -96,8 +96,8 @@ static void drop_link(slurm_state *s, int64_t job) {
     if (l) *l = s->links[--s->count];
 }
 
-int sched_slurm_submitted(sched_daemon *d, int64_t job) {
-    if (!sched_slurm_enabled(d) || !d->slurm_state) return 0;
+int gpcd_slurm_submitted(gpcd_daemon *d, int64_t job) {
+    if (!gpcd_slurm_enabled(d) || !d->slurm_state) return 0;
     return find_link(d->slurm_state, job) != NULL;
 }
 
@@ -232,7 +232,7 @@ static int slurm_owned(const char *name) {
            strcmp(name, "GPU_DEVICE_ORDINAL") == 0 || strcmp(name, "ROCR_VISIBLE_DEVICES") == 0;
 }
 
-static gpc_status write_script(const sched_daemon *d, const sched_job *job, const char *path) {
+static gpc_status write_script(const gpcd_daemon *d, const gpcd_job *job, const char *path) {
     json_t *command = job->command ? json_loads(job->command, 0, NULL) : NULL;
     if (!json_is_array(command) || json_array_size(command) == 0) {
         json_decref(command);
@@ -278,11 +278,11 @@ static gpc_status write_script(const sched_daemon *d, const sched_job *job, cons
     return GPC_OK;
 }
 
-static void link_path(const sched_daemon *d, int64_t job, char *buf, size_t size) {
+static void link_path(const gpcd_daemon *d, int64_t job, char *buf, size_t size) {
     snprintf(buf, size, "%s/%lld.slurm", d->jobs_dir, (long long)job);
 }
 
-static void save_link(const sched_daemon *d, int64_t job, int64_t slurm) {
+static void save_link(const gpcd_daemon *d, int64_t job, int64_t slurm) {
     char path[700], text[32];
     link_path(d, job, path, sizeof path);
     int n = snprintf(text, sizeof text, "%lld\n", (long long)slurm);
@@ -298,12 +298,12 @@ static void save_link(const sched_daemon *d, int64_t job, int64_t slurm) {
 typedef enum { SUBMIT_OK, SUBMIT_RETRY, SUBMIT_REFUSED } submit_result;
 
 /* sbatch for one job; on SUBMIT_REFUSED, why is in message. */
-static submit_result submit(const sched_daemon *d, const slurm_state *s, const sched_job *job,
+static submit_result submit(const gpcd_daemon *d, const slurm_state *s, const gpcd_job *job,
                             int64_t *slurm_id, char *message, size_t size) {
     char script[700], log[700], name[64], gpus[96] = "", time_opt[48] = "", nice[32] = "";
     char chdir[1100] = "", uid[32] = "", gid[32] = "";
     snprintf(script, sizeof script, "%s/%lld.sbatch", d->jobs_dir, (long long)job->id);
-    sched_daemon_log_path(d, job->id, log, sizeof log);
+    gpcd_daemon_log_path(d, job->id, log, sizeof log);
     if (write_script(d, job, script) != GPC_OK) {
         snprintf(message, size, "%s", gpc_last_error());
         return SUBMIT_REFUSED;
@@ -318,8 +318,8 @@ static submit_result submit(const sched_daemon *d, const slurm_state *s, const s
     }
     /* below normal priority yields to others in Slurm too; raising it is
      * the cluster administrator's business */
-    if (job->priority < SCHED_PRIORITY_NORMAL)
-        snprintf(nice, sizeof nice, "--nice=%d", (SCHED_PRIORITY_NORMAL - job->priority) * 100);
+    if (job->priority < GPCD_PRIORITY_NORMAL)
+        snprintf(nice, sizeof nice, "--nice=%d", (GPCD_PRIORITY_NORMAL - job->priority) * 100);
     if (job->cwd) snprintf(chdir, sizeof chdir, "--chdir=%s", job->cwd);
     gid_t owner_gid = (gid_t)-1;
     if (geteuid() == 0 && job->owner_uid != 0) {
@@ -487,40 +487,40 @@ static int in_list(const char *state, const char *const *list) {
 }
 
 /* What gpcd makes of Slurm's view of a job. Returns 1 when the job changed. */
-static int apply_info(sched_job *job, const slurm_job_info *info, double now) {
+static int apply_info(gpcd_job *job, const slurm_job_info *info, double now) {
     static const char *const waiting[] = {"PENDING",     "REQUEUED",     "REQUEUE_HOLD",
                                           "REQUEUE_FED", "SPECIAL_EXIT", "RESV_DEL_HOLD",
                                           NULL};
     static const char *const running[] = {"RUNNING",   "CONFIGURING", "COMPLETING", "SUSPENDED",
                                           "STAGE_OUT", "RESIZING",    "SIGNALING",  NULL};
     char message[256];
-    sched_state state;
+    gpcd_state state;
     int code = -1, sig = 0;
     if (info->exit_code[0]) sscanf(info->exit_code, "%d:%d", &code, &sig);
     if (in_list(info->state, waiting)) {
-        state = job->state == SCHED_PREEMPTED ? SCHED_PREEMPTED : SCHED_QUEUED;
+        state = job->state == GPCD_PREEMPTED ? GPCD_PREEMPTED : GPCD_QUEUED;
         int reason = info->reason[0] && strcmp(info->reason, "None") != 0;
         snprintf(message, sizeof message, "Slurm job %lld: waiting in Slurm's queue%s%s%s",
                  (long long)info->id, reason ? " (" : "", reason ? info->reason : "",
                  reason ? ")" : "");
     } else if (in_list(info->state, running)) {
-        state = SCHED_RUNNING;
+        state = GPCD_RUNNING;
         snprintf(message, sizeof message, "Slurm job %lld on %s", (long long)info->id,
                  info->nodes[0] ? info->nodes : "?");
     } else if (strcmp(info->state, "COMPLETED") == 0) {
-        state = SCHED_COMPLETED;
+        state = GPCD_COMPLETED;
         snprintf(message, sizeof message, "Slurm job %lld completed", (long long)info->id);
     } else if (strcmp(info->state, "CANCELLED") == 0) {
-        state = SCHED_CANCELLED;
+        state = GPCD_CANCELLED;
         snprintf(message, sizeof message, "Slurm job %lld cancelled%s", (long long)info->id,
-                 job->stop_reason == SCHED_STOP_CANCEL ? "" : " in Slurm (scancel)");
+                 job->stop_reason == GPCD_STOP_CANCEL ? "" : " in Slurm (scancel)");
     } else if (strcmp(info->state, "TIMEOUT") == 0) {
-        state = SCHED_FAILED;
+        state = GPCD_FAILED;
         snprintf(message, sizeof message, "Slurm job %lld stopped at its time limit",
                  (long long)info->id);
     } else {
         /* FAILED, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, PREEMPTED */
-        state = SCHED_FAILED;
+        state = GPCD_FAILED;
         snprintf(message, sizeof message, "Slurm job %lld %s (exit status %d%s)",
                  (long long)info->id, info->state, code, sig ? ", signal" : "");
         if (sig) {
@@ -530,14 +530,14 @@ static int apply_info(sched_job *job, const slurm_job_info *info, double now) {
     }
     int changed = state != job->state || !job->message || strcmp(job->message, message) != 0;
     if (!changed) return 0;
-    if (state == SCHED_RUNNING && job->state != SCHED_RUNNING)
+    if (state == GPCD_RUNNING && job->state != GPCD_RUNNING)
         job->start_time = slurm_time(info->start, now);
-    if (sched_state_is_final(state)) {
+    if (gpcd_state_is_final(state)) {
         if (job->start_time <= 0 && info->start[0]) job->start_time = slurm_time(info->start, 0);
         job->end_time = slurm_time(info->end, now);
         job->exit_code = code;
         job->signal = sig;
-        job->stop_reason = SCHED_STOP_NONE;
+        job->stop_reason = GPCD_STOP_NONE;
     }
     job->state = state;
     free(job->message);
@@ -548,7 +548,7 @@ static int apply_info(sched_job *job, const slurm_job_info *info, double now) {
 /* -------------------------------------------------------------- the poll */
 
 typedef struct {
-    sched_job *copy; /* snapshot, for the script */
+    gpcd_job *copy;  /* snapshot, for the script */
     int64_t slurm;   /* 0 until submitted */
     int cancel;      /* gpc cancel asked for it */
     int cancel_sent; /* scancel already went out */
@@ -559,9 +559,9 @@ typedef struct {
     int have_info;
 } slurm_work;
 
-static void forget_job(sched_daemon *d, int index) {
+static void forget_job(gpcd_daemon *d, int index) {
     /* as daemon.c's remove_active: the job is final and saved */
-    sched_job_free(d->active[index]);
+    gpcd_job_free(d->active[index]);
     d->active[index] = d->active[--d->nactive];
 }
 
@@ -576,7 +576,7 @@ static void scancel(int64_t slurm) {
     output_free(&out);
 }
 
-void sched_slurm_poll(sched_daemon *d) {
+void gpcd_slurm_poll(gpcd_daemon *d) {
     slurm_state *s = d->slurm_state;
     double now = gpc_time_seconds();
     pthread_mutex_lock(&d->lock);
@@ -594,10 +594,10 @@ void sched_slurm_poll(sched_daemon *d) {
     }
     for (int i = 0; i < n; i++) {
         slurm_link *l = find_link(s, d->active[i]->id);
-        work[i].copy = sched_job_copy(d->active[i]);
+        work[i].copy = gpcd_job_copy(d->active[i]);
         work[i].slurm = l ? l->slurm : 0;
         work[i].cancel_sent = l ? l->cancel_sent : 0;
-        work[i].cancel = d->active[i]->stop_reason == SCHED_STOP_CANCEL;
+        work[i].cancel = d->active[i]->stop_reason == GPCD_STOP_CANCEL;
     }
     pthread_mutex_unlock(&d->lock);
 
@@ -625,7 +625,7 @@ void sched_slurm_poll(sched_daemon *d) {
                 if (strcmp(infos[k].name, wanted) == 0)
                     w->slurm = infos[k].id, w->just_submitted = 1;
         }
-        if (!w->slurm && !w->cancel && sched_state_is_pending(w->copy->state)) {
+        if (!w->slurm && !w->cancel && gpcd_state_is_pending(w->copy->state)) {
             submit_result r = submit(d, s, w->copy, &w->slurm, w->message, sizeof w->message);
             if (r == SUBMIT_OK) {
                 w->just_submitted = 1;
@@ -669,7 +669,7 @@ void sched_slurm_poll(sched_daemon *d) {
             drop_link(s, w->copy->id);
             continue;
         }
-        sched_job *job = d->active[index];
+        gpcd_job *job = d->active[index];
         int changed = 0;
         if (w->just_submitted) {
             if (add_link(s, job->id, w->slurm) == 0) save_link(d, job->id, w->slurm);
@@ -679,7 +679,7 @@ void sched_slurm_poll(sched_daemon *d) {
             job->message = strdup(m);
             changed = 1;
         } else if (w->refused) {
-            job->state = SCHED_FAILED;
+            job->state = GPCD_FAILED;
             job->end_time = wall;
             free(job->message);
             char m[600];
@@ -689,7 +689,7 @@ void sched_slurm_poll(sched_daemon *d) {
         } else if (w->have_info == 1) {
             changed = apply_info(job, &w->info, wall);
         } else if (w->have_info == -1) {
-            job->state = SCHED_FAILED;
+            job->state = GPCD_FAILED;
             job->end_time = wall;
             free(job->message);
             char m[160];
@@ -702,13 +702,13 @@ void sched_slurm_poll(sched_daemon *d) {
         slurm_link *l = find_link(s, job->id);
         if (l && w->cancel_sent) l->cancel_sent = 1;
         if (changed) {
-            if (sched_store_update(d->store, job) != GPC_OK)
+            if (gpcd_store_update(d->store, job) != GPC_OK)
                 gpc_log(GPC_LOG_ERROR, "job %lld: %s", (long long)job->id, gpc_last_error());
             gpc_log(GPC_LOG_INFO, "job %lld %s: %s", (long long)job->id,
-                    sched_state_name(job->state), job->message ? job->message : "");
-            if (job->state == SCHED_RUNNING) d->started_total += w->copy->state != SCHED_RUNNING;
+                    gpcd_state_name(job->state), job->message ? job->message : "");
+            if (job->state == GPCD_RUNNING) d->started_total += w->copy->state != GPCD_RUNNING;
         }
-        if (sched_state_is_final(job->state)) {
+        if (gpcd_state_is_final(job->state)) {
             drop_link(s, job->id);
             forget_job(d, index);
         }
@@ -718,7 +718,7 @@ void sched_slurm_poll(sched_daemon *d) {
         scancel(orphans[i]); /* cancelled in gpcd while sbatch ran */
     free(orphans);
     for (int i = 0; i < n; i++)
-        sched_job_free(work[i].copy);
+        gpcd_job_free(work[i].copy);
     free(work);
 }
 
@@ -741,11 +741,11 @@ static int shared_filesystem(const char *path) {
     }
 }
 
-gpc_status sched_slurm_start(sched_daemon *d) {
+gpc_status gpcd_slurm_start(gpcd_daemon *d) {
     slurm_state *s = calloc(1, sizeof *s);
     if (!s) return gpc_error(GPC_ERR_NOMEM, "out of memory starting the Slurm backend");
     d->slurm_state = s;
-    snprintf(s->instance, sizeof s->instance, "%08x", sched_data_hash(d->config.state_dir));
+    snprintf(s->instance, sizeof s->instance, "%08x", gpcd_data_hash(d->config.state_dir));
     char *argv[] = {"sbatch", "--version", NULL};
     slurm_output out;
     gpc_status st = slurm_run(argv, &out);
@@ -777,7 +777,7 @@ gpc_status sched_slurm_start(sched_daemon *d) {
     return GPC_OK;
 }
 
-void sched_slurm_stop(sched_daemon *d) {
+void gpcd_slurm_stop(gpcd_daemon *d) {
     slurm_state *s = d->slurm_state;
     if (!s) return;
     free(s->links);

@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void sched_trace_free(sched_trace *trace) {
+void gpcd_trace_free(gpcd_trace *trace) {
     if (!trace) return;
     free(trace->jobs);
     trace->jobs = NULL;
@@ -106,14 +106,14 @@ static gpc_status parse_header(char *line, const char *source, int lineno, int *
 }
 
 static gpc_status parse_job(char *line, const char *source, int lineno, const int *map, int ncols,
-                            sched_trace_job *job) {
+                            gpcd_trace_job *job) {
     char *fields[16];
     int n = split_fields(line, fields, 16);
     if (n != ncols)
         return gpc_error(GPC_ERR_INVALID_ARG, "%s line %d: %d fields, the header has %d", source,
                          lineno, n, ncols);
     memset(job, 0, sizeof *job);
-    job->priority = SCHED_PRIORITY_NORMAL;
+    job->priority = GPCD_PRIORITY_NORMAL;
     job->line = lineno;
     for (int i = 0; i < n; i++) {
         const char *f = fields[i];
@@ -134,14 +134,14 @@ static gpc_status parse_job(char *line, const char *source, int lineno, const in
             job->duration = v;
             break;
         case COL_GPUS:
-            if (parse_number(f, &v) != 0 || v != floor(v) || v < 1 || v > SCHED_MAX_GPUS)
+            if (parse_number(f, &v) != 0 || v != floor(v) || v < 1 || v > GPCD_MAX_GPUS)
                 return gpc_error(GPC_ERR_INVALID_ARG,
                                  "%s line %d: gpus '%s' is not a whole number 1-%d", source, lineno,
-                                 f, SCHED_MAX_GPUS);
+                                 f, GPCD_MAX_GPUS);
             job->gpus = (int)v;
             break;
         case COL_PRIORITY:
-            if (*f && sched_priority_parse(f, &job->priority) != GPC_OK)
+            if (*f && gpcd_priority_parse(f, &job->priority) != GPC_OK)
                 return gpc_error(GPC_ERR_INVALID_ARG,
                                  "%s line %d: priority '%s' is not low, normal, high or 0-100",
                                  source, lineno, f);
@@ -159,7 +159,7 @@ static gpc_status parse_job(char *line, const char *source, int lineno, const in
     return GPC_OK;
 }
 
-gpc_status sched_trace_parse(const char *text, size_t len, const char *source, sched_trace *out) {
+gpc_status gpcd_trace_parse(const char *text, size_t len, const char *source, gpcd_trace *out) {
     out->jobs = NULL;
     out->count = 0;
     int cap = 0, map[COL_COUNT], ncols = 0, have_header = 0, lineno = 0;
@@ -172,7 +172,7 @@ gpc_status sched_trace_parse(const char *text, size_t len, const char *source, s
         lineno++;
         size_t n = end - pos;
         if (n >= sizeof line) {
-            sched_trace_free(out);
+            gpcd_trace_free(out);
             return gpc_error(GPC_ERR_INVALID_ARG, "%s line %d: longer than %zu characters", source,
                              lineno, sizeof line - 1);
         }
@@ -180,7 +180,7 @@ gpc_status sched_trace_parse(const char *text, size_t len, const char *source, s
         line[n] = '\0';
         pos = end + 1;
         if (memchr(line, '\0', n)) {
-            sched_trace_free(out);
+            gpcd_trace_free(out);
             return gpc_error(GPC_ERR_INVALID_ARG, "%s line %d: contains a NUL byte", source,
                              lineno);
         }
@@ -195,9 +195,9 @@ gpc_status sched_trace_parse(const char *text, size_t len, const char *source, s
         } else {
             if (out->count == cap) {
                 cap = cap ? cap * 2 : 1024;
-                sched_trace_job *grown = realloc(out->jobs, sizeof *grown * (size_t)cap);
+                gpcd_trace_job *grown = realloc(out->jobs, sizeof *grown * (size_t)cap);
                 if (!grown) {
-                    sched_trace_free(out);
+                    gpcd_trace_free(out);
                     return gpc_error(GPC_ERR_NOMEM, "out of memory reading %s", source);
                 }
                 out->jobs = grown;
@@ -206,7 +206,7 @@ gpc_status sched_trace_parse(const char *text, size_t len, const char *source, s
             if (st == GPC_OK) out->count++;
         }
         if (st != GPC_OK) {
-            sched_trace_free(out);
+            gpcd_trace_free(out);
             return st;
         }
     }
@@ -220,24 +220,24 @@ gpc_status sched_trace_parse(const char *text, size_t len, const char *source, s
     return GPC_OK;
 }
 
-gpc_status sched_trace_load(const char *path, sched_trace *out) {
+gpc_status gpcd_trace_load(const char *path, gpcd_trace *out) {
     char *text = NULL;
     size_t len = 0;
     gpc_status st = gpc_read_file(path, &text, &len);
     if (st != GPC_OK) return gpc_error_context(st, "trace: ");
-    st = sched_trace_parse(text, len, path, out);
+    st = gpcd_trace_parse(text, len, path, out);
     gpc_free(text);
     return st;
 }
 
-gpc_status sched_trace_save(const char *path, const sched_trace *trace) {
+gpc_status gpcd_trace_save(const char *path, const gpcd_trace *trace) {
     gpc_atomic_file f;
     GPC_TRY(gpc_atomic_open(&f, path));
     const char *header = "submit,duration,gpus,priority,time_limit\n";
     gpc_status st = gpc_atomic_write(&f, header, strlen(header));
     char line[160];
     for (int i = 0; i < trace->count && st == GPC_OK; i++) {
-        const sched_trace_job *j = &trace->jobs[i];
+        const gpcd_trace_job *j = &trace->jobs[i];
         int n = snprintf(line, sizeof line, "%.3f,%.3f,%d,%d,%.0f\n", j->submit, j->duration,
                          j->gpus, j->priority, j->time_limit);
         st = gpc_atomic_write(&f, line, (size_t)n);
@@ -249,15 +249,15 @@ gpc_status sched_trace_save(const char *path, const sched_trace *trace) {
 
 /* ------------------------------------------------------------- generator */
 
-void sched_trace_targets_default(sched_trace_targets *t) {
+void gpcd_trace_targets_default(gpcd_trace_targets *t) {
     memset(t, 0, sizeof *t);
     t->jobs = 5000;
     t->seed = 1;
     t->cluster_gpus = 64;
     t->load = 1.0;
-    static const int sizes[SCHED_TRACE_SIZES] = {1, 2, 4, 8, 16};
+    static const int sizes[GPCD_TRACE_SIZES] = {1, 2, 4, 8, 16};
     /* Mostly single-GPU jobs with a thin tail of big ones (see the top). */
-    static const double shares[SCHED_TRACE_SIZES] = {0.80, 0.08, 0.06, 0.05, 0.01};
+    static const double shares[GPCD_TRACE_SIZES] = {0.80, 0.08, 0.06, 0.05, 0.01};
     memcpy(t->size_gpus, sizes, sizeof sizes);
     memcpy(t->size_share, shares, sizeof shares);
     t->duration_median = 1800;
@@ -293,19 +293,19 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static int cmp_submit(const void *a, const void *b) {
-    const sched_trace_job *x = a, *y = b;
+    const gpcd_trace_job *x = a, *y = b;
     if (x->submit != y->submit) return x->submit < y->submit ? -1 : 1;
     return x->line - y->line;
 }
 
-gpc_status sched_trace_generate(const sched_trace_targets *t, sched_trace *out) {
+gpc_status gpcd_trace_generate(const gpcd_trace_targets *t, gpcd_trace *out) {
     out->jobs = NULL;
     out->count = 0;
     if (t->jobs < 1 || t->jobs > 10000000)
         return gpc_error(GPC_ERR_INVALID_ARG, "a trace needs 1 to 10,000,000 jobs, not %d",
                          t->jobs);
-    if (t->cluster_gpus < 1 || t->cluster_gpus > SCHED_MAX_GPUS)
-        return gpc_error(GPC_ERR_INVALID_ARG, "the cluster needs 1-%d GPUs, not %d", SCHED_MAX_GPUS,
+    if (t->cluster_gpus < 1 || t->cluster_gpus > GPCD_MAX_GPUS)
+        return gpc_error(GPC_ERR_INVALID_ARG, "the cluster needs 1-%d GPUs, not %d", GPCD_MAX_GPUS,
                          t->cluster_gpus);
     if (!(t->load > 0 && t->load <= 10))
         return gpc_error(GPC_ERR_INVALID_ARG, "load %g is outside (0, 10]", t->load);
@@ -313,12 +313,12 @@ gpc_status sched_trace_generate(const sched_trace_targets *t, sched_trace *out) 
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "bursts need a mean >= 1 and the daily swing must be in [0, 1)");
     double share_sum = 0;
-    for (int s = 0; s < SCHED_TRACE_SIZES; s++)
+    for (int s = 0; s < GPCD_TRACE_SIZES; s++)
         share_sum += t->size_share[s];
     if (fabs(share_sum - 1.0) > 1e-6)
         return gpc_error(GPC_ERR_INVALID_ARG, "the job size shares add up to %g, not 1", share_sum);
     int n = t->jobs;
-    sched_trace_job *jobs = calloc((size_t)n, sizeof *jobs);
+    gpcd_trace_job *jobs = calloc((size_t)n, sizeof *jobs);
     double *times = NULL;
     if (!jobs) return gpc_error(GPC_ERR_NOMEM, "out of memory generating %d jobs", n);
     gpc_rng rng;
@@ -330,8 +330,8 @@ gpc_status sched_trace_generate(const sched_trace_targets *t, sched_trace *out) 
     double work = 0;
     for (int i = 0; i < n;) {
         double u = gpc_rng_uniform64(&rng), acc = 0;
-        int size = t->size_gpus[SCHED_TRACE_SIZES - 1];
-        for (int s = 0; s < SCHED_TRACE_SIZES; s++) {
+        int size = t->size_gpus[GPCD_TRACE_SIZES - 1];
+        for (int s = 0; s < GPCD_TRACE_SIZES; s++) {
             acc += t->size_share[s];
             if (u < acc) {
                 size = t->size_gpus[s];
@@ -345,7 +345,7 @@ gpc_status sched_trace_generate(const sched_trace_targets *t, sched_trace *out) 
         while (gpc_rng_uniform64(&rng) < p_more)
             len++;
         for (int k = 0; k < len && i < n; k++, i++) {
-            sched_trace_job *j = &jobs[i];
+            gpcd_trace_job *j = &jobs[i];
             double d = t->duration_median * exp(t->duration_sigma * normal64(&rng));
             if (d < t->duration_min) d = t->duration_min;
             if (d > t->duration_max) d = t->duration_max;
@@ -355,9 +355,9 @@ gpc_status sched_trace_generate(const sched_trace_targets *t, sched_trace *out) 
             double over = 1.0 + 2.0 * gpc_rng_uniform64(&rng);
             j->time_limit = round_limit(j->duration * over);
             double p = gpc_rng_uniform64(&rng);
-            j->priority = p < t->share_high                  ? SCHED_PRIORITY_HIGH
-                          : p < t->share_high + t->share_low ? SCHED_PRIORITY_LOW
-                                                             : SCHED_PRIORITY_NORMAL;
+            j->priority = p < t->share_high                  ? GPCD_PRIORITY_HIGH
+                          : p < t->share_high + t->share_low ? GPCD_PRIORITY_LOW
+                                                             : GPCD_PRIORITY_NORMAL;
             work += j->duration * j->gpus;
         }
         bursts++;
@@ -392,7 +392,7 @@ gpc_status sched_trace_generate(const sched_trace_targets *t, sched_trace *out) 
         jobs[i].line = i;
     qsort(jobs, (size_t)n, sizeof *jobs, cmp_submit);
     for (int i = 0; i < n; i++)
-        jobs[i].line = i + 2; /* as sched_trace_save writes it, after the header */
+        jobs[i].line = i + 2; /* as gpcd_trace_save writes it, after the header */
     out->jobs = jobs;
     out->count = n;
     return GPC_OK;

@@ -212,3 +212,37 @@ int gpc_plan_max_batch(const gpc_plan_input *in, uint64_t bytes) {
     }
     return lo;
 }
+
+gpc_status gpc_plan_write_json(const char *path, const char *model, const gpc_plan_input *in,
+                               const gpc_plan_result *r) {
+    FILE *f = fopen(path, "w");
+    if (!f) return gpc_error(GPC_ERR_IO, "cannot write %s: check the directory exists", path);
+    fprintf(f,
+            "{\"model\": \"%s\", \"layers\": %d, \"heads\": %d, \"channels\": %d, "
+            "\"context\": %d, \"batch\": %d, \"vocab\": %d, \"precision\": \"%s\", "
+            "\"recompute\": %d, \"zero\": %d, \"gpus\": %d, \"lora\": %d, \"device\": \"%s\",\n",
+            model, in->layers, in->heads, in->channels, in->context, in->batch, in->vocab,
+            gpc_dtype_name(in->dtype), in->recompute, in->zero, in->gpus, in->lora_rank,
+            in->cuda ? "cuda" : "cpu");
+    fprintf(f,
+            " \"num_params\": %llu, \"trainable\": %llu, \"parameters\": %llu, \"gradients\": "
+            "%llu, \"optimizer\": %llu, \"activations\": %llu, \"backward\": %llu, "
+            "\"workspace\": %llu, \"context_overhead\": %llu, \"total\": %llu, \"per_sample\": "
+            "%llu,\n \"gpus_fit\": [",
+            (unsigned long long)r->num_params, (unsigned long long)r->trainable,
+            (unsigned long long)r->parameters, (unsigned long long)r->gradients,
+            (unsigned long long)r->optimizer, (unsigned long long)r->activations,
+            (unsigned long long)r->backward, (unsigned long long)r->workspace,
+            (unsigned long long)r->context, (unsigned long long)r->total,
+            (unsigned long long)r->per_sample);
+    int count;
+    const gpc_plan_gpu *gpus = gpc_plan_gpus(&count);
+    for (int i = 0; i < count; i++)
+        fprintf(f, "%s{\"gpu\": \"%s\", \"bytes\": %llu, \"fits\": %s, \"max_batch\": %d}",
+                i ? ", " : "", gpus[i].name, (unsigned long long)gpus[i].bytes,
+                r->total <= gpus[i].bytes ? "true" : "false",
+                gpc_plan_max_batch(in, gpus[i].bytes));
+    fprintf(f, "]}\n");
+    if (fclose(f) != 0) return gpc_error(GPC_ERR_IO, "cannot finish writing %s", path);
+    return GPC_OK;
+}

@@ -6,7 +6,7 @@
  * more streams do not make the pipeline slower. Exits 77 without a GPU. */
 #include "testutil.h"
 
-#include "cuda/bench_cuda.h"
+#include "tools/bench_cuda.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -18,8 +18,8 @@
 #include "testutil.h"
 
 typedef struct {
-    sched_config config;
-    sched_daemon *daemon;
+    gpcd_config config;
+    gpcd_daemon *daemon;
     pthread_t thread;
     char *dir;
     char socket[256];
@@ -27,31 +27,31 @@ typedef struct {
 
 static inline void *test_gpcd_main(void *arg) {
     test_gpcd *g = arg;
-    sched_daemon_run(g->daemon);
+    gpcd_daemon_run(g->daemon);
     return NULL;
 }
 
 /* Fills a config for a daemon in dir (simulated GPUs, fast sampling). */
 static inline void test_gpcd_config(test_gpcd *g, const char *dir, const char *gpus) {
-    sched_config_defaults(&g->config);
-    TEST_OK(sched_config_set(&g->config, "state_dir", dir));
-    TEST_OK(sched_config_set(&g->config, "gpus", gpus));
-    TEST_OK(sched_config_set(&g->config, "sample_interval", "0.1s"));
-    TEST_OK(sched_config_set(&g->config, "preempt_grace", "0.5s"));
-    TEST_OK(sched_config_set(&g->config, "kill_grace", "0.5s"));
+    gpcd_config_defaults(&g->config);
+    TEST_OK(gpcd_config_set(&g->config, "state_dir", dir));
+    TEST_OK(gpcd_config_set(&g->config, "gpus", gpus));
+    TEST_OK(gpcd_config_set(&g->config, "sample_interval", "0.1s"));
+    TEST_OK(gpcd_config_set(&g->config, "preempt_grace", "0.5s"));
+    TEST_OK(gpcd_config_set(&g->config, "kill_grace", "0.5s"));
     snprintf(g->socket, sizeof g->socket, "%s/gpcd.sock", dir);
 }
 
 static inline void test_gpcd_start(test_gpcd *g) {
-    TEST_OK(sched_daemon_create(&g->config, &g->daemon));
+    TEST_OK(gpcd_daemon_create(&g->config, &g->daemon));
     if (pthread_create(&g->thread, NULL, test_gpcd_main, g) != 0) fail_msg("pthread_create");
 }
 
 static inline void test_gpcd_stop(test_gpcd *g) {
     if (!g->daemon) return;
-    sched_daemon_stop(g->daemon);
+    gpcd_daemon_stop(g->daemon);
     pthread_join(g->thread, NULL);
-    sched_daemon_destroy(g->daemon);
+    gpcd_daemon_destroy(g->daemon);
     g->daemon = NULL;
 }
 
@@ -59,11 +59,11 @@ static inline void test_gpcd_stop(test_gpcd *g) {
  * NULL when it is not JSON) and the status in *status. */
 static inline json_t *test_request(const char *socket, const char *method, const char *path,
                                    const char *body, int *status) {
-    sched_response r;
-    TEST_OK(sched_client_request(socket, method, path, body, &r));
+    gpcd_response r;
+    TEST_OK(gpcd_client_request(socket, method, path, body, &r));
     *status = r.status;
     json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
-    sched_response_free(&r);
+    gpcd_response_free(&r);
     return j;
 }
 

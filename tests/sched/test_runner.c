@@ -14,8 +14,8 @@
 static char *read_log(test_gpcd *g, int64_t id) {
     char path[128];
     snprintf(path, sizeof path, "/jobs/%lld/logs", (long long)id);
-    sched_response r;
-    TEST_OK(sched_client_request(g->socket, "GET", path, NULL, &r));
+    gpcd_response r;
+    TEST_OK(gpcd_client_request(g->socket, "GET", path, NULL, &r));
     assert_int_equal(r.status, 200);
     return r.body;
 }
@@ -225,21 +225,21 @@ static void test_reattach_after_restart(void **state) {
 static void test_process_start_time(void **state) {
     (void)state;
     /* our own start time is nonzero and stable; a dead pid has none */
-    uint64_t mine = sched_process_start_time(getpid());
+    uint64_t mine = gpcd_process_start_time(getpid());
     assert_true(mine > 0);
-    assert_true(sched_process_start_time(getpid()) == mine);
+    assert_true(gpcd_process_start_time(getpid()) == mine);
     pid_t child = fork();
     if (child == 0) _exit(0);
     int status;
     waitpid(child, &status, 0);
-    assert_true(sched_process_start_time(child) == 0);
-    sched_job job;
+    assert_true(gpcd_process_start_time(child) == 0);
+    gpcd_job job;
     memset(&job, 0, sizeof job);
     job.pid = getpid();
     job.pid_start = mine + 1; /* a reused pid: same number, other start */
-    assert_int_equal(sched_runner_alive(&job), 0);
+    assert_int_equal(gpcd_runner_alive(&job), 0);
     job.pid_start = mine;
-    assert_int_equal(sched_runner_alive(&job), 1);
+    assert_int_equal(gpcd_runner_alive(&job), 1);
 }
 
 int main(void) {

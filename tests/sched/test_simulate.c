@@ -20,36 +20,36 @@
 
 #include "gpc/sched_sim.h"
 
-static sched_policy_config policy_with(unsigned flags) {
-    sched_config c;
-    sched_config_defaults(&c);
+static gpcd_policy_config policy_with(unsigned flags) {
+    gpcd_config c;
+    gpcd_config_defaults(&c);
     c.policy.flags = flags;
     return c.policy;
 }
 
-static sched_trace parse(const char *text) {
-    sched_trace t;
-    TEST_OK(sched_trace_parse(text, strlen(text), "hand.csv", &t));
+static gpcd_trace parse(const char *text) {
+    gpcd_trace t;
+    TEST_OK(gpcd_trace_parse(text, strlen(text), "hand.csv", &t));
     return t;
 }
 
-static sched_sim_result run_with(const char *text, const sched_policy_config *p, int gpus,
-                                 double grace, double tick, double *jct) {
-    sched_trace t = parse(text);
-    sched_sim_options o = {gpus, 80ull << 30, grace, tick};
-    sched_sim_result r;
-    TEST_OK(sched_simulate(&t, p, &o, &r, jct));
-    sched_trace_free(&t);
+static gpcd_sim_result run_with(const char *text, const gpcd_policy_config *p, int gpus,
+                                double grace, double tick, double *jct) {
+    gpcd_trace t = parse(text);
+    gpcd_sim_options o = {gpus, 80ull << 30, grace, tick};
+    gpcd_sim_result r;
+    TEST_OK(gpcd_simulate(&t, p, &o, &r, jct));
+    gpcd_trace_free(&t);
     return r;
 }
 
-static sched_sim_result run(const char *text, unsigned flags, int gpus, double grace, double *jct) {
-    sched_trace t = parse(text);
-    sched_policy_config p = policy_with(flags);
-    sched_sim_options o = {gpus, 80ull << 30, grace, 0};
-    sched_sim_result r;
-    TEST_OK(sched_simulate(&t, &p, &o, &r, jct));
-    sched_trace_free(&t);
+static gpcd_sim_result run(const char *text, unsigned flags, int gpus, double grace, double *jct) {
+    gpcd_trace t = parse(text);
+    gpcd_policy_config p = policy_with(flags);
+    gpcd_sim_options o = {gpus, 80ull << 30, grace, 0};
+    gpcd_sim_result r;
+    TEST_OK(gpcd_simulate(&t, &p, &o, &r, jct));
+    gpcd_trace_free(&t);
     return r;
 }
 
@@ -69,7 +69,7 @@ static void test_fifo_by_hand(void **state) {
                         "20,10,1\n"
                         "30,30,2\n";
     double jct[4];
-    sched_sim_result r = run(trace, 0, 2, 30, jct);
+    gpcd_sim_result r = run(trace, 0, 2, 30, jct);
     const double want[4] = {100, 140, 90, 150};
     assert_jcts(jct, want, 4);
     assert_int_equal(r.jobs, 4);
@@ -100,7 +100,7 @@ static void test_backfill_by_hand(void **state) {
     run(trace, 0, 2, 30, jct);
     const double fifo[4] = {100, 149, 178, 347};
     assert_jcts(jct, fifo, 4);
-    sched_sim_result r = run(trace, SCHED_POLICY_BACKFILL, 2, 30, jct);
+    gpcd_sim_result r = run(trace, GPCD_POLICY_BACKFILL, 2, 30, jct);
     const double backfill[4] = {100, 149, 30, 347};
     assert_jcts(jct, backfill, 4);
     assert_true(fabs(r.makespan - 350) < 1e-9);
@@ -114,9 +114,9 @@ static void test_preemption_by_hand(void **state) {
                         "0,100,1,low\n"
                         "10,20,1,high\n";
     double jct[2];
-    sched_policy_config p = policy_with(SCHED_POLICY_PRIORITY | SCHED_POLICY_PREEMPTION);
+    gpcd_policy_config p = policy_with(GPCD_POLICY_PRIORITY | GPCD_POLICY_PREEMPTION);
     p.preempt_min_runtime = 10; /* A has run exactly that long at 10 */
-    sched_sim_result r = run_with(trace, &p, 1, 5, 0, jct);
+    gpcd_sim_result r = run_with(trace, &p, 1, 5, 0, jct);
     const double want[2] = {35 + 90, 35 - 10};
     assert_jcts(jct, want, 2);
     assert_int_equal(r.preemptions, 1);
@@ -137,9 +137,9 @@ static void test_preemption_min_runtime_by_hand(void **state) {
                         "0,100,1,low\n"
                         "10,20,1,high\n";
     double jct[2];
-    sched_policy_config p = policy_with(SCHED_POLICY_PRIORITY | SCHED_POLICY_PREEMPTION);
+    gpcd_policy_config p = policy_with(GPCD_POLICY_PRIORITY | GPCD_POLICY_PREEMPTION);
     p.preempt_min_runtime = 60;
-    sched_sim_result r = run_with(trace, &p, 1, 5, 1, jct);
+    gpcd_sim_result r = run_with(trace, &p, 1, 5, 1, jct);
     const double want[2] = {85 + 40, 85 - 10};
     assert_jcts(jct, want, 2);
     assert_int_equal(r.preemptions, 1);
@@ -157,9 +157,9 @@ static void test_preemption_no_ping_pong_by_hand(void **state) {
                         "36000,100,1,high\n"
                         "36000,100,1,low\n";
     double jct[3];
-    sched_policy_config p =
-        policy_with(SCHED_POLICY_PRIORITY | SCHED_POLICY_AGING | SCHED_POLICY_PREEMPTION);
-    sched_sim_result r = run_with(trace, &p, 1, 5, 60, jct);
+    gpcd_policy_config p =
+        policy_with(GPCD_POLICY_PRIORITY | GPCD_POLICY_AGING | GPCD_POLICY_PREEMPTION);
+    gpcd_sim_result r = run_with(trace, &p, 1, 5, 60, jct);
     const double want[3] = {72000, 72100 - 36000, 72200 - 36000};
     assert_jcts(jct, want, 3);
     assert_int_equal(r.preemptions, 0);
@@ -180,7 +180,7 @@ static void test_time_limit_by_hand(void **state) {
                         "0,100,1,60\n"
                         "0,10,1,\n";
     double jct[2];
-    sched_sim_result r = run(trace, 0, 1, 30, jct);
+    gpcd_sim_result r = run(trace, 0, 1, 30, jct);
     const double want[2] = {60, 70};
     assert_jcts(jct, want, 2);
     assert_int_equal(r.timed_out, 1);
@@ -198,7 +198,7 @@ static void test_shortest_first_by_hand(void **state) {
     run(trace, 0, 1, 30, jct);
     const double fifo[3] = {100, 149, 158};
     assert_jcts(jct, fifo, 3);
-    run(trace, SCHED_POLICY_SHORTEST_FIRST, 1, 30, jct);
+    run(trace, GPCD_POLICY_SHORTEST_FIRST, 1, 30, jct);
     const double sjf[3] = {100, 159, 108};
     assert_jcts(jct, sjf, 3);
 }
@@ -209,11 +209,11 @@ static void test_shortest_first_formula(void **state) {
     (void)state;
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 71);
-    sched_policy_config p =
-        policy_with(SCHED_POLICY_PRIORITY | SCHED_POLICY_AGING | SCHED_POLICY_SHORTEST_FIRST);
+    gpcd_policy_config p =
+        policy_with(GPCD_POLICY_PRIORITY | GPCD_POLICY_AGING | GPCD_POLICY_SHORTEST_FIRST);
     p.shortest_first_points = 1 + 20 * gpc_rng_uniform64(&rng);
     for (int trial = 0; trial < 200; trial++) {
-        sched_job *j = sched_job_new();
+        gpcd_job *j = gpcd_job_new();
         j->priority = (int)gpc_rng_below(&rng, 101);
         j->gpus = 1 + (int)gpc_rng_below(&rng, 16);
         j->time_limit = trial % 10 == 0 ? 0 : 30 * pow(10, 6 * gpc_rng_uniform64(&rng));
@@ -224,11 +224,11 @@ static void test_shortest_first_formula(void **state) {
             double ask = fmax(j->time_limit * j->gpus, 60.0);
             want += p.shortest_first_points * fmax(0.0, log2(365.0 * 86400.0 / ask));
         }
-        double got = sched_policy_effective_priority(&p, j, now);
+        double got = gpcd_policy_effective_priority(&p, j, now);
         if (fabs(got - want) > 1e-9 * fabs(want))
             fail_msg("priority %.12g, want %.12g (limit %g, gpus %d)", got, want, j->time_limit,
                      j->gpus);
-        sched_job_free(j);
+        gpcd_job_free(j);
     }
 }
 
@@ -240,7 +240,7 @@ static void test_fifo_random_against_queue(void **state) {
     gpc_rng_seed(&rng, test_seed(), 72);
     for (int trial = 0; trial < 20; trial++) {
         int n = 20 + (int)gpc_rng_below(&rng, 200), k = 1 + (int)gpc_rng_below(&rng, 8);
-        sched_trace t = {calloc((size_t)n, sizeof(sched_trace_job)), n};
+        gpcd_trace t = {calloc((size_t)n, sizeof(gpcd_trace_job)), n};
         double clock = 0;
         for (int i = 0; i < n; i++) {
             clock += floor(100 * gpc_rng_uniform64(&rng)); /* ties happen */
@@ -251,10 +251,10 @@ static void test_fifo_random_against_queue(void **state) {
             t.jobs[i].line = i + 2;
         }
         double *jct = malloc(sizeof *jct * (size_t)n), free_at[8] = {0};
-        sched_policy_config p = policy_with(0);
-        sched_sim_options o = {k, 80ull << 30, 30, 0};
-        sched_sim_result r;
-        TEST_OK(sched_simulate(&t, &p, &o, &r, jct));
+        gpcd_policy_config p = policy_with(0);
+        gpcd_sim_options o = {k, 80ull << 30, 30, 0};
+        gpcd_sim_result r;
+        TEST_OK(gpcd_simulate(&t, &p, &o, &r, jct));
         double sum = 0, last = 0;
         for (int i = 0; i < n; i++) {
             int g = 0;
@@ -272,13 +272,13 @@ static void test_fifo_random_against_queue(void **state) {
         assert_true(fabs(r.mean_jct - sum / n) < 1e-6);
         assert_true(fabs(r.makespan - (last - t.jobs[0].submit)) < 1e-6);
         free(jct);
-        sched_trace_free(&t);
+        gpcd_trace_free(&t);
     }
 }
 
 static void expect_parse_error(const char *text, const char *needle) {
-    sched_trace t;
-    TEST_FAILS(sched_trace_parse(text, strlen(text), "bad.csv", &t), GPC_ERR_INVALID_ARG, needle);
+    gpcd_trace t;
+    TEST_FAILS(gpcd_trace_parse(text, strlen(text), "bad.csv", &t), GPC_ERR_INVALID_ARG, needle);
 }
 
 static void test_bad_traces(void **state) {
@@ -304,29 +304,29 @@ static void test_bad_traces(void **state) {
     expect_parse_error("submit,duration,gpus,time_limit\n0,1,1,-5\n", "line 2: time_limit '-5'");
     expect_parse_error("submit,duration,gpus\n0,1,1\n0,nan,1\n", "line 3: duration 'nan'");
     /* fine: spaces, CRLF, comments, blank lines, named priorities, empty limit */
-    sched_trace t = parse("# a trace\r\n gpus , submit,duration,priority,time_limit\r\n\r\n"
-                          "2, 5.5, 60, high,\r\n1,7,30,12,90\r\n");
+    gpcd_trace t = parse("# a trace\r\n gpus , submit,duration,priority,time_limit\r\n\r\n"
+                         "2, 5.5, 60, high,\r\n1,7,30,12,90\r\n");
     assert_int_equal(t.count, 2);
     assert_int_equal(t.jobs[0].gpus, 2);
     assert_true(t.jobs[0].submit == 5.5 && t.jobs[0].duration == 60);
-    assert_int_equal(t.jobs[0].priority, SCHED_PRIORITY_HIGH);
+    assert_int_equal(t.jobs[0].priority, GPCD_PRIORITY_HIGH);
     assert_true(t.jobs[0].time_limit == 0);
     assert_int_equal(t.jobs[0].line, 4);
     assert_int_equal(t.jobs[1].priority, 12);
     assert_true(t.jobs[1].time_limit == 90);
     /* the simulator refuses a job bigger than its cluster, naming the line */
-    sched_policy_config p = policy_with(0);
-    sched_sim_options o = {1, 80ull << 30, 30, 0};
-    sched_sim_result r;
-    TEST_FAILS(sched_simulate(&t, &p, &o, &r, NULL), GPC_ERR_INVALID_ARG,
+    gpcd_policy_config p = policy_with(0);
+    gpcd_sim_options o = {1, 80ull << 30, 30, 0};
+    gpcd_sim_result r;
+    TEST_FAILS(gpcd_simulate(&t, &p, &o, &r, NULL), GPC_ERR_INVALID_ARG,
                "the job on trace line 4 needs 2 GPUs; the simulated cluster has 1");
-    sched_trace_free(&t);
+    gpcd_trace_free(&t);
     unsigned flags;
-    TEST_OK(sched_sim_policy_parse("fifo", &flags));
+    TEST_OK(gpcd_sim_policy_parse("fifo", &flags));
     assert_int_equal(flags, 0);
-    TEST_OK(sched_sim_policy_parse("backfill,shortest_first", &flags));
-    assert_int_equal(flags, SCHED_POLICY_BACKFILL | SCHED_POLICY_SHORTEST_FIRST);
-    TEST_FAILS(sched_sim_policy_parse("sjf", &flags), GPC_ERR_INVALID_ARG, "unknown policy 'sjf'");
+    TEST_OK(gpcd_sim_policy_parse("backfill,shortest_first", &flags));
+    assert_int_equal(flags, GPCD_POLICY_BACKFILL | GPCD_POLICY_SHORTEST_FIRST);
+    TEST_FAILS(gpcd_sim_policy_parse("sjf", &flags), GPC_ERR_INVALID_ARG, "unknown policy 'sjf'");
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -336,19 +336,19 @@ static int cmp_double(const void *a, const void *b) {
 
 static void test_generator_matches_targets(void **state) {
     (void)state;
-    sched_trace_targets t;
-    sched_trace_targets_default(&t);
+    gpcd_trace_targets t;
+    gpcd_trace_targets_default(&t);
     t.jobs = 20000;
     t.seed = test_seed();
-    sched_trace trace;
-    TEST_OK(sched_trace_generate(&t, &trace));
+    gpcd_trace trace;
+    TEST_OK(gpcd_trace_generate(&t, &trace));
     int n = trace.count;
     assert_int_equal(n, t.jobs);
 
     /* sizes: each share within 5 standard errors; jobs come in bursts of
      * one size, so the independent draws are the bursts (n / burst_mean) */
     double draws = n / t.burst_mean;
-    for (int s = 0; s < SCHED_TRACE_SIZES; s++) {
+    for (int s = 0; s < GPCD_TRACE_SIZES; s++) {
         int count = 0;
         for (int i = 0; i < n; i++)
             count += trace.jobs[i].gpus == t.size_gpus[s];
@@ -362,7 +362,7 @@ static void test_generator_matches_targets(void **state) {
     double *logs = malloc(sizeof *logs * (size_t)n);
     double work = 0;
     for (int i = 0; i < n; i++) {
-        const sched_trace_job *j = &trace.jobs[i];
+        const gpcd_trace_job *j = &trace.jobs[i];
         assert_true(j->duration >= t.duration_min && j->duration <= t.duration_max);
         logs[i] = log(j->duration);
         work += j->duration * j->gpus;
@@ -402,40 +402,40 @@ static void test_generator_matches_targets(void **state) {
     /* priorities */
     int high = 0, low = 0;
     for (int i = 0; i < n; i++) {
-        high += trace.jobs[i].priority == SCHED_PRIORITY_HIGH;
-        low += trace.jobs[i].priority == SCHED_PRIORITY_LOW;
+        high += trace.jobs[i].priority == GPCD_PRIORITY_HIGH;
+        low += trace.jobs[i].priority == GPCD_PRIORITY_LOW;
     }
     assert_true(fabs((double)high / n - t.share_high) < 0.02);
     assert_true(fabs((double)low / n - t.share_low) < 0.02);
 
     /* the same seed gives the same trace; save and load round-trips it */
-    sched_trace again;
-    TEST_OK(sched_trace_generate(&t, &again));
+    gpcd_trace again;
+    TEST_OK(gpcd_trace_generate(&t, &again));
     assert_memory_equal(trace.jobs, again.jobs, sizeof *trace.jobs * (size_t)n);
-    sched_trace_free(&again);
+    gpcd_trace_free(&again);
     char *dir = test_tmpdir("trace");
     char path[4200];
     snprintf(path, sizeof path, "%s/t.csv", dir);
-    TEST_OK(sched_trace_save(path, &trace));
-    sched_trace loaded;
-    TEST_OK(sched_trace_load(path, &loaded));
+    TEST_OK(gpcd_trace_save(path, &trace));
+    gpcd_trace loaded;
+    TEST_OK(gpcd_trace_load(path, &loaded));
     assert_int_equal(loaded.count, n);
     for (int i = 0; i < n; i++) {
-        const sched_trace_job *a = &trace.jobs[i], *b = &loaded.jobs[i];
+        const gpcd_trace_job *a = &trace.jobs[i], *b = &loaded.jobs[i];
         assert_true(fabs(a->submit - b->submit) < 1e-3 && a->duration == b->duration &&
                     a->gpus == b->gpus && a->priority == b->priority &&
                     a->time_limit == b->time_limit && a->line == b->line);
     }
-    sched_trace_free(&loaded);
-    sched_trace_free(&trace);
+    gpcd_trace_free(&loaded);
+    gpcd_trace_free(&trace);
     test_rmtree(dir);
     gpc_free(dir);
 
     t.jobs = 0;
-    TEST_FAILS(sched_trace_generate(&t, &trace), GPC_ERR_INVALID_ARG, "1 to 10,000,000 jobs");
+    TEST_FAILS(gpcd_trace_generate(&t, &trace), GPC_ERR_INVALID_ARG, "1 to 10,000,000 jobs");
     t.jobs = 10;
     t.size_share[0] = 0.5;
-    TEST_FAILS(sched_trace_generate(&t, &trace), GPC_ERR_INVALID_ARG, "add up to 0.7");
+    TEST_FAILS(gpcd_trace_generate(&t, &trace), GPC_ERR_INVALID_ARG, "add up to 0.7");
 }
 
 int main(void) {

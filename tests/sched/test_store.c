@@ -13,8 +13,8 @@
 
 #include "gpc/sched.h"
 
-static sched_job *sample_job(gpc_rng *rng) {
-    sched_job *j = sched_job_new();
+static gpcd_job *sample_job(gpc_rng *rng) {
+    gpcd_job *j = gpcd_job_new();
     char cmd[64];
     snprintf(cmd, sizeof cmd, "[\"run\",\"%u\"]", gpc_rng_u32(rng));
     j->command = strdup(cmd);
@@ -26,13 +26,13 @@ static sched_job *sample_job(gpc_rng *rng) {
     j->gpus = 1 + (int)gpc_rng_below(rng, 8);
     j->mem = (uint64_t)gpc_rng_below(rng, 1u << 30) << 6;
     j->priority = (int)gpc_rng_below(rng, 101);
-    j->type = (sched_job_type)gpc_rng_below(rng, SCHED_TYPE_COUNT);
+    j->type = (gpcd_job_type)gpc_rng_below(rng, GPCD_TYPE_COUNT);
     j->time_limit = gpc_rng_below(rng, 10000);
     j->submit_time = 1.7e9 + gpc_rng_uniform64(rng) * 1e6;
     return j;
 }
 
-static void assert_same_job(const sched_job *a, const sched_job *b) {
+static void assert_same_job(const gpcd_job *a, const gpcd_job *b) {
     assert_int_equal(a->id, b->id);
     assert_string_equal(a->command, b->command);
     assert_string_equal(a->owner, b->owner);
@@ -48,49 +48,49 @@ static void assert_same_job(const sched_job *a, const sched_job *b) {
 }
 
 /* A new store in a fresh folder (*dir, to remove at the end; path: its file). */
-static sched_store *open_fresh(const char *tag, char **dir, char *path, size_t size) {
+static gpcd_store *open_fresh(const char *tag, char **dir, char *path, size_t size) {
     *dir = test_tmpdir(tag);
     snprintf(path, size, "%s/gpcd.db", *dir);
-    sched_store *store;
-    TEST_OK(sched_store_open(path, &store));
+    gpcd_store *store;
+    TEST_OK(gpcd_store_open(path, &store));
     return store;
 }
 
 static void test_jobs_round_trip(void **state) {
     (void)state;
     char *dir, path[4200];
-    sched_store *store = open_fresh("store", &dir, path, sizeof path);
+    gpcd_store *store = open_fresh("store", &dir, path, sizeof path);
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 31);
-    sched_job *jobs[20];
+    gpcd_job *jobs[20];
     for (int i = 0; i < 20; i++) {
         jobs[i] = sample_job(&rng);
-        TEST_OK(sched_store_submit(store, jobs[i]));
+        TEST_OK(gpcd_store_submit(store, jobs[i]));
         assert_int_equal(jobs[i]->id, i + 1);
     }
     /* job 3 runs and fails */
-    sched_job *j = jobs[2];
-    j->state = SCHED_RUNNING;
+    gpcd_job *j = jobs[2];
+    j->state = GPCD_RUNNING;
     j->start_time = j->submit_time + 5;
     j->assigned_count = 3;
     j->assigned[0] = 4, j->assigned[1] = 6, j->assigned[2] = 7;
     j->pid = 1234;
     j->pid_start = 99887766;
-    TEST_OK(sched_store_update(store, j));
-    sched_job *got;
-    TEST_OK(sched_store_get(store, 3, &got));
+    TEST_OK(gpcd_store_update(store, j));
+    gpcd_job *got;
+    TEST_OK(gpcd_store_get(store, 3, &got));
     assert_same_job(j, got);
     assert_int_equal(got->assigned_count, 3);
     assert_int_equal(got->assigned[2], 7);
     assert_int_equal(got->pid, 1234);
     assert_true(got->pid_start == 99887766);
-    sched_job_free(got);
-    j->state = SCHED_FAILED;
+    gpcd_job_free(got);
+    j->state = GPCD_FAILED;
     j->exit_code = 3;
     j->message = strdup("exited with status 3");
-    TEST_OK(sched_store_update(store, j));
+    TEST_OK(gpcd_store_update(store, j));
     char *events;
-    TEST_OK(sched_store_events(store, 3, &events));
+    TEST_OK(gpcd_store_events(store, 3, &events));
     assert_non_null(strstr(events, "\"state\":\"queued\""));
     const char *running = strstr(events, "\"state\":\"running\"");
     const char *failed =
@@ -101,39 +101,39 @@ static void test_jobs_round_trip(void **state) {
     free(events);
 
     /* reopening reads the same data; list filters by state */
-    sched_store_close(store);
-    TEST_OK(sched_store_open(path, &store));
-    sched_job **list;
+    gpcd_store_close(store);
+    TEST_OK(gpcd_store_open(path, &store));
+    gpcd_job **list;
     int n;
-    TEST_OK(sched_store_list(store, 1u << SCHED_QUEUED, 0, &list, &n));
+    TEST_OK(gpcd_store_list(store, 1u << GPCD_QUEUED, 0, &list, &n));
     assert_int_equal(n, 19);
     for (int i = 0, k = 0; i < 20; i++) {
         if (i == 2) continue;
         assert_same_job(jobs[i], list[k++]);
     }
-    sched_store_free_list(list, n);
-    TEST_OK(sched_store_list(store, 1u << SCHED_FAILED, 0, &list, &n));
+    gpcd_store_free_list(list, n);
+    TEST_OK(gpcd_store_list(store, 1u << GPCD_FAILED, 0, &list, &n));
     assert_int_equal(n, 1);
     assert_int_equal(list[0]->exit_code, 3);
     assert_string_equal(list[0]->message, "exited with status 3");
-    sched_store_free_list(list, n);
-    int64_t counts[SCHED_STATE_COUNT];
-    TEST_OK(sched_store_state_counts(store, counts));
-    assert_int_equal(counts[SCHED_QUEUED], 19);
-    assert_int_equal(counts[SCHED_FAILED], 1);
-    TEST_FAILS(sched_store_get(store, 999, &got), GPC_ERR_INVALID_ARG, "no job 999");
-    sched_job ghost = *jobs[0];
+    gpcd_store_free_list(list, n);
+    int64_t counts[GPCD_STATE_COUNT];
+    TEST_OK(gpcd_store_state_counts(store, counts));
+    assert_int_equal(counts[GPCD_QUEUED], 19);
+    assert_int_equal(counts[GPCD_FAILED], 1);
+    TEST_FAILS(gpcd_store_get(store, 999, &got), GPC_ERR_INVALID_ARG, "no job 999");
+    gpcd_job ghost = *jobs[0];
     ghost.id = 777;
-    TEST_FAILS(sched_store_update(store, &ghost), GPC_ERR_INTERNAL, "not in the database");
+    TEST_FAILS(gpcd_store_update(store, &ghost), GPC_ERR_INTERNAL, "not in the database");
     for (int i = 0; i < 20; i++)
-        sched_job_free(jobs[i]);
-    sched_store_close(store);
+        gpcd_job_free(jobs[i]);
+    gpcd_store_close(store);
     test_rmtree(dir);
     gpc_free(dir);
 }
 
 typedef struct {
-    sched_store *store;
+    gpcd_store *store;
     int count;
     uint32_t seed;
     int64_t *ids;
@@ -144,10 +144,10 @@ static void *submit_many(void *arg) {
     gpc_rng rng;
     gpc_rng_seed(&rng, s->seed, 5);
     for (int i = 0; i < s->count; i++) {
-        sched_job *j = sample_job(&rng);
-        if (sched_store_submit(s->store, j) != GPC_OK) fail_msg("submit: %s", gpc_last_error());
+        gpcd_job *j = sample_job(&rng);
+        if (gpcd_store_submit(s->store, j) != GPC_OK) fail_msg("submit: %s", gpc_last_error());
         s->ids[i] = j->id;
-        sched_job_free(j);
+        gpcd_job_free(j);
     }
     return NULL;
 }
@@ -158,28 +158,28 @@ static void *submit_many(void *arg) {
 static void test_list_recent(void **state) {
     (void)state;
     char *dir, path[4200];
-    sched_store *store = open_fresh("recent", &dir, path, sizeof path);
+    gpcd_store *store = open_fresh("recent", &dir, path, sizeof path);
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 33);
     enum { JOBS = 40 };
     double end[JOBS + 1] = {0};
     for (int i = 1; i <= JOBS; i++) {
-        sched_job *j = sample_job(&rng);
-        TEST_OK(sched_store_submit(store, j));
+        gpcd_job *j = sample_job(&rng);
+        TEST_OK(gpcd_store_submit(store, j));
         if (i % 4 != 0) { /* every fourth stays queued */
-            j->state = gpc_rng_below(&rng, 2) ? SCHED_COMPLETED : SCHED_FAILED;
+            j->state = gpc_rng_below(&rng, 2) ? GPCD_COMPLETED : GPCD_FAILED;
             j->start_time = j->submit_time + 1;
             j->end_time = 1.8e9 + (double)gpc_rng_below(&rng, 12); /* few values: ties */
             end[i] = j->end_time;
-            TEST_OK(sched_store_update(store, j));
+            TEST_OK(gpcd_store_update(store, j));
         }
-        sched_job_free(j);
+        gpcd_job_free(j);
     }
-    const unsigned finished = (1u << SCHED_COMPLETED) | (1u << SCHED_FAILED);
+    const unsigned finished = (1u << GPCD_COMPLETED) | (1u << GPCD_FAILED);
     for (int want = 1; want <= JOBS; want += 7) {
-        sched_job **list;
+        gpcd_job **list;
         int n;
-        TEST_OK(sched_store_list_recent(store, finished, want, &list, &n));
+        TEST_OK(gpcd_store_list_recent(store, finished, want, &list, &n));
         assert_int_equal(n, want < 30 ? want : 30);
         /* the reference: ids of finished jobs by end time, then id, both descending */
         int order[JOBS], count = 0;
@@ -196,9 +196,9 @@ static void test_list_recent(void **state) {
             assert_int_equal(list[k]->id, order[k]);
             assert_true(list[k]->end_time == end[order[k]]);
         }
-        sched_store_free_list(list, n);
+        gpcd_store_free_list(list, n);
     }
-    sched_store_close(store);
+    gpcd_store_close(store);
     test_rmtree(dir);
     gpc_free(dir);
 }
@@ -206,7 +206,7 @@ static void test_list_recent(void **state) {
 static void test_group_commit_concurrent(void **state) {
     (void)state;
     char *dir, path[4200];
-    sched_store *store = open_fresh("store", &dir, path, sizeof path);
+    gpcd_store *store = open_fresh("store", &dir, path, sizeof path);
     enum { THREADS = 8, EACH = 60 };
     pthread_t threads[THREADS];
     submitter subs[THREADS];
@@ -227,14 +227,14 @@ static void test_group_commit_concurrent(void **state) {
         }
     for (int i = 1; i <= THREADS * EACH; i++)
         assert_int_equal(seen[i], 1);
-    sched_job **list;
+    gpcd_job **list;
     int n;
-    TEST_OK(sched_store_list(store, 0xff, 0, &list, &n));
+    TEST_OK(gpcd_store_list(store, 0xff, 0, &list, &n));
     assert_int_equal(n, THREADS * EACH);
-    sched_store_free_list(list, n);
+    gpcd_store_free_list(list, n);
     for (int t = 0; t < THREADS; t++)
         free(subs[t].ids);
-    sched_store_close(store);
+    gpcd_store_close(store);
     test_rmtree(dir);
     gpc_free(dir);
 }
@@ -242,33 +242,33 @@ static void test_group_commit_concurrent(void **state) {
 static void test_samples_and_alerts(void **state) {
     (void)state;
     char *dir, path[4200];
-    sched_store *store = open_fresh("store", &dir, path, sizeof path);
-    sched_sample_row rows[4];
+    gpcd_store *store = open_fresh("store", &dir, path, sizeof path);
+    gpcd_sample_row rows[4];
     for (int g = 0; g < 4; g++)
-        rows[g] = (sched_sample_row){0, g, 50, 1, 2, 40, 300};
+        rows[g] = (gpcd_sample_row){0, g, 50, 1, 2, 40, 300};
     /* 30 seconds of samples with a 10 s window: only times within 10 s of
      * the last remain: t = 20..29 for 4 GPUs */
     for (int t = 0; t < 30; t++) {
         for (int g = 0; g < 4; g++)
             rows[g].time = t;
-        TEST_OK(sched_store_add_samples(store, rows, 4, 10.0, (double)t));
+        TEST_OK(gpcd_store_add_samples(store, rows, 4, 10.0, (double)t));
     }
     int64_t count;
-    TEST_OK(sched_store_count_samples(store, &count));
+    TEST_OK(gpcd_store_count_samples(store, &count));
     assert_int_equal(count, 11 * 4); /* t = 19 .. 29: time >= now - retention */
     int64_t id;
-    TEST_OK(sched_store_alert_open(store, 3, "memory", "GPU 3 memory 95% used", 100, &id));
+    TEST_OK(gpcd_store_alert_open(store, 3, "memory", "GPU 3 memory 95% used", 100, &id));
     assert_true(id > 0);
-    TEST_OK(sched_store_alert_close(store, id, 160));
-    sched_store_close(store);
+    TEST_OK(gpcd_store_alert_close(store, id, 160));
+    gpcd_store_close(store);
     test_rmtree(dir);
     gpc_free(dir);
 }
 
 static void test_store_open_errors(void **state) {
     (void)state;
-    sched_store *store;
-    TEST_FAILS(sched_store_open("/nonexistent-dir/x/gpcd.db", &store), GPC_ERR_IO,
+    gpcd_store *store;
+    TEST_FAILS(gpcd_store_open("/nonexistent-dir/x/gpcd.db", &store), GPC_ERR_IO,
                "cannot open job database");
     char *dir = test_tmpdir("store");
     char path[4200];
@@ -276,15 +276,15 @@ static void test_store_open_errors(void **state) {
     FILE *f = fopen(path, "w");
     fputs("this is not a database, just text that is long enough to be looked at", f);
     fclose(f);
-    TEST_FAILS(sched_store_open(path, &store), GPC_ERR_IO, "job database");
+    TEST_FAILS(gpcd_store_open(path, &store), GPC_ERR_IO, "job database");
     test_rmtree(dir);
     gpc_free(dir);
 }
 
 static void test_config(void **state) {
     (void)state;
-    sched_config c;
-    sched_config_defaults(&c);
+    gpcd_config c;
+    gpcd_config_defaults(&c);
     assert_string_equal(c.state_dir, "/var/lib/gpcd");
     assert_string_equal(c.gpus, "nvml");
     assert_int_equal(c.socket_mode, 0600);
@@ -293,9 +293,9 @@ static void test_config(void **state) {
                 c.alert_slowdown_margin == 5);
     assert_true(c.preempt_grace == 30 && c.sample_retention == 86400);
     assert_true(c.policy.small_job_mem == 24ull << 30);
-    TEST_OK(sched_config_finish(&c));
+    TEST_OK(gpcd_config_finish(&c));
     assert_string_equal(c.socket, "/var/lib/gpcd/gpcd.sock");
-    assert_int_equal(c.policy.flags, SCHED_POLICY_ALL);
+    assert_int_equal(c.policy.flags, GPCD_POLICY_ALL);
 
     char *dir = test_tmpdir("config");
     char path[4200];
@@ -306,45 +306,45 @@ static void test_config(void **state) {
             "[alerts]\nalert_util_window = 2m\nsocket_mode = 0666\ndata_numa = /d=1\n",
             dir);
     fclose(f);
-    sched_config_defaults(&c);
-    TEST_OK(sched_config_load(&c, path));
-    TEST_OK(sched_config_finish(&c));
+    gpcd_config_defaults(&c);
+    TEST_OK(gpcd_config_load(&c, path));
+    TEST_OK(gpcd_config_finish(&c));
     assert_string_equal(c.gpus, "simulated:4x80GB");
     assert_true(c.alert_util_window == 120);
     assert_int_equal(c.socket_mode, 0666);
-    assert_int_equal(c.policy.flags, SCHED_POLICY_PRIORITY | SCHED_POLICY_BACKFILL);
+    assert_int_equal(c.policy.flags, GPCD_POLICY_PRIORITY | GPCD_POLICY_BACKFILL);
     assert_int_equal(c.policy.numa_rule_count, 1);
     assert_int_equal(c.policy.numa_rules[0].node, 1);
 
     f = fopen(path, "w");
     fprintf(f, "gpus = nvml\n\nunknown_key = 3\n");
     fclose(f);
-    sched_config_defaults(&c);
-    TEST_FAILS(sched_config_load(&c, path), GPC_ERR_INVALID_ARG, "line 3: unknown option");
+    gpcd_config_defaults(&c);
+    TEST_FAILS(gpcd_config_load(&c, path), GPC_ERR_INVALID_ARG, "line 3: unknown option");
     f = fopen(path, "w");
     fprintf(f, "preempt_grace = soon\n");
     fclose(f);
-    TEST_FAILS(sched_config_load(&c, path), GPC_ERR_INVALID_ARG, "line 1: preempt_grace");
+    TEST_FAILS(gpcd_config_load(&c, path), GPC_ERR_INVALID_ARG, "line 1: preempt_grace");
     f = fopen(path, "w");
     fprintf(f, "this line has no equals sign\n");
     fclose(f);
-    TEST_FAILS(sched_config_load(&c, path), GPC_ERR_INVALID_ARG, "line 1");
-    TEST_FAILS(sched_config_load(&c, "/nonexistent/gpcd.conf"), GPC_ERR_IO, "cannot read");
-    sched_config_defaults(&c);
-    TEST_FAILS(sched_config_set(&c, "socket_mode", "0999"), GPC_ERR_INVALID_ARG, "octal");
-    TEST_OK(sched_config_set(&c, "policies", "fastest"));
-    TEST_FAILS(sched_config_finish(&c), GPC_ERR_INVALID_ARG, "unknown policy 'fastest'");
-    sched_config_defaults(&c);
-    TEST_OK(sched_config_set(&c, "listen", "127.0.0.1:8642"));
-    TEST_FAILS(sched_config_finish(&c), GPC_ERR_INVALID_ARG, "needs token_file");
+    TEST_FAILS(gpcd_config_load(&c, path), GPC_ERR_INVALID_ARG, "line 1");
+    TEST_FAILS(gpcd_config_load(&c, "/nonexistent/gpcd.conf"), GPC_ERR_IO, "cannot read");
+    gpcd_config_defaults(&c);
+    TEST_FAILS(gpcd_config_set(&c, "socket_mode", "0999"), GPC_ERR_INVALID_ARG, "octal");
+    TEST_OK(gpcd_config_set(&c, "policies", "fastest"));
+    TEST_FAILS(gpcd_config_finish(&c), GPC_ERR_INVALID_ARG, "unknown policy 'fastest'");
+    gpcd_config_defaults(&c);
+    TEST_OK(gpcd_config_set(&c, "listen", "127.0.0.1:8642"));
+    TEST_FAILS(gpcd_config_finish(&c), GPC_ERR_INVALID_ARG, "needs token_file");
 
     /* every option is documented, in the Markdown too */
     int n;
-    const sched_option_doc *docs = sched_config_options(&n);
+    const gpcd_option_doc *docs = gpcd_config_options(&n);
     char *md = NULL;
     size_t md_size = 0;
     FILE *m = open_memstream(&md, &md_size);
-    sched_config_write_markdown(m);
+    gpcd_config_write_markdown(m);
     fclose(m);
     for (int i = 0; i < n; i++) {
         assert_true(strlen(docs[i].doc) > 10);
@@ -352,8 +352,8 @@ static void test_config(void **state) {
         snprintf(key, sizeof key, "| `%s` |", docs[i].key);
         assert_non_null(strstr(md, key));
         /* every default parses */
-        sched_config_defaults(&c);
-        TEST_OK(sched_config_set(&c, docs[i].key, docs[i].default_value));
+        gpcd_config_defaults(&c);
+        TEST_OK(gpcd_config_set(&c, docs[i].key, docs[i].default_value));
     }
     free(md);
     test_rmtree(dir);

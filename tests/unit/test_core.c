@@ -168,6 +168,41 @@ static void test_tensor_and_device(void **state) {
     TEST_FAILS(gpc_dtype_parse("f64", &dt), GPC_ERR_INVALID_ARG, "unknown dtype");
 }
 
+/* The CPU backend registered itself before main (its constructor was kept in
+ * the link); a registration replaces the finder of its type. */
+static gpc_backend fake_backend;
+static const gpc_backend *fake_find(void) {
+    return &fake_backend;
+}
+static const gpc_backend *absent_find(void) {
+    gpc_error(GPC_ERR_UNSUPPORTED, "the fake device is absent");
+    return NULL;
+}
+
+static void test_backend_registry(void **state) {
+    (void)state;
+    const gpc_backend *cpu = gpc_backend_get(GPC_DEVICE_CPU);
+    assert_non_null(cpu);
+    assert_string_equal(cpu->name, "cpu");
+    assert_int_equal(cpu->type, GPC_DEVICE_CPU);
+    assert_non_null(cpu->ops);
+    assert_null(gpc_backend_get((gpc_device_type)7));
+    assert_non_null(strstr(gpc_last_error(), "unknown device type 7"));
+
+    fake_backend = *cpu;
+    fake_backend.name = "fake";
+    fake_backend.type = GPC_DEVICE_CUDA;
+    gpc_backend_register(GPC_DEVICE_CUDA, fake_find);
+    const gpc_backend *got;
+    gpc_device gpu = {GPC_DEVICE_CUDA, 0};
+    TEST_OK(gpc_backend_require(gpu, &got));
+    assert_ptr_equal(got, &fake_backend);
+    gpc_backend_register(GPC_DEVICE_CUDA, absent_find);
+    TEST_FAILS(gpc_backend_require(gpu, &got), GPC_ERR_UNSUPPORTED, "the fake device is absent");
+    gpc_backend_register((gpc_device_type)7, fake_find); /* ignored */
+    assert_null(gpc_backend_get((gpc_device_type)7));
+}
+
 static void test_parse_bytes(void **state) {
     (void)state;
     uint64_t v;
@@ -197,6 +232,7 @@ int main(void) {
         cmocka_unit_test(test_arena_plans_then_places),
         cmocka_unit_test(test_atomic_file_and_errors),
         cmocka_unit_test(test_tensor_and_device),
+        cmocka_unit_test(test_backend_registry),
         cmocka_unit_test(test_parse_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

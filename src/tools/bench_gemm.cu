@@ -1,8 +1,9 @@
 /*
- * bench_gemm.cu: the GPU side of `gpc bench` (see bench_cuda.h): GEMM with a
- * naive kernel, a shared-memory tiled kernel and cuBLAS in each precision;
- * copies from pageable, pinned and managed memory; a multi-stream
- * copy-compute-copy pipeline; driver/runtime versions; an NCCL all-reduce.
+ * bench_gemm.cu: the GPU side of `gpc bench` and `gpc doctor` (see
+ * bench_cuda.h): GEMM with a naive kernel, a shared-memory tiled kernel and
+ * cuBLAS in each precision; copies from pageable, pinned and managed memory;
+ * a multi-stream copy-compute-copy pipeline; driver, runtime and cuDNN
+ * versions; an NCCL all-reduce.
  *
  * The two hand-written GEMM kernels are the textbook pair (CUDA C
  * Programming Guide, "Shared Memory"): they exist to show what staging tiles
@@ -11,7 +12,9 @@
  * of its output against float64 on the host, so a fast wrong kernel cannot
  * pass for a fast one.
  */
-#include "cuda/bench_cuda.h"
+#include "tools/bench_cuda.h"
+
+#include "cuda/attention_cudnn.h"
 #include "cuda/cuda_common.cuh"
 
 #include <cublasLt.h>
@@ -96,6 +99,15 @@ extern "C" gpc_status gpc_bench_cuda_versions(int *driver, int *runtime) {
         cudaGetLastError();
         *driver = 0;
     }
+    return GPC_OK;
+}
+
+extern "C" gpc_status gpc_bench_cudnn_version(int *built, long *version) {
+    *built = gpc_cudnn_attention_built();
+    *version = 0;
+    if (!*built) return gpc_error(GPC_ERR_UNSUPPORTED, "this gpc was built without cudnn.h");
+    GPC_TRY(gpc_cudnn_attention_load());
+    *version = gpc_cudnn_attention_version();
     return GPC_OK;
 }
 

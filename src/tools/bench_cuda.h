@@ -5,12 +5,14 @@
  * and managed memory, a chunked copy-compute-copy pipeline on several
  * streams, version probes and an NCCL all-reduce bandwidth test.
  *
- * Implemented in bench_gemm.cu when gpc is built with CUDA; otherwise
- * src/ops/bench_cuda_stub.c answers every call with GPC_ERR_UNSUPPORTED and
+ * Private to the tools layer: bench.c and doctor.c reach the GPU through
+ * these calls only, so no CUDA header is needed above them. Implemented in
+ * bench_gemm.cu when gpc is built with CUDA; otherwise bench_cuda_stub.c
+ * answers every call with GPC_ERR_UNSUPPORTED and
  * "this gpc was built without CUDA", so callers need no #ifdef.
  */
-#ifndef GPC_BENCH_CUDA_H
-#define GPC_BENCH_CUDA_H
+#ifndef GPC_TOOLS_BENCH_CUDA_H
+#define GPC_TOOLS_BENCH_CUDA_H
 
 #include "gpc/core.h"
 
@@ -26,6 +28,10 @@ gpc_status gpc_bench_cuda_device_info(int device, char *name, size_t name_size, 
 /* CUDA driver and runtime versions as 1000*major + 10*minor (13000 = 13.0);
  * driver is 0 when no driver is installed. */
 gpc_status gpc_bench_cuda_versions(int *driver, int *runtime);
+/* cuDNN's fused attention: *built is 1 when this gpc was compiled against
+ * cudnn.h. Then GPC_OK with *version (91400 for 9.14.0) when libcudnn loads
+ * on this machine, else the reason it does not. */
+gpc_status gpc_bench_cudnn_version(int *built, long *version);
 
 typedef enum {
     GPC_GEMM_NAIVE = 0, /* one thread per output, operands from global memory */
@@ -90,4 +96,4 @@ gpc_status gpc_bench_cuda_allreduce(int gpus, size_t bytes, int reps, double *se
 }
 #endif
 
-#endif /* GPC_BENCH_CUDA_H */
+#endif /* GPC_TOOLS_BENCH_CUDA_H */

@@ -6,7 +6,7 @@
  */
 #ifndef GPC_HAVE_CUDA
 
-#include "cuda/bench_cuda.h"
+#include "tools/bench_cuda.h"
 
 #include <dlfcn.h>
 
@@ -28,6 +28,12 @@ gpc_status gpc_bench_cuda_device_info(int device, char *name, size_t name_size, 
 gpc_status gpc_bench_cuda_versions(int *driver, int *runtime) {
     *driver = 0;
     *runtime = 0;
+    return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+gpc_status gpc_bench_cudnn_version(int *built, long *version) {
+    *built = 0;
+    *version = 0;
     return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
 }
 

@@ -2,13 +2,13 @@
  * bench.c: the measurements behind `gpc bench` (gpc/bench.h): CPU GEMM
  * through OpenBLAS on every core, host memcpy, gpc's attention op on the
  * chosen device (on a GPU, gpc's kernels and cuDNN's path side by side),
- * and the GPU measurements of src/cuda/bench_cuda.h; then the
+ * and the GPU measurements of bench_cuda.h; then the
  * seed article's claims against what was measured, and the JSON file.
  */
 #include "gpc/bench.h"
 
-#include "cuda/bench_cuda.h"
 #include "ops/ops.h"
+#include "tools/bench_cuda.h"
 
 #include <cblas.h>
 #include <math.h>
