@@ -14,6 +14,7 @@
 #include "cli/cli.h"
 #include "cli/cli_dist.h"
 #include "gpc/model.h"
+#include "gpc/settings.h"
 #include "gpc/train.h"
 #include "ops/ops.h"
 
@@ -111,7 +112,7 @@ static int positive_or_unset(const char *flag, int value) {
  * config.txt records) and the folder holds a checkpoint, training resumes
  * instead of refusing the folder, so preemption loses at most one step. */
 static int requeued_gpcd_job(const char *out_dir) {
-    const char *job = getenv("GPC_JOB_ID");
+    const char *job = gpc_setting_given("GPC_JOB_ID");
     char path[4096], line[256], want[128];
     if (!job || !*job || !out_dir) return 0;
     snprintf(path, sizeof path, "%s/checkpoint.bin", out_dir);

@@ -791,14 +791,14 @@ static const char *shape_text(const plan_key *k, char *buf, size_t size) {
 /* GPC_CUDNN_TUNE=1 (or =energy): keep every engine configuration that
  * finalizes and time them at the first execution. */
 static int tune_enabled(void) {
-    const char *e = getenv("GPC_CUDNN_TUNE");
+    const char *e = gpc_setting_str("GPC_CUDNN_TUNE");
     return e && (strcmp(e, "1") == 0 || strcmp(e, "energy") == 0);
 }
 
 /* GPC_CUDNN_TUNE=energy: compare the candidates by their energy a run at the
  * power limit instead of by a few short timings (tune_energy). */
 static int tune_by_energy(void) {
-    const char *e = getenv("GPC_CUDNN_TUNE");
+    const char *e = gpc_setting_str("GPC_CUDNN_TUNE");
     return e && strcmp(e, "energy") == 0;
 }
 
@@ -1042,7 +1042,7 @@ static double energy_now(int index) {
 static double energy_seconds(void) {
     static double seconds;
     if (seconds == 0) {
-        const char *e = getenv("GPC_CUDNN_TUNE_ENERGY_S");
+        const char *e = gpc_setting_str("GPC_CUDNN_TUNE_ENERGY_S");
         char *end = NULL;
         double v = e && *e ? strtod(e, &end) : CUDNN_ATT_ENERGY_S;
         if (e && *e && (*end || !(v >= 0.01 && v <= 60))) {
