@@ -1,6 +1,7 @@
 /*
  * help_env.c: `gpc help env`: the table of settings (src/core/settings.c),
- * grouped, one line each: name, default, help. With --markdown, the same as
+ * grouped, one line each: name, default, help; then the GPC_* variables set
+ * here, naming those that are no setting. With --markdown, the same as
  * the tables of docs/environment.md, which tests/cli/test_settings.sh checks
  * against this output so that the document cannot drift from the table.
  */
@@ -60,9 +61,9 @@ static void choices_text(const char *choices, int code, char *buf, size_t size) 
 
 /* What values a setting takes beyond its help: its choices or its range. */
 static void values_text(const gpc_setting_info *s, int code, char *buf, size_t size) {
-    char list[256];
     buf[0] = '\0';
     if (s->choices) {
+        char list[256];
         choices_text(s->choices, code, list, sizeof list);
         snprintf(buf, size, "; %s", list);
     } else if (s->min < s->max) {
@@ -85,6 +86,22 @@ static void print_plain(void) {
         values_text(s, 0, values, sizeof values);
         printf("  %-24s %-10s %s%s\n", s->name, s->default_value ? s->default_value : "-", s->help,
                values);
+    }
+}
+
+extern char **environ;
+
+/* The GPC_* variables of this environment that are (known 1) or are not
+ * (known 0) in the table, under heading; known ones with their values. */
+static void list_environment(int known, const char *heading) {
+    int listed = 0;
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "GPC_", 4) != 0) continue;
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(*e, "="), *e);
+        if ((gpc_settings_find(name) != NULL) != known) continue;
+        if (!listed++) printf("\n%s:\n", heading);
+        printf("  %s\n", known ? *e : name);
     }
 }
 
@@ -129,7 +146,11 @@ int cli_help_env(int argc, char **argv) {
     CLI_PARSE_OR_RETURN(&spec, argc, argv);
     if (markdown)
         print_markdown();
-    else
+    else {
         print_plain();
+        list_environment(1, "Set here");
+        /* a misspelt name is otherwise silent: nothing reads it */
+        list_environment(0, "Set here but not settings of gpc (nothing reads them)");
+    }
     return CLI_EXIT_OK;
 }

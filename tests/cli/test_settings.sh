@@ -52,9 +52,15 @@ grep -Eq '^  GPC_ATTENTION_BWD +auto +which GPU attention backward runs \(gpc tr
 grep -Eq '^  GPC_MATMUL_WORKSPACE_MB +32 +cuBLASLt.s workspace in MiB; 1 to 4096$' "$out" ||
   fail "gpc help env: GPC_MATMUL_WORKSPACE_MB's line: $(grep GPC_MATMUL_WORKSPACE_MB "$out")"
 grep -Eq '^  GPC_TOKEN +- +bearer token' "$out" || fail "gpc help env: GPC_TOKEN has a default?"
-awk '/^  GPC_/ {print $1}' "$out" | sort >"$work/table"
+awk '/^Set here/ {exit} /^  GPC_/ {print $1}' "$out" | sort >"$work/table"
 sort -u "$work/table" | cmp -s - "$work/table" || fail "gpc help env prints a name twice"
 [[ $(wc -l <"$work/table") -ge 40 ]] || fail "gpc help env lists only $(wc -l <"$work/table") settings"
+# the variables set here: values of settings, and names that are none
+env GPC_ATENTION=gpc GPC_LOG=warn "$GPC" help env >"$work/here" 2>&1 || fail "gpc help env with variables set"
+sed -n '/^Set here:$/,/^$/p' "$work/here" | grep -qx '  GPC_LOG=warn' ||
+  fail "gpc help env does not show GPC_LOG=warn as set: $(tail -8 "$work/here")"
+sed -n '/^Set here but not settings of gpc/,$p' "$work/here" | grep -qx '  GPC_ATENTION' ||
+  fail "gpc help env does not name GPC_ATENTION as no setting: $(tail -8 "$work/here")"
 expect_exit 2 "gpc help env: error: unknown option --bogus (see 'gpc help env')" "$GPC" help env --bogus
 "$GPC" help env --help >"$work/help" || fail "gpc help env --help: exit $?"
 grep -q "usage: gpc help env \[--markdown\]" "$work/help" || fail "gpc help env --help: $(head -2 "$work/help")"
