@@ -912,8 +912,8 @@ gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_t
      * BGRADB algorithm with an f32 sum for GPT-2's dweight products at all
      * (bench_gemm_search's *_bgradb shapes), so there it falls back, said once. */
     static int epilogue_bgrad = -1;
-    gpc_cuda_setting_flag("GPC_MATMUL_BGRAD", &epilogue_bgrad);
-    if (dbias && dbias->data && want_dweight && epilogue_bgrad) {
+    if (dbias && dbias->data && want_dweight &&
+        gpc_cuda_setting_flag("GPC_MATMUL_BGRAD", &epilogue_bgrad)) {
         /* First choice: the bias gradient from the dweight product's epilogue
          * (cuBLASLt reads dout once for both), into f32 scratch, then added. */
         void *sums;
