@@ -74,8 +74,14 @@ grep -q "gpc help env" < <("$GPC" help) || fail "gpc help does not point at gpc 
   grep -rhoE --include='*.c' --include='*.h' --include='*.cu' --include='*.cuh' \
     --exclude=settings.c --exclude=test_settings.c '"GPC_[A-Z0-9_]+"' src include bench tests fuzz |
     tr -d '"'
+  # in scripts, a variable read ($GPC_X, ${GPC_X) or set (GPC_X=, outside
+  # comments); this script sets a misspelt one on purpose
   # shellcheck disable=SC2016 # a $ to match, not to expand
-  grep -rhoE --include='*.sh' '\$\{?GPC_[A-Z0-9_]+' bench scripts tests | tr -d '${'
+  grep -rhoE --include='*.sh' --exclude=test_settings.sh '\$\{?GPC_[A-Z0-9_]+' bench scripts tests |
+    tr -d '${'
+  grep -rhE --include='*.sh' --exclude=test_settings.sh '(^|[^A-Za-z0-9_])GPC_[A-Z0-9_]+=' \
+    bench scripts tests | grep -vE '^[[:space:]]*#' | grep -oE '(^|[^A-Za-z0-9_])GPC_[A-Z0-9_]+=' |
+    grep -oE 'GPC_[A-Z0-9_]+'
   grep -hoE '[ ";(]GPC_[A-Z0-9_]+=' tests/CMakeLists.txt | tr -d ' ";(='
 ) | sort -u >"$work/used"
 [[ $(wc -l <"$work/used") -ge 30 ]] || fail "the scan found only $(wc -l <"$work/used") names: is GPC_SOURCE_DIR right?"
