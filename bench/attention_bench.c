@@ -27,6 +27,7 @@
 
 #include "cuda/attention_cudnn.h"
 #include "bench_energy.h"
+#include "gpc/settings.h"
 #include "ops/ops.h"
 
 #define PROG "bench_attention_bench"
@@ -50,7 +51,7 @@ static gpc_status run_backward(void *ctx) {
 
 int main(int argc, char **argv) {
     int64_t b = 64, t = 1024, nh = 12, head = 64, r64 = 20;
-    const char *precision = "bf16", *path_arg = getenv("GPC_ATTENTION");
+    const char *precision = "bf16", *path_arg = gpc_setting_given("GPC_ATTENTION");
     if (!path_arg || !path_arg[0]) path_arg = "both";
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

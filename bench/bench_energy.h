@@ -12,11 +12,12 @@
 
 #include "bench_util.h"
 #include "gpc/energy.h"
+#include "gpc/settings.h"
 
 /* The seconds GPC_BENCH_ENERGY_S asks for (0 when unset) in *seconds: 1, or
  * 0 after saying what is wrong with it. */
 static inline int bench_energy_seconds(const char *program, double *seconds) {
-    const char *es = getenv("GPC_BENCH_ENERGY_S");
+    const char *es = gpc_setting_given("GPC_BENCH_ENERGY_S");
     char *end = NULL;
     *seconds = es && *es ? strtod(es, &end) : 0.0;
     if (es && *es && (*end || !(*seconds >= 0 && *seconds <= 600))) {

@@ -18,7 +18,9 @@ int cli_usage_error(const char *command, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "gpc %s: error: %s (see 'gpc help %s')\n", command, message, command);
+    /* "help env" is its own help topic: see 'gpc help env' */
+    const char *topic = strncmp(command, "help ", 5) == 0 ? command + 5 : command;
+    fprintf(stderr, "gpc %s: error: %s (see 'gpc help %s')\n", command, message, topic);
     return CLI_EXIT_USAGE;
 }
 

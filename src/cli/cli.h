@@ -101,4 +101,7 @@ const char *cli_stop_name(void); /* "Ctrl-C" or "SIGTERM" */
 /* Subcommands. Each lives in its own cmd_*.c file. */
 typedef int (*cli_command_fn)(int argc, char **argv);
 
+/* `gpc help env [--markdown]` (help_env.c): the table of settings. */
+int cli_help_env(int argc, char **argv);
+
 #endif /* GPC_CLI_H */

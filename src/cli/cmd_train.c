@@ -14,6 +14,7 @@
 #include "cli/cli.h"
 #include "cli/cli_dist.h"
 #include "gpc/model.h"
+#include "gpc/settings.h"
 #include "gpc/train.h"
 #include "ops/ops.h"
 
@@ -111,7 +112,7 @@ static int positive_or_unset(const char *flag, int value) {
  * config.txt records) and the folder holds a checkpoint, training resumes
  * instead of refusing the folder, so preemption loses at most one step. */
 static int requeued_gpcd_job(const char *out_dir) {
-    const char *job = getenv("GPC_JOB_ID");
+    const char *job = gpc_setting_given("GPC_JOB_ID");
     char path[4096], line[256], want[128];
     if (!job || !*job || !out_dir) return 0;
     snprintf(path, sizeof path, "%s/checkpoint.bin", out_dir);
@@ -140,7 +141,8 @@ int cmd_train(int argc, char **argv) {
     double lr = NAN, min_lr_ratio = NAN, weight_decay = NAN, max_grad_norm = NAN;
     int zero = 0;
     double bucket_mb = NAN;
-    const char *collectives = "auto", *attention = NULL;
+    const char *collectives = "auto", *attention = NULL, *attention_backward = NULL;
+    int stochastic_rounding = 0;
     const cli_option options[] = {
         {"data", CLI_STRING, &data, "DIR", "dataset folder (from gpc data prepare or synth)"},
         {"out", CLI_STRING, &out, "RUN", "run folder: checkpoint, metrics, config, tokenizer"},
@@ -173,6 +175,13 @@ int cmd_train(int argc, char **argv) {
         {"attention", CLI_STRING, &attention, "A",
          "GPU attention: auto, gpc (gpc's kernels) or cudnn (cuDNN's fused attention) "
          "(default GPC_ATTENTION, else auto: the faster here)"},
+        {"attention-backward", CLI_STRING, &attention_backward, "B",
+         "GPU attention backward: auto (the fastest that serves), two (gpc's two kernels, the "
+         "same bits each run), fused (one kernel) or wgmma (Hopper) (default GPC_ATTENTION_BWD, "
+         "else auto)"},
+        {"stochastic-rounding", CLI_FLAG, &stochastic_rounding, NULL,
+         "round the bf16 weights stochastically after each update, not to nearest (default "
+         "GPC_STOCHASTIC_ROUNDING, else off)"},
         {"recompute", CLI_INT, &recompute, "0|1|2",
          "rebuild activations in backward to save memory: 1 GELU, 2 also layernorm (default 0, or "
          "the checkpoint's when resuming)"},
@@ -190,7 +199,8 @@ int cmd_train(int argc, char **argv) {
         "train",
         "train --data DIR --out RUN [--model dN] [--context T] [--batch B] [--total-batch "
         "TOKENS] [--steps N] [--lr X] [--eval-every N] [--checkpoint-every N] [--device "
-        "auto|cpu|cuda] [--attention auto|gpc|cudnn] [--recompute 0|1|2] [--resume] [--seed S]",
+        "auto|cpu|cuda] [--attention auto|gpc|cudnn] [--attention-backward auto|two|fused|wgmma] "
+        "[--stochastic-rounding] [--recompute 0|1|2] [--resume] [--seed S]",
         "Trains a GPT-2 style model on token shards: micro-batches with gradient accumulation, "
         "AdamW with warmup and cosine decay, validation and checkpoints. Ctrl-C (or SIGTERM) "
         "finishes the step, saves a checkpoint and exits; --resume continues exactly.",
@@ -251,6 +261,16 @@ int cmd_train(int argc, char **argv) {
         /* for the whole process: every model it builds */
         if ((s = gpc_op_set_attention_path(attention)) != GPC_OK) return cli_fail(NAME, s);
     }
+    /* flags ahead of the environment, for the settings the GPU backend and
+     * the trainer read (gpc/settings.h) */
+    if (attention_backward &&
+        gpc_settings_override("GPC_ATTENTION_BWD", attention_backward) != GPC_OK)
+        return cli_usage_error(NAME,
+                               "--attention-backward must be auto, two, fused or wgmma, not '%s'",
+                               attention_backward);
+    if (stochastic_rounding &&
+        (s = gpc_settings_override("GPC_STOCHASTIC_ROUNDING", "1")) != GPC_OK)
+        return cli_fail(NAME, s);
     if (recompute != UNSET && (recompute < 0 || recompute > 2))
         return cli_usage_error(NAME,
                                "--recompute must be 0, 1 (GELU) or 2 (GELU and layernorm), "

@@ -66,8 +66,10 @@ static void print_overview(FILE *out) {
             GPC_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (commands[i].run) fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "  %-8s %s\n\nRun 'gpc help COMMAND' for a command's options.\n", "help",
-            "show help for a command");
+    fprintf(out,
+            "  %-8s %s\n\nRun 'gpc help COMMAND' for a command's options, 'gpc help env' for "
+            "the environment variables.\n",
+            "help", "show help for a command");
 }
 
 static const command_entry *find(const char *name) {
@@ -111,6 +113,8 @@ int main(int argc, char **argv) {
             print_overview(stdout);
             return CLI_EXIT_OK;
         }
+        /* gpc help env [--markdown]: the table of settings */
+        if (strcmp(argv[2], "env") == 0) return cli_help_env(argc - 2, argv + 2);
         const command_entry *c = find(argv[2]);
         if (!c) {
             fprintf(stderr, "gpc help: error: unknown command '%s' (see 'gpc help')\n", argv[2]);

@@ -3,9 +3,10 @@
  *
  * One line per call, written with a single fprintf so lines from several
  * threads do not interleave mid-line. The level comes from the GPC_LOG
- * environment variable the first time anything is logged.
+ * setting (gpc/settings.h) the first time anything is logged.
  */
 #include "gpc/core.h"
+#include "gpc/settings.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,7 +16,7 @@
 static int log_level = -1;
 
 static void log_level_from_env(void) {
-    const char *env = getenv("GPC_LOG");
+    const char *env = gpc_setting_str("GPC_LOG");
     log_level = GPC_LOG_INFO;
     if (!env) return;
     if (strcmp(env, "debug") == 0)

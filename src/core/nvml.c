@@ -12,6 +12,7 @@
  * Not thread-safe: one thread (gpcd's monitor, or gpc doctor) owns a handle.
  */
 #include "gpc/nvml.h"
+#include "gpc/settings.h"
 
 #include <ctype.h>
 #include <dlfcn.h>
@@ -183,7 +184,7 @@ static int read_sysfs_int(const char *path) {
 
 gpc_status gpc_nvml_open(gpc_nvml **out) {
     *out = NULL;
-    const char *path = getenv("GPC_NVML_LIBRARY");
+    const char *path = gpc_setting_str("GPC_NVML_LIBRARY");
     if (!path || !*path) path = "libnvidia-ml.so.1";
     void *library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!library)

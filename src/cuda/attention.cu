@@ -134,7 +134,7 @@ enum { ATT_BWD_TWO, ATT_BWD_FUSED, ATT_BWD_WGMMA, ATT_BWD_AUTO };
 static int att_backward_mode(void) {
     static int mode = -1;
     if (mode < 0) {
-        const char *e = getenv("GPC_ATTENTION_BWD");
+        const char *e = gpc_setting_str("GPC_ATTENTION_BWD");
         mode = !e || !*e || !strcmp(e, "auto") ? ATT_BWD_AUTO
                : !strcmp(e, "two")             ? ATT_BWD_TWO
                : !strcmp(e, "fused")           ? ATT_BWD_FUSED

@@ -29,14 +29,14 @@
 /* GPC_CUDNN_TUNE=1 (or =energy): keep every engine configuration that
  * finalizes and time them at the first execution. */
 int gpc_cudnn_att_tune_enabled(void) {
-    const char *e = getenv("GPC_CUDNN_TUNE");
+    const char *e = gpc_setting_str("GPC_CUDNN_TUNE");
     return e && (strcmp(e, "1") == 0 || strcmp(e, "energy") == 0);
 }
 
 /* GPC_CUDNN_TUNE=energy: compare the candidates by their energy a run at the
  * power limit instead of by a few short timings (tune_energy). */
 static int tune_by_energy(void) {
-    const char *e = getenv("GPC_CUDNN_TUNE");
+    const char *e = gpc_setting_str("GPC_CUDNN_TUNE");
     return e && strcmp(e, "energy") == 0;
 }
 
@@ -80,7 +80,7 @@ static int energy_index(int device) {
 static double energy_seconds(void) {
     static double seconds;
     if (seconds == 0) {
-        const char *e = getenv("GPC_CUDNN_TUNE_ENERGY_S");
+        const char *e = gpc_setting_str("GPC_CUDNN_TUNE_ENERGY_S");
         char *end = NULL;
         double v = e && *e ? strtod(e, &end) : CUDNN_ATT_ENERGY_S;
         if (e && *e && (*end || !(v >= 0.01 && v <= 60))) {

@@ -376,7 +376,7 @@ static int h_kernel_ok(int device) {
  * blocks. */
 static int h_cluster_count(int64_t tiles_m) {
     static int on = -1;
-    return gpc_sm90_cluster_count("GPC_HEAD_CLUSTER", 1, &on, h_clusters, tiles_m);
+    return gpc_sm90_cluster_count("GPC_HEAD_CLUSTER", &on, h_clusters, tiles_m);
 }
 
 /* Whether this GPU runs the kernel (asked once per device). */
@@ -387,8 +387,8 @@ static int h_device_ok(void) {
 
 int gpc_cuda_classifier_sm90_available(void) {
     static int head_on = -1;
-    return gpc_cuda_env_on("GPC_GEMM_SM90_HEAD", &head_on) && gpc_cuda_gemm_sm90_available() &&
-           h_device_ok();
+    return gpc_cuda_setting_flag("GPC_GEMM_SM90_HEAD", &head_on) &&
+           gpc_cuda_gemm_sm90_available() && h_device_ok();
 }
 
 static long calls;

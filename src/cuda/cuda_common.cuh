@@ -21,6 +21,7 @@
 #include <string.h>
 
 extern "C" {
+#include "gpc/settings.h"
 #include "ops/ops_backend.h"
 }
 
@@ -147,24 +148,11 @@ template <int PER, typename T> __device__ __forceinline__ void gpc_store_f32(T *
     }
 }
 
-/* 1 unless the environment sets name to "0" (a switch that is on by
- * default), read at the first call: *cached starts at -1 and keeps the
- * answer. */
-static inline int gpc_cuda_env_on(const char *name, int *cached) {
-    if (*cached < 0) {
-        const char *e = getenv(name);
-        *cached = !(e && strcmp(e, "0") == 0);
-    }
-    return *cached;
-}
-
-/* The reverse kind: 0 unless the environment sets name to "1" (a switch
- * that is off by default), read and kept the same way. */
-static inline int gpc_cuda_env_is1(const char *name, int *cached) {
-    if (*cached < 0) {
-        const char *e = getenv(name);
-        *cached = e && strcmp(e, "1") == 0;
-    }
+/* A switch of the table of settings (gpc/settings.h, which holds its
+ * default), read at the first call only, since kernels ask at every launch:
+ * *cached starts at -1 and keeps the answer. */
+static inline int gpc_cuda_setting_flag(const char *name, int *cached) {
+    if (*cached < 0) *cached = gpc_setting_flag(name);
     return *cached;
 }
 

@@ -119,8 +119,7 @@ static void profile_flush(void) {
 
 static int profile_on(void) {
     if (profile_enabled < 0) {
-        const char *env = getenv("GPC_CUDA_PROFILE");
-        profile_enabled = env && env[0] == '1';
+        profile_enabled = gpc_setting_flag("GPC_CUDA_PROFILE");
         if (profile_enabled)
             for (int i = 0; i < PROFILE_POOL; i++)
                 if (cudaEventCreate(&profile_events[i][0]) != cudaSuccess ||

@@ -551,7 +551,7 @@ enum { SM90_GELU = 1, SM90_DGELU = 2 };
 static int sm90_enabled(void) {
     static int enabled = -1;
     if (enabled < 0) {
-        const char *e = getenv("GPC_GEMM_SM90");
+        const char *e = gpc_setting_str("GPC_GEMM_SM90");
         const int both = SM90_GELU | SM90_DGELU;
         enabled = !e || !*e || !strcmp(e, "1") ? both
                   : !strcmp(e, "0")            ? 0
@@ -639,7 +639,7 @@ static void sm90_profile(const char *what) {
 static int sm90_clusters(int mode, int64_t M) {
     static int on = -1;
     return mode == G_DGELU
-               ? gpc_sm90_cluster_count("GPC_GEMM_SM90_CLUSTER", 0, &on, clusters, M / G_BM)
+               ? gpc_sm90_cluster_count("GPC_GEMM_SM90_CLUSTER", &on, clusters, M / G_BM)
                : 0;
 }
 

@@ -471,7 +471,7 @@ __global__ void residual_kernel(T *out, const T *a, const T *b, int64_t n, int v
  * measuring the register kernel against it). */
 static int layernorm_rows_enabled(void) {
     static int enabled = -1;
-    return gpc_cuda_env_on("GPC_LAYERNORM_ROWS", &enabled);
+    return gpc_cuda_setting_flag("GPC_LAYERNORM_ROWS", &enabled);
 }
 
 static gpc_status layernorm_launch(gpc_tensor *out, gpc_tensor *mean, gpc_tensor *rstd,

@@ -58,22 +58,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MATMUL_WORKSPACE_DEFAULT_MB 32
-
-/* cuBLASLt's workspace: 32 MiB, or GPC_MATMUL_WORKSPACE_MB (1 to 4096; for
- * measuring whether more room for split-K pays). */
+/* cuBLASLt's workspace: GPC_MATMUL_WORKSPACE_MB, 32 MiB by default (1 to
+ * 4096; for measuring whether more room for split-K pays). */
 static size_t matmul_workspace_bytes(void) {
     static size_t bytes;
-    if (!bytes) {
-        const char *e = getenv("GPC_MATMUL_WORKSPACE_MB");
-        long mb = e && *e ? strtol(e, NULL, 10) : MATMUL_WORKSPACE_DEFAULT_MB;
-        if (mb < 1 || mb > 4096) {
-            gpc_log(GPC_LOG_WARN, "GPC_MATMUL_WORKSPACE_MB=%s is not 1 to 4096: using %d", e,
-                    MATMUL_WORKSPACE_DEFAULT_MB);
-            mb = MATMUL_WORKSPACE_DEFAULT_MB;
-        }
-        bytes = (size_t)mb << 20;
-    }
+    if (!bytes) bytes = (size_t)gpc_setting_int("GPC_MATMUL_WORKSPACE_MB") << 20;
     return bytes;
 }
 #define MATMUL_WORKSPACE_BYTES matmul_workspace_bytes()
@@ -161,8 +150,7 @@ static int alignment(const void *p) {
 
 /* GPC_MATMUL_TUNE=1: time the heuristic's candidates at a shape's first call. */
 static int tune_enabled(void) {
-    const char *e = getenv("GPC_MATMUL_TUNE");
-    return e && *e && strcmp(e, "0") != 0;
+    return gpc_setting_flag("GPC_MATMUL_TUNE");
 }
 
 #define MATMUL_TUNE_CANDIDATES 16 /* the heuristic's first, each with its variants */
@@ -448,7 +436,7 @@ static const measured_config measured_configs[] = {
 
 static int measured_enabled(void) {
     static int on = -1;
-    return gpc_cuda_env_on("GPC_MATMUL_MEASURED", &on);
+    return gpc_cuda_setting_flag("GPC_MATMUL_MEASURED", &on);
 }
 
 /* Whether md's GPU (the current one) and cuBLASLt are the ones the table was
@@ -924,9 +912,8 @@ gpc_status gpc_cuda_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_t
      * BGRADB algorithm with an f32 sum for GPT-2's dweight products at all
      * (bench_gemm_search's *_bgradb shapes), so there it falls back, said once. */
     static int epilogue_bgrad = -1;
-    if (epilogue_bgrad < 0)
-        epilogue_bgrad = getenv("GPC_MATMUL_BGRAD") && !strcmp(getenv("GPC_MATMUL_BGRAD"), "1");
-    if (dbias && dbias->data && want_dweight && epilogue_bgrad) {
+    if (dbias && dbias->data && want_dweight &&
+        gpc_cuda_setting_flag("GPC_MATMUL_BGRAD", &epilogue_bgrad)) {
         /* First choice: the bias gradient from the dweight product's epilogue
          * (cuBLASLt reads dout once for both), into f32 scratch, then added. */
         void *sums;
@@ -997,7 +984,7 @@ gpc_status gpc_cuda_column_sums(gpc_tensor *acc, const gpc_tensor *x, int64_t fi
 /* The GELU epilogues, unless GPC_MATMUL_GELU=0 asks for the separate kernels. */
 static int gelu_epilogue_enabled(void) {
     static int enabled = -1;
-    return gpc_cuda_env_on("GPC_MATMUL_GELU", &enabled);
+    return gpc_cuda_setting_flag("GPC_MATMUL_GELU", &enabled);
 }
 
 gpc_status gpc_cuda_matmul_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,

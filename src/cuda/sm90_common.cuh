@@ -333,7 +333,7 @@ __device__ __forceinline__ void g_mainloop(float *acc, const unsigned char *base
  * GPC_SM90_STMATRIX=0 keeps the 4-byte stores; read at the first call. */
 static inline int gpc_sm90_stmatrix(void) {
     static int on = -1;
-    return gpc_cuda_env_on("GPC_SM90_STMATRIX", &on);
+    return gpc_cuda_setting_flag("GPC_SM90_STMATRIX", &on);
 }
 
 /* The launch of a kernel in clusters of two blocks (threads a block, smem
@@ -368,15 +368,14 @@ template <class Kernel> static int gpc_sm90_max_clusters(Kernel kernel, int thre
 }
 
 /* Whether a product runs in clusters of two: where the switch var allows it
- * (read once into *on, -1 before: with dflt 1 gpc_cuda_env_on, anything but
- * "0"; with dflt 0 gpc_cuda_env_is1, only "1"), the row tiles pair up and
- * the current device holds clusters, the number resident at once
- * (table[device], the file's gpc_sm90_max_clusters answers); else 0, for
- * single blocks. */
-static inline int gpc_sm90_cluster_count(const char *var, int dflt, int *on, const int *table,
+ * (a flag of the table of settings, read once into *on, -1 before), the row
+ * tiles pair up and the current device holds clusters, the number resident
+ * at once (table[device], the file's gpc_sm90_max_clusters answers); else 0,
+ * for single blocks. */
+static inline int gpc_sm90_cluster_count(const char *var, int *on, const int *table,
                                          int64_t tiles_m) {
     int d = 0;
-    const int want = dflt ? gpc_cuda_env_on(var, on) : gpc_cuda_env_is1(var, on);
+    const int want = gpc_cuda_setting_flag(var, on);
     if (!want || tiles_m % 2 || cudaGetDevice(&d) != cudaSuccess || d < 0 ||
         d >= GPC_CUDA_MAX_DEVICES)
         return 0;
@@ -387,9 +386,9 @@ static inline int gpc_sm90_cluster_count(const char *var, int dflt, int *on, con
  * fewer tiles, or (GPC_SM90_BLOCKS, read each call; for tests) fewer still,
  * so that a small problem still has blocks walking several tiles. */
 static inline int gpc_sm90_grid(int64_t tiles) {
-    const char *cap = getenv("GPC_SM90_BLOCKS");
+    const long cap = gpc_setting_int("GPC_SM90_BLOCKS"); /* 0 when unset */
     int64_t grid = gpc_cuda_sm_count();
-    if (cap && atoi(cap) > 0 && atoi(cap) < grid) grid = atoi(cap);
+    if (cap > 0 && cap < grid) grid = cap;
     return (int)(tiles < grid ? tiles : grid);
 }
 

@@ -14,6 +14,7 @@
  * accumulation over micro-steps a matter of calling forward_backward again.
  */
 #include "gpc/model.h"
+#include "gpc/settings.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -225,8 +226,7 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     m->dtype = dtype;
     m->training = training ? 1 : 0;
     m->recompute = training ? recompute : 0; /* inference keeps no activations for backward */
-    const char *derived = getenv("GPC_QKV_BIAS_DERIVED");
-    m->derived_qkv_bias = !(derived && !strcmp(derived, "0"));
+    m->derived_qkv_bias = gpc_setting_flag("GPC_QKV_BIAS_DERIVED");
     m->B = B;
     m->T = T;
     m->num_params = gpt_config_num_params(&check);
@@ -645,10 +645,7 @@ gpc_status gpt_read_step(gpt_model *m, float *mean_loss, float *grad_norm) {
  * instead (for benchmarks). */
 static int fused_bias_grads(void) {
     static int fused = -1;
-    if (fused < 0) {
-        const char *env = getenv("GPC_FUSED_BIAS_GRADS");
-        fused = !(env && !strcmp(env, "0"));
-    }
+    if (fused < 0) fused = gpc_setting_flag("GPC_FUSED_BIAS_GRADS");
     return fused;
 }
 

@@ -8,6 +8,7 @@
  * developer must find quickly. Then the device's backend runs the op.
  */
 #include "ops/ops_backend.h"
+#include "gpc/settings.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -396,7 +397,7 @@ gpc_status gpc_op_attention_path(gpc_attention_path *out) {
         *out = (gpc_attention_path)set;
         return GPC_OK;
     }
-    const char *env = getenv("GPC_ATTENTION");
+    const char *env = gpc_setting_str("GPC_ATTENTION");
     if (!env || !env[0]) {
         *out = GPC_ATTENTION_AUTO;
         return GPC_OK;

@@ -6,6 +6,7 @@
  * always Content-Length framed.
  */
 #include "gpc/sched.h"
+#include "gpc/settings.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,7 +20,7 @@
 
 const char *gpcd_client_socket(const char *explicit_path) {
     if (explicit_path && *explicit_path) return explicit_path;
-    const char *env = getenv("GPC_SOCKET");
+    const char *env = gpc_setting_str("GPC_SOCKET");
     if (env && *env) return env;
     return GPCD_DEFAULT_SOCKET;
 }
@@ -114,7 +115,7 @@ gpc_status gpcd_client_request(const char *socket_path, const char *method, cons
     GPC_TRY(connect_to(socket_path, &fd));
     size_t body_len = body ? strlen(body) : 0;
     char head[1024], auth[400] = "";
-    const char *token = getenv("GPC_TOKEN");
+    const char *token = gpc_setting_str("GPC_TOKEN");
     if (strncmp(socket_path, "tcp://", 6) == 0 && token && *token)
         snprintf(auth, sizeof auth, "Authorization: Bearer %.300s\r\n", token);
     int n = snprintf(head, sizeof head,

@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "gpc/dist.h"
+#include "gpc/settings.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -143,7 +144,8 @@ gpc_status gpc_dist_env_parse(gpc_env_getter get, void *user, gpc_dist_env *e) {
 
 static const char *process_getenv(const char *name, void *user) {
     (void)user;
-    return getenv(name);
+    /* gpc's own through the table of settings; SLURM_*, OMPI_* as they are */
+    return strncmp(name, "GPC_", 4) == 0 ? gpc_setting_given(name) : getenv(name);
 }
 
 gpc_status gpc_dist_env_from_process(gpc_dist_env *out) {
@@ -357,9 +359,7 @@ gpc_status gpc_dist_create(gpc_dist **out, const gpc_dist_env *env, gpc_device d
     d->world_size = env->world_size;
     d->local_rank = env->local_rank;
     d->device = device;
-    d->timeout_s = 300;
-    const char *t = getenv("GPC_DIST_TIMEOUT");
-    if (t && atof(t) > 0) d->timeout_s = atof(t);
+    d->timeout_s = gpc_setting_double("GPC_DIST_TIMEOUT");
     gpc_status s;
     if (strcmp(pick, "none") == 0) {
         s = gpc_dist_none_init(d);

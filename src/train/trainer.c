@@ -36,6 +36,7 @@
 #include "gpc/data.h"
 #include "gpc/ddp.h"
 #include "gpc/nvml.h"
+#include "gpc/settings.h"
 #include "gpc/trace.h"
 
 static volatile sig_atomic_t stop_flag;
@@ -135,8 +136,7 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "recompute must be 0, 1 (GELU) or 2 (GELU and layernorm), not %d",
                          o->recompute);
-    const char *sr = getenv("GPC_STOCHASTIC_ROUNDING");
-    s->stochastic_rounding = sr && *sr && strcmp(sr, "0") != 0;
+    s->stochastic_rounding = gpc_setting_flag("GPC_STOCHASTIC_ROUNDING");
     /* a memory-for-speed choice that leaves the numbers alone: a resumed run
      * keeps its own unless told otherwise */
     s->recompute = o->recompute >= 0              ? o->recompute
@@ -247,7 +247,7 @@ static gpc_status write_config(const trainer *t) {
              s->weight_decay, s->max_grad_norm, s->eval_every, s->eval_batches, s->checkpoint_every,
              (unsigned long long)s->seed, gpc_device_name(t->o->device),
              gpc_dtype_name(s->precision), s->recompute, device_name,
-             getenv("GPC_JOB_ID") ? getenv("GPC_JOB_ID") : "");
+             gpc_setting_given("GPC_JOB_ID") ? gpc_setting_given("GPC_JOB_ID") : "");
     return write_text(path, text);
 }
 
@@ -739,8 +739,7 @@ static gpc_status open_ddp(trainer *t) {
     d.bucket_mb = o->bucket_mb > 0   ? o->bucket_mb
                   : o->bucket_mb < 0 ? 0
                                      : GPC_DDP_DEFAULT_BUCKET_MB;
-    const char *no_comm = getenv("GPC_DDP_NO_COMM"); /* benchmarks: the step without comm */
-    d.no_comm = no_comm && strcmp(no_comm, "1") == 0;
+    d.no_comm = gpc_setting_flag("GPC_DDP_NO_COMM"); /* benchmarks: the step without comm */
     return gpc_ddp_create(&t->ddp, t->model, o->dist, &d);
 }
 
@@ -767,9 +766,8 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
      * with bf16 parameters it has not yet run on GPUs, so there it stays
      * opt-in (GPC_ZERO_SHARD_LOWP=1) and ZeRO-1 shards only the update, as
      * measured in bench/RESULTS.md. */
-    const char *lowp = getenv("GPC_ZERO_SHARD_LOWP");
-    int shard_state =
-        s->precision == GPC_F32 || (s->precision == GPC_BF16 && lowp && strcmp(lowp, "1") == 0);
+    int shard_state = s->precision == GPC_F32 ||
+                      (s->precision == GPC_BF16 && gpc_setting_flag("GPC_ZERO_SHARD_LOWP"));
     if (o->zero == 1 && o->dist && world > 1 && o->rank >= 0 && o->rank < world && shard_state) {
         /* ZeRO-1: this rank holds only its shard of m, v and the master
          * weights, cut as gpc_ddp_create cuts the update */

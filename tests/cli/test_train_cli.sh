@@ -92,7 +92,31 @@ grep -q "attention must be auto, gpc or cudnn, not 'flash'" "$work/err" ||
 expect 2 "train --attention cudnn on the cpu" -- "$GPC" train --data "$data" --out "$run" \
   --model d1 --device cpu --attention cudnn
 grep -q "attention cudnn needs a GPU" "$work/err" || fail "attention cpu message: $(cat "$work/err")"
+expect 2 "train --attention-backward quick" -- "$GPC" train --data "$data" --out "$run" \
+  --model d1 --device cpu --attention-backward quick
+grep -q "attention-backward must be auto, two, fused or wgmma, not 'quick'" "$work/err" ||
+  fail "attention-backward message: $(cat "$work/err")"
+expect 2 "train --stochastic-rounding with a value" -- "$GPC" train --data "$data" --out "$run" \
+  --model d1 --device cpu --stochastic-rounding 1
 [[ -d "$run" && -f "$run/checkpoint.bin" ]] && fail "a refused run left a checkpoint"
+
+# ---- flags of settings: shown in the help, and ahead of the environment,
+# whose bad value is warned about only when it is read
+"$GPC" help train >"$work/help" 2>&1
+grep -Eq '^  --attention-backward B +GPU attention backward: auto .*two .*fused .*wgmma' "$work/help" ||
+  fail "gpc help train lacks --attention-backward: $(grep attention "$work/help")"
+grep -Eq '^  --stochastic-rounding +round the bf16 weights stochastically' "$work/help" ||
+  fail "gpc help train lacks --stochastic-rounding"
+tiny=(train --data "$data" --layers 1 --heads 2 --channels 32 --context 16 --batch 2 --steps 2
+  --eval-every 0 --device cpu)
+expect 0 "train with a bad GPC_STOCHASTIC_ROUNDING" -- env GPC_STOCHASTIC_ROUNDING=banana \
+  "$GPC" "${tiny[@]}" --out "$work/sr-env"
+grep -q "GPC_STOCHASTIC_ROUNDING=banana is not 1, on, true, yes, 0, off, false or no: using 0" \
+  "$work/err" || fail "no warning about GPC_STOCHASTIC_ROUNDING=banana: $(cat "$work/err")"
+expect 0 "train --stochastic-rounding --attention-backward two over the environment" -- \
+  env GPC_STOCHASTIC_ROUNDING=banana GPC_ATTENTION_BWD=banana \
+  "$GPC" "${tiny[@]}" --out "$work/sr-flag" --stochastic-rounding --attention-backward two
+grep -q "banana" "$work/err" && fail "the flags did not come first: $(grep banana "$work/err")"
 
 # ---- runtime errors: exit 1
 expect 1 "train missing data dir" -- "$GPC" train --data "$work/nope" --out "$run" --device cpu

@@ -328,7 +328,7 @@ static void test_auto_backward_route(void **state) {
     gpc_tensor q = upload(GPC_BF16, 3, s_qkv, hq), dout = upload(GPC_BF16, 3, s_o, hdo);
     gpc_tensor out = poisoned(GPC_BF16, 3, s_o), lse = poisoned(GPC_F32, 3, s_l);
     gpc_tensor dq = poisoned(GPC_BF16, 3, s_qkv);
-    const char *bwd = getenv("GPC_ATTENTION_BWD");
+    const char *bwd = gpc_setting_str("GPC_ATTENTION_BWD");
     int on = (!bwd || !*bwd || !strcmp(bwd, "auto") || !strcmp(bwd, "wgmma")) &&
              gpc_cuda_attention_sm90_serves((int)T);
     int major = 0;
@@ -506,6 +506,7 @@ int main(void) {
         cmocka_unit_test(test_auto_backward_route),
     };
     /* GPC_TEST_FILTER='*route*' runs a subset (a ctest variant) */
-    if (getenv("GPC_TEST_FILTER")) cmocka_set_test_filter(getenv("GPC_TEST_FILTER"));
+    if (gpc_setting_given("GPC_TEST_FILTER"))
+        cmocka_set_test_filter(gpc_setting_given("GPC_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -483,8 +483,7 @@ static void test_matmul_gelu(void **state) {
     assert_int_equal(sm90, (on & 1 ? 2 : 0) + (on & 2 ? 3 : 0));
     /* the 8192-row DGELU products pair their tile rows: clusters of two
      * blocks with GPC_GEMM_SM90_CLUSTER=1 (gpu_test_cuda_ops_sm90_cluster) */
-    const char *cl = getenv("GPC_GEMM_SM90_CLUSTER");
-    int clusters_on = on && cl && !strcmp(cl, "1");
+    int clusters_on = on && gpc_setting_flag("GPC_GEMM_SM90_CLUSTER");
     long clustered = gpc_cuda_gemm_sm90_cluster_calls() - clusters_before;
     printf("  of them as clusters of two: %ld\n", clustered);
     assert_int_equal(clustered, clusters_on && (on & 2) ? 2 : 0);
@@ -660,7 +659,7 @@ static void test_attention_tensor_cores(void **state) {
     /* with GPC_ATTENTION_BWD=wgmma on Hopper the backward ran on wgmma
      * (attention_sm90.cu) for the bf16 cases whose T is a multiple of 128,
      * and the mma.sync kernels for the others */
-    const char *bwd = getenv("GPC_ATTENTION_BWD");
+    const char *bwd = gpc_setting_str("GPC_ATTENTION_BWD");
     int on = bwd && !strcmp(bwd, "wgmma") && gpc_cuda_attention_sm90_available();
     long ran = gpc_cuda_attention_sm90_calls() - before;
     printf("  wgmma attention backwards: %ld (%s)\n", ran, on ? "on" : "off");
@@ -1102,7 +1101,8 @@ int main(void) {
     /* these are gpc's own kernels' tests; test_cuda_cudnn.c checks cuDNN's path */
     gpc_op_set_attention_path("gpc");
     /* GPC_TEST_FILTER='*attention*' runs a subset (scripts/gpu-check.sh's racecheck) */
-    if (getenv("GPC_TEST_FILTER")) cmocka_set_test_filter(getenv("GPC_TEST_FILTER"));
+    if (gpc_setting_given("GPC_TEST_FILTER"))
+        cmocka_set_test_filter(gpc_setting_given("GPC_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_layernorm),

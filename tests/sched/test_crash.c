@@ -85,7 +85,7 @@ static void *submit_loop(void *arg) {
 
 static void test_kill_during_submissions(void **state) {
     (void)state;
-    const char *bin = getenv("GPC_BINARY_DIR");
+    const char *bin = gpc_setting_given("GPC_BINARY_DIR");
     if (!bin) skip();
     char gpcd[4200];
     snprintf(gpcd, sizeof gpcd, "%s/gpcd", bin);

@@ -392,7 +392,8 @@ static void test_gradient_check(void **state) {
         for (size_t k = start; k < end; k++)
             gmax = fmax(gmax, fabs(grad[k]));
         assert_true(gmax > 0);
-        if (getenv("GPC_TEST_VERBOSE")) fprintf(stderr, "%s: largest gradient %.3g\n", name, gmax);
+        if (gpc_setting_flag("GPC_TEST_VERBOSE"))
+            fprintf(stderr, "%s: largest gradient %.3g\n", name, gmax);
 
         /* elements: the three largest |g| and three random ones */
         size_t picks[6];

@@ -69,7 +69,7 @@ static int read_fixture(fixture *f, char **why) {
 
 /* With GPC_TEST_VERBOSE: the largest error against the largest value. */
 static void report(const char *what, const float *got, const float *want, size_t n) {
-    if (!getenv("GPC_TEST_VERBOSE")) return;
+    if (!gpc_setting_flag("GPC_TEST_VERBOSE")) return;
     double err = 0, big = 0, rel = 0;
     for (size_t i = 0; i < n; i++) {
         err = fmax(err, fabs((double)got[i] - want[i]));

@@ -79,7 +79,7 @@ static void test_refuses_bad_arguments(void **state) {
 
 static void test_open_without_the_library(void **state) {
     (void)state;
-    const char *old = getenv("GPC_NVML_LIBRARY");
+    const char *old = gpc_setting_given("GPC_NVML_LIBRARY");
     char *saved = old ? strdup(old) : NULL;
     setenv("GPC_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
     gpc_nvml *nvml = (gpc_nvml *)1;

@@ -12,7 +12,7 @@ uint64_t test_seed(void) {
     static uint64_t seed;
     static int chosen;
     if (!chosen) {
-        const char *env = getenv("GPC_TEST_SEED");
+        const char *env = gpc_setting_given("GPC_TEST_SEED");
         seed = env ? strtoull(env, NULL, 10)
                    : ((uint64_t)time(NULL) * 2654435761u) ^ ((uint64_t)getpid() << 16);
         chosen = 1;
@@ -86,7 +86,7 @@ void test_rmtree(const char *path) {
 }
 
 char *test_source_path(const char *relative) {
-    const char *root = getenv("GPC_SOURCE_DIR");
+    const char *root = gpc_setting_given("GPC_SOURCE_DIR");
     char *path = gpc_malloc(4096);
     snprintf(path, 4096, "%s/%s", root ? root : ".", relative);
     return path;

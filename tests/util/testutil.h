@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "gpc/core.h"
+#include "gpc/settings.h"
 
 /* A seed that differs from run to run (time and pid) unless GPC_TEST_SEED is
  * set; printed once so a failing run can be repeated exactly. */
