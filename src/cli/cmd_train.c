@@ -135,7 +135,7 @@ int cmd_train(int argc, char **argv) {
      * "left out" and every value a user can give stay apart */
     int layers = UNSET, heads = UNSET, channels = UNSET, context = UNSET, batch = UNSET;
     int steps = UNSET, warmup = UNSET, eval_every = UNSET, eval_batches = UNSET;
-    int checkpoint_every = UNSET, resume = 0, recompute = UNSET;
+    int checkpoint_every = UNSET, resume = 0, recompute = UNSET, stop_after = UNSET;
     int64_t total_batch = UNSET, seed = UNSET;
     double lr = NAN, min_lr_ratio = NAN, weight_decay = NAN, max_grad_norm = NAN;
     int zero = 0;
@@ -176,7 +176,11 @@ int cmd_train(int argc, char **argv) {
         {"recompute", CLI_INT, &recompute, "0|1|2",
          "rebuild activations in backward to save memory: 1 GELU, 2 also layernorm (default 0, or "
          "the checkpoint's when resuming)"},
-        {"resume", CLI_FLAG, &resume, NULL, "continue the run in --out from its checkpoint"},
+        {"resume", CLI_FLAG, &resume, NULL,
+         "continue the run in --out from its checkpoint, on its schedule"},
+        {"stop-after", CLI_INT, &stop_after, "N",
+         "stop with a checkpoint after N steps of this run, the schedule unchanged (--resume "
+         "goes on)"},
         {"seed", CLI_INT64, &seed, "S", "weights, data order and rounding (default 1337)"},
         {"zero", CLI_INT, &zero, "0|1",
          "several processes: 1 shards the optimizer state over them (ZeRO-1; default 0)"},
@@ -207,7 +211,8 @@ int cmd_train(int argc, char **argv) {
         (rc = positive_or_unset("channels", channels)) ||
         (rc = positive_or_unset("context", context)) || (rc = positive_or_unset("batch", batch)) ||
         (rc = positive_or_unset("steps", steps)) ||
-        (rc = positive_or_unset("eval-batches", eval_batches)))
+        (rc = positive_or_unset("eval-batches", eval_batches)) ||
+        (rc = positive_or_unset("stop-after", stop_after)))
         return rc;
     if (total_batch != UNSET && total_batch <= 0)
         return cli_usage_error(NAME, "--total-batch must be a positive number of tokens");
@@ -275,6 +280,7 @@ int cmd_train(int argc, char **argv) {
                          : checkpoint_every > 0    ? checkpoint_every
                                                    : -1;
     o.resume = resume || requeued_gpcd_job(out);
+    o.stop_after = stop_after > 0 ? stop_after : 0;
     if (seed != UNSET) {
         o.seed = (uint64_t)seed;
         o.seed_set = 1;
@@ -315,6 +321,10 @@ int cmd_train(int argc, char **argv) {
     if (result.last_val_loss == result.last_val_loss)
         printf(", val loss %.4f", (double)result.last_val_loss);
     printf("; sample with: gpc sample --run %s\n", out);
+    if (result.steps_done < v.steps)
+        printf("stopped at step %d of %d (--stop-after); continue with: gpc train --data %s "
+               "--out %s --resume\n",
+               result.steps_done, v.steps, data, out);
     /* a GPU held at its power limit: faster kernels would not show */
     char power[256];
     if (gpc_train_power_summary(&result, power, sizeof power))

@@ -174,6 +174,12 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
     s->accumulation = (int)(s->total_batch / micro);
 
     s->steps = o->steps ? o->steps : resume ? ck->steps : 1000;
+    if (resume && o->steps && (uint64_t)o->steps > ck->step && o->steps != ck->steps)
+        gpc_log(GPC_LOG_WARN,
+                "train: --steps %d changes the run's learning-rate schedule: it now decays over "
+                "%d steps, not %d (warmup kept); to stop early without changing it, leave "
+                "--steps out and give --stop-after N",
+                o->steps, o->steps, ck->steps);
     s->schedule.steps = s->steps;
     s->schedule.lr = o->lr > 0 ? o->lr : resume ? ck->learning_rate : gpc_lr_default(C);
     s->schedule.warmup = o->warmup > 0   ? o->warmup
@@ -691,6 +697,9 @@ static gpc_status run_loop(trainer *t, gpc_train_result *result) {
         e.memory_bytes = memory_in_use(t->o->device);
         e.val_loss = NAN;
         int last = t->step == s->steps;
+        /* --stop-after: the run's own end for validation and the checkpoint */
+        int stop_early = t->o->stop_after > 0 && t->step - first >= t->o->stop_after;
+        last = last || stop_early;
         if (t->val && s->eval_every && (t->step % s->eval_every == 0 || last)) {
             gpc_trace_push("evaluate");
             gpc_status eval_status = evaluate(t, &e.val_loss);
@@ -719,6 +728,7 @@ static gpc_status run_loop(trainer *t, gpc_train_result *result) {
             result->last_val_loss = last_val;
             result->seconds = gpc_time_seconds() - start;
         }
+        if (stop_early) break;
         if (stop && !last)
             return gpc_error(GPC_ERR_INTERRUPTED,
                              "interrupted after step %d of %d: checkpoint saved at step %d; "
