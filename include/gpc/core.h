@@ -270,6 +270,10 @@ void gpc_atomic_abort(gpc_atomic_file *f);
 
 /* Reads a whole file into memory (gpc_malloc'd, NUL-terminated). */
 gpc_status gpc_read_file(const char *path, char **out, size_t *size);
+/* Opens PATH for reading as a FILE* (returned in *out), refusing anything but
+ * a regular file: a FIFO or a device would block or never end. WHAT names
+ * the file in the message ("shard", "checkpoint"). */
+gpc_status gpc_open_regular(const char *path, const char *what, void **out);
 gpc_status gpc_mkdir_p(const char *path);
 int gpc_path_exists(const char *path);
 int gpc_path_is_dir(const char *path);

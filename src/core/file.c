@@ -130,6 +130,35 @@ gpc_status gpc_read_file(const char *path, char **out, size_t *size) {
     return GPC_OK;
 }
 
+gpc_status gpc_open_regular(const char *path, const char *what, void **out) {
+    *out = NULL;
+    /* O_NONBLOCK so that opening a FIFO without a writer returns at once */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return gpc_error(GPC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        return gpc_error(GPC_ERR_IO, "cannot read %s %s: %s", what, path, strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return gpc_error(GPC_ERR_FORMAT,
+                         "%s %s is not a regular file (a pipe, device or directory); give the "
+                         "path of a file",
+                         what, path);
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return gpc_error(GPC_ERR_NOMEM, "out of memory opening %s %s", what, path);
+    }
+    *out = f;
+    return GPC_OK;
+}
+
 gpc_status gpc_mkdir_p(const char *path) {
     char buf[4096];
     size_t n = strlen(path);

@@ -121,6 +121,9 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
                           run_settings *s) {
     memset(s, 0, sizeof *s);
     int resume = ck != NULL;
+    if (resume && ck->batch <= 0)
+        return gpc_error(GPC_ERR_FORMAT, "the checkpoint holds weights for sampling, no training "
+                                         "state to resume; train a new run with --out elsewhere");
     int L = 6, NH = 6, C = 384; /* d6 */
     int sized = o->model || o->layers || o->heads || o->channels;
     if (o->model) GPC_TRY(gpt_config_parse_depth(o->model, &L, &NH, &C));

@@ -129,6 +129,14 @@ static void test_shard_corrupt_files(void **state) {
 
     TEST_FAILS(gpc_shard_read("/nonexistent/train_0000.bin", &info, &out), GPC_ERR_IO,
                "cannot open shard /nonexistent/train_0000.bin");
+    /* a FIFO is refused at once: opening it to read would wait for a writer */
+    char fifo[4300];
+    snprintf(fifo, sizeof fifo, "%s.fifo", bad);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(20); /* a blocked open fails the test instead of hanging it */
+    TEST_FAILS(gpc_shard_info_read(fifo, &info), GPC_ERR_FORMAT, "is not a regular file");
+    alarm(0);
+    unlink(fifo);
 
     memcpy(copy, data, size);
     memcpy(copy, "GPCTOKEN", 8);
