@@ -252,7 +252,8 @@ uint32_t gpc_crc32c(uint32_t crc, const void *data, size_t bytes);
 /* ----------------------------------------------------------------- files */
 
 /* Writes a file atomically: data goes to PATH.tmp.PID, is fsynced, then
- * renamed over PATH, so a crash leaves either the old file or the new one. */
+ * renamed over PATH and the directory fsynced, so a crash, a kill -9 or a
+ * full disk leaves either the old file or the new one. */
 typedef struct {
     char *path;
     char *tmp_path;
@@ -274,6 +275,12 @@ gpc_status gpc_read_file(const char *path, char **out, size_t *size);
  * a regular file: a FIFO or a device would block or never end. WHAT names
  * the file in the message ("shard", "checkpoint"). */
 gpc_status gpc_open_regular(const char *path, const char *what, void **out);
+/* Makes TO a second name of the file FROM (a hard link), replacing TO
+ * atomically; the directory is fsynced. */
+gpc_status gpc_link_replace(const char *from, const char *to);
+/* Removes PATH.tmp.PID files that gpc_atomic_open left behind, those of
+ * processes that no longer run; returns how many it removed. */
+int gpc_remove_stale_temporaries(const char *path);
 gpc_status gpc_mkdir_p(const char *path);
 int gpc_path_exists(const char *path);
 int gpc_path_is_dir(const char *path);

@@ -115,7 +115,9 @@ static int requeued_gpcd_job(const char *out_dir) {
     char path[4096], line[256], want[128];
     if (!job || !*job || !out_dir) return 0;
     snprintf(path, sizeof path, "%s/checkpoint.bin", out_dir);
-    if (!gpc_path_exists(path)) return 0;
+    int have = gpc_path_exists(path);
+    snprintf(path, sizeof path, "%s/checkpoint.prev.bin", out_dir);
+    if (!have && !gpc_path_exists(path)) return 0;
     snprintf(path, sizeof path, "%s/config.txt", out_dir);
     snprintf(want, sizeof want, "gpcd_job=%s\n", job);
     FILE *f = fopen(path, "r");

@@ -90,6 +90,8 @@ typedef struct {
     int rank0;         /* this process writes the run folder and reports */
     int stop_all;      /* a stop was requested on some rank (agreed each step) */
     char checkpoint_path[4096], prev_path[4096];
+    const char *resume_path; /* the checkpoint resumed from: checkpoint_path or prev_path */
+    int current_damaged;     /* checkpoint.bin did not load: not kept as the previous one */
     /* this process's GPU as NVML sees it (src/core/nvml.c); NULL on the CPU
      * or when NVML cannot be opened or does not list the device */
     gpc_nvml *nvml;
@@ -368,12 +370,16 @@ static gpc_status save_checkpoint(trainer *t) {
     gpt_host_state full = {0};
     if (t->ddp) GPC_TRY(gpc_ddp_gather_state(t->ddp, &full));
     gpc_status s = GPC_OK;
-    /* keep the previous checkpoint until the new one is complete */
-    if (t->rank0 && gpc_path_exists(t->checkpoint_path) &&
-        rename(t->checkpoint_path, t->prev_path) != 0)
-        s = gpc_error(GPC_ERR_IO, "cannot rename %s: %s", t->checkpoint_path, strerror(errno));
+    /* The previous checkpoint gets a second name (a hard link) before the
+     * new one is written beside it and renamed over checkpoint.bin: at every
+     * moment checkpoint.bin is a whole checkpoint, and checkpoint.prev.bin
+     * the one before, whatever kills the process or fills the disk. A
+     * checkpoint.bin that could not be loaded is not made the previous one. */
+    if (t->rank0 && !t->current_damaged && gpc_path_exists(t->checkpoint_path))
+        s = gpc_link_replace(t->checkpoint_path, t->prev_path);
     if (t->rank0 && s == GPC_OK)
         s = gpt_checkpoint_save_full(t->checkpoint_path, t->model, &st, &full);
+    if (s == GPC_OK) t->current_damaged = 0;
     gpt_host_state_free(&full);
     return s;
 }
@@ -807,10 +813,38 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
         return open_ddp(t);
     }
     gpt_checkpoint_state loaded;
-    GPC_TRY(gpt_checkpoint_load(t->checkpoint_path, t->model, &loaded));
+    GPC_TRY(gpt_checkpoint_load(t->resume_path, t->model, &loaded));
     t->rng = loaded.rng;
     t->step = (int)loaded.step;
     return open_ddp(t);
+}
+
+/* The newest checkpoint that loads: checkpoint.bin, else checkpoint.prev.bin
+ * (a save cut short on a file system without hard links, a damaged disk),
+ * said as a warning. */
+static gpc_status pick_checkpoint(trainer *t, gpt_config *config, gpt_checkpoint_state *ck) {
+    t->resume_path = t->checkpoint_path;
+    int have = gpc_path_exists(t->checkpoint_path), have_prev = gpc_path_exists(t->prev_path);
+    if (!have && !have_prev)
+        return gpc_error(GPC_ERR_IO,
+                         "nothing to resume: %s does not exist (train without --resume first)",
+                         t->checkpoint_path);
+    gpc_status s = have ? gpt_checkpoint_read_header(t->checkpoint_path, config, NULL, ck)
+                        : gpc_error(GPC_ERR_IO, "%s does not exist", t->checkpoint_path);
+    if (s == GPC_OK || !have_prev) return s;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", gpc_last_error());
+    gpc_clear_error();
+    if (gpt_checkpoint_read_header(t->prev_path, config, NULL, ck) != GPC_OK) {
+        gpc_clear_error();
+        return gpc_error(s, "%s (and the previous checkpoint %s cannot be loaded either)", why,
+                         t->prev_path);
+    }
+    t->resume_path = t->prev_path;
+    t->current_damaged = have;
+    gpc_log(GPC_LOG_WARN, "train: %s; resuming from the previous checkpoint %s (step %llu)", why,
+            t->prev_path, (unsigned long long)ck->step);
+    return GPC_OK;
 }
 
 gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
@@ -835,15 +869,19 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     gpc_energy_meter_init(&t.gpu_energy);
     snprintf(t.checkpoint_path, sizeof t.checkpoint_path, "%s/checkpoint.bin", o->out_dir);
     snprintf(t.prev_path, sizeof t.prev_path, "%s/checkpoint.prev.bin", o->out_dir);
+    if (t.rank0) { /* what killed writes left behind */
+        static const char *const written[] = {"checkpoint.bin", "checkpoint.prev.bin", "config.txt",
+                                              "tokenizer.bin"};
+        for (size_t i = 0; i < sizeof written / sizeof written[0]; i++) {
+            char path[4200];
+            snprintf(path, sizeof path, "%s/%s", o->out_dir, written[i]);
+            gpc_remove_stale_temporaries(path);
+        }
+    }
     gpt_config ck_config;
     gpt_checkpoint_state ck;
     if (o->resume) {
-        if (!gpc_path_exists(t.checkpoint_path))
-            return gpc_error(GPC_ERR_IO,
-                             "nothing to resume: %s does not exist (train without --resume "
-                             "first)",
-                             t.checkpoint_path);
-        GPC_TRY(gpt_checkpoint_read_header(t.checkpoint_path, &ck_config, NULL, &ck));
+        GPC_TRY(pick_checkpoint(&t, &ck_config, &ck));
     } else if (gpc_path_exists(t.checkpoint_path)) {
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "%s already holds a trained run; add --resume to continue it, or "
