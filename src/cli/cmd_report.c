@@ -18,6 +18,7 @@
 #endif
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -462,7 +463,9 @@ static void load_alerts(report_run *r) {
 
 static gpc_status write_html(const char *path, const char *run, report_run *r) {
     FILE *f = fopen(path, "w");
-    if (!f) return gpc_error(GPC_ERR_IO, "cannot write %s: check that its directory exists", path);
+    if (!f)
+        return gpc_error(GPC_ERR_IO, "cannot write %s: %s%s", path, strerror(errno),
+                         errno == ENOENT ? " (check that its directory exists)" : "");
     const report_row *last = &r->rows[r->count - 1];
     double best_val = NAN, peak_mem = NAN;
     int have_val = 0, have_mem = 0;

@@ -36,6 +36,7 @@
 #include "gpc/data.h"
 #include "gpc/ddp.h"
 #include "gpc/nvml.h"
+#include "gpc/tokenizer.h"
 #include "gpc/trace.h"
 
 static volatile sig_atomic_t stop_flag;
@@ -165,6 +166,13 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
     int world = o->world_size > 0 ? o->world_size : 1;
     int64_t micro = (int64_t)s->B * s->T * world;
     s->total_batch = o->total_batch ? o->total_batch : resume ? ck->total_batch : micro;
+    /* first, so that the multiples suggested below cannot overflow */
+    if (s->total_batch / micro > 1 << 20)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--total-batch %lld needs %lld micro-steps of %lld tokens; at most %d "
+                         "are allowed",
+                         (long long)s->total_batch, (long long)(s->total_batch / micro),
+                         (long long)micro, 1 << 20);
     if (s->total_batch % micro != 0)
         return gpc_error(
             GPC_ERR_INVALID_ARG,
@@ -262,12 +270,16 @@ static gpc_status write_config(const trainer *t) {
     return write_text(path, text);
 }
 
-/* RUN/tokenizer.bin: a byte copy of the dataset's, checked by its own
- * loader when the run is sampled. */
+/* RUN/tokenizer.bin: a byte copy of the dataset's, loaded (checksum and
+ * fields) first, so that a damaged one stops the run before training
+ * rather than the sampling after it. */
 static gpc_status copy_tokenizer(const trainer *t) {
     char from[4096], to[4096];
     snprintf(from, sizeof from, "%s/tokenizer.bin", t->o->data_dir);
     snprintf(to, sizeof to, "%s/tokenizer.bin", t->o->out_dir);
+    gpc_tokenizer *check;
+    GPC_TRY(gpc_tokenizer_load(&check, from));
+    gpc_tokenizer_free(check);
     char *bytes;
     size_t size;
     GPC_TRY(gpc_read_file(from, &bytes, &size));
