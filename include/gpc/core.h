@@ -213,6 +213,13 @@ size_t gpc_host_bytes_in_use(void);
 size_t gpc_host_bytes_peak(void);
 /* Resident set size of this process in bytes, from /proc (0 where unknown). */
 size_t gpc_process_rss(void);
+/* Host memory a new allocation can take: the smaller of the kernel's
+ * MemAvailable and what this process's cgroup (v2 memory.max, or v1
+ * memory.limit_in_bytes) leaves. 0 when neither can be read. */
+size_t gpc_host_memory_available(void);
+/* The same from given files (tests): meminfo like /proc/meminfo; limit and
+ * usage, each NULL or a file holding a byte count ("max": no limit). */
+size_t gpc_host_memory_available_from(const char *meminfo, const char *limit, const char *usage);
 
 /* ----------------------------------------------------------------- units */
 
