@@ -199,7 +199,8 @@ int cmd_train(int argc, char **argv) {
         "auto|cpu|cuda] [--attention auto|gpc|cudnn] [--recompute 0|1|2] [--resume] [--seed S]",
         "Trains a GPT-2 style model on token shards: micro-batches with gradient accumulation, "
         "AdamW with warmup and cosine decay, validation and checkpoints. Ctrl-C (or SIGTERM) "
-        "finishes the step, saves a checkpoint and exits; --resume continues exactly.",
+        "finishes the step, saves a checkpoint and exits with 128 + the signal (130, 143); "
+        "--resume continues exactly.",
         options,
         0,
         NULL,
@@ -310,6 +311,12 @@ int cmd_train(int argc, char **argv) {
     cli_progress_end(&v.progress);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    if (s == GPC_ERR_INTERRUPTED) { /* a clean stop with a checkpoint, not a failure */
+        int sig = cli_stop_signal() ? cli_stop_signal() : SIGTERM; /* SIGTERM: another rank's */
+        fprintf(stderr, "gpc train: stopped by %s: %s\n", cli_stop_name(), gpc_last_error());
+        gpc_dist_destroy(dist);
+        return 128 + sig;
+    }
     if (s != GPC_OK) {
         int status = cli_fail(NAME, s);
         gpc_dist_destroy(dist);
