@@ -219,6 +219,13 @@ size_t gpc_host_bytes_in_use(void);
 size_t gpc_host_bytes_peak(void);
 /* Resident set size of this process in bytes, from /proc (0 where unknown). */
 size_t gpc_process_rss(void);
+/* Host memory a new allocation can take: the smaller of the kernel's
+ * MemAvailable and what this process's cgroup (v2 memory.max, or v1
+ * memory.limit_in_bytes) leaves. 0 when neither can be read. */
+size_t gpc_host_memory_available(void);
+/* The same from given files (tests): meminfo like /proc/meminfo; limit and
+ * usage, each NULL or a file holding a byte count ("max": no limit). */
+size_t gpc_host_memory_available_from(const char *meminfo, const char *limit, const char *usage);
 
 /* ----------------------------------------------------------------- units */
 
@@ -261,7 +268,8 @@ uint32_t gpc_crc32c(uint32_t crc, const void *data, size_t bytes);
 /* ----------------------------------------------------------------- files */
 
 /* Writes a file atomically: data goes to PATH.tmp.PID, is fsynced, then
- * renamed over PATH, so a crash leaves either the old file or the new one. */
+ * renamed over PATH and the directory fsynced, so a crash, a kill -9 or a
+ * full disk leaves either the old file or the new one. */
 typedef struct {
     char *path;
     char *tmp_path;
@@ -279,6 +287,16 @@ void gpc_atomic_abort(gpc_atomic_file *f);
 
 /* Reads a whole file into memory (gpc_malloc'd, NUL-terminated). */
 gpc_status gpc_read_file(const char *path, char **out, size_t *size);
+/* Opens PATH for reading as a FILE* (returned in *out), refusing anything but
+ * a regular file: a FIFO or a device would block or never end. WHAT names
+ * the file in the message ("shard", "checkpoint"). */
+gpc_status gpc_open_regular(const char *path, const char *what, void **out);
+/* Makes TO a second name of the file FROM (a hard link), replacing TO
+ * atomically; the directory is fsynced. */
+gpc_status gpc_link_replace(const char *from, const char *to);
+/* Removes PATH.tmp.PID files that gpc_atomic_open left behind, those of
+ * processes that no longer run; returns how many it removed. */
+int gpc_remove_stale_temporaries(const char *path);
 gpc_status gpc_mkdir_p(const char *path);
 int gpc_path_exists(const char *path);
 int gpc_path_is_dir(const char *path);

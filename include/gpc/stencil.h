@@ -41,6 +41,12 @@ void gpc_stencil_defaults(gpc_stencil_config *config);
 typedef struct gpc_stencil gpc_stencil;
 
 gpc_status gpc_stencil_create(gpc_stencil **out, const gpc_stencil_config *config);
+
+/* Bytes of each of the two buffers of gpc stencil's memory-copy baseline:
+ * one array's size, but at least 4 times the last-level cache (so the copy
+ * measures memory, not the cache) and at most 512 MiB. gpc_stencil_create's
+ * memory check counts them. */
+size_t gpc_stencil_copy_bytes(const gpc_stencil_config *config);
 void gpc_stencil_free(gpc_stencil *s);
 
 /* Advances `steps` steps (a halo exchange, then the update, each). */

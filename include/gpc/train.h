@@ -139,6 +139,8 @@ typedef struct {
     struct gpc_dist *dist; /* collectives (gpc/dist.h) when world_size > 1; the caller owns it */
     int zero;              /* 1: ZeRO-1 optimizer shards across the ranks */
     double bucket_mb;      /* gradient bucket size in MiB; 0: default; negative: one bucket */
+    int stop_after;        /* > 0: stop (with a checkpoint) after this many steps of this
+                            * process; the schedule still runs over steps */
     gpc_train_callback callback;
     void *user;
 } gpc_train_options;

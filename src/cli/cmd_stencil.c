@@ -107,11 +107,9 @@ int cmd_stencil(int argc, char **argv) {
     }
     double glups = seconds > 0 ? points * steps / seconds / 1e9 : 0;
     double traffic = 16.0 * glups; /* GB/s: u read, v written */
-    /* a copy the size of one array, up to 512 MiB (already far beyond any
-     * cache): a copy of a larger grid would need memory the memory check in
-     * gpc_stencil_create did not count */
-    double copy_bytes = points * 8 < 512.0 * 1024 * 1024 ? points * 8 : 512.0 * 1024 * 1024;
-    double copy = copy_rate((size_t)copy_bytes) / 1e9;
+    /* a copy of one array's size, beyond the last-level cache, counted by
+     * gpc_stencil_create's memory check */
+    double copy = copy_rate(gpc_stencil_copy_bytes(&c)) / 1e9;
     double error = gpc_stencil_error(s);
     printf("gpc stencil: %d steps in %.3f s: %.3f G lattice updates/s, %.1f GB/s at 16 bytes a "
            "point (memory copy here: %.1f GB/s, so %.0f%% of it); field vs exact: %.2g\n",

@@ -116,7 +116,9 @@ static int requeued_gpcd_job(const char *out_dir) {
     char path[4096], line[256], want[128];
     if (!job || !*job || !out_dir) return 0;
     snprintf(path, sizeof path, "%s/checkpoint.bin", out_dir);
-    if (!gpc_path_exists(path)) return 0;
+    int have = gpc_path_exists(path);
+    snprintf(path, sizeof path, "%s/checkpoint.prev.bin", out_dir);
+    if (!have && !gpc_path_exists(path)) return 0;
     snprintf(path, sizeof path, "%s/config.txt", out_dir);
     snprintf(want, sizeof want, "gpcd_job=%s\n", job);
     FILE *f = fopen(path, "r");
@@ -136,7 +138,7 @@ int cmd_train(int argc, char **argv) {
      * "left out" and every value a user can give stay apart */
     int layers = UNSET, heads = UNSET, channels = UNSET, context = UNSET, batch = UNSET;
     int steps = UNSET, warmup = UNSET, eval_every = UNSET, eval_batches = UNSET;
-    int checkpoint_every = UNSET, resume = 0, recompute = UNSET;
+    int checkpoint_every = UNSET, resume = 0, recompute = UNSET, stop_after = UNSET;
     int64_t total_batch = UNSET, seed = UNSET;
     double lr = NAN, min_lr_ratio = NAN, weight_decay = NAN, max_grad_norm = NAN;
     int zero = 0;
@@ -185,7 +187,11 @@ int cmd_train(int argc, char **argv) {
         {"recompute", CLI_INT, &recompute, "0|1|2",
          "rebuild activations in backward to save memory: 1 GELU, 2 also layernorm (default 0, or "
          "the checkpoint's when resuming)"},
-        {"resume", CLI_FLAG, &resume, NULL, "continue the run in --out from its checkpoint"},
+        {"resume", CLI_FLAG, &resume, NULL,
+         "continue the run in --out from its checkpoint, on its schedule"},
+        {"stop-after", CLI_INT, &stop_after, "N",
+         "stop with a checkpoint after N steps of this run, the schedule unchanged (--resume "
+         "goes on)"},
         {"seed", CLI_INT64, &seed, "S", "weights, data order and rounding (default 1337)"},
         {"zero", CLI_INT, &zero, "0|1",
          "several processes: 1 shards the optimizer state over them (ZeRO-1; default 0)"},
@@ -203,7 +209,8 @@ int cmd_train(int argc, char **argv) {
         "[--stochastic-rounding] [--recompute 0|1|2] [--resume] [--seed S]",
         "Trains a GPT-2 style model on token shards: micro-batches with gradient accumulation, "
         "AdamW with warmup and cosine decay, validation and checkpoints. Ctrl-C (or SIGTERM) "
-        "finishes the step, saves a checkpoint and exits; --resume continues exactly.",
+        "finishes the step, saves a checkpoint and exits with 128 + the signal (130, 143); "
+        "--resume continues exactly.",
         options,
         0,
         NULL,
@@ -217,7 +224,8 @@ int cmd_train(int argc, char **argv) {
         (rc = positive_or_unset("channels", channels)) ||
         (rc = positive_or_unset("context", context)) || (rc = positive_or_unset("batch", batch)) ||
         (rc = positive_or_unset("steps", steps)) ||
-        (rc = positive_or_unset("eval-batches", eval_batches)))
+        (rc = positive_or_unset("eval-batches", eval_batches)) ||
+        (rc = positive_or_unset("stop-after", stop_after)))
         return rc;
     if (total_batch != UNSET && total_batch <= 0)
         return cli_usage_error(NAME, "--total-batch must be a positive number of tokens");
@@ -295,6 +303,7 @@ int cmd_train(int argc, char **argv) {
                          : checkpoint_every > 0    ? checkpoint_every
                                                    : -1;
     o.resume = resume || requeued_gpcd_job(out);
+    o.stop_after = stop_after > 0 ? stop_after : 0;
     if (seed != UNSET) {
         o.seed = (uint64_t)seed;
         o.seed_set = 1;
@@ -322,6 +331,12 @@ int cmd_train(int argc, char **argv) {
     cli_progress_end(&v.progress);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    if (s == GPC_ERR_INTERRUPTED) { /* a clean stop with a checkpoint, not a failure */
+        int sig = cli_stop_signal() ? cli_stop_signal() : SIGTERM; /* SIGTERM: another rank's */
+        fprintf(stderr, "gpc train: stopped by %s: %s\n", cli_stop_name(), gpc_last_error());
+        gpc_dist_destroy(dist);
+        return 128 + sig;
+    }
     if (s != GPC_OK) {
         int status = cli_fail(NAME, s);
         gpc_dist_destroy(dist);
@@ -335,6 +350,10 @@ int cmd_train(int argc, char **argv) {
     if (result.last_val_loss == result.last_val_loss)
         printf(", val loss %.4f", (double)result.last_val_loss);
     printf("; sample with: gpc sample --run %s\n", out);
+    if (result.steps_done < v.steps)
+        printf("stopped at step %d of %d (--stop-after); continue with: gpc train --data %s "
+               "--out %s --resume\n",
+               result.steps_done, v.steps, data, out);
     /* a GPU held at its power limit: faster kernels would not show */
     char power[256];
     if (gpc_train_power_summary(&result, power, sizeof power))

@@ -3,14 +3,18 @@
  *
  * Every file gpc writes goes through gpc_atomic_*: the bytes land in a
  * temporary file beside the target, are flushed and fsynced, and the file is
- * renamed over the target (rename is atomic on POSIX file systems). A crash or
- * a kill at any moment leaves the previous complete file, never a torn one.
+ * renamed over the target (rename is atomic on POSIX file systems), and the
+ * directory is fsynced so that the rename itself survives a power cut. A
+ * crash, a kill or a full disk at any moment leaves the previous complete
+ * file, never a torn one or none.
  * The running CRC-32C of everything written is kept for the caller's footer.
  */
 #include "gpc/core.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +33,26 @@ static char *string_copy(const char *s) {
     char *copy = gpc_malloc(n);
     if (copy) memcpy(copy, s, n);
     return copy;
+}
+
+/* fsync of the directory that holds path: makes a rename or link in it
+ * durable (POSIX leaves that to the directory's own fsync). */
+static gpc_status fsync_parent(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n >= sizeof dir) return GPC_OK;
+    if (slash && n == 0) n = 1; /* "/file": the root */
+    memcpy(dir, slash ? path : ".", slash ? n : 1);
+    dir[slash ? n : 1] = '\0';
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return gpc_error(GPC_ERR_IO, "cannot open directory %s: %s", dir, strerror(errno));
+    /* some file systems refuse fsync on directories (EINVAL): nothing to do */
+    int failed = fsync(fd) != 0 && errno != EINVAL && errno != EROFS;
+    int err = errno;
+    close(fd);
+    if (failed) return gpc_error(GPC_ERR_IO, "cannot flush directory %s: %s", dir, strerror(err));
+    return GPC_OK;
 }
 
 gpc_status gpc_atomic_open(gpc_atomic_file *f, const char *path) {
@@ -75,6 +99,8 @@ gpc_status gpc_atomic_commit(gpc_atomic_file *f) {
     if (s == GPC_OK && rename(f->tmp_path, f->path) != 0)
         s = gpc_error(GPC_ERR_IO, "cannot rename %s to %s: %s", f->tmp_path, f->path,
                       strerror(errno));
+    else if (s == GPC_OK)
+        s = fsync_parent(f->path);
     if (s != GPC_OK) {
         unlink(f->tmp_path);
     }
@@ -128,6 +154,80 @@ gpc_status gpc_read_file(const char *path, char **out, size_t *size) {
     *out = buf;
     if (size) *size = used;
     return GPC_OK;
+}
+
+gpc_status gpc_open_regular(const char *path, const char *what, void **out) {
+    *out = NULL;
+    /* O_NONBLOCK so that opening a FIFO without a writer returns at once */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return gpc_error(GPC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        return gpc_error(GPC_ERR_IO, "cannot read %s %s: %s", what, path, strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return gpc_error(GPC_ERR_FORMAT,
+                         "%s %s is not a regular file (a pipe, device or directory); give the "
+                         "path of a file",
+                         what, path);
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return gpc_error(GPC_ERR_NOMEM, "out of memory opening %s %s", what, path);
+    }
+    *out = f;
+    return GPC_OK;
+}
+
+gpc_status gpc_link_replace(const char *from, const char *to) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", to, (long)getpid());
+    unlink(tmp);
+    if (link(from, tmp) != 0)
+        return gpc_error(GPC_ERR_IO, "cannot link %s to %s: %s", from, tmp, strerror(errno));
+    if (rename(tmp, to) != 0) {
+        int err = errno;
+        unlink(tmp);
+        return gpc_error(GPC_ERR_IO, "cannot rename %s to %s: %s", tmp, to, strerror(err));
+    }
+    /* when TO already was a name of the file, rename does nothing (POSIX)
+     * and leaves the temporary name behind */
+    unlink(tmp);
+    return fsync_parent(to);
+}
+
+int gpc_remove_stale_temporaries(const char *path) {
+    char dir[4096], prefix[1024];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n >= sizeof dir || strlen(base) + 6 >= sizeof prefix) return 0;
+    memcpy(dir, slash ? path : ".", slash ? (n ? n : 1) : 1);
+    dir[slash ? (n ? n : 1) : 1] = '\0';
+    snprintf(prefix, sizeof prefix, "%s.tmp.", base);
+    size_t plen = strlen(prefix);
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (strncmp(e->d_name, prefix, plen) != 0) continue;
+        char *end;
+        long pid = strtol(e->d_name + plen, &end, 10);
+        if (*end || pid <= 0) continue;
+        /* a live writer's file is left alone; this process's own are stale */
+        if (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) continue;
+        char full[4096 + 256];
+        snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+        if (unlink(full) == 0) removed++;
+    }
+    closedir(d);
+    return removed;
 }
 
 gpc_status gpc_mkdir_p(const char *path) {

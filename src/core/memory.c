@@ -70,6 +70,41 @@ size_t gpc_process_rss(void) {
     return (size_t)pages_resident * (size_t)sysconf(_SC_PAGESIZE);
 }
 
+/* A byte count from a one-number file; 0 when absent, unreadable or "max". */
+static unsigned long long file_bytes(const char *path) {
+    unsigned long long v = 0;
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) return 0;
+    if (fscanf(f, "%llu", &v) != 1) v = 0;
+    fclose(f);
+    return v;
+}
+
+size_t gpc_host_memory_available_from(const char *meminfo, const char *limit, const char *usage) {
+    unsigned long long avail = 0, kb;
+    char line[256];
+    FILE *f = fopen(meminfo, "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) avail = kb * 1024;
+    if (f) fclose(f);
+    /* cgroup v1 reports "no limit" as a number near 2^63 */
+    unsigned long long cap = file_bytes(limit), used = file_bytes(usage);
+    if (cap > 0 && cap < (1ull << 62)) {
+        unsigned long long left = cap > used ? cap - used : 0;
+        if (avail == 0 || left < avail) avail = left;
+    }
+    return (size_t)avail;
+}
+
+size_t gpc_host_memory_available(void) {
+    if (gpc_path_exists("/sys/fs/cgroup/memory.max")) /* v2, as a container sees it */
+        return gpc_host_memory_available_from("/proc/meminfo", "/sys/fs/cgroup/memory.max",
+                                              "/sys/fs/cgroup/memory.current");
+    return gpc_host_memory_available_from("/proc/meminfo",
+                                          "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                          "/sys/fs/cgroup/memory/memory.usage_in_bytes");
+}
+
 void gpc_arena_measure(gpc_arena *arena, gpc_device device) {
     memset(arena, 0, sizeof *arena);
     arena->device = device;

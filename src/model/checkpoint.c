@@ -16,6 +16,7 @@
 #include "gpc/model.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -222,12 +223,56 @@ gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *m,
 
 /* ------------------------------------------------------------ loading */
 
-/* Opens a checkpoint and checks what can be checked without reading the
- * payload: magic, version, header fields and the file size. */
+/* The CRC-32C of the first bytes of a file, read from its start. */
+static int crc_of_prefix(FILE *file, uint64_t bytes, uint32_t *crc) {
+    unsigned char buf[1 << 16];
+    *crc = 0;
+    if (fseek(file, 0, SEEK_SET) != 0) return -1;
+    while (bytes > 0) {
+        size_t k = bytes < sizeof buf ? (size_t)bytes : sizeof buf;
+        if (fread(buf, 1, k, file) != k) return -1;
+        *crc = gpc_crc32c(*crc, buf, k);
+        bytes -= k;
+    }
+    return 0;
+}
+
+static int finite_in(double v, double lo, double hi) {
+    return isfinite(v) && v >= lo && v <= hi;
+}
+
+/* The training state's fields, each in the range gpc trains with; NULL when
+ * all hold, else the first that does not. A checkpoint saved for sampling
+ * alone (batch, context and steps 0) has no training state to check. */
+static const char *bad_state_field(const gpt_checkpoint_state *s, const gpt_config *c) {
+    if (s->batch == 0 && s->context == 0 && s->steps == 0) return NULL;
+    if (s->batch <= 0) return "batch";
+    if (s->context <= 0 || s->context > c->max_context) return "context";
+    if (s->steps <= 0) return "steps";
+    if (s->warmup < 0) return "warmup";
+    int64_t micro = (int64_t)s->batch * s->context;
+    if (s->total_batch < micro || s->total_batch % micro != 0 ||
+        s->total_batch / micro > (int64_t)1 << 30)
+        return "total batch";
+    if (!finite_in(s->learning_rate, 0, 1) || s->learning_rate == 0) return "learning rate";
+    if (!finite_in(s->min_lr_ratio, 0, 1)) return "min lr ratio";
+    if (!finite_in(s->weight_decay, 0, 1e6)) return "weight decay";
+    if (!finite_in(s->max_grad_norm, 0, 1e30)) return "max grad norm";
+    if (!finite_in(s->loss_scale, 0, 1e38)) return "loss scale";
+    if (s->recompute < -1 || s->recompute > 2) return "recompute";
+    if (s->rng.inc % 2 == 0) return "random number state";
+    return NULL;
+}
+
+/* Opens a checkpoint and checks it before its payload is read: magic and
+ * version, then the checksum of the whole file, and only then the header's
+ * fields, each against its range, and the file's size against them. A
+ * damaged field is thus reported as a damaged file, never acted on. */
 static gpc_status open_checked(const char *path, FILE **out, ckpt_header *hdr, unsigned char *raw) {
     *out = NULL;
-    FILE *file = fopen(path, "rb");
-    if (!file) return gpc_error(GPC_ERR_IO, "cannot open checkpoint %s: %s", path, strerror(errno));
+    void *opened;
+    GPC_TRY(gpc_open_regular(path, "checkpoint", &opened));
+    FILE *file = opened;
     struct stat st;
     if (fstat(fileno(file), &st) != 0) {
         fclose(file);
@@ -254,38 +299,65 @@ static gpc_status open_checked(const char *path, FILE **out, ckpt_header *hdr, u
                          "the gpc that wrote it, or train again)",
                          path, version, GPT_CHECKPOINT_VERSION);
     }
-    if (got < CKPT_HEADER_BYTES || header_bytes != CKPT_HEADER_BYTES) {
+    if (got < CKPT_HEADER_BYTES || header_bytes != CKPT_HEADER_BYTES ||
+        st.st_size < CKPT_HEADER_BYTES + 4) {
         fclose(file);
         return gpc_error(GPC_ERR_FORMAT,
                          "checkpoint %s is truncated: its header is incomplete (%zu bytes); the "
                          "write was interrupted, use checkpoint.prev.bin or train again",
                          path, got);
     }
+    uint64_t size = (uint64_t)st.st_size;
+    uint32_t crc = 0, stored = 0;
+    int readable = crc_of_prefix(file, size - 4, &crc) == 0 && fread(&stored, 4, 1, file) == 1;
     decode_header(raw, hdr);
+    /* the header's sizes, used only to say why the checksum failed */
+    uint64_t arrays = hdr->has_optimizer ? 3 : 1;
+    uint64_t expected = hdr->num_params < ((uint64_t)1 << 60) / 12
+                            ? CKPT_HEADER_BYTES + arrays * hdr->num_params * sizeof(float) + 4
+                            : UINT64_MAX;
+    if (!readable || stored != crc) {
+        fclose(file);
+        if (hdr->has_optimizer <= 1 && size < expected)
+            return gpc_error(GPC_ERR_FORMAT,
+                             "checkpoint %s is truncated: %llu bytes, expected %llu; the write "
+                             "was interrupted, use checkpoint.prev.bin or train again",
+                             path, (unsigned long long)size, (unsigned long long)expected);
+        if (!readable)
+            return gpc_error(GPC_ERR_IO, "cannot read checkpoint %s: %s", path,
+                             strerror(errno ? errno : EIO));
+        return gpc_error(GPC_ERR_FORMAT,
+                         "checkpoint %s is corrupt: its checksum does not match its contents "
+                         "(disk or copy error); use checkpoint.prev.bin or train again",
+                         path);
+    }
     gpt_config check;
+    const char *field = NULL;
     if (gpt_config_init(&check, hdr->config.layers, hdr->config.heads, hdr->config.channels,
                         hdr->config.max_context, hdr->config.vocab_size) != GPC_OK ||
         check.padded_vocab != hdr->config.padded_vocab ||
-        gpt_config_num_params(&check) != hdr->num_params || hdr->has_optimizer > 1 ||
-        (hdr->precision != GPC_F32 && hdr->precision != GPC_BF16 && hdr->precision != GPC_F16)) {
+        gpt_config_num_params(&check) != hdr->num_params)
+        field = "model shape";
+    else if (hdr->has_optimizer > 1)
+        field = "optimizer flag";
+    else if (hdr->precision != GPC_F32 && hdr->precision != GPC_BF16 && hdr->precision != GPC_F16)
+        field = "precision";
+    else if (size != expected)
+        field = "size";
+    else
+        field = bad_state_field(&hdr->state, &hdr->config);
+    if (field) {
+        gpc_clear_error();
         fclose(file);
         return gpc_error(GPC_ERR_FORMAT,
-                         "checkpoint %s is corrupt: its header describes an impossible model",
-                         path);
+                         "checkpoint %s is corrupt: its %s is out of range although its "
+                         "checksum holds (written by another program?); use "
+                         "checkpoint.prev.bin or train again",
+                         path, field);
     }
-    uint64_t arrays = hdr->has_optimizer ? 3 : 1;
-    uint64_t expected = CKPT_HEADER_BYTES + arrays * hdr->num_params * sizeof(float) + 4;
-    if ((uint64_t)st.st_size < expected) {
+    if (fseek(file, CKPT_HEADER_BYTES, SEEK_SET) != 0) {
         fclose(file);
-        return gpc_error(GPC_ERR_FORMAT,
-                         "checkpoint %s is truncated: %lld bytes, expected %llu; the write was "
-                         "interrupted, use checkpoint.prev.bin or train again",
-                         path, (long long)st.st_size, (unsigned long long)expected);
-    }
-    if ((uint64_t)st.st_size > expected) {
-        fclose(file);
-        return gpc_error(GPC_ERR_FORMAT, "checkpoint %s is corrupt: %lld bytes, expected %llu",
-                         path, (long long)st.st_size, (unsigned long long)expected);
+        return gpc_error(GPC_ERR_IO, "cannot read checkpoint %s: %s", path, strerror(errno));
     }
     *out = file;
     return GPC_OK;

@@ -706,6 +706,9 @@ gpc_status gpc_tokenizer_load(gpc_tokenizer **out, const char *path) {
     *out = NULL;
     char *data;
     size_t size;
+    void *check; /* a FIFO or device would block the read below */
+    GPC_TRY(gpc_open_regular(path, "tokenizer", &check));
+    fclose(check);
     GPC_TRY(gpc_read_file(path, &data, &size));
     const unsigned char *p = (const unsigned char *)data;
     gpc_status s = GPC_OK;
@@ -724,18 +727,25 @@ gpc_status gpc_tokenizer_load(gpc_tokenizer **out, const char *path) {
                       "that wrote it, or %s",
                       path, get_u32(p + 8), TOKENIZER_VERSION, redo);
     } else {
+        /* the checksum first: the header's fields are used only once it holds
+         * (its sizes, before, only to say that a file is truncated) */
         uint32_t vocab = get_u32(p + 12), merges = get_u32(p + 16);
         size_t want = TOKENIZER_HEADER_BYTES + (size_t)merges * 8 + 4;
-        if (vocab < 257 || vocab > 65536 || merges != vocab - 257)
+        if (gpc_crc32c(0, p, size - 4) != get_u32(p + size - 4))
+            s = size < want ? gpc_error(GPC_ERR_FORMAT,
+                                        "%s is truncated (%zu bytes, expected %zu for %u tokens); "
+                                        "%s",
+                                        path, size, want, vocab, redo)
+                            : gpc_error(GPC_ERR_FORMAT, "%s is corrupt (checksum mismatch); %s",
+                                        path, redo);
+        else if (vocab < 257 || vocab > 65536 || merges != vocab - 257)
             s = gpc_error(GPC_ERR_FORMAT,
                           "%s is corrupt: vocabulary size %u with %u merges is impossible; %s",
                           path, vocab, merges, redo);
         else if (size != want)
-            s = gpc_error(GPC_ERR_FORMAT, "%s is %s (%zu bytes, expected %zu for %u tokens); %s",
-                          path, size < want ? "truncated" : "corrupt: it has extra bytes", size,
+            s = gpc_error(GPC_ERR_FORMAT,
+                          "%s is corrupt: %zu bytes, expected %zu for %u tokens; %s", path, size,
                           want, vocab, redo);
-        else if (gpc_crc32c(0, p, size - 4) != get_u32(p + size - 4))
-            s = gpc_error(GPC_ERR_FORMAT, "%s is corrupt (checksum mismatch); %s", path, redo);
         else {
             uint32_t *list = malloc(((size_t)merges * 2 + 1) * sizeof *list);
             if (!list) {

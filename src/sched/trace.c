@@ -39,6 +39,10 @@ void gpcd_trace_free(gpcd_trace *trace) {
 /* ------------------------------------------------------------------- CSV */
 
 enum { COL_SUBMIT, COL_DURATION, COL_GPUS, COL_PRIORITY, COL_TIME_LIMIT, COL_COUNT };
+/* Times beyond a century are typing errors, and near DBL_MAX they overflow
+ * the simulation's sums (1e308 + 1e308 is infinity). */
+#define TRACE_MAX_SECONDS (100.0 * 365.25 * 86400.0)
+
 static const char *const column_names[COL_COUNT] = {"submit", "duration", "gpus", "priority",
                                                     "time_limit"};
 
@@ -120,17 +124,18 @@ static gpc_status parse_job(char *line, const char *source, int lineno, const in
         double v = 0;
         switch (map[i]) {
         case COL_SUBMIT:
-            if (parse_number(f, &v) != 0 || v < 0)
+            if (parse_number(f, &v) != 0 || v < 0 || v > TRACE_MAX_SECONDS)
                 return gpc_error(GPC_ERR_INVALID_ARG,
-                                 "%s line %d: submit '%s' is not a time in seconds >= 0", source,
-                                 lineno, f);
+                                 "%s line %d: submit '%s' is not a time in seconds, 0 to 100 years",
+                                 source, lineno, f);
             job->submit = v;
             break;
         case COL_DURATION:
-            if (parse_number(f, &v) != 0 || v <= 0)
+            if (parse_number(f, &v) != 0 || v <= 0 || v > TRACE_MAX_SECONDS)
                 return gpc_error(GPC_ERR_INVALID_ARG,
-                                 "%s line %d: duration '%s' is not a number of seconds > 0", source,
-                                 lineno, f);
+                                 "%s line %d: duration '%s' is not a number of seconds > 0, at "
+                                 "most 100 years",
+                                 source, lineno, f);
             job->duration = v;
             break;
         case COL_GPUS:
@@ -147,10 +152,10 @@ static gpc_status parse_job(char *line, const char *source, int lineno, const in
                                  source, lineno, f);
             break;
         case COL_TIME_LIMIT:
-            if (*f && (parse_number(f, &v) != 0 || v < 0))
+            if (*f && (parse_number(f, &v) != 0 || v < 0 || v > TRACE_MAX_SECONDS))
                 return gpc_error(GPC_ERR_INVALID_ARG,
-                                 "%s line %d: time_limit '%s' is not a number of seconds (0 or "
-                                 "empty for none)",
+                                 "%s line %d: time_limit '%s' is not a number of seconds up to "
+                                 "100 years (0 or empty for none)",
                                  source, lineno, f);
             job->time_limit = *f ? v : 0;
             break;

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -73,6 +74,15 @@ static double mode_at(const gpc_stencil_config *c, int x, int y, int z) {
            sin(c->mode[2] * M_PI * (z + 1) * h);
 }
 
+size_t gpc_stencil_copy_bytes(const gpc_stencil_config *c) {
+    double array = (double)c->n * c->n * c->n * 8, most = 512.0 * 1024 * 1024;
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    double least = 4.0 * (llc > 0 ? (double)llc : 64.0 * 1024 * 1024);
+    double bytes = array > least ? array : least;
+    return (size_t)(bytes < most ? bytes : most);
+}
+
 gpc_status gpc_stencil_create(gpc_stencil **out, const gpc_stencil_config *c) {
     *out = NULL;
     if (c->n < 1 || c->n > 4096)
@@ -95,9 +105,11 @@ gpc_status gpc_stencil_create(gpc_stencil **out, const gpc_stencil_config *c) {
         /* refuse what cannot fit rather than be killed filling it in */
         char what[64];
         snprintf(what, sizeof what, "stencil: %d^3 points", c->n);
-        GPC_TRY(
-            gpc_sci_check_memory(2.0 * (c->n + 2.0) * (c->n + 2.0) * (c->n + 2.0 * c->domains) * 8,
-                                 what, "use a smaller --n"));
+        /* the two arrays, and the two buffers of gpc stencil's copy-rate
+         * baseline */
+        double array = (c->n + 2.0) * (c->n + 2.0) * (c->n + 2.0 * c->domains) * 8;
+        double copy = (double)gpc_stencil_copy_bytes(c);
+        GPC_TRY(gpc_sci_check_memory(2.0 * array + 2.0 * copy, what, "use a smaller --n"));
     }
     gpc_stencil *s = gpc_calloc(1, sizeof *s);
     if (!s) return gpc_error(GPC_ERR_NOMEM, "stencil: out of host memory");

@@ -7,6 +7,7 @@
 #include "gpc/report.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -387,7 +388,9 @@ static double steady_tokens_per_s(const report_run *r) {
 
 static gpc_status write_html(const char *path, const char *run, const report_run *r) {
     FILE *f = fopen(path, "w");
-    if (!f) return gpc_error(GPC_ERR_IO, "cannot write %s: check that its directory exists", path);
+    if (!f)
+        return gpc_error(GPC_ERR_IO, "cannot write %s: %s%s", path, strerror(errno),
+                         errno == ENOENT ? " (check that its directory exists)" : "");
     const report_row *last = &r->rows[r->count - 1];
     double best_val = NAN, peak_mem = NAN;
     int have_val = 0, have_mem = 0;

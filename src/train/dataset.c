@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -90,6 +91,9 @@ gpc_status gpc_dataset_info_read(const char *dir, gpc_dataset_info *info) {
                          "`gpc data prepare --input TEXT... --out %s`",
                          dir, dir);
     char *text;
+    void *check; /* a FIFO or device would block the read below */
+    GPC_TRY(gpc_open_regular(path, "dataset description", &check));
+    fclose(check);
     GPC_TRY(gpc_read_file(path, &text, NULL));
     const char *redo = "prepare the dataset again";
     gpc_status s = GPC_OK;
@@ -144,7 +148,8 @@ gpc_status gpc_dataset_info_read(const char *dir, gpc_dataset_info *info) {
     if (s != GPC_OK) return s;
     for (int k = 0; k < 5; k++)
         if (!seen[k]) return gpc_error(GPC_ERR_FORMAT, "%s lacks %s=; %s", path, keys[k], redo);
-    if (values[0] < 1 || values[0] > UINT32_MAX || values[3] > 9999 || values[4] > 9999)
+    if (values[0] < 1 || values[0] > UINT32_MAX || values[3] < 1 || values[3] > 9999 ||
+        values[4] > 9999)
         return gpc_error(GPC_ERR_FORMAT,
                          "%s has impossible values (vocab_size=%" PRIu64 ", %" PRIu64
                          " and %" PRIu64 " shards); %s",

@@ -141,7 +141,7 @@ gpc_status loader_open_unloaded(gpc_loader **out, const char *dir, gpc_split spl
         uint64_t need = (uint64_t)B * (uint64_t)world_size * (uint64_t)T + 1;
         char ranks[64] = "";
         if (world_size > 1) snprintf(ranks, sizeof ranks, " on each of %d ranks", world_size);
-        gpc_status s = gpc_error(GPC_ERR_INVALID_ARG,
+        gpc_status s = gpc_error(GPC_ERR_MISMATCH, /* the data's fault as much: exit 1 */
                                  "the %s split of %s has %" PRIu64 " tokens, too few for one "
                                  "batch of %d x %d tokens%s, which needs %" PRIu64
                                  " tokens: lower --batch or --context, or prepare more data",

@@ -99,10 +99,12 @@ static gpc_status shard_open(const char *path, gpc_shard_info *info, FILE **file
                              uint32_t *payload_crc) {
     const char *redo = "prepare the dataset again (gpc data prepare or gpc data synth)";
     *file = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    if (!gpc_path_exists(path))
         return gpc_error(GPC_ERR_IO, "cannot open shard %s: %s%s", path, strerror(errno),
                          errno == ENOENT ? "; is the dataset complete? prepare it again" : "");
+    void *opened; /* a regular file: a FIFO would block forever */
+    GPC_TRY(gpc_open_regular(path, "shard", &opened));
+    FILE *f = opened;
     struct stat st;
     unsigned char h[SHARD_HEADER_BYTES];
     gpc_status s = GPC_OK;

@@ -37,6 +37,7 @@
 #include "gpc/ddp.h"
 #include "gpc/nvml.h"
 #include "gpc/settings.h"
+#include "gpc/tokenizer.h"
 #include "gpc/trace.h"
 
 static volatile sig_atomic_t stop_flag;
@@ -91,6 +92,8 @@ typedef struct {
     int rank0;         /* this process writes the run folder and reports */
     int stop_all;      /* a stop was requested on some rank (agreed each step) */
     char checkpoint_path[4096], prev_path[4096];
+    const char *resume_path; /* the checkpoint resumed from: checkpoint_path or prev_path */
+    int current_damaged;     /* checkpoint.bin did not load: not kept as the previous one */
     /* this process's GPU as NVML sees it (src/core/nvml.c); NULL on the CPU
      * or when NVML cannot be opened or does not list the device */
     gpc_nvml *nvml;
@@ -122,6 +125,9 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
                           run_settings *s) {
     memset(s, 0, sizeof *s);
     int resume = ck != NULL;
+    if (resume && ck->batch <= 0)
+        return gpc_error(GPC_ERR_FORMAT, "the checkpoint holds weights for sampling, no training "
+                                         "state to resume; train a new run with --out elsewhere");
     int L = 6, NH = 6, C = 384; /* d6 */
     int sized = o->model || o->layers || o->heads || o->channels;
     if (o->model) GPC_TRY(gpt_config_parse_depth(o->model, &L, &NH, &C));
@@ -160,6 +166,13 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
     int world = o->world_size > 0 ? o->world_size : 1;
     int64_t micro = (int64_t)s->B * s->T * world;
     s->total_batch = o->total_batch ? o->total_batch : resume ? ck->total_batch : micro;
+    /* first, so that the multiples suggested below cannot overflow */
+    if (s->total_batch / micro > 1 << 20)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--total-batch %lld needs %lld micro-steps of %lld tokens; at most %d "
+                         "are allowed",
+                         (long long)s->total_batch, (long long)(s->total_batch / micro),
+                         (long long)micro, 1 << 20);
     if (s->total_batch % micro != 0)
         return gpc_error(
             GPC_ERR_INVALID_ARG,
@@ -174,6 +187,12 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
     s->accumulation = (int)(s->total_batch / micro);
 
     s->steps = o->steps ? o->steps : resume ? ck->steps : 1000;
+    if (resume && o->steps && (uint64_t)o->steps > ck->step && o->steps != ck->steps)
+        gpc_log(GPC_LOG_WARN,
+                "train: --steps %d changes the run's learning-rate schedule: it now decays over "
+                "%d steps, not %d (warmup kept); to stop early without changing it, leave "
+                "--steps out and give --stop-after N",
+                o->steps, o->steps, ck->steps);
     s->schedule.steps = s->steps;
     s->schedule.lr = o->lr > 0 ? o->lr : resume ? ck->learning_rate : gpc_lr_default(C);
     s->schedule.warmup = o->warmup > 0   ? o->warmup
@@ -251,12 +270,16 @@ static gpc_status write_config(const trainer *t) {
     return write_text(path, text);
 }
 
-/* RUN/tokenizer.bin: a byte copy of the dataset's, checked by its own
- * loader when the run is sampled. */
+/* RUN/tokenizer.bin: a byte copy of the dataset's, loaded (checksum and
+ * fields) first, so that a damaged one stops the run before training
+ * rather than the sampling after it. */
 static gpc_status copy_tokenizer(const trainer *t) {
     char from[4096], to[4096];
     snprintf(from, sizeof from, "%s/tokenizer.bin", t->o->data_dir);
     snprintf(to, sizeof to, "%s/tokenizer.bin", t->o->out_dir);
+    gpc_tokenizer *check;
+    GPC_TRY(gpc_tokenizer_load(&check, from));
+    gpc_tokenizer_free(check);
     char *bytes;
     size_t size;
     GPC_TRY(gpc_read_file(from, &bytes, &size));
@@ -359,12 +382,16 @@ static gpc_status save_checkpoint(trainer *t) {
     gpt_host_state full = {0};
     if (t->ddp) GPC_TRY(gpc_ddp_gather_state(t->ddp, &full));
     gpc_status s = GPC_OK;
-    /* keep the previous checkpoint until the new one is complete */
-    if (t->rank0 && gpc_path_exists(t->checkpoint_path) &&
-        rename(t->checkpoint_path, t->prev_path) != 0)
-        s = gpc_error(GPC_ERR_IO, "cannot rename %s: %s", t->checkpoint_path, strerror(errno));
+    /* The previous checkpoint gets a second name (a hard link) before the
+     * new one is written beside it and renamed over checkpoint.bin: at every
+     * moment checkpoint.bin is a whole checkpoint, and checkpoint.prev.bin
+     * the one before, whatever kills the process or fills the disk. A
+     * checkpoint.bin that could not be loaded is not made the previous one. */
+    if (t->rank0 && !t->current_damaged && gpc_path_exists(t->checkpoint_path))
+        s = gpc_link_replace(t->checkpoint_path, t->prev_path);
     if (t->rank0 && s == GPC_OK)
         s = gpt_checkpoint_save_full(t->checkpoint_path, t->model, &st, &full);
+    if (s == GPC_OK) t->current_damaged = 0;
     gpt_host_state_free(&full);
     return s;
 }
@@ -688,6 +715,9 @@ static gpc_status run_loop(trainer *t, gpc_train_result *result) {
         e.memory_bytes = memory_in_use(t->o->device);
         e.val_loss = NAN;
         int last = t->step == s->steps;
+        /* --stop-after: the run's own end for validation and the checkpoint */
+        int stop_early = t->o->stop_after > 0 && t->step - first >= t->o->stop_after;
+        last = last || stop_early;
         if (t->val && s->eval_every && (t->step % s->eval_every == 0 || last)) {
             gpc_trace_push("evaluate");
             gpc_status eval_status = evaluate(t, &e.val_loss);
@@ -716,6 +746,7 @@ static gpc_status run_loop(trainer *t, gpc_train_result *result) {
             result->last_val_loss = last_val;
             result->seconds = gpc_time_seconds() - start;
         }
+        if (stop_early) break;
         if (stop && !last)
             return gpc_error(GPC_ERR_INTERRUPTED,
                              "interrupted after step %d of %d: checkpoint saved at step %d; "
@@ -789,10 +820,38 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
         return open_ddp(t);
     }
     gpt_checkpoint_state loaded;
-    GPC_TRY(gpt_checkpoint_load(t->checkpoint_path, t->model, &loaded));
+    GPC_TRY(gpt_checkpoint_load(t->resume_path, t->model, &loaded));
     t->rng = loaded.rng;
     t->step = (int)loaded.step;
     return open_ddp(t);
+}
+
+/* The newest checkpoint that loads: checkpoint.bin, else checkpoint.prev.bin
+ * (a save cut short on a file system without hard links, a damaged disk),
+ * said as a warning. */
+static gpc_status pick_checkpoint(trainer *t, gpt_config *config, gpt_checkpoint_state *ck) {
+    t->resume_path = t->checkpoint_path;
+    int have = gpc_path_exists(t->checkpoint_path), have_prev = gpc_path_exists(t->prev_path);
+    if (!have && !have_prev)
+        return gpc_error(GPC_ERR_IO,
+                         "nothing to resume: %s does not exist (train without --resume first)",
+                         t->checkpoint_path);
+    gpc_status s = have ? gpt_checkpoint_read_header(t->checkpoint_path, config, NULL, ck)
+                        : gpc_error(GPC_ERR_IO, "%s does not exist", t->checkpoint_path);
+    if (s == GPC_OK || !have_prev) return s;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", gpc_last_error());
+    gpc_clear_error();
+    if (gpt_checkpoint_read_header(t->prev_path, config, NULL, ck) != GPC_OK) {
+        gpc_clear_error();
+        return gpc_error(s, "%s (and the previous checkpoint %s cannot be loaded either)", why,
+                         t->prev_path);
+    }
+    t->resume_path = t->prev_path;
+    t->current_damaged = have;
+    gpc_log(GPC_LOG_WARN, "train: %s; resuming from the previous checkpoint %s (step %llu)", why,
+            t->prev_path, (unsigned long long)ck->step);
+    return GPC_OK;
 }
 
 gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
@@ -817,15 +876,19 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     gpc_energy_meter_init(&t.gpu_energy);
     snprintf(t.checkpoint_path, sizeof t.checkpoint_path, "%s/checkpoint.bin", o->out_dir);
     snprintf(t.prev_path, sizeof t.prev_path, "%s/checkpoint.prev.bin", o->out_dir);
+    if (t.rank0) { /* what killed writes left behind */
+        static const char *const written[] = {"checkpoint.bin", "checkpoint.prev.bin", "config.txt",
+                                              "tokenizer.bin"};
+        for (size_t i = 0; i < sizeof written / sizeof written[0]; i++) {
+            char path[4200];
+            snprintf(path, sizeof path, "%s/%s", o->out_dir, written[i]);
+            gpc_remove_stale_temporaries(path);
+        }
+    }
     gpt_config ck_config;
     gpt_checkpoint_state ck;
     if (o->resume) {
-        if (!gpc_path_exists(t.checkpoint_path))
-            return gpc_error(GPC_ERR_IO,
-                             "nothing to resume: %s does not exist (train without --resume "
-                             "first)",
-                             t.checkpoint_path);
-        GPC_TRY(gpt_checkpoint_read_header(t.checkpoint_path, &ck_config, NULL, &ck));
+        GPC_TRY(pick_checkpoint(&t, &ck_config, &ck));
     } else if (gpc_path_exists(t.checkpoint_path)) {
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "%s already holds a trained run; add --resume to continue it, or "

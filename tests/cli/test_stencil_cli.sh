@@ -50,7 +50,7 @@ expect_usage "mode 1,9,1: each must be 1 to n (8)" --n 8 --mode 1,9,1
 expect_usage "--steps -3 is negative" --steps -3
 # a grid larger than any machine's memory (a TiB): refused up front
 expect_exit 1 "GiB: use a smaller --n" "$GPC" stencil --n 4096
-grep -q "GiB, more than this machine's .* GiB: use a smaller --n" "$work/expect.err" ||
+grep -q "GiB, more than this machine has free, .* GiB: use a smaller --n" "$work/expect.err" ||
   fail "a grid too large for memory: $(cat "$work/expect.err")"
 "$GPC" stencil --help | grep -q "halo" || fail "gpc stencil --help does not describe the command"
 echo "stencil: ok"

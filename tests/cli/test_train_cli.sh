@@ -202,7 +202,7 @@ if [[ -f "$run/checkpoint.bin" ]]; then
   expect 1 "sample with another run's tokenizer" -- "$GPC" sample --run "$work/mixed" --device cpu
 fi
 
-# ---- SIGTERM: a checkpoint and exit 1, then --resume finishes
+# ---- SIGTERM: a checkpoint and exit 143 (a clean stop, not an error), then --resume finishes
 long="$work/long"
 "$GPC" train --data "$data" --out "$long" --layers 1 --heads 2 --channels 32 --context 32 \
   --batch 2 --steps 100000 --eval-every 0 --checkpoint-every 0 --device cpu --recompute 1 \
@@ -215,9 +215,12 @@ done
 kill -TERM "$pid"
 wait "$pid"
 rc=$?
-if [[ $rc -ne 1 ]]; then
-  fail "SIGTERM: exit $rc, expected 1 ($(tail -2 "$work/long.err"))"
+if [[ $rc -ne 143 ]]; then
+  fail "SIGTERM: exit $rc, expected 143 ($(tail -2 "$work/long.err"))"
 else
+  grep -q "error" "$work/long.err" && fail "a clean stop said 'error': $(tail -2 "$work/long.err")"
+  grep -q "^gpc train: stopped by SIGTERM: interrupted after step" "$work/long.err" ||
+    fail "SIGTERM stop line: $(tail -2 "$work/long.err")"
   grep -q "checkpoint saved at step [0-9]*; resume with --resume" "$work/long.err" ||
     fail "SIGTERM message: $(tail -2 "$work/long.err")"
   step=$(sed -n 's/.*checkpoint saved at step \([0-9]*\);.*/\1/p' "$work/long.err" | head -1)

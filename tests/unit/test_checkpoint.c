@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "gpc/model.h"
 
@@ -196,6 +198,52 @@ static void test_bad_files(void **state) {
     write_bytes(bad, bytes, size);
     TEST_FAILS(gpt_checkpoint_load(bad, b, NULL), GPC_ERR_FORMAT, "checksum does not match");
     bytes[60] ^= 0x10;
+
+    /* a damaged model shape in the header: the checksum, not the shape, is
+     * what is reported, since nothing is used before the checksum holds */
+    bytes[16] ^= 0x04;
+    write_bytes(bad, bytes, size);
+    TEST_FAILS(gpt_checkpoint_read_header(bad, NULL, NULL, NULL), GPC_ERR_FORMAT,
+               "checksum does not match");
+    bytes[16] ^= 0x04;
+
+    /* fields out of range in a file whose checksum holds (a crafted or
+     * foreign file): each is named, none reaches the trainer (a zero
+     * micro-batch there was a division by zero) */
+    static const struct {
+        int offset, bytes;
+        uint64_t value;
+        const char *field;
+    } crafted[] = {
+        {100, 4, 0, "its batch"},                             /* batch 0 */
+        {104, 4, 9, "its context"},                           /* longer than max_context 8 */
+        {108, 4, 0, "its steps"},                             /* steps 0 */
+        {120, 8, 33, "its total batch"},                      /* not a multiple of 2 x 8 */
+        {128, 8, 0x7ff8000000000000ull, "its learning rate"}, /* NaN */
+        {136, 8, 0x4000000000000000ull, "its min lr ratio"},  /* 2.0 */
+        {168, 4, 7, "its recompute"},                         /* recompute 6 */
+        {44, 4, 2, "its optimizer flag"},
+    };
+    for (size_t k = 0; k < sizeof crafted / sizeof crafted[0]; k++) {
+        char *copy = gpc_malloc(size);
+        memcpy(copy, bytes, size);
+        memcpy(copy + crafted[k].offset, &crafted[k].value, (size_t)crafted[k].bytes);
+        uint32_t crc = gpc_crc32c(0, copy, size - 4);
+        memcpy(copy + size - 4, &crc, 4);
+        write_bytes(bad, copy, size);
+        gpc_free(copy);
+        TEST_FAILS(gpt_checkpoint_read_header(bad, NULL, NULL, NULL), GPC_ERR_FORMAT,
+                   crafted[k].field);
+        TEST_FAILS(gpt_checkpoint_load(bad, b, NULL), GPC_ERR_FORMAT, "out of range");
+    }
+
+    /* a FIFO is refused at once instead of blocking the open */
+    const char *fifo = path_in("fifo.bin");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(20); /* a blocked open fails the test instead of hanging it */
+    TEST_FAILS(gpt_checkpoint_read_header(fifo, NULL, NULL, NULL), GPC_ERR_FORMAT,
+               "is not a regular file");
+    alarm(0);
 
     /* another format version */
     uint32_t version = GPT_CHECKPOINT_VERSION + 1;

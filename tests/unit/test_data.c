@@ -129,6 +129,14 @@ static void test_shard_corrupt_files(void **state) {
 
     TEST_FAILS(gpc_shard_read("/nonexistent/train_0000.bin", &info, &out), GPC_ERR_IO,
                "cannot open shard /nonexistent/train_0000.bin");
+    /* a FIFO is refused at once: opening it to read would wait for a writer */
+    char fifo[4300];
+    snprintf(fifo, sizeof fifo, "%s.fifo", bad);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(20); /* a blocked open fails the test instead of hanging it */
+    TEST_FAILS(gpc_shard_info_read(fifo, &info), GPC_ERR_FORMAT, "is not a regular file");
+    alarm(0);
+    unlink(fifo);
 
     memcpy(copy, data, size);
     memcpy(copy, "GPCTOKEN", 8);
@@ -427,10 +435,10 @@ static void test_loader_resume_and_errors(void **state) {
 
     /* too little data: 40 validation tokens hold 2 windows of 16 */
     gpc_loader *l = NULL;
-    TEST_FAILS(gpc_loader_open(&l, dir, GPC_SPLIT_VAL, 3, T, seed, 0, 1), GPC_ERR_INVALID_ARG,
+    TEST_FAILS(gpc_loader_open(&l, dir, GPC_SPLIT_VAL, 3, T, seed, 0, 1), GPC_ERR_MISMATCH,
                "has 40 tokens, too few for one batch of 3 x 16 tokens, which needs 49 tokens: "
                "lower --batch or --context");
-    TEST_FAILS(gpc_loader_open(&l, dir, GPC_SPLIT_TRAIN, 8, 64, seed, 0, 2), GPC_ERR_INVALID_ARG,
+    TEST_FAILS(gpc_loader_open(&l, dir, GPC_SPLIT_TRAIN, 8, 64, seed, 0, 2), GPC_ERR_MISMATCH,
                "on each of 2 ranks, which needs 1025 tokens");
     assert_null(l);
     TEST_FAILS(gpc_loader_open(&l, dir, GPC_SPLIT_TRAIN, 0, 16, seed, 0, 1), GPC_ERR_INVALID_ARG,

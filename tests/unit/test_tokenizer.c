@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char *const words[] = {
     "the",     "of",   "and",   "a",     "to",    "in",       "is",     "you",  "that",  "it",
@@ -419,6 +421,19 @@ static void test_bad_files_are_rejected(void **state) {
         write_bytes(bad, copy, size);
         TEST_FAILS(gpc_tokenizer_load(&out, bad), GPC_ERR_FORMAT, "checksum mismatch");
     }
+    /* a damaged vocabulary size in the header is a checksum error, caught
+     * before the size is used */
+    memcpy(copy, data, size);
+    put_u32(copy + 12, read_u32(copy + 12) ^ 0x100);
+    write_bytes(bad, copy, size);
+    TEST_FAILS(gpc_tokenizer_load(&out, bad), GPC_ERR_FORMAT, "checksum mismatch");
+    /* a FIFO is refused at once instead of blocking the read */
+    char fifo[4300];
+    snprintf(fifo, sizeof fifo, "%s/fifo.bin", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(20); /* a blocked open fails the test instead of hanging it */
+    TEST_FAILS(gpc_tokenizer_load(&out, fifo), GPC_ERR_FORMAT, "is not a regular file");
+    alarm(0);
     /* a file with a valid checksum but a merge that uses a later token */
     memcpy(copy, data, size);
     put_u32(copy + 24, 300);
