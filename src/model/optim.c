@@ -56,8 +56,10 @@ void gpc_optim_defaults(gpc_optim_options *o) {
     o->step = 1;
 }
 
+/* Knuth's multiplicative hash of the step's seed, plus twice the id: the
+ * low bit that the | 1 sets carries no id, so ids never share a seed. */
 uint32_t gpc_optim_round_seed(uint32_t step_seed, uint32_t round_id) {
-    return step_seed ? (step_seed * 2654435761u + round_id) | 1u : 0;
+    return step_seed ? (step_seed * 2654435761u + 2u * round_id) | 1u : 0;
 }
 
 gpc_status gpc_optim_create(gpc_optim **out, const gpc_optim_layout *l) {
