@@ -28,15 +28,15 @@ static gpc_status write_json(const char *path, const char *model, const gpc_plan
             in->cuda ? "cuda" : "cpu");
     fprintf(f,
             " \"num_params\": %llu, \"trainable\": %llu, \"parameters\": %llu, \"gradients\": "
-            "%llu, \"optimizer\": %llu, \"activations\": %llu, \"backward\": %llu, "
-            "\"workspace\": %llu, \"context_overhead\": %llu, \"total\": %llu, \"per_sample\": "
-            "%llu,\n \"gpus_fit\": [",
+            "%llu, \"optimizer\": %llu, \"optimizer_unsharded\": %llu, \"activations\": %llu, "
+            "\"backward\": %llu, \"workspace\": %llu, \"context_overhead\": %llu, \"total\": "
+            "%llu, \"per_sample\": %llu,\n \"gpus_fit\": [",
             (unsigned long long)r->num_params, (unsigned long long)r->trainable,
             (unsigned long long)r->parameters, (unsigned long long)r->gradients,
-            (unsigned long long)r->optimizer, (unsigned long long)r->activations,
-            (unsigned long long)r->backward, (unsigned long long)r->workspace,
-            (unsigned long long)r->context, (unsigned long long)r->total,
-            (unsigned long long)r->per_sample);
+            (unsigned long long)r->optimizer, (unsigned long long)r->optimizer_unsharded,
+            (unsigned long long)r->activations, (unsigned long long)r->backward,
+            (unsigned long long)r->workspace, (unsigned long long)r->context,
+            (unsigned long long)r->total, (unsigned long long)r->per_sample);
     int count;
     const gpc_plan_gpu *gpus = gpc_plan_gpus(&count);
     for (int i = 0; i < count; i++)
@@ -130,8 +130,17 @@ int cmd_plan(int argc, char **argv) {
     row(in.cuda ? "workspace (logits, cuBLASLt, cuDNN)" : "workspace (logits)", r.workspace);
     if (in.cuda) row("CUDA context (estimate)", r.context);
     row("total", r.total);
-    printf("  each extra sequence in the micro-batch adds %s\n\n",
+    printf("  each extra sequence in the micro-batch adds %s\n",
            cli_format_bytes((double)r.per_sample, human, sizeof human));
+    if (r.optimizer_unsharded > r.optimizer) {
+        char whole[32];
+        printf("  ZeRO-1 over %d GPUs: optimizer state %s per GPU instead of %s, saving %llu "
+               "bytes\n",
+               in.gpus, cli_format_bytes((double)r.optimizer, human, sizeof human),
+               cli_format_bytes((double)r.optimizer_unsharded, whole, sizeof whole),
+               (unsigned long long)(r.optimizer_unsharded - r.optimizer));
+    }
+    printf("\n");
 
     printf("  %-16s %10s  %-5s %s\n", "GPU", "memory", "fits", "largest micro-batch");
     int count;

@@ -123,6 +123,8 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
         if (chunk < shard) shard = chunk;
     }
     out->optimizer = 2 * buffer(shard, f32) + (low_precision ? buffer(shard, f32) : 0);
+    out->optimizer_unsharded =
+        2 * buffer(out->trainable, f32) + (low_precision ? buffer(out->trainable, f32) : 0);
 
     /* gpt_activations, in its order. */
     uint64_t kept_gelu = in->recompute >= 1 ? 1 : L;
