@@ -122,7 +122,7 @@ const gpc_tensor *gpt_grads_flat(const gpt_model *model);
 void gpt_shard_range(const gpt_model *model, size_t *offset, size_t *count);
 /* The optimizer: master weights, AdamW moments and the fp16 loss scale
  * (include/gpc/optim.h), e.g. to gather a ZeRO-1 shard's state. */
-gpc_optim *gpt_optimizer(const gpt_model *model);
+const gpc_optim *gpt_optimizer(const gpt_model *model);
 
 /* Gradient-ready hook: when set, backward calls it as soon as gradients
  * become final: with layer == L after the final layernorm (lnfw, lnfb),

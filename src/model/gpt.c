@@ -970,7 +970,7 @@ void gpt_shard_range(const gpt_model *m, size_t *offset, size_t *count) {
     *count = m->shard_count;
 }
 
-gpc_optim *gpt_optimizer(const gpt_model *m) {
+const gpc_optim *gpt_optimizer(const gpt_model *m) {
     return m->optim;
 }
 

@@ -35,6 +35,7 @@ struct gpc_optim {
     piece *pieces;
     int piece_count;
     size_t state_count;
+    size_t flat_end; /* where the last range ends: the flat buffers are at least this long */
     gpc_tensor master, m, v; /* data NULL where absent */
     gpc_arena own;           /* gpc_optim_alloc's arena */
 
@@ -70,7 +71,7 @@ gpc_status gpc_optim_create(gpc_optim **out, const gpc_optim_layout *l) {
     if (l->range_count < 0 || (l->range_count > 0 && !l->ranges))
         return gpc_error(GPC_ERR_INVALID_ARG, "the optimizer needs a list of ranges to train");
     if (l->shard_begin > l->shard_end)
-        return gpc_error(GPC_ERR_INVALID_ARG, "optimizer shard [%zu, %zu) is empty backwards",
+        return gpc_error(GPC_ERR_INVALID_ARG, "optimizer shard [%zu, %zu) ends before it starts",
                          l->shard_begin, l->shard_end);
     for (int i = 0; i < l->range_count; i++) {
         const gpc_optim_range *r = &l->ranges[i];
@@ -101,6 +102,8 @@ gpc_status gpc_optim_create(gpc_optim **out, const gpc_optim_layout *l) {
         o->pieces[o->piece_count++] = (piece){a, e - a, o->state_count, r->decay, r->round_id};
         o->state_count += e - a;
     }
+    if (l->range_count)
+        o->flat_end = l->ranges[l->range_count - 1].offset + l->ranges[l->range_count - 1].count;
     *out = o;
     return GPC_OK;
 }
@@ -193,8 +196,19 @@ static int next_run(const gpc_optim *o, size_t begin, size_t end, int *k, piece 
     return 1;
 }
 
+/* A flat buffer long enough for every range. */
+static gpc_status check_flat(const gpc_optim *o, const gpc_tensor *flat) {
+    if ((size_t)gpc_tensor_numel(flat) < o->flat_end)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "the optimizer's ranges end at element %zu, but the flat buffer has %lld; "
+                         "pass the buffer the ranges were cut from",
+                         o->flat_end, (long long)gpc_tensor_numel(flat));
+    return GPC_OK;
+}
+
 gpc_status gpc_optim_set_master(gpc_optim *o, gpc_tensor *params, const float *values) {
     if (!o->master.data) return GPC_OK;
+    GPC_TRY(check_flat(o, params));
     piece r = {0};
     for (int k = 0; next_run(o, 0, SIZE_MAX, &k, &r);) {
         gpc_tensor host =
@@ -275,7 +289,9 @@ gpc_status gpc_optim_resolve(gpc_optim *o) {
 
 /* ------------------------------------------------------------ the step */
 
-static gpc_status check_span(const gpc_optim *o, size_t begin, size_t end) {
+/* A span inside the shard, over a flat buffer that holds every range. */
+static gpc_status check_span(const gpc_optim *o, const gpc_tensor *flat, size_t begin, size_t end) {
+    GPC_TRY(check_flat(o, flat));
     if (begin > end || begin < o->shard_begin || end > o->shard_end)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "the optimizer holds the state of elements [%zu, %zu) only, not of "
@@ -286,6 +302,7 @@ static gpc_status check_span(const gpc_optim *o, size_t begin, size_t end) {
 
 gpc_status gpc_optim_norm_sq(gpc_optim *o, const gpc_tensor *grads, size_t begin, size_t end,
                              gpc_tensor *norm_sq) {
+    GPC_TRY(check_span(o, grads, begin, end));
     /* the last step's verdict may be in this very buffer */
     GPC_TRY(gpc_optim_resolve(o));
     GPC_TRY(gpc_tensor_zero(norm_sq));
@@ -304,7 +321,8 @@ gpc_status gpc_optim_step(gpc_optim *o, gpc_tensor *params, const gpc_tensor *gr
     if (!o->moments)
         return gpc_error(GPC_ERR_INVALID_ARG, "this optimizer was created without moments (a "
                                               "model for inference); it cannot step");
-    GPC_TRY(check_span(o, begin, end));
+    GPC_TRY(check_span(o, params, begin, end));
+    GPC_TRY(check_span(o, grads, begin, end));
     o->step_skipped = 0;
     float scale = o->loss_scale;
     int on_device = 0; /* fp16: the overflow check is left to the kernels */

@@ -7,11 +7,8 @@
  */
 #include "gpc/ddp.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "ops/ops.h"
 
 /* ------------------------------------------------------------ planning */
 

@@ -371,6 +371,9 @@ static void test_errors(void **state) {
     gpc_tensor norm_sq = gpc_tensor_1d(sq, GPC_F32, gpc_cpu(), 1);
     gpc_optim_options o;
     gpc_optim_defaults(&o);
+    gpc_tensor short_grads = gpc_tensor_1d(g, GPC_F32, gpc_cpu(), 19);
+    TEST_FAILS(gpc_optim_norm_sq(opt, &short_grads, 0, 20, &norm_sq), GPC_ERR_INVALID_ARG,
+               "ranges end at element 20");
     TEST_OK(gpc_optim_norm_sq(opt, &grads, 0, 20, &norm_sq));
     TEST_FAILS(gpc_optim_step(opt, &params, &grads, 0, 20, &norm_sq, &o, NULL, NULL),
                GPC_ERR_INVALID_ARG, "without moments");
