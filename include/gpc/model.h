@@ -2,6 +2,11 @@
  * gpc model: the GPT-2 family (config, parameters, forward, backward,
  * optimizer step) and its checkpoint files.
  *
+ * gpt_model is opaque (its struct is private to src/model/): callers read
+ * what they need through the accessors below. Every update goes through
+ * the model's optimizer (gpc/optim.h), which holds the master weights,
+ * AdamW's moments and the fp16 loss scale.
+ *
  * The model is written only against src/ops/ops.h, so it runs unchanged on
  * every backend. All of its memory is planned up front in arenas (parameters,
  * gradients, optimizer state, activations); forward, backward and update
