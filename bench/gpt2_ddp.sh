@@ -18,8 +18,8 @@
 #              at 64 x 1024 on one GPU: the NCCL path with a world of one)
 #   z0         gpc launch --nproc 2 -- gpc train --zero 0 (total batch the same
 #              2 x 64 x 1024: one micro-step per GPU), default buckets
-#   z1         the same with --zero 1
-#   z1_shard   --zero 1 with GPC_ZERO_SHARD_LOWP=1 (optimizer state sharded too)
+#   z1         the same with --zero 1 (each GPU holds its shard of the
+#              optimizer state)
 #   z0_nocomm  z0 with GPC_DDP_NO_COMM=1: the step without gradient traffic;
 #              z0 minus this is the communication that backward does not hide
 #   z0_b0      z0 with --bucket-mb 0: one all-reduce after backward (no overlap)
@@ -88,11 +88,6 @@ run 1gpu "$gpc" train
 ddp=("${launch[@]}" "$gpc" train --collectives nccl)
 run z0 "${ddp[@]}" --zero 0
 run z1 "${ddp[@]}" --zero 1
-# ZeRO-1 holding only its shard of m, v and master weights (opt-in for bf16 until
-# verified here): its losses must equal z1's, its memory lower by gpc plan's figure
-export GPC_ZERO_SHARD_LOWP=1
-run z1_shard "${ddp[@]}" --zero 1
-unset GPC_ZERO_SHARD_LOWP
 export GPC_DDP_NO_COMM=1
 run z0_nocomm "${ddp[@]}" --zero 0
 unset GPC_DDP_NO_COMM

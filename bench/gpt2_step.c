@@ -77,15 +77,15 @@ int main(int argc, char **argv) {
         tokens[i] = (int32_t)gpc_rng_below(&rng, 50257);
 
     /* 6N + 6LCT FLOPs per token (PaLM appendix B; llm.c's MFU), N without wpe */
-    double N = (double)model->num_params - (double)config.max_context * config.channels -
+    double N = (double)gpt_num_params(model) - (double)config.max_context * config.channels -
                (double)(config.padded_vocab - config.vocab_size) * config.channels;
     double flops_per_token = 6.0 * N + 6.0 * config.layers * config.channels * (double)T;
     printf("gpc d%d: %.1fM parameters, B=%d T=%d accumulation %d (%lld tokens a step), %s, "
            "%.3f GFLOP/token\n",
            depth, N / 1e6, B, T, accum, (long long)n * accum, precision, flops_per_token / 1e9);
 
-    gpt_adamw_options opt;
-    gpt_adamw_defaults(&opt);
+    gpc_optim_options opt;
+    gpc_optim_defaults(&opt);
     double *times = calloc((size_t)steps, sizeof(double));
     gpc_status status = GPC_OK;
     for (int step = 0; step < warmup + steps && status == GPC_OK; step++) {

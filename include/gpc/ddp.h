@@ -19,9 +19,9 @@
  * zero 0: all-reduce of every bucket, then every rank runs the same AdamW.
  * zero 1 (ZeRO stage 1, Rajbhandari et al. 2020): the flat buffer is cut
  * into one shard per rank; each bucket range is reduced to the ranks owning
- * its pieces (a reduce-scatter), each rank runs AdamW on its shard only
- * (split at tensor boundaries, since weight decay applies to 2-D weights
- * only), and the parameters are all-gathered.
+ * its pieces (a reduce-scatter), each rank runs the model's optimizer on
+ * its shard only (gpt_update_span, with the squared gradient norm summed
+ * over the ranks), and the parameters are all-gathered.
  */
 #ifndef GPC_DDP_H
 #define GPC_DDP_H
@@ -53,20 +53,10 @@ typedef struct {
 
 /* Plans the buckets of a model's flat gradient buffer. bucket_elements 0
  * puts every gradient into one bucket launched after backward (no overlap).
- * offsets are gpt_model.param_offset. */
+ * offsets are gpt_param_offsets. */
 gpc_status gpc_ddp_plan_buckets(const gpt_config *config, const size_t *offsets, size_t num_params,
                                 size_t bucket_elements, gpc_ddp_plan *out);
 void gpc_ddp_plan_free(gpc_ddp_plan *plan);
-
-/* The pieces of [begin, end) cut at parameter-tensor boundaries. */
-typedef struct {
-    int tensor; /* index into gpt_tensors.all */
-    size_t offset, count;
-} gpc_ddp_segment;
-
-/* Fills up to GPT_NUM_PARAM_TENSORS segments; returns how many. */
-int gpc_ddp_shard_segments(const size_t *offsets, size_t num_params, size_t begin, size_t end,
-                           gpc_ddp_segment *segments);
 
 typedef struct {
     int zero;         /* 0 or 1 */
@@ -93,10 +83,11 @@ void gpc_ddp_free(gpc_ddp *ddp);
 gpc_status gpc_ddp_micro_step(gpc_ddp *ddp, int last);
 /* After the last micro-step: the compute stream waits for the communication. */
 gpc_status gpc_ddp_finish_backward(gpc_ddp *ddp);
-/* AdamW: gpt_update for zero 0; the shard update and all-gather for zero 1.
- * Either way the global squared gradient norm is left where gpt_read_step
- * reads it. */
-gpc_status gpc_ddp_update(gpc_ddp *ddp, const gpt_adamw_options *options, int *skipped);
+/* AdamW: gpt_update for zero 0; the shard update and all-gather for zero 1,
+ * in every precision (fp16's overflow skip is decided on the global norm, so
+ * all ranks skip together). Either way the global squared gradient norm is
+ * left where gpt_read_step reads it. */
+gpc_status gpc_ddp_update(gpc_ddp *ddp, const gpc_optim_options *options, int *skipped);
 /* zero 1: gathers the master weights and AdamW moments so a checkpoint
  * holds the whole optimizer state; every rank takes part. A whole model
  * (gpt_create) gathers in place on every rank and *out stays empty. A

@@ -2,6 +2,11 @@
  * gpc model: the GPT-2 family (config, parameters, forward, backward,
  * optimizer step) and its checkpoint files.
  *
+ * gpt_model is opaque (its struct is private to src/model/): callers read
+ * what they need through the accessors below. Every update goes through
+ * the model's optimizer (gpc/optim.h), which holds the master weights,
+ * AdamW's moments and the fp16 loss scale.
+ *
  * The model is written only against src/ops/ops.h, so it runs unchanged on
  * every backend. All of its memory is planned up front in arenas (parameters,
  * gradients, optimizer state, activations); forward, backward and update
@@ -16,6 +21,7 @@
 #define GPC_MODEL_H
 
 #include "gpc/core.h"
+#include "gpc/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,130 +56,17 @@ int gpt_config_equal(const gpt_config *a, const gpt_config *b, const char *what)
 
 #define GPT_NUM_PARAM_TENSORS 16
 
-/* The parameter tensors, as views into one flat buffer. Per-layer tensors
- * carry the layer as their first dimension ([L, ...]). */
-typedef union {
-    struct {
-        gpc_tensor wte;      /* [Vp, C], also the output head (tied) */
-        gpc_tensor wpe;      /* [maxT, C] */
-        gpc_tensor ln1w;     /* [L, C] */
-        gpc_tensor ln1b;     /* [L, C] */
-        gpc_tensor qkvw;     /* [L, 3C, C] */
-        gpc_tensor qkvb;     /* [L, 3C] */
-        gpc_tensor attprojw; /* [L, C, C] */
-        gpc_tensor attprojb; /* [L, C] */
-        gpc_tensor ln2w;     /* [L, C] */
-        gpc_tensor ln2b;     /* [L, C] */
-        gpc_tensor fcw;      /* [L, 4C, C] */
-        gpc_tensor fcb;      /* [L, 4C] */
-        gpc_tensor fcprojw;  /* [L, C, 4C] */
-        gpc_tensor fcprojb;  /* [L, C] */
-        gpc_tensor lnfw;     /* [C] */
-        gpc_tensor lnfb;     /* [C] */
-    };
-    gpc_tensor all[GPT_NUM_PARAM_TENSORS];
-} gpt_tensors;
-
 /* Names in layout order ("wte", "wpe", "ln1w", ...), for messages and tests. */
 extern const char *const gpt_param_names[GPT_NUM_PARAM_TENSORS];
 /* Whether AdamW's weight decay applies: the 2-D weights (embeddings and matrix
  * weights, as in GPT-2/nanoGPT), not biases or layernorm parameters. */
 int gpt_param_decays(int index);
-/* The stochastic-rounding seed of parameter tensor index in a step whose
- * gpt_adamw_options.seed is step_seed: 0 (round to nearest) when step_seed
- * is 0, otherwise a non-zero seed of its own for each tensor. */
-uint32_t gpt_param_round_seed(uint32_t step_seed, int index);
-
-/* Activations kept for the backward pass, each sized for the planned B x T
- * and, where per layer, with L as the first dimension. Statistics (mean,
- * rstd, lse, losses) are f32; the rest is in the compute dtype. */
-typedef struct {
-    gpc_tensor encoded;   /* [B,T,C] embedding output, the first residual */
-    gpc_tensor ln1;       /* [L,B,T,C] */
-    gpc_tensor ln1_mean;  /* [L,B,T] */
-    gpc_tensor ln1_rstd;  /* [L,B,T] */
-    gpc_tensor qkv;       /* [L,B,T,3C] */
-    gpc_tensor atty;      /* [L,B,T,C] attention output before the projection */
-    gpc_tensor lse;       /* [L,B,NH,T] log-sum-exp of the attention rows */
-    gpc_tensor residual2; /* [L,B,T,C] residual after attention */
-    gpc_tensor ln2;       /* [L,B,T,C] */
-    gpc_tensor ln2_mean;  /* [L,B,T] */
-    gpc_tensor ln2_rstd;  /* [L,B,T] */
-    gpc_tensor fch;       /* [L,B,T,4C] */
-    gpc_tensor fch_gelu;  /* [L,B,T,4C] */
-    gpc_tensor residual3; /* [L,B,T,C] residual after the MLP */
-    gpc_tensor lnf;       /* [B,T,C] */
-    gpc_tensor lnf_mean;  /* [B,T] */
-    gpc_tensor lnf_rstd;  /* [B,T] */
-    gpc_tensor logits;    /* [B,T,Vp]; after a training step, whatever the backend's
-                           * gpc_op_classifier left there (its scratch) */
-    gpc_tensor losses;    /* [B,T] f32 */
-    gpc_tensor tokens;    /* [B,T] i32 inputs on the device */
-    gpc_tensor targets;   /* [B,T] i32 targets on the device */
-    /* backward scratch (training models only) */
-    gpc_tensor dresidual; /* [B,T,C] gradient of the residual stream, shared by all blocks */
-    gpc_tensor dbtc;      /* [B,T,C] */
-    gpc_tensor dbt4c;     /* [B,T,4C] also holds dqkv [B,T,3C] */
-    gpc_tensor norm_sq;   /* [1] f32: squared global gradient norm */
-    gpc_tensor loss_sum;  /* [1] f32: losses summed since gpt_read_step (same buffer) */
-} gpt_activations;
 
 /* ----------------------------------------------------------------- model */
 
-typedef struct {
-    gpt_config config;
-    gpc_device device;
-    gpc_dtype dtype; /* compute dtype of parameters, gradients and activations */
-    int training;    /* gradients and optimizer state exist */
-    int B, T;        /* the largest batch the activations were planned for */
-    int recompute;   /* 0 keep activations; 1 rebuild GELU outputs; 2 also layernorm outputs */
-    /* 1: backward sums only the query third of the qkv bias gradient and
-     * derives the rest (see gpt.c's backward); the default, which
-     * GPC_QKV_BIAS_DERIVED=0 at creation turns off */
-    int derived_qkv_bias;
-    size_t num_params;
-    size_t param_offset[GPT_NUM_PARAM_TENSORS]; /* element offsets in the flat buffers */
-
-    /* The optimizer shard: master_flat, m_flat and v_flat hold elements
-     * [shard_offset, shard_offset + shard_count) of the flat layout (their
-     * element 0 is flat element shard_offset). 0 and P unless the model was
-     * created with gpt_create_shard (ZeRO-1: each rank holds 1/N). */
-    size_t shard_offset, shard_count;
-
-    gpc_tensor params_flat; /* [P] compute dtype */
-    gpc_tensor master_flat; /* [shard] f32 master copy; data NULL when dtype is f32 */
-    gpc_tensor grads_flat;  /* [P] compute dtype (training) */
-    gpc_tensor m_flat;      /* [shard] f32 AdamW first moment (training) */
-    gpc_tensor v_flat;      /* [shard] f32 AdamW second moment (training) */
-    gpt_tensors params;     /* views of params_flat */
-    gpt_tensors grads;      /* views of grads_flat */
-    gpt_activations acts;
-
-    /* Gradient-ready hook (data parallelism, src/train/ddp.c): when set,
-     * backward calls it as soon as gradients become final: with layer == L
-     * after the final layernorm (lnfw, lnfb), with l after block l (its
-     * per-layer slices), and with -1 at the end (wte, wpe). Called on the
-     * host while the device may still be computing: the hook orders itself
-     * after the queued work (an event on the compute stream). */
-    gpc_status (*grad_ready)(void *user, int layer);
-    void *grad_ready_user;
-
-    float loss_scale;        /* fp16 only: the loss is multiplied by this before backward */
-    int good_steps;          /* fp16: steps since the loss scale last changed */
-    int scale_check_pending; /* fp16: the last update's overflow check is not read yet */
-    int step_skipped;        /* fp16: the last update was skipped (known after gpt_read_step) */
-    int last_B, last_T;
-    int cached_len;        /* positions whose keys and values gpt_forward_cached keeps */
-    int64_t last_unmasked; /* targets that were not -1 in the last forward */
-    int64_t loss_count;    /* unmasked targets summed into acts.loss_sum */
-
-    /* host staging, placed at creation */
-    float *host_losses; /* [B*T] */
-    void *host_row;     /* [B*Vp] logits rows in the compute dtype */
-
-    gpc_arena param_arena; /* params, master, grads, m, v */
-    gpc_arena act_arena;   /* activations and scratch */
-} gpt_model;
+/* The model: parameters, gradients, optimizer state and activations, planned
+ * at creation. Opaque: callers use the functions below. */
+typedef struct gpt_model gpt_model;
 
 /* Plans and allocates a model for batches up to B x T (T <= max_context) on a
  * device. dtype is the compute precision: f32, bf16 or f16 (the last two keep
@@ -192,8 +85,8 @@ gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_d
 /* A training model holding the optimizer state (AdamW m, v and, for bf16
  * and fp16, the f32 master weights) of elements [shard_offset,
  * shard_offset + shard_count) of the flat layout only: ZeRO stage 1, where
- * each rank updates its shard (gpc_ddp_update). Parameters and gradients
- * stay whole. gpt_update refuses such a model (a step needs every shard);
+ * each rank updates its shard (gpt_update_span, called by gpc_ddp_update).
+ * Parameters and gradients stay whole. gpt_update refuses such a model;
  * gpt_set_params, gpt_init_weights and gpt_checkpoint_load keep this shard
  * of what they are given, so every rank must call them (each with the same
  * values). A shard of the whole buffer is gpt_create_recompute. */
@@ -205,6 +98,52 @@ int gpt_is_sharded(const gpt_model *model);
 void gpt_free(gpt_model *model);
 /* Bytes of device memory the model holds (parameters + state + activations). */
 size_t gpt_memory_bytes(const gpt_model *model);
+
+/* What the model was created with. */
+const gpt_config *gpt_get_config(const gpt_model *model);
+gpc_device gpt_device(const gpt_model *model);
+gpc_dtype gpt_dtype(const gpt_model *model); /* compute dtype */
+int gpt_is_training(const gpt_model *model);
+/* The largest batch (B) and context (T) the activations were planned for. */
+int gpt_batch(const gpt_model *model);
+int gpt_context(const gpt_model *model);
+int gpt_recompute(const gpt_model *model);
+size_t gpt_num_params(const gpt_model *model);
+/* [GPT_NUM_PARAM_TENSORS] element offsets of the tensors in the flat
+ * buffers; tensor i ends where i + 1 starts, the last at num_params. */
+const size_t *gpt_param_offsets(const gpt_model *model);
+/* Positions whose keys and values gpt_forward_cached keeps. */
+int gpt_cached_len(const gpt_model *model);
+
+/* --------------------------------------------------- data parallelism */
+
+/* The flat buffers, [num_params] in the compute dtype: the parameters, and
+ * the gradients (data NULL unless training). Collectives read and write
+ * their elements in place. */
+const gpc_tensor *gpt_params_flat(const gpt_model *model);
+const gpc_tensor *gpt_grads_flat(const gpt_model *model);
+/* The span of the flat layout whose optimizer state the model holds:
+ * [0, num_params) unless created with gpt_create_shard. */
+void gpt_shard_range(const gpt_model *model, size_t *offset, size_t *count);
+/* The optimizer: master weights, AdamW moments and the fp16 loss scale
+ * (include/gpc/optim.h), e.g. to gather a ZeRO-1 shard's state. */
+const gpc_optim *gpt_optimizer(const gpt_model *model);
+
+/* Gradient-ready hook: when set, backward calls it as soon as gradients
+ * become final: with layer == L after the final layernorm (lnfw, lnfb),
+ * with l after block l (its per-layer slices), and with -1 at the end
+ * (wte, wpe). Called on the host while the device may still be computing:
+ * the hook orders itself after the queued work (an event on the compute
+ * stream). fn NULL removes it. */
+typedef gpc_status (*gpt_grad_ready_fn)(void *user, int layer);
+void gpt_set_grad_ready(gpt_model *model, gpt_grad_ready_fn fn, void *user);
+
+/* fp16: the factor the loss is multiplied by before backward (1 in f32 and
+ * bf16), and whether the last update was skipped for an overflow (known
+ * after gpt_read_step or an update that reported it). */
+float gpt_loss_scale(const gpt_model *model);
+void gpt_set_loss_scale(gpt_model *model, float scale);
+int gpt_step_skipped(const gpt_model *model);
 
 /* GPT-2 initialisation (Radford et al. 2019, as in nanoGPT and llm.c):
  * weights normal(0, 0.02), wpe normal(0, 0.01), residual projections
@@ -219,7 +158,7 @@ gpc_status gpt_init_weights(gpt_model *model, uint64_t seed);
 gpc_status gpt_set_params(gpt_model *model, const float *values);
 gpc_status gpt_get_params(const gpt_model *model, float *values);
 
-/* Forward pass on B x T tokens (host i32, B <= model->B, T <= model->T).
+/* Forward pass on B x T tokens (host i32, B <= gpt_batch, T <= gpt_context).
  * With targets (host i32, -1 masks a position) the per-position losses are
  * computed too; gpt_mean_loss reads their mean back. */
 gpc_status gpt_forward(gpt_model *model, const int32_t *inputs, const int32_t *targets, int B,
@@ -250,33 +189,33 @@ gpc_status gpt_mean_loss(gpt_model *model, float *loss);
  * micro-steps need no host synchronisation) and the gradient norm of the
  * last gpt_update before clipping, both read in one copy; then starts the
  * sum over. Either pointer may be NULL. With fp16 this is also where the
- * update's overflow check is read: model->step_skipped says whether the
+ * update's overflow check is read: gpt_step_skipped says whether the
  * step was skipped (the norm is then NaN) and the loss scale adapts. */
 gpc_status gpt_read_step(gpt_model *model, float *mean_loss, float *grad_norm);
 
-typedef struct {
-    float learning_rate;
-    float beta1;         /* default 0.9 */
-    float beta2;         /* default 0.95 */
-    float eps;           /* default 1e-8 */
-    float weight_decay;  /* default 0.1, on 2-D weights only */
-    float max_grad_norm; /* clip the global norm to this; 0 disables */
-    int step;            /* 1-based optimizer step, for bias correction */
-    uint32_t seed;       /* 0: round to nearest; else stochastic rounding of bf16 */
-} gpt_adamw_options;
-
-void gpt_adamw_defaults(gpt_adamw_options *options);
 /* Global gradient norm, then AdamW on every parameter tensor (weight decay on
- * 2-D weights only), with clipping. *grad_norm (optional) receives the norm
- * before clipping (a one-float read back). With fp16 a step whose gradients
- * overflowed is skipped and the loss scale halved: with grad_norm or skipped
- * given, the norm is read here (*skipped = 1 on overflow); with neither,
- * nothing waits for the device: the AdamW kernel skips the step on the
- * device, and the next gpt_read_step reads the verdict and adapts the scale
- * (model->step_skipped; a forward_backward or update that comes first reads
- * it itself). */
-gpc_status gpt_update(gpt_model *model, const gpt_adamw_options *options, float *grad_norm,
+ * 2-D weights only), with clipping, through the model's optimizer
+ * (gpc_optim_step). *grad_norm (optional) receives the norm before
+ * clipping (a one-float read back). With fp16 a step whose gradients
+ * overflowed is skipped and the loss scale halved: with grad_norm or
+ * skipped given, the norm is read here (*skipped = 1 on overflow); with
+ * neither, nothing waits for the device: the AdamW kernel skips the step on
+ * the device, and the next gpt_read_step reads the verdict and adapts the
+ * scale (gpt_step_skipped; a forward_backward or update that comes first
+ * reads it itself). A sharded model refuses: it needs gpt_update_span. */
+gpc_status gpt_update(gpt_model *model, const gpc_optim_options *options, float *grad_norm,
                       int *skipped);
+/* Sums the squared gradient norm of one process's part (norm_sq, device f32
+ * [1]) over the processes; data parallelism's all-reduce. */
+typedef gpc_status (*gpt_norm_reduce_fn)(void *user, gpc_tensor *norm_sq);
+/* gpt_update on the elements [begin, end) of the flat layout only (ZeRO-1:
+ * the shard this process owns, inside the model's shard range): the norm of
+ * the span's gradients, summed over the processes by reduce (when not
+ * NULL), clips every process's update alike; an fp16 overflow anywhere
+ * skips the step everywhere. */
+gpc_status gpt_update_span(gpt_model *model, const gpc_optim_options *options, size_t begin,
+                           size_t end, gpt_norm_reduce_fn reduce, void *user, float *grad_norm,
+                           int *skipped);
 
 /* Inference: forward on B x T tokens (no targets) and copy the logits of the
  * last position of each row to logits_out (host f32, [B, V]). Recomputes the
@@ -287,7 +226,7 @@ gpc_status gpt_forward_last_logits(gpt_model *model, const int32_t *inputs, int 
  * positions start .. start+n-1 of one sequence and copies the logits of the
  * last of them to logits_out (host f32, [V]). Positions 0 .. start-1 are not
  * recomputed: their keys and values are the ones earlier calls left in the
- * model, so start must not exceed model->cached_len (the positions those
+ * model, so start must not exceed gpt_cached_len (the positions those
  * calls covered); start 0 begins a new sequence. start + n <= the model's T.
  * Afterwards cached_len is start + n. Any other forward overwrites what is
  * kept, and gpt_set_params and gpt_update make it stale (cached_len becomes

@@ -37,18 +37,20 @@ typedef struct {
 
 /* Bytes per GPU, by what they hold. */
 typedef struct {
-    uint64_t num_params;  /* elements of the model (padded vocabulary rows included) */
-    uint64_t trainable;   /* elements that receive gradients and optimizer state */
-    uint64_t parameters;  /* params in the compute dtype */
-    uint64_t gradients;   /* gradients of the trainable elements, compute dtype */
-    uint64_t optimizer;   /* AdamW m and v (f32) + f32 master when low precision */
-    uint64_t activations; /* what the forward pass keeps for backward */
-    uint64_t backward;    /* backward scratch: dresidual, dbtc, dbt4c, norm */
-    uint64_t workspace;   /* logits (reused for dlogits) + cuBLASLt workspace + cuDNN
-                           * attention's f32 dQ accumulator (GPU, bf16/f16) */
-    uint64_t context;     /* CUDA context and library kernels (estimate) */
-    uint64_t total;       /* sum of the above */
-    uint64_t per_sample;  /* bytes added by each extra sequence of the micro-batch */
+    uint64_t num_params;          /* elements of the model (padded vocabulary rows included) */
+    uint64_t trainable;           /* elements that receive gradients and optimizer state */
+    uint64_t parameters;          /* params in the compute dtype */
+    uint64_t gradients;           /* gradients of the trainable elements, compute dtype */
+    uint64_t optimizer;           /* AdamW m and v (f32) + f32 master when low precision */
+    uint64_t optimizer_unsharded; /* the same without ZeRO-1 (not in the total): what
+                                   * zero 1 over gpus saves is the difference */
+    uint64_t activations;         /* what the forward pass keeps for backward */
+    uint64_t backward;            /* backward scratch: dresidual, dbtc, dbt4c, norm */
+    uint64_t workspace;           /* logits (reused for dlogits) + cuBLASLt workspace + cuDNN
+                                   * attention's f32 dQ accumulator (GPU, bf16/f16) */
+    uint64_t context;             /* CUDA context and library kernels (estimate) */
+    uint64_t total;               /* sum of the above */
+    uint64_t per_sample;          /* bytes added by each extra sequence of the micro-batch */
 } gpc_plan_result;
 
 /* cuBLASLt workspace gpc's CUDA backend asks for (llm.c's choice, enough for

@@ -96,8 +96,17 @@ int cmd_plan(int argc, char **argv) {
     row(in.cuda ? "workspace (logits, cuBLASLt, cuDNN)" : "workspace (logits)", r.workspace);
     if (in.cuda) row("CUDA context (estimate)", r.context);
     row("total", r.total);
-    printf("  each extra sequence in the micro-batch adds %s\n\n",
+    printf("  each extra sequence in the micro-batch adds %s\n",
            cli_format_bytes((double)r.per_sample, human, sizeof human));
+    if (r.optimizer_unsharded > r.optimizer) {
+        char whole[32];
+        printf("  ZeRO-1 over %d GPUs: optimizer state %s per GPU instead of %s, saving %llu "
+               "bytes\n",
+               in.gpus, cli_format_bytes((double)r.optimizer, human, sizeof human),
+               cli_format_bytes((double)r.optimizer_unsharded, whole, sizeof whole),
+               (unsigned long long)(r.optimizer_unsharded - r.optimizer));
+    }
+    printf("\n");
 
     printf("  %-16s %10s  %-5s %s\n", "GPU", "memory", "fits", "largest micro-batch");
     int count;

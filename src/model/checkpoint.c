@@ -13,7 +13,7 @@
  * leaves the previous checkpoint whole. Device data streams through a small
  * host buffer so a large model does not need three host copies.
  */
-#include "gpc/model.h"
+#include "model/gpt_internal.h"
 
 #include <errno.h>
 #include <math.h>
@@ -93,7 +93,8 @@ static void encode_header(unsigned char *h, const gpt_model *m, const gpt_checkp
     put(h, OFF_LOADER_BATCH, &s->loader_batch, 8);
     put(h, OFF_RNG_STATE, &s->rng.state, 8);
     put(h, OFF_RNG_INC, &s->rng.inc, 8);
-    put(h, OFF_LOSS_SCALE, &m->loss_scale, 4); /* the model's, which fp16 training adapts */
+    float loss_scale = gpc_optim_loss_scale(m->optim); /* the model's, which fp16 adapts */
+    put(h, OFF_LOSS_SCALE, &loss_scale, 4);
     put(h, OFF_BATCH, &s->batch, 4);
     put(h, OFF_CONTEXT, &s->context, 4);
     put(h, OFF_STEPS, &s->steps, 4);
@@ -179,8 +180,9 @@ gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *m,
     gpt_host_state none = {0};
     if (!full) full = &none;
     /* a shard of the optimizer state is not a checkpoint */
-    if (gpt_is_sharded(m) &&
-        ((m->master_flat.data && !full->master) || (m->training && (!full->m || !full->v))))
+    const gpc_tensor *master = gpc_optim_master(m->optim);
+    const gpc_tensor *mom = gpc_optim_m(m->optim), *var = gpc_optim_v(m->optim);
+    if (gpt_is_sharded(m) && ((master && !full->master) || (m->training && (!full->m || !full->v))))
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "saving checkpoint %s: the model holds one shard of the optimizer state; "
                          "gather it first (gpc_ddp_gather_state) and pass it to "
@@ -199,15 +201,11 @@ gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *m,
     /* f32 arrays of num_params elements (data unused where host values come) */
     int64_t P = (int64_t)m->num_params;
     gpc_tensor whole = gpc_tensor_make(NULL, GPC_F32, m->device, 1, &P);
-    const gpc_tensor *params = full->master          ? &whole
-                               : m->master_flat.data ? &m->master_flat
-                                                     : &m->params_flat;
+    const gpc_tensor *params = full->master ? &whole : master ? master : &m->params_flat;
     s = gpc_atomic_write(&f, header, sizeof header);
     if (s == GPC_OK) s = write_tensor(&f, params, stage, full->master);
-    if (s == GPC_OK && m->training)
-        s = write_tensor(&f, full->m ? &whole : &m->m_flat, stage, full->m);
-    if (s == GPC_OK && m->training)
-        s = write_tensor(&f, full->v ? &whole : &m->v_flat, stage, full->v);
+    if (s == GPC_OK && m->training) s = write_tensor(&f, full->m ? &whole : mom, stage, full->m);
+    if (s == GPC_OK && m->training) s = write_tensor(&f, full->v ? &whole : var, stage, full->v);
     if (s == GPC_OK) {
         uint32_t crc = f.crc;
         s = gpc_atomic_write(&f, &crc, sizeof crc);
@@ -381,7 +379,7 @@ gpc_status gpt_checkpoint_read_header(const char *path, gpt_config *config, gpc_
  * when low is set, every element converted to the compute dtype into the
  * parameters (a sharded low-precision model has no whole f32 copy). */
 typedef struct {
-    gpc_tensor *dst;
+    const gpc_tensor *dst;
     size_t lo, count;
     gpc_tensor *low; /* [n] bf16 or fp16 */
     uint16_t *half;  /* [CKPT_CHUNK_FLOATS] host staging for low */
@@ -430,7 +428,8 @@ gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_st
     }
     /* a sharded low-precision model converts every parameter on the host
      * and keeps its shard of the f32 values as master weights */
-    int low_shard = m->master_flat.data && gpt_is_sharded(m);
+    const gpc_tensor *master = gpc_optim_master(m->optim);
+    int low_shard = master && gpt_is_sharded(m);
     float *stage = gpc_malloc(CKPT_CHUNK_FLOATS * sizeof(float));
     uint16_t *half = low_shard ? gpc_malloc(CKPT_CHUNK_FLOATS * sizeof(uint16_t)) : NULL;
     if (!stage || (low_shard && !half)) {
@@ -441,11 +440,12 @@ gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_st
     uint32_t crc = gpc_crc32c(0, raw, CKPT_HEADER_BYTES);
     size_t P = m->num_params, lo = m->shard_offset, count = m->shard_count;
     int moments = hdr.has_optimizer && m->training;
+    /* the optimizer's state arrays tile the shard: element e at e - lo */
     read_target params = {&m->params_flat, 0, P, NULL, NULL};
-    if (m->master_flat.data) params = (read_target){&m->master_flat, lo, count, NULL, NULL};
+    if (master) params = (read_target){master, lo, count, NULL, NULL};
     if (low_shard) params.low = &m->params_flat, params.half = half;
-    read_target mom = {moments ? &m->m_flat : NULL, lo, count, NULL, NULL};
-    read_target var = {moments ? &m->v_flat : NULL, lo, count, NULL, NULL};
+    read_target mom = {moments ? gpc_optim_m(m->optim) : NULL, lo, count, NULL, NULL};
+    read_target var = {moments ? gpc_optim_v(m->optim) : NULL, lo, count, NULL, NULL};
     gpc_status s = read_tensor(file, path, &params, P, stage, &crc);
     if (s == GPC_OK && hdr.has_optimizer) s = read_tensor(file, path, &mom, P, stage, &crc);
     if (s == GPC_OK && hdr.has_optimizer) s = read_tensor(file, path, &var, P, stage, &crc);
@@ -461,19 +461,21 @@ gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_st
     gpc_free(half);
     fclose(file);
     if (s != GPC_OK) return s;
-    if (m->master_flat.data) {
+    if (master) {
         /* the shard (all of it unsharded) from the master, on the device */
         int64_t n = (int64_t)count;
         gpc_tensor own =
             gpc_tensor_make((char *)m->params_flat.data + lo * gpc_dtype_size(m->dtype), m->dtype,
                             m->device, 1, &n);
-        GPC_TRY(gpc_op_convert(low_shard ? &own : &m->params_flat, &m->master_flat));
+        GPC_TRY(gpc_op_convert(low_shard ? &own : &m->params_flat, master));
     }
     if (m->training && !hdr.has_optimizer) {
-        GPC_TRY(gpc_tensor_zero(&m->m_flat));
-        GPC_TRY(gpc_tensor_zero(&m->v_flat));
+        gpc_tensor mom_zero = *gpc_optim_m(m->optim), var_zero = *gpc_optim_v(m->optim);
+        GPC_TRY(gpc_tensor_zero(&mom_zero));
+        GPC_TRY(gpc_tensor_zero(&var_zero));
     }
     if (state) *state = hdr.state;
-    if (m->dtype == GPC_F16 && hdr.state.loss_scale > 0) m->loss_scale = hdr.state.loss_scale;
+    if (m->dtype == GPC_F16 && hdr.state.loss_scale > 0)
+        gpc_optim_set_loss_scale(m->optim, hdr.state.loss_scale);
     return GPC_OK;
 }

@@ -1,6 +1,7 @@
 /*
  * gpt.c: the GPT-2 model: memory plan, initialisation, forward, backward and
- * the AdamW step, written only against ops.h so every backend runs it.
+ * the step through the model's optimizer (optim.c), written only against
+ * ops.h so every backend runs it.
  *
  * The structure follows llm.c (train_gpt2.cu): one flat parameter buffer and
  * one flat gradient buffer, activations kept per layer for the backward pass,
@@ -13,7 +14,7 @@
  * backward. Parameter gradients accumulate (+=), which is what makes gradient
  * accumulation over micro-steps a matter of calling forward_backward again.
  */
-#include "gpc/model.h"
+#include "model/gpt_internal.h"
 #include "gpc/settings.h"
 
 #include <math.h>
@@ -113,16 +114,30 @@ static void split_flat(const gpt_model *m, const gpc_tensor *flat, gpt_tensors *
 }
 
 static gpc_status place_params(gpt_model *m, gpc_arena *arena) {
-    int64_t P = (int64_t)m->num_params, S = (int64_t)m->shard_count;
+    int64_t P = (int64_t)m->num_params;
     GPC_TRY(gpc_arena_tensor(arena, &m->params_flat, m->dtype, 1, &P));
-    /* the optimizer state covers the shard only (all of it without ZeRO) */
-    if (m->dtype != GPC_F32) GPC_TRY(gpc_arena_tensor(arena, &m->master_flat, GPC_F32, 1, &S));
-    if (m->training) {
-        GPC_TRY(gpc_arena_tensor(arena, &m->grads_flat, m->dtype, 1, &P));
-        GPC_TRY(gpc_arena_tensor(arena, &m->m_flat, GPC_F32, 1, &S));
-        GPC_TRY(gpc_arena_tensor(arena, &m->v_flat, GPC_F32, 1, &S));
+    if (m->training) GPC_TRY(gpc_arena_tensor(arena, &m->grads_flat, m->dtype, 1, &P));
+    /* master, m and v: the shard only (all of it without ZeRO) */
+    return gpc_optim_place(m->optim, arena);
+}
+
+/* The optimizer over the 16 tensors, each its own range: weight decay on
+ * the 2-D weights, the tensor's index as its rounding id. */
+static gpc_status create_optimizer(gpt_model *m) {
+    gpc_optim_range ranges[GPT_NUM_PARAM_TENSORS];
+    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
+        size_t end = i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
+        ranges[i] = (gpc_optim_range){m->param_offset[i], end - m->param_offset[i],
+                                      gpt_param_decays(i), (uint32_t)i};
     }
-    return GPC_OK;
+    gpc_optim_layout layout = {.device = m->device,
+                               .dtype = m->dtype,
+                               .ranges = ranges,
+                               .range_count = GPT_NUM_PARAM_TENSORS,
+                               .shard_begin = m->shard_offset,
+                               .shard_end = m->shard_offset + m->shard_count,
+                               .moments = m->training};
+    return gpc_optim_create(&m->optim, &layout);
 }
 
 static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
@@ -241,7 +256,6 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     }
     m->shard_offset = shard_offset;
     m->shard_count = shard_count;
-    m->loss_scale = dtype == GPC_F16 ? 4096.0f : 1.0f;
 
     int64_t shapes[GPT_NUM_PARAM_TENSORS][3];
     int ndims[GPT_NUM_PARAM_TENSORS];
@@ -255,7 +269,8 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
         offset += n;
     }
 
-    gpc_status s = plan(m, &m->param_arena, place_params);
+    gpc_status s = create_optimizer(m);
+    if (s == GPC_OK) s = plan(m, &m->param_arena, place_params);
     if (s == GPC_OK) s = plan(m, &m->act_arena, place_acts);
     /* attention's own plans and workspace (cuDNN's) are built now, with the
      * rest of the model's memory, rather than in the first step */
@@ -277,12 +292,10 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     split_flat(m, &m->params_flat, &m->params);
     if (m->training) split_flat(m, &m->grads_flat, &m->grads);
     s = gpc_tensor_zero(&m->params_flat);
-    if (s == GPC_OK && m->master_flat.data) s = gpc_tensor_zero(&m->master_flat);
+    if (s == GPC_OK) s = gpc_optim_zero(m->optim);
     if (s == GPC_OK && m->training) {
         s = gpc_tensor_zero(&m->grads_flat);
         if (s == GPC_OK) s = gpc_tensor_zero(&m->acts.loss_sum);
-        if (s == GPC_OK) s = gpc_tensor_zero(&m->m_flat);
-        if (s == GPC_OK) s = gpc_tensor_zero(&m->v_flat);
     }
     if (s != GPC_OK) {
         gpt_free(m);
@@ -311,6 +324,7 @@ void gpt_free(gpt_model *m) {
     if (!m) return;
     gpc_arena_destroy(&m->param_arena);
     gpc_arena_destroy(&m->act_arena);
+    gpc_optim_free(m->optim);
     gpc_free(m->host_losses);
     gpc_free(m->host_row);
     gpc_free(m);
@@ -324,9 +338,9 @@ size_t gpt_memory_bytes(const gpt_model *m) {
 
 /* A sharded low-precision model: the compute-dtype parameters outside the
  * master shard come from f32 values converted on the host (round to
- * nearest even, as the backends' convert), then the shard is converted
- * from the master on the device as in the unsharded model. */
-static gpc_status set_sharded_params(gpt_model *m, const float *values) {
+ * nearest even, as the backends' convert); the optimizer then converts its
+ * shard from the master on the device, as in the unsharded model. */
+static gpc_status set_low_params(gpt_model *m, const float *values) {
     size_t P = m->num_params, chunk = (size_t)1 << 20;
     uint16_t *half = gpc_malloc(chunk * sizeof *half);
     if (!half) return gpc_error(GPC_ERR_NOMEM, "out of host memory setting the parameters");
@@ -341,45 +355,38 @@ static gpc_status set_sharded_params(gpt_model *m, const float *values) {
         s = gpc_tensor_copy(&dst, &src);
     }
     gpc_free(half);
-    GPC_TRY(s);
-    gpc_tensor host = gpc_tensor_1d((void *)(values + m->shard_offset), GPC_F32, gpc_cpu(),
-                                    (int64_t)m->shard_count);
-    GPC_TRY(gpc_tensor_copy(&m->master_flat, &host));
-    gpc_tensor own = view(&m->params_flat, m->shard_offset, 1, (int64_t)m->shard_count, 0, 0);
-    return gpc_op_convert(&own, &m->master_flat);
+    return s;
 }
 
 gpc_status gpt_set_params(gpt_model *m, const float *values) {
-    int64_t P = (int64_t)m->num_params;
-    gpc_tensor host = gpc_tensor_make((void *)values, GPC_F32, gpc_cpu(), 1, &P);
     m->cached_len = 0; /* kept keys and values belong to the old weights */
-    if (m->master_flat.data && gpt_is_sharded(m)) return set_sharded_params(m, values);
-    if (m->master_flat.data) {
-        GPC_TRY(gpc_tensor_copy(&m->master_flat, &host));
-        return gpc_op_convert(&m->params_flat, &m->master_flat);
+    if (!gpc_optim_master(m->optim)) {
+        int64_t P = (int64_t)m->num_params;
+        gpc_tensor host = gpc_tensor_make((void *)values, GPC_F32, gpc_cpu(), 1, &P);
+        return gpc_tensor_copy(&m->params_flat, &host);
     }
-    return gpc_tensor_copy(&m->params_flat, &host);
+    if (gpt_is_sharded(m)) GPC_TRY(set_low_params(m, values));
+    return gpc_optim_set_master(m->optim, &m->params_flat, values);
 }
 
 gpc_status gpt_get_params(const gpt_model *m, float *values) {
     int64_t P = (int64_t)m->num_params;
     gpc_tensor host = gpc_tensor_make(values, GPC_F32, gpc_cpu(), 1, &P);
-    if (!(m->master_flat.data && gpt_is_sharded(m)))
-        return gpc_tensor_copy(&host, m->master_flat.data ? &m->master_flat : &m->params_flat);
-    /* the compute-dtype values everywhere, then the master's over its shard */
-    size_t elem = gpc_dtype_size(m->dtype);
-    void *raw = gpc_malloc(m->num_params * elem);
-    if (!raw) return gpc_error(GPC_ERR_NOMEM, "out of host memory reading the parameters");
-    gpc_tensor low = gpc_tensor_make(raw, m->dtype, gpc_cpu(), 1, &P);
-    gpc_status s = gpc_tensor_copy(&low, &m->params_flat);
-    const uint16_t *half = raw;
-    for (size_t i = 0; s == GPC_OK && i < m->num_params; i++)
-        values[i] = m->dtype == GPC_BF16 ? gpc_bf16_to_f32(half[i]) : gpc_f16_to_f32(half[i]);
-    gpc_free(raw);
-    GPC_TRY(s);
-    gpc_tensor shard =
-        gpc_tensor_1d(values + m->shard_offset, GPC_F32, gpc_cpu(), (int64_t)m->shard_count);
-    return gpc_tensor_copy(&shard, &m->master_flat);
+    if (!gpc_optim_master(m->optim)) return gpc_tensor_copy(&host, &m->params_flat);
+    if (gpt_is_sharded(m)) {
+        /* the compute-dtype values everywhere, then the master's over its shard */
+        size_t elem = gpc_dtype_size(m->dtype);
+        void *raw = gpc_malloc(m->num_params * elem);
+        if (!raw) return gpc_error(GPC_ERR_NOMEM, "out of host memory reading the parameters");
+        gpc_tensor low = gpc_tensor_make(raw, m->dtype, gpc_cpu(), 1, &P);
+        gpc_status s = gpc_tensor_copy(&low, &m->params_flat);
+        const uint16_t *half = raw;
+        for (size_t i = 0; s == GPC_OK && i < m->num_params; i++)
+            values[i] = m->dtype == GPC_BF16 ? gpc_bf16_to_f32(half[i]) : gpc_f16_to_f32(half[i]);
+        gpc_free(raw);
+        GPC_TRY(s);
+    }
+    return gpc_optim_get_master(m->optim, values);
 }
 
 gpc_status gpt_init_weights(gpt_model *m, uint64_t seed) {
@@ -585,42 +592,6 @@ gpc_status gpt_mean_loss(gpt_model *m, float *loss) {
     return GPC_OK;
 }
 
-static gpc_status read_scalar(const gpc_tensor *dev, float *out) {
-    gpc_tensor host = gpc_tensor_1d(out, GPC_F32, gpc_cpu(), 1);
-    return gpc_tensor_copy(&host, dev);
-}
-
-/* fp16 dynamic loss scaling (Micikevicius et al. 2018), once the step's
- * squared gradient norm is on the host: a non-finite norm means the
- * gradients overflowed, so the step was skipped and the scale halves; after
- * 1000 clean steps it doubles. Returns whether the step was clean. */
-static int loss_scale_update(gpt_model *m, float norm_sq) {
-    float scale = m->loss_scale;
-    m->scale_check_pending = 0;
-    m->step_skipped = !isfinite(norm_sq);
-    if (m->step_skipped) {
-        m->loss_scale = scale > 1.0f ? scale * 0.5f : 1.0f;
-        m->good_steps = 0;
-        return 0;
-    }
-    if (++m->good_steps >= 1000 && scale < 65536.0f) {
-        m->loss_scale = scale * 2.0f;
-        m->good_steps = 0;
-    }
-    return 1;
-}
-
-/* An fp16 step whose overflow check nobody read (gpt_read_step does): read
- * it now, before the loss scale is used again. This waits for the device;
- * the trainer never gets here. */
-static gpc_status resolve_loss_scale(gpt_model *m) {
-    if (!m->scale_check_pending) return GPC_OK;
-    float sq;
-    GPC_TRY(read_scalar(&m->acts.norm_sq, &sq));
-    loss_scale_update(m, sq);
-    return GPC_OK;
-}
-
 gpc_status gpt_read_step(gpt_model *m, float *mean_loss, float *grad_norm) {
     if (!m->training)
         return gpc_error(GPC_ERR_INVALID_ARG, "this model was created for inference; it has no "
@@ -630,9 +601,9 @@ gpc_status gpt_read_step(gpt_model *m, float *mean_loss, float *grad_norm) {
     gpc_tensor host = gpc_tensor_1d(both, GPC_F32, gpc_cpu(), 2);
     gpc_tensor dev = view(&m->acts.norm_sq, 0, 1, 2, 0, 0);
     GPC_TRY(gpc_tensor_copy(&host, &dev));
-    if (m->scale_check_pending) loss_scale_update(m, both[0]);
+    gpc_optim_observe_norm(m->optim, both[0]);
     if (mean_loss) *mean_loss = m->loss_count ? (float)(both[1] / (double)m->loss_count) : 0.0f;
-    if (grad_norm) *grad_norm = m->step_skipped ? NAN : sqrtf(both[0]);
+    if (grad_norm) *grad_norm = gpc_optim_step_skipped(m->optim) ? NAN : sqrtf(both[0]);
     m->loss_count = 0;
     return gpc_tensor_zero(&m->acts.loss_sum);
 }
@@ -787,7 +758,7 @@ static gpc_status forward_backward(gpt_model *m, const gpc_tensor *tokens, const
      * underflow: the loss is scaled up here and the gradients scaled back
      * down inside the AdamW step. */
     GPC_TRY(gpc_op_classifier(&losses, &dlnf, &m->grads.wte, &logits, &lnf, &m->params.wte, tgt,
-                              c->vocab_size, dloss * m->loss_scale));
+                              c->vocab_size, dloss * gpc_optim_loss_scale(m->optim)));
     /* masked rows have loss 0, so the plain sum is the sum over real targets */
     GPC_TRY(gpc_op_sum(&m->acts.loss_sum, &losses));
     m->loss_count += m->last_unmasked;
@@ -801,7 +772,7 @@ gpc_status gpt_forward_backward(gpt_model *m, const int32_t *inputs, const int32
                          "this model was created for inference; create it with training on");
     if (!targets) return gpc_error(GPC_ERR_INVALID_ARG, "a training step needs targets");
     GPC_TRY(check_batch(m, B, T));
-    GPC_TRY(resolve_loss_scale(m));
+    GPC_TRY(gpc_optim_resolve(m->optim));
     GPC_TRY(upload_tokens(m, inputs, targets, 0, B, T));
     gpc_tensor tokens = view(&m->acts.tokens, 0, 2, B, T, 0);
     gpc_tensor tgt = view(&m->acts.targets, 0, 2, B, T, 0);
@@ -844,7 +815,7 @@ gpc_status gpt_forward_backward_device(gpt_model *m, const gpc_tensor *inputs,
                          "%lld unmasked targets in a batch of %d x %d positions: count the "
                          "targets that are not -1",
                          (long long)unmasked, B, T);
-    GPC_TRY(resolve_loss_scale(m));
+    GPC_TRY(gpc_optim_resolve(m->optim));
     m->last_unmasked = unmasked;
     return forward_backward(m, inputs, targets, B, T, dloss);
 }
@@ -856,85 +827,27 @@ gpc_status gpt_zero_grad(gpt_model *m) {
 
 /* ------------------------------------------------------------ update */
 
-void gpt_adamw_defaults(gpt_adamw_options *o) {
-    memset(o, 0, sizeof *o);
-    o->learning_rate = 6e-4f;
-    o->beta1 = 0.9f;
-    o->beta2 = 0.95f;
-    o->eps = 1e-8f;
-    o->weight_decay = 0.1f;
-    o->max_grad_norm = 1.0f;
-    o->step = 1;
-}
-
-gpc_status gpt_update(gpt_model *m, const gpt_adamw_options *o, float *grad_norm, int *skipped) {
+gpc_status gpt_update_span(gpt_model *m, const gpc_optim_options *o, size_t begin, size_t end,
+                           gpt_norm_reduce_fn reduce, void *user, float *grad_norm, int *skipped) {
     m->cached_len = 0; /* kept keys and values belong to the old weights */
     if (!m->training)
         return gpc_error(GPC_ERR_INVALID_ARG, "this model was created for inference; it has no "
                                               "optimizer state");
+    gpc_tensor *norm_sq = &m->acts.norm_sq;
+    GPC_TRY(gpc_optim_norm_sq(m->optim, &m->grads_flat, begin, end, norm_sq));
+    if (reduce) GPC_TRY(reduce(user, norm_sq));
+    /* norm_sq is left holding the global squared norm, for gpt_read_step */
+    return gpc_optim_step(m->optim, &m->params_flat, &m->grads_flat, begin, end, norm_sq, o,
+                          grad_norm, skipped);
+}
+
+gpc_status gpt_update(gpt_model *m, const gpc_optim_options *o, float *grad_norm, int *skipped) {
     if (gpt_is_sharded(m))
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "this model holds the optimizer state of elements [%zu, %zu) only "
                          "(ZeRO-1); update it with gpc_ddp_update, which steps every shard",
                          m->shard_offset, m->shard_offset + m->shard_count);
-    if (skipped) *skipped = 0;
-    GPC_TRY(resolve_loss_scale(m));
-    m->step_skipped = 0;
-    gpc_tensor *norm_sq = &m->acts.norm_sq;
-    GPC_TRY(gpc_tensor_zero(norm_sq));
-    GPC_TRY(gpc_op_sum_squares(norm_sq, &m->grads_flat));
-    float scale = m->loss_scale;
-    int on_device = 0; /* fp16: the overflow check is left to the kernel */
-    if (m->dtype == GPC_F16) {
-        /* An overflow shows as a non-finite norm. When the caller asks for
-         * the norm or the verdict, read it now (a wait for the device);
-         * otherwise AdamW itself leaves everything as it was on a
-         * non-finite norm, and gpt_read_step adjusts the scale. */
-        if (grad_norm || skipped) {
-            float sq;
-            GPC_TRY(read_scalar(norm_sq, &sq));
-            if (!loss_scale_update(m, sq)) {
-                if (skipped) *skipped = 1;
-                if (grad_norm) *grad_norm = NAN;
-                return GPC_OK;
-            }
-        } else {
-            on_device = 1;
-            m->scale_check_pending = 1;
-        }
-        GPC_TRY(gpc_op_scale(norm_sq, 1.0f / (scale * scale)));
-    }
-    gpc_tensor master_flat = m->master_flat;
-    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
-        size_t offset = m->param_offset[i];
-        size_t n =
-            (i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params) - offset;
-        gpc_tensor params = view(&m->params_flat, offset, 1, (int64_t)n, 0, 0);
-        gpc_tensor grads = view(&m->grads_flat, offset, 1, (int64_t)n, 0, 0);
-        gpc_tensor mom = view(&m->m_flat, offset, 1, (int64_t)n, 0, 0);
-        gpc_tensor var = view(&m->v_flat, offset, 1, (int64_t)n, 0, 0);
-        gpc_tensor master = view(&master_flat, offset, 1, (int64_t)n, 0, 0);
-        gpc_adamw_args args;
-        memset(&args, 0, sizeof args);
-        args.learning_rate = o->learning_rate;
-        args.beta1 = o->beta1;
-        args.beta2 = o->beta2;
-        args.eps = o->eps;
-        args.weight_decay = gpt_param_decays(i) ? o->weight_decay : 0.0f;
-        args.step = o->step;
-        args.grad_norm_sq = norm_sq;
-        args.max_grad_norm = o->max_grad_norm;
-        args.grad_scale = 1.0f / scale;
-        args.skip_nonfinite = on_device;
-        args.seed = gpt_param_round_seed(o->seed, i);
-        GPC_TRY(gpc_op_adamw(&params, master.data ? &master : NULL, &grads, &mom, &var, &args));
-    }
-    if (grad_norm) {
-        float sq;
-        GPC_TRY(read_scalar(norm_sq, &sq));
-        *grad_norm = sqrtf(sq);
-    }
-    return GPC_OK;
+    return gpt_update_span(m, o, 0, m->num_params, NULL, NULL, grad_norm, skipped);
 }
 
 /* ------------------------------------------------------------ inference */
@@ -997,4 +910,80 @@ gpc_status gpt_copy_logits(gpt_model *m, float *out) {
     for (size_t r = 0; r < rows; r++)
         GPC_TRY(logits_row(m, r, out + r * (size_t)m->config.vocab_size));
     return GPC_OK;
+}
+
+/* ------------------------------------------------------------ accessors */
+
+const gpt_config *gpt_get_config(const gpt_model *m) {
+    return &m->config;
+}
+
+gpc_device gpt_device(const gpt_model *m) {
+    return m->device;
+}
+
+gpc_dtype gpt_dtype(const gpt_model *m) {
+    return m->dtype;
+}
+
+int gpt_is_training(const gpt_model *m) {
+    return m->training;
+}
+
+int gpt_batch(const gpt_model *m) {
+    return m->B;
+}
+
+int gpt_context(const gpt_model *m) {
+    return m->T;
+}
+
+int gpt_recompute(const gpt_model *m) {
+    return m->recompute;
+}
+
+size_t gpt_num_params(const gpt_model *m) {
+    return m->num_params;
+}
+
+const size_t *gpt_param_offsets(const gpt_model *m) {
+    return m->param_offset;
+}
+
+int gpt_cached_len(const gpt_model *m) {
+    return m->cached_len;
+}
+
+const gpc_tensor *gpt_params_flat(const gpt_model *m) {
+    return &m->params_flat;
+}
+
+const gpc_tensor *gpt_grads_flat(const gpt_model *m) {
+    return &m->grads_flat;
+}
+
+void gpt_shard_range(const gpt_model *m, size_t *offset, size_t *count) {
+    *offset = m->shard_offset;
+    *count = m->shard_count;
+}
+
+const gpc_optim *gpt_optimizer(const gpt_model *m) {
+    return m->optim;
+}
+
+void gpt_set_grad_ready(gpt_model *m, gpt_grad_ready_fn fn, void *user) {
+    m->grad_ready = fn;
+    m->grad_ready_user = fn ? user : NULL;
+}
+
+float gpt_loss_scale(const gpt_model *m) {
+    return gpc_optim_loss_scale(m->optim);
+}
+
+void gpt_set_loss_scale(gpt_model *m, float scale) {
+    gpc_optim_set_loss_scale(m->optim, scale);
+}
+
+int gpt_step_skipped(const gpt_model *m) {
+    return gpc_optim_step_skipped(m->optim);
 }

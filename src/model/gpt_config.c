@@ -17,10 +17,6 @@ int gpt_param_decays(int index) {
     return index == 0 || index == 1 || index == 4 || index == 6 || index == 10 || index == 12;
 }
 
-uint32_t gpt_param_round_seed(uint32_t step_seed, int index) {
-    return step_seed ? (step_seed * 2654435761u + (uint32_t)index) | 1u : 0;
-}
-
 gpc_status gpt_config_init(gpt_config *config, int layers, int heads, int channels, int max_context,
                            int vocab_size) {
     memset(config, 0, sizeof *config);

@@ -114,7 +114,7 @@ gpc_status gpc_generate(gpt_model *m, const uint32_t *prompt, size_t prompt_len,
         return gpc_error(GPC_ERR_INVALID_ARG, "tokens, temperature and top-k must not be negative");
     if (!(o->top_p > 0.0f && o->top_p <= 1.0f))
         return gpc_error(GPC_ERR_INVALID_ARG, "top-p must be in (0, 1], not %g", (double)o->top_p);
-    int V = m->config.vocab_size, maxT = m->T;
+    int V = gpt_get_config(m)->vocab_size, maxT = gpt_context(m);
     int32_t *window = gpc_malloc((size_t)maxT * sizeof(int32_t));
     float *logits = gpc_malloc((size_t)V * sizeof(float));
     void *scratch = gpc_malloc((size_t)V * 8);

@@ -123,6 +123,8 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
         if (chunk < shard) shard = chunk;
     }
     out->optimizer = 2 * buffer(shard, f32) + (low_precision ? buffer(shard, f32) : 0);
+    out->optimizer_unsharded =
+        2 * buffer(out->trainable, f32) + (low_precision ? buffer(out->trainable, f32) : 0);
 
     /* gpt_activations, in its order. */
     uint64_t kept_gelu = in->recompute >= 1 ? 1 : L;
@@ -226,12 +228,13 @@ gpc_status gpc_plan_write_json(const char *path, const char *model, const gpc_pl
             in->cuda ? "cuda" : "cpu");
     fprintf(f,
             " \"num_params\": %llu, \"trainable\": %llu, \"parameters\": %llu, \"gradients\": "
-            "%llu, \"optimizer\": %llu, \"activations\": %llu, \"backward\": %llu, "
-            "\"workspace\": %llu, \"context_overhead\": %llu, \"total\": %llu, \"per_sample\": "
-            "%llu,\n \"gpus_fit\": [",
+            "%llu, \"optimizer\": %llu, \"optimizer_unsharded\": %llu, \"activations\": %llu, "
+            "\"backward\": %llu, \"workspace\": %llu, \"context_overhead\": %llu, \"total\": "
+            "%llu, \"per_sample\": %llu,\n \"gpus_fit\": [",
             (unsigned long long)r->num_params, (unsigned long long)r->trainable,
             (unsigned long long)r->parameters, (unsigned long long)r->gradients,
-            (unsigned long long)r->optimizer, (unsigned long long)r->activations,
+            (unsigned long long)r->optimizer, (unsigned long long)r->optimizer_unsharded,
+            (unsigned long long)r->activations,
             (unsigned long long)r->backward, (unsigned long long)r->workspace,
             (unsigned long long)r->context, (unsigned long long)r->total,
             (unsigned long long)r->per_sample);

@@ -366,7 +366,7 @@ static gpc_status save_checkpoint(trainer *t) {
      * another world size continues at the same place (same --batch) */
     st.loader_batch = ls.batch * (uint64_t)(t->o->world_size > 0 ? t->o->world_size : 1);
     st.rng = t->rng;
-    st.loss_scale = t->model->loss_scale;
+    st.loss_scale = gpt_loss_scale(t->model);
     st.batch = t->s.B;
     st.context = t->s.T;
     st.total_batch = t->s.total_batch;
@@ -639,8 +639,8 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
         gpc_trace_pop();
         GPC_TRY(st);
     }
-    gpt_adamw_options adam;
-    gpt_adamw_defaults(&adam);
+    gpc_optim_options adam;
+    gpc_optim_defaults(&adam);
     adam.learning_rate = (float)gpc_lr_at(&s->schedule, t->step);
     adam.weight_decay = (float)s->weight_decay;
     adam.max_grad_norm = (float)s->max_grad_norm;
@@ -665,7 +665,7 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
     sample_gpu(t, e);
     /* fp16: the overflow verdict comes back with the loss */
     GPC_TRY(gpt_read_step(t->model, &e->loss, &e->grad_norm));
-    e->skipped = t->model->step_skipped;
+    e->skipped = gpt_step_skipped(t->model);
     if (t->ddp) { /* the step's loss over all ranks, and whether any was asked to stop */
         double v[2] = {e->loss, gpc_train_stop_requested() ? 1.0 : 0.0};
         GPC_TRY(gpc_ddp_reduce_host(t->ddp, v, 2));
@@ -675,7 +675,7 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
     if (e->skipped) e->grad_norm = NAN; /* fp16 overflow: no finite norm */
     t->skipped_steps += e->skipped;
     e->skipped_steps = t->skipped_steps;
-    e->loss_scale = t->model->loss_scale;
+    e->loss_scale = gpt_loss_scale(t->model);
     e->lr = adam.learning_rate;
     if (!isfinite(e->loss))
         return gpc_error(GPC_ERR_INTERNAL,
@@ -793,13 +793,7 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
     t->inputs = gpc_malloc(n * sizeof(int32_t));
     t->targets = gpc_malloc(n * sizeof(int32_t));
     if (!t->inputs || !t->targets) return gpc_error(GPC_ERR_NOMEM, "out of host memory");
-    /* The sharded optimizer state is verified on the CPU (f32, MPI tests);
-     * with bf16 parameters it has not yet run on GPUs, so there it stays
-     * opt-in (GPC_ZERO_SHARD_LOWP=1) and ZeRO-1 shards only the update, as
-     * measured in bench/RESULTS.md. */
-    int shard_state = s->precision == GPC_F32 ||
-                      (s->precision == GPC_BF16 && gpc_setting_flag("GPC_ZERO_SHARD_LOWP"));
-    if (o->zero == 1 && o->dist && world > 1 && o->rank >= 0 && o->rank < world && shard_state) {
+    if (o->zero == 1 && o->dist && world > 1 && o->rank >= 0 && o->rank < world) {
         /* ZeRO-1: this rank holds only its shard of m, v and the master
          * weights, cut as gpc_ddp_create cuts the update */
         size_t *shard = gpc_calloc((size_t)world + 1, sizeof *shard);
@@ -908,7 +902,7 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
         memset(&e, 0, sizeof e);
         e.kind = GPC_TRAIN_START;
         e.config = t.s.config;
-        e.parameters = t.model->num_params;
+        e.parameters = gpt_num_params(t.model);
         e.B = t.s.B;
         e.T = t.s.T;
         e.tokens_per_step = t.s.total_batch;

@@ -50,6 +50,22 @@ import json,sys
 a=json.load(open('$work/plan.json')); b=json.load(open('$work/r2.json'))
 assert a['activations']-b['activations']==276824064+138412032, (a['activations'], b['activations'])"
 
+# ZeRO-1 over 4 GPUs: each holds the optimizer state (m, v, f32 master) of
+# ceil(P/4) = 31,118,976 elements (a multiple of 64), 3 x 4 x 31,118,976 =
+# 373,427,712 bytes instead of 3 x 4 x P = 1,493,710,848; the saving is
+# printed and is the difference of the totals with and without --zero 1.
+"$GPC" plan --model d12 --batch 4 --zero 1 --gpus 4 --json "$work/z4.json" >"$work/z4.txt"
+grep -q "^  ZeRO-1 over 4 GPUs: .* saving 1120283136 bytes$" "$work/z4.txt" ||
+  fail "ZeRO-1 line: $(grep ZeRO "$work/z4.txt")"
+grep -q "ZeRO-1" "$work/out.txt" && fail "a run without --zero 1 reports a ZeRO-1 saving"
+python3 - "$work/plan.json" "$work/z4.json" <<'PY'
+import json, sys
+a, z = (json.load(open(f)) for f in sys.argv[1:3])
+assert z["optimizer"] == 373427712, z["optimizer"]
+assert z["optimizer_unsharded"] == a["optimizer"] == 1493710848, z["optimizer_unsharded"]
+assert a["total"] - z["total"] == 1493710848 - 373427712, (a["total"], z["total"])
+PY
+
 # Usage errors: exit 2, one line naming what was wrong.
 expect_usage() {
   local needle=$1; shift

@@ -420,8 +420,8 @@ static void train_losses(float *losses, int steps, uint64_t seed) {
     gpc_rng tokens;
     gpc_rng_seed(&tokens, seed, 11);
     int32_t inputs[4 * 64], targets[4 * 64];
-    gpt_adamw_options options;
-    gpt_adamw_defaults(&options);
+    gpc_optim_options options;
+    gpc_optim_defaults(&options);
     options.learning_rate = 3e-3f;
     options.seed = 7;
     for (int step = 0; step < steps; step++) {

@@ -113,8 +113,8 @@ static void train(const char *data_dir, gpc_device device, gpc_dtype dtype, uint
         TEST_OK(gpc_loader_next(loader, inputs, targets));
         TEST_OK(gpt_zero_grad(m));
         TEST_OK(gpt_forward_backward(m, inputs, targets, B, T, 1.0f / (B * T)));
-        gpt_adamw_options o;
-        gpt_adamw_defaults(&o);
+        gpc_optim_options o;
+        gpc_optim_defaults(&o);
         o.learning_rate = 1e-3f;
         o.step = step + 1;
         o.seed = (uint32_t)step;

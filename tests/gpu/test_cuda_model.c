@@ -38,21 +38,22 @@ static gpc_rng rng;
 
 /* The gradients as f32, with fp16's loss scale taken out. */
 static float *grads_to_host(const gpt_model *m) {
-    size_t n = m->num_params, es = gpc_dtype_size(m->dtype);
+    size_t n = gpt_num_params(m), es = gpc_dtype_size(gpt_dtype(m));
     float *out = malloc(n * sizeof(float));
     void *raw = malloc(n * es);
-    if (m->device.type == GPC_DEVICE_CPU)
-        memcpy(raw, m->grads_flat.data, n * es);
+    if (gpt_device(m).type == GPC_DEVICE_CPU)
+        memcpy(raw, gpt_grads_flat(m)->data, n * es);
     else
-        assert_int_equal(cudaMemcpy(raw, m->grads_flat.data, n * es, cudaMemcpyDeviceToHost), 0);
+        assert_int_equal(cudaMemcpy(raw, gpt_grads_flat(m)->data, n * es, cudaMemcpyDeviceToHost),
+                         0);
     for (size_t i = 0; i < n; i++) {
-        if (m->dtype == GPC_F32)
+        if (gpt_dtype(m) == GPC_F32)
             out[i] = ((float *)raw)[i];
-        else if (m->dtype == GPC_BF16)
+        else if (gpt_dtype(m) == GPC_BF16)
             out[i] = gpc_bf16_to_f32(((uint16_t *)raw)[i]);
         else
             out[i] = gpc_f16_to_f32(((uint16_t *)raw)[i]);
-        out[i] /= m->loss_scale;
+        out[i] /= gpt_loss_scale(m);
     }
     free(raw);
     return out;
@@ -96,8 +97,9 @@ static void compare_model(gpc_dtype dtype, int recompute, int vocab) {
 
     float *gc = grads_to_host(cpu), *gg = grads_to_host(gpu);
     for (int p = 0; p < GPT_NUM_PARAM_TENSORS; p++) {
-        size_t begin = cpu->param_offset[p];
-        size_t end = p + 1 < GPT_NUM_PARAM_TENSORS ? cpu->param_offset[p + 1] : cpu->num_params;
+        size_t begin = gpt_param_offsets(cpu)[p];
+        size_t end =
+            p + 1 < GPT_NUM_PARAM_TENSORS ? gpt_param_offsets(cpu)[p + 1] : gpt_num_params(cpu);
         size_t n = end - begin;
         double sq = 0, diff = 0;
         for (size_t i = begin; i < end; i++) {
@@ -119,8 +121,8 @@ static void compare_model(gpc_dtype dtype, int recompute, int vocab) {
     free(gg);
 
     /* one update, then the loss of a fresh forward pass */
-    gpt_adamw_options options;
-    gpt_adamw_defaults(&options);
+    gpc_optim_options options;
+    gpc_optim_defaults(&options);
     options.learning_rate = 1e-3f;
     options.seed = 7;
     TEST_OK(gpt_update(cpu, &options, NULL, NULL));
@@ -187,14 +189,14 @@ static void test_f16_overflow_skips_step(void **state) {
         inputs[i] = (int32_t)gpc_rng_below(&rng, 200);
         targets[i] = (int32_t)gpc_rng_below(&rng, 200);
     }
-    float *before = malloc(m->num_params * sizeof(float));
-    float *after = malloc(m->num_params * sizeof(float));
+    float *before = malloc(gpt_num_params(m) * sizeof(float));
+    float *after = malloc(gpt_num_params(m) * sizeof(float));
     TEST_OK(gpt_get_params(m, before));
-    gpt_adamw_options options;
-    gpt_adamw_defaults(&options);
+    gpc_optim_options options;
+    gpc_optim_defaults(&options);
     options.learning_rate = 1e-3f;
     /* dlogits ~ scale / (B*T) = 1e9 / 64: far beyond fp16's 65504 */
-    m->loss_scale = 1e9f;
+    gpt_set_loss_scale(m, 1e9f);
     TEST_OK(gpt_zero_grad(m));
     TEST_OK(gpt_forward_backward(m, inputs, targets, B, T, 1.0f / (float)(B * T)));
     int skipped = 0;
@@ -202,18 +204,18 @@ static void test_f16_overflow_skips_step(void **state) {
     TEST_OK(gpt_update(m, &options, &norm, &skipped));
     assert_int_equal(skipped, 1);
     assert_true(isnan(norm));
-    assert_true(m->loss_scale == 5e8f);
+    assert_true(gpt_loss_scale(m) == 5e8f);
     TEST_OK(gpt_get_params(m, after));
-    assert_memory_equal(before, after, m->num_params * sizeof(float));
+    assert_memory_equal(before, after, gpt_num_params(m) * sizeof(float));
 
-    m->loss_scale = 1024.0f;
+    gpt_set_loss_scale(m, 1024.0f);
     TEST_OK(gpt_zero_grad(m));
     TEST_OK(gpt_forward_backward(m, inputs, targets, B, T, 1.0f / (float)(B * T)));
     TEST_OK(gpt_update(m, &options, &norm, &skipped));
     assert_int_equal(skipped, 0);
     assert_true(isfinite(norm) && norm > 0);
     TEST_OK(gpt_get_params(m, after));
-    assert_true(memcmp(before, after, m->num_params * sizeof(float)) != 0);
+    assert_true(memcmp(before, after, gpt_num_params(m) * sizeof(float)) != 0);
     free(before);
     free(after);
     gpt_free(m);

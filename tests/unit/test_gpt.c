@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "gpc/model.h"
+#include "model/gpt_internal.h" /* test_derived_qkv_bias switches a private flag */
 
 /* The tiny config of the gradient check: V=67 pads to Vp=128. */
 enum { TL = 2, TNH = 2, TC = 16, TT = 8, TV = 67, TB = 2 };
@@ -26,18 +27,20 @@ static gpt_model *make_model(int L, int NH, int C, int maxT, int V, int B, int T
 /* Random weights larger than GPT-2's initialisation, with non-trivial
  * layernorm weights and biases, so every path carries a visible gradient. */
 static float *random_params(const gpt_model *m, gpc_rng *rng) {
-    float *w = malloc(m->num_params * sizeof(float));
+    float *w = malloc(gpt_num_params(m) * sizeof(float));
     for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
-        size_t start = m->param_offset[i];
-        size_t end = i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
+        size_t start = gpt_param_offsets(m)[i];
+        size_t end =
+            i + 1 < GPT_NUM_PARAM_TENSORS ? gpt_param_offsets(m)[i + 1] : gpt_num_params(m);
         const char *name = gpt_param_names[i];
         int is_ln_weight = strncmp(name, "ln", 2) == 0 && name[strlen(name) - 1] == 'w';
         for (size_t k = start; k < end; k++)
             w[k] = (is_ln_weight ? 1.0f : 0.0f) + 0.3f * gpc_rng_normal(rng);
     }
     /* padded rows of wte stay zero, as the model keeps them */
-    size_t real = (size_t)m->config.vocab_size * m->config.channels;
-    memset(w + real, 0, ((size_t)m->config.padded_vocab * m->config.channels - real) * 4);
+    size_t real = (size_t)gpt_get_config(m)->vocab_size * gpt_get_config(m)->channels;
+    memset(w + real, 0,
+           ((size_t)gpt_get_config(m)->padded_vocab * gpt_get_config(m)->channels - real) * 4);
     return w;
 }
 
@@ -81,11 +84,11 @@ static double ref_gelu(double x) {
 /* Logits [B,T,V] and per-position losses [B,T] in float64. */
 static void ref_forward(const gpt_model *m, const float *w, const int32_t *tokens,
                         const int32_t *targets, int B, int T, double *logits, double *losses) {
-    const gpt_config *c = &m->config;
+    const gpt_config *c = gpt_get_config(m);
     int L = c->layers, C = c->channels, NH = c->heads, hs = C / NH, V = c->vocab_size;
     const float *P[GPT_NUM_PARAM_TENSORS];
     for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++)
-        P[i] = w + m->param_offset[i];
+        P[i] = w + gpt_param_offsets(m)[i];
     enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, APW, APB, LN2W, LN2B, FCW, FCB, FPW, FPB, LNFW, LNFB };
     double *x = calloc((size_t)T * C, 8), *h = calloc((size_t)T * C, 8);
     double *qkv = calloc((size_t)T * 3 * C, 8), *y = calloc((size_t)T * C, 8);
@@ -207,14 +210,16 @@ static void test_init(void **state) {
     (void)state;
     gpt_model *m = make_model(4, 4, 64, 64, 1000, 1, 4, 0);
     TEST_OK(gpt_init_weights(m, test_seed()));
-    float *w = malloc(m->num_params * sizeof(float));
+    float *w = malloc(gpt_num_params(m) * sizeof(float));
     TEST_OK(gpt_get_params(m, w));
     double expect_std[GPT_NUM_PARAM_TENSORS] = {
         0.02, 0.01, 0, 0, 0.02, 0, 0.02 / sqrt(8.0), 0, 0, 0, 0.02, 0, 0.02 / sqrt(8.0), 0, 0, 0};
     for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
-        size_t start = m->param_offset[i];
-        size_t end = i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
-        if (i == 0) end = start + (size_t)m->config.vocab_size * m->config.channels;
+        size_t start = gpt_param_offsets(m)[i];
+        size_t end =
+            i + 1 < GPT_NUM_PARAM_TENSORS ? gpt_param_offsets(m)[i + 1] : gpt_num_params(m);
+        if (i == 0)
+            end = start + (size_t)gpt_get_config(m)->vocab_size * gpt_get_config(m)->channels;
         double sum = 0, sum2 = 0;
         for (size_t k = start; k < end; k++)
             sum += w[k], sum2 += (double)w[k] * w[k];
@@ -231,14 +236,15 @@ static void test_init(void **state) {
         }
     }
     /* padded rows of wte are zero */
-    size_t real = (size_t)m->config.vocab_size * m->config.channels;
-    for (size_t k = real; k < (size_t)m->config.padded_vocab * m->config.channels; k++)
+    size_t real = (size_t)gpt_get_config(m)->vocab_size * gpt_get_config(m)->channels;
+    for (size_t k = real; k < (size_t)gpt_get_config(m)->padded_vocab * gpt_get_config(m)->channels;
+         k++)
         assert_true(w[k] == 0.0f);
     /* same seed, same weights */
-    float *w2 = malloc(m->num_params * sizeof(float));
+    float *w2 = malloc(gpt_num_params(m) * sizeof(float));
     TEST_OK(gpt_init_weights(m, test_seed()));
     TEST_OK(gpt_get_params(m, w2));
-    assert_memory_equal(w, w2, m->num_params * sizeof(float));
+    assert_memory_equal(w, w2, gpt_num_params(m) * sizeof(float));
     free(w), free(w2);
     gpt_free(m);
 }
@@ -372,15 +378,16 @@ static void test_gradient_check(void **state) {
     TEST_OK(gpt_zero_grad(m));
     /* dloss weights each position: 1/unmasked gives the gradient of the mean */
     TEST_OK(gpt_forward_backward(m, tok, tgt, TB, TT, 1.0f / unmasked));
-    float *grad = malloc(m->num_params * 4);
-    gpc_tensor host = gpc_tensor_1d(grad, GPC_F32, gpc_cpu(), (int64_t)m->num_params);
-    TEST_OK(gpc_tensor_copy(&host, &m->grads_flat));
+    float *grad = malloc(gpt_num_params(m) * 4);
+    gpc_tensor host = gpc_tensor_1d(grad, GPC_F32, gpc_cpu(), (int64_t)gpt_num_params(m));
+    TEST_OK(gpc_tensor_copy(&host, gpt_grads_flat(m)));
 
-    float *wp = malloc(m->num_params * 4);
-    double *dir = malloc(m->num_params * 8);
+    float *wp = malloc(gpt_num_params(m) * 4);
+    double *dir = malloc(gpt_num_params(m) * 8);
     for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
-        size_t start = m->param_offset[i];
-        size_t end = i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
+        size_t start = gpt_param_offsets(m)[i];
+        size_t end =
+            i + 1 < GPT_NUM_PARAM_TENSORS ? gpt_param_offsets(m)[i + 1] : gpt_num_params(m);
         if (i == 0) { /* padded rows of wte: gradient exactly zero */
             size_t real = start + (size_t)TV * TC;
             for (size_t k = real; k < end; k++)
@@ -412,7 +419,7 @@ static void test_gradient_check(void **state) {
             picks[p] = start + gpc_rng_below(&rng, (uint32_t)(end - start));
         for (int p = 0; p < 6; p++) {
             size_t k = picks[p];
-            double fd = richardson(m, w, wp, m->num_params, tok, tgt, k, k + 1, NULL, 1e-2);
+            double fd = richardson(m, w, wp, gpt_num_params(m), tok, tgt, k, k + 1, NULL, 1e-2);
             /* the f32 forward's rounding (~1e-6 of the loss) limits what
              * finite differences can resolve: a floor of 2% of the largest
              * gradient of the tensor */
@@ -446,7 +453,8 @@ static void test_gradient_check(void **state) {
          * the analytic value. */
         double r[3];
         for (int q = 0; q < 3; q++)
-            r[q] = richardson(m, w, wp, m->num_params, tok, tgt, start, end, dir, 1e-2 / (1 << q));
+            r[q] =
+                richardson(m, w, wp, gpt_num_params(m), tok, tgt, start, end, dir, 1e-2 / (1 << q));
         double fd = fabs(r[2] - r[1]) < fabs(r[1] - r[0]) ? r[2] : r[1];
         /* the f32 forward's rounding leaves ~1e-4 of noise at the smallest
          * step: a floor of 0.25 under small derivatives (these run 0.05-3) */
@@ -470,17 +478,17 @@ static void test_gradient_accumulates(void **state) {
     TEST_OK(gpt_set_params(m, w));
     int32_t tok[TB * TT], tgt[TB * TT];
     random_tokens(&rng, tok, tgt, TB * TT, TV);
-    size_t P = m->num_params;
+    size_t P = gpt_num_params(m);
     float *g1 = malloc(P * 4), *g2 = malloc(P * 4);
     gpc_tensor h1 = gpc_tensor_1d(g1, GPC_F32, gpc_cpu(), (int64_t)P);
     gpc_tensor h2 = gpc_tensor_1d(g2, GPC_F32, gpc_cpu(), (int64_t)P);
     TEST_OK(gpt_zero_grad(m));
     TEST_OK(gpt_forward_backward(m, tok, tgt, TB, TT, 1.0f));
-    TEST_OK(gpc_tensor_copy(&h1, &m->grads_flat));
+    TEST_OK(gpc_tensor_copy(&h1, gpt_grads_flat(m)));
     TEST_OK(gpt_zero_grad(m));
     TEST_OK(gpt_forward_backward(m, tok, tgt, TB, TT, 0.5f));
     TEST_OK(gpt_forward_backward(m, tok, tgt, TB, TT, 0.5f));
-    TEST_OK(gpc_tensor_copy(&h2, &m->grads_flat));
+    TEST_OK(gpc_tensor_copy(&h2, gpt_grads_flat(m)));
     test_assert_close_f32("accumulated gradient", g2, g1, P, 1e-4, 1e-3);
     free(w), free(g1), free(g2);
     gpt_free(m);
@@ -505,21 +513,21 @@ static void test_derived_qkv_bias(void **state) {
     int32_t tok[TB * TT], tgt[TB * TT], tok2[TB * TT], tgt2[TB * TT];
     random_tokens(&rng, tok, tgt, TB * TT, TV);
     random_tokens(&rng, tok2, tgt2, TB * TT, TV);
-    size_t P = m->num_params;
+    size_t P = gpt_num_params(m);
     float *summed = malloc(P * 4), *derived = malloc(P * 4);
     for (int d = 0; d < 2; d++) {
-        m->derived_qkv_bias = d;
+        m->derived_qkv_bias = d; /* white-box: the private switch of the two backwards */
         gpc_tensor host = gpc_tensor_1d(d ? derived : summed, GPC_F32, gpc_cpu(), (int64_t)P);
         TEST_OK(gpt_zero_grad(m));
         TEST_OK(gpt_forward_backward(m, tok, tgt, TB, TT, 0.5f));
         TEST_OK(gpt_forward_backward(m, tok2, tgt2, TB, TT, 0.5f));
-        TEST_OK(gpc_tensor_copy(&host, &m->grads_flat));
+        TEST_OK(gpc_tensor_copy(&host, gpt_grads_flat(m)));
     }
     int qkvb = -1;
     for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++)
         if (!strcmp(gpt_param_names[i], "qkvb")) qkvb = i;
     assert_true(qkvb >= 0 && qkvb + 1 < GPT_NUM_PARAM_TENSORS);
-    size_t start = m->param_offset[qkvb], end = m->param_offset[qkvb + 1];
+    size_t start = gpt_param_offsets(m)[qkvb], end = gpt_param_offsets(m)[qkvb + 1];
     if (memcmp(summed, derived, start * 4) || memcmp(summed + end, derived + end, (P - end) * 4))
         fail_msg("a gradient other than qkvb's differs between the two backwards");
     double big = 0;
@@ -553,18 +561,18 @@ static void test_update(void **state) {
     TEST_OK(gpt_set_params(m, w));
     int32_t tok[TB * TT], tgt[TB * TT];
     random_tokens(&rng, tok, tgt, TB * TT, TV);
-    size_t P = m->num_params;
+    size_t P = gpt_num_params(m);
     float *g = malloc(P * 4), *after = malloc(P * 4);
     gpc_tensor hg = gpc_tensor_1d(g, GPC_F32, gpc_cpu(), (int64_t)P);
     TEST_OK(gpt_zero_grad(m));
     TEST_OK(gpt_forward_backward(m, tok, tgt, TB, TT, 1.0f / (TB * TT)));
-    TEST_OK(gpc_tensor_copy(&hg, &m->grads_flat));
+    TEST_OK(gpc_tensor_copy(&hg, gpt_grads_flat(m)));
     double norm = 0;
     for (size_t k = 0; k < P; k++)
         norm += (double)g[k] * g[k];
     norm = sqrt(norm);
-    gpt_adamw_options o;
-    gpt_adamw_defaults(&o);
+    gpc_optim_options o;
+    gpc_optim_defaults(&o);
     o.learning_rate = 1e-2f;
     o.max_grad_norm = (float)(norm / 2); /* the clip halves the gradient */
     float reported;
@@ -573,9 +581,9 @@ static void test_update(void **state) {
     TEST_OK(gpt_get_params(m, after));
     double *want = malloc(P * 8);
     for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
-        size_t end = i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : P;
+        size_t end = i + 1 < GPT_NUM_PARAM_TENSORS ? gpt_param_offsets(m)[i + 1] : P;
         double wd = gpt_param_decays(i) ? o.weight_decay : 0.0;
-        for (size_t k = m->param_offset[i]; k < end; k++) {
+        for (size_t k = gpt_param_offsets(m)[i]; k < end; k++) {
             double gk = g[k] * 0.5;
             double mk = (1 - o.beta1) * gk, vk = (1 - o.beta2) * gk * gk;
             double mhat = mk / (1 - o.beta1), vhat = vk / (1 - o.beta2);

@@ -118,9 +118,10 @@ static void test_matches_pytorch(void **state) {
         lmax = fmax(lmax, fabs(f.logits[i]));
     report("logits", logits, f.logits, n * (size_t)f.V);
     for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
-        size_t start = m->param_offset[i];
-        size_t end = i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
-        report(gpt_param_names[i], (const float *)m->grads_flat.data + start, f.grads + start,
+        size_t start = gpt_param_offsets(m)[i];
+        size_t end =
+            i + 1 < GPT_NUM_PARAM_TENSORS ? gpt_param_offsets(m)[i + 1] : gpt_num_params(m);
+        report(gpt_param_names[i], (const float *)gpt_grads_flat(m)->data + start, f.grads + start,
                end - start);
     }
     test_assert_close_f32("logits", logits, f.logits, n * (size_t)f.V, 1e-5, 0.25 * lmax);
@@ -130,10 +131,11 @@ static void test_matches_pytorch(void **state) {
      * result, so values under a quarter of the tensor's largest are held to
      * an absolute 1e-5 x that quarter; gpc's errors measure ~5e-7 of the
      * largest value here (GPC_TEST_VERBOSE=1 prints them) */
-    const float *grads = m->grads_flat.data;
+    const float *grads = gpt_grads_flat(m)->data;
     for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
-        size_t start = m->param_offset[i];
-        size_t end = i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
+        size_t start = gpt_param_offsets(m)[i];
+        size_t end =
+            i + 1 < GPT_NUM_PARAM_TENSORS ? gpt_param_offsets(m)[i + 1] : gpt_num_params(m);
         double gmax = 0;
         for (size_t k = start; k < end; k++)
             gmax = fmax(gmax, fabs(f.grads[k]));

@@ -113,7 +113,7 @@ static gpt_model *inference_model(int L, int NH, int C, int T, int V) {
  * that rounding alone could flip. */
 static float greedy_reference(gpt_model *m, const uint32_t *prompt, int plen, int steps,
                               int32_t *out) {
-    int T = m->T, V = m->config.vocab_size;
+    int T = gpt_context(m), V = gpt_get_config(m)->vocab_size;
     int32_t window[64];
     int len = plen < T ? plen : T;
     for (int i = 0; i < len; i++)
@@ -149,7 +149,7 @@ static void test_generate_matches_forward(void **state) {
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 42);
     gpt_model *m = inference_model(2, 2, 16, T, V);
-    float *w = malloc(m->num_params * sizeof(float));
+    float *w = malloc(gpt_num_params(m) * sizeof(float));
     uint32_t prompt[11];
     int32_t want[STEPS];
     for (int plen = 3; plen <= 11; plen += 8) {
@@ -157,7 +157,7 @@ static void test_generate_matches_forward(void **state) {
          * clear-cut; redrawn in the rare case of a near tie */
         float gap = 0;
         for (int draw = 0; draw < 20 && gap < 1e-3f; draw++) {
-            gpc_rng_fill_normal(&rng, w, m->num_params, 0.0f, 0.5f);
+            gpc_rng_fill_normal(&rng, w, gpt_num_params(m), 0.0f, 0.5f);
             TEST_OK(gpt_set_params(m, w));
             for (int i = 0; i < plen; i++)
                 prompt[i] = gpc_rng_below(&rng, V);
@@ -220,8 +220,8 @@ static void test_forward_cached(void **state) {
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 43);
     gpt_model *m = inference_model(3, 4, 32, T, V);
-    float *w = malloc(m->num_params * sizeof(float));
-    gpc_rng_fill_normal(&rng, w, m->num_params, 0.0f, 0.3f);
+    float *w = malloc(gpt_num_params(m) * sizeof(float));
+    gpc_rng_fill_normal(&rng, w, gpt_num_params(m), 0.0f, 0.3f);
     TEST_OK(gpt_set_params(m, w));
     float *full = malloc((size_t)T * V * sizeof(float)), got[V];
     for (int round = 0; round < 2; round++) {
@@ -234,11 +234,11 @@ static void test_forward_cached(void **state) {
             int n = pos < T / 2 ? 1 + (int)gpc_rng_below(&rng, 6) : 1;
             if (n > T - pos) n = T - pos;
             TEST_OK(gpt_forward_cached(m, seq + pos, pos, n, got));
-            assert_int_equal(m->cached_len, pos + n);
+            assert_int_equal(gpt_cached_len(m), pos + n);
             pos += n;
             /* the reference overwrites what is kept: check, then rebuild it */
             TEST_OK(gpt_forward(m, seq, NULL, 1, pos));
-            assert_int_equal(m->cached_len, 0);
+            assert_int_equal(gpt_cached_len(m), 0);
             TEST_OK(gpt_copy_logits(m, full));
             char what[64];
             snprintf(what, sizeof what, "round %d, positions to %d", round, pos);
@@ -259,7 +259,7 @@ static void test_forward_cached(void **state) {
     tok[1] = 0;
     TEST_OK(gpt_forward_cached(m, tok, 4, 1, got));
     TEST_OK(gpt_set_params(m, w));
-    assert_int_equal(m->cached_len, 0);
+    assert_int_equal(gpt_cached_len(m), 0);
     TEST_FAILS(gpt_forward_cached(m, tok, 5, 1, got), GPC_ERR_INVALID_ARG, "not kept");
     free(w), free(full);
     gpt_free(m);

@@ -449,8 +449,8 @@ static void test_accumulation(void **state) {
     TEST_OK(gpt_zero_grad(small));
     TEST_OK(gpt_forward_backward(small, tok, tgt, 2, 16, 1.0f / 64));
     TEST_OK(gpt_forward_backward(small, tok + 32, tgt + 32, 2, 16, 1.0f / 64));
-    size_t P = big->num_params;
-    const float *gb = big->grads_flat.data, *gs = small->grads_flat.data;
+    size_t P = gpt_num_params(big);
+    const float *gb = gpt_grads_flat(big)->data, *gs = gpt_grads_flat(small)->data;
     double gmax = 0, diff2 = 0, norm2 = 0;
     for (size_t k = 0; k < P; k++) {
         gmax = fmax(gmax, fabs(gb[k]));

@@ -68,8 +68,8 @@ static void test_shard_memory_matches_plan(void **state) {
                 gpt_model *m = NULL;
                 TEST_OK(gpt_create_shard(&m, &c, gpc_cpu(), GPC_F32, B, T, 0, offsets[r], S));
                 assert_int_equal(gpt_is_sharded(m), N > 1 && S != P);
-                assert_int_equal(gpc_tensor_numel(&m->m_flat), (int64_t)S);
-                assert_int_equal(gpc_tensor_numel(&m->v_flat), (int64_t)S);
+                assert_int_equal(gpc_tensor_numel(gpc_optim_m(gpt_optimizer(m))), (int64_t)S);
+                assert_int_equal(gpc_tensor_numel(gpc_optim_v(gpt_optimizer(m))), (int64_t)S);
                 size_t saved = full - gpt_memory_bytes(m);
                 if (saved != moments_bytes(P) - moments_bytes(S))
                     fail_msg("P=%zu N=%d rank %d: saved %zu bytes, expected %zu", P, N, r, saved,
@@ -108,11 +108,11 @@ static char *temp_file(const char *dir, const char *name) {
 }
 
 static void read_moments(const gpt_model *m, float *mom, float *var) {
-    int64_t n = (int64_t)m->shard_count;
+    int64_t n = (int64_t)gpc_optim_state_count(gpt_optimizer(m));
     gpc_tensor hm = gpc_tensor_1d(mom, GPC_F32, gpc_cpu(), n);
     gpc_tensor hv = gpc_tensor_1d(var, GPC_F32, gpc_cpu(), n);
-    TEST_OK(gpc_tensor_copy(&hm, &m->m_flat));
-    TEST_OK(gpc_tensor_copy(&hv, &m->v_flat));
+    TEST_OK(gpc_tensor_copy(&hm, gpc_optim_m(gpt_optimizer(m))));
+    TEST_OK(gpc_tensor_copy(&hv, gpc_optim_v(gpt_optimizer(m))));
 }
 
 static unsigned char *read_all(const char *path, size_t *size) {
@@ -146,10 +146,10 @@ static void test_checkpoint_round_trip_through_shards(void **state) {
     }
     TEST_OK(gpt_zero_grad(whole));
     TEST_OK(gpt_forward_backward(whole, tok, tgt, 2, 8, 1.0f / 16));
-    gpt_adamw_options o;
-    gpt_adamw_defaults(&o);
+    gpc_optim_options o;
+    gpc_optim_defaults(&o);
     TEST_OK(gpt_update(whole, &o, NULL, NULL));
-    size_t P = whole->num_params;
+    size_t P = gpt_num_params(whole);
     float *params = gpc_malloc(P * sizeof(float)), *mom = gpc_malloc(P * sizeof(float));
     float *var = gpc_malloc(P * sizeof(float)), *got = gpc_malloc(P * sizeof(float));
     TEST_OK(gpt_get_params(whole, params));
@@ -217,8 +217,8 @@ static void test_shard_errors(void **state) {
     TEST_FAILS(gpt_create_shard(&m, &c, gpc_cpu(), GPC_F32, 2, 8, 0, P + 1, 0), GPC_ERR_INVALID_ARG,
                "lies outside the model's");
     TEST_OK(gpt_create_shard(&m, &c, gpc_cpu(), GPC_F32, 2, 8, 0, 64, 128));
-    gpt_adamw_options o;
-    gpt_adamw_defaults(&o);
+    gpc_optim_options o;
+    gpc_optim_defaults(&o);
     TEST_FAILS(gpt_update(m, &o, NULL, NULL), GPC_ERR_INVALID_ARG, "update it with gpc_ddp_update");
     gpt_free(m);
 }

@@ -1,0 +1,133 @@
+/*
+ * gpc optim: AdamW with f32 master weights and fp16 loss scaling, over a
+ * list of trainable ranges of a flat parameter buffer.
+ *
+ * A model keeps its parameters and gradients in flat buffers; the optimizer
+ * is told which ranges of them it trains (each with its weight-decay flag
+ * and stochastic-rounding id) and, for ZeRO-1, which span of the flat layout
+ * this process owns. It holds state only for the trained elements inside
+ * that span: the AdamW moments m and v (f32) and, when the parameters are
+ * bf16 or fp16, their f32 master copy. The state arrays are packed in range
+ * order, so with ranges that tile [lo, hi) element e sits at e - lo.
+ *
+ * Elements outside every range are frozen: no state, no update, and their
+ * gradients do not count in the clipping norm. That is the shape a frozen
+ * base model under LoRA adapters, or weights kept in another type, needs.
+ *
+ * fp16 gradients are computed from a loss scaled by gpc_optim_loss_scale
+ * (Micikevicius et al. 2018); the step divides it out, skips a step whose
+ * gradients overflowed, and adapts the scale.
+ */
+#ifndef GPC_OPTIM_H
+#define GPC_OPTIM_H
+
+#include "gpc/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* AdamW's settings for one step (Loshchilov & Hutter 2019). */
+typedef struct {
+    float learning_rate;
+    float beta1;         /* default 0.9 */
+    float beta2;         /* default 0.95 */
+    float eps;           /* default 1e-8 */
+    float weight_decay;  /* default 0.1, on ranges with decay set only */
+    float max_grad_norm; /* clip the global norm to this; 0 disables */
+    int step;            /* 1-based optimizer step, for bias correction */
+    uint32_t seed;       /* 0: round to nearest; else stochastic rounding of bf16 */
+} gpc_optim_options;
+
+void gpc_optim_defaults(gpc_optim_options *options);
+
+/* One trainable tensor (or part of one) of the flat buffers. */
+typedef struct {
+    size_t offset, count; /* elements of the flat parameter and gradient buffers */
+    int decay;            /* AdamW's weight decay applies (2-D weights) */
+    uint32_t round_id;    /* with the step's seed, seeds this range's stochastic rounding */
+} gpc_optim_range;
+
+typedef struct {
+    gpc_device device;
+    gpc_dtype dtype; /* of the parameters and gradients: f32, bf16 or f16 */
+    /* the trainable ranges, by ascending offset and disjoint (copied) */
+    const gpc_optim_range *ranges;
+    int range_count;
+    /* ZeRO-1: state only for the elements in [shard_begin, shard_end);
+     * 0 and SIZE_MAX for all of them */
+    size_t shard_begin, shard_end;
+    int moments; /* 0: master weights only, for a model that does not train */
+} gpc_optim_layout;
+
+typedef struct gpc_optim gpc_optim;
+
+/* Checks the layout and keeps it; the state has no memory until
+ * gpc_optim_place or gpc_optim_alloc. */
+gpc_status gpc_optim_create(gpc_optim **out, const gpc_optim_layout *layout);
+/* Places master, m and v (in that order; those that exist) in an arena:
+ * a measuring one, then the real one, as a model plans its memory. */
+gpc_status gpc_optim_place(gpc_optim *optim, gpc_arena *arena);
+/* Places the state in an arena of its own (callers that plan no memory). */
+gpc_status gpc_optim_alloc(gpc_optim *optim);
+/* Zeroes master, m and v. */
+gpc_status gpc_optim_zero(gpc_optim *optim);
+void gpc_optim_free(gpc_optim *optim);
+
+/* Elements in each state array: the trained elements inside the shard. */
+size_t gpc_optim_state_count(const gpc_optim *optim);
+/* The state arrays ([state_count] f32, packed in range order); master is
+ * NULL with f32 parameters (the parameters are their own master) and m, v
+ * NULL without moments. */
+const gpc_tensor *gpc_optim_master(const gpc_optim *optim);
+const gpc_tensor *gpc_optim_m(const gpc_optim *optim);
+const gpc_tensor *gpc_optim_v(const gpc_optim *optim);
+
+/* Low-precision parameters: sets the held master elements from values
+ * (host f32, indexed like the flat buffer) and rounds them to nearest into
+ * params, the flat buffer. The rest of params is the caller's. */
+gpc_status gpc_optim_set_master(gpc_optim *optim, gpc_tensor *params, const float *values);
+/* Copies the held master elements into values (host f32, flat-indexed). */
+gpc_status gpc_optim_get_master(const gpc_optim *optim, float *values);
+
+/* Zeroes norm_sq (device f32 [1]) and adds the squared gradients of the
+ * trained elements in [begin, end) of grads, the flat gradient buffer.
+ * Data parallelism sums it over the ranks before gpc_optim_step. A pending
+ * overflow verdict is read first, since it may sit in the same buffer. */
+gpc_status gpc_optim_norm_sq(gpc_optim *optim, const gpc_tensor *grads, size_t begin, size_t end,
+                             gpc_tensor *norm_sq);
+/* AdamW on the trained elements in [begin, end) (inside the shard), with
+ * the gradients clipped to the global norm in norm_sq and divided by the
+ * loss scale. fp16: a step whose norm is not finite is skipped and the
+ * scale halved. With grad_norm or skipped given, the norm is read here (a
+ * wait for the device); with neither, nothing waits: the kernels skip the
+ * step on the device, and gpc_optim_observe_norm or gpc_optim_resolve
+ * later adapts the scale. *grad_norm (optional) gets the norm before
+ * clipping, NaN when skipped. */
+gpc_status gpc_optim_step(gpc_optim *optim, gpc_tensor *params, const gpc_tensor *grads,
+                          size_t begin, size_t end, gpc_tensor *norm_sq,
+                          const gpc_optim_options *options, float *grad_norm, int *skipped);
+
+/* fp16 loss scaling: the factor the loss is multiplied by (1 for f32 and
+ * bf16; fp16 starts at 4096), set on resuming a run. */
+float gpc_optim_loss_scale(const gpc_optim *optim);
+void gpc_optim_set_loss_scale(gpc_optim *optim, float scale);
+/* Whether the last step was skipped (fp16 overflow; known once observed). */
+int gpc_optim_step_skipped(const gpc_optim *optim);
+/* Whether a step's overflow verdict is still on the device. */
+int gpc_optim_check_pending(const gpc_optim *optim);
+/* The verdict of a pending step from its squared norm, read by the caller
+ * (with other values, in one copy). Nothing when no check is pending. */
+void gpc_optim_observe_norm(gpc_optim *optim, float norm_sq);
+/* The same, reading the pending step's norm from the device (waits). */
+gpc_status gpc_optim_resolve(gpc_optim *optim);
+
+/* The stochastic-rounding seed of a range: 0 (round to nearest) when the
+ * step's seed is 0, otherwise a non-zero seed of its own for each id. */
+uint32_t gpc_optim_round_seed(uint32_t step_seed, uint32_t round_id);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPC_OPTIM_H */

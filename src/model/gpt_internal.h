@@ -1,0 +1,117 @@
+/*
+ * gpt_internal.h: the GPT model's structure, private to src/model/ (gpt.c,
+ * checkpoint.c). Everything else uses the accessors of include/gpc/model.h,
+ * so the layout of parameters, activations and optimizer state can change
+ * without touching the trainer, data parallelism or serving.
+ */
+#ifndef GPC_MODEL_GPT_INTERNAL_H
+#define GPC_MODEL_GPT_INTERNAL_H
+
+#include "gpc/model.h"
+#include "gpc/optim.h"
+
+/* The parameter tensors, as views into one flat buffer. Per-layer tensors
+ * carry the layer as their first dimension ([L, ...]). */
+typedef union {
+    struct {
+        gpc_tensor wte;      /* [Vp, C], also the output head (tied) */
+        gpc_tensor wpe;      /* [maxT, C] */
+        gpc_tensor ln1w;     /* [L, C] */
+        gpc_tensor ln1b;     /* [L, C] */
+        gpc_tensor qkvw;     /* [L, 3C, C] */
+        gpc_tensor qkvb;     /* [L, 3C] */
+        gpc_tensor attprojw; /* [L, C, C] */
+        gpc_tensor attprojb; /* [L, C] */
+        gpc_tensor ln2w;     /* [L, C] */
+        gpc_tensor ln2b;     /* [L, C] */
+        gpc_tensor fcw;      /* [L, 4C, C] */
+        gpc_tensor fcb;      /* [L, 4C] */
+        gpc_tensor fcprojw;  /* [L, C, 4C] */
+        gpc_tensor fcprojb;  /* [L, C] */
+        gpc_tensor lnfw;     /* [C] */
+        gpc_tensor lnfb;     /* [C] */
+    };
+    gpc_tensor all[GPT_NUM_PARAM_TENSORS];
+} gpt_tensors;
+
+/* Activations kept for the backward pass, each sized for the planned B x T
+ * and, where per layer, with L as the first dimension. Statistics (mean,
+ * rstd, lse, losses) are f32; the rest is in the compute dtype. */
+typedef struct {
+    gpc_tensor encoded;   /* [B,T,C] embedding output, the first residual */
+    gpc_tensor ln1;       /* [L,B,T,C] */
+    gpc_tensor ln1_mean;  /* [L,B,T] */
+    gpc_tensor ln1_rstd;  /* [L,B,T] */
+    gpc_tensor qkv;       /* [L,B,T,3C] */
+    gpc_tensor atty;      /* [L,B,T,C] attention output before the projection */
+    gpc_tensor lse;       /* [L,B,NH,T] log-sum-exp of the attention rows */
+    gpc_tensor residual2; /* [L,B,T,C] residual after attention */
+    gpc_tensor ln2;       /* [L,B,T,C] */
+    gpc_tensor ln2_mean;  /* [L,B,T] */
+    gpc_tensor ln2_rstd;  /* [L,B,T] */
+    gpc_tensor fch;       /* [L,B,T,4C] */
+    gpc_tensor fch_gelu;  /* [L,B,T,4C] */
+    gpc_tensor residual3; /* [L,B,T,C] residual after the MLP */
+    gpc_tensor lnf;       /* [B,T,C] */
+    gpc_tensor lnf_mean;  /* [B,T] */
+    gpc_tensor lnf_rstd;  /* [B,T] */
+    gpc_tensor logits;    /* [B,T,Vp]; after a training step, whatever the backend's
+                           * gpc_op_classifier left there (its scratch) */
+    gpc_tensor losses;    /* [B,T] f32 */
+    gpc_tensor tokens;    /* [B,T] i32 inputs on the device */
+    gpc_tensor targets;   /* [B,T] i32 targets on the device */
+    /* backward scratch (training models only) */
+    gpc_tensor dresidual; /* [B,T,C] gradient of the residual stream, shared by all blocks */
+    gpc_tensor dbtc;      /* [B,T,C] */
+    gpc_tensor dbt4c;     /* [B,T,4C] also holds dqkv [B,T,3C] */
+    gpc_tensor norm_sq;   /* [1] f32: squared global gradient norm */
+    gpc_tensor loss_sum;  /* [1] f32: losses summed since gpt_read_step (same buffer) */
+} gpt_activations;
+
+struct gpt_model {
+    gpt_config config;
+    gpc_device device;
+    gpc_dtype dtype; /* compute dtype of parameters, gradients and activations */
+    int training;    /* gradients and optimizer state exist */
+    int B, T;        /* the largest batch the activations were planned for */
+    int recompute;   /* 0 keep activations; 1 rebuild GELU outputs; 2 also layernorm outputs */
+    /* 1: backward sums only the query third of the qkv bias gradient and
+     * derives the rest (see gpt.c's backward); the default, which
+     * GPC_QKV_BIAS_DERIVED=0 at creation turns off */
+    int derived_qkv_bias;
+    size_t num_params;
+    size_t param_offset[GPT_NUM_PARAM_TENSORS]; /* element offsets in the flat buffers */
+
+    /* The optimizer shard: the optimizer holds the state of elements
+     * [shard_offset, shard_offset + shard_count) of the flat layout. 0 and
+     * P unless the model was created with gpt_create_shard (ZeRO-1: each
+     * rank holds 1/N). */
+    size_t shard_offset, shard_count;
+
+    gpc_tensor params_flat; /* [P] compute dtype */
+    gpc_tensor grads_flat;  /* [P] compute dtype (training) */
+    /* master weights (bf16, fp16), AdamW moments (training) and loss
+     * scaling, over the 16 parameter tensors */
+    gpc_optim *optim;
+    gpt_tensors params; /* views of params_flat */
+    gpt_tensors grads;  /* views of grads_flat */
+    gpt_activations acts;
+
+    /* Gradient-ready hook (gpt_set_grad_ready) */
+    gpt_grad_ready_fn grad_ready;
+    void *grad_ready_user;
+
+    int last_B, last_T;
+    int cached_len;        /* positions whose keys and values gpt_forward_cached keeps */
+    int64_t last_unmasked; /* targets that were not -1 in the last forward */
+    int64_t loss_count;    /* unmasked targets summed into acts.loss_sum */
+
+    /* host staging, placed at creation */
+    float *host_losses; /* [B*T] */
+    void *host_row;     /* [B*Vp] logits rows in the compute dtype */
+
+    gpc_arena param_arena; /* params, grads, then master, m, v (gpc_optim_place) */
+    gpc_arena act_arena;   /* activations and scratch */
+};
+
+#endif /* GPC_MODEL_GPT_INTERNAL_H */
