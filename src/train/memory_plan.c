@@ -234,10 +234,9 @@ gpc_status gpc_plan_write_json(const char *path, const char *model, const gpc_pl
             (unsigned long long)r->num_params, (unsigned long long)r->trainable,
             (unsigned long long)r->parameters, (unsigned long long)r->gradients,
             (unsigned long long)r->optimizer, (unsigned long long)r->optimizer_unsharded,
-            (unsigned long long)r->activations,
-            (unsigned long long)r->backward, (unsigned long long)r->workspace,
-            (unsigned long long)r->context, (unsigned long long)r->total,
-            (unsigned long long)r->per_sample);
+            (unsigned long long)r->activations, (unsigned long long)r->backward,
+            (unsigned long long)r->workspace, (unsigned long long)r->context,
+            (unsigned long long)r->total, (unsigned long long)r->per_sample);
     int count;
     const gpc_plan_gpu *gpus = gpc_plan_gpus(&count);
     for (int i = 0; i < count; i++)
