@@ -68,6 +68,69 @@ typedef struct {
  * metadata (what transformers expects). Names must be unique. */
 gpc_status gpc_safetensors_write(const char *path, const gpc_st_write_tensor *tensors, int count);
 
+/* ------------------------------------------------------------ GPT-2 */
+
+/* The parameter layout of a config: element offset and count of each of
+ * the GPT_NUM_PARAM_TENSORS tensors (llm.c's order, as gpt_set_params
+ * takes them). */
+void gpc_hf_gpt2_layout(const gpt_config *config, size_t offset[GPT_NUM_PARAM_TENSORS],
+                        size_t count[GPT_NUM_PARAM_TENSORS]);
+
+/* Reads DIR/config.json of a transformers GPT-2 and checks that gpc runs
+ * it the same way (model_type gpt2, gelu_new, layernorm eps 1e-5, no
+ * cross-attention, no per-layer attention scaling, a 4C MLP). */
+gpc_status gpc_hf_gpt2_read_config(const char *dir, gpt_config *config);
+
+/* Fills params (gpt_config_num_params(config) f32, llm.c's layout) from the
+ * tensors of files whose names start with prefix, then transformers' name
+ * ("transformer.h.0.attn.c_attn.weight", the "transformer." optional):
+ * every tensor of the model must be there once with its shape, in F32, F16
+ * or BF16; Conv1D weights are transposed; the padded vocabulary rows are
+ * zero; lm_head.weight, if there, must equal wte (tied); the attention
+ * mask buffers are skipped; any other tensor under prefix is an error. */
+gpc_status gpc_hf_gpt2_gather(gpc_safetensors *const *files, int file_count, const char *prefix,
+                              const gpt_config *config, float *params);
+
+/* Reads a transformers GPT-2 folder: config.json and model.safetensors, or
+ * the shards model.safetensors.index.json names. *params is gpc_malloc'd
+ * (gpt_config_num_params elements, llm.c's layout); *source_dtype is the
+ * dtype the weights were stored in. */
+gpc_status gpc_hf_gpt2_read(const char *dir, gpt_config *config, float **params,
+                            gpc_dtype *source_dtype);
+
+/* Writes DIR/config.json and DIR/model.safetensors (dtype F32, BF16 or
+ * F16) that transformers' GPT2LMHeadModel.from_pretrained(DIR) loads. DIR
+ * must exist. */
+gpc_status gpc_hf_gpt2_write(const char *dir, const gpt_config *config, const float *params,
+                             gpc_dtype dtype);
+
+/* ------------------------------------------------- run folders (src/train) */
+
+/* What an import or export did, for the summary line. */
+typedef struct {
+    gpt_config config;
+    size_t parameters;     /* gpt_config_num_params */
+    gpc_dtype dtype;       /* import: the dtype of the files; export: the one written */
+    int tokenizer;         /* 1: GPT-2's tokenizer came along (vocab.json, merges.txt) */
+    int tokenizer_skipped; /* export: the run's tokenizer is gpc's, not written */
+    double seconds;
+} gpc_hf_summary;
+
+/* `gpc import hf DIR --out RUN`: reads the transformers GPT-2 folder DIR
+ * and writes the run folder RUN (which must not exist): checkpoint.bin
+ * (f32), config.txt (source=hf, tokenizer=gpt2|none) and, when DIR has
+ * vocab.json and merges.txt, tokenizer.bin (GPT-2's). Everything is read
+ * and checked first and written into RUN.tmp.PID, renamed at the end: on
+ * any error RUN does not exist afterwards. summary may be NULL. */
+gpc_status gpc_hf_import(const char *hf_dir, const char *run_dir, gpc_hf_summary *summary);
+
+/* `gpc export hf RUN --out DIR`: writes config.json and model.safetensors
+ * (dtype f32, bf16 or f16) of RUN/checkpoint.bin, with vocab.json and
+ * merges.txt when RUN's tokenizer is GPT-2's, into DIR (which must not
+ * exist or be empty), through DIR.tmp.PID as for the import. */
+gpc_status gpc_hf_export(const char *run_dir, const char *hf_dir, gpc_dtype dtype,
+                         gpc_hf_summary *summary);
+
 #ifdef __cplusplus
 }
 #endif
