@@ -73,6 +73,10 @@ gpc_status gpc_tokenizer_load(gpc_tokenizer **out, const char *path);
  * and <|endoftext|> is the last id; anything else is a clear error. */
 gpc_status gpc_tokenizer_load_gpt2(gpc_tokenizer **out, const char *vocab_path,
                                    const char *merges_path);
+/* The tokenizer of PATH: a run or dataset folder (PATH/tokenizer.bin), a
+ * Hugging Face folder (PATH/vocab.json and PATH/merges.txt), or a
+ * tokenizer.bin itself. */
+gpc_status gpc_tokenizer_load_from(gpc_tokenizer **out, const char *path);
 /* Writes DIR/vocab.json and DIR/merges.txt of a GPT-2 tokenizer, which
  * transformers' GPT2TokenizerFast.from_pretrained(DIR) reads back. */
 gpc_status gpc_tokenizer_write_gpt2(const gpc_tokenizer *tok, const char *dir);

@@ -347,3 +347,26 @@ gpc_status gpc_tokenizer_write_gpt2(const gpc_tokenizer *tok, const char *dir) {
     json_decref(vocab);
     return s;
 }
+
+gpc_status gpc_tokenizer_load_from(gpc_tokenizer **out, const char *path) {
+    *out = NULL;
+    if (!gpc_path_is_dir(path)) {
+        if (!gpc_path_exists(path))
+            return gpc_error(GPC_ERR_IO,
+                             "%s does not exist: give a run folder, a Hugging Face "
+                             "folder or a tokenizer.bin",
+                             path);
+        return gpc_tokenizer_load(out, path);
+    }
+    char bin[4096], vocab[4096], merges[4096];
+    snprintf(bin, sizeof bin, "%s/tokenizer.bin", path);
+    snprintf(vocab, sizeof vocab, "%s/vocab.json", path);
+    snprintf(merges, sizeof merges, "%s/merges.txt", path);
+    if (gpc_path_exists(bin)) return gpc_tokenizer_load(out, bin);
+    if (gpc_path_exists(vocab) && gpc_path_exists(merges))
+        return gpc_tokenizer_load_gpt2(out, vocab, merges);
+    return gpc_error(GPC_ERR_IO,
+                     "%s has no tokenizer: neither tokenizer.bin (gpc train, gpc import hf) nor "
+                     "vocab.json and merges.txt (Hugging Face)",
+                     path);
+}
