@@ -130,7 +130,7 @@ static int requeued_gpcd_job(const char *out_dir) {
 
 int cmd_train(int argc, char **argv) {
     const char *data = NULL, *out = NULL, *model = NULL, *device_name = "auto";
-    const char *precision_name = NULL;
+    const char *precision_name = NULL, *init_from = NULL;
     /* UNSET values cannot be typed (the parser refuses INT_MIN and NaN), so
      * "left out" and every value a user can give stay apart */
     int layers = UNSET, heads = UNSET, channels = UNSET, context = UNSET, batch = UNSET;
@@ -177,6 +177,9 @@ int cmd_train(int argc, char **argv) {
          "rebuild activations in backward to save memory: 1 GELU, 2 also layernorm (default 0, or "
          "the checkpoint's when resuming)"},
         {"resume", CLI_FLAG, &resume, NULL, "continue the run in --out from its checkpoint"},
+        {"init-from", CLI_STRING, &init_from, "RUN",
+         "fine-tune: start from RUN's weights (gpc train or gpc import hf), whose sizes the "
+         "model takes; fresh optimizer and schedule"},
         {"seed", CLI_INT64, &seed, "S", "weights, data order and rounding (default 1337)"},
         {"zero", CLI_INT, &zero, "0|1",
          "several processes: 1 shards the optimizer state over them (ZeRO-1; default 0)"},
@@ -188,7 +191,8 @@ int cmd_train(int argc, char **argv) {
     };
     const cli_spec spec = {
         "train",
-        "train --data DIR --out RUN [--model dN] [--context T] [--batch B] [--total-batch "
+        "train --data DIR --out RUN [--model dN | --init-from RUN] [--context T] [--batch B] "
+        "[--total-batch "
         "TOKENS] [--steps N] [--lr X] [--eval-every N] [--checkpoint-every N] [--device "
         "auto|cpu|cuda] [--attention auto|gpc|cudnn] [--recompute 0|1|2] [--resume] [--seed S]",
         "Trains a GPT-2 style model on token shards: micro-batches with gradient accumulation, "
@@ -228,6 +232,7 @@ int cmd_train(int argc, char **argv) {
     gpc_train_options_init(&o);
     o.data_dir = data;
     o.out_dir = out;
+    o.init_from = init_from;
     if (model) {
         int l, h, c;
         if (gpt_config_parse_depth(model, &l, &h, &c) != GPC_OK)

@@ -14,6 +14,7 @@
 
 #include "gpc/hf.h"
 #include "gpc/model.h"
+#include "gpc/train.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -256,6 +257,53 @@ static void test_export_round_trip(void **state) {
     TEST_FAILS(gpc_hf_export(run, out, GPC_F32, NULL), GPC_ERR_INVALID_ARG, "already exists");
 }
 
+/* gpc_eval_tokens on the first row of the reference tokens: each token's
+ * cross-entropy equals the one transformers' logits give. */
+static void test_eval(void **state) {
+    (void)state;
+    gpt_config c;
+    float *p = read_dir("model", &c, NULL);
+    reference r;
+    read_reference(&r);
+    uint32_t tokens[17];
+    for (int i = 0; i < 16; i++)
+        tokens[i] = (uint32_t)r.tokens[i];
+    tokens[16] = (uint32_t)r.targets[15];
+    double want[16], mean = 0;
+    for (int i = 0; i < 16; i++) {
+        const float *row = r.logits + (size_t)i * 500;
+        double max = row[0], z = 0;
+        for (int v = 1; v < 500; v++)
+            max = fmax(max, row[v]);
+        for (int v = 0; v < 500; v++)
+            z += exp(row[v] - max);
+        want[i] = max + log(z) - row[r.targets[i]];
+        mean += want[i] / 16;
+    }
+    gpt_model *m;
+    TEST_OK(gpt_create(&m, &c, gpc_cpu(), GPC_F32, 1, 16, 0));
+    TEST_OK(gpt_set_params(m, p));
+    float losses[16];
+    gpc_eval_result e;
+    TEST_OK(gpc_eval_tokens(m, &c, 16, tokens, 17, losses, &e));
+    assert_int_equal(e.tokens, 16);
+    test_assert_close("eval losses", losses, want, 16, 1e-5, 1.0);
+    assert_true(fabs(e.mean_loss - mean) < 1e-5);
+    assert_true(fabs(e.perplexity - exp(mean)) < 1e-3);
+    /* windows of 5: the first five predictions see the same tokens */
+    TEST_OK(gpc_eval_tokens(m, &c, 5, tokens, 17, losses, &e));
+    assert_int_equal(e.tokens, 16);
+    test_assert_close("eval losses, context 5", losses, want, 5, 1e-5, 1.0);
+    tokens[3] = 500;
+    TEST_FAILS(gpc_eval_tokens(m, &c, 16, tokens, 17, losses, &e), GPC_ERR_INVALID_ARG,
+               "outside the model's vocabulary");
+    TEST_FAILS(gpc_eval_tokens(m, &c, 16, tokens, 1, losses, &e), GPC_ERR_INVALID_ARG,
+               "at least 2 tokens");
+    gpt_free(m);
+    gpc_safetensors_close(r.st);
+    gpc_free(p);
+}
+
 /* ------------------------------------------------------------- bad folders */
 
 static void copy_file(const char *from, const char *to) {
@@ -397,9 +445,9 @@ static void test_bad_folders(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_read),        cmocka_unit_test(test_logits_and_loss),
-        cmocka_unit_test(test_gradients),   cmocka_unit_test(test_export_round_trip),
-        cmocka_unit_test(test_bad_folders),
+        cmocka_unit_test(test_read),      cmocka_unit_test(test_logits_and_loss),
+        cmocka_unit_test(test_gradients), cmocka_unit_test(test_export_round_trip),
+        cmocka_unit_test(test_eval),      cmocka_unit_test(test_bad_folders),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
