@@ -32,7 +32,7 @@ build=/tmp/gpc-hf-build
     cmake --build $build -j12 --target gpc_cli >/dev/null && echo "gpc built"
 ) >"$out/build.log" 2>&1 &
 builder=$!
-timeout 100 python3 "$deps/hf_fixtures.py" --big /tmp/gpt2-1.5b 2>&1 | grep -v Warning | tail -1
+timeout 80 python3 "$deps/hf_fixtures.py" --big /tmp/gpt2-1.5b 2>&1 | grep -v Warning | tail -1
 wait $builder
 tail -3 "$out/build.log"
 ls -la /tmp/gpt2-1.5b
@@ -41,7 +41,7 @@ python3 - "$build/gpc" <<'PY'
 import resource, subprocess, sys, time
 t = time.time()
 r = subprocess.run([sys.argv[1], "import", "hf", "/tmp/gpt2-1.5b", "--out", "/tmp/run-1.5b"],
-                   capture_output=True, text=True, timeout=90)
+                   capture_output=True, text=True, timeout=60)
 print(r.stdout.strip(), r.stderr.strip()[-300:])
 print(f"import: exit {r.returncode}, wall {time.time() - t:.2f} s, peak RSS "
       f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e6:.2f} GB")
