@@ -77,6 +77,7 @@ gpc_status gpc_hf_import(const char *hf_dir, const char *run_dir, gpc_hf_summary
     float *params = NULL;
     gpc_dtype source;
     GPC_TRY(gpc_hf_gpt2_read(hf_dir, &config, &params, &source));
+    double t_read = gpc_time_seconds();
     char vocab[4096], merges[4096], tmp[4096], path[4200];
     snprintf(vocab, sizeof vocab, "%s/vocab.json", hf_dir);
     snprintf(merges, sizeof merges, "%s/merges.txt", hf_dir);
@@ -94,6 +95,7 @@ gpc_status gpc_hf_import(const char *hf_dir, const char *run_dir, gpc_hf_summary
     if (s == GPC_OK) s = gpt_create(&model, &config, gpc_cpu(), GPC_F32, 1, 1, 0);
     if (s == GPC_OK) s = gpt_set_params(model, params);
     gpc_free(params);
+    double t_model = gpc_time_seconds();
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", run_dir, (int)getpid());
     int made = 0;
     if (s == GPC_OK) s = gpc_mkdir_p(tmp);
@@ -106,6 +108,9 @@ gpc_status gpc_hf_import(const char *hf_dir, const char *run_dir, gpc_hf_summary
         snprintf(path, sizeof path, "%s/checkpoint.bin", tmp);
         s = gpt_checkpoint_save(path, model, &state);
     }
+    /* where an import's time goes (GPC_LOG=debug) */
+    gpc_log(GPC_LOG_DEBUG, "import: read and convert %.2f s, model %.2f s, checkpoint %.2f s",
+            t_read - start, t_model - t_read, gpc_time_seconds() - t_model);
     if (s == GPC_OK && tok) {
         snprintf(path, sizeof path, "%s/tokenizer.bin", tmp);
         s = gpc_tokenizer_save(tok, path);
