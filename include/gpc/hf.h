@@ -104,33 +104,6 @@ gpc_status gpc_hf_gpt2_read(const char *dir, gpt_config *config, float **params,
 gpc_status gpc_hf_gpt2_write(const char *dir, const gpt_config *config, const float *params,
                              gpc_dtype dtype);
 
-/* ------------------------------------------------- run folders (src/train) */
-
-/* What an import or export did, for the summary line. */
-typedef struct {
-    gpt_config config;
-    size_t parameters;     /* gpt_config_num_params */
-    gpc_dtype dtype;       /* import: the dtype of the files; export: the one written */
-    int tokenizer;         /* 1: GPT-2's tokenizer came along (vocab.json, merges.txt) */
-    int tokenizer_skipped; /* export: the run's tokenizer is gpc's, not written */
-    double seconds;
-} gpc_hf_summary;
-
-/* `gpc import hf DIR --out RUN`: reads the transformers GPT-2 folder DIR
- * and writes the run folder RUN (which must not exist): checkpoint.bin
- * (f32), config.txt (source=hf, tokenizer=gpt2|none) and, when DIR has
- * vocab.json and merges.txt, tokenizer.bin (GPT-2's). Everything is read
- * and checked first and written into RUN.tmp.PID, renamed at the end: on
- * any error RUN does not exist afterwards. summary may be NULL. */
-gpc_status gpc_hf_import(const char *hf_dir, const char *run_dir, gpc_hf_summary *summary);
-
-/* `gpc export hf RUN --out DIR`: writes config.json and model.safetensors
- * (dtype f32, bf16 or f16) of RUN/checkpoint.bin, with vocab.json and
- * merges.txt when RUN's tokenizer is GPT-2's, into DIR (which must not
- * exist or be empty), through DIR.tmp.PID as for the import. */
-gpc_status gpc_hf_export(const char *run_dir, const char *hf_dir, gpc_dtype dtype,
-                         gpc_hf_summary *summary);
-
 #ifdef __cplusplus
 }
 #endif

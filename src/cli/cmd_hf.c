@@ -4,7 +4,7 @@
  * libgpc (gpc_hf_import, gpc_hf_export in src/train/hf_run.c).
  */
 #include "cli.h"
-#include "gpc/hf.h"
+#include "gpc/train.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -13,6 +13,7 @@
 #include "gpc/hf.h"
 #include "gpc/model.h"
 #include "gpc/tokenizer.h"
+#include "gpc/train.h"
 
 #include <dirent.h>
 #include <stdio.h>
