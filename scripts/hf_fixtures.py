@@ -32,8 +32,10 @@ Modes:
                        GPT2TokenizerFast, compares its logits with
                        --fixtures FIXDIR/reference.safetensors and its ids with
                        FIXDIR/ids.bin; prints one JSON line; exit 1 on mismatch.
-  --big DIR            a random GPT-2 1.5B (n_embd 1600, 48 layers, 25 heads)
-                       saved with save_pretrained, for the import measurement.
+  --big DIR [--size S] a random GPT-2 of size S (124m, 350m, 774m, 1.5b: the
+                       default, n_embd 1600, 48 layers, 25 heads) saved with
+                       save_pretrained, with --vocab/--merges copied beside it:
+                       the import measurement and the fine-tuning benchmark.
 
 Invalid UTF-8: the Hugging Face tokenizers take text, not bytes, so a text
 with invalid bytes is given to them decoded with errors="replace" (each
@@ -377,16 +379,27 @@ def check_export(path, fixtures, corpus):
     return ok
 
 
-def big(out):
+SIZES = {"124m": (768, 12, 12), "350m": (1024, 24, 16), "774m": (1280, 36, 20),
+         "1.5b": (1600, 48, 25)}
+
+
+def big(out, size, vocab, merges):
+    """A random GPT-2 of a published size (n_embd, n_layer, n_head; 1024
+    positions, 50257 tokens), with GPT-2's tokenizer files when given."""
+    import shutil
     import time
 
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
     t0 = time.time()
     torch.manual_seed(0)
-    config = GPT2Config(n_embd=1600, n_layer=48, n_head=25, n_positions=1024, vocab_size=50257)
+    C, L, NH = SIZES[size]
+    config = GPT2Config(n_embd=C, n_layer=L, n_head=NH, n_positions=1024, vocab_size=50257)
     model = GPT2LMHeadModel(config)
     model.save_pretrained(out)
+    if vocab:
+        shutil.copy(vocab, os.path.join(out, "vocab.json"))
+        shutil.copy(merges, os.path.join(out, "merges.txt"))
     n = sum(p.numel() for p in model.parameters())
     print(json.dumps({"big": out, "parameters": n, "seconds": time.time() - t0}))
 
@@ -397,6 +410,7 @@ def main():
     p.add_argument("--generate", metavar="DIR")
     p.add_argument("--check-export", metavar="DIR")
     p.add_argument("--big", metavar="DIR")
+    p.add_argument("--size", default="1.5b", choices=sorted(SIZES))
     p.add_argument("--fixtures", metavar="DIR")
     p.add_argument("--vocab")
     p.add_argument("--merges")
@@ -409,7 +423,7 @@ def main():
     if a.check_export and not check_export(a.check_export, a.fixtures, a.corpus):
         sys.exit(1)
     if a.big:
-        big(a.big)
+        big(a.big, a.size, a.vocab, a.merges)
 
 
 if __name__ == "__main__":
