@@ -71,6 +71,7 @@ def main():
     print("typedef struct {\n    uint32_t lo, hi; /* inclusive */\n    char cls;        /* 'L' or 'N' */")
     print("} unicode_range;\n")
     print(f"#define UNICODE_RANGE_COUNT {len(ranges)}")
+    print("/* clang-format off */")
     print("static const unicode_range unicode_ranges[UNICODE_RANGE_COUNT] = {")
     line = "   "
     for lo, hi, cls in ranges:
@@ -80,7 +81,7 @@ def main():
             line = "   "
         line += item
     print(line)
-    print("};\n\n#endif /* GPC_UNICODE_CLASSES_H */")
+    print("};\n/* clang-format on */\n\n#endif /* GPC_UNICODE_CLASSES_H */")
 
 
 if __name__ == "__main__":

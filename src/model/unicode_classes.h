@@ -14,6 +14,7 @@ typedef struct {
 } unicode_range;
 
 #define UNICODE_RANGE_COUNT 821
+/* clang-format off */
 static const unicode_range unicode_ranges[UNICODE_RANGE_COUNT] = {
     {0x30, 0x39, 'N'}, {0x41, 0x5A, 'L'}, {0x61, 0x7A, 'L'}, {0xAA, 0xAA, 'L'}, {0xB2, 0xB3, 'N'},
     {0xB5, 0xB5, 'L'}, {0xB9, 0xB9, 'N'}, {0xBA, 0xBA, 'L'}, {0xBC, 0xBE, 'N'}, {0xC0, 0xD6, 'L'},
@@ -252,5 +253,6 @@ static const unicode_range unicode_ranges[UNICODE_RANGE_COUNT] = {
     {0x2B820, 0x2CEA1, 'L'}, {0x2CEB0, 0x2EBE0, 'L'}, {0x2EBF0, 0x2EE5D, 'L'},
     {0x2F800, 0x2FA1D, 'L'}, {0x30000, 0x3134A, 'L'}, {0x31350, 0x323AF, 'L'},
 };
+/* clang-format on */
 
 #endif /* GPC_UNICODE_CLASSES_H */
