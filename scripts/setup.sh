@@ -10,7 +10,7 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config libopenblas-dev libcmocka-dev fortunes
           libsqlite3-dev libmicrohttpd-dev libjansson-dev libinih-dev openmpi-bin libopenmpi-dev)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(python3 clang libclang-rt-14-dev prometheus curl procps chromium slurm-wlm munge)
+  packages+=(python3 xz-utils clang libclang-rt-14-dev prometheus curl procps chromium slurm-wlm munge)
 fi
 
 missing=()

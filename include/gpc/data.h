@@ -140,6 +140,9 @@ typedef void (*gpc_data_progress)(void *user, const char *stage, uint64_t done, 
 
 typedef struct {
     int vocab_size;             /* tokenizer size, default 4096 */
+    const char *tokenizer;      /* use this tokenizer instead of training one: a run folder,
+                                 * a Hugging Face folder or a tokenizer.bin (gpc_tokenizer_
+                                 * load_from); vocab_size is then the tokenizer's */
     double val_fraction;        /* default 0.05 */
     uint64_t shard_tokens;      /* tokens per shard file, default 1<<24 */
     int verbose;                /* progress on stderr (when progress is NULL) */
@@ -153,7 +156,8 @@ void gpc_prepare_options_init(gpc_prepare_options *options);
 
 /* Reads every text file under the paths (folders recursively; binary files
  * such as fortune's .dat indexes are skipped and counted), trains the
- * tokenizer, encodes, splits into train/val by document, writes shards. */
+ * tokenizer (or loads options->tokenizer), encodes, splits into train/val by
+ * document, writes shards. */
 gpc_status gpc_data_prepare(const char *const *inputs, int input_count, const char *out_dir,
                             const gpc_prepare_options *options);
 gpc_status gpc_data_synth(const char *out_dir, uint32_t vocab_size, uint64_t tokens, uint64_t seed,

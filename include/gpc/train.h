@@ -8,6 +8,7 @@
  *   RUN/checkpoint.bin       latest checkpoint (RUN/checkpoint.prev.bin: the one before)
  *   RUN/config.txt           the model and training settings, key=value
  *   RUN/tokenizer.bin        the dataset's tokenizer, so RUN alone can generate text
+ *                            (config.txt's tokenizer= says which kind: gpc, gpt2 or none)
  *   RUN/metrics.jsonl        one JSON object per step
  * With resume set it continues from RUN/checkpoint.bin exactly: the losses of
  * the following steps are bitwise those of an uninterrupted run.
@@ -127,8 +128,15 @@ typedef struct {
     double max_grad_norm;        /* default 1.0; negative: no clipping */
     int eval_every;              /* steps between validation passes, default 100; negative: never */
     int eval_batches;            /* batches per validation pass, default 20 */
-    int checkpoint_every;  /* steps between checkpoints, default 500; negative: only at the end */
-    int resume;            /* continue from out_dir/checkpoint.bin */
+    int checkpoint_every; /* steps between checkpoints, default 500; negative: only at the end */
+    int resume;           /* continue from out_dir/checkpoint.bin */
+    /* fine-tuning: a new run starts from the weights of this run folder's
+     * checkpoint.bin (gpc train or gpc import hf) instead of random ones;
+     * the model's sizes come from it, the optimizer state and the
+     * learning-rate schedule start afresh; the dataset must share its
+     * vocabulary (and its tokenizer, when both have one). Ignored when
+     * resuming: the run's own checkpoint holds the weights then. */
+    const char *init_from;
     int seed_set;          /* seed was given (a resumed run must then agree) */
     uint64_t seed;         /* default 1337: weights, data order and the optimizer's rounding */
     gpc_device device;     /* default CPU */
@@ -213,6 +221,55 @@ int gpc_train_energy_summary(const gpc_train_result *result, char *buf, size_t s
 void gpc_train_request_stop(void);
 int gpc_train_stop_requested(void);
 void gpc_train_clear_stop(void);
+
+/* ---------------------------------------------- Hugging Face run folders */
+
+/* src/train/hf_run.c; the formats themselves are gpc/hf.h's. */
+
+/* What an import or export did, for the summary line. */
+typedef struct {
+    gpt_config config;
+    size_t parameters;     /* gpt_config_num_params */
+    gpc_dtype dtype;       /* import: the dtype of the files; export: the one written */
+    int tokenizer;         /* 1: GPT-2's tokenizer came along (vocab.json, merges.txt) */
+    int tokenizer_skipped; /* export: the run's tokenizer is gpc's, not written */
+    double seconds;
+} gpc_hf_summary;
+
+/* `gpc import hf DIR --out RUN`: reads the transformers GPT-2 folder DIR
+ * and writes the run folder RUN (which must not exist): checkpoint.bin
+ * (f32), config.txt (source=hf, tokenizer=gpt2|none) and, when DIR has
+ * vocab.json and merges.txt, tokenizer.bin (GPT-2's). Everything is read
+ * and checked first and written into RUN.tmp.PID, renamed at the end: on
+ * any error RUN does not exist afterwards. summary may be NULL. */
+gpc_status gpc_hf_import(const char *hf_dir, const char *run_dir, gpc_hf_summary *summary);
+
+/* `gpc export hf RUN --out DIR`: writes config.json and model.safetensors
+ * (dtype f32, bf16 or f16) of RUN/checkpoint.bin, with vocab.json and
+ * merges.txt when RUN's tokenizer is GPT-2's, into DIR (which must not
+ * exist or be empty), through DIR.tmp.PID as for the import. */
+gpc_status gpc_hf_export(const char *run_dir, const char *hf_dir, gpc_dtype dtype,
+                         gpc_hf_summary *summary);
+
+/* ------------------------------------------------------------ evaluation */
+
+/* What `gpc eval` measures: the cross-entropy of the model's prediction of
+ * each token from the ones before it. */
+typedef struct {
+    int64_t tokens;    /* tokens predicted: count - 1 */
+    double mean_loss;  /* mean cross-entropy, nats */
+    double perplexity; /* exp(mean_loss) */
+} gpc_eval_result;
+
+/* Runs the model (planned for B >= 1 and T >= context) over tokens in
+ * windows of context + 1 tokens with stride context, so every token but the
+ * first is predicted once, from up to context tokens before it (the last
+ * window may be shorter). The cross-entropy of each prediction is computed
+ * from the logits in double; losses (count - 1 floats, may be NULL)
+ * receives them in order. config is the model's. */
+gpc_status gpc_eval_tokens(gpt_model *model, const gpt_config *config, int context,
+                           const uint32_t *tokens, size_t count, float *losses,
+                           gpc_eval_result *result);
 
 #ifdef __cplusplus
 }

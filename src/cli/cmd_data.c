@@ -43,20 +43,26 @@ static int data_prepare(int argc, char **argv) {
     cli_list inputs = {NULL, 0};
     const char *out = NULL;
     int vocab = 4096;
+    const char *tokenizer = NULL;
     double val_fraction = 0.05;
     const cli_option options[] = {
         {"input", CLI_STRING_LIST, &inputs, "PATH...",
          "text files or folders (read recursively; binary files are skipped)"},
         {"out", CLI_STRING, &out, "DIR", "dataset folder to write"},
         {"vocab-size", CLI_INT, &vocab, "N", "tokenizer vocabulary, 257 to 65536 (default 4096)"},
+        {"tokenizer", CLI_STRING, &tokenizer, "RUN",
+         "use the tokenizer of RUN (a run folder such as gpc import hf writes, a Hugging Face "
+         "folder, or a tokenizer.bin) instead of training one"},
         {"val-fraction", CLI_FLOAT, &val_fraction, "F",
          "share of documents for validation, 0 to 0.5 (default 0.05)"},
         {NULL, 0, NULL, NULL, NULL},
     };
     const cli_spec spec = {
         "data prepare",
-        "data prepare --input PATH... --out DIR [--vocab-size N] [--val-fraction F]",
-        "Trains a byte-level BPE tokenizer on the text under PATH and writes DIR/tokenizer.bin,\n"
+        "data prepare --input PATH... --out DIR [--vocab-size N | --tokenizer RUN] "
+        "[--val-fraction F]",
+        "Trains a byte-level BPE tokenizer on the text under PATH (or takes RUN's, such as\n"
+        "GPT-2's) and writes DIR/tokenizer.bin,\n"
         "token shards DIR/train_NNNN.bin and DIR/val_NNNN.bin, and DIR/dataset.txt. Each file\n"
         "is a document, and a line holding only '%' separates documents within a file (the\n"
         "fortune format); documents, not tokens, are split between training and validation.",
@@ -81,6 +87,7 @@ static int data_prepare(int argc, char **argv) {
     gpc_prepare_options o;
     gpc_prepare_options_init(&o);
     o.vocab_size = vocab;
+    o.tokenizer = tokenizer;
     o.val_fraction = val_fraction;
     o.verbose = 1;
     o.progress = data_show_progress;
@@ -98,7 +105,7 @@ static int data_prepare(int argc, char **argv) {
            cli_format_bytes((double)summary.text_bytes, size, sizeof size), summary.train_tokens,
            summary.val_tokens, summary.vocab_size,
            tokens ? (double)summary.text_bytes / (double)tokens : 0.0, summary.seconds);
-    if (summary.vocab_size < vocab)
+    if (!tokenizer && summary.vocab_size < vocab)
         printf("note: the text ran out of pairs to merge, so the vocabulary is %d, not %d\n",
                summary.vocab_size, vocab);
     return CLI_EXIT_OK;

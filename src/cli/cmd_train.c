@@ -133,7 +133,7 @@ static int requeued_gpcd_job(const char *out_dir) {
 
 int cmd_train(int argc, char **argv) {
     const char *data = NULL, *out = NULL, *model = NULL, *device_name = "auto";
-    const char *precision_name = NULL;
+    const char *precision_name = NULL, *init_from = NULL;
     /* UNSET values cannot be typed (the parser refuses INT_MIN and NaN), so
      * "left out" and every value a user can give stay apart */
     int layers = UNSET, heads = UNSET, channels = UNSET, context = UNSET, batch = UNSET;
@@ -192,6 +192,9 @@ int cmd_train(int argc, char **argv) {
         {"stop-after", CLI_INT, &stop_after, "N",
          "stop with a checkpoint after N steps of this run, the schedule unchanged (--resume "
          "goes on)"},
+        {"init-from", CLI_STRING, &init_from, "RUN",
+         "fine-tune: start from RUN's weights (gpc train or gpc import hf), whose sizes the "
+         "model takes; fresh optimizer and schedule"},
         {"seed", CLI_INT64, &seed, "S", "weights, data order and rounding (default 1337)"},
         {"zero", CLI_INT, &zero, "0|1",
          "several processes: 1 shards the optimizer state over them (ZeRO-1; default 0)"},
@@ -203,7 +206,8 @@ int cmd_train(int argc, char **argv) {
     };
     const cli_spec spec = {
         "train",
-        "train --data DIR --out RUN [--model dN] [--context T] [--batch B] [--total-batch "
+        "train --data DIR --out RUN [--model dN | --init-from RUN] [--context T] [--batch B] "
+        "[--total-batch "
         "TOKENS] [--steps N] [--lr X] [--eval-every N] [--checkpoint-every N] [--device "
         "auto|cpu|cuda] [--attention auto|gpc|cudnn] [--attention-backward auto|two|fused|wgmma] "
         "[--stochastic-rounding] [--recompute 0|1|2] [--resume] [--seed S]",
@@ -246,6 +250,7 @@ int cmd_train(int argc, char **argv) {
     gpc_train_options_init(&o);
     o.data_dir = data;
     o.out_dir = out;
+    o.init_from = init_from;
     if (model) {
         int l, h, c;
         if (gpt_config_parse_depth(model, &l, &h, &c) != GPC_OK)

@@ -14,6 +14,10 @@
 COMMAND(cmd_data);
 COMMAND(cmd_train);
 COMMAND(cmd_sample);
+COMMAND(cmd_import);
+COMMAND(cmd_export);
+COMMAND(cmd_tokenize);
+COMMAND(cmd_eval);
 COMMAND(cmd_launch);
 COMMAND(cmd_bench);
 COMMAND(cmd_plan);
@@ -41,6 +45,10 @@ static const command_entry commands[] = {
     {"data", cmd_data, "prepare token shards from text (prepare) or random tokens (synth)", NULL},
     {"train", cmd_train, "train a GPT model on token shards", NULL},
     {"sample", cmd_sample, "generate text from a trained run", NULL},
+    {"import", cmd_import, "read a Hugging Face GPT-2 folder into a run folder (import hf)", NULL},
+    {"export", cmd_export, "write a run as a Hugging Face GPT-2 folder (export hf)", NULL},
+    {"tokenize", cmd_tokenize, "token ids of a text with a run's tokenizer, or back", NULL},
+    {"eval", cmd_eval, "cross-entropy and perplexity of a run on data or a text", NULL},
     {"launch", cmd_launch, "start one training process per GPU", NULL},
     {"bench", cmd_bench, "measure GEMM, copies, overlap and attention on this machine", NULL},
     {"plan", cmd_plan, "memory a training run needs and which GPUs fit it", NULL},

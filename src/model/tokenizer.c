@@ -1,6 +1,8 @@
 /*
  * tokenizer.c: gpc's byte-level BPE: pre-tokenizing, training merges,
- * encoding, decoding, and the tokenizer file.
+ * encoding, decoding, and the tokenizer file. GPT-2's tokenizer shares the
+ * token table, the encoder and the file; its pre-tokenizer and Hugging
+ * Face's files are in tokenizer_gpt2.c.
  *
  * Training follows the usual fast recipe (as in Hugging Face tokenizers):
  * the corpus is cut into pre-tokens once and only the unique ones are kept
@@ -18,20 +20,26 @@
  * after z itself, so this gives exactly the tokens that applying every merge
  * in order would give (the unit test checks it against that naive encoder).
  */
+#define _GNU_SOURCE /* memmem */
 #include "gpc/tokenizer.h"
+
+#include "tokenizer_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define TOKENIZER_MAGIC "GPCTOKEN"
-#define TOKENIZER_VERSION 1u
+#define TOKENIZER_VERSION 1u      /* gpc's */
+#define TOKENIZER_VERSION_GPT2 2u /* GPT-2's: the header is followed by 256 byte ids */
 #define TOKENIZER_HEADER_BYTES 24 /* magic, version, vocab size, merge count, reserved */
 /* Longer runs (ASCII art, long numbers, binary data) are cut into pieces of
  * this size; it bounds the per-pre-token merge loop, which is quadratic. */
 #define PRETOKEN_MAX 256
 
 struct gpc_tokenizer {
+    gpc_tokenizer_kind kind;
+    uint32_t byte_token[256]; /* id of each one-byte token */
     int vocab_size;
     int merge_count;
     uint32_t *merges; /* 2 per merge: merge r joins (a, b) into token 256 + r */
@@ -106,15 +114,33 @@ static uint32_t rank_lookup(const gpc_tokenizer *tok, uint32_t a, uint32_t b) {
 
 /* Builds the token table and the merge lookup from merges (validated:
  * each merge uses only bytes and earlier merges). Takes ownership of merges. */
-static gpc_status tokenizer_build(gpc_tokenizer **out, uint32_t *merges, int merge_count,
-                                  const char *what) {
+gpc_status gpc_tokenizer_build(gpc_tokenizer **out, uint32_t *merges, int merge_count,
+                               const uint32_t *byte_token, gpc_tokenizer_kind kind,
+                               const char *what) {
     *out = NULL;
+    if (byte_token) { /* a permutation of the 256 one-byte ids */
+        uint8_t seen[256] = {0};
+        for (int b = 0; b < 256; b++) {
+            if (byte_token[b] > 255 || seen[byte_token[b]]) {
+                free(merges);
+                return gpc_error(GPC_ERR_FORMAT,
+                                 "%s is corrupt: the byte tokens are not ids 0..255 once each",
+                                 what);
+            }
+            seen[byte_token[b]] = 1;
+        }
+    }
     gpc_tokenizer *tok = calloc(1, sizeof *tok);
     int vocab = 256 + merge_count + 1;
+    /* GPT-2's end of text decodes to its text, as Hugging Face's does */
+    size_t eot_length = kind == GPC_TOKENIZER_GPT2 ? strlen(GPC_GPT2_EOT_TEXT) : 0;
     size_t table = 16;
     while (table < (size_t)merge_count * 2)
         table *= 2;
     if (tok) {
+        tok->kind = kind;
+        for (uint32_t b = 0; b < 256; b++)
+            tok->byte_token[b] = byte_token ? byte_token[b] : b;
         tok->vocab_size = vocab;
         tok->merge_count = merge_count;
         tok->merges = merges;
@@ -160,15 +186,15 @@ static gpc_status tokenizer_build(gpc_tokenizer **out, uint32_t *merges, int mer
             return gpc_error(GPC_ERR_FORMAT, "%s is corrupt: its tokens are impossibly long", what);
         }
     }
-    length[vocab - 1] = 0; /* end of text */
-    tok->pool = malloc(total + 1);
+    length[vocab - 1] = (uint32_t)eot_length; /* end of text */
+    tok->pool = malloc(total + eot_length + 1);
     if (!tok->pool) {
         free(length);
         gpc_tokenizer_free(tok);
         return gpc_error(GPC_ERR_NOMEM, "out of memory building a tokenizer");
     }
-    for (int id = 0; id < 256; id++)
-        tok->pool[id] = (char)id;
+    for (int b = 0; b < 256; b++)
+        tok->pool[tok->byte_token[b]] = (char)b;
     uint32_t at = 256;
     for (int r = 0; r < merge_count; r++) {
         uint32_t a = merges[2 * (size_t)r], b = merges[2 * (size_t)r + 1], id = 256 + (uint32_t)r;
@@ -186,6 +212,8 @@ static gpc_status tokenizer_build(gpc_tokenizer **out, uint32_t *merges, int mer
         }
     }
     tok->offset[vocab - 1] = at;
+    memcpy(tok->pool + at, GPC_GPT2_EOT_TEXT, eot_length);
+    at += (uint32_t)eot_length;
     tok->offset[vocab] = at;
     tok->pool[at] = '\0';
     free(length);
@@ -201,6 +229,23 @@ void gpc_tokenizer_free(gpc_tokenizer *tok) {
     free(tok->rank_keys);
     free(tok->rank_values);
     free(tok);
+}
+
+gpc_tokenizer_kind gpc_tokenizer_get_kind(const gpc_tokenizer *tok) {
+    return tok->kind;
+}
+
+const char *gpc_tokenizer_kind_name(gpc_tokenizer_kind kind) {
+    return kind == GPC_TOKENIZER_GPT2 ? "gpt2" : "gpc";
+}
+
+const uint32_t *gpc_tokenizer_merge_list(const gpc_tokenizer *tok, int *count) {
+    *count = tok->merge_count;
+    return tok->merges;
+}
+
+const uint32_t *gpc_tokenizer_byte_tokens(const gpc_tokenizer *tok) {
+    return tok->byte_token;
 }
 
 int gpc_tokenizer_vocab_size(const gpc_tokenizer *tok) {
@@ -580,17 +625,17 @@ gpc_status gpc_tokenizer_train(gpc_tokenizer **out, const char *text, size_t byt
     /* a small corpus can run out of pairs before the vocabulary is full: the
      * tokenizer is then smaller, and the dataset records its real size */
     if (progress && done < merges_wanted) progress(user, done, done);
-    return tokenizer_build(out, merges, done, "the trained tokenizer");
+    return gpc_tokenizer_build(out, merges, done, NULL, GPC_TOKENIZER_GPC, "the trained tokenizer");
 }
 
 /* -------------------------------------------------------------- encoding */
 
-/* Encodes one pre-token (n <= PRETOKEN_MAX bytes) into out; returns the count. */
+/* Encodes one pre-token of n bytes into out; returns the count. ranks is
+ * scratch of n entries: ranks[i] is the rank of the pair (out[i], out[i + 1]). */
 static size_t encode_pretoken(const gpc_tokenizer *tok, const unsigned char *s, size_t n,
-                              uint32_t *out) {
-    uint32_t ranks[PRETOKEN_MAX]; /* ranks[i]: rank of the pair (out[i], out[i + 1]) */
+                              uint32_t *out, uint32_t *ranks) {
     for (size_t i = 0; i < n; i++)
-        out[i] = s[i];
+        out[i] = tok->byte_token[s[i]];
     if (n < 2 || tok->merge_count == 0) return n;
     for (size_t i = 0; i + 1 < n; i++)
         ranks[i] = rank_lookup(tok, out[i], out[i + 1]);
@@ -615,6 +660,42 @@ static size_t encode_pretoken(const gpc_tokenizer *tok, const unsigned char *s, 
     }
 }
 
+/* GPT-2: <|endoftext|> in the text is the end-of-text token; the text
+ * between is cut by GPT-2's pre-tokenizer, whose pieces have no length
+ * limit (the merge loop's scratch grows for the long ones). */
+static gpc_status encode_gpt2(const gpc_tokenizer *tok, const unsigned char *s, size_t bytes,
+                              uint32_t *out, size_t *used) {
+    const size_t eot_length = strlen(GPC_GPT2_EOT_TEXT);
+    uint32_t small[PRETOKEN_MAX], *ranks = small;
+    size_t capacity = PRETOKEN_MAX, n_out = 0;
+    for (size_t at = 0; at < bytes;) {
+        const unsigned char *eot = memmem(s + at, bytes - at, GPC_GPT2_EOT_TEXT, eot_length);
+        size_t end = eot ? (size_t)(eot - s) : bytes;
+        while (at < end) {
+            size_t n = gpc_gpt2_pretoken_length(s + at, end - at);
+            if (n > capacity) {
+                uint32_t *grown =
+                    ranks == small ? malloc(n * sizeof *grown) : realloc(ranks, n * sizeof *grown);
+                if (!grown) {
+                    if (ranks != small) free(ranks);
+                    return gpc_error(GPC_ERR_NOMEM, "out of memory encoding a %zu-byte piece", n);
+                }
+                ranks = grown;
+                capacity = n;
+            }
+            n_out += encode_pretoken(tok, s + at, n, out + n_out, ranks);
+            at += n;
+        }
+        if (eot) {
+            out[n_out++] = (uint32_t)tok->vocab_size - 1;
+            at = end + eot_length;
+        }
+    }
+    if (ranks != small) free(ranks);
+    *used = n_out;
+    return GPC_OK;
+}
+
 gpc_status gpc_tokenizer_encode(const gpc_tokenizer *tok, const char *text, size_t bytes,
                                 uint32_t **tokens, size_t *count) {
     *tokens = NULL;
@@ -624,10 +705,19 @@ gpc_status gpc_tokenizer_encode(const gpc_tokenizer *tok, const char *text, size
     if (!out) return gpc_error(GPC_ERR_NOMEM, "out of memory encoding %zu bytes", bytes);
     const unsigned char *s = (const unsigned char *)text;
     size_t used = 0;
-    for (size_t at = 0; at < bytes;) {
-        size_t n = pretoken_length(s + at, bytes - at);
-        used += encode_pretoken(tok, s + at, n, out + used);
-        at += n;
+    if (tok->kind == GPC_TOKENIZER_GPT2) {
+        gpc_status st = encode_gpt2(tok, s, bytes, out, &used);
+        if (st != GPC_OK) {
+            gpc_free(out);
+            return st;
+        }
+    } else {
+        uint32_t ranks[PRETOKEN_MAX];
+        for (size_t at = 0; at < bytes;) {
+            size_t n = pretoken_length(s + at, bytes - at);
+            used += encode_pretoken(tok, s + at, n, out + used, ranks);
+            at += n;
+        }
     }
     *tokens = out;
     *count = used;
@@ -678,16 +768,20 @@ static uint32_t get_u32(const unsigned char *p) {
  * merge count, u32 reserved, merge_count pairs of u32 (a, b), then the
  * CRC-32C of everything before it. */
 gpc_status gpc_tokenizer_save(const gpc_tokenizer *tok, const char *path) {
-    size_t size = TOKENIZER_HEADER_BYTES + (size_t)tok->merge_count * 8;
+    int gpt2 = tok->kind == GPC_TOKENIZER_GPT2;
+    size_t bytes_table = gpt2 ? 256 * 4 : 0;
+    size_t size = TOKENIZER_HEADER_BYTES + bytes_table + (size_t)tok->merge_count * 8;
     unsigned char *buf = malloc(size);
     if (!buf) return gpc_error(GPC_ERR_NOMEM, "out of memory saving the tokenizer to %s", path);
     memcpy(buf, TOKENIZER_MAGIC, 8);
-    put_u32(buf + 8, TOKENIZER_VERSION);
+    put_u32(buf + 8, gpt2 ? TOKENIZER_VERSION_GPT2 : TOKENIZER_VERSION);
     put_u32(buf + 12, (uint32_t)tok->vocab_size);
     put_u32(buf + 16, (uint32_t)tok->merge_count);
     put_u32(buf + 20, 0);
+    for (int b = 0; gpt2 && b < 256; b++)
+        put_u32(buf + TOKENIZER_HEADER_BYTES + 4 * (size_t)b, tok->byte_token[b]);
     for (int r = 0; r < 2 * tok->merge_count; r++)
-        put_u32(buf + TOKENIZER_HEADER_BYTES + 4 * (size_t)r, tok->merges[r]);
+        put_u32(buf + TOKENIZER_HEADER_BYTES + bytes_table + 4 * (size_t)r, tok->merges[r]);
     unsigned char crc[4];
     put_u32(crc, gpc_crc32c(0, buf, size));
     gpc_atomic_file f;
@@ -721,16 +815,18 @@ gpc_status gpc_tokenizer_load(gpc_tokenizer **out, const char *path) {
     } else if (size < TOKENIZER_HEADER_BYTES + 4) {
         s = gpc_error(GPC_ERR_FORMAT, "%s is truncated (%zu bytes, the header alone is %d); %s",
                       path, size, TOKENIZER_HEADER_BYTES + 4, redo);
-    } else if (get_u32(p + 8) != TOKENIZER_VERSION) {
+    } else if (get_u32(p + 8) != TOKENIZER_VERSION && get_u32(p + 8) != TOKENIZER_VERSION_GPT2) {
         s = gpc_error(GPC_ERR_FORMAT,
-                      "%s is tokenizer format version %u; this gpc reads version %u: use the gpc "
-                      "that wrote it, or %s",
-                      path, get_u32(p + 8), TOKENIZER_VERSION, redo);
+                      "%s is tokenizer format version %u; this gpc reads versions %u and %u: use "
+                      "the gpc that wrote it, or %s",
+                      path, get_u32(p + 8), TOKENIZER_VERSION, TOKENIZER_VERSION_GPT2, redo);
     } else {
         /* the checksum first: the header's fields are used only once it holds
          * (its sizes, before, only to say that a file is truncated) */
+        int gpt2 = get_u32(p + 8) == TOKENIZER_VERSION_GPT2;
+        size_t bytes_table = gpt2 ? 256 * 4 : 0;
         uint32_t vocab = get_u32(p + 12), merges = get_u32(p + 16);
-        size_t want = TOKENIZER_HEADER_BYTES + (size_t)merges * 8 + 4;
+        size_t want = TOKENIZER_HEADER_BYTES + bytes_table + (size_t)merges * 8 + 4;
         if (gpc_crc32c(0, p, size - 4) != get_u32(p + size - 4))
             s = size < want ? gpc_error(GPC_ERR_FORMAT,
                                         "%s is truncated (%zu bytes, expected %zu for %u tokens); "
@@ -751,9 +847,13 @@ gpc_status gpc_tokenizer_load(gpc_tokenizer **out, const char *path) {
             if (!list) {
                 s = gpc_error(GPC_ERR_NOMEM, "out of memory loading %s", path);
             } else {
+                uint32_t byte_token[256];
+                for (int b = 0; gpt2 && b < 256; b++)
+                    byte_token[b] = get_u32(p + TOKENIZER_HEADER_BYTES + 4 * (size_t)b);
                 for (size_t i = 0; i < (size_t)merges * 2; i++)
-                    list[i] = get_u32(p + TOKENIZER_HEADER_BYTES + 4 * i);
-                s = tokenizer_build(out, list, (int)merges, path);
+                    list[i] = get_u32(p + TOKENIZER_HEADER_BYTES + bytes_table + 4 * i);
+                s = gpc_tokenizer_build(out, list, (int)merges, gpt2 ? byte_token : NULL,
+                                        gpt2 ? GPC_TOKENIZER_GPT2 : GPC_TOKENIZER_GPC, path);
             }
         }
     }

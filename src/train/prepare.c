@@ -353,7 +353,9 @@ gpc_status gpc_data_prepare(const char *const *inputs, int input_count, const ch
         sum.text_bytes = c.bytes;
         /* documents touch in this buffer; a pre-token rarely spans two, and
          * the only cost is a slightly different count for that pair */
-        s = gpc_tokenizer_train(&tok, c.text, c.bytes, vocab_size, tokenizer_progress, &p);
+        s = o->tokenizer
+                ? gpc_tokenizer_load_from(&tok, o->tokenizer)
+                : gpc_tokenizer_train(&tok, c.text, c.bytes, vocab_size, tokenizer_progress, &p);
     }
     if (s == GPC_OK) {
         is_val = calloc(c.count, 1);

@@ -25,6 +25,7 @@
  * without NVML there are none and training is the same.
  */
 #include "gpc/train.h"
+#include "gpc/tokenizer.h"
 
 #include <errno.h>
 #include <math.h>
@@ -103,7 +104,8 @@ typedef struct {
     int gpu_sampled, gpu_capped;
     int gpu_clock_max_mhz;
     double gpu_power_limit_w;
-    int gpu_clock_count; /* clocks recorded; the last GPC_TRAIN_CLOCK_STEPS are kept */
+    int gpu_clock_count;        /* clocks recorded; the last GPC_TRAIN_CLOCK_STEPS are kept */
+    const char *tokenizer_kind; /* the dataset's: "gpc", "gpt2" or "none" */
     int gpu_clocks[GPC_TRAIN_CLOCK_STEPS];
     gpc_energy_meter gpu_energy; /* energy a step from NVML's counter */
 } trainer;
@@ -122,7 +124,7 @@ static gpc_status same_as_checkpoint(const char *option, long long given, long l
 
 static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *data,
                           const gpt_config *ck_config, const gpt_checkpoint_state *ck,
-                          run_settings *s) {
+                          const gpt_config *init, run_settings *s) {
     memset(s, 0, sizeof *s);
     int resume = ck != NULL;
     if (resume && ck->batch <= 0)
@@ -130,6 +132,12 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
                                          "state to resume; train a new run with --out elsewhere");
     int L = 6, NH = 6, C = 384; /* d6 */
     int sized = o->model || o->layers || o->heads || o->channels;
+    if (init && sized)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "the model's sizes come from --init-from %s; leave out --model, "
+                         "--layers, --heads and --channels",
+                         o->init_from);
+    if (init) L = init->layers, NH = init->heads, C = init->channels;
     if (o->model) GPC_TRY(gpt_config_parse_depth(o->model, &L, &NH, &C));
     if (resume && !sized) L = ck_config->layers, NH = ck_config->heads, C = ck_config->channels;
     if (o->layers) L = o->layers;
@@ -154,12 +162,25 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
         GPC_TRY(same_as_checkpoint("total-batch", o->total_batch, ck->total_batch));
     if (o->seed_set && resume)
         GPC_TRY(same_as_checkpoint("seed", (long long)o->seed, (long long)ck->seed));
+    /* positions the model knows: a fine-tuned model keeps its own */
+    int max_context = init ? init->max_context : resume ? ck_config->max_context : 0;
     s->T = o->context ? o->context : resume ? ck->context : 256;
+    if (init && !o->context && s->T > max_context) s->T = max_context;
+    if (max_context && s->T > max_context)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--context %d is more than the %d positions the model knows", s->T,
+                         max_context);
+    if (!max_context) max_context = s->T;
     s->B = o->batch ? o->batch : resume ? ck->batch : 8;
     s->seed = resume ? ck->seed : o->seed;
     if (data->vocab_size > (uint32_t)INT32_MAX)
         return gpc_error(GPC_ERR_FORMAT, "the dataset's vocabulary is too large");
-    GPC_TRY(gpt_config_init(&s->config, L, NH, C, s->T, (int)data->vocab_size));
+    if (init && (uint32_t)init->vocab_size != data->vocab_size)
+        return gpc_error(GPC_ERR_MISMATCH,
+                         "the dataset has a vocabulary of %u tokens, the model of --init-from %s "
+                         "%d: prepare the data with `gpc data prepare --tokenizer %s`",
+                         data->vocab_size, o->init_from, init->vocab_size, o->init_from);
+    GPC_TRY(gpt_config_init(&s->config, L, NH, C, max_context, (int)data->vocab_size));
     if (resume && !gpt_config_equal(ck_config, &s->config, "the checkpoint"))
         return gpc_error_context(GPC_ERR_MISMATCH, "cannot resume: ");
 
@@ -258,7 +279,7 @@ static gpc_status write_config(const trainer *t) {
              "accumulation_steps=%d\nsteps=%d\nlr=%g\nwarmup=%d\nmin_lr_ratio=%g\n"
              "weight_decay=%g\nmax_grad_norm=%g\neval_every=%d\neval_batches=%d\n"
              "checkpoint_every=%d\nseed=%llu\ndevice=%s\nprecision=%s\nrecompute=%d\n"
-             "gpu_name=%s\ngpcd_job=%s\n",
+             "gpu_name=%s\ngpcd_job=%s\ninit_from=%s\ntokenizer=%s\n",
              t->o->data_dir, s->config.layers, s->config.heads, s->config.channels,
              s->config.max_context, s->config.vocab_size, s->config.padded_vocab,
              gpt_config_num_params(&s->config), s->B, (long long)s->total_batch, s->accumulation,
@@ -266,7 +287,8 @@ static gpc_status write_config(const trainer *t) {
              s->weight_decay, s->max_grad_norm, s->eval_every, s->eval_batches, s->checkpoint_every,
              (unsigned long long)s->seed, gpc_device_name(t->o->device),
              gpc_dtype_name(s->precision), s->recompute, device_name,
-             gpc_setting_given("GPC_JOB_ID") ? gpc_setting_given("GPC_JOB_ID") : "");
+             gpc_setting_given("GPC_JOB_ID") ? gpc_setting_given("GPC_JOB_ID") : "",
+             t->o->init_from ? t->o->init_from : "", t->tokenizer_kind);
     return write_text(path, text);
 }
 
@@ -756,6 +778,63 @@ static gpc_status run_loop(trainer *t, gpc_train_result *result) {
     return GPC_OK;
 }
 
+/* Fine-tuning: the weights of --init-from's checkpoint, read through a
+ * host model (the checkpoint may come from any device and precision) and
+ * set on the training model; its optimizer state is left behind. */
+static gpc_status init_weights_from(trainer *t) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/checkpoint.bin", t->o->init_from);
+    gpt_model *host = NULL;
+    float *values = gpc_malloc(gpt_config_num_params(&t->s.config) * sizeof *values);
+    gpc_status s = values ? GPC_OK : gpc_error(GPC_ERR_NOMEM, "out of host memory");
+    if (s == GPC_OK) s = gpt_create(&host, &t->s.config, gpc_cpu(), GPC_F32, 1, 1, 0);
+    if (s == GPC_OK) s = gpt_checkpoint_load(path, host, NULL);
+    if (s == GPC_OK) s = gpt_get_params(host, values);
+    gpt_free(host);
+    if (s == GPC_OK) s = gpt_set_params(t->model, values);
+    gpc_free(values);
+    return s == GPC_OK ? s : gpc_error_context(s, "--init-from %s: ", t->o->init_from);
+}
+
+/* --init-from: the starting run's config, and its tokenizer must be the
+ * dataset's when both have one (same bytes of tokenizer.bin). */
+static gpc_status read_init(const gpc_train_options *o, gpt_config *init) {
+    char path[4096], other[4096];
+    snprintf(path, sizeof path, "%s/checkpoint.bin", o->init_from);
+    if (!gpc_path_exists(path))
+        return gpc_error(GPC_ERR_IO,
+                         "--init-from %s has no checkpoint.bin: give a run folder of gpc train "
+                         "or gpc import hf",
+                         o->init_from);
+    GPC_TRY(gpt_checkpoint_read_header(path, init, NULL, NULL));
+    snprintf(path, sizeof path, "%s/tokenizer.bin", o->init_from);
+    snprintf(other, sizeof other, "%s/tokenizer.bin", o->data_dir);
+    if (!gpc_path_exists(path) || !gpc_path_exists(other)) return GPC_OK;
+    char *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    gpc_status s = gpc_read_file(path, &a, &na);
+    if (s == GPC_OK) s = gpc_read_file(other, &b, &nb);
+    if (s == GPC_OK && (na != nb || memcmp(a, b, na) != 0))
+        s = gpc_error(GPC_ERR_MISMATCH,
+                      "%s was tokenized with another tokenizer than --init-from %s: prepare it "
+                      "with `gpc data prepare --tokenizer %s`",
+                      o->data_dir, o->init_from, o->init_from);
+    gpc_free(a);
+    gpc_free(b);
+    return s;
+}
+
+/* "gpc", "gpt2" or "none": the kind of the dataset's tokenizer, for config.txt */
+static const char *tokenizer_kind(const char *data_dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.bin", data_dir);
+    gpc_tokenizer *tok;
+    if (!gpc_path_exists(path) || gpc_tokenizer_load(&tok, path) != GPC_OK) return "none";
+    const char *kind = gpc_tokenizer_kind_name(gpc_tokenizer_get_kind(tok));
+    gpc_tokenizer_free(tok);
+    return kind;
+}
+
 /* Data parallelism over the caller's collectives, when there are ranks. */
 static gpc_status open_ddp(trainer *t) {
     const gpc_train_options *o = t->o;
@@ -810,7 +889,7 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
     }
     gpc_rng_seed(&t->rng, s->seed, 0x747261696eULL); /* "train" */
     if (!ck) {
-        GPC_TRY(gpt_init_weights(t->model, s->seed));
+        GPC_TRY(o->init_from ? init_weights_from(t) : gpt_init_weights(t->model, s->seed));
         return open_ddp(t);
     }
     gpt_checkpoint_state loaded;
@@ -889,7 +968,12 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
                          "choose another --out",
                          o->out_dir);
     }
-    GPC_TRY(resolve(o, &info, o->resume ? &ck_config : NULL, o->resume ? &ck : NULL, &t.s));
+    gpt_config init;
+    int from = o->init_from && !o->resume;
+    if (from) GPC_TRY(read_init(o, &init));
+    GPC_TRY(resolve(o, &info, o->resume ? &ck_config : NULL, o->resume ? &ck : NULL,
+                    from ? &init : NULL, &t.s));
+    t.tokenizer_kind = tokenizer_kind(o->data_dir);
     GPC_TRY(gpc_mkdir_p(o->out_dir));
 
     gpc_status s = open_run(&t, &info, o->resume ? &ck : NULL);

@@ -401,11 +401,15 @@ static void test_bad_files_are_rejected(void **state) {
     TEST_FAILS(gpc_tokenizer_load(&out, bad), GPC_ERR_FORMAT, "is not a gpc tokenizer file");
 
     memcpy(copy, data, size);
-    put_u32(copy + 8, 2);
-    put_u32(copy + size - 4, gpc_crc32c(0, copy, size - 4)); /* a valid file of version 2 */
+    put_u32(copy + 8, 3);
+    put_u32(copy + size - 4, gpc_crc32c(0, copy, size - 4)); /* a valid file of version 3 */
     write_bytes(bad, copy, size);
     TEST_FAILS(gpc_tokenizer_load(&out, bad), GPC_ERR_FORMAT,
-               "is tokenizer format version 2; this gpc reads version 1");
+               "is tokenizer format version 3; this gpc reads versions 1 and 2");
+    put_u32(copy + 8, 2); /* GPT-2's version: its byte ids are missing */
+    put_u32(copy + size - 4, gpc_crc32c(0, copy, size - 4));
+    write_bytes(bad, copy, size);
+    TEST_FAILS(gpc_tokenizer_load(&out, bad), GPC_ERR_FORMAT, "is truncated");
 
     size_t cuts[] = {12, 27, size / 2, size - 1};
     for (int k = 0; k < 4; k++) {
