@@ -26,7 +26,7 @@ done
 build=/tmp/gpc-hf-build
 (
   # shellcheck source=scripts/gpu-deps.sh
-  source "$deps/src/scripts/gpu-deps.sh" "${GPC_DEPS_ROOT:-.}"
+  source "$deps/src/scripts/gpu-deps.sh" "${DEPS_ROOT:-.}"
   cmake -S "$deps/src" -B $build -DCMAKE_BUILD_TYPE=Release -DGPC_ENABLE_CUDA=OFF \
     -DGPC_BUILD_TESTS=OFF -DGPC_ENABLE_SCHED=OFF >/dev/null &&
     cmake --build $build -j12 --target gpc_cli >/dev/null && echo "gpc built"
