@@ -455,6 +455,14 @@ typedef struct {
     sched_job *job;      /* submit: the validated job (caller frees) */
 } sched_request;
 
+/* Stack of each HTTP thread. A request's deepest path is the handler's
+ * buffers (about 4 KB), getpwuid_r with the NSS modules under it, SQLite's
+ * query execution (tens of KB) and jansson at most 16 levels deep (the
+ * parser refuses deeper bodies before parsing, about 250 bytes a level):
+ * well under 100 KB, so 512 KB leaves a wide margin. The fuzzer and the
+ * tests run the parser on a thread of this size. */
+#define SCHED_HTTP_THREAD_STACK (512 * 1024)
+
 /* Parses and validates one request. Returns the HTTP status: 200 when the
  * request is good, else 400/404/405/413 with a message in error. owner_uid
  * and owner become the job's owner for a submission. */

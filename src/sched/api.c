@@ -537,16 +537,17 @@ static struct MHD_Daemon *start_mhd(api_listener *listener, int listen_fd,
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG;
     if (listen_fd >= 0)
-        return MHD_start_daemon(
-            flags, 0, NULL, NULL, handle, listener, MHD_OPTION_LISTEN_SOCKET, listen_fd,
-            MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
-            (unsigned)60, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_THREAD_STACK_SIZE,
-            (size_t)(256 * 1024), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+        return MHD_start_daemon(flags, 0, NULL, NULL, handle, listener, MHD_OPTION_LISTEN_SOCKET,
+                                listen_fd, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
+                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
+                                MHD_OPTION_THREAD_STACK_SIZE, (size_t)SCHED_HTTP_THREAD_STACK,
+                                MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     return MHD_start_daemon(
         flags, ntohs(addr->sin_port), NULL, NULL, handle, listener, MHD_OPTION_SOCK_ADDR, addr,
         MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024, MHD_OPTION_THREAD_STACK_SIZE,
-        (size_t)(256 * 1024), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+        (size_t)SCHED_HTTP_THREAD_STACK, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
 }
 
 static gpc_status parse_listen(const char *text, struct sockaddr_in *addr) {

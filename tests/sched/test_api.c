@@ -176,7 +176,14 @@ static void test_bad_requests(void **state) {
     huge[8190] = '}';
     huge[8191] = '\0';
     test_request_fails(g.socket, "POST", "/jobs", huge, 413, "larger than max_body");
+    /* a body nested 2,000 deep (4 KB, under max_body) once overflowed the
+     * HTTP thread's stack and took gpcd down: refused, and gpcd answers on */
+    memset(huge, '[', 4000);
+    memcpy(huge, "{\"command\":", 11);
+    huge[4000] = '\0';
+    test_request_fails(g.socket, "POST", "/jobs", huge, 400, "more than 16 deep");
     free(huge);
+    json_decref(get(&g, "/status"));
     /* nothing bad reached the store */
     json_t *l = get(&g, "/jobs?all=1");
     assert_int_equal(json_array_size(json_object_get(l, "jobs")), 0);
