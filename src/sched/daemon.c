@@ -424,7 +424,20 @@ gpc_status sched_daemon_create(const sched_config *config, sched_daemon **out) {
     gpc_status st = sched_config_finish(&d->config);
     if (st == GPC_OK) st = gpc_mkdir_p(d->config.state_dir);
     if (st == GPC_OK) {
-        chmod(d->config.state_dir, 0711);
+        /* Owner-only, but where other users must reach a path inside it
+         * (the socket, when socket_mode lets them in; Slurm's jobs opening
+         * their logs in STATE_DIR/jobs) they may traverse it, never list it. */
+        size_t dir_len = strlen(d->config.state_dir);
+        int socket_inside = strncmp(d->config.socket, d->config.state_dir, dir_len) == 0 &&
+                            d->config.socket[dir_len] == '/';
+        int slurm_logs_inside =
+            strcmp(d->config.backend, "slurm") == 0 && !d->config.slurm_log_dir[0];
+        int traverse = (socket_inside && (d->config.socket_mode & 077)) || slurm_logs_inside;
+        if (chmod(d->config.state_dir, traverse ? 0711 : 0700) != 0)
+            st = gpc_error(GPC_ERR_IO, "cannot set the mode of state_dir %s: %s",
+                           d->config.state_dir, strerror(errno));
+    }
+    if (st == GPC_OK) {
         snprintf(d->jobs_dir, sizeof d->jobs_dir, "%s/jobs", d->config.state_dir);
         st = gpc_mkdir_p(d->jobs_dir);
         /* Slurm opens a job's output as the job's user: the folder must let

@@ -209,7 +209,7 @@ static void supervise(launch *l) {
     }
     strcat(line, number);
     strcat(line, "\n");
-    int fd = open(l->exit_tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = open(l->exit_tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd >= 0) {
         say(fd, line);
         fsync(fd);
@@ -256,7 +256,7 @@ gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *
     snprintf(l.exit_tmp, tmp_len, "%s.tmp", exit_path);
     unlink(exit_path);
     if ((st = prepare_user(job, &l)) != GPC_OK) goto out;
-    l.log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    l.log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (l.log_fd < 0) {
         st = gpc_error(GPC_ERR_IO, "cannot open the job log %s: %s", log_path, strerror(errno));
         goto out;

@@ -12,12 +12,16 @@
  */
 #include "gpc/sched.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define STORE_SCHEMA_VERSION 1
 
@@ -91,6 +95,26 @@ static gpc_status prepare(sched_store *store, const char *sql, sqlite3_stmt **ou
     return GPC_OK;
 }
 
+static gpc_status owner_only(const char *path) {
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || fchmod(fd, 0600) != 0) {
+        gpc_status st =
+            gpc_error(GPC_ERR_IO, "cannot open job database %s (creating it owner-only): %s", path,
+                      strerror(errno));
+        if (fd >= 0) close(fd);
+        return st;
+    }
+    close(fd);
+    static const char *const suffixes[] = {"-wal", "-shm", "-journal"};
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        char side[1100];
+        snprintf(side, sizeof side, "%s%s", path, suffixes[i]);
+        if (chmod(side, 0600) != 0 && errno != ENOENT)
+            return gpc_error(GPC_ERR_IO, "cannot make %s owner-only: %s", side, strerror(errno));
+    }
+    return GPC_OK;
+}
+
 gpc_status sched_store_open(const char *path, sched_store **out) {
     *out = NULL;
     sched_store *store = calloc(1, sizeof *store);
@@ -99,6 +123,14 @@ gpc_status sched_store_open(const char *path, sched_store **out) {
     pthread_mutex_init(&store->db_lock, NULL);
     pthread_mutex_init(&store->commit_lock, NULL);
     pthread_cond_init(&store->commit_done, NULL);
+    /* The database holds every job's command and environment: owner-only.
+     * SQLite gives the WAL and shared-memory files the database's mode, so
+     * creating it 0600 covers them; files an older gpcd left are narrowed. */
+    gpc_status mode_st = owner_only(path);
+    if (mode_st != GPC_OK) {
+        sched_store_close(store);
+        return mode_st;
+    }
     if (sqlite3_open_v2(path, &store->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
         SQLITE_OK) {
         gpc_status st = gpc_error(GPC_ERR_IO, "cannot open job database %s: %s", path,
