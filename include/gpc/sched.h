@@ -344,8 +344,18 @@ gpc_status sched_store_state_counts(sched_store *store, int64_t counts[SCHED_STA
 /* Starts the job: a supervisor process (own session) forks the command in its
  * own process group with CUDA_VISIBLE_DEVICES set, output appended to
  * log_path, and writes the exit status to exit_path when it ends, even if
- * gpcd has died meanwhile. Fills job->pid, pid_start, pgid. */
-gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *exit_path);
+ * gpcd has died meanwhile. The command runs only once the supervisor has
+ * claimed record_path (sched_runner_record_path) with its pids. Fills
+ * job->pid, pid_start, pgid. */
+gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *exit_path,
+                              const char *record_path);
+/* The record of one start attempt: jobs_dir/ID.START_MS.run. */
+void sched_runner_record_path(const char *jobs_dir, const sched_job *job, char *buf, size_t size);
+/* For recovery of a job recorded as starting without a pid: claims the
+ * attempt's record. 0: gpcd won, so the command never ran and never will;
+ * 1: the supervisor had claimed it, and job->pid, pid_start and pgid are
+ * filled from it; -1: the record can be neither written nor read. */
+int sched_runner_claim(const char *record_path, sched_job *job);
 /* Start time of a process in clock ticks since boot, 0 when it is gone. */
 uint64_t sched_process_start_time(pid_t pid);
 /* Whether the supervisor recorded in the job is still the same process. */

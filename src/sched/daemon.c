@@ -78,17 +78,20 @@ static void remove_active(sched_daemon *d, int index) {
     d->dirty = 1;
 }
 
-static void save(sched_daemon *d, const sched_job *job) {
-    if (sched_store_update(d->store, job) != GPC_OK)
-        gpc_log(GPC_LOG_ERROR, "job %lld: %s", (long long)job->id, gpc_last_error());
+static gpc_status save(sched_daemon *d, const sched_job *job) {
+    gpc_status st = sched_store_update(d->store, job);
+    if (st != GPC_OK) gpc_log(GPC_LOG_ERROR, "job %lld: %s", (long long)job->id, gpc_last_error());
+    return st;
 }
 
 /* ------------------------------------------------------------- settling */
 
 /* Records how a job whose supervisor is gone ended. */
 static void settle(sched_daemon *d, sched_job *job, int recovering) {
-    char path[700];
+    char path[700], record[700];
     exit_path(d, job->id, path, sizeof path);
+    sched_runner_record_path(d->jobs_dir, job, record, sizeof record);
+    unlink(record); /* this attempt is over */
     int code = -1, sig = 0;
     int have_exit = sched_runner_read_exit(path, &code, &sig) == 0;
     if (!recovering && job->pgid > 1) kill(-job->pgid, SIGKILL); /* stragglers it left */
@@ -182,6 +185,7 @@ static void watch_running(sched_daemon *d, double now) {
 /* ----------------------------------------------------------- scheduling */
 
 static void start_job(sched_daemon *d, sched_job *job, const int *gpus, int k) {
+    sched_state waiting = job->state;
     job->state = SCHED_RUNNING;
     job->start_time = gpc_wall_seconds();
     job->assigned_count = k;
@@ -190,13 +194,22 @@ static void start_job(sched_daemon *d, sched_job *job, const int *gpus, int k) {
     job->signal = 0;
     set_message(job, "starting");
     job->pid = 0;
-    /* Recorded as running before the fork: after a crash in between, the job
-     * is settled as lost rather than started a second time. */
-    save(d, job);
-    char log_path[700], exit_file[700];
+    /* Recorded as starting, durably, before the fork; a job whose start
+     * cannot be saved does not start (it would be lost, or run again, after
+     * a restart). After a crash in between, recovery claims the attempt's
+     * record (runner.c) to learn whether the command ran. */
+    if (save(d, job) != GPC_OK) {
+        job->state = waiting;
+        job->start_time = 0;
+        job->assigned_count = 0;
+        set_message(job, "waiting: its start could not be saved (%s)", gpc_last_error());
+        return;
+    }
+    char log_path[700], exit_file[700], record[700];
     sched_daemon_log_path(d, job->id, log_path, sizeof log_path);
     exit_path(d, job->id, exit_file, sizeof exit_file);
-    if (sched_runner_start(job, log_path, exit_file) != GPC_OK) {
+    sched_runner_record_path(d->jobs_dir, job, record, sizeof record);
+    if (sched_runner_start(job, log_path, exit_file, record) != GPC_OK) {
         job->state = SCHED_FAILED;
         job->end_time = gpc_wall_seconds();
         job->assigned_count = 0;
@@ -283,18 +296,37 @@ static gpc_status recover(sched_daemon *d) {
             /* backend = slurm: Slurm runs them; slurm.c picks up where it was */
             queued++;
         } else if (job->state == SCHED_RUNNING) {
-            if (job->pid > 0 && sched_runner_alive(job)) {
+            int claimed = 1;
+            if (job->pid <= 0) {
+                /* gpcd stopped while starting it: the attempt's record says
+                 * whether the command ran (and which processes it has) */
+                char record[700];
+                sched_runner_record_path(d->jobs_dir, job, record, sizeof record);
+                claimed = sched_runner_claim(record, job);
+                if (claimed <= 0) {
+                    /* the claim stays: a supervisor of that attempt still
+                     * on its way finds it and does not run the command */
+                    if (claimed < 0)
+                        gpc_log(GPC_LOG_WARN, "job %lld: cannot write or read %s: %s",
+                                (long long)job->id, record, strerror(errno));
+                    job->state = SCHED_QUEUED;
+                    job->start_time = 0;
+                    job->assigned_count = 0;
+                    job->pid = job->pgid = 0;
+                    job->pid_start = 0;
+                    set_message(job, "gpcd stopped while starting it, before it ran; waiting "
+                                     "to run");
+                    save(d, job);
+                    queued++;
+                }
+            }
+            if (claimed <= 0) {
+                /* requeued above */
+            } else if (job->pid > 0 && sched_runner_alive(job)) {
+                save(d, job); /* the pids found in the record */
                 reattached++;
             } else {
-                if (job->pid <= 0) {
-                    job->state = SCHED_FAILED;
-                    job->end_time = gpc_wall_seconds();
-                    job->assigned_count = 0;
-                    set_message(job, "gpcd stopped while starting this job; submit it again");
-                    save(d, job);
-                } else {
-                    settle(d, job, 1);
-                }
+                settle(d, job, 1);
                 settled++;
                 if (sched_state_is_final(job->state)) {
                     sched_job_free(job);

@@ -6,7 +6,16 @@
  * session (so killing gpcd does not touch it), forks the command in a new
  * process group, waits for it and writes "exit N" or "signal N" to the job's
  * exit file. gpcd remembers the supervisor's pid and start time (from
- * /proc/PID/stat, so a reused pid is not mistaken for it). After a restart
+ * /proc/PID/stat, so a reused pid is not mistaken for it).
+ *
+ * Before the command runs, the supervisor claims the start: it writes its
+ * pid, start time and the job's process group to the attempt's record file
+ * (named after the job and its start time) with link(2), which fails if the
+ * file exists. A gpcd that restarts and finds a job it had recorded as
+ * starting but without a pid claims the same name first: if it wins, the
+ * command never ran and never will, so the job can safely wait again; if
+ * the supervisor won, the record says which processes to look for. Either
+ * way no job runs twice and none is lost. After a restart
  * gpcd re-attaches to supervisors still alive and settles jobs whose
  * supervisor is gone from their exit file. Signals (cancel, preemption,
  * time limits) go to the job's process group, reaching everything it
@@ -134,6 +143,8 @@ typedef struct {
     const char *cwd;
     const char *exit_path;
     char *exit_tmp;
+    const char *record_path;
+    char *record_tmp;
     int log_fd, null_fd, pipe_w;
     int switch_user;
     uid_t uid;
@@ -141,6 +152,62 @@ typedef struct {
     gid_t groups[64];
     int ngroups;
 } launch;
+
+/* Field 22 of a /proc/PID/stat text (the start time), 0 if malformed. The
+ * command name (field 2) may hold spaces and parentheses: fields resume
+ * after the last ')'. Field 3 is the state (proc(5)). No allocation, so the
+ * supervisor may call it after fork. */
+static uint64_t stat_start_time(char *buf) {
+    char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ') return 0;
+    p += 2;
+    if (*p == 'Z' || *p == 'X') return 0; /* exited, not yet reaped */
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p, ' ');
+        if (!p) return 0;
+        p++;
+    }
+    uint64_t v = 0;
+    while (*p >= '0' && *p <= '9')
+        v = v * 10 + (uint64_t)(*p++ - '0');
+    return v;
+}
+
+static uint64_t read_start_time(const char *stat_path) {
+    char buf[1024];
+    int fd = open(stat_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    return stat_start_time(buf);
+}
+
+/* Claims the start in record_path ("PID START PGID"); 0 when this
+ * supervisor owns it, -1 when gpcd gave the start up (or the disk refused
+ * the record: then nothing may run, since a restart could not find it). */
+static int claim_start(const launch *l, pid_t child) {
+    char line[96], number[24];
+    line[0] = '\0';
+    format_uint(number, (unsigned long)getpid());
+    strcat(line, number);
+    strcat(line, " ");
+    format_uint(number, (unsigned long)read_start_time("/proc/self/stat"));
+    strcat(line, number);
+    strcat(line, " ");
+    format_uint(number, (unsigned long)child);
+    strcat(line, number);
+    strcat(line, "\n");
+    int fd = open(l->record_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    size_t len = strlen(line);
+    int ok = write(fd, line, len) == (ssize_t)len && fsync(fd) == 0;
+    close(fd);
+    ok = ok && link(l->record_tmp, l->record_path) == 0;
+    unlink(l->record_tmp);
+    return ok ? 0 : -1;
+}
 
 /* The supervisor: runs in the child of gpcd, never returns. */
 static void supervise(launch *l) {
@@ -160,6 +227,12 @@ static void supervise(launch *l) {
         fcntl(3, F_SETFD, 0);
     }
     close_range(4, ~0U, 0);
+    /* the command waits for the go byte, sent once the start is claimed */
+    int go[2];
+    if (pipe2(go, O_CLOEXEC) != 0) {
+        say(2, "gpcd: cannot start the job: pipe failed\n");
+        _exit(126);
+    }
     pid_t child = fork();
     if (child < 0) {
         say(2, "gpcd: cannot start the job: fork failed\n");
@@ -168,6 +241,13 @@ static void supervise(launch *l) {
     if (child == 0) {
         setpgid(0, 0);
         close(3);
+        close(go[1]);
+        char byte;
+        ssize_t got;
+        while ((got = read(go[0], &byte, 1)) < 0 && errno == EINTR) {
+        }
+        if (got != 1) _exit(125); /* the start was not claimed: never run */
+        close(go[0]);
         if (l->switch_user) {
             if (setgroups((size_t)l->ngroups, l->groups) != 0 || setgid(l->gid) != 0 ||
                 setuid(l->uid) != 0) {
@@ -193,8 +273,23 @@ static void supervise(launch *l) {
         _exit(127);
     }
     setpgid(child, child); /* also in the child: whichever runs first wins the race */
+    close(go[0]);
+    if (claim_start(l, child) != 0) {
+        say(2, "gpcd: the job's start was given up (gpcd restarted, or the disk is full); "
+               "not running it\n");
+        kill(child, SIGKILL);
+        _exit(125);
+    }
+    if (write(go[1], "g", 1) != 1) _exit(126);
+    close(go[1]);
+    /* gpcd may have died since the fork: the pid then goes nowhere, and the
+     * supervisor carries on (a restarted gpcd finds it from the record).
+     * Ignoring SIGPIPE here, after the fork, leaves the command's default. */
+    signal(SIGPIPE, SIG_IGN);
     pid_t pid_value = child;
-    if (write(3, &pid_value, sizeof pid_value) != (ssize_t)sizeof pid_value) _exit(126);
+    if (write(3, &pid_value, sizeof pid_value) != (ssize_t)sizeof pid_value) {
+        /* nobody to tell */
+    }
     close(3);
     int status = 0;
     while (waitpid(child, &status, 0) < 0)
@@ -237,7 +332,39 @@ static gpc_status prepare_user(const sched_job *job, launch *l) {
     return GPC_OK;
 }
 
-gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *exit_path) {
+void sched_runner_record_path(const char *jobs_dir, const sched_job *job, char *buf, size_t size) {
+    snprintf(buf, size, "%s/%lld.%lld.run", jobs_dir, (long long)job->id,
+             (long long)(job->start_time * 1000.0));
+}
+
+int sched_runner_claim(const char *record_path, sched_job *job) {
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.gpcd", record_path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        static const char given_up[] = "given-up\n";
+        int ok = write(fd, given_up, sizeof given_up - 1) == (ssize_t)(sizeof given_up - 1) &&
+                 fsync(fd) == 0;
+        close(fd);
+        int won = ok && link(tmp, record_path) == 0;
+        unlink(tmp);
+        if (won) return 0;
+    }
+    FILE *f = fopen(record_path, "r");
+    if (!f) return -1; /* neither claimed nor readable: the disk or folder is broken */
+    long long pid = 0, pgid = 0;
+    unsigned long long start = 0;
+    int n = fscanf(f, "%lld %llu %lld", &pid, &start, &pgid);
+    fclose(f);
+    if (n != 3 || pid <= 0) return 0; /* gpcd's own earlier claim */
+    job->pid = (pid_t)pid;
+    job->pid_start = start;
+    job->pgid = (pid_t)pgid;
+    return 1;
+}
+
+gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *exit_path,
+                              const char *record_path) {
     launch l;
     memset(&l, 0, sizeof l);
     l.log_fd = l.null_fd = -1;
@@ -247,13 +374,16 @@ gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *
     l.envp = job_environment(job);
     l.cwd = job->cwd ? job->cwd : "/";
     l.exit_path = exit_path;
-    size_t tmp_len = strlen(exit_path) + 8;
+    l.record_path = record_path;
+    size_t tmp_len = strlen(exit_path) + 8, record_tmp_len = strlen(record_path) + 8;
     l.exit_tmp = malloc(tmp_len);
-    if (!l.argv || !l.envp || !l.exit_tmp) {
+    l.record_tmp = malloc(record_tmp_len);
+    if (!l.argv || !l.envp || !l.exit_tmp || !l.record_tmp) {
         st = gpc_error(GPC_ERR_INVALID_ARG, "job %lld has no command to run", (long long)job->id);
         goto out;
     }
     snprintf(l.exit_tmp, tmp_len, "%s.tmp", exit_path);
+    snprintf(l.record_tmp, record_tmp_len, "%s.tmp", record_path);
     unlink(exit_path);
     if ((st = prepare_user(job, &l)) != GPC_OK) goto out;
     l.log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -300,6 +430,7 @@ out:
     free_strings(l.argv);
     free_strings(l.envp);
     free(l.exit_tmp);
+    free(l.record_tmp);
     return st;
 }
 
@@ -313,19 +444,7 @@ uint64_t sched_process_start_time(pid_t pid) {
     close(fd);
     if (n <= 0) return 0;
     buf[n] = '\0';
-    /* The command name (field 2) may hold spaces and parentheses: fields
-     * resume after the last ')'. Field 3 is the state, field 22 the start
-     * time (proc(5)). */
-    char *p = strrchr(buf, ')');
-    if (!p || p[1] != ' ') return 0;
-    p += 2;
-    if (*p == 'Z' || *p == 'X') return 0; /* exited, not yet reaped */
-    for (int field = 3; field < 22; field++) {
-        p = strchr(p, ' ');
-        if (!p) return 0;
-        p++;
-    }
-    return strtoull(p, NULL, 10);
+    return stat_start_time(buf);
 }
 
 int sched_runner_alive(const sched_job *job) {

@@ -3,7 +3,8 @@
  * output and environment (CUDA_VISIBLE_DEVICES, NCCL_NVLS_ENABLE) in the
  * log, time limits enforced with SIGTERM and then SIGKILL, and a gpcd
  * restart that re-attaches to a running job and settles one that ended
- * while gpcd was down.
+ * while gpcd was down; and recovery of jobs gpcd was starting when it died,
+ * decided from each attempt's record and exit file, never by guessing.
  */
 #include "sched_testutil.h"
 
@@ -242,12 +243,113 @@ static void test_process_start_time(void **state) {
     assert_int_equal(sched_runner_alive(&job), 1);
 }
 
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0) fail_msg("cannot write %s", path);
+    fclose(f);
+}
+
+/* A job saved as "starting" (running, no pid yet), as gpcd leaves it when it
+ * dies between saving that and learning the supervisor's pid. */
+static int64_t starting_job(sched_store *store, const char *command, double start_time) {
+    sched_job *job = sched_job_new();
+    job->command = strdup(command);
+    job->cwd = strdup("/");
+    job->env = strdup("{}");
+    job->gpus = 1;
+    job->submit_time = start_time - 1;
+    TEST_OK(sched_store_submit(store, job));
+    job->state = SCHED_RUNNING;
+    job->start_time = start_time;
+    job->assigned[0] = (int)(job->id - 1);
+    job->assigned_count = 1;
+    job->message = strdup("starting");
+    TEST_OK(sched_store_update(store, job));
+    int64_t id = job->id;
+    sched_job_free(job);
+    return id;
+}
+
+/* gpcd killed while starting jobs: A never got to run its command (no
+ * record) and runs once after the restart; B ran and ended while gpcd was
+ * down (record and exit file): completed, not "submit it again"; C still
+ * runs (record of a live process): re-attached, its GPU kept. */
+static void test_recover_while_starting(void **state) {
+    (void)state;
+    test_gpcd g;
+    memset(&g, 0, sizeof g);
+    g.dir = test_tmpdir("runner");
+    char path[4300], jobs[4200], command[8800];
+    snprintf(jobs, sizeof jobs, "%s/jobs", g.dir);
+    TEST_OK(gpc_mkdir_p(jobs));
+    snprintf(path, sizeof path, "%s/gpcd.db", g.dir);
+    sched_store *store;
+    TEST_OK(sched_store_open(path, &store));
+    snprintf(command, sizeof command, "[\"sh\",\"-c\",\"echo ran >> %s/a-runs\"]", g.dir);
+    int64_t a = starting_job(store, command, 1000.5);
+    int64_t b = starting_job(store, "[\"true\"]", 2000.25);
+    int64_t c = starting_job(store, "[\"true\"]", 3000.125);
+    sched_store_close(store);
+    /* B: its supervisor claimed the start, the command ended with 0 */
+    snprintf(path, sizeof path, "%s/%lld.2000250.run", jobs, (long long)b);
+    write_text(path, "999999999 12345 999999999\n");
+    snprintf(path, sizeof path, "%s/%lld.exit", jobs, (long long)b);
+    write_text(path, "exit 0\n");
+    /* C: a live process stands for its supervisor */
+    pid_t live = fork();
+    if (live == 0) {
+        setpgid(0, 0);
+        for (;;)
+            pause();
+    }
+    uint64_t live_start = 0;
+    for (int i = 0; i < 100 && !live_start; i++, usleep(10000))
+        live_start = sched_process_start_time(live);
+    char record[128];
+    snprintf(record, sizeof record, "%d %llu %d\n", (int)live, (unsigned long long)live_start,
+             (int)live);
+    snprintf(path, sizeof path, "%s/%lld.3000125.run", jobs, (long long)c);
+    write_text(path, record);
+
+    test_gpcd_config(&g, g.dir, "simulated:4x80GB");
+    test_gpcd_start(&g);
+    json_t *jc = test_job(g.socket, c);
+    assert_string_equal(json_string_value(json_object_get(jc, "state")), "running");
+    assert_int_equal(json_integer_value(json_object_get(jc, "pid")), live);
+    json_decref(jc);
+    json_t *jb = test_wait_state(g.socket, b, "completed", 5);
+    assert_non_null(
+        strstr(json_string_value(json_object_get(jb, "message")), "finished while gpcd was down"));
+    json_decref(jb);
+    json_decref(test_wait_state(g.socket, a, "completed", 10));
+    char *runs = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/a-runs", g.dir);
+    TEST_OK(gpc_read_file(path, &runs, &len));
+    assert_string_equal(runs, "ran\n"); /* once */
+    gpc_free(runs);
+    /* A's abandoned attempt stays claimed, so a late supervisor of it
+     * cannot run the command after all */
+    snprintf(path, sizeof path, "%s/%lld.1000500.run", jobs, (long long)a);
+    sched_job probe;
+    memset(&probe, 0, sizeof probe);
+    assert_int_equal(sched_runner_claim(path, &probe), 0);
+    assert_int_equal(probe.pid, 0);
+    /* C ends: settled from its exit file */
+    snprintf(path, sizeof path, "%s/%lld.exit", jobs, (long long)c);
+    write_text(path, "exit 3\n");
+    kill(live, SIGKILL);
+    jc = test_wait_state(g.socket, c, "failed", 5);
+    assert_int_equal(json_integer_value(json_object_get(jc, "exit_code")), 3);
+    json_decref(jc);
+    finish(&g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_exit_status_and_logs),
-        cmocka_unit_test(test_time_limits),
-        cmocka_unit_test(test_reattach_after_restart),
-        cmocka_unit_test(test_process_start_time),
+        cmocka_unit_test(test_exit_status_and_logs),   cmocka_unit_test(test_time_limits),
+        cmocka_unit_test(test_reattach_after_restart), cmocka_unit_test(test_process_start_time),
+        cmocka_unit_test(test_recover_while_starting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
