@@ -302,6 +302,10 @@ typedef struct sched_store sched_store;
 
 gpc_status sched_store_open(const char *path, sched_store **out);
 void sched_store_close(sched_store *store);
+/* Makes every job id handed out from now on larger than `above` (gpcd
+ * passes the largest id among the files in its jobs folder, so a lost
+ * database never gives a new job an id, and a log, an old job had). */
+gpc_status sched_store_reserve_ids(sched_store *store, int64_t above);
 /* Inserts a job and commits it durably before returning; concurrent callers
  * share one commit (group commit). Sets job->id. */
 gpc_status sched_store_submit(sched_store *store, sched_job *job);

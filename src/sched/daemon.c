@@ -13,6 +13,7 @@
  */
 #include "sched/sched_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -316,6 +317,11 @@ static gpc_status recover(sched_daemon *d) {
                     job->pid_start = 0;
                     set_message(job, "gpcd stopped while starting it, before it ran; waiting "
                                      "to run");
+                    /* nothing of the command is in it: the next start creates
+                     * the log afresh, exclusively */
+                    char log_path[700];
+                    sched_daemon_log_path(d, job->id, log_path, sizeof log_path);
+                    if (claimed == 0) unlink(log_path);
                     save(d, job);
                     queued++;
                 }
@@ -346,6 +352,27 @@ static gpc_status recover(sched_daemon *d) {
     gpc_log(GPC_LOG_INFO, "recovered %d waiting job(s), re-attached %d running, settled %d", queued,
             reattached, settled);
     return GPC_OK;
+}
+
+/* The largest job id among the files of a jobs folder (ID.log, ID.exit,
+ * ID.START.run, ID.sbatch...), 0 when none. */
+static int64_t largest_file_id(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int64_t largest = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *p = e->d_name;
+        int64_t id = 0;
+        int digits = 0;
+        while (*p >= '0' && *p <= '9' && digits < 16) {
+            id = id * 10 + (*p++ - '0');
+            digits++;
+        }
+        if (digits && *p == '.' && id > largest) largest = id;
+    }
+    closedir(d);
+    return largest;
 }
 
 /* -------------------------------------------------- operations for the API */
@@ -504,6 +531,12 @@ gpc_status sched_daemon_create(const sched_config *config, sched_daemon **out) {
         char db[700];
         snprintf(db, sizeof db, "%s/gpcd.db", d->config.state_dir);
         st = sched_store_open(db, &d->store);
+    }
+    if (st == GPC_OK) {
+        /* ids never repeat, even when the database was lost: a new job must
+         * not take an id whose log or exit file an old job left */
+        int64_t a = largest_file_id(d->jobs_dir), b = largest_file_id(d->logs_dir);
+        st = sched_store_reserve_ids(d->store, a > b ? a : b);
     }
     if (st == GPC_OK) st = sched_monitor_open(d->config.gpus, &d->config, &d->monitor);
     if (st == GPC_OK) {

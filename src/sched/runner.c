@@ -386,9 +386,16 @@ gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *
     snprintf(l.record_tmp, record_tmp_len, "%s.tmp", record_path);
     unlink(exit_path);
     if ((st = prepare_user(job, &l)) != GPC_OK) goto out;
-    l.log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    /* A job's first run creates its log, and never appends to a file that
+     * is there already (another job's, under an id it once had); a job that
+     * runs again after preemption goes on with its own. */
+    int first_run = job->preemptions == 0;
+    l.log_fd =
+        open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (first_run ? O_EXCL : 0), 0600);
     if (l.log_fd < 0) {
-        st = gpc_error(GPC_ERR_IO, "cannot open the job log %s: %s", log_path, strerror(errno));
+        st = gpc_error(GPC_ERR_IO, "cannot create the job log %s: %s%s", log_path, strerror(errno),
+                       errno == EEXIST ? " (left by an earlier job; gpcd never appends to one)"
+                                       : "");
         goto out;
     }
     if (l.switch_user && fchown(l.log_fd, l.uid, l.gid) != 0) {

@@ -185,6 +185,28 @@ gpc_status sched_store_open(const char *path, sched_store **out) {
     return GPC_OK;
 }
 
+gpc_status sched_store_reserve_ids(sched_store *store, int64_t above) {
+    sqlite3_stmt *s = NULL;
+    pthread_mutex_lock(&store->db_lock);
+    gpc_status st = exec_sql(store, "BEGIN IMMEDIATE");
+    const char *sql[] = {"INSERT INTO sqlite_sequence(name, seq) SELECT 'jobs', ?1 WHERE NOT "
+                         "EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'jobs')",
+                         "UPDATE sqlite_sequence SET seq = ?1 WHERE name = 'jobs' AND seq < ?1"};
+    for (int i = 0; i < 2 && st == GPC_OK; i++) {
+        st = prepare(store, sql[i], &s);
+        if (st != GPC_OK) break;
+        sqlite3_bind_int64(s, 1, above);
+        if (sqlite3_step(s) != SQLITE_DONE) st = store_fail(store, "reserving job ids");
+        sqlite3_finalize(s);
+    }
+    if (st == GPC_OK)
+        st = exec_sql(store, "COMMIT");
+    else
+        exec_sql(store, "ROLLBACK");
+    pthread_mutex_unlock(&store->db_lock);
+    return st;
+}
+
 void sched_store_close(sched_store *store) {
     if (!store) return;
     sqlite3_finalize(store->insert_job);

@@ -4,7 +4,9 @@
  * log, time limits enforced with SIGTERM and then SIGKILL, and a gpcd
  * restart that re-attaches to a running job and settles one that ended
  * while gpcd was down; and recovery of jobs gpcd was starting when it died,
- * decided from each attempt's record and exit file, never by guessing.
+ * decided from each attempt's record and exit file, never by guessing;
+ * job ids that never repeat, even when the database is lost, and logs that
+ * are never appended to by a job they do not belong to.
  */
 #include "sched_testutil.h"
 
@@ -345,11 +347,75 @@ static void test_recover_while_starting(void **state) {
     finish(&g);
 }
 
+static void remove_database(const char *dir) {
+    const char *names[] = {"gpcd.db", "gpcd.db-wal", "gpcd.db-shm"};
+    for (int i = 0; i < 3; i++) {
+        char path[4300];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+}
+
+static char *job_log_file(const char *dir, int64_t id) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/jobs/%lld.log", dir, (long long)id);
+    char *text = NULL;
+    size_t len = 0;
+    TEST_OK(gpc_read_file(path, &text, &len));
+    return text;
+}
+
+/* The database is lost (deleted, restored from an old backup): new jobs
+ * still get ids no earlier job had, so no one reads another's log; and a
+ * job never appends to a log that is there before its first run. */
+static void test_ids_never_reused(void **state) {
+    (void)state;
+    test_gpcd g;
+    start(&g, "simulated:2x80GB");
+    int64_t first = test_submit(g.socket, "{\"command\":[\"echo\",\"first-job-secret\"]}");
+    json_decref(test_wait_state(g.socket, first, "completed", 5));
+    test_gpcd_stop(&g);
+    remove_database(g.dir);
+    test_gpcd_start(&g);
+    int64_t second = test_submit(g.socket, "{\"command\":[\"echo\",\"second\"]}");
+    assert_true(second > first);
+    json_decref(test_wait_state(g.socket, second, "completed", 5));
+    char *log = read_log(&g, second);
+    assert_string_equal(log, "second\n");
+    free(log);
+    log = job_log_file(g.dir, first);
+    assert_string_equal(log, "first-job-secret\n");
+    gpc_free(log);
+    /* any file of a job counts, whatever its kind */
+    char path[4300];
+    snprintf(path, sizeof path, "%s/jobs/%lld.exit", g.dir, (long long)second + 40);
+    write_text(path, "exit 0\n");
+    test_gpcd_stop(&g);
+    remove_database(g.dir);
+    test_gpcd_start(&g);
+    int64_t third = test_submit(g.socket, "{\"command\":[\"true\"]}");
+    assert_true(third > second + 40);
+    json_decref(test_wait_state(g.socket, third, "completed", 5));
+    /* a log that is there before the job's first run is not its own */
+    snprintf(path, sizeof path, "%s/jobs/%lld.log", g.dir, (long long)third + 1);
+    write_text(path, "someone else's output\n");
+    int64_t fourth = test_submit(g.socket, "{\"command\":[\"echo\",\"fourth\"]}");
+    assert_int_equal(fourth, third + 1);
+    json_t *j = test_wait_state(g.socket, fourth, "failed", 5);
+    assert_non_null(
+        strstr(json_string_value(json_object_get(j, "message")), "gpcd never appends to one"));
+    json_decref(j);
+    log = job_log_file(g.dir, fourth);
+    assert_string_equal(log, "someone else's output\n");
+    gpc_free(log);
+    finish(&g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exit_status_and_logs),   cmocka_unit_test(test_time_limits),
         cmocka_unit_test(test_reattach_after_restart), cmocka_unit_test(test_process_start_time),
-        cmocka_unit_test(test_recover_while_starting),
+        cmocka_unit_test(test_recover_while_starting), cmocka_unit_test(test_ids_never_reused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
