@@ -144,6 +144,13 @@ gpc_status sched_config_set(sched_config *config, const char *key, const char *v
     case OPT_NUMA_RULES:
         return sched_numa_rules_parse(value, &config->policy);
     case OPT_STRING:
+        /* sockaddr_un's sun_path holds 108 bytes; sched_config_finish
+         * keeps paths under 100 */
+        if (field == config->socket && strlen(value) > 99)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "socket path '%.40s...' is %zu bytes, too long for a unix socket "
+                             "(at most 99 bytes); choose a shorter one",
+                             value, strlen(value));
         if (strlen(value) >= o->size)
             return gpc_error(GPC_ERR_INVALID_ARG, "%s is too long (at most %zu characters)", key,
                              o->size - 1);
@@ -221,7 +228,51 @@ static int config_ini_line(void *user, const char *section, const char *key, con
     return 1;
 }
 
+/* inih reads a line in INI_MAX_LINE bytes and takes the rest of a longer
+ * one for a line of its own, which it then calls malformed ("not key =
+ * value") though the real problem is the length. Such lines are found
+ * first and judged here: the key's own check speaks when it has one (a
+ * socket path past the unix limit), else the length is named. */
+static gpc_status check_long_lines(sched_config *config, const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return GPC_OK; /* ini_parse reports it */
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int number = 0;
+    gpc_status st = GPC_OK;
+    while (st == GPC_OK && (len = getline(&line, &cap, f)) >= 0) {
+        number++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = '\0';
+        if (len < INI_MAX_LINE - 1) continue;
+        char *key = line + strspn(line, " \t");
+        if (*key == ';' || *key == '#') continue; /* a long comment is harmless */
+        char *eq = strchr(key, '=');
+        if (eq) {
+            char *end = eq;
+            while (end > key && (end[-1] == ' ' || end[-1] == '\t'))
+                end--;
+            *end = '\0';
+            char *value = eq + 1 + strspn(eq + 1, " \t");
+            if (sched_config_set(config, key, value) != GPC_OK) {
+                char message[768]; /* gpc_error writes where gpc_last_error points */
+                snprintf(message, sizeof message, "%s", gpc_last_error());
+                st = gpc_error(GPC_ERR_INVALID_ARG, "%s line %d: %s", path, number, message);
+                break;
+            }
+        }
+        st = gpc_error(GPC_ERR_INVALID_ARG,
+                       "%s line %d is %zd characters long; config lines hold at most %d", path,
+                       number, len, INI_MAX_LINE - 2);
+    }
+    free(line);
+    fclose(f);
+    return st;
+}
+
 gpc_status sched_config_load(sched_config *config, const char *path) {
+    GPC_TRY(check_long_lines(config, path));
     ini_state s = {config, path, GPC_OK, ""};
     int rc = ini_parse(path, config_ini_line, &s);
     if (rc == -1)

@@ -77,4 +77,17 @@ start_gpcd "$work/gpcd.conf"
 [[ $(mode "$work/state/gpcd.db") == 600 ]] || fail "old database left $(mode "$work/state/gpcd.db")"
 [[ $(mode "$work/state") == 711 ]] || fail "state folder $(mode "$work/state") with socket_mode 0666"
 stop_gpcd
+
+# config lines longer than the ini reader's buffer: the key's own message
+# (a socket path past the unix limit), or the length, never "not key = value"
+long_socket=$work/$(printf 'x%.0s' $(seq 300))/gpcd.sock
+printf 'state_dir = %s\nsocket = %s\n' "$work/s9" "$long_socket" >"$work/long.conf"
+expect_exit 1 "long.conf line 2: socket path '" "$GPCD" --config "$work/long.conf" --foreground
+grep -qF "too long for a unix socket (at most 99 bytes)" "$work/expect.err" || fail "$(cat "$work/expect.err")"
+printf 'state_dir = %s\nsocket = %s\n' "$work/s9" "$work/$(printf 'y%.0s' $(seq 120))" >"$work/long.conf"
+expect_exit 1 "too long for a unix socket" "$GPCD" --config "$work/long.conf" --foreground
+printf 'state_dir = %s\nslurm_options = %s\n' "$work/s9" "$(printf -- '--x %.0s' $(seq 80))" >"$work/long.conf"
+expect_exit 1 "long.conf line 2 is 336 characters long; config lines hold at most 198" \
+  "$GPCD" --config "$work/long.conf" --foreground
+! grep -q "key = value" "$work/expect.err" || fail "$(cat "$work/expect.err")"
 echo "ok"
