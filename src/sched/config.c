@@ -49,7 +49,8 @@ static const config_option options[] = {
     {"listen", STR(listen), "",
      "Optional TCP address HOST:PORT for the API as well; needs token_file."},
     {"token_file", STR(token_file), "",
-     "File holding the bearer token TCP clients must send (Authorization: Bearer TOKEN)."},
+     "File holding the bearer token TCP clients must send (Authorization: Bearer TOKEN); gpcd "
+     "refuses one that other users can read or write (chmod 600 it)."},
     {"gpus", STR(gpus), "nvml",
      "GPU provider: nvml (the NVIDIA driver; gpcd refuses to start without it) or "
      "simulated:COUNTxMEMORY such as simulated:8x141GB for tests and trace studies, or none "

@@ -511,6 +511,18 @@ gpc_status sched_daemon_create(const sched_config *config, sched_daemon **out) {
         }
     }
     if (st == GPC_OK && d->config.token_file[0]) {
+        /* the token starts jobs as gpcd's user: a file others can read
+         * hands that to them */
+        struct stat token_stat;
+        if (stat(d->config.token_file, &token_stat) == 0 && (token_stat.st_mode & 077))
+            st = gpc_error(GPC_ERR_INVALID_ARG,
+                           "token_file %s can be read or changed by other users (mode %04o); "
+                           "run chmod 600 %s, since whoever has the token runs jobs as gpcd's "
+                           "user",
+                           d->config.token_file, (unsigned)(token_stat.st_mode & 07777),
+                           d->config.token_file);
+    }
+    if (st == GPC_OK && d->config.token_file[0]) {
         char *text = NULL;
         size_t len = 0;
         st = gpc_read_file(d->config.token_file, &text, &len);

@@ -7,6 +7,7 @@
  */
 #include "sched_testutil.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #define GIB 1073741824.0
@@ -238,6 +239,15 @@ static void test_tcp_token(void **state) {
     snprintf(token, sizeof token, "tok%08x%08x", gpc_rng_u32(&rng), gpc_rng_u32(&rng));
     fprintf(f, "%s\n", token);
     fclose(f);
+    /* readable by others (the umask's usual 0644): refused, saying how to fix it */
+    assert_int_equal(chmod(token_path, 0644), 0);
+    TEST_OK(sched_config_set(&g.config, "listen", "127.0.0.1:1"));
+    TEST_OK(sched_config_set(&g.config, "token_file", token_path));
+    sched_daemon *refused = NULL;
+    TEST_FAILS(sched_daemon_create(&g.config, &refused), GPC_ERR_INVALID_ARG,
+               "can be read or changed by other users (mode 0644); run chmod 600");
+    assert_null(refused);
+    assert_int_equal(chmod(token_path, 0600), 0);
     int port = 20000 + (int)gpc_rng_below(&rng, 30000);
     char listen[64], where[64];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
