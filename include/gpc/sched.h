@@ -96,6 +96,7 @@ typedef struct {
     int stop_reason;  /* SCHED_STOP_* once a stop was requested */
     double term_sent; /* when SIGTERM went out, 0 if not */
     int kill_sent;
+    int unsaved; /* its latest state is not in the database yet (storage failing) */
 } sched_job;
 
 enum { SCHED_STOP_NONE = 0, SCHED_STOP_CANCEL, SCHED_STOP_PREEMPT, SCHED_STOP_TIMEOUT };
@@ -184,6 +185,7 @@ typedef struct {
     double alert_slowdown_margin;
     char simulated_file[512];
     int max_body;
+    uint64_t log_max; /* a job's log keeps its first and last halves of this many bytes */
     char log_level[16];
     /* backend = slurm (slurm.c): jobs go to Slurm instead of local GPUs */
     char backend[16];
@@ -306,6 +308,9 @@ void sched_store_close(sched_store *store);
  * passes the largest id among the files in its jobs folder, so a lost
  * database never gives a new job an id, and a log, an old job had). */
 gpc_status sched_store_reserve_ids(sched_store *store, int64_t above);
+/* For tests: every write transaction fails as on a full disk (on = 1),
+ * until called with 0. */
+void sched_store_simulate_full(sched_store *store, int on);
 /* Inserts a job and commits it durably before returning; concurrent callers
  * share one commit (group commit). Sets job->id. */
 gpc_status sched_store_submit(sched_store *store, sched_job *job);
@@ -347,12 +352,13 @@ gpc_status sched_store_state_counts(sched_store *store, int64_t counts[SCHED_STA
 
 /* Starts the job: a supervisor process (own session) forks the command in its
  * own process group with CUDA_VISIBLE_DEVICES set, output appended to
- * log_path, and writes the exit status to exit_path when it ends, even if
+ * log_path (capped at log_max bytes, keeping the head and the latest
+ * output; 0 = no cap), and writes the exit status to exit_path when it ends, even if
  * gpcd has died meanwhile. The command runs only once the supervisor has
  * claimed record_path (sched_runner_record_path) with its pids. Fills
  * job->pid, pid_start, pgid. */
 gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *exit_path,
-                              const char *record_path);
+                              const char *record_path, uint64_t log_max);
 /* The record of one start attempt: jobs_dir/ID.START_MS.run. */
 void sched_runner_record_path(const char *jobs_dir, const sched_job *job, char *buf, size_t size);
 /* For recovery of a job recorded as starting without a pid: claims the
@@ -395,6 +401,7 @@ typedef enum {
     SCHED_ALERT_MEMORY,
     SCHED_ALERT_TEMPERATURE,
     SCHED_ALERT_ECC,
+    SCHED_ALERT_STORAGE, /* gpcd cannot write its database (a full disk); gpu -1 */
     SCHED_ALERT_KIND_COUNT
 } sched_alert_kind;
 
@@ -427,6 +434,8 @@ const sched_alert *sched_monitor_alerts(const sched_monitor *monitor, int *count
 /* Links alerts to the store: opened alerts get ids, closed ones end. */
 void sched_monitor_set_store(sched_monitor *monitor, sched_store *store);
 const char *sched_alert_kind_name(sched_alert_kind kind);
+/* Opens (on) or closes the storage alert, which belongs to no GPU. */
+void sched_monitor_storage_alert(sched_monitor *monitor, int on, const char *message, double now);
 
 /* ------------------------------------------------------------------- daemon */
 

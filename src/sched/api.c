@@ -173,6 +173,10 @@ static enum MHD_Result handle_list(sched_daemon *d, struct MHD_Connection *c,
     gpc_status st = req->recent ? sched_store_list_recent(d->store, mask, req->recent, &jobs, &n)
                                 : sched_store_list(d->store, mask, 0, &jobs, &n);
     if (st != GPC_OK) return respond_error(c, 500, gpc_last_error());
+    pthread_mutex_lock(&d->lock);
+    for (int i = 0; i < n; i++)
+        sched_daemon_overlay_unsaved(d, jobs[i]);
+    pthread_mutex_unlock(&d->lock);
     json_t *array = json_array();
     for (int i = 0; i < n; i++)
         json_array_append_new(array, sched_job_to_json(jobs[i]));
@@ -189,6 +193,9 @@ static enum MHD_Result handle_show(sched_daemon *d, struct MHD_Connection *c, in
         snprintf(msg, sizeof msg, "no job %lld", (long long)id);
         return respond_error(c, 404, msg);
     }
+    pthread_mutex_lock(&d->lock);
+    sched_daemon_overlay_unsaved(d, job);
+    pthread_mutex_unlock(&d->lock);
     json_t *o = sched_job_to_json(job);
     sched_job_free(job);
     char *events = NULL;

@@ -101,6 +101,10 @@ static const config_option options[] = {
      "power) read at every sample, to play out load and faults."},
     {"max_body", NUM(OPT_INT, max_body), "1048576",
      "Largest request body the API accepts, in bytes."},
+    {"log_max", NUM(OPT_BYTES, log_max), "100M",
+     "Largest a job's log grows (at least 1M): past it gpcd keeps the first half and the latest "
+     "output, with a line saying what was cut, so a job printing endlessly cannot fill the "
+     "disk."},
     {"log_level", STR(log_level), "info", "debug, info, warn or error."},
     {"backend", STR(backend), "local",
      "Where jobs run: local (this server's GPUs, placed by the policies) or slurm (each job is "
@@ -425,6 +429,8 @@ gpc_status sched_config_finish(sched_config *config) {
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "slurm_log_dir = %s must be an absolute path (the compute nodes open it)",
                          config->slurm_log_dir);
+    if (config->log_max < (1u << 20))
+        return gpc_error(GPC_ERR_INVALID_ARG, "log_max must be at least 1M");
     if (config->sample_interval < 0.05)
         return gpc_error(GPC_ERR_INVALID_ARG, "sample_interval must be at least 50ms");
     return GPC_OK;

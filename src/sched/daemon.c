@@ -79,10 +79,67 @@ static void remove_active(sched_daemon *d, int index) {
     d->dirty = 1;
 }
 
-static gpc_status save(sched_daemon *d, const sched_job *job) {
+/* The database refused a write: raise the storage alert (once). */
+static void storage_trouble(sched_daemon *d, const char *why) {
+    if (d->storage_failing) return;
+    d->storage_failing = 1;
+    d->storage_retry_at = gpc_time_seconds() + 1.0;
+    char message[512];
+    snprintf(message, sizeof message,
+             "gpcd cannot write its database (%.300s): free space on the state filesystem; no "
+             "job starts until it can, and nothing is lost",
+             why);
+    sched_monitor_storage_alert(d->monitor, 1, message, gpc_wall_seconds());
+}
+
+/* Saves a job's change. When the database refuses, the job is marked
+ * unsaved and kept in memory (finished or not) until a retry saves it, so
+ * what gpcd reports and what it would recover never part ways. */
+static gpc_status save(sched_daemon *d, sched_job *job) {
     gpc_status st = sched_store_update(d->store, job);
-    if (st != GPC_OK) gpc_log(GPC_LOG_ERROR, "job %lld: %s", (long long)job->id, gpc_last_error());
+    if (st != GPC_OK) {
+        gpc_log(GPC_LOG_ERROR, "job %lld: %s", (long long)job->id, gpc_last_error());
+        job->unsaved = 1;
+        storage_trouble(d, gpc_last_error());
+    } else {
+        job->unsaved = 0;
+    }
     return st;
+}
+
+/* Once a second while the database refuses writes: saves what is unsaved;
+ * when everything is, the alert closes and finished jobs leave memory. */
+static void storage_retry(sched_daemon *d, double now) {
+    if (!d->storage_failing || now < d->storage_retry_at) return;
+    d->storage_retry_at = now + 1.0;
+    int ok = sched_store_reserve_ids(d->store, 0) == GPC_OK; /* a write with no unsaved job */
+    for (int i = 0; ok && i < d->nactive; i++)
+        if (d->active[i]->unsaved && sched_store_update(d->store, d->active[i]) != GPC_OK) ok = 0;
+    if (!ok) return;
+    for (int i = 0; i < d->nactive; i++) {
+        d->active[i]->unsaved = 0;
+        if (sched_state_is_final(d->active[i]->state)) remove_active(d, i--);
+    }
+    d->storage_failing = 0;
+    d->dirty = 1;
+    sched_monitor_storage_alert(d->monitor, 0, NULL, gpc_wall_seconds());
+    gpc_log(GPC_LOG_INFO, "the database takes writes again; every change is saved");
+}
+
+void sched_daemon_overlay_unsaved(sched_daemon *d, sched_job *job) {
+    for (int i = 0; i < d->nactive; i++) {
+        const sched_job *a = d->active[i];
+        if (a->id != job->id || !a->unsaved) continue;
+        job->state = a->state;
+        job->exit_code = a->exit_code;
+        job->signal = a->signal;
+        job->end_time = a->end_time;
+        free(job->message);
+        char note[600];
+        snprintf(note, sizeof note, "%s%snot saved yet: gpcd cannot write its database",
+                 a->message ? a->message : "", a->message ? "; " : "");
+        job->message = strdup(note);
+    }
 }
 
 /* ------------------------------------------------------------- settling */
@@ -161,7 +218,7 @@ static void watch_running(sched_daemon *d, double now) {
         if (!sched_runner_alive(job)) {
             settle(d, job, 0);
             d->dirty = 1;
-            if (sched_state_is_final(job->state)) remove_active(d, i--);
+            if (sched_state_is_final(job->state) && !job->unsaved) remove_active(d, i--);
             continue;
         }
         if (job->stop_reason == SCHED_STOP_NONE && job->time_limit > 0 &&
@@ -210,7 +267,7 @@ static void start_job(sched_daemon *d, sched_job *job, const int *gpus, int k) {
     sched_daemon_log_path(d, job->id, log_path, sizeof log_path);
     exit_path(d, job->id, exit_file, sizeof exit_file);
     sched_runner_record_path(d->jobs_dir, job, record, sizeof record);
-    if (sched_runner_start(job, log_path, exit_file, record) != GPC_OK) {
+    if (sched_runner_start(job, log_path, exit_file, record, d->config.log_max) != GPC_OK) {
         job->state = SCHED_FAILED;
         job->end_time = gpc_wall_seconds();
         job->assigned_count = 0;
@@ -258,7 +315,8 @@ static void schedule(sched_daemon *d) {
     }
     /* jobs that failed to start are final */
     for (int i = 0; i < d->nactive; i++)
-        if (sched_state_is_final(d->active[i]->state)) remove_active(d, i--);
+        if (sched_state_is_final(d->active[i]->state) && !d->active[i]->unsaved)
+            remove_active(d, i--);
 out:
     free(pending);
     free(running);
@@ -399,8 +457,14 @@ int sched_daemon_submit(sched_daemon *d, sched_job *job, char *error, size_t siz
     job->submit_time = gpc_wall_seconds();
     job->data_numa = sched_data_numa_node(&d->config.policy, job->data);
     if (sched_store_submit(d->store, job) != GPC_OK) {
-        snprintf(error, size, "%s", gpc_last_error());
-        return 503;
+        snprintf(error, size,
+                 "%s; gpcd cannot save new jobs until its state filesystem has room (try again "
+                 "later)",
+                 gpc_last_error());
+        pthread_mutex_lock(&d->lock);
+        storage_trouble(d, gpc_last_error());
+        pthread_mutex_unlock(&d->lock);
+        return 507;
     }
     int64_t id = job->id; /* once queued, the main loop owns (and may free) the job */
     pthread_mutex_lock(&d->lock);
@@ -436,6 +500,14 @@ int sched_daemon_cancel(sched_daemon *d, int64_t id, uid_t caller, char *body, s
         return 409;
     }
     sched_job *job = d->active[index];
+    if (sched_state_is_final(job->state)) { /* ended, its end not saved yet */
+        snprintf(body, size,
+                 "job %lld has already ended (%s); gpcd cannot write its database yet, so the "
+                 "end is not saved",
+                 (long long)id, sched_state_name(job->state));
+        pthread_mutex_unlock(&d->lock);
+        return 409;
+    }
     if (caller != 0 && caller != job->owner_uid) {
         snprintf(body, size,
                  "job %lld belongs to %s (uid %u); only its owner or root may cancel it",
@@ -448,8 +520,7 @@ int sched_daemon_cancel(sched_daemon *d, int64_t id, uid_t caller, char *body, s
         job->state = SCHED_CANCELLED;
         job->end_time = gpc_wall_seconds();
         set_message(job, "cancelled before it started");
-        save(d, job);
-        remove_active(d, index);
+        if (save(d, job) == GPC_OK) remove_active(d, index); /* else kept until saved */
         snprintf(body, size, "{\"id\":%lld,\"state\":\"cancelled\"}", (long long)id);
         status = 200;
     } else {
@@ -604,7 +675,8 @@ gpc_status sched_daemon_run(sched_daemon *d) {
             next_sample += d->config.sample_interval;
             if (next_sample < now) next_sample = now + d->config.sample_interval;
         }
-        if (!slurm && (d->dirty || now >= next_pass)) {
+        storage_retry(d, now);
+        if (!slurm && !d->storage_failing && (d->dirty || now >= next_pass)) {
             d->dirty = 0;
             schedule(d);
             next_pass = now + 1.0;

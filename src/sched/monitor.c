@@ -38,8 +38,10 @@ struct sched_monitor {
     int numa[SCHED_MAX_GPUS];
     uint8_t nvlink[SCHED_MAX_GPUS][SCHED_MAX_GPUS];
     double low_since[SCHED_MAX_GPUS];
-    int active[SCHED_MAX_GPUS][SCHED_ALERT_KIND_COUNT]; /* index into alerts + 1, 0 = none */
-    sched_alert alerts[SCHED_MAX_GPUS * SCHED_ALERT_KIND_COUNT];
+    /* index into alerts + 1, 0 = none; the last row is for alerts of no
+     * GPU (gpu -1: the state filesystem) */
+    int active[SCHED_MAX_GPUS + 1][SCHED_ALERT_KIND_COUNT];
+    sched_alert alerts[(SCHED_MAX_GPUS + 1) * SCHED_ALERT_KIND_COUNT];
     int alert_count;
     sched_store *store;
 };
@@ -54,6 +56,8 @@ const char *sched_alert_kind_name(sched_alert_kind kind) {
         return "temperature";
     case SCHED_ALERT_ECC:
         return "hardware_errors";
+    case SCHED_ALERT_STORAGE:
+        return "storage";
     case SCHED_ALERT_KIND_COUNT:
         break;
     }
@@ -256,9 +260,13 @@ static gpc_status read_nvml(sched_monitor *m, int g, sched_gpu_reading *r) {
 }
 
 /* Opens or refreshes (cond true) or closes (false) one alert. */
+static int alert_row(int gpu) {
+    return gpu < 0 ? SCHED_MAX_GPUS : gpu;
+}
+
 static void set_alert(sched_monitor *m, int gpu, sched_alert_kind kind, int cond, double now,
                       const char *message) {
-    int slot = m->active[gpu][kind];
+    int slot = m->active[alert_row(gpu)][kind];
     if (cond && slot) {
         snprintf(m->alerts[slot - 1].message, sizeof m->alerts[0].message, "%s", message);
         return;
@@ -273,7 +281,7 @@ static void set_alert(sched_monitor *m, int gpu, sched_alert_kind kind, int cond
         if (m->store && sched_store_alert_open(m->store, gpu, sched_alert_kind_name(kind), message,
                                                now, &a->id) != GPC_OK)
             gpc_log(GPC_LOG_WARN, "%s", gpc_last_error());
-        m->active[gpu][kind] = m->alert_count;
+        m->active[alert_row(gpu)][kind] = m->alert_count;
         gpc_log(GPC_LOG_WARN, "alert: %s", message);
         return;
     }
@@ -284,10 +292,14 @@ static void set_alert(sched_monitor *m, int gpu, sched_alert_kind kind, int cond
     int last = m->alert_count - 1;
     if (slot - 1 != last) {
         m->alerts[slot - 1] = m->alerts[last];
-        m->active[m->alerts[slot - 1].gpu][m->alerts[slot - 1].kind] = slot;
+        m->active[alert_row(m->alerts[slot - 1].gpu)][m->alerts[slot - 1].kind] = slot;
     }
     m->alert_count--;
-    m->active[gpu][kind] = 0;
+    m->active[alert_row(gpu)][kind] = 0;
+}
+
+void sched_monitor_storage_alert(sched_monitor *monitor, int on, const char *message, double now) {
+    set_alert(monitor, -1, SCHED_ALERT_STORAGE, on, now, message ? message : "");
 }
 
 static void evaluate_alerts(sched_monitor *m, int g, double now) {

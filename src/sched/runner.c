@@ -31,6 +31,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <jansson.h>
+#include <poll.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
@@ -146,6 +147,7 @@ typedef struct {
     const char *record_path;
     char *record_tmp;
     int log_fd, null_fd, pipe_w;
+    uint64_t log_max;
     int switch_user;
     uid_t uid;
     gid_t gid;
@@ -209,6 +211,94 @@ static int claim_start(const launch *l, pid_t child) {
     return ok ? 0 : -1;
 }
 
+/* The job's log, capped (sched_config.log_max): once it would pass the cap,
+ * the first half stays, then a line saying output was cut, then the latest
+ * output. Each time the file reaches the cap again, its newest quarter is
+ * moved up behind that line and the rest cut off, so every byte is copied
+ * about once more and the file stays in order. Runs in the supervisor:
+ * plain system calls, no allocation. */
+typedef struct {
+    int fd;
+    uint64_t size, max, head; /* head: where the kept tail starts, 0 until cut */
+} capped_log;
+
+static const char cut_line[] = "\n[gpcd: output cut here: the job wrote more than log_max; "
+                               "its first part is above, its latest below]\n";
+
+static void log_move(capped_log *c, uint64_t from, uint64_t to, uint64_t len, char *buf,
+                     size_t cap) {
+    for (uint64_t done = 0; done < len;) {
+        size_t n = len - done < cap ? (size_t)(len - done) : cap;
+        ssize_t got = pread(c->fd, buf, n, (off_t)(from + done));
+        if (got <= 0 || pwrite(c->fd, buf, (size_t)got, (off_t)(to + done)) != got) return;
+        done += (uint64_t)got;
+    }
+}
+
+static void log_write(capped_log *c, const char *data, size_t n, char *scratch, size_t cap) {
+    while (n > 0) {
+        if (c->size + n > c->max) {
+            if (!c->head) {
+                /* first time: keep the first half, then the line */
+                c->head = c->max / 2 + sizeof cut_line - 1;
+                if (pwrite(c->fd, cut_line, sizeof cut_line - 1, (off_t)(c->max / 2)) < 0) return;
+                c->size = c->head;
+            } else {
+                uint64_t keep = c->max / 4;
+                log_move(c, c->size - keep, c->head, keep, scratch, cap);
+                c->size = c->head + keep;
+            }
+            if (ftruncate(c->fd, (off_t)c->size) != 0) return;
+        }
+        size_t room = (size_t)(c->max - c->size);
+        size_t k = n < room ? n : room;
+        ssize_t w = pwrite(c->fd, data, k, (off_t)c->size);
+        if (w <= 0) return; /* a full disk: the output is dropped, the job goes on */
+        c->size += (uint64_t)w;
+        data += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Copies the command's output into its log until the command has exited
+ * and its output is drained. Output still written later by processes it
+ * left behind is not waited for (they are stopped when the job ends). */
+static void copy_output(launch *l, int out, pid_t child, int *status) {
+    static char buf[65536], scratch[65536];
+    /* l->log_fd is closed by now (close_range): the log is the supervisor's stdout,
+     * opened read-write so the tail can be moved */
+    capped_log c = {1, 0, l->log_max, 0};
+    struct stat st;
+    if (fstat(c.fd, &st) == 0) c.size = (uint64_t)st.st_size;
+    /* positioned writes: O_APPEND would send every pwrite to the end */
+    fcntl(c.fd, F_SETFL, fcntl(c.fd, F_GETFL) & ~O_APPEND);
+    if (c.size > c.max / 2) c.head = c.size; /* a rerun after preemption: keep what is there */
+    int exited = 0;
+    for (;;) {
+        struct pollfd p = {out, POLLIN, 0};
+        int ready = poll(&p, 1, exited ? 0 : 100);
+        if (ready > 0) {
+            ssize_t n = read(out, buf, sizeof buf);
+            if (n > 0) {
+                log_write(&c, buf, (size_t)n, scratch, sizeof scratch);
+                continue;
+            }
+            if (n == 0) break; /* every writer is gone */
+            if (errno == EINTR) continue;
+            break;
+        }
+        if (exited) break; /* drained what the command left */
+        pid_t w = waitpid(child, status, WNOHANG);
+        if (w == child)
+            exited = 1;
+        else if (w < 0 && errno != EINTR)
+            break;
+    }
+    if (!exited)
+        while (waitpid(child, status, 0) < 0)
+            if (errno != EINTR) _exit(126);
+}
+
 /* The supervisor: runs in the child of gpcd, never returns. */
 static void supervise(launch *l) {
     sigset_t all;
@@ -219,7 +309,7 @@ static void supervise(launch *l) {
     setsid();
     prctl(PR_SET_NAME, "gpcd-supervise"); /* tells it apart from gpcd in ps */
     dup2(l->null_fd, 0);
-    dup2(l->log_fd, 1);
+    dup2(l->log_fd, 1); /* the supervisor's own messages */
     dup2(l->log_fd, 2);
     if (l->pipe_w != 3) {
         dup2(l->pipe_w, 3);
@@ -228,8 +318,8 @@ static void supervise(launch *l) {
     }
     close_range(4, ~0U, 0);
     /* the command waits for the go byte, sent once the start is claimed */
-    int go[2];
-    if (pipe2(go, O_CLOEXEC) != 0) {
+    int go[2], out[2];
+    if (pipe2(go, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
         say(2, "gpcd: cannot start the job: pipe failed\n");
         _exit(126);
     }
@@ -248,6 +338,11 @@ static void supervise(launch *l) {
         }
         if (got != 1) _exit(125); /* the start was not claimed: never run */
         close(go[0]);
+        /* output goes through the supervisor, which caps the log */
+        dup2(out[1], 1);
+        dup2(out[1], 2);
+        close(out[0]);
+        close(out[1]);
         if (l->switch_user) {
             if (setgroups((size_t)l->ngroups, l->groups) != 0 || setgid(l->gid) != 0 ||
                 setuid(l->uid) != 0) {
@@ -274,6 +369,7 @@ static void supervise(launch *l) {
     }
     setpgid(child, child); /* also in the child: whichever runs first wins the race */
     close(go[0]);
+    close(out[1]);
     if (claim_start(l, child) != 0) {
         say(2, "gpcd: the job's start was given up (gpcd restarted, or the disk is full); "
                "not running it\n");
@@ -292,8 +388,8 @@ static void supervise(launch *l) {
     }
     close(3);
     int status = 0;
-    while (waitpid(child, &status, 0) < 0)
-        if (errno != EINTR) _exit(126);
+    copy_output(l, out[0], child, &status);
+    close(out[0]);
     char line[64], number[24];
     if (WIFSIGNALED(status)) {
         format_uint(number, (unsigned long)WTERMSIG(status));
@@ -364,7 +460,7 @@ int sched_runner_claim(const char *record_path, sched_job *job) {
 }
 
 gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *exit_path,
-                              const char *record_path) {
+                              const char *record_path, uint64_t log_max) {
     launch l;
     memset(&l, 0, sizeof l);
     l.log_fd = l.null_fd = -1;
@@ -375,6 +471,7 @@ gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *
     l.cwd = job->cwd ? job->cwd : "/";
     l.exit_path = exit_path;
     l.record_path = record_path;
+    l.log_max = log_max ? log_max : UINT64_MAX / 4;
     size_t tmp_len = strlen(exit_path) + 8, record_tmp_len = strlen(record_path) + 8;
     l.exit_tmp = malloc(tmp_len);
     l.record_tmp = malloc(record_tmp_len);
@@ -391,7 +488,7 @@ gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *
      * runs again after preemption goes on with its own. */
     int first_run = job->preemptions == 0;
     l.log_fd =
-        open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (first_run ? O_EXCL : 0), 0600);
+        open(log_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | (first_run ? O_EXCL : 0), 0600);
     if (l.log_fd < 0) {
         st = gpc_error(GPC_ERR_IO, "cannot create the job log %s: %s%s", log_path, strerror(errno),
                        errno == EEXIST ? " (left by an earlier job; gpcd never appends to one)"

@@ -51,6 +51,11 @@ struct sched_daemon {
     sched_job **active; /* queued, preempted and running jobs, owned */
     int nactive, cap_active;
     int dirty; /* a pass is due */
+    /* The database refuses writes (a full disk): the storage alert is open,
+     * no job starts, and jobs whose change is unsaved stay in memory until
+     * a retry saves them. */
+    int storage_failing;
+    double storage_retry_at;
     int64_t submitted_total, started_total, preempted_total;
     double last_pass_seconds;
     sched_pass_stats last_pass;
@@ -80,5 +85,8 @@ void sched_daemon_wake(sched_daemon *daemon);
 int sched_daemon_submit(sched_daemon *daemon, sched_job *job, char *body, size_t size);
 int sched_daemon_cancel(sched_daemon *daemon, int64_t id, uid_t caller, char *body, size_t size);
 void sched_daemon_log_path(const sched_daemon *daemon, int64_t id, char *buf, size_t size);
+/* Under the lock: a job's state as gpcd holds it when the database has not
+ * caught up (job->unsaved), copied over what the store returned. */
+void sched_daemon_overlay_unsaved(sched_daemon *daemon, sched_job *job);
 
 #endif /* GPC_SCHED_INTERNAL_H */

@@ -41,6 +41,7 @@ struct sched_store {
     int committing;
     sqlite3_stmt *insert_job, *insert_event, *update_job, *get_job;
     char path[1024];
+    int simulate_full; /* tests: writes fail as SQLITE_FULL would */
 };
 
 static const char *schema =
@@ -80,6 +81,9 @@ static gpc_status store_fail(sched_store *store, const char *what) {
 
 static gpc_status exec_sql(sched_store *store, const char *sql) {
     char *err = NULL;
+    if (store->simulate_full && strncmp(sql, "BEGIN", 5) == 0)
+        return gpc_error(GPC_ERR_IO, "job database %s: database or disk is full (simulated)",
+                         store->path);
     if (sqlite3_exec(store->db, sql, NULL, NULL, &err) != SQLITE_OK) {
         gpc_status st = gpc_error(GPC_ERR_IO, "job database %s: %s (running %.40s...)", store->path,
                                   err ? err : "error", sql);
@@ -205,6 +209,12 @@ gpc_status sched_store_reserve_ids(sched_store *store, int64_t above) {
         exec_sql(store, "ROLLBACK");
     pthread_mutex_unlock(&store->db_lock);
     return st;
+}
+
+void sched_store_simulate_full(sched_store *store, int on) {
+    pthread_mutex_lock(&store->db_lock);
+    store->simulate_full = on;
+    pthread_mutex_unlock(&store->db_lock);
 }
 
 void sched_store_close(sched_store *store) {
@@ -353,10 +363,13 @@ gpc_status sched_store_update(sched_store *store, const sched_job *job) {
     }
     if (st == GPC_OK && insert_event(store, job->id, gpc_wall_seconds(), job->state, job->message))
         st = store_fail(store, "recording a state change");
-    if (st == GPC_OK)
-        st = exec_sql(store, "COMMIT");
-    else
+    if (st == GPC_OK) st = exec_sql(store, "COMMIT");
+    if (st != GPC_OK && sqlite3_get_autocommit(store->db) == 0) {
+        char message[1024]; /* the failure, not the rollback's answer */
+        snprintf(message, sizeof message, "%s", gpc_last_error());
         exec_sql(store, "ROLLBACK");
+        gpc_error(st, "%s", message);
+    }
     pthread_mutex_unlock(&store->db_lock);
     return st;
 }
