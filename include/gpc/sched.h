@@ -185,7 +185,9 @@ typedef struct {
     double alert_slowdown_margin;
     char simulated_file[512];
     int max_body;
-    uint64_t log_max; /* a job's log keeps its first and last halves of this many bytes */
+    int peer_connections;  /* connections one uid (socket) or address (TCP) may hold */
+    double header_timeout; /* a request's line and headers must arrive within this */
+    uint64_t log_max;      /* a job's log keeps its first and last halves of this many bytes */
     char log_level[16];
     /* backend = slurm (slurm.c): jobs go to Slurm instead of local GPUs */
     char backend[16];

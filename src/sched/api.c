@@ -11,6 +11,14 @@
  * Every request goes through sched_request_parse (request.c) first; bad
  * input gets a 4xx with {"error": "..."}.
  *
+ * Slow clients cannot lock others out: each peer (a uid on the socket, an
+ * address on TCP) may hold at most peer_connections connections (more are
+ * cut as they arrive), a request's line and headers must arrive within
+ * header_timeout of the connection opening or the previous request ending
+ * (a watchdog thread cuts the others: libmicrohttpd's own timeout is
+ * reset by every byte, so one byte every few seconds kept a connection for
+ * ever), and on TCP the token is checked before any body is read.
+ *
  * Endpoints: POST /jobs, GET /jobs[?all=1&state=a,b&recent=N], GET /jobs/ID,
  * GET /jobs/ID/logs?offset=N&limit=M, POST /jobs/ID/cancel (or DELETE
  * /jobs/ID), GET /gpus, GET /alerts, GET /status, GET /metrics; and GET /
@@ -37,9 +45,19 @@
 
 #define API_MAX_ARGS 16
 
+/* One open connection, for the per-peer limit and the header deadline. */
+typedef struct api_peer_conn {
+    int fd;
+    uint64_t peer; /* uid on the socket, IPv4 address on TCP */
+    double since;  /* connection opened, or the previous request ended */
+    int in_request, cut;
+    struct api_peer_conn *prev, *next;
+} api_peer_conn;
+
 typedef struct {
     sched_daemon *daemon;
     int tcp;
+    api_peer_conn *conns; /* guarded by the api_state's lock */
 } api_listener;
 
 typedef struct {
@@ -138,6 +156,116 @@ static void user_name(uid_t uid, char *buf, size_t size) {
         snprintf(buf, size, "%s", pw.pw_name);
     else
         snprintf(buf, size, "uid%u", (unsigned)uid);
+}
+
+/* ------------------------------------------------------ slow clients */
+
+static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int connection_peer(const api_listener *l, struct MHD_Connection *c, int fd,
+                           uint64_t *peer) {
+    if (l->tcp) {
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (!info || !info->client_addr || info->client_addr->sa_family != AF_INET) return -1;
+        *peer = ((const struct sockaddr_in *)(const void *)info->client_addr)->sin_addr.s_addr;
+        return 0;
+    }
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
+    *peer = cred.uid;
+    return 0;
+}
+
+static void notify_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                              enum MHD_ConnectionNotificationCode code) {
+    api_listener *l = cls;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        api_peer_conn *e = *socket_context;
+        if (!e) return;
+        pthread_mutex_lock(&conns_lock);
+        if (e->prev)
+            e->prev->next = e->next;
+        else
+            l->conns = e->next;
+        if (e->next) e->next->prev = e->prev;
+        pthread_mutex_unlock(&conns_lock);
+        free(e);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    uint64_t peer;
+    if (!info || connection_peer(l, c, info->connect_fd, &peer) != 0) return;
+    int fd = info->connect_fd;
+    api_peer_conn *e = calloc(1, sizeof *e);
+    pthread_mutex_lock(&conns_lock);
+    int held = 0;
+    for (api_peer_conn *o = l->conns; o; o = o->next)
+        held += o->peer == peer && !o->cut;
+    if (!e || held >= l->daemon->config.peer_connections) {
+        pthread_mutex_unlock(&conns_lock);
+        free(e);
+        /* over the peer's share: the client reads an end of file at once */
+        shutdown(fd, SHUT_RDWR);
+        gpc_log(GPC_LOG_DEBUG, "http: peer %llu holds %d connections; cut a new one",
+                (unsigned long long)peer, held);
+        return;
+    }
+    e->fd = fd;
+    e->peer = peer;
+    e->since = gpc_time_seconds();
+    e->next = l->conns;
+    if (l->conns) l->conns->prev = e;
+    l->conns = e;
+    pthread_mutex_unlock(&conns_lock);
+    *socket_context = e;
+}
+
+static api_peer_conn *connection_entry(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info ? info->socket_context : NULL;
+}
+
+static void mark_request(struct MHD_Connection *c, int in_request) {
+    api_peer_conn *e = connection_entry(c);
+    if (!e) return;
+    pthread_mutex_lock(&conns_lock);
+    e->in_request = in_request;
+    e->since = gpc_time_seconds();
+    pthread_mutex_unlock(&conns_lock);
+}
+
+typedef struct {
+    api_listener unix_listener, tcp_listener;
+    pthread_t watchdog;
+    int watchdog_running;
+    volatile int stop;
+} api_state;
+
+/* Cuts connections whose request line and headers are late. shutdown(2)
+ * only ends the stream: libmicrohttpd sees an end of file and closes the
+ * connection itself (and tells notify_connection before the fd closes). */
+static void *header_watchdog(void *arg) {
+    api_state *s = arg;
+    while (!s->stop) {
+        usleep(100 * 1000);
+        double now = gpc_time_seconds();
+        api_listener *ls[2] = {&s->unix_listener, &s->tcp_listener};
+        pthread_mutex_lock(&conns_lock);
+        for (int i = 0; i < 2; i++)
+            for (api_peer_conn *e = ls[i]->conns; e; e = e->next)
+                if (!e->in_request && !e->cut &&
+                    now - e->since > ls[i]->daemon->config.header_timeout) {
+                    shutdown(e->fd, SHUT_RDWR);
+                    e->cut = 1;
+                }
+        pthread_mutex_unlock(&conns_lock);
+    }
+    return NULL;
 }
 
 /* -------------------------------------------------------------- handlers */
@@ -385,6 +513,17 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     sched_daemon *d = listener->daemon;
     api_connection *conn = *con_cls;
     if (!conn) {
+        /* the request line and headers are in: the deadline is met */
+        mark_request(c, 1);
+        int dashboard =
+            strcmp(method, "GET") == 0 && (strcmp(url, "/") == 0 || strcmp(url, "/dashboard") == 0);
+        if (listener->tcp && !dashboard &&
+            !token_matches(d->token,
+                           MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization")))
+            /* before any body is read: an unauthenticated upload is never buffered */
+            return respond_error(c, 401,
+                                 "missing or wrong bearer token (send Authorization: Bearer "
+                                 "TOKEN, the token in gpcd's token_file)");
         conn = calloc(1, sizeof *conn);
         if (!conn) return MHD_NO;
         *con_cls = conn;
@@ -412,14 +551,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     }
     if (strcmp(method, "GET") == 0 && (strcmp(url, "/") == 0 || strcmp(url, "/dashboard") == 0))
         return respond_dashboard(c);
-    uid_t caller = d->uid;
-    if (listener->tcp) {
-        const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-        if (!token_matches(d->token, auth))
-            return respond_error(c, 401,
-                                 "missing or wrong bearer token (send Authorization: Bearer "
-                                 "TOKEN, the token in gpcd's token_file)");
-    } else if (peer_uid(c, &caller) != 0) {
+    uid_t caller = d->uid; /* TCP callers passed the token check on the first call */
+    if (!listener->tcp && peer_uid(c, &caller) != 0) {
         return respond_error(c, 500, "cannot tell who is calling (SO_PEERCRED failed)");
     }
     if (conn->too_big) {
@@ -484,8 +617,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode code) {
     (void)cls;
-    (void)c;
     (void)code;
+    mark_request(c, 0); /* the next request's headers are due within header_timeout */
     api_connection *conn = *con_cls;
     if (conn) {
         free(conn->body);
@@ -546,13 +679,15 @@ static struct MHD_Daemon *start_mhd(api_listener *listener, int listen_fd,
     if (listen_fd >= 0)
         return MHD_start_daemon(flags, 0, NULL, NULL, handle, listener, MHD_OPTION_LISTEN_SOCKET,
                                 listen_fd, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
+                                MHD_OPTION_NOTIFY_CONNECTION, notify_connection, listener,
                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
                                 MHD_OPTION_THREAD_STACK_SIZE, (size_t)SCHED_HTTP_THREAD_STACK,
                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     return MHD_start_daemon(
         flags, ntohs(addr->sin_port), NULL, NULL, handle, listener, MHD_OPTION_SOCK_ADDR, addr,
-        MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+        MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_NOTIFY_CONNECTION,
+        notify_connection, listener, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024, MHD_OPTION_THREAD_STACK_SIZE,
         (size_t)SCHED_HTTP_THREAD_STACK, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
 }
@@ -576,16 +711,15 @@ static gpc_status parse_listen(const char *text, struct sockaddr_in *addr) {
     return GPC_OK;
 }
 
-typedef struct {
-    api_listener unix_listener, tcp_listener;
-} api_state;
-
 gpc_status sched_api_start(sched_daemon *d) {
     api_state *state = calloc(1, sizeof *state);
     if (!state) return gpc_error(GPC_ERR_NOMEM, "out of memory starting the API");
     state->unix_listener.daemon = state->tcp_listener.daemon = d;
     state->tcp_listener.tcp = 1;
     d->api_state = state;
+    if (pthread_create(&state->watchdog, NULL, header_watchdog, state) != 0)
+        return gpc_error(GPC_ERR_IO, "cannot start the API's watchdog thread");
+    state->watchdog_running = 1;
     int fd = -1;
     GPC_TRY(bind_unix(d, &fd));
     d->http_unix = start_mhd(&state->unix_listener, fd, NULL);
@@ -614,6 +748,11 @@ void sched_api_stop(sched_daemon *d) {
         unlink(d->config.socket);
     }
     d->http_tcp = d->http_unix = NULL;
+    api_state *state = d->api_state;
+    if (state && state->watchdog_running) {
+        state->stop = 1;
+        pthread_join(state->watchdog, NULL);
+    }
     free(d->api_state);
     d->api_state = NULL;
 }

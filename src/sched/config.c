@@ -101,6 +101,12 @@ static const config_option options[] = {
      "power) read at every sample, to play out load and faults."},
     {"max_body", NUM(OPT_INT, max_body), "1048576",
      "Largest request body the API accepts, in bytes."},
+    {"peer_connections", NUM(OPT_INT, peer_connections), "64",
+     "Connections one user (on the socket) or one address (on TCP) may hold at once; more are "
+     "cut as they open, so no one can take every connection."},
+    {"header_timeout", NUM(OPT_DURATION, header_timeout), "10s",
+     "Time a client has to send a request's line and headers, from connecting or from its "
+     "previous request; slower connections are cut."},
     {"log_max", NUM(OPT_BYTES, log_max), "100M",
      "Largest a job's log grows (at least 1M): past it gpcd keeps the first half and the latest "
      "output, with a line saying what was cut, so a job printing endlessly cannot fill the "
@@ -429,6 +435,8 @@ gpc_status sched_config_finish(sched_config *config) {
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "slurm_log_dir = %s must be an absolute path (the compute nodes open it)",
                          config->slurm_log_dir);
+    if (config->peer_connections < 1)
+        return gpc_error(GPC_ERR_INVALID_ARG, "peer_connections must be at least 1");
     if (config->log_max < (1u << 20))
         return gpc_error(GPC_ERR_INVALID_ARG, "log_max must be at least 1M");
     if (config->sample_interval < 0.05)

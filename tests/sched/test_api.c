@@ -3,9 +3,17 @@
  * on simulated GPUs: every endpoint with the values it must return, each
  * kind of bad request with its status and message, ownership (403), the
  * TCP listener's token, alerts driven through simulated_file, and
- * preemption of a running job by a higher priority one.
+ * preemption of a running job by a higher priority one; slow clients
+ * (slowloris) held to their share while others are served.
  */
 #include "sched_testutil.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -402,11 +410,150 @@ static void test_preemption_requeues(void **state) {
     gpc_free(g.dir);
 }
 
+#define SLOW_CONNECTIONS 200
+
+static int unix_connect(const char *path) {
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof a.sun_path) fail_msg("socket path %s is too long", path);
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) fail_msg("connect %s", path);
+    return fd;
+}
+
+/* A TCP connection to 127.0.0.1:port from the loopback address `from`
+ * (any 127.x.y.z is this host: a second address is a second peer). */
+static int tcp_connect(const char *from, int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in src = {.sin_family = AF_INET}, dst = {.sin_family = AF_INET};
+    inet_pton(AF_INET, from, &src.sin_addr);
+    inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
+    dst.sin_port = htons((uint16_t)port);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&src, sizeof src) != 0 ||
+        connect(fd, (struct sockaddr *)&dst, sizeof dst) != 0)
+        fail_msg("connect from %s to port %d", from, port);
+    return fd;
+}
+
+/* 1 when gpcd has ended the connection (end of file or reset). */
+static int is_closed(int fd) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 0) <= 0) return 0;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
+    return n == 0 || (n < 0 && errno != EAGAIN);
+}
+
+static int count_closed(const int *fds, int n) {
+    int closed = 0;
+    for (int i = 0; i < n; i++)
+        closed += is_closed(fds[i]);
+    return closed;
+}
+
+/* Sends a request and reads the reply for up to `seconds`. */
+static void raw_exchange(int fd, const char *request, char *reply, size_t size, double seconds) {
+    if (send(fd, request, strlen(request), MSG_NOSIGNAL) != (ssize_t)strlen(request))
+        fail_msg("send");
+    size_t got = 0;
+    double end = gpc_time_seconds() + seconds;
+    while (got + 1 < size && gpc_time_seconds() < end) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 50) <= 0) continue;
+        ssize_t n = recv(fd, reply + got, size - 1 - got, 0);
+        if (n <= 0) break;
+        got += (size_t)n;
+        if (strstr(reply, "\r\n\r\n") && strchr(strstr(reply, "\r\n\r\n"), '}')) break;
+        reply[got] = '\0';
+    }
+    reply[got] = '\0';
+}
+
+/* Slowloris: 200 connections of one user that send a request's first line
+ * and nothing more. Past peer_connections they are cut as they open; the
+ * rest are cut at header_timeout; meanwhile another peer is served at
+ * once. On TCP a wrong token is answered before the (never sent) 1 MB body
+ * it announces. */
+static void test_slow_clients(void **state) {
+    (void)state;
+    test_gpcd g = {0};
+    g.dir = test_tmpdir("api");
+    test_gpcd_config(&g, g.dir, "simulated:1x80GB");
+    TEST_OK(sched_config_set(&g.config, "peer_connections", "20"));
+    TEST_OK(sched_config_set(&g.config, "header_timeout", "2s"));
+    char token_path[4200], listen[64], token[] = "slow-client-test-token-1234";
+    snprintf(token_path, sizeof token_path, "%s/token", g.dir);
+    FILE *f = fopen(token_path, "w");
+    fprintf(f, "%s\n", token);
+    fclose(f);
+    assert_int_equal(chmod(token_path, 0600), 0);
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 43);
+    int port = 20000 + (int)gpc_rng_below(&rng, 30000);
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    TEST_OK(sched_config_set(&g.config, "listen", listen));
+    TEST_OK(sched_config_set(&g.config, "token_file", token_path));
+    test_gpcd_start(&g);
+
+    static const char slow[] = "GET /status HTTP/1.1\r\n"; /* and then nothing */
+    int fds[SLOW_CONNECTIONS];
+    double opened = gpc_time_seconds();
+    for (int i = 0; i < SLOW_CONNECTIONS; i++) {
+        fds[i] = unix_connect(g.socket);
+        if (send(fds[i], slow, sizeof slow - 1, MSG_NOSIGNAL) < 0) fail_msg("send");
+    }
+    /* all but the peer's 20 are cut as they open, well before the deadline */
+    int closed = 0;
+    while ((closed = count_closed(fds, SLOW_CONNECTIONS)) < SLOW_CONNECTIONS - 20 &&
+           gpc_time_seconds() - opened < 1.5)
+        usleep(20000);
+    if (gpc_time_seconds() - opened < 1.9) assert_int_equal(closed, SLOW_CONNECTIONS - 20);
+    /* the 20 held are cut at the deadline, and the user is served again */
+    while (count_closed(fds, SLOW_CONNECTIONS) < SLOW_CONNECTIONS) {
+        if (gpc_time_seconds() - opened > 6) fail_msg("slow connections outlived the deadline");
+        usleep(50000);
+    }
+    assert_true(gpc_time_seconds() - opened >= 1.9);
+    for (int i = 0; i < SLOW_CONNECTIONS; i++)
+        close(fds[i]);
+    json_decref(get(&g, "/status"));
+
+    /* TCP: one address's slow connections leave another's requests alone */
+    for (int i = 0; i < SLOW_CONNECTIONS; i++) {
+        fds[i] = tcp_connect("127.0.0.1", port);
+        if (send(fds[i], slow, sizeof slow - 1, MSG_NOSIGNAL) < 0) fail_msg("send");
+    }
+    char request[512], reply[4096];
+    snprintf(request, sizeof request,
+             "GET /status HTTP/1.1\r\nHost: gpcd\r\nAuthorization: Bearer %s\r\n"
+             "Connection: close\r\n\r\n",
+             token);
+    int other = tcp_connect("127.0.0.2", port);
+    double asked = gpc_time_seconds();
+    raw_exchange(other, request, reply, sizeof reply, 1.5);
+    close(other);
+    if (strncmp(reply, "HTTP/1.1 200", 12) != 0) fail_msg("other peer got: %.200s", reply);
+    assert_true(gpc_time_seconds() - asked < 1.5);
+    /* a wrong token is refused before the body it announces is read */
+    other = tcp_connect("127.0.0.2", port);
+    raw_exchange(other,
+                 "POST /jobs HTTP/1.1\r\nHost: gpcd\r\nAuthorization: Bearer wrong\r\n"
+                 "Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n",
+                 reply, sizeof reply, 1.5);
+    close(other);
+    if (strncmp(reply, "HTTP/1.1 401", 12) != 0) fail_msg("unauthenticated upload: %.200s", reply);
+    for (int i = 0; i < SLOW_CONNECTIONS; i++)
+        close(fds[i]);
+    test_gpcd_stop(&g);
+    test_rmtree(g.dir);
+    gpc_free(g.dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_endpoints),           cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_tcp_token),           cmocka_unit_test(test_alerts),
-        cmocka_unit_test(test_preemption_requeues),
+        cmocka_unit_test(test_preemption_requeues), cmocka_unit_test(test_slow_clients),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
