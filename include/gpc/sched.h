@@ -236,6 +236,7 @@ typedef struct {
     int shared_jobs;       /* jobs sharing it */
     double free_time;      /* when its last job is expected to end (0 = free now, inf = unknown) */
     uint32_t data_hash;    /* data of the job that last ran on it */
+    int unavailable;       /* held back: its last job's processes have not left it yet */
 } sched_gpu;
 
 typedef struct {
@@ -374,7 +375,13 @@ uint64_t sched_process_start_time(pid_t pid);
 int sched_runner_alive(const sched_job *job);
 /* Reads the exit file: 0 when found (exit code or signal set), -1 when absent. */
 int sched_runner_read_exit(const char *exit_path, int *exit_code, int *signal);
-/* Sends a signal to the job's process group. */
+/* Puts each job's command in a cgroup of its own under root (a cgroup v2
+ * folder gpcd may create cgroups in, with cgroup.kill); NULL or "" for
+ * none. For the whole process. */
+void sched_runner_use_cgroups(const char *root);
+/* Sends a signal to every process of the job: its process group, its
+ * cgroup, and every descendant of its supervisor (a subreaper, so
+ * processes that left the group stay descendants). */
 void sched_runner_signal(const sched_job *job, int sig);
 /* Reaps finished supervisors that are our children (no blocking). */
 void sched_runner_reap(void);
@@ -436,6 +443,10 @@ const sched_alert *sched_monitor_alerts(const sched_monitor *monitor, int *count
 /* Links alerts to the store: opened alerts get ids, closed ones end. */
 void sched_monitor_set_store(sched_monitor *monitor, sched_store *store);
 const char *sched_alert_kind_name(sched_alert_kind kind);
+/* The pids of the processes using a GPU (NVML's compute processes; for
+ * simulated GPUs, gpcd jobs' processes with it in CUDA_VISIBLE_DEVICES);
+ * -1 when that cannot be told. */
+int sched_monitor_gpu_processes(sched_monitor *monitor, int gpu, int *pids, int max);
 /* Opens (on) or closes the storage alert, which belongs to no GPU. */
 void sched_monitor_storage_alert(sched_monitor *monitor, int on, const char *message, double now);
 

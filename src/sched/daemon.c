@@ -211,11 +211,64 @@ static void settle(sched_daemon *d, sched_job *job, int recovering) {
             job->message ? ": " : "", job->message ? job->message : "");
 }
 
+/* The job's GPUs are not handed on until no process of it holds them
+ * (release_gpus checks); settle runs first, so take them before. */
+static void hold_gpus(sched_daemon *d, const sched_job *job) {
+    for (int a = 0; a < job->assigned_count; a++) {
+        int g = job->assigned[a];
+        if (g < 0 || g >= d->cluster.count) continue;
+        d->gpu_held_by[g] = job->id;
+        d->cluster.gpu[g].unavailable = 1;
+    }
+    d->held_check_at = 0;
+}
+
+/* Whether process pid carries GPC_JOB_ID=id: one of that job's. */
+static int process_of_job(int pid, int64_t id) {
+    char path[64], want[48];
+    static char env[65536];
+    snprintf(path, sizeof path, "/proc/%d/environ", pid);
+    snprintf(want, sizeof want, "GPC_JOB_ID=%lld", (long long)id);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t len = fread(env, 1, sizeof env - 1, f);
+    fclose(f);
+    env[len] = '\0';
+    for (size_t i = 0; i < len; i += strlen(env + i) + 1)
+        if (strcmp(env + i, want) == 0) return 1;
+    return 0;
+}
+
+/* Hands held GPUs on once the monitor (NVML, or the simulation) shows no
+ * process of their last job on them; such a process is killed (the job is
+ * over: its cgroup or supervisor should have ended it already). */
+static void release_gpus(sched_daemon *d, double now) {
+    if (now < d->held_check_at) return;
+    d->held_check_at = now + 0.2;
+    for (int g = 0; g < d->cluster.count; g++) {
+        if (!d->gpu_held_by[g]) continue;
+        int pids[128], held = 0;
+        int n = sched_monitor_gpu_processes(d->monitor, g, pids, 128);
+        for (int i = 0; i < n; i++)
+            if (process_of_job(pids[i], d->gpu_held_by[g])) {
+                held = 1;
+                kill(pids[i], SIGKILL);
+                gpc_log(GPC_LOG_WARN, "GPU %d: process %d of ended job %lld still holds it; killed",
+                        g, pids[i], (long long)d->gpu_held_by[g]);
+            }
+        if (held) continue;
+        d->gpu_held_by[g] = 0;
+        d->cluster.gpu[g].unavailable = 0;
+        d->dirty = 1;
+    }
+}
+
 static void watch_running(sched_daemon *d, double now) {
     for (int i = 0; i < d->nactive; i++) {
         sched_job *job = d->active[i];
         if (job->state != SCHED_RUNNING) continue;
         if (!sched_runner_alive(job)) {
+            hold_gpus(d, job);
             settle(d, job, 0);
             d->dirty = 1;
             if (sched_state_is_final(job->state) && !job->unsaved) remove_active(d, i--);
@@ -390,6 +443,7 @@ static gpc_status recover(sched_daemon *d) {
                 save(d, job); /* the pids found in the record */
                 reattached++;
             } else {
+                hold_gpus(d, job);
                 settle(d, job, 1);
                 settled++;
                 if (sched_state_is_final(job->state)) {
@@ -431,6 +485,40 @@ static int64_t largest_file_id(const char *dir) {
     }
     closedir(d);
     return largest;
+}
+
+/* The cgroup v2 folder gpcd itself runs in, when gpcd may make cgroups
+ * there that have cgroup.kill (Linux 5.14): tried by making one. Writes ""
+ * otherwise (no cgroup v2, no permission: a child subreaper then finds the
+ * job's processes, runner.c). */
+static void find_cgroup_root(char *root, size_t size) {
+    root[0] = '\0';
+    char mount[512] = "", line[1024], path[1024] = "";
+    FILE *f = fopen("/proc/self/mountinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char point[512], type[64];
+        const char *dash = strstr(line, " - ");
+        if (dash && sscanf(dash, " - %63s", type) == 1 && strcmp(type, "cgroup2") == 0 &&
+            sscanf(line, "%*s %*s %*s %*s %511s", point) == 1)
+            snprintf(mount, sizeof mount, "%s", point);
+    }
+    if (f) fclose(f);
+    f = fopen("/proc/self/cgroup", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "0::", 3) == 0) {
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(path, sizeof path, "%s", line + 3);
+        }
+    if (f) fclose(f);
+    if (!mount[0] || !path[0]) return;
+    char candidate[1100], probe[1200], kill_file[1300];
+    snprintf(candidate, sizeof candidate, "%s%s", mount, strcmp(path, "/") == 0 ? "" : path);
+    snprintf(probe, sizeof probe, "%s/gpcd-probe-%d", candidate, (int)getpid());
+    if (mkdir(probe, 0755) != 0) return;
+    snprintf(kill_file, sizeof kill_file, "%s/cgroup.kill", probe);
+    int has_kill = access(kill_file, W_OK) == 0;
+    rmdir(probe);
+    if (has_kill && strlen(candidate) < size) snprintf(root, size, "%s", candidate);
 }
 
 /* -------------------------------------------------- operations for the API */
@@ -637,6 +725,13 @@ gpc_status sched_daemon_create(const sched_config *config, sched_daemon **out) {
         d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (d->wake_fd < 0) st = gpc_error(GPC_ERR_IO, "eventfd: %s", strerror(errno));
     }
+    if (st == GPC_OK) {
+        char root[512];
+        find_cgroup_root(root, sizeof root);
+        sched_runner_use_cgroups(root);
+        gpc_log(GPC_LOG_INFO, "job processes: %s%s", root[0] ? "a cgroup each under " : "",
+                root[0] ? root : "no cgroup v2 here; found as the supervisors' descendants");
+    }
     if (st == GPC_OK) st = recover(d);
     if (st == GPC_OK && sched_slurm_enabled(d)) st = sched_slurm_start(d);
     if (st == GPC_OK) st = sched_api_start(d);
@@ -676,6 +771,7 @@ gpc_status sched_daemon_run(sched_daemon *d) {
             if (next_sample < now) next_sample = now + d->config.sample_interval;
         }
         storage_retry(d, now);
+        if (!slurm) release_gpus(d, now);
         if (!slurm && !d->storage_failing && (d->dirty || now >= next_pass)) {
             d->dirty = 0;
             schedule(d);

@@ -20,6 +20,7 @@
 #include "gpc/nvml.h"
 #include "gpc/sched.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,6 +151,49 @@ void sched_monitor_close(sched_monitor *monitor) {
     if (!monitor) return;
     gpc_nvml_close(monitor->nvml);
     free(monitor);
+}
+
+/* Simulated GPUs: a process uses GPU g when it carries GPC_JOB_ID (a gpcd
+ * job's) and g is in its CUDA_VISIBLE_DEVICES, as a CUDA program would. */
+static int simulated_processes(int gpu, int *pids, int max) {
+    DIR *dir = opendir("/proc");
+    if (!dir) return -1;
+    static char env[65536];
+    int n = 0;
+    struct dirent *e;
+    while (n < max && (e = readdir(dir)) != NULL) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0) continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%ld/environ", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t len = fread(env, 1, sizeof env - 1, f);
+        fclose(f);
+        env[len] = '\0';
+        int job = 0, uses = 0;
+        for (size_t i = 0; i < len; i += strlen(env + i) + 1) {
+            if (strncmp(env + i, "GPC_JOB_ID=", 11) == 0) job = 1;
+            if (strncmp(env + i, "CUDA_VISIBLE_DEVICES=", 21) == 0)
+                for (char *p = env + i + 21; *p;) {
+                    char *next;
+                    long g = strtol(p, &next, 10);
+                    if (next == p) break;
+                    if (g == gpu) uses = 1;
+                    p = *next == ',' ? next + 1 : next;
+                }
+        }
+        if (job && uses) pids[n++] = (int)pid;
+    }
+    closedir(dir);
+    return n;
+}
+
+int sched_monitor_gpu_processes(sched_monitor *monitor, int gpu, int *pids, int max) {
+    if (gpu < 0 || gpu >= monitor->count) return -1;
+    if (monitor->simulated) return simulated_processes(gpu, pids, max);
+    return monitor->nvml ? gpc_nvml_compute_processes(monitor->nvml, gpu, pids, max) : -1;
 }
 
 int sched_monitor_gpu_count(const sched_monitor *monitor) {

@@ -56,8 +56,9 @@ void sched_cluster_account(const sched_policy_config *policy, sched_cluster *clu
     for (int g = 0; g < cluster->count; g++) {
         sched_gpu *gpu = &cluster->gpu[g];
         gpu->mem_reserved = 0;
-        gpu->exclusive_jobs = gpu->shared_jobs = 0;
-        gpu->free_time = 0;
+        gpu->exclusive_jobs = gpu->unavailable ? 1 : 0; /* a GPU held back takes no job */
+        gpu->shared_jobs = 0;
+        gpu->free_time = gpu->unavailable ? INFINITY : 0;
     }
     for (int i = 0; i < nrunning; i++) {
         const sched_job *job = running[i];

@@ -15,7 +15,18 @@
  * starting but without a pid claims the same name first: if it wins, the
  * command never ran and never will, so the job can safely wait again; if
  * the supervisor won, the record says which processes to look for. Either
- * way no job runs twice and none is lost. After a restart
+ * way no job runs twice and none is lost.
+ *
+ * Every process a job starts is found and stopped, including those that
+ * leave its process group (setsid, double forks). Where gpcd can create
+ * cgroups (cgroup v2 with cgroup.kill, see sched_runner_use_cgroups), the
+ * command runs in a cgroup of its own, gpcd-job-PID-START under gpcd's,
+ * named after its supervisor; signals reach every process in it and
+ * cgroup.kill ends them all. Everywhere, the supervisor is a child
+ * subreaper (PR_SET_CHILD_SUBREAPER): a process whose parent dies is
+ * reparented to it rather than to init, so the job's processes stay its
+ * descendants, which gpcd signals by walking /proc and the supervisor
+ * kills when the command ends. After a restart
  * gpcd re-attaches to supervisors still alive and settles jobs whose
  * supervisor is gone from their exit file. Signals (cancel, preemption,
  * time limits) go to the job's process group, reaching everything it
@@ -27,6 +38,7 @@
 #define _GNU_SOURCE /* close_range, pipe2 */
 #include "gpc/sched.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -44,6 +56,9 @@
 #include <unistd.h>
 
 extern char **environ;
+
+/* The cgroup v2 folder jobs' cgroups are made in; "" when gpcd cannot. */
+static char cgroup_root[512];
 
 static void free_strings(char **v) {
     if (!v) return;
@@ -148,6 +163,7 @@ typedef struct {
     char *record_tmp;
     int log_fd, null_fd, pipe_w;
     uint64_t log_max;
+    char cgroup[700]; /* the job's cgroup, built by the supervisor; "" for none */
     int switch_user;
     uid_t uid;
     gid_t gid;
@@ -299,6 +315,91 @@ static void copy_output(launch *l, int out, pid_t child, int *status) {
             if (errno != EINTR) _exit(126);
 }
 
+/* Appends text to buf (size bytes) without allocating. */
+static void append(char *buf, size_t size, const char *text) {
+    size_t used = strlen(buf), add = strlen(text);
+    if (used + add >= size) add = size - used - 1;
+    memcpy(buf + used, text, add);
+    buf[used + add] = '\0';
+}
+
+/* ROOT/gpcd-job-PID-START: the cgroup of the job supervised by PID. */
+static void cgroup_path(char *buf, size_t size, unsigned long pid, unsigned long start) {
+    char number[24];
+    buf[0] = '\0';
+    append(buf, size, cgroup_root);
+    append(buf, size, "/gpcd-job-");
+    format_uint(number, pid);
+    append(buf, size, number);
+    append(buf, size, "-");
+    format_uint(number, start);
+    append(buf, size, number);
+}
+
+static int write_file(const char *dir, const char *name, const char *text) {
+    char path[800];
+    path[0] = '\0';
+    append(path, sizeof path, dir);
+    append(path, sizeof path, name);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = write(fd, text, strlen(text));
+    close(fd);
+    return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* Whether the cgroup still holds a process (cgroup.procs not empty). */
+static int cgroup_populated(const char *dir) {
+    char path[800], c;
+    path[0] = '\0';
+    append(path, sizeof path, dir);
+    append(path, sizeof path, "/cgroup.procs");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, &c, 1);
+    close(fd);
+    return n == 1;
+}
+
+/* Once the command has ended: SIGKILL to whatever it left, through its
+ * cgroup and to the supervisor's children (as subreaper it inherits every
+ * orphan), reaping them, until none is left (or 5 s pass: a process stuck
+ * in the kernel cannot be waited for longer). */
+static void end_leftovers(launch *l, pid_t child) {
+    char children[64], number[24], buf[4096];
+    children[0] = '\0';
+    append(children, sizeof children, "/proc/self/task/");
+    format_uint(number, (unsigned long)getpid());
+    append(children, sizeof children, number);
+    append(children, sizeof children, "/children");
+    kill(-child, SIGKILL);
+    for (int round = 0; round < 500; round++) {
+        if (l->cgroup[0]) write_file(l->cgroup, "/cgroup.kill", "1");
+        int any = 0;
+        int fd = open(children, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : 0;
+        if (fd >= 0) close(fd);
+        for (ssize_t i = 0; i < n;) {
+            long pid = 0;
+            while (i < n && buf[i] >= '0' && buf[i] <= '9')
+                pid = pid * 10 + (buf[i++] - '0');
+            while (i < n && (buf[i] < '0' || buf[i] > '9'))
+                i++;
+            if (pid > 0) {
+                kill((pid_t)pid, SIGKILL);
+                any = 1;
+            }
+        }
+        pid_t reaped;
+        while ((reaped = waitpid(-1, NULL, WNOHANG)) > 0)
+            any = 1;
+        if (l->cgroup[0] && cgroup_populated(l->cgroup)) any = 1;
+        if (!any && reaped < 0 && errno == ECHILD) break; /* no child, none to come */
+        usleep(10000);
+    }
+    if (l->cgroup[0]) rmdir(l->cgroup);
+}
+
 /* The supervisor: runs in the child of gpcd, never returns. */
 static void supervise(launch *l) {
     sigset_t all;
@@ -308,6 +409,14 @@ static void supervise(launch *l) {
         if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL);
     setsid();
     prctl(PR_SET_NAME, "gpcd-supervise"); /* tells it apart from gpcd in ps */
+    /* orphans of the job become its children, not init's (see the top) */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    l->cgroup[0] = '\0';
+    if (cgroup_root[0]) {
+        cgroup_path(l->cgroup, sizeof l->cgroup, (unsigned long)getpid(),
+                    (unsigned long)read_start_time("/proc/self/stat"));
+        if (mkdir(l->cgroup, 0755) != 0) l->cgroup[0] = '\0'; /* the subreaper still serves */
+    }
     dup2(l->null_fd, 0);
     dup2(l->log_fd, 1); /* the supervisor's own messages */
     dup2(l->log_fd, 2);
@@ -338,6 +447,9 @@ static void supervise(launch *l) {
         }
         if (got != 1) _exit(125); /* the start was not claimed: never run */
         close(go[0]);
+        /* into the job's cgroup (the supervisor stays out, so that
+         * cgroup.kill spares it) */
+        if (l->cgroup[0]) write_file(l->cgroup, "/cgroup.procs", "0");
         /* output goes through the supervisor, which caps the log */
         dup2(out[1], 1);
         dup2(out[1], 2);
@@ -374,6 +486,7 @@ static void supervise(launch *l) {
         say(2, "gpcd: the job's start was given up (gpcd restarted, or the disk is full); "
                "not running it\n");
         kill(child, SIGKILL);
+        if (l->cgroup[0]) rmdir(l->cgroup);
         _exit(125);
     }
     if (write(go[1], "g", 1) != 1) _exit(126);
@@ -390,6 +503,7 @@ static void supervise(launch *l) {
     int status = 0;
     copy_output(l, out[0], child, &status);
     close(out[0]);
+    end_leftovers(l, child);
     char line[64], number[24];
     if (WIFSIGNALED(status)) {
         format_uint(number, (unsigned long)WTERMSIG(status));
@@ -577,9 +691,78 @@ int sched_runner_read_exit(const char *exit_path, int *exit_code, int *signal_ou
     return -1;
 }
 
+void sched_runner_use_cgroups(const char *root) {
+    snprintf(cgroup_root, sizeof cgroup_root, "%s", root ? root : "");
+}
+
+/* Signals every descendant of pid (not pid itself), found through the
+ * parent links in /proc. */
+static void signal_descendants(pid_t root, int sig) {
+    enum { MAX = 1 << 16 };
+    pid_t *pids = malloc(sizeof *pids * MAX), *parents = malloc(sizeof *parents * MAX);
+    DIR *dir = opendir("/proc");
+    int n = 0;
+    struct dirent *e;
+    while (pids && parents && dir && n < MAX && (e = readdir(dir)) != NULL) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0) continue;
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        ssize_t got = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (got <= 0) continue;
+        buf[got] = '\0';
+        char *p = strrchr(buf, ')'); /* then " STATE PPID" */
+        if (!p || sscanf(p + 1, " %*c %d", &parents[n]) != 1) continue;
+        pids[n++] = (pid_t)pid;
+    }
+    if (dir) closedir(dir);
+    /* grow the set of descendants until it stops growing (trees are shallow) */
+    char *in = calloc((size_t)n + 1, 1);
+    for (int changed = 1; in && changed;) {
+        changed = 0;
+        for (int i = 0; i < n; i++) {
+            if (in[i]) continue;
+            int parent_in = parents[i] == root;
+            for (int k = 0; !parent_in && k < n; k++)
+                parent_in = in[k] && pids[k] == parents[i];
+            if (parent_in) in[i] = 1, changed = 1;
+        }
+    }
+    for (int i = 0; in && i < n; i++)
+        if (in[i]) kill(pids[i], sig);
+    free(in);
+    free(pids);
+    free(parents);
+}
+
+/* Signals every process of the job's cgroup. */
+static void signal_cgroup(const sched_job *job, int sig) {
+    if (!cgroup_root[0]) return;
+    char dir[700], path[800];
+    cgroup_path(dir, sizeof dir, (unsigned long)job->pid, (unsigned long)job->pid_start);
+    if (sig == SIGKILL) {
+        write_file(dir, "/cgroup.kill", "1");
+        return;
+    }
+    snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+    FILE *f = fopen(path, "r");
+    long pid;
+    while (f && fscanf(f, "%ld", &pid) == 1)
+        if (pid > 0) kill((pid_t)pid, sig);
+    if (f) fclose(f);
+}
+
 void sched_runner_signal(const sched_job *job, int sig) {
-    /* Only while the supervisor lives is the process group surely the job's. */
-    if (job->pgid > 1 && sched_runner_alive(job)) kill(-job->pgid, sig);
+    /* Only while the supervisor lives are its group, cgroup and descendants
+     * surely the job's. */
+    if (job->pgid <= 1 || !sched_runner_alive(job)) return;
+    kill(-job->pgid, sig);
+    signal_cgroup(job, sig);
+    signal_descendants(job->pid, sig);
 }
 
 void sched_runner_reap(void) {

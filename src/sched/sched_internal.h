@@ -56,6 +56,10 @@ struct sched_daemon {
      * a retry saves them. */
     int storage_failing;
     double storage_retry_at;
+    /* GPUs whose last job ended while processes of it may still hold them:
+     * the job's id, until the monitor sees none of its processes there */
+    int64_t gpu_held_by[SCHED_MAX_GPUS];
+    double held_check_at;
     int64_t submitted_total, started_total, preempted_total;
     double last_pass_seconds;
     sched_pass_stats last_pass;

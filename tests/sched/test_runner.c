@@ -6,10 +6,14 @@
  * while gpcd was down; and recovery of jobs gpcd was starting when it died,
  * decided from each attempt's record and exit file, never by guessing;
  * job ids that never repeat, even when the database is lost, and logs that
- * are never appended to by a job they do not belong to.
+ * are never appended to by a job they do not belong to; and processes that
+ * leave a job's process group (setsid, double fork) stopped with it, by
+ * its cgroup where there is one and by the supervisor's subreaper walk
+ * where not.
  */
 #include "sched_testutil.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -411,11 +415,151 @@ static void test_ids_never_reused(void **state) {
     finish(&g);
 }
 
+/* The pid of the process whose command line is "sleep SECONDS", 0 if none. */
+static pid_t find_sleep(const char *seconds) {
+    DIR *dir = opendir("/proc");
+    struct dirent *e;
+    pid_t found = 0;
+    char want[64];
+    size_t want_len = (size_t)snprintf(want, sizeof want, "sleep%c%s", '\0', seconds) + 1;
+    while (dir && !found && (e = readdir(dir)) != NULL) {
+        char path[300], buf[128];
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        if (n == want_len && memcmp(buf, want, want_len) == 0 &&
+            process_running((pid_t)atoi(e->d_name)))
+            found = (pid_t)atoi(e->d_name);
+    }
+    if (dir) closedir(dir);
+    return found;
+}
+
+static void wait_gone(pid_t pid, const char *what) {
+    for (double end = gpc_time_seconds() + 5; process_running(pid);) {
+        if (gpc_time_seconds() > end) fail_msg("%s (pid %d) outlived its job", what, (int)pid);
+        usleep(20000);
+    }
+}
+
+/* One job that starts a process in a new session (setsid) and one that
+ * double-forks, then waits; cancelled, both go. A second job leaves the
+ * same two behind when it exits; they go when it ends. */
+static void escapes_round(test_gpcd *g, int round) {
+    char body[512], a[16], b[16], c[16], d[16];
+    snprintf(a, sizeof a, "31%d1", round);
+    snprintf(b, sizeof b, "31%d2", round);
+    snprintf(c, sizeof c, "31%d3", round);
+    snprintf(d, sizeof d, "31%d4", round);
+    snprintf(body, sizeof body,
+             "{\"command\":[\"sh\",\"-c\",\"setsid sleep %s & (sleep %s &); sleep 60\"]}", a, b);
+    int64_t id = test_submit(g->socket, body);
+    pid_t pa = 0, pb = 0;
+    for (double end = gpc_time_seconds() + 5; !pa || !pb; usleep(20000)) {
+        if (gpc_time_seconds() > end) fail_msg("the escaping processes never started");
+        pa = find_sleep(a);
+        pb = find_sleep(b);
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/jobs/%lld/cancel", (long long)id);
+    int status;
+    json_decref(test_request(g->socket, "POST", path, "", &status));
+    assert_int_equal(status, 202);
+    json_decref(test_wait_state(g->socket, id, "cancelled", 5));
+    wait_gone(pa, "a setsid process");
+    wait_gone(pb, "a double-forked process");
+
+    snprintf(body, sizeof body,
+             "{\"command\":[\"sh\",\"-c\",\"setsid sleep %s & (sleep %s &); sleep 0.2\"]}", c, d);
+    id = test_submit(g->socket, body);
+    pid_t pc = 0, pd = 0;
+    for (double end = gpc_time_seconds() + 5; !pc || !pd; usleep(20000)) {
+        if (gpc_time_seconds() > end) fail_msg("the escaping processes never started");
+        pc = find_sleep(c);
+        pd = find_sleep(d);
+    }
+    json_decref(test_wait_state(g->socket, id, "completed", 5));
+    wait_gone(pc, "a setsid process left behind");
+    wait_gone(pd, "a double-forked process left behind");
+}
+
+static void test_escaped_processes(void **state) {
+    (void)state;
+    test_gpcd g;
+    start(&g, "simulated:2x80GB");
+    escapes_round(&g, 1);           /* with a cgroup per job where this machine allows it */
+    sched_runner_use_cgroups(NULL); /* and the fallback: the subreaper's walk */
+    escapes_round(&g, 2);
+    finish(&g);
+}
+
+/* A process of job id on GPU 0 that is none of the job's descendants (as
+ * one left behind by a path gpcd cannot see would be): started by a double
+ * fork, so neither this test nor gpcd's in-process supervisor reaps it. */
+static pid_t start_stray(int64_t id) {
+    int fds[2];
+    if (pipe(fds) != 0) fail_msg("pipe");
+    pid_t middle = fork();
+    if (middle == 0) {
+        pid_t stray = fork();
+        if (stray == 0) {
+            char env_id[48];
+            snprintf(env_id, sizeof env_id, "GPC_JOB_ID=%lld", (long long)id);
+            char *envp[] = {env_id, "CUDA_VISIBLE_DEVICES=0", "PATH=/usr/bin:/bin", NULL};
+            setsid();
+            execle("/bin/sleep", "sleep", "3199", (char *)NULL, envp);
+            _exit(127);
+        }
+        if (write(fds[1], &stray, sizeof stray) != (ssize_t)sizeof stray) _exit(1);
+        _exit(0);
+    }
+    pid_t stray = 0;
+    if (read(fds[0], &stray, sizeof stray) != (ssize_t)sizeof stray) fail_msg("no stray pid");
+    close(fds[0]);
+    close(fds[1]);
+    waitpid(middle, NULL, 0);
+    return stray;
+}
+
+/* A job ends while a process of it still holds its GPU: the next job gets
+ * the GPU only once that process is gone (gpcd kills it), as the monitor
+ * (NVML; here the simulation) shows. The next job checks for itself. */
+static void test_gpu_held_until_clear(void **state) {
+    (void)state;
+    test_gpcd g;
+    start(&g, "simulated:1x80GB");
+    char body[9000], go[4200];
+    snprintf(go, sizeof go, "%s/go", g.dir);
+    snprintf(body, sizeof body,
+             "{\"command\":[\"sh\",\"-c\",\"while [ ! -e %s ]; do sleep 0.02; done\"]}", go);
+    int64_t first = test_submit(g.socket, body);
+    json_decref(test_wait_state(g.socket, first, "running", 5));
+    pid_t stray = start_stray(first);
+    for (double end = gpc_time_seconds() + 5; !process_running(stray); usleep(10000))
+        if (gpc_time_seconds() > end) fail_msg("the stray process did not start");
+    snprintf(body, sizeof body,
+             "{\"command\":[\"sh\",\"-c\",\"if [ -e /proc/%d ] && ! grep -q '^State:.*Z' "
+             "/proc/%d/status; then echo held; else echo clear; fi\"]}",
+             (int)stray, (int)stray);
+    int64_t next = test_submit(g.socket, body);
+    touch(go);
+    json_decref(test_wait_state(g.socket, first, "completed", 5));
+    json_decref(test_wait_state(g.socket, next, "completed", 5));
+    char *log = read_log(&g, next);
+    assert_string_equal(log, "clear\n");
+    free(log);
+    assert_false(process_running(stray));
+    finish(&g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exit_status_and_logs),   cmocka_unit_test(test_time_limits),
         cmocka_unit_test(test_reattach_after_restart), cmocka_unit_test(test_process_start_time),
         cmocka_unit_test(test_recover_while_starting), cmocka_unit_test(test_ids_never_reused),
+        cmocka_unit_test(test_escaped_processes),      cmocka_unit_test(test_gpu_held_until_clear),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
