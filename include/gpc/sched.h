@@ -379,6 +379,9 @@ int sched_runner_read_exit(const char *exit_path, int *exit_code, int *signal);
  * folder gpcd may create cgroups in, with cgroup.kill); NULL or "" for
  * none. For the whole process. */
 void sched_runner_use_cgroups(const char *root);
+/* The value of GPC_JOB_TAG, set in every job's environment: a hash of the
+ * job's exit file path, so unique to one gpcd's job on this machine. */
+uint64_t sched_runner_job_tag(const char *exit_path);
 /* Sends a signal to every process of the job: its process group, its
  * cgroup, and every descendant of its supervisor (a subreaper, so
  * processes that left the group stay descendants). */

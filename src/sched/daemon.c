@@ -223,12 +223,15 @@ static void hold_gpus(sched_daemon *d, const sched_job *job) {
     d->held_check_at = 0;
 }
 
-/* Whether process pid carries GPC_JOB_ID=id: one of that job's. */
-static int process_of_job(int pid, int64_t id) {
-    char path[64], want[48];
+/* Whether process pid carries the job's GPC_JOB_TAG: one of its processes
+ * (GPC_JOB_ID alone would match another gpcd's job of the same id). */
+static int process_of_job(sched_daemon *d, int pid, int64_t id) {
+    char path[700], want[48];
     static char env[65536];
+    exit_path(d, id, path, sizeof path);
+    snprintf(want, sizeof want, "GPC_JOB_TAG=%016llx",
+             (unsigned long long)sched_runner_job_tag(path));
     snprintf(path, sizeof path, "/proc/%d/environ", pid);
-    snprintf(want, sizeof want, "GPC_JOB_ID=%lld", (long long)id);
     FILE *f = fopen(path, "r");
     if (!f) return 0;
     size_t len = fread(env, 1, sizeof env - 1, f);
@@ -250,7 +253,7 @@ static void release_gpus(sched_daemon *d, double now) {
         int pids[128], held = 0;
         int n = sched_monitor_gpu_processes(d->monitor, g, pids, 128);
         for (int i = 0; i < n; i++)
-            if (process_of_job(pids[i], d->gpu_held_by[g])) {
+            if (process_of_job(d, pids[i], d->gpu_held_by[g])) {
                 held = 1;
                 kill(pids[i], SIGKILL);
                 gpc_log(GPC_LOG_WARN, "GPU %d: process %d of ended job %lld still holds it; killed",
@@ -510,9 +513,10 @@ static void find_cgroup_root(char *root, size_t size) {
             snprintf(path, sizeof path, "%s", line + 3);
         }
     if (f) fclose(f);
-    if (!mount[0] || !path[0]) return;
+    if (!mount[0] || !path[0] || strlen(mount) + strlen(path) >= 1000) return;
     char candidate[1100], probe[1200], kill_file[1300];
-    snprintf(candidate, sizeof candidate, "%s%s", mount, strcmp(path, "/") == 0 ? "" : path);
+    snprintf(candidate, sizeof candidate, "%.511s%.511s", mount,
+             strcmp(path, "/") == 0 ? "" : path);
     snprintf(probe, sizeof probe, "%s/gpcd-probe-%d", candidate, (int)getpid());
     if (mkdir(probe, 0755) != 0) return;
     snprintf(kill_file, sizeof kill_file, "%s/cgroup.kill", probe);

@@ -153,7 +153,7 @@ void sched_monitor_close(sched_monitor *monitor) {
     free(monitor);
 }
 
-/* Simulated GPUs: a process uses GPU g when it carries GPC_JOB_ID (a gpcd
+/* Simulated GPUs: a process uses GPU g when it carries GPC_JOB_TAG (a gpcd
  * job's) and g is in its CUDA_VISIBLE_DEVICES, as a CUDA program would. */
 static int simulated_processes(int gpu, int *pids, int max) {
     DIR *dir = opendir("/proc");
@@ -174,7 +174,7 @@ static int simulated_processes(int gpu, int *pids, int max) {
         env[len] = '\0';
         int job = 0, uses = 0;
         for (size_t i = 0; i < len; i += strlen(env + i) + 1) {
-            if (strncmp(env + i, "GPC_JOB_ID=", 11) == 0) job = 1;
+            if (strncmp(env + i, "GPC_JOB_TAG=", 12) == 0) job = 1;
             if (strncmp(env + i, "CUDA_VISIBLE_DEVICES=", 21) == 0)
                 for (char *p = env + i + 21; *p;) {
                     char *next;

@@ -91,7 +91,14 @@ static char *format_env(const char *name, const char *value) {
 }
 
 /* The submitter's environment with gpcd's variables put over it. */
-static char **job_environment(const sched_job *job) {
+uint64_t sched_runner_job_tag(const char *exit_path) {
+    uint64_t h = 14695981039346656037ull; /* FNV-1a, 64 bits */
+    for (const unsigned char *p = (const unsigned char *)exit_path; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return h;
+}
+
+static char **job_environment(const sched_job *job, const char *exit_path) {
     json_t *env = job->env ? json_loads(job->env, 0, NULL) : NULL;
     size_t n = json_is_object(env) ? json_object_size(env) : 0;
     char **envp = calloc(n + 8, sizeof *envp);
@@ -100,7 +107,7 @@ static char **job_environment(const sched_job *job) {
         return NULL;
     }
     static const char *const ours[] = {"CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE", "GPC_JOB_ID",
-                                       "GPC_JOB_GPUS"};
+                                       "GPC_JOB_GPUS", "GPC_JOB_TAG"};
     size_t k = 0;
     const char *key;
     json_t *value;
@@ -126,6 +133,12 @@ static char **job_environment(const sched_job *job) {
     envp[k++] = format_env("GPC_JOB_ID", id);
     snprintf(id, sizeof id, "%d", job->assigned_count);
     envp[k++] = format_env("GPC_JOB_GPUS", id);
+    /* marks the job's processes for good, whatever group or cgroup they
+     * leave: unique to this gpcd and job (its exit file's path), unlike
+     * GPC_JOB_ID, which every gpcd on a machine counts from 1 */
+    char tag[24];
+    snprintf(tag, sizeof tag, "%016llx", (unsigned long long)sched_runner_job_tag(exit_path));
+    envp[k++] = format_env("GPC_JOB_TAG", tag);
     envp[k] = NULL;
     return envp;
 }
@@ -581,7 +594,7 @@ gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *
     int pipe_fds[2] = {-1, -1};
     gpc_status st = GPC_OK;
     l.argv = command_argv(job->command);
-    l.envp = job_environment(job);
+    l.envp = job_environment(job, exit_path);
     l.cwd = job->cwd ? job->cwd : "/";
     l.exit_path = exit_path;
     l.record_path = record_path;

@@ -498,7 +498,11 @@ static void test_escaped_processes(void **state) {
 /* A process of job id on GPU 0 that is none of the job's descendants (as
  * one left behind by a path gpcd cannot see would be): started by a double
  * fork, so neither this test nor gpcd's in-process supervisor reaps it. */
-static pid_t start_stray(int64_t id) {
+static pid_t start_stray(const char *dir, int64_t id) {
+    char exit_file[4300], env_tag[48];
+    snprintf(exit_file, sizeof exit_file, "%s/jobs/%lld.exit", dir, (long long)id);
+    snprintf(env_tag, sizeof env_tag, "GPC_JOB_TAG=%016llx",
+             (unsigned long long)sched_runner_job_tag(exit_file));
     int fds[2];
     if (pipe(fds) != 0) fail_msg("pipe");
     pid_t middle = fork();
@@ -507,7 +511,7 @@ static pid_t start_stray(int64_t id) {
         if (stray == 0) {
             char env_id[48];
             snprintf(env_id, sizeof env_id, "GPC_JOB_ID=%lld", (long long)id);
-            char *envp[] = {env_id, "CUDA_VISIBLE_DEVICES=0", "PATH=/usr/bin:/bin", NULL};
+            char *envp[] = {env_id, env_tag, "CUDA_VISIBLE_DEVICES=0", "PATH=/usr/bin:/bin", NULL};
             setsid();
             execle("/bin/sleep", "sleep", "3199", (char *)NULL, envp);
             _exit(127);
@@ -536,7 +540,7 @@ static void test_gpu_held_until_clear(void **state) {
              "{\"command\":[\"sh\",\"-c\",\"while [ ! -e %s ]; do sleep 0.02; done\"]}", go);
     int64_t first = test_submit(g.socket, body);
     json_decref(test_wait_state(g.socket, first, "running", 5));
-    pid_t stray = start_stray(first);
+    pid_t stray = start_stray(g.dir, first);
     for (double end = gpc_time_seconds() + 5; !process_running(stray); usleep(10000))
         if (gpc_time_seconds() > end) fail_msg("the stray process did not start");
     snprintf(body, sizeof body,
