@@ -236,7 +236,7 @@ typedef struct {
     int shared_jobs;       /* jobs sharing it */
     double free_time;      /* when its last job is expected to end (0 = free now, inf = unknown) */
     uint32_t data_hash;    /* data of the job that last ran on it */
-    int unavailable;       /* held back: its last job's processes have not left it yet */
+    int unavailable; /* held back: drained, or its last job's processes have not left it yet */
 } sched_gpu;
 
 typedef struct {
@@ -311,6 +311,10 @@ void sched_store_close(sched_store *store);
  * passes the largest id among the files in its jobs folder, so a lost
  * database never gives a new job an id, and a log, an old job had). */
 gpc_status sched_store_reserve_ids(sched_store *store, int64_t above);
+/* A value kept in the database's meta table ("" when absent), and setting
+ * it (durably). */
+gpc_status sched_store_meta_get(sched_store *store, const char *key, char *value, size_t size);
+gpc_status sched_store_meta_set(sched_store *store, const char *key, const char *value);
 /* For tests: every write transaction fails as on a full disk (on = 1),
  * until called with 0. */
 void sched_store_simulate_full(sched_store *store, int on);
@@ -476,6 +480,8 @@ typedef enum {
     SCHED_REQ_ALERTS,
     SCHED_REQ_METRICS,
     SCHED_REQ_STATUS,
+    SCHED_REQ_GPU_DRAIN,  /* POST /gpus/N/drain: no new jobs on GPU N */
+    SCHED_REQ_GPU_RESUME, /* POST /gpus/N/resume: back in service */
 } sched_request_kind;
 
 typedef struct {
@@ -489,6 +495,7 @@ typedef struct {
     int all;             /* list: include finished jobs */
     unsigned state_mask; /* list: states wanted (0 = default) */
     int recent;          /* list: only the newest this many by end time (0 = all) */
+    int gpu;             /* drain, resume: the GPU index */
     int64_t offset;      /* logs */
     int64_t limit;       /* logs */
     sched_job *job;      /* submit: the validated job (caller frees) */

@@ -417,6 +417,9 @@ static json_t *gpus_json(sched_daemon *d) {
     const sched_gpu_reading *r = sched_monitor_readings(d->monitor, &n);
     for (int g = 0; g < n; g++) {
         json_t *o = reading_json(&r[g], &d->cluster.gpu[g]);
+        json_object_set_new(o, "drained", json_boolean(d->gpu_drained[g]));
+        if (d->gpu_drained[g])
+            json_object_set_new(o, "drain_reason", json_string(d->drain_reason[g]));
         json_t *jobs = json_array();
         for (int i = 0; i < d->nactive; i++)
             for (int k = 0; k < d->active[i]->assigned_count; k++)
@@ -606,6 +609,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     case SCHED_REQ_METRICS:
         ret = handle_metrics(d, c);
         break;
+    case SCHED_REQ_GPU_DRAIN:
+    case SCHED_REQ_GPU_RESUME: {
+        char body[512];
+        int st = sched_daemon_drain(d, req.gpu, req.kind == SCHED_REQ_GPU_DRAIN, caller, body,
+                                    sizeof body);
+        ret = st == 200 ? respond(c, 200, "application/json", body, strlen(body), NULL, NULL)
+                        : respond_error(c, (unsigned)st, body);
+        break;
+    }
     default:
         ret = handle_status(d, c, req.kind);
         break;

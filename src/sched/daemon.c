@@ -211,6 +211,72 @@ static void settle(sched_daemon *d, sched_job *job, int recovering) {
             job->message ? ": " : "", job->message ? job->message : "");
 }
 
+/* A GPU takes jobs only when neither drained nor held. */
+static void update_availability(sched_daemon *d, int g) {
+    int unavailable = d->gpu_drained[g] || d->gpu_held_by[g] != 0;
+    if (d->cluster.gpu[g].unavailable && !unavailable) d->dirty = 1;
+    d->cluster.gpu[g].unavailable = unavailable;
+}
+
+/* Saves the drained GPUs ("0,3") so that a restart keeps them out. */
+static void save_drained(sched_daemon *d) {
+    char list[SCHED_MAX_GPUS * 4] = "";
+    size_t used = 0;
+    for (int g = 0; g < d->cluster.count; g++)
+        if (d->gpu_drained[g])
+            used += (size_t)snprintf(list + used, sizeof list - used, used ? ",%d" : "%d", g);
+    if (sched_store_meta_set(d->store, "drained_gpus", list) != GPC_OK)
+        gpc_log(GPC_LOG_ERROR, "drained GPUs not saved: %s", gpc_last_error());
+}
+
+static void drain(sched_daemon *d, int g, int on, const char *reason) {
+    d->gpu_drained[g] = on;
+    snprintf(d->drain_reason[g], sizeof d->drain_reason[g], "%s", on ? reason : "");
+    update_availability(d, g);
+    save_drained(d);
+    if (on)
+        gpc_log(GPC_LOG_WARN, "GPU %d drained (%s): no new jobs until 'gpc gpu resume %d'", g,
+                reason, g);
+    else
+        gpc_log(GPC_LOG_INFO, "GPU %d back in service", g);
+}
+
+/* A hardware-error alert (uncorrectable ECC, XID: a GPU fallen off the bus)
+ * drains its GPU: jobs already there carry on, new ones go elsewhere, until
+ * an admin resumes it. Each alert drains once, so a resume sticks while it
+ * lasts. */
+static void drain_on_alerts(sched_daemon *d) {
+    int n;
+    const sched_alert *alerts = sched_monitor_alerts(d->monitor, &n);
+    for (int i = 0; i < n; i++) {
+        const sched_alert *a = &alerts[i];
+        if (a->kind != SCHED_ALERT_ECC || a->gpu < 0 || a->gpu >= d->cluster.count) continue;
+        if (d->gpu_drained[a->gpu] || d->drained_for_alert[a->gpu] == a->id + 1) continue;
+        d->drained_for_alert[a->gpu] = a->id + 1;
+        char reason[200];
+        snprintf(reason, sizeof reason, "hardware errors: %.170s", a->message);
+        drain(d, a->gpu, 1, reason);
+    }
+}
+
+int sched_daemon_drain(sched_daemon *d, int gpu, int on, uid_t caller, char *body, size_t size) {
+    if (caller != 0 && caller != d->uid) {
+        snprintf(body, size, "only root or gpcd's own user may %s a GPU", on ? "drain" : "resume");
+        return 403;
+    }
+    pthread_mutex_lock(&d->lock);
+    if (gpu >= d->cluster.count) {
+        snprintf(body, size, "no GPU %d (this server has %d)", gpu, d->cluster.count);
+        pthread_mutex_unlock(&d->lock);
+        return 404;
+    }
+    drain(d, gpu, on, "drained by an administrator");
+    pthread_mutex_unlock(&d->lock);
+    sched_daemon_wake(d);
+    snprintf(body, size, "{\"gpu\":%d,\"drained\":%s}", gpu, on ? "true" : "false");
+    return 200;
+}
+
 /* The job's GPUs are not handed on until no process of it holds them
  * (release_gpus checks); settle runs first, so take them before. */
 static void hold_gpus(sched_daemon *d, const sched_job *job) {
@@ -218,7 +284,7 @@ static void hold_gpus(sched_daemon *d, const sched_job *job) {
         int g = job->assigned[a];
         if (g < 0 || g >= d->cluster.count) continue;
         d->gpu_held_by[g] = job->id;
-        d->cluster.gpu[g].unavailable = 1;
+        update_availability(d, g);
     }
     d->held_check_at = 0;
 }
@@ -261,8 +327,7 @@ static void release_gpus(sched_daemon *d, double now) {
             }
         if (held) continue;
         d->gpu_held_by[g] = 0;
-        d->cluster.gpu[g].unavailable = 0;
-        d->dirty = 1;
+        update_availability(d, g);
     }
 }
 
@@ -730,6 +795,22 @@ gpc_status sched_daemon_create(const sched_config *config, sched_daemon **out) {
         if (d->wake_fd < 0) st = gpc_error(GPC_ERR_IO, "eventfd: %s", strerror(errno));
     }
     if (st == GPC_OK) {
+        char list[SCHED_MAX_GPUS * 4];
+        if (sched_store_meta_get(d->store, "drained_gpus", list, sizeof list) == GPC_OK)
+            for (char *p = list; *p;) {
+                char *end;
+                long g = strtol(p, &end, 10);
+                if (end == p) break;
+                if (g >= 0 && g < d->cluster.count) {
+                    d->gpu_drained[g] = 1;
+                    snprintf(d->drain_reason[g], sizeof d->drain_reason[g],
+                             "drained before gpcd restarted");
+                    d->cluster.gpu[g].unavailable = 1;
+                }
+                p = *end == ',' ? end + 1 : end;
+            }
+    }
+    if (st == GPC_OK) {
         char root[512];
         find_cgroup_root(root, sizeof root);
         sched_runner_use_cgroups(root);
@@ -771,6 +852,7 @@ gpc_status sched_daemon_run(sched_daemon *d) {
         if (!slurm) watch_running(d, gpc_wall_seconds());
         if (now >= next_sample) {
             sample(d, gpc_wall_seconds());
+            if (!slurm) drain_on_alerts(d);
             next_sample += d->config.sample_interval;
             if (next_sample < now) next_sample = now + d->config.sample_interval;
         }

@@ -250,6 +250,26 @@ int sched_request_parse(const char *method, const char *path, const sched_query_
             out->kind = simple_kind[i];
             return 200;
         }
+    if (strncmp(path, "/gpus/", 6) == 0) {
+        const char *n = path + 6;
+        size_t len = strcspn(n, "/");
+        int64_t index = 0;
+        const char *action = n + len;
+        int drain = strcmp(action, "/drain") == 0, resume = strcmp(action, "/resume") == 0;
+        for (size_t i = 0; i < len && index < SCHED_MAX_GPUS; i++)
+            index = n[i] >= '0' && n[i] <= '9' ? index * 10 + (n[i] - '0') : SCHED_MAX_GPUS;
+        if (len == 0 || len > 2 || index >= SCHED_MAX_GPUS)
+            return reject(error, error_size, 404, "'%.32s' is not a GPU index (0, 1, ...)", n);
+        if (!drain && !resume)
+            return reject(error, error_size, 404,
+                          "no such endpoint %.64s (/gpus/N/drain or /gpus/N/resume)", path);
+        if (!post)
+            return reject(error, error_size, 405, "/gpus/N/%s takes POST, not %.16s",
+                          drain ? "drain" : "resume", method);
+        out->kind = drain ? SCHED_REQ_GPU_DRAIN : SCHED_REQ_GPU_RESUME;
+        out->gpu = (int)index;
+        return 200;
+    }
     if (strcmp(path, "/jobs") == 0 || strcmp(path, "/jobs/") == 0) {
         if (get) {
             out->kind = SCHED_REQ_LIST;

@@ -60,6 +60,11 @@ struct sched_daemon {
      * the job's id, until the monitor sees none of its processes there */
     int64_t gpu_held_by[SCHED_MAX_GPUS];
     double held_check_at;
+    /* GPUs taken out of service (a hardware-error alert, or an admin) until
+     * an admin resumes them; saved in the database's meta table */
+    int gpu_drained[SCHED_MAX_GPUS];
+    char drain_reason[SCHED_MAX_GPUS][200];
+    int64_t drained_for_alert[SCHED_MAX_GPUS]; /* the alert that drained it, once */
     int64_t submitted_total, started_total, preempted_total;
     double last_pass_seconds;
     sched_pass_stats last_pass;
@@ -92,5 +97,9 @@ void sched_daemon_log_path(const sched_daemon *daemon, int64_t id, char *buf, si
 /* Under the lock: a job's state as gpcd holds it when the database has not
  * caught up (job->unsaved), copied over what the store returned. */
 void sched_daemon_overlay_unsaved(sched_daemon *daemon, sched_job *job);
+/* Drains (on) or resumes a GPU for an admin (root or gpcd's own user);
+ * returns the HTTP status with the reply or error in body. */
+int sched_daemon_drain(sched_daemon *daemon, int gpu, int on, uid_t caller, char *body,
+                       size_t size);
 
 #endif /* GPC_SCHED_INTERNAL_H */

@@ -211,6 +211,44 @@ gpc_status sched_store_reserve_ids(sched_store *store, int64_t above) {
     return st;
 }
 
+gpc_status sched_store_meta_get(sched_store *store, const char *key, char *value, size_t size) {
+    sqlite3_stmt *s;
+    value[0] = '\0';
+    pthread_mutex_lock(&store->db_lock);
+    gpc_status st = prepare(store, "SELECT value FROM meta WHERE key = ?", &s);
+    if (st == GPC_OK) {
+        sqlite3_bind_text(s, 1, key, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_text(s, 0))
+            snprintf(value, size, "%s", (const char *)sqlite3_column_text(s, 0));
+        sqlite3_finalize(s);
+    }
+    pthread_mutex_unlock(&store->db_lock);
+    return st;
+}
+
+gpc_status sched_store_meta_set(sched_store *store, const char *key, const char *value) {
+    sqlite3_stmt *s = NULL;
+    pthread_mutex_lock(&store->db_lock);
+    gpc_status st = exec_sql(store, "BEGIN IMMEDIATE");
+    if (st == GPC_OK)
+        st = prepare(store, "INSERT OR REPLACE INTO meta(key, value) VALUES(?,?)", &s);
+    if (st == GPC_OK) {
+        sqlite3_bind_text(s, 1, key, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(s, 2, value, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(s) != SQLITE_DONE) st = store_fail(store, "saving a setting");
+    }
+    sqlite3_finalize(s);
+    if (st == GPC_OK) st = exec_sql(store, "COMMIT");
+    if (st != GPC_OK && sqlite3_get_autocommit(store->db) == 0) {
+        char message[1024];
+        snprintf(message, sizeof message, "%s", gpc_last_error());
+        exec_sql(store, "ROLLBACK");
+        gpc_error(st, "%s", message);
+    }
+    pthread_mutex_unlock(&store->db_lock);
+    return st;
+}
+
 void sched_store_simulate_full(sched_store *store, int on) {
     pthread_mutex_lock(&store->db_lock);
     store->simulate_full = on;

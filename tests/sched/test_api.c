@@ -410,6 +410,85 @@ static void test_preemption_requeues(void **state) {
     gpc_free(g.dir);
 }
 
+static int gpu_drained(test_gpcd *g, int gpu) {
+    json_t *j = get(g, "/gpus");
+    int drained = json_is_true(
+        json_object_get(json_array_get(json_object_get(j, "gpus"), (size_t)gpu), "drained"));
+    json_decref(j);
+    return drained;
+}
+
+static int assigned_gpu(test_gpcd *g, int64_t id) {
+    json_t *j = test_job(g->socket, id);
+    int gpu = (int)json_integer_value(json_array_get(json_object_get(j, "assigned_gpus"), 0));
+    json_decref(j);
+    return gpu;
+}
+
+/* A GPU with a hardware-error alert takes no new job until an admin
+ * resumes it, even after the alert clears; the drained set survives a
+ * restart; gpc's endpoints refuse bad GPUs and methods. */
+static void test_drain(void **state) {
+    (void)state;
+    test_gpcd g = {0};
+    g.dir = test_tmpdir("api");
+    test_gpcd_config(&g, g.dir, "simulated:2x80GB");
+    char sim[4200], go[4200], body[9000];
+    snprintf(sim, sizeof sim, "%s/sim", g.dir);
+    snprintf(go, sizeof go, "%s/go", g.dir);
+    TEST_OK(sched_config_set(&g.config, "simulated_file", sim));
+    test_gpcd_start(&g);
+    FILE *f = fopen(sim, "w");
+    fprintf(f, "0 ecc 1\n");
+    fclose(f);
+    wait_alert(&g, "hardware_errors", 0, "", 1);
+    for (double end = gpc_time_seconds() + 5; !gpu_drained(&g, 0); usleep(20000))
+        if (gpc_time_seconds() > end) fail_msg("GPU 0 was not drained on its hardware alert");
+    snprintf(body, sizeof body,
+             "{\"command\":[\"sh\",\"-c\",\"while [ ! -e %s ]; do sleep 0.02; done\"]}", go);
+    int64_t first = test_submit(g.socket, body);
+    json_decref(test_wait_state(g.socket, first, "running", 5));
+    assert_int_equal(assigned_gpu(&g, first), 1);
+    int64_t second = test_submit(g.socket, body);
+    f = fopen(sim, "w"); /* the alert clears; the GPU stays out */
+    fclose(f);
+    wait_alert(&g, "hardware_errors", 0, "", 0);
+    usleep(300 * 1000);
+    json_t *j = test_job(g.socket, second);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "queued");
+    json_decref(j);
+    test_request_fails(g.socket, "POST", "/gpus/7/resume", "", 404, "no GPU 7");
+    test_request_fails(g.socket, "GET", "/gpus/0/resume", NULL, 405, "takes POST");
+    test_request_fails(g.socket, "POST", "/gpus/x/resume", "", 404, "not a GPU index");
+    int status;
+    json_decref(test_request(g.socket, "POST", "/gpus/0/resume", "", &status));
+    assert_int_equal(status, 200);
+    json_decref(test_wait_state(g.socket, second, "running", 5));
+    assert_int_equal(assigned_gpu(&g, second), 0);
+    assert_int_equal(gpu_drained(&g, 0), 0);
+    /* drained by hand, kept across a restart */
+    json_decref(test_request(g.socket, "POST", "/gpus/1/drain", "", &status));
+    assert_int_equal(status, 200);
+    f = fopen(go, "w");
+    fclose(f);
+    json_decref(test_wait_state(g.socket, first, "completed", 5));
+    json_decref(test_wait_state(g.socket, second, "completed", 5));
+    test_gpcd_stop(&g);
+    test_gpcd_start(&g);
+    assert_int_equal(gpu_drained(&g, 1), 1);
+    assert_int_equal(gpu_drained(&g, 0), 0);
+    int64_t third = test_submit(g.socket, "{\"command\":[\"true\"],\"gpus\":2}");
+    usleep(300 * 1000);
+    j = test_job(g.socket, third);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "queued");
+    json_decref(j);
+    json_decref(test_request(g.socket, "POST", "/gpus/1/resume", "", &status));
+    json_decref(test_wait_state(g.socket, third, "completed", 5));
+    test_gpcd_stop(&g);
+    test_rmtree(g.dir);
+    gpc_free(g.dir);
+}
+
 #define SLOW_CONNECTIONS 200
 
 static int unix_connect(const char *path) {
@@ -551,9 +630,13 @@ static void test_slow_clients(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_endpoints),           cmocka_unit_test(test_bad_requests),
-        cmocka_unit_test(test_tcp_token),           cmocka_unit_test(test_alerts),
-        cmocka_unit_test(test_preemption_requeues), cmocka_unit_test(test_slow_clients),
+        cmocka_unit_test(test_endpoints),
+        cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_tcp_token),
+        cmocka_unit_test(test_alerts),
+        cmocka_unit_test(test_preemption_requeues),
+        cmocka_unit_test(test_slow_clients),
+        cmocka_unit_test(test_drain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
