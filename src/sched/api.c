@@ -358,19 +358,25 @@ static enum MHD_Result handle_logs(sched_daemon *d, struct MHD_Connection *c,
     char *buf = NULL;
     ssize_t got = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int64_t offset = req->offset;
     if (fd >= 0) {
         struct stat st;
-        if (fstat(fd, &st) == 0 && st.st_size > req->offset) {
-            size_t want = (size_t)(st.st_size - req->offset);
+        /* An offset past the end: the log passed log_max and its tail was
+         * moved up (runner.c). A follower goes on from the latest output
+         * rather than waiting for the file to grow back to where it was. */
+        int have_size = fstat(fd, &st) == 0;
+        if (have_size && offset > st.st_size) offset = st.st_size > 65536 ? st.st_size - 65536 : 0;
+        if (have_size && st.st_size > offset) {
+            size_t want = (size_t)(st.st_size - offset);
             if (want > (size_t)req->limit) want = (size_t)req->limit;
             buf = malloc(want ? want : 1);
-            if (buf) got = pread(fd, buf, want, req->offset);
+            if (buf) got = pread(fd, buf, want, offset);
             if (got < 0) got = 0;
         }
         close(fd);
     }
     char next[32];
-    snprintf(next, sizeof next, "%lld", (long long)(req->offset + got));
+    snprintf(next, sizeof next, "%lld", (long long)(offset + got));
     enum MHD_Result ret =
         respond(c, 200, "application/octet-stream", buf ? buf : "", (size_t)got, next, state);
     free(buf);

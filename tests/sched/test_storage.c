@@ -82,6 +82,17 @@ static void test_log_cap(void **state) {
     }
     assert_true(checked > 10000);
     assert_int_equal(previous, 5000000);
+    /* a follower whose offset the cut left past the end goes on from the
+     * latest output */
+    char path[64];
+    snprintf(path, sizeof path, "/jobs/%lld/logs?offset=%d", (long long)flood, 2 << 20);
+    sched_response r;
+    TEST_OK(sched_client_request(g.socket, "GET", path, NULL, &r));
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.body_len, 65536);
+    assert_memory_equal(r.body, text + len - 65536, 65536);
+    assert_int_equal(strtoll(r.next_offset, NULL, 10), (long long)len);
+    sched_response_free(&r);
     gpc_free(text);
     finish(&g);
 }
