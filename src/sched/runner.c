@@ -279,6 +279,7 @@ static void log_write(capped_log *c, const char *data, size_t n, char *scratch, 
             }
             if (ftruncate(c->fd, (off_t)c->size) != 0) return;
         }
+        if (c->size >= c->max) return; /* nothing can be made room for */
         size_t room = (size_t)(c->max - c->size);
         size_t k = n < room ? n : room;
         ssize_t w = pwrite(c->fd, data, k, (off_t)c->size);
@@ -301,7 +302,17 @@ static void copy_output(launch *l, int out, pid_t child, int *status) {
     if (fstat(c.fd, &st) == 0) c.size = (uint64_t)st.st_size;
     /* positioned writes: O_APPEND would send every pwrite to the end */
     fcntl(c.fd, F_SETFL, fcntl(c.fd, F_GETFL) & ~O_APPEND);
-    if (c.size > c.max / 2) c.head = c.size; /* a rerun after preemption: keep what is there */
+    if (c.size > c.max / 2) {
+        /* a rerun after preemption whose log is past half the cap already
+         * (log_max may also have been lowered since): the first half stays
+         * as the head, the cut line follows, this run's output after it */
+        c.head = c.max / 2 + sizeof cut_line - 1;
+        if (pwrite(c.fd, cut_line, sizeof cut_line - 1, (off_t)(c.max / 2)) < 0 ||
+            ftruncate(c.fd, (off_t)c.head) != 0) {
+            /* a disk that refuses: log_write's writes fail the same way */
+        }
+        c.size = c.head;
+    }
     int exited = 0;
     for (;;) {
         struct pollfd p = {out, POLLIN, 0};

@@ -9,6 +9,7 @@
 #include "sched_testutil.h"
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "sched/sched_internal.h"
 
@@ -97,6 +98,43 @@ static void test_log_cap(void **state) {
     finish(&g);
 }
 
+/* A job preempted with its log past half the cap (or the cap lowered since)
+ * runs again: its log keeps the first half, the cut line and the new
+ * output, and stays under the cap. */
+static void test_log_cap_on_rerun(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("storage");
+    char log[4300], exit_file[4300], record[4300];
+    snprintf(log, sizeof log, "%s/7.log", dir);
+    snprintf(exit_file, sizeof exit_file, "%s/7.exit", dir);
+    snprintf(record, sizeof record, "%s/7.1.run", dir);
+    FILE *f = fopen(log, "w");
+    for (int i = 0; i < 300000; i++) /* 2.1 MB of "earlier\n" lines */
+        fputs("earlier\n", f);
+    fclose(f);
+    sched_job *job = sched_job_new();
+    job->id = 7;
+    job->preemptions = 1;
+    job->command = strdup("[\"echo\",\"rerun\"]");
+    job->cwd = strdup("/");
+    job->env = strdup("{}");
+    TEST_OK(sched_runner_start(job, log, exit_file, record, 1u << 20));
+    int status;
+    waitpid(job->pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char *text = NULL;
+    size_t len;
+    TEST_OK(gpc_read_file(log, &text, &len));
+    assert_true(len <= (1u << 20));
+    assert_memory_equal(text, "earlier\nearlier\n", 16);
+    assert_int_equal(strncmp(text + (1 << 19), "\n[gpcd: output cut here", 23), 0);
+    assert_string_equal(text + len - 6, "rerun\n");
+    gpc_free(text);
+    sched_job_free(job);
+    test_rmtree(dir);
+    gpc_free(dir);
+}
+
 static int file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
@@ -169,6 +207,7 @@ static void test_disk_full(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_log_cap),
+        cmocka_unit_test(test_log_cap_on_rerun),
         cmocka_unit_test(test_disk_full),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
