@@ -31,21 +31,21 @@ static void *submit_loop(void *arg) {
     for (int i = 0; i < c->count; i++) {
         char body[128];
         snprintf(body, sizeof body, "{\"command\":[\"true\"],\"name\":\"b%d\"}", i);
-        sched_response r;
+        gpcd_response r;
         double t0 = gpc_time_seconds();
-        if (sched_client_request(c->socket, "POST", "/jobs", body, &r) != GPC_OK) {
+        if (gpcd_client_request(c->socket, "POST", "/jobs", body, &r) != GPC_OK) {
             c->failed++;
             continue;
         }
         c->latency[i] = gpc_time_seconds() - t0;
         if (r.status != 201) c->failed++;
-        sched_response_free(&r);
+        gpcd_response_free(&r);
     }
     return NULL;
 }
 
 static void *daemon_main(void *arg) {
-    sched_daemon_run(arg);
+    gpcd_daemon_run(arg);
     return NULL;
 }
 
@@ -75,16 +75,16 @@ int main(int argc, char **argv) {
         return 1;
     }
     gpc_log_set_level(GPC_LOG_WARN);
-    sched_config config;
-    sched_config_defaults(&config);
-    sched_config_set(&config, "state_dir", dir);
-    sched_config_set(&config, "gpus", "simulated:8x141GB");
+    gpcd_config config;
+    gpcd_config_defaults(&config);
+    gpcd_config_set(&config, "state_dir", dir);
+    gpcd_config_set(&config, "gpus", "simulated:8x141GB");
     /* every client thread is this one user: let them all connect at once */
     char peers[16];
     snprintf(peers, sizeof peers, "%d", threads + 8);
-    sched_config_set(&config, "peer_connections", peers);
-    sched_daemon *daemon;
-    if (sched_daemon_create(&config, &daemon) != GPC_OK) {
+    gpcd_config_set(&config, "peer_connections", peers);
+    gpcd_daemon *daemon;
+    if (gpcd_daemon_create(&config, &daemon) != GPC_OK) {
         fprintf(stderr, "bench_sched_submit: error: %s\n", gpc_last_error());
         return 1;
     }
@@ -92,13 +92,13 @@ int main(int argc, char **argv) {
     pthread_create(&loop, NULL, daemon_main, daemon);
     char socket[600];
     snprintf(socket, sizeof socket, "%s/gpcd.sock", dir);
-    sched_response r;
-    if (sched_client_request(socket, "POST", "/jobs",
-                             "{\"command\":[\"sleep\",\"600\"],\"gpus\":8}", &r) != GPC_OK) {
+    gpcd_response r;
+    if (gpcd_client_request(socket, "POST", "/jobs", "{\"command\":[\"sleep\",\"600\"],\"gpus\":8}",
+                            &r) != GPC_OK) {
         fprintf(stderr, "bench_sched_submit: error: %s\n", gpc_last_error());
         return 1;
     }
-    sched_response_free(&r);
+    gpcd_response_free(&r);
     usleep(200 * 1000);
 
     client *clients = calloc((size_t)threads, sizeof *clients);
@@ -124,12 +124,12 @@ int main(int argc, char **argv) {
            latency[(size_t)(done * 0.99)] * 1e3, failed);
     printf("goal: at least 2,000 jobs/s: %s\n", done / elapsed >= 2000 ? "met" : "NOT met");
     /* stop the job holding the GPUs, then gpcd */
-    sched_client_request(socket, "POST", "/jobs/1/cancel", "", &r);
-    sched_response_free(&r);
+    gpcd_client_request(socket, "POST", "/jobs/1/cancel", "", &r);
+    gpcd_response_free(&r);
     usleep(700 * 1000);
-    sched_daemon_stop(daemon);
+    gpcd_daemon_stop(daemon);
     pthread_join(loop, NULL);
-    sched_daemon_destroy(daemon);
+    gpcd_daemon_destroy(daemon);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "bench_sched_submit: could not remove %s\n", dir);

@@ -8,7 +8,7 @@
  * (fuzz/CMakeLists.txt) and run briefly as a CTest test.
  *
  * Each input is parsed on a thread with gpcd's HTTP stack size
- * (SCHED_HTTP_THREAD_STACK), not on the fuzzer's 8 MB main stack: a body
+ * (GPCD_HTTP_THREAD_STACK), not on the fuzzer's 8 MB main stack: a body
  * that recurses deep enough to overflow the daemon's threads must crash
  * here too. The seed corpus holds one such body (deep.txt).
  */
@@ -52,7 +52,7 @@ static void parse_one(const uint8_t *data, size_t size) {
     char *body = cursor;
     size_t body_len = (size_t)(end - cursor);
 
-    sched_query_arg args[FUZZ_MAX_ARGS];
+    gpcd_query_arg args[FUZZ_MAX_ARGS];
     int nargs = 0;
     for (char *pair = strtok(query, "&"); pair && nargs < FUZZ_MAX_ARGS; pair = strtok(NULL, "&")) {
         char *eq = strchr(pair, '=');
@@ -61,14 +61,14 @@ static void parse_one(const uint8_t *data, size_t size) {
         args[nargs].value = eq ? eq + 1 : NULL;
         nargs++;
     }
-    sched_request request;
+    gpcd_request request;
     char error[512];
-    int status = sched_request_parse(method, path, args, nargs, body, body_len, 1000, "fuzz",
-                                     &request, error, sizeof error);
+    int status = gpcd_request_parse(method, path, args, nargs, body, body_len, 1000, "fuzz",
+                                    &request, error, sizeof error);
     /* the contract: 200 with a job exactly for submissions, else a message */
-    if (status == 200 && request.kind == SCHED_REQ_SUBMIT) {
+    if (status == 200 && request.kind == GPCD_REQ_SUBMIT) {
         if (!request.job || !request.job->command) abort();
-        json_t *j = sched_job_to_json(request.job);
+        json_t *j = gpcd_job_to_json(request.job);
         char *text = json_dumps(j, JSON_COMPACT);
         if (!text) abort();
         free(text);
@@ -76,7 +76,7 @@ static void parse_one(const uint8_t *data, size_t size) {
     } else if (status != 200) {
         if (request.job || !error[0] || status < 400 || status > 599) abort();
     }
-    sched_request_clear(&request);
+    gpcd_request_clear(&request);
     free(copy);
 }
 
@@ -91,7 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pthread_attr_t attr;
     pthread_t thread;
     if (pthread_attr_init(&attr) != 0 ||
-        pthread_attr_setstacksize(&attr, SCHED_HTTP_THREAD_STACK) != 0 ||
+        pthread_attr_setstacksize(&attr, GPCD_HTTP_THREAD_STACK) != 0 ||
         pthread_create(&thread, &attr, parse_thread, &in) != 0)
         abort();
     pthread_join(thread, NULL);

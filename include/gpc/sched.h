@@ -32,39 +32,39 @@
 extern "C" {
 #endif
 
-#define SCHED_MAX_GPUS 64
-#define SCHED_DEFAULT_SOCKET "/var/lib/gpcd/gpcd.sock"
+#define GPCD_MAX_GPUS 64
+#define GPCD_DEFAULT_SOCKET "/var/lib/gpcd/gpcd.sock"
 
 /* ------------------------------------------------------------------ jobs */
 
 typedef enum {
-    SCHED_QUEUED = 0,
-    SCHED_RUNNING,
-    SCHED_COMPLETED,
-    SCHED_FAILED,
-    SCHED_CANCELLED,
-    SCHED_PREEMPTED, /* stopped to make room; waits in the queue to run again */
-    SCHED_STATE_COUNT
-} sched_state;
+    GPCD_QUEUED = 0,
+    GPCD_RUNNING,
+    GPCD_COMPLETED,
+    GPCD_FAILED,
+    GPCD_CANCELLED,
+    GPCD_PREEMPTED, /* stopped to make room; waits in the queue to run again */
+    GPCD_STATE_COUNT
+} gpcd_state;
 
 /* What a job does decides how it is placed (see policy.c): training and
  * batch work get whole GPUs; inference and interactive work with a memory
  * limit may share a GPU. */
 typedef enum {
-    SCHED_TYPE_TRAIN = 0,
-    SCHED_TYPE_INFER,
-    SCHED_TYPE_BATCH,
-    SCHED_TYPE_INTERACTIVE,
-    SCHED_TYPE_COUNT
-} sched_job_type;
+    GPCD_TYPE_TRAIN = 0,
+    GPCD_TYPE_INFER,
+    GPCD_TYPE_BATCH,
+    GPCD_TYPE_INTERACTIVE,
+    GPCD_TYPE_COUNT
+} gpcd_job_type;
 
 /* Priorities are 0..100; the names map to fixed points of that scale. */
-#define SCHED_PRIORITY_LOW 10
-#define SCHED_PRIORITY_NORMAL 50
-#define SCHED_PRIORITY_HIGH 90
-#define SCHED_PRIORITY_MAX 100
+#define GPCD_PRIORITY_LOW 10
+#define GPCD_PRIORITY_NORMAL 50
+#define GPCD_PRIORITY_HIGH 90
+#define GPCD_PRIORITY_MAX 100
 
-/* A job. Strings are malloc'd and owned by the job (sched_job_free). */
+/* A job. Strings are malloc'd and owned by the job (gpcd_job_free). */
 typedef struct {
     int64_t id;
     uint32_t owner_uid;
@@ -77,13 +77,13 @@ typedef struct {
     int gpus;
     uint64_t mem; /* GPU memory needed per GPU, bytes; 0 = unspecified */
     int priority; /* 0..100 */
-    sched_job_type type;
+    gpcd_job_type type;
     double time_limit; /* seconds; 0 = none */
-    sched_state state;
+    gpcd_state state;
     double submit_time, start_time, end_time; /* wall clock, 0 = not yet */
     int exit_code;                            /* -1 until it exits */
     int signal;                               /* the signal that ended it, 0 if none */
-    int assigned[SCHED_MAX_GPUS];             /* GPU indices while running */
+    int assigned[GPCD_MAX_GPUS];              /* GPU indices while running */
     int assigned_count;
     pid_t pid;          /* the supervisor process */
     uint64_t pid_start; /* its start time in clock ticks since boot (/proc/PID/stat) */
@@ -93,67 +93,67 @@ typedef struct {
     int data_numa;      /* NUMA node of the data path, -1 unknown (not stored) */
     uint32_t data_hash; /* hash of the data path, 0 when none (not stored) */
     /* runner bookkeeping, in memory only */
-    int stop_reason;  /* SCHED_STOP_* once a stop was requested */
+    int stop_reason;  /* GPCD_STOP_* once a stop was requested */
     double term_sent; /* when SIGTERM went out, 0 if not */
     int kill_sent;
     int unsaved; /* its latest state is not in the database yet (storage failing) */
-} sched_job;
+} gpcd_job;
 
-enum { SCHED_STOP_NONE = 0, SCHED_STOP_CANCEL, SCHED_STOP_PREEMPT, SCHED_STOP_TIMEOUT };
+enum { GPCD_STOP_NONE = 0, GPCD_STOP_CANCEL, GPCD_STOP_PREEMPT, GPCD_STOP_TIMEOUT };
 
-const char *sched_state_name(sched_state state);
-gpc_status sched_state_parse(const char *name, sched_state *out);
-const char *sched_type_name(sched_job_type type);
-gpc_status sched_type_parse(const char *name, sched_job_type *out);
+const char *gpcd_state_name(gpcd_state state);
+gpc_status gpcd_state_parse(const char *name, gpcd_state *out);
+const char *gpcd_type_name(gpcd_job_type type);
+gpc_status gpcd_type_parse(const char *name, gpcd_job_type *out);
 /* "low", "normal", "high" or a number 0..100. */
-gpc_status sched_priority_parse(const char *text, int *out);
-const char *sched_priority_name(int priority, char *buf, size_t size);
+gpc_status gpcd_priority_parse(const char *text, int *out);
+const char *gpcd_priority_name(int priority, char *buf, size_t size);
 /* "90", "90s", "15m", "2h", "1d", "1h30m"; result in seconds, > 0. */
-gpc_status sched_duration_parse(const char *text, double *out);
+gpc_status gpcd_duration_parse(const char *text, double *out);
 /* "40G", "512M", "1.5T", "1024" (bytes); powers of 1024. */
-gpc_status sched_bytes_parse(const char *text, uint64_t *out);
-int sched_state_is_final(sched_state state);
+gpc_status gpcd_bytes_parse(const char *text, uint64_t *out);
+int gpcd_state_is_final(gpcd_state state);
 /* Queued or preempted: waiting for GPUs. */
-int sched_state_is_pending(sched_state state);
+int gpcd_state_is_pending(gpcd_state state);
 /* Whether a job of this type and memory request may share a GPU. */
-int sched_job_shares_gpu(const sched_job *job);
+int gpcd_job_shares_gpu(const gpcd_job *job);
 
-sched_job *sched_job_new(void);
-sched_job *sched_job_copy(const sched_job *job);
-void sched_job_free(sched_job *job);
+gpcd_job *gpcd_job_new(void);
+gpcd_job *gpcd_job_copy(const gpcd_job *job);
+void gpcd_job_free(gpcd_job *job);
 /* FNV-1a of the data path, never 0 for a non-empty path. */
-uint32_t sched_data_hash(const char *path);
+uint32_t gpcd_data_hash(const char *path);
 
 /* The JSON the API returns for a job (a jansson json_t *, as void * so this
  * header does not need jansson). */
-void *sched_job_to_json(const sched_job *job);
+void *gpcd_job_to_json(const gpcd_job *job);
 
 /* ---------------------------------------------------------------- config */
 
-#define SCHED_POLICY_PRIORITY (1u << 0)
-#define SCHED_POLICY_AGING (1u << 1)
-#define SCHED_POLICY_LEAST_LOADED (1u << 2)
-#define SCHED_POLICY_BINPACK (1u << 3)
-#define SCHED_POLICY_TASK_TYPE (1u << 4)
-#define SCHED_POLICY_LOCALITY (1u << 5)
-#define SCHED_POLICY_BACKFILL (1u << 6)
-#define SCHED_POLICY_PREEMPTION (1u << 7)
-#define SCHED_POLICY_SHORTEST_FIRST (1u << 8) /* not in ALL: opt in (docs/gpcd.md) */
-#define SCHED_POLICY_ALL 0xffu
+#define GPCD_POLICY_PRIORITY (1u << 0)
+#define GPCD_POLICY_AGING (1u << 1)
+#define GPCD_POLICY_LEAST_LOADED (1u << 2)
+#define GPCD_POLICY_BINPACK (1u << 3)
+#define GPCD_POLICY_TASK_TYPE (1u << 4)
+#define GPCD_POLICY_LOCALITY (1u << 5)
+#define GPCD_POLICY_BACKFILL (1u << 6)
+#define GPCD_POLICY_PREEMPTION (1u << 7)
+#define GPCD_POLICY_SHORTEST_FIRST (1u << 8) /* not in ALL: opt in (docs/gpcd.md) */
+#define GPCD_POLICY_ALL 0xffu
 
 /* A data-path prefix and the NUMA node its storage hangs off. */
 typedef struct {
     char prefix[256];
     int node;
-} sched_numa_rule;
+} gpcd_numa_rule;
 
-#define SCHED_MAX_NUMA_RULES 16
+#define GPCD_MAX_NUMA_RULES 16
 
-typedef struct sched_policy_config {
-    unsigned flags;         /* SCHED_POLICY_* */
+typedef struct gpcd_policy_config {
+    unsigned flags;         /* GPCD_POLICY_* */
     double aging_per_hour;  /* priority points gained per hour of waiting */
     uint64_t small_job_mem; /* shared jobs up to this much memory are bin-packed */
-    sched_numa_rule numa_rules[SCHED_MAX_NUMA_RULES];
+    gpcd_numa_rule numa_rules[GPCD_MAX_NUMA_RULES];
     int numa_rule_count;
     double shortest_first_points; /* points per halving of the GPU time a job asks for */
     /* preemption guards (policy.c): a victim has run at least min_runtime
@@ -162,8 +162,8 @@ typedef struct sched_policy_config {
      * could not start within grace seconds anyway */
     double preempt_min_runtime;
     double preempt_margin;
-    double preempt_grace; /* mirrors sched_config.preempt_grace */
-} sched_policy_config;
+    double preempt_grace; /* mirrors gpcd_config.preempt_grace */
+} gpcd_policy_config;
 
 typedef struct {
     char state_dir[512];
@@ -173,7 +173,7 @@ typedef struct {
     char token_file[512];
     char gpus[128];
     char policies[256];
-    sched_policy_config policy;
+    gpcd_policy_config policy;
     double preempt_grace;
     double kill_grace;
     double sample_interval;
@@ -195,30 +195,30 @@ typedef struct {
     char slurm_gpu_option[64];
     double slurm_poll_interval;
     char slurm_log_dir[400]; /* where Slurm jobs write their output; "" = STATE_DIR/jobs */
-} sched_config;
+} gpcd_config;
 
 /* One entry of the options table: gpcd's configuration is this table. */
 typedef struct {
     const char *key;
     const char *default_value;
     const char *doc;
-} sched_option_doc;
+} gpcd_option_doc;
 
 /* Fills every field with its default. */
-void sched_config_defaults(sched_config *config);
+void gpcd_config_defaults(gpcd_config *config);
 /* Reads an ini file over the defaults; unknown keys and bad values are
  * errors naming the file, line and key. */
-gpc_status sched_config_load(sched_config *config, const char *path);
+gpc_status gpcd_config_load(gpcd_config *config, const char *path);
 /* Sets one key from text, as the file would. */
-gpc_status sched_config_set(sched_config *config, const char *key, const char *value);
+gpc_status gpcd_config_set(gpcd_config *config, const char *key, const char *value);
 /* Fills derived fields (socket path inside state_dir, policy flags). */
-gpc_status sched_config_finish(sched_config *config);
-const sched_option_doc *sched_config_options(int *count);
+gpc_status gpcd_config_finish(gpcd_config *config);
+const gpcd_option_doc *gpcd_config_options(int *count);
 /* Writes the options as a Markdown table (docs/gpcd.md is made from it). */
-void sched_config_write_markdown(void *file);
-gpc_status sched_policies_parse(const char *text, unsigned *flags);
+void gpcd_config_write_markdown(void *file);
+gpc_status gpcd_policies_parse(const char *text, unsigned *flags);
 /* NUMA rules "/datasets=0,/scratch=1". */
-gpc_status sched_numa_rules_parse(const char *text, sched_policy_config *policy);
+gpc_status gpcd_numa_rules_parse(const char *text, gpcd_policy_config *policy);
 
 /* ---------------------------------------------------------------- cluster */
 
@@ -230,35 +230,35 @@ typedef struct {
     uint64_t mem_used; /* live, from the monitor (all processes, not only gpcd's) */
     double util;       /* live utilisation, percent */
     int numa_node;     /* -1 unknown */
-    /* filled from the running jobs by sched_cluster_account */
+    /* filled from the running jobs by gpcd_cluster_account */
     uint64_t mem_reserved; /* sum of memory requests of the jobs on it */
     int exclusive_jobs;    /* jobs that own it whole */
     int shared_jobs;       /* jobs sharing it */
     double free_time;      /* when its last job is expected to end (0 = free now, inf = unknown) */
     uint32_t data_hash;    /* data of the job that last ran on it */
     int unavailable; /* held back: drained, or its last job's processes have not left it yet */
-} sched_gpu;
+} gpcd_gpu;
 
 typedef struct {
     int count;
-    sched_gpu gpu[SCHED_MAX_GPUS];
-    uint8_t nvlink[SCHED_MAX_GPUS][SCHED_MAX_GPUS]; /* 1 when the pair talks over NVLink */
-} sched_cluster;
+    gpcd_gpu gpu[GPCD_MAX_GPUS];
+    uint8_t nvlink[GPCD_MAX_GPUS][GPCD_MAX_GPUS]; /* 1 when the pair talks over NVLink */
+} gpcd_cluster;
 
 /* Recomputes reservations from the running jobs (live readings are kept). */
-void sched_cluster_account(const struct sched_policy_config *policy, sched_cluster *cluster,
-                           sched_job *const *running, int nrunning);
+void gpcd_cluster_account(const struct gpcd_policy_config *policy, gpcd_cluster *cluster,
+                          gpcd_job *const *running, int nrunning);
 
 /* ---------------------------------------------------------------- policy */
 
-typedef enum { SCHED_DECIDE_START = 0, SCHED_DECIDE_PREEMPT } sched_decision_kind;
+typedef enum { GPCD_DECIDE_START = 0, GPCD_DECIDE_PREEMPT } gpcd_decision_kind;
 
 typedef struct {
-    sched_decision_kind kind;
-    sched_job *job;
+    gpcd_decision_kind kind;
+    gpcd_job *job;
     int gpu_count;
-    int gpus[SCHED_MAX_GPUS];
-} sched_decision;
+    int gpus[GPCD_MAX_GPUS];
+} gpcd_decision;
 
 typedef struct {
     int started;
@@ -266,75 +266,74 @@ typedef struct {
     int blocked;             /* pending jobs that could not start */
     int64_t reserved_for;    /* job id holding the backfill reservation, 0 if none */
     double reservation_time; /* when that job is expected to start */
-} sched_pass_stats;
+} gpcd_pass_stats;
 
 /* The job's place in the queue: its priority, plus aging when enabled. */
-double sched_policy_effective_priority(const sched_policy_config *policy, const sched_job *job,
-                                       double now);
+double gpcd_policy_effective_priority(const gpcd_policy_config *policy, const gpcd_job *job,
+                                      double now);
 /* Whether the preemption policy lets `job` (waiting) stop `victim`
  * (running) at `now`: lower base priority, effective priority preempt_margin
  * below, run at least preempt_min_runtime (doubled per earlier preemption),
  * and not ending by itself within preempt_grace. */
-int sched_policy_may_preempt(const sched_policy_config *policy, const sched_job *job,
-                             const sched_job *victim, double now);
+int gpcd_policy_may_preempt(const gpcd_policy_config *policy, const gpcd_job *job,
+                            const gpcd_job *victim, double now);
 /* Whether the job may use this GPU now (task type, memory, exclusivity). */
-int sched_policy_gpu_admits(const sched_policy_config *policy, const sched_gpu *gpu,
-                            const sched_job *job);
+int gpcd_policy_gpu_admits(const gpcd_policy_config *policy, const gpcd_gpu *gpu,
+                           const gpcd_job *job);
 /* Lower is better: least-loaded for big jobs, bin-packing for small ones,
  * with a bonus for data locality. */
-double sched_policy_gpu_score(const sched_policy_config *policy, const sched_gpu *gpu,
-                              const sched_job *job);
+double gpcd_policy_gpu_score(const gpcd_policy_config *policy, const gpcd_gpu *gpu,
+                             const gpcd_job *job);
 /* Picks job->gpus GPUs among those admitted, all or nothing; for multi-GPU
  * training prefers sets joined by NVLink. Returns the count chosen (0 when
  * the job does not fit). */
-int sched_policy_place(const sched_policy_config *policy, const sched_cluster *cluster,
-                       const sched_job *job, int *gpus_out);
+int gpcd_policy_place(const gpcd_policy_config *policy, const gpcd_cluster *cluster,
+                      const gpcd_job *job, int *gpus_out);
 /* NUMA node of a data path: the config's rules first, then sysfs for the
  * device holding it; -1 when unknown. */
-int sched_data_numa_node(const sched_policy_config *policy, const char *path);
+int gpcd_data_numa_node(const gpcd_policy_config *policy, const char *path);
 
 /* One scheduling pass over the pending jobs. Fills decisions (at most
  * max_decisions) and returns how many; the cluster's reservations are
  * updated for the jobs started. Pure: starts nothing itself. */
-int sched_schedule(const sched_policy_config *policy, sched_cluster *cluster,
-                   sched_job *const *pending, int npending, sched_job *const *running, int nrunning,
-                   double now, sched_decision *decisions, int max_decisions,
-                   sched_pass_stats *stats);
+int gpcd_schedule(const gpcd_policy_config *policy, gpcd_cluster *cluster, gpcd_job *const *pending,
+                  int npending, gpcd_job *const *running, int nrunning, double now,
+                  gpcd_decision *decisions, int max_decisions, gpcd_pass_stats *stats);
 
 /* ----------------------------------------------------------------- store */
 
-typedef struct sched_store sched_store;
+typedef struct gpcd_store gpcd_store;
 
-gpc_status sched_store_open(const char *path, sched_store **out);
-void sched_store_close(sched_store *store);
+gpc_status gpcd_store_open(const char *path, gpcd_store **out);
+void gpcd_store_close(gpcd_store *store);
 /* Makes every job id handed out from now on larger than `above` (gpcd
  * passes the largest id among the files in its jobs folder, so a lost
  * database never gives a new job an id, and a log, an old job had). */
-gpc_status sched_store_reserve_ids(sched_store *store, int64_t above);
+gpc_status gpcd_store_reserve_ids(gpcd_store *store, int64_t above);
 /* A value kept in the database's meta table ("" when absent), and setting
  * it (durably). */
-gpc_status sched_store_meta_get(sched_store *store, const char *key, char *value, size_t size);
-gpc_status sched_store_meta_set(sched_store *store, const char *key, const char *value);
+gpc_status gpcd_store_meta_get(gpcd_store *store, const char *key, char *value, size_t size);
+gpc_status gpcd_store_meta_set(gpcd_store *store, const char *key, const char *value);
 /* For tests: every write transaction fails as on a full disk (on = 1),
  * until called with 0. */
-void sched_store_simulate_full(sched_store *store, int on);
+void gpcd_store_simulate_full(gpcd_store *store, int on);
 /* Inserts a job and commits it durably before returning; concurrent callers
  * share one commit (group commit). Sets job->id. */
-gpc_status sched_store_submit(sched_store *store, sched_job *job);
+gpc_status gpcd_store_submit(gpcd_store *store, gpcd_job *job);
 /* Writes a job's state and runtime fields and records the state change. */
-gpc_status sched_store_update(sched_store *store, const sched_job *job);
-gpc_status sched_store_get(sched_store *store, int64_t id, sched_job **out);
+gpc_status gpcd_store_update(gpcd_store *store, const gpcd_job *job);
+gpc_status gpcd_store_get(gpcd_store *store, int64_t id, gpcd_job **out);
 /* Jobs with a state in the mask (1 << state), ordered by id; since_end
  * keeps finished jobs that ended after it (0 = all). */
-gpc_status sched_store_list(sched_store *store, unsigned state_mask, double since_end,
-                            sched_job ***out, int *count);
+gpc_status gpcd_store_list(gpcd_store *store, unsigned state_mask, double since_end,
+                           gpcd_job ***out, int *count);
 /* The `newest` jobs with a state in the mask, latest end time first (jobs
  * that have not ended, end time 0, come last), ties by id, newest first. */
-gpc_status sched_store_list_recent(sched_store *store, unsigned state_mask, int newest,
-                                   sched_job ***out, int *count);
-void sched_store_free_list(sched_job **jobs, int count);
+gpc_status gpcd_store_list_recent(gpcd_store *store, unsigned state_mask, int newest,
+                                  gpcd_job ***out, int *count);
+void gpcd_store_free_list(gpcd_job **jobs, int count);
 /* State changes of one job: JSON array [{time, state, message}] as text. */
-gpc_status sched_store_events(sched_store *store, int64_t id, char **json_out);
+gpc_status gpcd_store_events(gpcd_store *store, int64_t id, char **json_out);
 
 typedef struct {
     double time;
@@ -344,16 +343,16 @@ typedef struct {
     uint64_t mem_total;
     double temperature;
     double power;
-} sched_sample_row;
+} gpcd_sample_row;
 
-gpc_status sched_store_add_samples(sched_store *store, const sched_sample_row *rows, int count,
-                                   double retention, double now);
-gpc_status sched_store_count_samples(sched_store *store, int64_t *out);
-gpc_status sched_store_alert_open(sched_store *store, int gpu, const char *kind,
-                                  const char *message, double now, int64_t *id_out);
-gpc_status sched_store_alert_close(sched_store *store, int64_t id, double now);
-/* Counts of jobs by state, indexed by sched_state. */
-gpc_status sched_store_state_counts(sched_store *store, int64_t counts[SCHED_STATE_COUNT]);
+gpc_status gpcd_store_add_samples(gpcd_store *store, const gpcd_sample_row *rows, int count,
+                                  double retention, double now);
+gpc_status gpcd_store_count_samples(gpcd_store *store, int64_t *out);
+gpc_status gpcd_store_alert_open(gpcd_store *store, int gpu, const char *kind, const char *message,
+                                 double now, int64_t *id_out);
+gpc_status gpcd_store_alert_close(gpcd_store *store, int64_t id, double now);
+/* Counts of jobs by state, indexed by gpcd_state. */
+gpc_status gpcd_store_state_counts(gpcd_store *store, int64_t counts[GPCD_STATE_COUNT]);
 
 /* ------------------------------------------------------------------- runner */
 
@@ -362,36 +361,36 @@ gpc_status sched_store_state_counts(sched_store *store, int64_t counts[SCHED_STA
  * log_path (capped at log_max bytes, keeping the head and the latest
  * output; 0 = no cap), and writes the exit status to exit_path when it ends, even if
  * gpcd has died meanwhile. The command runs only once the supervisor has
- * claimed record_path (sched_runner_record_path) with its pids. Fills
+ * claimed record_path (gpcd_runner_record_path) with its pids. Fills
  * job->pid, pid_start, pgid. */
-gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *exit_path,
-                              const char *record_path, uint64_t log_max);
+gpc_status gpcd_runner_start(gpcd_job *job, const char *log_path, const char *exit_path,
+                             const char *record_path, uint64_t log_max);
 /* The record of one start attempt: jobs_dir/ID.START_MS.run. */
-void sched_runner_record_path(const char *jobs_dir, const sched_job *job, char *buf, size_t size);
+void gpcd_runner_record_path(const char *jobs_dir, const gpcd_job *job, char *buf, size_t size);
 /* For recovery of a job recorded as starting without a pid: claims the
  * attempt's record. 0: gpcd won, so the command never ran and never will;
  * 1: the supervisor had claimed it, and job->pid, pid_start and pgid are
  * filled from it; -1: the record can be neither written nor read. */
-int sched_runner_claim(const char *record_path, sched_job *job);
+int gpcd_runner_claim(const char *record_path, gpcd_job *job);
 /* Start time of a process in clock ticks since boot, 0 when it is gone. */
-uint64_t sched_process_start_time(pid_t pid);
+uint64_t gpcd_process_start_time(pid_t pid);
 /* Whether the supervisor recorded in the job is still the same process. */
-int sched_runner_alive(const sched_job *job);
+int gpcd_runner_alive(const gpcd_job *job);
 /* Reads the exit file: 0 when found (exit code or signal set), -1 when absent. */
-int sched_runner_read_exit(const char *exit_path, int *exit_code, int *signal);
+int gpcd_runner_read_exit(const char *exit_path, int *exit_code, int *signal);
 /* Puts each job's command in a cgroup of its own under root (a cgroup v2
  * folder gpcd may create cgroups in, with cgroup.kill); NULL or "" for
  * none. For the whole process. */
-void sched_runner_use_cgroups(const char *root);
+void gpcd_runner_use_cgroups(const char *root);
 /* The value of GPC_JOB_TAG, set in every job's environment: a hash of the
  * job's exit file path, so unique to one gpcd's job on this machine. */
-uint64_t sched_runner_job_tag(const char *exit_path);
+uint64_t gpcd_runner_job_tag(const char *exit_path);
 /* Sends a signal to every process of the job: its process group, its
  * cgroup, and every descendant of its supervisor (a subreaper, so
  * processes that left the group stay descendants). */
-void sched_runner_signal(const sched_job *job, int sig);
+void gpcd_runner_signal(const gpcd_job *job, int sig);
 /* Reaps finished supervisors that are our children (no blocking). */
-void sched_runner_reap(void);
+void gpcd_runner_reap(void);
 
 /* ------------------------------------------------------------------ monitor */
 
@@ -410,87 +409,87 @@ typedef struct {
     int numa_node;
     int busy; /* a gpcd job runs on it */
     int64_t busy_job;
-} sched_gpu_reading;
+} gpcd_gpu_reading;
 
 typedef enum {
-    SCHED_ALERT_LOW_UTIL = 0,
-    SCHED_ALERT_MEMORY,
-    SCHED_ALERT_TEMPERATURE,
-    SCHED_ALERT_ECC,
-    SCHED_ALERT_STORAGE, /* gpcd cannot write its database (a full disk); gpu -1 */
-    SCHED_ALERT_KIND_COUNT
-} sched_alert_kind;
+    GPCD_ALERT_LOW_UTIL = 0,
+    GPCD_ALERT_MEMORY,
+    GPCD_ALERT_TEMPERATURE,
+    GPCD_ALERT_ECC,
+    GPCD_ALERT_STORAGE, /* gpcd cannot write its database (a full disk); gpu -1 */
+    GPCD_ALERT_KIND_COUNT
+} gpcd_alert_kind;
 
 typedef struct {
     int64_t id; /* in the store */
     int gpu;
-    sched_alert_kind kind;
+    gpcd_alert_kind kind;
     double since;
     char message[512];
-} sched_alert;
+} gpcd_alert;
 
-typedef struct sched_monitor sched_monitor;
+typedef struct gpcd_monitor gpcd_monitor;
 
 /* spec is "nvml" or "simulated:8x141GB". NVML without a driver is an error:
  * there is no silent fallback to simulated GPUs. */
-gpc_status sched_monitor_open(const char *spec, const sched_config *config, sched_monitor **out);
-void sched_monitor_close(sched_monitor *monitor);
-int sched_monitor_gpu_count(const sched_monitor *monitor);
-const char *sched_monitor_provider(const sched_monitor *monitor);
+gpc_status gpcd_monitor_open(const char *spec, const gpcd_config *config, gpcd_monitor **out);
+void gpcd_monitor_close(gpcd_monitor *monitor);
+int gpcd_monitor_gpu_count(const gpcd_monitor *monitor);
+const char *gpcd_monitor_provider(const gpcd_monitor *monitor);
 /* Fills the cluster's static part (count, memory, NUMA, NVLink). */
-void sched_monitor_topology(const sched_monitor *monitor, sched_cluster *cluster);
+void gpcd_monitor_topology(const gpcd_monitor *monitor, gpcd_cluster *cluster);
 /* Takes a reading of every GPU, updates the cluster's live fields, records
  * the samples in the store (when set) and opens or closes alerts. The
  * running jobs tell which GPUs are busy (and drive simulated GPUs). */
-gpc_status sched_monitor_sample(sched_monitor *monitor, sched_cluster *cluster,
-                                sched_job *const *running, int nrunning, double now);
-const sched_gpu_reading *sched_monitor_readings(const sched_monitor *monitor, int *count);
+gpc_status gpcd_monitor_sample(gpcd_monitor *monitor, gpcd_cluster *cluster,
+                               gpcd_job *const *running, int nrunning, double now);
+const gpcd_gpu_reading *gpcd_monitor_readings(const gpcd_monitor *monitor, int *count);
 /* Active alerts (pointer into the monitor, valid until the next sample). */
-const sched_alert *sched_monitor_alerts(const sched_monitor *monitor, int *count);
+const gpcd_alert *gpcd_monitor_alerts(const gpcd_monitor *monitor, int *count);
 /* Links alerts to the store: opened alerts get ids, closed ones end. */
-void sched_monitor_set_store(sched_monitor *monitor, sched_store *store);
-const char *sched_alert_kind_name(sched_alert_kind kind);
+void gpcd_monitor_set_store(gpcd_monitor *monitor, gpcd_store *store);
+const char *gpcd_alert_kind_name(gpcd_alert_kind kind);
 /* The pids of the processes using a GPU (NVML's compute processes; for
  * simulated GPUs, gpcd jobs' processes with it in CUDA_VISIBLE_DEVICES);
  * -1 when that cannot be told. */
-int sched_monitor_gpu_processes(sched_monitor *monitor, int gpu, int *pids, int max);
+int gpcd_monitor_gpu_processes(gpcd_monitor *monitor, int gpu, int *pids, int max);
 /* Opens (on) or closes the storage alert, which belongs to no GPU. */
-void sched_monitor_storage_alert(sched_monitor *monitor, int on, const char *message, double now);
+void gpcd_monitor_storage_alert(gpcd_monitor *monitor, int on, const char *message, double now);
 
 /* ------------------------------------------------------------------- daemon */
 
-typedef struct sched_daemon sched_daemon;
+typedef struct gpcd_daemon gpcd_daemon;
 
-gpc_status sched_daemon_create(const sched_config *config, sched_daemon **out);
-/* Runs the main loop until sched_daemon_stop; returns after cleanup. */
-gpc_status sched_daemon_run(sched_daemon *daemon);
+gpc_status gpcd_daemon_create(const gpcd_config *config, gpcd_daemon **out);
+/* Runs the main loop until gpcd_daemon_stop; returns after cleanup. */
+gpc_status gpcd_daemon_run(gpcd_daemon *daemon);
 /* Async-signal-safe. */
-void sched_daemon_stop(sched_daemon *daemon);
-void sched_daemon_destroy(sched_daemon *daemon);
+void gpcd_daemon_stop(gpcd_daemon *daemon);
+void gpcd_daemon_destroy(gpcd_daemon *daemon);
 
 /* ----------------------------------------------------------- API requests */
 
 typedef enum {
-    SCHED_REQ_SUBMIT = 0,
-    SCHED_REQ_LIST,
-    SCHED_REQ_SHOW,
-    SCHED_REQ_LOGS,
-    SCHED_REQ_CANCEL,
-    SCHED_REQ_GPUS,
-    SCHED_REQ_ALERTS,
-    SCHED_REQ_METRICS,
-    SCHED_REQ_STATUS,
-    SCHED_REQ_GPU_DRAIN,  /* POST /gpus/N/drain: no new jobs on GPU N */
-    SCHED_REQ_GPU_RESUME, /* POST /gpus/N/resume: back in service */
-} sched_request_kind;
+    GPCD_REQ_SUBMIT = 0,
+    GPCD_REQ_LIST,
+    GPCD_REQ_SHOW,
+    GPCD_REQ_LOGS,
+    GPCD_REQ_CANCEL,
+    GPCD_REQ_GPUS,
+    GPCD_REQ_ALERTS,
+    GPCD_REQ_METRICS,
+    GPCD_REQ_STATUS,
+    GPCD_REQ_GPU_DRAIN,  /* POST /gpus/N/drain: no new jobs on GPU N */
+    GPCD_REQ_GPU_RESUME, /* POST /gpus/N/resume: back in service */
+} gpcd_request_kind;
 
 typedef struct {
     const char *key;
     const char *value;
-} sched_query_arg;
+} gpcd_query_arg;
 
 typedef struct {
-    sched_request_kind kind;
+    gpcd_request_kind kind;
     int64_t job_id;
     int all;             /* list: include finished jobs */
     unsigned state_mask; /* list: states wanted (0 = default) */
@@ -498,8 +497,8 @@ typedef struct {
     int gpu;             /* drain, resume: the GPU index */
     int64_t offset;      /* logs */
     int64_t limit;       /* logs */
-    sched_job *job;      /* submit: the validated job (caller frees) */
-} sched_request;
+    gpcd_job *job;       /* submit: the validated job (caller frees) */
+} gpcd_request;
 
 /* Stack of each HTTP thread. A request's deepest path is the handler's
  * buffers (about 4 KB), getpwuid_r with the NSS modules under it, SQLite's
@@ -507,15 +506,15 @@ typedef struct {
  * parser refuses deeper bodies before parsing, about 250 bytes a level):
  * well under 100 KB, so 512 KB leaves a wide margin. The fuzzer and the
  * tests run the parser on a thread of this size. */
-#define SCHED_HTTP_THREAD_STACK (512 * 1024)
+#define GPCD_HTTP_THREAD_STACK (512 * 1024)
 
 /* Parses and validates one request. Returns the HTTP status: 200 when the
  * request is good, else 400/404/405/413 with a message in error. owner_uid
  * and owner become the job's owner for a submission. */
-int sched_request_parse(const char *method, const char *path, const sched_query_arg *args,
-                        int nargs, const char *body, size_t body_len, uint32_t owner_uid,
-                        const char *owner, sched_request *out, char *error, size_t error_size);
-void sched_request_clear(sched_request *request);
+int gpcd_request_parse(const char *method, const char *path, const gpcd_query_arg *args, int nargs,
+                       const char *body, size_t body_len, uint32_t owner_uid, const char *owner,
+                       gpcd_request *out, char *error, size_t error_size);
+void gpcd_request_clear(gpcd_request *request);
 
 /* ---------------------------------------------------------------- client */
 
@@ -525,15 +524,15 @@ typedef struct {
     size_t body_len;
     char next_offset[32]; /* X-Gpc-Next-Offset */
     char job_state[32];   /* X-Gpc-Job-State */
-} sched_response;
+} gpcd_response;
 
 /* The socket a client uses: explicit, else $GPC_SOCKET, else the default. */
-const char *sched_client_socket(const char *explicit_path);
+const char *gpcd_client_socket(const char *explicit_path);
 /* One HTTP request to gpcd over its unix socket. When gpcd is not there:
  * GPC_ERR_IO with "gpcd is not running at PATH; start it with ...". */
-gpc_status sched_client_request(const char *socket_path, const char *method, const char *path,
-                                const char *body, sched_response *out);
-void sched_response_free(sched_response *response);
+gpc_status gpcd_client_request(const char *socket_path, const char *method, const char *path,
+                               const char *body, gpcd_response *out);
+void gpcd_response_free(gpcd_response *response);
 
 #ifdef __cplusplus
 }

@@ -34,15 +34,15 @@ int cmd_gpu(int argc, char **argv) {
         return cli_usage_error("gpu", "unknown action '%s' (use drain or resume)", positional[0]);
     char *end;
     long gpu = strtol(positional[1], &end, 10);
-    if (end == positional[1] || *end || gpu < 0 || gpu >= SCHED_MAX_GPUS)
+    if (end == positional[1] || *end || gpu < 0 || gpu >= GPCD_MAX_GPUS)
         return cli_usage_error("gpu", "'%s' is not a GPU index (0-%d)", positional[1],
-                               SCHED_MAX_GPUS - 1);
+                               GPCD_MAX_GPUS - 1);
     char path[64];
     snprintf(path, sizeof path, "/gpus/%ld/%s", gpu, drain ? "drain" : "resume");
-    sched_response r;
-    int rc = sched_cli_call("gpu", socket, "POST", path, "", &r);
+    gpcd_response r;
+    int rc = gpcd_cli_call("gpu", socket, "POST", path, "", &r);
     if (rc) return rc;
-    sched_response_free(&r);
+    gpcd_response_free(&r);
     printf("GPU %ld %s\n", gpu,
            drain ? "drained: running jobs carry on, new ones go elsewhere" : "back in service");
     return CLI_EXIT_OK;

@@ -76,7 +76,7 @@ int cmd_submit(int argc, char **argv) {
         {"env", CLI_STRING_LIST, &env_names, "NAME...",
          "pass these variables too (API keys the job needs); ALL passes everything"},
         {"socket", CLI_STRING, &socket, "PATH",
-         "gpcd's socket (default $GPC_SOCKET or " SCHED_DEFAULT_SOCKET ")"},
+         "gpcd's socket (default $GPC_SOCKET or " GPCD_DEFAULT_SOCKET ")"},
         {0},
     };
     const cli_spec spec = {"submit",
@@ -101,8 +101,8 @@ int cmd_submit(int argc, char **argv) {
     if (split >= argc - 1)
         return cli_usage_error("submit", "give the command after '--', e.g. gpc submit --gpus 2 "
                                          "-- gpc train --config run.ini");
-    if (gpus < 1 || gpus > SCHED_MAX_GPUS)
-        return cli_usage_error("submit", "--gpus %d is outside 1-%d", gpus, SCHED_MAX_GPUS);
+    if (gpus < 1 || gpus > GPCD_MAX_GPUS)
+        return cli_usage_error("submit", "--gpus %d is outside 1-%d", gpus, GPCD_MAX_GPUS);
     for (int i = 0; i < env_names.count; i++)
         if (strcmp(env_names.items[i], "ALL") != 0 && !getenv(env_names.items[i]))
             return cli_usage_error("submit", "--env %s: no such variable in this environment",
@@ -155,14 +155,14 @@ int cmd_submit(int argc, char **argv) {
         fprintf(stderr, "gpc submit: error: the command or environment is not valid UTF-8\n");
         return CLI_EXIT_USAGE;
     }
-    sched_response response;
-    rc = sched_cli_call("submit", socket, "POST", "/jobs", body, &response);
+    gpcd_response response;
+    rc = gpcd_cli_call("submit", socket, "POST", "/jobs", body, &response);
     free(body);
     if (rc) return rc;
     json_t *reply = json_loadb(response.body, response.body_len, 0, NULL);
     json_int_t id = json_integer_value(json_object_get(reply, "id"));
     json_decref(reply);
-    sched_response_free(&response);
+    gpcd_response_free(&response);
     if (id <= 0) {
         fprintf(stderr, "gpc submit: error: gpcd accepted the job but sent no id\n");
         return CLI_EXIT_RUNTIME;

@@ -8,7 +8,7 @@
  * request must carry `Authorization: Bearer TOKEN`; TCP callers act as
  * gpcd's own user.
  *
- * Every request goes through sched_request_parse (request.c) first; bad
+ * Every request goes through gpcd_request_parse (request.c) first; bad
  * input gets a 4xx with {"error": "..."}.
  *
  * Slow clients cannot lock others out: each peer (a uid on the socket, an
@@ -55,7 +55,7 @@ typedef struct api_peer_conn {
 } api_peer_conn;
 
 typedef struct {
-    sched_daemon *daemon;
+    gpcd_daemon *daemon;
     int tcp;
     api_peer_conn *conns; /* guarded by the api_state's lock */
 } api_listener;
@@ -67,7 +67,7 @@ typedef struct {
 } api_connection;
 
 typedef struct {
-    sched_query_arg args[API_MAX_ARGS];
+    gpcd_query_arg args[API_MAX_ARGS];
     int count;
 } query_args;
 
@@ -272,7 +272,7 @@ static void *header_watchdog(void *arg) {
 
 static enum MHD_Result respond_dashboard(struct MHD_Connection *c) {
     size_t len;
-    const char *page = sched_dashboard_page(&len);
+    const char *page = gpcd_dashboard_page(&len);
     struct MHD_Response *r =
         MHD_create_response_from_buffer(len, (void *)page, MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
@@ -290,44 +290,44 @@ static enum MHD_Result respond_dashboard(struct MHD_Connection *c) {
     return ret;
 }
 
-static enum MHD_Result handle_list(sched_daemon *d, struct MHD_Connection *c,
-                                   const sched_request *req) {
+static enum MHD_Result handle_list(gpcd_daemon *d, struct MHD_Connection *c,
+                                   const gpcd_request *req) {
     unsigned mask = req->state_mask;
     if (!mask)
-        mask = req->all ? (1u << SCHED_STATE_COUNT) - 1
-                        : (1u << SCHED_QUEUED) | (1u << SCHED_RUNNING) | (1u << SCHED_PREEMPTED);
-    sched_job **jobs;
+        mask = req->all ? (1u << GPCD_STATE_COUNT) - 1
+                        : (1u << GPCD_QUEUED) | (1u << GPCD_RUNNING) | (1u << GPCD_PREEMPTED);
+    gpcd_job **jobs;
     int n;
-    gpc_status st = req->recent ? sched_store_list_recent(d->store, mask, req->recent, &jobs, &n)
-                                : sched_store_list(d->store, mask, 0, &jobs, &n);
+    gpc_status st = req->recent ? gpcd_store_list_recent(d->store, mask, req->recent, &jobs, &n)
+                                : gpcd_store_list(d->store, mask, 0, &jobs, &n);
     if (st != GPC_OK) return respond_error(c, 500, gpc_last_error());
     pthread_mutex_lock(&d->lock);
     for (int i = 0; i < n; i++)
-        sched_daemon_overlay_unsaved(d, jobs[i]);
+        gpcd_daemon_overlay_unsaved(d, jobs[i]);
     pthread_mutex_unlock(&d->lock);
     json_t *array = json_array();
     for (int i = 0; i < n; i++)
-        json_array_append_new(array, sched_job_to_json(jobs[i]));
-    sched_store_free_list(jobs, n);
+        json_array_append_new(array, gpcd_job_to_json(jobs[i]));
+    gpcd_store_free_list(jobs, n);
     json_t *o = json_object();
     json_object_set_new(o, "jobs", array);
     return respond_json(c, 200, o);
 }
 
-static enum MHD_Result handle_show(sched_daemon *d, struct MHD_Connection *c, int64_t id) {
-    sched_job *job;
+static enum MHD_Result handle_show(gpcd_daemon *d, struct MHD_Connection *c, int64_t id) {
+    gpcd_job *job;
     char msg[128];
-    if (sched_store_get(d->store, id, &job) != GPC_OK) {
+    if (gpcd_store_get(d->store, id, &job) != GPC_OK) {
         snprintf(msg, sizeof msg, "no job %lld", (long long)id);
         return respond_error(c, 404, msg);
     }
     pthread_mutex_lock(&d->lock);
-    sched_daemon_overlay_unsaved(d, job);
+    gpcd_daemon_overlay_unsaved(d, job);
     pthread_mutex_unlock(&d->lock);
-    json_t *o = sched_job_to_json(job);
-    sched_job_free(job);
+    json_t *o = gpcd_job_to_json(job);
+    gpcd_job_free(job);
     char *events = NULL;
-    if (sched_store_events(d->store, id, &events) == GPC_OK && events) {
+    if (gpcd_store_events(d->store, id, &events) == GPC_OK && events) {
         json_t *e = json_loads(events, 0, NULL);
         if (e) json_object_set_new(o, "events", e);
     }
@@ -335,11 +335,11 @@ static enum MHD_Result handle_show(sched_daemon *d, struct MHD_Connection *c, in
     return respond_json(c, 200, o);
 }
 
-static enum MHD_Result handle_logs(sched_daemon *d, struct MHD_Connection *c,
-                                   const sched_request *req, uid_t caller) {
-    sched_job *job;
+static enum MHD_Result handle_logs(gpcd_daemon *d, struct MHD_Connection *c,
+                                   const gpcd_request *req, uid_t caller) {
+    gpcd_job *job;
     char msg[256];
-    if (sched_store_get(d->store, req->job_id, &job) != GPC_OK) {
+    if (gpcd_store_get(d->store, req->job_id, &job) != GPC_OK) {
         snprintf(msg, sizeof msg, "no job %lld", (long long)req->job_id);
         return respond_error(c, 404, msg);
     }
@@ -347,14 +347,14 @@ static enum MHD_Result handle_logs(sched_daemon *d, struct MHD_Connection *c,
         snprintf(msg, sizeof msg,
                  "job %lld belongs to %s; only its owner or root may read its logs",
                  (long long)req->job_id, job->owner ? job->owner : "another user");
-        sched_job_free(job);
+        gpcd_job_free(job);
         return respond_error(c, 403, msg);
     }
     char state[32];
-    snprintf(state, sizeof state, "%s", sched_state_name(job->state));
-    sched_job_free(job);
+    snprintf(state, sizeof state, "%s", gpcd_state_name(job->state));
+    gpcd_job_free(job);
     char path[700];
-    sched_daemon_log_path(d, req->job_id, path, sizeof path);
+    gpcd_daemon_log_path(d, req->job_id, path, sizeof path);
     char *buf = NULL;
     ssize_t got = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -383,7 +383,7 @@ static enum MHD_Result handle_logs(sched_daemon *d, struct MHD_Connection *c,
     return ret;
 }
 
-static json_t *reading_json(const sched_gpu_reading *r, const sched_gpu *g) {
+static json_t *reading_json(const gpcd_gpu_reading *r, const gpcd_gpu *g) {
     json_t *o = json_object();
     json_object_set_new(o, "index", json_integer(r->index));
     json_object_set_new(o, "name", json_string(r->name));
@@ -403,13 +403,13 @@ static json_t *reading_json(const sched_gpu_reading *r, const sched_gpu *g) {
     return o;
 }
 
-static json_t *alerts_json(const sched_alert *alerts, int n) {
+static json_t *alerts_json(const gpcd_alert *alerts, int n) {
     json_t *a = json_array();
     for (int i = 0; i < n; i++) {
         json_t *o = json_object();
         json_object_set_new(o, "id", json_integer(alerts[i].id));
         json_object_set_new(o, "gpu", json_integer(alerts[i].gpu));
-        json_object_set_new(o, "kind", json_string(sched_alert_kind_name(alerts[i].kind)));
+        json_object_set_new(o, "kind", json_string(gpcd_alert_kind_name(alerts[i].kind)));
         json_object_set_new(o, "since", json_real(alerts[i].since));
         json_object_set_new(o, "message", json_string(alerts[i].message));
         json_array_append_new(a, o);
@@ -417,10 +417,10 @@ static json_t *alerts_json(const sched_alert *alerts, int n) {
     return a;
 }
 
-static json_t *gpus_json(sched_daemon *d) {
+static json_t *gpus_json(gpcd_daemon *d) {
     json_t *a = json_array();
     int n;
-    const sched_gpu_reading *r = sched_monitor_readings(d->monitor, &n);
+    const gpcd_gpu_reading *r = gpcd_monitor_readings(d->monitor, &n);
     for (int g = 0; g < n; g++) {
         json_t *o = reading_json(&r[g], &d->cluster.gpu[g]);
         json_object_set_new(o, "drained", json_boolean(d->gpu_drained[g]));
@@ -429,7 +429,7 @@ static json_t *gpus_json(sched_daemon *d) {
         json_t *jobs = json_array();
         for (int i = 0; i < d->nactive; i++)
             for (int k = 0; k < d->active[i]->assigned_count; k++)
-                if (d->active[i]->state == SCHED_RUNNING && d->active[i]->assigned[k] == g)
+                if (d->active[i]->state == GPCD_RUNNING && d->active[i]->assigned[k] == g)
                     json_array_append_new(jobs, json_integer(d->active[i]->id));
         json_object_set_new(o, "jobs", jobs);
         json_array_append_new(a, o);
@@ -437,14 +437,14 @@ static json_t *gpus_json(sched_daemon *d) {
     return a;
 }
 
-static void queue_counts(sched_daemon *d, int *pending, int *running, double *oldest) {
+static void queue_counts(gpcd_daemon *d, int *pending, int *running, double *oldest) {
     *pending = *running = 0;
     *oldest = 0;
     double now = gpc_wall_seconds();
     for (int i = 0; i < d->nactive; i++) {
-        if (d->active[i]->state == SCHED_RUNNING)
+        if (d->active[i]->state == GPCD_RUNNING)
             (*running)++;
-        else if (sched_state_is_pending(d->active[i]->state)) {
+        else if (gpcd_state_is_pending(d->active[i]->state)) {
             (*pending)++;
             if (now - d->active[i]->submit_time > *oldest)
                 *oldest = now - d->active[i]->submit_time;
@@ -452,26 +452,26 @@ static void queue_counts(sched_daemon *d, int *pending, int *running, double *ol
     }
 }
 
-static enum MHD_Result handle_status(sched_daemon *d, struct MHD_Connection *c,
-                                     sched_request_kind kind) {
-    int64_t counts[SCHED_STATE_COUNT];
-    if (sched_store_state_counts(d->store, counts) != GPC_OK)
+static enum MHD_Result handle_status(gpcd_daemon *d, struct MHD_Connection *c,
+                                     gpcd_request_kind kind) {
+    int64_t counts[GPCD_STATE_COUNT];
+    if (gpcd_store_state_counts(d->store, counts) != GPC_OK)
         return respond_error(c, 500, gpc_last_error());
     pthread_mutex_lock(&d->lock);
     json_t *o = json_object();
-    if (kind == SCHED_REQ_GPUS) {
-        json_object_set_new(o, "provider", json_string(sched_monitor_provider(d->monitor)));
+    if (kind == GPCD_REQ_GPUS) {
+        json_object_set_new(o, "provider", json_string(gpcd_monitor_provider(d->monitor)));
         json_object_set_new(o, "gpus", gpus_json(d));
-    } else if (kind == SCHED_REQ_ALERTS) {
+    } else if (kind == GPCD_REQ_ALERTS) {
         int n;
-        const sched_alert *alerts = sched_monitor_alerts(d->monitor, &n);
+        const gpcd_alert *alerts = gpcd_monitor_alerts(d->monitor, &n);
         json_object_set_new(o, "alerts", alerts_json(alerts, n));
     } else {
         int pending, running, n;
         double oldest;
         queue_counts(d, &pending, &running, &oldest);
         json_object_set_new(o, "version", json_string(GPC_VERSION));
-        json_object_set_new(o, "provider", json_string(sched_monitor_provider(d->monitor)));
+        json_object_set_new(o, "provider", json_string(gpcd_monitor_provider(d->monitor)));
         json_object_set_new(o, "uptime", json_real(gpc_wall_seconds() - d->started_at));
         json_object_set_new(o, "policies", json_string(d->config.policies));
         json_object_set_new(o, "pending", json_integer(pending));
@@ -479,33 +479,32 @@ static enum MHD_Result handle_status(sched_daemon *d, struct MHD_Connection *c,
         json_object_set_new(o, "submitted_total", json_integer(d->submitted_total));
         json_object_set_new(o, "last_pass_seconds", json_real(d->last_pass_seconds));
         json_t *by_state = json_object();
-        for (int s = 0; s < SCHED_STATE_COUNT; s++)
-            json_object_set_new(by_state, sched_state_name((sched_state)s),
-                                json_integer(counts[s]));
+        for (int s = 0; s < GPCD_STATE_COUNT; s++)
+            json_object_set_new(by_state, gpcd_state_name((gpcd_state)s), json_integer(counts[s]));
         json_object_set_new(o, "jobs", by_state);
         json_object_set_new(o, "gpus", gpus_json(d));
-        const sched_alert *alerts = sched_monitor_alerts(d->monitor, &n);
+        const gpcd_alert *alerts = gpcd_monitor_alerts(d->monitor, &n);
         json_object_set_new(o, "alerts", alerts_json(alerts, n));
     }
     pthread_mutex_unlock(&d->lock);
     return respond_json(c, 200, o);
 }
 
-static enum MHD_Result handle_metrics(sched_daemon *d, struct MHD_Connection *c) {
-    sched_metrics_input in;
+static enum MHD_Result handle_metrics(gpcd_daemon *d, struct MHD_Connection *c) {
+    gpcd_metrics_input in;
     memset(&in, 0, sizeof in);
-    if (sched_store_state_counts(d->store, in.jobs_by_state) != GPC_OK)
+    if (gpcd_store_state_counts(d->store, in.jobs_by_state) != GPC_OK)
         return respond_error(c, 500, gpc_last_error());
     pthread_mutex_lock(&d->lock);
-    in.gpus = sched_monitor_readings(d->monitor, &in.gpu_count);
-    in.alerts = sched_monitor_alerts(d->monitor, &in.alert_count);
+    in.gpus = gpcd_monitor_readings(d->monitor, &in.gpu_count);
+    in.alerts = gpcd_monitor_alerts(d->monitor, &in.alert_count);
     in.submitted_total = d->submitted_total;
     in.started_total = d->started_total;
     in.preempted_total = d->preempted_total;
     in.last_pass_seconds = d->last_pass_seconds;
     in.uptime_seconds = gpc_wall_seconds() - d->started_at;
     queue_counts(d, &in.pending, &in.running, &in.oldest_wait_seconds);
-    char *text = sched_metrics_render(&in);
+    char *text = gpcd_metrics_render(&in);
     pthread_mutex_unlock(&d->lock);
     if (!text) return respond_error(c, 500, "out of memory rendering metrics");
     enum MHD_Result ret =
@@ -519,7 +518,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                               size_t *upload_size, void **con_cls) {
     (void)version;
     const api_listener *listener = cls;
-    sched_daemon *d = listener->daemon;
+    gpcd_daemon *d = listener->daemon;
     api_connection *conn = *con_cls;
     if (!conn) {
         /* the request line and headers are in: the deadline is met */
@@ -574,18 +573,18 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect_arg, &q);
     char owner[128], error[1024];
     user_name(caller, owner, sizeof owner);
-    sched_request req;
-    int status = sched_request_parse(method, url, q.args, q.count, conn->body, conn->len,
-                                     (uint32_t)caller, owner, &req, error, sizeof error);
+    gpcd_request req;
+    int status = gpcd_request_parse(method, url, q.args, q.count, conn->body, conn->len,
+                                    (uint32_t)caller, owner, &req, error, sizeof error);
     if (status != 200) {
-        sched_request_clear(&req);
+        gpcd_request_clear(&req);
         return respond_error(c, (unsigned)status, error);
     }
     enum MHD_Result ret;
     switch (req.kind) {
-    case SCHED_REQ_SUBMIT: {
+    case GPCD_REQ_SUBMIT: {
         char body[1024];
-        int st = sched_daemon_submit(d, req.job, body, sizeof body);
+        int st = gpcd_daemon_submit(d, req.job, body, sizeof body);
         if (st == 201) {
             req.job = NULL; /* the daemon owns it now */
             ret = respond(c, 201, "application/json", body, strlen(body), NULL, NULL);
@@ -594,32 +593,32 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         }
         break;
     }
-    case SCHED_REQ_LIST:
+    case GPCD_REQ_LIST:
         ret = handle_list(d, c, &req);
         break;
-    case SCHED_REQ_SHOW:
+    case GPCD_REQ_SHOW:
         ret = handle_show(d, c, req.job_id);
         break;
-    case SCHED_REQ_LOGS:
+    case GPCD_REQ_LOGS:
         ret = handle_logs(d, c, &req, caller);
         break;
-    case SCHED_REQ_CANCEL: {
+    case GPCD_REQ_CANCEL: {
         char body[512];
-        int st = sched_daemon_cancel(d, req.job_id, caller, body, sizeof body);
+        int st = gpcd_daemon_cancel(d, req.job_id, caller, body, sizeof body);
         if (st == 200 || st == 202)
             ret = respond(c, (unsigned)st, "application/json", body, strlen(body), NULL, NULL);
         else
             ret = respond_error(c, (unsigned)st, body);
         break;
     }
-    case SCHED_REQ_METRICS:
+    case GPCD_REQ_METRICS:
         ret = handle_metrics(d, c);
         break;
-    case SCHED_REQ_GPU_DRAIN:
-    case SCHED_REQ_GPU_RESUME: {
+    case GPCD_REQ_GPU_DRAIN:
+    case GPCD_REQ_GPU_RESUME: {
         char body[512];
-        int st = sched_daemon_drain(d, req.gpu, req.kind == SCHED_REQ_GPU_DRAIN, caller, body,
-                                    sizeof body);
+        int st = gpcd_daemon_drain(d, req.gpu, req.kind == GPCD_REQ_GPU_DRAIN, caller, body,
+                                   sizeof body);
         ret = st == 200 ? respond(c, 200, "application/json", body, strlen(body), NULL, NULL)
                         : respond_error(c, (unsigned)st, body);
         break;
@@ -628,7 +627,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         ret = handle_status(d, c, req.kind);
         break;
     }
-    sched_request_clear(&req);
+    gpcd_request_clear(&req);
     return ret;
 }
 
@@ -655,7 +654,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     gpc_log(GPC_LOG_DEBUG, "http: %s", line);
 }
 
-static gpc_status bind_unix(sched_daemon *d, int *out) {
+static gpc_status bind_unix(gpcd_daemon *d, int *out) {
     const char *path = d->config.socket;
     struct sockaddr_un addr;
     memset(&addr, 0, sizeof addr);
@@ -700,14 +699,14 @@ static struct MHD_Daemon *start_mhd(api_listener *listener, int listen_fd,
                                 MHD_OPTION_NOTIFY_CONNECTION, notify_connection, listener,
                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
-                                MHD_OPTION_THREAD_STACK_SIZE, (size_t)SCHED_HTTP_THREAD_STACK,
+                                MHD_OPTION_THREAD_STACK_SIZE, (size_t)GPCD_HTTP_THREAD_STACK,
                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     return MHD_start_daemon(
         flags, ntohs(addr->sin_port), NULL, NULL, handle, listener, MHD_OPTION_SOCK_ADDR, addr,
         MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_NOTIFY_CONNECTION,
         notify_connection, listener, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024, MHD_OPTION_THREAD_STACK_SIZE,
-        (size_t)SCHED_HTTP_THREAD_STACK, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+        (size_t)GPCD_HTTP_THREAD_STACK, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
 }
 
 static gpc_status parse_listen(const char *text, struct sockaddr_in *addr) {
@@ -729,7 +728,7 @@ static gpc_status parse_listen(const char *text, struct sockaddr_in *addr) {
     return GPC_OK;
 }
 
-gpc_status sched_api_start(sched_daemon *d) {
+gpc_status gpcd_api_start(gpcd_daemon *d) {
     api_state *state = calloc(1, sizeof *state);
     if (!state) return gpc_error(GPC_ERR_NOMEM, "out of memory starting the API");
     state->unix_listener.daemon = state->tcp_listener.daemon = d;
@@ -759,7 +758,7 @@ gpc_status sched_api_start(sched_daemon *d) {
     return GPC_OK;
 }
 
-void sched_api_stop(sched_daemon *d) {
+void gpcd_api_stop(gpcd_daemon *d) {
     if (d->http_tcp) MHD_stop_daemon(d->http_tcp);
     if (d->http_unix) {
         MHD_stop_daemon(d->http_unix); /* closes the listening socket */

@@ -28,14 +28,14 @@ typedef enum {
 typedef struct {
     const char *key;
     option_type type;
-    size_t offset; /* into sched_config */
+    size_t offset; /* into gpcd_config */
     size_t size;   /* for strings */
     const char *default_value;
     const char *doc;
 } config_option;
 
-#define STR(field) OPT_STRING, offsetof(sched_config, field), sizeof(((sched_config *)0)->field)
-#define NUM(kind, field) kind, offsetof(sched_config, field), 0
+#define STR(field) OPT_STRING, offsetof(gpcd_config, field), sizeof(((gpcd_config *)0)->field)
+#define NUM(kind, field) kind, offsetof(gpcd_config, field), 0
 
 static const config_option options[] = {
     {"state_dir", STR(state_dir), "/var/lib/gpcd",
@@ -131,9 +131,9 @@ static const config_option options[] = {
 
 #define OPTION_COUNT ((int)(sizeof options / sizeof options[0]))
 
-static sched_option_doc option_docs[OPTION_COUNT];
+static gpcd_option_doc option_docs[OPTION_COUNT];
 
-const sched_option_doc *sched_config_options(int *count) {
+const gpcd_option_doc *gpcd_config_options(int *count) {
     for (int i = 0; i < OPTION_COUNT; i++) {
         option_docs[i].key = options[i].key;
         option_docs[i].default_value = options[i].default_value;
@@ -143,7 +143,7 @@ const sched_option_doc *sched_config_options(int *count) {
     return option_docs;
 }
 
-gpc_status sched_config_set(sched_config *config, const char *key, const char *value) {
+gpc_status gpcd_config_set(gpcd_config *config, const char *key, const char *value) {
     const config_option *o = NULL;
     for (int i = 0; i < OPTION_COUNT; i++)
         if (strcmp(options[i].key, key) == 0) o = &options[i];
@@ -153,9 +153,9 @@ gpc_status sched_config_set(sched_config *config, const char *key, const char *v
     char *field = (char *)config + o->offset;
     switch (o->type) {
     case OPT_NUMA_RULES:
-        return sched_numa_rules_parse(value, &config->policy);
+        return gpcd_numa_rules_parse(value, &config->policy);
     case OPT_STRING:
-        /* sockaddr_un's sun_path holds 108 bytes; sched_config_finish
+        /* sockaddr_un's sun_path holds 108 bytes; gpcd_config_finish
          * keeps paths under 100 */
         if (field == config->socket && strlen(value) > 99)
             return gpc_error(GPC_ERR_INVALID_ARG,
@@ -169,7 +169,7 @@ gpc_status sched_config_set(sched_config *config, const char *key, const char *v
         return GPC_OK;
     case OPT_DURATION: {
         double v;
-        if (sched_duration_parse(value, &v) != GPC_OK)
+        if (gpcd_duration_parse(value, &v) != GPC_OK)
             return gpc_error_context(GPC_ERR_INVALID_ARG, "%s: ", key);
         *(double *)field = v;
         /* the scheduling pass sees only the policy part of the config, and
@@ -188,7 +188,7 @@ gpc_status sched_config_set(sched_config *config, const char *key, const char *v
     }
     case OPT_BYTES: {
         uint64_t v;
-        if (sched_bytes_parse(value, &v) != GPC_OK)
+        if (gpcd_bytes_parse(value, &v) != GPC_OK)
             return gpc_error_context(GPC_ERR_INVALID_ARG, "%s: ", key);
         *(uint64_t *)field = v;
         return GPC_OK;
@@ -210,16 +210,16 @@ gpc_status sched_config_set(sched_config *config, const char *key, const char *v
     return GPC_OK;
 }
 
-void sched_config_defaults(sched_config *config) {
+void gpcd_config_defaults(gpcd_config *config) {
     memset(config, 0, sizeof *config);
     for (int i = 0; i < OPTION_COUNT; i++) {
-        gpc_status st = sched_config_set(config, options[i].key, options[i].default_value);
+        gpc_status st = gpcd_config_set(config, options[i].key, options[i].default_value);
         (void)st; /* the defaults are tested to parse (test_config) */
     }
 }
 
 typedef struct {
-    sched_config *config;
+    gpcd_config *config;
     const char *path;
     gpc_status status;
     char message[768];
@@ -231,7 +231,7 @@ static int config_ini_line(void *user, const char *section, const char *key, con
     /* Sections are accepted for readability ([gpcd], [alerts]) and ignored:
      * keys are unique across the whole table. */
     (void)section;
-    if (sched_config_set(s->config, key, value) != GPC_OK) {
+    if (gpcd_config_set(s->config, key, value) != GPC_OK) {
         s->status = GPC_ERR_INVALID_ARG;
         snprintf(s->message, sizeof s->message, "%s", gpc_last_error());
         return 0;
@@ -244,7 +244,7 @@ static int config_ini_line(void *user, const char *section, const char *key, con
  * value") though the real problem is the length. Such lines are found
  * first and judged here: the key's own check speaks when it has one (a
  * socket path past the unix limit), else the length is named. */
-static gpc_status check_long_lines(sched_config *config, const char *path) {
+static gpc_status check_long_lines(gpcd_config *config, const char *path) {
     FILE *f = fopen(path, "r");
     if (!f) return GPC_OK; /* ini_parse reports it */
     char *line = NULL;
@@ -266,7 +266,7 @@ static gpc_status check_long_lines(sched_config *config, const char *path) {
                 end--;
             *end = '\0';
             char *value = eq + 1 + strspn(eq + 1, " \t");
-            if (sched_config_set(config, key, value) != GPC_OK) {
+            if (gpcd_config_set(config, key, value) != GPC_OK) {
                 char message[768]; /* gpc_error writes where gpc_last_error points */
                 snprintf(message, sizeof message, "%s", gpc_last_error());
                 st = gpc_error(GPC_ERR_INVALID_ARG, "%s line %d: %s", path, number, message);
@@ -282,7 +282,7 @@ static gpc_status check_long_lines(sched_config *config, const char *path) {
     return st;
 }
 
-gpc_status sched_config_load(sched_config *config, const char *path) {
+gpc_status gpcd_config_load(gpcd_config *config, const char *path) {
     GPC_TRY(check_long_lines(config, path));
     ini_state s = {config, path, GPC_OK, ""};
     int rc = ini_parse(path, config_ini_line, &s);
@@ -298,19 +298,19 @@ gpc_status sched_config_load(sched_config *config, const char *path) {
     return GPC_OK;
 }
 
-gpc_status sched_policies_parse(const char *text, unsigned *flags) {
+gpc_status gpcd_policies_parse(const char *text, unsigned *flags) {
     static const struct {
         const char *name;
         unsigned flag;
-    } names[] = {{"priority", SCHED_POLICY_PRIORITY},
-                 {"aging", SCHED_POLICY_AGING},
-                 {"least_loaded", SCHED_POLICY_LEAST_LOADED},
-                 {"binpack", SCHED_POLICY_BINPACK},
-                 {"task_type", SCHED_POLICY_TASK_TYPE},
-                 {"locality", SCHED_POLICY_LOCALITY},
-                 {"backfill", SCHED_POLICY_BACKFILL},
-                 {"preemption", SCHED_POLICY_PREEMPTION},
-                 {"shortest_first", SCHED_POLICY_SHORTEST_FIRST}};
+    } names[] = {{"priority", GPCD_POLICY_PRIORITY},
+                 {"aging", GPCD_POLICY_AGING},
+                 {"least_loaded", GPCD_POLICY_LEAST_LOADED},
+                 {"binpack", GPCD_POLICY_BINPACK},
+                 {"task_type", GPCD_POLICY_TASK_TYPE},
+                 {"locality", GPCD_POLICY_LOCALITY},
+                 {"backfill", GPCD_POLICY_BACKFILL},
+                 {"preemption", GPCD_POLICY_PREEMPTION},
+                 {"shortest_first", GPCD_POLICY_SHORTEST_FIRST}};
     unsigned out = 0;
     const char *p = text;
     while (*p) {
@@ -335,7 +335,7 @@ gpc_status sched_policies_parse(const char *text, unsigned *flags) {
     return GPC_OK;
 }
 
-gpc_status sched_numa_rules_parse(const char *text, sched_policy_config *policy) {
+gpc_status gpcd_numa_rules_parse(const char *text, gpcd_policy_config *policy) {
     policy->numa_rule_count = 0;
     const char *p = text;
     while (*p) {
@@ -348,9 +348,9 @@ gpc_status sched_numa_rules_parse(const char *text, sched_policy_config *policy)
             return gpc_error(GPC_ERR_INVALID_ARG,
                              "data_numa entry '%.*s' is not PREFIX=NODE (e.g. /datasets=0)",
                              (int)len, p);
-        if (policy->numa_rule_count >= SCHED_MAX_NUMA_RULES)
+        if (policy->numa_rule_count >= GPCD_MAX_NUMA_RULES)
             return gpc_error(GPC_ERR_INVALID_ARG, "data_numa has more than %d entries",
-                             SCHED_MAX_NUMA_RULES);
+                             GPCD_MAX_NUMA_RULES);
         size_t plen = (size_t)(eq - p);
         if (plen >= sizeof policy->numa_rules[0].prefix)
             return gpc_error(GPC_ERR_INVALID_ARG, "data_numa prefix is too long");
@@ -366,7 +366,7 @@ gpc_status sched_numa_rules_parse(const char *text, sched_policy_config *policy)
         if (*end || node < 0 || node > 1023)
             return gpc_error(GPC_ERR_INVALID_ARG, "data_numa node '%s' is not a number 0-1023",
                              node_text);
-        sched_numa_rule *r = &policy->numa_rules[policy->numa_rule_count++];
+        gpcd_numa_rule *r = &policy->numa_rules[policy->numa_rule_count++];
         memcpy(r->prefix, p, plen);
         r->prefix[plen] = '\0';
         r->node = (int)node;
@@ -388,7 +388,7 @@ static gpc_status make_absolute(char *path, size_t size, const char *key) {
     return GPC_OK;
 }
 
-gpc_status sched_config_finish(sched_config *config) {
+gpc_status gpcd_config_finish(gpcd_config *config) {
     if (!config->state_dir[0])
         return gpc_error(GPC_ERR_INVALID_ARG, "state_dir is empty; set it in the config file");
     GPC_TRY(make_absolute(config->state_dir, sizeof config->state_dir, "state_dir"));
@@ -405,7 +405,7 @@ gpc_status sched_config_finish(sched_config *config) {
     if (strlen(config->socket) >= 100)
         return gpc_error(GPC_ERR_INVALID_ARG, "socket path '%s' is too long (at most 99 bytes)",
                          config->socket);
-    GPC_TRY(sched_policies_parse(config->policies, &config->policy.flags));
+    GPC_TRY(gpcd_policies_parse(config->policies, &config->policy.flags));
     if (config->listen[0] && !config->token_file[0])
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "listen = %s needs token_file too: TCP clients must send a bearer token",
@@ -444,7 +444,7 @@ gpc_status sched_config_finish(sched_config *config) {
     return GPC_OK;
 }
 
-void sched_config_write_markdown(void *file) {
+void gpcd_config_write_markdown(void *file) {
     FILE *f = file;
     fprintf(f, "| key | default | meaning |\n| --- | --- | --- |\n");
     for (int i = 0; i < OPTION_COUNT; i++)

@@ -28,29 +28,29 @@
 
 #define LOOP_TICK_MS 50
 
-void sched_daemon_log_path(const sched_daemon *d, int64_t id, char *buf, size_t size) {
+void gpcd_daemon_log_path(const gpcd_daemon *d, int64_t id, char *buf, size_t size) {
     snprintf(buf, size, "%s/%lld.log", d->logs_dir, (long long)id);
 }
 
-static void exit_path(const sched_daemon *d, int64_t id, char *buf, size_t size) {
+static void exit_path(const gpcd_daemon *d, int64_t id, char *buf, size_t size) {
     snprintf(buf, size, "%s/%lld.exit", d->jobs_dir, (long long)id);
 }
 
-void sched_daemon_wake(sched_daemon *d) {
+void gpcd_daemon_wake(gpcd_daemon *d) {
     uint64_t one = 1;
     if (write(d->wake_fd, &one, sizeof one) < 0) {
         /* the counter is full: the loop is awake anyway */
     }
 }
 
-void sched_daemon_stop(sched_daemon *d) {
+void gpcd_daemon_stop(gpcd_daemon *d) {
     d->stop = 1;
-    sched_daemon_wake(d);
+    gpcd_daemon_wake(d);
 }
 
-static void set_message(sched_job *job, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_message(gpcd_job *job, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-static void set_message(sched_job *job, const char *fmt, ...) {
+static void set_message(gpcd_job *job, const char *fmt, ...) {
     char buf[512];
     va_list ap;
     va_start(ap, fmt);
@@ -60,10 +60,10 @@ static void set_message(sched_job *job, const char *fmt, ...) {
     job->message = strdup(buf);
 }
 
-static gpc_status add_active(sched_daemon *d, sched_job *job) {
+static gpc_status add_active(gpcd_daemon *d, gpcd_job *job) {
     if (d->nactive == d->cap_active) {
         int cap = d->cap_active ? d->cap_active * 2 : 256;
-        sched_job **grown = realloc(d->active, sizeof *grown * (size_t)cap);
+        gpcd_job **grown = realloc(d->active, sizeof *grown * (size_t)cap);
         if (!grown) return gpc_error(GPC_ERR_NOMEM, "out of memory queueing a job");
         d->active = grown;
         d->cap_active = cap;
@@ -73,14 +73,14 @@ static gpc_status add_active(sched_daemon *d, sched_job *job) {
     return GPC_OK;
 }
 
-static void remove_active(sched_daemon *d, int index) {
-    sched_job_free(d->active[index]);
+static void remove_active(gpcd_daemon *d, int index) {
+    gpcd_job_free(d->active[index]);
     d->active[index] = d->active[--d->nactive];
     d->dirty = 1;
 }
 
 /* The database refused a write: raise the storage alert (once). */
-static void storage_trouble(sched_daemon *d, const char *why) {
+static void storage_trouble(gpcd_daemon *d, const char *why) {
     if (d->storage_failing) return;
     d->storage_failing = 1;
     d->storage_retry_at = gpc_time_seconds() + 1.0;
@@ -89,14 +89,14 @@ static void storage_trouble(sched_daemon *d, const char *why) {
              "gpcd cannot write its database (%.300s): free space on the state filesystem; no "
              "job starts until it can, and nothing is lost",
              why);
-    sched_monitor_storage_alert(d->monitor, 1, message, gpc_wall_seconds());
+    gpcd_monitor_storage_alert(d->monitor, 1, message, gpc_wall_seconds());
 }
 
 /* Saves a job's change. When the database refuses, the job is marked
  * unsaved and kept in memory (finished or not) until a retry saves it, so
  * what gpcd reports and what it would recover never part ways. */
-static gpc_status save(sched_daemon *d, sched_job *job) {
-    gpc_status st = sched_store_update(d->store, job);
+static gpc_status save(gpcd_daemon *d, gpcd_job *job) {
+    gpc_status st = gpcd_store_update(d->store, job);
     if (st != GPC_OK) {
         gpc_log(GPC_LOG_ERROR, "job %lld: %s", (long long)job->id, gpc_last_error());
         job->unsaved = 1;
@@ -109,26 +109,26 @@ static gpc_status save(sched_daemon *d, sched_job *job) {
 
 /* Once a second while the database refuses writes: saves what is unsaved;
  * when everything is, the alert closes and finished jobs leave memory. */
-static void storage_retry(sched_daemon *d, double now) {
+static void storage_retry(gpcd_daemon *d, double now) {
     if (!d->storage_failing || now < d->storage_retry_at) return;
     d->storage_retry_at = now + 1.0;
-    int ok = sched_store_reserve_ids(d->store, 0) == GPC_OK; /* a write with no unsaved job */
+    int ok = gpcd_store_reserve_ids(d->store, 0) == GPC_OK; /* a write with no unsaved job */
     for (int i = 0; ok && i < d->nactive; i++)
-        if (d->active[i]->unsaved && sched_store_update(d->store, d->active[i]) != GPC_OK) ok = 0;
+        if (d->active[i]->unsaved && gpcd_store_update(d->store, d->active[i]) != GPC_OK) ok = 0;
     if (!ok) return;
     for (int i = 0; i < d->nactive; i++) {
         d->active[i]->unsaved = 0;
-        if (sched_state_is_final(d->active[i]->state)) remove_active(d, i--);
+        if (gpcd_state_is_final(d->active[i]->state)) remove_active(d, i--);
     }
     d->storage_failing = 0;
     d->dirty = 1;
-    sched_monitor_storage_alert(d->monitor, 0, NULL, gpc_wall_seconds());
+    gpcd_monitor_storage_alert(d->monitor, 0, NULL, gpc_wall_seconds());
     gpc_log(GPC_LOG_INFO, "the database takes writes again; every change is saved");
 }
 
-void sched_daemon_overlay_unsaved(sched_daemon *d, sched_job *job) {
+void gpcd_daemon_overlay_unsaved(gpcd_daemon *d, gpcd_job *job) {
     for (int i = 0; i < d->nactive; i++) {
-        const sched_job *a = d->active[i];
+        const gpcd_job *a = d->active[i];
         if (a->id != job->id || !a->unsaved) continue;
         job->state = a->state;
         job->exit_code = a->exit_code;
@@ -145,48 +145,48 @@ void sched_daemon_overlay_unsaved(sched_daemon *d, sched_job *job) {
 /* ------------------------------------------------------------- settling */
 
 /* Records how a job whose supervisor is gone ended. */
-static void settle(sched_daemon *d, sched_job *job, int recovering) {
+static void settle(gpcd_daemon *d, gpcd_job *job, int recovering) {
     char path[700], record[700];
     exit_path(d, job->id, path, sizeof path);
-    sched_runner_record_path(d->jobs_dir, job, record, sizeof record);
+    gpcd_runner_record_path(d->jobs_dir, job, record, sizeof record);
     unlink(record); /* this attempt is over */
     int code = -1, sig = 0;
-    int have_exit = sched_runner_read_exit(path, &code, &sig) == 0;
+    int have_exit = gpcd_runner_read_exit(path, &code, &sig) == 0;
     if (!recovering && job->pgid > 1) kill(-job->pgid, SIGKILL); /* stragglers it left */
     job->end_time = gpc_wall_seconds();
     job->exit_code = have_exit ? code : -1;
     job->signal = have_exit ? sig : 0;
     switch (job->stop_reason) {
-    case SCHED_STOP_PREEMPT:
-        job->state = SCHED_PREEMPTED;
+    case GPCD_STOP_PREEMPT:
+        job->state = GPCD_PREEMPTED;
         job->preemptions++;
         job->end_time = 0;
         set_message(job, "preempted by higher priority work; waiting to run again");
         break;
-    case SCHED_STOP_CANCEL:
-        job->state = SCHED_CANCELLED;
+    case GPCD_STOP_CANCEL:
+        job->state = GPCD_CANCELLED;
         set_message(job, "cancelled while running");
         break;
-    case SCHED_STOP_TIMEOUT:
-        job->state = SCHED_FAILED;
+    case GPCD_STOP_TIMEOUT:
+        job->state = GPCD_FAILED;
         set_message(job, "stopped at its time limit of %.0f s", job->time_limit);
         break;
     default:
         if (!have_exit) {
-            job->state = SCHED_FAILED;
+            job->state = GPCD_FAILED;
             set_message(job, "%s",
                         recovering ? "its process was gone after gpcd restarted and left no "
                                      "exit status"
                                    : "its supervisor vanished without an exit status");
         } else if (code == 0) {
-            job->state = SCHED_COMPLETED;
+            job->state = GPCD_COMPLETED;
             free(job->message);
             job->message = NULL;
         } else if (sig) {
-            job->state = SCHED_FAILED;
+            job->state = GPCD_FAILED;
             set_message(job, "killed by signal %d", sig);
         } else {
-            job->state = SCHED_FAILED;
+            job->state = GPCD_FAILED;
             set_message(job, "exited with status %d%s", code,
                         code == 127 ? " (command not found: see gpc logs)" : "");
         }
@@ -198,38 +198,38 @@ static void settle(sched_daemon *d, sched_job *job, int recovering) {
     job->pid = 0;
     job->pid_start = 0;
     job->pgid = 0;
-    job->stop_reason = SCHED_STOP_NONE;
+    job->stop_reason = GPCD_STOP_NONE;
     job->term_sent = 0;
     job->kill_sent = 0;
-    if (job->state == SCHED_PREEMPTED) {
+    if (job->state == GPCD_PREEMPTED) {
         job->exit_code = -1;
         job->signal = 0;
         job->start_time = 0;
     }
     save(d, job);
-    gpc_log(GPC_LOG_INFO, "job %lld %s%s%s", (long long)job->id, sched_state_name(job->state),
+    gpc_log(GPC_LOG_INFO, "job %lld %s%s%s", (long long)job->id, gpcd_state_name(job->state),
             job->message ? ": " : "", job->message ? job->message : "");
 }
 
 /* A GPU takes jobs only when neither drained nor held. */
-static void update_availability(sched_daemon *d, int g) {
+static void update_availability(gpcd_daemon *d, int g) {
     int unavailable = d->gpu_drained[g] || d->gpu_held_by[g] != 0;
     if (d->cluster.gpu[g].unavailable && !unavailable) d->dirty = 1;
     d->cluster.gpu[g].unavailable = unavailable;
 }
 
 /* Saves the drained GPUs ("0,3") so that a restart keeps them out. */
-static void save_drained(sched_daemon *d) {
-    char list[SCHED_MAX_GPUS * 4] = "";
+static void save_drained(gpcd_daemon *d) {
+    char list[GPCD_MAX_GPUS * 4] = "";
     size_t used = 0;
     for (int g = 0; g < d->cluster.count; g++)
         if (d->gpu_drained[g])
             used += (size_t)snprintf(list + used, sizeof list - used, used ? ",%d" : "%d", g);
-    if (sched_store_meta_set(d->store, "drained_gpus", list) != GPC_OK)
+    if (gpcd_store_meta_set(d->store, "drained_gpus", list) != GPC_OK)
         gpc_log(GPC_LOG_ERROR, "drained GPUs not saved: %s", gpc_last_error());
 }
 
-static void drain(sched_daemon *d, int g, int on, const char *reason) {
+static void drain(gpcd_daemon *d, int g, int on, const char *reason) {
     d->gpu_drained[g] = on;
     snprintf(d->drain_reason[g], sizeof d->drain_reason[g], "%s", on ? reason : "");
     update_availability(d, g);
@@ -245,12 +245,12 @@ static void drain(sched_daemon *d, int g, int on, const char *reason) {
  * drains its GPU: jobs already there carry on, new ones go elsewhere, until
  * an admin resumes it. Each alert drains once, so a resume sticks while it
  * lasts. */
-static void drain_on_alerts(sched_daemon *d) {
+static void drain_on_alerts(gpcd_daemon *d) {
     int n;
-    const sched_alert *alerts = sched_monitor_alerts(d->monitor, &n);
+    const gpcd_alert *alerts = gpcd_monitor_alerts(d->monitor, &n);
     for (int i = 0; i < n; i++) {
-        const sched_alert *a = &alerts[i];
-        if (a->kind != SCHED_ALERT_ECC || a->gpu < 0 || a->gpu >= d->cluster.count) continue;
+        const gpcd_alert *a = &alerts[i];
+        if (a->kind != GPCD_ALERT_ECC || a->gpu < 0 || a->gpu >= d->cluster.count) continue;
         if (d->gpu_drained[a->gpu] || d->drained_for_alert[a->gpu] == a->id + 1) continue;
         d->drained_for_alert[a->gpu] = a->id + 1;
         char reason[200];
@@ -259,7 +259,7 @@ static void drain_on_alerts(sched_daemon *d) {
     }
 }
 
-int sched_daemon_drain(sched_daemon *d, int gpu, int on, uid_t caller, char *body, size_t size) {
+int gpcd_daemon_drain(gpcd_daemon *d, int gpu, int on, uid_t caller, char *body, size_t size) {
     if (caller != 0 && caller != d->uid) {
         snprintf(body, size, "only root or gpcd's own user may %s a GPU", on ? "drain" : "resume");
         return 403;
@@ -272,14 +272,14 @@ int sched_daemon_drain(sched_daemon *d, int gpu, int on, uid_t caller, char *bod
     }
     drain(d, gpu, on, "drained by an administrator");
     pthread_mutex_unlock(&d->lock);
-    sched_daemon_wake(d);
+    gpcd_daemon_wake(d);
     snprintf(body, size, "{\"gpu\":%d,\"drained\":%s}", gpu, on ? "true" : "false");
     return 200;
 }
 
 /* The job's GPUs are not handed on until no process of it holds them
  * (release_gpus checks); settle runs first, so take them before. */
-static void hold_gpus(sched_daemon *d, const sched_job *job) {
+static void hold_gpus(gpcd_daemon *d, const gpcd_job *job) {
     for (int a = 0; a < job->assigned_count; a++) {
         int g = job->assigned[a];
         if (g < 0 || g >= d->cluster.count) continue;
@@ -291,12 +291,12 @@ static void hold_gpus(sched_daemon *d, const sched_job *job) {
 
 /* Whether process pid carries the job's GPC_JOB_TAG: one of its processes
  * (GPC_JOB_ID alone would match another gpcd's job of the same id). */
-static int process_of_job(sched_daemon *d, int pid, int64_t id) {
+static int process_of_job(gpcd_daemon *d, int pid, int64_t id) {
     char path[700], want[48];
     static char env[65536];
     exit_path(d, id, path, sizeof path);
     snprintf(want, sizeof want, "GPC_JOB_TAG=%016llx",
-             (unsigned long long)sched_runner_job_tag(path));
+             (unsigned long long)gpcd_runner_job_tag(path));
     snprintf(path, sizeof path, "/proc/%d/environ", pid);
     FILE *f = fopen(path, "r");
     if (!f) return 0;
@@ -311,13 +311,13 @@ static int process_of_job(sched_daemon *d, int pid, int64_t id) {
 /* Hands held GPUs on once the monitor (NVML, or the simulation) shows no
  * process of their last job on them; such a process is killed (the job is
  * over: its cgroup or supervisor should have ended it already). */
-static void release_gpus(sched_daemon *d, double now) {
+static void release_gpus(gpcd_daemon *d, double now) {
     if (now < d->held_check_at) return;
     d->held_check_at = now + 0.2;
     for (int g = 0; g < d->cluster.count; g++) {
         if (!d->gpu_held_by[g]) continue;
         int pids[128], held = 0;
-        int n = sched_monitor_gpu_processes(d->monitor, g, pids, 128);
+        int n = gpcd_monitor_gpu_processes(d->monitor, g, pids, 128);
         for (int i = 0; i < n; i++)
             if (process_of_job(d, pids[i], d->gpu_held_by[g])) {
                 held = 1;
@@ -331,30 +331,30 @@ static void release_gpus(sched_daemon *d, double now) {
     }
 }
 
-static void watch_running(sched_daemon *d, double now) {
+static void watch_running(gpcd_daemon *d, double now) {
     for (int i = 0; i < d->nactive; i++) {
-        sched_job *job = d->active[i];
-        if (job->state != SCHED_RUNNING) continue;
-        if (!sched_runner_alive(job)) {
+        gpcd_job *job = d->active[i];
+        if (job->state != GPCD_RUNNING) continue;
+        if (!gpcd_runner_alive(job)) {
             hold_gpus(d, job);
             settle(d, job, 0);
             d->dirty = 1;
-            if (sched_state_is_final(job->state) && !job->unsaved) remove_active(d, i--);
+            if (gpcd_state_is_final(job->state) && !job->unsaved) remove_active(d, i--);
             continue;
         }
-        if (job->stop_reason == SCHED_STOP_NONE && job->time_limit > 0 &&
+        if (job->stop_reason == GPCD_STOP_NONE && job->time_limit > 0 &&
             now - job->start_time > job->time_limit) {
-            job->stop_reason = SCHED_STOP_TIMEOUT;
+            job->stop_reason = GPCD_STOP_TIMEOUT;
             job->term_sent = now;
-            sched_runner_signal(job, SIGTERM);
+            gpcd_runner_signal(job, SIGTERM);
             gpc_log(GPC_LOG_INFO, "job %lld passed its time limit; sent SIGTERM",
                     (long long)job->id);
         }
         if (job->term_sent > 0 && !job->kill_sent) {
-            double grace = job->stop_reason == SCHED_STOP_TIMEOUT ? d->config.kill_grace
-                                                                  : d->config.preempt_grace;
+            double grace = job->stop_reason == GPCD_STOP_TIMEOUT ? d->config.kill_grace
+                                                                 : d->config.preempt_grace;
             if (now - job->term_sent >= grace) {
-                sched_runner_signal(job, SIGKILL);
+                gpcd_runner_signal(job, SIGKILL);
                 job->kill_sent = 1;
             }
         }
@@ -363,9 +363,9 @@ static void watch_running(sched_daemon *d, double now) {
 
 /* ----------------------------------------------------------- scheduling */
 
-static void start_job(sched_daemon *d, sched_job *job, const int *gpus, int k) {
-    sched_state waiting = job->state;
-    job->state = SCHED_RUNNING;
+static void start_job(gpcd_daemon *d, gpcd_job *job, const int *gpus, int k) {
+    gpcd_state waiting = job->state;
+    job->state = GPCD_RUNNING;
     job->start_time = gpc_wall_seconds();
     job->assigned_count = k;
     memcpy(job->assigned, gpus, sizeof(int) * (size_t)k);
@@ -385,11 +385,11 @@ static void start_job(sched_daemon *d, sched_job *job, const int *gpus, int k) {
         return;
     }
     char log_path[700], exit_file[700], record[700];
-    sched_daemon_log_path(d, job->id, log_path, sizeof log_path);
+    gpcd_daemon_log_path(d, job->id, log_path, sizeof log_path);
     exit_path(d, job->id, exit_file, sizeof exit_file);
-    sched_runner_record_path(d->jobs_dir, job, record, sizeof record);
-    if (sched_runner_start(job, log_path, exit_file, record, d->config.log_max) != GPC_OK) {
-        job->state = SCHED_FAILED;
+    gpcd_runner_record_path(d->jobs_dir, job, record, sizeof record);
+    if (gpcd_runner_start(job, log_path, exit_file, record, d->config.log_max) != GPC_OK) {
+        job->state = GPCD_FAILED;
         job->end_time = gpc_wall_seconds();
         job->assigned_count = 0;
         set_message(job, "could not start: %s", gpc_last_error());
@@ -404,31 +404,31 @@ static void start_job(sched_daemon *d, sched_job *job, const int *gpus, int k) {
     save(d, job);
 }
 
-static void schedule(sched_daemon *d) {
-    sched_job **pending = malloc(sizeof *pending * (size_t)(d->nactive + 1));
-    sched_job **running = malloc(sizeof *running * (size_t)(d->nactive + 1));
+static void schedule(gpcd_daemon *d) {
+    gpcd_job **pending = malloc(sizeof *pending * (size_t)(d->nactive + 1));
+    gpcd_job **running = malloc(sizeof *running * (size_t)(d->nactive + 1));
     int max_decisions = d->cluster.count * 4 + 16;
-    sched_decision *decisions = malloc(sizeof *decisions * (size_t)max_decisions);
+    gpcd_decision *decisions = malloc(sizeof *decisions * (size_t)max_decisions);
     if (!pending || !running || !decisions) goto out;
     int np = 0, nr = 0;
     for (int i = 0; i < d->nactive; i++) {
-        if (sched_state_is_pending(d->active[i]->state))
+        if (gpcd_state_is_pending(d->active[i]->state))
             pending[np++] = d->active[i];
-        else if (d->active[i]->state == SCHED_RUNNING)
+        else if (d->active[i]->state == GPCD_RUNNING)
             running[nr++] = d->active[i];
     }
     double t0 = gpc_time_seconds();
-    int n = sched_schedule(&d->config.policy, &d->cluster, pending, np, running, nr,
-                           gpc_wall_seconds(), decisions, max_decisions, &d->last_pass);
+    int n = gpcd_schedule(&d->config.policy, &d->cluster, pending, np, running, nr,
+                          gpc_wall_seconds(), decisions, max_decisions, &d->last_pass);
     d->last_pass_seconds = gpc_time_seconds() - t0;
     for (int i = 0; i < n; i++) {
-        sched_decision *dec = &decisions[i];
-        if (dec->kind == SCHED_DECIDE_START) {
+        gpcd_decision *dec = &decisions[i];
+        if (dec->kind == GPCD_DECIDE_START) {
             start_job(d, dec->job, dec->gpus, dec->gpu_count);
-        } else if (dec->job->stop_reason == SCHED_STOP_NONE) {
-            dec->job->stop_reason = SCHED_STOP_PREEMPT;
+        } else if (dec->job->stop_reason == GPCD_STOP_NONE) {
+            dec->job->stop_reason = GPCD_STOP_PREEMPT;
             dec->job->term_sent = gpc_wall_seconds();
-            sched_runner_signal(dec->job, SIGTERM);
+            gpcd_runner_signal(dec->job, SIGTERM);
             d->preempted_total++;
             gpc_log(GPC_LOG_INFO, "job %lld preempted (SIGTERM, %.0f s grace)",
                     (long long)dec->job->id, d->config.preempt_grace);
@@ -436,7 +436,7 @@ static void schedule(sched_daemon *d) {
     }
     /* jobs that failed to start are final */
     for (int i = 0; i < d->nactive; i++)
-        if (sched_state_is_final(d->active[i]->state) && !d->active[i]->unsaved)
+        if (gpcd_state_is_final(d->active[i]->state) && !d->active[i]->unsaved)
             remove_active(d, i--);
 out:
     free(pending);
@@ -444,52 +444,52 @@ out:
     free(decisions);
 }
 
-static void running_jobs(sched_daemon *d, sched_job **out, int *n) {
+static void running_jobs(gpcd_daemon *d, gpcd_job **out, int *n) {
     *n = 0;
     for (int i = 0; i < d->nactive; i++)
-        if (d->active[i]->state == SCHED_RUNNING) out[(*n)++] = d->active[i];
+        if (d->active[i]->state == GPCD_RUNNING) out[(*n)++] = d->active[i];
 }
 
-static void sample(sched_daemon *d, double now) {
-    sched_job **running = malloc(sizeof *running * (size_t)(d->nactive + 1));
+static void sample(gpcd_daemon *d, double now) {
+    gpcd_job **running = malloc(sizeof *running * (size_t)(d->nactive + 1));
     int n = 0;
     if (!running) return;
     running_jobs(d, running, &n);
-    if (sched_monitor_sample(d->monitor, &d->cluster, running, n, now) != GPC_OK)
+    if (gpcd_monitor_sample(d->monitor, &d->cluster, running, n, now) != GPC_OK)
         gpc_log(GPC_LOG_WARN, "monitor: %s", gpc_last_error());
     free(running);
 }
 
 /* ------------------------------------------------------------- recovery */
 
-static gpc_status recover(sched_daemon *d) {
-    sched_job **jobs;
+static gpc_status recover(gpcd_daemon *d) {
+    gpcd_job **jobs;
     int n;
-    unsigned mask = (1u << SCHED_QUEUED) | (1u << SCHED_RUNNING) | (1u << SCHED_PREEMPTED);
-    GPC_TRY(sched_store_list(d->store, mask, 0, &jobs, &n));
+    unsigned mask = (1u << GPCD_QUEUED) | (1u << GPCD_RUNNING) | (1u << GPCD_PREEMPTED);
+    GPC_TRY(gpcd_store_list(d->store, mask, 0, &jobs, &n));
     int reattached = 0, settled = 0, queued = 0;
     for (int i = 0; i < n; i++) {
-        sched_job *job = jobs[i];
+        gpcd_job *job = jobs[i];
         jobs[i] = NULL;
-        job->data_numa = sched_data_numa_node(&d->config.policy, job->data);
-        if (sched_slurm_enabled(d)) {
+        job->data_numa = gpcd_data_numa_node(&d->config.policy, job->data);
+        if (gpcd_slurm_enabled(d)) {
             /* backend = slurm: Slurm runs them; slurm.c picks up where it was */
             queued++;
-        } else if (job->state == SCHED_RUNNING) {
+        } else if (job->state == GPCD_RUNNING) {
             int claimed = 1;
             if (job->pid <= 0) {
                 /* gpcd stopped while starting it: the attempt's record says
                  * whether the command ran (and which processes it has) */
                 char record[700];
-                sched_runner_record_path(d->jobs_dir, job, record, sizeof record);
-                claimed = sched_runner_claim(record, job);
+                gpcd_runner_record_path(d->jobs_dir, job, record, sizeof record);
+                claimed = gpcd_runner_claim(record, job);
                 if (claimed <= 0) {
                     /* the claim stays: a supervisor of that attempt still
                      * on its way finds it and does not run the command */
                     if (claimed < 0)
                         gpc_log(GPC_LOG_WARN, "job %lld: cannot write or read %s: %s",
                                 (long long)job->id, record, strerror(errno));
-                    job->state = SCHED_QUEUED;
+                    job->state = GPCD_QUEUED;
                     job->start_time = 0;
                     job->assigned_count = 0;
                     job->pid = job->pgid = 0;
@@ -499,7 +499,7 @@ static gpc_status recover(sched_daemon *d) {
                     /* nothing of the command is in it: the next start creates
                      * the log afresh, exclusively */
                     char log_path[700];
-                    sched_daemon_log_path(d, job->id, log_path, sizeof log_path);
+                    gpcd_daemon_log_path(d, job->id, log_path, sizeof log_path);
                     if (claimed == 0) unlink(log_path);
                     save(d, job);
                     queued++;
@@ -507,15 +507,15 @@ static gpc_status recover(sched_daemon *d) {
             }
             if (claimed <= 0) {
                 /* requeued above */
-            } else if (job->pid > 0 && sched_runner_alive(job)) {
+            } else if (job->pid > 0 && gpcd_runner_alive(job)) {
                 save(d, job); /* the pids found in the record */
                 reattached++;
             } else {
                 hold_gpus(d, job);
                 settle(d, job, 1);
                 settled++;
-                if (sched_state_is_final(job->state)) {
-                    sched_job_free(job);
+                if (gpcd_state_is_final(job->state)) {
+                    gpcd_job_free(job);
                     continue;
                 }
             }
@@ -523,12 +523,12 @@ static gpc_status recover(sched_daemon *d) {
             queued++;
         }
         if (add_active(d, job) != GPC_OK) {
-            sched_job_free(job);
-            sched_store_free_list(jobs, n);
+            gpcd_job_free(job);
+            gpcd_store_free_list(jobs, n);
             return GPC_ERR_NOMEM;
         }
     }
-    sched_store_free_list(jobs, n);
+    gpcd_store_free_list(jobs, n);
     gpc_log(GPC_LOG_INFO, "recovered %d waiting job(s), re-attached %d running, settled %d", queued,
             reattached, settled);
     return GPC_OK;
@@ -592,14 +592,14 @@ static void find_cgroup_root(char *root, size_t size) {
 
 /* -------------------------------------------------- operations for the API */
 
-int sched_daemon_submit(sched_daemon *d, sched_job *job, char *error, size_t size) {
+int gpcd_daemon_submit(gpcd_daemon *d, gpcd_job *job, char *error, size_t size) {
     pthread_mutex_lock(&d->lock);
     int gpu_count = d->cluster.count;
     uint64_t largest = 0;
     for (int g = 0; g < gpu_count; g++)
         if (d->cluster.gpu[g].mem_total > largest) largest = d->cluster.gpu[g].mem_total;
     pthread_mutex_unlock(&d->lock);
-    if (sched_slurm_enabled(d)) gpu_count = SCHED_MAX_GPUS, largest = UINT64_MAX; /* Slurm judges */
+    if (gpcd_slurm_enabled(d)) gpu_count = GPCD_MAX_GPUS, largest = UINT64_MAX; /* Slurm judges */
     if (job->gpus > gpu_count) {
         snprintf(error, size, "the job asks for %d GPUs; this server has %d", job->gpus, gpu_count);
         return 400;
@@ -610,10 +610,10 @@ int sched_daemon_submit(sched_daemon *d, sched_job *job, char *error, size_t siz
                  job->mem / 1073741824.0, largest / 1073741824.0);
         return 400;
     }
-    job->state = SCHED_QUEUED;
+    job->state = GPCD_QUEUED;
     job->submit_time = gpc_wall_seconds();
-    job->data_numa = sched_data_numa_node(&d->config.policy, job->data);
-    if (sched_store_submit(d->store, job) != GPC_OK) {
+    job->data_numa = gpcd_data_numa_node(&d->config.policy, job->data);
+    if (gpcd_store_submit(d->store, job) != GPC_OK) {
         snprintf(error, size,
                  "%s; gpcd cannot save new jobs until its state filesystem has room (try again "
                  "later)",
@@ -634,34 +634,34 @@ int sched_daemon_submit(sched_daemon *d, sched_job *job, char *error, size_t siz
                  gpc_last_error());
         return 503;
     }
-    sched_daemon_wake(d);
+    gpcd_daemon_wake(d);
     snprintf(error, size, "{\"id\":%lld}", (long long)id);
     return 201;
 }
 
-int sched_daemon_cancel(sched_daemon *d, int64_t id, uid_t caller, char *body, size_t size) {
+int gpcd_daemon_cancel(gpcd_daemon *d, int64_t id, uid_t caller, char *body, size_t size) {
     pthread_mutex_lock(&d->lock);
     int index = -1;
     for (int i = 0; i < d->nactive; i++)
         if (d->active[i]->id == id) index = i;
     if (index < 0) {
         pthread_mutex_unlock(&d->lock);
-        sched_job *job = NULL;
-        if (sched_store_get(d->store, id, &job) != GPC_OK) {
+        gpcd_job *job = NULL;
+        if (gpcd_store_get(d->store, id, &job) != GPC_OK) {
             snprintf(body, size, "no job %lld", (long long)id);
             return 404;
         }
         snprintf(body, size, "job %lld has already %s", (long long)id,
-                 job->state == SCHED_CANCELLED ? "been cancelled" : "ended");
-        sched_job_free(job);
+                 job->state == GPCD_CANCELLED ? "been cancelled" : "ended");
+        gpcd_job_free(job);
         return 409;
     }
-    sched_job *job = d->active[index];
-    if (sched_state_is_final(job->state)) { /* ended, its end not saved yet */
+    gpcd_job *job = d->active[index];
+    if (gpcd_state_is_final(job->state)) { /* ended, its end not saved yet */
         snprintf(body, size,
                  "job %lld has already ended (%s); gpcd cannot write its database yet, so the "
                  "end is not saved",
-                 (long long)id, sched_state_name(job->state));
+                 (long long)id, gpcd_state_name(job->state));
         pthread_mutex_unlock(&d->lock);
         return 409;
     }
@@ -673,34 +673,34 @@ int sched_daemon_cancel(sched_daemon *d, int64_t id, uid_t caller, char *body, s
         return 403;
     }
     int status;
-    if (sched_state_is_pending(job->state) && !sched_slurm_submitted(d, job->id)) {
-        job->state = SCHED_CANCELLED;
+    if (gpcd_state_is_pending(job->state) && !gpcd_slurm_submitted(d, job->id)) {
+        job->state = GPCD_CANCELLED;
         job->end_time = gpc_wall_seconds();
         set_message(job, "cancelled before it started");
         if (save(d, job) == GPC_OK) remove_active(d, index); /* else kept until saved */
         snprintf(body, size, "{\"id\":%lld,\"state\":\"cancelled\"}", (long long)id);
         status = 200;
     } else {
-        if (job->stop_reason != SCHED_STOP_CANCEL) {
-            job->stop_reason = SCHED_STOP_CANCEL;
+        if (job->stop_reason != GPCD_STOP_CANCEL) {
+            job->stop_reason = GPCD_STOP_CANCEL;
             if (job->term_sent == 0) {
                 job->term_sent = gpc_wall_seconds();
-                sched_runner_signal(job, SIGTERM);
+                gpcd_runner_signal(job, SIGTERM);
             }
         }
         snprintf(body, size, "{\"id\":%lld,\"state\":\"cancelling\"}", (long long)id);
         status = 202;
     }
     pthread_mutex_unlock(&d->lock);
-    sched_daemon_wake(d);
+    gpcd_daemon_wake(d);
     return status;
 }
 
 /* ------------------------------------------------------------- lifecycle */
 
-gpc_status sched_daemon_create(const sched_config *config, sched_daemon **out) {
+gpc_status gpcd_daemon_create(const gpcd_config *config, gpcd_daemon **out) {
     *out = NULL;
-    sched_daemon *d = calloc(1, sizeof *d);
+    gpcd_daemon *d = calloc(1, sizeof *d);
     if (!d) return gpc_error(GPC_ERR_NOMEM, "out of memory starting gpcd");
     d->config = *config;
     d->listen_fd = -1;
@@ -708,7 +708,7 @@ gpc_status sched_daemon_create(const sched_config *config, sched_daemon **out) {
     d->uid = geteuid();
     d->started_at = gpc_wall_seconds();
     pthread_mutex_init(&d->lock, NULL);
-    gpc_status st = sched_config_finish(&d->config);
+    gpc_status st = gpcd_config_finish(&d->config);
     if (st == GPC_OK) st = gpc_mkdir_p(d->config.state_dir);
     if (st == GPC_OK) {
         /* Owner-only, but where other users must reach a path inside it
@@ -770,33 +770,33 @@ gpc_status sched_daemon_create(const sched_config *config, sched_daemon **out) {
     if (st == GPC_OK) {
         char db[700];
         snprintf(db, sizeof db, "%s/gpcd.db", d->config.state_dir);
-        st = sched_store_open(db, &d->store);
+        st = gpcd_store_open(db, &d->store);
     }
     if (st == GPC_OK) {
         /* ids never repeat, even when the database was lost: a new job must
          * not take an id whose log or exit file an old job left */
         int64_t a = largest_file_id(d->jobs_dir), b = largest_file_id(d->logs_dir);
-        st = sched_store_reserve_ids(d->store, a > b ? a : b);
+        st = gpcd_store_reserve_ids(d->store, a > b ? a : b);
     }
-    if (st == GPC_OK) st = sched_monitor_open(d->config.gpus, &d->config, &d->monitor);
+    if (st == GPC_OK) st = gpcd_monitor_open(d->config.gpus, &d->config, &d->monitor);
     if (st == GPC_OK) {
-        sched_monitor_set_store(d->monitor, d->store);
-        sched_monitor_topology(d->monitor, &d->cluster);
+        gpcd_monitor_set_store(d->monitor, d->store);
+        gpcd_monitor_topology(d->monitor, &d->cluster);
         /* a first reading before any placement, so live memory is known */
-        st = sched_monitor_sample(d->monitor, &d->cluster, NULL, 0, gpc_wall_seconds());
+        st = gpcd_monitor_sample(d->monitor, &d->cluster, NULL, 0, gpc_wall_seconds());
         if (st != GPC_OK) {
             gpc_log(GPC_LOG_WARN, "monitor: %s", gpc_last_error());
             st = GPC_OK;
         }
-        sched_monitor_topology(d->monitor, &d->cluster);
+        gpcd_monitor_topology(d->monitor, &d->cluster);
     }
     if (st == GPC_OK) {
         d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (d->wake_fd < 0) st = gpc_error(GPC_ERR_IO, "eventfd: %s", strerror(errno));
     }
     if (st == GPC_OK) {
-        char list[SCHED_MAX_GPUS * 4];
-        if (sched_store_meta_get(d->store, "drained_gpus", list, sizeof list) == GPC_OK)
+        char list[GPCD_MAX_GPUS * 4];
+        if (gpcd_store_meta_get(d->store, "drained_gpus", list, sizeof list) == GPC_OK)
             for (char *p = list; *p;) {
                 char *end;
                 long g = strtol(p, &end, 10);
@@ -813,27 +813,27 @@ gpc_status sched_daemon_create(const sched_config *config, sched_daemon **out) {
     if (st == GPC_OK) {
         char root[512];
         find_cgroup_root(root, sizeof root);
-        sched_runner_use_cgroups(root);
+        gpcd_runner_use_cgroups(root);
         gpc_log(GPC_LOG_INFO, "job processes: %s%s", root[0] ? "a cgroup each under " : "",
                 root[0] ? root : "no cgroup v2 here; found as the supervisors' descendants");
     }
     if (st == GPC_OK) st = recover(d);
-    if (st == GPC_OK && sched_slurm_enabled(d)) st = sched_slurm_start(d);
-    if (st == GPC_OK) st = sched_api_start(d);
+    if (st == GPC_OK && gpcd_slurm_enabled(d)) st = gpcd_slurm_start(d);
+    if (st == GPC_OK) st = gpcd_api_start(d);
     if (st != GPC_OK) {
         char message[1024];
         snprintf(message, sizeof message, "%s", gpc_last_error());
-        sched_daemon_destroy(d);
+        gpcd_daemon_destroy(d);
         return gpc_error(st, "%s", message);
     }
     gpc_log(GPC_LOG_INFO, "gpcd %s: %d GPU(s) from %s, listening on %s%s%s", GPC_VERSION,
-            d->cluster.count, sched_monitor_provider(d->monitor), d->config.socket,
+            d->cluster.count, gpcd_monitor_provider(d->monitor), d->config.socket,
             d->config.listen[0] ? " and " : "", d->config.listen);
     *out = d;
     return GPC_OK;
 }
 
-gpc_status sched_daemon_run(sched_daemon *d) {
+gpc_status gpcd_daemon_run(gpcd_daemon *d) {
     double next_sample = gpc_time_seconds() + d->config.sample_interval;
     double next_pass = 0;
     while (!d->stop) {
@@ -845,10 +845,10 @@ gpc_status sched_daemon_run(sched_daemon *d) {
         }
         if (d->stop) break;
         double now = gpc_time_seconds();
-        int slurm = sched_slurm_enabled(d);
-        if (slurm) sched_slurm_poll(d); /* Slurm runs the jobs: follow them */
+        int slurm = gpcd_slurm_enabled(d);
+        if (slurm) gpcd_slurm_poll(d); /* Slurm runs the jobs: follow them */
         pthread_mutex_lock(&d->lock);
-        sched_runner_reap();
+        gpcd_runner_reap();
         if (!slurm) watch_running(d, gpc_wall_seconds());
         if (now >= next_sample) {
             sample(d, gpc_wall_seconds());
@@ -870,14 +870,14 @@ gpc_status sched_daemon_run(sched_daemon *d) {
     return GPC_OK;
 }
 
-void sched_daemon_destroy(sched_daemon *d) {
+void gpcd_daemon_destroy(gpcd_daemon *d) {
     if (!d) return;
-    sched_api_stop(d);
-    sched_slurm_stop(d);
-    sched_monitor_close(d->monitor);
-    sched_store_close(d->store);
+    gpcd_api_stop(d);
+    gpcd_slurm_stop(d);
+    gpcd_monitor_close(d->monitor);
+    gpcd_store_close(d->store);
     for (int i = 0; i < d->nactive; i++)
-        sched_job_free(d->active[i]);
+        gpcd_job_free(d->active[i]);
     free(d->active);
     if (d->wake_fd >= 0) close(d->wake_fd);
     pthread_mutex_destroy(&d->lock);

@@ -17,11 +17,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static sched_daemon *running_daemon;
+static gpcd_daemon *running_daemon;
 
 static void on_stop(int sig) {
     (void)sig;
-    if (running_daemon) sched_daemon_stop(running_daemon);
+    if (running_daemon) gpcd_daemon_stop(running_daemon);
 }
 
 static void usage(FILE *f) {
@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
             printf("gpcd %s\n", GPC_VERSION);
             return 0;
         } else if (strcmp(a, "--print-options") == 0) {
-            sched_config_write_markdown(stdout);
+            gpcd_config_write_markdown(stdout);
             return 0;
         } else if (strcmp(a, "--foreground") == 0) {
             foreground = 1;
@@ -96,14 +96,14 @@ int main(int argc, char **argv) {
         }
         *target = argv[++i];
     }
-    sched_config config;
-    sched_config_defaults(&config);
-    if (config_path && sched_config_load(&config, config_path) != GPC_OK) return fail("");
-    if (state_dir && sched_config_set(&config, "state_dir", state_dir) != GPC_OK)
+    gpcd_config config;
+    gpcd_config_defaults(&config);
+    if (config_path && gpcd_config_load(&config, config_path) != GPC_OK) return fail("");
+    if (state_dir && gpcd_config_set(&config, "state_dir", state_dir) != GPC_OK)
         return fail("--state-dir: ");
-    if (socket_path && sched_config_set(&config, "socket", socket_path) != GPC_OK)
+    if (socket_path && gpcd_config_set(&config, "socket", socket_path) != GPC_OK)
         return fail("--socket: ");
-    if (gpus && sched_config_set(&config, "gpus", gpus) != GPC_OK) return fail("--gpus: ");
+    if (gpus && gpcd_config_set(&config, "gpus", gpus) != GPC_OK) return fail("--gpus: ");
     if (strcmp(config.log_level, "debug") == 0)
         gpc_log_set_level(GPC_LOG_DEBUG);
     else if (strcmp(config.log_level, "warn") == 0)
@@ -113,17 +113,17 @@ int main(int argc, char **argv) {
 
     signal(SIGPIPE, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
-    sched_daemon *daemon;
+    gpcd_daemon *daemon;
     /* Created before detaching, so configuration errors reach the terminal. */
-    if (sched_daemon_create(&config, &daemon) != GPC_OK) return fail("");
+    if (gpcd_daemon_create(&config, &daemon) != GPC_OK) return fail("");
     if (!foreground) {
         /* MHD's threads do not survive fork: stop, detach, start again. */
-        sched_daemon_destroy(daemon);
+        gpcd_daemon_destroy(daemon);
         if (gpc_mkdir_p(config.state_dir) != GPC_OK || daemonize(config.state_dir) != 0) {
             fprintf(stderr, "gpcd: error: cannot become a daemon: %s\n", strerror(errno));
             return 1;
         }
-        if (sched_daemon_create(&config, &daemon) != GPC_OK) return fail("");
+        if (gpcd_daemon_create(&config, &daemon) != GPC_OK) return fail("");
     }
     running_daemon = daemon;
     struct sigaction sa;
@@ -132,8 +132,8 @@ int main(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    gpc_status st = sched_daemon_run(daemon);
+    gpc_status st = gpcd_daemon_run(daemon);
     running_daemon = NULL;
-    sched_daemon_destroy(daemon);
+    gpcd_daemon_destroy(daemon);
     return st == GPC_OK ? 0 : 1;
 }

@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct sched_monitor {
+struct gpcd_monitor {
     int simulated;
     gpc_nvml *nvml;
     int count;
@@ -35,31 +35,31 @@ struct sched_monitor {
     double util_below, util_window, mem_above, temp_above, slowdown_margin;
     double retention;
     char sim_file[512];
-    sched_gpu_reading readings[SCHED_MAX_GPUS];
-    int numa[SCHED_MAX_GPUS];
-    uint8_t nvlink[SCHED_MAX_GPUS][SCHED_MAX_GPUS];
-    double low_since[SCHED_MAX_GPUS];
+    gpcd_gpu_reading readings[GPCD_MAX_GPUS];
+    int numa[GPCD_MAX_GPUS];
+    uint8_t nvlink[GPCD_MAX_GPUS][GPCD_MAX_GPUS];
+    double low_since[GPCD_MAX_GPUS];
     /* index into alerts + 1, 0 = none; the last row is for alerts of no
      * GPU (gpu -1: the state filesystem) */
-    int active[SCHED_MAX_GPUS + 1][SCHED_ALERT_KIND_COUNT];
-    sched_alert alerts[(SCHED_MAX_GPUS + 1) * SCHED_ALERT_KIND_COUNT];
+    int active[GPCD_MAX_GPUS + 1][GPCD_ALERT_KIND_COUNT];
+    gpcd_alert alerts[(GPCD_MAX_GPUS + 1) * GPCD_ALERT_KIND_COUNT];
     int alert_count;
-    sched_store *store;
+    gpcd_store *store;
 };
 
-const char *sched_alert_kind_name(sched_alert_kind kind) {
+const char *gpcd_alert_kind_name(gpcd_alert_kind kind) {
     switch (kind) {
-    case SCHED_ALERT_LOW_UTIL:
+    case GPCD_ALERT_LOW_UTIL:
         return "low_utilization";
-    case SCHED_ALERT_MEMORY:
+    case GPCD_ALERT_MEMORY:
         return "memory";
-    case SCHED_ALERT_TEMPERATURE:
+    case GPCD_ALERT_TEMPERATURE:
         return "temperature";
-    case SCHED_ALERT_ECC:
+    case GPCD_ALERT_ECC:
         return "hardware_errors";
-    case SCHED_ALERT_STORAGE:
+    case GPCD_ALERT_STORAGE:
         return "storage";
-    case SCHED_ALERT_KIND_COUNT:
+    case GPCD_ALERT_KIND_COUNT:
         break;
     }
     return "unknown";
@@ -69,21 +69,21 @@ static gpc_status parse_simulated(const char *spec, int *count, uint64_t *mem) {
     const char *p = spec + strlen("simulated:");
     char *end;
     long n = strtol(p, &end, 10);
-    if (end == p || (*end != 'x' && *end != 'X') || n < 1 || n > SCHED_MAX_GPUS)
+    if (end == p || (*end != 'x' && *end != 'X') || n < 1 || n > GPCD_MAX_GPUS)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "gpus = %s: write simulated:COUNTxMEMORY with COUNT 1-%d, e.g. "
                          "simulated:8x141GB",
-                         spec, SCHED_MAX_GPUS);
-    if (sched_bytes_parse(end + 1, mem) != GPC_OK || *mem < (1ull << 20))
+                         spec, GPCD_MAX_GPUS);
+    if (gpcd_bytes_parse(end + 1, mem) != GPC_OK || *mem < (1ull << 20))
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "gpus = %s: the memory per GPU must be a size such as 141GB", spec);
     *count = (int)n;
     return GPC_OK;
 }
 
-gpc_status sched_monitor_open(const char *spec, const sched_config *config, sched_monitor **out) {
+gpc_status gpcd_monitor_open(const char *spec, const gpcd_config *config, gpcd_monitor **out) {
     *out = NULL;
-    sched_monitor *m = calloc(1, sizeof *m);
+    gpcd_monitor *m = calloc(1, sizeof *m);
     if (!m) return gpc_error(GPC_ERR_NOMEM, "out of memory starting the GPU monitor");
     m->util_below = config->alert_util_below;
     m->util_window = config->alert_util_window;
@@ -114,7 +114,7 @@ gpc_status sched_monitor_open(const char *spec, const sched_config *config, sche
             return gpc_error_context(st, "gpus = nvml: ");
         }
         m->count = gpc_nvml_device_count(m->nvml);
-        if (m->count > SCHED_MAX_GPUS) m->count = SCHED_MAX_GPUS;
+        if (m->count > GPCD_MAX_GPUS) m->count = GPCD_MAX_GPUS;
         if (m->count == 0) {
             gpc_nvml_close(m->nvml);
             free(m);
@@ -147,7 +147,7 @@ gpc_status sched_monitor_open(const char *spec, const sched_config *config, sche
     return GPC_OK;
 }
 
-void sched_monitor_close(sched_monitor *monitor) {
+void gpcd_monitor_close(gpcd_monitor *monitor) {
     if (!monitor) return;
     gpc_nvml_close(monitor->nvml);
     free(monitor);
@@ -190,28 +190,28 @@ static int simulated_processes(int gpu, int *pids, int max) {
     return n;
 }
 
-int sched_monitor_gpu_processes(sched_monitor *monitor, int gpu, int *pids, int max) {
+int gpcd_monitor_gpu_processes(gpcd_monitor *monitor, int gpu, int *pids, int max) {
     if (gpu < 0 || gpu >= monitor->count) return -1;
     if (monitor->simulated) return simulated_processes(gpu, pids, max);
     return monitor->nvml ? gpc_nvml_compute_processes(monitor->nvml, gpu, pids, max) : -1;
 }
 
-int sched_monitor_gpu_count(const sched_monitor *monitor) {
+int gpcd_monitor_gpu_count(const gpcd_monitor *monitor) {
     return monitor->count;
 }
 
-const char *sched_monitor_provider(const sched_monitor *monitor) {
+const char *gpcd_monitor_provider(const gpcd_monitor *monitor) {
     return monitor->provider;
 }
 
-void sched_monitor_set_store(sched_monitor *monitor, sched_store *store) {
+void gpcd_monitor_set_store(gpcd_monitor *monitor, gpcd_store *store) {
     monitor->store = store;
 }
 
-void sched_monitor_topology(const sched_monitor *monitor, sched_cluster *cluster) {
+void gpcd_monitor_topology(const gpcd_monitor *monitor, gpcd_cluster *cluster) {
     cluster->count = monitor->count;
     for (int i = 0; i < monitor->count; i++) {
-        sched_gpu *gpu = &cluster->gpu[i];
+        gpcd_gpu *gpu = &cluster->gpu[i];
         gpu->index = i;
         gpu->numa_node = monitor->readings[i].numa_node;
         if (monitor->simulated)
@@ -224,7 +224,7 @@ void sched_monitor_topology(const sched_monitor *monitor, sched_cluster *cluster
 }
 
 /* Applies simulated_file's lines "GPU KEY VALUE" to the readings. */
-static void apply_overrides(sched_monitor *m) {
+static void apply_overrides(gpcd_monitor *m) {
     if (!m->sim_file[0]) return;
     FILE *f = fopen(m->sim_file, "r");
     if (!f) return;
@@ -234,7 +234,7 @@ static void apply_overrides(sched_monitor *m) {
         char key[32], value[64];
         if (sscanf(line, "%d %31s %63s", &gpu, key, value) != 3) continue;
         if (gpu < 0 || gpu >= m->count) continue;
-        sched_gpu_reading *r = &m->readings[gpu];
+        gpcd_gpu_reading *r = &m->readings[gpu];
         double v = strtod(value, NULL);
         if (strcmp(key, "util") == 0)
             r->util = v;
@@ -250,14 +250,14 @@ static void apply_overrides(sched_monitor *m) {
             r->xid_count = (int64_t)v;
         else if (strcmp(key, "mem_used") == 0) {
             uint64_t bytes;
-            if (sched_bytes_parse(value, &bytes) == GPC_OK)
+            if (gpcd_bytes_parse(value, &bytes) == GPC_OK)
                 r->mem_used = bytes < r->mem_total ? bytes : r->mem_total;
         }
     }
     fclose(f);
 }
 
-static void read_simulated(sched_monitor *m, int g, sched_gpu_reading *r, sched_job *const *running,
+static void read_simulated(gpcd_monitor *m, int g, gpcd_gpu_reading *r, gpcd_job *const *running,
                            int nrunning) {
     uint64_t used = 0;
     int busy = 0;
@@ -283,7 +283,7 @@ static void read_simulated(sched_monitor *m, int g, sched_gpu_reading *r, sched_
     r->numa_node = m->numa[g];
 }
 
-static gpc_status read_nvml(sched_monitor *m, int g, sched_gpu_reading *r) {
+static gpc_status read_nvml(gpcd_monitor *m, int g, gpcd_gpu_reading *r) {
     gpc_nvml_sample s;
     GPC_TRY(gpc_nvml_sample_device(m->nvml, g, &s));
     snprintf(r->name, sizeof r->name, "%s", s.name);
@@ -305,10 +305,10 @@ static gpc_status read_nvml(sched_monitor *m, int g, sched_gpu_reading *r) {
 
 /* Opens or refreshes (cond true) or closes (false) one alert. */
 static int alert_row(int gpu) {
-    return gpu < 0 ? SCHED_MAX_GPUS : gpu;
+    return gpu < 0 ? GPCD_MAX_GPUS : gpu;
 }
 
-static void set_alert(sched_monitor *m, int gpu, sched_alert_kind kind, int cond, double now,
+static void set_alert(gpcd_monitor *m, int gpu, gpcd_alert_kind kind, int cond, double now,
                       const char *message) {
     int slot = m->active[alert_row(gpu)][kind];
     if (cond && slot) {
@@ -316,14 +316,14 @@ static void set_alert(sched_monitor *m, int gpu, sched_alert_kind kind, int cond
         return;
     }
     if (cond) {
-        sched_alert *a = &m->alerts[m->alert_count++];
+        gpcd_alert *a = &m->alerts[m->alert_count++];
         memset(a, 0, sizeof *a);
         a->gpu = gpu;
         a->kind = kind;
         a->since = now;
         snprintf(a->message, sizeof a->message, "%s", message);
-        if (m->store && sched_store_alert_open(m->store, gpu, sched_alert_kind_name(kind), message,
-                                               now, &a->id) != GPC_OK)
+        if (m->store && gpcd_store_alert_open(m->store, gpu, gpcd_alert_kind_name(kind), message,
+                                              now, &a->id) != GPC_OK)
             gpc_log(GPC_LOG_WARN, "%s", gpc_last_error());
         m->active[alert_row(gpu)][kind] = m->alert_count;
         gpc_log(GPC_LOG_WARN, "alert: %s", message);
@@ -331,7 +331,7 @@ static void set_alert(sched_monitor *m, int gpu, sched_alert_kind kind, int cond
     }
     if (!slot) return;
     if (m->store && m->alerts[slot - 1].id)
-        sched_store_alert_close(m->store, m->alerts[slot - 1].id, now);
+        gpcd_store_alert_close(m->store, m->alerts[slot - 1].id, now);
     /* keep the array dense: move the last alert into the freed slot */
     int last = m->alert_count - 1;
     if (slot - 1 != last) {
@@ -342,12 +342,12 @@ static void set_alert(sched_monitor *m, int gpu, sched_alert_kind kind, int cond
     m->active[alert_row(gpu)][kind] = 0;
 }
 
-void sched_monitor_storage_alert(sched_monitor *monitor, int on, const char *message, double now) {
-    set_alert(monitor, -1, SCHED_ALERT_STORAGE, on, now, message ? message : "");
+void gpcd_monitor_storage_alert(gpcd_monitor *monitor, int on, const char *message, double now) {
+    set_alert(monitor, -1, GPCD_ALERT_STORAGE, on, now, message ? message : "");
 }
 
-static void evaluate_alerts(sched_monitor *m, int g, double now) {
-    const sched_gpu_reading *r = &m->readings[g];
+static void evaluate_alerts(gpcd_monitor *m, int g, double now) {
+    const gpcd_gpu_reading *r = &m->readings[g];
     char msg[512];
     const double gib = 1024.0 * 1024 * 1024;
 
@@ -362,14 +362,14 @@ static void evaluate_alerts(sched_monitor *m, int g, double now) {
              "the GPU waits for data; add loader workers or prefetching, use pinned memory, or "
              "move the data to local disk",
              g, r->util, low ? now - m->low_since[g] : 0.0, (long long)r->busy_job);
-    set_alert(m, g, SCHED_ALERT_LOW_UTIL, low_long, now, msg);
+    set_alert(m, g, GPCD_ALERT_LOW_UTIL, low_long, now, msg);
 
     double mem_pct = r->mem_total ? 100.0 * (double)r->mem_used / (double)r->mem_total : 0;
     snprintf(msg, sizeof msg,
              "GPU %d memory %.0f%% used (%.1f of %.1f GiB): jobs here are close to running out "
              "of memory",
              g, mem_pct, r->mem_used / gib, r->mem_total / gib);
-    set_alert(m, g, SCHED_ALERT_MEMORY, mem_pct > m->mem_above, now, msg);
+    set_alert(m, g, GPCD_ALERT_MEMORY, mem_pct > m->mem_above, now, msg);
 
     int hot = r->temperature > m->temp_above ||
               (r->slowdown_temperature > 0 &&
@@ -378,7 +378,7 @@ static void evaluate_alerts(sched_monitor *m, int g, double now) {
              "GPU %d at %.0f C (alert above %.0f C, slowdown at %.0f C): it will slow itself "
              "down; check cooling and airflow",
              g, r->temperature, m->temp_above, r->slowdown_temperature);
-    set_alert(m, g, SCHED_ALERT_TEMPERATURE, r->temperature >= 0 && hot, now, msg);
+    set_alert(m, g, GPCD_ALERT_TEMPERATURE, r->temperature >= 0 && hot, now, msg);
 
     int errors = r->ecc_uncorrected > 0 || r->xid_count > 0;
     snprintf(msg, sizeof msg,
@@ -386,14 +386,14 @@ static void evaluate_alerts(sched_monitor *m, int g, double now) {
              "check nvidia-smi -q",
              g, (long long)(r->ecc_uncorrected > 0 ? r->ecc_uncorrected : 0),
              (long long)(r->xid_count > 0 ? r->xid_count : 0));
-    set_alert(m, g, SCHED_ALERT_ECC, errors, now, msg);
+    set_alert(m, g, GPCD_ALERT_ECC, errors, now, msg);
 }
 
-gpc_status sched_monitor_sample(sched_monitor *m, sched_cluster *cluster, sched_job *const *running,
-                                int nrunning, double now) {
-    sched_sample_row rows[SCHED_MAX_GPUS];
+gpc_status gpcd_monitor_sample(gpcd_monitor *m, gpcd_cluster *cluster, gpcd_job *const *running,
+                               int nrunning, double now) {
+    gpcd_sample_row rows[GPCD_MAX_GPUS];
     for (int g = 0; g < m->count; g++) {
-        sched_gpu_reading *r = &m->readings[g];
+        gpcd_gpu_reading *r = &m->readings[g];
         r->index = g;
         if (m->simulated) {
             read_simulated(m, g, r, running, nrunning);
@@ -412,7 +412,7 @@ gpc_status sched_monitor_sample(sched_monitor *m, sched_cluster *cluster, sched_
     }
     if (m->simulated) apply_overrides(m);
     for (int g = 0; g < m->count; g++) {
-        sched_gpu_reading *r = &m->readings[g];
+        gpcd_gpu_reading *r = &m->readings[g];
         evaluate_alerts(m, g, now);
         if (cluster && g < cluster->count) {
             cluster->gpu[g].util = r->util;
@@ -428,16 +428,16 @@ gpc_status sched_monitor_sample(sched_monitor *m, sched_cluster *cluster, sched_
         rows[g].temperature = r->temperature;
         rows[g].power = r->power;
     }
-    if (m->store) return sched_store_add_samples(m->store, rows, m->count, m->retention, now);
+    if (m->store) return gpcd_store_add_samples(m->store, rows, m->count, m->retention, now);
     return GPC_OK;
 }
 
-const sched_gpu_reading *sched_monitor_readings(const sched_monitor *monitor, int *count) {
+const gpcd_gpu_reading *gpcd_monitor_readings(const gpcd_monitor *monitor, int *count) {
     *count = monitor->count;
     return monitor->readings;
 }
 
-const sched_alert *sched_monitor_alerts(const sched_monitor *monitor, int *count) {
+const gpcd_alert *gpcd_monitor_alerts(const gpcd_monitor *monitor, int *count) {
     *count = monitor->alert_count;
     return monitor->alerts;
 }

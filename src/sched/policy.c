@@ -45,29 +45,29 @@
 
 /* One GPU-year in seconds: asking for this much or more earns no
  * shortest_first bonus. */
-#define SCHED_SHORTEST_FIRST_REFERENCE (365.0 * 86400.0)
+#define GPCD_SHORTEST_FIRST_REFERENCE (365.0 * 86400.0)
 
-static int policy_shares(const sched_policy_config *policy, const sched_job *job) {
-    return (policy->flags & SCHED_POLICY_TASK_TYPE) && sched_job_shares_gpu(job);
+static int policy_shares(const gpcd_policy_config *policy, const gpcd_job *job) {
+    return (policy->flags & GPCD_POLICY_TASK_TYPE) && gpcd_job_shares_gpu(job);
 }
 
-void sched_cluster_account(const sched_policy_config *policy, sched_cluster *cluster,
-                           sched_job *const *running, int nrunning) {
+void gpcd_cluster_account(const gpcd_policy_config *policy, gpcd_cluster *cluster,
+                          gpcd_job *const *running, int nrunning) {
     for (int g = 0; g < cluster->count; g++) {
-        sched_gpu *gpu = &cluster->gpu[g];
+        gpcd_gpu *gpu = &cluster->gpu[g];
         gpu->mem_reserved = 0;
         gpu->exclusive_jobs = gpu->unavailable ? 1 : 0; /* a GPU held back takes no job */
         gpu->shared_jobs = 0;
         gpu->free_time = gpu->unavailable ? INFINITY : 0;
     }
     for (int i = 0; i < nrunning; i++) {
-        const sched_job *job = running[i];
+        const gpcd_job *job = running[i];
         double end = job->time_limit > 0 ? job->start_time + job->time_limit : INFINITY;
         int shares = policy_shares(policy, job);
         for (int a = 0; a < job->assigned_count; a++) {
             int g = job->assigned[a];
             if (g < 0 || g >= cluster->count) continue;
-            sched_gpu *gpu = &cluster->gpu[g];
+            gpcd_gpu *gpu = &cluster->gpu[g];
             /* A shared job reserves its request; an exclusive one the whole GPU. */
             if (shares) {
                 gpu->shared_jobs++;
@@ -82,12 +82,12 @@ void sched_cluster_account(const sched_policy_config *policy, sched_cluster *clu
     }
 }
 
-double sched_policy_effective_priority(const sched_policy_config *policy, const sched_job *job,
-                                       double now) {
-    double p = (policy->flags & SCHED_POLICY_PRIORITY) ? job->priority : 0;
-    if ((policy->flags & SCHED_POLICY_AGING) && now > job->submit_time)
+double gpcd_policy_effective_priority(const gpcd_policy_config *policy, const gpcd_job *job,
+                                      double now) {
+    double p = (policy->flags & GPCD_POLICY_PRIORITY) ? job->priority : 0;
+    if ((policy->flags & GPCD_POLICY_AGING) && now > job->submit_time)
         p += policy->aging_per_hour * (now - job->submit_time) / 3600.0;
-    if ((policy->flags & SCHED_POLICY_SHORTEST_FIRST) && job->time_limit > 0) {
+    if ((policy->flags & GPCD_POLICY_SHORTEST_FIRST) && job->time_limit > 0) {
         /* Shortest expected job first, the expectation being the job's own
          * limit: it minimises mean completion time (SJF), and ordering the
          * queue this way before EASY backfill is what Mu'alem and Feitelson
@@ -95,19 +95,19 @@ double sched_policy_effective_priority(const sched_policy_config *policy, const 
          * the bonus is bounded (at most ~19 halvings from a GPU-year down to
          * a GPU-minute) and aging overtakes it in hours: nothing starves. */
         double ask = job->time_limit * (job->gpus > 0 ? job->gpus : 1);
-        double bonus = log2(SCHED_SHORTEST_FIRST_REFERENCE / (ask > 60 ? ask : 60));
+        double bonus = log2(GPCD_SHORTEST_FIRST_REFERENCE / (ask > 60 ? ask : 60));
         if (bonus > 0) p += policy->shortest_first_points * bonus;
     }
     return p;
 }
 
-static uint64_t gpu_available(const sched_gpu *gpu) {
+static uint64_t gpu_available(const gpcd_gpu *gpu) {
     uint64_t taken = gpu->mem_reserved > gpu->mem_used ? gpu->mem_reserved : gpu->mem_used;
     return taken >= gpu->mem_total ? 0 : gpu->mem_total - taken;
 }
 
-int sched_policy_gpu_admits(const sched_policy_config *policy, const sched_gpu *gpu,
-                            const sched_job *job) {
+int gpcd_policy_gpu_admits(const gpcd_policy_config *policy, const gpcd_gpu *gpu,
+                           const gpcd_job *job) {
     if (gpu->mem_total < job->mem) return 0;
     if (gpu->exclusive_jobs > 0) return 0;
     if (!policy_shares(policy, job)) {
@@ -120,21 +120,21 @@ int sched_policy_gpu_admits(const sched_policy_config *policy, const sched_gpu *
     return gpu_available(gpu) >= job->mem;
 }
 
-double sched_policy_gpu_score(const sched_policy_config *policy, const sched_gpu *gpu,
-                              const sched_job *job) {
+double gpcd_policy_gpu_score(const gpcd_policy_config *policy, const gpcd_gpu *gpu,
+                             const gpcd_job *job) {
     double score = 0;
     double total = gpu->mem_total ? (double)gpu->mem_total : 1.0;
-    int small = (policy->flags & SCHED_POLICY_BINPACK) && policy_shares(policy, job) &&
+    int small = (policy->flags & GPCD_POLICY_BINPACK) && policy_shares(policy, job) &&
                 job->mem <= policy->small_job_mem;
     if (small) {
         /* Best fit: the least memory left over after placing the job. */
         double left = (double)gpu_available(gpu) - (double)job->mem;
         score += (left > 0 ? left : 0) / total;
-    } else if (policy->flags & SCHED_POLICY_LEAST_LOADED) {
+    } else if (policy->flags & GPCD_POLICY_LEAST_LOADED) {
         double util = gpu->util < 0 ? 0 : gpu->util;
         score += util / 100.0 + (double)gpu->mem_used / total;
     }
-    if (policy->flags & SCHED_POLICY_LOCALITY) {
+    if (policy->flags & GPCD_POLICY_LOCALITY) {
         if (job->data_numa >= 0 && gpu->numa_node == job->data_numa) score -= 1.0;
         if (job->data_hash && gpu->data_hash == job->data_hash) score -= 0.5;
     }
@@ -154,13 +154,13 @@ static int candidate_cmp(const void *a, const void *b) {
 
 /* Among the candidates (sorted best first), the k-set with the most NVLink
  * pairs, grown greedily from each seed; ties go to the better scores. */
-static void pick_nvlink_set(const sched_cluster *cluster, const candidate *c, int n, int k,
+static void pick_nvlink_set(const gpcd_cluster *cluster, const candidate *c, int n, int k,
                             int *out) {
     int best_links = -1;
     double best_score = INFINITY;
-    int set[SCHED_MAX_GPUS];
+    int set[GPCD_MAX_GPUS];
     for (int seed = 0; seed < n; seed++) {
-        unsigned char used[SCHED_MAX_GPUS] = {0};
+        unsigned char used[GPCD_MAX_GPUS] = {0};
         int size = 0, links = 0;
         double score = c[seed].score;
         set[size++] = seed;
@@ -193,21 +193,21 @@ static void pick_nvlink_set(const sched_cluster *cluster, const candidate *c, in
     }
 }
 
-static int place_masked(const sched_policy_config *policy, const sched_cluster *cluster,
-                        const sched_job *job, const unsigned char *hidden, int *gpus_out) {
-    candidate c[SCHED_MAX_GPUS];
+static int place_masked(const gpcd_policy_config *policy, const gpcd_cluster *cluster,
+                        const gpcd_job *job, const unsigned char *hidden, int *gpus_out) {
+    candidate c[GPCD_MAX_GPUS];
     int n = 0, k = job->gpus;
     if (k < 1 || k > cluster->count) return 0;
     for (int g = 0; g < cluster->count; g++) {
         if (hidden && hidden[g]) continue;
-        if (!sched_policy_gpu_admits(policy, &cluster->gpu[g], job)) continue;
+        if (!gpcd_policy_gpu_admits(policy, &cluster->gpu[g], job)) continue;
         c[n].gpu = g;
-        c[n].score = sched_policy_gpu_score(policy, &cluster->gpu[g], job);
+        c[n].score = gpcd_policy_gpu_score(policy, &cluster->gpu[g], job);
         n++;
     }
     if (n < k) return 0; /* all or nothing */
     qsort(c, (size_t)n, sizeof c[0], candidate_cmp);
-    if (k > 1 && (policy->flags & SCHED_POLICY_TASK_TYPE) && job->type == SCHED_TYPE_TRAIN) {
+    if (k > 1 && (policy->flags & GPCD_POLICY_TASK_TYPE) && job->type == GPCD_TYPE_TRAIN) {
         pick_nvlink_set(cluster, c, n, k, gpus_out);
     } else {
         for (int i = 0; i < k; i++)
@@ -216,17 +216,17 @@ static int place_masked(const sched_policy_config *policy, const sched_cluster *
     return k;
 }
 
-int sched_policy_place(const sched_policy_config *policy, const sched_cluster *cluster,
-                       const sched_job *job, int *gpus_out) {
+int gpcd_policy_place(const gpcd_policy_config *policy, const gpcd_cluster *cluster,
+                      const gpcd_job *job, int *gpus_out) {
     return place_masked(policy, cluster, job, NULL, gpus_out);
 }
 
-int sched_data_numa_node(const sched_policy_config *policy, const char *path) {
+int gpcd_data_numa_node(const gpcd_policy_config *policy, const char *path) {
     if (!path || !*path) return -1;
     int best = -1;
     size_t best_len = 0;
     for (int i = 0; i < policy->numa_rule_count; i++) {
-        const sched_numa_rule *r = &policy->numa_rules[i];
+        const gpcd_numa_rule *r = &policy->numa_rules[i];
         size_t len = strlen(r->prefix);
         while (len > 1 && r->prefix[len - 1] == '/')
             len--;
@@ -258,7 +258,7 @@ int sched_data_numa_node(const sched_policy_config *policy, const char *path) {
 /* ---------------------------------------------------------------- the pass */
 
 typedef struct {
-    sched_job *job;
+    gpcd_job *job;
     double priority;
 } queued;
 
@@ -271,12 +271,12 @@ static int queued_cmp(const void *a, const void *b) {
 }
 
 /* Records a started job in the cluster so later jobs in the pass see it. */
-static void occupy(const sched_policy_config *policy, sched_cluster *cluster, const sched_job *job,
+static void occupy(const gpcd_policy_config *policy, gpcd_cluster *cluster, const gpcd_job *job,
                    const int *gpus, int k, double now) {
     int shares = policy_shares(policy, job);
     double end = job->time_limit > 0 ? now + job->time_limit : INFINITY;
     for (int i = 0; i < k; i++) {
-        sched_gpu *gpu = &cluster->gpu[gpus[i]];
+        gpcd_gpu *gpu = &cluster->gpu[gpus[i]];
         if (shares) {
             gpu->shared_jobs++;
             gpu->mem_reserved += job->mem;
@@ -291,8 +291,8 @@ static void occupy(const sched_policy_config *policy, sched_cluster *cluster, co
 
 /* Earliest time k GPUs able to hold the job are free, from the running jobs'
  * time limits; marks those GPUs reserved. INFINITY when some never say. */
-static double reserve(const sched_cluster *cluster, const sched_job *job, unsigned char *reserved) {
-    candidate c[SCHED_MAX_GPUS];
+static double reserve(const gpcd_cluster *cluster, const gpcd_job *job, unsigned char *reserved) {
+    candidate c[GPCD_MAX_GPUS];
     int n = 0;
     for (int g = 0; g < cluster->count; g++)
         if (cluster->gpu[g].mem_total >= job->mem) {
@@ -300,7 +300,7 @@ static double reserve(const sched_cluster *cluster, const sched_job *job, unsign
             c[n].score = cluster->gpu[g].free_time;
             n++;
         }
-    memset(reserved, 0, SCHED_MAX_GPUS);
+    memset(reserved, 0, GPCD_MAX_GPUS);
     if (n < job->gpus) return INFINITY;
     qsort(c, (size_t)n, sizeof c[0], candidate_cmp);
     for (int i = 0; i < job->gpus; i++)
@@ -309,7 +309,7 @@ static double reserve(const sched_cluster *cluster, const sched_job *job, unsign
 }
 
 static int victim_cmp(const void *a, const void *b) {
-    const sched_job *x = *(sched_job *const *)a, *y = *(sched_job *const *)b;
+    const gpcd_job *x = *(gpcd_job *const *)a, *y = *(gpcd_job *const *)b;
     if (x->priority != y->priority) return x->priority - y->priority;
     /* the fewest GPUs: a small job needing one GPU should not stop eight */
     if (x->gpus != y->gpus) return x->gpus - y->gpus;
@@ -319,12 +319,12 @@ static int victim_cmp(const void *a, const void *b) {
 }
 
 /* Accounts the cluster as if only `keep` ran; GPUs left empty read as idle. */
-static void account_without(const sched_policy_config *policy, sched_cluster *sim,
-                            const sched_cluster *cluster, sched_job *const *keep, int nkeep) {
+static void account_without(const gpcd_policy_config *policy, gpcd_cluster *sim,
+                            const gpcd_cluster *cluster, gpcd_job *const *keep, int nkeep) {
     *sim = *cluster;
-    sched_cluster_account(policy, sim, keep, nkeep);
+    gpcd_cluster_account(policy, sim, keep, nkeep);
     for (int g = 0; g < sim->count; g++) {
-        sched_gpu *gpu = &sim->gpu[g];
+        gpcd_gpu *gpu = &sim->gpu[g];
         if (gpu->exclusive_jobs == 0 && gpu->shared_jobs == 0 &&
             (cluster->gpu[g].exclusive_jobs || cluster->gpu[g].shared_jobs)) {
             gpu->mem_used = 0;
@@ -335,8 +335,8 @@ static void account_without(const sched_policy_config *policy, sched_cluster *si
     }
 }
 
-int sched_policy_may_preempt(const sched_policy_config *policy, const sched_job *job,
-                             const sched_job *victim, double now) {
+int gpcd_policy_may_preempt(const gpcd_policy_config *policy, const gpcd_job *job,
+                            const gpcd_job *victim, double now) {
     /* Base priorities first: aging and shortest_first must not let jobs of
      * equal priority stop each other (each would overtake the other in
      * turn as it waits, and they would ping-pong). */
@@ -344,8 +344,8 @@ int sched_policy_may_preempt(const sched_policy_config *policy, const sched_job 
     /* Then the same order the queue uses, with a margin: a victim the queue
      * would put ahead of the job (or about level with it) would be requeued
      * only to take its GPUs back at once. */
-    if (sched_policy_effective_priority(policy, job, now) <
-        sched_policy_effective_priority(policy, victim, now) + policy->preempt_margin)
+    if (gpcd_policy_effective_priority(policy, job, now) <
+        gpcd_policy_effective_priority(policy, victim, now) + policy->preempt_margin)
         return 0;
     /* Let it run a while first: stopping a job that just started throws
      * away its start-up (loading, warm-up) for little gain. Each earlier
@@ -366,11 +366,11 @@ int sched_policy_may_preempt(const sched_policy_config *policy, const sched_job 
  * victims taken in victim_cmp order so that among equal totals the first
  * found (lower priority, fewer GPUs, started later) wins. Writes the
  * chosen victims' indices, returns their count; -1 when no set suffices. */
-static int fewest_gpus_freed(const sched_policy_config *policy, const sched_cluster *sim,
-                             const sched_job *job, sched_job *const *victims, int nvictims,
+static int fewest_gpus_freed(const gpcd_policy_config *policy, const gpcd_cluster *sim,
+                             const gpcd_job *job, gpcd_job *const *victims, int nvictims,
                              int *chosen) {
-    if (policy_shares(policy, job) || nvictims > SCHED_MAX_GPUS) return -1;
-    int free_now = 0, weight[SCHED_MAX_GPUS];
+    if (policy_shares(policy, job) || nvictims > GPCD_MAX_GPUS) return -1;
+    int free_now = 0, weight[GPCD_MAX_GPUS];
     for (int g = 0; g < sim->count; g++)
         free_now += sim->gpu[g].exclusive_jobs == 0 && sim->gpu[g].shared_jobs == 0 &&
                     sim->gpu[g].mem_total >= job->mem;
@@ -388,16 +388,16 @@ static int fewest_gpus_freed(const sched_policy_config *policy, const sched_clus
     }
     /* reach[s]: the victim that first made a total of s GPUs reachable (the
      * rest of the set is reach[s - its weight], found earlier); -1 never */
-    int reach[SCHED_MAX_GPUS + 1];
+    int reach[GPCD_MAX_GPUS + 1];
     memset(reach, -1, sizeof reach);
-    reach[0] = SCHED_MAX_GPUS; /* the empty set */
+    reach[0] = GPCD_MAX_GPUS; /* the empty set */
     for (int v = 0; v < nvictims; v++)
-        for (int s = SCHED_MAX_GPUS; s >= weight[v]; s--)
+        for (int s = GPCD_MAX_GPUS; s >= weight[v]; s--)
             if (weight[v] > 0 && reach[s] < 0 && reach[s - weight[v]] >= 0 &&
                 reach[s - weight[v]] != v)
                 reach[s] = v;
     int total = -1;
-    for (int s = lack; s <= SCHED_MAX_GPUS && total < 0; s++)
+    for (int s = lack; s <= GPCD_MAX_GPUS && total < 0; s++)
         if (reach[s] >= 0) total = s;
     if (total < 0) return -1;
     int n = 0;
@@ -408,20 +408,19 @@ static int fewest_gpus_freed(const sched_policy_config *policy, const sched_clus
 
 /* Chooses running jobs of lower priority whose GPUs would let `job` start.
  * Jobs already stopping count as gone. Returns decisions written. */
-static int preempt_for(const sched_policy_config *policy, const sched_cluster *cluster,
-                       const sched_job *job, sched_job *const *running, int nrunning, double now,
-                       sched_decision *out, int max_out) {
-    sched_job **keep = malloc(sizeof *keep * (size_t)(nrunning + 1));
-    sched_job **victims = malloc(sizeof *victims * (size_t)(nrunning + 1));
-    sched_cluster *sim = malloc(sizeof *sim);
-    int nkeep = 0, nvictims = 0, written = 0, gpus[SCHED_MAX_GPUS];
-    unsigned char reserved[SCHED_MAX_GPUS];
+static int preempt_for(const gpcd_policy_config *policy, const gpcd_cluster *cluster,
+                       const gpcd_job *job, gpcd_job *const *running, int nrunning, double now,
+                       gpcd_decision *out, int max_out) {
+    gpcd_job **keep = malloc(sizeof *keep * (size_t)(nrunning + 1));
+    gpcd_job **victims = malloc(sizeof *victims * (size_t)(nrunning + 1));
+    gpcd_cluster *sim = malloc(sizeof *sim);
+    int nkeep = 0, nvictims = 0, written = 0, gpus[GPCD_MAX_GPUS];
+    unsigned char reserved[GPCD_MAX_GPUS];
     if (!keep || !victims || !sim) goto done;
     for (int i = 0; i < nrunning; i++) {
-        if (running[i]->stop_reason != SCHED_STOP_NONE) continue;
+        if (running[i]->stop_reason != GPCD_STOP_NONE) continue;
         keep[nkeep++] = running[i];
-        if (sched_policy_may_preempt(policy, job, running[i], now))
-            victims[nvictims++] = running[i];
+        if (gpcd_policy_may_preempt(policy, job, running[i], now)) victims[nvictims++] = running[i];
     }
     if (nvictims == 0) goto done;
     account_without(policy, sim, cluster, keep, nkeep);
@@ -430,7 +429,7 @@ static int preempt_for(const sched_policy_config *policy, const sched_cluster *c
      * start the job as soon as preempting could. */
     if (reserve(sim, job, reserved) <= now + policy->preempt_grace) goto done;
     qsort(victims, (size_t)nvictims, sizeof *victims, victim_cmp);
-    int chosen[SCHED_MAX_GPUS];
+    int chosen[GPCD_MAX_GPUS];
     int nchosen = fewest_gpus_freed(policy, sim, job, victims, nvictims, chosen);
     if (nchosen > 0) {
         int nleft = 0;
@@ -443,7 +442,7 @@ static int preempt_for(const sched_policy_config *policy, const sched_cluster *c
         account_without(policy, sim, cluster, keep, nleft);
         if (place_masked(policy, sim, job, NULL, gpus) > 0) {
             for (int k = 0; k < nchosen && written < max_out; k++) {
-                out[written].kind = SCHED_DECIDE_PREEMPT;
+                out[written].kind = GPCD_DECIDE_PREEMPT;
                 out[written].job = victims[chosen[k]];
                 out[written].gpu_count = 0;
                 written++;
@@ -468,7 +467,7 @@ static int preempt_for(const sched_policy_config *policy, const sched_cluster *c
                     for (int i = 0; i < job->gpus; i++)
                         if (victims[u]->assigned[a] == gpus[i]) needed = 1;
                 if (!needed) continue;
-                out[written].kind = SCHED_DECIDE_PREEMPT;
+                out[written].kind = GPCD_DECIDE_PREEMPT;
                 out[written].job = victims[u];
                 out[written].gpu_count = 0;
                 written++;
@@ -483,34 +482,33 @@ done:
     return written;
 }
 
-static int any_gpu_open(const sched_cluster *cluster) {
+static int any_gpu_open(const gpcd_cluster *cluster) {
     for (int g = 0; g < cluster->count; g++)
         if (cluster->gpu[g].exclusive_jobs == 0 && gpu_available(&cluster->gpu[g]) > 0) return 1;
     return 0;
 }
 
-int sched_schedule(const sched_policy_config *policy, sched_cluster *cluster,
-                   sched_job *const *pending, int npending, sched_job *const *running, int nrunning,
-                   double now, sched_decision *decisions, int max_decisions,
-                   sched_pass_stats *stats) {
-    sched_pass_stats local;
+int gpcd_schedule(const gpcd_policy_config *policy, gpcd_cluster *cluster, gpcd_job *const *pending,
+                  int npending, gpcd_job *const *running, int nrunning, double now,
+                  gpcd_decision *decisions, int max_decisions, gpcd_pass_stats *stats) {
+    gpcd_pass_stats local;
     if (!stats) stats = &local;
     memset(stats, 0, sizeof *stats);
-    sched_cluster_account(policy, cluster, running, nrunning);
+    gpcd_cluster_account(policy, cluster, running, nrunning);
     if (npending == 0) return 0;
     queued *order = malloc(sizeof *order * (size_t)npending);
     if (!order) return 0;
     for (int i = 0; i < npending; i++) {
         order[i].job = pending[i];
-        order[i].priority = sched_policy_effective_priority(policy, pending[i], now);
+        order[i].priority = gpcd_policy_effective_priority(policy, pending[i], now);
     }
     qsort(order, (size_t)npending, sizeof *order, queued_cmp);
 
     int written = 0, blocked_seen = 0, reservation = 0;
-    unsigned char reserved[SCHED_MAX_GPUS];
+    unsigned char reserved[GPCD_MAX_GPUS];
     double shadow = INFINITY;
     for (int i = 0; i < npending && written < max_decisions; i++) {
-        sched_job *job = order[i].job;
+        gpcd_job *job = order[i].job;
         /* With every GPU taken only the first blocked job has anything left
          * to do (preempt, reserve): the rest of the queue waits. */
         int open = any_gpu_open(cluster);
@@ -521,13 +519,13 @@ int sched_schedule(const sched_policy_config *policy, sched_cluster *cluster,
         /* A job may use reserved GPUs only if it surely ends before the
          * reserved job could start. */
         int backfills = job->time_limit > 0 && now + job->time_limit <= shadow;
-        int gpus[SCHED_MAX_GPUS];
+        int gpus[GPCD_MAX_GPUS];
         int k = open ? place_masked(policy, cluster, job,
                                     reservation && !backfills ? reserved : NULL, gpus)
                      : 0;
         if (k > 0) {
-            sched_decision *d = &decisions[written++];
-            d->kind = SCHED_DECIDE_START;
+            gpcd_decision *d = &decisions[written++];
+            d->kind = GPCD_DECIDE_START;
             d->job = job;
             d->gpu_count = k;
             memcpy(d->gpus, gpus, sizeof(int) * (size_t)k);
@@ -538,13 +536,13 @@ int sched_schedule(const sched_policy_config *policy, sched_cluster *cluster,
         stats->blocked++;
         if (blocked_seen) continue;
         blocked_seen = 1;
-        if (policy->flags & SCHED_POLICY_PREEMPTION) {
+        if (policy->flags & GPCD_POLICY_PREEMPTION) {
             int n = preempt_for(policy, cluster, job, running, nrunning, now, decisions + written,
                                 max_decisions - written);
             written += n;
             stats->preempted += n;
         }
-        if (!(policy->flags & SCHED_POLICY_BACKFILL)) {
+        if (!(policy->flags & GPCD_POLICY_BACKFILL)) {
             stats->blocked += npending - i - 1;
             break;
         }

@@ -1,6 +1,6 @@
 /*
  * request.c: turns one HTTP request (method, path, query, body) into a
- * validated sched_request, or an HTTP error status with a message.
+ * validated gpcd_request, or an HTTP error status with a message.
  *
  * Everything that arrives over the socket passes through here before gpcd
  * acts on it, so this is the file the fuzzer (fuzz/fuzz_request.c) drives.
@@ -94,7 +94,7 @@ static int json_depth(const char *text, size_t len, int limit) {
     return deepest;
 }
 
-static int parse_submit(json_t *body, uint32_t owner_uid, const char *owner, sched_job *job,
+static int parse_submit(json_t *body, uint32_t owner_uid, const char *owner, gpcd_job *job,
                         char *error, size_t size) {
     const char *key;
     json_t *value;
@@ -124,15 +124,15 @@ static int parse_submit(json_t *body, uint32_t owner_uid, const char *owner, sch
             have_command = 1;
         } else if (strcmp(key, "gpus") == 0) {
             if (!json_is_integer(value) || json_integer_value(value) < 1 ||
-                json_integer_value(value) > SCHED_MAX_GPUS)
+                json_integer_value(value) > GPCD_MAX_GPUS)
                 return reject(error, size, 400, "'gpus' must be a whole number 1-%d",
-                              SCHED_MAX_GPUS);
+                              GPCD_MAX_GPUS);
             job->gpus = (int)json_integer_value(value);
         } else if (strcmp(key, "mem") == 0) {
             if (json_is_integer(value) && json_integer_value(value) >= 0) {
                 job->mem = (uint64_t)json_integer_value(value);
             } else if (json_is_string(value)) {
-                if (sched_bytes_parse(json_string_value(value), &job->mem) != GPC_OK)
+                if (gpcd_bytes_parse(json_string_value(value), &job->mem) != GPC_OK)
                     return reject(error, size, 400, "'mem': %s", gpc_last_error());
             } else {
                 return reject(error, size, 400,
@@ -142,12 +142,12 @@ static int parse_submit(json_t *body, uint32_t owner_uid, const char *owner, sch
         } else if (strcmp(key, "priority") == 0) {
             if (json_is_integer(value)) {
                 json_int_t p = json_integer_value(value);
-                if (p < 0 || p > SCHED_PRIORITY_MAX)
+                if (p < 0 || p > GPCD_PRIORITY_MAX)
                     return reject(error, size, 400, "'priority' %lld is outside 0-100",
                                   (long long)p);
                 job->priority = (int)p;
             } else if (json_is_string(value)) {
-                if (sched_priority_parse(json_string_value(value), &job->priority) != GPC_OK)
+                if (gpcd_priority_parse(json_string_value(value), &job->priority) != GPC_OK)
                     return reject(error, size, 400, "'priority': %s", gpc_last_error());
             } else {
                 return reject(error, size, 400,
@@ -155,7 +155,7 @@ static int parse_submit(json_t *body, uint32_t owner_uid, const char *owner, sch
             }
         } else if (strcmp(key, "type") == 0) {
             if (!json_is_string(value) ||
-                sched_type_parse(json_string_value(value), &job->type) != GPC_OK)
+                gpcd_type_parse(json_string_value(value), &job->type) != GPC_OK)
                 return reject(error, size, 400,
                               "'type' must be one of train, infer, batch, interactive");
         } else if (strcmp(key, "data") == 0) {
@@ -179,7 +179,7 @@ static int parse_submit(json_t *body, uint32_t owner_uid, const char *owner, sch
                                   "'time_limit' must be seconds above 0 and at most a year");
                 job->time_limit = t;
             } else if (json_is_string(value)) {
-                if (sched_duration_parse(json_string_value(value), &job->time_limit) != GPC_OK)
+                if (gpcd_duration_parse(json_string_value(value), &job->time_limit) != GPC_OK)
                     return reject(error, size, 400, "'time_limit': %s", gpc_last_error());
             } else {
                 return reject(error, size, 400,
@@ -222,27 +222,27 @@ static int parse_submit(json_t *body, uint32_t owner_uid, const char *owner, sch
         return reject(error, size, 400, "'command' is missing: say what the job runs");
     if (!job->cwd) job->cwd = strdup("/");
     if (!job->env) job->env = strdup("{}");
-    job->data_hash = sched_data_hash(job->data);
+    job->data_hash = gpcd_data_hash(job->data);
     return 200;
 }
 
-static const char *find_arg(const sched_query_arg *args, int nargs, const char *key) {
+static const char *find_arg(const gpcd_query_arg *args, int nargs, const char *key) {
     for (int i = 0; i < nargs; i++)
         if (args[i].key && strcmp(args[i].key, key) == 0) return args[i].value ? args[i].value : "";
     return NULL;
 }
 
-int sched_request_parse(const char *method, const char *path, const sched_query_arg *args,
-                        int nargs, const char *body, size_t body_len, uint32_t owner_uid,
-                        const char *owner, sched_request *out, char *error, size_t error_size) {
+int gpcd_request_parse(const char *method, const char *path, const gpcd_query_arg *args, int nargs,
+                       const char *body, size_t body_len, uint32_t owner_uid, const char *owner,
+                       gpcd_request *out, char *error, size_t error_size) {
     memset(out, 0, sizeof *out);
     out->limit = 1 << 20;
     if (!method || !path) return reject(error, error_size, 400, "malformed request");
     int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0,
         del = strcmp(method, "DELETE") == 0;
     const char *simple[] = {"/gpus", "/alerts", "/metrics", "/status"};
-    const sched_request_kind simple_kind[] = {SCHED_REQ_GPUS, SCHED_REQ_ALERTS, SCHED_REQ_METRICS,
-                                              SCHED_REQ_STATUS};
+    const gpcd_request_kind simple_kind[] = {GPCD_REQ_GPUS, GPCD_REQ_ALERTS, GPCD_REQ_METRICS,
+                                             GPCD_REQ_STATUS};
     for (int i = 0; i < 4; i++)
         if (strcmp(path, simple[i]) == 0) {
             if (!get)
@@ -256,9 +256,9 @@ int sched_request_parse(const char *method, const char *path, const sched_query_
         int64_t index = 0;
         const char *action = n + len;
         int drain = strcmp(action, "/drain") == 0, resume = strcmp(action, "/resume") == 0;
-        for (size_t i = 0; i < len && index < SCHED_MAX_GPUS; i++)
-            index = n[i] >= '0' && n[i] <= '9' ? index * 10 + (n[i] - '0') : SCHED_MAX_GPUS;
-        if (len == 0 || len > 2 || index >= SCHED_MAX_GPUS)
+        for (size_t i = 0; i < len && index < GPCD_MAX_GPUS; i++)
+            index = n[i] >= '0' && n[i] <= '9' ? index * 10 + (n[i] - '0') : GPCD_MAX_GPUS;
+        if (len == 0 || len > 2 || index >= GPCD_MAX_GPUS)
             return reject(error, error_size, 404, "'%.32s' is not a GPU index (0, 1, ...)", n);
         if (!drain && !resume)
             return reject(error, error_size, 404,
@@ -266,13 +266,13 @@ int sched_request_parse(const char *method, const char *path, const sched_query_
         if (!post)
             return reject(error, error_size, 405, "/gpus/N/%s takes POST, not %.16s",
                           drain ? "drain" : "resume", method);
-        out->kind = drain ? SCHED_REQ_GPU_DRAIN : SCHED_REQ_GPU_RESUME;
+        out->kind = drain ? GPCD_REQ_GPU_DRAIN : GPCD_REQ_GPU_RESUME;
         out->gpu = (int)index;
         return 200;
     }
     if (strcmp(path, "/jobs") == 0 || strcmp(path, "/jobs/") == 0) {
         if (get) {
-            out->kind = SCHED_REQ_LIST;
+            out->kind = GPCD_REQ_LIST;
             const char *all = find_arg(args, nargs, "all");
             if (all) {
                 if (strcmp(all, "1") != 0 && strcmp(all, "0") != 0 && strcmp(all, "true") != 0 &&
@@ -287,8 +287,8 @@ int sched_request_parse(const char *method, const char *path, const sched_query_
                     return reject(error, error_size, 400, "state filter is too long");
                 snprintf(buf, sizeof buf, "%s", state);
                 for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-                    sched_state s;
-                    if (sched_state_parse(tok, &s) != GPC_OK)
+                    gpcd_state s;
+                    if (gpcd_state_parse(tok, &s) != GPC_OK)
                         return reject(error, error_size, 400, "%s", gpc_last_error());
                     out->state_mask |= 1u << s;
                 }
@@ -309,7 +309,7 @@ int sched_request_parse(const char *method, const char *path, const sched_query_
         }
         if (!post)
             return reject(error, error_size, 405, "/jobs takes GET or POST, not %.16s", method);
-        out->kind = SCHED_REQ_SUBMIT;
+        out->kind = GPCD_REQ_SUBMIT;
         if (!body || body_len == 0)
             return reject(error, error_size, 400,
                           "empty request body: send a JSON object with at least 'command'");
@@ -327,7 +327,7 @@ int sched_request_parse(const char *method, const char *path, const sched_query_
             json_decref(root);
             return reject(error, error_size, 400, "request body must be a JSON object");
         }
-        out->job = sched_job_new();
+        out->job = gpcd_job_new();
         if (!out->job) {
             json_decref(root);
             return reject(error, error_size, 500, "out of memory");
@@ -335,7 +335,7 @@ int sched_request_parse(const char *method, const char *path, const sched_query_
         int status = parse_submit(root, owner_uid, owner, out->job, error, error_size);
         json_decref(root);
         if (status != 200) {
-            sched_job_free(out->job);
+            gpcd_job_free(out->job);
             out->job = NULL;
         }
         return status;
@@ -349,9 +349,9 @@ int sched_request_parse(const char *method, const char *path, const sched_query_
                           id_text);
         if (*rest == '\0') {
             if (get)
-                out->kind = SCHED_REQ_SHOW;
+                out->kind = GPCD_REQ_SHOW;
             else if (del)
-                out->kind = SCHED_REQ_CANCEL;
+                out->kind = GPCD_REQ_CANCEL;
             else
                 return reject(error, error_size, 405, "/jobs/ID takes GET or DELETE, not %.16s",
                               method);
@@ -359,12 +359,12 @@ int sched_request_parse(const char *method, const char *path, const sched_query_
         }
         if (strcmp(rest, "/cancel") == 0) {
             if (!post) return reject(error, error_size, 405, "/jobs/ID/cancel takes POST");
-            out->kind = SCHED_REQ_CANCEL;
+            out->kind = GPCD_REQ_CANCEL;
             return 200;
         }
         if (strcmp(rest, "/logs") == 0) {
             if (!get) return reject(error, error_size, 405, "/jobs/ID/logs takes GET");
-            out->kind = SCHED_REQ_LOGS;
+            out->kind = GPCD_REQ_LOGS;
             const char *offset = find_arg(args, nargs, "offset");
             if (offset && parse_count(offset, INT64_MAX / 2, &out->offset) != 0)
                 return reject(error, error_size, 400,
@@ -382,7 +382,7 @@ int sched_request_parse(const char *method, const char *path, const sched_query_
                   path);
 }
 
-void sched_request_clear(sched_request *request) {
-    sched_job_free(request->job);
+void gpcd_request_clear(gpcd_request *request) {
+    gpcd_job_free(request->job);
     request->job = NULL;
 }

@@ -19,7 +19,7 @@
  *
  * Every process a job starts is found and stopped, including those that
  * leave its process group (setsid, double forks). Where gpcd can create
- * cgroups (cgroup v2 with cgroup.kill, see sched_runner_use_cgroups), the
+ * cgroups (cgroup v2 with cgroup.kill, see gpcd_runner_use_cgroups), the
  * command runs in a cgroup of its own, gpcd-job-PID-START under gpcd's,
  * named after its supervisor; signals reach every process in it and
  * cgroup.kill ends them all. Everywhere, the supervisor is a child
@@ -91,14 +91,14 @@ static char *format_env(const char *name, const char *value) {
 }
 
 /* The submitter's environment with gpcd's variables put over it. */
-uint64_t sched_runner_job_tag(const char *exit_path) {
+uint64_t gpcd_runner_job_tag(const char *exit_path) {
     uint64_t h = 14695981039346656037ull; /* FNV-1a, 64 bits */
     for (const unsigned char *p = (const unsigned char *)exit_path; *p; p++)
         h = (h ^ *p) * 1099511628211ull;
     return h;
 }
 
-static char **job_environment(const sched_job *job, const char *exit_path) {
+static char **job_environment(const gpcd_job *job, const char *exit_path) {
     json_t *env = job->env ? json_loads(job->env, 0, NULL) : NULL;
     size_t n = json_is_object(env) ? json_object_size(env) : 0;
     char **envp = calloc(n + 8, sizeof *envp);
@@ -120,7 +120,7 @@ static char **job_environment(const sched_job *job, const char *exit_path) {
         }
     json_decref(env);
     if (!job->env || n == 0) envp[k++] = strdup("PATH=/usr/local/bin:/usr/bin:/bin");
-    char gpus[SCHED_MAX_GPUS * 4] = "", id[32];
+    char gpus[GPCD_MAX_GPUS * 4] = "", id[32];
     size_t used = 0;
     for (int i = 0; i < job->assigned_count; i++)
         used +=
@@ -137,7 +137,7 @@ static char **job_environment(const sched_job *job, const char *exit_path) {
      * leave: unique to this gpcd and job (its exit file's path), unlike
      * GPC_JOB_ID, which every gpcd on a machine counts from 1 */
     char tag[24];
-    snprintf(tag, sizeof tag, "%016llx", (unsigned long long)sched_runner_job_tag(exit_path));
+    snprintf(tag, sizeof tag, "%016llx", (unsigned long long)gpcd_runner_job_tag(exit_path));
     envp[k++] = format_env("GPC_JOB_TAG", tag);
     envp[k] = NULL;
     return envp;
@@ -240,7 +240,7 @@ static int claim_start(const launch *l, pid_t child) {
     return ok ? 0 : -1;
 }
 
-/* The job's log, capped (sched_config.log_max): once it would pass the cap,
+/* The job's log, capped (gpcd_config.log_max): once it would pass the cap,
  * the first half stays, then a line saying output was cut, then the latest
  * output. Each time the file reaches the cap again, its newest quarter is
  * moved up behind that line and the rest cut off, so every byte is copied
@@ -548,7 +548,7 @@ static void supervise(launch *l) {
     _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 }
 
-static gpc_status prepare_user(const sched_job *job, launch *l) {
+static gpc_status prepare_user(const gpcd_job *job, launch *l) {
     if (geteuid() != 0 || job->owner_uid == 0) return GPC_OK;
     struct passwd pw, *found = NULL;
     char buf[4096];
@@ -566,12 +566,12 @@ static gpc_status prepare_user(const sched_job *job, launch *l) {
     return GPC_OK;
 }
 
-void sched_runner_record_path(const char *jobs_dir, const sched_job *job, char *buf, size_t size) {
+void gpcd_runner_record_path(const char *jobs_dir, const gpcd_job *job, char *buf, size_t size) {
     snprintf(buf, size, "%s/%lld.%lld.run", jobs_dir, (long long)job->id,
              (long long)(job->start_time * 1000.0));
 }
 
-int sched_runner_claim(const char *record_path, sched_job *job) {
+int gpcd_runner_claim(const char *record_path, gpcd_job *job) {
     char tmp[1100];
     snprintf(tmp, sizeof tmp, "%s.gpcd", record_path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -597,8 +597,8 @@ int sched_runner_claim(const char *record_path, sched_job *job) {
     return 1;
 }
 
-gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *exit_path,
-                              const char *record_path, uint64_t log_max) {
+gpc_status gpcd_runner_start(gpcd_job *job, const char *log_path, const char *exit_path,
+                             const char *record_path, uint64_t log_max) {
     launch l;
     memset(&l, 0, sizeof l);
     l.log_fd = l.null_fd = -1;
@@ -663,7 +663,7 @@ gpc_status sched_runner_start(sched_job *job, const char *log_path, const char *
     }
     job->pid = supervisor;
     job->pgid = child;
-    job->pid_start = sched_process_start_time(supervisor);
+    job->pid_start = gpcd_process_start_time(supervisor);
 out:
     if (pipe_fds[0] >= 0) close(pipe_fds[0]);
     if (pipe_fds[1] >= 0) close(pipe_fds[1]);
@@ -676,7 +676,7 @@ out:
     return st;
 }
 
-uint64_t sched_process_start_time(pid_t pid) {
+uint64_t gpcd_process_start_time(pid_t pid) {
     char path[64], buf[1024];
     if (pid <= 0) return 0;
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -689,12 +689,12 @@ uint64_t sched_process_start_time(pid_t pid) {
     return stat_start_time(buf);
 }
 
-int sched_runner_alive(const sched_job *job) {
+int gpcd_runner_alive(const gpcd_job *job) {
     if (job->pid <= 0 || job->pid_start == 0) return 0;
-    return sched_process_start_time(job->pid) == job->pid_start;
+    return gpcd_process_start_time(job->pid) == job->pid_start;
 }
 
-int sched_runner_read_exit(const char *exit_path, int *exit_code, int *signal_out) {
+int gpcd_runner_read_exit(const char *exit_path, int *exit_code, int *signal_out) {
     FILE *f = fopen(exit_path, "r");
     if (!f) return -1;
     char word[16];
@@ -715,7 +715,7 @@ int sched_runner_read_exit(const char *exit_path, int *exit_code, int *signal_ou
     return -1;
 }
 
-void sched_runner_use_cgroups(const char *root) {
+void gpcd_runner_use_cgroups(const char *root) {
     snprintf(cgroup_root, sizeof cgroup_root, "%s", root ? root : "");
 }
 
@@ -764,7 +764,7 @@ static void signal_descendants(pid_t root, int sig) {
 }
 
 /* Signals every process of the job's cgroup. */
-static void signal_cgroup(const sched_job *job, int sig) {
+static void signal_cgroup(const gpcd_job *job, int sig) {
     if (!cgroup_root[0]) return;
     char dir[700], path[800];
     cgroup_path(dir, sizeof dir, (unsigned long)job->pid, (unsigned long)job->pid_start);
@@ -780,16 +780,16 @@ static void signal_cgroup(const sched_job *job, int sig) {
     if (f) fclose(f);
 }
 
-void sched_runner_signal(const sched_job *job, int sig) {
+void gpcd_runner_signal(const gpcd_job *job, int sig) {
     /* Only while the supervisor lives are its group, cgroup and descendants
      * surely the job's. */
-    if (job->pgid <= 1 || !sched_runner_alive(job)) return;
+    if (job->pgid <= 1 || !gpcd_runner_alive(job)) return;
     kill(-job->pgid, sig);
     signal_cgroup(job, sig);
     signal_descendants(job->pid, sig);
 }
 
-void sched_runner_reap(void) {
+void gpcd_runner_reap(void) {
     int status;
     while (waitpid(-1, &status, WNOHANG) > 0) {
     }

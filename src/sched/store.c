@@ -26,13 +26,13 @@
 #define STORE_SCHEMA_VERSION 1
 
 typedef struct submit_request {
-    sched_job *job;
+    gpcd_job *job;
     gpc_status status;
     int done;
     struct submit_request *next;
 } submit_request;
 
-struct sched_store {
+struct gpcd_store {
     sqlite3 *db;
     pthread_mutex_t db_lock; /* one connection, used by one thread at a time */
     pthread_mutex_t commit_lock;
@@ -46,7 +46,7 @@ struct sched_store {
 
 static const char *schema =
     "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);"
-    /* state is the sched_state code: 0 queued, 1 running, 2 completed,
+    /* state is the gpcd_state code: 0 queued, 1 running, 2 completed,
      * 3 failed, 4 cancelled, 5 preempted (job_events has the names) */
     "CREATE TABLE IF NOT EXISTS jobs("
     " id INTEGER PRIMARY KEY AUTOINCREMENT, owner_uid INTEGER NOT NULL, owner TEXT,"
@@ -74,12 +74,12 @@ static const char *schema =
     " time_limit, state, submit_time, start_time, end_time, exit_code, signal, assigned, pid,"     \
     " pid_start, pgid, preemptions, message"
 
-static gpc_status store_fail(sched_store *store, const char *what) {
+static gpc_status store_fail(gpcd_store *store, const char *what) {
     return gpc_error(GPC_ERR_IO, "job database %s: %s failed: %s (check the disk and permissions)",
                      store->path, what, sqlite3_errmsg(store->db));
 }
 
-static gpc_status exec_sql(sched_store *store, const char *sql) {
+static gpc_status exec_sql(gpcd_store *store, const char *sql) {
     char *err = NULL;
     if (store->simulate_full && strncmp(sql, "BEGIN", 5) == 0)
         return gpc_error(GPC_ERR_IO, "job database %s: database or disk is full (simulated)",
@@ -93,7 +93,7 @@ static gpc_status exec_sql(sched_store *store, const char *sql) {
     return GPC_OK;
 }
 
-static gpc_status prepare(sched_store *store, const char *sql, sqlite3_stmt **out) {
+static gpc_status prepare(gpcd_store *store, const char *sql, sqlite3_stmt **out) {
     if (sqlite3_prepare_v2(store->db, sql, -1, out, NULL) != SQLITE_OK)
         return store_fail(store, "preparing a statement");
     return GPC_OK;
@@ -119,9 +119,9 @@ static gpc_status owner_only(const char *path) {
     return GPC_OK;
 }
 
-gpc_status sched_store_open(const char *path, sched_store **out) {
+gpc_status gpcd_store_open(const char *path, gpcd_store **out) {
     *out = NULL;
-    sched_store *store = calloc(1, sizeof *store);
+    gpcd_store *store = calloc(1, sizeof *store);
     if (!store) return gpc_error(GPC_ERR_NOMEM, "out of memory opening the job database");
     snprintf(store->path, sizeof store->path, "%s", path);
     pthread_mutex_init(&store->db_lock, NULL);
@@ -132,14 +132,14 @@ gpc_status sched_store_open(const char *path, sched_store **out) {
      * creating it 0600 covers them; files an older gpcd left are narrowed. */
     gpc_status mode_st = owner_only(path);
     if (mode_st != GPC_OK) {
-        sched_store_close(store);
+        gpcd_store_close(store);
         return mode_st;
     }
     if (sqlite3_open_v2(path, &store->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
         SQLITE_OK) {
         gpc_status st = gpc_error(GPC_ERR_IO, "cannot open job database %s: %s", path,
                                   store->db ? sqlite3_errmsg(store->db) : "out of memory");
-        sched_store_close(store);
+        gpcd_store_close(store);
         return st;
     }
     sqlite3_busy_timeout(store->db, 5000);
@@ -182,14 +182,14 @@ gpc_status sched_store_open(const char *path, sched_store **out) {
     if (st == GPC_OK)
         st = prepare(store, "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?", &store->get_job);
     if (st != GPC_OK) {
-        sched_store_close(store);
+        gpcd_store_close(store);
         return st;
     }
     *out = store;
     return GPC_OK;
 }
 
-gpc_status sched_store_reserve_ids(sched_store *store, int64_t above) {
+gpc_status gpcd_store_reserve_ids(gpcd_store *store, int64_t above) {
     sqlite3_stmt *s = NULL;
     pthread_mutex_lock(&store->db_lock);
     gpc_status st = exec_sql(store, "BEGIN IMMEDIATE");
@@ -211,7 +211,7 @@ gpc_status sched_store_reserve_ids(sched_store *store, int64_t above) {
     return st;
 }
 
-gpc_status sched_store_meta_get(sched_store *store, const char *key, char *value, size_t size) {
+gpc_status gpcd_store_meta_get(gpcd_store *store, const char *key, char *value, size_t size) {
     sqlite3_stmt *s;
     value[0] = '\0';
     pthread_mutex_lock(&store->db_lock);
@@ -226,7 +226,7 @@ gpc_status sched_store_meta_get(sched_store *store, const char *key, char *value
     return st;
 }
 
-gpc_status sched_store_meta_set(sched_store *store, const char *key, const char *value) {
+gpc_status gpcd_store_meta_set(gpcd_store *store, const char *key, const char *value) {
     sqlite3_stmt *s = NULL;
     pthread_mutex_lock(&store->db_lock);
     gpc_status st = exec_sql(store, "BEGIN IMMEDIATE");
@@ -249,13 +249,13 @@ gpc_status sched_store_meta_set(sched_store *store, const char *key, const char 
     return st;
 }
 
-void sched_store_simulate_full(sched_store *store, int on) {
+void gpcd_store_simulate_full(gpcd_store *store, int on) {
     pthread_mutex_lock(&store->db_lock);
     store->simulate_full = on;
     pthread_mutex_unlock(&store->db_lock);
 }
 
-void sched_store_close(sched_store *store) {
+void gpcd_store_close(gpcd_store *store) {
     if (!store) return;
     sqlite3_finalize(store->insert_job);
     sqlite3_finalize(store->insert_event);
@@ -275,18 +275,18 @@ static void bind_text_or_null(sqlite3_stmt *s, int i, const char *text) {
         sqlite3_bind_null(s, i);
 }
 
-static int insert_event(sched_store *store, int64_t id, double time, sched_state state,
+static int insert_event(gpcd_store *store, int64_t id, double time, gpcd_state state,
                         const char *message) {
     sqlite3_stmt *s = store->insert_event;
     sqlite3_reset(s);
     sqlite3_bind_int64(s, 1, id);
     sqlite3_bind_double(s, 2, time);
-    sqlite3_bind_text(s, 3, sched_state_name(state), -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 3, gpcd_state_name(state), -1, SQLITE_STATIC);
     bind_text_or_null(s, 4, message);
     return sqlite3_step(s) == SQLITE_DONE ? 0 : -1;
 }
 
-static int insert_job(sched_store *store, sched_job *job) {
+static int insert_job(gpcd_store *store, gpcd_job *job) {
     sqlite3_stmt *s = store->insert_job;
     sqlite3_reset(s);
     sqlite3_clear_bindings(s);
@@ -310,7 +310,7 @@ static int insert_job(sched_store *store, sched_job *job) {
 }
 
 /* Commits a batch of submissions in one transaction; all or none. */
-static void commit_batch(sched_store *store, submit_request *batch) {
+static void commit_batch(gpcd_store *store, submit_request *batch) {
     pthread_mutex_lock(&store->db_lock);
     gpc_status st = exec_sql(store, "BEGIN IMMEDIATE");
     for (submit_request *r = batch; st == GPC_OK && r; r = r->next)
@@ -329,7 +329,7 @@ static void commit_batch(sched_store *store, submit_request *batch) {
     }
 }
 
-gpc_status sched_store_submit(sched_store *store, sched_job *job) {
+gpc_status gpcd_store_submit(gpcd_store *store, gpcd_job *job) {
     submit_request request = {job, GPC_OK, 0, NULL};
     pthread_mutex_lock(&store->commit_lock);
     if (store->pending_tail)
@@ -366,15 +366,15 @@ gpc_status sched_store_submit(sched_store *store, sched_job *job) {
     return GPC_OK;
 }
 
-static void format_assigned(const sched_job *job, char *buf, size_t size) {
+static void format_assigned(const gpcd_job *job, char *buf, size_t size) {
     size_t used = 0;
     buf[0] = '\0';
     for (int i = 0; i < job->assigned_count && used + 8 < size; i++)
         used += (size_t)snprintf(buf + used, size - used, i ? ",%d" : "%d", job->assigned[i]);
 }
 
-gpc_status sched_store_update(sched_store *store, const sched_job *job) {
-    char assigned[SCHED_MAX_GPUS * 4];
+gpc_status gpcd_store_update(gpcd_store *store, const gpcd_job *job) {
+    char assigned[GPCD_MAX_GPUS * 4];
     format_assigned(job, assigned, sizeof assigned);
     pthread_mutex_lock(&store->db_lock);
     gpc_status st = exec_sql(store, "BEGIN IMMEDIATE");
@@ -417,8 +417,8 @@ static char *column_text(sqlite3_stmt *s, int i) {
     return t ? strdup((const char *)t) : NULL;
 }
 
-static sched_job *job_from_row(sqlite3_stmt *s) {
-    sched_job *job = sched_job_new();
+static gpcd_job *job_from_row(sqlite3_stmt *s) {
+    gpcd_job *job = gpcd_job_new();
     if (!job) return NULL;
     job->id = sqlite3_column_int64(s, 0);
     job->owner_uid = (uint32_t)sqlite3_column_int64(s, 1);
@@ -431,9 +431,9 @@ static sched_job *job_from_row(sqlite3_stmt *s) {
     job->gpus = sqlite3_column_int(s, 8);
     job->mem = (uint64_t)sqlite3_column_int64(s, 9);
     job->priority = sqlite3_column_int(s, 10);
-    job->type = (sched_job_type)sqlite3_column_int(s, 11);
+    job->type = (gpcd_job_type)sqlite3_column_int(s, 11);
     job->time_limit = sqlite3_column_double(s, 12);
-    job->state = (sched_state)sqlite3_column_int(s, 13);
+    job->state = (gpcd_state)sqlite3_column_int(s, 13);
     job->submit_time = sqlite3_column_double(s, 14);
     job->start_time = sqlite3_column_double(s, 15);
     job->end_time = sqlite3_column_double(s, 16);
@@ -441,9 +441,9 @@ static sched_job *job_from_row(sqlite3_stmt *s) {
     job->signal = sqlite3_column_int(s, 18);
     const unsigned char *assigned = sqlite3_column_text(s, 19);
     job->assigned_count = 0;
-    if (assigned && job->state == SCHED_RUNNING) {
+    if (assigned && job->state == GPCD_RUNNING) {
         const char *p = (const char *)assigned;
-        while (*p && job->assigned_count < SCHED_MAX_GPUS) {
+        while (*p && job->assigned_count < GPCD_MAX_GPUS) {
             char *end;
             long g = strtol(p, &end, 10);
             if (end == p) break;
@@ -456,13 +456,13 @@ static sched_job *job_from_row(sqlite3_stmt *s) {
     job->pgid = (pid_t)sqlite3_column_int64(s, 22);
     job->preemptions = sqlite3_column_int(s, 23);
     job->message = column_text(s, 24);
-    job->data_hash = sched_data_hash(job->data);
-    if ((unsigned)job->state >= SCHED_STATE_COUNT) job->state = SCHED_FAILED;
-    if ((unsigned)job->type >= SCHED_TYPE_COUNT) job->type = SCHED_TYPE_BATCH;
+    job->data_hash = gpcd_data_hash(job->data);
+    if ((unsigned)job->state >= GPCD_STATE_COUNT) job->state = GPCD_FAILED;
+    if ((unsigned)job->type >= GPCD_TYPE_COUNT) job->type = GPCD_TYPE_BATCH;
     return job;
 }
 
-gpc_status sched_store_get(sched_store *store, int64_t id, sched_job **out) {
+gpc_status gpcd_store_get(gpcd_store *store, int64_t id, gpcd_job **out) {
     *out = NULL;
     pthread_mutex_lock(&store->db_lock);
     sqlite3_stmt *s = store->get_job;
@@ -483,8 +483,8 @@ gpc_status sched_store_get(sched_store *store, int64_t id, sched_job **out) {
 
 /* Runs a job query whose ?1 is the state mask and ?2 a number (its meaning is
  * the query's), collecting the rows. */
-static gpc_status list_query(sched_store *store, const char *sql, unsigned state_mask,
-                             double number, sched_job ***out, int *count) {
+static gpc_status list_query(gpcd_store *store, const char *sql, unsigned state_mask, double number,
+                             gpcd_job ***out, int *count) {
     *out = NULL;
     *count = 0;
     sqlite3_stmt *s;
@@ -497,12 +497,12 @@ static gpc_status list_query(sched_store *store, const char *sql, unsigned state
     sqlite3_bind_int64(s, 1, state_mask);
     sqlite3_bind_double(s, 2, number);
     int capacity = 64, n = 0, oom = 0;
-    sched_job **jobs = malloc((size_t)capacity * sizeof *jobs);
+    gpcd_job **jobs = malloc((size_t)capacity * sizeof *jobs);
     int rc = SQLITE_DONE;
     oom = jobs == NULL;
     while (!oom && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         if (n == capacity) {
-            sched_job **grown = realloc(jobs, (size_t)capacity * 2 * sizeof *jobs);
+            gpcd_job **grown = realloc(jobs, (size_t)capacity * 2 * sizeof *jobs);
             if (!grown) {
                 oom = 1;
                 break;
@@ -524,7 +524,7 @@ static gpc_status list_query(sched_store *store, const char *sql, unsigned state
     sqlite3_finalize(s);
     pthread_mutex_unlock(&store->db_lock);
     if (st != GPC_OK) {
-        sched_store_free_list(jobs, n);
+        gpcd_store_free_list(jobs, n);
         return st;
     }
     *out = jobs;
@@ -532,30 +532,30 @@ static gpc_status list_query(sched_store *store, const char *sql, unsigned state
     return GPC_OK;
 }
 
-gpc_status sched_store_list(sched_store *store, unsigned state_mask, double since_end,
-                            sched_job ***out, int *count) {
+gpc_status gpcd_store_list(gpcd_store *store, unsigned state_mask, double since_end,
+                           gpcd_job ***out, int *count) {
     return list_query(store,
                       "SELECT " JOB_COLUMNS " FROM jobs WHERE ((1 << state) & ?1) != 0"
                       " AND (?2 = 0 OR state IN (0, 1, 5) OR end_time >= ?2) ORDER BY id",
                       state_mask, since_end, out, count);
 }
 
-gpc_status sched_store_list_recent(sched_store *store, unsigned state_mask, int newest,
-                                   sched_job ***out, int *count) {
+gpc_status gpcd_store_list_recent(gpcd_store *store, unsigned state_mask, int newest,
+                                  gpcd_job ***out, int *count) {
     return list_query(store,
                       "SELECT " JOB_COLUMNS " FROM jobs WHERE ((1 << state) & ?1) != 0"
                       " ORDER BY end_time DESC, id DESC LIMIT ?2",
                       state_mask, newest, out, count);
 }
 
-void sched_store_free_list(sched_job **jobs, int count) {
+void gpcd_store_free_list(gpcd_job **jobs, int count) {
     if (!jobs) return;
     for (int i = 0; i < count; i++)
-        sched_job_free(jobs[i]);
+        gpcd_job_free(jobs[i]);
     free(jobs);
 }
 
-gpc_status sched_store_events(sched_store *store, int64_t id, char **json_out) {
+gpc_status gpcd_store_events(gpcd_store *store, int64_t id, char **json_out) {
     *json_out = NULL;
     sqlite3_stmt *s;
     pthread_mutex_lock(&store->db_lock);
@@ -582,8 +582,8 @@ gpc_status sched_store_events(sched_store *store, int64_t id, char **json_out) {
     return st;
 }
 
-gpc_status sched_store_add_samples(sched_store *store, const sched_sample_row *rows, int count,
-                                   double retention, double now) {
+gpc_status gpcd_store_add_samples(gpcd_store *store, const gpcd_sample_row *rows, int count,
+                                  double retention, double now) {
     sqlite3_stmt *s = NULL, *prune = NULL;
     pthread_mutex_lock(&store->db_lock);
     gpc_status st = exec_sql(store, "BEGIN");
@@ -618,7 +618,7 @@ gpc_status sched_store_add_samples(sched_store *store, const sched_sample_row *r
     return st;
 }
 
-gpc_status sched_store_count_samples(sched_store *store, int64_t *out) {
+gpc_status gpcd_store_count_samples(gpcd_store *store, int64_t *out) {
     sqlite3_stmt *s;
     pthread_mutex_lock(&store->db_lock);
     gpc_status st = prepare(store, "SELECT COUNT(*) FROM gpu_samples", &s);
@@ -630,8 +630,8 @@ gpc_status sched_store_count_samples(sched_store *store, int64_t *out) {
     return st;
 }
 
-gpc_status sched_store_alert_open(sched_store *store, int gpu, const char *kind,
-                                  const char *message, double now, int64_t *id_out) {
+gpc_status gpcd_store_alert_open(gpcd_store *store, int gpu, const char *kind, const char *message,
+                                 double now, int64_t *id_out) {
     sqlite3_stmt *s;
     pthread_mutex_lock(&store->db_lock);
     gpc_status st =
@@ -651,7 +651,7 @@ gpc_status sched_store_alert_open(sched_store *store, int gpu, const char *kind,
     return st;
 }
 
-gpc_status sched_store_alert_close(sched_store *store, int64_t id, double now) {
+gpc_status gpcd_store_alert_close(gpcd_store *store, int64_t id, double now) {
     sqlite3_stmt *s;
     pthread_mutex_lock(&store->db_lock);
     gpc_status st = prepare(store, "UPDATE alerts SET end_time = ? WHERE id = ?", &s);
@@ -665,15 +665,15 @@ gpc_status sched_store_alert_close(sched_store *store, int64_t id, double now) {
     return st;
 }
 
-gpc_status sched_store_state_counts(sched_store *store, int64_t counts[SCHED_STATE_COUNT]) {
+gpc_status gpcd_store_state_counts(gpcd_store *store, int64_t counts[GPCD_STATE_COUNT]) {
     sqlite3_stmt *s;
-    memset(counts, 0, sizeof(int64_t) * SCHED_STATE_COUNT);
+    memset(counts, 0, sizeof(int64_t) * GPCD_STATE_COUNT);
     pthread_mutex_lock(&store->db_lock);
     gpc_status st = prepare(store, "SELECT state, COUNT(*) FROM jobs GROUP BY state", &s);
     if (st == GPC_OK) {
         while (sqlite3_step(s) == SQLITE_ROW) {
             int state = sqlite3_column_int(s, 0);
-            if (state >= 0 && state < SCHED_STATE_COUNT) counts[state] = sqlite3_column_int64(s, 1);
+            if (state >= 0 && state < GPCD_STATE_COUNT) counts[state] = sqlite3_column_int64(s, 1);
         }
         sqlite3_finalize(s);
     }

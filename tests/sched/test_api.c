@@ -68,7 +68,7 @@ static void test_endpoints(void **state) {
     json_t *job = test_wait_state(g.socket, id, "running", 5);
     assert_int_equal(json_integer_value(json_object_get(job, "gpus")), 2);
     assert_true(json_integer_value(json_object_get(job, "mem")) == (json_int_t)(40 * GIB));
-    assert_int_equal(json_integer_value(json_object_get(job, "priority")), SCHED_PRIORITY_HIGH);
+    assert_int_equal(json_integer_value(json_object_get(job, "priority")), GPCD_PRIORITY_HIGH);
     assert_int_equal(json_array_size(json_object_get(job, "assigned_gpus")), 2);
     assert_int_equal(json_integer_value(json_object_get(job, "owner_uid")), (json_int_t)geteuid());
     json_decref(job);
@@ -86,20 +86,20 @@ static void test_endpoints(void **state) {
     json_decref(job);
 
     /* logs, whole and from an offset */
-    sched_response r;
-    TEST_OK(sched_client_request(g.socket, "GET", "/jobs/1/logs", NULL, &r));
+    gpcd_response r;
+    TEST_OK(gpcd_client_request(g.socket, "GET", "/jobs/1/logs", NULL, &r));
     char want[128];
     snprintf(want, sizeof want, "out-%u\nerr-%u\n", token, token);
     assert_int_equal(r.status, 200);
     assert_string_equal(r.body, want);
     assert_int_equal(atoi(r.next_offset), (int)strlen(want));
     assert_string_equal(r.job_state, "completed");
-    sched_response_free(&r);
-    TEST_OK(sched_client_request(g.socket, "GET", "/jobs/1/logs?offset=4&limit=3", NULL, &r));
+    gpcd_response_free(&r);
+    TEST_OK(gpcd_client_request(g.socket, "GET", "/jobs/1/logs?offset=4&limit=3", NULL, &r));
     assert_int_equal(r.body_len, 3);
     assert_memory_equal(r.body, want + 4, 3);
     assert_int_equal(atoi(r.next_offset), 7);
-    sched_response_free(&r);
+    gpcd_response_free(&r);
 
     /* list: finished jobs only with all=1 */
     json_t *l = get(&g, "/jobs");
@@ -143,7 +143,7 @@ static void test_endpoints(void **state) {
     json_decref(job);
 
     /* metrics: the series are there with the values the API reports */
-    TEST_OK(sched_client_request(g.socket, "GET", "/metrics", NULL, &r));
+    TEST_OK(gpcd_client_request(g.socket, "GET", "/metrics", NULL, &r));
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "gpcd_up 1\n"));
     assert_non_null(strstr(r.body, "gpcd_gpu_memory_total_bytes{gpu=\"7\"} 151397597184\n"));
@@ -151,7 +151,7 @@ static void test_endpoints(void **state) {
     assert_non_null(strstr(r.body, "gpcd_jobs{state=\"cancelled\"} 2\n"));
     assert_non_null(strstr(r.body, "gpcd_jobs_submitted_total 3\n"));
     assert_non_null(strstr(r.body, "# TYPE gpcd_jobs_submitted_total counter\n"));
-    sched_response_free(&r);
+    gpcd_response_free(&r);
 
     test_gpcd_stop(&g);
     test_rmtree(g.dir);
@@ -163,9 +163,9 @@ static void test_bad_requests(void **state) {
     test_gpcd g = {0};
     g.dir = test_tmpdir("api");
     test_gpcd_config(&g, g.dir, "simulated:2x80GB");
-    TEST_OK(sched_config_set(&g.config, "max_body", "4096"));
+    TEST_OK(gpcd_config_set(&g.config, "max_body", "4096"));
     /* open to every local user, so another uid can reach it below */
-    TEST_OK(sched_config_set(&g.config, "socket_mode", "0666"));
+    TEST_OK(gpcd_config_set(&g.config, "socket_mode", "0666"));
     test_gpcd_start(&g);
     test_request_fails(g.socket, "GET", "/nothing", NULL, 404, "no such endpoint");
     test_request_fails(g.socket, "GET", "/jobs/55", NULL, 404, "no job 55");
@@ -206,11 +206,11 @@ static void test_bad_requests(void **state) {
             if (setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
             char path[64];
             snprintf(path, sizeof path, "/jobs/%lld/cancel", (long long)id);
-            sched_response r;
-            if (sched_client_request(g.socket, "POST", path, "", &r) != GPC_OK) _exit(11);
+            gpcd_response r;
+            if (gpcd_client_request(g.socket, "POST", path, "", &r) != GPC_OK) _exit(11);
             if (r.status != 403 || !strstr(r.body, "only its owner or root may cancel")) _exit(12);
             snprintf(path, sizeof path, "/jobs/%lld/logs", (long long)id);
-            if (sched_client_request(g.socket, "GET", path, NULL, &r) != GPC_OK) _exit(13);
+            if (gpcd_client_request(g.socket, "GET", path, NULL, &r) != GPC_OK) _exit(13);
             if (r.status != 403) _exit(14);
             _exit(0);
         }
@@ -226,8 +226,8 @@ static void test_bad_requests(void **state) {
     }
     test_gpcd_stop(&g);
     /* gone: the client says so, naming the socket */
-    sched_response r;
-    TEST_FAILS(sched_client_request(g.socket, "GET", "/status", NULL, &r), GPC_ERR_IO,
+    gpcd_response r;
+    TEST_FAILS(gpcd_client_request(g.socket, "GET", "/status", NULL, &r), GPC_ERR_IO,
                "gpcd is not running at");
     test_rmtree(g.dir);
     gpc_free(g.dir);
@@ -249,10 +249,10 @@ static void test_tcp_token(void **state) {
     fclose(f);
     /* readable by others (the umask's usual 0644): refused, saying how to fix it */
     assert_int_equal(chmod(token_path, 0644), 0);
-    TEST_OK(sched_config_set(&g.config, "listen", "127.0.0.1:1"));
-    TEST_OK(sched_config_set(&g.config, "token_file", token_path));
-    sched_daemon *refused = NULL;
-    TEST_FAILS(sched_daemon_create(&g.config, &refused), GPC_ERR_INVALID_ARG,
+    TEST_OK(gpcd_config_set(&g.config, "listen", "127.0.0.1:1"));
+    TEST_OK(gpcd_config_set(&g.config, "token_file", token_path));
+    gpcd_daemon *refused = NULL;
+    TEST_FAILS(gpcd_daemon_create(&g.config, &refused), GPC_ERR_INVALID_ARG,
                "can be read or changed by other users (mode 0644); run chmod 600");
     assert_null(refused);
     assert_int_equal(chmod(token_path, 0600), 0);
@@ -260,8 +260,8 @@ static void test_tcp_token(void **state) {
     char listen[64], where[64];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
     snprintf(where, sizeof where, "tcp://127.0.0.1:%d", port);
-    TEST_OK(sched_config_set(&g.config, "listen", listen));
-    TEST_OK(sched_config_set(&g.config, "token_file", token_path));
+    TEST_OK(gpcd_config_set(&g.config, "listen", listen));
+    TEST_OK(gpcd_config_set(&g.config, "token_file", token_path));
     test_gpcd_start(&g);
     unsetenv("GPC_TOKEN");
     test_request_fails(where, "GET", "/status", NULL, 401, "bearer token");
@@ -311,8 +311,8 @@ static void test_alerts(void **state) {
     test_gpcd_config(&g, g.dir, "simulated:2x80GB");
     char sim[4200];
     snprintf(sim, sizeof sim, "%s/sim", g.dir);
-    TEST_OK(sched_config_set(&g.config, "simulated_file", sim));
-    TEST_OK(sched_config_set(&g.config, "alert_util_window", "0.3s"));
+    TEST_OK(gpcd_config_set(&g.config, "simulated_file", sim));
+    TEST_OK(gpcd_config_set(&g.config, "alert_util_window", "0.3s"));
     test_gpcd_start(&g);
     int64_t id = test_submit(g.socket, "{\"command\":[\"sleep\",\"30\"],\"gpus\":1}");
     json_t *job = test_wait_state(g.socket, id, "running", 5);
@@ -329,8 +329,8 @@ static void test_alerts(void **state) {
     wait_alert(&g, "memory", idle, "95% used", 1);
     /* an idle GPU at low utilisation is not an alert */
     assert_int_equal(has_alert(&g, "low_utilization", idle, ""), 0);
-    sched_response r;
-    TEST_OK(sched_client_request(g.socket, "GET", "/metrics", NULL, &r));
+    gpcd_response r;
+    TEST_OK(gpcd_client_request(g.socket, "GET", "/metrics", NULL, &r));
     char line[128];
     snprintf(line, sizeof line, "gpcd_alert_active{gpu=\"%d\",kind=\"low_utilization\"} 1\n", gpu);
     assert_non_null(strstr(r.body, line));
@@ -338,7 +338,7 @@ static void test_alerts(void **state) {
     snprintf(line, sizeof line, "gpcd_gpu_utilization_ratio{gpu=\"%d\"} 0.29999999999999999\n",
              gpu);
     assert_non_null(strstr(r.body, line));
-    sched_response_free(&r);
+    gpcd_response_free(&r);
     /* within 5 C of the GPU's own slowdown threshold (90 C) counts too */
     f = fopen(sim, "w");
     fprintf(f, "%d temperature 80\n%d slowdown 84\n", idle, idle);
@@ -363,7 +363,7 @@ static void test_preemption_requeues(void **state) {
     g.dir = test_tmpdir("api");
     test_gpcd_config(&g, g.dir, "simulated:1x80GB");
     /* the default protects a job for its first 10 minutes */
-    TEST_OK(sched_config_set(&g.config, "preempt_min_runtime", "0.1s"));
+    TEST_OK(gpcd_config_set(&g.config, "preempt_min_runtime", "0.1s"));
     test_gpcd_start(&g);
     /* the low job reports SIGTERM (as gpc train does when it checkpoints) */
     int64_t low =
@@ -373,11 +373,11 @@ static void test_preemption_requeues(void **state) {
     /* wait until its trap is set: "running" is recorded before the fork */
     char path[64];
     snprintf(path, sizeof path, "/jobs/%lld/logs", (long long)low);
-    sched_response r;
+    gpcd_response r;
     for (double end = gpc_time_seconds() + 5;;) {
-        TEST_OK(sched_client_request(g.socket, "GET", path, NULL, &r));
+        TEST_OK(gpcd_client_request(g.socket, "GET", path, NULL, &r));
         int started = strcmp(r.body, "started\n") == 0;
-        sched_response_free(&r);
+        gpcd_response_free(&r);
         if (started) break;
         if (gpc_time_seconds() > end) fail_msg("the low job never printed 'started'");
         usleep(20000);
@@ -394,10 +394,10 @@ static void test_preemption_requeues(void **state) {
     const char *want = "started\ngot-term\nstarted\n";
     double end = gpc_time_seconds() + 5;
     for (;;) { /* the second run may not have printed yet */
-        TEST_OK(sched_client_request(g.socket, "GET", path, NULL, &r));
+        TEST_OK(gpcd_client_request(g.socket, "GET", path, NULL, &r));
         int done = strcmp(r.body, want) == 0 || gpc_time_seconds() > end;
         if (done) assert_string_equal(r.body, want);
-        sched_response_free(&r);
+        gpcd_response_free(&r);
         if (done) break;
         usleep(20000);
     }
@@ -436,7 +436,7 @@ static void test_drain(void **state) {
     char sim[4200], go[4200], body[9000];
     snprintf(sim, sizeof sim, "%s/sim", g.dir);
     snprintf(go, sizeof go, "%s/go", g.dir);
-    TEST_OK(sched_config_set(&g.config, "simulated_file", sim));
+    TEST_OK(gpcd_config_set(&g.config, "simulated_file", sim));
     test_gpcd_start(&g);
     FILE *f = fopen(sim, "w");
     fprintf(f, "0 ecc 1\n");
@@ -558,8 +558,8 @@ static void test_slow_clients(void **state) {
     test_gpcd g = {0};
     g.dir = test_tmpdir("api");
     test_gpcd_config(&g, g.dir, "simulated:1x80GB");
-    TEST_OK(sched_config_set(&g.config, "peer_connections", "20"));
-    TEST_OK(sched_config_set(&g.config, "header_timeout", "2s"));
+    TEST_OK(gpcd_config_set(&g.config, "peer_connections", "20"));
+    TEST_OK(gpcd_config_set(&g.config, "header_timeout", "2s"));
     char token_path[4200], listen[64], token[] = "slow-client-test-token-1234";
     snprintf(token_path, sizeof token_path, "%s/token", g.dir);
     FILE *f = fopen(token_path, "w");
@@ -570,8 +570,8 @@ static void test_slow_clients(void **state) {
     gpc_rng_seed(&rng, test_seed(), 43);
     int port = 20000 + (int)gpc_rng_below(&rng, 30000);
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
-    TEST_OK(sched_config_set(&g.config, "listen", listen));
-    TEST_OK(sched_config_set(&g.config, "token_file", token_path));
+    TEST_OK(gpcd_config_set(&g.config, "listen", listen));
+    TEST_OK(gpcd_config_set(&g.config, "token_file", token_path));
     test_gpcd_start(&g);
 
     static const char slow[] = "GET /status HTTP/1.1\r\n"; /* and then nothing */

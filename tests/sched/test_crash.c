@@ -50,9 +50,9 @@ static pid_t spawn_gpcd(const char *gpcd, const char *dir) {
 static void wait_ready(const char *socket) {
     double end = gpc_time_seconds() + 10;
     for (;;) {
-        sched_response r;
-        if (sched_client_request(socket, "GET", "/status", NULL, &r) == GPC_OK) {
-            sched_response_free(&r);
+        gpcd_response r;
+        if (gpcd_client_request(socket, "GET", "/status", NULL, &r) == GPC_OK) {
+            gpcd_response_free(&r);
             return;
         }
         if (gpc_time_seconds() > end) fail_msg("gpcd did not come up: %s", gpc_last_error());
@@ -67,13 +67,13 @@ static void *submit_loop(void *arg) {
         if (atomic_fetch_add(s->acked_total, 0) >= PER_ROUND) break;
         char body[256];
         snprintf(body, sizeof body, "{\"command\":[\"true\"],\"name\":\"t%d\"}", tag);
-        sched_response r;
+        gpcd_response r;
         /* failures are expected once gpcd is killed: stop submitting */
-        if (sched_client_request(s->socket, "POST", "/jobs", body, &r) != GPC_OK) break;
+        if (gpcd_client_request(s->socket, "POST", "/jobs", body, &r) != GPC_OK) break;
         int ok = r.status == 201;
         if (!ok) print_message("thread %d: status %d: %s", s->thread, r.status, r.body);
         json_t *j = ok ? json_loadb(r.body, r.body_len, 0, NULL) : NULL;
-        sched_response_free(&r);
+        gpcd_response_free(&r);
         if (!ok) break; /* a reply that is not 201 is not an acknowledgement */
         s->ids[s->acked] = json_integer_value(json_object_get(j, "id"));
         s->tags[s->acked] = tag;

@@ -15,8 +15,8 @@
 
 #define GIB (1024.0 * 1024 * 1024)
 
-static sched_policy_config policy_with(unsigned flags) {
-    sched_policy_config p;
+static gpcd_policy_config policy_with(unsigned flags) {
+    gpcd_policy_config p;
     memset(&p, 0, sizeof p);
     p.flags = flags;
     p.aging_per_hour = 10;
@@ -24,7 +24,7 @@ static sched_policy_config policy_with(unsigned flags) {
     return p;
 }
 
-static void cluster_init(sched_cluster *c, int n, double mem_gib) {
+static void cluster_init(gpcd_cluster *c, int n, double mem_gib) {
     memset(c, 0, sizeof *c);
     c->count = n;
     for (int g = 0; g < n; g++) {
@@ -36,39 +36,39 @@ static void cluster_init(sched_cluster *c, int n, double mem_gib) {
     }
 }
 
-static sched_job *job_make(int64_t id, int gpus, double mem_gib, int priority, sched_job_type type,
-                           double submit) {
-    sched_job *j = sched_job_new();
+static gpcd_job *job_make(int64_t id, int gpus, double mem_gib, int priority, gpcd_job_type type,
+                          double submit) {
+    gpcd_job *j = gpcd_job_new();
     j->id = id;
     j->gpus = gpus;
     j->mem = (uint64_t)(mem_gib * GIB);
     j->priority = priority;
     j->type = type;
     j->submit_time = submit;
-    j->state = SCHED_QUEUED;
+    j->state = GPCD_QUEUED;
     return j;
 }
 
-static void job_run_on(sched_job *j, double start, int count, const int *gpus) {
-    j->state = SCHED_RUNNING;
+static void job_run_on(gpcd_job *j, double start, int count, const int *gpus) {
+    j->state = GPCD_RUNNING;
     j->start_time = start;
     j->assigned_count = count;
     for (int i = 0; i < count; i++)
         j->assigned[i] = gpus[i];
 }
 
-static int started(const sched_decision *d, int n, int64_t id, int *gpus_out) {
+static int started(const gpcd_decision *d, int n, int64_t id, int *gpus_out) {
     for (int i = 0; i < n; i++)
-        if (d[i].kind == SCHED_DECIDE_START && d[i].job->id == id) {
+        if (d[i].kind == GPCD_DECIDE_START && d[i].job->id == id) {
             if (gpus_out) memcpy(gpus_out, d[i].gpus, sizeof(int) * (size_t)d[i].gpu_count);
             return d[i].gpu_count;
         }
     return 0;
 }
 
-static int preempted(const sched_decision *d, int n, int64_t id) {
+static int preempted(const gpcd_decision *d, int n, int64_t id) {
     for (int i = 0; i < n; i++)
-        if (d[i].kind == SCHED_DECIDE_PREEMPT && d[i].job->id == id) return 1;
+        if (d[i].kind == GPCD_DECIDE_PREEMPT && d[i].job->id == id) return 1;
     return 0;
 }
 
@@ -76,22 +76,22 @@ static int preempted(const sched_decision *d, int n, int64_t id) {
  * submission order; without the policy the first submitted does. */
 static void test_priority_orders_queue(void **state) {
     (void)state;
-    sched_cluster c;
+    gpcd_cluster c;
     cluster_init(&c, 1, 80);
-    sched_job *low = job_make(1, 1, 10, SCHED_PRIORITY_LOW, SCHED_TYPE_BATCH, 100);
-    sched_job *high = job_make(2, 1, 10, SCHED_PRIORITY_HIGH, SCHED_TYPE_BATCH, 200);
-    sched_job *pending[] = {low, high};
-    sched_decision d[8];
-    sched_policy_config p = policy_with(SCHED_POLICY_PRIORITY);
-    int n = sched_schedule(&p, &c, pending, 2, NULL, 0, 300, d, 8, NULL);
+    gpcd_job *low = job_make(1, 1, 10, GPCD_PRIORITY_LOW, GPCD_TYPE_BATCH, 100);
+    gpcd_job *high = job_make(2, 1, 10, GPCD_PRIORITY_HIGH, GPCD_TYPE_BATCH, 200);
+    gpcd_job *pending[] = {low, high};
+    gpcd_decision d[8];
+    gpcd_policy_config p = policy_with(GPCD_POLICY_PRIORITY);
+    int n = gpcd_schedule(&p, &c, pending, 2, NULL, 0, 300, d, 8, NULL);
     assert_int_equal(n, 1);
     assert_int_equal(started(d, n, 2, NULL), 1);
     p = policy_with(0); /* first come, first served */
-    n = sched_schedule(&p, &c, pending, 2, NULL, 0, 300, d, 8, NULL);
+    n = gpcd_schedule(&p, &c, pending, 2, NULL, 0, 300, d, 8, NULL);
     assert_int_equal(n, 1);
     assert_int_equal(started(d, n, 1, NULL), 1);
-    sched_job_free(low);
-    sched_job_free(high);
+    gpcd_job_free(low);
+    gpcd_job_free(high);
 }
 
 /* aging: effective priority is priority + rate * hours waited; a low job
@@ -100,34 +100,34 @@ static void test_aging_prevents_starvation(void **state) {
     (void)state;
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 11);
-    sched_policy_config p = policy_with(SCHED_POLICY_PRIORITY | SCHED_POLICY_AGING);
+    gpcd_policy_config p = policy_with(GPCD_POLICY_PRIORITY | GPCD_POLICY_AGING);
     p.aging_per_hour = 1 + gpc_rng_uniform64(&rng) * 20;
     double now = 1e6;
     for (int trial = 0; trial < 100; trial++) {
         int prio = (int)gpc_rng_below(&rng, 101);
         double waited = gpc_rng_uniform64(&rng) * 30 * 3600;
-        sched_job *j = job_make(1, 1, 0, prio, SCHED_TYPE_BATCH, now - waited);
+        gpcd_job *j = job_make(1, 1, 0, prio, GPCD_TYPE_BATCH, now - waited);
         double want = prio + p.aging_per_hour * waited / 3600.0;
-        assert_true(fabs(sched_policy_effective_priority(&p, j, now) - want) < 1e-9 * (1 + want));
-        sched_job_free(j);
+        assert_true(fabs(gpcd_policy_effective_priority(&p, j, now) - want) < 1e-9 * (1 + want));
+        gpcd_job_free(j);
     }
     /* hours for low (10) to pass high (90): (90 - 10) / rate, plus a little */
-    double hours = (SCHED_PRIORITY_HIGH - SCHED_PRIORITY_LOW) / p.aging_per_hour + 0.1;
-    sched_cluster c;
+    double hours = (GPCD_PRIORITY_HIGH - GPCD_PRIORITY_LOW) / p.aging_per_hour + 0.1;
+    gpcd_cluster c;
     cluster_init(&c, 1, 80);
-    sched_job *low = job_make(1, 1, 0, SCHED_PRIORITY_LOW, SCHED_TYPE_BATCH, now - hours * 3600);
-    sched_job *high = job_make(2, 1, 0, SCHED_PRIORITY_HIGH, SCHED_TYPE_BATCH, now);
-    sched_job *pending[] = {high, low};
-    sched_decision d[4];
-    int n = sched_schedule(&p, &c, pending, 2, NULL, 0, now, d, 4, NULL);
+    gpcd_job *low = job_make(1, 1, 0, GPCD_PRIORITY_LOW, GPCD_TYPE_BATCH, now - hours * 3600);
+    gpcd_job *high = job_make(2, 1, 0, GPCD_PRIORITY_HIGH, GPCD_TYPE_BATCH, now);
+    gpcd_job *pending[] = {high, low};
+    gpcd_decision d[4];
+    int n = gpcd_schedule(&p, &c, pending, 2, NULL, 0, now, d, 4, NULL);
     assert_int_equal(started(d, n, 1, NULL), 1);
     assert_int_equal(started(d, n, 2, NULL), 0);
     /* without aging the high one wins */
-    p.flags = SCHED_POLICY_PRIORITY;
-    n = sched_schedule(&p, &c, pending, 2, NULL, 0, now, d, 4, NULL);
+    p.flags = GPCD_POLICY_PRIORITY;
+    n = gpcd_schedule(&p, &c, pending, 2, NULL, 0, now, d, 4, NULL);
     assert_int_equal(started(d, n, 2, NULL), 1);
-    sched_job_free(low);
-    sched_job_free(high);
+    gpcd_job_free(low);
+    gpcd_job_free(high);
 }
 
 /* least_loaded: a one-GPU job goes to the GPU with the smallest
@@ -136,9 +136,9 @@ static void test_least_loaded_placement(void **state) {
     (void)state;
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 12);
-    sched_policy_config p = policy_with(SCHED_POLICY_LEAST_LOADED);
+    gpcd_policy_config p = policy_with(GPCD_POLICY_LEAST_LOADED);
     for (int trial = 0; trial < 200; trial++) {
-        sched_cluster c;
+        gpcd_cluster c;
         int n = 2 + (int)gpc_rng_below(&rng, 15);
         cluster_init(&c, n, 80);
         int best = -1;
@@ -152,22 +152,22 @@ static void test_least_loaded_placement(void **state) {
                 best = g;
             }
         }
-        sched_job *j = job_make(1, 1, 40, 50, SCHED_TYPE_TRAIN, 0);
-        int gpus[SCHED_MAX_GPUS];
-        assert_int_equal(sched_policy_place(&p, &c, j, gpus), 1);
+        gpcd_job *j = job_make(1, 1, 40, 50, GPCD_TYPE_TRAIN, 0);
+        int gpus[GPCD_MAX_GPUS];
+        assert_int_equal(gpcd_policy_place(&p, &c, j, gpus), 1);
         assert_int_equal(gpus[0], best);
-        sched_job_free(j);
+        gpcd_job_free(j);
     }
     /* live memory used outside gpcd counts: a GPU with too little left is skipped */
-    sched_cluster c;
+    gpcd_cluster c;
     cluster_init(&c, 2, 80);
     c.gpu[0].mem_used = (uint64_t)(60 * GIB);
-    sched_job *j = job_make(1, 1, 40, 50, SCHED_TYPE_TRAIN, 0);
-    int gpus[SCHED_MAX_GPUS];
+    gpcd_job *j = job_make(1, 1, 40, 50, GPCD_TYPE_TRAIN, 0);
+    int gpus[GPCD_MAX_GPUS];
     c.gpu[1].util = 99;
-    assert_int_equal(sched_policy_place(&p, &c, j, gpus), 1);
+    assert_int_equal(gpcd_policy_place(&p, &c, j, gpus), 1);
     assert_int_equal(gpus[0], 1);
-    sched_job_free(j);
+    gpcd_job_free(j);
 }
 
 /* binpack: a small shared job goes to the fullest GPU that still fits it
@@ -176,10 +176,10 @@ static void test_binpack_small_jobs(void **state) {
     (void)state;
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 13);
-    sched_policy_config p =
-        policy_with(SCHED_POLICY_BINPACK | SCHED_POLICY_LEAST_LOADED | SCHED_POLICY_TASK_TYPE);
+    gpcd_policy_config p =
+        policy_with(GPCD_POLICY_BINPACK | GPCD_POLICY_LEAST_LOADED | GPCD_POLICY_TASK_TYPE);
     for (int trial = 0; trial < 200; trial++) {
-        sched_cluster c;
+        gpcd_cluster c;
         int n = 2 + (int)gpc_rng_below(&rng, 7);
         cluster_init(&c, n, 80);
         double want_gib = 1 + gpc_rng_below(&rng, 20);
@@ -196,9 +196,9 @@ static void test_binpack_small_jobs(void **state) {
                 best = g;
             }
         }
-        sched_job *j = job_make(1, 1, want_gib, 50, SCHED_TYPE_INFER, 0);
-        int gpus[SCHED_MAX_GPUS];
-        int k = sched_policy_place(&p, &c, j, gpus);
+        gpcd_job *j = job_make(1, 1, want_gib, 50, GPCD_TYPE_INFER, 0);
+        int gpus[GPCD_MAX_GPUS];
+        int k = gpcd_policy_place(&p, &c, j, gpus);
         if (best < 0) {
             assert_int_equal(k, 0);
         } else {
@@ -207,73 +207,73 @@ static void test_binpack_small_jobs(void **state) {
             double left = 80 - (double)c.gpu[gpus[0]].mem_reserved / GIB - want_gib;
             assert_true(fabs(left - best_left) < 1e-6);
         }
-        sched_job_free(j);
+        gpcd_job_free(j);
     }
     /* above small_job_mem, least loaded: the emptier GPU */
-    sched_cluster c;
+    gpcd_cluster c;
     cluster_init(&c, 2, 80);
     c.gpu[0].mem_reserved = c.gpu[0].mem_used = (uint64_t)(10 * GIB);
     c.gpu[0].shared_jobs = 1;
-    sched_job *big = job_make(1, 1, 30, 50, SCHED_TYPE_INFER, 0);
-    sched_job *small = job_make(2, 1, 8, 50, SCHED_TYPE_INFER, 0);
-    int gpus[SCHED_MAX_GPUS];
-    assert_int_equal(sched_policy_place(&p, &c, big, gpus), 1);
+    gpcd_job *big = job_make(1, 1, 30, 50, GPCD_TYPE_INFER, 0);
+    gpcd_job *small = job_make(2, 1, 8, 50, GPCD_TYPE_INFER, 0);
+    int gpus[GPCD_MAX_GPUS];
+    assert_int_equal(gpcd_policy_place(&p, &c, big, gpus), 1);
     assert_int_equal(gpus[0], 1);
-    assert_int_equal(sched_policy_place(&p, &c, small, gpus), 1);
+    assert_int_equal(gpcd_policy_place(&p, &c, small, gpus), 1);
     assert_int_equal(gpus[0], 0);
-    sched_job_free(big);
-    sched_job_free(small);
+    gpcd_job_free(big);
+    gpcd_job_free(small);
 }
 
 /* task_type: training takes whole GPUs all or nothing; inference shares
  * within memory; without the policy inference takes whole GPUs too. */
 static void test_task_type_whole_gpus_and_sharing(void **state) {
     (void)state;
-    sched_policy_config p = policy_with(SCHED_POLICY_TASK_TYPE | SCHED_POLICY_LEAST_LOADED);
-    sched_cluster c;
+    gpcd_policy_config p = policy_with(GPCD_POLICY_TASK_TYPE | GPCD_POLICY_LEAST_LOADED);
+    gpcd_cluster c;
     cluster_init(&c, 4, 80);
     /* one inference job already shares GPU 0 with 30 GiB */
-    sched_job *infer0 = job_make(1, 1, 30, 50, SCHED_TYPE_INFER, 0);
+    gpcd_job *infer0 = job_make(1, 1, 30, 50, GPCD_TYPE_INFER, 0);
     job_run_on(infer0, 0, 1, (int[]){0});
     /* a training job owns GPU 1 */
-    sched_job *train1 = job_make(2, 1, 10, 50, SCHED_TYPE_TRAIN, 0);
+    gpcd_job *train1 = job_make(2, 1, 10, 50, GPCD_TYPE_TRAIN, 0);
     job_run_on(train1, 0, 1, (int[]){1});
-    sched_job *running[] = {infer0, train1};
-    sched_cluster_account(&p, &c, running, 2);
+    gpcd_job *running[] = {infer0, train1};
+    gpcd_cluster_account(&p, &c, running, 2);
     assert_int_equal(c.gpu[0].shared_jobs, 1);
     assert_true(c.gpu[0].mem_reserved == (uint64_t)(30 * GIB));
     assert_int_equal(c.gpu[1].exclusive_jobs, 1);
     assert_true(c.gpu[1].mem_reserved == c.gpu[1].mem_total);
 
-    sched_job *train = job_make(3, 1, 1, 50, SCHED_TYPE_TRAIN, 0);
-    sched_job *infer = job_make(4, 1, 50, 50, SCHED_TYPE_INFER, 0);
-    sched_job *too_big = job_make(5, 1, 51, 50, SCHED_TYPE_INFER, 0);
-    assert_int_equal(sched_policy_gpu_admits(&p, &c.gpu[0], train), 0); /* shared: not whole */
-    assert_int_equal(sched_policy_gpu_admits(&p, &c.gpu[1], train), 0); /* owned */
-    assert_int_equal(sched_policy_gpu_admits(&p, &c.gpu[2], train), 1);
-    assert_int_equal(sched_policy_gpu_admits(&p, &c.gpu[0], infer), 1); /* 30 + 50 = 80 fits */
-    assert_int_equal(sched_policy_gpu_admits(&p, &c.gpu[0], too_big), 0);
-    assert_int_equal(sched_policy_gpu_admits(&p, &c.gpu[1], infer), 0);
-    sched_policy_config whole = policy_with(SCHED_POLICY_LEAST_LOADED);
-    assert_int_equal(sched_policy_gpu_admits(&whole, &c.gpu[0], infer), 0);
+    gpcd_job *train = job_make(3, 1, 1, 50, GPCD_TYPE_TRAIN, 0);
+    gpcd_job *infer = job_make(4, 1, 50, 50, GPCD_TYPE_INFER, 0);
+    gpcd_job *too_big = job_make(5, 1, 51, 50, GPCD_TYPE_INFER, 0);
+    assert_int_equal(gpcd_policy_gpu_admits(&p, &c.gpu[0], train), 0); /* shared: not whole */
+    assert_int_equal(gpcd_policy_gpu_admits(&p, &c.gpu[1], train), 0); /* owned */
+    assert_int_equal(gpcd_policy_gpu_admits(&p, &c.gpu[2], train), 1);
+    assert_int_equal(gpcd_policy_gpu_admits(&p, &c.gpu[0], infer), 1); /* 30 + 50 = 80 fits */
+    assert_int_equal(gpcd_policy_gpu_admits(&p, &c.gpu[0], too_big), 0);
+    assert_int_equal(gpcd_policy_gpu_admits(&p, &c.gpu[1], infer), 0);
+    gpcd_policy_config whole = policy_with(GPCD_POLICY_LEAST_LOADED);
+    assert_int_equal(gpcd_policy_gpu_admits(&whole, &c.gpu[0], infer), 0);
 
     /* gang: a 3-GPU training job with two whole GPUs free does not start,
      * and nothing is half-allocated; a 2-GPU one takes exactly 2 and 3 */
-    sched_job *gang3 = job_make(6, 3, 10, 50, SCHED_TYPE_TRAIN, 0);
-    sched_job *gang2 = job_make(7, 2, 10, 50, SCHED_TYPE_TRAIN, 0);
-    sched_decision d[8];
-    sched_job *pending3[] = {gang3};
-    int n = sched_schedule(&p, &c, pending3, 1, running, 2, 10, d, 8, NULL);
+    gpcd_job *gang3 = job_make(6, 3, 10, 50, GPCD_TYPE_TRAIN, 0);
+    gpcd_job *gang2 = job_make(7, 2, 10, 50, GPCD_TYPE_TRAIN, 0);
+    gpcd_decision d[8];
+    gpcd_job *pending3[] = {gang3};
+    int n = gpcd_schedule(&p, &c, pending3, 1, running, 2, 10, d, 8, NULL);
     assert_int_equal(n, 0);
     assert_int_equal(c.gpu[2].exclusive_jobs + c.gpu[3].exclusive_jobs, 0);
-    sched_job *pending2[] = {gang2};
-    int gpus[SCHED_MAX_GPUS];
-    n = sched_schedule(&p, &c, pending2, 1, running, 2, 10, d, 8, NULL);
+    gpcd_job *pending2[] = {gang2};
+    int gpus[GPCD_MAX_GPUS];
+    n = gpcd_schedule(&p, &c, pending2, 1, running, 2, 10, d, 8, NULL);
     assert_int_equal(started(d, n, 7, gpus), 2);
     assert_true((gpus[0] == 2 && gpus[1] == 3) || (gpus[0] == 3 && gpus[1] == 2));
-    sched_job *jobs[] = {infer0, train1, train, infer, too_big, gang3, gang2};
+    gpcd_job *jobs[] = {infer0, train1, train, infer, too_big, gang3, gang2};
     for (size_t i = 0; i < sizeof jobs / sizeof jobs[0]; i++)
-        sched_job_free(jobs[i]);
+        gpcd_job_free(jobs[i]);
 }
 
 /* NVLink: multi-GPU training gets a set with the most NVLink pairs, which
@@ -282,9 +282,9 @@ static void test_training_prefers_nvlink_sets(void **state) {
     (void)state;
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 14);
-    sched_policy_config p = policy_with(SCHED_POLICY_TASK_TYPE | SCHED_POLICY_LEAST_LOADED);
+    gpcd_policy_config p = policy_with(GPCD_POLICY_TASK_TYPE | GPCD_POLICY_LEAST_LOADED);
     for (int trial = 0; trial < 100; trial++) {
-        sched_cluster c;
+        gpcd_cluster c;
         int n = 8;
         cluster_init(&c, n, 80);
         /* NVLink in pairs (0-1, 2-3, ...) like PCIe servers with bridges,
@@ -313,9 +313,9 @@ static void test_training_prefers_nvlink_sets(void **state) {
                     if ((set >> a & 1) && (set >> b & 1)) pairs += c.nvlink[a][b];
             if (pairs > best_pairs) best_pairs = pairs;
         }
-        sched_job *j = job_make(1, k, 10, 50, SCHED_TYPE_TRAIN, 0);
-        int gpus[SCHED_MAX_GPUS];
-        int got = sched_policy_place(&p, &c, j, gpus);
+        gpcd_job *j = job_make(1, k, 10, 50, GPCD_TYPE_TRAIN, 0);
+        int gpus[GPCD_MAX_GPUS];
+        int got = gpcd_policy_place(&p, &c, j, gpus);
         if (free_count < k) {
             assert_int_equal(got, 0);
         } else {
@@ -330,7 +330,7 @@ static void test_training_prefers_nvlink_sets(void **state) {
                 fail_msg("trial %d: picked a set with %d NVLink pairs, best has %d", trial, pairs,
                          best_pairs);
         }
-        sched_job_free(j);
+        gpcd_job_free(j);
     }
 }
 
@@ -338,36 +338,36 @@ static void test_training_prefers_nvlink_sets(void **state) {
  * and so does the GPU that last read the same data. */
 static void test_locality(void **state) {
     (void)state;
-    sched_policy_config p = policy_with(SCHED_POLICY_LOCALITY | SCHED_POLICY_LEAST_LOADED);
-    TEST_OK(sched_numa_rules_parse("/datasets=1, /scratch/=0,/datasets/imagenet=0", &p));
+    gpcd_policy_config p = policy_with(GPCD_POLICY_LOCALITY | GPCD_POLICY_LEAST_LOADED);
+    TEST_OK(gpcd_numa_rules_parse("/datasets=1, /scratch/=0,/datasets/imagenet=0", &p));
     assert_int_equal(p.numa_rule_count, 3);
-    assert_int_equal(sched_data_numa_node(&p, "/datasets/x"), 1);
-    assert_int_equal(sched_data_numa_node(&p, "/datasets/imagenet/train"), 0); /* longest wins */
-    assert_int_equal(sched_data_numa_node(&p, "/datasetsfoo"), -1); /* component boundary */
-    assert_int_equal(sched_data_numa_node(&p, "/scratch/a"), 0);
-    TEST_FAILS(sched_numa_rules_parse("/datasets", &p), GPC_ERR_INVALID_ARG, "PREFIX=NODE");
-    TEST_FAILS(sched_numa_rules_parse("/d=x", &p), GPC_ERR_INVALID_ARG, "not a number");
+    assert_int_equal(gpcd_data_numa_node(&p, "/datasets/x"), 1);
+    assert_int_equal(gpcd_data_numa_node(&p, "/datasets/imagenet/train"), 0); /* longest wins */
+    assert_int_equal(gpcd_data_numa_node(&p, "/datasetsfoo"), -1); /* component boundary */
+    assert_int_equal(gpcd_data_numa_node(&p, "/scratch/a"), 0);
+    TEST_FAILS(gpcd_numa_rules_parse("/datasets", &p), GPC_ERR_INVALID_ARG, "PREFIX=NODE");
+    TEST_FAILS(gpcd_numa_rules_parse("/d=x", &p), GPC_ERR_INVALID_ARG, "not a number");
 
-    sched_cluster c;
+    gpcd_cluster c;
     cluster_init(&c, 4, 80); /* GPUs 0,1 on node 0; 2,3 on node 1 */
     c.gpu[2].util = 40;
     c.gpu[3].util = 45;
-    sched_job *j = job_make(1, 1, 10, 50, SCHED_TYPE_TRAIN, 0);
+    gpcd_job *j = job_make(1, 1, 10, 50, GPCD_TYPE_TRAIN, 0);
     j->data = strdup("/datasets/x");
-    j->data_hash = sched_data_hash(j->data);
+    j->data_hash = gpcd_data_hash(j->data);
     j->data_numa = 1;
-    int gpus[SCHED_MAX_GPUS];
-    assert_int_equal(sched_policy_place(&p, &c, j, gpus), 1);
+    int gpus[GPCD_MAX_GPUS];
+    assert_int_equal(gpcd_policy_place(&p, &c, j, gpus), 1);
     assert_int_equal(gpus[0], 2); /* node 1, the less loaded of the two */
     /* warm cache: GPU 3 last ran a job on the same data */
     c.gpu[3].data_hash = j->data_hash;
-    assert_int_equal(sched_policy_place(&p, &c, j, gpus), 1);
+    assert_int_equal(gpcd_policy_place(&p, &c, j, gpus), 1);
     assert_int_equal(gpus[0], 3);
     /* without locality: least loaded, GPU 0 */
-    p.flags = SCHED_POLICY_LEAST_LOADED;
-    assert_int_equal(sched_policy_place(&p, &c, j, gpus), 1);
+    p.flags = GPCD_POLICY_LEAST_LOADED;
+    assert_int_equal(gpcd_policy_place(&p, &c, j, gpus), 1);
     assert_int_equal(gpus[0], 0);
-    sched_job_free(j);
+    gpcd_job_free(j);
 }
 
 /* backfill: the blocked first job reserves the GPUs that free up first;
@@ -375,41 +375,41 @@ static void test_locality(void **state) {
 static void test_backfill(void **state) {
     (void)state;
     double now = 1e6;
-    sched_policy_config p = policy_with(SCHED_POLICY_PRIORITY | SCHED_POLICY_BACKFILL);
-    sched_cluster c;
+    gpcd_policy_config p = policy_with(GPCD_POLICY_PRIORITY | GPCD_POLICY_BACKFILL);
+    gpcd_cluster c;
     cluster_init(&c, 2, 80);
-    sched_job *running_job = job_make(1, 1, 10, 50, SCHED_TYPE_TRAIN, now - 100);
+    gpcd_job *running_job = job_make(1, 1, 10, 50, GPCD_TYPE_TRAIN, now - 100);
     running_job->time_limit = 3600;
     job_run_on(running_job, now - 600, 1, (int[]){0}); /* ends at now + 3000 */
-    sched_job *head = job_make(2, 2, 10, SCHED_PRIORITY_HIGH, SCHED_TYPE_TRAIN, now - 50);
-    sched_job *fits = job_make(3, 1, 10, SCHED_PRIORITY_LOW, SCHED_TYPE_TRAIN, now - 40);
+    gpcd_job *head = job_make(2, 2, 10, GPCD_PRIORITY_HIGH, GPCD_TYPE_TRAIN, now - 50);
+    gpcd_job *fits = job_make(3, 1, 10, GPCD_PRIORITY_LOW, GPCD_TYPE_TRAIN, now - 40);
     fits->time_limit = 2999;
-    sched_job *too_long = job_make(4, 1, 10, SCHED_PRIORITY_LOW, SCHED_TYPE_TRAIN, now - 30);
+    gpcd_job *too_long = job_make(4, 1, 10, GPCD_PRIORITY_LOW, GPCD_TYPE_TRAIN, now - 30);
     too_long->time_limit = 3001;
-    sched_job *unlimited = job_make(5, 1, 10, SCHED_PRIORITY_LOW, SCHED_TYPE_TRAIN, now - 20);
-    sched_job *running[] = {running_job};
-    sched_decision d[8];
-    sched_pass_stats stats;
+    gpcd_job *unlimited = job_make(5, 1, 10, GPCD_PRIORITY_LOW, GPCD_TYPE_TRAIN, now - 20);
+    gpcd_job *running[] = {running_job};
+    gpcd_decision d[8];
+    gpcd_pass_stats stats;
 
-    sched_job *p1[] = {head, too_long, unlimited};
-    int n = sched_schedule(&p, &c, p1, 3, running, 1, now, d, 8, &stats);
+    gpcd_job *p1[] = {head, too_long, unlimited};
+    int n = gpcd_schedule(&p, &c, p1, 3, running, 1, now, d, 8, &stats);
     assert_int_equal(n, 0);
     assert_int_equal(stats.reserved_for, 2);
     assert_true(fabs(stats.reservation_time - (now + 3000)) < 1e-6);
 
-    sched_job *p2[] = {head, too_long, fits};
-    n = sched_schedule(&p, &c, p2, 3, running, 1, now, d, 8, &stats);
+    gpcd_job *p2[] = {head, too_long, fits};
+    n = gpcd_schedule(&p, &c, p2, 3, running, 1, now, d, 8, &stats);
     assert_int_equal(n, 1);
     assert_int_equal(started(d, n, 3, NULL), 1);
 
     /* without backfill nothing passes the blocked job */
-    p.flags = SCHED_POLICY_PRIORITY;
-    n = sched_schedule(&p, &c, p2, 3, running, 1, now, d, 8, &stats);
+    p.flags = GPCD_POLICY_PRIORITY;
+    n = gpcd_schedule(&p, &c, p2, 3, running, 1, now, d, 8, &stats);
     assert_int_equal(n, 0);
     assert_int_equal(stats.blocked, 3);
-    sched_job *jobs[] = {running_job, head, fits, too_long, unlimited};
+    gpcd_job *jobs[] = {running_job, head, fits, too_long, unlimited};
     for (size_t i = 0; i < sizeof jobs / sizeof jobs[0]; i++)
-        sched_job_free(jobs[i]);
+        gpcd_job_free(jobs[i]);
 }
 
 /* preemption: a blocked high priority job stops the lower priority job that
@@ -417,45 +417,45 @@ static void test_backfill(void **state) {
 static void test_preemption(void **state) {
     (void)state;
     double now = 1e6;
-    sched_policy_config p = policy_with(SCHED_POLICY_PRIORITY | SCHED_POLICY_PREEMPTION);
-    sched_cluster c;
+    gpcd_policy_config p = policy_with(GPCD_POLICY_PRIORITY | GPCD_POLICY_PREEMPTION);
+    gpcd_cluster c;
     cluster_init(&c, 2, 80);
-    sched_job *old_low = job_make(1, 1, 10, SCHED_PRIORITY_LOW, SCHED_TYPE_TRAIN, now - 900);
+    gpcd_job *old_low = job_make(1, 1, 10, GPCD_PRIORITY_LOW, GPCD_TYPE_TRAIN, now - 900);
     job_run_on(old_low, now - 800, 1, (int[]){0});
-    sched_job *new_low = job_make(2, 1, 10, SCHED_PRIORITY_LOW, SCHED_TYPE_TRAIN, now - 500);
+    gpcd_job *new_low = job_make(2, 1, 10, GPCD_PRIORITY_LOW, GPCD_TYPE_TRAIN, now - 500);
     job_run_on(new_low, now - 100, 1, (int[]){1});
-    sched_job *running[] = {old_low, new_low};
-    sched_job *high = job_make(3, 1, 10, SCHED_PRIORITY_HIGH, SCHED_TYPE_TRAIN, now);
-    sched_job *pending[] = {high};
-    sched_decision d[8];
-    int n = sched_schedule(&p, &c, pending, 1, running, 2, now, d, 8, NULL);
+    gpcd_job *running[] = {old_low, new_low};
+    gpcd_job *high = job_make(3, 1, 10, GPCD_PRIORITY_HIGH, GPCD_TYPE_TRAIN, now);
+    gpcd_job *pending[] = {high};
+    gpcd_decision d[8];
+    int n = gpcd_schedule(&p, &c, pending, 1, running, 2, now, d, 8, NULL);
     assert_int_equal(n, 1);
     assert_int_equal(preempted(d, n, 2), 1); /* the most recent loses the least work */
 
     /* a 2-GPU high job needs both */
     high->gpus = 2;
-    n = sched_schedule(&p, &c, pending, 1, running, 2, now, d, 8, NULL);
+    n = gpcd_schedule(&p, &c, pending, 1, running, 2, now, d, 8, NULL);
     assert_int_equal(n, 2);
     assert_true(preempted(d, n, 1) && preempted(d, n, 2));
 
     /* a job already stopping counts as gone: no second victim */
     high->gpus = 1;
-    new_low->stop_reason = SCHED_STOP_PREEMPT;
-    n = sched_schedule(&p, &c, pending, 1, running, 2, now, d, 8, NULL);
+    new_low->stop_reason = GPCD_STOP_PREEMPT;
+    n = gpcd_schedule(&p, &c, pending, 1, running, 2, now, d, 8, NULL);
     assert_int_equal(n, 0);
-    new_low->stop_reason = SCHED_STOP_NONE;
+    new_low->stop_reason = GPCD_STOP_NONE;
 
     /* equal priority is never preempted; nor without the policy */
-    high->priority = SCHED_PRIORITY_LOW;
-    n = sched_schedule(&p, &c, pending, 1, running, 2, now, d, 8, NULL);
+    high->priority = GPCD_PRIORITY_LOW;
+    n = gpcd_schedule(&p, &c, pending, 1, running, 2, now, d, 8, NULL);
     assert_int_equal(n, 0);
-    high->priority = SCHED_PRIORITY_HIGH;
-    p.flags = SCHED_POLICY_PRIORITY;
-    n = sched_schedule(&p, &c, pending, 1, running, 2, now, d, 8, NULL);
+    high->priority = GPCD_PRIORITY_HIGH;
+    p.flags = GPCD_POLICY_PRIORITY;
+    n = gpcd_schedule(&p, &c, pending, 1, running, 2, now, d, 8, NULL);
     assert_int_equal(n, 0);
-    sched_job_free(old_low);
-    sched_job_free(new_low);
-    sched_job_free(high);
+    gpcd_job_free(old_low);
+    gpcd_job_free(new_low);
+    gpcd_job_free(high);
 }
 
 /* Preemption frees what the job needs and no more: a 1-GPU job stops the
@@ -465,35 +465,35 @@ static void test_preemption(void **state) {
 static void test_preemption_frees_no_more_than_needed(void **state) {
     (void)state;
     double now = 1e6;
-    sched_policy_config p = policy_with(SCHED_POLICY_PRIORITY | SCHED_POLICY_PREEMPTION);
-    sched_cluster c;
+    gpcd_policy_config p = policy_with(GPCD_POLICY_PRIORITY | GPCD_POLICY_PREEMPTION);
+    gpcd_cluster c;
     cluster_init(&c, 3, 80);
-    sched_job *pair = job_make(1, 2, 10, 10, SCHED_TYPE_TRAIN, now - 900);
+    gpcd_job *pair = job_make(1, 2, 10, 10, GPCD_TYPE_TRAIN, now - 900);
     job_run_on(pair, now - 800, 2, (int[]){0, 1});
-    sched_job *single = job_make(2, 1, 10, 20, SCHED_TYPE_TRAIN, now - 900);
+    gpcd_job *single = job_make(2, 1, 10, 20, GPCD_TYPE_TRAIN, now - 900);
     job_run_on(single, now - 800, 1, (int[]){2});
-    sched_job *running[] = {pair, single};
-    sched_job *high = job_make(3, 1, 10, SCHED_PRIORITY_HIGH, SCHED_TYPE_TRAIN, now);
-    sched_job *pending[] = {high};
-    sched_decision d[8];
-    int n = sched_schedule(&p, &c, pending, 1, running, 2, now, d, 8, NULL);
+    gpcd_job *running[] = {pair, single};
+    gpcd_job *high = job_make(3, 1, 10, GPCD_PRIORITY_HIGH, GPCD_TYPE_TRAIN, now);
+    gpcd_job *pending[] = {high};
+    gpcd_decision d[8];
+    int n = gpcd_schedule(&p, &c, pending, 1, running, 2, now, d, 8, NULL);
     assert_int_equal(n, 1);
     assert_int_equal(preempted(d, n, 2), 1);
     /* two GPUs needed: the pair, one job stopped rather than two */
     high->gpus = 2;
-    n = sched_schedule(&p, &c, pending, 1, running, 2, now, d, 8, NULL);
+    n = gpcd_schedule(&p, &c, pending, 1, running, 2, now, d, 8, NULL);
     assert_int_equal(n, 1);
     assert_int_equal(preempted(d, n, 1), 1);
-    sched_job_free(pair);
-    sched_job_free(single);
-    sched_job_free(high);
+    gpcd_job_free(pair);
+    gpcd_job_free(single);
+    gpcd_job_free(high);
 
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 16);
     for (int trial = 0; trial < 300; trial++) {
         int ngpus = 2 + (int)gpc_rng_below(&rng, 7);
         cluster_init(&c, ngpus, 80);
-        sched_job *jobs[8];
+        gpcd_job *jobs[8];
         int njobs = 0, g = 0;
         while (g < ngpus && njobs < 8) {
             int k = 1 + (int)gpc_rng_below(&rng, 3);
@@ -502,11 +502,11 @@ static void test_preemption_frees_no_more_than_needed(void **state) {
                 g++;
                 continue;
             }
-            int on[SCHED_MAX_GPUS];
+            int on[GPCD_MAX_GPUS];
             for (int i = 0; i < k; i++)
                 on[i] = g + i;
             jobs[njobs] = job_make(njobs + 1, k, 10, 5 + (int)gpc_rng_below(&rng, 40),
-                                   SCHED_TYPE_TRAIN, now - 1000);
+                                   GPCD_TYPE_TRAIN, now - 1000);
             job_run_on(jobs[njobs], now - 900 + njobs, k, on);
             njobs++;
             g += k;
@@ -515,7 +515,7 @@ static void test_preemption_frees_no_more_than_needed(void **state) {
         for (int j = 0; j < njobs; j++)
             idle -= jobs[j]->gpus;
         int want = 1 + (int)gpc_rng_below(&rng, (uint32_t)ngpus);
-        sched_job *job = job_make(100, want, 10, SCHED_PRIORITY_HIGH, SCHED_TYPE_TRAIN, now);
+        gpcd_job *job = job_make(100, want, 10, GPCD_PRIORITY_HIGH, GPCD_TYPE_TRAIN, now);
         /* the reference: every set of victims, the fewest GPUs that suffice */
         int best = -1;
         if (idle < want)
@@ -525,11 +525,11 @@ static void test_preemption_frees_no_more_than_needed(void **state) {
                     if (set & (1u << j)) freed += jobs[j]->gpus;
                 if (idle + freed >= want && (best < 0 || freed < best)) best = freed;
             }
-        sched_job *pend[] = {job};
-        n = sched_schedule(&p, &c, pend, 1, jobs, njobs, now, d, 8, NULL);
+        gpcd_job *pend[] = {job};
+        n = gpcd_schedule(&p, &c, pend, 1, jobs, njobs, now, d, 8, NULL);
         int freed = 0, stops = 0;
         for (int i = 0; i < n; i++)
-            if (d[i].kind == SCHED_DECIDE_PREEMPT) freed += d[i].job->gpus, stops++;
+            if (d[i].kind == GPCD_DECIDE_PREEMPT) freed += d[i].job->gpus, stops++;
         if (idle >= want) {
             assert_int_equal(started(d, n, 100, NULL), want);
         } else if (freed != best) {
@@ -538,8 +538,8 @@ static void test_preemption_frees_no_more_than_needed(void **state) {
         }
         (void)stops;
         for (int j = 0; j < njobs; j++)
-            sched_job_free(jobs[j]);
-        sched_job_free(job);
+            gpcd_job_free(jobs[j]);
+        gpcd_job_free(job);
     }
 }
 
@@ -549,30 +549,30 @@ static void test_pass_never_overcommits(void **state) {
     (void)state;
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 15);
-    sched_policy_config p = policy_with(SCHED_POLICY_ALL);
+    gpcd_policy_config p = policy_with(GPCD_POLICY_ALL);
     for (int trial = 0; trial < 50; trial++) {
-        sched_cluster c;
+        gpcd_cluster c;
         cluster_init(&c, 8, 80);
         int n = 1 + (int)gpc_rng_below(&rng, 60);
-        sched_job **jobs = calloc((size_t)n, sizeof *jobs);
+        gpcd_job **jobs = calloc((size_t)n, sizeof *jobs);
         for (int i = 0; i < n; i++) {
-            sched_job_type type = (sched_job_type)gpc_rng_below(&rng, SCHED_TYPE_COUNT);
-            int gpus = type == SCHED_TYPE_TRAIN ? 1 + (int)gpc_rng_below(&rng, 4) : 1;
+            gpcd_job_type type = (gpcd_job_type)gpc_rng_below(&rng, GPCD_TYPE_COUNT);
+            int gpus = type == GPCD_TYPE_TRAIN ? 1 + (int)gpc_rng_below(&rng, 4) : 1;
             jobs[i] = job_make(i + 1, gpus, 1 + gpc_rng_below(&rng, 60),
                                (int)gpc_rng_below(&rng, 101), type, gpc_rng_below(&rng, 1000));
         }
-        sched_decision *d = calloc((size_t)n + 64, sizeof *d);
-        int nd = sched_schedule(&p, &c, jobs, n, NULL, 0, 2000, d, n + 64, NULL);
+        gpcd_decision *d = calloc((size_t)n + 64, sizeof *d);
+        int nd = gpcd_schedule(&p, &c, jobs, n, NULL, 0, 2000, d, n + 64, NULL);
         double mem[8] = {0};
         int exclusive[8] = {0}, shared[8] = {0};
         for (int i = 0; i < nd; i++) {
-            assert_int_equal(d[i].kind, SCHED_DECIDE_START);
+            assert_int_equal(d[i].kind, GPCD_DECIDE_START);
             assert_int_equal(d[i].gpu_count, d[i].job->gpus);
             for (int k = 0; k < d[i].gpu_count; k++) {
                 int g = d[i].gpus[k];
                 for (int m = 0; m < k; m++)
                     assert_int_not_equal(d[i].gpus[m], g);
-                if (sched_job_shares_gpu(d[i].job)) {
+                if (gpcd_job_shares_gpu(d[i].job)) {
                     shared[g]++;
                     mem[g] += (double)d[i].job->mem;
                 } else {
@@ -586,7 +586,7 @@ static void test_pass_never_overcommits(void **state) {
             assert_true(mem[g] <= 80 * GIB);
         }
         for (int i = 0; i < n; i++)
-            sched_job_free(jobs[i]);
+            gpcd_job_free(jobs[i]);
         free(jobs);
         free(d);
     }
@@ -595,56 +595,56 @@ static void test_pass_never_overcommits(void **state) {
 static void test_value_parsers(void **state) {
     (void)state;
     int prio;
-    TEST_OK(sched_priority_parse("high", &prio));
-    assert_int_equal(prio, SCHED_PRIORITY_HIGH);
-    TEST_OK(sched_priority_parse("37", &prio));
+    TEST_OK(gpcd_priority_parse("high", &prio));
+    assert_int_equal(prio, GPCD_PRIORITY_HIGH);
+    TEST_OK(gpcd_priority_parse("37", &prio));
     assert_int_equal(prio, 37);
-    TEST_FAILS(sched_priority_parse("101", &prio), GPC_ERR_INVALID_ARG, "0-100");
-    TEST_FAILS(sched_priority_parse("urgent", &prio), GPC_ERR_INVALID_ARG, "low, normal, high");
+    TEST_FAILS(gpcd_priority_parse("101", &prio), GPC_ERR_INVALID_ARG, "0-100");
+    TEST_FAILS(gpcd_priority_parse("urgent", &prio), GPC_ERR_INVALID_ARG, "low, normal, high");
     double seconds;
-    TEST_OK(sched_duration_parse("1h30m", &seconds));
+    TEST_OK(gpcd_duration_parse("1h30m", &seconds));
     assert_true(seconds == 5400);
-    TEST_OK(sched_duration_parse("90", &seconds));
+    TEST_OK(gpcd_duration_parse("90", &seconds));
     assert_true(seconds == 90);
-    TEST_OK(sched_duration_parse("0.5s", &seconds));
+    TEST_OK(gpcd_duration_parse("0.5s", &seconds));
     assert_true(seconds == 0.5);
-    TEST_FAILS(sched_duration_parse("2w", &seconds), GPC_ERR_INVALID_ARG, "unknown unit");
-    TEST_FAILS(sched_duration_parse("0s", &seconds), GPC_ERR_INVALID_ARG, "above 0");
+    TEST_FAILS(gpcd_duration_parse("2w", &seconds), GPC_ERR_INVALID_ARG, "unknown unit");
+    TEST_FAILS(gpcd_duration_parse("0s", &seconds), GPC_ERR_INVALID_ARG, "above 0");
     uint64_t bytes;
-    TEST_OK(sched_bytes_parse("40G", &bytes));
+    TEST_OK(gpcd_bytes_parse("40G", &bytes));
     assert_true(bytes == 40ull << 30);
-    TEST_OK(sched_bytes_parse("141GB", &bytes));
+    TEST_OK(gpcd_bytes_parse("141GB", &bytes));
     assert_true(bytes == 141ull << 30);
-    TEST_OK(sched_bytes_parse("1.5KiB", &bytes));
+    TEST_OK(gpcd_bytes_parse("1.5KiB", &bytes));
     assert_true(bytes == 1536);
-    TEST_FAILS(sched_bytes_parse("40Q", &bytes), GPC_ERR_INVALID_ARG, "unknown unit");
-    sched_job_type type;
-    TEST_FAILS(sched_type_parse("training", &type), GPC_ERR_INVALID_ARG, "train, infer");
-    sched_state st;
-    TEST_OK(sched_state_parse("preempted", &st));
-    assert_int_equal(st, SCHED_PREEMPTED);
+    TEST_FAILS(gpcd_bytes_parse("40Q", &bytes), GPC_ERR_INVALID_ARG, "unknown unit");
+    gpcd_job_type type;
+    TEST_FAILS(gpcd_type_parse("training", &type), GPC_ERR_INVALID_ARG, "train, infer");
+    gpcd_state st;
+    TEST_OK(gpcd_state_parse("preempted", &st));
+    assert_int_equal(st, GPCD_PREEMPTED);
 }
 
 /* The preemption guards, each against its rule worked out directly: a
  * random cluster state (priorities, ages, run times, earlier preemptions)
- * and sched_policy_may_preempt's answer compared with the rule's formula;
+ * and gpcd_policy_may_preempt's answer compared with the rule's formula;
  * then whole passes on hand-made cases. */
 static void test_preemption_guards(void **state) {
     (void)state;
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 19);
     double now = 1e6;
-    sched_policy_config p =
-        policy_with(SCHED_POLICY_PRIORITY | SCHED_POLICY_AGING | SCHED_POLICY_PREEMPTION);
+    gpcd_policy_config p =
+        policy_with(GPCD_POLICY_PRIORITY | GPCD_POLICY_AGING | GPCD_POLICY_PREEMPTION);
     p.preempt_min_runtime = 60 + gpc_rng_uniform64(&rng) * 1800;
     p.preempt_margin = gpc_rng_uniform64(&rng) * 40;
     p.preempt_grace = 1 + gpc_rng_uniform64(&rng) * 60;
     int allowed = 0, refused = 0;
     for (int trial = 0; trial < 2000; trial++) {
-        sched_job *job = job_make(1, 1, 0, (int)gpc_rng_below(&rng, 101), SCHED_TYPE_TRAIN,
-                                  now - gpc_rng_uniform64(&rng) * 10 * 3600);
-        sched_job *victim = job_make(2, 1, 0, (int)gpc_rng_below(&rng, 101), SCHED_TYPE_TRAIN,
-                                     now - gpc_rng_uniform64(&rng) * 10 * 3600);
+        gpcd_job *job = job_make(1, 1, 0, (int)gpc_rng_below(&rng, 101), GPCD_TYPE_TRAIN,
+                                 now - gpc_rng_uniform64(&rng) * 10 * 3600);
+        gpcd_job *victim = job_make(2, 1, 0, (int)gpc_rng_below(&rng, 101), GPCD_TYPE_TRAIN,
+                                    now - gpc_rng_uniform64(&rng) * 10 * 3600);
         double ran = gpc_rng_uniform64(&rng) * 4 * p.preempt_min_runtime;
         job_run_on(victim, now - ran, 1, (int[]){0});
         victim->preemptions = (int)gpc_rng_below(&rng, 3);
@@ -654,7 +654,7 @@ static void test_preemption_guards(void **state) {
         int want = victim->priority < job->priority && pj >= pv + p.preempt_margin &&
                    ran >= p.preempt_min_runtime * (1 << victim->preemptions) &&
                    !(victim->time_limit > 0 && victim->time_limit - ran <= p.preempt_grace);
-        int got = sched_policy_may_preempt(&p, job, victim, now);
+        int got = gpcd_policy_may_preempt(&p, job, victim, now);
         if (got != want)
             fail_msg("trial %d: may_preempt %d, want %d (prio %d/%d, eff %.2f/%.2f, ran %.0f, "
                      "preemptions %d, limit %.0f)",
@@ -662,8 +662,8 @@ static void test_preemption_guards(void **state) {
                      victim->preemptions, victim->time_limit);
         allowed += want;
         refused += !want;
-        sched_job_free(job);
-        sched_job_free(victim);
+        gpcd_job_free(job);
+        gpcd_job_free(victim);
     }
     assert_true(allowed > 20 && refused > 20); /* both sides of the rules were reached */
 
@@ -671,66 +671,66 @@ static void test_preemption_guards(void **state) {
     p.preempt_min_runtime = 600;
     p.preempt_margin = 20;
     p.preempt_grace = 30;
-    sched_cluster c;
+    gpcd_cluster c;
     cluster_init(&c, 1, 80);
-    sched_job *low = job_make(1, 1, 10, SCHED_PRIORITY_LOW, SCHED_TYPE_TRAIN, now - 1000);
-    sched_job *high = job_make(2, 1, 10, SCHED_PRIORITY_HIGH, SCHED_TYPE_TRAIN, now);
-    sched_job *running[] = {low};
-    sched_job *pending[] = {high};
-    sched_decision d[8];
+    gpcd_job *low = job_make(1, 1, 10, GPCD_PRIORITY_LOW, GPCD_TYPE_TRAIN, now - 1000);
+    gpcd_job *high = job_make(2, 1, 10, GPCD_PRIORITY_HIGH, GPCD_TYPE_TRAIN, now);
+    gpcd_job *running[] = {low};
+    gpcd_job *pending[] = {high};
+    gpcd_decision d[8];
     /* min runtime: 599 s run is protected, 600 s is not */
     job_run_on(low, now - 599, 1, (int[]){0});
-    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
+    assert_int_equal(gpcd_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
     low->start_time = now - 600;
-    int n = sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL);
+    int n = gpcd_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL);
     assert_int_equal(n, 1);
     assert_int_equal(preempted(d, n, 1), 1);
     /* preempted once before: protected for twice as long */
     low->preemptions = 1;
-    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
+    assert_int_equal(gpcd_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
     low->start_time = now - 1200;
-    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 1);
+    assert_int_equal(gpcd_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 1);
     low->preemptions = 0;
     low->start_time = now - 600;
     /* margin: high (90) against low (10) aged to 71 (19 points below) is
      * not enough, aged to 70 (20 below) is */
     low->submit_time = now - 6.1 * 3600;
-    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
+    assert_int_equal(gpcd_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
     low->submit_time = now - 6.0 * 3600;
-    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 1);
+    assert_int_equal(gpcd_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 1);
     /* no ping-pong: a low job that waited so long it would be requeued
      * ahead of the high one is not stopped for it */
     low->submit_time = now - 20 * 3600;
-    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
+    assert_int_equal(gpcd_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
     low->submit_time = now - 1000;
     /* equal base priority never preempts, however long the waiting job aged */
-    high->priority = SCHED_PRIORITY_LOW;
+    high->priority = GPCD_PRIORITY_LOW;
     high->submit_time = now - 30 * 3600;
-    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
-    high->priority = SCHED_PRIORITY_HIGH;
+    assert_int_equal(gpcd_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
+    high->priority = GPCD_PRIORITY_HIGH;
     high->submit_time = now;
     /* the GPU frees by its time limit within the grace: wait, do not stop */
     low->time_limit = 600 + 29;
-    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
+    assert_int_equal(gpcd_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 0);
     low->time_limit = 600 + 31;
-    assert_int_equal(sched_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 1);
+    assert_int_equal(gpcd_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL), 1);
     low->time_limit = 0;
 
     /* two GPUs: another job's time limit frees the other GPU within the
      * grace, so the low job is not stopped; past the grace it is */
     cluster_init(&c, 2, 80);
-    sched_job *ending = job_make(3, 1, 10, SCHED_PRIORITY_HIGH, SCHED_TYPE_TRAIN, now - 1000);
+    gpcd_job *ending = job_make(3, 1, 10, GPCD_PRIORITY_HIGH, GPCD_TYPE_TRAIN, now - 1000);
     job_run_on(ending, now - 900, 1, (int[]){1});
     ending->time_limit = 900 + 10;
-    sched_job *running2[] = {low, ending};
-    assert_int_equal(sched_schedule(&p, &c, pending, 1, running2, 2, now, d, 8, NULL), 0);
+    gpcd_job *running2[] = {low, ending};
+    assert_int_equal(gpcd_schedule(&p, &c, pending, 1, running2, 2, now, d, 8, NULL), 0);
     ending->time_limit = 900 + 3600;
-    n = sched_schedule(&p, &c, pending, 1, running2, 2, now, d, 8, NULL);
+    n = gpcd_schedule(&p, &c, pending, 1, running2, 2, now, d, 8, NULL);
     assert_int_equal(n, 1);
     assert_int_equal(preempted(d, n, 1), 1);
-    sched_job_free(low);
-    sched_job_free(high);
-    sched_job_free(ending);
+    gpcd_job_free(low);
+    gpcd_job_free(high);
+    gpcd_job_free(ending);
 }
 
 int main(void) {

@@ -13,62 +13,61 @@
 
 #include "gpc/sched.h"
 
-static int parse(const char *method, const char *path, const char *body, sched_request *req,
+static int parse(const char *method, const char *path, const char *body, gpcd_request *req,
                  char *error) {
-    return sched_request_parse(method, path, NULL, 0, body, body ? strlen(body) : 0, 1000, "alice",
-                               req, error, 512);
+    return gpcd_request_parse(method, path, NULL, 0, body, body ? strlen(body) : 0, 1000, "alice",
+                              req, error, 512);
 }
 
 static void expect(const char *method, const char *path, const char *body, int status,
                    const char *needle) {
-    sched_request req;
+    gpcd_request req;
     char error[512] = "";
     int got = parse(method, path, body, &req, error);
     if (got != status || !strstr(error, needle))
         fail_msg("%s %s %s: got %d '%s', want %d with '%s'", method, path, body ? body : "", got,
                  error, status, needle);
     assert_null(req.job);
-    sched_request_clear(&req);
+    gpcd_request_clear(&req);
 }
 
 static void test_routes(void **state) {
     (void)state;
-    sched_request req;
+    gpcd_request req;
     char error[512];
     assert_int_equal(parse("GET", "/jobs", NULL, &req, error), 200);
-    assert_int_equal(req.kind, SCHED_REQ_LIST);
+    assert_int_equal(req.kind, GPCD_REQ_LIST);
     assert_int_equal(parse("GET", "/jobs/42", NULL, &req, error), 200);
-    assert_int_equal(req.kind, SCHED_REQ_SHOW);
+    assert_int_equal(req.kind, GPCD_REQ_SHOW);
     assert_int_equal(req.job_id, 42);
     assert_int_equal(parse("DELETE", "/jobs/7", NULL, &req, error), 200);
-    assert_int_equal(req.kind, SCHED_REQ_CANCEL);
+    assert_int_equal(req.kind, GPCD_REQ_CANCEL);
     assert_int_equal(req.job_id, 7);
     assert_int_equal(parse("POST", "/jobs/9007199254740992/cancel", NULL, &req, error), 200);
     assert_int_equal(req.job_id, 9007199254740992LL);
     const char *simple[] = {"/gpus", "/alerts", "/metrics", "/status"};
-    sched_request_kind kinds[] = {SCHED_REQ_GPUS, SCHED_REQ_ALERTS, SCHED_REQ_METRICS,
-                                  SCHED_REQ_STATUS};
+    gpcd_request_kind kinds[] = {GPCD_REQ_GPUS, GPCD_REQ_ALERTS, GPCD_REQ_METRICS, GPCD_REQ_STATUS};
     for (int i = 0; i < 4; i++) {
         assert_int_equal(parse("GET", simple[i], NULL, &req, error), 200);
         assert_int_equal(req.kind, kinds[i]);
     }
-    sched_query_arg args[] = {{"offset", "123"}, {"limit", "4096"}};
-    assert_int_equal(sched_request_parse("GET", "/jobs/3/logs", args, 2, NULL, 0, 0, "root", &req,
-                                         error, sizeof error),
+    gpcd_query_arg args[] = {{"offset", "123"}, {"limit", "4096"}};
+    assert_int_equal(gpcd_request_parse("GET", "/jobs/3/logs", args, 2, NULL, 0, 0, "root", &req,
+                                        error, sizeof error),
                      200);
-    assert_int_equal(req.kind, SCHED_REQ_LOGS);
+    assert_int_equal(req.kind, GPCD_REQ_LOGS);
     assert_int_equal(req.offset, 123);
     assert_int_equal(req.limit, 4096);
-    sched_query_arg list_args[] = {{"all", "1"}, {"state", "queued,failed"}};
-    assert_int_equal(sched_request_parse("GET", "/jobs", list_args, 2, NULL, 0, 0, "root", &req,
-                                         error, sizeof error),
+    gpcd_query_arg list_args[] = {{"all", "1"}, {"state", "queued,failed"}};
+    assert_int_equal(gpcd_request_parse("GET", "/jobs", list_args, 2, NULL, 0, 0, "root", &req,
+                                        error, sizeof error),
                      200);
     assert_int_equal(req.all, 1);
-    assert_int_equal(req.state_mask, (1u << SCHED_QUEUED) | (1u << SCHED_FAILED));
+    assert_int_equal(req.state_mask, (1u << GPCD_QUEUED) | (1u << GPCD_FAILED));
     assert_int_equal(req.recent, 0);
-    sched_query_arg recent_args[] = {{"state", "completed"}, {"recent", "20"}};
-    assert_int_equal(sched_request_parse("GET", "/jobs", recent_args, 2, NULL, 0, 0, "root", &req,
-                                         error, sizeof error),
+    gpcd_query_arg recent_args[] = {{"state", "completed"}, {"recent", "20"}};
+    assert_int_equal(gpcd_request_parse("GET", "/jobs", recent_args, 2, NULL, 0, 0, "root", &req,
+                                        error, sizeof error),
                      200);
     assert_int_equal(req.recent, 20);
 }
@@ -85,33 +84,33 @@ static void test_bad_routes(void **state) {
     expect("GET", "/jobs/1/cancel", NULL, 405, "takes POST");
     expect("POST", "/jobs/1/logs", NULL, 405, "takes GET");
     expect("PATCH", "/jobs/1", NULL, 405, "GET or DELETE");
-    sched_request req;
+    gpcd_request req;
     char error[512];
-    sched_query_arg bad_offset[] = {{"offset", "-1"}};
-    assert_int_equal(sched_request_parse("GET", "/jobs/3/logs", bad_offset, 1, NULL, 0, 0, "r",
-                                         &req, error, sizeof error),
+    gpcd_query_arg bad_offset[] = {{"offset", "-1"}};
+    assert_int_equal(gpcd_request_parse("GET", "/jobs/3/logs", bad_offset, 1, NULL, 0, 0, "r", &req,
+                                        error, sizeof error),
                      400);
     assert_non_null(strstr(error, "offset must be"));
-    sched_query_arg bad_limit[] = {{"limit", "0"}};
-    assert_int_equal(sched_request_parse("GET", "/jobs/3/logs", bad_limit, 1, NULL, 0, 0, "r", &req,
-                                         error, sizeof error),
+    gpcd_query_arg bad_limit[] = {{"limit", "0"}};
+    assert_int_equal(gpcd_request_parse("GET", "/jobs/3/logs", bad_limit, 1, NULL, 0, 0, "r", &req,
+                                        error, sizeof error),
                      400);
     assert_non_null(strstr(error, "limit must be"));
-    sched_query_arg bad_state[] = {{"state", "sleeping"}};
-    assert_int_equal(sched_request_parse("GET", "/jobs", bad_state, 1, NULL, 0, 0, "r", &req, error,
-                                         sizeof error),
+    gpcd_query_arg bad_state[] = {{"state", "sleeping"}};
+    assert_int_equal(gpcd_request_parse("GET", "/jobs", bad_state, 1, NULL, 0, 0, "r", &req, error,
+                                        sizeof error),
                      400);
     assert_non_null(strstr(error, "unknown job state 'sleeping'"));
-    sched_query_arg bad_all[] = {{"all", "yes"}};
+    gpcd_query_arg bad_all[] = {{"all", "yes"}};
     assert_int_equal(
-        sched_request_parse("GET", "/jobs", bad_all, 1, NULL, 0, 0, "r", &req, error, sizeof error),
+        gpcd_request_parse("GET", "/jobs", bad_all, 1, NULL, 0, 0, "r", &req, error, sizeof error),
         400);
     assert_non_null(strstr(error, "all must be 1 or 0"));
     const char *bad_recent[] = {"0", "-3", "10001", "ten", "5x", ""};
     for (int i = 0; i < 6; i++) {
-        sched_query_arg arg[] = {{"recent", bad_recent[i]}};
+        gpcd_query_arg arg[] = {{"recent", bad_recent[i]}};
         assert_int_equal(
-            sched_request_parse("GET", "/jobs", arg, 1, NULL, 0, 0, "r", &req, error, sizeof error),
+            gpcd_request_parse("GET", "/jobs", arg, 1, NULL, 0, 0, "r", &req, error, sizeof error),
             400);
         assert_non_null(strstr(error, "recent must be a number of jobs from 1 to 10000"));
     }
@@ -122,25 +121,25 @@ static void test_good_submission(void **state) {
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 21);
     for (int trial = 0; trial < 50; trial++) {
-        int gpus = 1 + (int)gpc_rng_below(&rng, SCHED_MAX_GPUS);
+        int gpus = 1 + (int)gpc_rng_below(&rng, GPCD_MAX_GPUS);
         int prio = (int)gpc_rng_below(&rng, 101);
         long long mem = (long long)gpc_rng_below(&rng, 1u << 30) * 64;
-        int type = (int)gpc_rng_below(&rng, SCHED_TYPE_COUNT);
+        int type = (int)gpc_rng_below(&rng, GPCD_TYPE_COUNT);
         double limit = 1 + gpc_rng_below(&rng, 100000);
         char arg[32];
         snprintf(arg, sizeof arg, "x%u", gpc_rng_u32(&rng));
         json_t *o =
             json_pack("{s:[s,s],s:i,s:I,s:i,s:s,s:s,s:f,s:s,s:{s:s},s:s}", "command", "train.sh",
                       arg, "gpus", gpus, "mem", (json_int_t)mem, "priority", prio, "type",
-                      sched_type_name((sched_job_type)type), "data", "/datasets/x", "time_limit",
+                      gpcd_type_name((gpcd_job_type)type), "data", "/datasets/x", "time_limit",
                       limit, "cwd", "/home/alice", "env", "HOME", "/home/alice", "name", "exp 1");
         char *body = json_dumps(o, 0);
         json_decref(o);
-        sched_request req;
+        gpcd_request req;
         char error[512];
         assert_int_equal(parse("POST", "/jobs", body, &req, error), 200);
         free(body);
-        sched_job *j = req.job;
+        gpcd_job *j = req.job;
         assert_non_null(j);
         assert_int_equal(j->gpus, gpus);
         assert_true(j->mem == (uint64_t)mem);
@@ -152,15 +151,15 @@ static void test_good_submission(void **state) {
         assert_string_equal(j->owner, "alice");
         assert_int_equal(j->owner_uid, 1000);
         assert_string_equal(j->name, "exp 1");
-        assert_true(j->data_hash == sched_data_hash("/datasets/x"));
+        assert_true(j->data_hash == gpcd_data_hash("/datasets/x"));
         char want[128];
         snprintf(want, sizeof want, "[\"train.sh\",\"%s\"]", arg);
         assert_string_equal(j->command, want);
         assert_string_equal(j->env, "{\"HOME\":\"/home/alice\"}");
-        sched_request_clear(&req);
+        gpcd_request_clear(&req);
     }
     /* the text forms: sizes, names, durations; defaults for the rest */
-    sched_request req;
+    gpcd_request req;
     char error[512];
     assert_int_equal(parse("POST", "/jobs",
                            "{\"command\":[\"a\"],\"mem\":\"40G\",\"priority\":\"high\","
@@ -168,13 +167,13 @@ static void test_good_submission(void **state) {
                            &req, error),
                      200);
     assert_true(req.job->mem == 40ull << 30);
-    assert_int_equal(req.job->priority, SCHED_PRIORITY_HIGH);
+    assert_int_equal(req.job->priority, GPCD_PRIORITY_HIGH);
     assert_true(req.job->time_limit == 5400);
     assert_int_equal(req.job->gpus, 1);
-    assert_int_equal(req.job->type, SCHED_TYPE_TRAIN);
+    assert_int_equal(req.job->type, GPCD_TYPE_TRAIN);
     assert_string_equal(req.job->cwd, "/");
     assert_null(req.job->data);
-    sched_request_clear(&req);
+    gpcd_request_clear(&req);
 }
 
 static void test_bad_submissions(void **state) {
@@ -217,10 +216,10 @@ typedef struct {
 
 static void *parse_deep(void *arg) {
     deep_case *c = arg;
-    sched_request req;
-    c->status = sched_request_parse("POST", "/jobs", NULL, 0, c->body, strlen(c->body), 1000,
-                                    "alice", &req, c->error, sizeof c->error);
-    sched_request_clear(&req);
+    gpcd_request req;
+    c->status = gpcd_request_parse("POST", "/jobs", NULL, 0, c->body, strlen(c->body), 1000,
+                                   "alice", &req, c->error, sizeof c->error);
+    gpcd_request_clear(&req);
     return NULL;
 }
 
@@ -240,7 +239,7 @@ static int parse_nested(int depth, char *error) {
     pthread_attr_t attr;
     pthread_t thread;
     assert_int_equal(pthread_attr_init(&attr), 0);
-    assert_int_equal(pthread_attr_setstacksize(&attr, SCHED_HTTP_THREAD_STACK), 0);
+    assert_int_equal(pthread_attr_setstacksize(&attr, GPCD_HTTP_THREAD_STACK), 0);
     assert_int_equal(pthread_create(&thread, &attr, parse_deep, &c), 0);
     pthread_join(thread, NULL);
     pthread_attr_destroy(&attr);
@@ -269,10 +268,10 @@ static void test_deep_nesting(void **state) {
     const char *in_strings[] = {"{\"command\":[\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"]}",
                                 "{\"command\":[\"\\\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"]}"};
     for (int i = 0; i < 2; i++) {
-        sched_request req;
+        gpcd_request req;
         assert_int_equal(parse("POST", "/jobs", in_strings[i], &req, error), 200);
         assert_non_null(req.job);
-        sched_request_clear(&req);
+        gpcd_request_clear(&req);
     }
 }
 

@@ -21,8 +21,8 @@
 static char *read_log(test_gpcd *g, int64_t id) {
     char path[128];
     snprintf(path, sizeof path, "/jobs/%lld/logs", (long long)id);
-    sched_response r;
-    TEST_OK(sched_client_request(g->socket, "GET", path, NULL, &r));
+    gpcd_response r;
+    TEST_OK(gpcd_client_request(g->socket, "GET", path, NULL, &r));
     assert_int_equal(r.status, 200);
     return r.body;
 }
@@ -232,21 +232,21 @@ static void test_reattach_after_restart(void **state) {
 static void test_process_start_time(void **state) {
     (void)state;
     /* our own start time is nonzero and stable; a dead pid has none */
-    uint64_t mine = sched_process_start_time(getpid());
+    uint64_t mine = gpcd_process_start_time(getpid());
     assert_true(mine > 0);
-    assert_true(sched_process_start_time(getpid()) == mine);
+    assert_true(gpcd_process_start_time(getpid()) == mine);
     pid_t child = fork();
     if (child == 0) _exit(0);
     int status;
     waitpid(child, &status, 0);
-    assert_true(sched_process_start_time(child) == 0);
-    sched_job job;
+    assert_true(gpcd_process_start_time(child) == 0);
+    gpcd_job job;
     memset(&job, 0, sizeof job);
     job.pid = getpid();
     job.pid_start = mine + 1; /* a reused pid: same number, other start */
-    assert_int_equal(sched_runner_alive(&job), 0);
+    assert_int_equal(gpcd_runner_alive(&job), 0);
     job.pid_start = mine;
-    assert_int_equal(sched_runner_alive(&job), 1);
+    assert_int_equal(gpcd_runner_alive(&job), 1);
 }
 
 static void write_text(const char *path, const char *text) {
@@ -257,22 +257,22 @@ static void write_text(const char *path, const char *text) {
 
 /* A job saved as "starting" (running, no pid yet), as gpcd leaves it when it
  * dies between saving that and learning the supervisor's pid. */
-static int64_t starting_job(sched_store *store, const char *command, double start_time) {
-    sched_job *job = sched_job_new();
+static int64_t starting_job(gpcd_store *store, const char *command, double start_time) {
+    gpcd_job *job = gpcd_job_new();
     job->command = strdup(command);
     job->cwd = strdup("/");
     job->env = strdup("{}");
     job->gpus = 1;
     job->submit_time = start_time - 1;
-    TEST_OK(sched_store_submit(store, job));
-    job->state = SCHED_RUNNING;
+    TEST_OK(gpcd_store_submit(store, job));
+    job->state = GPCD_RUNNING;
     job->start_time = start_time;
     job->assigned[0] = (int)(job->id - 1);
     job->assigned_count = 1;
     job->message = strdup("starting");
-    TEST_OK(sched_store_update(store, job));
+    TEST_OK(gpcd_store_update(store, job));
     int64_t id = job->id;
-    sched_job_free(job);
+    gpcd_job_free(job);
     return id;
 }
 
@@ -289,13 +289,13 @@ static void test_recover_while_starting(void **state) {
     snprintf(jobs, sizeof jobs, "%s/jobs", g.dir);
     TEST_OK(gpc_mkdir_p(jobs));
     snprintf(path, sizeof path, "%s/gpcd.db", g.dir);
-    sched_store *store;
-    TEST_OK(sched_store_open(path, &store));
+    gpcd_store *store;
+    TEST_OK(gpcd_store_open(path, &store));
     snprintf(command, sizeof command, "[\"sh\",\"-c\",\"echo ran >> %s/a-runs\"]", g.dir);
     int64_t a = starting_job(store, command, 1000.5);
     int64_t b = starting_job(store, "[\"true\"]", 2000.25);
     int64_t c = starting_job(store, "[\"true\"]", 3000.125);
-    sched_store_close(store);
+    gpcd_store_close(store);
     /* B: its supervisor claimed the start, the command ended with 0 */
     snprintf(path, sizeof path, "%s/%lld.2000250.run", jobs, (long long)b);
     write_text(path, "999999999 12345 999999999\n");
@@ -310,7 +310,7 @@ static void test_recover_while_starting(void **state) {
     }
     uint64_t live_start = 0;
     for (int i = 0; i < 100 && !live_start; i++, usleep(10000))
-        live_start = sched_process_start_time(live);
+        live_start = gpcd_process_start_time(live);
     char record[128];
     snprintf(record, sizeof record, "%d %llu %d\n", (int)live, (unsigned long long)live_start,
              (int)live);
@@ -337,9 +337,9 @@ static void test_recover_while_starting(void **state) {
     /* A's abandoned attempt stays claimed, so a late supervisor of it
      * cannot run the command after all */
     snprintf(path, sizeof path, "%s/%lld.1000500.run", jobs, (long long)a);
-    sched_job probe;
+    gpcd_job probe;
     memset(&probe, 0, sizeof probe);
-    assert_int_equal(sched_runner_claim(path, &probe), 0);
+    assert_int_equal(gpcd_runner_claim(path, &probe), 0);
     assert_int_equal(probe.pid, 0);
     /* C ends: settled from its exit file */
     snprintf(path, sizeof path, "%s/%lld.exit", jobs, (long long)c);
@@ -489,8 +489,8 @@ static void test_escaped_processes(void **state) {
     (void)state;
     test_gpcd g;
     start(&g, "simulated:2x80GB");
-    escapes_round(&g, 1);           /* with a cgroup per job where this machine allows it */
-    sched_runner_use_cgroups(NULL); /* and the fallback: the subreaper's walk */
+    escapes_round(&g, 1);          /* with a cgroup per job where this machine allows it */
+    gpcd_runner_use_cgroups(NULL); /* and the fallback: the subreaper's walk */
     escapes_round(&g, 2);
     finish(&g);
 }
@@ -502,7 +502,7 @@ static pid_t start_stray(const char *dir, int64_t id) {
     char exit_file[4300], env_tag[48];
     snprintf(exit_file, sizeof exit_file, "%s/jobs/%lld.exit", dir, (long long)id);
     snprintf(env_tag, sizeof env_tag, "GPC_JOB_TAG=%016llx",
-             (unsigned long long)sched_runner_job_tag(exit_file));
+             (unsigned long long)gpcd_runner_job_tag(exit_file));
     int fds[2];
     if (pipe(fds) != 0) fail_msg("pipe");
     pid_t middle = fork();

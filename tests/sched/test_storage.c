@@ -17,7 +17,7 @@ static void start(test_gpcd *g, const char *gpus) {
     memset(g, 0, sizeof *g);
     g->dir = test_tmpdir("storage");
     test_gpcd_config(g, g->dir, gpus);
-    TEST_OK(sched_config_set(&g->config, "log_max", "1M"));
+    TEST_OK(gpcd_config_set(&g->config, "log_max", "1M"));
     test_gpcd_start(g);
 }
 
@@ -87,13 +87,13 @@ static void test_log_cap(void **state) {
      * latest output */
     char path[64];
     snprintf(path, sizeof path, "/jobs/%lld/logs?offset=%d", (long long)flood, 2 << 20);
-    sched_response r;
-    TEST_OK(sched_client_request(g.socket, "GET", path, NULL, &r));
+    gpcd_response r;
+    TEST_OK(gpcd_client_request(g.socket, "GET", path, NULL, &r));
     assert_int_equal(r.status, 200);
     assert_int_equal(r.body_len, 65536);
     assert_memory_equal(r.body, text + len - 65536, 65536);
     assert_int_equal(strtoll(r.next_offset, NULL, 10), (long long)len);
-    sched_response_free(&r);
+    gpcd_response_free(&r);
     gpc_free(text);
     finish(&g);
 }
@@ -112,13 +112,13 @@ static void test_log_cap_on_rerun(void **state) {
     for (int i = 0; i < 300000; i++) /* 2.1 MB of "earlier\n" lines */
         fputs("earlier\n", f);
     fclose(f);
-    sched_job *job = sched_job_new();
+    gpcd_job *job = gpcd_job_new();
     job->id = 7;
     job->preemptions = 1;
     job->command = strdup("[\"echo\",\"rerun\"]");
     job->cwd = strdup("/");
     job->env = strdup("{}");
-    TEST_OK(sched_runner_start(job, log, exit_file, record, 1u << 20));
+    TEST_OK(gpcd_runner_start(job, log, exit_file, record, 1u << 20));
     int status;
     waitpid(job->pid, &status, 0);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -130,7 +130,7 @@ static void test_log_cap_on_rerun(void **state) {
     assert_int_equal(strncmp(text + (1 << 19), "\n[gpcd: output cut here", 23), 0);
     assert_string_equal(text + len - 6, "rerun\n");
     gpc_free(text);
-    sched_job_free(job);
+    gpcd_job_free(job);
     test_rmtree(dir);
     gpc_free(dir);
 }
@@ -169,7 +169,7 @@ static void test_disk_full(void **state) {
     snprintf(body, sizeof body, "{\"command\":[\"sh\",\"-c\",\"echo ran >> %s\"]}", runs);
     int64_t waiting = test_submit(g.socket, body);
 
-    sched_store_simulate_full(g.daemon->store, 1);
+    gpcd_store_simulate_full(g.daemon->store, 1);
     FILE *f = fopen(go, "w"); /* the blocker ends: its end cannot be saved */
     fclose(f);
     json_t *j = test_wait_state(g.socket, blocker, "completed", 5);
@@ -189,13 +189,13 @@ static void test_disk_full(void **state) {
     test_request_fails(g.socket, "POST", "/jobs", "{\"command\":[\"true\"]}", 507,
                        "cannot save new jobs");
 
-    sched_store_simulate_full(g.daemon->store, 0);
+    gpcd_store_simulate_full(g.daemon->store, 0);
     json_decref(test_wait_state(g.socket, waiting, "completed", 10));
     assert_int_equal(storage_alerts(&g), 0);
-    sched_job *saved;
-    TEST_OK(sched_store_get(g.daemon->store, blocker, &saved));
-    assert_int_equal(saved->state, SCHED_COMPLETED);
-    sched_job_free(saved);
+    gpcd_job *saved;
+    TEST_OK(gpcd_store_get(g.daemon->store, blocker, &saved));
+    assert_int_equal(saved->state, GPCD_COMPLETED);
+    gpcd_job_free(saved);
     char *text = NULL;
     size_t len;
     TEST_OK(gpc_read_file(runs, &text, &len));
