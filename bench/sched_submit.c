@@ -79,6 +79,10 @@ int main(int argc, char **argv) {
     gpcd_config_defaults(&config);
     gpcd_config_set(&config, "state_dir", dir);
     gpcd_config_set(&config, "gpus", "simulated:8x141GB");
+    /* every client thread is this one user: let them all connect at once */
+    char peers[16];
+    snprintf(peers, sizeof peers, "%d", threads + 8);
+    gpcd_config_set(&config, "peer_connections", peers);
     gpcd_daemon *daemon;
     if (gpcd_daemon_create(&config, &daemon) != GPC_OK) {
         fprintf(stderr, "bench_sched_submit: error: %s\n", gpc_last_error());

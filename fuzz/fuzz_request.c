@@ -6,8 +6,14 @@
  * submission is also turned back into the JSON the API would return, so
  * the job's fields are exercised too. Built with clang -fsanitize=fuzzer
  * (fuzz/CMakeLists.txt) and run briefly as a CTest test.
+ *
+ * Each input is parsed on a thread with gpcd's HTTP stack size
+ * (GPCD_HTTP_THREAD_STACK), not on the fuzzer's 8 MB main stack: a body
+ * that recurses deep enough to overflow the daemon's threads must crash
+ * here too. The seed corpus holds one such body (deep.txt).
  */
 #include <jansson.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +35,14 @@ static char *next_line(char **cursor, char *end) {
     return start;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+typedef struct {
+    const uint8_t *data;
+    size_t size;
+} fuzz_input;
+
+static void parse_one(const uint8_t *data, size_t size) {
     char *copy = malloc(size + 1);
-    if (!copy) return 0;
+    if (!copy) return;
     memcpy(copy, data, size);
     copy[size] = '\0';
     char *cursor = copy, *end = copy + size;
@@ -67,5 +78,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     gpcd_request_clear(&request);
     free(copy);
+}
+
+static void *parse_thread(void *arg) {
+    const fuzz_input *in = arg;
+    parse_one(in->data, in->size);
+    return NULL;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    fuzz_input in = {data, size};
+    pthread_attr_t attr;
+    pthread_t thread;
+    if (pthread_attr_init(&attr) != 0 ||
+        pthread_attr_setstacksize(&attr, GPCD_HTTP_THREAD_STACK) != 0 ||
+        pthread_create(&thread, &attr, parse_thread, &in) != 0)
+        abort();
+    pthread_join(thread, NULL);
+    pthread_attr_destroy(&attr);
     return 0;
 }

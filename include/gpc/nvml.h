@@ -112,6 +112,9 @@ gpc_status gpc_nvml_sample_power(gpc_nvml *nvml, int index, gpc_nvml_power *out)
 double gpc_nvml_energy_j(gpc_nvml *nvml, int index);
 gpc_status gpc_nvml_topology(gpc_nvml *nvml, int a, int b, gpc_nvml_link *out);
 const char *gpc_nvml_path_name(gpc_nvml_path path);
+/* The pids of the compute processes on GPU index (at most max, up to 128),
+ * their count; -1 when the driver cannot tell. */
+int gpc_nvml_compute_processes(gpc_nvml *nvml, int index, int *pids, int max);
 
 /* The NVML index of the GPU at PCI bus id bus_id (as the CUDA backend's
  * device_pci_bus_id writes it). NVML numbers every GPU of the machine and

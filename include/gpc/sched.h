@@ -96,6 +96,7 @@ typedef struct {
     int stop_reason;  /* GPCD_STOP_* once a stop was requested */
     double term_sent; /* when SIGTERM went out, 0 if not */
     int kill_sent;
+    int unsaved; /* its latest state is not in the database yet (storage failing) */
 } gpcd_job;
 
 enum { GPCD_STOP_NONE = 0, GPCD_STOP_CANCEL, GPCD_STOP_PREEMPT, GPCD_STOP_TIMEOUT };
@@ -184,6 +185,9 @@ typedef struct {
     double alert_slowdown_margin;
     char simulated_file[512];
     int max_body;
+    int peer_connections;  /* connections one uid (socket) or address (TCP) may hold */
+    double header_timeout; /* a request's line and headers must arrive within this */
+    uint64_t log_max;      /* a job's log keeps its first and last halves of this many bytes */
     char log_level[16];
     /* backend = slurm (slurm.c): jobs go to Slurm instead of local GPUs */
     char backend[16];
@@ -232,6 +236,7 @@ typedef struct {
     int shared_jobs;       /* jobs sharing it */
     double free_time;      /* when its last job is expected to end (0 = free now, inf = unknown) */
     uint32_t data_hash;    /* data of the job that last ran on it */
+    int unavailable; /* held back: drained, or its last job's processes have not left it yet */
 } gpcd_gpu;
 
 typedef struct {
@@ -301,6 +306,17 @@ typedef struct gpcd_store gpcd_store;
 
 gpc_status gpcd_store_open(const char *path, gpcd_store **out);
 void gpcd_store_close(gpcd_store *store);
+/* Makes every job id handed out from now on larger than `above` (gpcd
+ * passes the largest id among the files in its jobs folder, so a lost
+ * database never gives a new job an id, and a log, an old job had). */
+gpc_status gpcd_store_reserve_ids(gpcd_store *store, int64_t above);
+/* A value kept in the database's meta table ("" when absent), and setting
+ * it (durably). */
+gpc_status gpcd_store_meta_get(gpcd_store *store, const char *key, char *value, size_t size);
+gpc_status gpcd_store_meta_set(gpcd_store *store, const char *key, const char *value);
+/* For tests: every write transaction fails as on a full disk (on = 1),
+ * until called with 0. */
+void gpcd_store_simulate_full(gpcd_store *store, int on);
 /* Inserts a job and commits it durably before returning; concurrent callers
  * share one commit (group commit). Sets job->id. */
 gpc_status gpcd_store_submit(gpcd_store *store, gpcd_job *job);
@@ -342,16 +358,36 @@ gpc_status gpcd_store_state_counts(gpcd_store *store, int64_t counts[GPCD_STATE_
 
 /* Starts the job: a supervisor process (own session) forks the command in its
  * own process group with CUDA_VISIBLE_DEVICES set, output appended to
- * log_path, and writes the exit status to exit_path when it ends, even if
- * gpcd has died meanwhile. Fills job->pid, pid_start, pgid. */
-gpc_status gpcd_runner_start(gpcd_job *job, const char *log_path, const char *exit_path);
+ * log_path (capped at log_max bytes, keeping the head and the latest
+ * output; 0 = no cap), and writes the exit status to exit_path when it ends, even if
+ * gpcd has died meanwhile. The command runs only once the supervisor has
+ * claimed record_path (gpcd_runner_record_path) with its pids. Fills
+ * job->pid, pid_start, pgid. */
+gpc_status gpcd_runner_start(gpcd_job *job, const char *log_path, const char *exit_path,
+                             const char *record_path, uint64_t log_max);
+/* The record of one start attempt: jobs_dir/ID.START_MS.run. */
+void gpcd_runner_record_path(const char *jobs_dir, const gpcd_job *job, char *buf, size_t size);
+/* For recovery of a job recorded as starting without a pid: claims the
+ * attempt's record. 0: gpcd won, so the command never ran and never will;
+ * 1: the supervisor had claimed it, and job->pid, pid_start and pgid are
+ * filled from it; -1: the record can be neither written nor read. */
+int gpcd_runner_claim(const char *record_path, gpcd_job *job);
 /* Start time of a process in clock ticks since boot, 0 when it is gone. */
 uint64_t gpcd_process_start_time(pid_t pid);
 /* Whether the supervisor recorded in the job is still the same process. */
 int gpcd_runner_alive(const gpcd_job *job);
 /* Reads the exit file: 0 when found (exit code or signal set), -1 when absent. */
 int gpcd_runner_read_exit(const char *exit_path, int *exit_code, int *signal);
-/* Sends a signal to the job's process group. */
+/* Puts each job's command in a cgroup of its own under root (a cgroup v2
+ * folder gpcd may create cgroups in, with cgroup.kill); NULL or "" for
+ * none. For the whole process. */
+void gpcd_runner_use_cgroups(const char *root);
+/* The value of GPC_JOB_TAG, set in every job's environment: a hash of the
+ * job's exit file path, so unique to one gpcd's job on this machine. */
+uint64_t gpcd_runner_job_tag(const char *exit_path);
+/* Sends a signal to every process of the job: its process group, its
+ * cgroup, and every descendant of its supervisor (a subreaper, so
+ * processes that left the group stay descendants). */
 void gpcd_runner_signal(const gpcd_job *job, int sig);
 /* Reaps finished supervisors that are our children (no blocking). */
 void gpcd_runner_reap(void);
@@ -380,6 +416,7 @@ typedef enum {
     GPCD_ALERT_MEMORY,
     GPCD_ALERT_TEMPERATURE,
     GPCD_ALERT_ECC,
+    GPCD_ALERT_STORAGE, /* gpcd cannot write its database (a full disk); gpu -1 */
     GPCD_ALERT_KIND_COUNT
 } gpcd_alert_kind;
 
@@ -412,6 +449,12 @@ const gpcd_alert *gpcd_monitor_alerts(const gpcd_monitor *monitor, int *count);
 /* Links alerts to the store: opened alerts get ids, closed ones end. */
 void gpcd_monitor_set_store(gpcd_monitor *monitor, gpcd_store *store);
 const char *gpcd_alert_kind_name(gpcd_alert_kind kind);
+/* The pids of the processes using a GPU (NVML's compute processes; for
+ * simulated GPUs, gpcd jobs' processes with it in CUDA_VISIBLE_DEVICES);
+ * -1 when that cannot be told. */
+int gpcd_monitor_gpu_processes(gpcd_monitor *monitor, int gpu, int *pids, int max);
+/* Opens (on) or closes the storage alert, which belongs to no GPU. */
+void gpcd_monitor_storage_alert(gpcd_monitor *monitor, int on, const char *message, double now);
 
 /* ------------------------------------------------------------------- daemon */
 
@@ -436,6 +479,8 @@ typedef enum {
     GPCD_REQ_ALERTS,
     GPCD_REQ_METRICS,
     GPCD_REQ_STATUS,
+    GPCD_REQ_GPU_DRAIN,  /* POST /gpus/N/drain: no new jobs on GPU N */
+    GPCD_REQ_GPU_RESUME, /* POST /gpus/N/resume: back in service */
 } gpcd_request_kind;
 
 typedef struct {
@@ -449,10 +494,19 @@ typedef struct {
     int all;             /* list: include finished jobs */
     unsigned state_mask; /* list: states wanted (0 = default) */
     int recent;          /* list: only the newest this many by end time (0 = all) */
+    int gpu;             /* drain, resume: the GPU index */
     int64_t offset;      /* logs */
     int64_t limit;       /* logs */
     gpcd_job *job;       /* submit: the validated job (caller frees) */
 } gpcd_request;
+
+/* Stack of each HTTP thread. A request's deepest path is the handler's
+ * buffers (about 4 KB), getpwuid_r with the NSS modules under it, SQLite's
+ * query execution (tens of KB) and jansson at most 16 levels deep (the
+ * parser refuses deeper bodies before parsing, about 250 bytes a level):
+ * well under 100 KB, so 512 KB leaves a wide margin. The fuzzer and the
+ * tests run the parser on a thread of this size. */
+#define GPCD_HTTP_THREAD_STACK (512 * 1024)
 
 /* Parses and validates one request. Returns the HTTP status: 200 when the
  * request is good, else 400/404/405/413 with a message in error. owner_uid

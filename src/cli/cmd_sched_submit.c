@@ -3,6 +3,12 @@
  * are free. Everything after "--" is the command, passed through untouched;
  * the job inherits the current directory and environment. The job id is
  * printed alone on stdout, so `id=$(gpc submit ... -- cmd)` works.
+ *
+ * Only the environment a job needs is sent: the variables of
+ * submit_env_names (the shell, locale, paths, and the settings of gpc,
+ * OpenMP, NCCL and CUDA) and those named with --env. gpcd keeps what it is
+ * sent in its database until the job is gone, so a submitter's API keys and
+ * passwords stay out of it unless the job needs them.
  */
 #include "cli/cmd_sched.h"
 
@@ -14,10 +20,49 @@
 
 extern char **environ;
 
+/* Variables a job gets without asking: NAME, or a PREFIX ending in '_'. */
+static const char *const submit_env_names[] = {"PATH",
+                                               "HOME",
+                                               "USER",
+                                               "LOGNAME",
+                                               "SHELL",
+                                               "LANG",
+                                               "LANGUAGE",
+                                               "LC_",
+                                               "TZ",
+                                               "TERM",
+                                               "TMPDIR",
+                                               "LD_LIBRARY_PATH",
+                                               "PYTHONPATH",
+                                               "PYTHONUNBUFFERED",
+                                               "VIRTUAL_ENV",
+                                               "CONDA_PREFIX",
+                                               "CONDA_DEFAULT_ENV",
+                                               "XDG_CACHE_HOME",
+                                               "HF_HOME",
+                                               "OMP_",
+                                               "OPENBLAS_",
+                                               "MKL_",
+                                               "GPC_",
+                                               "NCCL_",
+                                               "CUDA_"};
+
+static int env_wanted(const char *key, const cli_list *named) {
+    for (size_t i = 0; i < sizeof submit_env_names / sizeof submit_env_names[0]; i++) {
+        const char *n = submit_env_names[i];
+        size_t len = strlen(n);
+        if (n[len - 1] == '_' ? strncmp(key, n, len) == 0 : strcmp(key, n) == 0) return 1;
+    }
+    for (int i = 0; i < named->count; i++)
+        if (strcmp(key, named->items[i]) == 0 || strcmp(named->items[i], "ALL") == 0) return 1;
+    return 0;
+}
+
 int cmd_submit(int argc, char **argv) {
     int gpus = 1;
     const char *mem = NULL, *priority = NULL, *type = "batch", *data = NULL, *time_limit = NULL,
                *name = NULL, *socket = NULL;
+    cli_list env_names = {0};
     const cli_option options[] = {
         {"gpus", CLI_INT, &gpus, "N", "GPUs the job needs, all at once (default 1)"},
         {"mem", CLI_STRING, &mem, "SIZE", "GPU memory needed per GPU, e.g. 40G"},
@@ -28,6 +73,8 @@ int cmd_submit(int argc, char **argv) {
         {"time", CLI_STRING, &time_limit, "DURATION",
          "time limit such as 30m or 2h (lets short jobs backfill)"},
         {"name", CLI_STRING, &name, "NAME", "a label shown in gpc queue"},
+        {"env", CLI_STRING_LIST, &env_names, "NAME...",
+         "pass these variables too (API keys the job needs); ALL passes everything"},
         {"socket", CLI_STRING, &socket, "PATH",
          "gpcd's socket (default $GPC_SOCKET or " GPCD_DEFAULT_SOCKET ")"},
         {0},
@@ -56,6 +103,10 @@ int cmd_submit(int argc, char **argv) {
                                          "-- gpc train --config run.ini");
     if (gpus < 1 || gpus > GPCD_MAX_GPUS)
         return cli_usage_error("submit", "--gpus %d is outside 1-%d", gpus, GPCD_MAX_GPUS);
+    for (int i = 0; i < env_names.count; i++)
+        if (strcmp(env_names.items[i], "ALL") != 0 && !getenv(env_names.items[i]))
+            return cli_usage_error("submit", "--env %s: no such variable in this environment",
+                                   env_names.items[i]);
     json_t *job = json_object();
     json_t *command = json_array();
     for (int i = split + 1; i < argc; i++)
@@ -93,6 +144,7 @@ int cmd_submit(int argc, char **argv) {
         if (len >= sizeof key) continue;
         memcpy(key, *e, len);
         key[len] = '\0';
+        if (!env_wanted(key, &env_names)) continue;
         json_t *value = json_string(eq + 1);
         if (value) json_object_set_new(env, key, value); /* skips values that are not UTF-8 */
     }

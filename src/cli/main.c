@@ -32,6 +32,7 @@ COMMAND(cmd_show);
 COMMAND(cmd_logs);
 COMMAND(cmd_cancel);
 COMMAND(cmd_top);
+COMMAND(cmd_gpu);
 COMMAND(cmd_sched);
 
 typedef struct {
@@ -63,6 +64,7 @@ static const command_entry commands[] = {
     {"logs", cmd_logs, "print a gpcd job's output", "gpcd"},
     {"cancel", cmd_cancel, "cancel a gpcd job", "gpcd"},
     {"top", cmd_top, "live view of GPUs, jobs and alerts", "gpcd"},
+    {"gpu", cmd_gpu, "drain a GPU from gpcd's service or resume it", "gpcd"},
     {"sched", cmd_sched, "scheduler tools (simulate a job trace)", "gpcd"},
 };
 

@@ -106,7 +106,15 @@ typedef struct {
     nvml_return (*register_events)(nvml_device, unsigned long long, nvml_event_set);
     nvml_return (*event_set_wait)(nvml_event_set, nvml_event_data *, unsigned int);
     nvml_return (*event_set_free)(nvml_event_set);
+    nvml_return (*compute_processes)(nvml_device, unsigned int *, void *);
 } nvml_api;
+
+/* nvmlProcessInfo_t of nvmlDeviceGetComputeRunningProcesses_v2 and _v3 */
+typedef struct {
+    unsigned int pid;
+    unsigned long long used_memory;
+    unsigned int gpu_instance, compute_instance;
+} nvml_process_info;
 
 #define GPC_NVML_MAX_DEVICES 64
 
@@ -163,6 +171,8 @@ static void nvml_load_api(void *library, nvml_api *api) {
     LOAD(register_events, "nvmlDeviceRegisterEvents", NULL);
     LOAD(event_set_wait, "nvmlEventSetWait_v2", "nvmlEventSetWait");
     LOAD(event_set_free, "nvmlEventSetFree", NULL);
+    LOAD(compute_processes, "nvmlDeviceGetComputeRunningProcesses_v3",
+         "nvmlDeviceGetComputeRunningProcesses_v2");
 }
 
 static const char *nvml_message(const gpc_nvml *nvml, nvml_return rc) {
@@ -459,6 +469,17 @@ gpc_status gpc_nvml_topology(gpc_nvml *nvml, int a, int b, gpc_nvml_link *out) {
     }
     if (out->nvlink) out->path = GPC_NVML_PATH_NVLINK;
     return GPC_OK;
+}
+
+int gpc_nvml_compute_processes(gpc_nvml *nvml, int index, int *pids, int max) {
+    if (!nvml || index < 0 || index >= (int)nvml->count || !nvml->api.compute_processes) return -1;
+    nvml_process_info info[128];
+    unsigned int n = 128;
+    if (nvml->api.compute_processes(nvml->devices[index], &n, info) != NVML_SUCCESS) return -1;
+    int k = 0;
+    for (unsigned int i = 0; i < n && k < max; i++)
+        pids[k++] = (int)info[i].pid;
+    return k;
 }
 
 const char *gpc_nvml_path_name(gpc_nvml_path path) {

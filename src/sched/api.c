@@ -11,6 +11,14 @@
  * Every request goes through gpcd_request_parse (request.c) first; bad
  * input gets a 4xx with {"error": "..."}.
  *
+ * Slow clients cannot lock others out: each peer (a uid on the socket, an
+ * address on TCP) may hold at most peer_connections connections (more are
+ * cut as they arrive), a request's line and headers must arrive within
+ * header_timeout of the connection opening or the previous request ending
+ * (a watchdog thread cuts the others: libmicrohttpd's own timeout is
+ * reset by every byte, so one byte every few seconds kept a connection for
+ * ever), and on TCP the token is checked before any body is read.
+ *
  * Endpoints: POST /jobs, GET /jobs[?all=1&state=a,b&recent=N], GET /jobs/ID,
  * GET /jobs/ID/logs?offset=N&limit=M, POST /jobs/ID/cancel (or DELETE
  * /jobs/ID), GET /gpus, GET /alerts, GET /status, GET /metrics; and GET /
@@ -37,9 +45,19 @@
 
 #define API_MAX_ARGS 16
 
+/* One open connection, for the per-peer limit and the header deadline. */
+typedef struct api_peer_conn {
+    int fd;
+    uint64_t peer; /* uid on the socket, IPv4 address on TCP */
+    double since;  /* connection opened, or the previous request ended */
+    int in_request, cut;
+    struct api_peer_conn *prev, *next;
+} api_peer_conn;
+
 typedef struct {
     gpcd_daemon *daemon;
     int tcp;
+    api_peer_conn *conns; /* guarded by the api_state's lock */
 } api_listener;
 
 typedef struct {
@@ -140,6 +158,116 @@ static void user_name(uid_t uid, char *buf, size_t size) {
         snprintf(buf, size, "uid%u", (unsigned)uid);
 }
 
+/* ------------------------------------------------------ slow clients */
+
+static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int connection_peer(const api_listener *l, struct MHD_Connection *c, int fd,
+                           uint64_t *peer) {
+    if (l->tcp) {
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (!info || !info->client_addr || info->client_addr->sa_family != AF_INET) return -1;
+        *peer = ((const struct sockaddr_in *)(const void *)info->client_addr)->sin_addr.s_addr;
+        return 0;
+    }
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
+    *peer = cred.uid;
+    return 0;
+}
+
+static void notify_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                              enum MHD_ConnectionNotificationCode code) {
+    api_listener *l = cls;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        api_peer_conn *e = *socket_context;
+        if (!e) return;
+        pthread_mutex_lock(&conns_lock);
+        if (e->prev)
+            e->prev->next = e->next;
+        else
+            l->conns = e->next;
+        if (e->next) e->next->prev = e->prev;
+        pthread_mutex_unlock(&conns_lock);
+        free(e);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    uint64_t peer;
+    if (!info || connection_peer(l, c, info->connect_fd, &peer) != 0) return;
+    int fd = info->connect_fd;
+    api_peer_conn *e = calloc(1, sizeof *e);
+    pthread_mutex_lock(&conns_lock);
+    int held = 0;
+    for (api_peer_conn *o = l->conns; o; o = o->next)
+        held += o->peer == peer && !o->cut;
+    if (!e || held >= l->daemon->config.peer_connections) {
+        pthread_mutex_unlock(&conns_lock);
+        free(e);
+        /* over the peer's share: the client reads an end of file at once */
+        shutdown(fd, SHUT_RDWR);
+        gpc_log(GPC_LOG_DEBUG, "http: peer %llu holds %d connections; cut a new one",
+                (unsigned long long)peer, held);
+        return;
+    }
+    e->fd = fd;
+    e->peer = peer;
+    e->since = gpc_time_seconds();
+    e->next = l->conns;
+    if (l->conns) l->conns->prev = e;
+    l->conns = e;
+    pthread_mutex_unlock(&conns_lock);
+    *socket_context = e;
+}
+
+static api_peer_conn *connection_entry(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info ? info->socket_context : NULL;
+}
+
+static void mark_request(struct MHD_Connection *c, int in_request) {
+    api_peer_conn *e = connection_entry(c);
+    if (!e) return;
+    pthread_mutex_lock(&conns_lock);
+    e->in_request = in_request;
+    e->since = gpc_time_seconds();
+    pthread_mutex_unlock(&conns_lock);
+}
+
+typedef struct {
+    api_listener unix_listener, tcp_listener;
+    pthread_t watchdog;
+    int watchdog_running;
+    volatile int stop;
+} api_state;
+
+/* Cuts connections whose request line and headers are late. shutdown(2)
+ * only ends the stream: libmicrohttpd sees an end of file and closes the
+ * connection itself (and tells notify_connection before the fd closes). */
+static void *header_watchdog(void *arg) {
+    api_state *s = arg;
+    while (!s->stop) {
+        usleep(100 * 1000);
+        double now = gpc_time_seconds();
+        api_listener *ls[2] = {&s->unix_listener, &s->tcp_listener};
+        pthread_mutex_lock(&conns_lock);
+        for (int i = 0; i < 2; i++)
+            for (api_peer_conn *e = ls[i]->conns; e; e = e->next)
+                if (!e->in_request && !e->cut &&
+                    now - e->since > ls[i]->daemon->config.header_timeout) {
+                    shutdown(e->fd, SHUT_RDWR);
+                    e->cut = 1;
+                }
+        pthread_mutex_unlock(&conns_lock);
+    }
+    return NULL;
+}
+
 /* -------------------------------------------------------------- handlers */
 
 static enum MHD_Result respond_dashboard(struct MHD_Connection *c) {
@@ -173,6 +301,10 @@ static enum MHD_Result handle_list(gpcd_daemon *d, struct MHD_Connection *c,
     gpc_status st = req->recent ? gpcd_store_list_recent(d->store, mask, req->recent, &jobs, &n)
                                 : gpcd_store_list(d->store, mask, 0, &jobs, &n);
     if (st != GPC_OK) return respond_error(c, 500, gpc_last_error());
+    pthread_mutex_lock(&d->lock);
+    for (int i = 0; i < n; i++)
+        gpcd_daemon_overlay_unsaved(d, jobs[i]);
+    pthread_mutex_unlock(&d->lock);
     json_t *array = json_array();
     for (int i = 0; i < n; i++)
         json_array_append_new(array, gpcd_job_to_json(jobs[i]));
@@ -189,6 +321,9 @@ static enum MHD_Result handle_show(gpcd_daemon *d, struct MHD_Connection *c, int
         snprintf(msg, sizeof msg, "no job %lld", (long long)id);
         return respond_error(c, 404, msg);
     }
+    pthread_mutex_lock(&d->lock);
+    gpcd_daemon_overlay_unsaved(d, job);
+    pthread_mutex_unlock(&d->lock);
     json_t *o = gpcd_job_to_json(job);
     gpcd_job_free(job);
     char *events = NULL;
@@ -223,19 +358,25 @@ static enum MHD_Result handle_logs(gpcd_daemon *d, struct MHD_Connection *c,
     char *buf = NULL;
     ssize_t got = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int64_t offset = req->offset;
     if (fd >= 0) {
         struct stat st;
-        if (fstat(fd, &st) == 0 && st.st_size > req->offset) {
-            size_t want = (size_t)(st.st_size - req->offset);
+        /* An offset past the end: the log passed log_max and its tail was
+         * moved up (runner.c). A follower goes on from the latest output
+         * rather than waiting for the file to grow back to where it was. */
+        int have_size = fstat(fd, &st) == 0;
+        if (have_size && offset > st.st_size) offset = st.st_size > 65536 ? st.st_size - 65536 : 0;
+        if (have_size && st.st_size > offset) {
+            size_t want = (size_t)(st.st_size - offset);
             if (want > (size_t)req->limit) want = (size_t)req->limit;
             buf = malloc(want ? want : 1);
-            if (buf) got = pread(fd, buf, want, req->offset);
+            if (buf) got = pread(fd, buf, want, offset);
             if (got < 0) got = 0;
         }
         close(fd);
     }
     char next[32];
-    snprintf(next, sizeof next, "%lld", (long long)(req->offset + got));
+    snprintf(next, sizeof next, "%lld", (long long)(offset + got));
     enum MHD_Result ret =
         respond(c, 200, "application/octet-stream", buf ? buf : "", (size_t)got, next, state);
     free(buf);
@@ -282,6 +423,9 @@ static json_t *gpus_json(gpcd_daemon *d) {
     const gpcd_gpu_reading *r = gpcd_monitor_readings(d->monitor, &n);
     for (int g = 0; g < n; g++) {
         json_t *o = reading_json(&r[g], &d->cluster.gpu[g]);
+        json_object_set_new(o, "drained", json_boolean(d->gpu_drained[g]));
+        if (d->gpu_drained[g])
+            json_object_set_new(o, "drain_reason", json_string(d->drain_reason[g]));
         json_t *jobs = json_array();
         for (int i = 0; i < d->nactive; i++)
             for (int k = 0; k < d->active[i]->assigned_count; k++)
@@ -377,6 +521,17 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     gpcd_daemon *d = listener->daemon;
     api_connection *conn = *con_cls;
     if (!conn) {
+        /* the request line and headers are in: the deadline is met */
+        mark_request(c, 1);
+        int dashboard =
+            strcmp(method, "GET") == 0 && (strcmp(url, "/") == 0 || strcmp(url, "/dashboard") == 0);
+        if (listener->tcp && !dashboard &&
+            !token_matches(d->token,
+                           MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization")))
+            /* before any body is read: an unauthenticated upload is never buffered */
+            return respond_error(c, 401,
+                                 "missing or wrong bearer token (send Authorization: Bearer "
+                                 "TOKEN, the token in gpcd's token_file)");
         conn = calloc(1, sizeof *conn);
         if (!conn) return MHD_NO;
         *con_cls = conn;
@@ -404,14 +559,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     }
     if (strcmp(method, "GET") == 0 && (strcmp(url, "/") == 0 || strcmp(url, "/dashboard") == 0))
         return respond_dashboard(c);
-    uid_t caller = d->uid;
-    if (listener->tcp) {
-        const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-        if (!token_matches(d->token, auth))
-            return respond_error(c, 401,
-                                 "missing or wrong bearer token (send Authorization: Bearer "
-                                 "TOKEN, the token in gpcd's token_file)");
-    } else if (peer_uid(c, &caller) != 0) {
+    uid_t caller = d->uid; /* TCP callers passed the token check on the first call */
+    if (!listener->tcp && peer_uid(c, &caller) != 0) {
         return respond_error(c, 500, "cannot tell who is calling (SO_PEERCRED failed)");
     }
     if (conn->too_big) {
@@ -465,6 +614,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     case GPCD_REQ_METRICS:
         ret = handle_metrics(d, c);
         break;
+    case GPCD_REQ_GPU_DRAIN:
+    case GPCD_REQ_GPU_RESUME: {
+        char body[512];
+        int st = gpcd_daemon_drain(d, req.gpu, req.kind == GPCD_REQ_GPU_DRAIN, caller, body,
+                                   sizeof body);
+        ret = st == 200 ? respond(c, 200, "application/json", body, strlen(body), NULL, NULL)
+                        : respond_error(c, (unsigned)st, body);
+        break;
+    }
     default:
         ret = handle_status(d, c, req.kind);
         break;
@@ -476,8 +634,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode code) {
     (void)cls;
-    (void)c;
     (void)code;
+    mark_request(c, 0); /* the next request's headers are due within header_timeout */
     api_connection *conn = *con_cls;
     if (conn) {
         free(conn->body);
@@ -536,16 +694,19 @@ static struct MHD_Daemon *start_mhd(api_listener *listener, int listen_fd,
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG;
     if (listen_fd >= 0)
-        return MHD_start_daemon(
-            flags, 0, NULL, NULL, handle, listener, MHD_OPTION_LISTEN_SOCKET, listen_fd,
-            MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
-            (unsigned)60, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_THREAD_STACK_SIZE,
-            (size_t)(256 * 1024), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+        return MHD_start_daemon(flags, 0, NULL, NULL, handle, listener, MHD_OPTION_LISTEN_SOCKET,
+                                listen_fd, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
+                                MHD_OPTION_NOTIFY_CONNECTION, notify_connection, listener,
+                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
+                                MHD_OPTION_THREAD_STACK_SIZE, (size_t)GPCD_HTTP_THREAD_STACK,
+                                MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     return MHD_start_daemon(
         flags, ntohs(addr->sin_port), NULL, NULL, handle, listener, MHD_OPTION_SOCK_ADDR, addr,
-        MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+        MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_NOTIFY_CONNECTION,
+        notify_connection, listener, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024, MHD_OPTION_THREAD_STACK_SIZE,
-        (size_t)(256 * 1024), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+        (size_t)GPCD_HTTP_THREAD_STACK, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
 }
 
 static gpc_status parse_listen(const char *text, struct sockaddr_in *addr) {
@@ -567,16 +728,15 @@ static gpc_status parse_listen(const char *text, struct sockaddr_in *addr) {
     return GPC_OK;
 }
 
-typedef struct {
-    api_listener unix_listener, tcp_listener;
-} api_state;
-
 gpc_status gpcd_api_start(gpcd_daemon *d) {
     api_state *state = calloc(1, sizeof *state);
     if (!state) return gpc_error(GPC_ERR_NOMEM, "out of memory starting the API");
     state->unix_listener.daemon = state->tcp_listener.daemon = d;
     state->tcp_listener.tcp = 1;
     d->api_state = state;
+    if (pthread_create(&state->watchdog, NULL, header_watchdog, state) != 0)
+        return gpc_error(GPC_ERR_IO, "cannot start the API's watchdog thread");
+    state->watchdog_running = 1;
     int fd = -1;
     GPC_TRY(bind_unix(d, &fd));
     d->http_unix = start_mhd(&state->unix_listener, fd, NULL);
@@ -605,6 +765,11 @@ void gpcd_api_stop(gpcd_daemon *d) {
         unlink(d->config.socket);
     }
     d->http_tcp = d->http_unix = NULL;
+    api_state *state = d->api_state;
+    if (state && state->watchdog_running) {
+        state->stop = 1;
+        pthread_join(state->watchdog, NULL);
+    }
     free(d->api_state);
     d->api_state = NULL;
 }

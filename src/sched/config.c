@@ -49,7 +49,8 @@ static const config_option options[] = {
     {"listen", STR(listen), "",
      "Optional TCP address HOST:PORT for the API as well; needs token_file."},
     {"token_file", STR(token_file), "",
-     "File holding the bearer token TCP clients must send (Authorization: Bearer TOKEN)."},
+     "File holding the bearer token TCP clients must send (Authorization: Bearer TOKEN); gpcd "
+     "refuses one that other users can read or write (chmod 600 it)."},
     {"gpus", STR(gpus), "nvml",
      "GPU provider: nvml (the NVIDIA driver; gpcd refuses to start without it) or "
      "simulated:COUNTxMEMORY such as simulated:8x141GB for tests and trace studies, or none "
@@ -100,6 +101,16 @@ static const config_option options[] = {
      "power) read at every sample, to play out load and faults."},
     {"max_body", NUM(OPT_INT, max_body), "1048576",
      "Largest request body the API accepts, in bytes."},
+    {"peer_connections", NUM(OPT_INT, peer_connections), "64",
+     "Connections one user (on the socket) or one address (on TCP) may hold at once; more are "
+     "cut as they open, so no one can take every connection."},
+    {"header_timeout", NUM(OPT_DURATION, header_timeout), "10s",
+     "Time a client has to send a request's line and headers, from connecting or from its "
+     "previous request; slower connections are cut."},
+    {"log_max", NUM(OPT_BYTES, log_max), "100M",
+     "Largest a job's log grows (at least 1M): past it gpcd keeps the first half and the latest "
+     "output, with a line saying what was cut, so a job printing endlessly cannot fill the "
+     "disk."},
     {"log_level", STR(log_level), "info", "debug, info, warn or error."},
     {"backend", STR(backend), "local",
      "Where jobs run: local (this server's GPUs, placed by the policies) or slurm (each job is "
@@ -144,6 +155,13 @@ gpc_status gpcd_config_set(gpcd_config *config, const char *key, const char *val
     case OPT_NUMA_RULES:
         return gpcd_numa_rules_parse(value, &config->policy);
     case OPT_STRING:
+        /* sockaddr_un's sun_path holds 108 bytes; gpcd_config_finish
+         * keeps paths under 100 */
+        if (field == config->socket && strlen(value) > 99)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "socket path '%.40s...' is %zu bytes, too long for a unix socket "
+                             "(at most 99 bytes); choose a shorter one",
+                             value, strlen(value));
         if (strlen(value) >= o->size)
             return gpc_error(GPC_ERR_INVALID_ARG, "%s is too long (at most %zu characters)", key,
                              o->size - 1);
@@ -221,7 +239,51 @@ static int config_ini_line(void *user, const char *section, const char *key, con
     return 1;
 }
 
+/* inih reads a line in INI_MAX_LINE bytes and takes the rest of a longer
+ * one for a line of its own, which it then calls malformed ("not key =
+ * value") though the real problem is the length. Such lines are found
+ * first and judged here: the key's own check speaks when it has one (a
+ * socket path past the unix limit), else the length is named. */
+static gpc_status check_long_lines(gpcd_config *config, const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return GPC_OK; /* ini_parse reports it */
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int number = 0;
+    gpc_status st = GPC_OK;
+    while (st == GPC_OK && (len = getline(&line, &cap, f)) >= 0) {
+        number++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = '\0';
+        if (len < INI_MAX_LINE - 1) continue;
+        char *key = line + strspn(line, " \t");
+        if (*key == ';' || *key == '#') continue; /* a long comment is harmless */
+        char *eq = strchr(key, '=');
+        if (eq) {
+            char *end = eq;
+            while (end > key && (end[-1] == ' ' || end[-1] == '\t'))
+                end--;
+            *end = '\0';
+            char *value = eq + 1 + strspn(eq + 1, " \t");
+            if (gpcd_config_set(config, key, value) != GPC_OK) {
+                char message[768]; /* gpc_error writes where gpc_last_error points */
+                snprintf(message, sizeof message, "%s", gpc_last_error());
+                st = gpc_error(GPC_ERR_INVALID_ARG, "%s line %d: %s", path, number, message);
+                break;
+            }
+        }
+        st = gpc_error(GPC_ERR_INVALID_ARG,
+                       "%s line %d is %zd characters long; config lines hold at most %d", path,
+                       number, len, INI_MAX_LINE - 2);
+    }
+    free(line);
+    fclose(f);
+    return st;
+}
+
 gpc_status gpcd_config_load(gpcd_config *config, const char *path) {
+    GPC_TRY(check_long_lines(config, path));
     ini_state s = {config, path, GPC_OK, ""};
     int rc = ini_parse(path, config_ini_line, &s);
     if (rc == -1)
@@ -373,6 +435,10 @@ gpc_status gpcd_config_finish(gpcd_config *config) {
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "slurm_log_dir = %s must be an absolute path (the compute nodes open it)",
                          config->slurm_log_dir);
+    if (config->peer_connections < 1)
+        return gpc_error(GPC_ERR_INVALID_ARG, "peer_connections must be at least 1");
+    if (config->log_max < (1u << 20))
+        return gpc_error(GPC_ERR_INVALID_ARG, "log_max must be at least 1M");
     if (config->sample_interval < 0.05)
         return gpc_error(GPC_ERR_INVALID_ARG, "sample_interval must be at least 50ms");
     return GPC_OK;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static gpcd_daemon *running_daemon;
@@ -47,8 +48,9 @@ static int daemonize(const char *state_dir) {
     char log_path[700];
     snprintf(log_path, sizeof log_path, "%s/gpcd.log", state_dir);
     int null_fd = open("/dev/null", O_RDONLY);
-    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0640);
+    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
     if (null_fd < 0 || log_fd < 0) return -1;
+    if (fchmod(log_fd, 0600) != 0) return -1; /* owner-only, whatever an older gpcd left */
     dup2(null_fd, 0);
     dup2(log_fd, 1);
     dup2(log_fd, 2);

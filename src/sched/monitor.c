@@ -20,6 +20,7 @@
 #include "gpc/nvml.h"
 #include "gpc/sched.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,8 +39,10 @@ struct gpcd_monitor {
     int numa[GPCD_MAX_GPUS];
     uint8_t nvlink[GPCD_MAX_GPUS][GPCD_MAX_GPUS];
     double low_since[GPCD_MAX_GPUS];
-    int active[GPCD_MAX_GPUS][GPCD_ALERT_KIND_COUNT]; /* index into alerts + 1, 0 = none */
-    gpcd_alert alerts[GPCD_MAX_GPUS * GPCD_ALERT_KIND_COUNT];
+    /* index into alerts + 1, 0 = none; the last row is for alerts of no
+     * GPU (gpu -1: the state filesystem) */
+    int active[GPCD_MAX_GPUS + 1][GPCD_ALERT_KIND_COUNT];
+    gpcd_alert alerts[(GPCD_MAX_GPUS + 1) * GPCD_ALERT_KIND_COUNT];
     int alert_count;
     gpcd_store *store;
 };
@@ -54,6 +57,8 @@ const char *gpcd_alert_kind_name(gpcd_alert_kind kind) {
         return "temperature";
     case GPCD_ALERT_ECC:
         return "hardware_errors";
+    case GPCD_ALERT_STORAGE:
+        return "storage";
     case GPCD_ALERT_KIND_COUNT:
         break;
     }
@@ -146,6 +151,49 @@ void gpcd_monitor_close(gpcd_monitor *monitor) {
     if (!monitor) return;
     gpc_nvml_close(monitor->nvml);
     free(monitor);
+}
+
+/* Simulated GPUs: a process uses GPU g when it carries GPC_JOB_TAG (a gpcd
+ * job's) and g is in its CUDA_VISIBLE_DEVICES, as a CUDA program would. */
+static int simulated_processes(int gpu, int *pids, int max) {
+    DIR *dir = opendir("/proc");
+    if (!dir) return -1;
+    static char env[65536];
+    int n = 0;
+    struct dirent *e;
+    while (n < max && (e = readdir(dir)) != NULL) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0) continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%ld/environ", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t len = fread(env, 1, sizeof env - 1, f);
+        fclose(f);
+        env[len] = '\0';
+        int job = 0, uses = 0;
+        for (size_t i = 0; i < len; i += strlen(env + i) + 1) {
+            if (strncmp(env + i, "GPC_JOB_TAG=", 12) == 0) job = 1;
+            if (strncmp(env + i, "CUDA_VISIBLE_DEVICES=", 21) == 0)
+                for (char *p = env + i + 21; *p;) {
+                    char *next;
+                    long g = strtol(p, &next, 10);
+                    if (next == p) break;
+                    if (g == gpu) uses = 1;
+                    p = *next == ',' ? next + 1 : next;
+                }
+        }
+        if (job && uses) pids[n++] = (int)pid;
+    }
+    closedir(dir);
+    return n;
+}
+
+int gpcd_monitor_gpu_processes(gpcd_monitor *monitor, int gpu, int *pids, int max) {
+    if (gpu < 0 || gpu >= monitor->count) return -1;
+    if (monitor->simulated) return simulated_processes(gpu, pids, max);
+    return monitor->nvml ? gpc_nvml_compute_processes(monitor->nvml, gpu, pids, max) : -1;
 }
 
 int gpcd_monitor_gpu_count(const gpcd_monitor *monitor) {
@@ -256,9 +304,13 @@ static gpc_status read_nvml(gpcd_monitor *m, int g, gpcd_gpu_reading *r) {
 }
 
 /* Opens or refreshes (cond true) or closes (false) one alert. */
+static int alert_row(int gpu) {
+    return gpu < 0 ? GPCD_MAX_GPUS : gpu;
+}
+
 static void set_alert(gpcd_monitor *m, int gpu, gpcd_alert_kind kind, int cond, double now,
                       const char *message) {
-    int slot = m->active[gpu][kind];
+    int slot = m->active[alert_row(gpu)][kind];
     if (cond && slot) {
         snprintf(m->alerts[slot - 1].message, sizeof m->alerts[0].message, "%s", message);
         return;
@@ -273,7 +325,7 @@ static void set_alert(gpcd_monitor *m, int gpu, gpcd_alert_kind kind, int cond, 
         if (m->store && gpcd_store_alert_open(m->store, gpu, gpcd_alert_kind_name(kind), message,
                                               now, &a->id) != GPC_OK)
             gpc_log(GPC_LOG_WARN, "%s", gpc_last_error());
-        m->active[gpu][kind] = m->alert_count;
+        m->active[alert_row(gpu)][kind] = m->alert_count;
         gpc_log(GPC_LOG_WARN, "alert: %s", message);
         return;
     }
@@ -284,10 +336,14 @@ static void set_alert(gpcd_monitor *m, int gpu, gpcd_alert_kind kind, int cond, 
     int last = m->alert_count - 1;
     if (slot - 1 != last) {
         m->alerts[slot - 1] = m->alerts[last];
-        m->active[m->alerts[slot - 1].gpu][m->alerts[slot - 1].kind] = slot;
+        m->active[alert_row(m->alerts[slot - 1].gpu)][m->alerts[slot - 1].kind] = slot;
     }
     m->alert_count--;
-    m->active[gpu][kind] = 0;
+    m->active[alert_row(gpu)][kind] = 0;
+}
+
+void gpcd_monitor_storage_alert(gpcd_monitor *monitor, int on, const char *message, double now) {
+    set_alert(monitor, -1, GPCD_ALERT_STORAGE, on, now, message ? message : "");
 }
 
 static void evaluate_alerts(gpcd_monitor *m, int g, double now) {

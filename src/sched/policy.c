@@ -56,8 +56,9 @@ void gpcd_cluster_account(const gpcd_policy_config *policy, gpcd_cluster *cluste
     for (int g = 0; g < cluster->count; g++) {
         gpcd_gpu *gpu = &cluster->gpu[g];
         gpu->mem_reserved = 0;
-        gpu->exclusive_jobs = gpu->shared_jobs = 0;
-        gpu->free_time = 0;
+        gpu->exclusive_jobs = gpu->unavailable ? 1 : 0; /* a GPU held back takes no job */
+        gpu->shared_jobs = 0;
+        gpu->free_time = gpu->unavailable ? INFINITY : 0;
     }
     for (int i = 0; i < nrunning; i++) {
         const gpcd_job *job = running[i];
@@ -359,6 +360,52 @@ int gpcd_policy_may_preempt(const gpcd_policy_config *policy, const gpcd_job *jo
     return 1;
 }
 
+/* For a job on whole GPUs: the victims whose GPUs make up what it lacks
+ * with the fewest GPUs freed beyond that (stopping a 2-GPU job to start a
+ * 1-GPU one leaves a GPU idle). A 0/1 knapsack over GPU counts, the
+ * victims taken in victim_cmp order so that among equal totals the first
+ * found (lower priority, fewer GPUs, started later) wins. Writes the
+ * chosen victims' indices, returns their count; -1 when no set suffices. */
+static int fewest_gpus_freed(const gpcd_policy_config *policy, const gpcd_cluster *sim,
+                             const gpcd_job *job, gpcd_job *const *victims, int nvictims,
+                             int *chosen) {
+    if (policy_shares(policy, job) || nvictims > GPCD_MAX_GPUS) return -1;
+    int free_now = 0, weight[GPCD_MAX_GPUS];
+    for (int g = 0; g < sim->count; g++)
+        free_now += sim->gpu[g].exclusive_jobs == 0 && sim->gpu[g].shared_jobs == 0 &&
+                    sim->gpu[g].mem_total >= job->mem;
+    int lack = job->gpus - free_now;
+    if (lack <= 0) return -1;
+    for (int v = 0; v < nvictims; v++) {
+        if (policy_shares(policy, victims[v])) return -1; /* its GPUs may stay shared */
+        weight[v] = 0;
+        for (int a = 0; a < victims[v]->assigned_count; a++) {
+            int g = victims[v]->assigned[a];
+            if (g >= 0 && g < sim->count && sim->gpu[g].mem_total >= job->mem &&
+                !sim->gpu[g].unavailable)
+                weight[v]++;
+        }
+    }
+    /* reach[s]: the victim that first made a total of s GPUs reachable (the
+     * rest of the set is reach[s - its weight], found earlier); -1 never */
+    int reach[GPCD_MAX_GPUS + 1];
+    memset(reach, -1, sizeof reach);
+    reach[0] = GPCD_MAX_GPUS; /* the empty set */
+    for (int v = 0; v < nvictims; v++)
+        for (int s = GPCD_MAX_GPUS; s >= weight[v]; s--)
+            if (weight[v] > 0 && reach[s] < 0 && reach[s - weight[v]] >= 0 &&
+                reach[s - weight[v]] != v)
+                reach[s] = v;
+    int total = -1;
+    for (int s = lack; s <= GPCD_MAX_GPUS && total < 0; s++)
+        if (reach[s] >= 0) total = s;
+    if (total < 0) return -1;
+    int n = 0;
+    for (int s = total; s > 0; s -= weight[reach[s]])
+        chosen[n++] = reach[s];
+    return n;
+}
+
 /* Chooses running jobs of lower priority whose GPUs would let `job` start.
  * Jobs already stopping count as gone. Returns decisions written. */
 static int preempt_for(const gpcd_policy_config *policy, const gpcd_cluster *cluster,
@@ -382,6 +429,29 @@ static int preempt_for(const gpcd_policy_config *policy, const gpcd_cluster *clu
      * start the job as soon as preempting could. */
     if (reserve(sim, job, reserved) <= now + policy->preempt_grace) goto done;
     qsort(victims, (size_t)nvictims, sizeof *victims, victim_cmp);
+    int chosen[GPCD_MAX_GPUS];
+    int nchosen = fewest_gpus_freed(policy, sim, job, victims, nvictims, chosen);
+    if (nchosen > 0) {
+        int nleft = 0;
+        for (int i = 0; i < nkeep; i++) {
+            int is_chosen = 0;
+            for (int k = 0; k < nchosen; k++)
+                is_chosen |= keep[i] == victims[chosen[k]];
+            if (!is_chosen) keep[nleft++] = keep[i];
+        }
+        account_without(policy, sim, cluster, keep, nleft);
+        if (place_masked(policy, sim, job, NULL, gpus) > 0) {
+            for (int k = 0; k < nchosen && written < max_out; k++) {
+                out[written].kind = GPCD_DECIDE_PREEMPT;
+                out[written].job = victims[chosen[k]];
+                out[written].gpu_count = 0;
+                written++;
+            }
+            goto done;
+        }
+        /* placement wants more than a count of GPUs (memory left by
+         * others): the greedy search below */
+    }
     for (int v = 0; v < nvictims; v++) {
         for (int i = 0; i < nkeep; i++)
             if (keep[i] == victims[v]) {

@@ -22,6 +22,11 @@
 #define REQUEST_MAX_PATH 4096
 #define REQUEST_MAX_ENV 4096
 #define REQUEST_MAX_NAME 128
+/* A submission nests two levels ({"command": [...]}); jansson parses by
+ * recursion, about 250 bytes of stack a level, so an unbounded depth let a
+ * 2 KB body overflow an HTTP thread's stack. The bound is checked on the
+ * raw bytes, before any parser recurses. */
+#define REQUEST_MAX_DEPTH 16
 
 static int reject(char *error, size_t size, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -63,6 +68,30 @@ static const char *plain_string(json_t *v, size_t max) {
     size_t len = json_string_length(v);
     if (len > max || strlen(s) != len) return NULL;
     return s;
+}
+
+/* The deepest nesting of arrays and objects in a JSON text, counted without
+ * recursion; stops counting once past limit. Brackets inside strings do not
+ * count. */
+static int json_depth(const char *text, size_t len, int limit) {
+    int depth = 0, deepest = 0, in_string = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = 0;
+        } else if (c == '"') {
+            in_string = 1;
+        } else if (c == '[' || c == '{') {
+            if (++depth > deepest) deepest = depth;
+            if (deepest > limit) break;
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            depth--;
+        }
+    }
+    return deepest;
 }
 
 static int parse_submit(json_t *body, uint32_t owner_uid, const char *owner, gpcd_job *job,
@@ -221,6 +250,26 @@ int gpcd_request_parse(const char *method, const char *path, const gpcd_query_ar
             out->kind = simple_kind[i];
             return 200;
         }
+    if (strncmp(path, "/gpus/", 6) == 0) {
+        const char *n = path + 6;
+        size_t len = strcspn(n, "/");
+        int64_t index = 0;
+        const char *action = n + len;
+        int drain = strcmp(action, "/drain") == 0, resume = strcmp(action, "/resume") == 0;
+        for (size_t i = 0; i < len && index < GPCD_MAX_GPUS; i++)
+            index = n[i] >= '0' && n[i] <= '9' ? index * 10 + (n[i] - '0') : GPCD_MAX_GPUS;
+        if (len == 0 || len > 2 || index >= GPCD_MAX_GPUS)
+            return reject(error, error_size, 404, "'%.32s' is not a GPU index (0, 1, ...)", n);
+        if (!drain && !resume)
+            return reject(error, error_size, 404,
+                          "no such endpoint %.64s (/gpus/N/drain or /gpus/N/resume)", path);
+        if (!post)
+            return reject(error, error_size, 405, "/gpus/N/%s takes POST, not %.16s",
+                          drain ? "drain" : "resume", method);
+        out->kind = drain ? GPCD_REQ_GPU_DRAIN : GPCD_REQ_GPU_RESUME;
+        out->gpu = (int)index;
+        return 200;
+    }
     if (strcmp(path, "/jobs") == 0 || strcmp(path, "/jobs/") == 0) {
         if (get) {
             out->kind = GPCD_REQ_LIST;
@@ -264,6 +313,11 @@ int gpcd_request_parse(const char *method, const char *path, const gpcd_query_ar
         if (!body || body_len == 0)
             return reject(error, error_size, 400,
                           "empty request body: send a JSON object with at least 'command'");
+        if (json_depth(body, body_len, REQUEST_MAX_DEPTH) > REQUEST_MAX_DEPTH)
+            return reject(error, error_size, 400,
+                          "request body nests arrays or objects more than %d deep; a job needs "
+                          "2 (send {\"command\": [...], ...})",
+                          REQUEST_MAX_DEPTH);
         json_error_t jerr;
         json_t *root = json_loadb(body, body_len, JSON_REJECT_DUPLICATES, &jerr);
         if (!root)

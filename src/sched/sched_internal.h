@@ -51,6 +51,20 @@ struct gpcd_daemon {
     gpcd_job **active; /* queued, preempted and running jobs, owned */
     int nactive, cap_active;
     int dirty; /* a pass is due */
+    /* The database refuses writes (a full disk): the storage alert is open,
+     * no job starts, and jobs whose change is unsaved stay in memory until
+     * a retry saves them. */
+    int storage_failing;
+    double storage_retry_at;
+    /* GPUs whose last job ended while processes of it may still hold them:
+     * the job's id, until the monitor sees none of its processes there */
+    int64_t gpu_held_by[GPCD_MAX_GPUS];
+    double held_check_at;
+    /* GPUs taken out of service (a hardware-error alert, or an admin) until
+     * an admin resumes them; saved in the database's meta table */
+    int gpu_drained[GPCD_MAX_GPUS];
+    char drain_reason[GPCD_MAX_GPUS][200];
+    int64_t drained_for_alert[GPCD_MAX_GPUS]; /* the alert that drained it, once */
     int64_t submitted_total, started_total, preempted_total;
     double last_pass_seconds;
     gpcd_pass_stats last_pass;
@@ -80,5 +94,11 @@ void gpcd_daemon_wake(gpcd_daemon *daemon);
 int gpcd_daemon_submit(gpcd_daemon *daemon, gpcd_job *job, char *body, size_t size);
 int gpcd_daemon_cancel(gpcd_daemon *daemon, int64_t id, uid_t caller, char *body, size_t size);
 void gpcd_daemon_log_path(const gpcd_daemon *daemon, int64_t id, char *buf, size_t size);
+/* Under the lock: a job's state as gpcd holds it when the database has not
+ * caught up (job->unsaved), copied over what the store returned. */
+void gpcd_daemon_overlay_unsaved(gpcd_daemon *daemon, gpcd_job *job);
+/* Drains (on) or resumes a GPU for an admin (root or gpcd's own user);
+ * returns the HTTP status with the reply or error in body. */
+int gpcd_daemon_drain(gpcd_daemon *daemon, int gpu, int on, uid_t caller, char *body, size_t size);
 
 #endif /* GPC_SCHED_INTERNAL_H */

@@ -12,12 +12,16 @@
  */
 #include "gpc/sched.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define STORE_SCHEMA_VERSION 1
 
@@ -37,6 +41,7 @@ struct gpcd_store {
     int committing;
     sqlite3_stmt *insert_job, *insert_event, *update_job, *get_job;
     char path[1024];
+    int simulate_full; /* tests: writes fail as SQLITE_FULL would */
 };
 
 static const char *schema =
@@ -76,6 +81,9 @@ static gpc_status store_fail(gpcd_store *store, const char *what) {
 
 static gpc_status exec_sql(gpcd_store *store, const char *sql) {
     char *err = NULL;
+    if (store->simulate_full && strncmp(sql, "BEGIN", 5) == 0)
+        return gpc_error(GPC_ERR_IO, "job database %s: database or disk is full (simulated)",
+                         store->path);
     if (sqlite3_exec(store->db, sql, NULL, NULL, &err) != SQLITE_OK) {
         gpc_status st = gpc_error(GPC_ERR_IO, "job database %s: %s (running %.40s...)", store->path,
                                   err ? err : "error", sql);
@@ -91,6 +99,26 @@ static gpc_status prepare(gpcd_store *store, const char *sql, sqlite3_stmt **out
     return GPC_OK;
 }
 
+static gpc_status owner_only(const char *path) {
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || fchmod(fd, 0600) != 0) {
+        gpc_status st =
+            gpc_error(GPC_ERR_IO, "cannot open job database %s (creating it owner-only): %s", path,
+                      strerror(errno));
+        if (fd >= 0) close(fd);
+        return st;
+    }
+    close(fd);
+    static const char *const suffixes[] = {"-wal", "-shm", "-journal"};
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        char side[1100];
+        snprintf(side, sizeof side, "%s%s", path, suffixes[i]);
+        if (chmod(side, 0600) != 0 && errno != ENOENT)
+            return gpc_error(GPC_ERR_IO, "cannot make %s owner-only: %s", side, strerror(errno));
+    }
+    return GPC_OK;
+}
+
 gpc_status gpcd_store_open(const char *path, gpcd_store **out) {
     *out = NULL;
     gpcd_store *store = calloc(1, sizeof *store);
@@ -99,6 +127,14 @@ gpc_status gpcd_store_open(const char *path, gpcd_store **out) {
     pthread_mutex_init(&store->db_lock, NULL);
     pthread_mutex_init(&store->commit_lock, NULL);
     pthread_cond_init(&store->commit_done, NULL);
+    /* The database holds every job's command and environment: owner-only.
+     * SQLite gives the WAL and shared-memory files the database's mode, so
+     * creating it 0600 covers them; files an older gpcd left are narrowed. */
+    gpc_status mode_st = owner_only(path);
+    if (mode_st != GPC_OK) {
+        gpcd_store_close(store);
+        return mode_st;
+    }
     if (sqlite3_open_v2(path, &store->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
         SQLITE_OK) {
         gpc_status st = gpc_error(GPC_ERR_IO, "cannot open job database %s: %s", path,
@@ -151,6 +187,72 @@ gpc_status gpcd_store_open(const char *path, gpcd_store **out) {
     }
     *out = store;
     return GPC_OK;
+}
+
+gpc_status gpcd_store_reserve_ids(gpcd_store *store, int64_t above) {
+    sqlite3_stmt *s = NULL;
+    pthread_mutex_lock(&store->db_lock);
+    gpc_status st = exec_sql(store, "BEGIN IMMEDIATE");
+    const char *sql[] = {"INSERT INTO sqlite_sequence(name, seq) SELECT 'jobs', ?1 WHERE NOT "
+                         "EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'jobs')",
+                         "UPDATE sqlite_sequence SET seq = ?1 WHERE name = 'jobs' AND seq < ?1"};
+    for (int i = 0; i < 2 && st == GPC_OK; i++) {
+        st = prepare(store, sql[i], &s);
+        if (st != GPC_OK) break;
+        sqlite3_bind_int64(s, 1, above);
+        if (sqlite3_step(s) != SQLITE_DONE) st = store_fail(store, "reserving job ids");
+        sqlite3_finalize(s);
+    }
+    if (st == GPC_OK)
+        st = exec_sql(store, "COMMIT");
+    else
+        exec_sql(store, "ROLLBACK");
+    pthread_mutex_unlock(&store->db_lock);
+    return st;
+}
+
+gpc_status gpcd_store_meta_get(gpcd_store *store, const char *key, char *value, size_t size) {
+    sqlite3_stmt *s;
+    value[0] = '\0';
+    pthread_mutex_lock(&store->db_lock);
+    gpc_status st = prepare(store, "SELECT value FROM meta WHERE key = ?", &s);
+    if (st == GPC_OK) {
+        sqlite3_bind_text(s, 1, key, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_text(s, 0))
+            snprintf(value, size, "%s", (const char *)sqlite3_column_text(s, 0));
+        sqlite3_finalize(s);
+    }
+    pthread_mutex_unlock(&store->db_lock);
+    return st;
+}
+
+gpc_status gpcd_store_meta_set(gpcd_store *store, const char *key, const char *value) {
+    sqlite3_stmt *s = NULL;
+    pthread_mutex_lock(&store->db_lock);
+    gpc_status st = exec_sql(store, "BEGIN IMMEDIATE");
+    if (st == GPC_OK)
+        st = prepare(store, "INSERT OR REPLACE INTO meta(key, value) VALUES(?,?)", &s);
+    if (st == GPC_OK) {
+        sqlite3_bind_text(s, 1, key, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(s, 2, value, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(s) != SQLITE_DONE) st = store_fail(store, "saving a setting");
+    }
+    sqlite3_finalize(s);
+    if (st == GPC_OK) st = exec_sql(store, "COMMIT");
+    if (st != GPC_OK && sqlite3_get_autocommit(store->db) == 0) {
+        char message[1024];
+        snprintf(message, sizeof message, "%s", gpc_last_error());
+        exec_sql(store, "ROLLBACK");
+        gpc_error(st, "%s", message);
+    }
+    pthread_mutex_unlock(&store->db_lock);
+    return st;
+}
+
+void gpcd_store_simulate_full(gpcd_store *store, int on) {
+    pthread_mutex_lock(&store->db_lock);
+    store->simulate_full = on;
+    pthread_mutex_unlock(&store->db_lock);
 }
 
 void gpcd_store_close(gpcd_store *store) {
@@ -299,10 +401,13 @@ gpc_status gpcd_store_update(gpcd_store *store, const gpcd_job *job) {
     }
     if (st == GPC_OK && insert_event(store, job->id, gpc_wall_seconds(), job->state, job->message))
         st = store_fail(store, "recording a state change");
-    if (st == GPC_OK)
-        st = exec_sql(store, "COMMIT");
-    else
+    if (st == GPC_OK) st = exec_sql(store, "COMMIT");
+    if (st != GPC_OK && sqlite3_get_autocommit(store->db) == 0) {
+        char message[1024]; /* the failure, not the rollback's answer */
+        snprintf(message, sizeof message, "%s", gpc_last_error());
         exec_sql(store, "ROLLBACK");
+        gpc_error(st, "%s", message);
+    }
     pthread_mutex_unlock(&store->db_lock);
     return st;
 }

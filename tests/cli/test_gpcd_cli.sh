@@ -86,6 +86,17 @@ grep -q "on simulated:4x80GB" "$work/top.txt" || fail "top header: $(head -2 "$w
 grep -q "jobs: 0 running, 0 waiting, 1 completed, 0 failed, 1 cancelled" "$work/top.txt" ||
   fail "top counts: $(sed -n 2p "$work/top.txt")"
 
+# gpu drain/resume: the GPU leaves service and comes back (test_api checks placement)
+[[ $("$GPC" gpu drain 3) == "GPU 3 drained: running jobs carry on, new ones go elsewhere" ]] || fail "gpu drain"
+curl -sf --unix-socket "$GPC_SOCKET" http://gpcd/gpus | python3 -c '
+import json,sys; g=json.load(sys.stdin)["gpus"]; assert g[3]["drained"] and not g[2]["drained"], g' ||
+  fail "drained GPU not shown in /gpus"
+[[ $("$GPC" gpu resume 3) == "GPU 3 back in service" ]] || fail "gpu resume"
+set +e
+err=$("$GPC" gpu drain 9 2>&1 >/dev/null); rc=$?
+set -e
+[[ $rc == 1 && $err == "gpc gpu: error: no GPU 9 (this server has 4)" ]] || fail "drain 9: $rc $err"
+
 # usage errors exit 2 with one line
 expect_usage() {
   set +e; err=$("$GPC" "$@" 2>&1 >/dev/null); rc=$?; set -e
@@ -101,6 +112,9 @@ expect_usage submit --type gaming -- true
 expect_usage show abc
 expect_usage logs
 expect_usage queue --state bogus
+expect_usage gpu drain
+expect_usage gpu fly 1
+expect_usage gpu drain x
 
 # no gpcd at the socket: one line naming the path and how to start gpcd
 set +e

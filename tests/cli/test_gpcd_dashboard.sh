@@ -29,6 +29,7 @@ fail() { echo "FAIL: $*" >&2; [[ -f "$work/gpcd.log" ]] && tail -5 "$work/gpcd.l
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 token=tok$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
 printf '%s\n' "$token" >"$work/token"
+chmod 600 "$work/token" # gpcd refuses a token others can read
 cat >"$work/gpcd.conf" <<CONF
 state_dir = $work/state
 gpus = simulated:4x80GB

@@ -3,10 +3,19 @@
  * on simulated GPUs: every endpoint with the values it must return, each
  * kind of bad request with its status and message, ownership (403), the
  * TCP listener's token, alerts driven through simulated_file, and
- * preemption of a running job by a higher priority one.
+ * preemption of a running job by a higher priority one; slow clients
+ * (slowloris) held to their share while others are served.
  */
 #include "sched_testutil.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #define GIB 1073741824.0
@@ -176,7 +185,14 @@ static void test_bad_requests(void **state) {
     huge[8190] = '}';
     huge[8191] = '\0';
     test_request_fails(g.socket, "POST", "/jobs", huge, 413, "larger than max_body");
+    /* a body nested 2,000 deep (4 KB, under max_body) once overflowed the
+     * HTTP thread's stack and took gpcd down: refused, and gpcd answers on */
+    memset(huge, '[', 4000);
+    memcpy(huge, "{\"command\":", 11);
+    huge[4000] = '\0';
+    test_request_fails(g.socket, "POST", "/jobs", huge, 400, "more than 16 deep");
     free(huge);
+    json_decref(get(&g, "/status"));
     /* nothing bad reached the store */
     json_t *l = get(&g, "/jobs?all=1");
     assert_int_equal(json_array_size(json_object_get(l, "jobs")), 0);
@@ -231,6 +247,15 @@ static void test_tcp_token(void **state) {
     snprintf(token, sizeof token, "tok%08x%08x", gpc_rng_u32(&rng), gpc_rng_u32(&rng));
     fprintf(f, "%s\n", token);
     fclose(f);
+    /* readable by others (the umask's usual 0644): refused, saying how to fix it */
+    assert_int_equal(chmod(token_path, 0644), 0);
+    TEST_OK(gpcd_config_set(&g.config, "listen", "127.0.0.1:1"));
+    TEST_OK(gpcd_config_set(&g.config, "token_file", token_path));
+    gpcd_daemon *refused = NULL;
+    TEST_FAILS(gpcd_daemon_create(&g.config, &refused), GPC_ERR_INVALID_ARG,
+               "can be read or changed by other users (mode 0644); run chmod 600");
+    assert_null(refused);
+    assert_int_equal(chmod(token_path, 0600), 0);
     int port = 20000 + (int)gpc_rng_below(&rng, 30000);
     char listen[64], where[64];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
@@ -385,11 +410,233 @@ static void test_preemption_requeues(void **state) {
     gpc_free(g.dir);
 }
 
+static int gpu_drained(test_gpcd *g, int gpu) {
+    json_t *j = get(g, "/gpus");
+    int drained = json_is_true(
+        json_object_get(json_array_get(json_object_get(j, "gpus"), (size_t)gpu), "drained"));
+    json_decref(j);
+    return drained;
+}
+
+static int assigned_gpu(test_gpcd *g, int64_t id) {
+    json_t *j = test_job(g->socket, id);
+    int gpu = (int)json_integer_value(json_array_get(json_object_get(j, "assigned_gpus"), 0));
+    json_decref(j);
+    return gpu;
+}
+
+/* A GPU with a hardware-error alert takes no new job until an admin
+ * resumes it, even after the alert clears; the drained set survives a
+ * restart; gpc's endpoints refuse bad GPUs and methods. */
+static void test_drain(void **state) {
+    (void)state;
+    test_gpcd g = {0};
+    g.dir = test_tmpdir("api");
+    test_gpcd_config(&g, g.dir, "simulated:2x80GB");
+    char sim[4200], go[4200], body[9000];
+    snprintf(sim, sizeof sim, "%s/sim", g.dir);
+    snprintf(go, sizeof go, "%s/go", g.dir);
+    TEST_OK(gpcd_config_set(&g.config, "simulated_file", sim));
+    test_gpcd_start(&g);
+    FILE *f = fopen(sim, "w");
+    fprintf(f, "0 ecc 1\n");
+    fclose(f);
+    wait_alert(&g, "hardware_errors", 0, "", 1);
+    for (double end = gpc_time_seconds() + 5; !gpu_drained(&g, 0); usleep(20000))
+        if (gpc_time_seconds() > end) fail_msg("GPU 0 was not drained on its hardware alert");
+    snprintf(body, sizeof body,
+             "{\"command\":[\"sh\",\"-c\",\"while [ ! -e %s ]; do sleep 0.02; done\"]}", go);
+    int64_t first = test_submit(g.socket, body);
+    json_decref(test_wait_state(g.socket, first, "running", 5));
+    assert_int_equal(assigned_gpu(&g, first), 1);
+    int64_t second = test_submit(g.socket, body);
+    f = fopen(sim, "w"); /* the alert clears; the GPU stays out */
+    fclose(f);
+    wait_alert(&g, "hardware_errors", 0, "", 0);
+    usleep(300 * 1000);
+    json_t *j = test_job(g.socket, second);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "queued");
+    json_decref(j);
+    test_request_fails(g.socket, "POST", "/gpus/7/resume", "", 404, "no GPU 7");
+    test_request_fails(g.socket, "GET", "/gpus/0/resume", NULL, 405, "takes POST");
+    test_request_fails(g.socket, "POST", "/gpus/x/resume", "", 404, "not a GPU index");
+    int status;
+    json_decref(test_request(g.socket, "POST", "/gpus/0/resume", "", &status));
+    assert_int_equal(status, 200);
+    json_decref(test_wait_state(g.socket, second, "running", 5));
+    assert_int_equal(assigned_gpu(&g, second), 0);
+    assert_int_equal(gpu_drained(&g, 0), 0);
+    /* drained by hand, kept across a restart */
+    json_decref(test_request(g.socket, "POST", "/gpus/1/drain", "", &status));
+    assert_int_equal(status, 200);
+    f = fopen(go, "w");
+    fclose(f);
+    json_decref(test_wait_state(g.socket, first, "completed", 5));
+    json_decref(test_wait_state(g.socket, second, "completed", 5));
+    test_gpcd_stop(&g);
+    test_gpcd_start(&g);
+    assert_int_equal(gpu_drained(&g, 1), 1);
+    assert_int_equal(gpu_drained(&g, 0), 0);
+    int64_t third = test_submit(g.socket, "{\"command\":[\"true\"],\"gpus\":2}");
+    usleep(300 * 1000);
+    j = test_job(g.socket, third);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "queued");
+    json_decref(j);
+    json_decref(test_request(g.socket, "POST", "/gpus/1/resume", "", &status));
+    json_decref(test_wait_state(g.socket, third, "completed", 5));
+    test_gpcd_stop(&g);
+    test_rmtree(g.dir);
+    gpc_free(g.dir);
+}
+
+#define SLOW_CONNECTIONS 200
+
+static int unix_connect(const char *path) {
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof a.sun_path) fail_msg("socket path %s is too long", path);
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) fail_msg("connect %s", path);
+    return fd;
+}
+
+/* A TCP connection to 127.0.0.1:port from the loopback address `from`
+ * (any 127.x.y.z is this host: a second address is a second peer). */
+static int tcp_connect(const char *from, int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in src = {.sin_family = AF_INET}, dst = {.sin_family = AF_INET};
+    inet_pton(AF_INET, from, &src.sin_addr);
+    inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
+    dst.sin_port = htons((uint16_t)port);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&src, sizeof src) != 0 ||
+        connect(fd, (struct sockaddr *)&dst, sizeof dst) != 0)
+        fail_msg("connect from %s to port %d", from, port);
+    return fd;
+}
+
+/* 1 when gpcd has ended the connection (end of file or reset). */
+static int is_closed(int fd) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 0) <= 0) return 0;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
+    return n == 0 || (n < 0 && errno != EAGAIN);
+}
+
+static int count_closed(const int *fds, int n) {
+    int closed = 0;
+    for (int i = 0; i < n; i++)
+        closed += is_closed(fds[i]);
+    return closed;
+}
+
+/* Sends a request and reads the reply for up to `seconds`. */
+static void raw_exchange(int fd, const char *request, char *reply, size_t size, double seconds) {
+    if (send(fd, request, strlen(request), MSG_NOSIGNAL) != (ssize_t)strlen(request))
+        fail_msg("send");
+    size_t got = 0;
+    double end = gpc_time_seconds() + seconds;
+    while (got + 1 < size && gpc_time_seconds() < end) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 50) <= 0) continue;
+        ssize_t n = recv(fd, reply + got, size - 1 - got, 0);
+        if (n <= 0) break;
+        got += (size_t)n;
+        if (strstr(reply, "\r\n\r\n") && strchr(strstr(reply, "\r\n\r\n"), '}')) break;
+        reply[got] = '\0';
+    }
+    reply[got] = '\0';
+}
+
+/* Slowloris: 200 connections of one user that send a request's first line
+ * and nothing more. Past peer_connections they are cut as they open; the
+ * rest are cut at header_timeout; meanwhile another peer is served at
+ * once. On TCP a wrong token is answered before the (never sent) 1 MB body
+ * it announces. */
+static void test_slow_clients(void **state) {
+    (void)state;
+    test_gpcd g = {0};
+    g.dir = test_tmpdir("api");
+    test_gpcd_config(&g, g.dir, "simulated:1x80GB");
+    TEST_OK(gpcd_config_set(&g.config, "peer_connections", "20"));
+    TEST_OK(gpcd_config_set(&g.config, "header_timeout", "2s"));
+    char token_path[4200], listen[64], token[] = "slow-client-test-token-1234";
+    snprintf(token_path, sizeof token_path, "%s/token", g.dir);
+    FILE *f = fopen(token_path, "w");
+    fprintf(f, "%s\n", token);
+    fclose(f);
+    assert_int_equal(chmod(token_path, 0600), 0);
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 43);
+    int port = 20000 + (int)gpc_rng_below(&rng, 30000);
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    TEST_OK(gpcd_config_set(&g.config, "listen", listen));
+    TEST_OK(gpcd_config_set(&g.config, "token_file", token_path));
+    test_gpcd_start(&g);
+
+    static const char slow[] = "GET /status HTTP/1.1\r\n"; /* and then nothing */
+    int fds[SLOW_CONNECTIONS];
+    double opened = gpc_time_seconds();
+    for (int i = 0; i < SLOW_CONNECTIONS; i++) {
+        fds[i] = unix_connect(g.socket);
+        if (send(fds[i], slow, sizeof slow - 1, MSG_NOSIGNAL) < 0) fail_msg("send");
+    }
+    /* all but the peer's 20 are cut as they open, well before the deadline */
+    int closed = 0;
+    while ((closed = count_closed(fds, SLOW_CONNECTIONS)) < SLOW_CONNECTIONS - 20 &&
+           gpc_time_seconds() - opened < 1.5)
+        usleep(20000);
+    if (gpc_time_seconds() - opened < 1.9) assert_int_equal(closed, SLOW_CONNECTIONS - 20);
+    /* the 20 held are cut at the deadline, and the user is served again */
+    while (count_closed(fds, SLOW_CONNECTIONS) < SLOW_CONNECTIONS) {
+        if (gpc_time_seconds() - opened > 6) fail_msg("slow connections outlived the deadline");
+        usleep(50000);
+    }
+    assert_true(gpc_time_seconds() - opened >= 1.9);
+    for (int i = 0; i < SLOW_CONNECTIONS; i++)
+        close(fds[i]);
+    json_decref(get(&g, "/status"));
+
+    /* TCP: one address's slow connections leave another's requests alone */
+    for (int i = 0; i < SLOW_CONNECTIONS; i++) {
+        fds[i] = tcp_connect("127.0.0.1", port);
+        if (send(fds[i], slow, sizeof slow - 1, MSG_NOSIGNAL) < 0) fail_msg("send");
+    }
+    char request[512], reply[4096];
+    snprintf(request, sizeof request,
+             "GET /status HTTP/1.1\r\nHost: gpcd\r\nAuthorization: Bearer %s\r\n"
+             "Connection: close\r\n\r\n",
+             token);
+    int other = tcp_connect("127.0.0.2", port);
+    double asked = gpc_time_seconds();
+    raw_exchange(other, request, reply, sizeof reply, 1.5);
+    close(other);
+    if (strncmp(reply, "HTTP/1.1 200", 12) != 0) fail_msg("other peer got: %.200s", reply);
+    assert_true(gpc_time_seconds() - asked < 1.5);
+    /* a wrong token is refused before the body it announces is read */
+    other = tcp_connect("127.0.0.2", port);
+    raw_exchange(other,
+                 "POST /jobs HTTP/1.1\r\nHost: gpcd\r\nAuthorization: Bearer wrong\r\n"
+                 "Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n",
+                 reply, sizeof reply, 1.5);
+    close(other);
+    if (strncmp(reply, "HTTP/1.1 401", 12) != 0) fail_msg("unauthenticated upload: %.200s", reply);
+    for (int i = 0; i < SLOW_CONNECTIONS; i++)
+        close(fds[i]);
+    test_gpcd_stop(&g);
+    test_rmtree(g.dir);
+    gpc_free(g.dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_endpoints),           cmocka_unit_test(test_bad_requests),
-        cmocka_unit_test(test_tcp_token),           cmocka_unit_test(test_alerts),
+        cmocka_unit_test(test_endpoints),
+        cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_tcp_token),
+        cmocka_unit_test(test_alerts),
         cmocka_unit_test(test_preemption_requeues),
+        cmocka_unit_test(test_slow_clients),
+        cmocka_unit_test(test_drain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

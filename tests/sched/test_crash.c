@@ -4,6 +4,8 @@
  * the queue exactly once (same id, same job), and nothing may be
  * duplicated. Repeated over several rounds on the same state directory,
  * with a running job that must survive every crash and be re-attached.
+ * Then gpcd killed over and over while it starts short jobs: each job, read
+ * from its own trace and from gpcd, ran exactly once and completed.
  */
 #include "sched_testutil.h"
 
@@ -213,9 +215,70 @@ static void test_kill_during_submissions(void **state) {
     gpc_free(dir);
 }
 
+#define START_ROUNDS 8
+#define START_JOBS 64
+
+/* Every job appends its id to one file; gpcd is killed with SIGKILL at a
+ * random moment while it starts them, eight times, then left to finish. No
+ * job may be lost ("failed: submit it again" once was the answer when gpcd
+ * died between recording a start and learning its pid) and none may run
+ * twice (the file holds each id once). */
+static void test_kill_while_starting(void **state) {
+    (void)state;
+    const char *bin = getenv("GPC_BINARY_DIR");
+    if (!bin) skip();
+    char gpcd[4200], socket[4200], runs[4200], body[8600];
+    snprintf(gpcd, sizeof gpcd, "%s/gpcd", bin);
+    char *dir = test_tmpdir("crash");
+    snprintf(socket, sizeof socket, "%s/gpcd.sock", dir);
+    snprintf(runs, sizeof runs, "%s/runs", dir);
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 62);
+    pid_t pid = spawn_gpcd(gpcd, dir);
+    running_gpcd = pid;
+    wait_ready(socket);
+    snprintf(body, sizeof body,
+             "{\"command\":[\"sh\",\"-c\",\"echo $GPC_JOB_ID >> %s; sleep 0.02\"]}", runs);
+    int64_t ids[START_JOBS];
+    for (int i = 0; i < START_JOBS; i++)
+        ids[i] = test_submit(socket, body);
+    for (int round = 0; round < START_ROUNDS; round++) {
+        usleep((useconds_t)(1000 + gpc_rng_below(&rng, 60000)));
+        kill(pid, SIGKILL);
+        int status;
+        waitpid(pid, &status, 0);
+        pid = spawn_gpcd(gpcd, dir);
+        running_gpcd = pid;
+        wait_ready(socket);
+    }
+    for (int i = 0; i < START_JOBS; i++) {
+        json_t *j = test_wait_state(socket, ids[i], "completed", 30);
+        json_decref(j);
+    }
+    int *count = calloc((size_t)ids[START_JOBS - 1] + 1, sizeof *count);
+    FILE *f = fopen(runs, "r");
+    assert_non_null(f);
+    long long id;
+    while (fscanf(f, "%lld", &id) == 1) {
+        assert_true(id >= ids[0] && id <= ids[START_JOBS - 1]);
+        count[id]++;
+    }
+    fclose(f);
+    for (int i = 0; i < START_JOBS; i++)
+        if (count[ids[i]] != 1) fail_msg("job %lld ran %d times", (long long)ids[i], count[ids[i]]);
+    free(count);
+    kill(pid, SIGTERM);
+    int status;
+    waitpid(pid, &status, 0);
+    running_gpcd = 0;
+    test_rmtree(dir);
+    gpc_free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kill_during_submissions),
+        cmocka_unit_test(test_kill_while_starting),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     if (running_gpcd > 0) kill(running_gpcd, SIGKILL);

@@ -458,6 +458,91 @@ static void test_preemption(void **state) {
     gpcd_job_free(high);
 }
 
+/* Preemption frees what the job needs and no more: a 1-GPU job stops the
+ * 1-GPU victim, not the 2-GPU one of lower priority (which would leave a GPU
+ * idle); on random clusters the GPUs freed equal the fewest any set of
+ * eligible victims could free, found by trying every set. */
+static void test_preemption_frees_no_more_than_needed(void **state) {
+    (void)state;
+    double now = 1e6;
+    gpcd_policy_config p = policy_with(GPCD_POLICY_PRIORITY | GPCD_POLICY_PREEMPTION);
+    gpcd_cluster c;
+    cluster_init(&c, 3, 80);
+    gpcd_job *pair = job_make(1, 2, 10, 10, GPCD_TYPE_TRAIN, now - 900);
+    job_run_on(pair, now - 800, 2, (int[]){0, 1});
+    gpcd_job *single = job_make(2, 1, 10, 20, GPCD_TYPE_TRAIN, now - 900);
+    job_run_on(single, now - 800, 1, (int[]){2});
+    gpcd_job *running[] = {pair, single};
+    gpcd_job *high = job_make(3, 1, 10, GPCD_PRIORITY_HIGH, GPCD_TYPE_TRAIN, now);
+    gpcd_job *pending[] = {high};
+    gpcd_decision d[8];
+    int n = gpcd_schedule(&p, &c, pending, 1, running, 2, now, d, 8, NULL);
+    assert_int_equal(n, 1);
+    assert_int_equal(preempted(d, n, 2), 1);
+    /* two GPUs needed: the pair, one job stopped rather than two */
+    high->gpus = 2;
+    n = gpcd_schedule(&p, &c, pending, 1, running, 2, now, d, 8, NULL);
+    assert_int_equal(n, 1);
+    assert_int_equal(preempted(d, n, 1), 1);
+    gpcd_job_free(pair);
+    gpcd_job_free(single);
+    gpcd_job_free(high);
+
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 16);
+    for (int trial = 0; trial < 300; trial++) {
+        int ngpus = 2 + (int)gpc_rng_below(&rng, 7);
+        cluster_init(&c, ngpus, 80);
+        gpcd_job *jobs[8];
+        int njobs = 0, g = 0;
+        while (g < ngpus && njobs < 8) {
+            int k = 1 + (int)gpc_rng_below(&rng, 3);
+            if (k > ngpus - g) k = ngpus - g;
+            if (gpc_rng_below(&rng, 5) == 0) { /* leave one idle now and then */
+                g++;
+                continue;
+            }
+            int on[GPCD_MAX_GPUS];
+            for (int i = 0; i < k; i++)
+                on[i] = g + i;
+            jobs[njobs] = job_make(njobs + 1, k, 10, 5 + (int)gpc_rng_below(&rng, 40),
+                                   GPCD_TYPE_TRAIN, now - 1000);
+            job_run_on(jobs[njobs], now - 900 + njobs, k, on);
+            njobs++;
+            g += k;
+        }
+        int idle = ngpus;
+        for (int j = 0; j < njobs; j++)
+            idle -= jobs[j]->gpus;
+        int want = 1 + (int)gpc_rng_below(&rng, (uint32_t)ngpus);
+        gpcd_job *job = job_make(100, want, 10, GPCD_PRIORITY_HIGH, GPCD_TYPE_TRAIN, now);
+        /* the reference: every set of victims, the fewest GPUs that suffice */
+        int best = -1;
+        if (idle < want)
+            for (unsigned set = 1; set < (1u << njobs); set++) {
+                int freed = 0;
+                for (int j = 0; j < njobs; j++)
+                    if (set & (1u << j)) freed += jobs[j]->gpus;
+                if (idle + freed >= want && (best < 0 || freed < best)) best = freed;
+            }
+        gpcd_job *pend[] = {job};
+        n = gpcd_schedule(&p, &c, pend, 1, jobs, njobs, now, d, 8, NULL);
+        int freed = 0, stops = 0;
+        for (int i = 0; i < n; i++)
+            if (d[i].kind == GPCD_DECIDE_PREEMPT) freed += d[i].job->gpus, stops++;
+        if (idle >= want) {
+            assert_int_equal(started(d, n, 100, NULL), want);
+        } else if (freed != best) {
+            fail_msg("trial %d: %d GPUs, %d idle, job of %d: freed %d, the fewest is %d", trial,
+                     ngpus, idle, want, freed, best);
+        }
+        (void)stops;
+        for (int j = 0; j < njobs; j++)
+            gpcd_job_free(jobs[j]);
+        gpcd_job_free(job);
+    }
+}
+
 /* A full pass over random jobs never over-commits a GPU: recounting the
  * decisions by hand gives memory within each GPU and exclusive GPUs alone. */
 static void test_pass_never_overcommits(void **state) {
@@ -660,6 +745,7 @@ int main(void) {
         cmocka_unit_test(test_backfill),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_preemption_guards),
+        cmocka_unit_test(test_preemption_frees_no_more_than_needed),
         cmocka_unit_test(test_pass_never_overcommits),
         cmocka_unit_test(test_value_parsers),
     };

@@ -6,6 +6,7 @@
 #include "testutil.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,12 +208,78 @@ static void test_bad_submissions(void **state) {
     expect("POST", "/jobs", "{\"command\":[\"a\"],\"gpu\":2}", 400, "unknown field 'gpu'");
 }
 
+typedef struct {
+    char *body;
+    int status;
+    char error[512];
+} deep_case;
+
+static void *parse_deep(void *arg) {
+    deep_case *c = arg;
+    gpcd_request req;
+    c->status = gpcd_request_parse("POST", "/jobs", NULL, 0, c->body, strlen(c->body), 1000,
+                                   "alice", &req, c->error, sizeof c->error);
+    gpcd_request_clear(&req);
+    return NULL;
+}
+
+/* {"command": ARRAY} with the string inside `depth` arrays, parsed on a
+ * thread with the HTTP threads' stack size, as gpcd parses it. */
+static int parse_nested(int depth, char *error) {
+    size_t len = 32 + 2 * (size_t)depth;
+    deep_case c = {malloc(len), 0, ""};
+    assert_non_null(c.body);
+    size_t n = (size_t)snprintf(c.body, len, "{\"command\":");
+    for (int i = 0; i < depth; i++)
+        c.body[n++] = '[';
+    n += (size_t)snprintf(c.body + n, len - n, "\"a\"");
+    for (int i = 0; i < depth; i++)
+        c.body[n++] = ']';
+    snprintf(c.body + n, len - n, "}");
+    pthread_attr_t attr;
+    pthread_t thread;
+    assert_int_equal(pthread_attr_init(&attr), 0);
+    assert_int_equal(pthread_attr_setstacksize(&attr, GPCD_HTTP_THREAD_STACK), 0);
+    assert_int_equal(pthread_create(&thread, &attr, parse_deep, &c), 0);
+    pthread_join(thread, NULL);
+    pthread_attr_destroy(&attr);
+    free(c.body);
+    snprintf(error, 512, "%s", c.error);
+    return c.status;
+}
+
+/* A body nested thousands deep used to overflow an HTTP thread's stack
+ * inside jansson: the depth is refused before anything recurses. Brackets
+ * inside strings do not count. */
+static void test_deep_nesting(void **state) {
+    (void)state;
+    char error[512];
+    int depths[] = {1000, 2047, 100000, 1000000};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(parse_nested(depths[i], error), 400);
+        assert_non_null(strstr(error, "more than 16 deep"));
+    }
+    /* 15 arrays inside the object: 16 levels, the most accepted; the command
+     * is then not an array of strings, which is the error it gets */
+    assert_int_equal(parse_nested(15, error), 400);
+    assert_non_null(strstr(error, "'command' item 0"));
+    assert_int_equal(parse_nested(16, error), 400);
+    assert_non_null(strstr(error, "more than 16 deep"));
+    const char *in_strings[] = {"{\"command\":[\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"]}",
+                                "{\"command\":[\"\\\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"]}"};
+    for (int i = 0; i < 2; i++) {
+        gpcd_request req;
+        assert_int_equal(parse("POST", "/jobs", in_strings[i], &req, error), 200);
+        assert_non_null(req.job);
+        gpcd_request_clear(&req);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_routes),
-        cmocka_unit_test(test_bad_routes),
-        cmocka_unit_test(test_good_submission),
-        cmocka_unit_test(test_bad_submissions),
+        cmocka_unit_test(test_routes),          cmocka_unit_test(test_bad_routes),
+        cmocka_unit_test(test_good_submission), cmocka_unit_test(test_bad_submissions),
+        cmocka_unit_test(test_deep_nesting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
