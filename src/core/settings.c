@@ -76,6 +76,10 @@ static const gpc_setting_info table[] = {
      "set by gpcd in each job: its id (gpc train resumes a requeued job with it)", 0, 0, NULL},
     {"GPC_JOB_GPUS", INT, NULL, "gpcd", "set by gpcd in each job: how many GPUs it was given", 0, 0,
      NULL},
+    {"GPC_JOB_TAG", STRING, NULL, "gpcd",
+     "set by gpcd in each job: a tag unique to one gpcd and job, by which it finds the job's "
+     "processes",
+     0, 0, NULL},
 
     /* benchmarks and diagnosis: switches to measure one form against another */
     {"GPC_CUDA_PROFILE", FLAG, "0", "benchmarks",
