@@ -52,13 +52,21 @@ static const struct {
 };
 #define DIAG_NFIELDS (sizeof diag_fields / sizeof diag_fields[0])
 
-static double *field_of(gpc_diag_sample *s, size_t i) {
-    return (double *)((char *)s + diag_fields[i].offset);
+/* Through memcpy: the fields are doubles at these offsets, and memcpy says
+ * so without a cast between pointer types. */
+static void set_field(gpc_diag_sample *s, size_t offset, double v) {
+    memcpy((char *)s + offset, &v, sizeof v);
+}
+
+static double get_field(const gpc_diag_sample *s, size_t offset) {
+    double v;
+    memcpy(&v, (const char *)s + offset, sizeof v);
+    return v;
 }
 
 void gpc_diag_sample_clear(gpc_diag_sample *s) {
     for (size_t i = 0; i < DIAG_NFIELDS; i++)
-        *field_of(s, i) = -1;
+        set_field(s, diag_fields[i].offset, -1);
 }
 
 /* ------------------------------------------------------------ statistics */
@@ -79,7 +87,7 @@ static field_stats stats_of(const gpc_diag_sample *samples, int n, size_t offset
     field_stats s = {0, -1, -1, -1, 0};
     int set = 0;
     for (int i = 0; i < n; i++) {
-        double v = *(const double *)((const char *)&samples[i] + offset);
+        double v = get_field(&samples[i], offset);
         if (!(v >= 0)) continue; /* -1 and NAN: unknown */
         scratch[s.known++] = v;
         set += v >= 0.5;
@@ -302,7 +310,7 @@ gpc_status gpc_diag_trace_read(const char *path, gpc_diag_sample **out, int *n) 
                                    line_no, p);
                     break;
                 }
-                *field_of(s, (size_t)column[c]) = v;
+                set_field(s, diag_fields[column[c]].offset, v);
             }
             p = comma ? comma + 1 : NULL;
         }
@@ -456,7 +464,7 @@ static void oom_remedy(const gpc_report *r, const gpc_diag_run_summary *s, char 
                  "'gpc plan --model dN --batch B' shows what fits (config.txt lacks the model)");
         return;
     }
-    char need[32], have[32];
+    char need[32];
     gpc_format_bytes((double)plan.total, need, sizeof need);
     int fits = bytes ? gpc_plan_max_batch(&in, bytes) : -1;
     gpc_plan_input rc = in;
@@ -468,9 +476,11 @@ static void oom_remedy(const gpc_report *r, const gpc_diag_run_summary *s, char 
     size_t used = 0;
     used +=
         (size_t)snprintf(remedy + used, size - used, "gpc plan: batch %d needs %s", in.batch, need);
-    if (bytes)
+    if (bytes) {
+        char have[32];
         used += (size_t)snprintf(remedy + used, size - used, " of %s",
                                  gpc_format_bytes((double)bytes, have, sizeof have));
+    }
     if (fits > 0 && used < size)
         used += (size_t)snprintf(remedy + used, size - used,
                                  "; --batch %d fits (keep the step with --total-batch)", fits);
