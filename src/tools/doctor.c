@@ -7,6 +7,7 @@
  */
 #include "gpc/doctor.h"
 
+#include "gpc/diagnose.h"
 #include "gpc/nvml.h"
 #include "tools/bench_cuda.h"
 
@@ -33,6 +34,7 @@ struct gpc_doctor {
     int problems;
     int gpu_opened; /* check_gpu_stack ran (NVML opened or found absent) */
     gpu_state gpu;
+    const char *cause; /* the classifier's kind of the finding being made, else NULL */
 };
 
 /* 1 when /proc/cpuinfo lists the flag (e.g. "avx2") for the first CPU. */
@@ -555,6 +557,106 @@ static int uses_cuda(int pid) {
     return found;
 }
 
+/* CPU ticks of every thread of the process tree under root, by thread id:
+ * the busiest thread tells a saturated launch loop from spread-out work. */
+typedef struct {
+    int tid[2048];
+    long long ticks[2048];
+    int count;
+} thread_ticks;
+
+static void read_thread_ticks(int root, thread_ticks *out) {
+    out->count = 0;
+    DIR *dir = opendir("/proc");
+    if (!dir) return;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (!isdigit((unsigned char)e->d_name[0])) continue;
+        int pid = atoi(e->d_name), up = pid;
+        for (int hops = 0; hops < 64 && up > 1 && up != root; hops++)
+            if (proc_stat(up, NULL, &up, NULL, NULL, 0) != 0) up = 0;
+        if (up != root) continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/task", pid);
+        DIR *tasks = opendir(path);
+        struct dirent *t;
+        while (tasks && (t = readdir(tasks)) && out->count < 2048) {
+            if (!isdigit((unsigned char)t->d_name[0])) continue;
+            char stat[320], buf[1024];
+            snprintf(stat, sizeof stat, "/proc/%d/task/%s/stat", pid, t->d_name);
+            FILE *f = fopen(stat, "r");
+            size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+            if (f) fclose(f);
+            buf[n] = 0;
+            const char *close = strrchr(buf, ')');
+            unsigned long utime, stime;
+            if (!close || sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+                                 &utime, &stime) != 2)
+                continue;
+            out->tid[out->count] = atoi(t->d_name);
+            out->ticks[out->count++] = (long long)(utime + stime);
+        }
+        if (tasks) closedir(tasks);
+    }
+    closedir(dir);
+}
+
+/* The busiest thread between two readings, % of one core. */
+static double busiest_thread(const thread_ticks *before, const thread_ticks *after,
+                             double seconds) {
+    long long most = 0;
+    for (int i = 0; i < after->count; i++)
+        for (int j = 0; j < before->count; j++)
+            if (before->tid[j] == after->tid[i] && after->ticks[i] - before->ticks[j] > most)
+                most = after->ticks[i] - before->ticks[j];
+    return seconds > 0 ? 100.0 * (double)most / (double)sysconf(_SC_CLK_TCK) / seconds : -1;
+}
+
+/* One interval of GPU gi as the classifier reads it. */
+static void diag_sample_gpu(gpc_nvml *nvml, int gi, const gpc_nvml_sample *s, double t, double cpu,
+                            double top, gpc_diag_sample *out) {
+    gpc_diag_sample_clear(out);
+    out->t = t;
+    out->util = s->utilization_gpu;
+    out->memory_frac = s->memory_total ? (double)s->memory_used / (double)s->memory_total : -1;
+    out->temperature_c = s->temperature_c;
+    if (s->throttle_reasons >= 0) {
+        uint64_t bits = (uint64_t)s->throttle_reasons;
+        out->power_capped =
+            throttled(s) &&
+            (bits & (GPC_NVML_THROTTLE_SW_POWER_CAP | GPC_NVML_THROTTLE_HW_POWER_BRAKE));
+        out->thermal_capped =
+            (bits & (GPC_NVML_THROTTLE_SW_THERMAL | GPC_NVML_THROTTLE_HW_THERMAL)) != 0;
+    }
+    out->cpu_process = cpu;
+    out->cpu_top_thread = top;
+    gpc_nvml_activity a;
+    if (gpc_nvml_sample_activity(nvml, gi, &a) == GPC_OK) {
+        out->sm_active = a.sm_active;
+        out->sm_occupancy = a.sm_occupancy;
+        out->tensor_active = a.tensor_active;
+        out->dram_bw = a.dram_bw;
+        out->pcie_rx_mbs = a.pcie_rx_mbs;
+        out->pcie_tx_mbs = a.pcie_tx_mbs;
+    }
+}
+
+/* The classifier's findings for GPU gi: the cause of low use and
+ * communication (memory, power and heat have their own lines above). */
+static void diag_report_gpu(gpc_doctor *d, int gi, const gpc_diag_sample *samples, int n) {
+    gpc_diag_finding found[GPC_DIAG_KIND_COUNT];
+    int count = gpc_diagnose(samples, n, found, GPC_DIAG_KIND_COUNT);
+    for (int i = 0; i < count; i++) {
+        gpc_diag_kind k = found[i].kind;
+        if (k == GPC_DIAG_MEMORY_FULL || k == GPC_DIAG_POWER_CAPPED || k == GPC_DIAG_THERMAL)
+            continue;
+        d->cause = gpc_diag_kind_name(k);
+        finding(d, GPC_DOCTOR_PROBLEM, "GPU %d: %s", gi, found[i].text);
+        advice(d, "%s", found[i].remedy);
+        d->cause = NULL;
+    }
+}
+
 static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpus, int njob_gpus,
                         double seconds) {
     char comm[64] = "?", human[32], human2[32];
@@ -582,8 +684,28 @@ static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpu
     int threads = 0;
     long long t_start = tree_ticks(pid, &threads);
     double w_start = gpc_time_seconds(), step = 0.25;
+    /* the classifier's trace: per GPU, one sample per interval */
+    int cap = (int)(seconds / step) + 8;
+    gpc_diag_sample *trace = ngpus ? malloc((size_t)ngpus * (size_t)cap * sizeof *trace) : NULL;
+    for (int i = 0; trace && i < ngpus * cap; i++)
+        gpc_diag_sample_clear(&trace[i]);
+    thread_ticks *tt = malloc(2 * sizeof *tt);
+    if (tt) read_thread_ticks(pid, &tt[0]);
+    long long t_last = t_start;
+    double w_last = w_start;
     while (gpc_time_seconds() - w_start < seconds) {
         usleep((useconds_t)(step * 1e6));
+        double w_now = gpc_time_seconds(), top = -1, cpu_now = -1;
+        long long t_now = trace ? tree_ticks(pid, &threads) : -1;
+        if (trace && t_now >= t_last && w_now > w_last)
+            cpu_now = 100.0 * (double)(t_now - t_last) / hz / (w_now - w_last);
+        if (trace && tt) {
+            read_thread_ticks(pid, &tt[1]);
+            top = busiest_thread(&tt[0], &tt[1], w_now - w_last);
+            tt[0] = tt[1];
+        }
+        t_last = t_now;
+        w_last = w_now;
         for (int k = 0; k < ngpus; k++) {
             gpc_nvml_sample s;
             if (gpc_nvml_sample_device(g->nvml, gpus[k], &s) != GPC_OK) continue;
@@ -591,6 +713,9 @@ static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpu
             if (s.utilization_gpu < util_min[k]) util_min[k] = s.utilization_gpu;
             if (s.utilization_gpu > util_max[k]) util_max[k] = s.utilization_gpu;
             if ((double)s.memory_used > mem_max[k]) mem_max[k] = (double)s.memory_used;
+            if (trace && samples < cap)
+                diag_sample_gpu(g->nvml, gpus[k], &s, w_now - w_start, cpu_now, top,
+                                &trace[k * cap + samples]);
             total_mem[k] = s.memory_total;
             if (throttled(&s)) {
                 throttles[k]++;
@@ -602,6 +727,8 @@ static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpu
     double elapsed = gpc_time_seconds() - w_start;
     long long t_end = tree_ticks(pid, &threads);
     if (proc_stat(pid, NULL, NULL, NULL, NULL, 0) != 0) {
+        free(trace);
+        free(tt);
         finding(d, GPC_DOCTOR_PROBLEM, "process %d ended while it was watched", pid);
         advice(d, "look at its log for the error (gpc logs ID for a gpcd job)");
         return GPC_OK;
@@ -614,6 +741,7 @@ static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpu
             "resident %s",
             pid, cpu, cores, threads, gpc_format_bytes(rss_of(pid), human, sizeof human));
 
+    free(tt);
     int on_gpu = uses_cuda(pid);
     if (g->count == 0 || on_gpu == 0) {
         if (g->count == 0)
@@ -626,6 +754,7 @@ static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpu
                     "it keeps %.1f of %ld cores busy: I/O, locks or a serial part "
                     "limit it",
                     cpu / 100, cores);
+        free(trace);
         return GPC_OK;
     }
     for (int k = 0; k < ngpus; k++) {
@@ -644,7 +773,8 @@ static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpu
                       "(gradient accumulation); --recompute 1 or 2 trades compute for activation "
                       "memory; 'gpc plan --model dN --batch B' shows what fits");
         }
-        if (util < 60) {
+        if (trace) diag_report_gpu(d, gi, &trace[k * cap], samples < cap ? samples : cap);
+        if (util < 60 && !trace) {
             finding(d, GPC_DOCTOR_PROBLEM, "GPU %d: low utilisation, %.0f%% on average", gi, util);
             if (cpu >= 90)
                 advice(d,
@@ -671,6 +801,7 @@ static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpu
             throttle_advice(d, &worst[k]);
         }
     }
+    free(trace);
     return GPC_OK;
 }
 
