@@ -35,6 +35,9 @@ struct gpc_doctor {
     int gpu_opened; /* check_gpu_stack ran (NVML opened or found absent) */
     gpu_state gpu;
     const char *cause; /* the classifier's kind of the finding being made, else NULL */
+    /* every finding, for gpc_doctor_write_json */
+    struct doctor_record *records;
+    int nrecords, records_cap;
 };
 
 /* 1 when /proc/cpuinfo lists the flag (e.g. "avx2") for the first CPU. */
@@ -53,10 +56,50 @@ static int cpu_has_flag(const char *flag) {
     return found;
 }
 
+/* ------------------------------------------------------------- records */
+
+struct doctor_record {
+    gpc_doctor_kind kind;
+    char cause[32];
+    char text[1024];
+};
+
+/* Keeps a finding for JSON; a failed allocation drops it, never the run. */
+static void record(gpc_doctor *d, gpc_doctor_kind kind, const char *text) {
+    if (d->nrecords == d->records_cap) {
+        int cap = d->records_cap ? 2 * d->records_cap : 64;
+        struct doctor_record *grown = realloc(d->records, (size_t)cap * sizeof *grown);
+        if (!grown) return;
+        d->records = grown;
+        d->records_cap = cap;
+    }
+    struct doctor_record *r = &d->records[d->nrecords++];
+    r->kind = kind;
+    snprintf(r->cause, sizeof r->cause, "%s", d->cause ? d->cause : "");
+    snprintf(r->text, sizeof r->text, "%s", text);
+}
+
+static void json_string_out(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", f);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
 static void say(gpc_doctor *d, gpc_doctor_kind kind, const char *fmt, va_list ap) {
     char text[1024];
     vsnprintf(text, sizeof text, fmt, ap);
     if (kind == GPC_DOCTOR_PROBLEM) d->problems++;
+    record(d, kind, text);
     if (d->sink) d->sink(d->user, kind, text);
 }
 
@@ -824,6 +867,7 @@ gpc_status gpc_doctor_open(gpc_doctor_sink sink, void *user, gpc_doctor **out) {
 void gpc_doctor_close(gpc_doctor *d) {
     if (!d) return;
     if (d->gpu.nvml) gpc_nvml_close(d->gpu.nvml);
+    free(d->records);
     free(d);
 }
 
@@ -853,4 +897,67 @@ gpc_status gpc_doctor_watch(gpc_doctor *d, int pid, const int *gpus, int ngpus, 
 
 int gpc_doctor_problems(const gpc_doctor *d) {
     return d->problems;
+}
+
+/* ------------------------------------------------------ post-mortem, JSON */
+
+gpc_status gpc_doctor_run(gpc_doctor *d, const char *run, const char *log_path) {
+    gpc_diag_finding found[2 * GPC_DIAG_KIND_COUNT];
+    gpc_diag_run_summary sum;
+    int count = 0;
+    GPC_TRY(gpc_diag_run(run, log_path, &sum, found, 2 * GPC_DIAG_KIND_COUNT, &count));
+    finding(d, GPC_DOCTOR_SECTION, "run %s: %d step%s", run, sum.steps, sum.steps == 1 ? "" : "s");
+    if (sum.mfu >= 0)
+        finding(d, GPC_DOCTOR_INFO,
+                "throughput: %.3g TFLOP/s achieved (6N + 6LCT per token), MFU %.1f%% of %s's "
+                "%.0f TFLOP/s",
+                sum.achieved_flops / 1e12, 100 * sum.mfu,
+                sum.gpu_name[0] ? sum.gpu_name : "the GPU", sum.peak_flops / 1e12);
+    else if (sum.steps > 0)
+        finding(d, GPC_DOCTOR_INFO, "MFU not known: %s", sum.peak_note);
+    for (int i = 0; i < count; i++) {
+        d->cause = gpc_diag_kind_name(found[i].kind);
+        finding(d, GPC_DOCTOR_PROBLEM, "%s", found[i].text);
+        advice(d, "%s", found[i].remedy);
+        d->cause = NULL;
+    }
+    if (!sum.out_of_memory)
+        finding(d, GPC_DOCTOR_OK, "no out-of-memory error in its log%s",
+                count ? "" : ", and its metrics show no cause of slowness");
+    return GPC_OK;
+}
+
+gpc_status gpc_doctor_write_json(const gpc_doctor *d, const char *path) {
+    int to_stdout = !strcmp(path, "-");
+    FILE *f = to_stdout ? stdout : fopen(path, "w");
+    if (!f)
+        return gpc_error(GPC_ERR_IO, "cannot write %s: check the folder exists and is writable",
+                         path);
+    static const char *kinds[] = {"ok", "info", "problem", "advice", "section"};
+    fprintf(f, "{\"problems\": %d, \"findings\": [", d->problems);
+    int open_finding = 0, first = 1;
+    for (int i = 0; i < d->nrecords; i++) {
+        const struct doctor_record *r = &d->records[i];
+        if (r->kind == GPC_DOCTOR_ADVICE && open_finding) {
+            fputs(open_finding == 1 ? ", \"advice\": [" : ", ", f);
+            json_string_out(f, r->text);
+            open_finding = 2;
+            continue;
+        }
+        if (open_finding) fputs(open_finding == 2 ? "]}" : "}", f);
+        fprintf(f, "%s\n  {\"kind\": \"%s\", \"text\": ", first ? "" : ",",
+                (unsigned)r->kind < 5 ? kinds[r->kind] : "?");
+        json_string_out(f, r->text);
+        if (r->cause[0]) fprintf(f, ", \"cause\": \"%s\"", r->cause);
+        open_finding = 1;
+        first = 0;
+    }
+    if (open_finding) fputs(open_finding == 2 ? "]}" : "}", f);
+    fputs("\n]}\n", f);
+    int failed = ferror(f);
+    if (!to_stdout)
+        failed |= fclose(f) != 0;
+    else
+        fflush(f);
+    return failed ? gpc_error(GPC_ERR_IO, "writing %s failed (disk full?)", path) : GPC_OK;
 }
