@@ -53,6 +53,18 @@ int gpc_doctor_process_exists(int pid);
 gpc_status gpc_doctor_watch(gpc_doctor *doctor, int pid, const int *gpus, int ngpus,
                             double seconds);
 
+/* Post-mortem of a gpc train run folder (gpc/diagnose.h's gpc_diag_run):
+ * an out-of-memory end with what would fit, the run's MFU, and the causes
+ * its metrics show; log_path NULL finds the log in the folder. Bad folders
+ * are GPC_ERR_INVALID_ARG, saying why. */
+gpc_status gpc_doctor_run(gpc_doctor *doctor, const char *run, const char *log_path);
+
+/* Writes every finding so far as JSON to path ("-": stdout):
+ * {"problems": N, "findings": [{"kind": "problem", "text": "...",
+ * "cause": "launch_bound", "advice": ["..."]}, ...]}; "cause" only where
+ * the classifier named one; advice nested under the finding it follows. */
+gpc_status gpc_doctor_write_json(const gpc_doctor *doctor, const char *path);
+
 /* Findings of kind GPC_DOCTOR_PROBLEM so far. */
 int gpc_doctor_problems(const gpc_doctor *doctor);
 

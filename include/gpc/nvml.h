@@ -106,6 +106,22 @@ gpc_status gpc_nvml_sample_device(gpc_nvml *nvml, int index, gpc_nvml_sample *ou
  * gpc_nvml_sample_device. Readings the driver cannot give are -1; only a bad
  * index fails. */
 gpc_status gpc_nvml_sample_power(gpc_nvml *nvml, int index, gpc_nvml_power *out);
+/* How much of the GPU its kernels use, beyond NVML's "a kernel ran"
+ * utilisation. -1 where the driver has no value. */
+typedef struct {
+    double sm_active;     /* GPM: % of SMs busy (Hopper and newer) */
+    double sm_occupancy;  /* GPM: % of the warps the SMs can hold */
+    double tensor_active; /* GPM: % of time any tensor core worked */
+    double dram_bw;       /* GPM: % of the DRAM bandwidth */
+    double pcie_rx_mbs;   /* host to GPU, MB/s (nvmlDeviceGetPcieThroughput) */
+    double pcie_tx_mbs;   /* GPU to host, MB/s */
+} gpc_nvml_activity;
+
+/* Reads the activity of GPU index. GPM metrics are differences of two
+ * samples: the first call on a GPU primes them and returns -1 for the GPM
+ * fields; each later call covers the time since the one before. Only a
+ * bad index fails. */
+gpc_status gpc_nvml_sample_activity(gpc_nvml *nvml, int index, gpc_nvml_activity *out);
 /* The energy counter alone (one NVML call): joules since the driver
  * loaded, -1 when unknown (no counter, no NVML, an index it does not list).
  * gpc_energy_sustain (gpc/energy.h) measures a call's energy with it. */

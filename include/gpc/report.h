@@ -26,7 +26,9 @@ gpc_status gpc_report_create(gpc_report **out);
 void gpc_report_free(gpc_report *report);
 
 /* Reads RUN/metrics.jsonl and RUN/config.txt (config.txt may be absent).
- * Read gpc_report_warning after it, whatever it returns. */
+ * Read gpc_report_warning after it, whatever it returns. config.txt is
+ * read first, so gpc_report_config answers even when metrics.jsonl is
+ * missing or empty (a run that failed before its first step). */
 gpc_status gpc_report_read(gpc_report *report, const char *run);
 
 /* What was skipped while reading ("RUN/metrics.jsonl line 3 is
@@ -44,6 +46,10 @@ void gpc_report_set_alerts(gpc_report *report, const char *note, const char *con
 
 int gpc_report_steps(const gpc_report *report);
 double gpc_report_final_loss(const gpc_report *report);
+/* Field name ("ms", "tokens_per_s", "gpu_power_capped", ...) of metrics
+ * line row (0 = the first): NAN when the line lacks it, row is out of
+ * range or the name is not one of metrics.jsonl's fields. */
+double gpc_report_value(const gpc_report *report, int row, const char *name);
 
 /* Writes the page to path. */
 gpc_status gpc_report_write_html(const gpc_report *report, const char *path);

@@ -22,7 +22,7 @@
 #endif
 
 static void print_finding(void *user, gpc_doctor_kind kind, const char *text) {
-    (void)user;
+    if (user) return; /* --json -: stdout carries the JSON alone */
     if (kind == GPC_DOCTOR_ADVICE)
         printf("           -> %s\n", text);
     else if (kind == GPC_DOCTOR_SECTION)
@@ -82,26 +82,38 @@ int cmd_doctor(int argc, char **argv) {
     long long job = 0;
     int pid = -1; /* -1: not given */
     double seconds = 5;
+    const char *run = NULL, *log = NULL, *json = NULL;
     const cli_option options[] = {
         {"job", CLI_INT64, &job, "ID", "watch a running gpcd job"},
         {"pid", CLI_INT, &pid, "PID", "watch a running process (and its children)"},
         {"seconds", CLI_FLOAT, &seconds, "S", "how long to watch (default 5)"},
+        {"run", CLI_STRING, &run, "RUN",
+         "post-mortem of a gpc train run folder (no machine checks)"},
+        {"log", CLI_STRING, &log, "FILE", "the run's log for --run (default: a *.log in RUN)"},
+        {"json", CLI_STRING, &json, "FILE",
+         "also write the findings as JSON to FILE ('-': stdout)"},
         {0},
     };
     const cli_spec spec = {
         "doctor",
-        "doctor [--job ID | --pid PID] [--seconds S]",
+        "doctor [--job ID | --pid PID] [--seconds S] | --run RUN [--log FILE]; [--json FILE]",
         "Checks the machine: CPU, memory, OpenMP and OpenBLAS threads, disk, NVIDIA driver, "
         "CUDA runtime, NCCL, and each GPU's memory, temperature, clocks, throttle reasons, "
         "PCIe link and errors; with two or more GPUs an NCCL all-reduce against the link's "
         "rate. With --pid or --job it watches the process for a few seconds and says what "
-        "holds it back. Exit status 0: no problem found; 1: problems found (each with advice).",
+        "holds it back. With --run it reads a finished run folder: an out-of-memory end and "
+        "what would fit, its MFU, and what its metrics show. Exit status 0: no problem found; 1: "
+        "problems found (each with advice).",
         options,
         0,
         NULL,
         NULL};
     CLI_PARSE_OR_RETURN(&spec, argc, argv);
     if (job && pid > 0) return cli_usage_error("doctor", "give --job or --pid, not both");
+    if (run && (job || pid > 0))
+        return cli_usage_error("doctor",
+                               "--run reads a finished run: give it without --job or --pid");
+    if (log && !run) return cli_usage_error("doctor", "--log goes with --run RUN");
     if (job < 0) return cli_usage_error("doctor", "--job %lld is not a job id", job);
     if (pid == 0 || pid < -1) return cli_usage_error("doctor", "--pid %d is not a process id", pid);
     if (seconds <= 0 || seconds > 3600)
@@ -118,10 +130,19 @@ int cmd_doctor(int argc, char **argv) {
         return cli_usage_error("doctor", "no process with pid %d (is it still running?)", pid);
 
     gpc_doctor *d;
-    gpc_status st = gpc_doctor_open(print_finding, NULL, &d);
+    int quiet = json && !strcmp(json, "-");
+    gpc_status st = gpc_doctor_open(print_finding, quiet ? &quiet : NULL, &d);
     if (st) return cli_fail("doctor", st);
-    printf("gpc doctor: machine\n");
-    gpc_doctor_check_machine(d);
+    if (run) {
+        st = gpc_doctor_run(d, run, log);
+        if (st) {
+            gpc_doctor_close(d);
+            return cli_fail("doctor", st);
+        }
+    } else {
+        if (!quiet) printf("gpc doctor: machine\n");
+        gpc_doctor_check_machine(d);
+    }
     if (pid > 0) {
         st = gpc_doctor_watch(d, pid, job_gpus, njob_gpus, seconds);
         if (st) {
@@ -132,7 +153,10 @@ int cmd_doctor(int argc, char **argv) {
         }
     }
     int problems = gpc_doctor_problems(d);
+    if (json) st = gpc_doctor_write_json(d, json);
     gpc_doctor_close(d);
+    if (st) return cli_fail("doctor", st);
+    if (quiet) return problems ? CLI_EXIT_RUNTIME : CLI_EXIT_OK;
     if (problems)
         printf("\n%d problem%s found (see the advice under each)\n", problems,
                problems == 1 ? "" : "s");

@@ -73,6 +73,38 @@ typedef struct {
 #define NVML_NVLINK_MAX_LINKS 18
 #define NVML_EVENT_TYPE_XID_CRITICAL 0x8ull
 
+/* GPM (GPU performance monitoring, Hopper and newer): nvmlGpmMetricsGet_t
+ * and its parts as NVML's API reference declares them. The metrics array
+ * is sized by NVML_GPM_METRIC_MAX (98 in the headers that introduced
+ * GPM); the driver reads num_metrics entries, so a smaller count is fine. */
+typedef struct nvml_gpm_sample_st *nvml_gpm_sample;
+typedef struct {
+    unsigned int metric_id;
+    nvml_return nvml_return;
+    double value;
+    struct {
+        char *short_name, *long_name, *unit;
+    } info;
+} nvml_gpm_metric;
+typedef struct {
+    unsigned int version;
+    unsigned int num_metrics;
+    nvml_gpm_sample sample1, sample2;
+    nvml_gpm_metric metrics[98];
+} nvml_gpm_metrics_get;
+typedef struct {
+    unsigned int version;
+    unsigned int is_supported_device;
+} nvml_gpm_support;
+#define NVML_GPM_METRICS_GET_VERSION 1
+#define NVML_GPM_SUPPORT_VERSION 1
+#define NVML_GPM_METRIC_SM_UTIL 2
+#define NVML_GPM_METRIC_SM_OCCUPANCY 3
+#define NVML_GPM_METRIC_ANY_TENSOR_UTIL 5
+#define NVML_GPM_METRIC_DRAM_BW_UTIL 10
+#define NVML_PCIE_UTIL_TX_BYTES 0
+#define NVML_PCIE_UTIL_RX_BYTES 1
+
 /* The entry points, one pointer each; NULL when this driver lacks it. */
 typedef struct {
     nvml_return (*init)(void);
@@ -107,6 +139,12 @@ typedef struct {
     nvml_return (*event_set_wait)(nvml_event_set, nvml_event_data *, unsigned int);
     nvml_return (*event_set_free)(nvml_event_set);
     nvml_return (*compute_processes)(nvml_device, unsigned int *, void *);
+    nvml_return (*pcie_throughput)(nvml_device, int, unsigned int *);
+    nvml_return (*gpm_support)(nvml_device, nvml_gpm_support *);
+    nvml_return (*gpm_alloc)(nvml_gpm_sample *);
+    nvml_return (*gpm_free)(nvml_gpm_sample);
+    nvml_return (*gpm_get)(nvml_device, nvml_gpm_sample);
+    nvml_return (*gpm_metrics)(nvml_gpm_metrics_get *);
 } nvml_api;
 
 /* nvmlProcessInfo_t of nvmlDeviceGetComputeRunningProcesses_v2 and _v3 */
@@ -128,6 +166,10 @@ struct gpc_nvml {
     int64_t last_xid[GPC_NVML_MAX_DEVICES];
     int xid_registered[GPC_NVML_MAX_DEVICES];
     char driver[96];
+    /* GPM: the previous sample of each GPU (metrics are differences of
+     * two); gpm_state 0 untried, 1 supported, -1 not offered */
+    nvml_gpm_sample gpm_prev[GPC_NVML_MAX_DEVICES];
+    int gpm_state[GPC_NVML_MAX_DEVICES];
 };
 
 static void *nvml_symbol(void *library, const char *name, const char *fallback) {
@@ -173,6 +215,12 @@ static void nvml_load_api(void *library, nvml_api *api) {
     LOAD(event_set_free, "nvmlEventSetFree", NULL);
     LOAD(compute_processes, "nvmlDeviceGetComputeRunningProcesses_v3",
          "nvmlDeviceGetComputeRunningProcesses_v2");
+    LOAD(pcie_throughput, "nvmlDeviceGetPcieThroughput", NULL);
+    LOAD(gpm_support, "nvmlGpmQueryDeviceSupport", NULL);
+    LOAD(gpm_alloc, "nvmlGpmSampleAlloc", NULL);
+    LOAD(gpm_free, "nvmlGpmSampleFree", NULL);
+    LOAD(gpm_get, "nvmlGpmSampleGet", NULL);
+    LOAD(gpm_metrics, "nvmlGpmMetricsGet", NULL);
 }
 
 static const char *nvml_message(const gpc_nvml *nvml, nvml_return rc) {
@@ -267,6 +315,8 @@ gpc_status gpc_nvml_open(gpc_nvml **out) {
 void gpc_nvml_close(gpc_nvml *nvml) {
     if (!nvml) return;
     if (nvml->events && nvml->api.event_set_free) nvml->api.event_set_free(nvml->events);
+    for (unsigned i = 0; i < nvml->count && i < GPC_NVML_MAX_DEVICES; i++)
+        if (nvml->gpm_prev[i] && nvml->api.gpm_free) nvml->api.gpm_free(nvml->gpm_prev[i]);
     if (nvml->api.shutdown) nvml->api.shutdown();
     dlclose(nvml->library);
     free(nvml);
@@ -395,6 +445,72 @@ gpc_status gpc_nvml_sample_device(gpc_nvml *nvml, int index, gpc_nvml_sample *ou
     nvml_drain_xid(nvml);
     out->xid_count = nvml->xid_count[index];
     out->last_xid = nvml->last_xid[index];
+    return GPC_OK;
+}
+
+/* 1 when GPU index offers GPM, allocating its first sample on the way. */
+static int gpm_ready(gpc_nvml *nvml, int index) {
+    const nvml_api *a = &nvml->api;
+    if (nvml->gpm_state[index]) return nvml->gpm_state[index] > 0;
+    nvml->gpm_state[index] = -1;
+    if (!a->gpm_support || !a->gpm_alloc || !a->gpm_free || !a->gpm_get || !a->gpm_metrics)
+        return 0;
+    nvml_gpm_support support = {NVML_GPM_SUPPORT_VERSION, 0};
+    if (a->gpm_support(nvml->devices[index], &support) != NVML_SUCCESS ||
+        !support.is_supported_device)
+        return 0;
+    if (a->gpm_alloc(&nvml->gpm_prev[index]) != NVML_SUCCESS) return 0;
+    if (a->gpm_get(nvml->devices[index], nvml->gpm_prev[index]) != NVML_SUCCESS) {
+        a->gpm_free(nvml->gpm_prev[index]);
+        nvml->gpm_prev[index] = NULL;
+        return 0;
+    }
+    nvml->gpm_state[index] = 1;
+    return 0; /* primed: the first metrics come with the next call */
+}
+
+gpc_status gpc_nvml_sample_activity(gpc_nvml *nvml, int index, gpc_nvml_activity *out) {
+    out->sm_active = out->sm_occupancy = out->tensor_active = out->dram_bw = -1;
+    out->pcie_rx_mbs = out->pcie_tx_mbs = -1;
+    if (!nvml || index < 0 || (unsigned)index >= nvml->count)
+        return gpc_error(GPC_ERR_INVALID_ARG, "no GPU %d: NVML lists %d", index,
+                         nvml ? (int)nvml->count : 0);
+    const nvml_api *a = &nvml->api;
+    nvml_device dev = nvml->devices[index];
+    unsigned int kb = 0;
+    /* KB/s over the driver's last 20 ms window */
+    if (a->pcie_throughput && a->pcie_throughput(dev, NVML_PCIE_UTIL_RX_BYTES, &kb) == NVML_SUCCESS)
+        out->pcie_rx_mbs = kb / 1000.0;
+    if (a->pcie_throughput && a->pcie_throughput(dev, NVML_PCIE_UTIL_TX_BYTES, &kb) == NVML_SUCCESS)
+        out->pcie_tx_mbs = kb / 1000.0;
+    if (!gpm_ready(nvml, index)) return GPC_OK;
+    nvml_gpm_sample now = NULL;
+    if (a->gpm_alloc(&now) != NVML_SUCCESS) return GPC_OK;
+    if (a->gpm_get(dev, now) != NVML_SUCCESS) {
+        a->gpm_free(now);
+        return GPC_OK;
+    }
+    nvml_gpm_metrics_get *get = calloc(1, sizeof *get);
+    if (get) {
+        static const unsigned ids[] = {NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_SM_OCCUPANCY,
+                                       NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+                                       NVML_GPM_METRIC_DRAM_BW_UTIL};
+        double *values[] = {&out->sm_active, &out->sm_occupancy, &out->tensor_active,
+                            &out->dram_bw};
+        get->version = NVML_GPM_METRICS_GET_VERSION;
+        get->num_metrics = 4;
+        get->sample1 = nvml->gpm_prev[index];
+        get->sample2 = now;
+        for (int i = 0; i < 4; i++)
+            get->metrics[i].metric_id = ids[i];
+        if (a->gpm_metrics(get) == NVML_SUCCESS)
+            for (int i = 0; i < 4; i++)
+                if (get->metrics[i].nvml_return == NVML_SUCCESS) *values[i] = get->metrics[i].value;
+        free(get);
+    }
+    /* the newer sample starts the next interval */
+    a->gpm_free(nvml->gpm_prev[index]);
+    nvml->gpm_prev[index] = now;
     return GPC_OK;
 }
 

@@ -7,6 +7,7 @@
  */
 #include "gpc/doctor.h"
 
+#include "gpc/diagnose.h"
 #include "gpc/nvml.h"
 #include "tools/bench_cuda.h"
 
@@ -33,6 +34,10 @@ struct gpc_doctor {
     int problems;
     int gpu_opened; /* check_gpu_stack ran (NVML opened or found absent) */
     gpu_state gpu;
+    const char *cause; /* the classifier's kind of the finding being made, else NULL */
+    /* every finding, for gpc_doctor_write_json */
+    struct doctor_record *records;
+    int nrecords, records_cap;
 };
 
 /* 1 when /proc/cpuinfo lists the flag (e.g. "avx2") for the first CPU. */
@@ -51,10 +56,50 @@ static int cpu_has_flag(const char *flag) {
     return found;
 }
 
+/* ------------------------------------------------------------- records */
+
+struct doctor_record {
+    gpc_doctor_kind kind;
+    char cause[32];
+    char text[1024];
+};
+
+/* Keeps a finding for JSON; a failed allocation drops it, never the run. */
+static void record(gpc_doctor *d, gpc_doctor_kind kind, const char *text) {
+    if (d->nrecords == d->records_cap) {
+        int cap = d->records_cap ? 2 * d->records_cap : 64;
+        struct doctor_record *grown = realloc(d->records, (size_t)cap * sizeof *grown);
+        if (!grown) return;
+        d->records = grown;
+        d->records_cap = cap;
+    }
+    struct doctor_record *r = &d->records[d->nrecords++];
+    r->kind = kind;
+    snprintf(r->cause, sizeof r->cause, "%s", d->cause ? d->cause : "");
+    snprintf(r->text, sizeof r->text, "%s", text);
+}
+
+static void json_string_out(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", f);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
 static void say(gpc_doctor *d, gpc_doctor_kind kind, const char *fmt, va_list ap) {
     char text[1024];
     vsnprintf(text, sizeof text, fmt, ap);
     if (kind == GPC_DOCTOR_PROBLEM) d->problems++;
+    record(d, kind, text);
     if (d->sink) d->sink(d->user, kind, text);
 }
 
@@ -555,6 +600,106 @@ static int uses_cuda(int pid) {
     return found;
 }
 
+/* CPU ticks of every thread of the process tree under root, by thread id:
+ * the busiest thread tells a saturated launch loop from spread-out work. */
+typedef struct {
+    int tid[2048];
+    long long ticks[2048];
+    int count;
+} thread_ticks;
+
+static void read_thread_ticks(int root, thread_ticks *out) {
+    out->count = 0;
+    DIR *dir = opendir("/proc");
+    if (!dir) return;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (!isdigit((unsigned char)e->d_name[0])) continue;
+        int pid = atoi(e->d_name), up = pid;
+        for (int hops = 0; hops < 64 && up > 1 && up != root; hops++)
+            if (proc_stat(up, NULL, &up, NULL, NULL, 0) != 0) up = 0;
+        if (up != root) continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/task", pid);
+        DIR *tasks = opendir(path);
+        struct dirent *t;
+        while (tasks && (t = readdir(tasks)) && out->count < 2048) {
+            if (!isdigit((unsigned char)t->d_name[0])) continue;
+            char stat[320], buf[1024];
+            snprintf(stat, sizeof stat, "/proc/%d/task/%s/stat", pid, t->d_name);
+            FILE *f = fopen(stat, "r");
+            size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+            if (f) fclose(f);
+            buf[n] = 0;
+            const char *close = strrchr(buf, ')');
+            unsigned long utime, stime;
+            if (!close || sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+                                 &utime, &stime) != 2)
+                continue;
+            out->tid[out->count] = atoi(t->d_name);
+            out->ticks[out->count++] = (long long)(utime + stime);
+        }
+        if (tasks) closedir(tasks);
+    }
+    closedir(dir);
+}
+
+/* The busiest thread between two readings, % of one core. */
+static double busiest_thread(const thread_ticks *before, const thread_ticks *after,
+                             double seconds) {
+    long long most = 0;
+    for (int i = 0; i < after->count; i++)
+        for (int j = 0; j < before->count; j++)
+            if (before->tid[j] == after->tid[i] && after->ticks[i] - before->ticks[j] > most)
+                most = after->ticks[i] - before->ticks[j];
+    return seconds > 0 ? 100.0 * (double)most / (double)sysconf(_SC_CLK_TCK) / seconds : -1;
+}
+
+/* One interval of GPU gi as the classifier reads it. */
+static void diag_sample_gpu(gpc_nvml *nvml, int gi, const gpc_nvml_sample *s, double t, double cpu,
+                            double top, gpc_diag_sample *out) {
+    gpc_diag_sample_clear(out);
+    out->t = t;
+    out->util = s->utilization_gpu;
+    out->memory_frac = s->memory_total ? (double)s->memory_used / (double)s->memory_total : -1;
+    out->temperature_c = s->temperature_c;
+    if (s->throttle_reasons >= 0) {
+        uint64_t bits = (uint64_t)s->throttle_reasons;
+        out->power_capped =
+            throttled(s) &&
+            (bits & (GPC_NVML_THROTTLE_SW_POWER_CAP | GPC_NVML_THROTTLE_HW_POWER_BRAKE));
+        out->thermal_capped =
+            (bits & (GPC_NVML_THROTTLE_SW_THERMAL | GPC_NVML_THROTTLE_HW_THERMAL)) != 0;
+    }
+    out->cpu_process = cpu;
+    out->cpu_top_thread = top;
+    gpc_nvml_activity a;
+    if (gpc_nvml_sample_activity(nvml, gi, &a) == GPC_OK) {
+        out->sm_active = a.sm_active;
+        out->sm_occupancy = a.sm_occupancy;
+        out->tensor_active = a.tensor_active;
+        out->dram_bw = a.dram_bw;
+        out->pcie_rx_mbs = a.pcie_rx_mbs;
+        out->pcie_tx_mbs = a.pcie_tx_mbs;
+    }
+}
+
+/* The classifier's findings for GPU gi: the cause of low use and
+ * communication (memory, power and heat have their own lines above). */
+static void diag_report_gpu(gpc_doctor *d, int gi, const gpc_diag_sample *samples, int n) {
+    gpc_diag_finding found[GPC_DIAG_KIND_COUNT];
+    int count = gpc_diagnose(samples, n, found, GPC_DIAG_KIND_COUNT);
+    for (int i = 0; i < count; i++) {
+        gpc_diag_kind k = found[i].kind;
+        if (k == GPC_DIAG_MEMORY_FULL || k == GPC_DIAG_POWER_CAPPED || k == GPC_DIAG_THERMAL)
+            continue;
+        d->cause = gpc_diag_kind_name(k);
+        finding(d, GPC_DOCTOR_PROBLEM, "GPU %d: %s", gi, found[i].text);
+        advice(d, "%s", found[i].remedy);
+        d->cause = NULL;
+    }
+}
+
 static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpus, int njob_gpus,
                         double seconds) {
     char comm[64] = "?", human[32], human2[32];
@@ -582,8 +727,28 @@ static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpu
     int threads = 0;
     long long t_start = tree_ticks(pid, &threads);
     double w_start = gpc_time_seconds(), step = 0.25;
+    /* the classifier's trace: per GPU, one sample per interval */
+    int cap = (int)(seconds / step) + 8;
+    gpc_diag_sample *trace = ngpus ? malloc((size_t)ngpus * (size_t)cap * sizeof *trace) : NULL;
+    for (int i = 0; trace && i < ngpus * cap; i++)
+        gpc_diag_sample_clear(&trace[i]);
+    thread_ticks *tt = malloc(2 * sizeof *tt);
+    if (tt) read_thread_ticks(pid, &tt[0]);
+    long long t_last = t_start;
+    double w_last = w_start;
     while (gpc_time_seconds() - w_start < seconds) {
         usleep((useconds_t)(step * 1e6));
+        double w_now = gpc_time_seconds(), top = -1, cpu_now = -1;
+        long long t_now = trace ? tree_ticks(pid, &threads) : -1;
+        if (trace && t_now >= t_last && w_now > w_last)
+            cpu_now = 100.0 * (double)(t_now - t_last) / hz / (w_now - w_last);
+        if (trace && tt) {
+            read_thread_ticks(pid, &tt[1]);
+            top = busiest_thread(&tt[0], &tt[1], w_now - w_last);
+            tt[0] = tt[1];
+        }
+        t_last = t_now;
+        w_last = w_now;
         for (int k = 0; k < ngpus; k++) {
             gpc_nvml_sample s;
             if (gpc_nvml_sample_device(g->nvml, gpus[k], &s) != GPC_OK) continue;
@@ -591,6 +756,9 @@ static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpu
             if (s.utilization_gpu < util_min[k]) util_min[k] = s.utilization_gpu;
             if (s.utilization_gpu > util_max[k]) util_max[k] = s.utilization_gpu;
             if ((double)s.memory_used > mem_max[k]) mem_max[k] = (double)s.memory_used;
+            if (trace && samples < cap)
+                diag_sample_gpu(g->nvml, gpus[k], &s, w_now - w_start, cpu_now, top,
+                                &trace[k * cap + samples]);
             total_mem[k] = s.memory_total;
             if (throttled(&s)) {
                 throttles[k]++;
@@ -602,6 +770,8 @@ static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpu
     double elapsed = gpc_time_seconds() - w_start;
     long long t_end = tree_ticks(pid, &threads);
     if (proc_stat(pid, NULL, NULL, NULL, NULL, 0) != 0) {
+        free(trace);
+        free(tt);
         finding(d, GPC_DOCTOR_PROBLEM, "process %d ended while it was watched", pid);
         advice(d, "look at its log for the error (gpc logs ID for a gpcd job)");
         return GPC_OK;
@@ -614,6 +784,7 @@ static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpu
             "resident %s",
             pid, cpu, cores, threads, gpc_format_bytes(rss_of(pid), human, sizeof human));
 
+    free(tt);
     int on_gpu = uses_cuda(pid);
     if (g->count == 0 || on_gpu == 0) {
         if (g->count == 0)
@@ -626,6 +797,7 @@ static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpu
                     "it keeps %.1f of %ld cores busy: I/O, locks or a serial part "
                     "limit it",
                     cpu / 100, cores);
+        free(trace);
         return GPC_OK;
     }
     for (int k = 0; k < ngpus; k++) {
@@ -644,7 +816,8 @@ static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpu
                       "(gradient accumulation); --recompute 1 or 2 trades compute for activation "
                       "memory; 'gpc plan --model dN --batch B' shows what fits");
         }
-        if (util < 60) {
+        if (trace) diag_report_gpu(d, gi, &trace[k * cap], samples < cap ? samples : cap);
+        if (util < 60 && !trace) {
             finding(d, GPC_DOCTOR_PROBLEM, "GPU %d: low utilisation, %.0f%% on average", gi, util);
             if (cpu >= 90)
                 advice(d,
@@ -671,6 +844,7 @@ static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpu
             throttle_advice(d, &worst[k]);
         }
     }
+    free(trace);
     return GPC_OK;
 }
 
@@ -693,6 +867,7 @@ gpc_status gpc_doctor_open(gpc_doctor_sink sink, void *user, gpc_doctor **out) {
 void gpc_doctor_close(gpc_doctor *d) {
     if (!d) return;
     if (d->gpu.nvml) gpc_nvml_close(d->gpu.nvml);
+    free(d->records);
     free(d);
 }
 
@@ -722,4 +897,67 @@ gpc_status gpc_doctor_watch(gpc_doctor *d, int pid, const int *gpus, int ngpus, 
 
 int gpc_doctor_problems(const gpc_doctor *d) {
     return d->problems;
+}
+
+/* ------------------------------------------------------ post-mortem, JSON */
+
+gpc_status gpc_doctor_run(gpc_doctor *d, const char *run, const char *log_path) {
+    gpc_diag_finding found[2 * GPC_DIAG_KIND_COUNT];
+    gpc_diag_run_summary sum;
+    int count = 0;
+    GPC_TRY(gpc_diag_run(run, log_path, &sum, found, 2 * GPC_DIAG_KIND_COUNT, &count));
+    finding(d, GPC_DOCTOR_SECTION, "run %s: %d step%s", run, sum.steps, sum.steps == 1 ? "" : "s");
+    if (sum.mfu >= 0)
+        finding(d, GPC_DOCTOR_INFO,
+                "throughput: %.3g TFLOP/s achieved (6N + 6LCT per token), MFU %.1f%% of %s's "
+                "%.0f TFLOP/s",
+                sum.achieved_flops / 1e12, 100 * sum.mfu,
+                sum.gpu_name[0] ? sum.gpu_name : "the GPU", sum.peak_flops / 1e12);
+    else if (sum.steps > 0)
+        finding(d, GPC_DOCTOR_INFO, "MFU not known: %s", sum.peak_note);
+    for (int i = 0; i < count; i++) {
+        d->cause = gpc_diag_kind_name(found[i].kind);
+        finding(d, GPC_DOCTOR_PROBLEM, "%s", found[i].text);
+        advice(d, "%s", found[i].remedy);
+        d->cause = NULL;
+    }
+    if (!sum.out_of_memory)
+        finding(d, GPC_DOCTOR_OK, "no out-of-memory error in its log%s",
+                count ? "" : ", and its metrics show no cause of slowness");
+    return GPC_OK;
+}
+
+gpc_status gpc_doctor_write_json(const gpc_doctor *d, const char *path) {
+    int to_stdout = !strcmp(path, "-");
+    FILE *f = to_stdout ? stdout : fopen(path, "w");
+    if (!f)
+        return gpc_error(GPC_ERR_IO, "cannot write %s: check the folder exists and is writable",
+                         path);
+    static const char *kinds[] = {"ok", "info", "problem", "advice", "section"};
+    fprintf(f, "{\"problems\": %d, \"findings\": [", d->problems);
+    int open_finding = 0, first = 1;
+    for (int i = 0; i < d->nrecords; i++) {
+        const struct doctor_record *r = &d->records[i];
+        if (r->kind == GPC_DOCTOR_ADVICE && open_finding) {
+            fputs(open_finding == 1 ? ", \"advice\": [" : ", ", f);
+            json_string_out(f, r->text);
+            open_finding = 2;
+            continue;
+        }
+        if (open_finding) fputs(open_finding == 2 ? "]}" : "}", f);
+        fprintf(f, "%s\n  {\"kind\": \"%s\", \"text\": ", first ? "" : ",",
+                (unsigned)r->kind < 5 ? kinds[r->kind] : "?");
+        json_string_out(f, r->text);
+        if (r->cause[0]) fprintf(f, ", \"cause\": \"%s\"", r->cause);
+        open_finding = 1;
+        first = 0;
+    }
+    if (open_finding) fputs(open_finding == 2 ? "]}" : "}", f);
+    fputs("\n]}\n", f);
+    int failed = ferror(f);
+    if (!to_stdout)
+        failed |= fclose(f) != 0;
+    else
+        fflush(f);
+    return failed ? gpc_error(GPC_ERR_IO, "writing %s failed (disk full?)", path) : GPC_OK;
 }

@@ -583,9 +583,10 @@ gpc_status gpc_report_read(gpc_report *r, const char *run) {
     free(r->run);
     r->run = strdup(run);
     if (!r->run) return gpc_error(GPC_ERR_NOMEM, "out of memory reading %s", run);
-    GPC_TRY(load_metrics(run, r));
+    /* config.txt first: a run that ended before its first step still has
+     * its settings (gpc doctor --run reads them after an out-of-memory end) */
     load_config(run, r);
-    return GPC_OK;
+    return load_metrics(run, r);
 }
 
 const char *gpc_report_warning(const gpc_report *r) {
@@ -605,6 +606,40 @@ void gpc_report_set_alerts(gpc_report *r, const char *note, const char *const *a
 
 int gpc_report_steps(const gpc_report *r) {
     return r->count;
+}
+
+double gpc_report_value(const gpc_report *r, int row, const char *name) {
+    static const char *names[] = {"step",
+                                  "loss",
+                                  "val_loss",
+                                  "lr",
+                                  "grad_norm",
+                                  "tokens_per_s",
+                                  "ms",
+                                  "tokens",
+                                  "memory",
+                                  "gpu_power_w",
+                                  "gpu_sm_clock_mhz",
+                                  "gpu_power_capped",
+                                  "gpu_step_energy_j"};
+    if (row < 0 || row >= r->count || !name) return NAN;
+    const report_row *x = &r->rows[row];
+    const double values[] = {x->step,
+                             x->loss,
+                             x->val_loss,
+                             x->lr,
+                             x->grad_norm,
+                             x->tokens_per_s,
+                             x->ms,
+                             x->tokens,
+                             x->memory,
+                             x->gpu_power_w,
+                             x->gpu_sm_clock_mhz,
+                             x->gpu_power_capped,
+                             x->gpu_step_energy_j};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(names[i], name)) return values[i];
+    return NAN;
 }
 
 double gpc_report_final_loss(const gpc_report *r) {
