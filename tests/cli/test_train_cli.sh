@@ -122,6 +122,23 @@ grep -q "banana" "$work/err" && fail "the flags did not come first: $(grep banan
 expect 1 "train missing data dir" -- "$GPC" train --data "$work/nope" --out "$run" --device cpu
 expect 1 "train --resume with nothing to resume" -- "$GPC" train --data "$data" --out "$work/none" \
   --resume --device cpu
+# a CPU run larger than the memory free now is refused before anything is
+# allocated or written, with the planned size (gpc plan's total and the batch
+# buffers); before, it started and died of an allocation or the OOM killer
+expect 1 "train larger than free memory" -- "$GPC" train --data "$data" --out "$work/huge" \
+  --model d2 --context 1048576 --batch 64 --device cpu
+[[ -e "$work/huge" ]] && fail "a run refused for memory created its folder"
+"$GPC" plan --model d2 --context 1048576 --batch 64 --precision fp32 --vocab 300 --device cpu \
+  --json "$work/plan.json" >/dev/null || fail "gpc plan --device cpu failed"
+python3 - "$work/err" "$work/plan.json" <<'EOF' || fail "memory refusal: $(cat "$work/err")"
+import json, re, sys
+line = open(sys.argv[1]).read()
+m = re.search(r"needs about ([0-9.]+) GiB of host memory, more than this machine has free, "
+              r"([0-9.]+) GiB: use a smaller --context", line)
+assert m, line
+want = (json.load(open(sys.argv[2]))["total"] + 6 * 64 * 1048576 * 4) / 2**30
+assert abs(float(m.group(1)) - want) < 0.06, (m.group(1), want)
+EOF
 
 # ---- a tiny run end to end
 train=("$GPC" train --data "$data" --out "$run" --layers 2 --heads 2 --channels 32 --context 32
