@@ -16,11 +16,6 @@ RUN=${RUN:-runs/fortunes}
 STEPS=${STEPS:-600}
 CORPUS=${CORPUS:-/usr/share/games/fortunes}
 
-# libgomp's worker threads spin after each parallel loop by default, and
-# OpenBLAS runs its own threads for the GEMMs in between: on 2 cores the
-# spinning threads take the cores from the GEMM (measured: 5x slower steps).
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-
 if [[ ! -x "$GPC" ]]; then
   echo "main-job: error: $GPC is missing; build it first (make)" >&2
   exit 1
