@@ -294,14 +294,15 @@ static gpc_status write_config(const trainer *t) {
              "accumulation_steps=%d\nsteps=%d\nlr=%g\nwarmup=%d\nmin_lr_ratio=%g\n"
              "weight_decay=%g\nmax_grad_norm=%g\neval_every=%d\neval_batches=%d\n"
              "checkpoint_every=%d\nseed=%llu\ndevice=%s\nprecision=%s\nrecompute=%d\n"
-             "gpu_name=%s\ngpcd_job=%s\n",
+             "%s_name=%s\ngpcd_job=%s\n",
              t->o->data_dir, s->config.layers, s->config.heads, s->config.channels,
              s->config.max_context, s->config.vocab_size, s->config.padded_vocab,
              gpt_config_num_params(&s->config), s->B, (long long)s->total_batch, s->accumulation,
              s->steps, s->schedule.lr, s->schedule.warmup, s->schedule.min_lr_ratio,
              s->weight_decay, s->max_grad_norm, s->eval_every, s->eval_batches, s->checkpoint_every,
              (unsigned long long)s->seed, gpc_device_name(t->o->device),
-             gpc_dtype_name(s->precision), s->recompute, device_name,
+             gpc_dtype_name(s->precision), s->recompute,
+             t->o->device.type == GPC_DEVICE_CPU ? "cpu" : "gpu", device_name,
              gpc_setting_given("GPC_JOB_ID") ? gpc_setting_given("GPC_JOB_ID") : "");
     return write_text(path, text);
 }
