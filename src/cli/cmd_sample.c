@@ -111,13 +111,14 @@ static gpc_status run(const char *run_dir, const char *prompt, size_t prompt_len
         fflush(stdout);
         /* the first token pays for the prompt; the rate is of those after it */
         double first = out.first > 0 ? out.first - t0 : dt, rest = dt - first;
-        if (s == GPC_OK)
+        if (s == GPC_OK) {
             fprintf(stderr,
                     "sample: %zu tokens in %.2f s: a prompt of %zu and the first token in %.2f s, "
                     "then %.1f tokens/s\n",
                     made, dt, count ? count : 1, first,
                     made > 1 && rest > 0 ? (double)(made - 1) / rest : 0.0);
-        if (s == GPC_OK) report_stop(&r, &o, config.max_context);
+            report_stop(&r, &o, config.max_context);
+        }
     }
     gpc_free(tokens);
     gpt_free(model);

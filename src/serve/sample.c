@@ -116,10 +116,9 @@ gpc_status gpc_generate_run(gpt_model *m, const uint32_t *prompt, size_t prompt_
                             const gpc_generate_options *o, gpc_rng *rng,
                             gpc_generate_callback callback, void *user,
                             gpc_generate_result *result) {
-    gpc_generate_result ignored;
+    gpc_generate_result ignored = {0, GPC_GENERATE_TOKEN_LIMIT, 0};
     gpc_generate_result *r = result ? result : &ignored;
-    memset(r, 0, sizeof *r);
-    r->stop = GPC_GENERATE_TOKEN_LIMIT;
+    *r = ignored;
     if (prompt_len == 0)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "generation needs a prompt of at least one token (the end-of-text token "
