@@ -8,7 +8,8 @@
  * GPC_LOCAL_WORLD_SIZE, GPC_NODE_RANK, GPC_MASTER_ADDR and GPC_MASTER_PORT
  * (and the RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT names other
  * tools read), and NCCL_NVLS_ENABLE=0: NVLink multicast stays off on the
- * shared servers gpc runs on.
+ * shared servers gpc runs on. Without OMP_NUM_THREADS, each gets cores/N
+ * OpenMP threads, so the processes do not oversubscribe the node's cores.
  *
  * Failure: when a process exits with a non-zero status or a signal, the
  * others are sent SIGTERM (the trainer checkpoints and stops), then SIGKILL
@@ -22,8 +23,8 @@
  * CPU runs: gpc's CPU collectives are MPI's, whose processes only mpirun can
  * start and wire together. When COMMAND is gpc and its --device (default
  * auto) comes to the CPU, gpc launch becomes `mpirun -np N COMMAND...`
- * instead (Open MPI found on PATH; one node), with each rank given
- * cores/N OpenMP threads unless OMP_NUM_THREADS is set. mpirun then stops
+ * instead (Open MPI found on PATH; one node), with the same cores/N
+ * OpenMP threads a rank. mpirun then stops
  * the others when one fails, and forwards SIGINT and SIGTERM.
  */
 #define _GNU_SOURCE
@@ -131,6 +132,15 @@ static void stop_all(child *c, int n) {
     }
 }
 
+/* The processes of this node share its cores: each gets cores/nproc OpenMP
+ * threads (at least one) unless OMP_NUM_THREADS says otherwise, instead of
+ * each starting one thread per core. */
+static void share_cores(int nproc) {
+    if (getenv("OMP_NUM_THREADS")) return;
+    int cores = gpc_host_cores_available();
+    set_int("OMP_NUM_THREADS", cores / nproc > 1 ? cores / nproc : 1);
+}
+
 /* Whether COMMAND is a gpc command whose device comes to the CPU: argv0
  * named gpc or this very binary, and --device cpu, or auto on a machine
  * without a GPU. */
@@ -220,10 +230,7 @@ static int exec_mpirun(int nproc, int nnodes, char **cmd) {
         setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
     }
     setenv("OMPI_MCA_plm_rsh_agent", "", 0); /* one node: no ssh */
-    if (!getenv("OMP_NUM_THREADS")) {        /* the cores shared, not each rank all of them */
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        set_int("OMP_NUM_THREADS", cores / nproc > 1 ? cores / nproc : 1);
-    }
+    share_cores(nproc);
     fflush(NULL);
     execv(mpirun, args);
     fprintf(stderr, "gpc launch: error: cannot run %s: %s\n", mpirun, strerror(errno));
@@ -337,6 +344,7 @@ int cmd_launch(int argc, char **argv) {
             setenv("MASTER_ADDR", addr, 1);
             set_int("MASTER_PORT", port);
             setenv("NCCL_NVLS_ENABLE", "0", 1);
+            share_cores(nproc);
             execvp(argv[dash + 1], argv + dash + 1);
             fprintf(stderr, "gpc launch: error: rank %d cannot run '%s': %s\n", rank,
                     argv[dash + 1], strerror(errno));
