@@ -24,8 +24,8 @@
  * start and wire together. When COMMAND is gpc and its --device (default
  * auto) comes to the CPU, gpc launch becomes `mpirun -np N COMMAND...`
  * instead (Open MPI found on PATH; one node), with the same cores/N
- * OpenMP threads a rank. mpirun then stops
- * the others when one fails, and forwards SIGINT and SIGTERM.
+ * OpenMP threads a rank. mpirun then stops the others when one fails, and
+ * forwards SIGINT and SIGTERM.
  */
 #define _GNU_SOURCE
 #include <errno.h>
