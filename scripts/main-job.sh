@@ -5,7 +5,8 @@
 # generated sample. Sized to finish in a few minutes on 2 cores.
 #
 # Environment: GPC (the gpc binary, default build/gpc), DATA (default
-# data/fortunes), RUN (default runs/fortunes), STEPS (default 600).
+# data/fortunes), RUN (default runs/fortunes), STEPS (default 600), CORPUS
+# (default /usr/share/games/fortunes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,12 +14,7 @@ GPC=${GPC:-build/gpc}
 DATA=${DATA:-data/fortunes}
 RUN=${RUN:-runs/fortunes}
 STEPS=${STEPS:-600}
-CORPUS=/usr/share/games/fortunes
-
-# libgomp's worker threads spin after each parallel loop by default, and
-# OpenBLAS runs its own threads for the GEMMs in between: on 2 cores the
-# spinning threads take the cores from the GEMM (measured: 5x slower steps).
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+CORPUS=${CORPUS:-/usr/share/games/fortunes}
 
 if [[ ! -x "$GPC" ]]; then
   echo "main-job: error: $GPC is missing; build it first (make)" >&2
@@ -49,8 +45,10 @@ echo "== train: a 4-layer GPT (d4: 4 heads, 256 channels, context 128) for $STEP
   --device cpu --seed 1337
 t2=$(seconds)
 
-echo "== sample: gpc sample --run $RUN --tokens 120"
-"$GPC" sample --run "$RUN" --tokens 120 --seed 1337 --device cpu
+# A fortune is a few dozen tokens: --min-tokens goes on past the first
+# end-of-text so the sample shows several lines.
+echo "== sample: gpc sample --run $RUN --tokens 300 --min-tokens 150"
+"$GPC" sample --run "$RUN" --tokens 300 --min-tokens 150 --seed 1337 --device cpu
 t3=$(seconds)
 
 echo "== timings: data $(elapsed "$t0" "$t1") s, train $(elapsed "$t1" "$t2") s, sample $(elapsed "$t2" "$t3") s"

@@ -227,6 +227,13 @@ size_t gpc_host_memory_available(void);
  * usage, each NULL or a file holding a byte count ("max": no limit). */
 size_t gpc_host_memory_available_from(const char *meminfo, const char *limit, const char *usage);
 
+/* CPU cores this process may use: those of its affinity mask, fewer when its
+ * cgroup's CPU quota (v2 cpu.max) allows less. At least 1. */
+int gpc_host_cores_available(void);
+/* The same from given values (tests): affinity cores, and a file like
+ * cpu.max ("200000 100000": 2 cores; "max 100000": no quota) or NULL. */
+int gpc_host_cores_available_from(int affinity, const char *cpu_max);
+
 /* ----------------------------------------------------------------- units */
 
 /* Parses a size such as "40G", "512MiB", "1.5K" or "4096" (powers of 1024). */

@@ -42,6 +42,14 @@ void gpc_doctor_close(gpc_doctor *doctor);
 /* The host, the GPU stack, each GPU, then the all-reduce (two or more GPUs). */
 void gpc_doctor_check_machine(gpc_doctor *doctor);
 
+/* The OpenMP finding of the host check, from given figures (tests): the
+ * threads a parallel loop starts, OMP_NUM_THREADS (NULL: unset), the cores
+ * this process may use, the 1-minute load average and OMP_WAIT_POLICY. A
+ * problem when the threads exceed the cores, or the load plus the threads
+ * exceeds the cores by more than one (other work already holds them). */
+void gpc_doctor_check_threads(gpc_doctor *doctor, int threads, const char *omp_env, int cores,
+                              double load, const char *wait_policy);
+
 /* 1 when a process with this id exists (also when it is another user's). */
 int gpc_doctor_process_exists(int pid);
 

@@ -31,11 +31,26 @@ typedef struct {
     int top_k;          /* default 40; 0 for all */
     float top_p;        /* default 1 (off): nucleus sampling over probability top_p */
     int64_t stop_token; /* generation ends when this is drawn (not emitted); -1: never */
+    int min_tokens;     /* stop_token is drawn again, not obeyed, before this many tokens;
+                           default 0 */
     int kv_cache;       /* default 1: keep keys and values, run one position a step;
                            0: recompute the whole window every step */
 } gpc_generate_options;
 
 void gpc_generate_options_init(gpc_generate_options *options);
+
+/* Why a generation ended. */
+typedef enum {
+    GPC_GENERATE_TOKEN_LIMIT = 0, /* max_tokens were generated */
+    GPC_GENERATE_END_OF_TEXT,     /* the stop token was drawn */
+    GPC_GENERATE_CALLBACK,        /* the callback asked to stop */
+} gpc_generate_stop;
+
+typedef struct {
+    size_t generated;       /* tokens emitted */
+    gpc_generate_stop stop; /* why it ended (meaningless on an error) */
+    int window_drops;       /* times the text filled the context and the window slid */
+} gpc_generate_result;
 
 /* Tokens the generation window drops when it is full: a quarter of the
  * context (at least one), so a token always sees at least 3/4 of it. */
@@ -56,6 +71,12 @@ typedef int (*gpc_generate_callback)(void *user, uint32_t token);
 gpc_status gpc_generate(gpt_model *model, const uint32_t *prompt, size_t prompt_len,
                         const gpc_generate_options *options, gpc_rng *rng,
                         gpc_generate_callback callback, void *user, size_t *generated);
+/* gpc_generate that also says why it stopped and whether the text outgrew the
+ * context (result optional). */
+gpc_status gpc_generate_run(gpt_model *model, const uint32_t *prompt, size_t prompt_len,
+                            const gpc_generate_options *options, gpc_rng *rng,
+                            gpc_generate_callback callback, void *user,
+                            gpc_generate_result *result);
 
 #ifdef __cplusplus
 }

@@ -17,7 +17,11 @@
  * at the grid points, an eigenvector of the discrete operator: after s steps
  * it is lambda^s times itself, lambda = 1 - 4 r (sin^2(kx pi h / 2) +
  * sin^2(ky pi h / 2) + sin^2(kz pi h / 2)), h = 1 / (n + 1), which
- * gpc_stencil_error compares against.
+ * gpc_stencil_error compares against: it checks the solver computes its
+ * scheme. The heat equation itself takes the mode to exp(-alpha pi^2 (kx^2 +
+ * ky^2 + kz^2) t) times itself; gpc_stencil_heat_error compares against
+ * that, which measures the scheme's own error (second order in h at a fixed
+ * r, the time step's included, since dt = r h^2 / alpha).
  */
 #ifndef GPC_STENCIL_H
 #define GPC_STENCIL_H
@@ -61,10 +65,20 @@ double gpc_stencil_at(const gpc_stencil *s, int x, int y, int z);
 double gpc_stencil_lambda(const gpc_stencil_config *config);
 
 /* max |u - lambda^s u0| / max |u0| over the grid: how far the field is
- * from the exact evolution of its starting mode, against the starting
+ * from the discrete operator's exact evolution of its starting mode (the
+ * decay the scheme itself should give), against the starting
  * amplitude (rounding puts a little of every other mode in, which a high
  * mode's fast decay leaves behind). */
 double gpc_stencil_error(const gpc_stencil *s);
+
+/* exp(-pi^2 (kx^2 + ky^2 + kz^2) r h^2 steps): the factor the heat
+ * equation's exact solution has multiplied the starting mode by after
+ * `steps` steps of time alpha dt = r h^2 each. */
+double gpc_stencil_heat_decay(const gpc_stencil_config *config, int64_t steps);
+
+/* max |u - gpc_stencil_heat_decay * u0| / max |u0|: how far the field is
+ * from the heat equation's exact solution at the same time. */
+double gpc_stencil_heat_error(const gpc_stencil *s);
 
 #ifdef __cplusplus
 }

@@ -72,6 +72,11 @@ int cli_usage_error(const char *command, const char *fmt, ...)
  * gpc_dtype). Returns 0, or prints the usage error and returns 2. */
 int cli_precision(const char *command, const char *value, int *dtype);
 
+/* Before a command runs: OpenMP's passive wait policy unless the user chose
+ * one (gpc executes itself again to set it: src/cli/openmp.c says why) and
+ * no more threads than the cores this process may use. */
+void cli_openmp_setup(char **argv);
+
 /* Human-readable sizes and durations: "1.5 GiB", "3m12s". */
 const char *cli_format_bytes(double bytes, char *buf, size_t size);
 const char *cli_format_duration(double seconds, char *buf, size_t size);

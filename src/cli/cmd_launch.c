@@ -8,7 +8,8 @@
  * GPC_LOCAL_WORLD_SIZE, GPC_NODE_RANK, GPC_MASTER_ADDR and GPC_MASTER_PORT
  * (and the RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT names other
  * tools read), and NCCL_NVLS_ENABLE=0: NVLink multicast stays off on the
- * shared servers gpc runs on.
+ * shared servers gpc runs on. Without OMP_NUM_THREADS, each gets cores/N
+ * OpenMP threads, so the processes do not oversubscribe the node's cores.
  *
  * Failure: when a process exits with a non-zero status or a signal, the
  * others are sent SIGTERM (the trainer checkpoints and stops), then SIGKILL
@@ -18,6 +19,13 @@
  * and stopped the same way. SIGINT and SIGTERM to the launcher go to every
  * process. Each process leads its own process group, so whatever it starts
  * is stopped with it.
+ *
+ * CPU runs: gpc's CPU collectives are MPI's, whose processes only mpirun can
+ * start and wire together. When COMMAND is gpc and its --device (default
+ * auto) comes to the CPU, gpc launch becomes `mpirun -np N COMMAND...`
+ * instead (Open MPI found on PATH; one node), with the same cores/N
+ * OpenMP threads a rank. mpirun then stops the others when one fails, and
+ * forwards SIGINT and SIGTERM.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -27,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -123,6 +132,113 @@ static void stop_all(child *c, int n) {
     }
 }
 
+/* The processes of this node share its cores: each gets cores/nproc OpenMP
+ * threads (at least one) unless OMP_NUM_THREADS says otherwise, instead of
+ * each starting one thread per core. */
+static void share_cores(int nproc) {
+    if (getenv("OMP_NUM_THREADS")) return;
+    int cores = gpc_host_cores_available();
+    set_int("OMP_NUM_THREADS", cores / nproc > 1 ? cores / nproc : 1);
+}
+
+/* Whether COMMAND is a gpc command whose device comes to the CPU: argv0
+ * named gpc or this very binary, and --device cpu, or auto on a machine
+ * without a GPU. */
+static int is_cpu_gpc_run(char **cmd) {
+    const char *base = strrchr(cmd[0], '/');
+    base = base ? base + 1 : cmd[0];
+    char self[4096], target[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = '\0';
+    int ours = strcmp(base, "gpc") == 0 ||
+               (n > 0 && realpath(cmd[0], target) && strcmp(target, self) == 0);
+    if (!ours) return 0;
+    const char *device = "auto";
+    for (int i = 1; cmd[i]; i++) {
+        if (strcmp(cmd[i], "--device") == 0 && cmd[i + 1]) device = cmd[i + 1];
+        if (strncmp(cmd[i], "--device=", 9) == 0) device = cmd[i] + 9;
+    }
+    gpc_device d;
+    if (gpc_device_parse(device, &d) != GPC_OK) {
+        gpc_clear_error(); /* the command itself says what is wrong with it */
+        return 0;
+    }
+    return d.type == GPC_DEVICE_CPU;
+}
+
+/* The first executable NAME on PATH into path; 0 when there is none. */
+static int find_on_path(const char *name, char *path, size_t size) {
+    const char *dirs = getenv("PATH");
+    if (!dirs) return 0;
+    while (*dirs) {
+        size_t len = strcspn(dirs, ":");
+        snprintf(path, size, "%.*s/%s", (int)len, len ? dirs : ".", name);
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0) return 1;
+        dirs += len + (dirs[len] == ':');
+    }
+    return 0;
+}
+
+/* Runs COMMAND as `mpirun -np N COMMAND`: returns only on failure. */
+static int exec_mpirun(int nproc, int nnodes, char **cmd) {
+    if (nnodes > 1)
+        return cli_usage_error(NAME,
+                               "a CPU run over %d nodes is started by mpirun with a host file "
+                               "(mpirun -np N --hostfile FILE gpc train ...), not gpc launch",
+                               nnodes);
+#ifndef GPC_HAVE_MPI
+    (void)nproc, (void)cmd;
+    fprintf(stderr, "gpc launch: error: CPU processes exchange gradients over MPI, and this gpc "
+                    "was built without it: install libopenmpi-dev and rebuild, or train on a "
+                    "GPU (--device cuda)\n");
+    return CLI_EXIT_RUNTIME;
+#else
+    char mpirun[4096];
+    if (!find_on_path("mpirun", mpirun, sizeof mpirun)) {
+        fprintf(stderr,
+                "gpc launch: error: %d CPU processes are started by mpirun, which is not "
+                "on PATH: install Open MPI (apt-get install openmpi-bin), or train on a "
+                "GPU (--device cuda)\n",
+                nproc);
+        return CLI_EXIT_RUNTIME;
+    }
+    int argc = 0;
+    while (cmd[argc])
+        argc++;
+    char **args = calloc((size_t)argc + 8, sizeof *args);
+    if (!args) {
+        fprintf(stderr, "gpc launch: error: out of memory\n");
+        return CLI_EXIT_RUNTIME;
+    }
+    char np[16];
+    snprintf(np, sizeof np, "%d", nproc);
+    /* --bind-to none: Open MPI would pin each rank to one core and its
+     * OpenMP threads with it; --oversubscribe: more ranks than cores is the
+     * user's choice (a test, a small machine), not an error */
+    const char *head[] = {mpirun, "--oversubscribe", "--bind-to", "none", "-np", np};
+    int k = 0;
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
+        args[k++] = (char *)head[i];
+    for (int i = 0; i < argc; i++)
+        args[k++] = cmd[i];
+    args[k] = NULL;
+    /* Open MPI refuses to run as root unless told: a container's root is
+     * the usual case, and gpc launch forks as root anyway */
+    if (geteuid() == 0) {
+        setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+        setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    }
+    setenv("OMPI_MCA_plm_rsh_agent", "", 0); /* one node: no ssh */
+    share_cores(nproc);
+    fflush(NULL);
+    execv(mpirun, args);
+    fprintf(stderr, "gpc launch: error: cannot run %s: %s\n", mpirun, strerror(errno));
+    free(args);
+    return CLI_EXIT_RUNTIME;
+#endif
+}
+
 int cmd_launch(int argc, char **argv) {
     int dash = -1;
     for (int i = 1; i < argc; i++)
@@ -149,7 +265,8 @@ int cmd_launch(int argc, char **argv) {
         "COMMAND...",
         "Starts COMMAND once per GPU for data-parallel training (rank i uses GPU i of the node), "
         "with the environment that gpc train reads. When one process fails, the others are "
-        "stopped and the exit status is 1, with the rank and its status on stderr.",
+        "stopped and the exit status is 1, with the rank and its status on stderr. A gpc "
+        "command on the CPU runs under mpirun -np N instead, its collectives being MPI's.",
         options,
         0,
         NULL,
@@ -167,6 +284,7 @@ int cmd_launch(int argc, char **argv) {
         return cli_usage_error(NAME, "--node-rank must be 0..%d for --nnodes %d, not %d",
                                nnodes - 1, nnodes, node_rank);
     if (!(timeout > 0)) return cli_usage_error(NAME, "--timeout must be positive seconds");
+    if (is_cpu_gpc_run(argv + dash + 1)) return exec_mpirun(nproc, nnodes, argv + dash + 1);
     char addr[256] = "127.0.0.1";
     int port = 0;
     if (master) {
@@ -226,6 +344,7 @@ int cmd_launch(int argc, char **argv) {
             setenv("MASTER_ADDR", addr, 1);
             set_int("MASTER_PORT", port);
             setenv("NCCL_NVLS_ENABLE", "0", 1);
+            share_cores(nproc);
             execvp(argv[dash + 1], argv + dash + 1);
             fprintf(stderr, "gpc launch: error: rank %d cannot run '%s': %s\n", rank,
                     argv[dash + 1], strerror(errno));

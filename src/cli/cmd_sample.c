@@ -15,6 +15,7 @@ static const char *NAME = "sample";
 
 typedef struct {
     const gpc_tokenizer *tok;
+    uint32_t eot; /* printed as a line break when --ignore-eos lets it through */
     double first; /* when the first token came (the prompt's cost), 0 before */
 } stream;
 
@@ -22,15 +23,32 @@ static int print_token(void *user, uint32_t token) {
     stream *s = user;
     if (s->first == 0) s->first = gpc_time_seconds();
     size_t n;
-    const char *bytes = gpc_tokenizer_token_bytes(s->tok, token, &n);
+    const char *bytes = token == s->eot ? "\n" : gpc_tokenizer_token_bytes(s->tok, token, &n);
+    if (token == s->eot) n = 1;
     if (bytes && n) fwrite(bytes, 1, n, stdout);
     fflush(stdout);
     return 0;
 }
 
+/* Why the text ended, so a short sample is not taken for a fault. */
+static void report_stop(const gpc_generate_result *r, const gpc_generate_options *o, int context) {
+    if (r->stop == GPC_GENERATE_END_OF_TEXT)
+        fprintf(stderr,
+                "sample: stopped at the end-of-text token after %zu tokens (--ignore-eos or "
+                "--min-tokens N write on past it)\n",
+                r->generated);
+    else
+        fprintf(stderr, "sample: stopped at the limit of --tokens %d\n", o->max_tokens);
+    if (r->window_drops)
+        fprintf(stderr,
+                "sample: the text outgrew the context of %d tokens %d time(s): each token saw "
+                "at least the last %d\n",
+                context, r->window_drops, context - gpc_generate_window_drop(context));
+}
+
 static gpc_status run(const char *run_dir, const char *prompt, size_t prompt_len,
                       const gpc_generate_options *g, uint64_t seed, gpc_device device,
-                      int precision) {
+                      int precision, int ignore_eos) {
     char ckpt[4096], tok_path[4096];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.bin", run_dir);
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", run_dir);
@@ -71,7 +89,7 @@ static gpc_status run(const char *run_dir, const char *prompt, size_t prompt_len
     if (s == GPC_OK) {
         uint32_t eot = (uint32_t)gpc_tokenizer_eot(tok);
         gpc_generate_options o = *g;
-        o.stop_token = eot;
+        o.stop_token = ignore_eos ? -1 : (int64_t)eot;
         gpc_rng rng;
         gpc_rng_seed(&rng, seed, 0x73616d706c65ULL); /* "sample" */
         if (count > (size_t)config.max_context)
@@ -79,25 +97,28 @@ static gpc_status run(const char *run_dir, const char *prompt, size_t prompt_len
                     "sample: the prompt's %zu tokens exceed the context of %d: the model sees "
                     "the last %d\n",
                     count, config.max_context, config.max_context);
-        stream out = {tok, 0};
+        stream out = {tok, eot, 0};
         fwrite(prompt, 1, prompt_len, stdout);
         fflush(stdout);
         /* an empty prompt starts a fresh text, as after a document's end */
-        size_t made = 0;
+        gpc_generate_result r;
         double t0 = gpc_time_seconds();
-        s = count ? gpc_generate(model, tokens, count, &o, &rng, print_token, &out, &made)
-                  : gpc_generate(model, &eot, 1, &o, &rng, print_token, &out, &made);
+        s = count ? gpc_generate_run(model, tokens, count, &o, &rng, print_token, &out, &r)
+                  : gpc_generate_run(model, &eot, 1, &o, &rng, print_token, &out, &r);
+        size_t made = r.generated;
         double dt = gpc_time_seconds() - t0;
         fputc('\n', stdout);
         fflush(stdout);
         /* the first token pays for the prompt; the rate is of those after it */
         double first = out.first > 0 ? out.first - t0 : dt, rest = dt - first;
-        if (s == GPC_OK)
+        if (s == GPC_OK) {
             fprintf(stderr,
                     "sample: %zu tokens in %.2f s: a prompt of %zu and the first token in %.2f s, "
                     "then %.1f tokens/s\n",
                     made, dt, count ? count : 1, first,
                     made > 1 && rest > 0 ? (double)(made - 1) / rest : 0.0);
+            report_stop(&r, &o, config.max_context);
+        }
     }
     gpc_free(tokens);
     gpt_free(model);
@@ -108,7 +129,7 @@ static gpc_status run(const char *run_dir, const char *prompt, size_t prompt_len
 int cmd_sample(int argc, char **argv) {
     const char *run_dir = NULL, *prompt = NULL, *prompt_file = NULL, *device_name = "auto",
                *precision_name = NULL;
-    int tokens = 200, top_k = 40, no_kv_cache = 0;
+    int tokens = 200, top_k = 40, no_kv_cache = 0, ignore_eos = 0, min_tokens = 0;
     double temperature = 0.8, top_p = 1.0;
     int64_t seed = 1337;
     const cli_option options[] = {
@@ -116,6 +137,10 @@ int cmd_sample(int argc, char **argv) {
         {"prompt", CLI_STRING, &prompt, "TEXT", "text to continue (default: a fresh text)"},
         {"prompt-file", CLI_STRING, &prompt_file, "FILE", "continue the text of FILE instead"},
         {"tokens", CLI_INT, &tokens, "N", "tokens to generate (default 200)"},
+        {"min-tokens", CLI_INT, &min_tokens, "N",
+         "write at least N tokens: end-of-text is not drawn before (default 0)"},
+        {"ignore-eos", CLI_FLAG, &ignore_eos, NULL,
+         "write on past end-of-text (as a line break) up to --tokens"},
         {"temperature", CLI_FLOAT, &temperature, "X",
          "randomness: 0 picks the likeliest token (default 0.8)"},
         {"top-k", CLI_INT, &top_k, "K",
@@ -134,9 +159,10 @@ int cmd_sample(int argc, char **argv) {
     const cli_spec spec = {
         "sample",
         "sample --run RUN [--prompt TEXT | --prompt-file FILE] [--tokens N] [--temperature X] "
-        "[--top-k K] [--top-p P] [--seed S] [--device DEV] [--precision P] [--no-kv-cache]",
+        "[--top-k K] [--top-p P] [--seed S] [--device DEV] [--precision P] [--no-kv-cache] "
+        "[--min-tokens N] [--ignore-eos]",
         "Generates text from a trained run, streaming it to stdout. Stops at the end-of-text "
-        "token or after N tokens.",
+        "token or after N tokens, and says which on stderr.",
         options,
         0,
         NULL,
@@ -148,6 +174,9 @@ int cmd_sample(int argc, char **argv) {
     if (prompt && prompt_file)
         return cli_usage_error(NAME, "give --prompt or --prompt-file, not both");
     if (tokens <= 0) return cli_usage_error(NAME, "--tokens must be positive, not %d", tokens);
+    if (min_tokens < 0 || min_tokens > tokens)
+        return cli_usage_error(NAME, "--min-tokens must be 0 to --tokens (%d), not %d", tokens,
+                               min_tokens);
     if (temperature < 0)
         return cli_usage_error(NAME, "--temperature must not be negative, not %g", temperature);
     if (top_k < 0) return cli_usage_error(NAME, "--top-k must not be negative, not %d", top_k);
@@ -169,6 +198,7 @@ int cmd_sample(int argc, char **argv) {
     g.top_k = top_k;
     g.top_p = (float)top_p;
     g.kv_cache = !no_kv_cache;
+    g.min_tokens = min_tokens;
     char *file_text = NULL;
     size_t prompt_len = prompt ? strlen(prompt) : 0;
     if (prompt_file) {
@@ -179,7 +209,7 @@ int cmd_sample(int argc, char **argv) {
             file_text ? file_text
             : prompt  ? prompt
                       : "",
-            prompt_len, &g, (uint64_t)seed, device, precision);
+            prompt_len, &g, (uint64_t)seed, device, precision, ignore_eos);
     gpc_free(file_text);
     if (s != GPC_OK) return cli_fail(NAME, s);
     return CLI_EXIT_OK;

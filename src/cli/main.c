@@ -139,5 +139,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpc: error: unknown command '%s' (see 'gpc help')\n", name);
         return CLI_EXIT_USAGE;
     }
+    cli_openmp_setup(argv);
     return run_command(c, argc - 1, argv + 1);
 }

@@ -236,8 +236,8 @@ double gpc_stencil_at(const gpc_stencil *s, int x, int y, int z) {
                    (size_t)(x + 1)];
 }
 
-double gpc_stencil_error(const gpc_stencil *s) {
-    const double scale = pow(s->lambda, (double)s->steps);
+/* max |u - scale u0| / max |u0| over the grid. */
+static double error_against(const gpc_stencil *s, double scale) {
     const size_t plane = plane_of(s->n), R = (size_t)s->n + 2;
     double err = 0, big = 0;
     for (int d = 0; d < s->domains; d++)
@@ -251,4 +251,22 @@ double gpc_stencil_error(const gpc_stencil *s) {
                     big = fmax(big, fabs(start));
                 }
     return big > 0 ? err / big : err;
+}
+
+double gpc_stencil_error(const gpc_stencil *s) {
+    return error_against(s, pow(s->lambda, (double)s->steps));
+}
+
+double gpc_stencil_heat_decay(const gpc_stencil_config *c, int64_t steps) {
+    /* u = exp(-alpha pi^2 |k|^2 t) u0 solves u_t = alpha lap u for a sine
+     * mode; alpha t = steps alpha dt = steps r h^2 */
+    const double h = 1.0 / (c->n + 1);
+    double k2 = 0;
+    for (int a = 0; a < 3; a++)
+        k2 += (double)c->mode[a] * c->mode[a];
+    return exp(-M_PI * M_PI * k2 * c->r * h * h * (double)steps);
+}
+
+double gpc_stencil_heat_error(const gpc_stencil *s) {
+    return error_against(s, gpc_stencil_heat_decay(&s->config, s->steps));
 }

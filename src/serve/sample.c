@@ -21,6 +21,7 @@ void gpc_generate_options_init(gpc_generate_options *o) {
     o->top_k = 40;
     o->top_p = 1.0f;
     o->stop_token = -1;
+    o->min_tokens = 0;
     o->kv_cache = 1;
 }
 
@@ -105,13 +106,26 @@ int gpc_generate_window_drop(int context) {
 gpc_status gpc_generate(gpt_model *m, const uint32_t *prompt, size_t prompt_len,
                         const gpc_generate_options *o, gpc_rng *rng, gpc_generate_callback callback,
                         void *user, size_t *generated) {
-    if (generated) *generated = 0;
+    gpc_generate_result r;
+    gpc_status s = gpc_generate_run(m, prompt, prompt_len, o, rng, callback, user, &r);
+    if (generated) *generated = r.generated;
+    return s;
+}
+
+gpc_status gpc_generate_run(gpt_model *m, const uint32_t *prompt, size_t prompt_len,
+                            const gpc_generate_options *o, gpc_rng *rng,
+                            gpc_generate_callback callback, void *user,
+                            gpc_generate_result *result) {
+    gpc_generate_result ignored = {0, GPC_GENERATE_TOKEN_LIMIT, 0};
+    gpc_generate_result *r = result ? result : &ignored;
+    *r = ignored;
     if (prompt_len == 0)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "generation needs a prompt of at least one token (the end-of-text token "
                          "starts a fresh text)");
-    if (o->max_tokens < 0 || o->temperature < 0 || o->top_k < 0)
-        return gpc_error(GPC_ERR_INVALID_ARG, "tokens, temperature and top-k must not be negative");
+    if (o->max_tokens < 0 || o->temperature < 0 || o->top_k < 0 || o->min_tokens < 0)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "tokens, minimum tokens, temperature and top-k must not be negative");
     if (!(o->top_p > 0.0f && o->top_p <= 1.0f))
         return gpc_error(GPC_ERR_INVALID_ARG, "top-p must be in (0, 1], not %g", (double)o->top_p);
     int V = gpt_get_config(m)->vocab_size, maxT = gpt_context(m);
@@ -142,11 +156,22 @@ gpc_status gpc_generate(gpt_model *m, const uint32_t *prompt, size_t prompt_len,
                         : gpt_forward_last_logits(m, window, 1, len, logits);
         if (s != GPC_OK) break;
         cached = len;
+        /* below min_tokens the stop token cannot be drawn: its probability
+         * goes to the other tokens in proportion, as if it were not there */
+        if (o->stop_token >= 0 && o->stop_token < V && r->generated < (size_t)o->min_tokens)
+            logits[o->stop_token] = -INFINITY;
         uint32_t token =
             gpc_sample_token(logits, V, o->temperature, o->top_k, o->top_p, rng, scratch);
-        if (o->stop_token >= 0 && token == (uint64_t)o->stop_token) break;
-        if (generated) (*generated)++;
-        if (callback && callback(user, token)) break;
+        if (o->stop_token >= 0 && token == (uint64_t)o->stop_token &&
+            r->generated >= (size_t)o->min_tokens) {
+            r->stop = GPC_GENERATE_END_OF_TEXT;
+            break;
+        }
+        r->generated++;
+        if (callback && callback(user, token)) {
+            r->stop = GPC_GENERATE_CALLBACK;
+            break;
+        }
         if (len == maxT) {
             /* the window is full: drop its oldest quarter. Positions shift,
              * so what the cache kept is recomputed once, on the next step,
@@ -155,6 +180,7 @@ gpc_status gpc_generate(gpt_model *m, const uint32_t *prompt, size_t prompt_len,
             memmove(window, window + drop, (size_t)(maxT - drop) * sizeof(int32_t));
             len -= drop;
             cached = 0;
+            r->window_drops++;
         }
         window[len++] = (int32_t)token;
     }

@@ -154,6 +154,42 @@ static void cpu_name(char *out, size_t size) {
     fclose(f);
 }
 
+void gpc_doctor_check_threads(gpc_doctor *d, int threads, const char *omp_env, int cores,
+                              double load, const char *wait_policy) {
+    char policy[96];
+    snprintf(policy, sizeof policy, "waiting %s",
+             wait_policy && *wait_policy ? wait_policy : "active (libgomp's default: spinning)");
+    if (threads > cores) {
+        finding(d, GPC_DOCTOR_PROBLEM, "OpenMP: %d threads (OMP_NUM_THREADS=%s) on %d cores, %s",
+                threads, omp_env ? omp_env : "unset", cores, policy);
+        advice(d,
+               "more threads than cores makes every parallel loop wait on descheduled threads; "
+               "set OMP_NUM_THREADS=%d (or unset it)",
+               cores);
+        return;
+    }
+    /* The 1-minute load counts the runnable processes (one is this one).
+     * Beyond the cores, gpc's threads take turns with the others, and a
+     * parallel loop waits for its last thread to be scheduled. */
+    if (load + threads > cores + 1.0) {
+        int spare = (int)(cores - load); /* the cores the others leave whole */
+        finding(d, GPC_DOCTOR_PROBLEM,
+                "OpenMP: %d threads (OMP_NUM_THREADS=%s) on %d cores, %s, oversubscribed: the "
+                "load is already %.2f",
+                threads, omp_env ? omp_env : "unset", cores, policy, load);
+        advice(d,
+               "other work keeps the cores busy: set OMP_NUM_THREADS=%d, or run when the load is "
+               "lower%s",
+               spare > 1 ? spare : 1,
+               wait_policy && strcmp(wait_policy, "passive") == 0
+                   ? ""
+                   : ", with OMP_WAIT_POLICY=passive so waiting threads yield their cores");
+        return;
+    }
+    finding(d, GPC_DOCTOR_OK, "OpenMP: %d threads (OMP_NUM_THREADS=%s) on %d cores, %s", threads,
+            omp_env ? omp_env : "unset", cores, policy);
+}
+
 static void check_host(gpc_doctor *d) {
     char name[256], human[32], human2[32];
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -182,19 +218,8 @@ static void check_host(gpc_doctor *d) {
         }
     }
 
-    const char *omp_env = getenv("OMP_NUM_THREADS");
-    int omp = omp_get_max_threads();
-    if (omp > cores) {
-        finding(d, GPC_DOCTOR_PROBLEM, "OpenMP: %d threads (OMP_NUM_THREADS=%s) on %ld cores", omp,
-                omp_env ? omp_env : "unset", cores);
-        advice(d,
-               "more threads than cores makes every parallel loop wait on descheduled threads; "
-               "set OMP_NUM_THREADS=%ld (or unset it)",
-               cores);
-    } else {
-        finding(d, GPC_DOCTOR_OK, "OpenMP: %d threads (OMP_NUM_THREADS=%s) on %ld cores", omp,
-                omp_env ? omp_env : "unset", cores);
-    }
+    gpc_doctor_check_threads(d, omp_get_max_threads(), getenv("OMP_NUM_THREADS"),
+                             gpc_host_cores_available(), load[0], getenv("OMP_WAIT_POLICY"));
     int blas = openblas_get_num_threads();
     const char *config = openblas_get_config();
     if (blas > cores) {

@@ -209,6 +209,16 @@ static void load_config(const char *run, report_run *r) {
         r->nconfig++;
     }
     fclose(f);
+    /* runs trained on the CPU before config.txt said cpu_name wrote the
+     * CPU's name as gpu_name: shown for what it is */
+    const char *device = NULL;
+    for (int i = 0; i < r->nconfig; i++)
+        if (!strcmp(r->keys[i], "device")) device = r->values[i];
+    for (int i = 0; device && !strncmp(device, "cpu", 3) && i < r->nconfig; i++)
+        if (!strcmp(r->keys[i], "gpu_name")) {
+            char *name = strdup("cpu_name");
+            if (name) free(r->keys[i]), r->keys[i] = name;
+        }
 }
 
 static const char *config(const report_run *r, const char *key) {
@@ -284,7 +294,8 @@ typedef struct {
     const char *color;
     int field; /* offset into report_row as an index of doubles */
     double scale;
-    int dots; /* draw points rather than a line (sparse series) */
+    int dots;      /* sparse series (validation): markers on each point, joined by a line */
+    int from_zero; /* a size or a rate: the axis starts at 0, so a small change looks small */
 } series;
 
 static double field(const report_row *row, int index) {
@@ -306,7 +317,20 @@ static void chart(FILE *f, const report_run *r, const char *title, const char *u
         }
     if (!isfinite(ymin)) return;
     if (xmax == xmin) xmax = xmin + 1;
-    if (ymax == ymin) ymax = ymin + fabs(ymin) * 0.1 + 1e-9;
+    int from_zero = 0;
+    for (int k = 0; k < ns; k++)
+        from_zero |= s[k].from_zero;
+    if (from_zero) ymin = fmin(ymin, 0), ymax = fmax(ymax, 0);
+    /* An axis spanning less than a tenth of its values' magnitude (memory
+     * that moved by 4 KiB of 170 MiB) draws noise as a cliff: widen it
+     * about its middle. */
+    double least = 0.1 * fmax(fabs(ymin), fabs(ymax));
+    if (ymax - ymin < least) {
+        double mid = (ymin + ymax) / 2;
+        ymin = mid - least / 2, ymax = mid + least / 2;
+        if (from_zero && ymin < 0 && mid >= 0) ymax -= ymin, ymin = 0;
+    }
+    if (ymax == ymin) ymax = ymin + 1; /* all zero */
     double pad = (ymax - ymin) * 0.05;
     ymin -= pad, ymax += pad;
     fprintf(f,
@@ -333,21 +357,22 @@ static void chart(FILE *f, const report_run *r, const char *title, const char *u
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"xtick\">%g</text>\n", PX(x), H - B + 16, x);
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"xtick\">step</text>\n", (W + L) / 2, H - 4);
     for (int k = 0; k < ns; k++) {
-        if (s[k].dots) {
-            for (int i = 0; i < r->count; i++) {
-                double y = field(&r->rows[i], s[k].field) * s[k].scale;
-                if (isfinite(y))
-                    fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n",
-                            PX(r->rows[i].step), PY(y), s[k].color);
-            }
-        } else {
-            fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" points=\"",
-                    s[k].color);
-            for (int i = 0; i < r->count; i++) {
-                double y = field(&r->rows[i], s[k].field) * s[k].scale;
-                if (isfinite(y)) fprintf(f, "%.1f,%.1f ", PX(r->rows[i].step), PY(y));
-            }
-            fprintf(f, "\"/>\n");
+        /* the line joins the points the series has (a sparse one's
+         * steps without a value are skipped), then markers on a sparse one */
+        fprintf(f,
+                "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" "
+                "class=\"series\" points=\"",
+                s[k].color);
+        for (int i = 0; i < r->count; i++) {
+            double y = field(&r->rows[i], s[k].field) * s[k].scale;
+            if (isfinite(y)) fprintf(f, "%.1f,%.1f ", PX(r->rows[i].step), PY(y));
+        }
+        fprintf(f, "\"/>\n");
+        for (int i = 0; s[k].dots && i < r->count; i++) {
+            double y = field(&r->rows[i], s[k].field) * s[k].scale;
+            if (isfinite(y))
+                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n",
+                        PX(r->rows[i].step), PY(y), s[k].color);
         }
         fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\" class=\"legend\">", W - R - 150,
                 T + 16 + 16 * k, s[k].color);
@@ -479,14 +504,14 @@ static gpc_status write_html(const char *path, const char *run, const report_run
                     tokens_per_step / step_energy);
     }
     fprintf(f, "</table>\n<h2>Loss</h2>\n");
-    series loss[2] = {{"training loss", "#1f77b4", FIELD(loss), 1, 0},
-                      {"validation loss", "#d62728", FIELD(val_loss), 1, 1}};
+    series loss[2] = {{"training loss", "#1f77b4", FIELD(loss), 1, 0, 0},
+                      {"validation loss", "#d62728", FIELD(val_loss), 1, 1, 0}};
     chart(f, r, "loss", "nats per token", loss, have_val ? 2 : 1);
     fprintf(f, "<h2>Throughput</h2>\n");
-    series speed = {"tokens/s", "#2ca02c", FIELD(tokens_per_s), 1, 0};
+    series speed = {"tokens/s", "#2ca02c", FIELD(tokens_per_s), 1, 0, 1};
     chart(f, r, "tokens per second", "tokens/s", &speed, 1);
     if (have_mfu) {
-        series mfu = {"MFU", "#9467bd", FIELD(tokens_per_s), 100 * flops_per_token / peak, 0};
+        series mfu = {"MFU", "#9467bd", FIELD(tokens_per_s), 100 * flops_per_token / peak, 0, 1};
         chart(f, r, "model FLOPs utilisation", "% of peak", &mfu, 1);
     } else {
         fprintf(f, "<p class=\"note\" id=\"mfu-note\">");
@@ -495,7 +520,7 @@ static gpc_status write_html(const char *path, const char *run, const report_run
     }
     fprintf(f, "<h2>Memory</h2>\n");
     if (have_mem) {
-        series mem = {"memory", "#8c564b", FIELD(memory), 1.0 / (1024.0 * 1024 * 1024), 0};
+        series mem = {"memory", "#8c564b", FIELD(memory), 1.0 / (1024.0 * 1024 * 1024), 0, 1};
         chart(f, r, "memory", "GiB", &mem, 1);
     } else {
         fprintf(f, "<p class=\"note\">This run's metrics.jsonl records no memory figures.</p>\n");
@@ -506,19 +531,19 @@ static gpc_status write_html(const char *path, const char *run, const report_run
         fprintf(f, "<p class=\"note\">Read while each step ran. A GPU at its power limit "
                    "lowers its clock: then the step's energy, not its kernels' speed, sets "
                    "its time.</p>\n");
-        series power = {"power", "#d62728", FIELD(gpu_power_w), 1, 0};
+        series power = {"power", "#d62728", FIELD(gpu_power_w), 1, 0, 1};
         chart(f, r, "GPU power", "W", &power, 1);
-        series clock = {"SM clock", "#17becf", FIELD(gpu_sm_clock_mhz), 1, 0};
+        series clock = {"SM clock", "#17becf", FIELD(gpu_sm_clock_mhz), 1, 0, 0};
         chart(f, r, "SM clock", "MHz", &clock, 1);
         if (isfinite(step_energy)) {
-            series energy = {"energy a step", "#bcbd22", FIELD(gpu_step_energy_j), 1, 0};
+            series energy = {"energy a step", "#bcbd22", FIELD(gpu_step_energy_j), 1, 0, 1};
             chart(f, r, "GPU energy a step", "J", &energy, 1);
         }
     } else {
         fprintf(f, "<p class=\"note\" id=\"gpu-note\">No GPU readings in this run's "
                    "metrics.jsonl (a CPU run, or NVML could not read the GPU).</p>\n");
     }
-    series lr = {"learning rate", "#ff7f0e", FIELD(lr), 1, 0};
+    series lr = {"learning rate", "#ff7f0e", FIELD(lr), 1, 0, 1};
     fprintf(f, "<h2>Learning rate</h2>\n");
     chart(f, r, "learning rate", "lr", &lr, 1);
     fprintf(f, "<h2>Alerts</h2>\n<p class=\"note\" id=\"alerts-note\">");

@@ -37,6 +37,7 @@
 #include "gpc/data.h"
 #include "gpc/ddp.h"
 #include "gpc/nvml.h"
+#include "gpc/plan.h"
 #include "gpc/settings.h"
 #include "gpc/tokenizer.h"
 #include "gpc/trace.h"
@@ -252,6 +253,41 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
     return GPC_OK;
 }
 
+/* On the CPU the model lives in host memory beside everything else on the
+ * machine: a plan larger than what is free now (MemAvailable, the cgroup's
+ * limit) would be killed by the OOM killer part way, so it is refused before
+ * anything is allocated. Each process of a data-parallel run holds a replica
+ * (ZeRO-1 shards the optimizer state). */
+static gpc_status check_host_memory(const gpc_train_options *o, const run_settings *s) {
+    if (o->device.type != GPC_DEVICE_CPU) return GPC_OK;
+    gpc_plan_input in;
+    gpc_plan_defaults(&in);
+    in.layers = s->config.layers;
+    in.heads = s->config.heads;
+    in.channels = s->config.channels;
+    in.context = s->T;
+    in.batch = s->B;
+    in.vocab = s->config.vocab_size;
+    in.dtype = s->precision;
+    in.recompute = s->recompute;
+    in.zero = o->zero;
+    in.gpus = o->world_size > 1 ? o->world_size : 1;
+    in.cuda = 0;
+    gpc_plan_result r;
+    if (gpc_plan_compute(&in, &r) != GPC_OK) { /* resolve checked the shape: leave it to create */
+        gpc_clear_error();
+        return GPC_OK;
+    }
+    /* the batch buffers: inputs and targets here and in the loader's two slots */
+    double bytes = (double)r.total + 6.0 * s->B * (double)s->T * sizeof(int32_t);
+    size_t available = gpc_host_memory_available();
+    if (available == 0 || bytes <= (double)available) return GPC_OK; /* 0: unknown */
+    return gpc_error(GPC_ERR_NOMEM,
+                     "this run needs about %.1f GiB of host memory, more than this machine has "
+                     "free, %.1f GiB: use a smaller --context, --batch or model, or --recompute",
+                     bytes / (1 << 30), (double)available / (1 << 30));
+}
+
 /* ------------------------------------------------------------ run folder */
 
 static gpc_status write_text(const char *path, const char *text) {
@@ -279,14 +315,15 @@ static gpc_status write_config(const trainer *t) {
              "accumulation_steps=%d\nsteps=%d\nlr=%g\nwarmup=%d\nmin_lr_ratio=%g\n"
              "weight_decay=%g\nmax_grad_norm=%g\neval_every=%d\neval_batches=%d\n"
              "checkpoint_every=%d\nseed=%llu\ndevice=%s\nprecision=%s\nrecompute=%d\n"
-             "gpu_name=%s\ngpcd_job=%s\ninit_from=%s\ntokenizer=%s\n",
+             "%s_name=%s\ngpcd_job=%s\ninit_from=%s\ntokenizer=%s\n",
              t->o->data_dir, s->config.layers, s->config.heads, s->config.channels,
              s->config.max_context, s->config.vocab_size, s->config.padded_vocab,
              gpt_config_num_params(&s->config), s->B, (long long)s->total_batch, s->accumulation,
              s->steps, s->schedule.lr, s->schedule.warmup, s->schedule.min_lr_ratio,
              s->weight_decay, s->max_grad_norm, s->eval_every, s->eval_batches, s->checkpoint_every,
              (unsigned long long)s->seed, gpc_device_name(t->o->device),
-             gpc_dtype_name(s->precision), s->recompute, device_name,
+             gpc_dtype_name(s->precision), s->recompute,
+             t->o->device.type == GPC_DEVICE_CPU ? "cpu" : "gpu", device_name,
              gpc_setting_given("GPC_JOB_ID") ? gpc_setting_given("GPC_JOB_ID") : "",
              t->o->init_from ? t->o->init_from : "", t->tokenizer_kind);
     return write_text(path, text);
@@ -973,6 +1010,7 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     if (from) GPC_TRY(read_init(o, &init));
     GPC_TRY(resolve(o, &info, o->resume ? &ck_config : NULL, o->resume ? &ck : NULL,
                     from ? &init : NULL, &t.s));
+    GPC_TRY(check_host_memory(o, &t.s));
     t.tokenizer_kind = tokenizer_kind(o->data_dir);
     GPC_TRY(gpc_mkdir_p(o->out_dir));
 

@@ -34,6 +34,15 @@ printf '%s\n' "0 3 0 3 0 3 127.0.0.1 $port $port 0" "1 3 1 3 1 3 127.0.0.1 $port
   "2 3 2 3 2 3 127.0.0.1 $port $port 0" >"$work/env.want"
 cmp -s "$work/env.sorted" "$work/env.want" || fail "environment: got $(cat "$work/env.sorted")"
 
+# without OMP_NUM_THREADS the processes share the cores (at least one
+# thread each); a value given is kept
+cores=$(nproc)
+share=$((cores / 2 > 1 ? cores / 2 : 1))
+env -u OMP_NUM_THREADS "$GPC" launch --nproc 2 -- sh -c 'echo "$OMP_NUM_THREADS"' >"$work/omp" 2>&1
+[[ $(sort -u "$work/omp") == "$share" ]] || fail "OpenMP threads of 2 processes on $cores cores: $(cat "$work/omp")"
+OMP_NUM_THREADS=3 "$GPC" launch --nproc 2 -- sh -c 'echo "$OMP_NUM_THREADS"' >"$work/omp" 2>&1
+[[ $(sort -u "$work/omp") == 3 ]] || fail "OMP_NUM_THREADS=3 not kept: $(cat "$work/omp")"
+
 # two nodes of two: node 1's ranks are 2 and 3 of 4, master as given
 NCCL_NVLS_ENABLE=1 "$GPC" launch --nproc 2 --nnodes 2 --node-rank 1 --master 10.1.2.3:4567 -- \
   sh -c 'echo "$GPC_RANK $GPC_WORLD_SIZE $GPC_LOCAL_RANK $GPC_MASTER_ADDR $GPC_MASTER_PORT $NCCL_NVLS_ENABLE"' |

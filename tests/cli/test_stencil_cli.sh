@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # test_stencil_cli.sh: `gpc stencil` end to end: the JSON holds the run asked
 # for, the centre point is the exact decay of the starting mode (lambda^s,
-# computed here), the field agrees with it to rounding, two domains give the
-# same centre as one, the rates are consistent, and bad options are usage
-# errors (exit 2) saying what to change.
+# computed here), the field agrees with it to rounding, the error against
+# the heat equation's exact solution is |lambda^s - exp(-pi^2 |k|^2 r h^2 s)|
+# (computed here) and falls 4-fold when h halves at the same time (second
+# order), two domains give the same centre as one, the rates are
+# consistent, and bad options are usage errors (exit 2) saying what to
+# change.
 set -euo pipefail
 GPC=${GPC:?set GPC to the gpc binary}
 work=$(mktemp -d)
@@ -30,7 +33,25 @@ assert one["error"] < 1e-13 and four["error"] < 1e-13, (one["error"], four["erro
 assert abs(one["glups"] - n ** 3 * steps / one["seconds"] / 1e9) <= 1e-6 * one["glups"], one
 assert abs(one["gb_per_s"] - 16 * one["glups"]) <= 1e-7 * one["gb_per_s"], one  # both printed to 9 digits
 assert one["copy_gb_per_s"] > 0
-assert "G lattice updates/s" in out and "field vs exact" in out, out
+assert "G lattice updates/s" in out, out
+# the scheme's error against the heat equation: the field is lambda^s u0,
+# so it is |lambda^s - E| of the starting amplitude
+E = math.exp(-math.pi ** 2 * sum(q * q for q in k) * r * h * h * steps)
+assert abs(one["heat_decay"] - E) < 1e-15, (one["heat_decay"], E)
+assert abs(one["heat_error"] - abs(lam ** steps - E)) < 1e-12, (one["heat_error"], abs(lam ** steps - E))
+assert one["heat_error"] > 1e-5, one["heat_error"]  # the scheme's error, well above rounding
+line = "gpc stencil: field vs the discrete operator's decay: %.2g; vs the heat equation's exact solution: %.2g" % (one["error"], one["heat_error"])
+assert line in out, out
+PY
+# second order: n 15 for 50 steps and n 31 for 200 are the same time
+"$GPC" stencil --n 15 --steps 50 --json "$work/coarse.json" >/dev/null 2>&1
+"$GPC" stencil --n 31 --steps 200 --json "$work/fine.json" >/dev/null 2>&1
+python3 - "$work/coarse.json" "$work/fine.json" <<'PY'
+import json, sys
+coarse, fine = (json.load(open(p)) for p in sys.argv[1:3])
+assert abs(coarse["heat_decay"] - fine["heat_decay"]) < 1e-15, (coarse, fine)
+ratio = coarse["heat_error"] / fine["heat_error"]
+assert 3.6 < ratio < 4.4, ratio
 PY
 
 # SIGTERM stops the run cleanly: exit 128 + 15, a line saying where, and
@@ -40,7 +61,8 @@ sigterm_when 'grep -q "step [0-9]* of 100000000" "$work/stop.out"' "$work/stop.o
   "$GPC" stencil --n 64 --steps 100000000
 [[ $stopped_rc -eq 143 ]] || fail "SIGTERM: exit $stopped_rc, not 143: $(tail -3 "$work/stop.out")"
 grep -q "stopped by SIGTERM at step [0-9]* of 100000000" "$work/stop.out" || fail "no stop line: $(tail -3 "$work/stop.out")"
-grep -q "G lattice updates/s, .* field vs exact" "$work/stop.out" || fail "no summary after the stop"
+grep -q "G lattice updates/s" "$work/stop.out" && grep -q "field vs the discrete operator's decay" "$work/stop.out" ||
+  fail "no summary after the stop"
 
 expect_usage() { expect_exit 2 "$1" "$GPC" stencil "${@:2}"; }
 expect_usage "at most 1/6" --r 0.2

@@ -122,6 +122,23 @@ grep -q "banana" "$work/err" && fail "the flags did not come first: $(grep banan
 expect 1 "train missing data dir" -- "$GPC" train --data "$work/nope" --out "$run" --device cpu
 expect 1 "train --resume with nothing to resume" -- "$GPC" train --data "$data" --out "$work/none" \
   --resume --device cpu
+# a CPU run larger than the memory free now is refused before anything is
+# allocated or written, with the planned size (gpc plan's total and the batch
+# buffers); before, it started and died of an allocation or the OOM killer
+expect 1 "train larger than free memory" -- "$GPC" train --data "$data" --out "$work/huge" \
+  --model d2 --context 1048576 --batch 64 --device cpu
+[[ -e "$work/huge" ]] && fail "a run refused for memory created its folder"
+"$GPC" plan --model d2 --context 1048576 --batch 64 --precision fp32 --vocab 300 --device cpu \
+  --json "$work/plan.json" >/dev/null || fail "gpc plan --device cpu failed"
+python3 - "$work/err" "$work/plan.json" <<'EOF' || fail "memory refusal: $(cat "$work/err")"
+import json, re, sys
+line = open(sys.argv[1]).read()
+m = re.search(r"needs about ([0-9.]+) GiB of host memory, more than this machine has free, "
+              r"([0-9.]+) GiB: use a smaller --context", line)
+assert m, line
+want = (json.load(open(sys.argv[2]))["total"] + 6 * 64 * 1048576 * 4) / 2**30
+assert abs(float(m.group(1)) - want) < 0.06, (m.group(1), want)
+EOF
 
 # ---- a tiny run end to end
 train=("$GPC" train --data "$data" --out "$run" --layers 2 --heads 2 --channels 32 --context 32
@@ -175,6 +192,26 @@ if [[ -f "$run/checkpoint.bin" ]]; then
   # the report on stderr counts what was drawn: at most 30 tokens, the prompt's 2
   grep -Eq '^sample: ([1-9]|[12][0-9]|30) tokens in [0-9.]+ s: a prompt of 2 and the first token in [0-9.]+ s, then [0-9.]+ tokens/s$' "$work/err" ||
     fail "sample report: $(cat "$work/err")"
+  # and why it stopped: at end-of-text after as many tokens as it reported,
+  # or at the limit of 30
+  n=$(sed -n 's/^sample: \([0-9]*\) tokens in.*/\1/p' "$work/err")
+  grep -qx "sample: stopped at the end-of-text token after $n tokens (--ignore-eos or --min-tokens N write on past it)" "$work/err" ||
+    { [[ $n -eq 30 ]] && grep -qx "sample: stopped at the limit of --tokens 30" "$work/err"; } ||
+    fail "sample stop reason for $n tokens: $(cat "$work/err")"
+  # --ignore-eos writes exactly --tokens tokens; --min-tokens at least that
+  # many; 100 tokens outgrow the context of 32 (the window drops 8 at a time:
+  # it is full after 32 - 2 = 30 tokens, then every 8: (100 - 30 + 7) / 8 = 9)
+  expect 0 "sample --ignore-eos" -- "$GPC" sample --run "$run" --prompt "the cat" --tokens 100 --seed 3 --device cpu --ignore-eos
+  grep -q "^sample: 100 tokens in" "$work/err" || fail "--ignore-eos did not give 100 tokens: $(cat "$work/err")"
+  grep -qx "sample: stopped at the limit of --tokens 100" "$work/err" || fail "--ignore-eos stop: $(cat "$work/err")"
+  grep -qx "sample: the text outgrew the context of 32 tokens 9 time(s): each token saw at least the last 24" "$work/err" ||
+    fail "context notice: $(cat "$work/err")"
+  for seed in 1 2 3 4 5; do
+    expect 0 "sample --min-tokens 25" -- "$GPC" sample --run "$run" --tokens 40 --seed $seed --device cpu --min-tokens 25
+    n=$(sed -n 's/^sample: \([0-9]*\) tokens in.*/\1/p' "$work/err")
+    [[ -n $n && $n -ge 25 && $n -le 40 ]] || fail "--min-tokens 25 gave $n tokens: $(cat "$work/err")"
+  done
+  expect 2 "sample --min-tokens above --tokens" -- "$GPC" sample --run "$run" --tokens 5 --min-tokens 6
   expect 0 "sample again" -- "$GPC" sample --run "$run" --prompt "the cat" --tokens 30 --seed 3 --device cpu
   cmp -s "$work/out" "$work/sample1" || fail "same seed, different text"
   # the prompt from a file: the same text

@@ -2,8 +2,9 @@
  * match the exact top-k/temperature distribution computed here in float64
  * (a chi-square bound), greedy picks the argmax, generation (with kept keys
  * and values and without) equals a hand-written loop of full forward passes,
- * the window's drops included, and the kept-keys forward equals the full one
- * at every position. */
+ * the window's drops included (and counted), a stop token ends it unless
+ * fewer than min_tokens were drawn, and the kept-keys forward equals the full
+ * one at every position. */
 #include "testutil.h"
 
 #include <math.h>
@@ -189,6 +190,39 @@ static void test_generate_matches_forward(void **state) {
             TEST_OK(gpc_generate(m, prompt, (size_t)plen, &o, &rng, collect, &out, &generated));
             assert_int_equal(generated, first);
             assert_int_equal(out.n, first);
+            gpc_generate_result r;
+            out.n = 0;
+            TEST_OK(gpc_generate_run(m, prompt, (size_t)plen, &o, &rng, collect, &out, &r));
+            assert_int_equal(r.generated, first);
+            assert_int_equal(r.stop, GPC_GENERATE_END_OF_TEXT);
+
+            /* below min_tokens the stop token is never drawn: greedy takes
+             * the runner-up there, and the text before it is unchanged */
+            o.min_tokens = first + 1;
+            out.n = 0;
+            TEST_OK(gpc_generate_run(m, prompt, (size_t)plen, &o, &rng, collect, &out, &r));
+            assert_true(r.generated >= (size_t)first + 1);
+            for (int s = 0; s < first; s++)
+                assert_int_equal(out.got[s], want[s]);
+            for (int s = 0; s <= first; s++)
+                assert_int_not_equal(out.got[s], want[4]);
+            assert_int_equal(r.stop, r.generated == STEPS ? GPC_GENERATE_TOKEN_LIMIT
+                                                          : GPC_GENERATE_END_OF_TEXT);
+            o.min_tokens = 0;
+
+            /* no stop token: the limit, and the window's drops counted as
+             * the loop above makes them */
+            o.stop_token = -1;
+            TEST_OK(gpc_generate_run(m, prompt, (size_t)plen, &o, &rng, NULL, NULL, &r));
+            assert_int_equal(r.generated, STEPS);
+            assert_int_equal(r.stop, GPC_GENERATE_TOKEN_LIMIT);
+            int len = plen < T ? plen : T, drops = 0;
+            for (int s = 0; s < STEPS; s++) {
+                if (len == T) len -= gpc_generate_window_drop(T), drops++;
+                len++;
+            }
+            assert_int_equal(r.window_drops, drops);
+            assert_true(drops >= 2);
         }
     }
 

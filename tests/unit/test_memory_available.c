@@ -2,7 +2,8 @@
  * machine's total: MemAvailable and the cgroup's limit less its usage, the
  * smaller; gpc_sci_check_memory refuses a size between the free and the
  * total memory; the stencil's copy baseline is larger than the last-level
- * cache and counted by its memory check. */
+ * cache and counted by its memory check; the cores a process may use are
+ * its affinity's, fewer under a cgroup CPU quota. */
 #include "testutil.h"
 
 #include <stdio.h>
@@ -66,6 +67,29 @@ static void test_check_uses_free_memory(void **state) {
                GPC_ERR_NOMEM, "test arrays need about");
 }
 
+static void test_cores_under_quota(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("cpumax");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/cpu.max", dir);
+    assert_int_equal(gpc_host_cores_available_from(8, NULL), 8);
+    assert_int_equal(gpc_host_cores_available_from(0, NULL), 1);
+    write_text(path, "max 100000\n"); /* no quota */
+    assert_int_equal(gpc_host_cores_available_from(8, path), 8);
+    write_text(path, "200000 100000\n"); /* 2 cores' time */
+    assert_int_equal(gpc_host_cores_available_from(8, path), 2);
+    write_text(path, "150000 100000\n"); /* 1.5: the second core part of the time */
+    assert_int_equal(gpc_host_cores_available_from(8, path), 2);
+    write_text(path, "50000 100000\n"); /* half a core: still one thread */
+    assert_int_equal(gpc_host_cores_available_from(8, path), 1);
+    write_text(path, "1600000 100000\n"); /* a quota above the cores seen */
+    assert_int_equal(gpc_host_cores_available_from(8, path), 8);
+    int here = gpc_host_cores_available();
+    assert_true(here >= 1 && here <= sysconf(_SC_NPROCESSORS_ONLN));
+    test_rmtree(dir);
+    gpc_free(dir);
+}
+
 static void test_stencil_copy_beyond_cache(void **state) {
     (void)state;
     gpc_stencil_config c;
@@ -84,6 +108,7 @@ int main(void) {
         cmocka_unit_test(test_available_from_files),
         cmocka_unit_test(test_check_uses_free_memory),
         cmocka_unit_test(test_stencil_copy_beyond_cache),
+        cmocka_unit_test(test_cores_under_quota),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
