@@ -1020,7 +1020,12 @@ gpc_status gpt_forward_backward_device(gpt_model *m, const gpc_tensor *inputs,
 
 gpc_status gpt_zero_grad(gpt_model *m) {
     if (!m->training) return GPC_OK;
-    if (m->lora.options.rank) return gpc_tensor_zero(&m->lora.grads_flat);
+    if (m->lora.options.rank) {
+        /* the discarded layernorm gradients too, so that their sums never
+         * grow to infinity over a long run */
+        GPC_TRY(gpc_tensor_zero(&m->lora.dln));
+        return gpc_tensor_zero(&m->lora.grads_flat);
+    }
     return gpc_tensor_zero(&m->grads_flat);
 }
 
