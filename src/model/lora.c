@@ -366,7 +366,8 @@ gpc_status gpt_lora_load(const char *path, gpt_model *m, gpt_checkpoint_state *s
                       "0x%x: give the same --lora and --lora-targets",
                       path, hdr.lora.rank, hdr.lora.targets, m->lora.options.rank,
                       m->lora.options.targets);
-    const float *values = (const float *)(data + LORA_HEADER_BYTES);
+    const void *payload = data + LORA_HEADER_BYTES; /* gpc_read_file: malloc-aligned */
+    const float *values = payload;
     size_t n = (size_t)hdr.count;
     if (s == GPC_OK) {
         /* the scale is the file's: alpha is part of what was trained */
