@@ -288,6 +288,68 @@ gpc_status gpt_checkpoint_read_header(const char *path, gpt_config *config, gpc_
  * checkpoint loads at any world size. state may be NULL. */
 gpc_status gpt_checkpoint_load(const char *path, gpt_model *model, gpt_checkpoint_state *state);
 
+/* ----------------------------------------------------------------- LoRA */
+
+/* Low-rank adapters (Hu et al. 2021, "LoRA"): on each chosen projection
+ * W [out, in] of every block, A [R, in] and B [out, R] add
+ * (alpha / R) * x . A^T . B^T to the projection's output. B starts at zero,
+ * so a new adapter leaves the model's output unchanged. The base weights are
+ * frozen: a LoRA model holds no gradients and no optimizer state for them,
+ * its optimizer's ranges are the adapters alone, and backward skips the
+ * base weights' products. Adapters compute in the model's dtype; with bf16
+ * or fp16 the optimizer keeps their f32 master copy. */
+enum { GPT_LORA_QKV = 1, GPT_LORA_PROJ = 2, GPT_LORA_FC = 4, GPT_LORA_FCPROJ = 8 };
+#define GPT_LORA_TARGETS 4
+#define GPT_LORA_ALL 15u
+
+typedef struct {
+    int rank;         /* R, 1 .. channels */
+    float alpha;      /* the scale is alpha / R; 0 means alpha = R (scale 1) */
+    unsigned targets; /* GPT_LORA_* bits; 0 means all four */
+    uint64_t seed;    /* of A's initialisation */
+} gpt_lora_options;
+
+/* "qkv,proj,fc,fcproj" (any non-empty subset, comma-separated) into bits. */
+gpc_status gpt_lora_parse_targets(const char *list, unsigned *targets);
+/* Adapter elements for a config, rank and targets: per layer and target
+ * R * (in + out). */
+size_t gpt_lora_count_params(const gpt_config *config, int rank, unsigned targets);
+/* gpt_create_recompute with adapters: the base as gpt_create makes it (set
+ * it with gpt_set_params or gpt_checkpoint_load), A drawn from a normal of
+ * variance 1/(3 in) (PEFT's Kaiming-uniform variance) and B zero. Training
+ * computes gradients for the adapters only. */
+gpc_status gpt_create_lora(gpt_model **out, const gpt_config *config, gpc_device device,
+                           gpc_dtype dtype, int B, int T, int training, int recompute,
+                           const gpt_lora_options *lora);
+/* The adapters' options (alpha and targets filled in), NULL for a model
+ * without adapters. */
+const gpt_lora_options *gpt_lora_of(const gpt_model *model);
+/* Adapter elements (0 without adapters). Layout: for each chosen target in
+ * the order qkv, proj, fc, fcproj, A [L, R, in] then B [L, out, R]. */
+size_t gpt_lora_num_params(const gpt_model *model);
+/* Sets and reads the adapters as f32 host values in that layout. */
+gpc_status gpt_lora_set_params(gpt_model *model, const float *values);
+gpc_status gpt_lora_get_params(const gpt_model *model, float *values);
+/* The base parameters with the adapters folded in (W += scale * B . A,
+ * summed in double), [num_params] f32 host values: a plain model's. */
+gpc_status gpt_lora_merged_params(const gpt_model *model, float *values);
+
+#define GPT_LORA_VERSION 1
+/* Adapter file: magic "GPCLORA\0", version, config, rank, alpha, targets,
+ * the training state, the base run's folder, adapters f32, AdamW m and v
+ * when the model trains, CRC-32C of everything before it. Written
+ * atomically; a few MB where the base is hundreds. */
+gpc_status gpt_lora_save(const char *path, const gpt_model *model,
+                         const gpt_checkpoint_state *state, const char *base_run);
+/* Checks magic, version and checksum, then reads the header: base_run gets
+ * the base run's folder (NUL-terminated, cut to base_size). Any output may
+ * be NULL. */
+gpc_status gpt_lora_read_header(const char *path, gpt_config *config, gpt_lora_options *lora,
+                                gpt_checkpoint_state *state, char *base_run, size_t base_size);
+/* Loads adapters (and m, v when the model trains) into a LoRA model with
+ * the same config, rank and targets. */
+gpc_status gpt_lora_load(const char *path, gpt_model *model, gpt_checkpoint_state *state);
+
 #ifdef __cplusplus
 }
 #endif

@@ -137,6 +137,13 @@ typedef struct {
      * vocabulary (and its tokenizer, when both have one). Ignored when
      * resuming: the run's own checkpoint holds the weights then. */
     const char *init_from;
+    /* LoRA (with init_from): rank-R adapters on the frozen base, saved
+     * alone in out_dir/lora.bin; 0 trains every weight. alpha 0 means R;
+     * targets 0 means all of qkv, proj, fc and fcproj (GPT_LORA_* bits).
+     * A resumed LoRA run takes all three, and the base, from lora.bin. */
+    int lora_rank;
+    double lora_alpha;
+    unsigned lora_targets;
     int seed_set;          /* seed was given (a resumed run must then agree) */
     uint64_t seed;         /* default 1337: weights, data order and the optimizer's rounding */
     gpc_device device;     /* default CPU */
@@ -243,6 +250,13 @@ typedef struct {
  * and checked first and written into RUN.tmp.PID, renamed at the end: on
  * any error RUN does not exist afterwards. summary may be NULL. */
 gpc_status gpc_hf_import(const char *hf_dir, const char *run_dir, gpc_hf_summary *summary);
+
+/* `gpc merge RUN --out RUN2`: RUN's LoRA adapters (RUN/lora.bin) folded
+ * into the weights of their base run (W += alpha/R * B . A), written as a
+ * plain run folder RUN2 (which must not exist): checkpoint.bin (f32, no
+ * optimizer state), RUN's tokenizer.bin (else the base's) and config.txt.
+ * Written through RUN2.tmp.PID, renamed at the end. */
+gpc_status gpc_lora_merge(const char *run_dir, const char *out_dir);
 
 /* `gpc export hf RUN --out DIR`: writes config.json and model.safetensors
  * (dtype f32, bf16 or f16) of RUN/checkpoint.bin, with vocab.json and

@@ -133,7 +133,9 @@ static int requeued_gpcd_job(const char *out_dir) {
 
 int cmd_train(int argc, char **argv) {
     const char *data = NULL, *out = NULL, *model = NULL, *device_name = "auto";
-    const char *precision_name = NULL, *init_from = NULL;
+    const char *precision_name = NULL, *init_from = NULL, *lora_targets = NULL;
+    int lora = UNSET;
+    double lora_alpha = NAN;
     /* UNSET values cannot be typed (the parser refuses INT_MIN and NaN), so
      * "left out" and every value a user can give stay apart */
     int layers = UNSET, heads = UNSET, channels = UNSET, context = UNSET, batch = UNSET;
@@ -195,6 +197,12 @@ int cmd_train(int argc, char **argv) {
         {"init-from", CLI_STRING, &init_from, "RUN",
          "fine-tune: start from RUN's weights (gpc train or gpc import hf), whose sizes the "
          "model takes; fresh optimizer and schedule"},
+        {"lora", CLI_INT, &lora, "R",
+         "with --init-from: train rank-R LoRA adapters on the frozen base, saved alone in "
+         "RUN/lora.bin (gpc merge folds them in)"},
+        {"lora-alpha", CLI_FLOAT, &lora_alpha, "A", "LoRA scale alpha/R (default alpha = R)"},
+        {"lora-targets", CLI_STRING, &lora_targets, "LIST",
+         "projections that get adapters, of qkv,proj,fc,fcproj (default all four)"},
         {"seed", CLI_INT64, &seed, "S", "weights, data order and rounding (default 1337)"},
         {"zero", CLI_INT, &zero, "0|1",
          "several processes: 1 shards the optimizer state over them (ZeRO-1; default 0)"},
@@ -210,7 +218,8 @@ int cmd_train(int argc, char **argv) {
         "[--total-batch "
         "TOKENS] [--steps N] [--lr X] [--eval-every N] [--checkpoint-every N] [--device "
         "auto|cpu|cuda] [--attention auto|gpc|cudnn] [--attention-backward auto|two|fused|wgmma] "
-        "[--stochastic-rounding] [--recompute 0|1|2] [--resume] [--seed S]",
+        "[--stochastic-rounding] [--recompute 0|1|2] [--lora R [--lora-alpha A] [--lora-targets "
+        "LIST]] [--resume] [--seed S]",
         "Trains a GPT-2 style model on token shards: micro-batches with gradient accumulation, "
         "AdamW with warmup and cosine decay, validation and checkpoints. Ctrl-C (or SIGTERM) "
         "finishes the step, saves a checkpoint and exits with 128 + the signal (130, 143); "
@@ -309,6 +318,16 @@ int cmd_train(int argc, char **argv) {
                                                    : -1;
     o.resume = resume || requeued_gpcd_job(out);
     o.stop_after = stop_after > 0 ? stop_after : 0;
+    if (lora != UNSET && lora < 1)
+        return cli_usage_error(NAME, "--lora must be a positive rank, not %d", lora);
+    if (!isnan(lora_alpha) && !(lora_alpha > 0))
+        return cli_usage_error(NAME, "--lora-alpha must be positive, not %g", lora_alpha);
+    if ((lora_targets || !isnan(lora_alpha)) && lora == UNSET)
+        return cli_usage_error(NAME, "--lora-alpha and --lora-targets need --lora R");
+    o.lora_rank = lora == UNSET ? 0 : lora;
+    o.lora_alpha = isnan(lora_alpha) ? 0 : lora_alpha;
+    if (lora_targets && (s = gpt_lora_parse_targets(lora_targets, &o.lora_targets)) != GPC_OK)
+        return cli_fail(NAME, s);
     if (seed != UNSET) {
         o.seed = (uint64_t)seed;
         o.seed_set = 1;

@@ -179,6 +179,11 @@ gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *m,
                                     const gpt_checkpoint_state *state, const gpt_host_state *full) {
     gpt_host_state none = {0};
     if (!full) full = &none;
+    if (m->lora.options.rank)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "saving checkpoint %s: a LoRA model's base is frozen; save its adapters "
+                         "with gpt_lora_save, or merge them first (gpt_lora_merged_params)",
+                         path);
     /* a shard of the optimizer state is not a checkpoint */
     const gpc_tensor *master = gpc_optim_master(m->optim);
     const gpc_tensor *mom = gpc_optim_m(m->optim), *var = gpc_optim_v(m->optim);
@@ -419,6 +424,11 @@ gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_st
     FILE *file;
     ckpt_header hdr = {0};
     unsigned char raw[CKPT_HEADER_BYTES];
+    if (m->lora.options.rank)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "loading checkpoint %s: a LoRA model takes its base through "
+                         "gpt_set_params and its adapters through gpt_lora_load",
+                         path);
     GPC_TRY(open_checked(path, &file, &hdr, raw));
     char what[1200];
     snprintf(what, sizeof what, "checkpoint %s", path);

@@ -75,6 +75,101 @@ static gpc_tensor param_layer(const gpc_tensor *t, int l, int64_t rows, int64_t 
                 : view(t, (size_t)l * per_layer, 1, cols, 0, 0);
 }
 
+/* ------------------------------------------------------------ LoRA */
+
+static int lora_on(const gpt_model *m, int target) {
+    return m->lora.options.rank && (m->lora.options.targets & (1u << target));
+}
+
+/* Fills in the defaults and the adapters' offsets in their flat buffer. */
+static void lora_layout(gpt_model *m, const gpt_lora_options *options) {
+    gpt_lora *lo = &m->lora;
+    lo->options = *options;
+    if (!lo->options.targets) lo->options.targets = GPT_LORA_ALL;
+    if (lo->options.alpha == 0.0f) lo->options.alpha = (float)lo->options.rank;
+    lo->scale = lo->options.alpha / (float)lo->options.rank;
+    size_t at = 0, L = (size_t)m->config.layers, R = (size_t)lo->options.rank;
+    for (int t = 0; t < GPT_LORA_TARGETS; t++) {
+        if (!lora_on(m, t)) continue;
+        int64_t in, out;
+        gpt_lora_dims(t, m->config.channels, &in, &out);
+        lo->a_offset[t] = at;
+        at += L * R * (size_t)in;
+        lo->b_offset[t] = at;
+        at += L * R * (size_t)out;
+    }
+    lo->num_params = at;
+}
+
+/* A [R, in] and B [out, R] of target t in layer l, from the adapters'
+ * parameter or gradient buffer. */
+static gpc_tensor lora_a(const gpt_model *m, const gpc_tensor *flat, int t, int l) {
+    int64_t in, out, R = m->lora.options.rank;
+    gpt_lora_dims(t, m->config.channels, &in, &out);
+    return view(flat, m->lora.a_offset[t] + (size_t)l * (size_t)(R * in), 2, R, in, 0);
+}
+
+static gpc_tensor lora_b(const gpt_model *m, const gpc_tensor *flat, int t, int l) {
+    int64_t in, out, R = m->lora.options.rank;
+    gpt_lora_dims(t, m->config.channels, &in, &out);
+    return view(flat, m->lora.b_offset[t] + (size_t)l * (size_t)(R * out), 2, out, R, 0);
+}
+
+/* A from a normal of variance 1/(3 in), the variance of PEFT's default
+ * Kaiming-uniform A; B zero, so the adapted model starts as the base. */
+static gpc_status lora_init(gpt_model *m) {
+    const gpt_lora *lo = &m->lora;
+    float *w = gpc_calloc(lo->num_params ? lo->num_params : 1, sizeof *w);
+    if (!w) return gpc_error(GPC_ERR_NOMEM, "out of host memory initialising the adapters");
+    gpc_rng rng;
+    gpc_rng_seed(&rng, lo->options.seed, 0x6c6f72612d696e69ULL); /* "lora-ini" */
+    int64_t L = m->config.layers, R = lo->options.rank;
+    for (int t = 0; t < GPT_LORA_TARGETS; t++) {
+        if (!lora_on(m, t)) continue;
+        int64_t in, out;
+        gpt_lora_dims(t, m->config.channels, &in, &out);
+        gpc_rng_fill_normal(&rng, w + lo->a_offset[t], (size_t)(L * R * in), 0.0f,
+                            1.0f / sqrtf(3.0f * (float)in));
+    }
+    gpc_status s = gpt_lora_set_params(m, w);
+    gpc_free(w);
+    return s;
+}
+
+/* out += scale * x . A^T . B^T for target t of layer l, keeping the scaled
+ * down-projection u = scale * x . A^T for backward. With B = 0 the added
+ * product is exactly zero, so out is unchanged bit for bit. */
+static gpc_status lora_forward(gpt_model *m, int t, int l, int start, int B, int T,
+                               const gpc_tensor *x, gpc_tensor *out) {
+    if (!lora_on(m, t)) return GPC_OK;
+    const gpt_lora *lo = &m->lora;
+    gpc_tensor a = lora_a(m, &lo->params_flat, t, l), b = lora_b(m, &lo->params_flat, t, l);
+    gpc_tensor u = act_rows(m, &lo->u[t], l, start, B, T, lo->options.rank);
+    GPC_TRY(gpc_op_matmul_forward(&u, x, &a, NULL));
+    GPC_TRY(gpc_op_scale(&u, lo->scale));
+    return gpc_op_matmul_residual_forward(out, &u, &b, NULL, out);
+}
+
+/* The adapter's backward for target t of layer l: dB += dout^T . u,
+ * dA += (scale * dout . B)^T . x, and dx += scale * dout . B . A (dx is the
+ * gradient of the projection's input, which the base's product wrote). */
+static gpc_status lora_backward(gpt_model *m, int t, int l, int B, int T, const gpc_tensor *dout,
+                                const gpc_tensor *x, gpc_tensor *dx) {
+    if (!lora_on(m, t)) return GPC_OK;
+    gpt_lora *lo = &m->lora;
+    int64_t R = lo->options.rank, in, out;
+    gpt_lora_dims(t, m->config.channels, &in, &out);
+    gpc_tensor a = lora_a(m, &lo->params_flat, t, l), b = lora_b(m, &lo->params_flat, t, l);
+    gpc_tensor da = lora_a(m, &lo->grads_flat, t, l), db = lora_b(m, &lo->grads_flat, t, l);
+    gpc_tensor u = act_layer(m, &lo->u[t], l, B, T, R);
+    gpc_tensor du = view(&lo->du, 0, 3, B, T, R);
+    gpc_tensor dxa = view(&lo->dx, 0, 3, B, T, in);
+    GPC_TRY(gpc_op_matmul_backward(&du, &db, NULL, dout, &u, &b));
+    GPC_TRY(gpc_op_scale(&du, lo->scale));
+    GPC_TRY(gpc_op_matmul_backward(&dxa, &da, NULL, &du, x, &a));
+    return gpc_op_residual_forward(dx, dx, &dxa);
+}
+
 /* ------------------------------------------------------------ memory plan */
 
 static void param_shapes(const gpt_config *c, int64_t shapes[GPT_NUM_PARAM_TENSORS][3],
@@ -116,7 +211,14 @@ static void split_flat(const gpt_model *m, const gpc_tensor *flat, gpt_tensors *
 static gpc_status place_params(gpt_model *m, gpc_arena *arena) {
     int64_t P = (int64_t)m->num_params;
     GPC_TRY(gpc_arena_tensor(arena, &m->params_flat, m->dtype, 1, &P));
-    if (m->training) GPC_TRY(gpc_arena_tensor(arena, &m->grads_flat, m->dtype, 1, &P));
+    gpt_lora *lo = &m->lora;
+    if (lo->options.rank) { /* a frozen base: gradients for the adapters only */
+        int64_t n = (int64_t)lo->num_params;
+        GPC_TRY(gpc_arena_tensor(arena, &lo->params_flat, m->dtype, 1, &n));
+        if (m->training) GPC_TRY(gpc_arena_tensor(arena, &lo->grads_flat, m->dtype, 1, &n));
+    } else if (m->training) {
+        GPC_TRY(gpc_arena_tensor(arena, &m->grads_flat, m->dtype, 1, &P));
+    }
     /* master, m and v: the shard only (all of it without ZeRO) */
     return gpc_optim_place(m->optim, arena);
 }
@@ -125,15 +227,34 @@ static gpc_status place_params(gpt_model *m, gpc_arena *arena) {
  * the 2-D weights, the tensor's index as its rounding id. */
 static gpc_status create_optimizer(gpt_model *m) {
     gpc_optim_range ranges[GPT_NUM_PARAM_TENSORS];
-    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
-        size_t end = i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
-        ranges[i] = (gpc_optim_range){m->param_offset[i], end - m->param_offset[i],
-                                      gpt_param_decays(i), (uint32_t)i};
+    int count = 0;
+    const gpt_lora *lo = &m->lora;
+    if (lo->options.rank) {
+        /* LoRA: the adapters' own flat buffers, A and B of each target (2-D
+         * weights, so decayed); the frozen base is in no range */
+        size_t per_a[GPT_LORA_TARGETS], per_b[GPT_LORA_TARGETS];
+        for (int t = 0; t < GPT_LORA_TARGETS; t++) {
+            if (!(lo->options.targets & (1u << t))) continue;
+            int64_t in, out;
+            gpt_lora_dims(t, m->config.channels, &in, &out);
+            per_a[t] = (size_t)m->config.layers * (size_t)lo->options.rank * (size_t)in;
+            per_b[t] = (size_t)m->config.layers * (size_t)lo->options.rank * (size_t)out;
+            ranges[count++] = (gpc_optim_range){lo->a_offset[t], per_a[t], 1,
+                                                (uint32_t)(GPT_NUM_PARAM_TENSORS + 2 * t)};
+            ranges[count++] = (gpc_optim_range){lo->b_offset[t], per_b[t], 1,
+                                                (uint32_t)(GPT_NUM_PARAM_TENSORS + 2 * t + 1)};
+        }
+    } else {
+        for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
+            size_t end = i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
+            ranges[count++] = (gpc_optim_range){m->param_offset[i], end - m->param_offset[i],
+                                                gpt_param_decays(i), (uint32_t)i};
+        }
     }
     gpc_optim_layout layout = {.device = m->device,
                                .dtype = m->dtype,
                                .ranges = ranges,
-                               .range_count = GPT_NUM_PARAM_TENSORS,
+                               .range_count = count,
                                .shard_begin = m->shard_offset,
                                .shard_end = m->shard_offset + m->shard_count,
                                .moments = m->training};
@@ -184,6 +305,20 @@ static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
         a->loss_sum = view(&a->norm_sq, 1, 1, 1, 0, 0);
         a->norm_sq = view(&a->norm_sq, 0, 1, 1, 0, 0);
     }
+    gpt_lora *lo = &m->lora;
+    int64_t R = lo->options.rank;
+    for (int t = 0; R && t < GPT_LORA_TARGETS; t++)
+        if (lo->options.targets & (1u << t)) {
+            const int64_t shape[] = {L, B, T, R};
+            GPC_TRY(gpc_arena_tensor(arena, &lo->u[t], d, 4, shape));
+        }
+    if (R && m->training) {
+        int64_t widest = lo->options.targets & GPT_LORA_FCPROJ ? 4 * C : C;
+        const int64_t du[] = {B, T, R}, dx[] = {B, T, widest}, dln[] = {2 * C};
+        GPC_TRY(gpc_arena_tensor(arena, &lo->du, d, 3, du));
+        GPC_TRY(gpc_arena_tensor(arena, &lo->dx, d, 3, dx));
+        GPC_TRY(gpc_arena_tensor(arena, &lo->dln, d, 1, dln));
+    }
 #undef PLACE
     return GPC_OK;
 }
@@ -209,7 +344,7 @@ gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device devi
 /* shard_count SIZE_MAX: the whole buffer. */
 static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device device,
                          gpc_dtype dtype, int B, int T, int training, int recompute,
-                         size_t shard_offset, size_t shard_count) {
+                         size_t shard_offset, size_t shard_count, const gpt_lora_options *lora) {
     *out = NULL;
     if (recompute < 0 || recompute > 2)
         return gpc_error(GPC_ERR_INVALID_ARG,
@@ -256,6 +391,7 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     }
     m->shard_offset = shard_offset;
     m->shard_count = shard_count;
+    if (lora) lora_layout(m, lora);
 
     int64_t shapes[GPT_NUM_PARAM_TENSORS][3];
     int ndims[GPT_NUM_PARAM_TENSORS];
@@ -294,9 +430,10 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     s = gpc_tensor_zero(&m->params_flat);
     if (s == GPC_OK) s = gpc_optim_zero(m->optim);
     if (s == GPC_OK && m->training) {
-        s = gpc_tensor_zero(&m->grads_flat);
+        s = gpc_tensor_zero(m->lora.options.rank ? &m->lora.grads_flat : &m->grads_flat);
         if (s == GPC_OK) s = gpc_tensor_zero(&m->acts.loss_sum);
     }
+    if (s == GPC_OK && lora) s = lora_init(m);
     if (s != GPC_OK) {
         gpt_free(m);
         return s;
@@ -307,13 +444,31 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
 
 gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_device device,
                                 gpc_dtype dtype, int B, int T, int training, int recompute) {
-    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX);
+    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, NULL);
+}
+
+gpc_status gpt_create_lora(gpt_model **out, const gpt_config *config, gpc_device device,
+                           gpc_dtype dtype, int B, int T, int training, int recompute,
+                           const gpt_lora_options *lora) {
+    *out = NULL;
+    if (!lora || lora->rank < 1 || lora->rank > config->channels)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--lora %d is out of range: give a rank from 1 to %d (the channels)",
+                         lora ? lora->rank : 0, config->channels);
+    if (!(lora->alpha >= 0.0f) || !isfinite(lora->alpha))
+        return gpc_error(GPC_ERR_INVALID_ARG, "--lora-alpha %g must be a positive number",
+                         (double)lora->alpha);
+    if (lora->targets & ~GPT_LORA_ALL)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "LoRA targets 0x%x are not a set of qkv, proj, fc and fcproj",
+                         lora->targets);
+    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, lora);
 }
 
 gpc_status gpt_create_shard(gpt_model **out, const gpt_config *config, gpc_device device,
                             gpc_dtype dtype, int B, int T, int recompute, size_t shard_offset,
                             size_t shard_count) {
-    return create(out, config, device, dtype, B, T, 1, recompute, shard_offset, shard_count);
+    return create(out, config, device, dtype, B, T, 1, recompute, shard_offset, shard_count, NULL);
 }
 
 int gpt_is_sharded(const gpt_model *m) {
@@ -360,7 +515,9 @@ static gpc_status set_low_params(gpt_model *m, const float *values) {
 
 gpc_status gpt_set_params(gpt_model *m, const float *values) {
     m->cached_len = 0; /* kept keys and values belong to the old weights */
-    if (!gpc_optim_master(m->optim)) {
+    /* a LoRA model's frozen base has no master copy: converted on the host */
+    if (m->lora.options.rank && m->dtype != GPC_F32) return set_low_params(m, values);
+    if (!gpc_optim_master(m->optim) || m->lora.options.rank) {
         int64_t P = (int64_t)m->num_params;
         gpc_tensor host = gpc_tensor_make((void *)values, GPC_F32, gpc_cpu(), 1, &P);
         return gpc_tensor_copy(&m->params_flat, &host);
@@ -372,8 +529,9 @@ gpc_status gpt_set_params(gpt_model *m, const float *values) {
 gpc_status gpt_get_params(const gpt_model *m, float *values) {
     int64_t P = (int64_t)m->num_params;
     gpc_tensor host = gpc_tensor_make(values, GPC_F32, gpc_cpu(), 1, &P);
-    if (!gpc_optim_master(m->optim)) return gpc_tensor_copy(&host, &m->params_flat);
-    if (gpt_is_sharded(m)) {
+    if (!gpc_optim_master(m->optim) || (m->lora.options.rank && m->dtype == GPC_F32))
+        return gpc_tensor_copy(&host, &m->params_flat);
+    if (gpt_is_sharded(m) || m->lora.options.rank) {
         /* the compute-dtype values everywhere, then the master's over its shard */
         size_t elem = gpc_dtype_size(m->dtype);
         void *raw = gpc_malloc(m->num_params * elem);
@@ -384,7 +542,7 @@ gpc_status gpt_get_params(const gpt_model *m, float *values) {
         for (size_t i = 0; s == GPC_OK && i < m->num_params; i++)
             values[i] = m->dtype == GPC_BF16 ? gpc_bf16_to_f32(half[i]) : gpc_f16_to_f32(half[i]);
         gpc_free(raw);
-        GPC_TRY(s);
+        if (s != GPC_OK || m->lora.options.rank) return s; /* the base is in no master */
     }
     return gpc_optim_get_master(m->optim, values);
 }
@@ -517,6 +675,7 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
         gpc_tensor fcprojb = param_layer(&p->fcprojb, l, 0, C);
 
         GPC_TRY(gpc_op_matmul_forward(&qkv, &ln1, &qkvw, &qkvb));
+        GPC_TRY(lora_forward(m, 0, l, start, B, T, &ln1, &qkv));
         if (start > 0) {
             gpc_tensor kept = act_rows(m, &a->qkv, l, 0, 1, start + T, 3 * C);
             GPC_TRY(gpc_op_attention_decode(&atty, &kept, NH));
@@ -525,10 +684,18 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
             GPC_TRY(gpc_op_attention_forward(&atty, &lse, &qkv, NH));
         }
         GPC_TRY(gpc_op_matmul_residual_forward(&residual2, &atty, &attprojw, &attprojb, &residual));
+        GPC_TRY(lora_forward(m, 1, l, start, B, T, &atty, &residual2));
         GPC_TRY(gpc_op_layernorm_forward(&ln2, &ln2_mean, &ln2_rstd, &residual2, &ln2w, &ln2b));
-        GPC_TRY(gpc_op_matmul_gelu_forward(&fch, &fch_gelu, &ln2, &fcw, &fcb));
+        if (lora_on(m, 2)) { /* the adapter adds before the GELU: the two apart */
+            GPC_TRY(gpc_op_matmul_forward(&fch, &ln2, &fcw, &fcb));
+            GPC_TRY(lora_forward(m, 2, l, start, B, T, &ln2, &fch));
+            GPC_TRY(gpc_op_gelu_forward(&fch_gelu, &fch));
+        } else {
+            GPC_TRY(gpc_op_matmul_gelu_forward(&fch, &fch_gelu, &ln2, &fcw, &fcb));
+        }
         GPC_TRY(
             gpc_op_matmul_residual_forward(&residual3, &fch_gelu, &fcprojw, &fcprojb, &residual2));
+        GPC_TRY(lora_forward(m, 3, l, start, B, T, &fch_gelu, &residual3));
         /* the next layer's ln1 or the final layernorm, of residual3 */
         int last = l + 1 == L;
         gpc_tensor next = last ? view(&a->lnf, at, 3, B, T, C)
@@ -642,7 +809,11 @@ static gpc_status derive_qkv_bias_grad(gpt_model *m, int l, const gpc_tensor *da
 }
 
 static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T) {
-    const int fused = fused_bias_grads(), derived = m->derived_qkv_bias;
+    /* frozen: a LoRA model's base, whose weights get no gradient (NULL
+     * skips each product; the layernorms write theirs to a discarded
+     * scratch, since their op computes them with the input's gradient) */
+    const int frozen = m->lora.options.rank > 0;
+    const int fused = fused_bias_grads() && !frozen, derived = m->derived_qkv_bias && !frozen;
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
     gpt_tensors *p = &m->params, *g = &m->grads;
@@ -662,8 +833,10 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
         gpc_tensor residual = act_layer(m, &a->residual3, L - 1, B, T, C);
         gpc_tensor mean = view(&a->lnf_mean, 0, 2, B, T, 0);
         gpc_tensor rstd = view(&a->lnf_rstd, 0, 2, B, T, 0);
-        GPC_TRY(gpc_op_layernorm_backward(&dresidual, &g->lnfw, &g->lnfb, NULL, &dbtc, &residual,
-                                          &p->lnfw, &mean, &rstd));
+        gpc_tensor dw = frozen ? view(&m->lora.dln, 0, 1, C, 0, 0) : g->lnfw;
+        gpc_tensor db = frozen ? view(&m->lora.dln, (size_t)C, 1, C, 0, 0) : g->lnfb;
+        GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dw, &db, NULL, &dbtc, &residual, &p->lnfw,
+                                          &mean, &rstd));
     }
     if (m->grad_ready) GPC_TRY(m->grad_ready(m->grad_ready_user, L));
     gpc_tensor encoded = view(&a->encoded, 0, 3, B, T, C);
@@ -700,6 +873,11 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
         gpc_tensor dfcb = param_layer(&g->fcb, l, 0, 4 * C);
         gpc_tensor dfcprojw = param_layer(&g->fcprojw, l, C, 4 * C);
         gpc_tensor dfcprojb = param_layer(&g->fcprojb, l, 0, C);
+        if (frozen) {
+            dln1w = dln2w = view(&m->lora.dln, 0, 1, C, 0, 0);
+            dln1b = dln2b = view(&m->lora.dln, (size_t)C, 1, C, 0, 0);
+        }
+#define GRAD(t) (frozen ? NULL : &(t))
 
         /* Recomputation rebuilds this layer's dropped activations from what
          * was kept (the same ops as forward, so the same values). */
@@ -713,20 +891,32 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
          * sums of dresidual as it enters), so that gradient is not read again
          * for it; attproj's likewise from ln1's. fc's bias gradient, the
          * column sums of dfch, comes with dfch itself. */
-        GPC_TRY(gpc_op_matmul_backward_dgelu(&dfch, &dfcprojw, fused ? NULL : &dfcprojb, &dfcb,
-                                             &dresidual, &fch_gelu, &fcprojw, &fch));
-        GPC_TRY(gpc_op_matmul_backward(&dbtc, &dfcw, NULL, &dfch, &ln2, &fcw));
+        if (lora_on(m, 3)) { /* the adapter's input gradient joins before gelu' */
+            GPC_TRY(gpc_op_matmul_backward(&dfch, NULL, NULL, &dresidual, &fch_gelu, &fcprojw));
+            GPC_TRY(lora_backward(m, 3, l, B, T, &dresidual, &fch_gelu, &dfch));
+            GPC_TRY(gpc_op_gelu_backward(&dfch, &fch, &dfch));
+        } else {
+            GPC_TRY(gpc_op_matmul_backward_dgelu(&dfch, GRAD(dfcprojw),
+                                                 fused || frozen ? NULL : &dfcprojb, GRAD(dfcb),
+                                                 &dresidual, &fch_gelu, &fcprojw, &fch));
+        }
+        GPC_TRY(gpc_op_matmul_backward(&dbtc, GRAD(dfcw), NULL, &dfch, &ln2, &fcw));
+        GPC_TRY(lora_backward(m, 2, l, B, T, &dfch, &ln2, &dbtc));
         GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln2w, &dln2b, fused ? &dfcprojb : NULL,
                                           &dbtc, &residual2, &ln2w, &ln2_mean, &ln2_rstd));
         /* attention: residual2 = residual + attproj(attention(qkv(ln1(residual)))) */
-        GPC_TRY(gpc_op_matmul_backward(&dbtc, &dattprojw, fused ? NULL : &dattprojb, &dresidual,
-                                       &atty, &attprojw));
+        GPC_TRY(gpc_op_matmul_backward(&dbtc, GRAD(dattprojw), fused || frozen ? NULL : &dattprojb,
+                                       &dresidual, &atty, &attprojw));
+        GPC_TRY(lora_backward(m, 1, l, B, T, &dresidual, &atty, &dbtc));
         GPC_TRY(gpc_op_attention_backward(&dqkv, &dbtc, &qkv, &atty, &lse, NH));
         if (m->recompute >= 2) {
             gpc_tensor ln1b = param_layer(&p->ln1b, l, 0, C);
             GPC_TRY(gpc_op_layernorm_forward(&ln1, &ln1_mean, &ln1_rstd, &residual, &ln1w, &ln1b));
         }
-        GPC_TRY(gpc_op_matmul_backward(&dbtc, &dqkvw, derived ? NULL : &dqkvb, &dqkv, &ln1, &qkvw));
+        GPC_TRY(gpc_op_matmul_backward(&dbtc, GRAD(dqkvw), derived || frozen ? NULL : &dqkvb, &dqkv,
+                                       &ln1, &qkvw));
+        GPC_TRY(lora_backward(m, 0, l, B, T, &dqkv, &ln1, &dbtc));
+#undef GRAD
         if (derived) {
             gpc_tensor dqb = view(&dqkvb, 0, 1, C, 0, 0);
             GPC_TRY(gpc_op_column_sums(&dqb, &dqkv, 0));
@@ -736,7 +926,7 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
         if (derived) GPC_TRY(derive_qkv_bias_grad(m, l, &dattprojb, &attprojw, &dbtc));
         if (m->grad_ready) GPC_TRY(m->grad_ready(m->grad_ready_user, l));
     }
-    GPC_TRY(gpc_op_embedding_backward(&g->wte, &g->wpe, &dresidual, tokens));
+    if (!frozen) GPC_TRY(gpc_op_embedding_backward(&g->wte, &g->wpe, &dresidual, tokens));
     return m->grad_ready ? m->grad_ready(m->grad_ready_user, -1) : GPC_OK;
 }
 
@@ -757,8 +947,16 @@ static gpc_status forward_backward(gpt_model *m, const gpc_tensor *tokens, const
      * fuses the head never stores the logits' gradient. fp16 gradients would
      * underflow: the loss is scaled up here and the gradients scaled back
      * down inside the AdamW step. */
-    GPC_TRY(gpc_op_classifier(&losses, &dlnf, &m->grads.wte, &logits, &lnf, &m->params.wte, tgt,
-                              c->vocab_size, dloss * gpc_optim_loss_scale(m->optim)));
+    float scaled = dloss * gpc_optim_loss_scale(m->optim);
+    if (m->lora.options.rank) { /* a frozen head: its three ops without wte's gradient */
+        GPC_TRY(gpc_op_matmul_forward(&logits, &lnf, &m->params.wte, NULL));
+        GPC_TRY(gpc_op_crossentropy_forward_backward(&losses, &logits, &logits, tgt, c->vocab_size,
+                                                     scaled));
+        GPC_TRY(gpc_op_matmul_backward(&dlnf, NULL, NULL, &logits, &lnf, &m->params.wte));
+    } else {
+        GPC_TRY(gpc_op_classifier(&losses, &dlnf, &m->grads.wte, &logits, &lnf, &m->params.wte, tgt,
+                                  c->vocab_size, scaled));
+    }
     /* masked rows have loss 0, so the plain sum is the sum over real targets */
     GPC_TRY(gpc_op_sum(&m->acts.loss_sum, &losses));
     m->loss_count += m->last_unmasked;
@@ -822,6 +1020,12 @@ gpc_status gpt_forward_backward_device(gpt_model *m, const gpc_tensor *inputs,
 
 gpc_status gpt_zero_grad(gpt_model *m) {
     if (!m->training) return GPC_OK;
+    if (m->lora.options.rank) {
+        /* the discarded layernorm gradients too, so that their sums never
+         * grow to infinity over a long run */
+        GPC_TRY(gpc_tensor_zero(&m->lora.dln));
+        return gpc_tensor_zero(&m->lora.grads_flat);
+    }
     return gpc_tensor_zero(&m->grads_flat);
 }
 
@@ -834,6 +1038,17 @@ gpc_status gpt_update_span(gpt_model *m, const gpc_optim_options *o, size_t begi
         return gpc_error(GPC_ERR_INVALID_ARG, "this model was created for inference; it has no "
                                               "optimizer state");
     gpc_tensor *norm_sq = &m->acts.norm_sq;
+    if (m->lora.options.rank) {
+        /* the adapters' buffers, whole: the base has no optimizer state */
+        if (begin != 0 || end != m->num_params || reduce)
+            return gpc_error(GPC_ERR_UNSUPPORTED,
+                             "a LoRA model trains in one process; data parallelism over "
+                             "adapters is not supported yet (train without --lora or on one "
+                             "device)");
+        GPC_TRY(gpc_optim_norm_sq(m->optim, &m->lora.grads_flat, 0, m->lora.num_params, norm_sq));
+        return gpc_optim_step(m->optim, &m->lora.params_flat, &m->lora.grads_flat, 0,
+                              m->lora.num_params, norm_sq, o, grad_norm, skipped);
+    }
     GPC_TRY(gpc_optim_norm_sq(m->optim, &m->grads_flat, begin, end, norm_sq));
     if (reduce) GPC_TRY(reduce(user, norm_sq));
     /* norm_sq is left holding the global squared norm, for gpt_read_step */

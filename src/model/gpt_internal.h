@@ -68,6 +68,28 @@ typedef struct {
     gpc_tensor loss_sum;  /* [1] f32: losses summed since gpt_read_step (same buffer) */
 } gpt_activations;
 
+/* LoRA adapters (gpt_create_lora). Their parameters and gradients sit in
+ * flat buffers of their own, which the model's optimizer updates whole; the
+ * base has no gradient buffer. */
+typedef struct {
+    gpt_lora_options options; /* rank 0: no adapters */
+    float scale;              /* alpha / R */
+    size_t num_params;
+    size_t a_offset[GPT_LORA_TARGETS], b_offset[GPT_LORA_TARGETS]; /* in params_flat */
+    gpc_tensor params_flat;                                        /* [num_params] compute dtype */
+    gpc_tensor grads_flat; /* [num_params] compute dtype (training) */
+    /* u[target]: [L, B, T, R] the scaled down-projection scale * x . A^T,
+     * kept for backward (B's gradient reads it) */
+    gpc_tensor u[GPT_LORA_TARGETS];
+    /* backward scratch (training) */
+    gpc_tensor du;  /* [B, T, R] */
+    gpc_tensor dx;  /* [B, T, in] the adapter's part of its input's gradient */
+    gpc_tensor dln; /* [2C] the frozen layernorms' gradients, discarded */
+} gpt_lora;
+
+/* The input and output widths of a LoRA target's projection. */
+void gpt_lora_dims(int target, int64_t channels, int64_t *in, int64_t *out);
+
 struct gpt_model {
     gpt_config config;
     gpc_device device;
@@ -109,6 +131,8 @@ struct gpt_model {
     /* host staging, placed at creation */
     float *host_losses; /* [B*T] */
     void *host_row;     /* [B*Vp] logits rows in the compute dtype */
+
+    gpt_lora lora;
 
     gpc_arena param_arena; /* params, grads, then master, m, v (gpc_optim_place) */
     gpc_arena act_arena;   /* activations and scratch */

@@ -152,6 +152,10 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
     out->backward = 2 * buffer(BT * C, s)   /* dresidual, dbtc */
                     + buffer(BT * 4 * C, s) /* dbt4c, also dqkv */
                     + buffer(2, f32);       /* norm_sq and loss_sum, one buffer */
+    /* LoRA's backward scratch (gpt.c): the down-projection's gradient, the
+     * adapter's part of its input's gradient (4C wide for fcproj), and the
+     * frozen layernorms' discarded parameter gradients */
+    if (R) out->backward += buffer(BT * R, s) + buffer(BT * 4 * C, s) + buffer(2 * C, s);
 
     /* On the GPU in bf16/f16, attention auto runs cuDNN's fused attention
      * where it can (Hopper and newer), whose backward adds dQ into an f32

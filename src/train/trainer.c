@@ -94,6 +94,10 @@ typedef struct {
     int rank0;         /* this process writes the run folder and reports */
     int stop_all;      /* a stop was requested on some rank (agreed each step) */
     char checkpoint_path[4096], prev_path[4096];
+    /* LoRA: the adapters' options, the file they are saved in, and the base
+     * run's folder (absolute), whose weights stay frozen */
+    gpt_lora_options lora;
+    char lora_path[4096], base_run[4096];
     const char *resume_path; /* the checkpoint resumed from: checkpoint_path or prev_path */
     int current_damaged;     /* checkpoint.bin did not load: not kept as the previous one */
     /* this process's GPU as NVML sees it (src/core/nvml.c); NULL on the CPU
@@ -437,6 +441,7 @@ static gpc_status save_checkpoint(trainer *t) {
     st.max_grad_norm = t->s.max_grad_norm;
     st.seed = t->s.seed;
     st.recompute = t->s.recompute;
+    if (t->lora.rank) return gpt_lora_save(t->lora_path, t->model, &st, t->base_run);
     /* ZeRO-1: every rank takes part; rank 0 gets the whole state */
     gpt_host_state full = {0};
     if (t->ddp) GPC_TRY(gpc_ddp_gather_state(t->ddp, &full));
@@ -819,8 +824,9 @@ static gpc_status run_loop(trainer *t, gpc_train_result *result) {
  * host model (the checkpoint may come from any device and precision) and
  * set on the training model; its optimizer state is left behind. */
 static gpc_status init_weights_from(trainer *t) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/checkpoint.bin", t->o->init_from);
+    char path[4200];
+    const char *from = t->lora.rank ? t->base_run : t->o->init_from;
+    snprintf(path, sizeof path, "%s/checkpoint.bin", from);
     gpt_model *host = NULL;
     float *values = gpc_malloc(gpt_config_num_params(&t->s.config) * sizeof *values);
     gpc_status s = values ? GPC_OK : gpc_error(GPC_ERR_NOMEM, "out of host memory");
@@ -830,7 +836,7 @@ static gpc_status init_weights_from(trainer *t) {
     gpt_free(host);
     if (s == GPC_OK) s = gpt_set_params(t->model, values);
     gpc_free(values);
-    return s == GPC_OK ? s : gpc_error_context(s, "--init-from %s: ", t->o->init_from);
+    return s == GPC_OK ? s : gpc_error_context(s, "--init-from %s: ", from);
 }
 
 /* --init-from: the starting run's config, and its tokenizer must be the
@@ -909,6 +915,21 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
     t->inputs = gpc_malloc(n * sizeof(int32_t));
     t->targets = gpc_malloc(n * sizeof(int32_t));
     if (!t->inputs || !t->targets) return gpc_error(GPC_ERR_NOMEM, "out of host memory");
+    if (t->lora.rank) {
+        if (world > 1 || o->dist)
+            return gpc_error(GPC_ERR_UNSUPPORTED,
+                             "--lora trains on one process; leave out the extra processes");
+        GPC_TRY(gpt_create_lora(&t->model, &s->config, o->device, s->precision, s->B, s->T, 1,
+                                s->recompute, &t->lora));
+        gpc_rng_seed(&t->rng, s->seed, 0x747261696eULL); /* "train" */
+        GPC_TRY(init_weights_from(t));
+        if (!ck) return GPC_OK;
+        gpt_checkpoint_state loaded;
+        GPC_TRY(gpt_lora_load(t->lora_path, t->model, &loaded));
+        t->rng = loaded.rng;
+        t->step = (int)loaded.step;
+        return GPC_OK;
+    }
     if (o->zero == 1 && o->dist && world > 1 && o->rank >= 0 && o->rank < world) {
         /* ZeRO-1: this rank holds only its shard of m, v and the master
          * weights, cut as gpc_ddp_create cuts the update */
@@ -988,17 +1009,36 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     snprintf(t.prev_path, sizeof t.prev_path, "%s/checkpoint.prev.bin", o->out_dir);
     if (t.rank0) { /* what killed writes left behind */
         static const char *const written[] = {"checkpoint.bin", "checkpoint.prev.bin", "config.txt",
-                                              "tokenizer.bin"};
+                                              "tokenizer.bin", "lora.bin"};
         for (size_t i = 0; i < sizeof written / sizeof written[0]; i++) {
             char path[4200];
             snprintf(path, sizeof path, "%s/%s", o->out_dir, written[i]);
             gpc_remove_stale_temporaries(path);
         }
     }
+    snprintf(t.lora_path, sizeof t.lora_path, "%s/lora.bin", o->out_dir);
+    if (o->lora_rank < 0)
+        return gpc_error(GPC_ERR_INVALID_ARG, "--lora %d must be a positive rank", o->lora_rank);
     gpt_config ck_config;
     gpt_checkpoint_state ck;
-    if (o->resume) {
+    int lora_run = gpc_path_exists(t.lora_path);
+    if (o->resume && lora_run) {
+        /* a LoRA run: its state, options and base come from lora.bin */
+        GPC_TRY(gpt_lora_read_header(t.lora_path, &ck_config, &t.lora, &ck, t.base_run,
+                                     sizeof t.base_run));
+        if (o->lora_rank && o->lora_rank != t.lora.rank)
+            GPC_TRY(same_as_checkpoint("lora", o->lora_rank, t.lora.rank));
+    } else if (o->resume) {
+        if (o->lora_rank)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "%s holds no LoRA adapters (lora.bin) to resume; leave out --lora",
+                             o->out_dir);
         GPC_TRY(pick_checkpoint(&t, &ck_config, &ck));
+    } else if (lora_run) {
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s already holds LoRA adapters; add --resume to continue them, or "
+                         "choose another --out",
+                         o->out_dir);
     } else if (gpc_path_exists(t.checkpoint_path)) {
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "%s already holds a trained run; add --resume to continue it, or "
@@ -1007,6 +1047,18 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     }
     gpt_config init;
     int from = o->init_from && !o->resume;
+    if (o->lora_rank && !o->resume) {
+        if (!o->init_from)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "--lora adapts a trained model: give its run folder with --init-from "
+                             "RUN (gpc train or gpc import hf)");
+        if (!realpath(o->init_from, t.base_run))
+            return gpc_error(GPC_ERR_IO, "--init-from %s: %s", o->init_from, strerror(errno));
+        t.lora = (gpt_lora_options){.rank = o->lora_rank,
+                                    .alpha = (float)o->lora_alpha,
+                                    .targets = o->lora_targets,
+                                    .seed = o->seed};
+    }
     if (from) GPC_TRY(read_init(o, &init));
     GPC_TRY(resolve(o, &info, o->resume ? &ck_config : NULL, o->resume ? &ck : NULL,
                     from ? &init : NULL, &t.s));

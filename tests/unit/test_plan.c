@@ -228,10 +228,10 @@ static void test_bad_input_messages(void **state) {
     TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--gpus 0");
 }
 
-/* The plan against the model itself: gpt_create_recompute on the CPU (f32),
- * at each recomputation level, places the very buffers the plan counts, and gpt_memory_bytes is
- * what its two arenas hold. The arenas do not pad their last tensor, so the plan may be above by
- * less than one alignment (256 bytes) per arena. */
+/* The plan against the model itself: gpt_create_recompute and
+ * gpt_create_lora on the CPU (f32), at each recomputation level, place the very buffers the plan
+ * counts, and gpt_memory_bytes is what its two arenas hold. The arenas do not pad their last
+ * tensor, so the plan may be above by less than one alignment (256 bytes) per arena. */
 static void test_plan_matches_gpt_create(void **state) {
     (void)state;
     gpc_rng rng;
@@ -261,6 +261,21 @@ static void test_plan_matches_gpt_create(void **state) {
                      layers, heads, channels, T, B, vocab, recompute, (unsigned long long)r.total,
                      (unsigned long long)real);
         gpt_free(model);
+        /* LoRA on all four projections (what --lora counts): the base
+         * without gradients or state, the adapters' buffers and scratch */
+        gpt_lora_options lora = {.rank = 1 + (int)gpc_rng_below(&rng, 4)};
+        TEST_OK(gpt_create_lora(&model, &config, gpc_cpu(), GPC_F32, B, T, 1, recompute, &lora));
+        in.lora_rank = lora.rank;
+        TEST_OK(gpc_plan_compute(&in, &r));
+        assert_int_equal(r.trainable, gpt_lora_num_params(model));
+        real = gpt_memory_bytes(model);
+        if (!(r.total >= real && r.total - real < 2 * 256))
+            fail_msg("LoRA rank %d, L=%d C=%d T=%d B=%d V=%d: plan %llu bytes, gpt_create_lora "
+                     "%llu",
+                     lora.rank, layers, channels, T, B, vocab, (unsigned long long)r.total,
+                     (unsigned long long)real);
+        gpt_free(model);
+        in.lora_rank = 0;
         /* ZeRO-1 on 2, 3 or 4 GPUs: rank 0 holds the largest shard of m and v
          * (gpc_dist_shard_offsets, align 64), which is what the plan counts */
         int gpus = 2 + trial % 3;
