@@ -294,6 +294,11 @@ void gpc_atomic_abort(gpc_atomic_file *f);
 
 /* Reads a whole file into memory (gpc_malloc'd, NUL-terminated). */
 gpc_status gpc_read_file(const char *path, char **out, size_t *size);
+/* Copies FROM to TO byte for byte, written atomically (gpc_atomic_open). */
+gpc_status gpc_copy_file(const char *from, const char *to);
+/* Removes the files of a flat folder, then the folder: what a failed
+ * command wrote into its temporary folder. Errors are ignored. */
+void gpc_remove_flat_dir(const char *dir);
 /* Opens PATH for reading as a FILE* (returned in *out), refusing anything but
  * a regular file: a FIFO or a device would block or never end. WHAT names
  * the file in the message ("shard", "checkpoint"). */

@@ -185,6 +185,37 @@ gpc_status gpc_open_regular(const char *path, const char *what, void **out) {
     return GPC_OK;
 }
 
+gpc_status gpc_copy_file(const char *from, const char *to) {
+    char *bytes;
+    size_t size;
+    GPC_TRY(gpc_read_file(from, &bytes, &size));
+    gpc_atomic_file f;
+    gpc_status s = gpc_atomic_open(&f, to);
+    if (s == GPC_OK) {
+        s = gpc_atomic_write(&f, bytes, size);
+        if (s == GPC_OK)
+            s = gpc_atomic_commit(&f);
+        else
+            gpc_atomic_abort(&f);
+    }
+    gpc_free(bytes);
+    return s;
+}
+
+void gpc_remove_flat_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[4600];
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
 gpc_status gpc_link_replace(const char *from, const char *to) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", to, (long)getpid());

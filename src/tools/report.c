@@ -22,6 +22,33 @@ typedef struct {
     double gpu_power_w, gpu_sm_clock_mhz, gpu_power_capped, gpu_step_energy_j;
 } report_row;
 
+/* The metrics a row keeps, by their names in metrics.jsonl: one table for
+ * the parser and for gpc_report_value. */
+#define ROW_FIELD(name)                                                                            \
+    { #name, offsetof(report_row, name) }
+static const struct {
+    const char *name;
+    size_t offset;
+} row_fields[] = {ROW_FIELD(step),
+                  ROW_FIELD(loss),
+                  ROW_FIELD(val_loss),
+                  ROW_FIELD(lr),
+                  ROW_FIELD(grad_norm),
+                  ROW_FIELD(tokens_per_s),
+                  ROW_FIELD(ms),
+                  ROW_FIELD(tokens),
+                  ROW_FIELD(memory),
+                  ROW_FIELD(gpu_power_w),
+                  ROW_FIELD(gpu_sm_clock_mhz),
+                  ROW_FIELD(gpu_power_capped),
+                  ROW_FIELD(gpu_step_energy_j)};
+#undef ROW_FIELD
+#define ROW_FIELDS (sizeof row_fields / sizeof row_fields[0])
+
+static double *row_field(report_row *row, size_t i) {
+    return (double *)((char *)row + row_fields[i].offset);
+}
+
 struct gpc_report {
     char *run; /* the run folder, the page's title */
     report_row *rows;
@@ -42,34 +69,8 @@ typedef struct gpc_report report_run;
  * accepted and ignored, null leaving the field NAN). Returns 0 or -1 with
  * *why set. */
 static int parse_line(const char *p, report_row *row, const char **why) {
-    double *fields[] = {&row->step,
-                        &row->loss,
-                        &row->val_loss,
-                        &row->lr,
-                        &row->grad_norm,
-                        &row->tokens_per_s,
-                        &row->ms,
-                        &row->tokens,
-                        &row->memory,
-                        &row->gpu_power_w,
-                        &row->gpu_sm_clock_mhz,
-                        &row->gpu_power_capped,
-                        &row->gpu_step_energy_j};
-    static const char *names[] = {"step",
-                                  "loss",
-                                  "val_loss",
-                                  "lr",
-                                  "grad_norm",
-                                  "tokens_per_s",
-                                  "ms",
-                                  "tokens",
-                                  "memory",
-                                  "gpu_power_w",
-                                  "gpu_sm_clock_mhz",
-                                  "gpu_power_capped",
-                                  "gpu_step_energy_j"};
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-        *fields[i] = NAN;
+    for (size_t i = 0; i < ROW_FIELDS; i++)
+        *row_field(row, i) = NAN;
     while (isspace((unsigned char)*p))
         p++;
     if (*p++ != '{') return *why = "does not start with '{'", -1;
@@ -106,8 +107,9 @@ static int parse_line(const char *p, report_row *row, const char **why) {
             if (end == p) return *why = "a value is not a number, string or null", -1;
             p = end;
         }
-        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-            if (strlen(names[i]) == key_len && !strncmp(names[i], key, key_len)) *fields[i] = value;
+        for (size_t i = 0; i < ROW_FIELDS; i++)
+            if (strlen(row_fields[i].name) == key_len && !strncmp(row_fields[i].name, key, key_len))
+                *row_field(row, i) = value;
         /* the trainer may name memory either way */
         if ((key_len == 12 && !strncmp(key, "memory_bytes", 12))) row->memory = value;
         while (isspace((unsigned char)*p))
@@ -634,36 +636,9 @@ int gpc_report_steps(const gpc_report *r) {
 }
 
 double gpc_report_value(const gpc_report *r, int row, const char *name) {
-    static const char *names[] = {"step",
-                                  "loss",
-                                  "val_loss",
-                                  "lr",
-                                  "grad_norm",
-                                  "tokens_per_s",
-                                  "ms",
-                                  "tokens",
-                                  "memory",
-                                  "gpu_power_w",
-                                  "gpu_sm_clock_mhz",
-                                  "gpu_power_capped",
-                                  "gpu_step_energy_j"};
     if (row < 0 || row >= r->count || !name) return NAN;
-    const report_row *x = &r->rows[row];
-    const double values[] = {x->step,
-                             x->loss,
-                             x->val_loss,
-                             x->lr,
-                             x->grad_norm,
-                             x->tokens_per_s,
-                             x->ms,
-                             x->tokens,
-                             x->memory,
-                             x->gpu_power_w,
-                             x->gpu_sm_clock_mhz,
-                             x->gpu_power_capped,
-                             x->gpu_step_energy_j};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(names[i], name)) return values[i];
+    for (size_t i = 0; i < ROW_FIELDS; i++)
+        if (!strcmp(row_fields[i].name, name)) return *row_field(&r->rows[row], i);
     return NAN;
 }
 

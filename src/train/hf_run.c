@@ -32,22 +32,6 @@ static gpc_status write_text(const char *path, const char *text) {
     return gpc_atomic_commit(&f);
 }
 
-/* Removes the files a failed import or export wrote into its temporary
- * folder, then the folder. */
-static void remove_tmp(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char path[4096];
-    while ((e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static int dir_is_empty(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return 0;
@@ -65,7 +49,7 @@ static gpc_status finish(const char *tmp, const char *out, gpc_status s) {
         if (gpc_path_exists(out)) rmdir(out); /* an empty folder given as --out */
         if (rename(tmp, out) != 0) s = gpc_error(GPC_ERR_IO, "cannot rename %s to %s", tmp, out);
     }
-    if (s != GPC_OK) remove_tmp(tmp);
+    if (s != GPC_OK) gpc_remove_flat_dir(tmp);
     return s;
 }
 

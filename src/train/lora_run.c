@@ -10,42 +10,9 @@
 #include "gpc/model.h"
 #include "gpc/train.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-
-/* Copies a file byte for byte, atomically. */
-static gpc_status copy_file(const char *from, const char *to) {
-    char *bytes;
-    size_t size;
-    GPC_TRY(gpc_read_file(from, &bytes, &size));
-    gpc_atomic_file f;
-    gpc_status s = gpc_atomic_open(&f, to);
-    if (s == GPC_OK) {
-        s = gpc_atomic_write(&f, bytes, size);
-        if (s == GPC_OK)
-            s = gpc_atomic_commit(&f);
-        else
-            gpc_atomic_abort(&f);
-    }
-    gpc_free(bytes);
-    return s;
-}
-
-static void remove_tmp(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char path[4600];
-    while ((e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 /* The merged weights: the base run's checkpoint under the adapters. */
 static gpc_status merged_weights(const char *lora_path, gpt_config *config, float **out,
@@ -117,7 +84,7 @@ gpc_status gpc_lora_merge(const char *run_dir, const char *out_dir) {
     if (!gpc_path_exists(tok)) snprintf(tok, sizeof tok, "%s/tokenizer.bin", base);
     if (s == GPC_OK && gpc_path_exists(tok)) {
         snprintf(path, sizeof path, "%s/tokenizer.bin", tmp);
-        s = copy_file(tok, path);
+        s = gpc_copy_file(tok, path);
     }
     if (s == GPC_OK) {
         char text[8800];
@@ -142,6 +109,6 @@ gpc_status gpc_lora_merge(const char *run_dir, const char *out_dir) {
     }
     if (s == GPC_OK && rename(tmp, out_dir) != 0)
         s = gpc_error(GPC_ERR_IO, "cannot rename %s to %s", tmp, out_dir);
-    if (s != GPC_OK && made) remove_tmp(tmp);
+    if (s != GPC_OK && made) gpc_remove_flat_dir(tmp);
     return s;
 }

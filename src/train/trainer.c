@@ -343,20 +343,7 @@ static gpc_status copy_tokenizer(const trainer *t) {
     gpc_tokenizer *check;
     GPC_TRY(gpc_tokenizer_load(&check, from));
     gpc_tokenizer_free(check);
-    char *bytes;
-    size_t size;
-    GPC_TRY(gpc_read_file(from, &bytes, &size));
-    gpc_atomic_file f;
-    gpc_status s = gpc_atomic_open(&f, to);
-    if (s == GPC_OK) {
-        s = gpc_atomic_write(&f, bytes, size);
-        if (s == GPC_OK)
-            s = gpc_atomic_commit(&f);
-        else
-            gpc_atomic_abort(&f);
-    }
-    gpc_free(bytes);
-    return s;
+    return gpc_copy_file(from, to);
 }
 
 /* Opens metrics.jsonl: new for a new run; for a resumed run, keeps the lines
