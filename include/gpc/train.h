@@ -243,6 +243,11 @@ typedef struct {
     double seconds;
 } gpc_hf_summary;
 
+/* Writes DIR/checkpoint.bin holding PARAMS (f32, in the model's layout
+ * order) of a model of CONFIG, with no optimizer or run state: the
+ * checkpoint of an imported or a merged run. */
+gpc_status gpc_run_save_weights(const char *dir, const gpt_config *config, const float *params);
+
 /* `gpc import hf DIR --out RUN`: reads the transformers GPT-2 folder DIR
  * and writes the run folder RUN (which must not exist): checkpoint.bin
  * (f32), config.txt (source=hf, tokenizer=gpt2|none) and, when DIR has

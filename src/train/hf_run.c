@@ -53,6 +53,23 @@ static gpc_status finish(const char *tmp, const char *out, gpc_status s) {
     return s;
 }
 
+gpc_status gpc_run_save_weights(const char *dir, const gpt_config *config, const float *params) {
+    gpt_model *model = NULL;
+    gpc_status s = gpt_create(&model, config, gpc_cpu(), GPC_F32, 1, 1, 0);
+    if (s == GPC_OK) s = gpt_set_params(model, params);
+    if (s == GPC_OK) {
+        gpt_checkpoint_state state;
+        memset(&state, 0, sizeof state);
+        state.loss_scale = 1.0f;
+        state.recompute = -1; /* no run's settings: a checkpoint of weights */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/checkpoint.bin", dir);
+        s = gpt_checkpoint_save(path, model, &state);
+    }
+    gpt_free(model);
+    return s;
+}
+
 gpc_status gpc_hf_import(const char *hf_dir, const char *run_dir, gpc_hf_summary *summary) {
     double start = gpc_time_seconds();
     if (gpc_path_exists(run_dir))
@@ -76,26 +93,15 @@ gpc_status gpc_hf_import(const char *hf_dir, const char *run_dir, gpc_hf_summary
                           "a tokenizer and a model that do not belong together",
                           vocab, gpc_tokenizer_vocab_size(tok), config.vocab_size);
     }
-    gpt_model *model = NULL;
-    if (s == GPC_OK) s = gpt_create(&model, &config, gpc_cpu(), GPC_F32, 1, 1, 0);
-    if (s == GPC_OK) s = gpt_set_params(model, params);
-    gpc_free(params);
-    double t_model = gpc_time_seconds();
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", run_dir, (int)getpid());
     int made = 0;
     if (s == GPC_OK) s = gpc_mkdir_p(tmp);
     made = s == GPC_OK;
-    if (s == GPC_OK) {
-        gpt_checkpoint_state state;
-        memset(&state, 0, sizeof state);
-        state.loss_scale = 1.0f;
-        state.recompute = -1;
-        snprintf(path, sizeof path, "%s/checkpoint.bin", tmp);
-        s = gpt_checkpoint_save(path, model, &state);
-    }
+    if (s == GPC_OK) s = gpc_run_save_weights(tmp, &config, params);
+    gpc_free(params);
     /* where an import's time goes (GPC_LOG=debug) */
-    gpc_log(GPC_LOG_DEBUG, "import: read and convert %.2f s, model %.2f s, checkpoint %.2f s",
-            t_read - start, t_model - t_read, gpc_time_seconds() - t_model);
+    gpc_log(GPC_LOG_DEBUG, "import: read and convert %.2f s, model and checkpoint %.2f s",
+            t_read - start, gpc_time_seconds() - t_read);
     if (s == GPC_OK && tok) {
         snprintf(path, sizeof path, "%s/tokenizer.bin", tmp);
         s = gpc_tokenizer_save(tok, path);
@@ -113,7 +119,6 @@ gpc_status gpc_hf_import(const char *hf_dir, const char *run_dir, gpc_hf_summary
         snprintf(path, sizeof path, "%s/config.txt", tmp);
         s = write_text(path, text);
     }
-    gpt_free(model);
     if (made) s = finish(tmp, run_dir, s);
     if (s == GPC_OK && summary) {
         memset(summary, 0, sizeof *summary);

@@ -61,23 +61,11 @@ gpc_status gpc_lora_merge(const char *run_dir, const char *out_dir) {
     gpt_lora_options lora;
     float *values;
     GPC_TRY(merged_weights(lora_path, &config, &values, &lora, base, sizeof base));
-    gpt_model *model = NULL;
-    gpc_status s = gpt_create(&model, &config, gpc_cpu(), GPC_F32, 1, 1, 0);
-    if (s == GPC_OK) s = gpt_set_params(model, values);
-    gpc_free(values);
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", out_dir, (int)getpid());
-    int made = 0;
-    if (s == GPC_OK) s = gpc_mkdir_p(tmp);
-    made = s == GPC_OK;
-    if (s == GPC_OK) {
-        gpt_checkpoint_state state;
-        memset(&state, 0, sizeof state);
-        state.loss_scale = 1.0f;
-        state.recompute = -1;
-        snprintf(path, sizeof path, "%s/checkpoint.bin", tmp);
-        s = gpt_checkpoint_save(path, model, &state);
-    }
-    gpt_free(model);
+    gpc_status s = gpc_mkdir_p(tmp);
+    int made = s == GPC_OK;
+    if (s == GPC_OK) s = gpc_run_save_weights(tmp, &config, values);
+    gpc_free(values);
     /* the tokenizer: the LoRA run's (its dataset's), else the base's */
     char tok[4200];
     snprintf(tok, sizeof tok, "%s/tokenizer.bin", run_dir);
