@@ -83,7 +83,7 @@ static const config_option options[] = {
     {"elastic_grow_after", NUM(OPT_DURATION, policy.elastic_grow_after), "10m",
      "An elastic job (gpc submit --gpus MIN-MAX) grows, restarting from its checkpoint on "
      "more GPUs, only when nothing waits, it could at least double, and it has run this long "
-     "at its count (a long value such as 1000d: never grow)."},
+     "at its count (365d: about never)."},
     {"kill_grace", NUM(OPT_DURATION, kill_grace), "10s",
      "Time between SIGTERM and SIGKILL when a job passes its time limit."},
     {"sample_interval", NUM(OPT_DURATION, sample_interval), "1s",
