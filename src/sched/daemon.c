@@ -156,14 +156,7 @@ static void settle(gpcd_daemon *d, gpcd_job *job, int recovering) {
     job->end_time = gpc_wall_seconds();
     job->exit_code = have_exit ? code : -1;
     job->signal = have_exit ? sig : 0;
-    /* A job told to stop for another (preemption, a resize) that finished
-     * its work meanwhile and exited 0 is done: requeued, it would run its
-     * command again with nothing left to do. */
-    int stop_reason = job->stop_reason;
-    if ((stop_reason == GPCD_STOP_PREEMPT || stop_reason == GPCD_STOP_RESIZE) && have_exit &&
-        code == 0 && sig == 0)
-        stop_reason = GPCD_STOP_NONE;
-    switch (stop_reason) {
+    switch (job->stop_reason) {
     case GPCD_STOP_PREEMPT:
         job->state = GPCD_PREEMPTED;
         job->preemptions++;
