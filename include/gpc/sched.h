@@ -74,7 +74,12 @@ typedef struct {
     char *cwd;
     char *env;  /* JSON object of strings, the submitter's environment */
     char *data; /* data path the job reads, for locality; NULL when none */
-    int gpus;
+    int gpus;   /* GPUs it needs; an elastic job's count in its current (or last) run */
+    /* An elastic job (gpus_max > gpus_min >= 1) runs at any count in the
+     * range: placed at the largest count free, stopped and restarted at
+     * another when preempted or when it may grow (policy.c); both 0 for a
+     * job that needs exactly `gpus`. */
+    int gpus_min, gpus_max;
     uint64_t mem; /* GPU memory needed per GPU, bytes; 0 = unspecified */
     int priority; /* 0..100 */
     gpcd_job_type type;
@@ -99,7 +104,13 @@ typedef struct {
     int unsaved; /* its latest state is not in the database yet (storage failing) */
 } gpcd_job;
 
-enum { GPCD_STOP_NONE = 0, GPCD_STOP_CANCEL, GPCD_STOP_PREEMPT, GPCD_STOP_TIMEOUT };
+enum {
+    GPCD_STOP_NONE = 0,
+    GPCD_STOP_CANCEL,
+    GPCD_STOP_PREEMPT,
+    GPCD_STOP_TIMEOUT,
+    GPCD_STOP_RESIZE /* an elastic job stopped to restart on more GPUs */
+};
 
 const char *gpcd_state_name(gpcd_state state);
 gpc_status gpcd_state_parse(const char *name, gpcd_state *out);
@@ -117,6 +128,12 @@ int gpcd_state_is_final(gpcd_state state);
 int gpcd_state_is_pending(gpcd_state state);
 /* Whether a job of this type and memory request may share a GPU. */
 int gpcd_job_shares_gpu(const gpcd_job *job);
+/* Whether the job runs at any GPU count in gpus_min..gpus_max. */
+int gpcd_job_elastic(const gpcd_job *job);
+/* The fewest GPUs the job can run on: gpus_min when elastic, else gpus. */
+int gpcd_job_min_gpus(const gpcd_job *job);
+/* "4" or "1-4" (an elastic range); min <= max, both 1..GPCD_MAX_GPUS. */
+gpc_status gpcd_gpus_parse(const char *text, int *min, int *max);
 
 gpcd_job *gpcd_job_new(void);
 gpcd_job *gpcd_job_copy(const gpcd_job *job);
@@ -163,6 +180,10 @@ typedef struct gpcd_policy_config {
     double preempt_min_runtime;
     double preempt_margin;
     double preempt_grace; /* mirrors gpcd_config.preempt_grace */
+    /* an elastic job grows (stops, restarts on more GPUs) only when nothing
+     * waits, it could at least double, and it has run this long at its
+     * current count; 0 = never grow */
+    double elastic_grow_after;
 } gpcd_policy_config;
 
 typedef struct {
@@ -251,7 +272,9 @@ void gpcd_cluster_account(const struct gpcd_policy_config *policy, gpcd_cluster 
 
 /* ---------------------------------------------------------------- policy */
 
-typedef enum { GPCD_DECIDE_START = 0, GPCD_DECIDE_PREEMPT } gpcd_decision_kind;
+/* RESIZE: stop an elastic job (as PREEMPT does) so that the next pass
+ * restarts it on gpu_count GPUs, the count it could grow to. */
+typedef enum { GPCD_DECIDE_START = 0, GPCD_DECIDE_PREEMPT, GPCD_DECIDE_RESIZE } gpcd_decision_kind;
 
 typedef struct {
     gpcd_decision_kind kind;
@@ -263,6 +286,7 @@ typedef struct {
 typedef struct {
     int started;
     int preempted;
+    int resized;             /* elastic jobs told to grow */
     int blocked;             /* pending jobs that could not start */
     int64_t reserved_for;    /* job id holding the backfill reservation, 0 if none */
     double reservation_time; /* when that job is expected to start */
@@ -284,9 +308,10 @@ int gpcd_policy_gpu_admits(const gpcd_policy_config *policy, const gpcd_gpu *gpu
  * with a bonus for data locality. */
 double gpcd_policy_gpu_score(const gpcd_policy_config *policy, const gpcd_gpu *gpu,
                              const gpcd_job *job);
-/* Picks job->gpus GPUs among those admitted, all or nothing; for multi-GPU
- * training prefers sets joined by NVLink. Returns the count chosen (0 when
- * the job does not fit). */
+/* Picks job->gpus GPUs among those admitted, all or nothing (an elastic
+ * job: the largest count in its range that fits); for multi-GPU training
+ * prefers sets joined by NVLink. Returns the count chosen (0 when the job
+ * does not fit). */
 int gpcd_policy_place(const gpcd_policy_config *policy, const gpcd_cluster *cluster,
                       const gpcd_job *job, int *gpus_out);
 /* NUMA node of a data path: the config's rules first, then sysfs for the

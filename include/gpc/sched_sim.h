@@ -78,11 +78,17 @@ typedef struct {
     uint64_t gpu_mem;     /* per GPU */
     double preempt_grace; /* a preempted job holds its GPUs this long (checkpointing) */
     double tick;          /* extra passes this often while jobs wait (0 = only on events) */
+    /* This share of the jobs (0..1, spread evenly over the trace) is
+     * elastic: a job of G GPUs runs at any count from ceil(G/2) to 2G (at
+     * most the cluster), its work scaling linearly with the count. */
+    double elastic;
 } gpcd_sim_options;
 
 typedef struct {
     int jobs, completed, timed_out; /* timed out: ran past their time limit and were stopped */
     int preemptions;
+    int elastic_jobs; /* jobs made elastic (gpcd_sim_options.elastic) */
+    int resizes;      /* elastic jobs stopped to grow */
     int64_t passes;
     double mean_jct, median_jct, p95_jct; /* job completion time: end - submit */
     double makespan;                      /* last end - first submit */

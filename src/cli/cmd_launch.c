@@ -4,6 +4,9 @@
  *
  *   gpc launch --nproc N [--nnodes M --node-rank R --master ADDR:PORT] -- COMMAND...
  *
+ * --nproc auto takes N from GPC_JOB_GPUS, so one command line serves every
+ * GPU count an elastic gpcd job runs at.
+ *
  * Each process gets GPC_RANK, GPC_WORLD_SIZE, GPC_LOCAL_RANK,
  * GPC_LOCAL_WORLD_SIZE, GPC_NODE_RANK, GPC_MASTER_ADDR and GPC_MASTER_PORT
  * (and the RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT names other
@@ -41,6 +44,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "gpc/settings.h"
 
 static const char *NAME = "launch";
 
@@ -247,10 +251,13 @@ int cmd_launch(int argc, char **argv) {
             break;
         }
     int nproc = 1, nnodes = 1, node_rank = 0;
+    const char *nproc_text = "1";
     double timeout = 300;
     const char *master = NULL;
     const cli_option options[] = {
-        {"nproc", CLI_INT, &nproc, "N", "processes on this node, one per GPU (default 1)"},
+        {"nproc", CLI_STRING, &nproc_text, "N|auto",
+         "processes on this node, one per GPU (default 1); auto: GPC_JOB_GPUS, the count gpcd "
+         "gave the job (an elastic job's changes from run to run)"},
         {"nnodes", CLI_INT, &nnodes, "M", "nodes in the job (default 1)"},
         {"node-rank", CLI_INT, &node_rank, "R", "this node's place, 0..M-1 (default 0)"},
         {"master", CLI_STRING, &master, "ADDR:PORT",
@@ -278,6 +285,20 @@ int cmd_launch(int argc, char **argv) {
     if (dash < 0 || dash + 1 >= argc)
         return cli_usage_error(NAME, "give the command to start after '--', e.g. gpc launch "
                                      "--nproc 2 -- gpc train --data DIR --out RUN");
+    if (strcmp(nproc_text, "auto") == 0) {
+        const char *given = gpc_setting_given("GPC_JOB_GPUS");
+        if (!given)
+            return cli_usage_error(NAME, "--nproc auto takes the count from GPC_JOB_GPUS, which "
+                                         "gpcd sets in each job; outside gpcd give a number");
+        nproc = (int)gpc_setting_int("GPC_JOB_GPUS");
+    } else {
+        char *end;
+        long v = strtol(nproc_text, &end, 10);
+        nproc = *nproc_text && !*end && v >= 1 && v <= LAUNCH_MAX_PROCS ? (int)v : 0;
+        if (!nproc)
+            return cli_usage_error(NAME, "--nproc must be 1..%d or auto, not '%s'",
+                                   LAUNCH_MAX_PROCS, nproc_text);
+    }
     if (nproc < 1 || nproc > LAUNCH_MAX_PROCS)
         return cli_usage_error(NAME, "--nproc must be 1..%d, not %d", LAUNCH_MAX_PROCS, nproc);
     if (nnodes < 1 || node_rank < 0 || node_rank >= nnodes)

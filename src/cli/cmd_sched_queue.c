@@ -41,27 +41,40 @@ static void gpu_list(json_t *job, char *buf, size_t size) {
                                  (long long)json_integer_value(json_array_get(gpus, i)));
 }
 
+/* "2", or for an elastic job its range, after the count it runs at: "2/1-4". */
+static void gpu_count(json_t *job, char *buf, size_t size) {
+    long long gpus = (long long)json_integer_value(json_object_get(job, "gpus"));
+    long long lo = (long long)json_integer_value(json_object_get(job, "gpus_min"));
+    long long hi = (long long)json_integer_value(json_object_get(job, "gpus_max"));
+    if (!json_is_true(json_object_get(job, "elastic")))
+        snprintf(buf, size, "%lld", gpus);
+    else if (json_array_size(json_object_get(job, "assigned_gpus")) > 0)
+        snprintf(buf, size, "%lld/%lld-%lld", gpus, lo, hi);
+    else
+        snprintf(buf, size, "%lld-%lld", lo, hi);
+}
+
 static void print_table(json_t *jobs) {
     double now = gpc_wall_seconds();
-    printf("%-6s %-10s %-10s %-6s %-11s %-5s %-9s %-9s %-8s %s\n", "ID", "STATE", "OWNER", "PRIO",
+    printf("%-6s %-10s %-10s %-6s %-11s %-7s %-9s %-9s %-8s %s\n", "ID", "STATE", "OWNER", "PRIO",
            "TYPE", "GPUS", "MEM", "TIME", "ON", "COMMAND");
     for (size_t i = 0; i < json_array_size(jobs); i++) {
         json_t *j = json_array_get(jobs, i);
         const char *state = text_of(j, "state", "?");
-        char mem[32] = "-", age[32], on[64], cmd[80];
+        char mem[32] = "-", age[32], on[64], cmd[80], count[32];
         double m = number_of(j, "mem");
         if (m > 0) cli_format_bytes(m, mem, sizeof mem);
         double start = number_of(j, "start_time"), end = number_of(j, "end_time");
         double since = start > 0 ? start : number_of(j, "submit_time");
         gpcd_cli_age((end > 0 ? end : now) - since, age, sizeof age);
         gpu_list(j, on, sizeof on);
+        gpu_count(j, count, sizeof count);
         command_line(j, cmd, sizeof cmd);
         const char *name = text_of(j, "name", NULL);
-        printf("%-6lld %-10s %-10.10s %-6s %-11s %-5lld %-9s %-9s %-8s %s%s%s\n",
+        printf("%-6lld %-10s %-10.10s %-6s %-11s %-7s %-9s %-9s %-8s %s%s%s\n",
                (long long)json_integer_value(json_object_get(j, "id")), state,
                text_of(j, "owner", "?"), text_of(j, "priority_name", "?"), text_of(j, "type", "?"),
-               (long long)json_integer_value(json_object_get(j, "gpus")), mem, age,
-               on[0] ? on : "-", name ? name : "", name ? ": " : "", cmd);
+               count, mem, age, on[0] ? on : "-", name ? name : "", name ? ": " : "", cmd);
     }
 }
 
@@ -148,9 +161,11 @@ int cmd_show(int argc, char **argv) {
     printf("  command    %s\n  directory  %s\n", cmd, text_of(j, "cwd", "/"));
     printf("  owner      %s\n  type       %s\n  priority   %s\n", text_of(j, "owner", "?"),
            text_of(j, "type", "?"), text_of(j, "priority_name", "?"));
-    printf("  gpus       %lld%s%s%s\n  memory     %s per GPU\n",
-           (long long)json_integer_value(json_object_get(j, "gpus")), on[0] ? " (on " : "", on,
-           on[0] ? ")" : "", mem);
+    char count[32];
+    gpu_count(j, count, sizeof count);
+    printf("  gpus       %s%s%s%s%s\n  memory     %s per GPU\n", count,
+           json_is_true(json_object_get(j, "elastic")) ? " (elastic)" : "", on[0] ? " (on " : "",
+           on, on[0] ? ")" : "", mem);
     if (text_of(j, "data", NULL)) printf("  data       %s\n", text_of(j, "data", ""));
     if (number_of(j, "time_limit") > 0)
         printf("  time limit %s\n",

@@ -59,12 +59,14 @@ static int env_wanted(const char *key, const cli_list *named) {
 }
 
 int cmd_submit(int argc, char **argv) {
-    int gpus = 1;
+    const char *gpus = "1";
     const char *mem = NULL, *priority = NULL, *type = "batch", *data = NULL, *time_limit = NULL,
                *name = NULL, *socket = NULL;
     cli_list env_names = {0};
     const cli_option options[] = {
-        {"gpus", CLI_INT, &gpus, "N", "GPUs the job needs, all at once (default 1)"},
+        {"gpus", CLI_STRING, &gpus, "N|MIN-MAX",
+         "GPUs the job needs, all at once (default 1); a range MIN-MAX makes it elastic: it "
+         "runs at any count in it, restarted from its checkpoint when the count changes"},
         {"mem", CLI_STRING, &mem, "SIZE", "GPU memory needed per GPU, e.g. 40G"},
         {"priority", CLI_STRING, &priority, "P", "low, normal (default), high or 0-100"},
         {"type", CLI_STRING, &type, "TYPE",
@@ -101,8 +103,9 @@ int cmd_submit(int argc, char **argv) {
     if (split >= argc - 1)
         return cli_usage_error("submit", "give the command after '--', e.g. gpc submit --gpus 2 "
                                          "-- gpc train --config run.ini");
-    if (gpus < 1 || gpus > GPCD_MAX_GPUS)
-        return cli_usage_error("submit", "--gpus %d is outside 1-%d", gpus, GPCD_MAX_GPUS);
+    int gpus_min, gpus_max;
+    if (gpcd_gpus_parse(gpus, &gpus_min, &gpus_max) != GPC_OK)
+        return cli_usage_error("submit", "--gpus: %s", gpc_last_error());
     for (int i = 0; i < env_names.count; i++)
         if (strcmp(env_names.items[i], "ALL") != 0 && !getenv(env_names.items[i]))
             return cli_usage_error("submit", "--env %s: no such variable in this environment",
@@ -112,7 +115,8 @@ int cmd_submit(int argc, char **argv) {
     for (int i = split + 1; i < argc; i++)
         json_array_append_new(command, json_string(argv[i]));
     json_object_set_new(job, "command", command);
-    json_object_set_new(job, "gpus", json_integer(gpus));
+    json_object_set_new(job, "gpus",
+                        gpus_min == gpus_max ? json_integer(gpus_min) : json_string(gpus));
     json_object_set_new(job, "type", json_string(type));
     if (mem) json_object_set_new(job, "mem", json_string(mem));
     if (priority) json_object_set_new(job, "priority", json_string(priority));
@@ -167,8 +171,9 @@ int cmd_submit(int argc, char **argv) {
         fprintf(stderr, "gpc submit: error: gpcd accepted the job but sent no id\n");
         return CLI_EXIT_RUNTIME;
     }
-    fprintf(stderr, "gpc submit: job %lld queued (%s, %d GPU%s%s%s)\n", (long long)id, type, gpus,
-            gpus == 1 ? "" : "s", priority ? ", priority " : "", priority ? priority : "");
+    fprintf(stderr, "gpc submit: job %lld queued (%s, %s GPU%s%s%s%s)\n", (long long)id, type, gpus,
+            gpus_max == 1 ? "" : "s", gpus_min < gpus_max ? ", elastic" : "",
+            priority ? ", priority " : "", priority ? priority : "");
     printf("%lld\n", (long long)id);
     return CLI_EXIT_OK;
 }

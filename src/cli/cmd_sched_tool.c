@@ -74,6 +74,8 @@ static json_t *result_json(const char *policy, const gpcd_sim_result *r) {
     json_object_set_new(o, "completed", json_integer(r->completed));
     json_object_set_new(o, "timed_out", json_integer(r->timed_out));
     json_object_set_new(o, "preemptions", json_integer(r->preemptions));
+    json_object_set_new(o, "elastic_jobs", json_integer(r->elastic_jobs));
+    json_object_set_new(o, "resizes", json_integer(r->resizes));
     json_object_set_new(o, "passes", json_integer(r->passes));
     json_object_set_new(o, "mean_jct", json_real(r->mean_jct));
     json_object_set_new(o, "median_jct", json_real(r->median_jct));
@@ -91,7 +93,7 @@ static int gpcd_tool_simulate(int argc, char **argv) {
     cli_list policies = {0};
     int gpus = 64, json = 0, per_job = 0;
     uint64_t gpu_mem = 141ull << 30;
-    double tick = 0, grace = 30;
+    double tick = 0, grace = 30, elastic = 0;
     cli_list settings = {0};
     const cli_option options[] = {
         {"trace", CLI_STRING, &trace_path, "FILE", "the job trace (CSV; see gpc sched trace)"},
@@ -106,6 +108,9 @@ static int gpcd_tool_simulate(int argc, char **argv) {
          "gpcd config keys for the policies, e.g. aging_per_hour=5 shortest_first_points=20"},
         {"preempt-grace", CLI_FLOAT, &grace, "SECONDS",
          "how long a preempted job holds its GPUs (default 30)"},
+        {"elastic", CLI_FLOAT, &elastic, "SHARE",
+         "also run each policy set with this share (0-1) of the jobs elastic: a job of G GPUs "
+         "runs at G/2 to 2G (default 0: rigid only)"},
         {"json", CLI_FLAG, &json, NULL, "print the results as JSON"},
         {"per-job", CLI_FLAG, &per_job, NULL, "with --json: every job's completion time too"},
         {0},
@@ -126,6 +131,9 @@ static int gpcd_tool_simulate(int argc, char **argv) {
         return cli_usage_error("sched simulate", "--gpus %d is outside 1-%d", gpus, GPCD_MAX_GPUS);
     if (tick < 0 || grace < 0)
         return cli_usage_error("sched simulate", "--tick and --preempt-grace must be >= 0");
+    if (!(elastic >= 0 && elastic <= 1))
+        return cli_usage_error("sched simulate", "--elastic is a share of the jobs, 0-1, not %g",
+                               elastic);
     const char *default_policy = "all";
     if (policies.count == 0) {
         policies.items = &default_policy;
@@ -152,22 +160,31 @@ static int gpcd_tool_simulate(int argc, char **argv) {
     gpcd_trace trace;
     gpc_status st = gpcd_trace_load(trace_path, &trace);
     if (st != GPC_OK) return cli_fail("sched simulate", st);
-    gpcd_sim_options o = {gpus, gpu_mem, grace, tick};
+    gpcd_sim_options o = {gpus, gpu_mem, grace, tick, 0};
     double *jct = per_job ? malloc(sizeof *jct * (size_t)trace.count) : NULL;
     json_t *all = json_array();
     if (!json) {
         printf("%d jobs on %d GPUs; times in hours\n", trace.count, gpus);
-        printf("%-44s %9s %9s %9s %9s %6s %9s %10s %8s %6s\n", "policy", "mean JCT", "median",
-               "p95 JCT", "makespan", "util", "mean wait", "worst wait", "timeouts", "preempt");
+        printf("%-44s %9s %9s %9s %9s %6s %9s %10s %8s %7s %6s\n", "policy", "mean JCT", "median",
+               "p95 JCT", "makespan", "util", "mean wait", "worst wait", "timeouts", "preempt",
+               "resize");
     }
-    for (int i = 0; i < policies.count && st == GPC_OK; i++) {
+    /* with --elastic, each set twice: all jobs rigid, then the share elastic */
+    int runs = elastic > 0 ? 2 : 1;
+    for (int n = 0; n < policies.count * runs && st == GPC_OK; n++) {
+        int i = n / runs, elastic_run = n % runs;
         gpcd_policy_config policy = config.policy;
         policy.flags = flags[i];
+        o.elastic = elastic_run ? elastic : 0;
+        char label[300];
+        snprintf(label, sizeof label, elastic_run ? "%.260s +elastic %g" : "%.260s",
+                 policies.items[i], elastic);
         gpcd_sim_result r;
         st = gpcd_simulate(&trace, &policy, &o, &r, jct);
         if (st != GPC_OK) break;
         if (json) {
             json_t *row = result_json(policies.items[i], &r);
+            json_object_set_new(row, "elastic", json_real(o.elastic));
             if (jct) {
                 json_t *list = json_array();
                 for (int j = 0; j < trace.count; j++)
@@ -176,10 +193,10 @@ static int gpcd_tool_simulate(int argc, char **argv) {
             }
             json_array_append_new(all, row);
         } else {
-            printf("%-44s %9.2f %9.2f %9.2f %9.1f %5.1f%% %9.2f %10.2f %8d %6d\n",
-                   policies.items[i], r.mean_jct / 3600, r.median_jct / 3600, r.p95_jct / 3600,
-                   r.makespan / 3600, 100 * r.utilization, r.mean_wait / 3600, r.worst_wait / 3600,
-                   r.timed_out, r.preemptions);
+            printf("%-44s %9.2f %9.2f %9.2f %9.1f %5.1f%% %9.2f %10.2f %8d %7d %6d\n", label,
+                   r.mean_jct / 3600, r.median_jct / 3600, r.p95_jct / 3600, r.makespan / 3600,
+                   100 * r.utilization, r.mean_wait / 3600, r.worst_wait / 3600, r.timed_out,
+                   r.preemptions, r.resizes);
             fflush(stdout);
         }
     }

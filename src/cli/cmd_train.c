@@ -131,6 +131,25 @@ static int requeued_gpcd_job(const char *out_dir) {
     return same;
 }
 
+/* A requeued gpcd job whose checkpoint has every step done: it was stopped
+ * (preempted, resized) as it finished, so there is nothing left to train,
+ * which for a job is success, not the usage error a user's --resume of a
+ * finished run gets. steps: the one given, or UNSET for the run's own. */
+static int requeued_job_finished(const char *out_dir, int steps) {
+    char path[4096];
+    gpt_config config;
+    gpc_dtype precision;
+    gpt_checkpoint_state state;
+    snprintf(path, sizeof path, "%s/checkpoint.bin", out_dir);
+    if (gpt_checkpoint_read_header(path, &config, &precision, &state) != GPC_OK) return 0;
+    int want = steps != UNSET && steps > 0 ? steps : state.steps;
+    if (state.step < (uint64_t)want) return 0;
+    fprintf(stderr,
+            "gpc train: gpcd job %s was requeued after its last step: all %d steps are done\n",
+            gpc_setting_given("GPC_JOB_ID"), want);
+    return 1;
+}
+
 int cmd_train(int argc, char **argv) {
     const char *data = NULL, *out = NULL, *model = NULL, *device_name = "auto";
     const char *precision_name = NULL, *init_from = NULL, *lora_targets = NULL;
@@ -316,7 +335,9 @@ int cmd_train(int argc, char **argv) {
     o.checkpoint_every = checkpoint_every == UNSET ? 0
                          : checkpoint_every > 0    ? checkpoint_every
                                                    : -1;
-    o.resume = resume || requeued_gpcd_job(out);
+    int requeued = !resume && requeued_gpcd_job(out);
+    if (requeued && requeued_job_finished(out, steps)) return CLI_EXIT_OK;
+    o.resume = resume || requeued;
     o.stop_after = stop_after > 0 ? stop_after : 0;
     if (lora != UNSET && lora < 1)
         return cli_usage_error(NAME, "--lora must be a positive rank, not %d", lora);

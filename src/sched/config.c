@@ -80,6 +80,10 @@ static const config_option options[] = {
     {"preempt_margin", NUM(OPT_NUMBER, policy.preempt_margin), "20",
      "With preemption: a waiting job preempts only jobs of lower base priority whose effective "
      "priority (with aging and shortest_first) is at least this many points below its own."},
+    {"elastic_grow_after", NUM(OPT_DURATION, policy.elastic_grow_after), "10m",
+     "An elastic job (gpc submit --gpus MIN-MAX) grows, restarting from its checkpoint on "
+     "more GPUs, only when nothing waits, it could at least double, and it has run this long "
+     "at its count (365d: about never)."},
     {"kill_grace", NUM(OPT_DURATION, kill_grace), "10s",
      "Time between SIGTERM and SIGKILL when a job passes its time limit."},
     {"sample_interval", NUM(OPT_DURATION, sample_interval), "1s",

@@ -161,7 +161,16 @@ static void settle(gpcd_daemon *d, gpcd_job *job, int recovering) {
         job->state = GPCD_PREEMPTED;
         job->preemptions++;
         job->end_time = 0;
-        set_message(job, "preempted by higher priority work; waiting to run again");
+        set_message(job, "%s",
+                    gpcd_job_elastic(job)
+                        ? "preempted by higher priority work; restarts on the GPUs then free"
+                        : "preempted by higher priority work; waiting to run again");
+        break;
+    case GPCD_STOP_RESIZE:
+        /* not a preemption: it does not count against the job's protection */
+        job->state = GPCD_PREEMPTED;
+        job->end_time = 0;
+        set_message(job, "stopped to grow; restarts on more GPUs");
         break;
     case GPCD_STOP_CANCEL:
         job->state = GPCD_CANCELLED;
@@ -367,6 +376,7 @@ static void start_job(gpcd_daemon *d, gpcd_job *job, const int *gpus, int k) {
     gpcd_state waiting = job->state;
     job->state = GPCD_RUNNING;
     job->start_time = gpc_wall_seconds();
+    job->gpus = k; /* an elastic job's count for this run */
     job->assigned_count = k;
     memcpy(job->assigned, gpus, sizeof(int) * (size_t)k);
     job->exit_code = -1;
@@ -426,12 +436,20 @@ static void schedule(gpcd_daemon *d) {
         if (dec->kind == GPCD_DECIDE_START) {
             start_job(d, dec->job, dec->gpus, dec->gpu_count);
         } else if (dec->job->stop_reason == GPCD_STOP_NONE) {
-            dec->job->stop_reason = GPCD_STOP_PREEMPT;
+            int resize = dec->kind == GPCD_DECIDE_RESIZE;
+            dec->job->stop_reason = resize ? GPCD_STOP_RESIZE : GPCD_STOP_PREEMPT;
             dec->job->term_sent = gpc_wall_seconds();
             gpcd_runner_signal(dec->job, SIGTERM);
-            d->preempted_total++;
-            gpc_log(GPC_LOG_INFO, "job %lld preempted (SIGTERM, %.0f s grace)",
-                    (long long)dec->job->id, d->config.preempt_grace);
+            if (!resize) d->preempted_total++;
+            if (resize)
+                gpc_log(GPC_LOG_INFO,
+                        "elastic job %lld stopped to grow from %d to %d GPUs (SIGTERM, %.0f s "
+                        "grace)",
+                        (long long)dec->job->id, dec->job->assigned_count, dec->gpu_count,
+                        d->config.preempt_grace);
+            else
+                gpc_log(GPC_LOG_INFO, "job %lld preempted (SIGTERM, %.0f s grace)",
+                        (long long)dec->job->id, d->config.preempt_grace);
         }
     }
     /* jobs that failed to start are final */
@@ -600,9 +618,15 @@ int gpcd_daemon_submit(gpcd_daemon *d, gpcd_job *job, char *error, size_t size) 
         if (d->cluster.gpu[g].mem_total > largest) largest = d->cluster.gpu[g].mem_total;
     pthread_mutex_unlock(&d->lock);
     if (gpcd_slurm_enabled(d)) gpu_count = GPCD_MAX_GPUS, largest = UINT64_MAX; /* Slurm judges */
-    if (job->gpus > gpu_count) {
-        snprintf(error, size, "the job asks for %d GPUs; this server has %d", job->gpus, gpu_count);
+    if (gpcd_job_min_gpus(job) > gpu_count) {
+        snprintf(error, size, "the job asks for %d%s GPUs; this server has %d",
+                 gpcd_job_min_gpus(job), gpcd_job_elastic(job) ? " or more" : "", gpu_count);
         return 400;
+    }
+    if (gpcd_job_elastic(job) && job->gpus_max > gpu_count) {
+        /* more than the server has is never free: the range ends at all of it */
+        job->gpus_max = job->gpus = gpu_count;
+        if (job->gpus_max == job->gpus_min) job->gpus_min = job->gpus_max = 0;
     }
     if (job->mem > largest) {
         snprintf(error, size,

@@ -146,6 +146,38 @@ int gpcd_job_shares_gpu(const gpcd_job *job) {
     return (job->type == GPCD_TYPE_INFER || job->type == GPCD_TYPE_INTERACTIVE) && job->mem > 0;
 }
 
+int gpcd_job_elastic(const gpcd_job *job) {
+    return job->gpus_min >= 1 && job->gpus_max > job->gpus_min;
+}
+
+int gpcd_job_min_gpus(const gpcd_job *job) {
+    return gpcd_job_elastic(job) ? job->gpus_min : job->gpus;
+}
+
+static int parse_count(const char *p, char **end) {
+    if (*p < '0' || *p > '9') return -1;
+    long v = strtol(p, end, 10);
+    return v >= 1 && v <= GPCD_MAX_GPUS ? (int)v : -1;
+}
+
+gpc_status gpcd_gpus_parse(const char *text, int *min, int *max) {
+    char *end = NULL;
+    int lo = text ? parse_count(text, &end) : -1, hi = lo;
+    if (lo > 0 && *end == '-') hi = parse_count(end + 1, &end);
+    if (lo < 1 || hi < 1 || *end != '\0')
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "GPU count '%.32s' is not N or MIN-MAX (whole numbers 1-%d, e.g. 2 or "
+                         "1-4)",
+                         text ? text : "", GPCD_MAX_GPUS);
+    if (lo > hi)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "GPU range '%.32s' runs backwards; write the smaller count first (%d-%d)",
+                         text, hi, lo);
+    *min = lo;
+    *max = hi;
+    return GPC_OK;
+}
+
 uint32_t gpcd_data_hash(const char *path) {
     if (!path || !*path) return 0;
     uint32_t h = 2166136261u;
@@ -206,6 +238,11 @@ void *gpcd_job_to_json(const gpcd_job *job) {
     json_object_set_new(o, "command", command ? command : json_array());
     json_object_set_new(o, "cwd", job->cwd ? json_string(job->cwd) : json_null());
     json_object_set_new(o, "gpus", json_integer(job->gpus));
+    /* the range an elastic job runs in; a rigid job's is its count */
+    json_object_set_new(o, "elastic", json_boolean(gpcd_job_elastic(job)));
+    json_object_set_new(o, "gpus_min", json_integer(gpcd_job_min_gpus(job)));
+    json_object_set_new(o, "gpus_max",
+                        json_integer(gpcd_job_elastic(job) ? job->gpus_max : job->gpus));
     json_object_set_new(o, "mem", json_integer((json_int_t)job->mem));
     json_object_set_new(o, "priority", json_integer(job->priority));
     json_object_set_new(o, "priority_name",

@@ -27,6 +27,14 @@
  *                 its own, only jobs that have run preempt_min_runtime
  *                 (doubled per earlier preemption), and never when the job
  *                 could start within the grace period anyway
+ *   elastic       (always on; jobs opt in with a GPU range) an elastic job
+ *                 starts at the largest count in its range that is free,
+ *                 at least its minimum; it waits and preempts for its
+ *                 minimum only; preempted, it restarts at the count then
+ *                 free. It grows (stops, restarts at a larger count) only
+ *                 when nothing waits, it could at least double, and it has
+ *                 run elastic_grow_after seconds at its count: growth never
+ *                 delays other work and a restart is worth its cost
  *   shortest_first  short jobs first: a job gains shortest_first_points for
  *                 each halving of the GPU time it asks for (time limit x
  *                 GPUs); with aging nothing starves (opt in, not in "all")
@@ -193,10 +201,10 @@ static void pick_nvlink_set(const gpcd_cluster *cluster, const candidate *c, int
     }
 }
 
-static int place_masked(const gpcd_policy_config *policy, const gpcd_cluster *cluster,
-                        const gpcd_job *job, const unsigned char *hidden, int *gpus_out) {
+static int place_count(const gpcd_policy_config *policy, const gpcd_cluster *cluster,
+                       const gpcd_job *job, int k, const unsigned char *hidden, int *gpus_out) {
     candidate c[GPCD_MAX_GPUS];
-    int n = 0, k = job->gpus;
+    int n = 0;
     if (k < 1 || k > cluster->count) return 0;
     for (int g = 0; g < cluster->count; g++) {
         if (hidden && hidden[g]) continue;
@@ -214,6 +222,18 @@ static int place_masked(const gpcd_policy_config *policy, const gpcd_cluster *cl
             gpus_out[i] = c[i].gpu;
     }
     return k;
+}
+
+/* A rigid job at its count; an elastic one at the largest count in its
+ * range that fits (at least its minimum). */
+static int place_masked(const gpcd_policy_config *policy, const gpcd_cluster *cluster,
+                        const gpcd_job *job, const unsigned char *hidden, int *gpus_out) {
+    if (!gpcd_job_elastic(job))
+        return place_count(policy, cluster, job, job->gpus, hidden, gpus_out);
+    int top = job->gpus_max < cluster->count ? job->gpus_max : cluster->count;
+    for (int k = top; k >= job->gpus_min; k--)
+        if (place_count(policy, cluster, job, k, hidden, gpus_out) == k) return k;
+    return 0;
 }
 
 int gpcd_policy_place(const gpcd_policy_config *policy, const gpcd_cluster *cluster,
@@ -293,7 +313,7 @@ static void occupy(const gpcd_policy_config *policy, gpcd_cluster *cluster, cons
  * time limits; marks those GPUs reserved. INFINITY when some never say. */
 static double reserve(const gpcd_cluster *cluster, const gpcd_job *job, unsigned char *reserved) {
     candidate c[GPCD_MAX_GPUS];
-    int n = 0;
+    int n = 0, k = gpcd_job_min_gpus(job); /* an elastic job waits for its minimum */
     for (int g = 0; g < cluster->count; g++)
         if (cluster->gpu[g].mem_total >= job->mem) {
             c[n].gpu = g;
@@ -301,11 +321,11 @@ static double reserve(const gpcd_cluster *cluster, const gpcd_job *job, unsigned
             n++;
         }
     memset(reserved, 0, GPCD_MAX_GPUS);
-    if (n < job->gpus) return INFINITY;
+    if (n < k) return INFINITY;
     qsort(c, (size_t)n, sizeof c[0], candidate_cmp);
-    for (int i = 0; i < job->gpus; i++)
+    for (int i = 0; i < k; i++)
         reserved[c[i].gpu] = 1;
-    return c[job->gpus - 1].score;
+    return c[k - 1].score;
 }
 
 static int victim_cmp(const void *a, const void *b) {
@@ -409,8 +429,14 @@ static int fewest_gpus_freed(const gpcd_policy_config *policy, const gpcd_cluste
 /* Chooses running jobs of lower priority whose GPUs would let `job` start.
  * Jobs already stopping count as gone. Returns decisions written. */
 static int preempt_for(const gpcd_policy_config *policy, const gpcd_cluster *cluster,
-                       const gpcd_job *job, gpcd_job *const *running, int nrunning, double now,
+                       const gpcd_job *waiting, gpcd_job *const *running, int nrunning, double now,
                        gpcd_decision *out, int max_out) {
+    /* An elastic job stops others for its minimum only: it starts there and
+     * grows once the queue is empty. */
+    gpcd_job need = *waiting;
+    need.gpus = gpcd_job_min_gpus(waiting);
+    need.gpus_min = need.gpus_max = 0;
+    const gpcd_job *job = &need;
     gpcd_job **keep = malloc(sizeof *keep * (size_t)(nrunning + 1));
     gpcd_job **victims = malloc(sizeof *victims * (size_t)(nrunning + 1));
     gpcd_cluster *sim = malloc(sizeof *sim);
@@ -488,6 +514,41 @@ static int any_gpu_open(const gpcd_cluster *cluster) {
     return 0;
 }
 
+/* With nothing waiting: elastic jobs that could at least double on the
+ * GPUs left free, and have run elastic_grow_after seconds at their count,
+ * are told to restart larger (a stop and a restart from the checkpoint
+ * cost minutes, so a small gain is not worth it, and the wait keeps a job
+ * from resizing over and over). Free GPUs are promised in the running
+ * jobs' order, each to one job. */
+static int grow(const gpcd_policy_config *policy, const gpcd_cluster *cluster,
+                gpcd_job *const *running, int nrunning, double now, gpcd_decision *out, int max_out,
+                gpcd_pass_stats *stats) {
+    if (policy->elastic_grow_after <= 0) return 0;
+    unsigned char promised[GPCD_MAX_GPUS] = {0};
+    int written = 0;
+    for (int i = 0; i < nrunning && written < max_out; i++) {
+        const gpcd_job *job = running[i];
+        int cur = job->assigned_count;
+        if (!gpcd_job_elastic(job) || job->stop_reason != GPCD_STOP_NONE || cur < 1 ||
+            cur >= job->gpus_max || now - job->start_time < policy->elastic_grow_after)
+            continue;
+        int freeg[GPCD_MAX_GPUS], nfree = 0;
+        for (int g = 0; g < cluster->count; g++)
+            if (!promised[g] && gpcd_policy_gpu_admits(policy, &cluster->gpu[g], job))
+                freeg[nfree++] = g;
+        int target = cur + nfree < job->gpus_max ? cur + nfree : job->gpus_max;
+        if (target < 2 * cur) continue;
+        for (int k = 0; k < target - cur; k++)
+            promised[freeg[k]] = 1;
+        out[written].kind = GPCD_DECIDE_RESIZE;
+        out[written].job = running[i];
+        out[written].gpu_count = target;
+        written++;
+        stats->resized++;
+    }
+    return written;
+}
+
 int gpcd_schedule(const gpcd_policy_config *policy, gpcd_cluster *cluster, gpcd_job *const *pending,
                   int npending, gpcd_job *const *running, int nrunning, double now,
                   gpcd_decision *decisions, int max_decisions, gpcd_pass_stats *stats) {
@@ -495,7 +556,8 @@ int gpcd_schedule(const gpcd_policy_config *policy, gpcd_cluster *cluster, gpcd_
     if (!stats) stats = &local;
     memset(stats, 0, sizeof *stats);
     gpcd_cluster_account(policy, cluster, running, nrunning);
-    if (npending == 0) return 0;
+    if (npending == 0)
+        return grow(policy, cluster, running, nrunning, now, decisions, max_decisions, stats);
     queued *order = malloc(sizeof *order * (size_t)npending);
     if (!order) return 0;
     for (int i = 0; i < npending; i++) {
@@ -552,5 +614,8 @@ int gpcd_schedule(const gpcd_policy_config *policy, gpcd_cluster *cluster, gpcd_
         stats->reservation_time = shadow;
     }
     free(order);
+    if (stats->blocked == 0 && stats->preempted == 0)
+        written += grow(policy, cluster, running, nrunning, now, decisions + written,
+                        max_decisions - written, stats);
     return written;
 }

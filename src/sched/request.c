@@ -123,11 +123,21 @@ static int parse_submit(json_t *body, uint32_t owner_uid, const char *owner, gpc
             if (!job->command) return reject(error, size, 400, "'command' cannot be encoded");
             have_command = 1;
         } else if (strcmp(key, "gpus") == 0) {
-            if (!json_is_integer(value) || json_integer_value(value) < 1 ||
-                json_integer_value(value) > GPCD_MAX_GPUS)
-                return reject(error, size, 400, "'gpus' must be a whole number 1-%d",
+            int lo = 0, hi = 0;
+            if (json_is_integer(value) && json_integer_value(value) >= 1 &&
+                json_integer_value(value) <= GPCD_MAX_GPUS) {
+                lo = hi = (int)json_integer_value(value);
+            } else if (!json_is_string(value) ||
+                       gpcd_gpus_parse(json_string_value(value), &lo, &hi) != GPC_OK) {
+                return reject(error, size, 400,
+                              "'gpus' must be a whole number 1-%d, or a range \"MIN-MAX\" for "
+                              "an elastic job",
                               GPCD_MAX_GPUS);
-            job->gpus = (int)json_integer_value(value);
+            }
+            /* until it first starts, an elastic job shows its largest count */
+            job->gpus = hi;
+            job->gpus_min = lo < hi ? lo : 0;
+            job->gpus_max = lo < hi ? hi : 0;
         } else if (strcmp(key, "mem") == 0) {
             if (json_is_integer(value) && json_integer_value(value) >= 0) {
                 job->mem = (uint64_t)json_integer_value(value);

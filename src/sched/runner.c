@@ -719,15 +719,44 @@ void gpcd_runner_use_cgroups(const char *root) {
     snprintf(cgroup_root, sizeof cgroup_root, "%s", root ? root : "");
 }
 
-/* Signals every descendant of pid (not pid itself), found through the
- * parent links in /proc. */
-static void signal_descendants(pid_t root, int sig) {
+/* The pids in the job's cgroup (none without cgroups); malloc'd. */
+static int cgroup_pids(const gpcd_job *job, pid_t **out) {
+    *out = NULL;
+    if (!cgroup_root[0]) return 0;
+    char dir[700], path[800];
+    cgroup_path(dir, sizeof dir, (unsigned long)job->pid, (unsigned long)job->pid_start);
+    snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+    FILE *f = fopen(path, "r");
+    int n = 0, cap = 0;
+    long pid;
+    while (f && fscanf(f, "%ld", &pid) == 1) {
+        if (pid <= 0) continue;
+        if (n == cap) {
+            pid_t *grown = realloc(*out, sizeof **out * (size_t)(cap = cap ? 2 * cap : 64));
+            if (!grown) break;
+            *out = grown;
+        }
+        (*out)[n++] = (pid_t)pid;
+    }
+    if (f) fclose(f);
+    return n;
+}
+
+/* Signals every process of the job once: its process group, its cgroup,
+ * and every descendant of its supervisor (not the supervisor itself),
+ * found through the process groups and parent links in /proc. Once: a
+ * second SIGTERM is not the same as one to every program (mpirun takes it
+ * as "abort now" and kills its ranks while they save a checkpoint). */
+static void signal_job_processes(const gpcd_job *job, int sig) {
     enum { MAX = 1 << 16 };
+    pid_t root = job->pid;
     pid_t *pids = malloc(sizeof *pids * MAX), *parents = malloc(sizeof *parents * MAX);
+    pid_t *groups = malloc(sizeof *groups * MAX), *in_cgroup = NULL;
+    int ncgroup = cgroup_pids(job, &in_cgroup);
     DIR *dir = opendir("/proc");
     int n = 0;
     struct dirent *e;
-    while (pids && parents && dir && n < MAX && (e = readdir(dir)) != NULL) {
+    while (pids && parents && groups && dir && n < MAX && (e = readdir(dir)) != NULL) {
         char *end;
         long pid = strtol(e->d_name, &end, 10);
         if (*end || pid <= 0) continue;
@@ -739,17 +768,22 @@ static void signal_descendants(pid_t root, int sig) {
         close(fd);
         if (got <= 0) continue;
         buf[got] = '\0';
-        char *p = strrchr(buf, ')'); /* then " STATE PPID" */
-        if (!p || sscanf(p + 1, " %*c %d", &parents[n]) != 1) continue;
+        char *p = strrchr(buf, ')'); /* then " STATE PPID PGRP" */
+        if (!p || sscanf(p + 1, " %*c %d %d", &parents[n], &groups[n]) != 2) continue;
         pids[n++] = (pid_t)pid;
     }
     if (dir) closedir(dir);
-    /* grow the set of descendants until it stops growing (trees are shallow) */
     char *in = calloc((size_t)n + 1, 1);
+    for (int i = 0; in && i < n; i++) {
+        in[i] = groups[i] == job->pgid && pids[i] != root;
+        for (int k = 0; !in[i] && k < ncgroup; k++)
+            in[i] = pids[i] == in_cgroup[k];
+    }
+    /* grow the set of descendants until it stops growing (trees are shallow) */
     for (int changed = 1; in && changed;) {
         changed = 0;
         for (int i = 0; i < n; i++) {
-            if (in[i]) continue;
+            if (in[i] || pids[i] == root) continue;
             int parent_in = parents[i] == root;
             for (int k = 0; !parent_in && k < n; k++)
                 parent_in = in[k] && pids[k] == parents[i];
@@ -758,35 +792,33 @@ static void signal_descendants(pid_t root, int sig) {
     }
     for (int i = 0; in && i < n; i++)
         if (in[i]) kill(pids[i], sig);
+    if (!in || !pids || !parents || !groups) {
+        /* no memory to tell them apart: the group and the cgroup, as before */
+        kill(-job->pgid, sig);
+        for (int k = 0; k < ncgroup; k++)
+            kill(in_cgroup[k], sig);
+    }
     free(in);
     free(pids);
     free(parents);
-}
-
-/* Signals every process of the job's cgroup. */
-static void signal_cgroup(const gpcd_job *job, int sig) {
-    if (!cgroup_root[0]) return;
-    char dir[700], path[800];
-    cgroup_path(dir, sizeof dir, (unsigned long)job->pid, (unsigned long)job->pid_start);
-    if (sig == SIGKILL) {
-        write_file(dir, "/cgroup.kill", "1");
-        return;
-    }
-    snprintf(path, sizeof path, "%s/cgroup.procs", dir);
-    FILE *f = fopen(path, "r");
-    long pid;
-    while (f && fscanf(f, "%ld", &pid) == 1)
-        if (pid > 0) kill((pid_t)pid, sig);
-    if (f) fclose(f);
+    free(groups);
+    free(in_cgroup);
 }
 
 void gpcd_runner_signal(const gpcd_job *job, int sig) {
     /* Only while the supervisor lives are its group, cgroup and descendants
      * surely the job's. */
     if (job->pgid <= 1 || !gpcd_runner_alive(job)) return;
-    kill(-job->pgid, sig);
-    signal_cgroup(job, sig);
-    signal_descendants(job->pid, sig);
+    if (sig == SIGKILL) {
+        /* repeats are harmless here, and cgroup.kill misses nothing */
+        kill(-job->pgid, sig);
+        if (cgroup_root[0]) {
+            char dir[700];
+            cgroup_path(dir, sizeof dir, (unsigned long)job->pid, (unsigned long)job->pid_start);
+            write_file(dir, "/cgroup.kill", "1");
+        }
+    }
+    signal_job_processes(job, sig);
 }
 
 void gpcd_runner_reap(void) {

@@ -16,7 +16,13 @@
  *     limit is stopped there and counts as failed (timed out);
  *   - preemption: the victim gets SIGTERM, checkpoints (it keeps the work
  *     done until then, as gpc train does), holds its GPUs for the grace
- *     period, and waits in the queue to run again.
+ *     period, and waits in the queue to run again;
+ *   - elastic jobs (options->elastic): a share of the jobs, spread evenly
+ *     over the trace, runs at any count from half to twice its trace count.
+ *     Work is the trace's duration at the trace's count and scales linearly
+ *     with the count (optimistic for large counts: a study of the policy,
+ *     not of scaling); its time limit is stretched to hold at its minimum.
+ *     A resize is a stop like a preemption (grace, checkpoint, requeue).
  * Reported: mean, median and p95 job completion time (end - submit; p95 by
  * nearest rank), makespan, GPU utilisation, and the waits (time a job spent
  * not running) with the worst one, to show whether anything starves.
@@ -30,7 +36,9 @@
 
 /* Per-job simulation state beside the real gpcd_job the policy sees. */
 typedef struct {
-    double remaining; /* seconds of work left */
+    double remaining; /* seconds of work left at the trace's GPU count */
+    int trace_gpus;   /* that count */
+    double speed;     /* work seconds per second in the current run: count / trace_gpus */
     double run_start; /* when the current run began */
     double end_at;    /* when the current run ends by itself (done or time limit) */
     double term_at;   /* SIGTERM for preemption, 0 if none */
@@ -100,7 +108,9 @@ static void start(simulation *s, gpcd_job *job, const int *gpus, int k, double n
     job->assigned_count = k;
     memcpy(job->assigned, gpus, sizeof(int) * (size_t)k);
     st->run_start = now;
-    double run = st->remaining;
+    job->gpus = k; /* an elastic job's count for this run, as gpcd records it */
+    st->speed = (double)k / st->trace_gpus;
+    double run = st->remaining / st->speed;
     if (job->time_limit > 0 && job->time_limit < run) run = job->time_limit;
     st->end_at = now + run;
     st->term_at = st->stop_at = 0;
@@ -114,19 +124,24 @@ static void finish_run(simulation *s, int r, double now) {
     double progress_until = now;
     s->busy_gpu_seconds += (now - st->run_start) * job->gpus;
     if (st->term_at > 0 && st->stop_at < st->end_at) {
-        /* preempted: the work up to SIGTERM was checkpointed */
+        /* preempted or resized: the work up to SIGTERM was checkpointed */
         progress_until = st->term_at;
-        st->remaining -= progress_until - st->run_start;
+        st->remaining -= (progress_until - st->run_start) * st->speed;
         st->ran += now - st->run_start;
         job->state = GPCD_PREEMPTED;
-        job->preemptions++;
         job->start_time = 0;
-        s->result->preemptions++;
+        if (job->stop_reason == GPCD_STOP_RESIZE) {
+            s->result->resizes++;
+        } else {
+            job->preemptions++;
+            s->result->preemptions++;
+        }
         s->pending[s->npending++] = job;
     } else {
         st->ran += now - st->run_start;
-        int done = st->remaining <= now - st->run_start + 1e-9;
-        st->remaining = done ? 0 : st->remaining - (now - st->run_start);
+        double work = (now - st->run_start) * st->speed;
+        int done = st->remaining <= work + 1e-9 * (1 + st->remaining);
+        st->remaining = done ? 0 : st->remaining - work;
         job->state = done ? GPCD_COMPLETED : GPCD_FAILED;
         job->end_time = now;
         st->jct = now - job->submit_time;
@@ -157,7 +172,8 @@ static void schedule(simulation *s, double now, gpcd_decision *decisions, int ma
                 start(s, d->job, d->gpus, d->gpu_count, now);
                 started++;
             } else if (d->job->stop_reason == GPCD_STOP_NONE) {
-                d->job->stop_reason = GPCD_STOP_PREEMPT;
+                d->job->stop_reason =
+                    d->kind == GPCD_DECIDE_RESIZE ? GPCD_STOP_RESIZE : GPCD_STOP_PREEMPT;
                 d->job->term_sent = now;
                 st->term_at = now;
                 st->stop_at = now + s->options->preempt_grace;
@@ -214,6 +230,9 @@ gpc_status gpcd_simulate(const gpcd_trace *trace, const gpcd_policy_config *poli
     gpcd_policy_config sim_policy = *policy;
     sim_policy.preempt_grace = options->preempt_grace;
     s.policy = &sim_policy;
+    if (!(options->elastic >= 0 && options->elastic <= 1))
+        return gpc_error(GPC_ERR_INVALID_ARG, "the elastic share must be 0-1, not %g",
+                         options->elastic);
     s.options = options;
     s.result = result;
     s.n = trace->count;
@@ -245,6 +264,22 @@ gpc_status gpcd_simulate(const gpcd_trace *trace, const gpcd_policy_config *poli
         job->data_numa = -1;
         job->state = GPCD_QUEUED;
         s.state[i].remaining = t->duration;
+        s.state[i].trace_gpus = t->gpus;
+        s.state[i].speed = 1;
+        /* the golden-ratio sequence spreads the elastic share evenly over
+         * the trace, the same jobs for the same share */
+        double phase = fmod((s.trace_index[i] + 1) * 0.6180339887498949, 1.0);
+        if (phase < options->elastic) {
+            int lo = (t->gpus + 1) / 2,
+                hi = 2 * t->gpus < options->gpus ? 2 * t->gpus : options->gpus;
+            if (hi > lo) {
+                job->gpus_min = lo;
+                job->gpus_max = hi;
+                job->gpus = hi;
+                if (job->time_limit > 0) job->time_limit *= (double)t->gpus / lo;
+                result->elastic_jobs++;
+            }
+        }
     }
     cluster_init(&s.cluster, options);
 
@@ -259,6 +294,15 @@ gpc_status gpcd_simulate(const gpcd_trace *trace, const gpcd_policy_config *poli
         }
         if (options->tick > 0 && s.npending > 0 && last_pass + options->tick < next)
             next = last_pass + options->tick;
+        /* the daemon's once-a-second pass would see an elastic job become
+         * free to grow: a pass then (the policy decides whether it does) */
+        for (int r = 0; r < s.nrunning && sim_policy.elastic_grow_after > 0; r++) {
+            const gpcd_job *job = s.running[r];
+            double at = job->start_time + sim_policy.elastic_grow_after;
+            if (gpcd_job_elastic(job) && job->stop_reason == GPCD_STOP_NONE &&
+                job->assigned_count < job->gpus_max && at > now && at < next)
+                next = at;
+        }
         if (!isfinite(next)) {
             /* waiting jobs, nothing running, nothing arriving: the policy
              * would never start them (a bug, since every job fits) */

@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
 
 typedef struct submit_request {
     gpcd_job *job;
@@ -55,7 +55,8 @@ static const char *schema =
     " type INTEGER NOT NULL, time_limit REAL NOT NULL, state INTEGER NOT NULL,"
     " submit_time REAL NOT NULL, start_time REAL, end_time REAL, exit_code INTEGER,"
     " signal INTEGER, assigned TEXT, pid INTEGER, pid_start INTEGER, pgid INTEGER,"
-    " preemptions INTEGER NOT NULL DEFAULT 0, message TEXT);"
+    " preemptions INTEGER NOT NULL DEFAULT 0, message TEXT,"
+    " gpus_min INTEGER NOT NULL DEFAULT 0, gpus_max INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);"
     "CREATE INDEX IF NOT EXISTS jobs_end ON jobs(end_time);" /* the jobs that ended last */
     "CREATE TABLE IF NOT EXISTS job_events("
@@ -72,7 +73,7 @@ static const char *schema =
 #define JOB_COLUMNS                                                                                \
     "id, owner_uid, owner, name, command, cwd, env, data, gpus, mem, priority, type,"              \
     " time_limit, state, submit_time, start_time, end_time, exit_code, signal, assigned, pid,"     \
-    " pid_start, pgid, preemptions, message"
+    " pid_start, pgid, preemptions, message, gpus_min, gpus_max"
 
 static gpc_status store_fail(gpcd_store *store, const char *what) {
     return gpc_error(GPC_ERR_IO, "job database %s: %s failed: %s (check the disk and permissions)",
@@ -119,6 +120,23 @@ static gpc_status owner_only(const char *path) {
     return GPC_OK;
 }
 
+/* Brings a database an older gpcd wrote up to this schema, in place, so
+ * that its jobs keep running and waiting across the upgrade. Version 1
+ * lacks the elastic range: its jobs all need a fixed count (0, 0). A new
+ * database has no schema_version yet and nothing to do. */
+static gpc_status migrate(gpcd_store *store) {
+    sqlite3_stmt *s;
+    GPC_TRY(prepare(store, "SELECT value FROM meta WHERE key = 'schema_version'", &s));
+    int version = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int(s, 0) : -1;
+    sqlite3_finalize(s);
+    if (version != 1) return GPC_OK;
+    return exec_sql(store, "BEGIN IMMEDIATE;"
+                           "ALTER TABLE jobs ADD COLUMN gpus_min INTEGER NOT NULL DEFAULT 0;"
+                           "ALTER TABLE jobs ADD COLUMN gpus_max INTEGER NOT NULL DEFAULT 0;"
+                           "UPDATE meta SET value = '2' WHERE key = 'schema_version';"
+                           "COMMIT;");
+}
+
 gpc_status gpcd_store_open(const char *path, gpcd_store **out) {
     *out = NULL;
     gpcd_store *store = calloc(1, sizeof *store);
@@ -145,6 +163,7 @@ gpc_status gpcd_store_open(const char *path, gpcd_store **out) {
     sqlite3_busy_timeout(store->db, 5000);
     gpc_status st = exec_sql(store, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;");
     if (st == GPC_OK) st = exec_sql(store, schema);
+    if (st == GPC_OK) st = migrate(store);
     if (st == GPC_OK) {
         char sql[128];
         snprintf(sql, sizeof sql,
@@ -168,8 +187,8 @@ gpc_status gpcd_store_open(const char *path, gpcd_store **out) {
     if (st == GPC_OK)
         st = prepare(store,
                      "INSERT INTO jobs(owner_uid, owner, name, command, cwd, env, data, gpus, mem,"
-                     " priority, type, time_limit, state, submit_time, exit_code, preemptions)"
-                     " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,-1,0)",
+                     " priority, type, time_limit, state, submit_time, exit_code, preemptions,"
+                     " gpus_min, gpus_max) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,-1,0,?,?)",
                      &store->insert_job);
     if (st == GPC_OK)
         st = prepare(store, "INSERT INTO job_events(job_id, time, state, message) VALUES(?,?,?,?)",
@@ -177,7 +196,8 @@ gpc_status gpcd_store_open(const char *path, gpcd_store **out) {
     if (st == GPC_OK)
         st = prepare(store,
                      "UPDATE jobs SET state=?, start_time=?, end_time=?, exit_code=?, signal=?,"
-                     " assigned=?, pid=?, pid_start=?, pgid=?, preemptions=?, message=? WHERE id=?",
+                     " assigned=?, pid=?, pid_start=?, pgid=?, preemptions=?, message=?, gpus=?"
+                     " WHERE id=?",
                      &store->update_job);
     if (st == GPC_OK)
         st = prepare(store, "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?", &store->get_job);
@@ -304,6 +324,8 @@ static int insert_job(gpcd_store *store, gpcd_job *job) {
     sqlite3_bind_double(s, 12, job->time_limit);
     sqlite3_bind_int(s, 13, job->state);
     sqlite3_bind_double(s, 14, job->submit_time);
+    sqlite3_bind_int(s, 15, job->gpus_min);
+    sqlite3_bind_int(s, 16, job->gpus_max);
     if (sqlite3_step(s) != SQLITE_DONE) return -1;
     job->id = sqlite3_last_insert_rowid(store->db);
     return insert_event(store, job->id, job->submit_time, job->state, NULL);
@@ -393,7 +415,8 @@ gpc_status gpcd_store_update(gpcd_store *store, const gpcd_job *job) {
         sqlite3_bind_int64(s, 9, job->pgid);
         sqlite3_bind_int(s, 10, job->preemptions);
         bind_text_or_null(s, 11, job->message);
-        sqlite3_bind_int64(s, 12, job->id);
+        sqlite3_bind_int(s, 12, job->gpus); /* an elastic job's count changes */
+        sqlite3_bind_int64(s, 13, job->id);
         if (sqlite3_step(s) != SQLITE_DONE)
             st = store_fail(store, "updating a job");
         else if (sqlite3_changes(store->db) != 1)
@@ -456,6 +479,8 @@ static gpcd_job *job_from_row(sqlite3_stmt *s) {
     job->pgid = (pid_t)sqlite3_column_int64(s, 22);
     job->preemptions = sqlite3_column_int(s, 23);
     job->message = column_text(s, 24);
+    job->gpus_min = sqlite3_column_int(s, 25);
+    job->gpus_max = sqlite3_column_int(s, 26);
     job->data_hash = gpcd_data_hash(job->data);
     if ((unsigned)job->state >= GPCD_STATE_COUNT) job->state = GPCD_FAILED;
     if ((unsigned)job->type >= GPCD_TYPE_COUNT) job->type = GPCD_TYPE_BATCH;

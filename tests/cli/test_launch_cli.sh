@@ -2,7 +2,7 @@
 # test_launch_cli.sh: `gpc launch`: the environment each process gets (ranks,
 # master address, NCCL_NVLS_ENABLE=0), usage errors, a rank that fails (the
 # others are stopped at once and the launcher names the rank and its status),
-# a rank killed by a signal, and a rank that hangs after the others finished
+# --nproc auto, a rank killed by a signal, and a rank that hangs after the others finished
 # (stopped after --timeout).
 set -u
 GPC=${GPC:?set GPC to the gpc binary}
@@ -15,10 +15,10 @@ fail() {
 }
 
 # usage errors: exit 2, one error line
-for args in "--nproc 2" "--nproc 0 -- true" "--nnodes 2 --node-rank 2 -- true" \
+for args in "--nproc 2" "--nproc 0 -- true" "--nproc x -- true" "--nproc 2x -- true" "--nproc auto -- true" "--nnodes 2 --node-rank 2 -- true" \
   "--nnodes 2 -- true" "--master nohost -- true" "--master h:99999 -- true" "--timeout 0 -- true"; do
   # shellcheck disable=SC2086
-  "$GPC" launch $args >"$work/out" 2>"$work/err"
+  env -u GPC_JOB_GPUS "$GPC" launch $args >"$work/out" 2>"$work/err"
   rc=$?
   [[ $rc -eq 2 ]] || fail "launch $args: exit $rc, expected 2"
   [[ $(wc -l <"$work/err") -eq 1 ]] && grep -q "error:" "$work/err" || fail "launch $args: $(cat "$work/err")"
@@ -33,6 +33,12 @@ port=$(awk 'NR==1{print $8}' "$work/env.sorted")
 printf '%s\n' "0 3 0 3 0 3 127.0.0.1 $port $port 0" "1 3 1 3 1 3 127.0.0.1 $port $port 0" \
   "2 3 2 3 2 3 127.0.0.1 $port $port 0" >"$work/env.want"
 cmp -s "$work/env.sorted" "$work/env.want" || fail "environment: got $(cat "$work/env.sorted")"
+
+# --nproc auto: the count gpcd gave the job (GPC_JOB_GPUS)
+GPC_JOB_GPUS=2 "$GPC" launch --nproc auto -- sh -c 'echo "$GPC_RANK/$GPC_WORLD_SIZE"' | sort >"$work/auto"
+printf '%s\n' 0/2 1/2 | cmp -s - "$work/auto" || fail "--nproc auto with GPC_JOB_GPUS=2: $(cat "$work/auto")"
+env -u GPC_JOB_GPUS "$GPC" launch --nproc auto -- true 2>&1 | grep -q "GPC_JOB_GPUS, which gpcd sets" ||
+  fail "--nproc auto outside gpcd does not say where the count comes from"
 
 # without OMP_NUM_THREADS the processes share the cores (at least one
 # thread each); a value given is kept

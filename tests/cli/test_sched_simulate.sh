@@ -69,6 +69,20 @@ assert best["worst_wait"] <= 1.25 * fifo["worst_wait"]
 assert best["jobs"] == 5000 and best["completed"] == 5000
 PY
 
+# elastic jobs on the same trace: each set twice, rigid then half elastic;
+# the elastic run completes every job and is not worse in mean JCT
+"$GPC" sched simulate --trace "$work/philly.csv" --json --policy all --elastic 0.5 >"$work/elastic.json"
+python3 - "$work/elastic.json" <<'PY' || fail "elastic: $(cat "$work/elastic.json")"
+import json, sys
+rigid, elastic = json.load(open(sys.argv[1]))["results"]
+print(f"mean JCT: rigid {rigid['mean_jct']/3600:.2f} h, half elastic {elastic['mean_jct']/3600:.2f} h, "
+      f"{elastic['resizes']} resizes")
+assert rigid["elastic"] == 0 and rigid["elastic_jobs"] == 0 and rigid["resizes"] == 0
+assert elastic["elastic"] == 0.5 and 2000 < elastic["elastic_jobs"] <= 2500
+assert elastic["completed"] == 5000 and elastic["mean_jct"] > 0
+assert elastic["mean_jct"] <= rigid["mean_jct"]
+PY
+
 # errors: one line, exit 2 for bad input, 1 for what went wrong around it
 expect() { # status message-part command...
   local want=$1 needle=$2; shift 2
@@ -85,6 +99,7 @@ printf 'submit,duration,gpus\n0,10,2\n' >"$work/big.csv"
 expect 2 "the job on trace line 2 needs 2 GPUs; the simulated cluster has 1 (use --gpus)" sched simulate --trace "$work/big.csv" --gpus 1
 expect 1 "$work/none.csv" sched simulate --trace "$work/none.csv"
 expect 2 "--trace FILE is required" sched simulate --policy fifo
+expect 2 "--elastic is a share of the jobs, 0-1, not 2" sched simulate --trace "$work/hand.csv" --elastic 2
 expect 2 "unknown policy 'sjf'" sched simulate --trace "$work/hand.csv" --policy fifo sjf
 expect 2 "--gpus 65 is outside 1-64" sched simulate --trace "$work/hand.csv" --gpus 65
 expect 2 "unknown option 'nonsense'" sched simulate --trace "$work/hand.csv" --set nonsense=1

@@ -287,6 +287,13 @@ else
   fail "requeued gpcd job 41 did not resume: $(tail -1 "$work/job.err")"
 fi
 expect 2 "another gpcd job into the same folder" -- env GPC_JOB_ID=42 "${jobcmd[@]}"
+# requeued once more after its last step (stopped as it finished): all is
+# done, exit 0, nothing trained again
+GPC_JOB_ID=41 "${jobcmd[@]}" --steps 5 >"$work/job.out" 2>"$work/job.err" ||
+  fail "finished requeued job: exit $? ($(tail -1 "$work/job.err"))"
+grep -q "gpcd job 41 was requeued after its last step: all 5 steps are done" "$work/job.err" ||
+  fail "finished requeued job: $(cat "$work/job.err")"
+[[ $(wc -l <"$job/metrics.jsonl") -eq 5 ]] || fail "finished requeued job trained again"
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures failure(s)" >&2

@@ -197,6 +197,17 @@ static void test_bad_requests(void **state) {
     json_t *l = get(&g, "/jobs?all=1");
     assert_int_equal(json_array_size(json_object_get(l, "jobs")), 0);
     json_decref(l);
+    /* an elastic range: its minimum must fit, its maximum ends at the
+     * server's GPUs, and it runs on as many as are free */
+    test_request_fails(g.socket, "POST", "/jobs", "{\"command\":[\"a\"],\"gpus\":\"3-4\"}", 400,
+                       "asks for 3 or more GPUs; this server has 2");
+    int64_t e = test_submit(g.socket, "{\"command\":[\"true\"],\"gpus\":\"1-8\"}");
+    json_t *ej = test_wait_state(g.socket, e, "completed", 20);
+    assert_true(json_is_true(json_object_get(ej, "elastic")));
+    assert_int_equal(json_integer_value(json_object_get(ej, "gpus_min")), 1);
+    assert_int_equal(json_integer_value(json_object_get(ej, "gpus_max")), 2);
+    assert_int_equal(json_integer_value(json_object_get(ej, "gpus")), 2);
+    json_decref(ej);
 
     /* another user may not cancel or read someone else's job */
     if (geteuid() == 0) {

@@ -543,6 +543,180 @@ static void test_preemption_frees_no_more_than_needed(void **state) {
     }
 }
 
+static gpcd_job *elastic_make(int64_t id, int lo, int hi, int priority, double submit) {
+    gpcd_job *j = job_make(id, hi, 10, priority, GPCD_TYPE_TRAIN, submit);
+    j->gpus_min = lo;
+    j->gpus_max = hi;
+    return j;
+}
+
+static int resized_to(const gpcd_decision *d, int n, int64_t id) {
+    for (int i = 0; i < n; i++)
+        if (d[i].kind == GPCD_DECIDE_RESIZE && d[i].job->id == id) return d[i].gpu_count;
+    return 0;
+}
+
+/* elastic placement: the largest count in the range that is free, never
+ * below the minimum; checked against the count of free GPUs on random
+ * clusters. */
+static void test_elastic_placement(void **state) {
+    (void)state;
+    double now = 1e6;
+    gpcd_policy_config p = policy_with(GPCD_POLICY_ALL);
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 21);
+    for (int trial = 0; trial < 300; trial++) {
+        int ngpus = 1 + (int)gpc_rng_below(&rng, 8);
+        gpcd_cluster c;
+        cluster_init(&c, ngpus, 80);
+        gpcd_job *jobs[8];
+        int njobs = 0, busy = 0;
+        for (int g = 0; g < ngpus; g++)
+            if (gpc_rng_below(&rng, 2)) {
+                jobs[njobs] = job_make(njobs + 1, 1, 10, 50, GPCD_TYPE_TRAIN, now - 100);
+                job_run_on(jobs[njobs++], now - 50, 1, (int[]){g});
+                busy++;
+            }
+        int lo = 1 + (int)gpc_rng_below(&rng, 4);
+        int hi = lo + 1 + (int)gpc_rng_below(&rng, 4);
+        gpcd_job *e = elastic_make(100, lo, hi, 50, now);
+        gpcd_job *pend[] = {e};
+        gpcd_decision d[16];
+        int n = gpcd_schedule(&p, &c, pend, 1, jobs, njobs, now, d, 16, NULL);
+        int free_gpus = ngpus - busy;
+        int want = free_gpus < lo ? 0 : (free_gpus < hi ? free_gpus : hi);
+        int gpus[GPCD_MAX_GPUS];
+        int k = started(d, n, 100, gpus);
+        if (k != want)
+            fail_msg("trial %d: %d GPUs, %d free, range %d-%d: started on %d, want %d", trial,
+                     ngpus, free_gpus, lo, hi, k, want);
+        for (int i = 0; i < k; i++) /* on free GPUs only */
+            for (int j = 0; j < njobs; j++)
+                assert_int_not_equal(gpus[i], jobs[j]->assigned[0]);
+        for (int j = 0; j < njobs; j++)
+            gpcd_job_free(jobs[j]);
+        gpcd_job_free(e);
+    }
+}
+
+/* preempted, an elastic job restarts smaller: a 1-2 job on both GPUs is
+ * stopped for a high priority 1-GPU job, and the next pass gives each one. */
+static void test_elastic_shrinks_on_preemption(void **state) {
+    (void)state;
+    double now = 1e6;
+    gpcd_policy_config p = policy_with(GPCD_POLICY_PRIORITY | GPCD_POLICY_PREEMPTION);
+    p.elastic_grow_after = 600;
+    gpcd_cluster c;
+    cluster_init(&c, 2, 80);
+    gpcd_job *e = elastic_make(1, 1, 2, GPCD_PRIORITY_LOW, now - 2000);
+    e->gpus = 2;
+    job_run_on(e, now - 1000, 2, (int[]){0, 1});
+    gpcd_job *high = job_make(2, 1, 10, GPCD_PRIORITY_HIGH, GPCD_TYPE_TRAIN, now);
+    gpcd_job *running[] = {e}, *pending[] = {high, NULL};
+    gpcd_decision d[8];
+    int n = gpcd_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL);
+    assert_int_equal(n, 1);
+    assert_int_equal(preempted(d, n, 1), 1);
+    /* it stopped: both wait, the high priority job first */
+    e->state = GPCD_PREEMPTED;
+    e->assigned_count = 0;
+    e->start_time = 0;
+    pending[1] = e;
+    n = gpcd_schedule(&p, &c, pending, 2, NULL, 0, now + 30, d, 8, NULL);
+    assert_int_equal(started(d, n, 2, NULL), 1);
+    assert_int_equal(started(d, n, 1, NULL), 1);
+    /* a high priority job that needs both: the elastic one, at its minimum
+     * of 1, waits (never below its minimum) */
+    high->gpus = 2;
+    n = gpcd_schedule(&p, &c, pending, 2, NULL, 0, now + 30, d, 8, NULL);
+    assert_int_equal(started(d, n, 2, NULL), 2);
+    assert_int_equal(started(d, n, 1, NULL), 0);
+    gpcd_job_free(e);
+    gpcd_job_free(high);
+}
+
+/* An elastic job waiting at high priority preempts for its minimum only:
+ * a 2-4 job among four 1-GPU jobs of low priority stops two of them. */
+static void test_elastic_preempts_for_minimum(void **state) {
+    (void)state;
+    double now = 1e6;
+    gpcd_policy_config p = policy_with(GPCD_POLICY_PRIORITY | GPCD_POLICY_PREEMPTION);
+    gpcd_cluster c;
+    cluster_init(&c, 4, 80);
+    gpcd_job *low[4];
+    for (int g = 0; g < 4; g++) {
+        low[g] = job_make(g + 1, 1, 10, GPCD_PRIORITY_LOW, GPCD_TYPE_TRAIN, now - 2000);
+        job_run_on(low[g], now - 1000, 1, (int[]){g});
+    }
+    gpcd_job *e = elastic_make(9, 2, 4, GPCD_PRIORITY_HIGH, now);
+    gpcd_job *pending[] = {e};
+    gpcd_decision d[8];
+    int n = gpcd_schedule(&p, &c, pending, 1, low, 4, now, d, 8, NULL);
+    int stops = 0;
+    for (int i = 0; i < n; i++)
+        stops += d[i].kind == GPCD_DECIDE_PREEMPT;
+    assert_int_equal(stops, 2);
+    for (int g = 0; g < 4; g++)
+        gpcd_job_free(low[g]);
+    gpcd_job_free(e);
+}
+
+/* The grow rule: only with nothing waiting, only when the job could at
+ * least double (capped at its maximum), and only after elastic_grow_after
+ * at its count. */
+static void test_elastic_grow_rule(void **state) {
+    (void)state;
+    double now = 1e6;
+    gpcd_policy_config p = policy_with(GPCD_POLICY_ALL);
+    p.elastic_grow_after = 600;
+    gpcd_cluster c;
+    cluster_init(&c, 4, 80);
+    gpcd_job *e = elastic_make(1, 1, 8, 50, now - 5000);
+    e->gpus = 1;
+    job_run_on(e, now - 700, 1, (int[]){0});
+    gpcd_job *running[] = {e, NULL};
+    gpcd_decision d[8];
+    /* three GPUs free: it grows to all four */
+    int n = gpcd_schedule(&p, &c, NULL, 0, running, 1, now, d, 8, NULL);
+    assert_int_equal(n, 1);
+    assert_int_equal(resized_to(d, n, 1), 4);
+    /* not yet elastic_grow_after at its count */
+    n = gpcd_schedule(&p, &c, NULL, 0, running, 1, now - 200, d, 8, NULL);
+    assert_int_equal(n, 0);
+    p.elastic_grow_after = 0; /* never */
+    n = gpcd_schedule(&p, &c, NULL, 0, running, 1, now, d, 8, NULL);
+    assert_int_equal(n, 0);
+    p.elastic_grow_after = 600;
+    /* a job that starts on one GPU leaves two: 1 -> 3 still doubles */
+    gpcd_job *small = job_make(2, 1, 10, 50, GPCD_TYPE_TRAIN, now - 10);
+    gpcd_job *pending[] = {small};
+    n = gpcd_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL);
+    assert_int_equal(started(d, n, 2, NULL), 1);
+    assert_int_equal(resized_to(d, n, 1), 3);
+    /* a job that cannot start (needs 4): nothing grows while it waits */
+    small->gpus = 4;
+    n = gpcd_schedule(&p, &c, pending, 1, running, 1, now, d, 8, NULL);
+    assert_int_equal(resized_to(d, n, 1), 0);
+    /* at 2 GPUs with 2 free it doubles; at 3 with 1 free it would not */
+    job_run_on(e, now - 700, 2, (int[]){0, 1});
+    n = gpcd_schedule(&p, &c, NULL, 0, running, 1, now, d, 8, NULL);
+    assert_int_equal(resized_to(d, n, 1), 4);
+    job_run_on(e, now - 700, 3, (int[]){0, 1, 2});
+    n = gpcd_schedule(&p, &c, NULL, 0, running, 1, now, d, 8, NULL);
+    assert_int_equal(n, 0);
+    /* two elastic jobs at 1 with two GPUs free: only one can double */
+    job_run_on(e, now - 700, 1, (int[]){0});
+    gpcd_job *f = elastic_make(3, 1, 2, 50, now - 5000);
+    job_run_on(f, now - 700, 1, (int[]){1});
+    running[1] = f;
+    n = gpcd_schedule(&p, &c, NULL, 0, running, 2, now, d, 8, NULL);
+    assert_int_equal(n, 1);
+    assert_int_equal(resized_to(d, n, 1), 3);
+    gpcd_job_free(e);
+    gpcd_job_free(f);
+    gpcd_job_free(small);
+}
+
 /* A full pass over random jobs never over-commits a GPU: recounting the
  * decisions by hand gives memory within each GPU and exclusive GPUs alone. */
 static void test_pass_never_overcommits(void **state) {
@@ -747,6 +921,10 @@ int main(void) {
         cmocka_unit_test(test_preemption_guards),
         cmocka_unit_test(test_preemption_frees_no_more_than_needed),
         cmocka_unit_test(test_pass_never_overcommits),
+        cmocka_unit_test(test_elastic_placement),
+        cmocka_unit_test(test_elastic_shrinks_on_preemption),
+        cmocka_unit_test(test_elastic_preempts_for_minimum),
+        cmocka_unit_test(test_elastic_grow_rule),
         cmocka_unit_test(test_value_parsers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -174,6 +174,19 @@ static void test_good_submission(void **state) {
     assert_string_equal(req.job->cwd, "/");
     assert_null(req.job->data);
     gpcd_request_clear(&req);
+    /* an elastic range; a range of one count is a fixed count */
+    assert_int_equal(parse("POST", "/jobs", "{\"command\":[\"a\"],\"gpus\":\"1-4\"}", &req, error),
+                     200);
+    assert_true(gpcd_job_elastic(req.job));
+    assert_int_equal(req.job->gpus_min, 1);
+    assert_int_equal(req.job->gpus_max, 4);
+    assert_int_equal(req.job->gpus, 4);
+    gpcd_request_clear(&req);
+    assert_int_equal(parse("POST", "/jobs", "{\"command\":[\"a\"],\"gpus\":\"2-2\"}", &req, error),
+                     200);
+    assert_false(gpcd_job_elastic(req.job));
+    assert_int_equal(req.job->gpus, 2);
+    gpcd_request_clear(&req);
 }
 
 static void test_bad_submissions(void **state) {
@@ -191,6 +204,18 @@ static void test_bad_submissions(void **state) {
     expect("POST", "/jobs", "{\"command\":[\"a\"],\"gpus\":0}", 400, "'gpus' must be");
     expect("POST", "/jobs", "{\"command\":[\"a\"],\"gpus\":65}", 400, "'gpus' must be");
     expect("POST", "/jobs", "{\"command\":[\"a\"],\"gpus\":1.5}", 400, "'gpus' must be");
+    const char *ranges[] = {"4-1", "0-2", "1-65", "1-", "-3", "1-2-3", "a", "1 - 2", ""};
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
+        char body[128];
+        snprintf(body, sizeof body, "{\"command\":[\"a\"],\"gpus\":\"%s\"}", ranges[i]);
+        expect("POST", "/jobs", body, 400, "or a range \"MIN-MAX\"");
+    }
+    int lo, hi;
+    TEST_FAILS(gpcd_gpus_parse("4-1", &lo, &hi), GPC_ERR_INVALID_ARG,
+               "write the smaller count first (1-4)");
+    TEST_FAILS(gpcd_gpus_parse("x", &lo, &hi), GPC_ERR_INVALID_ARG, "not N or MIN-MAX");
+    TEST_OK(gpcd_gpus_parse("3", &lo, &hi));
+    assert_int_equal(lo * 100 + hi, 303);
     expect("POST", "/jobs", "{\"command\":[\"a\"],\"mem\":-1}", 400, "'mem' must be");
     expect("POST", "/jobs", "{\"command\":[\"a\"],\"mem\":\"40Q\"}", 400, "'mem': size");
     expect("POST", "/jobs", "{\"command\":[\"a\"],\"priority\":101}", 400, "outside 0-100");

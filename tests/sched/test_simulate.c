@@ -36,7 +36,7 @@ static gpcd_trace parse(const char *text) {
 static gpcd_sim_result run_with(const char *text, const gpcd_policy_config *p, int gpus,
                                 double grace, double tick, double *jct) {
     gpcd_trace t = parse(text);
-    gpcd_sim_options o = {gpus, 80ull << 30, grace, tick};
+    gpcd_sim_options o = {gpus, 80ull << 30, grace, tick, 0};
     gpcd_sim_result r;
     TEST_OK(gpcd_simulate(&t, p, &o, &r, jct));
     gpcd_trace_free(&t);
@@ -46,7 +46,7 @@ static gpcd_sim_result run_with(const char *text, const gpcd_policy_config *p, i
 static gpcd_sim_result run(const char *text, unsigned flags, int gpus, double grace, double *jct) {
     gpcd_trace t = parse(text);
     gpcd_policy_config p = policy_with(flags);
-    gpcd_sim_options o = {gpus, 80ull << 30, grace, 0};
+    gpcd_sim_options o = {gpus, 80ull << 30, grace, 0, 0};
     gpcd_sim_result r;
     TEST_OK(gpcd_simulate(&t, &p, &o, &r, jct));
     gpcd_trace_free(&t);
@@ -57,6 +57,61 @@ static void assert_jcts(const double *got, const double *want, int n) {
     for (int i = 0; i < n; i++)
         if (fabs(got[i] - want[i]) > 1e-9)
             fail_msg("job %d: JCT %.9g, want %.9g", i, got[i], want[i]);
+}
+
+static gpcd_sim_result run_elastic(const char *text, unsigned flags, int gpus, double share,
+                                   double *jct) {
+    gpcd_trace t = parse(text);
+    gpcd_policy_config p = policy_with(flags);
+    gpcd_sim_options o = {gpus, 80ull << 30, 30, 0, share};
+    gpcd_sim_result r;
+    TEST_OK(gpcd_simulate(&t, &p, &o, &r, jct));
+    gpcd_trace_free(&t);
+    return r;
+}
+
+/* Elastic jobs by hand. Every job elastic (share 1), two GPUs: A (100 s at
+ * 1 GPU, range 1-2) starts on both and takes 50 s; B (50 s at 1) waits for
+ * them and takes 25 s: JCTs 50 and 65 against 100 and 50 rigid. Then a
+ * rigid job beside an elastic one (share 0.3 picks trace line 2 only, the
+ * golden-ratio phase of job 2 being 0.236): the elastic job starts on the
+ * GPU left, may grow at elastic_grow_after (600 s) once the other ended,
+ * is stopped then, holds its GPUs for the 30 s grace and runs its last
+ * 1,400 s of work on two GPUs in 700 s: it ends at 1,330 s, not 2,000. */
+static void test_elastic_by_hand(void **state) {
+    (void)state;
+    const char *two = "submit,duration,gpus\n"
+                      "0,100,1\n"
+                      "10,50,1\n";
+    double jct[2], rigid_jct[2];
+    gpcd_sim_result rigid = run_elastic(two, 0, 2, 0, rigid_jct);
+    gpcd_sim_result e = run_elastic(two, 0, 2, 1, jct);
+    assert_jcts(rigid_jct, (const double[]){100, 50}, 2);
+    assert_jcts(jct, (const double[]){50, 65}, 2);
+    assert_int_equal(rigid.elastic_jobs, 0);
+    assert_int_equal(e.elastic_jobs, 2);
+    assert_true(e.mean_jct <= rigid.mean_jct);
+    assert_true(fabs(e.utilization - 1.0) < 1e-12); /* both GPUs busy all along */
+
+    const char *grow = "submit,duration,gpus\n"
+                       "0,100,1\n"
+                       "0,2000,1\n";
+    rigid = run_elastic(grow, 0, 2, 0, rigid_jct);
+    e = run_elastic(grow, 0, 2, 0.3, jct);
+    assert_jcts(rigid_jct, (const double[]){100, 2000}, 2);
+    assert_jcts(jct, (const double[]){100, 1330}, 2);
+    assert_int_equal(e.elastic_jobs, 1);
+    assert_int_equal(e.resizes, 1);
+    assert_int_equal(e.preemptions, 0);
+    assert_int_equal(e.completed, 2);
+    assert_true(e.mean_jct < rigid.mean_jct);
+    /* a share outside 0-1 is refused */
+    gpcd_trace t = parse(two);
+    gpcd_policy_config p = policy_with(0);
+    gpcd_sim_options o = {2, 80ull << 30, 30, 0, 1.5};
+    gpcd_sim_result r;
+    TEST_FAILS(gpcd_simulate(&t, &p, &o, &r, NULL), GPC_ERR_INVALID_ARG, "elastic share must be");
+    gpcd_trace_free(&t);
 }
 
 /* FIFO on 2 GPUs: A holds both until 100; B and C start then; D (2 GPUs)
@@ -252,7 +307,7 @@ static void test_fifo_random_against_queue(void **state) {
         }
         double *jct = malloc(sizeof *jct * (size_t)n), free_at[8] = {0};
         gpcd_policy_config p = policy_with(0);
-        gpcd_sim_options o = {k, 80ull << 30, 30, 0};
+        gpcd_sim_options o = {k, 80ull << 30, 30, 0, 0};
         gpcd_sim_result r;
         TEST_OK(gpcd_simulate(&t, &p, &o, &r, jct));
         double sum = 0, last = 0;
@@ -316,7 +371,7 @@ static void test_bad_traces(void **state) {
     assert_true(t.jobs[1].time_limit == 90);
     /* the simulator refuses a job bigger than its cluster, naming the line */
     gpcd_policy_config p = policy_with(0);
-    gpcd_sim_options o = {1, 80ull << 30, 30, 0};
+    gpcd_sim_options o = {1, 80ull << 30, 30, 0, 0};
     gpcd_sim_result r;
     TEST_FAILS(gpcd_simulate(&t, &p, &o, &r, NULL), GPC_ERR_INVALID_ARG,
                "the job on trace line 4 needs 2 GPUs; the simulated cluster has 1");
@@ -441,6 +496,7 @@ static void test_generator_matches_targets(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fifo_by_hand),
+        cmocka_unit_test(test_elastic_by_hand),
         cmocka_unit_test(test_backfill_by_hand),
         cmocka_unit_test(test_preemption_by_hand),
         cmocka_unit_test(test_preemption_min_runtime_by_hand),

@@ -7,6 +7,7 @@
 #include "testutil.h"
 
 #include <pthread.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +282,84 @@ static void test_store_open_errors(void **state) {
     gpc_free(dir);
 }
 
+/* A database the previous schema (version 1, before elastic jobs) wrote:
+ * written here with that schema verbatim, it opens, its jobs read back
+ * with a fixed GPU count, it is upgraded in place, and elastic jobs then
+ * round-trip; a database from a newer gpcd is still refused. */
+static void test_store_migration(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("store");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/gpcd.db", dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    const char *v1 =
+        "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
+        "INSERT INTO meta VALUES('schema_version', '1');"
+        "CREATE TABLE jobs("
+        " id INTEGER PRIMARY KEY AUTOINCREMENT, owner_uid INTEGER NOT NULL, owner TEXT,"
+        " name TEXT, command TEXT NOT NULL, cwd TEXT, env TEXT, data TEXT,"
+        " gpus INTEGER NOT NULL, mem INTEGER NOT NULL, priority INTEGER NOT NULL,"
+        " type INTEGER NOT NULL, time_limit REAL NOT NULL, state INTEGER NOT NULL,"
+        " submit_time REAL NOT NULL, start_time REAL, end_time REAL, exit_code INTEGER,"
+        " signal INTEGER, assigned TEXT, pid INTEGER, pid_start INTEGER, pgid INTEGER,"
+        " preemptions INTEGER NOT NULL DEFAULT 0, message TEXT);"
+        "CREATE TABLE job_events("
+        " job_id INTEGER NOT NULL, time REAL NOT NULL, state TEXT NOT NULL, message TEXT);"
+        "INSERT INTO jobs(owner_uid, owner, command, gpus, mem, priority, type, time_limit,"
+        " state, submit_time, exit_code) VALUES(1000, 'ann', '[\"sleep\",\"1\"]', 3, 0, 50, 0,"
+        " 0, 0, 1700000000, -1);";
+    assert_int_equal(sqlite3_exec(db, v1, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+
+    gpcd_store *store;
+    TEST_OK(gpcd_store_open(path, &store));
+    gpcd_job *old;
+    TEST_OK(gpcd_store_get(store, 1, &old));
+    assert_int_equal(old->gpus, 3);
+    assert_int_equal(old->gpus_min, 0);
+    assert_int_equal(old->gpus_max, 0);
+    assert_false(gpcd_job_elastic(old));
+    assert_int_equal(gpcd_job_min_gpus(old), 3);
+    assert_string_equal(old->owner, "ann");
+    char version[16];
+    TEST_OK(gpcd_store_meta_get(store, "schema_version", version, sizeof version));
+    assert_string_equal(version, "2");
+    gpcd_job_free(old);
+
+    gpcd_job *e = gpcd_job_new();
+    e->command = strdup("[\"train\"]");
+    e->owner = strdup("bob");
+    e->gpus = 4;
+    e->gpus_min = 1;
+    e->gpus_max = 4;
+    e->submit_time = 1.7e9;
+    TEST_OK(gpcd_store_submit(store, e));
+    assert_int_equal(e->id, 2);
+    e->state = GPCD_RUNNING; /* started at 2 of its 1-4 */
+    e->gpus = 2;
+    e->assigned_count = 2;
+    e->assigned[0] = 5;
+    e->assigned[1] = 6;
+    TEST_OK(gpcd_store_update(store, e));
+    gpcd_store_close(store);
+    TEST_OK(gpcd_store_open(path, &store)); /* a second open: nothing left to migrate */
+    gpcd_job *back;
+    TEST_OK(gpcd_store_get(store, 2, &back));
+    assert_true(gpcd_job_elastic(back));
+    assert_int_equal(back->gpus, 2);
+    assert_int_equal(back->gpus_min, 1);
+    assert_int_equal(back->gpus_max, 4);
+    assert_int_equal(back->assigned_count, 2);
+    gpcd_job_free(back);
+    gpcd_job_free(e);
+    TEST_OK(gpcd_store_meta_set(store, "schema_version", "3"));
+    gpcd_store_close(store);
+    TEST_FAILS(gpcd_store_open(path, &store), GPC_ERR_FORMAT, "schema version 3");
+    test_rmtree(dir);
+    gpc_free(dir);
+}
+
 static void test_config(void **state) {
     (void)state;
     gpcd_config c;
@@ -365,6 +444,7 @@ int main(void) {
         cmocka_unit_test(test_jobs_round_trip),         cmocka_unit_test(test_list_recent),
         cmocka_unit_test(test_group_commit_concurrent), cmocka_unit_test(test_samples_and_alerts),
         cmocka_unit_test(test_store_open_errors),       cmocka_unit_test(test_config),
+        cmocka_unit_test(test_store_migration),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
