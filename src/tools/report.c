@@ -16,37 +16,34 @@
 
 /* --------------------------------------------------------------- metrics */
 
+/* The metrics a row keeps, by their names in metrics.jsonl: one list for
+ * the struct, the parser and gpc_report_value. The GPU's readings are NAN
+ * on the steps the trainer did not read them. */
+// clang-format off
+#define ROW_FIELD_LIST(X)                                                                    \
+    X(step) X(loss) X(val_loss) X(lr) X(grad_norm) X(tokens_per_s) X(ms) X(tokens) X(memory) \
+    X(gpu_power_w) X(gpu_sm_clock_mhz) X(gpu_power_capped) X(gpu_step_energy_j)
+// clang-format on
+
 typedef struct {
-    double step, loss, val_loss, lr, grad_norm, tokens_per_s, ms, tokens, memory;
-    /* the GPU's readings, on the steps the trainer read them (else NAN) */
-    double gpu_power_w, gpu_sm_clock_mhz, gpu_power_capped, gpu_step_energy_j;
+#define ROW_MEMBER(name) double name;
+    ROW_FIELD_LIST(ROW_MEMBER)
+#undef ROW_MEMBER
 } report_row;
 
-/* The metrics a row keeps, by their names in metrics.jsonl: one table for
- * the parser and for gpc_report_value. */
-#define ROW_FIELD(name)                                                                            \
-    { #name, offsetof(report_row, name) }
-static const struct {
-    const char *name;
-    size_t offset;
-} row_fields[] = {ROW_FIELD(step),
-                  ROW_FIELD(loss),
-                  ROW_FIELD(val_loss),
-                  ROW_FIELD(lr),
-                  ROW_FIELD(grad_norm),
-                  ROW_FIELD(tokens_per_s),
-                  ROW_FIELD(ms),
-                  ROW_FIELD(tokens),
-                  ROW_FIELD(memory),
-                  ROW_FIELD(gpu_power_w),
-                  ROW_FIELD(gpu_sm_clock_mhz),
-                  ROW_FIELD(gpu_power_capped),
-                  ROW_FIELD(gpu_step_energy_j)};
-#undef ROW_FIELD
-#define ROW_FIELDS (sizeof row_fields / sizeof row_fields[0])
+static const char *const row_names[] = {
+#define ROW_NAME(name) #name,
+    ROW_FIELD_LIST(ROW_NAME)
+#undef ROW_NAME
+};
+#define ROW_FIELDS (sizeof row_names / sizeof row_names[0])
 
+/* The field named row_names[i]. */
 static double *row_field(report_row *row, size_t i) {
-    return (double *)((char *)row + row_fields[i].offset);
+#define ROW_POINTER(name) &row->name,
+    double *fields[] = {ROW_FIELD_LIST(ROW_POINTER)};
+#undef ROW_POINTER
+    return fields[i];
 }
 
 struct gpc_report {
@@ -108,7 +105,7 @@ static int parse_line(const char *p, report_row *row, const char **why) {
             p = end;
         }
         for (size_t i = 0; i < ROW_FIELDS; i++)
-            if (strlen(row_fields[i].name) == key_len && !strncmp(row_fields[i].name, key, key_len))
+            if (strlen(row_names[i]) == key_len && !strncmp(row_names[i], key, key_len))
                 *row_field(row, i) = value;
         /* the trainer may name memory either way */
         if ((key_len == 12 && !strncmp(key, "memory_bytes", 12))) row->memory = value;
@@ -638,7 +635,7 @@ int gpc_report_steps(const gpc_report *r) {
 double gpc_report_value(const gpc_report *r, int row, const char *name) {
     if (row < 0 || row >= r->count || !name) return NAN;
     for (size_t i = 0; i < ROW_FIELDS; i++)
-        if (!strcmp(row_fields[i].name, name)) return *row_field(&r->rows[row], i);
+        if (!strcmp(row_names[i], name)) return *row_field(&r->rows[row], i);
     return NAN;
 }
 
