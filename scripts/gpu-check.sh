@@ -11,12 +11,13 @@
 # with the defaults and memcheck over the op tests (about a third of test's
 # device time, for a call that also measures something).
 #
-# The GPU machine lacks some -dev packages gpc builds against (cmocka, and
-# possibly OpenBLAS). If .deps/cuda/ holds their Debian packages (fetch them
-# with: mkdir -p .deps/cuda && cd .deps/cuda && apt-get download libcmocka-dev
-# libcmocka0 libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev
-# libopenblas0 libgfortran5), they are unpacked into a private prefix and
-# used only for what the machine is missing.
+# The GPU machine lacks some -dev packages gpc builds against (cmocka,
+# jansson, and possibly OpenBLAS). If .deps/cuda/ holds their Debian packages
+# (fetch them with: mkdir -p .deps/cuda && cd .deps/cuda && apt-get download
+# libcmocka-dev libcmocka0 libjansson-dev libjansson4 libopenblas0-pthread
+# libopenblas-pthread-dev libopenblas-dev libopenblas0 libgfortran5), they are
+# unpacked into a private prefix and used only for what the machine is
+# missing (scripts/gpu-deps.sh).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 root=$(cd "$(dirname "$0")/.." && pwd)
