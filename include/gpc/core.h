@@ -294,6 +294,8 @@ void gpc_atomic_abort(gpc_atomic_file *f);
 
 /* Reads a whole file into memory (gpc_malloc'd, NUL-terminated). */
 gpc_status gpc_read_file(const char *path, char **out, size_t *size);
+/* Writes SIZE bytes of DATA as the file PATH, atomically (gpc_atomic_open). */
+gpc_status gpc_write_file(const char *path, const void *data, size_t size);
 /* Copies FROM to TO byte for byte, written atomically (gpc_atomic_open). */
 gpc_status gpc_copy_file(const char *from, const char *to);
 /* Removes the files of a flat folder, then the folder: what a failed

@@ -185,19 +185,22 @@ gpc_status gpc_open_regular(const char *path, const char *what, void **out) {
     return GPC_OK;
 }
 
+gpc_status gpc_write_file(const char *path, const void *data, size_t size) {
+    gpc_atomic_file f;
+    GPC_TRY(gpc_atomic_open(&f, path));
+    gpc_status s = gpc_atomic_write(&f, data, size);
+    if (s != GPC_OK) {
+        gpc_atomic_abort(&f);
+        return s;
+    }
+    return gpc_atomic_commit(&f);
+}
+
 gpc_status gpc_copy_file(const char *from, const char *to) {
     char *bytes;
     size_t size;
     GPC_TRY(gpc_read_file(from, &bytes, &size));
-    gpc_atomic_file f;
-    gpc_status s = gpc_atomic_open(&f, to);
-    if (s == GPC_OK) {
-        s = gpc_atomic_write(&f, bytes, size);
-        if (s == GPC_OK)
-            s = gpc_atomic_commit(&f);
-        else
-            gpc_atomic_abort(&f);
-    }
+    gpc_status s = gpc_write_file(to, bytes, size);
     gpc_free(bytes);
     return s;
 }

@@ -283,17 +283,6 @@ gpc_status gpc_tokenizer_load_gpt2(gpc_tokenizer **out, const char *vocab_path,
                                vocab_path);
 }
 
-static gpc_status write_file(const char *path, const char *text, size_t length) {
-    gpc_atomic_file f;
-    GPC_TRY(gpc_atomic_open(&f, path));
-    gpc_status s = gpc_atomic_write(&f, text, length);
-    if (s != GPC_OK) {
-        gpc_atomic_abort(&f);
-        return s;
-    }
-    return gpc_atomic_commit(&f);
-}
-
 gpc_status gpc_tokenizer_write_gpt2(const gpc_tokenizer *tok, const char *dir) {
     if (gpc_tokenizer_get_kind(tok) != GPC_TOKENIZER_GPT2)
         return gpc_error(GPC_ERR_INVALID_ARG,
@@ -320,7 +309,7 @@ gpc_status gpc_tokenizer_write_gpt2(const gpc_tokenizer *tok, const char *dir) {
     if (s == GPC_OK) {
         char *text = json_dumps(vocab, JSON_PRESERVE_ORDER | JSON_COMPACT);
         snprintf(path, sizeof path, "%s/vocab.json", dir);
-        s = text ? write_file(path, text, strlen(text))
+        s = text ? gpc_write_file(path, text, strlen(text))
                  : gpc_error(GPC_ERR_NOMEM, "out of memory writing vocab.json");
         free(text);
     }
@@ -337,7 +326,7 @@ gpc_status gpc_tokenizer_write_gpt2(const gpc_tokenizer *tok, const char *dir) {
                 at += (size_t)snprintf(text + at, capacity - at, "%s %s\n", strings[merges[2 * r]],
                                        strings[merges[2 * r + 1]]);
             snprintf(path, sizeof path, "%s/merges.txt", dir);
-            s = write_file(path, text, at);
+            s = gpc_write_file(path, text, at);
             free(text);
         }
     }

@@ -42,14 +42,7 @@ gpc_status data_write_dataset(const char *dir, const data_dataset_meta *m) {
                      d->val_shards, d->has_tokenizer, m->documents, m->train_documents,
                      m->val_documents, m->text_bytes, m->skipped_files, m->seed);
     snprintf(path, sizeof path, "%s/" DATASET_FILE, dir);
-    gpc_atomic_file f;
-    GPC_TRY(gpc_atomic_open(&f, path));
-    gpc_status s = gpc_atomic_write(&f, text, (size_t)n);
-    if (s != GPC_OK) {
-        gpc_atomic_abort(&f);
-        return s;
-    }
-    GPC_TRY(gpc_atomic_commit(&f));
+    GPC_TRY(gpc_write_file(path, text, (size_t)n));
     /* shards beyond the new counts belong to an earlier dataset in this folder */
     for (int split = 0; split < 2; split++) {
         int first = split == GPC_SPLIT_TRAIN ? d->train_shards : d->val_shards;

@@ -21,17 +21,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static gpc_status write_text(const char *path, const char *text) {
-    gpc_atomic_file f;
-    GPC_TRY(gpc_atomic_open(&f, path));
-    gpc_status s = gpc_atomic_write(&f, text, strlen(text));
-    if (s != GPC_OK) {
-        gpc_atomic_abort(&f);
-        return s;
-    }
-    return gpc_atomic_commit(&f);
-}
-
 static int dir_is_empty(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return 0;
@@ -117,7 +106,7 @@ gpc_status gpc_hf_import(const char *hf_dir, const char *run_dir, gpc_hf_summary
                  config.vocab_size, config.padded_vocab, gpt_config_num_params(&config),
                  gpc_dtype_name(source), tok ? "gpt2" : "none");
         snprintf(path, sizeof path, "%s/config.txt", tmp);
-        s = write_text(path, text);
+        s = gpc_write_file(path, text, strlen(text));
     }
     if (made) s = finish(tmp, run_dir, s);
     if (s == GPC_OK && summary) {

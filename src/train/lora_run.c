@@ -84,16 +84,8 @@ gpc_status gpc_lora_merge(const char *run_dir, const char *out_dir) {
                  run_dir, base, lora.rank, (double)lora.alpha, lora.targets, config.layers,
                  config.heads, config.channels, config.max_context, config.vocab_size,
                  config.padded_vocab, gpt_config_num_params(&config));
-        gpc_atomic_file f;
         snprintf(path, sizeof path, "%s/config.txt", tmp);
-        s = gpc_atomic_open(&f, path);
-        if (s == GPC_OK) {
-            s = gpc_atomic_write(&f, text, strlen(text));
-            if (s == GPC_OK)
-                s = gpc_atomic_commit(&f);
-            else
-                gpc_atomic_abort(&f);
-        }
+        s = gpc_write_file(path, text, strlen(text));
     }
     if (s == GPC_OK && rename(tmp, out_dir) != 0)
         s = gpc_error(GPC_ERR_IO, "cannot rename %s to %s", tmp, out_dir);

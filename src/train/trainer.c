@@ -294,17 +294,6 @@ static gpc_status check_host_memory(const gpc_train_options *o, const run_settin
 
 /* ------------------------------------------------------------ run folder */
 
-static gpc_status write_text(const char *path, const char *text) {
-    gpc_atomic_file f;
-    GPC_TRY(gpc_atomic_open(&f, path));
-    gpc_status s = gpc_atomic_write(&f, text, strlen(text));
-    if (s != GPC_OK) {
-        gpc_atomic_abort(&f);
-        return s;
-    }
-    return gpc_atomic_commit(&f);
-}
-
 static gpc_status write_config(const trainer *t) {
     const run_settings *s = &t->s;
     char path[4096], text[4096], device_name[128] = "unknown";
@@ -330,7 +319,7 @@ static gpc_status write_config(const trainer *t) {
              t->o->device.type == GPC_DEVICE_CPU ? "cpu" : "gpu", device_name,
              gpc_setting_given("GPC_JOB_ID") ? gpc_setting_given("GPC_JOB_ID") : "",
              t->o->init_from ? t->o->init_from : "", t->tokenizer_kind);
-    return write_text(path, text);
+    return gpc_write_file(path, text, strlen(text));
 }
 
 /* RUN/tokenizer.bin: a byte copy of the dataset's, loaded (checksum and
