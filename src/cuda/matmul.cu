@@ -148,9 +148,11 @@ static int alignment(const void *p) {
     return align;
 }
 
-/* GPC_MATMUL_TUNE=1: time the heuristic's candidates at a shape's first call. */
+/* GPC_MATMUL_TUNE=1: time the heuristic's candidates at a shape's first call.
+ * Asked at every product, so read once, as measured_enabled's switch is. */
 static int tune_enabled(void) {
-    return gpc_setting_flag("GPC_MATMUL_TUNE");
+    static int on = -1;
+    return gpc_cuda_setting_flag("GPC_MATMUL_TUNE", &on);
 }
 
 #define MATMUL_TUNE_CANDIDATES 16 /* the heuristic's first, each with its variants */
