@@ -301,6 +301,11 @@ gpc_status gpc_copy_file(const char *from, const char *to);
 /* Removes the files of a flat folder, then the folder: what a failed
  * command wrote into its temporary folder. Errors are ignored. */
 void gpc_remove_flat_dir(const char *dir);
+/* Ends a command that wrote its output folder as the flat folder TMP: when
+ * S is GPC_OK, TMP is renamed to OUT (an empty folder OUT is replaced);
+ * otherwise, or when the rename fails, TMP is removed. Returns S or the
+ * rename's error. */
+gpc_status gpc_commit_flat_dir(const char *tmp, const char *out, gpc_status s);
 /* Opens PATH for reading as a FILE* (returned in *out), refusing anything but
  * a regular file: a FIFO or a device would block or never end. WHAT names
  * the file in the message ("shard", "checkpoint"). */

@@ -219,6 +219,16 @@ void gpc_remove_flat_dir(const char *dir) {
     rmdir(dir);
 }
 
+gpc_status gpc_commit_flat_dir(const char *tmp, const char *out, gpc_status s) {
+    if (s == GPC_OK) {
+        if (gpc_path_exists(out)) rmdir(out); /* an empty folder given as the output */
+        if (rename(tmp, out) != 0)
+            s = gpc_error(GPC_ERR_IO, "cannot rename %s to %s: %s", tmp, out, strerror(errno));
+    }
+    if (s != GPC_OK) gpc_remove_flat_dir(tmp);
+    return s;
+}
+
 gpc_status gpc_link_replace(const char *from, const char *to) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", to, (long)getpid());

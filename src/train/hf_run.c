@@ -32,16 +32,6 @@ static int dir_is_empty(const char *dir) {
     return empty;
 }
 
-/* The temporary folder beside out, and out renamed into place from it. */
-static gpc_status finish(const char *tmp, const char *out, gpc_status s) {
-    if (s == GPC_OK) {
-        if (gpc_path_exists(out)) rmdir(out); /* an empty folder given as --out */
-        if (rename(tmp, out) != 0) s = gpc_error(GPC_ERR_IO, "cannot rename %s to %s", tmp, out);
-    }
-    if (s != GPC_OK) gpc_remove_flat_dir(tmp);
-    return s;
-}
-
 gpc_status gpc_run_save_weights(const char *dir, const gpt_config *config, const float *params) {
     gpt_model *model = NULL;
     gpc_status s = gpt_create(&model, config, gpc_cpu(), GPC_F32, 1, 1, 0);
@@ -108,7 +98,7 @@ gpc_status gpc_hf_import(const char *hf_dir, const char *run_dir, gpc_hf_summary
         snprintf(path, sizeof path, "%s/config.txt", tmp);
         s = gpc_write_file(path, text, strlen(text));
     }
-    if (made) s = finish(tmp, run_dir, s);
+    if (made) s = gpc_commit_flat_dir(tmp, run_dir, s);
     if (s == GPC_OK && summary) {
         memset(summary, 0, sizeof *summary);
         summary->config = config;
@@ -155,7 +145,7 @@ gpc_status gpc_hf_export(const char *run_dir, const char *hf_dir, gpc_dtype dtyp
     if (s == GPC_OK) s = gpc_hf_gpt2_write(tmp, &config, params, dtype);
     if (s == GPC_OK && gpt2) s = gpc_tokenizer_write_gpt2(tok, tmp);
     gpc_free(params);
-    if (made) s = finish(tmp, hf_dir, s);
+    if (made) s = gpc_commit_flat_dir(tmp, hf_dir, s);
     if (s == GPC_OK && summary) {
         memset(summary, 0, sizeof *summary);
         summary->config = config;

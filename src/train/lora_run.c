@@ -87,8 +87,5 @@ gpc_status gpc_lora_merge(const char *run_dir, const char *out_dir) {
         snprintf(path, sizeof path, "%s/config.txt", tmp);
         s = gpc_write_file(path, text, strlen(text));
     }
-    if (s == GPC_OK && rename(tmp, out_dir) != 0)
-        s = gpc_error(GPC_ERR_IO, "cannot rename %s to %s", tmp, out_dir);
-    if (s != GPC_OK && made) gpc_remove_flat_dir(tmp);
-    return s;
+    return made ? gpc_commit_flat_dir(tmp, out_dir, s) : s;
 }
