@@ -626,3 +626,87 @@ gpc_status gpc_op_sum(gpc_tensor *acc, const gpc_tensor *x) {
     GPC_TRY(need_numel(op, "acc", acc, 1));
     DISPATCH(op, x, sum, acc, x);
 }
+
+/* ------------------------------------------------------------ serving */
+
+gpc_status gpc_op_embedding_at(gpc_tensor *out, const gpc_tensor *tokens,
+                               const gpc_tensor *positions, const gpc_tensor *wte,
+                               const gpc_tensor *wpe) {
+    const char *op = "embedding_at";
+    GPC_TRY(need_float(op, "out", out));
+    GPC_TRY(need_dtype(op, "tokens", tokens, GPC_I32));
+    GPC_TRY(need_dtype(op, "positions", positions, GPC_I32));
+    GPC_TRY(need_float(op, "wte", wte));
+    GPC_TRY(need_float(op, "wpe", wpe));
+    DEVICES(op, out, tokens, positions, wte, wpe);
+    int64_t C = last_dim(wte), N = gpc_tensor_numel(tokens);
+    if (last_dim(wpe) != C)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: wpe must be [maxT, %lld]", op, (long long)C);
+    GPC_TRY(need_numel(op, "positions", positions, N));
+    GPC_TRY(need_numel(op, "out", out, N * C));
+    DISPATCH(op, out, embedding_at, out, tokens, positions, wte, wpe);
+}
+
+/* A paged cache [num_blocks, block_size, C] of qkv's dtype. */
+static gpc_status check_cache(const char *op, const char *name, const gpc_tensor *cache,
+                              const gpc_tensor *qkv, int64_t C) {
+    GPC_TRY(need_dtype(op, name, cache, qkv->dtype));
+    if (cache->ndim != 3 || cache->shape[2] != C || cache->shape[0] < 1 || cache->shape[1] < 1)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: %s must be [num_blocks, block_size, %lld]", op,
+                         name, (long long)C);
+    return GPC_OK;
+}
+
+/* qkv [N, 3C] with C a multiple of num_heads (num_heads 0: not checked). */
+static gpc_status check_rows_qkv(const char *op, const gpc_tensor *qkv, int num_heads, int64_t *N,
+                                 int64_t *C) {
+    GPC_TRY(need_float(op, "qkv", qkv));
+    if (qkv->ndim != 2 || qkv->shape[1] % 3 != 0)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: qkv must be [N, 3C]", op);
+    *N = qkv->shape[0];
+    *C = qkv->shape[1] / 3;
+    if (num_heads && (num_heads < 0 || *C % num_heads != 0))
+        return gpc_error(GPC_ERR_MISMATCH, "%s: %lld channels do not split into %d heads", op,
+                         (long long)*C, num_heads);
+    return GPC_OK;
+}
+
+gpc_status gpc_op_kv_store(gpc_tensor *k_cache, gpc_tensor *v_cache, const gpc_tensor *qkv,
+                           const gpc_tensor *slots) {
+    const char *op = "kv_store";
+    int64_t N = 0, C = 0;
+    GPC_TRY(check_rows_qkv(op, qkv, 0, &N, &C));
+    GPC_TRY(check_cache(op, "k_cache", k_cache, qkv, C));
+    GPC_TRY(check_cache(op, "v_cache", v_cache, qkv, C));
+    GPC_TRY(need_dtype(op, "slots", slots, GPC_I32));
+    GPC_TRY(need_numel(op, "slots", slots, N));
+    if (gpc_tensor_numel(v_cache) != gpc_tensor_numel(k_cache))
+        return gpc_error(GPC_ERR_MISMATCH, "%s: k_cache and v_cache differ in shape", op);
+    DEVICES(op, qkv, k_cache, v_cache, slots);
+    DISPATCH(op, qkv, kv_store, k_cache, v_cache, qkv, slots);
+}
+
+gpc_status gpc_op_paged_attention(gpc_tensor *out, const gpc_tensor *qkv, const gpc_tensor *k_cache,
+                                  const gpc_tensor *v_cache, const gpc_tensor *block_tables,
+                                  const gpc_tensor *token_seq, const gpc_tensor *token_pos,
+                                  int num_heads) {
+    const char *op = "paged_attention";
+    int64_t N = 0, C = 0;
+    GPC_TRY(check_rows_qkv(op, qkv, num_heads, &N, &C));
+    GPC_TRY(need_float(op, "out", out));
+    GPC_TRY(need_numel(op, "out", out, N * C));
+    GPC_TRY(check_cache(op, "k_cache", k_cache, qkv, C));
+    GPC_TRY(check_cache(op, "v_cache", v_cache, qkv, C));
+    if (gpc_tensor_numel(v_cache) != gpc_tensor_numel(k_cache))
+        return gpc_error(GPC_ERR_MISMATCH, "%s: k_cache and v_cache differ in shape", op);
+    GPC_TRY(need_dtype(op, "block_tables", block_tables, GPC_I32));
+    if (block_tables->ndim != 2)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: block_tables must be [S, max_blocks]", op);
+    GPC_TRY(need_dtype(op, "token_seq", token_seq, GPC_I32));
+    GPC_TRY(need_dtype(op, "token_pos", token_pos, GPC_I32));
+    GPC_TRY(need_numel(op, "token_seq", token_seq, N));
+    GPC_TRY(need_numel(op, "token_pos", token_pos, N));
+    DEVICES(op, qkv, out, k_cache, v_cache, block_tables, token_seq, token_pos);
+    DISPATCH(op, qkv, paged_attention, out, qkv, k_cache, v_cache, block_tables, token_seq,
+             token_pos, num_heads);
+}

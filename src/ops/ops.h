@@ -149,6 +149,41 @@ gpc_status gpc_op_set_attention_path(const char *name);
  * GPC_ATTENTION is GPC_ERR_INVALID_ARG with a message naming it. */
 gpc_status gpc_op_attention_path(gpc_attention_path *out);
 
+/* ------------------------------------------------------------ serving
+ *
+ * The ops of a serving step (src/serve/), where one step runs N tokens of
+ * many sequences together: the new tokens of each sequence (one for a
+ * decode, a chunk of its prompt for a prefill), flattened into rows. Keys
+ * and values live in a paged cache: per layer, k_cache and v_cache are
+ * [num_blocks, block_size, C] of the model's compute dtype, allocated once;
+ * a sequence owns whole blocks, listed in its row of block_tables
+ * [S, max_blocks] (i32; -1 past its last block). Position p of sequence s
+ * is row block_tables[s][p / block_size] * block_size + p % block_size of
+ * the cache seen as [num_blocks * block_size, C], its "slot". */
+
+/* out[N,C] = wte[tokens[i], :] + wpe[positions[i], :]: the embedding of
+ * tokens at arbitrary positions. tokens and positions i32 [N]; wte [Vp,C];
+ * wpe [maxT,C], every position < maxT. */
+gpc_status gpc_op_embedding_at(gpc_tensor *out, const gpc_tensor *tokens,
+                               const gpc_tensor *positions, const gpc_tensor *wte,
+                               const gpc_tensor *wpe);
+/* Writes the keys and values of qkv [N,3C] (the second and third thirds of
+ * each row) to rows slots[i] of k_cache and v_cache (slots i32 [N], each in
+ * 0 .. num_blocks * block_size - 1). qkv and the caches share a dtype. */
+gpc_status gpc_op_kv_store(gpc_tensor *k_cache, gpc_tensor *v_cache, const gpc_tensor *qkv,
+                           const gpc_tensor *slots);
+/* Causal attention of N query rows over the paged cache: row i is the query
+ * (first third of qkv [N,3C]) of sequence token_seq[i] at position
+ * token_pos[i] (both i32 [N]); it attends to positions 0 .. token_pos[i] of
+ * that sequence, read from k_cache and v_cache through the sequence's row of
+ * block_tables, so the step's own keys and values must be stored first
+ * (gpc_op_kv_store). out [N,C] gets the same values as gpc_op_attention_forward
+ * gives that row on the contiguous sequence, up to rounding. */
+gpc_status gpc_op_paged_attention(gpc_tensor *out, const gpc_tensor *qkv, const gpc_tensor *k_cache,
+                                  const gpc_tensor *v_cache, const gpc_tensor *block_tables,
+                                  const gpc_tensor *token_seq, const gpc_tensor *token_pos,
+                                  int num_heads);
+
 /* Fused softmax + cross-entropy over logits [N,Vp], of which the first
  * vocab_size columns are real. losses [N] (f32) receives -log p[target].
  * If dlogits is not NULL it receives (softmax - onehot(target)) * dloss with

@@ -64,7 +64,14 @@
       const gpc_tensor *bias, const gpc_tensor *residual))                                         \
     X(classifier, (gpc_tensor *losses, gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *logits,  \
       const gpc_tensor *inp, const gpc_tensor *weight, const gpc_tensor *targets, int vocab_size,  \
-      float dloss))
+      float dloss))                                                                               \
+    X(embedding_at, (gpc_tensor *out, const gpc_tensor *tokens, const gpc_tensor *positions,       \
+      const gpc_tensor *wte, const gpc_tensor *wpe))                                               \
+    X(kv_store, (gpc_tensor *k_cache, gpc_tensor *v_cache, const gpc_tensor *qkv,                  \
+      const gpc_tensor *slots))                                                                    \
+    X(paged_attention, (gpc_tensor *out, const gpc_tensor *qkv, const gpc_tensor *k_cache,         \
+      const gpc_tensor *v_cache, const gpc_tensor *block_tables, const gpc_tensor *token_seq,      \
+      const gpc_tensor *token_pos, int num_heads))
 /* clang-format on */
 
 #define GPC_OPS_FIELD(name, params) gpc_status(*name) params;
