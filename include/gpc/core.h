@@ -31,6 +31,7 @@ typedef enum {
     GPC_ERR_MISMATCH,    /* two things that must agree do not (shapes, configs) */
     GPC_ERR_INTERNAL,    /* a bug in gpc: please report it */
     GPC_ERR_INTERRUPTED, /* stopped on request (signal), state saved where it applies */
+    GPC_ERR_BUSY,        /* full for now (a queue at its bound): try again later */
 } gpc_status;
 
 /* Records a formatted message for the current thread and returns code, so

@@ -67,6 +67,8 @@ const char *gpc_status_name(gpc_status code) {
         return "internal error";
     case GPC_ERR_INTERRUPTED:
         return "interrupted";
+    case GPC_ERR_BUSY:
+        return "busy";
     }
     return "unknown status";
 }
