@@ -280,6 +280,12 @@ gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *model,
                                     const gpt_checkpoint_state *state, const gpt_host_state *full);
 /* Reads and checks the header only (magic, version, size): the config and
  * precision the checkpoint was written with and its state. */
+/* A checkpoint of weights alone (f32, no optimizer state) straight from a
+ * host array of gpt_config_num_params(config) floats in gpc's order, with no
+ * model built: what an import writes, holding the weights once. Loads like
+ * any checkpoint of an f32 model that is not training. */
+gpc_status gpt_checkpoint_save_weights(const char *path, const gpt_config *config,
+                                       const float *params, const gpt_checkpoint_state *state);
 gpc_status gpt_checkpoint_read_header(const char *path, gpt_config *config, gpc_dtype *precision,
                                       gpt_checkpoint_state *state);
 /* Loads weights (and m, v when the model trains and the file has them) after

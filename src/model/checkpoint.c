@@ -72,19 +72,21 @@ typedef struct {
     gpt_checkpoint_state state;
 } ckpt_header;
 
-static void encode_header(unsigned char *h, const gpt_model *m, const gpt_checkpoint_state *s) {
+/* The header of a checkpoint of a model of config c: its parameters in
+ * dtype, with optimizer state when training, as the run's state s says. */
+static void encode_header_of(unsigned char *h, const gpt_config *c, gpc_dtype dtype, int training,
+                             float loss_scale, const gpt_checkpoint_state *s) {
     memset(h, 0, CKPT_HEADER_BYTES);
     memcpy(h + OFF_MAGIC, CKPT_MAGIC, 8);
     uint32_t version = GPT_CHECKPOINT_VERSION, header_bytes = CKPT_HEADER_BYTES;
     put(h, OFF_VERSION, &version, 4);
     put(h, OFF_HEADER_BYTES, &header_bytes, 4);
-    const gpt_config *c = &m->config;
     uint32_t config[6] = {(uint32_t)c->layers,     (uint32_t)c->heads,
                           (uint32_t)c->channels,   (uint32_t)c->max_context,
                           (uint32_t)c->vocab_size, (uint32_t)c->padded_vocab};
     put(h, OFF_CONFIG, config, sizeof config);
-    uint32_t precision = (uint32_t)m->dtype, has_optimizer = (uint32_t)m->training;
-    uint64_t num_params = m->num_params;
+    uint32_t precision = (uint32_t)dtype, has_optimizer = (uint32_t)training;
+    uint64_t num_params = gpt_config_num_params(c);
     put(h, OFF_PRECISION, &precision, 4);
     put(h, OFF_HAS_OPTIMIZER, &has_optimizer, 4);
     put(h, OFF_NUM_PARAMS, &num_params, 8);
@@ -93,7 +95,6 @@ static void encode_header(unsigned char *h, const gpt_model *m, const gpt_checkp
     put(h, OFF_LOADER_BATCH, &s->loader_batch, 8);
     put(h, OFF_RNG_STATE, &s->rng.state, 8);
     put(h, OFF_RNG_INC, &s->rng.inc, 8);
-    float loss_scale = gpc_optim_loss_scale(m->optim); /* the model's, which fp16 adapts */
     put(h, OFF_LOSS_SCALE, &loss_scale, 4);
     put(h, OFF_BATCH, &s->batch, 4);
     put(h, OFF_CONTEXT, &s->context, 4);
@@ -107,6 +108,11 @@ static void encode_header(unsigned char *h, const gpt_model *m, const gpt_checkp
     put(h, OFF_SEED, &s->seed, 8);
     int32_t recompute_plus_one = s->recompute + 1;
     put(h, OFF_RECOMPUTE, &recompute_plus_one, 4);
+}
+
+static void encode_header(unsigned char *h, const gpt_model *m, const gpt_checkpoint_state *s) {
+    /* the loss scale is the model's, which fp16 adapts */
+    encode_header_of(h, &m->config, m->dtype, m->training, gpc_optim_loss_scale(m->optim), s);
 }
 
 static void decode_header(const unsigned char *h, ckpt_header *out) {
@@ -220,6 +226,28 @@ gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *m,
     else
         gpc_atomic_abort(&f);
     gpc_free(stage);
+    if (s != GPC_OK) return gpc_error_context(s, "saving checkpoint %s: ", path);
+    return GPC_OK;
+}
+
+gpc_status gpt_checkpoint_save_weights(const char *path, const gpt_config *config,
+                                       const float *params, const gpt_checkpoint_state *state) {
+    unsigned char header[CKPT_HEADER_BYTES];
+    encode_header_of(header, config, GPC_F32, 0, state->loss_scale, state);
+    gpc_atomic_file f;
+    gpc_status s = gpc_atomic_open(&f, path);
+    if (s != GPC_OK) return gpc_error_context(s, "saving checkpoint %s: ", path);
+    s = gpc_atomic_write(&f, header, sizeof header);
+    if (s == GPC_OK)
+        s = gpc_atomic_write(&f, params, gpt_config_num_params(config) * sizeof *params);
+    if (s == GPC_OK) {
+        uint32_t crc = f.crc;
+        s = gpc_atomic_write(&f, &crc, sizeof crc);
+    }
+    if (s == GPC_OK)
+        s = gpc_atomic_commit(&f);
+    else
+        gpc_atomic_abort(&f);
     if (s != GPC_OK) return gpc_error_context(s, "saving checkpoint %s: ", path);
     return GPC_OK;
 }
