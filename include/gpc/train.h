@@ -106,6 +106,12 @@ typedef struct {
                                * only every so often: readings count a second or more
                                * apart; validation passes in between count too); NAN on
                                * the other steps */
+    /* Data parallel: the gradient exchange of the step (gpc_ddp_comm_times):
+     * the time the step waited for it after backward, its span, and the bus
+     * bandwidth it achieved; NAN in a run of one process. */
+    double comm_exposed_ms;
+    double comm_busy_ms;
+    double comm_bus_gbs;
 } gpc_train_event;
 
 typedef void (*gpc_train_callback)(void *user, const gpc_train_event *event);

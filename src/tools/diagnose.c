@@ -502,7 +502,8 @@ static void oom_remedy(const gpc_report *r, const gpc_diag_run_summary *s, char 
     }
 }
 
-/* The run's metrics as samples: step time, tokens/s, the power cap. */
+/* The run's metrics as samples: step time, tokens/s, the power cap, the
+ * share of the step waiting on data parallelism's exchange. */
 static int run_samples(const gpc_report *r, gpc_diag_sample *samples) {
     int n = gpc_report_steps(r);
     for (int i = 0; i < n; i++) {
@@ -511,10 +512,12 @@ static int run_samples(const gpc_report *r, gpc_diag_sample *samples) {
         double ms = gpc_report_value(r, i, "ms");
         double tps = gpc_report_value(r, i, "tokens_per_s");
         double capped = gpc_report_value(r, i, "gpu_power_capped");
+        double comm = gpc_report_value(r, i, "comm_exposed");
         /* the first steps compile, tune and warm caches: not the run's pace */
         if (i >= 2 && !isnan(ms)) s->step_ms = ms;
         if (i >= 2 && !isnan(tps)) s->tokens_per_s = tps;
         if (!isnan(capped)) s->power_capped = capped;
+        if (i >= 2 && !isnan(comm)) s->comm_exposed = comm;
     }
     return n;
 }

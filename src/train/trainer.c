@@ -389,6 +389,13 @@ static void write_metrics(trainer *t, const gpc_train_event *e) {
     if (!isnan(e->gpu_step_energy_j)) json_number(f, "gpu_step_energy_j", e->gpu_step_energy_j);
     if (e->gpu_sm_clock_mhz >= 0) fprintf(f, ",\"gpu_sm_clock_mhz\":%d", e->gpu_sm_clock_mhz);
     if (e->gpu_power_capped >= 0) fprintf(f, ",\"gpu_power_capped\":%d", e->gpu_power_capped);
+    /* data parallel: the share of the step spent waiting on the gradient
+     * exchange (what gpc doctor --run reads), and its bandwidth */
+    if (!isnan(e->comm_exposed_ms) && e->ms > 0) {
+        json_number(f, "comm_exposed", e->comm_exposed_ms / e->ms);
+        json_number(f, "comm_exposed_ms", e->comm_exposed_ms);
+        json_number(f, "comm_bus_gbs", e->comm_bus_gbs);
+    }
     fprintf(f, ",\"tokens\":%llu}\n", (unsigned long long)e->tokens_seen);
     fflush(f);
 }
@@ -443,6 +450,7 @@ static void gpu_readings_unknown(gpc_train_event *e) {
     e->gpu_sm_clock_mhz = e->gpu_sm_clock_max_mhz = -1;
     e->gpu_power_capped = -1;
     e->gpu_step_energy_j = NAN;
+    e->comm_exposed_ms = e->comm_busy_ms = e->comm_bus_gbs = NAN;
 }
 
 /* Finds this process's GPU in NVML. NVML numbers all GPUs of the machine and
@@ -706,6 +714,9 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
     /* fp16: the overflow verdict comes back with the loss */
     GPC_TRY(gpt_read_step(t->model, &e->loss, &e->grad_norm));
     e->skipped = gpt_step_skipped(t->model);
+    if (t->ddp) /* the step is finished: its exchange's events can be read */
+        GPC_TRY(
+            gpc_ddp_comm_times(t->ddp, &e->comm_exposed_ms, &e->comm_busy_ms, &e->comm_bus_gbs));
     if (t->ddp) { /* the step's loss over all ranks, and whether any was asked to stop */
         double v[2] = {e->loss, gpc_train_stop_requested() ? 1.0 : 0.0};
         GPC_TRY(gpc_ddp_reduce_host(t->ddp, v, 2));
