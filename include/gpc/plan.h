@@ -28,7 +28,8 @@ typedef struct {
     int batch;       /* B, the micro-batch per GPU */
     int vocab;       /* V; padded to Vp = multiple of 64 */
     gpc_dtype dtype; /* compute precision: GPC_F32, GPC_BF16 or GPC_F16 */
-    int recompute;   /* 0 keep all; 1 recompute GELU; 2 also layernorm outputs */
+    int recompute;   /* GPT_RECOMPUTE(level, blocks) (gpc/model.h): 0 keep all; 1 recompute
+                      * GELU; 2 also layernorm outputs; 3 whole blocks; of the first N */
     int zero;        /* 1: ZeRO-1, optimizer state and master sharded over gpus */
     int gpus;        /* data-parallel GPUs (each holds a replica) */
     int lora_rank;   /* 0: full fine-tuning; R > 0: LoRA adapters, base frozen */

@@ -148,8 +148,10 @@ typedef struct {
     uint64_t seed;         /* default 1337: weights, data order and the optimizer's rounding */
     gpc_device device;     /* default CPU */
     int precision;         /* a gpc_dtype, or -1: f32 on the CPU, bf16 on a GPU */
-    int recompute;         /* 0 keep activations, 1 recompute GELU, 2 also layernorm; -1
-                            * (the default): the checkpoint's when resuming, else 0 */
+    int recompute;         /* GPT_RECOMPUTE(level, blocks) (gpc/model.h): 0 keep activations,
+                            * 1 recompute GELU, 2 also layernorm, 3 whole blocks, on the
+                            * first N blocks or all; -1 (the default): the checkpoint's when
+                            * resuming, else 0 */
     int world_size, rank;  /* data parallelism: processes and this one's place (1 and 0 alone) */
     struct gpc_dist *dist; /* collectives (gpc/dist.h) when world_size > 1; the caller owns it */
     int zero;              /* 1: ZeRO-1 optimizer shards across the ranks */

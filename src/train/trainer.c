@@ -151,10 +151,7 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
     if (o->layers < 0 || o->heads < 0 || o->channels < 0 || o->context < 0 || o->batch < 0 ||
         o->total_batch < 0 || o->steps < 0 || o->eval_batches < 0)
         return gpc_error(GPC_ERR_INVALID_ARG, "sizes and counts must be positive");
-    if (o->recompute < -1 || o->recompute > 2)
-        return gpc_error(GPC_ERR_INVALID_ARG,
-                         "recompute must be 0, 1 (GELU) or 2 (GELU and layernorm), not %d",
-                         o->recompute);
+    if (o->recompute != -1) GPC_TRY(gpt_recompute_check(o->recompute, L));
     s->stochastic_rounding = gpc_setting_flag("GPC_STOCHASTIC_ROUNDING");
     /* a memory-for-speed choice that leaves the numbers alone: a resumed run
      * keeps its own unless told otherwise */
@@ -308,14 +305,15 @@ static gpc_status write_config(const trainer *t) {
              "accumulation_steps=%d\nsteps=%d\nlr=%g\nwarmup=%d\nmin_lr_ratio=%g\n"
              "weight_decay=%g\nmax_grad_norm=%g\neval_every=%d\neval_batches=%d\n"
              "checkpoint_every=%d\nseed=%llu\ndevice=%s\nprecision=%s\nrecompute=%d\n"
-             "%s_name=%s\ngpcd_job=%s\ninit_from=%s\ntokenizer=%s\n",
+             "recompute_layers=%d\n%s_name=%s\ngpcd_job=%s\ninit_from=%s\ntokenizer=%s\n",
              t->o->data_dir, s->config.layers, s->config.heads, s->config.channels,
              s->config.max_context, s->config.vocab_size, s->config.padded_vocab,
              gpt_config_num_params(&s->config), s->B, (long long)s->total_batch, s->accumulation,
              s->steps, s->schedule.lr, s->schedule.warmup, s->schedule.min_lr_ratio,
              s->weight_decay, s->max_grad_norm, s->eval_every, s->eval_batches, s->checkpoint_every,
              (unsigned long long)s->seed, gpc_device_name(t->o->device),
-             gpc_dtype_name(s->precision), s->recompute,
+             gpc_dtype_name(s->precision), gpt_recompute_level(s->recompute),
+             s->recompute >> 2, /* 0: every block */
              t->o->device.type == GPC_DEVICE_CPU ? "cpu" : "gpu", device_name,
              gpc_setting_given("GPC_JOB_ID") ? gpc_setting_given("GPC_JOB_ID") : "",
              t->o->init_from ? t->o->init_from : "", t->tokenizer_kind);

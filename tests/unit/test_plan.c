@@ -84,6 +84,24 @@ static void test_recompute_by_hand(void **state) {
     assert_int_equal(r0.activations - r1.activations, 276824064ull);
     assert_int_equal(r1.activations - r2.activations, 138412032ull);
     assert_int_equal(r0.parameters + r0.optimizer, r2.parameters + r2.optimizer);
+    /* block: 11 more layers of everything inside a block go, per layer
+     * ln1 and ln2 mean and rstd 4 x 16,384, qkv 18,874,368, atty and
+     * residual2 2 x 6,291,456, lse 196,608, fch 25,165,824 = 56,885,248 */
+    gpc_plan_result r3, r6;
+    in.recompute = GPT_RECOMPUTE_BLOCK;
+    TEST_OK(gpc_plan_compute(&in, &r3));
+    assert_int_equal(r2.activations - r3.activations, 11 * 56885248ull);
+    /* block on the first 6 blocks: 5 layers of all of it, GELU (25,165,824)
+     * and layernorm outputs (2 x 6,291,456) included */
+    in.recompute = GPT_RECOMPUTE(GPT_RECOMPUTE_BLOCK, 6);
+    TEST_OK(gpc_plan_compute(&in, &r6));
+    assert_int_equal(r0.activations - r6.activations, 5 * (56885248ull + 37748736ull));
+    /* a count of all blocks is the plain level */
+    in.recompute = GPT_RECOMPUTE(GPT_RECOMPUTE_BLOCK, 12);
+    TEST_OK(gpc_plan_compute(&in, &r6));
+    assert_int_equal(r6.activations, r3.activations);
+    in.recompute = GPT_RECOMPUTE(GPT_RECOMPUTE_BLOCK, 13);
+    TEST_FAILS(gpc_plan_compute(&in, &r6), GPC_ERR_INVALID_ARG, "more than the model's 12");
 }
 
 /* fp32 with ZeRO-1 on 4 GPUs: parameters 4P = 497,903,616, gradients the
@@ -209,8 +227,8 @@ static void test_bad_input_messages(void **state) {
     TEST_FAILS(gpc_plan_parse_model("d12x", &in), GPC_ERR_INVALID_ARG, "not of the form dN");
     gpc_plan_result r;
     gpc_plan_defaults(&in);
-    in.recompute = 3;
-    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--recompute 3");
+    in.recompute = -1;
+    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--recompute -1");
     gpc_plan_defaults(&in);
     in.zero = 2;
     TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--zero 2");
@@ -243,7 +261,10 @@ static void test_plan_matches_gpt_create(void **state) {
         int vocab = 50 + (int)gpc_rng_below(&rng, 300);
         gpt_config config;
         TEST_OK(gpt_config_init(&config, layers, heads, channels, T, vocab));
-        int recompute = trial % 3; /* every recomputation level */
+        /* every recomputation level, on all blocks or the first few */
+        int level = trial % 4;
+        int recompute =
+            GPT_RECOMPUTE(level, level ? (int)gpc_rng_below(&rng, (uint64_t)layers + 1) : 0);
         gpt_model *model = NULL;
         TEST_OK(gpt_create_recompute(&model, &config, gpc_cpu(), GPC_F32, B, T, 1, recompute));
         gpc_plan_input in;
