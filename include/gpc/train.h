@@ -156,8 +156,18 @@ typedef struct {
     struct gpc_dist *dist; /* collectives (gpc/dist.h) when world_size > 1; the caller owns it */
     int zero;              /* 1: ZeRO-1 optimizer shards across the ranks */
     double bucket_mb;      /* gradient bucket size in MiB; 0: default; negative: one bucket */
-    int stop_after;        /* > 0: stop (with a checkpoint) after this many steps of this
-                            * process; the schedule still runs over steps */
+    /* Out-of-memory auto-fit (one process): when building the run or a
+     * step runs out of device memory, everything of the attempt is freed
+     * and the run goes on at a smaller micro-batch with as many more
+     * accumulation steps (the same step, the same losses up to rounding),
+     * from the last checkpoint this process saved, else from its start;
+     * down to micro-batch 1. On a GPU, a micro-batch that gpc plan says
+     * cannot fit in the free memory is divided before allocating. A
+     * resumed run asked for a larger --batch than its checkpoint's, by a
+     * whole factor, resumes at the checkpoint's. 1 turns this off. */
+    int no_auto_fit;
+    int stop_after; /* > 0: stop (with a checkpoint) after this many steps of this
+                     * process; the schedule still runs over steps */
     gpc_train_callback callback;
     void *user;
 } gpc_train_options;

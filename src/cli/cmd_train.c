@@ -166,7 +166,7 @@ int cmd_train(int argc, char **argv) {
     int zero = 0;
     double bucket_mb = NAN;
     const char *collectives = "auto", *attention = NULL, *attention_backward = NULL;
-    int stochastic_rounding = 0;
+    int stochastic_rounding = 0, no_auto_fit = 0;
     const cli_option options[] = {
         {"data", CLI_STRING, &data, "DIR", "dataset folder (from gpc data prepare or synth)"},
         {"out", CLI_STRING, &out, "RUN", "run folder: checkpoint, metrics, config, tokenizer"},
@@ -213,6 +213,9 @@ int cmd_train(int argc, char **argv) {
         {"recompute-layers", CLI_INT, &recompute_layers, "N",
          "apply --recompute to the first N blocks only, trading memory for speed in steps "
          "(default all)"},
+        {"no-auto-fit", CLI_FLAG, &no_auto_fit, NULL,
+         "fail on running out of device memory instead of going on at half the micro-batch with "
+         "twice the accumulation steps"},
         {"resume", CLI_FLAG, &resume, NULL,
          "continue the run in --out from its checkpoint, on its schedule"},
         {"stop-after", CLI_INT, &stop_after, "N",
@@ -244,7 +247,7 @@ int cmd_train(int argc, char **argv) {
         "auto|cpu|cuda] [--attention auto|gpc|cudnn] [--attention-backward auto|two|fused|wgmma] "
         "[--stochastic-rounding] [--recompute 0|1|2|block [--recompute-layers N]] [--lora R "
         "[--lora-alpha A] [--lora-targets "
-        "LIST]] [--resume] [--seed S]",
+        "LIST]] [--no-auto-fit] [--resume] [--seed S]",
         "Trains a GPT-2 style model on token shards: micro-batches with gradient accumulation, "
         "AdamW with warmup and cosine decay, validation and checkpoints. Ctrl-C (or SIGTERM) "
         "finishes the step, saves a checkpoint and exits with 128 + the signal (130, 143); "
@@ -330,6 +333,7 @@ int cmd_train(int argc, char **argv) {
         recompute = GPT_RECOMPUTE(gpt_recompute_level(recompute), recompute_layers);
     }
     o.recompute = recompute;
+    o.no_auto_fit = no_auto_fit;
     o.layers = layers > 0 ? layers : 0;
     o.heads = heads > 0 ? heads : 0;
     o.channels = channels > 0 ? channels : 0;
