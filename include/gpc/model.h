@@ -42,8 +42,9 @@ typedef struct {
  * vocabulary 2..2^31/2); computes padded_vocab. */
 gpc_status gpt_config_init(gpt_config *config, int layers, int heads, int channels, int max_context,
                            int vocab_size);
-/* "dN": N layers, N heads, 64*N channels (d12 = GPT-2 124M). Writes only
- * layers, heads and channels. */
+/* "dN": N layers, N heads, 64*N channels (d12 = GPT-2 124M), except GPT-2's
+ * larger sizes: d24 16 heads, 1024 channels (350M); d36 20, 1280 (774M);
+ * d48 25, 1600 (1.5B). Writes only layers, heads and channels. */
 gpc_status gpt_config_parse_depth(const char *name, int *layers, int *heads, int *channels);
 /* Parameter count (elements, padded vocabulary rows included). */
 size_t gpt_config_num_params(const gpt_config *config);

@@ -64,7 +64,8 @@ typedef struct {
 #define GPC_PLAN_CUDA_CONTEXT (600ull << 20)
 
 void gpc_plan_defaults(gpc_plan_input *in);
-/* "dN": N layers, N heads, 64*N channels, the rule of gpt_config_parse_depth. */
+/* "dN": N layers, N heads, 64*N channels, GPT-2's sizes at d24, d36, d48:
+ * gpt_config_parse_depth's rule. */
 gpc_status gpc_plan_parse_model(const char *name, gpc_plan_input *in);
 /* Checks the input and computes the breakdown. */
 gpc_status gpc_plan_compute(const gpc_plan_input *in, gpc_plan_result *out);

@@ -49,7 +49,8 @@ int cmd_plan(int argc, char **argv) {
     int recompute_layers = 0;
     const cli_option options[] = {
         {"model", CLI_STRING, &model, "dN",
-         "model: dN = N layers, N heads, 64N channels (required)"},
+         "model: dN = N layers, N heads, 64N channels; d24, d36, d48 GPT-2's 350M, 774M, "
+         "1.5B (required)"},
         {"context", CLI_INT, &context, "T", "sequence length (default 1024)"},
         {"batch", CLI_INT, &batch, "B", "micro-batch per GPU (default 4)"},
         {"precision", CLI_STRING, &precision, "P", "bf16, f16 or fp32 (default bf16)"},

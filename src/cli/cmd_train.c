@@ -171,7 +171,8 @@ int cmd_train(int argc, char **argv) {
         {"data", CLI_STRING, &data, "DIR", "dataset folder (from gpc data prepare or synth)"},
         {"out", CLI_STRING, &out, "RUN", "run folder: checkpoint, metrics, config, tokenizer"},
         {"model", CLI_STRING, &model, "dN",
-         "N layers, N heads, 64*N channels (default d6; d12 = GPT-2 124M)"},
+         "N layers, N heads, 64*N channels (default d6; d12, d24, d36, d48 = GPT-2 124M, "
+         "350M, 774M, 1.5B)"},
         {"layers", CLI_INT, &layers, "N", "override the model's layers"},
         {"heads", CLI_INT, &heads, "N", "override the model's heads"},
         {"channels", CLI_INT, &channels, "N", "override the model's channels"},

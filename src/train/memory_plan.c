@@ -55,10 +55,8 @@ gpc_status gpc_plan_parse_model(const char *name, gpc_plan_input *in) {
                          "model '%s' is not of the form dN (N layers, N heads, 64*N channels; "
                          "d12 is GPT-2 124M), N from 1 to 256",
                          name ? name : "");
-    in->layers = (int)depth;
-    in->heads = (int)depth;
-    in->channels = 64 * (int)depth;
-    return GPC_OK;
+    /* the model's own rule, GPT-2's sizes at d24, d36 and d48 */
+    return gpt_config_parse_depth(name, &in->layers, &in->heads, &in->channels);
 }
 
 static gpc_status check_input(const gpc_plan_input *in) {

@@ -161,6 +161,45 @@ static void test_lora_by_hand(void **state) {
  * backward: 2 * 768 + 3072 + 256 = 4,864. workspace: logits 3*64*4 = 768.
  * total = 217,600 * 2 (params, grads) + 2 * 217,600 (m, v) + 16,384 + 4,864
  *       + 768 = 892,416. */
+/* d24, d36 and d48 are GPT-2 medium, large and XL: their parameter counts
+ * as Hugging Face's GPT-2 checkpoints state them (354,823,168, 774,030,080
+ * and 1,557,611,200 with 1024 positions), plus the 47 padding rows of the
+ * vocabulary rounded to 50,304; and the positional table grows with the
+ * context (2048, 4096), in the plan and in the model's config alike. */
+static void test_gpt2_sizes(void **state) {
+    (void)state;
+    static const struct {
+        const char *name;
+        int heads, channels;
+        uint64_t hf_params;
+    } sizes[] = {{"d12", 12, 768, 124439808ull},
+                 {"d24", 16, 1024, 354823168ull},
+                 {"d36", 20, 1280, 774030080ull},
+                 {"d48", 25, 1600, 1557611200ull}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        gpc_plan_input in;
+        gpc_plan_defaults(&in);
+        TEST_OK(gpc_plan_parse_model(sizes[i].name, &in));
+        assert_int_equal(in.heads, sizes[i].heads);
+        assert_int_equal(in.channels, sizes[i].channels);
+        assert_int_equal(in.channels / in.heads, 64);
+        uint64_t C = (uint64_t)in.channels;
+        for (int T = 1024; T <= 4096; T *= 2) {
+            in.context = T;
+            in.batch = 1;
+            gpc_plan_result r;
+            TEST_OK(gpc_plan_compute(&in, &r));
+            assert_int_equal(r.num_params, sizes[i].hf_params + 47 * C + (uint64_t)(T - 1024) * C);
+            gpt_config config;
+            TEST_OK(gpt_config_init(&config, in.layers, in.heads, in.channels, T, 50257));
+            assert_int_equal(gpt_config_num_params(&config), r.num_params);
+        }
+    }
+    int L, NH, C;
+    TEST_OK(gpt_config_parse_depth("d6", &L, &NH, &C));
+    assert_true(L == 6 && NH == 6 && C == 384); /* the rule elsewhere */
+}
+
 static void test_tiny_alignment_by_hand(void **state) {
     (void)state;
     gpc_plan_input in;
@@ -318,13 +357,10 @@ static void test_plan_matches_gpt_create(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_d12_bf16_by_hand),
-        cmocka_unit_test(test_recompute_by_hand),
-        cmocka_unit_test(test_fp32_zero1_by_hand),
-        cmocka_unit_test(test_lora_by_hand),
-        cmocka_unit_test(test_tiny_alignment_by_hand),
-        cmocka_unit_test(test_max_batch_boundary),
-        cmocka_unit_test(test_bad_input_messages),
+        cmocka_unit_test(test_d12_bf16_by_hand),        cmocka_unit_test(test_recompute_by_hand),
+        cmocka_unit_test(test_fp32_zero1_by_hand),      cmocka_unit_test(test_lora_by_hand),
+        cmocka_unit_test(test_tiny_alignment_by_hand),  cmocka_unit_test(test_gpt2_sizes),
+        cmocka_unit_test(test_max_batch_boundary),      cmocka_unit_test(test_bad_input_messages),
         cmocka_unit_test(test_plan_matches_gpt_create),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
