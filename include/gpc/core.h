@@ -212,6 +212,21 @@ gpc_status gpc_arena_tensor(gpc_arena *arena, gpc_tensor *t, gpc_dtype dtype, in
                             const int64_t *shape);
 void gpc_arena_reset(gpc_arena *arena);
 
+/* Device memory taken by arenas and tensors (gpc_arena_create,
+ * gpc_tensor_alloc, and gpc_device_memory_reserve for other buffers) is
+ * counted per device. GPC_DEVICE_MEMORY_LIMIT=SIZE caps each device's
+ * count, on the CPU and on GPUs alike: for sharing a GPU with other jobs,
+ * and for tests that make an allocation fail as on a full GPU. */
+size_t gpc_device_memory_limit(void); /* bytes; 0: no limit (unset or unparsable) */
+size_t gpc_device_memory_in_use(gpc_device device);
+/* Counts bytes against the device's limit: GPC_ERR_NOMEM (and nothing
+ * counted) when they would pass it. */
+gpc_status gpc_device_memory_reserve(gpc_device device, size_t bytes);
+void gpc_device_memory_release(gpc_device device, size_t bytes);
+/* The backend's free and total memory of the device, each made no larger
+ * than what the limit leaves (total: the limit). Either pointer may be NULL. */
+gpc_status gpc_device_memory_free(gpc_device device, size_t *free_bytes, size_t *total_bytes);
+
 /* Host memory accounting: bytes currently held through gpc_malloc. */
 void *gpc_malloc(size_t bytes);
 void *gpc_calloc(size_t count, size_t size);

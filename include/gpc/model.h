@@ -42,8 +42,9 @@ typedef struct {
  * vocabulary 2..2^31/2); computes padded_vocab. */
 gpc_status gpt_config_init(gpt_config *config, int layers, int heads, int channels, int max_context,
                            int vocab_size);
-/* "dN": N layers, N heads, 64*N channels (d12 = GPT-2 124M). Writes only
- * layers, heads and channels. */
+/* "dN": N layers, N heads, 64*N channels (d12 = GPT-2 124M), except GPT-2's
+ * larger sizes: d24 16 heads, 1024 channels (350M); d36 20, 1280 (774M);
+ * d48 25, 1600 (1.5B). Writes only layers, heads and channels. */
 gpc_status gpt_config_parse_depth(const char *name, int *layers, int *heads, int *channels);
 /* Parameter count (elements, padded vocabulary rows included). */
 size_t gpt_config_num_params(const gpt_config *config);
@@ -75,11 +76,42 @@ typedef struct gpt_model gpt_model;
  * Parameters are zero until gpt_init_weights or gpt_checkpoint_load. */
 gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device device, gpc_dtype dtype,
                       int B, int T, int training);
-/* gpt_create with activation recomputation (training only), trading compute
- * for memory: 0 keeps every activation for backward; 1 keeps one layer of
- * the GELU output instead of L and rebuilds each layer's from its input in
- * backward; 2 does the same for the two layernorm outputs of each block
- * (their mean and rstd stay). gpc plan counts the same buffers. */
+/* Activation recomputation trades compute for memory. A level says what
+ * backward rebuilds instead of keeping: GELU outputs, also the layernorm
+ * outputs (their mean and rstd stay), or the whole block from its input
+ * (only the residual stream between blocks stays: the largest saving, one
+ * more forward pass of the block). A count of blocks applies the level to
+ * the first N blocks only (0: all), so memory trades for speed in steps, as
+ * Megatron's --recompute-method block does. Both travel in one int, packed
+ * by GPT_RECOMPUTE: a plain level (0..3) means every block. */
+#define GPT_RECOMPUTE_NONE 0
+#define GPT_RECOMPUTE_GELU 1
+#define GPT_RECOMPUTE_LAYERNORM 2
+#define GPT_RECOMPUTE_BLOCK 3
+#define GPT_RECOMPUTE(level, layers) ((level) | ((layers) << 2))
+static inline int gpt_recompute_level(int recompute) {
+    return recompute & 3;
+}
+/* The blocks the level applies to in a model of `layers` blocks. */
+static inline int gpt_recompute_layers(int recompute, int layers) {
+    int n = recompute >> 2;
+    return (recompute & 3) == 0 ? 0 : n == 0 || n > layers ? layers : n;
+}
+/* Checks a packed value against a model of `layers` blocks (layers 0: the
+ * level alone); the message names --recompute and --recompute-layers. */
+gpc_status gpt_recompute_check(int recompute, int layers);
+/* "0", "gelu", "layernorm", "block", and ":N" after it when the level
+ * applies to the first N blocks only (e.g. "block:6"), into buf. */
+const char *gpt_recompute_name(int recompute, char *buf, size_t size);
+/* Parses a level ("0".."3", "none", "gelu", "layernorm" or "ln", "block")
+ * with an optional ":N" block count into a packed value. */
+gpc_status gpt_recompute_parse(const char *text, int *recompute);
+
+/* gpt_create with activation recomputation (training only; see above): a
+ * packed GPT_RECOMPUTE value. Recomputed activations of the chosen blocks
+ * share one slot; gpc plan counts the same buffers. Gradients are bitwise
+ * those of a model that keeps everything: backward rebuilds each value by
+ * the same ops as forward. */
 gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_device device,
                                 gpc_dtype dtype, int B, int T, int training, int recompute);
 /* A training model holding the optimizer state (AdamW m, v and, for bf16

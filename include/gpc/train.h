@@ -154,14 +154,26 @@ typedef struct {
     uint64_t seed;         /* default 1337: weights, data order and the optimizer's rounding */
     gpc_device device;     /* default CPU */
     int precision;         /* a gpc_dtype, or -1: f32 on the CPU, bf16 on a GPU */
-    int recompute;         /* 0 keep activations, 1 recompute GELU, 2 also layernorm; -1
-                            * (the default): the checkpoint's when resuming, else 0 */
+    int recompute;         /* GPT_RECOMPUTE(level, blocks) (gpc/model.h): 0 keep activations,
+                            * 1 recompute GELU, 2 also layernorm, 3 whole blocks, on the
+                            * first N blocks or all; -1 (the default): the checkpoint's when
+                            * resuming, else 0 */
     int world_size, rank;  /* data parallelism: processes and this one's place (1 and 0 alone) */
     struct gpc_dist *dist; /* collectives (gpc/dist.h) when world_size > 1; the caller owns it */
     int zero;              /* 1: ZeRO-1 optimizer shards across the ranks */
     double bucket_mb;      /* gradient bucket size in MiB; 0: default; negative: one bucket */
-    int stop_after;        /* > 0: stop (with a checkpoint) after this many steps of this
-                            * process; the schedule still runs over steps */
+    /* Out-of-memory auto-fit (one process): when building the run or a
+     * step runs out of device memory, everything of the attempt is freed
+     * and the run goes on at a smaller micro-batch with as many more
+     * accumulation steps (the same step, the same losses up to rounding),
+     * from the last checkpoint this process saved, else from its start;
+     * down to micro-batch 1. On a GPU, a micro-batch that gpc plan says
+     * cannot fit in the free memory is divided before allocating. A
+     * resumed run asked for a larger --batch than its checkpoint's, by a
+     * whole factor, resumes at the checkpoint's. 1 turns this off. */
+    int no_auto_fit;
+    int stop_after; /* > 0: stop (with a checkpoint) after this many steps of this
+                     * process; the schedule still runs over steps */
     gpc_train_callback callback;
     void *user;
 } gpc_train_options;

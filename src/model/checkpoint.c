@@ -290,7 +290,11 @@ static const char *bad_state_field(const gpt_checkpoint_state *s, const gpt_conf
     if (!finite_in(s->weight_decay, 0, 1e6)) return "weight decay";
     if (!finite_in(s->max_grad_norm, 0, 1e30)) return "max grad norm";
     if (!finite_in(s->loss_scale, 0, 1e38)) return "loss scale";
-    if (s->recompute < -1 || s->recompute > 2) return "recompute";
+    if (s->recompute < -1 ||
+        (s->recompute >= 0 && gpt_recompute_check(s->recompute, c->layers) != GPC_OK)) {
+        gpc_clear_error();
+        return "recompute";
+    }
     if (s->rng.inc % 2 == 0) return "random number state";
     return NULL;
 }

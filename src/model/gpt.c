@@ -50,10 +50,29 @@ static gpc_tensor act_layer(const gpt_model *m, const gpc_tensor *t, int l, int 
     return act_rows(m, t, l, 0, B, T, X);
 }
 
-/* The slot of layer l in an activation that recomputation level `level`
- * keeps for one layer only (ln1, ln2: level 2; fch_gelu: level 1). */
+/* Whether backward rebuilds layer l's activations of recomputation level
+ * `level` (fch_gelu: 1; ln1, ln2: 2; the rest of the block: 3): the model's
+ * level covers it and l is one of the first gpt_recompute_layers blocks. */
+static int recomputed(const gpt_model *m, int l, int level) {
+    return gpt_recompute_level(m->recompute) >= level &&
+           l < gpt_recompute_layers(m->recompute, m->config.layers);
+}
+
+/* Slots of an activation of level `level`: one shared by the recomputed
+ * layers, then one per kept layer (gpc plan counts the same). */
+static int64_t kept_slots(const gpt_model *m, int level) {
+    int L = m->config.layers;
+    int n = gpt_recompute_level(m->recompute) >= level ? gpt_recompute_layers(m->recompute, L) : 0;
+    return n ? L - n + 1 : L;
+}
+
+/* The slot of layer l in such an activation. */
 static int kept_layer(const gpt_model *m, int l, int level) {
-    return m->recompute >= level ? 0 : l;
+    if (recomputed(m, l, level)) return 0;
+    int n = gpt_recompute_level(m->recompute) >= level
+                ? gpt_recompute_layers(m->recompute, m->config.layers)
+                : 0;
+    return n ? l - n + 1 : l;
 }
 
 /* Per-layer statistics [L, Bplan*Tplan] from row `start`, seen as [B, T]. */
@@ -65,6 +84,13 @@ static gpc_tensor stat_rows(const gpt_model *m, const gpc_tensor *t, int l, int 
 
 static gpc_tensor stat_layer(const gpt_model *m, const gpc_tensor *t, int l, int B, int T) {
     return stat_rows(m, t, l, 0, B, T);
+}
+
+/* Layer l's log-sum-exp of attention [B, NH, T] (slot kept_layer(l, 3)). */
+static gpc_tensor lse_layer(const gpt_model *m, int l, int B, int T) {
+    int64_t NH = m->config.heads;
+    size_t stride = (size_t)m->B * (size_t)NH * (size_t)m->T;
+    return view(&m->acts.lse, (size_t)kept_layer(m, l, 3) * stride, 3, B, NH, T);
 }
 
 /* Layer l of a per-layer parameter [L, ...] seen as [rows, cols] (or [cols]
@@ -266,8 +292,8 @@ static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
     int64_t L = m->config.layers, B = m->B, T = m->T, C = m->config.channels;
     int64_t NH = m->config.heads, Vp = m->config.padded_vocab;
     gpc_dtype d = m->dtype;
-    /* recomputed activations keep one layer (gpc plan counts the same) */
-    int64_t kept_gelu = m->recompute >= 1 ? 1 : L, kept_ln = m->recompute >= 2 ? 1 : L;
+    /* recomputed activations share one slot (gpc plan counts the same) */
+    int64_t kept_gelu = kept_slots(m, 1), kept_ln = kept_slots(m, 2), kept = kept_slots(m, 3);
 #define PLACE(t, dtype, ...)                                                                       \
     do {                                                                                           \
         const int64_t shape_[] = {__VA_ARGS__};                                                    \
@@ -276,16 +302,16 @@ static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
     } while (0)
     PLACE(encoded, d, B, T, C);
     PLACE(ln1, d, kept_ln, B, T, C);
-    PLACE(ln1_mean, GPC_F32, L, B, T);
-    PLACE(ln1_rstd, GPC_F32, L, B, T);
-    PLACE(qkv, d, L, B, T, 3 * C);
-    PLACE(atty, d, L, B, T, C);
-    PLACE(lse, GPC_F32, L, B, NH, T);
-    PLACE(residual2, d, L, B, T, C);
+    PLACE(ln1_mean, GPC_F32, kept, B, T);
+    PLACE(ln1_rstd, GPC_F32, kept, B, T);
+    PLACE(qkv, d, kept, B, T, 3 * C);
+    PLACE(atty, d, kept, B, T, C);
+    PLACE(lse, GPC_F32, kept, B, NH, T);
+    PLACE(residual2, d, kept, B, T, C);
     PLACE(ln2, d, kept_ln, B, T, C);
-    PLACE(ln2_mean, GPC_F32, L, B, T);
-    PLACE(ln2_rstd, GPC_F32, L, B, T);
-    PLACE(fch, d, L, B, T, 4 * C);
+    PLACE(ln2_mean, GPC_F32, kept, B, T);
+    PLACE(ln2_rstd, GPC_F32, kept, B, T);
+    PLACE(fch, d, kept, B, T, 4 * C);
     PLACE(fch_gelu, d, kept_gelu, B, T, 4 * C);
     PLACE(residual3, d, L, B, T, C);
     PLACE(lnf, d, B, T, C);
@@ -346,11 +372,7 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
                          gpc_dtype dtype, int B, int T, int training, int recompute,
                          size_t shard_offset, size_t shard_count, const gpt_lora_options *lora) {
     *out = NULL;
-    if (recompute < 0 || recompute > 2)
-        return gpc_error(GPC_ERR_INVALID_ARG,
-                         "--recompute %d is not 0 (keep activations), 1 (GELU) or 2 (GELU and "
-                         "layernorm)",
-                         recompute);
+    GPC_TRY(gpt_recompute_check(recompute, config->layers));
     gpt_config check;
     GPC_TRY(gpt_config_init(&check, config->layers, config->heads, config->channels,
                             config->max_context, config->vocab_size));
@@ -623,13 +645,12 @@ static gpc_status upload_tokens(gpt_model *m, const int32_t *inputs, const int32
     return gpc_tensor_copy(&dev, &host);
 }
 
-/* Embedding, the blocks and the final layernorm, into lnf: the whole batch
- * (start 0: attention over the batch's own positions, lse kept for the
- * backward pass), or positions start .. start+T-1 (start > 0) of a batch of
- * one, whose attention (attention_decode) reads the keys and values kept in
- * qkv for the positions before them. tokens: [B,T] i32 on the model's
- * device. */
-static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int start, int B, int T) {
+/* Blocks first .. end-1 from the residual stream before block `first`, for
+ * blocks_forward; with rebuild, one block's activations up to its GELU
+ * again, for backward (recomputation level 3), by the very ops forward ran,
+ * so the values are bitwise the same. */
+static gpc_status blocks_range(gpt_model *m, int start, int B, int T, int first, int end,
+                               int rebuild) {
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
     gpt_tensors *p = &m->params;
@@ -637,29 +658,30 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
     int64_t C = c->channels;
     size_t at = (size_t)start * (size_t)C;
     gpc_tensor encoded = view(&a->encoded, at, 3, B, T, C);
-    gpc_tensor wpe = view(&p->wpe, at, 2, c->max_context - start, C, 0);
-    GPC_TRY(gpc_op_embedding_forward(&encoded, tokens, &p->wte, &wpe));
 
     /* Each projection adds to the residual stream inside its product
      * (gpc_op_matmul_residual_forward), so its output is never stored: the
      * layernorm after it reads the new residual alone. */
     {
-        gpc_tensor ln1 = act_rows(m, &a->ln1, 0, start, B, T, C); /* slot 0 also when recomputed */
-        gpc_tensor mean = stat_rows(m, &a->ln1_mean, 0, start, B, T);
-        gpc_tensor rstd = stat_rows(m, &a->ln1_rstd, 0, start, B, T);
-        gpc_tensor w = param_layer(&p->ln1w, 0, 0, C), b = param_layer(&p->ln1b, 0, 0, C);
-        GPC_TRY(gpc_op_layernorm_forward(&ln1, &mean, &rstd, &encoded, &w, &b));
-    }
-    for (int l = 0; l < L; l++) {
+        int l = first;
         gpc_tensor residual = l == 0 ? encoded : act_rows(m, &a->residual3, l - 1, start, B, T, C);
         gpc_tensor ln1 = act_rows(m, &a->ln1, kept_layer(m, l, 2), start, B, T, C);
-        gpc_tensor qkv = act_rows(m, &a->qkv, l, start, B, T, 3 * C);
-        gpc_tensor atty = act_rows(m, &a->atty, l, start, B, T, C);
-        gpc_tensor residual2 = act_rows(m, &a->residual2, l, start, B, T, C);
+        gpc_tensor mean = stat_rows(m, &a->ln1_mean, kept_layer(m, l, 3), start, B, T);
+        gpc_tensor rstd = stat_rows(m, &a->ln1_rstd, kept_layer(m, l, 3), start, B, T);
+        gpc_tensor w = param_layer(&p->ln1w, l, 0, C), b = param_layer(&p->ln1b, l, 0, C);
+        GPC_TRY(gpc_op_layernorm_forward(&ln1, &mean, &rstd, &residual, &w, &b));
+    }
+    for (int l = first; l < end; l++) {
+        int k = kept_layer(m, l, 3); /* the slot of the block's inner activations */
+        gpc_tensor residual = l == 0 ? encoded : act_rows(m, &a->residual3, l - 1, start, B, T, C);
+        gpc_tensor ln1 = act_rows(m, &a->ln1, kept_layer(m, l, 2), start, B, T, C);
+        gpc_tensor qkv = act_rows(m, &a->qkv, k, start, B, T, 3 * C);
+        gpc_tensor atty = act_rows(m, &a->atty, k, start, B, T, C);
+        gpc_tensor residual2 = act_rows(m, &a->residual2, k, start, B, T, C);
         gpc_tensor ln2 = act_rows(m, &a->ln2, kept_layer(m, l, 2), start, B, T, C);
-        gpc_tensor ln2_mean = stat_rows(m, &a->ln2_mean, l, start, B, T);
-        gpc_tensor ln2_rstd = stat_rows(m, &a->ln2_rstd, l, start, B, T);
-        gpc_tensor fch = act_rows(m, &a->fch, l, start, B, T, 4 * C);
+        gpc_tensor ln2_mean = stat_rows(m, &a->ln2_mean, k, start, B, T);
+        gpc_tensor ln2_rstd = stat_rows(m, &a->ln2_rstd, k, start, B, T);
+        gpc_tensor fch = act_rows(m, &a->fch, k, start, B, T, 4 * C);
         gpc_tensor fch_gelu = act_rows(m, &a->fch_gelu, kept_layer(m, l, 1), start, B, T, 4 * C);
         gpc_tensor residual3 = act_rows(m, &a->residual3, l, start, B, T, C);
 
@@ -677,10 +699,10 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
         GPC_TRY(gpc_op_matmul_forward(&qkv, &ln1, &qkvw, &qkvb));
         GPC_TRY(lora_forward(m, 0, l, start, B, T, &ln1, &qkv));
         if (start > 0) {
-            gpc_tensor kept = act_rows(m, &a->qkv, l, 0, 1, start + T, 3 * C);
+            gpc_tensor kept = act_rows(m, &a->qkv, k, 0, 1, start + T, 3 * C);
             GPC_TRY(gpc_op_attention_decode(&atty, &kept, NH));
         } else { /* the whole sequence so far: the flash kernels */
-            gpc_tensor lse = view(&a->lse, (size_t)l * m->B * NH * m->T, 3, B, NH, T);
+            gpc_tensor lse = lse_layer(m, l, B, T);
             GPC_TRY(gpc_op_attention_forward(&atty, &lse, &qkv, NH));
         }
         GPC_TRY(gpc_op_matmul_residual_forward(&residual2, &atty, &attprojw, &attprojb, &residual));
@@ -693,6 +715,7 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
         } else {
             GPC_TRY(gpc_op_matmul_gelu_forward(&fch, &fch_gelu, &ln2, &fcw, &fcb));
         }
+        if (rebuild) continue; /* backward keeps residual3 and the next ln1 comes again */
         GPC_TRY(
             gpc_op_matmul_residual_forward(&residual3, &fch_gelu, &fcprojw, &fcprojb, &residual2));
         GPC_TRY(lora_forward(m, 3, l, start, B, T, &fch_gelu, &residual3));
@@ -701,14 +724,30 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
         gpc_tensor next = last ? view(&a->lnf, at, 3, B, T, C)
                                : act_rows(m, &a->ln1, kept_layer(m, l + 1, 2), start, B, T, C);
         gpc_tensor mean = last ? view(&a->lnf_mean, (size_t)start, 2, B, T, 0)
-                               : stat_rows(m, &a->ln1_mean, l + 1, start, B, T);
+                               : stat_rows(m, &a->ln1_mean, kept_layer(m, l + 1, 3), start, B, T);
         gpc_tensor rstd = last ? view(&a->lnf_rstd, (size_t)start, 2, B, T, 0)
-                               : stat_rows(m, &a->ln1_rstd, l + 1, start, B, T);
+                               : stat_rows(m, &a->ln1_rstd, kept_layer(m, l + 1, 3), start, B, T);
         gpc_tensor w = last ? p->lnfw : param_layer(&p->ln1w, l + 1, 0, C);
         gpc_tensor b = last ? p->lnfb : param_layer(&p->ln1b, l + 1, 0, C);
         GPC_TRY(gpc_op_layernorm_forward(&next, &mean, &rstd, &residual3, &w, &b));
     }
     return GPC_OK;
+}
+
+/* Embedding, the blocks and the final layernorm, into lnf: the whole batch
+ * (start 0: attention over the batch's own positions, lse kept for the
+ * backward pass), or positions start .. start+T-1 (start > 0) of a batch of
+ * one, whose attention (attention_decode) reads the keys and values kept in
+ * qkv for the positions before them. tokens: [B,T] i32 on the model's
+ * device. */
+static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int start, int B, int T) {
+    const gpt_config *c = &m->config;
+    gpt_tensors *p = &m->params;
+    size_t at = (size_t)start * (size_t)c->channels;
+    gpc_tensor encoded = view(&m->acts.encoded, at, 3, B, T, c->channels);
+    gpc_tensor wpe = view(&p->wpe, at, 2, c->max_context - start, c->channels, 0);
+    GPC_TRY(gpc_op_embedding_forward(&encoded, tokens, &p->wte, &wpe));
+    return blocks_range(m, start, B, T, 0, c->layers, 0);
 }
 
 /* Embedding, the blocks and the final layernorm of a whole batch: lnf
@@ -843,17 +882,18 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
     for (int l = L - 1; l >= 0; l--) {
         /* here dresidual is the gradient of residual3[l] */
         gpc_tensor residual = l == 0 ? encoded : act_layer(m, &a->residual3, l - 1, B, T, C);
+        int k = kept_layer(m, l, 3);
         gpc_tensor ln1 = act_layer(m, &a->ln1, kept_layer(m, l, 2), B, T, C);
-        gpc_tensor ln1_mean = stat_layer(m, &a->ln1_mean, l, B, T);
-        gpc_tensor ln1_rstd = stat_layer(m, &a->ln1_rstd, l, B, T);
-        gpc_tensor qkv = act_layer(m, &a->qkv, l, B, T, 3 * C);
-        gpc_tensor atty = act_layer(m, &a->atty, l, B, T, C);
-        gpc_tensor lse = view(&a->lse, (size_t)l * m->B * NH * m->T, 3, B, NH, T);
-        gpc_tensor residual2 = act_layer(m, &a->residual2, l, B, T, C);
+        gpc_tensor ln1_mean = stat_layer(m, &a->ln1_mean, k, B, T);
+        gpc_tensor ln1_rstd = stat_layer(m, &a->ln1_rstd, k, B, T);
+        gpc_tensor qkv = act_layer(m, &a->qkv, k, B, T, 3 * C);
+        gpc_tensor atty = act_layer(m, &a->atty, k, B, T, C);
+        gpc_tensor lse = lse_layer(m, l, B, T);
+        gpc_tensor residual2 = act_layer(m, &a->residual2, k, B, T, C);
         gpc_tensor ln2 = act_layer(m, &a->ln2, kept_layer(m, l, 2), B, T, C);
-        gpc_tensor ln2_mean = stat_layer(m, &a->ln2_mean, l, B, T);
-        gpc_tensor ln2_rstd = stat_layer(m, &a->ln2_rstd, l, B, T);
-        gpc_tensor fch = act_layer(m, &a->fch, l, B, T, 4 * C);
+        gpc_tensor ln2_mean = stat_layer(m, &a->ln2_mean, k, B, T);
+        gpc_tensor ln2_rstd = stat_layer(m, &a->ln2_rstd, k, B, T);
+        gpc_tensor fch = act_layer(m, &a->fch, k, B, T, 4 * C);
         gpc_tensor fch_gelu = act_layer(m, &a->fch_gelu, kept_layer(m, l, 1), B, T, 4 * C);
 
         gpc_tensor ln1w = param_layer(&p->ln1w, l, 0, C);
@@ -880,9 +920,12 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
 #define GRAD(t) (frozen ? NULL : &(t))
 
         /* Recomputation rebuilds this layer's dropped activations from what
-         * was kept (the same ops as forward, so the same values). */
-        if (m->recompute >= 1) GPC_TRY(gpc_op_gelu_forward(&fch_gelu, &fch));
-        if (m->recompute >= 2) {
+         * was kept (the same ops as forward, so the same values): the whole
+         * block from its input, or the GELU and layernorm outputs. */
+        const int block = recomputed(m, l, 3);
+        if (block) GPC_TRY(blocks_range(m, 0, B, T, l, l + 1, 1));
+        if (!block && recomputed(m, l, 1)) GPC_TRY(gpc_op_gelu_forward(&fch_gelu, &fch));
+        if (!block && recomputed(m, l, 2)) {
             gpc_tensor ln2b = param_layer(&p->ln2b, l, 0, C);
             GPC_TRY(gpc_op_layernorm_forward(&ln2, &ln2_mean, &ln2_rstd, &residual2, &ln2w, &ln2b));
         }
@@ -909,7 +952,7 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
                                        &dresidual, &atty, &attprojw));
         GPC_TRY(lora_backward(m, 1, l, B, T, &dresidual, &atty, &dbtc));
         GPC_TRY(gpc_op_attention_backward(&dqkv, &dbtc, &qkv, &atty, &lse, NH));
-        if (m->recompute >= 2) {
+        if (!block && recomputed(m, l, 2)) {
             gpc_tensor ln1b = param_layer(&p->ln1b, l, 0, C);
             GPC_TRY(gpc_op_layernorm_forward(&ln1, &ln1_mean, &ln1_rstd, &residual, &ln1w, &ln1b));
         }

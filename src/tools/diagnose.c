@@ -6,6 +6,7 @@
  */
 #include "gpc/diagnose.h"
 
+#include "gpc/model.h"
 #include "gpc/plan.h"
 #include "gpc/report.h"
 
@@ -450,7 +451,8 @@ static void oom_remedy(const gpc_report *r, const gpc_diag_run_summary *s, char 
     in.context = config_int(r, "context", 0);
     in.vocab = config_int(r, "vocab_size", in.vocab);
     in.batch = config_int(r, "batch", 0);
-    in.recompute = config_int(r, "recompute", 0);
+    in.recompute =
+        GPT_RECOMPUTE(config_int(r, "recompute", 0), config_int(r, "recompute_layers", 0));
     const char *precision = gpc_report_config(r, "precision");
     in.dtype = precision && !strcmp(precision, "f32")   ? GPC_F32
                : precision && !strcmp(precision, "f16") ? GPC_F16
@@ -484,7 +486,7 @@ static void oom_remedy(const gpc_report *r, const gpc_diag_run_summary *s, char 
     if (fits > 0 && used < size)
         used += (size_t)snprintf(remedy + used, size - used,
                                  "; --batch %d fits (keep the step with --total-batch)", fits);
-    if (fits_rc > fits && in.recompute < 2 && used < size)
+    if (fits_rc > fits && gpt_recompute_level(in.recompute) < 2 && used < size)
         used += (size_t)snprintf(remedy + used, size - used,
                                  "; with --recompute 2, --batch %d fits", fits_rc);
     if (fits <= 0 && fits_rc <= 0 && fits_lora > 0 && used < size)

@@ -257,7 +257,7 @@ static void test_bad_files(void **state) {
         {120, 8, 33, "its total batch"},                      /* not a multiple of 2 x 8 */
         {128, 8, 0x7ff8000000000000ull, "its learning rate"}, /* NaN */
         {136, 8, 0x4000000000000000ull, "its min lr ratio"},  /* 2.0 */
-        {168, 4, 7, "its recompute"},                         /* recompute 6 */
+        {168, 4, 14, "its recompute"}, /* recompute 13: gelu on 3 blocks of 2 */
         {44, 4, 2, "its optimizer flag"},
     };
     for (size_t k = 0; k < sizeof crafted / sizeof crafted[0]; k++) {
