@@ -477,8 +477,12 @@ const char *http_openai_finish(gpc_finish_reason reason) {
     case GPC_FINISH_STOP:
     case GPC_FINISH_EOS:
         return "stop";
+    case GPC_FINISH_CANCELLED:
+        return "cancelled";
+    case GPC_FINISH_ERROR:
+        return "error";
     default:
-        return gpc_finish_reason_name(reason);
+        return "none";
     }
 }
 
