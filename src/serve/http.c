@@ -63,6 +63,7 @@ typedef struct {
     uint64_t by_status[NUM_CODES + 1]; /* the last: any other status */
     histogram ttft, itl;
     uint64_t tokens_sent;
+    uint64_t cancelled; /* requests whose client left before their end */
     int64_t rate_second[RATE_SECONDS];
     uint64_t rate_tokens[RATE_SECONDS];
 } metrics;
@@ -631,6 +632,8 @@ static enum MHD_Result handle_metrics(gpc_server *s, struct MHD_Connection *conn
                "tokens sent to clients a second, over the last 10 s", (double)recent / 10.0);
     put_metric(&t, "gpc_serve_tokens_sent_total", "counter", "tokens sent to clients",
                (double)m.tokens_sent);
+    put_metric(&t, "gpc_serve_cancelled_total", "counter",
+               "requests cancelled because their client went away", (double)m.cancelled);
     put_histogram(&t, "gpc_serve_time_to_first_token_seconds",
                   "from a request's arrival to its first token", &m.ttft, TTFT_BUCKETS, NUM_TTFT);
     put_histogram(&t, "gpc_serve_inter_token_seconds", "between consecutive tokens of a request",
@@ -787,7 +790,12 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
             pthread_mutex_lock(&c->lock);
             int finished = c->finished;
             pthread_mutex_unlock(&c->lock);
-            if (!finished) gpc_engine_cancel(s->engine, c->id, GPC_FINISH_CANCELLED);
+            if (!finished && !c->done) {
+                gpc_engine_cancel(s->engine, c->id, GPC_FINISH_CANCELLED);
+                pthread_mutex_lock(&s->m.lock);
+                s->m.cancelled++;
+                pthread_mutex_unlock(&s->m.lock);
+            }
         }
         completion_release(c);
     }
