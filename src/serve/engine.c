@@ -81,6 +81,7 @@ struct gpc_engine {
     pthread_cond_t idle; /* the last sequence finished (drain waits) */
     pthread_t thread;
     int started, stop, draining, cancels;
+    int delivering; /* a step's callbacks run: drain waits for them too */
     seq *wait_head, *wait_tail;
     size_t n_waiting;
     seq **running; /* [max_batch], oldest first */
@@ -489,9 +490,13 @@ static gpc_status run_step(gpc_engine *e, int *active) {
         }
     update_stats(e);
     if (active) *active = (int)(e->n_waiting + (size_t)e->n_running);
-    if (e->n_waiting == 0 && e->n_running == 0) pthread_cond_broadcast(&e->idle);
+    e->delivering = 1;
     pthread_mutex_unlock(&e->lock);
     deliver(e);
+    pthread_mutex_lock(&e->lock);
+    e->delivering = 0;
+    if (e->n_waiting == 0 && e->n_running == 0) pthread_cond_broadcast(&e->idle);
+    pthread_mutex_unlock(&e->lock);
     return s;
 }
 
@@ -545,7 +550,7 @@ gpc_status gpc_engine_drain(gpc_engine *e) {
     e->draining = 1;
     if (e->started) {
         pthread_cond_broadcast(&e->work);
-        while (e->n_waiting > 0 || e->n_running > 0)
+        while (e->n_waiting > 0 || e->n_running > 0 || e->delivering)
             pthread_cond_wait(&e->idle, &e->lock);
         pthread_mutex_unlock(&e->lock);
         return GPC_OK;
