@@ -223,6 +223,21 @@ after=$(metric gpc_serve_tokens_generated_total)
 ((after - before < 1000)) || fail "the cut request ran to its end ($((after - before)) tokens)"
 grep -q '^gpc_serve_time_to_first_token_seconds_count [1-9]' <(curl -s "$url/metrics") ||
   fail "no time-to-first-token samples"
+
+# the load generator: every request answered in full, the figures sane
+"$GPC" bench serve --url "$url" --concurrency 1,4 --requests 8 --prompt-tokens 16 --max-tokens 20 \
+  --stream --json "$work/bench.json" >"$work/bench.out" 2>&1 || fail "bench serve: $(cat "$work/bench.out")"
+python3 - "$work/bench.json" <<'EOF' || fail "bench serve JSON: $(cat "$work/bench.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert [r["concurrency"] for r in d["runs"]] == [1, 4]
+for r in d["runs"]:
+    assert r["ok"] == 8 and r["failed"] == 0 and r["completion_tokens"] == 160, r
+    assert 0 < r["ttft_p50"] <= r["ttft_p99"] and 0 < r["itl_p50"] <= r["itl_p99"], r
+    assert abs(r["tokens_per_second"] - 160 / r["seconds"]) < 1e-3 * r["tokens_per_second"], r
+    assert 0 < r["server_busy_fraction"] <= 1.05, r
+EOF
+grep -q "tokens/s" "$work/bench.out" || fail "bench serve table: $(cat "$work/bench.out")"
 stop_server
 [[ $server_rc -eq 0 ]] || fail "gpc serve exit $server_rc after SIGTERM: $(cat "$work/serve.err")"
 
