@@ -269,6 +269,62 @@ gpc_status gpt_forward_cached(gpt_model *model, const int32_t *tokens, int start
 /* Copies the logits of the last forward, [B,T,V] (host f32) for tests. */
 gpc_status gpt_copy_logits(gpt_model *model, float *out);
 
+/* ------------------------------------------------- serving: paged steps */
+
+/* The model's side of a serving engine (src/model/gpt_serve.c): keys and
+ * values of many sequences in a paged cache, and one step that runs N rows
+ * (tokens of any sequences, at any positions) through the model together.
+ * The cache is per layer [num_blocks, block_size, C] keys and as many
+ * values, in the model's compute dtype on its device (ops.h, "serving");
+ * the step's buffers are sized once for max_tokens rows, so a step
+ * allocates nothing. The engine (src/serve/engine.c) owns the block tables. */
+typedef struct gpt_paged gpt_paged;
+
+typedef struct {
+    int num_blocks; /* cache blocks, shared by all sequences */
+    int block_size; /* positions per block */
+    int max_seqs;   /* sequences in one step: rows of the block table */
+    int max_tokens; /* rows of one step */
+    int max_logits; /* rows of one step whose logits are wanted (<= max_tokens) */
+} gpt_paged_options;
+
+/* Device bytes of one cache block over all layers, keys and values. */
+size_t gpt_paged_block_bytes(const gpt_config *config, gpc_dtype dtype, int block_size);
+/* Device bytes of a step's buffers (everything but the cache). */
+size_t gpt_paged_step_bytes(const gpt_config *config, gpc_dtype dtype, const gpt_paged_options *o);
+/* Allocates the cache and the step's buffers on the model's device. The
+ * model must outlive them; an inference model of batch 1 x context 1 is
+ * enough (the step keeps no activations in the model). */
+gpc_status gpt_paged_create(gpt_paged **out, gpt_model *model, const gpt_paged_options *options);
+void gpt_paged_free(gpt_paged *paged);
+/* Blocks one sequence of the model's whole context needs: the width of a
+ * block table's rows. */
+int gpt_paged_max_blocks(const gpt_paged *paged);
+
+/* One step. Row i is token tokens[i] at position positions[i] of sequence
+ * seqs[i] (0 .. num_seqs-1, a row of block_tables [num_seqs,
+ * gpt_paged_max_blocks], -1 past a sequence's last block); its keys and
+ * values go to cache row slots[i] (block * block_size + position %
+ * block_size). Rows may come in any order and may belong to any sequences;
+ * a row attends to positions 0 .. its own of its sequence, which are either
+ * in the cache already or rows of this step. Rows 0 .. num_logits-1 are the
+ * ones whose next-token logits are wanted (a sequence's last row of the
+ * step): put them first. */
+typedef struct {
+    int num_tokens;
+    const int32_t *tokens, *positions, *seqs, *slots; /* host, [num_tokens] */
+    int num_seqs;
+    const int32_t *block_tables; /* host, [num_seqs, gpt_paged_max_blocks] */
+    int num_logits;
+} gpt_paged_batch;
+
+/* Runs a step: embedding, every layer (the keys and values of the rows
+ * stored in the cache, attention read through the block tables) and the
+ * output head for rows 0 .. num_logits-1, whose logits land in logits_out
+ * (host f32 [num_logits, vocab_size]). Each row gets the logits
+ * gpt_forward_cached gives at its position, up to rounding. */
+gpc_status gpt_step_paged(gpt_paged *paged, const gpt_paged_batch *batch, float *logits_out);
+
 /* ------------------------------------------------------------ checkpoints */
 
 #define GPT_CHECKPOINT_VERSION 1

@@ -57,7 +57,7 @@ static const command_entry commands[] = {
     {"plan", cmd_plan, "memory a training run needs and which GPUs fit it", NULL},
     {"doctor", cmd_doctor, "check the machine and diagnose a slow or failing job", NULL},
     {"report", cmd_report, "write an HTML report of a training run", NULL},
-    {"serve", cmd_serve, "serve a trained model over HTTP", NULL},
+    {"serve", cmd_serve, "serve a run over HTTP (OpenAI-style completions)", "libmicrohttpd"},
     {"md", cmd_md, "Lennard-Jones molecular dynamics", NULL},
     {"stencil", cmd_stencil, "3D finite-difference stencil solver", NULL},
     {"submit", cmd_submit, "submit a job to gpcd", "gpcd"},
