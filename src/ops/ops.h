@@ -178,7 +178,12 @@ gpc_status gpc_op_kv_store(gpc_tensor *k_cache, gpc_tensor *v_cache, const gpc_t
  * that sequence, read from k_cache and v_cache through the sequence's row of
  * block_tables, so the step's own keys and values must be stored first
  * (gpc_op_kv_store). out [N,C] gets the same values as gpc_op_attention_forward
- * gives that row on the contiguous sequence, up to rounding. */
+ * gives that row on the contiguous sequence, up to rounding. The CPU checks
+ * every index of the serving ops; CUDA trusts the engine's tables (checking
+ * would read them back inside the step) but stays inside every tensor: see
+ * src/cuda/paged.cu for what a bad entry gives. With few rows, CUDA's
+ * paged_attention uses the scratch buffer, sized at its first call of a
+ * shape: run a step before capturing it in a CUDA graph. */
 gpc_status gpc_op_paged_attention(gpc_tensor *out, const gpc_tensor *qkv, const gpc_tensor *k_cache,
                                   const gpc_tensor *v_cache, const gpc_tensor *block_tables,
                                   const gpc_tensor *token_seq, const gpc_tensor *token_pos,
