@@ -710,3 +710,20 @@ gpc_status gpc_op_paged_attention(gpc_tensor *out, const gpc_tensor *qkv, const 
     DISPATCH(op, qkv, paged_attention, out, qkv, k_cache, v_cache, block_tables, token_seq,
              token_pos, num_heads);
 }
+
+gpc_status gpc_op_sample(gpc_tensor *tokens_out, const gpc_tensor *logits, int vocab_size,
+                         const gpc_tensor *params) {
+    const char *op = "sample";
+    GPC_TRY(need_dtype(op, "tokens_out", tokens_out, GPC_I32));
+    GPC_TRY(need_float(op, "logits", logits));
+    GPC_TRY(need_dtype(op, "params", params, GPC_F32));
+    DEVICES(op, logits, tokens_out, params);
+    int64_t Vp = last_dim(logits), R = rows(logits);
+    if (vocab_size < 1 || vocab_size > Vp)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: vocab_size %d must be in 1 .. %lld, the logits' last dimension", op,
+                         vocab_size, (long long)Vp);
+    GPC_TRY(need_numel(op, "tokens_out", tokens_out, R));
+    GPC_TRY(need_numel(op, "params", params, 4 * R));
+    DISPATCH(op, logits, sample, tokens_out, logits, vocab_size, params);
+}
