@@ -104,6 +104,13 @@ static double mode_at(const gpc_stencil_config *c, int x, int y, int z) {
     return sine_at(c, 0, x) * sine_at(c, 1, y) * sine_at(c, 2, z);
 }
 
+/* 1 - 6 r rounded once. Written as a fused multiply-add so that no
+ * compiler's choice to contract (or not) 1 - 6 r changes its last bit: the
+ * CPU and the GPU must use the same c6 to give the same field. */
+static double c6_of(double r) {
+    return fma(-6.0, r, 1.0);
+}
+
 static size_t element_of(const gpc_stencil_config *c) {
     return c->fp32 ? sizeof(float) : sizeof(double);
 }
@@ -208,7 +215,7 @@ static void fill_gpu_config(const gpc_stencil *s, gpc_stencil_cuda_config *g, do
     g->device = c->device.index, g->fp32 = c->fp32, g->n = c->n;
     g->z0 = s->first, g->nz = s->count, g->slabs = c->domains;
     g->below = s->rank > 0, g->above = s->rank + 1 < s->world;
-    g->r = c->r;
+    g->r = c->r, g->c6 = c6_of(c->r);
     for (int a = 0; a < 3; a++)
         g->sine[a] = tables ? tables[a] : NULL;
 }
@@ -372,7 +379,7 @@ static void update_planes(gpc_stencil *s, int zlo, int zhi) {
     if (zlo >= zhi) return;
     const int n = s->n, R = n + 2;
     const size_t plane = plane_of(n);
-    const double r = s->config.r, c6 = 1.0 - 6.0 * r;
+    const double r = s->config.r, c6 = c6_of(r);
 #pragma omp parallel
     {
 #pragma omp for collapse(2) schedule(static) nowait

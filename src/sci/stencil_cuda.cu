@@ -343,7 +343,7 @@ static gpc_status update(gpc_stencil_cuda *g, int d, int z_begin, int z_end, cud
     if (chunks > planes / 16) chunks = planes / 16 > 1 ? planes / 16 : 1;
     const int zchunk = (planes + chunks - 1) / chunks;
     dim3 block(BX, BY), grid(gx, gy, (planes + zchunk - 1) / zchunk);
-    const double r = g->c.r, c6 = 1.0 - 6.0 * r; /* c6 as the CPU computes it */
+    const double r = g->c.r, c6 = g->c.c6; /* the CPU's c6 */
     stencil_update<T><<<grid, block, 0, stream>>>((T *)g->v[d] + g->shift,
                                                   (const T *)g->u[d] + g->shift, n, g->pitch,
                                                   g->plane, z_begin, z_end, zchunk, (T)c6, (T)r);

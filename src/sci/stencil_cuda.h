@@ -55,6 +55,9 @@ typedef struct {
     int slabs;        /* subdomains of them on the GPU */
     int below, above; /* 1: a process below (above) exchanges halo planes */
     double r;
+    /* 1 - 6 r, rounded once (gpc_stencil_c6): the CPU's bits, whatever
+     * the host compiler contracts */
+    double c6;
     /* sin(k pi (i + 1) h), i = 0 .. n - 1, along x, y and z: the starting
      * field is their product, (sx sy) sz, as the CPU computes it */
     const double *sine[3];
