@@ -10,12 +10,12 @@
  * planes z - 1, z and z + 1 in registers and the current plane's tile, with
  * a one-point rim, in shared memory for the x and y neighbours. Only the
  * rim is read twice, and from L2 (neighbouring tiles run at the same time).
- * The register queue runs three planes ahead of the one being updated: the
- * loads in flight per SM (2048 threads x 3 x 8 bytes in f64) cover the HBM
- * latency that a single load per thread (the plain scheme) leaves exposed
- * at 4.8 TB/s. Rows are padded so every warp's row is whole 32-byte
- * sectors. Blocks split z into chunks when the tiles alone would not fill
- * the GPU several times over, so the last wave is short.
+ * The register queue runs several planes ahead of the one being updated
+ * (3 in f64, 5 in f32): the loads in flight per SM (2048 threads x 3 x 8
+ * bytes in f64) cover the HBM latency that one load at a time per thread
+ * (the plain scheme) leaves exposed at 4.8 TB/s. Rows are padded so every warp's row is whole
+ * 32-byte sectors. Blocks split z into chunks when the tiles alone would not fill the GPU several
+ * times over, so the last wave is short.
  *
  * Every point is (1 - 6 r) u + r s in one fused multiply-add, s summed as
  * x-1, x+1, y-1, y+1, z-1, z+1, with round-to-nearest intrinsics that no
@@ -59,13 +59,22 @@ __device__ __forceinline__ uint64_t bits_of(float x) {
 
 /* --------------------------------------------------------------- kernels */
 
+/* Planes in flight beyond z + 1 in stencil_update's register queue: enough
+ * that the loads under way cover HBM's latency at full bandwidth (f32 moves
+ * half the bytes a load, so it keeps more loads going), few enough that the
+ * kernel stays within 32 registers, so 8 blocks of 256 threads fit an SM. */
+template <typename T> struct ahead_of {
+    enum { value = sizeof(T) == 8 ? 3 : 5 };
+};
+
 /* v = c6 u + r (six neighbours) on planes z_begin .. z_end - 1 of one slab,
  * blockIdx.z taking zchunk planes each. u and v point at x = 0 of row 0 of
  * plane 0; planes z_begin - 1 .. z_end are read. */
 template <typename T>
-__global__ void __launch_bounds__(BX *BY)
+__global__ void __launch_bounds__(BX *BY, 8)
     stencil_update(T *__restrict__ v, const T *__restrict__ u, int n, int pitch, long long plane,
                    int z_begin, int z_end, int zchunk, T c6, T r) {
+    enum { AHEAD = ahead_of<T>::value, QUEUE = AHEAD + 3 };
     __shared__ T tile[BY + 2][BX + 2];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int x = blockIdx.x * BX + tx + 1, y = blockIdx.y * BY + ty + 1;
@@ -75,32 +84,38 @@ __global__ void __launch_bounds__(BX *BY)
     const bool stored = x <= n + 1 && y <= n + 1; /* the ring of zeros included */
     const bool inside = x <= n && y <= n;
     const T zero = 0;
-    long long i = (long long)zb * plane + (long long)y * pitch + x;
-    /* planes zb - 1 .. ze are read; plane p is loaded only if p <= ze */
-    T below = stored ? u[i - plane] : zero;
-    T here = stored ? u[i] : zero;
-    T above = stored ? u[i + plane] : zero;
-    T ahead1 = stored && zb + 2 <= ze ? u[i + 2 * plane] : zero;
-    T ahead2 = stored && zb + 3 <= ze ? u[i + 3 * plane] : zero;
+    /* this thread's point on plane zb, in u and in v */
+    const long long at = (long long)zb * plane + (long long)y * pitch + x;
+    const T *p = u + at;
+    T *w = v + at;
+    /* q[k] holds plane z - 1 + k: below, here, above, then AHEAD planes on
+     * their way. Planes zb - 1 .. ze are read; plane p is loaded only if
+     * p <= ze. */
+    T q[QUEUE];
+#pragma unroll
+    for (int k = 0; k < QUEUE - 1; k++)
+        q[k] = stored && (k <= 2 || zb - 1 + k <= ze) ? p[(k - 1) * plane] : zero;
     for (int z = zb; z < ze; z++) {
-        const T ahead3 = stored && z + 4 <= ze ? u[i + 4 * plane] : zero;
-        tile[ty + 1][tx + 1] = here;
-        if (tx == 0 && y <= n + 1) tile[ty + 1][0] = u[i - 1];
-        if (tx == BX - 1 && stored && x <= n) tile[ty + 1][BX + 1] = u[i + 1];
-        if (ty == 0 && x <= n + 1) tile[0][tx + 1] = u[i - pitch];
-        if (ty == BY - 1 && stored && y <= n) tile[BY + 1][tx + 1] = u[i + pitch];
+        q[QUEUE - 1] = stored && z + AHEAD + 1 <= ze ? p[(AHEAD + 1) * plane] : zero;
+        tile[ty + 1][tx + 1] = q[1];
+        if (tx == 0 && y <= n + 1) tile[ty + 1][0] = p[-1];
+        if (tx == BX - 1 && stored && x <= n) tile[ty + 1][BX + 1] = p[1];
+        if (ty == 0 && x <= n + 1) tile[0][tx + 1] = p[-pitch];
+        if (ty == BY - 1 && stored && y <= n) tile[BY + 1][tx + 1] = p[pitch];
         __syncthreads();
         if (inside) {
             T s = add_rn(tile[ty + 1][tx], tile[ty + 1][tx + 2]);
             s = add_rn(s, tile[ty][tx + 1]);
             s = add_rn(s, tile[ty + 2][tx + 1]);
-            s = add_rn(s, below);
-            s = add_rn(s, above);
-            v[i] = fma_rn(c6, here, mul_rn(r, s));
+            s = add_rn(s, q[0]);
+            s = add_rn(s, q[2]);
+            *w = fma_rn(c6, q[1], mul_rn(r, s));
         }
         __syncthreads(); /* the tile is rewritten next plane */
-        below = here, here = above, above = ahead1, ahead1 = ahead2, ahead2 = ahead3;
-        i += plane;
+#pragma unroll
+        for (int k = 0; k < QUEUE - 1; k++)
+            q[k] = q[k + 1];
+        p += plane, w += plane;
     }
 }
 
