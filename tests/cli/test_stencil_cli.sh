@@ -72,6 +72,9 @@ expect_usage "mode 1,9,1: each must be 1 to n (8)" --n 8 --mode 1,9,1
 expect_usage "--steps -3 is negative" --steps -3
 expect_usage "f32 runs on GPUs only" --precision f32
 expect_usage "--precision f16: use f64 or f32" --precision f16
+# processes started by gpc launch: halos go over MPI, which it does not start
+GPC_RANK=1 GPC_WORLD_SIZE=2 GPC_LOCAL_RANK=1 GPC_MASTER_ADDR=127.0.0.1 GPC_MASTER_PORT=29999 \
+  expect_usage "which gpc launch does not start: run mpirun -np 2 gpc stencil"
 # a GPU that is not there: the reason depends on the build and the machine
 "$GPC" stencil --device cuda:99 >/dev/null 2>"$work/gpu.err" && fail "cuda:99 ran"
 grep -Eq "GPU 99 does not exist|no usable NVIDIA GPU|without CUDA|no CUDA GPU" "$work/gpu.err" ||
