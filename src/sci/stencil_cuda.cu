@@ -119,16 +119,18 @@ __global__ void __launch_bounds__(BX *BY, 8)
     }
 }
 
-/* The starting mode on planes 1 .. nz of one slab: (sx sy) sz, sz already
- * at the slab's first plane. */
+/* The starting mode on planes 0 .. nz + 1 of one slab, halos included
+ * (the first step reads them before any exchange): (sx sy) sz at grid
+ * plane g0 - 1 + z, g0 the slab's first; the halos beyond the grid's faces
+ * stay 0. */
 template <typename T>
 __global__ void stencil_start(T *u, const double *sx, const double *sy, const double *sz, int n,
-                              int pitch, long long plane) {
+                              int pitch, long long plane, int g0) {
     const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
-    const int z = blockIdx.z;
-    if (x >= n || y >= n) return;
-    const double value = __dmul_rn(__dmul_rn(sx[x], sy[y]), sz[z]);
-    u[(long long)(z + 1) * plane + (long long)(y + 1) * pitch + x + 1] = (T)value;
+    const int z = blockIdx.z, g = g0 - 1 + z;
+    if (x >= n || y >= n || g < 0 || g >= n) return;
+    const double value = __dmul_rn(__dmul_rn(sx[x], sy[y]), sz[g]);
+    u[(long long)z * plane + (long long)(y + 1) * pitch + x + 1] = (T)value;
 }
 
 /* max |u - scale u0| and max |u0| over planes 1 .. nz of one slab, into
@@ -264,10 +266,10 @@ extern "C" void gpc_stencil_cuda_free(gpc_stencil_cuda *g) {
 template <typename T> static gpc_status start_field(gpc_stencil_cuda *g) {
     const int n = g->c.n;
     for (int d = 0; d < g->c.slabs; d++) {
-        dim3 block(BX, BY), grid((n + BX - 1) / BX, (n + BY - 1) / BY, g->nz[d]);
-        stencil_start<T><<<grid, block, 0, g->compute>>>(
-            (T *)g->u[d] + g->shift, g->sine, g->sine + n, g->sine + 2 * n + g->c.z0 + g->z0[d], n,
-            g->pitch, g->plane);
+        dim3 block(BX, BY), grid((n + BX - 1) / BX, (n + BY - 1) / BY, g->nz[d] + 2);
+        stencil_start<T><<<grid, block, 0, g->compute>>>((T *)g->u[d] + g->shift, g->sine,
+                                                         g->sine + n, g->sine + 2 * n, n, g->pitch,
+                                                         g->plane, g->c.z0 + g->z0[d]);
         GPC_CUDA_CHECK_LAUNCH();
     }
     int per_sm = 0, sms = 0;

@@ -62,7 +62,7 @@ static gpc_stencil *make(const run_spec *r, gpc_dist *dist, gpc_device device, i
  * the band bit for bit, and the collective figures. exact: the errors too
  * (both on the CPU, or both on the GPU). */
 static void compare(const char *what, const run_spec *r, gpc_stencil *split, gpc_stencil *alone,
-                    int exact_errors) {
+                    int exact_errors, double decay_tol) {
     int first, count;
     gpc_stencil_planes(split, &first, &count);
     CHECK(count >= r->domains, "%s: %d planes for %d domains", what, count, r->domains);
@@ -89,11 +89,11 @@ static void compare(const char *what, const run_spec *r, gpc_stencil *split, gpc
     if (exact_errors) {
         CHECK(es == ea && hs == ha, "%s: errors %.17g %.17g split, %.17g %.17g alone", what, es, hs,
               ea, ha);
-    } else { /* the same field; |u - s u0| rounded by another compiler */
-        CHECK(fabs(es - ea) <= 1e-16 && fabs(hs - ha) <= 1e-16,
+    } else { /* the same field; |u - s u0| rounded by another compiler, by an ulp */
+        CHECK(fabs(es - ea) <= 1e-15 && fabs(hs - ha) <= 1e-15,
               "%s: errors %.17g %.17g split, %.17g %.17g alone", what, es, hs, ea, ha);
     }
-    CHECK(ea < 1e-14 * r->steps, "%s: error %.3g against the exact decay", what, ea);
+    CHECK(ea < decay_tol, "%s: error %.3g against the exact decay, over %.3g", what, ea, decay_tol);
     for (int k = 0; k < 3; k++) {
         int z = (k * (r->n - 1)) / 2; /* the first, middle and last planes */
         double vs = gpc_stencil_at_all(split, k, r->n - 1 - k, z);
@@ -141,7 +141,7 @@ int main(int argc, char **argv) {
                  cuda ? ", cuda f64" : "");
         gpc_stencil *alone = make(r, NULL, gpc_cpu(), 0);
         gpc_stencil *split = make(r, dist, device, 0);
-        compare(what, r, split, alone, !cuda);
+        compare(what, r, split, alone, !cuda, 1e-14 * r->steps);
         gpc_stencil_free(split);
         gpc_stencil_free(alone);
         if (cuda) { /* f32: the split GPU run against one process on the GPU */
@@ -149,7 +149,8 @@ int main(int argc, char **argv) {
                      r->domains, world);
             alone = make(r, NULL, device, 1);
             split = make(r, dist, device, 1);
-            compare(what, r, split, alone, 1);
+            /* f32's rounding: test_cuda_stencil.c says why 5e-7 a step */
+            compare(what, r, split, alone, 1, 5e-7 * r->steps + 1e-6);
             gpc_stencil_free(split);
             gpc_stencil_free(alone);
         }
