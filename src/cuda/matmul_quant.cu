@@ -372,6 +372,7 @@ static gpc_status lt_fp8(lt_device *d, int device, gpc_tensor *out, const gpc_te
     float alpha = 1.0f, beta = res_ptr ? 1.0f : 0.0f;
     lt_key key = {device, OC, N, C, bias_ptr != NULL, res_ptr != NULL};
     cublasLtMatmulAlgo_t algo;
+    memset(&algo, 0, sizeof algo);
     int found = 0;
     QLT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     QLT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
