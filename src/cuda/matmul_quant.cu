@@ -240,6 +240,7 @@ static gpc_status run_kernels(gpc_tensor *out, const gpc_tensor *inp, const gpc_
 
 typedef struct {
     int device, m, n, k, bias, residual;
+    int align_a, align_b, align_c, align_d, align_bias; /* of the pointers, up to 256 bytes */
 } lt_key;
 
 typedef struct {
@@ -289,6 +290,17 @@ static gpc_status lt_state(lt_device **out, int *device) {
     pthread_mutex_unlock(&lt_lock);
     if (status == GPC_OK && d && d->capable) *out = d;
     return status;
+}
+
+/* The largest power of two up to 256 dividing the address: cuBLASLt's
+ * heuristic assumes 256-byte alignment unless told, and per-layer views
+ * of the weights and activations are only 16-byte aligned. */
+static int lt_alignment(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    int align = 256;
+    while (align > 1 && (a % align) != 0)
+        align >>= 1;
+    return align;
 }
 
 static int lt_applies(const gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *qweight,
@@ -370,7 +382,18 @@ static gpc_status lt_fp8(lt_device *d, int device, gpc_tensor *out, const gpc_te
     const void *a_scale = scales->data;
     const void *b_scale = act_scale;
     float alpha = 1.0f, beta = res_ptr ? 1.0f : 0.0f;
-    lt_key key = {device, OC, N, C, bias_ptr != NULL, res_ptr != NULL};
+    const void *c_ptr = res_ptr ? res_ptr : out->data;
+    lt_key key = {device,
+                  OC,
+                  N,
+                  C,
+                  bias_ptr != NULL,
+                  res_ptr != NULL,
+                  lt_alignment(qweight->data),
+                  lt_alignment(xq),
+                  lt_alignment(c_ptr),
+                  lt_alignment(out->data),
+                  bias_ptr ? lt_alignment(bias_ptr) : 256};
     cublasLtMatmulAlgo_t algo;
     memset(&algo, 0, sizeof algo);
     int found = 0;
@@ -409,8 +432,18 @@ static gpc_status lt_fp8(lt_device *d, int device, gpc_tensor *out, const gpc_te
         int count = 0;
         size_t ws = QUANT_LT_WORKSPACE;
         QLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        uint32_t al_a = (uint32_t)key.align_a, al_b = (uint32_t)key.align_b;
+        uint32_t al_c = (uint32_t)key.align_c, al_d = (uint32_t)key.align_d;
         QLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
             pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+        QLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+        QLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+        QLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
+        QLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
         if (cublasLtMatmulAlgoGetHeuristic(d->handle, desc, la, lb, lc, ld, pref, 1, &result,
                                            &count) != CUBLAS_STATUS_SUCCESS ||
             count < 1)
@@ -438,9 +471,8 @@ static gpc_status lt_fp8(lt_device *d, int device, gpc_tensor *out, const gpc_te
             status = gpc_error(GPC_ERR_DEVICE, "matmul_quant: quantizing the activations failed");
             goto done;
         }
-        QLT_CHECK(cublasLtMatmul(d->handle, desc, &alpha, qweight->data, la, xq, lb, &beta,
-                                 res_ptr ? res_ptr : out->data, lc, out->data, ld, &algo,
-                                 d->workspace, QUANT_LT_WORKSPACE, st));
+        QLT_CHECK(cublasLtMatmul(d->handle, desc, &alpha, qweight->data, la, xq, lb, &beta, c_ptr,
+                                 lc, out->data, ld, &algo, d->workspace, QUANT_LT_WORKSPACE, st));
         *ran = 1;
     }
 done:
