@@ -250,6 +250,8 @@ int main(void) {
         return 77;
     }
     gpc_rng_seed(&rng, test_seed(), 9);
+    if (gpc_setting_given("GPC_TEST_FILTER"))
+        cmocka_set_test_filter(gpc_setting_given("GPC_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_op),
         cmocka_unit_test(test_model),
