@@ -444,6 +444,81 @@ gpc_status gpt_lora_read_header(const char *path, gpt_config *config, gpt_lora_o
  * the same config, rank and targets. */
 gpc_status gpt_lora_load(const char *path, gpt_model *model, gpt_checkpoint_state *state);
 
+/* ------------------------------------------------------ quantized weights */
+
+/* Weights quantized for inference (gpc quantize): the four matrix weights of
+ * every block (qkvw, attprojw, fcw, fcprojw) as 8-bit values q with f32
+ * scales, W[o,c] = q[o,c] * scale. int8 is symmetric with a scale per
+ * output channel, max|W[o,:]| / 127; fp8 is E4M3 with a scale per output
+ * channel or per matrix, amax / 448. The tied embedding and output head
+ * (wte), wpe, biases and layernorms stay in the compute dtype: the head's
+ * logits feed the sampler directly, and one matrix's error there shifts
+ * every token's probability. They are 32% of GPT-2 124M's weights (wte is
+ * large next to 12 small layers) and 5% of 1.5B's. */
+typedef struct {
+    gpc_dtype dtype; /* GPC_I8 or GPC_F8E4M3 */
+    int per_channel; /* 1: a scale per output channel; 0: one per matrix (fp8 only) */
+} gpt_quant_options;
+
+/* Whether parameter tensor `index` is quantized (the four matrix weights). */
+int gpt_param_quantized(int index);
+/* "int8" or "fp8", and "channel" or "tensor" (NULL: channel), into options;
+ * int8 takes per-channel scales only. */
+gpc_status gpt_quant_parse(const char *to, const char *scales, gpt_quant_options *out);
+/* "int8/channel", "fp8/tensor", ... for messages and config.txt. */
+const char *gpt_quant_name(const gpt_quant_options *q);
+/* Quantizes a [rows, cols] f32 matrix on the host into q [rows, cols] and
+ * scales [rows] (per channel) or [1]. A row of zeros gets scale 1. Refuses
+ * non-finite values (the weight's name in `what`). */
+gpc_status gpt_quantize_matrix(const float *w, int64_t rows, int64_t cols,
+                               const gpt_quant_options *options, uint8_t *q, float *scales,
+                               const char *what);
+/* The value of one quantized element before its scale. */
+float gpt_quant_value(gpc_dtype dtype, uint8_t q);
+
+/* An inference model with quantized weights: as gpt_create with training 0,
+ * and the same forward functions (gpt_forward, gpt_forward_last_logits,
+ * gpt_forward_cached), whose matrix products run as
+ * gpc_op_matmul_quant_forward. gpt_set_params quantizes f32 values;
+ * gpt_get_params returns the dequantized ones. */
+gpc_status gpt_create_quant(gpt_model **out, const gpt_config *config, gpc_device device,
+                            gpc_dtype dtype, int B, int T, const gpt_quant_options *quant);
+/* The model's quantization, NULL for a plain model. */
+const gpt_quant_options *gpt_quant_of(const gpt_model *model);
+/* Bytes of a config's weights quantized so (the quantized matrices, their
+ * scales, the rest in a compute dtype of dense_bytes per element). */
+size_t gpt_quant_weight_bytes(const gpt_config *config, const gpt_quant_options *quant,
+                              size_t dense_bytes);
+
+#define GPT_QUANT_VERSION 1
+/* File (a run's quant.bin): magic "GPCQUANT", version, config, the
+ * quantization, the precision of the checkpoint it came from, then the
+ * other tensors f32 in layout order, then for each quantized tensor its
+ * scales f32 and its bytes, then CRC-32C of everything before it. Written
+ * atomically. */
+gpc_status gpt_quant_save(const char *path, const gpt_model *model, gpc_dtype source_precision);
+/* Checks magic, version, size and checksum, then reads the header. Any
+ * output may be NULL. */
+gpc_status gpt_quant_read_header(const char *path, gpt_config *config, gpt_quant_options *quant,
+                                 gpc_dtype *source_precision);
+/* Loads a quant.bin into a quantized model of the same config and
+ * quantization. */
+gpc_status gpt_quant_load(const char *path, gpt_model *model);
+
+/* ------------------------------------------------------ run folders */
+
+/* The weights of a run folder for inference: RUN/quant.bin (quantized,
+ * *quant filled in) when there, else RUN/checkpoint.bin (quant->dtype
+ * GPC_F32). path (size bytes) receives the file's path; config its model.
+ * quant may be NULL. */
+gpc_status gpt_run_weights(const char *run_dir, char *path, size_t size, gpt_config *config,
+                           gpt_quant_options *quant);
+/* An inference model (training 0) for a run folder's weights, quantized or
+ * not (gpt_run_weights), loaded: what gpc sample, gpc eval and the serving
+ * engine create. */
+gpc_status gpt_create_from_run(gpt_model **out, const char *run_dir, gpc_device device,
+                               gpc_dtype dtype, int B, int T);
+
 #ifdef __cplusplus
 }
 #endif

@@ -281,6 +281,22 @@ gpc_status gpc_hf_import(const char *hf_dir, const char *run_dir, gpc_hf_summary
  * Written through RUN2.tmp.PID, renamed at the end. */
 gpc_status gpc_lora_merge(const char *run_dir, const char *out_dir);
 
+/* What gpc_quantize_run did. */
+typedef struct {
+    gpt_config config;
+    double relative_error; /* ||W - dequantized|| / ||W|| over the quantized matrices */
+    size_t bf16_bytes;     /* the weights in bf16 */
+    size_t quant_bytes;    /* quantized (the rest in bf16) */
+} gpc_quantize_summary;
+
+/* `gpc quantize RUN --to int8|fp8 --out RUN2`: RUN's checkpoint quantized
+ * for inference (gpt_quant_options), written as a run folder RUN2 (absent
+ * or empty): quant.bin, RUN's tokenizer.bin and config.txt (source_run,
+ * quantization). Refuses a run that is already quantized. Written through
+ * RUN2.tmp.PID, renamed at the end. summary may be NULL. */
+gpc_status gpc_quantize_run(const char *run_dir, const char *out_dir,
+                            const gpt_quant_options *quant, gpc_quantize_summary *summary);
+
 /* `gpc export hf RUN --out DIR`: writes config.json and model.safetensors
  * (dtype f32, bf16 or f16) of RUN/checkpoint.bin, with vocab.json and
  * merges.txt when RUN's tokenizer is GPT-2's, into DIR (which must not

@@ -185,6 +185,11 @@ gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *m,
                                     const gpt_checkpoint_state *state, const gpt_host_state *full) {
     gpt_host_state none = {0};
     if (!full) full = &none;
+    if (m->quant.on)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "saving checkpoint %s: the model's weights are quantized (inference "
+                         "only); save them with gpt_quant_save",
+                         path);
     if (m->lora.options.rank)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "saving checkpoint %s: a LoRA model's base is frozen; save its adapters "
@@ -299,6 +304,26 @@ static const char *bad_state_field(const gpt_checkpoint_state *s, const gpt_conf
     return NULL;
 }
 
+/* A run folder that holds quantized weights (quant.bin) and no
+ * checkpoint.bin: inference only, which says more than "no such file". */
+static gpc_status refuse_quantized_run(const char *path) {
+    if (gpc_path_exists(path)) return GPC_OK;
+    char dir[4096], quant[4200];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    snprintf(quant, sizeof quant, "%s/quant.bin", dir);
+    if (!gpc_path_exists(quant)) return GPC_OK;
+    return gpc_error(GPC_ERR_INVALID_ARG,
+                     "%s holds quantized weights (quant.bin, written by gpc quantize) for "
+                     "inference only (gpc sample, gpc eval, serving); train or export from the "
+                     "run it was quantized from (source_run in its config.txt)",
+                     dir);
+}
+
 /* Opens a checkpoint and checks it before its payload is read: magic and
  * version, then the checksum of the whole file, and only then the header's
  * fields, each against its range, and the file's size against them. A
@@ -306,6 +331,7 @@ static const char *bad_state_field(const gpt_checkpoint_state *s, const gpt_conf
 static gpc_status open_checked(const char *path, FILE **out, ckpt_header *hdr, unsigned char *raw) {
     *out = NULL;
     void *opened;
+    GPC_TRY(refuse_quantized_run(path));
     GPC_TRY(gpc_open_regular(path, "checkpoint", &opened));
     FILE *file = opened;
     struct stat st;
@@ -456,6 +482,11 @@ gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_st
     FILE *file;
     ckpt_header hdr = {0};
     unsigned char raw[CKPT_HEADER_BYTES];
+    if (m->quant.on)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "loading checkpoint %s into a quantized model: give it quantized "
+                         "weights (gpt_quant_load), or f32 values through gpt_set_params",
+                         path);
     if (m->lora.options.rank)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "loading checkpoint %s: a LoRA model takes its base through "

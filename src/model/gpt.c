@@ -229,12 +229,48 @@ static void split_flat(const gpt_model *m, const gpc_tensor *flat, gpt_tensors *
     int64_t shapes[GPT_NUM_PARAM_TENSORS][3];
     int ndims[GPT_NUM_PARAM_TENSORS];
     param_shapes(&m->config, shapes, ndims);
-    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++)
-        out->all[i] =
-            view(flat, m->param_offset[i], ndims[i], shapes[i][0], shapes[i][1], shapes[i][2]);
+    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
+        if (m->quant.on && gpt_param_quantized(i)) continue; /* its own 8-bit tensor */
+        size_t at = m->quant.on ? m->quant.dense_offset[i] : m->param_offset[i];
+        out->all[i] = view(flat, at, ndims[i], shapes[i][0], shapes[i][1], shapes[i][2]);
+    }
+}
+
+/* A quantized model's parameters: the other tensors in params_flat, then
+ * each quantized tensor's 8-bit weight and f32 scales. */
+static gpc_status place_quant_params(gpt_model *m, gpc_arena *arena) {
+    int64_t dense = (int64_t)m->quant.dense_count;
+    GPC_TRY(gpc_arena_tensor(arena, &m->params_flat, m->dtype, 1, &dense));
+    int64_t shapes[GPT_NUM_PARAM_TENSORS][3];
+    int ndims[GPT_NUM_PARAM_TENSORS];
+    param_shapes(&m->config, shapes, ndims);
+    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
+        if (!gpt_param_quantized(i)) continue;
+        const int64_t scale_shape[2] = {shapes[i][0],
+                                        m->quant.options.per_channel ? shapes[i][1] : 1};
+        GPC_TRY(gpc_arena_tensor(arena, &m->params.all[i], m->quant.options.dtype, 3, shapes[i]));
+        GPC_TRY(gpc_arena_tensor(arena, &m->quant.scales[i], GPC_F32, 2, scale_shape));
+    }
+    return GPC_OK;
+}
+
+/* The product of a block's matrix weight (parameter tensor `index`, layer
+ * l): out = [residual +] inp @ W^T + bias, on the quantized weight when the
+ * model has one. */
+static gpc_status project(gpt_model *m, int index, int l, gpc_tensor *out, const gpc_tensor *inp,
+                          const gpc_tensor *weight, const gpc_tensor *bias,
+                          const gpc_tensor *residual) {
+    if (m->quant.on) {
+        const gpc_tensor *all = &m->quant.scales[index];
+        gpc_tensor scales = param_layer(all, l, 0, all->shape[1]);
+        return gpc_op_matmul_quant_forward(out, inp, weight, &scales, bias, residual);
+    }
+    return residual ? gpc_op_matmul_residual_forward(out, inp, weight, bias, residual)
+                    : gpc_op_matmul_forward(out, inp, weight, bias);
 }
 
 static gpc_status place_params(gpt_model *m, gpc_arena *arena) {
+    if (m->quant.on) return place_quant_params(m, arena);
     int64_t P = (int64_t)m->num_params;
     GPC_TRY(gpc_arena_tensor(arena, &m->params_flat, m->dtype, 1, &P));
     gpt_lora *lo = &m->lora;
@@ -255,7 +291,10 @@ static gpc_status create_optimizer(gpt_model *m) {
     gpc_optim_range ranges[GPT_NUM_PARAM_TENSORS];
     int count = 0;
     const gpt_lora *lo = &m->lora;
-    if (lo->options.rank) {
+    if (m->quant.on) {
+        /* quantized weights are for inference: an optimizer of no ranges,
+         * which holds no state (f32: no master copy either) */
+    } else if (lo->options.rank) {
         /* LoRA: the adapters' own flat buffers, A and B of each target (2-D
          * weights, so decayed); the frozen base is in no range */
         size_t per_a[GPT_LORA_TARGETS], per_b[GPT_LORA_TARGETS];
@@ -278,7 +317,7 @@ static gpc_status create_optimizer(gpt_model *m) {
         }
     }
     gpc_optim_layout layout = {.device = m->device,
-                               .dtype = m->dtype,
+                               .dtype = m->quant.on ? GPC_F32 : m->dtype,
                                .ranges = ranges,
                                .range_count = count,
                                .shard_begin = m->shard_offset,
@@ -370,7 +409,8 @@ gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device devi
 /* shard_count SIZE_MAX: the whole buffer. */
 static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device device,
                          gpc_dtype dtype, int B, int T, int training, int recompute,
-                         size_t shard_offset, size_t shard_count, const gpt_lora_options *lora) {
+                         size_t shard_offset, size_t shard_count, const gpt_lora_options *lora,
+                         const gpt_quant_options *quant) {
     *out = NULL;
     GPC_TRY(gpt_recompute_check(recompute, config->layers));
     gpt_config check;
@@ -425,6 +465,14 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
         for (int d = 0; d < ndims[i]; d++)
             n *= (size_t)shapes[i][d];
         offset += n;
+        if (quant && !gpt_param_quantized(i)) {
+            m->quant.dense_offset[i] = m->quant.dense_count;
+            m->quant.dense_count += n;
+        }
+    }
+    if (quant) {
+        m->quant.on = 1;
+        m->quant.options = *quant;
     }
 
     gpc_status s = create_optimizer(m);
@@ -450,6 +498,11 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     split_flat(m, &m->params_flat, &m->params);
     if (m->training) split_flat(m, &m->grads_flat, &m->grads);
     s = gpc_tensor_zero(&m->params_flat);
+    for (int i = 0; s == GPC_OK && m->quant.on && i < GPT_NUM_PARAM_TENSORS; i++)
+        if (gpt_param_quantized(i)) {
+            s = gpc_tensor_zero(&m->params.all[i]);
+            if (s == GPC_OK) s = gpc_tensor_zero(&m->quant.scales[i]);
+        }
     if (s == GPC_OK) s = gpc_optim_zero(m->optim);
     if (s == GPC_OK && m->training) {
         s = gpc_tensor_zero(m->lora.options.rank ? &m->lora.grads_flat : &m->grads_flat);
@@ -466,7 +519,7 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
 
 gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_device device,
                                 gpc_dtype dtype, int B, int T, int training, int recompute) {
-    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, NULL);
+    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, NULL, NULL);
 }
 
 gpc_status gpt_create_lora(gpt_model **out, const gpt_config *config, gpc_device device,
@@ -484,13 +537,32 @@ gpc_status gpt_create_lora(gpt_model **out, const gpt_config *config, gpc_device
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "LoRA targets 0x%x are not a set of qkv, proj, fc and fcproj",
                          lora->targets);
-    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, lora);
+    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, lora, NULL);
 }
 
 gpc_status gpt_create_shard(gpt_model **out, const gpt_config *config, gpc_device device,
                             gpc_dtype dtype, int B, int T, int recompute, size_t shard_offset,
                             size_t shard_count) {
-    return create(out, config, device, dtype, B, T, 1, recompute, shard_offset, shard_count, NULL);
+    return create(out, config, device, dtype, B, T, 1, recompute, shard_offset, shard_count, NULL,
+                  NULL);
+}
+
+gpc_status gpt_create_quant(gpt_model **out, const gpt_config *config, gpc_device device,
+                            gpc_dtype dtype, int B, int T, const gpt_quant_options *quant) {
+    *out = NULL;
+    if (!quant || (quant->dtype != GPC_I8 && quant->dtype != GPC_F8E4M3))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "quantized weights are int8 or fp8 (E4M3), not %s; see gpc quantize --to",
+                         quant ? gpc_dtype_name(quant->dtype) : "none");
+    if (quant->dtype == GPC_I8 && !quant->per_channel)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "int8 weights take a scale per output channel; per-tensor scales are "
+                         "for fp8 (use --scales channel)");
+    return create(out, config, device, dtype, B, T, 0, 0, 0, SIZE_MAX, NULL, quant);
+}
+
+const gpt_quant_options *gpt_quant_of(const gpt_model *m) {
+    return m->quant.on ? &m->quant.options : NULL;
 }
 
 int gpt_is_sharded(const gpt_model *m) {
@@ -537,6 +609,7 @@ static gpc_status set_low_params(gpt_model *m, const float *values) {
 
 gpc_status gpt_set_params(gpt_model *m, const float *values) {
     m->cached_len = 0; /* kept keys and values belong to the old weights */
+    if (m->quant.on) return gpt_quant_set_params(m, values);
     /* a LoRA model's frozen base has no master copy: converted on the host */
     if (m->lora.options.rank && m->dtype != GPC_F32) return set_low_params(m, values);
     if (!gpc_optim_master(m->optim) || m->lora.options.rank) {
@@ -549,6 +622,7 @@ gpc_status gpt_set_params(gpt_model *m, const float *values) {
 }
 
 gpc_status gpt_get_params(const gpt_model *m, float *values) {
+    if (m->quant.on) return gpt_quant_get_params(m, values);
     int64_t P = (int64_t)m->num_params;
     gpc_tensor host = gpc_tensor_make(values, GPC_F32, gpc_cpu(), 1, &P);
     if (!gpc_optim_master(m->optim) || (m->lora.options.rank && m->dtype == GPC_F32))
@@ -696,7 +770,7 @@ static gpc_status blocks_range(gpt_model *m, int start, int B, int T, int first,
         gpc_tensor fcprojw = param_layer(&p->fcprojw, l, C, 4 * C);
         gpc_tensor fcprojb = param_layer(&p->fcprojb, l, 0, C);
 
-        GPC_TRY(gpc_op_matmul_forward(&qkv, &ln1, &qkvw, &qkvb));
+        GPC_TRY(project(m, 4, l, &qkv, &ln1, &qkvw, &qkvb, NULL));
         GPC_TRY(lora_forward(m, 0, l, start, B, T, &ln1, &qkv));
         if (start > 0) {
             gpc_tensor kept = act_rows(m, &a->qkv, k, 0, 1, start + T, 3 * C);
@@ -705,19 +779,18 @@ static gpc_status blocks_range(gpt_model *m, int start, int B, int T, int first,
             gpc_tensor lse = lse_layer(m, l, B, T);
             GPC_TRY(gpc_op_attention_forward(&atty, &lse, &qkv, NH));
         }
-        GPC_TRY(gpc_op_matmul_residual_forward(&residual2, &atty, &attprojw, &attprojb, &residual));
+        GPC_TRY(project(m, 6, l, &residual2, &atty, &attprojw, &attprojb, &residual));
         GPC_TRY(lora_forward(m, 1, l, start, B, T, &atty, &residual2));
         GPC_TRY(gpc_op_layernorm_forward(&ln2, &ln2_mean, &ln2_rstd, &residual2, &ln2w, &ln2b));
-        if (lora_on(m, 2)) { /* the adapter adds before the GELU: the two apart */
-            GPC_TRY(gpc_op_matmul_forward(&fch, &ln2, &fcw, &fcb));
+        if (lora_on(m, 2) || m->quant.on) { /* an adapter adds before the GELU: the two apart */
+            GPC_TRY(project(m, 10, l, &fch, &ln2, &fcw, &fcb, NULL));
             GPC_TRY(lora_forward(m, 2, l, start, B, T, &ln2, &fch));
             GPC_TRY(gpc_op_gelu_forward(&fch_gelu, &fch));
         } else {
             GPC_TRY(gpc_op_matmul_gelu_forward(&fch, &fch_gelu, &ln2, &fcw, &fcb));
         }
         if (rebuild) continue; /* backward keeps residual3 and the next ln1 comes again */
-        GPC_TRY(
-            gpc_op_matmul_residual_forward(&residual3, &fch_gelu, &fcprojw, &fcprojb, &residual2));
+        GPC_TRY(project(m, 12, l, &residual3, &fch_gelu, &fcprojw, &fcprojb, &residual2));
         GPC_TRY(lora_forward(m, 3, l, start, B, T, &fch_gelu, &residual3));
         /* the next layer's ln1 or the final layernorm, of residual3 */
         int last = l + 1 == L;

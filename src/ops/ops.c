@@ -243,6 +243,40 @@ gpc_status gpc_op_matmul_residual_forward(gpc_tensor *out, const gpc_tensor *inp
     DISPATCH(op, out, matmul_residual_forward, out, inp, weight, bias, residual);
 }
 
+gpc_status gpc_op_matmul_quant_forward(gpc_tensor *out, const gpc_tensor *inp,
+                                       const gpc_tensor *qweight, const gpc_tensor *scales,
+                                       const gpc_tensor *bias, const gpc_tensor *residual) {
+    const char *op = "matmul_quant_forward";
+    GPC_TRY(need_float(op, "out", out));
+    GPC_TRY(need_float(op, "inp", inp));
+    GPC_TRY(need(op, "qweight", qweight));
+    if (qweight->dtype != GPC_I8 && qweight->dtype != GPC_F8E4M3)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: tensor 'qweight' must be i8 or f8e4m3, not %s", op,
+                         gpc_dtype_name(qweight->dtype));
+    GPC_TRY(need_dtype(op, "scales", scales, GPC_F32));
+    if (bias) GPC_TRY(need_float(op, "bias", bias));
+    if (residual) GPC_TRY(need_dtype(op, "residual", residual, out->dtype));
+    DEVICES(op, out, inp, qweight, scales, bias, residual);
+    int64_t C = last_dim(inp), N = rows(inp), OC = rows(qweight);
+    if (last_dim(qweight) != C) {
+        char a[96], b[96];
+        return gpc_error(GPC_ERR_MISMATCH, "%s: inp %s and qweight %s disagree on C", op,
+                         gpc_tensor_describe(inp, a, sizeof a),
+                         gpc_tensor_describe(qweight, b, sizeof b));
+    }
+    GPC_TRY(need_numel(op, "out", out, N * OC));
+    if (gpc_tensor_numel(scales) != OC && gpc_tensor_numel(scales) != 1)
+        GPC_TRY(need_numel(op, "scales", scales, OC));
+    if (bias) GPC_TRY(need_numel(op, "bias", bias, OC));
+    if (residual) GPC_TRY(need_numel(op, "residual", residual, N * OC));
+    if (out->data == inp->data)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: out shares its buffer with inp, which the product still reads; "
+                         "give out its own",
+                         op);
+    DISPATCH(op, out, matmul_quant_forward, out, inp, qweight, scales, bias, residual);
+}
+
 gpc_status gpc_op_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
                                   const gpc_tensor *dout, const gpc_tensor *inp,
                                   const gpc_tensor *weight) {

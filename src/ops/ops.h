@@ -74,6 +74,17 @@ gpc_status gpc_op_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const g
 gpc_status gpc_op_matmul_residual_forward(gpc_tensor *out, const gpc_tensor *inp,
                                           const gpc_tensor *weight, const gpc_tensor *bias,
                                           const gpc_tensor *residual);
+/* A product with quantized weights (inference only; gpc quantize):
+ * out[N,OC] = [residual +] inp[N,C] @ W^T + bias, where W[o,c] =
+ * qweight[o,c] * scales[o] (or scales[0] for every row), qweight [OC,C] i8
+ * or f8e4m3, scales f32 [OC] (per output channel) or [1] (per tensor). The
+ * CPU dequantizes to f32 and multiplies in f32; the GPU reads the weights
+ * in 8 bits and accumulates in f32 (per-tensor fp8 on Hopper: cuBLASLt's
+ * FP8 tensor cores, the activations quantized per tensor on the fly).
+ * bias and residual may be NULL; out may alias residual. */
+gpc_status gpc_op_matmul_quant_forward(gpc_tensor *out, const gpc_tensor *inp,
+                                       const gpc_tensor *qweight, const gpc_tensor *scales,
+                                       const gpc_tensor *bias, const gpc_tensor *residual);
 /* dinp = dout @ weight (overwritten), dweight += dout^T @ inp, dbias +=
  * column sums of dout. Each of the three may be NULL to skip it (not all
  * three), so the input gradient and the weight gradients can be computed

@@ -938,6 +938,13 @@ static gpc_status init_weights_from(trainer *t) {
  * dataset's when both have one (same bytes of tokenizer.bin). */
 static gpc_status read_init(const gpc_train_options *o, gpt_config *init) {
     char path[4096], other[4096];
+    snprintf(path, sizeof path, "%s/quant.bin", o->init_from);
+    if (gpc_path_exists(path))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--init-from %s holds quantized weights (gpc quantize) for inference "
+                         "only; train from the run it was quantized from (source_run in its "
+                         "config.txt)",
+                         o->init_from);
     snprintf(path, sizeof path, "%s/checkpoint.bin", o->init_from);
     if (!gpc_path_exists(path))
         return gpc_error(GPC_ERR_IO,
