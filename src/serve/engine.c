@@ -411,6 +411,7 @@ static void draw_all(gpc_engine *e) {
     int64_t work = 0;
     for (int k = 0; k < e->n_step; k++)
         work += e->step[k]->logit_row >= 0 ? e->vocab : 0;
+    /* cppcheck-suppress unreadVariable ; the pragma below reads it */
     int threads = work >= 16384 ? e->sample_threads : 1;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
     for (int k = 0; k < e->n_step; k++) {
