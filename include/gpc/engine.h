@@ -32,7 +32,9 @@ typedef struct {
     int max_batch;       /* sequences active in one step; default 256 */
     size_t kv_bytes;     /* memory for the paged key/value cache; 0: the default
                             (on a GPU 90% of what is free after the weights, on
-                            the CPU 1 GiB), capped by what the device has */
+                            the CPU 1 GiB), capped by what the device has
+                            and by what max_batch sequences of the whole
+                            context can use */
     int block_size;      /* positions per cache block; default 16 */
     int max_queue;       /* requests waiting for a slot before submit refuses
                             more with GPC_ERR_BUSY; default 1024 */
@@ -68,8 +70,8 @@ typedef struct {
 /* Called on the engine thread, once per generated token and once more (or
  * with the last token) with finish set; it must be quick (queue the token,
  * wake a connection) and must not call back into the engine except
- * gpc_engine_cancel. After the final event the request is gone. */
-/* The final event carries the last token when max_tokens or the context
+ * gpc_engine_cancel. After the final event the request is gone.
+ * The final event carries the last token when max_tokens or the context
  * ends the request (GPC_FINISH_LENGTH), and token -1 otherwise: the
  * end-of-text token that ends a request (GPC_FINISH_EOS) is not emitted,
  * as gpc sample does not print it. A sequence that alone fills the whole
@@ -88,7 +90,8 @@ typedef struct {
                           this seed, so both draw the same tokens */
     int64_t eos_token; /* -1: none */
     int ignore_eos;    /* keep going past eos_token */
-    int min_tokens;    /* eos is not obeyed before this many tokens */
+    int min_tokens;    /* eos is not drawn before this many tokens (its
+                          probability goes to the others, as gpc sample) */
     gpc_engine_callback callback;
     void *user;
 } gpc_engine_request;

@@ -26,9 +26,11 @@ struct gpt_paged {
     int max_blocks;              /* per sequence: the whole context */
     gpc_tensor k_cache, v_cache; /* [L, num_blocks, block_size, C] */
     gpc_arena arena;             /* the step's buffers */
-    /* row inputs, i32 on the device */
-    gpc_tensor tokens, positions, seqs, slots; /* [max_tokens] */
-    gpc_tensor block_tables;                   /* [max_seqs, max_blocks] */
+    /* a step's integers, i32, in one buffer so that one copy uploads them:
+     * tokens, positions, seqs and slots [N] each, then the block tables
+     * [S, max_blocks], packed for the step's N and S */
+    gpc_tensor ints;    /* [4 * max_tokens + max_seqs * max_blocks] on the device */
+    int32_t *host_ints; /* the same on the host, where a step packs them */
     /* activations of one layer, reused by every layer; x is the residual
      * stream, updated in place by the projections */
     gpc_tensor x, ln;         /* [max_tokens, C] */
@@ -77,11 +79,7 @@ static gpc_status place(gpt_paged *p, gpc_arena *a) {
         GPC_TRY(                                                                                   \
             gpc_arena_tensor(a, &p->t, dtype, (int)(sizeof shape_ / sizeof shape_[0]), shape_));   \
     } while (0)
-    PLACE(tokens, GPC_I32, N);
-    PLACE(positions, GPC_I32, N);
-    PLACE(seqs, GPC_I32, N);
-    PLACE(slots, GPC_I32, N);
-    PLACE(block_tables, GPC_I32, table);
+    PLACE(ints, GPC_I32, 4 * N + table);
     PLACE(x, d, N, C);
     PLACE(ln, d, N, C);
     PLACE(mean, GPC_F32, N);
@@ -157,7 +155,9 @@ gpc_status gpt_paged_create(gpt_paged **out, gpt_model *m, const gpt_paged_optio
     if (s == GPC_OK) {
         p->host_logits = gpc_malloc((size_t)o->max_logits * (size_t)m->config.padded_vocab *
                                     gpc_dtype_size(m->dtype));
-        if (!p->host_logits) s = gpc_error(GPC_ERR_NOMEM, "out of host memory for step logits");
+        p->host_ints = gpc_malloc((size_t)gpc_tensor_numel(&p->ints) * sizeof(int32_t));
+        if (!p->host_logits || !p->host_ints)
+            s = gpc_error(GPC_ERR_NOMEM, "out of host memory for a step's inputs and logits");
     }
     /* a fresh cache reads as zeros, not as whatever memory held before */
     if (s == GPC_OK) s = gpc_tensor_zero(&p->k_cache);
@@ -176,6 +176,7 @@ void gpt_paged_free(gpt_paged *p) {
     if (p->v_cache.data) gpc_tensor_free(&p->v_cache);
     if (p->arena.base) gpc_arena_destroy(&p->arena);
     gpc_free(p->host_logits);
+    gpc_free(p->host_ints);
     gpc_free(p);
 }
 
@@ -209,10 +210,19 @@ static gpc_status check_batch(const gpt_paged *p, const gpt_paged_batch *b) {
     return GPC_OK;
 }
 
-static gpc_status upload(gpc_tensor *dev, const int32_t *host, int64_t n) {
-    gpc_tensor d = rows_of(dev, 0, n, 0);
-    gpc_tensor h = gpc_tensor_1d((void *)host, GPC_I32, gpc_cpu(), n);
-    return gpc_tensor_copy(&d, &h);
+/* Packs the step's integers and uploads them in one copy (on a GPU, one
+ * transfer instead of five). */
+static gpc_status upload(gpt_paged *p, const gpt_paged_batch *b) {
+    size_t N = (size_t)b->num_tokens, table = (size_t)b->num_seqs * (size_t)p->max_blocks;
+    int32_t *h = p->host_ints;
+    memcpy(h, b->tokens, N * sizeof *h);
+    memcpy(h + N, b->positions, N * sizeof *h);
+    memcpy(h + 2 * N, b->seqs, N * sizeof *h);
+    memcpy(h + 3 * N, b->slots, N * sizeof *h);
+    memcpy(h + 4 * N, b->block_tables, table * sizeof *h);
+    gpc_tensor dev = rows_of(&p->ints, 0, (int64_t)(4 * N + table), 0);
+    gpc_tensor host = gpc_tensor_1d(h, GPC_I32, gpc_cpu(), (int64_t)(4 * N + table));
+    return gpc_tensor_copy(&dev, &host);
 }
 
 gpc_status gpt_step_paged(gpt_paged *p, const gpt_paged_batch *b, float *logits_out) {
@@ -222,15 +232,11 @@ gpc_status gpt_step_paged(gpt_paged *p, const gpt_paged_batch *b, float *logits_
     gpt_tensors *w = &m->params;
     int64_t N = b->num_tokens, C = c->channels, R = b->num_logits;
     int L = c->layers, NH = c->heads;
-    GPC_TRY(upload(&p->tokens, b->tokens, N));
-    GPC_TRY(upload(&p->positions, b->positions, N));
-    GPC_TRY(upload(&p->seqs, b->seqs, N));
-    GPC_TRY(upload(&p->slots, b->slots, N));
-    GPC_TRY(upload(&p->block_tables, b->block_tables, (int64_t)b->num_seqs * p->max_blocks));
-
-    gpc_tensor tokens = rows_of(&p->tokens, 0, N, 0), positions = rows_of(&p->positions, 0, N, 0);
-    gpc_tensor seqs = rows_of(&p->seqs, 0, N, 0), slots = rows_of(&p->slots, 0, N, 0);
-    gpc_tensor tables = rows_of(&p->block_tables, 0, b->num_seqs, p->max_blocks);
+    GPC_TRY(upload(p, b));
+    gpc_tensor tokens = rows_of(&p->ints, 0, N, 0), positions = rows_of(&p->ints, N, N, 0);
+    gpc_tensor seqs = rows_of(&p->ints, 2 * N, N, 0), slots = rows_of(&p->ints, 3 * N, N, 0);
+    gpc_tensor tables = gpc_tensor_2d((int32_t *)p->ints.data + 4 * N, GPC_I32, p->ints.device,
+                                      b->num_seqs, p->max_blocks);
     gpc_tensor x = rows_of(&p->x, 0, N, C), ln = rows_of(&p->ln, 0, N, C);
     gpc_tensor mean = rows_of(&p->mean, 0, N, 0), rstd = rows_of(&p->rstd, 0, N, 0);
     gpc_tensor qkv = rows_of(&p->qkv, 0, N, 3 * C), atty = rows_of(&p->atty, 0, N, C);

@@ -35,6 +35,7 @@
 #include "serve/kv_blocks.h"
 
 #include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -60,6 +61,7 @@ typedef struct seq {
     struct seq *all_prev, *all_next; /* every live sequence (cancel looks ids up here) */
     /* this step */
     int step_start, step_count, logit_row;
+    uint32_t drawn; /* the token drawn from the step's logits */
 } seq;
 
 typedef struct {
@@ -95,7 +97,8 @@ struct gpc_engine {
     int32_t *tokens, *positions, *seqs, *slots; /* [max_step_tokens] */
     int32_t *tables;                            /* [max_batch, max_blocks] */
     float *logits;                              /* [max_batch, vocab] */
-    void *sample_scratch;                       /* 8 * vocab bytes */
+    void *sample_scratch;                       /* [sample_threads, 8 * vocab] bytes */
+    int sample_threads;
     pending_event *events;
     int n_events, max_events;
     char error[512];
@@ -388,10 +391,42 @@ static void build_batch(gpc_engine *e, gpt_paged_batch *b) {
     b->num_logits = R;
 }
 
+/* The next token of s from its logits row, with its own rng (scratch: 8 *
+ * vocab bytes). Sequences draw independently, so they may draw in
+ * parallel and still give what each gives alone. */
+static uint32_t draw(const gpc_engine *e, seq *s, void *scratch) {
+    int V = e->vocab;
+    float *logits = e->logits + (size_t)s->logit_row * V;
+    const gpc_engine_request *q = &s->req;
+    int64_t stop = q->ignore_eos ? -1 : q->eos_token;
+    /* below min_tokens the end-of-text token is not drawn (as gpc_generate) */
+    if (stop >= 0 && stop < V && s->generated < q->min_tokens) logits[stop] = -INFINITY;
+    return gpc_sample_token(logits, V, q->temperature, q->top_k, q->top_p, &s->rng, scratch);
+}
+
+/* Draws for every sequence of the step whose last token ran: over the
+ * OpenMP threads when there is enough of it (a top-k draw reads the whole
+ * vocabulary), each thread with its own scratch. */
+static void draw_all(gpc_engine *e) {
+    int64_t work = 0;
+    for (int k = 0; k < e->n_step; k++)
+        work += e->step[k]->logit_row >= 0 ? e->vocab : 0;
+    /* cppcheck-suppress unreadVariable ; the pragma below reads it */
+    int threads = work >= 16384 ? e->sample_threads : 1;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
+    for (int k = 0; k < e->n_step; k++) {
+        seq *s = e->step[k];
+        if (s->logit_row < 0) continue;
+        char *scratch = (char *)e->sample_scratch + (size_t)omp_get_thread_num() * 8 * e->vocab;
+        s->drawn = draw(e, s, scratch);
+    }
+}
+
 /* After the step: the new keys count as computed, full blocks become
- * shareable, and a sequence whose last token ran draws the next. */
-static void advance(gpc_engine *e, seq *s) {
-    int bs = e->block_size, V = e->vocab;
+ * shareable, and a sequence whose last token ran takes the token it drew.
+ * Returns the tokens it generated (0 or 1). */
+static int advance(gpc_engine *e, seq *s) {
+    int bs = e->block_size;
     s->computed += s->step_count;
     while ((s->n_keyed + 1) * bs <= s->computed) {
         int j = s->n_keyed;
@@ -400,26 +435,22 @@ static void advance(gpc_engine *e, seq *s) {
         kv_blocks_register(&e->kv, s->blocks[j], key, j ? s->blocks[j - 1] : -1, t);
         s->keys[s->n_keyed++] = key;
     }
-    if (s->logit_row < 0) return;
-    float *logits = e->logits + (size_t)s->logit_row * V;
+    if (s->logit_row < 0) return 0;
     const gpc_engine_request *q = &s->req;
     int64_t stop = q->ignore_eos ? -1 : q->eos_token;
-    /* below min_tokens the end-of-text token is not drawn (as gpc_generate) */
-    if (stop >= 0 && stop < V && s->generated < q->min_tokens) logits[stop] = -INFINITY;
-    uint32_t token =
-        gpc_sample_token(logits, V, q->temperature, q->top_k, q->top_p, &s->rng, e->sample_scratch);
+    uint32_t token = s->drawn;
     if (stop >= 0 && token == (uint64_t)stop) {
         emit(e, s, -1, GPC_FINISH_EOS, NULL);
-        return;
+        return 0;
     }
     s->generated++;
     s->tokens[s->n_tokens++] = token;
-    e->stats.tokens_generated++;
     /* the new token's position is n_tokens - 1: past the context it cannot run */
     gpc_finish_reason finish = s->generated >= q->max_tokens || s->n_tokens > e->context
                                    ? GPC_FINISH_LENGTH
                                    : GPC_FINISH_NONE;
     emit(e, s, (int32_t)token, finish, NULL);
+    return 1;
 }
 
 /* Ends every request marked by gpc_engine_cancel (the lock held). */
@@ -466,9 +497,11 @@ static gpc_status run_step(gpc_engine *e, int *active) {
         double t0 = gpc_time_seconds();
         s = gpt_step_paged(e->paged, &batch, e->logits);
         double busy = gpc_time_seconds() - t0;
+        uint64_t generated = 0;
         if (s == GPC_OK) {
+            draw_all(e);
             for (int k = 0; k < e->n_step; k++)
-                advance(e, e->step[k]);
+                generated += (uint64_t)advance(e, e->step[k]);
         } else {
             snprintf(e->error, sizeof e->error, "%s", gpc_last_error());
             for (int k = 0; k < e->n_step; k++)
@@ -477,6 +510,7 @@ static gpc_status run_step(gpc_engine *e, int *active) {
         pthread_mutex_lock(&e->lock);
         e->stats.steps++;
         e->stats.busy_seconds += busy;
+        e->stats.tokens_generated += generated;
         pthread_mutex_unlock(&e->lock);
     }
 
@@ -801,7 +835,8 @@ gpc_status gpc_engine_create(gpc_engine **out, const char *run_dir, gpc_device d
         e->slots = gpc_malloc(N * sizeof *e->slots);
         e->tables = gpc_malloc(B * (size_t)e->max_blocks * sizeof *e->tables);
         e->logits = gpc_malloc((size_t)po.max_logits * (size_t)e->vocab * sizeof *e->logits);
-        e->sample_scratch = gpc_malloc((size_t)e->vocab * 8);
+        e->sample_threads = omp_get_max_threads();
+        e->sample_scratch = gpc_malloc((size_t)e->sample_threads * (size_t)e->vocab * 8);
         e->events = gpc_malloc((size_t)e->max_events * sizeof *e->events);
         if (!e->running || !e->step || !e->tokens || !e->positions || !e->seqs || !e->slots ||
             !e->tables || !e->logits || !e->sample_scratch || !e->events)

@@ -273,6 +273,21 @@ static void test_paged_step_logits(void **state) {
         TEST_OK(gpt_forward_cached(reference, tokens[s], 0, len[s], want));
         test_assert_close_f32("paged logits", got + s * vocab, want, (size_t)vocab, 1e-4, 1e-2);
     }
+    /* steps larger than planned, and plans that cannot work, are errors */
+    gpt_paged_batch big = b2;
+    big.num_tokens = 97;
+    TEST_FAILS(gpt_step_paged(p, &big, got), GPC_ERR_INVALID_ARG, "planned for");
+    big = b2;
+    big.num_logits = SEQS + 1;
+    TEST_FAILS(gpt_step_paged(p, &big, got), GPC_ERR_INVALID_ARG, "planned for");
+    gpt_paged *none = NULL;
+    gpt_paged_options bad = po;
+    bad.max_logits = po.max_tokens + 1;
+    TEST_FAILS(gpt_paged_create(&none, reference, &bad), GPC_ERR_INVALID_ARG, "logits rows");
+    bad = po;
+    bad.num_blocks = 0;
+    TEST_FAILS(gpt_paged_create(&none, reference, &bad), GPC_ERR_INVALID_ARG, "at least one block");
+    assert_null(none);
     /* a bad slot is an error that names the row, not a write out of bounds */
     slot[3] = 48 * BS; /* cppcheck-suppress unreadVariable ; b2 reads it */
     TEST_FAILS(gpt_step_paged(p, &b2, got), GPC_ERR_INVALID_ARG, "row 3");
@@ -639,6 +654,40 @@ static void test_queue_bound_and_errors(void **state) {
     assert_null(none);
 }
 
+/* A run without a tokenizer serves token ids (no end-of-text token); one
+ * whose tokenizer does not fit the model, or without a checkpoint, is
+ * refused with what to do. */
+static void test_run_folders(void **state) {
+    (void)state;
+    char *dir = test_tmpdir("engine_run");
+    char from[4200], to[4200];
+    snprintf(from, sizeof from, "%s/checkpoint.bin", run_dir);
+    gpc_engine *e = NULL;
+    TEST_FAILS(gpc_engine_create(&e, dir, gpc_cpu(), NULL), GPC_ERR_IO, "no checkpoint.bin");
+    snprintf(to, sizeof to, "%s/checkpoint.bin", dir);
+    TEST_OK(gpc_copy_file(from, to));
+    gpc_engine_options o;
+    gpc_engine_options_init(&o);
+    o.max_batch = 4;
+    TEST_OK(gpc_engine_create(&e, dir, gpc_cpu(), &o));
+    gpc_engine_model_info info;
+    gpc_engine_model(e, &info);
+    assert_int_equal(info.eos_token, -1);
+    assert_null(gpc_engine_tokenizer(e));
+    gpc_engine_free(e);
+    /* a tokenizer of 257 tokens beside a model of more */
+    gpc_tokenizer *tok = NULL;
+    TEST_OK(gpc_tokenizer_train(&tok, "abc abc abc", 11, 257, NULL, NULL));
+    snprintf(to, sizeof to, "%s/tokenizer.bin", dir);
+    TEST_OK(gpc_tokenizer_save(tok, to));
+    gpc_tokenizer_free(tok);
+    e = NULL;
+    TEST_FAILS(gpc_engine_create(&e, dir, gpc_cpu(), &o), GPC_ERR_MISMATCH, "mixes two runs");
+    assert_null(e);
+    test_rmtree(dir);
+    gpc_free(dir);
+}
+
 /* ------------------------------------------------------------ chunks */
 
 /* A prompt of 50 in chunks of 8 rows a step gives gpc_generate's tokens,
@@ -747,6 +796,7 @@ int main(void) {
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_cancel_from_callback),
         cmocka_unit_test(test_queue_bound_and_errors),
+        cmocka_unit_test(test_run_folders),
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_threaded),
     };
