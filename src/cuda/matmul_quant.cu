@@ -32,10 +32,14 @@
 #include <pthread.h>
 #include <stdint.h>
 
-static long lt_calls, kernel_calls;
+static long lt_calls, kernel_calls, lt_refused;
 
 extern "C" long gpc_cuda_quant_lt_calls(void) {
     return __atomic_load_n(&lt_calls, __ATOMIC_RELAXED);
+}
+
+extern "C" long gpc_cuda_quant_lt_refused(void) {
+    return __atomic_load_n(&lt_refused, __ATOMIC_RELAXED);
 }
 
 extern "C" long gpc_cuda_quant_kernel_calls(void) {
@@ -471,8 +475,26 @@ static gpc_status lt_fp8(lt_device *d, int device, gpc_tensor *out, const gpc_te
             status = gpc_error(GPC_ERR_DEVICE, "matmul_quant: quantizing the activations failed");
             goto done;
         }
-        QLT_CHECK(cublasLtMatmul(d->handle, desc, &alpha, qweight->data, la, xq, lb, &beta, c_ptr,
-                                 lc, out->data, ld, &algo, d->workspace, QUANT_LT_WORKSPACE, st));
+        cublasStatus_t lt =
+            cublasLtMatmul(d->handle, desc, &alpha, qweight->data, la, xq, lb, &beta, c_ptr, lc,
+                           out->data, ld, &algo, d->workspace, QUANT_LT_WORKSPACE, st);
+        if (lt == CUBLAS_STATUS_NOT_SUPPORTED) {
+            /* cuBLASLt offered an algorithm and then refused the call (seen
+             * with the residual as C on one cuBLAS): remember the shape and
+             * let gpc's kernel run this product and the next of this shape */
+            pthread_mutex_lock(&lt_lock);
+            for (int i = 0; i < QUANT_LT_CACHE; i++)
+                if (lt_cache[i].used && memcmp(&lt_cache[i].key, &key, sizeof key) == 0)
+                    lt_cache[i].used = 2;
+            pthread_mutex_unlock(&lt_lock);
+            if (__atomic_fetch_add(&lt_refused, 1, __ATOMIC_RELAXED) == 0)
+                gpc_log(GPC_LOG_INFO,
+                        "matmul_quant: cuBLASLt refused an FP8 product of %d x %d x %d%s%s; "
+                        "gpc's kernel runs it",
+                        N, C, OC, res_ptr ? " with a residual" : "", bias_ptr ? " and a bias" : "");
+            goto done;
+        }
+        QLT_CHECK(lt);
         *ran = 1;
     }
 done:

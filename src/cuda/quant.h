@@ -15,6 +15,9 @@ extern "C" {
  * dequantizing kernels (everything else). */
 long gpc_cuda_quant_lt_calls(void);
 long gpc_cuda_quant_kernel_calls(void);
+/* Products cuBLASLt refused after offering an algorithm (gpc's kernels ran
+ * them instead). */
+long gpc_cuda_quant_lt_refused(void);
 
 #ifdef __cplusplus
 }
