@@ -17,7 +17,7 @@
 # on the weights, perplexity does), RUN (an existing run folder, e.g. an
 # imported GPT-2, used instead of training; DATA must then be a dataset
 # tokenized with its tokenizer), DATA (a prepared dataset to train and
-# evaluate on), TOKENS (default 512), CONTEXT (default 1024), BATCH (training
+# evaluate on), CORPUS (text to prepare DATA from; default Debian's fortunes), TOKENS (default 512), CONTEXT (default 1024), BATCH (training
 # micro-batch, default 8), DEVICE (default cuda), WORK (default a fresh
 # temporary folder). The unquantized row computes in bf16 on a GPU, f32 on
 # the CPU.
@@ -39,7 +39,7 @@ echo "quant_decode: work in $WORK, gpc $GPC, device $DEVICE" | tee -a "$log"
 data=${DATA:-}
 if [[ -z $data ]]; then
   data=$WORK/data
-  if [[ -d /usr/share/games/fortunes ]]; then corpus=(/usr/share/games/fortunes); else corpus=(docs src README.md); fi
+  if [[ -n ${CORPUS:-} ]]; then corpus=("$CORPUS"); elif [[ -d /usr/share/games/fortunes ]]; then corpus=(/usr/share/games/fortunes); else corpus=(docs src README.md); fi
   inputs=()
   for c in "${corpus[@]}"; do inputs+=(--input "$c"); done
   "$GPC" data prepare "${inputs[@]}" --out "$data" --val-fraction 0.05 >>"$log" 2>&1 ||

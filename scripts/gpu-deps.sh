@@ -1,10 +1,11 @@
 # gpu-deps.sh: sourced by the GPU scripts (gpu-check.sh, gpu-cudnn-check.sh,
 # bench/gpt2_ddp.sh). The GPU machine lacks some -dev packages gpc builds
-# against (cmocka, jansson, possibly OpenBLAS); when ROOT/.deps/cuda holds
+# against (cmocka, jansson, libmicrohttpd for gpc serve, possibly OpenBLAS); when ROOT/.deps/cuda holds
 # their Debian packages (fetch them on a Debian machine with: mkdir -p
 # .deps/cuda && cd .deps/cuda && apt-get download libcmocka-dev libcmocka0
 # libjansson-dev libjansson4 libopenblas0-pthread libopenblas-pthread-dev
-# libopenblas-dev libopenblas0 libgfortran5), they are unpacked into /tmp/gpc-deps and used only for what
+# libopenblas-dev libopenblas0 libgfortran5 libmicrohttpd-dev
+# libmicrohttpd12), they are unpacked into /tmp/gpc-deps and used only for what
 # the machine is missing. Sets PKG_CONFIG_PATH and LD_LIBRARY_PATH, and
 # gpu_deps_taken to the packages taken from .deps ("" when none).
 #
@@ -24,6 +25,12 @@ if ls "$gpu_deps_root"/.deps/cuda/*.deb >/dev/null 2>&1; then
   if ! pkg-config --exists jansson && [ -f "$gpu_deps_lib/pkgconfig/jansson.pc" ]; then
     sed "s|/usr|$gpu_deps_prefix/usr|g" "$gpu_deps_lib/pkgconfig/jansson.pc" >"$gpu_deps_lib/pkgconfig-gpc/jansson.pc"
     gpu_deps_taken="$gpu_deps_taken jansson"
+  fi
+  if ! pkg-config --exists libmicrohttpd && [ -f "$gpu_deps_lib/pkgconfig/libmicrohttpd.pc" ]; then
+    # gnutls is only linked by the library itself: its .pc need not be there
+    sed -e "s|/usr|$gpu_deps_prefix/usr|g" -e '/^Requires.private/d' \
+      "$gpu_deps_lib/pkgconfig/libmicrohttpd.pc" >"$gpu_deps_lib/pkgconfig-gpc/libmicrohttpd.pc"
+    gpu_deps_taken="$gpu_deps_taken libmicrohttpd"
   fi
   if ! pkg-config --exists openblas; then
     sed "s|/usr|$gpu_deps_prefix/usr|g" "$gpu_deps_lib/openblas-pthread/pkgconfig/openblas.pc" \
