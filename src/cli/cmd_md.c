@@ -1,7 +1,8 @@
 /*
- * cmd_md.c: `gpc md`, Lennard-Jones molecular dynamics (gpc/md.h). Prints a
- * thermodynamic table in LAMMPS's columns (per-atom energies), then the run's
- * rate in atom-steps a second; --json writes the same figures.
+ * cmd_md.c: `gpc md`, Lennard-Jones molecular dynamics (gpc/md.h) on the CPU
+ * or one GPU. Prints a thermodynamic table in LAMMPS's columns (per-atom
+ * energies), then the run's rate in atom-steps a second; --json writes the
+ * same figures.
  */
 #include "cli/cli.h"
 #include "gpc/md.h"
@@ -38,6 +39,8 @@ static gpc_status write_frame(FILE *f, const char *path, gpc_md *md, double *scr
     const int64_t n = gpc_md_atoms(md);
     const double box = gpc_md_box(md), *x = gpc_md_positions(md);
     const int64_t *id = gpc_md_ids(md);
+    if (!x || !id)
+        return gpc_error(GPC_ERR_DEVICE, "cannot copy the atoms back: %s", gpc_last_error());
     for (int64_t i = 0; i < n; i++)
         for (int d = 0; d < 3; d++) {
             double p = x[3 * i + d] - box * floor(x[3 * i + d] / box);
@@ -55,19 +58,20 @@ static gpc_status write_frame(FILE *f, const char *path, gpc_md *md, double *scr
     return GPC_OK;
 }
 
-static gpc_status write_json(const char *path, const gpc_md_config *c, const gpc_md *md,
+static gpc_status write_json(const char *path, const gpc_md_config *c, gpc_md *md,
                              const thermo_log *log, int steps, double seconds) {
     FILE *f = fopen(path, "w");
     if (!f) return gpc_error(GPC_ERR_IO, "cannot write %s: check the directory exists", path);
     fprintf(f,
             "{\"atoms\": %lld, \"cells\": %d, \"density\": %.17g, \"box\": %.17g, "
             "\"temperature\": %.17g, \"cutoff\": %.17g, \"skin\": %.17g, \"dt\": %.17g, "
-            "\"seed\": %llu, \"rebuild_every\": %d, \"threads\": %d, \"steps\": %d, "
+            "\"seed\": %llu, \"rebuild_every\": %d, \"device\": \"%s\", \"threads\": %d, "
+            "\"steps\": %d, "
             "\"seconds\": %.9g, \"atom_steps_per_s\": %.9g, \"neighbor_builds\": %lld, "
             "\"dangerous_builds\": %lld, \"pairs\": %lld,\n \"thermo\": [",
             (long long)gpc_md_atoms(md), c->cells, c->density, gpc_md_box(md), c->temperature,
             c->cutoff, c->skin, c->dt, (unsigned long long)c->seed, c->rebuild_every,
-            omp_get_max_threads(), steps, seconds,
+            gpc_device_name(c->device), omp_get_max_threads(), steps, seconds,
             seconds > 0 ? (double)gpc_md_atoms(md) * steps / seconds : 0.0,
             (long long)gpc_md_neighbor_builds(md), (long long)gpc_md_dangerous_builds(md),
             (long long)gpc_md_pairs(md));
@@ -89,7 +93,7 @@ int cmd_md(int argc, char **argv) {
     gpc_md_defaults(&c);
     int steps = 100, thermo = -1;
     int64_t seed = (int64_t)c.seed; /* signed, so a negative value is refused, not wrapped */
-    const char *json = NULL, *dump = NULL;
+    const char *json = NULL, *dump = NULL, *device = "cpu";
     int dump_every = 0;
     const cli_option options[] = {
         {"cells", CLI_INT, &c.cells, "N",
@@ -99,6 +103,8 @@ int cmd_md(int argc, char **argv) {
         {"cutoff", CLI_FLOAT, &c.cutoff, "RC", "pair cutoff, unshifted (default 2.5)"},
         {"skin", CLI_FLOAT, &c.skin, "S", "neighbour-list margin beyond the cutoff (default 0.3)"},
         {"dt", CLI_FLOAT, &c.dt, "DT", "time step (default 0.005)"},
+        {"device", CLI_STRING, &device, "DEV",
+         "cpu or cuda[:N]: the whole step on that GPU (default cpu)"},
         {"steps", CLI_INT, &steps, "N", "time steps to run (default 100)"},
         {"seed", CLI_INT64, &seed, "S", "seed of the initial velocities (default 87287)"},
         {"rebuild-every", CLI_INT, &c.rebuild_every, "N",
@@ -116,10 +122,12 @@ int cmd_md(int argc, char **argv) {
     const cli_spec spec = {
         "md",
         "md [--cells N] [--density RHO] [--temperature T] [--cutoff RC] [--skin S] [--dt DT] "
-        "[--steps N] [--seed S] [--rebuild-every N] [--thermo N] [--json FILE] [--dump FILE "
+        "[--device cpu|cuda[:N]] [--steps N] [--seed S] [--rebuild-every N] [--thermo N] [--json "
+        "FILE] [--dump FILE "
         "[--dump-every N]]",
-        "Lennard-Jones molecular dynamics on the CPU (OpenMP threads: OMP_NUM_THREADS): atoms on "
-        "an fcc lattice in a periodic box, constant energy, reduced units. The defaults are "
+        "Lennard-Jones molecular dynamics on the CPU (OpenMP threads: OMP_NUM_THREADS) or a GPU "
+        "(--device cuda): atoms on an fcc lattice in a periodic box, constant energy, reduced "
+        "units. The defaults are "
         "LAMMPS's in.lj melt benchmark (32,000 atoms); the table has LAMMPS's thermo columns "
         "(per-atom energies). Ctrl-C or SIGTERM stops the run cleanly with its summary.",
         options,
@@ -137,6 +145,19 @@ int cmd_md(int argc, char **argv) {
                                dump_every);
     if (thermo < 0) thermo = steps >= 10 ? steps / 10 : 1;
     if (dump && !dump_every) dump_every = thermo;
+    /* the syntax only: whether the GPU exists, and has room, gpc_md_create
+     * says before it allocates anything */
+    if (strcmp(device, "cuda") == 0) {
+        c.device = (gpc_device){GPC_DEVICE_CUDA, 0};
+    } else if (strncmp(device, "cuda:", 5) == 0) {
+        char *end;
+        long index = strtol(device + 5, &end, 10);
+        if (*end || end == device + 5 || index < 0 || index > 1024)
+            return cli_usage_error("md", "--device %s: write cuda:N with N a GPU number", device);
+        c.device = (gpc_device){GPC_DEVICE_CUDA, (int)index};
+    } else if (strcmp(device, "cpu") != 0) {
+        return cli_usage_error("md", "--device %s: use cpu or cuda[:N]", device);
+    }
 
     gpc_md *md = NULL;
     double t0 = gpc_time_seconds();
@@ -144,9 +165,9 @@ int cmd_md(int argc, char **argv) {
     if (st) return cli_fail("md", st);
     double setup = gpc_time_seconds() - t0;
     printf("gpc md: %lld atoms (%d^3 fcc cells, density %g, box %.4f), cutoff %g, skin %g, dt %g, "
-           "%d thread%s; set up in %.2f s\n",
+           "%s; set up in %.2f s\n",
            (long long)gpc_md_atoms(md), c.cells, c.density, gpc_md_box(md), c.cutoff, c.skin, c.dt,
-           omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s", setup);
+           gpc_md_where(md), setup);
     printf("%8s %12s %12s %12s %12s\n", "Step", "Temp", "E_pair", "TotEng", "Press");
     FILE *trajectory = NULL;
     double *scratch = NULL;

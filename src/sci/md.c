@@ -13,8 +13,13 @@
  * halves of each pair into its own force array, then the arrays are summed
  * per atom in thread order, so a run's results do not depend on scheduling
  * for a given thread count.
+ *
+ * A run on a GPU shares the setup (lattice, velocities, checks) and hands
+ * the rest to md_cuda.cu; the host arrays are then mirrors, copied from the
+ * GPU when asked for.
  */
 #include "gpc/md.h"
+#include "sci/md_cuda.h"
 #include "sci/sci.h"
 
 #include <math.h>
@@ -46,6 +51,11 @@ struct gpc_md {
     double shift[27][3]; /* box times each image offset, by shift code */
     double potential, virial;
     int64_t step, builds, since_build, dangerous;
+    gpc_md_cuda *gpu; /* NULL on the CPU */
+    /* on a GPU: whether x and v hold the GPU's current state (copied back
+     * since the last step), so what is written there may be sent back */
+    int host_x_fresh, host_v_fresh;
+    char where[320];
 };
 
 void gpc_md_defaults(gpc_md_config *c) {
@@ -58,6 +68,7 @@ void gpc_md_defaults(gpc_md_config *c) {
     c->dt = 0.005;
     c->seed = 87287;
     c->rebuild_every = 0;
+    c->device = gpc_cpu();
 }
 
 static gpc_status check_config(const gpc_md_config *c) {
@@ -82,6 +93,7 @@ static gpc_status check_config(const gpc_md_config *c) {
 
 void gpc_md_free(gpc_md *md) {
     if (!md) return;
+    gpc_md_cuda_free(md->gpu);
     gpc_free(md->x), gpc_free(md->v), gpc_free(md->f), gpc_free(md->x_built);
     gpc_free(md->thread_f), gpc_free(md->id), gpc_free(md->id_scratch), gpc_free(md->neigh),
         gpc_free(md->count);
@@ -354,6 +366,14 @@ static void compute_forces(gpc_md *md) {
 }
 
 gpc_status gpc_md_compute(gpc_md *md) {
+    if (md->gpu) {
+        /* what the host holds goes back only when it is the GPU's state,
+         * possibly written since: a stale copy would undo steps */
+        gpc_status st = gpc_md_cuda_compute(md->gpu, md->host_x_fresh ? md->x : NULL,
+                                            md->host_v_fresh ? md->v : NULL);
+        md->host_x_fresh = md->host_v_fresh = 0; /* the build reordered the atoms */
+        return st;
+    }
     GPC_TRY(build_neighbors(md));
     compute_forces(md);
     return GPC_OK;
@@ -372,14 +392,35 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
                          "md: the box (%d cells of %.4g, %.4g wide) must be more than twice cutoff "
                          "+ skin (%.4g): use at least %d cells",
                          c->cells, a, box, reach, (int)floor(2 * reach / a) + 1);
+    const int on_gpu = c->device.type == GPC_DEVICE_CUDA;
+    int cells_per_side = (int)floor(box / reach);
+    if (cells_per_side < 1) cells_per_side = 1;
+    /* the GPU's full list: all the atoms within reach, room for twice that */
+    gpc_md_cuda_config gpu_config = {
+        .atoms = 4 * (int64_t)c->cells * c->cells * c->cells,
+        .box = box,
+        .cutoff = c->cutoff,
+        .skin = c->skin,
+        .dt = c->dt,
+        .cells_per_side = cells_per_side,
+        .row_capacity = (int)(2.0 * c->density * 4.0 * M_PI / 3.0 * reach * reach * reach) + 32,
+        .rebuild_every = c->rebuild_every,
+    };
     {
         /* refuse what cannot fit rather than be killed filling it in */
         const double atoms = 4.0 * c->cells * c->cells * c->cells;
         const double row = 2.0 * c->density * 2.0 * M_PI / 3.0 * reach * reach * reach + 16;
         char what[64];
         snprintf(what, sizeof what, "md: %.0f atoms", atoms);
-        GPC_TRY(gpc_sci_check_memory(atoms * (5 * 24 + 24.0 * omp_get_max_threads() + 40 + 4 * row),
+        if (on_gpu) {
+            GPC_TRY(gpc_md_cuda_check(c->device.index, &gpu_config));
+            /* the host's mirrors and a copy's staging buffer */
+            GPC_TRY(gpc_sci_check_memory(atoms * (3 * 24 + 8 + 32), what, "use fewer cells"));
+        } else {
+            GPC_TRY(
+                gpc_sci_check_memory(atoms * (5 * 24 + 24.0 * omp_get_max_threads() + 40 + 4 * row),
                                      what, "use fewer cells"));
+        }
     }
     gpc_md *md = gpc_calloc(1, sizeof *md);
     if (!md) return gpc_error(GPC_ERR_NOMEM, "md: out of host memory");
@@ -388,26 +429,28 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
     md->box = box;
     md->volume = box * box * box;
     md->threads = omp_get_max_threads();
-    md->cells_per_side = (int)floor(box / reach);
-    if (md->cells_per_side < 1) md->cells_per_side = 1;
+    md->cells_per_side = cells_per_side;
     const int64_t n = md->n,
                   cells = (int64_t)md->cells_per_side * md->cells_per_side * md->cells_per_side;
     const size_t vec = (size_t)(3 * n) * sizeof(double);
     md->x = gpc_malloc(vec), md->v = gpc_malloc(vec), md->f = gpc_malloc(vec);
-    md->x_built = gpc_malloc(vec);
-    md->thread_f = gpc_malloc(vec * (size_t)md->threads);
     md->id = gpc_malloc((size_t)n * sizeof *md->id);
-    md->id_scratch = gpc_malloc((size_t)n * sizeof *md->id_scratch);
-    md->count = gpc_malloc((size_t)n * sizeof *md->count);
-    md->shifted = gpc_malloc((size_t)n * sizeof *md->shifted);
-    md->before = gpc_malloc((size_t)(n + 1) * sizeof *md->before);
-    md->order = gpc_malloc((size_t)n * sizeof *md->order);
-    md->scratch = gpc_malloc(vec);
-    md->cell_of = gpc_malloc((size_t)n * sizeof *md->cell_of);
-    md->cell_start = gpc_malloc((size_t)(cells + 1) * sizeof *md->cell_start);
-    if (!md->x || !md->v || !md->f || !md->x_built || !md->thread_f || !md->id || !md->id_scratch ||
-        !md->count || !md->shifted || !md->before || !md->order || !md->scratch || !md->cell_of ||
-        !md->cell_start) {
+    if (!on_gpu) { /* the GPU holds the rest itself */
+        md->x_built = gpc_malloc(vec);
+        md->thread_f = gpc_malloc(vec * (size_t)md->threads);
+        md->id_scratch = gpc_malloc((size_t)n * sizeof *md->id_scratch);
+        md->count = gpc_malloc((size_t)n * sizeof *md->count);
+        md->shifted = gpc_malloc((size_t)n * sizeof *md->shifted);
+        md->before = gpc_malloc((size_t)(n + 1) * sizeof *md->before);
+        md->order = gpc_malloc((size_t)n * sizeof *md->order);
+        md->scratch = gpc_malloc(vec);
+        md->cell_of = gpc_malloc((size_t)n * sizeof *md->cell_of);
+        md->cell_start = gpc_malloc((size_t)(cells + 1) * sizeof *md->cell_start);
+    }
+    if (!md->x || !md->v || !md->f || !md->id ||
+        (!on_gpu &&
+         (!md->x_built || !md->thread_f || !md->id_scratch || !md->count || !md->shifted ||
+          !md->before || !md->order || !md->scratch || !md->cell_of || !md->cell_start))) {
         gpc_md_free(md);
         return gpc_error(GPC_ERR_NOMEM, "md: out of host memory for %lld atoms", (long long)n);
     }
@@ -450,7 +493,16 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
     for (int64_t k = 0; k < 3 * n; k++)
         md->v[k] *= scale;
 
-    gpc_status st = gpc_md_compute(md);
+    gpc_status st;
+    if (on_gpu) {
+        st = gpc_md_cuda_create(&md->gpu, c->device.index, &gpu_config, md->x, md->v, md->id);
+        if (st == GPC_OK)
+            snprintf(md->where, sizeof md->where, "%s", gpc_md_cuda_device_name(md->gpu));
+    } else {
+        st = gpc_md_compute(md);
+        snprintf(md->where, sizeof md->where, "cpu, %d thread%s", md->threads,
+                 md->threads == 1 ? "" : "s");
+    }
     if (st != GPC_OK) {
         gpc_md_free(md);
         return st;
@@ -460,6 +512,12 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
 }
 
 gpc_status gpc_md_run(gpc_md *md, int steps) {
+    if (md->gpu) {
+        md->host_x_fresh = md->host_v_fresh = 0;
+        GPC_TRY(gpc_md_cuda_run(md->gpu, steps, md->step));
+        md->step += steps > 0 ? steps : 0;
+        return GPC_OK;
+    }
     const int64_t n3 = 3 * md->n;
     const double half_dt = 0.5 * md->config.dt, dt = md->config.dt;
     for (int s = 0; s < steps; s++) {
@@ -496,16 +554,22 @@ gpc_status gpc_md_run(gpc_md *md, int steps) {
 }
 
 void gpc_md_get_thermo(const gpc_md *md, gpc_md_thermo *out) {
-    double sum2 = 0;
-    for (int64_t k = 0; k < 3 * md->n; k++)
-        sum2 += md->v[k] * md->v[k];
+    double sum2 = 0, potential = md->potential, virial = md->virial;
+    if (md->gpu) {
+        gpc_md_cuda_sums sums;
+        gpc_md_cuda_sums_get(md->gpu, &sums); /* read back when the last run ended */
+        sum2 = sums.v2, potential = sums.potential, virial = sums.virial;
+    } else {
+        for (int64_t k = 0; k < 3 * md->n; k++)
+            sum2 += md->v[k] * md->v[k];
+    }
     const double n = (double)md->n, dof = 3.0 * n - 3.0, ke = 0.5 * sum2;
     out->step = md->step;
     out->temperature = dof > 0 ? 2.0 * ke / dof : 0.0;
-    out->potential = md->potential / n;
+    out->potential = potential / n;
     out->kinetic = ke / n;
-    out->total = (md->potential + ke) / n;
-    out->pressure = (dof * out->temperature + md->virial) / (3.0 * md->volume);
+    out->total = (potential + ke) / n;
+    out->pressure = (dof * out->temperature + virial) / (3.0 * md->volume);
 }
 
 int64_t gpc_md_atoms(const gpc_md *md) {
@@ -517,31 +581,47 @@ double gpc_md_box(const gpc_md *md) {
 }
 
 double *gpc_md_positions(gpc_md *md) {
+    if (md->gpu && !md->host_x_fresh) {
+        if (gpc_md_cuda_download(md->gpu, md->x, NULL, NULL, NULL) != GPC_OK) return NULL;
+        md->host_x_fresh = 1;
+    }
     return md->x;
 }
 
 double *gpc_md_velocities(gpc_md *md) {
+    if (md->gpu && !md->host_v_fresh) {
+        if (gpc_md_cuda_download(md->gpu, NULL, md->v, NULL, NULL) != GPC_OK) return NULL;
+        md->host_v_fresh = 1;
+    }
     return md->v;
 }
 
+/* Forces and ids are never sent back to a GPU, so they are copied at each
+ * call (the arrays, not the struct, change: md stays const). */
 const double *gpc_md_forces(const gpc_md *md) {
+    if (md->gpu && gpc_md_cuda_download(md->gpu, NULL, NULL, md->f, NULL) != GPC_OK) return NULL;
     return md->f;
 }
 
 const int64_t *gpc_md_ids(const gpc_md *md) {
+    if (md->gpu && gpc_md_cuda_download(md->gpu, NULL, NULL, NULL, md->id) != GPC_OK) return NULL;
     return md->id;
 }
 
 int64_t gpc_md_neighbor_builds(const gpc_md *md) {
-    return md->builds;
+    return md->gpu ? gpc_md_cuda_builds(md->gpu) : md->builds;
 }
 
 int64_t gpc_md_dangerous_builds(const gpc_md *md) {
-    return md->dangerous;
+    return md->gpu ? gpc_md_cuda_dangerous(md->gpu) : md->dangerous;
 }
 
 int64_t gpc_md_pairs(const gpc_md *md) {
-    return md->before[md->n];
+    return md->gpu ? gpc_md_cuda_pairs(md->gpu) : md->before[md->n];
+}
+
+const char *gpc_md_where(const gpc_md *md) {
+    return md->where;
 }
 
 void gpc_md_brute_force(const gpc_md *md, double *forces, double *energy, double *virial) {
@@ -550,6 +630,12 @@ void gpc_md_brute_force(const gpc_md *md, double *forces, double *energy, double
     const double rc2 = md->config.cutoff * md->config.cutoff;
     double e = 0, w = 0;
     memset(forces, 0, (size_t)(3 * n) * sizeof *forces);
+    /* on a GPU, its positions, unless the host's copy is already them */
+    if (md->gpu && !md->host_x_fresh &&
+        gpc_md_cuda_download(md->gpu, md->x, NULL, NULL, NULL) != GPC_OK) {
+        *energy = *virial = NAN;
+        return;
+    }
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = i + 1; j < n; j++) {
             double dx = nearest(md->x[3 * i] - md->x[3 * j], box, inv_box);
