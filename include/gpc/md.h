@@ -98,6 +98,23 @@ int64_t gpc_md_pairs(const gpc_md *md); /* pairs in the current neighbour list *
 /* "cpu, 4 threads" or "NVIDIA H200 (cuda:0)": where the run computes. */
 const char *gpc_md_where(const gpc_md *md);
 
+/* One run split across the `world` processes of an MPI job (mpirun, or gpc
+ * launch of a CPU run), this one being `rank`: the box cut into slabs along
+ * x, one a process, each holding its atoms and copies of its neighbours'
+ * within cutoff + skin of its faces (sci/md_split.c). Results equal one
+ * process's up to the order of the force sums. CPU only; world 1 is
+ * gpc_md_create. Collective from here on: every process calls gpc_md_run,
+ * gpc_md_gather_positions and gpc_md_free alike; gpc_md_get_thermo and the
+ * counters give the whole crystal's figures on each. gpc_md_positions and
+ * the other per-atom arrays are NULL on a split run. Errors as
+ * gpc_md_create's, and slabs narrower than cutoff + skin. */
+gpc_status gpc_md_create_split(gpc_md **out, const gpc_md_config *config, int rank, int world);
+int gpc_md_processes(const gpc_md *md); /* 1 unless split */
+
+/* Every atom's position by id ([atoms][3]), wrapped into the box, on every
+ * process of a split run (collective), or of a run in one process. */
+gpc_status gpc_md_gather_positions(gpc_md *md, double *out);
+
 /* Every pair of atoms against every other, nearest image (a reference for
  * tests): forces [atoms][3], the pair energy and the virial sum r . f. */
 void gpc_md_brute_force(const gpc_md *md, double *forces, double *energy, double *virial);

@@ -20,6 +20,7 @@
  */
 #include "gpc/md.h"
 #include "sci/md_cuda.h"
+#include "sci/md_split.h"
 #include "sci/sci.h"
 
 #include <math.h>
@@ -52,6 +53,8 @@ struct gpc_md {
     double potential, virial;
     int64_t step, builds, since_build, dangerous;
     gpc_md_cuda *gpu; /* NULL on the CPU */
+    md_split *split;  /* NULL in one process */
+    int ranks;
     /* on a GPU: whether x and v hold the GPU's current state (copied back
      * since the last step), so what is written there may be sent back */
     int host_x_fresh, host_v_fresh;
@@ -94,6 +97,7 @@ static gpc_status check_config(const gpc_md_config *c) {
 void gpc_md_free(gpc_md *md) {
     if (!md) return;
     gpc_md_cuda_free(md->gpu);
+    md_split_free(md->split);
     gpc_free(md->x), gpc_free(md->v), gpc_free(md->f), gpc_free(md->x_built);
     gpc_free(md->thread_f), gpc_free(md->id), gpc_free(md->id_scratch), gpc_free(md->neigh),
         gpc_free(md->count);
@@ -366,6 +370,9 @@ static void compute_forces(gpc_md *md) {
 }
 
 gpc_status gpc_md_compute(gpc_md *md) {
+    if (md->split)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "md: a run split across processes cannot take positions from outside");
     if (md->gpu) {
         /* what the host holds goes back only when it is the GPU's state,
          * possibly written since: a stale copy would undo steps */
@@ -380,6 +387,43 @@ gpc_status gpc_md_compute(gpc_md *md) {
 }
 
 /* ------------------------------------------------------------- the run */
+
+/* The fcc lattice (4 atoms a cell, x fastest: LAMMPS's create_atoms order)
+ * of spacing a, and velocities: uniform, total momentum removed, scaled to
+ * the temperature exactly. */
+static void fill_lattice(const gpc_md_config *c, double a, int64_t n, double *x, double *v,
+                         int64_t *id) {
+    for (int64_t k = 0; k < n; k++)
+        id[k] = k;
+    /* the fcc lattice: 4 atoms a cell, x fastest (LAMMPS's create_atoms order) */
+    static const double basis[4][3] = {{0, 0, 0}, {0.5, 0.5, 0}, {0.5, 0, 0.5}, {0, 0.5, 0.5}};
+    int64_t i = 0;
+    for (int cz = 0; cz < c->cells; cz++)
+        for (int cy = 0; cy < c->cells; cy++)
+            for (int cx = 0; cx < c->cells; cx++)
+                for (int b = 0; b < 4; b++, i++) {
+                    x[3 * i] = (cx + basis[b][0]) * a;
+                    x[3 * i + 1] = (cy + basis[b][1]) * a;
+                    x[3 * i + 2] = (cz + basis[b][2]) * a;
+                }
+    /* velocities: uniform, total momentum removed, scaled to the temperature */
+    gpc_rng rng;
+    gpc_rng_seed(&rng, c->seed, 0x6d64);
+    double mean[3] = {0, 0, 0};
+    for (int64_t k = 0; k < 3 * n; k++) {
+        v[k] = gpc_rng_uniform64(&rng) - 0.5;
+        mean[k % 3] += v[k];
+    }
+    double sum2 = 0;
+    for (int64_t k = 0; k < 3 * n; k++) {
+        v[k] -= mean[k % 3] / (double)n;
+        sum2 += v[k] * v[k];
+    }
+    const double dof = 3.0 * (double)n - 3.0;
+    double scale = dof > 0 && sum2 > 0 ? sqrt(c->temperature * dof / sum2) : 0.0;
+    for (int64_t k = 0; k < 3 * n; k++)
+        v[k] *= scale;
+}
 
 gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
     *out = NULL;
@@ -462,36 +506,7 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
     }
     /* half of the atoms within reach, and room for twice that in a row */
     md->row_capacity = (int64_t)(2.0 * c->density * 2.0 * M_PI / 3.0 * reach * reach * reach) + 16;
-    for (int64_t k = 0; k < n; k++)
-        md->id[k] = k;
-    /* the fcc lattice: 4 atoms a cell, x fastest (LAMMPS's create_atoms order) */
-    static const double basis[4][3] = {{0, 0, 0}, {0.5, 0.5, 0}, {0.5, 0, 0.5}, {0, 0.5, 0.5}};
-    int64_t i = 0;
-    for (int z = 0; z < c->cells; z++)
-        for (int y = 0; y < c->cells; y++)
-            for (int x = 0; x < c->cells; x++)
-                for (int b = 0; b < 4; b++, i++) {
-                    md->x[3 * i] = (x + basis[b][0]) * a;
-                    md->x[3 * i + 1] = (y + basis[b][1]) * a;
-                    md->x[3 * i + 2] = (z + basis[b][2]) * a;
-                }
-    /* velocities: uniform, total momentum removed, scaled to the temperature */
-    gpc_rng rng;
-    gpc_rng_seed(&rng, c->seed, 0x6d64);
-    double mean[3] = {0, 0, 0};
-    for (int64_t k = 0; k < 3 * n; k++) {
-        md->v[k] = gpc_rng_uniform64(&rng) - 0.5;
-        mean[k % 3] += md->v[k];
-    }
-    double sum2 = 0;
-    for (int64_t k = 0; k < 3 * n; k++) {
-        md->v[k] -= mean[k % 3] / (double)n;
-        sum2 += md->v[k] * md->v[k];
-    }
-    const double dof = 3.0 * (double)n - 3.0;
-    double scale = dof > 0 && sum2 > 0 ? sqrt(c->temperature * dof / sum2) : 0.0;
-    for (int64_t k = 0; k < 3 * n; k++)
-        md->v[k] *= scale;
+    fill_lattice(c, a, n, md->x, md->v, md->id);
 
     gpc_status st;
     if (on_gpu) {
@@ -512,6 +527,11 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
 }
 
 gpc_status gpc_md_run(gpc_md *md, int steps) {
+    if (md->split) {
+        GPC_TRY(md_split_run(md->split, steps, md->step));
+        md->step += steps > 0 ? steps : 0;
+        return GPC_OK;
+    }
     if (md->gpu) {
         md->host_x_fresh = md->host_v_fresh = 0;
         GPC_TRY(gpc_md_cuda_run(md->gpu, steps, md->step));
@@ -555,7 +575,10 @@ gpc_status gpc_md_run(gpc_md *md, int steps) {
 
 void gpc_md_get_thermo(const gpc_md *md, gpc_md_thermo *out) {
     double sum2 = 0, potential = md->potential, virial = md->virial;
-    if (md->gpu) {
+    if (md->split) {
+        int64_t pairs;
+        md_split_sums(md->split, &potential, &virial, &sum2, &pairs);
+    } else if (md->gpu) {
         gpc_md_cuda_sums sums;
         gpc_md_cuda_sums_get(md->gpu, &sums); /* read back when the last run ended */
         sum2 = sums.v2, potential = sums.potential, virial = sums.virial;
@@ -580,7 +603,14 @@ double gpc_md_box(const gpc_md *md) {
     return md->box;
 }
 
+static const char split_message[] =
+    "md: a run split across processes holds its atoms in pieces: use gpc_md_gather_positions";
+
 double *gpc_md_positions(gpc_md *md) {
+    if (md->split) {
+        gpc_error(GPC_ERR_UNSUPPORTED, split_message);
+        return NULL;
+    }
     if (md->gpu && !md->host_x_fresh) {
         if (gpc_md_cuda_download(md->gpu, md->x, NULL, NULL, NULL) != GPC_OK) return NULL;
         md->host_x_fresh = 1;
@@ -589,6 +619,10 @@ double *gpc_md_positions(gpc_md *md) {
 }
 
 double *gpc_md_velocities(gpc_md *md) {
+    if (md->split) {
+        gpc_error(GPC_ERR_UNSUPPORTED, split_message);
+        return NULL;
+    }
     if (md->gpu && !md->host_v_fresh) {
         if (gpc_md_cuda_download(md->gpu, NULL, md->v, NULL, NULL) != GPC_OK) return NULL;
         md->host_v_fresh = 1;
@@ -599,29 +633,118 @@ double *gpc_md_velocities(gpc_md *md) {
 /* Forces and ids are never sent back to a GPU, so they are copied at each
  * call (the arrays, not the struct, change: md stays const). */
 const double *gpc_md_forces(const gpc_md *md) {
+    if (md->split) {
+        gpc_error(GPC_ERR_UNSUPPORTED, split_message);
+        return NULL;
+    }
     if (md->gpu && gpc_md_cuda_download(md->gpu, NULL, NULL, md->f, NULL) != GPC_OK) return NULL;
     return md->f;
 }
 
 const int64_t *gpc_md_ids(const gpc_md *md) {
+    if (md->split) {
+        gpc_error(GPC_ERR_UNSUPPORTED, split_message);
+        return NULL;
+    }
     if (md->gpu && gpc_md_cuda_download(md->gpu, NULL, NULL, NULL, md->id) != GPC_OK) return NULL;
     return md->id;
 }
 
 int64_t gpc_md_neighbor_builds(const gpc_md *md) {
-    return md->gpu ? gpc_md_cuda_builds(md->gpu) : md->builds;
+    return md->split ? md_split_builds(md->split)
+           : md->gpu ? gpc_md_cuda_builds(md->gpu)
+                     : md->builds;
 }
 
 int64_t gpc_md_dangerous_builds(const gpc_md *md) {
-    return md->gpu ? gpc_md_cuda_dangerous(md->gpu) : md->dangerous;
+    return md->split ? md_split_dangerous(md->split)
+           : md->gpu ? gpc_md_cuda_dangerous(md->gpu)
+                     : md->dangerous;
 }
 
 int64_t gpc_md_pairs(const gpc_md *md) {
+    if (md->split) {
+        double e, w, v2;
+        int64_t pairs;
+        md_split_sums(md->split, &e, &w, &v2, &pairs);
+        return pairs;
+    }
     return md->gpu ? gpc_md_cuda_pairs(md->gpu) : md->before[md->n];
 }
 
 const char *gpc_md_where(const gpc_md *md) {
     return md->where;
+}
+
+int gpc_md_processes(const gpc_md *md) {
+    return md->split ? md->ranks : 1;
+}
+
+gpc_status gpc_md_gather_positions(gpc_md *md, double *out) {
+    if (md->split) return md_split_gather_positions(md->split, out);
+    const double *x = gpc_md_positions(md);
+    const int64_t *id = gpc_md_ids(md);
+    if (!x || !id) return gpc_error(GPC_ERR_DEVICE, "md: %s", gpc_last_error());
+    for (int64_t i = 0; i < md->n; i++)
+        for (int d = 0; d < 3; d++) {
+            double p = x[3 * i + d] - md->box * floor(x[3 * i + d] / md->box);
+            out[3 * id[i] + d] = p >= md->box || p < 0 ? 0.0 : p;
+        }
+    return GPC_OK;
+}
+
+gpc_status gpc_md_create_split(gpc_md **out, const gpc_md_config *config, int rank, int world) {
+    if (world <= 1) return gpc_md_create(out, config);
+    *out = NULL;
+    GPC_TRY(check_config(config));
+    const gpc_md_config *c = config;
+    if (c->device.type != GPC_DEVICE_CPU)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "md: a run over several processes runs on the CPU (--device cpu); on a "
+                         "GPU run one process");
+    const double a = cbrt(4.0 / c->density), box = a * c->cells, reach = c->cutoff + c->skin;
+    if (!(box > 2 * reach))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "md: the box (%d cells of %.4g, %.4g wide) must be more than twice cutoff "
+                         "+ skin (%.4g): use at least %d cells",
+                         c->cells, a, box, reach, (int)floor(2 * reach / a) + 1);
+    const double atoms = 4.0 * c->cells * c->cells * c->cells;
+    {
+        /* the whole crystal once (every process draws it, then keeps its
+         * slab) and a slab's share of the rest, twice for ghosts */
+        const double row = 2.0 * c->density * 4.0 * M_PI / 3.0 * reach * reach * reach + 32;
+        char what[64];
+        snprintf(what, sizeof what, "md: %.0f atoms", atoms);
+        GPC_TRY(gpc_sci_check_memory(atoms * 56 + atoms / world * 2 * (14 * 8 + 4 * row), what,
+                                     "use fewer cells"));
+    }
+    gpc_md *md = gpc_calloc(1, sizeof *md);
+    if (!md) return gpc_error(GPC_ERR_NOMEM, "md: out of host memory");
+    md->config = *c;
+    md->n = (int64_t)atoms;
+    md->box = box;
+    md->volume = box * box * box;
+    md->threads = omp_get_max_threads();
+    md->ranks = world;
+    const size_t vec = (size_t)(3 * md->n) * sizeof(double);
+    double *x = gpc_malloc(vec), *v = gpc_malloc(vec);
+    int64_t *id = gpc_malloc((size_t)md->n * sizeof *id);
+    gpc_status st = GPC_OK;
+    if (!x || !v || !id) {
+        st = gpc_error(GPC_ERR_NOMEM, "md: out of host memory for %lld atoms", (long long)md->n);
+    } else {
+        fill_lattice(c, a, md->n, x, v, id);
+        st = md_split_create(&md->split, c, rank, world, md->n, box, x, v, id);
+    }
+    gpc_free(x), gpc_free(v), gpc_free(id);
+    if (st != GPC_OK) {
+        gpc_md_free(md);
+        return st;
+    }
+    snprintf(md->where, sizeof md->where, "cpu, %d processes of %d thread%s", world, md->threads,
+             md->threads == 1 ? "" : "s");
+    *out = md;
+    return GPC_OK;
 }
 
 void gpc_md_brute_force(const gpc_md *md, double *forces, double *energy, double *virial) {
@@ -630,6 +753,10 @@ void gpc_md_brute_force(const gpc_md *md, double *forces, double *energy, double
     const double rc2 = md->config.cutoff * md->config.cutoff;
     double e = 0, w = 0;
     memset(forces, 0, (size_t)(3 * n) * sizeof *forces);
+    if (md->split) { /* every pair needs every position: not for a split run */
+        *energy = *virial = NAN;
+        return;
+    }
     /* on a GPU, its positions, unless the host's copy is already them */
     if (md->gpu && !md->host_x_fresh &&
         gpc_md_cuda_download(md->gpu, md->x, NULL, NULL, NULL) != GPC_OK) {
