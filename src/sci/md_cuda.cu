@@ -533,7 +533,11 @@ static gpc_status upload_vec(gpc_md_cuda *g, md_vec *dst, const double *src) {
         return gpc_error(GPC_ERR_NOMEM, "md: out of host memory for %lld atoms", (long long)g->n);
     for (int64_t i = 0; i < g->n; i++)
         h[i].x = src[3 * i], h[i].y = src[3 * i + 1], h[i].z = src[3 * i + 2], h[i].w = 0;
-    cudaError_t err = cudaMemcpy(dst, h, (size_t)g->n * sizeof *h, cudaMemcpyHostToDevice);
+    /* from pageable memory a copy may return before its DMA ends: wait for
+     * it before the buffer goes */
+    cudaError_t err =
+        cudaMemcpyAsync(dst, h, (size_t)g->n * sizeof *h, cudaMemcpyHostToDevice, g->stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(g->stream);
     gpc_free(h);
     GPC_CUDA_CHECK(err);
     return GPC_OK;
@@ -543,7 +547,9 @@ static gpc_status download_vec(gpc_md_cuda *g, double *dst, const md_vec *src) {
     md_vec *h = (md_vec *)gpc_malloc((size_t)g->n * sizeof *h);
     if (!h)
         return gpc_error(GPC_ERR_NOMEM, "md: out of host memory for %lld atoms", (long long)g->n);
-    cudaError_t err = cudaMemcpy(h, src, (size_t)g->n * sizeof *h, cudaMemcpyDeviceToHost);
+    cudaError_t err =
+        cudaMemcpyAsync(h, src, (size_t)g->n * sizeof *h, cudaMemcpyDeviceToHost, g->stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(g->stream);
     if (err == cudaSuccess)
         for (int64_t i = 0; i < g->n; i++)
             dst[3 * i] = h[i].x, dst[3 * i + 1] = h[i].y, dst[3 * i + 2] = h[i].z;
@@ -577,7 +583,9 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
         snprintf(g->name, sizeof g->name, "%s (cuda:%d)", prop.name, device);
         g->loop_blocks = prop.multiProcessorCount * LOOP_BLOCKS_PER_SM;
     }
-    MD_CHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    /* a blocking stream: it waits for the default stream's copies and sets
+     * too, so no copy below can race a kernel */
+    MD_CHECK(cudaStreamCreate(&g->stream));
     {
         const size_t n = (size_t)g->n, vec = n * sizeof(md_vec);
         MD_CHECK(cudaMalloc(&g->x, vec));
@@ -602,18 +610,23 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
                                                (int)(g->cells + 1), g->stream));
         MD_CHECK(cudaMalloc(&g->scan_tmp, g->scan_bytes ? g->scan_bytes : 1));
         /* the count after the last cell stays 0: the scan's last start is n */
-        MD_CHECK(cudaMemset(g->cell_count, 0, (size_t)(g->cells + 1) * sizeof(int)));
-        MD_CHECK(cudaMemset(g->f, 0, n * sizeof(float4)));
-        MD_CHECK(cudaMemset(g->count, 0, n * sizeof(int)));
+        MD_CHECK(
+            cudaMemsetAsync(g->cell_count, 0, (size_t)(g->cells + 1) * sizeof(int), g->stream));
+        MD_CHECK(cudaMemsetAsync(g->f, 0, n * sizeof(float4), g->stream));
+        MD_CHECK(cudaMemsetAsync(g->count, 0, n * sizeof(int), g->stream));
     }
     memset(&g->host, 0, sizeof g->host);
     g->host.blowup_step = LLONG_MAX;
-    MD_CHECK(cudaMemcpy(g->flags, &g->host, sizeof g->host, cudaMemcpyHostToDevice));
+    MD_CHECK(
+        cudaMemcpyAsync(g->flags, &g->host, sizeof g->host, cudaMemcpyHostToDevice, g->stream));
+    MD_CHECK(cudaStreamSynchronize(g->stream));
     status = upload_vec(g, g->x, x);
     if (status == GPC_OK) status = upload_vec(g, g->v, v);
     if (status != GPC_OK) goto done;
     static_assert(sizeof(long long) == sizeof(int64_t), "ids are 64 bits on both sides");
-    MD_CHECK(cudaMemcpy(g->id, id, (size_t)g->n * sizeof(long long), cudaMemcpyHostToDevice));
+    MD_CHECK(cudaMemcpyAsync(g->id, id, (size_t)g->n * sizeof(long long), cudaMemcpyHostToDevice,
+                             g->stream));
+    MD_CHECK(cudaStreamSynchronize(g->stream));
     status = compute_now(g, 0);
 done:
     if (status != GPC_OK) {
