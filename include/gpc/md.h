@@ -11,9 +11,9 @@
  * The defaults are LAMMPS's `in.lj` melt benchmark: 32,000 atoms at density
  * 0.8442, temperature 3.0, cutoff 2.5, skin 0.3, time step 0.005.
  *
- * On a GPU (config.device cuda:N) the whole step runs there: positions and
- * velocities in float64, pair forces in float32 over a full neighbour list,
- * energies and virial in float64 (sci/md_cuda.cu). The accessors below then
+ * On a GPU (config.device cuda:N) the whole step runs there, over a full
+ * neighbour list, in float64 (pair forces in float32 on request), energies
+ * and virial reduced in float64 (sci/md_cuda.cu). The accessors below then
  * copy the state back to host arrays on each call.
  *
  * Thermodynamic output follows LAMMPS's conventions, so the two can be read
@@ -40,6 +40,7 @@ typedef struct {
     uint64_t seed;      /* initial velocities */
     int rebuild_every;  /* 0: rebuild when an atom moved over skin/2; N: every N steps */
     gpc_device device;  /* the CPU (OpenMP threads) or a GPU */
+    int gpu_forces_f32; /* on a GPU: pair forces in float32, not float64 */
 } gpc_md_config;
 
 /* LAMMPS's in.lj: 20 cells (32,000 atoms), 0.8442, 3.0, 2.5, 0.3, 0.005;

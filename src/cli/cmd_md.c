@@ -66,13 +66,16 @@ static gpc_status write_json(const char *path, const gpc_md_config *c, gpc_md *m
     fprintf(f,
             "{\"atoms\": %lld, \"cells\": %d, \"density\": %.17g, \"box\": %.17g, "
             "\"temperature\": %.17g, \"cutoff\": %.17g, \"skin\": %.17g, \"dt\": %.17g, "
-            "\"seed\": %llu, \"rebuild_every\": %d, \"device\": \"%s\", \"processes\": %d, "
+            "\"seed\": %llu, \"rebuild_every\": %d, \"device\": \"%s\", \"forces\": \"%s\", "
+            "\"processes\": %d, "
             "\"threads\": %d, \"steps\": %d, "
             "\"seconds\": %.9g, \"atom_steps_per_s\": %.9g, \"neighbor_builds\": %lld, "
             "\"dangerous_builds\": %lld, \"pairs\": %lld,\n \"thermo\": [",
             (long long)gpc_md_atoms(md), c->cells, c->density, gpc_md_box(md), c->temperature,
             c->cutoff, c->skin, c->dt, (unsigned long long)c->seed, c->rebuild_every,
-            gpc_device_name(c->device), gpc_md_processes(md), omp_get_max_threads(), steps, seconds,
+            gpc_device_name(c->device),
+            c->device.type == GPC_DEVICE_CUDA && c->gpu_forces_f32 ? "f32" : "f64",
+            gpc_md_processes(md), omp_get_max_threads(), steps, seconds,
             seconds > 0 ? (double)gpc_md_atoms(md) * steps / seconds : 0.0,
             (long long)gpc_md_neighbor_builds(md), (long long)gpc_md_dangerous_builds(md),
             (long long)gpc_md_pairs(md));
@@ -94,7 +97,7 @@ int cmd_md(int argc, char **argv) {
     gpc_md_defaults(&c);
     int steps = 100, thermo = -1;
     int64_t seed = (int64_t)c.seed; /* signed, so a negative value is refused, not wrapped */
-    const char *json = NULL, *dump = NULL, *device = "cpu";
+    const char *json = NULL, *dump = NULL, *device = "cpu", *forces = "f64";
     int dump_every = 0;
     const cli_option options[] = {
         {"cells", CLI_INT, &c.cells, "N",
@@ -106,6 +109,8 @@ int cmd_md(int argc, char **argv) {
         {"dt", CLI_FLOAT, &c.dt, "DT", "time step (default 0.005)"},
         {"device", CLI_STRING, &device, "DEV",
          "cpu or cuda[:N]: the whole step on that GPU (default cpu)"},
+        {"forces", CLI_STRING, &forces, "P",
+         "on a GPU, pair forces in f64 (default) or f32 (for GPUs slow in float64)"},
         {"steps", CLI_INT, &steps, "N", "time steps to run (default 100)"},
         {"seed", CLI_INT64, &seed, "S", "seed of the initial velocities (default 87287)"},
         {"rebuild-every", CLI_INT, &c.rebuild_every, "N",
@@ -123,7 +128,8 @@ int cmd_md(int argc, char **argv) {
     const cli_spec spec = {
         "md",
         "md [--cells N] [--density RHO] [--temperature T] [--cutoff RC] [--skin S] [--dt DT] "
-        "[--device cpu|cuda[:N]] [--steps N] [--seed S] [--rebuild-every N] [--thermo N] [--json "
+        "[--device cpu|cuda[:N]] [--forces f64|f32] [--steps N] [--seed S] [--rebuild-every N] "
+        "[--thermo N] [--json "
         "FILE] [--dump FILE "
         "[--dump-every N]]",
         "Lennard-Jones molecular dynamics on the CPU (OpenMP threads: OMP_NUM_THREADS) or a GPU "
@@ -146,6 +152,9 @@ int cmd_md(int argc, char **argv) {
                                dump_every);
     if (thermo < 0) thermo = steps >= 10 ? steps / 10 : 1;
     if (dump && !dump_every) dump_every = thermo;
+    if (strcmp(forces, "f64") != 0 && strcmp(forces, "f32") != 0)
+        return cli_usage_error("md", "--forces %s: use f64 or f32", forces);
+    c.gpu_forces_f32 = strcmp(forces, "f32") == 0;
     /* the syntax only: whether the GPU exists, and has room, gpc_md_create
      * says before it allocates anything */
     if (strcmp(device, "cuda") == 0) {

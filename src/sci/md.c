@@ -449,6 +449,7 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
         .cells_per_side = cells_per_side,
         .row_capacity = (int)(2.0 * c->density * 4.0 * M_PI / 3.0 * reach * reach * reach) + 32,
         .rebuild_every = c->rebuild_every,
+        .forces_f32 = c->gpu_forces_f32,
     };
     {
         /* refuse what cannot fit rather than be killed filling it in */

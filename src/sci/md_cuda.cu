@@ -24,14 +24,16 @@
  *                warp's loads of slot k are one coalesced line
  *   (last step)  the closing half kick and the thermo sums
  *
- * Precision: positions and velocities are float64, as on the CPU (an fp32
- * coordinate of a 33-wide box carries 4e-6 of rounding, which moves the
- * printed energy's seventh digit). Each pair's separation is taken in
- * float64 and rounded to float32; the pair force is float32 and summed per
- * atom in float32. On the steps whose thermo is reported the pair energy
- * and virial are computed again in float64 and reduced in float64 in a
- * fixed order (per block, then one block over the blocks), so the printed
- * figures do not carry float32's rounding.
+ * Precision: positions, velocities and forces are float64, as on the CPU
+ * (an fp32 coordinate of a 33-wide box carries 4e-6 of rounding, which
+ * moves the printed energy's seventh digit; pair forces of 50 that cancel
+ * to 10 carry float32's rounding into every step). The force kernel is
+ * bound by memory, not by the H200's float64 rate (half its float32 rate),
+ * so this costs little there; --forces f32 computes and sums the pair
+ * forces in float32 (separations still taken in float64) for GPUs with
+ * little float64. On the steps whose thermo is reported the pair energy and
+ * virial are computed in float64 and reduced in float64 in a fixed order
+ * (per block, then one block over the blocks), the same from run to run.
  *
  * Each pair's periodic image is the nearest one, taken per pair: positions
  * are wrapped at each build, move less than half the skin before the next,
@@ -58,6 +60,7 @@ constexpr int LOOP_BLOCKS_PER_SM = 8;
 struct __align__(32) md_vec {
     double x, y, z, w;
 };
+static_assert(sizeof(md_vec) == 32, "one atom's vector is 32 bytes");
 
 /* What the kernels tell the host and each other, in one struct so that a
  * run's end reads it back with one copy. */
@@ -102,13 +105,13 @@ __device__ __forceinline__ double nearest(double d, double box, double inv_box) 
 /* ------------------------------------------------------------ the step */
 
 __global__ void md_integrate(int64_t n, md_vec *__restrict__ x, md_vec *__restrict__ v,
-                             const float4 *__restrict__ f, const md_vec *__restrict__ x_built,
+                             const md_vec *__restrict__ f, const md_vec *__restrict__ x_built,
                              double dt, double half_dt, int finish_previous, double limit2,
                              long long step, md_flags *flags) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
     md_vec vi = v[i];
-    const float4 fi = f[i];
+    const md_vec fi = f[i];
     if (finish_previous) { /* the closing half kick of the step before */
         vi.x += half_dt * fi.x, vi.y += half_dt * fi.y, vi.z += half_dt * fi.z;
     }
@@ -270,19 +273,21 @@ __global__ void md_end_build(md_flags *flags) {
 
 /* ---------------------------------------------------------- the forces */
 
-/* THERMO: also the pair energy and virial in float64, summed per block into
+/* Real: the precision of the pair force and of its sum per atom (float64
+ * by default, as the CPU's; float32 with --forces f32). THERMO: also the
+ * pair energy and virial in float64, summed per block into
  * partials[2 * block] and [2 * block + 1] (each pair counted from both
  * ends: the reduction halves them). */
-template <bool THERMO>
+template <bool THERMO, typename Real>
 __global__ void __launch_bounds__(ATOM_THREADS)
     md_forces(int64_t n, const md_vec *__restrict__ x, const int *__restrict__ count,
-              const int *__restrict__ neigh, float4 *__restrict__ f, double box, double inv_box,
+              const int *__restrict__ neigh, md_vec *__restrict__ f, double box, double inv_box,
               double rc2, double *__restrict__ partials) {
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     double e = 0, w = 0;
     if (i < n) {
         const md_vec p = x[i];
-        float fx = 0, fy = 0, fz = 0;
+        Real fx = 0, fy = 0, fz = 0;
         const int partners = count[i];
         const int *row = neigh + i;
         for (int k = 0; k < partners; k++) {
@@ -293,9 +298,12 @@ __global__ void __launch_bounds__(ATOM_THREADS)
             const double dz = nearest(p.z - q.z, box, inv_box);
             const double r2 = dx * dx + dy * dy + dz * dz;
             if (r2 < rc2) { /* the test in float64: the same pairs as the CPU's */
-                const float r2inv = 1.0f / (float)r2, r6inv = r2inv * r2inv * r2inv;
-                const float fpair = r6inv * (48.0f * r6inv - 24.0f) * r2inv;
-                fx += (float)dx * fpair, fy += (float)dy * fpair, fz += (float)dz * fpair;
+                /* md.c's expressions; float64 division is exact-rounded even
+                 * under --use_fast_math, float32's is not (unbiased enough
+                 * for forces, not for the printed energy: see THERMO) */
+                const Real r2inv = Real(1) / (Real)r2, r6inv = r2inv * r2inv * r2inv;
+                const Real fpair = r6inv * (Real(48) * r6inv - Real(24)) * r2inv;
+                fx += (Real)dx * fpair, fy += (Real)dy * fpair, fz += (Real)dz * fpair;
                 if (THERMO) {
                     const double r2i = 1.0 / r2, r6i = r2i * r2i * r2i;
                     e += 4.0 * r6i * (r6i - 1.0);
@@ -303,7 +311,9 @@ __global__ void __launch_bounds__(ATOM_THREADS)
                 }
             }
         }
-        f[i] = make_float4(fx, fy, fz, 0.0f);
+        md_vec out;
+        out.x = fx, out.y = fy, out.z = fz, out.w = 0;
+        f[i] = out;
     }
     if (THERMO) {
         __shared__ double shared[ATOM_THREADS];
@@ -316,14 +326,14 @@ __global__ void __launch_bounds__(ATOM_THREADS)
 /* The closing half kick (kick 0: none, for the thermo of a fresh state),
  * and each block's sum of v^2 into partials[block]. */
 __global__ void __launch_bounds__(ATOM_THREADS)
-    md_finish(int64_t n, md_vec *__restrict__ v, const float4 *__restrict__ f, double half_dt,
+    md_finish(int64_t n, md_vec *__restrict__ v, const md_vec *__restrict__ f, double half_dt,
               int kick, double *__restrict__ partials) {
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     double s = 0;
     if (i < n) {
         md_vec vi = v[i];
         if (kick) {
-            const float4 fi = f[i];
+            const md_vec fi = f[i];
             vi.x += half_dt * fi.x, vi.y += half_dt * fi.y, vi.z += half_dt * fi.z;
             v[i] = vi;
         }
@@ -377,7 +387,7 @@ struct gpc_md_cuda {
     int64_t since_build; /* steps since the last build, for rebuild_every */
     cudaStream_t stream;
     md_vec *x, *v, *x_built, *x_tmp, *v_tmp;
-    float4 *f;
+    md_vec *f;
     long long *id, *id_tmp;
     int *cell_of, *cell_rank, *cell_count, *cell_start, *order, *count, *neigh;
     void *scan_tmp;
@@ -405,9 +415,9 @@ static int64_t cells_of(const gpc_md_cuda_config *c) {
 
 extern "C" double gpc_md_cuda_bytes(const gpc_md_cuda_config *c) {
     const double n = (double)c->atoms;
-    /* x, v, x_built and two gather buffers of 32 bytes; forces 16; ids and
-     * their buffer 16; cell, rank, order, count 16; the rows */
-    const double per_atom = 5 * 32 + 16 + 16 + 16 + 4.0 * c->row_capacity;
+    /* x, v, f, x_built and two gather buffers of 32 bytes; ids and their
+     * buffer 16; cell, rank, order, count 16; the rows */
+    const double per_atom = 6 * 32 + 16 + 16 + 4.0 * c->row_capacity;
     /* cell counts and starts, CUB's scan space (under 1% of the counts),
      * the thermo partials, and the context's own share */
     const double cells = 8.0 * (double)(cells_of(c) + 1) * 1.1 + 1e6;
@@ -511,13 +521,33 @@ static gpc_status read_flags(gpc_md_cuda *g, long long last) {
     return GPC_OK;
 }
 
+/* Queues the force kernel in the run's precision. */
+static void queue_forces(gpc_md_cuda *g, bool thermo) {
+    const dim3 grid(g->atom_blocks), block(ATOM_THREADS);
+    double *partials = thermo ? g->energy_partials : NULL;
+    if (g->c.forces_f32) {
+        if (thermo)
+            md_forces<true, float><<<grid, block, 0, g->stream>>>(
+                g->n, g->x, g->count, g->neigh, g->f, g->c.box, g->inv_box, g->rc2, partials);
+        else
+            md_forces<false, float><<<grid, block, 0, g->stream>>>(
+                g->n, g->x, g->count, g->neigh, g->f, g->c.box, g->inv_box, g->rc2, partials);
+    } else {
+        if (thermo)
+            md_forces<true, double><<<grid, block, 0, g->stream>>>(
+                g->n, g->x, g->count, g->neigh, g->f, g->c.box, g->inv_box, g->rc2, partials);
+        else
+            md_forces<false, double><<<grid, block, 0, g->stream>>>(
+                g->n, g->x, g->count, g->neigh, g->f, g->c.box, g->inv_box, g->rc2, partials);
+    }
+}
+
 /* A build now, forces and the thermo sums of the current state. */
 static gpc_status compute_now(gpc_md_cuda *g, long long step) {
     md_force_rebuild<<<1, 1, 0, g->stream>>>(g->flags);
     GPC_TRY(queue_build(g, step));
     g->since_build = 0;
-    md_forces<true><<<g->atom_blocks, ATOM_THREADS, 0, g->stream>>>(
-        g->n, g->x, g->count, g->neigh, g->f, g->c.box, g->inv_box, g->rc2, g->energy_partials);
+    queue_forces(g, true);
     md_finish<<<g->atom_blocks, ATOM_THREADS, 0, g->stream>>>(g->n, g->v, g->f, 0.0, 0,
                                                               g->v2_partials);
     md_reduce_thermo<<<1, REDUCE_THREADS, 0, g->stream>>>(g->atom_blocks, g->energy_partials,
@@ -593,7 +623,7 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
         MD_CHECK(cudaMalloc(&g->x_built, vec));
         MD_CHECK(cudaMalloc(&g->x_tmp, vec));
         MD_CHECK(cudaMalloc(&g->v_tmp, vec));
-        MD_CHECK(cudaMalloc(&g->f, n * sizeof(float4)));
+        MD_CHECK(cudaMalloc(&g->f, vec));
         MD_CHECK(cudaMalloc(&g->id, n * sizeof(long long)));
         MD_CHECK(cudaMalloc(&g->id_tmp, n * sizeof(long long)));
         MD_CHECK(cudaMalloc(&g->cell_of, n * sizeof(int)));
@@ -612,7 +642,7 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
         /* the count after the last cell stays 0: the scan's last start is n */
         MD_CHECK(
             cudaMemsetAsync(g->cell_count, 0, (size_t)(g->cells + 1) * sizeof(int), g->stream));
-        MD_CHECK(cudaMemsetAsync(g->f, 0, n * sizeof(float4), g->stream));
+        MD_CHECK(cudaMemsetAsync(g->f, 0, vec, g->stream));
         MD_CHECK(cudaMemsetAsync(g->count, 0, n * sizeof(int), g->stream));
     }
     memset(&g->host, 0, sizeof g->host);
@@ -652,13 +682,7 @@ extern "C" gpc_status gpc_md_cuda_run(gpc_md_cuda *g, int steps, int64_t first_s
         }
         md_decide<<<1, 1, 0, g->stream>>>(g->flags, forced);
         GPC_TRY(queue_build(g, step));
-        if (s == steps - 1)
-            md_forces<true><<<g->atom_blocks, ATOM_THREADS, 0, g->stream>>>(
-                g->n, g->x, g->count, g->neigh, g->f, g->c.box, g->inv_box, g->rc2,
-                g->energy_partials);
-        else
-            md_forces<false><<<g->atom_blocks, ATOM_THREADS, 0, g->stream>>>(
-                g->n, g->x, g->count, g->neigh, g->f, g->c.box, g->inv_box, g->rc2, NULL);
+        queue_forces(g, s == steps - 1);
         GPC_CUDA_CHECK_LAUNCH();
     }
     md_finish<<<g->atom_blocks, ATOM_THREADS, 0, g->stream>>>(g->n, g->v, g->f, half_dt, 1,
@@ -690,18 +714,7 @@ extern "C" gpc_status gpc_md_cuda_download(gpc_md_cuda *g, double *x, double *v,
     GPC_CUDA_CHECK(cudaStreamSynchronize(g->stream));
     if (x) GPC_TRY(download_vec(g, x, g->x));
     if (v) GPC_TRY(download_vec(g, v, g->v));
-    if (f) {
-        float4 *h = (float4 *)gpc_malloc((size_t)g->n * sizeof *h);
-        if (!h)
-            return gpc_error(GPC_ERR_NOMEM, "md: out of host memory for %lld atoms",
-                             (long long)g->n);
-        cudaError_t err = cudaMemcpy(h, g->f, (size_t)g->n * sizeof *h, cudaMemcpyDeviceToHost);
-        if (err == cudaSuccess)
-            for (int64_t i = 0; i < g->n; i++)
-                f[3 * i] = h[i].x, f[3 * i + 1] = h[i].y, f[3 * i + 2] = h[i].z;
-        gpc_free(h);
-        GPC_CUDA_CHECK(err);
-    }
+    if (f) GPC_TRY(download_vec(g, f, g->f));
     if (id)
         GPC_CUDA_CHECK(
             cudaMemcpy(id, g->id, (size_t)g->n * sizeof(long long), cudaMemcpyDeviceToHost));

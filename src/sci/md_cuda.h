@@ -7,6 +7,9 @@
  * with CUDA; otherwise md_cuda_stub.c answers every call with
  * GPC_ERR_UNSUPPORTED and "this gpc was built without CUDA".
  *
+ * Positions, velocities and forces are float64 (pair forces float32 with
+ * forces_f32); energies and virial are reduced in float64.
+ *
  * Atoms are held in the order of the last neighbour-list build (sorted by
  * cell), as the CPU's are; the host mirrors of md.c are copied from and to
  * that order.
@@ -28,6 +31,7 @@ typedef struct {
     int cells_per_side; /* of the cell grid, cells at least cutoff + skin wide */
     int row_capacity;   /* neighbour slots per atom (a full list: both halves of a pair) */
     int rebuild_every;  /* 0: when an atom moved over half the skin */
+    int forces_f32;     /* pair forces in float32 (1) or float64 (0) */
 } gpc_md_cuda_config;
 
 /* The sums of the last step whose thermo was computed (the step a create,

@@ -100,6 +100,7 @@ expect_usage "skin -1 is negative" --skin -1
 expect_usage "unknown option --atoms" --atoms 10
 expect_usage "--dump-every 5 needs --dump FILE" --dump-every 5
 expect_usage "--device gpu: use cpu or cuda[:N]" --device gpu
+expect_usage "--forces f16: use f64 or f32" --forces f16
 expect_usage "--device cuda:x: write cuda:N" --device cuda:x
 # without a GPU (or CUDA in the build): one line that says so and what to do
 if ! nvidia-smi -L >/dev/null 2>&1; then
