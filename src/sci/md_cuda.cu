@@ -27,13 +27,13 @@
  * Precision: positions, velocities and forces are float64, as on the CPU
  * (an fp32 coordinate of a 33-wide box carries 4e-6 of rounding, which
  * moves the printed energy's seventh digit; pair forces of 50 that cancel
- * to 10 carry float32's rounding into every step). The force kernel is
- * bound by memory, not by the H200's float64 rate (half its float32 rate),
- * so this costs little there; --forces f32 computes and sums the pair
- * forces in float32 (separations still taken in float64) for GPUs with
- * little float64. On the steps whose thermo is reported the pair energy and
- * virial are computed in float64 and reduced in float64 in a fixed order
- * (per block, then one block over the blocks), the same from run to run.
+ * to 10 carry float32's rounding into every step). By the model in
+ * bench/md_gpu.sh the step is bound by memory well before the H200's
+ * float64 rate (half its float32 rate), so this should cost little there; --forces f32 computes and
+ * sums the pair forces in float32 (separations still taken in float64) for GPUs with little
+ * float64. On the steps whose thermo is reported the pair energy and virial are computed in float64
+ * and reduced in float64 in a fixed order (per block, then one block over the blocks), the same
+ * from run to run.
  *
  * Each pair's periodic image is the nearest one, taken per pair: positions
  * are wrapped at each build, move less than half the skin before the next,

@@ -525,10 +525,6 @@ gpc_status md_split_gather_positions(md_split *s, double *out) {
 
 #else /* no MPI in this build */
 
-struct md_split {
-    int unused;
-};
-
 gpc_status md_split_create(md_split **out, const gpc_md_config *c, int rank, int world,
                            int64_t atoms, double box, const double *x, const double *v,
                            const int64_t *id) {

@@ -110,7 +110,7 @@ static void test_small_neighbor_list_random(void **state) {
     const int sizes[] = {6, 5};
     for (int s = 0; s < 2; s++) {
         const int cells = sizes[s];
-        const int64_t n = 4 * cells * cells * cells;
+        const int64_t n = 4 * (int64_t)cells * cells * cells;
         const double box = cells * cbrt(4.0 / 0.8442), reach = 2.8;
         gpc_md_cuda_config c = {.atoms = n,
                                 .box = box,
