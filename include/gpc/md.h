@@ -1,5 +1,5 @@
 /*
- * md.h: Lennard-Jones molecular dynamics on the CPU.
+ * md.h: Lennard-Jones molecular dynamics on the CPU or one GPU.
  *
  * Reduced units (epsilon = sigma = mass = Boltzmann's constant = 1), the
  * pair potential 4 (r^-12 - r^-6) cut at `cutoff` without shifting (what
@@ -10,6 +10,11 @@
  * skin since the last build (or every N steps, as LAMMPS's benchmark does).
  * The defaults are LAMMPS's `in.lj` melt benchmark: 32,000 atoms at density
  * 0.8442, temperature 3.0, cutoff 2.5, skin 0.3, time step 0.005.
+ *
+ * On a GPU (config.device cuda:N) the whole step runs there, over a full
+ * neighbour list, in float64 (pair forces in float32 on request), energies
+ * and virial reduced in float64 (sci/md_cuda.cu). The accessors below then
+ * copy the state back to host arrays on each call.
  *
  * Thermodynamic output follows LAMMPS's conventions, so the two can be read
  * side by side: energies per atom, temperature over 3N - 3 degrees of
@@ -34,9 +39,12 @@ typedef struct {
     double dt;          /* time step */
     uint64_t seed;      /* initial velocities */
     int rebuild_every;  /* 0: rebuild when an atom moved over skin/2; N: every N steps */
+    gpc_device device;  /* the CPU (OpenMP threads) or a GPU */
+    int gpu_forces_f32; /* on a GPU: pair forces in float32, not float64 */
 } gpc_md_config;
 
-/* LAMMPS's in.lj: 20 cells (32,000 atoms), 0.8442, 3.0, 2.5, 0.3, 0.005. */
+/* LAMMPS's in.lj: 20 cells (32,000 atoms), 0.8442, 3.0, 2.5, 0.3, 0.005;
+ * on the CPU. */
 void gpc_md_defaults(gpc_md_config *config);
 
 typedef struct {
@@ -51,14 +59,17 @@ typedef struct {
 typedef struct gpc_md gpc_md;
 
 /* Places the atoms, draws velocities (uniform, total momentum removed,
- * scaled to the temperature exactly) and computes the first forces. Errors:
- * a value out of range, a box not more than twice cutoff + skin wide (the
- * nearest image would be ambiguous), memory. */
+ * scaled to the temperature exactly) and computes the first forces. Errors,
+ * all found before anything is allocated: a value out of range, a box not
+ * more than twice cutoff + skin wide (the nearest image would be
+ * ambiguous), more atoms than the host's (or the GPU's) free memory holds,
+ * a GPU that does not exist or a build without CUDA. */
 gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config);
 void gpc_md_free(gpc_md *md);
 
 /* Advances `steps` time steps. A run whose energy stops being finite (a time
- * step too long for the temperature) fails with GPC_ERR_INVALID_ARG. */
+ * step too long for the temperature) fails with GPC_ERR_INVALID_ARG. On a
+ * GPU the steps are queued and waited for once, at the end. */
 gpc_status gpc_md_run(gpc_md *md, int steps);
 
 /* Recomputes forces, energy and virial at the current positions, rebuilding
@@ -72,6 +83,9 @@ double gpc_md_box(const gpc_md *md); /* side of the cube */
 /* Atoms are sorted by cell at each neighbour-list build, so an atom's row
  * changes: gpc_md_ids gives each row's atom (its place in the lattice order
  * of creation). Positions are wrapped into the box at each build. */
+/* On a GPU: copied back from it at each call (NULL if that fails, with the
+ * reason in gpc_last_error()); what is written into positions or
+ * velocities goes back to the GPU at the next gpc_md_compute. */
 double *gpc_md_positions(gpc_md *md);  /* [atoms][3], writable */
 double *gpc_md_velocities(gpc_md *md); /* [atoms][3], writable */
 const double *gpc_md_forces(const gpc_md *md);
@@ -81,6 +95,26 @@ int64_t gpc_md_neighbor_builds(const gpc_md *md);
  * half the skin since the one before, so pairs may have been missed. */
 int64_t gpc_md_dangerous_builds(const gpc_md *md);
 int64_t gpc_md_pairs(const gpc_md *md); /* pairs in the current neighbour list */
+
+/* "cpu, 4 threads" or "NVIDIA H200 (cuda:0)": where the run computes. */
+const char *gpc_md_where(const gpc_md *md);
+
+/* One run split across the `world` processes of an MPI job (mpirun, or gpc
+ * launch of a CPU run), this one being `rank`: the box cut into slabs along
+ * x, one a process, each holding its atoms and copies of its neighbours'
+ * within cutoff + skin of its faces (sci/md_split.c). Results equal one
+ * process's up to the order of the force sums. CPU only; world 1 is
+ * gpc_md_create. Collective from here on: every process calls gpc_md_run,
+ * gpc_md_gather_positions and gpc_md_free alike; gpc_md_get_thermo and the
+ * counters give the whole crystal's figures on each. gpc_md_positions and
+ * the other per-atom arrays are NULL on a split run. Errors as
+ * gpc_md_create's, and slabs narrower than cutoff + skin. */
+gpc_status gpc_md_create_split(gpc_md **out, const gpc_md_config *config, int rank, int world);
+int gpc_md_processes(const gpc_md *md); /* 1 unless split */
+
+/* Every atom's position by id ([atoms][3]), wrapped into the box, on every
+ * process of a split run (collective), or of a run in one process. */
+gpc_status gpc_md_gather_positions(gpc_md *md, double *out);
 
 /* Every pair of atoms against every other, nearest image (a reference for
  * tests): forces [atoms][3], the pair energy and the virial sum r . f. */

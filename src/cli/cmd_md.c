@@ -1,13 +1,17 @@
 /*
- * cmd_md.c: `gpc md`, Lennard-Jones molecular dynamics (gpc/md.h). Prints a
- * thermodynamic table in LAMMPS's columns (per-atom energies), then the run's
- * rate in atom-steps a second; --json writes the same figures.
+ * cmd_md.c: `gpc md`, Lennard-Jones molecular dynamics (gpc/md.h) on the CPU
+ * or one GPU, or split across the processes of mpirun (or gpc launch).
+ * Prints a thermodynamic table in LAMMPS's columns (per-atom energies), then
+ * the run's rate in atom-steps a second; --json writes the same figures.
+ * In a split run every process steps and rank 0 alone prints and writes.
  */
 #include "cli/cli.h"
+#include "gpc/dist.h"
 #include "gpc/md.h"
 
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +20,8 @@ typedef struct {
     gpc_md_thermo *rows;
     int count, capacity;
 } thermo_log;
+
+static int printing = 1; /* rank 0 of a split run, or the only process */
 
 static int log_row(thermo_log *log, const gpc_md *md) {
     if (log->count == log->capacity) {
@@ -26,6 +32,7 @@ static int log_row(thermo_log *log, const gpc_md *md) {
     }
     gpc_md_get_thermo(md, &log->rows[log->count++]);
     const gpc_md_thermo *t = &log->rows[log->count - 1];
+    if (!printing) return 1;
     printf("%8lld %12.7f %12.7f %12.7f %12.7f\n", (long long)t->step, t->temperature, t->potential,
            t->total, t->pressure);
     fflush(stdout);
@@ -33,16 +40,13 @@ static int log_row(thermo_log *log, const gpc_md *md) {
 }
 
 /* One frame of the trajectory in extended XYZ (OVITO, ASE and VMD read it):
- * the atoms in the order they were created, positions wrapped into the box. */
+ * the atoms in the order they were created, positions wrapped into the box.
+ * Collective in a split run (the positions are gathered); f is rank 0's. */
 static gpc_status write_frame(FILE *f, const char *path, gpc_md *md, double *scratch, double dt) {
     const int64_t n = gpc_md_atoms(md);
-    const double box = gpc_md_box(md), *x = gpc_md_positions(md);
-    const int64_t *id = gpc_md_ids(md);
-    for (int64_t i = 0; i < n; i++)
-        for (int d = 0; d < 3; d++) {
-            double p = x[3 * i + d] - box * floor(x[3 * i + d] / box);
-            scratch[3 * id[i] + d] = p >= box ? 0.0 : p;
-        }
+    const double box = gpc_md_box(md);
+    GPC_TRY(gpc_md_gather_positions(md, scratch));
+    if (!f) return GPC_OK;
     gpc_md_thermo t;
     gpc_md_get_thermo(md, &t);
     fprintf(f,
@@ -55,19 +59,23 @@ static gpc_status write_frame(FILE *f, const char *path, gpc_md *md, double *scr
     return GPC_OK;
 }
 
-static gpc_status write_json(const char *path, const gpc_md_config *c, const gpc_md *md,
+static gpc_status write_json(const char *path, const gpc_md_config *c, gpc_md *md,
                              const thermo_log *log, int steps, double seconds) {
     FILE *f = fopen(path, "w");
     if (!f) return gpc_error(GPC_ERR_IO, "cannot write %s: check the directory exists", path);
     fprintf(f,
             "{\"atoms\": %lld, \"cells\": %d, \"density\": %.17g, \"box\": %.17g, "
             "\"temperature\": %.17g, \"cutoff\": %.17g, \"skin\": %.17g, \"dt\": %.17g, "
-            "\"seed\": %llu, \"rebuild_every\": %d, \"threads\": %d, \"steps\": %d, "
+            "\"seed\": %llu, \"rebuild_every\": %d, \"device\": \"%s\", \"forces\": \"%s\", "
+            "\"processes\": %d, "
+            "\"threads\": %d, \"steps\": %d, "
             "\"seconds\": %.9g, \"atom_steps_per_s\": %.9g, \"neighbor_builds\": %lld, "
             "\"dangerous_builds\": %lld, \"pairs\": %lld,\n \"thermo\": [",
             (long long)gpc_md_atoms(md), c->cells, c->density, gpc_md_box(md), c->temperature,
             c->cutoff, c->skin, c->dt, (unsigned long long)c->seed, c->rebuild_every,
-            omp_get_max_threads(), steps, seconds,
+            gpc_device_name(c->device),
+            c->device.type == GPC_DEVICE_CUDA && c->gpu_forces_f32 ? "f32" : "f64",
+            gpc_md_processes(md), omp_get_max_threads(), steps, seconds,
             seconds > 0 ? (double)gpc_md_atoms(md) * steps / seconds : 0.0,
             (long long)gpc_md_neighbor_builds(md), (long long)gpc_md_dangerous_builds(md),
             (long long)gpc_md_pairs(md));
@@ -89,7 +97,7 @@ int cmd_md(int argc, char **argv) {
     gpc_md_defaults(&c);
     int steps = 100, thermo = -1;
     int64_t seed = (int64_t)c.seed; /* signed, so a negative value is refused, not wrapped */
-    const char *json = NULL, *dump = NULL;
+    const char *json = NULL, *dump = NULL, *device = "cpu", *forces = "f64";
     int dump_every = 0;
     const cli_option options[] = {
         {"cells", CLI_INT, &c.cells, "N",
@@ -99,6 +107,10 @@ int cmd_md(int argc, char **argv) {
         {"cutoff", CLI_FLOAT, &c.cutoff, "RC", "pair cutoff, unshifted (default 2.5)"},
         {"skin", CLI_FLOAT, &c.skin, "S", "neighbour-list margin beyond the cutoff (default 0.3)"},
         {"dt", CLI_FLOAT, &c.dt, "DT", "time step (default 0.005)"},
+        {"device", CLI_STRING, &device, "DEV",
+         "cpu or cuda[:N]: the whole step on that GPU (default cpu)"},
+        {"forces", CLI_STRING, &forces, "P",
+         "on a GPU, pair forces in f64 (default) or f32 (for GPUs slow in float64)"},
         {"steps", CLI_INT, &steps, "N", "time steps to run (default 100)"},
         {"seed", CLI_INT64, &seed, "S", "seed of the initial velocities (default 87287)"},
         {"rebuild-every", CLI_INT, &c.rebuild_every, "N",
@@ -116,10 +128,13 @@ int cmd_md(int argc, char **argv) {
     const cli_spec spec = {
         "md",
         "md [--cells N] [--density RHO] [--temperature T] [--cutoff RC] [--skin S] [--dt DT] "
-        "[--steps N] [--seed S] [--rebuild-every N] [--thermo N] [--json FILE] [--dump FILE "
+        "[--device cpu|cuda[:N]] [--forces f64|f32] [--steps N] [--seed S] [--rebuild-every N] "
+        "[--thermo N] [--json "
+        "FILE] [--dump FILE "
         "[--dump-every N]]",
-        "Lennard-Jones molecular dynamics on the CPU (OpenMP threads: OMP_NUM_THREADS): atoms on "
-        "an fcc lattice in a periodic box, constant energy, reduced units. The defaults are "
+        "Lennard-Jones molecular dynamics on the CPU (OpenMP threads: OMP_NUM_THREADS) or a GPU "
+        "(--device cuda): atoms on an fcc lattice in a periodic box, constant energy, reduced "
+        "units. The defaults are "
         "LAMMPS's in.lj melt benchmark (32,000 atoms); the table has LAMMPS's thermo columns "
         "(per-atom energies). Ctrl-C or SIGTERM stops the run cleanly with its summary.",
         options,
@@ -137,26 +152,64 @@ int cmd_md(int argc, char **argv) {
                                dump_every);
     if (thermo < 0) thermo = steps >= 10 ? steps / 10 : 1;
     if (dump && !dump_every) dump_every = thermo;
+    if (strcmp(forces, "f64") != 0 && strcmp(forces, "f32") != 0)
+        return cli_usage_error("md", "--forces %s: use f64 or f32", forces);
+    c.gpu_forces_f32 = strcmp(forces, "f32") == 0;
+    /* the syntax only: whether the GPU exists, and has room, gpc_md_create
+     * says before it allocates anything */
+    if (strcmp(device, "cuda") == 0) {
+        c.device = (gpc_device){GPC_DEVICE_CUDA, 0};
+    } else if (strncmp(device, "cuda:", 5) == 0) {
+        char *end;
+        long index = strtol(device + 5, &end, 10);
+        if (*end || end == device + 5 || index < 0 || index > 1024)
+            return cli_usage_error("md", "--device %s: write cuda:N with N a GPU number", device);
+        c.device = (gpc_device){GPC_DEVICE_CUDA, (int)index};
+    } else if (strcmp(device, "cpu") != 0) {
+        return cli_usage_error("md", "--device %s: use cpu or cuda[:N]", device);
+    }
 
+    /* several processes (mpirun, srun, gpc launch): each owns a slab */
+    gpc_dist_env env;
+    gpc_status st = gpc_dist_env_from_process(&env);
+    if (st) return cli_fail("md", st);
+    gpc_dist *dist = NULL;
+    if (env.world_size > 1) {
+        if (c.device.type != GPC_DEVICE_CPU)
+            return cli_usage_error("md",
+                                   "--device %s over %d processes: a split run is on the CPU; "
+                                   "run one process on a GPU",
+                                   device, env.world_size);
+        st = gpc_dist_create(&dist, &env, gpc_cpu(), "mpi");
+        if (st) return cli_fail("md", st);
+        printing = env.rank == 0;
+    }
     gpc_md *md = NULL;
     double t0 = gpc_time_seconds();
-    gpc_status st = gpc_md_create(&md, &c);
-    if (st) return cli_fail("md", st);
+    st = gpc_md_create_split(&md, &c, env.rank, env.world_size > 1 ? env.world_size : 1);
+    if (st) {
+        int rc = cli_fail("md", st);
+        gpc_dist_destroy(dist);
+        return rc;
+    }
     double setup = gpc_time_seconds() - t0;
-    printf("gpc md: %lld atoms (%d^3 fcc cells, density %g, box %.4f), cutoff %g, skin %g, dt %g, "
-           "%d thread%s; set up in %.2f s\n",
-           (long long)gpc_md_atoms(md), c.cells, c.density, gpc_md_box(md), c.cutoff, c.skin, c.dt,
-           omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s", setup);
-    printf("%8s %12s %12s %12s %12s\n", "Step", "Temp", "E_pair", "TotEng", "Press");
+    if (printing)
+        printf(
+            "gpc md: %lld atoms (%d^3 fcc cells, density %g, box %.4f), cutoff %g, skin %g, dt %g, "
+            "%s; set up in %.2f s\n",
+            (long long)gpc_md_atoms(md), c.cells, c.density, gpc_md_box(md), c.cutoff, c.skin, c.dt,
+            gpc_md_where(md), setup);
+    if (printing) printf("%8s %12s %12s %12s %12s\n", "Step", "Temp", "E_pair", "TotEng", "Press");
     FILE *trajectory = NULL;
     double *scratch = NULL;
     if (dump) {
-        trajectory = fopen(dump, "w");
+        if (printing) trajectory = fopen(dump, "w");
         scratch = malloc((size_t)(3 * gpc_md_atoms(md)) * sizeof *scratch);
-        if (!trajectory || !scratch) {
+        if ((printing && !trajectory) || !scratch) {
             if (trajectory) fclose(trajectory);
             free(scratch);
             gpc_md_free(md);
+            gpc_dist_destroy(dist);
             return cli_fail("md", gpc_error(GPC_ERR_IO,
                                             "cannot write %s: check the directory "
                                             "exists",
@@ -168,8 +221,16 @@ int cmd_md(int argc, char **argv) {
     int ok = log_row(&log, md);
     double seconds = 0;
     cli_catch_stop(NULL); /* Ctrl-C, SIGTERM: stop after the current steps, with the summary */
-    int done = 0;
-    for (; ok && st == GPC_OK && done < steps && !cli_stop_signal();) {
+    int done = 0, stopped = 0;
+    for (; ok && st == GPC_OK && done < steps;) {
+        /* the processes of a split run stop at the same step: any one's
+         * signal stops them all */
+        double stop = cli_stop_signal() != 0;
+        if (dist && dist->ops->all_reduce_host(dist, &stop, 1) != GPC_OK) stop = 1;
+        if (stop > 0) {
+            stopped = 1;
+            break;
+        }
         /* up to the next thermo row, frame or the end, at most 20 steps so a
          * stop request is seen soon */
         int chunk = thermo - done % thermo;
@@ -184,17 +245,18 @@ int cmd_md(int argc, char **argv) {
         if (st == GPC_OK && dump && done % dump_every == 0)
             st = write_frame(trajectory, dump, md, scratch, c.dt);
     }
-    if (cli_stop_signal() && st == GPC_OK && ok) {
+    if (stopped && st == GPC_OK && ok) {
         if (done % thermo) ok = log_row(&log, md); /* the last step reached */
-        fprintf(stderr, "gpc md: stopped by %s at step %d of %d%s\n", cli_stop_name(), done, steps,
-                dump ? "; the trajectory holds the frames written so far" : "");
+        if (printing)
+            fprintf(stderr, "gpc md: stopped by %s at step %d of %d%s\n", cli_stop_name(), done,
+                    steps, dump ? "; the trajectory holds the frames written so far" : "");
         steps = done; /* the summary is of the steps that ran */
     }
     if (trajectory && fclose(trajectory) != 0 && st == GPC_OK)
         st = gpc_error(GPC_ERR_IO, "cannot finish writing %s", dump);
     free(scratch);
     if (st == GPC_OK && !ok) st = gpc_error(GPC_ERR_NOMEM, "out of host memory for the thermo log");
-    if (st == GPC_OK && log.count > 0) {
+    if (st == GPC_OK && log.count > 0 && printing) {
         const gpc_md_thermo *first = &log.rows[0], *last = &log.rows[log.count - 1];
         printf("gpc md: %d steps in %.3f s: %.3g million atom-steps/s, %lld neighbour-list "
                "builds, %.1f listed pairs an atom; energy drift %.3g per atom\n",
@@ -204,7 +266,7 @@ int cmd_md(int argc, char **argv) {
         if (json) st = write_json(json, &c, md, &log, steps, seconds);
     }
     /* also when the run failed: missed pairs are a likely reason it blew up */
-    if (gpc_md_dangerous_builds(md)) {
+    if (gpc_md_dangerous_builds(md) && printing) {
         fflush(stdout);
         fprintf(stderr,
                 "gpc md: warning: %lld of the rebuilds every %d steps came after an atom had moved "
@@ -214,6 +276,7 @@ int cmd_md(int argc, char **argv) {
     }
     free(log.rows);
     gpc_md_free(md);
+    gpc_dist_destroy(dist);
     if (st) return cli_fail("md", st);
-    return cli_stop_signal() ? 128 + cli_stop_signal() : CLI_EXIT_OK;
+    return stopped ? 128 + (cli_stop_signal() ? cli_stop_signal() : SIGTERM) : CLI_EXIT_OK;
 }

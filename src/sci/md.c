@@ -13,8 +13,14 @@
  * halves of each pair into its own force array, then the arrays are summed
  * per atom in thread order, so a run's results do not depend on scheduling
  * for a given thread count.
+ *
+ * A run on a GPU shares the setup (lattice, velocities, checks) and hands
+ * the rest to md_cuda.cu; the host arrays are then mirrors, copied from the
+ * GPU when asked for.
  */
 #include "gpc/md.h"
+#include "sci/md_cuda.h"
+#include "sci/md_split.h"
 #include "sci/sci.h"
 
 #include <math.h>
@@ -46,6 +52,13 @@ struct gpc_md {
     double shift[27][3]; /* box times each image offset, by shift code */
     double potential, virial;
     int64_t step, builds, since_build, dangerous;
+    gpc_md_cuda *gpu; /* NULL on the CPU */
+    md_split *split;  /* NULL in one process */
+    int ranks;
+    /* on a GPU: whether x and v hold the GPU's current state (copied back
+     * since the last step), so what is written there may be sent back */
+    int host_x_fresh, host_v_fresh;
+    char where[320];
 };
 
 void gpc_md_defaults(gpc_md_config *c) {
@@ -58,6 +71,7 @@ void gpc_md_defaults(gpc_md_config *c) {
     c->dt = 0.005;
     c->seed = 87287;
     c->rebuild_every = 0;
+    c->device = gpc_cpu();
 }
 
 static gpc_status check_config(const gpc_md_config *c) {
@@ -82,6 +96,8 @@ static gpc_status check_config(const gpc_md_config *c) {
 
 void gpc_md_free(gpc_md *md) {
     if (!md) return;
+    gpc_md_cuda_free(md->gpu);
+    md_split_free(md->split);
     gpc_free(md->x), gpc_free(md->v), gpc_free(md->f), gpc_free(md->x_built);
     gpc_free(md->thread_f), gpc_free(md->id), gpc_free(md->id_scratch), gpc_free(md->neigh),
         gpc_free(md->count);
@@ -354,12 +370,60 @@ static void compute_forces(gpc_md *md) {
 }
 
 gpc_status gpc_md_compute(gpc_md *md) {
+    if (md->split)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "md: a run split across processes cannot take positions from outside");
+    if (md->gpu) {
+        /* what the host holds goes back only when it is the GPU's state,
+         * possibly written since: a stale copy would undo steps */
+        gpc_status st = gpc_md_cuda_compute(md->gpu, md->host_x_fresh ? md->x : NULL,
+                                            md->host_v_fresh ? md->v : NULL);
+        md->host_x_fresh = md->host_v_fresh = 0; /* the build reordered the atoms */
+        return st;
+    }
     GPC_TRY(build_neighbors(md));
     compute_forces(md);
     return GPC_OK;
 }
 
 /* ------------------------------------------------------------- the run */
+
+/* The fcc lattice (4 atoms a cell, x fastest: LAMMPS's create_atoms order)
+ * of spacing a, and velocities: uniform, total momentum removed, scaled to
+ * the temperature exactly. */
+static void fill_lattice(const gpc_md_config *c, double a, int64_t n, double *x, double *v,
+                         int64_t *id) {
+    for (int64_t k = 0; k < n; k++)
+        id[k] = k;
+    /* the fcc lattice: 4 atoms a cell, x fastest (LAMMPS's create_atoms order) */
+    static const double basis[4][3] = {{0, 0, 0}, {0.5, 0.5, 0}, {0.5, 0, 0.5}, {0, 0.5, 0.5}};
+    int64_t i = 0;
+    for (int cz = 0; cz < c->cells; cz++)
+        for (int cy = 0; cy < c->cells; cy++)
+            for (int cx = 0; cx < c->cells; cx++)
+                for (int b = 0; b < 4; b++, i++) {
+                    x[3 * i] = (cx + basis[b][0]) * a;
+                    x[3 * i + 1] = (cy + basis[b][1]) * a;
+                    x[3 * i + 2] = (cz + basis[b][2]) * a;
+                }
+    /* velocities: uniform, total momentum removed, scaled to the temperature */
+    gpc_rng rng;
+    gpc_rng_seed(&rng, c->seed, 0x6d64);
+    double mean[3] = {0, 0, 0};
+    for (int64_t k = 0; k < 3 * n; k++) {
+        v[k] = gpc_rng_uniform64(&rng) - 0.5;
+        mean[k % 3] += v[k];
+    }
+    double sum2 = 0;
+    for (int64_t k = 0; k < 3 * n; k++) {
+        v[k] -= mean[k % 3] / (double)n;
+        sum2 += v[k] * v[k];
+    }
+    const double dof = 3.0 * (double)n - 3.0;
+    double scale = dof > 0 && sum2 > 0 ? sqrt(c->temperature * dof / sum2) : 0.0;
+    for (int64_t k = 0; k < 3 * n; k++)
+        v[k] *= scale;
+}
 
 gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
     *out = NULL;
@@ -372,14 +436,36 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
                          "md: the box (%d cells of %.4g, %.4g wide) must be more than twice cutoff "
                          "+ skin (%.4g): use at least %d cells",
                          c->cells, a, box, reach, (int)floor(2 * reach / a) + 1);
+    const int on_gpu = c->device.type == GPC_DEVICE_CUDA;
+    int cells_per_side = (int)floor(box / reach);
+    if (cells_per_side < 1) cells_per_side = 1;
+    /* the GPU's full list: all the atoms within reach, room for twice that */
+    gpc_md_cuda_config gpu_config = {
+        .atoms = 4 * (int64_t)c->cells * c->cells * c->cells,
+        .box = box,
+        .cutoff = c->cutoff,
+        .skin = c->skin,
+        .dt = c->dt,
+        .cells_per_side = cells_per_side,
+        .row_capacity = (int)(2.0 * c->density * 4.0 * M_PI / 3.0 * reach * reach * reach) + 32,
+        .rebuild_every = c->rebuild_every,
+        .forces_f32 = c->gpu_forces_f32,
+    };
     {
         /* refuse what cannot fit rather than be killed filling it in */
         const double atoms = 4.0 * c->cells * c->cells * c->cells;
         const double row = 2.0 * c->density * 2.0 * M_PI / 3.0 * reach * reach * reach + 16;
         char what[64];
         snprintf(what, sizeof what, "md: %.0f atoms", atoms);
-        GPC_TRY(gpc_sci_check_memory(atoms * (5 * 24 + 24.0 * omp_get_max_threads() + 40 + 4 * row),
+        if (on_gpu) {
+            GPC_TRY(gpc_md_cuda_check(c->device.index, &gpu_config));
+            /* the host's mirrors and a copy's staging buffer */
+            GPC_TRY(gpc_sci_check_memory(atoms * (3 * 24 + 8 + 32), what, "use fewer cells"));
+        } else {
+            GPC_TRY(
+                gpc_sci_check_memory(atoms * (5 * 24 + 24.0 * omp_get_max_threads() + 40 + 4 * row),
                                      what, "use fewer cells"));
+        }
     }
     gpc_md *md = gpc_calloc(1, sizeof *md);
     if (!md) return gpc_error(GPC_ERR_NOMEM, "md: out of host memory");
@@ -388,26 +474,28 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
     md->box = box;
     md->volume = box * box * box;
     md->threads = omp_get_max_threads();
-    md->cells_per_side = (int)floor(box / reach);
-    if (md->cells_per_side < 1) md->cells_per_side = 1;
+    md->cells_per_side = cells_per_side;
     const int64_t n = md->n,
                   cells = (int64_t)md->cells_per_side * md->cells_per_side * md->cells_per_side;
     const size_t vec = (size_t)(3 * n) * sizeof(double);
     md->x = gpc_malloc(vec), md->v = gpc_malloc(vec), md->f = gpc_malloc(vec);
-    md->x_built = gpc_malloc(vec);
-    md->thread_f = gpc_malloc(vec * (size_t)md->threads);
     md->id = gpc_malloc((size_t)n * sizeof *md->id);
-    md->id_scratch = gpc_malloc((size_t)n * sizeof *md->id_scratch);
-    md->count = gpc_malloc((size_t)n * sizeof *md->count);
-    md->shifted = gpc_malloc((size_t)n * sizeof *md->shifted);
-    md->before = gpc_malloc((size_t)(n + 1) * sizeof *md->before);
-    md->order = gpc_malloc((size_t)n * sizeof *md->order);
-    md->scratch = gpc_malloc(vec);
-    md->cell_of = gpc_malloc((size_t)n * sizeof *md->cell_of);
-    md->cell_start = gpc_malloc((size_t)(cells + 1) * sizeof *md->cell_start);
-    if (!md->x || !md->v || !md->f || !md->x_built || !md->thread_f || !md->id || !md->id_scratch ||
-        !md->count || !md->shifted || !md->before || !md->order || !md->scratch || !md->cell_of ||
-        !md->cell_start) {
+    if (!on_gpu) { /* the GPU holds the rest itself */
+        md->x_built = gpc_malloc(vec);
+        md->thread_f = gpc_malloc(vec * (size_t)md->threads);
+        md->id_scratch = gpc_malloc((size_t)n * sizeof *md->id_scratch);
+        md->count = gpc_malloc((size_t)n * sizeof *md->count);
+        md->shifted = gpc_malloc((size_t)n * sizeof *md->shifted);
+        md->before = gpc_malloc((size_t)(n + 1) * sizeof *md->before);
+        md->order = gpc_malloc((size_t)n * sizeof *md->order);
+        md->scratch = gpc_malloc(vec);
+        md->cell_of = gpc_malloc((size_t)n * sizeof *md->cell_of);
+        md->cell_start = gpc_malloc((size_t)(cells + 1) * sizeof *md->cell_start);
+    }
+    if (!md->x || !md->v || !md->f || !md->id ||
+        (!on_gpu &&
+         (!md->x_built || !md->thread_f || !md->id_scratch || !md->count || !md->shifted ||
+          !md->before || !md->order || !md->scratch || !md->cell_of || !md->cell_start))) {
         gpc_md_free(md);
         return gpc_error(GPC_ERR_NOMEM, "md: out of host memory for %lld atoms", (long long)n);
     }
@@ -419,38 +507,18 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
     }
     /* half of the atoms within reach, and room for twice that in a row */
     md->row_capacity = (int64_t)(2.0 * c->density * 2.0 * M_PI / 3.0 * reach * reach * reach) + 16;
-    for (int64_t k = 0; k < n; k++)
-        md->id[k] = k;
-    /* the fcc lattice: 4 atoms a cell, x fastest (LAMMPS's create_atoms order) */
-    static const double basis[4][3] = {{0, 0, 0}, {0.5, 0.5, 0}, {0.5, 0, 0.5}, {0, 0.5, 0.5}};
-    int64_t i = 0;
-    for (int z = 0; z < c->cells; z++)
-        for (int y = 0; y < c->cells; y++)
-            for (int x = 0; x < c->cells; x++)
-                for (int b = 0; b < 4; b++, i++) {
-                    md->x[3 * i] = (x + basis[b][0]) * a;
-                    md->x[3 * i + 1] = (y + basis[b][1]) * a;
-                    md->x[3 * i + 2] = (z + basis[b][2]) * a;
-                }
-    /* velocities: uniform, total momentum removed, scaled to the temperature */
-    gpc_rng rng;
-    gpc_rng_seed(&rng, c->seed, 0x6d64);
-    double mean[3] = {0, 0, 0};
-    for (int64_t k = 0; k < 3 * n; k++) {
-        md->v[k] = gpc_rng_uniform64(&rng) - 0.5;
-        mean[k % 3] += md->v[k];
-    }
-    double sum2 = 0;
-    for (int64_t k = 0; k < 3 * n; k++) {
-        md->v[k] -= mean[k % 3] / (double)n;
-        sum2 += md->v[k] * md->v[k];
-    }
-    const double dof = 3.0 * (double)n - 3.0;
-    double scale = dof > 0 && sum2 > 0 ? sqrt(c->temperature * dof / sum2) : 0.0;
-    for (int64_t k = 0; k < 3 * n; k++)
-        md->v[k] *= scale;
+    fill_lattice(c, a, n, md->x, md->v, md->id);
 
-    gpc_status st = gpc_md_compute(md);
+    gpc_status st;
+    if (on_gpu) {
+        st = gpc_md_cuda_create(&md->gpu, c->device.index, &gpu_config, md->x, md->v, md->id);
+        if (st == GPC_OK)
+            snprintf(md->where, sizeof md->where, "%s", gpc_md_cuda_device_name(md->gpu));
+    } else {
+        st = gpc_md_compute(md);
+        snprintf(md->where, sizeof md->where, "cpu, %d thread%s", md->threads,
+                 md->threads == 1 ? "" : "s");
+    }
     if (st != GPC_OK) {
         gpc_md_free(md);
         return st;
@@ -460,6 +528,17 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
 }
 
 gpc_status gpc_md_run(gpc_md *md, int steps) {
+    if (md->split) {
+        GPC_TRY(md_split_run(md->split, steps, md->step));
+        md->step += steps > 0 ? steps : 0;
+        return GPC_OK;
+    }
+    if (md->gpu) {
+        md->host_x_fresh = md->host_v_fresh = 0;
+        GPC_TRY(gpc_md_cuda_run(md->gpu, steps, md->step));
+        md->step += steps > 0 ? steps : 0;
+        return GPC_OK;
+    }
     const int64_t n3 = 3 * md->n;
     const double half_dt = 0.5 * md->config.dt, dt = md->config.dt;
     for (int s = 0; s < steps; s++) {
@@ -496,16 +575,25 @@ gpc_status gpc_md_run(gpc_md *md, int steps) {
 }
 
 void gpc_md_get_thermo(const gpc_md *md, gpc_md_thermo *out) {
-    double sum2 = 0;
-    for (int64_t k = 0; k < 3 * md->n; k++)
-        sum2 += md->v[k] * md->v[k];
+    double sum2 = 0, potential = md->potential, virial = md->virial;
+    if (md->split) {
+        int64_t pairs;
+        md_split_sums(md->split, &potential, &virial, &sum2, &pairs);
+    } else if (md->gpu) {
+        gpc_md_cuda_sums sums;
+        gpc_md_cuda_sums_get(md->gpu, &sums); /* read back when the last run ended */
+        sum2 = sums.v2, potential = sums.potential, virial = sums.virial;
+    } else {
+        for (int64_t k = 0; k < 3 * md->n; k++)
+            sum2 += md->v[k] * md->v[k];
+    }
     const double n = (double)md->n, dof = 3.0 * n - 3.0, ke = 0.5 * sum2;
     out->step = md->step;
     out->temperature = dof > 0 ? 2.0 * ke / dof : 0.0;
-    out->potential = md->potential / n;
+    out->potential = potential / n;
     out->kinetic = ke / n;
-    out->total = (md->potential + ke) / n;
-    out->pressure = (dof * out->temperature + md->virial) / (3.0 * md->volume);
+    out->total = (potential + ke) / n;
+    out->pressure = (dof * out->temperature + virial) / (3.0 * md->volume);
 }
 
 int64_t gpc_md_atoms(const gpc_md *md) {
@@ -516,32 +604,148 @@ double gpc_md_box(const gpc_md *md) {
     return md->box;
 }
 
+static const char split_message[] =
+    "md: a run split across processes holds its atoms in pieces: use gpc_md_gather_positions";
+
 double *gpc_md_positions(gpc_md *md) {
+    if (md->split) {
+        gpc_error(GPC_ERR_UNSUPPORTED, split_message);
+        return NULL;
+    }
+    if (md->gpu && !md->host_x_fresh) {
+        if (gpc_md_cuda_download(md->gpu, md->x, NULL, NULL, NULL) != GPC_OK) return NULL;
+        md->host_x_fresh = 1;
+    }
     return md->x;
 }
 
 double *gpc_md_velocities(gpc_md *md) {
+    if (md->split) {
+        gpc_error(GPC_ERR_UNSUPPORTED, split_message);
+        return NULL;
+    }
+    if (md->gpu && !md->host_v_fresh) {
+        if (gpc_md_cuda_download(md->gpu, NULL, md->v, NULL, NULL) != GPC_OK) return NULL;
+        md->host_v_fresh = 1;
+    }
     return md->v;
 }
 
+/* Forces and ids are never sent back to a GPU, so they are copied at each
+ * call (the arrays, not the struct, change: md stays const). */
 const double *gpc_md_forces(const gpc_md *md) {
+    if (md->split) {
+        gpc_error(GPC_ERR_UNSUPPORTED, split_message);
+        return NULL;
+    }
+    if (md->gpu && gpc_md_cuda_download(md->gpu, NULL, NULL, md->f, NULL) != GPC_OK) return NULL;
     return md->f;
 }
 
 const int64_t *gpc_md_ids(const gpc_md *md) {
+    if (md->split) {
+        gpc_error(GPC_ERR_UNSUPPORTED, split_message);
+        return NULL;
+    }
+    if (md->gpu && gpc_md_cuda_download(md->gpu, NULL, NULL, NULL, md->id) != GPC_OK) return NULL;
     return md->id;
 }
 
 int64_t gpc_md_neighbor_builds(const gpc_md *md) {
-    return md->builds;
+    return md->split ? md_split_builds(md->split)
+           : md->gpu ? gpc_md_cuda_builds(md->gpu)
+                     : md->builds;
 }
 
 int64_t gpc_md_dangerous_builds(const gpc_md *md) {
-    return md->dangerous;
+    return md->split ? md_split_dangerous(md->split)
+           : md->gpu ? gpc_md_cuda_dangerous(md->gpu)
+                     : md->dangerous;
 }
 
 int64_t gpc_md_pairs(const gpc_md *md) {
-    return md->before[md->n];
+    if (md->split) {
+        double e, w, v2;
+        int64_t pairs;
+        md_split_sums(md->split, &e, &w, &v2, &pairs);
+        return pairs;
+    }
+    return md->gpu ? gpc_md_cuda_pairs(md->gpu) : md->before[md->n];
+}
+
+const char *gpc_md_where(const gpc_md *md) {
+    return md->where;
+}
+
+int gpc_md_processes(const gpc_md *md) {
+    return md->split ? md->ranks : 1;
+}
+
+gpc_status gpc_md_gather_positions(gpc_md *md, double *out) {
+    if (md->split) return md_split_gather_positions(md->split, out);
+    const double *x = gpc_md_positions(md);
+    const int64_t *id = gpc_md_ids(md);
+    if (!x || !id) return gpc_error(GPC_ERR_DEVICE, "md: %s", gpc_last_error());
+    for (int64_t i = 0; i < md->n; i++)
+        for (int d = 0; d < 3; d++) {
+            double p = x[3 * i + d] - md->box * floor(x[3 * i + d] / md->box);
+            out[3 * id[i] + d] = p >= md->box || p < 0 ? 0.0 : p;
+        }
+    return GPC_OK;
+}
+
+gpc_status gpc_md_create_split(gpc_md **out, const gpc_md_config *config, int rank, int world) {
+    if (world <= 1) return gpc_md_create(out, config);
+    *out = NULL;
+    GPC_TRY(check_config(config));
+    const gpc_md_config *c = config;
+    if (c->device.type != GPC_DEVICE_CPU)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "md: a run over several processes runs on the CPU (--device cpu); on a "
+                         "GPU run one process");
+    const double a = cbrt(4.0 / c->density), box = a * c->cells, reach = c->cutoff + c->skin;
+    if (!(box > 2 * reach))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "md: the box (%d cells of %.4g, %.4g wide) must be more than twice cutoff "
+                         "+ skin (%.4g): use at least %d cells",
+                         c->cells, a, box, reach, (int)floor(2 * reach / a) + 1);
+    const double atoms = 4.0 * c->cells * c->cells * c->cells;
+    {
+        /* the whole crystal once (every process draws it, then keeps its
+         * slab) and a slab's share of the rest, twice for ghosts */
+        const double row = 2.0 * c->density * 4.0 * M_PI / 3.0 * reach * reach * reach + 32;
+        char what[64];
+        snprintf(what, sizeof what, "md: %.0f atoms", atoms);
+        GPC_TRY(gpc_sci_check_memory(atoms * 56 + atoms / world * 2 * (14 * 8 + 4 * row), what,
+                                     "use fewer cells"));
+    }
+    gpc_md *md = gpc_calloc(1, sizeof *md);
+    if (!md) return gpc_error(GPC_ERR_NOMEM, "md: out of host memory");
+    md->config = *c;
+    md->n = (int64_t)atoms;
+    md->box = box;
+    md->volume = box * box * box;
+    md->threads = omp_get_max_threads();
+    md->ranks = world;
+    const size_t vec = (size_t)(3 * md->n) * sizeof(double);
+    double *x = gpc_malloc(vec), *v = gpc_malloc(vec);
+    int64_t *id = gpc_malloc((size_t)md->n * sizeof *id);
+    gpc_status st = GPC_OK;
+    if (!x || !v || !id) {
+        st = gpc_error(GPC_ERR_NOMEM, "md: out of host memory for %lld atoms", (long long)md->n);
+    } else {
+        fill_lattice(c, a, md->n, x, v, id);
+        st = md_split_create(&md->split, c, rank, world, md->n, box, x, v, id);
+    }
+    gpc_free(x), gpc_free(v), gpc_free(id);
+    if (st != GPC_OK) {
+        gpc_md_free(md);
+        return st;
+    }
+    snprintf(md->where, sizeof md->where, "cpu, %d processes of %d thread%s", world, md->threads,
+             md->threads == 1 ? "" : "s");
+    *out = md;
+    return GPC_OK;
 }
 
 void gpc_md_brute_force(const gpc_md *md, double *forces, double *energy, double *virial) {
@@ -550,6 +754,16 @@ void gpc_md_brute_force(const gpc_md *md, double *forces, double *energy, double
     const double rc2 = md->config.cutoff * md->config.cutoff;
     double e = 0, w = 0;
     memset(forces, 0, (size_t)(3 * n) * sizeof *forces);
+    if (md->split) { /* every pair needs every position: not for a split run */
+        *energy = *virial = NAN;
+        return;
+    }
+    /* on a GPU, its positions, unless the host's copy is already them */
+    if (md->gpu && !md->host_x_fresh &&
+        gpc_md_cuda_download(md->gpu, md->x, NULL, NULL, NULL) != GPC_OK) {
+        *energy = *virial = NAN;
+        return;
+    }
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = i + 1; j < n; j++) {
             double dx = nearest(md->x[3 * i] - md->x[3 * j], box, inv_box);

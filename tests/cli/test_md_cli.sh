@@ -3,7 +3,8 @@
 # LAMMPS's in.lj figures (E_pair -6.7733681 whatever the crystal's size; the
 # kinetic energy per atom (3N - 3) T / 2N), the JSON holds what the table
 # prints, the rate is atoms x steps / seconds, the steps asked for ran, and
-# bad options are usage errors (exit 2) with a line saying what to change.
+# bad options are usage errors (exit 2) with a line saying what to change,
+# and --device cuda without a GPU says so.
 set -euo pipefail
 GPC=${GPC:?set GPC to the gpc binary}
 work=$(mktemp -d)
@@ -98,6 +99,13 @@ expect_usage "--thermo 0 is not 1 or more" --thermo 0
 expect_usage "skin -1 is negative" --skin -1
 expect_usage "unknown option --atoms" --atoms 10
 expect_usage "--dump-every 5 needs --dump FILE" --dump-every 5
+expect_usage "--device gpu: use cpu or cuda[:N]" --device gpu
+expect_usage "--forces f16: use f64 or f32" --forces f16
+expect_usage "--device cuda:x: write cuda:N" --device cuda:x
+# without a GPU (or CUDA in the build): one line that says so and what to do
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  expect_exit 1 "or run with --device cpu" "$GPC" md --cells 5 --device cuda
+fi
 "$GPC" md --help | grep -q "LAMMPS" || fail "gpc md --help does not describe the command"
 # more atoms than any machine's memory holds (about 400 GiB): refused up front
 expect_exit 1 "GiB: use fewer cells" "$GPC" md --cells 300 --density 9

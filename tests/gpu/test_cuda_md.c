@@ -1,0 +1,424 @@
+/* test_cuda_md.c: `gpc md` on a GPU against the CPU's md.c and against sums
+ * over every pair of atoms:
+ *   - the neighbour list on random positions holds every pair within
+ *     cutoff + skin and nothing else, and after a hot run still every pair
+ *     within the cutoff;
+ *   - forces, energy and virial of a disordered crystal against every pair
+ *     summed in float64 (float32 forces: 1e-5 of the largest);
+ *   - a small crystal's trajectory, atom by atom, and its thermo rows
+ *     against the CPU's, with each rebuild policy;
+ *   - LAMMPS's in.lj (32,000 atoms), 100 steps: every thermo row agrees
+ *     with the CPU's to the printed digits (Temp, E_pair and TotEng within
+ *     1e-7, Press within 3e-7: perturbing the CPU's velocities by 1e-8 moves
+ *     row 100 by 1e-9, and by 1e-6 moves it by 1e-7; float64 forces differ
+ *     from the CPU's by the order of sums only). Float32 forces (1e-6 of a
+ *     net force: pair forces of 50 cancel) are held to 2e-6;
+ *   - 10,000 steps of NVE at 4,000 atoms: the energy of the shifted
+ *     potential (the unshifted one jumps as pairs cross the cutoff) drifts
+ *     no more than the CPU's over the same run;
+ *   - bad input: a GPU that does not exist, more atoms than its memory, a
+ *     box too small, a time step that blows up.
+ * Exits 77 without a GPU. GPC_TEST_FILTER='*small*' runs the tests of a few
+ * hundred atoms only (for compute-sanitizer). */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpc/md.h"
+#include "gpc/settings.h"
+#include "sci/md_cuda.h"
+
+enum { CPU, GPU, GPU_F32 }; /* where make runs: the GPU with float64 or float32 forces */
+
+static gpc_md *make(int cells, double temperature, uint64_t seed, int rebuild_every, int where) {
+    gpc_md_config c;
+    gpc_md_defaults(&c);
+    c.cells = cells, c.temperature = temperature, c.seed = seed, c.rebuild_every = rebuild_every;
+    if (where != CPU) c.device = (gpc_device){GPC_DEVICE_CUDA, 0};
+    c.gpu_forces_f32 = where == GPU_F32;
+    gpc_md *md = NULL;
+    TEST_OK(gpc_md_create(&md, &c));
+    return md;
+}
+
+static double nearest(double d, double box) {
+    return d - box * nearbyint(d / box);
+}
+
+/* Positions by atom id (the GPU and the CPU order atoms each their own way). */
+static double *by_id(gpc_md *md) {
+    int64_t n = gpc_md_atoms(md);
+    double *out = malloc((size_t)(3 * n) * sizeof *out);
+    const double *x = gpc_md_positions(md);
+    const int64_t *id = gpc_md_ids(md);
+    assert_non_null(x);
+    assert_non_null(id);
+    for (int64_t i = 0; i < n; i++)
+        for (int d = 0; d < 3; d++)
+            out[3 * id[i] + d] = x[3 * i + d];
+    return out;
+}
+
+/* ---------------------------------------------------- neighbour list */
+
+/* Every pair (i, j) of rows within reach must be in i's row and j's; no
+ * row holds itself, a duplicate or a pair beyond reach. Pairs within 1e-9
+ * of reach either way may go either way. */
+static void expect_list_complete(const double *x, int64_t n, double box, const int32_t *counts,
+                                 const int32_t *rows, int cap, double reach, const char *when) {
+    unsigned char *listed = calloc((size_t)n, 1);
+    int64_t checked = 0;
+    for (int64_t i = 0; i < n; i++) {
+        assert_true(counts[i] >= 0 && counts[i] <= cap);
+        for (int k = 0; k < counts[i]; k++) {
+            int32_t j = rows[i * cap + k];
+            if (j < 0 || j >= n || j == i || listed[j])
+                fail_msg("%s: row %lld slot %d holds %d (self, duplicate or out of range)", when,
+                         (long long)i, k, j);
+            listed[j] = 1;
+        }
+        for (int64_t j = 0; j < n; j++) {
+            if (j == i) continue;
+            double r2 = 0;
+            for (int d = 0; d < 3; d++) {
+                double dx = nearest(x[3 * i + d] - x[3 * j + d], box);
+                r2 += dx * dx;
+            }
+            double margin = r2 - reach * reach;
+            if (margin < -1e-9 && !listed[j])
+                fail_msg("%s: atoms %lld and %lld are %.6f apart, within %.3f, but not listed",
+                         when, (long long)i, (long long)j, sqrt(r2), reach);
+            if (margin > 1e-9 && listed[j])
+                fail_msg("%s: atoms %lld and %lld are %.6f apart, beyond %.3f, yet listed", when,
+                         (long long)i, (long long)j, sqrt(r2), reach);
+            checked += margin < 0;
+        }
+        for (int k = 0; k < counts[i]; k++)
+            listed[rows[i * cap + k]] = 0;
+    }
+    assert_true(checked > 20 * n); /* about 77 an atom at in.lj's density */
+    free(listed);
+}
+
+static void test_small_neighbor_list_random(void **state) {
+    (void)state;
+    /* 6 cells: 864 atoms, 10 cells of 2.8 wide; 5 cells: 2 cells a side,
+     * where the cells at -1 and +1 are one */
+    const int sizes[] = {6, 5};
+    for (int s = 0; s < 2; s++) {
+        const int cells = sizes[s];
+        const int64_t n = 4 * (int64_t)cells * cells * cells;
+        const double box = cells * cbrt(4.0 / 0.8442), reach = 2.8;
+        gpc_md_cuda_config c = {.atoms = n,
+                                .box = box,
+                                .cutoff = 2.5,
+                                .skin = 0.3,
+                                .dt = 0.005,
+                                .cells_per_side = (int)floor(box / reach),
+                                .row_capacity =
+                                    (int)(2 * 0.8442 * 4 * M_PI / 3 * 2.8 * 2.8 * 2.8) + 32,
+                                .rebuild_every = 0};
+        double *x = malloc((size_t)(3 * n) * sizeof *x), *v = calloc((size_t)(3 * n), sizeof *v);
+        int64_t *id = malloc((size_t)n * sizeof *id);
+        gpc_rng rng;
+        gpc_rng_seed(&rng, test_seed(), 11 + (uint64_t)s);
+        /* uniform in the box, some outside it (the build wraps them) */
+        for (int64_t k = 0; k < 3 * n; k++)
+            x[k] = box * (1.2 * gpc_rng_uniform64(&rng) - 0.1);
+        for (int64_t i = 0; i < n; i++)
+            id[i] = i;
+        gpc_md_cuda *g = NULL;
+        TEST_OK(gpc_md_cuda_create(&g, 0, &c, x, v, id));
+        int32_t *counts = malloc((size_t)n * sizeof *counts);
+        int32_t *rows = malloc((size_t)(n * c.row_capacity) * sizeof *rows);
+        double *sorted = malloc((size_t)(3 * n) * sizeof *sorted);
+        int64_t *sorted_id = malloc((size_t)n * sizeof *sorted_id);
+        TEST_OK(gpc_md_cuda_download(g, sorted, NULL, NULL, sorted_id));
+        TEST_OK(gpc_md_cuda_neighbors(g, counts, rows));
+        /* the build wrapped the positions into the box and kept every atom */
+        for (int64_t i = 0; i < n; i++) {
+            for (int d = 0; d < 3; d++) {
+                double want = x[3 * sorted_id[i] + d] - box * floor(x[3 * sorted_id[i] + d] / box);
+                if (!(sorted[3 * i + d] >= 0 && sorted[3 * i + d] < box &&
+                      fabs(sorted[3 * i + d] - want) < 1e-12))
+                    fail_msg("atom %lld axis %d: %.15g after the build, %.15g wrapped",
+                             (long long)sorted_id[i], d, sorted[3 * i + d], want);
+            }
+        }
+        expect_list_complete(sorted, n, box, counts, rows, c.row_capacity, reach, "random");
+        int64_t pairs = 0;
+        for (int64_t i = 0; i < n; i++)
+            pairs += counts[i];
+        assert_int_equal(gpc_md_cuda_pairs(g), pairs / 2);
+        gpc_md_cuda_free(g);
+        free(x), free(v), free(id), free(counts), free(rows), free(sorted), free(sorted_id);
+    }
+}
+
+/* After a hot run (the list rebuilt on displacement), every pair now within
+ * the cutoff is still listed: the skin did its job. */
+static void test_small_neighbor_list_after_run(void **state) {
+    (void)state;
+    gpc_md *md = make(6, 3.0, test_seed(), 0, GPU);
+    TEST_OK(gpc_md_run(md, 150));
+    assert_true(gpc_md_neighbor_builds(md) > 3);
+    /* a white-box look at the list through a second handle is not possible,
+     * so compare forces with every pair: a missed pair inside the cutoff
+     * shows as a force error of order 0.01 or more */
+    int64_t n = gpc_md_atoms(md);
+    double *want = malloc((size_t)(3 * n) * sizeof *want), energy, virial;
+    gpc_md_brute_force(md, want, &energy, &virial);
+    const double *got = gpc_md_forces(md);
+    assert_non_null(got);
+    double big = 0, err = 0;
+    for (int64_t k = 0; k < 3 * n; k++)
+        big = fmax(big, fabs(want[k])), err = fmax(err, fabs(got[k] - want[k]));
+    if (!(err <= 1e-10 * big))
+        fail_msg("after 150 steps: forces off by %.3g (largest %.3g)", err, big);
+    free(want);
+    gpc_md_free(md);
+}
+
+/* ------------------------------------------------------------- forces */
+
+static void forces_match_every_pair(int where, double tolerance) {
+    gpc_md *md = make(5, 1.5, test_seed(), 0, where);
+    /* a disordered crystal: every atom moved by up to 0.15 along each axis */
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 3);
+    double *x = gpc_md_positions(md);
+    assert_non_null(x);
+    for (int64_t k = 0; k < 3 * gpc_md_atoms(md); k++)
+        x[k] += 0.15 * (2 * gpc_rng_uniform64(&rng) - 1);
+    TEST_OK(gpc_md_compute(md));
+    int64_t n = gpc_md_atoms(md);
+    double *want = malloc((size_t)(3 * n) * sizeof *want), energy, virial;
+    gpc_md_brute_force(md, want, &energy, &virial);
+    const double *got = gpc_md_forces(md);
+    assert_non_null(got);
+    double big = 0, err = 0;
+    for (int64_t k = 0; k < 3 * n; k++)
+        big = fmax(big, fabs(want[k])), err = fmax(err, fabs(got[k] - want[k]));
+    if (!(err <= tolerance * big))
+        fail_msg("%s forces off by %.3g (largest %.3g)", where == GPU ? "float64" : "float32", err,
+                 big);
+    gpc_md_thermo t;
+    gpc_md_get_thermo(md, &t);
+    double pe = energy / (double)n;
+    if (!(fabs(t.potential - pe) <= 1e-12 * fabs(pe)))
+        fail_msg("energy %.15g, every pair gives %.15g", t.potential, pe);
+    double volume = pow(gpc_md_box(md), 3), dof = 3.0 * n - 3;
+    double pressure = (dof * t.temperature + virial) / (3 * volume);
+    if (!(fabs(t.pressure - pressure) <= 1e-12 * fmax(1, fabs(pressure))))
+        fail_msg("pressure %.15g, every pair gives %.15g", t.pressure, pressure);
+    free(want);
+    gpc_md_free(md);
+}
+
+/* float64 forces as every pair gives them to 1e-10 of the largest (only
+ * the order of the sums differs); float32 pair forces summed in float32 to
+ * 1e-5 (pair forces of 100 and more cancel to the net force). Energy and
+ * pressure are float64 either way. */
+static void test_small_forces_match_every_pair(void **state) {
+    (void)state;
+    forces_match_every_pair(GPU, 1e-10);
+    forces_match_every_pair(GPU_F32, 1e-5);
+}
+
+/* ------------------------------------------------------- against the CPU */
+
+static void expect_rows_agree(const gpc_md_thermo *cpu, const gpc_md_thermo *gpu, double tol,
+                              double press_tol) {
+    if (cpu->step != gpu->step)
+        fail_msg("steps %lld and %lld", (long long)cpu->step, (long long)gpu->step);
+    double d[4] = {gpu->temperature - cpu->temperature, gpu->potential - cpu->potential,
+                   gpu->total - cpu->total, gpu->pressure - cpu->pressure};
+    if (!(fabs(d[0]) <= tol && fabs(d[1]) <= tol && fabs(d[2]) <= tol && fabs(d[3]) <= press_tol))
+        fail_msg("step %lld: CPU %.9f %.9f %.9f %.9f, GPU %.9f %.9f %.9f %.9f",
+                 (long long)cpu->step, cpu->temperature, cpu->potential, cpu->total, cpu->pressure,
+                 gpu->temperature, gpu->potential, gpu->total, gpu->pressure);
+}
+
+/* 500 atoms, each rebuild policy, float64 forces, and float32 with the
+ * rebuild on displacement: the same trajectory atom by atom within 1e-4
+ * after 60 steps (float32 forces part them by about 1e-6; a pair missed
+ * within the cutoff moves atoms by 1e-3), the same thermo rows within 5e-6
+ * (5e-5 for the pressure: 500 atoms average little), and the same builds
+ * with a fixed interval. */
+static void test_small_run_matches_cpu(void **state) {
+    (void)state;
+    const int every[] = {0, 1, 10, 0}, where[] = {GPU, GPU, GPU, GPU_F32};
+    for (int p = 0; p < 4; p++) {
+        uint64_t seed = test_seed() + (uint64_t)p;
+        gpc_md *cpu = make(5, 2.0, seed, every[p], CPU),
+               *gpu = make(5, 2.0, seed, every[p], where[p]);
+        for (int chunk = 0; chunk <= 6; chunk++) {
+            if (chunk) {
+                TEST_OK(gpc_md_run(cpu, 10));
+                TEST_OK(gpc_md_run(gpu, 10));
+            }
+            gpc_md_thermo a, b;
+            gpc_md_get_thermo(cpu, &a);
+            gpc_md_get_thermo(gpu, &b);
+            expect_rows_agree(&a, &b, 5e-6, 5e-5);
+        }
+        double *xa = by_id(cpu), *xb = by_id(gpu), box = gpc_md_box(cpu);
+        for (int64_t k = 0; k < 3 * gpc_md_atoms(cpu); k++)
+            if (!(fabs(nearest(xa[k] - xb[k], box)) < 1e-4))
+                fail_msg("rebuild policy %d, %s: coordinate %lld: CPU %.12f, GPU %.12f", every[p],
+                         where[p] == GPU ? "float64" : "float32", (long long)k, xa[k], xb[k]);
+        if (every[p] == 0) assert_true(gpc_md_neighbor_builds(gpu) > 1);
+        if (every[p] > 0)
+            assert_int_equal(gpc_md_neighbor_builds(gpu), gpc_md_neighbor_builds(cpu));
+        if (every[p] == 10) assert_int_equal(gpc_md_neighbor_builds(gpu), 7); /* 0, 10, .. 60 */
+        assert_int_equal(gpc_md_dangerous_builds(gpu), gpc_md_dangerous_builds(cpu));
+        free(xa), free(xb);
+        gpc_md_free(cpu), gpc_md_free(gpu);
+    }
+}
+
+/* LAMMPS's in.lj, 100 steps, a row every 10: the CPU's figures to the
+ * printed digits (float64 forces: Temp, E_pair, TotEng within 1e-7 and
+ * Press within 3e-7; float32 forces within 2e-6 and 1e-5); the first row
+ * is LAMMPS's own. */
+static void in_lj_thermo_matches_cpu(int where, double tol, double press_tol) {
+    gpc_md *cpu = make(20, 3.0, 87287, 0, CPU), *gpu = make(20, 3.0, 87287, 0, where);
+    gpc_md_thermo a, b;
+    gpc_md_get_thermo(gpu, &b);
+    if (fabs(b.potential - -6.7733681) > 1e-7 || fabs(b.total - -2.2735087) > 1e-7 ||
+        fabs(b.pressure - -3.7027964) > 1e-7)
+        fail_msg("step 0 on the GPU: E_pair %.8f TotEng %.8f Press %.8f; LAMMPS -6.7733681 "
+                 "-2.2735087 -3.7027964",
+                 b.potential, b.total, b.pressure);
+    for (int row = 0; row <= 10; row++) {
+        if (row) {
+            TEST_OK(gpc_md_run(cpu, 10));
+            TEST_OK(gpc_md_run(gpu, 10));
+        }
+        gpc_md_get_thermo(cpu, &a);
+        gpc_md_get_thermo(gpu, &b);
+        if (gpc_setting_flag("GPC_TEST_VERBOSE"))
+            printf("%4lld CPU %.9f %.9f %.9f %.9f GPU %.9f %.9f %.9f %.9f\n", (long long)a.step,
+                   a.temperature, a.potential, a.total, a.pressure, b.temperature, b.potential,
+                   b.total, b.pressure);
+        expect_rows_agree(&a, &b, tol, press_tol);
+    }
+    gpc_md_free(cpu), gpc_md_free(gpu);
+}
+
+static void test_in_lj_thermo_matches_cpu(void **state) {
+    (void)state;
+    in_lj_thermo_matches_cpu(GPU, 1e-7, 3e-7);
+    in_lj_thermo_matches_cpu(GPU_F32, 2e-6, 1e-5);
+}
+
+/* Pairs closer than the cutoff, over every pair. */
+static int64_t pairs_inside(gpc_md *md, double cutoff) {
+    const double *x = gpc_md_positions(md), box = gpc_md_box(md);
+    int64_t n = gpc_md_atoms(md), count = 0;
+    assert_non_null(x);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = i + 1; j < n; j++) {
+            double r2 = 0;
+            for (int d = 0; d < 3; d++) {
+                double dx = nearest(x[3 * i + d] - x[3 * j + d], box);
+                r2 += dx * dx;
+            }
+            count += r2 < cutoff * cutoff;
+        }
+    return count;
+}
+
+/* The largest |E(t) - E(0)| per atom of the shifted potential's energy
+ * over `steps`, sampled every `every` steps. */
+static double drift_of(gpc_md *md, int steps, int every) {
+    const double rc = 2.5, vc = 4 * (pow(rc, -12) - pow(rc, -6)), n = (double)gpc_md_atoms(md);
+    double start = 0, worst = 0;
+    for (int s = 0; s <= steps; s += every) {
+        if (s) TEST_OK(gpc_md_run(md, every));
+        gpc_md_thermo t;
+        gpc_md_get_thermo(md, &t);
+        double e = t.total - (double)pairs_inside(md, rc) * vc / n;
+        if (s == 0) start = e;
+        worst = fmax(worst, fabs(e - start));
+    }
+    return worst;
+}
+
+/* 4,000 atoms of in.lj, 10,000 steps of NVE. On the CPU the shifted
+ * potential's energy falls by about 8e-4 per atom in the first 500 steps
+ * (the melt, at time step 0.005), then wanders within 2e-4 of that
+ * (largest deviation 1.2e-3: seed 1, sampled every 500 steps). The two
+ * trajectories part after a few thousand steps, so their deviations are
+ * two draws of the same integrator's error: the GPU's may exceed the CPU's
+ * by such spread but not by a factor 2, which float32's rounding growing
+ * into a trend, or a wrong half kick, would pass at once. */
+static void test_energy_drift_like_cpu(void **state) {
+    (void)state;
+    gpc_md *cpu = make(10, 3.0, 87287, 0, CPU), *gpu = make(10, 3.0, 87287, 0, GPU),
+           *gpu32 = make(10, 3.0, 87287, 0, GPU_F32);
+    double a = drift_of(cpu, 10000, 500), b = drift_of(gpu, 10000, 500),
+           b32 = drift_of(gpu32, 10000, 500);
+    printf("energy drift per atom over 10,000 steps: CPU %.3g, GPU %.3g, GPU float32 forces %.3g\n",
+           a, b, b32);
+    if (!(b <= 2 * a + 1e-5)) fail_msg("GPU drift %.3g per atom, CPU %.3g", b, a);
+    if (!(b32 <= 2 * a + 1e-5)) fail_msg("GPU drift with float32 forces %.3g, CPU %.3g", b32, a);
+    gpc_md_free(cpu), gpc_md_free(gpu), gpc_md_free(gpu32);
+}
+
+/* ---------------------------------------------------------- bad input */
+
+static void test_small_bad_input(void **state) {
+    (void)state;
+    gpc_md_config c;
+    gpc_md *md = NULL;
+    gpc_md_defaults(&c);
+    c.device = (gpc_device){GPC_DEVICE_CUDA, 999};
+    TEST_FAILS(gpc_md_create(&md, &c), GPC_ERR_INVALID_ARG, "GPU 999 does not exist");
+    gpc_md_defaults(&c);
+    c.device = (gpc_device){GPC_DEVICE_CUDA, 0};
+    c.cells = 300, c.density = 9; /* 108 million atoms, 1,700 partners each: ~700 GiB */
+    TEST_FAILS(gpc_md_create(&md, &c), GPC_ERR_NOMEM, "GiB of GPU memory, more than cuda:0 has");
+    gpc_md_defaults(&c);
+    c.device = (gpc_device){GPC_DEVICE_CUDA, 0};
+    c.cells = 3;
+    TEST_FAILS(gpc_md_create(&md, &c), GPC_ERR_INVALID_ARG, "use at least 4 cells");
+    assert_null(md);
+    gpc_md_defaults(&c);
+    c.device = (gpc_device){GPC_DEVICE_CUDA, 0};
+    c.cells = 5, c.dt = 0.5, c.seed = test_seed();
+    TEST_OK(gpc_md_create(&md, &c));
+    TEST_FAILS(gpc_md_run(md, 200), GPC_ERR_INVALID_ARG, "the run blew up");
+    gpc_md_free(md);
+}
+
+int main(void) {
+    gpc_md_cuda_config probe = {.atoms = 4,
+                                .box = 10,
+                                .cutoff = 1,
+                                .skin = 0.1,
+                                .dt = 0.001,
+                                .cells_per_side = 2,
+                                .row_capacity = 8};
+    gpc_status st = gpc_md_cuda_check(0, &probe);
+    if (st == GPC_ERR_UNSUPPORTED || st == GPC_ERR_INVALID_ARG) {
+        printf("skipped: %s\n", gpc_last_error());
+        return 77;
+    }
+    /* GPC_TEST_FILTER='*small*' runs the tests of a few hundred atoms */
+    if (gpc_setting_given("GPC_TEST_FILTER"))
+        cmocka_set_test_filter(gpc_setting_given("GPC_TEST_FILTER"));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_small_neighbor_list_random),
+        cmocka_unit_test(test_small_neighbor_list_after_run),
+        cmocka_unit_test(test_small_forces_match_every_pair),
+        cmocka_unit_test(test_small_run_matches_cpu),
+        cmocka_unit_test(test_small_bad_input),
+        cmocka_unit_test(test_in_lj_thermo_matches_cpu),
+        cmocka_unit_test(test_energy_drift_like_cpu),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
