@@ -138,6 +138,51 @@ const gpc_optim *gpt_optimizer(const gpt_model *model);
 typedef gpc_status (*gpt_grad_ready_fn)(void *user, int layer);
 void gpt_set_grad_ready(gpt_model *model, gpt_grad_ready_fn fn, void *user);
 
+/* ------------------------------------------------- tensor parallelism */
+
+/* Tensor parallelism in the Megatron-LM style (Shoeybi et al. 2019): each of
+ * tp ranks holds the query, key and value rows of heads/tp heads and 4C/tp
+ * of the MLP's hidden units (column slices of qkvw, fcw and their biases),
+ * and the matching input columns of attprojw and fcprojw (row slices). The
+ * embeddings, layernorms, projection biases and the head are replicated.
+ * Per block, forward sums the two projections' partial outputs over the
+ * ranks and backward sums the two partial input gradients of qkv and fc:
+ * four calls of the tp hook per block and micro-step. The replicated
+ * parameters then see identical inputs and identical output gradients on
+ * every rank, so their gradients are identical and need no communication.
+ * The local flat layout is the whole model's with the six sliced tensors
+ * narrower (gpt_tp_num_params elements). */
+typedef gpc_status (*gpt_tp_reduce_fn)(void *user, gpc_tensor *tensor);
+
+/* Errors for a tp size that does not divide the heads (the channels and
+ * MLP width follow). */
+gpc_status gpt_tp_check(const gpt_config *config, int tp_size);
+/* Elements of one rank's local layout (tp_size 1: gpt_config_num_params). */
+size_t gpt_tp_num_params(const gpt_config *config, int tp_size);
+/* Rank tp_rank's local values cut out of a whole model's (f32, layout
+ * order), and put back into one (only its slices and the replicated
+ * tensors are written). */
+void gpt_tp_slice(const gpt_config *config, int tp_size, int tp_rank, const float *full,
+                  float *local);
+void gpt_tp_unslice(const gpt_config *config, int tp_size, int tp_rank, const float *local,
+                    float *full);
+/* A training model holding rank tp_rank's slices (tp_size 1: the whole
+ * model), with the optimizer state of elements [shard_offset, shard_offset
+ * + shard_count) of its local layout (SIZE_MAX count: all of it). Before
+ * any forward of a model with tp_size > 1 the sum over the tp ranks must
+ * be set with gpt_set_tp_reduce. gpt_set_params, gpt_get_params and
+ * gpt_init_weights take and give local values; gpt_checkpoint_load slices
+ * a whole checkpoint; a checkpoint is written from whole arrays
+ * (gpt_checkpoint_save_full with every array given). LoRA is refused. */
+gpc_status gpt_create_tp(gpt_model **out, const gpt_config *config, gpc_device device,
+                         gpc_dtype dtype, int B, int T, int recompute, int tp_size, int tp_rank,
+                         size_t shard_offset, size_t shard_count);
+int gpt_tp_size(const gpt_model *model);
+int gpt_tp_rank(const gpt_model *model);
+/* The sum over the tp ranks, in place, of a tensor on the model's device
+ * (queued on the compute stream). fn NULL removes it. */
+void gpt_set_tp_reduce(gpt_model *model, gpt_tp_reduce_fn fn, void *user);
+
 /* fp16: the factor the loss is multiplied by before backward (1 in f32 and
  * bf16), and whether the last update was skipped for an overflow (known
  * after gpt_read_step or an update that reported it). */

@@ -172,37 +172,11 @@ static gpc_status lora_backward(gpt_model *m, int t, int l, int B, int T, const 
 
 /* ------------------------------------------------------------ memory plan */
 
-static void param_shapes(const gpt_config *c, int64_t shapes[GPT_NUM_PARAM_TENSORS][3],
-                         int ndims[GPT_NUM_PARAM_TENSORS]) {
-    int64_t L = c->layers, C = c->channels;
-    const int64_t table[GPT_NUM_PARAM_TENSORS][3] = {{c->padded_vocab, C, 0},
-                                                     {c->max_context, C, 0},
-                                                     {L, C, 0},
-                                                     {L, C, 0},
-                                                     {L, 3 * C, C},
-                                                     {L, 3 * C, 0},
-                                                     {L, C, C},
-                                                     {L, C, 0},
-                                                     {L, C, 0},
-                                                     {L, C, 0},
-                                                     {L, 4 * C, C},
-                                                     {L, 4 * C, 0},
-                                                     {L, C, 4 * C},
-                                                     {L, C, 0},
-                                                     {C, 0, 0},
-                                                     {C, 0, 0}};
-    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
-        ndims[i] = table[i][2] ? 3 : table[i][1] ? 2 : 1;
-        for (int d = 0; d < 3; d++)
-            shapes[i][d] = table[i][d];
-    }
-}
-
 /* Views of a flat buffer, one per parameter tensor. */
 static void split_flat(const gpt_model *m, const gpc_tensor *flat, gpt_tensors *out) {
     int64_t shapes[GPT_NUM_PARAM_TENSORS][3];
     int ndims[GPT_NUM_PARAM_TENSORS];
-    param_shapes(&m->config, shapes, ndims);
+    gpt_param_shapes(&m->config, m->tp_size, shapes, ndims);
     for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++)
         out->all[i] =
             view(flat, m->param_offset[i], ndims[i], shapes[i][0], shapes[i][1], shapes[i][2]);
@@ -265,6 +239,8 @@ static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
     gpt_activations *a = &m->acts;
     int64_t L = m->config.layers, B = m->B, T = m->T, C = m->config.channels;
     int64_t NH = m->config.heads, Vp = m->config.padded_vocab;
+    /* tensor parallelism: this rank's heads and MLP units only */
+    int64_t Cl = C / m->tp_size, F = 4 * C / m->tp_size, NHl = NH / m->tp_size;
     gpc_dtype d = m->dtype;
     /* recomputed activations keep one layer (gpc plan counts the same) */
     int64_t kept_gelu = m->recompute >= 1 ? 1 : L, kept_ln = m->recompute >= 2 ? 1 : L;
@@ -278,15 +254,15 @@ static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
     PLACE(ln1, d, kept_ln, B, T, C);
     PLACE(ln1_mean, GPC_F32, L, B, T);
     PLACE(ln1_rstd, GPC_F32, L, B, T);
-    PLACE(qkv, d, L, B, T, 3 * C);
-    PLACE(atty, d, L, B, T, C);
-    PLACE(lse, GPC_F32, L, B, NH, T);
+    PLACE(qkv, d, L, B, T, 3 * Cl);
+    PLACE(atty, d, L, B, T, Cl);
+    PLACE(lse, GPC_F32, L, B, NHl, T);
     PLACE(residual2, d, L, B, T, C);
     PLACE(ln2, d, kept_ln, B, T, C);
     PLACE(ln2_mean, GPC_F32, L, B, T);
     PLACE(ln2_rstd, GPC_F32, L, B, T);
-    PLACE(fch, d, L, B, T, 4 * C);
-    PLACE(fch_gelu, d, kept_gelu, B, T, 4 * C);
+    PLACE(fch, d, L, B, T, F);
+    PLACE(fch_gelu, d, kept_gelu, B, T, F);
     PLACE(residual3, d, L, B, T, C);
     PLACE(lnf, d, B, T, C);
     PLACE(lnf_mean, GPC_F32, B, T);
@@ -298,7 +274,7 @@ static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
     if (m->training) {
         PLACE(dresidual, d, B, T, C);
         PLACE(dbtc, d, B, T, C);
-        PLACE(dbt4c, d, B, T, 4 * C);
+        PLACE(dbt4c, d, B, T, F);
         /* two device scalars in one buffer, so gpt_read_step reads both in
          * one copy: the squared gradient norm and the summed loss */
         PLACE(norm_sq, GPC_F32, 2);
@@ -344,7 +320,8 @@ gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device devi
 /* shard_count SIZE_MAX: the whole buffer. */
 static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device device,
                          gpc_dtype dtype, int B, int T, int training, int recompute,
-                         size_t shard_offset, size_t shard_count, const gpt_lora_options *lora) {
+                         size_t shard_offset, size_t shard_count, const gpt_lora_options *lora,
+                         int tp_size, int tp_rank) {
     *out = NULL;
     if (recompute < 0 || recompute > 2)
         return gpc_error(GPC_ERR_INVALID_ARG,
@@ -354,6 +331,10 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     gpt_config check;
     GPC_TRY(gpt_config_init(&check, config->layers, config->heads, config->channels,
                             config->max_context, config->vocab_size));
+    GPC_TRY(gpt_tp_check(&check, tp_size));
+    if (tp_rank < 0 || tp_rank >= tp_size)
+        return gpc_error(GPC_ERR_INVALID_ARG, "tensor-parallel rank %d is outside 0..%d", tp_rank,
+                         tp_size - 1);
     if (dtype != GPC_F32 && dtype != GPC_BF16 && dtype != GPC_F16)
         return gpc_error(GPC_ERR_INVALID_ARG, "a model computes in f32, bf16 or fp16, not %s",
                          gpc_dtype_name(dtype));
@@ -379,7 +360,9 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     m->derived_qkv_bias = gpc_setting_flag("GPC_QKV_BIAS_DERIVED");
     m->B = B;
     m->T = T;
-    m->num_params = gpt_config_num_params(&check);
+    m->tp_size = tp_size;
+    m->tp_rank = tp_rank;
+    m->num_params = gpt_tp_num_params(&check, tp_size);
     if (shard_count == SIZE_MAX) shard_count = m->num_params;
     if (shard_offset > m->num_params || shard_count > m->num_params - shard_offset) {
         size_t num_params = (size_t)m->num_params;
@@ -393,16 +376,10 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     m->shard_count = shard_count;
     if (lora) lora_layout(m, lora);
 
-    int64_t shapes[GPT_NUM_PARAM_TENSORS][3];
-    int ndims[GPT_NUM_PARAM_TENSORS];
-    param_shapes(&check, shapes, ndims);
-    size_t offset = 0;
-    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
-        m->param_offset[i] = offset;
-        size_t n = 1;
-        for (int d = 0; d < ndims[i]; d++)
-            n *= (size_t)shapes[i][d];
-        offset += n;
+    {
+        size_t offsets[GPT_NUM_PARAM_TENSORS + 1];
+        gpt_param_layout(&check, tp_size, offsets);
+        memcpy(m->param_offset, offsets, sizeof m->param_offset);
     }
 
     gpc_status s = create_optimizer(m);
@@ -411,8 +388,8 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     /* attention's own plans and workspace (cuDNN's) are built now, with the
      * rest of the model's memory, rather than in the first step */
     if (s == GPC_OK) {
-        gpc_tensor qkv = act_layer(m, &m->acts.qkv, 0, B, T, 3 * (int64_t)check.channels);
-        s = gpc_op_attention_prepare(&qkv, check.heads, m->training);
+        gpc_tensor qkv = act_layer(m, &m->acts.qkv, 0, B, T, 3 * (int64_t)check.channels / tp_size);
+        s = gpc_op_attention_prepare(&qkv, check.heads / tp_size, m->training);
     }
     if (s == GPC_OK) {
         size_t rows = (size_t)B * (size_t)T;
@@ -444,7 +421,7 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
 
 gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_device device,
                                 gpc_dtype dtype, int B, int T, int training, int recompute) {
-    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, NULL);
+    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, NULL, 1, 0);
 }
 
 gpc_status gpt_create_lora(gpt_model **out, const gpt_config *config, gpc_device device,
@@ -462,13 +439,21 @@ gpc_status gpt_create_lora(gpt_model **out, const gpt_config *config, gpc_device
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "LoRA targets 0x%x are not a set of qkv, proj, fc and fcproj",
                          lora->targets);
-    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, lora);
+    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, lora, 1, 0);
 }
 
 gpc_status gpt_create_shard(gpt_model **out, const gpt_config *config, gpc_device device,
                             gpc_dtype dtype, int B, int T, int recompute, size_t shard_offset,
                             size_t shard_count) {
-    return create(out, config, device, dtype, B, T, 1, recompute, shard_offset, shard_count, NULL);
+    return create(out, config, device, dtype, B, T, 1, recompute, shard_offset, shard_count, NULL,
+                  1, 0);
+}
+
+gpc_status gpt_create_tp(gpt_model **out, const gpt_config *config, gpc_device device,
+                         gpc_dtype dtype, int B, int T, int recompute, int tp_size, int tp_rank,
+                         size_t shard_offset, size_t shard_count) {
+    return create(out, config, device, dtype, B, T, 1, recompute, shard_offset, shard_count, NULL,
+                  tp_size, tp_rank);
 }
 
 int gpt_is_sharded(const gpt_model *m) {
@@ -549,7 +534,11 @@ gpc_status gpt_get_params(const gpt_model *m, float *values) {
 
 gpc_status gpt_init_weights(gpt_model *m, uint64_t seed) {
     const gpt_config *c = &m->config;
-    float *w = gpc_malloc(m->num_params * sizeof(float));
+    /* the whole model's values, then this rank's slices of them: every tp
+     * layout starts from the same weights */
+    size_t full[GPT_NUM_PARAM_TENSORS + 1];
+    gpt_param_layout(c, 1, full);
+    float *w = gpc_malloc(full[GPT_NUM_PARAM_TENSORS] * sizeof(float));
     if (!w) return gpc_error(GPC_ERR_NOMEM, "out of host memory initialising the model");
     gpc_rng rng;
     gpc_rng_seed(&rng, seed, 0x6770742d696e6974ULL); /* "gpt-init": its own stream */
@@ -557,9 +546,8 @@ gpc_status gpt_init_weights(gpt_model *m, uint64_t seed) {
      * stream's variance does not grow with depth (Radford et al. 2019, 2.3). */
     const float std = 0.02f, residual_std = 0.02f / sqrtf(2.0f * (float)c->layers);
     for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
-        float *p = w + m->param_offset[i];
-        size_t n = (i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params) -
-                   m->param_offset[i];
+        float *p = w + full[i];
+        size_t n = full[i + 1] - full[i];
         const char *name = gpt_param_names[i];
         if (i == 0) { /* wte: real rows random, padded rows zero */
             size_t real = (size_t)c->vocab_size * (size_t)c->channels;
@@ -578,7 +566,16 @@ gpc_status gpt_init_weights(gpt_model *m, uint64_t seed) {
             memset(p, 0, n * sizeof(float));
         }
     }
-    gpc_status s = gpt_set_params(m, w);
+    gpc_status s = GPC_OK;
+    if (m->tp_size > 1) {
+        float *local = gpc_malloc(m->num_params * sizeof(float));
+        if (!local) s = gpc_error(GPC_ERR_NOMEM, "out of host memory initialising the model");
+        if (local) gpt_tp_slice(c, m->tp_size, m->tp_rank, w, local);
+        if (local) s = gpt_set_params(m, local);
+        gpc_free(local);
+    } else {
+        s = gpt_set_params(m, w);
+    }
     gpc_free(w);
     return s;
 }
@@ -629,12 +626,37 @@ static gpc_status upload_tokens(gpt_model *m, const int32_t *inputs, const int32
  * one, whose attention (attention_decode) reads the keys and values kept in
  * qkv for the positions before them. tokens: [B,T] i32 on the model's
  * device. */
+/* Tensor parallelism's sum over the tp ranks, in place: the g operator of
+ * Megatron-LM in forward, f's in backward. Nothing on a whole model. */
+static gpc_status tp_sum(gpt_model *m, gpc_tensor *t) {
+    if (m->tp_size == 1) return GPC_OK;
+    if (!m->tp_reduce)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "a tensor-parallel model needs its sum over the tp ranks: set it with "
+                         "gpt_set_tp_reduce before the first forward");
+    return m->tp_reduce(m->tp_reduce_user, t);
+}
+
+/* out = residual + x . w^T + bias through a projection whose input is cut
+ * over the tp ranks (row-parallel): rank 0 adds the residual and the bias
+ * to its partial product, the others give their partial product alone, and
+ * the sum over the ranks is the whole output on every rank. */
+static gpc_status row_parallel_forward(gpt_model *m, gpc_tensor *out, const gpc_tensor *x,
+                                       const gpc_tensor *w, const gpc_tensor *bias,
+                                       const gpc_tensor *residual) {
+    if (m->tp_rank == 0)
+        GPC_TRY(gpc_op_matmul_residual_forward(out, x, w, bias, residual));
+    else
+        GPC_TRY(gpc_op_matmul_forward(out, x, w, NULL));
+    return tp_sum(m, out);
+}
+
 static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int start, int B, int T) {
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
     gpt_tensors *p = &m->params;
-    int L = c->layers, NH = c->heads;
-    int64_t C = c->channels;
+    int L = c->layers, NH = c->heads / m->tp_size; /* this rank's heads */
+    int64_t C = c->channels, Cl = C / m->tp_size, F = 4 * C / m->tp_size;
     size_t at = (size_t)start * (size_t)C;
     gpc_tensor encoded = view(&a->encoded, at, 3, B, T, C);
     gpc_tensor wpe = view(&p->wpe, at, 2, c->max_context - start, C, 0);
@@ -653,37 +675,37 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
     for (int l = 0; l < L; l++) {
         gpc_tensor residual = l == 0 ? encoded : act_rows(m, &a->residual3, l - 1, start, B, T, C);
         gpc_tensor ln1 = act_rows(m, &a->ln1, kept_layer(m, l, 2), start, B, T, C);
-        gpc_tensor qkv = act_rows(m, &a->qkv, l, start, B, T, 3 * C);
-        gpc_tensor atty = act_rows(m, &a->atty, l, start, B, T, C);
+        gpc_tensor qkv = act_rows(m, &a->qkv, l, start, B, T, 3 * Cl);
+        gpc_tensor atty = act_rows(m, &a->atty, l, start, B, T, Cl);
         gpc_tensor residual2 = act_rows(m, &a->residual2, l, start, B, T, C);
         gpc_tensor ln2 = act_rows(m, &a->ln2, kept_layer(m, l, 2), start, B, T, C);
         gpc_tensor ln2_mean = stat_rows(m, &a->ln2_mean, l, start, B, T);
         gpc_tensor ln2_rstd = stat_rows(m, &a->ln2_rstd, l, start, B, T);
-        gpc_tensor fch = act_rows(m, &a->fch, l, start, B, T, 4 * C);
-        gpc_tensor fch_gelu = act_rows(m, &a->fch_gelu, kept_layer(m, l, 1), start, B, T, 4 * C);
+        gpc_tensor fch = act_rows(m, &a->fch, l, start, B, T, F);
+        gpc_tensor fch_gelu = act_rows(m, &a->fch_gelu, kept_layer(m, l, 1), start, B, T, F);
         gpc_tensor residual3 = act_rows(m, &a->residual3, l, start, B, T, C);
 
-        gpc_tensor qkvw = param_layer(&p->qkvw, l, 3 * C, C);
-        gpc_tensor qkvb = param_layer(&p->qkvb, l, 0, 3 * C);
-        gpc_tensor attprojw = param_layer(&p->attprojw, l, C, C);
+        gpc_tensor qkvw = param_layer(&p->qkvw, l, 3 * Cl, C);
+        gpc_tensor qkvb = param_layer(&p->qkvb, l, 0, 3 * Cl);
+        gpc_tensor attprojw = param_layer(&p->attprojw, l, C, Cl);
         gpc_tensor attprojb = param_layer(&p->attprojb, l, 0, C);
         gpc_tensor ln2w = param_layer(&p->ln2w, l, 0, C);
         gpc_tensor ln2b = param_layer(&p->ln2b, l, 0, C);
-        gpc_tensor fcw = param_layer(&p->fcw, l, 4 * C, C);
-        gpc_tensor fcb = param_layer(&p->fcb, l, 0, 4 * C);
-        gpc_tensor fcprojw = param_layer(&p->fcprojw, l, C, 4 * C);
+        gpc_tensor fcw = param_layer(&p->fcw, l, F, C);
+        gpc_tensor fcb = param_layer(&p->fcb, l, 0, F);
+        gpc_tensor fcprojw = param_layer(&p->fcprojw, l, C, F);
         gpc_tensor fcprojb = param_layer(&p->fcprojb, l, 0, C);
 
         GPC_TRY(gpc_op_matmul_forward(&qkv, &ln1, &qkvw, &qkvb));
         GPC_TRY(lora_forward(m, 0, l, start, B, T, &ln1, &qkv));
         if (start > 0) {
-            gpc_tensor kept = act_rows(m, &a->qkv, l, 0, 1, start + T, 3 * C);
+            gpc_tensor kept = act_rows(m, &a->qkv, l, 0, 1, start + T, 3 * Cl);
             GPC_TRY(gpc_op_attention_decode(&atty, &kept, NH));
         } else { /* the whole sequence so far: the flash kernels */
             gpc_tensor lse = view(&a->lse, (size_t)l * m->B * NH * m->T, 3, B, NH, T);
             GPC_TRY(gpc_op_attention_forward(&atty, &lse, &qkv, NH));
         }
-        GPC_TRY(gpc_op_matmul_residual_forward(&residual2, &atty, &attprojw, &attprojb, &residual));
+        GPC_TRY(row_parallel_forward(m, &residual2, &atty, &attprojw, &attprojb, &residual));
         GPC_TRY(lora_forward(m, 1, l, start, B, T, &atty, &residual2));
         GPC_TRY(gpc_op_layernorm_forward(&ln2, &ln2_mean, &ln2_rstd, &residual2, &ln2w, &ln2b));
         if (lora_on(m, 2)) { /* the adapter adds before the GELU: the two apart */
@@ -693,8 +715,7 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
         } else {
             GPC_TRY(gpc_op_matmul_gelu_forward(&fch, &fch_gelu, &ln2, &fcw, &fcb));
         }
-        GPC_TRY(
-            gpc_op_matmul_residual_forward(&residual3, &fch_gelu, &fcprojw, &fcprojb, &residual2));
+        GPC_TRY(row_parallel_forward(m, &residual3, &fch_gelu, &fcprojw, &fcprojb, &residual2));
         GPC_TRY(lora_forward(m, 3, l, start, B, T, &fch_gelu, &residual3));
         /* the next layer's ln1 or the final layernorm, of residual3 */
         int last = l + 1 == L;
@@ -800,11 +821,13 @@ static int fused_bias_grads(void) {
  * gradient too. */
 static gpc_status derive_qkv_bias_grad(gpt_model *m, int l, const gpc_tensor *dattprojb,
                                        const gpc_tensor *attprojw, const gpc_tensor *scratch) {
-    int64_t C = m->config.channels;
-    gpc_tensor dqkvb = param_layer(&m->grads.qkvb, l, 0, 3 * C);
-    gpc_tensor dvb = view(&dqkvb, (size_t)(2 * C), 2, 1, C, 0);
+    /* with tensor parallelism: this rank's value third, from its columns of
+     * W_proj (the whole dattprojb is on every rank) */
+    int64_t C = m->config.channels, Cl = C / m->tp_size;
+    gpc_tensor dqkvb = param_layer(&m->grads.qkvb, l, 0, 3 * Cl);
+    gpc_tensor dvb = view(&dqkvb, (size_t)(2 * Cl), 2, 1, Cl, 0);
     gpc_tensor dout = view(dattprojb, 0, 2, 1, C, 0);
-    gpc_tensor shape = view(scratch, 0, 2, 1, C, 0); /* only its shape is read */
+    gpc_tensor shape = view(scratch, 0, 2, 1, Cl, 0); /* only its shape is read */
     return gpc_op_matmul_backward(&dvb, NULL, NULL, &dout, &shape, attprojw);
 }
 
@@ -817,13 +840,14 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
     gpt_tensors *p = &m->params, *g = &m->grads;
-    int L = c->layers, NH = c->heads;
-    int64_t C = c->channels;
+    int L = c->layers, NH = c->heads / m->tp_size; /* this rank's heads */
+    int64_t C = c->channels, Cl = C / m->tp_size, F = 4 * C / m->tp_size;
 
     gpc_tensor dresidual = view(&a->dresidual, 0, 3, B, T, C);
     gpc_tensor dbtc = view(&a->dbtc, 0, 3, B, T, C);
-    gpc_tensor dfch = view(&a->dbt4c, 0, 3, B, T, 4 * C);
-    gpc_tensor dqkv = view(&a->dbt4c, 0, 3, B, T, 3 * C);
+    gpc_tensor datty = view(&a->dbtc, 0, 3, B, T, Cl);
+    gpc_tensor dfch = view(&a->dbt4c, 0, 3, B, T, F);
+    gpc_tensor dqkv = view(&a->dbt4c, 0, 3, B, T, 3 * Cl);
     GPC_TRY(gpc_tensor_zero(&dresidual));
 
     /* the head's backward products ran in forward_backward's
@@ -846,32 +870,32 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
         gpc_tensor ln1 = act_layer(m, &a->ln1, kept_layer(m, l, 2), B, T, C);
         gpc_tensor ln1_mean = stat_layer(m, &a->ln1_mean, l, B, T);
         gpc_tensor ln1_rstd = stat_layer(m, &a->ln1_rstd, l, B, T);
-        gpc_tensor qkv = act_layer(m, &a->qkv, l, B, T, 3 * C);
-        gpc_tensor atty = act_layer(m, &a->atty, l, B, T, C);
+        gpc_tensor qkv = act_layer(m, &a->qkv, l, B, T, 3 * Cl);
+        gpc_tensor atty = act_layer(m, &a->atty, l, B, T, Cl);
         gpc_tensor lse = view(&a->lse, (size_t)l * m->B * NH * m->T, 3, B, NH, T);
         gpc_tensor residual2 = act_layer(m, &a->residual2, l, B, T, C);
         gpc_tensor ln2 = act_layer(m, &a->ln2, kept_layer(m, l, 2), B, T, C);
         gpc_tensor ln2_mean = stat_layer(m, &a->ln2_mean, l, B, T);
         gpc_tensor ln2_rstd = stat_layer(m, &a->ln2_rstd, l, B, T);
-        gpc_tensor fch = act_layer(m, &a->fch, l, B, T, 4 * C);
-        gpc_tensor fch_gelu = act_layer(m, &a->fch_gelu, kept_layer(m, l, 1), B, T, 4 * C);
+        gpc_tensor fch = act_layer(m, &a->fch, l, B, T, F);
+        gpc_tensor fch_gelu = act_layer(m, &a->fch_gelu, kept_layer(m, l, 1), B, T, F);
 
         gpc_tensor ln1w = param_layer(&p->ln1w, l, 0, C);
-        gpc_tensor qkvw = param_layer(&p->qkvw, l, 3 * C, C);
-        gpc_tensor attprojw = param_layer(&p->attprojw, l, C, C);
+        gpc_tensor qkvw = param_layer(&p->qkvw, l, 3 * Cl, C);
+        gpc_tensor attprojw = param_layer(&p->attprojw, l, C, Cl);
         gpc_tensor ln2w = param_layer(&p->ln2w, l, 0, C);
-        gpc_tensor fcw = param_layer(&p->fcw, l, 4 * C, C);
-        gpc_tensor fcprojw = param_layer(&p->fcprojw, l, C, 4 * C);
+        gpc_tensor fcw = param_layer(&p->fcw, l, F, C);
+        gpc_tensor fcprojw = param_layer(&p->fcprojw, l, C, F);
 
         gpc_tensor dln1w = param_layer(&g->ln1w, l, 0, C), dln1b = param_layer(&g->ln1b, l, 0, C);
-        gpc_tensor dqkvw = param_layer(&g->qkvw, l, 3 * C, C);
-        gpc_tensor dqkvb = param_layer(&g->qkvb, l, 0, 3 * C);
-        gpc_tensor dattprojw = param_layer(&g->attprojw, l, C, C);
+        gpc_tensor dqkvw = param_layer(&g->qkvw, l, 3 * Cl, C);
+        gpc_tensor dqkvb = param_layer(&g->qkvb, l, 0, 3 * Cl);
+        gpc_tensor dattprojw = param_layer(&g->attprojw, l, C, Cl);
         gpc_tensor dattprojb = param_layer(&g->attprojb, l, 0, C);
         gpc_tensor dln2w = param_layer(&g->ln2w, l, 0, C), dln2b = param_layer(&g->ln2b, l, 0, C);
-        gpc_tensor dfcw = param_layer(&g->fcw, l, 4 * C, C);
-        gpc_tensor dfcb = param_layer(&g->fcb, l, 0, 4 * C);
-        gpc_tensor dfcprojw = param_layer(&g->fcprojw, l, C, 4 * C);
+        gpc_tensor dfcw = param_layer(&g->fcw, l, F, C);
+        gpc_tensor dfcb = param_layer(&g->fcb, l, 0, F);
+        gpc_tensor dfcprojw = param_layer(&g->fcprojw, l, C, F);
         gpc_tensor dfcprojb = param_layer(&g->fcprojb, l, 0, C);
         if (frozen) {
             dln1w = dln2w = view(&m->lora.dln, 0, 1, C, 0, 0);
@@ -902,13 +926,14 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
         }
         GPC_TRY(gpc_op_matmul_backward(&dbtc, GRAD(dfcw), NULL, &dfch, &ln2, &fcw));
         GPC_TRY(lora_backward(m, 2, l, B, T, &dfch, &ln2, &dbtc));
+        GPC_TRY(tp_sum(m, &dbtc)); /* ln2's gradient: the ranks' units summed */
         GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln2w, &dln2b, fused ? &dfcprojb : NULL,
                                           &dbtc, &residual2, &ln2w, &ln2_mean, &ln2_rstd));
         /* attention: residual2 = residual + attproj(attention(qkv(ln1(residual)))) */
-        GPC_TRY(gpc_op_matmul_backward(&dbtc, GRAD(dattprojw), fused || frozen ? NULL : &dattprojb,
+        GPC_TRY(gpc_op_matmul_backward(&datty, GRAD(dattprojw), fused || frozen ? NULL : &dattprojb,
                                        &dresidual, &atty, &attprojw));
-        GPC_TRY(lora_backward(m, 1, l, B, T, &dresidual, &atty, &dbtc));
-        GPC_TRY(gpc_op_attention_backward(&dqkv, &dbtc, &qkv, &atty, &lse, NH));
+        GPC_TRY(lora_backward(m, 1, l, B, T, &dresidual, &atty, &datty));
+        GPC_TRY(gpc_op_attention_backward(&dqkv, &datty, &qkv, &atty, &lse, NH));
         if (m->recompute >= 2) {
             gpc_tensor ln1b = param_layer(&p->ln1b, l, 0, C);
             GPC_TRY(gpc_op_layernorm_forward(&ln1, &ln1_mean, &ln1_rstd, &residual, &ln1w, &ln1b));
@@ -916,9 +941,10 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
         GPC_TRY(gpc_op_matmul_backward(&dbtc, GRAD(dqkvw), derived || frozen ? NULL : &dqkvb, &dqkv,
                                        &ln1, &qkvw));
         GPC_TRY(lora_backward(m, 0, l, B, T, &dqkv, &ln1, &dbtc));
+        GPC_TRY(tp_sum(m, &dbtc)); /* ln1's gradient: the ranks' heads summed */
 #undef GRAD
         if (derived) {
-            gpc_tensor dqb = view(&dqkvb, 0, 1, C, 0, 0);
+            gpc_tensor dqb = view(&dqkvb, 0, 1, Cl, 0, 0);
             GPC_TRY(gpc_op_column_sums(&dqb, &dqkv, 0));
         }
         GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln1w, &dln1b, fused ? &dattprojb : NULL,
@@ -1031,6 +1057,28 @@ gpc_status gpt_zero_grad(gpt_model *m) {
 
 /* ------------------------------------------------------------ update */
 
+/* The squared gradient norm of the span [begin, end) of a tensor-parallel
+ * model's local layout, as the whole model's: the sliced tensors' squares
+ * summed over the tp ranks, then the replicated tensors' added once (every
+ * tp rank holds the same replicated gradients). */
+static gpc_status tp_norm_sq(gpt_model *m, size_t begin, size_t end, gpc_tensor *norm_sq) {
+    GPC_TRY(gpc_optim_norm_sq(m->optim, &m->grads_flat, begin, begin, norm_sq)); /* zero */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
+            if (gpt_tp_sliced(i) != (pass == 0)) continue;
+            size_t lo = m->param_offset[i];
+            size_t hi = i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
+            if (lo < begin) lo = begin;
+            if (hi > end) hi = end;
+            if (lo >= hi) continue;
+            gpc_tensor g = view(&m->grads_flat, lo, 1, (int64_t)(hi - lo), 0, 0);
+            GPC_TRY(gpc_op_sum_squares(norm_sq, &g));
+        }
+        if (pass == 0) GPC_TRY(tp_sum(m, norm_sq));
+    }
+    return GPC_OK;
+}
+
 gpc_status gpt_update_span(gpt_model *m, const gpc_optim_options *o, size_t begin, size_t end,
                            gpt_norm_reduce_fn reduce, void *user, float *grad_norm, int *skipped) {
     m->cached_len = 0; /* kept keys and values belong to the old weights */
@@ -1049,7 +1097,10 @@ gpc_status gpt_update_span(gpt_model *m, const gpc_optim_options *o, size_t begi
         return gpc_optim_step(m->optim, &m->lora.params_flat, &m->lora.grads_flat, 0,
                               m->lora.num_params, norm_sq, o, grad_norm, skipped);
     }
-    GPC_TRY(gpc_optim_norm_sq(m->optim, &m->grads_flat, begin, end, norm_sq));
+    if (m->tp_size > 1)
+        GPC_TRY(tp_norm_sq(m, begin, end, norm_sq));
+    else
+        GPC_TRY(gpc_optim_norm_sq(m->optim, &m->grads_flat, begin, end, norm_sq));
     if (reduce) GPC_TRY(reduce(user, norm_sq));
     /* norm_sq is left holding the global squared norm, for gpt_read_step */
     return gpc_optim_step(m->optim, &m->params_flat, &m->grads_flat, begin, end, norm_sq, o,
@@ -1184,6 +1235,19 @@ void gpt_shard_range(const gpt_model *m, size_t *offset, size_t *count) {
 
 const gpc_optim *gpt_optimizer(const gpt_model *m) {
     return m->optim;
+}
+
+int gpt_tp_size(const gpt_model *m) {
+    return m->tp_size;
+}
+
+int gpt_tp_rank(const gpt_model *m) {
+    return m->tp_rank;
+}
+
+void gpt_set_tp_reduce(gpt_model *m, gpt_tp_reduce_fn fn, void *user) {
+    m->tp_reduce = fn;
+    m->tp_reduce_user = fn ? user : NULL;
 }
 
 void gpt_set_grad_ready(gpt_model *m, gpt_grad_ready_fn fn, void *user) {

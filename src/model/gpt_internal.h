@@ -119,6 +119,13 @@ struct gpt_model {
     gpt_tensors grads;  /* views of grads_flat */
     gpt_activations acts;
 
+    /* Tensor parallelism (gpt_create_tp, gpt_tp.c): this rank's slices of
+     * the attention heads and MLP units, and the hook that sums a tensor
+     * over the tp ranks (gpt_set_tp_reduce). tp_size 1: the whole model. */
+    int tp_size, tp_rank;
+    gpt_tp_reduce_fn tp_reduce;
+    void *tp_reduce_user;
+
     /* Gradient-ready hook (gpt_set_grad_ready) */
     gpt_grad_ready_fn grad_ready;
     void *grad_ready_user;
@@ -137,5 +144,15 @@ struct gpt_model {
     gpc_arena param_arena; /* params, grads, then master, m, v (gpc_optim_place) */
     gpc_arena act_arena;   /* activations and scratch */
 };
+
+/* The parameter tensors' shapes for a model cut over tp ranks (tp 1: the
+ * whole model); gpt_tp.c. */
+void gpt_param_shapes(const gpt_config *config, int tp, int64_t shapes[GPT_NUM_PARAM_TENSORS][3],
+                      int ndims[GPT_NUM_PARAM_TENSORS]);
+/* Element offsets of the 16 tensors, and the total at [16], for tp ranks. */
+void gpt_param_layout(const gpt_config *config, int tp, size_t offsets[GPT_NUM_PARAM_TENSORS + 1]);
+/* Whether tensor i is cut over the tp ranks (qkvw, qkvb, attprojw, fcw,
+ * fcb, fcprojw) rather than replicated. */
+int gpt_tp_sliced(int index);
 
 #endif /* GPC_MODEL_GPT_INTERNAL_H */
