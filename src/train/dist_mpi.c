@@ -21,6 +21,12 @@
 
 static int mpi_started_here;
 
+/* The communicator of d: the world's, or a group's made by mpi_split (its
+ * MPI_Comm in impl). */
+static MPI_Comm comm_of(const gpc_dist *d) {
+    return d->impl ? *(const MPI_Comm *)d->impl : MPI_COMM_WORLD;
+}
+
 int gpc_dist_have_mpi(void) {
     return 1;
 }
@@ -53,13 +59,13 @@ static gpc_status mpi_check(int rc, const char *what) {
 
 static gpc_status mpi_all_reduce(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype,
                                  gpc_stream stream) {
-    (void)d, (void)stream;
+    (void)stream;
     MPI_Datatype t = MPI_FLOAT;
     int n = 0;
     GPC_TRY(mpi_type(dtype, &t));
     GPC_TRY(mpi_count(count, &n));
     if (n == 0) return GPC_OK;
-    return mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, n, t, MPI_SUM, MPI_COMM_WORLD), "allreduce");
+    return mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, n, t, MPI_SUM, comm_of(d)), "allreduce");
 }
 
 static gpc_status mpi_reduce(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype, int root,
@@ -73,8 +79,7 @@ static gpc_status mpi_reduce(gpc_dist *d, void *buf, size_t count, gpc_dtype dty
     /* the root sums into its own buffer; the others only send theirs */
     const void *send = d->rank == root ? MPI_IN_PLACE : buf;
     return mpi_check(
-        MPI_Reduce(send, d->rank == root ? buf : NULL, n, t, MPI_SUM, root, MPI_COMM_WORLD),
-        "reduce");
+        MPI_Reduce(send, d->rank == root ? buf : NULL, n, t, MPI_SUM, root, comm_of(d)), "reduce");
 }
 
 static gpc_status mpi_reduce_scatter(gpc_dist *d, void *buf, const size_t *offsets, gpc_dtype dtype,
@@ -98,19 +103,19 @@ static gpc_status mpi_all_gather(gpc_dist *d, void *buf, const size_t *offsets, 
         GPC_TRY(mpi_count(offsets[r], &displs[r]));
     }
     return mpi_check(
-        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, MPI_COMM_WORLD),
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, comm_of(d)),
         "allgatherv");
 }
 
 static gpc_status mpi_broadcast(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype, int root,
                                 gpc_stream stream) {
-    (void)d, (void)stream;
+    (void)stream;
     MPI_Datatype t = MPI_FLOAT;
     int n = 0;
     GPC_TRY(mpi_type(dtype, &t));
     GPC_TRY(mpi_count(count, &n));
     if (n == 0) return GPC_OK;
-    return mpi_check(MPI_Bcast(buf, n, t, root, MPI_COMM_WORLD), "broadcast");
+    return mpi_check(MPI_Bcast(buf, n, t, root, comm_of(d)), "broadcast");
 }
 
 static gpc_status mpi_group(gpc_dist *d) {
@@ -119,14 +124,12 @@ static gpc_status mpi_group(gpc_dist *d) {
 }
 
 static gpc_status mpi_all_reduce_host(gpc_dist *d, double *values, int n) {
-    (void)d;
-    return mpi_check(MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
+    return mpi_check(MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, comm_of(d)),
                      "allreduce");
 }
 
 static gpc_status mpi_barrier(gpc_dist *d) {
-    (void)d;
-    return mpi_check(MPI_Barrier(MPI_COMM_WORLD), "barrier");
+    return mpi_check(MPI_Barrier(comm_of(d)), "barrier");
 }
 
 static void mpi_watch(gpc_dist *d, int active) {
@@ -134,17 +137,69 @@ static void mpi_watch(gpc_dist *d, int active) {
 }
 
 static void mpi_destroy(gpc_dist *d) {
-    (void)d;
     int finalized = 0;
+    if (d->impl) { /* a group: its communicator only */
+        MPI_Finalized(&finalized);
+        if (!finalized) MPI_Comm_free((MPI_Comm *)d->impl);
+        gpc_free(d->impl);
+        d->impl = NULL;
+        return;
+    }
     MPI_Finalized(&finalized);
     if (mpi_started_here && !finalized) MPI_Finalize();
     mpi_started_here = 0;
 }
 
-static const gpc_dist_ops mpi_ops = {
-    "mpi",         mpi_all_reduce, mpi_reduce, mpi_reduce_scatter,  mpi_all_gather,
-    mpi_broadcast, mpi_group,      mpi_group,  mpi_all_reduce_host, mpi_barrier,
-    mpi_watch,     mpi_destroy};
+static gpc_status mpi_split(gpc_dist *d, int color, int key, gpc_dist *child) {
+    MPI_Comm *comm = gpc_malloc(sizeof *comm);
+    if (!comm) return gpc_error(GPC_ERR_NOMEM, "out of host memory");
+    gpc_status s = mpi_check(MPI_Comm_split(comm_of(d), color, key, comm), "comm split");
+    if (s != GPC_OK) {
+        gpc_free(comm);
+        return s;
+    }
+    MPI_Comm_rank(*comm, &child->rank);
+    MPI_Comm_size(*comm, &child->world_size);
+    child->ops = d->ops;
+    child->impl = comm;
+    return GPC_OK;
+}
+
+static gpc_status mpi_send(gpc_dist *d, const void *buf, size_t count, gpc_dtype dtype, int peer,
+                           gpc_stream stream) {
+    (void)stream;
+    MPI_Datatype t = MPI_FLOAT;
+    int n = 0;
+    GPC_TRY(mpi_type(dtype, &t));
+    GPC_TRY(mpi_count(count, &n));
+    return mpi_check(MPI_Send(buf, n, t, peer, 0, comm_of(d)), "send");
+}
+
+static gpc_status mpi_recv(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype, int peer,
+                           gpc_stream stream) {
+    (void)stream;
+    MPI_Datatype t = MPI_FLOAT;
+    int n = 0;
+    GPC_TRY(mpi_type(dtype, &t));
+    GPC_TRY(mpi_count(count, &n));
+    return mpi_check(MPI_Recv(buf, n, t, peer, 0, comm_of(d), MPI_STATUS_IGNORE), "recv");
+}
+
+static const gpc_dist_ops mpi_ops = {"mpi",
+                                     mpi_all_reduce,
+                                     mpi_reduce,
+                                     mpi_reduce_scatter,
+                                     mpi_all_gather,
+                                     mpi_broadcast,
+                                     mpi_group,
+                                     mpi_group,
+                                     mpi_all_reduce_host,
+                                     mpi_barrier,
+                                     mpi_watch,
+                                     mpi_destroy,
+                                     mpi_split,
+                                     mpi_send,
+                                     mpi_recv};
 
 static gpc_status mpi_start(void) {
     int initialized = 0;
