@@ -153,6 +153,8 @@ typedef struct {
     int world_size, rank;  /* data parallelism: processes and this one's place (1 and 0 alone) */
     struct gpc_dist *dist; /* collectives (gpc/dist.h) when world_size > 1; the caller owns it */
     int zero;              /* 1: ZeRO-1 optimizer shards across the ranks */
+    int tp;                /* > 1: tensor parallelism over groups of tp ranks, data parallelism
+                            * over world_size / tp such groups (gpc/parallel.h) */
     double bucket_mb;      /* gradient bucket size in MiB; 0: default; negative: one bucket */
     int stop_after;        /* > 0: stop (with a checkpoint) after this many steps of this
                             * process; the schedule still runs over steps */

@@ -36,6 +36,7 @@
 
 #include "gpc/data.h"
 #include "gpc/ddp.h"
+#include "gpc/parallel.h"
 #include "gpc/nvml.h"
 #include "gpc/plan.h"
 #include "gpc/settings.h"
@@ -91,8 +92,12 @@ typedef struct {
     int step;          /* optimizer steps done */
     int skipped_steps; /* fp16 steps skipped on overflow in this process */
     gpc_ddp *ddp;      /* data parallelism (src/train/ddp.c); NULL alone */
-    int rank0;         /* this process writes the run folder and reports */
-    int stop_all;      /* a stop was requested on some rank (agreed each step) */
+    /* tensor parallelism: the group holding this model's slices (NULL:
+     * the whole model). With it, t->o is the data-parallel view: its
+     * world_size, rank and dist are the dp group's (see gpc_train). */
+    gpc_dist *tp;
+    int rank0;    /* this process writes the run folder and reports */
+    int stop_all; /* a stop was requested on some rank (agreed each step) */
     char checkpoint_path[4096], prev_path[4096];
     /* LoRA: the adapters' options, the file they are saved in, and the base
      * run's folder (absolute), whose weights stay frozen */
@@ -420,7 +425,12 @@ static gpc_status save_checkpoint(trainer *t) {
     if (t->lora.rank) return gpt_lora_save(t->lora_path, t->model, &st, t->base_run);
     /* ZeRO-1: every rank takes part; rank 0 gets the whole state */
     gpt_host_state full = {0};
-    if (t->ddp) GPC_TRY(gpc_ddp_gather_state(t->ddp, &full));
+    if (t->tp) {
+        /* tensor parallelism: the first dp group's slices make the file */
+        if (t->o->rank == 0) GPC_TRY(gpc_tp_gather_full(t->model, t->tp, &full));
+    } else if (t->ddp) {
+        GPC_TRY(gpc_ddp_gather_state(t->ddp, &full));
+    }
     gpc_status s = GPC_OK;
     /* The previous checkpoint gets a second name (a hard link) before the
      * new one is written beside it and renamed over checkpoint.bin: at every
@@ -712,6 +722,11 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
         e->loss = (float)(v[0] / world);
         t->stop_all = v[1] > 0;
     }
+    if (t->tp) { /* the slices of one model stop together (their losses are equal) */
+        double v = t->ddp ? t->stop_all : gpc_train_stop_requested() ? 1.0 : 0.0;
+        GPC_TRY(t->tp->ops->all_reduce_host(t->tp, &v, 1));
+        t->stop_all = v > 0;
+    }
     if (e->skipped) e->grad_norm = NAN; /* fp16 overflow: no finite norm */
     t->skipped_steps += e->skipped;
     e->skipped_steps = t->skipped_steps;
@@ -772,7 +787,7 @@ static gpc_status run_loop(trainer *t, gpc_train_result *result) {
             v.kind = GPC_TRAIN_EVAL;
             emit(t, &v);
         }
-        int stop = t->ddp ? t->stop_all : gpc_train_stop_requested();
+        int stop = t->ddp || t->tp ? t->stop_all : gpc_train_stop_requested();
         if (last || stop || (s->checkpoint_every && t->step % s->checkpoint_every == 0)) {
             GPC_TRY(save_checkpoint(t));
             gpc_train_event c = e;
@@ -810,6 +825,13 @@ static gpc_status init_weights_from(trainer *t) {
     if (s == GPC_OK) s = gpt_checkpoint_load(path, host, NULL);
     if (s == GPC_OK) s = gpt_get_params(host, values);
     gpt_free(host);
+    if (s == GPC_OK && t->tp) { /* this rank's slices of the whole model */
+        float *local = gpc_malloc(gpt_num_params(t->model) * sizeof *local);
+        if (!local) s = gpc_error(GPC_ERR_NOMEM, "out of host memory");
+        if (local) gpt_tp_slice(&t->s.config, t->tp->world_size, t->tp->rank, values, local);
+        gpc_free(values);
+        values = local;
+    }
     if (s == GPC_OK) s = gpt_set_params(t->model, values);
     gpc_free(values);
     return s == GPC_OK ? s : gpc_error_context(s, "--init-from %s: ", from);
@@ -906,7 +928,11 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
         t->step = (int)loaded.step;
         return GPC_OK;
     }
-    if (o->zero == 1 && o->dist && world > 1 && o->rank >= 0 && o->rank < world) {
+    if (t->tp) {
+        GPC_TRY(gpt_create_tp(&t->model, &s->config, o->device, s->precision, s->B, s->T,
+                              s->recompute, t->tp->world_size, t->tp->rank, 0, SIZE_MAX));
+        GPC_TRY(gpc_tp_attach(t->model, t->tp));
+    } else if (o->zero == 1 && o->dist && world > 1 && o->rank >= 0 && o->rank < world) {
         /* ZeRO-1: this rank holds only its shard of m, v and the master
          * weights, cut as gpc_ddp_create cuts the update */
         size_t *shard = gpc_calloc((size_t)world + 1, sizeof *shard);
@@ -961,7 +987,10 @@ static gpc_status pick_checkpoint(trainer *t, gpt_config *config, gpt_checkpoint
     return GPC_OK;
 }
 
-gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
+/* A run over the data-parallel view o; tp is the tensor-parallel group
+ * (NULL without), rank0 whether this process writes the run folder. */
+static gpc_status train_run(const gpc_train_options *o, gpc_dist *tp, int rank0,
+                            gpc_train_result *result) {
     if (!o->data_dir || !o->out_dir)
         return gpc_error(GPC_ERR_INVALID_ARG, "training needs a dataset (--data) and a run "
                                               "folder (--out)");
@@ -977,7 +1006,8 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     trainer t;
     memset(&t, 0, sizeof t);
     t.o = o;
-    t.rank0 = o->rank == 0;
+    t.tp = tp;
+    t.rank0 = rank0;
     t.gpu_clock_max_mhz = -1;
     t.gpu_power_limit_w = NAN;
     gpc_energy_meter_init(&t.gpu_energy);
@@ -1052,7 +1082,7 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
         memset(&e, 0, sizeof e);
         e.kind = GPC_TRAIN_START;
         e.config = t.s.config;
-        e.parameters = gpt_num_params(t.model);
+        e.parameters = gpt_config_num_params(&t.s.config); /* the whole model's, at any tp */
         e.B = t.s.B;
         e.T = t.s.T;
         e.tokens_per_step = t.s.total_batch;
@@ -1078,5 +1108,37 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     gpc_loader_close(t.val);
     gpc_free(t.inputs);
     gpc_free(t.targets);
+    return s;
+}
+
+gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
+    if (o->tp <= 1) return train_run(o, NULL, o->rank == 0, result);
+    /* tensor parallelism: world = dp x tp; the trainer sees the dp group as
+     * its world, and the tp group holds one model's slices */
+    int world = o->world_size > 0 ? o->world_size : 1;
+    if (o->lora_rank)
+        return gpc_error(GPC_ERR_UNSUPPORTED, "--lora trains on one process; leave out --tp");
+    if (o->zero)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "--zero 1 with --tp is not supported yet: use --zero 0 beside --tp");
+    if (!o->dist || o->dist->world_size != world)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--tp %d needs %d processes started together (gpc launch, mpirun or "
+                         "srun); this is one",
+                         o->tp, o->tp);
+    gpc_dist_layout lay;
+    GPC_TRY(gpc_dist_layout_make(world, o->rank, o->tp, 1, &lay));
+    gpc_dist *tp_group = NULL, *dp_group = NULL;
+    GPC_TRY(gpc_dist_split(o->dist, lay.dp_rank, lay.tp_rank, &tp_group));
+    gpc_status s = gpc_dist_split(o->dist, lay.tp_rank, lay.dp_rank, &dp_group);
+    if (s == GPC_OK) {
+        gpc_train_options dp = *o;
+        dp.world_size = lay.dp;
+        dp.rank = lay.dp_rank;
+        dp.dist = lay.dp > 1 ? dp_group : NULL;
+        s = train_run(&dp, tp_group, o->rank == 0, result);
+    }
+    gpc_dist_destroy(dp_group);
+    gpc_dist_destroy(tp_group);
     return s;
 }
