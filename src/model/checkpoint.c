@@ -78,7 +78,7 @@ static void encode_header(unsigned char *h, const gpt_model *m, const gpt_checkp
     uint32_t version = GPT_CHECKPOINT_VERSION, header_bytes = CKPT_HEADER_BYTES;
     put(h, OFF_VERSION, &version, 4);
     put(h, OFF_HEADER_BYTES, &header_bytes, 4);
-    const gpt_config *c = &m->config;
+    const gpt_config *c = &m->whole; /* a part's file is the whole model's */
     uint32_t config[6] = {(uint32_t)c->layers,     (uint32_t)c->heads,
                           (uint32_t)c->channels,   (uint32_t)c->max_context,
                           (uint32_t)c->vocab_size, (uint32_t)c->padded_vocab};
@@ -193,9 +193,9 @@ gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *m,
                          "gather it first (gpc_ddp_gather_state) and pass it to "
                          "gpt_checkpoint_save_full",
                          path);
-    if (m->tp_size > 1 && (!full->master || (m->training && (!full->m || !full->v))))
+    if (gpt_is_part(m) && (!full->master || (m->training && (!full->m || !full->v))))
         return gpc_error(GPC_ERR_INVALID_ARG,
-                         "saving checkpoint %s: the model holds one tensor-parallel slice; "
+                         "saving checkpoint %s: the model holds one tensor- or pipeline-parallel part; "
                          "gather the whole parameters, m and v first and pass them to "
                          "gpt_checkpoint_save_full",
                          path);
@@ -210,7 +210,7 @@ gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *m,
         return s;
     }
     /* f32 arrays of num_params elements (data unused where host values come) */
-    int64_t P = (int64_t)gpt_config_num_params(&m->config);
+    int64_t P = (int64_t)gpt_config_num_params(&m->whole);
     gpc_tensor whole = gpc_tensor_make(NULL, GPC_F32, m->device, 1, &P);
     const gpc_tensor *params = full->master ? &whole : master ? master : &m->params_flat;
     s = gpc_atomic_write(&f, header, sizeof header);
@@ -426,8 +426,8 @@ static gpc_status read_tensor(FILE *file, const char *path, const read_target *t
     return GPC_OK;
 }
 
-/* A tensor-parallel model's load: the whole arrays on the host, checked,
- * then this rank's slices of them (gpt_tp.c). */
+/* A part's load (tensor or pipeline parallelism): the whole arrays on the
+ * host, checked, then this rank's part of them (gpt_tp.c). */
 static gpc_status load_sliced(const char *path, FILE *file, const ckpt_header *hdr,
                               const unsigned char *raw, gpt_model *m) {
     size_t P = (size_t)hdr->num_params, Pl = m->num_params;
@@ -454,8 +454,7 @@ static gpc_status load_sliced(const char *path, FILE *file, const ckpt_header *h
                       "or copy error); use checkpoint.prev.bin or train again",
                       path);
     for (int k = 0; s == GPC_OK && k < arrays; k++)
-        gpt_tp_slice(&m->config, m->tp_size, m->tp_rank, whole + (size_t)k * P,
-                     local + (size_t)k * Pl);
+        gpt_part_slice(&m->whole, &m->par, whole + (size_t)k * P, local + (size_t)k * Pl);
     if (s == GPC_OK) s = gpt_set_params(m, local);
     for (int k = 1; s == GPC_OK && m->training && k < 3; k++) {
         /* the optimizer's m (k 1) and v (k 2) over its shard; zero without them */
@@ -487,11 +486,11 @@ gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_st
     GPC_TRY(open_checked(path, &file, &hdr, raw));
     char what[1200];
     snprintf(what, sizeof what, "checkpoint %s", path);
-    if (!gpt_config_equal(&hdr.config, &m->config, what)) {
+    if (!gpt_config_equal(&hdr.config, &m->whole, what)) {
         fclose(file);
         return GPC_ERR_MISMATCH;
     }
-    if (m->tp_size > 1) {
+    if (gpt_is_part(m)) {
         GPC_TRY(load_sliced(path, file, &hdr, raw, m));
         if (state) *state = hdr.state;
         if (m->dtype == GPC_F16 && hdr.state.loss_scale > 0)

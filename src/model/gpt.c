@@ -235,8 +235,10 @@ static gpc_status create_optimizer(gpt_model *m) {
     return gpc_optim_create(&m->optim, &layout);
 }
 
-static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
-    gpt_activations *a = &m->acts;
+/* One slot's activations; backward's scratch and LoRA's buffers only with
+ * slot 0 (the other slots name slot 0's scratch). */
+static gpc_status place_slot(gpt_model *m, gpc_arena *arena, int slot) {
+    gpt_activations *a = &m->slot_acts[slot];
     int64_t L = m->config.layers, B = m->B, T = m->T, C = m->config.channels;
     int64_t NH = m->config.heads, Vp = m->config.padded_vocab;
     /* tensor parallelism: this rank's heads and MLP units only */
@@ -271,6 +273,15 @@ static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
     PLACE(losses, GPC_F32, B, T);
     PLACE(tokens, GPC_I32, B, T);
     PLACE(targets, GPC_I32, B, T);
+    if (m->training && slot > 0) {
+        const gpt_activations *first = &m->slot_acts[0];
+        a->dresidual = first->dresidual;
+        a->dbtc = first->dbtc;
+        a->dbt4c = first->dbt4c;
+        a->norm_sq = first->norm_sq;
+        a->loss_sum = first->loss_sum;
+        return GPC_OK;
+    }
     if (m->training) {
         PLACE(dresidual, d, B, T, C);
         PLACE(dbtc, d, B, T, C);
@@ -299,6 +310,13 @@ static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
     return GPC_OK;
 }
 
+static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
+    for (int k = 0; k < m->par.slots; k++)
+        GPC_TRY(place_slot(m, arena, k));
+    m->acts = m->slot_acts[0];
+    return GPC_OK;
+}
+
 /* Runs a placement twice: measuring, then into one allocation. */
 static gpc_status plan(gpt_model *m, gpc_arena *arena,
                        gpc_status (*place)(gpt_model *, gpc_arena *)) {
@@ -321,8 +339,10 @@ gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device devi
 static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device device,
                          gpc_dtype dtype, int B, int T, int training, int recompute,
                          size_t shard_offset, size_t shard_count, const gpt_lora_options *lora,
-                         int tp_size, int tp_rank) {
+                         const gpt_parallel *par) {
     *out = NULL;
+    const gpt_parallel whole_model = {1, 0, 1, 0, 1};
+    if (!par) par = &whole_model;
     if (recompute < 0 || recompute > 2)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "--recompute %d is not 0 (keep activations), 1 (GELU) or 2 (GELU and "
@@ -331,10 +351,8 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     gpt_config check;
     GPC_TRY(gpt_config_init(&check, config->layers, config->heads, config->channels,
                             config->max_context, config->vocab_size));
-    GPC_TRY(gpt_tp_check(&check, tp_size));
-    if (tp_rank < 0 || tp_rank >= tp_size)
-        return gpc_error(GPC_ERR_INVALID_ARG, "tensor-parallel rank %d is outside 0..%d", tp_rank,
-                         tp_size - 1);
+    GPC_TRY(gpt_parallel_check(&check, par));
+    int tp_size = par->tp_size;
     if (dtype != GPC_F32 && dtype != GPC_BF16 && dtype != GPC_F16)
         return gpc_error(GPC_ERR_INVALID_ARG, "a model computes in f32, bf16 or fp16, not %s",
                          gpc_dtype_name(dtype));
@@ -352,7 +370,11 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
 
     gpt_model *m = gpc_calloc(1, sizeof *m);
     if (!m) return gpc_error(GPC_ERR_NOMEM, "out of host memory creating the model");
+    m->whole = check;
+    m->par = *par;
+    if (m->par.slots < 1) m->par.slots = 1;
     m->config = check;
+    m->config.layers = check.layers / par->pp_size; /* a pipeline stage's */
     m->device = device;
     m->dtype = dtype;
     m->training = training ? 1 : 0;
@@ -361,11 +383,21 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     m->B = B;
     m->T = T;
     m->tp_size = tp_size;
-    m->tp_rank = tp_rank;
-    m->num_params = gpt_tp_num_params(&check, tp_size);
+    m->tp_rank = par->tp_rank;
+    m->num_params = gpt_part_num_params(&check, par);
+    m->slot_acts = gpc_calloc((size_t)m->par.slots, sizeof *m->slot_acts);
+    m->slot_unmasked = gpc_calloc((size_t)m->par.slots, sizeof *m->slot_unmasked);
+    if (!m->slot_acts || !m->slot_unmasked) {
+        gpc_free(m->slot_acts);
+        gpc_free(m->slot_unmasked);
+        gpc_free(m);
+        return gpc_error(GPC_ERR_NOMEM, "out of host memory creating the model");
+    }
     if (shard_count == SIZE_MAX) shard_count = m->num_params;
     if (shard_offset > m->num_params || shard_count > m->num_params - shard_offset) {
         size_t num_params = (size_t)m->num_params;
+        gpc_free(m->slot_acts);
+        gpc_free(m->slot_unmasked);
         gpc_free(m);
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "optimizer shard [%zu, %zu) lies outside the model's %zu parameters; "
@@ -378,7 +410,7 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
 
     {
         size_t offsets[GPT_NUM_PARAM_TENSORS + 1];
-        gpt_param_layout(&check, tp_size, offsets);
+        gpt_param_layout(&m->config, tp_size, offsets);
         memcpy(m->param_offset, offsets, sizeof m->param_offset);
     }
 
@@ -421,7 +453,7 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
 
 gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_device device,
                                 gpc_dtype dtype, int B, int T, int training, int recompute) {
-    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, NULL, 1, 0);
+    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, NULL, NULL);
 }
 
 gpc_status gpt_create_lora(gpt_model **out, const gpt_config *config, gpc_device device,
@@ -439,21 +471,33 @@ gpc_status gpt_create_lora(gpt_model **out, const gpt_config *config, gpc_device
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "LoRA targets 0x%x are not a set of qkv, proj, fc and fcproj",
                          lora->targets);
-    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, lora, 1, 0);
+    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, lora, NULL);
 }
 
 gpc_status gpt_create_shard(gpt_model **out, const gpt_config *config, gpc_device device,
                             gpc_dtype dtype, int B, int T, int recompute, size_t shard_offset,
                             size_t shard_count) {
     return create(out, config, device, dtype, B, T, 1, recompute, shard_offset, shard_count, NULL,
-                  1, 0);
+                  NULL);
 }
 
 gpc_status gpt_create_tp(gpt_model **out, const gpt_config *config, gpc_device device,
                          gpc_dtype dtype, int B, int T, int recompute, int tp_size, int tp_rank,
                          size_t shard_offset, size_t shard_count) {
+    const gpt_parallel par = {tp_size, tp_rank, 1, 0, 1};
     return create(out, config, device, dtype, B, T, 1, recompute, shard_offset, shard_count, NULL,
-                  tp_size, tp_rank);
+                  &par);
+}
+
+gpc_status gpt_create_part(gpt_model **out, const gpt_config *config, gpc_device device,
+                           gpc_dtype dtype, int B, int T, int recompute, const gpt_parallel *par,
+                           size_t shard_offset, size_t shard_count) {
+    return create(out, config, device, dtype, B, T, 1, recompute, shard_offset, shard_count, NULL,
+                  par);
+}
+
+int gpt_is_part(const gpt_model *m) {
+    return m->par.tp_size > 1 || m->par.pp_size > 1;
 }
 
 int gpt_is_sharded(const gpt_model *m) {
@@ -467,6 +511,8 @@ void gpt_free(gpt_model *m) {
     gpc_optim_free(m->optim);
     gpc_free(m->host_losses);
     gpc_free(m->host_row);
+    gpc_free(m->slot_acts);
+    gpc_free(m->slot_unmasked);
     gpc_free(m);
 }
 
@@ -533,9 +579,9 @@ gpc_status gpt_get_params(const gpt_model *m, float *values) {
 }
 
 gpc_status gpt_init_weights(gpt_model *m, uint64_t seed) {
-    const gpt_config *c = &m->config;
-    /* the whole model's values, then this rank's slices of them: every tp
-     * layout starts from the same weights */
+    /* the whole model's values, then this rank's part of them: every tp
+     * and pp layout starts from the same weights */
+    const gpt_config *c = &m->whole;
     size_t full[GPT_NUM_PARAM_TENSORS + 1];
     gpt_param_layout(c, 1, full);
     float *w = gpc_malloc(full[GPT_NUM_PARAM_TENSORS] * sizeof(float));
@@ -567,10 +613,10 @@ gpc_status gpt_init_weights(gpt_model *m, uint64_t seed) {
         }
     }
     gpc_status s = GPC_OK;
-    if (m->tp_size > 1) {
+    if (gpt_is_part(m)) {
         float *local = gpc_malloc(m->num_params * sizeof(float));
         if (!local) s = gpc_error(GPC_ERR_NOMEM, "out of host memory initialising the model");
-        if (local) gpt_tp_slice(c, m->tp_size, m->tp_rank, w, local);
+        if (local) gpt_part_slice(c, &m->par, w, local);
         if (local) s = gpt_set_params(m, local);
         gpc_free(local);
     } else {
@@ -660,7 +706,8 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
     size_t at = (size_t)start * (size_t)C;
     gpc_tensor encoded = view(&a->encoded, at, 3, B, T, C);
     gpc_tensor wpe = view(&p->wpe, at, 2, c->max_context - start, C, 0);
-    GPC_TRY(gpc_op_embedding_forward(&encoded, tokens, &p->wte, &wpe));
+    /* a later pipeline stage's input is in encoded already */
+    if (m->par.pp_rank == 0) GPC_TRY(gpc_op_embedding_forward(&encoded, tokens, &p->wte, &wpe));
 
     /* Each projection adds to the residual stream inside its product
      * (gpc_op_matmul_residual_forward), so its output is never stored: the
@@ -848,12 +895,12 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
     gpc_tensor datty = view(&a->dbtc, 0, 3, B, T, Cl);
     gpc_tensor dfch = view(&a->dbt4c, 0, 3, B, T, F);
     gpc_tensor dqkv = view(&a->dbt4c, 0, 3, B, T, 3 * Cl);
-    GPC_TRY(gpc_tensor_zero(&dresidual));
-
     /* the head's backward products ran in forward_backward's
      * gpc_op_classifier: dbtc holds the gradient of lnf, and wte's gradient
-     * has the head's part added */
-    {
+     * has the head's part added. A pipeline stage before the last starts
+     * from dresidual as the next stage sent it. */
+    if (m->par.pp_rank == m->par.pp_size - 1) {
+        GPC_TRY(gpc_tensor_zero(&dresidual));
         gpc_tensor residual = act_layer(m, &a->residual3, L - 1, B, T, C);
         gpc_tensor mean = view(&a->lnf_mean, 0, 2, B, T, 0);
         gpc_tensor rstd = view(&a->lnf_rstd, 0, 2, B, T, 0);
@@ -952,17 +999,28 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
         if (derived) GPC_TRY(derive_qkv_bias_grad(m, l, &dattprojb, &attprojw, &dbtc));
         if (m->grad_ready) GPC_TRY(m->grad_ready(m->grad_ready_user, l));
     }
-    if (!frozen) GPC_TRY(gpc_op_embedding_backward(&g->wte, &g->wpe, &dresidual, tokens));
+    /* a later pipeline stage leaves its input's gradient in dresidual */
+    if (!frozen && m->par.pp_rank == 0)
+        GPC_TRY(gpc_op_embedding_backward(&g->wte, &g->wpe, &dresidual, tokens));
     return m->grad_ready ? m->grad_ready(m->grad_ready_user, -1) : GPC_OK;
 }
 
 /* A training micro-step on tokens and targets ([B,T] i32) on the device;
  * m->last_unmasked counts the targets that are not -1. */
+static gpc_status head_backward(gpt_model *m, const gpc_tensor *tgt, int B, int T, float dloss);
+
 static gpc_status forward_backward(gpt_model *m, const gpc_tensor *tokens, const gpc_tensor *tgt,
                                    int B, int T, float dloss) {
+    GPC_TRY(forward_to_lnf(m, tokens, B, T));
+    GPC_TRY(head_backward(m, tgt, B, T, dloss));
+    return backward(m, tokens, B, T);
+}
+
+/* The output head of a training step, after forward_to_lnf: losses summed
+ * into loss_sum, lnf's gradient into dbtc, wte's gradient +=. */
+static gpc_status head_backward(gpt_model *m, const gpc_tensor *tgt, int B, int T, float dloss) {
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
-    GPC_TRY(forward_to_lnf(m, tokens, B, T));
     gpc_tensor lnf = view(&a->lnf, 0, 3, B, T, c->channels);
     gpc_tensor logits = view(&a->logits, 0, 3, B, T, c->padded_vocab);
     gpc_tensor losses = view(&a->losses, 0, 2, B, T, 0);
@@ -986,7 +1044,7 @@ static gpc_status forward_backward(gpt_model *m, const gpc_tensor *tokens, const
     /* masked rows have loss 0, so the plain sum is the sum over real targets */
     GPC_TRY(gpc_op_sum(&m->acts.loss_sum, &losses));
     m->loss_count += m->last_unmasked;
-    return backward(m, tokens, B, T);
+    return GPC_OK;
 }
 
 gpc_status gpt_forward_backward(gpt_model *m, const int32_t *inputs, const int32_t *targets, int B,
@@ -1055,17 +1113,95 @@ gpc_status gpt_zero_grad(gpt_model *m) {
     return gpc_tensor_zero(&m->grads_flat);
 }
 
+/* ------------------------------------------------------------ pipeline */
+
+static gpc_status check_stage(const gpt_model *m, int slot, int B, int T) {
+    if (!m->training)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "this model was created for inference; create it with training on");
+    if (slot < 0 || slot >= m->par.slots)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "activation slot %d is outside the %d the stage was planned with", slot,
+                         m->par.slots);
+    return check_batch(m, B, T);
+}
+
+gpc_status gpt_stage_forward(gpt_model *m, int slot, const int32_t *inputs, const int32_t *targets,
+                             int B, int T) {
+    GPC_TRY(check_stage(m, slot, B, T));
+    if (!inputs || !targets)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "a pipeline stage's forward needs inputs and targets");
+    GPC_TRY(gpc_optim_resolve(m->optim));
+    m->acts = m->slot_acts[slot];
+    GPC_TRY(upload_tokens(m, inputs, targets, 0, B, T));
+    m->slot_unmasked[slot] = m->last_unmasked;
+    gpc_tensor tokens = view(&m->acts.tokens, 0, 2, B, T, 0);
+    return forward_to_lnf(m, &tokens, B, T);
+}
+
+gpc_status gpt_stage_backward(gpt_model *m, int slot, int B, int T, float dloss) {
+    GPC_TRY(check_stage(m, slot, B, T));
+    m->acts = m->slot_acts[slot];
+    m->last_unmasked = m->slot_unmasked[slot];
+    gpc_tensor tokens = view(&m->acts.tokens, 0, 2, B, T, 0);
+    if (m->par.pp_rank == m->par.pp_size - 1) {
+        gpc_tensor tgt = view(&m->acts.targets, 0, 2, B, T, 0);
+        GPC_TRY(head_backward(m, &tgt, B, T, dloss));
+    }
+    return backward(m, &tokens, B, T);
+}
+
+gpc_tensor gpt_stage_input(const gpt_model *m, int slot, int B, int T) {
+    return view(&m->slot_acts[slot].encoded, 0, 3, B, T, m->config.channels);
+}
+
+gpc_tensor gpt_stage_output(const gpt_model *m, int slot, int B, int T) {
+    return act_layer(m, &m->slot_acts[slot].residual3, m->config.layers - 1, B, T,
+                     m->config.channels);
+}
+
+gpc_tensor gpt_stage_grad(const gpt_model *m, int B, int T) {
+    return view(&m->slot_acts[0].dresidual, 0, 3, B, T, m->config.channels);
+}
+
+gpc_tensor gpt_stage_tied_grad(const gpt_model *m) {
+    return m->grads.wte;
+}
+
+const gpt_parallel *gpt_parallel_of(const gpt_model *m) {
+    return &m->par;
+}
+
+const gpt_config *gpt_whole_config(const gpt_model *m) {
+    return &m->whole;
+}
+
+void gpt_set_pp_reduce(gpt_model *m, gpt_tp_reduce_fn fn, void *user) {
+    m->pp_reduce = fn;
+    m->pp_reduce_user = fn ? user : NULL;
+}
+
 /* ------------------------------------------------------------ update */
 
-/* The squared gradient norm of the span [begin, end) of a tensor-parallel
- * model's local layout, as the whole model's: the sliced tensors' squares
- * summed over the tp ranks, then the replicated tensors' added once (every
- * tp rank holds the same replicated gradients). */
-static gpc_status tp_norm_sq(gpt_model *m, size_t begin, size_t end, gpc_tensor *norm_sq) {
+/* Whether a pipeline stage counts tensor i in the gradient norm: wte and
+ * wpe on the first stage (the last stage's wte gradient is the same sum),
+ * lnf on the last, the blocks everywhere. */
+static int stage_owns(const gpt_model *m, int i) {
+    if (i <= 1) return m->par.pp_rank == 0;
+    if (i >= 14) return m->par.pp_rank == m->par.pp_size - 1;
+    return 1;
+}
+
+/* The squared gradient norm of the span [begin, end) of a part's local
+ * layout, as the whole model's: the sliced tensors' squares summed over
+ * the tp ranks, then the replicated tensors' added once (every tp rank
+ * holds the same replicated gradients), then the stages' summed. */
+static gpc_status part_norm_sq(gpt_model *m, size_t begin, size_t end, gpc_tensor *norm_sq) {
     GPC_TRY(gpc_optim_norm_sq(m->optim, &m->grads_flat, begin, begin, norm_sq)); /* zero */
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
-            if (gpt_tp_sliced(i) != (pass == 0)) continue;
+            if (gpt_tp_sliced(i) != (pass == 0) || !stage_owns(m, i)) continue;
             size_t lo = m->param_offset[i];
             size_t hi = i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
             if (lo < begin) lo = begin;
@@ -1076,7 +1212,11 @@ static gpc_status tp_norm_sq(gpt_model *m, size_t begin, size_t end, gpc_tensor 
         }
         if (pass == 0) GPC_TRY(tp_sum(m, norm_sq));
     }
-    return GPC_OK;
+    if (m->par.pp_size == 1) return GPC_OK;
+    if (!m->pp_reduce)
+        return gpc_error(GPC_ERR_INVALID_ARG, "a pipeline stage needs its sum over the stages: "
+                                              "set it with gpt_set_pp_reduce");
+    return m->pp_reduce(m->pp_reduce_user, norm_sq);
 }
 
 gpc_status gpt_update_span(gpt_model *m, const gpc_optim_options *o, size_t begin, size_t end,
@@ -1097,8 +1237,8 @@ gpc_status gpt_update_span(gpt_model *m, const gpc_optim_options *o, size_t begi
         return gpc_optim_step(m->optim, &m->lora.params_flat, &m->lora.grads_flat, 0,
                               m->lora.num_params, norm_sq, o, grad_norm, skipped);
     }
-    if (m->tp_size > 1)
-        GPC_TRY(tp_norm_sq(m, begin, end, norm_sq));
+    if (gpt_is_part(m))
+        GPC_TRY(part_norm_sq(m, begin, end, norm_sq));
     else
         GPC_TRY(gpc_optim_norm_sq(m->optim, &m->grads_flat, begin, end, norm_sq));
     if (reduce) GPC_TRY(reduce(user, norm_sq));

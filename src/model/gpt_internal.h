@@ -125,6 +125,17 @@ struct gpt_model {
     int tp_size, tp_rank;
     gpt_tp_reduce_fn tp_reduce;
     void *tp_reduce_user;
+    /* Pipeline parallelism: config above is the stage's (L/pp layers);
+     * whole is the model's. par holds both places (gpt_create_part). */
+    gpt_parallel par;
+    gpt_config whole;
+    gpt_tp_reduce_fn pp_reduce;
+    void *pp_reduce_user;
+    /* [par.slots] activations, one per micro-batch in flight; acts is the
+     * selected one. Backward's scratch (dresidual, dbtc, dbt4c, norm_sq,
+     * loss_sum) is one buffer that every slot's struct names. */
+    gpt_activations *slot_acts;
+    int64_t *slot_unmasked; /* [par.slots] targets that are not -1, per slot */
 
     /* Gradient-ready hook (gpt_set_grad_ready) */
     gpt_grad_ready_fn grad_ready;
@@ -151,6 +162,8 @@ void gpt_param_shapes(const gpt_config *config, int tp, int64_t shapes[GPT_NUM_P
                       int ndims[GPT_NUM_PARAM_TENSORS]);
 /* Element offsets of the 16 tensors, and the total at [16], for tp ranks. */
 void gpt_param_layout(const gpt_config *config, int tp, size_t offsets[GPT_NUM_PARAM_TENSORS + 1]);
+/* Whether the model is a part (tp or pp above 1) of a whole one. */
+int gpt_is_part(const gpt_model *model);
 /* Whether tensor i is cut over the tp ranks (qkvw, qkvb, attprojw, fcw,
  * fcb, fcprojw) rather than replicated. */
 int gpt_tp_sliced(int index);

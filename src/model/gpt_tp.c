@@ -107,16 +107,26 @@ size_t gpt_tp_num_params(const gpt_config *c, int tp) {
     return off[GPT_NUM_PARAM_TENSORS];
 }
 
-/* Copies rank r's part between the whole layout (full) and the local one:
- * to_local 1 reads full, 0 writes it. */
-static void copy_part(const gpt_config *c, int tp, int r, float *full, float *local, int to_local) {
+/* Copies the part of tp rank r holding layers [layer0, layer0 + layers)
+ * between the whole layout (full) and that part's local one: to_local 1
+ * reads full, 0 writes it. */
+static void copy_part(const gpt_config *c, int tp, int r, int layer0, int layers, float *full,
+                      float *local, int to_local) {
+    gpt_config part = *c;
+    part.layers = layers;
     size_t fo[GPT_NUM_PARAM_TENSORS + 1], lo[GPT_NUM_PARAM_TENSORS + 1];
     gpt_param_layout(c, 1, fo);
-    gpt_param_layout(c, tp, lo);
+    gpt_param_layout(&part, tp, lo);
     for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
-        float *f = full + fo[i], *g = local + lo[i];
+        int per_layer = i >= 2 && i <= 13; /* ln1w .. fcprojb carry the layer first */
+        size_t full_layer = per_layer ? (fo[i + 1] - fo[i]) / (size_t)c->layers : 0;
+        float *f = full + fo[i] + (size_t)layer0 * full_layer, *g = local + lo[i];
+        /* a pipeline stage writes back only the embeddings (first stage)
+         * and the final layernorm (last stage) that it trains */
+        if (!to_local && ((i <= 1 && layer0 != 0) || (i >= 14 && layer0 + layers != c->layers)))
+            continue;
         if (!gpt_tp_sliced(i)) {
-            size_t n = (fo[i + 1] - fo[i]) * sizeof(float);
+            size_t n = (lo[i + 1] - lo[i]) * sizeof(float);
             if (to_local)
                 memcpy(g, f, n);
             else
@@ -129,9 +139,8 @@ static void copy_part(const gpt_config *c, int tp, int r, float *full, float *lo
         int64_t local_cols = k.split_cols ? k.cols / tp : k.cols;
         int64_t row0 = k.split_rows ? (int64_t)r * local_part_rows : 0;
         int64_t col0 = k.split_cols ? (int64_t)r * local_cols : 0;
-        size_t full_layer = (size_t)(k.rows * k.cols);
         size_t local_layer = (size_t)(k.parts * local_part_rows * local_cols);
-        for (int l = 0; l < c->layers; l++)
+        for (int l = 0; l < layers; l++)
             for (int p = 0; p < k.parts; p++)
                 for (int64_t row = 0; row < local_part_rows; row++) {
                     float *fr = f + (size_t)l * full_layer +
@@ -148,9 +157,47 @@ static void copy_part(const gpt_config *c, int tp, int r, float *full, float *lo
 }
 
 void gpt_tp_slice(const gpt_config *c, int tp, int rank, const float *full, float *local) {
-    copy_part(c, tp, rank, (float *)full, local, 1);
+    copy_part(c, tp, rank, 0, c->layers, (float *)full, local, 1);
 }
 
 void gpt_tp_unslice(const gpt_config *c, int tp, int rank, const float *local, float *full) {
-    copy_part(c, tp, rank, full, (float *)local, 0);
+    copy_part(c, tp, rank, 0, c->layers, full, (float *)local, 0);
+}
+
+void gpt_part_slice(const gpt_config *c, const gpt_parallel *par, const float *full, float *local) {
+    int layers = c->layers / par->pp_size;
+    copy_part(c, par->tp_size, par->tp_rank, par->pp_rank * layers, layers, (float *)full, local,
+              1);
+}
+
+void gpt_part_unslice(const gpt_config *c, const gpt_parallel *par, const float *local,
+                      float *full) {
+    int layers = c->layers / par->pp_size;
+    copy_part(c, par->tp_size, par->tp_rank, par->pp_rank * layers, layers, full, (float *)local,
+              0);
+}
+
+gpc_status gpt_parallel_check(const gpt_config *c, const gpt_parallel *par) {
+    GPC_TRY(gpt_tp_check(c, par->tp_size));
+    if (par->tp_rank < 0 || par->tp_rank >= par->tp_size)
+        return gpc_error(GPC_ERR_INVALID_ARG, "tensor-parallel rank %d is outside 0..%d",
+                         par->tp_rank, par->tp_size - 1);
+    if (par->pp_size < 1)
+        return gpc_error(GPC_ERR_INVALID_ARG, "--pp %d must be 1 or more (pipeline stages)",
+                         par->pp_size);
+    if (c->layers % par->pp_size != 0)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--pp %d does not divide the model's %d layers: pick a pp that divides "
+                         "%d",
+                         par->pp_size, c->layers, c->layers);
+    if (par->pp_rank < 0 || par->pp_rank >= par->pp_size)
+        return gpc_error(GPC_ERR_INVALID_ARG, "pipeline stage %d is outside 0..%d", par->pp_rank,
+                         par->pp_size - 1);
+    return GPC_OK;
+}
+
+size_t gpt_part_num_params(const gpt_config *c, const gpt_parallel *par) {
+    gpt_config part = *c;
+    part.layers = c->layers / par->pp_size;
+    return gpt_tp_num_params(&part, par->tp_size);
 }
