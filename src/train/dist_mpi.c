@@ -21,12 +21,6 @@
 
 static int mpi_started_here;
 
-/* The communicator of d: the world's, or a group's made by mpi_split (its
- * MPI_Comm in impl). */
-static MPI_Comm comm_of(const gpc_dist *d) {
-    return d->impl ? *(const MPI_Comm *)d->impl : MPI_COMM_WORLD;
-}
-
 int gpc_dist_have_mpi(void) {
     return 1;
 }
@@ -55,6 +49,28 @@ static gpc_status mpi_check(int rc, const char *what) {
     int n = 0;
     MPI_Error_string(rc, text, &n);
     return gpc_error(GPC_ERR_IO, "MPI %s failed: %s", what, text);
+}
+
+/* A group made by mpi_split (d->impl; the world's has none). Between
+ * group_start and group_end its sends and receives are posted without
+ * waiting and complete together at group_end, as NCCL's do: a pipeline
+ * stage's send to the next stage paired with its receive from it cannot
+ * deadlock against the neighbour's mirror-image pair. */
+#define MPI_GROUP_PENDING 16
+typedef struct {
+    MPI_Comm comm;
+    int in_group, pending;
+    MPI_Request requests[MPI_GROUP_PENDING];
+} mpi_group_state;
+
+static MPI_Comm comm_of(const gpc_dist *d) {
+    return d->impl ? ((const mpi_group_state *)d->impl)->comm : MPI_COMM_WORLD;
+}
+
+static gpc_status wait_pending(mpi_group_state *g) {
+    int n = g->pending;
+    g->pending = 0;
+    return mpi_check(MPI_Waitall(n, g->requests, MPI_STATUSES_IGNORE), "waitall");
 }
 
 static gpc_status mpi_all_reduce(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype,
@@ -118,9 +134,16 @@ static gpc_status mpi_broadcast(gpc_dist *d, void *buf, size_t count, gpc_dtype 
     return mpi_check(MPI_Bcast(buf, n, t, root, comm_of(d)), "broadcast");
 }
 
-static gpc_status mpi_group(gpc_dist *d) {
-    (void)d;
+static gpc_status mpi_group_start(gpc_dist *d) {
+    if (d->impl) ((mpi_group_state *)d->impl)->in_group = 1;
     return GPC_OK;
+}
+
+static gpc_status mpi_group_end(gpc_dist *d) {
+    mpi_group_state *g = d->impl;
+    if (!g) return GPC_OK;
+    g->in_group = 0;
+    return wait_pending(g);
 }
 
 static gpc_status mpi_all_reduce_host(gpc_dist *d, double *values, int n) {
@@ -140,7 +163,7 @@ static void mpi_destroy(gpc_dist *d) {
     int finalized = 0;
     if (d->impl) { /* a group: its communicator only */
         MPI_Finalized(&finalized);
-        if (!finalized) MPI_Comm_free((MPI_Comm *)d->impl);
+        if (!finalized) MPI_Comm_free(&((mpi_group_state *)d->impl)->comm);
         gpc_free(d->impl);
         d->impl = NULL;
         return;
@@ -151,17 +174,17 @@ static void mpi_destroy(gpc_dist *d) {
 }
 
 static gpc_status mpi_split(gpc_dist *d, int color, int key, gpc_dist *child) {
-    MPI_Comm *comm = gpc_malloc(sizeof *comm);
-    if (!comm) return gpc_error(GPC_ERR_NOMEM, "out of host memory");
-    gpc_status s = mpi_check(MPI_Comm_split(comm_of(d), color, key, comm), "comm split");
+    mpi_group_state *g = gpc_calloc(1, sizeof *g);
+    if (!g) return gpc_error(GPC_ERR_NOMEM, "out of host memory");
+    gpc_status s = mpi_check(MPI_Comm_split(comm_of(d), color, key, &g->comm), "comm split");
     if (s != GPC_OK) {
-        gpc_free(comm);
+        gpc_free(g);
         return s;
     }
-    MPI_Comm_rank(*comm, &child->rank);
-    MPI_Comm_size(*comm, &child->world_size);
+    MPI_Comm_rank(g->comm, &child->rank);
+    MPI_Comm_size(g->comm, &child->world_size);
     child->ops = d->ops;
-    child->impl = comm;
+    child->impl = g;
     return GPC_OK;
 }
 
@@ -172,7 +195,10 @@ static gpc_status mpi_send(gpc_dist *d, const void *buf, size_t count, gpc_dtype
     int n = 0;
     GPC_TRY(mpi_type(dtype, &t));
     GPC_TRY(mpi_count(count, &n));
-    return mpi_check(MPI_Send(buf, n, t, peer, 0, comm_of(d)), "send");
+    mpi_group_state *g = d->impl;
+    if (!g || !g->in_group) return mpi_check(MPI_Send(buf, n, t, peer, 0, comm_of(d)), "send");
+    if (g->pending == MPI_GROUP_PENDING) GPC_TRY(wait_pending(g));
+    return mpi_check(MPI_Isend(buf, n, t, peer, 0, g->comm, &g->requests[g->pending++]), "isend");
 }
 
 static gpc_status mpi_recv(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype, int peer,
@@ -182,24 +208,28 @@ static gpc_status mpi_recv(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype
     int n = 0;
     GPC_TRY(mpi_type(dtype, &t));
     GPC_TRY(mpi_count(count, &n));
-    return mpi_check(MPI_Recv(buf, n, t, peer, 0, comm_of(d), MPI_STATUS_IGNORE), "recv");
+    mpi_group_state *g = d->impl;
+    if (!g || !g->in_group)
+        return mpi_check(MPI_Recv(buf, n, t, peer, 0, comm_of(d), MPI_STATUS_IGNORE), "recv");
+    if (g->pending == MPI_GROUP_PENDING) GPC_TRY(wait_pending(g));
+    return mpi_check(MPI_Irecv(buf, n, t, peer, 0, g->comm, &g->requests[g->pending++]), "irecv");
 }
 
-static const gpc_dist_ops mpi_ops = {"mpi",
-                                     mpi_all_reduce,
-                                     mpi_reduce,
-                                     mpi_reduce_scatter,
-                                     mpi_all_gather,
-                                     mpi_broadcast,
-                                     mpi_group,
-                                     mpi_group,
-                                     mpi_all_reduce_host,
-                                     mpi_barrier,
-                                     mpi_watch,
-                                     mpi_destroy,
-                                     mpi_split,
-                                     mpi_send,
-                                     mpi_recv};
+static const gpc_dist_ops mpi_ops = {.name = "mpi",
+                                     .all_reduce_sum = mpi_all_reduce,
+                                     .reduce_sum = mpi_reduce,
+                                     .reduce_scatter_sum = mpi_reduce_scatter,
+                                     .all_gather = mpi_all_gather,
+                                     .broadcast = mpi_broadcast,
+                                     .group_start = mpi_group_start,
+                                     .group_end = mpi_group_end,
+                                     .all_reduce_host = mpi_all_reduce_host,
+                                     .barrier = mpi_barrier,
+                                     .watch = mpi_watch,
+                                     .destroy = mpi_destroy,
+                                     .split = mpi_split,
+                                     .send = mpi_send,
+                                     .recv = mpi_recv};
 
 static gpc_status mpi_start(void) {
     int initialized = 0;
