@@ -15,6 +15,7 @@
 #define GPC_PARALLEL_H
 
 #include "gpc/core.h"
+#include "gpc/ddp.h"
 #include "gpc/dist.h"
 #include "gpc/model.h"
 
@@ -27,12 +28,42 @@ extern "C" {
 gpc_status gpc_tp_attach(gpt_model *model, gpc_dist *tp_group);
 
 /* The whole model's f32 parameters and, for a training model, AdamW's m and
- * v gathered from the tp group's slices into host arrays on the group's
+ * v gathered from the parts of one model into host arrays on the group's
  * rank 0 (*out: master holds the parameters; free with
- * gpt_host_state_free), for gpt_checkpoint_save_full. Every rank of the
- * group calls it, between steps: the gradient buffer is the staging area.
- * The model must hold its whole optimizer state (no ZeRO-1 shard). */
-gpc_status gpc_tp_gather_full(gpt_model *model, gpc_dist *tp_group, gpt_host_state *out);
+ * gpt_host_state_free), for gpt_checkpoint_save_full. The group is the
+ * model's tp x pp ranks, rank pp_rank * tp + tp_rank each (the tp group
+ * alone without pipeline). Every rank of the group calls it, between
+ * steps: the gradient buffer is the staging area. The model must hold its
+ * whole optimizer state (no ZeRO-1 shard). */
+gpc_status gpc_tp_gather_full(gpt_model *model, gpc_dist *model_group, gpt_host_state *out);
+
+/* ------------------------------------------------ pipeline parallelism */
+
+/* Points the model's stage-sum hook (the gradient norm) at the pipeline
+ * group, whose rank must be the model's stage. */
+gpc_status gpc_pipeline_attach(gpt_model *model, gpc_dist *pp_group);
+
+/* What one pipelined step cost on this stage: its wall time, the part spent
+ * in forward and backward, the bubble measured (1 - compute / step) and
+ * the 1F1B schedule's (P - 1) / (M + P - 1). On GPUs the compute times
+ * are host-side launch times unless the device is synchronous. */
+typedef struct {
+    double step_s, compute_s, bubble, predicted;
+} gpc_pipeline_timing;
+
+/* The forward and backward passes of one optimizer step over M
+ * micro-batches in the 1F1B order (Narayanan et al. 2021, PipeDream-Flush):
+ * stage s runs P - s - 1 forwards ahead, then alternates one forward and
+ * one backward, then drains the backwards; activations and their
+ * gradients move between neighbouring stages, sends paired with receives
+ * in one group so that neighbours cannot deadlock. inputs and targets are
+ * host [M][B * T]: the same on every stage (only the first reads inputs,
+ * the last targets). ddp (NULL without data parallelism) hears which
+ * backward is the step's last and is finished (gpc_ddp_finish_backward)
+ * before the tied wte gradient is summed over the stages. The model needs min(M, P - s) activation slots. */
+gpc_status gpc_pipeline_step(gpt_model *model, gpc_dist *pp_group, gpc_ddp *ddp,
+                             const int32_t *inputs, const int32_t *targets, int M, int B, int T,
+                             float dloss, gpc_pipeline_timing *timing);
 
 #ifdef __cplusplus
 }

@@ -27,7 +27,7 @@ gpc_status gpc_tp_attach(gpt_model *m, gpc_dist *tp) {
  * owner broadcasts in pieces through the others' gradient buffer. */
 static gpc_status gather_one(gpt_model *m, gpc_dist *d, const gpc_tensor *mine, float *local,
                              float *full) {
-    const gpt_config *c = gpt_get_config(m);
+    const gpt_config *c = gpt_whole_config(m);
     const gpc_tensor *grads = gpt_grads_flat(m);
     size_t n = gpt_num_params(m), cap = gpc_tensor_bytes(grads) / sizeof(float);
     for (int owner = 0; owner < d->world_size; owner++) {
@@ -43,7 +43,12 @@ static gpc_status gather_one(gpt_model *m, gpc_dist *d, const gpc_tensor *mine, 
             gpc_tensor dst = gpc_tensor_1d(local + done, GPC_F32, gpc_cpu(), (int64_t)k);
             GPC_TRY(gpc_tensor_copy(&dst, &src));
         }
-        if (d->rank == 0) gpt_tp_unslice(c, d->world_size, owner, local, full);
+        if (d->rank != 0) continue;
+        /* the owner's place: rank pp_rank * tp + tp_rank of the group */
+        gpt_parallel place = *gpt_parallel_of(m);
+        place.tp_rank = owner % place.tp_size;
+        place.pp_rank = owner / place.tp_size;
+        gpt_part_unslice(c, &place, local, full);
     }
     return GPC_OK;
 }
@@ -59,7 +64,15 @@ gpc_status gpc_tp_gather_full(gpt_model *m, gpc_dist *d, gpt_host_state *out) {
     if (params->dtype != GPC_F32 || !gpt_is_training(m))
         return gpc_error(GPC_ERR_INVALID_ARG, "gathering a tensor-parallel model needs a training "
                                               "model with f32 parameters or master weights");
-    size_t P = gpt_config_num_params(gpt_get_config(m)), Pl = gpt_num_params(m);
+    const gpt_parallel *par = gpt_parallel_of(m);
+    if (d->world_size != par->tp_size * par->pp_size ||
+        d->rank != par->pp_rank * par->tp_size + par->tp_rank)
+        return gpc_error(GPC_ERR_MISMATCH,
+                         "gathering a model's parts needs the group of its %d x %d parts, with "
+                         "this part as rank %d; the group has %d ranks and this is rank %d",
+                         par->tp_size, par->pp_size, par->pp_rank * par->tp_size + par->tp_rank,
+                         d->world_size, d->rank);
+    size_t P = gpt_config_num_params(gpt_whole_config(m)), Pl = gpt_num_params(m);
     float *local = NULL;
     gpc_status s = GPC_OK;
     if (d->rank == 0) {
@@ -84,4 +97,154 @@ gpc_status gpc_tp_gather_full(gpt_model *m, gpc_dist *d, gpt_host_state *out) {
     gpc_free(local);
     if (s != GPC_OK) gpt_host_state_free(out);
     return s;
+}
+
+/* ------------------------------------------------------------ pipeline */
+
+static gpc_status pp_all_reduce(void *user, gpc_tensor *t) {
+    gpc_dist *d = user;
+    return d->ops->all_reduce_sum(d, t->data, (size_t)gpc_tensor_numel(t), t->dtype, NULL);
+}
+
+gpc_status gpc_pipeline_attach(gpt_model *m, gpc_dist *pp) {
+    const gpt_parallel *par = gpt_parallel_of(m);
+    if (pp->world_size != par->pp_size || pp->rank != par->pp_rank)
+        return gpc_error(GPC_ERR_MISMATCH,
+                         "the model is stage %d of %d but its pipeline group makes this rank %d "
+                         "of %d: create the model with the group's rank and size",
+                         par->pp_rank, par->pp_size, pp->rank, pp->world_size);
+    gpt_set_pp_reduce(m, pp_all_reduce, pp);
+    return GPC_OK;
+}
+
+/* One stage's view of the step: its neighbours and buffers. */
+typedef struct {
+    gpt_model *m;
+    gpc_dist *d;
+    gpc_ddp *ddp;
+    const int32_t *inputs, *targets;
+    int M, B, T, slots, first, last;
+    float dloss;
+    double compute_s;
+} stage;
+
+static int slot_of(const stage *s, int i) {
+    return i % s->slots;
+}
+
+/* Queues the receive of micro-batch i's input (not on the first stage). */
+static gpc_status recv_forward(stage *s, int i) {
+    if (s->first) return GPC_OK;
+    gpc_tensor in = gpt_stage_input(s->m, slot_of(s, i), s->B, s->T);
+    return s->d->ops->recv(s->d, in.data, (size_t)gpc_tensor_numel(&in), in.dtype, s->d->rank - 1,
+                           NULL);
+}
+
+static gpc_status send_forward(stage *s, int i) {
+    if (s->last) return GPC_OK;
+    gpc_tensor out = gpt_stage_output(s->m, slot_of(s, i), s->B, s->T);
+    return s->d->ops->send(s->d, out.data, (size_t)gpc_tensor_numel(&out), out.dtype,
+                           s->d->rank + 1, NULL);
+}
+
+static gpc_status recv_backward(stage *s) {
+    if (s->last) return GPC_OK;
+    gpc_tensor g = gpt_stage_grad(s->m, s->B, s->T);
+    return s->d->ops->recv(s->d, g.data, (size_t)gpc_tensor_numel(&g), g.dtype, s->d->rank + 1,
+                           NULL);
+}
+
+static gpc_status send_backward(stage *s) {
+    if (s->first) return GPC_OK;
+    gpc_tensor g = gpt_stage_grad(s->m, s->B, s->T);
+    return s->d->ops->send(s->d, g.data, (size_t)gpc_tensor_numel(&g), g.dtype, s->d->rank - 1,
+                           NULL);
+}
+
+/* The point-to-point operations between start and end complete together. */
+static gpc_status exchange(stage *s, gpc_status (*a)(stage *, int), int ia,
+                           gpc_status (*b)(stage *, int), int ib) {
+    GPC_TRY(s->d->ops->group_start(s->d));
+    gpc_status st = a(s, ia);
+    if (st == GPC_OK && b) st = b(s, ib);
+    gpc_status end = s->d->ops->group_end(s->d);
+    return st != GPC_OK ? st : end;
+}
+
+static gpc_status recv_backward_i(stage *s, int i) {
+    (void)i;
+    return recv_backward(s);
+}
+
+static gpc_status send_backward_i(stage *s, int i) {
+    (void)i;
+    return send_backward(s);
+}
+
+static gpc_status forward(stage *s, int i) {
+    size_t at = (size_t)i * (size_t)s->B * (size_t)s->T;
+    double t0 = gpc_time_seconds();
+    gpc_status st =
+        gpt_stage_forward(s->m, slot_of(s, i), s->inputs + at, s->targets + at, s->B, s->T);
+    s->compute_s += gpc_time_seconds() - t0;
+    return st;
+}
+
+static gpc_status backward(stage *s, int i) {
+    if (s->ddp) GPC_TRY(gpc_ddp_micro_step(s->ddp, i == s->M - 1));
+    double t0 = gpc_time_seconds();
+    gpc_status st = gpt_stage_backward(s->m, slot_of(s, i), s->B, s->T, s->dloss);
+    s->compute_s += gpc_time_seconds() - t0;
+    return st;
+}
+
+gpc_status gpc_pipeline_step(gpt_model *m, gpc_dist *d, gpc_ddp *ddp, const int32_t *inputs,
+                             const int32_t *targets, int M, int B, int T, float dloss,
+                             gpc_pipeline_timing *timing) {
+    const gpt_parallel *par = gpt_parallel_of(m);
+    int P = par->pp_size, rank = par->pp_rank;
+    int warmup = P - rank - 1 < M ? P - rank - 1 : M, steady = M - warmup;
+    if (M < 1) return gpc_error(GPC_ERR_INVALID_ARG, "a pipelined step needs micro-batches");
+    if (par->slots < (M < P - rank ? M : P - rank))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "stage %d keeps %d micro-batches' activations but 1F1B over %d stages "
+                         "has up to %d in flight here: create it with that many slots",
+                         rank, par->slots, P, P - rank);
+    stage s = {m, d, ddp, inputs, targets, M, B, T, 0, rank == 0, rank == P - 1, dloss, 0.0};
+    s.slots = par->slots;
+    double t0 = gpc_time_seconds();
+    for (int i = 0; i < warmup; i++) {
+        GPC_TRY(exchange(&s, recv_forward, i, NULL, 0));
+        GPC_TRY(forward(&s, i));
+        GPC_TRY(exchange(&s, send_forward, i, NULL, 0));
+    }
+    if (steady > 0) GPC_TRY(exchange(&s, recv_forward, warmup, NULL, 0));
+    for (int k = 0; k < steady; k++) {
+        int f = warmup + k;
+        GPC_TRY(forward(&s, f));
+        GPC_TRY(exchange(&s, send_forward, f, recv_backward_i, k));
+        GPC_TRY(backward(&s, k));
+        if (k == steady - 1)
+            GPC_TRY(exchange(&s, send_backward_i, k, NULL, 0));
+        else
+            GPC_TRY(exchange(&s, send_backward_i, k, recv_forward, f + 1));
+    }
+    for (int k = steady; k < M; k++) {
+        GPC_TRY(exchange(&s, recv_backward_i, k, NULL, 0));
+        GPC_TRY(backward(&s, k));
+        GPC_TRY(exchange(&s, send_backward_i, k, NULL, 0));
+    }
+    /* the data-parallel sums first: on GPUs they run on ddp's stream */
+    if (ddp) GPC_TRY(gpc_ddp_finish_backward(ddp));
+    if (P > 1) { /* the embedding's and the head's parts of wte's gradient */
+        gpc_tensor g = gpt_stage_tied_grad(m);
+        GPC_TRY(d->ops->all_reduce_sum(d, g.data, (size_t)gpc_tensor_numel(&g), g.dtype, NULL));
+    }
+    if (timing) {
+        timing->step_s = gpc_time_seconds() - t0;
+        timing->compute_s = s.compute_s;
+        timing->bubble = timing->step_s > 0 ? 1.0 - s.compute_s / timing->step_s : 0.0;
+        timing->predicted = (double)(P - 1) / (double)(M + P - 1);
+    }
+    return GPC_OK;
 }
