@@ -153,8 +153,10 @@ typedef struct {
     int world_size, rank;  /* data parallelism: processes and this one's place (1 and 0 alone) */
     struct gpc_dist *dist; /* collectives (gpc/dist.h) when world_size > 1; the caller owns it */
     int zero;              /* 1: ZeRO-1 optimizer shards across the ranks */
-    int tp;                /* > 1: tensor parallelism over groups of tp ranks, data parallelism
-                            * over world_size / tp such groups (gpc/parallel.h) */
+    int tp;                /* > 1: tensor parallelism, each model cut over tp ranks */
+    int pp;                /* > 1: pipeline parallelism over pp stages (1F1B, the accumulation
+                            * steps as micro-batches); data parallelism over world_size /
+                            * (tp * pp) copies (gpc/parallel.h) */
     double bucket_mb;      /* gradient bucket size in MiB; 0: default; negative: one bucket */
     int stop_after;        /* > 0: stop (with a checkpoint) after this many steps of this
                             * process; the schedule still runs over steps */

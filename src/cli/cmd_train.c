@@ -162,7 +162,7 @@ int cmd_train(int argc, char **argv) {
     int checkpoint_every = UNSET, resume = 0, recompute = UNSET, stop_after = UNSET;
     int64_t total_batch = UNSET, seed = UNSET;
     double lr = NAN, min_lr_ratio = NAN, weight_decay = NAN, max_grad_norm = NAN;
-    int zero = 0, tp = 1;
+    int zero = 0, tp = 1, pp = 1;
     double bucket_mb = NAN;
     const char *collectives = "auto", *attention = NULL, *attention_backward = NULL;
     int stochastic_rounding = 0;
@@ -226,6 +226,9 @@ int cmd_train(int argc, char **argv) {
         {"tp", CLI_INT, &tp, "T",
          "several processes: tensor parallelism, each model cut over T of them (its heads and "
          "MLP units); data parallelism over the rest (default 1)"},
+        {"pp", CLI_INT, &pp, "P",
+         "several processes: pipeline parallelism, the layers cut into P stages run in the 1F1B "
+         "order over the accumulation steps (default 1)"},
         {"zero", CLI_INT, &zero, "0|1",
          "several processes: 1 shards the optimizer state over them (ZeRO-1; default 0)"},
         {"bucket-mb", CLI_FLOAT, &bucket_mb, "MB",
@@ -368,6 +371,8 @@ int cmd_train(int argc, char **argv) {
     o.zero = zero;
     if (tp < 1) return cli_usage_error(NAME, "--tp must be 1 or more, not %d", tp);
     o.tp = tp;
+    if (pp < 1) return cli_usage_error(NAME, "--pp must be 1 or more, not %d", pp);
+    o.pp = pp;
     o.bucket_mb = isnan(bucket_mb) ? 0 : bucket_mb > 0 ? bucket_mb : -1;
     gpc_dist *dist = NULL; /* several processes (gpc launch, mpirun, srun) */
     s = cli_dist_setup(&o, collectives, &dist);

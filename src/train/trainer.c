@@ -66,6 +66,15 @@ void gpc_train_options_init(gpc_train_options *o) {
     o->recompute = -1;
 }
 
+/* A rank's part of a model cut by --tp and --pp, and the groups it works
+ * in: its tp slices' group, its pipeline's stages, and all tp x pp parts
+ * of its copy (rank pp_rank * tp + tp_rank there), which gather
+ * checkpoints and agree on stopping. */
+typedef struct {
+    gpt_parallel par;
+    gpc_dist *tp, *pp, *model;
+} train_parts;
+
 /* The settings of a run after defaults and the checkpoint are applied. */
 typedef struct {
     gpt_config config;
@@ -92,12 +101,14 @@ typedef struct {
     int step;          /* optimizer steps done */
     int skipped_steps; /* fp16 steps skipped on overflow in this process */
     gpc_ddp *ddp;      /* data parallelism (src/train/ddp.c); NULL alone */
-    /* tensor parallelism: the group holding this model's slices (NULL:
-     * the whole model). With it, t->o is the data-parallel view: its
-     * world_size, rank and dist are the dp group's (see gpc_train). */
-    gpc_dist *tp;
-    int rank0;    /* this process writes the run folder and reports */
-    int stop_all; /* a stop was requested on some rank (agreed each step) */
+    /* tensor and pipeline parallelism: this rank's part and its groups
+     * (NULL: the whole model). With it, t->o is the data-parallel view:
+     * its world_size, rank and dist are the dp group's (see gpc_train). */
+    const train_parts *parts;
+    int32_t *pipe_inputs, *pipe_targets; /* [accumulation * B * T] host tokens of a step */
+    gpc_pipeline_timing pipe_sum;        /* summed over the steps */
+    int rank0;                           /* this process writes the run folder and reports */
+    int stop_all;                        /* a stop was requested on some rank (agreed each step) */
     char checkpoint_path[4096], prev_path[4096];
     /* LoRA: the adapters' options, the file they are saved in, and the base
      * run's folder (absolute), whose weights stay frozen */
@@ -425,9 +436,9 @@ static gpc_status save_checkpoint(trainer *t) {
     if (t->lora.rank) return gpt_lora_save(t->lora_path, t->model, &st, t->base_run);
     /* ZeRO-1: every rank takes part; rank 0 gets the whole state */
     gpt_host_state full = {0};
-    if (t->tp) {
-        /* tensor parallelism: the first dp group's slices make the file */
-        if (t->o->rank == 0) GPC_TRY(gpc_tp_gather_full(t->model, t->tp, &full));
+    if (t->parts) {
+        /* the first copy's parts make the file */
+        if (t->o->rank == 0) GPC_TRY(gpc_tp_gather_full(t->model, t->parts->model, &full));
     } else if (t->ddp) {
         GPC_TRY(gpc_ddp_gather_state(t->ddp, &full));
     }
@@ -666,6 +677,56 @@ static void emit(const trainer *t, const gpc_train_event *e) {
     if (t->o->callback && t->rank0) t->o->callback(t->o->user, e);
 }
 
+/* A pipeline stage's forward and backward passes of one step: every stage
+ * reads the step's micro-batches (the first uses the inputs, the last the
+ * targets) and gpc_pipeline_step runs them in the 1F1B order. */
+static gpc_status pipeline_step(trainer *t, float dloss) {
+    const run_settings *s = &t->s;
+    size_t n = (size_t)s->B * (size_t)s->T;
+    for (int micro = 0; micro < s->accumulation; micro++) {
+        gpc_batch batch;
+        GPC_TRY(gpc_prefetch_next(t->train, &batch));
+        gpc_tensor in = gpc_tensor_2d(t->pipe_inputs + micro * n, GPC_I32, gpc_cpu(), s->B, s->T);
+        gpc_tensor tg = gpc_tensor_2d(t->pipe_targets + micro * n, GPC_I32, gpc_cpu(), s->B, s->T);
+        GPC_TRY(gpc_tensor_copy(&in, &batch.inputs));
+        GPC_TRY(gpc_tensor_copy(&tg, &batch.targets));
+    }
+    gpc_pipeline_timing timing;
+    gpc_trace_push("pipeline");
+    gpc_status st = gpc_pipeline_step(t->model, t->parts->pp, t->ddp, t->pipe_inputs,
+                                      t->pipe_targets, s->accumulation, s->B, s->T, dloss, &timing);
+    gpc_trace_pop();
+    GPC_TRY(st);
+    t->pipe_sum.step_s += timing.step_s;
+    t->pipe_sum.compute_s += timing.compute_s;
+    t->pipe_sum.predicted = timing.predicted;
+    return GPC_OK;
+}
+
+/* The pipeline's bubble over the run, stage by stage, in the log. */
+static gpc_status report_bubble(trainer *t) {
+    if (!t->pipe_inputs || t->pipe_sum.step_s <= 0) return GPC_OK;
+    const gpt_parallel *par = &t->parts->par;
+    double stage[2 * 64] = {0};
+    int P = par->pp_size < 64 ? par->pp_size : 64;
+    if (par->pp_rank < P) {
+        stage[par->pp_rank] = t->pipe_sum.step_s;
+        stage[64 + par->pp_rank] = t->pipe_sum.compute_s;
+    }
+    GPC_TRY(t->parts->pp->ops->all_reduce_host(t->parts->pp, stage, 2 * 64));
+    if (!t->rank0) return GPC_OK;
+    char line[1024];
+    int at = 0;
+    for (int k = 0; k < P && at < (int)sizeof line - 64; k++)
+        at += snprintf(line + at, sizeof line - (size_t)at, "%s stage %d %.0f%% of %.1f s",
+                       k ? "," : "", k, 100.0 * (1.0 - stage[64 + k] / stage[k]), stage[k]);
+    gpc_log(GPC_LOG_INFO,
+            "train: pipeline bubble (idle share of the pipelined time):%s; 1F1B "
+            "predicts %.0f%%",
+            line, 100.0 * t->pipe_sum.predicted);
+    return GPC_OK;
+}
+
 /* One optimizer step; the loss and gradient norm go into the event. */
 static gpc_status train_step(trainer *t, gpc_train_event *e) {
     const run_settings *s = &t->s;
@@ -676,7 +737,8 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
     /* The batches arrive on the device through the copy stream, and the
      * model sums the micro-steps' losses on the device: nothing inside the
      * step waits for the GPU; gpt_read_step below is the one wait. */
-    for (int micro = 0; micro < s->accumulation; micro++) {
+    if (t->pipe_inputs) GPC_TRY(pipeline_step(t, dloss));
+    for (int micro = 0; !t->pipe_inputs && micro < s->accumulation; micro++) {
         gpc_batch batch;
         gpc_trace_push("data");
         gpc_status st = gpc_prefetch_next(t->train, &batch);
@@ -722,10 +784,18 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
         e->loss = (float)(v[0] / world);
         t->stop_all = v[1] > 0;
     }
-    if (t->tp) { /* the slices of one model stop together (their losses are equal) */
-        double v = t->ddp ? t->stop_all : gpc_train_stop_requested() ? 1.0 : 0.0;
-        GPC_TRY(t->tp->ops->all_reduce_host(t->tp, &v, 1));
-        t->stop_all = v > 0;
+    if (t->parts) {
+        /* the loss is the last stage's (the others read 0); the parts of
+         * one model stop together */
+        gpc_dist *d = t->parts->model;
+        int last = t->parts->par.pp_rank == t->parts->par.pp_size - 1;
+        double v[2] = {last && t->parts->par.tp_rank == 0 ? e->loss : 0.0,
+                       t->ddp                       ? t->stop_all
+                       : gpc_train_stop_requested() ? 1.0
+                                                    : 0.0};
+        GPC_TRY(d->ops->all_reduce_host(d, v, 2));
+        e->loss = (float)v[0];
+        t->stop_all = v[1] > 0;
     }
     if (e->skipped) e->grad_norm = NAN; /* fp16 overflow: no finite norm */
     t->skipped_steps += e->skipped;
@@ -787,7 +857,7 @@ static gpc_status run_loop(trainer *t, gpc_train_result *result) {
             v.kind = GPC_TRAIN_EVAL;
             emit(t, &v);
         }
-        int stop = t->ddp || t->tp ? t->stop_all : gpc_train_stop_requested();
+        int stop = t->ddp || t->parts ? t->stop_all : gpc_train_stop_requested();
         if (last || stop || (s->checkpoint_every && t->step % s->checkpoint_every == 0)) {
             GPC_TRY(save_checkpoint(t));
             gpc_train_event c = e;
@@ -825,10 +895,10 @@ static gpc_status init_weights_from(trainer *t) {
     if (s == GPC_OK) s = gpt_checkpoint_load(path, host, NULL);
     if (s == GPC_OK) s = gpt_get_params(host, values);
     gpt_free(host);
-    if (s == GPC_OK && t->tp) { /* this rank's slices of the whole model */
+    if (s == GPC_OK && t->parts) { /* this rank's part of the whole model */
         float *local = gpc_malloc(gpt_num_params(t->model) * sizeof *local);
         if (!local) s = gpc_error(GPC_ERR_NOMEM, "out of host memory");
-        if (local) gpt_tp_slice(&t->s.config, t->tp->world_size, t->tp->rank, values, local);
+        if (local) gpt_part_slice(&t->s.config, &t->parts->par, values, local);
         gpc_free(values);
         values = local;
     }
@@ -928,10 +998,22 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
         t->step = (int)loaded.step;
         return GPC_OK;
     }
-    if (t->tp) {
-        GPC_TRY(gpt_create_tp(&t->model, &s->config, o->device, s->precision, s->B, s->T,
-                              s->recompute, t->tp->world_size, t->tp->rank, 0, SIZE_MAX));
-        GPC_TRY(gpc_tp_attach(t->model, t->tp));
+    if (t->parts) {
+        /* 1F1B keeps up to P - s micro-batches in flight on stage s */
+        gpt_parallel par = t->parts->par;
+        par.slots = par.pp_size - par.pp_rank;
+        if (par.slots > s->accumulation) par.slots = s->accumulation;
+        GPC_TRY(gpt_create_part(&t->model, &s->config, o->device, s->precision, s->B, s->T,
+                                s->recompute, &par, 0, SIZE_MAX));
+        GPC_TRY(gpc_tp_attach(t->model, t->parts->tp));
+        GPC_TRY(gpc_pipeline_attach(t->model, t->parts->pp));
+        if (par.pp_size > 1) {
+            size_t n = (size_t)s->accumulation * (size_t)s->B * (size_t)s->T;
+            t->pipe_inputs = gpc_malloc(n * sizeof(int32_t));
+            t->pipe_targets = gpc_malloc(n * sizeof(int32_t));
+            if (!t->pipe_inputs || !t->pipe_targets)
+                return gpc_error(GPC_ERR_NOMEM, "out of host memory");
+        }
     } else if (o->zero == 1 && o->dist && world > 1 && o->rank >= 0 && o->rank < world) {
         /* ZeRO-1: this rank holds only its shard of m, v and the master
          * weights, cut as gpc_ddp_create cuts the update */
@@ -987,9 +1069,9 @@ static gpc_status pick_checkpoint(trainer *t, gpt_config *config, gpt_checkpoint
     return GPC_OK;
 }
 
-/* A run over the data-parallel view o; tp is the tensor-parallel group
- * (NULL without), rank0 whether this process writes the run folder. */
-static gpc_status train_run(const gpc_train_options *o, gpc_dist *tp, int rank0,
+/* A run over the data-parallel view o; parts the model's cut (NULL: the
+ * whole model), rank0 whether this process writes the run folder. */
+static gpc_status train_run(const gpc_train_options *o, const train_parts *parts, int rank0,
                             gpc_train_result *result) {
     if (!o->data_dir || !o->out_dir)
         return gpc_error(GPC_ERR_INVALID_ARG, "training needs a dataset (--data) and a run "
@@ -1006,7 +1088,7 @@ static gpc_status train_run(const gpc_train_options *o, gpc_dist *tp, int rank0,
     trainer t;
     memset(&t, 0, sizeof t);
     t.o = o;
-    t.tp = tp;
+    t.parts = parts;
     t.rank0 = rank0;
     t.gpu_clock_max_mhz = -1;
     t.gpu_power_limit_w = NAN;
@@ -1068,6 +1150,15 @@ static gpc_status train_run(const gpc_train_options *o, gpc_dist *tp, int rank0,
     if (from) GPC_TRY(read_init(o, &init));
     GPC_TRY(resolve(o, &info, o->resume ? &ck_config : NULL, o->resume ? &ck : NULL,
                     from ? &init : NULL, &t.s));
+    if (parts && parts->par.pp_size > 1 && t.s.eval_every) {
+        /* validation would need its own forward-only schedule */
+        if (rank0)
+            gpc_log(GPC_LOG_WARN,
+                    "train: --pp %d runs no validation passes yet (--eval-every "
+                    "ignored)",
+                    parts->par.pp_size);
+        t.s.eval_every = 0;
+    }
     GPC_TRY(check_host_memory(o, &t.s));
     t.tokenizer_kind = tokenizer_kind(o->data_dir);
     GPC_TRY(gpc_mkdir_p(o->out_dir));
@@ -1098,6 +1189,7 @@ static gpc_status train_run(const gpc_train_options *o, gpc_dist *tp, int rank0,
         gpu_readings_unknown(&e);
         emit(&t, &e);
         s = run_loop(&t, result);
+        if (s == GPC_OK) s = report_bubble(&t);
     }
     if (result) gpu_result(&t, result);
     gpc_nvml_close(t.nvml);
@@ -1108,37 +1200,48 @@ static gpc_status train_run(const gpc_train_options *o, gpc_dist *tp, int rank0,
     gpc_loader_close(t.val);
     gpc_free(t.inputs);
     gpc_free(t.targets);
+    gpc_free(t.pipe_inputs);
+    gpc_free(t.pipe_targets);
     return s;
 }
 
 gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
-    if (o->tp <= 1) return train_run(o, NULL, o->rank == 0, result);
-    /* tensor parallelism: world = dp x tp; the trainer sees the dp group as
-     * its world, and the tp group holds one model's slices */
+    int tp = o->tp > 1 ? o->tp : 1, pp = o->pp > 1 ? o->pp : 1;
+    if (tp == 1 && pp == 1) return train_run(o, NULL, o->rank == 0, result);
+    /* model parallelism: world = dp x pp x tp; the trainer sees its dp
+     * group as its world, and the model's tp x pp parts work together */
     int world = o->world_size > 0 ? o->world_size : 1;
     if (o->lora_rank)
-        return gpc_error(GPC_ERR_UNSUPPORTED, "--lora trains on one process; leave out --tp");
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "--lora trains on one process; leave out --tp and --pp");
     if (o->zero)
         return gpc_error(GPC_ERR_UNSUPPORTED,
-                         "--zero 1 with --tp is not supported yet: use --zero 0 beside --tp");
+                         "--zero 1 with --tp or --pp is not supported yet: use --zero 0");
     if (!o->dist || o->dist->world_size != world)
         return gpc_error(GPC_ERR_INVALID_ARG,
-                         "--tp %d needs %d processes started together (gpc launch, mpirun or "
-                         "srun); this is one",
-                         o->tp, o->tp);
+                         "--tp %d --pp %d needs %d processes started together (gpc launch, "
+                         "mpirun or srun); this is one",
+                         tp, pp, tp * pp);
     gpc_dist_layout lay;
-    GPC_TRY(gpc_dist_layout_make(world, o->rank, o->tp, 1, &lay));
-    gpc_dist *tp_group = NULL, *dp_group = NULL;
-    GPC_TRY(gpc_dist_split(o->dist, lay.dp_rank, lay.tp_rank, &tp_group));
-    gpc_status s = gpc_dist_split(o->dist, lay.tp_rank, lay.dp_rank, &dp_group);
+    GPC_TRY(gpc_dist_layout_make(world, o->rank, tp, pp, &lay));
+    train_parts parts = {{tp, lay.tp_rank, pp, lay.pp_rank, 1}, NULL, NULL, NULL};
+    int place = lay.pp_rank * tp + lay.tp_rank;
+    gpc_dist *dp_group = NULL;
+    gpc_status s = gpc_dist_split(o->dist, lay.dp_rank * pp + lay.pp_rank, lay.tp_rank, &parts.tp);
+    if (s == GPC_OK)
+        s = gpc_dist_split(o->dist, lay.dp_rank * tp + lay.tp_rank, lay.pp_rank, &parts.pp);
+    if (s == GPC_OK) s = gpc_dist_split(o->dist, place, lay.dp_rank, &dp_group);
+    if (s == GPC_OK) s = gpc_dist_split(o->dist, lay.dp_rank, place, &parts.model);
     if (s == GPC_OK) {
         gpc_train_options dp = *o;
         dp.world_size = lay.dp;
         dp.rank = lay.dp_rank;
         dp.dist = lay.dp > 1 ? dp_group : NULL;
-        s = train_run(&dp, tp_group, o->rank == 0, result);
+        s = train_run(&dp, &parts, o->rank == 0, result);
     }
+    gpc_dist_destroy(parts.model);
     gpc_dist_destroy(dp_group);
-    gpc_dist_destroy(tp_group);
+    gpc_dist_destroy(parts.pp);
+    gpc_dist_destroy(parts.tp);
     return s;
 }

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# test_tp_mpi.sh: tensor parallelism in gpc train on the CPU over MPI. At
-# the same global batch, `mpirun -np N gpc train --tp T` must compute what
-# one process computes: the same loss at every step and the same weights
-# and AdamW moments at the end (norm-wise within 1e-3, as test_ddp_mpi.sh
-# explains), for tp 2 and tp 2 x dp 2. The checkpoint is the whole model's
-# at any tp: one of step 2 written at tp 2 resumes in 1 process, and one of
-# 1 process resumes at tp 2, both going on as the uninterrupted run. A
-# layout that does not divide the heads or the processes is refused with a
+# test_parallel_mpi.sh: tensor and pipeline parallelism in gpc train on the
+# CPU over MPI. At the same global batch, `mpirun -np N gpc train --tp T
+# --pp P` must compute what one process computes: the same loss at every
+# step and the same weights and AdamW moments at the end (norm-wise within
+# 1e-3, as test_ddp_mpi.sh explains), for tp 2, pp 2, each beside dp 2, and
+# tp 2 x pp 2. The checkpoint is the whole model's at any layout: one of
+# step 2 written at tp 2 or pp 2 resumes in 1 process, and one of 1 process
+# resumes at tp 2 x pp 2, going on as the uninterrupted run. A layout that
+# does not divide the heads, the layers or the processes is refused with a
 # message, and a rank killed mid-run stops the job with an error in well
 # under the launcher's timeout instead of hanging.
 # Skipped (77) without mpirun or without MPI in this build.
@@ -14,7 +15,7 @@ set -u
 GPC=${GPC:?set GPC to the gpc binary}
 command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found: skipped"; exit 77; }
 command -v python3 >/dev/null 2>&1 || { echo "python3 not found: skipped"; exit 77; }
-work=$(mktemp -d "${TMPDIR:-/tmp}/gpc-tp-mpi-XXXXXX")
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpc-parallel-mpi-XXXXXX")
 trap '[[ -n ${GPC_TEST_KEEP:-} ]] || rm -rf "$work"' EXIT
 failures=0
 fail() {
@@ -102,11 +103,16 @@ print(f"{os.path.basename(run)}: losses within {worst:.1e}, weights/m/v within "
 PY
 }
 
-train one 1 --batch 4                          # 4 micro-steps
-train tp2 2 --batch 4 --tp 2                   # one model cut in 2, 4 micro-steps
-train tp2dp2 4 --batch 4 --tp 2 --bucket-mb 0.01 # 2 groups of 2, 2 micro-steps each
-for r in tp2 tp2dp2; do compare one "$r"; done
+train one 1 --batch 4                            # 4 micro-steps
+train tp2 2 --batch 4 --tp 2                     # one model cut in 2, 4 micro-steps
+train tp2dp2 4 --batch 4 --tp 2 --bucket-mb 0.01 # 2 copies of 2 slices, 2 micro-steps each
+train pp2 2 --batch 4 --pp 2                     # 2 stages, 4 micro-batches in 1F1B
+train pp2dp2 4 --batch 4 --pp 2 --bucket-mb 0.01 # 2 copies of 2 stages, 2 micro-batches
+train tp2pp2 4 --batch 4 --tp 2 --pp 2           # 2 stages of 2 slices
+for r in tp2 tp2dp2 pp2 pp2dp2 tp2pp2; do compare one "$r"; done
 [[ $(grep -c "trained 4 steps" "$work/tp2dp2.out") -eq 1 ]] || fail "tp2dp2 printed: $(cat "$work/tp2dp2.out")"
+grep -q "pipeline bubble" "$work/pp2.err" || fail "pp2 reported no bubble: $(tail -3 "$work/pp2.err")"
+grep -h "pipeline bubble" "$work/pp2.err" "$work/tp2pp2.err"
 
 # a checkpoint of step 2 written at tp 2 resumes in 1 process
 mkdir -p "$work/resumed1"
@@ -116,14 +122,22 @@ head -2 "$work/tp2/metrics.jsonl" >"$work/resumed1/metrics.jsonl"
   fail "tp 2 checkpoint resumed in 1 process: $(tail -2 "$work/resumed1.err")"
 compare one resumed1
 
-# and the one-process checkpoint of step 2 resumes at tp 2
-mkdir -p "$work/resumed2"
-cp "$work/one/checkpoint.prev.bin" "$work/resumed2/checkpoint.bin"
-head -2 "$work/one/metrics.jsonl" >"$work/resumed2/metrics.jsonl"
-"${mpi[@]}" 2 "$GPC" train --data "$data" --out "$work/resumed2" --resume --device cpu --tp 2 \
-  >"$work/resumed2.out" 2>"$work/resumed2.err" ||
-  fail "1-process checkpoint resumed at tp 2: $(tail -2 "$work/resumed2.err")"
-compare one resumed2
+# as does one written by 2 pipeline stages
+mkdir -p "$work/resumed1p"
+cp "$work/pp2/checkpoint.prev.bin" "$work/resumed1p/checkpoint.bin"
+head -2 "$work/pp2/metrics.jsonl" >"$work/resumed1p/metrics.jsonl"
+"$GPC" train --data "$data" --out "$work/resumed1p" --resume --device cpu >"$work/resumed1p.out" 2>"$work/resumed1p.err" ||
+  fail "pp 2 checkpoint resumed in 1 process: $(tail -2 "$work/resumed1p.err")"
+compare one resumed1p
+
+# and the one-process checkpoint of step 2 resumes at tp 2 x pp 2
+mkdir -p "$work/resumed4"
+cp "$work/one/checkpoint.prev.bin" "$work/resumed4/checkpoint.bin"
+head -2 "$work/one/metrics.jsonl" >"$work/resumed4/metrics.jsonl"
+"${mpi[@]}" 4 "$GPC" train --data "$data" --out "$work/resumed4" --resume --device cpu --tp 2 \
+  --pp 2 >"$work/resumed4.out" 2>"$work/resumed4.err" ||
+  fail "1-process checkpoint resumed at tp 2 x pp 2: $(tail -2 "$work/resumed4.err")"
+compare one resumed4
 
 # layouts that do not fit: a message, not a crash
 "${mpi[@]}" 2 "$GPC" train "${common[@]}" --heads 3 --channels 48 --out "$work/bad1" --tp 2 \
@@ -135,6 +149,9 @@ compare one resumed2
   fail "3 processes at --tp 2: $(tail -3 "$work/err")"
 "$GPC" train "${common[@]}" --out "$work/bad3" --tp 0 >/dev/null 2>"$work/err"
 [[ $? -eq 2 ]] && grep -q "tp must be 1 or more" "$work/err" || fail "--tp 0: $(cat "$work/err")"
+"${mpi[@]}" 4 "$GPC" train "${common[@]}" --out "$work/bad4" --pp 4 >/dev/null 2>"$work/err"
+[[ $? -ne 0 ]] && grep -q "pp 4 does not divide the model's 2 layers" "$work/err" ||
+  fail "--pp 4 over 2 layers: $(tail -3 "$work/err")"
 
 # a rank that dies mid-run: the job ends with an error, it does not hang.
 # Rank 1 is killed once the run has written its first step; the other rank
@@ -178,4 +195,4 @@ if [[ $failures -ne 0 ]]; then
   echo "$failures failure(s)" >&2
   exit 1
 fi
-echo "tensor parallelism over MPI: all checks passed"
+echo "tensor and pipeline parallelism over MPI: all checks passed"
