@@ -269,8 +269,13 @@ static gpc_status place_slot(gpt_model *m, gpc_arena *arena, int slot) {
     PLACE(lnf, d, B, T, C);
     PLACE(lnf_mean, GPC_F32, B, T);
     PLACE(lnf_rstd, GPC_F32, B, T);
-    PLACE(logits, d, B, T, Vp);
-    PLACE(losses, GPC_F32, B, T);
+    if (slot == 0) {
+        PLACE(logits, d, B, T, Vp);
+        PLACE(losses, GPC_F32, B, T);
+    } else { /* the head runs one micro-batch at a time: one buffer serves all */
+        a->logits = m->slot_acts[0].logits;
+        a->losses = m->slot_acts[0].losses;
+    }
     PLACE(tokens, GPC_I32, B, T);
     PLACE(targets, GPC_I32, B, T);
     if (m->training && slot > 0) {
