@@ -292,7 +292,42 @@ static void test_plan_matches_gpt_create(void **state) {
                      gpus, layers, channels, T, B, vocab, (unsigned long long)r.total,
                      (unsigned long long)real);
         gpt_free(model);
+        in.zero = 0;
+        /* a part (gpt_create_part) of tp slices and pp stages: the first
+         * stage, with pp micro-batches' activations (1F1B's most) */
+        int tp = heads % 2 == 0 ? 2 : 1, pp = layers > 1 ? layers : 1;
+        gpt_parallel par = {tp, 0, pp, 0, pp};
+        TEST_OK(gpt_create_part(&model, &config, gpc_cpu(), GPC_F32, B, T, recompute, &par, 0,
+                                SIZE_MAX));
+        in.tp = tp, in.pp = pp, in.gpus = tp * pp;
+        TEST_OK(gpc_plan_compute(&in, &r));
+        assert_int_equal(r.num_params, gpt_num_params(model));
+        real = gpt_memory_bytes(model);
+        if (!(r.total >= real && r.total - real < 2 * 256))
+            fail_msg("tp %d x pp %d, L=%d NH=%d C=%d T=%d B=%d V=%d: plan %llu bytes, the first "
+                     "stage holds %llu",
+                     tp, pp, layers, heads, channels, T, B, vocab, (unsigned long long)r.total,
+                     (unsigned long long)real);
+        gpt_free(model);
+        in.tp = in.pp = in.gpus = 1;
     }
+}
+
+/* The layouts that do not divide the model or the GPUs are refused, each
+ * with the option to change. */
+static void test_parallel_messages(void **state) {
+    (void)state;
+    gpc_plan_input in;
+    gpc_plan_result r;
+    gpc_plan_defaults(&in); /* d12: 12 layers, 12 heads */
+    in.tp = 5, in.gpus = 5;
+    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--tp 5 does not divide");
+    gpc_plan_defaults(&in);
+    in.pp = 5, in.gpus = 5;
+    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--pp 5 does not divide");
+    gpc_plan_defaults(&in);
+    in.tp = 2, in.pp = 2, in.gpus = 6;
+    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--gpus 6 is not a multiple");
 }
 
 int main(void) {
@@ -305,6 +340,7 @@ int main(void) {
         cmocka_unit_test(test_max_batch_boundary),
         cmocka_unit_test(test_bad_input_messages),
         cmocka_unit_test(test_plan_matches_gpt_create),
+        cmocka_unit_test(test_parallel_messages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
