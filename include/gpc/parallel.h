@@ -60,7 +60,8 @@ typedef struct {
  * host [M][B * T]: the same on every stage (only the first reads inputs,
  * the last targets). ddp (NULL without data parallelism) hears which
  * backward is the step's last and is finished (gpc_ddp_finish_backward)
- * before the tied wte gradient is summed over the stages. The model needs min(M, P - s) activation slots. */
+ * before the tied wte gradient is summed over the stages. The model needs
+ * min(M, P - s) activation slots. */
 gpc_status gpc_pipeline_step(gpt_model *model, gpc_dist *pp_group, gpc_ddp *ddp,
                              const int32_t *inputs, const int32_t *targets, int M, int B, int T,
                              float dloss, gpc_pipeline_timing *timing);

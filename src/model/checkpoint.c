@@ -194,11 +194,12 @@ gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *m,
                          "gpt_checkpoint_save_full",
                          path);
     if (gpt_is_part(m) && (!full->master || (m->training && (!full->m || !full->v))))
-        return gpc_error(GPC_ERR_INVALID_ARG,
-                         "saving checkpoint %s: the model holds one tensor- or pipeline-parallel part; "
-                         "gather the whole parameters, m and v first and pass them to "
-                         "gpt_checkpoint_save_full",
-                         path);
+        return gpc_error(
+            GPC_ERR_INVALID_ARG,
+            "saving checkpoint %s: the model holds one tensor- or pipeline-parallel part; "
+            "gather the whole parameters, m and v first and pass them to "
+            "gpt_checkpoint_save_full",
+            path);
     unsigned char header[CKPT_HEADER_BYTES];
     encode_header(header, m, state);
     float *stage = gpc_malloc(CKPT_CHUNK_FLOATS * sizeof(float));

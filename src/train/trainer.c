@@ -727,6 +727,13 @@ static gpc_status report_bubble(trainer *t) {
     return GPC_OK;
 }
 
+static void watch_parts(trainer *t, int active) {
+    const train_parts *p = t->parts;
+    p->tp->ops->watch(p->tp, active);
+    p->pp->ops->watch(p->pp, active);
+    p->model->ops->watch(p->model, active);
+}
+
 /* One optimizer step; the loss and gradient norm go into the event. */
 static gpc_status train_step(trainer *t, gpc_train_event *e) {
     const run_settings *s = &t->s;
@@ -734,6 +741,9 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
     int world = t->ddp ? t->o->world_size : 1;
     float dloss = (float)(1.0 / ((double)s->B * s->T * s->accumulation * world));
     GPC_TRY(gpt_zero_grad(t->model));
+    /* the NCCL watchdog of each model-parallel group watches the step: a
+     * slice or stage that died leaves the others in a collective */
+    if (t->parts) watch_parts(t, 1);
     /* The batches arrive on the device through the copy stream, and the
      * model sums the micro-steps' losses on the device: nothing inside the
      * step waits for the GPU; gpt_read_step below is the one wait. */
@@ -796,6 +806,7 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
         GPC_TRY(d->ops->all_reduce_host(d, v, 2));
         e->loss = (float)v[0];
         t->stop_all = v[1] > 0;
+        watch_parts(t, 0);
     }
     if (e->skipped) e->grad_norm = NAN; /* fp16 overflow: no finite norm */
     t->skipped_steps += e->skipped;

@@ -16,7 +16,7 @@ GPC=${GPC:?set GPC to the gpc binary}
 command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found: skipped"; exit 77; }
 command -v python3 >/dev/null 2>&1 || { echo "python3 not found: skipped"; exit 77; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpc-parallel-mpi-XXXXXX")
-trap '[[ -n ${GPC_TEST_KEEP:-} ]] || rm -rf "$work"' EXIT
+trap 'rm -rf "$work"' EXIT
 failures=0
 fail() {
   echo "FAIL: $*" >&2
