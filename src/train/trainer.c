@@ -278,7 +278,8 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
  * limit) would be killed by the OOM killer part way, so it is refused before
  * anything is allocated. Each process of a data-parallel run holds a replica
  * (ZeRO-1 shards the optimizer state). */
-static gpc_status check_host_memory(const gpc_train_options *o, const run_settings *s) {
+static gpc_status check_host_memory(const gpc_train_options *o, const run_settings *s,
+                                    const train_parts *parts) {
     if (o->device.type != GPC_DEVICE_CPU) return GPC_OK;
     gpc_plan_input in;
     gpc_plan_defaults(&in);
@@ -292,6 +293,11 @@ static gpc_status check_host_memory(const gpc_train_options *o, const run_settin
     in.recompute = s->recompute;
     in.zero = o->zero;
     in.gpus = o->world_size > 1 ? o->world_size : 1;
+    if (parts) { /* this process holds one part (the plan's first stage) */
+        in.tp = parts->par.tp_size;
+        in.pp = parts->par.pp_size;
+        in.gpus *= in.tp * in.pp;
+    }
     in.cuda = 0;
     gpc_plan_result r;
     if (gpc_plan_compute(&in, &r) != GPC_OK) { /* resolve checked the shape: leave it to create */
@@ -1170,7 +1176,7 @@ static gpc_status train_run(const gpc_train_options *o, const train_parts *parts
                     parts->par.pp_size);
         t.s.eval_every = 0;
     }
-    GPC_TRY(check_host_memory(o, &t.s));
+    GPC_TRY(check_host_memory(o, &t.s, parts));
     t.tokenizer_kind = tokenizer_kind(o->data_dir);
     GPC_TRY(gpc_mkdir_p(o->out_dir));
 
