@@ -33,9 +33,11 @@ gpc_status gpc_tp_attach(gpt_model *model, gpc_dist *tp_group);
  * gpt_host_state_free), for gpt_checkpoint_save_full. The group is the
  * model's tp x pp ranks, rank pp_rank * tp + tp_rank each (the tp group
  * alone without pipeline). Every rank of the group calls it, between
- * steps: the gradient buffer is the staging area. The model must hold its
- * whole optimizer state (no ZeRO-1 shard). */
-gpc_status gpc_tp_gather_full(gpt_model *model, gpc_dist *model_group, gpt_host_state *out);
+ * steps: the gradient buffer is the staging area. A part holding a ZeRO-1
+ * shard gives its whole local state as gpc_ddp_gather_state left it on
+ * its dp rank 0 (state); otherwise state is NULL. */
+gpc_status gpc_tp_gather_full(gpt_model *model, gpc_dist *model_group, const gpt_host_state *state,
+                              gpt_host_state *out);
 
 /* ------------------------------------------------ pipeline parallelism */
 

@@ -23,8 +23,9 @@ gpc_status gpc_tp_attach(gpt_model *m, gpc_dist *tp) {
 }
 
 /* Rank 0 of the group receives every rank's local f32 array (mine: this
- * rank's, on the device) and puts it into the whole layout in full. Each
- * owner broadcasts in pieces through the others' gradient buffer. */
+ * rank's, on the device or the host) and puts it into the whole layout in
+ * full. Each owner stages its array in pieces in its gradient buffer and
+ * broadcasts them into the others'. */
 static gpc_status gather_one(gpt_model *m, gpc_dist *d, const gpc_tensor *mine, float *local,
                              float *full) {
     const gpt_config *c = gpt_whole_config(m);
@@ -33,15 +34,17 @@ static gpc_status gather_one(gpt_model *m, gpc_dist *d, const gpc_tensor *mine, 
     for (int owner = 0; owner < d->world_size; owner++) {
         for (size_t done = 0; done < n; done += cap) {
             size_t k = n - done < cap ? n - done : cap;
-            void *buf = (float *)mine->data + done;
-            if (owner != 0) { /* rank 0's own array needs no message */
-                if (d->rank != owner) buf = grads->data;
-                GPC_TRY(d->ops->broadcast(d, buf, k, GPC_F32, owner, NULL));
-            }
-            if (d->rank != 0) continue;
-            gpc_tensor src = gpc_tensor_1d(buf, GPC_F32, mine->device, (int64_t)k);
+            gpc_tensor src =
+                gpc_tensor_1d((float *)mine->data + done, GPC_F32, mine->device, (int64_t)k);
             gpc_tensor dst = gpc_tensor_1d(local + done, GPC_F32, gpc_cpu(), (int64_t)k);
-            GPC_TRY(gpc_tensor_copy(&dst, &src));
+            if (owner == 0) { /* rank 0's own array needs no message */
+                if (d->rank == 0) GPC_TRY(gpc_tensor_copy(&dst, &src));
+                continue;
+            }
+            gpc_tensor stage = gpc_tensor_1d(grads->data, GPC_F32, grads->device, (int64_t)k);
+            if (d->rank == owner) GPC_TRY(gpc_tensor_copy(&stage, &src));
+            GPC_TRY(d->ops->broadcast(d, stage.data, k, GPC_F32, owner, NULL));
+            if (d->rank == 0) GPC_TRY(gpc_tensor_copy(&dst, &stage));
         }
         if (d->rank != 0) continue;
         /* the owner's place: rank pp_rank * tp + tp_rank of the group */
@@ -53,13 +56,16 @@ static gpc_status gather_one(gpt_model *m, gpc_dist *d, const gpc_tensor *mine, 
     return GPC_OK;
 }
 
-gpc_status gpc_tp_gather_full(gpt_model *m, gpc_dist *d, gpt_host_state *out) {
+gpc_status gpc_tp_gather_full(gpt_model *m, gpc_dist *d, const gpt_host_state *state,
+                              gpt_host_state *out) {
     memset(out, 0, sizeof *out);
-    if (gpt_is_sharded(m))
-        return gpc_error(GPC_ERR_UNSUPPORTED,
-                         "gathering a tensor-parallel model whose optimizer state is a ZeRO-1 "
-                         "shard is not supported: train with --zero 0 beside --tp");
     const gpc_optim *opt = gpt_optimizer(m);
+    if (gpt_is_sharded(m) &&
+        (!state || !state->m || !state->v || (gpc_optim_master(opt) && !state->master)))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "the model holds a ZeRO-1 shard of its optimizer state: gather it first "
+                         "(gpc_ddp_gather_state) and pass it to gpc_tp_gather_full");
+    if (!gpt_is_sharded(m)) state = NULL;
     const gpc_tensor *params = gpc_optim_master(opt) ? gpc_optim_master(opt) : gpt_params_flat(m);
     if (params->dtype != GPC_F32 || !gpt_is_training(m))
         return gpc_error(GPC_ERR_INVALID_ARG, "gathering a tensor-parallel model needs a training "
@@ -73,6 +79,18 @@ gpc_status gpc_tp_gather_full(gpt_model *m, gpc_dist *d, gpt_host_state *out) {
                          par->tp_size, par->pp_size, par->pp_rank * par->tp_size + par->tp_rank,
                          d->world_size, d->rank);
     size_t P = gpt_config_num_params(gpt_whole_config(m)), Pl = gpt_num_params(m);
+    /* a ZeRO-1 part's whole local state, gathered on the host */
+    gpc_tensor host_master, host_m, host_v;
+    const gpc_tensor *src_m = gpc_optim_m(opt), *src_v = gpc_optim_v(opt);
+    if (state) {
+        host_m = gpc_tensor_1d(state->m, GPC_F32, gpc_cpu(), (int64_t)Pl);
+        host_v = gpc_tensor_1d(state->v, GPC_F32, gpc_cpu(), (int64_t)Pl);
+        src_m = &host_m, src_v = &host_v;
+        if (state->master) {
+            host_master = gpc_tensor_1d(state->master, GPC_F32, gpc_cpu(), (int64_t)Pl);
+            params = &host_master;
+        }
+    }
     float *local = NULL;
     gpc_status s = GPC_OK;
     if (d->rank == 0) {
@@ -92,8 +110,8 @@ gpc_status gpc_tp_gather_full(gpt_model *m, gpc_dist *d, gpt_host_state *out) {
     if (s == GPC_OK && failed > 0)
         s = gpc_error(GPC_ERR_NOMEM, "rank 0 of the tensor-parallel group is out of host memory");
     if (s == GPC_OK) s = gather_one(m, d, params, local, out->master);
-    if (s == GPC_OK) s = gather_one(m, d, gpc_optim_m(opt), local, out->m);
-    if (s == GPC_OK) s = gather_one(m, d, gpc_optim_v(opt), local, out->v);
+    if (s == GPC_OK) s = gather_one(m, d, src_m, local, out->m);
+    if (s == GPC_OK) s = gather_one(m, d, src_v, local, out->v);
     gpc_free(local);
     if (s != GPC_OK) gpt_host_state_free(out);
     return s;

@@ -443,8 +443,14 @@ static gpc_status save_checkpoint(trainer *t) {
     /* ZeRO-1: every rank takes part; rank 0 gets the whole state */
     gpt_host_state full = {0};
     if (t->parts) {
-        /* the first copy's parts make the file */
-        if (t->o->rank == 0) GPC_TRY(gpc_tp_gather_full(t->model, t->parts->model, &full));
+        /* the first copy's parts make the file, from their whole local
+         * state (ZeRO-1 gathers each part's shards first) */
+        gpt_host_state mine = {0};
+        gpc_status st = t->ddp ? gpc_ddp_gather_state(t->ddp, &mine) : GPC_OK;
+        if (st == GPC_OK && t->o->rank == 0)
+            st = gpc_tp_gather_full(t->model, t->parts->model, &mine, &full);
+        gpt_host_state_free(&mine);
+        GPC_TRY(st);
     } else if (t->ddp) {
         GPC_TRY(gpc_ddp_gather_state(t->ddp, &full));
     }
@@ -1020,8 +1026,19 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
         gpt_parallel par = t->parts->par;
         par.slots = par.pp_size - par.pp_rank;
         if (par.slots > s->accumulation) par.slots = s->accumulation;
+        /* ZeRO-1: this rank's shard of its part's local layout, cut over
+         * the data-parallel copies as gpc_ddp_create cuts the update */
+        size_t lo = 0, count = SIZE_MAX;
+        if (o->zero == 1 && o->dist && world > 1) {
+            size_t *shard = gpc_calloc((size_t)world + 1, sizeof *shard);
+            if (!shard) return gpc_error(GPC_ERR_NOMEM, "out of host memory");
+            gpc_dist_shard_offsets(gpt_part_num_params(&s->config, &par), world, 64, shard);
+            lo = shard[o->rank];
+            count = shard[o->rank + 1] - lo;
+            gpc_free(shard);
+        }
         GPC_TRY(gpt_create_part(&t->model, &s->config, o->device, s->precision, s->B, s->T,
-                                s->recompute, &par, 0, SIZE_MAX));
+                                s->recompute, &par, lo, count));
         GPC_TRY(gpc_tp_attach(t->model, t->parts->tp));
         GPC_TRY(gpc_pipeline_attach(t->model, t->parts->pp));
         if (par.pp_size > 1) {
@@ -1231,9 +1248,6 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     if (o->lora_rank)
         return gpc_error(GPC_ERR_UNSUPPORTED,
                          "--lora trains on one process; leave out --tp and --pp");
-    if (o->zero)
-        return gpc_error(GPC_ERR_UNSUPPORTED,
-                         "--zero 1 with --tp or --pp is not supported yet: use --zero 0");
     if (!o->dist || o->dist->world_size != world)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "--tp %d --pp %d needs %d processes started together (gpc launch, "

@@ -3,9 +3,10 @@
 # CPU over MPI. At the same global batch, `mpirun -np N gpc train --tp T
 # --pp P` must compute what one process computes: the same loss at every
 # step and the same weights and AdamW moments at the end (norm-wise within
-# 1e-3, as test_ddp_mpi.sh explains), for tp 2, pp 2, each beside dp 2, and
-# tp 2 x pp 2. The checkpoint is the whole model's at any layout: one of
-# step 2 written at tp 2 or pp 2 resumes in 1 process, and one of 1 process
+# 1e-3, as test_ddp_mpi.sh explains), for tp 2, pp 2, each beside dp 2 with
+# and without ZeRO-1, and tp 2 x pp 2. The checkpoint is the whole model's
+# at any layout: one of step 2 written at tp 2 or pp 2 resumes in 1
+# process, and one of 1 process
 # resumes at tp 2 x pp 2, going on as the uninterrupted run. A layout that
 # does not divide the heads, the layers or the processes is refused with a
 # message, and a rank killed mid-run stops the job with an error in well
@@ -109,7 +110,9 @@ train tp2dp2 4 --batch 4 --tp 2 --bucket-mb 0.01 # 2 copies of 2 slices, 2 micro
 train pp2 2 --batch 4 --pp 2                     # 2 stages, 4 micro-batches in 1F1B
 train pp2dp2 4 --batch 4 --pp 2 --bucket-mb 0.01 # 2 copies of 2 stages, 2 micro-batches
 train tp2pp2 4 --batch 4 --tp 2 --pp 2           # 2 stages of 2 slices
-for r in tp2 tp2dp2 pp2 pp2dp2 tp2pp2; do compare one "$r"; done
+train tp2dp2z1 4 --batch 4 --tp 2 --zero 1       # each slice's optimizer state over its 2 copies
+train pp2dp2z1 4 --batch 4 --pp 2 --zero 1       # each stage's likewise
+for r in tp2 tp2dp2 pp2 pp2dp2 tp2pp2 tp2dp2z1 pp2dp2z1; do compare one "$r"; done
 [[ $(grep -c "trained 4 steps" "$work/tp2dp2.out") -eq 1 ]] || fail "tp2dp2 printed: $(cat "$work/tp2dp2.out")"
 grep -q "pipeline bubble" "$work/pp2.err" || fail "pp2 reported no bubble: $(tail -3 "$work/pp2.err")"
 grep -h "pipeline bubble" "$work/pp2.err" "$work/tp2pp2.err"

@@ -273,7 +273,7 @@ int main(int argc, char **argv) {
         st.step = (uint64_t)s;
         if (lay->dp_rank == 0) { /* one copy's parts make the file */
             gpt_host_state full;
-            MUST(gpc_tp_gather_full(m, j.model, &full));
+            MUST(gpc_tp_gather_full(m, j.model, NULL, &full));
             if (rank == 0) MUST(gpt_checkpoint_save_full(path_part, m, &st, &full));
             gpt_host_state_free(&full);
         }
