@@ -234,6 +234,9 @@ void gpt_set_pp_reduce(gpt_model *model, gpt_tp_reduce_fn fn, void *user);
 gpc_status gpt_stage_forward(gpt_model *model, int slot, const int32_t *inputs,
                              const int32_t *targets, int B, int T);
 gpc_status gpt_stage_backward(gpt_model *model, int slot, int B, int T, float dloss);
+/* The last stage, after gpt_stage_forward of a slot: the head and the mean
+ * loss over the slot's unmasked targets (validation; nothing trains). */
+gpc_status gpt_stage_loss(gpt_model *model, int slot, int B, int T, float *loss);
 /* [B, T, C] views: the stage's input and output residual streams of a slot,
  * and the one residual-gradient buffer the stages exchange. */
 gpc_tensor gpt_stage_input(const gpt_model *model, int slot, int B, int T);

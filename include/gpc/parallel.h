@@ -68,6 +68,12 @@ gpc_status gpc_pipeline_step(gpt_model *model, gpc_dist *pp_group, gpc_ddp *ddp,
                              const int32_t *inputs, const int32_t *targets, int M, int B, int T,
                              float dloss, gpc_pipeline_timing *timing);
 
+/* Validation through the stages: one batch (host [B * T] inputs and
+ * targets, the same on every stage) forward, stage by stage, and its mean
+ * loss from the last stage into *loss on every stage. */
+gpc_status gpc_pipeline_eval(gpt_model *model, gpc_dist *pp_group, const int32_t *inputs,
+                             const int32_t *targets, int B, int T, float *loss);
+
 #ifdef __cplusplus
 }
 #endif

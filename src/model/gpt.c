@@ -1157,6 +1157,24 @@ gpc_status gpt_stage_backward(gpt_model *m, int slot, int B, int T, float dloss)
     return backward(m, &tokens, B, T);
 }
 
+gpc_status gpt_stage_loss(gpt_model *m, int slot, int B, int T, float *loss) {
+    GPC_TRY(check_stage(m, slot, B, T));
+    if (m->par.pp_rank != m->par.pp_size - 1)
+        return gpc_error(GPC_ERR_INVALID_ARG, "only the last pipeline stage has the head and "
+                                              "computes losses");
+    m->acts = m->slot_acts[slot];
+    m->last_unmasked = m->slot_unmasked[slot];
+    const gpt_config *c = &m->config;
+    gpc_tensor lnf = view(&m->acts.lnf, 0, 3, B, T, c->channels);
+    gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, c->padded_vocab);
+    gpc_tensor losses = view(&m->acts.losses, 0, 2, B, T, 0);
+    gpc_tensor tgt = view(&m->acts.targets, 0, 2, B, T, 0);
+    GPC_TRY(gpc_op_matmul_forward(&logits, &lnf, &m->params.wte, NULL));
+    GPC_TRY(
+        gpc_op_crossentropy_forward_backward(&losses, NULL, &logits, &tgt, c->vocab_size, 1.0f));
+    return gpt_mean_loss(m, loss);
+}
+
 gpc_tensor gpt_stage_input(const gpt_model *m, int slot, int B, int T) {
     return view(&m->slot_acts[slot].encoded, 0, 3, B, T, m->config.channels);
 }

@@ -266,3 +266,30 @@ gpc_status gpc_pipeline_step(gpt_model *m, gpc_dist *d, gpc_ddp *ddp, const int3
     }
     return GPC_OK;
 }
+
+gpc_status gpc_pipeline_eval(gpt_model *m, gpc_dist *d, const int32_t *inputs,
+                             const int32_t *targets, int B, int T, float *loss) {
+    const gpt_parallel *par = gpt_parallel_of(m);
+    stage s = {m,
+               d,
+               NULL,
+               inputs,
+               targets,
+               1,
+               B,
+               T,
+               1,
+               par->pp_rank == 0,
+               par->pp_rank == par->pp_size - 1,
+               1.0f,
+               0.0};
+    GPC_TRY(exchange(&s, recv_forward, 0, NULL, 0));
+    GPC_TRY(gpt_stage_forward(m, 0, inputs, targets, B, T));
+    GPC_TRY(exchange(&s, send_forward, 0, NULL, 0));
+    float mine = 0.0f;
+    if (s.last) GPC_TRY(gpt_stage_loss(m, 0, B, T, &mine));
+    double sum = mine; /* the last stage's; the others add 0 */
+    GPC_TRY(d->ops->all_reduce_host(d, &sum, 1));
+    *loss = (float)sum;
+    return GPC_OK;
+}

@@ -672,8 +672,13 @@ static gpc_status evaluate(trainer *t, float *val_loss) {
     for (uint64_t i = 0; i < batches; i++) {
         float loss;
         GPC_TRY(gpc_loader_next(t->val, t->inputs, t->targets));
-        GPC_TRY(gpt_forward(t->model, t->inputs, t->targets, t->s.B, t->s.T));
-        GPC_TRY(gpt_mean_loss(t->model, &loss));
+        if (t->pipe_inputs) { /* forward through the stages */
+            GPC_TRY(gpc_pipeline_eval(t->model, t->parts->pp, t->inputs, t->targets, t->s.B, t->s.T,
+                                      &loss));
+        } else {
+            GPC_TRY(gpt_forward(t->model, t->inputs, t->targets, t->s.B, t->s.T));
+            GPC_TRY(gpt_mean_loss(t->model, &loss));
+        }
         sum += loss;
     }
     if (t->ddp) { /* the mean over every rank's validation batches */
@@ -1184,15 +1189,6 @@ static gpc_status train_run(const gpc_train_options *o, const train_parts *parts
     if (from) GPC_TRY(read_init(o, &init));
     GPC_TRY(resolve(o, &info, o->resume ? &ck_config : NULL, o->resume ? &ck : NULL,
                     from ? &init : NULL, &t.s));
-    if (parts && parts->par.pp_size > 1 && t.s.eval_every) {
-        /* validation would need its own forward-only schedule */
-        if (rank0)
-            gpc_log(GPC_LOG_WARN,
-                    "train: --pp %d runs no validation passes yet (--eval-every "
-                    "ignored)",
-                    parts->par.pp_size);
-        t.s.eval_every = 0;
-    }
     GPC_TRY(check_host_memory(o, &t.s, parts));
     t.tokenizer_kind = tokenizer_kind(o->data_dir);
     GPC_TRY(gpc_mkdir_p(o->out_dir));

@@ -6,11 +6,12 @@
 # 1e-3, as test_ddp_mpi.sh explains), for tp 2, pp 2, each beside dp 2 with
 # and without ZeRO-1, and tp 2 x pp 2. The checkpoint is the whole model's
 # at any layout: one of step 2 written at tp 2 or pp 2 resumes in 1
-# process, and one of 1 process
-# resumes at tp 2 x pp 2, going on as the uninterrupted run. A layout that
-# does not divide the heads, the layers or the processes is refused with a
-# message, and a rank killed mid-run stops the job with an error in well
-# under the launcher's timeout instead of hanging.
+# process, and one of 1 process resumes at tp 2 x pp 2, going on as the
+# uninterrupted run. Validation through the stages gives one process's
+# losses. A layout that does not divide the heads, the layers or the
+# processes is refused with a message, and a rank killed mid-run stops the
+# job with an error in well under the launcher's timeout instead of
+# hanging.
 # Skipped (77) without mpirun or without MPI in this build.
 set -u
 GPC=${GPC:?set GPC to the gpc binary}
@@ -38,6 +39,8 @@ o = ["the ball", "a tree", "the river", "an apple"]
 with open(sys.argv[1], "w") as f:
     for i in range(2500):
         f.write(f"{random.choice(s)} {random.choice(v)} {random.choice(o)}.\n")
+        if i % 25 == 24:
+            f.write("%\n")  # 100 documents, some of them for validation
 PY
 data=$work/data
 "$GPC" data prepare --input "$work/corpus.txt" --out "$data" --vocab-size 300 >/dev/null 2>"$work/err" ||
@@ -116,6 +119,20 @@ for r in tp2 tp2dp2 pp2 pp2dp2 tp2pp2 tp2dp2z1 pp2dp2z1; do compare one "$r"; do
 [[ $(grep -c "trained 4 steps" "$work/tp2dp2.out") -eq 1 ]] || fail "tp2dp2 printed: $(cat "$work/tp2dp2.out")"
 grep -q "pipeline bubble" "$work/pp2.err" || fail "pp2 reported no bubble: $(tail -3 "$work/pp2.err")"
 grep -h "pipeline bubble" "$work/pp2.err" "$work/tp2pp2.err"
+
+# validation through the stages: the same losses as one process's
+train onev 1 --batch 4 --eval-every 2 --eval-batches 2
+train tp2pp2v 4 --batch 4 --tp 2 --pp 2 --eval-every 2 --eval-batches 2
+python3 - "$work/onev" "$work/tp2pp2v" <<'PY' || fail "validation at tp 2 x pp 2 differs"
+import json, os, sys
+def vals(d):
+    return [json.loads(l)["val_loss"] for l in open(os.path.join(d, "metrics.jsonl"))
+            if "val_loss" in json.loads(l)]
+a, b = vals(sys.argv[1]), vals(sys.argv[2])
+ok = len(a) == len(b) == 2 and all(abs(x - y) <= 1e-5 * x for x, y in zip(a, b))
+print(f"validation: {b} at tp 2 x pp 2, {a} on one process")
+sys.exit(0 if ok else 1)
+PY
 
 # a checkpoint of step 2 written at tp 2 resumes in 1 process
 mkdir -p "$work/resumed1"
