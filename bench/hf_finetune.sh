@@ -53,7 +53,7 @@ say "RESULT gpc_import seconds=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { p
 
 "$build/gpc" train --data "$work/data" --out "$work/ft" --init-from "$work/run" --device cuda \
   --precision bf16 --batch "$batch" --context "$context" --steps "$steps" --lr "$lr" \
-  --warmup 5 --eval-every 0 --checkpoint-every -1 >"$out/hf-finetune-gpc.log" 2>&1
+  --warmup 5 --eval-every 0 --checkpoint-every 0 >"$out/hf-finetune-gpc.log" 2>&1
 tail -2 "$out/hf-finetune-gpc.log" | tee -a "$log"
 cp "$work/ft/metrics.jsonl" "$out/hf-finetune-gpc-metrics.jsonl"
 python3 - "$work/ft/metrics.jsonl" <<'PY' | tee -a "$log"

@@ -88,6 +88,33 @@ gpc_status gpc_bench_write_json(const char *path, const gpc_bench_options *optio
                                 const gpc_bench_report *report,
                                 const gpc_bench_claim claims[GPC_BENCH_NUM_CLAIMS]);
 
+/* gpc bench serve: a load generator for gpc serve (or any server of
+ * OpenAI's completions API that reports usage). `concurrency` clients send
+ * `requests` requests in all, each a prompt of prompt_tokens random token
+ * ids asking for max_tokens tokens past end-of-text (ignore_eos), greedy.
+ * Streaming gives time to first token and inter-token latencies; without it
+ * TTFT is the whole request's time. */
+typedef struct {
+    const char *url;   /* http://HOST:PORT (IPv4) */
+    const char *token; /* bearer token, or NULL */
+    int concurrency, requests, prompt_tokens, max_tokens, stream;
+} gpc_bench_serve_options;
+
+typedef struct {
+    int concurrency, requests;
+    int ok, busy, failed;        /* 200s, 503s, anything else */
+    uint64_t completion_tokens;  /* summed from the responses' usage */
+    double seconds;              /* wall time of the whole run */
+    double tokens_per_second;    /* completion tokens / seconds */
+    double ttft_p50, ttft_p99;   /* seconds */
+    double itl_p50, itl_p99;     /* seconds between stream chunks; -1 without --stream */
+    double server_busy_fraction; /* gpc serve's busy seconds / wall seconds over the run
+                                    (its /metrics); -1 when it does not say */
+    char first_error[256];       /* the first failure's status and body */
+} gpc_bench_serve_result;
+
+gpc_status gpc_bench_serve(const gpc_bench_serve_options *options, gpc_bench_serve_result *result);
+
 #ifdef __cplusplus
 }
 #endif

@@ -69,12 +69,14 @@ typedef enum {
     GPC_I32,
     GPC_U16,
     GPC_U32,
+    GPC_I8,     /* int8: quantized weights (gpc quantize --to int8) */
+    GPC_F8E4M3, /* fp8 E4M3 (OCP FP8: 4 exponent, 3 mantissa bits, max 448, no inf) */
     GPC_DTYPE_COUNT
 } gpc_dtype;
 
 size_t gpc_dtype_size(gpc_dtype dtype);
 const char *gpc_dtype_name(gpc_dtype dtype);
-/* Parses "f32", "bf16", "f16", "i32", "u16", "u32". */
+/* Parses "f32", "bf16", "f16", "i32", "u16", "u32", "i8", "f8e4m3". */
 gpc_status gpc_dtype_parse(const char *name, gpc_dtype *out);
 
 /* bf16 and f16 are stored as uint16_t on the host. bf16 conversion rounds to
@@ -83,6 +85,12 @@ uint16_t gpc_f32_to_bf16(float x);
 float gpc_bf16_to_f32(uint16_t x);
 uint16_t gpc_f32_to_f16(float x);
 float gpc_f16_to_f32(uint16_t x);
+/* fp8 E4M3 (the OCP FP8 format of Hopper's tensor cores) as a uint8_t:
+ * conversion rounds to nearest even and saturates at +-448 (the format has
+ * no infinity; NaN stays NaN, 0x7f). Decoding is exact. */
+#define GPC_F8E4M3_MAX 448.0f
+uint8_t gpc_f32_to_f8e4m3(float x);
+float gpc_f8e4m3_to_f32(uint8_t x);
 
 /* --------------------------------------------------------------- devices */
 
@@ -211,6 +219,21 @@ void gpc_arena_destroy(gpc_arena *arena);
 gpc_status gpc_arena_tensor(gpc_arena *arena, gpc_tensor *t, gpc_dtype dtype, int ndim,
                             const int64_t *shape);
 void gpc_arena_reset(gpc_arena *arena);
+
+/* Device memory taken by arenas and tensors (gpc_arena_create,
+ * gpc_tensor_alloc, and gpc_device_memory_reserve for other buffers) is
+ * counted per device. GPC_DEVICE_MEMORY_LIMIT=SIZE caps each device's
+ * count, on the CPU and on GPUs alike: for sharing a GPU with other jobs,
+ * and for tests that make an allocation fail as on a full GPU. */
+size_t gpc_device_memory_limit(void); /* bytes; 0: no limit (unset or unparsable) */
+size_t gpc_device_memory_in_use(gpc_device device);
+/* Counts bytes against the device's limit: GPC_ERR_NOMEM (and nothing
+ * counted) when they would pass it. */
+gpc_status gpc_device_memory_reserve(gpc_device device, size_t bytes);
+void gpc_device_memory_release(gpc_device device, size_t bytes);
+/* The backend's free and total memory of the device, each made no larger
+ * than what the limit leaves (total: the limit). Either pointer may be NULL. */
+gpc_status gpc_device_memory_free(gpc_device device, size_t *free_bytes, size_t *total_bytes);
 
 /* Host memory accounting: bytes currently held through gpc_malloc. */
 void *gpc_malloc(size_t bytes);

@@ -100,6 +100,17 @@ gpc_status gpc_ddp_gather_state(gpc_ddp *ddp, gpt_host_state *out);
 gpc_status gpc_ddp_reduce_host(gpc_ddp *ddp, double *values, int n);
 const gpc_ddp_plan *gpc_ddp_get_plan(const gpc_ddp *ddp);
 
+/* The gradient communication of the last optimizer step, for gpc doctor:
+ * exposed_ms is the time the step waited for it after backward's last
+ * kernel (what overlap did not hide), busy_ms the span from its first
+ * launch to its end, bus_gbs the bus bandwidth that span achieved (bytes
+ * times 2(n-1)/n for an all-reduce, (n-1)/n for ZeRO-1's reduce, over
+ * busy_ms, as nccl-tests counts). On a GPU it reads CUDA events, so call it
+ * once the step is known finished (after gpt_read_step). On the CPU the
+ * exchange blocks backward, so all of it is exposed. All three are 0 when
+ * the step sent nothing. */
+gpc_status gpc_ddp_comm_times(gpc_ddp *ddp, double *exposed_ms, double *busy_ms, double *bus_gbs);
+
 #ifdef __cplusplus
 }
 #endif

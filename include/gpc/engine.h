@@ -20,6 +20,7 @@
 #define GPC_ENGINE_H
 
 #include "gpc/core.h"
+#include "gpc/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,7 +32,9 @@ typedef struct {
     int max_batch;       /* sequences active in one step; default 256 */
     size_t kv_bytes;     /* memory for the paged key/value cache; 0: the default
                             (on a GPU 90% of what is free after the weights, on
-                            the CPU 1 GiB), capped by what the device has */
+                            the CPU 1 GiB), capped by what the device has
+                            and by what max_batch sequences of the whole
+                            context can use */
     int block_size;      /* positions per cache block; default 16 */
     int max_queue;       /* requests waiting for a slot before submit refuses
                             more with GPC_ERR_BUSY; default 1024 */
@@ -67,7 +70,13 @@ typedef struct {
 /* Called on the engine thread, once per generated token and once more (or
  * with the last token) with finish set; it must be quick (queue the token,
  * wake a connection) and must not call back into the engine except
- * gpc_engine_cancel. After the final event the request is gone. */
+ * gpc_engine_cancel. After the final event the request is gone.
+ * The final event carries the last token when max_tokens or the context
+ * ends the request (GPC_FINISH_LENGTH), and token -1 otherwise: the
+ * end-of-text token that ends a request (GPC_FINISH_EOS) is not emitted,
+ * as gpc sample does not print it. A sequence that alone fills the whole
+ * cache ends with GPC_FINISH_LENGTH too (its context is what the cache
+ * holds). */
 typedef void (*gpc_engine_callback)(void *user, const gpc_engine_event *event);
 
 typedef struct {
@@ -77,10 +86,12 @@ typedef struct {
     float temperature; /* 0 greedy; default 1 */
     int top_k;         /* 0: all */
     float top_p;       /* 1: off */
-    uint64_t seed;     /* the request's own random stream */
+    uint64_t seed;     /* the request's own random stream: gpc sample's for
+                          this seed, so both draw the same tokens */
     int64_t eos_token; /* -1: none */
     int ignore_eos;    /* keep going past eos_token */
-    int min_tokens;    /* eos is not obeyed before this many tokens */
+    int min_tokens;    /* eos is not drawn before this many tokens (its
+                          probability goes to the others, as gpc sample) */
     gpc_engine_callback callback;
     void *user;
 } gpc_engine_request;
@@ -131,6 +142,12 @@ typedef struct {
 } gpc_engine_model_info;
 
 void gpc_engine_model(gpc_engine *engine, gpc_engine_model_info *info);
+
+/* The run's tokenizer (RUN/tokenizer.bin), or NULL when the run has none
+ * (then prompts come as token ids). It lives as long as the engine, which
+ * never changes it: the server encodes prompts and decodes tokens with it
+ * on its own threads (gpc_tokenizer_encode, gpc_tokenizer_token_bytes). */
+const gpc_tokenizer *gpc_engine_tokenizer(gpc_engine *engine);
 
 #ifdef __cplusplus
 }

@@ -42,8 +42,9 @@ typedef struct {
  * vocabulary 2..2^31/2); computes padded_vocab. */
 gpc_status gpt_config_init(gpt_config *config, int layers, int heads, int channels, int max_context,
                            int vocab_size);
-/* "dN": N layers, N heads, 64*N channels (d12 = GPT-2 124M). Writes only
- * layers, heads and channels. */
+/* "dN": N layers, N heads, 64*N channels (d12 = GPT-2 124M), except GPT-2's
+ * larger sizes: d24 16 heads, 1024 channels (350M); d36 20, 1280 (774M);
+ * d48 25, 1600 (1.5B). Writes only layers, heads and channels. */
 gpc_status gpt_config_parse_depth(const char *name, int *layers, int *heads, int *channels);
 /* Parameter count (elements, padded vocabulary rows included). */
 size_t gpt_config_num_params(const gpt_config *config);
@@ -75,11 +76,42 @@ typedef struct gpt_model gpt_model;
  * Parameters are zero until gpt_init_weights or gpt_checkpoint_load. */
 gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device device, gpc_dtype dtype,
                       int B, int T, int training);
-/* gpt_create with activation recomputation (training only), trading compute
- * for memory: 0 keeps every activation for backward; 1 keeps one layer of
- * the GELU output instead of L and rebuilds each layer's from its input in
- * backward; 2 does the same for the two layernorm outputs of each block
- * (their mean and rstd stay). gpc plan counts the same buffers. */
+/* Activation recomputation trades compute for memory. A level says what
+ * backward rebuilds instead of keeping: GELU outputs, also the layernorm
+ * outputs (their mean and rstd stay), or the whole block from its input
+ * (only the residual stream between blocks stays: the largest saving, one
+ * more forward pass of the block). A count of blocks applies the level to
+ * the first N blocks only (0: all), so memory trades for speed in steps, as
+ * Megatron's --recompute-method block does. Both travel in one int, packed
+ * by GPT_RECOMPUTE: a plain level (0..3) means every block. */
+#define GPT_RECOMPUTE_NONE 0
+#define GPT_RECOMPUTE_GELU 1
+#define GPT_RECOMPUTE_LAYERNORM 2
+#define GPT_RECOMPUTE_BLOCK 3
+#define GPT_RECOMPUTE(level, layers) ((level) | ((layers) << 2))
+static inline int gpt_recompute_level(int recompute) {
+    return recompute & 3;
+}
+/* The blocks the level applies to in a model of `layers` blocks. */
+static inline int gpt_recompute_layers(int recompute, int layers) {
+    int n = recompute >> 2;
+    return (recompute & 3) == 0 ? 0 : n == 0 || n > layers ? layers : n;
+}
+/* Checks a packed value against a model of `layers` blocks (layers 0: the
+ * level alone); the message names --recompute and --recompute-layers. */
+gpc_status gpt_recompute_check(int recompute, int layers);
+/* "0", "gelu", "layernorm", "block", and ":N" after it when the level
+ * applies to the first N blocks only (e.g. "block:6"), into buf. */
+const char *gpt_recompute_name(int recompute, char *buf, size_t size);
+/* Parses a level ("0".."3", "none", "gelu", "layernorm" or "ln", "block")
+ * with an optional ":N" block count into a packed value. */
+gpc_status gpt_recompute_parse(const char *text, int *recompute);
+
+/* gpt_create with activation recomputation (training only; see above): a
+ * packed GPT_RECOMPUTE value. Recomputed activations of the chosen blocks
+ * share one slot; gpc plan counts the same buffers. Gradients are bitwise
+ * those of a model that keeps everything: backward rebuilds each value by
+ * the same ops as forward. */
 gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_device device,
                                 gpc_dtype dtype, int B, int T, int training, int recompute);
 /* A training model holding the optimizer state (AdamW m, v and, for bf16
@@ -346,6 +378,62 @@ gpc_status gpt_forward_cached(gpt_model *model, const int32_t *tokens, int start
 /* Copies the logits of the last forward, [B,T,V] (host f32) for tests. */
 gpc_status gpt_copy_logits(gpt_model *model, float *out);
 
+/* ------------------------------------------------- serving: paged steps */
+
+/* The model's side of a serving engine (src/model/gpt_serve.c): keys and
+ * values of many sequences in a paged cache, and one step that runs N rows
+ * (tokens of any sequences, at any positions) through the model together.
+ * The cache is per layer [num_blocks, block_size, C] keys and as many
+ * values, in the model's compute dtype on its device (ops.h, "serving");
+ * the step's buffers are sized once for max_tokens rows, so a step
+ * allocates nothing. The engine (src/serve/engine.c) owns the block tables. */
+typedef struct gpt_paged gpt_paged;
+
+typedef struct {
+    int num_blocks; /* cache blocks, shared by all sequences */
+    int block_size; /* positions per block */
+    int max_seqs;   /* sequences in one step: rows of the block table */
+    int max_tokens; /* rows of one step */
+    int max_logits; /* rows of one step whose logits are wanted (<= max_tokens) */
+} gpt_paged_options;
+
+/* Device bytes of one cache block over all layers, keys and values. */
+size_t gpt_paged_block_bytes(const gpt_config *config, gpc_dtype dtype, int block_size);
+/* Device bytes of a step's buffers (everything but the cache). */
+size_t gpt_paged_step_bytes(const gpt_config *config, gpc_dtype dtype, const gpt_paged_options *o);
+/* Allocates the cache and the step's buffers on the model's device. The
+ * model must outlive them; an inference model of batch 1 x context 1 is
+ * enough (the step keeps no activations in the model). */
+gpc_status gpt_paged_create(gpt_paged **out, gpt_model *model, const gpt_paged_options *options);
+void gpt_paged_free(gpt_paged *paged);
+/* Blocks one sequence of the model's whole context needs: the width of a
+ * block table's rows. */
+int gpt_paged_max_blocks(const gpt_paged *paged);
+
+/* One step. Row i is token tokens[i] at position positions[i] of sequence
+ * seqs[i] (0 .. num_seqs-1, a row of block_tables [num_seqs,
+ * gpt_paged_max_blocks], -1 past a sequence's last block); its keys and
+ * values go to cache row slots[i] (block * block_size + position %
+ * block_size). Rows may come in any order and may belong to any sequences;
+ * a row attends to positions 0 .. its own of its sequence, which are either
+ * in the cache already or rows of this step. Rows 0 .. num_logits-1 are the
+ * ones whose next-token logits are wanted (a sequence's last row of the
+ * step): put them first. */
+typedef struct {
+    int num_tokens;
+    const int32_t *tokens, *positions, *seqs, *slots; /* host, [num_tokens] */
+    int num_seqs;
+    const int32_t *block_tables; /* host, [num_seqs, gpt_paged_max_blocks] */
+    int num_logits;
+} gpt_paged_batch;
+
+/* Runs a step: embedding, every layer (the keys and values of the rows
+ * stored in the cache, attention read through the block tables) and the
+ * output head for rows 0 .. num_logits-1, whose logits land in logits_out
+ * (host f32 [num_logits, vocab_size]). Each row gets the logits
+ * gpt_forward_cached gives at its position, up to rounding. */
+gpc_status gpt_step_paged(gpt_paged *paged, const gpt_paged_batch *batch, float *logits_out);
+
 /* ------------------------------------------------------------ checkpoints */
 
 #define GPT_CHECKPOINT_VERSION 1
@@ -389,6 +477,12 @@ gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *model,
                                     const gpt_checkpoint_state *state, const gpt_host_state *full);
 /* Reads and checks the header only (magic, version, size): the config and
  * precision the checkpoint was written with and its state. */
+/* A checkpoint of weights alone (f32, no optimizer state) straight from a
+ * host array of gpt_config_num_params(config) floats in gpc's order, with no
+ * model built: what an import writes, holding the weights once. Loads like
+ * any checkpoint of an f32 model that is not training. */
+gpc_status gpt_checkpoint_save_weights(const char *path, const gpt_config *config,
+                                       const float *params, const gpt_checkpoint_state *state);
 gpc_status gpt_checkpoint_read_header(const char *path, gpt_config *config, gpc_dtype *precision,
                                       gpt_checkpoint_state *state);
 /* Loads weights (and m, v when the model trains and the file has them) after
@@ -458,6 +552,81 @@ gpc_status gpt_lora_read_header(const char *path, gpt_config *config, gpt_lora_o
 /* Loads adapters (and m, v when the model trains) into a LoRA model with
  * the same config, rank and targets. */
 gpc_status gpt_lora_load(const char *path, gpt_model *model, gpt_checkpoint_state *state);
+
+/* ------------------------------------------------------ quantized weights */
+
+/* Weights quantized for inference (gpc quantize): the four matrix weights of
+ * every block (qkvw, attprojw, fcw, fcprojw) as 8-bit values q with f32
+ * scales, W[o,c] = q[o,c] * scale. int8 is symmetric with a scale per
+ * output channel, max|W[o,:]| / 127; fp8 is E4M3 with a scale per output
+ * channel or per matrix, amax / 448. The tied embedding and output head
+ * (wte), wpe, biases and layernorms stay in the compute dtype: the head's
+ * logits feed the sampler directly, and one matrix's error there shifts
+ * every token's probability. They are 32% of GPT-2 124M's weights (wte is
+ * large next to 12 small layers) and 5% of 1.5B's. */
+typedef struct {
+    gpc_dtype dtype; /* GPC_I8 or GPC_F8E4M3 */
+    int per_channel; /* 1: a scale per output channel; 0: one per matrix (fp8 only) */
+} gpt_quant_options;
+
+/* Whether parameter tensor `index` is quantized (the four matrix weights). */
+int gpt_param_quantized(int index);
+/* "int8" or "fp8", and "channel" or "tensor" (NULL: channel), into options;
+ * int8 takes per-channel scales only. */
+gpc_status gpt_quant_parse(const char *to, const char *scales, gpt_quant_options *out);
+/* "int8/channel", "fp8/tensor", ... for messages and config.txt. */
+const char *gpt_quant_name(const gpt_quant_options *q);
+/* Quantizes a [rows, cols] f32 matrix on the host into q [rows, cols] and
+ * scales [rows] (per channel) or [1]. A row of zeros gets scale 1. Refuses
+ * non-finite values (the weight's name in `what`). */
+gpc_status gpt_quantize_matrix(const float *w, int64_t rows, int64_t cols,
+                               const gpt_quant_options *options, uint8_t *q, float *scales,
+                               const char *what);
+/* The value of one quantized element before its scale. */
+float gpt_quant_value(gpc_dtype dtype, uint8_t q);
+
+/* An inference model with quantized weights: as gpt_create with training 0,
+ * and the same forward functions (gpt_forward, gpt_forward_last_logits,
+ * gpt_forward_cached), whose matrix products run as
+ * gpc_op_matmul_quant_forward. gpt_set_params quantizes f32 values;
+ * gpt_get_params returns the dequantized ones. */
+gpc_status gpt_create_quant(gpt_model **out, const gpt_config *config, gpc_device device,
+                            gpc_dtype dtype, int B, int T, const gpt_quant_options *quant);
+/* The model's quantization, NULL for a plain model. */
+const gpt_quant_options *gpt_quant_of(const gpt_model *model);
+/* Bytes of a config's weights quantized so (the quantized matrices, their
+ * scales, the rest in a compute dtype of dense_bytes per element). */
+size_t gpt_quant_weight_bytes(const gpt_config *config, const gpt_quant_options *quant,
+                              size_t dense_bytes);
+
+#define GPT_QUANT_VERSION 1
+/* File (a run's quant.bin): magic "GPCQUANT", version, config, the
+ * quantization, the precision of the checkpoint it came from, then the
+ * other tensors f32 in layout order, then for each quantized tensor its
+ * scales f32 and its bytes, then CRC-32C of everything before it. Written
+ * atomically. */
+gpc_status gpt_quant_save(const char *path, const gpt_model *model, gpc_dtype source_precision);
+/* Checks magic, version, size and checksum, then reads the header. Any
+ * output may be NULL. */
+gpc_status gpt_quant_read_header(const char *path, gpt_config *config, gpt_quant_options *quant,
+                                 gpc_dtype *source_precision);
+/* Loads a quant.bin into a quantized model of the same config and
+ * quantization. */
+gpc_status gpt_quant_load(const char *path, gpt_model *model);
+
+/* ------------------------------------------------------ run folders */
+
+/* The weights of a run folder for inference: RUN/quant.bin (quantized,
+ * *quant filled in) when there, else RUN/checkpoint.bin (quant->dtype
+ * GPC_F32). path (size bytes) receives the file's path; config its model.
+ * quant may be NULL. */
+gpc_status gpt_run_weights(const char *run_dir, char *path, size_t size, gpt_config *config,
+                           gpt_quant_options *quant);
+/* An inference model (training 0) for a run folder's weights, quantized or
+ * not (gpt_run_weights), loaded: what gpc sample, gpc eval and the serving
+ * engine create. */
+gpc_status gpt_create_from_run(gpt_model **out, const char *run_dir, gpc_device device,
+                               gpc_dtype dtype, int B, int T);
 
 #ifdef __cplusplus
 }

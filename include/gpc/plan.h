@@ -28,7 +28,9 @@ typedef struct {
     int batch;       /* B, the micro-batch per GPU */
     int vocab;       /* V; padded to Vp = multiple of 64 */
     gpc_dtype dtype; /* compute precision: GPC_F32, GPC_BF16 or GPC_F16 */
-    int recompute;   /* 0 keep all; 1 recompute GELU; 2 also layernorm outputs */
+    int recompute;   /* GPT_RECOMPUTE(level, blocks) (gpc/model.h): 0 keep all; 1 recompute
+                      * GELU; 2 also layernorm outputs; 3 whole blocks; of the first N (of
+                      * each pipeline stage under pp) */
     int zero;        /* 1: ZeRO-1, optimizer state and master sharded over the dp copies */
     int gpus;        /* GPUs: gpus / (tp * pp) data-parallel copies of the model */
     int tp;          /* tensor parallelism: each copy's heads and MLP units over tp GPUs */
@@ -68,7 +70,8 @@ typedef struct {
 #define GPC_PLAN_CUDA_CONTEXT (600ull << 20)
 
 void gpc_plan_defaults(gpc_plan_input *in);
-/* "dN": N layers, N heads, 64*N channels, the rule of gpt_config_parse_depth. */
+/* "dN": N layers, N heads, 64*N channels, GPT-2's sizes at d24, d36, d48:
+ * gpt_config_parse_depth's rule. */
 gpc_status gpc_plan_parse_model(const char *name, gpc_plan_input *in);
 /* Checks the input and computes the breakdown. */
 gpc_status gpc_plan_compute(const gpc_plan_input *in, gpc_plan_result *out);

@@ -106,6 +106,12 @@ typedef struct {
                                * only every so often: readings count a second or more
                                * apart; validation passes in between count too); NAN on
                                * the other steps */
+    /* Data parallel: the gradient exchange of the step (gpc_ddp_comm_times):
+     * the time the step waited for it after backward, its span, and the bus
+     * bandwidth it achieved; NAN in a run of one process. */
+    double comm_exposed_ms;
+    double comm_busy_ms;
+    double comm_bus_gbs;
 } gpc_train_event;
 
 typedef void (*gpc_train_callback)(void *user, const gpc_train_event *event);
@@ -148,8 +154,10 @@ typedef struct {
     uint64_t seed;         /* default 1337: weights, data order and the optimizer's rounding */
     gpc_device device;     /* default CPU */
     int precision;         /* a gpc_dtype, or -1: f32 on the CPU, bf16 on a GPU */
-    int recompute;         /* 0 keep activations, 1 recompute GELU, 2 also layernorm; -1
-                            * (the default): the checkpoint's when resuming, else 0 */
+    int recompute;         /* GPT_RECOMPUTE(level, blocks) (gpc/model.h): 0 keep activations,
+                            * 1 recompute GELU, 2 also layernorm, 3 whole blocks, on the
+                            * first N blocks or all; -1 (the default): the checkpoint's when
+                            * resuming, else 0 */
     int world_size, rank;  /* data parallelism: processes and this one's place (1 and 0 alone) */
     struct gpc_dist *dist; /* collectives (gpc/dist.h) when world_size > 1; the caller owns it */
     int zero;              /* 1: ZeRO-1 optimizer shards across the ranks */
@@ -158,8 +166,18 @@ typedef struct {
                             * steps as micro-batches); data parallelism over world_size /
                             * (tp * pp) copies (gpc/parallel.h) */
     double bucket_mb;      /* gradient bucket size in MiB; 0: default; negative: one bucket */
-    int stop_after;        /* > 0: stop (with a checkpoint) after this many steps of this
-                            * process; the schedule still runs over steps */
+    /* Out-of-memory auto-fit (one process): when building the run or a
+     * step runs out of device memory, everything of the attempt is freed
+     * and the run goes on at a smaller micro-batch with as many more
+     * accumulation steps (the same step, the same losses up to rounding),
+     * from the last checkpoint this process saved, else from its start;
+     * down to micro-batch 1. On a GPU, a micro-batch that gpc plan says
+     * cannot fit in the free memory is divided before allocating. A
+     * resumed run asked for a larger --batch than its checkpoint's, by a
+     * whole factor, resumes at the checkpoint's. 1 turns this off. */
+    int no_auto_fit;
+    int stop_after; /* > 0: stop (with a checkpoint) after this many steps of this
+                     * process; the schedule still runs over steps */
     gpc_train_callback callback;
     void *user;
 } gpc_train_options;
@@ -266,6 +284,22 @@ gpc_status gpc_hf_import(const char *hf_dir, const char *run_dir, gpc_hf_summary
  * optimizer state), RUN's tokenizer.bin (else the base's) and config.txt.
  * Written through RUN2.tmp.PID, renamed at the end. */
 gpc_status gpc_lora_merge(const char *run_dir, const char *out_dir);
+
+/* What gpc_quantize_run did. */
+typedef struct {
+    gpt_config config;
+    double relative_error; /* ||W - dequantized|| / ||W|| over the quantized matrices */
+    size_t bf16_bytes;     /* the weights in bf16 */
+    size_t quant_bytes;    /* quantized (the rest in bf16) */
+} gpc_quantize_summary;
+
+/* `gpc quantize RUN --to int8|fp8 --out RUN2`: RUN's checkpoint quantized
+ * for inference (gpt_quant_options), written as a run folder RUN2 (absent
+ * or empty): quant.bin, RUN's tokenizer.bin and config.txt (source_run,
+ * quantization). Refuses a run that is already quantized. Written through
+ * RUN2.tmp.PID, renamed at the end. summary may be NULL. */
+gpc_status gpc_quantize_run(const char *run_dir, const char *out_dir,
+                            const gpt_quant_options *quant, gpc_quantize_summary *summary);
 
 /* `gpc export hf RUN --out DIR`: writes config.json and model.safetensors
  * (dtype f32, bf16 or f16) of RUN/checkpoint.bin, with vocab.json and

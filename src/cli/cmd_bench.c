@@ -60,7 +60,10 @@ static void print_skip(const char *why, void *user) {
     fflush(stdout);
 }
 
+int cmd_bench_serve(int argc, char **argv); /* cmd_bench_serve.c */
+
 int cmd_bench(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "serve") == 0) return cmd_bench_serve(argc - 1, argv + 1);
     const char *device = "auto", *json = NULL;
     const char *groups[4];
     int ngroups = 0, quick = 0;
@@ -73,7 +76,8 @@ int cmd_bench(int argc, char **argv) {
     };
     const cli_spec spec = {
         "bench",
-        "bench [gemm|attention|copy|overlap|all] [--device cpu|cuda] [--json FILE] [--quick]",
+        "bench [gemm|attention|copy|overlap|all] [--device cpu|cuda] [--json FILE] [--quick]\n"
+        "       gpc bench serve --url URL [--concurrency N,...] (see gpc bench serve --help)",
         "Measures GEMM (OpenBLAS on every CPU core; on the GPU a naive kernel, a shared-memory "
         "tiled kernel and cuBLAS in f32, tf32, bf16, f16 and fp8), copies (pageable, pinned, "
         "managed with and without prefetch), a copy-compute pipeline on 1, 2 and 4 streams and "

@@ -14,7 +14,9 @@
 #include "gpc/doctor.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef GPC_HAVE_SCHED
 #include "gpc/sched.h"
@@ -33,7 +35,59 @@ static void print_finding(void *user, gpc_doctor_kind kind, const char *text) {
 
 /* ------------------------------------------------------------- the job */
 
-static int resolve_job(long long job, int *pid, int *gpus, int *ngpus) {
+#ifdef GPC_HAVE_SCHED
+/* The run folder a finished job trained into: the value of --out in its
+ * command, taken from the job's working directory when relative. 0 when the
+ * command names none. */
+static int job_run_dir(json_t *o, char *run, size_t size) {
+    json_t *command = json_object_get(o, "command");
+    const char *cwd = json_string_value(json_object_get(o, "cwd"));
+    const char *out = NULL;
+    for (size_t i = 0; json_is_array(command) && i < json_array_size(command); i++) {
+        const char *a = json_string_value(json_array_get(command, i));
+        if (!a) continue;
+        if (!strcmp(a, "--out") && i + 1 < json_array_size(command))
+            out = json_string_value(json_array_get(command, i + 1));
+        else if (!strncmp(a, "--out=", 6))
+            out = a + 6;
+    }
+    if (!out || !*out) return 0;
+    if (out[0] == '/' || !cwd)
+        snprintf(run, size, "%s", out);
+    else
+        snprintf(run, size, "%s/%s", cwd, out);
+    return 1;
+}
+
+/* Copies a job's log from gpcd into a new file at path, in pieces (gpcd
+ * sends at most 1 MiB a request), up to 64 MiB. */
+static gpc_status job_log(long long job, const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) return gpc_error(GPC_ERR_IO, "cannot write %s", path);
+    gpc_status st = GPC_OK;
+    for (long long offset = 0; offset < (64ll << 20);) {
+        char url[128];
+        snprintf(url, sizeof url, "/jobs/%lld/logs?offset=%lld", job, offset);
+        gpcd_response r;
+        memset(&r, 0, sizeof r);
+        st = gpcd_client_request(gpcd_client_socket(NULL), "GET", url, NULL, &r);
+        if (st) break;
+        size_t got = r.status == 200 ? r.body_len : 0;
+        if (got) fwrite(r.body, 1, got, f);
+        gpcd_response_free(&r);
+        if (!got) break;
+        offset += (long long)got;
+    }
+    if (fclose(f) != 0 && st == GPC_OK) st = gpc_error(GPC_ERR_IO, "cannot write %s", path);
+    return st;
+}
+#endif
+
+/* A gpcd job: its process and GPUs while it runs; once it has ended, the
+ * run folder it trained into (*run, from its --out) and a copy of its log
+ * (*log), for the post-mortem of --run. */
+static int resolve_job(long long job, int *pid, int *gpus, int *ngpus, char *run, size_t run_size,
+                       char *log, size_t log_size) {
 #ifdef GPC_HAVE_SCHED
     char path[64];
     gpcd_response response;
@@ -53,10 +107,27 @@ static int resolve_job(long long job, int *pid, int *gpus, int *ngpus) {
     json_t *p = o ? json_object_get(o, "pid") : NULL;
     if (!p || !json_is_integer(p)) {
         const char *state = o ? json_string_value(json_object_get(o, "state")) : NULL;
-        fprintf(stderr,
-                "gpc doctor: error: job %lld has no running process (state %s); doctor watches "
-                "running jobs only\n",
-                job, state ? state : "unknown");
+        int ended = state && (!strcmp(state, "completed") || !strcmp(state, "failed") ||
+                              !strcmp(state, "cancelled"));
+        if (ended && job_run_dir(o, run, run_size)) {
+            json_decref(o);
+            const char *tmp = getenv("TMPDIR");
+            snprintf(log, log_size, "%s/gpc-doctor-job-%lld-%d.log", tmp && *tmp ? tmp : "/tmp",
+                     job, (int)getpid());
+            st = job_log(job, log);
+            if (st) {
+                unlink(log);
+                log[0] = 0;
+                return cli_fail("doctor", st);
+            }
+            return 0;
+        }
+        fprintf(stderr, "gpc doctor: error: job %lld has no running process (state %s)%s\n", job,
+                state ? state : "unknown",
+                ended ? " and its command names no run folder (--out): give the folder with "
+                        "--run RUN"
+                      : "; doctor watches a job while it runs and reads its run folder once it "
+                        "has ended");
         json_decref(o);
         return CLI_EXIT_RUNTIME;
     }
@@ -68,7 +139,7 @@ static int resolve_job(long long job, int *pid, int *gpus, int *ngpus) {
     json_decref(o);
     return 0;
 #else
-    (void)pid, (void)gpus, (void)ngpus;
+    (void)pid, (void)gpus, (void)ngpus, (void)run, (void)run_size, (void)log, (void)log_size;
     fprintf(stderr,
             "gpc doctor: error: --job %lld needs gpcd, and this gpc was built without the "
             "scheduler; install libsqlite3-dev libmicrohttpd-dev libjansson-dev libinih-dev "
@@ -84,7 +155,8 @@ int cmd_doctor(int argc, char **argv) {
     double seconds = 5;
     const char *run = NULL, *log = NULL, *json = NULL;
     const cli_option options[] = {
-        {"job", CLI_INT64, &job, "ID", "watch a running gpcd job"},
+        {"job", CLI_INT64, &job, "ID",
+         "watch a running gpcd job, or read the run folder of one that ended"},
         {"pid", CLI_INT, &pid, "PID", "watch a running process (and its children)"},
         {"seconds", CLI_FLOAT, &seconds, "S", "how long to watch (default 5)"},
         {"run", CLI_STRING, &run, "RUN",
@@ -102,7 +174,9 @@ int cmd_doctor(int argc, char **argv) {
         "PCIe link and errors; with two or more GPUs an NCCL all-reduce against the link's "
         "rate. With --pid or --job it watches the process for a few seconds and says what "
         "holds it back. With --run it reads a finished run folder: an out-of-memory end and "
-        "what would fit, its MFU, and what its metrics show. Exit status 0: no problem found; 1: "
+        "what would fit, its MFU, and what its metrics show; --job of a job that has ended "
+        "reads its run folder (its --out) and its log the same way. Exit status 0: no problem "
+        "found; 1: "
         "problems found (each with advice).",
         options,
         0,
@@ -122,9 +196,15 @@ int cmd_doctor(int argc, char **argv) {
                                "most 3600",
                                seconds);
     int job_gpus[64], njob_gpus = 0;
+    char job_run[4096] = "", job_log_path[4200] = "";
     if (job) {
-        int rc = resolve_job(job, &pid, job_gpus, &njob_gpus);
+        int rc = resolve_job(job, &pid, job_gpus, &njob_gpus, job_run, sizeof job_run, job_log_path,
+                             sizeof job_log_path);
         if (rc) return rc;
+        if (job_run[0]) { /* the job has ended: its run folder's post-mortem */
+            run = job_run;
+            log = job_log_path[0] ? job_log_path : NULL;
+        }
     }
     if (pid > 0 && !gpc_doctor_process_exists(pid))
         return cli_usage_error("doctor", "no process with pid %d (is it still running?)", pid);
@@ -137,6 +217,7 @@ int cmd_doctor(int argc, char **argv) {
         st = gpc_doctor_run(d, run, log);
         if (st) {
             gpc_doctor_close(d);
+            if (job_log_path[0]) unlink(job_log_path);
             return cli_fail("doctor", st);
         }
     } else {
@@ -155,6 +236,7 @@ int cmd_doctor(int argc, char **argv) {
     int problems = gpc_doctor_problems(d);
     if (json) st = gpc_doctor_write_json(d, json);
     gpc_doctor_close(d);
+    if (job_log_path[0]) unlink(job_log_path);
     if (st) return cli_fail("doctor", st);
     if (quiet) return problems ? CLI_EXIT_RUNTIME : CLI_EXIT_OK;
     if (problems)

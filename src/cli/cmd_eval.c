@@ -101,12 +101,12 @@ int cmd_eval(int argc, char **argv) {
     if (precision < 0) precision = device.type == GPC_DEVICE_CPU ? GPC_F32 : GPC_BF16;
     if (device.type == GPC_DEVICE_CPU && precision != GPC_F32)
         return cli_usage_error(NAME, "the CPU computes in f32 only; bf16 and fp16 need a GPU");
-    char ckpt[4096];
-    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.bin", run);
+    char weights[4200];
     gpt_config config;
+    gpt_quant_options quant;
     uint32_t *tokens = NULL;
     size_t count = 0;
-    s = gpt_checkpoint_read_header(ckpt, &config, NULL, NULL);
+    s = gpt_run_weights(run, weights, sizeof weights, &config, &quant);
     if (s == GPC_OK && data) s = read_val(data, &tokens, &count);
     if (s == GPC_OK && text_file) {
         gpc_tokenizer *tok = NULL;
@@ -123,8 +123,7 @@ int cmd_eval(int argc, char **argv) {
         s = gpc_error(GPC_ERR_INVALID_ARG, "--context %d is more than the model's %d positions",
                       context, config.max_context);
     gpt_model *model = NULL;
-    if (s == GPC_OK) s = gpt_create(&model, &config, device, (gpc_dtype)precision, 1, context, 0);
-    if (s == GPC_OK) s = gpt_checkpoint_load(ckpt, model, NULL);
+    if (s == GPC_OK) s = gpt_create_from_run(&model, run, device, (gpc_dtype)precision, 1, context);
     float *losses = NULL;
     if (s == GPC_OK) {
         losses = malloc((count ? count : 1) * sizeof *losses);
@@ -135,9 +134,11 @@ int cmd_eval(int argc, char **argv) {
     if (s == GPC_OK && json) s = write_json(json, run, &r, losses);
     if (s == GPC_OK)
         printf("eval %s on %s: %lld tokens, mean cross-entropy %.6f nats, perplexity %.4f "
-               "(context %d, %s, %s)\n",
+               "(context %d, %s, %s%s%s)\n",
                run, data ? data : text_file, (long long)r.tokens, r.mean_loss, r.perplexity,
-               context, gpc_device_name(device), gpc_dtype_name((gpc_dtype)precision));
+               context, gpc_device_name(device), gpc_dtype_name((gpc_dtype)precision),
+               quant.dtype != GPC_F32 ? ", weights " : "",
+               quant.dtype != GPC_F32 ? gpt_quant_name(&quant) : "");
     free(losses);
     gpc_free(tokens);
     gpt_free(model);

@@ -4,6 +4,7 @@
  * model is the library's (gpc/plan.h); this file parses and prints.
  */
 #include "cli/cli.h"
+#include "gpc/model.h"
 #include "gpc/plan.h"
 
 #include <stdio.h>
@@ -44,18 +45,49 @@ static void print_layouts(const gpc_plan_input *base) {
     }
 }
 
+/* Each recomputation mode over all blocks beside the one asked for: what
+ * activations and the total come to, and the largest micro-batch on an
+ * H200, so memory can be traded for speed knowingly. */
+static void recompute_table(const gpc_plan_input *in) {
+    int count;
+    const gpc_plan_gpu *gpus = gpc_plan_gpus(&count);
+    const gpc_plan_gpu *largest = &gpus[count - 1];
+    char human[32], total[32], mode[32];
+    printf("  %-16s %12s %12s  largest micro-batch on %s\n", "recompute", "activations", "total",
+           largest->name);
+    for (int level = 0; level <= GPT_RECOMPUTE_BLOCK; level++) {
+        gpc_plan_input probe = *in;
+        probe.recompute = level;
+        gpc_plan_result r;
+        if (gpc_plan_compute(&probe, &r) != GPC_OK) {
+            gpc_clear_error();
+            continue;
+        }
+        printf("  %-16s %12s %12s  %d\n", gpt_recompute_name(level, mode, sizeof mode),
+               cli_format_bytes((double)r.activations, human, sizeof human),
+               cli_format_bytes((double)r.total, total, sizeof total),
+               gpc_plan_max_batch(&probe, largest->bytes));
+    }
+    printf("\n");
+}
+
 int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *precision = "bf16", *device = "cuda", *json = NULL;
-    int context = 1024, batch = 4, recompute = 0, zero = 0, gpus = 1, lora = 0, vocab = 50257;
-    int tp = 1, pp = 1, layers = 0, heads = 0, channels = 0;
+    const char *recompute_name = "0";
+    int context = 1024, batch = 4, zero = 0, gpus = 1, lora = 0, vocab = 50257;
+    int recompute_layers = 0, tp = 1, pp = 1, layers = 0, heads = 0, channels = 0;
     const cli_option options[] = {
         {"model", CLI_STRING, &model, "dN",
-         "model: dN = N layers, N heads, 64N channels (required)"},
+         "model: dN = N layers, N heads, 64N channels; d24, d36, d48 GPT-2's 350M, 774M, "
+         "1.5B (required)"},
         {"context", CLI_INT, &context, "T", "sequence length (default 1024)"},
         {"batch", CLI_INT, &batch, "B", "micro-batch per GPU (default 4)"},
         {"precision", CLI_STRING, &precision, "P", "bf16, f16 or fp32 (default bf16)"},
-        {"recompute", CLI_INT, &recompute, "0|1|2",
-         "0 keep activations, 1 recompute GELU, 2 also layernorm (default 0)"},
+        {"recompute", CLI_STRING, &recompute_name, "MODE",
+         "0 keep activations, 1 (gelu) recompute GELU, 2 (layernorm) also layernorm, block "
+         "whole blocks from their input (default 0)"},
+        {"recompute-layers", CLI_INT, &recompute_layers, "N",
+         "apply --recompute to the first N blocks only (default 0: all)"},
         {"zero", CLI_INT, &zero, "0|1", "1 shards optimizer state over the GPUs (default 0)"},
         {"layers", CLI_INT, &layers, "L", "override the model's layers"},
         {"heads", CLI_INT, &heads, "H", "override the model's attention heads"},
@@ -110,6 +142,16 @@ int cmd_plan(int argc, char **argv) {
     if (batch < 1) return cli_usage_error("plan", "--batch %d must be at least 1", batch);
     in.context = context;
     in.batch = batch;
+    int recompute;
+    if ((st = gpt_recompute_parse(recompute_name, &recompute)) != GPC_OK)
+        return cli_usage_error("plan", "%s", gpc_last_error());
+    if (recompute_layers < 0 || (recompute_layers && !gpt_recompute_level(recompute)))
+        return cli_usage_error("plan",
+                               "--recompute-layers %d needs a --recompute mode and 1 or "
+                               "more blocks",
+                               recompute_layers);
+    if (recompute_layers)
+        recompute = GPT_RECOMPUTE(gpt_recompute_level(recompute), recompute_layers);
     in.recompute = recompute;
     in.zero = zero;
     in.gpus = gpus;
@@ -126,9 +168,11 @@ int cmd_plan(int argc, char **argv) {
     char human[32];
     printf("gpc plan: %s (%d layers, %d heads, %d channels), %llu parameters (%.1fM)\n", model,
            in.layers, in.heads, in.channels, (unsigned long long)r.num_params, r.num_params / 1e6);
-    printf("  context %d, micro-batch %d, %s, recompute %d, zero %d, %d GPU%s (tp %d x pp %d x "
+    char mode[32];
+    printf("  context %d, micro-batch %d, %s, recompute %s, zero %d, %d GPU%s (tp %d x pp %d x "
            "dp %d), lora %d, vocab %d, device %s\n\n",
-           in.context, in.batch, gpc_dtype_name(in.dtype), in.recompute, in.zero, in.gpus,
+           in.context, in.batch, gpc_dtype_name(in.dtype),
+           gpt_recompute_name(in.recompute, mode, sizeof mode), in.zero, in.gpus,
            in.gpus == 1 ? "" : "s", tp, pp, in.gpus / (tp * pp), in.lora_rank, in.vocab,
            in.cuda ? "cuda" : "cpu");
     printf("  %-34s %16s  %10s\n", tp * pp > 1 ? "memory per GPU (first stage)" : "memory per GPU",
@@ -153,6 +197,7 @@ int cmd_plan(int argc, char **argv) {
                (unsigned long long)(r.optimizer_unsharded - r.optimizer));
     }
     printf("\n");
+    recompute_table(&in);
 
     printf("  %-16s %10s  %-5s %s\n", "GPU", "memory", "fits", "largest micro-batch");
     int count;

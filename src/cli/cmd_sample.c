@@ -1,7 +1,8 @@
 /*
  * cmd_sample.c: `gpc sample`: generates text from a trained run. Reads
- * RUN/checkpoint.bin and RUN/tokenizer.bin (both written by gpc train), so a
- * run folder is all it needs, and streams the text to stdout as it is drawn.
+ * RUN/checkpoint.bin (or quant.bin, from gpc quantize) and RUN/tokenizer.bin,
+ * so a run folder is all it needs, and streams the text to stdout as it is
+ * drawn.
  */
 #include <stdio.h>
 #include <string.h>
@@ -49,26 +50,16 @@ static void report_stop(const gpc_generate_result *r, const gpc_generate_options
 static gpc_status run(const char *run_dir, const char *prompt, size_t prompt_len,
                       const gpc_generate_options *g, uint64_t seed, gpc_device device,
                       int precision, int ignore_eos) {
-    char ckpt[4096], tok_path[4096];
-    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.bin", run_dir);
+    char weights[4200], tok_path[4096];
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", run_dir);
-    if (!gpc_path_is_dir(run_dir))
-        return gpc_error(GPC_ERR_IO,
-                         "run folder %s does not exist (train one with gpc train "
-                         "--out %s)",
-                         run_dir, run_dir);
-    if (!gpc_path_exists(ckpt))
-        return gpc_error(GPC_ERR_IO,
-                         "%s has no checkpoint.bin: train it first (gpc train --out "
-                         "%s)",
-                         run_dir, run_dir);
+    /* checkpoint.bin, or quant.bin for a run of gpc quantize */
+    gpt_config config;
+    GPC_TRY(gpt_run_weights(run_dir, weights, sizeof weights, &config, NULL));
     if (!gpc_path_exists(tok_path))
         return gpc_error(GPC_ERR_IO,
                          "%s has no tokenizer.bin (was it trained on synthetic data?): sampling "
                          "text needs a run trained on a prepared dataset",
                          run_dir);
-    gpt_config config;
-    GPC_TRY(gpt_checkpoint_read_header(ckpt, &config, NULL, NULL));
     gpc_tokenizer *tok = NULL;
     GPC_TRY(gpc_tokenizer_load(&tok, tok_path));
     gpc_status s = GPC_OK;
@@ -81,8 +72,7 @@ static gpc_status run(const char *run_dir, const char *prompt, size_t prompt_len
                       : device.type == GPC_DEVICE_CPU ? GPC_F32
                                                       : GPC_BF16;
     gpt_model *model = NULL;
-    if (s == GPC_OK) s = gpt_create(&model, &config, device, dtype, 1, config.max_context, 0);
-    if (s == GPC_OK) s = gpt_checkpoint_load(ckpt, model, NULL);
+    if (s == GPC_OK) s = gpt_create_from_run(&model, run_dir, device, dtype, 1, config.max_context);
     uint32_t *tokens = NULL;
     size_t count = 0;
     if (s == GPC_OK) s = gpc_tokenizer_encode(tok, prompt, prompt_len, &tokens, &count);

@@ -159,18 +159,20 @@ int cmd_train(int argc, char **argv) {
      * "left out" and every value a user can give stay apart */
     int layers = UNSET, heads = UNSET, channels = UNSET, context = UNSET, batch = UNSET;
     int steps = UNSET, warmup = UNSET, eval_every = UNSET, eval_batches = UNSET;
-    int checkpoint_every = UNSET, resume = 0, recompute = UNSET, stop_after = UNSET;
+    int checkpoint_every = UNSET, resume = 0, stop_after = UNSET, recompute_layers = UNSET;
+    const char *recompute_name = NULL;
     int64_t total_batch = UNSET, seed = UNSET;
     double lr = NAN, min_lr_ratio = NAN, weight_decay = NAN, max_grad_norm = NAN;
     int zero = 0, tp = 1, pp = 1;
     double bucket_mb = NAN;
     const char *collectives = "auto", *attention = NULL, *attention_backward = NULL;
-    int stochastic_rounding = 0;
+    int stochastic_rounding = 0, no_auto_fit = 0;
     const cli_option options[] = {
         {"data", CLI_STRING, &data, "DIR", "dataset folder (from gpc data prepare or synth)"},
         {"out", CLI_STRING, &out, "RUN", "run folder: checkpoint, metrics, config, tokenizer"},
         {"model", CLI_STRING, &model, "dN",
-         "N layers, N heads, 64*N channels (default d6; d12 = GPT-2 124M)"},
+         "N layers, N heads, 64*N channels (default d6; d12, d24, d36, d48 = GPT-2 124M, "
+         "350M, 774M, 1.5B)"},
         {"layers", CLI_INT, &layers, "N", "override the model's layers"},
         {"heads", CLI_INT, &heads, "N", "override the model's heads"},
         {"channels", CLI_INT, &channels, "N", "override the model's channels"},
@@ -205,9 +207,16 @@ int cmd_train(int argc, char **argv) {
         {"stochastic-rounding", CLI_FLAG, &stochastic_rounding, NULL,
          "round the bf16 weights stochastically after each update, not to nearest (default "
          "GPC_STOCHASTIC_ROUNDING, else off)"},
-        {"recompute", CLI_INT, &recompute, "0|1|2",
-         "rebuild activations in backward to save memory: 1 GELU, 2 also layernorm (default 0, or "
-         "the checkpoint's when resuming)"},
+        {"recompute", CLI_STRING, &recompute_name, "MODE",
+         "rebuild activations in backward to save memory: 1 (gelu) GELU, 2 (layernorm) also "
+         "layernorm, block each whole block from its input (default 0, or the checkpoint's when "
+         "resuming)"},
+        {"recompute-layers", CLI_INT, &recompute_layers, "N",
+         "apply --recompute to the first N blocks only, trading memory for speed in steps "
+         "(default all)"},
+        {"no-auto-fit", CLI_FLAG, &no_auto_fit, NULL,
+         "fail on running out of device memory instead of going on at half the micro-batch with "
+         "twice the accumulation steps"},
         {"resume", CLI_FLAG, &resume, NULL,
          "continue the run in --out from its checkpoint, on its schedule"},
         {"stop-after", CLI_INT, &stop_after, "N",
@@ -243,8 +252,9 @@ int cmd_train(int argc, char **argv) {
         "[--total-batch "
         "TOKENS] [--steps N] [--lr X] [--eval-every N] [--checkpoint-every N] [--device "
         "auto|cpu|cuda] [--attention auto|gpc|cudnn] [--attention-backward auto|two|fused|wgmma] "
-        "[--stochastic-rounding] [--recompute 0|1|2] [--lora R [--lora-alpha A] [--lora-targets "
-        "LIST]] [--resume] [--seed S]",
+        "[--stochastic-rounding] [--recompute 0|1|2|block [--recompute-layers N]] [--lora R "
+        "[--lora-alpha A] [--lora-targets "
+        "LIST]] [--no-auto-fit] [--resume] [--seed S]",
         "Trains a GPT-2 style model on token shards: micro-batches with gradient accumulation, "
         "AdamW with warmup and cosine decay, validation and checkpoints. Ctrl-C (or SIGTERM) "
         "finishes the step, saves a checkpoint and exits with 128 + the signal (130, 143); "
@@ -318,12 +328,19 @@ int cmd_train(int argc, char **argv) {
     if (stochastic_rounding &&
         (s = gpc_settings_override("GPC_STOCHASTIC_ROUNDING", "1")) != GPC_OK)
         return cli_fail(NAME, s);
-    if (recompute != UNSET && (recompute < 0 || recompute > 2))
-        return cli_usage_error(NAME,
-                               "--recompute must be 0, 1 (GELU) or 2 (GELU and layernorm), "
-                               "not %d",
-                               recompute);
-    o.recompute = recompute == UNSET ? -1 : recompute; /* -1: the checkpoint's, else 0 */
+    int recompute = -1; /* -1: the checkpoint's, else 0 */
+    if (recompute_name && gpt_recompute_parse(recompute_name, &recompute) != GPC_OK)
+        return cli_usage_error(NAME, "%s", gpc_last_error());
+    if (recompute_layers != UNSET) {
+        if (recompute_layers < 1 || !recompute_name || gpt_recompute_level(recompute) == 0)
+            return cli_usage_error(NAME,
+                                   "--recompute-layers %d needs a --recompute mode (gelu, "
+                                   "layernorm or block) and 1 or more blocks",
+                                   recompute_layers);
+        recompute = GPT_RECOMPUTE(gpt_recompute_level(recompute), recompute_layers);
+    }
+    o.recompute = recompute;
+    o.no_auto_fit = no_auto_fit;
     o.layers = layers > 0 ? layers : 0;
     o.heads = heads > 0 ? heads : 0;
     o.channels = channels > 0 ? channels : 0;

@@ -17,6 +17,7 @@ COMMAND(cmd_sample);
 COMMAND(cmd_import);
 COMMAND(cmd_export);
 COMMAND(cmd_merge);
+COMMAND(cmd_quantize);
 COMMAND(cmd_tokenize);
 COMMAND(cmd_eval);
 COMMAND(cmd_launch);
@@ -50,6 +51,7 @@ static const command_entry commands[] = {
     {"import", cmd_import, "read a Hugging Face GPT-2 folder into a run folder (import hf)", NULL},
     {"export", cmd_export, "write a run as a Hugging Face GPT-2 folder (export hf)", NULL},
     {"merge", cmd_merge, "fold a LoRA run's adapters into a plain run", NULL},
+    {"quantize", cmd_quantize, "int8 or fp8 weights of a run, for inference", NULL},
     {"tokenize", cmd_tokenize, "token ids of a text with a run's tokenizer, or back", NULL},
     {"eval", cmd_eval, "cross-entropy and perplexity of a run on data or a text", NULL},
     {"launch", cmd_launch, "start one training process per GPU", NULL},
@@ -57,7 +59,7 @@ static const command_entry commands[] = {
     {"plan", cmd_plan, "memory a training run needs and which GPUs fit it", NULL},
     {"doctor", cmd_doctor, "check the machine and diagnose a slow or failing job", NULL},
     {"report", cmd_report, "write an HTML report of a training run", NULL},
-    {"serve", cmd_serve, "serve a trained model over HTTP", NULL},
+    {"serve", cmd_serve, "serve a run over HTTP (OpenAI-style completions)", "libmicrohttpd"},
     {"md", cmd_md, "Lennard-Jones molecular dynamics", NULL},
     {"stencil", cmd_stencil, "3D finite-difference stencil solver", NULL},
     {"submit", cmd_submit, "submit a job to gpcd", "gpcd"},

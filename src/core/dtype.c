@@ -1,17 +1,19 @@
 /*
  * dtype.c: element types and the conversions between f32 and the 16-bit
- * floating formats, done bit by bit so the CPU needs no special hardware.
+ * and 8-bit floating formats, done bit by bit so the CPU needs no special hardware.
  */
 #include "gpc/core.h"
 
+#include <math.h>
 #include <string.h>
 
 static const struct {
     const char *name;
     size_t size;
 } dtype_info[GPC_DTYPE_COUNT] = {
-    [GPC_F32] = {"f32", 4}, [GPC_BF16] = {"bf16", 2}, [GPC_F16] = {"f16", 2},
-    [GPC_I32] = {"i32", 4}, [GPC_U16] = {"u16", 2},   [GPC_U32] = {"u32", 4},
+    [GPC_F32] = {"f32", 4}, [GPC_BF16] = {"bf16", 2},     [GPC_F16] = {"f16", 2},
+    [GPC_I32] = {"i32", 4}, [GPC_U16] = {"u16", 2},       [GPC_U32] = {"u32", 4},
+    [GPC_I8] = {"i8", 1},   [GPC_F8E4M3] = {"f8e4m3", 1},
 };
 
 size_t gpc_dtype_size(gpc_dtype dtype) {
@@ -30,7 +32,8 @@ gpc_status gpc_dtype_parse(const char *name, gpc_dtype *out) {
         }
     }
     return gpc_error(GPC_ERR_INVALID_ARG,
-                     "unknown dtype '%s': use one of f32, bf16, f16, i32, u16, u32", name);
+                     "unknown dtype '%s': use one of f32, bf16, f16, i32, u16, u32, i8, f8e4m3",
+                     name);
 }
 
 static uint32_t float_bits(float x) {
@@ -93,4 +96,44 @@ float gpc_f16_to_f32(uint16_t x) {
     }
     if (exponent == 31) return bits_float(sign | 0x7f800000u | (mantissa << 13));
     return bits_float(sign | ((exponent - 15 + 127) << 23) | (mantissa << 13));
+}
+
+/* E4M3: bias 7, normals 2^-6 .. 448 (1.75 * 2^8; S.1111.111 is NaN, so the
+ * top binade stops at mantissa 110), subnormals m * 2^-9. Rounding works on
+ * the magnitude: the spacing of representable values at |x| is 2^(e-3) for
+ * the binade 2^e (e >= -6) and 2^-9 below; x / spacing rounded to nearest
+ * even and multiplied back is exact in f32, since every quantity is a power
+ * of two times a small integer. */
+uint8_t gpc_f32_to_f8e4m3(float x) {
+    uint32_t u = float_bits(x);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (uint8_t)(sign | 0x7f);
+    float a = fabsf(x);
+    if (!(a < GPC_F8E4M3_MAX)) return (uint8_t)(sign | 0x7e); /* saturate, inf included */
+    int e;
+    frexpf(a, &e); /* a = f * 2^e, f in [0.5, 1): binade 2^(e-1) */
+    int binade = e - 1 < -6 ? -6 : e - 1;
+    float spacing = ldexpf(1.0f, binade - 3);
+    float steps = rintf(a / spacing); /* round to nearest even (default mode) */
+    float r = steps * spacing;
+    if (r >= GPC_F8E4M3_MAX) return (uint8_t)(sign | 0x7e);
+    if (r == 0.0f) return sign;
+    int re;
+    frexpf(r, &re);
+    int rb = re - 1; /* the binade of the rounded value (may have carried up) */
+    if (rb < -6) return (uint8_t)(sign | (uint8_t)(r * 512.0f)); /* subnormal: m * 2^-9 */
+    uint8_t mantissa = (uint8_t)(ldexpf(r, -rb) * 8.0f - 8.0f);
+    return (uint8_t)(sign | (uint8_t)((rb + 7) << 3) | mantissa);
+}
+
+float gpc_f8e4m3_to_f32(uint8_t x) {
+    int exponent = (x >> 3) & 0xf, mantissa = x & 7;
+    float v;
+    if (exponent == 0xf && mantissa == 7)
+        v = NAN;
+    else if (exponent == 0)
+        v = ldexpf((float)mantissa, -9);
+    else
+        v = ldexpf(1.0f + (float)mantissa / 8.0f, exponent - 7);
+    return (x & 0x80) ? -v : v;
 }

@@ -6,8 +6,14 @@
  * and the peak can be reported on the progress line without asking the OS.
  * Arenas are the way the model and trainer place all their tensors: measure
  * once, allocate once, place; the training step then allocates nothing.
+ *
+ * Device memory that arenas and tensors take is counted per device, so that
+ * GPC_DEVICE_MEMORY_LIMIT can cap it: a GPU shared with other jobs, and
+ * tests, which make an allocation fail on purpose on the CPU as a full GPU
+ * would.
  */
 #include "gpc/core.h"
+#include "gpc/settings.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -105,6 +111,83 @@ size_t gpc_host_memory_available(void) {
                                           "/sys/fs/cgroup/memory/memory.usage_in_bytes");
 }
 
+/* ------------------------------------------------ device memory limit */
+
+#define LIMIT_DEVICES 64 /* device indices counted; beyond, no limit applies */
+
+static _Atomic size_t device_in_use[GPC_DEVICE_TYPE_COUNT][LIMIT_DEVICES];
+
+static _Atomic size_t *in_use_of(gpc_device device) {
+    if ((int)device.type < 0 || device.type >= GPC_DEVICE_TYPE_COUNT || device.index < 0 ||
+        device.index >= LIMIT_DEVICES)
+        return NULL;
+    return &device_in_use[device.type][device.index];
+}
+
+size_t gpc_device_memory_limit(void) {
+    const char *text = gpc_setting_str("GPC_DEVICE_MEMORY_LIMIT");
+    if (!text || !*text) return 0;
+    uint64_t bytes = 0;
+    if (gpc_parse_bytes(text, &bytes) != GPC_OK) {
+        static atomic_int warned;
+        if (!atomic_exchange(&warned, 1))
+            gpc_log(GPC_LOG_WARN, "GPC_DEVICE_MEMORY_LIMIT=%s: %s; no limit applies", text,
+                    gpc_last_error());
+        gpc_clear_error();
+        return 0;
+    }
+    return (size_t)bytes;
+}
+
+size_t gpc_device_memory_in_use(gpc_device device) {
+    _Atomic size_t *used = in_use_of(device);
+    return used ? atomic_load(used) : 0;
+}
+
+gpc_status gpc_device_memory_reserve(gpc_device device, size_t bytes) {
+    _Atomic size_t *used = in_use_of(device);
+    if (!used) return GPC_OK;
+    size_t limit = gpc_device_memory_limit();
+    size_t now = atomic_load(used);
+    do {
+        if (limit && (bytes > limit || now > limit - bytes)) {
+            char want[32], held[32], cap[32];
+            return gpc_error(GPC_ERR_NOMEM,
+                             "out of memory on %s: asked for %s with %s held, over "
+                             "GPC_DEVICE_MEMORY_LIMIT=%s; lower --batch, use --recompute, or run "
+                             "'gpc plan'",
+                             gpc_device_name(device), gpc_format_bytes((double)bytes, want, 32),
+                             gpc_format_bytes((double)now, held, 32),
+                             gpc_format_bytes((double)limit, cap, 32));
+        }
+    } while (!atomic_compare_exchange_weak(used, &now, now + bytes));
+    return GPC_OK;
+}
+
+void gpc_device_memory_release(gpc_device device, size_t bytes) {
+    _Atomic size_t *used = in_use_of(device);
+    if (used) atomic_fetch_sub(used, bytes);
+}
+
+gpc_status gpc_device_memory_free(gpc_device device, size_t *free_bytes, size_t *total_bytes) {
+    const gpc_backend *backend;
+    size_t free_now = 0, total = 0;
+    GPC_TRY(gpc_backend_require(device, &backend));
+    if (!backend->memory_info)
+        return gpc_error(GPC_ERR_UNSUPPORTED, "%s cannot report its free memory",
+                         gpc_device_name(device));
+    GPC_TRY(backend->memory_info(device.index, &free_now, &total));
+    size_t limit = gpc_device_memory_limit(), used = gpc_device_memory_in_use(device);
+    if (limit) {
+        size_t left = used < limit ? limit - used : 0;
+        if (left < free_now) free_now = left;
+        if (limit < total || total == 0) total = limit;
+    }
+    if (free_bytes) *free_bytes = free_now;
+    if (total_bytes) *total_bytes = total;
+    return GPC_OK;
+}
+
 void gpc_arena_measure(gpc_arena *arena, gpc_device device) {
     memset(arena, 0, sizeof *arena);
     arena->device = device;
@@ -115,8 +198,12 @@ gpc_status gpc_arena_create(gpc_arena *arena, gpc_device device, size_t bytes) {
     memset(arena, 0, sizeof *arena);
     arena->device = device;
     GPC_TRY(gpc_backend_require(device, &backend));
+    GPC_TRY(gpc_device_memory_reserve(device, bytes));
     gpc_status s = backend->alloc(device.index, bytes ? bytes : 1, (void **)&arena->base);
-    if (s != GPC_OK) return s;
+    if (s != GPC_OK) {
+        gpc_device_memory_release(device, bytes);
+        return s;
+    }
     arena->capacity = bytes;
     arena->owns = 1;
     return GPC_OK;
@@ -126,6 +213,7 @@ void gpc_arena_destroy(gpc_arena *arena) {
     if (arena->owns && arena->base) {
         const gpc_backend *backend = gpc_backend_get(arena->device.type);
         if (backend) backend->free(arena->device.index, arena->base);
+        gpc_device_memory_release(arena->device, arena->capacity);
     }
     memset(arena, 0, sizeof *arena);
 }

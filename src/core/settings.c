@@ -32,6 +32,9 @@ static const gpc_setting_info table[] = {
      "auto|gpc|cudnn|simple"},
     {"GPC_NVML_LIBRARY", STRING, "libnvidia-ml.so.1", "everyday",
      "the NVML library that gpcd, gpc doctor and gpc train load", 0, 0, NULL},
+    {"GPC_DEVICE_MEMORY_LIMIT", STRING, NULL, "everyday",
+     "caps the memory gpc takes on each device, such as 20G: for sharing a GPU, and for tests", 0,
+     0, NULL},
 
     /* numerics: choices that change the numbers a run computes */
     {"GPC_STOCHASTIC_ROUNDING", FLAG, "0", "numerics",
@@ -94,6 +97,10 @@ static const gpc_setting_info table[] = {
      NULL},
     {"GPC_MATMUL_WORKSPACE_MB", INT, "32", "benchmarks", "cuBLASLt's workspace in MiB", 1, 4096,
      NULL},
+    {"GPC_QUANT_FP8_LT", FLAG, "1", "benchmarks",
+     "per-tensor fp8 weights on cuBLASLt's FP8 tensor cores (5+ rows); 0: the dequantizing "
+     "kernel",
+     0, 0, NULL},
     {"GPC_MATMUL_GELU", FLAG, "1", "benchmarks",
      "GELU in cuBLASLt's epilogues; 0: GELU as its own kernel", 0, 0, NULL},
     {"GPC_MATMUL_BGRAD", FLAG, "0", "benchmarks",
@@ -135,6 +142,9 @@ static const gpc_setting_info table[] = {
      "the randomised tests' seed, printed by each, to repeat a run (unset: a fresh one)", 0, 0,
      NULL},
     {"GPC_TEST_VERBOSE", FLAG, "0", "tests", "tests print more of what they compare", 0, 0, NULL},
+    {"GPC_TEST_OOM_STEP", INT, NULL, "tests",
+     "gpc train's step N (1-based) fails once as out of memory, as on a full GPU (auto-fit tests)",
+     1, 1e9, NULL},
     {"GPC_TEST_FILTER", STRING, NULL, "tests",
      "the GPU test programs run only the tests this pattern matches", 0, 0, NULL},
     {"GPC_SOURCE_DIR", STRING, NULL, "tests", "the source tree the tests read (CTest sets it)", 0,

@@ -112,12 +112,18 @@ gpc_status gpc_tensor_alloc(gpc_tensor *t, gpc_dtype dtype, gpc_device device, i
     GPC_TRY(gpc_backend_require(device, &backend));
     *t = gpc_tensor_make(NULL, dtype, device, ndim, shape);
     size_t bytes = gpc_tensor_bytes(t);
-    return backend->alloc(device.index, bytes ? bytes : 1, &t->data);
+    GPC_TRY(gpc_device_memory_reserve(device, bytes));
+    gpc_status s = backend->alloc(device.index, bytes ? bytes : 1, &t->data);
+    if (s != GPC_OK) gpc_device_memory_release(device, bytes);
+    return s;
 }
 
 void gpc_tensor_free(gpc_tensor *t) {
     const gpc_backend *backend = gpc_backend_get(t->device.type);
-    if (t->data && backend) backend->free(t->device.index, t->data);
+    if (t->data && backend) {
+        backend->free(t->device.index, t->data);
+        gpc_device_memory_release(t->device, gpc_tensor_bytes(t));
+    }
     t->data = NULL;
 }
 

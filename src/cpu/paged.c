@@ -70,15 +70,6 @@ gpc_status gpc_cpu_kv_store(gpc_tensor *k_cache, gpc_tensor *v_cache, const gpc_
     return GPC_OK;
 }
 
-/* The cache row of position p of the sequence whose block table is table
- * (max_blocks entries), or -1 when the table does not cover it. */
-static int64_t slot_of(const int32_t *table, int64_t max_blocks, int64_t block_size,
-                       int64_t num_blocks, int64_t p) {
-    int64_t b = p / block_size;
-    if (b >= max_blocks || table[b] < 0 || table[b] >= num_blocks) return -1;
-    return (int64_t)table[b] * block_size + p % block_size;
-}
-
 gpc_status gpc_cpu_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
                                    const gpc_tensor *k_cache, const gpc_tensor *v_cache,
                                    const gpc_tensor *block_tables, const gpc_tensor *token_seq,
@@ -121,17 +112,25 @@ gpc_status gpc_cpu_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
         const int32_t *table = tables + (int64_t)seq[i] * max_blocks;
         const float *q = x + i * 3 * C + h * hs;
         float *s = scratch + (size_t)omp_get_thread_num() * (size_t)longest;
+        /* block by block, so a position's cache row is an add, not a
+         * division; the dot products as SIMD reductions (a fixed order for
+         * a given build, whatever the batch) */
         float max = -INFINITY;
-        for (int64_t p = 0; p < keys; p++) {
-            const float *kp =
-                k + slot_of(table, max_blocks, block_size, num_blocks, p) * C + h * hs;
-            float dot = 0.0f;
-            for (int64_t d = 0; d < hs; d++)
-                dot += q[d] * kp[d];
-            s[p] = dot * scale;
-            max = s[p] > max ? s[p] : max;
+        for (int64_t p0 = 0; p0 < keys; p0 += block_size) {
+            const float *kb = k + (int64_t)table[p0 / block_size] * block_size * C + h * hs;
+            int64_t n = keys - p0 < block_size ? keys - p0 : block_size;
+            for (int64_t r = 0; r < n; r++) {
+                const float *kp = kb + r * C;
+                float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                for (int64_t d = 0; d < hs; d++)
+                    dot += q[d] * kp[d];
+                s[p0 + r] = dot * scale;
+                max = s[p0 + r] > max ? s[p0 + r] : max;
+            }
         }
         float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
         for (int64_t p = 0; p < keys; p++) {
             s[p] = gpc_cpu_expf(s[p] - max);
             sum += s[p];
@@ -139,12 +138,16 @@ gpc_status gpc_cpu_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
         float inv = 1.0f / sum, *oh = o + i * C + h * hs;
         for (int64_t d = 0; d < hs; d++)
             oh[d] = 0.0f;
-        for (int64_t p = 0; p < keys; p++) {
-            const float *vp =
-                v + slot_of(table, max_blocks, block_size, num_blocks, p) * C + h * hs;
-            float w = s[p] * inv;
-            for (int64_t d = 0; d < hs; d++)
-                oh[d] += w * vp[d];
+        for (int64_t p0 = 0; p0 < keys; p0 += block_size) {
+            const float *vb = v + (int64_t)table[p0 / block_size] * block_size * C + h * hs;
+            int64_t n = keys - p0 < block_size ? keys - p0 : block_size;
+            for (int64_t r = 0; r < n; r++) {
+                const float *vp = vb + r * C;
+                float w = s[p0 + r] * inv;
+#pragma omp simd
+                for (int64_t d = 0; d < hs; d++)
+                    oh[d] += w * vp[d];
+            }
         }
     }
     free(scratch);

@@ -4,7 +4,8 @@
  * and dtype checks. The kernels live one family per file (embedding.cu,
  * layernorm.cu, matmul.cu, gelu.cu, attention.cu (which chooses among
  * attention_mma.cu, attention_simple.cu, attention_sm90.cu and cuDNN's
- * path), crossentropy.cu, adamw.cu, reduce.cu, convert.cu).
+ * path), crossentropy.cu, adamw.cu, reduce.cu, convert.cu, and the serving
+ * ops: paged.cu and sample.cu).
  */
 #include "cuda/cuda_common.cuh"
 

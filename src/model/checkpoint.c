@@ -72,19 +72,21 @@ typedef struct {
     gpt_checkpoint_state state;
 } ckpt_header;
 
-static void encode_header(unsigned char *h, const gpt_model *m, const gpt_checkpoint_state *s) {
+/* The header of a checkpoint of a model of config c: its parameters in
+ * dtype, with optimizer state when training, as the run's state s says. */
+static void encode_header_of(unsigned char *h, const gpt_config *c, gpc_dtype dtype, int training,
+                             float loss_scale, const gpt_checkpoint_state *s) {
     memset(h, 0, CKPT_HEADER_BYTES);
     memcpy(h + OFF_MAGIC, CKPT_MAGIC, 8);
     uint32_t version = GPT_CHECKPOINT_VERSION, header_bytes = CKPT_HEADER_BYTES;
     put(h, OFF_VERSION, &version, 4);
     put(h, OFF_HEADER_BYTES, &header_bytes, 4);
-    const gpt_config *c = &m->whole; /* a part's file is the whole model's */
     uint32_t config[6] = {(uint32_t)c->layers,     (uint32_t)c->heads,
                           (uint32_t)c->channels,   (uint32_t)c->max_context,
                           (uint32_t)c->vocab_size, (uint32_t)c->padded_vocab};
     put(h, OFF_CONFIG, config, sizeof config);
-    uint32_t precision = (uint32_t)m->dtype, has_optimizer = (uint32_t)m->training;
-    uint64_t num_params = gpt_config_num_params(c); /* the whole model's, at any tp */
+    uint32_t precision = (uint32_t)dtype, has_optimizer = (uint32_t)training;
+    uint64_t num_params = gpt_config_num_params(c);
     put(h, OFF_PRECISION, &precision, 4);
     put(h, OFF_HAS_OPTIMIZER, &has_optimizer, 4);
     put(h, OFF_NUM_PARAMS, &num_params, 8);
@@ -93,7 +95,6 @@ static void encode_header(unsigned char *h, const gpt_model *m, const gpt_checkp
     put(h, OFF_LOADER_BATCH, &s->loader_batch, 8);
     put(h, OFF_RNG_STATE, &s->rng.state, 8);
     put(h, OFF_RNG_INC, &s->rng.inc, 8);
-    float loss_scale = gpc_optim_loss_scale(m->optim); /* the model's, which fp16 adapts */
     put(h, OFF_LOSS_SCALE, &loss_scale, 4);
     put(h, OFF_BATCH, &s->batch, 4);
     put(h, OFF_CONTEXT, &s->context, 4);
@@ -107,6 +108,12 @@ static void encode_header(unsigned char *h, const gpt_model *m, const gpt_checkp
     put(h, OFF_SEED, &s->seed, 8);
     int32_t recompute_plus_one = s->recompute + 1;
     put(h, OFF_RECOMPUTE, &recompute_plus_one, 4);
+}
+
+static void encode_header(unsigned char *h, const gpt_model *m, const gpt_checkpoint_state *s) {
+    /* the loss scale is the model's, which fp16 adapts; a part's file is
+     * the whole model's */
+    encode_header_of(h, &m->whole, m->dtype, m->training, gpc_optim_loss_scale(m->optim), s);
 }
 
 static void decode_header(const unsigned char *h, ckpt_header *out) {
@@ -179,6 +186,11 @@ gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *m,
                                     const gpt_checkpoint_state *state, const gpt_host_state *full) {
     gpt_host_state none = {0};
     if (!full) full = &none;
+    if (m->quant.on)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "saving checkpoint %s: the model's weights are quantized (inference "
+                         "only); save them with gpt_quant_save",
+                         path);
     if (m->lora.options.rank)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "saving checkpoint %s: a LoRA model's base is frozen; save its adapters "
@@ -231,6 +243,28 @@ gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *m,
     return GPC_OK;
 }
 
+gpc_status gpt_checkpoint_save_weights(const char *path, const gpt_config *config,
+                                       const float *params, const gpt_checkpoint_state *state) {
+    unsigned char header[CKPT_HEADER_BYTES];
+    encode_header_of(header, config, GPC_F32, 0, state->loss_scale, state);
+    gpc_atomic_file f;
+    gpc_status s = gpc_atomic_open(&f, path);
+    if (s != GPC_OK) return gpc_error_context(s, "saving checkpoint %s: ", path);
+    s = gpc_atomic_write(&f, header, sizeof header);
+    if (s == GPC_OK)
+        s = gpc_atomic_write(&f, params, gpt_config_num_params(config) * sizeof *params);
+    if (s == GPC_OK) {
+        uint32_t crc = f.crc;
+        s = gpc_atomic_write(&f, &crc, sizeof crc);
+    }
+    if (s == GPC_OK)
+        s = gpc_atomic_commit(&f);
+    else
+        gpc_atomic_abort(&f);
+    if (s != GPC_OK) return gpc_error_context(s, "saving checkpoint %s: ", path);
+    return GPC_OK;
+}
+
 /* ------------------------------------------------------------ loading */
 
 /* The CRC-32C of the first bytes of a file, read from its start. */
@@ -269,9 +303,33 @@ static const char *bad_state_field(const gpt_checkpoint_state *s, const gpt_conf
     if (!finite_in(s->weight_decay, 0, 1e6)) return "weight decay";
     if (!finite_in(s->max_grad_norm, 0, 1e30)) return "max grad norm";
     if (!finite_in(s->loss_scale, 0, 1e38)) return "loss scale";
-    if (s->recompute < -1 || s->recompute > 2) return "recompute";
+    if (s->recompute < -1 ||
+        (s->recompute >= 0 && gpt_recompute_check(s->recompute, c->layers) != GPC_OK)) {
+        gpc_clear_error();
+        return "recompute";
+    }
     if (s->rng.inc % 2 == 0) return "random number state";
     return NULL;
+}
+
+/* A run folder that holds quantized weights (quant.bin) and no
+ * checkpoint.bin: inference only, which says more than "no such file". */
+static gpc_status refuse_quantized_run(const char *path) {
+    if (gpc_path_exists(path)) return GPC_OK;
+    char dir[4096], quant[4200];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    snprintf(quant, sizeof quant, "%s/quant.bin", dir);
+    if (!gpc_path_exists(quant)) return GPC_OK;
+    return gpc_error(GPC_ERR_INVALID_ARG,
+                     "%s holds quantized weights (quant.bin, written by gpc quantize) for "
+                     "inference only (gpc sample, gpc eval, serving); train or export from the "
+                     "run it was quantized from (source_run in its config.txt)",
+                     dir);
 }
 
 /* Opens a checkpoint and checks it before its payload is read: magic and
@@ -281,6 +339,7 @@ static const char *bad_state_field(const gpt_checkpoint_state *s, const gpt_conf
 static gpc_status open_checked(const char *path, FILE **out, ckpt_header *hdr, unsigned char *raw) {
     *out = NULL;
     void *opened;
+    GPC_TRY(refuse_quantized_run(path));
     GPC_TRY(gpc_open_regular(path, "checkpoint", &opened));
     FILE *file = opened;
     struct stat st;
@@ -479,6 +538,11 @@ gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_st
     FILE *file;
     ckpt_header hdr = {0};
     unsigned char raw[CKPT_HEADER_BYTES];
+    if (m->quant.on)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "loading checkpoint %s into a quantized model: give it quantized "
+                         "weights (gpt_quant_load), or f32 values through gpt_set_params",
+                         path);
     if (m->lora.options.rank)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "loading checkpoint %s: a LoRA model takes its base through "

@@ -50,10 +50,29 @@ static gpc_tensor act_layer(const gpt_model *m, const gpc_tensor *t, int l, int 
     return act_rows(m, t, l, 0, B, T, X);
 }
 
-/* The slot of layer l in an activation that recomputation level `level`
- * keeps for one layer only (ln1, ln2: level 2; fch_gelu: level 1). */
+/* Whether backward rebuilds layer l's activations of recomputation level
+ * `level` (fch_gelu: 1; ln1, ln2: 2; the rest of the block: 3): the model's
+ * level covers it and l is one of the first gpt_recompute_layers blocks. */
+static int recomputed(const gpt_model *m, int l, int level) {
+    return gpt_recompute_level(m->recompute) >= level &&
+           l < gpt_recompute_layers(m->recompute, m->config.layers);
+}
+
+/* Slots of an activation of level `level`: one shared by the recomputed
+ * layers, then one per kept layer (gpc plan counts the same). */
+static int64_t kept_slots(const gpt_model *m, int level) {
+    int L = m->config.layers;
+    int n = gpt_recompute_level(m->recompute) >= level ? gpt_recompute_layers(m->recompute, L) : 0;
+    return n ? L - n + 1 : L;
+}
+
+/* The slot of layer l in such an activation. */
 static int kept_layer(const gpt_model *m, int l, int level) {
-    return m->recompute >= level ? 0 : l;
+    if (recomputed(m, l, level)) return 0;
+    int n = gpt_recompute_level(m->recompute) >= level
+                ? gpt_recompute_layers(m->recompute, m->config.layers)
+                : 0;
+    return n ? l - n + 1 : l;
 }
 
 /* Per-layer statistics [L, Bplan*Tplan] from row `start`, seen as [B, T]. */
@@ -65,6 +84,14 @@ static gpc_tensor stat_rows(const gpt_model *m, const gpc_tensor *t, int l, int 
 
 static gpc_tensor stat_layer(const gpt_model *m, const gpc_tensor *t, int l, int B, int T) {
     return stat_rows(m, t, l, 0, B, T);
+}
+
+/* Layer l's log-sum-exp of attention [B, NH, T] (slot kept_layer(l, 3)),
+ * over this tp rank's heads. */
+static gpc_tensor lse_layer(const gpt_model *m, int l, int B, int T) {
+    int64_t NH = m->config.heads / m->tp_size;
+    size_t stride = (size_t)m->B * (size_t)NH * (size_t)m->T;
+    return view(&m->acts.lse, (size_t)kept_layer(m, l, 3) * stride, 3, B, NH, T);
 }
 
 /* Layer l of a per-layer parameter [L, ...] seen as [rows, cols] (or [cols]
@@ -177,12 +204,48 @@ static void split_flat(const gpt_model *m, const gpc_tensor *flat, gpt_tensors *
     int64_t shapes[GPT_NUM_PARAM_TENSORS][3];
     int ndims[GPT_NUM_PARAM_TENSORS];
     gpt_param_shapes(&m->config, m->tp_size, shapes, ndims);
-    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++)
-        out->all[i] =
-            view(flat, m->param_offset[i], ndims[i], shapes[i][0], shapes[i][1], shapes[i][2]);
+    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
+        if (m->quant.on && gpt_param_quantized(i)) continue; /* its own 8-bit tensor */
+        size_t at = m->quant.on ? m->quant.dense_offset[i] : m->param_offset[i];
+        out->all[i] = view(flat, at, ndims[i], shapes[i][0], shapes[i][1], shapes[i][2]);
+    }
+}
+
+/* A quantized model's parameters: the other tensors in params_flat, then
+ * each quantized tensor's 8-bit weight and f32 scales. */
+static gpc_status place_quant_params(gpt_model *m, gpc_arena *arena) {
+    int64_t dense = (int64_t)m->quant.dense_count;
+    GPC_TRY(gpc_arena_tensor(arena, &m->params_flat, m->dtype, 1, &dense));
+    int64_t shapes[GPT_NUM_PARAM_TENSORS][3];
+    int ndims[GPT_NUM_PARAM_TENSORS];
+    gpt_param_shapes(&m->config, 1, shapes, ndims); /* quantized models are whole */
+    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
+        if (!gpt_param_quantized(i)) continue;
+        const int64_t scale_shape[2] = {shapes[i][0],
+                                        m->quant.options.per_channel ? shapes[i][1] : 1};
+        GPC_TRY(gpc_arena_tensor(arena, &m->params.all[i], m->quant.options.dtype, 3, shapes[i]));
+        GPC_TRY(gpc_arena_tensor(arena, &m->quant.scales[i], GPC_F32, 2, scale_shape));
+    }
+    return GPC_OK;
+}
+
+/* The product of a block's matrix weight (parameter tensor `index`, layer
+ * l): out = [residual +] inp @ W^T + bias, on the quantized weight when the
+ * model has one. */
+static gpc_status project(gpt_model *m, int index, int l, gpc_tensor *out, const gpc_tensor *inp,
+                          const gpc_tensor *weight, const gpc_tensor *bias,
+                          const gpc_tensor *residual) {
+    if (m->quant.on) {
+        const gpc_tensor *all = &m->quant.scales[index];
+        gpc_tensor scales = param_layer(all, l, 0, all->shape[1]);
+        return gpc_op_matmul_quant_forward(out, inp, weight, &scales, bias, residual);
+    }
+    return residual ? gpc_op_matmul_residual_forward(out, inp, weight, bias, residual)
+                    : gpc_op_matmul_forward(out, inp, weight, bias);
 }
 
 static gpc_status place_params(gpt_model *m, gpc_arena *arena) {
+    if (m->quant.on) return place_quant_params(m, arena);
     int64_t P = (int64_t)m->num_params;
     GPC_TRY(gpc_arena_tensor(arena, &m->params_flat, m->dtype, 1, &P));
     gpt_lora *lo = &m->lora;
@@ -203,7 +266,10 @@ static gpc_status create_optimizer(gpt_model *m) {
     gpc_optim_range ranges[GPT_NUM_PARAM_TENSORS];
     int count = 0;
     const gpt_lora *lo = &m->lora;
-    if (lo->options.rank) {
+    if (m->quant.on) {
+        /* quantized weights are for inference: an optimizer of no ranges,
+         * which holds no state (f32: no master copy either) */
+    } else if (lo->options.rank) {
         /* LoRA: the adapters' own flat buffers, A and B of each target (2-D
          * weights, so decayed); the frozen base is in no range */
         size_t per_a[GPT_LORA_TARGETS], per_b[GPT_LORA_TARGETS];
@@ -226,7 +292,7 @@ static gpc_status create_optimizer(gpt_model *m) {
         }
     }
     gpc_optim_layout layout = {.device = m->device,
-                               .dtype = m->dtype,
+                               .dtype = m->quant.on ? GPC_F32 : m->dtype,
                                .ranges = ranges,
                                .range_count = count,
                                .shard_begin = m->shard_offset,
@@ -244,8 +310,8 @@ static gpc_status place_slot(gpt_model *m, gpc_arena *arena, int slot) {
     /* tensor parallelism: this rank's heads and MLP units only */
     int64_t Cl = C / m->tp_size, F = 4 * C / m->tp_size, NHl = NH / m->tp_size;
     gpc_dtype d = m->dtype;
-    /* recomputed activations keep one layer (gpc plan counts the same) */
-    int64_t kept_gelu = m->recompute >= 1 ? 1 : L, kept_ln = m->recompute >= 2 ? 1 : L;
+    /* recomputed activations share one slot (gpc plan counts the same) */
+    int64_t kept_gelu = kept_slots(m, 1), kept_ln = kept_slots(m, 2), kept = kept_slots(m, 3);
 #define PLACE(t, dtype, ...)                                                                       \
     do {                                                                                           \
         const int64_t shape_[] = {__VA_ARGS__};                                                    \
@@ -254,16 +320,16 @@ static gpc_status place_slot(gpt_model *m, gpc_arena *arena, int slot) {
     } while (0)
     PLACE(encoded, d, B, T, C);
     PLACE(ln1, d, kept_ln, B, T, C);
-    PLACE(ln1_mean, GPC_F32, L, B, T);
-    PLACE(ln1_rstd, GPC_F32, L, B, T);
-    PLACE(qkv, d, L, B, T, 3 * Cl);
-    PLACE(atty, d, L, B, T, Cl);
-    PLACE(lse, GPC_F32, L, B, NHl, T);
-    PLACE(residual2, d, L, B, T, C);
+    PLACE(ln1_mean, GPC_F32, kept, B, T);
+    PLACE(ln1_rstd, GPC_F32, kept, B, T);
+    PLACE(qkv, d, kept, B, T, 3 * Cl);
+    PLACE(atty, d, kept, B, T, Cl);
+    PLACE(lse, GPC_F32, kept, B, NHl, T);
+    PLACE(residual2, d, kept, B, T, C);
     PLACE(ln2, d, kept_ln, B, T, C);
-    PLACE(ln2_mean, GPC_F32, L, B, T);
-    PLACE(ln2_rstd, GPC_F32, L, B, T);
-    PLACE(fch, d, L, B, T, F);
+    PLACE(ln2_mean, GPC_F32, kept, B, T);
+    PLACE(ln2_rstd, GPC_F32, kept, B, T);
+    PLACE(fch, d, kept, B, T, F);
     PLACE(fch_gelu, d, kept_gelu, B, T, F);
     PLACE(residual3, d, L, B, T, C);
     PLACE(lnf, d, B, T, C);
@@ -344,20 +410,25 @@ gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device devi
 static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device device,
                          gpc_dtype dtype, int B, int T, int training, int recompute,
                          size_t shard_offset, size_t shard_count, const gpt_lora_options *lora,
-                         const gpt_parallel *par) {
+                         const gpt_parallel *par, const gpt_quant_options *quant) {
     *out = NULL;
     const gpt_parallel whole_model = {1, 0, 1, 0, 1};
     if (!par) par = &whole_model;
-    if (recompute < 0 || recompute > 2)
-        return gpc_error(GPC_ERR_INVALID_ARG,
-                         "--recompute %d is not 0 (keep activations), 1 (GELU) or 2 (GELU and "
-                         "layernorm)",
-                         recompute);
+    GPC_TRY(gpt_recompute_check(recompute, config->layers));
     gpt_config check;
     GPC_TRY(gpt_config_init(&check, config->layers, config->heads, config->channels,
                             config->max_context, config->vocab_size));
     GPC_TRY(gpt_parallel_check(&check, par));
     int tp_size = par->tp_size;
+    /* under pipeline parallelism a block count is per stage, as Megatron's
+     * --recompute-num-layers: each stage recomputes its first N blocks */
+    int stage_layers = check.layers / par->pp_size;
+    if (par->pp_size > 1 && (recompute >> 2) > stage_layers)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--recompute-layers %d is more than a pipeline stage's %d blocks (%d "
+                         "layers over --pp %d): under --pp it counts each stage's blocks; give 1 "
+                         "to %d (or 0 for all)",
+                         recompute >> 2, stage_layers, check.layers, par->pp_size, stage_layers);
     if (dtype != GPC_F32 && dtype != GPC_BF16 && dtype != GPC_F16)
         return gpc_error(GPC_ERR_INVALID_ARG, "a model computes in f32, bf16 or fp16, not %s",
                          gpc_dtype_name(dtype));
@@ -417,6 +488,15 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
         size_t offsets[GPT_NUM_PARAM_TENSORS + 1];
         gpt_param_layout(&m->config, tp_size, offsets);
         memcpy(m->param_offset, offsets, sizeof m->param_offset);
+        for (int i = 0; quant && i < GPT_NUM_PARAM_TENSORS; i++) {
+            if (gpt_param_quantized(i)) continue;
+            m->quant.dense_offset[i] = m->quant.dense_count;
+            m->quant.dense_count += offsets[i + 1] - offsets[i];
+        }
+    }
+    if (quant) {
+        m->quant.on = 1;
+        m->quant.options = *quant;
     }
 
     gpc_status s = create_optimizer(m);
@@ -442,6 +522,11 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     split_flat(m, &m->params_flat, &m->params);
     if (m->training) split_flat(m, &m->grads_flat, &m->grads);
     s = gpc_tensor_zero(&m->params_flat);
+    for (int i = 0; s == GPC_OK && m->quant.on && i < GPT_NUM_PARAM_TENSORS; i++)
+        if (gpt_param_quantized(i)) {
+            s = gpc_tensor_zero(&m->params.all[i]);
+            if (s == GPC_OK) s = gpc_tensor_zero(&m->quant.scales[i]);
+        }
     if (s == GPC_OK) s = gpc_optim_zero(m->optim);
     if (s == GPC_OK && m->training) {
         s = gpc_tensor_zero(m->lora.options.rank ? &m->lora.grads_flat : &m->grads_flat);
@@ -458,7 +543,8 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
 
 gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_device device,
                                 gpc_dtype dtype, int B, int T, int training, int recompute) {
-    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, NULL, NULL);
+    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, NULL, NULL,
+                  NULL);
 }
 
 gpc_status gpt_create_lora(gpt_model **out, const gpt_config *config, gpc_device device,
@@ -476,14 +562,15 @@ gpc_status gpt_create_lora(gpt_model **out, const gpt_config *config, gpc_device
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "LoRA targets 0x%x are not a set of qkv, proj, fc and fcproj",
                          lora->targets);
-    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, lora, NULL);
+    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, lora, NULL,
+                  NULL);
 }
 
 gpc_status gpt_create_shard(gpt_model **out, const gpt_config *config, gpc_device device,
                             gpc_dtype dtype, int B, int T, int recompute, size_t shard_offset,
                             size_t shard_count) {
     return create(out, config, device, dtype, B, T, 1, recompute, shard_offset, shard_count, NULL,
-                  NULL);
+                  NULL, NULL);
 }
 
 gpc_status gpt_create_tp(gpt_model **out, const gpt_config *config, gpc_device device,
@@ -491,18 +578,37 @@ gpc_status gpt_create_tp(gpt_model **out, const gpt_config *config, gpc_device d
                          size_t shard_offset, size_t shard_count) {
     const gpt_parallel par = {tp_size, tp_rank, 1, 0, 1};
     return create(out, config, device, dtype, B, T, 1, recompute, shard_offset, shard_count, NULL,
-                  &par);
+                  &par, NULL);
 }
 
 gpc_status gpt_create_part(gpt_model **out, const gpt_config *config, gpc_device device,
                            gpc_dtype dtype, int B, int T, int recompute, const gpt_parallel *par,
                            size_t shard_offset, size_t shard_count) {
     return create(out, config, device, dtype, B, T, 1, recompute, shard_offset, shard_count, NULL,
-                  par);
+                  par, NULL);
 }
 
 int gpt_is_part(const gpt_model *m) {
     return m->par.tp_size > 1 || m->par.pp_size > 1;
+}
+
+gpc_status gpt_create_quant(gpt_model **out, const gpt_config *config, gpc_device device,
+                            gpc_dtype dtype, int B, int T, const gpt_quant_options *quant) {
+    *out = NULL;
+    if (!quant || (quant->dtype != GPC_I8 && quant->dtype != GPC_F8E4M3))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "quantized weights are int8 or fp8 (E4M3), not %s; see gpc quantize --to",
+                         quant ? gpc_dtype_name(quant->dtype) : "none");
+    if (quant->dtype == GPC_I8 && !quant->per_channel)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "int8 weights take a scale per output channel; per-tensor scales are "
+                         "for fp8 (use --scales channel)");
+    /* inference only and whole: no tensor or pipeline parts (par NULL) */
+    return create(out, config, device, dtype, B, T, 0, 0, 0, SIZE_MAX, NULL, NULL, quant);
+}
+
+const gpt_quant_options *gpt_quant_of(const gpt_model *m) {
+    return m->quant.on ? &m->quant.options : NULL;
 }
 
 int gpt_is_sharded(const gpt_model *m) {
@@ -551,6 +657,7 @@ static gpc_status set_low_params(gpt_model *m, const float *values) {
 
 gpc_status gpt_set_params(gpt_model *m, const float *values) {
     m->cached_len = 0; /* kept keys and values belong to the old weights */
+    if (m->quant.on) return gpt_quant_set_params(m, values);
     /* a LoRA model's frozen base has no master copy: converted on the host */
     if (m->lora.options.rank && m->dtype != GPC_F32) return set_low_params(m, values);
     if (!gpc_optim_master(m->optim) || m->lora.options.rank) {
@@ -563,6 +670,7 @@ gpc_status gpt_set_params(gpt_model *m, const float *values) {
 }
 
 gpc_status gpt_get_params(const gpt_model *m, float *values) {
+    if (m->quant.on) return gpt_quant_get_params(m, values);
     int64_t P = (int64_t)m->num_params;
     gpc_tensor host = gpc_tensor_make(values, GPC_F32, gpc_cpu(), 1, &P);
     if (!gpc_optim_master(m->optim) || (m->lora.options.rank && m->dtype == GPC_F32))
@@ -671,12 +779,6 @@ static gpc_status upload_tokens(gpt_model *m, const int32_t *inputs, const int32
     return gpc_tensor_copy(&dev, &host);
 }
 
-/* Embedding, the blocks and the final layernorm, into lnf: the whole batch
- * (start 0: attention over the batch's own positions, lse kept for the
- * backward pass), or positions start .. start+T-1 (start > 0) of a batch of
- * one, whose attention (attention_decode) reads the keys and values kept in
- * qkv for the positions before them. tokens: [B,T] i32 on the model's
- * device. */
 /* Tensor parallelism's sum over the tp ranks, in place: the g operator of
  * Megatron-LM in forward, f's in backward. Nothing on a whole model. */
 static gpc_status tp_sum(gpt_model *m, gpc_tensor *t) {
@@ -688,21 +790,27 @@ static gpc_status tp_sum(gpt_model *m, gpc_tensor *t) {
     return m->tp_reduce(m->tp_reduce_user, t);
 }
 
-/* out = residual + x . w^T + bias through a projection whose input is cut
- * over the tp ranks (row-parallel): rank 0 adds the residual and the bias
- * to its partial product, the others give their partial product alone, and
- * the sum over the ranks is the whole output on every rank. */
-static gpc_status row_parallel_forward(gpt_model *m, gpc_tensor *out, const gpc_tensor *x,
-                                       const gpc_tensor *w, const gpc_tensor *bias,
-                                       const gpc_tensor *residual) {
+/* out = residual + x . w^T + bias through a projection (parameter tensor
+ * `index`, layer l, by project) whose input is cut over the tp ranks
+ * (row-parallel): rank 0 adds the residual and the bias to its partial
+ * product, the others give their partial product alone, and the sum over
+ * the ranks is the whole output on every rank. */
+static gpc_status row_parallel_forward(gpt_model *m, int index, int l, gpc_tensor *out,
+                                       const gpc_tensor *x, const gpc_tensor *w,
+                                       const gpc_tensor *bias, const gpc_tensor *residual) {
     if (m->tp_rank == 0)
-        GPC_TRY(gpc_op_matmul_residual_forward(out, x, w, bias, residual));
+        GPC_TRY(project(m, index, l, out, x, w, bias, residual));
     else
-        GPC_TRY(gpc_op_matmul_forward(out, x, w, NULL));
+        GPC_TRY(project(m, index, l, out, x, w, NULL, NULL));
     return tp_sum(m, out);
 }
 
-static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int start, int B, int T) {
+/* Blocks first .. end-1 from the residual stream before block `first`, for
+ * blocks_forward; with rebuild, one block's activations up to its GELU
+ * again, for backward (recomputation level 3), by the very ops forward ran,
+ * so the values are bitwise the same. */
+static gpc_status blocks_range(gpt_model *m, int start, int B, int T, int first, int end,
+                               int rebuild) {
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
     gpt_tensors *p = &m->params;
@@ -710,30 +818,30 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
     int64_t C = c->channels, Cl = C / m->tp_size, F = 4 * C / m->tp_size;
     size_t at = (size_t)start * (size_t)C;
     gpc_tensor encoded = view(&a->encoded, at, 3, B, T, C);
-    gpc_tensor wpe = view(&p->wpe, at, 2, c->max_context - start, C, 0);
-    /* a later pipeline stage's input is in encoded already */
-    if (m->par.pp_rank == 0) GPC_TRY(gpc_op_embedding_forward(&encoded, tokens, &p->wte, &wpe));
 
     /* Each projection adds to the residual stream inside its product
      * (gpc_op_matmul_residual_forward), so its output is never stored: the
      * layernorm after it reads the new residual alone. */
     {
-        gpc_tensor ln1 = act_rows(m, &a->ln1, 0, start, B, T, C); /* slot 0 also when recomputed */
-        gpc_tensor mean = stat_rows(m, &a->ln1_mean, 0, start, B, T);
-        gpc_tensor rstd = stat_rows(m, &a->ln1_rstd, 0, start, B, T);
-        gpc_tensor w = param_layer(&p->ln1w, 0, 0, C), b = param_layer(&p->ln1b, 0, 0, C);
-        GPC_TRY(gpc_op_layernorm_forward(&ln1, &mean, &rstd, &encoded, &w, &b));
-    }
-    for (int l = 0; l < L; l++) {
+        int l = first;
         gpc_tensor residual = l == 0 ? encoded : act_rows(m, &a->residual3, l - 1, start, B, T, C);
         gpc_tensor ln1 = act_rows(m, &a->ln1, kept_layer(m, l, 2), start, B, T, C);
-        gpc_tensor qkv = act_rows(m, &a->qkv, l, start, B, T, 3 * Cl);
-        gpc_tensor atty = act_rows(m, &a->atty, l, start, B, T, Cl);
-        gpc_tensor residual2 = act_rows(m, &a->residual2, l, start, B, T, C);
+        gpc_tensor mean = stat_rows(m, &a->ln1_mean, kept_layer(m, l, 3), start, B, T);
+        gpc_tensor rstd = stat_rows(m, &a->ln1_rstd, kept_layer(m, l, 3), start, B, T);
+        gpc_tensor w = param_layer(&p->ln1w, l, 0, C), b = param_layer(&p->ln1b, l, 0, C);
+        GPC_TRY(gpc_op_layernorm_forward(&ln1, &mean, &rstd, &residual, &w, &b));
+    }
+    for (int l = first; l < end; l++) {
+        int k = kept_layer(m, l, 3); /* the slot of the block's inner activations */
+        gpc_tensor residual = l == 0 ? encoded : act_rows(m, &a->residual3, l - 1, start, B, T, C);
+        gpc_tensor ln1 = act_rows(m, &a->ln1, kept_layer(m, l, 2), start, B, T, C);
+        gpc_tensor qkv = act_rows(m, &a->qkv, k, start, B, T, 3 * Cl);
+        gpc_tensor atty = act_rows(m, &a->atty, k, start, B, T, Cl);
+        gpc_tensor residual2 = act_rows(m, &a->residual2, k, start, B, T, C);
         gpc_tensor ln2 = act_rows(m, &a->ln2, kept_layer(m, l, 2), start, B, T, C);
-        gpc_tensor ln2_mean = stat_rows(m, &a->ln2_mean, l, start, B, T);
-        gpc_tensor ln2_rstd = stat_rows(m, &a->ln2_rstd, l, start, B, T);
-        gpc_tensor fch = act_rows(m, &a->fch, l, start, B, T, F);
+        gpc_tensor ln2_mean = stat_rows(m, &a->ln2_mean, k, start, B, T);
+        gpc_tensor ln2_rstd = stat_rows(m, &a->ln2_rstd, k, start, B, T);
+        gpc_tensor fch = act_rows(m, &a->fch, k, start, B, T, F);
         gpc_tensor fch_gelu = act_rows(m, &a->fch_gelu, kept_layer(m, l, 1), start, B, T, F);
         gpc_tensor residual3 = act_rows(m, &a->residual3, l, start, B, T, C);
 
@@ -748,40 +856,59 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
         gpc_tensor fcprojw = param_layer(&p->fcprojw, l, C, F);
         gpc_tensor fcprojb = param_layer(&p->fcprojb, l, 0, C);
 
-        GPC_TRY(gpc_op_matmul_forward(&qkv, &ln1, &qkvw, &qkvb));
+        GPC_TRY(project(m, 4, l, &qkv, &ln1, &qkvw, &qkvb, NULL));
         GPC_TRY(lora_forward(m, 0, l, start, B, T, &ln1, &qkv));
         if (start > 0) {
-            gpc_tensor kept = act_rows(m, &a->qkv, l, 0, 1, start + T, 3 * Cl);
+            gpc_tensor kept = act_rows(m, &a->qkv, k, 0, 1, start + T, 3 * Cl);
             GPC_TRY(gpc_op_attention_decode(&atty, &kept, NH));
         } else { /* the whole sequence so far: the flash kernels */
-            gpc_tensor lse = view(&a->lse, (size_t)l * m->B * NH * m->T, 3, B, NH, T);
+            gpc_tensor lse = lse_layer(m, l, B, T);
             GPC_TRY(gpc_op_attention_forward(&atty, &lse, &qkv, NH));
         }
-        GPC_TRY(row_parallel_forward(m, &residual2, &atty, &attprojw, &attprojb, &residual));
+        GPC_TRY(row_parallel_forward(m, 6, l, &residual2, &atty, &attprojw, &attprojb, &residual));
         GPC_TRY(lora_forward(m, 1, l, start, B, T, &atty, &residual2));
         GPC_TRY(gpc_op_layernorm_forward(&ln2, &ln2_mean, &ln2_rstd, &residual2, &ln2w, &ln2b));
-        if (lora_on(m, 2)) { /* the adapter adds before the GELU: the two apart */
-            GPC_TRY(gpc_op_matmul_forward(&fch, &ln2, &fcw, &fcb));
+        if (lora_on(m, 2) || m->quant.on) { /* an adapter adds before the GELU: the two apart */
+            GPC_TRY(project(m, 10, l, &fch, &ln2, &fcw, &fcb, NULL));
             GPC_TRY(lora_forward(m, 2, l, start, B, T, &ln2, &fch));
             GPC_TRY(gpc_op_gelu_forward(&fch_gelu, &fch));
         } else {
             GPC_TRY(gpc_op_matmul_gelu_forward(&fch, &fch_gelu, &ln2, &fcw, &fcb));
         }
-        GPC_TRY(row_parallel_forward(m, &residual3, &fch_gelu, &fcprojw, &fcprojb, &residual2));
+        if (rebuild) continue; /* backward keeps residual3 and the next ln1 comes again */
+        GPC_TRY(
+            row_parallel_forward(m, 12, l, &residual3, &fch_gelu, &fcprojw, &fcprojb, &residual2));
         GPC_TRY(lora_forward(m, 3, l, start, B, T, &fch_gelu, &residual3));
         /* the next layer's ln1 or the final layernorm, of residual3 */
         int last = l + 1 == L;
         gpc_tensor next = last ? view(&a->lnf, at, 3, B, T, C)
                                : act_rows(m, &a->ln1, kept_layer(m, l + 1, 2), start, B, T, C);
         gpc_tensor mean = last ? view(&a->lnf_mean, (size_t)start, 2, B, T, 0)
-                               : stat_rows(m, &a->ln1_mean, l + 1, start, B, T);
+                               : stat_rows(m, &a->ln1_mean, kept_layer(m, l + 1, 3), start, B, T);
         gpc_tensor rstd = last ? view(&a->lnf_rstd, (size_t)start, 2, B, T, 0)
-                               : stat_rows(m, &a->ln1_rstd, l + 1, start, B, T);
+                               : stat_rows(m, &a->ln1_rstd, kept_layer(m, l + 1, 3), start, B, T);
         gpc_tensor w = last ? p->lnfw : param_layer(&p->ln1w, l + 1, 0, C);
         gpc_tensor b = last ? p->lnfb : param_layer(&p->ln1b, l + 1, 0, C);
         GPC_TRY(gpc_op_layernorm_forward(&next, &mean, &rstd, &residual3, &w, &b));
     }
     return GPC_OK;
+}
+
+/* Embedding, the blocks and the final layernorm, into lnf: the whole batch
+ * (start 0: attention over the batch's own positions, lse kept for the
+ * backward pass), or positions start .. start+T-1 (start > 0) of a batch of
+ * one, whose attention (attention_decode) reads the keys and values kept in
+ * qkv for the positions before them. tokens: [B,T] i32 on the model's
+ * device. */
+static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int start, int B, int T) {
+    const gpt_config *c = &m->config;
+    gpt_tensors *p = &m->params;
+    size_t at = (size_t)start * (size_t)c->channels;
+    gpc_tensor encoded = view(&m->acts.encoded, at, 3, B, T, c->channels);
+    gpc_tensor wpe = view(&p->wpe, at, 2, c->max_context - start, c->channels, 0);
+    /* a later pipeline stage's input is in encoded already */
+    if (m->par.pp_rank == 0) GPC_TRY(gpc_op_embedding_forward(&encoded, tokens, &p->wte, &wpe));
+    return blocks_range(m, start, B, T, 0, c->layers, 0);
 }
 
 /* Embedding, the blocks and the final layernorm of a whole batch: lnf
@@ -919,17 +1046,18 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
     for (int l = L - 1; l >= 0; l--) {
         /* here dresidual is the gradient of residual3[l] */
         gpc_tensor residual = l == 0 ? encoded : act_layer(m, &a->residual3, l - 1, B, T, C);
+        int k = kept_layer(m, l, 3);
         gpc_tensor ln1 = act_layer(m, &a->ln1, kept_layer(m, l, 2), B, T, C);
-        gpc_tensor ln1_mean = stat_layer(m, &a->ln1_mean, l, B, T);
-        gpc_tensor ln1_rstd = stat_layer(m, &a->ln1_rstd, l, B, T);
-        gpc_tensor qkv = act_layer(m, &a->qkv, l, B, T, 3 * Cl);
-        gpc_tensor atty = act_layer(m, &a->atty, l, B, T, Cl);
-        gpc_tensor lse = view(&a->lse, (size_t)l * m->B * NH * m->T, 3, B, NH, T);
-        gpc_tensor residual2 = act_layer(m, &a->residual2, l, B, T, C);
+        gpc_tensor ln1_mean = stat_layer(m, &a->ln1_mean, k, B, T);
+        gpc_tensor ln1_rstd = stat_layer(m, &a->ln1_rstd, k, B, T);
+        gpc_tensor qkv = act_layer(m, &a->qkv, k, B, T, 3 * Cl);
+        gpc_tensor atty = act_layer(m, &a->atty, k, B, T, Cl);
+        gpc_tensor lse = lse_layer(m, l, B, T);
+        gpc_tensor residual2 = act_layer(m, &a->residual2, k, B, T, C);
         gpc_tensor ln2 = act_layer(m, &a->ln2, kept_layer(m, l, 2), B, T, C);
-        gpc_tensor ln2_mean = stat_layer(m, &a->ln2_mean, l, B, T);
-        gpc_tensor ln2_rstd = stat_layer(m, &a->ln2_rstd, l, B, T);
-        gpc_tensor fch = act_layer(m, &a->fch, l, B, T, F);
+        gpc_tensor ln2_mean = stat_layer(m, &a->ln2_mean, k, B, T);
+        gpc_tensor ln2_rstd = stat_layer(m, &a->ln2_rstd, k, B, T);
+        gpc_tensor fch = act_layer(m, &a->fch, k, B, T, F);
         gpc_tensor fch_gelu = act_layer(m, &a->fch_gelu, kept_layer(m, l, 1), B, T, F);
 
         gpc_tensor ln1w = param_layer(&p->ln1w, l, 0, C);
@@ -956,9 +1084,12 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
 #define GRAD(t) (frozen ? NULL : &(t))
 
         /* Recomputation rebuilds this layer's dropped activations from what
-         * was kept (the same ops as forward, so the same values). */
-        if (m->recompute >= 1) GPC_TRY(gpc_op_gelu_forward(&fch_gelu, &fch));
-        if (m->recompute >= 2) {
+         * was kept (the same ops as forward, so the same values): the whole
+         * block from its input, or the GELU and layernorm outputs. */
+        const int block = recomputed(m, l, 3);
+        if (block) GPC_TRY(blocks_range(m, 0, B, T, l, l + 1, 1));
+        if (!block && recomputed(m, l, 1)) GPC_TRY(gpc_op_gelu_forward(&fch_gelu, &fch));
+        if (!block && recomputed(m, l, 2)) {
             gpc_tensor ln2b = param_layer(&p->ln2b, l, 0, C);
             GPC_TRY(gpc_op_layernorm_forward(&ln2, &ln2_mean, &ln2_rstd, &residual2, &ln2w, &ln2b));
         }
@@ -986,7 +1117,7 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
                                        &dresidual, &atty, &attprojw));
         GPC_TRY(lora_backward(m, 1, l, B, T, &dresidual, &atty, &datty));
         GPC_TRY(gpc_op_attention_backward(&dqkv, &datty, &qkv, &atty, &lse, NH));
-        if (m->recompute >= 2) {
+        if (!block && recomputed(m, l, 2)) {
             gpc_tensor ln1b = param_layer(&p->ln1b, l, 0, C);
             GPC_TRY(gpc_op_layernorm_forward(&ln1, &ln1_mean, &ln1_rstd, &residual, &ln1w, &ln1b));
         }

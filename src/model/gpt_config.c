@@ -54,11 +54,16 @@ gpc_status gpt_config_parse_depth(const char *name, int *layers, int *heads, int
     *layers = (int)depth;
     *heads = (int)depth;
     *channels = 64 * (int)depth;
+    /* GPT-2's larger sizes (Radford et al. 2019; llm.c's d24, d36, d48):
+     * head size 64 as in the rule, fewer and wider heads than it */
+    static const int gpt2[][3] = {{24, 16, 1024}, {36, 20, 1280}, {48, 25, 1600}};
+    for (size_t i = 0; i < sizeof gpt2 / sizeof gpt2[0]; i++)
+        if (depth == gpt2[i][0]) *heads = gpt2[i][1], *channels = gpt2[i][2];
     return GPC_OK;
 bad:
     return gpc_error(GPC_ERR_INVALID_ARG,
-                     "unknown model '%s': write dN (N layers, N heads, 64*N channels; d12 is "
-                     "GPT-2 124M), N from 1 to 256",
+                     "unknown model '%s': write dN (N layers, N heads, 64*N channels; d12, d24, "
+                     "d36, d48 are GPT-2 124M, 350M, 774M, 1.5B), N from 1 to 256",
                      name ? name : "");
 }
 

@@ -90,6 +90,26 @@ typedef struct {
 /* The input and output widths of a LoRA target's projection. */
 void gpt_lora_dims(int target, int64_t channels, int64_t *in, int64_t *out);
 
+/* Quantized weights (gpt_create_quant): the four matrix weights of the
+ * blocks (gpt_param_quantized) are 8-bit tensors of their own with f32
+ * scales; params_flat holds the other tensors only (the "dense" ones), each
+ * at dense_offset. Such a model is for inference: no gradients, no
+ * optimizer state. */
+typedef struct {
+    int on;
+    gpt_quant_options options;
+    size_t dense_offset[GPT_NUM_PARAM_TENSORS]; /* in params_flat; unused for quantized ones */
+    size_t dense_count;
+    /* for each quantized tensor i: params.all[i] is its [L, OC, C] i8 or
+     * f8e4m3 weight, scales[i] its [L, OC] (per channel) or [L, 1] f32 scales */
+    gpc_tensor scales[GPT_NUM_PARAM_TENSORS];
+} gpt_quant;
+
+/* quant.c: the model's quantized parameters from f32 host values in layout
+ * order (quantized on the host), and back (dequantized). */
+gpc_status gpt_quant_set_params(gpt_model *m, const float *values);
+gpc_status gpt_quant_get_params(const gpt_model *m, float *values);
+
 struct gpt_model {
     gpt_config config;
     gpc_device device;
@@ -151,6 +171,7 @@ struct gpt_model {
     void *host_row;     /* [B*Vp] logits rows in the compute dtype */
 
     gpt_lora lora;
+    gpt_quant quant;
 
     gpc_arena param_arena; /* params, grads, then master, m, v (gpc_optim_place) */
     gpc_arena act_arena;   /* activations and scratch */

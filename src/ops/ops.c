@@ -243,6 +243,40 @@ gpc_status gpc_op_matmul_residual_forward(gpc_tensor *out, const gpc_tensor *inp
     DISPATCH(op, out, matmul_residual_forward, out, inp, weight, bias, residual);
 }
 
+gpc_status gpc_op_matmul_quant_forward(gpc_tensor *out, const gpc_tensor *inp,
+                                       const gpc_tensor *qweight, const gpc_tensor *scales,
+                                       const gpc_tensor *bias, const gpc_tensor *residual) {
+    const char *op = "matmul_quant_forward";
+    GPC_TRY(need_float(op, "out", out));
+    GPC_TRY(need_float(op, "inp", inp));
+    GPC_TRY(need(op, "qweight", qweight));
+    if (qweight->dtype != GPC_I8 && qweight->dtype != GPC_F8E4M3)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: tensor 'qweight' must be i8 or f8e4m3, not %s", op,
+                         gpc_dtype_name(qweight->dtype));
+    GPC_TRY(need_dtype(op, "scales", scales, GPC_F32));
+    if (bias) GPC_TRY(need_float(op, "bias", bias));
+    if (residual) GPC_TRY(need_dtype(op, "residual", residual, out->dtype));
+    DEVICES(op, out, inp, qweight, scales, bias, residual);
+    int64_t C = last_dim(inp), N = rows(inp), OC = rows(qweight);
+    if (last_dim(qweight) != C) {
+        char a[96], b[96];
+        return gpc_error(GPC_ERR_MISMATCH, "%s: inp %s and qweight %s disagree on C", op,
+                         gpc_tensor_describe(inp, a, sizeof a),
+                         gpc_tensor_describe(qweight, b, sizeof b));
+    }
+    GPC_TRY(need_numel(op, "out", out, N * OC));
+    if (gpc_tensor_numel(scales) != OC && gpc_tensor_numel(scales) != 1)
+        GPC_TRY(need_numel(op, "scales", scales, OC));
+    if (bias) GPC_TRY(need_numel(op, "bias", bias, OC));
+    if (residual) GPC_TRY(need_numel(op, "residual", residual, N * OC));
+    if (out->data == inp->data)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: out shares its buffer with inp, which the product still reads; "
+                         "give out its own",
+                         op);
+    DISPATCH(op, out, matmul_quant_forward, out, inp, qweight, scales, bias, residual);
+}
+
 gpc_status gpc_op_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
                                   const gpc_tensor *dout, const gpc_tensor *inp,
                                   const gpc_tensor *weight) {
@@ -709,4 +743,21 @@ gpc_status gpc_op_paged_attention(gpc_tensor *out, const gpc_tensor *qkv, const 
     DEVICES(op, qkv, out, k_cache, v_cache, block_tables, token_seq, token_pos);
     DISPATCH(op, qkv, paged_attention, out, qkv, k_cache, v_cache, block_tables, token_seq,
              token_pos, num_heads);
+}
+
+gpc_status gpc_op_sample(gpc_tensor *tokens_out, const gpc_tensor *logits, int vocab_size,
+                         const gpc_tensor *params) {
+    const char *op = "sample";
+    GPC_TRY(need_dtype(op, "tokens_out", tokens_out, GPC_I32));
+    GPC_TRY(need_float(op, "logits", logits));
+    GPC_TRY(need_dtype(op, "params", params, GPC_F32));
+    DEVICES(op, logits, tokens_out, params);
+    int64_t Vp = last_dim(logits), R = rows(logits);
+    if (vocab_size < 1 || vocab_size > Vp)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: vocab_size %d must be in 1 .. %lld, the logits' last dimension", op,
+                         vocab_size, (long long)Vp);
+    GPC_TRY(need_numel(op, "tokens_out", tokens_out, R));
+    GPC_TRY(need_numel(op, "params", params, 4 * R));
+    DISPATCH(op, logits, sample, tokens_out, logits, vocab_size, params);
 }

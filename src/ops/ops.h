@@ -74,6 +74,17 @@ gpc_status gpc_op_matmul_forward(gpc_tensor *out, const gpc_tensor *inp, const g
 gpc_status gpc_op_matmul_residual_forward(gpc_tensor *out, const gpc_tensor *inp,
                                           const gpc_tensor *weight, const gpc_tensor *bias,
                                           const gpc_tensor *residual);
+/* A product with quantized weights (inference only; gpc quantize):
+ * out[N,OC] = [residual +] inp[N,C] @ W^T + bias, where W[o,c] =
+ * qweight[o,c] * scales[o] (or scales[0] for every row), qweight [OC,C] i8
+ * or f8e4m3, scales f32 [OC] (per output channel) or [1] (per tensor). The
+ * CPU dequantizes to f32 and multiplies in f32; the GPU reads the weights
+ * in 8 bits and accumulates in f32 (per-tensor fp8 on Hopper: cuBLASLt's
+ * FP8 tensor cores, the activations quantized per tensor on the fly).
+ * bias and residual may be NULL; out may alias residual. */
+gpc_status gpc_op_matmul_quant_forward(gpc_tensor *out, const gpc_tensor *inp,
+                                       const gpc_tensor *qweight, const gpc_tensor *scales,
+                                       const gpc_tensor *bias, const gpc_tensor *residual);
 /* dinp = dout @ weight (overwritten), dweight += dout^T @ inp, dbias +=
  * column sums of dout. Each of the three may be NULL to skip it (not all
  * three), so the input gradient and the weight gradients can be computed
@@ -178,11 +189,46 @@ gpc_status gpc_op_kv_store(gpc_tensor *k_cache, gpc_tensor *v_cache, const gpc_t
  * that sequence, read from k_cache and v_cache through the sequence's row of
  * block_tables, so the step's own keys and values must be stored first
  * (gpc_op_kv_store). out [N,C] gets the same values as gpc_op_attention_forward
- * gives that row on the contiguous sequence, up to rounding. */
+ * gives that row on the contiguous sequence, up to rounding. The CPU checks
+ * every index of the serving ops; CUDA trusts the engine's tables (checking
+ * would read them back inside the step) but stays inside every tensor: see
+ * src/cuda/paged.cu for what a bad entry gives. With few rows, CUDA's
+ * paged_attention uses the scratch buffer, sized at its first call of a
+ * shape: run a step before capturing it in a CUDA graph. */
 gpc_status gpc_op_paged_attention(gpc_tensor *out, const gpc_tensor *qkv, const gpc_tensor *k_cache,
                                   const gpc_tensor *v_cache, const gpc_tensor *block_tables,
                                   const gpc_tensor *token_seq, const gpc_tensor *token_pos,
                                   int num_heads);
+
+/* The next token of each of R rows: tokens_out i32 [R] gets a token of
+ * logits [R, Vp] (any float dtype; the first vocab_size columns are real),
+ * drawn by the rule of gpc_sample_select with row r's parameters params
+ * [R, 4] (f32): temperature, top_k, top_p, and a uniform number in [0, 1)
+ * that the caller draws from the request's generator. Temperature 0 is the
+ * first largest logit. The CPU checks the parameters (temperature >= 0,
+ * top_k >= 0, top_p in (0, 1], uniform in [0, 1)); the GPU cannot without
+ * reading them back, so there temperature <= 0 (or NaN) is greedy, top_k
+ * is clamped to 0 .. vocab_size, top_p above 1 keeps every token and the
+ * uniform is clamped to [0, 1). The logits must be finite but for -inf.
+ * The GPU sums weights in fixed point (2^-36 of the largest), so its token
+ * differs from the CPU's only where the uniform or top_p falls within about
+ * 1e-6 of a boundary between two tokens. */
+gpc_status gpc_op_sample(gpc_tensor *tokens_out, const gpc_tensor *logits, int vocab_size,
+                         const gpc_tensor *params);
+
+/* The sampling rule of gpc_op_sample for one row, on the host, shared by
+ * the CPU backend and gpc_sample_token (gpc/serve.h) so that both draw the
+ * same token from the same uniform. temperature <= 0: the first largest of
+ * logits[0 .. V). Otherwise the candidates are the top_k largest (top_k 0
+ * or >= V: all V), ranked by logit, largest first, equal logits by id. Each
+ * weighs w = expf((logit - max) / temperature) (f32; sums in double). With
+ * top_p < 1 they shrink to the shortest prefix of that ranking whose
+ * weight reaches top_p of their total. The token is then the first
+ * candidate whose running sum of weights exceeds uniform * total, in the
+ * ranking's order, except with all V candidates and top_p >= 1, where the
+ * order is the ids' (no sort needed). scratch holds 8 * V bytes. */
+uint32_t gpc_sample_select(const float *logits, int V, float temperature, int top_k, float top_p,
+                           double uniform, void *scratch);
 
 /* Fused softmax + cross-entropy over logits [N,Vp], of which the first
  * vocab_size columns are real. losses [N] (f32) receives -log p[target].

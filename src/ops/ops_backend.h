@@ -71,7 +71,11 @@
       const gpc_tensor *slots))                                                                    \
     X(paged_attention, (gpc_tensor *out, const gpc_tensor *qkv, const gpc_tensor *k_cache,         \
       const gpc_tensor *v_cache, const gpc_tensor *block_tables, const gpc_tensor *token_seq,      \
-      const gpc_tensor *token_pos, int num_heads))
+      const gpc_tensor *token_pos, int num_heads))                                                \
+    X(sample, (gpc_tensor *tokens_out, const gpc_tensor *logits, int vocab_size,                   \
+      const gpc_tensor *params))                                                                   \
+    X(matmul_quant_forward, (gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *qweight,    \
+      const gpc_tensor *scales, const gpc_tensor *bias, const gpc_tensor *residual))
 /* clang-format on */
 
 #define GPC_OPS_FIELD(name, params) gpc_status(*name) params;

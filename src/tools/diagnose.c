@@ -6,6 +6,7 @@
  */
 #include "gpc/diagnose.h"
 
+#include "gpc/model.h"
 #include "gpc/plan.h"
 #include "gpc/report.h"
 
@@ -450,7 +451,8 @@ static void oom_remedy(const gpc_report *r, const gpc_diag_run_summary *s, char 
     in.context = config_int(r, "context", 0);
     in.vocab = config_int(r, "vocab_size", in.vocab);
     in.batch = config_int(r, "batch", 0);
-    in.recompute = config_int(r, "recompute", 0);
+    in.recompute =
+        GPT_RECOMPUTE(config_int(r, "recompute", 0), config_int(r, "recompute_layers", 0));
     const char *precision = gpc_report_config(r, "precision");
     in.dtype = precision && !strcmp(precision, "f32")   ? GPC_F32
                : precision && !strcmp(precision, "f16") ? GPC_F16
@@ -484,7 +486,7 @@ static void oom_remedy(const gpc_report *r, const gpc_diag_run_summary *s, char 
     if (fits > 0 && used < size)
         used += (size_t)snprintf(remedy + used, size - used,
                                  "; --batch %d fits (keep the step with --total-batch)", fits);
-    if (fits_rc > fits && in.recompute < 2 && used < size)
+    if (fits_rc > fits && gpt_recompute_level(in.recompute) < 2 && used < size)
         used += (size_t)snprintf(remedy + used, size - used,
                                  "; with --recompute 2, --batch %d fits", fits_rc);
     if (fits <= 0 && fits_rc <= 0 && fits_lora > 0 && used < size)
@@ -502,7 +504,8 @@ static void oom_remedy(const gpc_report *r, const gpc_diag_run_summary *s, char 
     }
 }
 
-/* The run's metrics as samples: step time, tokens/s, the power cap. */
+/* The run's metrics as samples: step time, tokens/s, the power cap, the
+ * share of the step waiting on data parallelism's exchange. */
 static int run_samples(const gpc_report *r, gpc_diag_sample *samples) {
     int n = gpc_report_steps(r);
     for (int i = 0; i < n; i++) {
@@ -511,10 +514,12 @@ static int run_samples(const gpc_report *r, gpc_diag_sample *samples) {
         double ms = gpc_report_value(r, i, "ms");
         double tps = gpc_report_value(r, i, "tokens_per_s");
         double capped = gpc_report_value(r, i, "gpu_power_capped");
+        double comm = gpc_report_value(r, i, "comm_exposed");
         /* the first steps compile, tune and warm caches: not the run's pace */
         if (i >= 2 && !isnan(ms)) s->step_ms = ms;
         if (i >= 2 && !isnan(tps)) s->tokens_per_s = tps;
         if (!isnan(capped)) s->power_capped = capped;
+        if (i >= 2 && !isnan(comm)) s->comm_exposed = comm;
     }
     return n;
 }

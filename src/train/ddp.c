@@ -110,6 +110,10 @@ struct gpc_ddp {
     gpc_stream comm;       /* NULL on the CPU */
     gpc_event ready_event; /* compute stream -> comm stream */
     gpc_event done_event;  /* comm stream -> compute stream */
+    gpc_event start_event; /* the comm stream's first launch of the step */
+    gpc_event end_event;   /* the compute stream at the end of backward */
+    double host_comm_s;    /* CPU: seconds the step's sends blocked */
+    double bytes_sent;     /* the step's gradient bytes handed to the exchange */
     size_t *shard;         /* [world + 1] offsets of the zero-1 shards */
     int hooked;            /* the model's gradient-ready hook is this one */
 };
@@ -126,6 +130,7 @@ static gpc_status send_bucket(gpc_ddp *p, const gpc_ddp_bucket *b) {
     GPC_TRY(d->ops->group_start(d));
     for (int k = 0; k < b->range_count; k++) {
         const gpc_ddp_range *r = &p->plan.ranges[b->first_range + k];
+        p->bytes_sent += (double)r->count * (double)gpc_dtype_size(g->dtype);
         if (p->options.zero == 0) {
             GPC_TRY(d->ops->all_reduce_sum(d, at(g, r->offset), r->count, g->dtype, p->comm));
             continue;
@@ -149,9 +154,12 @@ static gpc_status on_grad_ready(void *user, int layer) {
             /* the comm stream starts after the gradients queued so far */
             GPC_TRY(p->backend->event_record(p->ready_event, NULL));
             GPC_TRY(p->backend->stream_wait_event(p->comm, p->ready_event));
+            if (p->next_bucket == 0) GPC_TRY(p->backend->event_record(p->start_event, p->comm));
         }
         launched = 1;
+        double t0 = gpc_time_seconds();
         GPC_TRY(send_bucket(p, &p->plan.buckets[p->next_bucket]));
+        if (!p->cuda) p->host_comm_s += gpc_time_seconds() - t0;
         p->next_bucket++;
     }
     return GPC_OK;
@@ -186,6 +194,8 @@ gpc_status gpc_ddp_create(gpc_ddp **out, gpt_model *m, gpc_dist *d, const gpc_dd
         s = p->backend->stream_create(device.index, &p->comm);
         if (s == GPC_OK) s = p->backend->event_create(&p->ready_event);
         if (s == GPC_OK) s = p->backend->event_create(&p->done_event);
+        if (s == GPC_OK) s = p->backend->event_create(&p->start_event);
+        if (s == GPC_OK) s = p->backend->event_create(&p->end_event);
     }
     if (s == GPC_OK) {
         p->shard = gpc_calloc((size_t)d->world_size + 1, sizeof *p->shard);
@@ -227,6 +237,8 @@ void gpc_ddp_free(gpc_ddp *p) {
     if (p->backend) {
         if (p->ready_event) p->backend->event_destroy(p->ready_event);
         if (p->done_event) p->backend->event_destroy(p->done_event);
+        if (p->start_event) p->backend->event_destroy(p->start_event);
+        if (p->end_event) p->backend->event_destroy(p->end_event);
         if (p->comm) p->backend->stream_destroy(p->comm);
     }
     gpc_ddp_plan_free(&p->plan);
@@ -241,6 +253,7 @@ const gpc_ddp_plan *gpc_ddp_get_plan(const gpc_ddp *p) {
 gpc_status gpc_ddp_micro_step(gpc_ddp *p, int last) {
     p->next_bucket = 0;
     p->hooked = last && !p->options.no_comm;
+    if (p->hooked) p->host_comm_s = p->bytes_sent = 0;
     gpt_set_grad_ready(p->model, p->hooked ? on_grad_ready : NULL, p);
     if (last) p->dist->ops->watch(p->dist, 1);
     return GPC_OK;
@@ -257,9 +270,29 @@ gpc_status gpc_ddp_finish_backward(gpc_ddp *p) {
                          "gradient hook was not called for every block",
                          p->next_bucket, p->plan.bucket_count);
     if (p->cuda) {
+        GPC_TRY(p->backend->event_record(p->end_event, NULL));
         GPC_TRY(p->backend->event_record(p->done_event, p->comm));
         GPC_TRY(p->backend->stream_wait_event(NULL, p->done_event));
     }
+    return GPC_OK;
+}
+
+gpc_status gpc_ddp_comm_times(gpc_ddp *p, double *exposed_ms, double *busy_ms, double *bus_gbs) {
+    *exposed_ms = *busy_ms = *bus_gbs = 0;
+    if (p->bytes_sent <= 0) return GPC_OK;
+    if (p->cuda) {
+        float exposed = 0, busy = 0;
+        /* the wait is the comm stream's end past backward's end, if any */
+        GPC_TRY(p->backend->event_elapsed_ms(p->end_event, p->done_event, &exposed));
+        GPC_TRY(p->backend->event_elapsed_ms(p->start_event, p->done_event, &busy));
+        *exposed_ms = exposed > 0 ? exposed : 0;
+        *busy_ms = busy > 0 ? busy : 0;
+    } else {
+        *exposed_ms = *busy_ms = p->host_comm_s * 1e3;
+    }
+    int n = p->dist->world_size;
+    double factor = p->options.zero == 0 ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+    if (*busy_ms > 0) *bus_gbs = p->bytes_sent * factor / (*busy_ms * 1e-3) / 1e9;
     return GPC_OK;
 }
 

@@ -33,20 +33,14 @@ static int dir_is_empty(const char *dir) {
 }
 
 gpc_status gpc_run_save_weights(const char *dir, const gpt_config *config, const float *params) {
-    gpt_model *model = NULL;
-    gpc_status s = gpt_create(&model, config, gpc_cpu(), GPC_F32, 1, 1, 0);
-    if (s == GPC_OK) s = gpt_set_params(model, params);
-    if (s == GPC_OK) {
-        gpt_checkpoint_state state;
-        memset(&state, 0, sizeof state);
-        state.loss_scale = 1.0f;
-        state.recompute = -1; /* no run's settings: a checkpoint of weights */
-        char path[4200];
-        snprintf(path, sizeof path, "%s/checkpoint.bin", dir);
-        s = gpt_checkpoint_save(path, model, &state);
-    }
-    gpt_free(model);
-    return s;
+    gpt_checkpoint_state state;
+    memset(&state, 0, sizeof state);
+    state.loss_scale = 1.0f;
+    state.recompute = -1; /* no run's settings: a checkpoint of weights */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/checkpoint.bin", dir);
+    /* straight from the array: no model, so the weights are held once */
+    return gpt_checkpoint_save_weights(path, config, params, &state);
 }
 
 gpc_status gpc_hf_import(const char *hf_dir, const char *run_dir, gpc_hf_summary *summary) {

@@ -9,9 +9,13 @@
  * recompute 1 the GELU output is rebuilt from its input in the backward pass,
  * so one layer's worth of it is kept instead of L; with recompute 2 the two
  * layernorm outputs of each block are rebuilt the same way (their mean and
- * rstd, small, stay).
+ * rstd, small, stay); with block recomputation everything inside a block is
+ * rebuilt from the block's input, so only the residual stream between blocks
+ * stays per layer. A block count N applies the level to the first N blocks:
+ * those share one slot, the other L - N keep theirs.
  */
 #include "gpc/plan.h"
+#include "gpc/model.h"
 #include "ops/ops.h"
 
 #include <stdio.h>
@@ -53,10 +57,8 @@ gpc_status gpc_plan_parse_model(const char *name, gpc_plan_input *in) {
                          "model '%s' is not of the form dN (N layers, N heads, 64*N channels; "
                          "d12 is GPT-2 124M), N from 1 to 256",
                          name ? name : "");
-    in->layers = (int)depth;
-    in->heads = (int)depth;
-    in->channels = 64 * (int)depth;
-    return GPC_OK;
+    /* the model's own rule, GPT-2's sizes at d24, d36 and d48 */
+    return gpt_config_parse_depth(name, &in->layers, &in->heads, &in->channels);
 }
 
 static gpc_status check_input(const gpc_plan_input *in) {
@@ -77,10 +79,7 @@ static gpc_status check_input(const gpc_plan_input *in) {
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "precision %s cannot be trained: use bf16, f16 or fp32",
                          gpc_dtype_name(in->dtype));
-    if (in->recompute < 0 || in->recompute > 2)
-        return gpc_error(GPC_ERR_INVALID_ARG,
-                         "--recompute %d is not 0, 1 (GELU) or 2 (GELU and layernorm)",
-                         in->recompute);
+    GPC_TRY(gpt_recompute_check(in->recompute, in->layers));
     if (in->zero != 0 && in->zero != 1)
         return gpc_error(GPC_ERR_INVALID_ARG, "--zero %d is not 0 or 1 (ZeRO stage 1)", in->zero);
     if (in->gpus < 1 || in->gpus > 4096)
@@ -101,6 +100,12 @@ static gpc_status check_input(const gpc_plan_input *in) {
                          "--gpus %d is not a multiple of --tp %d x --pp %d = %d: each "
                          "data-parallel copy needs tp x pp GPUs",
                          in->gpus, tp, pp, tp * pp);
+    if (pp > 1 && (in->recompute >> 2) > in->layers / pp)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--recompute-layers %d is more than a pipeline stage's %d blocks (%d "
+                         "layers over --pp %d): under --pp it counts each stage's blocks; give 1 "
+                         "to %d (or 0 for all)",
+                         in->recompute >> 2, in->layers / pp, in->layers, pp, in->layers / pp);
     if (in->lora_rank && tp * pp > 1)
         return gpc_error(GPC_ERR_INVALID_ARG, "--lora trains on one GPU; leave out --tp and --pp");
     if (in->lora_rank < 0 || in->lora_rank > in->channels)
@@ -108,6 +113,16 @@ static gpc_status check_input(const gpc_plan_input *in) {
                          "--lora %d is out of range: use 0 (full fine-tuning) to %d (channels)",
                          in->lora_rank, in->channels);
     return GPC_OK;
+}
+
+/* Slots of a per-layer activation that recomputation level `level` drops:
+ * one shared by the recomputed blocks, one per kept block (gpt.c's
+ * kept_slots), in a pipeline stage's L/pp layers. */
+static uint64_t kept_slots(const gpc_plan_input *in, int level) {
+    int L = in->layers / (in->pp > 0 ? in->pp : 1);
+    int n =
+        gpt_recompute_level(in->recompute) >= level ? gpt_recompute_layers(in->recompute, L) : 0;
+    return (uint64_t)(n ? L - n + 1 : L);
 }
 
 /* Everything but per_sample. */
@@ -152,25 +167,25 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
     out->optimizer_unsharded =
         2 * buffer(out->trainable, f32) + (low_precision ? buffer(out->trainable, f32) : 0);
 
-    /* gpt_activations, in its order, once per micro-batch in flight. */
-    uint64_t kept_gelu = in->recompute >= 1 ? 1 : L;
-    uint64_t kept_ln = in->recompute >= 2 ? 1 : L;
+    /* gpt_activations, in its order, once per micro-batch in flight. The
+     * recomputed layers of a level share one slot; the others keep theirs. */
+    uint64_t kept_gelu = kept_slots(in, 1), kept_ln = kept_slots(in, 2), kept = kept_slots(in, 3);
     uint64_t a = 0;
-    a += buffer(BT * C, s);             /* encoded */
-    a += buffer(kept_ln * BT * C, s);   /* ln1 */
-    a += 2 * buffer(L * BT, f32);       /* ln1_mean, ln1_rstd */
-    a += buffer(L * BT * 3 * Cl, s);    /* qkv */
-    a += buffer(L * BT * Cl, s);        /* atty */
-    a += buffer(L * B * NH * T, f32);   /* lse */
-    a += buffer(L * BT * C, s);         /* residual2 */
-    a += buffer(kept_ln * BT * C, s);   /* ln2 */
-    a += 2 * buffer(L * BT, f32);       /* ln2_mean, ln2_rstd */
-    a += buffer(L * BT * F, s);         /* fch */
-    a += buffer(kept_gelu * BT * F, s); /* fch_gelu */
-    a += buffer(L * BT * C, s);         /* residual3 */
-    a += buffer(BT * C, s);             /* lnf */
-    a += 2 * buffer(BT, f32);           /* lnf_mean, lnf_rstd */
-    a += 2 * buffer(BT, 4);             /* tokens, targets (i32) */
+    a += buffer(BT * C, s);              /* encoded */
+    a += buffer(kept_ln * BT * C, s);    /* ln1 */
+    a += 2 * buffer(kept * BT, f32);     /* ln1_mean, ln1_rstd */
+    a += buffer(kept * BT * 3 * Cl, s);  /* qkv */
+    a += buffer(kept * BT * Cl, s);      /* atty */
+    a += buffer(kept * B * NH * T, f32); /* lse */
+    a += buffer(kept * BT * C, s);       /* residual2 */
+    a += buffer(kept_ln * BT * C, s);    /* ln2 */
+    a += 2 * buffer(kept * BT, f32);     /* ln2_mean, ln2_rstd */
+    a += buffer(kept * BT * F, s);       /* fch */
+    a += buffer(kept_gelu * BT * F, s);  /* fch_gelu */
+    a += buffer(L * BT * C, s);          /* residual3 */
+    a += buffer(BT * C, s);              /* lnf */
+    a += 2 * buffer(BT, f32);            /* lnf_mean, lnf_rstd */
+    a += 2 * buffer(BT, 4);              /* tokens, targets (i32) */
     a *= slots;
     a += buffer(BT, f32);                  /* losses, one for every slot */
     if (R) a += 4 * buffer(L * BT * R, s); /* the four adapters' down-projections */
@@ -253,9 +268,11 @@ gpc_status gpc_plan_write_json(const char *path, const char *model, const gpc_pl
     fprintf(f,
             "{\"model\": \"%s\", \"layers\": %d, \"heads\": %d, \"channels\": %d, "
             "\"context\": %d, \"batch\": %d, \"vocab\": %d, \"precision\": \"%s\", "
-            "\"recompute\": %d, \"zero\": %d, \"gpus\": %d, \"lora\": %d, \"device\": \"%s\",\n",
+            "\"recompute\": %d, \"recompute_layers\": %d, \"zero\": %d, \"gpus\": %d, "
+            "\"lora\": %d, \"device\": \"%s\",\n",
             model, in->layers, in->heads, in->channels, in->context, in->batch, in->vocab,
-            gpc_dtype_name(in->dtype), in->recompute, in->zero, in->gpus, in->lora_rank,
+            gpc_dtype_name(in->dtype), gpt_recompute_level(in->recompute),
+            gpt_recompute_layers(in->recompute, in->layers), in->zero, in->gpus, in->lora_rank,
             in->cuda ? "cuda" : "cpu");
     fprintf(f,
             " \"num_params\": %llu, \"trainable\": %llu, \"parameters\": %llu, \"gradients\": "

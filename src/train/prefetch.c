@@ -300,7 +300,12 @@ static gpc_status create_gpu_side(gpc_prefetch *p) {
     const gpc_backend *b = p->backend;
     size_t bytes = (size_t)DEVICE_SLOTS * 2 * p->batch_elements * sizeof(int32_t);
     GPC_TRY(b->stream_create(p->device.index, &p->copy_stream)); /* also makes the GPU current */
-    GPC_TRY(b->alloc(p->device.index, bytes, &p->device_memory));
+    GPC_TRY(gpc_device_memory_reserve(p->device, bytes));        /* GPC_DEVICE_MEMORY_LIMIT */
+    gpc_status s = b->alloc(p->device.index, bytes, &p->device_memory);
+    if (s != GPC_OK) {
+        gpc_device_memory_release(p->device, bytes);
+        return s;
+    }
     for (int d = 0; d < DEVICE_SLOTS; d++) {
         GPC_TRY(b->event_create(&p->copied[d]));
         GPC_TRY(b->event_create(&p->consumed[d]));
@@ -384,7 +389,11 @@ void gpc_prefetch_close(gpc_prefetch *p) {
         }
         for (int i = 0; p->slots && i < p->depth; i++)
             if (p->slots[i].copied) b->event_destroy(p->slots[i].copied);
-        if (p->device_memory) b->free(p->device.index, p->device_memory);
+        if (p->device_memory) {
+            b->free(p->device.index, p->device_memory);
+            gpc_device_memory_release(p->device, (size_t)DEVICE_SLOTS * 2 * p->batch_elements *
+                                                     sizeof(int32_t));
+        }
         if (p->copy_stream) b->stream_destroy(p->copy_stream);
     }
     if (p->host_memory && b) b->free_host(p->host_memory);

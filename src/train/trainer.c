@@ -85,6 +85,7 @@ typedef struct {
     double weight_decay, max_grad_norm;
     int eval_every, eval_batches, checkpoint_every;
     int recompute;
+    int batch_asked;         /* the micro-batch asked for, which auto-fit may have divided */
     int stochastic_rounding; /* GPC_STOCHASTIC_ROUNDING=1: of the bf16 copy of the weights */
     uint64_t seed;
 } run_settings;
@@ -115,6 +116,9 @@ typedef struct {
     gpt_lora_options lora;
     char lora_path[4096], base_run[4096];
     const char *resume_path; /* the checkpoint resumed from: checkpoint_path or prev_path */
+    int saved;               /* this process has saved a checkpoint (auto-fit retries from it) */
+    int started;             /* START was emitted: the run was built once */
+    int oom_injected;        /* GPC_TEST_OOM_STEP has failed its step */
     int current_damaged;     /* checkpoint.bin did not load: not kept as the previous one */
     /* this process's GPU as NVML sees it (src/core/nvml.c); NULL on the CPU
      * or when NVML cannot be opened or does not list the device */
@@ -143,6 +147,22 @@ static gpc_status same_as_checkpoint(const char *option, long long given, long l
                      option, stored, given, option);
 }
 
+/* config.txt's batch_asked of a run folder: the micro-batch its command
+ * asked for; 0 when it has none. */
+static int read_batch_asked(const char *out_dir) {
+    char path[4200], *text = NULL;
+    size_t size = 0;
+    snprintf(path, sizeof path, "%s/config.txt", out_dir);
+    if (!gpc_path_exists(path) || gpc_read_file(path, &text, &size) != GPC_OK) {
+        gpc_clear_error();
+        return 0;
+    }
+    const char *line = strstr(text, "\nbatch_asked=");
+    int batch = line ? atoi(line + strlen("\nbatch_asked=")) : 0;
+    gpc_free(text);
+    return batch;
+}
+
 static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *data,
                           const gpt_config *ck_config, const gpt_checkpoint_state *ck,
                           const gpt_config *init, run_settings *s) {
@@ -167,10 +187,7 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
     if (o->layers < 0 || o->heads < 0 || o->channels < 0 || o->context < 0 || o->batch < 0 ||
         o->total_batch < 0 || o->steps < 0 || o->eval_batches < 0)
         return gpc_error(GPC_ERR_INVALID_ARG, "sizes and counts must be positive");
-    if (o->recompute < -1 || o->recompute > 2)
-        return gpc_error(GPC_ERR_INVALID_ARG,
-                         "recompute must be 0, 1 (GELU) or 2 (GELU and layernorm), not %d",
-                         o->recompute);
+    if (o->recompute != -1) GPC_TRY(gpt_recompute_check(o->recompute, L));
     s->stochastic_rounding = gpc_setting_flag("GPC_STOCHASTIC_ROUNDING");
     /* a memory-for-speed choice that leaves the numbers alone: a resumed run
      * keeps its own unless told otherwise */
@@ -178,7 +195,17 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
                    : resume && ck->recompute >= 0 ? ck->recompute
                                                   : 0;
     if (o->context && resume) GPC_TRY(same_as_checkpoint("context", o->context, ck->context));
-    if (o->batch && resume) GPC_TRY(same_as_checkpoint("batch", o->batch, ck->batch));
+    /* a run that auto-fit went on with at a smaller micro-batch resumes at
+     * that one when the first command is given again */
+    int asked = resume ? read_batch_asked(o->out_dir) : 0;
+    int fitted = resume && o->batch != ck->batch && o->batch == asked && !o->no_auto_fit;
+    if (fitted)
+        gpc_log(GPC_LOG_INFO,
+                "train: the run went on at micro-batch %d after running out of memory at %d; "
+                "resuming at %d",
+                ck->batch, o->batch, ck->batch);
+    else if (o->batch && resume)
+        GPC_TRY(same_as_checkpoint("batch", o->batch, ck->batch));
     if (o->total_batch && resume)
         GPC_TRY(same_as_checkpoint("total-batch", o->total_batch, ck->total_batch));
     if (o->seed_set && resume)
@@ -192,7 +219,8 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
                          "--context %d is more than the %d positions the model knows", s->T,
                          max_context);
     if (!max_context) max_context = s->T;
-    s->B = o->batch ? o->batch : resume ? ck->batch : 8;
+    s->B = o->batch && !fitted ? o->batch : resume ? ck->batch : 8;
+    s->batch_asked = asked ? asked : s->B;
     s->seed = resume ? ck->seed : o->seed;
     if (data->vocab_size > (uint32_t)INT32_MAX)
         return gpc_error(GPC_ERR_FORMAT, "the dataset's vocabulary is too large");
@@ -273,21 +301,18 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
     return GPC_OK;
 }
 
-/* On the CPU the model lives in host memory beside everything else on the
- * machine: a plan larger than what is free now (MemAvailable, the cgroup's
- * limit) would be killed by the OOM killer part way, so it is refused before
- * anything is allocated. Each process of a data-parallel run holds a replica
- * (ZeRO-1 shards the optimizer state). */
-static gpc_status check_host_memory(const gpc_train_options *o, const run_settings *s,
-                                    const train_parts *parts) {
-    if (o->device.type != GPC_DEVICE_CPU) return GPC_OK;
+/* gpc plan's bytes for the run at micro-batch B on its device (the batch
+ * buffers included: inputs and targets here and in the loader's two
+ * slots); 0 when the plan cannot say. parts: the model's cut, whose first
+ * stage the plan counts (NULL: the whole model). */
+static double plan_bytes(const gpc_train_options *o, const run_settings *s,
+                         const train_parts *parts, int B) {
     gpc_plan_input in;
     gpc_plan_defaults(&in);
     in.layers = s->config.layers;
     in.heads = s->config.heads;
     in.channels = s->config.channels;
-    in.context = s->T;
-    in.batch = s->B;
+    in.batch = B;
     in.vocab = s->config.vocab_size;
     in.dtype = s->precision;
     in.recompute = s->recompute;
@@ -298,14 +323,90 @@ static gpc_status check_host_memory(const gpc_train_options *o, const run_settin
         in.pp = parts->par.pp_size;
         in.gpus *= in.tp * in.pp;
     }
-    in.cuda = 0;
+    in.lora_rank = o->lora_rank;
+    in.cuda = o->device.type == GPC_DEVICE_CUDA;
     gpc_plan_result r;
+    /* the plan takes one T: a fine-tuned model's extra rows of wpe (more
+     * positions than this run's context) are counted apart, each element
+     * with its gradient, moments and master copy */
+    double wpe = (double)(s->config.max_context - s->T) * s->config.channels *
+                 (2.0 * (double)gpc_dtype_size(s->precision) + 8 + (s->precision != GPC_F32) * 4);
+    in.context = s->T;
     if (gpc_plan_compute(&in, &r) != GPC_OK) { /* resolve checked the shape: leave it to create */
         gpc_clear_error();
-        return GPC_OK;
+        return 0;
     }
-    /* the batch buffers: inputs and targets here and in the loader's two slots */
-    double bytes = (double)r.total + 6.0 * s->B * (double)s->T * sizeof(int32_t);
+    /* a GPU's context exists by the time its free memory is read */
+    return (double)(r.total - r.context) + wpe + 6.0 * B * (double)s->T * sizeof(int32_t);
+}
+
+/* ------------------------------------------------------------ auto-fit */
+
+/* The micro-batch auto-fit goes on at after B ran out of memory: B over
+ * its smallest prime factor (half of an even B), so that the step's B x
+ * accumulation tokens stay the same; 0 when B is 1. */
+static int smaller_batch(int B) {
+    for (int p = 2; p * p <= B; p++)
+        if (B % p == 0) return B / p;
+    return B > 1 ? 1 : 0;
+}
+
+static int auto_fit_on(const trainer *t) {
+    /* every rank would have to agree on the new micro-batch: one process
+     * only (a tp or pp part is one of several, even without data parallelism) */
+    return !t->o->no_auto_fit && t->o->world_size <= 1 && !t->o->dist && !t->parts;
+}
+
+/* Memory the device has free now, as the allocator will see it (the
+ * GPC_DEVICE_MEMORY_LIMIT cap included); 0 when unknown. */
+static double device_free(gpc_device device) {
+    size_t free_bytes = 0;
+    if (gpc_device_memory_free(device, &free_bytes, NULL) != GPC_OK) {
+        gpc_clear_error();
+        return 0;
+    }
+    return (double)free_bytes;
+}
+
+/* Micro-batch B to `to`, accumulation up by as much: the same step. */
+static void set_batch(run_settings *s, int to) {
+    int factor = s->B / to;
+    s->B = to;
+    s->accumulation *= factor;
+    /* validation over the same windows: as many more batches */
+    s->eval_batches *= factor;
+}
+
+/* Before allocating on a GPU: when gpc plan says the asked micro-batch
+ * cannot fit in the memory free now, start at the largest that can. */
+static void fit_to_free_memory(trainer *t) {
+    run_settings *s = &t->s;
+    if (t->o->device.type != GPC_DEVICE_CUDA || !auto_fit_on(t)) return;
+    double free_bytes = device_free(t->o->device), need = plan_bytes(t->o, s, t->parts, s->B);
+    if (free_bytes <= 0 || need <= 0 || need <= free_bytes) return;
+    int B = s->B, fit = s->B;
+    while (fit > 1 && plan_bytes(t->o, s, t->parts, fit) > free_bytes)
+        fit = smaller_batch(fit);
+    if (fit == B) return;
+    set_batch(s, fit);
+    char a[32], b[32];
+    gpc_log(GPC_LOG_WARN,
+            "train: micro-batch %d needs %s by gpc plan, %s has %s free; starting at "
+            "micro-batch %d x %d accumulation steps",
+            B, gpc_format_bytes(need, a, sizeof a), gpc_device_name(t->o->device),
+            gpc_format_bytes(free_bytes, b, sizeof b), s->B, s->accumulation);
+}
+
+/* On the CPU the model lives in host memory beside everything else on the
+ * machine: a plan larger than what is free now (MemAvailable, the cgroup's
+ * limit) would be killed by the OOM killer part way, so it is refused before
+ * anything is allocated. Each process of a data-parallel run holds a replica
+ * (ZeRO-1 shards the optimizer state); of a model-parallel one, a part. */
+static gpc_status check_host_memory(const gpc_train_options *o, const run_settings *s,
+                                    const train_parts *parts) {
+    if (o->device.type != GPC_DEVICE_CPU) return GPC_OK;
+    double bytes = plan_bytes(o, s, parts, s->B);
+    if (bytes == 0) return GPC_OK;
     size_t available = gpc_host_memory_available();
     if (available == 0 || bytes <= (double)available) return GPC_OK; /* 0: unknown */
     return gpc_error(GPC_ERR_NOMEM,
@@ -330,14 +431,16 @@ static gpc_status write_config(const trainer *t) {
              "accumulation_steps=%d\nsteps=%d\nlr=%g\nwarmup=%d\nmin_lr_ratio=%g\n"
              "weight_decay=%g\nmax_grad_norm=%g\neval_every=%d\neval_batches=%d\n"
              "checkpoint_every=%d\nseed=%llu\ndevice=%s\nprecision=%s\nrecompute=%d\n"
-             "%s_name=%s\ngpcd_job=%s\ninit_from=%s\ntokenizer=%s\n",
+             "recompute_layers=%d\nbatch_asked=%d\n%s_name=%s\ngpcd_job=%s\ninit_from=%"
+             "s\ntokenizer=%s\n",
              t->o->data_dir, s->config.layers, s->config.heads, s->config.channels,
              s->config.max_context, s->config.vocab_size, s->config.padded_vocab,
              gpt_config_num_params(&s->config), s->B, (long long)s->total_batch, s->accumulation,
              s->steps, s->schedule.lr, s->schedule.warmup, s->schedule.min_lr_ratio,
              s->weight_decay, s->max_grad_norm, s->eval_every, s->eval_batches, s->checkpoint_every,
              (unsigned long long)s->seed, gpc_device_name(t->o->device),
-             gpc_dtype_name(s->precision), s->recompute,
+             gpc_dtype_name(s->precision), gpt_recompute_level(s->recompute), s->recompute >> 2,
+             /* 0: every block */ s->batch_asked,
              t->o->device.type == GPC_DEVICE_CPU ? "cpu" : "gpu", device_name,
              gpc_setting_given("GPC_JOB_ID") ? gpc_setting_given("GPC_JOB_ID") : "",
              t->o->init_from ? t->o->init_from : "", t->tokenizer_kind);
@@ -411,6 +514,13 @@ static void write_metrics(trainer *t, const gpc_train_event *e) {
     if (!isnan(e->gpu_step_energy_j)) json_number(f, "gpu_step_energy_j", e->gpu_step_energy_j);
     if (e->gpu_sm_clock_mhz >= 0) fprintf(f, ",\"gpu_sm_clock_mhz\":%d", e->gpu_sm_clock_mhz);
     if (e->gpu_power_capped >= 0) fprintf(f, ",\"gpu_power_capped\":%d", e->gpu_power_capped);
+    /* data parallel: the share of the step spent waiting on the gradient
+     * exchange (what gpc doctor --run reads), and its bandwidth */
+    if (!isnan(e->comm_exposed_ms) && e->ms > 0) {
+        json_number(f, "comm_exposed", e->comm_exposed_ms / e->ms);
+        json_number(f, "comm_exposed_ms", e->comm_exposed_ms);
+        json_number(f, "comm_bus_gbs", e->comm_bus_gbs);
+    }
     fprintf(f, ",\"tokens\":%llu}\n", (unsigned long long)e->tokens_seen);
     fflush(f);
 }
@@ -476,6 +586,7 @@ static void gpu_readings_unknown(gpc_train_event *e) {
     e->gpu_sm_clock_mhz = e->gpu_sm_clock_max_mhz = -1;
     e->gpu_power_capped = -1;
     e->gpu_step_energy_j = NAN;
+    e->comm_exposed_ms = e->comm_busy_ms = e->comm_bus_gbs = NAN;
 }
 
 /* Finds this process's GPU in NVML. NVML numbers all GPUs of the machine and
@@ -757,6 +868,13 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
     /* with W ranks the summed gradients must be those of the mean over W */
     int world = t->ddp ? t->o->world_size : 1;
     float dloss = (float)(1.0 / ((double)s->B * s->T * s->accumulation * world));
+    /* a fault injected on purpose: a step that runs out of device memory,
+     * as the first steps on a full GPU can (lazily made workspaces) */
+    if (!t->oom_injected && gpc_setting_int("GPC_TEST_OOM_STEP") == t->step + 1) {
+        t->oom_injected = 1;
+        return gpc_error(GPC_ERR_NOMEM, "out of memory in step %d (GPC_TEST_OOM_STEP)",
+                         t->step + 1);
+    }
     GPC_TRY(gpt_zero_grad(t->model));
     /* the NCCL watchdog of each model-parallel group watches the step: a
      * slice or stage that died leaves the others in a collective */
@@ -805,6 +923,9 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
     /* fp16: the overflow verdict comes back with the loss */
     GPC_TRY(gpt_read_step(t->model, &e->loss, &e->grad_norm));
     e->skipped = gpt_step_skipped(t->model);
+    if (t->ddp) /* the step is finished: its exchange's events can be read */
+        GPC_TRY(
+            gpc_ddp_comm_times(t->ddp, &e->comm_exposed_ms, &e->comm_busy_ms, &e->comm_bus_gbs));
     if (t->ddp) { /* the step's loss over all ranks, and whether any was asked to stop */
         double v[2] = {e->loss, gpc_train_stop_requested() ? 1.0 : 0.0};
         GPC_TRY(gpc_ddp_reduce_host(t->ddp, v, 2));
@@ -888,6 +1009,7 @@ static gpc_status run_loop(trainer *t, gpc_train_result *result) {
         int stop = t->ddp || t->parts ? t->stop_all : gpc_train_stop_requested();
         if (last || stop || (s->checkpoint_every && t->step % s->checkpoint_every == 0)) {
             GPC_TRY(save_checkpoint(t));
+            t->saved = 1;
             gpc_train_event c = e;
             c.kind = GPC_TRAIN_CHECKPOINT;
             c.path = t->checkpoint_path;
@@ -939,6 +1061,13 @@ static gpc_status init_weights_from(trainer *t) {
  * dataset's when both have one (same bytes of tokenizer.bin). */
 static gpc_status read_init(const gpc_train_options *o, gpt_config *init) {
     char path[4096], other[4096];
+    snprintf(path, sizeof path, "%s/quant.bin", o->init_from);
+    if (gpc_path_exists(path))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--init-from %s holds quantized weights (gpc quantize) for inference "
+                         "only; train from the run it was quantized from (source_run in its "
+                         "config.txt)",
+                         o->init_from);
     snprintf(path, sizeof path, "%s/checkpoint.bin", o->init_from);
     if (!gpc_path_exists(path))
         return gpc_error(GPC_ERR_IO,
@@ -1001,7 +1130,10 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
     GPC_TRY(gpc_prefetch_open(&t->train, o->data_dir, GPC_SPLIT_TRAIN, s->B, s->T, s->seed, o->rank,
                               world, o->device, 0));
     if (ck) { /* the header's position: the same the checkpoint load reads */
-        gpc_loader_state ls = {ck->loader_epoch, ck->loader_batch / (uint64_t)world};
+        /* in batches of the checkpoint's micro-batch, which auto-fit may
+         * since have divided: as many more of the smaller ones */
+        uint64_t scale = ck->batch > s->B ? (uint64_t)(ck->batch / s->B) : 1;
+        gpc_loader_state ls = {ck->loader_epoch, ck->loader_batch / (uint64_t)world * scale};
         GPC_TRY(gpc_prefetch_set_state(t->train, &ls));
     }
     if (s->eval_every && info->val_tokens > (uint64_t)s->T * world)
@@ -1108,6 +1240,86 @@ static gpc_status pick_checkpoint(trainer *t, gpt_config *config, gpt_checkpoint
     return GPC_OK;
 }
 
+/* START: the header line, once the run is built. */
+static void emit_start(trainer *t) {
+    gpc_train_event e;
+    memset(&e, 0, sizeof e);
+    e.kind = GPC_TRAIN_START;
+    e.config = t->s.config;
+    e.parameters = gpt_config_num_params(&t->s.config); /* the whole model's, at any tp */
+    e.B = t->s.B;
+    e.T = t->s.T;
+    e.tokens_per_step = t->s.total_batch;
+    e.accumulation_steps = t->s.accumulation;
+    e.device = t->o->device;
+    e.precision = t->s.precision;
+    e.memory_planned = gpt_memory_bytes(t->model);
+    e.first_step = t->step;
+    e.steps = t->s.steps;
+    e.peak_lr = t->s.schedule.lr;
+    e.warmup = t->s.schedule.warmup;
+    e.val_loss = NAN;
+    gpu_readings_unknown(&e);
+    emit(t, &e);
+}
+
+/* Frees everything open_run and open_metrics made (a failed attempt's
+ * too), so that an auto-fit retry starts with the device as it was. */
+static void close_run(trainer *t) {
+    if (t->metrics) fclose(t->metrics);
+    t->metrics = NULL;
+    gpc_ddp_free(t->ddp);
+    t->ddp = NULL;
+    gpt_free(t->model);
+    t->model = NULL;
+    gpc_prefetch_close(t->train);
+    t->train = NULL;
+    gpc_loader_close(t->val);
+    t->val = NULL;
+    gpc_free(t->inputs);
+    gpc_free(t->targets);
+    t->inputs = t->targets = NULL;
+    gpc_free(t->pipe_inputs);
+    gpc_free(t->pipe_targets);
+    t->pipe_inputs = t->pipe_targets = NULL;
+}
+
+/* Where an auto-fit retry starts: the checkpoint this process saved last
+ * (re-read, as a resume reads it), else where the run started (*from
+ * unchanged: the resumed checkpoint, or NULL for step 0). */
+static gpc_status retry_point(trainer *t, const gpt_checkpoint_state **from, gpt_config *config,
+                              gpt_checkpoint_state *ck) {
+    if (!t->saved) {
+        t->step = 0;
+        return GPC_OK;
+    }
+    if (t->lora.rank)
+        GPC_TRY(gpt_lora_read_header(t->lora_path, config, NULL, ck, NULL, 0));
+    else
+        GPC_TRY(pick_checkpoint(t, config, ck));
+    *from = ck;
+    return GPC_OK;
+}
+
+/* Halves the micro-batch after an out-of-memory error, said in one line. */
+static void report_shrink(trainer *t, int was) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", gpc_last_error());
+    gpc_clear_error();
+    set_batch(&t->s, smaller_batch(was));
+    double need = plan_bytes(t->o, &t->s, t->parts, was), free_bytes = device_free(t->o->device);
+    char needs[128] = "", a[32], b[32];
+    if (need > 0 && free_bytes > 0)
+        snprintf(needs, sizeof needs, " (needs %s by gpc plan, %s has %s free)",
+                 gpc_format_bytes(need, a, sizeof a), gpc_device_name(t->o->device),
+                 gpc_format_bytes(free_bytes, b, sizeof b));
+    gpc_log(GPC_LOG_WARN,
+            "train: out of memory at micro-batch %d%s; going on at micro-batch %d x %d "
+            "accumulation steps%s",
+            was, needs, t->s.B, t->s.accumulation, t->saved ? ", from the last checkpoint" : "");
+    gpc_log(GPC_LOG_DEBUG, "train: the allocation that failed: %s", why);
+}
+
 /* A run over the data-parallel view o; parts the model's cut (NULL: the
  * whole model), rank0 whether this process writes the run folder. */
 static gpc_status train_run(const gpc_train_options *o, const train_parts *parts, int rank0,
@@ -1192,46 +1404,40 @@ static gpc_status train_run(const gpc_train_options *o, const train_parts *parts
     GPC_TRY(check_host_memory(o, &t.s, parts));
     t.tokenizer_kind = tokenizer_kind(o->data_dir);
     GPC_TRY(gpc_mkdir_p(o->out_dir));
+    fit_to_free_memory(&t);
 
-    gpc_status s = open_run(&t, &info, o->resume ? &ck : NULL);
-    if (s == GPC_OK) open_gpu_readings(&t);
-    if (s == GPC_OK && t.rank0) s = write_config(&t);
-    if (s == GPC_OK && t.rank0 && info.has_tokenizer) s = copy_tokenizer(&t);
-    if (s == GPC_OK && t.rank0) s = open_metrics(&t, o->resume);
-    if (s == GPC_OK) {
-        gpc_train_event e;
-        memset(&e, 0, sizeof e);
-        e.kind = GPC_TRAIN_START;
-        e.config = t.s.config;
-        e.parameters = gpt_config_num_params(&t.s.config); /* the whole model's, at any tp */
-        e.B = t.s.B;
-        e.T = t.s.T;
-        e.tokens_per_step = t.s.total_batch;
-        e.accumulation_steps = t.s.accumulation;
-        e.device = o->device;
-        e.precision = t.s.precision;
-        e.memory_planned = gpt_memory_bytes(t.model);
-        e.first_step = t.step;
-        e.steps = t.s.steps;
-        e.peak_lr = t.s.schedule.lr;
-        e.warmup = t.s.schedule.warmup;
-        e.val_loss = NAN;
-        gpu_readings_unknown(&e);
-        emit(&t, &e);
-        s = run_loop(&t, result);
+    /* Out of memory while building the run or in a step: with auto-fit, all
+     * of the attempt is freed and the run starts again at a smaller
+     * micro-batch, from the checkpoint this process wrote last, else from
+     * where it started (same steps, same numbers: nothing is lost). */
+    gpc_status s = GPC_OK;
+    const gpt_checkpoint_state *start_from = o->resume ? &ck : NULL;
+    for (;;) {
+        s = open_run(&t, &info, start_from);
+        if (s == GPC_OK && t.rank0) s = write_config(&t);
+        if (s == GPC_OK && t.rank0 && info.has_tokenizer && !t.started) s = copy_tokenizer(&t);
+        if (s == GPC_OK && t.rank0) s = open_metrics(&t, o->resume || t.started);
+        if (s == GPC_OK && !t.started) {
+            open_gpu_readings(&t);
+            emit_start(&t);
+            t.started = 1;
+        }
+        if (s == GPC_OK) s = run_loop(&t, result);
         if (s == GPC_OK) s = report_bubble(&t);
+        if (s != GPC_ERR_NOMEM || !auto_fit_on(&t) || t.s.B == 1) break;
+        int was = t.s.B;
+        close_run(&t);
+        gpc_status again = retry_point(&t, &start_from, &ck_config, &ck);
+        if (again != GPC_OK) return again;
+        report_shrink(&t, was);
     }
+    if (s == GPC_ERR_NOMEM && auto_fit_on(&t))
+        s = gpc_error_context(s, "even at micro-batch 1: use --recompute block, LoRA (--lora R "
+                                 "with --init-from RUN), a smaller model or --context; "
+                                 "'gpc plan' shows what fits: ");
     if (result) gpu_result(&t, result);
     gpc_nvml_close(t.nvml);
-    if (t.metrics) fclose(t.metrics);
-    gpc_ddp_free(t.ddp);
-    gpt_free(t.model);
-    gpc_prefetch_close(t.train);
-    gpc_loader_close(t.val);
-    gpc_free(t.inputs);
-    gpc_free(t.targets);
-    gpc_free(t.pipe_inputs);
-    gpc_free(t.pipe_targets);
+    close_run(&t);
     return s;
 }
 

@@ -62,4 +62,44 @@ run 2 --run "$fx/run_healthy" --pid $$
 grep -q -- "--run reads a finished run" "$work/err.txt" || fail "$(cat "$work/err.txt")"
 run 1 --run "$fx/run_healthy" --json "$work/no/such/dir.json"
 grep -q "cannot write .*dir.json" "$work/err.txt" || fail "$(cat "$work/err.txt")"
+# --job of a gpcd job that has ended: its run folder (its --out, relative to
+# the job's directory) and its log, which gpcd keeps, read as --run reads them
+if [[ -n ${GPCD:-} && -x ${GPCD:-} ]]; then
+  . "$(dirname "$0")/gpcd_stop.sh"
+  gpcd_pid=
+  trap 'gpcd_stop "$work/state/gpcd.sock" "$gpcd_pid"; gpcd_remove "$work"' EXIT
+  printf '[gpcd]\nstate_dir = %s/state\ngpus = simulated:1x80GB\nsample_interval = 0.2s\n' "$work" \
+    >"$work/gpcd.conf"
+  "$GPCD" --config "$work/gpcd.conf" --foreground >"$work/gpcd.log" 2>&1 &
+  gpcd_pid=$!
+  export GPC_SOCKET=$work/state/gpcd.sock
+  for _ in $(seq 400); do [[ -S $GPC_SOCKET ]] && break; sleep 0.05; done
+  [[ -S $GPC_SOCKET ]] || fail "gpcd did not start: $(cat "$work/gpcd.log")"
+  mkdir -p "$work/jobdir"
+  # the job writes its run folder and dies printing the out-of-memory line,
+  # as gpc train does; --out in its command names the folder
+  id=$(cd "$work/jobdir" && "$GPC" submit --gpus 1 -- sh -c \
+    'mkdir -p "$2" && cp "$0/config.txt" "$2/" && tail -3 "$0/train.log" && exit 1' \
+    "$fx/run_oom" --out jobrun | tail -1)
+  [[ $id =~ ^[0-9]+$ ]] || fail "submit printed '$id'"
+  for _ in $(seq 400); do
+    state=$("$GPC" show "$id" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+    [[ $state == failed ]] && break; sleep 0.05
+  done
+  [[ $state == failed ]] || fail "job $id is $state, not failed"
+  run 1 --job "$id"
+  grep -q "PROBLEM  out of memory after 0 steps: .*out of GPU memory on cuda:0" "$work/out.txt" ||
+    fail "--job of an ended job: $(cat "$work/out.txt" "$work/err.txt")"
+  grep -q -- "--batch [0-9]* fits" "$work/out.txt" || fail "--job remedy: $(cat "$work/out.txt")"
+  ls "${TMPDIR:-/tmp}"/gpc-doctor-job-"$id"-* >/dev/null 2>&1 && fail "the log copy was left behind"
+  # a job whose command names no run folder
+  id2=$("$GPC" submit --gpus 1 -- true | tail -1)
+  for _ in $(seq 400); do
+    state=$("$GPC" show "$id2" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+    [[ $state == completed ]] && break; sleep 0.05
+  done
+  run 1 --job "$id2"
+  grep -q "names no run folder (--out): give the folder with --run RUN" "$work/err.txt" ||
+    fail "--job without --out: $(cat "$work/err.txt")"
+fi
 echo "doctor --run cli: ok"

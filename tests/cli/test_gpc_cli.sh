@@ -24,7 +24,7 @@ run 2
 grep -q "^  md  *Lennard-Jones molecular dynamics" "$work/err" || fail "the overview does not list md"
 grep -q "^  train " "$work/err" || fail "the overview does not list train"
 grep -q "^  stencil  *3D finite-difference" "$work/err" || fail "the overview does not list stencil"
-grep -q "^  serve" "$work/err" && fail "the overview lists serve, which this gpc lacks"
+grep -q "^  serve  *serve a run over HTTP" "$work/err" || fail "the overview does not list serve"
 run 0 --help
 grep -q "^  help " "$work/out" || fail "gpc --help does not list help"
 run 0 --version
@@ -35,9 +35,8 @@ run 2 help nosuch
 grep -q "unknown command 'nosuch'" "$work/err" || fail "help of an unknown command: $(cat "$work/err")"
 run 0 help md
 grep -q "usage: gpc md" "$work/out" || fail "gpc help md: $(head -2 "$work/out")"
-run 1 serve
-grep -q "gpc serve: error: this command is not part of gpc .* yet" "$work/err" ||
-  fail "gpc serve: $(cat "$work/err")"
+run 2 serve
+grep -q "gpc serve: error: --run RUN is required" "$work/err" || fail "gpc serve: $(cat "$work/err")"
 
 [[ $failures -eq 0 ]] || exit 1
 echo "gpc: ok"

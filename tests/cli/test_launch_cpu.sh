@@ -43,6 +43,16 @@ a, b = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
 assert len(a) == len(b) == 4, (a, b)
 assert a == b, (a, b)
 PY
+# the exchange's share of each step: on the CPU it blocks backward, so it is
+# all exposed, more than nothing and less than the whole step
+python3 - "$work/mpirun/metrics.jsonl" <<'PY' || fail "comm_exposed missing or out of range"
+import json, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    assert 0 < m["comm_exposed"] < 1, m
+    assert abs(m["comm_exposed_ms"] - m["comm_exposed"] * m["ms"]) <= 1e-6 * m["ms"], m
+    assert m["comm_bus_gbs"] > 0, m
+PY
 # two ranks: 256 tokens a step are 2 micro-batches of 4 x 16 on each
 grep -qx "accumulation_steps=2" "$work/launch/config.txt" ||
   fail "not 2 processes: $(grep accumulation "$work/launch/config.txt")"

@@ -50,6 +50,23 @@ import json,sys
 a=json.load(open('$work/plan.json')); b=json.load(open('$work/r2.json'))
 assert a['activations']-b['activations']==276824064+138412032, (a['activations'], b['activations'])"
 
+# block recomputation also drops 11 layers of qkv, atty, residual2, fch, lse
+# and four statistics (test_plan.c: test_recompute_by_hand); on the first 6
+# blocks only, 5 layers of all of it. The table lists each mode.
+"$GPC" plan --model d12 --batch 4 --recompute block --json "$work/rb.json" >"$work/rb.txt"
+"$GPC" plan --model d12 --batch 4 --recompute block --recompute-layers 6 --json "$work/rb6.json" >/dev/null
+python3 -c "
+import json
+a=json.load(open('$work/plan.json')); b=json.load(open('$work/r2.json'))
+c=json.load(open('$work/rb.json')); d=json.load(open('$work/rb6.json'))
+assert b['activations']-c['activations']==11*56885248, (b['activations'], c['activations'])
+assert a['activations']-d['activations']==5*(56885248+37748736), d['activations']
+assert (c['recompute'], c['recompute_layers'], d['recompute_layers']) == (3, 12, 6)"
+grep -q "recompute block, zero 0" "$work/rb.txt" || fail "plan header: $(sed -n 2p "$work/rb.txt")"
+for mode in 0 gelu layernorm block; do
+  grep -Eq "^  $mode +[0-9.]+ [KMG]i?B " "$work/rb.txt" || fail "no row for recompute $mode: $(cat "$work/rb.txt")"
+done
+
 # ZeRO-1 over 4 GPUs: each holds the optimizer state (m, v, f32 master) of
 # ceil(P/4) = 31,118,976 elements (a multiple of 64), 3 x 4 x 31,118,976 =
 # 373,427,712 bytes instead of 3 x 4 x P = 1,493,710,848; the saving is
@@ -80,6 +97,7 @@ expect_usage "--model is required"
 expect_usage "not of the form dN" --model gpt2
 expect_usage "--precision int8" --model d12 --precision int8
 expect_usage "--recompute 5" --model d12 --recompute 5
+expect_usage "--recompute-layers 13 is more than the model's 12" --model d12 --recompute block --recompute-layers 13
 expect_usage "--batch 0 must be at least 1" --model d12 --batch 0
 expect_usage "--gpus 0" --model d12 --gpus 0
 expect_usage "--tp 5 does not divide the model's 12 attention heads" --model d12 --tp 5 --gpus 5

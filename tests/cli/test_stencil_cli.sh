@@ -6,7 +6,7 @@
 # (computed here) and falls 4-fold when h halves at the same time (second
 # order), two domains give the same centre as one, the rates are
 # consistent, and bad options are usage errors (exit 2) saying what to
-# change.
+# change (f32 on the CPU among them; a GPU that is not there is refused).
 set -euo pipefail
 GPC=${GPC:?set GPC to the gpc binary}
 work=$(mktemp -d)
@@ -70,6 +70,15 @@ expect_usage "9 domains for 8 planes" --n 8 --domains 9
 expect_usage "--mode 1,2 is not three numbers" --mode 1,2
 expect_usage "mode 1,9,1: each must be 1 to n (8)" --n 8 --mode 1,9,1
 expect_usage "--steps -3 is negative" --steps -3
+expect_usage "f32 runs on GPUs only" --precision f32
+expect_usage "--precision f16: use f64 or f32" --precision f16
+# processes started by gpc launch: halos go over MPI, which it does not start
+GPC_RANK=1 GPC_WORLD_SIZE=2 GPC_LOCAL_RANK=1 GPC_MASTER_ADDR=127.0.0.1 GPC_MASTER_PORT=29999 \
+  expect_usage "which gpc launch does not start: run mpirun -np 2 gpc stencil"
+# a GPU that is not there: the reason depends on the build and the machine
+"$GPC" stencil --device cuda:99 >/dev/null 2>"$work/gpu.err" && fail "cuda:99 ran"
+grep -Eq "GPU 99 does not exist|no usable NVIDIA GPU|without CUDA|no CUDA GPU" "$work/gpu.err" ||
+  fail "cuda:99: $(cat "$work/gpu.err")"
 # a grid larger than any machine's memory (a TiB): refused up front
 expect_exit 1 "GiB: use a smaller --n" "$GPC" stencil --n 4096
 grep -q "GiB, more than this machine has free, .* GiB: use a smaller --n" "$work/expect.err" ||

@@ -82,9 +82,15 @@ expect 2 "train --heads not dividing channels" -- "$GPC" train --data "$data" --
   --layers 1 --heads 3 --channels 32 --context 16 --device cpu
 expect 2 "train bf16 on the cpu" -- "$GPC" train --data "$data" --out "$run" --model d1 \
   --device cpu --precision bf16
-expect 2 "train --recompute 3" -- "$GPC" train --data "$data" --out "$run" --model d1 \
-  --device cpu --recompute 3
-grep -q "recompute must be 0, 1 (GELU) or 2" "$work/err" || fail "recompute message: $(cat "$work/err")"
+expect 2 "train --recompute 4" -- "$GPC" train --data "$data" --out "$run" --model d1 \
+  --device cpu --recompute 4
+grep -q "recompute 4 is not 0, gelu (1), layernorm (2) or block" "$work/err" || fail "recompute message: $(cat "$work/err")"
+expect 2 "train --recompute-layers alone" -- "$GPC" train --data "$data" --out "$run" --model d1 \
+  --device cpu --recompute-layers 2
+grep -q "recompute-layers 2 needs a --recompute mode" "$work/err" || fail "recompute-layers message: $(cat "$work/err")"
+expect 2 "train --recompute-layers beyond the model" -- "$GPC" train --data "$data" --out "$run" \
+  --model d1 --device cpu --recompute block --recompute-layers 2
+grep -q "recompute-layers 2 is more than the model's 1 blocks" "$work/err" || fail "recompute-layers range message: $(cat "$work/err")"
 expect 2 "train --attention flash" -- "$GPC" train --data "$data" --out "$run" --model d1 \
   --device cpu --attention flash
 grep -q "attention must be auto, gpc or cudnn, not 'flash'" "$work/err" ||

@@ -223,6 +223,41 @@ static void test_parse_bytes(void **state) {
     TEST_FAILS(gpc_parse_bytes("9e9T", &v), GPC_ERR_INVALID_ARG, "too large");
 }
 
+/* GPC_DEVICE_MEMORY_LIMIT: arenas and tensors count against it per
+ * device; what would pass it fails as out of memory and counts nothing; the
+ * free memory reported is what it leaves; a bad value is no limit. */
+static void test_device_memory_limit(void **state) {
+    (void)state;
+    gpc_device cpu = gpc_cpu();
+    size_t before = gpc_device_memory_in_use(cpu);
+    setenv("GPC_DEVICE_MEMORY_LIMIT", "1M", 1);
+    assert_int_equal(gpc_device_memory_limit(), 1 << 20);
+    gpc_arena a, b;
+    TEST_OK(gpc_arena_create(&a, cpu, 600 << 10));
+    assert_int_equal(gpc_device_memory_in_use(cpu), before + (600 << 10));
+    size_t free_bytes = 0, total = 0;
+    TEST_OK(gpc_device_memory_free(cpu, &free_bytes, &total));
+    assert_int_equal(total, 1 << 20);
+    assert_true(free_bytes <= (1 << 20) - before - (600 << 10));
+    TEST_FAILS(gpc_arena_create(&b, cpu, 600 << 10), GPC_ERR_NOMEM,
+               "GPC_DEVICE_MEMORY_LIMIT=1.0 MiB");
+    gpc_tensor t;
+    const int64_t big[] = {200 << 10}, small[] = {50 << 10};
+    TEST_FAILS(gpc_tensor_alloc(&t, GPC_F32, cpu, 1, big), GPC_ERR_NOMEM, "asked for 800.0 KiB");
+    assert_int_equal(gpc_device_memory_in_use(cpu), before + (600 << 10));
+    TEST_OK(gpc_tensor_alloc(&t, GPC_F32, cpu, 1, small));
+    assert_int_equal(gpc_device_memory_in_use(cpu), before + (800 << 10));
+    gpc_tensor_free(&t);
+    gpc_arena_destroy(&a);
+    assert_int_equal(gpc_device_memory_in_use(cpu), before);
+    TEST_OK(gpc_arena_create(&b, cpu, 900 << 10)); /* room again */
+    gpc_arena_destroy(&b);
+    setenv("GPC_DEVICE_MEMORY_LIMIT", "lots", 1);
+    assert_int_equal(gpc_device_memory_limit(), 0);
+    unsetenv("GPC_DEVICE_MEMORY_LIMIT");
+    assert_int_equal(gpc_device_memory_limit(), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_messages),
@@ -234,6 +269,7 @@ int main(void) {
         cmocka_unit_test(test_tensor_and_device),
         cmocka_unit_test(test_backend_registry),
         cmocka_unit_test(test_parse_bytes),
+        cmocka_unit_test(test_device_memory_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

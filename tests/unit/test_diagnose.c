@@ -230,6 +230,20 @@ static void test_run_power_capped(void **state) {
     assert_true(s.mfu > 0.2 && s.mfu < 0.4);
 }
 
+/* A data-parallel run whose steps wait a third of their time on the
+ * gradient exchange (comm_exposed, written by the trainer from
+ * gpc_ddp_comm_times): doctor names communication and nothing else. */
+static void test_run_communication(void **state) {
+    (void)state;
+    gpc_diag_finding out[16];
+    int count;
+    run_fixture("run_comm", out, &count);
+    assert_int_equal(count, 1);
+    assert_int_equal(out[0].kind, GPC_DIAG_COMMUNICATION);
+    /* the median of 0.30, 0.32, 0.34, 0.36 over the steps after the first two */
+    if (!strstr(out[0].text, "communication: 3")) fail_msg("text: %s", out[0].text);
+}
+
 static void test_run_unknown_gpu_and_bad_folders(void **state) {
     (void)state;
     char *dir = test_tmpdir("diag_run");
@@ -266,6 +280,7 @@ int main(void) {
         cmocka_unit_test(test_run_oom_says_what_fits),
         cmocka_unit_test(test_run_healthy_mfu),
         cmocka_unit_test(test_run_power_capped),
+        cmocka_unit_test(test_run_communication),
         cmocka_unit_test(test_run_unknown_gpu_and_bad_folders),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -84,6 +84,24 @@ static void test_recompute_by_hand(void **state) {
     assert_int_equal(r0.activations - r1.activations, 276824064ull);
     assert_int_equal(r1.activations - r2.activations, 138412032ull);
     assert_int_equal(r0.parameters + r0.optimizer, r2.parameters + r2.optimizer);
+    /* block: 11 more layers of everything inside a block go, per layer
+     * ln1 and ln2 mean and rstd 4 x 16,384, qkv 18,874,368, atty and
+     * residual2 2 x 6,291,456, lse 196,608, fch 25,165,824 = 56,885,248 */
+    gpc_plan_result r3, r6;
+    in.recompute = GPT_RECOMPUTE_BLOCK;
+    TEST_OK(gpc_plan_compute(&in, &r3));
+    assert_int_equal(r2.activations - r3.activations, 11 * 56885248ull);
+    /* block on the first 6 blocks: 5 layers of all of it, GELU (25,165,824)
+     * and layernorm outputs (2 x 6,291,456) included */
+    in.recompute = GPT_RECOMPUTE(GPT_RECOMPUTE_BLOCK, 6);
+    TEST_OK(gpc_plan_compute(&in, &r6));
+    assert_int_equal(r0.activations - r6.activations, 5 * (56885248ull + 37748736ull));
+    /* a count of all blocks is the plain level */
+    in.recompute = GPT_RECOMPUTE(GPT_RECOMPUTE_BLOCK, 12);
+    TEST_OK(gpc_plan_compute(&in, &r6));
+    assert_int_equal(r6.activations, r3.activations);
+    in.recompute = GPT_RECOMPUTE(GPT_RECOMPUTE_BLOCK, 13);
+    TEST_FAILS(gpc_plan_compute(&in, &r6), GPC_ERR_INVALID_ARG, "more than the model's 12");
 }
 
 /* fp32 with ZeRO-1 on 4 GPUs: parameters 4P = 497,903,616, gradients the
@@ -143,6 +161,45 @@ static void test_lora_by_hand(void **state) {
  * backward: 2 * 768 + 3072 + 256 = 4,864. workspace: logits 3*64*4 = 768.
  * total = 217,600 * 2 (params, grads) + 2 * 217,600 (m, v) + 16,384 + 4,864
  *       + 768 = 892,416. */
+/* d24, d36 and d48 are GPT-2 medium, large and XL: their parameter counts
+ * as Hugging Face's GPT-2 checkpoints state them (354,823,168, 774,030,080
+ * and 1,557,611,200 with 1024 positions), plus the 47 padding rows of the
+ * vocabulary rounded to 50,304; and the positional table grows with the
+ * context (2048, 4096), in the plan and in the model's config alike. */
+static void test_gpt2_sizes(void **state) {
+    (void)state;
+    static const struct {
+        const char *name;
+        int heads, channels;
+        uint64_t hf_params;
+    } sizes[] = {{"d12", 12, 768, 124439808ull},
+                 {"d24", 16, 1024, 354823168ull},
+                 {"d36", 20, 1280, 774030080ull},
+                 {"d48", 25, 1600, 1557611200ull}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        gpc_plan_input in;
+        gpc_plan_defaults(&in);
+        TEST_OK(gpc_plan_parse_model(sizes[i].name, &in));
+        assert_int_equal(in.heads, sizes[i].heads);
+        assert_int_equal(in.channels, sizes[i].channels);
+        assert_int_equal(in.channels / in.heads, 64);
+        uint64_t C = (uint64_t)in.channels;
+        for (int T = 1024; T <= 4096; T *= 2) {
+            in.context = T;
+            in.batch = 1;
+            gpc_plan_result r;
+            TEST_OK(gpc_plan_compute(&in, &r));
+            assert_int_equal(r.num_params, sizes[i].hf_params + 47 * C + (uint64_t)(T - 1024) * C);
+            gpt_config config;
+            TEST_OK(gpt_config_init(&config, in.layers, in.heads, in.channels, T, 50257));
+            assert_int_equal(gpt_config_num_params(&config), r.num_params);
+        }
+    }
+    int L, NH, C;
+    TEST_OK(gpt_config_parse_depth("d6", &L, &NH, &C));
+    assert_true(L == 6 && NH == 6 && C == 384); /* the rule elsewhere */
+}
+
 static void test_tiny_alignment_by_hand(void **state) {
     (void)state;
     gpc_plan_input in;
@@ -209,8 +266,8 @@ static void test_bad_input_messages(void **state) {
     TEST_FAILS(gpc_plan_parse_model("d12x", &in), GPC_ERR_INVALID_ARG, "not of the form dN");
     gpc_plan_result r;
     gpc_plan_defaults(&in);
-    in.recompute = 3;
-    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--recompute 3");
+    in.recompute = -1;
+    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--recompute -1");
     gpc_plan_defaults(&in);
     in.zero = 2;
     TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--zero 2");
@@ -226,6 +283,13 @@ static void test_bad_input_messages(void **state) {
     gpc_plan_defaults(&in);
     in.gpus = 0;
     TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--gpus 0");
+    /* under pp a recompute block count is each stage's: d12 over pp 4 has 3 */
+    gpc_plan_defaults(&in);
+    in.pp = 4, in.gpus = 4, in.recompute = GPT_RECOMPUTE(GPT_RECOMPUTE_BLOCK, 4);
+    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG,
+               "--recompute-layers 4 is more than a pipeline stage's 3 blocks");
+    in.recompute = GPT_RECOMPUTE(GPT_RECOMPUTE_BLOCK, 3);
+    TEST_OK(gpc_plan_compute(&in, &r));
 }
 
 /* The plan against the model itself: gpt_create_recompute and
@@ -243,7 +307,9 @@ static void test_plan_matches_gpt_create(void **state) {
         int vocab = 50 + (int)gpc_rng_below(&rng, 300);
         gpt_config config;
         TEST_OK(gpt_config_init(&config, layers, heads, channels, T, vocab));
-        int recompute = trial % 3; /* every recomputation level */
+        /* every recomputation level, on all blocks or the first few */
+        int level = trial % 4, blocks = level ? (int)gpc_rng_below(&rng, (uint64_t)layers + 1) : 0;
+        int recompute = GPT_RECOMPUTE(level, blocks);
         gpt_model *model = NULL;
         TEST_OK(gpt_create_recompute(&model, &config, gpc_cpu(), GPC_F32, B, T, 1, recompute));
         gpc_plan_input in;
@@ -295,11 +361,14 @@ static void test_plan_matches_gpt_create(void **state) {
         in.zero = 0;
         /* a part (gpt_create_part) of tp slices and pp stages: the first
          * stage, with pp micro-batches' activations (1F1B's most) */
-        int tp = heads % 2 == 0 ? 2 : 1, pp = layers > 1 ? layers : 1;
+        int tp = heads % 2 == 0 ? 2 : 1, pp = trial % 8 < 6 ? layers : 1;
         gpt_parallel par = {tp, 0, pp, 0, pp};
-        TEST_OK(gpt_create_part(&model, &config, gpc_cpu(), GPC_F32, B, T, recompute, &par, 0,
+        /* under pp a block count is each stage's: at most its L/pp blocks */
+        int stage_blocks = blocks < layers / pp ? blocks : layers / pp;
+        int part_recompute = GPT_RECOMPUTE(level, stage_blocks);
+        TEST_OK(gpt_create_part(&model, &config, gpc_cpu(), GPC_F32, B, T, part_recompute, &par, 0,
                                 SIZE_MAX));
-        in.tp = tp, in.pp = pp, in.gpus = tp * pp;
+        in.tp = tp, in.pp = pp, in.gpus = tp * pp, in.recompute = part_recompute;
         TEST_OK(gpc_plan_compute(&in, &r));
         assert_int_equal(r.num_params, gpt_num_params(model));
         real = gpt_memory_bytes(model);
@@ -332,15 +401,11 @@ static void test_parallel_messages(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_d12_bf16_by_hand),
-        cmocka_unit_test(test_recompute_by_hand),
-        cmocka_unit_test(test_fp32_zero1_by_hand),
-        cmocka_unit_test(test_lora_by_hand),
-        cmocka_unit_test(test_tiny_alignment_by_hand),
-        cmocka_unit_test(test_max_batch_boundary),
-        cmocka_unit_test(test_bad_input_messages),
-        cmocka_unit_test(test_plan_matches_gpt_create),
-        cmocka_unit_test(test_parallel_messages),
+        cmocka_unit_test(test_d12_bf16_by_hand),        cmocka_unit_test(test_recompute_by_hand),
+        cmocka_unit_test(test_fp32_zero1_by_hand),      cmocka_unit_test(test_lora_by_hand),
+        cmocka_unit_test(test_tiny_alignment_by_hand),  cmocka_unit_test(test_gpt2_sizes),
+        cmocka_unit_test(test_max_batch_boundary),      cmocka_unit_test(test_bad_input_messages),
+        cmocka_unit_test(test_plan_matches_gpt_create), cmocka_unit_test(test_parallel_messages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,10 @@
  * from the mode's numbers) and its distance from the heat equation's
  * exact solution, the update written here as plain float64 loops
  * over the whole grid from a random field, and the same run split into
- * slabs, which must give the same bits as one slab. */
+ * slabs, which must give the same bits as one slab. The field's checksum
+ * is recomputed here from the points, and bad configs (f32 on the CPU, a
+ * GPU that is not there, more processes than planes, collectives other
+ * than MPI's) are refused with the reason. */
 #include "testutil.h"
 
 #include <math.h>
@@ -167,6 +170,58 @@ static void test_large_grid(void **state) {
     gpc_stencil_free(three);
 }
 
+/* splitmix64's finalizer of the bits mixed with the index, written out
+ * here from its definition (Steele, Lea and Flood 2014). */
+static uint64_t hash_here(uint64_t bits, uint64_t index) {
+    uint64_t z = bits ^ (index * 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* The checksum is the sum of the points' hashes, the same for every split,
+ * and changes with the field; gpc_stencil_plane gives what gpc_stencil_at
+ * gives. */
+static void test_checksum_and_planes(void **state) {
+    (void)state;
+    const int n = 17, steps = 9;
+    gpc_stencil *one = make(n, 1, 0.1, 2, 3, 1), *four = make(n, 4, 0.1, 2, 3, 1);
+    TEST_OK(gpc_stencil_run(one, steps));
+    TEST_OK(gpc_stencil_run(four, steps));
+    int first = -1, count = -1;
+    gpc_stencil_planes(four, &first, &count);
+    assert_int_equal(first, 0);
+    assert_int_equal(count, n);
+    uint64_t want = 0;
+    double *plane = malloc((size_t)n * n * sizeof *plane);
+    for (int z = 0; z < n; z++) {
+        TEST_OK(gpc_stencil_plane(four, z, plane));
+        for (int y = 0; y < n; y++)
+            for (int x = 0; x < n; x++) {
+                double value = gpc_stencil_at(one, x, y, z);
+                assert_true(memcmp(&value, &plane[y * n + x], sizeof value) == 0);
+                uint64_t bits;
+                memcpy(&bits, &value, sizeof bits);
+                want += hash_here(bits, ((uint64_t)z * n + (uint64_t)y) * n + (uint64_t)x);
+            }
+    }
+    assert_true(gpc_stencil_checksum(one) == want);
+    assert_true(gpc_stencil_checksum(four) == want);
+    assert_true(gpc_stencil_at_all(four, 3, 4, 5) == gpc_stencil_at(one, 3, 4, 5));
+    TEST_FAILS(gpc_stencil_plane(four, n, plane), GPC_ERR_INVALID_ARG, "is not this process's");
+    assert_true(isnan(gpc_stencil_at(four, 0, 0, n)));
+    TEST_OK(gpc_stencil_run(one, 1));
+    assert_true(gpc_stencil_checksum(one) != want);
+    free(plane);
+    gpc_stencil_free(one);
+    gpc_stencil_free(four);
+}
+
+static gpc_status fake_all_reduce_host(gpc_dist *d, double *values, int n) {
+    (void)d, (void)values, (void)n;
+    return GPC_OK;
+}
+
 static void test_bad_configs(void **state) {
     (void)state;
     gpc_stencil_config c;
@@ -183,6 +238,36 @@ static void test_bad_configs(void **state) {
     gpc_stencil_defaults(&c);
     c.n = 0;
     TEST_FAILS(gpc_stencil_create(&s, &c), GPC_ERR_INVALID_ARG, "n 0 is not 1 to 4096");
+    gpc_stencil_defaults(&c);
+    c.fp32 = 1;
+    TEST_FAILS(gpc_stencil_create(&s, &c), GPC_ERR_INVALID_ARG, "f32 runs on GPUs only");
+    /* a GPU that is not there: which words depend on the build and the
+     * machine, but the reason is always given */
+    gpc_stencil_defaults(&c);
+    c.device.type = GPC_DEVICE_CUDA, c.device.index = 9999;
+    assert_int_not_equal(gpc_stencil_create(&s, &c), GPC_OK);
+    const char *why = gpc_last_error();
+    if (!strstr(why, "built without CUDA") && !strstr(why, "no CUDA GPU is usable") &&
+        !strstr(why, "cuda:9999 does not exist"))
+        fail_msg("cuda:9999: %s", why);
+    /* processes: a grid of fewer planes than slabs, and collectives that do
+     * not carry the stencil's halos (the checks come before any message) */
+    gpc_dist_ops ops;
+    memset(&ops, 0, sizeof ops);
+    ops.name = "nccl";
+    ops.all_reduce_host = fake_all_reduce_host;
+    gpc_dist dist;
+    memset(&dist, 0, sizeof dist);
+    dist.ops = &ops, dist.rank = 0, dist.world_size = 4;
+    gpc_stencil_defaults(&c);
+    c.dist = &dist, c.n = 7, c.domains = 2;
+    TEST_FAILS(gpc_stencil_create(&s, &c), GPC_ERR_INVALID_ARG,
+               "4 processes x 2 domains for 7 planes");
+    c.n = 8;
+    if (gpc_dist_have_mpi())
+        TEST_FAILS(gpc_stencil_create(&s, &c), GPC_ERR_UNSUPPORTED, "halo planes go over MPI");
+    else
+        TEST_FAILS(gpc_stencil_create(&s, &c), GPC_ERR_UNSUPPORTED, "built without MPI");
     assert_null(s);
 }
 
@@ -192,6 +277,7 @@ int main(void) {
         cmocka_unit_test(test_matches_plain_loops),
         cmocka_unit_test(test_domains_give_the_same_bits),
         cmocka_unit_test(test_large_grid),
+        cmocka_unit_test(test_checksum_and_planes),
         cmocka_unit_test(test_bad_configs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -557,12 +557,63 @@ static void test_bad_settings(void **state) {
     assert_int_equal(r.start.first_step, 2);
 }
 
+/* Out-of-memory auto-fit: a device limit between what micro-batch 2 and 4
+ * hold makes the run go on at 2 x 2, whose losses are bitwise those of the
+ * run started at 2 x 2 and within 1e-5 of those at 4 (the gradient sums
+ * rounded in another order); the device holds nothing afterwards. */
+static void test_auto_fit(void **state) {
+    (void)state;
+    gpc_train_options o;
+    record at4, at2, fit, off_record;
+    tiny_options(&o, run_dir("fit4"), &at4);
+    o.steps = 6;
+    o.eval_every = 3;
+    TEST_OK(gpc_train(&o, NULL));
+    size_t held4 = at4.start.memory_planned;
+    tiny_options(&o, run_dir("fit2"), &at2);
+    o.steps = 6;
+    o.eval_every = 3;
+    o.batch = 2;
+    o.total_batch = 4 * 16;
+    o.eval_batches = 8;
+    TEST_OK(gpc_train(&o, NULL));
+    size_t held2 = at2.start.memory_planned;
+    assert_true(held2 < held4);
+
+    char limit[32];
+    snprintf(limit, sizeof limit, "%zu", (held2 + held4) / 2);
+    setenv("GPC_DEVICE_MEMORY_LIMIT", limit, 1);
+    tiny_options(&o, run_dir("fit"), &fit);
+    o.steps = 6;
+    o.eval_every = 3;
+    gpc_status s = gpc_train(&o, NULL);
+    tiny_options(&o, run_dir("fit-off"), &off_record);
+    o.no_auto_fit = 1;
+    gpc_status off = gpc_train(&o, NULL);
+    unsetenv("GPC_DEVICE_MEMORY_LIMIT");
+    TEST_OK(s);
+    assert_int_equal(off, GPC_ERR_NOMEM);
+    gpc_clear_error();
+    assert_int_equal(fit.starts, 1);
+    assert_int_equal(fit.start.B, 2);
+    assert_int_equal(fit.start.accumulation_steps, 2);
+    assert_int_equal(fit.steps, 6);
+    for (int step = 1; step <= 6; step++) {
+        assert_memory_equal(&fit.loss[step], &at2.loss[step], sizeof(float));
+        assert_true(fabsf(fit.loss[step] - at4.loss[step]) <= 1e-5f * fabsf(at4.loss[step]));
+        if (!isnan(at2.val_loss[step]))
+            assert_memory_equal(&fit.val_loss[step], &at2.val_loss[step], sizeof(float));
+    }
+    assert_int_equal(gpc_device_memory_in_use(gpc_cpu()), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schedule),       cmocka_unit_test(test_loss_falls),
         cmocka_unit_test(test_resume_exact),   cmocka_unit_test(test_accumulation),
         cmocka_unit_test(test_bad_settings),   cmocka_unit_test(test_power_summary),
         cmocka_unit_test(test_energy_summary), cmocka_unit_test(test_energy_meter),
+        cmocka_unit_test(test_auto_fit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,565 @@
+/*
+ * stencil_cuda.cu: the 7-point heat-equation stencil on a GPU, in f32 and
+ * f64 (stencil_cuda.h has the layout and the step's two halves).
+ *
+ * The update is bound by memory: 2 loads and 1 store of an element a point
+ * at best, against 8 flops. The kernel therefore reads each point from DRAM
+ * once, with the 2.5D scheme (Micikevicius, "3D finite difference
+ * computation on GPUs using CUDA", 2009): a 32 x 8 block of threads covers
+ * a tile of (x, y) and marches along z, each thread keeping its column's
+ * planes z - 1, z and z + 1 in registers and the current plane's tile, with
+ * a one-point rim, in shared memory for the x and y neighbours. Only the
+ * rim is read twice, and from L2 (neighbouring tiles run at the same time).
+ * The register queue runs several planes ahead of the one being updated
+ * (3 in f64, 5 in f32): the loads in flight per SM (2048 threads x 3 x 8
+ * bytes in f64) cover the HBM latency that one load at a time per thread
+ * (the plain scheme) leaves exposed at 4.8 TB/s. Rows are padded so every warp's row is whole
+ * 32-byte sectors. Blocks split z into chunks when the tiles alone would not fill the GPU several
+ * times over, so the last wave is short.
+ *
+ * Every point is (1 - 6 r) u + r s in one fused multiply-add, s summed as
+ * x-1, x+1, y-1, y+1, z-1, z+1, with round-to-nearest intrinsics that no
+ * compiler flag contracts or reorders: in f64 that is the CPU's arithmetic
+ * exactly, so the two give the same bits; the starting field is made from
+ * the CPU's sine tables with the CPU's two products.
+ */
+#include "cuda/cuda_common.cuh"
+#include "sci/stencil_cuda.h"
+
+#include <stdio.h>
+
+enum { BX = 32, BY = 8 };
+
+/* ------------------------------------------------------------ arithmetic */
+
+__device__ __forceinline__ double add_rn(double a, double b) {
+    return __dadd_rn(a, b);
+}
+__device__ __forceinline__ float add_rn(float a, float b) {
+    return __fadd_rn(a, b);
+}
+__device__ __forceinline__ double mul_rn(double a, double b) {
+    return __dmul_rn(a, b);
+}
+__device__ __forceinline__ float mul_rn(float a, float b) {
+    return __fmul_rn(a, b);
+}
+__device__ __forceinline__ double fma_rn(double a, double b, double c) {
+    return __fma_rn(a, b, c);
+}
+__device__ __forceinline__ float fma_rn(float a, float b, float c) {
+    return __fmaf_rn(a, b, c);
+}
+__device__ __forceinline__ uint64_t bits_of(double x) {
+    return (uint64_t)__double_as_longlong(x);
+}
+__device__ __forceinline__ uint64_t bits_of(float x) {
+    return (uint64_t)(uint32_t)__float_as_uint(x);
+}
+
+/* --------------------------------------------------------------- kernels */
+
+/* Planes in flight beyond z + 1 in stencil_update's register queue: enough
+ * that the loads under way cover HBM's latency at full bandwidth (f32 moves
+ * half the bytes a load, so it keeps more loads going), few enough that the
+ * kernel stays within 32 registers, so 8 blocks of 256 threads fit an SM. */
+template <typename T> struct ahead_of {
+    enum { value = sizeof(T) == 8 ? 3 : 5 };
+};
+
+/* v = c6 u + r (six neighbours) on planes z_begin .. z_end - 1 of one slab,
+ * blockIdx.z taking zchunk planes each. u and v point at x = 0 of row 0 of
+ * plane 0; planes z_begin - 1 .. z_end are read. */
+template <typename T>
+__global__ void __launch_bounds__(BX *BY, 8)
+    stencil_update(T *__restrict__ v, const T *__restrict__ u, int n, int pitch, long long plane,
+                   int z_begin, int z_end, int zchunk, T c6, T r) {
+    enum { AHEAD = ahead_of<T>::value, QUEUE = AHEAD + 3 };
+    __shared__ T tile[BY + 2][BX + 2];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int x = blockIdx.x * BX + tx + 1, y = blockIdx.y * BY + ty + 1;
+    const int zb = z_begin + (int)blockIdx.z * zchunk;
+    const int ze = min(zb + zchunk, z_end);
+    if (zb >= ze) return;                         /* the whole block: before any barrier */
+    const bool stored = x <= n + 1 && y <= n + 1; /* the ring of zeros included */
+    const bool inside = x <= n && y <= n;
+    const T zero = 0;
+    /* this thread's point on plane zb, in u and in v */
+    const long long at = (long long)zb * plane + (long long)y * pitch + x;
+    const T *p = u + at;
+    T *w = v + at;
+    /* q[k] holds plane z - 1 + k: below, here, above, then AHEAD planes on
+     * their way. Planes zb - 1 .. ze are read; plane p is loaded only if
+     * p <= ze. */
+    T q[QUEUE];
+#pragma unroll
+    for (int k = 0; k < QUEUE - 1; k++)
+        q[k] = stored && (k <= 2 || zb - 1 + k <= ze) ? p[(k - 1) * plane] : zero;
+    for (int z = zb; z < ze; z++) {
+        q[QUEUE - 1] = stored && z + AHEAD + 1 <= ze ? p[(AHEAD + 1) * plane] : zero;
+        tile[ty + 1][tx + 1] = q[1];
+        if (tx == 0 && y <= n + 1) tile[ty + 1][0] = p[-1];
+        if (tx == BX - 1 && stored && x <= n) tile[ty + 1][BX + 1] = p[1];
+        if (ty == 0 && x <= n + 1) tile[0][tx + 1] = p[-pitch];
+        if (ty == BY - 1 && stored && y <= n) tile[BY + 1][tx + 1] = p[pitch];
+        __syncthreads();
+        if (inside) {
+            T s = add_rn(tile[ty + 1][tx], tile[ty + 1][tx + 2]);
+            s = add_rn(s, tile[ty][tx + 1]);
+            s = add_rn(s, tile[ty + 2][tx + 1]);
+            s = add_rn(s, q[0]);
+            s = add_rn(s, q[2]);
+            *w = fma_rn(c6, q[1], mul_rn(r, s));
+        }
+        __syncthreads(); /* the tile is rewritten next plane */
+#pragma unroll
+        for (int k = 0; k < QUEUE - 1; k++)
+            q[k] = q[k + 1];
+        p += plane, w += plane;
+    }
+}
+
+/* The starting mode on planes 0 .. nz + 1 of one slab, halos included
+ * (the first step reads them before any exchange): (sx sy) sz at grid
+ * plane g0 - 1 + z, g0 the slab's first; the halos beyond the grid's faces
+ * stay 0. */
+template <typename T>
+__global__ void stencil_start(T *u, const double *sx, const double *sy, const double *sz, int n,
+                              int pitch, long long plane, int g0) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    const int z = blockIdx.z, g = g0 - 1 + z;
+    if (x >= n || y >= n || g < 0 || g >= n) return;
+    const double value = __dmul_rn(__dmul_rn(sx[x], sy[y]), sz[g]);
+    u[(long long)z * plane + (long long)(y + 1) * pitch + x + 1] = (T)value;
+}
+
+/* max |u - scale u0| and max |u0| over planes 1 .. nz of one slab, into
+ * out[0] and out[1] as the bits of non-negative doubles (which order as
+ * integers, so atomicMax is exact and the order of blocks does not
+ * matter). */
+template <typename T>
+__global__ void stencil_error(const T *u, const double *sx, const double *sy, const double *sz,
+                              int n, int pitch, long long plane, int nz, double scale,
+                              unsigned long long *out) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    double err = 0, big = 0;
+    if (x < n && y < n)
+        for (int z = 0; z < nz; z++) {
+            const double start = __dmul_rn(__dmul_rn(sx[x], sy[y]), sz[z]);
+            const double got =
+                (double)u[(long long)(z + 1) * plane + (long long)(y + 1) * pitch + x + 1];
+            err = fmax(err, fabs(__dsub_rn(got, __dmul_rn(scale, start))));
+            big = fmax(big, fabs(start));
+        }
+    for (int o = 16; o > 0; o >>= 1) {
+        err = fmax(err, __shfl_xor_sync(0xffffffffu, err, o));
+        big = fmax(big, __shfl_xor_sync(0xffffffffu, big, o));
+    }
+    if ((threadIdx.x & 31) == 0) {
+        atomicMax(&out[0], (unsigned long long)bits_of(err));
+        atomicMax(&out[1], (unsigned long long)bits_of(big));
+    }
+}
+
+/* The sum of gpc_stencil_hash terms over planes 1 .. nz of one slab, whose
+ * first plane is grid plane z0 (integer sums: exact in any order). */
+template <typename T>
+__global__ void stencil_checksum(const T *u, int n, int pitch, long long plane, int nz, int z0,
+                                 unsigned long long *out) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    uint64_t sum = 0;
+    if (x < n && y < n)
+        for (int z = 0; z < nz; z++) {
+            const T value = u[(long long)(z + 1) * plane + (long long)(y + 1) * pitch + x + 1];
+            const uint64_t index = ((uint64_t)(z0 + z) * n + (uint64_t)y) * n + (uint64_t)x;
+            sum += gpc_stencil_hash(bits_of(value), index);
+        }
+    for (int o = 16; o > 0; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if ((threadIdx.x & 31) == 0) atomicAdd(&out[0], (unsigned long long)sum);
+}
+
+/* ------------------------------------------------------------ the solver */
+
+struct gpc_stencil_cuda {
+    gpc_stencil_cuda_config c;
+    size_t elem;                 /* bytes of an element */
+    int pitch;                   /* elements of a row */
+    int shift;                   /* where x = 0 sits in its row, so x = 1 is 128-byte aligned */
+    long long plane;             /* elements of a plane: pitch (n + 2) */
+    int *z0, *nz;                /* each slab's first plane of the band (0-based) and its planes */
+    char **u, **v;               /* each slab's arrays, nz + 2 planes */
+    double *sine;                /* device: the x, y and z tables, n each */
+    unsigned long long *scratch; /* device: two reduction results */
+    cudaStream_t compute, halo;
+    cudaEvent_t compute_done, halo_done;
+    int started;   /* a step was queued: the events mean something */
+    int resident;  /* update blocks the GPU runs at once */
+    void *host[4]; /* pinned: send_lo, send_hi, recv_lo, recv_hi */
+};
+
+static void layout(const gpc_stencil_cuda_config *c, size_t *elem, int *pitch, int *shift,
+                   long long *plane) {
+    *elem = c->fp32 ? sizeof(float) : sizeof(double);
+    const int align = (int)(128 / *elem);
+    *shift = align - 1;
+    *pitch = (*shift + c->n + 2 + align - 1) / align * align;
+    *plane = (long long)*pitch * (c->n + 2);
+}
+
+extern "C" double gpc_stencil_cuda_bytes(const gpc_stencil_cuda_config *c) {
+    size_t elem;
+    int pitch, shift;
+    long long plane;
+    layout(c, &elem, &pitch, &shift, &plane);
+    /* u and v of every slab: the band's planes plus two halos a slab */
+    return 2.0 * (double)plane * (double)elem * (c->nz + 2.0 * c->slabs) + 3.0 * c->n * 8.0;
+}
+
+extern "C" gpc_status gpc_stencil_cuda_check(int device, double bytes, const char *what) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        cudaGetLastError(); /* clear it: later calls must not report it */
+        return gpc_error(GPC_ERR_DEVICE,
+                         "stencil: no CUDA GPU is usable here (%s): run with --device cpu",
+                         e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    }
+    if (device < 0 || device >= count)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "stencil: cuda:%d does not exist: this machine has %d GPU%s (cuda:0 to "
+                         "cuda:%d)",
+                         device, count, count == 1 ? "" : "s", count - 1);
+    GPC_CUDA_CHECK(cudaSetDevice(device));
+    size_t free_bytes = 0, total = 0;
+    GPC_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    if (bytes > (double)free_bytes)
+        return gpc_error(GPC_ERR_NOMEM,
+                         "%s need about %.1f GiB on cuda:%d, which has %.1f GiB free of %.1f "
+                         "GiB: use a smaller --n, --precision f32, or more processes",
+                         what, bytes / (1 << 30), device, (double)free_bytes / (1 << 30),
+                         (double)total / (1 << 30));
+    return GPC_OK;
+}
+
+extern "C" void gpc_stencil_cuda_free(gpc_stencil_cuda *g) {
+    if (!g) return;
+    cudaSetDevice(g->c.device);
+    if (g->compute) cudaStreamSynchronize(g->compute);
+    if (g->halo) cudaStreamSynchronize(g->halo);
+    for (int d = 0; g->u && d < g->c.slabs; d++) {
+        cudaFree(g->u[d]);
+        cudaFree(g->v[d]);
+    }
+    for (int k = 0; k < 4; k++)
+        cudaFreeHost(g->host[k]);
+    cudaFree(g->sine);
+    cudaFree(g->scratch);
+    if (g->compute_done) cudaEventDestroy(g->compute_done);
+    if (g->halo_done) cudaEventDestroy(g->halo_done);
+    if (g->compute) cudaStreamDestroy(g->compute);
+    if (g->halo) cudaStreamDestroy(g->halo);
+    free(g->u), free(g->v), free(g->z0), free(g->nz);
+    free(g);
+}
+
+template <typename T> static gpc_status start_field(gpc_stencil_cuda *g) {
+    const int n = g->c.n;
+    for (int d = 0; d < g->c.slabs; d++) {
+        dim3 block(BX, BY), grid((n + BX - 1) / BX, (n + BY - 1) / BY, g->nz[d] + 2);
+        stencil_start<T><<<grid, block, 0, g->compute>>>((T *)g->u[d] + g->shift, g->sine,
+                                                         g->sine + n, g->sine + 2 * n, n, g->pitch,
+                                                         g->plane, g->c.z0 + g->z0[d]);
+        GPC_CUDA_CHECK_LAUNCH();
+    }
+    int per_sm = 0, sms = 0;
+    /* also loads the update kernel now, not inside the first timed step */
+    GPC_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, stencil_update<T>, BX * BY, 0));
+    GPC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, g->c.device));
+    g->resident = per_sm * sms > 0 ? per_sm * sms : 1;
+    return GPC_OK;
+}
+
+static gpc_status create(gpc_stencil_cuda *g) {
+    const gpc_stencil_cuda_config *c = &g->c;
+    GPC_CUDA_CHECK(cudaSetDevice(c->device));
+    layout(c, &g->elem, &g->pitch, &g->shift, &g->plane);
+    g->z0 = (int *)calloc((size_t)c->slabs, sizeof(int));
+    g->nz = (int *)calloc((size_t)c->slabs, sizeof(int));
+    g->u = (char **)calloc((size_t)c->slabs, sizeof(char *));
+    g->v = (char **)calloc((size_t)c->slabs, sizeof(char *));
+    if (!g->z0 || !g->nz || !g->u || !g->v)
+        return gpc_error(GPC_ERR_NOMEM, "stencil: out of host memory");
+    GPC_CUDA_CHECK(cudaStreamCreateWithFlags(&g->compute, cudaStreamNonBlocking));
+    GPC_CUDA_CHECK(cudaStreamCreateWithFlags(&g->halo, cudaStreamNonBlocking));
+    GPC_CUDA_CHECK(cudaEventCreateWithFlags(&g->compute_done, cudaEventDisableTiming));
+    GPC_CUDA_CHECK(cudaEventCreateWithFlags(&g->halo_done, cudaEventDisableTiming));
+    const size_t plane_bytes = (size_t)g->plane * g->elem;
+    for (int d = 0; d < c->slabs; d++) {
+        /* the same split of the band into slabs as the CPU's */
+        g->z0[d] = (int)((long long)c->nz * d / c->slabs);
+        g->nz[d] = (int)((long long)c->nz * (d + 1) / c->slabs) - g->z0[d];
+        const size_t bytes = (size_t)(g->nz[d] + 2) * plane_bytes;
+        GPC_CUDA_CHECK(cudaMalloc((void **)&g->u[d], bytes));
+        GPC_CUDA_CHECK(cudaMalloc((void **)&g->v[d], bytes));
+        /* the rings and the halos of the grid's faces stay 0 */
+        GPC_CUDA_CHECK(cudaMemsetAsync(g->u[d], 0, bytes, g->compute));
+        GPC_CUDA_CHECK(cudaMemsetAsync(g->v[d], 0, bytes, g->compute));
+    }
+    if (c->below || c->above)
+        for (int k = 0; k < 4; k++) {
+            GPC_CUDA_CHECK(cudaMallocHost(&g->host[k], plane_bytes));
+            memset(g->host[k], 0, plane_bytes);
+        }
+    const size_t table = (size_t)c->n * sizeof(double);
+    GPC_CUDA_CHECK(cudaMalloc((void **)&g->sine, 3 * table));
+    GPC_CUDA_CHECK(cudaMalloc((void **)&g->scratch, 2 * sizeof(unsigned long long)));
+    for (int a = 0; a < 3; a++)
+        GPC_CUDA_CHECK(cudaMemcpyAsync((char *)g->sine + a * table, c->sine[a], table,
+                                       cudaMemcpyHostToDevice, g->compute));
+    GPC_TRY(c->fp32 ? start_field<float>(g) : start_field<double>(g));
+    GPC_CUDA_CHECK(cudaStreamSynchronize(g->compute));
+    return GPC_OK;
+}
+
+extern "C" gpc_status gpc_stencil_cuda_create(gpc_stencil_cuda **out,
+                                              const gpc_stencil_cuda_config *c) {
+    *out = NULL;
+    gpc_stencil_cuda *g = (gpc_stencil_cuda *)calloc(1, sizeof *g);
+    if (!g) return gpc_error(GPC_ERR_NOMEM, "stencil: out of host memory");
+    g->c = *c;
+    gpc_status s = create(g);
+    for (int a = 0; a < 3; a++)
+        g->c.sine[a] = NULL; /* the caller's tables were copied up, not kept */
+    if (s) {
+        gpc_stencil_cuda_free(g);
+        return s;
+    }
+    *out = g;
+    return GPC_OK;
+}
+
+extern "C" void gpc_stencil_cuda_host_halos(const gpc_stencil_cuda *g,
+                                            gpc_stencil_cuda_halos *out) {
+    out->send_lo = g->host[0], out->send_hi = g->host[1];
+    out->recv_lo = g->host[2], out->recv_hi = g->host[3];
+    out->bytes = (size_t)g->plane * g->elem;
+}
+
+/* Queues the update of planes z_begin .. z_end - 1 of slab d on `stream`. */
+template <typename T>
+static gpc_status update(gpc_stencil_cuda *g, int d, int z_begin, int z_end, cudaStream_t stream) {
+    const int n = g->c.n, planes = z_end - z_begin;
+    if (planes <= 0) return GPC_OK;
+    const int gx = (n + BX - 1) / BX, gy = (n + BY - 1) / BY;
+    /* enough blocks for about 4 waves, but chunks of 16 planes or more: a
+     * chunk re-reads the plane on either side of it */
+    long long want = (4LL * g->resident + (long long)gx * gy - 1) / ((long long)gx * gy);
+    int chunks = (int)(want < 1 ? 1 : want);
+    if (chunks > planes / 16) chunks = planes / 16 > 1 ? planes / 16 : 1;
+    const int zchunk = (planes + chunks - 1) / chunks;
+    dim3 block(BX, BY), grid(gx, gy, (planes + zchunk - 1) / zchunk);
+    const double r = g->c.r, c6 = g->c.c6; /* the CPU's c6 */
+    stencil_update<T><<<grid, block, 0, stream>>>((T *)g->v[d] + g->shift,
+                                                  (const T *)g->u[d] + g->shift, n, g->pitch,
+                                                  g->plane, z_begin, z_end, zchunk, (T)c6, (T)r);
+    GPC_CUDA_CHECK_LAUNCH();
+    return GPC_OK;
+}
+
+template <typename T> static gpc_status step_kernels(gpc_stencil_cuda *g) {
+    const int single = g->c.slabs == 1 && !g->c.below && !g->c.above;
+    for (int d = 0; d < g->c.slabs; d++) {
+        const int nz = g->nz[d];
+        if (single) {
+            /* no halo to wait for: one launch over every plane */
+            GPC_TRY(update<T>(g, d, 1, nz + 1, g->compute));
+            continue;
+        }
+        /* the planes next to the halos first, on the halo stream, so their
+         * exchange starts while the compute stream does the rest */
+        GPC_TRY(update<T>(g, d, 1, 2, g->halo));
+        if (nz >= 2) GPC_TRY(update<T>(g, d, nz, nz + 1, g->halo));
+        GPC_TRY(update<T>(g, d, 2, nz, g->compute));
+    }
+    return GPC_OK;
+}
+
+extern "C" gpc_status gpc_stencil_cuda_step_begin(gpc_stencil_cuda *g) {
+    GPC_CUDA_CHECK(cudaSetDevice(g->c.device));
+    if (g->started) {
+        /* this step writes what the other stream's last step read, and
+         * reads what it wrote */
+        GPC_CUDA_CHECK(cudaStreamWaitEvent(g->halo, g->compute_done, 0));
+        GPC_CUDA_CHECK(cudaStreamWaitEvent(g->compute, g->halo_done, 0));
+    }
+    GPC_TRY(g->c.fp32 ? step_kernels<float>(g) : step_kernels<double>(g));
+    const size_t pb = (size_t)g->plane * g->elem;
+    const int last = g->c.slabs - 1;
+    /* the new boundary planes into the neighbouring slabs' halos of v */
+    for (int d = 0; d < g->c.slabs; d++) {
+        if (d > 0)
+            GPC_CUDA_CHECK(cudaMemcpyAsync(g->v[d - 1] + (size_t)(g->nz[d - 1] + 1) * pb,
+                                           g->v[d] + pb, pb, cudaMemcpyDeviceToDevice, g->halo));
+        if (d < last)
+            GPC_CUDA_CHECK(cudaMemcpyAsync(g->v[d + 1], g->v[d] + (size_t)g->nz[d] * pb, pb,
+                                           cudaMemcpyDeviceToDevice, g->halo));
+    }
+    /* and the band's outer planes to the host, for the processes around */
+    if (g->c.below)
+        GPC_CUDA_CHECK(
+            cudaMemcpyAsync(g->host[0], g->v[0] + pb, pb, cudaMemcpyDeviceToHost, g->halo));
+    if (g->c.above)
+        GPC_CUDA_CHECK(cudaMemcpyAsync(g->host[1], g->v[last] + (size_t)g->nz[last] * pb, pb,
+                                       cudaMemcpyDeviceToHost, g->halo));
+    if (g->c.below || g->c.above) GPC_CUDA_CHECK(cudaStreamSynchronize(g->halo));
+    return GPC_OK;
+}
+
+extern "C" gpc_status gpc_stencil_cuda_step_end(gpc_stencil_cuda *g) {
+    const size_t pb = (size_t)g->plane * g->elem;
+    const int last = g->c.slabs - 1;
+    if (g->c.below)
+        GPC_CUDA_CHECK(cudaMemcpyAsync(g->v[0], g->host[2], pb, cudaMemcpyHostToDevice, g->halo));
+    if (g->c.above)
+        GPC_CUDA_CHECK(cudaMemcpyAsync(g->v[last] + (size_t)(g->nz[last] + 1) * pb, g->host[3], pb,
+                                       cudaMemcpyHostToDevice, g->halo));
+    GPC_CUDA_CHECK(cudaEventRecord(g->halo_done, g->halo));
+    GPC_CUDA_CHECK(cudaEventRecord(g->compute_done, g->compute));
+    g->started = 1;
+    for (int d = 0; d < g->c.slabs; d++) {
+        char *t = g->u[d];
+        g->u[d] = g->v[d], g->v[d] = t;
+    }
+    return GPC_OK;
+}
+
+extern "C" gpc_status gpc_stencil_cuda_sync(gpc_stencil_cuda *g) {
+    GPC_CUDA_CHECK(cudaSetDevice(g->c.device));
+    GPC_CUDA_CHECK(cudaStreamSynchronize(g->compute));
+    GPC_CUDA_CHECK(cudaStreamSynchronize(g->halo));
+    GPC_CUDA_CHECK(cudaGetLastError());
+    return GPC_OK;
+}
+
+/* The slab holding band plane zl, and zl within it. */
+static int slab_of(const gpc_stencil_cuda *g, int zl, int *local) {
+    int d = 0;
+    while (d + 1 < g->c.slabs && zl >= g->z0[d] + g->nz[d])
+        d++;
+    *local = zl - g->z0[d];
+    return d;
+}
+
+extern "C" gpc_status gpc_stencil_cuda_plane(const gpc_stencil_cuda *g, int zl, double *out) {
+    GPC_TRY(gpc_stencil_cuda_sync((gpc_stencil_cuda *)g));
+    const int n = g->c.n;
+    int local;
+    const int d = slab_of(g, zl, &local);
+    void *rows = malloc((size_t)n * n * g->elem);
+    if (!rows) return gpc_error(GPC_ERR_NOMEM, "stencil: out of host memory");
+    const char *src =
+        g->u[d] +
+        ((size_t)(local + 1) * g->plane + (size_t)g->pitch + (size_t)g->shift + 1) * g->elem;
+    cudaError_t e = cudaMemcpy2D(rows, (size_t)n * g->elem, src, (size_t)g->pitch * g->elem,
+                                 (size_t)n * g->elem, (size_t)n, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess)
+        for (size_t i = 0; i < (size_t)n * n; i++)
+            out[i] = g->c.fp32 ? (double)((float *)rows)[i] : ((double *)rows)[i];
+    free(rows);
+    GPC_CUDA_CHECK(e);
+    return GPC_OK;
+}
+
+extern "C" gpc_status gpc_stencil_cuda_at(const gpc_stencil_cuda *g, int x, int y, int zl,
+                                          double *out) {
+    GPC_TRY(gpc_stencil_cuda_sync((gpc_stencil_cuda *)g));
+    int local;
+    const int d = slab_of(g, zl, &local);
+    const size_t i =
+        (size_t)(local + 1) * g->plane + (size_t)(y + 1) * g->pitch + (size_t)g->shift + x + 1;
+    if (g->c.fp32) {
+        float value;
+        GPC_CUDA_CHECK(
+            cudaMemcpy(&value, g->u[d] + i * g->elem, sizeof value, cudaMemcpyDeviceToHost));
+        *out = value;
+    } else {
+        GPC_CUDA_CHECK(cudaMemcpy(out, g->u[d] + i * g->elem, sizeof *out, cudaMemcpyDeviceToHost));
+    }
+    return GPC_OK;
+}
+
+/* Runs a reduction kernel over every slab into scratch; out[0..1] back. */
+template <typename T>
+static gpc_status reduce(const gpc_stencil_cuda *g, int checksum, double scale,
+                         unsigned long long out[2]) {
+    GPC_TRY(gpc_stencil_cuda_sync((gpc_stencil_cuda *)g));
+    const int n = g->c.n;
+    GPC_CUDA_CHECK(cudaMemsetAsync(g->scratch, 0, 2 * sizeof *g->scratch, g->compute));
+    dim3 block(BX, BY), grid((n + BX - 1) / BX, (n + BY - 1) / BY);
+    for (int d = 0; d < g->c.slabs; d++) {
+        const T *u = (const T *)g->u[d] + g->shift;
+        if (checksum)
+            stencil_checksum<T><<<grid, block, 0, g->compute>>>(u, n, g->pitch, g->plane, g->nz[d],
+                                                                g->c.z0 + g->z0[d], g->scratch);
+        else
+            stencil_error<T><<<grid, block, 0, g->compute>>>(
+                u, g->sine, g->sine + n, g->sine + 2 * n + g->c.z0 + g->z0[d], n, g->pitch,
+                g->plane, g->nz[d], scale, g->scratch);
+        GPC_CUDA_CHECK_LAUNCH();
+    }
+    GPC_CUDA_CHECK(
+        cudaMemcpyAsync(out, g->scratch, 2 * sizeof *out, cudaMemcpyDeviceToHost, g->compute));
+    GPC_CUDA_CHECK(cudaStreamSynchronize(g->compute));
+    return GPC_OK;
+}
+
+extern "C" gpc_status gpc_stencil_cuda_error(const gpc_stencil_cuda *g, double scale, double *err,
+                                             double *big) {
+    unsigned long long out[2] = {0, 0};
+    GPC_TRY(g->c.fp32 ? reduce<float>(g, 0, scale, out) : reduce<double>(g, 0, scale, out));
+    memcpy(err, &out[0], sizeof *err);
+    memcpy(big, &out[1], sizeof *big);
+    return GPC_OK;
+}
+
+extern "C" gpc_status gpc_stencil_cuda_checksum(const gpc_stencil_cuda *g, uint64_t *sum) {
+    unsigned long long out[2] = {0, 0};
+    GPC_TRY(g->c.fp32 ? reduce<float>(g, 1, 0, out) : reduce<double>(g, 1, 0, out));
+    *sum = out[0];
+    return GPC_OK;
+}
+
+extern "C" gpc_status gpc_stencil_cuda_copy_rate(int device, size_t bytes,
+                                                 double *bytes_per_second) {
+    *bytes_per_second = 0;
+    GPC_CUDA_CHECK(cudaSetDevice(device));
+    void *a = NULL, *b = NULL;
+    cudaEvent_t t0 = NULL, t1 = NULL;
+    cudaError_t e = cudaMalloc(&a, bytes);
+    if (e == cudaSuccess) e = cudaMalloc(&b, bytes);
+    if (e == cudaSuccess) e = cudaMemset(a, 1, bytes);
+    if (e == cudaSuccess) e = cudaMemset(b, 2, bytes);
+    if (e == cudaSuccess) e = cudaEventCreate(&t0);
+    if (e == cudaSuccess) e = cudaEventCreate(&t1);
+    if (e == cudaSuccess) e = cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice); /* warm-up */
+    float best = 0;
+    for (int rep = 0; rep < 5 && e == cudaSuccess; rep++) {
+        float ms = 0;
+        e = cudaEventRecord(t0, 0);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, 0);
+        if (e == cudaSuccess) e = cudaEventRecord(t1, 0);
+        if (e == cudaSuccess) e = cudaEventSynchronize(t1);
+        if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, t0, t1);
+        if (e == cudaSuccess && ms > 0 && (best == 0 || ms < best)) best = ms;
+    }
+    if (t0) cudaEventDestroy(t0);
+    if (t1) cudaEventDestroy(t1);
+    cudaFree(a);
+    cudaFree(b);
+    GPC_CUDA_CHECK(e);
+    /* bytes read plus bytes written */
+    *bytes_per_second = best > 0 ? 2.0 * (double)bytes / (best * 1e-3) : 0;
+    return GPC_OK;
+}

@@ -1,0 +1,900 @@
+/*
+ * engine.c: the serving engine (include/gpc/engine.h): a request queue, a
+ * scheduler that batches every active sequence into one model step
+ * (continuous batching with chunked prefill), the paged cache's block
+ * tables (kv_blocks.c keeps the blocks), preemption when blocks run out,
+ * and sampling on the host. The model step itself is gpt_step_paged.
+ *
+ * A sequence is its tokens (the prompt, then what it generated) and how
+ * many of them have keys and values in the cache (computed). Each step it
+ * runs the tokens after computed: one for a sequence that is decoding, a
+ * chunk for one that is reading its prompt. When its last token ran, the
+ * logits of that row give the next token. A preempted sequence gives its
+ * blocks back and keeps its tokens, rng and count, so recomputing it later
+ * is just a longer prompt and its output does not change.
+ *
+ * Scheduling, each step, in this order: (1) every running sequence that is
+ * decoding gets its token, oldest first; one that needs a new block and
+ * finds none preempts the youngest running sequence not yet in the step
+ * (itself, if it is that one); (2) running prompts get chunks from what is
+ * left of max_step_tokens, oldest first; (3) waiting requests join, first
+ * come first, while the batch has room, tokens are left and the free blocks
+ * hold their whole prompt (less the blocks it shares). A sequence's prompt
+ * blocks are all taken when it joins, so only decoding ever needs a block.
+ *
+ * Threads: any thread submits and cancels; steps run on one thread (the
+ * engine's, or the caller's through gpc_engine_step). The lock guards the
+ * queue, the running list, cancel marks and the statistics; the model step
+ * and the callbacks run without it, so a callback may call
+ * gpc_engine_cancel.
+ */
+#include "gpc/engine.h"
+#include "gpc/model.h"
+#include "gpc/serve.h"
+#include "gpc/tokenizer.h"
+#include "serve/kv_blocks.h"
+
+#include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The random stream of a request's seed: gpc sample's, so a request and
+ * `gpc sample --seed S` draw the same numbers. */
+#define ENGINE_RNG_STREAM 0x73616d706c65ULL /* "sample" */
+
+typedef struct seq {
+    uint64_t id;
+    gpc_engine_request req;
+    uint32_t *tokens; /* [context + 1]: the prompt, then the generated tokens */
+    int n_tokens, prompt_len, generated;
+    int computed;   /* tokens whose keys and values are in the cache */
+    int *blocks;    /* [max_blocks] the block table */
+    uint64_t *keys; /* [max_blocks] the prefix keys of the first n_keyed blocks */
+    int n_blocks, n_keyed;
+    gpc_rng rng;
+    gpc_finish_reason cancel; /* set by gpc_engine_cancel, under the lock */
+    int done;                 /* its final event is queued */
+    uint64_t admitted;        /* order of joining the batch: the youngest is preempted first */
+    struct seq *prev, *next;  /* the waiting queue */
+    struct seq *all_prev, *all_next; /* every live sequence (cancel looks ids up here) */
+    /* this step */
+    int step_start, step_count, logit_row;
+    uint32_t drawn; /* the token drawn from the step's logits */
+} seq;
+
+typedef struct {
+    seq *s;
+    gpc_engine_event event;
+} pending_event;
+
+struct gpc_engine {
+    gpt_model *model;
+    gpt_paged *paged;
+    gpc_tokenizer *tokenizer;
+    gpc_engine_options o;
+    gpc_engine_model_info info;
+    int context, vocab, block_size, max_blocks;
+    kv_blocks kv;
+
+    pthread_mutex_t lock;
+    pthread_cond_t work; /* something to do for the engine thread */
+    pthread_cond_t idle; /* the last sequence finished (drain waits) */
+    pthread_t thread;
+    int started, stop, draining, cancels;
+    int delivering; /* a step's callbacks run: drain waits for them too */
+    seq *wait_head, *wait_tail;
+    size_t n_waiting;
+    seq **running; /* [max_batch], oldest first */
+    int n_running;
+    seq *all;
+    uint64_t next_id, next_admitted;
+
+    /* step buffers, sized at creation */
+    seq **step; /* [max_batch] the sequences of this step */
+    int n_step;
+    int32_t *tokens, *positions, *seqs, *slots; /* [max_step_tokens] */
+    int32_t *tables;                            /* [max_batch, max_blocks] */
+    float *logits;                              /* [max_batch, vocab] */
+    void *sample_scratch;                       /* [sample_threads, 8 * vocab] bytes */
+    int sample_threads;
+    pending_event *events;
+    int n_events, max_events;
+    char error[512];
+
+    gpc_engine_stats stats;
+    double created;
+};
+
+const char *gpc_finish_reason_name(gpc_finish_reason reason) {
+    switch (reason) {
+    case GPC_FINISH_NONE:
+        return "none";
+    case GPC_FINISH_LENGTH:
+        return "length";
+    case GPC_FINISH_STOP:
+        return "stop";
+    case GPC_FINISH_EOS:
+        return "eos";
+    case GPC_FINISH_CANCELLED:
+        return "cancelled";
+    case GPC_FINISH_ERROR:
+        return "error";
+    }
+    return "unknown";
+}
+
+void gpc_engine_options_init(gpc_engine_options *o) {
+    memset(o, 0, sizeof *o);
+    o->max_batch = 256;
+    o->kv_bytes = 0;
+    o->block_size = 16;
+    o->max_queue = 1024;
+    o->max_step_tokens = 2048;
+    o->cuda_graphs = 1;
+    o->precision = GPC_BF16;
+}
+
+void gpc_engine_request_init(gpc_engine_request *r) {
+    memset(r, 0, sizeof *r);
+    r->max_tokens = 16;
+    r->temperature = 1.0f;
+    r->top_k = 0;
+    r->top_p = 1.0f;
+    r->eos_token = -1;
+}
+
+/* ------------------------------------------------------------ sequences */
+
+static void seq_free(seq *s) {
+    if (!s) return;
+    gpc_free(s->tokens);
+    gpc_free(s->blocks);
+    gpc_free(s->keys);
+    gpc_free(s);
+}
+
+static void release_blocks(gpc_engine *e, seq *s) {
+    for (int i = 0; i < s->n_blocks; i++)
+        kv_blocks_release(&e->kv, s->blocks[i]);
+    s->n_blocks = 0;
+    s->n_keyed = 0;
+    s->computed = 0;
+}
+
+static void wait_unlink(gpc_engine *e, seq *s) {
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        e->wait_head = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    else
+        e->wait_tail = s->prev;
+    s->prev = s->next = NULL;
+    e->n_waiting--;
+}
+
+static void wait_push_back(gpc_engine *e, seq *s) {
+    s->next = NULL;
+    s->prev = e->wait_tail;
+    if (e->wait_tail)
+        e->wait_tail->next = s;
+    else
+        e->wait_head = s;
+    e->wait_tail = s;
+    e->n_waiting++;
+}
+
+static void wait_push_front(gpc_engine *e, seq *s) {
+    s->prev = NULL;
+    s->next = e->wait_head;
+    if (e->wait_head)
+        e->wait_head->prev = s;
+    else
+        e->wait_tail = s;
+    e->wait_head = s;
+    e->n_waiting++;
+}
+
+static void all_unlink(gpc_engine *e, seq *s) {
+    if (s->all_prev)
+        s->all_prev->all_next = s->all_next;
+    else
+        e->all = s->all_next;
+    if (s->all_next) s->all_next->all_prev = s->all_prev;
+    s->all_prev = s->all_next = NULL;
+}
+
+static void running_remove(gpc_engine *e, int index) {
+    memmove(e->running + index, e->running + index + 1,
+            (size_t)(e->n_running - index - 1) * sizeof *e->running);
+    e->n_running--;
+}
+
+/* Queues s's last event; finish != NONE makes it final (s leaves after the
+ * callbacks). */
+static void emit(gpc_engine *e, seq *s, int32_t token, gpc_finish_reason finish,
+                 const char *message) {
+    pending_event *p = &e->events[e->n_events++];
+    p->s = s;
+    p->event.id = s->id;
+    p->event.token = token;
+    p->event.finish = finish;
+    p->event.prompt_tokens = (size_t)s->prompt_len;
+    p->event.generated = (size_t)s->generated;
+    p->event.message = message;
+    if (finish != GPC_FINISH_NONE) s->done = 1;
+}
+
+/* Ends s now (the lock held): its blocks go back, it leaves the lists. */
+static void finish_now(gpc_engine *e, seq *s, gpc_finish_reason reason, int running_index) {
+    release_blocks(e, s);
+    if (running_index >= 0)
+        running_remove(e, running_index);
+    else
+        wait_unlink(e, s);
+    all_unlink(e, s);
+    emit(e, s, -1, reason, NULL);
+}
+
+/* ------------------------------------------------------------ scheduling */
+
+static int blocks_for(const gpc_engine *e, int positions) {
+    return (positions + e->block_size - 1) / e->block_size;
+}
+
+/* Gives running[index] back to the queue's front, to be recomputed. */
+static void preempt(gpc_engine *e, int index) {
+    seq *s = e->running[index];
+    release_blocks(e, s);
+    running_remove(e, index);
+    wait_push_front(e, s);
+    e->stats.preemptions++;
+}
+
+static void schedule_seq(gpc_engine *e, seq *s, int count) {
+    s->step_start = s->computed;
+    s->step_count = count;
+    e->step[e->n_step++] = s;
+}
+
+/* Shares the registered blocks that hold a prefix of s's tokens: whole
+ * blocks before its last token (that one must run, for its logits). */
+static void share_prefix(gpc_engine *e, seq *s) {
+    int bs = e->block_size, parent = -1;
+    uint64_t key = 0;
+    for (int j = 0; (j + 1) * bs <= s->n_tokens - 1; j++) {
+        const uint32_t *t = s->tokens + (size_t)j * bs;
+        uint64_t k = kv_blocks_key(key, t, bs);
+        int b = kv_blocks_lookup(&e->kv, k, parent, t);
+        if (b < 0) break;
+        kv_blocks_ref(&e->kv, b);
+        s->blocks[s->n_blocks++] = b;
+        s->keys[s->n_keyed++] = k;
+        key = k;
+        parent = b;
+    }
+    s->computed = s->n_blocks * bs;
+}
+
+/* Decoding sequences: one token each, oldest first, preempting the
+ * youngest for blocks. Returns the tokens left of the budget. */
+static int schedule_decodes(gpc_engine *e, int budget, int *preempted) {
+    for (int i = 0; i < e->n_running && budget > 0; i++) {
+        seq *s = e->running[i];
+        if (s->n_tokens - s->computed != 1) continue;
+        int ok = 1;
+        while (s->n_blocks < blocks_for(e, s->computed + 1)) {
+            int b = kv_blocks_alloc(&e->kv);
+            if (b >= 0) {
+                s->blocks[s->n_blocks++] = b;
+                continue;
+            }
+            /* the youngest: the tail, as everything after i is unscheduled */
+            int victim = e->n_running - 1;
+            if (victim == i && e->n_running == 1) {
+                /* alone, it fills the whole cache: its context ends here */
+                finish_now(e, s, GPC_FINISH_LENGTH, i);
+                ok = 0;
+                break;
+            }
+            preempt(e, victim);
+            (*preempted)++;
+            if (victim == i) {
+                ok = 0;
+                break;
+            }
+        }
+        if (!ok) break; /* s left, and it was the last */
+        schedule_seq(e, s, 1);
+        budget--;
+    }
+    return budget;
+}
+
+static void schedule(gpc_engine *e) {
+    e->n_step = 0;
+    for (int i = 0; i < e->n_running; i++)
+        e->running[i]->step_count = 0;
+    int preempted = 0;
+    int budget = schedule_decodes(e, e->o.max_step_tokens, &preempted);
+    /* prompts already running, oldest first */
+    for (int i = 0; i < e->n_running && budget > 0; i++) {
+        seq *s = e->running[i];
+        int left = s->n_tokens - s->computed;
+        if (s->step_count || left <= 1) continue;
+        int count = left < budget ? left : budget;
+        schedule_seq(e, s, count);
+        budget -= count;
+    }
+    /* new sequences, first come first; none in a step that had to preempt */
+    while (!preempted && budget > 0 && e->n_running < e->o.max_batch && e->wait_head) {
+        seq *s = e->wait_head;
+        if (blocks_for(e, s->n_tokens) > e->kv.num_blocks) {
+            /* preempted when it had grown past what the cache holds on its
+             * own: it ends as it would have alone */
+            finish_now(e, s, GPC_FINISH_LENGTH, -1);
+            continue;
+        }
+        share_prefix(e, s);
+        int need = blocks_for(e, s->n_tokens) - s->n_blocks;
+        if (kv_blocks_free_count(&e->kv) < need) {
+            release_blocks(e, s);
+            break;
+        }
+        while (s->n_blocks < blocks_for(e, s->n_tokens))
+            s->blocks[s->n_blocks++] = kv_blocks_alloc(&e->kv);
+        wait_unlink(e, s);
+        s->admitted = e->next_admitted++;
+        e->running[e->n_running++] = s;
+        int left = s->n_tokens - s->computed;
+        int count = left < budget ? left : budget;
+        schedule_seq(e, s, count);
+        budget -= count;
+    }
+}
+
+/* The step's rows: the rows whose logits are wanted first (gpt_paged_batch),
+ * then the rest. */
+static void build_batch(gpc_engine *e, gpt_paged_batch *b) {
+    int R = 0, N = 0, bs = e->block_size, mb = e->max_blocks;
+    for (int k = 0; k < e->n_step; k++) {
+        seq *s = e->step[k];
+        N += s->step_count;
+        R += s->step_start + s->step_count == s->n_tokens;
+    }
+    int r = 0, other = R;
+    for (int k = 0; k < e->n_step; k++) {
+        seq *s = e->step[k];
+        int end = s->step_start + s->step_count, wants = end == s->n_tokens;
+        s->logit_row = wants ? r : -1;
+        for (int p = s->step_start; p < end; p++) {
+            int row = wants && p == end - 1 ? r++ : other++;
+            e->tokens[row] = (int32_t)s->tokens[p];
+            e->positions[row] = p;
+            e->seqs[row] = k;
+            e->slots[row] = s->blocks[p / bs] * bs + p % bs;
+        }
+        int32_t *t = e->tables + (size_t)k * mb;
+        for (int j = 0; j < mb; j++)
+            t[j] = j < s->n_blocks ? s->blocks[j] : -1;
+    }
+    b->num_tokens = N;
+    b->tokens = e->tokens;
+    b->positions = e->positions;
+    b->seqs = e->seqs;
+    b->slots = e->slots;
+    b->num_seqs = e->n_step;
+    b->block_tables = e->tables;
+    b->num_logits = R;
+}
+
+/* The next token of s from its logits row, with its own rng (scratch: 8 *
+ * vocab bytes). Sequences draw independently, so they may draw in
+ * parallel and still give what each gives alone. */
+static uint32_t draw(const gpc_engine *e, seq *s, void *scratch) {
+    int V = e->vocab;
+    float *logits = e->logits + (size_t)s->logit_row * V;
+    const gpc_engine_request *q = &s->req;
+    int64_t stop = q->ignore_eos ? -1 : q->eos_token;
+    /* below min_tokens the end-of-text token is not drawn (as gpc_generate) */
+    if (stop >= 0 && stop < V && s->generated < q->min_tokens) logits[stop] = -INFINITY;
+    return gpc_sample_token(logits, V, q->temperature, q->top_k, q->top_p, &s->rng, scratch);
+}
+
+/* Draws for every sequence of the step whose last token ran: over the
+ * OpenMP threads when there is enough of it (a top-k draw reads the whole
+ * vocabulary), each thread with its own scratch. */
+static void draw_all(gpc_engine *e) {
+    int64_t work = 0;
+    for (int k = 0; k < e->n_step; k++)
+        work += e->step[k]->logit_row >= 0 ? e->vocab : 0;
+    /* cppcheck-suppress unreadVariable ; the pragma below reads it */
+    int threads = work >= 16384 ? e->sample_threads : 1;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
+    for (int k = 0; k < e->n_step; k++) {
+        seq *s = e->step[k];
+        if (s->logit_row < 0) continue;
+        char *scratch = (char *)e->sample_scratch + (size_t)omp_get_thread_num() * 8 * e->vocab;
+        s->drawn = draw(e, s, scratch);
+    }
+}
+
+/* After the step: the new keys count as computed, full blocks become
+ * shareable, and a sequence whose last token ran takes the token it drew.
+ * Returns the tokens it generated (0 or 1). */
+static int advance(gpc_engine *e, seq *s) {
+    int bs = e->block_size;
+    s->computed += s->step_count;
+    while ((s->n_keyed + 1) * bs <= s->computed) {
+        int j = s->n_keyed;
+        const uint32_t *t = s->tokens + (size_t)j * bs;
+        uint64_t key = kv_blocks_key(j ? s->keys[j - 1] : 0, t, bs);
+        kv_blocks_register(&e->kv, s->blocks[j], key, j ? s->blocks[j - 1] : -1, t);
+        s->keys[s->n_keyed++] = key;
+    }
+    if (s->logit_row < 0) return 0;
+    const gpc_engine_request *q = &s->req;
+    int64_t stop = q->ignore_eos ? -1 : q->eos_token;
+    uint32_t token = s->drawn;
+    if (stop >= 0 && token == (uint64_t)stop) {
+        emit(e, s, -1, GPC_FINISH_EOS, NULL);
+        return 0;
+    }
+    s->generated++;
+    s->tokens[s->n_tokens++] = token;
+    /* the new token's position is n_tokens - 1: past the context it cannot run */
+    gpc_finish_reason finish = s->generated >= q->max_tokens || s->n_tokens > e->context
+                                   ? GPC_FINISH_LENGTH
+                                   : GPC_FINISH_NONE;
+    emit(e, s, (int32_t)token, finish, NULL);
+    return 1;
+}
+
+/* Ends every request marked by gpc_engine_cancel (the lock held). */
+static void apply_cancels(gpc_engine *e) {
+    if (!e->cancels) return;
+    e->cancels = 0;
+    for (int i = e->n_running - 1; i >= 0; i--)
+        if (e->running[i]->cancel) finish_now(e, e->running[i], e->running[i]->cancel, i);
+    for (seq *s = e->wait_head, *next; s; s = next) {
+        next = s->next;
+        if (s->cancel) finish_now(e, s, s->cancel, -1);
+    }
+}
+
+static void update_stats(gpc_engine *e) {
+    e->stats.waiting = e->n_waiting;
+    e->stats.running = (size_t)e->n_running;
+    e->stats.kv_blocks_used = (size_t)(e->kv.num_blocks - kv_blocks_free_count(&e->kv));
+}
+
+/* Calls back with the step's events (the lock not held) and frees the
+ * sequences that ended. */
+static void deliver(gpc_engine *e) {
+    for (int i = 0; i < e->n_events; i++) {
+        pending_event *p = &e->events[i];
+        if (p->s->req.callback) p->s->req.callback(p->s->req.user, &p->event);
+    }
+    for (int i = 0; i < e->n_events; i++)
+        if (e->events[i].event.finish != GPC_FINISH_NONE) seq_free(e->events[i].s);
+    e->n_events = 0;
+}
+
+static gpc_status run_step(gpc_engine *e, int *active) {
+    pthread_mutex_lock(&e->lock);
+    apply_cancels(e);
+    schedule(e);
+    update_stats(e);
+    pthread_mutex_unlock(&e->lock);
+
+    gpc_status s = GPC_OK;
+    if (e->n_step) {
+        gpt_paged_batch batch;
+        build_batch(e, &batch);
+        double t0 = gpc_time_seconds();
+        s = gpt_step_paged(e->paged, &batch, e->logits);
+        double busy = gpc_time_seconds() - t0;
+        uint64_t generated = 0;
+        if (s == GPC_OK) {
+            draw_all(e);
+            for (int k = 0; k < e->n_step; k++)
+                generated += (uint64_t)advance(e, e->step[k]);
+        } else {
+            snprintf(e->error, sizeof e->error, "%s", gpc_last_error());
+            for (int k = 0; k < e->n_step; k++)
+                emit(e, e->step[k], -1, GPC_FINISH_ERROR, e->error);
+        }
+        pthread_mutex_lock(&e->lock);
+        e->stats.steps++;
+        e->stats.busy_seconds += busy;
+        e->stats.tokens_generated += generated;
+        pthread_mutex_unlock(&e->lock);
+    }
+
+    pthread_mutex_lock(&e->lock);
+    for (int i = e->n_running - 1; i >= 0; i--)
+        if (e->running[i]->done) {
+            seq *d = e->running[i];
+            release_blocks(e, d);
+            running_remove(e, i);
+            all_unlink(e, d);
+        }
+    update_stats(e);
+    if (active) *active = (int)(e->n_waiting + (size_t)e->n_running);
+    e->delivering = 1;
+    pthread_mutex_unlock(&e->lock);
+    deliver(e);
+    pthread_mutex_lock(&e->lock);
+    e->delivering = 0;
+    if (e->n_waiting == 0 && e->n_running == 0) pthread_cond_broadcast(&e->idle);
+    pthread_mutex_unlock(&e->lock);
+    return s;
+}
+
+/* ------------------------------------------------------------ the thread */
+
+static int has_work(const gpc_engine *e) {
+    return e->n_waiting > 0 || e->n_running > 0 || e->cancels;
+}
+
+static void *engine_main(void *arg) {
+    gpc_engine *e = arg;
+    pthread_mutex_lock(&e->lock);
+    while (!e->stop) {
+        if (!has_work(e)) {
+            pthread_cond_wait(&e->work, &e->lock);
+            continue;
+        }
+        pthread_mutex_unlock(&e->lock);
+        if (run_step(e, NULL) != GPC_OK)
+            gpc_log(GPC_LOG_ERROR, "serving engine: a step failed: %s", e->error);
+        pthread_mutex_lock(&e->lock);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+gpc_status gpc_engine_start(gpc_engine *e) {
+    pthread_mutex_lock(&e->lock);
+    if (e->started) {
+        pthread_mutex_unlock(&e->lock);
+        return gpc_error(GPC_ERR_INVALID_ARG, "the engine's thread runs already");
+    }
+    int rc = pthread_create(&e->thread, NULL, engine_main, e);
+    if (rc == 0) e->started = 1;
+    pthread_mutex_unlock(&e->lock);
+    if (rc != 0)
+        return gpc_error(GPC_ERR_INTERNAL, "cannot start the engine's thread: %s", strerror(rc));
+    return GPC_OK;
+}
+
+gpc_status gpc_engine_step(gpc_engine *e, int *active) {
+    if (e->started)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "the engine runs its own thread (gpc_engine_start): steps are its, not "
+                         "the caller's");
+    return run_step(e, active);
+}
+
+gpc_status gpc_engine_drain(gpc_engine *e) {
+    pthread_mutex_lock(&e->lock);
+    e->draining = 1;
+    if (e->started) {
+        pthread_cond_broadcast(&e->work);
+        while (e->n_waiting > 0 || e->n_running > 0 || e->delivering)
+            pthread_cond_wait(&e->idle, &e->lock);
+        pthread_mutex_unlock(&e->lock);
+        return GPC_OK;
+    }
+    pthread_mutex_unlock(&e->lock);
+    int active = 1;
+    while (active)
+        GPC_TRY(run_step(e, &active));
+    return GPC_OK;
+}
+
+/* ------------------------------------------------------------ requests */
+
+static gpc_status check_request(const gpc_engine *e, const gpc_engine_request *r) {
+    if (!r->prompt || r->prompt_len == 0)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "a request needs a prompt of at least one token (the end-of-text token "
+                         "starts a fresh text)");
+    if (r->prompt_len > (size_t)e->context)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "the prompt's %zu tokens exceed the model's context of %d: shorten it",
+                         r->prompt_len, e->context);
+    if (blocks_for(e, (int)r->prompt_len) > e->kv.num_blocks)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "the prompt's %zu tokens need more than the whole cache (%d blocks of "
+                         "%d): shorten it or give the cache more memory",
+                         r->prompt_len, e->kv.num_blocks, e->block_size);
+    for (size_t i = 0; i < r->prompt_len; i++)
+        if (r->prompt[i] >= (uint32_t)e->vocab)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "prompt token %u (at %zu) is outside the vocabulary of %d",
+                             r->prompt[i], i, e->vocab);
+    if (r->max_tokens < 1)
+        return gpc_error(GPC_ERR_INVALID_ARG, "max_tokens must be at least 1, not %d",
+                         r->max_tokens);
+    if (!(r->temperature >= 0) || r->top_k < 0 || r->min_tokens < 0)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "temperature, top_k and min_tokens must not be negative");
+    if (!(r->top_p > 0.0f && r->top_p <= 1.0f))
+        return gpc_error(GPC_ERR_INVALID_ARG, "top_p must be in (0, 1], not %g", (double)r->top_p);
+    if (!r->callback)
+        return gpc_error(GPC_ERR_INVALID_ARG, "a request needs a callback for its tokens");
+    return GPC_OK;
+}
+
+gpc_status gpc_engine_submit(gpc_engine *e, const gpc_engine_request *request, uint64_t *id) {
+    GPC_TRY(check_request(e, request));
+    seq *s = gpc_calloc(1, sizeof *s);
+    if (s) {
+        s->tokens = gpc_malloc(((size_t)e->context + 1) * sizeof *s->tokens);
+        s->blocks = gpc_malloc((size_t)e->max_blocks * sizeof *s->blocks);
+        s->keys = gpc_malloc((size_t)e->max_blocks * sizeof *s->keys);
+    }
+    if (!s || !s->tokens || !s->blocks || !s->keys) {
+        seq_free(s);
+        return gpc_error(GPC_ERR_NOMEM, "out of host memory for a request");
+    }
+    s->req = *request;
+    s->req.prompt = NULL; /* copied into tokens */
+    memcpy(s->tokens, request->prompt, request->prompt_len * sizeof *s->tokens);
+    s->n_tokens = s->prompt_len = (int)request->prompt_len;
+    gpc_rng_seed(&s->rng, request->seed, ENGINE_RNG_STREAM);
+
+    pthread_mutex_lock(&e->lock);
+    gpc_status st = GPC_OK;
+    if (e->stop || e->draining)
+        st = gpc_error(GPC_ERR_INTERRUPTED, "the engine is shutting down and takes no requests");
+    else if (e->n_waiting >= (size_t)e->o.max_queue)
+        st =
+            gpc_error(GPC_ERR_BUSY, "%zu requests wait already, the queue's bound: try again later",
+                      e->n_waiting);
+    if (st == GPC_OK) {
+        s->id = ++e->next_id;
+        wait_push_back(e, s);
+        s->all_next = e->all;
+        if (e->all) e->all->all_prev = s;
+        e->all = s;
+        e->stats.requests_total++;
+        e->stats.prompt_tokens += request->prompt_len;
+        e->stats.waiting = e->n_waiting;
+        if (id) *id = s->id;
+        pthread_cond_signal(&e->work);
+    }
+    pthread_mutex_unlock(&e->lock);
+    if (st != GPC_OK) seq_free(s);
+    return st;
+}
+
+void gpc_engine_cancel(gpc_engine *e, uint64_t id, gpc_finish_reason reason) {
+    if (reason == GPC_FINISH_NONE) reason = GPC_FINISH_CANCELLED;
+    pthread_mutex_lock(&e->lock);
+    for (seq *s = e->all; s; s = s->all_next)
+        if (s->id == id) {
+            if (!s->cancel) {
+                s->cancel = reason;
+                e->cancels = 1;
+                pthread_cond_signal(&e->work);
+            }
+            break;
+        }
+    pthread_mutex_unlock(&e->lock);
+}
+
+void gpc_engine_get_stats(gpc_engine *e, gpc_engine_stats *stats) {
+    pthread_mutex_lock(&e->lock);
+    *stats = e->stats;
+    stats->wall_seconds = gpc_time_seconds() - e->created;
+    pthread_mutex_unlock(&e->lock);
+}
+
+void gpc_engine_model(gpc_engine *e, gpc_engine_model_info *info) {
+    *info = e->info;
+}
+
+const gpc_tokenizer *gpc_engine_tokenizer(gpc_engine *e) {
+    return e->tokenizer;
+}
+
+/* ------------------------------------------------------------ creation */
+
+static gpc_status check_options(const gpc_engine_options *o) {
+    if (o->max_batch < 1 || o->block_size < 1 || o->max_queue < 1 || o->max_step_tokens < 1)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "max_batch (%d), block_size (%d), max_queue (%d) and max_step_tokens "
+                         "(%d) must each be at least 1",
+                         o->max_batch, o->block_size, o->max_queue, o->max_step_tokens);
+    return GPC_OK;
+}
+
+/* The run folder's name, for /v1/models. */
+static void run_name(const char *run_dir, char *out, size_t size) {
+    size_t n = strlen(run_dir);
+    while (n > 1 && run_dir[n - 1] == '/')
+        n--;
+    size_t start = n;
+    while (start > 0 && run_dir[start - 1] != '/')
+        start--;
+    size_t len = n - start < size - 1 ? n - start : size - 1;
+    memcpy(out, run_dir + start, len);
+    out[len] = '\0';
+}
+
+/* Blocks of the cache: options->kv_bytes, or on a GPU 90% of what is free
+ * after the weights and the step's buffers (on the CPU 1 GiB), never more
+ * than the device has, nor more than max_batch sequences of the whole
+ * context can use. */
+static gpc_status plan_blocks(gpc_engine *e, gpc_device device, const gpt_paged_options *po,
+                              int *num_blocks) {
+    const gpt_config *c = gpt_get_config(e->model);
+    gpc_dtype dtype = gpt_dtype(e->model);
+    size_t block = gpt_paged_block_bytes(c, dtype, e->block_size);
+    size_t step = gpt_paged_step_bytes(c, dtype, po);
+    size_t have;
+    if (device.type == GPC_DEVICE_CPU) {
+        size_t avail = gpc_host_memory_available();
+        have = avail > step ? (avail - step) / 2 : 0; /* leave the host room to live */
+    } else {
+        const gpc_backend *backend;
+        GPC_TRY(gpc_backend_require(device, &backend));
+        size_t free_bytes = 0, total = 0;
+        GPC_TRY(backend->memory_info(device.index, &free_bytes, &total));
+        have = free_bytes > step ? (size_t)((double)(free_bytes - step) * 0.9) : 0;
+    }
+    size_t want = e->o.kv_bytes                   ? e->o.kv_bytes
+                  : device.type == GPC_DEVICE_CPU ? (size_t)1 << 30
+                                                  : have;
+    if (want > have && have > 0) want = have;
+    size_t blocks = want / block, useful = (size_t)e->o.max_batch * (size_t)e->max_blocks;
+    if (blocks > useful) blocks = useful;
+    if (blocks < 1)
+        return gpc_error(GPC_ERR_NOMEM,
+                         "the key/value cache's %zu bytes hold no block of %zu bytes (%d "
+                         "positions): give it more memory (kv_bytes) or use smaller blocks",
+                         want, block, e->block_size);
+    *num_blocks = (int)blocks;
+    return GPC_OK;
+}
+
+static gpc_status load_run(gpc_engine *e, const char *run_dir, gpc_device device, gpc_dtype dtype) {
+    char ckpt[4200], tok_path[4200];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.bin", run_dir);
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", run_dir);
+    if (!gpc_path_is_dir(run_dir))
+        return gpc_error(GPC_ERR_IO,
+                         "run folder %s does not exist (train one with gpc train, or import one "
+                         "with gpc import hf)",
+                         run_dir);
+    if (!gpc_path_exists(ckpt))
+        return gpc_error(GPC_ERR_IO,
+                         "%s has no checkpoint.bin: train it first (gpc train --out %s)", run_dir,
+                         run_dir);
+    gpt_config config;
+    GPC_TRY(gpt_checkpoint_read_header(ckpt, &config, NULL, NULL));
+    if (gpc_path_exists(tok_path)) {
+        GPC_TRY(gpc_tokenizer_load(&e->tokenizer, tok_path));
+        if (gpc_tokenizer_vocab_size(e->tokenizer) != config.vocab_size)
+            return gpc_error(GPC_ERR_MISMATCH,
+                             "%s has %d tokens but the checkpoint's model has %d: the run folder "
+                             "mixes two runs",
+                             tok_path, gpc_tokenizer_vocab_size(e->tokenizer), config.vocab_size);
+    }
+    /* the step keeps no activations in the model: batch 1 x 1 is enough */
+    GPC_TRY(gpt_create(&e->model, &config, device, dtype, 1, 1, 0));
+    return gpt_checkpoint_load(ckpt, e->model, NULL);
+}
+
+gpc_status gpc_engine_create(gpc_engine **out, const char *run_dir, gpc_device device,
+                             const gpc_engine_options *options) {
+    *out = NULL;
+    gpc_engine_options o;
+    if (options)
+        o = *options;
+    else
+        gpc_engine_options_init(&o);
+    GPC_TRY(check_options(&o));
+    gpc_dtype dtype = device.type == GPC_DEVICE_CPU ? GPC_F32 : o.precision;
+    gpc_engine *e = gpc_calloc(1, sizeof *e);
+    if (!e) return gpc_error(GPC_ERR_NOMEM, "out of host memory creating the engine");
+    e->o = o;
+    e->created = gpc_time_seconds();
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->work, NULL);
+    pthread_cond_init(&e->idle, NULL);
+    gpc_status s = load_run(e, run_dir, device, dtype);
+    gpt_paged_options po = {0};
+    if (s == GPC_OK) {
+        const gpt_config *c = gpt_get_config(e->model);
+        e->context = c->max_context;
+        e->vocab = c->vocab_size;
+        e->block_size = o.block_size;
+        e->max_blocks = blocks_for(e, e->context);
+        po.block_size = o.block_size;
+        po.max_seqs = o.max_batch;
+        po.max_tokens = o.max_step_tokens;
+        po.max_logits = o.max_batch < o.max_step_tokens ? o.max_batch : o.max_step_tokens;
+        s = plan_blocks(e, device, &po, &po.num_blocks);
+    }
+    if (s == GPC_OK) s = gpt_paged_create(&e->paged, e->model, &po);
+    if (s == GPC_OK) s = kv_blocks_init(&e->kv, po.num_blocks, o.block_size);
+    if (s == GPC_OK) {
+        size_t B = (size_t)o.max_batch, N = (size_t)o.max_step_tokens;
+        e->max_events = o.max_queue + 2 * o.max_batch;
+        e->running = gpc_malloc(B * sizeof *e->running);
+        e->step = gpc_malloc(B * sizeof *e->step);
+        e->tokens = gpc_malloc(N * sizeof *e->tokens);
+        e->positions = gpc_malloc(N * sizeof *e->positions);
+        e->seqs = gpc_malloc(N * sizeof *e->seqs);
+        e->slots = gpc_malloc(N * sizeof *e->slots);
+        e->tables = gpc_malloc(B * (size_t)e->max_blocks * sizeof *e->tables);
+        e->logits = gpc_malloc((size_t)po.max_logits * (size_t)e->vocab * sizeof *e->logits);
+        e->sample_threads = omp_get_max_threads();
+        e->sample_scratch = gpc_malloc((size_t)e->sample_threads * (size_t)e->vocab * 8);
+        e->events = gpc_malloc((size_t)e->max_events * sizeof *e->events);
+        if (!e->running || !e->step || !e->tokens || !e->positions || !e->seqs || !e->slots ||
+            !e->tables || !e->logits || !e->sample_scratch || !e->events)
+            s = gpc_error(GPC_ERR_NOMEM, "out of host memory for the engine's step buffers");
+    }
+    if (s != GPC_OK) {
+        gpc_engine_free(e);
+        return s;
+    }
+    run_name(run_dir, e->info.name, sizeof e->info.name);
+    e->info.context = e->context;
+    e->info.vocab_size = e->vocab;
+    e->info.eos_token = e->tokenizer ? gpc_tokenizer_eot(e->tokenizer) : -1;
+    e->stats.kv_blocks_total = (size_t)po.num_blocks;
+    *out = e;
+    return GPC_OK;
+}
+
+void gpc_engine_free(gpc_engine *e) {
+    if (!e) return;
+    pthread_mutex_lock(&e->lock);
+    e->stop = 1;
+    pthread_cond_broadcast(&e->work);
+    int started = e->started;
+    pthread_mutex_unlock(&e->lock);
+    if (started) pthread_join(e->thread, NULL);
+    /* what still runs or waits ends as cancelled, its callback told so */
+    if (e->events) {
+        pthread_mutex_lock(&e->lock);
+        while (e->n_running > 0)
+            finish_now(e, e->running[e->n_running - 1], GPC_FINISH_CANCELLED, e->n_running - 1);
+        while (e->wait_head) {
+            finish_now(e, e->wait_head, GPC_FINISH_CANCELLED, -1);
+            if (e->n_events == e->max_events) {
+                pthread_mutex_unlock(&e->lock);
+                deliver(e);
+                pthread_mutex_lock(&e->lock);
+            }
+        }
+        pthread_mutex_unlock(&e->lock);
+        deliver(e);
+    }
+    if (e->kv.ref) kv_blocks_destroy(&e->kv);
+    gpt_paged_free(e->paged);
+    gpt_free(e->model);
+    gpc_tokenizer_free(e->tokenizer);
+    gpc_free(e->running);
+    gpc_free(e->step);
+    gpc_free(e->tokens);
+    gpc_free(e->positions);
+    gpc_free(e->seqs);
+    gpc_free(e->slots);
+    gpc_free(e->tables);
+    gpc_free(e->logits);
+    gpc_free(e->sample_scratch);
+    gpc_free(e->events);
+    pthread_cond_destroy(&e->work);
+    pthread_cond_destroy(&e->idle);
+    pthread_mutex_destroy(&e->lock);
+    gpc_free(e);
+}

@@ -1,0 +1,501 @@
+/*
+ * test_cuda_paged.c: the serving ops on the GPU (src/cuda/paged.cu and
+ * sample.cu) against the CPU ops on the same inputs.
+ *
+ * Inputs are drawn in f32 and rounded to the dtype under test, so the CPU
+ * (f32) sees exactly the values the GPU sees. Paged attention runs
+ * sequences of 1 to 2048 positions whose blocks are handed out in a
+ * shuffled order, with decode rows alone (few rows: the keys are split over
+ * several blocks) and decode rows mixed with prefill rows (a run of
+ * consecutive positions of one sequence), at a head size the 16-byte path
+ * takes and one it does not. Cache slots no row may read hold NaN, and the
+ * GPU's outputs start as NaN, so a stray read or a missed write fails.
+ * Tolerances are relative to the larger of |reference| and the output's
+ * RMS: 1e-4 in f32, 2e-2 in bf16 and f16 (the output's own rounding).
+ * kv_store and embedding_at are copies and sums of rounded values, checked
+ * exactly. Bad table entries must stay inside the cache (checked against a
+ * float64 reference of what the kernel promises). Sampling must give the
+ * CPU's token, or, where the uniform or top_p lies within 1e-4 of a
+ * boundary, the CPU's token at a nearby uniform or top_p.
+ *
+ * Without a usable GPU the test exits 77, which CTest reports as skipped.
+ */
+#include "testutil.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops.h"
+
+static gpc_rng rng;
+static const gpc_dtype dtypes[3] = {GPC_F32, GPC_BF16, GPC_F16};
+
+static float round_to(gpc_dtype dtype, float x) {
+    if (dtype == GPC_BF16) return gpc_bf16_to_f32(gpc_f32_to_bf16(x));
+    if (dtype == GPC_F16) return gpc_f16_to_f32(gpc_f32_to_f16(x));
+    return x;
+}
+
+/* A tensor on the GPU of dtype with host values (floats, or int32 for I32). */
+static gpc_tensor gpu_tensor(gpc_dtype dtype, int ndim, const int64_t *shape, const void *host) {
+    gpc_tensor t;
+    TEST_OK(gpc_tensor_alloc(&t, dtype, (gpc_device){GPC_DEVICE_CUDA, 0}, ndim, shape));
+    int64_t n = gpc_tensor_numel(&t);
+    size_t es = gpc_dtype_size(dtype);
+    unsigned char *buf = malloc((size_t)n * es + 1);
+    if (!host) {
+        memset(buf, 0xff, (size_t)n * es); /* NaN in f32, bf16 and f16 */
+    } else if (dtype == GPC_F32 || dtype == GPC_I32) {
+        memcpy(buf, host, (size_t)n * 4);
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            float x = ((const float *)host)[i];
+            uint16_t v = dtype == GPC_BF16 ? gpc_f32_to_bf16(x) : gpc_f32_to_f16(x);
+            memcpy(buf + i * 2, &v, 2);
+        }
+    }
+    assert_int_equal(cudaMemcpy(t.data, buf, (size_t)n * es, cudaMemcpyHostToDevice), 0);
+    free(buf);
+    return t;
+}
+
+/* The GPU tensor's values as floats (or int32 for I32), malloc'd. */
+static float *download(const gpc_tensor *t) {
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    int64_t n = gpc_tensor_numel(t);
+    size_t es = gpc_dtype_size(t->dtype);
+    unsigned char *buf = malloc((size_t)n * es + 1);
+    float *out = malloc((size_t)n * sizeof(float) + 4);
+    assert_int_equal(cudaMemcpy(buf, t->data, (size_t)n * es, cudaMemcpyDeviceToHost), 0);
+    for (int64_t i = 0; i < n; i++) {
+        if (es == 4) {
+            memcpy(&out[i], buf + i * 4, 4);
+        } else {
+            uint16_t v;
+            memcpy(&v, buf + i * 2, 2);
+            out[i] = t->dtype == GPC_BF16 ? gpc_bf16_to_f32(v) : gpc_f16_to_f32(v);
+        }
+    }
+    free(buf);
+    return out;
+}
+
+static int32_t below(int32_t n) {
+    return (int32_t)gpc_rng_below(&rng, (uint32_t)n);
+}
+
+static void shuffle_i32(int32_t *a, int64_t n) {
+    for (int64_t i = n - 1; i > 0; i--) {
+        int32_t j = below((int32_t)(i + 1)), t = a[i];
+        a[i] = a[j], a[j] = t;
+    }
+}
+
+/* A paged cache on the host: sequences of the given lengths, their blocks
+ * shuffled over the cache, keys and values random (rounded to dtype) where
+ * a position is stored, NaN in every other slot. */
+typedef struct {
+    int64_t S, block, max_blocks, num_blocks, C;
+    int32_t *tables; /* [S, max_blocks], -1 past a sequence's blocks */
+    float *k, *v;    /* [num_blocks * block, C] */
+} host_cache;
+
+static host_cache make_cache(gpc_dtype dtype, const int64_t *len, int64_t S, int64_t C) {
+    host_cache h;
+    h.S = S, h.block = 16, h.max_blocks = 2048 / 16, h.C = C;
+    int64_t used = 0;
+    for (int64_t s = 0; s < S; s++)
+        used += (len[s] + h.block - 1) / h.block;
+    h.num_blocks = used + 5; /* blocks no sequence owns, NaN throughout */
+    int32_t *perm = malloc((size_t)h.num_blocks * sizeof(int32_t));
+    for (int64_t i = 0; i < h.num_blocks; i++)
+        perm[i] = (int32_t)i;
+    shuffle_i32(perm, h.num_blocks);
+    h.tables = malloc((size_t)(S * h.max_blocks) * sizeof(int32_t));
+    size_t n = (size_t)(h.num_blocks * h.block * C);
+    h.k = malloc(n * sizeof(float)), h.v = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        h.k[i] = h.v[i] = NAN;
+    int64_t next = 0;
+    for (int64_t s = 0; s < S; s++) {
+        for (int64_t b = 0; b < h.max_blocks; b++)
+            h.tables[s * h.max_blocks + b] = b * h.block < len[s] ? perm[next++] : -1;
+        for (int64_t p = 0; p < len[s]; p++) {
+            int64_t slot =
+                (int64_t)h.tables[s * h.max_blocks + p / h.block] * h.block + p % h.block;
+            for (int64_t c = 0; c < C; c++) {
+                h.k[slot * C + c] = round_to(dtype, gpc_rng_normal(&rng));
+                h.v[slot * C + c] = round_to(dtype, gpc_rng_normal(&rng));
+            }
+        }
+    }
+    free(perm);
+    return h;
+}
+
+static void drop_cache(host_cache *h) {
+    free(h->tables), free(h->k), free(h->v);
+}
+
+/* out = paged attention of rows (seq, pos, queries in qkv [N, 3C]) on the
+ * CPU (f32) and on the GPU (dtype), compared. */
+static void paged_compare(const char *what, gpc_dtype dtype, const host_cache *h, int NH,
+                          const int32_t *seq, const int32_t *pos, int64_t N) {
+    const int64_t C = h->C;
+    float *qkv = malloc((size_t)(N * 3 * C) * sizeof(float));
+    for (int64_t i = 0; i < N * 3 * C; i++)
+        qkv[i] = round_to(dtype, gpc_rng_normal(&rng));
+    float *want = malloc((size_t)(N * C) * sizeof(float));
+    gpc_device cpu = gpc_cpu();
+    gpc_tensor cq = gpc_tensor_2d(qkv, GPC_F32, cpu, N, 3 * C);
+    gpc_tensor co = gpc_tensor_2d(want, GPC_F32, cpu, N, C);
+    gpc_tensor ck = gpc_tensor_3d(h->k, GPC_F32, cpu, h->num_blocks, h->block, C);
+    gpc_tensor cv = gpc_tensor_3d(h->v, GPC_F32, cpu, h->num_blocks, h->block, C);
+    gpc_tensor ct = gpc_tensor_2d(h->tables, GPC_I32, cpu, h->S, h->max_blocks);
+    gpc_tensor cs = gpc_tensor_1d((void *)seq, GPC_I32, cpu, N);
+    gpc_tensor cp = gpc_tensor_1d((void *)pos, GPC_I32, cpu, N);
+    TEST_OK(gpc_op_paged_attention(&co, &cq, &ck, &cv, &ct, &cs, &cp, NH));
+
+    const int64_t sq[2] = {N, 3 * C}, so[2] = {N, C}, sc[3] = {h->num_blocks, h->block, C};
+    const int64_t st[2] = {h->S, h->max_blocks}, sn[1] = {N};
+    gpc_tensor gq = gpu_tensor(dtype, 2, sq, qkv), go = gpu_tensor(dtype, 2, so, NULL);
+    gpc_tensor gk = gpu_tensor(dtype, 3, sc, h->k), gv = gpu_tensor(dtype, 3, sc, h->v);
+    gpc_tensor gt = gpu_tensor(GPC_I32, 2, st, h->tables);
+    gpc_tensor gs = gpu_tensor(GPC_I32, 1, sn, seq), gp = gpu_tensor(GPC_I32, 1, sn, pos);
+    TEST_OK(gpc_op_paged_attention(&go, &gq, &gk, &gv, &gt, &gs, &gp, NH));
+    float *got = download(&go);
+
+    double rms = 0;
+    for (int64_t i = 0; i < N * C; i++)
+        rms += (double)want[i] * want[i];
+    rms = sqrt(rms / (double)(N * C));
+    char label[200];
+    snprintf(label, sizeof label, "paged attention %s (%s, %lld rows, %d heads of %lld)", what,
+             gpc_dtype_name(dtype), (long long)N, NH, (long long)(C / NH));
+    test_assert_close_f32(label, got, want, (size_t)(N * C), dtype == GPC_F32 ? 1e-4 : 2e-2,
+                          rms > 1e-30 ? rms : 1e-30);
+    gpc_tensor *all[] = {&gq, &go, &gk, &gv, &gt, &gs, &gp};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        gpc_tensor_free(all[i]);
+    free(qkv), free(want), free(got);
+}
+
+static void test_paged_attention(void **state) {
+    (void)state;
+    /* lengths at and around the kernel's split sizes and the table's end */
+    const int64_t len[10] = {1, 17, 255, 256, 257, 700, 1024, 1500, 2047, 2048};
+    const int64_t S = 10;
+    /* 12 heads of 64 (GPT-2, 16-byte loads) and 2 heads of 48 (scalar) */
+    const int heads[2][2] = {{12, 64}, {2, 48}};
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 2; c++) {
+            gpc_dtype dtype = dtypes[d];
+            int NH = heads[c][0];
+            int64_t C = (int64_t)NH * heads[c][1];
+            host_cache h = make_cache(dtype, len, S, C);
+            /* decode rows alone: one per sequence, at its last position */
+            int32_t seq[10 + 40 + 17], pos[10 + 40 + 17];
+            int64_t N = 0;
+            for (int64_t s = 0; s < S; s++)
+                seq[N] = (int32_t)s, pos[N] = (int32_t)(len[s] - 1), N++;
+            paged_compare("decode rows", dtype, &h, NH, seq, pos, N);
+            /* and with prefill rows: the last 40 positions of sequence 5,
+             * every position of sequence 1, all in a shuffled order */
+            for (int64_t p = len[5] - 40; p < len[5]; p++)
+                seq[N] = 5, pos[N] = (int32_t)p, N++;
+            for (int64_t p = 0; p < len[1]; p++)
+                seq[N] = 1, pos[N] = (int32_t)p, N++;
+            int32_t order[67];
+            for (int64_t i = 0; i < N; i++)
+                order[i] = (int32_t)i;
+            shuffle_i32(order, N);
+            int32_t mseq[67], mpos[67];
+            for (int64_t i = 0; i < N; i++)
+                mseq[i] = seq[order[i]], mpos[i] = pos[order[i]];
+            paged_compare("decode and prefill rows", dtype, &h, NH, mseq, mpos, N);
+            drop_cache(&h);
+        }
+}
+
+/* Attention in float64 of query q over the positions 0 .. keys-1 of a
+ * sequence whose table entries outside the cache are skipped (what the
+ * CUDA kernel promises). */
+static void ref_skipping(double *out, const float *q, const host_cache *h, const int32_t *table,
+                         int64_t keys, int64_t hs, int64_t head) {
+    double max = -INFINITY, sum = 0, *s = malloc((size_t)keys * sizeof(double));
+    for (int64_t d = 0; d < hs; d++)
+        out[d] = 0;
+    for (int64_t p = 0; p < keys; p++) {
+        int32_t e = table[p / h->block];
+        s[p] = NAN;
+        if (e < 0 || e >= h->num_blocks) continue;
+        const float *k = h->k + ((int64_t)e * h->block + p % h->block) * h->C + head * hs;
+        double dot = 0;
+        for (int64_t d = 0; d < hs; d++)
+            dot += (double)q[d] * k[d];
+        s[p] = dot / sqrt((double)hs);
+        if (s[p] > max) max = s[p];
+    }
+    for (int64_t p = 0; p < keys; p++) {
+        if (isnan(s[p])) continue;
+        int32_t e = table[p / h->block];
+        const float *v = h->v + ((int64_t)e * h->block + p % h->block) * h->C + head * hs;
+        double w = exp(s[p] - max);
+        sum += w;
+        for (int64_t d = 0; d < hs; d++)
+            out[d] += w * v[d];
+    }
+    for (int64_t d = 0; d < hs; d++)
+        out[d] /= sum;
+    free(s);
+}
+
+static void test_paged_attention_bad_tables(void **state) {
+    (void)state;
+    const int64_t len[3] = {100, 300, 2048}, S = 3, NH = 4, hs = 64, C = NH * hs;
+    for (int d = 0; d < 2; d++) {
+        gpc_dtype dtype = dtypes[d];
+        host_cache h = make_cache(dtype, len, S, C);
+        /* sequence 1: a block past the cache and a negative one */
+        h.tables[1 * h.max_blocks + 3] = 1 << 30;
+        h.tables[1 * h.max_blocks + 7] = -7;
+        /* rows: sequence 1 at its end; a sequence past the table; a
+         * negative position; sequence 2 past its table's width */
+        enum { N = 4 };
+        const int32_t seq[N] = {1, 3, 0, 2}, pos[N] = {299, 5, -1, 2048 + 100};
+        float *qkv = malloc((size_t)(N * 3 * C) * sizeof(float));
+        for (int64_t i = 0; i < N * 3 * C; i++)
+            qkv[i] = round_to(dtype, gpc_rng_normal(&rng));
+        const int64_t sq[2] = {N, 3 * C}, so[2] = {N, C}, sc[3] = {h.num_blocks, h.block, C};
+        const int64_t st[2] = {h.S, h.max_blocks}, sn[1] = {N};
+        gpc_tensor gq = gpu_tensor(dtype, 2, sq, qkv), go = gpu_tensor(dtype, 2, so, NULL);
+        gpc_tensor gk = gpu_tensor(dtype, 3, sc, h.k), gv = gpu_tensor(dtype, 3, sc, h.v);
+        gpc_tensor gt = gpu_tensor(GPC_I32, 2, st, h.tables);
+        gpc_tensor gs = gpu_tensor(GPC_I32, 1, sn, seq), gp = gpu_tensor(GPC_I32, 1, sn, pos);
+        TEST_OK(gpc_op_paged_attention(&go, &gq, &gk, &gv, &gt, &gs, &gp, (int)NH));
+        float *got = download(&go);
+        double want[64];
+        const int64_t keys[N] = {300, 0, 0, 2048};
+        for (int64_t i = 0; i < N; i++)
+            for (int64_t head = 0; head < NH; head++) {
+                const float *o = got + i * C + head * hs;
+                if (keys[i] == 0) {
+                    for (int64_t x = 0; x < hs; x++)
+                        if (!isnan(o[x]))
+                            fail_msg("%s: bad row %lld (sequence %d, position %d) gave %g at "
+                                     "head %lld dimension %lld; NaN expected",
+                                     gpc_dtype_name(dtype), (long long)i, seq[i], pos[i],
+                                     (double)o[x], (long long)head, (long long)x);
+                    continue;
+                }
+                ref_skipping(want, qkv + i * 3 * C + head * hs, &h,
+                             h.tables + (int64_t)seq[i] * h.max_blocks, keys[i], hs, head);
+                char label[160];
+                snprintf(label, sizeof label, "%s: row %lld head %lld with bad table entries",
+                         gpc_dtype_name(dtype), (long long)i, (long long)head);
+                test_assert_close(label, o, want, (size_t)hs, dtype == GPC_F32 ? 1e-4 : 2e-2, 0.1);
+            }
+        gpc_tensor *all[] = {&gq, &go, &gk, &gv, &gt, &gs, &gp};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            gpc_tensor_free(all[i]);
+        free(qkv), free(got);
+        drop_cache(&h);
+    }
+}
+
+static void test_kv_store(void **state) {
+    (void)state;
+    const int64_t N = 37, C = 96, num_blocks = 9, block = 16, rows = num_blocks * block;
+    for (int d = 0; d < 3; d++) {
+        gpc_dtype dtype = dtypes[d];
+        for (int c = 0; c < 2; c++) {
+            /* c = 1: C odd in 16-byte units (scalar path) */
+            int64_t CC = c ? C + 1 : C;
+            float *qkv = malloc((size_t)(N * 3 * CC) * sizeof(float));
+            float *k = malloc((size_t)(rows * CC) * sizeof(float));
+            float *v = malloc((size_t)(rows * CC) * sizeof(float));
+            for (int64_t i = 0; i < N * 3 * CC; i++)
+                qkv[i] = round_to(dtype, gpc_rng_normal(&rng));
+            for (int64_t i = 0; i < rows * CC; i++)
+                k[i] = round_to(dtype, gpc_rng_normal(&rng)), v[i] = -k[i];
+            int32_t perm[144], slots[37];
+            for (int64_t i = 0; i < rows; i++)
+                perm[i] = (int32_t)i;
+            shuffle_i32(perm, rows);
+            memcpy(slots, perm, sizeof slots);
+            const int64_t sq[2] = {N, 3 * CC}, sc[3] = {num_blocks, block, CC}, sn[1] = {N};
+            /* two slots outside the cache: skipped on the GPU */
+            slots[4] = -1, slots[9] = (int32_t)rows;
+            gpc_tensor gq = gpu_tensor(dtype, 2, sq, qkv), gk = gpu_tensor(dtype, 3, sc, k);
+            gpc_tensor gv = gpu_tensor(dtype, 3, sc, v), gs = gpu_tensor(GPC_I32, 1, sn, slots);
+            TEST_OK(gpc_op_kv_store(&gk, &gv, &gq, &gs));
+            float *gotk = download(&gk), *gotv = download(&gv);
+            for (int64_t i = 0; i < N; i++) {
+                if (slots[i] < 0 || slots[i] >= rows) continue;
+                for (int64_t x = 0; x < CC; x++) {
+                    k[slots[i] * CC + x] = qkv[i * 3 * CC + CC + x];
+                    v[slots[i] * CC + x] = qkv[i * 3 * CC + 2 * CC + x];
+                }
+            }
+            for (int64_t i = 0; i < rows * CC; i++)
+                if (!(gotk[i] == k[i] && gotv[i] == v[i]))
+                    fail_msg("kv_store (%s, C %lld): cache row %lld channel %lld is k %g v %g, "
+                             "want k %g v %g",
+                             gpc_dtype_name(dtype), (long long)CC, (long long)(i / CC),
+                             (long long)(i % CC), (double)gotk[i], (double)gotv[i], (double)k[i],
+                             (double)v[i]);
+            gpc_tensor_free(&gq), gpc_tensor_free(&gk), gpc_tensor_free(&gv);
+            gpc_tensor_free(&gs);
+            free(qkv), free(k), free(v), free(gotk), free(gotv);
+        }
+    }
+}
+
+static void test_embedding_at(void **state) {
+    (void)state;
+    const int64_t V = 300, C = 64, maxT = 50, N = 33;
+    for (int d = 0; d < 3; d++) {
+        gpc_dtype dtype = dtypes[d];
+        float *wte = malloc((size_t)(V * C) * sizeof(float));
+        float *wpe = malloc((size_t)(maxT * C) * sizeof(float));
+        for (int64_t i = 0; i < V * C; i++)
+            wte[i] = round_to(dtype, gpc_rng_normal(&rng));
+        for (int64_t i = 0; i < maxT * C; i++)
+            wpe[i] = round_to(dtype, gpc_rng_normal(&rng));
+        int32_t tok[33], pos[33];
+        for (int64_t i = 0; i < N; i++)
+            tok[i] = below((int32_t)V), pos[i] = below((int32_t)maxT);
+        tok[5] = (int32_t)V, pos[7] = -1; /* outside wte and wpe: NaN rows */
+        const int64_t se[2] = {V, C}, sp[2] = {maxT, C}, so[2] = {N, C}, sn[1] = {N};
+        gpc_tensor ge = gpu_tensor(dtype, 2, se, wte), gpe = gpu_tensor(dtype, 2, sp, wpe);
+        gpc_tensor go = gpu_tensor(dtype, 2, so, NULL);
+        gpc_tensor gt = gpu_tensor(GPC_I32, 1, sn, tok), gp = gpu_tensor(GPC_I32, 1, sn, pos);
+        TEST_OK(gpc_op_embedding_at(&go, &gt, &gp, &ge, &gpe));
+        float *got = download(&go);
+        for (int64_t i = 0; i < N; i++)
+            for (int64_t c = 0; c < C; c++) {
+                float g = got[i * C + c];
+                if (i == 5 || i == 7) {
+                    if (!isnan(g))
+                        fail_msg("embedding_at (%s): row %lld (token %d, position %d) gave %g, "
+                                 "NaN expected",
+                                 gpc_dtype_name(dtype), (long long)i, tok[i], pos[i], (double)g);
+                    continue;
+                }
+                float want = round_to(dtype, wte[tok[i] * C + c] + wpe[pos[i] * C + c]);
+                if (g != want)
+                    fail_msg("embedding_at (%s): row %lld channel %lld is %g, want %g",
+                             gpc_dtype_name(dtype), (long long)i, (long long)c, (double)g,
+                             (double)want);
+            }
+        gpc_tensor_free(&ge), gpc_tensor_free(&gpe), gpc_tensor_free(&go);
+        gpc_tensor_free(&gt), gpc_tensor_free(&gp);
+        free(wte), free(wpe), free(got);
+    }
+}
+
+/* The CPU's token for row x at (top_p, uniform) within delta of the given
+ * ones: the tokens the GPU may give. */
+static int acceptable(int32_t got, const float *x, int V, const float *p, char *scratch) {
+    const double delta = 1e-4;
+    for (int a = -1; a <= 1; a++)
+        for (int b = -1; b <= 1; b++) {
+            double top_p = p[2] + a * delta, u = p[3] + b * delta;
+            /* top_p 1 orders by id, so stay on the side of 1 given */
+            if (a != 0 && (p[2] >= 1.0f || top_p >= 1.0)) continue;
+            if (u < 0) u = 0;
+            if (u >= 1) u = 1 - 1e-9;
+            if ((uint32_t)got == gpc_sample_select(x, V, p[0], (int)p[1], (float)top_p, u, scratch))
+                return 1;
+        }
+    return 0;
+}
+
+static void test_sample(void **state) {
+    (void)state;
+    enum { R = 96, V = 50257, VP = 50304, CASES = 12 };
+    /* temperature, top_k, top_p */
+    const float cases[CASES][3] = {
+        {0, 0, 1},           {1, 0, 1},        {0.8f, 40, 1},   {1, 0, 0.9f},
+        {0.7f, 1000, 0.95f}, {1.2f, 2000, 1},  {1, 1, 1},       {1, V, 0.5f},
+        {1, 60000, 1},       {0.3f, 0, 0.99f}, {2.0f, 5, 0.3f}, {1, 0, 0.999f},
+    };
+    char *scratch = malloc((size_t)V * 8);
+    for (int d = 0; d < 2; d++) {
+        gpc_dtype dtype = dtypes[d];
+        float *logits = malloc((size_t)R * VP * sizeof(float));
+        float params[R * 4];
+        for (int64_t i = 0; i < (int64_t)R * VP; i++)
+            logits[i] = round_to(dtype, 3.0f * gpc_rng_normal(&rng));
+        for (int r = 0; r < R; r++) {
+            const float *c = cases[r % CASES];
+            params[4 * r] = c[0], params[4 * r + 1] = c[1], params[4 * r + 2] = c[2];
+            params[4 * r + 3] = r % 17 == 0   ? 0.0f
+                                : r % 19 == 0 ? 0.99999994f
+                                              : gpc_rng_uniform(&rng);
+            /* a masked token (the stop token below min_tokens) in some rows */
+            if (r % 5 == 0) logits[(int64_t)r * VP + 50256] = -INFINITY;
+        }
+        int32_t want[R];
+        gpc_device cpu = gpc_cpu();
+        gpc_tensor ct = gpc_tensor_1d(want, GPC_I32, cpu, R);
+        gpc_tensor cl = gpc_tensor_2d(logits, GPC_F32, cpu, R, VP);
+        gpc_tensor cp = gpc_tensor_2d(params, GPC_F32, cpu, R, 4);
+        TEST_OK(gpc_op_sample(&ct, &cl, V, &cp));
+        const int64_t sl[2] = {R, VP}, sp[2] = {R, 4}, sn[1] = {R};
+        gpc_tensor gl = gpu_tensor(dtype, 2, sl, logits), gp = gpu_tensor(GPC_F32, 2, sp, params);
+        gpc_tensor gt = gpu_tensor(GPC_I32, 1, sn, NULL);
+        TEST_OK(gpc_op_sample(&gt, &gl, V, &gp));
+        int32_t *got = (int32_t *)download(&gt);
+        TEST_OK(gpc_op_sample(&gt, &gl, V, &gp));
+        int32_t *again = (int32_t *)download(&gt);
+        int exact = 0;
+        for (int r = 0; r < R; r++) {
+            const float *p = params + 4 * r;
+            if (got[r] != again[r])
+                fail_msg("sample (%s): row %d gave %d, then %d on the same input",
+                         gpc_dtype_name(dtype), r, got[r], again[r]);
+            if (got[r] == want[r]) {
+                exact++;
+                continue;
+            }
+            if (got[r] < 0 || got[r] >= V ||
+                !acceptable(got[r], logits + (int64_t)r * VP, V, p, scratch))
+                fail_msg("sample (%s): row %d (temperature %g, top_k %g, top_p %g, uniform %.9g):"
+                         " GPU token %d, CPU token %d (logits %g and %g), and no uniform or top_p "
+                         "within 1e-4 gives the GPU's",
+                         gpc_dtype_name(dtype), r, (double)p[0], (double)p[1], (double)p[2],
+                         (double)p[3], got[r], want[r],
+                         got[r] >= 0 && got[r] < V ? (double)logits[(int64_t)r * VP + got[r]] : NAN,
+                         (double)logits[(int64_t)r * VP + want[r]]);
+        }
+        printf("  sample (%s): %d of %d rows give the CPU's token exactly\n", gpc_dtype_name(dtype),
+               exact, R);
+        /* a boundary within 1e-4 of most uniforms would mean a real bug */
+        if (exact < R - 4)
+            fail_msg("sample (%s): only %d of %d rows agree exactly", gpc_dtype_name(dtype), exact,
+                     R);
+        gpc_tensor_free(&gl), gpc_tensor_free(&gp), gpc_tensor_free(&gt);
+        free(logits), free(got), free(again);
+    }
+    free(scratch);
+}
+
+int main(void) {
+    if (!gpc_backend_get(GPC_DEVICE_CUDA)) {
+        fprintf(stderr, "skipped: %s\n", gpc_last_error());
+        return 77;
+    }
+    gpc_rng_seed(&rng, test_seed(), 37);
+    if (gpc_setting_given("GPC_TEST_FILTER"))
+        cmocka_set_test_filter(gpc_setting_given("GPC_TEST_FILTER"));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_paged_attention), cmocka_unit_test(test_paged_attention_bad_tables),
+        cmocka_unit_test(test_kv_store),        cmocka_unit_test(test_embedding_at),
+        cmocka_unit_test(test_sample),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

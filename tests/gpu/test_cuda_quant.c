@@ -1,0 +1,260 @@
+/*
+ * test_cuda_quant.c: products with quantized weights on the GPU against the
+ * CPU op, and a quantized model on the GPU against the same model on the
+ * CPU.
+ *
+ * The op: int8 and fp8 weights, scales per channel and per tensor, f32,
+ * bf16 and f16 activations, 1 to 4 rows (the decode kernel), more rows (the
+ * tiled kernel, and for per-tensor fp8 with bf16 cuBLASLt's FP8 product),
+ * channel counts that are and are not multiples of 16, with and without
+ * bias and residual (in place). Activations are rounded to their dtype
+ * first, so the CPU sees the GPU's values. On cuBLASLt's path the
+ * activations are quantized to E4M3 on the device; the reference then
+ * quantizes them the same way on the host (scale amax / 448). The error is
+ * measured against the reference's RMS: 1e-5 for f32, 1e-2 for 16-bit
+ * outputs (their own rounding), 3e-2 on cuBLASLt's path (a division on
+ * the device may land an activation on the neighbouring E4M3 value).
+ *
+ * On a GPU of compute capability 8.9 or more (an H200 is 9.0) with
+ * GPC_QUANT_FP8_LT on, the per-tensor fp8 bf16 cases must have run on
+ * cuBLASLt when the rows are a multiple of 16 (cuBLASLt may decline other
+ * shapes, and the kernel then runs); the test says which path ran.
+ *
+ * Without a usable GPU the test exits 77, which CTest reports as skipped.
+ */
+#include "testutil.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/quant.h"
+#include "gpc/model.h"
+#include "ops/ops.h"
+
+static gpc_rng rng;
+
+static float round_to(gpc_dtype dtype, float x) {
+    if (dtype == GPC_BF16) return gpc_bf16_to_f32(gpc_f32_to_bf16(x));
+    if (dtype == GPC_F16) return gpc_f16_to_f32(gpc_f32_to_f16(x));
+    return x;
+}
+
+static gpc_device gpu(void) {
+    return (gpc_device){GPC_DEVICE_CUDA, 0};
+}
+
+/* A device tensor of dtype holding host f32 values (rounded to it), or raw
+ * bytes when raw is not NULL. */
+static gpc_tensor to_gpu(gpc_dtype dtype, int ndim, const int64_t *shape, const float *host,
+                         const void *raw) {
+    gpc_tensor t;
+    TEST_OK(gpc_tensor_alloc(&t, dtype, gpu(), ndim, shape));
+    int64_t n = gpc_tensor_numel(&t);
+    size_t es = gpc_dtype_size(dtype);
+    unsigned char *buf = malloc((size_t)n * es + 1);
+    if (raw) memcpy(buf, raw, (size_t)n * es);
+    for (int64_t i = 0; !raw && i < n; i++) {
+        if (dtype == GPC_F32) {
+            memcpy(buf + i * es, &host[i], 4);
+        } else {
+            uint16_t v = dtype == GPC_BF16 ? gpc_f32_to_bf16(host[i]) : gpc_f32_to_f16(host[i]);
+            memcpy(buf + i * es, &v, 2);
+        }
+    }
+    assert_int_equal(cudaMemcpy(t.data, buf, (size_t)n * es, cudaMemcpyHostToDevice), 0);
+    free(buf);
+    return t;
+}
+
+static void from_gpu(const gpc_tensor *t, float *out) {
+    int64_t n = gpc_tensor_numel(t);
+    size_t es = gpc_dtype_size(t->dtype);
+    unsigned char *buf = malloc((size_t)n * es + 1);
+    assert_int_equal(cudaMemcpy(buf, t->data, (size_t)n * es, cudaMemcpyDeviceToHost), 0);
+    for (int64_t i = 0; i < n; i++) {
+        if (t->dtype == GPC_F32) {
+            memcpy(&out[i], buf + i * es, 4);
+        } else {
+            uint16_t v;
+            memcpy(&v, buf + i * es, 2);
+            out[i] = t->dtype == GPC_BF16 ? gpc_bf16_to_f32(v) : gpc_f16_to_f32(v);
+        }
+    }
+    free(buf);
+}
+
+/* max |got - want| / RMS(want) */
+static double error_vs_rms(const float *got, const float *want, size_t n) {
+    double rms = 0, worst = 0;
+    for (size_t i = 0; i < n; i++)
+        rms += (double)want[i] * want[i];
+    rms = sqrt(rms / (double)(n ? n : 1)) + 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)want[i]);
+        if (!(d <= worst)) worst = d; /* NaN wins */
+    }
+    return worst / rms;
+}
+
+static int fp8_tensor_cores(void) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+    return major * 10 + minor >= 89 && gpc_setting_flag("GPC_QUANT_FP8_LT");
+}
+
+/* One case: N x C inputs, OC outputs. */
+static void run_case(gpc_dtype act, gpc_dtype qtype, int per_channel, int N, int C, int OC,
+                     int with_bias, int with_res) {
+    float *x = malloc(sizeof(float) * N * C), *xref = malloc(sizeof(float) * N * C);
+    float *bias = malloc(sizeof(float) * OC), *res = malloc(sizeof(float) * N * OC);
+    float *want = malloc(sizeof(float) * N * OC), *got = malloc(sizeof(float) * N * OC);
+    float *scales = malloc(sizeof(float) * OC);
+    uint8_t *q = malloc((size_t)OC * C);
+    for (int i = 0; i < N * C; i++)
+        x[i] = round_to(act, gpc_rng_normal(&rng));
+    for (int i = 0; i < OC * C; i++) {
+        q[i] = (uint8_t)gpc_rng_below(&rng, 256);
+        if (qtype == GPC_F8E4M3 && (q[i] & 0x7f) == 0x7f) q[i] ^= 1; /* no NaN codes */
+    }
+    for (int o = 0; o < OC; o++) {
+        scales[o] = (qtype == GPC_I8 ? 0.01f : 0.003f) * (0.5f + (float)gpc_rng_uniform(&rng));
+        bias[o] = round_to(act, gpc_rng_normal(&rng));
+    }
+    for (int i = 0; i < N * OC; i++)
+        res[i] = round_to(act, gpc_rng_normal(&rng));
+    int lt = qtype == GPC_F8E4M3 && !per_channel && act == GPC_BF16 && N > 4 && C % 16 == 0 &&
+             OC % 16 == 0 && fp8_tensor_cores();
+    /* the GPU first (the residual updated in place when there is one), to
+     * learn which path ran */
+    int64_t sx[2] = {N, C}, sq[2] = {OC, C}, so[2] = {N, OC}, ss = per_channel ? OC : 1, sb = OC;
+    gpc_tensor gx = to_gpu(act, 2, sx, x, NULL), gq = to_gpu(qtype, 2, sq, NULL, q);
+    gpc_tensor gs = to_gpu(GPC_F32, 1, &ss, scales, NULL), gb = to_gpu(act, 1, &sb, bias, NULL);
+    gpc_tensor gr = to_gpu(act, 2, so, res, NULL), go;
+    TEST_OK(gpc_tensor_alloc(&go, act, gpu(), 2, so));
+    assert_int_equal(cudaMemset(go.data, 0xff, gpc_tensor_bytes(&go)), 0); /* NaN */
+    gpc_tensor *out = with_res ? &gr : &go;
+    long lt_before = gpc_cuda_quant_lt_calls();
+    TEST_OK(gpc_op_matmul_quant_forward(out, &gx, &gq, &gs, with_bias ? &gb : NULL,
+                                        with_res ? &gr : NULL));
+    assert_int_equal(cudaDeviceSynchronize(), 0);
+    int ran_lt = gpc_cuda_quant_lt_calls() > lt_before;
+    from_gpu(out, got);
+    memcpy(xref, x, sizeof(float) * N * C);
+    if (ran_lt) { /* the activations as cuBLASLt multiplied them */
+        float amax = 0;
+        for (int i = 0; i < N * C; i++)
+            amax = fmaxf(amax, fabsf(x[i]));
+        float s = amax > 0 ? amax / 448.0f : 1.0f;
+        for (int i = 0; i < N * C; i++)
+            xref[i] = gpc_f8e4m3_to_f32(gpc_f32_to_f8e4m3(x[i] / s)) * s;
+    }
+    /* the CPU reference */
+    gpc_tensor cx = gpc_tensor_make(xref, GPC_F32, gpc_cpu(), 2, sx);
+    gpc_tensor cq = gpc_tensor_make(q, qtype, gpc_cpu(), 2, sq);
+    gpc_tensor cs = gpc_tensor_make(scales, GPC_F32, gpc_cpu(), 1, &ss);
+    gpc_tensor cb = gpc_tensor_make(bias, GPC_F32, gpc_cpu(), 1, &sb);
+    gpc_tensor cr = gpc_tensor_make(res, GPC_F32, gpc_cpu(), 2, so);
+    gpc_tensor co = gpc_tensor_make(want, GPC_F32, gpc_cpu(), 2, so);
+    TEST_OK(gpc_op_matmul_quant_forward(&co, &cx, &cq, &cs, with_bias ? &cb : NULL,
+                                        with_res ? &cr : NULL));
+    double tol = act == GPC_F32 ? 1e-5 : ran_lt ? 3e-2 : 1e-2;
+    double err = error_vs_rms(got, want, (size_t)N * OC);
+    char what[160];
+    snprintf(what, sizeof what, "%s weights (%s scales), %s activations, %d x %d x %d%s%s (%s)",
+             gpc_dtype_name(qtype), per_channel ? "channel" : "tensor", gpc_dtype_name(act), N, C,
+             OC, with_bias ? ", bias" : "", with_res ? ", residual" : "",
+             ran_lt ? "cuBLASLt FP8" : "gpc kernel");
+    if (!(err <= tol)) fail_msg("%s: error %.3g of the RMS > %.3g", what, err, tol);
+    /* cuBLASLt may offer no algorithm for a shape (the kernel then runs),
+     * but it must take the aligned ones */
+    if (ran_lt && !lt) fail_msg("%s: cuBLASLt ran where it does not apply", what);
+    if (lt && !ran_lt && N % 16 == 0) fail_msg("%s: expected cuBLASLt's FP8 path", what);
+    if (N == 64 && C == 256) print_message("%s: error %.2g of the RMS\n", what, err);
+    gpc_tensor_free(&gx), gpc_tensor_free(&gq), gpc_tensor_free(&gs), gpc_tensor_free(&gb);
+    gpc_tensor_free(&gr), gpc_tensor_free(&go);
+    free(x), free(xref), free(bias), free(res), free(want), free(got), free(scales), free(q);
+}
+
+static void test_op(void **state) {
+    (void)state;
+    const int shapes[][3] = {{1, 256, 384}, {2, 64, 96},    {3, 33, 17},   {4, 1600, 48}, {1, 7, 5},
+                             {5, 64, 48},   {64, 256, 768}, {77, 100, 33}, {130, 768, 64}};
+    const gpc_dtype acts[3] = {GPC_F32, GPC_BF16, GPC_F16};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int a = 0; a < 3; a++)
+            for (int v = 0; v < 3; v++) {
+                gpc_dtype qtype = v == 0 ? GPC_I8 : GPC_F8E4M3;
+                int per_channel = v != 2;
+                for (int e = 0; e < 3; e++)
+                    run_case(acts[a], qtype, per_channel, shapes[s][0], shapes[s][1], shapes[s][2],
+                             e != 1, e != 2);
+            }
+    print_message("paths: %ld products on cuBLASLt FP8, %ld in gpc's kernels\n",
+                  gpc_cuda_quant_lt_calls(), gpc_cuda_quant_kernel_calls());
+}
+
+/* A quantized model on the GPU (bf16 activations) against the same
+ * quantized weights on the CPU (f32): the last position's logits of a
+ * whole window, and generation over kept keys and values. */
+static void test_model(void **state) {
+    (void)state;
+    gpt_config c;
+    TEST_OK(gpt_config_init(&c, 2, 4, 128, 64, 101));
+    size_t P = gpt_config_num_params(&c);
+    float *w = malloc(P * sizeof *w);
+    gpt_model *init = NULL;
+    TEST_OK(gpt_create(&init, &c, gpc_cpu(), GPC_F32, 1, 1, 0));
+    TEST_OK(gpt_init_weights(init, 5));
+    TEST_OK(gpt_get_params(init, w));
+    gpt_free(init);
+    int32_t tok[64];
+    for (int i = 0; i < 64; i++)
+        tok[i] = (int32_t)gpc_rng_below(&rng, 101);
+    float cpu_logits[101], gpu_logits[101];
+    const gpt_quant_options all[3] = {{GPC_I8, 1}, {GPC_F8E4M3, 1}, {GPC_F8E4M3, 0}};
+    for (int q = 0; q < 3; q++) {
+        gpt_model *cm = NULL, *gm = NULL;
+        TEST_OK(gpt_create_quant(&cm, &c, gpc_cpu(), GPC_F32, 1, 64, &all[q]));
+        TEST_OK(gpt_create_quant(&gm, &c, gpu(), GPC_BF16, 1, 64, &all[q]));
+        TEST_OK(gpt_set_params(cm, w));
+        TEST_OK(gpt_set_params(gm, w));
+        TEST_OK(gpt_forward_last_logits(cm, tok, 1, 64, cpu_logits));
+        TEST_OK(gpt_forward_last_logits(gm, tok, 1, 64, gpu_logits));
+        /* fp8 per tensor runs the prompt on cuBLASLt, whose activations
+         * are E4M3 too: a coarser match with the CPU's f32 activations */
+        double tol = all[q].per_channel ? 5e-2 : 1e-1;
+        double err = error_vs_rms(gpu_logits, cpu_logits, 101);
+        if (!(err <= tol))
+            fail_msg("%s model, whole window: error %.3g of the RMS", gpt_quant_name(&all[q]), err);
+        TEST_OK(gpt_forward_cached(gm, tok, 0, 60, gpu_logits));
+        for (int p = 60; p < 64; p++)
+            TEST_OK(gpt_forward_cached(gm, tok + p, p, 1, gpu_logits));
+        err = error_vs_rms(gpu_logits, cpu_logits, 101);
+        if (!(err <= tol))
+            fail_msg("%s model, kept keys and values: error %.3g of the RMS",
+                     gpt_quant_name(&all[q]), err);
+        print_message("%s model: logits within %.2g of the RMS\n", gpt_quant_name(&all[q]), err);
+        gpt_free(cm);
+        gpt_free(gm);
+    }
+    free(w);
+}
+
+int main(void) {
+    if (!gpc_backend_get(GPC_DEVICE_CUDA)) {
+        fprintf(stderr, "skipped: %s\n", gpc_last_error());
+        return 77;
+    }
+    gpc_rng_seed(&rng, test_seed(), 9);
+    if (gpc_setting_given("GPC_TEST_FILTER"))
+        cmocka_set_test_filter(gpc_setting_given("GPC_TEST_FILTER"));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_op),
+        cmocka_unit_test(test_model),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
