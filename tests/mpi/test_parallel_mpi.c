@@ -1,10 +1,13 @@
 /*
  * test_parallel_mpi.c: tensor and pipeline parallelism, alone and with data
  * parallelism, over MPI on the CPU, run by CTest as `mpirun -np N
- * test_parallel_mpi TP PP`: the N ranks form N/(TP*PP) data-parallel
+ * test_parallel_mpi TP PP [RECOMPUTE]`: the N ranks form N/(TP*PP) data-parallel
  * copies of a model cut into TP slices and PP stages (gpc_dist_layout_make,
  * gpc_dist_split). Every rank also trains one whole model on the whole
- * global batch, the single-process run, and compares.
+ * global batch, the single-process run, and compares. With RECOMPUTE
+ * (e.g. "block", every block of each stage) the parts recompute and the
+ * whole models keep everything: recomputation rebuilds each value by the
+ * ops forward ran, so the comparisons below hold as they are.
  *
  * Checked, over 10 AdamW steps of M = 4 micro-batches (the pipeline's
  * 1F1B schedule when PP > 1), with a checkpoint after step 5:
@@ -39,7 +42,7 @@
 
 enum { L = 4, NH = 4, C = 32, T = 16, V = 97, B = 2, M = 4, STEPS = 10, SAVE_AT = 5 };
 
-static int failures, rank;
+static int failures, rank, recompute;
 
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
@@ -79,7 +82,7 @@ typedef struct {
 /* This rank's part, its hooks set. */
 static gpt_model *part(const job *j) {
     gpt_model *m;
-    MUST(gpt_create_part(&m, &j->c, gpc_cpu(), GPC_F32, B, T, 0, &j->par, 0, SIZE_MAX));
+    MUST(gpt_create_part(&m, &j->c, gpc_cpu(), GPC_F32, B, T, recompute, &j->par, 0, SIZE_MAX));
     MUST(gpc_tp_attach(m, j->tp));
     MUST(gpc_pipeline_attach(m, j->pp));
     return m;
@@ -197,6 +200,7 @@ int main(int argc, char **argv) {
     }
     rank = env.rank;
     int tp = argc > 1 ? atoi(argv[1]) : env.world_size, pp = argc > 2 ? atoi(argv[2]) : 1;
+    if (argc > 3) MUST(gpt_recompute_parse(argv[3], &recompute));
     job j;
     MUST(gpc_dist_create(&j.world, &env, gpc_cpu(), "mpi"));
     gpc_dist_layout *lay = &j.lay;
@@ -219,9 +223,9 @@ int main(int argc, char **argv) {
     MUST(j.world->ops->all_reduce_host(j.world, &from0, 1));
     uint64_t seed = (uint64_t)from0;
     if (rank == 0)
-        printf("tp %d x pp %d x dp %d, %d micro-batches, seed %llu (set GPC_TEST_SEED to "
-               "repeat)\n",
-               tp, pp, lay->dp, M, (unsigned long long)seed);
+        printf("tp %d x pp %d x dp %d, %d micro-batches, recompute %s, seed %llu (set "
+               "GPC_TEST_SEED to repeat)\n",
+               tp, pp, lay->dp, M, argc > 3 ? argv[3] : "0", (unsigned long long)seed);
     check_errors();
 
     MUST(gpt_config_init(&j.c, L, NH, C, T, V));
