@@ -205,7 +205,7 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
      * that much on the safe side where cuDNN's backward does not run (an
      * older GPU; bf16 at head size 64 and T a multiple of 128 on compute
      * capability 9.0, where gpc's wgmma backward takes its place). */
-    uint64_t hs = (uint64_t)(C / NH);
+    uint64_t hs = (uint64_t)(Cl / NH); /* NH: this slice's heads, Cl their channels */
     uint64_t cudnn =
         in->cuda && in->dtype != GPC_F32 && gpc_attention_cudnn_head_size_ok((int64_t)hs)
             ? buffer(BT * Cl, f32)
