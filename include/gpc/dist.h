@@ -90,6 +90,16 @@ typedef struct {
      * communicator when one step takes longer than the timeout. */
     void (*watch)(gpc_dist *d, int active);
     void (*destroy)(gpc_dist *d);
+    /* child (allocated, its rank and world_size set by gpc_dist_split)
+     * becomes the communicator of the ranks that gave the same color,
+     * ordered by key; every rank of d calls it together */
+    gpc_status (*split)(gpc_dist *d, int color, int key, gpc_dist *child);
+    /* point to point: count elements to or from rank peer of d (pipeline
+     * stages' activations); both sides queue on their stream */
+    gpc_status (*send)(gpc_dist *d, const void *buf, size_t count, gpc_dtype dtype, int peer,
+                       gpc_stream stream);
+    gpc_status (*recv)(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype, int peer,
+                       gpc_stream stream);
 } gpc_dist_ops;
 
 struct gpc_dist {
@@ -105,6 +115,22 @@ struct gpc_dist {
 gpc_status gpc_dist_create(gpc_dist **out, const gpc_dist_env *env, gpc_device device,
                            const char *backend);
 void gpc_dist_destroy(gpc_dist *d);
+/* The sub-communicator of the ranks of d that give the same color, ranked
+ * by key (MPI_Comm_split; ncclCommSplit): how tensor-, pipeline- and
+ * data-parallel groups are made from one world. Every rank of d calls it;
+ * free the result with gpc_dist_destroy before d. */
+gpc_status gpc_dist_split(gpc_dist *d, int color, int key, gpc_dist **out);
+
+/* A job's ranks as a grid world = dp x pp x tp, tp fastest: rank =
+ * (dp_rank * pp + pp_rank) * tp + tp_rank, so a tensor-parallel group is
+ * tp consecutive ranks (one node's GPUs when tp divides them), and a
+ * data-parallel group holds one rank of each (pp_rank, tp_rank) place. */
+typedef struct {
+    int tp, pp, dp;
+    int tp_rank, pp_rank, dp_rank;
+} gpc_dist_layout;
+/* Checks that tp x pp divides the world and fills the grid for rank. */
+gpc_status gpc_dist_layout_make(int world_size, int rank, int tp, int pp, gpc_dist_layout *out);
 
 /* Implementations (dist_none.c, dist_mpi.c, dist_nccl.c); d is filled in by
  * gpc_dist_create except ops and impl. */

@@ -170,6 +170,115 @@ const gpc_optim *gpt_optimizer(const gpt_model *model);
 typedef gpc_status (*gpt_grad_ready_fn)(void *user, int layer);
 void gpt_set_grad_ready(gpt_model *model, gpt_grad_ready_fn fn, void *user);
 
+/* ------------------------------------------------- tensor parallelism */
+
+/* Tensor parallelism in the Megatron-LM style (Shoeybi et al. 2019): each of
+ * tp ranks holds the query, key and value rows of heads/tp heads and 4C/tp
+ * of the MLP's hidden units (column slices of qkvw, fcw and their biases),
+ * and the matching input columns of attprojw and fcprojw (row slices). The
+ * embeddings, layernorms, projection biases and the head are replicated.
+ * Per block, forward sums the two projections' partial outputs over the
+ * ranks and backward sums the two partial input gradients of qkv and fc:
+ * four calls of the tp hook per block and micro-step. The replicated
+ * parameters then see identical inputs and identical output gradients on
+ * every rank, so their gradients are identical and need no communication.
+ * The local flat layout is the whole model's with the six sliced tensors
+ * narrower (gpt_tp_num_params elements). */
+typedef gpc_status (*gpt_tp_reduce_fn)(void *user, gpc_tensor *tensor);
+
+/* Errors for a tp size that does not divide the heads (the channels and
+ * MLP width follow). */
+gpc_status gpt_tp_check(const gpt_config *config, int tp_size);
+/* Elements of one rank's local layout (tp_size 1: gpt_config_num_params). */
+size_t gpt_tp_num_params(const gpt_config *config, int tp_size);
+/* Rank tp_rank's local values cut out of a whole model's (f32, layout
+ * order), and put back into one (only its slices and the replicated
+ * tensors are written). */
+void gpt_tp_slice(const gpt_config *config, int tp_size, int tp_rank, const float *full,
+                  float *local);
+void gpt_tp_unslice(const gpt_config *config, int tp_size, int tp_rank, const float *local,
+                    float *full);
+/* A training model holding rank tp_rank's slices (tp_size 1: the whole
+ * model), with the optimizer state of elements [shard_offset, shard_offset
+ * + shard_count) of its local layout (SIZE_MAX count: all of it). Before
+ * any forward of a model with tp_size > 1 the sum over the tp ranks must
+ * be set with gpt_set_tp_reduce. gpt_set_params, gpt_get_params and
+ * gpt_init_weights take and give local values; gpt_checkpoint_load slices
+ * a whole checkpoint; a checkpoint is written from whole arrays
+ * (gpt_checkpoint_save_full with every array given). LoRA is refused. */
+gpc_status gpt_create_tp(gpt_model **out, const gpt_config *config, gpc_device device,
+                         gpc_dtype dtype, int B, int T, int recompute, int tp_size, int tp_rank,
+                         size_t shard_offset, size_t shard_count);
+int gpt_tp_size(const gpt_model *model);
+int gpt_tp_rank(const gpt_model *model);
+/* The sum over the tp ranks, in place, of a tensor on the model's device
+ * (queued on the compute stream). fn NULL removes it. */
+void gpt_set_tp_reduce(gpt_model *model, gpt_tp_reduce_fn fn, void *user);
+
+/* ---------------------------------------------- pipeline parallelism */
+
+/* A model's place in tensor and pipeline parallelism: slice tp_rank of
+ * tp_size (above), and stage pp_rank of pp_size, which holds layers
+ * [pp_rank * L/pp_size, (pp_rank + 1) * L/pp_size); the first stage also
+ * uses the embeddings, the last the final layernorm and the head (wte,
+ * tied). Every stage keeps wte, wpe and lnf in its layout (unused ones get
+ * zero gradients); the head's and the embedding's wte gradients are summed
+ * over the stages (gpt_stage_tied_grad) so the two copies stay equal.
+ * slots: micro-batches whose activations a stage keeps at once (1F1B:
+ * pp_size - pp_rank; 1 without pipeline). */
+typedef struct {
+    int tp_size, tp_rank;
+    int pp_size, pp_rank;
+    int slots;
+} gpt_parallel;
+
+/* Errors for a layout that does not divide the model (heads % tp, layers
+ * % pp) or a place outside it. */
+gpc_status gpt_parallel_check(const gpt_config *config, const gpt_parallel *par);
+/* Elements of the part's local layout. */
+size_t gpt_part_num_params(const gpt_config *config, const gpt_parallel *par);
+/* The part's local values cut out of a whole model's, and put back. */
+void gpt_part_slice(const gpt_config *config, const gpt_parallel *par, const float *full,
+                    float *local);
+void gpt_part_unslice(const gpt_config *config, const gpt_parallel *par, const float *local,
+                      float *full);
+/* gpt_create_tp for any part: config is the whole model's (gpt_get_config
+ * then gives the part's: L/pp_size layers; gpt_whole_config the whole). */
+gpc_status gpt_create_part(gpt_model **out, const gpt_config *config, gpc_device device,
+                           gpc_dtype dtype, int B, int T, int recompute, const gpt_parallel *par,
+                           size_t shard_offset, size_t shard_count);
+const gpt_parallel *gpt_parallel_of(const gpt_model *model);
+const gpt_config *gpt_whole_config(const gpt_model *model);
+/* The sum over the pipeline stages of a device tensor, in place: used for
+ * the squared gradient norm, each stage giving its own tensors' part. */
+void gpt_set_pp_reduce(gpt_model *model, gpt_tp_reduce_fn fn, void *user);
+
+/* One stage's half of a micro-step on activation slot `slot`. Forward:
+ * the first stage embeds inputs, the others start from gpt_stage_input
+ * (filled by the caller, the previous stage's output); the last stage's
+ * forward ends at the final layernorm. Backward: the last stage runs the
+ * head (its losses summed for gpt_read_step, with dloss as in
+ * gpt_forward_backward) and starts there; the others start from
+ * gpt_stage_grad, filled with the gradient of their output. After it,
+ * gpt_stage_grad holds the gradient of the stage's input (the first
+ * stage's has gone into the embeddings). Host tokens [B, T]: inputs are
+ * read by the first stage, targets by the last. */
+gpc_status gpt_stage_forward(gpt_model *model, int slot, const int32_t *inputs,
+                             const int32_t *targets, int B, int T);
+gpc_status gpt_stage_backward(gpt_model *model, int slot, int B, int T, float dloss);
+/* The last stage, after gpt_stage_forward of a slot: the head and the mean
+ * loss over the slot's unmasked targets (validation; nothing trains). */
+gpc_status gpt_stage_loss(gpt_model *model, int slot, int B, int T, float *loss);
+/* [B, T, C] views: the stage's input and output residual streams of a slot,
+ * and the one residual-gradient buffer the stages exchange. */
+gpc_tensor gpt_stage_input(const gpt_model *model, int slot, int B, int T);
+gpc_tensor gpt_stage_output(const gpt_model *model, int slot, int B, int T);
+gpc_tensor gpt_stage_grad(const gpt_model *model, int B, int T);
+/* wte's gradient, [Vp, C]: summed over the stages after the last
+ * micro-step, since the first stage's embedding and the last stage's head
+ * both feed it. */
+gpc_tensor gpt_stage_tied_grad(const gpt_model *model);
+
 /* fp16: the factor the loss is multiplied by before backward (1 in f32 and
  * bf16), and whether the last update was skipped for an overflow (known
  * after gpt_read_step or an update that reported it). */

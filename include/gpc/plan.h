@@ -29,14 +29,20 @@ typedef struct {
     int vocab;       /* V; padded to Vp = multiple of 64 */
     gpc_dtype dtype; /* compute precision: GPC_F32, GPC_BF16 or GPC_F16 */
     int recompute;   /* GPT_RECOMPUTE(level, blocks) (gpc/model.h): 0 keep all; 1 recompute
-                      * GELU; 2 also layernorm outputs; 3 whole blocks; of the first N */
-    int zero;        /* 1: ZeRO-1, optimizer state and master sharded over gpus */
-    int gpus;        /* data-parallel GPUs (each holds a replica) */
+                      * GELU; 2 also layernorm outputs; 3 whole blocks; of the first N (of
+                      * each pipeline stage under pp) */
+    int zero;        /* 1: ZeRO-1, optimizer state and master sharded over the dp copies */
+    int gpus;        /* GPUs: gpus / (tp * pp) data-parallel copies of the model */
+    int tp;          /* tensor parallelism: each copy's heads and MLP units over tp GPUs */
+    int pp;          /* pipeline parallelism: each copy's layers in pp stages (1F1B) */
     int lora_rank;   /* 0: full fine-tuning; R > 0: LoRA adapters, base frozen */
     int cuda;        /* 1: add cuBLASLt workspace and CUDA context */
 } gpc_plan_input;
 
-/* Bytes per GPU, by what they hold. */
+/* Bytes per GPU, by what they hold. With tp or pp, the figures are those of
+ * the GPU that holds the most: a first pipeline stage, which keeps pp
+ * micro-batches' activations in flight (1F1B); every stage keeps wte, wpe
+ * and lnf (gpt_create_part). */
 typedef struct {
     uint64_t num_params;          /* elements of the model (padded vocabulary rows included) */
     uint64_t trainable;           /* elements that receive gradients and optimizer state */

@@ -161,6 +161,10 @@ typedef struct {
     int world_size, rank;  /* data parallelism: processes and this one's place (1 and 0 alone) */
     struct gpc_dist *dist; /* collectives (gpc/dist.h) when world_size > 1; the caller owns it */
     int zero;              /* 1: ZeRO-1 optimizer shards across the ranks */
+    int tp;                /* > 1: tensor parallelism, each model cut over tp ranks */
+    int pp;                /* > 1: pipeline parallelism over pp stages (1F1B, the accumulation
+                            * steps as micro-batches); data parallelism over world_size /
+                            * (tp * pp) copies (gpc/parallel.h) */
     double bucket_mb;      /* gradient bucket size in MiB; 0: default; negative: one bucket */
     /* Out-of-memory auto-fit (one process): when building the run or a
      * step runs out of device memory, everything of the attempt is freed

@@ -16,6 +16,35 @@ static void row(const char *what, uint64_t bytes) {
            cli_format_bytes((double)bytes, human, sizeof human));
 }
 
+/* Every layout of tp x pp that divides the model and the GPUs, with its
+ * memory per GPU and the smallest listed GPU it fits. */
+static void print_layouts(const gpc_plan_input *base) {
+    int count;
+    const gpc_plan_gpu *table = gpc_plan_gpus(&count);
+    printf("\n  layouts on %d GPUs (tp x pp x dp; the first stage holds the most):\n", base->gpus);
+    printf("  %-4s %-4s %-4s %12s  %s\n", "tp", "pp", "dp", "per GPU", "smallest GPU that fits");
+    for (int tp = 1; tp <= base->gpus; tp++) {
+        for (int pp = 1; pp <= base->gpus / tp; pp++) {
+            if (base->gpus % (tp * pp) || base->heads % tp || base->layers % pp) continue;
+            gpc_plan_input in = *base;
+            in.tp = tp, in.pp = pp;
+            gpc_plan_result r;
+            if (gpc_plan_compute(&in, &r) != GPC_OK) {
+                gpc_clear_error();
+                continue;
+            }
+            const char *fits = "none listed";
+            uint64_t best = 0;
+            for (int i = 0; i < count; i++)
+                if (r.total <= table[i].bytes && (!best || table[i].bytes < best))
+                    best = table[i].bytes, fits = table[i].name;
+            char human[32];
+            printf("  %-4d %-4d %-4d %12s  %s\n", tp, pp, base->gpus / (tp * pp),
+                   cli_format_bytes((double)r.total, human, sizeof human), fits);
+        }
+    }
+}
+
 /* Each recomputation mode over all blocks beside the one asked for: what
  * activations and the total come to, and the largest micro-batch on an
  * H200, so memory can be traded for speed knowingly. */
@@ -46,7 +75,7 @@ int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *precision = "bf16", *device = "cuda", *json = NULL;
     const char *recompute_name = "0";
     int context = 1024, batch = 4, zero = 0, gpus = 1, lora = 0, vocab = 50257;
-    int recompute_layers = 0;
+    int recompute_layers = 0, tp = 1, pp = 1, layers = 0, heads = 0, channels = 0;
     const cli_option options[] = {
         {"model", CLI_STRING, &model, "dN",
          "model: dN = N layers, N heads, 64N channels; d24, d36, d48 GPT-2's 350M, 774M, "
@@ -60,7 +89,15 @@ int cmd_plan(int argc, char **argv) {
         {"recompute-layers", CLI_INT, &recompute_layers, "N",
          "apply --recompute to the first N blocks only (default 0: all)"},
         {"zero", CLI_INT, &zero, "0|1", "1 shards optimizer state over the GPUs (default 0)"},
-        {"gpus", CLI_INT, &gpus, "N", "data-parallel GPUs (default 1)"},
+        {"layers", CLI_INT, &layers, "L", "override the model's layers"},
+        {"heads", CLI_INT, &heads, "H", "override the model's attention heads"},
+        {"channels", CLI_INT, &channels, "C", "override the model's channels"},
+        {"gpus", CLI_INT, &gpus, "N",
+         "GPUs: N / (tp x pp) data-parallel copies (default 1); above 1, every layout of "
+         "--tp and --pp over them is listed too"},
+        {"tp", CLI_INT, &tp, "T",
+         "tensor parallelism: heads and MLP units over T GPUs (default 1)"},
+        {"pp", CLI_INT, &pp, "P", "pipeline parallelism: layers in P stages (default 1)"},
         {"lora", CLI_INT, &lora, "R", "LoRA rank; 0 trains every weight (default 0)"},
         {"vocab", CLI_INT, &vocab, "V", "vocabulary size (default 50257)"},
         {"device", CLI_STRING, &device, "D",
@@ -85,6 +122,9 @@ int cmd_plan(int argc, char **argv) {
     gpc_plan_defaults(&in);
     gpc_status st = gpc_plan_parse_model(model, &in);
     if (st) return cli_fail("plan", st);
+    if (layers > 0) in.layers = layers;
+    if (heads > 0) in.heads = heads;
+    if (channels > 0) in.channels = channels;
     if (strcmp(precision, "fp32") == 0 || strcmp(precision, "f32") == 0)
         in.dtype = GPC_F32;
     else if (strcmp(precision, "bf16") == 0)
@@ -115,6 +155,9 @@ int cmd_plan(int argc, char **argv) {
     in.recompute = recompute;
     in.zero = zero;
     in.gpus = gpus;
+    in.tp = tp;
+    in.pp = pp;
+    if (tp < 1 || pp < 1) return cli_usage_error("plan", "--tp and --pp must be 1 or more");
     in.lora_rank = lora;
     in.vocab = vocab;
 
@@ -126,12 +169,14 @@ int cmd_plan(int argc, char **argv) {
     printf("gpc plan: %s (%d layers, %d heads, %d channels), %llu parameters (%.1fM)\n", model,
            in.layers, in.heads, in.channels, (unsigned long long)r.num_params, r.num_params / 1e6);
     char mode[32];
-    printf("  context %d, micro-batch %d, %s, recompute %s, zero %d, %d GPU%s, lora %d, vocab "
-           "%d, device %s\n\n",
+    printf("  context %d, micro-batch %d, %s, recompute %s, zero %d, %d GPU%s (tp %d x pp %d x "
+           "dp %d), lora %d, vocab %d, device %s\n\n",
            in.context, in.batch, gpc_dtype_name(in.dtype),
            gpt_recompute_name(in.recompute, mode, sizeof mode), in.zero, in.gpus,
-           in.gpus == 1 ? "" : "s", in.lora_rank, in.vocab, in.cuda ? "cuda" : "cpu");
-    printf("  %-34s %16s  %10s\n", "memory per GPU", "bytes", "");
+           in.gpus == 1 ? "" : "s", tp, pp, in.gpus / (tp * pp), in.lora_rank, in.vocab,
+           in.cuda ? "cuda" : "cpu");
+    printf("  %-34s %16s  %10s\n", tp * pp > 1 ? "memory per GPU (first stage)" : "memory per GPU",
+           "bytes", "");
     row("parameters", r.parameters);
     row("gradients", r.gradients);
     row(in.dtype == GPC_F32 ? "optimizer (AdamW m, v)" : "optimizer (AdamW m, v, f32 master)",
@@ -163,6 +208,7 @@ int cmd_plan(int argc, char **argv) {
                cli_format_bytes((double)table[i].bytes, human, sizeof human),
                r.total <= table[i].bytes ? "yes" : "no", max_batch);
     }
+    if (gpus > 1) print_layouts(&in);
     if (json) {
         st = gpc_plan_write_json(json, model, &in, &r);
         if (st) return cli_fail("plan", st);

@@ -163,7 +163,7 @@ int cmd_train(int argc, char **argv) {
     const char *recompute_name = NULL;
     int64_t total_batch = UNSET, seed = UNSET;
     double lr = NAN, min_lr_ratio = NAN, weight_decay = NAN, max_grad_norm = NAN;
-    int zero = 0;
+    int zero = 0, tp = 1, pp = 1;
     double bucket_mb = NAN;
     const char *collectives = "auto", *attention = NULL, *attention_backward = NULL;
     int stochastic_rounding = 0, no_auto_fit = 0;
@@ -232,6 +232,12 @@ int cmd_train(int argc, char **argv) {
         {"lora-targets", CLI_STRING, &lora_targets, "LIST",
          "projections that get adapters, of qkv,proj,fc,fcproj (default all four)"},
         {"seed", CLI_INT64, &seed, "S", "weights, data order and rounding (default 1337)"},
+        {"tp", CLI_INT, &tp, "T",
+         "several processes: tensor parallelism, each model cut over T of them (its heads and "
+         "MLP units); data parallelism over the rest (default 1)"},
+        {"pp", CLI_INT, &pp, "P",
+         "several processes: pipeline parallelism, the layers cut into P stages run in the 1F1B "
+         "order over the accumulation steps (default 1)"},
         {"zero", CLI_INT, &zero, "0|1",
          "several processes: 1 shards the optimizer state over them (ZeRO-1; default 0)"},
         {"bucket-mb", CLI_FLOAT, &bucket_mb, "MB",
@@ -380,6 +386,10 @@ int cmd_train(int argc, char **argv) {
     if (!isnan(bucket_mb) && bucket_mb < 0)
         return cli_usage_error(NAME, "--bucket-mb must not be negative, not %g", bucket_mb);
     o.zero = zero;
+    if (tp < 1) return cli_usage_error(NAME, "--tp must be 1 or more, not %d", tp);
+    o.tp = tp;
+    if (pp < 1) return cli_usage_error(NAME, "--pp must be 1 or more, not %d", pp);
+    o.pp = pp;
     o.bucket_mb = isnan(bucket_mb) ? 0 : bucket_mb > 0 ? bucket_mb : -1;
     gpc_dist *dist = NULL; /* several processes (gpc launch, mpirun, srun) */
     s = cli_dist_setup(&o, collectives, &dist);

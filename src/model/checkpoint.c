@@ -111,8 +111,9 @@ static void encode_header_of(unsigned char *h, const gpt_config *c, gpc_dtype dt
 }
 
 static void encode_header(unsigned char *h, const gpt_model *m, const gpt_checkpoint_state *s) {
-    /* the loss scale is the model's, which fp16 adapts */
-    encode_header_of(h, &m->config, m->dtype, m->training, gpc_optim_loss_scale(m->optim), s);
+    /* the loss scale is the model's, which fp16 adapts; a part's file is
+     * the whole model's */
+    encode_header_of(h, &m->whole, m->dtype, m->training, gpc_optim_loss_scale(m->optim), s);
 }
 
 static void decode_header(const unsigned char *h, ckpt_header *out) {
@@ -204,6 +205,13 @@ gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *m,
                          "gather it first (gpc_ddp_gather_state) and pass it to "
                          "gpt_checkpoint_save_full",
                          path);
+    if (gpt_is_part(m) && (!full->master || (m->training && (!full->m || !full->v))))
+        return gpc_error(
+            GPC_ERR_INVALID_ARG,
+            "saving checkpoint %s: the model holds one tensor- or pipeline-parallel part; "
+            "gather the whole parameters, m and v first and pass them to "
+            "gpt_checkpoint_save_full",
+            path);
     unsigned char header[CKPT_HEADER_BYTES];
     encode_header(header, m, state);
     float *stage = gpc_malloc(CKPT_CHUNK_FLOATS * sizeof(float));
@@ -215,7 +223,7 @@ gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *m,
         return s;
     }
     /* f32 arrays of num_params elements (data unused where host values come) */
-    int64_t P = (int64_t)m->num_params;
+    int64_t P = (int64_t)gpt_config_num_params(&m->whole);
     gpc_tensor whole = gpc_tensor_make(NULL, GPC_F32, m->device, 1, &P);
     const gpc_tensor *params = full->master ? &whole : master ? master : &m->params_flat;
     s = gpc_atomic_write(&f, header, sizeof header);
@@ -478,6 +486,54 @@ static gpc_status read_tensor(FILE *file, const char *path, const read_target *t
     return GPC_OK;
 }
 
+/* A part's load (tensor or pipeline parallelism): the whole arrays on the
+ * host, checked, then this rank's part of them (gpt_tp.c). */
+static gpc_status load_sliced(const char *path, FILE *file, const ckpt_header *hdr,
+                              const unsigned char *raw, gpt_model *m) {
+    size_t P = (size_t)hdr->num_params, Pl = m->num_params;
+    int arrays = hdr->has_optimizer ? 3 : 1;
+    float *whole = gpc_malloc((size_t)arrays * P * sizeof(float));
+    float *local = gpc_malloc((size_t)arrays * Pl * sizeof(float));
+    float *stage = gpc_malloc(CKPT_CHUNK_FLOATS * sizeof(float));
+    gpc_status s = GPC_OK;
+    if (!whole || !local || !stage)
+        s = gpc_error(GPC_ERR_NOMEM, "out of host memory reading %s (%.1f MiB)", path,
+                      (double)arrays * (double)(P + Pl) * 4.0 / 1048576.0);
+    uint32_t crc = gpc_crc32c(0, raw, CKPT_HEADER_BYTES);
+    for (int k = 0; s == GPC_OK && k < arrays; k++) {
+        gpc_tensor host = gpc_tensor_1d(whole + (size_t)k * P, GPC_F32, gpc_cpu(), (int64_t)P);
+        read_target t = {&host, 0, P, NULL, NULL};
+        s = read_tensor(file, path, &t, P, stage, &crc);
+    }
+    uint32_t stored = 0;
+    if (s == GPC_OK && fread(&stored, 4, 1, file) != 1)
+        s = gpc_error(GPC_ERR_FORMAT, "checkpoint %s is truncated", path);
+    if (s == GPC_OK && stored != crc)
+        s = gpc_error(GPC_ERR_FORMAT,
+                      "checkpoint %s is corrupt: its checksum does not match its contents (disk "
+                      "or copy error); use checkpoint.prev.bin or train again",
+                      path);
+    for (int k = 0; s == GPC_OK && k < arrays; k++)
+        gpt_part_slice(&m->whole, &m->par, whole + (size_t)k * P, local + (size_t)k * Pl);
+    if (s == GPC_OK) s = gpt_set_params(m, local);
+    for (int k = 1; s == GPC_OK && m->training && k < 3; k++) {
+        /* the optimizer's m (k 1) and v (k 2) over its shard; zero without them */
+        gpc_tensor dst = *(k == 1 ? gpc_optim_m(m->optim) : gpc_optim_v(m->optim));
+        if (k >= arrays) {
+            s = gpc_tensor_zero(&dst);
+            continue;
+        }
+        gpc_tensor src = gpc_tensor_1d(local + (size_t)k * Pl + m->shard_offset, GPC_F32, gpc_cpu(),
+                                       (int64_t)m->shard_count);
+        s = gpc_tensor_copy(&dst, &src);
+    }
+    gpc_free(whole);
+    gpc_free(local);
+    gpc_free(stage);
+    fclose(file);
+    return s;
+}
+
 gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_state *state) {
     FILE *file;
     ckpt_header hdr = {0};
@@ -495,9 +551,16 @@ gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_st
     GPC_TRY(open_checked(path, &file, &hdr, raw));
     char what[1200];
     snprintf(what, sizeof what, "checkpoint %s", path);
-    if (!gpt_config_equal(&hdr.config, &m->config, what)) {
+    if (!gpt_config_equal(&hdr.config, &m->whole, what)) {
         fclose(file);
         return GPC_ERR_MISMATCH;
+    }
+    if (gpt_is_part(m)) {
+        GPC_TRY(load_sliced(path, file, &hdr, raw, m));
+        if (state) *state = hdr.state;
+        if (m->dtype == GPC_F16 && hdr.state.loss_scale > 0)
+            gpc_optim_set_loss_scale(m->optim, hdr.state.loss_scale);
+        return GPC_OK;
     }
     /* a sharded low-precision model converts every parameter on the host
      * and keeps its shard of the f32 values as master weights */

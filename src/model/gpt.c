@@ -86,9 +86,10 @@ static gpc_tensor stat_layer(const gpt_model *m, const gpc_tensor *t, int l, int
     return stat_rows(m, t, l, 0, B, T);
 }
 
-/* Layer l's log-sum-exp of attention [B, NH, T] (slot kept_layer(l, 3)). */
+/* Layer l's log-sum-exp of attention [B, NH, T] (slot kept_layer(l, 3)),
+ * over this tp rank's heads. */
 static gpc_tensor lse_layer(const gpt_model *m, int l, int B, int T) {
-    int64_t NH = m->config.heads;
+    int64_t NH = m->config.heads / m->tp_size;
     size_t stride = (size_t)m->B * (size_t)NH * (size_t)m->T;
     return view(&m->acts.lse, (size_t)kept_layer(m, l, 3) * stride, 3, B, NH, T);
 }
@@ -198,37 +199,11 @@ static gpc_status lora_backward(gpt_model *m, int t, int l, int B, int T, const 
 
 /* ------------------------------------------------------------ memory plan */
 
-static void param_shapes(const gpt_config *c, int64_t shapes[GPT_NUM_PARAM_TENSORS][3],
-                         int ndims[GPT_NUM_PARAM_TENSORS]) {
-    int64_t L = c->layers, C = c->channels;
-    const int64_t table[GPT_NUM_PARAM_TENSORS][3] = {{c->padded_vocab, C, 0},
-                                                     {c->max_context, C, 0},
-                                                     {L, C, 0},
-                                                     {L, C, 0},
-                                                     {L, 3 * C, C},
-                                                     {L, 3 * C, 0},
-                                                     {L, C, C},
-                                                     {L, C, 0},
-                                                     {L, C, 0},
-                                                     {L, C, 0},
-                                                     {L, 4 * C, C},
-                                                     {L, 4 * C, 0},
-                                                     {L, C, 4 * C},
-                                                     {L, C, 0},
-                                                     {C, 0, 0},
-                                                     {C, 0, 0}};
-    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
-        ndims[i] = table[i][2] ? 3 : table[i][1] ? 2 : 1;
-        for (int d = 0; d < 3; d++)
-            shapes[i][d] = table[i][d];
-    }
-}
-
 /* Views of a flat buffer, one per parameter tensor. */
 static void split_flat(const gpt_model *m, const gpc_tensor *flat, gpt_tensors *out) {
     int64_t shapes[GPT_NUM_PARAM_TENSORS][3];
     int ndims[GPT_NUM_PARAM_TENSORS];
-    param_shapes(&m->config, shapes, ndims);
+    gpt_param_shapes(&m->config, m->tp_size, shapes, ndims);
     for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
         if (m->quant.on && gpt_param_quantized(i)) continue; /* its own 8-bit tensor */
         size_t at = m->quant.on ? m->quant.dense_offset[i] : m->param_offset[i];
@@ -243,7 +218,7 @@ static gpc_status place_quant_params(gpt_model *m, gpc_arena *arena) {
     GPC_TRY(gpc_arena_tensor(arena, &m->params_flat, m->dtype, 1, &dense));
     int64_t shapes[GPT_NUM_PARAM_TENSORS][3];
     int ndims[GPT_NUM_PARAM_TENSORS];
-    param_shapes(&m->config, shapes, ndims);
+    gpt_param_shapes(&m->config, 1, shapes, ndims); /* quantized models are whole */
     for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
         if (!gpt_param_quantized(i)) continue;
         const int64_t scale_shape[2] = {shapes[i][0],
@@ -326,10 +301,14 @@ static gpc_status create_optimizer(gpt_model *m) {
     return gpc_optim_create(&m->optim, &layout);
 }
 
-static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
-    gpt_activations *a = &m->acts;
+/* One slot's activations; backward's scratch and LoRA's buffers only with
+ * slot 0 (the other slots name slot 0's scratch). */
+static gpc_status place_slot(gpt_model *m, gpc_arena *arena, int slot) {
+    gpt_activations *a = &m->slot_acts[slot];
     int64_t L = m->config.layers, B = m->B, T = m->T, C = m->config.channels;
     int64_t NH = m->config.heads, Vp = m->config.padded_vocab;
+    /* tensor parallelism: this rank's heads and MLP units only */
+    int64_t Cl = C / m->tp_size, F = 4 * C / m->tp_size, NHl = NH / m->tp_size;
     gpc_dtype d = m->dtype;
     /* recomputed activations share one slot (gpc plan counts the same) */
     int64_t kept_gelu = kept_slots(m, 1), kept_ln = kept_slots(m, 2), kept = kept_slots(m, 3);
@@ -343,27 +322,41 @@ static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
     PLACE(ln1, d, kept_ln, B, T, C);
     PLACE(ln1_mean, GPC_F32, kept, B, T);
     PLACE(ln1_rstd, GPC_F32, kept, B, T);
-    PLACE(qkv, d, kept, B, T, 3 * C);
-    PLACE(atty, d, kept, B, T, C);
-    PLACE(lse, GPC_F32, kept, B, NH, T);
+    PLACE(qkv, d, kept, B, T, 3 * Cl);
+    PLACE(atty, d, kept, B, T, Cl);
+    PLACE(lse, GPC_F32, kept, B, NHl, T);
     PLACE(residual2, d, kept, B, T, C);
     PLACE(ln2, d, kept_ln, B, T, C);
     PLACE(ln2_mean, GPC_F32, kept, B, T);
     PLACE(ln2_rstd, GPC_F32, kept, B, T);
-    PLACE(fch, d, kept, B, T, 4 * C);
-    PLACE(fch_gelu, d, kept_gelu, B, T, 4 * C);
+    PLACE(fch, d, kept, B, T, F);
+    PLACE(fch_gelu, d, kept_gelu, B, T, F);
     PLACE(residual3, d, L, B, T, C);
     PLACE(lnf, d, B, T, C);
     PLACE(lnf_mean, GPC_F32, B, T);
     PLACE(lnf_rstd, GPC_F32, B, T);
-    PLACE(logits, d, B, T, Vp);
-    PLACE(losses, GPC_F32, B, T);
+    if (slot == 0) {
+        PLACE(logits, d, B, T, Vp);
+        PLACE(losses, GPC_F32, B, T);
+    } else { /* the head runs one micro-batch at a time: one buffer serves all */
+        a->logits = m->slot_acts[0].logits;
+        a->losses = m->slot_acts[0].losses;
+    }
     PLACE(tokens, GPC_I32, B, T);
     PLACE(targets, GPC_I32, B, T);
+    if (m->training && slot > 0) {
+        const gpt_activations *first = &m->slot_acts[0];
+        a->dresidual = first->dresidual;
+        a->dbtc = first->dbtc;
+        a->dbt4c = first->dbt4c;
+        a->norm_sq = first->norm_sq;
+        a->loss_sum = first->loss_sum;
+        return GPC_OK;
+    }
     if (m->training) {
         PLACE(dresidual, d, B, T, C);
         PLACE(dbtc, d, B, T, C);
-        PLACE(dbt4c, d, B, T, 4 * C);
+        PLACE(dbt4c, d, B, T, F);
         /* two device scalars in one buffer, so gpt_read_step reads both in
          * one copy: the squared gradient norm and the summed loss */
         PLACE(norm_sq, GPC_F32, 2);
@@ -385,6 +378,13 @@ static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
         GPC_TRY(gpc_arena_tensor(arena, &lo->dln, d, 1, dln));
     }
 #undef PLACE
+    return GPC_OK;
+}
+
+static gpc_status place_acts(gpt_model *m, gpc_arena *arena) {
+    for (int k = 0; k < m->par.slots; k++)
+        GPC_TRY(place_slot(m, arena, k));
+    m->acts = m->slot_acts[0];
     return GPC_OK;
 }
 
@@ -410,12 +410,25 @@ gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device devi
 static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device device,
                          gpc_dtype dtype, int B, int T, int training, int recompute,
                          size_t shard_offset, size_t shard_count, const gpt_lora_options *lora,
-                         const gpt_quant_options *quant) {
+                         const gpt_parallel *par, const gpt_quant_options *quant) {
     *out = NULL;
+    const gpt_parallel whole_model = {1, 0, 1, 0, 1};
+    if (!par) par = &whole_model;
     GPC_TRY(gpt_recompute_check(recompute, config->layers));
     gpt_config check;
     GPC_TRY(gpt_config_init(&check, config->layers, config->heads, config->channels,
                             config->max_context, config->vocab_size));
+    GPC_TRY(gpt_parallel_check(&check, par));
+    int tp_size = par->tp_size;
+    /* under pipeline parallelism a block count is per stage, as Megatron's
+     * --recompute-num-layers: each stage recomputes its first N blocks */
+    int stage_layers = check.layers / par->pp_size;
+    if (par->pp_size > 1 && (recompute >> 2) > stage_layers)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--recompute-layers %d is more than a pipeline stage's %d blocks (%d "
+                         "layers over --pp %d): under --pp it counts each stage's blocks; give 1 "
+                         "to %d (or 0 for all)",
+                         recompute >> 2, stage_layers, check.layers, par->pp_size, stage_layers);
     if (dtype != GPC_F32 && dtype != GPC_BF16 && dtype != GPC_F16)
         return gpc_error(GPC_ERR_INVALID_ARG, "a model computes in f32, bf16 or fp16, not %s",
                          gpc_dtype_name(dtype));
@@ -433,7 +446,11 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
 
     gpt_model *m = gpc_calloc(1, sizeof *m);
     if (!m) return gpc_error(GPC_ERR_NOMEM, "out of host memory creating the model");
+    m->whole = check;
+    m->par = *par;
+    if (m->par.slots < 1) m->par.slots = 1;
     m->config = check;
+    m->config.layers = check.layers / par->pp_size; /* a pipeline stage's */
     m->device = device;
     m->dtype = dtype;
     m->training = training ? 1 : 0;
@@ -441,10 +458,22 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     m->derived_qkv_bias = gpc_setting_flag("GPC_QKV_BIAS_DERIVED");
     m->B = B;
     m->T = T;
-    m->num_params = gpt_config_num_params(&check);
+    m->tp_size = tp_size;
+    m->tp_rank = par->tp_rank;
+    m->num_params = gpt_part_num_params(&check, par);
+    m->slot_acts = gpc_calloc((size_t)m->par.slots, sizeof *m->slot_acts);
+    m->slot_unmasked = gpc_calloc((size_t)m->par.slots, sizeof *m->slot_unmasked);
+    if (!m->slot_acts || !m->slot_unmasked) {
+        gpc_free(m->slot_acts);
+        gpc_free(m->slot_unmasked);
+        gpc_free(m);
+        return gpc_error(GPC_ERR_NOMEM, "out of host memory creating the model");
+    }
     if (shard_count == SIZE_MAX) shard_count = m->num_params;
     if (shard_offset > m->num_params || shard_count > m->num_params - shard_offset) {
         size_t num_params = (size_t)m->num_params;
+        gpc_free(m->slot_acts);
+        gpc_free(m->slot_unmasked);
         gpc_free(m);
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "optimizer shard [%zu, %zu) lies outside the model's %zu parameters; "
@@ -455,19 +484,14 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     m->shard_count = shard_count;
     if (lora) lora_layout(m, lora);
 
-    int64_t shapes[GPT_NUM_PARAM_TENSORS][3];
-    int ndims[GPT_NUM_PARAM_TENSORS];
-    param_shapes(&check, shapes, ndims);
-    size_t offset = 0;
-    for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
-        m->param_offset[i] = offset;
-        size_t n = 1;
-        for (int d = 0; d < ndims[i]; d++)
-            n *= (size_t)shapes[i][d];
-        offset += n;
-        if (quant && !gpt_param_quantized(i)) {
+    {
+        size_t offsets[GPT_NUM_PARAM_TENSORS + 1];
+        gpt_param_layout(&m->config, tp_size, offsets);
+        memcpy(m->param_offset, offsets, sizeof m->param_offset);
+        for (int i = 0; quant && i < GPT_NUM_PARAM_TENSORS; i++) {
+            if (gpt_param_quantized(i)) continue;
             m->quant.dense_offset[i] = m->quant.dense_count;
-            m->quant.dense_count += n;
+            m->quant.dense_count += offsets[i + 1] - offsets[i];
         }
     }
     if (quant) {
@@ -481,8 +505,8 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     /* attention's own plans and workspace (cuDNN's) are built now, with the
      * rest of the model's memory, rather than in the first step */
     if (s == GPC_OK) {
-        gpc_tensor qkv = act_layer(m, &m->acts.qkv, 0, B, T, 3 * (int64_t)check.channels);
-        s = gpc_op_attention_prepare(&qkv, check.heads, m->training);
+        gpc_tensor qkv = act_layer(m, &m->acts.qkv, 0, B, T, 3 * (int64_t)check.channels / tp_size);
+        s = gpc_op_attention_prepare(&qkv, check.heads / tp_size, m->training);
     }
     if (s == GPC_OK) {
         size_t rows = (size_t)B * (size_t)T;
@@ -519,7 +543,8 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
 
 gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_device device,
                                 gpc_dtype dtype, int B, int T, int training, int recompute) {
-    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, NULL, NULL);
+    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, NULL, NULL,
+                  NULL);
 }
 
 gpc_status gpt_create_lora(gpt_model **out, const gpt_config *config, gpc_device device,
@@ -537,14 +562,34 @@ gpc_status gpt_create_lora(gpt_model **out, const gpt_config *config, gpc_device
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "LoRA targets 0x%x are not a set of qkv, proj, fc and fcproj",
                          lora->targets);
-    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, lora, NULL);
+    return create(out, config, device, dtype, B, T, training, recompute, 0, SIZE_MAX, lora, NULL,
+                  NULL);
 }
 
 gpc_status gpt_create_shard(gpt_model **out, const gpt_config *config, gpc_device device,
                             gpc_dtype dtype, int B, int T, int recompute, size_t shard_offset,
                             size_t shard_count) {
     return create(out, config, device, dtype, B, T, 1, recompute, shard_offset, shard_count, NULL,
-                  NULL);
+                  NULL, NULL);
+}
+
+gpc_status gpt_create_tp(gpt_model **out, const gpt_config *config, gpc_device device,
+                         gpc_dtype dtype, int B, int T, int recompute, int tp_size, int tp_rank,
+                         size_t shard_offset, size_t shard_count) {
+    const gpt_parallel par = {tp_size, tp_rank, 1, 0, 1};
+    return create(out, config, device, dtype, B, T, 1, recompute, shard_offset, shard_count, NULL,
+                  &par, NULL);
+}
+
+gpc_status gpt_create_part(gpt_model **out, const gpt_config *config, gpc_device device,
+                           gpc_dtype dtype, int B, int T, int recompute, const gpt_parallel *par,
+                           size_t shard_offset, size_t shard_count) {
+    return create(out, config, device, dtype, B, T, 1, recompute, shard_offset, shard_count, NULL,
+                  par, NULL);
+}
+
+int gpt_is_part(const gpt_model *m) {
+    return m->par.tp_size > 1 || m->par.pp_size > 1;
 }
 
 gpc_status gpt_create_quant(gpt_model **out, const gpt_config *config, gpc_device device,
@@ -558,7 +603,8 @@ gpc_status gpt_create_quant(gpt_model **out, const gpt_config *config, gpc_devic
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "int8 weights take a scale per output channel; per-tensor scales are "
                          "for fp8 (use --scales channel)");
-    return create(out, config, device, dtype, B, T, 0, 0, 0, SIZE_MAX, NULL, quant);
+    /* inference only and whole: no tensor or pipeline parts (par NULL) */
+    return create(out, config, device, dtype, B, T, 0, 0, 0, SIZE_MAX, NULL, NULL, quant);
 }
 
 const gpt_quant_options *gpt_quant_of(const gpt_model *m) {
@@ -576,6 +622,8 @@ void gpt_free(gpt_model *m) {
     gpc_optim_free(m->optim);
     gpc_free(m->host_losses);
     gpc_free(m->host_row);
+    gpc_free(m->slot_acts);
+    gpc_free(m->slot_unmasked);
     gpc_free(m);
 }
 
@@ -644,8 +692,12 @@ gpc_status gpt_get_params(const gpt_model *m, float *values) {
 }
 
 gpc_status gpt_init_weights(gpt_model *m, uint64_t seed) {
-    const gpt_config *c = &m->config;
-    float *w = gpc_malloc(m->num_params * sizeof(float));
+    /* the whole model's values, then this rank's part of them: every tp
+     * and pp layout starts from the same weights */
+    const gpt_config *c = &m->whole;
+    size_t full[GPT_NUM_PARAM_TENSORS + 1];
+    gpt_param_layout(c, 1, full);
+    float *w = gpc_malloc(full[GPT_NUM_PARAM_TENSORS] * sizeof(float));
     if (!w) return gpc_error(GPC_ERR_NOMEM, "out of host memory initialising the model");
     gpc_rng rng;
     gpc_rng_seed(&rng, seed, 0x6770742d696e6974ULL); /* "gpt-init": its own stream */
@@ -653,9 +705,8 @@ gpc_status gpt_init_weights(gpt_model *m, uint64_t seed) {
      * stream's variance does not grow with depth (Radford et al. 2019, 2.3). */
     const float std = 0.02f, residual_std = 0.02f / sqrtf(2.0f * (float)c->layers);
     for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
-        float *p = w + m->param_offset[i];
-        size_t n = (i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params) -
-                   m->param_offset[i];
+        float *p = w + full[i];
+        size_t n = full[i + 1] - full[i];
         const char *name = gpt_param_names[i];
         if (i == 0) { /* wte: real rows random, padded rows zero */
             size_t real = (size_t)c->vocab_size * (size_t)c->channels;
@@ -674,7 +725,16 @@ gpc_status gpt_init_weights(gpt_model *m, uint64_t seed) {
             memset(p, 0, n * sizeof(float));
         }
     }
-    gpc_status s = gpt_set_params(m, w);
+    gpc_status s = GPC_OK;
+    if (gpt_is_part(m)) {
+        float *local = gpc_malloc(m->num_params * sizeof(float));
+        if (!local) s = gpc_error(GPC_ERR_NOMEM, "out of host memory initialising the model");
+        if (local) gpt_part_slice(c, &m->par, w, local);
+        if (local) s = gpt_set_params(m, local);
+        gpc_free(local);
+    } else {
+        s = gpt_set_params(m, w);
+    }
     gpc_free(w);
     return s;
 }
@@ -719,6 +779,32 @@ static gpc_status upload_tokens(gpt_model *m, const int32_t *inputs, const int32
     return gpc_tensor_copy(&dev, &host);
 }
 
+/* Tensor parallelism's sum over the tp ranks, in place: the g operator of
+ * Megatron-LM in forward, f's in backward. Nothing on a whole model. */
+static gpc_status tp_sum(gpt_model *m, gpc_tensor *t) {
+    if (m->tp_size == 1) return GPC_OK;
+    if (!m->tp_reduce)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "a tensor-parallel model needs its sum over the tp ranks: set it with "
+                         "gpt_set_tp_reduce before the first forward");
+    return m->tp_reduce(m->tp_reduce_user, t);
+}
+
+/* out = residual + x . w^T + bias through a projection (parameter tensor
+ * `index`, layer l, by project) whose input is cut over the tp ranks
+ * (row-parallel): rank 0 adds the residual and the bias to its partial
+ * product, the others give their partial product alone, and the sum over
+ * the ranks is the whole output on every rank. */
+static gpc_status row_parallel_forward(gpt_model *m, int index, int l, gpc_tensor *out,
+                                       const gpc_tensor *x, const gpc_tensor *w,
+                                       const gpc_tensor *bias, const gpc_tensor *residual) {
+    if (m->tp_rank == 0)
+        GPC_TRY(project(m, index, l, out, x, w, bias, residual));
+    else
+        GPC_TRY(project(m, index, l, out, x, w, NULL, NULL));
+    return tp_sum(m, out);
+}
+
 /* Blocks first .. end-1 from the residual stream before block `first`, for
  * blocks_forward; with rebuild, one block's activations up to its GELU
  * again, for backward (recomputation level 3), by the very ops forward ran,
@@ -728,8 +814,8 @@ static gpc_status blocks_range(gpt_model *m, int start, int B, int T, int first,
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
     gpt_tensors *p = &m->params;
-    int L = c->layers, NH = c->heads;
-    int64_t C = c->channels;
+    int L = c->layers, NH = c->heads / m->tp_size; /* this rank's heads */
+    int64_t C = c->channels, Cl = C / m->tp_size, F = 4 * C / m->tp_size;
     size_t at = (size_t)start * (size_t)C;
     gpc_tensor encoded = view(&a->encoded, at, 3, B, T, C);
 
@@ -749,37 +835,37 @@ static gpc_status blocks_range(gpt_model *m, int start, int B, int T, int first,
         int k = kept_layer(m, l, 3); /* the slot of the block's inner activations */
         gpc_tensor residual = l == 0 ? encoded : act_rows(m, &a->residual3, l - 1, start, B, T, C);
         gpc_tensor ln1 = act_rows(m, &a->ln1, kept_layer(m, l, 2), start, B, T, C);
-        gpc_tensor qkv = act_rows(m, &a->qkv, k, start, B, T, 3 * C);
-        gpc_tensor atty = act_rows(m, &a->atty, k, start, B, T, C);
+        gpc_tensor qkv = act_rows(m, &a->qkv, k, start, B, T, 3 * Cl);
+        gpc_tensor atty = act_rows(m, &a->atty, k, start, B, T, Cl);
         gpc_tensor residual2 = act_rows(m, &a->residual2, k, start, B, T, C);
         gpc_tensor ln2 = act_rows(m, &a->ln2, kept_layer(m, l, 2), start, B, T, C);
         gpc_tensor ln2_mean = stat_rows(m, &a->ln2_mean, k, start, B, T);
         gpc_tensor ln2_rstd = stat_rows(m, &a->ln2_rstd, k, start, B, T);
-        gpc_tensor fch = act_rows(m, &a->fch, k, start, B, T, 4 * C);
-        gpc_tensor fch_gelu = act_rows(m, &a->fch_gelu, kept_layer(m, l, 1), start, B, T, 4 * C);
+        gpc_tensor fch = act_rows(m, &a->fch, k, start, B, T, F);
+        gpc_tensor fch_gelu = act_rows(m, &a->fch_gelu, kept_layer(m, l, 1), start, B, T, F);
         gpc_tensor residual3 = act_rows(m, &a->residual3, l, start, B, T, C);
 
-        gpc_tensor qkvw = param_layer(&p->qkvw, l, 3 * C, C);
-        gpc_tensor qkvb = param_layer(&p->qkvb, l, 0, 3 * C);
-        gpc_tensor attprojw = param_layer(&p->attprojw, l, C, C);
+        gpc_tensor qkvw = param_layer(&p->qkvw, l, 3 * Cl, C);
+        gpc_tensor qkvb = param_layer(&p->qkvb, l, 0, 3 * Cl);
+        gpc_tensor attprojw = param_layer(&p->attprojw, l, C, Cl);
         gpc_tensor attprojb = param_layer(&p->attprojb, l, 0, C);
         gpc_tensor ln2w = param_layer(&p->ln2w, l, 0, C);
         gpc_tensor ln2b = param_layer(&p->ln2b, l, 0, C);
-        gpc_tensor fcw = param_layer(&p->fcw, l, 4 * C, C);
-        gpc_tensor fcb = param_layer(&p->fcb, l, 0, 4 * C);
-        gpc_tensor fcprojw = param_layer(&p->fcprojw, l, C, 4 * C);
+        gpc_tensor fcw = param_layer(&p->fcw, l, F, C);
+        gpc_tensor fcb = param_layer(&p->fcb, l, 0, F);
+        gpc_tensor fcprojw = param_layer(&p->fcprojw, l, C, F);
         gpc_tensor fcprojb = param_layer(&p->fcprojb, l, 0, C);
 
         GPC_TRY(project(m, 4, l, &qkv, &ln1, &qkvw, &qkvb, NULL));
         GPC_TRY(lora_forward(m, 0, l, start, B, T, &ln1, &qkv));
         if (start > 0) {
-            gpc_tensor kept = act_rows(m, &a->qkv, k, 0, 1, start + T, 3 * C);
+            gpc_tensor kept = act_rows(m, &a->qkv, k, 0, 1, start + T, 3 * Cl);
             GPC_TRY(gpc_op_attention_decode(&atty, &kept, NH));
         } else { /* the whole sequence so far: the flash kernels */
             gpc_tensor lse = lse_layer(m, l, B, T);
             GPC_TRY(gpc_op_attention_forward(&atty, &lse, &qkv, NH));
         }
-        GPC_TRY(project(m, 6, l, &residual2, &atty, &attprojw, &attprojb, &residual));
+        GPC_TRY(row_parallel_forward(m, 6, l, &residual2, &atty, &attprojw, &attprojb, &residual));
         GPC_TRY(lora_forward(m, 1, l, start, B, T, &atty, &residual2));
         GPC_TRY(gpc_op_layernorm_forward(&ln2, &ln2_mean, &ln2_rstd, &residual2, &ln2w, &ln2b));
         if (lora_on(m, 2) || m->quant.on) { /* an adapter adds before the GELU: the two apart */
@@ -790,7 +876,8 @@ static gpc_status blocks_range(gpt_model *m, int start, int B, int T, int first,
             GPC_TRY(gpc_op_matmul_gelu_forward(&fch, &fch_gelu, &ln2, &fcw, &fcb));
         }
         if (rebuild) continue; /* backward keeps residual3 and the next ln1 comes again */
-        GPC_TRY(project(m, 12, l, &residual3, &fch_gelu, &fcprojw, &fcprojb, &residual2));
+        GPC_TRY(
+            row_parallel_forward(m, 12, l, &residual3, &fch_gelu, &fcprojw, &fcprojb, &residual2));
         GPC_TRY(lora_forward(m, 3, l, start, B, T, &fch_gelu, &residual3));
         /* the next layer's ln1 or the final layernorm, of residual3 */
         int last = l + 1 == L;
@@ -819,7 +906,8 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
     size_t at = (size_t)start * (size_t)c->channels;
     gpc_tensor encoded = view(&m->acts.encoded, at, 3, B, T, c->channels);
     gpc_tensor wpe = view(&p->wpe, at, 2, c->max_context - start, c->channels, 0);
-    GPC_TRY(gpc_op_embedding_forward(&encoded, tokens, &p->wte, &wpe));
+    /* a later pipeline stage's input is in encoded already */
+    if (m->par.pp_rank == 0) GPC_TRY(gpc_op_embedding_forward(&encoded, tokens, &p->wte, &wpe));
     return blocks_range(m, start, B, T, 0, c->layers, 0);
 }
 
@@ -912,11 +1000,13 @@ static int fused_bias_grads(void) {
  * gradient too. */
 static gpc_status derive_qkv_bias_grad(gpt_model *m, int l, const gpc_tensor *dattprojb,
                                        const gpc_tensor *attprojw, const gpc_tensor *scratch) {
-    int64_t C = m->config.channels;
-    gpc_tensor dqkvb = param_layer(&m->grads.qkvb, l, 0, 3 * C);
-    gpc_tensor dvb = view(&dqkvb, (size_t)(2 * C), 2, 1, C, 0);
+    /* with tensor parallelism: this rank's value third, from its columns of
+     * W_proj (the whole dattprojb is on every rank) */
+    int64_t C = m->config.channels, Cl = C / m->tp_size;
+    gpc_tensor dqkvb = param_layer(&m->grads.qkvb, l, 0, 3 * Cl);
+    gpc_tensor dvb = view(&dqkvb, (size_t)(2 * Cl), 2, 1, Cl, 0);
     gpc_tensor dout = view(dattprojb, 0, 2, 1, C, 0);
-    gpc_tensor shape = view(scratch, 0, 2, 1, C, 0); /* only its shape is read */
+    gpc_tensor shape = view(scratch, 0, 2, 1, Cl, 0); /* only its shape is read */
     return gpc_op_matmul_backward(&dvb, NULL, NULL, &dout, &shape, attprojw);
 }
 
@@ -929,19 +1019,20 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
     gpt_tensors *p = &m->params, *g = &m->grads;
-    int L = c->layers, NH = c->heads;
-    int64_t C = c->channels;
+    int L = c->layers, NH = c->heads / m->tp_size; /* this rank's heads */
+    int64_t C = c->channels, Cl = C / m->tp_size, F = 4 * C / m->tp_size;
 
     gpc_tensor dresidual = view(&a->dresidual, 0, 3, B, T, C);
     gpc_tensor dbtc = view(&a->dbtc, 0, 3, B, T, C);
-    gpc_tensor dfch = view(&a->dbt4c, 0, 3, B, T, 4 * C);
-    gpc_tensor dqkv = view(&a->dbt4c, 0, 3, B, T, 3 * C);
-    GPC_TRY(gpc_tensor_zero(&dresidual));
-
+    gpc_tensor datty = view(&a->dbtc, 0, 3, B, T, Cl);
+    gpc_tensor dfch = view(&a->dbt4c, 0, 3, B, T, F);
+    gpc_tensor dqkv = view(&a->dbt4c, 0, 3, B, T, 3 * Cl);
     /* the head's backward products ran in forward_backward's
      * gpc_op_classifier: dbtc holds the gradient of lnf, and wte's gradient
-     * has the head's part added */
-    {
+     * has the head's part added. A pipeline stage before the last starts
+     * from dresidual as the next stage sent it. */
+    if (m->par.pp_rank == m->par.pp_size - 1) {
+        GPC_TRY(gpc_tensor_zero(&dresidual));
         gpc_tensor residual = act_layer(m, &a->residual3, L - 1, B, T, C);
         gpc_tensor mean = view(&a->lnf_mean, 0, 2, B, T, 0);
         gpc_tensor rstd = view(&a->lnf_rstd, 0, 2, B, T, 0);
@@ -959,32 +1050,32 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
         gpc_tensor ln1 = act_layer(m, &a->ln1, kept_layer(m, l, 2), B, T, C);
         gpc_tensor ln1_mean = stat_layer(m, &a->ln1_mean, k, B, T);
         gpc_tensor ln1_rstd = stat_layer(m, &a->ln1_rstd, k, B, T);
-        gpc_tensor qkv = act_layer(m, &a->qkv, k, B, T, 3 * C);
-        gpc_tensor atty = act_layer(m, &a->atty, k, B, T, C);
+        gpc_tensor qkv = act_layer(m, &a->qkv, k, B, T, 3 * Cl);
+        gpc_tensor atty = act_layer(m, &a->atty, k, B, T, Cl);
         gpc_tensor lse = lse_layer(m, l, B, T);
         gpc_tensor residual2 = act_layer(m, &a->residual2, k, B, T, C);
         gpc_tensor ln2 = act_layer(m, &a->ln2, kept_layer(m, l, 2), B, T, C);
         gpc_tensor ln2_mean = stat_layer(m, &a->ln2_mean, k, B, T);
         gpc_tensor ln2_rstd = stat_layer(m, &a->ln2_rstd, k, B, T);
-        gpc_tensor fch = act_layer(m, &a->fch, k, B, T, 4 * C);
-        gpc_tensor fch_gelu = act_layer(m, &a->fch_gelu, kept_layer(m, l, 1), B, T, 4 * C);
+        gpc_tensor fch = act_layer(m, &a->fch, k, B, T, F);
+        gpc_tensor fch_gelu = act_layer(m, &a->fch_gelu, kept_layer(m, l, 1), B, T, F);
 
         gpc_tensor ln1w = param_layer(&p->ln1w, l, 0, C);
-        gpc_tensor qkvw = param_layer(&p->qkvw, l, 3 * C, C);
-        gpc_tensor attprojw = param_layer(&p->attprojw, l, C, C);
+        gpc_tensor qkvw = param_layer(&p->qkvw, l, 3 * Cl, C);
+        gpc_tensor attprojw = param_layer(&p->attprojw, l, C, Cl);
         gpc_tensor ln2w = param_layer(&p->ln2w, l, 0, C);
-        gpc_tensor fcw = param_layer(&p->fcw, l, 4 * C, C);
-        gpc_tensor fcprojw = param_layer(&p->fcprojw, l, C, 4 * C);
+        gpc_tensor fcw = param_layer(&p->fcw, l, F, C);
+        gpc_tensor fcprojw = param_layer(&p->fcprojw, l, C, F);
 
         gpc_tensor dln1w = param_layer(&g->ln1w, l, 0, C), dln1b = param_layer(&g->ln1b, l, 0, C);
-        gpc_tensor dqkvw = param_layer(&g->qkvw, l, 3 * C, C);
-        gpc_tensor dqkvb = param_layer(&g->qkvb, l, 0, 3 * C);
-        gpc_tensor dattprojw = param_layer(&g->attprojw, l, C, C);
+        gpc_tensor dqkvw = param_layer(&g->qkvw, l, 3 * Cl, C);
+        gpc_tensor dqkvb = param_layer(&g->qkvb, l, 0, 3 * Cl);
+        gpc_tensor dattprojw = param_layer(&g->attprojw, l, C, Cl);
         gpc_tensor dattprojb = param_layer(&g->attprojb, l, 0, C);
         gpc_tensor dln2w = param_layer(&g->ln2w, l, 0, C), dln2b = param_layer(&g->ln2b, l, 0, C);
-        gpc_tensor dfcw = param_layer(&g->fcw, l, 4 * C, C);
-        gpc_tensor dfcb = param_layer(&g->fcb, l, 0, 4 * C);
-        gpc_tensor dfcprojw = param_layer(&g->fcprojw, l, C, 4 * C);
+        gpc_tensor dfcw = param_layer(&g->fcw, l, F, C);
+        gpc_tensor dfcb = param_layer(&g->fcb, l, 0, F);
+        gpc_tensor dfcprojw = param_layer(&g->fcprojw, l, C, F);
         gpc_tensor dfcprojb = param_layer(&g->fcprojb, l, 0, C);
         if (frozen) {
             dln1w = dln2w = view(&m->lora.dln, 0, 1, C, 0, 0);
@@ -1018,13 +1109,14 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
         }
         GPC_TRY(gpc_op_matmul_backward(&dbtc, GRAD(dfcw), NULL, &dfch, &ln2, &fcw));
         GPC_TRY(lora_backward(m, 2, l, B, T, &dfch, &ln2, &dbtc));
+        GPC_TRY(tp_sum(m, &dbtc)); /* ln2's gradient: the ranks' units summed */
         GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln2w, &dln2b, fused ? &dfcprojb : NULL,
                                           &dbtc, &residual2, &ln2w, &ln2_mean, &ln2_rstd));
         /* attention: residual2 = residual + attproj(attention(qkv(ln1(residual)))) */
-        GPC_TRY(gpc_op_matmul_backward(&dbtc, GRAD(dattprojw), fused || frozen ? NULL : &dattprojb,
+        GPC_TRY(gpc_op_matmul_backward(&datty, GRAD(dattprojw), fused || frozen ? NULL : &dattprojb,
                                        &dresidual, &atty, &attprojw));
-        GPC_TRY(lora_backward(m, 1, l, B, T, &dresidual, &atty, &dbtc));
-        GPC_TRY(gpc_op_attention_backward(&dqkv, &dbtc, &qkv, &atty, &lse, NH));
+        GPC_TRY(lora_backward(m, 1, l, B, T, &dresidual, &atty, &datty));
+        GPC_TRY(gpc_op_attention_backward(&dqkv, &datty, &qkv, &atty, &lse, NH));
         if (!block && recomputed(m, l, 2)) {
             gpc_tensor ln1b = param_layer(&p->ln1b, l, 0, C);
             GPC_TRY(gpc_op_layernorm_forward(&ln1, &ln1_mean, &ln1_rstd, &residual, &ln1w, &ln1b));
@@ -1032,9 +1124,10 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
         GPC_TRY(gpc_op_matmul_backward(&dbtc, GRAD(dqkvw), derived || frozen ? NULL : &dqkvb, &dqkv,
                                        &ln1, &qkvw));
         GPC_TRY(lora_backward(m, 0, l, B, T, &dqkv, &ln1, &dbtc));
+        GPC_TRY(tp_sum(m, &dbtc)); /* ln1's gradient: the ranks' heads summed */
 #undef GRAD
         if (derived) {
-            gpc_tensor dqb = view(&dqkvb, 0, 1, C, 0, 0);
+            gpc_tensor dqb = view(&dqkvb, 0, 1, Cl, 0, 0);
             GPC_TRY(gpc_op_column_sums(&dqb, &dqkv, 0));
         }
         GPC_TRY(gpc_op_layernorm_backward(&dresidual, &dln1w, &dln1b, fused ? &dattprojb : NULL,
@@ -1042,17 +1135,28 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
         if (derived) GPC_TRY(derive_qkv_bias_grad(m, l, &dattprojb, &attprojw, &dbtc));
         if (m->grad_ready) GPC_TRY(m->grad_ready(m->grad_ready_user, l));
     }
-    if (!frozen) GPC_TRY(gpc_op_embedding_backward(&g->wte, &g->wpe, &dresidual, tokens));
+    /* a later pipeline stage leaves its input's gradient in dresidual */
+    if (!frozen && m->par.pp_rank == 0)
+        GPC_TRY(gpc_op_embedding_backward(&g->wte, &g->wpe, &dresidual, tokens));
     return m->grad_ready ? m->grad_ready(m->grad_ready_user, -1) : GPC_OK;
 }
 
 /* A training micro-step on tokens and targets ([B,T] i32) on the device;
  * m->last_unmasked counts the targets that are not -1. */
+static gpc_status head_backward(gpt_model *m, const gpc_tensor *tgt, int B, int T, float dloss);
+
 static gpc_status forward_backward(gpt_model *m, const gpc_tensor *tokens, const gpc_tensor *tgt,
                                    int B, int T, float dloss) {
+    GPC_TRY(forward_to_lnf(m, tokens, B, T));
+    GPC_TRY(head_backward(m, tgt, B, T, dloss));
+    return backward(m, tokens, B, T);
+}
+
+/* The output head of a training step, after forward_to_lnf: losses summed
+ * into loss_sum, lnf's gradient into dbtc, wte's gradient +=. */
+static gpc_status head_backward(gpt_model *m, const gpc_tensor *tgt, int B, int T, float dloss) {
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
-    GPC_TRY(forward_to_lnf(m, tokens, B, T));
     gpc_tensor lnf = view(&a->lnf, 0, 3, B, T, c->channels);
     gpc_tensor logits = view(&a->logits, 0, 3, B, T, c->padded_vocab);
     gpc_tensor losses = view(&a->losses, 0, 2, B, T, 0);
@@ -1076,7 +1180,7 @@ static gpc_status forward_backward(gpt_model *m, const gpc_tensor *tokens, const
     /* masked rows have loss 0, so the plain sum is the sum over real targets */
     GPC_TRY(gpc_op_sum(&m->acts.loss_sum, &losses));
     m->loss_count += m->last_unmasked;
-    return backward(m, tokens, B, T);
+    return GPC_OK;
 }
 
 gpc_status gpt_forward_backward(gpt_model *m, const int32_t *inputs, const int32_t *targets, int B,
@@ -1145,7 +1249,129 @@ gpc_status gpt_zero_grad(gpt_model *m) {
     return gpc_tensor_zero(&m->grads_flat);
 }
 
+/* ------------------------------------------------------------ pipeline */
+
+static gpc_status check_stage(const gpt_model *m, int slot, int B, int T) {
+    if (!m->training)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "this model was created for inference; create it with training on");
+    if (slot < 0 || slot >= m->par.slots)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "activation slot %d is outside the %d the stage was planned with", slot,
+                         m->par.slots);
+    return check_batch(m, B, T);
+}
+
+gpc_status gpt_stage_forward(gpt_model *m, int slot, const int32_t *inputs, const int32_t *targets,
+                             int B, int T) {
+    GPC_TRY(check_stage(m, slot, B, T));
+    if (!inputs || !targets)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "a pipeline stage's forward needs inputs and targets");
+    GPC_TRY(gpc_optim_resolve(m->optim));
+    m->acts = m->slot_acts[slot];
+    GPC_TRY(upload_tokens(m, inputs, targets, 0, B, T));
+    m->slot_unmasked[slot] = m->last_unmasked;
+    gpc_tensor tokens = view(&m->acts.tokens, 0, 2, B, T, 0);
+    return forward_to_lnf(m, &tokens, B, T);
+}
+
+gpc_status gpt_stage_backward(gpt_model *m, int slot, int B, int T, float dloss) {
+    GPC_TRY(check_stage(m, slot, B, T));
+    m->acts = m->slot_acts[slot];
+    m->last_unmasked = m->slot_unmasked[slot];
+    gpc_tensor tokens = view(&m->acts.tokens, 0, 2, B, T, 0);
+    if (m->par.pp_rank == m->par.pp_size - 1) {
+        gpc_tensor tgt = view(&m->acts.targets, 0, 2, B, T, 0);
+        GPC_TRY(head_backward(m, &tgt, B, T, dloss));
+    }
+    return backward(m, &tokens, B, T);
+}
+
+gpc_status gpt_stage_loss(gpt_model *m, int slot, int B, int T, float *loss) {
+    GPC_TRY(check_stage(m, slot, B, T));
+    if (m->par.pp_rank != m->par.pp_size - 1)
+        return gpc_error(GPC_ERR_INVALID_ARG, "only the last pipeline stage has the head and "
+                                              "computes losses");
+    m->acts = m->slot_acts[slot];
+    m->last_unmasked = m->slot_unmasked[slot];
+    const gpt_config *c = &m->config;
+    gpc_tensor lnf = view(&m->acts.lnf, 0, 3, B, T, c->channels);
+    gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, c->padded_vocab);
+    gpc_tensor losses = view(&m->acts.losses, 0, 2, B, T, 0);
+    gpc_tensor tgt = view(&m->acts.targets, 0, 2, B, T, 0);
+    GPC_TRY(gpc_op_matmul_forward(&logits, &lnf, &m->params.wte, NULL));
+    GPC_TRY(
+        gpc_op_crossentropy_forward_backward(&losses, NULL, &logits, &tgt, c->vocab_size, 1.0f));
+    return gpt_mean_loss(m, loss);
+}
+
+gpc_tensor gpt_stage_input(const gpt_model *m, int slot, int B, int T) {
+    return view(&m->slot_acts[slot].encoded, 0, 3, B, T, m->config.channels);
+}
+
+gpc_tensor gpt_stage_output(const gpt_model *m, int slot, int B, int T) {
+    return act_layer(m, &m->slot_acts[slot].residual3, m->config.layers - 1, B, T,
+                     m->config.channels);
+}
+
+gpc_tensor gpt_stage_grad(const gpt_model *m, int B, int T) {
+    return view(&m->slot_acts[0].dresidual, 0, 3, B, T, m->config.channels);
+}
+
+gpc_tensor gpt_stage_tied_grad(const gpt_model *m) {
+    return m->grads.wte;
+}
+
+const gpt_parallel *gpt_parallel_of(const gpt_model *m) {
+    return &m->par;
+}
+
+const gpt_config *gpt_whole_config(const gpt_model *m) {
+    return &m->whole;
+}
+
+void gpt_set_pp_reduce(gpt_model *m, gpt_tp_reduce_fn fn, void *user) {
+    m->pp_reduce = fn;
+    m->pp_reduce_user = fn ? user : NULL;
+}
+
 /* ------------------------------------------------------------ update */
+
+/* Whether a pipeline stage counts tensor i in the gradient norm: wte and
+ * wpe on the first stage (the last stage's wte gradient is the same sum),
+ * lnf on the last, the blocks everywhere. */
+static int stage_owns(const gpt_model *m, int i) {
+    if (i <= 1) return m->par.pp_rank == 0;
+    if (i >= 14) return m->par.pp_rank == m->par.pp_size - 1;
+    return 1;
+}
+
+/* The squared gradient norm of the span [begin, end) of a part's local
+ * layout, as the whole model's: the sliced tensors' squares summed over
+ * the tp ranks, then the replicated tensors' added once (every tp rank
+ * holds the same replicated gradients), then the stages' summed. */
+static gpc_status part_norm_sq(gpt_model *m, size_t begin, size_t end, gpc_tensor *norm_sq) {
+    GPC_TRY(gpc_optim_norm_sq(m->optim, &m->grads_flat, begin, begin, norm_sq)); /* zero */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
+            if (gpt_tp_sliced(i) != (pass == 0) || !stage_owns(m, i)) continue;
+            size_t lo = m->param_offset[i];
+            size_t hi = i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
+            if (lo < begin) lo = begin;
+            if (hi > end) hi = end;
+            if (lo >= hi) continue;
+            gpc_tensor g = view(&m->grads_flat, lo, 1, (int64_t)(hi - lo), 0, 0);
+            GPC_TRY(gpc_op_sum_squares(norm_sq, &g));
+        }
+        if (pass == 0) GPC_TRY(tp_sum(m, norm_sq));
+    }
+    if (m->par.pp_size == 1) return GPC_OK;
+    if (!m->pp_reduce)
+        return gpc_error(GPC_ERR_INVALID_ARG, "a pipeline stage needs its sum over the stages: "
+                                              "set it with gpt_set_pp_reduce");
+    return m->pp_reduce(m->pp_reduce_user, norm_sq);
+}
 
 gpc_status gpt_update_span(gpt_model *m, const gpc_optim_options *o, size_t begin, size_t end,
                            gpt_norm_reduce_fn reduce, void *user, float *grad_norm, int *skipped) {
@@ -1165,7 +1391,10 @@ gpc_status gpt_update_span(gpt_model *m, const gpc_optim_options *o, size_t begi
         return gpc_optim_step(m->optim, &m->lora.params_flat, &m->lora.grads_flat, 0,
                               m->lora.num_params, norm_sq, o, grad_norm, skipped);
     }
-    GPC_TRY(gpc_optim_norm_sq(m->optim, &m->grads_flat, begin, end, norm_sq));
+    if (gpt_is_part(m))
+        GPC_TRY(part_norm_sq(m, begin, end, norm_sq));
+    else
+        GPC_TRY(gpc_optim_norm_sq(m->optim, &m->grads_flat, begin, end, norm_sq));
     if (reduce) GPC_TRY(reduce(user, norm_sq));
     /* norm_sq is left holding the global squared norm, for gpt_read_step */
     return gpc_optim_step(m->optim, &m->params_flat, &m->grads_flat, begin, end, norm_sq, o,
@@ -1300,6 +1529,19 @@ void gpt_shard_range(const gpt_model *m, size_t *offset, size_t *count) {
 
 const gpc_optim *gpt_optimizer(const gpt_model *m) {
     return m->optim;
+}
+
+int gpt_tp_size(const gpt_model *m) {
+    return m->tp_size;
+}
+
+int gpt_tp_rank(const gpt_model *m) {
+    return m->tp_rank;
+}
+
+void gpt_set_tp_reduce(gpt_model *m, gpt_tp_reduce_fn fn, void *user) {
+    m->tp_reduce = fn;
+    m->tp_reduce_user = fn ? user : NULL;
 }
 
 void gpt_set_grad_ready(gpt_model *m, gpt_grad_ready_fn fn, void *user) {

@@ -139,6 +139,24 @@ struct gpt_model {
     gpt_tensors grads;  /* views of grads_flat */
     gpt_activations acts;
 
+    /* Tensor parallelism (gpt_create_tp, gpt_tp.c): this rank's slices of
+     * the attention heads and MLP units, and the hook that sums a tensor
+     * over the tp ranks (gpt_set_tp_reduce). tp_size 1: the whole model. */
+    int tp_size, tp_rank;
+    gpt_tp_reduce_fn tp_reduce;
+    void *tp_reduce_user;
+    /* Pipeline parallelism: config above is the stage's (L/pp layers);
+     * whole is the model's. par holds both places (gpt_create_part). */
+    gpt_parallel par;
+    gpt_config whole;
+    gpt_tp_reduce_fn pp_reduce;
+    void *pp_reduce_user;
+    /* [par.slots] activations, one per micro-batch in flight; acts is the
+     * selected one. Backward's scratch (dresidual, dbtc, dbt4c, norm_sq,
+     * loss_sum) is one buffer that every slot's struct names. */
+    gpt_activations *slot_acts;
+    int64_t *slot_unmasked; /* [par.slots] targets that are not -1, per slot */
+
     /* Gradient-ready hook (gpt_set_grad_ready) */
     gpt_grad_ready_fn grad_ready;
     void *grad_ready_user;
@@ -158,5 +176,17 @@ struct gpt_model {
     gpc_arena param_arena; /* params, grads, then master, m, v (gpc_optim_place) */
     gpc_arena act_arena;   /* activations and scratch */
 };
+
+/* The parameter tensors' shapes for a model cut over tp ranks (tp 1: the
+ * whole model); gpt_tp.c. */
+void gpt_param_shapes(const gpt_config *config, int tp, int64_t shapes[GPT_NUM_PARAM_TENSORS][3],
+                      int ndims[GPT_NUM_PARAM_TENSORS]);
+/* Element offsets of the 16 tensors, and the total at [16], for tp ranks. */
+void gpt_param_layout(const gpt_config *config, int tp, size_t offsets[GPT_NUM_PARAM_TENSORS + 1]);
+/* Whether the model is a part (tp or pp above 1) of a whole one. */
+int gpt_is_part(const gpt_model *model);
+/* Whether tensor i is cut over the tp ranks (qkvw, qkvb, attprojw, fcw,
+ * fcb, fcprojw) rather than replicated. */
+int gpt_tp_sliced(int index);
 
 #endif /* GPC_MODEL_GPT_INTERNAL_H */

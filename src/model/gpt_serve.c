@@ -129,6 +129,11 @@ size_t gpt_paged_step_bytes(const gpt_config *c, gpc_dtype dtype, const gpt_page
 
 gpc_status gpt_paged_create(gpt_paged **out, gpt_model *m, const gpt_paged_options *o) {
     *out = NULL;
+    if (gpt_is_part(m))
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "serving runs a whole model on one device, not a tensor or pipeline "
+                         "part (tp %d, pp %d); create it with gpt_create or gpt_create_from_run",
+                         m->par.tp_size, m->par.pp_size);
     GPC_TRY(check_options(&m->config, o));
     gpt_paged *p = gpc_calloc(1, sizeof *p);
     if (!p) return gpc_error(GPC_ERR_NOMEM, "out of host memory creating a paged cache");

@@ -331,9 +331,23 @@ static void none_destroy(gpc_dist *d) {
     (void)d;
 }
 
-static const gpc_dist_ops none_ops = {"none",    none_buf,  none_root,  none_seg,
-                                      none_seg,  none_root, none_ok,    none_ok,
-                                      none_host, none_ok,   none_watch, none_destroy};
+static gpc_status none_split(gpc_dist *d, int color, int key, gpc_dist *child) {
+    (void)d, (void)color, (void)key;
+    child->ops = d->ops;
+    return GPC_OK;
+}
+static gpc_status none_send(gpc_dist *d, const void *b, size_t n, gpc_dtype t, int p,
+                            gpc_stream s) {
+    (void)d, (void)b, (void)n, (void)t, (void)p, (void)s;
+    return gpc_error(GPC_ERR_INVALID_ARG, "a send needs a peer: this job has one process");
+}
+static gpc_status none_recv(gpc_dist *d, void *b, size_t n, gpc_dtype t, int p, gpc_stream s) {
+    return none_send(d, b, n, t, p, s);
+}
+
+static const gpc_dist_ops none_ops = {"none",     none_buf,     none_root,  none_seg,  none_seg,
+                                      none_root,  none_ok,      none_ok,    none_host, none_ok,
+                                      none_watch, none_destroy, none_split, none_send, none_recv};
 
 gpc_status gpc_dist_none_init(gpc_dist *d) {
     if (d->world_size != 1)
@@ -393,6 +407,45 @@ void gpc_dist_destroy(gpc_dist *d) {
     if (!d) return;
     if (d->ops && d->ops->destroy) d->ops->destroy(d);
     gpc_free(d);
+}
+
+gpc_status gpc_dist_split(gpc_dist *d, int color, int key, gpc_dist **out) {
+    *out = NULL;
+    if (!d->ops->split)
+        return gpc_error(GPC_ERR_UNSUPPORTED, "the %s collectives cannot make sub-groups",
+                         d->ops->name);
+    gpc_dist *child = gpc_calloc(1, sizeof *child);
+    if (!child) return gpc_error(GPC_ERR_NOMEM, "out of host memory");
+    child->device = d->device;
+    child->local_rank = d->local_rank;
+    child->timeout_s = d->timeout_s;
+    child->rank = 0;
+    child->world_size = 1;
+    gpc_status s = d->ops->split(d, color, key, child);
+    if (s != GPC_OK) {
+        gpc_free(child);
+        return gpc_error_context(s, "rank %d: making a group of ranks: ", d->rank);
+    }
+    *out = child;
+    return GPC_OK;
+}
+
+gpc_status gpc_dist_layout_make(int world, int rank, int tp, int pp, gpc_dist_layout *out) {
+    memset(out, 0, sizeof *out);
+    if (tp < 1 || pp < 1)
+        return gpc_error(GPC_ERR_INVALID_ARG, "--tp %d and --pp %d must be 1 or more", tp, pp);
+    if (world % (tp * pp) != 0)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%d processes are not a multiple of --tp %d x --pp %d = %d: start a "
+                         "multiple of %d processes, or change --tp/--pp",
+                         world, tp, pp, tp * pp, tp * pp);
+    out->tp = tp;
+    out->pp = pp;
+    out->dp = world / (tp * pp);
+    out->tp_rank = rank % tp;
+    out->pp_rank = rank / tp % pp;
+    out->dp_rank = rank / (tp * pp);
+    return GPC_OK;
 }
 
 void gpc_dist_shard_offsets(size_t n, int world, size_t align, size_t *offsets) {

@@ -51,15 +51,37 @@ static gpc_status mpi_check(int rc, const char *what) {
     return gpc_error(GPC_ERR_IO, "MPI %s failed: %s", what, text);
 }
 
+/* A group made by mpi_split (d->impl; the world's has none). Between
+ * group_start and group_end its sends and receives are posted without
+ * waiting and complete together at group_end, as NCCL's do: a pipeline
+ * stage's send to the next stage paired with its receive from it cannot
+ * deadlock against the neighbour's mirror-image pair. */
+#define MPI_GROUP_PENDING 16
+typedef struct {
+    MPI_Comm comm;
+    int in_group, pending;
+    MPI_Request requests[MPI_GROUP_PENDING];
+} mpi_group_state;
+
+static MPI_Comm comm_of(const gpc_dist *d) {
+    return d->impl ? ((const mpi_group_state *)d->impl)->comm : MPI_COMM_WORLD;
+}
+
+static gpc_status wait_pending(mpi_group_state *g) {
+    int n = g->pending;
+    g->pending = 0;
+    return mpi_check(MPI_Waitall(n, g->requests, MPI_STATUSES_IGNORE), "waitall");
+}
+
 static gpc_status mpi_all_reduce(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype,
                                  gpc_stream stream) {
-    (void)d, (void)stream;
+    (void)stream;
     MPI_Datatype t = MPI_FLOAT;
     int n = 0;
     GPC_TRY(mpi_type(dtype, &t));
     GPC_TRY(mpi_count(count, &n));
     if (n == 0) return GPC_OK;
-    return mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, n, t, MPI_SUM, MPI_COMM_WORLD), "allreduce");
+    return mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, n, t, MPI_SUM, comm_of(d)), "allreduce");
 }
 
 static gpc_status mpi_reduce(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype, int root,
@@ -73,8 +95,7 @@ static gpc_status mpi_reduce(gpc_dist *d, void *buf, size_t count, gpc_dtype dty
     /* the root sums into its own buffer; the others only send theirs */
     const void *send = d->rank == root ? MPI_IN_PLACE : buf;
     return mpi_check(
-        MPI_Reduce(send, d->rank == root ? buf : NULL, n, t, MPI_SUM, root, MPI_COMM_WORLD),
-        "reduce");
+        MPI_Reduce(send, d->rank == root ? buf : NULL, n, t, MPI_SUM, root, comm_of(d)), "reduce");
 }
 
 static gpc_status mpi_reduce_scatter(gpc_dist *d, void *buf, const size_t *offsets, gpc_dtype dtype,
@@ -98,35 +119,40 @@ static gpc_status mpi_all_gather(gpc_dist *d, void *buf, const size_t *offsets, 
         GPC_TRY(mpi_count(offsets[r], &displs[r]));
     }
     return mpi_check(
-        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, MPI_COMM_WORLD),
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, comm_of(d)),
         "allgatherv");
 }
 
 static gpc_status mpi_broadcast(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype, int root,
                                 gpc_stream stream) {
-    (void)d, (void)stream;
+    (void)stream;
     MPI_Datatype t = MPI_FLOAT;
     int n = 0;
     GPC_TRY(mpi_type(dtype, &t));
     GPC_TRY(mpi_count(count, &n));
     if (n == 0) return GPC_OK;
-    return mpi_check(MPI_Bcast(buf, n, t, root, MPI_COMM_WORLD), "broadcast");
+    return mpi_check(MPI_Bcast(buf, n, t, root, comm_of(d)), "broadcast");
 }
 
-static gpc_status mpi_group(gpc_dist *d) {
-    (void)d;
+static gpc_status mpi_group_start(gpc_dist *d) {
+    if (d->impl) ((mpi_group_state *)d->impl)->in_group = 1;
     return GPC_OK;
 }
 
+static gpc_status mpi_group_end(gpc_dist *d) {
+    mpi_group_state *g = d->impl;
+    if (!g) return GPC_OK;
+    g->in_group = 0;
+    return wait_pending(g);
+}
+
 static gpc_status mpi_all_reduce_host(gpc_dist *d, double *values, int n) {
-    (void)d;
-    return mpi_check(MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
+    return mpi_check(MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, comm_of(d)),
                      "allreduce");
 }
 
 static gpc_status mpi_barrier(gpc_dist *d) {
-    (void)d;
-    return mpi_check(MPI_Barrier(MPI_COMM_WORLD), "barrier");
+    return mpi_check(MPI_Barrier(comm_of(d)), "barrier");
 }
 
 static void mpi_watch(gpc_dist *d, int active) {
@@ -134,17 +160,76 @@ static void mpi_watch(gpc_dist *d, int active) {
 }
 
 static void mpi_destroy(gpc_dist *d) {
-    (void)d;
     int finalized = 0;
+    if (d->impl) { /* a group: its communicator only */
+        MPI_Finalized(&finalized);
+        if (!finalized) MPI_Comm_free(&((mpi_group_state *)d->impl)->comm);
+        gpc_free(d->impl);
+        d->impl = NULL;
+        return;
+    }
     MPI_Finalized(&finalized);
     if (mpi_started_here && !finalized) MPI_Finalize();
     mpi_started_here = 0;
 }
 
-static const gpc_dist_ops mpi_ops = {
-    "mpi",         mpi_all_reduce, mpi_reduce, mpi_reduce_scatter,  mpi_all_gather,
-    mpi_broadcast, mpi_group,      mpi_group,  mpi_all_reduce_host, mpi_barrier,
-    mpi_watch,     mpi_destroy};
+static gpc_status mpi_split(gpc_dist *d, int color, int key, gpc_dist *child) {
+    mpi_group_state *g = gpc_calloc(1, sizeof *g);
+    if (!g) return gpc_error(GPC_ERR_NOMEM, "out of host memory");
+    gpc_status s = mpi_check(MPI_Comm_split(comm_of(d), color, key, &g->comm), "comm split");
+    if (s != GPC_OK) {
+        gpc_free(g);
+        return s;
+    }
+    MPI_Comm_rank(g->comm, &child->rank);
+    MPI_Comm_size(g->comm, &child->world_size);
+    child->ops = d->ops;
+    child->impl = g;
+    return GPC_OK;
+}
+
+static gpc_status mpi_send(gpc_dist *d, const void *buf, size_t count, gpc_dtype dtype, int peer,
+                           gpc_stream stream) {
+    (void)stream;
+    MPI_Datatype t = MPI_FLOAT;
+    int n = 0;
+    GPC_TRY(mpi_type(dtype, &t));
+    GPC_TRY(mpi_count(count, &n));
+    mpi_group_state *g = d->impl;
+    if (!g || !g->in_group) return mpi_check(MPI_Send(buf, n, t, peer, 0, comm_of(d)), "send");
+    if (g->pending == MPI_GROUP_PENDING) GPC_TRY(wait_pending(g));
+    return mpi_check(MPI_Isend(buf, n, t, peer, 0, g->comm, &g->requests[g->pending++]), "isend");
+}
+
+static gpc_status mpi_recv(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype, int peer,
+                           gpc_stream stream) {
+    (void)stream;
+    MPI_Datatype t = MPI_FLOAT;
+    int n = 0;
+    GPC_TRY(mpi_type(dtype, &t));
+    GPC_TRY(mpi_count(count, &n));
+    mpi_group_state *g = d->impl;
+    if (!g || !g->in_group)
+        return mpi_check(MPI_Recv(buf, n, t, peer, 0, comm_of(d), MPI_STATUS_IGNORE), "recv");
+    if (g->pending == MPI_GROUP_PENDING) GPC_TRY(wait_pending(g));
+    return mpi_check(MPI_Irecv(buf, n, t, peer, 0, g->comm, &g->requests[g->pending++]), "irecv");
+}
+
+static const gpc_dist_ops mpi_ops = {.name = "mpi",
+                                     .all_reduce_sum = mpi_all_reduce,
+                                     .reduce_sum = mpi_reduce,
+                                     .reduce_scatter_sum = mpi_reduce_scatter,
+                                     .all_gather = mpi_all_gather,
+                                     .broadcast = mpi_broadcast,
+                                     .group_start = mpi_group_start,
+                                     .group_end = mpi_group_end,
+                                     .all_reduce_host = mpi_all_reduce_host,
+                                     .barrier = mpi_barrier,
+                                     .watch = mpi_watch,
+                                     .destroy = mpi_destroy,
+                                     .split = mpi_split,
+                                     .send = mpi_send,
+                                     .recv = mpi_recv};
 
 static gpc_status mpi_start(void) {
     int initialized = 0;

@@ -56,6 +56,10 @@ typedef struct {
     nccl_result (*group_end)(void);
     const char *(*error_string)(nccl_result);
     nccl_result (*get_version)(int *);
+    /* optional: NCCL 2.18 (split), 2.7 (send, recv); NULL when absent */
+    nccl_result (*comm_split)(nccl_comm_t, int, int, nccl_comm_t *, void *);
+    nccl_result (*send)(const void *, size_t, int, int, nccl_comm_t, void *);
+    nccl_result (*recv)(void *, size_t, int, int, nccl_comm_t, void *);
 } nccl_api;
 
 static nccl_api api;
@@ -96,6 +100,9 @@ static gpc_status nccl_load(void) {
     SYM(error_string, "ncclGetErrorString");
     SYM(get_version, "ncclGetVersion");
 #undef SYM
+    *(void **)&a.comm_split = dlsym(lib, "ncclCommSplit");
+    *(void **)&a.send = dlsym(lib, "ncclSend");
+    *(void **)&a.recv = dlsym(lib, "ncclRecv");
     api = a;
     return GPC_OK;
 }
@@ -314,9 +321,75 @@ static void n_destroy(gpc_dist *d) {
     d->impl = NULL;
 }
 
-static const gpc_dist_ops nccl_ops = {
-    "nccl",        n_all_reduce, n_reduce,          n_reduce_scatter, n_all_gather, n_broadcast,
-    n_group_start, n_group_end,  n_all_reduce_host, n_barrier,        n_watch,      n_destroy};
+static gpc_status n_split(gpc_dist *d, int color, int key, gpc_dist *child);
+
+static gpc_status n_send(gpc_dist *d, const void *buf, size_t count, gpc_dtype dtype, int peer,
+                         gpc_stream stream) {
+    nccl_state *st = d->impl;
+    int t = 0;
+    GPC_TRY(nccl_type(dtype, &t));
+    if (!api.send)
+        return gpc_error(GPC_ERR_UNSUPPORTED, "this NCCL has no ncclSend: NCCL 2.7 or newer is "
+                                              "needed for pipeline parallelism");
+    return nccl_check(d, api.send(buf, count, t, peer, st->comm, stream), "send");
+}
+
+static gpc_status n_recv(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype, int peer,
+                         gpc_stream stream) {
+    nccl_state *st = d->impl;
+    int t = 0;
+    GPC_TRY(nccl_type(dtype, &t));
+    if (!api.recv)
+        return gpc_error(GPC_ERR_UNSUPPORTED, "this NCCL has no ncclRecv: NCCL 2.7 or newer is "
+                                              "needed for pipeline parallelism");
+    return nccl_check(d, api.recv(buf, count, t, peer, st->comm, stream), "recv");
+}
+
+static const gpc_dist_ops nccl_ops = {"nccl",           n_all_reduce, n_reduce,
+                                      n_reduce_scatter, n_all_gather, n_broadcast,
+                                      n_group_start,    n_group_end,  n_all_reduce_host,
+                                      n_barrier,        n_watch,      n_destroy,
+                                      n_split,          n_send,       n_recv};
+
+/* A group's communicator from the world's (ncclCommSplit, NCCL 2.18), with
+ * its own state and watchdog. */
+static gpc_status n_split(gpc_dist *d, int color, int key, gpc_dist *child) {
+    nccl_state *parent = d->impl;
+    if (!api.comm_split)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "this NCCL has no ncclCommSplit: tensor and pipeline parallelism need "
+                         "NCCL 2.18 or newer");
+    nccl_state *st = gpc_calloc(1, sizeof *st);
+    if (!st) return gpc_error(GPC_ERR_NOMEM, "out of host memory");
+    st->backend = parent->backend;
+    pthread_mutex_init(&st->lock, NULL);
+    n_watch(d, 1); /* the split waits for every rank of d */
+    nccl_result r = api.comm_split(parent->comm, color, key, &st->comm, NULL);
+    n_watch(d, 0);
+    if (r != 0) {
+        pthread_mutex_destroy(&st->lock);
+        gpc_free(st);
+        return gpc_error(GPC_ERR_DEVICE, "NCCL could not split the communicator: %s",
+                         api.error_string(r));
+    }
+    /* the child's rank and size: an all-reduce of ones would need the
+     * device; NCCL reports them */
+    nccl_result (*count)(nccl_comm_t, int *) = NULL;
+    nccl_result (*user_rank)(nccl_comm_t, int *) = NULL;
+    *(void **)&count = dlsym(api.lib, "ncclCommCount");
+    *(void **)&user_rank = dlsym(api.lib, "ncclCommUserRank");
+    if (!count || !user_rank || count(st->comm, &child->world_size) != 0 ||
+        user_rank(st->comm, &child->rank) != 0) {
+        api.comm_destroy(st->comm);
+        pthread_mutex_destroy(&st->lock);
+        gpc_free(st);
+        return gpc_error(GPC_ERR_DEVICE, "NCCL could not report a group's rank and size");
+    }
+    child->ops = &nccl_ops;
+    child->impl = st;
+    if (pthread_create(&st->thread, NULL, watchdog, child) == 0) st->thread_started = 1;
+    return GPC_OK;
+}
 
 gpc_status gpc_dist_nccl_init(gpc_dist *d, const gpc_dist_env *env) {
     setenv("NCCL_NVLS_ENABLE", "0", 1); /* NVLink multicast stays off on shared servers */

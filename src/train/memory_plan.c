@@ -43,6 +43,8 @@ void gpc_plan_defaults(gpc_plan_input *in) {
     in->vocab = 50257;
     in->dtype = GPC_BF16;
     in->gpus = 1;
+    in->tp = 1;
+    in->pp = 1;
     in->cuda = 1;
 }
 
@@ -82,6 +84,30 @@ static gpc_status check_input(const gpc_plan_input *in) {
         return gpc_error(GPC_ERR_INVALID_ARG, "--zero %d is not 0 or 1 (ZeRO stage 1)", in->zero);
     if (in->gpus < 1 || in->gpus > 4096)
         return gpc_error(GPC_ERR_INVALID_ARG, "--gpus %d is out of range: use 1 to 4096", in->gpus);
+    int tp = in->tp > 0 ? in->tp : 1, pp = in->pp > 0 ? in->pp : 1;
+    if (in->heads % tp)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--tp %d does not divide the model's %d attention heads: pick a tp "
+                         "that divides %d",
+                         tp, in->heads, in->heads);
+    if (in->layers % pp)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--pp %d does not divide the model's %d layers: pick a pp that divides "
+                         "%d",
+                         pp, in->layers, in->layers);
+    if (in->gpus % (tp * pp))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--gpus %d is not a multiple of --tp %d x --pp %d = %d: each "
+                         "data-parallel copy needs tp x pp GPUs",
+                         in->gpus, tp, pp, tp * pp);
+    if (pp > 1 && (in->recompute >> 2) > in->layers / pp)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--recompute-layers %d is more than a pipeline stage's %d blocks (%d "
+                         "layers over --pp %d): under --pp it counts each stage's blocks; give 1 "
+                         "to %d (or 0 for all)",
+                         in->recompute >> 2, in->layers / pp, in->layers, pp, in->layers / pp);
+    if (in->lora_rank && tp * pp > 1)
+        return gpc_error(GPC_ERR_INVALID_ARG, "--lora trains on one GPU; leave out --tp and --pp");
     if (in->lora_rank < 0 || in->lora_rank > in->channels)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "--lora %d is out of range: use 0 (full fine-tuning) to %d (channels)",
@@ -91,9 +117,9 @@ static gpc_status check_input(const gpc_plan_input *in) {
 
 /* Slots of a per-layer activation that recomputation level `level` drops:
  * one shared by the recomputed blocks, one per kept block (gpt.c's
- * kept_slots). */
+ * kept_slots), in a pipeline stage's L/pp layers. */
 static uint64_t kept_slots(const gpc_plan_input *in, int level) {
-    int L = in->layers;
+    int L = in->layers / (in->pp > 0 ? in->pp : 1);
     int n =
         gpt_recompute_level(in->recompute) >= level ? gpt_recompute_layers(in->recompute, L) : 0;
     return (uint64_t)(n ? L - n + 1 : L);
@@ -102,8 +128,13 @@ static uint64_t kept_slots(const gpc_plan_input *in, int level) {
 /* Everything but per_sample. */
 static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
     memset(out, 0, sizeof *out);
-    const uint64_t L = (uint64_t)in->layers, NH = (uint64_t)in->heads;
+    /* a part: L/pp layers, and the attention heads and MLP units of one of
+     * tp slices (the first pipeline stage, which holds the most) */
+    const uint64_t tp = in->tp > 0 ? (uint64_t)in->tp : 1, pp = in->pp > 0 ? (uint64_t)in->pp : 1;
+    const uint64_t dp = (uint64_t)in->gpus / (tp * pp);
+    const uint64_t L = (uint64_t)in->layers / pp, NH = (uint64_t)in->heads / tp;
     const uint64_t C = (uint64_t)in->channels, T = (uint64_t)in->context;
+    const uint64_t Cl = C / tp, F = 4 * C / tp, slots = pp;
     const uint64_t B = (uint64_t)in->batch, R = (uint64_t)in->lora_rank;
     const uint64_t Vp = ((uint64_t)in->vocab + 63) / 64 * 64;
     const uint64_t s = gpc_dtype_size(in->dtype); /* compute dtype */
@@ -112,8 +143,9 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
 
     /* Parameters, llm.c's layout: wte Vp*C, wpe T*C, per layer
      * ln1 2C + qkv 3C*C+3C + attproj C*C+C + ln2 2C + fc 4C*C+4C + fcproj 4C*C+C
-     * = 12C^2 + 13C, and lnf 2C. */
-    uint64_t base = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
+     * = 12C^2 + 13C, and lnf 2C. A tp slice holds 1/tp of the four matrices
+     * and of the qkv and fc biases: 12C^2/tp + 7C/tp + 6C. */
+    uint64_t base = Vp * C + T * C + L * (12 * C * Cl + 7 * Cl + 6 * C) + 2 * C;
     /* LoRA adapters A [R, in] and B [out, R] on qkv (C->3C), attproj (C->C),
      * fc (C->4C) and fcproj (4C->C): R*(4C + 2C + 5C + 5C) = 16RC per layer. */
     uint64_t adapters = R ? L * 16 * R * C : 0;
@@ -127,7 +159,7 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
      * are the largest, and they are what a GPU must hold. */
     uint64_t shard = out->trainable;
     if (in->zero) {
-        uint64_t chunk = (out->trainable + (uint64_t)in->gpus - 1) / (uint64_t)in->gpus;
+        uint64_t chunk = (out->trainable + dp - 1) / dp;
         chunk = (chunk + 63) / 64 * 64;
         if (chunk < shard) shard = chunk;
     }
@@ -135,32 +167,33 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
     out->optimizer_unsharded =
         2 * buffer(out->trainable, f32) + (low_precision ? buffer(out->trainable, f32) : 0);
 
-    /* gpt_activations, in its order. The recomputed layers of a level
-     * share one slot; the others keep theirs. */
+    /* gpt_activations, in its order, once per micro-batch in flight. The
+     * recomputed layers of a level share one slot; the others keep theirs. */
     uint64_t kept_gelu = kept_slots(in, 1), kept_ln = kept_slots(in, 2), kept = kept_slots(in, 3);
     uint64_t a = 0;
-    a += buffer(BT * C, s);                 /* encoded */
-    a += buffer(kept_ln * BT * C, s);       /* ln1 */
-    a += 2 * buffer(kept * BT, f32);        /* ln1_mean, ln1_rstd */
-    a += buffer(kept * BT * 3 * C, s);      /* qkv */
-    a += buffer(kept * BT * C, s);          /* atty */
-    a += buffer(kept * B * NH * T, f32);    /* lse */
-    a += buffer(kept * BT * C, s);          /* residual2 */
-    a += buffer(kept_ln * BT * C, s);       /* ln2 */
-    a += 2 * buffer(kept * BT, f32);        /* ln2_mean, ln2_rstd */
-    a += buffer(kept * BT * 4 * C, s);      /* fch */
-    a += buffer(kept_gelu * BT * 4 * C, s); /* fch_gelu */
-    a += buffer(L * BT * C, s);             /* residual3 */
-    a += buffer(BT * C, s);                 /* lnf */
-    a += 2 * buffer(BT, f32);               /* lnf_mean, lnf_rstd */
-    a += buffer(BT, f32);                   /* losses */
-    a += 2 * buffer(BT, 4);                 /* tokens, targets (i32) */
-    if (R) a += 4 * buffer(L * BT * R, s);  /* the four adapters' down-projections */
+    a += buffer(BT * C, s);              /* encoded */
+    a += buffer(kept_ln * BT * C, s);    /* ln1 */
+    a += 2 * buffer(kept * BT, f32);     /* ln1_mean, ln1_rstd */
+    a += buffer(kept * BT * 3 * Cl, s);  /* qkv */
+    a += buffer(kept * BT * Cl, s);      /* atty */
+    a += buffer(kept * B * NH * T, f32); /* lse */
+    a += buffer(kept * BT * C, s);       /* residual2 */
+    a += buffer(kept_ln * BT * C, s);    /* ln2 */
+    a += 2 * buffer(kept * BT, f32);     /* ln2_mean, ln2_rstd */
+    a += buffer(kept * BT * F, s);       /* fch */
+    a += buffer(kept_gelu * BT * F, s);  /* fch_gelu */
+    a += buffer(L * BT * C, s);          /* residual3 */
+    a += buffer(BT * C, s);              /* lnf */
+    a += 2 * buffer(BT, f32);            /* lnf_mean, lnf_rstd */
+    a += 2 * buffer(BT, 4);              /* tokens, targets (i32) */
+    a *= slots;
+    a += buffer(BT, f32);                  /* losses, one for every slot */
+    if (R) a += 4 * buffer(L * BT * R, s); /* the four adapters' down-projections */
     out->activations = a;
 
-    out->backward = 2 * buffer(BT * C, s)   /* dresidual, dbtc */
-                    + buffer(BT * 4 * C, s) /* dbt4c, also dqkv */
-                    + buffer(2, f32);       /* norm_sq and loss_sum, one buffer */
+    out->backward = 2 * buffer(BT * C, s) /* dresidual, dbtc */
+                    + buffer(BT * F, s)   /* dbt4c, also dqkv */
+                    + buffer(2, f32);     /* norm_sq and loss_sum, one buffer */
     /* LoRA's backward scratch (gpt.c): the down-projection's gradient, the
      * adapter's part of its input's gradient (4C wide for fcproj), and the
      * frozen layernorms' discarded parameter gradients */
@@ -172,10 +205,10 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
      * that much on the safe side where cuDNN's backward does not run (an
      * older GPU; bf16 at head size 64 and T a multiple of 128 on compute
      * capability 9.0, where gpc's wgmma backward takes its place). */
-    uint64_t hs = (uint64_t)(C / NH);
+    uint64_t hs = (uint64_t)(Cl / NH); /* NH: this slice's heads, Cl their channels */
     uint64_t cudnn =
         in->cuda && in->dtype != GPC_F32 && gpc_attention_cudnn_head_size_ok((int64_t)hs)
-            ? buffer(BT * C, f32)
+            ? buffer(BT * Cl, f32)
             : 0;
     out->workspace = buffer(BT * Vp, s) + (in->cuda ? GPC_PLAN_CUBLASLT_WORKSPACE : 0) + cudnn;
     out->context = in->cuda ? GPC_PLAN_CUDA_CONTEXT : 0;

@@ -36,6 +36,7 @@
 
 #include "gpc/data.h"
 #include "gpc/ddp.h"
+#include "gpc/parallel.h"
 #include "gpc/nvml.h"
 #include "gpc/plan.h"
 #include "gpc/settings.h"
@@ -65,6 +66,15 @@ void gpc_train_options_init(gpc_train_options *o) {
     o->recompute = -1;
 }
 
+/* A rank's part of a model cut by --tp and --pp, and the groups it works
+ * in: its tp slices' group, its pipeline's stages, and all tp x pp parts
+ * of its copy (rank pp_rank * tp + tp_rank there), which gather
+ * checkpoints and agree on stopping. */
+typedef struct {
+    gpt_parallel par;
+    gpc_dist *tp, *pp, *model;
+} train_parts;
+
 /* The settings of a run after defaults and the checkpoint are applied. */
 typedef struct {
     gpt_config config;
@@ -92,8 +102,14 @@ typedef struct {
     int step;          /* optimizer steps done */
     int skipped_steps; /* fp16 steps skipped on overflow in this process */
     gpc_ddp *ddp;      /* data parallelism (src/train/ddp.c); NULL alone */
-    int rank0;         /* this process writes the run folder and reports */
-    int stop_all;      /* a stop was requested on some rank (agreed each step) */
+    /* tensor and pipeline parallelism: this rank's part and its groups
+     * (NULL: the whole model). With it, t->o is the data-parallel view:
+     * its world_size, rank and dist are the dp group's (see gpc_train). */
+    const train_parts *parts;
+    int32_t *pipe_inputs, *pipe_targets; /* [accumulation * B * T] host tokens of a step */
+    gpc_pipeline_timing pipe_sum;        /* summed over the steps */
+    int rank0;                           /* this process writes the run folder and reports */
+    int stop_all;                        /* a stop was requested on some rank (agreed each step) */
     char checkpoint_path[4096], prev_path[4096];
     /* LoRA: the adapters' options, the file they are saved in, and the base
      * run's folder (absolute), whose weights stay frozen */
@@ -285,15 +301,12 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
     return GPC_OK;
 }
 
-/* On the CPU the model lives in host memory beside everything else on the
- * machine: a plan larger than what is free now (MemAvailable, the cgroup's
- * limit) would be killed by the OOM killer part way, so it is refused before
- * anything is allocated. Each process of a data-parallel run holds a replica
- * (ZeRO-1 shards the optimizer state). */
 /* gpc plan's bytes for the run at micro-batch B on its device (the batch
  * buffers included: inputs and targets here and in the loader's two
- * slots); 0 when the plan cannot say. */
-static double plan_bytes(const gpc_train_options *o, const run_settings *s, int B) {
+ * slots); 0 when the plan cannot say. parts: the model's cut, whose first
+ * stage the plan counts (NULL: the whole model). */
+static double plan_bytes(const gpc_train_options *o, const run_settings *s,
+                         const train_parts *parts, int B) {
     gpc_plan_input in;
     gpc_plan_defaults(&in);
     in.layers = s->config.layers;
@@ -305,6 +318,11 @@ static double plan_bytes(const gpc_train_options *o, const run_settings *s, int 
     in.recompute = s->recompute;
     in.zero = o->zero;
     in.gpus = o->world_size > 1 ? o->world_size : 1;
+    if (parts) { /* this process holds one part (the plan's first stage) */
+        in.tp = parts->par.tp_size;
+        in.pp = parts->par.pp_size;
+        in.gpus *= in.tp * in.pp;
+    }
     in.lora_rank = o->lora_rank;
     in.cuda = o->device.type == GPC_DEVICE_CUDA;
     gpc_plan_result r;
@@ -334,8 +352,9 @@ static int smaller_batch(int B) {
 }
 
 static int auto_fit_on(const trainer *t) {
-    /* every rank would have to agree on the new micro-batch: one process only */
-    return !t->o->no_auto_fit && t->o->world_size <= 1 && !t->o->dist;
+    /* every rank would have to agree on the new micro-batch: one process
+     * only (a tp or pp part is one of several, even without data parallelism) */
+    return !t->o->no_auto_fit && t->o->world_size <= 1 && !t->o->dist && !t->parts;
 }
 
 /* Memory the device has free now, as the allocator will see it (the
@@ -363,10 +382,10 @@ static void set_batch(run_settings *s, int to) {
 static void fit_to_free_memory(trainer *t) {
     run_settings *s = &t->s;
     if (t->o->device.type != GPC_DEVICE_CUDA || !auto_fit_on(t)) return;
-    double free_bytes = device_free(t->o->device), need = plan_bytes(t->o, s, s->B);
+    double free_bytes = device_free(t->o->device), need = plan_bytes(t->o, s, t->parts, s->B);
     if (free_bytes <= 0 || need <= 0 || need <= free_bytes) return;
     int B = s->B, fit = s->B;
-    while (fit > 1 && plan_bytes(t->o, s, fit) > free_bytes)
+    while (fit > 1 && plan_bytes(t->o, s, t->parts, fit) > free_bytes)
         fit = smaller_batch(fit);
     if (fit == B) return;
     set_batch(s, fit);
@@ -378,9 +397,15 @@ static void fit_to_free_memory(trainer *t) {
             gpc_format_bytes(free_bytes, b, sizeof b), s->B, s->accumulation);
 }
 
-static gpc_status check_host_memory(const gpc_train_options *o, const run_settings *s) {
+/* On the CPU the model lives in host memory beside everything else on the
+ * machine: a plan larger than what is free now (MemAvailable, the cgroup's
+ * limit) would be killed by the OOM killer part way, so it is refused before
+ * anything is allocated. Each process of a data-parallel run holds a replica
+ * (ZeRO-1 shards the optimizer state); of a model-parallel one, a part. */
+static gpc_status check_host_memory(const gpc_train_options *o, const run_settings *s,
+                                    const train_parts *parts) {
     if (o->device.type != GPC_DEVICE_CPU) return GPC_OK;
-    double bytes = plan_bytes(o, s, s->B);
+    double bytes = plan_bytes(o, s, parts, s->B);
     if (bytes == 0) return GPC_OK;
     size_t available = gpc_host_memory_available();
     if (available == 0 || bytes <= (double)available) return GPC_OK; /* 0: unknown */
@@ -527,7 +552,18 @@ static gpc_status save_checkpoint(trainer *t) {
     if (t->lora.rank) return gpt_lora_save(t->lora_path, t->model, &st, t->base_run);
     /* ZeRO-1: every rank takes part; rank 0 gets the whole state */
     gpt_host_state full = {0};
-    if (t->ddp) GPC_TRY(gpc_ddp_gather_state(t->ddp, &full));
+    if (t->parts) {
+        /* the first copy's parts make the file, from their whole local
+         * state (ZeRO-1 gathers each part's shards first) */
+        gpt_host_state mine = {0};
+        gpc_status st = t->ddp ? gpc_ddp_gather_state(t->ddp, &mine) : GPC_OK;
+        if (st == GPC_OK && t->o->rank == 0)
+            st = gpc_tp_gather_full(t->model, t->parts->model, &mine, &full);
+        gpt_host_state_free(&mine);
+        GPC_TRY(st);
+    } else if (t->ddp) {
+        GPC_TRY(gpc_ddp_gather_state(t->ddp, &full));
+    }
     gpc_status s = GPC_OK;
     /* The previous checkpoint gets a second name (a hard link) before the
      * new one is written beside it and renamed over checkpoint.bin: at every
@@ -747,8 +783,13 @@ static gpc_status evaluate(trainer *t, float *val_loss) {
     for (uint64_t i = 0; i < batches; i++) {
         float loss;
         GPC_TRY(gpc_loader_next(t->val, t->inputs, t->targets));
-        GPC_TRY(gpt_forward(t->model, t->inputs, t->targets, t->s.B, t->s.T));
-        GPC_TRY(gpt_mean_loss(t->model, &loss));
+        if (t->pipe_inputs) { /* forward through the stages */
+            GPC_TRY(gpc_pipeline_eval(t->model, t->parts->pp, t->inputs, t->targets, t->s.B, t->s.T,
+                                      &loss));
+        } else {
+            GPC_TRY(gpt_forward(t->model, t->inputs, t->targets, t->s.B, t->s.T));
+            GPC_TRY(gpt_mean_loss(t->model, &loss));
+        }
         sum += loss;
     }
     if (t->ddp) { /* the mean over every rank's validation batches */
@@ -762,6 +803,63 @@ static gpc_status evaluate(trainer *t, float *val_loss) {
 
 static void emit(const trainer *t, const gpc_train_event *e) {
     if (t->o->callback && t->rank0) t->o->callback(t->o->user, e);
+}
+
+/* A pipeline stage's forward and backward passes of one step: every stage
+ * reads the step's micro-batches (the first uses the inputs, the last the
+ * targets) and gpc_pipeline_step runs them in the 1F1B order. */
+static gpc_status pipeline_step(trainer *t, float dloss) {
+    const run_settings *s = &t->s;
+    size_t n = (size_t)s->B * (size_t)s->T;
+    for (int micro = 0; micro < s->accumulation; micro++) {
+        gpc_batch batch;
+        GPC_TRY(gpc_prefetch_next(t->train, &batch));
+        gpc_tensor in = gpc_tensor_2d(t->pipe_inputs + micro * n, GPC_I32, gpc_cpu(), s->B, s->T);
+        gpc_tensor tg = gpc_tensor_2d(t->pipe_targets + micro * n, GPC_I32, gpc_cpu(), s->B, s->T);
+        GPC_TRY(gpc_tensor_copy(&in, &batch.inputs));
+        GPC_TRY(gpc_tensor_copy(&tg, &batch.targets));
+    }
+    gpc_pipeline_timing timing;
+    gpc_trace_push("pipeline");
+    gpc_status st = gpc_pipeline_step(t->model, t->parts->pp, t->ddp, t->pipe_inputs,
+                                      t->pipe_targets, s->accumulation, s->B, s->T, dloss, &timing);
+    gpc_trace_pop();
+    GPC_TRY(st);
+    t->pipe_sum.step_s += timing.step_s;
+    t->pipe_sum.compute_s += timing.compute_s;
+    t->pipe_sum.predicted = timing.predicted;
+    return GPC_OK;
+}
+
+/* The pipeline's bubble over the run, stage by stage, in the log. */
+static gpc_status report_bubble(trainer *t) {
+    if (!t->pipe_inputs || t->pipe_sum.step_s <= 0) return GPC_OK;
+    const gpt_parallel *par = &t->parts->par;
+    double stage[2 * 64] = {0};
+    int P = par->pp_size < 64 ? par->pp_size : 64;
+    if (par->pp_rank < P) {
+        stage[par->pp_rank] = t->pipe_sum.step_s;
+        stage[64 + par->pp_rank] = t->pipe_sum.compute_s;
+    }
+    GPC_TRY(t->parts->pp->ops->all_reduce_host(t->parts->pp, stage, 2 * 64));
+    if (!t->rank0) return GPC_OK;
+    char line[1024];
+    int at = 0;
+    for (int k = 0; k < P && at < (int)sizeof line - 64; k++)
+        at += snprintf(line + at, sizeof line - (size_t)at, "%s stage %d %.0f%% of %.1f s",
+                       k ? "," : "", k, 100.0 * (1.0 - stage[64 + k] / stage[k]), stage[k]);
+    gpc_log(GPC_LOG_INFO,
+            "train: pipeline bubble (idle share of the pipelined time):%s; 1F1B "
+            "predicts %.0f%%",
+            line, 100.0 * t->pipe_sum.predicted);
+    return GPC_OK;
+}
+
+static void watch_parts(trainer *t, int active) {
+    const train_parts *p = t->parts;
+    p->tp->ops->watch(p->tp, active);
+    p->pp->ops->watch(p->pp, active);
+    p->model->ops->watch(p->model, active);
 }
 
 /* One optimizer step; the loss and gradient norm go into the event. */
@@ -778,10 +876,14 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
                          t->step + 1);
     }
     GPC_TRY(gpt_zero_grad(t->model));
+    /* the NCCL watchdog of each model-parallel group watches the step: a
+     * slice or stage that died leaves the others in a collective */
+    if (t->parts) watch_parts(t, 1);
     /* The batches arrive on the device through the copy stream, and the
      * model sums the micro-steps' losses on the device: nothing inside the
      * step waits for the GPU; gpt_read_step below is the one wait. */
-    for (int micro = 0; micro < s->accumulation; micro++) {
+    if (t->pipe_inputs) GPC_TRY(pipeline_step(t, dloss));
+    for (int micro = 0; !t->pipe_inputs && micro < s->accumulation; micro++) {
         gpc_batch batch;
         gpc_trace_push("data");
         gpc_status st = gpc_prefetch_next(t->train, &batch);
@@ -829,6 +931,20 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
         GPC_TRY(gpc_ddp_reduce_host(t->ddp, v, 2));
         e->loss = (float)(v[0] / world);
         t->stop_all = v[1] > 0;
+    }
+    if (t->parts) {
+        /* the loss is the last stage's (the others read 0); the parts of
+         * one model stop together */
+        gpc_dist *d = t->parts->model;
+        int last = t->parts->par.pp_rank == t->parts->par.pp_size - 1;
+        double v[2] = {last && t->parts->par.tp_rank == 0 ? e->loss : 0.0,
+                       t->ddp                       ? t->stop_all
+                       : gpc_train_stop_requested() ? 1.0
+                                                    : 0.0};
+        GPC_TRY(d->ops->all_reduce_host(d, v, 2));
+        e->loss = (float)v[0];
+        t->stop_all = v[1] > 0;
+        watch_parts(t, 0);
     }
     if (e->skipped) e->grad_norm = NAN; /* fp16 overflow: no finite norm */
     t->skipped_steps += e->skipped;
@@ -890,7 +1006,7 @@ static gpc_status run_loop(trainer *t, gpc_train_result *result) {
             v.kind = GPC_TRAIN_EVAL;
             emit(t, &v);
         }
-        int stop = t->ddp ? t->stop_all : gpc_train_stop_requested();
+        int stop = t->ddp || t->parts ? t->stop_all : gpc_train_stop_requested();
         if (last || stop || (s->checkpoint_every && t->step % s->checkpoint_every == 0)) {
             GPC_TRY(save_checkpoint(t));
             t->saved = 1;
@@ -929,6 +1045,13 @@ static gpc_status init_weights_from(trainer *t) {
     if (s == GPC_OK) s = gpt_checkpoint_load(path, host, NULL);
     if (s == GPC_OK) s = gpt_get_params(host, values);
     gpt_free(host);
+    if (s == GPC_OK && t->parts) { /* this rank's part of the whole model */
+        float *local = gpc_malloc(gpt_num_params(t->model) * sizeof *local);
+        if (!local) s = gpc_error(GPC_ERR_NOMEM, "out of host memory");
+        if (local) gpt_part_slice(&t->s.config, &t->parts->par, values, local);
+        gpc_free(values);
+        values = local;
+    }
     if (s == GPC_OK) s = gpt_set_params(t->model, values);
     gpc_free(values);
     return s == GPC_OK ? s : gpc_error_context(s, "--init-from %s: ", from);
@@ -1035,7 +1158,34 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
         t->step = (int)loaded.step;
         return GPC_OK;
     }
-    if (o->zero == 1 && o->dist && world > 1 && o->rank >= 0 && o->rank < world) {
+    if (t->parts) {
+        /* 1F1B keeps up to P - s micro-batches in flight on stage s */
+        gpt_parallel par = t->parts->par;
+        par.slots = par.pp_size - par.pp_rank;
+        if (par.slots > s->accumulation) par.slots = s->accumulation;
+        /* ZeRO-1: this rank's shard of its part's local layout, cut over
+         * the data-parallel copies as gpc_ddp_create cuts the update */
+        size_t lo = 0, count = SIZE_MAX;
+        if (o->zero == 1 && o->dist && world > 1) {
+            size_t *shard = gpc_calloc((size_t)world + 1, sizeof *shard);
+            if (!shard) return gpc_error(GPC_ERR_NOMEM, "out of host memory");
+            gpc_dist_shard_offsets(gpt_part_num_params(&s->config, &par), world, 64, shard);
+            lo = shard[o->rank];
+            count = shard[o->rank + 1] - lo;
+            gpc_free(shard);
+        }
+        GPC_TRY(gpt_create_part(&t->model, &s->config, o->device, s->precision, s->B, s->T,
+                                s->recompute, &par, lo, count));
+        GPC_TRY(gpc_tp_attach(t->model, t->parts->tp));
+        GPC_TRY(gpc_pipeline_attach(t->model, t->parts->pp));
+        if (par.pp_size > 1) {
+            size_t n = (size_t)s->accumulation * (size_t)s->B * (size_t)s->T;
+            t->pipe_inputs = gpc_malloc(n * sizeof(int32_t));
+            t->pipe_targets = gpc_malloc(n * sizeof(int32_t));
+            if (!t->pipe_inputs || !t->pipe_targets)
+                return gpc_error(GPC_ERR_NOMEM, "out of host memory");
+        }
+    } else if (o->zero == 1 && o->dist && world > 1 && o->rank >= 0 && o->rank < world) {
         /* ZeRO-1: this rank holds only its shard of m, v and the master
          * weights, cut as gpc_ddp_create cuts the update */
         size_t *shard = gpc_calloc((size_t)world + 1, sizeof *shard);
@@ -1096,7 +1246,7 @@ static void emit_start(trainer *t) {
     memset(&e, 0, sizeof e);
     e.kind = GPC_TRAIN_START;
     e.config = t->s.config;
-    e.parameters = gpt_num_params(t->model);
+    e.parameters = gpt_config_num_params(&t->s.config); /* the whole model's, at any tp */
     e.B = t->s.B;
     e.T = t->s.T;
     e.tokens_per_step = t->s.total_batch;
@@ -1129,6 +1279,9 @@ static void close_run(trainer *t) {
     gpc_free(t->inputs);
     gpc_free(t->targets);
     t->inputs = t->targets = NULL;
+    gpc_free(t->pipe_inputs);
+    gpc_free(t->pipe_targets);
+    t->pipe_inputs = t->pipe_targets = NULL;
 }
 
 /* Where an auto-fit retry starts: the checkpoint this process saved last
@@ -1154,7 +1307,7 @@ static void report_shrink(trainer *t, int was) {
     snprintf(why, sizeof why, "%s", gpc_last_error());
     gpc_clear_error();
     set_batch(&t->s, smaller_batch(was));
-    double need = plan_bytes(t->o, &t->s, was), free_bytes = device_free(t->o->device);
+    double need = plan_bytes(t->o, &t->s, t->parts, was), free_bytes = device_free(t->o->device);
     char needs[128] = "", a[32], b[32];
     if (need > 0 && free_bytes > 0)
         snprintf(needs, sizeof needs, " (needs %s by gpc plan, %s has %s free)",
@@ -1167,7 +1320,10 @@ static void report_shrink(trainer *t, int was) {
     gpc_log(GPC_LOG_DEBUG, "train: the allocation that failed: %s", why);
 }
 
-gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
+/* A run over the data-parallel view o; parts the model's cut (NULL: the
+ * whole model), rank0 whether this process writes the run folder. */
+static gpc_status train_run(const gpc_train_options *o, const train_parts *parts, int rank0,
+                            gpc_train_result *result) {
     if (!o->data_dir || !o->out_dir)
         return gpc_error(GPC_ERR_INVALID_ARG, "training needs a dataset (--data) and a run "
                                               "folder (--out)");
@@ -1183,7 +1339,8 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     trainer t;
     memset(&t, 0, sizeof t);
     t.o = o;
-    t.rank0 = o->rank == 0;
+    t.parts = parts;
+    t.rank0 = rank0;
     t.gpu_clock_max_mhz = -1;
     t.gpu_power_limit_w = NAN;
     gpc_energy_meter_init(&t.gpu_energy);
@@ -1244,7 +1401,7 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     if (from) GPC_TRY(read_init(o, &init));
     GPC_TRY(resolve(o, &info, o->resume ? &ck_config : NULL, o->resume ? &ck : NULL,
                     from ? &init : NULL, &t.s));
-    GPC_TRY(check_host_memory(o, &t.s));
+    GPC_TRY(check_host_memory(o, &t.s, parts));
     t.tokenizer_kind = tokenizer_kind(o->data_dir);
     GPC_TRY(gpc_mkdir_p(o->out_dir));
     fit_to_free_memory(&t);
@@ -1266,6 +1423,7 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
             t.started = 1;
         }
         if (s == GPC_OK) s = run_loop(&t, result);
+        if (s == GPC_OK) s = report_bubble(&t);
         if (s != GPC_ERR_NOMEM || !auto_fit_on(&t) || t.s.B == 1) break;
         int was = t.s.B;
         close_run(&t);
@@ -1280,5 +1438,43 @@ gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
     if (result) gpu_result(&t, result);
     gpc_nvml_close(t.nvml);
     close_run(&t);
+    return s;
+}
+
+gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
+    int tp = o->tp > 1 ? o->tp : 1, pp = o->pp > 1 ? o->pp : 1;
+    if (tp == 1 && pp == 1) return train_run(o, NULL, o->rank == 0, result);
+    /* model parallelism: world = dp x pp x tp; the trainer sees its dp
+     * group as its world, and the model's tp x pp parts work together */
+    int world = o->world_size > 0 ? o->world_size : 1;
+    if (o->lora_rank)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "--lora trains on one process; leave out --tp and --pp");
+    if (!o->dist || o->dist->world_size != world)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--tp %d --pp %d needs %d processes started together (gpc launch, "
+                         "mpirun or srun); this is one",
+                         tp, pp, tp * pp);
+    gpc_dist_layout lay;
+    GPC_TRY(gpc_dist_layout_make(world, o->rank, tp, pp, &lay));
+    train_parts parts = {{tp, lay.tp_rank, pp, lay.pp_rank, 1}, NULL, NULL, NULL};
+    int place = lay.pp_rank * tp + lay.tp_rank;
+    gpc_dist *dp_group = NULL;
+    gpc_status s = gpc_dist_split(o->dist, lay.dp_rank * pp + lay.pp_rank, lay.tp_rank, &parts.tp);
+    if (s == GPC_OK)
+        s = gpc_dist_split(o->dist, lay.dp_rank * tp + lay.tp_rank, lay.pp_rank, &parts.pp);
+    if (s == GPC_OK) s = gpc_dist_split(o->dist, place, lay.dp_rank, &dp_group);
+    if (s == GPC_OK) s = gpc_dist_split(o->dist, lay.dp_rank, place, &parts.model);
+    if (s == GPC_OK) {
+        gpc_train_options dp = *o;
+        dp.world_size = lay.dp;
+        dp.rank = lay.dp_rank;
+        dp.dist = lay.dp > 1 ? dp_group : NULL;
+        s = train_run(&dp, &parts, o->rank == 0, result);
+    }
+    gpc_dist_destroy(parts.model);
+    gpc_dist_destroy(dp_group);
+    gpc_dist_destroy(parts.pp);
+    gpc_dist_destroy(parts.tp);
     return s;
 }

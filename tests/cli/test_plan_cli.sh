@@ -100,4 +100,16 @@ expect_usage "--recompute 5" --model d12 --recompute 5
 expect_usage "--recompute-layers 13 is more than the model's 12" --model d12 --recompute block --recompute-layers 13
 expect_usage "--batch 0 must be at least 1" --model d12 --batch 0
 expect_usage "--gpus 0" --model d12 --gpus 0
+expect_usage "--tp 5 does not divide the model's 12 attention heads" --model d12 --tp 5 --gpus 5
+expect_usage "--pp 5 does not divide the model's 12 layers" --model d12 --pp 5 --gpus 5
+expect_usage "--gpus 6 is not a multiple of --tp 2 x --pp 2" --model d12 --tp 2 --pp 2 --gpus 6
+
+# GPT-2 1.5B (48 layers, 25 heads, 1600 channels) with full AdamW state on
+# 4 GPUs: data parallelism alone needs an A100 40GB, 2 pipeline stages fit
+# a 24 GB card, and tp 5 does not divide the GPUs, so it is not listed
+"$GPC" plan --model d48 --layers 48 --heads 25 --channels 1600 --batch 1 --recompute 1 \
+  --gpus 4 >"$work/layouts.txt"
+grep -Eq "^  1 +1 +4 +25\.7 GiB +A100 40GB" "$work/layouts.txt" || fail "layouts: $(cat "$work/layouts.txt")"
+grep -Eq "^  1 +2 +2 +14\.8 GiB +RTX 4090 24GB" "$work/layouts.txt" || fail "layouts: $(cat "$work/layouts.txt")"
+grep -Eq "^  5 " "$work/layouts.txt" && fail "tp 5 listed on 4 GPUs"
 echo "plan cli: ok"

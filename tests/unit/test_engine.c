@@ -287,6 +287,14 @@ static void test_paged_step_logits(void **state) {
     bad = po;
     bad.num_blocks = 0;
     TEST_FAILS(gpt_paged_create(&none, reference, &bad), GPC_ERR_INVALID_ARG, "at least one block");
+    /* serving runs a whole model: a tensor- or pipeline-parallel part is refused */
+    gpt_model *half = NULL;
+    const gpt_parallel stage = {1, 0, 2, 0, 1};
+    TEST_OK(gpt_create_part(&half, gpt_get_config(reference), gpc_cpu(), GPC_F32, 1, CONTEXT, 0,
+                            &stage, 0, SIZE_MAX));
+    TEST_FAILS(gpt_paged_create(&none, half, &po), GPC_ERR_UNSUPPORTED,
+               "not a tensor or pipeline part (tp 1, pp 2)");
+    gpt_free(half);
     assert_null(none);
     /* a bad slot is an error that names the row, not a write out of bounds */
     slot[3] = 48 * BS; /* cppcheck-suppress unreadVariable ; b2 reads it */

@@ -185,6 +185,14 @@ static void test_recompute_errors(void **state) {
                GPC_ERR_INVALID_ARG, "--recompute-layers 1 needs a --recompute level");
     TEST_FAILS(gpt_create_recompute(&m, &config, gpc_cpu(), GPC_F32, 1, 4, 1, -1),
                GPC_ERR_INVALID_ARG, "--recompute -1");
+    /* under pipeline parallelism a block count is each stage's */
+    gpt_config four;
+    TEST_OK(gpt_config_init(&four, 4, 1, 8, 4, 10));
+    const gpt_parallel stage = {1, 0, 2, 0, 2};
+    TEST_FAILS(gpt_create_part(&m, &four, gpc_cpu(), GPC_F32, 1, 4,
+                               GPT_RECOMPUTE(GPT_RECOMPUTE_BLOCK, 3), &stage, 0, SIZE_MAX),
+               GPC_ERR_INVALID_ARG,
+               "--recompute-layers 3 is more than a pipeline stage's 2 blocks");
     assert_null(m);
     /* an inference model keeps nothing for backward: recompute is ignored */
     TEST_OK(gpt_create_recompute(&m, &config, gpc_cpu(), GPC_F32, 1, 4, 0, 2));

@@ -283,6 +283,13 @@ static void test_bad_input_messages(void **state) {
     gpc_plan_defaults(&in);
     in.gpus = 0;
     TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--gpus 0");
+    /* under pp a recompute block count is each stage's: d12 over pp 4 has 3 */
+    gpc_plan_defaults(&in);
+    in.pp = 4, in.gpus = 4, in.recompute = GPT_RECOMPUTE(GPT_RECOMPUTE_BLOCK, 4);
+    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG,
+               "--recompute-layers 4 is more than a pipeline stage's 3 blocks");
+    in.recompute = GPT_RECOMPUTE(GPT_RECOMPUTE_BLOCK, 3);
+    TEST_OK(gpc_plan_compute(&in, &r));
 }
 
 /* The plan against the model itself: gpt_create_recompute and
@@ -301,9 +308,8 @@ static void test_plan_matches_gpt_create(void **state) {
         gpt_config config;
         TEST_OK(gpt_config_init(&config, layers, heads, channels, T, vocab));
         /* every recomputation level, on all blocks or the first few */
-        int level = trial % 4;
-        int recompute =
-            GPT_RECOMPUTE(level, level ? (int)gpc_rng_below(&rng, (uint64_t)layers + 1) : 0);
+        int level = trial % 4, blocks = level ? (int)gpc_rng_below(&rng, (uint64_t)layers + 1) : 0;
+        int recompute = GPT_RECOMPUTE(level, blocks);
         gpt_model *model = NULL;
         TEST_OK(gpt_create_recompute(&model, &config, gpc_cpu(), GPC_F32, B, T, 1, recompute));
         gpc_plan_input in;
@@ -352,7 +358,45 @@ static void test_plan_matches_gpt_create(void **state) {
                      gpus, layers, channels, T, B, vocab, (unsigned long long)r.total,
                      (unsigned long long)real);
         gpt_free(model);
+        in.zero = 0;
+        /* a part (gpt_create_part) of tp slices and pp stages: the first
+         * stage, with pp micro-batches' activations (1F1B's most) */
+        int tp = heads % 2 == 0 ? 2 : 1, pp = trial % 8 < 6 ? layers : 1;
+        gpt_parallel par = {tp, 0, pp, 0, pp};
+        /* under pp a block count is each stage's: at most its L/pp blocks */
+        int stage_blocks = blocks < layers / pp ? blocks : layers / pp;
+        int part_recompute = GPT_RECOMPUTE(level, stage_blocks);
+        TEST_OK(gpt_create_part(&model, &config, gpc_cpu(), GPC_F32, B, T, part_recompute, &par, 0,
+                                SIZE_MAX));
+        in.tp = tp, in.pp = pp, in.gpus = tp * pp, in.recompute = part_recompute;
+        TEST_OK(gpc_plan_compute(&in, &r));
+        assert_int_equal(r.num_params, gpt_num_params(model));
+        real = gpt_memory_bytes(model);
+        if (!(r.total >= real && r.total - real < 2 * 256))
+            fail_msg("tp %d x pp %d, L=%d NH=%d C=%d T=%d B=%d V=%d: plan %llu bytes, the first "
+                     "stage holds %llu",
+                     tp, pp, layers, heads, channels, T, B, vocab, (unsigned long long)r.total,
+                     (unsigned long long)real);
+        gpt_free(model);
+        in.tp = in.pp = in.gpus = 1;
     }
+}
+
+/* The layouts that do not divide the model or the GPUs are refused, each
+ * with the option to change. */
+static void test_parallel_messages(void **state) {
+    (void)state;
+    gpc_plan_input in;
+    gpc_plan_result r;
+    gpc_plan_defaults(&in); /* d12: 12 layers, 12 heads */
+    in.tp = 5, in.gpus = 5;
+    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--tp 5 does not divide");
+    gpc_plan_defaults(&in);
+    in.pp = 5, in.gpus = 5;
+    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--pp 5 does not divide");
+    gpc_plan_defaults(&in);
+    in.tp = 2, in.pp = 2, in.gpus = 6;
+    TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, "--gpus 6 is not a multiple");
 }
 
 int main(void) {
@@ -361,7 +405,7 @@ int main(void) {
         cmocka_unit_test(test_fp32_zero1_by_hand),      cmocka_unit_test(test_lora_by_hand),
         cmocka_unit_test(test_tiny_alignment_by_hand),  cmocka_unit_test(test_gpt2_sizes),
         cmocka_unit_test(test_max_batch_boundary),      cmocka_unit_test(test_bad_input_messages),
-        cmocka_unit_test(test_plan_matches_gpt_create),
+        cmocka_unit_test(test_plan_matches_gpt_create), cmocka_unit_test(test_parallel_messages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
