@@ -243,13 +243,11 @@ static gpc_status upload(gpt_paged *p, const gpt_paged_batch *b, const gpt_paged
     memcpy(h + 3 * N, b->slots, N * sizeof *h);
     memcpy(h + 4 * N, b->block_tables, table * sizeof *h);
     if (rows) {
-        float *params = (float *)(h + at + R);
         for (size_t r = 0; r < R; r++) {
+            const float params[4] = {rows[r].temperature, rows[r].top_k, rows[r].top_p,
+                                     rows[r].uniform};
             h[at + r] = rows[r].forbidden;
-            params[4 * r] = rows[r].temperature;
-            params[4 * r + 1] = rows[r].top_k;
-            params[4 * r + 2] = rows[r].top_p;
-            params[4 * r + 3] = rows[r].uniform;
+            memcpy(h + at + R + 4 * r, params, sizeof params); /* f32 bits in i32 slots */
         }
         at += 5 * R;
     }
