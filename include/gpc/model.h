@@ -434,6 +434,23 @@ typedef struct {
  * gpt_forward_cached gives at its position, up to rounding. */
 gpc_status gpt_step_paged(gpt_paged *paged, const gpt_paged_batch *batch, float *logits_out);
 
+/* How row r of a step's logits rows is drawn on the model's device
+ * (gpc_op_sample's parameters): temperature (<= 0: greedy), top_k (0:
+ * all), top_p, a uniform number in [0, 1) from the request's generator,
+ * and a token that must not be drawn (-1: none; min_tokens keeps the
+ * end-of-text token out so). */
+typedef struct {
+    float temperature, top_k, top_p, uniform;
+    int32_t forbidden;
+} gpt_paged_sampling;
+
+/* The step of gpt_step_paged, then a token for each logits row r drawn on
+ * the device with rows[r] (host, [num_logits]) into tokens_out (host,
+ * [num_logits]). The logits never leave the device: one upload of the
+ * step's integers and parameters, one copy of the tokens back. */
+gpc_status gpt_step_paged_sample(gpt_paged *paged, const gpt_paged_batch *batch,
+                                 const gpt_paged_sampling *rows, int32_t *tokens_out);
+
 /* ------------------------------------------------------------ checkpoints */
 
 #define GPT_CHECKPOINT_VERSION 1

@@ -3,7 +3,8 @@
  * through gpc_sample_select, the rule gpc_sample_token uses too, so a row
  * gives the token generation one stream at a time gives for the same
  * uniform. The parameters are on the host here, so each is checked and a
- * bad one names its row.
+ * bad one names its row. gpc_op_forbid_tokens, the engine's step before a
+ * draw, lives here too.
  */
 #include "cpu/cpu.h"
 
@@ -50,5 +51,21 @@ gpc_status gpc_cpu_sample(gpc_tensor *tokens_out, const gpc_tensor *logits, int 
             scratch + (size_t)omp_get_thread_num() * vocab_size * 8);
     }
     free(scratch);
+    return GPC_OK;
+}
+
+gpc_status gpc_cpu_forbid_tokens(gpc_tensor *logits, const gpc_tensor *tokens) {
+    const char *op = "forbid_tokens";
+    GPC_TRY(gpc_cpu_need_f32(op, "logits", logits));
+    int64_t Vp = gpc_cpu_last_dim(logits), R = gpc_cpu_rows(logits);
+    const int32_t *t = tokens->data;
+    for (int64_t r = 0; r < R; r++)
+        if (t[r] >= Vp)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "%s: row %lld forbids token %d, past the logits' %lld columns", op,
+                             (long long)r, t[r], (long long)Vp);
+    float *x = logits->data;
+    for (int64_t r = 0; r < R; r++)
+        if (t[r] >= 0) x[r * Vp + t[r]] = -INFINITY;
     return GPC_OK;
 }

@@ -21,6 +21,9 @@
  * (a token that unlikely is not drawn). The CPU sums float weights in
  * double; both agree but where the uniform or top_p falls within rounding
  * of a boundary between two tokens.
+ *
+ * gpc_op_forbid_tokens, the engine's step before a draw (min_tokens keeps
+ * the end-of-text token out), is here too: one thread a row.
  */
 #include "cuda/cuda_common.cuh"
 
@@ -272,6 +275,28 @@ gpc_status gpc_cuda_sample(gpc_tensor *tokens_out, const gpc_tensor *logits, int
         sample_kernel<E><<<(unsigned)R, SAMPLE_THREADS, 0, gpc_cuda_stream()>>>(
             (int32_t *)tokens_out->data, (const E *)logits->data, Vp, vocab_size,
             (const float *)params->data);
+    });
+    GPC_CUDA_CHECK_LAUNCH();
+    return GPC_OK;
+}
+
+template <typename T>
+__global__ void forbid_tokens_kernel(T *logits, int64_t ld, const int32_t *tokens, int64_t R) {
+    int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= R) return;
+    int32_t t = tokens[r];
+    if (t >= 0 && t < ld) logits[r * ld + t] = gpc_from_f32<T>(-INFINITY);
+}
+
+gpc_status gpc_cuda_forbid_tokens(gpc_tensor *logits, const gpc_tensor *tokens) {
+    GPC_TRY(gpc_cuda_enter(logits));
+    int64_t Vp = logits->shape[logits->ndim - 1], R = gpc_tensor_numel(logits) / Vp;
+    if (R == 0) return GPC_OK;
+    const int threads = 128;
+    GPC_CUDA_DISPATCH(logits->dtype, E, {
+        forbid_tokens_kernel<E>
+            <<<(unsigned)((R + threads - 1) / threads), threads, 0, gpc_cuda_stream()>>>(
+                (E *)logits->data, Vp, (const int32_t *)tokens->data, R);
     });
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;

@@ -11,6 +11,11 @@
  * head runs only on the rows whose logits are wanted, which the caller puts
  * first, so no gather is needed. Written against ops.h only: every backend
  * runs it, in the model's compute dtype.
+ *
+ * gpt_step_paged copies the logits to the host; gpt_step_paged_sample
+ * draws on the device instead (gpc_op_forbid_tokens, gpc_op_sample), so a
+ * step moves its integers and sampling parameters to the device in one
+ * copy from pinned memory and only R tokens back: no logits leave it.
  */
 #include "model/gpt_internal.h"
 
@@ -28,9 +33,12 @@ struct gpt_paged {
     gpc_arena arena;             /* the step's buffers */
     /* a step's integers, i32, in one buffer so that one copy uploads them:
      * tokens, positions, seqs and slots [N] each, then the block tables
-     * [S, max_blocks], packed for the step's N and S */
-    gpc_tensor ints;    /* [4 * max_tokens + max_seqs * max_blocks] on the device */
-    int32_t *host_ints; /* the same on the host, where a step packs them */
+     * [S, max_blocks], then, when it samples, the forbidden tokens [R] and
+     * the sampling parameters [R, 4] (f32 bits), then the drawn tokens [R]
+     * (device to host); packed for the step's N, S and R */
+    gpc_tensor ints;    /* [4 * max_tokens + max_seqs * max_blocks + 6 * max_logits] */
+    int32_t *host_ints; /* the same on the host (pinned on a GPU), where a step packs them */
+    const gpc_backend *host_backend; /* who allocated host_ints */
     /* activations of one layer, reused by every layer; x is the residual
      * stream, updated in place by the projections */
     gpc_tensor x, ln;         /* [max_tokens, C] */
@@ -79,7 +87,7 @@ static gpc_status place(gpt_paged *p, gpc_arena *a) {
         GPC_TRY(                                                                                   \
             gpc_arena_tensor(a, &p->t, dtype, (int)(sizeof shape_ / sizeof shape_[0]), shape_));   \
     } while (0)
-    PLACE(ints, GPC_I32, 4 * N + table);
+    PLACE(ints, GPC_I32, 4 * N + table + 6 * R);
     PLACE(x, d, N, C);
     PLACE(ln, d, N, C);
     PLACE(mean, GPC_F32, N);
@@ -158,11 +166,18 @@ gpc_status gpt_paged_create(gpt_paged **out, gpt_model *m, const gpt_paged_optio
         if (s == GPC_OK) s = place(p, &p->arena);
     }
     if (s == GPC_OK) {
+        /* pinned, so the one upload a step makes and the tokens it reads
+         * back are direct transfers, not staged through a bounce buffer */
+        s = gpc_backend_require(m->device, &p->host_backend);
+        if (s == GPC_OK)
+            s = p->host_backend->alloc_host((size_t)gpc_tensor_numel(&p->ints) * sizeof(int32_t),
+                                            (void **)&p->host_ints);
+        if (s != GPC_OK) p->host_ints = NULL;
+    }
+    if (s == GPC_OK) {
         p->host_logits = gpc_malloc((size_t)o->max_logits * (size_t)m->config.padded_vocab *
                                     gpc_dtype_size(m->dtype));
-        p->host_ints = gpc_malloc((size_t)gpc_tensor_numel(&p->ints) * sizeof(int32_t));
-        if (!p->host_logits || !p->host_ints)
-            s = gpc_error(GPC_ERR_NOMEM, "out of host memory for a step's inputs and logits");
+        if (!p->host_logits) s = gpc_error(GPC_ERR_NOMEM, "out of host memory for a step's logits");
     }
     /* a fresh cache reads as zeros, not as whatever memory held before */
     if (s == GPC_OK) s = gpc_tensor_zero(&p->k_cache);
@@ -181,7 +196,7 @@ void gpt_paged_free(gpt_paged *p) {
     if (p->v_cache.data) gpc_tensor_free(&p->v_cache);
     if (p->arena.base) gpc_arena_destroy(&p->arena);
     gpc_free(p->host_logits);
-    gpc_free(p->host_ints);
+    if (p->host_ints) p->host_backend->free_host(p->host_ints);
     gpc_free(p);
 }
 
@@ -215,29 +230,47 @@ static gpc_status check_batch(const gpt_paged *p, const gpt_paged_batch *b) {
     return GPC_OK;
 }
 
-/* Packs the step's integers and uploads them in one copy (on a GPU, one
- * transfer instead of five). */
-static gpc_status upload(gpt_paged *p, const gpt_paged_batch *b) {
-    size_t N = (size_t)b->num_tokens, table = (size_t)b->num_seqs * (size_t)p->max_blocks;
+/* Where the sampling part of ints starts: after the step's rows and
+ * tables. */
+static size_t sampling_offset(const gpt_paged *p, const gpt_paged_batch *b) {
+    return 4 * (size_t)b->num_tokens + (size_t)b->num_seqs * (size_t)p->max_blocks;
+}
+
+/* Packs the step's integers (and, given rows, its sampling parameters) and
+ * uploads them in one copy (on a GPU, one transfer instead of seven). */
+static gpc_status upload(gpt_paged *p, const gpt_paged_batch *b, const gpt_paged_sampling *rows) {
+    size_t N = (size_t)b->num_tokens, R = (size_t)b->num_logits;
+    size_t table = (size_t)b->num_seqs * (size_t)p->max_blocks, at = sampling_offset(p, b);
     int32_t *h = p->host_ints;
     memcpy(h, b->tokens, N * sizeof *h);
     memcpy(h + N, b->positions, N * sizeof *h);
     memcpy(h + 2 * N, b->seqs, N * sizeof *h);
     memcpy(h + 3 * N, b->slots, N * sizeof *h);
     memcpy(h + 4 * N, b->block_tables, table * sizeof *h);
-    gpc_tensor dev = rows_of(&p->ints, 0, (int64_t)(4 * N + table), 0);
-    gpc_tensor host = gpc_tensor_1d(h, GPC_I32, gpc_cpu(), (int64_t)(4 * N + table));
+    if (rows) {
+        for (size_t r = 0; r < R; r++) {
+            const float params[4] = {rows[r].temperature, rows[r].top_k, rows[r].top_p,
+                                     rows[r].uniform};
+            h[at + r] = rows[r].forbidden;
+            memcpy(h + at + R + 4 * r, params, sizeof params); /* f32 bits in i32 slots */
+        }
+        at += 5 * R;
+    }
+    gpc_tensor dev = rows_of(&p->ints, 0, (int64_t)at, 0);
+    gpc_tensor host = gpc_tensor_1d(h, GPC_I32, gpc_cpu(), (int64_t)at);
     return gpc_tensor_copy(&dev, &host);
 }
 
-gpc_status gpt_step_paged(gpt_paged *p, const gpt_paged_batch *b, float *logits_out) {
+/* The step up to the logits of rows 0 .. R-1, left in p->logits on the
+ * device. */
+static gpc_status run_step(gpt_paged *p, const gpt_paged_batch *b, const gpt_paged_sampling *rows) {
     GPC_TRY(check_batch(p, b));
     gpt_model *m = p->model;
     const gpt_config *c = &m->config;
     gpt_tensors *w = &m->params;
     int64_t N = b->num_tokens, C = c->channels, R = b->num_logits;
     int L = c->layers, NH = c->heads;
-    GPC_TRY(upload(p, b));
+    GPC_TRY(upload(p, b, rows));
     gpc_tensor tokens = rows_of(&p->ints, 0, N, 0), positions = rows_of(&p->ints, N, N, 0);
     gpc_tensor seqs = rows_of(&p->ints, 2 * N, N, 0), slots = rows_of(&p->ints, 3 * N, N, 0);
     gpc_tensor tables = gpc_tensor_2d((int32_t *)p->ints.data + 4 * N, GPC_I32, p->ints.device,
@@ -270,12 +303,20 @@ gpc_status gpt_step_paged(gpt_paged *p, const gpt_paged_batch *b, float *logits_
     }
     if (R == 0) return GPC_OK;
     /* the head on the wanted rows, which lead */
-    int64_t Vp = c->padded_vocab, V = c->vocab_size;
+    int64_t Vp = c->padded_vocab;
     gpc_tensor xr = rows_of(&p->x, 0, R, C), lnr = rows_of(&p->ln, 0, R, C);
     gpc_tensor meanr = rows_of(&p->mean, 0, R, 0), rstdr = rows_of(&p->rstd, 0, R, 0);
     gpc_tensor logits = rows_of(&p->logits, 0, R, Vp);
     GPC_TRY(gpc_op_layernorm_forward(&lnr, &meanr, &rstdr, &xr, &w->lnfw, &w->lnfb));
-    GPC_TRY(gpc_op_matmul_forward(&logits, &lnr, &w->wte, NULL));
+    return gpc_op_matmul_forward(&logits, &lnr, &w->wte, NULL);
+}
+
+gpc_status gpt_step_paged(gpt_paged *p, const gpt_paged_batch *b, float *logits_out) {
+    GPC_TRY(run_step(p, b, NULL));
+    gpt_model *m = p->model;
+    int64_t R = b->num_logits, Vp = m->config.padded_vocab, V = m->config.vocab_size;
+    if (R == 0) return GPC_OK;
+    gpc_tensor logits = rows_of(&p->logits, 0, R, Vp);
     gpc_tensor host = gpc_tensor_2d(p->host_logits, m->dtype, gpc_cpu(), R, Vp);
     GPC_TRY(gpc_tensor_copy(&host, &logits));
     for (int64_t r = 0; r < R; r++) {
@@ -288,5 +329,27 @@ gpc_status gpt_step_paged(gpt_paged *p, const gpt_paged_batch *b, float *logits_
         for (int64_t v = 0; v < V; v++)
             o[v] = m->dtype == GPC_BF16 ? gpc_bf16_to_f32(half[v]) : gpc_f16_to_f32(half[v]);
     }
+    return GPC_OK;
+}
+
+gpc_status gpt_step_paged_sample(gpt_paged *p, const gpt_paged_batch *b,
+                                 const gpt_paged_sampling *rows, int32_t *tokens_out) {
+    GPC_TRY(run_step(p, b, rows));
+    int64_t R = b->num_logits, Vp = p->model->config.padded_vocab;
+    if (R == 0) return GPC_OK;
+    size_t at = sampling_offset(p, b);
+    gpc_tensor logits = rows_of(&p->logits, 0, R, Vp);
+    gpc_tensor forbidden = rows_of(&p->ints, (int64_t)at, R, 0);
+    /* the same 4 bytes an entry, uploaded as f32 bits */
+    gpc_tensor params =
+        gpc_tensor_2d((int32_t *)p->ints.data + at + R, GPC_F32, p->ints.device, R, 4);
+    gpc_tensor drawn = rows_of(&p->ints, (int64_t)(at + 5 * (size_t)R), R, 0);
+    GPC_TRY(gpc_op_forbid_tokens(&logits, &forbidden));
+    GPC_TRY(gpc_op_sample(&drawn, &logits, p->model->config.vocab_size, &params));
+    /* the step's one wait for the device: R tokens into pinned memory */
+    int32_t *h = p->host_ints + at + 5 * (size_t)R;
+    gpc_tensor host = gpc_tensor_1d(h, GPC_I32, gpc_cpu(), R);
+    GPC_TRY(gpc_tensor_copy(&host, &drawn));
+    memcpy(tokens_out, h, (size_t)R * sizeof *tokens_out);
     return GPC_OK;
 }

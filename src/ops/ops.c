@@ -761,3 +761,12 @@ gpc_status gpc_op_sample(gpc_tensor *tokens_out, const gpc_tensor *logits, int v
     GPC_TRY(need_numel(op, "params", params, 4 * R));
     DISPATCH(op, logits, sample, tokens_out, logits, vocab_size, params);
 }
+
+gpc_status gpc_op_forbid_tokens(gpc_tensor *logits, const gpc_tensor *tokens) {
+    const char *op = "forbid_tokens";
+    GPC_TRY(need_float(op, "logits", logits));
+    GPC_TRY(need_dtype(op, "tokens", tokens, GPC_I32));
+    DEVICES(op, logits, tokens);
+    GPC_TRY(need_numel(op, "tokens", tokens, rows(logits)));
+    DISPATCH(op, logits, forbid_tokens, logits, tokens);
+}

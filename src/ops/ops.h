@@ -216,6 +216,15 @@ gpc_status gpc_op_paged_attention(gpc_tensor *out, const gpc_tensor *qkv, const 
 gpc_status gpc_op_sample(gpc_tensor *tokens_out, const gpc_tensor *logits, int vocab_size,
                          const gpc_tensor *params);
 
+/* Takes one token per row out of the draw: logits [R, Vp] (any float
+ * dtype) get -inf at [r, tokens[r]] for each row whose tokens[r] (i32 [R])
+ * is in 0 .. Vp-1; a negative entry leaves its row as it is. The serving
+ * engine uses it for min_tokens (the end-of-text token is not drawn yet)
+ * before gpc_op_sample, without the logits leaving the device. The CPU
+ * rejects an entry of Vp or more; the GPU cannot read the entries back, so
+ * there it leaves such a row as it is. */
+gpc_status gpc_op_forbid_tokens(gpc_tensor *logits, const gpc_tensor *tokens);
+
 /* The sampling rule of gpc_op_sample for one row, on the host, shared by
  * the CPU backend and gpc_sample_token (gpc/serve.h) so that both draw the
  * same token from the same uniform. temperature <= 0: the first largest of

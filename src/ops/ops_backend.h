@@ -75,7 +75,8 @@
     X(sample, (gpc_tensor *tokens_out, const gpc_tensor *logits, int vocab_size,                   \
       const gpc_tensor *params))                                                                   \
     X(matmul_quant_forward, (gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *qweight,    \
-      const gpc_tensor *scales, const gpc_tensor *bias, const gpc_tensor *residual))
+      const gpc_tensor *scales, const gpc_tensor *bias, const gpc_tensor *residual))              \
+    X(forbid_tokens, (gpc_tensor *logits, const gpc_tensor *tokens))
 /* clang-format on */
 
 #define GPC_OPS_FIELD(name, params) gpc_status(*name) params;

@@ -3,7 +3,15 @@
  * scheduler that batches every active sequence into one model step
  * (continuous batching with chunked prefill), the paged cache's block
  * tables (kv_blocks.c keeps the blocks), preemption when blocks run out,
- * and sampling on the host. The model step itself is gpt_step_paged.
+ * and sampling. The model step itself is gpt_step_paged.
+ *
+ * Sampling: on the CPU each row's logits go through gpc_sample_token, as
+ * gpc_generate does, so the output is exactly gpc sample's. On a GPU the
+ * logits stay on the device (gpt_step_paged_sample): the engine draws each
+ * row's uniform from the request's rng before the step, as
+ * gpc_sample_token would after it (one number a sampled token, none when
+ * greedy), so both devices use the same random stream; min_tokens forbids
+ * the end-of-text token on the device.
  *
  * A sequence is its tokens (the prompt, then what it generated) and how
  * many of them have keys and values in the cache (computed). Each step it
@@ -96,7 +104,10 @@ struct gpc_engine {
     int n_step;
     int32_t *tokens, *positions, *seqs, *slots; /* [max_step_tokens] */
     int32_t *tables;                            /* [max_batch, max_blocks] */
-    float *logits;                              /* [max_batch, vocab] */
+    float *logits;                              /* [max_batch, vocab], on the CPU only */
+    int on_device;                              /* sample on the model's GPU */
+    gpt_paged_sampling *sampling;               /* [max_batch] on a GPU */
+    int32_t *drawn;                             /* [max_batch] on a GPU */
     void *sample_scratch;                       /* [sample_threads, 8 * vocab] bytes */
     int sample_threads;
     pending_event *events;
@@ -404,6 +415,40 @@ static uint32_t draw(const gpc_engine *e, seq *s, void *scratch) {
     return gpc_sample_token(logits, V, q->temperature, q->top_k, q->top_p, &s->rng, scratch);
 }
 
+/* How s's logits row is drawn on the device: gpc_sample_token's
+ * parameters and uniform (drawn here, before the step, in the same way),
+ * and the end-of-text token forbidden below min_tokens (as in draw). */
+static gpt_paged_sampling sampling_of(const gpc_engine *e, seq *s) {
+    const gpc_engine_request *q = &s->req;
+    int64_t stop = q->ignore_eos ? -1 : q->eos_token;
+    gpt_paged_sampling r;
+    r.temperature = q->temperature;
+    r.top_k = (float)q->top_k;
+    r.top_p = q->top_p;
+    r.uniform = 0.0f;
+    if (q->temperature > 0.0f) {
+        /* f32, and below 1 (a double just under 1 rounds up to 1.0f) */
+        r.uniform = (float)gpc_rng_uniform64(&s->rng);
+        if (r.uniform >= 1.0f) r.uniform = nextafterf(1.0f, 0.0f);
+    }
+    r.forbidden = stop >= 0 && stop < e->vocab && s->generated < q->min_tokens ? (int32_t)stop : -1;
+    return r;
+}
+
+/* The step on a GPU: the model draws every logits row's token. */
+static gpc_status step_on_device(gpc_engine *e, const gpt_paged_batch *b) {
+    for (int k = 0; k < e->n_step; k++) {
+        seq *s = e->step[k];
+        if (s->logit_row >= 0) e->sampling[s->logit_row] = sampling_of(e, s);
+    }
+    GPC_TRY(gpt_step_paged_sample(e->paged, b, e->sampling, e->drawn));
+    for (int k = 0; k < e->n_step; k++) {
+        seq *s = e->step[k];
+        if (s->logit_row >= 0) s->drawn = (uint32_t)e->drawn[s->logit_row];
+    }
+    return GPC_OK;
+}
+
 /* Draws for every sequence of the step whose last token ran: over the
  * OpenMP threads when there is enough of it (a top-k draw reads the whole
  * vocabulary), each thread with its own scratch. */
@@ -495,11 +540,11 @@ static gpc_status run_step(gpc_engine *e, int *active) {
         gpt_paged_batch batch;
         build_batch(e, &batch);
         double t0 = gpc_time_seconds();
-        s = gpt_step_paged(e->paged, &batch, e->logits);
+        s = e->on_device ? step_on_device(e, &batch) : gpt_step_paged(e->paged, &batch, e->logits);
         double busy = gpc_time_seconds() - t0;
         uint64_t generated = 0;
         if (s == GPC_OK) {
-            draw_all(e);
+            if (!e->on_device) draw_all(e);
             for (int k = 0; k < e->n_step; k++)
                 generated += (uint64_t)advance(e, e->step[k]);
         } else {
@@ -834,13 +879,21 @@ gpc_status gpc_engine_create(gpc_engine **out, const char *run_dir, gpc_device d
         e->seqs = gpc_malloc(N * sizeof *e->seqs);
         e->slots = gpc_malloc(N * sizeof *e->slots);
         e->tables = gpc_malloc(B * (size_t)e->max_blocks * sizeof *e->tables);
-        e->logits = gpc_malloc((size_t)po.max_logits * (size_t)e->vocab * sizeof *e->logits);
-        e->sample_threads = omp_get_max_threads();
-        e->sample_scratch = gpc_malloc((size_t)e->sample_threads * (size_t)e->vocab * 8);
         e->events = gpc_malloc((size_t)e->max_events * sizeof *e->events);
-        if (!e->running || !e->step || !e->tokens || !e->positions || !e->seqs || !e->slots ||
-            !e->tables || !e->logits || !e->sample_scratch || !e->events)
-            s = gpc_error(GPC_ERR_NOMEM, "out of host memory for the engine's step buffers");
+        int ok = e->running && e->step && e->tokens && e->positions && e->seqs && e->slots &&
+                 e->tables && e->events;
+        e->on_device = device.type != GPC_DEVICE_CPU;
+        if (e->on_device) {
+            e->sampling = gpc_malloc((size_t)po.max_logits * sizeof *e->sampling);
+            e->drawn = gpc_malloc((size_t)po.max_logits * sizeof *e->drawn);
+            ok = ok && e->sampling && e->drawn;
+        } else {
+            e->logits = gpc_malloc((size_t)po.max_logits * (size_t)e->vocab * sizeof *e->logits);
+            e->sample_threads = omp_get_max_threads();
+            e->sample_scratch = gpc_malloc((size_t)e->sample_threads * (size_t)e->vocab * 8);
+            ok = ok && e->logits && e->sample_scratch;
+        }
+        if (!ok) s = gpc_error(GPC_ERR_NOMEM, "out of host memory for the engine's step buffers");
     }
     if (s != GPC_OK) {
         gpc_engine_free(e);
@@ -892,6 +945,8 @@ void gpc_engine_free(gpc_engine *e) {
     gpc_free(e->tables);
     gpc_free(e->logits);
     gpc_free(e->sample_scratch);
+    gpc_free(e->sampling);
+    gpc_free(e->drawn);
     gpc_free(e->events);
     pthread_cond_destroy(&e->work);
     pthread_cond_destroy(&e->idle);

@@ -16,7 +16,8 @@
  * exactly. Bad table entries must stay inside the cache (checked against a
  * float64 reference of what the kernel promises). Sampling must give the
  * CPU's token, or, where the uniform or top_p lies within 1e-4 of a
- * boundary, the CPU's token at a nearby uniform or top_p.
+ * boundary, the CPU's token at a nearby uniform or top_p. forbid_tokens
+ * must change exactly the entries it names.
  *
  * Without a usable GPU the test exits 77, which CTest reports as skipped.
  */
@@ -484,6 +485,36 @@ static void test_sample(void **state) {
     free(scratch);
 }
 
+/* forbid_tokens: -inf at each row's token, rows of -1 (and, on the GPU,
+ * of a token past the row) unchanged; everything else exactly as it was. */
+static void test_forbid_tokens(void **state) {
+    (void)state;
+    enum { R = 37, VP = 320 };
+    for (int d = 0; d < 3; d++) {
+        gpc_dtype dtype = dtypes[d];
+        float *logits = malloc((size_t)R * VP * sizeof(float));
+        int32_t forbid[R];
+        for (int64_t i = 0; i < (int64_t)R * VP; i++)
+            logits[i] = round_to(dtype, gpc_rng_normal(&rng));
+        for (int r = 0; r < R; r++)
+            forbid[r] = r % 7 == 3 ? -1 : r % 11 == 5 ? VP : (int32_t)gpc_rng_below(&rng, VP);
+        const int64_t sl[2] = {R, VP}, sn[1] = {R};
+        gpc_tensor gl = gpu_tensor(dtype, 2, sl, logits), gf = gpu_tensor(GPC_I32, 1, sn, forbid);
+        TEST_OK(gpc_op_forbid_tokens(&gl, &gf));
+        float *got = download(&gl);
+        for (int r = 0; r < R; r++)
+            for (int v = 0; v < VP; v++) {
+                float want = v == forbid[r] ? -INFINITY : logits[(int64_t)r * VP + v];
+                if (got[(int64_t)r * VP + v] != want)
+                    fail_msg("forbid_tokens (%s): row %d (token %d) column %d is %g, not %g",
+                             gpc_dtype_name(dtype), r, forbid[r], v,
+                             (double)got[(int64_t)r * VP + v], (double)want);
+            }
+        gpc_tensor_free(&gl), gpc_tensor_free(&gf);
+        free(logits), free(got);
+    }
+}
+
 int main(void) {
     if (!gpc_backend_get(GPC_DEVICE_CUDA)) {
         fprintf(stderr, "skipped: %s\n", gpc_last_error());
@@ -495,7 +526,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paged_attention), cmocka_unit_test(test_paged_attention_bad_tables),
         cmocka_unit_test(test_kv_store),        cmocka_unit_test(test_embedding_at),
-        cmocka_unit_test(test_sample),
+        cmocka_unit_test(test_sample),          cmocka_unit_test(test_forbid_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,6 +25,7 @@
 #include "gpc/serve.h"
 #include "gpc/tokenizer.h"
 #include "gpc/train.h"
+#include "ops/ops.h" /* gpc_sample_select: what a device draw must give */
 
 enum { LAYERS = 2, HEADS = 2, CHANNELS = 32, CONTEXT = 64, MAX_GEN = 64 };
 
@@ -273,6 +274,29 @@ static void test_paged_step_logits(void **state) {
         TEST_OK(gpt_forward_cached(reference, tokens[s], 0, len[s], want));
         test_assert_close_f32("paged logits", got + s * vocab, want, (size_t)vocab, 1e-4, 1e-2);
     }
+    /* the same step drawing on the device (the CPU here; it writes the same
+     * keys and values again): each row gives gpc_sample_select's token of
+     * the logits above, with the forbidden token out */
+    int best0 = 0;
+    for (int v = 1; v < vocab; v++)
+        if (got[v] > got[best0]) best0 = v;
+    const gpt_paged_sampling rows[SEQS] = {
+        {0.0f, 0.0f, 1.0f, 0.0f, best0}, /* greedy, its first choice forbidden */
+        {0.8f, 5.0f, 1.0f, 0.3f, -1},
+        {1.0f, 0.0f, 0.9f, 0.77f, 7},
+    };
+    int32_t drawn[SEQS];
+    TEST_OK(gpt_step_paged_sample(p, &b2, rows, drawn));
+    char *scratch = malloc((size_t)vocab * 8);
+    for (int s = 0; s < SEQS; s++) {
+        float *x = got + s * vocab;
+        if (rows[s].forbidden >= 0) x[rows[s].forbidden] = -INFINITY;
+        uint32_t want_token = gpc_sample_select(x, vocab, rows[s].temperature, (int)rows[s].top_k,
+                                                rows[s].top_p, rows[s].uniform, scratch);
+        assert_int_equal(drawn[s], want_token);
+    }
+    assert_int_not_equal(drawn[0], best0);
+    free(scratch);
     /* steps larger than planned, and plans that cannot work, are errors */
     gpt_paged_batch big = b2;
     big.num_tokens = 97;

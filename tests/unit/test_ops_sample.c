@@ -141,11 +141,38 @@ static void test_sample_errors(void **state) {
     TEST_FAILS(gpc_op_sample(&tt, &tl, 3, &tp), GPC_ERR_MISMATCH, "params");
 }
 
+/* forbid_tokens puts -inf at the given token of each row, leaves rows of
+ * -1 alone, and names a row whose token is past the logits. */
+static void test_forbid_tokens(void **state) {
+    (void)state;
+    float logits[3 * 4] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    int32_t forbid[3] = {3, -1, 0};
+    gpc_device cpu = gpc_cpu();
+    gpc_tensor tl = gpc_tensor_2d(logits, GPC_F32, cpu, 3, 4);
+    gpc_tensor tf = gpc_tensor_1d(forbid, GPC_I32, cpu, 3);
+    TEST_OK(gpc_op_forbid_tokens(&tl, &tf));
+    const float want[12] = {0, 1, 2, -INFINITY, 4, 5, 6, 7, -INFINITY, 9, 10, 11};
+    for (int i = 0; i < 12; i++)
+        assert_true(logits[i] == want[i]);
+    /* greedy now takes the best token left */
+    float params[12] = {0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0};
+    int32_t tokens[3];
+    TEST_OK(sample(tokens, logits, 3, 4, 4, params));
+    assert_int_equal(tokens[0], 2);
+    assert_int_equal(tokens[1], 3);
+    assert_int_equal(tokens[2], 3);
+    forbid[1] = 4;
+    TEST_FAILS(gpc_op_forbid_tokens(&tl, &tf), GPC_ERR_INVALID_ARG, "row 1 forbids token 4");
+    gpc_tensor two = gpc_tensor_1d(forbid, GPC_I32, cpu, 2);
+    TEST_FAILS(gpc_op_forbid_tokens(&tl, &two), GPC_ERR_MISMATCH, "tokens");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sample_by_hand),
         cmocka_unit_test(test_sample_matches_sample_token),
         cmocka_unit_test(test_sample_errors),
+        cmocka_unit_test(test_forbid_tokens),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
