@@ -556,11 +556,11 @@ static gpc_status save_checkpoint(trainer *t) {
         /* the first copy's parts make the file, from their whole local
          * state (ZeRO-1 gathers each part's shards first) */
         gpt_host_state mine = {0};
-        gpc_status st = t->ddp ? gpc_ddp_gather_state(t->ddp, &mine) : GPC_OK;
-        if (st == GPC_OK && t->o->rank == 0)
-            st = gpc_tp_gather_full(t->model, t->parts->model, &mine, &full);
+        gpc_status gathered = t->ddp ? gpc_ddp_gather_state(t->ddp, &mine) : GPC_OK;
+        if (gathered == GPC_OK && t->o->rank == 0)
+            gathered = gpc_tp_gather_full(t->model, t->parts->model, &mine, &full);
         gpt_host_state_free(&mine);
-        GPC_TRY(st);
+        GPC_TRY(gathered);
     } else if (t->ddp) {
         GPC_TRY(gpc_ddp_gather_state(t->ddp, &full));
     }
@@ -1179,9 +1179,9 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
         GPC_TRY(gpc_tp_attach(t->model, t->parts->tp));
         GPC_TRY(gpc_pipeline_attach(t->model, t->parts->pp));
         if (par.pp_size > 1) {
-            size_t n = (size_t)s->accumulation * (size_t)s->B * (size_t)s->T;
-            t->pipe_inputs = gpc_malloc(n * sizeof(int32_t));
-            t->pipe_targets = gpc_malloc(n * sizeof(int32_t));
+            size_t step_tokens = (size_t)s->accumulation * (size_t)s->B * (size_t)s->T;
+            t->pipe_inputs = gpc_malloc(step_tokens * sizeof(int32_t));
+            t->pipe_targets = gpc_malloc(step_tokens * sizeof(int32_t));
             if (!t->pipe_inputs || !t->pipe_targets)
                 return gpc_error(GPC_ERR_NOMEM, "out of host memory");
         }
@@ -1308,11 +1308,13 @@ static void report_shrink(trainer *t, int was) {
     gpc_clear_error();
     set_batch(&t->s, smaller_batch(was));
     double need = plan_bytes(t->o, &t->s, t->parts, was), free_bytes = device_free(t->o->device);
-    char needs[128] = "", a[32], b[32];
-    if (need > 0 && free_bytes > 0)
+    char needs[128] = "";
+    if (need > 0 && free_bytes > 0) {
+        char a[32], b[32];
         snprintf(needs, sizeof needs, " (needs %s by gpc plan, %s has %s free)",
                  gpc_format_bytes(need, a, sizeof a), gpc_device_name(t->o->device),
                  gpc_format_bytes(free_bytes, b, sizeof b));
+    }
     gpc_log(GPC_LOG_WARN,
             "train: out of memory at micro-batch %d%s; going on at micro-batch %d x %d "
             "accumulation steps%s",
