@@ -1416,6 +1416,14 @@ static gpc_status train_run(const gpc_train_options *o, const train_parts *parts
     const gpt_checkpoint_state *start_from = o->resume ? &ck : NULL;
     for (;;) {
         s = open_run(&t, &info, start_from);
+        if (s == GPC_ERR_NOMEM && t.rank0) {
+            /* the run folder says what was tried even when the model did not
+             * fit, so gpc doctor --run can say what would */
+            char why[1024];
+            snprintf(why, sizeof why, "%s", gpc_last_error());
+            (void)write_config(&t);
+            gpc_error(s, "%s", why);
+        }
         if (s == GPC_OK && t.rank0) s = write_config(&t);
         if (s == GPC_OK && t.rank0 && info.has_tokenizer && !t.started) s = copy_tokenizer(&t);
         if (s == GPC_OK && t.rank0) s = open_metrics(&t, o->resume || t.started);

@@ -86,6 +86,12 @@ compare "$work/after" "$work/b8" 1e-5
 # off: the allocation's error; at micro-batch 1: advice
 GPC_DEVICE_MEMORY_LIMIT=$limit expect_exit 1 "over GPC_DEVICE_MEMORY_LIMIT" \
   "${train[@]}" --batch 8 --out "$work/off" --no-auto-fit
+# the folder of the run that did not fit says what it tried, so that gpc
+# doctor --run can name the cause and what would fit
+cp "$work/expect.err" "$work/off.log"
+"$GPC" doctor --run "$work/off" --log "$work/off.log" >"$work/doctor.out" 2>&1
+grep -q "PROBLEM  out of memory after 0 steps" "$work/doctor.out" ||
+  fail "doctor --run of the run that did not fit: $(cat "$work/doctor.out")"
 GPC_DEVICE_MEMORY_LIMIT=1M expect_exit 1 "even at micro-batch 1: use --recompute block, LoRA" \
   "${train[@]}" --batch 8 --out "$work/tiny"
 grep -c "out of memory at micro-batch" "$work/expect.err" | grep -qx 3 ||
