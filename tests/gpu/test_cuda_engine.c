@@ -206,12 +206,12 @@ static void test_sampled_deterministic(void **state) {
  * min_tokens tokens. */
 static void test_min_tokens_on_device(void **state) {
     (void)state;
-    static job probe[1], cpu_job[1], gpu_job[1];
+    static job probe[PROMPTS], cpu_job[1], gpu_job[1]; /* make_jobs fills PROMPTS */
     make_jobs(probe, 0.0f, 0, 1.0f);
     probe[0].max_tokens = 1;
     run_jobs(gpu, probe, 1);
     assert_int_equal(probe[0].n_got, 1);
-    memcpy(cpu_job, probe, sizeof probe);
+    memcpy(cpu_job, probe, sizeof cpu_job);
     cpu_job[0].max_tokens = GEN;
     cpu_job[0].eos = probe[0].got[0];
     cpu_job[0].min_tokens = 3;
