@@ -211,8 +211,17 @@ check_error nope 404
 
 # ------------------------------------------- a client that hangs up early
 before=$(metric gpc_serve_tokens_generated_total)
-curl -s -N --max-time 0.3 -d '{"prompt": "the cat", "max_tokens": 1000, "ignore_eos": true, "stream": true}' \
-  "$url/v1/completions" >"$work/cut.txt" 2>/dev/null
+# the client leaves as soon as its first chunk is in: a fixed time would let
+# the tiny model finish all 1000 tokens first on an idle machine
+curl -s -N -d '{"prompt": "the cat", "max_tokens": 1000, "ignore_eos": true, "stream": true}' \
+  "$url/v1/completions" >"$work/cut.txt" 2>/dev/null &
+cut_pid=$!
+for ((i = 0; i < 2000; i++)); do
+  grep -q '^data: {' "$work/cut.txt" 2>/dev/null && break
+  sleep 0.002
+done
+kill "$cut_pid" 2>/dev/null
+wait "$cut_pid" 2>/dev/null
 grep -q '^data: {' "$work/cut.txt" || fail "the cut stream had no chunk before the cut"
 for ((i = 0; i < 50; i++)); do
   [[ $(metric gpc_serve_running_sequences) == 0 ]] && break
