@@ -26,23 +26,7 @@
 
 static int rank, failures;
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "rank %d: ", rank);                                                    \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-#define MUST(expr)                                                                                 \
-    do {                                                                                           \
-        if ((expr) != GPC_OK) {                                                                    \
-            fprintf(stderr, "rank %d: %s failed: %s\n", rank, #expr, gpc_last_error());            \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "mpi_check.h"
 
 static void compare_run(int world, int rebuild_every) {
     gpc_md_config c;

@@ -44,23 +44,7 @@ enum { L = 4, NH = 4, C = 32, T = 16, V = 97, B = 2, M = 4, STEPS = 10, SAVE_AT 
 
 static int failures, rank, recompute;
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "rank %d: ", rank);                                                    \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-#define MUST(expr)                                                                                 \
-    do {                                                                                           \
-        if ((expr) != GPC_OK) {                                                                    \
-            fprintf(stderr, "rank %d: %s failed: %s\n", rank, #expr, gpc_last_error());            \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "mpi_check.h"
 
 /* ||a - b|| / ||b|| over n elements. */
 static double norm_error(const float *a, const float *b, size_t n) {

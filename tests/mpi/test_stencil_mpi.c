@@ -23,23 +23,7 @@
 
 static int rank, failures;
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "rank %d: ", rank);                                                    \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-#define MUST(expr)                                                                                 \
-    do {                                                                                           \
-        if ((expr) != GPC_OK) {                                                                    \
-            fprintf(stderr, "rank %d: %s failed: %s\n", rank, #expr, gpc_last_error());            \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "mpi_check.h"
 
 typedef struct {
     int n, domains, steps, mode[3];
