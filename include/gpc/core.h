@@ -341,6 +341,10 @@ gpc_status gpc_link_replace(const char *from, const char *to);
  * processes that no longer run; returns how many it removed. */
 int gpc_remove_stale_temporaries(const char *path);
 gpc_status gpc_mkdir_p(const char *path);
+/* A unix socket listening at path with permissions mode (0600: the owner
+ * only) in *out. A socket file left by a server that died is replaced; when
+ * a server answers there, the error is in_use (GPC_ERR_IO). */
+gpc_status gpc_listen_unix(const char *path, unsigned mode, const char *in_use, int *out);
 int gpc_path_exists(const char *path);
 int gpc_path_is_dir(const char *path);
 

@@ -656,37 +656,12 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 
 static gpc_status bind_unix(gpcd_daemon *d, int *out) {
     const char *path = d->config.socket;
-    struct sockaddr_un addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sun_family = AF_UNIX;
-    if (strlen(path) >= sizeof addr.sun_path)
-        return gpc_error(GPC_ERR_INVALID_ARG, "socket path %s is too long", path);
-    memcpy(addr.sun_path, path, strlen(path) + 1);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return gpc_error(GPC_ERR_IO, "socket: %s", strerror(errno));
-    /* A socket file may be left over from a gpcd that died; one that answers
-     * belongs to a gpcd that is running. */
-    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0) {
-        close(fd);
-        return gpc_error(GPC_ERR_IO,
-                         "another gpcd is already running at %s; stop it first or set another "
-                         "socket",
-                         path);
-    }
-    close(fd);
-    unlink(path);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return gpc_error(GPC_ERR_IO, "socket: %s", strerror(errno));
-    mode_t old = umask(0177);
-    int rc = bind(fd, (struct sockaddr *)&addr, sizeof addr);
-    umask(old);
-    if (rc != 0 || chmod(path, (mode_t)d->config.socket_mode) != 0 || listen(fd, 4096) != 0) {
-        gpc_status st = gpc_error(GPC_ERR_IO, "cannot listen on %s: %s", path, strerror(errno));
-        close(fd);
-        return st;
-    }
-    *out = fd;
-    return GPC_OK;
+    /* a socket file may be left over from a gpcd that died; one that answers
+     * belongs to a gpcd that is running */
+    char in_use[4200];
+    snprintf(in_use, sizeof in_use,
+             "another gpcd is already running at %s; stop it first or set another socket", path);
+    return gpc_listen_unix(path, (unsigned)d->config.socket_mode, in_use, out);
 }
 
 static struct MHD_Daemon *start_mhd(api_listener *listener, int listen_fd,

@@ -821,33 +821,11 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 }
 
 static gpc_status bind_unix(gpc_server *s, const char *path, int *out) {
-    struct sockaddr_un addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sun_family = AF_UNIX;
-    if (strlen(path) >= sizeof addr.sun_path)
-        return gpc_error(GPC_ERR_INVALID_ARG, "socket path %s is too long (at most %zu bytes)",
-                         path, sizeof addr.sun_path - 1);
-    memcpy(addr.sun_path, path, strlen(path) + 1);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return gpc_error(GPC_ERR_IO, "socket: %s", strerror(errno));
-    /* a socket file left by a server that died is replaced; one that answers is not */
-    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0) {
-        close(fd);
-        return gpc_error(GPC_ERR_IO, "another server is already listening on %s; stop it first",
-                         path);
-    }
-    close(fd);
-    unlink(path);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return gpc_error(GPC_ERR_IO, "socket: %s", strerror(errno));
-    mode_t old = umask(0177);
-    int rc = bind(fd, (struct sockaddr *)&addr, sizeof addr);
-    umask(old);
-    if (rc != 0 || listen(fd, 4096) != 0) {
-        gpc_status st = gpc_error(GPC_ERR_IO, "cannot listen on %s: %s", path, strerror(errno));
-        close(fd);
-        return st;
-    }
+    char in_use[4200];
+    snprintf(in_use, sizeof in_use, "another server is already listening on %s; stop it first",
+             path);
+    int fd;
+    GPC_TRY(gpc_listen_unix(path, 0600, in_use, &fd));
     snprintf(s->socket_path, sizeof s->socket_path, "%s", path);
     snprintf(s->address, sizeof s->address, "unix:%s", path);
     *out = fd;
