@@ -38,6 +38,19 @@ extern "C" {
 /* Checks the launch of the kernel just queued. */
 #define GPC_CUDA_CHECK_LAUNCH() GPC_CUDA_CHECK(cudaGetLastError())
 
+/* A cuBLASLt call in a function that cleans up at a `done:` label: on
+ * failure, `status` (a gpc_status of the caller's) gets the error, naming the
+ * call, and control goes to done. For files that include cublasLt.h. */
+#define GPC_LT_CHECK(call)                                                                         \
+    do {                                                                                           \
+        cublasStatus_t lt_status_ = (call);                                                        \
+        if (lt_status_ != CUBLAS_STATUS_SUCCESS) {                                                 \
+            status = gpc_error(GPC_ERR_DEVICE, "cuBLASLt error %d at %s:%d (%s)", (int)lt_status_, \
+                               __FILE__, __LINE__, #call);                                         \
+            goto done;                                                                             \
+        }                                                                                          \
+    } while (0)
+
 extern "C" const gpc_ops_table gpc_cuda_ops;
 
 /* ------------------------------------------------------------ element types */

@@ -91,16 +91,6 @@ typedef struct {
 static matmul_device *devices[GPC_CUDA_MAX_DEVICES];
 static pthread_mutex_t matmul_lock = PTHREAD_MUTEX_INITIALIZER;
 
-#define LT_CHECK(call)                                                                             \
-    do {                                                                                           \
-        cublasStatus_t lt_status_ = (call);                                                        \
-        if (lt_status_ != CUBLAS_STATUS_SUCCESS) {                                                 \
-            status = gpc_error(GPC_ERR_DEVICE, "cuBLASLt error %d at %s:%d (%s)", (int)lt_status_, \
-                               __FILE__, __LINE__, #call);                                         \
-            goto done;                                                                             \
-        }                                                                                          \
-    } while (0)
-
 static gpc_status device_state(matmul_device **out) {
     int d = 0;
     GPC_CUDA_CHECK(cudaGetDevice(&d));
@@ -568,30 +558,34 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
     key.align_aux = aux ? alignment(aux) : 0;
     key.align_c = c ? alignment(c) : key.align_d;
 
-    LT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                            sizeof epilogue));
+    GPC_LT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    GPC_LT_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    GPC_LT_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    GPC_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                sizeof epilogue));
     if (bias)
-        LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                sizeof bias));
+        GPC_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                    sizeof bias));
     if (bias_grad) {
-        LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_grad,
-                                                sizeof bias_grad));
-        LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32,
-                                                sizeof f32));
+        GPC_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &bias_grad, sizeof bias_grad));
+        GPC_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32,
+                                                    sizeof f32));
     }
     if (aux) {
         int64_t ldaux = ldd; /* the docs ask for a multiple of 8; callers check */
-        LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                                &aux, sizeof aux));
-        LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux,
-                                                sizeof ldaux));
+        GPC_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                    &aux, sizeof aux));
+        GPC_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                    &ldaux, sizeof ldaux));
     }
-    LT_CHECK(cublasLtMatrixLayoutCreate(&la, lt_type(atype), transa ? k : m, transa ? m : k, lda));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&lb, lt_type(btype), transb ? n : k, transb ? k : n, ldb));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&ld, lt_type(dtype), m, n, ldd));
+    GPC_LT_CHECK(
+        cublasLtMatrixLayoutCreate(&la, lt_type(atype), transa ? k : m, transa ? m : k, lda));
+    GPC_LT_CHECK(
+        cublasLtMatrixLayoutCreate(&lb, lt_type(btype), transb ? n : k, transb ? k : n, ldb));
+    GPC_LT_CHECK(cublasLtMatrixLayoutCreate(&ld, lt_type(dtype), m, n, ldd));
 
     {
         matmul_cache_entry *hit = NULL;
@@ -617,16 +611,16 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
             size_t ws = MATMUL_WORKSPACE_BYTES;
             uint32_t al_a = key.align_a, al_b = key.align_b, al_c = key.align_c;
             uint32_t al_d = key.align_d;
-            LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-            LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            GPC_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+            GPC_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
                 pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-            LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            GPC_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
                 pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-            LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            GPC_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
                 pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-            LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            GPC_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
                 pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
-            LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            GPC_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
                 pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
             if (cublasLtMatmulAlgoGetHeuristic(md->handle, desc, la, lb, ld, ld, pref,
                                                tune ? MATMUL_TUNE_CANDIDATES : 1, result,
@@ -660,8 +654,9 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
             e->used = 1;
             pthread_mutex_unlock(&matmul_lock);
         }
-        LT_CHECK(cublasLtMatmul(md->handle, desc, &alpha, a, la, b, lb, &beta, c ? c : d, ld, d, ld,
-                                &algo, md->workspace, MATMUL_WORKSPACE_BYTES, gpc_cuda_stream()));
+        GPC_LT_CHECK(cublasLtMatmul(md->handle, desc, &alpha, a, la, b, lb, &beta, c ? c : d, ld, d,
+                                    ld, &algo, md->workspace, MATMUL_WORKSPACE_BYTES,
+                                    gpc_cuda_stream()));
     }
 done:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);

@@ -350,16 +350,6 @@ __global__ void act_quant_kernel(__nv_fp8_e4m3 *xq, const T *x, const float *sca
         xq[i] = __nv_fp8_e4m3(gpc_to_f32(x[i]) / s);
 }
 
-#define QLT_CHECK(call)                                                                            \
-    do {                                                                                           \
-        cublasStatus_t lt_status_ = (call);                                                        \
-        if (lt_status_ != CUBLAS_STATUS_SUCCESS) {                                                 \
-            status = gpc_error(GPC_ERR_DEVICE, "cuBLASLt error %d at %s:%d (%s)", (int)lt_status_, \
-                               __FILE__, __LINE__, #call);                                         \
-            goto done;                                                                             \
-        }                                                                                          \
-    } while (0)
-
 /* The product on cuBLASLt's FP8 tensor cores; *ran = 0 (and nothing
  * queued) when cuBLASLt has no algorithm for the shape. In cuBLASLt's
  * column-major terms: D [OC, N] = A^T B with A = the weight [C, OC] (ld C)
@@ -401,25 +391,27 @@ static gpc_status lt_fp8(lt_device *d, int device, gpc_tensor *out, const gpc_te
     cublasLtMatmulAlgo_t algo;
     memset(&algo, 0, sizeof algo);
     int found = 0;
-    QLT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    QLT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    QLT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    QLT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
-                                             sizeof a_scale));
-    QLT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
-                                             sizeof b_scale));
-    QLT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                             sizeof epilogue));
+    GPC_LT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    GPC_LT_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    GPC_LT_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    GPC_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                &a_scale, sizeof a_scale));
+    GPC_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                &b_scale, sizeof b_scale));
+    GPC_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                sizeof epilogue));
     if (bias_ptr) {
-        QLT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr,
-                                                 sizeof bias_ptr));
-        QLT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bf16,
-                                                 sizeof bf16));
+        GPC_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &bias_ptr, sizeof bias_ptr));
+        GPC_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                    &bf16, sizeof bf16));
     }
-    QLT_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, C, OC, C));
-    QLT_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, C, N, C));
-    QLT_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, OC, N, OC));
-    QLT_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, OC, N, OC));
+    GPC_LT_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, C, OC, C));
+    GPC_LT_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, C, N, C));
+    GPC_LT_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, OC, N, OC));
+    GPC_LT_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, OC, N, OC));
 
     /* the algorithm: cached per shape, since the heuristic's query costs
      * more than a decode step's product */
@@ -435,18 +427,18 @@ static gpc_status lt_fp8(lt_device *d, int device, gpc_tensor *out, const gpc_te
         cublasLtMatmulHeuristicResult_t result;
         int count = 0;
         size_t ws = QUANT_LT_WORKSPACE;
-        QLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        GPC_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
         uint32_t al_a = (uint32_t)key.align_a, al_b = (uint32_t)key.align_b;
         uint32_t al_c = (uint32_t)key.align_c, al_d = (uint32_t)key.align_d;
-        QLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        GPC_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
             pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-        QLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        GPC_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
             pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-        QLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        GPC_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
             pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-        QLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        GPC_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
             pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
-        QLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        GPC_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
             pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
         if (cublasLtMatmulAlgoGetHeuristic(d->handle, desc, la, lb, lc, ld, pref, 1, &result,
                                            &count) != CUBLAS_STATUS_SUCCESS ||
@@ -494,7 +486,7 @@ static gpc_status lt_fp8(lt_device *d, int device, gpc_tensor *out, const gpc_te
                         N, C, OC, res_ptr ? " with a residual" : "", bias_ptr ? " and a bias" : "");
             goto done;
         }
-        QLT_CHECK(lt);
+        GPC_LT_CHECK(lt);
         *ran = 1;
     }
 done:
