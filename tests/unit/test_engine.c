@@ -37,36 +37,9 @@ static int vocab;
 static int setup(void **state) {
     (void)state;
     run_dir = test_tmpdir("engine");
-    /* a tokenizer of 300 tokens, so the run has an end-of-text token */
-    const char *text = "the cat sat on the mat. the dog sat on the log. a cat and a dog met. ";
-    size_t len = strlen(text), reps = 40;
-    char *corpus = malloc(len * reps + 1);
-    for (size_t i = 0; i < reps; i++)
-        memcpy(corpus + i * len, text, len);
-    corpus[len * reps] = '\0';
-    gpc_tokenizer *tok = NULL;
-    gpc_status s = gpc_tokenizer_train(&tok, corpus, len * reps, 300, NULL, NULL);
-    free(corpus);
-    if (s != GPC_OK) fail_msg("training a tokenizer: %s", gpc_last_error());
-    vocab = gpc_tokenizer_vocab_size(tok);
+    config = test_make_serving_run(run_dir, LAYERS, HEADS, CHANNELS, CONTEXT, 20261202);
+    vocab = config.vocab_size;
     char path[4200];
-    snprintf(path, sizeof path, "%s/tokenizer.bin", run_dir);
-    TEST_OK(gpc_tokenizer_save(tok, path));
-    gpc_tokenizer_free(tok);
-    TEST_OK(gpt_config_init(&config, LAYERS, HEADS, CHANNELS, CONTEXT, vocab));
-    gpt_model *m = NULL;
-    TEST_OK(gpt_create(&m, &config, gpc_cpu(), GPC_F32, 1, 1, 0));
-    TEST_OK(gpt_init_weights(m, 20261202));
-    float *params = malloc(gpt_num_params(m) * sizeof(float));
-    TEST_OK(gpt_get_params(m, params));
-    /* sharper logits than GPT-2's initialisation gives (wte, the output
-     * head, times 8), so that greedy choices are not near-ties */
-    size_t wte = (size_t)config.padded_vocab * CHANNELS;
-    for (size_t i = 0; i < wte; i++)
-        params[i] *= 8.0f;
-    gpt_free(m);
-    TEST_OK(gpc_run_save_weights(run_dir, &config, params));
-    free(params);
     TEST_OK(gpt_create(&reference, &config, gpc_cpu(), GPC_F32, 1, CONTEXT, 0));
     snprintf(path, sizeof path, "%s/checkpoint.bin", run_dir);
     TEST_OK(gpt_checkpoint_load(path, reference, NULL));

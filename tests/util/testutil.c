@@ -1,6 +1,9 @@
 /* testutil.c: see testutil.h. */
 #include "testutil.h"
 
+#include "gpc/tokenizer.h"
+#include "gpc/train.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,4 +93,37 @@ char *test_source_path(const char *relative) {
     char *path = gpc_malloc(4096);
     snprintf(path, 4096, "%s/%s", root ? root : ".", relative);
     return path;
+}
+
+gpt_config test_make_serving_run(const char *dir, int layers, int heads, int channels, int context,
+                                 uint64_t seed) {
+    const char *text = "the cat sat on the mat. the dog sat on the log. a cat and a dog met. ";
+    size_t len = strlen(text), reps = 40;
+    char *corpus = malloc(len * reps + 1);
+    for (size_t i = 0; i < reps; i++)
+        memcpy(corpus + i * len, text, len);
+    corpus[len * reps] = '\0';
+    gpc_tokenizer *tok = NULL;
+    gpc_status s = gpc_tokenizer_train(&tok, corpus, len * reps, 300, NULL, NULL);
+    free(corpus);
+    if (s != GPC_OK) fail_msg("training a tokenizer: %s", gpc_last_error());
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.bin", dir);
+    TEST_OK(gpc_tokenizer_save(tok, path));
+    gpt_config config;
+    TEST_OK(
+        gpt_config_init(&config, layers, heads, channels, context, gpc_tokenizer_vocab_size(tok)));
+    gpc_tokenizer_free(tok);
+    gpt_model *m = NULL;
+    TEST_OK(gpt_create(&m, &config, gpc_cpu(), GPC_F32, 1, 1, 0));
+    TEST_OK(gpt_init_weights(m, seed));
+    float *params = malloc(gpt_num_params(m) * sizeof(float));
+    TEST_OK(gpt_get_params(m, params));
+    size_t wte = (size_t)config.padded_vocab * (size_t)channels;
+    for (size_t i = 0; i < wte; i++)
+        params[i] *= 8.0f;
+    gpt_free(m);
+    TEST_OK(gpc_run_save_weights(dir, &config, params));
+    free(params);
+    return config;
 }

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "gpc/core.h"
+#include "gpc/model.h"
 #include "gpc/settings.h"
 
 /* A seed that differs from run to run (time and pid) unless GPC_TEST_SEED is
@@ -57,5 +58,13 @@ char *test_source_path(const char *relative);
         if (!strstr(gpc_last_error(), (needle)))                                                   \
             fail_msg("%s: message '%s' lacks '%s'", #expr, gpc_last_error(), (needle));            \
     } while (0)
+
+/* Writes a run folder for serving tests into dir: a tokenizer of 300 tokens
+ * trained on a small fixed text (so the run has an end-of-text token) and a
+ * model of the given sizes with random weights from seed, its wte (the
+ * output head) times 8 so that greedy choices are rarely near-ties. Returns
+ * the model's config. */
+gpt_config test_make_serving_run(const char *dir, int layers, int heads, int channels, int context,
+                                 uint64_t seed);
 
 #endif /* GPC_TESTUTIL_H */
