@@ -12,10 +12,19 @@
  * first, so no gather is needed. Written against ops.h only: every backend
  * runs it, in the model's compute dtype.
  *
- * gpt_step_paged copies the logits to the host; gpt_step_paged_sample
+ * gpt_step_paged copies the logits to the host; gpt_step_paged_launch
  * draws on the device instead (gpc_op_forbid_tokens, gpc_op_sample), so a
  * step moves its integers and sampling parameters to the device in one
  * copy from pinned memory and only R tokens back: no logits leave it.
+ *
+ * Launch and collect are split so that the host prepares step N+1 while
+ * the device runs step N: a launch queues the step and the copy of its
+ * drawn tokens (on a copy stream, after an event) and returns; a collect
+ * waits for that copy. Two steps may be in flight, so everything a step
+ * still uses after its launch returns comes in two, indexed by the parity
+ * of its launch: the drawn tokens on the device (the feed of step N+1
+ * reads step N's, gpc_op_feed_tokens), their pinned copy on the host, and
+ * the pinned staging of the step's integers.
  */
 #include "model/gpt_internal.h"
 
@@ -32,13 +41,23 @@ struct gpt_paged {
     gpc_tensor k_cache, v_cache; /* [L, num_blocks, block_size, C] */
     gpc_arena arena;             /* the step's buffers */
     /* a step's integers, i32, in one buffer so that one copy uploads them:
-     * tokens, positions, seqs and slots [N] each, then the block tables
-     * [S, max_blocks], then, when it samples, the forbidden tokens [R] and
-     * the sampling parameters [R, 4] (f32 bits), then the drawn tokens [R]
-     * (device to host); packed for the step's N, S and R */
-    gpc_tensor ints;    /* [4 * max_tokens + max_seqs * max_blocks + 6 * max_logits] */
-    int32_t *host_ints; /* the same on the host (pinned on a GPU), where a step packs them */
-    const gpc_backend *host_backend; /* who allocated host_ints */
+     * tokens, positions, seqs, slots and feed [N] each, then the block
+     * tables [S, max_blocks], then, when it samples, the forbidden tokens
+     * [R] and the sampling parameters [R, 4] (f32 bits); packed for the
+     * step's N, S and R */
+    gpc_tensor ints;     /* [5 * max_tokens + max_seqs * max_blocks + 5 * max_logits] */
+    gpc_tensor drawn[2]; /* [max_logits] the tokens a step drew, by launch parity */
+    /* on the host (pinned on a GPU), by launch parity: where a step packs
+     * its integers, and where its drawn tokens arrive */
+    int32_t *host_ints[2], *host_drawn[2];
+    int32_t *host_memory;            /* one allocation holding the four */
+    const gpc_backend *host_backend; /* who allocated host_memory; the device's streams, events */
+    gpc_stream copy_stream;          /* drawn tokens to the host, beside the step */
+    gpc_event started[2], sampled[2], copied[2]; /* by launch parity */
+    uint64_t launched, collected;                /* steps so far: in flight = the difference */
+    int step_logits[2];                          /* R of each step in flight, by parity */
+    int previous_logits;      /* R of the last launched step: what a feed may index */
+    double collected_seconds; /* device time of the last collected step */
     /* activations of one layer, reused by every layer; x is the residual
      * stream, updated in place by the projections */
     gpc_tensor x, ln;         /* [max_tokens, C] */
@@ -87,7 +106,9 @@ static gpc_status place(gpt_paged *p, gpc_arena *a) {
         GPC_TRY(                                                                                   \
             gpc_arena_tensor(a, &p->t, dtype, (int)(sizeof shape_ / sizeof shape_[0]), shape_));   \
     } while (0)
-    PLACE(ints, GPC_I32, 4 * N + table + 6 * R);
+    PLACE(ints, GPC_I32, 5 * N + table + 5 * R);
+    PLACE(drawn[0], GPC_I32, R);
+    PLACE(drawn[1], GPC_I32, R);
     PLACE(x, d, N, C);
     PLACE(ln, d, N, C);
     PLACE(mean, GPC_F32, N);
@@ -169,10 +190,23 @@ gpc_status gpt_paged_create(gpt_paged **out, gpt_model *m, const gpt_paged_optio
         /* pinned, so the one upload a step makes and the tokens it reads
          * back are direct transfers, not staged through a bounce buffer */
         s = gpc_backend_require(m->device, &p->host_backend);
+        size_t ints = (size_t)gpc_tensor_numel(&p->ints), R = (size_t)o->max_logits;
         if (s == GPC_OK)
-            s = p->host_backend->alloc_host((size_t)gpc_tensor_numel(&p->ints) * sizeof(int32_t),
-                                            (void **)&p->host_ints);
-        if (s != GPC_OK) p->host_ints = NULL;
+            s = p->host_backend->alloc_host(2 * (ints + R) * sizeof(int32_t),
+                                            (void **)&p->host_memory);
+        if (s != GPC_OK) p->host_memory = NULL;
+        if (s == GPC_OK) {
+            p->host_ints[0] = p->host_memory;
+            p->host_ints[1] = p->host_memory + ints;
+            p->host_drawn[0] = p->host_memory + 2 * ints;
+            p->host_drawn[1] = p->host_memory + 2 * ints + R;
+        }
+    }
+    if (s == GPC_OK) s = p->host_backend->stream_create(m->device.index, &p->copy_stream);
+    for (int i = 0; i < 2 && s == GPC_OK; i++) {
+        s = p->host_backend->event_create(&p->started[i]);
+        if (s == GPC_OK) s = p->host_backend->event_create(&p->sampled[i]);
+        if (s == GPC_OK) s = p->host_backend->event_create(&p->copied[i]);
     }
     if (s == GPC_OK) {
         p->host_logits = gpc_malloc((size_t)o->max_logits * (size_t)m->config.padded_vocab *
@@ -196,7 +230,18 @@ void gpt_paged_free(gpt_paged *p) {
     if (p->v_cache.data) gpc_tensor_free(&p->v_cache);
     if (p->arena.base) gpc_arena_destroy(&p->arena);
     gpc_free(p->host_logits);
-    if (p->host_ints) p->host_backend->free_host(p->host_ints);
+    if (p->host_backend) {
+        /* a step still in flight must not copy into freed memory */
+        for (uint64_t k = p->collected; k < p->launched; k++)
+            p->host_backend->event_synchronize(p->copied[k & 1]);
+        for (int i = 0; i < 2; i++) {
+            p->host_backend->event_destroy(p->started[i]);
+            p->host_backend->event_destroy(p->sampled[i]);
+            p->host_backend->event_destroy(p->copied[i]);
+        }
+        if (p->copy_stream) p->host_backend->stream_destroy(p->copy_stream);
+        if (p->host_memory) p->host_backend->free_host(p->host_memory);
+    }
     gpc_free(p);
 }
 
@@ -217,10 +262,16 @@ static gpc_status check_batch(const gpt_paged *p, const gpt_paged_batch *b) {
                          b->num_tokens, b->num_seqs, b->num_logits, p->o.max_tokens, p->o.max_seqs,
                          p->o.max_logits);
     int64_t slots = (int64_t)p->o.num_blocks * p->o.block_size;
+    for (int i = 0; b->feed && i < b->num_tokens; i++)
+        if (b->feed[i] >= p->previous_logits)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "paged step row %d is fed token %d of the previous step, which drew "
+                             "%d: feed only a step launched after a step that drew that row",
+                             i, b->feed[i], p->previous_logits > 0 ? p->previous_logits : 0);
     for (int i = 0; i < b->num_tokens; i++)
-        if (b->tokens[i] < 0 || b->tokens[i] >= c->vocab_size || b->positions[i] < 0 ||
-            b->positions[i] >= c->max_context || b->seqs[i] < 0 || b->seqs[i] >= b->num_seqs ||
-            b->slots[i] < 0 || b->slots[i] >= slots)
+        if ((b->feed && b->feed[i] >= 0 ? 0 : b->tokens[i] < 0 || b->tokens[i] >= c->vocab_size) ||
+            b->positions[i] < 0 || b->positions[i] >= c->max_context || b->seqs[i] < 0 ||
+            b->seqs[i] >= b->num_seqs || b->slots[i] < 0 || b->slots[i] >= slots)
             return gpc_error(GPC_ERR_INVALID_ARG,
                              "paged step row %d: token %d, position %d, sequence %d or slot %d "
                              "is outside the vocabulary (%d), context (%d), step (%d sequences) "
@@ -233,7 +284,7 @@ static gpc_status check_batch(const gpt_paged *p, const gpt_paged_batch *b) {
 /* Where the sampling part of ints starts: after the step's rows and
  * tables. */
 static size_t sampling_offset(const gpt_paged *p, const gpt_paged_batch *b) {
-    return 4 * (size_t)b->num_tokens + (size_t)b->num_seqs * (size_t)p->max_blocks;
+    return 5 * (size_t)b->num_tokens + (size_t)b->num_seqs * (size_t)p->max_blocks;
 }
 
 /* Packs the step's integers (and, given rows, its sampling parameters) and
@@ -241,12 +292,18 @@ static size_t sampling_offset(const gpt_paged *p, const gpt_paged_batch *b) {
 static gpc_status upload(gpt_paged *p, const gpt_paged_batch *b, const gpt_paged_sampling *rows) {
     size_t N = (size_t)b->num_tokens, R = (size_t)b->num_logits;
     size_t table = (size_t)b->num_seqs * (size_t)p->max_blocks, at = sampling_offset(p, b);
-    int32_t *h = p->host_ints;
+    /* the other half may still be copying for the step in flight */
+    int32_t *h = p->host_ints[p->launched & 1];
     memcpy(h, b->tokens, N * sizeof *h);
     memcpy(h + N, b->positions, N * sizeof *h);
     memcpy(h + 2 * N, b->seqs, N * sizeof *h);
     memcpy(h + 3 * N, b->slots, N * sizeof *h);
-    memcpy(h + 4 * N, b->block_tables, table * sizeof *h);
+    if (b->feed)
+        memcpy(h + 4 * N, b->feed, N * sizeof *h);
+    else
+        for (size_t i = 0; i < N; i++)
+            h[4 * N + i] = -1;
+    memcpy(h + 5 * N, b->block_tables, table * sizeof *h);
     if (rows) {
         for (size_t r = 0; r < R; r++) {
             const float params[4] = {rows[r].temperature, rows[r].top_k, rows[r].top_p,
@@ -273,13 +330,19 @@ static gpc_status run_step(gpt_paged *p, const gpt_paged_batch *b, const gpt_pag
     GPC_TRY(upload(p, b, rows));
     gpc_tensor tokens = rows_of(&p->ints, 0, N, 0), positions = rows_of(&p->ints, N, N, 0);
     gpc_tensor seqs = rows_of(&p->ints, 2 * N, N, 0), slots = rows_of(&p->ints, 3 * N, N, 0);
-    gpc_tensor tables = gpc_tensor_2d((int32_t *)p->ints.data + 4 * N, GPC_I32, p->ints.device,
+    gpc_tensor tables = gpc_tensor_2d((int32_t *)p->ints.data + 5 * N, GPC_I32, p->ints.device,
                                       b->num_seqs, p->max_blocks);
     gpc_tensor x = rows_of(&p->x, 0, N, C), ln = rows_of(&p->ln, 0, N, C);
     gpc_tensor mean = rows_of(&p->mean, 0, N, 0), rstd = rows_of(&p->rstd, 0, N, 0);
     gpc_tensor qkv = rows_of(&p->qkv, 0, N, 3 * C), atty = rows_of(&p->atty, 0, N, C);
     gpc_tensor fch = rows_of(&p->fch, 0, N, 4 * C), fch_gelu = rows_of(&p->fch_gelu, 0, N, 4 * C);
 
+    if (b->feed) {
+        /* the tokens the previous launch drew, taken on the device */
+        gpc_tensor feed = rows_of(&p->ints, 4 * N, N, 0);
+        gpc_tensor previous = rows_of(&p->drawn[(p->launched + 1) & 1], 0, p->previous_logits, 0);
+        GPC_TRY(gpc_op_feed_tokens(&tokens, &feed, &previous));
+    }
     GPC_TRY(gpc_op_embedding_at(&x, &tokens, &positions, &w->wte, &w->wpe));
     for (int l = 0; l < L; l++) {
         gpc_tensor ln1w = layer_of(&w->ln1w, l, C, 0), ln1b = layer_of(&w->ln1b, l, C, 0);
@@ -312,6 +375,10 @@ static gpc_status run_step(gpt_paged *p, const gpt_paged_batch *b, const gpt_pag
 }
 
 gpc_status gpt_step_paged(gpt_paged *p, const gpt_paged_batch *b, float *logits_out) {
+    if (p->launched != p->collected || b->feed)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "gpt_step_paged runs alone and takes no feed: collect the launched "
+                         "steps first (gpt_step_paged_collect), and feed only launched steps");
     GPC_TRY(run_step(p, b, NULL));
     gpt_model *m = p->model;
     int64_t R = b->num_logits, Vp = m->config.padded_vocab, V = m->config.vocab_size;
@@ -332,24 +399,73 @@ gpc_status gpt_step_paged(gpt_paged *p, const gpt_paged_batch *b, float *logits_
     return GPC_OK;
 }
 
+gpc_status gpt_step_paged_launch(gpt_paged *p, const gpt_paged_batch *b,
+                                 const gpt_paged_sampling *rows) {
+    if (p->launched - p->collected >= 2)
+        return gpc_error(GPC_ERR_INVALID_ARG, "two paged steps are in flight already: collect one "
+                                              "(gpt_step_paged_collect) before launching another");
+    if (b->num_logits > 0 && !rows)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "a launched step draws its %d logits rows' tokens: give their sampling",
+                         b->num_logits);
+    const gpc_backend *be = p->host_backend;
+    int par = (int)(p->launched & 1);
+    int64_t R = b->num_logits, Vp = p->model->config.padded_vocab;
+    GPC_TRY(be->event_record(p->started[par], NULL));
+    GPC_TRY(run_step(p, b, rows));
+    if (R > 0) {
+        size_t at = sampling_offset(p, b);
+        gpc_tensor logits = rows_of(&p->logits, 0, R, Vp);
+        gpc_tensor forbidden = rows_of(&p->ints, (int64_t)at, R, 0);
+        /* the same 4 bytes an entry, uploaded as f32 bits */
+        gpc_tensor params =
+            gpc_tensor_2d((int32_t *)p->ints.data + at + R, GPC_F32, p->ints.device, R, 4);
+        gpc_tensor drawn = rows_of(&p->drawn[par], 0, R, 0);
+        GPC_TRY(gpc_op_forbid_tokens(&logits, &forbidden));
+        GPC_TRY(gpc_op_sample(&drawn, &logits, p->model->config.vocab_size, &params));
+    }
+    /* the drawn tokens go to pinned memory on the copy stream once the
+     * step's stream has drawn them: the host does not wait here, and the
+     * next launch queues behind this step on the step's stream */
+    GPC_TRY(be->event_record(p->sampled[par], NULL));
+    if (R > 0) {
+        GPC_TRY(be->stream_wait_event(p->copy_stream, p->sampled[par]));
+        GPC_TRY(be->copy(p->host_drawn[par], gpc_cpu(), p->drawn[par].data, p->drawn[par].device,
+                         (size_t)R * sizeof(int32_t), p->copy_stream));
+    }
+    GPC_TRY(be->event_record(p->copied[par], p->copy_stream));
+    p->step_logits[par] = (int)R;
+    p->previous_logits = (int)R;
+    p->launched++;
+    return GPC_OK;
+}
+
+gpc_status gpt_step_paged_collect(gpt_paged *p, int32_t *tokens_out) {
+    if (p->collected == p->launched)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "no paged step is in flight: launch one (gpt_step_paged_launch) first");
+    const gpc_backend *be = p->host_backend;
+    int par = (int)(p->collected & 1), R = p->step_logits[par];
+    /* the step's one wait for the device */
+    GPC_TRY(be->event_synchronize(p->copied[par]));
+    float ms = 0.0f;
+    GPC_TRY(be->event_elapsed_ms(p->started[par], p->sampled[par], &ms));
+    p->collected_seconds = ms * 1e-3;
+    if (R > 0) memcpy(tokens_out, p->host_drawn[par], (size_t)R * sizeof *tokens_out);
+    p->collected++;
+    return GPC_OK;
+}
+
+double gpt_paged_collected_seconds(const gpt_paged *p) {
+    return p->collected_seconds;
+}
+
 gpc_status gpt_step_paged_sample(gpt_paged *p, const gpt_paged_batch *b,
                                  const gpt_paged_sampling *rows, int32_t *tokens_out) {
-    GPC_TRY(run_step(p, b, rows));
-    int64_t R = b->num_logits, Vp = p->model->config.padded_vocab;
-    if (R == 0) return GPC_OK;
-    size_t at = sampling_offset(p, b);
-    gpc_tensor logits = rows_of(&p->logits, 0, R, Vp);
-    gpc_tensor forbidden = rows_of(&p->ints, (int64_t)at, R, 0);
-    /* the same 4 bytes an entry, uploaded as f32 bits */
-    gpc_tensor params =
-        gpc_tensor_2d((int32_t *)p->ints.data + at + R, GPC_F32, p->ints.device, R, 4);
-    gpc_tensor drawn = rows_of(&p->ints, (int64_t)(at + 5 * (size_t)R), R, 0);
-    GPC_TRY(gpc_op_forbid_tokens(&logits, &forbidden));
-    GPC_TRY(gpc_op_sample(&drawn, &logits, p->model->config.vocab_size, &params));
-    /* the step's one wait for the device: R tokens into pinned memory */
-    int32_t *h = p->host_ints + at + 5 * (size_t)R;
-    gpc_tensor host = gpc_tensor_1d(h, GPC_I32, gpc_cpu(), R);
-    GPC_TRY(gpc_tensor_copy(&host, &drawn));
-    memcpy(tokens_out, h, (size_t)R * sizeof *tokens_out);
-    return GPC_OK;
+    if (p->launched != p->collected)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "gpt_step_paged_sample runs alone: collect the launched steps first "
+                         "(gpt_step_paged_collect)");
+    GPC_TRY(gpt_step_paged_launch(p, b, rows));
+    return gpt_step_paged_collect(p, tokens_out);
 }

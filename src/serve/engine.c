@@ -400,6 +400,7 @@ static void build_batch(gpc_engine *e, gpt_paged_batch *b) {
     b->num_seqs = e->n_step;
     b->block_tables = e->tables;
     b->num_logits = R;
+    b->feed = NULL;
 }
 
 /* The next token of s from its logits row, with its own rng (scratch: 8 *

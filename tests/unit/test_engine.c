@@ -226,7 +226,7 @@ static void test_paged_step_logits(void **state) {
         tok[n] = tokens[2][i], pos[n] = i, seq[n] = 2;
         slot[n] = tables[2 * mb + i / BS] * BS + i % BS;
     }
-    gpt_paged_batch b = {n, tok, pos, seq, slot, SEQS, tables, 0};
+    gpt_paged_batch b = {n, tok, pos, seq, slot, SEQS, tables, 0, NULL};
     TEST_OK(gpt_step_paged(p, &b, NULL));
     n = 0;
     for (int s = 0; s < SEQS; s++) { /* the last rows */
@@ -241,7 +241,7 @@ static void test_paged_step_logits(void **state) {
         }
     float got[SEQS * 512], want[512];
     assert_true(vocab <= 512);
-    gpt_paged_batch b2 = {n, tok, pos, seq, slot, SEQS, tables, SEQS};
+    gpt_paged_batch b2 = {n, tok, pos, seq, slot, SEQS, tables, SEQS, NULL};
     TEST_OK(gpt_step_paged(p, &b2, got));
     for (int s = 0; s < SEQS; s++) {
         TEST_OK(gpt_forward_cached(reference, tokens[s], 0, len[s], want));
@@ -297,6 +297,75 @@ static void test_paged_step_logits(void **state) {
     slot[3] = 48 * BS; /* cppcheck-suppress unreadVariable ; b2 reads it */
     TEST_FAILS(gpt_step_paged(p, &b2, got), GPC_ERR_INVALID_ARG, "row 3");
     gpt_paged_free(p);
+}
+
+/* gpt_step_paged_launch and _collect with a feed: a decode step launched
+ * before the previous one is collected takes that step's tokens on the
+ * device, and draws what a step given those tokens on the host draws. */
+static void test_paged_launch_feed(void **state) {
+    (void)state;
+    gpc_rng rng;
+    gpc_rng_seed(&rng, 9, 14);
+    enum { BS = 4, SEQS = 3, ROWS = 32 };
+    gpt_paged_options po = {.num_blocks = 48,
+                            .block_size = BS,
+                            .max_seqs = SEQS,
+                            .max_tokens = ROWS,
+                            .max_logits = SEQS};
+    gpt_paged *piped = NULL, *plain = NULL;
+    TEST_OK(gpt_paged_create(&piped, reference, &po));
+    TEST_OK(gpt_paged_create(&plain, reference, &po));
+    int mb = gpt_paged_max_blocks(piped);
+    const int len[SEQS] = {5, 1, 9};
+    int32_t tables[SEQS * CONTEXT / BS];
+    for (int i = 0; i < SEQS * mb; i++)
+        tables[i] = i;
+    /* step A: the prompts, their last rows first */
+    int32_t tok[ROWS], pos[ROWS], seq[ROWS], slot[ROWS];
+    int n = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int s = 0; s < SEQS; s++)
+            for (int i = 0; i < len[s]; i++) {
+                if ((i == len[s] - 1) != (pass == 0)) continue;
+                tok[n] = (int32_t)gpc_rng_below(&rng, (uint32_t)vocab), pos[n] = i, seq[n] = s;
+                slot[n++] = tables[s * mb + i / BS] * BS + i % BS;
+            }
+    gpt_paged_batch a = {n, tok, pos, seq, slot, SEQS, tables, SEQS, NULL};
+    const gpt_paged_sampling rows[SEQS] = {
+        {0.0f, 0.0f, 1.0f, 0.0f, -1}, {0.9f, 0.0f, 1.0f, 0.4f, -1}, {1.0f, 8.0f, 0.9f, 0.6f, 2}};
+    /* step B: one decode row each, at the position after its prompt */
+    int32_t btok[SEQS], bpos[SEQS], bseq[SEQS], bslot[SEQS], feed[SEQS];
+    for (int s = 0; s < SEQS; s++) {
+        btok[s] = 0, bpos[s] = len[s], bseq[s] = s, feed[s] = s;
+        bslot[s] = tables[s * mb + len[s] / BS] * BS + len[s] % BS;
+    }
+    gpt_paged_batch b = {SEQS, btok, bpos, bseq, bslot, SEQS, tables, SEQS, feed};
+    /* a feed before any launch has no tokens to take */
+    TEST_FAILS(gpt_step_paged_launch(piped, &b, rows), GPC_ERR_INVALID_ARG, "previous step");
+    TEST_FAILS(gpt_step_paged_collect(piped, btok), GPC_ERR_INVALID_ARG, "no paged step");
+    TEST_OK(gpt_step_paged_launch(piped, &a, rows));
+    TEST_OK(gpt_step_paged_launch(piped, &b, rows));
+    TEST_FAILS(gpt_step_paged_launch(piped, &b, rows), GPC_ERR_INVALID_ARG, "two paged steps");
+    TEST_FAILS(gpt_step_paged(piped, &a, NULL), GPC_ERR_INVALID_ARG, "runs alone");
+    int32_t got_a[SEQS], got_b[SEQS], want_a[SEQS], want_b[SEQS];
+    TEST_OK(gpt_step_paged_collect(piped, got_a));
+    TEST_OK(gpt_step_paged_collect(piped, got_b));
+    assert_true(gpt_paged_collected_seconds(piped) >= 0.0);
+    /* the same two steps one at a time, step B given A's tokens */
+    TEST_OK(gpt_step_paged_sample(plain, &a, rows, want_a));
+    for (int s = 0; s < SEQS; s++)
+        btok[s] = want_a[s];
+    b.feed = NULL;
+    TEST_OK(gpt_step_paged_sample(plain, &b, rows, want_b));
+    assert_memory_equal(got_a, want_a, sizeof got_a);
+    assert_memory_equal(got_b, want_b, sizeof got_b);
+    /* a feed past the rows the previous step drew names the row */
+    feed[1] = SEQS;
+    b.feed = feed;
+    TEST_FAILS(gpt_step_paged_launch(piped, &b, rows), GPC_ERR_INVALID_ARG,
+               "row 1 is fed token 3 of the previous step, which drew 3");
+    gpt_paged_free(piped);
+    gpt_paged_free(plain);
 }
 
 /* ------------------------------------------------------------ greedy */
@@ -793,6 +862,7 @@ static void test_threaded(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paged_step_logits),
+        cmocka_unit_test(test_paged_launch_feed),
         cmocka_unit_test(test_greedy_alone_and_batched),
         cmocka_unit_test(test_eos_and_context),
         cmocka_unit_test(test_sampled_alone_and_batched),
