@@ -10,7 +10,8 @@
  * the same tokens alone, batched with 63 other requests of other lengths
  * that arrive over several steps, with prompts split over steps (chunked
  * prefill), with shared prefix blocks, and under a cache so small that
- * sequences are preempted and recomputed.
+ * sequences are preempted and recomputed. Every test runs twice: with the
+ * engine running one step ahead (its default) and without.
  */
 #include "testutil.h"
 
@@ -33,6 +34,7 @@ static char *run_dir;
 static gpt_config config;
 static gpt_model *reference; /* batch 1, the whole context: gpc_generate's model */
 static int vocab;
+static int pipeline = 1; /* the engine option of this pass over the tests */
 
 static int setup(void **state) {
     (void)state;
@@ -172,6 +174,7 @@ static gpc_engine *make_engine(int max_batch, int block_size, size_t kv_blocks, 
     o.max_step_tokens = max_step;
     o.max_queue = max_queue;
     o.kv_bytes = kv_blocks * gpt_paged_block_bytes(&config, GPC_F32, block_size);
+    o.pipeline = pipeline;
     gpc_engine *e = NULL;
     TEST_OK(gpc_engine_create(&e, run_dir, gpc_cpu(), &o));
     return e;
@@ -512,7 +515,8 @@ static void test_prefix_sharing(void **state) {
     TEST_OK(gpc_engine_step(e, NULL)); /* a's prompt: 10 blocks */
     gpc_engine_stats st;
     gpc_engine_get_stats(e, &st);
-    assert_int_equal(st.kv_blocks_used, 10);
+    /* running ahead, a's first decode (position 40, a new block) is in flight */
+    assert_int_equal(st.kv_blocks_used, 10 + pipeline);
     submit(e, &b);
     /* a decodes position 40 (a new block), b shares a's first 9 blocks and
      * takes one for its last prompt position */
@@ -608,7 +612,8 @@ static void test_cancel(void **state) {
     assert_int_equal(st.running, 2);
     assert_int_equal(st.waiting, 1);
     size_t used = st.kv_blocks_used;
-    assert_int_equal(used, 2 * 3); /* 12 positions each */
+    /* 12 positions each; running ahead, 13 with the step in flight */
+    assert_int_equal(used, 2 * (pipeline ? 4 : 3));
     gpc_engine_cancel(e, run.id, GPC_FINISH_CANCELLED);
     gpc_engine_cancel(e, wait.id, GPC_FINISH_CANCELLED);
     gpc_engine_cancel(e, stop.id, GPC_FINISH_STOP);
@@ -787,12 +792,99 @@ static void test_chunked_prefill(void **state) {
         steps++;
         assert_int_equal(stream.n_got, before + 1); /* never stalls */
     }
-    /* 7 rows a step beside the stream's one: 50 in 8 steps */
-    assert_int_equal(steps, 8);
+    /* 7 rows a step beside the stream's one: 50 in 8 steps (running ahead,
+     * it joins a step later than it would) */
+    assert_int_equal(steps, 8 + pipeline);
     run_until_idle(e, 100);
     assert_same("stream", 0, &stream);
     assert_same("chunked", 1, &longp);
     gpc_engine_free(e);
+}
+
+/* ------------------------------------------------------------ pipeline */
+
+/* 64 requests of other lengths, seeds and sampling settings, some ending
+ * by their end-of-text token, arriving over the steps into a cache small
+ * enough to preempt: the engine running ahead gives every request the
+ * tokens and the ending it gives without, and both are gpc_generate's. */
+static void test_pipeline_same_outputs(void **state) {
+    (void)state;
+    enum { JOBS = 64 };
+    static job jobs[2][JOBS];
+    gpc_rng rng;
+    gpc_rng_seed(&rng, 43, 12);
+    for (int i = 0; i < JOBS; i++) {
+        job *j = &jobs[0][i];
+        make_job(j, &rng, 1 + (size_t)((i * 11) % 37), 1 + (i * 7) % 26); /* within the context */
+        j->temperature = i % 3 ? 0.7f + 0.1f * (float)(i % 4) : 0.0f;
+        j->top_k = i % 5 ? 0 : 16;
+        j->top_p = i % 4 ? 1.0f : 0.85f;
+        j->seed = 7000 + (uint64_t)i;
+        j->eos = i % 2 ? vocab - 1 : -1;
+        j->min_tokens = i % 6 == 1 ? 3 : 0;
+        expect(j);
+        /* a request that meets its end-of-text token early */
+        if (i % 8 == 3 && j->n_want > 2) {
+            j->eos = j->want[1];
+            expect(j);
+        }
+        jobs[1][i] = *j;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        int saved = pipeline;
+        pipeline = pass == 0;
+        gpc_engine *e = make_engine(24, 4, 60, 40, 1024);
+        pipeline = saved;
+        int next = 0, active = 1, steps = 0;
+        while (active || next < JOBS) {
+            for (int k = 0; k < 5 && next < JOBS; k++)
+                submit(e, &jobs[pass][next++]);
+            TEST_OK(gpc_engine_step(e, &active));
+            assert_true(++steps < 3000);
+        }
+        gpc_engine_stats st;
+        gpc_engine_get_stats(e, &st);
+        assert_int_equal(st.kv_blocks_used, 0);
+        assert_true(st.preemptions > 0);
+        gpc_engine_free(e);
+    }
+    for (int i = 0; i < JOBS; i++) {
+        assert_same("pipelined", i, &jobs[0][i]);
+        assert_same("one at a time", i, &jobs[1][i]);
+        assert_int_equal(jobs[0][i].n_got, jobs[1][i].n_got);
+        assert_memory_equal(jobs[0][i].got, jobs[1][i].got, sizeof jobs[0][i].got);
+        assert_int_equal(jobs[0][i].finish, jobs[1][i].finish);
+    }
+}
+
+/* GPC_SERVE_PIPELINE=0 turns the option off: after one step nothing runs
+ * ahead, so the cache holds the prompt's blocks alone. */
+static void test_pipeline_setting(void **state) {
+    (void)state;
+    gpc_rng rng;
+    gpc_rng_seed(&rng, 47, 13);
+    job j;
+    make_job(&j, &rng, 8, 6);
+    expect(&j);
+    for (int off = 0; off < 2; off++) {
+        job run = j;
+        int saved = pipeline;
+        pipeline = 1;
+        if (off) setenv("GPC_SERVE_PIPELINE", "0", 1);
+        gpc_engine *e = make_engine(4, 4, 0, 64, 16);
+        unsetenv("GPC_SERVE_PIPELINE");
+        pipeline = saved;
+        submit(e, &run);
+        TEST_OK(gpc_engine_step(e, NULL));
+        gpc_engine_stats st;
+        gpc_engine_get_stats(e, &st);
+        /* 8 prompt positions: 2 blocks; running ahead, position 8 too */
+        assert_int_equal(st.kv_blocks_used, off ? 2 : 3);
+        assert_int_equal(run.n_got, 1);
+        run_until_idle(e, 100);
+        assert_same("setting", off, &run);
+        gpc_engine_free(e);
+    }
 }
 
 /* ------------------------------------------------------------ threads */
@@ -873,7 +965,11 @@ int main(void) {
         cmocka_unit_test(test_queue_bound_and_errors),
         cmocka_unit_test(test_run_folders),
         cmocka_unit_test(test_chunked_prefill),
+        cmocka_unit_test(test_pipeline_same_outputs),
+        cmocka_unit_test(test_pipeline_setting),
         cmocka_unit_test(test_threaded),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    int failed = cmocka_run_group_tests_name("running ahead", tests, setup, teardown);
+    pipeline = 0;
+    return failed + cmocka_run_group_tests_name("one step at a time", tests, setup, teardown);
 }
