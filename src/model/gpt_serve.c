@@ -411,7 +411,12 @@ gpc_status gpt_step_paged_launch(gpt_paged *p, const gpt_paged_batch *b,
     const gpc_backend *be = p->host_backend;
     int par = (int)(p->launched & 1);
     int64_t R = b->num_logits, Vp = p->model->config.padded_vocab;
-    GPC_TRY(be->event_record(p->started[par], NULL));
+    /* the start is recorded on the copy stream, which belongs to the
+     * model's device: the calling thread's current device may still be
+     * another until the step's first op makes it this one. It completes
+     * at once, or when the previous step's tokens are copied: when the
+     * device is done with that step. */
+    GPC_TRY(be->event_record(p->started[par], p->copy_stream));
     GPC_TRY(run_step(p, b, rows));
     if (R > 0) {
         size_t at = sampling_offset(p, b);
@@ -428,8 +433,8 @@ gpc_status gpt_step_paged_launch(gpt_paged *p, const gpt_paged_batch *b,
      * step's stream has drawn them: the host does not wait here, and the
      * next launch queues behind this step on the step's stream */
     GPC_TRY(be->event_record(p->sampled[par], NULL));
+    GPC_TRY(be->stream_wait_event(p->copy_stream, p->sampled[par]));
     if (R > 0) {
-        GPC_TRY(be->stream_wait_event(p->copy_stream, p->sampled[par]));
         GPC_TRY(be->copy(p->host_drawn[par], gpc_cpu(), p->drawn[par].data, p->drawn[par].device,
                          (size_t)R * sizeof(int32_t), p->copy_stream));
     }
