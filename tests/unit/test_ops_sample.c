@@ -174,8 +174,6 @@ static void test_forbid_tokens(void **state) {
 static void test_feed_tokens(void **state) {
     (void)state;
     enum { N = 64, R = 9 };
-    gpc_rng rng;
-    gpc_rng_seed(&rng, 3, 21);
     int32_t tokens[N], want[N], feed[N], previous[R];
     for (int r = 0; r < R; r++)
         previous[r] = (int32_t)gpc_rng_below(&rng, 50000);
