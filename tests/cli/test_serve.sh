@@ -251,7 +251,10 @@ d = json.load(open(sys.argv[1]))
 assert [r["concurrency"] for r in d["runs"]] == [1, 4]
 for r in d["runs"]:
     assert r["ok"] == 8 and r["failed"] == 0 and r["completion_tokens"] == 160, r
-    assert 0 < r["ttft_p50"] <= r["ttft_p99"] and 0 < r["itl_p50"] <= r["itl_p99"], r
+    # two tokens may reach the client in one write on a loaded machine
+    # (an inter-token time of 0), but not most of them
+    assert 0 < r["ttft_p50"] <= r["ttft_p99"] and 0 <= r["itl_p50"] <= r["itl_p99"], r
+    assert r["itl_p99"] > 0, r
     assert abs(r["tokens_per_second"] - 160 / r["seconds"]) < 1e-3 * r["tokens_per_second"], r
     assert 0 < r["server_busy_fraction"] <= 1.05, r
 EOF
