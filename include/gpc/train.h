@@ -112,6 +112,12 @@ typedef struct {
     double comm_exposed_ms;
     double comm_busy_ms;
     double comm_bus_gbs;
+    /* STEP: host time the step waited for its input batches (blocked on the
+     * prefetching loader; on a GPU the copy is queued on a side stream and
+     * is not in it, except a pipeline's, which reads the batch back to the
+     * host). A share of ms above gpc doctor's GPC_DIAG_INPUT_WAIT is an
+     * input-bound run. */
+    double input_wait_ms;
 } gpc_train_event;
 
 typedef void (*gpc_train_callback)(void *user, const gpc_train_event *event);

@@ -130,6 +130,9 @@ static const gpc_setting_info table[] = {
     {"GPC_BENCH_ENERGY_S", DOUBLE, "0", "benchmarks",
      "seconds each op of the CUDA benchmarks also runs at the power cap, for its energy", 0, 600,
      NULL},
+    {"GPC_LOADER_DELAY_MS", INT, "0", "benchmarks",
+     "the training loader sleeps this long before each batch, to provoke an input-bound run", 0,
+     60000, NULL},
     {"GPC_BENCH_DATA", STRING, "/tmp/gpc-bench-data", "benchmarks",
      "bench/train_run.sh: where the benchmark's token shards are kept", 0, 0, NULL},
     {"GPC_CHECKS", STRING, "tests plan bench doctor gpcd", "benchmarks",
@@ -321,6 +324,20 @@ double gpc_setting_double(const char *name) {
     char buf[128];
     warn_once(info, text, expected_text(info, buf, sizeof buf));
     return dflt;
+}
+
+gpc_status gpc_setting_int_checked(const char *name, long *out) {
+    const gpc_setting_info *info = entry(name);
+    *out = 0;
+    if (!info || info->type != GPC_SETTING_INT)
+        return gpc_error(GPC_ERR_INTERNAL, "%s is not an integer setting of gpc's table",
+                         name ? name : "(null)");
+    if (info->default_value) *out = strtol(info->default_value, NULL, 10);
+    const char *text = given(info);
+    if (!text || parse_int(info, text, out) == 0) return GPC_OK;
+    char buf[128];
+    return gpc_error(GPC_ERR_INVALID_ARG, "%s must be %s, not '%s'", name,
+                     expected_text(info, buf, sizeof buf), text);
 }
 
 gpc_status gpc_settings_override(const char *name, const char *value) {

@@ -10,6 +10,9 @@
  * gpt_read_step, which reads the loss for the metrics line, is the one
  * wait, and just before it the host reads the GPU's power and clock. After
  * the step come the metrics line, the callback, validation and checkpoints.
+ * The clock read around each gpc_prefetch_next gives the time the step was
+ * blocked on its loader (input_wait_ms in the metrics): what tells an
+ * input-bound run from a slow step, for gpc doctor.
  *
  * Exact resume: everything that decides the next steps is in the checkpoint
  * (f32 weights, from which the bf16 copy is rounded to nearest, AdamW
@@ -521,6 +524,11 @@ static void write_metrics(trainer *t, const gpc_train_event *e) {
         json_number(f, "comm_exposed_ms", e->comm_exposed_ms);
         json_number(f, "comm_bus_gbs", e->comm_bus_gbs);
     }
+    /* the share of the step blocked on the loader (gpc doctor's input-bound) */
+    if (!isnan(e->input_wait_ms) && e->ms > 0) {
+        json_number(f, "input_wait", e->input_wait_ms / e->ms);
+        json_number(f, "input_wait_ms", e->input_wait_ms);
+    }
     fprintf(f, ",\"tokens\":%llu}\n", (unsigned long long)e->tokens_seen);
     fflush(f);
 }
@@ -587,6 +595,7 @@ static void gpu_readings_unknown(gpc_train_event *e) {
     e->gpu_power_capped = -1;
     e->gpu_step_energy_j = NAN;
     e->comm_exposed_ms = e->comm_busy_ms = e->comm_bus_gbs = NAN;
+    e->input_wait_ms = NAN;
 }
 
 /* Finds this process's GPU in NVML. NVML numbers all GPUs of the machine and
@@ -808,16 +817,20 @@ static void emit(const trainer *t, const gpc_train_event *e) {
 /* A pipeline stage's forward and backward passes of one step: every stage
  * reads the step's micro-batches (the first uses the inputs, the last the
  * targets) and gpc_pipeline_step runs them in the 1F1B order. */
-static gpc_status pipeline_step(trainer *t, float dloss) {
+static gpc_status pipeline_step(trainer *t, float dloss, double *input_wait_ms) {
     const run_settings *s = &t->s;
     size_t n = (size_t)s->B * (size_t)s->T;
     for (int micro = 0; micro < s->accumulation; micro++) {
+        /* the copies back to the host wait for the batch's transfer: they
+         * are part of the wait for input */
+        double waited = gpc_time_seconds();
         gpc_batch batch;
         GPC_TRY(gpc_prefetch_next(t->train, &batch));
         gpc_tensor in = gpc_tensor_2d(t->pipe_inputs + micro * n, GPC_I32, gpc_cpu(), s->B, s->T);
         gpc_tensor tg = gpc_tensor_2d(t->pipe_targets + micro * n, GPC_I32, gpc_cpu(), s->B, s->T);
         GPC_TRY(gpc_tensor_copy(&in, &batch.inputs));
         GPC_TRY(gpc_tensor_copy(&tg, &batch.targets));
+        *input_wait_ms += (gpc_time_seconds() - waited) * 1e3;
     }
     gpc_pipeline_timing timing;
     gpc_trace_push("pipeline");
@@ -882,12 +895,16 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
     /* The batches arrive on the device through the copy stream, and the
      * model sums the micro-steps' losses on the device: nothing inside the
      * step waits for the GPU; gpt_read_step below is the one wait. */
-    if (t->pipe_inputs) GPC_TRY(pipeline_step(t, dloss));
+    e->input_wait_ms = 0;
+    if (t->pipe_inputs) GPC_TRY(pipeline_step(t, dloss, &e->input_wait_ms));
     for (int micro = 0; !t->pipe_inputs && micro < s->accumulation; micro++) {
         gpc_batch batch;
+        /* the time blocked on the loader: two clock reads a micro-step */
+        double waited = gpc_time_seconds();
         gpc_trace_push("data");
         gpc_status st = gpc_prefetch_next(t->train, &batch);
         gpc_trace_pop();
+        e->input_wait_ms += (gpc_time_seconds() - waited) * 1e3;
         GPC_TRY(st);
         if (t->ddp) GPC_TRY(gpc_ddp_micro_step(t->ddp, micro == s->accumulation - 1));
         gpc_trace_push("forward+backward");
