@@ -14,7 +14,8 @@
  * exp in f32, a few ulps each; a wrong slice offset, a missing reduction or
  * a target taken from the wrong slice is off by 1e-2 or more. Targets fall
  * in every slice, some rows are masked (-1), the padded columns hold junk
- * that must be ignored, and one case has a slice of padding only.
+ * that must be ignored, one case has a slice of padding only and one has
+ * slices that do not divide the padded vocabulary (the last runs past it).
  *
  * Embedding: the slices' outputs (wpe added on slice 0 only) summed equal
  * gpc_op_embedding_forward's bit for bit (the other slices add zeros), and
@@ -54,9 +55,12 @@ static int32_t pick_target(int64_t n, int parts, int64_t S, int64_t V) {
     return (int32_t)(col0 + gpc_rng_below(&rng, (uint32_t)real));
 }
 
-/* One case: N rows, vocabulary V (padded to 64), cut into parts slices. */
+/* One case: N rows, vocabulary V (padded to 64), cut into parts slices of
+ * S columns (gpt_tp_vocab_rows), the last one running past Vp where parts
+ * does not divide it. Vp here is the slices' columns together. */
 static void check_crossentropy(int64_t N, int64_t V, int parts) {
-    int64_t Vp = (V + 63) / 64 * 64, S = Vp / parts;
+    gpt_config c = {.padded_vocab = (int)((V + 63) / 64 * 64)};
+    int64_t S = gpt_tp_vocab_rows(&c, parts), Vp = parts * S;
     float dloss = 1.0f / (float)N;
     float *logits = randn(N * Vp, 3.0f);
     int32_t *tg = malloc((size_t)N * sizeof *tg);
@@ -74,10 +78,11 @@ static void check_crossentropy(int64_t N, int64_t V, int parts) {
     for (int64_t n = 0; n < N; n++) {
         if (tg[n] < 0) continue;
         const float *x = logits + n * Vp;
-        double m = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < V; j++)
+        double m = x[0];
+        for (int64_t j = 1; j < V; j++)
             m = x[j] > m ? x[j] : m;
-        for (int64_t j = 0; j < V; j++)
+        double sum = exp((double)x[0] - m);
+        for (int64_t j = 1; j < V; j++)
             sum += exp((double)x[j] - m);
         want_loss[n] = m + log(sum) - x[tg[n]];
         for (int64_t j = 0; j < V; j++)
@@ -168,6 +173,8 @@ static void test_crossentropy_slices(void **state) {
     /* 50 of 64 padded columns over 8 slices of 8: the last slice is all
      * padding (its max is -inf and adds nothing) */
     check_crossentropy(24, 50, 8);
+    /* 3 slices of 24 columns over 100 of 128: the last runs past Vp */
+    check_crossentropy(30, 100, 3);
     check_crossentropy(16, 100, 1); /* one slice: the whole row */
 }
 
@@ -220,10 +227,49 @@ static void test_embedding_slices(void **state) {
     free(sum), free(out), free(dwte), free(dwpe);
 }
 
+/* A tp that does not divide the padded vocabulary pads the last slice
+ * further: the slices' rows cover the whole, the rows past it are zero in
+ * the part and left out when the part is put back. */
+static void test_tp_vocabulary_rows(void **state) {
+    (void)state;
+    gpt_config c;
+    TEST_OK(gpt_config_init(&c, 2, 3, 48, 16, 50)); /* 3 heads; 50 tokens pad to 64 rows */
+    TEST_OK(gpt_tp_check(&c, 3));
+    assert_int_equal(gpt_tp_vocab_rows(&c, 1), 64);
+    assert_int_equal(gpt_tp_vocab_rows(&c, 3), 24); /* ceil(64 / 3) = 22, to 8: 3 x 24 = 72 */
+    size_t P = gpt_config_num_params(&c), Pl = gpt_tp_num_params(&c, 3);
+    float *whole = randn((int64_t)P, 1), *back = calloc(P, sizeof(float));
+    float *local = malloc(Pl * sizeof(float));
+    for (int r = 0; r < 3; r++) {
+        memset(local, 0x7f, Pl * sizeof(float)); /* junk where nothing is copied */
+        gpt_tp_slice(&c, 3, r, whole, local);
+        /* wte leads the layout: rows [24 r, 24 r + 24) of the whole's 64 */
+        for (int64_t row = 0; row < 24; row++)
+            for (int64_t k = 0; k < 48; k++) {
+                int64_t at = 24 * r + row;
+                float want = at < 64 ? whole[at * 48 + k] : 0.0f;
+                if (local[row * 48 + k] != want)
+                    fail_msg("slice %d: wte row %lld holds %g, not %g", r, (long long)row,
+                             (double)local[row * 48 + k], (double)want);
+            }
+        gpt_tp_unslice(&c, 3, r, local, back);
+    }
+    assert_memory_equal(back, whole, P * sizeof(float));
+    free(whole), free(back), free(local);
+    /* a part holds Vl rows of wte: its layout is that much smaller */
+    TEST_OK(gpt_config_init(&c, 2, 4, 32, 16, 97));
+    size_t all = gpt_config_num_params(&c), part = gpt_tp_num_params(&c, 2);
+    /* wte 128 x 32 halves; the blocks' sliced tensors halve; the rest stays */
+    size_t blocks_sliced =
+        2 * (size_t)(3 * 32 * 32 + 3 * 32 + 32 * 32 + 4 * 32 * 32 + 4 * 32 + 4 * 32 * 32);
+    assert_int_equal(all - part, 128 * 32 / 2 + blocks_sliced / 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crossentropy_slices),
         cmocka_unit_test(test_embedding_slices),
+        cmocka_unit_test(test_tp_vocabulary_rows),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
