@@ -175,20 +175,31 @@ void gpt_set_grad_ready(gpt_model *model, gpt_grad_ready_fn fn, void *user);
 /* Tensor parallelism in the Megatron-LM style (Shoeybi et al. 2019): each of
  * tp ranks holds the query, key and value rows of heads/tp heads and 4C/tp
  * of the MLP's hidden units (column slices of qkvw, fcw and their biases),
- * and the matching input columns of attprojw and fcprojw (row slices). The
- * embeddings, layernorms, projection biases and the head are replicated.
- * Per block, forward sums the two projections' partial outputs over the
- * ranks and backward sums the two partial input gradients of qkv and fc:
- * four calls of the tp hook per block and micro-step. The replicated
- * parameters then see identical inputs and identical output gradients on
- * every rank, so their gradients are identical and need no communication.
- * The local flat layout is the whole model's with the six sliced tensors
- * narrower (gpt_tp_num_params elements). */
+ * and the matching input columns of attprojw and fcprojw (row slices).
+ * wte, the token embedding tied to the output head, is cut by vocabulary
+ * rows (gpt_tp_vocab_rows: about Vp/tp each). Its embedding gives zero
+ * for other ranks' tokens and the ranks' outputs are summed; the head
+ * computes the logits of the rank's rows only and the cross-entropy runs
+ * vocabulary-parallel (the row maxima, then the sums of exponentials and
+ * the target logits, reduced over the ranks), so no rank holds a whole
+ * row of logits. wpe, the layernorms and the projection biases are
+ * replicated. Per block, forward sums the two projections' partial outputs
+ * over the ranks and backward sums the two partial input gradients of qkv
+ * and fc: four calls of the tp hook per block and micro-step. The
+ * replicated parameters then see identical inputs and identical output
+ * gradients on every rank, so their gradients are identical and need no
+ * communication. The local flat layout is the whole model's with the seven
+ * sliced tensors narrower (gpt_tp_num_params elements). */
 typedef gpc_status (*gpt_tp_reduce_fn)(void *user, gpc_tensor *tensor);
 
 /* Errors for a tp size that does not divide the heads (the channels and
  * MLP width follow). */
 gpc_status gpt_tp_check(const gpt_config *config, int tp_size);
+/* The rows of wte each of tp_size ranks holds: ceil(padded_vocab /
+ * tp_size), rounded up to a multiple of 8 above one rank (the whole
+ * padded_vocab at tp_size 1). Rank r holds rows [r rows, (r + 1) rows);
+ * those past padded_vocab are zero and in no checkpoint. */
+int64_t gpt_tp_vocab_rows(const gpt_config *config, int tp_size);
 /* Elements of one rank's local layout (tp_size 1: gpt_config_num_params). */
 size_t gpt_tp_num_params(const gpt_config *config, int tp_size);
 /* Rank tp_rank's local values cut out of a whole model's (f32, layout
@@ -214,6 +225,9 @@ int gpt_tp_rank(const gpt_model *model);
 /* The sum over the tp ranks, in place, of a tensor on the model's device
  * (queued on the compute stream). fn NULL removes it. */
 void gpt_set_tp_reduce(gpt_model *model, gpt_tp_reduce_fn fn, void *user);
+/* The elementwise max over the tp ranks, in place, of an f32 tensor on the
+ * model's device (the cross-entropy's row maxima); needed with the sum. */
+void gpt_set_tp_max(gpt_model *model, gpt_tp_reduce_fn fn, void *user);
 
 /* ---------------------------------------------- pipeline parallelism */
 

@@ -96,7 +96,7 @@ int cmd_plan(int argc, char **argv) {
          "GPUs: N / (tp x pp) data-parallel copies (default 1); above 1, every layout of "
          "--tp and --pp over them is listed too"},
         {"tp", CLI_INT, &tp, "T",
-         "tensor parallelism: heads and MLP units over T GPUs (default 1)"},
+         "tensor parallelism: heads, MLP units and vocabulary over T GPUs (default 1)"},
         {"pp", CLI_INT, &pp, "P", "pipeline parallelism: layers in P stages (default 1)"},
         {"lora", CLI_INT, &lora, "R", "LoRA rank; 0 trains every weight (default 0)"},
         {"vocab", CLI_INT, &vocab, "V", "vocabulary size (default 50257)"},
@@ -188,6 +188,13 @@ int cmd_plan(int argc, char **argv) {
     row("total", r.total);
     printf("  each extra sequence in the micro-batch adds %s\n",
            cli_format_bytes((double)r.per_sample, human, sizeof human));
+    if (tp > 1) {
+        gpt_config padded = {.padded_vocab = (in.vocab + 63) / 64 * 64};
+        printf("  tp %d: each GPU holds 1/%d of the block matrices and %lld of wte's %d padded "
+               "vocabulary rows (their gradient and AdamW state too); the cross-entropy runs "
+               "vocabulary-parallel\n",
+               tp, tp, (long long)gpt_tp_vocab_rows(&padded, tp), padded.padded_vocab);
+    }
     if (r.optimizer_unsharded > r.optimizer) {
         char whole[32];
         printf("  ZeRO-1 over %d GPUs: optimizer state %s per GPU instead of %s, saving %llu "

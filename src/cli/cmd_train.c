@@ -233,8 +233,8 @@ int cmd_train(int argc, char **argv) {
          "projections that get adapters, of qkv,proj,fc,fcproj (default all four)"},
         {"seed", CLI_INT64, &seed, "S", "weights, data order and rounding (default 1337)"},
         {"tp", CLI_INT, &tp, "T",
-         "several processes: tensor parallelism, each model cut over T of them (its heads and "
-         "MLP units); data parallelism over the rest (default 1)"},
+         "several processes: tensor parallelism, each model cut over T of them (its heads, "
+         "MLP units and vocabulary); data parallelism over the rest (default 1)"},
         {"pp", CLI_INT, &pp, "P",
          "several processes: pipeline parallelism, the layers cut into P stages run in the 1F1B "
          "order over the accumulation steps (default 1)"},

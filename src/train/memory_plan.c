@@ -128,8 +128,9 @@ static uint64_t kept_slots(const gpc_plan_input *in, int level) {
 /* Everything but per_sample. */
 static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
     memset(out, 0, sizeof *out);
-    /* a part: L/pp layers, and the attention heads and MLP units of one of
-     * tp slices (the first pipeline stage, which holds the most) */
+    /* a part: L/pp layers, and the attention heads, MLP units and
+     * vocabulary rows of one of tp slices (the first pipeline stage, which
+     * holds the most) */
     const uint64_t tp = in->tp > 0 ? (uint64_t)in->tp : 1, pp = in->pp > 0 ? (uint64_t)in->pp : 1;
     const uint64_t dp = (uint64_t)in->gpus / (tp * pp);
     const uint64_t L = (uint64_t)in->layers / pp, NH = (uint64_t)in->heads / tp;
@@ -144,8 +145,12 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
     /* Parameters, llm.c's layout: wte Vp*C, wpe T*C, per layer
      * ln1 2C + qkv 3C*C+3C + attproj C*C+C + ln2 2C + fc 4C*C+4C + fcproj 4C*C+C
      * = 12C^2 + 13C, and lnf 2C. A tp slice holds 1/tp of the four matrices
-     * and of the qkv and fc biases: 12C^2/tp + 7C/tp + 6C. */
-    uint64_t base = Vp * C + T * C + L * (12 * C * Cl + 7 * Cl + 6 * C) + 2 * C;
+     * and of the qkv and fc biases: 12C^2/tp + 7C/tp + 6C, and about Vp/tp
+     * rows of wte (gpt_tp_vocab_rows: the vocabulary-parallel embedding and
+     * head), so wte's gradient and AdamW state are 1/tp too. */
+    gpt_config vocab = {.padded_vocab = (int)Vp};
+    const uint64_t Vl = (uint64_t)gpt_tp_vocab_rows(&vocab, (int)tp);
+    uint64_t base = Vl * C + T * C + L * (12 * C * Cl + 7 * Cl + 6 * C) + 2 * C;
     /* LoRA adapters A [R, in] and B [out, R] on qkv (C->3C), attproj (C->C),
      * fc (C->4C) and fcproj (4C->C): R*(4C + 2C + 5C + 5C) = 16RC per layer. */
     uint64_t adapters = R ? L * 16 * R * C : 0;
@@ -210,7 +215,11 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
         in->cuda && in->dtype != GPC_F32 && gpc_attention_cudnn_head_size_ok((int64_t)hs)
             ? buffer(BT * Cl, f32)
             : 0;
-    out->workspace = buffer(BT * Vp, s) + (in->cuda ? GPC_PLAN_CUBLASLT_WORKSPACE : 0) + cudnn;
+    /* the logits of this rank's vocabulary rows; under tp also the
+     * cross-entropy's row statistics [3, BT] and one row gathered from the
+     * ranks for sampling (gpt.c's ce_stats and logits_full) */
+    out->workspace = buffer(BT * Vl, s) + (in->cuda ? GPC_PLAN_CUBLASLT_WORKSPACE : 0) + cudnn;
+    if (tp > 1) out->workspace += buffer(3 * BT, f32) + buffer(tp * Vl, s);
     out->context = in->cuda ? GPC_PLAN_CUDA_CONTEXT : 0;
     out->total = out->parameters + out->gradients + out->optimizer + out->activations +
                  out->backward + out->workspace + out->context;

@@ -112,4 +112,13 @@ expect_usage "--gpus 6 is not a multiple of --tp 2 x --pp 2" --model d12 --tp 2 
 grep -Eq "^  1 +1 +4 +25\.7 GiB +A100 40GB" "$work/layouts.txt" || fail "layouts: $(cat "$work/layouts.txt")"
 grep -Eq "^  1 +2 +2 +14\.8 GiB +RTX 4090 24GB" "$work/layouts.txt" || fail "layouts: $(cat "$work/layouts.txt")"
 grep -Eq "^  5 " "$work/layouts.txt" && fail "tp 5 listed on 4 GPUs"
+# tp 5 on GPT-2 1.5B: each GPU holds 10064 of wte's 50304 padded rows
+# (ceil(50304 / 5) rounded up to 8) with their gradient and AdamW state, so
+# a part has 10064 x 1600 + 1024 x 1600 (wpe) + 48 x (12C^2/5 + 7C/5 + 6C)
+# + 2C = 313,224,320 parameters, 626,448,640 bytes in bf16
+"$GPC" plan --model d48 --batch 1 --gpus 5 --tp 5 >"$work/tp5.txt" 2>&1 || fail "tp 5: $(cat "$work/tp5.txt")"
+grep -q "313224320 parameters" "$work/tp5.txt" || fail "tp 5 parameters: $(head -3 "$work/tp5.txt")"
+grep -Eq "^  parameters +626448640 " "$work/tp5.txt" || fail "tp 5 bytes: $(head -6 "$work/tp5.txt")"
+grep -q "10064 of wte's 50304 padded vocabulary rows" "$work/tp5.txt" ||
+  fail "tp 5 vocabulary: $(grep "tp 5:" "$work/tp5.txt")"
 echo "plan cli: ok"
