@@ -27,6 +27,11 @@
  * f32 roundings (1e-7 relative), which AdamW's steps carry. Measured
  * norm-wise differences after 10 steps stay under 2e-6; the bound is 1e-4,
  * while a missing all-reduce or a wrong slice moves them by 1e-2 or more.
+ * Losses agree within 1e-5. Gradient norms get 1e-4 too: AdamW divides by
+ * the root of the second moment, so a last-bit difference in a gradient
+ * near zero moves its weight by up to the learning rate, and the norms of
+ * later steps differ by up to about 1e-5 relative (seen once in a few
+ * hundred seeds).
  * Exits 77 outside mpirun or in a build without MPI.
  */
 #include <math.h>
@@ -118,7 +123,7 @@ static void step(const job *j, int s, gpt_model **parts, gpc_ddp **ddp, int npar
         float loss, norm;
         MUST(gpt_read_step(whole[w], &loss, &norm));
         if (w == 0) want_loss = loss, want_norm = norm;
-        CHECK(fabs(norm - want_norm) <= 1e-5 * want_norm && fabs(loss - want_loss) <= 1e-5 * loss,
+        CHECK(fabs(norm - want_norm) <= 1e-4 * want_norm && fabs(loss - want_loss) <= 1e-5 * loss,
               "step %d: the whole model resumed from parts has norm %.9g and loss %.9g, one "
               "process %.9g and %.9g",
               s, (double)norm, (double)loss, (double)want_norm, (double)want_loss);
@@ -148,7 +153,7 @@ static void step(const job *j, int s, gpt_model **parts, gpc_ddp **ddp, int npar
         MUST(j->pp->ops->all_reduce_host(j->pp, sums, 2));
         MUST(j->dp->ops->all_reduce_host(j->dp, sums, 2));
         double got_loss = sums[0] / sums[1];
-        CHECK(fabs(norm - want_norm) <= 1e-5 * want_norm,
+        CHECK(fabs(norm - want_norm) <= 1e-4 * want_norm,
               "step %d, part %d: gradient norm %.9g, one process %.9g", s, k, (double)norm,
               (double)want_norm);
         CHECK(fabs(got_loss - want_loss) <= 1e-5 * want_loss,
