@@ -17,7 +17,8 @@
 # cells a side, default "63 100 159": 1.0M, 4.0M and 16.1M atoms), STEPS
 # (per size, default "400 300 150"), BANDWIDTH (bytes/s, default 4.8e12:
 # the H200's HBM3e), FP64 (flop/s, default 34e12: its float64 vector peak),
-# FP32 (default 67e12).
+# FP32 (default 67e12), PROFILE (default 1: when nsys is there, the GPU time
+# of each kernel of the first variant at the middle size, 100 steps).
 #
 # The bound each RESULT line compares against: DRAM bytes per atom-step for
 # this layout at BANDWIDTH (partners' positions are assumed to come from
@@ -87,4 +88,19 @@ print(f"RESULT variant={variant} atoms={r['atoms']} steps={r['steps']} "
 PY
   done
 done
+if [[ ${PROFILE:-1} == 1 ]] && command -v nsys >/dev/null 2>&1; then
+  IFS=/ read -r forces lanes build <<<"${variants%% *}"
+  cells=${sizes[$(( ${#sizes[@]} / 2 ))]}
+  echo "== GPU time by kernel: variant $forces/$lanes/$build, $cells cells, 100 steps (nsys)"
+  if nsys profile -o "$work/profile" --force-overwrite true "$gpc" md --device "$device" \
+    --cells "$cells" --steps 100 --thermo 100 --forces "$forces" --gpu-lanes "$lanes" \
+    --gpu-build "$build" >"$work/profile.out" 2>&1; then
+    # the report's name changed in 2023; either gives each kernel's total
+    nsys stats --report cuda_gpu_kern_sum "$work/profile.nsys-rep" >"$work/kernels.txt" 2>&1 ||
+      nsys stats --report gpukernsum "$work/profile.nsys-rep" >"$work/kernels.txt" 2>&1 || true
+    grep -v '^ *$' "$work/kernels.txt" | cut -c1-200 | head -30
+  else
+    echo "nsys failed: $(tail -1 "$work/profile.out")"
+  fi
+fi
 echo "== done in $(( $(date +%s) - start )) s"

@@ -32,8 +32,9 @@
  * In float64 the offsets are the partner's image (x_j + box * offset); in
  * float32 they are the partner's cell relative to the atom's, because
  * float32 positions are held relative to the corner of each atom's cell at
- * the build (under 3.2 wide, so rounded to 2.4e-7, where absolute float32
- * coordinates in a box of 168 would carry 1.5e-5).
+ * the build (a cell is cutoff + skin wide or a little more, 2.85 in in.lj,
+ * so they are rounded to 2.4e-7, where absolute float32 coordinates in
+ * in.lj's box of 168 at 4M atoms would carry 1.5e-5).
  *
  * The build screens each candidate in float32 on those relative positions,
  * with a margin far above their rounding, and keeps a pair when the
@@ -78,7 +79,8 @@ constexpr int INDEX_BITS = 27; /* a neighbour entry: index, then the offsets' co
 constexpr unsigned INDEX_MASK = (1u << INDEX_BITS) - 1;
 constexpr unsigned CODE_NONE = 13; /* offsets (0, 0, 0) */
 /* the float32 screen's margin on (cutoff + skin)^2: its rounding is under
- * 1e-5 of it (positions under 3.2 wide, rounded to 2.4e-7) */
+ * 1e-5 of it (cell-relative positions, a few cells wide, rounded to ~1e-7
+ * of their size) */
 constexpr double SCREEN_MARGIN = 1e-4;
 
 /* One atom's position or velocity: 32 bytes, so a gather is two 16-byte
