@@ -10,8 +10,9 @@
 # A variant is forces/lanes/build:
 #   forces  f64 or f32: the pair forces' precision (--forces)
 #   lanes   1, 2, 4 or 8 threads per atom in the force kernel (--gpu-lanes)
-#   build   f32: the list build screens candidates in float32 and checks in
-#           float64; f64: it tests each in float64 (--gpu-build)
+#   build   f32: the list build tests candidates in float32, in float64 only
+#           those within rounding of the reach; f64: each in float64
+#           (--gpu-build)
 #
 # Environment: DEVICE (default cuda:0), VARIANTS (default below), SIZES (fcc
 # cells a side, default "63 100 159": 1.0M, 4.0M and 16.1M atoms), STEPS

@@ -115,8 +115,8 @@ int cmd_md(int argc, char **argv) {
         {"gpu-lanes", CLI_INT, &c.gpu_lanes, "L",
          "on a GPU, threads per atom in the force kernel: 1, 2, 4 or 8 (default 4)"},
         {"gpu-build", CLI_STRING, &build, "P",
-         "on a GPU, the list build screens candidates in f32 then checks in f64 (f32, default), "
-         "or tests each in f64"},
+         "on a GPU, the list build tests candidates in f32, in f64 only near the reach (f32, "
+         "default), or each in f64"},
         {"steps", CLI_INT, &steps, "N", "time steps to run (default 100)"},
         {"seed", CLI_INT64, &seed, "S", "seed of the initial velocities (default 87287)"},
         {"rebuild-every", CLI_INT, &c.rebuild_every, "N",

@@ -36,12 +36,12 @@
  * so they are rounded to 2.4e-7, where absolute float32 coordinates in
  * in.lj's box of 168 at 4M atoms would carry 1.5e-5).
  *
- * The build screens each candidate in float32 on those relative positions,
- * with a margin far above their rounding, and keeps a pair when the
- * float64 test md.c makes (its expression, the same rounding) also passes:
- * the list is the CPU's, at float32's cost for most candidates (the 27
- * cells hold about 7 times the atoms within reach). --gpu-build f64 tests every candidate in
- * float64.
+ * The build tests each candidate in float32 on those relative positions;
+ * only where that lands within a margin far above their rounding of the
+ * reach does it take md.c's float64 test (its expression, the same
+ * rounding). So the list is the CPU's, at float32's cost and without a
+ * float64 load for all but the rare candidates whose r^2 is within 1e-4 of
+ * the reach's. --gpu-build f64 tests every candidate in float64.
  *
  * Precision: positions, velocities and forces are float64, as on the CPU
  * (an fp32 coordinate of a 33-wide box carries 4e-6 of rounding, which
@@ -78,7 +78,7 @@ constexpr int DEFAULT_LANES = 4;
 constexpr int INDEX_BITS = 27; /* a neighbour entry: index, then the offsets' code */
 constexpr unsigned INDEX_MASK = (1u << INDEX_BITS) - 1;
 constexpr unsigned CODE_NONE = 13; /* offsets (0, 0, 0) */
-/* the float32 screen's margin on (cutoff + skin)^2: its rounding is under
+/* the float32 build test's margin on (cutoff + skin)^2: its rounding is under
  * 1e-5 of it (cell-relative positions, a few cells wide, rounded to ~1e-7
  * of their size) */
 constexpr double SCREEN_MARGIN = 1e-4;
@@ -284,14 +284,17 @@ __global__ void md_copy_back(int64_t n, const md_vec *__restrict__ x_in,
  * with its code (the file's head). The 27 offsets are walked whatever the
  * grid: with 1 or 2 cells along a side one cell is met at several images,
  * of which at most one lies within reach (the box is over twice as wide).
- * The float32 screen uses i's position relative to the neighbour cell's
+ * The float32 test uses i's position relative to the neighbour cell's
  * corner (its own minus the offset times the cell's width) against the
- * partners' relative positions; the float64 test is md.c's. */
+ * partners' relative positions: below screen_low the pair is within reach
+ * whatever the rounding, above screen_high beyond it; in between (and
+ * with test_f64, always) md.c's float64 test decides. */
 __global__ void md_build(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
                          double box, double inv_box, int m, double width,
-                         const int *__restrict__ cell_start, double reach2, float screen2,
-                         int test_f64, int relative_codes, int capacity, int lanes_log2,
-                         int *__restrict__ count, unsigned *__restrict__ neigh, md_flags *flags) {
+                         const int *__restrict__ cell_start, double reach2, float screen_low,
+                         float screen_high, int test_f64, int relative_codes, int capacity,
+                         int lanes_log2, int *__restrict__ count, unsigned *__restrict__ neigh,
+                         md_flags *flags) {
     if (!flags->rebuild) return;
     const float fwidth = (float)width;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -324,14 +327,21 @@ __global__ void md_build(int64_t n, const md_vec *__restrict__ x, const float4 *
                     const int end = cell_start[cell + 1];
                     for (int j = cell_start[cell]; j < end; j++) {
                         if (j == i) continue; /* its images are over twice the reach away */
+                        float s2 = 0;
                         if (!test_f64) {
                             const float4 q = xr[j];
                             const float dx = rx - q.x, dy = ry - q.y, dz = rz - q.z;
-                            if (!(dx * dx + dy * dy + dz * dz < screen2)) continue;
+                            s2 = dx * dx + dy * dy + dz * dz;
+                            if (!(s2 < screen_high)) continue; /* NaN too */
                         }
-                        const md_vec q = x[j];
-                        const double dx = p.x - q.x - bx, dy = p.y - q.y - by, dz = p.z - q.z - bz;
-                        if (dx * dx + dy * dy + dz * dz < reach2) {
+                        bool within = !test_f64 && s2 < screen_low;
+                        if (!within) {
+                            const md_vec q = x[j];
+                            const double dx = p.x - q.x - bx, dy = p.y - q.y - by,
+                                         dz = p.z - q.z - bz;
+                            within = dx * dx + dy * dy + dz * dz < reach2;
+                        }
+                        if (within) {
                             if (found < capacity)
                                 neigh[slot_of(i, found, n, lanes_log2)] = (unsigned)j | code;
                             found++; /* counted past the end: the host says how many */
@@ -650,11 +660,12 @@ static gpc_status queue_build(gpc_md_cuda *g, long long step) {
                                        g->id_tmp, g->flags);
     md_copy_back<<<lb, t, 0, g->stream>>>(g->n, g->x_tmp, g->v_tmp, g->id_tmp, g->x, g->x_built,
                                           g->xr, g->v, g->id, g->inv_box, g->m, g->width, g->flags);
-    const float screen2 = (float)(g->reach2 * (1 + SCREEN_MARGIN));
+    const float screen_low = (float)(g->reach2 * (1 - SCREEN_MARGIN)),
+                screen_high = (float)(g->reach2 * (1 + SCREEN_MARGIN));
     md_build<<<lb, t, 0, g->stream>>>(g->n, g->x, g->xr, box, g->inv_box, g->m, g->width,
-                                      g->cell_start, g->reach2, screen2, g->c.build_f64,
-                                      g->c.forces_f32, g->c.row_capacity, g->lanes_log2, g->count,
-                                      g->neigh, g->flags);
+                                      g->cell_start, g->reach2, screen_low, screen_high,
+                                      g->c.build_f64, g->c.forces_f32, g->c.row_capacity,
+                                      g->lanes_log2, g->count, g->neigh, g->flags);
     md_end_build<<<1, 1, 0, g->stream>>>(g->flags);
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
