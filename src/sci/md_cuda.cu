@@ -73,7 +73,8 @@ namespace {
 constexpr int ATOM_THREADS = 128;   /* the per-atom kernels' block; also the thermo partials' */
 constexpr int REDUCE_THREADS = 256; /* the one block that sums the partials */
 constexpr int LOOP_BLOCKS_PER_SM = 8;
-constexpr int MAX_LANES = 8; /* threads per atom in the force kernel */
+constexpr int LOOP_THREADS = 256; /* the build kernels' block (grid-stride loops) */
+constexpr int MAX_LANES = 8;      /* threads per atom in the force kernel */
 constexpr int DEFAULT_LANES = 4;
 constexpr int INDEX_BITS = 27; /* a neighbour entry: index, then the offsets' code */
 constexpr unsigned INDEX_MASK = (1u << INDEX_BITS) - 1;
@@ -542,6 +543,7 @@ struct gpc_md_cuda {
     int lanes, lanes_log2;
     int64_t slots; /* of the neighbour list: row_capacity rounded up to MAX_LANES, times n */
     int atom_blocks, loop_blocks, force_blocks;
+    int build_blocks;    /* as many as are resident at once: one wave, no tail */
     int64_t since_build; /* steps since the last build, for rebuild_every */
     cudaStream_t stream;
     md_vec *x, *v, *x_built, *x_tmp, *v_tmp;
@@ -642,7 +644,7 @@ extern "C" void gpc_md_cuda_free(gpc_md_cuda *g) {
 
 /* Queues the build (each kernel returns at once unless flags->rebuild). */
 static gpc_status queue_build(gpc_md_cuda *g, long long step) {
-    const int lb = g->loop_blocks, t = 256;
+    const int lb = g->loop_blocks, t = LOOP_THREADS;
     const double box = g->c.box;
     md_clear_cells<<<lb, t, 0, g->stream>>>(g->cells, g->cell_count, g->flags);
     md_bin<<<lb, t, 0, g->stream>>>(g->n, g->x, box, g->inv_box, g->m, g->cell_of, g->cell_rank,
@@ -662,10 +664,10 @@ static gpc_status queue_build(gpc_md_cuda *g, long long step) {
                                           g->xr, g->v, g->id, g->inv_box, g->m, g->width, g->flags);
     const float screen_low = (float)(g->reach2 * (1 - SCREEN_MARGIN)),
                 screen_high = (float)(g->reach2 * (1 + SCREEN_MARGIN));
-    md_build<<<lb, t, 0, g->stream>>>(g->n, g->x, g->xr, box, g->inv_box, g->m, g->width,
-                                      g->cell_start, g->reach2, screen_low, screen_high,
-                                      g->c.build_f64, g->c.forces_f32, g->c.row_capacity,
-                                      g->lanes_log2, g->count, g->neigh, g->flags);
+    md_build<<<g->build_blocks, t, 0, g->stream>>>(
+        g->n, g->x, g->xr, box, g->inv_box, g->m, g->width, g->cell_start, g->reach2, screen_low,
+        screen_high, g->c.build_f64, g->c.forces_f32, g->c.row_capacity, g->lanes_log2, g->count,
+        g->neigh, g->flags);
     md_end_build<<<1, 1, 0, g->stream>>>(g->flags);
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
@@ -814,6 +816,10 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
         MD_CHECK(cudaGetDeviceProperties(&prop, device));
         snprintf(g->name, sizeof g->name, "%s (cuda:%d)", prop.name, device);
         g->loop_blocks = prop.multiProcessorCount * LOOP_BLOCKS_PER_SM;
+        int resident = 0;
+        MD_CHECK(
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, md_build, LOOP_THREADS, 0));
+        g->build_blocks = prop.multiProcessorCount * (resident > 0 ? resident : 1);
     }
     /* a blocking stream: it waits for the default stream's copies and sets
      * too, so no copy below can race a kernel */
