@@ -5,11 +5,11 @@
  *     with either build test, and after a hot run still every pair within
  *     the cutoff;
  *   - forces, energy and virial of a disordered crystal against every pair
- *     summed in float64 (float32 forces: 1e-5 of the largest);
+ *     summed in float64 (float32 forces: 3e-5 of the largest);
  *   - a small crystal's trajectory, atom by atom, and its thermo rows
  *     against the CPU's, with each rebuild policy;
  *   - each kernel variant (lanes per atom 1, 2, 4, 8; the build's float32
- *     screen or float64 alone; float64 or float32 forces) on 4,000 atoms
+ *     test or float64 alone; float64 or float32 forces) on 4,000 atoms
  *     of in.lj, 100 steps: every thermo row agrees with the CPU's;
  *   - LAMMPS's in.lj (32,000 atoms), 100 steps: every thermo row agrees
  *     with the CPU's to the printed digits (Temp, E_pair and TotEng within
@@ -241,12 +241,15 @@ static void forces_match_every_pair(int where, double tolerance) {
 
 /* float64 forces as every pair gives them to 1e-10 of the largest (only
  * the order of the sums differs); float32 pair forces summed in float32 to
- * 1e-5 (pair forces of 100 and more cancel to the net force). Energy and
- * pressure are float64 either way. */
+ * 3e-5: separations from cell-relative float32 positions carry up to 5e-7,
+ * and near r = 0.8, where this crystal's largest force is, a pair force
+ * moves by 17 times the relative change of r (pair forces of 100 and more
+ * also cancel to the net force). Energy and pressure are float64 either
+ * way. */
 static void test_small_forces_match_every_pair(void **state) {
     (void)state;
     forces_match_every_pair(GPU, 1e-10);
-    forces_match_every_pair(GPU_F32, 1e-5);
+    forces_match_every_pair(GPU_F32, 3e-5);
 }
 
 /* ------------------------------------------------------- against the CPU */
