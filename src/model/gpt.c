@@ -298,7 +298,8 @@ static gpc_status create_optimizer(gpt_model *m) {
                                .shard_begin = m->shard_offset,
                                .shard_end = m->shard_offset + m->shard_count,
                                .moments = m->training,
-                               .offload = m->offload};
+                               .offload = m->offload,
+                               .offload_chunk = (size_t)gpc_setting_int("GPC_OFFLOAD_CHUNK")};
     return gpc_optim_create(&m->optim, &layout);
 }
 
