@@ -69,6 +69,7 @@ typedef struct {
     gpc_device device;
     gpc_dtype precision;
     size_t memory_planned; /* bytes the model placed on the device */
+    size_t host_pinned;    /* bytes of the offloaded optimizer in pinned host memory (0: none) */
     int first_step;        /* 0, or the step a resumed run continues from */
     int steps;
     double peak_lr;

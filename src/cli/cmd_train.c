@@ -69,6 +69,11 @@ static void on_event(void *user, const gpc_train_event *e) {
                 (long long)e->tokens_per_step, e->B, e->T, e->accumulation_steps,
                 gpc_device_name(e->device), gpc_dtype_name(e->precision),
                 cli_format_bytes((double)e->memory_planned, b, sizeof b), e->peak_lr, e->warmup);
+        if (e->host_pinned)
+            fprintf(stderr,
+                    "gpc train: optimizer offloaded: master weights and moments in %s of pinned "
+                    "host memory, updated on the CPU\n",
+                    cli_format_bytes((double)e->host_pinned, b, sizeof b));
         if (e->first_step)
             fprintf(stderr, "gpc train: resuming at step %d of %d\n", e->first_step, e->steps);
         break;

@@ -1264,6 +1264,7 @@ static void emit_start(trainer *t) {
     e.device = t->o->device;
     e.precision = t->s.precision;
     e.memory_planned = gpt_memory_bytes(t->model);
+    e.host_pinned = gpt_host_pinned_bytes(t->model);
     e.first_step = t->step;
     e.steps = t->s.steps;
     e.peak_lr = t->s.schedule.lr;

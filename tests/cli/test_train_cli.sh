@@ -130,6 +130,8 @@ grep -Eq '^  --offload-optimizer +keep the f32 master weights' "$work/help" ||
   fail "gpc help train lacks --offload-optimizer"
 expect 0 "train --offload-optimizer" -- "$GPC" "${tiny[@]}" --steps 4 --out "$work/off" \
   --offload-optimizer
+grep -q "^gpc train: optimizer offloaded: master weights and moments in .* of pinned host memory" \
+  "$work/err" || fail "no offload line: $(cat "$work/err")"
 expect 0 "train without offload" -- "$GPC" "${tiny[@]}" --steps 4 --out "$work/no-off"
 cmp -s <(grep -o '"loss":[^,]*' "$work/off/metrics.jsonl") \
   <(grep -o '"loss":[^,]*' "$work/no-off/metrics.jsonl") ||
