@@ -520,7 +520,7 @@ static gpc_status offload_alloc(gpc_optim *o) {
     }
     h->grads = at;
     h->params = at + low;
-    h->norm = (float *)(at + 2 * low);
+    h->norm = (float *)(void *)(at + 2 * low);
     GPC_TRY(make_chunks(o));
     GPC_TRY(b->stream_create(o->device.index, &h->down));
     GPC_TRY(b->stream_create(o->device.index, &h->up));
