@@ -664,6 +664,48 @@ static void test_offload_exact(void **state) {
     unsetenv("GPC_OFFLOAD_CHUNK");
 }
 
+/* An offloaded run holds m and v (8 bytes a parameter in f32) in host
+ * memory, not on the device: under a device limit between the two runs'
+ * needs, the plain run runs out of memory and the offloaded one trains,
+ * at the same micro-batch and to the same losses. */
+static void test_offload_memory(void **state) {
+    (void)state;
+    gpc_train_options o;
+    record plain, off, limited;
+    tiny_options(&o, run_dir("mem_plain"), &plain);
+    o.steps = 4;
+    TEST_OK(gpc_train(&o, NULL));
+    tiny_options(&o, run_dir("mem_off"), &off);
+    o.steps = 4;
+    o.offload_optimizer = 1;
+    TEST_OK(gpc_train(&o, NULL));
+    size_t P = plain.start.parameters, held = plain.start.memory_planned;
+    size_t held_off = off.start.memory_planned;
+    assert_true(held - held_off >= 8 * P && held - held_off < 8 * P + 2 * 256);
+    assert_int_equal(plain.start.host_pinned, 0);
+    assert_true(off.start.host_pinned >= 16 * P); /* m, v, gradients and weights (f32) */
+
+    char limit[32];
+    snprintf(limit, sizeof limit, "%zu", held_off + (held - held_off) / 2);
+    setenv("GPC_DEVICE_MEMORY_LIMIT", limit, 1);
+    tiny_options(&o, run_dir("mem_plain_limited"), &limited);
+    o.steps = 4;
+    o.no_auto_fit = 1;
+    gpc_status s = gpc_train(&o, NULL);
+    tiny_options(&o, run_dir("mem_off_limited"), &limited);
+    o.steps = 4;
+    o.no_auto_fit = 1;
+    o.offload_optimizer = 1;
+    gpc_status s_off = gpc_train(&o, NULL);
+    unsetenv("GPC_DEVICE_MEMORY_LIMIT");
+    assert_int_equal(s, GPC_ERR_NOMEM);
+    TEST_OK(s_off);
+    gpc_clear_error();
+    assert_int_equal(limited.start.B, 4);
+    for (int step = 1; step <= 4; step++)
+        assert_memory_equal(&limited.loss[step], &plain.loss[step], sizeof(float));
+}
+
 /* The combinations --offload-optimizer does not support, each refused
  * with what to leave out. */
 static void test_offload_refusals(void **state) {
@@ -696,7 +738,7 @@ int main(void) {
         cmocka_unit_test(test_bad_settings),     cmocka_unit_test(test_power_summary),
         cmocka_unit_test(test_energy_summary),   cmocka_unit_test(test_energy_meter),
         cmocka_unit_test(test_auto_fit),         cmocka_unit_test(test_offload_exact),
-        cmocka_unit_test(test_offload_refusals),
+        cmocka_unit_test(test_offload_refusals), cmocka_unit_test(test_offload_memory),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
