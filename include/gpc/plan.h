@@ -52,7 +52,8 @@ typedef struct {
     uint64_t optimizer;           /* AdamW m and v (f32) + f32 master when low precision;
                                    * 0 with offload (it is in host_pinned) */
     uint64_t optimizer_unsharded; /* the same without ZeRO-1 (not in the total): what
-                                   * zero 1 over gpus saves is the difference */
+                                   * zero 1 over gpus saves is the difference;
+                                   * 0 with offload */
     uint64_t activations;         /* what the forward pass keeps for backward */
     uint64_t backward;            /* backward scratch: dresidual, dbtc, dbt4c, norm */
     uint64_t workspace;           /* logits (reused for dlogits) + cuBLASLt workspace + cuDNN

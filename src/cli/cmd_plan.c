@@ -194,11 +194,6 @@ int cmd_plan(int argc, char **argv) {
     row("total", r.total);
     printf("  each extra sequence in the micro-batch adds %s\n",
            cli_format_bytes((double)r.per_sample, human, sizeof human));
-    if (in.offload)
-        printf("  host pinned memory (optimizer state, staged gradients and weights): %s (%llu "
-               "bytes)\n",
-               cli_format_bytes((double)r.host_pinned, human, sizeof human),
-               (unsigned long long)r.host_pinned);
     if (r.optimizer_unsharded > r.optimizer) {
         char whole[32];
         printf("  ZeRO-1 over %d GPUs: optimizer state %s per GPU instead of %s, saving %llu "
@@ -207,6 +202,11 @@ int cmd_plan(int argc, char **argv) {
                cli_format_bytes((double)r.optimizer_unsharded, whole, sizeof whole),
                (unsigned long long)(r.optimizer_unsharded - r.optimizer));
     }
+    if (in.offload)
+        printf("  host pinned memory (optimizer state, staged gradients and weights): %s (%llu "
+               "bytes)\n",
+               cli_format_bytes((double)r.host_pinned, human, sizeof human),
+               (unsigned long long)r.host_pinned);
     printf("\n");
     recompute_table(&in);
 

@@ -178,7 +178,7 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
         /* gpc_optim's one pinned block: the state, a host copy of the
          * gradients and of the weights (compute dtype), and the norm */
         out->host_pinned = out->optimizer + 2 * buffer(out->trainable, s) + 256;
-        out->optimizer = 0;
+        out->optimizer = out->optimizer_unsharded = 0; /* nothing on the device to shard */
     }
 
     /* gpt_activations, in its order, once per micro-batch in flight. The

@@ -92,10 +92,11 @@ total=$(awk '$1 == "total" {print $2}' "$work/off.txt")
 grep -q "^  host pinned memory .*(1991614720 bytes)$" "$work/off.txt" ||
   fail "host pinned line: $(grep -i pinned "$work/off.txt")"
 grep -qi "pinned" "$work/out.txt" && fail "a plan without --offload-optimizer reports pinned memory"
+grep -q "ZeRO-1" "$work/off.txt" && fail "an offloaded plan reports a ZeRO-1 saving"
 python3 -c "
 import json
 p=json.load(open('$work/off.json'))
-assert (p['optimizer'], p['total'], p['host_pinned'], p['offload_optimizer']) == (0, 2846796032, 1991614720, 1), p"
+assert (p['optimizer'], p['optimizer_unsharded'], p['total'], p['host_pinned'], p['offload_optimizer']) == (0, 0, 2846796032, 1991614720, 1), p"
 
 # Usage errors: exit 2, one line naming what was wrong.
 expect_usage() {
