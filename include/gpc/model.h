@@ -114,6 +114,16 @@ gpc_status gpt_recompute_parse(const char *text, int *recompute);
  * the same ops as forward. */
 gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_device device,
                                 gpc_dtype dtype, int B, int T, int training, int recompute);
+/* A training model whose optimizer state (f32 master weights, AdamW m and
+ * v) lives in the device's pinned host memory and is updated on CPU
+ * threads (gpc/optim.h, layout.offload): the device holds parameters,
+ * gradients and activations only. Whole models only: no shard, part,
+ * LoRA or quantized weights. Checkpoints are the same as a plain model's. */
+gpc_status gpt_create_offload(gpt_model **out, const gpt_config *config, gpc_device device,
+                              gpc_dtype dtype, int B, int T, int recompute);
+int gpt_optimizer_offloaded(const gpt_model *m);
+/* Pinned host bytes of an offloaded optimizer (0 otherwise). */
+size_t gpt_host_pinned_bytes(const gpt_model *m);
 /* A training model holding the optimizer state (AdamW m, v and, for bf16
  * and fp16, the f32 master weights) of elements [shard_offset,
  * shard_offset + shard_count) of the flat layout only: ZeRO stage 1, where

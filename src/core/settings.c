@@ -97,6 +97,8 @@ static const gpc_setting_info table[] = {
      NULL},
     {"GPC_MATMUL_WORKSPACE_MB", INT, "32", "benchmarks", "cuBLASLt's workspace in MiB", 1, 4096,
      NULL},
+    {"GPC_OFFLOAD_CHUNK", INT, "8388608", "benchmarks",
+     "elements per copy and CPU update of gpc train --offload-optimizer", 1, 100000000, NULL},
     {"GPC_QUANT_FP8_LT", FLAG, "1", "benchmarks",
      "per-tensor fp8 weights on cuBLASLt's FP8 tensor cores (5+ rows); 0: the dequantizing "
      "kernel",

@@ -297,7 +297,9 @@ static gpc_status create_optimizer(gpt_model *m) {
                                .range_count = count,
                                .shard_begin = m->shard_offset,
                                .shard_end = m->shard_offset + m->shard_count,
-                               .moments = m->training};
+                               .moments = m->training,
+                               .offload = m->offload,
+                               .offload_chunk = (size_t)gpc_setting_int("GPC_OFFLOAD_CHUNK")};
     return gpc_optim_create(&m->optim, &layout);
 }
 
@@ -414,10 +416,11 @@ gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device devi
 }
 
 /* shard_count SIZE_MAX: the whole buffer. */
-static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device device,
-                         gpc_dtype dtype, int B, int T, int training, int recompute,
-                         size_t shard_offset, size_t shard_count, const gpt_lora_options *lora,
-                         const gpt_parallel *par, const gpt_quant_options *quant) {
+static gpc_status create_with(gpt_model **out, const gpt_config *config, gpc_device device,
+                              gpc_dtype dtype, int B, int T, int training, int recompute,
+                              size_t shard_offset, size_t shard_count, const gpt_lora_options *lora,
+                              const gpt_parallel *par, const gpt_quant_options *quant,
+                              int offload) {
     *out = NULL;
     const gpt_parallel whole_model = {1, 0, 1, 0, 1};
     if (!par) par = &whole_model;
@@ -462,6 +465,7 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     m->dtype = dtype;
     m->training = training ? 1 : 0;
     m->recompute = training ? recompute : 0; /* inference keeps no activations for backward */
+    m->offload = offload;
     m->derived_qkv_bias = gpc_setting_flag("GPC_QKV_BIAS_DERIVED");
     m->B = B;
     m->T = T;
@@ -509,6 +513,8 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     gpc_status s = create_optimizer(m);
     if (s == GPC_OK) s = plan(m, &m->param_arena, place_params);
     if (s == GPC_OK) s = plan(m, &m->act_arena, place_acts);
+    /* offloaded, the optimizer state is in pinned host memory, not an arena */
+    if (s == GPC_OK && m->offload) s = gpc_optim_alloc(m->optim);
     /* attention's own plans and workspace (cuDNN's) are built now, with the
      * rest of the model's memory, rather than in the first step */
     if (s == GPC_OK) {
@@ -546,6 +552,28 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     }
     *out = m;
     return GPC_OK;
+}
+
+static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device device,
+                         gpc_dtype dtype, int B, int T, int training, int recompute,
+                         size_t shard_offset, size_t shard_count, const gpt_lora_options *lora,
+                         const gpt_parallel *par, const gpt_quant_options *quant) {
+    return create_with(out, config, device, dtype, B, T, training, recompute, shard_offset,
+                       shard_count, lora, par, quant, 0);
+}
+
+gpc_status gpt_create_offload(gpt_model **out, const gpt_config *config, gpc_device device,
+                              gpc_dtype dtype, int B, int T, int recompute) {
+    return create_with(out, config, device, dtype, B, T, 1, recompute, 0, SIZE_MAX, NULL, NULL,
+                       NULL, 1);
+}
+
+int gpt_optimizer_offloaded(const gpt_model *m) {
+    return m->offload;
+}
+
+size_t gpt_host_pinned_bytes(const gpt_model *m) {
+    return gpc_optim_host_bytes(m->optim);
 }
 
 gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_device device,

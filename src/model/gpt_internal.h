@@ -121,6 +121,7 @@ struct gpt_model {
     gpc_dtype dtype; /* compute dtype of parameters, gradients and activations */
     int training;    /* gradients and optimizer state exist */
     int B, T;        /* the largest batch the activations were planned for */
+    int offload;     /* optimizer state in pinned host memory (gpt_create_offload) */
     int recompute;   /* 0 keep activations; 1 rebuild GELU outputs; 2 also layernorm outputs */
     /* 1: backward sums only the query third of the qkv bias gradient and
      * derives the rest (see gpt.c's backward); the default, which

@@ -12,7 +12,9 @@
  * rstd, small, stay); with block recomputation everything inside a block is
  * rebuilt from the block's input, so only the residual stream between blocks
  * stays per layer. A block count N applies the level to the first N blocks:
- * those share one slot, the other L - N keep theirs.
+ * those share one slot, the other L - N keep theirs. With the optimizer
+ * offloaded, master, m and v move to pinned host memory, beside a host
+ * copy of the gradients and of the weights (gpc/optim.h).
  */
 #include "gpc/plan.h"
 #include "gpc/model.h"
@@ -108,6 +110,12 @@ static gpc_status check_input(const gpc_plan_input *in) {
                          in->recompute >> 2, in->layers / pp, in->layers, pp, in->layers / pp);
     if (in->lora_rank && tp * pp > 1)
         return gpc_error(GPC_ERR_INVALID_ARG, "--lora trains on one GPU; leave out --tp and --pp");
+    if (in->offload && (in->zero || in->gpus != 1 || tp * pp > 1 || in->lora_rank))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--offload-optimizer plans one GPU training a whole model: leave out "
+                         "--gpus, --zero, --tp, --pp and --lora");
+    if (in->offload != 0 && in->offload != 1)
+        return gpc_error(GPC_ERR_INVALID_ARG, "offload %d is not 0 or 1", in->offload);
     if (in->lora_rank < 0 || in->lora_rank > in->channels)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "--lora %d is out of range: use 0 (full fine-tuning) to %d (channels)",
@@ -171,6 +179,12 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
     out->optimizer = 2 * buffer(shard, f32) + (low_precision ? buffer(shard, f32) : 0);
     out->optimizer_unsharded =
         2 * buffer(out->trainable, f32) + (low_precision ? buffer(out->trainable, f32) : 0);
+    if (in->offload) {
+        /* gpc_optim's one pinned block: the state, a host copy of the
+         * gradients and of the weights (compute dtype), and the norm */
+        out->host_pinned = out->optimizer + 2 * buffer(out->trainable, s) + 256;
+        out->optimizer = out->optimizer_unsharded = 0; /* nothing on the device to shard */
+    }
 
     /* gpt_activations, in its order, once per micro-batch in flight. The
      * recomputed layers of a level share one slot; the others keep theirs. */
@@ -278,22 +292,23 @@ gpc_status gpc_plan_write_json(const char *path, const char *model, const gpc_pl
             "{\"model\": \"%s\", \"layers\": %d, \"heads\": %d, \"channels\": %d, "
             "\"context\": %d, \"batch\": %d, \"vocab\": %d, \"precision\": \"%s\", "
             "\"recompute\": %d, \"recompute_layers\": %d, \"zero\": %d, \"gpus\": %d, "
-            "\"lora\": %d, \"device\": \"%s\",\n",
+            "\"lora\": %d, \"offload_optimizer\": %d, \"device\": \"%s\",\n",
             model, in->layers, in->heads, in->channels, in->context, in->batch, in->vocab,
             gpc_dtype_name(in->dtype), gpt_recompute_level(in->recompute),
             gpt_recompute_layers(in->recompute, in->layers), in->zero, in->gpus, in->lora_rank,
-            in->cuda ? "cuda" : "cpu");
+            in->offload, in->cuda ? "cuda" : "cpu");
     fprintf(f,
             " \"num_params\": %llu, \"trainable\": %llu, \"parameters\": %llu, \"gradients\": "
             "%llu, \"optimizer\": %llu, \"optimizer_unsharded\": %llu, \"activations\": %llu, "
             "\"backward\": %llu, \"workspace\": %llu, \"context_overhead\": %llu, \"total\": "
-            "%llu, \"per_sample\": %llu,\n \"gpus_fit\": [",
+            "%llu, \"per_sample\": %llu, \"host_pinned\": %llu,\n \"gpus_fit\": [",
             (unsigned long long)r->num_params, (unsigned long long)r->trainable,
             (unsigned long long)r->parameters, (unsigned long long)r->gradients,
             (unsigned long long)r->optimizer, (unsigned long long)r->optimizer_unsharded,
             (unsigned long long)r->activations, (unsigned long long)r->backward,
             (unsigned long long)r->workspace, (unsigned long long)r->context,
-            (unsigned long long)r->total, (unsigned long long)r->per_sample);
+            (unsigned long long)r->total, (unsigned long long)r->per_sample,
+            (unsigned long long)r->host_pinned);
     int count;
     const gpc_plan_gpu *gpus = gpc_plan_gpus(&count);
     for (int i = 0; i < count; i++)

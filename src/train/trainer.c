@@ -327,6 +327,7 @@ static double plan_bytes(const gpc_train_options *o, const run_settings *s,
         in.gpus *= in.tp * in.pp;
     }
     in.lora_rank = o->lora_rank;
+    in.offload = o->offload_optimizer ? 1 : 0;
     in.cuda = o->device.type == GPC_DEVICE_CUDA;
     gpc_plan_result r;
     /* the plan takes one T: a fine-tuned model's extra rows of wpe (more
@@ -339,8 +340,10 @@ static double plan_bytes(const gpc_train_options *o, const run_settings *s,
         gpc_clear_error();
         return 0;
     }
+    /* on the CPU the offloaded state is host memory like the rest */
+    double host = in.cuda ? 0 : (double)r.host_pinned;
     /* a GPU's context exists by the time its free memory is read */
-    return (double)(r.total - r.context) + wpe + 6.0 * B * (double)s->T * sizeof(int32_t);
+    return (double)(r.total - r.context) + host + wpe + 6.0 * B * (double)s->T * sizeof(int32_t);
 }
 
 /* ------------------------------------------------------------ auto-fit */
@@ -1161,6 +1164,10 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
     t->targets = gpc_malloc(n * sizeof(int32_t));
     if (!t->inputs || !t->targets) return gpc_error(GPC_ERR_NOMEM, "out of host memory");
     if (t->lora.rank) {
+        if (o->offload_optimizer)
+            return gpc_error(GPC_ERR_UNSUPPORTED,
+                             "--offload-optimizer does not train LoRA adapters, whose state is "
+                             "small: leave it out with --lora");
         if (world > 1 || o->dist)
             return gpc_error(GPC_ERR_UNSUPPORTED,
                              "--lora trains on one process; leave out the extra processes");
@@ -1213,6 +1220,9 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
                              s->recompute, shard[o->rank], shard[o->rank + 1] - shard[o->rank]);
         gpc_free(shard);
         GPC_TRY(st);
+    } else if (o->offload_optimizer) {
+        GPC_TRY(gpt_create_offload(&t->model, &s->config, o->device, s->precision, s->B, s->T,
+                                   s->recompute));
     } else {
         GPC_TRY(gpt_create_recompute(&t->model, &s->config, o->device, s->precision, s->B, s->T, 1,
                                      s->recompute));
@@ -1271,6 +1281,7 @@ static void emit_start(trainer *t) {
     e.device = t->o->device;
     e.precision = t->s.precision;
     e.memory_planned = gpt_memory_bytes(t->model);
+    e.host_pinned = gpt_host_pinned_bytes(t->model);
     e.first_step = t->step;
     e.steps = t->s.steps;
     e.peak_lr = t->s.schedule.lr;
@@ -1468,7 +1479,27 @@ static gpc_status train_run(const gpc_train_options *o, const train_parts *parts
     return s;
 }
 
+/* The combinations --offload-optimizer does not support, refused before
+ * anything is built: it keeps one whole model's state in one process. */
+static gpc_status check_offload(const gpc_train_options *o) {
+    if (!o->offload_optimizer) return GPC_OK;
+    if (o->tp > 1 || o->pp > 1)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "--offload-optimizer keeps a whole model's optimizer state in one "
+                         "process: leave out --tp and --pp");
+    if (o->world_size > 1 || o->dist || o->zero)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "--offload-optimizer trains on one process: leave out data parallelism "
+                         "(the extra processes and --zero)");
+    if (o->lora_rank)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "--offload-optimizer does not train LoRA adapters, whose state is "
+                         "small: leave it out with --lora");
+    return GPC_OK;
+}
+
 gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
+    GPC_TRY(check_offload(o));
     int tp = o->tp > 1 ? o->tp : 1, pp = o->pp > 1 ? o->pp : 1;
     if (tp == 1 && pp == 1) return train_run(o, NULL, o->rank == 0, result);
     /* model parallelism: world = dp x pp x tp; the trainer sees its dp

@@ -83,6 +83,21 @@ assert z["optimizer_unsharded"] == a["optimizer"] == 1493710848, z["optimizer_un
 assert a["total"] - z["total"] == 1493710848 - 373427712, (a["total"], z["total"])
 PY
 
+# --offload-optimizer: the device drops the 1,493,710,848 bytes of master
+# weights and moments (total 2,846,796,032) and the host pins 1,991,614,720
+# (the state, a copy of the gradients and of the weights, 256 for the norm).
+"$GPC" plan --model d12 --batch 4 --offload-optimizer --json "$work/off.json" >"$work/off.txt"
+total=$(awk '$1 == "total" {print $2}' "$work/off.txt")
+[[ "$total" == 2846796032 ]] || fail "offloaded total row says '$total', expected 2846796032"
+grep -q "^  host pinned memory .*(1991614720 bytes)$" "$work/off.txt" ||
+  fail "host pinned line: $(grep -i pinned "$work/off.txt")"
+grep -qi "pinned" "$work/out.txt" && fail "a plan without --offload-optimizer reports pinned memory"
+grep -q "ZeRO-1" "$work/off.txt" && fail "an offloaded plan reports a ZeRO-1 saving"
+python3 -c "
+import json
+p=json.load(open('$work/off.json'))
+assert (p['optimizer'], p['optimizer_unsharded'], p['total'], p['host_pinned'], p['offload_optimizer']) == (0, 0, 2846796032, 1991614720, 1), p"
+
 # Usage errors: exit 2, one line naming what was wrong.
 expect_usage() {
   local needle=$1; shift
@@ -103,6 +118,7 @@ expect_usage "--gpus 0" --model d12 --gpus 0
 expect_usage "--tp 5 does not divide the model's 12 attention heads" --model d12 --tp 5 --gpus 5
 expect_usage "--pp 5 does not divide the model's 12 layers" --model d12 --pp 5 --gpus 5
 expect_usage "--gpus 6 is not a multiple of --tp 2 x --pp 2" --model d12 --tp 2 --pp 2 --gpus 6
+expect_usage "--offload-optimizer plans one GPU" --model d12 --offload-optimizer --gpus 2
 
 # GPT-2 1.5B (48 layers, 25 heads, 1600 channels) with full AdamW state on
 # 4 GPUs: data parallelism alone needs an A100 40GB, 2 pipeline stages fit
