@@ -47,6 +47,16 @@ static inline GPC_STENCIL_HD uint64_t gpc_stencil_hash(uint64_t bits, uint64_t i
 
 typedef struct gpc_stencil_cuda gpc_stencil_cuda;
 
+/* The update kernels (stencil_cuda.cu says how each reads its neighbours);
+ * GPC_STENCIL_KERNEL picks one by name, stencil.c parses it. */
+typedef enum {
+    GPC_STENCIL_KERNEL_VECTOR, /* z-marching columns, 16 bytes a thread along x */
+    GPC_STENCIL_KERNEL_COLUMN, /* z-marching columns, one point a thread along x */
+    GPC_STENCIL_KERNEL_PLAIN,  /* one point a thread, every neighbour loaded */
+    GPC_STENCIL_KERNEL_SHARED, /* z-marching tiles through shared memory */
+    GPC_STENCIL_KERNELS
+} gpc_stencil_kernel;
+
 typedef struct {
     int device; /* CUDA ordinal */
     int fp32;
@@ -54,6 +64,7 @@ typedef struct {
     int z0, nz;       /* this process's planes of the grid */
     int slabs;        /* subdomains of them on the GPU */
     int below, above; /* 1: a process below (above) exchanges halo planes */
+    gpc_stencil_kernel kernel;
     double r;
     /* 1 - 6 r, rounded once (gpc_stencil_c6): the CPU's bits, whatever
      * the host compiler contracts */
