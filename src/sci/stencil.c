@@ -166,8 +166,8 @@ gpc_status gpc_stencil_copy_rate(const gpc_stencil_config *c, double *rate) {
 
 /* GPC_STENCIL_KERNEL's names, in gpc_stencil_kernel's order; auto is the
  * first. */
-static const char *const kernel_names[GPC_STENCIL_KERNELS] = {"vector", "column", "plain",
-                                                              "shared"};
+static const char *const kernel_names[GPC_STENCIL_KERNELS] = {"vector", "column", "plain", "shared",
+                                                              "twostep"};
 
 /* The update kernel GPC_STENCIL_KERNEL names; -1 for a name it does not
  * know. */
@@ -213,7 +213,7 @@ static gpc_status check_config(const gpc_stencil_config *c) {
     if (c->device.type == GPC_DEVICE_CUDA && kernel_of_setting() < 0)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "stencil: GPC_STENCIL_KERNEL=%s is not a GPU kernel: use auto, vector, "
-                         "column, plain or shared (or unset it)",
+                         "column, plain, shared or twostep (or unset it)",
                          gpc_setting_str("GPC_STENCIL_KERNEL"));
     if (c->fp32 && c->device.type == GPC_DEVICE_CPU)
         return gpc_error(GPC_ERR_INVALID_ARG,
@@ -463,9 +463,15 @@ static gpc_status run_gpu(gpc_stencil *s) {
 }
 
 gpc_status gpc_stencil_run(gpc_stencil *s, int steps) {
-    for (int step = 0; step < steps; step++) {
+    for (int step = 0; step < steps;) {
+        if (s->gpu && steps - step >= 2 && gpc_stencil_cuda_pairs(s->gpu)) {
+            /* the twostep kernel: two steps, one pass over the field */
+            GPC_TRY(gpc_stencil_cuda_step_pair(s->gpu));
+            step += 2, s->steps += 2;
+            continue;
+        }
         GPC_TRY(s->gpu ? run_gpu(s) : run_cpu(s));
-        s->steps++;
+        step++, s->steps++;
     }
     return s->gpu ? gpc_stencil_cuda_sync(s->gpu) : GPC_OK;
 }

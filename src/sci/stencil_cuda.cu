@@ -238,6 +238,75 @@ __global__ void __launch_bounds__(BX *BY, 8)
     __stcs(v + at, fma_rn(c6, __ldg(c), mul_rn(r, s)));
 }
 
+/* The two-step kernel: steps t + 1 and t + 2 in one pass over u, so each
+ * point is read and written once every two steps. A block of TX + 2 by
+ * TY + 2 threads marches along z over a TX x TY tile with a one-point rim.
+ * Each thread computes its point's step one on plane p (u from a register
+ * queue as in stencil_column, x and y neighbours through L1) into shared
+ * memory; after a barrier the tile's inner threads compute step two on
+ * plane p - 1 from the rim and tile of that plane and their own step-one
+ * values of planes p - 2 and p. Step one is 0 on the ring and the faces,
+ * as the CPU's field is. Three plane buffers need one barrier a plane: a
+ * buffer is rewritten two barriers after it was read. Single slab, single
+ * process only (the halos would have to be two planes deep). */
+enum { TX = 32, TY = 8, EX = TX + 2, EY = TY + 2 };
+
+template <typename T, int A>
+__global__ void __launch_bounds__(EX *EY, 4)
+    stencil_two_steps(T *__restrict__ v, const T *__restrict__ u, int n, int pitch, long long plane,
+                      int nz, int zchunk, T c6, T r) {
+    enum { Q = A + 2 };
+    __shared__ T one[3][EY][EX];
+    const int ex = (int)threadIdx.x % EX, ey = (int)threadIdx.x / EX;
+    const int x = (int)blockIdx.x * TX + ex, y = (int)blockIdx.y * TY + ey;
+    const int zb = 1 + (int)blockIdx.z * zchunk, ze = min(zb + zchunk, nz + 1);
+    /* every thread reaches every barrier: no early return */
+    const bool live = x >= 1 && x <= n && y >= 1 && y <= n;
+    const bool inner = live && ex >= 1 && ex <= TX && ey >= 1 && ey <= TY;
+    const long long at = (long long)y * pitch + x;
+    const T *col = u + at;
+    const T zero = 0;
+    /* u's plane w of the column in slot (w - zb + 2) mod Q; step one's
+     * plane p runs zb - 1 .. ze and reads planes p - 1 .. p + 1 */
+    T q[Q];
+#pragma unroll
+    for (int k = 0; k <= A; k++)
+        q[k] = live ? __ldg(col + min(max(zb - 2 + k, 0), nz + 1) * plane) : zero;
+    T o0 = 0, o1 = 0, o2 = 0; /* this point's step one on planes p - 2, p - 1, p */
+    int wb = (zb - 1) % 3;    /* the buffer of plane p */
+    for (int p0 = zb - 1; p0 <= ze; p0 += Q) {
+#pragma unroll
+        for (int j = 0; j < Q; j++) {
+            const int p = p0 + j;
+            if (p > ze) break; /* the same for the whole block */
+            q[(j + A + 1) % Q] = live ? __ldg(col + min(p + A, nz + 1) * plane) : zero;
+            T s1 = 0;
+            if (live && p >= 1 && p <= nz) {
+                const T *c = col + p * plane;
+                T s = add_rn(__ldg(c - 1), __ldg(c + 1));
+                s = add_rn(s, __ldg(c - pitch));
+                s = add_rn(s, __ldg(c + pitch));
+                s = add_rn(s, q[j]);
+                s = add_rn(s, q[(j + 2) % Q]);
+                s1 = fma_rn(c6, q[(j + 1) % Q], mul_rn(r, s));
+            }
+            one[wb][ey][ex] = s1;
+            o0 = o1, o1 = o2, o2 = s1;
+            __syncthreads();
+            const int rb = wb == 0 ? 2 : wb - 1; /* plane p - 1's buffer */
+            if (inner && p - 1 >= zb) {
+                T s = add_rn(one[rb][ey][ex - 1], one[rb][ey][ex + 1]);
+                s = add_rn(s, one[rb][ey - 1][ex]);
+                s = add_rn(s, one[rb][ey + 1][ex]);
+                s = add_rn(s, o0);
+                s = add_rn(s, o2);
+                __stcs(v + at + (p - 1) * plane, fma_rn(c6, o1, mul_rn(r, s)));
+            }
+            wb = wb == 2 ? 0 : wb + 1;
+        }
+    }
+}
+
 /* The starting mode on planes 0 .. nz + 1 of one slab, halos included
  * (the first step reads them before any exchange): (sx sy) sz at grid
  * plane g0 - 1 + z, g0 the slab's first; the halos beyond the grid's faces
@@ -312,9 +381,10 @@ struct gpc_stencil_cuda {
     unsigned long long *scratch; /* device: two reduction results */
     cudaStream_t compute, halo;
     cudaEvent_t compute_done, halo_done;
-    int started;   /* a step was queued: the events mean something */
-    int resident;  /* update blocks the GPU runs at once */
-    void *host[4]; /* pinned: send_lo, send_hi, recv_lo, recv_hi */
+    int started;       /* a step was queued: the events mean something */
+    int resident;      /* update blocks the GPU runs at once */
+    int resident_pair; /* the same for the two-step kernel */
+    void *host[4];     /* pinned: send_lo, send_hi, recv_lo, recv_hi */
 };
 
 static void layout(const gpc_stencil_cuda_config *c, size_t *elem, int *pitch, int *shift,
@@ -382,6 +452,9 @@ extern "C" void gpc_stencil_cuda_free(gpc_stencil_cuda *g) {
     free(g);
 }
 
+/* Planes of u the two-step kernel's queue loads ahead. */
+enum { TWO_STEP_AHEAD = 3 };
+
 /* An update kernel and its launch: blocks of 32 x height threads, each
  * covering width x height points of a plane. */
 template <typename T> struct update_kernel {
@@ -400,7 +473,7 @@ template <typename T> static update_kernel<T> kernel_of(gpc_stencil_kernel kind)
         return {stencil_plain<T>, BX, BY};
     case GPC_STENCIL_KERNEL_SHARED:
         return {stencil_update<T>, BX, BY};
-    default:
+    default: /* twostep's single steps too */
         /* 3 loads of 16 bytes ahead, 1024 threads an SM: 48 KiB in flight */
         return {stencil_column<T, V, 8, 3, 4>, 32 * V, 8};
     }
@@ -446,6 +519,11 @@ template <typename T> static gpc_status start_field(gpc_stencil_cuda *g) {
     GPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.fn, 32 * k.height, 0));
     GPC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, g->c.device));
     g->resident = per_sm * sms > 0 ? per_sm * sms : 1;
+    if (g->c.kernel == GPC_STENCIL_KERNEL_TWOSTEP) {
+        GPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, stencil_two_steps<T, TWO_STEP_AHEAD>, EX * EY, 0));
+        g->resident_pair = per_sm * sms > 0 ? per_sm * sms : 1;
+    }
     return GPC_OK;
 }
 
@@ -587,6 +665,39 @@ extern "C" gpc_status gpc_stencil_cuda_step_begin(gpc_stencil_cuda *g) {
         GPC_CUDA_CHECK(cudaMemcpyAsync(g->host[1], g->v[last] + (size_t)g->nz[last] * pb, pb,
                                        cudaMemcpyDeviceToHost, g->halo));
     if (g->c.below || g->c.above) GPC_CUDA_CHECK(cudaStreamSynchronize(g->halo));
+    return GPC_OK;
+}
+
+extern "C" int gpc_stencil_cuda_pairs(const gpc_stencil_cuda *g) {
+    return g->c.kernel == GPC_STENCIL_KERNEL_TWOSTEP && g->c.slabs == 1 && !g->c.below &&
+           !g->c.above;
+}
+
+template <typename T> static gpc_status two_steps(gpc_stencil_cuda *g) {
+    const int n = g->c.n, nz = g->nz[0];
+    const long long tiles = (long long)((n + TX - 1) / TX) * ((n + TY - 1) / TY);
+    const int zchunk = z_chunk(tiles, nz, g->resident_pair);
+    dim3 grid((n + TX - 1) / TX, (n + TY - 1) / TY, (nz + zchunk - 1) / zchunk);
+    stencil_two_steps<T, TWO_STEP_AHEAD><<<grid, EX * EY, 0, g->compute>>>(
+        (T *)g->v[0] + g->shift, (const T *)g->u[0] + g->shift, n, g->pitch, g->plane, nz, zchunk,
+        (T)g->c.c6, (T)g->c.r);
+    GPC_CUDA_CHECK_LAUNCH();
+    return GPC_OK;
+}
+
+extern "C" gpc_status gpc_stencil_cuda_step_pair(gpc_stencil_cuda *g) {
+    if (!gpc_stencil_cuda_pairs(g))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "stencil: two steps a pass need the twostep kernel, one slab and one "
+                         "process: step one at a time");
+    GPC_CUDA_CHECK(cudaSetDevice(g->c.device));
+    /* a single step before ran on this stream, and nothing on the halo stream */
+    GPC_TRY(g->c.fp32 ? two_steps<float>(g) : two_steps<double>(g));
+    GPC_CUDA_CHECK(cudaEventRecord(g->halo_done, g->halo));
+    GPC_CUDA_CHECK(cudaEventRecord(g->compute_done, g->compute));
+    g->started = 1;
+    char *t = g->u[0];
+    g->u[0] = g->v[0], g->v[0] = t;
     return GPC_OK;
 }
 

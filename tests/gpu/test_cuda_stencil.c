@@ -29,7 +29,7 @@
 #include "gpc/settings.h"
 #include "gpc/stencil.h"
 
-static const char *const kernels[] = {"vector", "column", "plain", "shared"};
+static const char *const kernels[] = {"vector", "column", "plain", "shared", "twostep"};
 enum { KERNELS = sizeof kernels / sizeof kernels[0] };
 
 static int gpu_count(void) {
