@@ -21,6 +21,8 @@
  *           computation on GPUs using CUDA", 2009): a 32 x 8 tile marches
  *           along z, the plane's tile with its rim in shared memory, two
  *           barriers a plane.
+ *   twostep two time steps a pass (stencil_two_steps), so half the bytes
+ *           a step; one slab in one process only, other steps by vector.
  *
  * The queue's slots are indexed by the unrolled loop's counter, so
  * advancing it renames registers rather than moving values: a move would

@@ -1,6 +1,6 @@
 /* test_cuda_stencil.c: the stencil on a GPU against the CPU and against the
  * exact decay of its sine mode, for every update kernel GPC_STENCIL_KERNEL
- * names (vector, column, plain, shared).
+ * names (vector, column, plain, shared, twostep).
  *
  * f64: the GPU computes each point with the CPU's operations in the CPU's
  * order (one fused multiply-add of c6 u and r s, s summed x-1, x+1, y-1,
@@ -8,7 +8,8 @@
  * every kernel's field must equal the CPU's bit for bit, not merely be
  * close; a failure prints the largest distance in units in the last place.
  * The sizes leave part tiles and runs that reach past the row's end, and z
- * chunks whose length is not a multiple of the register queue's. f32:
+ * chunks whose length is not a multiple of the register queue's; odd step
+ * counts make twostep end its pairs with a single step. f32:
  * within 5e-7 a step (plus 1e-6) of the f64 field, whose amplitude is 1:
  * each step rounds five additions of terms up to 1, a product and the fused
  * multiply-add (under 4.2e-7 at worst for r <= 1/6, and the scheme never
