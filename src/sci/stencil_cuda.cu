@@ -454,8 +454,11 @@ extern "C" void gpc_stencil_cuda_free(gpc_stencil_cuda *g) {
     free(g);
 }
 
-/* Planes of u the two-step kernel's queue loads ahead. */
-enum { TWO_STEP_AHEAD = 3 };
+/* Planes of u the two-step kernel's queue loads ahead: 24 bytes a thread
+ * in flight in either precision. */
+template <typename T> struct two_step_ahead {
+    enum { value = sizeof(T) == 8 ? 3 : 6 };
+};
 
 /* An update kernel and its launch: blocks of 32 x height threads, each
  * covering width x height points of a plane. */
@@ -523,7 +526,7 @@ template <typename T> static gpc_status start_field(gpc_stencil_cuda *g) {
     g->resident = per_sm * sms > 0 ? per_sm * sms : 1;
     if (g->c.kernel == GPC_STENCIL_KERNEL_TWOSTEP) {
         GPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, stencil_two_steps<T, TWO_STEP_AHEAD>, EX * EY, 0));
+            &per_sm, stencil_two_steps<T, two_step_ahead<T>::value>, EX * EY, 0));
         g->resident_pair = per_sm * sms > 0 ? per_sm * sms : 1;
     }
     return GPC_OK;
@@ -680,7 +683,7 @@ template <typename T> static gpc_status two_steps(gpc_stencil_cuda *g) {
     const long long tiles = (long long)((n + TX - 1) / TX) * ((n + TY - 1) / TY);
     const int zchunk = z_chunk(tiles, nz, g->resident_pair);
     dim3 grid((n + TX - 1) / TX, (n + TY - 1) / TY, (nz + zchunk - 1) / zchunk);
-    stencil_two_steps<T, TWO_STEP_AHEAD><<<grid, EX * EY, 0, g->compute>>>(
+    stencil_two_steps<T, two_step_ahead<T>::value><<<grid, EX * EY, 0, g->compute>>>(
         (T *)g->v[0] + g->shift, (const T *)g->u[0] + g->shift, n, g->pitch, g->plane, nz, zchunk,
         (T)g->c.c6, (T)g->c.r);
     GPC_CUDA_CHECK_LAUNCH();
