@@ -1,7 +1,8 @@
 /*
  * stencil.c: the 3D heat-equation solver of gpc/stencil.h: the checks,
  * the split of the grid, the CPU solver, the exchange with other processes,
- * and the GPU's half (stencil_cuda.h) driven step by step.
+ * and the GPU's half (stencil_cuda.h) driven step by step (two steps a call
+ * where GPC_STENCIL_KERNEL=twostep allows it).
  *
  * On the CPU each slab d owns planes z0[d] .. z0[d] + nz[d] - 1 of the grid,
  * stored as nz + 2 planes of (n + 2)^2 points: the first and last are halo
@@ -281,7 +282,10 @@ gpc_status gpc_stencil_create(gpc_stencil **out, const gpc_stencil_config *c) {
     s->n = c->n, s->domains = c->domains;
     s->rank = rank, s->world = world, s->first = first, s->count = count;
     s->lambda = gpc_stencil_lambda(c);
-    if (c->device.type == GPC_DEVICE_CUDA) s->kernel = (gpc_stencil_kernel)kernel_of_setting();
+    if (c->device.type == GPC_DEVICE_CUDA) {
+        const int kernel = kernel_of_setting(); /* checked above, unless changed since */
+        s->kernel = kernel < 0 ? GPC_STENCIL_KERNEL_VECTOR : (gpc_stencil_kernel)kernel;
+    }
     gpc_status st = gpc_stencil_halo_create(&s->halo, rank, world);
     if (st) {
         gpc_stencil_free(s);
