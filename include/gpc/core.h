@@ -196,7 +196,7 @@ typedef struct gpc_backend {
      * NULL where the device runs every op as it is called (the CPU). */
     gpc_status (*graph_capture_begin)(int index);
     gpc_status (*graph_capture_end)(int index, gpc_graph *out);
-    gpc_status (*graph_launch)(gpc_graph graph);
+    gpc_status (*graph_launch)(int index, gpc_graph graph);
     void (*graph_destroy)(gpc_graph graph);
     const struct gpc_ops_table *ops;
 } gpc_backend;

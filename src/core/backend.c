@@ -90,7 +90,7 @@ gpc_status gpc_graph_capture_end(gpc_device device, gpc_graph *out) {
 gpc_status gpc_graph_launch(gpc_device device, gpc_graph graph) {
     const gpc_backend *backend = NULL;
     GPC_TRY(graph_backend(device, &backend));
-    return backend->graph_launch(graph);
+    return backend->graph_launch(device.index, graph);
 }
 
 void gpc_graph_destroy(gpc_device device, gpc_graph graph) {

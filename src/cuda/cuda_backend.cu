@@ -74,11 +74,12 @@ static gpc_status cuda_copy(void *dst, gpc_device dst_device, const void *src,
     return GPC_OK;
 }
 
-/* Queued on the ops' stream: in order with the kernels that read dst. */
+/* Queued on the ops' stream of the GPU involved (made current: the default
+ * stream is per device), in order with the kernels that read dst. */
 static gpc_status cuda_copy_async(void *dst, gpc_device dst_device, const void *src,
                                   gpc_device src_device, size_t bytes) {
-    (void)dst_device;
-    (void)src_device;
+    int index = dst_device.type != GPC_DEVICE_CPU ? dst_device.index : src_device.index;
+    GPC_CUDA_CHECK(cudaSetDevice(index));
     GPC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, gpc_cuda_stream()));
     return GPC_OK;
 }
@@ -219,7 +220,8 @@ static gpc_status cuda_graph_capture_end(int index, gpc_graph *out) {
     return GPC_OK;
 }
 
-static gpc_status cuda_graph_launch(gpc_graph graph) {
+static gpc_status cuda_graph_launch(int index, gpc_graph graph) {
+    GPC_CUDA_CHECK(cudaSetDevice(index));
     GPC_CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)graph, gpc_cuda_stream()));
     return GPC_OK;
 }
