@@ -12,7 +12,8 @@
  * caches. The caches start as NaN: blocks no sequence owns, and slots past
  * each sequence's last position, must still be NaN at the end, so the
  * padding rows wrote nowhere but their own block. The graph cache must have
- * captured graphs, the eager one none.
+ * captured graphs, the eager one none. GPC_SERVE_GRAPHS=0 must capture
+ * nothing, and the engine's cuda_graphs switch must change no token.
  *
  * Without a usable GPU the test exits 77, which CTest reports as skipped.
  */
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpc/engine.h"
 #include "gpc/model.h"
 #include "gpc/settings.h"
 #include "model/gpt_internal.h"
@@ -270,6 +272,78 @@ static void test_setting_turns_graphs_off(void **state) {
     gpt_free(m);
 }
 
+/* One engine request's tokens (engine test below). */
+typedef struct {
+    int32_t got[40];
+    int n, finished;
+} engine_job;
+
+static void on_engine_event(void *user, const gpc_engine_event *ev) {
+    engine_job *j = user;
+    if (ev->token >= 0 && j->n < 40) j->got[j->n++] = ev->token;
+    if (ev->finish != GPC_FINISH_NONE) j->finished = 1;
+}
+
+/* Eight requests (prompts of 1 to 57 tokens, greedy and seeded sampled)
+ * through an engine with graphs and one without: the same tokens. */
+static void run_engine(const char *run_dir, int graphs, engine_job *jobs, int n) {
+    gpc_engine_options o;
+    gpc_engine_options_init(&o);
+    o.max_batch = 16;
+    o.max_step_tokens = 256;
+    o.cuda_graphs = graphs;
+    o.kv_bytes = 64 * gpt_paged_block_bytes(&(gpt_config){.layers = 2, .channels = 64}, GPC_BF16,
+                                            o.block_size);
+    gpc_engine *e = NULL;
+    TEST_OK(gpc_engine_create(&e, run_dir, gpu, &o));
+    gpc_rng rng;
+    gpc_rng_seed(&rng, 5, 5);
+    for (int i = 0; i < n; i++) {
+        uint32_t prompt[64];
+        size_t len = 1 + (size_t)(i * 8);
+        for (size_t t = 0; t < len; t++)
+            prompt[t] = gpc_rng_below(&rng, 250);
+        memset(&jobs[i], 0, sizeof jobs[i]);
+        gpc_engine_request r;
+        gpc_engine_request_init(&r);
+        r.prompt = prompt;
+        r.prompt_len = len;
+        r.max_tokens = 40;
+        r.temperature = i % 2 ? 0.9f : 0.0f;
+        r.top_k = i % 4 == 1 ? 20 : 0;
+        r.seed = 100 + (uint64_t)i;
+        r.ignore_eos = 1;
+        r.callback = on_engine_event;
+        r.user = &jobs[i];
+        TEST_OK(gpc_engine_submit(e, &r, NULL));
+    }
+    int active = 1, steps = 0;
+    while (active && steps < 10000) {
+        TEST_OK(gpc_engine_step(e, &active));
+        steps++;
+    }
+    gpc_engine_free(e);
+    for (int i = 0; i < n; i++)
+        if (!jobs[i].finished || jobs[i].n != 40)
+            fail_msg("request %d gave %d tokens", i, jobs[i].n);
+}
+
+static void test_engine_switch(void **state) {
+    (void)state;
+    char *run_dir = test_tmpdir("cuda_graphs");
+    test_make_serving_run(run_dir, 2, 2, 64, 128, 20261204);
+    static engine_job on[8], off[8];
+    run_engine(run_dir, 1, on, 8);
+    run_engine(run_dir, 0, off, 8);
+    for (int i = 0; i < 8; i++)
+        for (int t = 0; t < 40; t++)
+            if (on[i].got[t] != off[i].got[t])
+                fail_msg("request %d token %d: %d with graphs, %d without", i, t, on[i].got[t],
+                         off[i].got[t]);
+    test_rmtree(run_dir);
+    gpc_free(run_dir);
+}
+
 int main(void) {
     if (!gpc_backend_get(GPC_DEVICE_CUDA)) {
         fprintf(stderr, "skipped: %s\n", gpc_last_error());
@@ -280,6 +354,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_graphs_match_eager),
         cmocka_unit_test(test_setting_turns_graphs_off),
+        cmocka_unit_test(test_engine_switch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
