@@ -419,6 +419,7 @@ typedef struct {
     int max_seqs;   /* sequences in one step: rows of the block table */
     int max_tokens; /* rows of one step */
     int max_logits; /* rows of one step whose logits are wanted (<= max_tokens) */
+    int eager;      /* 1: never replay decode steps as graphs (see gpt_step_paged) */
 } gpt_paged_options;
 
 /* Device bytes of one cache block over all layers, keys and values. */
@@ -455,7 +456,13 @@ typedef struct {
  * stored in the cache, attention read through the block tables) and the
  * output head for rows 0 .. num_logits-1, whose logits land in logits_out
  * (host f32 [num_logits, vocab_size]). Each row gets the logits
- * gpt_forward_cached gives at its position, up to rounding. */
+ * gpt_forward_cached gives at its position, up to rounding.
+ * On a device with graphs (a GPU), a decode step (num_tokens == num_seqs ==
+ * num_logits, at most 256) runs padded to the next of 1, 2, 4 .. 256 rows
+ * (at most the planned sizes), the padding rows in a cache block of their
+ * own, and each such size is captured as a CUDA graph at its second use and
+ * replayed after, unless options.eager or GPC_SERVE_GRAPHS=0 says not. The
+ * padding is the same with graphs off, so the switch changes no result. */
 gpc_status gpt_step_paged(gpt_paged *paged, const gpt_paged_batch *batch, float *logits_out);
 
 /* How row r of a step's logits rows is drawn on the model's device

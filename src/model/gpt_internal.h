@@ -194,6 +194,12 @@ void gpt_param_shapes(const gpt_config *config, int tp, int64_t shapes[GPT_NUM_P
 void gpt_param_layout(const gpt_config *config, int tp, size_t offsets[GPT_NUM_PARAM_TENSORS + 1]);
 /* Whether the model is a part (tp or pp above 1) of a whole one. */
 int gpt_is_part(const gpt_model *model);
+
+/* For tests of serving (gpt_serve.c): the paged cache's keys and values,
+ * [L, blocks, block_size, C], whose last block is the padding rows' where
+ * decode steps pad (a GPU); and how many step graphs were captured. */
+void gpt_paged_cache(const gpt_paged *paged, gpc_tensor *k_cache, gpc_tensor *v_cache);
+int gpt_paged_graph_count(const gpt_paged *paged);
 /* Whether tensor i is cut over the tp ranks (wte, qkvw, qkvb, attprojw,
  * fcw, fcb, fcprojw) rather than replicated. */
 int gpt_tp_sliced(int index);

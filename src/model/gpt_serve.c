@@ -15,7 +15,27 @@
  * gpt_step_paged copies the logits to the host; gpt_step_paged_sample
  * draws on the device instead (gpc_op_forbid_tokens, gpc_op_sample), so a
  * step moves its integers and sampling parameters to the device in one
- * copy from pinned memory and only R tokens back: no logits leave it.
+ * copy from pinned memory, queued without a wait, and only R tokens back:
+ * no logits leave it, and the host waits for the device once a step.
+ *
+ * Decode steps in graphs: a decode step launches about ten kernels a layer,
+ * each taking the host a few microseconds, which at one or a few rows is
+ * longer than the kernels run. Where the backend captures graphs, a decode
+ * step of n rows is padded to a bucket of B rows (1, 2, 4 .. 256, at most
+ * the planned sizes), so that a few shapes cover every batch; each bucket
+ * is captured once and then replayed with one launch. A graph keeps the
+ * addresses and sizes it saw, so a bucket's step reads everything from
+ * fixed places: the integers at offsets that depend only on B, the block
+ * tables always max_blocks wide. Padding row i is token 0 at position 0 of
+ * a sequence of its own whose one block is the cache's last, which no real
+ * sequence owns: it writes there, attends to it only, and its token is
+ * dropped. Padding does not depend on whether graphs are on, so turning
+ * them off runs the same kernels on the same shapes and gives the same
+ * bits. A bucket runs eagerly once before its capture, so that lazy set-up
+ * (cuBLASLt's handle and workspace, algorithm choices, the scratch buffer,
+ * module loading) happens outside the capture; gpt_paged_create runs every
+ * bucket twice (and one prompt-sized step) so the first request pays none
+ * of it.
  */
 #include "model/gpt_internal.h"
 
@@ -23,13 +43,28 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "gpc/settings.h"
 #include "ops/ops.h"
+
+/* decode buckets 1, 2, 4 .. 256 (bucket k has 2^k rows, or the cap) */
+#define BUCKETS 9
+#define MAX_BUCKET_ROWS (1 << (BUCKETS - 1))
 
 struct gpt_paged {
     gpt_model *model;
     gpt_paged_options o;
     int max_blocks;              /* per sequence: the whole context */
-    gpc_tensor k_cache, v_cache; /* [L, num_blocks, block_size, C] */
+    int cache_blocks;            /* num_blocks, and the padding rows' block where steps pad */
+    gpc_tensor k_cache, v_cache; /* [L, cache_blocks, block_size, C] */
+    /* decode steps padded to buckets (0: never, the backend has no graphs);
+     * the largest bucket's rows */
+    int bucket_cap;
+    int use_graphs;                   /* replay padded steps from graphs */
+    gpc_graph graphs[2][BUCKETS];     /* [draws on the device][bucket] */
+    unsigned char warmed[2][BUCKETS]; /* ran once eagerly */
+    int graph_count;
+    gpc_event uploaded; /* after the last upload: host_ints may be rewritten once it passed */
+    int64_t run_n, run_s, run_r; /* the last step's rows, sequences and logits rows as run */
     gpc_arena arena;             /* the step's buffers */
     /* a step's integers, i32, in one buffer so that one copy uploads them:
      * tokens, positions, seqs and slots [N] each, then the block tables
@@ -50,6 +85,8 @@ struct gpt_paged {
     void *host_logits;        /* [max_logits, Vp] compute dtype */
 };
 
+static gpc_status warm_up(gpt_paged *p);
+
 /* Rows start .. start+n-1 of a 2-D tensor [rows, width] (or of a flat one
  * seen so), as [n, width]; width 0 gives a 1-D view of n elements. */
 static gpc_tensor rows_of(const gpc_tensor *t, int64_t start, int64_t n, int64_t width) {
@@ -65,11 +102,11 @@ static gpc_tensor layer_of(const gpc_tensor *t, int l, int64_t rows, int64_t col
     return rows_of(t, (int64_t)l * rows, rows, cols);
 }
 
-/* Layer l of the cache, [num_blocks, block_size, C]. */
+/* Layer l of the cache, [cache_blocks, block_size, C]. */
 static gpc_tensor cache_layer(const gpt_paged *p, const gpc_tensor *cache, int l) {
-    int64_t C = p->model->config.channels, per = (int64_t)p->o.num_blocks * p->o.block_size * C;
+    int64_t C = p->model->config.channels, per = (int64_t)p->cache_blocks * p->o.block_size * C;
     char *base = (char *)cache->data + (size_t)(l * per) * gpc_dtype_size(cache->dtype);
-    return gpc_tensor_3d(base, cache->dtype, cache->device, p->o.num_blocks, p->o.block_size, C);
+    return gpc_tensor_3d(base, cache->dtype, cache->device, p->cache_blocks, p->o.block_size, C);
 }
 
 size_t gpt_paged_block_bytes(const gpt_config *c, gpc_dtype dtype, int block_size) {
@@ -148,7 +185,17 @@ gpc_status gpt_paged_create(gpt_paged **out, gpt_model *m, const gpt_paged_optio
     p->model = m;
     p->o = *o;
     p->max_blocks = (m->config.max_context + o->block_size - 1) / o->block_size;
-    const int64_t shape[] = {m->config.layers, o->num_blocks, o->block_size, m->config.channels};
+    if (gpc_graph_supported(m->device)) {
+        int cap = MAX_BUCKET_ROWS;
+        if (cap > o->max_seqs) cap = o->max_seqs;
+        if (cap > o->max_tokens) cap = o->max_tokens;
+        if (cap > o->max_logits) cap = o->max_logits;
+        p->bucket_cap = cap;
+        p->use_graphs = !o->eager && gpc_setting_flag("GPC_SERVE_GRAPHS");
+    }
+    /* one block more where steps pad: the padding rows' */
+    p->cache_blocks = o->num_blocks + (p->bucket_cap > 0);
+    const int64_t shape[] = {m->config.layers, p->cache_blocks, o->block_size, m->config.channels};
     gpc_status s = gpc_tensor_alloc(&p->k_cache, m->dtype, m->device, 4, shape);
     if (s == GPC_OK) s = gpc_tensor_alloc(&p->v_cache, m->dtype, m->device, 4, shape);
     if (s != GPC_OK) {
@@ -173,6 +220,8 @@ gpc_status gpt_paged_create(gpt_paged **out, gpt_model *m, const gpt_paged_optio
             s = p->host_backend->alloc_host((size_t)gpc_tensor_numel(&p->ints) * sizeof(int32_t),
                                             (void **)&p->host_ints);
         if (s != GPC_OK) p->host_ints = NULL;
+        if (s == GPC_OK) s = p->host_backend->event_create(&p->uploaded);
+        if (s != GPC_OK) p->uploaded = NULL;
     }
     if (s == GPC_OK) {
         p->host_logits = gpc_malloc((size_t)o->max_logits * (size_t)m->config.padded_vocab *
@@ -182,6 +231,7 @@ gpc_status gpt_paged_create(gpt_paged **out, gpt_model *m, const gpt_paged_optio
     /* a fresh cache reads as zeros, not as whatever memory held before */
     if (s == GPC_OK) s = gpc_tensor_zero(&p->k_cache);
     if (s == GPC_OK) s = gpc_tensor_zero(&p->v_cache);
+    if (s == GPC_OK) s = warm_up(p);
     if (s != GPC_OK) {
         gpt_paged_free(p);
         return s;
@@ -192,6 +242,10 @@ gpc_status gpt_paged_create(gpt_paged **out, gpt_model *m, const gpt_paged_optio
 
 void gpt_paged_free(gpt_paged *p) {
     if (!p) return;
+    for (int d = 0; d < 2; d++)
+        for (int k = 0; k < BUCKETS; k++)
+            gpc_graph_destroy(p->model->device, p->graphs[d][k]);
+    if (p->uploaded) p->host_backend->event_destroy(p->uploaded);
     if (p->k_cache.data) gpc_tensor_free(&p->k_cache);
     if (p->v_cache.data) gpc_tensor_free(&p->v_cache);
     if (p->arena.base) gpc_arena_destroy(&p->arena);
@@ -202,6 +256,15 @@ void gpt_paged_free(gpt_paged *p) {
 
 int gpt_paged_max_blocks(const gpt_paged *p) {
     return p->max_blocks;
+}
+
+void gpt_paged_cache(const gpt_paged *p, gpc_tensor *k_cache, gpc_tensor *v_cache) {
+    *k_cache = p->k_cache;
+    *v_cache = p->v_cache;
+}
+
+int gpt_paged_graph_count(const gpt_paged *p) {
+    return p->graph_count;
 }
 
 /* Every index of the batch against the cache and the model, on the host:
@@ -230,51 +293,111 @@ static gpc_status check_batch(const gpt_paged *p, const gpt_paged_batch *b) {
     return GPC_OK;
 }
 
-/* Where the sampling part of ints starts: after the step's rows and
- * tables. */
-static size_t sampling_offset(const gpt_paged *p, const gpt_paged_batch *b) {
-    return 4 * (size_t)b->num_tokens + (size_t)b->num_seqs * (size_t)p->max_blocks;
+/* Where the sampling part of ints starts for a step run with N rows and S
+ * sequences: after the rows and the tables. */
+static size_t sampling_offset(const gpt_paged *p, int64_t N, int64_t S) {
+    return 4 * (size_t)N + (size_t)S * (size_t)p->max_blocks;
 }
 
-/* Packs the step's integers (and, given rows, its sampling parameters) and
- * uploads them in one copy (on a GPU, one transfer instead of seven). */
-static gpc_status upload(gpt_paged *p, const gpt_paged_batch *b, const gpt_paged_sampling *rows) {
-    size_t N = (size_t)b->num_tokens, R = (size_t)b->num_logits;
-    size_t table = (size_t)b->num_seqs * (size_t)p->max_blocks, at = sampling_offset(p, b);
+/* The drawn tokens of the last step run, [run_r], on the device. */
+static gpc_tensor drawn_tokens(const gpt_paged *p) {
+    size_t at = sampling_offset(p, p->run_n, p->run_s) + 5 * (size_t)p->run_r;
+    return rows_of(&p->ints, (int64_t)at, p->run_r, 0);
+}
+
+/* The padded rows of a decode step (every row a sequence's one row, all
+ * wanting logits): its bucket's size; 0 where the step runs as it is
+ * (not a decode step, too large, or no padding on this backend). */
+static int padded_rows(const gpt_paged *p, const gpt_paged_batch *b) {
+    int n = b->num_tokens;
+    if (!p->bucket_cap || n != b->num_seqs || n != b->num_logits || n > p->bucket_cap) return 0;
+    int rows = 1;
+    while (rows < n)
+        rows *= 2;
+    return rows < p->bucket_cap ? rows : p->bucket_cap;
+}
+
+/* Bucket index of a padded step's rows: the k with 2^k >= rows (the cap
+ * shares the index of the power of two at or above it). */
+static int bucket_of(int rows) {
+    int k = 0;
+    while ((1 << k) < rows)
+        k++;
+    return k;
+}
+
+/* Waits, if it must, until the last upload has left host_ints, so the next
+ * step may pack into it (at once in practice: the step's one wait, for its
+ * tokens or logits, came after it). */
+static gpc_status host_ints_free(gpt_paged *p) {
+    return p->host_backend->event_synchronize(p->uploaded);
+}
+
+/* Queues the upload of the first count packed integers, without a wait. */
+static gpc_status upload_packed(gpt_paged *p, size_t count) {
+    gpc_tensor dev = rows_of(&p->ints, 0, (int64_t)count, 0);
+    gpc_tensor host = gpc_tensor_1d(p->host_ints, GPC_I32, gpc_cpu(), (int64_t)count);
+    GPC_TRY(gpc_tensor_copy_async(&dev, &host));
+    return p->host_backend->event_record(p->uploaded, NULL);
+}
+
+/* Packs a step's integers (and, given rows, its sampling parameters) as a
+ * step of N rows, S sequences and R logits rows runs them, and uploads
+ * them in one copy (on a GPU, one transfer instead of seven). N, S and R
+ * exceed the batch's by the same number of padding rows, or equal them. */
+static gpc_status upload(gpt_paged *p, const gpt_paged_batch *b, const gpt_paged_sampling *rows,
+                         int64_t N, int64_t S, int64_t R) {
+    size_t n = (size_t)b->num_tokens, r = (size_t)b->num_logits, s = (size_t)b->num_seqs;
+    size_t mb = (size_t)p->max_blocks, at = sampling_offset(p, N, S);
+    int32_t pad_slot = (int32_t)((int64_t)p->o.num_blocks * p->o.block_size);
+    GPC_TRY(host_ints_free(p));
     int32_t *h = p->host_ints;
-    memcpy(h, b->tokens, N * sizeof *h);
-    memcpy(h + N, b->positions, N * sizeof *h);
-    memcpy(h + 2 * N, b->seqs, N * sizeof *h);
-    memcpy(h + 3 * N, b->slots, N * sizeof *h);
-    memcpy(h + 4 * N, b->block_tables, table * sizeof *h);
-    if (rows) {
-        for (size_t r = 0; r < R; r++) {
-            const float params[4] = {rows[r].temperature, rows[r].top_k, rows[r].top_p,
-                                     rows[r].uniform};
-            h[at + r] = rows[r].forbidden;
-            memcpy(h + at + R + 4 * r, params, sizeof params); /* f32 bits in i32 slots */
-        }
-        at += 5 * R;
+    if (n) { /* warm_up's steps have padding rows only */
+        memcpy(h, b->tokens, n * sizeof *h);
+        memcpy(h + N, b->positions, n * sizeof *h);
+        memcpy(h + 2 * N, b->seqs, n * sizeof *h);
+        memcpy(h + 3 * N, b->slots, n * sizeof *h);
+        memcpy(h + 4 * N, b->block_tables, s * mb * sizeof *h);
     }
-    gpc_tensor dev = rows_of(&p->ints, 0, (int64_t)at, 0);
-    gpc_tensor host = gpc_tensor_1d(h, GPC_I32, gpc_cpu(), (int64_t)at);
-    return gpc_tensor_copy(&dev, &host);
+    for (size_t i = n; i < (size_t)N; i++) { /* padding: sequence s + (i - n), alone in its block */
+        h[i] = 0, h[N + i] = 0, h[3 * N + i] = pad_slot;
+        size_t seq = s + (i - n);
+        h[2 * N + i] = (int32_t)seq;
+        int32_t *table = h + 4 * N + seq * mb;
+        table[0] = p->o.num_blocks;
+        for (size_t j = 1; j < mb; j++)
+            table[j] = -1;
+    }
+    if (rows) {
+        for (size_t i = 0; i < (size_t)R; i++) {
+            /* padding rows draw greedily, the cheapest way, and are dropped */
+            gpt_paged_sampling g = {0.0f, 0.0f, 1.0f, 0.0f, -1};
+            const gpt_paged_sampling *q = i < r ? &rows[i] : &g;
+            const float params[4] = {q->temperature, q->top_k, q->top_p, q->uniform};
+            h[at + i] = q->forbidden;
+            memcpy(h + at + R + 4 * i, params, sizeof params); /* f32 bits in i32 slots */
+        }
+        at += 5 * (size_t)R;
+    }
+    p->run_n = N, p->run_s = S, p->run_r = R;
+    return upload_packed(p, at);
 }
 
-/* The step up to the logits of rows 0 .. R-1, left in p->logits on the
- * device. */
-static gpc_status run_step(gpt_paged *p, const gpt_paged_batch *b, const gpt_paged_sampling *rows) {
-    GPC_TRY(check_batch(p, b));
+/* The step's ops for N rows of S sequences, R logits rows: up to the logits
+ * of rows 0 .. R-1, left in p->logits on the device, and with sample the
+ * tokens drawn from them (drawn_tokens). Reads only what upload packed at
+ * offsets that depend on N, S and R, so a graph of it replays any step of
+ * those sizes. */
+static gpc_status step_ops(gpt_paged *p, int64_t N, int64_t S, int64_t R, int sample) {
     gpt_model *m = p->model;
     const gpt_config *c = &m->config;
     gpt_tensors *w = &m->params;
-    int64_t N = b->num_tokens, C = c->channels, R = b->num_logits;
+    int64_t C = c->channels;
     int L = c->layers, NH = c->heads;
-    GPC_TRY(upload(p, b, rows));
     gpc_tensor tokens = rows_of(&p->ints, 0, N, 0), positions = rows_of(&p->ints, N, N, 0);
     gpc_tensor seqs = rows_of(&p->ints, 2 * N, N, 0), slots = rows_of(&p->ints, 3 * N, N, 0);
-    gpc_tensor tables = gpc_tensor_2d((int32_t *)p->ints.data + 4 * N, GPC_I32, p->ints.device,
-                                      b->num_seqs, p->max_blocks);
+    gpc_tensor tables =
+        gpc_tensor_2d((int32_t *)p->ints.data + 4 * N, GPC_I32, p->ints.device, S, p->max_blocks);
     gpc_tensor x = rows_of(&p->x, 0, N, C), ln = rows_of(&p->ln, 0, N, C);
     gpc_tensor mean = rows_of(&p->mean, 0, N, 0), rstd = rows_of(&p->rstd, 0, N, 0);
     gpc_tensor qkv = rows_of(&p->qkv, 0, N, 3 * C), atty = rows_of(&p->atty, 0, N, C);
@@ -308,7 +431,120 @@ static gpc_status run_step(gpt_paged *p, const gpt_paged_batch *b, const gpt_pag
     gpc_tensor meanr = rows_of(&p->mean, 0, R, 0), rstdr = rows_of(&p->rstd, 0, R, 0);
     gpc_tensor logits = rows_of(&p->logits, 0, R, Vp);
     GPC_TRY(gpc_op_layernorm_forward(&lnr, &meanr, &rstdr, &xr, &w->lnfw, &w->lnfb));
-    return gpc_op_matmul_forward(&logits, &lnr, &w->wte, NULL);
+    GPC_TRY(gpc_op_matmul_forward(&logits, &lnr, &w->wte, NULL));
+    if (!sample) return GPC_OK;
+    size_t at = sampling_offset(p, N, S);
+    gpc_tensor forbidden = rows_of(&p->ints, (int64_t)at, R, 0);
+    /* the same 4 bytes an entry, uploaded as f32 bits */
+    gpc_tensor params =
+        gpc_tensor_2d((int32_t *)p->ints.data + at + R, GPC_F32, p->ints.device, R, 4);
+    gpc_tensor drawn = rows_of(&p->ints, (int64_t)(at + 5 * (size_t)R), R, 0);
+    GPC_TRY(gpc_op_forbid_tokens(&logits, &forbidden));
+    return gpc_op_sample(&drawn, &logits, c->vocab_size, &params);
+}
+
+/* Captures a bucket's step into *out. The op's own message wins over the
+ * capture's when both fail. */
+static gpc_status capture(gpt_paged *p, int rows, int sample, gpc_graph *out) {
+    gpc_device device = p->model->device;
+    GPC_TRY(gpc_graph_capture_begin(device));
+    gpc_status s = step_ops(p, rows, rows, rows, sample);
+    char why[512] = "";
+    if (s != GPC_OK) snprintf(why, sizeof why, "%s", gpc_last_error());
+    gpc_graph graph = NULL;
+    gpc_status e = gpc_graph_capture_end(device, &graph);
+    if (s != GPC_OK) {
+        gpc_graph_destroy(device, graph);
+        return gpc_error(s, "%s", why);
+    }
+    GPC_TRY(e);
+    *out = graph;
+    p->graph_count++;
+    return GPC_OK;
+}
+
+/* A padded step of a bucket's rows, its integers uploaded: eagerly the
+ * first time, then captured and replayed. A capture that fails turns graphs
+ * off for this cache (said once) and the step runs eagerly. */
+static gpc_status run_bucket(gpt_paged *p, int rows, int sample) {
+    int k = bucket_of(rows);
+    if (!p->use_graphs) return step_ops(p, rows, rows, rows, sample);
+    gpc_graph *graph = &p->graphs[sample][k];
+    if (!*graph && !p->warmed[sample][k]) {
+        p->warmed[sample][k] = 1;
+        return step_ops(p, rows, rows, rows, sample);
+    }
+    if (!*graph) {
+        gpc_status s = capture(p, rows, sample, graph);
+        if (s != GPC_OK) {
+            gpc_log(GPC_LOG_WARN, "decode steps run without CUDA graphs: %s", gpc_last_error());
+            gpc_clear_error();
+            p->use_graphs = 0;
+            return step_ops(p, rows, rows, rows, sample);
+        }
+    }
+    return gpc_graph_launch(p->model->device, *graph);
+}
+
+/* The step up to the logits of rows 0 .. num_logits-1, left in p->logits
+ * on the device, and given rows the tokens drawn from them (drawn_tokens).
+ * Returns once the work is queued: the caller's copy back is the wait. */
+static gpc_status run_step(gpt_paged *p, const gpt_paged_batch *b, const gpt_paged_sampling *rows) {
+    GPC_TRY(check_batch(p, b));
+    int padded = padded_rows(p, b);
+    if (padded) {
+        GPC_TRY(upload(p, b, rows, padded, padded, padded));
+        return run_bucket(p, padded, rows != NULL);
+    }
+    GPC_TRY(upload(p, b, rows, b->num_tokens, b->num_seqs, b->num_logits));
+    return step_ops(p, b->num_tokens, b->num_seqs, b->num_logits, rows != NULL);
+}
+
+/* Runs every bucket twice (eagerly, then captured and replayed where graphs
+ * are on) and one prompt-sized step, on padding rows only, so that lazy
+ * set-up happens here and not in the first request's time. Only where
+ * steps pad (a GPU): the CPU has nothing to set up. */
+static gpc_status warm_up(gpt_paged *p) {
+    if (!p->bucket_cap) return GPC_OK;
+    gpt_paged_batch none;
+    memset(&none, 0, sizeof none);
+    /* non-NULL: the steps draw (every row's parameters are the padding's) */
+    const gpt_paged_sampling draws = {0.0f, 0.0f, 1.0f, 0.0f, -1};
+    for (int rows = 1;; rows = rows * 2 < p->bucket_cap ? rows * 2 : p->bucket_cap) {
+        /* the engine's steps draw on the device: those are captured now;
+         * steps that return logits are warmed, and captured at a second use */
+        GPC_TRY(upload(p, &none, NULL, rows, rows, rows));
+        GPC_TRY(run_bucket(p, rows, 0));
+        for (int twice = 0; twice < 2; twice++) {
+            GPC_TRY(upload(p, &none, &draws, rows, rows, rows));
+            GPC_TRY(run_bucket(p, rows, 1));
+        }
+        if (rows == p->bucket_cap) break;
+    }
+    /* a prompt's step: rows at positions 0 .. n-1 of one padding sequence,
+     * every key to the padding slot (positions past its block read none) */
+    int n = p->o.max_tokens < 128 ? p->o.max_tokens : 128;
+    if (n > p->model->config.max_context) n = p->model->config.max_context;
+    GPC_TRY(host_ints_free(p));
+    int32_t *h = p->host_ints;
+    size_t at = sampling_offset(p, n, 1);
+    for (int i = 0; i < n; i++) {
+        h[i] = 0, h[n + i] = i, h[2 * n + i] = 0;
+        h[3 * n + i] = (int32_t)((int64_t)p->o.num_blocks * p->o.block_size);
+    }
+    h[4 * n] = p->o.num_blocks;
+    for (int j = 1; j < p->max_blocks; j++)
+        h[4 * n + j] = -1;
+    const float greedy[4] = {0.0f, 0.0f, 1.0f, 0.0f};
+    h[at] = -1;
+    memcpy(h + at + 1, greedy, sizeof greedy);
+    p->run_n = n, p->run_s = 1, p->run_r = 1;
+    GPC_TRY(upload_packed(p, at + 5));
+    GPC_TRY(step_ops(p, n, 1, 1, 1));
+    /* the wait that surfaces any error of the work queued above */
+    gpc_tensor drawn = drawn_tokens(p);
+    gpc_tensor host = gpc_tensor_1d(p->host_ints + at + 5, GPC_I32, gpc_cpu(), 1);
+    return gpc_tensor_copy(&host, &drawn);
 }
 
 gpc_status gpt_step_paged(gpt_paged *p, const gpt_paged_batch *b, float *logits_out) {
@@ -335,19 +571,12 @@ gpc_status gpt_step_paged(gpt_paged *p, const gpt_paged_batch *b, float *logits_
 gpc_status gpt_step_paged_sample(gpt_paged *p, const gpt_paged_batch *b,
                                  const gpt_paged_sampling *rows, int32_t *tokens_out) {
     GPC_TRY(run_step(p, b, rows));
-    int64_t R = b->num_logits, Vp = p->model->config.padded_vocab;
+    int64_t R = b->num_logits;
     if (R == 0) return GPC_OK;
-    size_t at = sampling_offset(p, b);
-    gpc_tensor logits = rows_of(&p->logits, 0, R, Vp);
-    gpc_tensor forbidden = rows_of(&p->ints, (int64_t)at, R, 0);
-    /* the same 4 bytes an entry, uploaded as f32 bits */
-    gpc_tensor params =
-        gpc_tensor_2d((int32_t *)p->ints.data + at + R, GPC_F32, p->ints.device, R, 4);
-    gpc_tensor drawn = rows_of(&p->ints, (int64_t)(at + 5 * (size_t)R), R, 0);
-    GPC_TRY(gpc_op_forbid_tokens(&logits, &forbidden));
-    GPC_TRY(gpc_op_sample(&drawn, &logits, p->model->config.vocab_size, &params));
-    /* the step's one wait for the device: R tokens into pinned memory */
-    int32_t *h = p->host_ints + at + 5 * (size_t)R;
+    /* the step's one wait for the device: R tokens into pinned memory, past
+     * what the step uploaded (padding rows' tokens stay behind) */
+    gpc_tensor all = drawn_tokens(p), drawn = rows_of(&all, 0, R, 0);
+    int32_t *h = p->host_ints + ((int32_t *)all.data - (int32_t *)p->ints.data);
     gpc_tensor host = gpc_tensor_1d(h, GPC_I32, gpc_cpu(), R);
     GPC_TRY(gpc_tensor_copy(&host, &drawn));
     memcpy(tokens_out, h, (size_t)R * sizeof *tokens_out);

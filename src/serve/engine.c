@@ -865,6 +865,7 @@ gpc_status gpc_engine_create(gpc_engine **out, const char *run_dir, gpc_device d
         po.max_seqs = o.max_batch;
         po.max_tokens = o.max_step_tokens;
         po.max_logits = o.max_batch < o.max_step_tokens ? o.max_batch : o.max_step_tokens;
+        po.eager = !o.cuda_graphs;
         s = plan_blocks(e, device, &po, &po.num_blocks);
     }
     if (s == GPC_OK) s = gpt_paged_create(&e->paged, e->model, &po);
