@@ -76,7 +76,10 @@
       const gpc_tensor *params))                                                                   \
     X(matmul_quant_forward, (gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *qweight,    \
       const gpc_tensor *scales, const gpc_tensor *bias, const gpc_tensor *residual))              \
-    X(forbid_tokens, (gpc_tensor *logits, const gpc_tensor *tokens))
+    X(forbid_tokens, (gpc_tensor *logits, const gpc_tensor *tokens))                               \
+    X(matmul_quant_gelu_forward, (gpc_tensor *out_pre, gpc_tensor *out_gelu,                       \
+      const gpc_tensor *inp, const gpc_tensor *qweight, const gpc_tensor *scales,                  \
+      const gpc_tensor *bias))
 /* clang-format on */
 
 #define GPC_OPS_FIELD(name, params) gpc_status(*name) params;
