@@ -19,8 +19,9 @@ long gpc_cuda_quant_gemv_calls(void);
 long gpc_cuda_quant_kernel_calls(void);
 /* Sets the most rows the skinny kernel takes (0: none, so every product
  * takes the earlier paths; at most 16) for the products that follow, in
- * place of GPC_QUANT_GEMV_MAX_M; returns the limit before. For tests and
- * benchmarks that compare the paths in one process. */
+ * place of GPC_QUANT_GEMV_MAX_M (a negative value goes back to it);
+ * returns the limit before. For tests and benchmarks that compare the
+ * paths in one process. */
 int gpc_cuda_quant_set_gemv_max_rows(int rows);
 /* Products cuBLASLt refused after offering an algorithm (gpc's kernels ran
  * them instead). */
