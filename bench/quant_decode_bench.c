@@ -148,10 +148,17 @@ int main(int argc, char **argv) {
             return 1;
         }
         double base = 0;
+        gpt_model *m = NULL; /* kept for the next variant of the same weights */
         for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
             const variant *var = &variants[v];
-            gpt_model *m = NULL;
-            if (var->dtype == GPC_BF16) {
+            if (m && (var->dtype != variants[v - 1].dtype ||
+                      var->per_channel != variants[v - 1].per_channel)) {
+                gpt_free(m);
+                m = NULL;
+            }
+            if (m) {
+                /* the same weights, the other path */
+            } else if (var->dtype == GPC_BF16) {
                 CHECK(gpt_create(&m, &c, dev, act, 1, CONTEXT, 0));
                 CHECK(gpt_init_weights(m, 1234));
                 CHECK(gpt_get_params(m, w)); /* the bf16 values, for the 8-bit models */
@@ -164,7 +171,6 @@ int main(int argc, char **argv) {
             double step_s, forward_s;
             CHECK(decode(m, (int)tokens, logits, scratch, drawn, &step_s, &forward_s));
             gpc_cuda_quant_set_gemv_max_rows(before);
-            gpt_free(m);
             if (var->skinny) memcpy(skinny_drawn, drawn, sizeof(uint32_t) * (size_t)tokens);
             int same = 0;
             while (same < tokens && drawn[same] == skinny_drawn[same])
@@ -181,6 +187,7 @@ int main(int argc, char **argv) {
                 printf("%d/%lld\n", same, (long long)tokens);
             fflush(stdout);
         }
+        gpt_free(m);
         free(w);
     }
     free(logits), free(scratch), free(drawn), free(skinny_drawn);

@@ -256,7 +256,15 @@ static gpc_status run_kernels(gpc_tensor *out, const gpc_tensor *inp, const gpc_
  * product of few channels and great depth, such as fcproj's 768 x 3072,
  * would otherwise leave most SMs idle). The lanes' sums meet by warp
  * shuffles, then the kw warps' in shared memory, added in a fixed order:
- * the result does not depend on timing. */
+ * the result does not depend on timing.
+ *
+ * A lane takes 8 weight bytes, not 16: its 8 inputs are then one 16-byte
+ * bf16 pack, and the warp's packs are contiguous, so L1 serves them whole
+ * (with 16 weights a lane would need two packs 32 bytes apart, half of each
+ * wavefront wasted); 256 bytes a warp instruction still fill whole
+ * sectors. The inputs are read from L1 rather than staged in shared memory
+ * as f32: half the bytes, no barrier before the first weight load, and no
+ * tiling of the depth (16 rows of d48's 6400 channels are 400 KiB in f32). */
 #define QSK_MAX_ROWS 16
 #define QSK_THREADS 128
 #define QSK_OUTS 2   /* output channels a group computes: each input pack meets both */
