@@ -150,8 +150,7 @@ int main(int argc, char **argv) {
         CHECK(gpc_tensor_alloc(&scales, GPC_F32, dev, 1, &OC));
         int64_t one = 1;
         CHECK(gpc_tensor_alloc(&scale1, GPC_F32, dev, 1, &one));
-        size_t big = (size_t)(OC > C ? OC : C) * MAX_ROWS * 2;
-        unsigned char *h = malloc(big > (size_t)OC * 4 ? big : (size_t)OC * 4);
+        unsigned char *h = malloc((size_t)(OC > C ? OC : C) * MAX_ROWS * 2);
         if (!h) return 1;
         fill_host(h, (size_t)MAX_ROWS * (size_t)C, GPC_BF16, &rng);
         gpc_tensor hx = gpc_tensor_2d(h, GPC_BF16, gpc_cpu(), MAX_ROWS, C);
@@ -159,14 +158,16 @@ int main(int argc, char **argv) {
         fill_host(h, (size_t)OC, GPC_BF16, &rng);
         gpc_tensor hb = gpc_tensor_1d(h, GPC_BF16, gpc_cpu(), OC);
         CHECK(gpc_tensor_copy(&bias, &hb));
-        float *hs = (float *)h;
+        free(h);
+        float *hs = malloc(sizeof(float) * (size_t)OC);
+        if (!hs) return 1;
         for (int64_t o = 0; o < OC; o++)
             hs[o] = 0.001f + 0.001f * (float)gpc_rng_uniform(&rng);
         gpc_tensor hsc = gpc_tensor_1d(hs, GPC_F32, gpc_cpu(), OC);
         CHECK(gpc_tensor_copy(&scales, &hsc));
         gpc_tensor hs1 = gpc_tensor_1d(hs, GPC_F32, gpc_cpu(), 1);
         CHECK(gpc_tensor_copy(&scale1, &hs1));
-        free(h);
+        free(hs);
         for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
             const variant *var = &variants[v];
             size_t bytes = (size_t)OC * (size_t)C * gpc_dtype_size(var->dtype);
