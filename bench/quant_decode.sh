@@ -14,7 +14,8 @@
 #     "d12,d36"): bf16, and int8, fp8 and per-tensor fp8 each with the
 #     skinny kernel and with the earlier ones (GPC_QUANT_GEMV_MAX_M=0).
 #
-# PERPLEXITY=1 adds the run-folder table: for each of MODELS it trains a
+# PERPLEXITY=1 (and DEVICE=cpu, which runs only this part) adds the
+# run-folder table: for each of MODELS it trains a
 # run on the bundled corpus (or takes RUN), quantizes it three ways with
 # gpc quantize, then measures for each:
 #   - decode tokens/s of gpc sample (bf16 activations, kept keys and
@@ -63,11 +64,17 @@ if [[ $DEVICE == cuda ]]; then
       { echo "quant_decode: $BUILD/bench/$prog is missing: build gpc with CUDA first" >&2; exit 1; }
   done
   echo "quant_decode: the decode products alone (GB/s of weight bytes)" | tee -a "$log"
-  "$BUILD/bench/bench_quant_gemv_bench" --rows 1,16 --peak-gbps "$PEAK_GBPS" 2>&1 | tee -a "$log"
-  [[ ${PIPESTATUS[0]} == 0 ]] || { echo "quant_decode: bench_quant_gemv_bench failed" >&2; exit 1; }
+  if ! "$BUILD/bench/bench_quant_gemv_bench" --rows 1,16 --peak-gbps "$PEAK_GBPS" 2>&1 |
+    tee -a "$log"; then
+    echo "quant_decode: bench_quant_gemv_bench failed" >&2
+    exit 1
+  fi
   echo "quant_decode: decode tokens/s, one stream, random weights ($MODELS_SPEED)" | tee -a "$log"
-  "$BUILD/bench/bench_quant_decode_bench" --models "$MODELS_SPEED" --tokens 256 2>&1 | tee -a "$log"
-  [[ ${PIPESTATUS[0]} == 0 ]] || { echo "quant_decode: bench_quant_decode_bench failed" >&2; exit 1; }
+  if ! "$BUILD/bench/bench_quant_decode_bench" --models "$MODELS_SPEED" --tokens 256 2>&1 |
+    tee -a "$log"; then
+    echo "quant_decode: bench_quant_decode_bench failed" >&2
+    exit 1
+  fi
 fi
 if [[ $PERPLEXITY != 1 && $DEVICE == cuda ]]; then
   echo "log: $log"
