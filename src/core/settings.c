@@ -100,9 +100,12 @@ static const gpc_setting_info table[] = {
     {"GPC_OFFLOAD_CHUNK", INT, "8388608", "benchmarks",
      "elements per copy and CPU update of gpc train --offload-optimizer", 1, 100000000, NULL},
     {"GPC_QUANT_FP8_LT", FLAG, "1", "benchmarks",
-     "per-tensor fp8 weights on cuBLASLt's FP8 tensor cores (5+ rows); 0: the dequantizing "
+     "per-tensor fp8 weights on cuBLASLt's FP8 tensor cores (prefill); 0: the dequantizing "
      "kernel",
      0, 0, NULL},
+    {"GPC_QUANT_GEMV_MAX_M", INT, "16", "benchmarks",
+     "most rows a quantized product runs in the skinny decode kernel; 0: the earlier kernels", 0,
+     16, NULL},
     {"GPC_MATMUL_GELU", FLAG, "1", "benchmarks",
      "GELU in cuBLASLt's epilogues; 0: GELU as its own kernel", 0, 0, NULL},
     {"GPC_MATMUL_BGRAD", FLAG, "0", "benchmarks",

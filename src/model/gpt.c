@@ -229,6 +229,12 @@ static gpc_status place_quant_params(gpt_model *m, gpc_arena *arena) {
     return GPC_OK;
 }
 
+/* Layer l's scales of quantized parameter tensor `index`: [OC] or [1]. */
+static gpc_tensor quant_scales(const gpt_model *m, int index, int l) {
+    const gpc_tensor *all = &m->quant.scales[index];
+    return param_layer(all, l, 0, all->shape[1]);
+}
+
 /* The product of a block's matrix weight (parameter tensor `index`, layer
  * l): out = [residual +] inp @ W^T + bias, on the quantized weight when the
  * model has one. */
@@ -236,8 +242,7 @@ static gpc_status project(gpt_model *m, int index, int l, gpc_tensor *out, const
                           const gpc_tensor *weight, const gpc_tensor *bias,
                           const gpc_tensor *residual) {
     if (m->quant.on) {
-        const gpc_tensor *all = &m->quant.scales[index];
-        gpc_tensor scales = param_layer(all, l, 0, all->shape[1]);
+        gpc_tensor scales = quant_scales(m, index, l);
         return gpc_op_matmul_quant_forward(out, inp, weight, &scales, bias, residual);
     }
     return residual ? gpc_op_matmul_residual_forward(out, inp, weight, bias, residual)
@@ -923,7 +928,10 @@ static gpc_status blocks_range(gpt_model *m, int start, int B, int T, int first,
         GPC_TRY(row_parallel_forward(m, 6, l, &residual2, &atty, &attprojw, &attprojb, &residual));
         GPC_TRY(lora_forward(m, 1, l, start, B, T, &atty, &residual2));
         GPC_TRY(gpc_op_layernorm_forward(&ln2, &ln2_mean, &ln2_rstd, &residual2, &ln2w, &ln2b));
-        if (lora_on(m, 2) || m->quant.on) { /* an adapter adds before the GELU: the two apart */
+        if (m->quant.on) { /* quantized models have no adapters */
+            gpc_tensor scales = quant_scales(m, 10, l);
+            GPC_TRY(gpc_op_matmul_quant_gelu_forward(&fch, &fch_gelu, &ln2, &fcw, &scales, &fcb));
+        } else if (lora_on(m, 2)) { /* an adapter adds before the GELU: the two apart */
             GPC_TRY(project(m, 10, l, &fch, &ln2, &fcw, &fcb, NULL));
             GPC_TRY(lora_forward(m, 2, l, start, B, T, &ln2, &fch));
             GPC_TRY(gpc_op_gelu_forward(&fch_gelu, &fch));

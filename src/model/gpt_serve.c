@@ -10,7 +10,8 @@
  * different sequences and positions can share every product. The output
  * head runs only on the rows whose logits are wanted, which the caller puts
  * first, so no gather is needed. Written against ops.h only: every backend
- * runs it, in the model's compute dtype.
+ * runs it, in the model's compute dtype. A quantized model (gpc quantize)
+ * runs its four block products on its 8-bit weights.
  *
  * gpt_step_paged copies the logits to the host; gpt_step_paged_sample
  * draws on the device instead (gpc_op_forbid_tokens, gpc_op_sample), so a
@@ -100,6 +101,24 @@ static gpc_tensor rows_of(const gpc_tensor *t, int64_t start, int64_t n, int64_t
  * cols] (or [rows]). */
 static gpc_tensor layer_of(const gpc_tensor *t, int l, int64_t rows, int64_t cols) {
     return rows_of(t, (int64_t)l * rows, rows, cols);
+}
+
+/* A block's product on parameter tensor `index` (layer l's weight w):
+ * out = [residual +] inp @ w^T + bias, on the 8-bit weight and its scales
+ * when the model is quantized; with out_gelu, fc's product: out is the
+ * pre-activation and out_gelu its GELU. */
+static gpc_status block_product(const gpt_model *m, int index, int l, gpc_tensor *out,
+                                gpc_tensor *out_gelu, const gpc_tensor *inp, const gpc_tensor *w,
+                                const gpc_tensor *bias, const gpc_tensor *residual) {
+    if (m->quant.on) {
+        const gpc_tensor *all = &m->quant.scales[index];
+        gpc_tensor scales = layer_of(all, l, all->shape[1], 0);
+        if (out_gelu) return gpc_op_matmul_quant_gelu_forward(out, out_gelu, inp, w, &scales, bias);
+        return gpc_op_matmul_quant_forward(out, inp, w, &scales, bias, residual);
+    }
+    if (out_gelu) return gpc_op_matmul_gelu_forward(out, out_gelu, inp, w, bias);
+    if (residual) return gpc_op_matmul_residual_forward(out, inp, w, bias, residual);
+    return gpc_op_matmul_forward(out, inp, w, bias);
 }
 
 /* Layer l of the cache, [cache_blocks, block_size, C]. */
@@ -416,13 +435,13 @@ static gpc_status step_ops(gpt_paged *p, int64_t N, int64_t S, int64_t R, int sa
         gpc_tensor kc = cache_layer(p, &p->k_cache, l), vc = cache_layer(p, &p->v_cache, l);
 
         GPC_TRY(gpc_op_layernorm_forward(&ln, &mean, &rstd, &x, &ln1w, &ln1b));
-        GPC_TRY(gpc_op_matmul_forward(&qkv, &ln, &qkvw, &qkvb));
+        GPC_TRY(block_product(m, 4, l, &qkv, NULL, &ln, &qkvw, &qkvb, NULL));
         GPC_TRY(gpc_op_kv_store(&kc, &vc, &qkv, &slots));
         GPC_TRY(gpc_op_paged_attention(&atty, &qkv, &kc, &vc, &tables, &seqs, &positions, NH));
-        GPC_TRY(gpc_op_matmul_residual_forward(&x, &atty, &projw, &projb, &x));
+        GPC_TRY(block_product(m, 6, l, &x, NULL, &atty, &projw, &projb, &x));
         GPC_TRY(gpc_op_layernorm_forward(&ln, &mean, &rstd, &x, &ln2w, &ln2b));
-        GPC_TRY(gpc_op_matmul_gelu_forward(&fch, &fch_gelu, &ln, &fcw, &fcb));
-        GPC_TRY(gpc_op_matmul_residual_forward(&x, &fch_gelu, &fcprojw, &fcprojb, &x));
+        GPC_TRY(block_product(m, 10, l, &fch, &fch_gelu, &ln, &fcw, &fcb, NULL));
+        GPC_TRY(block_product(m, 12, l, &x, NULL, &fch_gelu, &fcprojw, &fcprojb, &x));
     }
     if (R == 0) return GPC_OK;
     /* the head on the wanted rows, which lead */

@@ -283,11 +283,11 @@ gpc_status gpc_op_matmul_residual_forward(gpc_tensor *out, const gpc_tensor *inp
     DISPATCH(op, out, matmul_residual_forward, out, inp, weight, bias, residual);
 }
 
-gpc_status gpc_op_matmul_quant_forward(gpc_tensor *out, const gpc_tensor *inp,
-                                       const gpc_tensor *qweight, const gpc_tensor *scales,
-                                       const gpc_tensor *bias, const gpc_tensor *residual) {
-    const char *op = "matmul_quant_forward";
-    GPC_TRY(need_float(op, "out", out));
+/* The checks that matmul_quant_forward and matmul_quant_gelu_forward share:
+ * the 8-bit weight, its scales, the bias, and out's size (N x OC). */
+static gpc_status check_quant(const char *op, const gpc_tensor *out, const gpc_tensor *inp,
+                              const gpc_tensor *qweight, const gpc_tensor *scales,
+                              const gpc_tensor *bias) {
     GPC_TRY(need_float(op, "inp", inp));
     GPC_TRY(need(op, "qweight", qweight));
     if (qweight->dtype != GPC_I8 && qweight->dtype != GPC_F8E4M3)
@@ -295,8 +295,7 @@ gpc_status gpc_op_matmul_quant_forward(gpc_tensor *out, const gpc_tensor *inp,
                          gpc_dtype_name(qweight->dtype));
     GPC_TRY(need_dtype(op, "scales", scales, GPC_F32));
     if (bias) GPC_TRY(need_float(op, "bias", bias));
-    if (residual) GPC_TRY(need_dtype(op, "residual", residual, out->dtype));
-    DEVICES(op, out, inp, qweight, scales, bias, residual);
+    DEVICES(op, out, inp, qweight, scales, bias);
     int64_t C = last_dim(inp), N = rows(inp), OC = rows(qweight);
     if (last_dim(qweight) != C) {
         char a[96], b[96];
@@ -304,17 +303,45 @@ gpc_status gpc_op_matmul_quant_forward(gpc_tensor *out, const gpc_tensor *inp,
                          gpc_tensor_describe(inp, a, sizeof a),
                          gpc_tensor_describe(qweight, b, sizeof b));
     }
-    GPC_TRY(need_numel(op, "out", out, N * OC));
     if (gpc_tensor_numel(scales) != OC && gpc_tensor_numel(scales) != 1)
         GPC_TRY(need_numel(op, "scales", scales, OC));
     if (bias) GPC_TRY(need_numel(op, "bias", bias, OC));
-    if (residual) GPC_TRY(need_numel(op, "residual", residual, N * OC));
     if (out->data == inp->data)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "%s: out shares its buffer with inp, which the product still reads; "
                          "give out its own",
                          op);
+    return need_numel(op, "out", out, N * OC);
+}
+
+gpc_status gpc_op_matmul_quant_forward(gpc_tensor *out, const gpc_tensor *inp,
+                                       const gpc_tensor *qweight, const gpc_tensor *scales,
+                                       const gpc_tensor *bias, const gpc_tensor *residual) {
+    const char *op = "matmul_quant_forward";
+    GPC_TRY(need_float(op, "out", out));
+    if (residual) GPC_TRY(need_dtype(op, "residual", residual, out->dtype));
+    GPC_TRY(check_quant(op, out, inp, qweight, scales, bias));
+    if (residual) {
+        DEVICES(op, out, residual);
+        GPC_TRY(need_numel(op, "residual", residual, gpc_tensor_numel(out)));
+    }
     DISPATCH(op, out, matmul_quant_forward, out, inp, qweight, scales, bias, residual);
+}
+
+gpc_status gpc_op_matmul_quant_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
+                                            const gpc_tensor *inp, const gpc_tensor *qweight,
+                                            const gpc_tensor *scales, const gpc_tensor *bias) {
+    const char *op = "matmul_quant_gelu_forward";
+    GPC_TRY(need_float(op, "out_pre", out_pre));
+    GPC_TRY(need_float(op, "out_gelu", out_gelu));
+    GPC_TRY(check_quant(op, out_pre, inp, qweight, scales, bias));
+    DEVICES(op, out_pre, out_gelu);
+    GPC_TRY(need_numel(op, "out_gelu", out_gelu, gpc_tensor_numel(out_pre)));
+    if (out_pre->data == out_gelu->data || out_gelu->data == inp->data)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: out_pre, out_gelu and inp must be three buffers; give each its own",
+                         op);
+    DISPATCH(op, out_pre, matmul_quant_gelu_forward, out_pre, out_gelu, inp, qweight, scales, bias);
 }
 
 gpc_status gpc_op_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,

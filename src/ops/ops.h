@@ -100,6 +100,14 @@ gpc_status gpc_op_matmul_residual_forward(gpc_tensor *out, const gpc_tensor *inp
 gpc_status gpc_op_matmul_quant_forward(gpc_tensor *out, const gpc_tensor *inp,
                                        const gpc_tensor *qweight, const gpc_tensor *scales,
                                        const gpc_tensor *bias, const gpc_tensor *residual);
+/* The same product followed by GELU, for fc's product of a quantized
+ * model: out_pre[N,OC] = inp @ W^T + bias (bias may be NULL) and out_gelu =
+ * gelu(out_pre). The result is that of gpc_op_matmul_quant_forward then
+ * gpc_op_gelu_forward; CUDA's skinny kernel (decode's few rows) applies
+ * GELU as it stores, so the step runs one kernel instead of two. */
+gpc_status gpc_op_matmul_quant_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
+                                            const gpc_tensor *inp, const gpc_tensor *qweight,
+                                            const gpc_tensor *scales, const gpc_tensor *bias);
 /* dinp = dout @ weight (overwritten), dweight += dout^T @ inp, dbias +=
  * column sums of dout. Each of the three may be NULL to skip it (not all
  * three), so the input gradient and the weight gradients can be computed

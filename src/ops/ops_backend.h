@@ -87,7 +87,10 @@
       const gpc_tensor *targets, int64_t col0, int vocab_size))                                    \
     X(crossentropy_slice_finish, (gpc_tensor *losses, gpc_tensor *dlogits,                         \
       const gpc_tensor *logits, const gpc_tensor *targets, const gpc_tensor *stats, int64_t col0,  \
-      int vocab_size, float dloss))
+      int vocab_size, float dloss))                                                                \
+    X(matmul_quant_gelu_forward, (gpc_tensor *out_pre, gpc_tensor *out_gelu,                       \
+      const gpc_tensor *inp, const gpc_tensor *qweight, const gpc_tensor *scales,                  \
+      const gpc_tensor *bias))
 /* clang-format on */
 
 #define GPC_OPS_FIELD(name, params) gpc_status(*name) params;
