@@ -5,6 +5,9 @@
  *   bench_gpt2_step [--depth 12] [--batch 64] [--context 1024] [--accum 8]
  *                   [--steps 10] [--warmup 3] [--precision bf16] [--recompute 0|1|2]
  *
+ * --depth N is gpc train's --model dN: 24, 36 and 48 are GPT-2's larger
+ * shapes (24 x 16 x 1024, 36 x 20 x 1280, 48 x 25 x 1600).
+ *
  * Prints one line per timed step and a summary: tokens/s (median step),
  * MFU against the H200's 989 TFLOP/s dense bf16 (FLOPs per token 6N + 6LCT,
  * N without the position embedding and the padded rows, as llm.c counts),
@@ -60,10 +63,15 @@ int main(int argc, char **argv) {
     if (!cuda) return 1;
     gpc_dtype dtype;
     gpt_config config;
+    /* dN as gpc train's --model: d24, d36, d48 are GPT-2's larger shapes */
+    char name[16];
+    int layers, heads, channels;
+    snprintf(name, sizeof name, "d%d", depth);
     gpt_model *model = NULL;
     gpc_device dev = {GPC_DEVICE_CUDA, 0};
     if (gpc_dtype_parse(precision, &dtype) != GPC_OK ||
-        gpt_config_init(&config, depth, depth, 64 * depth, T, 50257) != GPC_OK ||
+        gpt_config_parse_depth(name, &layers, &heads, &channels) != GPC_OK ||
+        gpt_config_init(&config, layers, heads, channels, T, 50257) != GPC_OK ||
         gpt_create_recompute(&model, &config, dev, dtype, B, T, 1, recompute) != GPC_OK ||
         gpt_init_weights(model, 1337) != GPC_OK) {
         fprintf(stderr, "bench_gpt2_step: %s\n", gpc_last_error());
@@ -80,9 +88,11 @@ int main(int argc, char **argv) {
     double N = (double)gpt_num_params(model) - (double)config.max_context * config.channels -
                (double)(config.padded_vocab - config.vocab_size) * config.channels;
     double flops_per_token = 6.0 * N + 6.0 * config.layers * config.channels * (double)T;
-    printf("gpc d%d: %.1fM parameters, B=%d T=%d accumulation %d (%lld tokens a step), %s, "
+    printf("gpc d%d (%d x %d x %d): %.1fM parameters, B=%d T=%d accumulation %d (%lld tokens a "
+           "step), %s, "
            "%.3f GFLOP/token\n",
-           depth, N / 1e6, B, T, accum, (long long)n * accum, precision, flops_per_token / 1e9);
+           depth, layers, heads, channels, N / 1e6, B, T, accum, (long long)n * accum, precision,
+           flops_per_token / 1e9);
 
     gpc_optim_options opt;
     gpc_optim_defaults(&opt);

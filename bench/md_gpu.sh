@@ -13,19 +13,14 @@
 # 1.0M, 4.0M and 16.1M atoms), BANDWIDTH (bytes/s, default 4.8e12: the
 # H200's HBM3e), FP64 (flop/s, default 34e12: the H200's FP64 vector peak).
 #
-# The model (per atom and step, a full neighbour list of P partners):
-#   DRAM bytes  = 4 P (the row: one int32 slot per partner, column-major,
-#                 read once) + 68 (own position 32, count 4, force 32 in the
-#                 force kernel) + 192 (integrate: v, x, x_built, f 32 each
-#                 read, v and x written)
-#                 partners' positions (32 B each) come from L1/L2: atoms are
-#                 sorted by cell, so a warp's partners are a few runs of
-#                 memory shared by its neighbours
-#   FLOPs/pair  = 17 float64 (separation, nearest image, r^2) for each listed
-#                 partner, and 12 more (float64, or float32 with --forces
-#                 f32) for those inside the cutoff (~71%)
-# Rebuilds (every ~10-20 steps) and the thermo reductions (at the end of a
-# chunk of at most 20 steps) are left out of the model and in the timing.
+# The model (per atom and step, a full neighbour list of P partners, B
+# steps between builds): bench/md_gpu_variants.sh's, which says what each
+# term is: DRAM bytes 4 P + 68 (force kernel; 52 with f32) + 192 (integrate;
+# 208 with f32) + (484 + 4 P) / B (the build); partners' positions come from
+# L1/L2, atoms being sorted by cell. FLOPs per listed partner: 9 + 13 for
+# the 71% within the cutoff, float64 (float32 with --forces f32). The thermo
+# reductions (at the end of a chunk of at most 20 steps) are left out of
+# the model and in the timing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 gpc=${1:-$root/build/gpc}
@@ -47,14 +42,16 @@ label, path, bw, fp64 = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.
 r = json.load(open(path))
 rate = r["atom_steps_per_s"]
 partners = 2.0 * r["pairs"] / r["atoms"]      # full list: each pair from both ends
-dram = 4 * partners + 68 + 192
-flops64 = (17 + (12 * 0.71 if r.get("forces") == "f64" else 0)) * partners
+f32 = r.get("forces") == "f32"
+between = r["steps"] / max(r["neighbor_builds"] - 1, 1)
+dram = 4 * partners + (52 if f32 else 68) + (208 if f32 else 192) + (484 + 4 * partners) / between
+flops64 = 0 if f32 else (9 + 13 * 0.71) * partners
 print(f"{label:>4} {r['atoms']:>10,} atoms {r['device']:>7} {r.get('forces', ''):>3}: {rate:10.4g} atom-steps/s "
       f"({r['steps']} steps in {r['seconds']:.3f} s, {r['neighbor_builds']} builds, "
       f"{partners:.1f} partners an atom)")
 if r["device"].startswith("cuda"):
     print(f"     model: {dram:.0f} B and {flops64:.0f} fp64 flop an atom-step; memory bound "
-          f"{bw / dram:.3g}/s, fp64 bound {fp64 / flops64:.3g}/s; "
+          f"{bw / dram:.3g}/s, fp64 bound {fp64 / flops64 if flops64 else float('inf'):.3g}/s; "
           f"achieved {rate * dram / 1e12:.2f} TB/s = {100 * rate * dram / bw:.0f}% of {bw / 1e12:.1f} TB/s")
 PY
 }

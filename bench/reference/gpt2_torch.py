@@ -2,7 +2,8 @@
 
 The same model as gpc's d12 (GPT-2 124M: 12 layers, 12 heads, 768 channels,
 context 1024, vocabulary 50257 padded to 50304, tied output head, GELU tanh,
-pre-norm blocks), written in plain torch.nn as nanoGPT does, and trained the
+pre-norm blocks; --depth, --heads, --channels and --context give gpc's other
+shapes: d24 is 24 x 16 x 1024, d36 36 x 20 x 1280, d48 48 x 25 x 1600), written in plain torch.nn as nanoGPT does, and trained the
 way a careful PyTorch user would: torch.compile, scaled_dot_product_attention
 (flash attention), bf16 autocast with f32 master weights, fused AdamW
 (lr 6e-4, betas 0.9/0.95, weight decay 0.1 on 2-D weights), gradient
@@ -75,6 +76,8 @@ class GPT(nn.Module):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--depth", type=int, default=12)
+    p.add_argument("--heads", type=int, default=0, help="0: depth (GPT-2 124M's shape rule)")
+    p.add_argument("--channels", type=int, default=0, help="0: 64 x heads")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--total-batch", type=int, default=524288)
@@ -85,7 +88,9 @@ def main():
     torch.manual_seed(1337)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    L, NH, C, T, B = a.depth, a.depth, 64 * a.depth, a.context, a.batch
+    L, T, B = a.depth, a.context, a.batch
+    NH = a.heads or a.depth
+    C = a.channels or 64 * NH
     V, Vp = 50257, 50304
     accum = a.total_batch // (B * T)
     model = GPT(L, NH, C, T, Vp).cuda()

@@ -138,6 +138,11 @@ gpc_status gpc_tensor_alloc(gpc_tensor *t, gpc_dtype dtype, gpc_device device, i
 void gpc_tensor_free(gpc_tensor *t);
 /* Copies bytes between any two devices; dtypes and sizes must match. */
 gpc_status gpc_tensor_copy(gpc_tensor *dst, const gpc_tensor *src);
+/* The same copy queued on the device's compute stream (the one ops run on),
+ * returning without waiting for it: the host side must be pinned memory
+ * (alloc_host) that stays unchanged until the stream has passed the copy.
+ * On the CPU it is gpc_tensor_copy. */
+gpc_status gpc_tensor_copy_async(gpc_tensor *dst, const gpc_tensor *src);
 gpc_status gpc_tensor_zero(gpc_tensor *t);
 /* Describes the shape as "[4, 64, 768] f32 on cpu" into buf. */
 const char *gpc_tensor_describe(const gpc_tensor *t, char *buf, size_t size);
@@ -148,6 +153,7 @@ struct gpc_ops_table; /* numeric operations, declared in src/ops/ops_backend.h *
 
 typedef void *gpc_stream; /* NULL is the device's default stream */
 typedef void *gpc_event;
+typedef void *gpc_graph; /* a captured sequence of device work, replayed as one launch */
 
 /* What a device offers. The CPU backend fills every entry; the CUDA backend
  * registers itself when libgpc is built with CUDA and a GPU is present. */
@@ -182,6 +188,16 @@ typedef struct gpc_backend {
      * which names the same GPU for NVML whatever CUDA_VISIBLE_DEVICES renumbers.
      * Optional: NULL where the device has none (the CPU). */
     gpc_status (*device_pci_bus_id)(int index, char *buf, size_t size);
+    /* copy queued on the compute stream without waiting (gpc_tensor_copy_async).
+     * Optional: NULL makes it a plain copy. */
+    gpc_status (*copy_async)(void *dst, gpc_device dst_device, const void *src,
+                             gpc_device src_device, size_t bytes);
+    /* Graphs (gpc_graph_capture_begin and the functions after it). Optional:
+     * NULL where the device runs every op as it is called (the CPU). */
+    gpc_status (*graph_capture_begin)(int index);
+    gpc_status (*graph_capture_end)(int index, gpc_graph *out);
+    gpc_status (*graph_launch)(int index, gpc_graph graph);
+    void (*graph_destroy)(gpc_graph graph);
     const struct gpc_ops_table *ops;
 } gpc_backend;
 
@@ -189,6 +205,21 @@ typedef struct gpc_backend {
  * machine has none. */
 const gpc_backend *gpc_backend_get(gpc_device_type type);
 gpc_status gpc_backend_require(gpc_device device, const gpc_backend **out);
+
+/* Graphs: the device work one thread queues between capture_begin and
+ * capture_end is recorded, not run, and becomes a graph that each
+ * gpc_graph_launch replays on the compute stream with one launch. A graph
+ * keeps the addresses and sizes it saw, so what it reads must vary only in
+ * the contents of buffers at fixed addresses. Between begin and end the
+ * thread must not allocate device memory or wait for the device; an op
+ * that does fails, and capture_end then fails too. capture_end always ends
+ * the capture, so call it after any begin that succeeded. The CPU backend
+ * has none: gpc_graph_supported says 0 and the others GPC_ERR_UNSUPPORTED. */
+int gpc_graph_supported(gpc_device device);
+gpc_status gpc_graph_capture_begin(gpc_device device);
+gpc_status gpc_graph_capture_end(gpc_device device, gpc_graph *out);
+gpc_status gpc_graph_launch(gpc_device device, gpc_graph graph);
+void gpc_graph_destroy(gpc_device device, gpc_graph graph);
 
 /* How a backend makes itself known: find returns it, or NULL with a message
  * when this machine cannot run it (no driver, no GPU). It is called on each

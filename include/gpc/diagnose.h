@@ -47,6 +47,11 @@ extern "C" {
 /* Exposed all-reduce share of a step: overlap hides most of it in a healthy
  * data-parallel step (PyTorch DDP's design note aims at full overlap). */
 #define GPC_DIAG_COMM_EXPOSED 0.15
+/* Share of the step blocked on the loader (the trainer's input_wait) above
+ * which the run is input-bound: a fifth of the step is the most a faster
+ * GPU, kernel or batch could not win back, and well above the few percent
+ * a prefetching loader costs when it keeps up. */
+#define GPC_DIAG_INPUT_WAIT 0.20
 /* MFU under this (dense bf16 peak) leaves most of the GPU unused: llm.c and
  * nanoGPT reach 40-50% on GPT-2 sizes at a full micro-batch. */
 #define GPC_DIAG_MFU_LOW 0.10
@@ -88,15 +93,27 @@ typedef struct {
     double step_ms;        /* training step time */
     double tokens_per_s;   /* training throughput */
     double comm_exposed;   /* share of the step in all-reduce not hidden by backward */
+    double input_wait;     /* share of the step blocked on the loader (the trainer's) */
+    double input_wait_ms;  /* the same in ms */
 } gpc_diag_sample;
 
 /* A sample with every field unknown (-1). */
 void gpc_diag_sample_clear(gpc_diag_sample *sample);
 
+/* A measured figure behind a finding, for JSON: "input_wait" 0.62. */
+typedef struct {
+    const char *name; /* a gpc_diag_sample field's name, or "step_ms" */
+    double value;
+} gpc_diag_figure;
+
+#define GPC_DIAG_FIGURES 4
+
 typedef struct {
     gpc_diag_kind kind;
     char text[320];   /* what was seen, with the numbers */
     char remedy[320]; /* what to do, one line */
+    int nfigures;     /* figures behind text where measured, for JSON */
+    gpc_diag_figure figures[GPC_DIAG_FIGURES];
 } gpc_diag_finding;
 
 /* Classifies n samples; writes at most max findings to out (each cause at
@@ -132,10 +149,17 @@ typedef struct {
  * ("out of GPU memory", "no room for ... scratch memory"), CUDA's own
  * ("cudaErrorMemoryAllocation", "CUDA out of memory") and a status of
  * "out of memory"; the finding's remedy says what fits, from gpc plan's
- * model. The classifier runs over the metrics' step times, tokens/s and
- * power readings; findings go to out as for gpc_diagnose. */
+ * model. The classifier runs over the metrics' step times, tokens/s,
+ * power readings, exposed all-reduce and input wait; findings go to out as
+ * for gpc_diagnose. */
 gpc_status gpc_diag_run(const char *run, const char *log_path, gpc_diag_run_summary *summary,
                         gpc_diag_finding *out, int max, int *count);
+
+/* The median input wait of a run folder's last steps (at most last of
+ * them, the first two steps of the run left out): *share of the step and
+ * *ms, both -1 when the metrics do not record it (a run of an older gpc,
+ * or no steps yet). For gpc doctor --pid on a gpc train process. */
+gpc_status gpc_diag_run_input_wait(const char *run, int last, double *share, double *ms);
 
 /* 1 when a log line says the GPU ran out of memory. */
 int gpc_diag_is_oom_line(const char *line);

@@ -100,6 +100,10 @@ typedef struct {
                        gpc_stream stream);
     gpc_status (*recv)(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype, int peer,
                        gpc_stream stream);
+    /* buf = the elementwise max of the same buffer over the ranks (in
+     * place); f32. The vocabulary-parallel cross-entropy's row maxima. */
+    gpc_status (*all_reduce_max)(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype,
+                                 gpc_stream stream);
 } gpc_dist_ops;
 
 struct gpc_dist {

@@ -55,7 +55,9 @@ int gpc_doctor_process_exists(int pid);
 
 /* Watches process pid and its descendants for seconds (0 < seconds <=
  * 3600): CPU use, threads, memory, and on GPUs utilisation, memory and
- * throttling, with advice. gpus (ngpus of them) are the GPUs it was given,
+ * throttling, with advice. A gpc train process whose command line names
+ * its run folder (--out) adds its measured wait for input, from the
+ * folder's metrics.jsonl. gpus (ngpus of them) are the GPUs it was given,
  * as for a gpcd job; with none, its CUDA_VISIBLE_DEVICES, else every GPU.
  * GPC_ERR_INVALID_ARG when there is no such process. */
 gpc_status gpc_doctor_watch(gpc_doctor *doctor, int pid, const int *gpus, int ngpus,
@@ -69,8 +71,10 @@ gpc_status gpc_doctor_run(gpc_doctor *doctor, const char *run, const char *log_p
 
 /* Writes every finding so far as JSON to path ("-": stdout):
  * {"problems": N, "findings": [{"kind": "problem", "text": "...",
- * "cause": "launch_bound", "advice": ["..."]}, ...]}; "cause" only where
- * the classifier named one; advice nested under the finding it follows. */
+ * "cause": "input_bound", "figures": {"input_wait": 0.62, ...},
+ * "advice": ["..."]}, ...]}; "cause" only where the classifier named one,
+ * "figures" only where it measured them (gpc_diag_finding's); advice
+ * nested under the finding it follows. */
 gpc_status gpc_doctor_write_json(const gpc_doctor *doctor, const char *path);
 
 /* Findings of kind GPC_DOCTOR_PROBLEM so far. */

@@ -41,6 +41,9 @@ typedef struct {
     int rebuild_every;  /* 0: rebuild when an atom moved over skin/2; N: every N steps */
     gpc_device device;  /* the CPU (OpenMP threads) or a GPU */
     int gpu_forces_f32; /* on a GPU: pair forces in float32, not float64 */
+    int gpu_lanes;      /* on a GPU: threads per atom in the force kernel, 1, 2, 4 or 8; 0: 4 */
+    int gpu_build_f64;  /* on a GPU: the list build tests every candidate in float64, not
+                           in float32 first */
 } gpc_md_config;
 
 /* LAMMPS's in.lj: 20 cells (32,000 atoms), 0.8442, 3.0, 2.5, 0.3, 0.005;

@@ -114,6 +114,16 @@ gpc_status gpt_recompute_parse(const char *text, int *recompute);
  * the same ops as forward. */
 gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_device device,
                                 gpc_dtype dtype, int B, int T, int training, int recompute);
+/* A training model whose optimizer state (f32 master weights, AdamW m and
+ * v) lives in the device's pinned host memory and is updated on CPU
+ * threads (gpc/optim.h, layout.offload): the device holds parameters,
+ * gradients and activations only. Whole models only: no shard, part,
+ * LoRA or quantized weights. Checkpoints are the same as a plain model's. */
+gpc_status gpt_create_offload(gpt_model **out, const gpt_config *config, gpc_device device,
+                              gpc_dtype dtype, int B, int T, int recompute);
+int gpt_optimizer_offloaded(const gpt_model *m);
+/* Pinned host bytes of an offloaded optimizer (0 otherwise). */
+size_t gpt_host_pinned_bytes(const gpt_model *m);
 /* A training model holding the optimizer state (AdamW m, v and, for bf16
  * and fp16, the f32 master weights) of elements [shard_offset,
  * shard_offset + shard_count) of the flat layout only: ZeRO stage 1, where
@@ -175,20 +185,31 @@ void gpt_set_grad_ready(gpt_model *model, gpt_grad_ready_fn fn, void *user);
 /* Tensor parallelism in the Megatron-LM style (Shoeybi et al. 2019): each of
  * tp ranks holds the query, key and value rows of heads/tp heads and 4C/tp
  * of the MLP's hidden units (column slices of qkvw, fcw and their biases),
- * and the matching input columns of attprojw and fcprojw (row slices). The
- * embeddings, layernorms, projection biases and the head are replicated.
- * Per block, forward sums the two projections' partial outputs over the
- * ranks and backward sums the two partial input gradients of qkv and fc:
- * four calls of the tp hook per block and micro-step. The replicated
- * parameters then see identical inputs and identical output gradients on
- * every rank, so their gradients are identical and need no communication.
- * The local flat layout is the whole model's with the six sliced tensors
- * narrower (gpt_tp_num_params elements). */
+ * and the matching input columns of attprojw and fcprojw (row slices).
+ * wte, the token embedding tied to the output head, is cut by vocabulary
+ * rows (gpt_tp_vocab_rows: about Vp/tp each). Its embedding gives zero
+ * for other ranks' tokens and the ranks' outputs are summed; the head
+ * computes the logits of the rank's rows only and the cross-entropy runs
+ * vocabulary-parallel (the row maxima, then the sums of exponentials and
+ * the target logits, reduced over the ranks), so no rank holds a whole
+ * row of logits. wpe, the layernorms and the projection biases are
+ * replicated. Per block, forward sums the two projections' partial outputs
+ * over the ranks and backward sums the two partial input gradients of qkv
+ * and fc: four calls of the tp hook per block and micro-step. The
+ * replicated parameters then see identical inputs and identical output
+ * gradients on every rank, so their gradients are identical and need no
+ * communication. The local flat layout is the whole model's with the seven
+ * sliced tensors narrower (gpt_tp_num_params elements). */
 typedef gpc_status (*gpt_tp_reduce_fn)(void *user, gpc_tensor *tensor);
 
 /* Errors for a tp size that does not divide the heads (the channels and
  * MLP width follow). */
 gpc_status gpt_tp_check(const gpt_config *config, int tp_size);
+/* The rows of wte each of tp_size ranks holds: ceil(padded_vocab /
+ * tp_size), rounded up to a multiple of 8 above one rank (the whole
+ * padded_vocab at tp_size 1). Rank r holds rows [r rows, (r + 1) rows);
+ * those past padded_vocab are zero and in no checkpoint. */
+int64_t gpt_tp_vocab_rows(const gpt_config *config, int tp_size);
 /* Elements of one rank's local layout (tp_size 1: gpt_config_num_params). */
 size_t gpt_tp_num_params(const gpt_config *config, int tp_size);
 /* Rank tp_rank's local values cut out of a whole model's (f32, layout
@@ -214,6 +235,9 @@ int gpt_tp_rank(const gpt_model *model);
 /* The sum over the tp ranks, in place, of a tensor on the model's device
  * (queued on the compute stream). fn NULL removes it. */
 void gpt_set_tp_reduce(gpt_model *model, gpt_tp_reduce_fn fn, void *user);
+/* The elementwise max over the tp ranks, in place, of an f32 tensor on the
+ * model's device (the cross-entropy's row maxima); needed with the sum. */
+void gpt_set_tp_max(gpt_model *model, gpt_tp_reduce_fn fn, void *user);
 
 /* ---------------------------------------------- pipeline parallelism */
 
@@ -395,6 +419,7 @@ typedef struct {
     int max_seqs;   /* sequences in one step: rows of the block table */
     int max_tokens; /* rows of one step */
     int max_logits; /* rows of one step whose logits are wanted (<= max_tokens) */
+    int eager;      /* 1: never replay decode steps as graphs (see gpt_step_paged) */
 } gpt_paged_options;
 
 /* Device bytes of one cache block over all layers, keys and values. */
@@ -437,7 +462,13 @@ typedef struct {
  * stored in the cache, attention read through the block tables) and the
  * output head for rows 0 .. num_logits-1, whose logits land in logits_out
  * (host f32 [num_logits, vocab_size]). Each row gets the logits
- * gpt_forward_cached gives at its position, up to rounding. */
+ * gpt_forward_cached gives at its position, up to rounding.
+ * On a device with graphs (a GPU), a decode step (num_tokens == num_seqs ==
+ * num_logits, at most 256) runs padded to the next of 1, 2, 4 .. 256 rows
+ * (at most the planned sizes), the padding rows in a cache block of their
+ * own, and each such size is captured as a CUDA graph at its second use and
+ * replayed after, unless options.eager or GPC_SERVE_GRAPHS=0 says not. The
+ * padding is the same with graphs off, so the switch changes no result. */
 gpc_status gpt_step_paged(gpt_paged *paged, const gpt_paged_batch *batch, float *logits_out);
 
 /* How row r of a step's logits rows is drawn on the model's device

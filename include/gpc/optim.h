@@ -14,6 +14,16 @@
  * gradients do not count in the clipping norm. That is the shape a frozen
  * base model under LoRA adapters, or weights kept in another type, needs.
  *
+ * Offloaded (layout.offload), master, m and v live in the device's pinned
+ * host memory instead of on the device (ZeRO-Offload, Ren et al. 2021).
+ * A step copies the gradients to the host chunk by chunk on a copy stream,
+ * runs the CPU backend's AdamW on each chunk as soon as it has arrived, and
+ * copies the updated compute-dtype weights back on a second stream: the
+ * download of chunk k+1, the update of chunk k and the upload of chunk k-1
+ * overlap. The device's next work waits for the last upload; the host
+ * returns once every chunk is updated. The CPU update rounds bf16 to
+ * nearest (no stochastic rounding).
+ *
  * fp16 gradients are computed from a loss scaled by gpc_optim_loss_scale
  * (Micikevicius et al. 2018); the step divides it out, skips a step whose
  * gradients overflowed, and adapts the scale.
@@ -58,7 +68,15 @@ typedef struct {
      * 0 and SIZE_MAX for all of them */
     size_t shard_begin, shard_end;
     int moments; /* 0: master weights only, for a model that does not train */
+    /* 1: the state in pinned host memory, updated on CPU threads; needs
+     * the whole state stepped at once (no shard) */
+    int offload;
+    size_t offload_chunk; /* elements per copy and update; 0: GPC_OPTIM_OFFLOAD_CHUNK */
 } gpc_optim_layout;
+
+/* Elements per offloaded chunk: 16 MiB of bf16 gradients, large enough
+ * for full-speed copies over PCIe, small enough to overlap. */
+#define GPC_OPTIM_OFFLOAD_CHUNK ((size_t)8 << 20)
 
 typedef struct gpc_optim gpc_optim;
 
@@ -66,10 +84,16 @@ typedef struct gpc_optim gpc_optim;
  * gpc_optim_place or gpc_optim_alloc. */
 gpc_status gpc_optim_create(gpc_optim **out, const gpc_optim_layout *layout);
 /* Places master, m and v (in that order; those that exist) in an arena:
- * a measuring one, then the real one, as a model plans its memory. */
+ * a measuring one, then the real one, as a model plans its memory. An
+ * offloaded optimizer places nothing: gpc_optim_alloc gives it host memory. */
 gpc_status gpc_optim_place(gpc_optim *optim, gpc_arena *arena);
-/* Places the state in an arena of its own (callers that plan no memory). */
+/* Places the state in an arena of its own (callers that plan no memory);
+ * offloaded: in pinned host memory, with the staging buffers, copy streams
+ * and events of the step. */
 gpc_status gpc_optim_alloc(gpc_optim *optim);
+/* Whether the state is offloaded, and the pinned host bytes it holds. */
+int gpc_optim_offloaded(const gpc_optim *optim);
+size_t gpc_optim_host_bytes(const gpc_optim *optim);
 /* Zeroes master, m and v. */
 gpc_status gpc_optim_zero(gpc_optim *optim);
 void gpc_optim_free(gpc_optim *optim);
@@ -78,7 +102,7 @@ void gpc_optim_free(gpc_optim *optim);
 size_t gpc_optim_state_count(const gpc_optim *optim);
 /* The state arrays ([state_count] f32, packed in range order); master is
  * NULL with f32 parameters (the parameters are their own master) and m, v
- * NULL without moments. */
+ * NULL without moments. Offloaded, they are host (CPU) tensors. */
 const gpc_tensor *gpc_optim_master(const gpc_optim *optim);
 const gpc_tensor *gpc_optim_m(const gpc_optim *optim);
 const gpc_tensor *gpc_optim_v(const gpc_optim *optim);
@@ -87,6 +111,9 @@ const gpc_tensor *gpc_optim_v(const gpc_optim *optim);
  * (host f32, indexed like the flat buffer) and rounds them to nearest into
  * params, the flat buffer. The rest of params is the caller's. */
 gpc_status gpc_optim_set_master(gpc_optim *optim, gpc_tensor *params, const float *values);
+/* Rounds the held master elements to nearest into params, the flat buffer
+ * (a checkpoint's master was just read). Nothing with f32 parameters. */
+gpc_status gpc_optim_master_to_params(gpc_optim *optim, gpc_tensor *params);
 /* Copies the held master elements into values (host f32, flat-indexed). */
 gpc_status gpc_optim_get_master(const gpc_optim *optim, float *values);
 

@@ -23,8 +23,9 @@
 extern "C" {
 #endif
 
-/* Points the model's tp hook at the group's all-reduce. The group's size
- * and this rank's place in it must be the model's tp size and rank. */
+/* Points the model's tp hooks at the group's all-reduces (the sum and the
+ * max). The group's size and this rank's place in it must be the model's
+ * tp size and rank. */
 gpc_status gpc_tp_attach(gpt_model *model, gpc_dist *tp_group);
 
 /* The whole model's f32 parameters and, for a training model, AdamW's m and

@@ -36,6 +36,7 @@ typedef struct {
     int tp;          /* tensor parallelism: each copy's heads and MLP units over tp GPUs */
     int pp;          /* pipeline parallelism: each copy's layers in pp stages (1F1B) */
     int lora_rank;   /* 0: full fine-tuning; R > 0: LoRA adapters, base frozen */
+    int offload;     /* 1: optimizer state in pinned host memory (--offload-optimizer) */
     int cuda;        /* 1: add cuBLASLt workspace and CUDA context */
 } gpc_plan_input;
 
@@ -48,16 +49,20 @@ typedef struct {
     uint64_t trainable;           /* elements that receive gradients and optimizer state */
     uint64_t parameters;          /* params in the compute dtype */
     uint64_t gradients;           /* gradients of the trainable elements, compute dtype */
-    uint64_t optimizer;           /* AdamW m and v (f32) + f32 master when low precision */
+    uint64_t optimizer;           /* AdamW m and v (f32) + f32 master when low precision;
+                                   * 0 with offload (it is in host_pinned) */
     uint64_t optimizer_unsharded; /* the same without ZeRO-1 (not in the total): what
-                                   * zero 1 over gpus saves is the difference */
+                                   * zero 1 over gpus saves is the difference;
+                                   * 0 with offload */
     uint64_t activations;         /* what the forward pass keeps for backward */
     uint64_t backward;            /* backward scratch: dresidual, dbtc, dbt4c, norm */
     uint64_t workspace;           /* logits (reused for dlogits) + cuBLASLt workspace + cuDNN
                                    * attention's f32 dQ accumulator (GPU, bf16/f16) */
     uint64_t context;             /* CUDA context and library kernels (estimate) */
-    uint64_t total;               /* sum of the above */
+    uint64_t total;               /* sum of the above: the device's bytes */
     uint64_t per_sample;          /* bytes added by each extra sequence of the micro-batch */
+    uint64_t host_pinned;         /* offload: pinned host memory for the optimizer state and
+                                   * the staged gradients and weights (not in total) */
 } gpc_plan_result;
 
 /* cuBLASLt workspace gpc's CUDA backend asks for (llm.c's choice, enough for

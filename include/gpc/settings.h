@@ -67,6 +67,11 @@ int gpc_setting_flag(const char *name);
  * and the default (0 when the table has none). */
 long gpc_setting_int(const char *name);
 double gpc_setting_double(const char *name);
+/* gpc_setting_int for a setting whose bad value must stop the command
+ * rather than fall back to the default: GPC_ERR_INVALID_ARG naming what is
+ * allowed ("GPC_LOADER_DELAY_MS must be a whole number from 0 to 60000, not
+ * 'x'"). *out is the value, or the default when unset. */
+gpc_status gpc_setting_int_checked(const char *name, long *out);
 
 /* Sets name's value for this process, ahead of the environment: how a
  * command-line flag (gpc train --attention-backward) reaches a setting read

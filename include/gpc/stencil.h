@@ -88,6 +88,11 @@ gpc_status gpc_stencil_run(gpc_stencil *s, int steps);
 
 int64_t gpc_stencil_steps(const gpc_stencil *s);
 
+/* The GPU's update kernel, as GPC_STENCIL_KERNEL names it ("vector",
+ * "column", "plain", "shared"), read when the solver was created; "cpu" on
+ * the CPU. */
+const char *gpc_stencil_kernel_name(const gpc_stencil *s);
+
 /* The planes of the grid this process holds: *first to *first + *count - 1. */
 void gpc_stencil_planes(const gpc_stencil *s, int *first, int *count);
 

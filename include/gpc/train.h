@@ -69,6 +69,7 @@ typedef struct {
     gpc_device device;
     gpc_dtype precision;
     size_t memory_planned; /* bytes the model placed on the device */
+    size_t host_pinned;    /* bytes of the offloaded optimizer in pinned host memory (0: none) */
     int first_step;        /* 0, or the step a resumed run continues from */
     int steps;
     double peak_lr;
@@ -112,6 +113,12 @@ typedef struct {
     double comm_exposed_ms;
     double comm_busy_ms;
     double comm_bus_gbs;
+    /* STEP: host time the step waited for its input batches (blocked on the
+     * prefetching loader; on a GPU the copy is queued on a side stream and
+     * is not in it, except a pipeline's, which reads the batch back to the
+     * host). A share of ms above gpc doctor's GPC_DIAG_INPUT_WAIT is an
+     * input-bound run. */
+    double input_wait_ms;
 } gpc_train_event;
 
 typedef void (*gpc_train_callback)(void *user, const gpc_train_event *event);
@@ -176,6 +183,11 @@ typedef struct {
      * resumed run asked for a larger --batch than its checkpoint's, by a
      * whole factor, resumes at the checkpoint's. 1 turns this off. */
     int no_auto_fit;
+    /* 1: the f32 master weights and AdamW moments in pinned host memory,
+     * updated on CPU threads (gpt_create_offload); one process training a
+     * whole model: refused with --tp, --pp, data parallelism or LoRA. A
+     * checkpoint is the same either way, so a run resumes with or without. */
+    int offload_optimizer;
     int stop_after; /* > 0: stop (with a checkpoint) after this many steps of this
                      * process; the schedule still runs over steps */
     gpc_train_callback callback;

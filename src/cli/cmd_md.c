@@ -67,7 +67,7 @@ static gpc_status write_json(const char *path, const gpc_md_config *c, gpc_md *m
             "{\"atoms\": %lld, \"cells\": %d, \"density\": %.17g, \"box\": %.17g, "
             "\"temperature\": %.17g, \"cutoff\": %.17g, \"skin\": %.17g, \"dt\": %.17g, "
             "\"seed\": %llu, \"rebuild_every\": %d, \"device\": \"%s\", \"forces\": \"%s\", "
-            "\"processes\": %d, "
+            "\"gpu_lanes\": %d, \"gpu_build\": \"%s\", \"processes\": %d, "
             "\"threads\": %d, \"steps\": %d, "
             "\"seconds\": %.9g, \"atom_steps_per_s\": %.9g, \"neighbor_builds\": %lld, "
             "\"dangerous_builds\": %lld, \"pairs\": %lld,\n \"thermo\": [",
@@ -75,7 +75,8 @@ static gpc_status write_json(const char *path, const gpc_md_config *c, gpc_md *m
             c->cutoff, c->skin, c->dt, (unsigned long long)c->seed, c->rebuild_every,
             gpc_device_name(c->device),
             c->device.type == GPC_DEVICE_CUDA && c->gpu_forces_f32 ? "f32" : "f64",
-            gpc_md_processes(md), omp_get_max_threads(), steps, seconds,
+            c->gpu_lanes ? c->gpu_lanes : 4, c->gpu_build_f64 ? "f64" : "f32", gpc_md_processes(md),
+            omp_get_max_threads(), steps, seconds,
             seconds > 0 ? (double)gpc_md_atoms(md) * steps / seconds : 0.0,
             (long long)gpc_md_neighbor_builds(md), (long long)gpc_md_dangerous_builds(md),
             (long long)gpc_md_pairs(md));
@@ -97,7 +98,7 @@ int cmd_md(int argc, char **argv) {
     gpc_md_defaults(&c);
     int steps = 100, thermo = -1;
     int64_t seed = (int64_t)c.seed; /* signed, so a negative value is refused, not wrapped */
-    const char *json = NULL, *dump = NULL, *device = "cpu", *forces = "f64";
+    const char *json = NULL, *dump = NULL, *device = "cpu", *forces = "f64", *build = "f32";
     int dump_every = 0;
     const cli_option options[] = {
         {"cells", CLI_INT, &c.cells, "N",
@@ -111,6 +112,11 @@ int cmd_md(int argc, char **argv) {
          "cpu or cuda[:N]: the whole step on that GPU (default cpu)"},
         {"forces", CLI_STRING, &forces, "P",
          "on a GPU, pair forces in f64 (default) or f32 (for GPUs slow in float64)"},
+        {"gpu-lanes", CLI_INT, &c.gpu_lanes, "L",
+         "on a GPU, threads per atom in the force kernel: 1, 2, 4 or 8 (default 4)"},
+        {"gpu-build", CLI_STRING, &build, "P",
+         "on a GPU, the list build tests candidates in f32, in f64 only near the reach (f32, "
+         "default), or each in f64"},
         {"steps", CLI_INT, &steps, "N", "time steps to run (default 100)"},
         {"seed", CLI_INT64, &seed, "S", "seed of the initial velocities (default 87287)"},
         {"rebuild-every", CLI_INT, &c.rebuild_every, "N",
@@ -128,7 +134,8 @@ int cmd_md(int argc, char **argv) {
     const cli_spec spec = {
         "md",
         "md [--cells N] [--density RHO] [--temperature T] [--cutoff RC] [--skin S] [--dt DT] "
-        "[--device cpu|cuda[:N]] [--forces f64|f32] [--steps N] [--seed S] [--rebuild-every N] "
+        "[--device cpu|cuda[:N]] [--forces f64|f32] [--gpu-lanes L] [--gpu-build f32|f64] "
+        "[--steps N] [--seed S] [--rebuild-every N] "
         "[--thermo N] [--json "
         "FILE] [--dump FILE "
         "[--dump-every N]]",
@@ -155,6 +162,12 @@ int cmd_md(int argc, char **argv) {
     if (strcmp(forces, "f64") != 0 && strcmp(forces, "f32") != 0)
         return cli_usage_error("md", "--forces %s: use f64 or f32", forces);
     c.gpu_forces_f32 = strcmp(forces, "f32") == 0;
+    if (c.gpu_lanes != 1 && c.gpu_lanes != 2 && c.gpu_lanes != 4 && c.gpu_lanes != 8 &&
+        c.gpu_lanes != 0)
+        return cli_usage_error("md", "--gpu-lanes %d: use 1, 2, 4 or 8", c.gpu_lanes);
+    if (strcmp(build, "f64") != 0 && strcmp(build, "f32") != 0)
+        return cli_usage_error("md", "--gpu-build %s: use f32 or f64", build);
+    c.gpu_build_f64 = strcmp(build, "f64") == 0;
     /* the syntax only: whether the GPU exists, and has room, gpc_md_create
      * says before it allocates anything */
     if (strcmp(device, "cuda") == 0) {

@@ -76,6 +76,7 @@ int cmd_plan(int argc, char **argv) {
     const char *recompute_name = "0";
     int context = 1024, batch = 4, zero = 0, gpus = 1, lora = 0, vocab = 50257;
     int recompute_layers = 0, tp = 1, pp = 1, layers = 0, heads = 0, channels = 0;
+    int offload = 0;
     const cli_option options[] = {
         {"model", CLI_STRING, &model, "dN",
          "model: dN = N layers, N heads, 64N channels; d24, d36, d48 GPT-2's 350M, 774M, "
@@ -96,9 +97,11 @@ int cmd_plan(int argc, char **argv) {
          "GPUs: N / (tp x pp) data-parallel copies (default 1); above 1, every layout of "
          "--tp and --pp over them is listed too"},
         {"tp", CLI_INT, &tp, "T",
-         "tensor parallelism: heads and MLP units over T GPUs (default 1)"},
+         "tensor parallelism: heads, MLP units and vocabulary over T GPUs (default 1)"},
         {"pp", CLI_INT, &pp, "P", "pipeline parallelism: layers in P stages (default 1)"},
         {"lora", CLI_INT, &lora, "R", "LoRA rank; 0 trains every weight (default 0)"},
+        {"offload-optimizer", CLI_FLAG, &offload, NULL,
+         "master weights and AdamW moments in pinned host memory (gpc train's option)"},
         {"vocab", CLI_INT, &vocab, "V", "vocabulary size (default 50257)"},
         {"device", CLI_STRING, &device, "D",
          "cuda or cpu (cpu leaves out CUDA's share; default cuda)"},
@@ -159,6 +162,7 @@ int cmd_plan(int argc, char **argv) {
     in.pp = pp;
     if (tp < 1 || pp < 1) return cli_usage_error("plan", "--tp and --pp must be 1 or more");
     in.lora_rank = lora;
+    in.offload = offload;
     in.vocab = vocab;
 
     gpc_plan_result r;
@@ -179,7 +183,9 @@ int cmd_plan(int argc, char **argv) {
            "bytes", "");
     row("parameters", r.parameters);
     row("gradients", r.gradients);
-    row(in.dtype == GPC_F32 ? "optimizer (AdamW m, v)" : "optimizer (AdamW m, v, f32 master)",
+    row(in.offload            ? "optimizer (offloaded to the host)"
+        : in.dtype == GPC_F32 ? "optimizer (AdamW m, v)"
+                              : "optimizer (AdamW m, v, f32 master)",
         r.optimizer);
     row("activations", r.activations);
     row("backward scratch", r.backward);
@@ -188,6 +194,13 @@ int cmd_plan(int argc, char **argv) {
     row("total", r.total);
     printf("  each extra sequence in the micro-batch adds %s\n",
            cli_format_bytes((double)r.per_sample, human, sizeof human));
+    if (tp > 1) {
+        gpt_config padded = {.padded_vocab = (in.vocab + 63) / 64 * 64};
+        printf("  tp %d: each GPU holds 1/%d of the block matrices and %lld of wte's %d padded "
+               "vocabulary rows (their gradient and AdamW state too); the cross-entropy runs "
+               "vocabulary-parallel\n",
+               tp, tp, (long long)gpt_tp_vocab_rows(&padded, tp), padded.padded_vocab);
+    }
     if (r.optimizer_unsharded > r.optimizer) {
         char whole[32];
         printf("  ZeRO-1 over %d GPUs: optimizer state %s per GPU instead of %s, saving %llu "
@@ -196,6 +209,11 @@ int cmd_plan(int argc, char **argv) {
                cli_format_bytes((double)r.optimizer_unsharded, whole, sizeof whole),
                (unsigned long long)(r.optimizer_unsharded - r.optimizer));
     }
+    if (in.offload)
+        printf("  host pinned memory (optimizer state, staged gradients and weights): %s (%llu "
+               "bytes)\n",
+               cli_format_bytes((double)r.host_pinned, human, sizeof human),
+               (unsigned long long)r.host_pinned);
     printf("\n");
     recompute_table(&in);
 

@@ -25,20 +25,21 @@ static double sum_all(gpc_dist *dist, double value) {
     return value;
 }
 
-static gpc_status write_json(const char *path, const gpc_stencil_config *c, int steps,
-                             double seconds, double glups, double traffic, double copy,
+static gpc_status write_json(const char *path, const gpc_stencil_config *c, const char *kernel,
+                             int steps, double seconds, double glups, double traffic, double copy,
                              double error, double heat_error, double center, uint64_t checksum,
                              int world) {
     FILE *f = fopen(path, "w");
     if (!f) return gpc_error(GPC_ERR_IO, "cannot write %s: check the directory exists", path);
     fprintf(f,
             "{\"n\": %d, \"domains\": %d, \"processes\": %d, \"device\": \"%s\", \"precision\": "
-            "\"%s\", \"r\": %.17g, \"mode\": [%d, %d, %d], \"threads\": %d, \"steps\": %d, "
+            "\"%s\", \"kernel\": \"%s\", \"r\": %.17g, \"mode\": [%d, %d, %d], \"threads\": %d, "
+            "\"steps\": %d, "
             "\"seconds\": %.9g, \"glups\": %.9g, \"gb_per_s\": %.9g, \"copy_gb_per_s\": %.9g, "
             "\"lambda\": %.17g, \"error\": %.9g, \"heat_decay\": %.17g, \"heat_error\": %.9g, "
             "\"center\": %.17g, \"checksum\": \"%016" PRIx64 "\"}\n",
-            c->n, c->domains, world, gpc_device_name(c->device), c->fp32 ? "f32" : "f64", c->r,
-            c->mode[0], c->mode[1], c->mode[2], omp_get_max_threads(), steps, seconds, glups,
+            c->n, c->domains, world, gpc_device_name(c->device), c->fp32 ? "f32" : "f64", kernel,
+            c->r, c->mode[0], c->mode[1], c->mode[2], omp_get_max_threads(), steps, seconds, glups,
             traffic, copy, gpc_stencil_lambda(c), error, gpc_stencil_heat_decay(c, steps),
             heat_error, center, checksum);
     if (fclose(f) != 0) return gpc_error(GPC_ERR_IO, "cannot finish writing %s", path);
@@ -133,8 +134,9 @@ int cmd_stencil(int argc, char **argv) {
         else
             printf("gpc stencil: %d^3 points in %d domain%s", c.n, c.domains,
                    c.domains == 1 ? "" : "s");
-        printf(", %s on %s, r %g, mode %d,%d,%d, %d thread%s\n", c.fp32 ? "f32" : "f64",
-               gpc_device_name(c.device), c.r, c.mode[0], c.mode[1], c.mode[2],
+        printf(", %s on %s", c.fp32 ? "f32" : "f64", gpc_device_name(c.device));
+        if (c.device.type == GPC_DEVICE_CUDA) printf(" (%s kernel)", gpc_stencil_kernel_name(s));
+        printf(", r %g, mode %d,%d,%d, %d thread%s\n", c.r, c.mode[0], c.mode[1], c.mode[2],
                omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
     }
     cli_progress progress;
@@ -188,8 +190,8 @@ int cmd_stencil(int argc, char **argv) {
                error, heat_error);
         printf("gpc stencil: field checksum %016" PRIx64 "\n", checksum);
         if (json && st == GPC_OK)
-            st = write_json(json, &c, steps, seconds, glups, traffic, copy, error, heat_error,
-                            center, checksum, world);
+            st = write_json(json, &c, gpc_stencil_kernel_name(s), steps, seconds, glups, traffic,
+                            copy, error, heat_error, center, checksum, world);
     }
     gpc_stencil_free(s);
     gpc_dist_destroy(dist);

@@ -69,6 +69,11 @@ static void on_event(void *user, const gpc_train_event *e) {
                 (long long)e->tokens_per_step, e->B, e->T, e->accumulation_steps,
                 gpc_device_name(e->device), gpc_dtype_name(e->precision),
                 cli_format_bytes((double)e->memory_planned, b, sizeof b), e->peak_lr, e->warmup);
+        if (e->host_pinned)
+            fprintf(stderr,
+                    "gpc train: optimizer offloaded: master weights and moments in %s of pinned "
+                    "host memory, updated on the CPU\n",
+                    cli_format_bytes((double)e->host_pinned, b, sizeof b));
         if (e->first_step)
             fprintf(stderr, "gpc train: resuming at step %d of %d\n", e->first_step, e->steps);
         break;
@@ -166,7 +171,7 @@ int cmd_train(int argc, char **argv) {
     int zero = 0, tp = 1, pp = 1;
     double bucket_mb = NAN;
     const char *collectives = "auto", *attention = NULL, *attention_backward = NULL;
-    int stochastic_rounding = 0, no_auto_fit = 0;
+    int stochastic_rounding = 0, no_auto_fit = 0, offload_optimizer = 0;
     const cli_option options[] = {
         {"data", CLI_STRING, &data, "DIR", "dataset folder (from gpc data prepare or synth)"},
         {"out", CLI_STRING, &out, "RUN", "run folder: checkpoint, metrics, config, tokenizer"},
@@ -217,6 +222,9 @@ int cmd_train(int argc, char **argv) {
         {"no-auto-fit", CLI_FLAG, &no_auto_fit, NULL,
          "fail on running out of device memory instead of going on at half the micro-batch with "
          "twice the accumulation steps"},
+        {"offload-optimizer", CLI_FLAG, &offload_optimizer, NULL,
+         "keep the f32 master weights and AdamW moments in pinned host memory and update them "
+         "on CPU threads, for models whose optimizer state does not fit the GPU (one process)"},
         {"resume", CLI_FLAG, &resume, NULL,
          "continue the run in --out from its checkpoint, on its schedule"},
         {"stop-after", CLI_INT, &stop_after, "N",
@@ -233,8 +241,8 @@ int cmd_train(int argc, char **argv) {
          "projections that get adapters, of qkv,proj,fc,fcproj (default all four)"},
         {"seed", CLI_INT64, &seed, "S", "weights, data order and rounding (default 1337)"},
         {"tp", CLI_INT, &tp, "T",
-         "several processes: tensor parallelism, each model cut over T of them (its heads and "
-         "MLP units); data parallelism over the rest (default 1)"},
+         "several processes: tensor parallelism, each model cut over T of them (its heads, "
+         "MLP units and vocabulary); data parallelism over the rest (default 1)"},
         {"pp", CLI_INT, &pp, "P",
          "several processes: pipeline parallelism, the layers cut into P stages run in the 1F1B "
          "order over the accumulation steps (default 1)"},
@@ -341,6 +349,7 @@ int cmd_train(int argc, char **argv) {
     }
     o.recompute = recompute;
     o.no_auto_fit = no_auto_fit;
+    o.offload_optimizer = offload_optimizer;
     o.layers = layers > 0 ? layers : 0;
     o.heads = heads > 0 ? heads : 0;
     o.channels = channels > 0 ? channels : 0;

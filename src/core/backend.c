@@ -1,5 +1,6 @@
 /*
- * backend.c: the registry of backends, one per device type.
+ * backend.c: the registry of backends, one per device type, and the graph
+ * calls, which reach the device's backend or say it has no graphs.
  *
  * Backends sit above core, so core names none of them: each registers
  * itself, from a constructor in its own file (gpc_cpu_backend_register in
@@ -56,4 +57,43 @@ gpc_status gpc_backend_require(gpc_device device, const gpc_backend **out) {
     }
     *out = backend;
     return GPC_OK;
+}
+
+/* The backend of a device that captures graphs, or an error saying it has none. */
+static gpc_status graph_backend(gpc_device device, const gpc_backend **out) {
+    GPC_TRY(gpc_backend_require(device, out));
+    if (!(*out)->graph_capture_begin)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "the %s backend runs every op as it is called and captures no graphs",
+                         (*out)->name);
+    return GPC_OK;
+}
+
+int gpc_graph_supported(gpc_device device) {
+    const gpc_backend *backend = gpc_backend_get(device.type);
+    return backend && backend->graph_capture_begin != NULL;
+}
+
+gpc_status gpc_graph_capture_begin(gpc_device device) {
+    const gpc_backend *backend = NULL;
+    GPC_TRY(graph_backend(device, &backend));
+    return backend->graph_capture_begin(device.index);
+}
+
+gpc_status gpc_graph_capture_end(gpc_device device, gpc_graph *out) {
+    const gpc_backend *backend = NULL;
+    *out = NULL;
+    GPC_TRY(graph_backend(device, &backend));
+    return backend->graph_capture_end(device.index, out);
+}
+
+gpc_status gpc_graph_launch(gpc_device device, gpc_graph graph) {
+    const gpc_backend *backend = NULL;
+    GPC_TRY(graph_backend(device, &backend));
+    return backend->graph_launch(device.index, graph);
+}
+
+void gpc_graph_destroy(gpc_device device, gpc_graph graph) {
+    const gpc_backend *backend = gpc_backend_get(device.type);
+    if (graph && backend && backend->graph_destroy) backend->graph_destroy(graph);
 }

@@ -100,10 +100,15 @@ static const gpc_setting_info table[] = {
      NULL},
     {"GPC_MATMUL_WORKSPACE_MB", INT, "32", "benchmarks", "cuBLASLt's workspace in MiB", 1, 4096,
      NULL},
+    {"GPC_OFFLOAD_CHUNK", INT, "8388608", "benchmarks",
+     "elements per copy and CPU update of gpc train --offload-optimizer", 1, 100000000, NULL},
     {"GPC_QUANT_FP8_LT", FLAG, "1", "benchmarks",
-     "per-tensor fp8 weights on cuBLASLt's FP8 tensor cores (5+ rows); 0: the dequantizing "
+     "per-tensor fp8 weights on cuBLASLt's FP8 tensor cores (prefill); 0: the dequantizing "
      "kernel",
      0, 0, NULL},
+    {"GPC_QUANT_GEMV_MAX_M", INT, "16", "benchmarks",
+     "most rows a quantized product runs in the skinny decode kernel; 0: the earlier kernels", 0,
+     16, NULL},
     {"GPC_MATMUL_GELU", FLAG, "1", "benchmarks",
      "GELU in cuBLASLt's epilogues; 0: GELU as its own kernel", 0, 0, NULL},
     {"GPC_MATMUL_BGRAD", FLAG, "0", "benchmarks",
@@ -123,8 +128,14 @@ static const gpc_setting_info table[] = {
     {"GPC_SM90_BLOCKS", INT, NULL, "benchmarks",
      "caps the Hopper kernels' persistent grids at this many blocks (tests; unset: one an SM)", 1,
      1000000, NULL},
+    {"GPC_SERVE_GRAPHS", FLAG, "1", "benchmarks",
+     "gpc serve replays its decode steps as CUDA graphs; 0: every step launches its kernels", 0, 0,
+     NULL},
     {"GPC_LAYERNORM_ROWS", FLAG, "1", "benchmarks",
      "layernorm forward keeps short rows in registers; 0: the general kernel", 0, 0, NULL},
+    {"GPC_STENCIL_KERNEL", STRING, "auto", "benchmarks",
+     "gpc stencil's GPU update kernel; auto is vector; twostep does two steps a pass", 0, 0,
+     "auto|vector|column|plain|shared|twostep"},
     {"GPC_CUDNN_TUNE", STRING, "0", "benchmarks",
      "time cuDNN's attention engines at each shape's first call, by time (1) or by energy", 0, 0,
      "0|1|energy"},
@@ -133,6 +144,9 @@ static const gpc_setting_info table[] = {
     {"GPC_BENCH_ENERGY_S", DOUBLE, "0", "benchmarks",
      "seconds each op of the CUDA benchmarks also runs at the power cap, for its energy", 0, 600,
      NULL},
+    {"GPC_LOADER_DELAY_MS", INT, "0", "benchmarks",
+     "the training loader sleeps this long before each batch, to provoke an input-bound run", 0,
+     60000, NULL},
     {"GPC_BENCH_DATA", STRING, "/tmp/gpc-bench-data", "benchmarks",
      "bench/train_run.sh: where the benchmark's token shards are kept", 0, 0, NULL},
     {"GPC_CHECKS", STRING, "tests plan bench doctor gpcd", "benchmarks",
@@ -324,6 +338,20 @@ double gpc_setting_double(const char *name) {
     char buf[128];
     warn_once(info, text, expected_text(info, buf, sizeof buf));
     return dflt;
+}
+
+gpc_status gpc_setting_int_checked(const char *name, long *out) {
+    const gpc_setting_info *info = entry(name);
+    *out = 0;
+    if (!info || info->type != GPC_SETTING_INT)
+        return gpc_error(GPC_ERR_INTERNAL, "%s is not an integer setting of gpc's table",
+                         name ? name : "(null)");
+    if (info->default_value) *out = strtol(info->default_value, NULL, 10);
+    const char *text = given(info);
+    if (!text || parse_int(info, text, out) == 0) return GPC_OK;
+    char buf[128];
+    return gpc_error(GPC_ERR_INVALID_ARG, "%s must be %s, not '%s'", name,
+                     expected_text(info, buf, sizeof buf), text);
 }
 
 gpc_status gpc_settings_override(const char *name, const char *value) {

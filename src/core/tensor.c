@@ -142,6 +142,23 @@ gpc_status gpc_tensor_copy(gpc_tensor *dst, const gpc_tensor *src) {
                          NULL);
 }
 
+gpc_status gpc_tensor_copy_async(gpc_tensor *dst, const gpc_tensor *src) {
+    const gpc_backend *backend;
+    if (gpc_tensor_bytes(dst) != gpc_tensor_bytes(src) || dst->dtype != src->dtype) {
+        char a[96], b[96];
+        return gpc_error(GPC_ERR_MISMATCH, "cannot copy %s into %s: sizes or dtypes differ",
+                         gpc_tensor_describe(src, a, sizeof a),
+                         gpc_tensor_describe(dst, b, sizeof b));
+    }
+    gpc_device via = dst->device.type != GPC_DEVICE_CPU ? dst->device : src->device;
+    GPC_TRY(gpc_backend_require(via, &backend));
+    if (!backend->copy_async)
+        return backend->copy(dst->data, dst->device, src->data, src->device, gpc_tensor_bytes(src),
+                             NULL);
+    return backend->copy_async(dst->data, dst->device, src->data, src->device,
+                               gpc_tensor_bytes(src));
+}
+
 gpc_status gpc_tensor_zero(gpc_tensor *t) {
     const gpc_backend *backend;
     GPC_TRY(gpc_backend_require(t->device, &backend));

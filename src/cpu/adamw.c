@@ -17,11 +17,31 @@
  *
  * With master != NULL the f32 master copy is what is updated and params
  * (bf16/f16) receive it rounded to nearest even, as on the GPU. Each
- * element is independent: a parallel loop.
+ * element is independent: a parallel loop. bf16 gradients and weights,
+ * what an offloaded GPU run updates here, take a loop of their own with
+ * the conversions inline (those of src/core/dtype.c, so the bits are the
+ * same), which the compiler can vectorise.
  */
 #include "cpu/cpu.h"
 
 #include <math.h>
+#include <string.h>
+
+/* gpc_bf16_to_f32 and gpc_f32_to_bf16 (src/core/dtype.c), inline. */
+static inline float bf16_load(uint16_t x) {
+    uint32_t u = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
 
 gpc_status gpc_cpu_adamw(gpc_tensor *params, gpc_tensor *master, const gpc_tensor *grads,
                          gpc_tensor *m, gpc_tensor *v, const gpc_adamw_args *args) {
@@ -43,6 +63,23 @@ gpc_status gpc_cpu_adamw(gpc_tensor *params, gpc_tensor *master, const gpc_tenso
     float *w = weights->data; /* f32: ops.c requires a master for low-precision params */
     const float *gf = grads->dtype == GPC_F32 ? grads->data : NULL;
     int write_params = weights != params;
+    if (write_params && params->dtype == GPC_BF16 && grads->dtype == GPC_BF16) {
+        const uint16_t *gb = grads->data;
+        uint16_t *pb = params->data;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            float g = bf16_load(gb[i]) * gscale;
+            float mi = b1 * pm[i] + (1.0f - b1) * g;
+            float vi = b2 * pv[i] + (1.0f - b2) * g * g;
+            pm[i] = mi;
+            pv[i] = vi;
+            float mhat = mi / c1, vhat = vi / c2;
+            float wi = w[i] - lr * (mhat / (sqrtf(vhat) + eps) + wd * w[i]);
+            w[i] = wi;
+            pb[i] = bf16_round(wi);
+        }
+        return GPC_OK;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         float g = (gf ? gf[i] : gpc_cpu_load(grads, i)) * gscale;

@@ -10,8 +10,14 @@
  * their natural order, which makes the result race-free and bitwise the same
  * on every run whatever the thread count. dwpe is parallelised over positions,
  * each summing its batch entries in order.
+ *
+ * The slice variants serve tensor parallelism's vocabulary-parallel
+ * embedding: wte holds rows row0.. of the whole table, and a token outside
+ * them reads zero and gets no gradient here (another rank's slice has it).
  */
 #include "cpu/cpu.h"
+
+#include <string.h>
 
 /* Columns per task in the backward scatter: 64 floats is one cache line x4,
  * enough work per token to vectorise, small enough to spread over threads. */
@@ -27,38 +33,58 @@ static gpc_status check_tokens(const char *op, const int32_t *tokens, int64_t n,
     return GPC_OK;
 }
 
-gpc_status gpc_cpu_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
-                                     const gpc_tensor *wte, const gpc_tensor *wpe) {
-    const char *op = "embedding_forward";
+/* out rows for tokens in [row0, row0 + V): wte's row token - row0, plus the
+ * position's wpe row when wpe is given; other tokens give zero (a slice of
+ * the vocabulary, gpc_op_embedding_slice_forward). */
+static gpc_status forward(const char *op, gpc_tensor *out, const gpc_tensor *tokens,
+                          const gpc_tensor *wte, const gpc_tensor *wpe, int64_t row0) {
     GPC_TRY(gpc_cpu_need_f32(op, "out", out));
     GPC_TRY(gpc_cpu_need_f32(op, "wte", wte));
     GPC_TRY(gpc_cpu_need_f32(op, "wpe", wpe));
     int64_t C = gpc_cpu_last_dim(wte), T = gpc_cpu_last_dim(tokens);
     int64_t N = gpc_tensor_numel(tokens), V = gpc_cpu_rows(wte);
     const int32_t *tok = tokens->data;
-    GPC_TRY(check_tokens(op, tok, N, V));
     float *o = out->data;
-    const float *te = wte->data, *pe = wpe->data;
+    const float *te = wte->data, *pe = wpe ? wpe->data : NULL;
 #pragma omp parallel for schedule(static) if (N * C >= GPC_CPU_PARALLEL_MIN)
     for (int64_t n = 0; n < N; n++) {
         float *row = o + n * C;
-        const float *trow = te + (int64_t)tok[n] * C, *prow = pe + (n % T) * C;
-        for (int64_t c = 0; c < C; c++)
-            row[c] = trow[c] + prow[c];
+        int64_t v = (int64_t)tok[n] - row0;
+        const float *trow = v >= 0 && v < V ? te + v * C : NULL;
+        const float *prow = pe ? pe + (n % T) * C : NULL;
+        if (trow && prow)
+            for (int64_t c = 0; c < C; c++)
+                row[c] = trow[c] + prow[c];
+        else if (trow || prow)
+            memcpy(row, trow ? trow : prow, (size_t)C * sizeof(float));
+        else
+            memset(row, 0, (size_t)C * sizeof(float));
     }
     return GPC_OK;
 }
 
-gpc_status gpc_cpu_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,
-                                      const gpc_tensor *tokens) {
-    const char *op = "embedding_backward";
+gpc_status gpc_cpu_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
+                                     const gpc_tensor *wte, const gpc_tensor *wpe) {
+    GPC_TRY(check_tokens("embedding_forward", tokens->data, gpc_tensor_numel(tokens),
+                         gpc_cpu_rows(wte)));
+    return forward("embedding_forward", out, tokens, wte, wpe, 0);
+}
+
+gpc_status gpc_cpu_embedding_slice_forward(gpc_tensor *out, const gpc_tensor *tokens,
+                                           const gpc_tensor *wte, const gpc_tensor *wpe,
+                                           int64_t row0) {
+    return forward("embedding_slice_forward", out, tokens, wte, wpe, row0);
+}
+
+/* dwte rows of the tokens in [row0, row0 + V) and every dwpe row. */
+static gpc_status backward(const char *op, gpc_tensor *dwte, gpc_tensor *dwpe,
+                           const gpc_tensor *dout, const gpc_tensor *tokens, int64_t row0) {
     GPC_TRY(gpc_cpu_need_f32(op, "dwte", dwte));
     GPC_TRY(gpc_cpu_need_f32(op, "dwpe", dwpe));
     GPC_TRY(gpc_cpu_need_f32(op, "dout", dout));
     int64_t C = gpc_cpu_last_dim(dwte), T = gpc_cpu_last_dim(tokens);
     int64_t N = gpc_tensor_numel(tokens), V = gpc_cpu_rows(dwte), B = N / T;
     const int32_t *tok = tokens->data;
-    GPC_TRY(check_tokens(op, tok, N, V));
     float *dte = dwte->data, *dpe = dwpe->data;
     const float *d = dout->data;
     int64_t blocks = (C + EMBEDDING_CHANNEL_BLOCK - 1) / EMBEDDING_CHANNEL_BLOCK;
@@ -69,7 +95,9 @@ gpc_status gpc_cpu_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const 
             int64_t c0 = blk * EMBEDDING_CHANNEL_BLOCK;
             int64_t c1 = c0 + EMBEDDING_CHANNEL_BLOCK < C ? c0 + EMBEDDING_CHANNEL_BLOCK : C;
             for (int64_t n = 0; n < N; n++) {
-                float *dst = dte + (int64_t)tok[n] * C;
+                int64_t v = (int64_t)tok[n] - row0;
+                if (v < 0 || v >= V) continue; /* another slice's token */
+                float *dst = dte + v * C;
                 const float *src = d + n * C;
                 for (int64_t c = c0; c < c1; c++)
                     dst[c] += src[c];
@@ -87,4 +115,17 @@ gpc_status gpc_cpu_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const 
         }
     }
     return GPC_OK;
+}
+
+gpc_status gpc_cpu_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,
+                                      const gpc_tensor *tokens) {
+    GPC_TRY(check_tokens("embedding_backward", tokens->data, gpc_tensor_numel(tokens),
+                         gpc_cpu_rows(dwte)));
+    return backward("embedding_backward", dwte, dwpe, dout, tokens, 0);
+}
+
+gpc_status gpc_cpu_embedding_slice_backward(gpc_tensor *dwte, gpc_tensor *dwpe,
+                                            const gpc_tensor *dout, const gpc_tensor *tokens,
+                                            int64_t row0) {
+    return backward("embedding_slice_backward", dwte, dwpe, dout, tokens, row0);
 }

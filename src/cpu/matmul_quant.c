@@ -1,6 +1,7 @@
 /*
  * matmul_quant.c: the product with quantized weights (gpc quantize) on the
- * CPU: out = [residual +] inp @ W^T [+ bias] with W[o,c] = q[o,c] * scale.
+ * CPU: out = [residual +] inp @ W^T [+ bias] with W[o,c] = q[o,c] * scale,
+ * and the same followed by GELU (matmul_quant_gelu_forward).
  *
  * The weight is dequantized to f32 (each value q * scale rounded once, as
  * the reference "dequantize, then multiply in f32" does) and the product is
@@ -56,4 +57,13 @@ gpc_status gpc_cpu_matmul_quant_forward(gpc_tensor *out, const gpc_tensor *inp,
             o[k] = 0.0f;
     gpc_free(w);
     return GPC_OK;
+}
+
+/* fc's product of a quantized model: the product into out_pre, then GELU,
+ * as gpc_op_matmul_quant_forward and gpc_op_gelu_forward compute them. */
+gpc_status gpc_cpu_matmul_quant_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
+                                             const gpc_tensor *inp, const gpc_tensor *qweight,
+                                             const gpc_tensor *scales, const gpc_tensor *bias) {
+    GPC_TRY(gpc_cpu_matmul_quant_forward(out_pre, inp, qweight, scales, bias, NULL));
+    return gpc_cpu_gelu_forward(out_gelu, out_pre);
 }

@@ -381,3 +381,139 @@ gpc_status gpc_cuda_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
 }
+
+/* ---------------------------------------- vocabulary-parallel (ops.h)
+ *
+ * The three steps of the cross-entropy over one tensor-parallel rank's
+ * slice of the vocabulary, each one block of CE_SLICE_THREADS per row. The
+ * caller reduces the row maxima and then the sums over the ranks between
+ * the steps, so the kernels are plain loops over the slice: simple rather
+ * than fused, as the slice is 1/tp of a row. */
+#define CE_SLICE_THREADS 256
+
+/* Max over the block; every thread gets the result. shared holds 32
+ * floats; blockDim.x a multiple of 32. */
+__device__ __forceinline__ float ce_slice_block_max(float v, float *shared) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    v = gpc_warp_max(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < warps ? shared[lane] : -INFINITY;
+    return gpc_warp_max(v);
+}
+
+template <typename T>
+__global__ __launch_bounds__(CE_SLICE_THREADS) void ce_slice_max_kernel(float *stats,
+                                                                        const T *logits, int64_t S,
+                                                                        int64_t real) {
+    __shared__ float shared[32];
+    int64_t row = blockIdx.x;
+    const T *x = logits + row * S;
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < real; j += blockDim.x)
+        m = fmaxf(m, gpc_to_f32(x[j]));
+    m = ce_slice_block_max(m, shared);
+    if (threadIdx.x == 0) stats[row] = m;
+}
+
+template <typename T>
+__global__ __launch_bounds__(CE_SLICE_THREADS) void ce_slice_sums_kernel(
+    float *stats, const T *logits, const int32_t *targets, int64_t N, int64_t S, int64_t real,
+    int64_t col0) {
+    __shared__ float shared[32];
+    int64_t row = blockIdx.x;
+    const T *x = logits + row * S;
+    float m = stats[row], s = 0.0f;
+    for (int64_t j = threadIdx.x; j < real; j += blockDim.x)
+        s += __expf(gpc_to_f32(x[j]) - m);
+    s = gpc_block_sum(s, shared);
+    if (threadIdx.x == 0) {
+        int64_t t = (int64_t)targets[row] - col0;
+        stats[N + row] = s;
+        stats[2 * N + row] = targets[row] >= 0 && t >= 0 && t < real ? gpc_to_f32(x[t]) : 0.0f;
+    }
+}
+
+/* In place (dlogits == logits) is safe: each thread reads the element it
+ * writes, and the target's logit comes from stats. */
+template <typename T>
+__global__ __launch_bounds__(CE_SLICE_THREADS) void ce_slice_finish_kernel(
+    float *losses, T *dlogits, const T *logits, const int32_t *targets, const float *stats,
+    int64_t N, int64_t S, int64_t real, int64_t col0, float dloss) {
+    int64_t row = blockIdx.x;
+    int target = targets[row];
+    float m = stats[row], sum = stats[N + row], xt = stats[2 * N + row];
+    if (threadIdx.x == 0) losses[row] = target < 0 ? 0.0f : m + logf(sum) - xt;
+    if (!dlogits) return;
+    const T *x = logits + row * S;
+    T *d = dlogits + row * S;
+    float inv = 1.0f / sum;
+    int64_t t = (int64_t)target - col0;
+    for (int64_t j = threadIdx.x; j < S; j += blockDim.x) {
+        float g = 0.0f;
+        if (target >= 0 && j < real)
+            g = (__expf(gpc_to_f32(x[j]) - m) * inv - (j == t ? 1.0f : 0.0f)) * dloss;
+        d[j] = gpc_from_f32<T>(g);
+    }
+}
+
+/* Rows and the real columns of a slice [col0, col0 + S) of V. */
+static gpc_status ce_slice_shape(const char *op, const gpc_tensor *logits, int64_t col0,
+                                 int vocab_size, int64_t *N, int64_t *S, int64_t *real) {
+    *S = logits->shape[logits->ndim - 1];
+    *N = *S ? gpc_tensor_numel(logits) / *S : 0;
+    *real = vocab_size - col0 < 0 ? 0 : vocab_size - col0 > *S ? *S : vocab_size - col0;
+    if (*N > 0x7fffffff)
+        return gpc_error(GPC_ERR_UNSUPPORTED, "%s: %lld rows are beyond the GPU kernel's grid", op,
+                         (long long)*N);
+    return GPC_OK;
+}
+
+gpc_status gpc_cuda_crossentropy_slice_max(gpc_tensor *stats, const gpc_tensor *logits,
+                                           int64_t col0, int vocab_size) {
+    int64_t N, S, real;
+    GPC_TRY(ce_slice_shape("crossentropy_slice_max", logits, col0, vocab_size, &N, &S, &real));
+    GPC_TRY(gpc_cuda_enter(logits));
+    if (N == 0) return GPC_OK;
+    GPC_CUDA_DISPATCH(logits->dtype, E, {
+        ce_slice_max_kernel<E><<<(unsigned)N, CE_SLICE_THREADS, 0, gpc_cuda_stream()>>>(
+            (float *)stats->data, (const E *)logits->data, S, real);
+    });
+    GPC_CUDA_CHECK_LAUNCH();
+    return GPC_OK;
+}
+
+gpc_status gpc_cuda_crossentropy_slice_sums(gpc_tensor *stats, const gpc_tensor *logits,
+                                            const gpc_tensor *targets, int64_t col0,
+                                            int vocab_size) {
+    int64_t N, S, real;
+    GPC_TRY(ce_slice_shape("crossentropy_slice_sums", logits, col0, vocab_size, &N, &S, &real));
+    GPC_TRY(gpc_cuda_enter(logits));
+    if (N == 0) return GPC_OK;
+    GPC_CUDA_DISPATCH(logits->dtype, E, {
+        ce_slice_sums_kernel<E><<<(unsigned)N, CE_SLICE_THREADS, 0, gpc_cuda_stream()>>>(
+            (float *)stats->data, (const E *)logits->data, (const int32_t *)targets->data, N, S,
+            real, col0);
+    });
+    GPC_CUDA_CHECK_LAUNCH();
+    return GPC_OK;
+}
+
+gpc_status gpc_cuda_crossentropy_slice_finish(gpc_tensor *losses, gpc_tensor *dlogits,
+                                              const gpc_tensor *logits, const gpc_tensor *targets,
+                                              const gpc_tensor *stats, int64_t col0, int vocab_size,
+                                              float dloss) {
+    int64_t N, S, real;
+    GPC_TRY(ce_slice_shape("crossentropy_slice_finish", logits, col0, vocab_size, &N, &S, &real));
+    GPC_TRY(gpc_cuda_enter(logits));
+    if (N == 0) return GPC_OK;
+    GPC_CUDA_DISPATCH(logits->dtype, E, {
+        E *d = dlogits && dlogits->data ? (E *)dlogits->data : NULL;
+        ce_slice_finish_kernel<E><<<(unsigned)N, CE_SLICE_THREADS, 0, gpc_cuda_stream()>>>(
+            (float *)losses->data, d, (const E *)logits->data, (const int32_t *)targets->data,
+            (const float *)stats->data, N, S, real, col0, dloss);
+    });
+    GPC_CUDA_CHECK_LAUNCH();
+    return GPC_OK;
+}

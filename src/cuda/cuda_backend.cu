@@ -1,6 +1,6 @@
 /*
- * cuda_backend.cu: the CUDA device: memory, copies, streams and events. The
- * numeric ops are gathered in gpc_cuda_ops (cuda_ops.cu).
+ * cuda_backend.cu: the CUDA device: memory, copies, streams, events and
+ * graphs. The numeric ops are gathered in gpc_cuda_ops (cuda_ops.cu).
  *
  * The backend answers only when a usable GPU is present, so a gpc built with
  * CUDA still runs on a machine without a driver: its finder returns
@@ -8,6 +8,7 @@
  */
 #include "cuda/cuda_common.cuh"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -70,6 +71,16 @@ static gpc_status cuda_copy(void *dst, gpc_device dst_device, const void *src,
     } else {
         GPC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, (cudaStream_t)stream));
     }
+    return GPC_OK;
+}
+
+/* Queued on the ops' stream of the GPU involved (made current: the default
+ * stream is per device), in order with the kernels that read dst. */
+static gpc_status cuda_copy_async(void *dst, gpc_device dst_device, const void *src,
+                                  gpc_device src_device, size_t bytes) {
+    int index = dst_device.type != GPC_DEVICE_CPU ? dst_device.index : src_device.index;
+    GPC_CUDA_CHECK(cudaSetDevice(index));
+    GPC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, gpc_cuda_stream()));
     return GPC_OK;
 }
 
@@ -148,6 +159,79 @@ static gpc_status cuda_device_pci_bus_id(int index, char *buf, size_t size) {
     return GPC_OK;
 }
 
+/* ---------------------------------------------------------------- graphs
+ *
+ * The legacy default stream, where ops run, cannot be captured, so a
+ * capture switches the calling thread's ops to a stream of its own (one per
+ * device, made at the first capture) in thread-local mode: an allocation or
+ * host wait from this thread during the capture fails instead of being
+ * silently left out of the graph. The graph is launched on the default
+ * stream, so it runs in order with the copies and ops around it. */
+
+static cudaStream_t capture_streams[GPC_CUDA_MAX_DEVICES];
+static pthread_mutex_t capture_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static gpc_status cuda_graph_capture_begin(int index) {
+    if (index < 0 || index >= GPC_CUDA_MAX_DEVICES)
+        return gpc_error(GPC_ERR_UNSUPPORTED, "graphs: GPU %d is beyond the %d gpc supports", index,
+                         GPC_CUDA_MAX_DEVICES);
+    if (gpc_cuda_capturing())
+        return gpc_error(GPC_ERR_INTERNAL, "graphs: this thread is capturing a graph already");
+    GPC_CUDA_CHECK(cudaSetDevice(index));
+    pthread_mutex_lock(&capture_lock);
+    cudaError_t err = cudaSuccess;
+    if (!capture_streams[index])
+        err = cudaStreamCreateWithFlags(&capture_streams[index], cudaStreamNonBlocking);
+    cudaStream_t stream = capture_streams[index];
+    pthread_mutex_unlock(&capture_lock);
+    GPC_CUDA_CHECK(err);
+    GPC_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    gpc_cuda_capture_stream = stream;
+    return GPC_OK;
+}
+
+static gpc_status cuda_graph_capture_end(int index, gpc_graph *out) {
+    *out = NULL;
+    if (!gpc_cuda_capturing())
+        return gpc_error(GPC_ERR_INTERNAL, "graphs: this thread is not capturing a graph");
+    cudaStream_t stream = gpc_cuda_capture_stream;
+    gpc_cuda_capture_stream = 0; /* whatever happens next, ops go to the default stream again */
+    cudaGraph_t graph = NULL;
+    cudaError_t err = cudaStreamEndCapture(stream, &graph);
+    if (err != cudaSuccess || !graph) {
+        cudaGetLastError();
+        if (graph) cudaGraphDestroy(graph);
+        return gpc_error(GPC_ERR_DEVICE,
+                         "graphs: the capture on cuda:%d failed (%s): an op allocated, waited "
+                         "for the device or used another stream; set GPC_SERVE_GRAPHS=0",
+                         index, cudaGetErrorString(err));
+    }
+    cudaGraphExec_t exec = NULL;
+    err = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        return gpc_error(err == cudaErrorMemoryAllocation ? GPC_ERR_NOMEM : GPC_ERR_DEVICE,
+                         "graphs: instantiating a graph on cuda:%d failed: %s", index,
+                         cudaGetErrorString(err));
+    }
+    gpc_cuda_scratch_keep(+1); /* the graph may read the scratch buffer */
+    *out = (gpc_graph)exec;
+    return GPC_OK;
+}
+
+static gpc_status cuda_graph_launch(int index, gpc_graph graph) {
+    GPC_CUDA_CHECK(cudaSetDevice(index));
+    GPC_CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)graph, gpc_cuda_stream()));
+    return GPC_OK;
+}
+
+static void cuda_graph_destroy(gpc_graph graph) {
+    if (!graph) return;
+    cudaGraphExecDestroy((cudaGraphExec_t)graph);
+    gpc_cuda_scratch_keep(-1);
+}
+
 static gpc_backend make_backend(void) {
     gpc_backend b;
     memset(&b, 0, sizeof b);
@@ -173,6 +257,11 @@ static gpc_backend make_backend(void) {
     b.event_elapsed_ms = cuda_event_elapsed_ms;
     b.device_name = cuda_device_name;
     b.device_pci_bus_id = cuda_device_pci_bus_id;
+    b.copy_async = cuda_copy_async;
+    b.graph_capture_begin = cuda_graph_capture_begin;
+    b.graph_capture_end = cuda_graph_capture_end;
+    b.graph_launch = cuda_graph_launch;
+    b.graph_destroy = cuda_graph_destroy;
     b.ops = &gpc_cuda_ops;
     return b;
 }

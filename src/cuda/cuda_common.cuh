@@ -243,11 +243,24 @@ __device__ __forceinline__ float gpc_parts_column_sum(const float *partial, int 
 
 /* ---------------------------------------------------------- host helpers */
 
-/* The stream every op is queued on. The default stream for now: the model
- * runs its step on one stream, and the data loader's copies on their own
- * stream order themselves against it with events. */
+/* The stream a thread's ops are queued on while it captures a graph
+ * (cuda_backend.cu, graph_capture_begin), else 0. */
+extern thread_local cudaStream_t gpc_cuda_capture_stream;
+
+/* The stream every op is queued on. The default stream, but while the
+ * calling thread captures a CUDA graph: the legacy default stream cannot be
+ * captured, so the capture runs on a stream of its own, and the graph it
+ * makes is then launched on the default stream, in order with everything
+ * else. The model runs its step on one stream, and the data loader's
+ * copies on their own stream order themselves against it with events. */
 static inline cudaStream_t gpc_cuda_stream(void) {
-    return 0;
+    return gpc_cuda_capture_stream;
+}
+
+/* Whether the calling thread is capturing a graph: what may not happen then
+ * (allocations, host waits, timing runs) is skipped or refused. */
+static inline int gpc_cuda_capturing(void) {
+    return gpc_cuda_capture_stream != 0;
 }
 
 /* Makes the tensor's GPU current for the calling thread (cheap when it is). */
@@ -259,6 +272,12 @@ gpc_status gpc_cuda_enter(const gpc_tensor *t);
  * queue on one stream, so an op may use the buffer freely until it returns;
  * the next op's kernels run after its own. */
 gpc_status gpc_cuda_scratch(size_t bytes, void **out);
+
+/* Graphs bake the scratch buffer's address into their kernels, so while any
+ * graph lives (count > 0 after gpc_cuda_scratch_keep(+1)) a larger request
+ * allocates a new buffer and keeps the old one until the last graph goes
+ * (gpc_cuda_scratch_keep(-1)). */
+void gpc_cuda_scratch_keep(int delta);
 
 /* acc[j] += the sum over rows n of x[n * ld + j], j < C (x N rows of ld
  * elements in dtype on the current GPU; acc any float dtype): partial sums

@@ -17,6 +17,15 @@ static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *scratch_ptr[GPC_CUDA_MAX_DEVICES];
 static size_t scratch_size[GPC_CUDA_MAX_DEVICES];
 static int sm_count[GPC_CUDA_MAX_DEVICES];
+/* graphs alive (gpc_cuda_scratch_keep), and the buffers outgrown while they
+ * were, which those graphs may still read */
+#define SCRATCH_RETIRED 64
+static int scratch_keepers;
+static void *scratch_retired[SCRATCH_RETIRED];
+static int scratch_retired_device[SCRATCH_RETIRED];
+static int scratch_n_retired;
+
+thread_local cudaStream_t gpc_cuda_capture_stream = 0;
 
 gpc_status gpc_cuda_enter(const gpc_tensor *t) {
     int current = -1;
@@ -35,28 +44,62 @@ gpc_status gpc_cuda_scratch(size_t bytes, void **out) {
     int d = current_device();
     gpc_status status = GPC_OK;
     pthread_mutex_lock(&scratch_lock);
-    if (scratch_size[d] < bytes) {
+    if (scratch_size[d] < bytes && gpc_cuda_capturing()) {
+        /* a graph cannot allocate: the eager run before a capture sizes it */
+        status = gpc_error(GPC_ERR_INTERNAL,
+                           "cuda: an op asked for %.1f MiB of scratch memory while a graph was "
+                           "captured (%.1f MiB there); run the step once before capturing it",
+                           bytes / 1048576.0, scratch_size[d] / 1048576.0);
+    } else if (scratch_size[d] < bytes) {
         /* Grow with headroom so a slightly larger request later does not
          * reallocate again. cudaFree waits for kernels still using the old
          * buffer, which only happens while the step's sizes are first seen. */
         size_t want = bytes + bytes / 4 + 4096;
-        if (scratch_ptr[d]) cudaFree(scratch_ptr[d]);
-        scratch_ptr[d] = NULL;
-        scratch_size[d] = 0;
-        cudaError_t err = cudaMalloc(&scratch_ptr[d], want);
-        if (err != cudaSuccess) {
-            cudaGetLastError();
+        if (scratch_ptr[d] && scratch_keepers > 0 && scratch_n_retired == SCRATCH_RETIRED) {
             status = gpc_error(GPC_ERR_NOMEM,
-                               "cuda: no room for %.1f MiB of scratch memory on cuda:%d; lower "
-                               "--batch or free GPU memory",
-                               want / 1048576.0, d);
+                               "cuda: the scratch buffer grew %d times while CUDA graphs held "
+                               "it; turn graphs off (GPC_SERVE_GRAPHS=0)",
+                               SCRATCH_RETIRED);
         } else {
-            scratch_size[d] = want;
+            if (scratch_ptr[d] && scratch_keepers > 0) {
+                scratch_retired_device[scratch_n_retired] = d;
+                scratch_retired[scratch_n_retired++] = scratch_ptr[d];
+            } else if (scratch_ptr[d]) {
+                cudaFree(scratch_ptr[d]);
+            }
+            scratch_ptr[d] = NULL;
+            scratch_size[d] = 0;
+            cudaError_t err = cudaMalloc(&scratch_ptr[d], want);
+            if (err != cudaSuccess) {
+                cudaGetLastError();
+                status = gpc_error(GPC_ERR_NOMEM,
+                                   "cuda: no room for %.1f MiB of scratch memory on cuda:%d; "
+                                   "lower --batch or free GPU memory",
+                                   want / 1048576.0, d);
+            } else {
+                scratch_size[d] = want;
+            }
         }
     }
     *out = scratch_ptr[d];
     pthread_mutex_unlock(&scratch_lock);
     return status;
+}
+
+void gpc_cuda_scratch_keep(int delta) {
+    pthread_mutex_lock(&scratch_lock);
+    scratch_keepers += delta;
+    if (scratch_keepers <= 0) {
+        scratch_keepers = 0;
+        int current = current_device();
+        for (int i = 0; i < scratch_n_retired; i++) {
+            cudaSetDevice(scratch_retired_device[i]);
+            cudaFree(scratch_retired[i]);
+        }
+        if (scratch_n_retired) cudaSetDevice(current);
+        scratch_n_retired = 0;
+    }
+    pthread_mutex_unlock(&scratch_lock);
 }
 
 int gpc_cuda_sm_count(void) {
@@ -136,7 +179,8 @@ static int profile_on(void) {
 template <typename Sig, Sig *F, int ID> struct profiled;
 template <typename... A, gpc_status (*F)(A...), int ID> struct profiled<gpc_status(A...), F, ID> {
     static gpc_status run(A... args) {
-        if (!profile_on()) return F(args...);
+        /* events recorded into a graph being captured time nothing */
+        if (!profile_on() || gpc_cuda_capturing()) return F(args...);
         if (profile_used == PROFILE_POOL) profile_flush();
         int slot = profile_used++;
         profile_op[slot] = ID;

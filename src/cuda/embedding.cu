@@ -15,6 +15,10 @@
  * dwpe[t,:] += sum over b of dout[b,t,:] is one thread per (t, channels),
  * summing the batch in order. Both read 16 bytes of dout a thread where the
  * rows allow.
+ *
+ * The slice variants (tensor parallelism's vocabulary-parallel embedding)
+ * take wte as rows row0.. of the whole table: another slice's token reads
+ * zero (not NaN) and is sorted past the last row in backward.
  */
 #include "cuda/cuda_common.cuh"
 
@@ -24,7 +28,8 @@
 
 template <typename T>
 __global__ void embedding_forward_kernel(T *out, const int32_t *tokens, const T *wte, const T *wpe,
-                                         int64_t N, int T_, int C, int V, int vectorised) {
+                                         int64_t N, int T_, int C, int V, int vectorised,
+                                         int64_t row0, int slice) {
     typedef gpc_pack<T> P;
     int per = vectorised ? P::n : 1;
     int64_t groups = (int64_t)N * (C / per);
@@ -32,34 +37,40 @@ __global__ void embedding_forward_kernel(T *out, const int32_t *tokens, const T 
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += stride) {
         int64_t n = i / (C / per);
         int c = (int)(i % (C / per)) * per;
-        int tok = tokens[n];
+        int64_t tok = (int64_t)tokens[n] - row0;
         int t = (int)(n % T_);
         T *o = out + n * C + c;
-        if (tok < 0 || tok >= V) {
+        int inside = tok >= 0 && tok < V;
+        if (!inside && !slice) {
             for (int k = 0; k < per; k++)
                 o[k] = gpc_from_f32<T>(NAN);
             continue;
         }
-        const T *a = wte + (int64_t)tok * C + c, *b = wpe + (int64_t)t * C + c;
+        /* a slice: another slice's token reads zero; wpe may be absent */
+        const T *a = inside ? wte + tok * C + c : NULL;
+        const T *b = wpe ? wpe + (int64_t)t * C + c : NULL;
         if (vectorised) {
-            P x = *(const P *)a, y = *(const P *)b, z;
+            P x, y, z; /* one 16-byte load each */
+            if (a) x = *(const P *)a;
+            if (b) y = *(const P *)b;
 #pragma unroll
             for (int k = 0; k < P::n; k++)
-                z.v[k] = gpc_from_f32<T>(gpc_to_f32(x.v[k]) + gpc_to_f32(y.v[k]));
+                z.v[k] = gpc_from_f32<T>((a ? gpc_to_f32(x.v[k]) : 0.0f) +
+                                         (b ? gpc_to_f32(y.v[k]) : 0.0f));
             *(P *)o = z;
         } else {
-            o[0] = gpc_from_f32<T>(gpc_to_f32(a[0]) + gpc_to_f32(b[0]));
+            o[0] = gpc_from_f32<T>((a ? gpc_to_f32(a[0]) : 0.0f) + (b ? gpc_to_f32(b[0]) : 0.0f));
         }
     }
 }
 
-/* The sort's input: key n = tokens[n], or V (after every token) where it is
- * outside the vocabulary; value n = n. */
+/* The sort's input: key n = tokens[n] - row0, or V (after every token)
+ * where it is outside the table's rows; value n = n. */
 __global__ void embedding_keys_kernel(unsigned *keys, int *positions, const int32_t *tokens,
-                                      int64_t N, int V) {
+                                      int64_t N, int V, int64_t row0) {
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; n < N; n += stride) {
-        int tok = tokens[n];
+        int64_t tok = (int64_t)tokens[n] - row0;
         keys[n] = tok >= 0 && tok < V ? (unsigned)tok : (unsigned)V;
         positions[n] = (int)n;
     }
@@ -132,11 +143,10 @@ static void embedding_sums(gpc_cuda_any dwte, gpc_cuda_any dwpe, const E *dout, 
         <<<gpc_cuda_blocks(T * C / PER, 256), 256, 0, s>>>(dwpe, dout, (int)B, (int)T, (int)C);
 }
 
-gpc_status gpc_cuda_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
-                                      const gpc_tensor *wte, const gpc_tensor *wpe) {
-    const char *op = "embedding_forward";
+static gpc_status forward(const char *op, gpc_tensor *out, const gpc_tensor *tokens,
+                          const gpc_tensor *wte, const gpc_tensor *wpe, int64_t row0, int slice) {
     GPC_TRY(gpc_cuda_same_dtype(op, "out", out, "wte", wte));
-    GPC_TRY(gpc_cuda_same_dtype(op, "out", out, "wpe", wpe));
+    if (wpe) GPC_TRY(gpc_cuda_same_dtype(op, "out", out, "wpe", wpe));
     GPC_TRY(gpc_cuda_enter(out));
     int64_t C = wte->shape[wte->ndim - 1], V = gpc_tensor_numel(wte) / C;
     int64_t T = tokens->shape[tokens->ndim - 1], N = gpc_tensor_numel(tokens);
@@ -144,20 +154,33 @@ gpc_status gpc_cuda_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
     GPC_CUDA_DISPATCH(out->dtype, E, {
         int per = (int)(16 / sizeof(E));
         int vec = C % per == 0 && gpc_cuda_aligned16(out->data) && gpc_cuda_aligned16(wte->data) &&
-                  gpc_cuda_aligned16(wpe->data);
+                  (!wpe || gpc_cuda_aligned16(wpe->data));
         int64_t groups = N * (C / (vec ? per : 1));
         unsigned grid = gpc_cuda_blocks(groups, 256);
         if (grid > (unsigned)gpc_cuda_sm_count() * 32) grid = gpc_cuda_sm_count() * 32;
         embedding_forward_kernel<E><<<grid, 256, 0, gpc_cuda_stream()>>>(
             (E *)out->data, (const int32_t *)tokens->data, (const E *)wte->data,
-            (const E *)wpe->data, N, (int)T, (int)C, (int)V, vec);
+            wpe ? (const E *)wpe->data : NULL, N, (int)T, (int)C, (int)V, vec, row0, slice);
     });
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
 }
 
-gpc_status gpc_cuda_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,
-                                       const gpc_tensor *tokens) {
+gpc_status gpc_cuda_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
+                                      const gpc_tensor *wte, const gpc_tensor *wpe) {
+    return forward("embedding_forward", out, tokens, wte, wpe, 0, 0);
+}
+
+gpc_status gpc_cuda_embedding_slice_forward(gpc_tensor *out, const gpc_tensor *tokens,
+                                            const gpc_tensor *wte, const gpc_tensor *wpe,
+                                            int64_t row0) {
+    return forward("embedding_slice_forward", out, tokens, wte, wpe, row0, 1);
+}
+
+/* dwte's rows are the table's rows row0..; tokens outside them are sorted
+ * past the last row and skipped. */
+static gpc_status backward(gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,
+                           const gpc_tensor *tokens, int64_t row0) {
     GPC_TRY(gpc_cuda_enter(dout));
     int64_t C = dwte->shape[dwte->ndim - 1], V = gpc_tensor_numel(dwte) / C;
     int64_t T = tokens->shape[tokens->ndim - 1], N = gpc_tensor_numel(tokens), B = N / T;
@@ -187,7 +210,7 @@ gpc_status gpc_cuda_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const
     void *sort_tmp = (int *)scratch + ints;
     unsigned grid = gpc_cuda_blocks(N, 256);
     embedding_keys_kernel<<<grid, 256, 0, s>>>(keys, positions, (const int32_t *)tokens->data, N,
-                                               (int)V);
+                                               (int)V, row0);
     GPC_CUDA_CHECK_LAUNCH();
     GPC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_tmp, sort_bytes, keys, sorted, positions,
                                                    order, (int)N, 0, bits, s));
@@ -205,4 +228,15 @@ gpc_status gpc_cuda_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const
     });
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
+}
+
+gpc_status gpc_cuda_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,
+                                       const gpc_tensor *tokens) {
+    return backward(dwte, dwpe, dout, tokens, 0);
+}
+
+gpc_status gpc_cuda_embedding_slice_backward(gpc_tensor *dwte, gpc_tensor *dwpe,
+                                             const gpc_tensor *dout, const gpc_tensor *tokens,
+                                             int64_t row0) {
+    return backward(dwte, dwpe, dout, tokens, row0);
 }

@@ -607,7 +607,9 @@ static gpc_status lt_matmul(void *d, gpc_dtype dtype, const void *a, gpc_dtype a
         if (!hit) {
             cublasLtMatmulHeuristicResult_t result[MATMUL_TUNE_CANDIDATES];
             int found = 0;
-            int tune = tune_enabled() && !c && 2.0 * m * n * k >= MATMUL_TUNE_MIN_FLOP;
+            /* timing waits for the GPU, which a graph's capture cannot */
+            int tune = tune_enabled() && !c && 2.0 * m * n * k >= MATMUL_TUNE_MIN_FLOP &&
+                       !gpc_cuda_capturing();
             size_t ws = MATMUL_WORKSPACE_BYTES;
             uint32_t al_a = key.align_a, al_b = key.align_b, al_c = key.align_c;
             uint32_t al_d = key.align_d;

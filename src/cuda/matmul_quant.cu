@@ -2,27 +2,38 @@
  * matmul_quant.cu: products with quantized weights on the GPU, for inference
  * (gpc quantize): out = [residual +] inp @ W^T [+ bias] with
  * W[o,c] = q[o,c] * scale (scale per output channel or per tensor), q int8
- * or fp8 E4M3, activations f32, bf16 or f16.
+ * or fp8 E4M3, activations f32, bf16 or f16; and the same followed by GELU
+ * (matmul_quant_gelu_forward, fc's product).
  *
- * Three paths, each accumulating in f32 and applying the scale once per
- * output:
- *  - a few rows (decode, N <= 4): a warp per output channel walks the
- *    weight's row with 16-byte loads, as matmul.cu's gemv. The weight, read
- *    once in 8 bits instead of 16, is the traffic, so decode is where
- *    quantization pays;
- *  - more rows: a tiled kernel on CUDA cores (64 x 64 outputs per block,
- *    4 x 4 per thread, the weight tile decoded to f32 in shared memory):
- *    correct for any shape, slower than a tensor-core product (prefill);
- *  - per-tensor fp8 with bf16 activations on Ada or Hopper: cuBLASLt's FP8
- *    product (E4M3 x E4M3 -> bf16), the weight's scale and the
- *    activations' per-tensor scale as its scale pointers. The activations
- *    are quantized first by two small kernels (their absolute maximum into
- *    a scale of amax / 448, then x / scale rounded to E4M3), on the stream,
- *    without a host synchronisation. Where cuBLASLt offers no algorithm for
- *    a shape, the tiled kernel runs instead.
- * gpc_cuda_quant_lt_calls and gpc_cuda_quant_kernel_calls (quant.h) count
- * the paths taken; the first product of each path says which ran in one
- * log line.
+ * Decoding a token multiplies one row (a serving step: a few rows) by every
+ * weight, so the step's time is the time to read the weights: 8-bit weights
+ * are half of bf16's bytes. The paths, each accumulating in f32 and
+ * applying the scale once per output:
+ *  - up to GPC_QUANT_GEMV_MAX_M rows (default 16): the skinny kernel. A
+ *    group of warps takes two output channels and splits the depth among
+ *    its lanes; each lane streams 8 weight bytes at a time past L1
+ *    (ld.global.nc.L1::no_allocate: they are read once) and decodes them
+ *    in registers (int8 by the exponent trick, two operations a weight;
+ *    fp8 by the hardware's E4M3x2 -> f16x2 conversion). The input rows, a
+ *    few KiB, are read as 16-byte packs through L1 where they stay; each
+ *    one meets both channels' weights. GELU, bias and residual are fused
+ *    into its store, so fc's product is one kernel as in bf16;
+ *  - more rows, or GPC_QUANT_GEMV_MAX_M=0: the earlier kernels. Up to 4
+ *    rows a warp per output channel walks its row with 16-byte loads; more
+ *    rows run a tiled kernel on CUDA cores (64 x 64 outputs per block, 4 x 4
+ *    per thread, the weight tile decoded to f32 in shared memory): correct
+ *    for any shape, slower than a tensor-core product (prefill);
+ *  - per-tensor fp8 with bf16 activations on Ada or Hopper, more rows than
+ *    the skinny kernel takes: cuBLASLt's FP8 product (E4M3 x E4M3 -> bf16),
+ *    the weight's scale and the activations' per-tensor scale as its scale
+ *    pointers. The activations are quantized first by two small kernels
+ *    (their absolute maximum into a scale of amax / 448, then x / scale
+ *    rounded to E4M3), on the stream, without a host synchronisation.
+ *    Where cuBLASLt offers no algorithm for a shape, the tiled kernel runs
+ *    instead.
+ * gpc_cuda_quant_lt_calls, gpc_cuda_quant_gemv_calls and
+ * gpc_cuda_quant_kernel_calls (quant.h) count the paths taken; the first
+ * product of each path says which ran in one log line.
  */
 #include "cuda/cuda_common.cuh"
 #include "cuda/quant.h"
@@ -232,6 +243,267 @@ static gpc_status run_kernels(gpc_tensor *out, const gpc_tensor *inp, const gpc_
     });
     GPC_CUDA_CHECK_LAUNCH();
     count_path(&kernel_calls, "quantized weights in gpc's dequantizing kernels (f32 accumulation)");
+    return GPC_OK;
+}
+
+/* ------------------------------------------------ skinny products
+ *
+ * Up to QSK_MAX_ROWS rows of inp against the whole weight, which is the
+ * traffic. A block of QSK_THREADS threads holds 4 / kw groups of kw warps;
+ * a group computes QSK_OUTS output channels for every row, its 32 * kw
+ * lanes taking turns over the depth in chunks of 8 (kw grows with the depth
+ * so that each lane has a few chunks and enough loads are in flight: a
+ * product of few channels and great depth, such as fcproj's 768 x 3072,
+ * would otherwise leave most SMs idle). The lanes' sums meet by warp
+ * shuffles, then the kw warps' in shared memory, added in a fixed order:
+ * the result does not depend on timing.
+ *
+ * A lane takes 8 weight bytes, not 16: its 8 inputs are then one 16-byte
+ * bf16 pack, and the warp's packs are contiguous, so L1 serves them whole
+ * (with 16 weights a lane would need two packs 32 bytes apart, half of each
+ * wavefront wasted); 256 bytes a warp instruction still fill whole
+ * sectors. The inputs are read from L1 rather than staged in shared memory
+ * as f32: half the bytes, no barrier before the first weight load, and no
+ * tiling of the depth (16 rows of d48's 6400 channels are 400 KiB in f32). */
+#define QSK_MAX_ROWS 16
+#define QSK_THREADS 128
+#define QSK_OUTS 2   /* output channels a group computes: each input pack meets both */
+#define QSK_UNROLL 4 /* chunks a lane loads before it multiplies */
+
+/* 8 weight bytes, read once: past L1, from the read-only path. */
+__device__ __forceinline__ uint2 quant_stream8(const uint8_t *p) {
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
+/* Four int8 of a word as f32: byte ^ 0x80 (q + 128, 0..255) placed as the
+ * mantissa of 2^23 (exponent byte 0x4B) gives 2^23 + q + 128 exactly, one
+ * subtraction from q. Two operations a weight, where I2F runs at a quarter
+ * of the FMA rate. */
+__device__ __forceinline__ void quant_i8x4(uint32_t word, float *w) {
+    uint32_t u = word ^ 0x80808080u;
+    w[0] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7540)) - 8388736.0f;
+    w[1] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7541)) - 8388736.0f;
+    w[2] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7542)) - 8388736.0f;
+    w[3] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7543)) - 8388736.0f;
+}
+
+/* Four E4M3 of a word as f32, two at a time through f16 (exact: every
+ * E4M3 value, subnormals included, is an f16 value). */
+__device__ __forceinline__ void quant_f8x4(uint32_t word, float *w) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(
+            (__nv_fp8x2_storage_t)((word >> (16 * h)) & 0xffffu), __NV_E4M3);
+        float2 f = __half22float2(__half2(raw));
+        w[2 * h] = f.x;
+        w[2 * h + 1] = f.y;
+    }
+}
+
+template <bool FP8> __device__ __forceinline__ void quant_decode8(uint2 raw, float *w) {
+    if (FP8) {
+        quant_f8x4(raw.x, w);
+        quant_f8x4(raw.y, w + 4);
+    } else {
+        quant_i8x4(raw.x, w);
+        quant_i8x4(raw.y, w + 4);
+    }
+}
+
+/* 8 activations at p (16-byte aligned) as f32: one 16-byte pack of bf16 or
+ * f16, two of f32. */
+template <typename T> __device__ __forceinline__ void quant_load_x8(const T *p, float *x) {
+    typedef gpc_pack<T> P;
+#pragma unroll
+    for (int i = 0; i < 8 / P::n; i++) {
+        P v = ((const P *)p)[i];
+#pragma unroll
+        for (int k = 0; k < P::n; k++)
+            x[i * P::n + k] = gpc_to_f32(v.v[k]);
+    }
+}
+
+/* MT: rows the kernel is built for (1, 2, 4, 8 or 16), M <= MT of them
+ * real. vec: C % 8 == 0, q 8-byte and inp 16-byte aligned; otherwise every
+ * weight is read on its own (the same sums, slower). out_pre: the GELU
+ * variant (out = gelu(pre), pre kept in out_pre, as gemv_kernel in
+ * matmul.cu). residual may be out. */
+template <typename T, bool FP8, int MT>
+__global__ void __launch_bounds__(QSK_THREADS)
+    quant_skinny_kernel(T *out, T *out_pre, const T *__restrict__ inp,
+                        const uint8_t *__restrict__ q, const float *__restrict__ scales,
+                        int per_channel, gpc_cuda_any bias, const T *residual, int M, int C, int OC,
+                        int kw, int vec) {
+    __shared__ float parts[QSK_THREADS / 32][MT * QSK_OUTS];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int group = warp / kw, turn = (warp % kw) * 32 + lane, stride = kw * 32;
+    int o0 = (blockIdx.x * ((QSK_THREADS / 32) / kw) + group) * QSK_OUTS;
+    /* a channel past OC reads the last row (valid memory) and is not stored */
+    const uint8_t *w[QSK_OUTS];
+#pragma unroll
+    for (int r = 0; r < QSK_OUTS; r++)
+        w[r] = q + (int64_t)min(o0 + r, OC - 1) * C;
+    float acc[MT][QSK_OUTS];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int r = 0; r < QSK_OUTS; r++)
+            acc[m][r] = 0.0f;
+
+    int chunks = vec ? C / 8 : 0;
+    for (int c = turn; c < chunks; c += stride * QSK_UNROLL) {
+        uint2 raw[QSK_UNROLL][QSK_OUTS];
+#pragma unroll
+        for (int u = 0; u < QSK_UNROLL; u++)
+#pragma unroll
+            for (int r = 0; r < QSK_OUTS; r++)
+                raw[u][r] = c + u * stride < chunks
+                                ? quant_stream8(w[r] + (int64_t)(c + u * stride) * 8)
+                                : make_uint2(0u, 0u);
+#pragma unroll
+        for (int u = 0; u < QSK_UNROLL; u++) {
+            if (c + u * stride >= chunks) break;
+            int k0 = (c + u * stride) * 8;
+            float wf[QSK_OUTS][8];
+#pragma unroll
+            for (int r = 0; r < QSK_OUTS; r++)
+                quant_decode8<FP8>(raw[u][r], wf[r]);
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                if (m >= M) break;
+                float x[8];
+                quant_load_x8<T>(inp + (int64_t)m * C + k0, x);
+#pragma unroll
+                for (int r = 0; r < QSK_OUTS; r++)
+#pragma unroll
+                    for (int k = 0; k < 8; k++)
+                        acc[m][r] = fmaf(x[k], wf[r][k], acc[m][r]);
+            }
+        }
+    }
+    /* what the packs left: the last C % 8 channels, or all of them */
+    for (int k = chunks * 8 + turn; k < C; k += stride) {
+        float wf[QSK_OUTS];
+#pragma unroll
+        for (int r = 0; r < QSK_OUTS; r++)
+            wf[r] = quant_decode<FP8>(w[r][k]);
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            if (m >= M) break;
+            float x = gpc_to_f32(inp[(int64_t)m * C + k]);
+#pragma unroll
+            for (int r = 0; r < QSK_OUTS; r++)
+                acc[m][r] = fmaf(x, wf[r], acc[m][r]);
+        }
+    }
+
+    /* lane j of the group's first warp ends with output j: row j / QSK_OUTS,
+     * channel o0 + j % QSK_OUTS (MT * QSK_OUTS <= 32) */
+    float mine = 0.0f;
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        if (m >= M) break;
+#pragma unroll
+        for (int r = 0; r < QSK_OUTS; r++) {
+            float v = gpc_warp_sum(acc[m][r]);
+            if (lane == m * QSK_OUTS + r) mine = v;
+        }
+    }
+    if (kw > 1) {
+        if (lane < MT * QSK_OUTS) parts[warp][lane] = mine;
+        __syncthreads();
+        if (warp % kw != 0) return;
+        mine = 0.0f;
+        for (int p = 0; p < kw; p++)
+            mine += lane < MT * QSK_OUTS ? parts[warp + p][lane] : 0.0f;
+    }
+    int m = lane / QSK_OUTS, o = o0 + lane % QSK_OUTS;
+    if (lane >= MT * QSK_OUTS || m >= M || o >= OC) return;
+    float v = mine * scales[per_channel ? o : 0];
+    if (bias.ptr) v += gpc_any_load(bias, o);
+    int64_t at = (int64_t)m * OC + o;
+    if (residual) v += gpc_to_f32(residual[at]);
+    if (out_pre) {
+        out_pre[at] = gpc_from_f32<T>(v);
+        v = gpc_gelu(gpc_to_f32(gpc_from_f32<T>(v))); /* GELU of the stored pre-activation */
+    }
+    out[at] = gpc_from_f32<T>(v);
+}
+
+static long gemv_calls;
+static int gemv_max_rows = -1; /* GPC_QUANT_GEMV_MAX_M, read at the first product */
+
+extern "C" long gpc_cuda_quant_gemv_calls(void) {
+    return __atomic_load_n(&gemv_calls, __ATOMIC_RELAXED);
+}
+
+extern "C" int gpc_cuda_quant_set_gemv_max_rows(int rows) {
+    int before = __atomic_exchange_n(&gemv_max_rows, rows, __ATOMIC_RELAXED);
+    return before < 0 ? (int)gpc_setting_int("GPC_QUANT_GEMV_MAX_M") : before;
+}
+
+static int skinny_applies(int64_t N) {
+    int limit = __atomic_load_n(&gemv_max_rows, __ATOMIC_RELAXED);
+    if (limit < 0) {
+        limit = (int)gpc_setting_int("GPC_QUANT_GEMV_MAX_M");
+        __atomic_store_n(&gemv_max_rows, limit, __ATOMIC_RELAXED);
+    }
+    if (limit > QSK_MAX_ROWS) limit = QSK_MAX_ROWS;
+    return N >= 1 && N <= limit;
+}
+
+template <bool FP8, typename E>
+static void launch_skinny(E *o, E *pre, const E *x, const uint8_t *q, const float *s,
+                          int per_channel, gpc_cuda_any b, const E *r, int M, int C, int OC) {
+    int vec = C % 8 == 0 && ((uintptr_t)q & 7) == 0 && gpc_cuda_aligned16(x);
+    int chunks = vec ? C / 8 : C;
+    /* 2 warps on a pair of channels from 1024 channels of depth on, 4 from
+     * 4096: each lane keeps at least 2 chunks */
+    int kw = chunks >= 512 ? 4 : chunks >= 128 ? 2 : 1;
+    int per_block = (QSK_THREADS / 32) / kw * QSK_OUTS;
+    unsigned grid = (unsigned)((OC + per_block - 1) / per_block);
+    cudaStream_t st = gpc_cuda_stream();
+#define QSK_LAUNCH(MT)                                                                             \
+    quant_skinny_kernel<E, FP8, MT>                                                                \
+        <<<grid, QSK_THREADS, 0, st>>>(o, pre, x, q, s, per_channel, b, r, M, C, OC, kw, vec)
+    if (M <= 1)
+        QSK_LAUNCH(1);
+    else if (M <= 2)
+        QSK_LAUNCH(2);
+    else if (M <= 4)
+        QSK_LAUNCH(4);
+    else if (M <= 8)
+        QSK_LAUNCH(8);
+    else
+        QSK_LAUNCH(16);
+#undef QSK_LAUNCH
+}
+
+/* The skinny kernel on any of the activation dtypes; out_pre for GELU. */
+static gpc_status run_skinny(gpc_tensor *out, gpc_tensor *out_pre, const gpc_tensor *inp,
+                             const gpc_tensor *qweight, const gpc_tensor *scales,
+                             const gpc_tensor *bias, const gpc_tensor *residual, int N, int C,
+                             int OC) {
+    const uint8_t *q = (const uint8_t *)qweight->data;
+    const float *s = (const float *)scales->data;
+    int per_channel = gpc_tensor_numel(scales) != 1;
+    int fp8 = qweight->dtype == GPC_F8E4M3;
+    gpc_cuda_any b = gpc_cuda_any_of(bias && bias->data ? bias : NULL);
+    GPC_CUDA_DISPATCH(out->dtype, E, {
+        E *o = (E *)out->data;
+        E *pre = out_pre ? (E *)out_pre->data : NULL;
+        const E *x = (const E *)inp->data;
+        const E *r = residual && residual->data ? (const E *)residual->data : NULL;
+        if (fp8)
+            launch_skinny<true, E>(o, pre, x, q, s, per_channel, b, r, N, C, OC);
+        else
+            launch_skinny<false, E>(o, pre, x, q, s, per_channel, b, r, N, C, OC);
+    });
+    GPC_CUDA_CHECK_LAUNCH();
+    count_path(&gemv_calls, "quantized weights of a few rows in gpc's skinny kernel (8-bit "
+                            "streaming loads, f32 accumulation)");
     return GPC_OK;
 }
 
@@ -499,19 +771,36 @@ done:
     return status;
 }
 
+/* Sizes of a product from its tensors; *skip when there is nothing to do. */
+static gpc_status quant_dims(const char *op, const gpc_tensor *inp, const gpc_tensor *qweight,
+                             int64_t *N, int64_t *C, int64_t *OC, int *skip) {
+    *C = inp->shape[inp->ndim - 1];
+    *N = *C ? gpc_tensor_numel(inp) / *C : 0;
+    *OC = gpc_tensor_numel(qweight) / (*C ? *C : 1);
+    *skip = 0;
+    if (*C > 0x7fffffff || *OC > 0x7fffffff)
+        return gpc_error(GPC_ERR_UNSUPPORTED, "%s: %lld x %lld weights are beyond 32-bit sizes", op,
+                         (long long)*OC, (long long)*C);
+    if (*N == 0 || *OC == 0) {
+        *skip = 1;
+        return GPC_OK;
+    }
+    if (*C == 0) return gpc_error(GPC_ERR_UNSUPPORTED, "%s: inputs with 0 channels", op);
+    return GPC_OK;
+}
+
 gpc_status gpc_cuda_matmul_quant_forward(gpc_tensor *out, const gpc_tensor *inp,
                                          const gpc_tensor *qweight, const gpc_tensor *scales,
                                          const gpc_tensor *bias, const gpc_tensor *residual) {
     const char *op = "matmul_quant_forward";
     GPC_TRY(gpc_cuda_same_dtype(op, "out", out, "inp", inp));
     GPC_TRY(gpc_cuda_enter(out));
-    int64_t C = inp->shape[inp->ndim - 1], N = C ? gpc_tensor_numel(inp) / C : 0;
-    int64_t OC = gpc_tensor_numel(qweight) / (C ? C : 1);
-    if (C > 0x7fffffff || OC > 0x7fffffff)
-        return gpc_error(GPC_ERR_UNSUPPORTED, "%s: %lld x %lld weights are beyond 32-bit sizes", op,
-                         (long long)OC, (long long)C);
-    if (N == 0 || OC == 0) return GPC_OK;
-    if (C == 0) return gpc_error(GPC_ERR_UNSUPPORTED, "%s: inputs with 0 channels", op);
+    int64_t N, C, OC;
+    int skip;
+    GPC_TRY(quant_dims(op, inp, qweight, &N, &C, &OC, &skip));
+    if (skip) return GPC_OK;
+    if (skinny_applies(N))
+        return run_skinny(out, NULL, inp, qweight, scales, bias, residual, (int)N, (int)C, (int)OC);
     if (lt_applies(out, inp, qweight, scales, bias, residual, N, C, OC)) {
         lt_device *d = NULL;
         int device = 0, ran = 0;
@@ -528,4 +817,24 @@ gpc_status gpc_cuda_matmul_quant_forward(gpc_tensor *out, const gpc_tensor *inp,
     if (qweight->dtype == GPC_F8E4M3)
         return run_kernels<true>(out, inp, qweight, scales, bias, residual, N, (int)C, (int)OC);
     return run_kernels<false>(out, inp, qweight, scales, bias, residual, N, (int)C, (int)OC);
+}
+
+/* fc's product: the skinny kernel applies GELU as it stores; more rows take
+ * the product's path, then gelu.cu's kernel. */
+gpc_status gpc_cuda_matmul_quant_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
+                                              const gpc_tensor *inp, const gpc_tensor *qweight,
+                                              const gpc_tensor *scales, const gpc_tensor *bias) {
+    const char *op = "matmul_quant_gelu_forward";
+    GPC_TRY(gpc_cuda_same_dtype(op, "out_pre", out_pre, "inp", inp));
+    GPC_TRY(gpc_cuda_same_dtype(op, "out_gelu", out_gelu, "inp", inp));
+    GPC_TRY(gpc_cuda_enter(out_gelu));
+    int64_t N, C, OC;
+    int skip;
+    GPC_TRY(quant_dims(op, inp, qweight, &N, &C, &OC, &skip));
+    if (skip) return GPC_OK;
+    if (skinny_applies(N))
+        return run_skinny(out_gelu, out_pre, inp, qweight, scales, bias, NULL, (int)N, (int)C,
+                          (int)OC);
+    GPC_TRY(gpc_cuda_matmul_quant_forward(out_pre, inp, qweight, scales, bias, NULL));
+    return gpc_cuda_gelu_forward(out_gelu, out_pre);
 }

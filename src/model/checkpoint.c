@@ -597,7 +597,10 @@ gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_st
     gpc_free(half);
     fclose(file);
     if (s != GPC_OK) return s;
-    if (master) {
+    if (master && gpc_optim_offloaded(m->optim)) {
+        /* the master is in host memory: rounded there, then copied up */
+        GPC_TRY(gpc_optim_master_to_params(m->optim, &m->params_flat));
+    } else if (master) {
         /* the shard (all of it unsharded) from the master, on the device */
         int64_t n = (int64_t)count;
         gpc_tensor own =

@@ -229,6 +229,12 @@ static gpc_status place_quant_params(gpt_model *m, gpc_arena *arena) {
     return GPC_OK;
 }
 
+/* Layer l's scales of quantized parameter tensor `index`: [OC] or [1]. */
+static gpc_tensor quant_scales(const gpt_model *m, int index, int l) {
+    const gpc_tensor *all = &m->quant.scales[index];
+    return param_layer(all, l, 0, all->shape[1]);
+}
+
 /* The product of a block's matrix weight (parameter tensor `index`, layer
  * l): out = [residual +] inp @ W^T + bias, on the quantized weight when the
  * model has one. */
@@ -236,8 +242,7 @@ static gpc_status project(gpt_model *m, int index, int l, gpc_tensor *out, const
                           const gpc_tensor *weight, const gpc_tensor *bias,
                           const gpc_tensor *residual) {
     if (m->quant.on) {
-        const gpc_tensor *all = &m->quant.scales[index];
-        gpc_tensor scales = param_layer(all, l, 0, all->shape[1]);
+        gpc_tensor scales = quant_scales(m, index, l);
         return gpc_op_matmul_quant_forward(out, inp, weight, &scales, bias, residual);
     }
     return residual ? gpc_op_matmul_residual_forward(out, inp, weight, bias, residual)
@@ -297,7 +302,9 @@ static gpc_status create_optimizer(gpt_model *m) {
                                .range_count = count,
                                .shard_begin = m->shard_offset,
                                .shard_end = m->shard_offset + m->shard_count,
-                               .moments = m->training};
+                               .moments = m->training,
+                               .offload = m->offload,
+                               .offload_chunk = (size_t)gpc_setting_int("GPC_OFFLOAD_CHUNK")};
     return gpc_optim_create(&m->optim, &layout);
 }
 
@@ -306,7 +313,7 @@ static gpc_status create_optimizer(gpt_model *m) {
 static gpc_status place_slot(gpt_model *m, gpc_arena *arena, int slot) {
     gpt_activations *a = &m->slot_acts[slot];
     int64_t L = m->config.layers, B = m->B, T = m->T, C = m->config.channels;
-    int64_t NH = m->config.heads, Vp = m->config.padded_vocab;
+    int64_t NH = m->config.heads;
     /* tensor parallelism: this rank's heads and MLP units only */
     int64_t Cl = C / m->tp_size, F = 4 * C / m->tp_size, NHl = NH / m->tp_size;
     gpc_dtype d = m->dtype;
@@ -336,11 +343,18 @@ static gpc_status place_slot(gpt_model *m, gpc_arena *arena, int slot) {
     PLACE(lnf_mean, GPC_F32, B, T);
     PLACE(lnf_rstd, GPC_F32, B, T);
     if (slot == 0) {
-        PLACE(logits, d, B, T, Vp);
+        int64_t Vl = gpt_tp_vocab_rows(&m->config, m->tp_size); /* a tp rank's rows */
+        PLACE(logits, d, B, T, Vl);
         PLACE(losses, GPC_F32, B, T);
+        if (m->tp_size > 1) {
+            PLACE(ce_stats, GPC_F32, 3, B * T);
+            PLACE(logits_full, d, m->tp_size * Vl); /* Vp and the last slice's extra rows */
+        }
     } else { /* the head runs one micro-batch at a time: one buffer serves all */
         a->logits = m->slot_acts[0].logits;
         a->losses = m->slot_acts[0].losses;
+        a->ce_stats = m->slot_acts[0].ce_stats;
+        a->logits_full = m->slot_acts[0].logits_full;
     }
     PLACE(tokens, GPC_I32, B, T);
     PLACE(targets, GPC_I32, B, T);
@@ -407,10 +421,11 @@ gpc_status gpt_create(gpt_model **out, const gpt_config *config, gpc_device devi
 }
 
 /* shard_count SIZE_MAX: the whole buffer. */
-static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device device,
-                         gpc_dtype dtype, int B, int T, int training, int recompute,
-                         size_t shard_offset, size_t shard_count, const gpt_lora_options *lora,
-                         const gpt_parallel *par, const gpt_quant_options *quant) {
+static gpc_status create_with(gpt_model **out, const gpt_config *config, gpc_device device,
+                              gpc_dtype dtype, int B, int T, int training, int recompute,
+                              size_t shard_offset, size_t shard_count, const gpt_lora_options *lora,
+                              const gpt_parallel *par, const gpt_quant_options *quant,
+                              int offload) {
     *out = NULL;
     const gpt_parallel whole_model = {1, 0, 1, 0, 1};
     if (!par) par = &whole_model;
@@ -455,6 +470,7 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     m->dtype = dtype;
     m->training = training ? 1 : 0;
     m->recompute = training ? recompute : 0; /* inference keeps no activations for backward */
+    m->offload = offload;
     m->derived_qkv_bias = gpc_setting_flag("GPC_QKV_BIAS_DERIVED");
     m->B = B;
     m->T = T;
@@ -502,6 +518,8 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     gpc_status s = create_optimizer(m);
     if (s == GPC_OK) s = plan(m, &m->param_arena, place_params);
     if (s == GPC_OK) s = plan(m, &m->act_arena, place_acts);
+    /* offloaded, the optimizer state is in pinned host memory, not an arena */
+    if (s == GPC_OK && m->offload) s = gpc_optim_alloc(m->optim);
     /* attention's own plans and workspace (cuDNN's) are built now, with the
      * rest of the model's memory, rather than in the first step */
     if (s == GPC_OK) {
@@ -539,6 +557,28 @@ static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device d
     }
     *out = m;
     return GPC_OK;
+}
+
+static gpc_status create(gpt_model **out, const gpt_config *config, gpc_device device,
+                         gpc_dtype dtype, int B, int T, int training, int recompute,
+                         size_t shard_offset, size_t shard_count, const gpt_lora_options *lora,
+                         const gpt_parallel *par, const gpt_quant_options *quant) {
+    return create_with(out, config, device, dtype, B, T, training, recompute, shard_offset,
+                       shard_count, lora, par, quant, 0);
+}
+
+gpc_status gpt_create_offload(gpt_model **out, const gpt_config *config, gpc_device device,
+                              gpc_dtype dtype, int B, int T, int recompute) {
+    return create_with(out, config, device, dtype, B, T, 1, recompute, 0, SIZE_MAX, NULL, NULL,
+                       NULL, 1);
+}
+
+int gpt_optimizer_offloaded(const gpt_model *m) {
+    return m->offload;
+}
+
+size_t gpt_host_pinned_bytes(const gpt_model *m) {
+    return gpc_optim_host_bytes(m->optim);
 }
 
 gpc_status gpt_create_recompute(gpt_model **out, const gpt_config *config, gpc_device device,
@@ -790,6 +830,26 @@ static gpc_status tp_sum(gpt_model *m, gpc_tensor *t) {
     return m->tp_reduce(m->tp_reduce_user, t);
 }
 
+/* Tensor parallelism's elementwise max over the tp ranks, in place. */
+static gpc_status tp_max(gpt_model *m, gpc_tensor *t) {
+    if (m->tp_size == 1) return GPC_OK;
+    if (!m->tp_max)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "a tensor-parallel model needs its max over the tp ranks: set it with "
+                         "gpt_set_tp_max before the first forward");
+    return m->tp_max(m->tp_max_user, t);
+}
+
+/* The rows of wte (the vocabulary) that this tp rank holds: vocab_rows of
+ * them from vocab_row0 on; the whole padded vocabulary without tp. */
+static int64_t vocab_rows(const gpt_model *m) {
+    return gpt_tp_vocab_rows(&m->config, m->tp_size);
+}
+
+static int64_t vocab_row0(const gpt_model *m) {
+    return (int64_t)m->tp_rank * vocab_rows(m);
+}
+
 /* out = residual + x . w^T + bias through a projection (parameter tensor
  * `index`, layer l, by project) whose input is cut over the tp ranks
  * (row-parallel): rank 0 adds the residual and the bias to its partial
@@ -868,7 +928,10 @@ static gpc_status blocks_range(gpt_model *m, int start, int B, int T, int first,
         GPC_TRY(row_parallel_forward(m, 6, l, &residual2, &atty, &attprojw, &attprojb, &residual));
         GPC_TRY(lora_forward(m, 1, l, start, B, T, &atty, &residual2));
         GPC_TRY(gpc_op_layernorm_forward(&ln2, &ln2_mean, &ln2_rstd, &residual2, &ln2w, &ln2b));
-        if (lora_on(m, 2) || m->quant.on) { /* an adapter adds before the GELU: the two apart */
+        if (m->quant.on) { /* quantized models have no adapters */
+            gpc_tensor scales = quant_scales(m, 10, l);
+            GPC_TRY(gpc_op_matmul_quant_gelu_forward(&fch, &fch_gelu, &ln2, &fcw, &scales, &fcb));
+        } else if (lora_on(m, 2)) { /* an adapter adds before the GELU: the two apart */
             GPC_TRY(project(m, 10, l, &fch, &ln2, &fcw, &fcb, NULL));
             GPC_TRY(lora_forward(m, 2, l, start, B, T, &ln2, &fch));
             GPC_TRY(gpc_op_gelu_forward(&fch_gelu, &fch));
@@ -907,7 +970,16 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
     gpc_tensor encoded = view(&m->acts.encoded, at, 3, B, T, c->channels);
     gpc_tensor wpe = view(&p->wpe, at, 2, c->max_context - start, c->channels, 0);
     /* a later pipeline stage's input is in encoded already */
-    if (m->par.pp_rank == 0) GPC_TRY(gpc_op_embedding_forward(&encoded, tokens, &p->wte, &wpe));
+    if (m->par.pp_rank == 0 && m->tp_size == 1)
+        GPC_TRY(gpc_op_embedding_forward(&encoded, tokens, &p->wte, &wpe));
+    if (m->par.pp_rank == 0 && m->tp_size > 1) {
+        /* vocabulary-parallel: each rank embeds the tokens of its rows
+         * (zero for the others), rank 0 adds the positions, and the sum
+         * over the ranks is the embedding (the zeros add exactly) */
+        GPC_TRY(gpc_op_embedding_slice_forward(&encoded, tokens, &p->wte,
+                                               m->tp_rank == 0 ? &wpe : NULL, vocab_row0(m)));
+        GPC_TRY(tp_sum(m, &encoded));
+    }
     return blocks_range(m, start, B, T, 0, c->layers, 0);
 }
 
@@ -921,12 +993,36 @@ static gpc_status forward_to_lnf(gpt_model *m, const gpc_tensor *tokens, int B, 
     return GPC_OK;
 }
 
-/* forward_to_lnf and the head's product: logits [B,T,Vp]. */
+/* forward_to_lnf and the head's product: logits [B,T,Vp], or a tp rank's
+ * [B,T,Vp/tp] of its vocabulary rows. */
 static gpc_status forward_to_logits(gpt_model *m, const gpc_tensor *tokens, int B, int T) {
     GPC_TRY(forward_to_lnf(m, tokens, B, T));
     gpc_tensor lnf = view(&m->acts.lnf, 0, 3, B, T, m->config.channels);
-    gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, m->config.padded_vocab);
+    gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, vocab_rows(m));
     return gpc_op_matmul_forward(&logits, &lnf, &m->params.wte, NULL);
+}
+
+/* The cross-entropy of the logits [B,T,Vp/tp] into losses and, when
+ * dlogits is not NULL (it may be logits), their gradient. With tp ranks it
+ * runs vocabulary-parallel as Megatron-LM's: each rank's row maxima, their
+ * max over the ranks, each rank's sums of exponentials and target logits,
+ * their sums over the ranks, then each rank's losses (the same on every
+ * rank) and gradient columns. No rank holds a whole row of logits. */
+static gpc_status head_loss(gpt_model *m, gpc_tensor *losses, gpc_tensor *dlogits,
+                            const gpc_tensor *logits, const gpc_tensor *tgt, int B, int T,
+                            float dloss) {
+    int V = m->config.vocab_size;
+    if (m->tp_size == 1)
+        return gpc_op_crossentropy_forward_backward(losses, dlogits, logits, tgt, V, dloss);
+    int64_t N = (int64_t)B * T, col0 = vocab_row0(m);
+    gpc_tensor stats = view(&m->acts.ce_stats, 0, 2, 3, N, 0);
+    gpc_tensor maxes = view(&m->acts.ce_stats, 0, 1, N, 0, 0);
+    gpc_tensor sums = view(&m->acts.ce_stats, (size_t)N, 1, 2 * N, 0, 0);
+    GPC_TRY(gpc_op_crossentropy_slice_max(&stats, logits, col0, V));
+    GPC_TRY(tp_max(m, &maxes));
+    GPC_TRY(gpc_op_crossentropy_slice_sums(&stats, logits, tgt, col0, V));
+    GPC_TRY(tp_sum(m, &sums));
+    return gpc_op_crossentropy_slice_finish(losses, dlogits, logits, tgt, &stats, col0, V, dloss);
 }
 
 gpc_status gpt_forward(gpt_model *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
@@ -935,11 +1031,10 @@ gpc_status gpt_forward(gpt_model *m, const int32_t *inputs, const int32_t *targe
     gpc_tensor tokens = view(&m->acts.tokens, 0, 2, B, T, 0);
     GPC_TRY(forward_to_logits(m, &tokens, B, T));
     if (!targets) return GPC_OK;
-    gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, m->config.padded_vocab);
+    gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, vocab_rows(m));
     gpc_tensor losses = view(&m->acts.losses, 0, 2, B, T, 0);
     gpc_tensor tgt = view(&m->acts.targets, 0, 2, B, T, 0);
-    return gpc_op_crossentropy_forward_backward(&losses, NULL, &logits, &tgt, m->config.vocab_size,
-                                                1.0f);
+    return head_loss(m, &losses, NULL, &logits, &tgt, B, T, 1.0f);
 }
 
 gpc_status gpt_mean_loss(gpt_model *m, float *loss) {
@@ -1135,9 +1230,13 @@ static gpc_status backward(gpt_model *m, const gpc_tensor *tokens, int B, int T)
         if (derived) GPC_TRY(derive_qkv_bias_grad(m, l, &dattprojb, &attprojw, &dbtc));
         if (m->grad_ready) GPC_TRY(m->grad_ready(m->grad_ready_user, l));
     }
-    /* a later pipeline stage leaves its input's gradient in dresidual */
-    if (!frozen && m->par.pp_rank == 0)
+    /* a later pipeline stage leaves its input's gradient in dresidual;
+     * dresidual is whole on every tp rank, which adds to its wte rows only */
+    if (!frozen && m->par.pp_rank == 0 && m->tp_size == 1)
         GPC_TRY(gpc_op_embedding_backward(&g->wte, &g->wpe, &dresidual, tokens));
+    if (!frozen && m->par.pp_rank == 0 && m->tp_size > 1)
+        GPC_TRY(
+            gpc_op_embedding_slice_backward(&g->wte, &g->wpe, &dresidual, tokens, vocab_row0(m)));
     return m->grad_ready ? m->grad_ready(m->grad_ready_user, -1) : GPC_OK;
 }
 
@@ -1158,7 +1257,7 @@ static gpc_status head_backward(gpt_model *m, const gpc_tensor *tgt, int B, int 
     const gpt_config *c = &m->config;
     gpt_activations *a = &m->acts;
     gpc_tensor lnf = view(&a->lnf, 0, 3, B, T, c->channels);
-    gpc_tensor logits = view(&a->logits, 0, 3, B, T, c->padded_vocab);
+    gpc_tensor logits = view(&a->logits, 0, 3, B, T, vocab_rows(m));
     gpc_tensor losses = view(&a->losses, 0, 2, B, T, 0);
     gpc_tensor dlnf = view(&a->dbtc, 0, 3, B, T, c->channels);
     /* The output head in one op: logits = lnf . wte^T, the losses and their
@@ -1168,7 +1267,15 @@ static gpc_status head_backward(gpt_model *m, const gpc_tensor *tgt, int B, int 
      * underflow: the loss is scaled up here and the gradients scaled back
      * down inside the AdamW step. */
     float scaled = dloss * gpc_optim_loss_scale(m->optim);
-    if (m->lora.options.rank) { /* a frozen head: its three ops without wte's gradient */
+    if (m->tp_size > 1) {
+        /* vocabulary-parallel: this rank's logits, loss and their gradient
+         * (in place), its rows' wte gradient, and its part of lnf's
+         * gradient, summed over the ranks (Megatron's f in backward) */
+        GPC_TRY(gpc_op_matmul_forward(&logits, &lnf, &m->params.wte, NULL));
+        GPC_TRY(head_loss(m, &losses, &logits, &logits, tgt, B, T, scaled));
+        GPC_TRY(gpc_op_matmul_backward(&dlnf, &m->grads.wte, NULL, &logits, &lnf, &m->params.wte));
+        GPC_TRY(tp_sum(m, &dlnf));
+    } else if (m->lora.options.rank) { /* a frozen head: its three ops without wte's gradient */
         GPC_TRY(gpc_op_matmul_forward(&logits, &lnf, &m->params.wte, NULL));
         GPC_TRY(gpc_op_crossentropy_forward_backward(&losses, &logits, &logits, tgt, c->vocab_size,
                                                      scaled));
@@ -1297,12 +1404,11 @@ gpc_status gpt_stage_loss(gpt_model *m, int slot, int B, int T, float *loss) {
     m->last_unmasked = m->slot_unmasked[slot];
     const gpt_config *c = &m->config;
     gpc_tensor lnf = view(&m->acts.lnf, 0, 3, B, T, c->channels);
-    gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, c->padded_vocab);
+    gpc_tensor logits = view(&m->acts.logits, 0, 3, B, T, vocab_rows(m));
     gpc_tensor losses = view(&m->acts.losses, 0, 2, B, T, 0);
     gpc_tensor tgt = view(&m->acts.targets, 0, 2, B, T, 0);
     GPC_TRY(gpc_op_matmul_forward(&logits, &lnf, &m->params.wte, NULL));
-    GPC_TRY(
-        gpc_op_crossentropy_forward_backward(&losses, NULL, &logits, &tgt, c->vocab_size, 1.0f));
+    GPC_TRY(head_loss(m, &losses, NULL, &logits, &tgt, B, T, 1.0f));
     return gpt_mean_loss(m, loss);
 }
 
@@ -1412,10 +1518,22 @@ gpc_status gpt_update(gpt_model *m, const gpc_optim_options *o, float *grad_norm
 
 /* ------------------------------------------------------------ inference */
 
-/* Copies row r of the logits [rows, Vp] (compute dtype) into out[V] as f32. */
+/* Copies row r of the logits [rows, Vp] (compute dtype) into out[V] as f32.
+ * With tp ranks each holds [rows, Vp/tp]: every rank calls it, and the
+ * row's slices are gathered into logits_full (each placed among zeros, then
+ * summed over the ranks), since a sampler needs the whole row. */
 static gpc_status logits_row(gpt_model *m, size_t r, float *out) {
     int Vp = m->config.padded_vocab, V = m->config.vocab_size;
-    gpc_tensor dev = view(&m->acts.logits, r * (size_t)Vp, 1, Vp, 0, 0);
+    int64_t rows = vocab_rows(m);
+    gpc_tensor dev = view(&m->acts.logits, r * (size_t)rows, 1, rows, 0, 0);
+    if (m->tp_size > 1) {
+        gpc_tensor full = view(&m->acts.logits_full, 0, 1, m->tp_size * rows, 0, 0);
+        gpc_tensor mine = view(&m->acts.logits_full, (size_t)vocab_row0(m), 1, rows, 0, 0);
+        GPC_TRY(gpc_tensor_zero(&full));
+        GPC_TRY(gpc_tensor_copy(&mine, &dev));
+        GPC_TRY(tp_sum(m, &full));
+        dev = view(&m->acts.logits_full, 0, 1, Vp, 0, 0);
+    }
     gpc_tensor host = gpc_tensor_1d(m->host_row, m->dtype, gpc_cpu(), Vp);
     GPC_TRY(gpc_tensor_copy(&host, &dev));
     const uint16_t *half = m->host_row;
@@ -1455,7 +1573,7 @@ gpc_status gpt_forward_cached(gpt_model *m, const int32_t *tokens, int start, in
     GPC_TRY(blocks_forward(m, &tok, start, 1, n));
     /* the head on the last position only, into logits row 0 */
     gpc_tensor lnf = view(&m->acts.lnf, (size_t)(end - 1) * (size_t)C, 3, 1, 1, C);
-    gpc_tensor logits = view(&m->acts.logits, 0, 3, 1, 1, c->padded_vocab);
+    gpc_tensor logits = view(&m->acts.logits, 0, 3, 1, 1, vocab_rows(m));
     GPC_TRY(gpc_op_matmul_forward(&logits, &lnf, &m->params.wte, NULL));
     m->last_B = 1;
     m->last_T = 1;
@@ -1542,6 +1660,11 @@ int gpt_tp_rank(const gpt_model *m) {
 void gpt_set_tp_reduce(gpt_model *m, gpt_tp_reduce_fn fn, void *user) {
     m->tp_reduce = fn;
     m->tp_reduce_user = fn ? user : NULL;
+}
+
+void gpt_set_tp_max(gpt_model *m, gpt_tp_reduce_fn fn, void *user) {
+    m->tp_max = fn;
+    m->tp_max_user = fn ? user : NULL;
 }
 
 void gpt_set_grad_ready(gpt_model *m, gpt_grad_ready_fn fn, void *user) {

@@ -55,11 +55,16 @@ typedef struct {
     gpc_tensor lnf;       /* [B,T,C] */
     gpc_tensor lnf_mean;  /* [B,T] */
     gpc_tensor lnf_rstd;  /* [B,T] */
-    gpc_tensor logits;    /* [B,T,Vp]; after a training step, whatever the backend's
-                           * gpc_op_classifier left there (its scratch) */
-    gpc_tensor losses;    /* [B,T] f32 */
-    gpc_tensor tokens;    /* [B,T] i32 inputs on the device */
-    gpc_tensor targets;   /* [B,T] i32 targets on the device */
+    gpc_tensor
+        logits; /* [B,T,Vl] (Vl = Vp, or a tp rank's gpt_tp_vocab_rows); after a training
+                 * step, whatever the backend's    gpc_op_classifier left there (its scratch) */
+    /* tensor parallelism only (tp > 1), one for all slots: */
+    gpc_tensor ce_stats;    /* [3,B*T] f32: the vocab-parallel cross-entropy's row
+                             * maxima, sums of exponentials and target logits */
+    gpc_tensor logits_full; /* [tp Vl] one row of logits gathered from the ranks */
+    gpc_tensor losses;      /* [B,T] f32 */
+    gpc_tensor tokens;      /* [B,T] i32 inputs on the device */
+    gpc_tensor targets;     /* [B,T] i32 targets on the device */
     /* backward scratch (training models only) */
     gpc_tensor dresidual; /* [B,T,C] gradient of the residual stream, shared by all blocks */
     gpc_tensor dbtc;      /* [B,T,C] */
@@ -116,6 +121,7 @@ struct gpt_model {
     gpc_dtype dtype; /* compute dtype of parameters, gradients and activations */
     int training;    /* gradients and optimizer state exist */
     int B, T;        /* the largest batch the activations were planned for */
+    int offload;     /* optimizer state in pinned host memory (gpt_create_offload) */
     int recompute;   /* 0 keep activations; 1 rebuild GELU outputs; 2 also layernorm outputs */
     /* 1: backward sums only the query third of the qkv bias gradient and
      * derives the rest (see gpt.c's backward); the default, which
@@ -140,11 +146,14 @@ struct gpt_model {
     gpt_activations acts;
 
     /* Tensor parallelism (gpt_create_tp, gpt_tp.c): this rank's slices of
-     * the attention heads and MLP units, and the hook that sums a tensor
-     * over the tp ranks (gpt_set_tp_reduce). tp_size 1: the whole model. */
+     * the attention heads, MLP units and vocabulary, and the hooks that sum
+     * a tensor over the tp ranks (gpt_set_tp_reduce) and take its max
+     * (gpt_set_tp_max). tp_size 1: the whole model. */
     int tp_size, tp_rank;
     gpt_tp_reduce_fn tp_reduce;
     void *tp_reduce_user;
+    gpt_tp_reduce_fn tp_max; /* the elementwise max over the tp ranks (gpt_set_tp_max) */
+    void *tp_max_user;
     /* Pipeline parallelism: config above is the stage's (L/pp layers);
      * whole is the model's. par holds both places (gpt_create_part). */
     gpt_parallel par;
@@ -185,8 +194,14 @@ void gpt_param_shapes(const gpt_config *config, int tp, int64_t shapes[GPT_NUM_P
 void gpt_param_layout(const gpt_config *config, int tp, size_t offsets[GPT_NUM_PARAM_TENSORS + 1]);
 /* Whether the model is a part (tp or pp above 1) of a whole one. */
 int gpt_is_part(const gpt_model *model);
-/* Whether tensor i is cut over the tp ranks (qkvw, qkvb, attprojw, fcw,
- * fcb, fcprojw) rather than replicated. */
+
+/* For tests of serving (gpt_serve.c): the paged cache's keys and values,
+ * [L, blocks, block_size, C], whose last block is the padding rows' where
+ * decode steps pad (a GPU); and how many step graphs were captured. */
+void gpt_paged_cache(const gpt_paged *paged, gpc_tensor *k_cache, gpc_tensor *v_cache);
+int gpt_paged_graph_count(const gpt_paged *paged);
+/* Whether tensor i is cut over the tp ranks (wte, qkvw, qkvb, attprojw,
+ * fcw, fcb, fcprojw) rather than replicated. */
 int gpt_tp_sliced(int index);
 
 #endif /* GPC_MODEL_GPT_INTERNAL_H */

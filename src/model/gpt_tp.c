@@ -5,7 +5,13 @@
  * Rank r of tp ranks holds, in every block, the column slices of qkvw and
  * fcw (its heads' query, key and value rows; its quarter of the MLP's
  * hidden units) and the row slices of attprojw and fcprojw (the input
- * columns those heads and units feed). Everything else is replicated. The
+ * columns those heads and units feed), and Vl = ceil(Vp/tp) (rounded up to
+ * 8, 16-byte rows of logits) rows of wte from r Vl on (the
+ * vocabulary-parallel embedding and head). Where tp does not divide the
+ * padded vocabulary Vp, the last rank's slice runs past it: those rows
+ * stay zero (a token never reaches them and their logits are padding, so
+ * their gradient is zero) and no checkpoint holds them, so a checkpoint
+ * keeps the whole model's Vp at any tp. Everything else is replicated. The
  * local flat buffer keeps llm.c's tensor order with the sliced tensors
  * narrower, so the data-parallel buckets, the optimizer's ranges and the
  * gradient-ready hook work on it unchanged.
@@ -48,13 +54,19 @@ static tp_cut cut_of(const gpt_config *c, int i) {
 }
 
 int gpt_tp_sliced(int index) {
-    return index == 4 || index == 5 || index == 6 || index == 10 || index == 11 || index == 12;
+    return index == 0 || index == 4 || index == 5 || index == 6 || index == 10 || index == 11 ||
+           index == 12;
+}
+
+int64_t gpt_tp_vocab_rows(const gpt_config *c, int tp) {
+    int64_t rows = (c->padded_vocab + tp - 1) / tp;
+    return tp == 1 ? rows : (rows + 7) / 8 * 8;
 }
 
 void gpt_param_shapes(const gpt_config *c, int tp, int64_t shapes[GPT_NUM_PARAM_TENSORS][3],
                       int ndims[GPT_NUM_PARAM_TENSORS]) {
     int64_t L = c->layers, C = c->channels, Cl = C / tp, F = 4 * C / tp;
-    const int64_t table[GPT_NUM_PARAM_TENSORS][3] = {{c->padded_vocab, C, 0},
+    const int64_t table[GPT_NUM_PARAM_TENSORS][3] = {{gpt_tp_vocab_rows(c, tp), C, 0},
                                                      {c->max_context, C, 0},
                                                      {L, C, 0},
                                                      {L, C, 0},
@@ -125,6 +137,20 @@ static void copy_part(const gpt_config *c, int tp, int r, int layer0, int layers
          * and the final layernorm (last stage) that it trains */
         if (!to_local && ((i <= 1 && layer0 != 0) || (i >= 14 && layer0 + layers != c->layers)))
             continue;
+        if (i == 0) { /* wte: rows [r Vl, (r+1) Vl), where the whole has them */
+            int64_t rows = gpt_tp_vocab_rows(c, tp), row0 = (int64_t)r * rows;
+            int64_t have = c->padded_vocab - row0 < rows ? c->padded_vocab - row0 : rows;
+            if (have < 0) have = 0;
+            size_t n = (size_t)(have * c->channels) * sizeof(float);
+            size_t pad = (size_t)((rows - have) * c->channels) * sizeof(float);
+            if (to_local) {
+                memcpy(g, f + row0 * c->channels, n);
+                memset((char *)g + n, 0, pad); /* rows past the whole's padding */
+            } else {
+                memcpy(f + row0 * c->channels, g, n);
+            }
+            continue;
+        }
         if (!gpt_tp_sliced(i)) {
             size_t n = (lo[i + 1] - lo[i]) * sizeof(float);
             if (to_local)
@@ -140,7 +166,7 @@ static void copy_part(const gpt_config *c, int tp, int r, int layer0, int layers
         int64_t row0 = k.split_rows ? (int64_t)r * local_part_rows : 0;
         int64_t col0 = k.split_cols ? (int64_t)r * local_cols : 0;
         size_t local_layer = (size_t)(k.parts * local_part_rows * local_cols);
-        for (int l = 0; l < layers; l++)
+        for (int l = 0; l < (per_layer ? layers : 1); l++)
             for (int p = 0; p < k.parts; p++)
                 for (int64_t row = 0; row < local_part_rows; row++) {
                     float *fr = f + (size_t)l * full_layer +

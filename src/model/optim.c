@@ -10,6 +10,9 @@
  * are per tensor; the norm and the master copies walk maximal runs of
  * touching pieces, so a whole model's norm is one reduction, as before the
  * optimizer took ranges.
+ *
+ * Offloaded, the state sits in pinned host memory and a step streams the
+ * gradients down and the weights up in chunks (see the offload section).
  */
 #include "gpc/optim.h"
 
@@ -27,6 +30,30 @@ typedef struct {
     uint32_t round_id;
 } piece;
 
+/* An offloaded copy-and-update chunk: flat elements [offset, offset +
+ * count) of one run of touching pieces, state elements from state on. */
+typedef struct {
+    size_t offset, count, state;
+} chunk;
+
+/* The offloaded optimizer's host side: one pinned block holding the state
+ * and the staging buffers (indexed like the state), the two copy streams,
+ * and an event per chunk for "its gradients are on the host". */
+typedef struct {
+    const gpc_backend *backend;
+    void *block;
+    size_t bytes;
+    void *grads;  /* [state_count] gradients, compute dtype */
+    void *params; /* [state_count] weights, compute dtype, on their way up */
+    float *norm;  /* the step's squared gradient norm */
+    chunk *chunks;
+    int chunk_count;
+    gpc_stream down, up;
+    gpc_event ready;    /* on the device's stream: the gradients and norm are final */
+    gpc_event uploaded; /* on up: the last weights are on the device */
+    gpc_event *arrived; /* on down, per chunk */
+} offload_side;
+
 struct gpc_optim {
     gpc_device device;
     gpc_dtype dtype;
@@ -38,6 +65,9 @@ struct gpc_optim {
     size_t flat_end; /* where the last range ends: the flat buffers are at least this long */
     gpc_tensor master, m, v; /* data NULL where absent */
     gpc_arena own;           /* gpc_optim_alloc's arena */
+    int offload;
+    size_t offload_chunk;
+    offload_side host; /* offloaded only */
 
     float loss_scale;        /* fp16: the loss is multiplied by this before backward */
     int good_steps;          /* fp16: steps since the scale last changed */
@@ -94,6 +124,8 @@ gpc_status gpc_optim_create(gpc_optim **out, const gpc_optim_layout *l) {
     o->shard_begin = l->shard_begin;
     o->shard_end = l->shard_end;
     o->loss_scale = l->dtype == GPC_F16 ? 4096.0f : 1.0f;
+    o->offload = l->offload ? 1 : 0;
+    o->offload_chunk = l->offload_chunk ? l->offload_chunk : GPC_OPTIM_OFFLOAD_CHUNK;
     for (int i = 0; i < l->range_count; i++) {
         const gpc_optim_range *r = &l->ranges[i];
         size_t a = r->offset > o->shard_begin ? r->offset : o->shard_begin;
@@ -104,11 +136,21 @@ gpc_status gpc_optim_create(gpc_optim **out, const gpc_optim_layout *l) {
     }
     if (l->range_count)
         o->flat_end = l->ranges[l->range_count - 1].offset + l->ranges[l->range_count - 1].count;
+    size_t trained = 0;
+    for (int i = 0; i < l->range_count; i++)
+        trained += l->ranges[i].count;
+    if (o->offload && trained != o->state_count) {
+        gpc_optim_free(o);
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "an offloaded optimizer holds the whole state; ZeRO-1 shards are not "
+                         "supported with --offload-optimizer (leave out --zero)");
+    }
     *out = o;
     return GPC_OK;
 }
 
 gpc_status gpc_optim_place(gpc_optim *o, gpc_arena *arena) {
+    if (o->offload) return GPC_OK; /* host memory, from gpc_optim_alloc */
     int64_t n = (int64_t)o->state_count;
     if (o->dtype != GPC_F32) GPC_TRY(gpc_arena_tensor(arena, &o->master, GPC_F32, 1, &n));
     if (o->moments) {
@@ -118,7 +160,14 @@ gpc_status gpc_optim_place(gpc_optim *o, gpc_arena *arena) {
     return GPC_OK;
 }
 
+static gpc_status offload_alloc(gpc_optim *o);
+static void offload_free(gpc_optim *o);
+
 gpc_status gpc_optim_alloc(gpc_optim *o) {
+    if (o->offload) {
+        GPC_TRY(offload_alloc(o));
+        return gpc_optim_zero(o);
+    }
     gpc_arena measure;
     gpc_arena_measure(&measure, o->device);
     GPC_TRY(gpc_optim_place(o, &measure));
@@ -140,9 +189,18 @@ gpc_status gpc_optim_zero(gpc_optim *o) {
 
 void gpc_optim_free(gpc_optim *o) {
     if (!o) return;
+    offload_free(o);
     gpc_arena_destroy(&o->own);
     gpc_free(o->pieces);
     gpc_free(o);
+}
+
+int gpc_optim_offloaded(const gpc_optim *o) {
+    return o->offload;
+}
+
+size_t gpc_optim_host_bytes(const gpc_optim *o) {
+    return o->host.bytes;
 }
 
 size_t gpc_optim_state_count(const gpc_optim *o) {
@@ -214,8 +272,21 @@ gpc_status gpc_optim_set_master(gpc_optim *o, gpc_tensor *params, const float *v
         gpc_tensor host =
             gpc_tensor_1d((void *)(values + r.offset), GPC_F32, gpc_cpu(), (int64_t)r.count);
         gpc_tensor master = slice(&o->master, r.state, r.count);
-        gpc_tensor low = slice(params, r.offset, r.count);
         GPC_TRY(gpc_tensor_copy(&master, &host));
+    }
+    return gpc_optim_master_to_params(o, params);
+}
+
+static gpc_status offload_master_to_params(gpc_optim *o, gpc_tensor *params);
+
+gpc_status gpc_optim_master_to_params(gpc_optim *o, gpc_tensor *params) {
+    if (!o->master.data) return GPC_OK;
+    GPC_TRY(check_flat(o, params));
+    if (o->offload) return offload_master_to_params(o, params);
+    piece r = {0};
+    for (int k = 0; next_run(o, 0, SIZE_MAX, &k, &r);) {
+        gpc_tensor master = slice(&o->master, r.state, r.count);
+        gpc_tensor low = slice(params, r.offset, r.count);
         GPC_TRY(gpc_op_convert(&low, &master));
     }
     return GPC_OK;
@@ -289,6 +360,29 @@ gpc_status gpc_optim_resolve(gpc_optim *o) {
 
 /* ------------------------------------------------------------ the step */
 
+static gpc_status offload_step(gpc_optim *o, gpc_tensor *params, const gpc_tensor *grads,
+                               size_t begin, size_t end, gpc_tensor *norm_sq,
+                               const gpc_optim_options *opt, float *grad_norm, int *skipped);
+
+/* AdamW's arguments for piece p of a step. */
+static gpc_adamw_args adamw_args(const piece *p, const gpc_optim_options *opt,
+                                 const gpc_tensor *norm_sq, float scale, int on_device) {
+    gpc_adamw_args args;
+    memset(&args, 0, sizeof args);
+    args.learning_rate = opt->learning_rate;
+    args.beta1 = opt->beta1;
+    args.beta2 = opt->beta2;
+    args.eps = opt->eps;
+    args.weight_decay = p->decay ? opt->weight_decay : 0.0f;
+    args.step = opt->step;
+    args.grad_norm_sq = norm_sq;
+    args.max_grad_norm = opt->max_grad_norm;
+    args.grad_scale = 1.0f / scale;
+    args.skip_nonfinite = on_device;
+    args.seed = gpc_optim_round_seed(opt->seed, p->round_id);
+    return args;
+}
+
 /* A span inside the shard, over a flat buffer that holds every range. */
 static gpc_status check_span(const gpc_optim *o, const gpc_tensor *flat, size_t begin, size_t end) {
     GPC_TRY(check_flat(o, flat));
@@ -324,6 +418,8 @@ gpc_status gpc_optim_step(gpc_optim *o, gpc_tensor *params, const gpc_tensor *gr
     GPC_TRY(check_span(o, params, begin, end));
     GPC_TRY(check_span(o, grads, begin, end));
     o->step_skipped = 0;
+    if (o->offload)
+        return offload_step(o, params, grads, begin, end, norm_sq, opt, grad_norm, skipped);
     float scale = o->loss_scale;
     int on_device = 0; /* fp16: the overflow check is left to the kernels */
     if (o->dtype == GPC_F16) {
@@ -355,19 +451,7 @@ gpc_status gpc_optim_step(gpc_optim *o, gpc_tensor *params, const gpc_tensor *gr
         gpc_tensor var = slice(&o->v, p.state, p.count);
         gpc_tensor master;
         if (o->master.data) master = slice(&o->master, p.state, p.count);
-        gpc_adamw_args args;
-        memset(&args, 0, sizeof args);
-        args.learning_rate = opt->learning_rate;
-        args.beta1 = opt->beta1;
-        args.beta2 = opt->beta2;
-        args.eps = opt->eps;
-        args.weight_decay = p.decay ? opt->weight_decay : 0.0f;
-        args.step = opt->step;
-        args.grad_norm_sq = norm_sq;
-        args.max_grad_norm = opt->max_grad_norm;
-        args.grad_scale = 1.0f / scale;
-        args.skip_nonfinite = on_device;
-        args.seed = gpc_optim_round_seed(opt->seed, p.round_id);
+        gpc_adamw_args args = adamw_args(&p, opt, norm_sq, scale, on_device);
         GPC_TRY(gpc_op_adamw(&w, o->master.data ? &master : NULL, &g, &mom, &var, &args));
     }
     if (grad_norm) {
@@ -375,5 +459,219 @@ gpc_status gpc_optim_step(gpc_optim *o, gpc_tensor *params, const gpc_tensor *gr
         GPC_TRY(read_scalar(norm_sq, &sq));
         *grad_norm = sqrtf(sq);
     }
+    return GPC_OK;
+}
+
+/* ------------------------------------------------------------ offload */
+
+/* Bytes of n elements, rounded up to 256 so every part of the block is as
+ * aligned as an arena's tensors. */
+static size_t part_bytes(size_t n, gpc_dtype dtype) {
+    return (n * gpc_dtype_size(dtype) + 255) & ~(size_t)255;
+}
+
+/* The chunks: each maximal run of touching pieces cut into pieces of at
+ * most offload_chunk elements, so a chunk is one copy each way. */
+static gpc_status make_chunks(gpc_optim *o) {
+    offload_side *h = &o->host;
+    size_t most = 0;
+    piece r = {0};
+    for (int k = 0; next_run(o, 0, SIZE_MAX, &k, &r);)
+        most += (r.count + o->offload_chunk - 1) / o->offload_chunk;
+    h->chunks = gpc_calloc(most ? most : 1, sizeof *h->chunks);
+    h->arrived = gpc_calloc(most ? most : 1, sizeof *h->arrived);
+    if (!h->chunks || !h->arrived)
+        return gpc_error(GPC_ERR_NOMEM, "out of host memory creating the optimizer");
+    for (int k = 0; next_run(o, 0, SIZE_MAX, &k, &r);)
+        for (size_t done = 0; done < r.count; done += o->offload_chunk) {
+            size_t n = r.count - done < o->offload_chunk ? r.count - done : o->offload_chunk;
+            h->chunks[h->chunk_count++] = (chunk){r.offset + done, n, r.state + done};
+        }
+    return GPC_OK;
+}
+
+static gpc_status offload_alloc(gpc_optim *o) {
+    offload_free(o);
+    offload_side *h = &o->host;
+    GPC_TRY(gpc_backend_require(o->device, &h->backend));
+    const gpc_backend *b = h->backend;
+    size_t n = o->state_count, f32 = part_bytes(n, GPC_F32), low = part_bytes(n, o->dtype);
+    int masters = o->dtype != GPC_F32, moments = o->moments;
+    size_t bytes = (size_t)masters * f32 + (size_t)moments * 2 * f32 + 2 * low + 256;
+    gpc_status s = b->alloc_host(bytes, &h->block);
+    if (s != GPC_OK) {
+        h->block = NULL;
+        return gpc_error_context(s,
+                                 "allocating %.1f MiB of pinned host memory for the offloaded "
+                                 "optimizer: ",
+                                 (double)bytes / (1 << 20));
+    }
+    h->bytes = bytes;
+    char *at = h->block;
+    gpc_device cpu = gpc_cpu();
+    if (masters) {
+        o->master = gpc_tensor_1d(at, GPC_F32, cpu, (int64_t)n);
+        at += f32;
+    }
+    if (moments) {
+        o->m = gpc_tensor_1d(at, GPC_F32, cpu, (int64_t)n);
+        o->v = gpc_tensor_1d(at + f32, GPC_F32, cpu, (int64_t)n);
+        at += 2 * f32;
+    }
+    h->grads = at;
+    h->params = at + low;
+    h->norm = (float *)(void *)(at + 2 * low);
+    GPC_TRY(make_chunks(o));
+    GPC_TRY(b->stream_create(o->device.index, &h->down));
+    GPC_TRY(b->stream_create(o->device.index, &h->up));
+    GPC_TRY(b->event_create(&h->ready));
+    GPC_TRY(b->event_create(&h->uploaded));
+    for (int c = 0; c < h->chunk_count; c++)
+        GPC_TRY(b->event_create(&h->arrived[c]));
+    return GPC_OK;
+}
+
+static void offload_free(gpc_optim *o) {
+    offload_side *h = &o->host;
+    const gpc_backend *b = h->backend;
+    if (!b) return;
+    /* copies may still be in flight into or out of the block */
+    if (h->down) (void)b->stream_synchronize(h->down);
+    if (h->up) (void)b->stream_synchronize(h->up);
+    for (int c = 0; h->arrived && c < h->chunk_count; c++)
+        if (h->arrived[c]) b->event_destroy(h->arrived[c]);
+    if (h->ready) b->event_destroy(h->ready);
+    if (h->uploaded) b->event_destroy(h->uploaded);
+    if (h->down) b->stream_destroy(h->down);
+    if (h->up) b->stream_destroy(h->up);
+    if (h->block) b->free_host(h->block);
+    gpc_free(h->chunks);
+    gpc_free(h->arrived);
+    memset(h, 0, sizeof *h);
+    o->master = o->m = o->v = (gpc_tensor){0};
+}
+
+/* Element e of a host staging buffer (indexed like the state). */
+static void *staged(const gpc_optim *o, void *buffer, size_t e) {
+    return (char *)buffer + e * gpc_dtype_size(o->dtype);
+}
+
+/* Chunk c's weights, from the host staging buffer to the device, on up. */
+static gpc_status upload(gpc_optim *o, gpc_tensor *params, const chunk *c) {
+    const gpc_backend *b = o->host.backend;
+    size_t size = gpc_dtype_size(o->dtype);
+    return b->copy((char *)params->data + c->offset * size, params->device,
+                   staged(o, o->host.params, c->state), gpc_cpu(), c->count * size, o->host.up);
+}
+
+static gpc_status offload_master_to_params(gpc_optim *o, gpc_tensor *params) {
+    offload_side *h = &o->host;
+    /* the staging buffer may still be on its way up from the last step */
+    GPC_TRY(h->backend->event_synchronize(h->uploaded));
+    for (int i = 0; i < h->chunk_count; i++) {
+        const chunk *c = &h->chunks[i];
+        gpc_tensor low =
+            gpc_tensor_1d(staged(o, h->params, c->state), o->dtype, gpc_cpu(), (int64_t)c->count);
+        gpc_tensor master = slice(&o->master, c->state, c->count);
+        GPC_TRY(gpc_op_convert(&low, &master));
+        GPC_TRY(upload(o, params, c));
+    }
+    GPC_TRY(h->backend->event_record(h->uploaded, h->up));
+    /* the device's next use of the weights comes after them */
+    return h->backend->stream_wait_event(NULL, h->uploaded);
+}
+
+/* AdamW on the CPU over the part of every piece inside chunk c, from the
+ * staged gradients into the staged weights. */
+static gpc_status update_chunk(gpc_optim *o, const chunk *c, const gpc_optim_options *opt,
+                               float scale) {
+    offload_side *h = &o->host;
+    gpc_device cpu = gpc_cpu();
+    gpc_tensor norm = gpc_tensor_1d(h->norm, GPC_F32, cpu, 1);
+    piece p;
+    for (int k = 0; k < o->piece_count; k++) {
+        if (!clip(o, k, c->offset, c->offset + c->count, &p)) continue;
+        gpc_tensor w =
+            gpc_tensor_1d(staged(o, h->params, p.state), o->dtype, cpu, (int64_t)p.count);
+        gpc_tensor g = gpc_tensor_1d(staged(o, h->grads, p.state), o->dtype, cpu, (int64_t)p.count);
+        gpc_tensor mom = slice(&o->m, p.state, p.count);
+        gpc_tensor var = slice(&o->v, p.state, p.count);
+        gpc_tensor master;
+        if (o->master.data) master = slice(&o->master, p.state, p.count);
+        /* the overflow verdict was taken on the host: nothing to skip here */
+        gpc_adamw_args args = adamw_args(&p, opt, &norm, scale, 0);
+        GPC_TRY(gpc_op_adamw(&w, o->master.data ? &master : NULL, &g, &mom, &var, &args));
+    }
+    return GPC_OK;
+}
+
+/* The offloaded step. The device's stream marks the gradients final; the
+ * down stream then copies the norm and every chunk's gradients (f32
+ * parameters too: they are their own master) into the staging buffers,
+ * each chunk marked by its event. The host updates chunk after chunk as
+ * each arrives and queues its weights on the up stream. Everything the
+ * device does next waits for the last upload, which the host queued after
+ * every download had arrived: the next backward cannot overwrite gradients
+ * still being read, nor the next forward read old weights. */
+static gpc_status offload_step(gpc_optim *o, gpc_tensor *params, const gpc_tensor *grads,
+                               size_t begin, size_t end, gpc_tensor *norm_sq,
+                               const gpc_optim_options *opt, float *grad_norm, int *skipped) {
+    offload_side *h = &o->host;
+    const gpc_backend *b = h->backend;
+    if (!b)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "the offloaded optimizer has no memory: call gpc_optim_alloc first");
+    if (o->piece_count && (begin > o->pieces[0].offset || end < o->flat_end))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "an offloaded optimizer steps all its elements at once, [%zu, %zu), "
+                         "not [%zu, %zu)",
+                         o->pieces[0].offset, o->flat_end, begin, end);
+    if (grads->dtype != o->dtype || params->dtype != o->dtype)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "the offloaded optimizer was made for %s parameters and gradients, not "
+                         "%s and %s",
+                         gpc_dtype_name(o->dtype), gpc_dtype_name(params->dtype),
+                         gpc_dtype_name(grads->dtype));
+    float scale = o->loss_scale;
+    /* fp16: the norm of the unscaled gradients, on the device too, where
+     * gpt_read_step reads it (a non-finite norm stays non-finite) */
+    if (o->dtype == GPC_F16) GPC_TRY(gpc_op_scale(norm_sq, 1.0f / (scale * scale)));
+    /* the staging buffer of weights may still be on its way up */
+    GPC_TRY(b->event_synchronize(h->uploaded));
+    GPC_TRY(b->event_record(h->ready, NULL));
+    GPC_TRY(b->stream_wait_event(h->down, h->ready));
+    GPC_TRY(b->copy(h->norm, gpc_cpu(), norm_sq->data, norm_sq->device, sizeof(float), h->down));
+    size_t size = gpc_dtype_size(o->dtype);
+    for (int i = 0; i < h->chunk_count; i++) {
+        const chunk *c = &h->chunks[i];
+        GPC_TRY(b->copy(staged(o, h->grads, c->state), gpc_cpu(),
+                        (const char *)grads->data + c->offset * size, grads->device,
+                        c->count * size, h->down));
+        if (!o->master.data)
+            GPC_TRY(b->copy(staged(o, h->params, c->state), gpc_cpu(),
+                            (const char *)params->data + c->offset * size, params->device,
+                            c->count * size, h->down));
+        GPC_TRY(b->event_record(h->arrived[i], h->down));
+    }
+    gpc_status s = GPC_OK;
+    int clean = 1;
+    for (int i = 0; s == GPC_OK && clean && i < h->chunk_count; i++) {
+        s = b->event_synchronize(h->arrived[i]);
+        /* fp16: an overflowed step is skipped whole, and the scale halves */
+        if (s == GPC_OK && i == 0 && o->dtype == GPC_F16) clean = scale_update(o, h->norm[0]);
+        if (s == GPC_OK && clean) s = update_chunk(o, &h->chunks[i], opt, scale);
+        if (s == GPC_OK && clean) s = upload(o, params, &h->chunks[i]);
+    }
+    /* every download has arrived (waited for above, or here when the loop
+     * stopped early) before the device may reuse the gradients */
+    gpc_status wait = b->stream_synchronize(h->down);
+    if (s == GPC_OK) s = wait;
+    if (s == GPC_OK) s = b->event_record(h->uploaded, h->up);
+    if (s == GPC_OK) s = b->stream_wait_event(NULL, h->uploaded);
+    GPC_TRY(s);
+    /* nothing trained: the norm arrived with the synchronisation above */
+    if (h->chunk_count == 0 && o->dtype == GPC_F16) clean = scale_update(o, h->norm[0]);
+    if (skipped) *skipped = !clean;
+    if (grad_norm) *grad_norm = clean ? sqrtf(h->norm[0]) : NAN;
     return GPC_OK;
 }

@@ -128,6 +128,46 @@ gpc_status gpc_op_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const g
     DISPATCH(op, dout, embedding_backward, dwte, dwpe, dout, tokens);
 }
 
+gpc_status gpc_op_embedding_slice_forward(gpc_tensor *out, const gpc_tensor *tokens,
+                                          const gpc_tensor *wte, const gpc_tensor *wpe,
+                                          int64_t row0) {
+    const char *op = "embedding_slice_forward";
+    GPC_TRY(need_float(op, "out", out));
+    GPC_TRY(need_dtype(op, "tokens", tokens, GPC_I32));
+    GPC_TRY(need_float(op, "wte", wte));
+    if (wpe) GPC_TRY(need_float(op, "wpe", wpe));
+    DEVICES(op, out, tokens, wte, wpe);
+    int64_t C = last_dim(wte), T = last_dim(tokens), N = gpc_tensor_numel(tokens);
+    if (wpe && (last_dim(wpe) != C || T > rows(wpe)))
+        return gpc_error(GPC_ERR_MISMATCH, "%s: wpe must be [maxT>=%lld, %lld]", op, (long long)T,
+                         (long long)C);
+    if (row0 < 0)
+        return gpc_error(GPC_ERR_INVALID_ARG, "%s: the slice's first row %lld is negative", op,
+                         (long long)row0);
+    GPC_TRY(need_numel(op, "out", out, N * C));
+    DISPATCH(op, out, embedding_slice_forward, out, tokens, wte, wpe, row0);
+}
+
+gpc_status gpc_op_embedding_slice_backward(gpc_tensor *dwte, gpc_tensor *dwpe,
+                                           const gpc_tensor *dout, const gpc_tensor *tokens,
+                                           int64_t row0) {
+    const char *op = "embedding_slice_backward";
+    GPC_TRY(need_float(op, "dwte", dwte));
+    GPC_TRY(need_float(op, "dwpe", dwpe));
+    GPC_TRY(need_float(op, "dout", dout));
+    GPC_TRY(need_dtype(op, "tokens", tokens, GPC_I32));
+    DEVICES(op, dout, dwte, dwpe, tokens);
+    int64_t C = last_dim(dwte), T = last_dim(tokens);
+    if (last_dim(dwpe) != C || T > rows(dwpe))
+        return gpc_error(GPC_ERR_MISMATCH, "%s: dwpe must be [maxT>=%lld, %lld]", op, (long long)T,
+                         (long long)C);
+    if (row0 < 0)
+        return gpc_error(GPC_ERR_INVALID_ARG, "%s: the slice's first row %lld is negative", op,
+                         (long long)row0);
+    GPC_TRY(need_numel(op, "dout", dout, gpc_tensor_numel(tokens) * C));
+    DISPATCH(op, dout, embedding_slice_backward, dwte, dwpe, dout, tokens, row0);
+}
+
 static gpc_status check_layernorm(const char *op, const gpc_tensor *out, const gpc_tensor *mean,
                                   const gpc_tensor *rstd, const gpc_tensor *inp,
                                   const gpc_tensor *weight, const gpc_tensor *bias) {
@@ -243,11 +283,11 @@ gpc_status gpc_op_matmul_residual_forward(gpc_tensor *out, const gpc_tensor *inp
     DISPATCH(op, out, matmul_residual_forward, out, inp, weight, bias, residual);
 }
 
-gpc_status gpc_op_matmul_quant_forward(gpc_tensor *out, const gpc_tensor *inp,
-                                       const gpc_tensor *qweight, const gpc_tensor *scales,
-                                       const gpc_tensor *bias, const gpc_tensor *residual) {
-    const char *op = "matmul_quant_forward";
-    GPC_TRY(need_float(op, "out", out));
+/* The checks that matmul_quant_forward and matmul_quant_gelu_forward share:
+ * the 8-bit weight, its scales, the bias, and out's size (N x OC). */
+static gpc_status check_quant(const char *op, const gpc_tensor *out, const gpc_tensor *inp,
+                              const gpc_tensor *qweight, const gpc_tensor *scales,
+                              const gpc_tensor *bias) {
     GPC_TRY(need_float(op, "inp", inp));
     GPC_TRY(need(op, "qweight", qweight));
     if (qweight->dtype != GPC_I8 && qweight->dtype != GPC_F8E4M3)
@@ -255,8 +295,7 @@ gpc_status gpc_op_matmul_quant_forward(gpc_tensor *out, const gpc_tensor *inp,
                          gpc_dtype_name(qweight->dtype));
     GPC_TRY(need_dtype(op, "scales", scales, GPC_F32));
     if (bias) GPC_TRY(need_float(op, "bias", bias));
-    if (residual) GPC_TRY(need_dtype(op, "residual", residual, out->dtype));
-    DEVICES(op, out, inp, qweight, scales, bias, residual);
+    DEVICES(op, out, inp, qweight, scales, bias);
     int64_t C = last_dim(inp), N = rows(inp), OC = rows(qweight);
     if (last_dim(qweight) != C) {
         char a[96], b[96];
@@ -264,17 +303,45 @@ gpc_status gpc_op_matmul_quant_forward(gpc_tensor *out, const gpc_tensor *inp,
                          gpc_tensor_describe(inp, a, sizeof a),
                          gpc_tensor_describe(qweight, b, sizeof b));
     }
-    GPC_TRY(need_numel(op, "out", out, N * OC));
     if (gpc_tensor_numel(scales) != OC && gpc_tensor_numel(scales) != 1)
         GPC_TRY(need_numel(op, "scales", scales, OC));
     if (bias) GPC_TRY(need_numel(op, "bias", bias, OC));
-    if (residual) GPC_TRY(need_numel(op, "residual", residual, N * OC));
     if (out->data == inp->data)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "%s: out shares its buffer with inp, which the product still reads; "
                          "give out its own",
                          op);
+    return need_numel(op, "out", out, N * OC);
+}
+
+gpc_status gpc_op_matmul_quant_forward(gpc_tensor *out, const gpc_tensor *inp,
+                                       const gpc_tensor *qweight, const gpc_tensor *scales,
+                                       const gpc_tensor *bias, const gpc_tensor *residual) {
+    const char *op = "matmul_quant_forward";
+    GPC_TRY(need_float(op, "out", out));
+    if (residual) GPC_TRY(need_dtype(op, "residual", residual, out->dtype));
+    GPC_TRY(check_quant(op, out, inp, qweight, scales, bias));
+    if (residual) {
+        DEVICES(op, out, residual);
+        GPC_TRY(need_numel(op, "residual", residual, gpc_tensor_numel(out)));
+    }
     DISPATCH(op, out, matmul_quant_forward, out, inp, qweight, scales, bias, residual);
+}
+
+gpc_status gpc_op_matmul_quant_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
+                                            const gpc_tensor *inp, const gpc_tensor *qweight,
+                                            const gpc_tensor *scales, const gpc_tensor *bias) {
+    const char *op = "matmul_quant_gelu_forward";
+    GPC_TRY(need_float(op, "out_pre", out_pre));
+    GPC_TRY(need_float(op, "out_gelu", out_gelu));
+    GPC_TRY(check_quant(op, out_pre, inp, qweight, scales, bias));
+    DEVICES(op, out_pre, out_gelu);
+    GPC_TRY(need_numel(op, "out_gelu", out_gelu, gpc_tensor_numel(out_pre)));
+    if (out_pre->data == out_gelu->data || out_gelu->data == inp->data)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: out_pre, out_gelu and inp must be three buffers; give each its own",
+                         op);
+    DISPATCH(op, out_pre, matmul_quant_gelu_forward, out_pre, out_gelu, inp, qweight, scales, bias);
 }
 
 gpc_status gpc_op_matmul_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
@@ -458,6 +525,61 @@ gpc_status gpc_op_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *
     GPC_TRY(need_numel(op, "targets", targets, N));
     if (dlogits) GPC_TRY(need_numel(op, "dlogits", dlogits, N * Vp));
     DISPATCH(op, logits, crossentropy_forward_backward, losses, dlogits, logits, targets,
+             vocab_size, dloss);
+}
+
+/* The checks the three steps of the vocab-parallel cross-entropy share:
+ * logits [N, S] a slice of columns col0.. of a vocabulary of vocab_size real
+ * columns, stats f32 [3, N], targets i32 [N] when given. */
+static gpc_status check_slice_ce(const char *op, const gpc_tensor *stats, const gpc_tensor *logits,
+                                 const gpc_tensor *targets, int64_t col0, int vocab_size) {
+    GPC_TRY(need_dtype(op, "stats", stats, GPC_F32));
+    GPC_TRY(need_float(op, "logits", logits));
+    if (targets) GPC_TRY(need_dtype(op, "targets", targets, GPC_I32));
+    DEVICES(op, logits, stats, targets);
+    int64_t N = rows(logits);
+    if (vocab_size <= 0 || col0 < 0)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: vocab_size %d and the slice's first column %lld must be positive", op,
+                         vocab_size, (long long)col0);
+    GPC_TRY(need_numel(op, "stats", stats, 3 * N));
+    if (targets) GPC_TRY(need_numel(op, "targets", targets, N));
+    return GPC_OK;
+}
+
+gpc_status gpc_op_crossentropy_slice_max(gpc_tensor *stats, const gpc_tensor *logits, int64_t col0,
+                                         int vocab_size) {
+    const char *op = "crossentropy_slice_max";
+    GPC_TRY(check_slice_ce(op, stats, logits, NULL, col0, vocab_size));
+    DISPATCH(op, logits, crossentropy_slice_max, stats, logits, col0, vocab_size);
+}
+
+gpc_status gpc_op_crossentropy_slice_sums(gpc_tensor *stats, const gpc_tensor *logits,
+                                          const gpc_tensor *targets, int64_t col0, int vocab_size) {
+    const char *op = "crossentropy_slice_sums";
+    GPC_TRY(need(op, "targets", targets));
+    GPC_TRY(check_slice_ce(op, stats, logits, targets, col0, vocab_size));
+    DISPATCH(op, logits, crossentropy_slice_sums, stats, logits, targets, col0, vocab_size);
+}
+
+gpc_status gpc_op_crossentropy_slice_finish(gpc_tensor *losses, gpc_tensor *dlogits,
+                                            const gpc_tensor *logits, const gpc_tensor *targets,
+                                            const gpc_tensor *stats, int64_t col0, int vocab_size,
+                                            float dloss) {
+    const char *op = "crossentropy_slice_finish";
+    GPC_TRY(need(op, "targets", targets));
+    GPC_TRY(check_slice_ce(op, stats, logits, targets, col0, vocab_size));
+    GPC_TRY(need_dtype(op, "losses", losses, GPC_F32));
+    GPC_TRY(need_numel(op, "losses", losses, rows(logits)));
+    if (dlogits) {
+        GPC_TRY(need_float(op, "dlogits", dlogits));
+        GPC_TRY(need_numel(op, "dlogits", dlogits, gpc_tensor_numel(logits)));
+        if (dlogits->dtype != logits->dtype)
+            return gpc_error(GPC_ERR_MISMATCH, "%s: dlogits must be %s like the logits", op,
+                             gpc_dtype_name(logits->dtype));
+    }
+    DEVICES(op, logits, losses, dlogits);
+    DISPATCH(op, logits, crossentropy_slice_finish, losses, dlogits, logits, targets, stats, col0,
              vocab_size, dloss);
 }
 

@@ -38,6 +38,21 @@ gpc_status gpc_op_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
 gpc_status gpc_op_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,
                                      const gpc_tensor *tokens);
 
+/* The embedding over a slice of the vocabulary (tensor parallelism: each
+ * rank holds rows row0 .. row0 + R - 1 of the whole table as wte [R, C]):
+ * out[b,t,:] = wte[tokens[b,t] - row0, :] for a token in the slice and 0
+ * for any other, plus wpe[t, :] when wpe is not NULL. Summed over the
+ * slices (with wpe given on one of them) this is gpc_op_embedding_forward. */
+gpc_status gpc_op_embedding_slice_forward(gpc_tensor *out, const gpc_tensor *tokens,
+                                          const gpc_tensor *wte, const gpc_tensor *wpe,
+                                          int64_t row0);
+/* dwte[v - row0] += the dout rows of each token v in the slice (the others
+ * are skipped); dwpe[t] += sum over b of dout[b,t], as
+ * gpc_op_embedding_backward. */
+gpc_status gpc_op_embedding_slice_backward(gpc_tensor *dwte, gpc_tensor *dwpe,
+                                           const gpc_tensor *dout, const gpc_tensor *tokens,
+                                           int64_t row0);
+
 /* out[N,C] = (inp - mean) * rstd * weight + bias, eps = 1e-5; writes mean[N]
  * and rstd[N] (f32) for the backward pass. inp may be [B,T,C] or [N,C]. */
 gpc_status gpc_op_layernorm_forward(gpc_tensor *out, gpc_tensor *mean, gpc_tensor *rstd,
@@ -85,6 +100,14 @@ gpc_status gpc_op_matmul_residual_forward(gpc_tensor *out, const gpc_tensor *inp
 gpc_status gpc_op_matmul_quant_forward(gpc_tensor *out, const gpc_tensor *inp,
                                        const gpc_tensor *qweight, const gpc_tensor *scales,
                                        const gpc_tensor *bias, const gpc_tensor *residual);
+/* The same product followed by GELU, for fc's product of a quantized
+ * model: out_pre[N,OC] = inp @ W^T + bias (bias may be NULL) and out_gelu =
+ * gelu(out_pre). The result is that of gpc_op_matmul_quant_forward then
+ * gpc_op_gelu_forward; CUDA's skinny kernel (decode's few rows) applies
+ * GELU as it stores, so the step runs one kernel instead of two. */
+gpc_status gpc_op_matmul_quant_gelu_forward(gpc_tensor *out_pre, gpc_tensor *out_gelu,
+                                            const gpc_tensor *inp, const gpc_tensor *qweight,
+                                            const gpc_tensor *scales, const gpc_tensor *bias);
 /* dinp = dout @ weight (overwritten), dweight += dout^T @ inp, dbias +=
  * column sums of dout. Each of the three may be NULL to skip it (not all
  * three), so the input gradient and the weight gradients can be computed
@@ -258,6 +281,32 @@ uint32_t gpc_sample_select(const float *logits, int V, float temperature, int to
 gpc_status gpc_op_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *dlogits,
                                                 const gpc_tensor *logits, const gpc_tensor *targets,
                                                 int vocab_size, float dloss);
+
+/* The cross-entropy over a slice of the vocabulary (Megatron-LM's
+ * vocab-parallel cross-entropy, Shoeybi et al. 2019): logits [N, S] are
+ * columns col0 .. col0 + S - 1 of the whole [N, Vp], of which the first
+ * vocab_size are real; stats is f32 [3, N]. Three steps, with a reduction
+ * over the slices after each of the first two:
+ *  - slice_max: stats[0][n] = the largest real logit of row n in the slice
+ *    (-inf when the slice has none); then stats[0] = the max over slices.
+ *  - slice_sums: stats[1][n] = sum over the slice's real columns of
+ *    exp(logit - stats[0][n]), stats[2][n] = the target's logit when the
+ *    target is in the slice, else 0; then stats[1..2] = the sums over slices.
+ *  - slice_finish: losses[n] = stats[0] + log(stats[1]) - stats[2] (0 for a
+ *    target of -1), and, when dlogits is not NULL (it may alias logits),
+ *    dlogits = (softmax - onehot(target)) * dloss on the slice, zeros in the
+ *    padded columns and in masked rows.
+ * So no slice ever holds the whole row's logits; the losses and gradients
+ * are what gpc_op_crossentropy_forward_backward gives on the whole row.
+ * targets i32 [N] (or [B, T]) index the whole vocabulary. */
+gpc_status gpc_op_crossentropy_slice_max(gpc_tensor *stats, const gpc_tensor *logits, int64_t col0,
+                                         int vocab_size);
+gpc_status gpc_op_crossentropy_slice_sums(gpc_tensor *stats, const gpc_tensor *logits,
+                                          const gpc_tensor *targets, int64_t col0, int vocab_size);
+gpc_status gpc_op_crossentropy_slice_finish(gpc_tensor *losses, gpc_tensor *dlogits,
+                                            const gpc_tensor *logits, const gpc_tensor *targets,
+                                            const gpc_tensor *stats, int64_t col0, int vocab_size,
+                                            float dloss);
 
 /* The output head of a training step: logits = inp . weight^T into logits
  * [N, Vp] (scratch: what it holds afterwards is the backend's: dlogits for

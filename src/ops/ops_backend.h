@@ -77,7 +77,21 @@
     X(matmul_quant_forward, (gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *qweight,    \
       const gpc_tensor *scales, const gpc_tensor *bias, const gpc_tensor *residual))              \
     X(forbid_tokens, (gpc_tensor *logits, const gpc_tensor *tokens))                               \
-    X(feed_tokens, (gpc_tensor *tokens, const gpc_tensor *feed, const gpc_tensor *previous))
+    X(feed_tokens, (gpc_tensor *tokens, const gpc_tensor *feed, const gpc_tensor *previous))       \
+    X(embedding_slice_forward, (gpc_tensor *out, const gpc_tensor *tokens, const gpc_tensor *wte,  \
+      const gpc_tensor *wpe, int64_t row0))                                                        \
+    X(embedding_slice_backward, (gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,       \
+      const gpc_tensor *tokens, int64_t row0))                                                     \
+    X(crossentropy_slice_max, (gpc_tensor *stats, const gpc_tensor *logits, int64_t col0,          \
+      int vocab_size))                                                                             \
+    X(crossentropy_slice_sums, (gpc_tensor *stats, const gpc_tensor *logits,                       \
+      const gpc_tensor *targets, int64_t col0, int vocab_size))                                    \
+    X(crossentropy_slice_finish, (gpc_tensor *losses, gpc_tensor *dlogits,                         \
+      const gpc_tensor *logits, const gpc_tensor *targets, const gpc_tensor *stats, int64_t col0,  \
+      int vocab_size, float dloss))                                                                \
+    X(matmul_quant_gelu_forward, (gpc_tensor *out_pre, gpc_tensor *out_gelu,                       \
+      const gpc_tensor *inp, const gpc_tensor *qweight, const gpc_tensor *scales,                  \
+      const gpc_tensor *bias))
 /* clang-format on */
 
 #define GPC_OPS_FIELD(name, params) gpc_status(*name) params;

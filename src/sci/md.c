@@ -91,6 +91,10 @@ static gpc_status check_config(const gpc_md_config *c) {
     if (c->rebuild_every < 0)
         return gpc_error(GPC_ERR_INVALID_ARG, "md: rebuild every %d steps: not 0 or more",
                          c->rebuild_every);
+    if (c->gpu_lanes != 0 && c->gpu_lanes != 1 && c->gpu_lanes != 2 && c->gpu_lanes != 4 &&
+        c->gpu_lanes != 8)
+        return gpc_error(GPC_ERR_INVALID_ARG, "md: %d GPU lanes per atom: use 1, 2, 4 or 8",
+                         c->gpu_lanes);
     return GPC_OK;
 }
 
@@ -450,6 +454,8 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
         .row_capacity = (int)(2.0 * c->density * 4.0 * M_PI / 3.0 * reach * reach * reach) + 32,
         .rebuild_every = c->rebuild_every,
         .forces_f32 = c->gpu_forces_f32,
+        .lanes = c->gpu_lanes,
+        .build_f64 = c->gpu_build_f64,
     };
     {
         /* refuse what cannot fit rather than be killed filling it in */

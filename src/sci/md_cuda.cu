@@ -19,41 +19,70 @@
  *                run is deterministic); positions, velocities and ids
  *                gathered into the new order; a full neighbour list (both
  *                halves of each pair) from the 27 cells around each atom
- *   forces       one thread per atom over its row: no atomics, and the rows
- *                stored column-major (slot k of atom i at k * atoms + i) so a
- *                warp's loads of slot k are one coalesced line
+ *   forces       `lanes` threads per atom (1, 2, 4 or 8) over its row, summed
+ *                by shuffles: no atomics. Slot k of atom i is at
+ *                ((k / lanes) * atoms + i) * lanes + k % lanes, so the lanes
+ *                of a warp read one run of memory at each step of the loop
+ *                (with one lane this is column-major: k * atoms + i)
  *   (last step)  the closing half kick and the thermo sums
+ *
+ * A neighbour entry is the partner's index in its low 27 bits and, in the
+ * top 5, a code (0 to 26) of three offsets -1, 0 or 1 fixed at the build:
+ * so the force loop takes no rounding per pair to find the periodic image.
+ * In float64 the offsets are the partner's image (x_j + box * offset); in
+ * float32 they are the partner's cell relative to the atom's, because
+ * float32 positions are held relative to the corner of each atom's cell at
+ * the build (a cell is cutoff + skin wide or a little more, 2.85 in in.lj,
+ * so they are rounded to 2.4e-7, where absolute float32 coordinates in
+ * in.lj's box of 168 at 4M atoms would carry 1.5e-5).
+ *
+ * The build tests each candidate in float32 on those relative positions;
+ * only where that lands within a margin far above their rounding of the
+ * reach does it take md.c's float64 test (its expression, the same
+ * rounding). So the list is the CPU's, at float32's cost and without a
+ * float64 load for all but the rare candidates whose r^2 is within 1e-4 of
+ * the reach's. --gpu-build f64 tests every candidate in float64.
  *
  * Precision: positions, velocities and forces are float64, as on the CPU
  * (an fp32 coordinate of a 33-wide box carries 4e-6 of rounding, which
  * moves the printed energy's seventh digit; pair forces of 50 that cancel
- * to 10 carry float32's rounding into every step). By the model in
- * bench/md_gpu.sh the step is bound by memory well before the H200's
- * float64 rate (half its float32 rate), so this should cost little there; --forces f32 computes and
- * sums the pair forces in float32 (separations still taken in float64) for GPUs with little
- * float64. On the steps whose thermo is reported the pair energy and virial are computed in float64
- * and reduced in float64 in a fixed order (per block, then one block over the blocks), the same
- * from run to run.
+ * to 10 carry float32's rounding into every step). --forces f32 computes
+ * and sums the pair forces in float32 from the cell-relative positions, for
+ * GPUs with little float64. On the steps whose thermo is reported the pair
+ * energy and virial are computed in float64 from the float64 positions and
+ * reduced in float64 in a fixed order (per block, then one block over the
+ * blocks), the same from run to run.
  *
- * Each pair's periodic image is the nearest one, taken per pair: positions
- * are wrapped at each build, move less than half the skin before the next,
- * and the box is more than twice cutoff + skin wide, so the image within
- * the cutoff, when there is one, is the nearest.
+ * Each pair's periodic image is fixed at the build: positions are wrapped
+ * at each build, move less than half the skin before the next, and the box
+ * is more than twice cutoff + skin wide, so the image within the cutoff,
+ * when there is one, is the one within reach at the build.
  */
 #include "sci/md_cuda.h"
 
 #include "cuda/cuda_common.cuh"
 
 #include <climits>
+#include <type_traits>
 #include <cub/device/device_scan.cuh>
 #include <math.h>
 #include <stdio.h>
 
 namespace {
 
-constexpr int ATOM_THREADS = 128;   /* one thread per atom; also the thermo partials' block */
+constexpr int ATOM_THREADS = 128;   /* the per-atom kernels' block; also the thermo partials' */
 constexpr int REDUCE_THREADS = 256; /* the one block that sums the partials */
 constexpr int LOOP_BLOCKS_PER_SM = 8;
+constexpr int LOOP_THREADS = 256; /* the build kernels' block (grid-stride loops) */
+constexpr int MAX_LANES = 8;      /* threads per atom in the force kernel */
+constexpr int DEFAULT_LANES = 4;
+constexpr int INDEX_BITS = 27; /* a neighbour entry: index, then the offsets' code */
+constexpr unsigned INDEX_MASK = (1u << INDEX_BITS) - 1;
+constexpr unsigned CODE_NONE = 13; /* offsets (0, 0, 0) */
+/* the float32 build test's margin on (cutoff + skin)^2: its rounding is under
+ * 1e-5 of it (cell-relative positions, a few cells wide, rounded to ~1e-7
+ * of their size) */
+constexpr double SCREEN_MARGIN = 1e-4;
 
 /* One atom's position or velocity: 32 bytes, so a gather is two 16-byte
  * loads from one sector pair. */
@@ -102,10 +131,35 @@ __device__ __forceinline__ double nearest(double d, double box, double inv_box) 
     return d - box * rint(d * inv_box);
 }
 
+/* Offsets (each -1, 0 or 1) as a code 0 to 26, md.c's shift_code. */
+__host__ __device__ __forceinline__ unsigned offset_code(int ox, int oy, int oz) {
+    return (unsigned)(((oz + 1) * 3 + (oy + 1)) * 3 + (ox + 1));
+}
+
+/* Where slot k of atom i lies with `1 << lanes_log2` threads per atom. */
+__host__ __device__ __forceinline__ int64_t slot_of(int64_t i, int k, int64_t n, int lanes_log2) {
+    return (((int64_t)(k >> lanes_log2) * n + i) << lanes_log2) + (k & ((1 << lanes_log2) - 1));
+}
+
+/* A position in float32 relative to the corner of the cell `built` (the
+ * atom's position at the last build) lies in. */
+__device__ __forceinline__ float4 relative(const md_vec &p, const md_vec &built, double inv_box,
+                                           int m, double width) {
+    float4 r;
+    r.x = (float)(p.x - width * cell_index(built.x, inv_box, m));
+    r.y = (float)(p.y - width * cell_index(built.y, inv_box, m));
+    r.z = (float)(p.z - width * cell_index(built.z, inv_box, m));
+    r.w = 0;
+    return r;
+}
+
 /* ------------------------------------------------------------ the step */
 
+/* xr: the float32 positions, refreshed here when the forces read them
+ * (NULL: float64 forces, which read x). */
 __global__ void md_integrate(int64_t n, md_vec *__restrict__ x, md_vec *__restrict__ v,
                              const md_vec *__restrict__ f, const md_vec *__restrict__ x_built,
+                             float4 *__restrict__ xr, double inv_box, int m, double width,
                              double dt, double half_dt, int finish_previous, double limit2,
                              long long step, md_flags *flags) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -121,6 +175,7 @@ __global__ void md_integrate(int64_t n, md_vec *__restrict__ x, md_vec *__restri
     v[i] = vi;
     x[i] = xi;
     const md_vec b = x_built[i];
+    if (xr) xr[i] = relative(xi, b, inv_box, m, width);
     double dx = xi.x - b.x, dy = xi.y - b.y, dz = xi.z - b.z;
     /* written so that NaN counts as moved: a blown-up atom forces a build */
     if (!(dx * dx + dy * dy + dz * dz <= limit2)) flags->moved = 1;
@@ -209,49 +264,87 @@ __global__ void md_gather(int64_t n, const int *__restrict__ order, const md_vec
 }
 
 /* Back into the arrays the step uses (the host does not know whether a
- * build ran, so it cannot swap pointers); x_built is the new start. */
+ * build ran, so it cannot swap pointers); x_built is the new start, and
+ * xr its float32 copy relative to each atom's cell. */
 __global__ void md_copy_back(int64_t n, const md_vec *__restrict__ x_in,
                              const md_vec *__restrict__ v_in, const long long *__restrict__ id_in,
                              md_vec *__restrict__ x, md_vec *__restrict__ x_built,
-                             md_vec *__restrict__ v, long long *__restrict__ id,
+                             float4 *__restrict__ xr, md_vec *__restrict__ v,
+                             long long *__restrict__ id, double inv_box, int m, double width,
                              const md_flags *flags) {
     if (!flags->rebuild) return;
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < n;
          p += (int64_t)gridDim.x * blockDim.x) {
         const md_vec q = x_in[p];
         x[p] = q, x_built[p] = q, v[p] = v_in[p], id[p] = id_in[p];
+        xr[p] = relative(q, q, inv_box, m, width);
     }
 }
 
-/* Row i: every atom j != i of the (up to) 27 cells around i's whose nearest
- * image is within reach, in slots k * n + i. With 2 cells along a side the
- * cells at -1 and +1 are the same one: each distinct cell is visited once. */
-__global__ void md_build(int64_t n, const md_vec *__restrict__ x, double box, double inv_box, int m,
-                         const int *__restrict__ cell_start, double reach2, int capacity,
-                         int *__restrict__ count, int *__restrict__ neigh, md_flags *flags) {
+/* Row i: every atom j != i of the 27 cells around i's within reach, each
+ * with its code (the file's head). The 27 offsets are walked whatever the
+ * grid: with 1 or 2 cells along a side one cell is met at several images,
+ * of which at most one lies within reach (the box is over twice as wide).
+ * The float32 test uses i's position relative to the neighbour cell's
+ * corner (its own minus the offset times the cell's width) against the
+ * partners' relative positions: below screen_low the pair is within reach
+ * whatever the rounding, above screen_high beyond it; in between (and
+ * with test_f64, always) md.c's float64 test decides. */
+__global__ void md_build(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
+                         double box, double inv_box, int m, double width,
+                         const int *__restrict__ cell_start, double reach2, float screen_low,
+                         float screen_high, int test_f64, int relative_codes, int capacity,
+                         int lanes_log2, int *__restrict__ count, unsigned *__restrict__ neigh,
+                         md_flags *flags) {
     if (!flags->rebuild) return;
-    const int span = m >= 3 ? 3 : m;
+    const float fwidth = (float)width;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const md_vec p = x[i];
+        const float4 pr = xr[i];
         const int cx = cell_index(p.x, inv_box, m), cy = cell_index(p.y, inv_box, m),
                   cz = cell_index(p.z, inv_box, m);
         int found = 0;
-        for (int a = 0; a < span; a++) {
-            const int nz = m >= 3 ? (cz + a - 1 + m) % m : a;
-            for (int b = 0; b < span; b++) {
-                const int ny = m >= 3 ? (cy + b - 1 + m) % m : b;
-                for (int d = 0; d < span; d++) {
-                    const int nx = m >= 3 ? (cx + d - 1 + m) % m : d;
+        for (int oz = -1; oz <= 1; oz++) {
+            int nz = cz + oz;
+            const int sz = nz < 0 ? -1 : (nz >= m ? 1 : 0);
+            nz -= sz * m;
+            for (int oy = -1; oy <= 1; oy++) {
+                int ny = cy + oy;
+                const int sy = ny < 0 ? -1 : (ny >= m ? 1 : 0);
+                ny -= sy * m;
+                for (int ox = -1; ox <= 1; ox++) {
+                    int nx = cx + ox;
+                    const int sx = nx < 0 ? -1 : (nx >= m ? 1 : 0);
+                    nx -= sx * m;
                     const int cell = (nz * m + ny) * m + nx;
-                    for (int j = cell_start[cell]; j < cell_start[cell + 1]; j++) {
-                        if (j == i) continue;
-                        const md_vec q = x[j];
-                        double dx = nearest(p.x - q.x, box, inv_box);
-                        double dy = nearest(p.y - q.y, box, inv_box);
-                        double dz = nearest(p.z - q.z, box, inv_box);
-                        if (dx * dx + dy * dy + dz * dz < reach2) {
-                            if (found < capacity) neigh[(int64_t)found * n + i] = j;
+                    /* the partners' near image is at x_j + box * (sx, sy, sz) */
+                    const double bx = box * sx, by = box * sy, bz = box * sz;
+                    const float rx = pr.x - fwidth * ox, ry = pr.y - fwidth * oy,
+                                rz = pr.z - fwidth * oz;
+                    const unsigned code =
+                        (relative_codes ? offset_code(ox, oy, oz) : offset_code(sx, sy, sz))
+                        << INDEX_BITS;
+                    const int end = cell_start[cell + 1];
+                    for (int j = cell_start[cell]; j < end; j++) {
+                        if (j == i) continue; /* its images are over twice the reach away */
+                        float s2 = 0;
+                        if (!test_f64) {
+                            const float4 q = xr[j];
+                            const float dx = rx - q.x, dy = ry - q.y, dz = rz - q.z;
+                            s2 = dx * dx + dy * dy + dz * dz;
+                            if (!(s2 < screen_high)) continue; /* NaN too */
+                        }
+                        bool within = !test_f64 && s2 < screen_low;
+                        if (!within) {
+                            const md_vec q = x[j];
+                            const double dx = p.x - q.x - bx, dy = p.y - q.y - by,
+                                         dz = p.z - q.z - bz;
+                            within = dx * dx + dy * dy + dz * dz < reach2;
+                        }
+                        if (within) {
+                            if (found < capacity)
+                                neigh[slot_of(i, found, n, lanes_log2)] = (unsigned)j | code;
                             found++; /* counted past the end: the host says how many */
                         }
                     }
@@ -273,44 +366,106 @@ __global__ void md_end_build(md_flags *flags) {
 
 /* ---------------------------------------------------------- the forces */
 
-/* Real: the precision of the pair force and of its sum per atom (float64
- * by default, as the CPU's; float32 with --forces f32). THERMO: also the
- * pair energy and virial in float64, summed per block into
- * partials[2 * block] and [2 * block + 1] (each pair counted from both
- * ends: the reduction halves them). */
-template <bool THERMO, typename Real>
+/* Sums `value` over the LANES threads of an atom (aligned groups of a
+ * warp); every thread of the warp must call it. */
+template <int LANES, typename T> __device__ __forceinline__ T lanes_sum(T value) {
+#pragma unroll
+    for (int offset = LANES / 2; offset > 0; offset >>= 1)
+        value += __shfl_xor_sync(0xffffffffu, value, offset);
+    return value;
+}
+
+/* LANES threads per atom: lane l takes slots l, l + LANES, .. of the row.
+ * F32: pair forces computed and summed in float32 from xr (cell-relative
+ * positions, the code being the partner's cell offset); else in float64
+ * from x (the code being the partner's image), md.c's expressions.
+ * THERMO: also the pair energy and virial in float64 from x, summed per
+ * block into partials[2 * block] and [2 * block + 1] (each pair counted
+ * from both ends: the reduction halves them). */
+template <bool THERMO, bool F32, int LANES>
 __global__ void __launch_bounds__(ATOM_THREADS)
-    md_forces(int64_t n, const md_vec *__restrict__ x, const int *__restrict__ count,
-              const int *__restrict__ neigh, md_vec *__restrict__ f, double box, double inv_box,
-              double rc2, double *__restrict__ partials) {
-    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    md_forces(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
+              const int *__restrict__ count, const unsigned *__restrict__ neigh,
+              md_vec *__restrict__ f, double box, double inv_box, double width, double rc2,
+              double *__restrict__ partials) {
+    /* F32: each code's cell offset times the cell's width (the build's
+     * float32 values, exact negatives of each other, so the two halves of a
+     * pair see opposite separations) */
+    __shared__ float4 cell_offset[27];
+    if (F32) {
+        if (threadIdx.x < 27) {
+            const int c = threadIdx.x;
+            const float fw = (float)width;
+            cell_offset[c] =
+                make_float4(fw * (c % 3 - 1), fw * ((c / 3) % 3 - 1), fw * (c / 9 - 1), 0.f);
+        }
+        __syncthreads();
+    }
+    const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    const int64_t i = t / LANES;
+    const int lane = (int)(t % LANES);
+    typedef typename std::conditional<F32, float, double>::type Real;
+    Real fx = 0, fy = 0, fz = 0;
     double e = 0, w = 0;
     if (i < n) {
-        const md_vec p = x[i];
-        Real fx = 0, fy = 0, fz = 0;
         const int partners = count[i];
-        const int *row = neigh + i;
-        for (int k = 0; k < partners; k++) {
-            const int j = __ldg(row + (int64_t)k * n);
-            const md_vec q = x[j];
-            const double dx = nearest(p.x - q.x, box, inv_box);
-            const double dy = nearest(p.y - q.y, box, inv_box);
-            const double dz = nearest(p.z - q.z, box, inv_box);
-            const double r2 = dx * dx + dy * dy + dz * dz;
-            if (r2 < rc2) { /* the test in float64: the same pairs as the CPU's */
-                /* md.c's expressions; float64 division is exact-rounded even
-                 * under --use_fast_math, float32's is not (unbiased enough
-                 * for forces, not for the printed energy: see THERMO) */
-                const Real r2inv = Real(1) / (Real)r2, r6inv = r2inv * r2inv * r2inv;
-                const Real fpair = r6inv * (Real(48) * r6inv - Real(24)) * r2inv;
-                fx += (Real)dx * fpair, fy += (Real)dy * fpair, fz += (Real)dz * fpair;
+        const unsigned *row = neigh + i * LANES + lane;
+        const int64_t stride = n * LANES;
+        md_vec p = {0, 0, 0, 0};
+        if (!F32 || THERMO) p = x[i];
+        float4 pr = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (F32) pr = xr[i];
+        const float frc2 = (float)rc2;
+        for (int k = lane, s = 0; k < partners; k += LANES, s++) {
+            const unsigned entry = __ldg(row + s * stride);
+            const int j = (int)(entry & INDEX_MASK);
+            const unsigned code = entry >> INDEX_BITS;
+            double dx = 0, dy = 0, dz = 0, r2 = 0;
+            if (F32) {
+                const float4 q = xr[j], o = cell_offset[code];
+                const float ex = pr.x - q.x - o.x, ey = pr.y - q.y - o.y, ez = pr.z - q.z - o.z;
+                const float s2 = ex * ex + ey * ey + ez * ez;
+                if (s2 < frc2) {
+                    /* float32 division is not exact-rounded under
+                     * --use_fast_math: unbiased enough for forces, not for
+                     * the printed energy (THERMO does that in float64) */
+                    const float r2inv = 1.f / s2, r6inv = r2inv * r2inv * r2inv;
+                    const float fpair = r6inv * (48.f * r6inv - 24.f) * r2inv;
+                    fx += ex * fpair, fy += ey * fpair, fz += ez * fpair;
+                }
                 if (THERMO) {
-                    const double r2i = 1.0 / r2, r6i = r2i * r2i * r2i;
-                    e += 4.0 * r6i * (r6i - 1.0);
-                    w += r2 * (r6i * (48.0 * r6i - 24.0) * r2i);
+                    const md_vec q64 = x[j];
+                    dx = nearest(p.x - q64.x, box, inv_box);
+                    dy = nearest(p.y - q64.y, box, inv_box);
+                    dz = nearest(p.z - q64.z, box, inv_box);
+                    r2 = dx * dx + dy * dy + dz * dz;
+                }
+            } else {
+                const md_vec q = x[j];
+                dx = p.x - q.x, dy = p.y - q.y, dz = p.z - q.z;
+                if (code != CODE_NONE) { /* near a face: the image is a box away */
+                    const int c = (int)code;
+                    dx -= box * (c % 3 - 1), dy -= box * ((c / 3) % 3 - 1), dz -= box * (c / 9 - 1);
+                }
+                r2 = dx * dx + dy * dy + dz * dz;
+                if (r2 < rc2) { /* md.c's expressions (float64 division is
+                                 * exact-rounded even under --use_fast_math) */
+                    const double r2inv = 1.0 / r2, r6inv = r2inv * r2inv * r2inv;
+                    const double fpair = r6inv * (48.0 * r6inv - 24.0) * r2inv;
+                    fx += dx * fpair, fy += dy * fpair, fz += dz * fpair;
                 }
             }
+            if (THERMO && r2 < rc2) {
+                const double r2i = 1.0 / r2, r6i = r2i * r2i * r2i;
+                e += 4.0 * r6i * (r6i - 1.0);
+                w += r2 * (r6i * (48.0 * r6i - 24.0) * r2i);
+            }
         }
+    }
+    if (LANES > 1) {
+        fx = lanes_sum<LANES>(fx), fy = lanes_sum<LANES>(fy), fz = lanes_sum<LANES>(fz);
+    }
+    if (i < n && lane == 0) {
         md_vec out;
         out.x = fx, out.y = fy, out.z = fz, out.w = 0;
         f[i] = out;
@@ -347,12 +502,13 @@ __global__ void __launch_bounds__(ATOM_THREADS)
 /* One block sums the blocks' partials in a fixed order: the same figures
  * from run to run. */
 __global__ void __launch_bounds__(REDUCE_THREADS)
-    md_reduce_thermo(int blocks, const double *__restrict__ energy, const double *__restrict__ v2,
-                     md_flags *flags) {
+    md_reduce_thermo(int energy_blocks, const double *__restrict__ energy, int v2_blocks,
+                     const double *__restrict__ v2, md_flags *flags) {
     double e = 0, w = 0, s = 0;
-    for (int b = threadIdx.x; b < blocks; b += REDUCE_THREADS) {
-        e += energy[2 * b], w += energy[2 * b + 1], s += v2[b];
-    }
+    for (int b = threadIdx.x; b < energy_blocks; b += REDUCE_THREADS)
+        e += energy[2 * b], w += energy[2 * b + 1];
+    for (int b = threadIdx.x; b < v2_blocks; b += REDUCE_THREADS)
+        s += v2[b];
     __shared__ double shared[REDUCE_THREADS];
     e = block_sum(e, shared);
     w = block_sum(w, shared);
@@ -383,13 +539,19 @@ struct gpc_md_cuda {
     int m;
     int64_t n, cells;
     double inv_box, rc2, reach2, limit2;
-    int atom_blocks, loop_blocks;
+    double width; /* of a cell */
+    int lanes, lanes_log2;
+    int64_t slots; /* of the neighbour list: row_capacity rounded up to MAX_LANES, times n */
+    int atom_blocks, loop_blocks, force_blocks;
+    int build_blocks;    /* as many as are resident at once: one wave, no tail */
     int64_t since_build; /* steps since the last build, for rebuild_every */
     cudaStream_t stream;
     md_vec *x, *v, *x_built, *x_tmp, *v_tmp;
     md_vec *f;
+    float4 *xr; /* positions relative to each atom's cell, float32 (the file's head) */
     long long *id, *id_tmp;
-    int *cell_of, *cell_rank, *cell_count, *cell_start, *order, *count, *neigh;
+    int *cell_of, *cell_rank, *cell_count, *cell_start, *order, *count;
+    unsigned *neigh;
     void *scan_tmp;
     size_t scan_bytes;
     double *energy_partials, *v2_partials;
@@ -409,15 +571,21 @@ struct gpc_md_cuda {
         }                                                                                          \
     } while (0)
 
+/* Slots a row has: a multiple of every lane count, so the layout of any is
+ * a whole array. */
+static int64_t rounded_capacity(const gpc_md_cuda_config *c) {
+    return ((int64_t)c->row_capacity + MAX_LANES - 1) / MAX_LANES * MAX_LANES;
+}
+
 static int64_t cells_of(const gpc_md_cuda_config *c) {
     return (int64_t)c->cells_per_side * c->cells_per_side * c->cells_per_side;
 }
 
 extern "C" double gpc_md_cuda_bytes(const gpc_md_cuda_config *c) {
     const double n = (double)c->atoms;
-    /* x, v, f, x_built and two gather buffers of 32 bytes; ids and their
-     * buffer 16; cell, rank, order, count 16; the rows */
-    const double per_atom = 6 * 32 + 16 + 16 + 4.0 * c->row_capacity;
+    /* x, v, f, x_built and two gather buffers of 32 bytes; xr 16; ids and
+     * their buffer 16; cell, rank, order, count 16; the rows */
+    const double per_atom = 6 * 32 + 16 + 16 + 16 + 4.0 * rounded_capacity(c);
     /* cell counts and starts, CUB's scan space (under 1% of the counts),
      * the thermo partials, and the context's own share */
     const double cells = 8.0 * (double)(cells_of(c) + 1) * 1.1 + 1e6;
@@ -442,6 +610,14 @@ extern "C" gpc_status gpc_md_cuda_check(int device, const gpc_md_cuda_config *c)
     GPC_CUDA_CHECK(cudaSetDevice(device));
     size_t free_bytes = 0, total_bytes = 0;
     GPC_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (c->atoms > (int64_t)INDEX_MASK + 1)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "md: %lld atoms on a GPU: at most %u (neighbour entries hold 27 bits of "
+                         "index): use fewer cells",
+                         (long long)c->atoms, INDEX_MASK + 1);
+    if (c->lanes != 0 && c->lanes != 1 && c->lanes != 2 && c->lanes != 4 && c->lanes != 8)
+        return gpc_error(GPC_ERR_INVALID_ARG, "md: %d GPU lanes per atom: use 1, 2, 4 or 8",
+                         c->lanes);
     const double need = gpc_md_cuda_bytes(c);
     if (need > (double)free_bytes)
         return gpc_error(GPC_ERR_NOMEM,
@@ -456,10 +632,10 @@ extern "C" void gpc_md_cuda_free(gpc_md_cuda *g) {
     if (!g) return;
     cudaSetDevice(g->device);
     void *buffers[] = {
-        g->x,     g->v,      g->x_built, g->x_tmp,     g->v_tmp,           g->f,
-        g->id,    g->id_tmp, g->cell_of, g->cell_rank, g->cell_count,      g->cell_start,
-        g->order, g->count,  g->neigh,   g->scan_tmp,  g->energy_partials, g->v2_partials,
-        g->flags};
+        g->x,           g->v,     g->x_built, g->x_tmp,   g->v_tmp,     g->f,
+        g->xr,          g->id,    g->id_tmp,  g->cell_of, g->cell_rank, g->cell_count,
+        g->cell_start,  g->order, g->count,   g->neigh,   g->scan_tmp,  g->energy_partials,
+        g->v2_partials, g->flags};
     for (size_t k = 0; k < sizeof buffers / sizeof buffers[0]; k++)
         cudaFree(buffers[k]);
     if (g->stream) cudaStreamDestroy(g->stream);
@@ -468,7 +644,7 @@ extern "C" void gpc_md_cuda_free(gpc_md_cuda *g) {
 
 /* Queues the build (each kernel returns at once unless flags->rebuild). */
 static gpc_status queue_build(gpc_md_cuda *g, long long step) {
-    const int lb = g->loop_blocks, t = 256;
+    const int lb = g->loop_blocks, t = LOOP_THREADS;
     const double box = g->c.box;
     md_clear_cells<<<lb, t, 0, g->stream>>>(g->cells, g->cell_count, g->flags);
     md_bin<<<lb, t, 0, g->stream>>>(g->n, g->x, box, g->inv_box, g->m, g->cell_of, g->cell_rank,
@@ -485,9 +661,13 @@ static gpc_status queue_build(gpc_md_cuda *g, long long step) {
     md_gather<<<lb, t, 0, g->stream>>>(g->n, g->order, g->x, g->v, g->id, g->x_tmp, g->v_tmp,
                                        g->id_tmp, g->flags);
     md_copy_back<<<lb, t, 0, g->stream>>>(g->n, g->x_tmp, g->v_tmp, g->id_tmp, g->x, g->x_built,
-                                          g->v, g->id, g->flags);
-    md_build<<<lb, t, 0, g->stream>>>(g->n, g->x, box, g->inv_box, g->m, g->cell_start, g->reach2,
-                                      g->c.row_capacity, g->count, g->neigh, g->flags);
+                                          g->xr, g->v, g->id, g->inv_box, g->m, g->width, g->flags);
+    const float screen_low = (float)(g->reach2 * (1 - SCREEN_MARGIN)),
+                screen_high = (float)(g->reach2 * (1 + SCREEN_MARGIN));
+    md_build<<<g->build_blocks, t, 0, g->stream>>>(
+        g->n, g->x, g->xr, box, g->inv_box, g->m, g->width, g->cell_start, g->reach2, screen_low,
+        screen_high, g->c.build_f64, g->c.forces_f32, g->c.row_capacity, g->lanes_log2, g->count,
+        g->neigh, g->flags);
     md_end_build<<<1, 1, 0, g->stream>>>(g->flags);
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
@@ -521,24 +701,42 @@ static gpc_status read_flags(gpc_md_cuda *g, long long last) {
     return GPC_OK;
 }
 
-/* Queues the force kernel in the run's precision. */
+template <bool THERMO, bool F32> static void launch_forces(gpc_md_cuda *g) {
+    const dim3 grid(g->force_blocks), block(ATOM_THREADS);
+    double *partials = THERMO ? g->energy_partials : NULL;
+#define MD_FORCES(LANES)                                                                           \
+    md_forces<THERMO, F32, LANES>                                                                  \
+        <<<grid, block, 0, g->stream>>>(g->n, g->x, g->xr, g->count, g->neigh, g->f, g->c.box,     \
+                                        g->inv_box, g->width, g->rc2, partials)
+    switch (g->lanes) {
+    case 1:
+        MD_FORCES(1);
+        break;
+    case 2:
+        MD_FORCES(2);
+        break;
+    case 4:
+        MD_FORCES(4);
+        break;
+    default:
+        MD_FORCES(8);
+        break;
+    }
+#undef MD_FORCES
+}
+
+/* Queues the force kernel in the run's precision and lanes. */
 static void queue_forces(gpc_md_cuda *g, bool thermo) {
-    const dim3 grid(g->atom_blocks), block(ATOM_THREADS);
-    double *partials = thermo ? g->energy_partials : NULL;
     if (g->c.forces_f32) {
         if (thermo)
-            md_forces<true, float><<<grid, block, 0, g->stream>>>(
-                g->n, g->x, g->count, g->neigh, g->f, g->c.box, g->inv_box, g->rc2, partials);
+            launch_forces<true, true>(g);
         else
-            md_forces<false, float><<<grid, block, 0, g->stream>>>(
-                g->n, g->x, g->count, g->neigh, g->f, g->c.box, g->inv_box, g->rc2, partials);
+            launch_forces<false, true>(g);
     } else {
         if (thermo)
-            md_forces<true, double><<<grid, block, 0, g->stream>>>(
-                g->n, g->x, g->count, g->neigh, g->f, g->c.box, g->inv_box, g->rc2, partials);
+            launch_forces<true, false>(g);
         else
-            md_forces<false, double><<<grid, block, 0, g->stream>>>(
-                g->n, g->x, g->count, g->neigh, g->f, g->c.box, g->inv_box, g->rc2, partials);
+            launch_forces<false, false>(g);
     }
 }
 
@@ -550,8 +748,8 @@ static gpc_status compute_now(gpc_md_cuda *g, long long step) {
     queue_forces(g, true);
     md_finish<<<g->atom_blocks, ATOM_THREADS, 0, g->stream>>>(g->n, g->v, g->f, 0.0, 0,
                                                               g->v2_partials);
-    md_reduce_thermo<<<1, REDUCE_THREADS, 0, g->stream>>>(g->atom_blocks, g->energy_partials,
-                                                          g->v2_partials, g->flags);
+    md_reduce_thermo<<<1, REDUCE_THREADS, 0, g->stream>>>(g->force_blocks, g->energy_partials,
+                                                          g->atom_blocks, g->v2_partials, g->flags);
     GPC_CUDA_CHECK_LAUNCH();
     return read_flags(g, step);
 }
@@ -606,12 +804,22 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
     const double reach = config->cutoff + config->skin;
     g->reach2 = reach * reach;
     g->limit2 = 0.25 * config->skin * config->skin;
+    g->width = config->box / config->cells_per_side;
+    g->lanes = config->lanes ? config->lanes : DEFAULT_LANES;
+    while ((1 << g->lanes_log2) < g->lanes)
+        g->lanes_log2++;
+    g->slots = rounded_capacity(config) * g->n;
     g->atom_blocks = (int)((g->n + ATOM_THREADS - 1) / ATOM_THREADS);
+    g->force_blocks = (int)((g->n * g->lanes + ATOM_THREADS - 1) / ATOM_THREADS);
     {
         cudaDeviceProp prop;
         MD_CHECK(cudaGetDeviceProperties(&prop, device));
         snprintf(g->name, sizeof g->name, "%s (cuda:%d)", prop.name, device);
         g->loop_blocks = prop.multiProcessorCount * LOOP_BLOCKS_PER_SM;
+        int resident = 0;
+        MD_CHECK(
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, md_build, LOOP_THREADS, 0));
+        g->build_blocks = prop.multiProcessorCount * (resident > 0 ? resident : 1);
     }
     /* a blocking stream: it waits for the default stream's copies and sets
      * too, so no copy below can race a kernel */
@@ -624,16 +832,17 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
         MD_CHECK(cudaMalloc(&g->x_tmp, vec));
         MD_CHECK(cudaMalloc(&g->v_tmp, vec));
         MD_CHECK(cudaMalloc(&g->f, vec));
+        MD_CHECK(cudaMalloc(&g->xr, n * sizeof(float4)));
         MD_CHECK(cudaMalloc(&g->id, n * sizeof(long long)));
         MD_CHECK(cudaMalloc(&g->id_tmp, n * sizeof(long long)));
         MD_CHECK(cudaMalloc(&g->cell_of, n * sizeof(int)));
         MD_CHECK(cudaMalloc(&g->cell_rank, n * sizeof(int)));
         MD_CHECK(cudaMalloc(&g->order, n * sizeof(int)));
         MD_CHECK(cudaMalloc(&g->count, n * sizeof(int)));
-        MD_CHECK(cudaMalloc(&g->neigh, n * (size_t)config->row_capacity * sizeof(int)));
+        MD_CHECK(cudaMalloc(&g->neigh, (size_t)g->slots * sizeof(unsigned)));
         MD_CHECK(cudaMalloc(&g->cell_count, (size_t)(g->cells + 1) * sizeof(int)));
         MD_CHECK(cudaMalloc(&g->cell_start, (size_t)(g->cells + 1) * sizeof(int)));
-        MD_CHECK(cudaMalloc(&g->energy_partials, 2 * (size_t)g->atom_blocks * sizeof(double)));
+        MD_CHECK(cudaMalloc(&g->energy_partials, 2 * (size_t)g->force_blocks * sizeof(double)));
         MD_CHECK(cudaMalloc(&g->v2_partials, (size_t)g->atom_blocks * sizeof(double)));
         MD_CHECK(cudaMalloc(&g->flags, sizeof(md_flags)));
         MD_CHECK(cub::DeviceScan::ExclusiveSum(NULL, g->scan_bytes, g->cell_count, g->cell_start,
@@ -674,7 +883,8 @@ extern "C" gpc_status gpc_md_cuda_run(gpc_md_cuda *g, int steps, int64_t first_s
     for (int s = 0; s < steps; s++) {
         const long long step = (long long)first_step + s + 1;
         md_integrate<<<g->atom_blocks, ATOM_THREADS, 0, g->stream>>>(
-            g->n, g->x, g->v, g->f, g->x_built, dt, half_dt, s > 0, g->limit2, step, g->flags);
+            g->n, g->x, g->v, g->f, g->x_built, g->c.forces_f32 ? g->xr : NULL, g->inv_box, g->m,
+            g->width, dt, half_dt, s > 0, g->limit2, step, g->flags);
         int forced = -1;
         if (g->c.rebuild_every > 0) {
             forced = ++g->since_build >= g->c.rebuild_every;
@@ -687,8 +897,8 @@ extern "C" gpc_status gpc_md_cuda_run(gpc_md_cuda *g, int steps, int64_t first_s
     }
     md_finish<<<g->atom_blocks, ATOM_THREADS, 0, g->stream>>>(g->n, g->v, g->f, half_dt, 1,
                                                               g->v2_partials);
-    md_reduce_thermo<<<1, REDUCE_THREADS, 0, g->stream>>>(g->atom_blocks, g->energy_partials,
-                                                          g->v2_partials, g->flags);
+    md_reduce_thermo<<<1, REDUCE_THREADS, 0, g->stream>>>(g->force_blocks, g->energy_partials,
+                                                          g->atom_blocks, g->v2_partials, g->flags);
     GPC_CUDA_CHECK_LAUNCH();
     return read_flags(g, (long long)first_step + steps);
 }
@@ -726,15 +936,17 @@ extern "C" gpc_status gpc_md_cuda_neighbors(gpc_md_cuda *g, int32_t *counts, int
     GPC_CUDA_CHECK(cudaStreamSynchronize(g->stream));
     const int64_t n = g->n, cap = g->c.row_capacity;
     GPC_CUDA_CHECK(cudaMemcpy(counts, g->count, (size_t)n * sizeof(int), cudaMemcpyDeviceToHost));
-    int32_t *columns = (int32_t *)gpc_malloc((size_t)(n * cap) * sizeof *columns);
-    if (!columns) return gpc_error(GPC_ERR_NOMEM, "md: out of host memory for the neighbour list");
+    unsigned *slots = (unsigned *)gpc_malloc((size_t)g->slots * sizeof *slots);
+    if (!slots) return gpc_error(GPC_ERR_NOMEM, "md: out of host memory for the neighbour list");
     cudaError_t err =
-        cudaMemcpy(columns, g->neigh, (size_t)(n * cap) * sizeof(int), cudaMemcpyDeviceToHost);
+        cudaMemcpy(slots, g->neigh, (size_t)g->slots * sizeof(unsigned), cudaMemcpyDeviceToHost);
     if (err == cudaSuccess)
         for (int64_t i = 0; i < n; i++)
-            for (int64_t k = 0; k < cap; k++)
-                rows[i * cap + k] = columns[k * n + i];
-    gpc_free(columns);
+            for (int k = 0; k < cap; k++)
+                rows[i * cap + k] =
+                    k < counts[i] ? (int32_t)(slots[slot_of(i, k, n, g->lanes_log2)] & INDEX_MASK)
+                                  : -1;
+    gpc_free(slots);
     GPC_CUDA_CHECK(err);
     return GPC_OK;
 }

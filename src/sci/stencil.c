@@ -1,7 +1,8 @@
 /*
  * stencil.c: the 3D heat-equation solver of gpc/stencil.h: the checks,
  * the split of the grid, the CPU solver, the exchange with other processes,
- * and the GPU's half (stencil_cuda.h) driven step by step.
+ * and the GPU's half (stencil_cuda.h) driven step by step (two steps a call
+ * where GPC_STENCIL_KERNEL=twostep allows it).
  *
  * On the CPU each slab d owns planes z0[d] .. z0[d] + nz[d] - 1 of the grid,
  * stored as nz + 2 planes of (n + 2)^2 points: the first and last are halo
@@ -20,6 +21,7 @@
  * 16 bytes of traffic a point instead of 24.
  */
 #include "gpc/stencil.h"
+#include "gpc/settings.h"
 #include "sci/sci.h"
 #include "sci/stencil_cuda.h"
 #include "sci/stencil_mpi.h"
@@ -44,6 +46,7 @@ struct gpc_stencil {
     int *z0, *nz;     /* each slab's first plane of the grid and its planes */
     double **u, **v;  /* CPU: each slab's arrays */
     gpc_stencil_cuda *gpu;
+    gpc_stencil_kernel kernel; /* the GPU's update kernel */
     gpc_stencil_halo *halo;
     int64_t steps;
     double lambda;
@@ -162,6 +165,25 @@ gpc_status gpc_stencil_copy_rate(const gpc_stencil_config *c, double *rate) {
     return GPC_OK;
 }
 
+/* GPC_STENCIL_KERNEL's names, in gpc_stencil_kernel's order; auto is the
+ * first. */
+static const char *const kernel_names[GPC_STENCIL_KERNELS] = {"vector", "column", "plain", "shared",
+                                                              "twostep"};
+
+/* The update kernel GPC_STENCIL_KERNEL names; -1 for a name it does not
+ * know. */
+static int kernel_of_setting(void) {
+    const char *name = gpc_setting_str("GPC_STENCIL_KERNEL");
+    if (!name || strcmp(name, "auto") == 0) return GPC_STENCIL_KERNEL_VECTOR;
+    for (int k = 0; k < GPC_STENCIL_KERNELS; k++)
+        if (strcmp(name, kernel_names[k]) == 0) return k;
+    return -1;
+}
+
+const char *gpc_stencil_kernel_name(const gpc_stencil *s) {
+    return s->gpu ? kernel_names[s->kernel] : "cpu";
+}
+
 /* Everything gpc_stencil_create refuses without allocating. */
 static gpc_status check_config(const gpc_stencil_config *c) {
     if (c->n < 1 || c->n > 4096)
@@ -189,6 +211,11 @@ static gpc_status check_config(const gpc_stencil_config *c) {
     if (c->device.type != GPC_DEVICE_CPU && c->device.type != GPC_DEVICE_CUDA)
         return gpc_error(GPC_ERR_INVALID_ARG, "stencil: runs on the CPU or a CUDA GPU, not %s",
                          gpc_device_name(c->device));
+    if (c->device.type == GPC_DEVICE_CUDA && kernel_of_setting() < 0)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "stencil: GPC_STENCIL_KERNEL=%s is not a GPU kernel: use auto, vector, "
+                         "column, plain, shared or twostep (or unset it)",
+                         gpc_setting_str("GPC_STENCIL_KERNEL"));
     if (c->fp32 && c->device.type == GPC_DEVICE_CPU)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "stencil: f32 runs on GPUs only (the CPU solver computes in f64): use "
@@ -215,6 +242,7 @@ static void fill_gpu_config(const gpc_stencil *s, gpc_stencil_cuda_config *g, do
     g->device = c->device.index, g->fp32 = c->fp32, g->n = c->n;
     g->z0 = s->first, g->nz = s->count, g->slabs = c->domains;
     g->below = s->rank > 0, g->above = s->rank + 1 < s->world;
+    g->kernel = s->kernel;
     g->r = c->r, g->c6 = c6_of(c->r);
     for (int a = 0; a < 3; a++)
         g->sine[a] = tables ? tables[a] : NULL;
@@ -254,6 +282,10 @@ gpc_status gpc_stencil_create(gpc_stencil **out, const gpc_stencil_config *c) {
     s->n = c->n, s->domains = c->domains;
     s->rank = rank, s->world = world, s->first = first, s->count = count;
     s->lambda = gpc_stencil_lambda(c);
+    if (c->device.type == GPC_DEVICE_CUDA) {
+        const int kernel = kernel_of_setting(); /* checked above, unless changed since */
+        s->kernel = kernel < 0 ? GPC_STENCIL_KERNEL_VECTOR : (gpc_stencil_kernel)kernel;
+    }
     gpc_status st = gpc_stencil_halo_create(&s->halo, rank, world);
     if (st) {
         gpc_stencil_free(s);
@@ -435,9 +467,15 @@ static gpc_status run_gpu(gpc_stencil *s) {
 }
 
 gpc_status gpc_stencil_run(gpc_stencil *s, int steps) {
-    for (int step = 0; step < steps; step++) {
+    for (int step = 0; step < steps;) {
+        if (s->gpu && steps - step >= 2 && gpc_stencil_cuda_pairs(s->gpu)) {
+            /* the twostep kernel: two steps, one pass over the field */
+            GPC_TRY(gpc_stencil_cuda_step_pair(s->gpu));
+            step += 2, s->steps += 2;
+            continue;
+        }
         GPC_TRY(s->gpu ? run_gpu(s) : run_cpu(s));
-        s->steps++;
+        step++, s->steps++;
     }
     return s->gpu ? gpc_stencil_cuda_sync(s->gpu) : GPC_OK;
 }

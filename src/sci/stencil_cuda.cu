@@ -2,26 +2,39 @@
  * stencil_cuda.cu: the 7-point heat-equation stencil on a GPU, in f32 and
  * f64 (stencil_cuda.h has the layout and the step's two halves).
  *
- * The update is bound by memory: 2 loads and 1 store of an element a point
- * at best, against 8 flops. The kernel therefore reads each point from DRAM
- * once, with the 2.5D scheme (Micikevicius, "3D finite difference
- * computation on GPUs using CUDA", 2009): a 32 x 8 block of threads covers
- * a tile of (x, y) and marches along z, each thread keeping its column's
- * planes z - 1, z and z + 1 in registers and the current plane's tile, with
- * a one-point rim, in shared memory for the x and y neighbours. Only the
- * rim is read twice, and from L2 (neighbouring tiles run at the same time).
- * The register queue runs several planes ahead of the one being updated
- * (3 in f64, 5 in f32): the loads in flight per SM (2048 threads x 3 x 8
- * bytes in f64) cover the HBM latency that one load at a time per thread
- * (the plain scheme) leaves exposed at 4.8 TB/s. Rows are padded so every warp's row is whole
- * 32-byte sectors. Blocks split z into chunks when the tiles alone would not fill the GPU several
- * times over, so the last wave is short.
+ * The update is bound by memory: a load and a store of an element a point
+ * at best, against 8 flops. Its ceiling is a device-to-device copy, so a
+ * kernel must read each point from DRAM about once and keep enough loads in
+ * flight (some 32-64 KiB an SM) to cover HBM's latency. Four kernels do it
+ * in different ways; GPC_STENCIL_KERNEL picks one (stencil_cuda.h):
+ *
+ *   vector  a thread owns 16 bytes of a row (4 floats or 2 doubles) and
+ *           marches along z through a chunk of planes. Planes z - 1, z and
+ *           z + 1 of its points sit in a register queue that runs A planes
+ *           ahead; the x and y neighbours are loaded from global memory,
+ *           where the block's own loads of the plane left them in L1. No
+ *           shared memory, no barrier: each warp streams on its own.
+ *   column  the same with one point a thread.
+ *   plain   one point a thread and plane, all seven values loaded; L1 and
+ *           L2 give the reuse (the 3D scheme with nothing in registers).
+ *   shared  the 2.5D scheme of Micikevicius ("3D finite difference
+ *           computation on GPUs using CUDA", 2009): a 32 x 8 tile marches
+ *           along z, the plane's tile with its rim in shared memory, two
+ *           barriers a plane.
+ *   twostep two time steps a pass (stencil_two_steps), so half the bytes
+ *           a step; one slab in one process only, other steps by vector.
+ *
+ * The queue's slots are indexed by the unrolled loop's counter, so
+ * advancing it renames registers rather than moving values: a move would
+ * wait for the load it moves, and the queue would run one plane ahead only.
+ * Stores are streaming (evict-first): v is not read again before it leaves
+ * L2, and u's planes stay there for the neighbours that read them.
  *
  * Every point is (1 - 6 r) u + r s in one fused multiply-add, s summed as
  * x-1, x+1, y-1, y+1, z-1, z+1, with round-to-nearest intrinsics that no
  * compiler flag contracts or reorders: in f64 that is the CPU's arithmetic
- * exactly, so the two give the same bits; the starting field is made from
- * the CPU's sine tables with the CPU's two products.
+ * exactly, so every kernel gives the CPU's bits; the starting field is made
+ * from the CPU's sine tables with the CPU's two products.
  */
 #include "cuda/cuda_common.cuh"
 #include "sci/stencil_cuda.h"
@@ -119,6 +132,183 @@ __global__ void __launch_bounds__(BX *BY, 8)
     }
 }
 
+/* V consecutive elements of a row: what a thread of the column kernels
+ * loads with one instruction (16 bytes at most, aligned to their size). */
+template <typename T, int V> struct run_of { T e[V]; };
+
+template <typename T, int V> __device__ __forceinline__ run_of<T, V> load_nc(const T *p) {
+    run_of<T, V> out;
+    if constexpr (V == 1) {
+        out.e[0] = __ldg(p);
+    } else if constexpr (sizeof(T) == 4 && V == 2) {
+        const float2 t = __ldg(reinterpret_cast<const float2 *>(p));
+        out.e[0] = t.x, out.e[1] = t.y;
+    } else if constexpr (sizeof(T) == 4 && V == 4) {
+        const float4 t = __ldg(reinterpret_cast<const float4 *>(p));
+        out.e[0] = t.x, out.e[1] = t.y, out.e[2] = t.z, out.e[3] = t.w;
+    } else {
+        static_assert(sizeof(T) == 8 && V == 2, "16 bytes a load at most");
+        const double2 t = __ldg(reinterpret_cast<const double2 *>(p));
+        out.e[0] = t.x, out.e[1] = t.y;
+    }
+    return out;
+}
+
+template <typename T, int V> __device__ __forceinline__ void store_cs(T *p, const run_of<T, V> &w) {
+    if constexpr (V == 1) {
+        __stcs(p, w.e[0]);
+    } else if constexpr (sizeof(T) == 4 && V == 2) {
+        __stcs(reinterpret_cast<float2 *>(p), make_float2(w.e[0], w.e[1]));
+    } else if constexpr (sizeof(T) == 4 && V == 4) {
+        __stcs(reinterpret_cast<float4 *>(p), make_float4(w.e[0], w.e[1], w.e[2], w.e[3]));
+    } else {
+        static_assert(sizeof(T) == 8 && V == 2, "16 bytes a store at most");
+        __stcs(reinterpret_cast<double2 *>(p), make_double2(w.e[0], w.e[1]));
+    }
+}
+
+/* The column kernels (vector: V = 16 bytes of elements; column: V = 1).
+ * A block is 32 x H threads over a tile of 32 V x H points of a plane, and
+ * marches through planes zb .. ze - 1 of its z chunk (blockIdx.z). Rows are
+ * padded and x = 1 sits on 128 bytes, so each thread's run is aligned; runs
+ * reach past x = n into the padding, which is read but written as 0 (it and
+ * the ring are 0 already). Plane p of the column sits in slot
+ * (p - zb + 1) mod Q of the queue; planes past ze are loaded as plane ze,
+ * never used, so the last chunk reads nothing beyond its halo plane. */
+template <typename T, int V, int H, int A, int MIN_BLOCKS>
+__global__ void __launch_bounds__(32 * H, MIN_BLOCKS)
+    stencil_column(T *__restrict__ v, const T *__restrict__ u, int n, int pitch, long long plane,
+                   int z_begin, int z_end, int zchunk, T c6, T r) {
+    enum { Q = A + 2 };
+    const int x = 1 + V * ((int)blockIdx.x * 32 + (int)threadIdx.x);
+    const int y = 1 + (int)blockIdx.y * H + (int)threadIdx.y;
+    const int zb = z_begin + (int)blockIdx.z * zchunk;
+    const int ze = min(zb + zchunk, z_end);
+    if (x > n || y > n || zb >= ze) return; /* no barrier below */
+    const long long at = (long long)y * pitch + x;
+    const T *col = u + at;
+    T *out = v + at;
+    run_of<T, V> q[Q];
+#pragma unroll
+    for (int k = 0; k <= A; k++)
+        q[k] = load_nc<T, V>(col + min(zb - 1 + k, ze) * plane);
+    for (int z0 = zb; z0 < ze; z0 += Q) {
+#pragma unroll
+        for (int j = 0; j < Q; j++) {
+            const int z = z0 + j;
+            if (z >= ze) break;
+            /* plane z + A into the slot of plane z - 2, used last plane */
+            q[(j + A + 1) % Q] = load_nc<T, V>(col + min(z + A, ze) * plane);
+            const T *c = col + z * plane;
+            const run_of<T, V> north = load_nc<T, V>(c - pitch), south = load_nc<T, V>(c + pitch);
+            const T west = __ldg(c - 1), east = __ldg(c + V);
+            const run_of<T, V> &below = q[j], &here = q[(j + 1) % Q], &above = q[(j + 2) % Q];
+            run_of<T, V> w;
+#pragma unroll
+            for (int i = 0; i < V; i++) {
+                T s = add_rn(i == 0 ? west : here.e[i > 0 ? i - 1 : 0],
+                             i == V - 1 ? east : here.e[i < V - 1 ? i + 1 : 0]);
+                s = add_rn(s, north.e[i]);
+                s = add_rn(s, south.e[i]);
+                s = add_rn(s, below.e[i]);
+                s = add_rn(s, above.e[i]);
+                w.e[i] = x + i <= n ? fma_rn(c6, here.e[i], mul_rn(r, s)) : T(0);
+            }
+            store_cs<T, V>(out + z * plane, w);
+        }
+    }
+}
+
+/* The plain kernel: one point a thread, plane z_begin + blockIdx.z (zchunk
+ * is 1), its seven values loaded at once; the neighbours' loads hit L1
+ * (the block's own points) or L2 (the tiles and planes around). */
+template <typename T>
+__global__ void __launch_bounds__(BX *BY, 8)
+    stencil_plain(T *__restrict__ v, const T *__restrict__ u, int n, int pitch, long long plane,
+                  int z_begin, int z_end, int zchunk, T c6, T r) {
+    (void)z_end, (void)zchunk;
+    const int x = 1 + (int)blockIdx.x * BX + (int)threadIdx.x;
+    const int y = 1 + (int)blockIdx.y * BY + (int)threadIdx.y;
+    if (x > n || y > n) return;
+    const long long at = (z_begin + (long long)blockIdx.z) * plane + (long long)y * pitch + x;
+    const T *c = u + at;
+    T s = add_rn(__ldg(c - 1), __ldg(c + 1));
+    s = add_rn(s, __ldg(c - pitch));
+    s = add_rn(s, __ldg(c + pitch));
+    s = add_rn(s, __ldg(c - plane));
+    s = add_rn(s, __ldg(c + plane));
+    __stcs(v + at, fma_rn(c6, __ldg(c), mul_rn(r, s)));
+}
+
+/* The two-step kernel: steps t + 1 and t + 2 in one pass over u, so each
+ * point is read and written once every two steps. A block of TX + 2 by
+ * TY + 2 threads marches along z over a TX x TY tile with a one-point rim.
+ * Each thread computes its point's step one on plane p (u from a register
+ * queue as in stencil_column, x and y neighbours through L1) into shared
+ * memory; after a barrier the tile's inner threads compute step two on
+ * plane p - 1 from the rim and tile of that plane and their own step-one
+ * values of planes p - 2 and p. Step one is 0 on the ring and the faces,
+ * as the CPU's field is. Three plane buffers need one barrier a plane: a
+ * buffer is rewritten two barriers after it was read. Single slab, single
+ * process only (the halos would have to be two planes deep). */
+enum { TX = 32, TY = 8, EX = TX + 2, EY = TY + 2 };
+
+template <typename T, int A>
+__global__ void __launch_bounds__(EX *EY, 4)
+    stencil_two_steps(T *__restrict__ v, const T *__restrict__ u, int n, int pitch, long long plane,
+                      int nz, int zchunk, T c6, T r) {
+    enum { Q = A + 2 };
+    __shared__ T one[3][EY][EX];
+    const int ex = (int)threadIdx.x % EX, ey = (int)threadIdx.x / EX;
+    const int x = (int)blockIdx.x * TX + ex, y = (int)blockIdx.y * TY + ey;
+    const int zb = 1 + (int)blockIdx.z * zchunk, ze = min(zb + zchunk, nz + 1);
+    /* every thread reaches every barrier: no early return */
+    const bool live = x >= 1 && x <= n && y >= 1 && y <= n;
+    const bool inner = live && ex >= 1 && ex <= TX && ey >= 1 && ey <= TY;
+    const long long at = (long long)y * pitch + x;
+    const T *col = u + at;
+    const T zero = 0;
+    /* u's plane w of the column in slot (w - zb + 2) mod Q; step one's
+     * plane p runs zb - 1 .. ze and reads planes p - 1 .. p + 1 */
+    T q[Q];
+#pragma unroll
+    for (int k = 0; k <= A; k++)
+        q[k] = live ? __ldg(col + min(max(zb - 2 + k, 0), nz + 1) * plane) : zero;
+    T o0 = 0, o1 = 0, o2 = 0; /* this point's step one on planes p - 2, p - 1, p */
+    int wb = (zb - 1) % 3;    /* the buffer of plane p */
+    for (int p0 = zb - 1; p0 <= ze; p0 += Q) {
+#pragma unroll
+        for (int j = 0; j < Q; j++) {
+            const int p = p0 + j;
+            if (p > ze) break; /* the same for the whole block */
+            q[(j + A + 1) % Q] = live ? __ldg(col + min(p + A, nz + 1) * plane) : zero;
+            T s1 = 0;
+            if (live && p >= 1 && p <= nz) {
+                const T *c = col + p * plane;
+                T s = add_rn(__ldg(c - 1), __ldg(c + 1));
+                s = add_rn(s, __ldg(c - pitch));
+                s = add_rn(s, __ldg(c + pitch));
+                s = add_rn(s, q[j]);
+                s = add_rn(s, q[(j + 2) % Q]);
+                s1 = fma_rn(c6, q[(j + 1) % Q], mul_rn(r, s));
+            }
+            one[wb][ey][ex] = s1;
+            o0 = o1, o1 = o2, o2 = s1;
+            __syncthreads();
+            const int rb = wb == 0 ? 2 : wb - 1; /* plane p - 1's buffer */
+            if (inner && p - 1 >= zb) {
+                T s = add_rn(one[rb][ey][ex - 1], one[rb][ey][ex + 1]);
+                s = add_rn(s, one[rb][ey - 1][ex]);
+                s = add_rn(s, one[rb][ey + 1][ex]);
+                s = add_rn(s, o0);
+                s = add_rn(s, o2);
+                __stcs(v + at + (p - 1) * plane, fma_rn(c6, o1, mul_rn(r, s)));
+            }
+            wb = wb == 2 ? 0 : wb + 1;
+        }
+    }
+}
+
 /* The starting mode on planes 0 .. nz + 1 of one slab, halos included
  * (the first step reads them before any exchange): (sx sy) sz at grid
  * plane g0 - 1 + z, g0 the slab's first; the halos beyond the grid's faces
@@ -193,9 +383,10 @@ struct gpc_stencil_cuda {
     unsigned long long *scratch; /* device: two reduction results */
     cudaStream_t compute, halo;
     cudaEvent_t compute_done, halo_done;
-    int started;   /* a step was queued: the events mean something */
-    int resident;  /* update blocks the GPU runs at once */
-    void *host[4]; /* pinned: send_lo, send_hi, recv_lo, recv_hi */
+    int started;       /* a step was queued: the events mean something */
+    int resident;      /* update blocks the GPU runs at once */
+    int resident_pair; /* the same for the two-step kernel */
+    void *host[4];     /* pinned: send_lo, send_hi, recv_lo, recv_hi */
 };
 
 static void layout(const gpc_stencil_cuda_config *c, size_t *elem, int *pitch, int *shift,
@@ -263,6 +454,55 @@ extern "C" void gpc_stencil_cuda_free(gpc_stencil_cuda *g) {
     free(g);
 }
 
+/* Planes of u the two-step kernel's queue loads ahead: 24 bytes a thread
+ * in flight in either precision. */
+template <typename T> struct two_step_ahead {
+    enum { value = sizeof(T) == 8 ? 3 : 6 };
+};
+
+/* An update kernel and its launch: blocks of 32 x height threads, each
+ * covering width x height points of a plane. */
+template <typename T> struct update_kernel {
+    void (*fn)(T *, const T *, int, int, long long, int, int, int, T, T);
+    int width, height;
+};
+
+template <typename T> static update_kernel<T> kernel_of(gpc_stencil_kernel kind) {
+    /* vector: 16 bytes a load. column: one element a load, so more loads
+     * ahead (8 in f32, 4 in f64) and more threads to issue them */
+    enum { V = 16 / sizeof(T), COLUMN_AHEAD = sizeof(T) == 8 ? 4 : 8 };
+    switch (kind) {
+    case GPC_STENCIL_KERNEL_COLUMN:
+        return {stencil_column<T, 1, 8, COLUMN_AHEAD, 6>, 32, 8};
+    case GPC_STENCIL_KERNEL_PLAIN:
+        return {stencil_plain<T>, BX, BY};
+    case GPC_STENCIL_KERNEL_SHARED:
+        return {stencil_update<T>, BX, BY};
+    default: /* twostep's single steps too */
+        /* 3 loads of 16 bytes ahead, 1024 threads an SM: 48 KiB in flight */
+        return {stencil_column<T, V, 8, 3, 4>, 32 * V, 8};
+    }
+}
+
+/* Planes a z chunk of the column kernels takes: tiles x chunks blocks run
+ * in ceil(blocks / resident) waves, each a chunk's planes long, and a chunk
+ * reads the plane on either side of it too (from DRAM when the chunk next
+ * to it ran a wave apart). Picks the count of chunks that costs least in
+ * those terms: few chunks, unless more fill the last wave better. */
+static int z_chunk(long long tiles, int planes, int resident) {
+    const int most = planes / 16 > 1 ? planes / 16 : 1;
+    int best = planes;
+    double best_cost = 0;
+    for (int chunks = 1; chunks <= most; chunks++) {
+        const int zchunk = (planes + chunks - 1) / chunks;
+        const long long blocks = tiles * ((planes + zchunk - 1) / zchunk);
+        const double waves = (double)((blocks + resident - 1) / resident);
+        const double cost = waves * (zchunk + 1.0); /* zchunk + 2 planes read, zchunk written */
+        if (chunks == 1 || cost < best_cost) best = zchunk, best_cost = cost;
+    }
+    return best;
+}
+
 template <typename T> static gpc_status start_field(gpc_stencil_cuda *g) {
     const int n = g->c.n;
     for (int d = 0; d < g->c.slabs; d++) {
@@ -273,11 +513,22 @@ template <typename T> static gpc_status start_field(gpc_stencil_cuda *g) {
         GPC_CUDA_CHECK_LAUNCH();
     }
     int per_sm = 0, sms = 0;
+    const update_kernel<T> k = kernel_of<T>(g->c.kernel);
+    /* the kernels without shared memory want all of it as L1, which keeps
+     * the neighbours the block loaded */
+    if (g->c.kernel != GPC_STENCIL_KERNEL_SHARED)
+        GPC_CUDA_CHECK(cudaFuncSetAttribute((const void *)k.fn,
+                                            cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            (int)cudaSharedmemCarveoutMaxL1));
     /* also loads the update kernel now, not inside the first timed step */
-    GPC_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, stencil_update<T>, BX * BY, 0));
+    GPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.fn, 32 * k.height, 0));
     GPC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, g->c.device));
     g->resident = per_sm * sms > 0 ? per_sm * sms : 1;
+    if (g->c.kernel == GPC_STENCIL_KERNEL_TWOSTEP) {
+        GPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, stencil_two_steps<T, two_step_ahead<T>::value>, EX * EY, 0));
+        g->resident_pair = per_sm * sms > 0 ? per_sm * sms : 1;
+    }
     return GPC_OK;
 }
 
@@ -352,18 +603,23 @@ template <typename T>
 static gpc_status update(gpc_stencil_cuda *g, int d, int z_begin, int z_end, cudaStream_t stream) {
     const int n = g->c.n, planes = z_end - z_begin;
     if (planes <= 0) return GPC_OK;
-    const int gx = (n + BX - 1) / BX, gy = (n + BY - 1) / BY;
-    /* enough blocks for about 4 waves, but chunks of 16 planes or more: a
-     * chunk re-reads the plane on either side of it */
-    long long want = (4LL * g->resident + (long long)gx * gy - 1) / ((long long)gx * gy);
-    int chunks = (int)(want < 1 ? 1 : want);
-    if (chunks > planes / 16) chunks = planes / 16 > 1 ? planes / 16 : 1;
-    const int zchunk = (planes + chunks - 1) / chunks;
-    dim3 block(BX, BY), grid(gx, gy, (planes + zchunk - 1) / zchunk);
+    const update_kernel<T> k = kernel_of<T>(g->c.kernel);
+    const int gx = (n + k.width - 1) / k.width, gy = (n + k.height - 1) / k.height;
+    int zchunk = 1; /* plain: a plane a block */
+    if (g->c.kernel == GPC_STENCIL_KERNEL_SHARED) {
+        /* enough blocks for about 4 waves, but chunks of 16 planes or
+         * more: a chunk re-reads the plane on either side of it */
+        long long want = (4LL * g->resident + (long long)gx * gy - 1) / ((long long)gx * gy);
+        int chunks = (int)(want < 1 ? 1 : want);
+        if (chunks > planes / 16) chunks = planes / 16 > 1 ? planes / 16 : 1;
+        zchunk = (planes + chunks - 1) / chunks;
+    } else if (g->c.kernel != GPC_STENCIL_KERNEL_PLAIN) {
+        zchunk = z_chunk((long long)gx * gy, planes, g->resident);
+    }
+    dim3 block(32, k.height), grid(gx, gy, (planes + zchunk - 1) / zchunk);
     const double r = g->c.r, c6 = g->c.c6; /* the CPU's c6 */
-    stencil_update<T><<<grid, block, 0, stream>>>((T *)g->v[d] + g->shift,
-                                                  (const T *)g->u[d] + g->shift, n, g->pitch,
-                                                  g->plane, z_begin, z_end, zchunk, (T)c6, (T)r);
+    k.fn<<<grid, block, 0, stream>>>((T *)g->v[d] + g->shift, (const T *)g->u[d] + g->shift, n,
+                                     g->pitch, g->plane, z_begin, z_end, zchunk, (T)c6, (T)r);
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
 }
@@ -414,6 +670,39 @@ extern "C" gpc_status gpc_stencil_cuda_step_begin(gpc_stencil_cuda *g) {
         GPC_CUDA_CHECK(cudaMemcpyAsync(g->host[1], g->v[last] + (size_t)g->nz[last] * pb, pb,
                                        cudaMemcpyDeviceToHost, g->halo));
     if (g->c.below || g->c.above) GPC_CUDA_CHECK(cudaStreamSynchronize(g->halo));
+    return GPC_OK;
+}
+
+extern "C" int gpc_stencil_cuda_pairs(const gpc_stencil_cuda *g) {
+    return g->c.kernel == GPC_STENCIL_KERNEL_TWOSTEP && g->c.slabs == 1 && !g->c.below &&
+           !g->c.above;
+}
+
+template <typename T> static gpc_status two_steps(gpc_stencil_cuda *g) {
+    const int n = g->c.n, nz = g->nz[0];
+    const long long tiles = (long long)((n + TX - 1) / TX) * ((n + TY - 1) / TY);
+    const int zchunk = z_chunk(tiles, nz, g->resident_pair);
+    dim3 grid((n + TX - 1) / TX, (n + TY - 1) / TY, (nz + zchunk - 1) / zchunk);
+    stencil_two_steps<T, two_step_ahead<T>::value><<<grid, EX * EY, 0, g->compute>>>(
+        (T *)g->v[0] + g->shift, (const T *)g->u[0] + g->shift, n, g->pitch, g->plane, nz, zchunk,
+        (T)g->c.c6, (T)g->c.r);
+    GPC_CUDA_CHECK_LAUNCH();
+    return GPC_OK;
+}
+
+extern "C" gpc_status gpc_stencil_cuda_step_pair(gpc_stencil_cuda *g) {
+    if (!gpc_stencil_cuda_pairs(g))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "stencil: two steps a pass need the twostep kernel, one slab and one "
+                         "process: step one at a time");
+    GPC_CUDA_CHECK(cudaSetDevice(g->c.device));
+    /* a single step before ran on this stream, and nothing on the halo stream */
+    GPC_TRY(g->c.fp32 ? two_steps<float>(g) : two_steps<double>(g));
+    GPC_CUDA_CHECK(cudaEventRecord(g->halo_done, g->halo));
+    GPC_CUDA_CHECK(cudaEventRecord(g->compute_done, g->compute));
+    g->started = 1;
+    char *t = g->u[0];
+    g->u[0] = g->v[0], g->v[0] = t;
     return GPC_OK;
 }
 

@@ -47,6 +47,17 @@ static inline GPC_STENCIL_HD uint64_t gpc_stencil_hash(uint64_t bits, uint64_t i
 
 typedef struct gpc_stencil_cuda gpc_stencil_cuda;
 
+/* The update kernels (stencil_cuda.cu says how each reads its neighbours);
+ * GPC_STENCIL_KERNEL picks one by name, stencil.c parses it. */
+typedef enum {
+    GPC_STENCIL_KERNEL_VECTOR,  /* z-marching columns, 16 bytes a thread along x */
+    GPC_STENCIL_KERNEL_COLUMN,  /* z-marching columns, one point a thread along x */
+    GPC_STENCIL_KERNEL_PLAIN,   /* one point a thread, every neighbour loaded */
+    GPC_STENCIL_KERNEL_SHARED,  /* z-marching tiles through shared memory */
+    GPC_STENCIL_KERNEL_TWOSTEP, /* two steps a pass where it can (else vector) */
+    GPC_STENCIL_KERNELS
+} gpc_stencil_kernel;
+
 typedef struct {
     int device; /* CUDA ordinal */
     int fp32;
@@ -54,6 +65,7 @@ typedef struct {
     int z0, nz;       /* this process's planes of the grid */
     int slabs;        /* subdomains of them on the GPU */
     int below, above; /* 1: a process below (above) exchanges halo planes */
+    gpc_stencil_kernel kernel;
     double r;
     /* 1 - 6 r, rounded once (gpc_stencil_c6): the CPU's bits, whatever
      * the host compiler contracts */
@@ -82,6 +94,11 @@ void gpc_stencil_cuda_host_halos(const gpc_stencil_cuda *g, gpc_stencil_cuda_hal
 
 gpc_status gpc_stencil_cuda_step_begin(gpc_stencil_cuda *g);
 gpc_status gpc_stencil_cuda_step_end(gpc_stencil_cuda *g);
+/* 1 when two steps can run as one pass over the field: the twostep kernel,
+ * one slab, no other process. step_pair then queues them (it stands for a
+ * step_begin and step_end each). */
+int gpc_stencil_cuda_pairs(const gpc_stencil_cuda *g);
+gpc_status gpc_stencil_cuda_step_pair(gpc_stencil_cuda *g);
 /* Waits for the steps queued; reports any error of theirs. */
 gpc_status gpc_stencil_cuda_sync(gpc_stencil_cuda *g);
 

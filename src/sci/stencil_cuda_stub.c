@@ -47,6 +47,16 @@ gpc_status gpc_stencil_cuda_step_end(gpc_stencil_cuda *g) {
     return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
 }
 
+int gpc_stencil_cuda_pairs(const gpc_stencil_cuda *g) {
+    (void)g;
+    return 0;
+}
+
+gpc_status gpc_stencil_cuda_step_pair(gpc_stencil_cuda *g) {
+    (void)g;
+    return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
 gpc_status gpc_stencil_cuda_sync(gpc_stencil_cuda *g) {
     (void)g;
     return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);

@@ -1009,20 +1009,11 @@ static gpc_status plan_blocks(gpc_engine *e, gpc_device device, const gpt_paged_
 }
 
 static gpc_status load_run(gpc_engine *e, const char *run_dir, gpc_device device, gpc_dtype dtype) {
-    char ckpt[4200], tok_path[4200];
-    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.bin", run_dir);
+    char weights[4200], tok_path[4200];
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", run_dir);
-    if (!gpc_path_is_dir(run_dir))
-        return gpc_error(GPC_ERR_IO,
-                         "run folder %s does not exist (train one with gpc train, or import one "
-                         "with gpc import hf)",
-                         run_dir);
-    if (!gpc_path_exists(ckpt))
-        return gpc_error(GPC_ERR_IO,
-                         "%s has no checkpoint.bin: train it first (gpc train --out %s)", run_dir,
-                         run_dir);
+    /* checkpoint.bin, or quant.bin for a run of gpc quantize */
     gpt_config config;
-    GPC_TRY(gpt_checkpoint_read_header(ckpt, &config, NULL, NULL));
+    GPC_TRY(gpt_run_weights(run_dir, weights, sizeof weights, &config, NULL));
     if (gpc_path_exists(tok_path)) {
         GPC_TRY(gpc_tokenizer_load(&e->tokenizer, tok_path));
         if (gpc_tokenizer_vocab_size(e->tokenizer) != config.vocab_size)
@@ -1032,8 +1023,7 @@ static gpc_status load_run(gpc_engine *e, const char *run_dir, gpc_device device
                              tok_path, gpc_tokenizer_vocab_size(e->tokenizer), config.vocab_size);
     }
     /* the step keeps no activations in the model: batch 1 x 1 is enough */
-    GPC_TRY(gpt_create(&e->model, &config, device, dtype, 1, 1, 0));
-    return gpt_checkpoint_load(ckpt, e->model, NULL);
+    return gpt_create_from_run(&e->model, run_dir, device, dtype, 1, 1);
 }
 
 gpc_status gpc_engine_create(gpc_engine **out, const char *run_dir, gpc_device device,
@@ -1066,6 +1056,7 @@ gpc_status gpc_engine_create(gpc_engine **out, const char *run_dir, gpc_device d
         po.max_seqs = o.max_batch;
         po.max_tokens = o.max_step_tokens;
         po.max_logits = o.max_batch < o.max_step_tokens ? o.max_batch : o.max_step_tokens;
+        po.eager = !o.cuda_graphs;
         s = plan_blocks(e, device, &po, &po.num_blocks);
     }
     if (s == GPC_OK) s = gpt_paged_create(&e->paged, e->model, &po);

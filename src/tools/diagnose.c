@@ -49,6 +49,8 @@ static const struct {
     FIELD(step_ms),
     FIELD(tokens_per_s),
     FIELD(comm_exposed),
+    FIELD(input_wait),
+    FIELD(input_wait_ms),
 #undef FIELD
 };
 #define DIAG_NFIELDS (sizeof diag_fields / sizeof diag_fields[0])
@@ -117,11 +119,13 @@ static double stall_share(const gpc_diag_sample *samples, int n, double median) 
     return known >= 5 ? (double)slow / known : -1;
 }
 
-static void add(gpc_diag_finding *out, int max, int *count, gpc_diag_kind kind, const char *remedy,
-                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static void add(gpc_diag_finding *out, int max, int *count, gpc_diag_kind kind, const char *remedy,
-                const char *fmt, ...) {
-    if (*count >= max) return;
+/* The finding written, or NULL when out is full. */
+static gpc_diag_finding *add(gpc_diag_finding *out, int max, int *count, gpc_diag_kind kind,
+                             const char *remedy, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static gpc_diag_finding *add(gpc_diag_finding *out, int max, int *count, gpc_diag_kind kind,
+                             const char *remedy, const char *fmt, ...) {
+    if (*count >= max) return NULL;
     gpc_diag_finding *f = &out[(*count)++];
     f->kind = kind;
     va_list ap;
@@ -129,6 +133,14 @@ static void add(gpc_diag_finding *out, int max, int *count, gpc_diag_kind kind, 
     vsnprintf(f->text, sizeof f->text, fmt, ap);
     va_end(ap);
     snprintf(f->remedy, sizeof f->remedy, "%s", remedy);
+    f->nfigures = 0;
+    return f;
+}
+
+/* Adds a figure to f (NULL: the finding was dropped). */
+static void figure(gpc_diag_finding *f, const char *name, double value) {
+    if (f && f->nfigures < GPC_DIAG_FIGURES && value >= 0)
+        f->figures[f->nfigures++] = (gpc_diag_figure){name, value};
 }
 
 /* ------------------------------------------------------------ classifier */
@@ -144,6 +156,7 @@ int gpc_diagnose(const gpc_diag_sample *samples, int n, gpc_diag_finding *out, i
     field_stats power = STATS(power_capped), thermal = STATS(thermal_capped);
     field_stats top = STATS(cpu_top_thread), proc = STATS(cpu_process);
     field_stats step = STATS(step_ms), comm = STATS(comm_exposed);
+    field_stats wait = STATS(input_wait), wait_ms = STATS(input_wait_ms);
     free(scratch);
 
     /* How busy the GPU is: GPM's SM activity where the driver gives it, as
@@ -166,8 +179,15 @@ int gpc_diagnose(const gpc_diag_sample *samples, int n, gpc_diag_finding *out, i
     int swing = util.known >= 2 && util.max - util.min > GPC_DIAG_UTIL_SWING;
     int copies = rx.known && rx.median >= GPC_DIAG_PCIE_BUSY_MBS;
     int stalling = stalls > GPC_DIAG_STALL_SHARE;
+    /* The trainer's own clock around the loader says what the GPU's swings
+     * and the steps' stalls only suggest: where it is known, it decides
+     * whether the step waits on the loader (a saturated host thread is then
+     * the loader's, not a launching one). Host copies queued on a side
+     * stream are not in it, so busy PCIe still counts. */
+    int waited = wait.known && wait.median > GPC_DIAG_INPUT_WAIT;
+    if (wait.known) swing = stalling = 0;
 
-    int launch = gpu_low && host >= GPC_DIAG_THREAD_SATURATED;
+    int launch = !waited && gpu_low && host >= GPC_DIAG_THREAD_SATURATED;
     if (launch)
         add(out, max, &count, GPC_DIAG_LAUNCH_BOUND,
             "capture the step in a CUDA graph, fuse small operations, or raise the micro-batch "
@@ -175,8 +195,27 @@ int gpc_diagnose(const gpc_diag_sample *samples, int n, gpc_diag_finding *out, i
             "launch-bound: a host thread runs at %.0f%% of a core while %s: the GPU idles "
             "between short kernels, waiting for the next launch",
             host, busy);
-    int input = !launch && ((gpu_low && (swing || copies || stalling)) || (!gpu_known && stalling));
-    if (input && copies)
+    int input =
+        waited ||
+        (!launch && ((gpu_low && (swing || copies || stalling)) || (!gpu_known && stalling)));
+    if (waited) {
+        char of[64] = "";
+        if (wait_ms.known && step.known)
+            snprintf(of, sizeof of, " (%.1f ms of %.1f ms)", wait_ms.median, step.median);
+        else if (wait_ms.known)
+            snprintf(of, sizeof of, " (%.1f ms)", wait_ms.median);
+        gpc_diag_finding *f = add(
+            out, max, &count, GPC_DIAG_INPUT_BOUND,
+            "give the loader more threads or a deeper prefetch, prepare the data ahead (gpc data "
+            "prepare: token shards, not text), and read it from faster storage (local NVMe or "
+            "page cache, not a network file system)",
+            "input-bound: the step waits %.0f%% of its time%s for its input batches, over the "
+            "%.0f%% at which the loader sets the pace",
+            100 * wait.median, of, 100 * GPC_DIAG_INPUT_WAIT);
+        figure(f, "input_wait", wait.median);
+        figure(f, "input_wait_ms", wait_ms.median);
+        figure(f, "step_ms", step.median);
+    } else if (input && copies)
         add(out, max, &count, GPC_DIAG_INPUT_BOUND,
             "pin the host buffers and copy on a side stream ahead of the step; send token ids, "
             "not float tensors; keep the data on the GPU between steps",
@@ -230,13 +269,15 @@ int gpc_diagnose(const gpc_diag_sample *samples, int n, gpc_diag_finding *out, i
             "memory",
             100 * mem.max, 100 * GPC_DIAG_MEMORY_FRAC);
     if (comm.known && comm.median > GPC_DIAG_COMM_EXPOSED)
-        add(out, max, &count, GPC_DIAG_COMMUNICATION,
-            "overlap more: smaller --bucket-mb starts the all-reduce earlier in backward; "
-            "check the link with nvidia-smi topo -m (NVLink or one PCIe switch) and "
-            "NCCL_DEBUG=INFO",
-            "communication: %.0f%% of each step waits on the all-reduce that backward does not "
-            "hide",
-            100 * comm.median);
+        figure(
+            add(out, max, &count, GPC_DIAG_COMMUNICATION,
+                "overlap more: smaller --bucket-mb starts the all-reduce earlier in backward; "
+                "check the link with nvidia-smi topo -m (NVLink or one PCIe switch) and "
+                "NCCL_DEBUG=INFO",
+                "communication: %.0f%% of each step waits on the all-reduce that backward does not "
+                "hide",
+                100 * comm.median),
+            "comm_exposed", comm.median);
     return count;
 }
 
@@ -515,11 +556,15 @@ static int run_samples(const gpc_report *r, gpc_diag_sample *samples) {
         double tps = gpc_report_value(r, i, "tokens_per_s");
         double capped = gpc_report_value(r, i, "gpu_power_capped");
         double comm = gpc_report_value(r, i, "comm_exposed");
+        double wait = gpc_report_value(r, i, "input_wait");
+        double wait_ms = gpc_report_value(r, i, "input_wait_ms");
         /* the first steps compile, tune and warm caches: not the run's pace */
         if (i >= 2 && !isnan(ms)) s->step_ms = ms;
         if (i >= 2 && !isnan(tps)) s->tokens_per_s = tps;
         if (!isnan(capped)) s->power_capped = capped;
         if (i >= 2 && !isnan(comm)) s->comm_exposed = comm;
+        if (i >= 2 && !isnan(wait)) s->input_wait = wait;
+        if (i >= 2 && !isnan(wait_ms)) s->input_wait_ms = wait_ms;
     }
     return n;
 }
@@ -592,6 +637,7 @@ gpc_status gpc_diag_run(const char *run, const char *log_path, gpc_diag_run_summ
     if (s->out_of_memory && *count < max) {
         gpc_diag_finding *f = &out[(*count)++];
         f->kind = GPC_DIAG_OUT_OF_MEMORY;
+        f->nfigures = 0;
         snprintf(f->text, sizeof f->text, "out of memory after %d step%s: %.240s", s->steps,
                  s->steps == 1 ? "" : "s", s->oom_line);
         oom_remedy(r, s, f->remedy, sizeof f->remedy);
@@ -604,13 +650,17 @@ gpc_status gpc_diag_run(const char *run, const char *log_path, gpc_diag_run_summ
     int n = run_samples(r, samples);
     run_mfu(r, samples, n, s);
     *count += gpc_diagnose(samples, n, out + *count, max - *count);
-    /* MFU stands in for the GPU's activity, which the metrics lack */
+    /* MFU stands in for the GPU's activity, which the metrics lack; a run
+     * that waits on its loader has a low MFU for that reason */
     int named = 0;
     for (int i = 0; i < *count; i++)
-        named |= out[i].kind == GPC_DIAG_UNDER_OCCUPIED || out[i].kind == GPC_DIAG_LAUNCH_BOUND;
+        named |= out[i].kind == GPC_DIAG_UNDER_OCCUPIED || out[i].kind == GPC_DIAG_LAUNCH_BOUND ||
+                 out[i].kind == GPC_DIAG_INPUT_BOUND;
     if (!named && s->mfu >= 0 && s->mfu < GPC_DIAG_MFU_LOW && *count < max) {
         gpc_diag_finding *f = &out[(*count)++];
         f->kind = GPC_DIAG_UNDER_OCCUPIED;
+        f->nfigures = 0;
+        figure(f, "mfu", s->mfu);
         snprintf(f->text, sizeof f->text,
                  "under-occupied: MFU %.1f%% (%.3g TFLOP/s of %.0f): the GPU does a small "
                  "share of the work it could",
@@ -621,6 +671,38 @@ gpc_status gpc_diag_run(const char *run, const char *log_path, gpc_diag_run_summ
                  "input-bound");
     }
     free(samples);
+    gpc_report_free(r);
+    return GPC_OK;
+}
+
+gpc_status gpc_diag_run_input_wait(const char *run, int last, double *share, double *ms) {
+    *share = *ms = -1;
+    gpc_report *r;
+    GPC_TRY(gpc_report_create(&r));
+    gpc_status st = gpc_report_read(r, run);
+    int n = gpc_report_steps(r);
+    if (st != GPC_OK && n == 0) { /* no metrics yet: nothing known, no error */
+        gpc_report_free(r);
+        return GPC_OK;
+    }
+    gpc_diag_sample *samples = calloc((size_t)(n > 0 ? n : 1), sizeof *samples);
+    double *scratch = calloc((size_t)(n > 0 ? n : 1), sizeof *scratch);
+    if (!samples || !scratch) {
+        free(samples);
+        free(scratch);
+        gpc_report_free(r);
+        return gpc_error(GPC_ERR_NOMEM, "out of memory reading %s", run);
+    }
+    run_samples(r, samples);
+    int from = last > 0 && n > last ? n - last : 0;
+    field_stats a =
+        stats_of(samples + from, n - from, offsetof(gpc_diag_sample, input_wait), scratch);
+    field_stats b =
+        stats_of(samples + from, n - from, offsetof(gpc_diag_sample, input_wait_ms), scratch);
+    if (a.known) *share = a.median;
+    if (b.known) *ms = b.median;
+    free(samples);
+    free(scratch);
     gpc_report_free(r);
     return GPC_OK;
 }

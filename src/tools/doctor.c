@@ -34,7 +34,8 @@ struct gpc_doctor {
     int problems;
     int gpu_opened; /* check_gpu_stack ran (NVML opened or found absent) */
     gpu_state gpu;
-    const char *cause; /* the classifier's kind of the finding being made, else NULL */
+    const char *cause;              /* the classifier's kind of the finding being made, else NULL */
+    const gpc_diag_finding *source; /* the classifier's finding being made, for its figures */
     /* every finding, for gpc_doctor_write_json */
     struct doctor_record *records;
     int nrecords, records_cap;
@@ -62,6 +63,8 @@ struct doctor_record {
     gpc_doctor_kind kind;
     char cause[32];
     char text[1024];
+    int nfigures;
+    gpc_diag_figure figures[GPC_DIAG_FIGURES]; /* names are string literals */
 };
 
 /* Keeps a finding for JSON; a failed allocation drops it, never the run. */
@@ -77,6 +80,11 @@ static void record(gpc_doctor *d, gpc_doctor_kind kind, const char *text) {
     r->kind = kind;
     snprintf(r->cause, sizeof r->cause, "%s", d->cause ? d->cause : "");
     snprintf(r->text, sizeof r->text, "%s", text);
+    r->nfigures = 0;
+    if (d->source && kind == GPC_DOCTOR_PROBLEM) {
+        r->nfigures = d->source->nfigures;
+        memcpy(r->figures, d->source->figures, sizeof r->figures);
+    }
 }
 
 static void json_string_out(FILE *f, const char *s) {
@@ -709,20 +717,89 @@ static void diag_sample_gpu(gpc_nvml *nvml, int gi, const gpc_nvml_sample *s, do
     }
 }
 
-/* The classifier's findings for GPU gi: the cause of low use and
- * communication (memory, power and heat have their own lines above). */
+/* The classifier's findings for GPU gi (-1: the process on the CPU): the
+ * cause of low use and communication (memory, power and heat have their
+ * own lines above). */
 static void diag_report_gpu(gpc_doctor *d, int gi, const gpc_diag_sample *samples, int n) {
     gpc_diag_finding found[GPC_DIAG_KIND_COUNT];
     int count = gpc_diagnose(samples, n, found, GPC_DIAG_KIND_COUNT);
+    char label[32] = "";
+    if (gi >= 0) snprintf(label, sizeof label, "GPU %d: ", gi);
     for (int i = 0; i < count; i++) {
         gpc_diag_kind k = found[i].kind;
         if (k == GPC_DIAG_MEMORY_FULL || k == GPC_DIAG_POWER_CAPPED || k == GPC_DIAG_THERMAL)
             continue;
         d->cause = gpc_diag_kind_name(k);
-        finding(d, GPC_DOCTOR_PROBLEM, "GPU %d: %s", gi, found[i].text);
+        d->source = &found[i];
+        finding(d, GPC_DOCTOR_PROBLEM, "%s%s", label, found[i].text);
         advice(d, "%s", found[i].remedy);
         d->cause = NULL;
+        d->source = NULL;
     }
+}
+
+/* The run folder of a gpc train process: its command line's --out DIR (or
+ * --out=DIR), relative to its working directory, when it holds
+ * metrics.jsonl. 0 and "" when the process is no gpc train or names none. */
+static int process_run_dir(int pid, char *out, size_t size) {
+    char path[64], args[8192];
+    out[0] = 0;
+    snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(args, 1, sizeof args - 1, f);
+    fclose(f);
+    args[n] = 0;
+    const char *dir = NULL;
+    int train = 0;
+    /* the arguments are NUL-separated */
+    for (const char *a = args; a < args + n; a += strlen(a) + 1) {
+        train |= !strcmp(a, "train");
+        const char *next = a + strlen(a) + 1;
+        if (!strcmp(a, "--out") && next < args + n)
+            dir = next;
+        else if (!strncmp(a, "--out=", 6))
+            dir = a + 6;
+    }
+    if (!train || !dir || !*dir) return 0;
+    if (dir[0] == '/') {
+        snprintf(out, size, "%s", dir);
+    } else {
+        char cwd[4096];
+        snprintf(path, sizeof path, "/proc/%d/cwd", pid);
+        ssize_t len = readlink(path, cwd, sizeof cwd - 1);
+        if (len <= 0) return 0;
+        cwd[len] = 0;
+        int written = snprintf(out, size, "%s/%s", cwd, dir);
+        if (written < 0 || (size_t)written >= size) return 0;
+    }
+    char metrics[4200];
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
+    if (!gpc_path_exists(metrics)) {
+        out[0] = 0;
+        return 0;
+    }
+    return 1;
+}
+
+/* The steps of a watched gpc train process whose input wait counts: about
+ * the watch's span at the pace of short steps. */
+#define WATCH_RUN_STEPS 20
+
+/* A watched gpc train process's input wait from its run folder's metrics,
+ * with a line saying so: *share and *ms, -1 when unknown. */
+static void watch_input_wait(gpc_doctor *d, int pid, double *share, double *ms) {
+    char run[4096];
+    *share = *ms = -1;
+    if (!process_run_dir(pid, run, sizeof run)) return;
+    if (gpc_diag_run_input_wait(run, WATCH_RUN_STEPS, share, ms) != GPC_OK || *share < 0) {
+        finding(d, GPC_DOCTOR_INFO, "its run folder %s records no input wait yet", run);
+        return;
+    }
+    finding(d, GPC_DOCTOR_INFO,
+            "its run folder %s: the step waits %.0f%% of its time (%.1f ms) for its input "
+            "batches (median of the last %d steps)",
+            run, 100 * *share, *ms, WATCH_RUN_STEPS);
 }
 
 static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpus, int njob_gpus,
@@ -810,6 +887,14 @@ static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpu
             pid, cpu, cores, threads, gpc_format_bytes(rss_of(pid), human, sizeof human));
 
     free(tt);
+    /* a gpc train process measures its own wait for input: the classifier
+     * takes it over what utilisation suggests */
+    double wait, wait_ms;
+    watch_input_wait(d, pid, &wait, &wait_ms);
+    for (int i = 0; trace && i < ngpus * cap; i++) {
+        trace[i].input_wait = wait;
+        trace[i].input_wait_ms = wait_ms;
+    }
     int on_gpu = uses_cuda(pid);
     if (g->count == 0 || on_gpu == 0) {
         if (g->count == 0)
@@ -822,6 +907,13 @@ static gpc_status watch(gpc_doctor *d, gpu_state *g, int pid, const int *job_gpu
                     "it keeps %.1f of %ld cores busy: I/O, locks or a serial part "
                     "limit it",
                     cpu / 100, cores);
+        if (wait >= 0) {
+            gpc_diag_sample only;
+            gpc_diag_sample_clear(&only);
+            only.input_wait = wait;
+            only.input_wait_ms = wait_ms;
+            diag_report_gpu(d, -1, &only, 1);
+        }
         free(trace);
         return GPC_OK;
     }
@@ -942,9 +1034,11 @@ gpc_status gpc_doctor_run(gpc_doctor *d, const char *run, const char *log_path) 
         finding(d, GPC_DOCTOR_INFO, "MFU not known: %s", sum.peak_note);
     for (int i = 0; i < count; i++) {
         d->cause = gpc_diag_kind_name(found[i].kind);
+        d->source = &found[i];
         finding(d, GPC_DOCTOR_PROBLEM, "%s", found[i].text);
         advice(d, "%s", found[i].remedy);
         d->cause = NULL;
+        d->source = NULL;
     }
     if (!sum.out_of_memory)
         finding(d, GPC_DOCTOR_OK, "no out-of-memory error in its log%s",
@@ -974,6 +1068,9 @@ gpc_status gpc_doctor_write_json(const gpc_doctor *d, const char *path) {
                 (unsigned)r->kind < 5 ? kinds[r->kind] : "?");
         json_string_out(f, r->text);
         if (r->cause[0]) fprintf(f, ", \"cause\": \"%s\"", r->cause);
+        for (int k = 0; k < r->nfigures; k++)
+            fprintf(f, "%s\"%s\": %.6g%s", k ? ", " : ", \"figures\": {", r->figures[k].name,
+                    r->figures[k].value, k == r->nfigures - 1 ? "}" : "");
         open_finding = 1;
         first = 0;
     }

@@ -23,7 +23,7 @@
 #define ROW_FIELD_LIST(X)                                                                    \
     X(step) X(loss) X(val_loss) X(lr) X(grad_norm) X(tokens_per_s) X(ms) X(tokens) X(memory) \
     X(gpu_power_w) X(gpu_sm_clock_mhz) X(gpu_power_capped) X(gpu_step_energy_j)          \
-    X(comm_exposed) X(comm_exposed_ms) X(comm_bus_gbs)
+    X(comm_exposed) X(comm_exposed_ms) X(comm_bus_gbs) X(input_wait) X(input_wait_ms)
 // clang-format on
 
 typedef struct {

@@ -345,9 +345,9 @@ static gpc_status none_recv(gpc_dist *d, void *b, size_t n, gpc_dtype t, int p, 
     return none_send(d, b, n, t, p, s);
 }
 
-static const gpc_dist_ops none_ops = {"none",     none_buf,     none_root,  none_seg,  none_seg,
-                                      none_root,  none_ok,      none_ok,    none_host, none_ok,
-                                      none_watch, none_destroy, none_split, none_send, none_recv};
+static const gpc_dist_ops none_ops = {
+    "none",    none_buf, none_root,  none_seg,     none_seg,   none_root, none_ok,   none_ok,
+    none_host, none_ok,  none_watch, none_destroy, none_split, none_send, none_recv, none_buf};
 
 gpc_status gpc_dist_none_init(gpc_dist *d) {
     if (d->world_size != 1)

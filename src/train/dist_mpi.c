@@ -84,6 +84,19 @@ static gpc_status mpi_all_reduce(gpc_dist *d, void *buf, size_t count, gpc_dtype
     return mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, n, t, MPI_SUM, comm_of(d)), "allreduce");
 }
 
+static gpc_status mpi_all_reduce_max(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype,
+                                     gpc_stream stream) {
+    (void)stream;
+    if (dtype != GPC_F32)
+        return gpc_error(GPC_ERR_UNSUPPORTED, "the MPI max all-reduce takes f32, not %s",
+                         gpc_dtype_name(dtype));
+    int n = 0;
+    GPC_TRY(mpi_count(count, &n));
+    if (n == 0) return GPC_OK;
+    return mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_MAX, comm_of(d)),
+                     "allreduce max");
+}
+
 static gpc_status mpi_reduce(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype, int root,
                              gpc_stream stream) {
     (void)stream;
@@ -229,7 +242,8 @@ static const gpc_dist_ops mpi_ops = {.name = "mpi",
                                      .destroy = mpi_destroy,
                                      .split = mpi_split,
                                      .send = mpi_send,
-                                     .recv = mpi_recv};
+                                     .recv = mpi_recv,
+                                     .all_reduce_max = mpi_all_reduce_max};
 
 static gpc_status mpi_start(void) {
     int initialized = 0;

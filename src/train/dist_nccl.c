@@ -38,7 +38,7 @@ typedef struct {
 } nccl_unique_id;
 typedef int nccl_result; /* ncclSuccess = 0 */
 enum { NCCL_FLOAT16 = 6, NCCL_FLOAT32 = 7, NCCL_FLOAT64 = 8, NCCL_BFLOAT16 = 9 };
-enum { NCCL_SUM = 0 };
+enum { NCCL_SUM = 0, NCCL_MAX = 2 }; /* ncclRedOp_t: ncclSum, ncclProd, ncclMax */
 
 typedef struct {
     void *lib;
@@ -159,6 +159,16 @@ static gpc_status n_all_reduce(gpc_dist *d, void *buf, size_t count, gpc_dtype d
     if (!count) return GPC_OK;
     return nccl_check(d, api.all_reduce(buf, buf, count, t, NCCL_SUM, st->comm, stream),
                       "all-reduce");
+}
+
+static gpc_status n_all_reduce_max(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype,
+                                   gpc_stream stream) {
+    nccl_state *st = d->impl;
+    int t = 0;
+    GPC_TRY(nccl_type(dtype, &t));
+    if (!count) return GPC_OK;
+    return nccl_check(d, api.all_reduce(buf, buf, count, t, NCCL_MAX, st->comm, stream),
+                      "max all-reduce");
 }
 
 static gpc_status n_reduce(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype, int root,
@@ -349,7 +359,8 @@ static const gpc_dist_ops nccl_ops = {"nccl",           n_all_reduce, n_reduce,
                                       n_reduce_scatter, n_all_gather, n_broadcast,
                                       n_group_start,    n_group_end,  n_all_reduce_host,
                                       n_barrier,        n_watch,      n_destroy,
-                                      n_split,          n_send,       n_recv};
+                                      n_split,          n_send,       n_recv,
+                                      n_all_reduce_max};
 
 /* A group's communicator from the world's (ncclCommSplit, NCCL 2.18), with
  * its own state and watchdog. */

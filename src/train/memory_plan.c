@@ -12,7 +12,9 @@
  * rstd, small, stay); with block recomputation everything inside a block is
  * rebuilt from the block's input, so only the residual stream between blocks
  * stays per layer. A block count N applies the level to the first N blocks:
- * those share one slot, the other L - N keep theirs.
+ * those share one slot, the other L - N keep theirs. With the optimizer
+ * offloaded, master, m and v move to pinned host memory, beside a host
+ * copy of the gradients and of the weights (gpc/optim.h).
  */
 #include "gpc/plan.h"
 #include "gpc/model.h"
@@ -108,6 +110,12 @@ static gpc_status check_input(const gpc_plan_input *in) {
                          in->recompute >> 2, in->layers / pp, in->layers, pp, in->layers / pp);
     if (in->lora_rank && tp * pp > 1)
         return gpc_error(GPC_ERR_INVALID_ARG, "--lora trains on one GPU; leave out --tp and --pp");
+    if (in->offload && (in->zero || in->gpus != 1 || tp * pp > 1 || in->lora_rank))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "--offload-optimizer plans one GPU training a whole model: leave out "
+                         "--gpus, --zero, --tp, --pp and --lora");
+    if (in->offload != 0 && in->offload != 1)
+        return gpc_error(GPC_ERR_INVALID_ARG, "offload %d is not 0 or 1", in->offload);
     if (in->lora_rank < 0 || in->lora_rank > in->channels)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "--lora %d is out of range: use 0 (full fine-tuning) to %d (channels)",
@@ -128,8 +136,9 @@ static uint64_t kept_slots(const gpc_plan_input *in, int level) {
 /* Everything but per_sample. */
 static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
     memset(out, 0, sizeof *out);
-    /* a part: L/pp layers, and the attention heads and MLP units of one of
-     * tp slices (the first pipeline stage, which holds the most) */
+    /* a part: L/pp layers, and the attention heads, MLP units and
+     * vocabulary rows of one of tp slices (the first pipeline stage, which
+     * holds the most) */
     const uint64_t tp = in->tp > 0 ? (uint64_t)in->tp : 1, pp = in->pp > 0 ? (uint64_t)in->pp : 1;
     const uint64_t dp = (uint64_t)in->gpus / (tp * pp);
     const uint64_t L = (uint64_t)in->layers / pp, NH = (uint64_t)in->heads / tp;
@@ -144,8 +153,12 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
     /* Parameters, llm.c's layout: wte Vp*C, wpe T*C, per layer
      * ln1 2C + qkv 3C*C+3C + attproj C*C+C + ln2 2C + fc 4C*C+4C + fcproj 4C*C+C
      * = 12C^2 + 13C, and lnf 2C. A tp slice holds 1/tp of the four matrices
-     * and of the qkv and fc biases: 12C^2/tp + 7C/tp + 6C. */
-    uint64_t base = Vp * C + T * C + L * (12 * C * Cl + 7 * Cl + 6 * C) + 2 * C;
+     * and of the qkv and fc biases: 12C^2/tp + 7C/tp + 6C, and about Vp/tp
+     * rows of wte (gpt_tp_vocab_rows: the vocabulary-parallel embedding and
+     * head), so wte's gradient and AdamW state are 1/tp too. */
+    gpt_config vocab = {.padded_vocab = (int)Vp};
+    const uint64_t Vl = (uint64_t)gpt_tp_vocab_rows(&vocab, (int)tp);
+    uint64_t base = Vl * C + T * C + L * (12 * C * Cl + 7 * Cl + 6 * C) + 2 * C;
     /* LoRA adapters A [R, in] and B [out, R] on qkv (C->3C), attproj (C->C),
      * fc (C->4C) and fcproj (4C->C): R*(4C + 2C + 5C + 5C) = 16RC per layer. */
     uint64_t adapters = R ? L * 16 * R * C : 0;
@@ -166,6 +179,12 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
     out->optimizer = 2 * buffer(shard, f32) + (low_precision ? buffer(shard, f32) : 0);
     out->optimizer_unsharded =
         2 * buffer(out->trainable, f32) + (low_precision ? buffer(out->trainable, f32) : 0);
+    if (in->offload) {
+        /* gpc_optim's one pinned block: the state, a host copy of the
+         * gradients and of the weights (compute dtype), and the norm */
+        out->host_pinned = out->optimizer + 2 * buffer(out->trainable, s) + 256;
+        out->optimizer = out->optimizer_unsharded = 0; /* nothing on the device to shard */
+    }
 
     /* gpt_activations, in its order, once per micro-batch in flight. The
      * recomputed layers of a level share one slot; the others keep theirs. */
@@ -210,7 +229,11 @@ static void plan_bytes(const gpc_plan_input *in, gpc_plan_result *out) {
         in->cuda && in->dtype != GPC_F32 && gpc_attention_cudnn_head_size_ok((int64_t)hs)
             ? buffer(BT * Cl, f32)
             : 0;
-    out->workspace = buffer(BT * Vp, s) + (in->cuda ? GPC_PLAN_CUBLASLT_WORKSPACE : 0) + cudnn;
+    /* the logits of this rank's vocabulary rows; under tp also the
+     * cross-entropy's row statistics [3, BT] and one row gathered from the
+     * ranks for sampling (gpt.c's ce_stats and logits_full) */
+    out->workspace = buffer(BT * Vl, s) + (in->cuda ? GPC_PLAN_CUBLASLT_WORKSPACE : 0) + cudnn;
+    if (tp > 1) out->workspace += buffer(3 * BT, f32) + buffer(tp * Vl, s);
     out->context = in->cuda ? GPC_PLAN_CUDA_CONTEXT : 0;
     out->total = out->parameters + out->gradients + out->optimizer + out->activations +
                  out->backward + out->workspace + out->context;
@@ -269,22 +292,23 @@ gpc_status gpc_plan_write_json(const char *path, const char *model, const gpc_pl
             "{\"model\": \"%s\", \"layers\": %d, \"heads\": %d, \"channels\": %d, "
             "\"context\": %d, \"batch\": %d, \"vocab\": %d, \"precision\": \"%s\", "
             "\"recompute\": %d, \"recompute_layers\": %d, \"zero\": %d, \"gpus\": %d, "
-            "\"lora\": %d, \"device\": \"%s\",\n",
+            "\"lora\": %d, \"offload_optimizer\": %d, \"device\": \"%s\",\n",
             model, in->layers, in->heads, in->channels, in->context, in->batch, in->vocab,
             gpc_dtype_name(in->dtype), gpt_recompute_level(in->recompute),
             gpt_recompute_layers(in->recompute, in->layers), in->zero, in->gpus, in->lora_rank,
-            in->cuda ? "cuda" : "cpu");
+            in->offload, in->cuda ? "cuda" : "cpu");
     fprintf(f,
             " \"num_params\": %llu, \"trainable\": %llu, \"parameters\": %llu, \"gradients\": "
             "%llu, \"optimizer\": %llu, \"optimizer_unsharded\": %llu, \"activations\": %llu, "
             "\"backward\": %llu, \"workspace\": %llu, \"context_overhead\": %llu, \"total\": "
-            "%llu, \"per_sample\": %llu,\n \"gpus_fit\": [",
+            "%llu, \"per_sample\": %llu, \"host_pinned\": %llu,\n \"gpus_fit\": [",
             (unsigned long long)r->num_params, (unsigned long long)r->trainable,
             (unsigned long long)r->parameters, (unsigned long long)r->gradients,
             (unsigned long long)r->optimizer, (unsigned long long)r->optimizer_unsharded,
             (unsigned long long)r->activations, (unsigned long long)r->backward,
             (unsigned long long)r->workspace, (unsigned long long)r->context,
-            (unsigned long long)r->total, (unsigned long long)r->per_sample);
+            (unsigned long long)r->total, (unsigned long long)r->per_sample,
+            (unsigned long long)r->host_pinned);
     int count;
     const gpc_plan_gpu *gpus = gpc_plan_gpus(&count);
     for (int i = 0; i < count; i++)

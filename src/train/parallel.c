@@ -1,6 +1,7 @@
 /*
  * parallel.c: the train layer's side of tensor parallelism: the model's tp
- * hook bound to a group's all-reduce, and the whole model gathered from
+ * hooks bound to a group's all-reduces (sum, and max for the
+ * vocabulary-parallel cross-entropy), and the whole model gathered from
  * the group's slices for a checkpoint (include/gpc/parallel.h).
  */
 #include "gpc/parallel.h"
@@ -12,6 +13,16 @@ static gpc_status tp_all_reduce(void *user, gpc_tensor *t) {
     return d->ops->all_reduce_sum(d, t->data, (size_t)gpc_tensor_numel(t), t->dtype, NULL);
 }
 
+static gpc_status tp_all_reduce_max(void *user, gpc_tensor *t) {
+    gpc_dist *d = user;
+    if (!d->ops->all_reduce_max)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "the %s collectives have no max all-reduce, which tensor parallelism's "
+                         "cross-entropy needs: use mpi or nccl",
+                         d->ops->name);
+    return d->ops->all_reduce_max(d, t->data, (size_t)gpc_tensor_numel(t), t->dtype, NULL);
+}
+
 gpc_status gpc_tp_attach(gpt_model *m, gpc_dist *tp) {
     if (tp->world_size != gpt_tp_size(m) || tp->rank != gpt_tp_rank(m))
         return gpc_error(GPC_ERR_MISMATCH,
@@ -19,6 +30,7 @@ gpc_status gpc_tp_attach(gpt_model *m, gpc_dist *tp) {
                          "rank %d of %d: create the model with the group's rank and size",
                          gpt_tp_rank(m), gpt_tp_size(m), tp->rank, tp->world_size);
     gpt_set_tp_reduce(m, tp_all_reduce, tp);
+    gpt_set_tp_max(m, tp_all_reduce_max, tp);
     return GPC_OK;
 }
 

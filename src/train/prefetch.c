@@ -22,6 +22,10 @@
  * loader's position after its batch, so the position a checkpoint stores is
  * that of the last batch returned, never that of the thread, which runs
  * ahead.
+ *
+ * GPC_LOADER_DELAY_MS makes the thread sleep before cutting each batch: a
+ * loader slower than the step on purpose, to provoke an input-bound run
+ * and check that gpc doctor names it.
  */
 #include "train/data_internal.h"
 
@@ -30,6 +34,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+
+#include "gpc/settings.h"
 
 #define DEVICE_SLOTS 2
 #define MAX_DEPTH 64
@@ -54,6 +61,7 @@ struct gpc_prefetch {
     gpc_device device;
     const gpc_backend *backend;
     int B, T, depth, gpu;
+    long delay_ms;         /* GPC_LOADER_DELAY_MS: sleep before each batch */
     size_t batch_elements; /* B*T */
     void *host_memory;     /* depth x (inputs, targets), pinned on a GPU */
     host_slot *slots;
@@ -90,6 +98,17 @@ struct gpc_prefetch {
 
 /* ------------------------------------------------------------ the thread */
 
+/* Sleeps ms in slices of at most 50 ms, so that close does not wait out a
+ * long delay. */
+static void loader_delay(gpc_prefetch *p, long ms) {
+    while (ms > 0 && !atomic_load(&p->stop)) {
+        long slice = ms < 50 ? ms : 50;
+        struct timespec ts = {0, slice * 1000000L};
+        nanosleep(&ts, NULL);
+        ms -= slice;
+    }
+}
+
 static void *prefetch_thread(void *arg) {
     gpc_prefetch *p = arg;
     gpc_status s = loader_load(p->loader, &p->stop);
@@ -111,6 +130,7 @@ static void *prefetch_thread(void *arg) {
         pthread_mutex_unlock(&p->lock);
         /* the slot's last copy must have left it before it is written */
         if (copying) s = p->backend->event_synchronize(slot->copied);
+        loader_delay(p, p->delay_ms);
         int64_t unmasked = 0;
         gpc_loader_state after;
         if (s == GPC_OK) s = gpc_loader_next(p->loader, slot->inputs, slot->targets);
@@ -325,6 +345,8 @@ gpc_status gpc_prefetch_open(gpc_prefetch **out, const char *dir, gpc_split spli
                          "the data loader needs 2 to %d batches in flight, not %d (two: one for "
                          "the step, one being prepared)",
                          MAX_DEPTH, depth);
+    long delay_ms;
+    GPC_TRY(gpc_setting_int_checked("GPC_LOADER_DELAY_MS", &delay_ms));
     const gpc_backend *backend;
     GPC_TRY(gpc_backend_require(device, &backend));
     gpc_loader *loader;
@@ -340,6 +362,7 @@ gpc_status gpc_prefetch_open(gpc_prefetch **out, const char *dir, gpc_split spli
     p->B = B;
     p->T = T;
     p->depth = depth;
+    p->delay_ms = delay_ms;
     p->gpu = device.type != GPC_DEVICE_CPU;
     p->batch_elements = (size_t)B * (size_t)T;
     gpc_loader_get_state(loader, &p->position);

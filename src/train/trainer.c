@@ -10,6 +10,9 @@
  * gpt_read_step, which reads the loss for the metrics line, is the one
  * wait, and just before it the host reads the GPU's power and clock. After
  * the step come the metrics line, the callback, validation and checkpoints.
+ * The clock read around each gpc_prefetch_next gives the time the step was
+ * blocked on its loader (input_wait_ms in the metrics): what tells an
+ * input-bound run from a slow step, for gpc doctor.
  *
  * Exact resume: everything that decides the next steps is in the checkpoint
  * (f32 weights, from which the bf16 copy is rounded to nearest, AdamW
@@ -324,6 +327,7 @@ static double plan_bytes(const gpc_train_options *o, const run_settings *s,
         in.gpus *= in.tp * in.pp;
     }
     in.lora_rank = o->lora_rank;
+    in.offload = o->offload_optimizer ? 1 : 0;
     in.cuda = o->device.type == GPC_DEVICE_CUDA;
     gpc_plan_result r;
     /* the plan takes one T: a fine-tuned model's extra rows of wpe (more
@@ -336,8 +340,10 @@ static double plan_bytes(const gpc_train_options *o, const run_settings *s,
         gpc_clear_error();
         return 0;
     }
+    /* on the CPU the offloaded state is host memory like the rest */
+    double host = in.cuda ? 0 : (double)r.host_pinned;
     /* a GPU's context exists by the time its free memory is read */
-    return (double)(r.total - r.context) + wpe + 6.0 * B * (double)s->T * sizeof(int32_t);
+    return (double)(r.total - r.context) + host + wpe + 6.0 * B * (double)s->T * sizeof(int32_t);
 }
 
 /* ------------------------------------------------------------ auto-fit */
@@ -521,6 +527,11 @@ static void write_metrics(trainer *t, const gpc_train_event *e) {
         json_number(f, "comm_exposed_ms", e->comm_exposed_ms);
         json_number(f, "comm_bus_gbs", e->comm_bus_gbs);
     }
+    /* the share of the step blocked on the loader (gpc doctor's input-bound) */
+    if (!isnan(e->input_wait_ms) && e->ms > 0) {
+        json_number(f, "input_wait", e->input_wait_ms / e->ms);
+        json_number(f, "input_wait_ms", e->input_wait_ms);
+    }
     fprintf(f, ",\"tokens\":%llu}\n", (unsigned long long)e->tokens_seen);
     fflush(f);
 }
@@ -587,6 +598,7 @@ static void gpu_readings_unknown(gpc_train_event *e) {
     e->gpu_power_capped = -1;
     e->gpu_step_energy_j = NAN;
     e->comm_exposed_ms = e->comm_busy_ms = e->comm_bus_gbs = NAN;
+    e->input_wait_ms = NAN;
 }
 
 /* Finds this process's GPU in NVML. NVML numbers all GPUs of the machine and
@@ -808,16 +820,20 @@ static void emit(const trainer *t, const gpc_train_event *e) {
 /* A pipeline stage's forward and backward passes of one step: every stage
  * reads the step's micro-batches (the first uses the inputs, the last the
  * targets) and gpc_pipeline_step runs them in the 1F1B order. */
-static gpc_status pipeline_step(trainer *t, float dloss) {
+static gpc_status pipeline_step(trainer *t, float dloss, double *input_wait_ms) {
     const run_settings *s = &t->s;
     size_t n = (size_t)s->B * (size_t)s->T;
     for (int micro = 0; micro < s->accumulation; micro++) {
+        /* the copies back to the host wait for the batch's transfer: they
+         * are part of the wait for input */
+        double waited = gpc_time_seconds();
         gpc_batch batch;
         GPC_TRY(gpc_prefetch_next(t->train, &batch));
         gpc_tensor in = gpc_tensor_2d(t->pipe_inputs + micro * n, GPC_I32, gpc_cpu(), s->B, s->T);
         gpc_tensor tg = gpc_tensor_2d(t->pipe_targets + micro * n, GPC_I32, gpc_cpu(), s->B, s->T);
         GPC_TRY(gpc_tensor_copy(&in, &batch.inputs));
         GPC_TRY(gpc_tensor_copy(&tg, &batch.targets));
+        *input_wait_ms += (gpc_time_seconds() - waited) * 1e3;
     }
     gpc_pipeline_timing timing;
     gpc_trace_push("pipeline");
@@ -882,12 +898,16 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
     /* The batches arrive on the device through the copy stream, and the
      * model sums the micro-steps' losses on the device: nothing inside the
      * step waits for the GPU; gpt_read_step below is the one wait. */
-    if (t->pipe_inputs) GPC_TRY(pipeline_step(t, dloss));
+    e->input_wait_ms = 0;
+    if (t->pipe_inputs) GPC_TRY(pipeline_step(t, dloss, &e->input_wait_ms));
     for (int micro = 0; !t->pipe_inputs && micro < s->accumulation; micro++) {
         gpc_batch batch;
+        /* the time blocked on the loader: two clock reads a micro-step */
+        double waited = gpc_time_seconds();
         gpc_trace_push("data");
         gpc_status st = gpc_prefetch_next(t->train, &batch);
         gpc_trace_pop();
+        e->input_wait_ms += (gpc_time_seconds() - waited) * 1e3;
         GPC_TRY(st);
         if (t->ddp) GPC_TRY(gpc_ddp_micro_step(t->ddp, micro == s->accumulation - 1));
         gpc_trace_push("forward+backward");
@@ -1144,6 +1164,10 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
     t->targets = gpc_malloc(n * sizeof(int32_t));
     if (!t->inputs || !t->targets) return gpc_error(GPC_ERR_NOMEM, "out of host memory");
     if (t->lora.rank) {
+        if (o->offload_optimizer)
+            return gpc_error(GPC_ERR_UNSUPPORTED,
+                             "--offload-optimizer does not train LoRA adapters, whose state is "
+                             "small: leave it out with --lora");
         if (world > 1 || o->dist)
             return gpc_error(GPC_ERR_UNSUPPORTED,
                              "--lora trains on one process; leave out the extra processes");
@@ -1196,6 +1220,9 @@ static gpc_status open_run(trainer *t, const gpc_dataset_info *info,
                              s->recompute, shard[o->rank], shard[o->rank + 1] - shard[o->rank]);
         gpc_free(shard);
         GPC_TRY(st);
+    } else if (o->offload_optimizer) {
+        GPC_TRY(gpt_create_offload(&t->model, &s->config, o->device, s->precision, s->B, s->T,
+                                   s->recompute));
     } else {
         GPC_TRY(gpt_create_recompute(&t->model, &s->config, o->device, s->precision, s->B, s->T, 1,
                                      s->recompute));
@@ -1254,6 +1281,7 @@ static void emit_start(trainer *t) {
     e.device = t->o->device;
     e.precision = t->s.precision;
     e.memory_planned = gpt_memory_bytes(t->model);
+    e.host_pinned = gpt_host_pinned_bytes(t->model);
     e.first_step = t->step;
     e.steps = t->s.steps;
     e.peak_lr = t->s.schedule.lr;
@@ -1451,7 +1479,27 @@ static gpc_status train_run(const gpc_train_options *o, const train_parts *parts
     return s;
 }
 
+/* The combinations --offload-optimizer does not support, refused before
+ * anything is built: it keeps one whole model's state in one process. */
+static gpc_status check_offload(const gpc_train_options *o) {
+    if (!o->offload_optimizer) return GPC_OK;
+    if (o->tp > 1 || o->pp > 1)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "--offload-optimizer keeps a whole model's optimizer state in one "
+                         "process: leave out --tp and --pp");
+    if (o->world_size > 1 || o->dist || o->zero)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "--offload-optimizer trains on one process: leave out data parallelism "
+                         "(the extra processes and --zero)");
+    if (o->lora_rank)
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "--offload-optimizer does not train LoRA adapters, whose state is "
+                         "small: leave it out with --lora");
+    return GPC_OK;
+}
+
 gpc_status gpc_train(const gpc_train_options *o, gpc_train_result *result) {
+    GPC_TRY(check_offload(o));
     int tp = o->tp > 1 ? o->tp : 1, pp = o->pp > 1 ? o->pp : 1;
     if (tp == 1 && pp == 1) return train_run(o, NULL, o->rank == 0, result);
     /* model parallelism: world = dp x pp x tp; the trainer sees its dp

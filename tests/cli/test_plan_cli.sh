@@ -83,6 +83,21 @@ assert z["optimizer_unsharded"] == a["optimizer"] == 1493710848, z["optimizer_un
 assert a["total"] - z["total"] == 1493710848 - 373427712, (a["total"], z["total"])
 PY
 
+# --offload-optimizer: the device drops the 1,493,710,848 bytes of master
+# weights and moments (total 2,846,796,032) and the host pins 1,991,614,720
+# (the state, a copy of the gradients and of the weights, 256 for the norm).
+"$GPC" plan --model d12 --batch 4 --offload-optimizer --json "$work/off.json" >"$work/off.txt"
+total=$(awk '$1 == "total" {print $2}' "$work/off.txt")
+[[ "$total" == 2846796032 ]] || fail "offloaded total row says '$total', expected 2846796032"
+grep -q "^  host pinned memory .*(1991614720 bytes)$" "$work/off.txt" ||
+  fail "host pinned line: $(grep -i pinned "$work/off.txt")"
+grep -qi "pinned" "$work/out.txt" && fail "a plan without --offload-optimizer reports pinned memory"
+grep -q "ZeRO-1" "$work/off.txt" && fail "an offloaded plan reports a ZeRO-1 saving"
+python3 -c "
+import json
+p=json.load(open('$work/off.json'))
+assert (p['optimizer'], p['optimizer_unsharded'], p['total'], p['host_pinned'], p['offload_optimizer']) == (0, 0, 2846796032, 1991614720, 1), p"
+
 # Usage errors: exit 2, one line naming what was wrong.
 expect_usage() {
   local needle=$1; shift
@@ -103,6 +118,7 @@ expect_usage "--gpus 0" --model d12 --gpus 0
 expect_usage "--tp 5 does not divide the model's 12 attention heads" --model d12 --tp 5 --gpus 5
 expect_usage "--pp 5 does not divide the model's 12 layers" --model d12 --pp 5 --gpus 5
 expect_usage "--gpus 6 is not a multiple of --tp 2 x --pp 2" --model d12 --tp 2 --pp 2 --gpus 6
+expect_usage "--offload-optimizer plans one GPU" --model d12 --offload-optimizer --gpus 2
 
 # GPT-2 1.5B (48 layers, 25 heads, 1600 channels) with full AdamW state on
 # 4 GPUs: data parallelism alone needs an A100 40GB, 2 pipeline stages fit
@@ -112,4 +128,13 @@ expect_usage "--gpus 6 is not a multiple of --tp 2 x --pp 2" --model d12 --tp 2 
 grep -Eq "^  1 +1 +4 +25\.7 GiB +A100 40GB" "$work/layouts.txt" || fail "layouts: $(cat "$work/layouts.txt")"
 grep -Eq "^  1 +2 +2 +14\.8 GiB +RTX 4090 24GB" "$work/layouts.txt" || fail "layouts: $(cat "$work/layouts.txt")"
 grep -Eq "^  5 " "$work/layouts.txt" && fail "tp 5 listed on 4 GPUs"
+# tp 5 on GPT-2 1.5B: each GPU holds 10064 of wte's 50304 padded rows
+# (ceil(50304 / 5) rounded up to 8) with their gradient and AdamW state, so
+# a part has 10064 x 1600 + 1024 x 1600 (wpe) + 48 x (12C^2/5 + 7C/5 + 6C)
+# + 2C = 313,224,320 parameters, 626,448,640 bytes in bf16
+"$GPC" plan --model d48 --batch 1 --gpus 5 --tp 5 >"$work/tp5.txt" 2>&1 || fail "tp 5: $(cat "$work/tp5.txt")"
+grep -q "313224320 parameters" "$work/tp5.txt" || fail "tp 5 parameters: $(head -3 "$work/tp5.txt")"
+grep -Eq "^  parameters +626448640 " "$work/tp5.txt" || fail "tp 5 bytes: $(head -6 "$work/tp5.txt")"
+grep -q "10064 of wte's 50304 padded vocabulary rows" "$work/tp5.txt" ||
+  fail "tp 5 vocabulary: $(grep "tp 5:" "$work/tp5.txt")"
 echo "plan cli: ok"

@@ -124,6 +124,24 @@ expect 0 "train --stochastic-rounding --attention-backward two over the environm
   "$GPC" "${tiny[@]}" --out "$work/sr-flag" --stochastic-rounding --attention-backward two
 grep -q "banana" "$work/err" && fail "the flags did not come first: $(grep banana "$work/err")"
 
+# ---- --offload-optimizer: in the help; on the CPU the losses are the plain
+# run's, bit for bit (as printed in metrics.jsonl); refused with --tp
+grep -Eq '^  --offload-optimizer +keep the f32 master weights' "$work/help" ||
+  fail "gpc help train lacks --offload-optimizer"
+expect 0 "train --offload-optimizer" -- "$GPC" "${tiny[@]}" --steps 4 --out "$work/off" \
+  --offload-optimizer
+grep -q "^gpc train: optimizer offloaded: master weights and moments in .* of pinned host memory" \
+  "$work/err" || fail "no offload line: $(cat "$work/err")"
+expect 0 "train without offload" -- "$GPC" "${tiny[@]}" --steps 4 --out "$work/no-off"
+cmp -s <(grep -o '"loss":[^,]*' "$work/off/metrics.jsonl") \
+  <(grep -o '"loss":[^,]*' "$work/no-off/metrics.jsonl") ||
+  fail "offloaded losses differ: $(cat "$work/off/metrics.jsonl")"
+cmp -s "$work/off/checkpoint.bin" "$work/no-off/checkpoint.bin" ||
+  fail "offloaded checkpoint differs from the plain run's"
+expect 1 "train --offload-optimizer --tp 2" -- "$GPC" "${tiny[@]}" --out "$work/off-tp" \
+  --offload-optimizer --tp 2
+grep -q "leave out --tp and --pp" "$work/err" || fail "--tp refusal: $(cat "$work/err")"
+
 # ---- runtime errors: exit 1
 expect 1 "train missing data dir" -- "$GPC" train --data "$work/nope" --out "$run" --device cpu
 expect 1 "train --resume with nothing to resume" -- "$GPC" train --data "$data" --out "$work/none" \

@@ -8,9 +8,10 @@
  * near-tie and may then part: the test prints how many agree and requires
  * the first four of each request and three quarters of all of them. A
  * seeded sampled run must give the same tokens twice on the GPU, and
- * min_tokens must keep the end-of-text token out on the device. Running
- * ahead (decode rows fed on the device) must give the same tokens as one
- * step at a time, whose steps hold the same rows.
+ * min_tokens must keep the end-of-text token out on the device. The greedy
+ * check runs again on int8 and fp8 copies of the run (gpc quantize).
+ * Running ahead (decode rows fed on the device) must give the same tokens
+ * as one step at a time, whose steps hold the same rows.
  *
  * Without a usable GPU the test exits 77, which CTest reports as skipped.
  */
@@ -65,9 +66,10 @@ static void on_event(void *user, const gpc_engine_event *ev) {
     if (ev->finish != GPC_FINISH_NONE) j->finished = 1, j->finish = ev->finish;
 }
 
-/* Runs the jobs (their results reset) through a fresh engine on device,
- * all submitted at once, stepping until every one has finished. */
-static void run_jobs(gpc_device device, job *jobs, int n) {
+/* Runs the jobs (their results reset) through a fresh engine of the run
+ * folder dir on device, all submitted at once, stepping until every one
+ * has finished. */
+static void run_jobs_of(const char *dir, gpc_device device, job *jobs, int n) {
     gpc_engine_options o;
     gpc_engine_options_init(&o);
     o.max_batch = 16;
@@ -77,7 +79,7 @@ static void run_jobs(gpc_device device, job *jobs, int n) {
         64 * gpt_paged_block_bytes(&config, device.type == GPC_DEVICE_CPU ? GPC_F32 : GPC_BF16,
                                    o.block_size);
     gpc_engine *e = NULL;
-    TEST_OK(gpc_engine_create(&e, run_dir, device, &o));
+    TEST_OK(gpc_engine_create(&e, dir, device, &o));
     for (int i = 0; i < n; i++) {
         job *j = &jobs[i];
         j->n_got = 0, j->finished = 0;
@@ -107,6 +109,10 @@ static void run_jobs(gpc_device device, job *jobs, int n) {
         if (!jobs[i].finished) fail_msg("request %d never finished", i);
 }
 
+static void run_jobs(gpc_device device, job *jobs, int n) {
+    run_jobs_of(run_dir, device, jobs, n);
+}
+
 static void make_jobs(job *jobs, float temperature, int top_k, float top_p) {
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 41);
@@ -127,14 +133,14 @@ static void make_jobs(job *jobs, float temperature, int top_k, float top_p) {
 
 static const gpc_device gpu = {GPC_DEVICE_CUDA, 0};
 
-/* Greedy on the GPU agrees with the CPU up to the first differing token. */
-static void test_greedy_against_cpu(void **state) {
-    (void)state;
+/* Greedy on the GPU agrees with the CPU up to the first differing token,
+ * for the run folder dir. */
+static void greedy_against_cpu(const char *dir) {
     static job cpu_jobs[PROMPTS], gpu_jobs[PROMPTS];
     make_jobs(cpu_jobs, 0.0f, 0, 1.0f);
     memcpy(gpu_jobs, cpu_jobs, sizeof cpu_jobs);
-    run_jobs(gpc_cpu(), cpu_jobs, PROMPTS);
-    run_jobs(gpu, gpu_jobs, PROMPTS);
+    run_jobs_of(dir, gpc_cpu(), cpu_jobs, PROMPTS);
+    run_jobs_of(dir, gpu, gpu_jobs, PROMPTS);
     int agree_total = 0, total = 0;
     for (int i = 0; i < PROMPTS; i++) {
         assert_int_equal(cpu_jobs[i].n_got, GEN);
@@ -153,6 +159,26 @@ static void test_greedy_against_cpu(void **state) {
            100.0 * agree_total / total);
     if (4 * agree_total < 3 * total)
         fail_msg("only %d of %d greedy tokens agree with the CPU", agree_total, total);
+}
+
+static void test_greedy_against_cpu(void **state) {
+    (void)state;
+    greedy_against_cpu(run_dir);
+}
+
+/* The same for the run's int8 and fp8 copies (gpc quantize): decode steps
+ * of up to 8 rows run in the skinny kernel, prompts in the others. */
+static void test_quantized_greedy_against_cpu(void **state) {
+    (void)state;
+    const gpt_quant_options kinds[2] = {{GPC_I8, 1}, {GPC_F8E4M3, 0}};
+    for (int k = 0; k < 2; k++) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s-q%d", run_dir, k);
+        TEST_OK(gpc_quantize_run(run_dir, dir, &kinds[k], NULL));
+        printf("  %s weights:\n", gpt_quant_name(&kinds[k]));
+        greedy_against_cpu(dir);
+        test_rmtree(dir);
+    }
 }
 
 /* A seeded sampled run gives the same tokens twice, and they are tokens. */
@@ -239,6 +265,7 @@ int main(void) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_against_cpu),
+        cmocka_unit_test(test_quantized_greedy_against_cpu),
         cmocka_unit_test(test_sampled_deterministic),
         cmocka_unit_test(test_min_tokens_on_device),
         cmocka_unit_test(test_pipeline_same_on_device),

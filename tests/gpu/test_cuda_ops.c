@@ -756,6 +756,87 @@ static void crossentropy_case(gpc_dtype dt, int64_t N, int V, int64_t Vp, int mo
     crossentropy_case_at(dt, N, V, Vp, mode, bad, dloss, 0.0f);
 }
 
+/* The vocabulary-parallel cross-entropy's three steps on one slice of S
+ * columns from col0 (ops.h), against the CPU's: targets inside the slice,
+ * outside it and masked; the finish step fed the CPU's statistics, so the
+ * comparison sees only its own rounding. */
+static void vocab_slice_case(gpc_dtype dt, int64_t N, int V, int64_t S, int64_t col0,
+                             int in_place) {
+    int64_t s_l[2] = {N, S}, s_st[2] = {3, N}, s_n[1] = {N};
+    int64_t real = V - col0 < S ? V - col0 : S; /* at least 1 here */
+    pair logits = make(dt, 2, s_l, 'r', -4, 4), stats = make(GPC_F32, 2, s_st, 'p', 0, 0);
+    pair losses = make(GPC_F32, 1, s_n, 'p', 0, 0);
+    pair targets = make(GPC_I32, 1, s_n, 'r', 0, (float)V);
+    for (int64_t i = 0; i < N; i++) {
+        float t = targets.host[i];
+        if (i % 5 == 0)
+            t = -1;
+        else if (i % 3 == 0)
+            t = (float)(col0 + i % real);
+        targets.host[i] = t;
+        ((int32_t *)targets.cpu.data)[i] = (int32_t)t;
+    }
+    upload(&targets.gpu, targets.host, N);
+    TEST_OK(gpc_op_crossentropy_slice_max(&stats.cpu, &logits.cpu, col0, V));
+    TEST_OK(gpc_op_crossentropy_slice_max(&stats.gpu, &logits.gpu, col0, V));
+    TEST_OK(gpc_op_crossentropy_slice_sums(&stats.cpu, &logits.cpu, &targets.cpu, col0, V));
+    TEST_OK(gpc_op_crossentropy_slice_sums(&stats.gpu, &logits.gpu, &targets.gpu, col0, V));
+    expect("crossentropy_slice stats", &stats, 1e-5);
+    upload(&stats.gpu, stats.cpu.data, 3 * N);
+    pair dl = make(dt, 2, s_l, 'p', 0, 0);
+    pair *d = in_place ? &logits : &dl;
+    float dloss = 1.0f / (float)N;
+    TEST_OK(gpc_op_crossentropy_slice_finish(&losses.cpu, &d->cpu, &logits.cpu, &targets.cpu,
+                                             &stats.cpu, col0, V, dloss));
+    TEST_OK(gpc_op_crossentropy_slice_finish(&losses.gpu, &d->gpu, &logits.gpu, &targets.gpu,
+                                             &stats.gpu, col0, V, dloss));
+    expect("crossentropy_slice losses", &losses, 1e-5);
+    expect(in_place ? "crossentropy_slice dlogits in place" : "crossentropy_slice dlogits", d,
+           tol_for(dt, 1e-5));
+    pair *all[] = {&logits, &stats, &losses, &targets, &dl};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        drop(all[i]);
+}
+
+/* The embedding of a slice of S rows from row0 (tokens of the whole
+ * vocabulary V), with and without positions, and its backward. */
+static void embedding_slice_case(gpc_dtype dt, int64_t B, int64_t T, int64_t C, int64_t V,
+                                 int64_t S, int64_t row0) {
+    int64_t s_tok[2] = {B, T}, s_wte[2] = {S, C}, s_wpe[2] = {T + 3, C}, s_out[3] = {B, T, C};
+    pair tok = make(GPC_I32, 2, s_tok, 'r', 0, (float)V);
+    pair wte = make(dt, 2, s_wte, 'r', -1, 1), wpe = make(dt, 2, s_wpe, 'r', -1, 1);
+    for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
+        pair out = make(dt, 3, s_out, 'p', 0, 0);
+        TEST_OK(gpc_op_embedding_slice_forward(&out.cpu, &tok.cpu, &wte.cpu,
+                                               with_wpe ? &wpe.cpu : NULL, row0));
+        TEST_OK(gpc_op_embedding_slice_forward(&out.gpu, &tok.gpu, &wte.gpu,
+                                               with_wpe ? &wpe.gpu : NULL, row0));
+        expect(with_wpe ? "embedding_slice_forward out" : "embedding_slice_forward, no wpe", &out,
+               tol_for(dt, 1e-6));
+        drop(&out);
+    }
+    pair dout = make(dt, 3, s_out, 'r', -1, 1);
+    pair dwte = make(dt, 2, s_wte, 'r', -1, 1), dwpe = make(dt, 2, s_wpe, 'r', -1, 1);
+    TEST_OK(gpc_op_embedding_slice_backward(&dwte.cpu, &dwpe.cpu, &dout.cpu, &tok.cpu, row0));
+    TEST_OK(gpc_op_embedding_slice_backward(&dwte.gpu, &dwpe.gpu, &dout.gpu, &tok.gpu, row0));
+    expect("embedding_slice_backward dwte", &dwte, tol_for(dt, 1e-5));
+    expect("embedding_slice_backward dwpe", &dwpe, tol_for(dt, 1e-5));
+    pair *all[] = {&tok, &wte, &wpe, &dout, &dwte, &dwpe};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        drop(all[i]);
+}
+
+static void test_vocab_slices(void **state) {
+    (void)state;
+    vocab_slice_case(GPC_F32, 13, 100, 64, 64, 0);         /* the last slice: 36 real of 64 */
+    vocab_slice_case(GPC_BF16, 9, 50257, 12576, 0, 1);     /* GPT-2 over tp 4, first slice */
+    vocab_slice_case(GPC_BF16, 9, 50257, 12576, 37728, 1); /* its last: padding at the end */
+    vocab_slice_case(GPC_F16, 5, 1000, 520, 520, 0);
+    embedding_slice_case(GPC_F32, 3, 37, 36, 11, 4, 4);
+    embedding_slice_case(GPC_BF16, 2, 29, 64, 101, 40, 40);
+    embedding_slice_case(GPC_BF16, 2, 17, 36, 101, 51, 50); /* C not a multiple of 8 */
+}
+
 static void test_crossentropy(void **state) {
     (void)state;
     /* rows held in registers (Vp a multiple of the 16-byte pack, at
@@ -1105,6 +1186,7 @@ int main(void) {
         cmocka_set_test_filter(gpc_setting_given("GPC_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_vocab_slices),
         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_gelu),

@@ -1,19 +1,25 @@
 /* test_cuda_stencil.c: the stencil on a GPU against the CPU and against the
- * exact decay of its sine mode.
+ * exact decay of its sine mode, for every update kernel GPC_STENCIL_KERNEL
+ * names (vector, column, plain, shared, twostep).
  *
  * f64: the GPU computes each point with the CPU's operations in the CPU's
  * order (one fused multiply-add of c6 u and r s, s summed x-1, x+1, y-1,
  * y+1, z-1, z+1, each rounded to nearest) from the CPU's starting bits, so
- * the fields must be equal bit for bit, not merely close; a failure prints
- * the largest distance in units in the last place. f32: within 5e-7 a step
- * (plus 1e-6) of the f64 field, whose amplitude is 1: each step rounds
- * five additions of terms up to 1, a product and the fused multiply-add
- * (under 4.2e-7 at worst for r <= 1/6, and the scheme never amplifies an
- * error). Slabs on one GPU, whose halos go by device copies on a second
- * stream while the inside is updated, must give one slab's bits, in f64
- * and f32, down to slabs of one and two planes; so must a run split into
- * several calls. Bad input: a GPU index that does not exist and a grid
- * larger than the GPU. Exits 77 without a GPU. */
+ * every kernel's field must equal the CPU's bit for bit, not merely be
+ * close; a failure prints the largest distance in units in the last place.
+ * The sizes leave part tiles and runs that reach past the row's end, and z
+ * chunks whose length is not a multiple of the register queue's; odd step
+ * counts make twostep end its pairs with a single step. f32:
+ * within 5e-7 a step (plus 1e-6) of the f64 field, whose amplitude is 1:
+ * each step rounds five additions of terms up to 1, a product and the fused
+ * multiply-add (under 4.2e-7 at worst for r <= 1/6, and the scheme never
+ * amplifies an error); the kernels share that arithmetic, so their f32
+ * fields are equal bit for bit. Slabs on one GPU, whose halos go by device
+ * copies on a second stream while the inside is updated, must give one
+ * slab's bits, in f64 and f32, down to slabs of one and two planes, for
+ * every kernel; so must a run split into several calls. Bad input: a GPU
+ * index that does not exist, a kernel that does not, and a grid larger
+ * than the GPU. Exits 77 without a GPU. */
 #include "testutil.h"
 
 #include <math.h>
@@ -21,7 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpc/settings.h"
 #include "gpc/stencil.h"
+
+static const char *const kernels[] = {"vector", "column", "plain", "shared", "twostep"};
+enum { KERNELS = sizeof kernels / sizeof kernels[0] };
 
 static int gpu_count(void) {
     const gpc_backend *b = gpc_backend_get(GPC_DEVICE_CUDA);
@@ -33,16 +43,29 @@ static gpc_device cuda0(void) {
     return d;
 }
 
-static gpc_stencil *make(int n, int domains, double r, const int k[3], gpc_device device, int fp32,
-                         int steps) {
+/* A run on `device`; on a GPU with the update kernel named (NULL: the
+ * default, GPC_STENCIL_KERNEL unset). */
+static gpc_stencil *make_with(const char *kernel, int n, int domains, double r, const int k[3],
+                              gpc_device device, int fp32, int steps) {
+    TEST_OK(gpc_settings_override("GPC_STENCIL_KERNEL", kernel));
     gpc_stencil_config c;
     gpc_stencil_defaults(&c);
     c.n = n, c.domains = domains, c.r = r, c.device = device, c.fp32 = fp32;
     memcpy(c.mode, k, sizeof c.mode);
     gpc_stencil *s = NULL;
     TEST_OK(gpc_stencil_create(&s, &c));
+    TEST_OK(gpc_settings_override("GPC_STENCIL_KERNEL", NULL));
+    /* the default (auto) is the vector kernel, unless the environment names one */
+    const char *given = getenv("GPC_STENCIL_KERNEL");
+    if (device.type == GPC_DEVICE_CUDA && (kernel || !given || !*given))
+        assert_string_equal(gpc_stencil_kernel_name(s), kernel ? kernel : "vector");
     TEST_OK(gpc_stencil_run(s, steps));
     return s;
+}
+
+static gpc_stencil *make(int n, int domains, double r, const int k[3], gpc_device device, int fp32,
+                         int steps) {
+    return make_with(NULL, n, domains, r, k, device, fp32, steps);
 }
 
 /* The whole field as doubles, plane after plane. */
@@ -82,86 +105,121 @@ static void same_bits(const char *what, const gpc_stencil *a, const gpc_stencil 
     free(fa), free(fb);
 }
 
-/* f64 on the GPU gives the CPU's bits; both follow the exact decay. */
+/* f64 on the GPU gives the CPU's bits, with every kernel; both follow the
+ * exact decay. */
 static void test_f64_matches_cpu_bits(void **state) {
     (void)state;
     const struct {
         int n, k[3], steps;
         double r;
     } runs[] = {
-        {45, {3, 2, 5}, 30, 1.0 / 6}, /* rows that are not whole 32 x 8 tiles */
+        {45, {3, 2, 5}, 30, 1.0 / 6}, /* part tiles; runs past x = n; z chunks of 23 and 22 */
         {64, {7, 1, 3}, 25, 0.1},
         {200, {1, 2, 1}, 20, 0.125}, /* z split into chunks of blocks */
+        {97, {2, 3, 1}, 7, 0.15},    /* odd: every kernel's last run of a row is partial */
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
-        char what[64];
-        snprintf(what, sizeof what, "n %d f64 GPU vs CPU", runs[i].n);
         gpc_stencil *cpu = make(runs[i].n, 1, runs[i].r, runs[i].k, gpc_cpu(), 0, runs[i].steps);
-        gpc_stencil *gpu = make(runs[i].n, 1, runs[i].r, runs[i].k, cuda0(), 0, runs[i].steps);
-        same_bits(what, gpu, cpu, runs[i].n);
-        double eg = gpc_stencil_error(gpu), ec = gpc_stencil_error(cpu);
-        if (!(eg < 1e-14 * runs[i].steps)) fail_msg("%s: error %.3g against lambda^s", what, eg);
-        /* the same field: |u - s u0| may round differently, by an ulp */
-        if (!(fabs(eg - ec) <= 1e-15)) fail_msg("%s: errors %.17g GPU, %.17g CPU", what, eg, ec);
-        double hg = gpc_stencil_heat_error(gpu), hc = gpc_stencil_heat_error(cpu);
-        if (!(fabs(hg - hc) <= 1e-15 && hg > 1e-9))
-            fail_msg("%s: heat errors %.17g GPU, %.17g CPU", what, hg, hc);
+        const double ec = gpc_stencil_error(cpu), hc = gpc_stencil_heat_error(cpu);
+        for (int kernel = 0; kernel < KERNELS; kernel++) {
+            char what[64];
+            snprintf(what, sizeof what, "n %d f64 GPU (%s) vs CPU", runs[i].n, kernels[kernel]);
+            gpc_stencil *gpu = make_with(kernels[kernel], runs[i].n, 1, runs[i].r, runs[i].k,
+                                         cuda0(), 0, runs[i].steps);
+            same_bits(what, gpu, cpu, runs[i].n);
+            double eg = gpc_stencil_error(gpu);
+            if (!(eg < 1e-14 * runs[i].steps))
+                fail_msg("%s: error %.3g against lambda^s", what, eg);
+            /* the same field: |u - s u0| may round differently, by an ulp */
+            if (!(fabs(eg - ec) <= 1e-15))
+                fail_msg("%s: errors %.17g GPU, %.17g CPU", what, eg, ec);
+            double hg = gpc_stencil_heat_error(gpu);
+            if (!(fabs(hg - hc) <= 1e-15 && hg > 1e-9))
+                fail_msg("%s: heat errors %.17g GPU, %.17g CPU", what, hg, hc);
+            gpc_stencil_free(gpu);
+        }
         gpc_stencil_free(cpu);
-        gpc_stencil_free(gpu);
     }
 }
 
 /* f32 on the GPU within the stated tolerance of the f64 field and of the
- * exact decay. */
+ * exact decay, with every kernel; the kernels' f32 fields are equal. */
 static void test_f32_within_tolerance(void **state) {
     (void)state;
-    const int n = 64, steps = 40, k[3] = {2, 1, 3};
-    const double r = 0.15, tol = 5e-7 * steps + 1e-6;
-    gpc_stencil *cpu = make(n, 1, r, k, gpc_cpu(), 0, steps);
-    gpc_stencil *gpu = make(n, 1, r, k, cuda0(), 1, steps);
-    double *fc = field_of(cpu, n), *fg = field_of(gpu, n), worst = 0;
-    for (size_t i = 0; i < (size_t)n * n * n; i++)
-        worst = fmax(worst, fabs(fc[i] - fg[i]));
-    if (!(worst <= tol)) fail_msg("f32 vs f64: %.3g over %.3g", worst, tol);
-    /* and not the f64 field itself: the run is really in f32 */
-    if (!(worst > 0)) fail_msg("f32 run gave the f64 bits");
-    double e = gpc_stencil_error(gpu);
-    if (!(e <= tol)) fail_msg("f32 error against lambda^s: %.3g over %.3g", e, tol);
-    double hg = gpc_stencil_heat_error(gpu), hc = gpc_stencil_heat_error(cpu);
-    if (!(fabs(hg - hc) <= tol)) fail_msg("f32 heat error %.6g, f64 %.6g", hg, hc);
-    free(fc), free(fg);
-    gpc_stencil_free(cpu);
-    gpc_stencil_free(gpu);
+    const int sizes[] = {64, 45};
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        const int n = sizes[z], steps = 40, k[3] = {2, 1, 3};
+        const double r = 0.15, tol = 5e-7 * steps + 1e-6;
+        gpc_stencil *cpu = make(n, 1, r, k, gpc_cpu(), 0, steps);
+        gpc_stencil *first = NULL;
+        double *fc = field_of(cpu, n);
+        for (int kernel = 0; kernel < KERNELS; kernel++) {
+            char what[64];
+            snprintf(what, sizeof what, "n %d f32 (%s)", n, kernels[kernel]);
+            gpc_stencil *gpu = make_with(kernels[kernel], n, 1, r, k, cuda0(), 1, steps);
+            double *fg = field_of(gpu, n), worst = 0;
+            for (size_t i = 0; i < (size_t)n * n * n; i++)
+                worst = fmax(worst, fabs(fc[i] - fg[i]));
+            if (!(worst <= tol)) fail_msg("%s vs f64: %.3g over %.3g", what, worst, tol);
+            /* and not the f64 field itself: the run is really in f32 */
+            if (!(worst > 0)) fail_msg("%s run gave the f64 bits", what);
+            double e = gpc_stencil_error(gpu);
+            if (!(e <= tol)) fail_msg("%s error against lambda^s: %.3g over %.3g", what, e, tol);
+            double hg = gpc_stencil_heat_error(gpu), hc = gpc_stencil_heat_error(cpu);
+            if (!(fabs(hg - hc) <= tol)) fail_msg("%s heat error %.6g, f64 %.6g", what, hg, hc);
+            free(fg);
+            if (first) {
+                same_bits(what, gpu, first, n);
+                gpc_stencil_free(gpu);
+            } else {
+                first = gpu;
+            }
+        }
+        free(fc);
+        gpc_stencil_free(first);
+        gpc_stencil_free(cpu);
+    }
 }
 
 /* Slabs on one GPU, halos exchanged on the second stream during the
- * inside's update, give one slab's bits; so does a run in pieces. */
+ * inside's update, give one slab's bits with every kernel; so does a run in
+ * pieces. */
 static void test_slabs_give_the_same_bits(void **state) {
     (void)state;
     const int k[3] = {3, 1, 2};
-    for (int fp32 = 0; fp32 <= 1; fp32++) {
-        const int n = 40, steps = 23, splits[] = {2, 3, 20, 40};
-        gpc_stencil *one = make(n, 1, 1.0 / 6, k, cuda0(), fp32, steps);
-        for (size_t p = 0; p < sizeof splits / sizeof splits[0]; p++) {
+    for (int kernel = 0; kernel < KERNELS; kernel++)
+        for (int fp32 = 0; fp32 <= 1; fp32++) {
+            const char *name = kernels[kernel];
+            const int n = 40, steps = 23, splits[] = {2, 3, 20, 40};
+            gpc_stencil *one = make_with(name, n, 1, 1.0 / 6, k, cuda0(), fp32, steps);
+            for (size_t p = 0; p < sizeof splits / sizeof splits[0]; p++) {
+                char what[64];
+                snprintf(what, sizeof what, "%s %s, %d slabs vs 1", name, fp32 ? "f32" : "f64",
+                         splits[p]);
+                gpc_stencil *split =
+                    make_with(name, n, splits[p], 1.0 / 6, k, cuda0(), fp32, steps);
+                same_bits(what, split, one, n);
+                gpc_stencil_free(split);
+            }
+            /* 23 steps as 10 + 13 calls, two slabs */
             char what[64];
-            snprintf(what, sizeof what, "%s, %d slabs vs 1", fp32 ? "f32" : "f64", splits[p]);
-            gpc_stencil *split = make(n, splits[p], 1.0 / 6, k, cuda0(), fp32, steps);
-            same_bits(what, split, one, n);
-            gpc_stencil_free(split);
+            snprintf(what, sizeof what, "%s %s in pieces", name, fp32 ? "f32" : "f64");
+            gpc_stencil *pieces = make_with(name, n, 2, 1.0 / 6, k, cuda0(), fp32, 10);
+            TEST_OK(gpc_stencil_run(pieces, steps - 10));
+            assert_int_equal(gpc_stencil_steps(pieces), steps);
+            same_bits(what, pieces, one, n);
+            gpc_stencil_free(pieces);
+            gpc_stencil_free(one);
         }
-        /* 23 steps as 10 + 13 calls, two slabs */
-        gpc_stencil *pieces = make(n, 2, 1.0 / 6, k, cuda0(), fp32, 10);
-        TEST_OK(gpc_stencil_run(pieces, steps - 10));
-        assert_int_equal(gpc_stencil_steps(pieces), steps);
-        same_bits(fp32 ? "f32 in pieces" : "f64 in pieces", pieces, one, n);
-        gpc_stencil_free(pieces);
-        gpc_stencil_free(one);
-    }
-    /* a large grid in two slabs: the overlap with real work on both streams */
+    /* a large grid in two slabs: the overlap with real work on both streams;
+     * its CPU run checks the default kernel's long z chunks too */
     const int big = 256;
+    gpc_stencil *cpu = make(big, 1, 0.125, k, gpc_cpu(), 0, 12);
     gpc_stencil *one = make(big, 1, 0.125, k, cuda0(), 0, 12);
     gpc_stencil *two = make(big, 2, 0.125, k, cuda0(), 0, 12);
+    same_bits("256^3 f64, 1 slab vs the CPU", one, cpu, big);
     same_bits("256^3 f64, 2 slabs vs 1", two, one, big);
+    gpc_stencil_free(cpu);
     gpc_stencil_free(one);
     gpc_stencil_free(two);
 }
@@ -176,6 +234,14 @@ static void test_bad_input(void **state) {
     char want[64];
     snprintf(want, sizeof want, "cuda:%d does not exist", gpu_count());
     TEST_FAILS(gpc_stencil_create(&s, &c), GPC_ERR_INVALID_ARG, want);
+    /* a kernel that does not exist, named in the environment */
+    gpc_stencil_defaults(&c);
+    c.device = cuda0();
+    setenv("GPC_STENCIL_KERNEL", "tiled", 1);
+    TEST_FAILS(gpc_stencil_create(&s, &c), GPC_ERR_INVALID_ARG,
+               "GPC_STENCIL_KERNEL=tiled is not a GPU kernel");
+    unsetenv("GPC_STENCIL_KERNEL");
+    assert_null(s);
     /* 4096^3 f64 twice is over a TiB: refused before allocating */
     gpc_stencil_defaults(&c);
     c.device = cuda0(), c.n = 4096;

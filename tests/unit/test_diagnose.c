@@ -3,7 +3,10 @@
  * and healthy traces named by nothing; the trace reader's errors; the peak
  * table behind MFU; and the post-mortem of three run folders (an
  * out-of-memory end whose remedy matches gpc plan's model, a healthy run
- * whose MFU matches 6N + 6LCT computed here, a power-capped run). */
+ * whose MFU matches 6N + 6LCT computed here, a power-capped run, a
+ * data-parallel run waiting on its all-reduce, and two runs whose metrics
+ * record the step's wait for input: high, named input-bound with its
+ * figures, and low, named by nothing though some steps stall). */
 #include "testutil.h"
 
 #include <math.h>
@@ -244,6 +247,101 @@ static void test_run_communication(void **state) {
     if (!strstr(out[0].text, "communication: 3")) fail_msg("text: %s", out[0].text);
 }
 
+/* The measured input wait against GPC_DIAG_INPUT_WAIT: at it, nothing;
+ * just over it, input-bound with the figures; unknown, the stalls of the
+ * same steps suggest input-bound as before; known and low, they do not. */
+static void test_input_wait_threshold(void **state) {
+    (void)state;
+    gpc_diag_sample s[20];
+    gpc_diag_finding out[8];
+    for (int i = 0; i < 20; i++) {
+        gpc_diag_sample_clear(&s[i]);
+        s[i].step_ms = i % 5 == 0 ? 300 : 100; /* a fifth of the steps stall */
+        s[i].input_wait = GPC_DIAG_INPUT_WAIT;
+        s[i].input_wait_ms = GPC_DIAG_INPUT_WAIT * s[i].step_ms;
+    }
+    assert_int_equal(gpc_diagnose(s, 20, out, 8), 0);
+    for (int i = 0; i < 20; i++) {
+        s[i].input_wait = GPC_DIAG_INPUT_WAIT + 0.01;
+        s[i].input_wait_ms = s[i].input_wait * s[i].step_ms;
+    }
+    assert_int_equal(gpc_diagnose(s, 20, out, 8), 1);
+    assert_int_equal(out[0].kind, GPC_DIAG_INPUT_BOUND);
+    if (!strstr(out[0].text, "waits 21% of its time (21.0 ms of 100.0 ms)"))
+        fail_msg("text: %s", out[0].text);
+    assert_non_null(strstr(out[0].remedy, "loader more threads"));
+    assert_int_equal(out[0].nfigures, 3);
+    assert_string_equal(out[0].figures[0].name, "input_wait");
+    assert_true(fabs(out[0].figures[0].value - (GPC_DIAG_INPUT_WAIT + 0.01)) < 1e-12);
+    assert_string_equal(out[0].figures[1].name, "input_wait_ms");
+    assert_true(fabs(out[0].figures[1].value - 100 * (GPC_DIAG_INPUT_WAIT + 0.01)) < 1e-9);
+    assert_string_equal(out[0].figures[2].name, "step_ms");
+    assert_true(out[0].figures[2].value == 100);
+    /* a saturated host thread is the loader's when the wait is measured */
+    for (int i = 0; i < 20; i++) {
+        s[i].util = GPC_DIAG_UTIL_LOW - 20;
+        s[i].cpu_top_thread = 100;
+    }
+    assert_int_equal(gpc_diagnose(s, 20, out, 8), 1);
+    assert_int_equal(out[0].kind, GPC_DIAG_INPUT_BOUND);
+    for (int i = 0; i < 20; i++) {
+        gpc_diag_sample_clear(&s[i]);
+        s[i].step_ms = i % 5 == 0 ? 300 : 100;
+    }
+    assert_int_equal(gpc_diagnose(s, 20, out, 8), 1); /* unknown: the stalls */
+    assert_int_equal(out[0].kind, GPC_DIAG_INPUT_BOUND);
+    assert_non_null(strstr(out[0].text, "of steps take over"));
+    assert_int_equal(out[0].nfigures, 0);
+    for (int i = 0; i < 20; i++)
+        s[i].input_wait = 0.01;
+    assert_int_equal(gpc_diagnose(s, 20, out, 8), 0); /* measured low: not the loader */
+}
+
+/* The trainer's input_wait, high: input-bound with the medians of the
+ * steps after the first two (1618..1630 ms of 2688..2700), and no
+ * under-occupied for the low MFU that the waiting causes. */
+static void test_run_input_bound(void **state) {
+    (void)state;
+    gpc_diag_finding out[16];
+    int count;
+    gpc_diag_run_summary s = run_fixture("run_input", out, &count);
+    if (count != 1) fail_msg("%d findings, first: %s", count, count ? out[0].text : "none");
+    assert_int_equal(out[0].kind, GPC_DIAG_INPUT_BOUND);
+    /* the reference: the fixture's steps 3..40 are 2694 + 3d ms waiting
+     * 1624 + 3d ms, d = -2..2 in turn, the share written to 4 decimals;
+     * their median share is that of d = 0, as the share grows with d */
+    assert_int_equal(out[0].nfigures, 3);
+    assert_true(fabs(out[0].figures[0].value - round(1624.0 / 2694.0 * 1e4) / 1e4) < 1e-12);
+    assert_true(out[0].figures[1].value == 1624.0);
+    assert_true(out[0].figures[2].value == 2694.0);
+    if (!strstr(out[0].text, "waits 60% of its time (1624.0 ms of 2694.0 ms)"))
+        fail_msg("text: %s", out[0].text);
+    assert_true(s.mfu > 0 && s.mfu < GPC_DIAG_MFU_LOW * 2);
+    double share, wait_ms;
+    char *path = test_source_path("tests/fixtures/doctor/run_input");
+    TEST_OK(gpc_diag_run_input_wait(path, 0, &share, &wait_ms));
+    assert_true(share == out[0].figures[0].value && wait_ms == 1624.0);
+    /* the last 3 steps: d = -2, -1, 0 (steps 38..40) */
+    TEST_OK(gpc_diag_run_input_wait(path, 3, &share, &wait_ms));
+    assert_true(wait_ms == 1621.0);
+    gpc_free(path);
+    path = test_source_path("tests/fixtures/doctor/run_healthy");
+    TEST_OK(gpc_diag_run_input_wait(path, 20, &share, &wait_ms));
+    assert_true(share == -1 && wait_ms == -1); /* not recorded */
+    gpc_free(path);
+}
+
+/* input_wait low while a step in eight stalls (2.2x the median): the
+ * measured wait says the loader keeps up, so nothing is named. */
+static void test_run_input_low(void **state) {
+    (void)state;
+    gpc_diag_finding out[16];
+    int count;
+    gpc_diag_run_summary s = run_fixture("run_input_low", out, &count);
+    if (count) fail_msg("got '%s'", out[0].text);
+    assert_true(s.mfu > 0.3);
+}
+
 static void test_run_unknown_gpu_and_bad_folders(void **state) {
     (void)state;
     char *dir = test_tmpdir("diag_run");
@@ -281,6 +379,9 @@ int main(void) {
         cmocka_unit_test(test_run_healthy_mfu),
         cmocka_unit_test(test_run_power_capped),
         cmocka_unit_test(test_run_communication),
+        cmocka_unit_test(test_input_wait_threshold),
+        cmocka_unit_test(test_run_input_bound),
+        cmocka_unit_test(test_run_input_low),
         cmocka_unit_test(test_run_unknown_gpu_and_bad_folders),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

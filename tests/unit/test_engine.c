@@ -767,6 +767,48 @@ static void test_run_folders(void **state) {
     gpc_free(dir);
 }
 
+/* A run of gpc quantize (int8, and fp8 per tensor) is served: the engine's
+ * greedy tokens, alone and batched, equal gpc_generate's on the same
+ * quantized model, as gpc sample loads it. */
+static void test_quantized_run(void **state) {
+    (void)state;
+    const gpt_quant_options kinds[2] = {{GPC_I8, 1}, {GPC_F8E4M3, 0}};
+    char *dir = test_tmpdir("engine_quant");
+    gpt_model *plain = reference;
+    for (int k = 0; k < 2; k++) {
+        char out[4200];
+        snprintf(out, sizeof out, "%s/q%d", dir, k);
+        TEST_OK(gpc_quantize_run(run_dir, out, &kinds[k], NULL));
+        gpt_model *quantized = NULL;
+        TEST_OK(gpt_create_from_run(&quantized, out, gpc_cpu(), GPC_F32, 1, CONTEXT));
+        reference = quantized; /* what expect() generates with */
+        enum { JOBS = 6 };
+        job jobs[JOBS];
+        gpc_rng rng;
+        gpc_rng_seed(&rng, 23, (uint64_t)k);
+        for (int i = 0; i < JOBS; i++) {
+            make_job(&jobs[i], &rng, 1 + (size_t)(i * 5) % 20, 4 + i * 3);
+            expect(&jobs[i]);
+        }
+        gpc_engine_options o;
+        gpc_engine_options_init(&o);
+        o.max_batch = 8;
+        o.block_size = 4;
+        gpc_engine *e = NULL;
+        TEST_OK(gpc_engine_create(&e, out, gpc_cpu(), &o));
+        for (int i = 0; i < JOBS; i++)
+            submit(e, &jobs[i]);
+        run_until_idle(e, 200);
+        for (int i = 0; i < JOBS; i++)
+            assert_same(kinds[k].dtype == GPC_I8 ? "int8 run" : "fp8 run", i, &jobs[i]);
+        gpc_engine_free(e);
+        reference = plain;
+        gpt_free(quantized);
+    }
+    test_rmtree(dir);
+    gpc_free(dir);
+}
+
 /* ------------------------------------------------------------ chunks */
 
 /* A prompt of 50 in chunks of 8 rows a step gives gpc_generate's tokens,
@@ -964,6 +1006,7 @@ int main(void) {
         cmocka_unit_test(test_cancel_from_callback),
         cmocka_unit_test(test_queue_bound_and_errors),
         cmocka_unit_test(test_run_folders),
+        cmocka_unit_test(test_quantized_run),
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_pipeline_same_outputs),
         cmocka_unit_test(test_pipeline_setting),

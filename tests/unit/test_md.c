@@ -289,6 +289,9 @@ static void test_bad_configs(void **state) {
     gpc_md_defaults(&c);
     c.temperature = NAN;
     TEST_FAILS(gpc_md_create(&md, &c), GPC_ERR_INVALID_ARG, "temperature nan");
+    gpc_md_defaults(&c);
+    c.gpu_lanes = 3; /* checked on the CPU too, before any device is asked */
+    TEST_FAILS(gpc_md_create(&md, &c), GPC_ERR_INVALID_ARG, "3 GPU lanes per atom: use 1, 2, 4");
     assert_null(md);
 }
 

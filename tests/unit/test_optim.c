@@ -3,7 +3,9 @@
  * whose gradients must not count in the clipping norm; a ZeRO-1 shard that
  * cuts through ranges steps its elements exactly as the whole optimizer
  * does; fp16's overflow skip (read at once, on the device, or observed
- * later) and the loss scale halving and doubling; and the misuses. */
+ * later) and the loss scale halving and doubling; an offloaded optimizer
+ * (state in host memory, chunks that cut through ranges) steps bit for bit
+ * as the plain one in f32, bf16 and fp16; and the misuses. */
 #include "testutil.h"
 
 #include <math.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "gpc/optim.h"
+#include "ops/ops.h"
 
 enum { MAX_RANGES = 8 };
 
@@ -87,7 +90,7 @@ static void test_matches_float64_reference(void **state) {
         size_t trained = 0;
         for (int k = 0; k < n; k++)
             trained += r[k].count;
-        gpc_optim_layout layout = {gpc_cpu(), GPC_F32, r, n, 0, SIZE_MAX, 1};
+        gpc_optim_layout layout = {gpc_cpu(), GPC_F32, r, n, 0, SIZE_MAX, 1, 0, 0};
         gpc_optim *opt = NULL;
         TEST_OK(gpc_optim_create(&opt, &layout));
         TEST_OK(gpc_optim_alloc(opt));
@@ -158,7 +161,7 @@ static void test_shards_step_like_the_whole(void **state) {
     gpc_optim_defaults(&o);
     o.learning_rate = 1e-2f;
     gpc_optim *whole = NULL;
-    gpc_optim_layout layout = {gpc_cpu(), GPC_F32, r, n, 0, SIZE_MAX, 1};
+    gpc_optim_layout layout = {gpc_cpu(), GPC_F32, r, n, 0, SIZE_MAX, 1, 0, 0};
     TEST_OK(gpc_optim_create(&whole, &layout));
     TEST_OK(gpc_optim_alloc(whole));
     TEST_OK(gpc_optim_norm_sq(whole, &grads, 0, P, &norm_whole));
@@ -222,7 +225,7 @@ static void half_create(half_model *h, gpc_rng *rng, size_t P, const gpc_optim_r
     h->params = gpc_tensor_1d(h->w, GPC_F16, gpc_cpu(), (int64_t)P);
     h->grads = gpc_tensor_1d(h->g, GPC_F16, gpc_cpu(), (int64_t)P);
     h->norm_sq = gpc_tensor_1d(h->norm_value, GPC_F32, gpc_cpu(), 1);
-    gpc_optim_layout layout = {gpc_cpu(), GPC_F16, r, n, 0, SIZE_MAX, 1};
+    gpc_optim_layout layout = {gpc_cpu(), GPC_F16, r, n, 0, SIZE_MAX, 1, 0, 0};
     TEST_OK(gpc_optim_create(&h->opt, &layout));
     TEST_OK(gpc_optim_alloc(h->opt));
     float *values = malloc(P * sizeof *values);
@@ -349,12 +352,84 @@ static void test_fp16_overflow_and_loss_scale(void **state) {
     free(ref.w), free(ref.m), free(ref.v);
 }
 
+/* The offloaded optimizer, in chunks of 7 elements that cut through the
+ * ranges, against the plain one on the same values: weights, m, v and the
+ * master equal bit for bit after 6 steps, and so do the norms; in fp16 an
+ * overflowed step is skipped by both, and the loss scales agree. */
+static void test_offload_steps_like_plain(void **state) {
+    (void)state;
+    const gpc_dtype dtypes[3] = {GPC_F32, GPC_BF16, GPC_F16};
+    for (int d = 0; d < 3; d++) {
+        gpc_dtype dt = dtypes[d];
+        gpc_rng rng;
+        gpc_rng_seed(&rng, test_seed(), 80 + (uint64_t)d);
+        size_t P = 300 + gpc_rng_below(&rng, 300), size = gpc_dtype_size(dt);
+        gpc_optim_range r[MAX_RANGES];
+        int n = random_ranges(&rng, P, r);
+        gpc_optim *opt[2] = {NULL, NULL};
+        void *w[2], *g = malloc(P * size);
+        float *values = malloc(P * sizeof *values), *gf = malloc(P * sizeof *gf), sq[2][1];
+        gpc_rng_fill_normal(&rng, values, P, 0.0f, 1.0f);
+        for (int k = 0; k < 2; k++) {
+            gpc_optim_layout layout = {gpc_cpu(), dt, r, n, 0, SIZE_MAX, 1, k, 7};
+            TEST_OK(gpc_optim_create(&opt[k], &layout));
+            TEST_OK(gpc_optim_alloc(opt[k]));
+            assert_int_equal(gpc_optim_offloaded(opt[k]), k);
+            assert_true(k ? gpc_optim_host_bytes(opt[k]) > 0 : gpc_optim_host_bytes(opt[k]) == 0);
+            w[k] = malloc(P * size);
+            gpc_tensor host = gpc_tensor_1d(values, GPC_F32, gpc_cpu(), (int64_t)P);
+            gpc_tensor params = gpc_tensor_1d(w[k], dt, gpc_cpu(), (int64_t)P);
+            TEST_OK(gpc_op_convert(&params, &host)); /* frozen elements too */
+            TEST_OK(gpc_optim_set_master(opt[k], &params, values));
+        }
+        assert_memory_equal(w[0], w[1], P * size);
+        gpc_optim_options o;
+        gpc_optim_defaults(&o);
+        o.learning_rate = 1e-2f;
+        for (int step = 1; step <= 6; step++) {
+            gpc_rng_fill_normal(&rng, gf, P, 0.0f, dt == GPC_F16 ? 100.0f : 1.0f);
+            if (dt == GPC_F16 && step == 3) gf[r[0].offset] = INFINITY; /* an overflow */
+            gpc_tensor host = gpc_tensor_1d(gf, GPC_F32, gpc_cpu(), (int64_t)P);
+            gpc_tensor grads = gpc_tensor_1d(g, dt, gpc_cpu(), (int64_t)P);
+            TEST_OK(gpc_op_convert(&grads, &host));
+            o.step = step;
+            o.max_grad_norm = step % 2 ? 1.0f : 0.0f;
+            float norm[2];
+            int skipped[2];
+            for (int k = 0; k < 2; k++) {
+                gpc_tensor params = gpc_tensor_1d(w[k], dt, gpc_cpu(), (int64_t)P);
+                gpc_tensor norm_sq = gpc_tensor_1d(sq[k], GPC_F32, gpc_cpu(), 1);
+                TEST_OK(gpc_optim_norm_sq(opt[k], &grads, 0, P, &norm_sq));
+                TEST_OK(gpc_optim_step(opt[k], &params, &grads, 0, P, &norm_sq, &o, &norm[k],
+                                       &skipped[k]));
+            }
+            assert_int_equal(skipped[0], skipped[1]);
+            assert_int_equal(skipped[0], dt == GPC_F16 && step == 3);
+            assert_true(skipped[0] ? isnan(norm[1]) : norm[0] == norm[1]);
+            assert_true(gpc_optim_loss_scale(opt[0]) == gpc_optim_loss_scale(opt[1]));
+            if (memcmp(w[0], w[1], P * size) != 0)
+                fail_msg("%s step %d: the offloaded weights differ", gpc_dtype_name(dt), step);
+        }
+        size_t count = gpc_optim_state_count(opt[0]);
+        assert_memory_equal(gpc_optim_m(opt[0])->data, gpc_optim_m(opt[1])->data, count * 4);
+        assert_memory_equal(gpc_optim_v(opt[0])->data, gpc_optim_v(opt[1])->data, count * 4);
+        if (dt != GPC_F32)
+            assert_memory_equal(gpc_optim_master(opt[0])->data, gpc_optim_master(opt[1])->data,
+                                count * 4);
+        for (int k = 0; k < 2; k++) {
+            gpc_optim_free(opt[k]);
+            free(w[k]);
+        }
+        free(g), free(values), free(gf);
+    }
+}
+
 static void test_errors(void **state) {
     (void)state;
     gpc_optim *opt = NULL;
     const gpc_optim_range overlap[2] = {{0, 10, 1, 0}, {5, 10, 0, 1}};
     const gpc_optim_range two[2] = {{0, 10, 1, 0}, {10, 10, 0, 1}};
-    gpc_optim_layout layout = {gpc_cpu(), GPC_F32, overlap, 2, 0, SIZE_MAX, 1};
+    gpc_optim_layout layout = {gpc_cpu(), GPC_F32, overlap, 2, 0, SIZE_MAX, 1, 0, 0};
     TEST_FAILS(gpc_optim_create(&opt, &layout), GPC_ERR_INVALID_ARG, "ascending offset");
     assert_null(opt);
     layout.ranges = two;
@@ -392,6 +467,7 @@ int main(void) {
         cmocka_unit_test(test_matches_float64_reference),
         cmocka_unit_test(test_shards_step_like_the_whole),
         cmocka_unit_test(test_fp16_overflow_and_loss_scale),
+        cmocka_unit_test(test_offload_steps_like_plain),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -43,7 +43,11 @@
  *       + 458,227,712 + 629,145,600 = 4,340,506,880.
  * One more sequence (B=1, BT=1024) adds a quarter of every BT-sized buffer:
  * (1,223,770,112 + 37,748,992 - 256 + 412,090,368 + 12,582,912) / 4
- * = 421,548,032. */
+ * = 421,548,032.
+ * With the optimizer offloaded the device drops the 1,493,710,848 bytes
+ * of state (total 2,846,796,032) and the host pins them beside a copy of
+ * the gradients and of the weights, plus 256 for the norm:
+ * 1,493,710,848 + 2 * 248,951,808 + 256 = 1,991,614,720. */
 static void test_d12_bf16_by_hand(void **state) {
     (void)state;
     gpc_plan_input in;
@@ -63,6 +67,13 @@ static void test_d12_bf16_by_hand(void **state) {
     assert_int_equal(r.workspace, 458227712ull);
     assert_int_equal(r.context, 629145600ull);
     assert_int_equal(r.total, 4340506880ull);
+    assert_int_equal(r.per_sample, 421548032ull);
+    assert_int_equal(r.host_pinned, 0);
+    in.offload = 1;
+    TEST_OK(gpc_plan_compute(&in, &r));
+    assert_int_equal(r.optimizer, 0);
+    assert_int_equal(r.total, 2846796032ull);
+    assert_int_equal(r.host_pinned, 1991614720ull);
     assert_int_equal(r.per_sample, 421548032ull);
 }
 
@@ -290,6 +301,18 @@ static void test_bad_input_messages(void **state) {
                "--recompute-layers 4 is more than a pipeline stage's 3 blocks");
     in.recompute = GPT_RECOMPUTE(GPT_RECOMPUTE_BLOCK, 3);
     TEST_OK(gpc_plan_compute(&in, &r));
+    /* the optimizer offloaded: one GPU, a whole model */
+    const char *what[4] = {"zero", "gpus", "tp", "lora"};
+    for (int k = 0; k < 4; k++) {
+        gpc_plan_defaults(&in);
+        in.offload = 1;
+        if (k == 0) in.zero = 1;
+        if (k == 1) in.gpus = 2;
+        if (k == 2) in.tp = 2, in.gpus = 2;
+        if (k == 3) in.lora_rank = 8;
+        TEST_FAILS(gpc_plan_compute(&in, &r), GPC_ERR_INVALID_ARG, what[k]);
+        assert_non_null(strstr(gpc_last_error(), "--offload-optimizer plans one GPU"));
+    }
 }
 
 /* The plan against the model itself: gpt_create_recompute and
@@ -360,8 +383,9 @@ static void test_plan_matches_gpt_create(void **state) {
         gpt_free(model);
         in.zero = 0;
         /* a part (gpt_create_part) of tp slices and pp stages: the first
-         * stage, with pp micro-batches' activations (1F1B's most) */
-        int tp = heads % 2 == 0 ? 2 : 1, pp = trial % 8 < 6 ? layers : 1;
+         * stage, with pp micro-batches' activations (1F1B's most); a tp of
+         * 3 cuts the padded vocabulary unevenly (gpt_tp_vocab_rows) */
+        int tp = heads % 2 == 0 ? 2 : heads == 3 ? 3 : 1, pp = trial % 8 < 6 ? layers : 1;
         gpt_parallel par = {tp, 0, pp, 0, pp};
         /* under pp a block count is each stage's: at most its L/pp blocks */
         int stage_blocks = blocks < layers / pp ? blocks : layers / pp;
@@ -379,6 +403,21 @@ static void test_plan_matches_gpt_create(void **state) {
                      (unsigned long long)real);
         gpt_free(model);
         in.tp = in.pp = in.gpus = 1;
+        /* the optimizer offloaded: the arenas lose m and v, and the
+         * host's pinned block is what the plan says, to the byte */
+        in.recompute = recompute, in.offload = 1;
+        TEST_OK(gpt_create_offload(&model, &config, gpc_cpu(), GPC_F32, B, T, recompute));
+        TEST_OK(gpc_plan_compute(&in, &r));
+        real = gpt_memory_bytes(model);
+        if (!(r.total >= real && r.total - real < 2 * 256))
+            fail_msg("offloaded, L=%d C=%d T=%d B=%d V=%d: plan %llu bytes, gpt_create_offload "
+                     "%llu",
+                     layers, channels, T, B, vocab, (unsigned long long)r.total,
+                     (unsigned long long)real);
+        assert_int_equal(r.host_pinned, gpt_host_pinned_bytes(model));
+        assert_true(gpt_optimizer_offloaded(model));
+        gpt_free(model);
+        in.offload = 0;
     }
 }
 

@@ -196,6 +196,73 @@ static void test_op_cpu(void **state) {
     }
 }
 
+/* GPT-2's GELU (tanh form) in double. */
+static double gelu_ref(double x) {
+    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+/* matmul_quant_gelu_forward: the product (against the float64 reference)
+ * and its GELU, int8 and fp8, with and without bias, odd shapes included;
+ * then its refusals. */
+static void test_gelu_op_cpu(void **state) {
+    (void)state;
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 4);
+    const int shapes[][3] = {{1, 16, 32}, {3, 33, 7}, {16, 40, 17}, {2, 5, 1}};
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++)
+        for (int variant = 0; variant < 4; variant++) {
+            int N = shapes[t][0], C = shapes[t][1], OC = shapes[t][2];
+            gpc_dtype dtype = variant % 2 ? GPC_F8E4M3 : GPC_I8;
+            int with_bias = variant < 2;
+            float *inp = malloc(sizeof(float) * N * C), *pre = malloc(sizeof(float) * N * OC);
+            float *act = malloc(sizeof(float) * N * OC), *bias = malloc(sizeof(float) * OC);
+            float *scales = malloc(sizeof(float) * OC);
+            uint8_t *q = malloc((size_t)OC * C);
+            double *want = malloc(sizeof(double) * N * OC);
+            for (int i = 0; i < N * C; i++)
+                inp[i] = gpc_rng_normal(&rng);
+            for (int i = 0; i < OC * C; i++) {
+                q[i] = (uint8_t)gpc_rng_below(&rng, 256);
+                if (dtype == GPC_F8E4M3 && (q[i] & 0x7f) == 0x7f) q[i] ^= 1;
+            }
+            for (int o = 0; o < OC; o++) {
+                scales[o] = 0.001f + 0.01f * (float)gpc_rng_uniform(&rng);
+                bias[o] = gpc_rng_normal(&rng);
+            }
+            reference(want, inp, q, scales, 1, dtype, with_bias ? bias : NULL, NULL, N, C, OC);
+            gpc_tensor ti = gpc_tensor_2d(inp, GPC_F32, gpc_cpu(), N, C);
+            gpc_tensor tq = gpc_tensor_2d(q, dtype, gpc_cpu(), OC, C);
+            gpc_tensor ts = gpc_tensor_1d(scales, GPC_F32, gpc_cpu(), OC);
+            gpc_tensor tb = gpc_tensor_1d(bias, GPC_F32, gpc_cpu(), OC);
+            gpc_tensor tp = gpc_tensor_2d(pre, GPC_F32, gpc_cpu(), N, OC);
+            gpc_tensor ta = gpc_tensor_2d(act, GPC_F32, gpc_cpu(), N, OC);
+            TEST_OK(
+                gpc_op_matmul_quant_gelu_forward(&tp, &ta, &ti, &tq, &ts, with_bias ? &tb : NULL));
+            char what[96];
+            snprintf(what, sizeof what, "gelu %s %dx%dx%d variant %d", gpc_dtype_name(dtype), N, C,
+                     OC, variant);
+            test_assert_close(what, pre, want, (size_t)N * OC, 2e-5, 1.0);
+            for (int i = 0; i < N * OC; i++)
+                want[i] = gelu_ref(want[i]);
+            test_assert_close(what, act, want, (size_t)N * OC, 2e-5, 1.0);
+            free(inp), free(pre), free(act), free(bias), free(scales), free(q), free(want);
+        }
+    float x[4] = {0}, y[4], z[4], scales[2] = {1, 1};
+    uint8_t q[4] = {0};
+    gpc_tensor ti = gpc_tensor_2d(x, GPC_F32, gpc_cpu(), 2, 2);
+    gpc_tensor tq = gpc_tensor_2d(q, GPC_I8, gpc_cpu(), 2, 2);
+    gpc_tensor ts = gpc_tensor_1d(scales, GPC_F32, gpc_cpu(), 2);
+    gpc_tensor ty = gpc_tensor_2d(y, GPC_F32, gpc_cpu(), 2, 2);
+    gpc_tensor tz = gpc_tensor_2d(z, GPC_F32, gpc_cpu(), 2, 2);
+    gpc_tensor small = gpc_tensor_2d(z, GPC_F32, gpc_cpu(), 1, 2);
+    TEST_FAILS(gpc_op_matmul_quant_gelu_forward(&ty, &ty, &ti, &tq, &ts, NULL), GPC_ERR_INVALID_ARG,
+               "three buffers");
+    TEST_FAILS(gpc_op_matmul_quant_gelu_forward(&ty, &tz, &ti, &ti, &ts, NULL), GPC_ERR_MISMATCH,
+               "must be i8 or f8e4m3");
+    TEST_FAILS(gpc_op_matmul_quant_gelu_forward(&ty, &small, &ti, &tq, &ts, NULL), GPC_ERR_MISMATCH,
+               "'out_gelu'");
+}
+
 static void test_op_errors(void **state) {
     (void)state;
     float inp[6], out[6], scales[3], bias[3];
@@ -477,6 +544,7 @@ int main(void) {
         cmocka_unit_test(test_quantize_bounds),
         cmocka_unit_test(test_op_cpu),
         cmocka_unit_test(test_op_errors),
+        cmocka_unit_test(test_gelu_op_cpu),
         cmocka_unit_test(test_model_matches_dequantized),
         cmocka_unit_test(test_perplexity_after_quantization),
         cmocka_unit_test(test_quant_file_and_run),

@@ -1,8 +1,9 @@
 /*
  * test_settings.c: the table of settings (src/core/settings.c) and its
  * accessors: every row well formed, each type parsed as documented, a bad
- * value warned about once and replaced by the default, an override ahead of
- * the environment, and a name missing from the table logged as an error.
+ * value warned about once and replaced by the default (or, read checked,
+ * refused), an override ahead of the environment, and a name missing from
+ * the table logged as an error.
  */
 #include "testutil.h"
 
@@ -245,6 +246,30 @@ static void read_unknown(void *arg) {
 
 /* A name missing from the table is a bug: an error at each read, which
  * answers as if unset without default, even when the environment has it. */
+/* The checked read: the default when unset, the value when good, and a
+ * bad value an error naming what is allowed, with no default in its place. */
+static void test_int_checked(void **state) {
+    (void)state;
+    long v = -1;
+    unsetenv("GPC_LOADER_DELAY_MS");
+    TEST_OK(gpc_setting_int_checked("GPC_LOADER_DELAY_MS", &v));
+    assert_int_equal(v, 0);
+    setenv("GPC_LOADER_DELAY_MS", "60000", 1);
+    TEST_OK(gpc_setting_int_checked("GPC_LOADER_DELAY_MS", &v));
+    assert_int_equal(v, 60000);
+    static const char *const bad[] = {"60001", "-1", "fast", "5ms", "1.5"};
+    for (int i = 0; i < 5; i++) {
+        char want[128];
+        snprintf(want, sizeof want,
+                 "GPC_LOADER_DELAY_MS must be a whole number from 0 to 60000, not '%s'", bad[i]);
+        setenv("GPC_LOADER_DELAY_MS", bad[i], 1);
+        TEST_FAILS(gpc_setting_int_checked("GPC_LOADER_DELAY_MS", &v), GPC_ERR_INVALID_ARG, want);
+    }
+    unsetenv("GPC_LOADER_DELAY_MS");
+    /* a setting of another type is a bug in the caller */
+    TEST_FAILS(gpc_setting_int_checked("GPC_LOG", &v), GPC_ERR_INTERNAL, "not an integer setting");
+}
+
 static void test_unknown_name(void **state) {
     (void)state;
     gpc_log_set_level(GPC_LOG_INFO);
@@ -267,6 +292,7 @@ int main(void) {
         cmocka_unit_test(test_flag_bad_value), cmocka_unit_test(test_int),
         cmocka_unit_test(test_double),         cmocka_unit_test(test_string),
         cmocka_unit_test(test_override),       cmocka_unit_test(test_unknown_name),
+        cmocka_unit_test(test_int_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

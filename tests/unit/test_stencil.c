@@ -5,8 +5,8 @@
  * over the whole grid from a random field, and the same run split into
  * slabs, which must give the same bits as one slab. The field's checksum
  * is recomputed here from the points, and bad configs (f32 on the CPU, a
- * GPU that is not there, more processes than planes, collectives other
- * than MPI's) are refused with the reason. */
+ * GPU that is not there, a GPU kernel that does not exist, more processes than planes, collectives
+ * other than MPI's) are refused with the reason. */
 #include "testutil.h"
 
 #include <math.h>
@@ -250,6 +250,13 @@ static void test_bad_configs(void **state) {
     if (!strstr(why, "built without CUDA") && !strstr(why, "no CUDA GPU is usable") &&
         !strstr(why, "cuda:9999 does not exist"))
         fail_msg("cuda:9999: %s", why);
+    /* a GPU update kernel that does not exist: refused before the GPU is
+     * looked for, so in any build */
+    c.device.index = 0;
+    setenv("GPC_STENCIL_KERNEL", "tiled", 1);
+    TEST_FAILS(gpc_stencil_create(&s, &c), GPC_ERR_INVALID_ARG,
+               "GPC_STENCIL_KERNEL=tiled is not a GPU kernel: use auto, vector");
+    unsetenv("GPC_STENCIL_KERNEL");
     /* processes: a grid of fewer planes than slabs, and collectives that do
      * not carry the stencil's halos (the checks come before any message) */
     gpc_dist_ops ops;

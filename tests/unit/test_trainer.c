@@ -2,9 +2,10 @@
  * learnable pattern, a resumed run repeats an uninterrupted one bit for bit,
  * gradient accumulation equals a larger micro-batch, the learning-rate
  * schedule follows its formula, the run folder holds what it should, and
- * every bad setting is refused with its message. A run on the CPU has no GPU
- * readings, and the closing remark on the GPU's power limit appears exactly
- * when the counts call for it. */
+ * every bad setting is refused with its message, and a run with the
+ * optimizer offloaded repeats the plain one bit for bit, resuming either way. A run on the CPU has
+ * no GPU readings, and the closing remark on the GPU's power limit appears exactly when the counts
+ * call for it. */
 #include "testutil.h"
 
 #include <math.h>
@@ -607,13 +608,137 @@ static void test_auto_fit(void **state) {
     assert_int_equal(gpc_device_memory_in_use(gpc_cpu()), 0);
 }
 
+/* Whether two files hold the same bytes. */
+static void assert_same_file(const char *a, const char *b) {
+    char *ta, *tb;
+    size_t na, nb;
+    TEST_OK(gpc_read_file(a, &ta, &na));
+    TEST_OK(gpc_read_file(b, &tb, &nb));
+    assert_int_equal(na, nb);
+    if (memcmp(ta, tb, na) != 0) fail_msg("%s and %s differ", a, b);
+    gpc_free(ta), gpc_free(tb);
+}
+
+static void checkpoint_of(const char *run, char *path, size_t size) {
+    snprintf(path, size, "%s/checkpoint.bin", run_dir(run));
+}
+
+/* --offload-optimizer on the CPU: 10 steps repeat the plain run's losses
+ * bit for bit, and the final checkpoints (weights, m and v) are the same
+ * bytes; a run stopped at step 5 resumes with the other setting, either
+ * way, to the same end. */
+static void test_offload_exact(void **state) {
+    (void)state;
+    const char *names[4] = {"plain", "offload", "offload_then_plain", "plain_then_offload"};
+    /* chunks of 1000 elements: the tiny model's 28k stream in several */
+    setenv("GPC_OFFLOAD_CHUNK", "1000", 1);
+    record runs[4];
+    for (int k = 0; k < 4; k++) {
+        gpc_train_options o;
+        tiny_options(&o, run_dir(names[k]), &runs[k]);
+        o.steps = 10;
+        o.eval_every = 5;
+        o.offload_optimizer = k == 1 || k == 2;
+        if (k >= 2) {
+            runs[k].stop_at = 5;
+            TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_INTERRUPTED, "resume with --resume");
+            gpc_train_clear_stop();
+            assert_int_equal(runs[k].steps, 5);
+            o.offload_optimizer = k == 3;
+            o.resume = 1;
+            runs[k].stop_at = 0;
+        }
+        TEST_OK(gpc_train(&o, NULL));
+        assert_int_equal(runs[k].loss[10] != 0, 1);
+    }
+    char a[4200], b[4200];
+    checkpoint_of(names[0], a, sizeof a);
+    for (int k = 1; k < 4; k++) {
+        for (int s = 1; s <= 10; s++)
+            if (runs[k].loss[s] != runs[0].loss[s])
+                fail_msg("%s, step %d: loss %.9g, plain %.9g", names[k], s, runs[k].loss[s],
+                         runs[0].loss[s]);
+        checkpoint_of(names[k], b, sizeof b);
+        assert_same_file(a, b);
+    }
+    unsetenv("GPC_OFFLOAD_CHUNK");
+}
+
+/* An offloaded run holds m and v (8 bytes a parameter in f32) in host
+ * memory, not on the device: under a device limit between the two runs'
+ * needs, the plain run runs out of memory and the offloaded one trains,
+ * at the same micro-batch and to the same losses. */
+static void test_offload_memory(void **state) {
+    (void)state;
+    gpc_train_options o;
+    record plain, off, limited;
+    tiny_options(&o, run_dir("mem_plain"), &plain);
+    o.steps = 4;
+    TEST_OK(gpc_train(&o, NULL));
+    tiny_options(&o, run_dir("mem_off"), &off);
+    o.steps = 4;
+    o.offload_optimizer = 1;
+    TEST_OK(gpc_train(&o, NULL));
+    size_t P = plain.start.parameters, held = plain.start.memory_planned;
+    size_t held_off = off.start.memory_planned;
+    assert_true(held - held_off >= 8 * P && held - held_off < 8 * P + 2 * 256);
+    assert_int_equal(plain.start.host_pinned, 0);
+    assert_true(off.start.host_pinned >= 16 * P); /* m, v, gradients and weights (f32) */
+
+    char limit[32];
+    snprintf(limit, sizeof limit, "%zu", held_off + (held - held_off) / 2);
+    setenv("GPC_DEVICE_MEMORY_LIMIT", limit, 1);
+    tiny_options(&o, run_dir("mem_plain_limited"), &limited);
+    o.steps = 4;
+    o.no_auto_fit = 1;
+    gpc_status s = gpc_train(&o, NULL);
+    tiny_options(&o, run_dir("mem_off_limited"), &limited);
+    o.steps = 4;
+    o.no_auto_fit = 1;
+    o.offload_optimizer = 1;
+    gpc_status s_off = gpc_train(&o, NULL);
+    unsetenv("GPC_DEVICE_MEMORY_LIMIT");
+    assert_int_equal(s, GPC_ERR_NOMEM);
+    TEST_OK(s_off);
+    gpc_clear_error();
+    assert_int_equal(limited.start.B, 4);
+    for (int step = 1; step <= 4; step++)
+        assert_memory_equal(&limited.loss[step], &plain.loss[step], sizeof(float));
+}
+
+/* The combinations --offload-optimizer does not support, each refused
+ * with what to leave out. */
+static void test_offload_refusals(void **state) {
+    (void)state;
+    gpc_train_options o;
+    record r;
+    tiny_options(&o, run_dir("offload_refused"), &r);
+    o.offload_optimizer = 1;
+    o.tp = 2;
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_UNSUPPORTED, "leave out --tp and --pp");
+    o.tp = 1;
+    o.pp = 2;
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_UNSUPPORTED, "leave out --tp and --pp");
+    o.pp = 1;
+    o.world_size = 2;
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_UNSUPPORTED, "trains on one process");
+    o.world_size = 1;
+    o.zero = 1;
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_UNSUPPORTED, "--zero");
+    o.zero = 0;
+    o.lora_rank = 4;
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_UNSUPPORTED, "leave it out with --lora");
+    assert_int_equal(r.steps, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_schedule),       cmocka_unit_test(test_loss_falls),
-        cmocka_unit_test(test_resume_exact),   cmocka_unit_test(test_accumulation),
-        cmocka_unit_test(test_bad_settings),   cmocka_unit_test(test_power_summary),
-        cmocka_unit_test(test_energy_summary), cmocka_unit_test(test_energy_meter),
-        cmocka_unit_test(test_auto_fit),
+        cmocka_unit_test(test_schedule),         cmocka_unit_test(test_loss_falls),
+        cmocka_unit_test(test_resume_exact),     cmocka_unit_test(test_accumulation),
+        cmocka_unit_test(test_bad_settings),     cmocka_unit_test(test_power_summary),
+        cmocka_unit_test(test_energy_summary),   cmocka_unit_test(test_energy_meter),
+        cmocka_unit_test(test_auto_fit),         cmocka_unit_test(test_offload_exact),
+        cmocka_unit_test(test_offload_refusals), cmocka_unit_test(test_offload_memory),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

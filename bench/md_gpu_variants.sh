@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# md_gpu_variants.sh: gpc md on one GPU, each kernel variant at 1M, 4M and
+# 16M atoms of LAMMPS's in.lj (density 0.8442, cutoff 2.5, skin 0.3,
+# temperature 3, time step 0.005), one RESULT line a run, so one call
+# compares the variants and picks the default. About 30 runs of a few
+# seconds each.
+#
+#   bench/md_gpu_variants.sh [GPC]        (default build/gpc)
+#
+# A variant is forces/lanes/build:
+#   forces  f64 or f32: the pair forces' precision (--forces)
+#   lanes   1, 2, 4 or 8 threads per atom in the force kernel (--gpu-lanes)
+#   build   f32: the list build tests candidates in float32, in float64 only
+#           those within rounding of the reach; f64: each in float64
+#           (--gpu-build)
+#
+# Environment: DEVICE (default cuda:0), VARIANTS (default below), SIZES (fcc
+# cells a side, default "63 100 159": 1.0M, 4.0M and 16.1M atoms), STEPS
+# (per size, default "400 300 150"), BANDWIDTH (bytes/s, default 4.8e12:
+# the H200's HBM3e), FP64 (flop/s, default 34e12: its float64 vector peak),
+# FP32 (default 67e12), PROFILE (default 1: when nsys is there, the GPU time
+# of each kernel of the first variant at the middle size, 100 steps).
+#
+# The bound each RESULT line compares against: DRAM bytes per atom-step for
+# this layout at BANDWIDTH (partners' positions are assumed to come from
+# L1/L2, the atoms being sorted by cell), with P partners an atom (a full
+# list: 2 pairs / atoms) and B steps between builds:
+#   forces     4 P (one 32-bit entry a slot) + 4 (count) + 32 (the force)
+#              + the atom's own position (32 float64, 16 float32)
+#   integrate  128 read (x, v, f, x at the build) + 64 written (x, v),
+#              + 16 with f32 (the float32 position)
+#   build      (484 + 4 P) / B: bin 72, scatter 12, cell sort 8, gather 148,
+#              copy back 192, the build 52 and its 4 P of entries
+# and FLOPs per listed partner: 9 (separation, r^2, test) plus 13 for the
+# 71% within the cutoff ((2.5/2.8)^3), at FP64 (f64) or FP32 (f32).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+gpc=${1:-$root/build/gpc}
+device=${DEVICE:-cuda:0}
+sizes=(${SIZES:-63 100 159})
+steps_list=(${STEPS:-400 300 150})
+variants=${VARIANTS:-"f64/4/f32 f64/1/f32 f64/2/f32 f64/8/f32 f64/4/f64 f32/4/f32 f32/1/f32 f32/2/f32 f32/8/f32 f32/4/f64"}
+bandwidth=${BANDWIDTH:-4.8e12}
+fp64=${FP64:-34e12}
+fp32=${FP32:-67e12}
+[[ -x $gpc ]] || { echo "md_gpu_variants.sh: $gpc not built: make" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+echo "== gpc md variants on $device, $(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+echo "   in.lj: density 0.8442, cutoff 2.5, skin 0.3, T 3.0, dt 0.005; variants forces/lanes/build"
+start=$(date +%s)
+for s in "${!sizes[@]}"; do
+  cells=${sizes[$s]}
+  steps=${steps_list[$s]:-${steps_list[-1]}}
+  for variant in $variants; do
+    IFS=/ read -r forces lanes build <<<"$variant"
+    if ! "$gpc" md --device "$device" --cells "$cells" --steps "$steps" --thermo "$steps" \
+      --forces "$forces" --gpu-lanes "$lanes" --gpu-build "$build" --json "$work/run.json" \
+      >"$work/run.out" 2>&1; then
+      echo "RESULT variant=$variant cells=$cells FAILED: $(tail -1 "$work/run.out")"
+      continue
+    fi
+    python3 - "$variant" "$work/run.json" "$bandwidth" "$fp64" "$fp32" <<'PY'
+import json, sys
+variant, path = sys.argv[1], sys.argv[2]
+bw, fp64, fp32 = (float(a) for a in sys.argv[3:6])
+r = json.load(open(path))
+forces = r["forces"]
+rate = r["atom_steps_per_s"]
+P = 2.0 * r["pairs"] / r["atoms"]
+builds = max(r["neighbor_builds"] - 1, 1)      # the first is the set-up's
+B = r["steps"] / builds
+own = 16 if forces == "f32" else 32
+step_bytes = 4 * P + 4 + 32 + own + 192 + (16 if forces == "f32" else 0)
+build_bytes = (484 + 4 * P) / B
+bytes_atom = step_bytes + build_bytes
+flops = (9 + 0.71 * 13) * P
+peak = fp32 if forces == "f32" else fp64
+mem_bound = bw / bytes_atom
+flop_bound = peak / flops
+last = r["thermo"][-1]
+print(f"RESULT variant={variant} atoms={r['atoms']} steps={r['steps']} "
+      f"atom_steps_per_s={rate:.4g} steps_per_build={B:.2f} partners={P:.1f} "
+      f"bytes_per_atom_step={bytes_atom:.0f} bytes_per_pair={bytes_atom / P:.2f} "
+      f"memory_bound={mem_bound:.3g} of_memory_bound={100 * rate / mem_bound:.0f}% "
+      f"flop_bound={flop_bound:.3g} achieved_TBps={rate * bytes_atom / 1e12:.2f} "
+      f"last_row=\"{last['step']} {last['temperature']:.7f} {last['potential']:.7f} "
+      f"{last['total']:.7f} {last['pressure']:.7f}\"")
+PY
+  done
+done
+if [[ ${PROFILE:-1} == 1 ]] && command -v nsys >/dev/null 2>&1; then
+  IFS=/ read -r forces lanes build <<<"${variants%% *}"
+  cells=${sizes[$(( ${#sizes[@]} / 2 ))]}
+  echo "== GPU time by kernel: variant $forces/$lanes/$build, $cells cells, 100 steps (nsys)"
+  if nsys profile -o "$work/profile" --force-overwrite true "$gpc" md --device "$device" \
+    --cells "$cells" --steps 100 --thermo 100 --forces "$forces" --gpu-lanes "$lanes" \
+    --gpu-build "$build" >"$work/profile.out" 2>&1; then
+    # the report's name changed in 2023; either gives each kernel's total
+    nsys stats --report cuda_gpu_kern_sum "$work/profile.nsys-rep" >"$work/kernels.txt" 2>&1 ||
+      nsys stats --report gpukernsum "$work/profile.nsys-rep" >"$work/kernels.txt" 2>&1 || true
+    grep -v '^ *$' "$work/kernels.txt" | cut -c1-200 | head -30
+  else
+    echo "nsys failed: $(tail -1 "$work/profile.out")"
+  fi
+fi
+echo "== done in $(( $(date +%s) - start )) s"

@@ -1,0 +1,170 @@
+/*
+ * test_cuda_offload.c: the optimizer offloaded to the host (gpt_create_offload)
+ * against the plain bf16 model on the GPU, from the same weights and
+ * batches, over 10 AdamW steps with clipping.
+ *
+ * The two runs differ only in where AdamW runs: the CPU's loop and the
+ * GPU's kernel round their f32 arithmetic differently (fused multiply-adds,
+ * sqrtf), so a master weight can end a last bit apart and its bf16 copy
+ * one bf16 step apart. That is bf16 noise, as in test_cuda_lora.c: each
+ * step's loss within 1e-2 of the plain run's, the gradient norms within
+ * 2%, and the updates of the master weights, m and v within 5% of their
+ * norm. Exact, whatever the rounding: the device's bf16 weights are the
+ * host masters rounded to nearest (every chunk came back), and a
+ * checkpoint of the offloaded model loads into a plain one with the same
+ * master bits.
+ *
+ * GPC_OFFLOAD_CHUNK is set to 100,000 elements, so the 3.3M parameters
+ * stream in about 33 chunks, and copies and updates overlap as on a large model.
+ * Without a usable GPU the test exits 77 (CTest: skipped).
+ */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpc/model.h"
+#include "gpc/optim.h"
+
+enum { B = 4, T = 128, V = 512, STEPS = 10 };
+
+static gpc_rng rng;
+
+/* |got - want| / |want| over n values, in float64. */
+static double rel_norm(const float *got, const float *want, size_t n) {
+    double d = 0, w = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        w += (double)want[i] * want[i];
+    }
+    return sqrt(d / fmax(w, 1e-30));
+}
+
+/* A state array of the optimizer (device or host) as host floats. */
+static float *state_of(const gpc_tensor *t) {
+    size_t n = (size_t)gpc_tensor_numel(t);
+    float *out = malloc(n * sizeof *out);
+    gpc_tensor host = gpc_tensor_1d(out, GPC_F32, gpc_cpu(), (int64_t)n);
+    TEST_OK(gpc_tensor_copy(&host, t));
+    return out;
+}
+
+static void test_offload_against_plain(void **state) {
+    (void)state;
+    const gpc_device gpu = {GPC_DEVICE_CUDA, 0};
+    gpt_config config;
+    TEST_OK(gpt_config_init(&config, 4, 4, 256, T, V));
+    gpt_model *plain = NULL, *off = NULL, *init = NULL;
+    TEST_OK(gpt_create_recompute(&plain, &config, gpu, GPC_BF16, B, T, 1, 0));
+    TEST_OK(gpt_create_offload(&off, &config, gpu, GPC_BF16, B, T, 0));
+    assert_true(gpt_optimizer_offloaded(off));
+    assert_true(gpt_host_pinned_bytes(off) > 0);
+    /* the device holds no optimizer state: m, v and the master, 12 bytes
+     * an element, are gone from its arenas */
+    size_t P = gpt_num_params(plain);
+    assert_true(gpt_memory_bytes(plain) - gpt_memory_bytes(off) >= 12 * P);
+
+    TEST_OK(gpt_create(&init, &config, gpc_cpu(), GPC_F32, 1, 1, 0));
+    TEST_OK(gpt_init_weights(init, gpc_rng_u32(&rng)));
+    float *w0 = malloc(P * sizeof *w0), *wp = malloc(P * sizeof *wp), *wo = malloc(P * sizeof *wo);
+    TEST_OK(gpt_get_params(init, w0));
+    gpt_free(init);
+    TEST_OK(gpt_set_params(plain, w0));
+    TEST_OK(gpt_set_params(off, w0));
+
+    /* a learnable map, so the loss moves over the 10 steps */
+    int32_t inputs[B * T], targets[B * T];
+    gpc_optim_options o;
+    gpc_optim_defaults(&o);
+    o.learning_rate = 1e-3f;
+    float first = 0, last = 0;
+    for (int step = 1; step <= STEPS; step++) {
+        for (int i = 0; i < B * T; i++) {
+            inputs[i] = (int32_t)gpc_rng_below(&rng, V);
+            targets[i] = (inputs[i] * 7 + 3) % V;
+        }
+        float loss[2], norm[2];
+        gpt_model *models[2] = {plain, off};
+        for (int k = 0; k < 2; k++) {
+            TEST_OK(gpt_zero_grad(models[k]));
+            TEST_OK(gpt_forward_backward(models[k], inputs, targets, B, T, 1.0f / (B * T)));
+            o.step = step;
+            TEST_OK(gpt_update(models[k], &o, NULL, NULL));
+            TEST_OK(gpt_read_step(models[k], &loss[k], &norm[k]));
+        }
+        if (fabs(loss[1] - loss[0]) > 1e-2 * fabs(loss[0]))
+            fail_msg("step %d: loss %.6f offloaded, %.6f plain", step, loss[1], loss[0]);
+        if (fabs(norm[1] - norm[0]) > 2e-2 * fabs(norm[0]))
+            fail_msg("step %d: gradient norm %.6f offloaded, %.6f plain", step, norm[1], norm[0]);
+        if (step == 1) first = loss[0];
+        last = loss[0];
+    }
+    assert_true(last < first); /* the runs learn */
+
+    /* the master weights moved alike */
+    TEST_OK(gpt_get_params(plain, wp));
+    TEST_OK(gpt_get_params(off, wo));
+    for (size_t i = 0; i < P; i++)
+        wp[i] -= w0[i], wo[i] -= w0[i];
+    double e = rel_norm(wo, wp, P);
+    if (e > 5e-2) fail_msg("master updates differ by %.3g of their norm", e);
+    const gpc_optim *op = gpt_optimizer(plain), *oo = gpt_optimizer(off);
+    const gpc_tensor *sp[2] = {gpc_optim_m(op), gpc_optim_v(op)};
+    const gpc_tensor *so[2] = {gpc_optim_m(oo), gpc_optim_v(oo)};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(so[k]->device.type, GPC_DEVICE_CPU);
+        float *a = state_of(sp[k]), *b = state_of(so[k]);
+        e = rel_norm(b, a, P);
+        if (e > 5e-2) fail_msg("%s differs by %.3g of its norm", k ? "v" : "m", e);
+        free(a), free(b);
+    }
+
+    /* every chunk's bf16 weights came back: the device holds the host
+     * masters rounded to nearest, bit for bit */
+    TEST_OK(gpt_get_params(off, wo));
+    uint16_t *low = malloc(P * sizeof *low);
+    gpc_tensor host = gpc_tensor_1d(low, GPC_BF16, gpc_cpu(), (int64_t)P);
+    TEST_OK(gpc_tensor_copy(&host, gpt_params_flat(off)));
+    for (size_t i = 0; i < P; i++)
+        if (low[i] != gpc_f32_to_bf16(wo[i]))
+            fail_msg("element %zu: device bf16 0x%04x, host master %.9g rounds to 0x%04x", i,
+                     low[i], (double)wo[i], gpc_f32_to_bf16(wo[i]));
+
+    /* a checkpoint of the offloaded model loads into a plain one */
+    char *dir = test_tmpdir("offload"), path[4200];
+    snprintf(path, sizeof path, "%s/checkpoint.bin", dir);
+    gpt_checkpoint_state st;
+    memset(&st, 0, sizeof st);
+    st.step = STEPS;
+    st.recompute = 0;
+    TEST_OK(gpt_checkpoint_save(path, off, &st));
+    gpt_model *back = NULL;
+    TEST_OK(gpt_create_recompute(&back, &config, gpu, GPC_BF16, B, T, 1, 0));
+    TEST_OK(gpt_checkpoint_load(path, back, NULL));
+    TEST_OK(gpt_get_params(back, wp));
+    assert_memory_equal(wp, wo, P * sizeof *wp);
+    float *m_back = state_of(gpc_optim_m(gpt_optimizer(back)));
+    float *m_off = state_of(gpc_optim_m(oo));
+    assert_memory_equal(m_back, m_off, P * sizeof *m_back);
+    test_rmtree(dir);
+    gpc_free(dir);
+    free(w0), free(wp), free(wo), free(low), free(m_back), free(m_off);
+    gpt_free(back);
+    gpt_free(plain);
+    gpt_free(off);
+}
+
+int main(void) {
+    if (!gpc_backend_get(GPC_DEVICE_CUDA)) {
+        fprintf(stderr, "skipped: %s\n", gpc_last_error());
+        return 77;
+    }
+    setenv("GPC_OFFLOAD_CHUNK", "100000", 1);
+    gpc_rng_seed(&rng, test_seed(), 34);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_offload_against_plain),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
