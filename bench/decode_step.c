@@ -175,13 +175,13 @@ int main(int argc, char **argv) {
                 ptok[i] = (int32_t)gpc_rng_below(&rng, (uint32_t)vocab), ppos[i] = p;
                 pslot[i] = tables[r * mb + p / B] * B + p % B;
             }
-            gpt_paged_batch b = {n, ptok, ppos, pseq, pslot, 1, tables + r * mb, 0};
+            gpt_paged_batch b = {n, ptok, ppos, pseq, pslot, 1, tables + r * mb, 0, NULL};
             CHECK(gpt_step_paged(on, &b, NULL));
             CHECK(gpt_step_paged(off, &b, NULL));
         }
     for (int c = 0; c < ncases; c++) {
         int n = (int)sizes[c];
-        gpt_paged_batch b = {n, tok, pos, seq, slot, n, tables, n};
+        gpt_paged_batch b = {n, tok, pos, seq, slot, n, tables, n, NULL};
         double us_on, us_off;
         if (time_steps(on, &b, rows, reps, got_on, &us_on)) return 1;
         if (time_steps(off, &b, rows, reps, got_off, &us_off)) return 1;

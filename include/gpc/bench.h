@@ -98,6 +98,9 @@ typedef struct {
     const char *url;   /* http://HOST:PORT (IPv4) */
     const char *token; /* bearer token, or NULL */
     int concurrency, requests, prompt_tokens, max_tokens, stream;
+    int warmup; /* requests sent first and not counted, so that the server's
+                   lazy set-up (first allocations, kernel plans) stays out
+                   of the figures */
 } gpc_bench_serve_options;
 
 typedef struct {

@@ -41,6 +41,9 @@ typedef struct {
     int max_step_tokens; /* tokens of one step, decodes and prefill chunks
                             together; default 2048 */
     int cuda_graphs;     /* GPU: capture decode steps of common batch sizes; default 1 */
+    int pipeline;        /* launch each step before handling the previous one's tokens,
+                            so the device never waits for the host; default 1
+                            (GPC_SERVE_PIPELINE=0 turns it off too) */
     gpc_dtype precision; /* compute dtype on a GPU (bf16 default); the CPU is f32 */
 } gpc_engine_options;
 
@@ -128,6 +131,8 @@ typedef struct {
     size_t kv_blocks_used, kv_blocks_total;
     uint64_t requests_total, tokens_generated, prompt_tokens, steps, preemptions;
     double busy_seconds; /* device time of steps (GPU: CUDA events) */
+    double host_seconds; /* engine thread time outside the model's calls: scheduling,
+                            batching, CPU sampling, callbacks */
     double wall_seconds; /* since start */
 } gpc_engine_stats;
 

@@ -450,6 +450,12 @@ typedef struct {
     int num_seqs;
     const int32_t *block_tables; /* host, [num_seqs, gpt_paged_max_blocks] */
     int num_logits;
+    /* optional (NULL: none), host [num_tokens]: row i's input token is the
+     * token drawn for logits row feed[i] of the previously launched step
+     * (>= 0), or tokens[i] (-1). The gather happens on the device, so a
+     * decode step can be launched before the previous step's tokens reach
+     * the host. Only gpt_step_paged_launch takes it. */
+    const int32_t *feed;
 } gpt_paged_batch;
 
 /* Runs a step: embedding, every layer (the keys and values of the rows
@@ -476,9 +482,21 @@ typedef struct {
 } gpt_paged_sampling;
 
 /* The step of gpt_step_paged, then a token for each logits row r drawn on
- * the device with rows[r] (host, [num_logits]) into tokens_out (host,
- * [num_logits]). The logits never leave the device: one upload of the
- * step's integers and parameters, one copy of the tokens back. */
+ * the device with rows[r] (host, [num_logits]), queued without waiting for
+ * the device: the host may prepare the next step meanwhile (its feed takes
+ * this step's tokens on the device). At most two steps are in flight;
+ * batch and rows may be reused as soon as this returns. The logits never
+ * leave the device: one upload of the step's integers and parameters, one
+ * copy of the tokens back. */
+gpc_status gpt_step_paged_launch(gpt_paged *paged, const gpt_paged_batch *batch,
+                                 const gpt_paged_sampling *rows);
+/* Waits for the oldest launched step and writes its num_logits drawn
+ * tokens to tokens_out (host). */
+gpc_status gpt_step_paged_collect(gpt_paged *paged, int32_t *tokens_out);
+/* Device time of the last collected step, from its start to its draw
+ * (events on the device's stream; wall time on the CPU). */
+double gpt_paged_collected_seconds(const gpt_paged *paged);
+/* Launch and collect of one step, with nothing else in flight. */
 gpc_status gpt_step_paged_sample(gpt_paged *paged, const gpt_paged_batch *batch,
                                  const gpt_paged_sampling *rows, int32_t *tokens_out);
 

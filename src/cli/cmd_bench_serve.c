@@ -52,13 +52,15 @@ static void print_json(FILE *f, const gpc_bench_serve_options *o, const gpc_benc
 
 int cmd_bench_serve(int argc, char **argv) {
     const char *url = "http://127.0.0.1:8000", *levels = "1", *json = NULL, *token_file = NULL;
-    int requests = 0, prompt_tokens = 128, max_tokens = 256, stream = 0;
+    int requests = 0, prompt_tokens = 128, max_tokens = 256, stream = 0, warmup = 1;
     const cli_option options[] = {
         {"url", CLI_STRING, &url, "URL", "the server (default http://127.0.0.1:8000)"},
         {"concurrency", CLI_STRING, &levels, "N[,N...]",
          "clients at once; several levels run one after another (default 1)"},
         {"requests", CLI_INT, &requests, "M",
          "requests at each level (default 4 x the concurrency)"},
+        {"warmup", CLI_INT, &warmup, "N",
+         "requests sent first at each level and not counted (default 1)"},
         {"prompt-tokens", CLI_INT, &prompt_tokens, "P", "random token ids a prompt (default 128)"},
         {"max-tokens", CLI_INT, &max_tokens, "K",
          "tokens a response, past end-of-text (default 256)"},
@@ -71,8 +73,8 @@ int cmd_bench_serve(int argc, char **argv) {
     };
     const cli_spec spec = {
         "bench serve",
-        "bench serve --url URL [--concurrency N[,N...]] [--requests M] [--prompt-tokens P] "
-        "[--max-tokens K] [--stream] [--json FILE]",
+        "bench serve --url URL [--concurrency N[,N...]] [--requests M] [--warmup N] "
+        "[--prompt-tokens P] [--max-tokens K] [--stream] [--json FILE]",
         "Load-tests a running gpc serve: at each concurrency, M greedy requests of P prompt "
         "tokens and K generated tokens; prints throughput, time to first token and "
         "inter-token latency (p50, p99) and the server's busy fraction.",
@@ -85,6 +87,7 @@ int cmd_bench_serve(int argc, char **argv) {
     if (prompt_tokens < 1 || max_tokens < 1 || requests < 0)
         return cli_usage_error(NAME,
                                "--prompt-tokens, --max-tokens and --requests must be positive");
+    if (warmup < 0) return cli_usage_error(NAME, "--warmup must be 0 or more, not %d", warmup);
     int conc[32], n = 0;
     for (const char *p = levels; *p && n < 32;) {
         char *end;
@@ -107,8 +110,8 @@ int cmd_bench_serve(int argc, char **argv) {
         gpc_free(text);
     }
     gpc_bench_serve_result results[32];
-    gpc_bench_serve_options o = {url,   token_file ? token : NULL, 0, 0, prompt_tokens, max_tokens,
-                                 stream};
+    gpc_bench_serve_options o = {
+        url, token_file ? token : NULL, 0, 0, prompt_tokens, max_tokens, stream, warmup};
     printf("gpc bench serve: %s, prompts of %d tokens, %d tokens out%s\n", url, prompt_tokens,
            max_tokens, stream ? ", streamed" : "");
     printf("  %11s %8s %6s %6s %12s %10s %10s %9s %9s %6s\n", "concurrency", "requests", "ok",

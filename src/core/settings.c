@@ -35,6 +35,9 @@ static const gpc_setting_info table[] = {
     {"GPC_DEVICE_MEMORY_LIMIT", STRING, NULL, "everyday",
      "caps the memory gpc takes on each device, such as 20G: for sharing a GPU, and for tests", 0,
      0, NULL},
+    {"GPC_SERVE_PIPELINE", FLAG, "1", "everyday",
+     "gpc serve launches each step before handling the previous one's tokens (0: one at a time)", 0,
+     0, NULL},
 
     /* numerics: choices that change the numbers a run computes */
     {"GPC_STOCHASTIC_ROUNDING", FLAG, "0", "numerics",

@@ -4,7 +4,8 @@
  * gives the token generation one stream at a time gives for the same
  * uniform. The parameters are on the host here, so each is checked and a
  * bad one names its row. gpc_op_forbid_tokens, the engine's step before a
- * draw, lives here too.
+ * draw, and gpc_op_feed_tokens, which gives a step the tokens its
+ * predecessor drew, live here too.
  */
 #include "cpu/cpu.h"
 
@@ -67,5 +68,21 @@ gpc_status gpc_cpu_forbid_tokens(gpc_tensor *logits, const gpc_tensor *tokens) {
     float *x = logits->data;
     for (int64_t r = 0; r < R; r++)
         if (t[r] >= 0) x[r * Vp + t[r]] = -INFINITY;
+    return GPC_OK;
+}
+
+gpc_status gpc_cpu_feed_tokens(gpc_tensor *tokens, const gpc_tensor *feed,
+                               const gpc_tensor *previous) {
+    const char *op = "feed_tokens";
+    int64_t N = gpc_tensor_numel(tokens), R = gpc_tensor_numel(previous);
+    const int32_t *f = feed->data, *prev = previous->data;
+    for (int64_t i = 0; i < N; i++)
+        if (f[i] >= R)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "%s: row %lld takes token %d of a step that drew %lld", op,
+                             (long long)i, f[i], (long long)R);
+    int32_t *t = tokens->data;
+    for (int64_t i = 0; i < N; i++)
+        if (f[i] >= 0) t[i] = prev[f[i]];
     return GPC_OK;
 }

@@ -23,7 +23,8 @@
  * of a boundary between two tokens.
  *
  * gpc_op_forbid_tokens, the engine's step before a draw (min_tokens keeps
- * the end-of-text token out), is here too: one thread a row.
+ * the end-of-text token out), and gpc_op_feed_tokens, which gives a step
+ * the tokens its predecessor drew, are here too: one thread a row.
  */
 #include "cuda/cuda_common.cuh"
 
@@ -298,6 +299,29 @@ gpc_status gpc_cuda_forbid_tokens(gpc_tensor *logits, const gpc_tensor *tokens) 
             <<<(unsigned)((R + threads - 1) / threads), threads, 0, gpc_cuda_stream()>>>(
                 (E *)logits->data, Vp, (const int32_t *)tokens->data, R);
     });
+    GPC_CUDA_CHECK_LAUNCH();
+    return GPC_OK;
+}
+
+/* One thread a row; an entry past the previous step's rows keeps its token,
+ * so a bad feed never reads outside previous. */
+__global__ void feed_tokens_kernel(int32_t *tokens, const int32_t *feed, const int32_t *previous,
+                                   int64_t N, int64_t R) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    int32_t f = feed[i];
+    if (f >= 0 && f < R) tokens[i] = previous[f];
+}
+
+gpc_status gpc_cuda_feed_tokens(gpc_tensor *tokens, const gpc_tensor *feed,
+                                const gpc_tensor *previous) {
+    GPC_TRY(gpc_cuda_enter(tokens));
+    int64_t N = gpc_tensor_numel(tokens), R = gpc_tensor_numel(previous);
+    if (N == 0) return GPC_OK;
+    const int threads = 128;
+    feed_tokens_kernel<<<(unsigned)((N + threads - 1) / threads), threads, 0, gpc_cuda_stream()>>>(
+        (int32_t *)tokens->data, (const int32_t *)feed->data, (const int32_t *)previous->data, N,
+        R);
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
 }

@@ -13,11 +13,21 @@
  * runs it, in the model's compute dtype. A quantized model (gpc quantize)
  * runs its four block products on its 8-bit weights.
  *
- * gpt_step_paged copies the logits to the host; gpt_step_paged_sample
+ * gpt_step_paged copies the logits to the host; gpt_step_paged_launch
  * draws on the device instead (gpc_op_forbid_tokens, gpc_op_sample), so a
  * step moves its integers and sampling parameters to the device in one
  * copy from pinned memory, queued without a wait, and only R tokens back:
- * no logits leave it, and the host waits for the device once a step.
+ * no logits leave it.
+ *
+ * Launch and collect are split so that the host prepares step N+1 while
+ * the device runs step N: a launch queues the step and the copy of its
+ * drawn tokens (on a copy stream, after an event) and returns; a collect
+ * waits for that copy. Two steps may be in flight, so everything a step
+ * still uses after its launch returns comes in two, indexed by the parity
+ * of its launch: the drawn tokens on the device (the feed of step N+1
+ * reads step N's, gpc_op_feed_tokens), their pinned copy on the host, and
+ * the pinned staging of the step's integers with the event that says its
+ * upload is done.
  *
  * Decode steps in graphs: a decode step launches about ten kernels a layer,
  * each taking the host a few microseconds, which at one or a few rows is
@@ -27,16 +37,18 @@
  * is captured once and then replayed with one launch. A graph keeps the
  * addresses and sizes it saw, so a bucket's step reads everything from
  * fixed places: the integers at offsets that depend only on B, the block
- * tables always max_blocks wide. Padding row i is token 0 at position 0 of
- * a sequence of its own whose one block is the cache's last, which no real
- * sequence owns: it writes there, attends to it only, and its token is
- * dropped. Padding does not depend on whether graphs are on, so turning
- * them off runs the same kernels on the same shapes and gives the same
- * bits. A bucket runs eagerly once before its capture, so that lazy set-up
- * (cuBLASLt's handle and workspace, algorithm choices, the scratch buffer,
- * module loading) happens outside the capture; gpt_paged_create runs every
- * bucket twice (and one prompt-sized step) so the first request pays none
- * of it.
+ * tables always max_blocks wide, the whole of the other parity's drawn
+ * tokens for its feed. It writes its own parity's drawn tokens, so each
+ * bucket has a graph per parity. Padding row i is token 0 at position 0
+ * of a sequence of its own whose one block is the cache's last, which no
+ * real sequence owns: it writes there, attends to it only, is fed nothing,
+ * and its token is dropped. Padding does not depend on whether graphs are
+ * on, so turning them off runs the same kernels on the same shapes and
+ * gives the same bits. A bucket runs eagerly once before its capture, so
+ * that lazy set-up (cuBLASLt's handle and workspace, algorithm choices,
+ * the scratch buffer, module loading) happens outside the capture;
+ * gpt_paged_create runs every bucket of either parity twice (and one
+ * prompt-sized step) so the first request pays none of it.
  */
 #include "model/gpt_internal.h"
 
@@ -60,21 +72,33 @@ struct gpt_paged {
     /* decode steps padded to buckets (0: never, the backend has no graphs);
      * the largest bucket's rows */
     int bucket_cap;
-    int use_graphs;                   /* replay padded steps from graphs */
-    gpc_graph graphs[2][BUCKETS];     /* [draws on the device][bucket] */
-    unsigned char warmed[2][BUCKETS]; /* ran once eagerly */
+    int use_graphs; /* replay padded steps from graphs */
+    /* [launch parity][draws on the device][bucket] */
+    gpc_graph graphs[2][2][BUCKETS];
+    unsigned char warmed[2][2][BUCKETS]; /* ran once eagerly */
     int graph_count;
-    gpc_event uploaded; /* after the last upload: host_ints may be rewritten once it passed */
-    int64_t run_n, run_s, run_r; /* the last step's rows, sequences and logits rows as run */
-    gpc_arena arena;             /* the step's buffers */
+    gpc_arena arena; /* the step's buffers */
     /* a step's integers, i32, in one buffer so that one copy uploads them:
-     * tokens, positions, seqs and slots [N] each, then the block tables
-     * [S, max_blocks], then, when it samples, the forbidden tokens [R] and
-     * the sampling parameters [R, 4] (f32 bits), then the drawn tokens [R]
-     * (device to host); packed for the step's N, S and R */
-    gpc_tensor ints;    /* [4 * max_tokens + max_seqs * max_blocks + 6 * max_logits] */
-    int32_t *host_ints; /* the same on the host (pinned on a GPU), where a step packs them */
-    const gpc_backend *host_backend; /* who allocated host_ints */
+     * tokens, positions, seqs, slots and feed [N] each, then the block
+     * tables [S, max_blocks], then, when it samples, the forbidden tokens
+     * [R] and the sampling parameters [R, 4] (f32 bits); packed for the
+     * step's N, S and R */
+    gpc_tensor ints;     /* [5 * max_tokens + max_seqs * max_blocks + 5 * max_logits] */
+    gpc_tensor drawn[2]; /* [max_logits] the tokens a step drew, by launch parity */
+    /* on the host (pinned on a GPU), by launch parity: where a step packs
+     * its integers, and where its drawn tokens arrive */
+    int32_t *host_ints[2], *host_drawn[2];
+    int32_t *host_memory;            /* one allocation holding the four */
+    const gpc_backend *host_backend; /* who allocated host_memory; the device's streams, events */
+    gpc_stream copy_stream;          /* drawn tokens to the host, beside the step */
+    /* by launch parity: the step's start (on the copy stream), its draw
+     * and the copy of its tokens done, and its integers' upload done (so
+     * host_ints may be rewritten) */
+    gpc_event started[2], sampled[2], copied[2], uploaded[2];
+    uint64_t launched, collected; /* steps so far: in flight = the difference */
+    int step_logits[2];           /* R of each step in flight, by parity */
+    int previous_logits;          /* R of the last launched step: what a feed may index */
+    double collected_seconds;     /* device time of the last collected step */
     /* activations of one layer, reused by every layer; x is the residual
      * stream, updated in place by the projections */
     gpc_tensor x, ln;         /* [max_tokens, C] */
@@ -143,7 +167,9 @@ static gpc_status place(gpt_paged *p, gpc_arena *a) {
         GPC_TRY(                                                                                   \
             gpc_arena_tensor(a, &p->t, dtype, (int)(sizeof shape_ / sizeof shape_[0]), shape_));   \
     } while (0)
-    PLACE(ints, GPC_I32, 4 * N + table + 6 * R);
+    PLACE(ints, GPC_I32, 5 * N + table + 5 * R);
+    PLACE(drawn[0], GPC_I32, R);
+    PLACE(drawn[1], GPC_I32, R);
     PLACE(x, d, N, C);
     PLACE(ln, d, N, C);
     PLACE(mean, GPC_F32, N);
@@ -235,12 +261,24 @@ gpc_status gpt_paged_create(gpt_paged **out, gpt_model *m, const gpt_paged_optio
         /* pinned, so the one upload a step makes and the tokens it reads
          * back are direct transfers, not staged through a bounce buffer */
         s = gpc_backend_require(m->device, &p->host_backend);
+        size_t ints = (size_t)gpc_tensor_numel(&p->ints), R = (size_t)o->max_logits;
         if (s == GPC_OK)
-            s = p->host_backend->alloc_host((size_t)gpc_tensor_numel(&p->ints) * sizeof(int32_t),
-                                            (void **)&p->host_ints);
-        if (s != GPC_OK) p->host_ints = NULL;
-        if (s == GPC_OK) s = p->host_backend->event_create(&p->uploaded);
-        if (s != GPC_OK) p->uploaded = NULL;
+            s = p->host_backend->alloc_host(2 * (ints + R) * sizeof(int32_t),
+                                            (void **)&p->host_memory);
+        if (s != GPC_OK) p->host_memory = NULL;
+        if (s == GPC_OK) {
+            p->host_ints[0] = p->host_memory;
+            p->host_ints[1] = p->host_memory + ints;
+            p->host_drawn[0] = p->host_memory + 2 * ints;
+            p->host_drawn[1] = p->host_memory + 2 * ints + R;
+        }
+    }
+    if (s == GPC_OK) s = p->host_backend->stream_create(m->device.index, &p->copy_stream);
+    for (int i = 0; i < 2 && s == GPC_OK; i++) {
+        s = p->host_backend->event_create(&p->started[i]);
+        if (s == GPC_OK) s = p->host_backend->event_create(&p->sampled[i]);
+        if (s == GPC_OK) s = p->host_backend->event_create(&p->copied[i]);
+        if (s == GPC_OK) s = p->host_backend->event_create(&p->uploaded[i]);
     }
     if (s == GPC_OK) {
         p->host_logits = gpc_malloc((size_t)o->max_logits * (size_t)m->config.padded_vocab *
@@ -261,15 +299,32 @@ gpc_status gpt_paged_create(gpt_paged **out, gpt_model *m, const gpt_paged_optio
 
 void gpt_paged_free(gpt_paged *p) {
     if (!p) return;
-    for (int d = 0; d < 2; d++)
-        for (int k = 0; k < BUCKETS; k++)
-            gpc_graph_destroy(p->model->device, p->graphs[d][k]);
-    if (p->uploaded) p->host_backend->event_destroy(p->uploaded);
+    if (p->host_backend) {
+        /* a step still in flight must not copy into freed memory, nor an
+         * upload still queued read from it */
+        for (uint64_t k = p->collected; k < p->launched; k++)
+            p->host_backend->event_synchronize(p->copied[k & 1]);
+        for (int i = 0; i < 2; i++)
+            if (p->uploaded[i]) p->host_backend->event_synchronize(p->uploaded[i]);
+    }
+    for (int par = 0; par < 2; par++)
+        for (int d = 0; d < 2; d++)
+            for (int k = 0; k < BUCKETS; k++)
+                gpc_graph_destroy(p->model->device, p->graphs[par][d][k]);
     if (p->k_cache.data) gpc_tensor_free(&p->k_cache);
     if (p->v_cache.data) gpc_tensor_free(&p->v_cache);
     if (p->arena.base) gpc_arena_destroy(&p->arena);
     gpc_free(p->host_logits);
-    if (p->host_ints) p->host_backend->free_host(p->host_ints);
+    if (p->host_backend) {
+        for (int i = 0; i < 2; i++) {
+            p->host_backend->event_destroy(p->started[i]);
+            p->host_backend->event_destroy(p->sampled[i]);
+            p->host_backend->event_destroy(p->copied[i]);
+            p->host_backend->event_destroy(p->uploaded[i]);
+        }
+        if (p->copy_stream) p->host_backend->stream_destroy(p->copy_stream);
+        if (p->host_memory) p->host_backend->free_host(p->host_memory);
+    }
     gpc_free(p);
 }
 
@@ -299,10 +354,16 @@ static gpc_status check_batch(const gpt_paged *p, const gpt_paged_batch *b) {
                          b->num_tokens, b->num_seqs, b->num_logits, p->o.max_tokens, p->o.max_seqs,
                          p->o.max_logits);
     int64_t slots = (int64_t)p->o.num_blocks * p->o.block_size;
+    for (int i = 0; b->feed && i < b->num_tokens; i++)
+        if (b->feed[i] >= p->previous_logits)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "paged step row %d is fed token %d of the previous step, which drew "
+                             "%d: feed only a step launched after a step that drew that row",
+                             i, b->feed[i], p->previous_logits > 0 ? p->previous_logits : 0);
     for (int i = 0; i < b->num_tokens; i++)
-        if (b->tokens[i] < 0 || b->tokens[i] >= c->vocab_size || b->positions[i] < 0 ||
-            b->positions[i] >= c->max_context || b->seqs[i] < 0 || b->seqs[i] >= b->num_seqs ||
-            b->slots[i] < 0 || b->slots[i] >= slots)
+        if ((b->feed && b->feed[i] >= 0 ? 0 : b->tokens[i] < 0 || b->tokens[i] >= c->vocab_size) ||
+            b->positions[i] < 0 || b->positions[i] >= c->max_context || b->seqs[i] < 0 ||
+            b->seqs[i] >= b->num_seqs || b->slots[i] < 0 || b->slots[i] >= slots)
             return gpc_error(GPC_ERR_INVALID_ARG,
                              "paged step row %d: token %d, position %d, sequence %d or slot %d "
                              "is outside the vocabulary (%d), context (%d), step (%d sequences) "
@@ -315,13 +376,7 @@ static gpc_status check_batch(const gpt_paged *p, const gpt_paged_batch *b) {
 /* Where the sampling part of ints starts for a step run with N rows and S
  * sequences: after the rows and the tables. */
 static size_t sampling_offset(const gpt_paged *p, int64_t N, int64_t S) {
-    return 4 * (size_t)N + (size_t)S * (size_t)p->max_blocks;
-}
-
-/* The drawn tokens of the last step run, [run_r], on the device. */
-static gpc_tensor drawn_tokens(const gpt_paged *p) {
-    size_t at = sampling_offset(p, p->run_n, p->run_s) + 5 * (size_t)p->run_r;
-    return rows_of(&p->ints, (int64_t)at, p->run_r, 0);
+    return 5 * (size_t)N + (size_t)S * (size_t)p->max_blocks;
 }
 
 /* The padded rows of a decode step (every row a sequence's one row, all
@@ -345,44 +400,49 @@ static int bucket_of(int rows) {
     return k;
 }
 
-/* Waits, if it must, until the last upload has left host_ints, so the next
- * step may pack into it (at once in practice: the step's one wait, for its
- * tokens or logits, came after it). */
-static gpc_status host_ints_free(gpt_paged *p) {
-    return p->host_backend->event_synchronize(p->uploaded);
+/* Waits, if it must, until the last upload of parity par has left
+ * host_ints[par], so a step may pack into it (at once in practice: the
+ * collect of the step two launches back, or the wait of a step run alone,
+ * came after it). */
+static gpc_status host_ints_free(gpt_paged *p, int par) {
+    return p->host_backend->event_synchronize(p->uploaded[par]);
 }
 
-/* Queues the upload of the first count packed integers, without a wait. */
-static gpc_status upload_packed(gpt_paged *p, size_t count) {
+/* Queues the upload of the first count integers packed in host_ints[par],
+ * without a wait, on the stream the step's ops run on. */
+static gpc_status upload_packed(gpt_paged *p, int par, size_t count) {
     gpc_tensor dev = rows_of(&p->ints, 0, (int64_t)count, 0);
-    gpc_tensor host = gpc_tensor_1d(p->host_ints, GPC_I32, gpc_cpu(), (int64_t)count);
+    gpc_tensor host = gpc_tensor_1d(p->host_ints[par], GPC_I32, gpc_cpu(), (int64_t)count);
     GPC_TRY(gpc_tensor_copy_async(&dev, &host));
-    return p->host_backend->event_record(p->uploaded, NULL);
+    return p->host_backend->event_record(p->uploaded[par], NULL);
 }
 
-/* Packs a step's integers (and, given rows, its sampling parameters) as a
- * step of N rows, S sequences and R logits rows runs them, and uploads
- * them in one copy (on a GPU, one transfer instead of seven). N, S and R
- * exceed the batch's by the same number of padding rows, or equal them. */
-static gpc_status upload(gpt_paged *p, const gpt_paged_batch *b, const gpt_paged_sampling *rows,
-                         int64_t N, int64_t S, int64_t R) {
+/* Packs a step's integers (and, given rows, its sampling parameters) into
+ * host_ints[par] as a step of N rows, S sequences and R logits rows runs
+ * them, and uploads them in one copy (on a GPU, one transfer instead of
+ * eight). N, S and R exceed the batch's by the same number of padding
+ * rows, or equal them. */
+static gpc_status upload(gpt_paged *p, int par, const gpt_paged_batch *b,
+                         const gpt_paged_sampling *rows, int64_t N, int64_t S, int64_t R) {
     size_t n = (size_t)b->num_tokens, r = (size_t)b->num_logits, s = (size_t)b->num_seqs;
     size_t mb = (size_t)p->max_blocks, at = sampling_offset(p, N, S);
     int32_t pad_slot = (int32_t)((int64_t)p->o.num_blocks * p->o.block_size);
-    GPC_TRY(host_ints_free(p));
-    int32_t *h = p->host_ints;
+    GPC_TRY(host_ints_free(p, par));
+    int32_t *h = p->host_ints[par];
     if (n) { /* warm_up's steps have padding rows only */
         memcpy(h, b->tokens, n * sizeof *h);
         memcpy(h + N, b->positions, n * sizeof *h);
         memcpy(h + 2 * N, b->seqs, n * sizeof *h);
         memcpy(h + 3 * N, b->slots, n * sizeof *h);
-        memcpy(h + 4 * N, b->block_tables, s * mb * sizeof *h);
+        memcpy(h + 5 * N, b->block_tables, s * mb * sizeof *h);
     }
+    for (size_t i = 0; i < n; i++)
+        h[4 * N + i] = b->feed ? b->feed[i] : -1;
     for (size_t i = n; i < (size_t)N; i++) { /* padding: sequence s + (i - n), alone in its block */
-        h[i] = 0, h[N + i] = 0, h[3 * N + i] = pad_slot;
+        h[i] = 0, h[N + i] = 0, h[3 * N + i] = pad_slot, h[4 * N + i] = -1;
         size_t seq = s + (i - n);
         h[2 * N + i] = (int32_t)seq;
-        int32_t *table = h + 4 * N + seq * mb;
+        int32_t *table = h + 5 * N + seq * mb;
         table[0] = p->o.num_blocks;
         for (size_t j = 1; j < mb; j++)
             table[j] = -1;
@@ -398,16 +458,17 @@ static gpc_status upload(gpt_paged *p, const gpt_paged_batch *b, const gpt_paged
         }
         at += 5 * (size_t)R;
     }
-    p->run_n = N, p->run_s = S, p->run_r = R;
-    return upload_packed(p, at);
+    return upload_packed(p, par, at);
 }
 
-/* The step's ops for N rows of S sequences, R logits rows: up to the logits
- * of rows 0 .. R-1, left in p->logits on the device, and with sample the
- * tokens drawn from them (drawn_tokens). Reads only what upload packed at
- * offsets that depend on N, S and R, so a graph of it replays any step of
- * those sizes. */
-static gpc_status step_ops(gpt_paged *p, int64_t N, int64_t S, int64_t R, int sample) {
+/* The step's ops for N rows of S sequences, R logits rows, launched with
+ * parity par: the feed from the other parity's drawn tokens, then up to
+ * the logits of rows 0 .. R-1, left in p->logits on the device, and with
+ * sample the tokens drawn from them into drawn[par]. Reads only what
+ * upload packed at offsets that depend on N, S and R, and whole buffers
+ * chosen by par, so a graph of it replays any step of those sizes and
+ * that parity. */
+static gpc_status step_ops(gpt_paged *p, int par, int64_t N, int64_t S, int64_t R, int sample) {
     gpt_model *m = p->model;
     const gpt_config *c = &m->config;
     gpt_tensors *w = &m->params;
@@ -416,12 +477,18 @@ static gpc_status step_ops(gpt_paged *p, int64_t N, int64_t S, int64_t R, int sa
     gpc_tensor tokens = rows_of(&p->ints, 0, N, 0), positions = rows_of(&p->ints, N, N, 0);
     gpc_tensor seqs = rows_of(&p->ints, 2 * N, N, 0), slots = rows_of(&p->ints, 3 * N, N, 0);
     gpc_tensor tables =
-        gpc_tensor_2d((int32_t *)p->ints.data + 4 * N, GPC_I32, p->ints.device, S, p->max_blocks);
+        gpc_tensor_2d((int32_t *)p->ints.data + 5 * N, GPC_I32, p->ints.device, S, p->max_blocks);
     gpc_tensor x = rows_of(&p->x, 0, N, C), ln = rows_of(&p->ln, 0, N, C);
     gpc_tensor mean = rows_of(&p->mean, 0, N, 0), rstd = rows_of(&p->rstd, 0, N, 0);
     gpc_tensor qkv = rows_of(&p->qkv, 0, N, 3 * C), atty = rows_of(&p->atty, 0, N, C);
     gpc_tensor fch = rows_of(&p->fch, 0, N, 4 * C), fch_gelu = rows_of(&p->fch_gelu, 0, N, 4 * C);
 
+    /* the tokens the previous launch drew, taken on the device; always
+     * run, so a graph holds it (rows not fed are -1 and keep their token),
+     * and over the whole buffer, whose size does not vary: the host
+     * checked each feed against what that step drew (check_batch) */
+    gpc_tensor feed = rows_of(&p->ints, 4 * N, N, 0), previous = p->drawn[par ^ 1];
+    GPC_TRY(gpc_op_feed_tokens(&tokens, &feed, &previous));
     GPC_TRY(gpc_op_embedding_at(&x, &tokens, &positions, &w->wte, &w->wpe));
     for (int l = 0; l < L; l++) {
         gpc_tensor ln1w = layer_of(&w->ln1w, l, C, 0), ln1b = layer_of(&w->ln1b, l, C, 0);
@@ -457,17 +524,17 @@ static gpc_status step_ops(gpt_paged *p, int64_t N, int64_t S, int64_t R, int sa
     /* the same 4 bytes an entry, uploaded as f32 bits */
     gpc_tensor params =
         gpc_tensor_2d((int32_t *)p->ints.data + at + R, GPC_F32, p->ints.device, R, 4);
-    gpc_tensor drawn = rows_of(&p->ints, (int64_t)(at + 5 * (size_t)R), R, 0);
+    gpc_tensor drawn = rows_of(&p->drawn[par], 0, R, 0);
     GPC_TRY(gpc_op_forbid_tokens(&logits, &forbidden));
     return gpc_op_sample(&drawn, &logits, c->vocab_size, &params);
 }
 
 /* Captures a bucket's step into *out. The op's own message wins over the
  * capture's when both fail. */
-static gpc_status capture(gpt_paged *p, int rows, int sample, gpc_graph *out) {
+static gpc_status capture(gpt_paged *p, int par, int rows, int sample, gpc_graph *out) {
     gpc_device device = p->model->device;
     GPC_TRY(gpc_graph_capture_begin(device));
-    gpc_status s = step_ops(p, rows, rows, rows, sample);
+    gpc_status s = step_ops(p, par, rows, rows, rows, sample);
     char why[512] = "";
     if (s != GPC_OK) snprintf(why, sizeof why, "%s", gpc_last_error());
     gpc_graph graph = NULL;
@@ -482,47 +549,50 @@ static gpc_status capture(gpt_paged *p, int rows, int sample, gpc_graph *out) {
     return GPC_OK;
 }
 
-/* A padded step of a bucket's rows, its integers uploaded: eagerly the
- * first time, then captured and replayed. A capture that fails turns graphs
- * off for this cache (said once) and the step runs eagerly. */
-static gpc_status run_bucket(gpt_paged *p, int rows, int sample) {
+/* A padded step of a bucket's rows and parity par, its integers uploaded:
+ * eagerly the first time, then captured and replayed. A capture that fails
+ * turns graphs off for this cache (said once) and the step runs eagerly. */
+static gpc_status run_bucket(gpt_paged *p, int par, int rows, int sample) {
     int k = bucket_of(rows);
-    if (!p->use_graphs) return step_ops(p, rows, rows, rows, sample);
-    gpc_graph *graph = &p->graphs[sample][k];
-    if (!*graph && !p->warmed[sample][k]) {
-        p->warmed[sample][k] = 1;
-        return step_ops(p, rows, rows, rows, sample);
+    if (!p->use_graphs) return step_ops(p, par, rows, rows, rows, sample);
+    gpc_graph *graph = &p->graphs[par][sample][k];
+    if (!*graph && !p->warmed[par][sample][k]) {
+        p->warmed[par][sample][k] = 1;
+        return step_ops(p, par, rows, rows, rows, sample);
     }
     if (!*graph) {
-        gpc_status s = capture(p, rows, sample, graph);
+        gpc_status s = capture(p, par, rows, sample, graph);
         if (s != GPC_OK) {
             gpc_log(GPC_LOG_WARN, "decode steps run without CUDA graphs: %s", gpc_last_error());
             gpc_clear_error();
             p->use_graphs = 0;
-            return step_ops(p, rows, rows, rows, sample);
+            return step_ops(p, par, rows, rows, rows, sample);
         }
     }
     return gpc_graph_launch(p->model->device, *graph);
 }
 
-/* The step up to the logits of rows 0 .. num_logits-1, left in p->logits
- * on the device, and given rows the tokens drawn from them (drawn_tokens).
- * Returns once the work is queued: the caller's copy back is the wait. */
-static gpc_status run_step(gpt_paged *p, const gpt_paged_batch *b, const gpt_paged_sampling *rows) {
+/* The step, launched with parity par, up to the logits of rows 0 ..
+ * num_logits-1, left in p->logits on the device, and given rows the tokens
+ * drawn from them in drawn[par]. Returns once the work is queued on the
+ * stream the ops run on: the caller's copy back is the wait. */
+static gpc_status run_step(gpt_paged *p, int par, const gpt_paged_batch *b,
+                           const gpt_paged_sampling *rows) {
     GPC_TRY(check_batch(p, b));
     int padded = padded_rows(p, b);
     if (padded) {
-        GPC_TRY(upload(p, b, rows, padded, padded, padded));
-        return run_bucket(p, padded, rows != NULL);
+        GPC_TRY(upload(p, par, b, rows, padded, padded, padded));
+        return run_bucket(p, par, padded, rows != NULL);
     }
-    GPC_TRY(upload(p, b, rows, b->num_tokens, b->num_seqs, b->num_logits));
-    return step_ops(p, b->num_tokens, b->num_seqs, b->num_logits, rows != NULL);
+    GPC_TRY(upload(p, par, b, rows, b->num_tokens, b->num_seqs, b->num_logits));
+    return step_ops(p, par, b->num_tokens, b->num_seqs, b->num_logits, rows != NULL);
 }
 
-/* Runs every bucket twice (eagerly, then captured and replayed where graphs
- * are on) and one prompt-sized step, on padding rows only, so that lazy
- * set-up happens here and not in the first request's time. Only where
- * steps pad (a GPU): the CPU has nothing to set up. */
+/* Runs every bucket of either parity twice (eagerly, then captured and
+ * replayed where graphs are on) and one prompt-sized step, on padding rows
+ * only, so that lazy set-up happens here and not in the first request's
+ * time. Only where steps pad (a GPU): the CPU has nothing to set up. The
+ * steps count as no launch: what they draw feeds nothing. */
 static gpc_status warm_up(gpt_paged *p) {
     if (!p->bucket_cap) return GPC_OK;
     gpt_paged_batch none;
@@ -532,11 +602,13 @@ static gpc_status warm_up(gpt_paged *p) {
     for (int rows = 1;; rows = rows * 2 < p->bucket_cap ? rows * 2 : p->bucket_cap) {
         /* the engine's steps draw on the device: those are captured now;
          * steps that return logits are warmed, and captured at a second use */
-        GPC_TRY(upload(p, &none, NULL, rows, rows, rows));
-        GPC_TRY(run_bucket(p, rows, 0));
-        for (int twice = 0; twice < 2; twice++) {
-            GPC_TRY(upload(p, &none, &draws, rows, rows, rows));
-            GPC_TRY(run_bucket(p, rows, 1));
+        for (int par = 0; par < 2; par++) {
+            GPC_TRY(upload(p, par, &none, NULL, rows, rows, rows));
+            GPC_TRY(run_bucket(p, par, rows, 0));
+            for (int twice = 0; twice < 2; twice++) {
+                GPC_TRY(upload(p, par, &none, &draws, rows, rows, rows));
+                GPC_TRY(run_bucket(p, par, rows, 1));
+            }
         }
         if (rows == p->bucket_cap) break;
     }
@@ -544,30 +616,34 @@ static gpc_status warm_up(gpt_paged *p) {
      * every key to the padding slot (positions past its block read none) */
     int n = p->o.max_tokens < 128 ? p->o.max_tokens : 128;
     if (n > p->model->config.max_context) n = p->model->config.max_context;
-    GPC_TRY(host_ints_free(p));
-    int32_t *h = p->host_ints;
+    GPC_TRY(host_ints_free(p, 0));
+    int32_t *h = p->host_ints[0];
     size_t at = sampling_offset(p, n, 1);
     for (int i = 0; i < n; i++) {
-        h[i] = 0, h[n + i] = i, h[2 * n + i] = 0;
+        h[i] = 0, h[n + i] = i, h[2 * n + i] = 0, h[4 * n + i] = -1;
         h[3 * n + i] = (int32_t)((int64_t)p->o.num_blocks * p->o.block_size);
     }
-    h[4 * n] = p->o.num_blocks;
+    h[5 * n] = p->o.num_blocks;
     for (int j = 1; j < p->max_blocks; j++)
-        h[4 * n + j] = -1;
+        h[5 * n + j] = -1;
     const float greedy[4] = {0.0f, 0.0f, 1.0f, 0.0f};
     h[at] = -1;
     memcpy(h + at + 1, greedy, sizeof greedy);
-    p->run_n = n, p->run_s = 1, p->run_r = 1;
-    GPC_TRY(upload_packed(p, at + 5));
-    GPC_TRY(step_ops(p, n, 1, 1, 1));
+    GPC_TRY(upload_packed(p, 0, at + 5));
+    GPC_TRY(step_ops(p, 0, n, 1, 1, 1));
     /* the wait that surfaces any error of the work queued above */
-    gpc_tensor drawn = drawn_tokens(p);
-    gpc_tensor host = gpc_tensor_1d(p->host_ints + at + 5, GPC_I32, gpc_cpu(), 1);
+    gpc_tensor drawn = rows_of(&p->drawn[0], 0, 1, 0);
+    gpc_tensor host = gpc_tensor_1d(p->host_drawn[0], GPC_I32, gpc_cpu(), 1);
     return gpc_tensor_copy(&host, &drawn);
 }
 
 gpc_status gpt_step_paged(gpt_paged *p, const gpt_paged_batch *b, float *logits_out) {
-    GPC_TRY(run_step(p, b, NULL));
+    if (p->launched != p->collected || b->feed)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "gpt_step_paged runs alone and takes no feed: collect the launched "
+                         "steps first (gpt_step_paged_collect), and feed only launched steps");
+    /* nothing is in flight: either parity's buffers are free */
+    GPC_TRY(run_step(p, (int)(p->launched & 1), b, NULL));
     gpt_model *m = p->model;
     int64_t R = b->num_logits, Vp = m->config.padded_vocab, V = m->config.vocab_size;
     if (R == 0) return GPC_OK;
@@ -587,17 +663,70 @@ gpc_status gpt_step_paged(gpt_paged *p, const gpt_paged_batch *b, float *logits_
     return GPC_OK;
 }
 
+gpc_status gpt_step_paged_launch(gpt_paged *p, const gpt_paged_batch *b,
+                                 const gpt_paged_sampling *rows) {
+    if (p->launched - p->collected >= 2)
+        return gpc_error(GPC_ERR_INVALID_ARG, "two paged steps are in flight already: collect one "
+                                              "(gpt_step_paged_collect) before launching another");
+    if (b->num_logits > 0 && !rows)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "a launched step draws its %d logits rows' tokens: give their sampling",
+                         b->num_logits);
+    const gpc_backend *be = p->host_backend;
+    int par = (int)(p->launched & 1);
+    int64_t R = b->num_logits;
+    /* the start is recorded on the copy stream, which belongs to the
+     * model's device: the calling thread's current device may still be
+     * another until the step's first op makes it this one. It completes
+     * at once, or when the previous step's tokens are copied: when the
+     * device is done with that step. */
+    GPC_TRY(be->event_record(p->started[par], p->copy_stream));
+    GPC_TRY(run_step(p, par, b, rows));
+    /* the drawn tokens go to pinned memory on the copy stream once the
+     * step has drawn them: the host does not wait here, and the next
+     * launch queues behind this step. The event is recorded on the stream
+     * the step's ops and graph launches ran on (the default stream, NULL:
+     * no capture is open here); only the real rows' tokens are copied,
+     * padding rows' stay behind. */
+    GPC_TRY(be->event_record(p->sampled[par], NULL));
+    GPC_TRY(be->stream_wait_event(p->copy_stream, p->sampled[par]));
+    if (R > 0) {
+        GPC_TRY(be->copy(p->host_drawn[par], gpc_cpu(), p->drawn[par].data, p->drawn[par].device,
+                         (size_t)R * sizeof(int32_t), p->copy_stream));
+    }
+    GPC_TRY(be->event_record(p->copied[par], p->copy_stream));
+    p->step_logits[par] = (int)R;
+    p->previous_logits = (int)R;
+    p->launched++;
+    return GPC_OK;
+}
+
+gpc_status gpt_step_paged_collect(gpt_paged *p, int32_t *tokens_out) {
+    if (p->collected == p->launched)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "no paged step is in flight: launch one (gpt_step_paged_launch) first");
+    const gpc_backend *be = p->host_backend;
+    int par = (int)(p->collected & 1), R = p->step_logits[par];
+    /* the step's one wait for the device */
+    GPC_TRY(be->event_synchronize(p->copied[par]));
+    float ms = 0.0f;
+    GPC_TRY(be->event_elapsed_ms(p->started[par], p->sampled[par], &ms));
+    p->collected_seconds = ms * 1e-3;
+    if (R > 0) memcpy(tokens_out, p->host_drawn[par], (size_t)R * sizeof *tokens_out);
+    p->collected++;
+    return GPC_OK;
+}
+
+double gpt_paged_collected_seconds(const gpt_paged *p) {
+    return p->collected_seconds;
+}
+
 gpc_status gpt_step_paged_sample(gpt_paged *p, const gpt_paged_batch *b,
                                  const gpt_paged_sampling *rows, int32_t *tokens_out) {
-    GPC_TRY(run_step(p, b, rows));
-    int64_t R = b->num_logits;
-    if (R == 0) return GPC_OK;
-    /* the step's one wait for the device: R tokens into pinned memory, past
-     * what the step uploaded (padding rows' tokens stay behind) */
-    gpc_tensor all = drawn_tokens(p), drawn = rows_of(&all, 0, R, 0);
-    int32_t *h = p->host_ints + ((int32_t *)all.data - (int32_t *)p->ints.data);
-    gpc_tensor host = gpc_tensor_1d(h, GPC_I32, gpc_cpu(), R);
-    GPC_TRY(gpc_tensor_copy(&host, &drawn));
-    memcpy(tokens_out, h, (size_t)R * sizeof *tokens_out);
-    return GPC_OK;
+    if (p->launched != p->collected)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "gpt_step_paged_sample runs alone: collect the launched steps first "
+                         "(gpt_step_paged_collect)");
+    GPC_TRY(gpt_step_paged_launch(p, b, rows));
+    return gpt_step_paged_collect(p, tokens_out);
 }

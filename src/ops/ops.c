@@ -892,3 +892,14 @@ gpc_status gpc_op_forbid_tokens(gpc_tensor *logits, const gpc_tensor *tokens) {
     GPC_TRY(need_numel(op, "tokens", tokens, rows(logits)));
     DISPATCH(op, logits, forbid_tokens, logits, tokens);
 }
+
+gpc_status gpc_op_feed_tokens(gpc_tensor *tokens, const gpc_tensor *feed,
+                              const gpc_tensor *previous) {
+    const char *op = "feed_tokens";
+    GPC_TRY(need_dtype(op, "tokens", tokens, GPC_I32));
+    GPC_TRY(need_dtype(op, "feed", feed, GPC_I32));
+    GPC_TRY(need_dtype(op, "previous", previous, GPC_I32));
+    DEVICES(op, tokens, feed, previous);
+    GPC_TRY(need_numel(op, "feed", feed, gpc_tensor_numel(tokens)));
+    DISPATCH(op, tokens, feed_tokens, tokens, feed, previous);
+}

@@ -248,6 +248,16 @@ gpc_status gpc_op_sample(gpc_tensor *tokens_out, const gpc_tensor *logits, int v
  * there it leaves such a row as it is. */
 gpc_status gpc_op_forbid_tokens(gpc_tensor *logits, const gpc_tensor *tokens);
 
+/* The input tokens of a step that follows another without waiting for it:
+ * tokens[i] = previous[feed[i]] where feed[i] >= 0, else tokens[i] is left
+ * as it is (tokens and feed i32 [N], previous i32 [R], the tokens the
+ * previous step drew). A decode step so takes each sequence's last token
+ * straight from the device, before that token reaches the host. The CPU
+ * rejects an entry of R or more; the GPU cannot read the entries back, so
+ * there such a row keeps its token. */
+gpc_status gpc_op_feed_tokens(gpc_tensor *tokens, const gpc_tensor *feed,
+                              const gpc_tensor *previous);
+
 /* The sampling rule of gpc_op_sample for one row, on the host, shared by
  * the CPU backend and gpc_sample_token (gpc/serve.h) so that both draw the
  * same token from the same uniform. temperature <= 0: the first largest of

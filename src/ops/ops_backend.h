@@ -77,6 +77,7 @@
     X(matmul_quant_forward, (gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *qweight,    \
       const gpc_tensor *scales, const gpc_tensor *bias, const gpc_tensor *residual))              \
     X(forbid_tokens, (gpc_tensor *logits, const gpc_tensor *tokens))                               \
+    X(feed_tokens, (gpc_tensor *tokens, const gpc_tensor *feed, const gpc_tensor *previous))       \
     X(embedding_slice_forward, (gpc_tensor *out, const gpc_tensor *tokens, const gpc_tensor *wte,  \
       const gpc_tensor *wpe, int64_t row0))                                                        \
     X(embedding_slice_backward, (gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,       \

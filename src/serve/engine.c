@@ -30,6 +30,21 @@
  * hold their whole prompt (less the blocks it shares). A sequence's prompt
  * blocks are all taken when it joins, so only decoding ever needs a block.
  *
+ * Pipeline (GPC_SERVE_PIPELINE, on by default): the engine runs one step
+ * ahead. It schedules and launches step N+1 before it collects step N, so
+ * the device computes N+1 while the host delivers N's tokens, applies
+ * cancels and schedules. A sequence whose token of step N is still in
+ * flight decodes in N+1 all the same: its row is fed that token on the
+ * device (gpt_paged_batch.feed; on the CPU, where a launch draws at once,
+ * the token itself). Only what cannot be known ahead costs anything: a
+ * sequence that ends at N by its end-of-text token or a cancel has its
+ * token of N+1 dropped. One that ends by length is not scheduled in N+1.
+ * A finished sequence keeps its blocks and its memory until the last step
+ * that names it is collected (it is a "zombie" until then), so no later
+ * step reuses a block an earlier one still writes. A preempted sequence
+ * gives its blocks back at once: only later launches can reuse them, and
+ * those run after the earlier steps on the device's one stream.
+ *
  * Threads: any thread submits and cancels; steps run on one thread (the
  * engine's, or the caller's through gpc_engine_step). The lock guards the
  * queue, the running list, cancel marks and the statistics; the model step
@@ -39,6 +54,7 @@
 #include "gpc/engine.h"
 #include "gpc/model.h"
 #include "gpc/serve.h"
+#include "gpc/settings.h"
 #include "gpc/tokenizer.h"
 #include "serve/kv_blocks.h"
 
@@ -64,13 +80,33 @@ typedef struct seq {
     gpc_rng rng;
     gpc_finish_reason cancel; /* set by gpc_engine_cancel, under the lock */
     int done;                 /* its final event is queued */
+    int queued;               /* in the waiting queue */
+    int unlinked;             /* out of the lists, after its final event */
     uint64_t admitted;        /* order of joining the batch: the youngest is preempted first */
     struct seq *prev, *next;  /* the waiting queue */
-    struct seq *all_prev, *all_next; /* every live sequence (cancel looks ids up here) */
-    /* this step */
-    int step_start, step_count, logit_row;
-    uint32_t drawn; /* the token drawn from the step's logits */
+    struct seq *all_prev, *all_next; /* every live sequence (cancel looks ids up here);
+                                        after the final event, the zombies */
+    /* the step being scheduled */
+    int step_start, step_count;
+    /* steps in flight: tokens drawn for it that the host has not seen, the
+     * logits row of the last launch that drew one, and 1 + the number of
+     * the last launch that names it */
+    int in_flight, fed_row;
+    uint64_t last_launch;
 } seq;
+
+/* A launched step: its sequences, what each ran, and what it drew. */
+typedef struct {
+    seq *s;
+    int start, count, logit_row;
+    int generated; /* tokens s had generated before this step's one */
+} step_entry;
+
+typedef struct {
+    step_entry *entries; /* [max_batch] */
+    int n;
+    int32_t *drawn; /* [max_logits] */
+} step_record;
 
 typedef struct {
     seq *s;
@@ -100,16 +136,20 @@ struct gpc_engine {
     uint64_t next_id, next_admitted;
 
     /* step buffers, sized at creation */
-    seq **step; /* [max_batch] the sequences of this step */
+    seq **step; /* [max_batch] the sequences of the step being scheduled */
     int n_step;
-    int32_t *tokens, *positions, *seqs, *slots; /* [max_step_tokens] */
-    int32_t *tables;                            /* [max_batch, max_blocks] */
-    float *logits;                              /* [max_batch, vocab], on the CPU only */
-    int on_device;                              /* sample on the model's GPU */
-    gpt_paged_sampling *sampling;               /* [max_batch] on a GPU */
-    int32_t *drawn;                             /* [max_batch] on a GPU */
-    void *sample_scratch;                       /* [sample_threads, 8 * vocab] bytes */
+    int32_t *tokens, *positions, *seqs, *slots, *feed; /* [max_step_tokens] */
+    int32_t *tables;                                   /* [max_batch, max_blocks] */
+    float *logits;                                     /* [max_batch, vocab], on the CPU only */
+    int on_device;                                     /* sample on the model's GPU */
+    gpt_paged_sampling *sampling;                      /* [max_batch] on a GPU */
+    void *sample_scratch;                              /* [sample_threads, 8 * vocab] bytes */
     int sample_threads;
+    int pipeline;                 /* launch a step before collecting the previous one */
+    step_record records[2];       /* the launched steps, by launch parity */
+    uint64_t launched, collected; /* steps so far */
+    seq *zombies;                 /* finished, but named by a step in flight */
+    double busy_pending;          /* device time of this round's steps */
     pending_event *events;
     int n_events, max_events;
     char error[512];
@@ -144,6 +184,7 @@ void gpc_engine_options_init(gpc_engine_options *o) {
     o->max_queue = 1024;
     o->max_step_tokens = 2048;
     o->cuda_graphs = 1;
+    o->pipeline = 1;
     o->precision = GPC_BF16;
 }
 
@@ -184,6 +225,7 @@ static void wait_unlink(gpc_engine *e, seq *s) {
     else
         e->wait_tail = s->prev;
     s->prev = s->next = NULL;
+    s->queued = 0;
     e->n_waiting--;
 }
 
@@ -195,6 +237,7 @@ static void wait_push_back(gpc_engine *e, seq *s) {
     else
         e->wait_head = s;
     e->wait_tail = s;
+    s->queued = 1;
     e->n_waiting++;
 }
 
@@ -206,6 +249,7 @@ static void wait_push_front(gpc_engine *e, seq *s) {
     else
         e->wait_tail = s;
     e->wait_head = s;
+    s->queued = 1;
     e->n_waiting++;
 }
 
@@ -239,14 +283,16 @@ static void emit(gpc_engine *e, seq *s, int32_t token, gpc_finish_reason finish,
     if (finish != GPC_FINISH_NONE) s->done = 1;
 }
 
-/* Ends s now (the lock held): its blocks go back, it leaves the lists. */
+/* Ends s now (the lock held): it leaves the lists; its blocks go back
+ * once its final event is delivered and no step in flight names it
+ * (reap). */
 static void finish_now(gpc_engine *e, seq *s, gpc_finish_reason reason, int running_index) {
-    release_blocks(e, s);
     if (running_index >= 0)
         running_remove(e, running_index);
     else
         wait_unlink(e, s);
     all_unlink(e, s);
+    s->unlinked = 1;
     emit(e, s, -1, reason, NULL);
 }
 
@@ -295,7 +341,11 @@ static void share_prefix(gpc_engine *e, seq *s) {
 static int schedule_decodes(gpc_engine *e, int budget, int *preempted) {
     for (int i = 0; i < e->n_running && budget > 0; i++) {
         seq *s = e->running[i];
-        if (s->n_tokens - s->computed != 1) continue;
+        if (s->n_tokens + s->in_flight - s->computed != 1) continue;
+        /* its token in flight ends it by length: nothing to run after it */
+        if (s->in_flight && (s->generated + s->in_flight >= s->req.max_tokens ||
+                             s->n_tokens + s->in_flight > e->context))
+            continue;
         int ok = 1;
         while (s->n_blocks < blocks_for(e, s->computed + 1)) {
             int b = kv_blocks_alloc(&e->kv);
@@ -306,6 +356,11 @@ static int schedule_decodes(gpc_engine *e, int budget, int *preempted) {
             /* the youngest: the tail, as everything after i is unscheduled */
             int victim = e->n_running - 1;
             if (victim == i && e->n_running == 1) {
+                /* its token in flight comes first, as without the pipeline */
+                if (s->in_flight) {
+                    ok = 0;
+                    break;
+                }
                 /* alone, it fills the whole cache: its context ends here */
                 finish_now(e, s, GPC_FINISH_LENGTH, i);
                 ok = 0;
@@ -318,7 +373,7 @@ static int schedule_decodes(gpc_engine *e, int budget, int *preempted) {
                 break;
             }
         }
-        if (!ok) break; /* s left, and it was the last */
+        if (!ok) break; /* s left or waits, and it was the last */
         schedule_seq(e, s, 1);
         budget--;
     }
@@ -334,7 +389,7 @@ static void schedule(gpc_engine *e) {
     /* prompts already running, oldest first */
     for (int i = 0; i < e->n_running && budget > 0; i++) {
         seq *s = e->running[i];
-        int left = s->n_tokens - s->computed;
+        int left = s->n_tokens + s->in_flight - s->computed;
         if (s->step_count || left <= 1) continue;
         int count = left < budget ? left : budget;
         schedule_seq(e, s, count);
@@ -343,6 +398,7 @@ static void schedule(gpc_engine *e) {
     /* new sequences, first come first; none in a step that had to preempt */
     while (!preempted && budget > 0 && e->n_running < e->o.max_batch && e->wait_head) {
         seq *s = e->wait_head;
+        if (s->in_flight) break; /* preempted with a token in flight: it waits for it */
         if (blocks_for(e, s->n_tokens) > e->kv.num_blocks) {
             /* preempted when it had grown past what the cache holds on its
              * own: it ends as it would have alone */
@@ -368,29 +424,48 @@ static void schedule(gpc_engine *e) {
 }
 
 /* The step's rows: the rows whose logits are wanted first (gpt_paged_batch),
- * then the rest. */
-static void build_batch(gpc_engine *e, gpt_paged_batch *b) {
-    int R = 0, N = 0, bs = e->block_size, mb = e->max_blocks;
+ * then the rest; the step's record names its sequences. A row whose token
+ * is still in flight takes it from the previous launch: fed on the device,
+ * or, on the CPU, where that launch drew at once, copied here. */
+static void build_batch(gpc_engine *e, gpt_paged_batch *b, step_record *rec) {
+    const step_record *prev = &e->records[(e->launched + 1) & 1];
+    int R = 0, N = 0, bs = e->block_size, mb = e->max_blocks, fed = 0;
     for (int k = 0; k < e->n_step; k++) {
         seq *s = e->step[k];
         N += s->step_count;
-        R += s->step_start + s->step_count == s->n_tokens;
+        R += s->step_start + s->step_count == s->n_tokens + s->in_flight;
     }
     int r = 0, other = R;
+    rec->n = e->n_step;
     for (int k = 0; k < e->n_step; k++) {
         seq *s = e->step[k];
-        int end = s->step_start + s->step_count, wants = end == s->n_tokens;
-        s->logit_row = wants ? r : -1;
+        step_entry *en = &rec->entries[k];
+        int end = s->step_start + s->step_count, wants = end == s->n_tokens + s->in_flight;
+        en->s = s;
+        en->start = s->step_start;
+        en->count = s->step_count;
+        en->logit_row = wants ? r : -1;
+        en->generated = s->generated + s->in_flight;
         for (int p = s->step_start; p < end; p++) {
             int row = wants && p == end - 1 ? r++ : other++;
-            e->tokens[row] = (int32_t)s->tokens[p];
+            e->feed[row] = -1;
+            if (p < s->n_tokens) {
+                e->tokens[row] = (int32_t)s->tokens[p];
+            } else if (e->on_device) {
+                e->tokens[row] = 0;
+                e->feed[row] = s->fed_row;
+                fed = 1;
+            } else {
+                e->tokens[row] = prev->drawn[s->fed_row];
+            }
             e->positions[row] = p;
             e->seqs[row] = k;
             e->slots[row] = s->blocks[p / bs] * bs + p % bs;
         }
         int32_t *t = e->tables + (size_t)k * mb;
-        for (int j = 0; j < mb; j++)
-            t[j] = j < s->n_blocks ? s->blocks[j] : -1;
+        memcpy(t, s->blocks, (size_t)s->n_blocks * sizeof *t);
+        for (int j = s->n_blocks; j < mb; j++)
+            t[j] = -1;
     }
     b->num_tokens = N;
     b->tokens = e->tokens;
@@ -400,25 +475,26 @@ static void build_batch(gpc_engine *e, gpt_paged_batch *b) {
     b->num_seqs = e->n_step;
     b->block_tables = e->tables;
     b->num_logits = R;
+    b->feed = fed ? e->feed : NULL;
 }
 
-/* The next token of s from its logits row, with its own rng (scratch: 8 *
- * vocab bytes). Sequences draw independently, so they may draw in
- * parallel and still give what each gives alone. */
-static uint32_t draw(const gpc_engine *e, seq *s, void *scratch) {
+/* The next token of s from logits row row, with its own rng (scratch: 8 *
+ * vocab bytes), generated tokens before it. Sequences draw independently,
+ * so they may draw in parallel and still give what each gives alone. */
+static uint32_t draw(const gpc_engine *e, seq *s, int row, int generated, void *scratch) {
     int V = e->vocab;
-    float *logits = e->logits + (size_t)s->logit_row * V;
+    float *logits = e->logits + (size_t)row * V;
     const gpc_engine_request *q = &s->req;
     int64_t stop = q->ignore_eos ? -1 : q->eos_token;
     /* below min_tokens the end-of-text token is not drawn (as gpc_generate) */
-    if (stop >= 0 && stop < V && s->generated < q->min_tokens) logits[stop] = -INFINITY;
+    if (stop >= 0 && stop < V && generated < q->min_tokens) logits[stop] = -INFINITY;
     return gpc_sample_token(logits, V, q->temperature, q->top_k, q->top_p, &s->rng, scratch);
 }
 
 /* How s's logits row is drawn on the device: gpc_sample_token's
  * parameters and uniform (drawn here, before the step, in the same way),
  * and the end-of-text token forbidden below min_tokens (as in draw). */
-static gpt_paged_sampling sampling_of(const gpc_engine *e, seq *s) {
+static gpt_paged_sampling sampling_of(const gpc_engine *e, seq *s, int generated) {
     const gpc_engine_request *q = &s->req;
     int64_t stop = q->ignore_eos ? -1 : q->eos_token;
     gpt_paged_sampling r;
@@ -431,59 +507,99 @@ static gpt_paged_sampling sampling_of(const gpc_engine *e, seq *s) {
         r.uniform = (float)gpc_rng_uniform64(&s->rng);
         if (r.uniform >= 1.0f) r.uniform = nextafterf(1.0f, 0.0f);
     }
-    r.forbidden = stop >= 0 && stop < e->vocab && s->generated < q->min_tokens ? (int32_t)stop : -1;
+    r.forbidden = stop >= 0 && stop < e->vocab && generated < q->min_tokens ? (int32_t)stop : -1;
     return r;
 }
 
-/* The step on a GPU: the model draws every logits row's token. */
-static gpc_status step_on_device(gpc_engine *e, const gpt_paged_batch *b) {
-    for (int k = 0; k < e->n_step; k++) {
-        seq *s = e->step[k];
-        if (s->logit_row >= 0) e->sampling[s->logit_row] = sampling_of(e, s);
+/* Draws on the CPU for every sequence of the step whose last token ran:
+ * over the OpenMP threads when there is enough of it (a top-k draw reads
+ * the whole vocabulary), each thread with its own scratch. */
+static void draw_all(gpc_engine *e, step_record *rec) {
+    int64_t work = 0;
+    for (int k = 0; k < rec->n; k++)
+        work += rec->entries[k].logit_row >= 0 ? e->vocab : 0;
+    /* cppcheck-suppress unreadVariable ; the pragma below reads it */
+    int threads = work >= 16384 ? e->sample_threads : 1;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
+    for (int k = 0; k < rec->n; k++) {
+        const step_entry *en = &rec->entries[k];
+        if (en->logit_row < 0) continue;
+        char *scratch = (char *)e->sample_scratch + (size_t)omp_get_thread_num() * 8 * e->vocab;
+        rec->drawn[en->logit_row] = (int32_t)draw(e, en->s, en->logit_row, en->generated, scratch);
     }
-    GPC_TRY(gpt_step_paged_sample(e->paged, b, e->sampling, e->drawn));
-    for (int k = 0; k < e->n_step; k++) {
-        seq *s = e->step[k];
-        if (s->logit_row >= 0) s->drawn = (uint32_t)e->drawn[s->logit_row];
+}
+
+/* Queues the step (on the CPU: runs it and draws). Once launched, its
+ * positions count as computed and its draws as in flight. model_seconds
+ * gets the time spent in the model's calls. */
+static gpc_status launch(gpc_engine *e, const gpt_paged_batch *b, step_record *rec,
+                         double *model_seconds) {
+    double t0;
+    if (e->on_device) {
+        for (int k = 0; k < rec->n; k++) {
+            const step_entry *en = &rec->entries[k];
+            if (en->logit_row >= 0)
+                e->sampling[en->logit_row] = sampling_of(e, en->s, en->generated);
+        }
+        t0 = gpc_time_seconds();
+        gpc_status st = gpt_step_paged_launch(e->paged, b, e->sampling);
+        *model_seconds += gpc_time_seconds() - t0;
+        GPC_TRY(st);
+    } else {
+        t0 = gpc_time_seconds();
+        gpc_status st = gpt_step_paged(e->paged, b, e->logits);
+        double dt = gpc_time_seconds() - t0;
+        *model_seconds += dt;
+        e->busy_pending += dt;
+        GPC_TRY(st);
+        draw_all(e, rec);
+    }
+    e->launched++;
+    for (int k = 0; k < rec->n; k++) {
+        const step_entry *en = &rec->entries[k];
+        seq *s = en->s;
+        s->computed = en->start + en->count;
+        s->last_launch = e->launched;
+        if (en->logit_row >= 0) {
+            s->in_flight++;
+            s->fed_row = en->logit_row;
+        }
     }
     return GPC_OK;
 }
 
-/* Draws for every sequence of the step whose last token ran: over the
- * OpenMP threads when there is enough of it (a top-k draw reads the whole
- * vocabulary), each thread with its own scratch. */
-static void draw_all(gpc_engine *e) {
-    int64_t work = 0;
-    for (int k = 0; k < e->n_step; k++)
-        work += e->step[k]->logit_row >= 0 ? e->vocab : 0;
-    /* cppcheck-suppress unreadVariable ; the pragma below reads it */
-    int threads = work >= 16384 ? e->sample_threads : 1;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
-    for (int k = 0; k < e->n_step; k++) {
-        seq *s = e->step[k];
-        if (s->logit_row < 0) continue;
-        char *scratch = (char *)e->sample_scratch + (size_t)omp_get_thread_num() * 8 * e->vocab;
-        s->drawn = draw(e, s, scratch);
+/* Waits for the oldest launched step's tokens (on the CPU it has them). */
+static gpc_status collect(gpc_engine *e, step_record *rec, double *model_seconds) {
+    gpc_status st = GPC_OK;
+    if (e->on_device) {
+        double t0 = gpc_time_seconds();
+        st = gpt_step_paged_collect(e->paged, rec->drawn);
+        *model_seconds += gpc_time_seconds() - t0;
+        if (st == GPC_OK) e->busy_pending += gpt_paged_collected_seconds(e->paged);
     }
+    e->collected++;
+    return st;
 }
 
-/* After the step: the new keys count as computed, full blocks become
- * shareable, and a sequence whose last token ran takes the token it drew.
- * Returns the tokens it generated (0 or 1). */
-static int advance(gpc_engine *e, seq *s) {
+/* The blocks of s that the collected positions 0 .. done-1 fill become
+ * shareable: their tokens are all known now. */
+static void register_blocks(gpc_engine *e, seq *s, int done) {
     int bs = e->block_size;
-    s->computed += s->step_count;
-    while ((s->n_keyed + 1) * bs <= s->computed) {
+    if (!s->n_blocks) return; /* preempted since: nothing of it is cached */
+    while ((s->n_keyed + 1) * bs <= done) {
         int j = s->n_keyed;
         const uint32_t *t = s->tokens + (size_t)j * bs;
         uint64_t key = kv_blocks_key(j ? s->keys[j - 1] : 0, t, bs);
         kv_blocks_register(&e->kv, s->blocks[j], key, j ? s->blocks[j - 1] : -1, t);
         s->keys[s->n_keyed++] = key;
     }
-    if (s->logit_row < 0) return 0;
+}
+
+/* s takes the token its step drew. Returns the tokens it generated (0 or
+ * 1). */
+static int advance(gpc_engine *e, seq *s, uint32_t token) {
     const gpc_engine_request *q = &s->req;
     int64_t stop = q->ignore_eos ? -1 : q->eos_token;
-    uint32_t token = s->drawn;
     if (stop >= 0 && token == (uint64_t)stop) {
         emit(e, s, -1, GPC_FINISH_EOS, NULL);
         return 0;
@@ -498,12 +614,46 @@ static int advance(gpc_engine *e, seq *s) {
     return 1;
 }
 
-/* Ends every request marked by gpc_engine_cancel (the lock held). */
+/* What a collected step gives: its sequences' tokens, except to those that
+ * ended since it was launched (their token is dropped). */
+static uint64_t take_tokens(gpc_engine *e, const step_record *rec) {
+    uint64_t generated = 0;
+    for (int k = 0; k < rec->n; k++) {
+        const step_entry *en = &rec->entries[k];
+        seq *s = en->s;
+        if (en->logit_row >= 0) s->in_flight--;
+        if (s->done) continue;
+        register_blocks(e, s, en->start + en->count);
+        if (en->logit_row >= 0)
+            generated += (uint64_t)advance(e, s, (uint32_t)rec->drawn[en->logit_row]);
+    }
+    return generated;
+}
+
+/* Every sequence of a step that failed ends with the error. */
+static void fail_step(gpc_engine *e, const step_record *rec) {
+    snprintf(e->error, sizeof e->error, "%s", gpc_last_error());
+    for (int k = 0; k < rec->n; k++)
+        if (!rec->entries[k].s->done) emit(e, rec->entries[k].s, -1, GPC_FINISH_ERROR, e->error);
+}
+
+/* Ends every request marked by gpc_engine_cancel (the lock held): the
+ * running list in one pass, however many left. */
 static void apply_cancels(gpc_engine *e) {
     if (!e->cancels) return;
     e->cancels = 0;
-    for (int i = e->n_running - 1; i >= 0; i--)
-        if (e->running[i]->cancel) finish_now(e, e->running[i], e->running[i]->cancel, i);
+    int kept = 0;
+    for (int i = 0; i < e->n_running; i++) {
+        seq *s = e->running[i];
+        if (!s->cancel) {
+            e->running[kept++] = s;
+            continue;
+        }
+        all_unlink(e, s);
+        s->unlinked = 1;
+        emit(e, s, -1, s->cancel, NULL);
+    }
+    e->n_running = kept;
     for (seq *s = e->wait_head, *next; s; s = next) {
         next = s->next;
         if (s->cancel) finish_now(e, s, s->cancel, -1);
@@ -516,73 +666,123 @@ static void update_stats(gpc_engine *e) {
     e->stats.kv_blocks_used = (size_t)(e->kv.num_blocks - kv_blocks_free_count(&e->kv));
 }
 
-/* Calls back with the step's events (the lock not held) and frees the
- * sequences that ended. */
+/* The sequences that ended in a collected step leave the running list (in
+ * one pass) or the queue (one preempted with a token in flight), and the
+ * list cancel searches (the lock held). */
+static void unlink_finished(gpc_engine *e) {
+    int w = 0;
+    for (int i = 0; i < e->n_running; i++)
+        if (!e->running[i]->done) e->running[w++] = e->running[i];
+    e->n_running = w;
+    for (int i = 0; i < e->n_events; i++) {
+        seq *s = e->events[i].s;
+        if (e->events[i].event.finish == GPC_FINISH_NONE || s->unlinked) continue;
+        if (s->queued) wait_unlink(e, s);
+        all_unlink(e, s);
+        s->unlinked = 1;
+    }
+}
+
+/* Calls back with the step's events (the lock not held); the sequences
+ * that ended become zombies until reap frees them. */
 static void deliver(gpc_engine *e) {
     for (int i = 0; i < e->n_events; i++) {
         pending_event *p = &e->events[i];
         if (p->s->req.callback) p->s->req.callback(p->s->req.user, &p->event);
     }
     for (int i = 0; i < e->n_events; i++)
-        if (e->events[i].event.finish != GPC_FINISH_NONE) seq_free(e->events[i].s);
+        if (e->events[i].event.finish != GPC_FINISH_NONE) {
+            seq *s = e->events[i].s;
+            s->all_prev = NULL;
+            s->all_next = e->zombies;
+            if (e->zombies) e->zombies->all_prev = s;
+            e->zombies = s;
+        }
     e->n_events = 0;
 }
 
-static gpc_status run_step(gpc_engine *e, int *active) {
-    pthread_mutex_lock(&e->lock);
-    apply_cancels(e);
-    schedule(e);
-    update_stats(e);
-    pthread_mutex_unlock(&e->lock);
+/* Frees the zombies that no step in flight names: their blocks go back. */
+static void reap(gpc_engine *e) {
+    for (seq *s = e->zombies, *next; s; s = next) {
+        next = s->all_next;
+        if (s->last_launch > e->collected) continue;
+        if (s->all_prev)
+            s->all_prev->all_next = s->all_next;
+        else
+            e->zombies = s->all_next;
+        if (s->all_next) s->all_next->all_prev = s->all_prev;
+        release_blocks(e, s);
+        seq_free(s);
+    }
+}
 
-    gpc_status s = GPC_OK;
-    if (e->n_step) {
-        gpt_paged_batch batch;
-        build_batch(e, &batch);
-        double t0 = gpc_time_seconds();
-        s = e->on_device ? step_on_device(e, &batch) : gpt_step_paged(e->paged, &batch, e->logits);
-        double busy = gpc_time_seconds() - t0;
-        uint64_t generated = 0;
-        if (s == GPC_OK) {
-            if (!e->on_device) draw_all(e);
-            for (int k = 0; k < e->n_step; k++)
-                generated += (uint64_t)advance(e, e->step[k]);
-        } else {
-            snprintf(e->error, sizeof e->error, "%s", gpc_last_error());
-            for (int k = 0; k < e->n_step; k++)
-                emit(e, e->step[k], -1, GPC_FINISH_ERROR, e->error);
-        }
+/* One round of the engine: schedule and launch a step (two when none is
+ * in flight and the pipeline is on, so that one runs ahead), then collect
+ * the oldest, leaving at most one in flight, and deliver its tokens. */
+static gpc_status run_step(gpc_engine *e, int *active) {
+    double begin = gpc_time_seconds(), model = 0;
+    gpc_status st = GPC_OK;
+    int rounds = e->pipeline && e->launched == e->collected ? 2 : 1, launched = 0;
+    for (int round = 0; round < rounds && st == GPC_OK; round++) {
         pthread_mutex_lock(&e->lock);
-        e->stats.steps++;
-        e->stats.busy_seconds += busy;
-        e->stats.tokens_generated += generated;
+        apply_cancels(e);
+        schedule(e);
+        update_stats(e);
         pthread_mutex_unlock(&e->lock);
+        if (!e->n_step) break;
+        step_record *rec = &e->records[e->launched & 1];
+        gpt_paged_batch batch;
+        build_batch(e, &batch, rec);
+        st = launch(e, &batch, rec, &model);
+        if (st != GPC_OK)
+            fail_step(e, rec);
+        else
+            launched++;
+    }
+    /* collect down to one step in flight when running ahead (none without
+     * the pipeline or after an error), and at least one step a round */
+    uint64_t generated = 0;
+    int collected = 0;
+    while (e->launched > e->collected) {
+        uint64_t in_flight = e->launched - e->collected;
+        if (e->pipeline && st == GPC_OK && in_flight == 1 && collected) break;
+        step_record *rec = &e->records[e->collected & 1];
+        gpc_status cs = collect(e, rec, &model);
+        if (cs == GPC_OK) {
+            generated += take_tokens(e, rec);
+        } else {
+            fail_step(e, rec);
+            st = cs;
+        }
+        collected++;
     }
 
     pthread_mutex_lock(&e->lock);
-    for (int i = e->n_running - 1; i >= 0; i--)
-        if (e->running[i]->done) {
-            seq *d = e->running[i];
-            release_blocks(e, d);
-            running_remove(e, i);
-            all_unlink(e, d);
-        }
+    unlink_finished(e);
+    e->stats.steps += (uint64_t)launched;
+    e->stats.busy_seconds += e->busy_pending;
+    e->busy_pending = 0;
+    e->stats.tokens_generated += generated;
     update_stats(e);
-    if (active) *active = (int)(e->n_waiting + (size_t)e->n_running);
+    if (active)
+        *active = (int)(e->n_waiting + (size_t)e->n_running + (size_t)(e->launched - e->collected));
     e->delivering = 1;
     pthread_mutex_unlock(&e->lock);
     deliver(e);
     pthread_mutex_lock(&e->lock);
+    reap(e);
+    update_stats(e);
     e->delivering = 0;
+    e->stats.host_seconds += gpc_time_seconds() - begin - model;
     if (e->n_waiting == 0 && e->n_running == 0) pthread_cond_broadcast(&e->idle);
     pthread_mutex_unlock(&e->lock);
-    return s;
+    return st;
 }
 
 /* ------------------------------------------------------------ the thread */
 
 static int has_work(const gpc_engine *e) {
-    return e->n_waiting > 0 || e->n_running > 0 || e->cancels;
+    return e->n_waiting > 0 || e->n_running > 0 || e->cancels || e->launched != e->collected;
 }
 
 static void *engine_main(void *arg) {
@@ -839,6 +1039,7 @@ gpc_status gpc_engine_create(gpc_engine **out, const char *run_dir, gpc_device d
     gpc_engine *e = gpc_calloc(1, sizeof *e);
     if (!e) return gpc_error(GPC_ERR_NOMEM, "out of host memory creating the engine");
     e->o = o;
+    e->pipeline = o.pipeline && gpc_setting_flag("GPC_SERVE_PIPELINE");
     e->created = gpc_time_seconds();
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->work, NULL);
@@ -862,22 +1063,29 @@ gpc_status gpc_engine_create(gpc_engine **out, const char *run_dir, gpc_device d
     if (s == GPC_OK) s = kv_blocks_init(&e->kv, po.num_blocks, o.block_size);
     if (s == GPC_OK) {
         size_t B = (size_t)o.max_batch, N = (size_t)o.max_step_tokens;
-        e->max_events = o.max_queue + 2 * o.max_batch;
+        /* a round's events: every sequence's final one (preempted ones wait
+         * beyond max_queue) and the tokens of two steps */
+        e->max_events = o.max_queue + 4 * o.max_batch;
         e->running = gpc_malloc(B * sizeof *e->running);
         e->step = gpc_malloc(B * sizeof *e->step);
         e->tokens = gpc_malloc(N * sizeof *e->tokens);
         e->positions = gpc_malloc(N * sizeof *e->positions);
         e->seqs = gpc_malloc(N * sizeof *e->seqs);
         e->slots = gpc_malloc(N * sizeof *e->slots);
+        e->feed = gpc_malloc(N * sizeof *e->feed);
         e->tables = gpc_malloc(B * (size_t)e->max_blocks * sizeof *e->tables);
         e->events = gpc_malloc((size_t)e->max_events * sizeof *e->events);
         int ok = e->running && e->step && e->tokens && e->positions && e->seqs && e->slots &&
-                 e->tables && e->events;
+                 e->feed && e->tables && e->events;
+        for (int i = 0; i < 2; i++) {
+            e->records[i].entries = gpc_malloc(B * sizeof *e->records[i].entries);
+            e->records[i].drawn = gpc_malloc((size_t)po.max_logits * sizeof(int32_t));
+            ok = ok && e->records[i].entries && e->records[i].drawn;
+        }
         e->on_device = device.type != GPC_DEVICE_CPU;
         if (e->on_device) {
             e->sampling = gpc_malloc((size_t)po.max_logits * sizeof *e->sampling);
-            e->drawn = gpc_malloc((size_t)po.max_logits * sizeof *e->drawn);
-            ok = ok && e->sampling && e->drawn;
+            ok = ok && e->sampling;
         } else {
             e->logits = gpc_malloc((size_t)po.max_logits * (size_t)e->vocab * sizeof *e->logits);
             e->sample_threads = omp_get_max_threads();
@@ -907,6 +1115,11 @@ void gpc_engine_free(gpc_engine *e) {
     int started = e->started;
     pthread_mutex_unlock(&e->lock);
     if (started) pthread_join(e->thread, NULL);
+    /* the steps in flight end first: what they drew is dropped */
+    while (e->launched > e->collected) {
+        if (e->on_device) gpt_step_paged_collect(e->paged, e->records[e->collected & 1].drawn);
+        e->collected++;
+    }
     /* what still runs or waits ends as cancelled, its callback told so */
     if (e->events) {
         pthread_mutex_lock(&e->lock);
@@ -922,6 +1135,7 @@ void gpc_engine_free(gpc_engine *e) {
         }
         pthread_mutex_unlock(&e->lock);
         deliver(e);
+        reap(e);
     }
     if (e->kv.ref) kv_blocks_destroy(&e->kv);
     gpt_paged_free(e->paged);
@@ -933,11 +1147,15 @@ void gpc_engine_free(gpc_engine *e) {
     gpc_free(e->positions);
     gpc_free(e->seqs);
     gpc_free(e->slots);
+    gpc_free(e->feed);
+    for (int i = 0; i < 2; i++) {
+        gpc_free(e->records[i].entries);
+        gpc_free(e->records[i].drawn);
+    }
     gpc_free(e->tables);
     gpc_free(e->logits);
     gpc_free(e->sample_scratch);
     gpc_free(e->sampling);
-    gpc_free(e->drawn);
     gpc_free(e->events);
     pthread_cond_destroy(&e->work);
     pthread_cond_destroy(&e->idle);

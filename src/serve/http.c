@@ -644,6 +644,9 @@ static enum MHD_Result handle_metrics(gpc_server *s, struct MHD_Connection *conn
                (double)es.kv_blocks_total);
     put_metric(&t, "gpc_serve_busy_seconds_total", "counter", "device time of engine steps",
                es.busy_seconds);
+    put_metric(&t, "gpc_serve_host_seconds_total", "counter",
+               "engine thread time outside the model's calls (scheduling, batching, callbacks)",
+               es.host_seconds);
     put_metric(&t, "gpc_serve_uptime_seconds", "counter", "seconds since the engine started",
                es.wall_seconds);
     put_metric(&t, "gpc_serve_busy_fraction", "gauge",

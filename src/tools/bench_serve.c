@@ -296,11 +296,47 @@ static void server_busy(const bench_state *s, double *busy, double *wall) {
     free(out.data);
 }
 
+/* Runs the requests of s->o over concurrency client threads; returns the
+ * threads that started. */
+static int run_clients(bench_state *s, pthread_t *threads, int concurrency) {
+    int started = 0;
+    for (; started < concurrency; started++)
+        if (pthread_create(&threads[started], NULL, client, s) != 0) break;
+    for (int i = 0; i < started; i++)
+        pthread_join(threads[i], NULL);
+    return started;
+}
+
+/* The warm-up requests, sent as the measured ones are and forgotten. */
+static void warm_up(const bench_state *measured, pthread_t *threads) {
+    const gpc_bench_serve_options *o = measured->o;
+    gpc_bench_serve_options wo = *o;
+    wo.requests = o->warmup;
+    gpc_bench_serve_result ignored;
+    memset(&ignored, 0, sizeof ignored);
+    bench_state w = *measured;
+    w.o = &wo;
+    w.r = &ignored;
+    w.next = w.nttft = 0;
+    w.itl = NULL;
+    w.nitl = w.citl = 0;
+    w.ttft = calloc((size_t)wo.requests, sizeof *w.ttft);
+    if (!w.ttft) return;
+    pthread_mutex_init(&w.lock, NULL);
+    run_clients(&w, threads, o->concurrency < o->warmup ? o->concurrency : o->warmup);
+    pthread_mutex_destroy(&w.lock);
+    free(w.ttft);
+    free(w.itl);
+}
+
 gpc_status gpc_bench_serve(const gpc_bench_serve_options *o, gpc_bench_serve_result *r) {
     memset(r, 0, sizeof *r);
     if (o->concurrency < 1 || o->requests < 1 || o->prompt_tokens < 1 || o->max_tokens < 1)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "concurrency, requests, prompt tokens and max tokens must be positive");
+    if (o->warmup < 0)
+        return gpc_error(GPC_ERR_INVALID_ARG, "warm-up requests must not be negative, not %d",
+                         o->warmup);
     bench_state s;
     memset(&s, 0, sizeof s);
     s.o = o;
@@ -330,14 +366,11 @@ gpc_status gpc_bench_serve(const gpc_bench_serve_options *o, gpc_bench_serve_res
         return gpc_error(GPC_ERR_NOMEM, "out of memory for %d requests", o->requests);
     }
     pthread_mutex_init(&s.lock, NULL);
+    if (o->warmup > 0) warm_up(&s, threads);
     double busy0, wall0, busy1, wall1;
     server_busy(&s, &busy0, &wall0);
     double t0 = gpc_time_seconds();
-    int started = 0;
-    for (; started < o->concurrency; started++)
-        if (pthread_create(&threads[started], NULL, client, &s) != 0) break;
-    for (int i = 0; i < started; i++)
-        pthread_join(threads[i], NULL);
+    int started = run_clients(&s, threads, o->concurrency);
     r->seconds = gpc_time_seconds() - t0;
     server_busy(&s, &busy1, &wall1);
     r->concurrency = o->concurrency;

@@ -234,16 +234,27 @@ after=$(metric gpc_serve_tokens_generated_total)
 grep -q '^gpc_serve_time_to_first_token_seconds_count [1-9]' <(curl -s "$url/metrics") ||
   fail "no time-to-first-token samples"
 
-# the load generator: every request answered in full, the figures sane
+# the load generator: every request answered in full, the figures sane;
+# one warm-up request a level (the default) is sent but not counted
+admitted=$(metric gpc_serve_engine_requests_total)
 "$GPC" bench serve --url "$url" --concurrency 1,4 --requests 8 --prompt-tokens 16 --max-tokens 20 \
   --stream --json "$work/bench.json" >"$work/bench.out" 2>&1 || fail "bench serve: $(cat "$work/bench.out")"
+(($(metric gpc_serve_engine_requests_total) - admitted == 2 * (8 + 1))) ||
+  fail "bench serve sent $(($(metric gpc_serve_engine_requests_total) - admitted)) requests, not 18"
+"$GPC" bench serve --url "$url" --warmup -1 >"$work/warm.out" 2>&1 && fail "bench serve took --warmup -1"
+grep -q -- "--warmup must be 0 or more" "$work/warm.out" || fail "--warmup -1: $(cat "$work/warm.out")"
+awk '$1 == "gpc_serve_host_seconds_total" && $2 > 0 {found = 1} END {exit !found}' \
+  <(curl -s "$url/metrics") || fail "no host seconds in /metrics"
 python3 - "$work/bench.json" <<'EOF' || fail "bench serve JSON: $(cat "$work/bench.json")"
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert [r["concurrency"] for r in d["runs"]] == [1, 4]
 for r in d["runs"]:
     assert r["ok"] == 8 and r["failed"] == 0 and r["completion_tokens"] == 160, r
-    assert 0 < r["ttft_p50"] <= r["ttft_p99"] and 0 < r["itl_p50"] <= r["itl_p99"], r
+    # two tokens may reach the client in one write on a loaded machine
+    # (an inter-token time of 0), but not most of them
+    assert 0 < r["ttft_p50"] <= r["ttft_p99"] and 0 <= r["itl_p50"] <= r["itl_p99"], r
+    assert r["itl_p99"] > 0, r
     assert abs(r["tokens_per_second"] - 160 / r["seconds"]) < 1e-3 * r["tokens_per_second"], r
     assert 0 < r["server_busy_fraction"] <= 1.05, r
 EOF

@@ -1,7 +1,8 @@
 /*
  * test_cuda_engine.c: the serving engine on the GPU (bf16, sampling on the
- * device through gpt_step_paged_sample) against the same engine on the CPU
- * (f32, sampling on the host), on one tiny random run folder.
+ * device, each step launched before the previous one is collected) against
+ * the same engine on the CPU (f32, sampling on the host), on one tiny
+ * random run folder.
  *
  * bf16 and f32 round differently, so greedy tokens agree up to the first
  * near-tie and may then part: the test prints how many agree and requires
@@ -9,6 +10,8 @@
  * seeded sampled run must give the same tokens twice on the GPU, and
  * min_tokens must keep the end-of-text token out on the device. The greedy
  * check runs again on int8 and fp8 copies of the run (gpc quantize).
+ * Running ahead (decode rows fed on the device) must give the same tokens
+ * as one step at a time, whose steps hold the same rows.
  *
  * Without a usable GPU the test exits 77, which CTest reports as skipped.
  */
@@ -28,6 +31,7 @@ enum { LAYERS = 2, HEADS = 2, CHANNELS = 64, CONTEXT = 128, PROMPTS = 8, GEN = 4
 static char *run_dir;
 static gpt_config config;
 static int vocab;
+static int pipeline = 1; /* the engine option run_jobs uses */
 
 static int setup(void **state) {
     (void)state;
@@ -70,6 +74,7 @@ static void run_jobs_of(const char *dir, gpc_device device, job *jobs, int n) {
     gpc_engine_options_init(&o);
     o.max_batch = 16;
     o.max_step_tokens = 256;
+    o.pipeline = pipeline;
     o.kv_bytes =
         64 * gpt_paged_block_bytes(&config, device.type == GPC_DEVICE_CPU ? GPC_F32 : GPC_BF16,
                                    o.block_size);
@@ -199,6 +204,33 @@ static void test_sampled_deterministic(void **state) {
     }
 }
 
+/* Running ahead gives the tokens of one step at a time on the GPU. Without
+ * an end-of-text token the two put the same rows in every step, so the
+ * device computes the same numbers and the tokens agree exactly; requests
+ * of other lengths check that one ending by length is not run ahead. */
+static void test_pipeline_same_on_device(void **state) {
+    (void)state;
+    static job ahead[PROMPTS], one[PROMPTS];
+    make_jobs(ahead, 0.9f, 40, 0.95f);
+    for (int i = 0; i < PROMPTS; i++)
+        ahead[i].max_tokens = GEN - 5 * i;
+    ahead[0].temperature = 0.0f; /* greedy too */
+    memcpy(one, ahead, sizeof ahead);
+    run_jobs(gpu, ahead, PROMPTS);
+    pipeline = 0;
+    run_jobs(gpu, one, PROMPTS);
+    pipeline = 1;
+    for (int i = 0; i < PROMPTS; i++) {
+        assert_int_equal(ahead[i].n_got, GEN - 5 * i);
+        assert_int_equal(one[i].n_got, GEN - 5 * i);
+        assert_int_equal(ahead[i].finish, GPC_FINISH_LENGTH);
+        for (int t = 0; t < ahead[i].n_got; t++)
+            if (ahead[i].got[t] != one[i].got[t])
+                fail_msg("request %d: token %d is %u running ahead, %u one step at a time", i, t,
+                         ahead[i].got[t], one[i].got[t]);
+    }
+}
+
 /* min_tokens forbids the end-of-text token on the device: with eos set to
  * the token greedy draws first, the GPU draws something else for the first
  * min_tokens tokens. */
@@ -236,6 +268,7 @@ int main(void) {
         cmocka_unit_test(test_quantized_greedy_against_cpu),
         cmocka_unit_test(test_sampled_deterministic),
         cmocka_unit_test(test_min_tokens_on_device),
+        cmocka_unit_test(test_pipeline_same_on_device),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

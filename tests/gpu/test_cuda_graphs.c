@@ -148,7 +148,7 @@ static void test_graphs_match_eager(void **state) {
                 set_row(n, j, first + j, i, tok, pos, seq, slot);
         }
         if (n == 0) continue;
-        gpt_paged_batch b = {n, tok, pos, seq, slot, 25, tables, 0};
+        gpt_paged_batch b = {n, tok, pos, seq, slot, 25, tables, 0, NULL};
         TEST_OK(gpt_step_paged(pg, &b, NULL));
         TEST_OK(gpt_step_paged(pe, &b, NULL));
     }
@@ -169,7 +169,7 @@ static void test_graphs_match_eager(void **state) {
                                            (float)gpc_rng_uniform(&rng), -1};
             if (j % 7 == 3) rows[j].forbidden = (int32_t)gpc_rng_below(&rng, VOCAB);
         }
-        gpt_paged_batch b = {n, tok, pos, seq, slot, n, tables, n};
+        gpt_paged_batch b = {n, tok, pos, seq, slot, n, tables, n, NULL};
         TEST_OK(gpt_step_paged(pg, &b, lg));
         TEST_OK(gpt_step_paged(pe, &b, le));
         if (memcmp(lg, le, (size_t)n * VOCAB * sizeof *lg) != 0)
@@ -254,7 +254,7 @@ static void test_setting_turns_graphs_off(void **state) {
     }
     int32_t tok[3] = {5, 9, 200}, pos[3] = {0, 0, 0}, seq[3] = {0, 1, 2};
     int32_t slot[3] = {0, BS, 2 * BS};
-    gpt_paged_batch b = {3, tok, pos, seq, slot, 3, tables, 3};
+    gpt_paged_batch b = {3, tok, pos, seq, slot, 3, tables, 3, NULL};
     const gpt_paged_sampling rows[3] = {
         {0.0f, 0.0f, 1.0f, 0.0f, -1}, {1.0f, 0.0f, 1.0f, 0.5f, -1}, {0.7f, 10.0f, 0.9f, 0.25f, 3}};
     for (int step = 0; step < 3; step++) { /* eager, captured, replayed */

@@ -17,7 +17,8 @@
  * float64 reference of what the kernel promises). Sampling must give the
  * CPU's token, or, where the uniform or top_p lies within 1e-4 of a
  * boundary, the CPU's token at a nearby uniform or top_p. forbid_tokens
- * must change exactly the entries it names.
+ * must change exactly the entries it names, feed_tokens give the CPU's
+ * tokens.
  *
  * Without a usable GPU the test exits 77, which CTest reports as skipped.
  */
@@ -522,6 +523,41 @@ static void test_forbid_tokens(void **state) {
     }
 }
 
+/* feed_tokens on the GPU gives the CPU op's tokens; an entry past the
+ * previous step's tokens, which the CPU refuses, leaves its row as it is. */
+static void test_feed_tokens(void **state) {
+    (void)state;
+    enum { N = 300, R = 37 };
+    int32_t tokens[N], feed[N], previous[R], want[N], got[N];
+    for (int r = 0; r < R; r++)
+        previous[r] = (int32_t)gpc_rng_below(&rng, 50257);
+    for (int i = 0; i < N; i++) {
+        tokens[i] = (int32_t)gpc_rng_below(&rng, 50257);
+        feed[i] = i % 4 == 1 ? -1 : (int32_t)gpc_rng_below(&rng, R);
+    }
+    memcpy(want, tokens, sizeof want);
+    gpc_tensor ct = gpc_tensor_1d(want, GPC_I32, gpc_cpu(), N);
+    gpc_tensor cf = gpc_tensor_1d(feed, GPC_I32, gpc_cpu(), N);
+    gpc_tensor cp = gpc_tensor_1d(previous, GPC_I32, gpc_cpu(), R);
+    TEST_OK(gpc_op_feed_tokens(&ct, &cf, &cp));
+    /* rows the CPU would refuse: the GPU keeps their tokens */
+    for (int i = 7; i < N; i += 50) {
+        feed[i] = R + i;
+        want[i] = tokens[i];
+    }
+    const int64_t sn[1] = {N}, sr[1] = {R};
+    gpc_tensor gt = gpu_tensor(GPC_I32, 1, sn, tokens), gf = gpu_tensor(GPC_I32, 1, sn, feed);
+    gpc_tensor gp = gpu_tensor(GPC_I32, 1, sr, previous);
+    TEST_OK(gpc_op_feed_tokens(&gt, &gf, &gp));
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    assert_int_equal(cudaMemcpy(got, gt.data, sizeof got, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int i = 0; i < N; i++)
+        if (got[i] != want[i])
+            fail_msg("feed_tokens: row %d (feed %d) has token %d, not %d", i, feed[i], got[i],
+                     want[i]);
+    gpc_tensor_free(&gt), gpc_tensor_free(&gf), gpc_tensor_free(&gp);
+}
+
 int main(void) {
     if (!gpc_backend_get(GPC_DEVICE_CUDA)) {
         fprintf(stderr, "skipped: %s\n", gpc_last_error());
@@ -534,6 +570,7 @@ int main(void) {
         cmocka_unit_test(test_paged_attention), cmocka_unit_test(test_paged_attention_bad_tables),
         cmocka_unit_test(test_kv_store),        cmocka_unit_test(test_embedding_at),
         cmocka_unit_test(test_sample),          cmocka_unit_test(test_forbid_tokens),
+        cmocka_unit_test(test_feed_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,7 +10,8 @@
  * the same tokens alone, batched with 63 other requests of other lengths
  * that arrive over several steps, with prompts split over steps (chunked
  * prefill), with shared prefix blocks, and under a cache so small that
- * sequences are preempted and recomputed.
+ * sequences are preempted and recomputed. Every test runs twice: with the
+ * engine running one step ahead (its default) and without.
  */
 #include "testutil.h"
 
@@ -33,6 +34,7 @@ static char *run_dir;
 static gpt_config config;
 static gpt_model *reference; /* batch 1, the whole context: gpc_generate's model */
 static int vocab;
+static int pipeline = 1; /* the engine option of this pass over the tests */
 
 static int setup(void **state) {
     (void)state;
@@ -172,6 +174,7 @@ static gpc_engine *make_engine(int max_batch, int block_size, size_t kv_blocks, 
     o.max_step_tokens = max_step;
     o.max_queue = max_queue;
     o.kv_bytes = kv_blocks * gpt_paged_block_bytes(&config, GPC_F32, block_size);
+    o.pipeline = pipeline;
     gpc_engine *e = NULL;
     TEST_OK(gpc_engine_create(&e, run_dir, gpc_cpu(), &o));
     return e;
@@ -226,7 +229,7 @@ static void test_paged_step_logits(void **state) {
         tok[n] = tokens[2][i], pos[n] = i, seq[n] = 2;
         slot[n] = tables[2 * mb + i / BS] * BS + i % BS;
     }
-    gpt_paged_batch b = {n, tok, pos, seq, slot, SEQS, tables, 0};
+    gpt_paged_batch b = {n, tok, pos, seq, slot, SEQS, tables, 0, NULL};
     TEST_OK(gpt_step_paged(p, &b, NULL));
     n = 0;
     for (int s = 0; s < SEQS; s++) { /* the last rows */
@@ -241,7 +244,7 @@ static void test_paged_step_logits(void **state) {
         }
     float got[SEQS * 512], want[512];
     assert_true(vocab <= 512);
-    gpt_paged_batch b2 = {n, tok, pos, seq, slot, SEQS, tables, SEQS};
+    gpt_paged_batch b2 = {n, tok, pos, seq, slot, SEQS, tables, SEQS, NULL};
     TEST_OK(gpt_step_paged(p, &b2, got));
     for (int s = 0; s < SEQS; s++) {
         TEST_OK(gpt_forward_cached(reference, tokens[s], 0, len[s], want));
@@ -297,6 +300,75 @@ static void test_paged_step_logits(void **state) {
     slot[3] = 48 * BS; /* cppcheck-suppress unreadVariable ; b2 reads it */
     TEST_FAILS(gpt_step_paged(p, &b2, got), GPC_ERR_INVALID_ARG, "row 3");
     gpt_paged_free(p);
+}
+
+/* gpt_step_paged_launch and _collect with a feed: a decode step launched
+ * before the previous one is collected takes that step's tokens on the
+ * device, and draws what a step given those tokens on the host draws. */
+static void test_paged_launch_feed(void **state) {
+    (void)state;
+    gpc_rng rng;
+    gpc_rng_seed(&rng, 9, 14);
+    enum { BS = 4, SEQS = 3, ROWS = 32 };
+    gpt_paged_options po = {.num_blocks = 48,
+                            .block_size = BS,
+                            .max_seqs = SEQS,
+                            .max_tokens = ROWS,
+                            .max_logits = SEQS};
+    gpt_paged *piped = NULL, *plain = NULL;
+    TEST_OK(gpt_paged_create(&piped, reference, &po));
+    TEST_OK(gpt_paged_create(&plain, reference, &po));
+    int mb = gpt_paged_max_blocks(piped);
+    const int len[SEQS] = {5, 1, 9};
+    int32_t tables[SEQS * CONTEXT / BS];
+    for (int i = 0; i < SEQS * mb; i++)
+        tables[i] = i;
+    /* step A: the prompts, their last rows first */
+    int32_t tok[ROWS], pos[ROWS], seq[ROWS], slot[ROWS];
+    int n = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int s = 0; s < SEQS; s++)
+            for (int i = 0; i < len[s]; i++) {
+                if ((i == len[s] - 1) != (pass == 0)) continue;
+                tok[n] = (int32_t)gpc_rng_below(&rng, (uint32_t)vocab), pos[n] = i, seq[n] = s;
+                slot[n++] = tables[s * mb + i / BS] * BS + i % BS;
+            }
+    gpt_paged_batch a = {n, tok, pos, seq, slot, SEQS, tables, SEQS, NULL};
+    const gpt_paged_sampling rows[SEQS] = {
+        {0.0f, 0.0f, 1.0f, 0.0f, -1}, {0.9f, 0.0f, 1.0f, 0.4f, -1}, {1.0f, 8.0f, 0.9f, 0.6f, 2}};
+    /* step B: one decode row each, at the position after its prompt */
+    int32_t btok[SEQS], bpos[SEQS], bseq[SEQS], bslot[SEQS], feed[SEQS];
+    for (int s = 0; s < SEQS; s++) {
+        btok[s] = 0, bpos[s] = len[s], bseq[s] = s, feed[s] = s;
+        bslot[s] = tables[s * mb + len[s] / BS] * BS + len[s] % BS;
+    }
+    gpt_paged_batch b = {SEQS, btok, bpos, bseq, bslot, SEQS, tables, SEQS, feed};
+    /* a feed before any launch has no tokens to take */
+    TEST_FAILS(gpt_step_paged_launch(piped, &b, rows), GPC_ERR_INVALID_ARG, "previous step");
+    TEST_FAILS(gpt_step_paged_collect(piped, btok), GPC_ERR_INVALID_ARG, "no paged step");
+    TEST_OK(gpt_step_paged_launch(piped, &a, rows));
+    TEST_OK(gpt_step_paged_launch(piped, &b, rows));
+    TEST_FAILS(gpt_step_paged_launch(piped, &b, rows), GPC_ERR_INVALID_ARG, "two paged steps");
+    TEST_FAILS(gpt_step_paged(piped, &a, NULL), GPC_ERR_INVALID_ARG, "runs alone");
+    int32_t got_a[SEQS], got_b[SEQS], want_a[SEQS], want_b[SEQS];
+    TEST_OK(gpt_step_paged_collect(piped, got_a));
+    TEST_OK(gpt_step_paged_collect(piped, got_b));
+    assert_true(gpt_paged_collected_seconds(piped) >= 0.0);
+    /* the same two steps one at a time, step B given A's tokens */
+    TEST_OK(gpt_step_paged_sample(plain, &a, rows, want_a));
+    for (int s = 0; s < SEQS; s++)
+        btok[s] = want_a[s]; /* cppcheck-suppress unreadVariable ; b reads it */
+    b.feed = NULL;
+    TEST_OK(gpt_step_paged_sample(plain, &b, rows, want_b));
+    assert_memory_equal(got_a, want_a, sizeof got_a);
+    assert_memory_equal(got_b, want_b, sizeof got_b);
+    /* a feed past the rows the previous step drew names the row */
+    feed[1] = SEQS;
+    b.feed = feed;
+    TEST_FAILS(gpt_step_paged_launch(piped, &b, rows), GPC_ERR_INVALID_ARG,
+               "row 1 is fed token 3 of the previous step, which drew 3");
+    gpt_paged_free(piped);
+    gpt_paged_free(plain);
 }
 
 /* ------------------------------------------------------------ greedy */
@@ -443,7 +515,8 @@ static void test_prefix_sharing(void **state) {
     TEST_OK(gpc_engine_step(e, NULL)); /* a's prompt: 10 blocks */
     gpc_engine_stats st;
     gpc_engine_get_stats(e, &st);
-    assert_int_equal(st.kv_blocks_used, 10);
+    /* running ahead, a's first decode (position 40, a new block) is in flight */
+    assert_int_equal(st.kv_blocks_used, 10 + pipeline);
     submit(e, &b);
     /* a decodes position 40 (a new block), b shares a's first 9 blocks and
      * takes one for its last prompt position */
@@ -539,7 +612,8 @@ static void test_cancel(void **state) {
     assert_int_equal(st.running, 2);
     assert_int_equal(st.waiting, 1);
     size_t used = st.kv_blocks_used;
-    assert_int_equal(used, 2 * 3); /* 12 positions each */
+    /* 12 positions each; running ahead, 13 with the step in flight */
+    assert_int_equal(used, 2 * (pipeline ? 4 : 3));
     gpc_engine_cancel(e, run.id, GPC_FINISH_CANCELLED);
     gpc_engine_cancel(e, wait.id, GPC_FINISH_CANCELLED);
     gpc_engine_cancel(e, stop.id, GPC_FINISH_STOP);
@@ -760,12 +834,99 @@ static void test_chunked_prefill(void **state) {
         steps++;
         assert_int_equal(stream.n_got, before + 1); /* never stalls */
     }
-    /* 7 rows a step beside the stream's one: 50 in 8 steps */
-    assert_int_equal(steps, 8);
+    /* 7 rows a step beside the stream's one: 50 in 8 steps (running ahead,
+     * it joins a step later than it would) */
+    assert_int_equal(steps, 8 + pipeline);
     run_until_idle(e, 100);
     assert_same("stream", 0, &stream);
     assert_same("chunked", 1, &longp);
     gpc_engine_free(e);
+}
+
+/* ------------------------------------------------------------ pipeline */
+
+/* 64 requests of other lengths, seeds and sampling settings, some ending
+ * by their end-of-text token, arriving over the steps into a cache small
+ * enough to preempt: the engine running ahead gives every request the
+ * tokens and the ending it gives without, and both are gpc_generate's. */
+static void test_pipeline_same_outputs(void **state) {
+    (void)state;
+    enum { JOBS = 64 };
+    static job jobs[2][JOBS];
+    gpc_rng rng;
+    gpc_rng_seed(&rng, 43, 12);
+    for (int i = 0; i < JOBS; i++) {
+        job *j = &jobs[0][i];
+        make_job(j, &rng, 1 + (size_t)((i * 11) % 37), 1 + (i * 7) % 26); /* within the context */
+        j->temperature = i % 3 ? 0.7f + 0.1f * (float)(i % 4) : 0.0f;
+        j->top_k = i % 5 ? 0 : 16;
+        j->top_p = i % 4 ? 1.0f : 0.85f;
+        j->seed = 7000 + (uint64_t)i;
+        j->eos = i % 2 ? vocab - 1 : -1;
+        j->min_tokens = i % 6 == 1 ? 3 : 0;
+        expect(j);
+        /* a request that meets its end-of-text token early */
+        if (i % 8 == 3 && j->n_want > 2) {
+            j->eos = j->want[1];
+            expect(j);
+        }
+        jobs[1][i] = *j;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        int saved = pipeline;
+        pipeline = pass == 0;
+        gpc_engine *e = make_engine(24, 4, 60, 40, 1024);
+        pipeline = saved;
+        int next = 0, active = 1, steps = 0;
+        while (active || next < JOBS) {
+            for (int k = 0; k < 5 && next < JOBS; k++)
+                submit(e, &jobs[pass][next++]);
+            TEST_OK(gpc_engine_step(e, &active));
+            assert_true(++steps < 3000);
+        }
+        gpc_engine_stats st;
+        gpc_engine_get_stats(e, &st);
+        assert_int_equal(st.kv_blocks_used, 0);
+        assert_true(st.preemptions > 0);
+        gpc_engine_free(e);
+    }
+    for (int i = 0; i < JOBS; i++) {
+        assert_same("pipelined", i, &jobs[0][i]);
+        assert_same("one at a time", i, &jobs[1][i]);
+        assert_int_equal(jobs[0][i].n_got, jobs[1][i].n_got);
+        assert_memory_equal(jobs[0][i].got, jobs[1][i].got, sizeof jobs[0][i].got);
+        assert_int_equal(jobs[0][i].finish, jobs[1][i].finish);
+    }
+}
+
+/* GPC_SERVE_PIPELINE=0 turns the option off: after one step nothing runs
+ * ahead, so the cache holds the prompt's blocks alone. */
+static void test_pipeline_setting(void **state) {
+    (void)state;
+    gpc_rng rng;
+    gpc_rng_seed(&rng, 47, 13);
+    job j;
+    make_job(&j, &rng, 8, 6);
+    expect(&j);
+    for (int off = 0; off < 2; off++) {
+        job run = j;
+        int saved = pipeline;
+        pipeline = 1;
+        if (off) setenv("GPC_SERVE_PIPELINE", "0", 1);
+        gpc_engine *e = make_engine(4, 4, 0, 64, 16);
+        unsetenv("GPC_SERVE_PIPELINE");
+        pipeline = saved;
+        submit(e, &run);
+        TEST_OK(gpc_engine_step(e, NULL));
+        gpc_engine_stats st;
+        gpc_engine_get_stats(e, &st);
+        /* 8 prompt positions: 2 blocks; running ahead, position 8 too */
+        assert_int_equal(st.kv_blocks_used, off ? 2 : 3);
+        assert_int_equal(run.n_got, 1);
+        run_until_idle(e, 100);
+        assert_same("setting", off, &run);
+        gpc_engine_free(e);
+    }
 }
 
 /* ------------------------------------------------------------ threads */
@@ -835,6 +996,7 @@ static void test_threaded(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paged_step_logits),
+        cmocka_unit_test(test_paged_launch_feed),
         cmocka_unit_test(test_greedy_alone_and_batched),
         cmocka_unit_test(test_eos_and_context),
         cmocka_unit_test(test_sampled_alone_and_batched),
@@ -846,7 +1008,11 @@ int main(void) {
         cmocka_unit_test(test_run_folders),
         cmocka_unit_test(test_quantized_run),
         cmocka_unit_test(test_chunked_prefill),
+        cmocka_unit_test(test_pipeline_same_outputs),
+        cmocka_unit_test(test_pipeline_setting),
         cmocka_unit_test(test_threaded),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    int failed = cmocka_run_group_tests_name("running ahead", tests, setup, teardown);
+    pipeline = 0;
+    return failed + cmocka_run_group_tests_name("one step at a time", tests, setup, teardown);
 }

@@ -3,7 +3,8 @@
  * Hand-worked rows check the rule's order (ties by id, the ids' order
  * without filters), greedy and top-p; random rows check that the op draws
  * exactly the token gpc_sample_token draws from the same generator; and bad
- * parameters get an error naming the row.
+ * parameters get an error naming the row. The serving step's small
+ * companions, forbid_tokens and feed_tokens, are checked here too.
  */
 #include "testutil.h"
 
@@ -167,12 +168,42 @@ static void test_forbid_tokens(void **state) {
     TEST_FAILS(gpc_op_forbid_tokens(&tl, &two), GPC_ERR_MISMATCH, "tokens");
 }
 
+/* feed_tokens against the rule written out: rows with a feed entry take
+ * that entry's previous token, the others keep theirs; an entry past the
+ * previous tokens names its row. */
+static void test_feed_tokens(void **state) {
+    (void)state;
+    enum { N = 64, R = 9 };
+    int32_t tokens[N], want[N], feed[N], previous[R];
+    for (int r = 0; r < R; r++)
+        previous[r] = (int32_t)gpc_rng_below(&rng, 50000);
+    for (int i = 0; i < N; i++) {
+        tokens[i] = (int32_t)gpc_rng_below(&rng, 50000);
+        feed[i] = i % 3 ? (int32_t)gpc_rng_below(&rng, R) : -1;
+        want[i] = feed[i] >= 0 ? previous[feed[i]] : tokens[i];
+    }
+    gpc_device cpu = gpc_cpu();
+    gpc_tensor tt = gpc_tensor_1d(tokens, GPC_I32, cpu, N);
+    gpc_tensor tf = gpc_tensor_1d(feed, GPC_I32, cpu, N);
+    gpc_tensor tp = gpc_tensor_1d(previous, GPC_I32, cpu, R);
+    TEST_OK(gpc_op_feed_tokens(&tt, &tf, &tp));
+    assert_memory_equal(tokens, want, sizeof want);
+    feed[5] = R;
+    TEST_FAILS(gpc_op_feed_tokens(&tt, &tf, &tp), GPC_ERR_INVALID_ARG,
+               "row 5 takes token 9 of a step that drew 9");
+    assert_memory_equal(tokens, want, sizeof want); /* checked before anything changed */
+    gpc_tensor short_feed = gpc_tensor_1d(feed, GPC_I32, cpu, N - 1);
+    TEST_FAILS(gpc_op_feed_tokens(&tt, &short_feed, &tp), GPC_ERR_MISMATCH, "feed");
+    float f[N];
+    gpc_tensor wrong = gpc_tensor_1d(f, GPC_F32, cpu, N);
+    TEST_FAILS(gpc_op_feed_tokens(&wrong, &tf, &tp), GPC_ERR_MISMATCH, "tokens");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sample_by_hand),
-        cmocka_unit_test(test_sample_matches_sample_token),
-        cmocka_unit_test(test_sample_errors),
-        cmocka_unit_test(test_forbid_tokens),
+        cmocka_unit_test(test_sample_by_hand), cmocka_unit_test(test_sample_matches_sample_token),
+        cmocka_unit_test(test_sample_errors),  cmocka_unit_test(test_forbid_tokens),
+        cmocka_unit_test(test_feed_tokens),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

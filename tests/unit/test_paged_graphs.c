@@ -83,7 +83,7 @@ static void test_eager_switch_changes_nothing(void **state) {
             rows[j] =
                 (gpt_paged_sampling){j % 2 ? 0.8f : 0.0f, 0.0f, 1.0f, gpc_rng_uniform(&rng), -1};
         }
-        gpt_paged_batch batch = {n, tok, pos, seq, slot, n, step_tables, n};
+        gpt_paged_batch batch = {n, tok, pos, seq, slot, n, step_tables, n, NULL};
         TEST_OK(gpt_step_paged(on, &batch, la));
         TEST_OK(gpt_step_paged(off, &batch, lb));
         assert_memory_equal(la, lb, (size_t)n * VOCAB * sizeof *la);
