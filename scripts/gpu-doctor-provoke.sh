@@ -19,7 +19,7 @@
 #    from the step's measured wait for input (input_wait in metrics.jsonl).
 # Communication is not provoked here: one GPU has no all-reduce. Prints
 # RESULT lines; CORPUS (default .deps/corpus, else Debian's fortunes) feeds
-# the dataset.
+# the dataset; CASES (default "1 2 3 4") picks the cases to run.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 gpc=${1:-$root/build-gpu/gpc}
@@ -29,8 +29,11 @@ corpus=${CORPUS:-$root/.deps/corpus}
 rm -rf "$work" && mkdir -p "$work" "$out"
 "$gpc" data prepare --input "$corpus" --out "$work/data" --vocab-size 512 >"$out/provoke-data.log" 2>&1 ||
   { echo "RESULT provoke data=failed"; tail -3 "$out/provoke-data.log"; exit 1; }
+cases=" ${CASES:-1 2 3 4} "
+want() { [[ $cases == *" $1 "* ]]; }
 causes() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(",".join(sorted({f["cause"] for f in d["findings"] if f["kind"]=="problem" and f.get("cause")})) or "none")' "$1" 2>/dev/null || echo unreadable; }
 
+if want 1; then
 "$gpc" train --data "$work/data" --out "$work/tiny" --layers 2 --heads 2 --channels 64 --context 64 \
   --batch 1 --total-batch 64 --steps 1000000 --device cuda --eval-every 0 --checkpoint-every 0 \
   >"$out/provoke-tiny.log" 2>&1 &
@@ -40,7 +43,9 @@ sleep 6
 kill $pid 2>/dev/null; wait $pid 2>/dev/null
 echo "RESULT provoke launch_bound causes=$(causes "$out/provoke-launch.json")"
 grep -E "PROBLEM|->" "$out/provoke-launch.txt" | head -6
+fi
 
+if want 2; then
 "$gpc" train --data "$work/data" --out "$work/oom" --model d48 --context 1024 --batch 256 \
   --total-batch 262144 --steps 2 --device cuda --no-auto-fit --eval-every 0 >"$work/oom-train.log" 2>&1
 echo "RESULT provoke oom train_exit=$? last=$(tail -1 "$work/oom-train.log" | cut -c1-200)"
@@ -48,13 +53,17 @@ echo "RESULT provoke oom train_exit=$? last=$(tail -1 "$work/oom-train.log" | cu
   >"$out/provoke-oom.txt" 2>&1
 echo "RESULT provoke out_of_memory causes=$(causes "$out/provoke-oom.json")"
 grep -E "PROBLEM|->" "$out/provoke-oom.txt" | head -4
+fi
 
+if want 3; then
 "$gpc" train --data "$work/data" --out "$work/fit" --model d48 --context 1024 --batch 256 \
   --total-batch 262144 --steps 2 --device cuda --eval-every 0 >"$out/provoke-autofit.log" 2>&1
 echo "RESULT provoke autofit exit=$? $(grep -m1 -iE "out of memory|going on|start" "$out/provoke-autofit.log" | cut -c1-240)"
 tail -2 "$out/provoke-autofit.log"
+fi
 
 # 4. input-bound: the loader sleeps 200 ms before each batch
+want 4 || exit 0
 GPC_LOADER_DELAY_MS=200 "$gpc" train --data "$work/data" --out "$work/input" --layers 2 --heads 2 \
   --channels 64 --context 64 --batch 1024 --total-batch 65536 --steps 100 --device cuda \
   --eval-every 0 --checkpoint-every 0 >"$out/provoke-input.log" 2>&1 &
