@@ -15,7 +15,8 @@
 # (OUT, default ./gpu-out) keeps the JSON.
 #
 # Environment: PROMPT (128), NEW (256), LEVELS (1,64,256), REQUESTS (per
-# level, default 2 x the level), SKIP_PEER=1, WORK (default /tmp/gpc-serve).
+# level, default 2 x the level), SKIP_PEER=1, PEER_BATCHES (1,32,256), WORK
+# (default /tmp/gpc-serve).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -64,7 +65,7 @@ curl -s "$url/metrics" >"$out/serve-metrics.txt" 2>/dev/null
 kill -TERM $server; wait $server
 say "server exit: $?"
 if [[ -z ${SKIP_PEER:-} ]]; then
-  python3 "$root/bench/serve_hf_generate.py" --batches 1,32,256 --prompt "$prompt" --new "$new" \
+  python3 "$root/bench/serve_hf_generate.py" --batches "${PEER_BATCHES:-1,32,256}" --prompt "$prompt" --new "$new" \
     >"$out/serve-hf.json" 2>"$out/serve-hf.err"
   python3 - "$out/serve-hf.json" <<'PY' | tee -a "$log"
 import json, sys
