@@ -13,14 +13,10 @@
 # 1.0M, 4.0M and 16.1M atoms), BANDWIDTH (bytes/s, default 4.8e12: the
 # H200's HBM3e), FP64 (flop/s, default 34e12: the H200's FP64 vector peak).
 #
-# The model (per atom and step, a full neighbour list of P partners, B
-# steps between builds): bench/md_gpu_variants.sh's, which says what each
-# term is: DRAM bytes 4 P + 68 (force kernel; 52 with f32) + 192 (integrate;
-# 208 with f32) + (484 + 4 P) / B (the build); partners' positions come from
-# L1/L2, atoms being sorted by cell. FLOPs per listed partner: 9 + 13 for
-# the 71% within the cutoff, float64 (float32 with --forces f32). The thermo
-# reductions (at the end of a chunk of at most 20 steps) are left out of
-# the model and in the timing.
+# The model (DRAM bytes and FLOPs an atom-step) is bench/md_model.py's,
+# which says what each term is; FLOPs count at FP64 only with --forces f64.
+# The thermo reductions (at the end of a chunk of at most 20 steps) are left
+# out of the model and in the timing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 gpc=${1:-$root/build/gpc}
@@ -36,16 +32,16 @@ trap 'rm -rf "$work"' EXIT
 echo "== gpc md on $device, $(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
 echo "   in.lj: density 0.8442, cutoff 2.5, skin 0.3, T 3.0, dt 0.005; $steps steps (CPU: $cpu_steps)"
 report() { # label json
-  python3 - "$1" "$2" "$bandwidth" "$fp64" <<'PY'
+  PYTHONPATH="$root/bench${PYTHONPATH:+:$PYTHONPATH}" python3 - "$1" "$2" "$bandwidth" "$fp64" <<'PY'
 import json, sys
+import md_model
 label, path, bw, fp64 = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
 r = json.load(open(path))
 rate = r["atom_steps_per_s"]
-partners = 2.0 * r["pairs"] / r["atoms"]      # full list: each pair from both ends
+partners = md_model.partners(r)
 f32 = r.get("forces") == "f32"
-between = r["steps"] / max(r["neighbor_builds"] - 1, 1)
-dram = 4 * partners + (52 if f32 else 68) + (208 if f32 else 192) + (484 + 4 * partners) / between
-flops64 = 0 if f32 else (9 + 13 * 0.71) * partners
+dram = md_model.bytes_per_atom_step(r)
+flops64 = 0 if f32 else md_model.flops_per_atom_step(r)
 print(f"{label:>4} {r['atoms']:>10,} atoms {r['device']:>7} {r.get('forces', ''):>3}: {rate:10.4g} atom-steps/s "
       f"({r['steps']} steps in {r['seconds']:.3f} s, {r['neighbor_builds']} builds, "
       f"{partners:.1f} partners an atom)")

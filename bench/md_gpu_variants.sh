@@ -21,18 +21,9 @@
 # FP32 (default 67e12), PROFILE (default 1: when nsys is there, the GPU time
 # of each kernel of the first variant at the middle size, 100 steps).
 #
-# The bound each RESULT line compares against: DRAM bytes per atom-step for
-# this layout at BANDWIDTH (partners' positions are assumed to come from
-# L1/L2, the atoms being sorted by cell), with P partners an atom (a full
-# list: 2 pairs / atoms) and B steps between builds:
-#   forces     4 P (one 32-bit entry a slot) + 4 (count) + 32 (the force)
-#              + the atom's own position (32 float64, 16 float32)
-#   integrate  128 read (x, v, f, x at the build) + 64 written (x, v),
-#              + 16 with f32 (the float32 position)
-#   build      (484 + 4 P) / B: bin 72, scatter 12, cell sort 8, gather 148,
-#              copy back 192, the build 52 and its 4 P of entries
-# and FLOPs per listed partner: 9 (separation, r^2, test) plus 13 for the
-# 71% within the cutoff ((2.5/2.8)^3), at FP64 (f64) or FP32 (f32).
+# The bound each RESULT line compares against: DRAM bytes per atom-step at
+# BANDWIDTH and FLOPs at FP64 (f64) or FP32 (f32), from the model in
+# bench/md_model.py, which says what each term is.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 gpc=${1:-$root/build/gpc}
@@ -60,21 +51,18 @@ for s in "${!sizes[@]}"; do
       echo "RESULT variant=$variant cells=$cells FAILED: $(tail -1 "$work/run.out")"
       continue
     fi
-    python3 - "$variant" "$work/run.json" "$bandwidth" "$fp64" "$fp32" <<'PY'
+    PYTHONPATH="$root/bench${PYTHONPATH:+:$PYTHONPATH}" python3 - "$variant" "$work/run.json" "$bandwidth" "$fp64" "$fp32" <<'PY'
 import json, sys
+import md_model
 variant, path = sys.argv[1], sys.argv[2]
 bw, fp64, fp32 = (float(a) for a in sys.argv[3:6])
 r = json.load(open(path))
 forces = r["forces"]
 rate = r["atom_steps_per_s"]
-P = 2.0 * r["pairs"] / r["atoms"]
-builds = max(r["neighbor_builds"] - 1, 1)      # the first is the set-up's
-B = r["steps"] / builds
-own = 16 if forces == "f32" else 32
-step_bytes = 4 * P + 4 + 32 + own + 192 + (16 if forces == "f32" else 0)
-build_bytes = (484 + 4 * P) / B
-bytes_atom = step_bytes + build_bytes
-flops = (9 + 0.71 * 13) * P
+P = md_model.partners(r)
+B = md_model.steps_per_build(r)
+bytes_atom = md_model.bytes_per_atom_step(r)
+flops = md_model.flops_per_atom_step(r)
 peak = fp32 if forces == "f32" else fp64
 mem_bound = bw / bytes_atom
 flop_bound = peak / flops

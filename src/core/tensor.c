@@ -127,31 +127,30 @@ void gpc_tensor_free(gpc_tensor *t) {
     t->data = NULL;
 }
 
-gpc_status gpc_tensor_copy(gpc_tensor *dst, const gpc_tensor *src) {
-    const gpc_backend *backend;
+/* Checks that src fits dst and finds the backend that does the copy: a copy
+ * that touches a GPU is done by that GPU's backend. */
+static gpc_status copy_backend(const gpc_tensor *dst, const gpc_tensor *src,
+                               const gpc_backend **backend) {
     if (gpc_tensor_bytes(dst) != gpc_tensor_bytes(src) || dst->dtype != src->dtype) {
         char a[96], b[96];
         return gpc_error(GPC_ERR_MISMATCH, "cannot copy %s into %s: sizes or dtypes differ",
                          gpc_tensor_describe(src, a, sizeof a),
                          gpc_tensor_describe(dst, b, sizeof b));
     }
-    /* A copy that touches a GPU is done by that GPU's backend. */
     gpc_device via = dst->device.type != GPC_DEVICE_CPU ? dst->device : src->device;
-    GPC_TRY(gpc_backend_require(via, &backend));
+    return gpc_backend_require(via, backend);
+}
+
+gpc_status gpc_tensor_copy(gpc_tensor *dst, const gpc_tensor *src) {
+    const gpc_backend *backend;
+    GPC_TRY(copy_backend(dst, src, &backend));
     return backend->copy(dst->data, dst->device, src->data, src->device, gpc_tensor_bytes(src),
                          NULL);
 }
 
 gpc_status gpc_tensor_copy_async(gpc_tensor *dst, const gpc_tensor *src) {
     const gpc_backend *backend;
-    if (gpc_tensor_bytes(dst) != gpc_tensor_bytes(src) || dst->dtype != src->dtype) {
-        char a[96], b[96];
-        return gpc_error(GPC_ERR_MISMATCH, "cannot copy %s into %s: sizes or dtypes differ",
-                         gpc_tensor_describe(src, a, sizeof a),
-                         gpc_tensor_describe(dst, b, sizeof b));
-    }
-    gpc_device via = dst->device.type != GPC_DEVICE_CPU ? dst->device : src->device;
-    GPC_TRY(gpc_backend_require(via, &backend));
+    GPC_TRY(copy_backend(dst, src, &backend));
     if (!backend->copy_async)
         return backend->copy(dst->data, dst->device, src->data, src->device, gpc_tensor_bytes(src),
                              NULL);

@@ -43,6 +43,23 @@ static inline uint16_t bf16_round(float x) {
     return (uint16_t)(u >> 16);
 }
 
+/* The step's constants: betas, learning rate, epsilon, weight decay and the
+ * bias corrections c1 = 1 - b1^t, c2 = 1 - b2^t. */
+typedef struct {
+    float b1, b2, lr, eps, wd, c1, c2;
+} adamw_constants;
+
+/* One element's update: g already scaled, moments updated in place, the new
+ * weight returned. Inline so both loops below still vectorise. */
+static inline float adamw_element(float g, float *m, float *v, float w, const adamw_constants *k) {
+    float mi = k->b1 * *m + (1.0f - k->b1) * g;
+    float vi = k->b2 * *v + (1.0f - k->b2) * g * g;
+    *m = mi;
+    *v = vi;
+    float mhat = mi / k->c1, vhat = vi / k->c2;
+    return w - k->lr * (mhat / (sqrtf(vhat) + k->eps) + k->wd * w);
+}
+
 gpc_status gpc_cpu_adamw(gpc_tensor *params, gpc_tensor *master, const gpc_tensor *grads,
                          gpc_tensor *m, gpc_tensor *v, const gpc_adamw_args *args) {
     int64_t n = gpc_tensor_numel(params);
@@ -54,10 +71,13 @@ gpc_status gpc_cpu_adamw(gpc_tensor *params, gpc_tensor *master, const gpc_tenso
         if (norm > args->max_grad_norm) clip = args->max_grad_norm / norm;
     }
     float gscale = args->grad_scale * clip;
-    float b1 = args->beta1, b2 = args->beta2, lr = args->learning_rate, eps = args->eps;
-    float wd = args->weight_decay;
-    float c1 = (float)(1.0 - pow((double)b1, args->step));
-    float c2 = (float)(1.0 - pow((double)b2, args->step));
+    adamw_constants k = {.b1 = args->beta1,
+                         .b2 = args->beta2,
+                         .lr = args->learning_rate,
+                         .eps = args->eps,
+                         .wd = args->weight_decay,
+                         .c1 = (float)(1.0 - pow((double)args->beta1, args->step)),
+                         .c2 = (float)(1.0 - pow((double)args->beta2, args->step))};
     float *pm = m->data, *pv = v->data;
     gpc_tensor *weights = master && master->data ? master : params;
     float *w = weights->data; /* f32: ops.c requires a master for low-precision params */
@@ -69,12 +89,7 @@ gpc_status gpc_cpu_adamw(gpc_tensor *params, gpc_tensor *master, const gpc_tenso
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; i++) {
             float g = bf16_load(gb[i]) * gscale;
-            float mi = b1 * pm[i] + (1.0f - b1) * g;
-            float vi = b2 * pv[i] + (1.0f - b2) * g * g;
-            pm[i] = mi;
-            pv[i] = vi;
-            float mhat = mi / c1, vhat = vi / c2;
-            float wi = w[i] - lr * (mhat / (sqrtf(vhat) + eps) + wd * w[i]);
+            float wi = adamw_element(g, &pm[i], &pv[i], w[i], &k);
             w[i] = wi;
             pb[i] = bf16_round(wi);
         }
@@ -83,12 +98,7 @@ gpc_status gpc_cpu_adamw(gpc_tensor *params, gpc_tensor *master, const gpc_tenso
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         float g = (gf ? gf[i] : gpc_cpu_load(grads, i)) * gscale;
-        float mi = b1 * pm[i] + (1.0f - b1) * g;
-        float vi = b2 * pv[i] + (1.0f - b2) * g * g;
-        pm[i] = mi;
-        pv[i] = vi;
-        float mhat = mi / c1, vhat = vi / c2;
-        float wi = w[i] - lr * (mhat / (sqrtf(vhat) + eps) + wd * w[i]);
+        float wi = adamw_element(g, &pm[i], &pv[i], w[i], &k);
         w[i] = wi;
         if (write_params) gpc_cpu_store(params, i, wi);
     }

@@ -27,6 +27,19 @@
 #include <math.h>
 #include <string.h>
 
+/* Targets are -1 (masked) or in 0..V-1. All are checked before anything is
+ * written, so a bad target leaves the logits untouched. */
+static gpc_status check_targets(const char *op, const gpc_tensor *targets, int64_t N, int64_t V) {
+    const int32_t *tg = targets->data;
+    for (int64_t n = 0; n < N; n++)
+        if (tg[n] != -1 && (tg[n] < 0 || tg[n] >= V))
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "%s: target %d in row %lld is outside 0..%lld (use -1 to mask a "
+                             "row): the data does not match this model's vocabulary",
+                             op, tg[n], (long long)n, (long long)V - 1);
+    return GPC_OK;
+}
+
 gpc_status gpc_cpu_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor *dlogits,
                                                  const gpc_tensor *logits,
                                                  const gpc_tensor *targets, int vocab_size,
@@ -35,13 +48,8 @@ gpc_status gpc_cpu_crossentropy_forward_backward(gpc_tensor *losses, gpc_tensor 
     GPC_TRY(gpc_cpu_need_f32(op, "logits", logits));
     GPC_TRY(gpc_cpu_need_f32(op, "dlogits", dlogits));
     int64_t Vp = gpc_cpu_last_dim(logits), N = gpc_cpu_rows(logits), V = vocab_size;
+    GPC_TRY(check_targets(op, targets, N, V));
     const int32_t *tg = targets->data;
-    for (int64_t n = 0; n < N; n++)
-        if (tg[n] != -1 && (tg[n] < 0 || tg[n] >= V))
-            return gpc_error(GPC_ERR_INVALID_ARG,
-                             "%s: target %d in row %lld is outside 0..%lld (use -1 to mask a "
-                             "row): the data does not match this model's vocabulary",
-                             op, tg[n], (long long)n, (long long)V - 1);
     float *loss = losses->data;
     float *dl = dlogits && dlogits->data ? dlogits->data : NULL;
     const float *x = logits->data;
@@ -111,18 +119,6 @@ gpc_status gpc_cpu_crossentropy_slice_max(gpc_tensor *stats, const gpc_tensor *l
             m = xr[j] > m ? xr[j] : m;
         max[n] = m;
     }
-    return GPC_OK;
-}
-
-/* Targets are -1 (masked) or in 0..V-1, as the whole-row op demands. */
-static gpc_status check_targets(const char *op, const gpc_tensor *targets, int64_t N, int64_t V) {
-    const int32_t *tg = targets->data;
-    for (int64_t n = 0; n < N; n++)
-        if (tg[n] != -1 && (tg[n] < 0 || tg[n] >= V))
-            return gpc_error(GPC_ERR_INVALID_ARG,
-                             "%s: target %d in row %lld is outside 0..%lld (use -1 to mask a "
-                             "row): the data does not match this model's vocabulary",
-                             op, tg[n], (long long)n, (long long)V - 1);
     return GPC_OK;
 }
 

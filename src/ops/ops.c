@@ -96,42 +96,12 @@ static gpc_status table_for(const char *op, const gpc_tensor *t, const gpc_ops_t
         return table_->entry(__VA_ARGS__);                                                         \
     } while (0)
 
-gpc_status gpc_op_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
-                                    const gpc_tensor *wte, const gpc_tensor *wpe) {
-    const char *op = "embedding_forward";
-    GPC_TRY(need_float(op, "out", out));
-    GPC_TRY(need_dtype(op, "tokens", tokens, GPC_I32));
-    GPC_TRY(need_float(op, "wte", wte));
-    GPC_TRY(need_float(op, "wpe", wpe));
-    DEVICES(op, out, tokens, wte, wpe);
-    int64_t C = last_dim(wte), T = last_dim(tokens), N = gpc_tensor_numel(tokens);
-    if (last_dim(wpe) != C || T > rows(wpe))
-        return gpc_error(GPC_ERR_MISMATCH, "embedding_forward: wpe must be [maxT>=%lld, %lld]",
-                         (long long)T, (long long)C);
-    GPC_TRY(need_numel(op, "out", out, N * C));
-    DISPATCH(op, out, embedding_forward, out, tokens, wte, wpe);
-}
-
-gpc_status gpc_op_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,
-                                     const gpc_tensor *tokens) {
-    const char *op = "embedding_backward";
-    GPC_TRY(need_float(op, "dwte", dwte));
-    GPC_TRY(need_float(op, "dwpe", dwpe));
-    GPC_TRY(need_float(op, "dout", dout));
-    GPC_TRY(need_dtype(op, "tokens", tokens, GPC_I32));
-    DEVICES(op, dout, dwte, dwpe, tokens);
-    int64_t C = last_dim(dwte), T = last_dim(tokens);
-    if (last_dim(dwpe) != C || T > rows(dwpe))
-        return gpc_error(GPC_ERR_MISMATCH, "embedding_backward: dwpe must be [maxT>=%lld, %lld]",
-                         (long long)T, (long long)C);
-    GPC_TRY(need_numel(op, "dout", dout, gpc_tensor_numel(tokens) * C));
-    DISPATCH(op, dout, embedding_backward, dwte, dwpe, dout, tokens);
-}
-
-gpc_status gpc_op_embedding_slice_forward(gpc_tensor *out, const gpc_tensor *tokens,
-                                          const gpc_tensor *wte, const gpc_tensor *wpe,
-                                          int64_t row0) {
-    const char *op = "embedding_slice_forward";
+/* The checks the embedding forward ops share: tokens i32 [N] of rows of T,
+ * wte [V, C], wpe [maxT >= T, C] when given, out [N, C]; row0 is the first
+ * row of a vocabulary slice (0 for the whole table). */
+static gpc_status check_embedding_forward(const char *op, const gpc_tensor *out,
+                                          const gpc_tensor *tokens, const gpc_tensor *wte,
+                                          const gpc_tensor *wpe, int64_t row0) {
     GPC_TRY(need_float(op, "out", out));
     GPC_TRY(need_dtype(op, "tokens", tokens, GPC_I32));
     GPC_TRY(need_float(op, "wte", wte));
@@ -144,14 +114,14 @@ gpc_status gpc_op_embedding_slice_forward(gpc_tensor *out, const gpc_tensor *tok
     if (row0 < 0)
         return gpc_error(GPC_ERR_INVALID_ARG, "%s: the slice's first row %lld is negative", op,
                          (long long)row0);
-    GPC_TRY(need_numel(op, "out", out, N * C));
-    DISPATCH(op, out, embedding_slice_forward, out, tokens, wte, wpe, row0);
+    return need_numel(op, "out", out, N * C);
 }
 
-gpc_status gpc_op_embedding_slice_backward(gpc_tensor *dwte, gpc_tensor *dwpe,
-                                           const gpc_tensor *dout, const gpc_tensor *tokens,
-                                           int64_t row0) {
-    const char *op = "embedding_slice_backward";
+/* The same for the backward ops: dwte [V, C], dwpe [maxT >= T, C], dout
+ * [N, C]. */
+static gpc_status check_embedding_backward(const char *op, const gpc_tensor *dwte,
+                                           const gpc_tensor *dwpe, const gpc_tensor *dout,
+                                           const gpc_tensor *tokens, int64_t row0) {
     GPC_TRY(need_float(op, "dwte", dwte));
     GPC_TRY(need_float(op, "dwpe", dwpe));
     GPC_TRY(need_float(op, "dout", dout));
@@ -164,7 +134,37 @@ gpc_status gpc_op_embedding_slice_backward(gpc_tensor *dwte, gpc_tensor *dwpe,
     if (row0 < 0)
         return gpc_error(GPC_ERR_INVALID_ARG, "%s: the slice's first row %lld is negative", op,
                          (long long)row0);
-    GPC_TRY(need_numel(op, "dout", dout, gpc_tensor_numel(tokens) * C));
+    return need_numel(op, "dout", dout, gpc_tensor_numel(tokens) * C);
+}
+
+gpc_status gpc_op_embedding_forward(gpc_tensor *out, const gpc_tensor *tokens,
+                                    const gpc_tensor *wte, const gpc_tensor *wpe) {
+    const char *op = "embedding_forward";
+    GPC_TRY(need(op, "wpe", wpe)); /* only the slice op adds no positions */
+    GPC_TRY(check_embedding_forward(op, out, tokens, wte, wpe, 0));
+    DISPATCH(op, out, embedding_forward, out, tokens, wte, wpe);
+}
+
+gpc_status gpc_op_embedding_backward(gpc_tensor *dwte, gpc_tensor *dwpe, const gpc_tensor *dout,
+                                     const gpc_tensor *tokens) {
+    const char *op = "embedding_backward";
+    GPC_TRY(check_embedding_backward(op, dwte, dwpe, dout, tokens, 0));
+    DISPATCH(op, dout, embedding_backward, dwte, dwpe, dout, tokens);
+}
+
+gpc_status gpc_op_embedding_slice_forward(gpc_tensor *out, const gpc_tensor *tokens,
+                                          const gpc_tensor *wte, const gpc_tensor *wpe,
+                                          int64_t row0) {
+    const char *op = "embedding_slice_forward";
+    GPC_TRY(check_embedding_forward(op, out, tokens, wte, wpe, row0));
+    DISPATCH(op, out, embedding_slice_forward, out, tokens, wte, wpe, row0);
+}
+
+gpc_status gpc_op_embedding_slice_backward(gpc_tensor *dwte, gpc_tensor *dwpe,
+                                           const gpc_tensor *dout, const gpc_tensor *tokens,
+                                           int64_t row0) {
+    const char *op = "embedding_slice_backward";
+    GPC_TRY(check_embedding_backward(op, dwte, dwpe, dout, tokens, row0));
     DISPATCH(op, dout, embedding_slice_backward, dwte, dwpe, dout, tokens, row0);
 }
 

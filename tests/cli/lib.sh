@@ -1,6 +1,13 @@
 # shellcheck shell=bash disable=SC2154,SC2034  # sourced: $work and $stopped_rc belong to the caller
 # lib.sh: helpers shared by the end-to-end scripts (sourced; not a test).
-# They use the sourcing script's $work (a scratch folder) and its fail().
+# They use the sourcing script's $GPC, $work (a scratch folder) and fail().
+
+# make_dataset VOCAB SEED: `gpc data synth` of 20,000 tokens into
+# $work/data, or the script stops (exit 1), since nothing after it can run.
+make_dataset() {
+  "$GPC" data synth --vocab "$1" --tokens 20000 --out "$work/data" --seed "$2" >"$work/out" 2>&1 ||
+    { echo "cannot make the dataset: $(cat "$work/out")" >&2; exit 1; }
+}
 
 # expect_exit STATUS TEXT COMMAND...: COMMAND exits STATUS and its standard
 # error holds TEXT (a fixed string); its output stays in $work/expect.out

@@ -22,8 +22,7 @@ fail() {
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
-"$GPC" data synth --vocab 300 --tokens 20000 --out "$work/data" --seed 5 >"$work/out" 2>&1 ||
-  { echo "cannot make the dataset: $(cat "$work/out")" >&2; exit 1; }
+make_dataset 300 5
 train=("$GPC" train --data "$work/data" --device cpu --model d2 --context 32 --batch 4
   --eval-every 0)
 "${train[@]}" --steps 12 --out "$work/fast" >"$work/out" 2>&1 || fail "train: $(cat "$work/out")"

@@ -19,8 +19,7 @@ source "$(dirname "$0")/lib.sh"
 
 tiny=(--device cpu --layers 1 --heads 2 --channels 32 --context 16 --batch 2 --steps 2
   --eval-every 0)
-"$GPC" data synth --vocab 64 --tokens 20000 --out "$work/data" --seed 3 >"$work/out" 2>&1 ||
-  { echo "cannot make the dataset: $(cat "$work/out")" >&2; exit 1; }
+make_dataset 64 3
 
 # --total-batch 2^63-1: too many micro-steps, said without a negative number
 expect_exit 2 "micro-steps of 32 tokens" "$GPC" train --data "$work/data" --out "$work/r1" \

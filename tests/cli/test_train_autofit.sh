@@ -20,8 +20,7 @@ fail() {
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
-"$GPC" data synth --vocab 300 --tokens 20000 --out "$work/data" --seed 5 >"$work/out" 2>&1 ||
-  { echo "cannot make the dataset: $(cat "$work/out")" >&2; exit 1; }
+make_dataset 300 5
 train=("$GPC" train --data "$work/data" --device cpu --model d2 --context 32 --steps 6
   --eval-every 3)
 

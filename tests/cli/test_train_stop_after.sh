@@ -15,8 +15,7 @@ fail() {
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
-"$GPC" data synth --vocab 64 --tokens 20000 --out "$work/data" --seed 3 >"$work/out" 2>&1 ||
-  { echo "cannot make the dataset: $(cat "$work/out")" >&2; exit 1; }
+make_dataset 64 3
 train=("$GPC" train --data "$work/data" --device cpu --layers 1 --heads 2 --channels 32
   --context 16 --batch 2 --steps 8 --eval-every 0)
 

@@ -21,15 +21,6 @@
 
 static gpc_rng rng;
 
-static double rel_norm(const float *got, const float *want, size_t n) {
-    double d = 0, w = 0;
-    for (size_t i = 0; i < n; i++) {
-        d += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
-        w += (double)want[i] * want[i];
-    }
-    return sqrt(d / fmax(w, 1e-30));
-}
-
 static void test_bf16_against_cpu(void **state) {
     (void)state;
     gpt_config config;
@@ -88,7 +79,7 @@ static void test_bf16_against_cpu(void **state) {
     TEST_OK(gpt_lora_get_params(gpu, ag));
     for (size_t i = 0; i < n; i++)
         ac[i] -= a[i], ag[i] -= a[i];
-    double e = rel_norm(ag, ac, n);
+    double e = test_rel_norm(ag, ac, n);
     if (e > 0.1) fail_msg("adapter updates differ by %.3g of their norm", e);
 
     /* merged into a plain bf16 model: the adapted model's logits */
@@ -103,7 +94,7 @@ static void test_bf16_against_cpu(void **state) {
     TEST_OK(gpt_copy_logits(gpu, lg));
     TEST_OK(gpt_forward(plain, inputs, NULL, B, T));
     TEST_OK(gpt_copy_logits(plain, lp));
-    e = rel_norm(lp, lg, (size_t)B * T * V);
+    e = test_rel_norm(lp, lg, (size_t)B * T * V);
     if (e > 2e-2) fail_msg("merged logits differ by %.3g of their norm", e);
     free(w), free(after), free(a), free(ac), free(ag), free(merged), free(lg), free(lp);
     gpt_free(plain);

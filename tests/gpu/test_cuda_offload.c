@@ -32,16 +32,6 @@ enum { B = 4, T = 128, V = 512, STEPS = 10 };
 
 static gpc_rng rng;
 
-/* |got - want| / |want| over n values, in float64. */
-static double rel_norm(const float *got, const float *want, size_t n) {
-    double d = 0, w = 0;
-    for (size_t i = 0; i < n; i++) {
-        d += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
-        w += (double)want[i] * want[i];
-    }
-    return sqrt(d / fmax(w, 1e-30));
-}
-
 /* A state array of the optimizer (device or host) as host floats. */
 static float *state_of(const gpc_tensor *t) {
     size_t n = (size_t)gpc_tensor_numel(t);
@@ -108,7 +98,7 @@ static void test_offload_against_plain(void **state) {
     TEST_OK(gpt_get_params(off, wo));
     for (size_t i = 0; i < P; i++)
         wp[i] -= w0[i], wo[i] -= w0[i];
-    double e = rel_norm(wo, wp, P);
+    double e = test_rel_norm(wo, wp, P);
     if (e > 5e-2) fail_msg("master updates differ by %.3g of their norm", e);
     const gpc_optim *op = gpt_optimizer(plain), *oo = gpt_optimizer(off);
     const gpc_tensor *sp[2] = {gpc_optim_m(op), gpc_optim_v(op)};
@@ -116,7 +106,7 @@ static void test_offload_against_plain(void **state) {
     for (int k = 0; k < 2; k++) {
         assert_int_equal(so[k]->device.type, GPC_DEVICE_CPU);
         float *a = state_of(sp[k]), *b = state_of(so[k]);
-        e = rel_norm(b, a, P);
+        e = test_rel_norm(b, a, P);
         if (e > 5e-2) fail_msg("%s differs by %.3g of its norm", k ? "v" : "m", e);
         free(a), free(b);
     }

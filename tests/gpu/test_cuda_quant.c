@@ -112,15 +112,12 @@ static int fp8_tensor_cores(void) {
     return major * 10 + minor >= 89 && gpc_setting_flag("GPC_QUANT_FP8_LT");
 }
 
-/* One case: N x C inputs, OC outputs. */
-static void run_case(gpc_dtype act, gpc_dtype qtype, int per_channel, int N, int C, int OC,
-                     int with_bias, int with_res) {
-    float *x = malloc(sizeof(float) * N * C), *xref = malloc(sizeof(float) * N * C);
-    float *bias = malloc(sizeof(float) * OC), *res = malloc(sizeof(float) * N * OC);
-    float *want = malloc(sizeof(float) * N * OC), *got = malloc(sizeof(float) * N * OC);
-    float *scales = malloc(sizeof(float) * OC);
-    uint8_t *q = malloc((size_t)OC * C);
-    for (int i = 0; i < N * C; i++)
+/* Random operands, drawn in this order: nx inputs, [OC, C] codes (never
+ * fp8's NaN), OC scales and biases, a [rows, OC] residual; the floats
+ * representable in act. */
+static void random_operands(gpc_dtype act, gpc_dtype qtype, int nx, int C, int OC, int rows,
+                            float *x, uint8_t *q, float *scales, float *bias, float *res) {
+    for (int i = 0; i < nx; i++)
         x[i] = round_to(act, gpc_rng_normal(&rng));
     for (int i = 0; i < OC * C; i++) {
         q[i] = (uint8_t)gpc_rng_below(&rng, 256);
@@ -130,8 +127,19 @@ static void run_case(gpc_dtype act, gpc_dtype qtype, int per_channel, int N, int
         scales[o] = (qtype == GPC_I8 ? 0.01f : 0.003f) * (0.5f + (float)gpc_rng_uniform(&rng));
         bias[o] = round_to(act, gpc_rng_normal(&rng));
     }
-    for (int i = 0; i < N * OC; i++)
+    for (int i = 0; i < rows * OC; i++)
         res[i] = round_to(act, gpc_rng_normal(&rng));
+}
+
+/* One case: N x C inputs, OC outputs. */
+static void run_case(gpc_dtype act, gpc_dtype qtype, int per_channel, int N, int C, int OC,
+                     int with_bias, int with_res) {
+    float *x = malloc(sizeof(float) * N * C), *xref = malloc(sizeof(float) * N * C);
+    float *bias = malloc(sizeof(float) * OC), *res = malloc(sizeof(float) * N * OC);
+    float *want = malloc(sizeof(float) * N * OC), *got = malloc(sizeof(float) * N * OC);
+    float *scales = malloc(sizeof(float) * OC);
+    uint8_t *q = malloc((size_t)OC * C);
+    random_operands(act, qtype, N * C, C, OC, N, x, q, scales, bias, res);
     int skinny_rows = gpc_cuda_quant_set_gemv_max_rows(0);
     gpc_cuda_quant_set_gemv_max_rows(skinny_rows);
     int lt = qtype == GPC_F8E4M3 && !per_channel && act == GPC_BF16 &&
@@ -260,18 +268,7 @@ static void skinny_case(gpc_dtype act, gpc_dtype qtype, int per_channel, int M, 
     float *res = malloc(sizeof(float) * M * OC), *got = malloc(sizeof(float) * M * OC);
     float *got_pre = malloc(sizeof(float) * M * OC), *scales = malloc(sizeof(float) * OC);
     uint8_t *q = malloc((size_t)OC * C);
-    for (int i = 0; i < M * C + 1; i++)
-        x[i] = round_to(act, gpc_rng_normal(&rng));
-    for (int i = 0; i < OC * C; i++) {
-        q[i] = (uint8_t)gpc_rng_below(&rng, 256);
-        if (qtype == GPC_F8E4M3 && (q[i] & 0x7f) == 0x7f) q[i] ^= 1; /* no NaN codes */
-    }
-    for (int o = 0; o < OC; o++) {
-        scales[o] = (qtype == GPC_I8 ? 0.01f : 0.003f) * (0.5f + (float)gpc_rng_uniform(&rng));
-        bias[o] = round_to(act, gpc_rng_normal(&rng));
-    }
-    for (int i = 0; i < M * OC; i++)
-        res[i] = round_to(act, gpc_rng_normal(&rng));
+    random_operands(act, qtype, M * C + 1, C, OC, M, x, q, scales, bias, res);
     const float *xs = x + misalign; /* the rows the product reads */
     int64_t sx[2] = {M * C + 1, 1}, sq[2] = {OC, C}, so[2] = {M, OC}, ss = per_channel ? OC : 1;
     int64_t sb = OC;

@@ -146,6 +146,22 @@ static void reference(double *out, const float *inp, const uint8_t *q, const flo
         }
 }
 
+/* Random operands of an [N, C] x [OC, C] product: inputs and biases
+ * normal, codes uniform but never fp8's NaN, scales in [0.001, 0.011). */
+static void random_operands(gpc_rng *rng, gpc_dtype dtype, float *inp, uint8_t *q, float *scales,
+                            float *bias, int N, int C, int OC) {
+    for (int i = 0; i < N * C; i++)
+        inp[i] = gpc_rng_normal(rng);
+    for (int i = 0; i < OC * C; i++) {
+        q[i] = (uint8_t)gpc_rng_below(rng, 256);
+        if (dtype == GPC_F8E4M3 && (q[i] & 0x7f) == 0x7f) q[i] ^= 1; /* no NaN codes */
+    }
+    for (int o = 0; o < OC; o++) {
+        scales[o] = 0.001f + 0.01f * (float)gpc_rng_uniform(rng);
+        bias[o] = gpc_rng_normal(rng);
+    }
+}
+
 static void test_op_cpu(void **state) {
     (void)state;
     gpc_rng rng;
@@ -163,17 +179,7 @@ static void test_op_cpu(void **state) {
             float *scales = malloc(sizeof(float) * OC);
             uint8_t *q = malloc((size_t)OC * C);
             double *want = malloc(sizeof(double) * N * OC);
-            for (int i = 0; i < N * C; i++)
-                inp[i] = gpc_rng_normal(&rng);
-            for (int i = 0; i < OC * C; i++)
-                q[i] = (uint8_t)gpc_rng_below(&rng, 256);
-            if (dtype == GPC_F8E4M3)
-                for (int i = 0; i < OC * C; i++)
-                    if ((q[i] & 0x7f) == 0x7f) q[i] ^= 1; /* no NaN codes */
-            for (int o = 0; o < OC; o++) {
-                scales[o] = 0.001f + 0.01f * (float)gpc_rng_uniform(&rng);
-                bias[o] = gpc_rng_normal(&rng);
-            }
+            random_operands(&rng, dtype, inp, q, scales, bias, N, C, OC);
             for (int i = 0; i < N * OC; i++)
                 res[i] = gpc_rng_normal(&rng);
             reference(want, inp, q, scales, per_channel, dtype, with_bias ? bias : NULL,
@@ -219,16 +225,7 @@ static void test_gelu_op_cpu(void **state) {
             float *scales = malloc(sizeof(float) * OC);
             uint8_t *q = malloc((size_t)OC * C);
             double *want = malloc(sizeof(double) * N * OC);
-            for (int i = 0; i < N * C; i++)
-                inp[i] = gpc_rng_normal(&rng);
-            for (int i = 0; i < OC * C; i++) {
-                q[i] = (uint8_t)gpc_rng_below(&rng, 256);
-                if (dtype == GPC_F8E4M3 && (q[i] & 0x7f) == 0x7f) q[i] ^= 1;
-            }
-            for (int o = 0; o < OC; o++) {
-                scales[o] = 0.001f + 0.01f * (float)gpc_rng_uniform(&rng);
-                bias[o] = gpc_rng_normal(&rng);
-            }
+            random_operands(&rng, dtype, inp, q, scales, bias, N, C, OC);
             reference(want, inp, q, scales, 1, dtype, with_bias ? bias : NULL, NULL, N, C, OC);
             gpc_tensor ti = gpc_tensor_2d(inp, GPC_F32, gpc_cpu(), N, C);
             gpc_tensor tq = gpc_tensor_2d(q, dtype, gpc_cpu(), OC, C);

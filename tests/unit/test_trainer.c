@@ -664,21 +664,26 @@ static void test_offload_exact(void **state) {
     unsetenv("GPC_OFFLOAD_CHUNK");
 }
 
+/* Four steps of the tiny model into run `name`, the optimizer offloaded or
+ * not, auto-fit on or off. */
+static gpc_status train_four_steps(const char *name, record *r, int offload, int no_auto_fit) {
+    gpc_train_options o;
+    tiny_options(&o, run_dir(name), r);
+    o.steps = 4;
+    o.offload_optimizer = offload;
+    o.no_auto_fit = no_auto_fit;
+    return gpc_train(&o, NULL);
+}
+
 /* An offloaded run holds m and v (8 bytes a parameter in f32) in host
  * memory, not on the device: under a device limit between the two runs'
  * needs, the plain run runs out of memory and the offloaded one trains,
  * at the same micro-batch and to the same losses. */
 static void test_offload_memory(void **state) {
     (void)state;
-    gpc_train_options o;
     record plain, off, limited;
-    tiny_options(&o, run_dir("mem_plain"), &plain);
-    o.steps = 4;
-    TEST_OK(gpc_train(&o, NULL));
-    tiny_options(&o, run_dir("mem_off"), &off);
-    o.steps = 4;
-    o.offload_optimizer = 1;
-    TEST_OK(gpc_train(&o, NULL));
+    TEST_OK(train_four_steps("mem_plain", &plain, 0, 0));
+    TEST_OK(train_four_steps("mem_off", &off, 1, 0));
     size_t P = plain.start.parameters, held = plain.start.memory_planned;
     size_t held_off = off.start.memory_planned;
     assert_true(held - held_off >= 8 * P && held - held_off < 8 * P + 2 * 256);
@@ -688,15 +693,8 @@ static void test_offload_memory(void **state) {
     char limit[32];
     snprintf(limit, sizeof limit, "%zu", held_off + (held - held_off) / 2);
     setenv("GPC_DEVICE_MEMORY_LIMIT", limit, 1);
-    tiny_options(&o, run_dir("mem_plain_limited"), &limited);
-    o.steps = 4;
-    o.no_auto_fit = 1;
-    gpc_status s = gpc_train(&o, NULL);
-    tiny_options(&o, run_dir("mem_off_limited"), &limited);
-    o.steps = 4;
-    o.no_auto_fit = 1;
-    o.offload_optimizer = 1;
-    gpc_status s_off = gpc_train(&o, NULL);
+    gpc_status s = train_four_steps("mem_plain_limited", &limited, 0, 1);
+    gpc_status s_off = train_four_steps("mem_off_limited", &limited, 1, 1);
     unsetenv("GPC_DEVICE_MEMORY_LIMIT");
     assert_int_equal(s, GPC_ERR_NOMEM);
     TEST_OK(s_off);

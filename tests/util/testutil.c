@@ -55,6 +55,15 @@ double test_max_rel_error_f32(const float *a, const float *b, size_t n, double f
     return worst;
 }
 
+double test_rel_norm(const float *got, const float *want, size_t n) {
+    double d = 0, w = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        w += (double)want[i] * want[i];
+    }
+    return sqrt(d / fmax(w, 1e-30));
+}
+
 void test_assert_close(const char *what, const float *got, const double *want, size_t n, double tol,
                        double floor) {
     double worst;

@@ -25,6 +25,9 @@ uint64_t test_seed(void);
  * reference values from inflating the relative error. */
 double test_max_rel_error(const float *a, const double *b, size_t n, double floor);
 double test_max_rel_error_f32(const float *a, const float *b, size_t n, double floor);
+/* ||got - want|| / ||want|| over n elements, in float64: the error of a
+ * whole tensor, for bf16 results whose single elements may be far off. */
+double test_rel_norm(const float *got, const float *want, size_t n);
 
 /* Asserts with a message that names the worst element. */
 void test_assert_close(const char *what, const float *got, const double *want, size_t n, double tol,
