@@ -28,7 +28,8 @@
  *    the weight's scale and the activations' per-tensor scale as its scale
  *    pointers. The activations are quantized first by two small kernels
  *    (their absolute maximum into a scale of amax / 448, then x / scale
- *    rounded to E4M3), on the stream, without a host synchronisation.
+ *    rounded to nearest E4M3, both divisions IEEE despite fast math), on
+ *    the stream, without a host synchronisation.
  *    Where cuBLASLt offers no algorithm for a shape, the tiled kernel runs
  *    instead.
  * gpc_cuda_quant_lt_calls, gpc_cuda_quant_gemv_calls and
@@ -594,7 +595,14 @@ static int lt_applies(const gpc_tensor *out, const gpc_tensor *inp, const gpc_te
 }
 
 /* amax of x over one block into scale[0] = amax / 448 (1 when x is all
- * zeros, so the quantized copy is zeros too). */
+ * zeros, so the quantized copy is zeros too). Both divisions, here and in
+ * act_quant_kernel, round as IEEE (__fdiv_rn): --use_fast_math makes '/'
+ * approximate (div.approx, within 2 ulp), and a quotient on or next to the
+ * midpoint of two E4M3 values may then round to the other one. x and amax
+ * are both bf16, so for some amax dozens of x's values (hundreds of
+ * activations) give quotients on or within 2 ulp of a midpoint; each would
+ * move a whole E4M3 step (up to 32/448 of amax) from the quantization that
+ * gpc_f32_to_f8e4m3(x / scale) defines. */
 template <typename T>
 __global__ void __launch_bounds__(1024) act_scale_kernel(float *scale, const T *x, int64_t n) {
     __shared__ float shared[32];
@@ -608,18 +616,19 @@ __global__ void __launch_bounds__(1024) act_scale_kernel(float *scale, const T *
     if (warp == 0) {
         m = lane < (int)(blockDim.x >> 5) ? shared[lane] : 0.0f;
         m = gpc_warp_max(m);
-        if (lane == 0) scale[0] = m > 0.0f ? m / GPC_F8E4M3_MAX : 1.0f;
+        if (lane == 0) scale[0] = m > 0.0f ? __fdiv_rn(m, GPC_F8E4M3_MAX) : 1.0f;
     }
 }
 
-/* xq = x / scale rounded to nearest E4M3 (|x| / scale <= 448 by the scale's
- * choice; the conversion saturates anyway). */
+/* xq = x / scale rounded to nearest E4M3, ties to even, as
+ * gpc_f32_to_f8e4m3 (|x| / scale <= 448 by the scale's choice; the
+ * conversion saturates anyway). */
 template <typename T>
 __global__ void act_quant_kernel(__nv_fp8_e4m3 *xq, const T *x, const float *scale, int64_t n) {
     float s = scale[0];
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        xq[i] = __nv_fp8_e4m3(gpc_to_f32(x[i]) / s);
+        xq[i] = __nv_fp8_e4m3(__fdiv_rn(gpc_to_f32(x[i]), s));
 }
 
 /* The product on cuBLASLt's FP8 tensor cores; *ran = 0 (and nothing
