@@ -101,7 +101,7 @@ uint64_t gpcd_runner_job_tag(const char *exit_path) {
 static char **job_environment(const gpcd_job *job, const char *exit_path) {
     json_t *env = job->env ? json_loads(job->env, 0, NULL) : NULL;
     size_t n = json_is_object(env) ? json_object_size(env) : 0;
-    char **envp = calloc(n + 8, sizeof *envp);
+    char **envp = calloc(n + 9, sizeof *envp);
     if (!envp) {
         json_decref(env);
         return NULL;
@@ -118,8 +118,17 @@ static char **job_environment(const gpcd_job *job, const char *exit_path) {
             if (!skip && json_is_string(value))
                 envp[k++] = format_env(key, json_string_value(value));
         }
+    /* a job that asked for memory per GPU (--mem) keeps to it: gpc train's
+     * plan and auto-fit and gpc serve's key/value cache size themselves by
+     * GPC_DEVICE_MEMORY_LIMIT; a limit the job's own environment sets wins */
+    int own_limit = json_is_object(env) && json_object_get(env, "GPC_DEVICE_MEMORY_LIMIT");
     json_decref(env);
     if (!job->env || n == 0) envp[k++] = strdup("PATH=/usr/local/bin:/usr/bin:/bin");
+    if (job->mem > 0 && !own_limit) {
+        char limit[32];
+        snprintf(limit, sizeof limit, "%llu", (unsigned long long)job->mem);
+        envp[k++] = format_env("GPC_DEVICE_MEMORY_LIMIT", limit);
+    }
     char gpus[GPCD_MAX_GPUS * 4] = "", id[32];
     size_t used = 0;
     for (int i = 0; i < job->assigned_count; i++)

@@ -974,8 +974,8 @@ static void run_name(const char *run_dir, char *out, size_t size) {
 
 /* Blocks of the cache: options->kv_bytes, or on a GPU 90% of what is free
  * after the weights and the step's buffers (on the CPU 1 GiB), never more
- * than the device has, nor more than max_batch sequences of the whole
- * context can use. */
+ * than the device has or GPC_DEVICE_MEMORY_LIMIT leaves, nor more than
+ * max_batch sequences of the whole context can use. */
 static gpc_status plan_blocks(gpc_engine *e, gpc_device device, const gpt_paged_options *po,
                               int *num_blocks) {
     const gpt_config *c = gpt_get_config(e->model);
@@ -987,16 +987,22 @@ static gpc_status plan_blocks(gpc_engine *e, gpc_device device, const gpt_paged_
         size_t avail = gpc_host_memory_available();
         have = avail > step ? (avail - step) / 2 : 0; /* leave the host room to live */
     } else {
-        const gpc_backend *backend;
-        GPC_TRY(gpc_backend_require(device, &backend));
-        size_t free_bytes = 0, total = 0;
-        GPC_TRY(backend->memory_info(device.index, &free_bytes, &total));
+        size_t free_bytes = 0;
+        GPC_TRY(gpc_device_memory_free(device, &free_bytes, NULL));
         have = free_bytes > step ? (size_t)((double)(free_bytes - step) * 0.9) : 0;
     }
+    /* GPC_DEVICE_MEMORY_LIMIT (a GPU shared through gpcd's --mem, or set by
+     * hand) caps the cache on every device, after the weights it counts */
     size_t want = e->o.kv_bytes                   ? e->o.kv_bytes
                   : device.type == GPC_DEVICE_CPU ? (size_t)1 << 30
                                                   : have;
     if (want > have && have > 0) want = have;
+    size_t limit = gpc_device_memory_limit();
+    if (limit) { /* one block more for the padding rows of a GPU's decode steps */
+        size_t used = gpc_device_memory_in_use(device) + step + block;
+        size_t left = used < limit ? limit - used : 0;
+        if (want > left) want = left;
+    }
     size_t blocks = want / block, useful = (size_t)e->o.max_batch * (size_t)e->max_blocks;
     if (blocks > useful) blocks = useful;
     if (blocks < 1)

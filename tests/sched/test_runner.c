@@ -140,6 +140,28 @@ static void test_exit_status_and_logs(void **state) {
     log = read_log(&g, id);
     assert_non_null(strstr(log, "cannot enter the job's directory /no/such/dir"));
     free(log);
+
+    /* --mem becomes the job's GPC_DEVICE_MEMORY_LIMIT (gpc's own cap on
+     * what it takes from a GPU), unless the job's environment sets one */
+    uint64_t mem = (1 + gpc_rng_below(&rng, 40)) << 30;
+    const char *print = "\"command\":[\"sh\",\"-c\",\"echo lim=$GPC_DEVICE_MEMORY_LIMIT.\"]";
+    const char *bodies[3][2] = {
+        {"", ""}, {"", ",\"env\":{\"GPC_DEVICE_MEMORY_LIMIT\":\"7G\"}"}, {"none", ""}};
+    for (int c = 0; c < 3; c++) {
+        char mem_field[48] = "";
+        if (strcmp(bodies[c][0], "none") != 0)
+            snprintf(mem_field, sizeof mem_field, ",\"mem\":%llu", (unsigned long long)mem);
+        snprintf(body, sizeof body, "{%s%s%s}", print, mem_field, bodies[c][1]);
+        id = test_submit(g.socket, body);
+        json_decref(test_wait_state(g.socket, id, "completed", 5));
+        log = read_log(&g, id);
+        if (c == 0)
+            snprintf(want, sizeof want, "lim=%llu.\n", (unsigned long long)mem);
+        else
+            snprintf(want, sizeof want, c == 1 ? "lim=7G.\n" : "lim=.\n");
+        if (!strstr(log, want)) fail_msg("job %d: expected %s in its log: %s", c, want, log);
+        free(log);
+    }
     finish(&g);
 }
 

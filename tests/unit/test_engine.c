@@ -733,6 +733,40 @@ static void test_queue_bound_and_errors(void **state) {
     assert_null(none);
 }
 
+/* GPC_DEVICE_MEMORY_LIMIT (what gpcd sets for a job's --mem) caps the
+ * cache: an engine measured at 64 blocks, then made again under a limit
+ * 20 blocks below what it held, keeps 64 - 20 - 1 (one block stays free for
+ * a GPU's padding rows), and a limit below the weights refuses clearly. */
+static void test_memory_limit(void **state) {
+    (void)state;
+    size_t before = gpc_device_memory_in_use(gpc_cpu());
+    gpc_engine *e = make_engine(8, 4, 64, 256, 4);
+    size_t held = gpc_device_memory_in_use(gpc_cpu()) - before;
+    gpc_engine_stats st;
+    gpc_engine_get_stats(e, &st);
+    assert_int_equal(st.kv_blocks_total, 64);
+    gpc_engine_free(e);
+    assert_int_equal(gpc_device_memory_in_use(gpc_cpu()), before);
+    size_t block = gpt_paged_block_bytes(&config, GPC_F32, 4);
+    char limit[32];
+    snprintf(limit, sizeof limit, "%zu", before + held - 20 * block);
+    setenv("GPC_DEVICE_MEMORY_LIMIT", limit, 1);
+    e = make_engine(8, 4, 64, 256, 4);
+    gpc_engine_get_stats(e, &st);
+    gpc_engine_free(e);
+    assert_int_equal(st.kv_blocks_total, 64 - 20 - 1);
+    snprintf(limit, sizeof limit, "%zu", before + held / 4);
+    setenv("GPC_DEVICE_MEMORY_LIMIT", limit, 1);
+    gpc_engine *none = NULL;
+    gpc_engine_options o;
+    gpc_engine_options_init(&o);
+    gpc_status s = gpc_engine_create(&none, run_dir, gpc_cpu(), &o);
+    unsetenv("GPC_DEVICE_MEMORY_LIMIT");
+    assert_int_equal(s, GPC_ERR_NOMEM);
+    assert_null(none);
+    gpc_clear_error();
+}
+
 /* A run without a tokenizer serves token ids (no end-of-text token); one
  * whose tokenizer does not fit the model, or without a checkpoint, is
  * refused with what to do. */
@@ -1005,6 +1039,7 @@ int main(void) {
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_cancel_from_callback),
         cmocka_unit_test(test_queue_bound_and_errors),
+        cmocka_unit_test(test_memory_limit),
         cmocka_unit_test(test_run_folders),
         cmocka_unit_test(test_quantized_run),
         cmocka_unit_test(test_chunked_prefill),
