@@ -396,7 +396,9 @@ gpc_status gpt_forward_last_logits(gpt_model *model, const int32_t *inputs, int 
  * Afterwards cached_len is start + n. Any other forward overwrites what is
  * kept, and gpt_set_params and gpt_update make it stale (cached_len becomes
  * 0 with each). The logits equal gpt_forward_last_logits's
- * on the whole sequence up to rounding. */
+ * on the whole sequence up to rounding. A training model that recomputes
+ * whole blocks keeps no keys and values for them, so each call runs the
+ * sequence from position 0 again. */
 gpc_status gpt_forward_cached(gpt_model *model, const int32_t *tokens, int start, int n,
                               float *logits_out);
 /* Copies the logits of the last forward, [B,T,V] (host f32) for tests. */

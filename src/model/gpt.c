@@ -1569,8 +1569,13 @@ gpc_status gpt_forward_cached(gpt_model *m, const int32_t *tokens, int start, in
     int64_t C = c->channels;
     m->cached_len = start; /* until the rows below are all written */
     GPC_TRY(upload_tokens(m, tokens, NULL, start, 1, n));
-    gpc_tensor tok = view(&m->acts.tokens, (size_t)start, 2, 1, n, 0);
-    GPC_TRY(blocks_forward(m, &tok, start, 1, n));
+    /* Blocks recomputed whole share one slot of qkv, so the keys and values
+     * of earlier positions are overwritten by the next such block: run the
+     * sequence again from position 0 (its tokens stay in the token buffer).
+     * Only training models recompute, so generation never pays this. */
+    int from = recomputed(m, 0, 3) ? 0 : start;
+    gpc_tensor tok = view(&m->acts.tokens, (size_t)from, 2, 1, end - from, 0);
+    GPC_TRY(blocks_forward(m, &tok, from, 1, end - from));
     /* the head on the last position only, into logits row 0 */
     gpc_tensor lnf = view(&m->acts.lnf, (size_t)(end - 1) * (size_t)C, 3, 1, 1, C);
     gpc_tensor logits = view(&m->acts.logits, 0, 3, 1, 1, vocab_rows(m));

@@ -186,12 +186,8 @@ static void check_eval(const job *j, gpt_model *m, gpt_model *whole, const int32
     MUST(gpt_forward_last_logits(m, in, B, T, a));
     double e = norm_error(a, b, (size_t)B * V);
     CHECK(e < 1e-4, "the last position's logits differ from one process's by %.2e", e);
-    /* T - 1 positions, then one more over the kept keys and values (a
-     * part that recomputes keeps one block's, so it does not decode) */
-    if (recompute) {
-        free(a), free(b);
-        return;
-    }
+    /* T - 1 positions, then one more over the kept keys and values (or,
+     * where blocks are recomputed, over the whole sequence again) */
     MUST(gpt_forward_cached(whole, in, 0, T - 1, b));
     MUST(gpt_forward_cached(m, in, 0, T - 1, a));
     MUST(gpt_forward_cached(whole, in + T - 1, T - 1, 1, b + V));

@@ -4,7 +4,8 @@
  * and values and without) equals a hand-written loop of full forward passes,
  * the window's drops included (and counted), a stop token ends it unless
  * fewer than min_tokens were drawn, and the kept-keys forward equals the full
- * one at every position. */
+ * one at every position, in training models under every recomputation
+ * setting too. */
 #include "testutil.h"
 
 #include <math.h>
@@ -299,11 +300,59 @@ static void test_forward_cached(void **state) {
     gpt_free(m);
 }
 
+/* gpt_forward_cached on models created for training with each setting of
+ * activation recomputation (none, GELU, layernorm, block, block on the
+ * first 2 of 3 layers): a prompt of 5 positions, then one position at a
+ * time, each call's logits equal to gpt_forward's on the whole sequence
+ * so far in an inference model with the same weights. Recomputed blocks
+ * share one slot of keys and values, so the kept ones of earlier positions
+ * would be the last such block's; the bound is f32 rounding (1e-5 of the
+ * logits' scale). */
+static void test_forward_cached_recompute(void **state) {
+    (void)state;
+    enum { V = 50, T = 16, L = 3, B = 2, PROMPT = 5 };
+    const int settings[] = {GPT_RECOMPUTE_NONE, GPT_RECOMPUTE_GELU, GPT_RECOMPUTE_LAYERNORM,
+                            GPT_RECOMPUTE_BLOCK, GPT_RECOMPUTE(GPT_RECOMPUTE_BLOCK, 2)};
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 47);
+    gpt_model *ref = inference_model(L, 4, 32, T, V);
+    float *w = malloc(gpt_num_params(ref) * sizeof(float));
+    gpc_rng_fill_normal(&rng, w, gpt_num_params(ref), 0.0f, 0.3f);
+    TEST_OK(gpt_set_params(ref, w));
+    int32_t seq[T];
+    for (int i = 0; i < T; i++)
+        seq[i] = (int32_t)gpc_rng_below(&rng, V);
+    float *full = malloc((size_t)T * V * sizeof(float)), got[V];
+    TEST_OK(gpt_forward(ref, seq, NULL, 1, T));
+    TEST_OK(gpt_copy_logits(ref, full));
+    gpt_config c;
+    TEST_OK(gpt_config_init(&c, L, 4, 32, T, V));
+    for (size_t k = 0; k < sizeof settings / sizeof settings[0]; k++) {
+        gpt_model *m = NULL;
+        TEST_OK(gpt_create_recompute(&m, &c, gpc_cpu(), GPC_F32, B, T, 1, settings[k]));
+        TEST_OK(gpt_set_params(m, w));
+        char name[32], what[96];
+        gpt_recompute_name(settings[k], name, sizeof name);
+        for (int pos = 0; pos < T;) {
+            int n = pos ? 1 : PROMPT;
+            TEST_OK(gpt_forward_cached(m, seq + pos, pos, n, got));
+            pos += n;
+            assert_int_equal(gpt_cached_len(m), pos);
+            snprintf(what, sizeof what, "recompute %s, positions to %d", name, pos);
+            test_assert_close_f32(what, got, full + (size_t)(pos - 1) * V, V, 1e-5, 1.0);
+        }
+        gpt_free(m);
+    }
+    free(w), free(full);
+    gpt_free(ref);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sample_distribution),
         cmocka_unit_test(test_generate_matches_forward),
         cmocka_unit_test(test_forward_cached),
+        cmocka_unit_test(test_forward_cached_recompute),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
