@@ -19,6 +19,8 @@
  * the adjacent pair of lowest rank. Every merge that uses token z was learned
  * after z itself, so this gives exactly the tokens that applying every merge
  * in order would give (the unit test checks it against that naive encoder).
+ * Long pre-tokens keep their pairs in buckets by rank, so that encoding
+ * takes time linear in the text's length whatever the text.
  */
 #define _GNU_SOURCE /* memmem */
 #include "gpc/tokenizer.h"
@@ -33,8 +35,8 @@
 #define TOKENIZER_VERSION 1u      /* gpc's */
 #define TOKENIZER_VERSION_GPT2 2u /* GPT-2's: the header is followed by 256 byte ids */
 #define TOKENIZER_HEADER_BYTES 24 /* magic, version, vocab size, merge count, reserved */
-/* Longer runs (ASCII art, long numbers, binary data) are cut into pieces of
- * this size; it bounds the per-pre-token merge loop, which is quadratic. */
+/* gpc's pre-tokenizer cuts longer runs (ASCII art, long numbers, binary
+ * data) into pieces of this size; trained tokenizers depend on the cut. */
 #define PRETOKEN_MAX 256
 
 struct gpc_tokenizer {
@@ -630,20 +632,92 @@ gpc_status gpc_tokenizer_train(gpc_tokenizer **out, const char *text, size_t byt
 
 /* -------------------------------------------------------------- encoding */
 
-/* Encodes one pre-token of n bytes into out; returns the count. ranks is
- * scratch of n entries: ranks[i] is the rank of the pair (out[i], out[i + 1]). */
-static size_t encode_pretoken(const gpc_tokenizer *tok, const unsigned char *s, size_t n,
-                              uint32_t *out, uint32_t *ranks) {
-    for (size_t i = 0; i < n; i++)
-        out[i] = tok->byte_token[s[i]];
-    if (n < 2 || tok->merge_count == 0) return n;
+/* Merging within a pre-token: every occurrence of the lowest-rank pair,
+ * left to right, again and again. A pre-token of up to RESCAN_MAX bytes
+ * (most words) is rescanned for each rank, which costs least there; a
+ * longer one keeps its pairs in buckets by rank, in time linear in its
+ * length where rescanning is quadratic (GPT-2's pre-tokens have no length
+ * limit: a megabyte of random letters is one). */
+#define RESCAN_MAX 16
+#define NO_PAIR UINT32_MAX
+
+/* Symbols live at the position of their first byte, linked by next and
+ * prev. The pair that starts at symbol i has rank[i] (NO_PAIR: none) and
+ * sits in that rank's bucket, a list linked by bucket_next and
+ * bucket_prev. A two-level bitmap of the ranks whose bucket is not empty
+ * finds the lowest rank in a few word reads. */
+typedef struct {
+    uint32_t *next, *prev, *rank, *bucket_next, *bucket_prev; /* per symbol */
+    size_t capacity;                                          /* symbols */
+    void *symbol_block;     /* the symbol arrays' allocation, NULL while on the stack */
+    uint32_t *bucket_first; /* per rank, read only while the rank's bit is set; NULL until needed */
+    uint64_t *bits, *summary; /* bit r: rank r's bucket holds a pair; bit w: bits[w] is not 0 */
+    size_t summary_words;
+    uint32_t small[5 * PRETOKEN_MAX]; /* the symbol arrays for up to PRETOKEN_MAX bytes */
+} merge_scratch;
+
+static void scratch_place(merge_scratch *w, uint32_t *base, size_t capacity) {
+    w->next = base;
+    w->prev = base + capacity;
+    w->rank = base + 2 * capacity;
+    w->bucket_next = base + 3 * capacity;
+    w->bucket_prev = base + 4 * capacity;
+    w->capacity = capacity;
+}
+
+static void scratch_init(merge_scratch *w) {
+    w->symbol_block = NULL;
+    w->bucket_first = NULL;
+    w->bits = w->summary = NULL;
+    w->summary_words = 0;
+    scratch_place(w, w->small, PRETOKEN_MAX);
+}
+
+static void scratch_free(merge_scratch *w) {
+    free(w->symbol_block);
+    free(w->bucket_first);
+    free(w->bits);
+}
+
+/* Makes room for a pre-token of n bytes. The per-rank arrays (GPT-2 has
+ * 50000 ranks) are made for the first long pre-token only; the bitmap
+ * starts empty, and every pre-token leaves it empty. */
+static gpc_status scratch_reserve(merge_scratch *w, const gpc_tokenizer *tok, size_t n) {
+    if (n >= UINT32_MAX)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "the text holds a piece of %zu bytes without a break; gpc encodes pieces "
+                         "of less than 4 GiB: split the text",
+                         n);
+    if (n > w->capacity) {
+        size_t capacity = n > 2 * w->capacity ? n : 2 * w->capacity;
+        uint32_t *block = malloc(5 * capacity * sizeof *block);
+        if (!block) return gpc_error(GPC_ERR_NOMEM, "out of memory encoding a %zu-byte piece", n);
+        free(w->symbol_block);
+        w->symbol_block = block;
+        scratch_place(w, block, capacity);
+    }
+    if (n > RESCAN_MAX && !w->bucket_first) {
+        size_t words = ((size_t)tok->merge_count + 63) / 64;
+        w->summary_words = (words + 63) / 64;
+        w->bucket_first = malloc(((size_t)tok->merge_count + 1) * sizeof *w->bucket_first);
+        w->bits = calloc(words + w->summary_words + 1, sizeof *w->bits); /* + 1: never 0 */
+        w->summary = w->bits ? w->bits + words : NULL;
+        if (!w->bucket_first || !w->bits)
+            return gpc_error(GPC_ERR_NOMEM, "out of memory encoding a %zu-byte piece", n);
+    }
+    return GPC_OK;
+}
+
+/* The short way: ranks is scratch of n entries, ranks[i] the rank of the
+ * pair (out[i], out[i + 1]). Returns the count. */
+static size_t merge_by_rescan(const gpc_tokenizer *tok, uint32_t *out, size_t n, uint32_t *ranks) {
     for (size_t i = 0; i + 1 < n; i++)
         ranks[i] = rank_lookup(tok, out[i], out[i + 1]);
     for (;;) {
-        uint32_t best = UINT32_MAX;
+        uint32_t best = NO_PAIR;
         for (size_t i = 0; i + 1 < n; i++)
             if (ranks[i] < best) best = ranks[i];
-        if (best == UINT32_MAX) return n;
+        if (best == NO_PAIR) return n;
         uint32_t z = 256 + best;
         size_t m = 0;
         for (size_t i = 0; i < n;) {
@@ -660,39 +734,132 @@ static size_t encode_pretoken(const gpc_tokenizer *tok, const unsigned char *s, 
     }
 }
 
+/* Takes symbol i's pair out of its bucket. */
+static void bucket_remove(merge_scratch *w, uint32_t i) {
+    uint32_t r = w->rank[i];
+    if (r == NO_PAIR) return;
+    uint32_t after = w->bucket_next[i], before = w->bucket_prev[i];
+    if (after != NO_PAIR) w->bucket_prev[after] = before;
+    if (before != NO_PAIR) {
+        w->bucket_next[before] = after;
+    } else if (after != NO_PAIR) {
+        w->bucket_first[r] = after;
+    } else { /* the bucket is empty now */
+        w->bits[r / 64] &= ~(1ull << (r % 64));
+        if (!w->bits[r / 64]) w->summary[r / 4096] &= ~(1ull << (r / 64 % 64));
+    }
+    w->rank[i] = NO_PAIR;
+}
+
+/* Puts symbol i's pair, of rank r, into its bucket. */
+static void bucket_insert(merge_scratch *w, uint32_t i, uint32_t r) {
+    w->rank[i] = r;
+    if (r == NO_PAIR) return;
+    w->bucket_prev[i] = NO_PAIR;
+    if (w->bits[r / 64] & (1ull << (r % 64))) {
+        w->bucket_next[i] = w->bucket_first[r];
+        w->bucket_prev[w->bucket_first[r]] = i;
+    } else {
+        w->bucket_next[i] = NO_PAIR;
+        w->bits[r / 64] |= 1ull << (r % 64);
+        w->summary[r / 4096] |= 1ull << (r / 64 % 64);
+    }
+    w->bucket_first[r] = i;
+}
+
+/* The lowest rank that has a pair; NO_PAIR when none is left. */
+static uint32_t lowest_rank(const merge_scratch *w) {
+    for (size_t s = 0; s < w->summary_words; s++)
+        if (w->summary[s]) {
+            size_t word = s * 64 + (size_t)__builtin_ctzll(w->summary[s]);
+            return (uint32_t)(word * 64 + (size_t)__builtin_ctzll(w->bits[word]));
+        }
+    return NO_PAIR;
+}
+
+/* Symbol i's pair again, after i or the symbol after it changed. */
+static void pair_update(const gpc_tokenizer *tok, const uint32_t *out, merge_scratch *w, uint32_t i,
+                        uint32_t count) {
+    bucket_remove(w, i);
+    uint32_t j = w->next[i];
+    bucket_insert(w, i, j < count ? rank_lookup(tok, out[i], out[j]) : NO_PAIR);
+}
+
+/* The long way, in time linear in n (< UINT32_MAX, at most w's capacity).
+ * Pairs of one rank are all the same pair (a, b). When a != b its
+ * occurrences cannot overlap, so their order does not matter; when a == b
+ * they form runs, each merged here from its left end, as rescanning does.
+ * A merge makes token 256 + r, whose pairs have higher ranks (the merges
+ * were checked to use only earlier tokens), so rank r's bucket only
+ * empties while it is worked on, and each merge costs a few steps.
+ * Returns the count. */
+static size_t merge_by_buckets(const gpc_tokenizer *tok, uint32_t *out, size_t n,
+                               merge_scratch *w) {
+    uint32_t count = (uint32_t)n, *next = w->next, *prev = w->prev, *rank = w->rank;
+    for (uint32_t i = 0; i < count; i++) {
+        next[i] = i + 1;
+        prev[i] = i - 1; /* NO_PAIR for the first */
+        bucket_insert(w, i, i + 1 < count ? rank_lookup(tok, out[i], out[i + 1]) : NO_PAIR);
+    }
+    for (uint32_t r = lowest_rank(w); r != NO_PAIR; r = lowest_rank(w)) {
+        while (w->bits[r / 64] & (1ull << (r % 64))) {
+            uint32_t start = w->bucket_first[r];
+            while (prev[start] != NO_PAIR && rank[prev[start]] == r)
+                start = prev[start];
+            uint32_t k = start;
+            do { /* (a b) here, and again right after it: one run */
+                uint32_t j = next[k];
+                bucket_remove(w, k);
+                bucket_remove(w, j);
+                out[k] = 256 + r;
+                next[k] = next[j];
+                if (next[k] < count) prev[next[k]] = k;
+                k = next[k];
+            } while (k < count && rank[k] == r);
+            for (uint32_t i = start; i != k; i = next[i])
+                pair_update(tok, out, w, i, count);
+            if (prev[start] != NO_PAIR) pair_update(tok, out, w, prev[start], count);
+        }
+    }
+    size_t m = 0;
+    for (uint32_t i = 0; i < count; i = next[i])
+        out[m++] = out[i];
+    return m;
+}
+
+/* Encodes one pre-token of n bytes into out, adding its token count to
+ * *used. */
+static gpc_status encode_pretoken(const gpc_tokenizer *tok, const unsigned char *s, size_t n,
+                                  uint32_t *out, merge_scratch *w, size_t *used) {
+    GPC_TRY(scratch_reserve(w, tok, n));
+    for (size_t i = 0; i < n; i++)
+        out[i] = tok->byte_token[s[i]];
+    if (n >= 2 && tok->merge_count > 0)
+        n = n <= RESCAN_MAX ? merge_by_rescan(tok, out, n, w->rank)
+                            : merge_by_buckets(tok, out, n, w);
+    *used += n;
+    return GPC_OK;
+}
+
 /* GPT-2: <|endoftext|> in the text is the end-of-text token; the text
  * between is cut by GPT-2's pre-tokenizer, whose pieces have no length
  * limit (the merge loop's scratch grows for the long ones). */
 static gpc_status encode_gpt2(const gpc_tokenizer *tok, const unsigned char *s, size_t bytes,
-                              uint32_t *out, size_t *used) {
+                              uint32_t *out, size_t *used, merge_scratch *w) {
     const size_t eot_length = strlen(GPC_GPT2_EOT_TEXT);
-    uint32_t small[PRETOKEN_MAX], *ranks = small;
-    size_t capacity = PRETOKEN_MAX, n_out = 0;
     for (size_t at = 0; at < bytes;) {
         const unsigned char *eot = memmem(s + at, bytes - at, GPC_GPT2_EOT_TEXT, eot_length);
         size_t end = eot ? (size_t)(eot - s) : bytes;
         while (at < end) {
             size_t n = gpc_gpt2_pretoken_length(s + at, end - at);
-            if (n > capacity) {
-                uint32_t *grown =
-                    ranks == small ? malloc(n * sizeof *grown) : realloc(ranks, n * sizeof *grown);
-                if (!grown) {
-                    if (ranks != small) free(ranks);
-                    return gpc_error(GPC_ERR_NOMEM, "out of memory encoding a %zu-byte piece", n);
-                }
-                ranks = grown;
-                capacity = n;
-            }
-            n_out += encode_pretoken(tok, s + at, n, out + n_out, ranks);
+            GPC_TRY(encode_pretoken(tok, s + at, n, out + *used, w, used));
             at += n;
         }
         if (eot) {
-            out[n_out++] = (uint32_t)tok->vocab_size - 1;
+            out[(*used)++] = (uint32_t)tok->vocab_size - 1;
             at = end + eot_length;
         }
     }
-    if (ranks != small) free(ranks);
-    *used = n_out;
     return GPC_OK;
 }
 
@@ -705,19 +872,22 @@ gpc_status gpc_tokenizer_encode(const gpc_tokenizer *tok, const char *text, size
     if (!out) return gpc_error(GPC_ERR_NOMEM, "out of memory encoding %zu bytes", bytes);
     const unsigned char *s = (const unsigned char *)text;
     size_t used = 0;
+    merge_scratch w;
+    scratch_init(&w);
+    gpc_status st = GPC_OK;
     if (tok->kind == GPC_TOKENIZER_GPT2) {
-        gpc_status st = encode_gpt2(tok, s, bytes, out, &used);
-        if (st != GPC_OK) {
-            gpc_free(out);
-            return st;
-        }
+        st = encode_gpt2(tok, s, bytes, out, &used, &w);
     } else {
-        uint32_t ranks[PRETOKEN_MAX];
-        for (size_t at = 0; at < bytes;) {
+        for (size_t at = 0; at < bytes && st == GPC_OK;) {
             size_t n = pretoken_length(s + at, bytes - at);
-            used += encode_pretoken(tok, s + at, n, out + used, ranks);
+            st = encode_pretoken(tok, s + at, n, out + used, &w, &used);
             at += n;
         }
+    }
+    scratch_free(&w);
+    if (st != GPC_OK) {
+        gpc_free(out);
+        return st;
     }
     *tokens = out;
     *count = used;

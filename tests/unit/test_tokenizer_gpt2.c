@@ -7,7 +7,8 @@
  * pre-tokenizer's classes equal the tokenizers library's for every code
  * point (classes.txt, probed there the same way as here); vocab.json and
  * merges.txt written by gpc equal the originals; tokenizer.bin keeps the
- * kind; bad files are clear errors. */
+ * kind; bad files are clear errors. Long pre-tokens give the tokens of
+ * encoder.py's merge loop, and encode in time linear in their length. */
 #include "testutil.h"
 
 #include "gpc/tokenizer.h"
@@ -346,11 +347,266 @@ static void test_bad_files(void **state) {
     gpc_tokenizer_free(own);
 }
 
+/* ---- the reference: encoder.py's bpe(), merges looked up by bisection ---- */
+
+typedef struct {
+    uint64_t pair;
+    uint32_t rank;
+} ref_merge;
+
+static ref_merge *ref_merges;
+static size_t ref_merge_count;
+
+static int ref_merge_order(const void *x, const void *y) {
+    const ref_merge *a = x, *b = y;
+    if (a->pair != b->pair) return a->pair < b->pair ? -1 : 1;
+    return a->rank < b->rank ? -1 : a->rank > b->rank;
+}
+
+static void ref_build(void) {
+    int count;
+    const uint32_t *merges = gpc_tokenizer_merge_list(tok, &count);
+    ref_merges = malloc((size_t)count * sizeof *ref_merges);
+    assert_non_null(ref_merges);
+    for (int r = 0; r < count; r++)
+        ref_merges[r] = (ref_merge){(uint64_t)merges[2 * r] << 32 | merges[2 * r + 1], (uint32_t)r};
+    qsort(ref_merges, (size_t)count, sizeof *ref_merges, ref_merge_order);
+    ref_merge_count = 0; /* a pair listed twice keeps its first rank */
+    for (int r = 0; r < count; r++)
+        if (ref_merge_count == 0 || ref_merges[ref_merge_count - 1].pair != ref_merges[r].pair)
+            ref_merges[ref_merge_count++] = ref_merges[r];
+}
+
+static uint32_t ref_rank(uint32_t a, uint32_t b) {
+    uint64_t pair = (uint64_t)a << 32 | b;
+    size_t lo = 0, hi = ref_merge_count;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (ref_merges[mid].pair < pair)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < ref_merge_count && ref_merges[lo].pair == pair ? ref_merges[lo].rank : UINT32_MAX;
+}
+
+/* The bigram of lowest rank, merged wherever it occurs, left to right, until
+ * no bigram has a rank; end of text between the pre-tokens. */
+static size_t ref_encode(const unsigned char *s, size_t bytes, uint32_t *out) {
+    const uint32_t *byte_token = gpc_tokenizer_byte_tokens(tok);
+    const size_t eot_n = strlen(GPC_GPT2_EOT_TEXT);
+    size_t total = 0;
+    for (size_t at = 0;;) {
+        size_t end = at;
+        while (end < bytes && (bytes - end < eot_n || memcmp(s + end, GPC_GPT2_EOT_TEXT, eot_n)))
+            end++;
+        while (at < end) {
+            size_t n = gpc_gpt2_pretoken_length(s + at, end - at);
+            uint32_t *word = out + total;
+            for (size_t i = 0; i < n; i++)
+                word[i] = byte_token[s[at + i]];
+            at += n;
+            for (;;) {
+                uint32_t best = UINT32_MAX;
+                for (size_t i = 0; i + 1 < n; i++) {
+                    uint32_t r = ref_rank(word[i], word[i + 1]);
+                    if (r < best) best = r;
+                }
+                if (best == UINT32_MAX) break;
+                size_t m = 0;
+                for (size_t i = 0; i < n;) {
+                    if (i + 1 < n && ref_rank(word[i], word[i + 1]) == best) {
+                        word[m++] = 256 + best;
+                        i += 2;
+                    } else {
+                        word[m++] = word[i++];
+                    }
+                }
+                n = m;
+            }
+            total += n;
+        }
+        if (end == bytes) return total;
+        out[total++] = (uint32_t)gpc_tokenizer_eot(tok);
+        at = end + eot_n;
+    }
+}
+
+/* Appends a random stretch of text: a run of one character or of random
+ * ones from a class, words, bytes, or end of text. Runs are long one time
+ * in four, so that pre-tokens of thousands of bytes are common. */
+static size_t random_stretch(gpc_rng *rng, char *out, size_t room) {
+    static const char *const letters2[] = {"\xc3\xa9", "\xc3\xbc", "\xc3\x9f", "\xd0\xb6",
+                                           "\xce\xbb"};
+    static const char *const words[] = {" the", " of", "'s",           " and", " 1999", "\n",
+                                        "  ",   ",",   " caf\xc3\xa9", "'ll",  " x",    "\t"};
+    const char *punct = "!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~'";
+    size_t length = 1 + gpc_rng_below(rng, gpc_rng_below(rng, 4) == 0 ? 3000 : 20), n = 0;
+    int kind = (int)gpc_rng_below(rng, 11);
+    char one = (char)('a' + gpc_rng_below(rng, 26));
+    const char *two = letters2[gpc_rng_below(rng, 5)];
+    while (n < length && n + 16 < room) {
+        switch (kind) {
+        case 0:
+            out[n++] = one;
+            break; /* one letter */
+        case 1:
+            out[n++] = (char)('a' + gpc_rng_below(rng, 26));
+            break;
+        case 2:
+            out[n++] = (char)('0' + gpc_rng_below(rng, 10));
+            break;
+        case 3:
+            out[n++] = " \t\n"[gpc_rng_below(rng, 8) / 6 * (1 + gpc_rng_below(rng, 2))];
+            break;
+        case 4:
+            out[n++] = punct[gpc_rng_below(rng, (uint32_t)strlen(punct))];
+            break;
+        case 5:
+            out[n++] = punct[length % strlen(punct)];
+            break; /* one mark */
+        case 6:
+            memcpy(out + n, two, 2), n += 2;
+            break; /* one 2-byte letter */
+        case 7:
+            memcpy(out + n, letters2[gpc_rng_below(rng, 5)], 2), n += 2;
+            break;
+        case 8: {
+            const char *w = words[gpc_rng_below(rng, 12)];
+            memcpy(out + n, w, strlen(w)), n += strlen(w);
+            break;
+        }
+        case 9:
+            out[n++] = (char)gpc_rng_below(rng, 256);
+            break;
+        default:
+            memcpy(out + n, GPC_GPT2_EOT_TEXT, 13), n += 13;
+            length = 0;
+        }
+    }
+    return n;
+}
+
+/* The bucket merge of long pre-tokens gives encoder.py's tokens: random
+ * texts of long runs, random characters, words and bytes. */
+static void test_long_pieces(void **state) {
+    (void)state;
+    ref_build();
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 31);
+    enum { ROOM = 40000 };
+    char *text = malloc(ROOM);
+    uint32_t *want = malloc(ROOM * sizeof *want);
+    size_t longest = 0, total = 0;
+    for (int trial = 0; trial < 150; trial++) {
+        size_t n = 0;
+        int stretches = 1 + (int)gpc_rng_below(&rng, 8);
+        for (int k = 0; k < stretches; k++)
+            n += random_stretch(&rng, text + n, ROOM - n);
+        size_t want_n = ref_encode((const unsigned char *)text, n, want);
+        uint32_t *ids;
+        size_t count;
+        TEST_OK(gpc_tokenizer_encode(tok, text, n, &ids, &count));
+        size_t k = 0;
+        while (k < count && k < want_n && ids[k] == want[k])
+            k++;
+        if (count != want_n || k < count)
+            fail_msg("trial %d (%zu bytes): %zu ids, encoder.py's loop gives %zu; first "
+                     "difference at id %zu",
+                     trial, n, count, want_n, k);
+        for (size_t at = 0; at < n;) {
+            size_t piece = gpc_gpt2_pretoken_length((const unsigned char *)text + at, n - at);
+            if (piece > longest) longest = piece;
+            at += piece;
+        }
+        total += n;
+        gpc_free(ids);
+    }
+    fprintf(stderr, "%zu bytes, the longest pre-token %zu bytes\n", total, longest);
+    assert_true(longest > 1000);
+    free(text);
+    free(want);
+    free(ref_merges);
+}
+
+/* The best of tries times to encode text. */
+static double encode_seconds(const char *text, size_t n, int tries, size_t *count) {
+    double best = 1e30;
+    for (int t = 0; t < tries; t++) {
+        uint32_t *ids;
+        double start = gpc_time_seconds();
+        TEST_OK(gpc_tokenizer_encode(tok, text, n, &ids, count));
+        double seconds = gpc_time_seconds() - start;
+        if (seconds < best) best = seconds;
+        gpc_free(ids);
+    }
+    return best;
+}
+
+/* A megabyte (what one `gpc serve` request may hold) that is one long
+ * pre-token encodes in about the time of a megabyte of the corpus: the
+ * bound of 20x leaves room for a loaded machine, and merging by rescanning
+ * the pre-token for each rank took over 1000x for random letters. */
+static void test_linear_time(void **state) {
+    (void)state;
+    enum { MB = 1 << 20 };
+    blob corpus = unxz("tests/fixtures/gpt2/corpus.bin.xz");
+    char *normal = malloc(MB), *text = malloc(MB);
+    size_t n = 0;
+    uint32_t count = u32_at(&corpus, 8);
+    for (uint32_t i = 0, at = 12; n < MB; i++) { /* the texts, with valid UTF-8, repeated */
+        if (i == count) i = 0, at = 12;
+        at += 4 + u32_at(&corpus, at);
+        uint32_t rep_n = u32_at(&corpus, at);
+        size_t take = rep_n < MB - n ? rep_n : MB - n;
+        memcpy(normal + n, corpus.data + at + 4, take);
+        n += take;
+        at += 4 + rep_n;
+    }
+    size_t tokens;
+    double base = encode_seconds(normal, MB, 3, &tokens);
+    fprintf(stderr, "1 MiB of the corpus: %.4f s, %.1f MB/s, %zu tokens\n", base, MB / base / 1e6,
+            tokens);
+    assert_true(tokens > MB / 5);
+    const char *names[] = {"one letter",      "random letters",     "random digits",
+                           "spaces",          "a 2-byte letter",    "random 2-byte letters",
+                           "one punctuation", "random punctuation", "random bytes"};
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 32);
+    const char *punct = "!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~";
+    for (int c = 0; c < 9; c++) {
+        for (size_t i = 0; i < MB; i++) {
+            uint32_t x = gpc_rng_below(&rng, 26);
+            const char v[] = {'a',
+                              (char)('a' + x),
+                              (char)('0' + x % 10),
+                              ' ',
+                              i % 2 ? '\xa9' : '\xc3',
+                              i % 2 ? (char)(0x80 + x) : '\xc3',
+                              '-',
+                              punct[x],
+                              (char)gpc_rng_below(&rng, 256)};
+            text[i] = v[c];
+        }
+        double seconds = encode_seconds(text, MB, 2, &tokens);
+        fprintf(stderr, "1 MiB of %s: %.4f s (%.1fx), %zu tokens\n", names[c], seconds,
+                seconds / base, tokens);
+        if (seconds > 20 * base)
+            fail_msg("1 MiB of %s takes %.3f s to encode, %.0fx the corpus's %.4f s: encoding is "
+                     "not linear in the text's length",
+                     names[c], seconds, seconds / base, base);
+    }
+    free(normal);
+    free(text);
+    free(corpus.data);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shape),  cmocka_unit_test(test_corpus),
-        cmocka_unit_test(test_pieces), cmocka_unit_test(test_classes),
-        cmocka_unit_test(test_files),  cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_shape),       cmocka_unit_test(test_corpus),
+        cmocka_unit_test(test_pieces),      cmocka_unit_test(test_classes),
+        cmocka_unit_test(test_files),       cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_long_pieces), cmocka_unit_test(test_linear_time),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
