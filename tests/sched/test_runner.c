@@ -143,7 +143,7 @@ static void test_exit_status_and_logs(void **state) {
 
     /* --mem becomes the job's GPC_DEVICE_MEMORY_LIMIT (gpc's own cap on
      * what it takes from a GPU), unless the job's environment sets one */
-    uint64_t mem = (1 + gpc_rng_below(&rng, 40)) << 30;
+    uint64_t mem = (uint64_t)(1 + gpc_rng_below(&rng, 40)) << 30;
     const char *print = "\"command\":[\"sh\",\"-c\",\"echo lim=$GPC_DEVICE_MEMORY_LIMIT.\"]";
     const char *bodies[3][2] = {
         {"", ""}, {"", ",\"env\":{\"GPC_DEVICE_MEMORY_LIMIT\":\"7G\"}"}, {"none", ""}};
