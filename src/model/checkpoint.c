@@ -456,6 +456,20 @@ typedef struct {
     uint16_t *half;  /* [CKPT_CHUNK_FLOATS] host staging for low */
 } read_target;
 
+/* Reads the CRC that ends the file and compares it with the one computed
+ * over what was read. */
+static gpc_status read_trailer(FILE *file, const char *path, uint32_t crc) {
+    uint32_t stored = 0;
+    if (fread(&stored, 4, 1, file) != 1)
+        return gpc_error(GPC_ERR_FORMAT, "checkpoint %s is truncated", path);
+    if (stored != crc)
+        return gpc_error(GPC_ERR_FORMAT,
+                         "checkpoint %s is corrupt: its checksum does not match its contents "
+                         "(disk or copy error); use checkpoint.prev.bin or train again",
+                         path);
+    return GPC_OK;
+}
+
 /* Reads n floats into the target, adding them to the running CRC. */
 static gpc_status read_tensor(FILE *file, const char *path, const read_target *t, size_t n,
                               float *stage, uint32_t *crc) {
@@ -505,14 +519,7 @@ static gpc_status load_sliced(const char *path, FILE *file, const ckpt_header *h
         read_target t = {&host, 0, P, NULL, NULL};
         s = read_tensor(file, path, &t, P, stage, &crc);
     }
-    uint32_t stored = 0;
-    if (s == GPC_OK && fread(&stored, 4, 1, file) != 1)
-        s = gpc_error(GPC_ERR_FORMAT, "checkpoint %s is truncated", path);
-    if (s == GPC_OK && stored != crc)
-        s = gpc_error(GPC_ERR_FORMAT,
-                      "checkpoint %s is corrupt: its checksum does not match its contents (disk "
-                      "or copy error); use checkpoint.prev.bin or train again",
-                      path);
+    if (s == GPC_OK) s = read_trailer(file, path, crc);
     for (int k = 0; s == GPC_OK && k < arrays; k++)
         gpt_part_slice(&m->whole, &m->par, whole + (size_t)k * P, local + (size_t)k * Pl);
     if (s == GPC_OK) s = gpt_set_params(m, local);
@@ -585,14 +592,7 @@ gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_st
     gpc_status s = read_tensor(file, path, &params, P, stage, &crc);
     if (s == GPC_OK && hdr.has_optimizer) s = read_tensor(file, path, &mom, P, stage, &crc);
     if (s == GPC_OK && hdr.has_optimizer) s = read_tensor(file, path, &var, P, stage, &crc);
-    uint32_t stored = 0;
-    if (s == GPC_OK && fread(&stored, 4, 1, file) != 1)
-        s = gpc_error(GPC_ERR_FORMAT, "checkpoint %s is truncated", path);
-    if (s == GPC_OK && stored != crc)
-        s = gpc_error(GPC_ERR_FORMAT,
-                      "checkpoint %s is corrupt: its checksum does not match its contents (disk "
-                      "or copy error); use checkpoint.prev.bin or train again",
-                      path);
+    if (s == GPC_OK) s = read_trailer(file, path, crc);
     gpc_free(stage);
     gpc_free(half);
     fclose(file);
