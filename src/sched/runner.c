@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -441,9 +442,13 @@ static void supervise(launch *l) {
     for (int sig = 1; sig < NSIG; sig++)
         if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL);
     setsid();
-    prctl(PR_SET_NAME, "gpcd-supervise"); /* tells it apart from gpcd in ps */
+    /* raw system calls: after fork in the threaded gpcd only async-signal-
+     * safe calls may run, and the sanitizers' prctl wrapper (PR_SET_NAME)
+     * takes a lock that another thread may have held at the fork, which
+     * hung the supervisor */
+    syscall(SYS_prctl, PR_SET_NAME, "gpcd-supervise", 0, 0, 0); /* apart from gpcd in ps */
     /* orphans of the job become its children, not init's (see the top) */
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    syscall(SYS_prctl, PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     l->cgroup[0] = '\0';
     if (cgroup_root[0]) {
         cgroup_path(l->cgroup, sizeof l->cgroup, (unsigned long)getpid(),
