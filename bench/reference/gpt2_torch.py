@@ -11,6 +11,12 @@ clipping at 1.0, TF32 allowed for any f32 matrix product. Micro-batch B x T,
 gradient accumulation up to --total-batch tokens, random tokens already on
 the GPU (throughput does not depend on the text).
 
+--lora R trains rank-R LoRA adapters instead (the peer of `gpc train --lora`):
+each of the four projections (c_attn, c_proj, c_fc, mlp_proj) becomes its
+frozen base Linear plus (alpha / R) x B A x, A (R x in) and B (out x R) in
+f32 with B zero at the start, written in plain PyTorch; the base weights
+are held in bf16 without gradients, and only the adapters are in AdamW.
+
 Prints one line per step and a RESULT line: tokens/s of the median timed
 step, MFU against 989 TFLOP/s (6N + 6LCT FLOPs per token, N without the
 position embedding), and peak memory (allocated by tensors, and reserved by
@@ -46,6 +52,30 @@ class Block(nn.Module):
         x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
         x = x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
         return x
+
+
+class LoRALinear(nn.Module):
+    """A frozen Linear plus a rank-R adapter: base(x) + scale * (x A^T) B^T."""
+
+    def __init__(self, base, rank, alpha):
+        super().__init__()
+        self.base = base
+        self.scale = alpha / rank
+        self.A = nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features))
+        self.B = nn.Parameter(torch.zeros(base.out_features, rank))
+
+    def forward(self, x):
+        return self.base(x) + self.scale * F.linear(F.linear(x, self.A), self.B)
+
+
+def add_lora(model, rank, alpha):
+    """Freezes the model in bf16 and puts adapters on the four projections."""
+    model.to(torch.bfloat16)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for block in model.blocks:
+        for name in ("c_attn", "c_proj", "c_fc", "mlp_proj"):
+            setattr(block, name, LoRALinear(getattr(block, name), rank, alpha).cuda())
 
 
 class GPT(nn.Module):
@@ -84,6 +114,8 @@ def main():
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--compile", type=int, default=1)
+    p.add_argument("--lora", type=int, default=0, help="rank of LoRA adapters (0: full training)")
+    p.add_argument("--lora-alpha", type=float, default=0, help="LoRA alpha (0: the rank)")
     a = p.parse_args()
     torch.manual_seed(1337)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -96,16 +128,23 @@ def main():
     model = GPT(L, NH, C, T, Vp).cuda()
     N = sum(p.numel() for p in model.parameters()) - T * C - (Vp - V) * C
     flops_per_token = 6 * N + 6 * L * C * T
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
+    if a.lora:
+        add_lora(model, a.lora, a.lora_alpha or a.lora)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trained if p.dim() >= 2]
+    no_decay = [p for p in trained if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": 0.1}]
+    if no_decay:
+        groups.append({"params": no_decay, "weight_decay": 0.0})
+    opt = torch.optim.AdamW(groups,
                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
     run = torch.compile(model) if a.compile else model
     data = torch.randint(0, V, (2, B, T + 1), device="cuda")
     print(f"torch {torch.__version__} d{L}: {N / 1e6:.1f}M parameters, B={B} T={T} "
           f"accumulation {accum} ({B * T * accum} tokens a step), bf16 autocast, "
-          f"compile={a.compile}", flush=True)
+          f"compile={a.compile}"
+          + (f", LoRA rank {a.lora}: {sum(p.numel() for p in trained) / 1e6:.2f}M trained"
+             if a.lora else ""), flush=True)
     times = []
     for step in range(a.warmup + a.steps):
         torch.cuda.synchronize()
@@ -117,7 +156,7 @@ def main():
             with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
                 loss = run(x, y) / accum
             loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        norm = torch.nn.utils.clip_grad_norm_(trained, 1.0)
         opt.step()
         lossf = loss.item() * accum
         torch.cuda.synchronize()
