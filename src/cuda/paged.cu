@@ -635,8 +635,11 @@ gpc_status gpc_cuda_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
     const int vec = es > 0 && hs % (int64_t)(16 / es) == 0 && gpc_cuda_aligned16(qkv->data) &&
                     gpc_cuda_aligned16(k_cache->data) && gpc_cuda_aligned16(v_cache->data);
     const int lanes = vec ? (int)(hs / (int64_t)(16 / es)) : 0;
-    /* v2 takes the head sizes of 8, 16 or 32 16-byte pieces; v1 the rest */
-    const int v2 = paged_kernel() == 2 && (lanes == 8 || lanes == 16 || lanes == 32);
+    /* v2 takes the head sizes of 8, 16 or 32 16-byte pieces (and tables a
+     * few stages short of 2^31 positions: its key indices run past the
+     * last key by that much); v1 the rest */
+    const int v2 = paged_kernel() == 2 && (lanes == 8 || lanes == 16 || lanes == 32) &&
+                   width <= 0x7fffffff - 4096;
     const int64_t units = v2 ? N * ((num_heads + 32 / lanes - 1) / (32 / lanes)) : RH;
     int splits = paged_splits(units, width, v2 ? PAGED2_MIN_SPLIT_KEYS : PAGED_MIN_SPLIT_KEYS);
     s.keys_per_split = (int)((width + splits - 1) / splits);
