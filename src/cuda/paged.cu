@@ -563,24 +563,23 @@ paged_launch_v2(dim3 grid, gpc_tensor *out, float *part_ml, float *part_o, const
         (const int32_t *)token_pos->data, s);
 }
 
-/* The kernel GPC_PAGED_KERNEL names (1 or 2), read at the first call, or
- * the one gpc_cuda_paged_set_kernel set; an unknown name is said once and
- * the table's default runs. */
+/* The kernel that GPC_PAGED_KERNEL=auto (the default) runs. */
+#define PAGED_KERNEL_AUTO 1
+
+/* The kernel GPC_PAGED_KERNEL names (1 or 2; auto: PAGED_KERNEL_AUTO),
+ * read at the first call, or the one gpc_cuda_paged_set_kernel set; an
+ * unknown name is said once and auto's kernel runs. */
 static int paged_kernel_set = -1;
 static long paged_v2_calls;
 
-static int paged_kernel_named(const char *name) {
-    return !name ? 0 : !strcmp(name, "v1") ? 1 : !strcmp(name, "v2") ? 2 : 0;
-}
-
 static int paged_kernel_setting(void) {
     const char *e = gpc_setting_str("GPC_PAGED_KERNEL");
-    int k = paged_kernel_named(e);
-    if (k) return k;
-    const gpc_setting_info *info = gpc_settings_find("GPC_PAGED_KERNEL");
-    k = paged_kernel_named(info ? info->default_value : NULL);
-    gpc_log(GPC_LOG_WARN, "GPC_PAGED_KERNEL=%s is not v1 or v2: using v%d", e ? e : "", k ? k : 1);
-    return k ? k : 1;
+    if (!e || !*e || !strcmp(e, "auto")) return PAGED_KERNEL_AUTO;
+    if (!strcmp(e, "v1")) return 1;
+    if (!strcmp(e, "v2")) return 2;
+    gpc_log(GPC_LOG_WARN, "GPC_PAGED_KERNEL=%s is not auto, v1 or v2: using v%d", e,
+            PAGED_KERNEL_AUTO);
+    return PAGED_KERNEL_AUTO;
 }
 
 static int paged_kernel(void) {
