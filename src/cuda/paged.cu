@@ -314,7 +314,7 @@ __global__ void __launch_bounds__(PAGED_THREADS)
 #define PAGED2_STAGES 4
 /* v2's splits: fewer keys each than v1's (its blocks start their copies
  * at once and keep them in flight) */
-#define PAGED2_MIN_SPLIT_KEYS 64
+#define PAGED2_MIN_SPLIT_KEYS 32
 
 __device__ __forceinline__ void paged_cp16(void *dst, const void *src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
