@@ -6,7 +6,7 @@
  *
  *   bench_paged_attention_bench [--rows 1,16,64,256]
  *                               [--contexts 128,256,512,1024]
- *                               [--kernels v1,v2] [--heads 12]
+ *                               [--kernels v1,v2,v3] [--heads 12]
  *                               [--head-size 64] [--block-size 16]
  *                               [--reps 50] [--precision bf16]
  *                               [--vocab 50257]
@@ -14,14 +14,15 @@
  * Each row is one decoding sequence at the last position of a context of
  * the given length, its blocks spread over the cache in a shuffled order
  * (as an engine hands them out). Every count of rows runs at every context
- * under each kernel (GPC_PAGED_KERNEL's v1 and v2, set in turn). The
+ * under each kernel (GPC_PAGED_KERNEL's v1, v2 and v3, set in turn). The
  * figure that matters is the bandwidth of the keys and values read, rows x
  * context x 2 x C x element size bytes a call, against the GPU's peak
  * (H200: about 4.8 TB/s). Lines: RESULT paged_attention kernel=K rows=R
  * context=T ... us=... kv_gbs=... of_peak=... (peak taken as 4800 GB/s;
- * kernel is the one that ran: v1 where v2 does not take the shape), then
- * RESULT sample rows=R mode=greedy|top_k|top_p us=... for the sampling op
- * on [R, vocab padded to 64] logits, R the most rows asked for.
+ * kernel is the one that ran: v1 where v2 or v3 does not take the shape),
+ * then RESULT sample rows=R mode=greedy|top_k|top_p us=... for the
+ * sampling op on [R, vocab padded to 64] logits, R the most rows asked
+ * for.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,10 +95,11 @@ static int set_kernel(int kernel) {
     return kernel;
 #endif
 }
-static long v2_calls(void) {
+static long calls(int kernel) {
 #ifdef GPC_HAVE_CUDA
-    return gpc_cuda_paged_v2_calls();
+    return gpc_cuda_paged_calls(kernel);
 #else
+    (void)kernel;
     return 0;
 #endif
 }
@@ -127,7 +129,7 @@ static int parse_list(const char *flag, const char *text, long long lo, long lon
 int main(int argc, char **argv) {
     int64_t nh = 12, head = 64, bs = 16, r64 = 50, vocab = 50257;
     const char *precision = "bf16", *contexts = "128,256,512,1024", *row_list = "1,16,64,256";
-    const char *kernels = "v1,v2";
+    const char *kernels = "v1,v2,v3";
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = v != NULL;
@@ -164,10 +166,10 @@ int main(int argc, char **argv) {
         return 2;
     for (const char *p = kernels; *p && nkernels < 16;) {
         size_t len = strcspn(p, ",");
-        if (len == 2 && (!strncmp(p, "v1", 2) || !strncmp(p, "v2", 2))) {
+        if (len == 2 && p[0] == 'v' && p[1] >= '1' && p[1] <= '3') {
             kernel_ids[nkernels++] = p[1] - '0';
         } else {
-            fprintf(stderr, "%s: --kernels needs v1 and/or v2 separated by commas, not '%s'\n",
+            fprintf(stderr, "%s: --kernels needs v1, v2 or v3 separated by commas, not '%s'\n",
                     PROG, kernels);
             return 2;
         }
@@ -225,10 +227,10 @@ int main(int argc, char **argv) {
             bench_call call = {&out, &qkv, &k, &v, &tables, &seq, &pos, NULL, NULL, NULL, NH, 0};
             for (int kk = 0; kk < nkernels; kk++) {
                 int before = set_kernel((int)kernel_ids[kk]);
-                long v2_before = v2_calls();
+                long before_calls = calls((int)kernel_ids[kk]);
                 float ms;
                 if (time_median(cuda, &call, reps, &ms)) return 1;
-                int ran = v2_calls() > v2_before ? 2 : 1;
+                int ran = calls((int)kernel_ids[kk]) > before_calls ? (int)kernel_ids[kk] : 1;
                 set_kernel(before);
                 double bytes = (double)rows * (double)T * 2.0 * (double)C * (double)es;
                 double gbs = bytes / (ms * 1e6);

@@ -29,9 +29,10 @@
  * blocks (flash-decoding): each writes its partial max, sum and output, and
  * a second kernel combines them. Prefill rows are rows like any other: each
  * reads its own prefix of the sequence (through L2 for the shared part).
- * That is kernel v1; GPC_PAGED_KERNEL=v2 picks the kernel described before
- * paged_attention_v2_kernel (a block a row and group of heads, cp.async
- * copies in flight), with the same guarantees, where it takes the shape.
+ * That is kernel v1; GPC_PAGED_KERNEL=v2 or v3 picks the kernels described
+ * before paged_attention_v2_kernel (a block a row and group of heads,
+ * cp.async copies in flight), with the same guarantees, where they take
+ * the shape.
  */
 #include "cuda/cuda_common.cuh"
 #include "cuda/paged.h"
@@ -290,13 +291,17 @@ __global__ void __launch_bounds__(PAGED_THREADS)
 
 /* ------------------------------------------- paged attention, kernel v2 */
 
-/* Kernel v2 (GPC_PAGED_KERNEL=v2): one block of PAGED2_WARPS warps works on
- * one row, one group of HG = 32 / LANES heads and one split of its keys.
- * Lane l of every warp holds the same 16 bytes of the heads' rows (head
- * l / LANES, its dimensions from (l % LANES) * PER), so a warp reads one
- * key's rows of all HG heads, 512 contiguous bytes of the slot row, as one
- * 16-byte load a lane. Keys go to the warps in turn (key j of a stage to
- * warp j % PAGED2_WARPS), PAGED2_KPW keys a warp per stage.
+/* Kernels v2 and v3 (GPC_PAGED_KERNEL=v2, v3): one block of HW x WK warps
+ * works on one row, HW groups of HG = 32 / LANES heads and one split of
+ * its keys. Lane l of a warp holds 16 bytes of its group's heads' rows
+ * (head l / LANES, its dimensions from (l % LANES) * PER), so a warp reads
+ * one key's rows of HG heads, 512 contiguous bytes of the slot row, as one
+ * 16-byte load a lane; the HW warps of one key read HW x 512 contiguous
+ * bytes. Keys go to the WK warps of a group in turn (key j of a stage to
+ * warp j % WK), PAGED2_KPW keys a warp per stage. v2 is HW 1, WK 4 (a block
+ * per row and four heads of 64 in bf16: 768 blocks at 256 rows); v3 is HW
+ * 3, WK 2 (a block per row and twelve heads: the whole slot row of GPT-2
+ * read together, 256 blocks).
  *
  * The loads are cp.async copies into shared memory, PAGED2_STAGES stages in
  * flight: while a warp works on one stage the next ones' keys and values
@@ -308,8 +313,13 @@ __global__ void __launch_bounds__(PAGED_THREADS)
  * all of them. Bad table entries give zero-size copies and weigh 0, as in
  * v1; lanes of heads past the last (NH not a multiple of HG) copy nothing
  * and write nothing. */
-#define PAGED2_WARPS 4
-#define PAGED2_THREADS (32 * PAGED2_WARPS)
+#define PAGED2_HW 1 /* v2: warps across head groups, */
+#define PAGED2_WK 4 /* and across keys */
+#define PAGED3_HW 3 /* v3 */
+#define PAGED3_WK 2
+/* v3 splits the keys only with fewer units (rows x blocks a row) than
+ * this many an SM: at GPT-2's shape 256 rows are 256 blocks, two an SM */
+#define PAGED3_UNITS_PER_SM 1
 #define PAGED2_KPW 2
 #define PAGED2_STAGES 4
 /* v2's splits: fewer keys each than v1's (its blocks start their copies
@@ -329,20 +339,22 @@ template <int N> __device__ __forceinline__ void paged_cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-template <typename T, int LANES>
-__global__ void __launch_bounds__(PAGED2_THREADS)
+template <typename T, int LANES, int HW, int WK>
+__global__ void __launch_bounds__(32 * HW * WK)
     paged_attention_v2_kernel(T *out, float *part_ml, float *part_o, const T *qkv, const T *k_cache,
                               const T *v_cache, const int32_t *tables, const int32_t *token_seq,
                               const int32_t *token_pos, paged_shape s) {
     constexpr int PER = 16 / (int)sizeof(T), HG = 32 / LANES, KPW = PAGED2_KPW;
-    constexpr int STAGES = PAGED2_STAGES, KEYS = PAGED2_WARPS * KPW; /* keys a stage */
+    constexpr int STAGES = PAGED2_STAGES, KEYS = WK * KPW; /* keys a stage */
+    constexpr int THREADS = 32 * HW * WK;
     /* [stage][key of the warp][K, V][thread]: a warp's 16-byte pieces are
      * contiguous, so its copies and reads have no bank conflicts */
-    __shared__ uint4 ring[STAGES * KPW * 2][PAGED2_THREADS];
-    const int groups = (s.NH + HG - 1) / HG;
-    const int64_t i = blockIdx.x / groups;
-    const int hg = (int)(blockIdx.x % groups), split = blockIdx.y, splits = gridDim.y;
+    __shared__ uint4 ring[STAGES * KPW * 2][THREADS];
+    const int per_row = (s.NH + HG * HW - 1) / (HG * HW); /* blocks a row */
+    const int64_t i = blockIdx.x / per_row;
+    const int bg = (int)(blockIdx.x % per_row), split = blockIdx.y, splits = gridDim.y;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int hw = warp % HW, wk = warp / HW, hg = bg * HW + hw;
     const int h = hg * HG + lane / LANES, d0 = (lane % LANES) * PER;
     const bool head_ok = h < s.NH;
     const int seq = token_seq[i], pos = token_pos[i];
@@ -356,7 +368,7 @@ __global__ void __launch_bounds__(PAGED2_THREADS)
 
     /* the block entry of key u of this warp in stage it (-1: none) */
     auto entry_of = [&](int it, int u) -> int32_t {
-        int j = first + it * KEYS + u * PAGED2_WARPS + warp;
+        int j = first + it * KEYS + u * WK + wk;
         if (j >= last) return -1;
         return table[s.block_shift >= 0 ? j >> s.block_shift : j / s.block_size];
     };
@@ -365,7 +377,7 @@ __global__ void __launch_bounds__(PAGED2_THREADS)
     auto issue = [&](int it, int st, const int32_t *ent) {
 #pragma unroll
         for (int u = 0; u < KPW; u++) {
-            int j = first + it * KEYS + u * PAGED2_WARPS + warp;
+            int j = first + it * KEYS + u * WK + wk;
             int64_t e = ent[u];
             bool ok = e >= 0 && e < s.num_blocks;
             const T *kp = k_cache, *vp = v_cache;
@@ -466,24 +478,26 @@ __global__ void __launch_bounds__(PAGED2_THREADS)
     __syncthreads();
 
     /* the warps' softmaxes merged, in the ring's memory */
-    float *sm_m = (float *)&ring[0][0], *sm_l = sm_m + PAGED2_THREADS;
-    float *sm_o = sm_l + PAGED2_THREADS; /* [warp][lane * PER + k] */
+    float *sm_m = (float *)&ring[0][0], *sm_l = sm_m + THREADS;
+    float *sm_o = sm_l + THREADS; /* [warp][lane * PER + k] */
     sm_m[threadIdx.x] = m, sm_l[threadIdx.x] = l;
 #pragma unroll
     for (int k = 0; k < PER; k++)
         sm_o[warp * 32 * PER + lane * PER + k] = acc[k];
     __syncthreads();
-    /* element e of the group's heads: lane e / PER's dimension e % hs */
-    for (int e = threadIdx.x; e < 32 * PER; e += PAGED2_THREADS) {
-        const int ln = e / PER, hh = hg * HG + ln / LANES, d = e % s.hs;
+    /* element e of head group x's heads: lane e / PER's dimension e % hs,
+     * merged over the WK warps of the group (warps x, x + HW, ...) */
+    for (int xe = threadIdx.x; xe < HW * 32 * PER; xe += THREADS) {
+        const int x = xe / (32 * PER), e = xe % (32 * PER), ln = e / PER;
+        const int hh = (bg * HW + x) * HG + ln / LANES, d = e % s.hs;
         if (hh >= s.NH) continue;
         float mx = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < PAGED2_WARPS; w++)
+        for (int w = x; w < HW * WK; w += HW)
             mx = fmaxf(mx, sm_m[w * 32 + ln]);
         float total = 0.0f, sum = 0.0f;
 #pragma unroll
-        for (int w = 0; w < PAGED2_WARPS; w++) {
+        for (int w = x; w < HW * WK; w += HW) {
             const float mw = sm_m[w * 32 + ln];
             const float f = mw == -INFINITY ? 0.0f : exp2f(mw - mx);
             total += sm_l[w * 32 + ln] * f;
@@ -526,14 +540,14 @@ __global__ void paged_combine_kernel(T *out, const float *part_ml, const float *
 }
 
 /* How many blocks share the keys of one unit (a (row, head) in v1, a
- * (row, group of heads) in v2): one when the units already fill the GPU,
- * more for a step of few rows, never splits of fewer than min_keys
+ * (row, heads of a block) in v2 and v3): one when there are per_sm units
+ * an SM, more for a step of few rows, never splits of fewer than min_keys
  * positions of the table. The table's width
  * bounds every row's keys; the host does not know the rows' positions
  * (they are on the device), so a row shorter than the width leaves its last
  * splits empty, and those blocks return at once. */
-static int paged_splits(int64_t units, int64_t width, int min_keys) {
-    int64_t want = (int64_t)PAGED_BLOCKS_PER_SM * gpc_cuda_sm_count();
+static int paged_splits(int64_t units, int64_t width, int min_keys, int per_sm) {
+    int64_t want = (int64_t)per_sm * gpc_cuda_sm_count();
     if (units >= want) return 1;
     int64_t splits = (want + units - 1) / units;
     int64_t most = (width + min_keys - 1) / min_keys;
@@ -552,12 +566,12 @@ paged_launch(dim3 grid, gpc_tensor *out, float *part_ml, float *part_o, const gp
         (const int32_t *)token_pos->data, s);
 }
 
-template <typename E, int LANES>
+template <typename E, int LANES, int HW, int WK>
 static void
 paged_launch_v2(dim3 grid, gpc_tensor *out, float *part_ml, float *part_o, const gpc_tensor *qkv,
                 const gpc_tensor *k_cache, const gpc_tensor *v_cache, const gpc_tensor *tables,
                 const gpc_tensor *token_seq, const gpc_tensor *token_pos, const paged_shape &s) {
-    paged_attention_v2_kernel<E, LANES><<<grid, PAGED2_THREADS, 0, gpc_cuda_stream()>>>(
+    paged_attention_v2_kernel<E, LANES, HW, WK><<<grid, 32 * HW * WK, 0, gpc_cuda_stream()>>>(
         (E *)out->data, part_ml, part_o, (const E *)qkv->data, (const E *)k_cache->data,
         (const E *)v_cache->data, (const int32_t *)tables->data, (const int32_t *)token_seq->data,
         (const int32_t *)token_pos->data, s);
@@ -566,18 +580,19 @@ paged_launch_v2(dim3 grid, gpc_tensor *out, float *part_ml, float *part_o, const
 /* The kernel that GPC_PAGED_KERNEL=auto (the default) runs. */
 #define PAGED_KERNEL_AUTO 1
 
-/* The kernel GPC_PAGED_KERNEL names (1 or 2; auto: PAGED_KERNEL_AUTO),
+/* The kernel GPC_PAGED_KERNEL names (1, 2 or 3; auto: PAGED_KERNEL_AUTO),
  * read at the first call, or the one gpc_cuda_paged_set_kernel set; an
  * unknown name is said once and auto's kernel runs. */
 static int paged_kernel_set = -1;
-static long paged_v2_calls;
+static long paged_calls[4]; /* by the kernel that ran */
 
 static int paged_kernel_setting(void) {
     const char *e = gpc_setting_str("GPC_PAGED_KERNEL");
     if (!e || !*e || !strcmp(e, "auto")) return PAGED_KERNEL_AUTO;
     if (!strcmp(e, "v1")) return 1;
     if (!strcmp(e, "v2")) return 2;
-    gpc_log(GPC_LOG_WARN, "GPC_PAGED_KERNEL=%s is not auto, v1 or v2: using v%d", e,
+    if (!strcmp(e, "v3")) return 3;
+    gpc_log(GPC_LOG_WARN, "GPC_PAGED_KERNEL=%s is not auto, v1, v2 or v3: using v%d", e,
             PAGED_KERNEL_AUTO);
     return PAGED_KERNEL_AUTO;
 }
@@ -592,13 +607,13 @@ static int paged_kernel(void) {
 }
 
 extern "C" int gpc_cuda_paged_set_kernel(int kernel) {
-    int before = __atomic_exchange_n(&paged_kernel_set, kernel == 1 || kernel == 2 ? kernel : -1,
+    int before = __atomic_exchange_n(&paged_kernel_set, kernel >= 1 && kernel <= 3 ? kernel : -1,
                                      __ATOMIC_RELAXED);
     return before > 0 ? before : paged_kernel_setting();
 }
 
-extern "C" long gpc_cuda_paged_v2_calls(void) {
-    return __atomic_load_n(&paged_v2_calls, __ATOMIC_RELAXED);
+extern "C" long gpc_cuda_paged_calls(int kernel) {
+    return kernel >= 1 && kernel <= 3 ? __atomic_load_n(&paged_calls[kernel], __ATOMIC_RELAXED) : 0;
 }
 
 gpc_status gpc_cuda_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
@@ -634,13 +649,21 @@ gpc_status gpc_cuda_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
     const int vec = es > 0 && hs % (int64_t)(16 / es) == 0 && gpc_cuda_aligned16(qkv->data) &&
                     gpc_cuda_aligned16(k_cache->data) && gpc_cuda_aligned16(v_cache->data);
     const int lanes = vec ? (int)(hs / (int64_t)(16 / es)) : 0;
-    /* v2 takes the head sizes of 8, 16 or 32 16-byte pieces (and tables a
-     * few stages short of 2^31 positions: its key indices run past the
-     * last key by that much); v1 the rest */
-    const int v2 = paged_kernel() == 2 && (lanes == 8 || lanes == 16 || lanes == 32) &&
-                   width <= 0x7fffffff - 4096;
-    const int64_t units = v2 ? N * ((num_heads + 32 / lanes - 1) / (32 / lanes)) : RH;
-    int splits = paged_splits(units, width, v2 ? PAGED2_MIN_SPLIT_KEYS : PAGED_MIN_SPLIT_KEYS);
+    /* v2 and v3 take the head sizes of 8, 16 or 32 16-byte pieces (and
+     * tables a few stages short of 2^31 positions: their key indices run
+     * past the last key by that much); v1 the rest */
+    int kernel = paged_kernel();
+    if (kernel > 1 && !((lanes == 8 || lanes == 16 || lanes == 32) && width <= 0x7fffffff - 4096))
+        kernel = 1;
+    /* units: v1's (row, head) pairs, v2's and v3's (row, heads of a block) */
+    const int64_t heads_a_block = kernel == 1   ? 1
+                                  : kernel == 2 ? 32 / lanes * PAGED2_HW
+                                                : 32 / lanes * PAGED3_HW;
+    const int64_t units = N * ((num_heads + heads_a_block - 1) / heads_a_block);
+    int splits = kernel == 1 ? paged_splits(units, width, PAGED_MIN_SPLIT_KEYS, PAGED_BLOCKS_PER_SM)
+                 : kernel == 2
+                     ? paged_splits(units, width, PAGED2_MIN_SPLIT_KEYS, PAGED_BLOCKS_PER_SM)
+                     : paged_splits(units, width, PAGED2_MIN_SPLIT_KEYS, PAGED3_UNITS_PER_SM);
     s.keys_per_split = (int)((width + splits - 1) / splits);
     float *part_ml = NULL, *part_o = NULL;
     if (splits > 1) {
@@ -653,15 +676,30 @@ gpc_status gpc_cuda_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
     dim3 grid((unsigned)units, (unsigned)splits);
     GPC_CUDA_DISPATCH(qkv->dtype, E, {
         const int P = gpc_pack<E>::n;
-        if (v2 && lanes == 8)
-            paged_launch_v2<E, 8>(grid, out, part_ml, part_o, qkv, k_cache, v_cache, block_tables,
-                                  token_seq, token_pos, s);
-        else if (v2 && lanes == 16)
-            paged_launch_v2<E, 16>(grid, out, part_ml, part_o, qkv, k_cache, v_cache, block_tables,
-                                   token_seq, token_pos, s);
-        else if (v2)
-            paged_launch_v2<E, 32>(grid, out, part_ml, part_o, qkv, k_cache, v_cache, block_tables,
-                                   token_seq, token_pos, s);
+        if (kernel == 2 && lanes == 8)
+            paged_launch_v2<E, 8, PAGED2_HW, PAGED2_WK>(grid, out, part_ml, part_o, qkv, k_cache,
+                                                        v_cache, block_tables, token_seq, token_pos,
+                                                        s);
+        else if (kernel == 2 && lanes == 16)
+            paged_launch_v2<E, 16, PAGED2_HW, PAGED2_WK>(grid, out, part_ml, part_o, qkv, k_cache,
+                                                         v_cache, block_tables, token_seq,
+                                                         token_pos, s);
+        else if (kernel == 2)
+            paged_launch_v2<E, 32, PAGED2_HW, PAGED2_WK>(grid, out, part_ml, part_o, qkv, k_cache,
+                                                         v_cache, block_tables, token_seq,
+                                                         token_pos, s);
+        else if (kernel == 3 && lanes == 8)
+            paged_launch_v2<E, 8, PAGED3_HW, PAGED3_WK>(grid, out, part_ml, part_o, qkv, k_cache,
+                                                        v_cache, block_tables, token_seq, token_pos,
+                                                        s);
+        else if (kernel == 3 && lanes == 16)
+            paged_launch_v2<E, 16, PAGED3_HW, PAGED3_WK>(grid, out, part_ml, part_o, qkv, k_cache,
+                                                         v_cache, block_tables, token_seq,
+                                                         token_pos, s);
+        else if (kernel == 3)
+            paged_launch_v2<E, 32, PAGED3_HW, PAGED3_WK>(grid, out, part_ml, part_o, qkv, k_cache,
+                                                         v_cache, block_tables, token_seq,
+                                                         token_pos, s);
         else if (lanes == 8)
             paged_launch<E, 8, P, true>(grid, out, part_ml, part_o, qkv, k_cache, v_cache,
                                         block_tables, token_seq, token_pos, s);
@@ -681,7 +719,7 @@ gpc_status gpc_cuda_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
                              "times 8, 16 or 32",
                              op, (long long)hs);
         GPC_CUDA_CHECK_LAUNCH();
-        if (v2) __atomic_fetch_add(&paged_v2_calls, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&paged_calls[kernel], 1, __ATOMIC_RELAXED);
         if (splits > 1) {
             paged_combine_kernel<E><<<gpc_cuda_blocks(RH * 32, 128), 128, 0, gpc_cuda_stream()>>>(
                 (E *)out->data, part_ml, part_o, RH, num_heads, (int)hs, splits);

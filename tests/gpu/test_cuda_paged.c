@@ -10,11 +10,11 @@
  * consecutive positions of one sequence), at a head size the 16-byte path
  * takes and one it does not. Cache slots no row may read hold NaN, and the
  * GPU's outputs start as NaN, so a stray read or a missed write fails.
- * test_paged_kernels runs both attention kernels (GPC_PAGED_KERNEL v1 and
- * v2) on fresh inputs: 256 rows, one row, rows at random positions, head
- * counts and sizes v2 takes and one it leaves to v1; CTest runs the other
- * paged attention tests under each kernel too (gpu_test_cuda_paged_v1,
- * gpu_test_cuda_paged_v2).
+ * test_paged_kernels runs each attention kernel (GPC_PAGED_KERNEL v1, v2,
+ * v3) on fresh inputs: 256 rows, one row, rows at random positions, head
+ * counts and sizes v2 and v3 take and one they leave to v1; CTest runs the
+ * other paged attention tests under each kernel too (gpu_test_cuda_paged_v1,
+ * _v2, _v3).
  * Tolerances are relative to the larger of |reference| and the output's
  * RMS: 1e-4 in f32, 2e-2 in bf16 and f16 (the output's own rounding).
  * kv_store and embedding_at are copies and sums of rounded values, checked
@@ -228,10 +228,10 @@ static void test_paged_attention(void **state) {
         }
 }
 
-/* Both kernels (v1, v2) against the CPU on fresh inputs, at the shapes v2
- * takes (head rows of 8, 16 and 32 16-byte pieces, head counts that are
- * and are not a multiple of the heads a v2 block takes) and one it leaves
- * to v1: 256 rows of one step (one block per unit, no split), one row (its
+/* Each kernel (v1, v2, v3) against the CPU on fresh inputs, at the shapes
+ * v2 and v3 take (head rows of 8, 16 and 32 16-byte pieces, head counts
+ * that are and are not a multiple of the heads their blocks take) and one
+ * they leave to v1: 256 rows of one step (one block per unit, no split), one row (its
  * keys split over many blocks), and rows at random positions of random
  * sequences; lengths at random, mostly not a multiple of the block size. */
 static void test_paged_kernels(void **state) {
@@ -241,13 +241,19 @@ static void test_paged_kernels(void **state) {
         gpc_dtype dtype;
         int NH, hs, S, longest;
     } cases[] = {
-        {GPC_BF16, 12, 64, 40, 1100}, {GPC_BF16, 3, 64, 256, 300}, {GPC_F16, 6, 64, 256, 200},
-        {GPC_F32, 5, 32, 40, 1000},   {GPC_F32, 2, 64, 20, 2048},  {GPC_BF16, 2, 256, 8, 900},
-        {GPC_F32, 3, 48, 16, 600}, /* 12 pieces a head: v1 whatever the setting */
+        {GPC_BF16, 12, 64, 40, 1100},
+        {GPC_BF16, 12, 64, 256, 300},
+        {GPC_BF16, 3, 64, 24, 500},
+        {GPC_F16, 6, 64, 256, 200},
+        {GPC_F32, 5, 32, 40, 1000},
+        {GPC_F32, 2, 64, 20, 2048},
+        {GPC_BF16, 2, 256, 8, 900},
+        /* 12 pieces a head: v1 whatever the setting */
+        {GPC_F32, 3, 48, 16, 600},
     };
-    for (int kernel = 1; kernel <= 2; kernel++) {
+    for (int kernel = 1; kernel <= 3; kernel++) {
         int before = gpc_cuda_paged_set_kernel(kernel);
-        long calls = gpc_cuda_paged_v2_calls(), want_calls = calls;
+        long calls = gpc_cuda_paged_calls(kernel), want_calls = 0;
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             const gpc_dtype dtype = cases[c].dtype;
             const int NH = cases[c].NH, S = cases[c].S;
@@ -276,13 +282,13 @@ static void test_paged_kernels(void **state) {
             }
             paged_compare(what, dtype, &h, NH, seq, pos, rows);
             const int lanes = (int)((int64_t)cases[c].hs * (int64_t)gpc_dtype_size(dtype) / 16);
-            if (kernel == 2 && (lanes == 8 || lanes == 16 || lanes == 32)) want_calls += 3;
+            if (kernel == 1 || lanes == 8 || lanes == 16 || lanes == 32) want_calls += 3;
             free(seq), free(pos), free(len);
             drop_cache(&h);
         }
-        if (gpc_cuda_paged_v2_calls() - calls != want_calls - calls)
-            fail_msg("kernel v%d: %ld calls ran v2, %ld expected", kernel,
-                     gpc_cuda_paged_v2_calls() - calls, want_calls - calls);
+        if (gpc_cuda_paged_calls(kernel) - calls != want_calls)
+            fail_msg("kernel v%d: %ld calls ran it, %ld expected", kernel,
+                     gpc_cuda_paged_calls(kernel) - calls, want_calls);
         gpc_cuda_paged_set_kernel(before);
     }
 }
