@@ -301,7 +301,7 @@ __global__ void __launch_bounds__(PAGED_THREADS)
  * warp j % WK), PAGED2_KPW keys a warp per stage. v2 is HW 1, WK 4 (a block
  * per row and four heads of 64 in bf16: 768 blocks at 256 rows); v3 is HW
  * 3, WK 2 (a block per row and twelve heads: the whole slot row of GPT-2
- * read together, 256 blocks).
+ * read together; 256 rows in two splits, 512 blocks).
  *
  * The loads are cp.async copies into shared memory, PAGED2_STAGES stages in
  * flight: while a warp works on one stage the next ones' keys and values
@@ -317,9 +317,11 @@ __global__ void __launch_bounds__(PAGED_THREADS)
 #define PAGED2_WK 4 /* and across keys */
 #define PAGED3_HW 3 /* v3 */
 #define PAGED3_WK 2
-/* v3 splits the keys only with fewer units (rows x blocks a row) than
- * this many an SM: at GPT-2's shape 256 rows are 256 blocks, two an SM */
-#define PAGED3_UNITS_PER_SM 1
+/* v3 splits the keys while there are fewer units (rows x blocks a row)
+ * than this many an SM: four v3 blocks fit an SM (48 KiB each), and a
+ * block's copies in flight are its ring's, so 256 rows of GPT-2 run as
+ * 512 blocks of half the keys, as many copies in flight as v2's */
+#define PAGED3_UNITS_PER_SM 2
 #define PAGED2_KPW 2
 #define PAGED2_STAGES 4
 /* v2's splits: fewer keys each than v1's (its blocks start their copies
