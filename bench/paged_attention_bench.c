@@ -9,11 +9,14 @@
  *                               [--kernels v1,v2,v3] [--heads 12]
  *                               [--head-size 64] [--block-size 16]
  *                               [--reps 50] [--precision bf16]
- *                               [--vocab 50257]
+ *                               [--vocab 50257] [--width 0]
  *
  * Each row is one decoding sequence at the last position of a context of
  * the given length, its blocks spread over the cache in a shuffled order
- * (as an engine hands them out). Every count of rows runs at every context
+ * (as an engine hands them out). The block tables cover --width positions
+ * (0: the context), as gpc serve's cover its longest context whatever the
+ * rows' own lengths (this matters where a kernel splits the keys: splits
+ * are cut over the table's width). Every count of rows runs at every context
  * under each kernel (GPC_PAGED_KERNEL's v1, v2 and v3, set in turn). The
  * figure that matters is the bandwidth of the keys and values read, rows x
  * context x 2 x C x element size bytes a call, against the GPU's peak
@@ -127,7 +130,7 @@ static int parse_list(const char *flag, const char *text, long long lo, long lon
 }
 
 int main(int argc, char **argv) {
-    int64_t nh = 12, head = 64, bs = 16, r64 = 50, vocab = 50257;
+    int64_t nh = 12, head = 64, bs = 16, r64 = 50, vocab = 50257, width = 0;
     const char *precision = "bf16", *contexts = "128,256,512,1024", *row_list = "1,16,64,256";
     const char *kernels = "v1,v2,v3";
     for (int i = 1; i < argc; i += 2) {
@@ -145,6 +148,8 @@ int main(int argc, char **argv) {
             ok = bench_parse_int64(PROG, a, v, 1, 4096, &bs);
         else if (ok && !strcmp(a, "--reps"))
             ok = bench_parse_int64(PROG, a, v, 1, 10000, &r64);
+        else if (ok && !strcmp(a, "--width"))
+            ok = bench_parse_int64(PROG, a, v, 0, 1 << 20, &width);
         else if (ok && !strcmp(a, "--vocab"))
             ok = bench_parse_int64(PROG, a, v, 1, 1 << 20, &vocab);
         else if (ok && !strcmp(a, "--precision"))
@@ -193,8 +198,9 @@ int main(int argc, char **argv) {
         for (int c = 0; c < nctx; c++) {
             const int64_t rows = row_counts[rc];
             const int64_t T = ctx[c], per_seq = (T + bs - 1) / bs, num_blocks = rows * per_seq;
+            const int64_t W = width > T ? width : T, table_blocks = (W + bs - 1) / bs;
             const int64_t s_qkv[2] = {rows, 3 * C}, s_out[2] = {rows, C};
-            const int64_t s_cache[3] = {num_blocks, bs, C}, s_tab[2] = {rows, per_seq};
+            const int64_t s_cache[3] = {num_blocks, bs, C}, s_tab[2] = {rows, table_blocks};
             const int64_t s_rows[1] = {rows};
             gpc_tensor qkv, out, k, v, tables, seq, pos, h_tables, h_seq, h_pos;
             CHECK(gpc_tensor_alloc(&qkv, dt, dev, 2, s_qkv));
@@ -210,15 +216,24 @@ int main(int argc, char **argv) {
             CHECK(fill_random(&qkv, &rng, 1.0f));
             CHECK(fill_random(&k, &rng, 1.0f));
             CHECK(fill_random(&v, &rng, 1.0f));
-            /* blocks handed out in a shuffled order */
+            /* blocks handed out in a shuffled order; -1 past a row's own */
             int32_t *tab = h_tables.data, *sq = h_seq.data, *ps = h_pos.data;
+            int32_t *order = malloc((size_t)num_blocks * sizeof(int32_t));
+            if (!order) {
+                fprintf(stderr, "%s: out of memory\n", PROG);
+                return 1;
+            }
             for (int64_t i = 0; i < num_blocks; i++)
-                tab[i] = (int32_t)i;
+                order[i] = (int32_t)i;
             for (int64_t i = num_blocks - 1; i > 0; i--) {
                 int64_t j = gpc_rng_below(&rng, (uint32_t)(i + 1));
-                int32_t t = tab[i];
-                tab[i] = tab[j], tab[j] = t;
+                int32_t t = order[i];
+                order[i] = order[j], order[j] = t;
             }
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t b = 0; b < table_blocks; b++)
+                    tab[r * table_blocks + b] = b < per_seq ? order[r * per_seq + b] : -1;
+            free(order);
             for (int64_t r = 0; r < rows; r++)
                 sq[r] = (int32_t)r, ps[r] = (int32_t)(T - 1);
             CHECK(gpc_tensor_copy(&tables, &h_tables));
@@ -234,10 +249,11 @@ int main(int argc, char **argv) {
                 set_kernel(before);
                 double bytes = (double)rows * (double)T * 2.0 * (double)C * (double)es;
                 double gbs = bytes / (ms * 1e6);
-                printf("RESULT paged_attention kernel=v%d rows=%lld context=%lld NH=%d hs=%lld "
-                       "block=%lld %s us=%.1f kv_mb=%.1f kv_gbs=%.0f of_peak=%.1f%%\n",
-                       ran, (long long)rows, (long long)T, NH, (long long)head, (long long)bs,
-                       precision, ms * 1e3, bytes / 1e6, gbs, 100.0 * gbs / PEAK_GBS);
+                printf("RESULT paged_attention kernel=v%d rows=%lld context=%lld width=%lld NH=%d "
+                       "hs=%lld block=%lld %s us=%.1f kv_mb=%.1f kv_gbs=%.0f of_peak=%.1f%%\n",
+                       ran, (long long)rows, (long long)T, (long long)(table_blocks * bs), NH,
+                       (long long)head, (long long)bs, precision, ms * 1e3, bytes / 1e6, gbs,
+                       100.0 * gbs / PEAK_GBS);
                 fflush(stdout);
             }
             gpc_tensor *all[] = {&qkv, &out, &k,        &v,     &tables,
