@@ -29,8 +29,13 @@
  * blocks (flash-decoding): each writes its partial max, sum and output, and
  * a second kernel combines them. Prefill rows are rows like any other: each
  * reads its own prefix of the sequence (through L2 for the shared part).
+ * That is kernel v1; GPC_PAGED_KERNEL=v2 or v3 picks the kernels described
+ * before paged_attention_v2_kernel (a block a row and group of heads,
+ * cp.async copies in flight), with the same guarantees, where they take
+ * the shape.
  */
 #include "cuda/cuda_common.cuh"
+#include "cuda/paged.h"
 
 #include <math.h>
 
@@ -157,6 +162,7 @@ struct paged_shape {
     int block_size, max_blocks, S;
     int64_t num_blocks;
     int keys_per_split;
+    int block_shift;  /* log2(block_size) when it is a power of two, else -1 */
     float scale_log2; /* 1/sqrt(hs) * log2(e): scores in base 2 */
 };
 
@@ -283,6 +289,232 @@ __global__ void __launch_bounds__(PAGED_THREADS)
     }
 }
 
+/* ------------------------------------------- paged attention, kernel v2 */
+
+/* Kernels v2 and v3 (GPC_PAGED_KERNEL=v2, v3): one block of HW x WK warps
+ * works on one row, HW groups of HG = 32 / LANES heads and one split of
+ * its keys. Lane l of a warp holds 16 bytes of its group's heads' rows
+ * (head l / LANES, its dimensions from (l % LANES) * PER), so a warp reads
+ * one key's rows of HG heads, 512 contiguous bytes of the slot row, as one
+ * 16-byte load a lane; the HW warps of one key read HW x 512 contiguous
+ * bytes. Keys go to the WK warps of a group in turn (key j of a stage to
+ * warp j % WK), PAGED2_KPW keys a warp per stage. v2 is HW 1, WK 4 (a block
+ * per row and four heads of 64 in bf16: 768 blocks at 256 rows); v3 is HW
+ * 3, WK 2 (a block per row and twelve heads: the whole slot row of GPT-2
+ * read together; 256 rows in two splits, 512 blocks).
+ *
+ * The loads are cp.async copies into shared memory, PAGED2_STAGES stages in
+ * flight: while a warp works on one stage the next ones' keys and values
+ * are on their way, without holding registers. Each thread reads back only
+ * the 16-byte pieces it copied itself, so the loop needs no barrier. The
+ * table entries of a stage are read one stage before its copies are
+ * issued, so a table lookup never waits in front of a copy. A warp's KPW
+ * scores are computed together, then one rescale of the online softmax for
+ * all of them. Bad table entries give zero-size copies and weigh 0, as in
+ * v1; lanes of heads past the last (NH not a multiple of HG) copy nothing
+ * and write nothing. */
+#define PAGED2_HW 1 /* v2: warps across head groups, */
+#define PAGED2_WK 4 /* and across keys */
+#define PAGED3_HW 3 /* v3 */
+#define PAGED3_WK 2
+/* v3 splits the keys while there are fewer units (rows x blocks a row)
+ * than this many an SM: four v3 blocks fit an SM (48 KiB each), and a
+ * block's copies in flight are its ring's, so 256 rows of GPT-2 run as
+ * 512 blocks of half the keys, as many copies in flight as v2's */
+#define PAGED3_UNITS_PER_SM 2
+#define PAGED2_KPW 2
+#define PAGED2_STAGES 4
+/* v2's splits: fewer keys each than v1's (its blocks start their copies
+ * at once and keep them in flight) */
+#define PAGED2_MIN_SPLIT_KEYS 32
+
+__device__ __forceinline__ void paged_cp16(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void paged_cp_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void paged_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+template <typename T, int LANES, int HW, int WK>
+__global__ void __launch_bounds__(32 * HW * WK)
+    paged_attention_v2_kernel(T *out, float *part_ml, float *part_o, const T *qkv, const T *k_cache,
+                              const T *v_cache, const int32_t *tables, const int32_t *token_seq,
+                              const int32_t *token_pos, paged_shape s) {
+    constexpr int PER = 16 / (int)sizeof(T), HG = 32 / LANES, KPW = PAGED2_KPW;
+    constexpr int STAGES = PAGED2_STAGES, KEYS = WK * KPW; /* keys a stage */
+    constexpr int THREADS = 32 * HW * WK;
+    /* [stage][key of the warp][K, V][thread]: a warp's 16-byte pieces are
+     * contiguous, so its copies and reads have no bank conflicts */
+    __shared__ uint4 ring[STAGES * KPW * 2][THREADS];
+    const int per_row = (s.NH + HG * HW - 1) / (HG * HW); /* blocks a row */
+    const int64_t i = blockIdx.x / per_row;
+    const int bg = (int)(blockIdx.x % per_row), split = blockIdx.y, splits = gridDim.y;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int hw = warp % HW, wk = warp / HW, hg = bg * HW + hw;
+    const int h = hg * HG + lane / LANES, d0 = (lane % LANES) * PER;
+    const bool head_ok = h < s.NH;
+    const int seq = token_seq[i], pos = token_pos[i];
+    const bool bad = seq < 0 || seq >= s.S || pos < 0;
+    const int64_t width = (int64_t)s.max_blocks * s.block_size;
+    const int keys = bad ? 0 : (int)min((int64_t)pos + 1, width);
+    const int first = split * s.keys_per_split, last = min(keys, first + s.keys_per_split);
+    const int32_t *table = tables + (int64_t)(bad ? 0 : seq) * s.max_blocks;
+    const int64_t C = s.C, hoff = (int64_t)(head_ok ? h : 0) * s.hs + d0;
+    const int iters = last > first ? (last - first + KEYS - 1) / KEYS : 0;
+
+    /* the block entry of key u of this warp in stage it (-1: none) */
+    auto entry_of = [&](int it, int u) -> int32_t {
+        int j = first + it * KEYS + u * WK + wk;
+        if (j >= last) return -1;
+        return table[s.block_shift >= 0 ? j >> s.block_shift : j / s.block_size];
+    };
+    /* stage it's copies into ring slot st; the keys that have one in okb */
+    unsigned okb = 0;
+    auto issue = [&](int it, int st, const int32_t *ent) {
+#pragma unroll
+        for (int u = 0; u < KPW; u++) {
+            int j = first + it * KEYS + u * WK + wk;
+            int64_t e = ent[u];
+            bool ok = e >= 0 && e < s.num_blocks;
+            const T *kp = k_cache, *vp = v_cache;
+            if (ok) {
+                int in_block = s.block_shift >= 0 ? j & (s.block_size - 1) : j % s.block_size;
+                int64_t at = (e * s.block_size + in_block) * C + hoff;
+                kp += at, vp += at;
+            }
+            paged_cp16(&ring[(st * KPW + u) * 2][threadIdx.x], kp, ok && head_ok);
+            paged_cp16(&ring[(st * KPW + u) * 2 + 1][threadIdx.x], vp, ok && head_ok);
+            unsigned bit = 1u << (st * KPW + u);
+            okb = ok ? okb | bit : okb & ~bit;
+        }
+    };
+
+    /* the first STAGES - 1 stages: their table entries all read first */
+    int32_t ent[STAGES][KPW];
+#pragma unroll
+    for (int st = 0; st < STAGES; st++)
+#pragma unroll
+        for (int u = 0; u < KPW; u++)
+            ent[st][u] = entry_of(st, u);
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; st++) {
+        issue(st, st, ent[st]);
+        paged_cp_commit();
+    }
+    int32_t next[KPW];
+#pragma unroll
+    for (int u = 0; u < KPW; u++)
+        next[u] = ent[STAGES - 1][u];
+
+    float q[PER];
+    if (head_ok) {
+        gpc_load_f32<PER>(q, qkv + i * 3 * C + hoff);
+    } else {
+#pragma unroll
+        for (int k = 0; k < PER; k++)
+            q[k] = 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < PER; k++)
+        q[k] *= s.scale_log2;
+    float m = -INFINITY, l = 0.0f, acc[PER];
+#pragma unroll
+    for (int k = 0; k < PER; k++)
+        acc[k] = 0.0f;
+
+    for (int it = 0; it < iters; it++) {
+        issue(it + STAGES - 1, (it + STAGES - 1) % STAGES, next);
+        paged_cp_commit();
+#pragma unroll
+        for (int u = 0; u < KPW; u++)
+            next[u] = entry_of(it + STAGES, u);
+        paged_cp_wait<STAGES - 1>();
+        const int st = it % STAGES;
+        const unsigned ok = (okb >> (st * KPW)) & ((1u << KPW) - 1);
+        if (ok == 0) continue; /* the same for the whole warp */
+        float sc[KPW];
+#pragma unroll
+        for (int u = 0; u < KPW; u++) {
+            float kf[PER];
+            gpc_load_f32<PER>(kf, (const T *)&ring[(st * KPW + u) * 2][threadIdx.x]);
+            float dot = 0.0f;
+#pragma unroll
+            for (int k = 0; k < PER; k++)
+                dot += q[k] * kf[k];
+            sc[u] = dot;
+        }
+#pragma unroll
+        for (int o = LANES / 2; o > 0; o >>= 1)
+#pragma unroll
+            for (int u = 0; u < KPW; u++)
+                sc[u] += __shfl_xor_sync(0xffffffffu, sc[u], o);
+        float mn = m;
+#pragma unroll
+        for (int u = 0; u < KPW; u++)
+            if (ok >> u & 1) mn = fmaxf(mn, sc[u]);
+        const float corr = exp2f(m - mn);
+        l *= corr;
+#pragma unroll
+        for (int k = 0; k < PER; k++)
+            acc[k] *= corr;
+#pragma unroll
+        for (int u = 0; u < KPW; u++) {
+            if (!(ok >> u & 1)) continue;
+            float vf[PER];
+            gpc_load_f32<PER>(vf, (const T *)&ring[(st * KPW + u) * 2 + 1][threadIdx.x]);
+            const float p = exp2f(sc[u] - mn);
+            l += p;
+#pragma unroll
+            for (int k = 0; k < PER; k++)
+                acc[k] += p * vf[k];
+        }
+        m = mn;
+    }
+    paged_cp_wait<0>();
+    __syncthreads();
+
+    /* the warps' softmaxes merged, in the ring's memory */
+    float *sm_m = (float *)&ring[0][0], *sm_l = sm_m + THREADS;
+    float *sm_o = sm_l + THREADS; /* [warp][lane * PER + k] */
+    sm_m[threadIdx.x] = m, sm_l[threadIdx.x] = l;
+#pragma unroll
+    for (int k = 0; k < PER; k++)
+        sm_o[warp * 32 * PER + lane * PER + k] = acc[k];
+    __syncthreads();
+    /* element e of head group x's heads: lane e / PER's dimension e % hs,
+     * merged over the WK warps of the group (warps x, x + HW, ...) */
+    for (int xe = threadIdx.x; xe < HW * 32 * PER; xe += THREADS) {
+        const int x = xe / (32 * PER), e = xe % (32 * PER), ln = e / PER;
+        const int hh = (bg * HW + x) * HG + ln / LANES, d = e % s.hs;
+        if (hh >= s.NH) continue;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = x; w < HW * WK; w += HW)
+            mx = fmaxf(mx, sm_m[w * 32 + ln]);
+        float total = 0.0f, sum = 0.0f;
+#pragma unroll
+        for (int w = x; w < HW * WK; w += HW) {
+            const float mw = sm_m[w * 32 + ln];
+            const float f = mw == -INFINITY ? 0.0f : exp2f(mw - mx);
+            total += sm_l[w * 32 + ln] * f;
+            sum += sm_o[w * 32 * PER + e] * f;
+        }
+        if (splits == 1) {
+            out[i * C + (int64_t)hh * s.hs + d] = gpc_from_f32<T>(total > 0.0f ? sum / total : NAN);
+        } else {
+            const int64_t at = (i * s.NH + hh) * splits + split;
+            if (d == 0) part_ml[2 * at] = mx, part_ml[2 * at + 1] = total;
+            part_o[at * s.hs + d] = sum;
+        }
+    }
+}
+
 /* The splits of each (row, head) merged: one warp a pair, lanes over the
  * head's dimensions. */
 template <typename T>
@@ -309,17 +541,18 @@ __global__ void paged_combine_kernel(T *out, const float *part_ml, const float *
     }
 }
 
-/* How many blocks share the keys of one (row, head): one when the rows and
- * heads already fill the GPU, more for a step of few rows, never splits of
- * fewer than PAGED_MIN_SPLIT_KEYS positions of the table. The table's width
+/* How many blocks share the keys of one unit (a (row, head) in v1, a
+ * (row, heads of a block) in v2 and v3): one when there are per_sm units
+ * an SM, more for a step of few rows, never splits of fewer than min_keys
+ * positions of the table. The table's width
  * bounds every row's keys; the host does not know the rows' positions
  * (they are on the device), so a row shorter than the width leaves its last
  * splits empty, and those blocks return at once. */
-static int paged_splits(int64_t RH, int64_t width) {
-    int64_t want = (int64_t)PAGED_BLOCKS_PER_SM * gpc_cuda_sm_count();
-    if (RH >= want) return 1;
-    int64_t splits = (want + RH - 1) / RH;
-    int64_t most = (width + PAGED_MIN_SPLIT_KEYS - 1) / PAGED_MIN_SPLIT_KEYS;
+static int paged_splits(int64_t units, int64_t width, int min_keys, int per_sm) {
+    int64_t want = (int64_t)per_sm * gpc_cuda_sm_count();
+    if (units >= want) return 1;
+    int64_t splits = (want + units - 1) / units;
+    int64_t most = (width + min_keys - 1) / min_keys;
     if (splits > most) splits = most;
     return splits < 1 ? 1 : (int)splits;
 }
@@ -333,6 +566,56 @@ paged_launch(dim3 grid, gpc_tensor *out, float *part_ml, float *part_o, const gp
         (E *)out->data, part_ml, part_o, (const E *)qkv->data, (const E *)k_cache->data,
         (const E *)v_cache->data, (const int32_t *)tables->data, (const int32_t *)token_seq->data,
         (const int32_t *)token_pos->data, s);
+}
+
+template <typename E, int LANES, int HW, int WK>
+static void
+paged_launch_v2(dim3 grid, gpc_tensor *out, float *part_ml, float *part_o, const gpc_tensor *qkv,
+                const gpc_tensor *k_cache, const gpc_tensor *v_cache, const gpc_tensor *tables,
+                const gpc_tensor *token_seq, const gpc_tensor *token_pos, const paged_shape &s) {
+    paged_attention_v2_kernel<E, LANES, HW, WK><<<grid, 32 * HW * WK, 0, gpc_cuda_stream()>>>(
+        (E *)out->data, part_ml, part_o, (const E *)qkv->data, (const E *)k_cache->data,
+        (const E *)v_cache->data, (const int32_t *)tables->data, (const int32_t *)token_seq->data,
+        (const int32_t *)token_pos->data, s);
+}
+
+/* The kernel that GPC_PAGED_KERNEL=auto (the default) runs. */
+#define PAGED_KERNEL_AUTO 1
+
+/* The kernel GPC_PAGED_KERNEL names (1, 2 or 3; auto: PAGED_KERNEL_AUTO),
+ * read at the first call, or the one gpc_cuda_paged_set_kernel set; an
+ * unknown name is said once and auto's kernel runs. */
+static int paged_kernel_set = -1;
+static long paged_calls[4]; /* by the kernel that ran */
+
+static int paged_kernel_setting(void) {
+    const char *e = gpc_setting_str("GPC_PAGED_KERNEL");
+    if (!e || !*e || !strcmp(e, "auto")) return PAGED_KERNEL_AUTO;
+    if (!strcmp(e, "v1")) return 1;
+    if (!strcmp(e, "v2")) return 2;
+    if (!strcmp(e, "v3")) return 3;
+    gpc_log(GPC_LOG_WARN, "GPC_PAGED_KERNEL=%s is not auto, v1, v2 or v3: using v%d", e,
+            PAGED_KERNEL_AUTO);
+    return PAGED_KERNEL_AUTO;
+}
+
+static int paged_kernel(void) {
+    int k = __atomic_load_n(&paged_kernel_set, __ATOMIC_RELAXED);
+    if (k <= 0) {
+        k = paged_kernel_setting();
+        __atomic_store_n(&paged_kernel_set, k, __ATOMIC_RELAXED);
+    }
+    return k;
+}
+
+extern "C" int gpc_cuda_paged_set_kernel(int kernel) {
+    int before = __atomic_exchange_n(&paged_kernel_set, kernel >= 1 && kernel <= 3 ? kernel : -1,
+                                     __ATOMIC_RELAXED);
+    return before > 0 ? before : paged_kernel_setting();
+}
+
+extern "C" long gpc_cuda_paged_calls(int kernel) {
+    return kernel >= 1 && kernel <= 3 ? __atomic_load_n(&paged_calls[kernel], __ATOMIC_RELAXED) : 0;
 }
 
 gpc_status gpc_cuda_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
@@ -361,7 +644,28 @@ gpc_status gpc_cuda_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
                          op, (long long)N, num_heads, (long long)C, (long long)width);
     if (width == 0) return gpc_error(GPC_ERR_INVALID_ARG, "%s: block_tables has no blocks", op);
     s.scale_log2 = 1.4426950408889634f / sqrtf((float)hs);
-    int splits = paged_splits(RH, width);
+    s.block_shift = -1;
+    for (int b = 0; b < 31; b++)
+        if (s.block_size == 1 << b) s.block_shift = b;
+    const size_t es = gpc_dtype_size(qkv->dtype);
+    const int vec = es > 0 && hs % (int64_t)(16 / es) == 0 && gpc_cuda_aligned16(qkv->data) &&
+                    gpc_cuda_aligned16(k_cache->data) && gpc_cuda_aligned16(v_cache->data);
+    const int lanes = vec ? (int)(hs / (int64_t)(16 / es)) : 0;
+    /* v2 and v3 take the head sizes of 8, 16 or 32 16-byte pieces (and
+     * tables a few stages short of 2^31 positions: their key indices run
+     * past the last key by that much); v1 the rest */
+    int kernel = paged_kernel();
+    if (kernel > 1 && !((lanes == 8 || lanes == 16 || lanes == 32) && width <= 0x7fffffff - 4096))
+        kernel = 1;
+    /* units: v1's (row, head) pairs, v2's and v3's (row, heads of a block) */
+    const int64_t heads_a_block = kernel == 1   ? 1
+                                  : kernel == 2 ? 32 / lanes * PAGED2_HW
+                                                : 32 / lanes * PAGED3_HW;
+    const int64_t units = N * ((num_heads + heads_a_block - 1) / heads_a_block);
+    int splits = kernel == 1 ? paged_splits(units, width, PAGED_MIN_SPLIT_KEYS, PAGED_BLOCKS_PER_SM)
+                 : kernel == 2
+                     ? paged_splits(units, width, PAGED2_MIN_SPLIT_KEYS, PAGED_BLOCKS_PER_SM)
+                     : paged_splits(units, width, PAGED2_MIN_SPLIT_KEYS, PAGED3_UNITS_PER_SM);
     s.keys_per_split = (int)((width + splits - 1) / splits);
     float *part_ml = NULL, *part_o = NULL;
     if (splits > 1) {
@@ -371,13 +675,34 @@ gpc_status gpc_cuda_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
         part_ml = (float *)scratch;
         part_o = part_ml + 2 * parts;
     }
-    dim3 grid((unsigned)RH, (unsigned)splits);
+    dim3 grid((unsigned)units, (unsigned)splits);
     GPC_CUDA_DISPATCH(qkv->dtype, E, {
         const int P = gpc_pack<E>::n;
-        int vec = hs % P == 0 && gpc_cuda_aligned16(qkv->data) &&
-                  gpc_cuda_aligned16(k_cache->data) && gpc_cuda_aligned16(v_cache->data);
-        int lanes = vec ? (int)(hs / P) : 0;
-        if (lanes == 8)
+        if (kernel == 2 && lanes == 8)
+            paged_launch_v2<E, 8, PAGED2_HW, PAGED2_WK>(grid, out, part_ml, part_o, qkv, k_cache,
+                                                        v_cache, block_tables, token_seq, token_pos,
+                                                        s);
+        else if (kernel == 2 && lanes == 16)
+            paged_launch_v2<E, 16, PAGED2_HW, PAGED2_WK>(grid, out, part_ml, part_o, qkv, k_cache,
+                                                         v_cache, block_tables, token_seq,
+                                                         token_pos, s);
+        else if (kernel == 2)
+            paged_launch_v2<E, 32, PAGED2_HW, PAGED2_WK>(grid, out, part_ml, part_o, qkv, k_cache,
+                                                         v_cache, block_tables, token_seq,
+                                                         token_pos, s);
+        else if (kernel == 3 && lanes == 8)
+            paged_launch_v2<E, 8, PAGED3_HW, PAGED3_WK>(grid, out, part_ml, part_o, qkv, k_cache,
+                                                        v_cache, block_tables, token_seq, token_pos,
+                                                        s);
+        else if (kernel == 3 && lanes == 16)
+            paged_launch_v2<E, 16, PAGED3_HW, PAGED3_WK>(grid, out, part_ml, part_o, qkv, k_cache,
+                                                         v_cache, block_tables, token_seq,
+                                                         token_pos, s);
+        else if (kernel == 3)
+            paged_launch_v2<E, 32, PAGED3_HW, PAGED3_WK>(grid, out, part_ml, part_o, qkv, k_cache,
+                                                         v_cache, block_tables, token_seq,
+                                                         token_pos, s);
+        else if (lanes == 8)
             paged_launch<E, 8, P, true>(grid, out, part_ml, part_o, qkv, k_cache, v_cache,
                                         block_tables, token_seq, token_pos, s);
         else if (lanes == 16)
@@ -396,6 +721,7 @@ gpc_status gpc_cuda_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
                              "times 8, 16 or 32",
                              op, (long long)hs);
         GPC_CUDA_CHECK_LAUNCH();
+        __atomic_fetch_add(&paged_calls[kernel], 1, __ATOMIC_RELAXED);
         if (splits > 1) {
             paged_combine_kernel<E><<<gpc_cuda_blocks(RH * 32, 128), 128, 0, gpc_cuda_stream()>>>(
                 (E *)out->data, part_ml, part_o, RH, num_heads, (int)hs, splits);

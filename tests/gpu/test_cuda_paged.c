@@ -10,6 +10,11 @@
  * consecutive positions of one sequence), at a head size the 16-byte path
  * takes and one it does not. Cache slots no row may read hold NaN, and the
  * GPU's outputs start as NaN, so a stray read or a missed write fails.
+ * test_paged_kernels runs each attention kernel (GPC_PAGED_KERNEL v1, v2,
+ * v3) on fresh inputs: 256 rows, one row, rows at random positions, head
+ * counts and sizes v2 and v3 take and one they leave to v1; CTest runs the
+ * other paged attention tests under each kernel too (gpu_test_cuda_paged_v1,
+ * _v2, _v3).
  * Tolerances are relative to the larger of |reference| and the output's
  * RMS: 1e-4 in f32, 2e-2 in bf16 and f16 (the output's own rounding).
  * kv_store and embedding_at are copies and sums of rounded values, checked
@@ -30,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/paged.h"
 #include "ops/ops.h"
 
 static gpc_rng rng;
@@ -220,6 +226,71 @@ static void test_paged_attention(void **state) {
             paged_compare("decode and prefill rows", dtype, &h, NH, mseq, mpos, N);
             drop_cache(&h);
         }
+}
+
+/* Each kernel (v1, v2, v3) against the CPU on fresh inputs, at the shapes
+ * v2 and v3 take (head rows of 8, 16 and 32 16-byte pieces, head counts
+ * that are and are not a multiple of the heads their blocks take) and one
+ * they leave to v1: 256 rows of one step (one block per unit, no split), one row (its
+ * keys split over many blocks), and rows at random positions of random
+ * sequences; lengths at random, mostly not a multiple of the block size. */
+static void test_paged_kernels(void **state) {
+    (void)state;
+    /* dtype, heads, head size, sequences, longest */
+    const struct {
+        gpc_dtype dtype;
+        int NH, hs, S, longest;
+    } cases[] = {
+        {GPC_BF16, 12, 64, 40, 1100},
+        {GPC_BF16, 12, 64, 256, 300},
+        {GPC_BF16, 3, 64, 24, 500},
+        {GPC_F16, 6, 64, 256, 200},
+        {GPC_F32, 5, 32, 40, 1000},
+        {GPC_F32, 2, 64, 20, 2048},
+        {GPC_BF16, 2, 256, 8, 900},
+        /* 12 pieces a head: v1 whatever the setting */
+        {GPC_F32, 3, 48, 16, 600},
+    };
+    for (int kernel = 1; kernel <= 3; kernel++) {
+        int before = gpc_cuda_paged_set_kernel(kernel);
+        long calls = gpc_cuda_paged_calls(kernel), want_calls = 0;
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            const gpc_dtype dtype = cases[c].dtype;
+            const int NH = cases[c].NH, S = cases[c].S;
+            const int64_t C = (int64_t)NH * cases[c].hs;
+            int64_t *len = malloc((size_t)S * sizeof(int64_t));
+            for (int i = 0; i < S; i++)
+                len[i] = 1 + below(cases[c].longest);
+            len[0] = cases[c].longest, len[1] = 1;
+            if (S > 3) len[2] = 16, len[3] = 17;
+            host_cache h = make_cache(dtype, len, S, C);
+            const int64_t rows = S > 64 ? S : 64;
+            int32_t *seq = malloc((size_t)rows * sizeof(int32_t));
+            int32_t *pos = malloc((size_t)rows * sizeof(int32_t));
+            char what[120];
+            snprintf(what, sizeof what, "kernel v%d, one row", kernel);
+            seq[0] = 0, pos[0] = (int32_t)(len[0] - 1);
+            paged_compare(what, dtype, &h, NH, seq, pos, 1);
+            snprintf(what, sizeof what, "kernel v%d, every sequence's last position", kernel);
+            for (int i = 0; i < S; i++)
+                seq[i] = i, pos[i] = (int32_t)(len[i] - 1);
+            paged_compare(what, dtype, &h, NH, seq, pos, S);
+            snprintf(what, sizeof what, "kernel v%d, random positions", kernel);
+            for (int64_t i = 0; i < rows; i++) {
+                seq[i] = below(S);
+                pos[i] = below((int32_t)len[seq[i]]);
+            }
+            paged_compare(what, dtype, &h, NH, seq, pos, rows);
+            const int lanes = (int)((int64_t)cases[c].hs * (int64_t)gpc_dtype_size(dtype) / 16);
+            if (kernel == 1 || lanes == 8 || lanes == 16 || lanes == 32) want_calls += 3;
+            free(seq), free(pos), free(len);
+            drop_cache(&h);
+        }
+        if (gpc_cuda_paged_calls(kernel) - calls != want_calls)
+            fail_msg("kernel v%d: %ld calls ran it, %ld expected", kernel,
+                     gpc_cuda_paged_calls(kernel) - calls, want_calls);
+        gpc_cuda_paged_set_kernel(before);
+    }
 }
 
 /* Attention in float64 of query q over the positions 0 .. keys-1 of a
@@ -568,9 +639,9 @@ int main(void) {
         cmocka_set_test_filter(gpc_setting_given("GPC_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paged_attention), cmocka_unit_test(test_paged_attention_bad_tables),
-        cmocka_unit_test(test_kv_store),        cmocka_unit_test(test_embedding_at),
-        cmocka_unit_test(test_sample),          cmocka_unit_test(test_forbid_tokens),
-        cmocka_unit_test(test_feed_tokens),
+        cmocka_unit_test(test_paged_kernels),   cmocka_unit_test(test_kv_store),
+        cmocka_unit_test(test_embedding_at),    cmocka_unit_test(test_sample),
+        cmocka_unit_test(test_forbid_tokens),   cmocka_unit_test(test_feed_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
