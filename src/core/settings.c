@@ -135,7 +135,7 @@ static const gpc_setting_info table[] = {
      "layernorm forward keeps short rows in registers; 0: the general kernel", 0, 0, NULL},
     {"GPC_STENCIL_KERNEL", STRING, "auto", "benchmarks",
      "gpc stencil's GPU update kernel; auto is vector; twostep does two steps a pass", 0, 0,
-     "auto|vector|column|plain|shared|twostep"},
+     "auto|vector|column|plain|shared|twostep|async"},
     {"GPC_CUDNN_TUNE", STRING, "0", "benchmarks",
      "time cuDNN's attention engines at each shape's first call, by time (1) or by energy", 0, 0,
      "0|1|energy"},

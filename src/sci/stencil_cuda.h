@@ -55,6 +55,7 @@ typedef enum {
     GPC_STENCIL_KERNEL_PLAIN,   /* one point a thread, every neighbour loaded */
     GPC_STENCIL_KERNEL_SHARED,  /* z-marching tiles through shared memory */
     GPC_STENCIL_KERNEL_TWOSTEP, /* two steps a pass where it can (else vector) */
+    GPC_STENCIL_KERNEL_ASYNC,   /* z-marching tiles, planes copied ahead into shared memory */
     GPC_STENCIL_KERNELS
 } gpc_stencil_kernel;
 
