@@ -136,6 +136,8 @@ static const gpc_setting_info table[] = {
     {"GPC_STENCIL_KERNEL", STRING, "auto", "benchmarks",
      "gpc stencil's GPU update kernel; auto is vector; twostep does two steps a pass", 0, 0,
      "auto|vector|column|plain|shared|twostep|async"},
+    {"GPC_STENCIL_ASYNC_ROWS", STRING, "16", "benchmarks",
+     "rows of the async stencil kernel's tile; 8 and 32 for measuring", 0, 0, "8|16|32"},
     {"GPC_CUDNN_TUNE", STRING, "0", "benchmarks",
      "time cuDNN's attention engines at each shape's first call, by time (1) or by energy", 0, 0,
      "0|1|energy"},

@@ -28,7 +28,8 @@
  *           shared-memory stages by cp.async, three planes ahead, which
  *           keeps the bytes in flight without registers or L1 to hold
  *           them; a thread computes 16 bytes of two rows from the stages,
- *           one barrier a plane.
+ *           one barrier a plane (GPC_STENCIL_ASYNC_ROWS: tiles of 8 or 32
+ *           rows instead, in six or four stages).
  *
  * The queue's slots are indexed by the unrolled loop's counter, so
  * advancing it renames registers rather than moving values: a move would
@@ -292,21 +293,18 @@ __global__ void __launch_bounds__(32 * H, MIN_BLOCKS)
     const int zb = z_begin + (int)blockIdx.z * zchunk;
     const int ze = min(zb + zchunk, z_end);
     if (zb >= ze) return; /* the whole block: before any barrier */
-    /* this thread's copies of a plane: offsets from x = 0 of the plane's
-     * row 0 in u, and in a stage; a copy outside the grid reads x = 1 of
-     * row 0 (aligned, never past the array) as 0 bytes */
-    int from[PER], bytes[PER];
-    uint32_t to[PER];
-    const uint32_t base = (uint32_t)__cvta_generic_to_shared(stages);
+    /* this thread's copies of a plane: copy k is run tid + k THREADS of a
+     * stage, 16 bytes that far into it, and from[k] elements past x = 0 of
+     * the plane's row 0 in u; -1 outside the grid, which copies 0 bytes
+     * from x = 1 of row 0 (aligned, never past the array) */
+    int from[PER];
 #pragma unroll
     for (int k = 0; k < PER; k++) {
         const int i = tid + k * THREADS, row = i / RUNS, run = i % RUNS;
         const int y = y0 + row, x = x0 + 1 - V + run * V;
-        const bool inside = i < COPIES && y <= n + 1 && x <= n + 1;
-        from[k] = inside ? y * pitch + x : 1;
-        bytes[k] = inside ? 16 : 0;
-        to[k] = base + (uint32_t)((row * ROW + run * V) * sizeof(T));
+        from[k] = i < COPIES && y <= n + 1 && x <= n + 1 ? y * pitch + x : -1;
     }
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(stages) + 16u * (uint32_t)tid;
     /* plane p (zb - 1 .. ze) into stage (p - zb + 1) mod S */
     auto fetch = [&](int p) {
         if (p <= ze) {
@@ -315,7 +313,8 @@ __global__ void __launch_bounds__(32 * H, MIN_BLOCKS)
 #pragma unroll
             for (int k = 0; k < PER; k++)
                 if (COPIES % THREADS == 0 || tid + k * THREADS < COPIES)
-                    copy_async16(to[k] + stage, src + from[k], bytes[k]);
+                    copy_async16(base + stage + 16u * (uint32_t)(k * THREADS),
+                                 src + (from[k] < 0 ? 1 : from[k]), from[k] < 0 ? 0 : 16);
         }
         copy_commit();
     };
@@ -623,15 +622,18 @@ template <typename T> struct update_kernel {
     int shared; /* bytes of dynamic shared memory a block */
 };
 
-/* The async kernel's shape: 8 warps of 2 rows, a 128 x 16 (f32) or 64 x 16
- * (f64) tile, 5 stages of 9.6 KiB in either precision (3 planes in flight
- * a block, 4 blocks an SM: some 115 KiB of copies under way an SM). */
-enum { ASYNC_WARPS = 8, ASYNC_ROWS = 2, ASYNC_STAGES = 5, ASYNC_BLOCKS = 4 };
-/* a stage: the tile's rows and rim rows, 32 runs of 16 bytes and one on
- * either side */
-enum { ASYNC_SHARED = ASYNC_STAGES * (ASYNC_WARPS * ASYNC_ROWS + 2) * (32 + 2) * 16 };
+/* The async kernel with 8 warps of `rows` / 8 rows each over a tile of 512
+ * bytes by `rows` (128 x rows in f32, 64 x rows in f64), in S stages and
+ * BLOCKS blocks an SM: its shared memory, a stage being the tile's rows and
+ * rim rows of 32 runs of 16 bytes and one on either side. */
+template <typename T, int ROWS, int S, int BLOCKS> static update_kernel<T> async_kernel() {
+    enum { WARPS = 8 };
+    return {stencil_async<T, WARPS, ROWS / WARPS, S, BLOCKS>, 512 / (int)sizeof(T), ROWS, WARPS,
+            S * (ROWS + 2) * (32 + 2) * 16};
+}
 
-template <typename T> static update_kernel<T> kernel_of(gpc_stencil_kernel kind) {
+/* The update kernel `kind`; for async, the tile's rows (8, 16 or 32). */
+template <typename T> static update_kernel<T> kernel_of(gpc_stencil_kernel kind, int rows) {
     /* vector: 16 bytes a load. column: one element a load, so more loads
      * ahead (8 in f32, 4 in f64) and more threads to issue them */
     enum { V = 16 / sizeof(T), COLUMN_AHEAD = sizeof(T) == 8 ? 4 : 8 };
@@ -643,8 +645,12 @@ template <typename T> static update_kernel<T> kernel_of(gpc_stencil_kernel kind)
     case GPC_STENCIL_KERNEL_SHARED:
         return {stencil_update<T>, BX, BY, BY, 0};
     case GPC_STENCIL_KERNEL_ASYNC:
-        return {stencil_async<T, ASYNC_WARPS, ASYNC_ROWS, ASYNC_STAGES, ASYNC_BLOCKS>, 32 * V,
-                ASYNC_WARPS * ASYNC_ROWS, ASYNC_WARPS, ASYNC_SHARED};
+        /* stages of 5.3, 9.6 and 18.1 KiB in either precision; S - 2 planes
+         * ahead: 4, 3 and 2 a block, with 6, 4 and 3 blocks an SM up to
+         * 128, 115 and 108 KiB of copies in flight an SM */
+        if (rows == 8) return async_kernel<T, 8, 6, 6>();
+        if (rows == 32) return async_kernel<T, 32, 4, 3>();
+        return async_kernel<T, 16, 5, 4>();
     default: /* twostep's single steps too */
         /* 3 loads of 16 bytes ahead, 1024 threads an SM: 48 KiB in flight */
         return {stencil_column<T, V, 8, 3, 4>, 32 * V, 8, 8, 0};
@@ -680,7 +686,7 @@ template <typename T> static gpc_status start_field(gpc_stencil_cuda *g) {
         GPC_CUDA_CHECK_LAUNCH();
     }
     int per_sm = 0, sms = 0;
-    const update_kernel<T> k = kernel_of<T>(g->c.kernel);
+    const update_kernel<T> k = kernel_of<T>(g->c.kernel, g->c.async_rows);
     if (k.shared > 0) {
         /* the async kernel's stages: over the 48 KiB a launch gets unasked,
          * and as many blocks an SM as they fit */
@@ -780,7 +786,7 @@ template <typename T>
 static gpc_status update(gpc_stencil_cuda *g, int d, int z_begin, int z_end, cudaStream_t stream) {
     const int n = g->c.n, planes = z_end - z_begin;
     if (planes <= 0) return GPC_OK;
-    const update_kernel<T> k = kernel_of<T>(g->c.kernel);
+    const update_kernel<T> k = kernel_of<T>(g->c.kernel, g->c.async_rows);
     const int gx = (n + k.width - 1) / k.width, gy = (n + k.height - 1) / k.height;
     int zchunk = 1; /* plain: a plane a block */
     if (g->c.kernel == GPC_STENCIL_KERNEL_SHARED) {

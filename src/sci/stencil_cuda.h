@@ -67,6 +67,7 @@ typedef struct {
     int slabs;        /* subdomains of them on the GPU */
     int below, above; /* 1: a process below (above) exchanges halo planes */
     gpc_stencil_kernel kernel;
+    int async_rows; /* the async kernel's tile: 8, 16 or 32 rows */
     double r;
     /* 1 - 6 r, rounded once (gpc_stencil_c6): the CPU's bits, whatever
      * the host compiler contracts */

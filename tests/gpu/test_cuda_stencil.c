@@ -20,7 +20,8 @@
  * copies on a second stream while the inside is updated, must give one
  * slab's bits, in f64 and f32, down to slabs of one and two planes, for
  * every kernel; so must a run split into several calls, and an odd grid in
- * three slabs must give the CPU's bits in f64. Bad input: a GPU
+ * three slabs must give the CPU's bits in f64, with each of the async
+ * kernel's tiles. Bad input: a GPU
  * index that does not exist, a kernel that does not, and a grid larger
  * than the GPU. Exits 77 without a GPU. */
 #include "testutil.h"
@@ -245,6 +246,40 @@ static void test_slabs_give_the_same_bits(void **state) {
     gpc_stencil_free(two);
 }
 
+/* The async kernel's other tiles (GPC_STENCIL_ASYNC_ROWS 8 and 32, with
+ * six and four stages) give the CPU's bits in f64, in one slab and three,
+ * and the vector kernel's bits in f32. */
+static void test_async_tiles(void **state) {
+    (void)state;
+    const char *const rows[] = {"8", "32"};
+    const int k[3] = {2, 3, 1};
+    const int sizes[] = {70, 129};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        const int n = sizes[i], steps = 7;
+        gpc_stencil *cpu = make(n, 1, 0.125, k, gpc_cpu(), 0, steps);
+        gpc_stencil *f32 = make_with("vector", n, 1, 0.125, k, cuda0(), 1, steps);
+        for (size_t t = 0; t < sizeof rows / sizeof rows[0]; t++) {
+            TEST_OK(gpc_settings_override("GPC_STENCIL_ASYNC_ROWS", rows[t]));
+            for (int slabs = 1; slabs <= 3; slabs += 2) {
+                char what[80];
+                snprintf(what, sizeof what, "async %s rows, n %d f64, %d slab%s vs the CPU",
+                         rows[t], n, slabs, slabs > 1 ? "s" : "");
+                gpc_stencil *gpu = make_with("async", n, slabs, 0.125, k, cuda0(), 0, steps);
+                same_bits(what, gpu, cpu, n);
+                gpc_stencil_free(gpu);
+            }
+            char what[80];
+            snprintf(what, sizeof what, "async %s rows, n %d f32 vs vector", rows[t], n);
+            gpc_stencil *gpu = make_with("async", n, 2, 0.125, k, cuda0(), 1, steps);
+            same_bits(what, gpu, f32, n);
+            gpc_stencil_free(gpu);
+            TEST_OK(gpc_settings_override("GPC_STENCIL_ASYNC_ROWS", NULL));
+        }
+        gpc_stencil_free(f32);
+        gpc_stencil_free(cpu);
+    }
+}
+
 static void test_bad_input(void **state) {
     (void)state;
     gpc_stencil_config c;
@@ -285,6 +320,7 @@ int main(void) {
         cmocka_unit_test(test_f64_matches_cpu_bits),
         cmocka_unit_test(test_f32_within_tolerance),
         cmocka_unit_test(test_slabs_give_the_same_bits),
+        cmocka_unit_test(test_async_tiles),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
