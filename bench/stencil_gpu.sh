@@ -18,7 +18,7 @@
 # Environment: DEVICE (default cuda:0), LOGS (default a new folder under
 # /tmp, printed), SIZES (default "512 1024"), PRECISIONS (default "f64
 # f32"), DOMAINS (default "1 2"), KERNELS (default "vector column plain
-# shared twostep"), STEPS512 (default 300), STEPS1024 (default 100).
+# shared twostep async"), STEPS512 (default 300), STEPS1024 (default 100).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -28,7 +28,7 @@ if [[ ${1:-} == --sanitize ]]; then
   cs=(compute-sanitizer --error-exitcode 9)
   set -x
   "${cs[@]}" --tool memcheck "$build/tests/gpu_test_cuda_stencil"
-  for kernel in ${KERNELS:-vector column plain shared twostep}; do
+  for kernel in ${KERNELS:-vector column plain shared twostep async}; do
     export GPC_STENCIL_KERNEL=$kernel
     for tool in racecheck synccheck; do
       for p in f64 f32; do
@@ -50,7 +50,7 @@ logs=${LOGS:-$(mktemp -d /tmp/gpc-stencil-gpu-XXXXXX)}
 mkdir -p "$logs"
 { nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv 2>&1 || true; } >"$logs/gpu.txt"
 "$gpc" --version >>"$logs/gpu.txt" 2>&1 || true
-for kernel in ${KERNELS:-vector column plain shared twostep}; do
+for kernel in ${KERNELS:-vector column plain shared twostep async}; do
   for n in ${SIZES:-512 1024}; do
     steps=$([[ $n -ge 1024 ]] && echo "${STEPS1024:-100}" || echo "${STEPS512:-300}")
     for p in ${PRECISIONS:-f64 f32}; do

@@ -165,16 +165,28 @@ gpc_status gpc_stencil_copy_rate(const gpc_stencil_config *c, double *rate) {
     return GPC_OK;
 }
 
-/* GPC_STENCIL_KERNEL's names, in gpc_stencil_kernel's order; auto is the
- * first. */
-static const char *const kernel_names[GPC_STENCIL_KERNELS] = {"vector", "column", "plain", "shared",
-                                                              "twostep"};
+/* GPC_STENCIL_KERNEL's names, in gpc_stencil_kernel's order. */
+static const char *const kernel_names[GPC_STENCIL_KERNELS] = {"vector", "column",  "plain",
+                                                              "shared", "twostep", "async"};
+
+/* The kernel auto picks. */
+static const gpc_stencil_kernel default_kernel = GPC_STENCIL_KERNEL_VECTOR;
+
+/* The async kernel's tile rows GPC_STENCIL_ASYNC_ROWS names; -1 for a
+ * value it does not allow. */
+static int async_rows_of_setting(void) {
+    const char *rows = gpc_setting_str("GPC_STENCIL_ASYNC_ROWS");
+    if (!rows) return 16;
+    if (strcmp(rows, "8") == 0 || strcmp(rows, "16") == 0 || strcmp(rows, "32") == 0)
+        return atoi(rows);
+    return -1;
+}
 
 /* The update kernel GPC_STENCIL_KERNEL names; -1 for a name it does not
  * know. */
 static int kernel_of_setting(void) {
     const char *name = gpc_setting_str("GPC_STENCIL_KERNEL");
-    if (!name || strcmp(name, "auto") == 0) return GPC_STENCIL_KERNEL_VECTOR;
+    if (!name || strcmp(name, "auto") == 0) return default_kernel;
     for (int k = 0; k < GPC_STENCIL_KERNELS; k++)
         if (strcmp(name, kernel_names[k]) == 0) return k;
     return -1;
@@ -214,8 +226,13 @@ static gpc_status check_config(const gpc_stencil_config *c) {
     if (c->device.type == GPC_DEVICE_CUDA && kernel_of_setting() < 0)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "stencil: GPC_STENCIL_KERNEL=%s is not a GPU kernel: use auto, vector, "
-                         "column, plain, shared or twostep (or unset it)",
+                         "column, plain, shared, twostep or async (or unset it)",
                          gpc_setting_str("GPC_STENCIL_KERNEL"));
+    if (c->device.type == GPC_DEVICE_CUDA && async_rows_of_setting() < 0)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "stencil: GPC_STENCIL_ASYNC_ROWS=%s is not a tile of the async kernel: "
+                         "use 8, 16 or 32 (or unset it)",
+                         gpc_setting_str("GPC_STENCIL_ASYNC_ROWS"));
     if (c->fp32 && c->device.type == GPC_DEVICE_CPU)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "stencil: f32 runs on GPUs only (the CPU solver computes in f64): use "
@@ -243,6 +260,8 @@ static void fill_gpu_config(const gpc_stencil *s, gpc_stencil_cuda_config *g, do
     g->z0 = s->first, g->nz = s->count, g->slabs = c->domains;
     g->below = s->rank > 0, g->above = s->rank + 1 < s->world;
     g->kernel = s->kernel;
+    g->async_rows = async_rows_of_setting();
+    if (g->async_rows < 0) g->async_rows = 16; /* checked at create, unless changed since */
     g->r = c->r, g->c6 = c6_of(c->r);
     for (int a = 0; a < 3; a++)
         g->sine[a] = tables ? tables[a] : NULL;
@@ -284,7 +303,7 @@ gpc_status gpc_stencil_create(gpc_stencil **out, const gpc_stencil_config *c) {
     s->lambda = gpc_stencil_lambda(c);
     if (c->device.type == GPC_DEVICE_CUDA) {
         const int kernel = kernel_of_setting(); /* checked above, unless changed since */
-        s->kernel = kernel < 0 ? GPC_STENCIL_KERNEL_VECTOR : (gpc_stencil_kernel)kernel;
+        s->kernel = kernel < 0 ? default_kernel : (gpc_stencil_kernel)kernel;
     }
     gpc_status st = gpc_stencil_halo_create(&s->halo, rank, world);
     if (st) {

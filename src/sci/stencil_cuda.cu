@@ -5,7 +5,7 @@
  * The update is bound by memory: a load and a store of an element a point
  * at best, against 8 flops. Its ceiling is a device-to-device copy, so a
  * kernel must read each point from DRAM about once and keep enough loads in
- * flight (some 32-64 KiB an SM) to cover HBM's latency. Four kernels do it
+ * flight (some 32-64 KiB an SM) to cover HBM's latency. Six kernels do it
  * in different ways; GPC_STENCIL_KERNEL picks one (stencil_cuda.h):
  *
  *   vector  a thread owns 16 bytes of a row (4 floats or 2 doubles) and
@@ -23,6 +23,13 @@
  *           barriers a plane.
  *   twostep two time steps a pass (stencil_two_steps), so half the bytes
  *           a step; one slab in one process only, other steps by vector.
+ *   async   a 128 x 16 (f32) or 64 x 16 (f64) tile marches along z; each
+ *           plane of it with its rim is copied into a ring of five
+ *           shared-memory stages by cp.async, three planes ahead, which
+ *           keeps the bytes in flight without registers or L1 to hold
+ *           them; a thread computes 16 bytes of two rows from the stages,
+ *           one barrier a plane (GPC_STENCIL_ASYNC_ROWS: tiles of 8 or 32
+ *           rows instead, in six or four stages).
  *
  * The queue's slots are indexed by the unrolled loop's counter, so
  * advancing it renames registers rather than moving values: a move would
@@ -216,6 +223,153 @@ __global__ void __launch_bounds__(32 * H, MIN_BLOCKS)
             }
             store_cs<T, V>(out + z * plane, w);
         }
+    }
+}
+
+/* 16-byte copies from global to shared memory that bypass L1 (cp.async.cg):
+ * `bytes` 16, or 0 to fill the 16 bytes with zeros and read nothing. A
+ * commit closes the copies issued since the last into a group; a wait
+ * returns once at most N of this thread's groups are still under way. */
+__device__ __forceinline__ void copy_async16(uint32_t dst, const void *src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void copy_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void copy_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* 16 bytes of a row in shared memory, aligned to 16. */
+template <typename T, int V> __device__ __forceinline__ run_of<T, V> load_shared(const T *p) {
+    run_of<T, V> out;
+    if constexpr (sizeof(T) == 4) {
+        static_assert(V == 4, "16 bytes a load");
+        const float4 t = *reinterpret_cast<const float4 *>(p);
+        out.e[0] = t.x, out.e[1] = t.y, out.e[2] = t.z, out.e[3] = t.w;
+    } else {
+        static_assert(V == 2, "16 bytes a load");
+        const double2 t = *reinterpret_cast<const double2 *>(p);
+        out.e[0] = t.x, out.e[1] = t.y;
+    }
+    return out;
+}
+
+/* The async kernel. A block of 32 x H threads owns a tile of TX = 32 V
+ * points along x (V: 16 bytes of elements) by TY = H R rows and marches
+ * along z through the planes of its z chunk. Each plane of the tile, with
+ * its rim widened to a 16-byte run on either side (x0 + 1 - V .. x0 + TX +
+ * V, rows y0 .. y0 + TY + 1), is copied into one of S stages of shared
+ * memory by cp.async, S - 2 planes ahead of the plane computed, one commit
+ * group a plane (empty past the chunk's end, so the waits count alike in
+ * every block). Copies outside the grid's rows and ring fill zeros. Warp w
+ * computes rows w R .. w R + R - 1 of the tile, 16 bytes a thread a row:
+ * planes z - 1, z and z + 1 of its own points in registers (each plane's
+ * read from shared memory once, as z + 1), the x neighbours and the rows
+ * beside the warp's from plane z's stage. One barrier a plane: after it,
+ * plane z + 1 has landed for every thread and nobody reads plane z - 1's
+ * stage any more, which the copy of plane z + S - 1 then overwrites. */
+template <typename T, int H, int R, int S, int MIN_BLOCKS>
+__global__ void __launch_bounds__(32 * H, MIN_BLOCKS)
+    stencil_async(T *__restrict__ v, const T *__restrict__ u, int n, int pitch, long long plane,
+                  int z_begin, int z_end, int zchunk, T c6, T r) {
+    static_assert(S >= 3, "planes z and z + 1 are read while the next are copied");
+    enum {
+        V = 16 / sizeof(T),
+        TX = 32 * V,
+        TY = H * R,
+        RUNS = TX / V + 2, /* 16-byte runs of a stage's row */
+        ROW = RUNS * V,    /* elements of a stage's row */
+        STAGE = (TY + 2) * ROW,
+        COPIES = (TY + 2) * RUNS,
+        THREADS = 32 * H,
+        PER = (COPIES + THREADS - 1) / THREADS
+    };
+    extern __shared__ __align__(16) unsigned char stages_raw[];
+    T *const stages = reinterpret_cast<T *>(stages_raw);
+    const int lane = (int)threadIdx.x, warp = (int)threadIdx.y, tid = warp * 32 + lane;
+    const int x0 = (int)blockIdx.x * TX, y0 = (int)blockIdx.y * TY;
+    const int zb = z_begin + (int)blockIdx.z * zchunk;
+    const int ze = min(zb + zchunk, z_end);
+    if (zb >= ze) return; /* the whole block: before any barrier */
+    /* this thread's copies of a plane: copy k is run tid + k THREADS of a
+     * stage, 16 bytes that far into it, and from[k] elements past x = 0 of
+     * the plane's row 0 in u; -1 outside the grid, which copies 0 bytes
+     * from x = 1 of row 0 (aligned, never past the array) */
+    int from[PER];
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int i = tid + k * THREADS, row = i / RUNS, run = i % RUNS;
+        const int y = y0 + row, x = x0 + 1 - V + run * V;
+        from[k] = i < COPIES && y <= n + 1 && x <= n + 1 ? y * pitch + x : -1;
+    }
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(stages) + 16u * (uint32_t)tid;
+    /* plane p (zb - 1 .. ze) into stage (p - zb + 1) mod S */
+    auto fetch = [&](int p) {
+        if (p <= ze) {
+            const T *src = u + (long long)p * plane;
+            const uint32_t stage = (uint32_t)(((p - zb + 1) % S) * STAGE * sizeof(T));
+#pragma unroll
+            for (int k = 0; k < PER; k++)
+                if (COPIES % THREADS == 0 || tid + k * THREADS < COPIES)
+                    copy_async16(base + stage + 16u * (uint32_t)(k * THREADS),
+                                 src + (from[k] < 0 ? 1 : from[k]), from[k] < 0 ? 0 : 16);
+        }
+        copy_commit();
+    };
+#pragma unroll
+    for (int k = 0; k < S; k++)
+        fetch(zb - 1 + k);
+    /* this thread's points: rows ty .. ty + R - 1 of the tile (rows
+     * ty + 1 .. of a stage), x .. x + V - 1 (column col of a stage) */
+    const int ty = warp * R, col = V * (lane + 1);
+    const int x = x0 + 1 + V * lane, y = y0 + 1 + ty;
+    run_of<T, V> below[R], here[R];
+    copy_wait<S - 2>(); /* planes zb - 1 and zb */
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+        below[j] = load_shared<T, V>(stages + (ty + 1 + j) * ROW + col);
+        here[j] = load_shared<T, V>(stages + STAGE + (ty + 1 + j) * ROW + col);
+    }
+    int now = 1; /* plane z's stage */
+    T *out = v + (long long)zb * plane + (long long)y * pitch + x;
+    for (int z = zb; z < ze; z++, out += plane) {
+        copy_wait<S - 3>(); /* plane z + 1 */
+        __syncthreads();
+        fetch(z + S - 1);
+        const int next = now + 1 == S ? 0 : now + 1;
+        const T *cur = stages + now * STAGE + ty * ROW + col; /* the row above the warp's first */
+        run_of<T, V> above[R];
+#pragma unroll
+        for (int j = 0; j < R; j++)
+            above[j] = load_shared<T, V>(stages + next * STAGE + (ty + 1 + j) * ROW + col);
+        const run_of<T, V> first = load_shared<T, V>(cur);
+        const run_of<T, V> last = load_shared<T, V>(cur + (R + 1) * ROW);
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            const T *c = cur + (j + 1) * ROW;
+            const T west = c[-1], east = c[V];
+            const run_of<T, V> &north = j == 0 ? first : here[j > 0 ? j - 1 : 0];
+            const run_of<T, V> &south = j == R - 1 ? last : here[j < R - 1 ? j + 1 : 0];
+            run_of<T, V> w;
+#pragma unroll
+            for (int i = 0; i < V; i++) {
+                T s = add_rn(i == 0 ? west : here[j].e[i > 0 ? i - 1 : 0],
+                             i == V - 1 ? east : here[j].e[i < V - 1 ? i + 1 : 0]);
+                s = add_rn(s, north.e[i]);
+                s = add_rn(s, south.e[i]);
+                s = add_rn(s, below[j].e[i]);
+                s = add_rn(s, above[j].e[i]);
+                w.e[i] = x + i <= n ? fma_rn(c6, here[j].e[i], mul_rn(r, s)) : T(0);
+            }
+            if (x <= n && y + j <= n) store_cs<T, V>(out + (long long)j * pitch, w);
+        }
+#pragma unroll
+        for (int j = 0; j < R; j++)
+            below[j] = here[j], here[j] = above[j];
+        now = next;
     }
 }
 
@@ -460,27 +614,46 @@ template <typename T> struct two_step_ahead {
     enum { value = sizeof(T) == 8 ? 3 : 6 };
 };
 
-/* An update kernel and its launch: blocks of 32 x height threads, each
+/* An update kernel and its launch: blocks of 32 x warps threads, each
  * covering width x height points of a plane. */
 template <typename T> struct update_kernel {
     void (*fn)(T *, const T *, int, int, long long, int, int, int, T, T);
-    int width, height;
+    int width, height, warps;
+    int shared; /* bytes of dynamic shared memory a block */
 };
 
-template <typename T> static update_kernel<T> kernel_of(gpc_stencil_kernel kind) {
+/* The async kernel with 8 warps of `rows` / 8 rows each over a tile of 512
+ * bytes by `rows` (128 x rows in f32, 64 x rows in f64), in S stages and
+ * BLOCKS blocks an SM: its shared memory, a stage being the tile's rows and
+ * rim rows of 32 runs of 16 bytes and one on either side. */
+template <typename T, int ROWS, int S, int BLOCKS> static update_kernel<T> async_kernel() {
+    enum { WARPS = 8 };
+    return {stencil_async<T, WARPS, ROWS / WARPS, S, BLOCKS>, 512 / (int)sizeof(T), ROWS, WARPS,
+            S * (ROWS + 2) * (32 + 2) * 16};
+}
+
+/* The update kernel `kind`; for async, the tile's rows (8, 16 or 32). */
+template <typename T> static update_kernel<T> kernel_of(gpc_stencil_kernel kind, int rows) {
     /* vector: 16 bytes a load. column: one element a load, so more loads
      * ahead (8 in f32, 4 in f64) and more threads to issue them */
     enum { V = 16 / sizeof(T), COLUMN_AHEAD = sizeof(T) == 8 ? 4 : 8 };
     switch (kind) {
     case GPC_STENCIL_KERNEL_COLUMN:
-        return {stencil_column<T, 1, 8, COLUMN_AHEAD, 6>, 32, 8};
+        return {stencil_column<T, 1, 8, COLUMN_AHEAD, 6>, 32, 8, 8, 0};
     case GPC_STENCIL_KERNEL_PLAIN:
-        return {stencil_plain<T>, BX, BY};
+        return {stencil_plain<T>, BX, BY, BY, 0};
     case GPC_STENCIL_KERNEL_SHARED:
-        return {stencil_update<T>, BX, BY};
+        return {stencil_update<T>, BX, BY, BY, 0};
+    case GPC_STENCIL_KERNEL_ASYNC:
+        /* stages of 5.3, 9.6 and 18.1 KiB in either precision; S - 2 planes
+         * ahead: 4, 3 and 2 a block, with 6, 4 and 3 blocks an SM up to
+         * 128, 115 and 108 KiB of copies in flight an SM */
+        if (rows == 8) return async_kernel<T, 8, 6, 6>();
+        if (rows == 32) return async_kernel<T, 32, 4, 3>();
+        return async_kernel<T, 16, 5, 4>();
     default: /* twostep's single steps too */
         /* 3 loads of 16 bytes ahead, 1024 threads an SM: 48 KiB in flight */
-        return {stencil_column<T, V, 8, 3, 4>, 32 * V, 8};
+        return {stencil_column<T, V, 8, 3, 4>, 32 * V, 8, 8, 0};
     }
 }
 
@@ -513,15 +686,25 @@ template <typename T> static gpc_status start_field(gpc_stencil_cuda *g) {
         GPC_CUDA_CHECK_LAUNCH();
     }
     int per_sm = 0, sms = 0;
-    const update_kernel<T> k = kernel_of<T>(g->c.kernel);
-    /* the kernels without shared memory want all of it as L1, which keeps
-     * the neighbours the block loaded */
-    if (g->c.kernel != GPC_STENCIL_KERNEL_SHARED)
+    const update_kernel<T> k = kernel_of<T>(g->c.kernel, g->c.async_rows);
+    if (k.shared > 0) {
+        /* the async kernel's stages: over the 48 KiB a launch gets unasked,
+         * and as many blocks an SM as they fit */
+        GPC_CUDA_CHECK(cudaFuncSetAttribute((const void *)k.fn,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, k.shared));
+        GPC_CUDA_CHECK(cudaFuncSetAttribute((const void *)k.fn,
+                                            cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            (int)cudaSharedmemCarveoutMaxShared));
+    } else if (g->c.kernel != GPC_STENCIL_KERNEL_SHARED) {
+        /* the kernels without shared memory want all of it as L1, which
+         * keeps the neighbours the block loaded */
         GPC_CUDA_CHECK(cudaFuncSetAttribute((const void *)k.fn,
                                             cudaFuncAttributePreferredSharedMemoryCarveout,
                                             (int)cudaSharedmemCarveoutMaxL1));
+    }
     /* also loads the update kernel now, not inside the first timed step */
-    GPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.fn, 32 * k.height, 0));
+    GPC_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.fn, 32 * k.warps, k.shared));
     GPC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, g->c.device));
     g->resident = per_sm * sms > 0 ? per_sm * sms : 1;
     if (g->c.kernel == GPC_STENCIL_KERNEL_TWOSTEP) {
@@ -603,7 +786,7 @@ template <typename T>
 static gpc_status update(gpc_stencil_cuda *g, int d, int z_begin, int z_end, cudaStream_t stream) {
     const int n = g->c.n, planes = z_end - z_begin;
     if (planes <= 0) return GPC_OK;
-    const update_kernel<T> k = kernel_of<T>(g->c.kernel);
+    const update_kernel<T> k = kernel_of<T>(g->c.kernel, g->c.async_rows);
     const int gx = (n + k.width - 1) / k.width, gy = (n + k.height - 1) / k.height;
     int zchunk = 1; /* plain: a plane a block */
     if (g->c.kernel == GPC_STENCIL_KERNEL_SHARED) {
@@ -616,10 +799,11 @@ static gpc_status update(gpc_stencil_cuda *g, int d, int z_begin, int z_end, cud
     } else if (g->c.kernel != GPC_STENCIL_KERNEL_PLAIN) {
         zchunk = z_chunk((long long)gx * gy, planes, g->resident);
     }
-    dim3 block(32, k.height), grid(gx, gy, (planes + zchunk - 1) / zchunk);
+    dim3 block(32, k.warps), grid(gx, gy, (planes + zchunk - 1) / zchunk);
     const double r = g->c.r, c6 = g->c.c6; /* the CPU's c6 */
-    k.fn<<<grid, block, 0, stream>>>((T *)g->v[d] + g->shift, (const T *)g->u[d] + g->shift, n,
-                                     g->pitch, g->plane, z_begin, z_end, zchunk, (T)c6, (T)r);
+    k.fn<<<grid, block, k.shared, stream>>>((T *)g->v[d] + g->shift, (const T *)g->u[d] + g->shift,
+                                            n, g->pitch, g->plane, z_begin, z_end, zchunk, (T)c6,
+                                            (T)r);
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
 }

@@ -55,6 +55,7 @@ typedef enum {
     GPC_STENCIL_KERNEL_PLAIN,   /* one point a thread, every neighbour loaded */
     GPC_STENCIL_KERNEL_SHARED,  /* z-marching tiles through shared memory */
     GPC_STENCIL_KERNEL_TWOSTEP, /* two steps a pass where it can (else vector) */
+    GPC_STENCIL_KERNEL_ASYNC,   /* z-marching tiles, planes copied ahead into shared memory */
     GPC_STENCIL_KERNELS
 } gpc_stencil_kernel;
 
@@ -66,6 +67,7 @@ typedef struct {
     int slabs;        /* subdomains of them on the GPU */
     int below, above; /* 1: a process below (above) exchanges halo planes */
     gpc_stencil_kernel kernel;
+    int async_rows; /* the async kernel's tile: 8, 16 or 32 rows */
     double r;
     /* 1 - 6 r, rounded once (gpc_stencil_c6): the CPU's bits, whatever
      * the host compiler contracts */

@@ -1,6 +1,6 @@
 /* test_cuda_stencil.c: the stencil on a GPU against the CPU and against the
  * exact decay of its sine mode, for every update kernel GPC_STENCIL_KERNEL
- * names (vector, column, plain, shared, twostep).
+ * names (vector, column, plain, shared, twostep, async).
  *
  * f64: the GPU computes each point with the CPU's operations in the CPU's
  * order (one fused multiply-add of c6 u and r s, s summed x-1, x+1, y-1,
@@ -9,7 +9,9 @@
  * close; a failure prints the largest distance in units in the last place.
  * The sizes leave part tiles and runs that reach past the row's end, and z
  * chunks whose length is not a multiple of the register queue's; odd step
- * counts make twostep end its pairs with a single step. f32:
+ * counts make twostep end its pairs with a single step; 70 and 129 are no
+ * multiple of any kernel's tile, so the async kernel's copies of the last
+ * tiles reach past the ring and fill zeros. f32:
  * within 5e-7 a step (plus 1e-6) of the f64 field, whose amplitude is 1:
  * each step rounds five additions of terms up to 1, a product and the fused
  * multiply-add (under 4.2e-7 at worst for r <= 1/6, and the scheme never
@@ -17,7 +19,9 @@
  * fields are equal bit for bit. Slabs on one GPU, whose halos go by device
  * copies on a second stream while the inside is updated, must give one
  * slab's bits, in f64 and f32, down to slabs of one and two planes, for
- * every kernel; so must a run split into several calls. Bad input: a GPU
+ * every kernel; so must a run split into several calls, and an odd grid in
+ * three slabs must give the CPU's bits in f64, with each of the async
+ * kernel's tiles. Bad input: a GPU
  * index that does not exist, a kernel that does not, and a grid larger
  * than the GPU. Exits 77 without a GPU. */
 #include "testutil.h"
@@ -30,8 +34,11 @@
 #include "gpc/settings.h"
 #include "gpc/stencil.h"
 
-static const char *const kernels[] = {"vector", "column", "plain", "shared", "twostep"};
+static const char *const kernels[] = {"vector", "column", "plain", "shared", "twostep", "async"};
 enum { KERNELS = sizeof kernels / sizeof kernels[0] };
+
+/* The kernel GPC_STENCIL_KERNEL=auto (or unset) picks. */
+static const char *const default_kernel = "vector";
 
 static int gpu_count(void) {
     const gpc_backend *b = gpc_backend_get(GPC_DEVICE_CUDA);
@@ -55,10 +62,10 @@ static gpc_stencil *make_with(const char *kernel, int n, int domains, double r, 
     gpc_stencil *s = NULL;
     TEST_OK(gpc_stencil_create(&s, &c));
     TEST_OK(gpc_settings_override("GPC_STENCIL_KERNEL", NULL));
-    /* the default (auto) is the vector kernel, unless the environment names one */
+    /* the default (auto), unless the environment names one */
     const char *given = getenv("GPC_STENCIL_KERNEL");
     if (device.type == GPC_DEVICE_CUDA && (kernel || !given || !*given))
-        assert_string_equal(gpc_stencil_kernel_name(s), kernel ? kernel : "vector");
+        assert_string_equal(gpc_stencil_kernel_name(s), kernel ? kernel : default_kernel);
     TEST_OK(gpc_stencil_run(s, steps));
     return s;
 }
@@ -117,6 +124,8 @@ static void test_f64_matches_cpu_bits(void **state) {
         {64, {7, 1, 3}, 25, 0.1},
         {200, {1, 2, 1}, 20, 0.125}, /* z split into chunks of blocks */
         {97, {2, 3, 1}, 7, 0.15},    /* odd: every kernel's last run of a row is partial */
+        {70, {2, 1, 2}, 11, 1.0 / 6},
+        {129, {1, 3, 2}, 9, 0.1}, /* a tile of one column and row past 128 */
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         gpc_stencil *cpu = make(runs[i].n, 1, runs[i].r, runs[i].k, gpc_cpu(), 0, runs[i].steps);
@@ -211,6 +220,19 @@ static void test_slabs_give_the_same_bits(void **state) {
             gpc_stencil_free(pieces);
             gpc_stencil_free(one);
         }
+    /* an odd grid in three slabs, each kernel against the CPU */
+    {
+        const int n = 129, steps = 9;
+        gpc_stencil *cpu = make(n, 1, 0.15, k, gpc_cpu(), 0, steps);
+        for (int kernel = 0; kernel < KERNELS; kernel++) {
+            char what[64];
+            snprintf(what, sizeof what, "%s f64 n %d, 3 slabs vs the CPU", kernels[kernel], n);
+            gpc_stencil *gpu = make_with(kernels[kernel], n, 3, 0.15, k, cuda0(), 0, steps);
+            same_bits(what, gpu, cpu, n);
+            gpc_stencil_free(gpu);
+        }
+        gpc_stencil_free(cpu);
+    }
     /* a large grid in two slabs: the overlap with real work on both streams;
      * its CPU run checks the default kernel's long z chunks too */
     const int big = 256;
@@ -222,6 +244,40 @@ static void test_slabs_give_the_same_bits(void **state) {
     gpc_stencil_free(cpu);
     gpc_stencil_free(one);
     gpc_stencil_free(two);
+}
+
+/* The async kernel's other tiles (GPC_STENCIL_ASYNC_ROWS 8 and 32, with
+ * six and four stages) give the CPU's bits in f64, in one slab and three,
+ * and the vector kernel's bits in f32. */
+static void test_async_tiles(void **state) {
+    (void)state;
+    const char *const rows[] = {"8", "32"};
+    const int k[3] = {2, 3, 1};
+    const int sizes[] = {70, 129};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        const int n = sizes[i], steps = 7;
+        gpc_stencil *cpu = make(n, 1, 0.125, k, gpc_cpu(), 0, steps);
+        gpc_stencil *f32 = make_with("vector", n, 1, 0.125, k, cuda0(), 1, steps);
+        for (size_t t = 0; t < sizeof rows / sizeof rows[0]; t++) {
+            TEST_OK(gpc_settings_override("GPC_STENCIL_ASYNC_ROWS", rows[t]));
+            for (int slabs = 1; slabs <= 3; slabs += 2) {
+                char what[80];
+                snprintf(what, sizeof what, "async %s rows, n %d f64, %d slab%s vs the CPU",
+                         rows[t], n, slabs, slabs > 1 ? "s" : "");
+                gpc_stencil *gpu = make_with("async", n, slabs, 0.125, k, cuda0(), 0, steps);
+                same_bits(what, gpu, cpu, n);
+                gpc_stencil_free(gpu);
+            }
+            char what[80];
+            snprintf(what, sizeof what, "async %s rows, n %d f32 vs vector", rows[t], n);
+            gpc_stencil *gpu = make_with("async", n, 2, 0.125, k, cuda0(), 1, steps);
+            same_bits(what, gpu, f32, n);
+            gpc_stencil_free(gpu);
+            TEST_OK(gpc_settings_override("GPC_STENCIL_ASYNC_ROWS", NULL));
+        }
+        gpc_stencil_free(f32);
+        gpc_stencil_free(cpu);
+    }
 }
 
 static void test_bad_input(void **state) {
@@ -264,6 +320,7 @@ int main(void) {
         cmocka_unit_test(test_f64_matches_cpu_bits),
         cmocka_unit_test(test_f32_within_tolerance),
         cmocka_unit_test(test_slabs_give_the_same_bits),
+        cmocka_unit_test(test_async_tiles),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -257,6 +257,11 @@ static void test_bad_configs(void **state) {
     TEST_FAILS(gpc_stencil_create(&s, &c), GPC_ERR_INVALID_ARG,
                "GPC_STENCIL_KERNEL=tiled is not a GPU kernel: use auto, vector");
     unsetenv("GPC_STENCIL_KERNEL");
+    /* a tile the async kernel is not built for, likewise */
+    setenv("GPC_STENCIL_ASYNC_ROWS", "12", 1);
+    TEST_FAILS(gpc_stencil_create(&s, &c), GPC_ERR_INVALID_ARG,
+               "GPC_STENCIL_ASYNC_ROWS=12 is not a tile of the async kernel: use 8, 16 or 32");
+    unsetenv("GPC_STENCIL_ASYNC_ROWS");
     /* processes: a grid of fewer planes than slabs, and collectives that do
      * not carry the stencil's halos (the checks come before any message) */
     gpc_dist_ops ops;
