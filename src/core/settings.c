@@ -109,6 +109,8 @@ static const gpc_setting_info table[] = {
     {"GPC_QUANT_GEMV_MAX_M", INT, "16", "benchmarks",
      "most rows a quantized product runs in the skinny decode kernel; 0: the earlier kernels", 0,
      16, NULL},
+    {"GPC_DECODE_FUSED_MAX_M", INT, "16", "benchmarks",
+     "most rows a serving step runs in the fused decode kernels; 0: the unfused ops", 0, 16, NULL},
     {"GPC_MATMUL_GELU", FLAG, "1", "benchmarks",
      "GELU in cuBLASLt's epilogues; 0: GELU as its own kernel", 0, 0, NULL},
     {"GPC_MATMUL_BGRAD", FLAG, "0", "benchmarks",

@@ -1,6 +1,7 @@
 /*
  * test_cuda_decode.c: the fused decode products (src/cuda/decode.cu)
- * against the CPU op on the same inputs.
+ * against the CPU op on the same inputs, and the serving step with them
+ * against the step without them (GPC_DECODE_FUSED_MAX_M=0).
  *
  * Inputs are drawn in f32 and rounded to the dtype under test, so the CPU
  * (f32) sees the values the GPU sees; the GPU's outputs start as NaN, so a
@@ -18,6 +19,14 @@
  * cache rows at the slots must be the key and value thirds of the GPU's
  * own output exactly, every other cache row untouched (NaN).
  *
+ * The step: a random bf16 model of GPT-2's width, prompts, then decode
+ * steps of 1, 3, 7 and 16 rows on two caches, one with the fused products
+ * (CUDA graphs on) and one without: the logits must agree within bf16
+ * tolerance (relative L2 norm 2e-2, no entry off by more than 0.1 of the
+ * RMS), and each greedy token must be the unfused one's, or one whose
+ * unfused logit is within that tolerance of the best. The fused products
+ * must have run on the first cache only.
+ *
  * Without a usable GPU the test exits 77, which CTest reports as skipped.
  */
 #include "testutil.h"
@@ -29,6 +38,8 @@
 #include <string.h>
 
 #include "cuda/decode.h"
+#include "gpc/model.h"
+#include "model/gpt_internal.h"
 #include "ops/ops.h"
 
 static gpc_rng rng;
@@ -280,6 +291,111 @@ static void test_inline_layernorm(void **state) {
     one_case(GPC_BF16, FORM_LN, 16, 1600, 300);
 }
 
+/* ---------------------------------------------------------------- the step */
+
+enum { LAYERS = 2, HEADS = 12, CHANNELS = 768, CONTEXT = 128, VOCAB = 50257, BS = 16 };
+enum { SEQS = 16, PROMPT = 20, PER_SEQ = CONTEXT / BS, BLOCKS = SEQS * PER_SEQ + 2 };
+
+static void test_step_matches_unfused(void **state) {
+    (void)state;
+    gpt_config config;
+    TEST_OK(gpt_config_init(&config, LAYERS, HEADS, CHANNELS, CONTEXT, VOCAB));
+    gpt_model *m = NULL;
+    TEST_OK(gpt_create(&m, &config, gpu, GPC_BF16, 1, 1, 0));
+    TEST_OK(gpt_init_weights(m, 20261202));
+    gpt_paged_options po = {.num_blocks = BLOCKS,
+                            .block_size = BS,
+                            .max_seqs = SEQS,
+                            .max_tokens = SEQS * PROMPT,
+                            .max_logits = SEQS};
+    gpt_paged *fused = NULL, *plain = NULL;
+    long calls0 = gpc_cuda_decode_calls();
+    TEST_OK(gpt_paged_create(&fused, m, &po));
+    long calls1 = gpc_cuda_decode_calls();
+    assert_true(calls1 > calls0); /* the warm-up's small buckets ran them */
+    setenv("GPC_DECODE_FUSED_MAX_M", "0", 1);
+    gpc_status made = gpt_paged_create(&plain, m, &po);
+    unsetenv("GPC_DECODE_FUSED_MAX_M");
+    TEST_OK(made);
+    assert_int_equal(gpc_cuda_decode_calls(), calls1);
+
+    int mb = gpt_paged_max_blocks(fused);
+    int32_t *tables = malloc((size_t)SEQS * mb * sizeof *tables);
+    for (int s = 0; s < SEQS; s++)
+        for (int b = 0; b < mb; b++)
+            tables[s * mb + b] = BLOCKS - 1 - (s * PER_SEQ + b);
+    /* prompts: every sequence's PROMPT tokens in one step (unfused on both:
+     * more rows than the fused products take) */
+    int32_t last[SEQS], len[SEQS];
+    {
+        int n = SEQS * PROMPT;
+        int32_t *tok = malloc((size_t)n * 4), *pos = malloc((size_t)n * 4);
+        int32_t *seq = malloc((size_t)n * 4), *slot = malloc((size_t)n * 4);
+        for (int s = 0; s < SEQS; s++)
+            for (int p = 0; p < PROMPT; p++) {
+                int i = s * PROMPT + p;
+                tok[i] = (int32_t)gpc_rng_below(&rng, VOCAB);
+                pos[i] = p, seq[i] = s;
+                slot[i] = tables[s * mb + p / BS] * BS + p % BS;
+            }
+        gpt_paged_batch batch = {n, tok, pos, seq, slot, SEQS, tables, 0, NULL};
+        TEST_OK(gpt_step_paged(fused, &batch, NULL));
+        TEST_OK(gpt_step_paged(plain, &batch, NULL));
+        for (int s = 0; s < SEQS; s++)
+            last[s] = tok[s * PROMPT + PROMPT - 1], len[s] = PROMPT - 1;
+        free(tok), free(pos), free(seq), free(slot);
+    }
+    static const int sizes[] = {1, 3, 7, 16, 16, 7, 3, 1, 2};
+    float *la = malloc((size_t)SEQS * VOCAB * sizeof *la);
+    float *lb = malloc((size_t)SEQS * VOCAB * sizeof *lb);
+    long decode_before = gpc_cuda_decode_calls();
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        int n = sizes[k];
+        int32_t tok[SEQS], pos[SEQS], seq[SEQS], slot[SEQS], ta[SEQS], tb[SEQS];
+        gpt_paged_sampling greedy[SEQS];
+        for (int j = 0; j < n; j++) {
+            int p = len[j];
+            tok[j] = last[j], pos[j] = p, seq[j] = j;
+            slot[j] = tables[j * mb + p / BS] * BS + p % BS;
+            greedy[j] = (gpt_paged_sampling){0.0f, 0.0f, 1.0f, 0.0f, -1};
+        }
+        gpt_paged_batch batch = {n, tok, pos, seq, slot, n, tables, n, NULL};
+        TEST_OK(gpt_step_paged(fused, &batch, la));
+        TEST_OK(gpt_step_paged(plain, &batch, lb));
+        size_t total = (size_t)n * VOCAB;
+        double diff = 0, norm = 0, worst = 0;
+        for (size_t i = 0; i < total; i++) {
+            double d = fabs((double)la[i] - lb[i]);
+            diff += d * d, norm += (double)lb[i] * lb[i];
+            if (d > worst) worst = d;
+        }
+        double rms = sqrt(norm / (double)total);
+        if (!(sqrt(diff) <= 2e-2 * sqrt(norm)) || !(worst <= 0.1 * rms))
+            fail_msg("step of %d rows: logits differ by %.3g relative (worst %.3g, rms %.3g)", n,
+                     sqrt(diff / (norm > 0 ? norm : 1)), worst, rms);
+        /* drawn on the device (fused: replayed from a graph) */
+        TEST_OK(gpt_step_paged_sample(fused, &batch, greedy, ta));
+        TEST_OK(gpt_step_paged_sample(plain, &batch, greedy, tb));
+        for (int j = 0; j < n; j++) {
+            const float *row = lb + (size_t)j * VOCAB;
+            assert_true(ta[j] >= 0 && ta[j] < VOCAB && tb[j] >= 0 && tb[j] < VOCAB);
+            if (ta[j] != tb[j] && !(row[tb[j]] - row[ta[j]] <= 0.1 * rms))
+                fail_msg("step of %d rows, row %d: fused drew %d (unfused logit %g), unfused %d "
+                         "(%g)",
+                         n, j, ta[j], row[ta[j]], tb[j], row[tb[j]]);
+            last[j] = tb[j]; /* both continue from the same token */
+        }
+        for (int j = 0; j < n; j++)
+            len[j]++;
+    }
+    assert_true(gpc_cuda_decode_calls() > decode_before);
+    assert_true(gpt_paged_graph_count(fused) > 0);
+    free(la), free(lb), free(tables);
+    gpt_paged_free(fused);
+    gpt_paged_free(plain);
+    gpt_free(m);
+}
+
 int main(void) {
     if (!gpc_backend_get(GPC_DEVICE_CUDA)) {
         fprintf(stderr, "skipped: %s\n", gpc_last_error());
@@ -289,10 +405,9 @@ int main(void) {
     if (gpc_setting_given("GPC_TEST_FILTER"))
         cmocka_set_test_filter(gpc_setting_given("GPC_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gpt2_shapes),
-        cmocka_unit_test(test_head),
-        cmocka_unit_test(test_odd_shapes),
-        cmocka_unit_test(test_inline_layernorm),
+        cmocka_unit_test(test_gpt2_shapes),          cmocka_unit_test(test_head),
+        cmocka_unit_test(test_odd_shapes),           cmocka_unit_test(test_inline_layernorm),
+        cmocka_unit_test(test_step_matches_unfused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
