@@ -336,16 +336,20 @@ static size_t staging_limit(void) {
     return limit[d];
 }
 
-/* Lets an instantiation take `bytes` of dynamic shared memory (above the
- * 48 KiB default it must be asked for). Grow-only per instantiation; the
- * first product of a shape runs before a graph captures it, so this is
- * not called inside a capture in the serving step. */
+/* Lets an instantiation take `bytes` of dynamic shared memory on the
+ * current GPU (above the 48 KiB default it must be asked for). Grow-only
+ * per instantiation and GPU; the first product of a shape runs before a
+ * graph captures it, so the serving step does not call this inside a
+ * capture. */
 template <typename T, int MT> static gpc_status allow_shared(size_t bytes) {
-    static size_t allowed = 48 << 10;
-    if (bytes <= allowed) return GPC_OK;
+    static size_t allowed[GPC_CUDA_MAX_DEVICES];
+    if (bytes <= (48 << 10)) return GPC_OK;
+    int d = 0;
+    GPC_CUDA_CHECK(cudaGetDevice(&d));
+    if (d >= 0 && d < GPC_CUDA_MAX_DEVICES && bytes <= allowed[d]) return GPC_OK;
     GPC_CUDA_CHECK(cudaFuncSetAttribute(decode_product_kernel<T, MT>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    allowed = bytes;
+    if (d >= 0 && d < GPC_CUDA_MAX_DEVICES) allowed[d] = bytes;
     return GPC_OK;
 }
 
