@@ -31,7 +31,11 @@
  * grid of at most DP_BLOCKS_PER_SM blocks a multiprocessor, so the output
  * head's 50304 channels do not repeat the prologue 25,000 times; each block
  * issues its next channels' loads before it reduces and stores the current
- * ones.
+ * ones. On Hopper a product launches as a programmatic dependent of the
+ * kernel before it (GPC_DECODE_PDL, on by default): its blocks start while
+ * that kernel ends and send out their first weight loads, then wait for
+ * its writes before reading the input rows, so consecutive products of a
+ * layer (proj, fc, fcproj, the next qkv) overlap their ramps.
  * gpc_cuda_decode_calls (decode.h) counts the products run here.
  */
 #include "cuda/cuda_common.cuh"
@@ -66,6 +70,23 @@ __device__ __forceinline__ uint4 dp_stream16(const void *p) {
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
         : "l"(p));
     return v;
+}
+
+/* Programmatic dependent launch (Hopper): a kernel launched with
+ * cudaLaunchAttributeProgrammaticStreamSerialization may start once every
+ * block of the kernel before it has started and said so; it must wait for
+ * that kernel's end (and its writes) before it reads what it wrote. Both
+ * are no-ops in a kernel launched plainly. */
+__device__ __forceinline__ void dp_let_next_start(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void dp_wait_previous(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 /* The chunks c, c + stride, .. (DP_UNROLL of them) of each channel's row,
@@ -188,6 +209,11 @@ __global__ void __launch_bounds__(DP_THREADS) decode_product_kernel(const dp_par
     uint4 raw[DP_UNROLL][DP_OUTS];
     int c = turn;
     dp_load_weights<T>(raw, w, c, stride, chunks);
+    /* the weights are constant: their first loads go out before the wait
+     * for the kernel that writes the input rows; the next product may
+     * start its own the same way */
+    dp_let_next_start();
+    dp_wait_previous();
 
     if (p.ln != DP_PLAIN) {
         if (p.vec)
@@ -353,12 +379,51 @@ template <typename T, int MT> static gpc_status allow_shared(size_t bytes) {
     return GPC_OK;
 }
 
+/* Whether products launch as programmatic dependents of the kernel before
+ * them: GPC_DECODE_PDL on a GPU of compute capability 9.0 or more (cached
+ * per device). */
+static int pdl_applies(void) {
+    static int enabled = -1;
+    static signed char capable[GPC_CUDA_MAX_DEVICES]; /* 0 unknown, 1 yes, -1 no */
+    if (!gpc_cuda_setting_flag("GPC_DECODE_PDL", &enabled)) return 0;
+    int d = 0;
+    if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= GPC_CUDA_MAX_DEVICES) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (!capable[d]) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess) {
+            cudaGetLastError();
+            major = 0;
+        }
+        capable[d] = major >= 9 ? 1 : -1;
+    }
+    return capable[d] > 0;
+}
+
 template <typename T, int MT> static gpc_status launch(const dp_params &p, size_t smem) {
     gpc_status allowed = allow_shared<T, MT>(smem);
     if (allowed != GPC_OK) return allowed;
     unsigned grid = (unsigned)p.tiles;
     unsigned cap = (unsigned)gpc_cuda_sm_count() * DP_BLOCKS_PER_SM;
     if (grid > cap) grid = cap;
+    if (pdl_applies()) {
+        cudaLaunchAttribute attr;
+        memset(&attr, 0, sizeof attr);
+        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr.val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.gridDim = dim3(grid);
+        cfg.blockDim = dim3(DP_THREADS);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = gpc_cuda_stream();
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        GPC_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_product_kernel<T, MT>, p));
+        return GPC_OK;
+    }
     decode_product_kernel<T, MT><<<grid, DP_THREADS, smem, gpc_cuda_stream()>>>(p);
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
