@@ -29,6 +29,17 @@
  * the pinned staging of the step's integers with the event that says its
  * upload is done.
  *
+ * Fused decode products: a step of at most GPC_DECODE_FUSED_MAX_M rows
+ * (default 16; 0: never) runs each layer in five kernels instead of nine,
+ * through gpc_op_decode_product: layernorm, qkv's product and the cache
+ * store in one; attention; proj's product added to the stream; layernorm,
+ * fc's product and GELU; fcproj's product added to the stream. The head is
+ * the final layernorm and the product over wte in one. Each kernel streams
+ * its weight at close to the memory's rate, where cuBLASLt's tiles, made
+ * for many rows, read it far slower at one row. The result is that of the
+ * unfused ops up to rounding (on the CPU, the same bits). Quantized models
+ * keep their own skinny kernel for the four block products.
+ *
  * Decode steps in graphs: a decode step launches about ten kernels a layer,
  * each taking the host a few microseconds, which at one or a few rows is
  * longer than the kernels run. Where the backend captures graphs, a decode
@@ -73,6 +84,9 @@ struct gpt_paged {
      * the largest bucket's rows */
     int bucket_cap;
     int use_graphs; /* replay padded steps from graphs */
+    /* steps of at most this many rows run the fused decode products
+     * (GPC_DECODE_FUSED_MAX_M; 0: never) */
+    int fused_max;
     /* [launch parity][draws on the device][bucket] */
     gpc_graph graphs[2][2][BUCKETS];
     unsigned char warmed[2][2][BUCKETS]; /* ran once eagerly */
@@ -238,6 +252,8 @@ gpc_status gpt_paged_create(gpt_paged **out, gpt_model *m, const gpt_paged_optio
         p->bucket_cap = cap;
         p->use_graphs = !o->eager && gpc_setting_flag("GPC_SERVE_GRAPHS");
     }
+    p->fused_max = (int)gpc_setting_int("GPC_DECODE_FUSED_MAX_M");
+    if (p->fused_max > GPC_DECODE_MAX_ROWS) p->fused_max = GPC_DECODE_MAX_ROWS;
     /* one block more where steps pad: the padding rows' */
     p->cache_blocks = o->num_blocks + (p->bucket_cap > 0);
     const int64_t shape[] = {m->config.layers, p->cache_blocks, o->block_size, m->config.channels};
@@ -489,6 +505,9 @@ static gpc_status step_ops(gpt_paged *p, int par, int64_t N, int64_t S, int64_t 
      * checked each feed against what that step drew (check_batch) */
     gpc_tensor feed = rows_of(&p->ints, 4 * N, N, 0), previous = p->drawn[par ^ 1];
     GPC_TRY(gpc_op_feed_tokens(&tokens, &feed, &previous));
+    /* few rows: the fused decode products (not for 8-bit weights, which
+     * have their own skinny kernel) */
+    int fused = !m->quant.on && N <= p->fused_max;
     GPC_TRY(gpc_op_embedding_at(&x, &tokens, &positions, &w->wte, &w->wpe));
     for (int l = 0; l < L; l++) {
         gpc_tensor ln1w = layer_of(&w->ln1w, l, C, 0), ln1b = layer_of(&w->ln1b, l, C, 0);
@@ -501,6 +520,27 @@ static gpc_status step_ops(gpt_paged *p, int par, int64_t N, int64_t S, int64_t 
         gpc_tensor fcprojb = layer_of(&w->fcprojb, l, C, 0);
         gpc_tensor kc = cache_layer(p, &p->k_cache, l), vc = cache_layer(p, &p->v_cache, l);
 
+        if (fused) {
+            /* the layer in five kernels: layernorm, qkv's product and the
+             * cache store; attention; proj's product onto the stream;
+             * layernorm, fc's product and GELU; fcproj's onto the stream */
+            const gpc_decode_product_args qkv_args = {.ln_weight = &ln1w,
+                                                      .ln_bias = &ln1b,
+                                                      .bias = &qkvb,
+                                                      .k_cache = &kc,
+                                                      .v_cache = &vc,
+                                                      .slots = &slots};
+            const gpc_decode_product_args proj_args = {.bias = &projb, .residual = &x};
+            const gpc_decode_product_args fc_args = {
+                .ln_weight = &ln2w, .ln_bias = &ln2b, .bias = &fcb, .gelu = 1};
+            const gpc_decode_product_args fcproj_args = {.bias = &fcprojb, .residual = &x};
+            GPC_TRY(gpc_op_decode_product(&qkv, &x, &qkvw, &qkv_args));
+            GPC_TRY(gpc_op_paged_attention(&atty, &qkv, &kc, &vc, &tables, &seqs, &positions, NH));
+            GPC_TRY(gpc_op_decode_product(&x, &atty, &projw, &proj_args));
+            GPC_TRY(gpc_op_decode_product(&fch_gelu, &x, &fcw, &fc_args));
+            GPC_TRY(gpc_op_decode_product(&x, &fch_gelu, &fcprojw, &fcproj_args));
+            continue;
+        }
         GPC_TRY(gpc_op_layernorm_forward(&ln, &mean, &rstd, &x, &ln1w, &ln1b));
         GPC_TRY(block_product(m, 4, l, &qkv, NULL, &ln, &qkvw, &qkvb, NULL));
         GPC_TRY(gpc_op_kv_store(&kc, &vc, &qkv, &slots));
@@ -516,8 +556,13 @@ static gpc_status step_ops(gpt_paged *p, int par, int64_t N, int64_t S, int64_t 
     gpc_tensor xr = rows_of(&p->x, 0, R, C), lnr = rows_of(&p->ln, 0, R, C);
     gpc_tensor meanr = rows_of(&p->mean, 0, R, 0), rstdr = rows_of(&p->rstd, 0, R, 0);
     gpc_tensor logits = rows_of(&p->logits, 0, R, Vp);
-    GPC_TRY(gpc_op_layernorm_forward(&lnr, &meanr, &rstdr, &xr, &w->lnfw, &w->lnfb));
-    GPC_TRY(gpc_op_matmul_forward(&logits, &lnr, &w->wte, NULL));
+    if (R <= p->fused_max) {
+        const gpc_decode_product_args head = {.ln_weight = &w->lnfw, .ln_bias = &w->lnfb};
+        GPC_TRY(gpc_op_decode_product(&logits, &xr, &w->wte, &head));
+    } else {
+        GPC_TRY(gpc_op_layernorm_forward(&lnr, &meanr, &rstdr, &xr, &w->lnfw, &w->lnfb));
+        GPC_TRY(gpc_op_matmul_forward(&logits, &lnr, &w->wte, NULL));
+    }
     if (!sample) return GPC_OK;
     size_t at = sampling_offset(p, N, S);
     gpc_tensor forbidden = rows_of(&p->ints, (int64_t)at, R, 0);

@@ -842,6 +842,66 @@ gpc_status gpc_op_kv_store(gpc_tensor *k_cache, gpc_tensor *v_cache, const gpc_t
     DISPATCH(op, qkv, kv_store, k_cache, v_cache, qkv, slots);
 }
 
+gpc_status gpc_op_decode_product(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
+                                 const gpc_decode_product_args *args) {
+    const char *op = "decode_product";
+    gpc_decode_product_args none;
+    memset(&none, 0, sizeof none);
+    const gpc_decode_product_args *a = args ? args : &none;
+    GPC_TRY(check_matmul_forward(op, out, inp, weight, a->bias));
+    int64_t C = last_dim(inp), N = rows(inp), OC = rows(weight);
+    if (N > GPC_DECODE_MAX_ROWS)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: %lld rows; the fused decode product takes at most %d (use the "
+                         "unfused ops for more)",
+                         op, (long long)N, GPC_DECODE_MAX_ROWS);
+    if (out->dtype != inp->dtype)
+        return gpc_error(GPC_ERR_MISMATCH, "%s: out is %s and inp %s; they share a dtype", op,
+                         gpc_dtype_name(out->dtype), gpc_dtype_name(inp->dtype));
+    if (out->data == inp->data)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: out shares its buffer with inp, which the product still reads; "
+                         "give out its own",
+                         op);
+    if (!a->ln_weight != !a->ln_bias)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: the layernorm prologue needs both ln_weight and ln_bias", op);
+    if (a->ln_weight) {
+        GPC_TRY(need_float(op, "ln_weight", a->ln_weight));
+        GPC_TRY(need_float(op, "ln_bias", a->ln_bias));
+        DEVICES(op, out, a->ln_weight, a->ln_bias);
+        GPC_TRY(need_numel(op, "ln_weight", a->ln_weight, C));
+        GPC_TRY(need_numel(op, "ln_bias", a->ln_bias, C));
+    }
+    if (a->residual) {
+        if (a->gelu)
+            return gpc_error(GPC_ERR_INVALID_ARG, "%s: a residual and GELU do not go together", op);
+        GPC_TRY(need_dtype(op, "residual", a->residual, out->dtype));
+        DEVICES(op, out, a->residual);
+        GPC_TRY(need_numel(op, "residual", a->residual, N * OC));
+    }
+    int kv = a->k_cache != NULL, parts = kv + (a->v_cache != NULL) + (a->slots != NULL);
+    if (parts != 0 && parts != 3)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: storing keys and values needs k_cache, v_cache and slots", op);
+    if (kv) {
+        if (OC % 3 != 0)
+            return gpc_error(GPC_ERR_MISMATCH,
+                             "%s: storing keys and values needs qkv's product, of 3C columns; "
+                             "got %lld",
+                             op, (long long)OC);
+        gpc_tensor qkv = gpc_tensor_2d(out->data, out->dtype, out->device, N, OC);
+        GPC_TRY(check_cache(op, "k_cache", a->k_cache, &qkv, OC / 3));
+        GPC_TRY(check_cache(op, "v_cache", a->v_cache, &qkv, OC / 3));
+        if (gpc_tensor_numel(a->v_cache) != gpc_tensor_numel(a->k_cache))
+            return gpc_error(GPC_ERR_MISMATCH, "%s: k_cache and v_cache differ in shape", op);
+        GPC_TRY(need_dtype(op, "slots", a->slots, GPC_I32));
+        GPC_TRY(need_numel(op, "slots", a->slots, N));
+        DEVICES(op, out, a->k_cache, a->v_cache, a->slots);
+    }
+    DISPATCH(op, out, decode_product, out, inp, weight, a);
+}
+
 gpc_status gpc_op_paged_attention(gpc_tensor *out, const gpc_tensor *qkv, const gpc_tensor *k_cache,
                                   const gpc_tensor *v_cache, const gpc_tensor *block_tables,
                                   const gpc_tensor *token_seq, const gpc_tensor *token_pos,

@@ -223,6 +223,39 @@ gpc_status gpc_op_paged_attention(gpc_tensor *out, const gpc_tensor *qkv, const 
                                   const gpc_tensor *token_seq, const gpc_tensor *token_pos,
                                   int num_heads);
 
+/* The products of a decode step (a serving step of a few rows), each with
+ * what surrounds it in the model fused in, so that a layer runs a handful
+ * of kernels instead of one per op (gpt_serve.c, GPC_DECODE_FUSED_MAX_M):
+ *   x   = inp [N, C], or layernorm(inp) with ln_weight and ln_bias (eps
+ *         1e-5, rounded to inp's dtype as gpc_op_layernorm_forward writes
+ *         it; mean and rstd are not kept);
+ *   y   = x @ weight^T + bias (weight [OC, C]; bias [OC] or NULL);
+ *   out = y, or residual + y (residual [N, OC] of out's dtype, may be out:
+ *         the stream updated in place), or gelu(y) with gelu set (GELU of y
+ *         rounded to out's dtype, as gpc_op_matmul_gelu_forward's out_gelu);
+ *         rounded once;
+ *   with k_cache, v_cache and slots (qkv's product, OC = 3 C'): columns C' ..
+ *         2C'-1 and 2C' .. 3C'-1 of each row of out also go to row slots[i]
+ *         of k_cache and v_cache, as gpc_op_kv_store would copy them.
+ * So the result is that of gpc_op_layernorm_forward, then
+ * gpc_op_matmul_forward (or _residual_forward, or _gelu_forward), then
+ * gpc_op_kv_store; the CPU runs exactly those. N is at most
+ * GPC_DECODE_MAX_ROWS; out must not share inp's buffer. CUDA streams the
+ * weight once, at close to the memory's rate, in one kernel
+ * (src/cuda/decode.cu); it trusts the slots as gpc_op_kv_store does. */
+#define GPC_DECODE_MAX_ROWS 16
+typedef struct {
+    const gpc_tensor *ln_weight, *ln_bias; /* both or neither: the layernorm prologue */
+    const gpc_tensor *bias;                /* NULL: none */
+    const gpc_tensor *residual;            /* NULL: none; not with gelu */
+    int gelu;                              /* out = gelu(y) */
+    gpc_tensor *k_cache, *v_cache;         /* all three or none: the cache store */
+    const gpc_tensor *slots;
+} gpc_decode_product_args;
+/* args NULL: the plain product. */
+gpc_status gpc_op_decode_product(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
+                                 const gpc_decode_product_args *args);
+
 /* The next token of each of R rows: tokens_out i32 [R] gets a token of
  * logits [R, Vp] (any float dtype; the first vocab_size columns are real),
  * drawn by the rule of gpc_sample_select with row r's parameters params

@@ -91,7 +91,9 @@
       int vocab_size, float dloss))                                                                \
     X(matmul_quant_gelu_forward, (gpc_tensor *out_pre, gpc_tensor *out_gelu,                       \
       const gpc_tensor *inp, const gpc_tensor *qweight, const gpc_tensor *scales,                  \
-      const gpc_tensor *bias))
+      const gpc_tensor *bias))                                                                     \
+    X(decode_product, (gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,          \
+      const gpc_decode_product_args *args))
 /* clang-format on */
 
 #define GPC_OPS_FIELD(name, params) gpc_status(*name) params;

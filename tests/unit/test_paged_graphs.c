@@ -1,9 +1,11 @@
 /*
  * test_paged_graphs.c: the graph switch of the paged step on the CPU, which
  * captures no graphs: gpt_paged_options.eager on and off give the same
- * logits and tokens bit for bit over decode steps of 1, 3 and 17 rows, and
+ * logits and tokens bit for bit over decode steps of 1, 3, 16 and 17 rows, and
  * nothing is captured; the backend's graph calls say the CPU has none; the
- * queued copy copies.
+ * queued copy copies. Likewise the fused decode products of steps of up to
+ * 16 rows against the unfused ops (GPC_DECODE_FUSED_MAX_M=0): the CPU's
+ * fused op runs the same kernels, so the same bits.
  */
 #include "testutil.h"
 
@@ -38,8 +40,10 @@ typedef struct {
     int len;
 } sequence;
 
-static void test_eager_switch_changes_nothing(void **state) {
-    (void)state;
+/* Steps of 1, 3, 16 and 17 rows on two caches of one model, the second eager
+ * (eager) or without the fused decode products (unfused): the same logits
+ * and tokens, bit for bit. */
+static void two_caches_agree(int eager, int unfused) {
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 41);
     gpt_config config;
@@ -54,8 +58,11 @@ static void test_eager_switch_changes_nothing(void **state) {
                             .max_logits = SEQS};
     gpt_paged *on = NULL, *off = NULL;
     TEST_OK(gpt_paged_create(&on, m, &po));
-    po.eager = 1;
-    TEST_OK(gpt_paged_create(&off, m, &po));
+    po.eager = eager;
+    if (unfused) setenv("GPC_DECODE_FUSED_MAX_M", "0", 1);
+    gpc_status created = gpt_paged_create(&off, m, &po);
+    if (unfused) unsetenv("GPC_DECODE_FUSED_MAX_M");
+    TEST_OK(created);
     int mb = gpt_paged_max_blocks(on);
     sequence seqs[SEQS];
     int32_t tables[SEQS * PER_SEQ];
@@ -66,7 +73,7 @@ static void test_eager_switch_changes_nothing(void **state) {
         for (int b = 0; b < PER_SEQ; b++)
             tables[s * PER_SEQ + b] = BLOCKS - 1 - (s * PER_SEQ + b); /* any order */
     }
-    static const int sizes[] = {1, 3, 17, 3, 1, 17};
+    static const int sizes[] = {1, 3, 17, 16, 3, 1, 17};
     float *la = malloc((size_t)SEQS * VOCAB * sizeof *la);
     float *lb = malloc((size_t)SEQS * VOCAB * sizeof *lb);
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
@@ -103,10 +110,21 @@ static void test_eager_switch_changes_nothing(void **state) {
     gpt_free(m);
 }
 
+static void test_eager_switch_changes_nothing(void **state) {
+    (void)state;
+    two_caches_agree(1, 0);
+}
+
+static void test_fused_products_change_nothing(void **state) {
+    (void)state;
+    two_caches_agree(0, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu_has_no_graphs),
         cmocka_unit_test(test_eager_switch_changes_nothing),
+        cmocka_unit_test(test_fused_products_change_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,493 @@
+/*
+ * decode.cu: the fused products of a decode step (ops.h, decode_product):
+ * out [N, OC] = epilogue(prologue(inp) @ weight^T + bias) for N <= 16 rows,
+ * the weight [OC, C] in the activations' dtype (bf16, f16 or f32), in one
+ * kernel.
+ *
+ * A decode step of one or a few rows reads every weight once and does
+ * little else, so a layer's time is that of reading 14 MB (GPT-2 124M in
+ * bf16) plus what its kernels cost to start and drain: with a kernel per op
+ * (layernorm, product, cache store, ...) the second dominates. This kernel
+ * takes a product with what surrounds it in the model:
+ *  - prologue: the layernorm of the input rows. Each block computes the
+ *    rows' mean and rstd itself (a warp per row, the sums in the order of
+ *    layernorm.cu's forward kernel, so the same bits) and, where the rows
+ *    fit in shared memory, stores them there normalised and rounded to the
+ *    activations' dtype, as the layernorm op would write them; otherwise
+ *    (wide rows in f32) each value is normalised as it is read. The first
+ *    weight loads are issued before the prologue, so it hides behind them;
+ *  - epilogue: bias; then a residual (in place allowed) or GELU (of the
+ *    product rounded to the dtype, as matmul_gelu's out_gelu); and for
+ *    qkv's product, the key and value thirds also stored to their slots of
+ *    the paged cache (what kv_store copies).
+ * The product streams the weight as the quantized skinny kernel does
+ * (matmul_quant.cu): a group of kw warps takes DP_OUTS output channels and
+ * splits the depth among its lanes, each lane loading 16 bytes of each
+ * channel's row at a time, DP_UNROLL of them in flight, past L1
+ * (ld.global.nc.L1::no_allocate: read once); the input rows come from L1
+ * (or shared memory) and meet both channels' weights. f32 accumulation,
+ * the lanes' sums added by warp shuffles, then the kw warps' in a fixed
+ * order: the bits do not depend on timing. Blocks walk the channels on a
+ * grid of at most DP_BLOCKS_PER_SM blocks a multiprocessor, so the output
+ * head's 50304 channels do not repeat the prologue 25,000 times; each block
+ * issues its next channels' loads before it reduces and stores the current
+ * ones. On Hopper a product launches as a programmatic dependent of the
+ * kernel before it (GPC_DECODE_PDL, on by default): its blocks start while
+ * that kernel ends and send out their first weight loads, then wait for
+ * its writes before reading the input rows, so consecutive products of a
+ * layer (proj, fc, fcproj, the next qkv) overlap their ramps.
+ * gpc_cuda_decode_calls (decode.h) counts the products run here.
+ */
+#include "cuda/cuda_common.cuh"
+#include "cuda/decode.h"
+
+#include <stdint.h>
+
+#define DP_THREADS 128
+#define DP_WARPS (DP_THREADS / 32)
+#define DP_OUTS 2   /* output channels a group computes: each input pack meets both */
+#define DP_UNROLL 4 /* 16-byte chunks a lane loads per channel before it multiplies */
+#define DP_BLOCKS_PER_SM 8
+#define DP_EPS 1e-5f /* layernorm.cu's */
+
+/* how the input rows reach the product */
+enum { DP_PLAIN = 0, DP_LN_STAGED = 1, DP_LN_INLINE = 2 };
+
+struct dp_params {
+    void *out;
+    const void *inp, *weight, *residual;
+    gpc_cuda_any ln_w, ln_b, bias;
+    void *k_cache, *v_cache;
+    const int32_t *slots;
+    int gelu, ln, vec;
+    int M, C, OC, kw, tiles;
+};
+
+/* 16 weight bytes, read once: past L1, from the read-only path. */
+__device__ __forceinline__ uint4 dp_stream16(const void *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+/* Programmatic dependent launch (Hopper): a kernel launched with
+ * cudaLaunchAttributeProgrammaticStreamSerialization may start once every
+ * block of the kernel before it has started and said so; it must wait for
+ * that kernel's end (and its writes) before it reads what it wrote. Both
+ * are no-ops in a kernel launched plainly. */
+__device__ __forceinline__ void dp_let_next_start(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void dp_wait_previous(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* The chunks c, c + stride, .. (DP_UNROLL of them) of each channel's row,
+ * zeros past the last. */
+template <typename T>
+__device__ __forceinline__ void dp_load_weights(uint4 (&raw)[DP_UNROLL][DP_OUTS],
+                                                const T *const (&w)[DP_OUTS], int c, int stride,
+                                                int chunks) {
+    const int PN = gpc_pack<T>::n;
+#pragma unroll
+    for (int u = 0; u < DP_UNROLL; u++)
+#pragma unroll
+        for (int r = 0; r < DP_OUTS; r++)
+            raw[u][r] = c + u * stride < chunks ? dp_stream16(w[r] + (int64_t)(c + u * stride) * PN)
+                                                : make_uint4(0u, 0u, 0u, 0u);
+}
+
+/* A 16-byte pack of T as f32, straight from the loaded words. */
+__device__ __forceinline__ void dp_unpack_word(uint32_t u, float *w, const float *) {
+    w[0] = __uint_as_float(u);
+}
+__device__ __forceinline__ void dp_unpack_word(uint32_t u, float *w, const gpc_bf16_t *) {
+    w[0] = __uint_as_float(u << 16);
+    w[1] = __uint_as_float(u & 0xffff0000u);
+}
+__device__ __forceinline__ void dp_unpack_word(uint32_t u, float *w, const gpc_f16_t *) {
+    w[0] = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
+    w[1] = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+}
+template <typename T> __device__ __forceinline__ void dp_unpack(uint4 raw, float *w) {
+    const int per = 4 / (int)sizeof(T); /* elements a word */
+    const T *tag = NULL;
+    dp_unpack_word(raw.x, w, tag);
+    dp_unpack_word(raw.y, w + per, tag);
+    dp_unpack_word(raw.z, w + 2 * per, tag);
+    dp_unpack_word(raw.w, w + 3 * per, tag);
+}
+
+/* PN inputs of row m from column k0 (a pack's worth; PN 1 for the scalar
+ * path): from xs (inp itself, or the normalised rows in shared memory), or
+ * normalised here from inp. */
+template <typename T, int PN>
+__device__ __forceinline__ void dp_load_x(float *x, const T *xs, const dp_params &p,
+                                          const float *mean, const float *rstd, int m, int k0) {
+    const T *row = xs + (int64_t)m * p.C + k0;
+    if (PN == 1)
+        x[0] = gpc_to_f32(row[0]);
+    else
+        gpc_load_f32<PN>(x, row);
+    if (p.ln == DP_LN_INLINE) {
+#pragma unroll
+        for (int k = 0; k < PN; k++) {
+            float v = (x[k] - mean[m]) * rstd[m] * gpc_any_load(p.ln_w, k0 + k) +
+                      gpc_any_load(p.ln_b, k0 + k);
+            x[k] = gpc_to_f32(gpc_from_f32<T>(v));
+        }
+    }
+}
+
+/* The layernorm statistics of the M rows (a warp per row, PER elements a
+ * lane at a time as layernorm_forward_kernel), and with DP_LN_STAGED the
+ * normalised rows, rounded to T, in xs. */
+template <typename T, int PER>
+__device__ __forceinline__ void dp_prologue(const dp_params &p, T *xs, float *mean, float *rstd) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, C = p.C;
+    for (int m = warp; m < p.M; m += DP_WARPS) {
+        const T *x = (const T *)p.inp + (int64_t)m * C;
+        float x8[8];
+        float sum = 0.0f;
+        for (int c = lane * PER; c < C; c += 32 * PER) {
+            gpc_load_f32<PER>(x8, x + c);
+            for (int k = 0; k < PER; k++)
+                sum += x8[k];
+        }
+        float mu = gpc_warp_sum(sum) / C;
+        float var = 0.0f;
+        for (int c = lane * PER; c < C; c += 32 * PER) {
+            gpc_load_f32<PER>(x8, x + c);
+            for (int k = 0; k < PER; k++)
+                var += (x8[k] - mu) * (x8[k] - mu);
+        }
+        float rs = rsqrtf(gpc_warp_sum(var) / C + DP_EPS);
+        if (lane == 0) mean[m] = mu, rstd[m] = rs;
+        if (p.ln != DP_LN_STAGED) continue;
+        T *o = xs + (int64_t)m * C;
+        for (int c = lane * PER; c < C; c += 32 * PER) {
+            gpc_load_f32<PER>(x8, x + c);
+            for (int k = 0; k < PER; k++)
+                x8[k] =
+                    (x8[k] - mu) * rs * gpc_any_load(p.ln_w, c + k) + gpc_any_load(p.ln_b, c + k);
+            gpc_store_f32<PER>(o + c, x8);
+        }
+    }
+}
+
+/* MT: rows the kernel is built for (1, 2, 4, 8 or 16), p.M <= MT of them
+ * real. A tile is the DP_WARPS / kw groups' channels of one block. */
+template <typename T, int MT>
+__global__ void __launch_bounds__(DP_THREADS) decode_product_kernel(const dp_params p) {
+    typedef gpc_pack<T> P;
+    const int PN = P::n;
+    extern __shared__ __align__(16) unsigned char dp_dynamic[];
+    __shared__ float parts[DP_WARPS][MT * DP_OUTS];
+    __shared__ float mean[MT], rstd[MT];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = p.kw;
+    int group = warp / kw, turn = (warp % kw) * 32 + lane, stride = kw * 32;
+    int per_tile = (DP_WARPS / kw) * DP_OUTS, C = p.C, OC = p.OC;
+    int chunks = p.vec ? C / PN : 0, step = stride * DP_UNROLL;
+    const T *weight = (const T *)p.weight;
+    T *staged = (T *)dp_dynamic;
+    const T *xs = p.ln == DP_LN_STAGED ? staged : (const T *)p.inp;
+
+    int tile = blockIdx.x;
+    int o0 = tile * per_tile + group * DP_OUTS;
+    /* a channel past OC reads the last row (valid memory) and is not stored */
+    const T *w[DP_OUTS];
+#pragma unroll
+    for (int r = 0; r < DP_OUTS; r++)
+        w[r] = weight + (int64_t)min(o0 + r, OC - 1) * C;
+    uint4 raw[DP_UNROLL][DP_OUTS];
+    int c = turn;
+    dp_load_weights<T>(raw, w, c, stride, chunks);
+    /* the weights are constant: their first loads go out before the wait
+     * for the kernel that writes the input rows; the next product may
+     * start its own the same way */
+    dp_let_next_start();
+    dp_wait_previous();
+
+    if (p.ln != DP_PLAIN) {
+        if (p.vec)
+            dp_prologue<T, PN>(p, staged, mean, rstd);
+        else
+            dp_prologue<T, 1>(p, staged, mean, rstd);
+        __syncthreads();
+    }
+
+    for (;;) {
+        float acc[MT][DP_OUTS];
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int r = 0; r < DP_OUTS; r++)
+                acc[m][r] = 0.0f;
+        while (c < chunks) {
+#pragma unroll
+            for (int u = 0; u < DP_UNROLL; u++) {
+                if (c + u * stride >= chunks) break;
+                int k0 = (c + u * stride) * PN;
+                float wf[DP_OUTS][PN];
+#pragma unroll
+                for (int r = 0; r < DP_OUTS; r++)
+                    dp_unpack<T>(raw[u][r], wf[r]);
+#pragma unroll
+                for (int m = 0; m < MT; m++) {
+                    if (m >= p.M) break;
+                    float x[PN];
+                    dp_load_x<T, PN>(x, xs, p, mean, rstd, m, k0);
+#pragma unroll
+                    for (int r = 0; r < DP_OUTS; r++)
+#pragma unroll
+                        for (int k = 0; k < PN; k++)
+                            acc[m][r] = fmaf(x[k], wf[r][k], acc[m][r]);
+                }
+            }
+            c += step;
+            if (c < chunks) dp_load_weights<T>(raw, w, c, stride, chunks);
+        }
+        /* rows not in whole aligned packs: every element on its own */
+        if (!p.vec) {
+            for (int k = turn; k < C; k += stride) {
+                float wf[DP_OUTS];
+#pragma unroll
+                for (int r = 0; r < DP_OUTS; r++)
+                    wf[r] = gpc_to_f32(w[r][k]);
+#pragma unroll
+                for (int m = 0; m < MT; m++) {
+                    if (m >= p.M) break;
+                    float x;
+                    dp_load_x<T, 1>(&x, xs, p, mean, rstd, m, k);
+#pragma unroll
+                    for (int r = 0; r < DP_OUTS; r++)
+                        acc[m][r] = fmaf(x, wf[r], acc[m][r]);
+                }
+            }
+        }
+
+        /* the next tile's loads go out before this one's sums are reduced */
+        int o_done = o0, next = tile + (int)gridDim.x;
+        if (next < p.tiles) {
+            tile = next;
+            o0 = tile * per_tile + group * DP_OUTS;
+#pragma unroll
+            for (int r = 0; r < DP_OUTS; r++)
+                w[r] = weight + (int64_t)min(o0 + r, OC - 1) * C;
+            c = turn;
+            dp_load_weights<T>(raw, w, c, stride, chunks);
+        }
+
+        /* lane j of the group's first warp ends with row j / DP_OUTS,
+         * channel o_done + j % DP_OUTS (MT * DP_OUTS <= 32) */
+        float mine = 0.0f;
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            if (m >= p.M) break;
+#pragma unroll
+            for (int r = 0; r < DP_OUTS; r++) {
+                float v = gpc_warp_sum(acc[m][r]);
+                if (lane == m * DP_OUTS + r) mine = v;
+            }
+        }
+        if (kw > 1) {
+            if (lane < MT * DP_OUTS) parts[warp][lane] = mine;
+            __syncthreads();
+            if (warp % kw == 0) {
+                mine = 0.0f;
+                for (int q = 0; q < kw; q++)
+                    mine += lane < MT * DP_OUTS ? parts[warp + q][lane] : 0.0f;
+            }
+            __syncthreads(); /* parts is rewritten by the next tile */
+        }
+        int m = lane / DP_OUTS, o = o_done + lane % DP_OUTS;
+        if (warp % kw == 0 && lane < MT * DP_OUTS && m < p.M && o < OC) {
+            float v = mine;
+            if (p.bias.ptr) v += gpc_any_load(p.bias, o);
+            int64_t at = (int64_t)m * OC + o;
+            if (p.residual) v += gpc_to_f32(((const T *)p.residual)[at]);
+            if (p.gelu) v = gpc_gelu(gpc_to_f32(gpc_from_f32<T>(v)));
+            T y = gpc_from_f32<T>(v);
+            ((T *)p.out)[at] = y;
+            int third = OC / 3;
+            if (p.k_cache && o >= third) {
+                int64_t slot = p.slots[m];
+                T *cache = (T *)(o < 2 * third ? p.k_cache : p.v_cache);
+                cache[slot * third + (o % third)] = y;
+            }
+        }
+        if (next >= p.tiles) break;
+    }
+}
+
+/* ------------------------------------------------------------ host side */
+
+static long decode_calls;
+static int ln_staging = 1; /* gpc_cuda_decode_set_ln_staging */
+
+extern "C" long gpc_cuda_decode_calls(void) {
+    return __atomic_load_n(&decode_calls, __ATOMIC_RELAXED);
+}
+
+extern "C" int gpc_cuda_decode_set_ln_staging(int on) {
+    return __atomic_exchange_n(&ln_staging, on ? 1 : 0, __ATOMIC_RELAXED);
+}
+
+/* The most dynamic shared memory a block of this GPU may ask for (less
+ * what the kernel's static arrays take), cached per device. */
+static size_t staging_limit(void) {
+    static size_t limit[GPC_CUDA_MAX_DEVICES];
+    int d = 0;
+    if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= GPC_CUDA_MAX_DEVICES) {
+        cudaGetLastError();
+        return 48 << 10;
+    }
+    if (!limit[d]) {
+        int optin = 0;
+        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d) !=
+                cudaSuccess ||
+            optin < (48 << 10)) {
+            cudaGetLastError();
+            optin = 48 << 10;
+        }
+        limit[d] = (size_t)optin - 1024;
+    }
+    return limit[d];
+}
+
+/* Lets an instantiation take `bytes` of dynamic shared memory on the
+ * current GPU (above the 48 KiB default it must be asked for). Grow-only
+ * per instantiation and GPU; the first product of a shape runs before a
+ * graph captures it, so the serving step does not call this inside a
+ * capture. */
+template <typename T, int MT> static gpc_status allow_shared(size_t bytes) {
+    static size_t allowed[GPC_CUDA_MAX_DEVICES];
+    if (bytes <= (48 << 10)) return GPC_OK;
+    int d = 0;
+    GPC_CUDA_CHECK(cudaGetDevice(&d));
+    if (d >= 0 && d < GPC_CUDA_MAX_DEVICES && bytes <= allowed[d]) return GPC_OK;
+    GPC_CUDA_CHECK(cudaFuncSetAttribute(decode_product_kernel<T, MT>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    if (d >= 0 && d < GPC_CUDA_MAX_DEVICES) allowed[d] = bytes;
+    return GPC_OK;
+}
+
+/* Whether products launch as programmatic dependents of the kernel before
+ * them: GPC_DECODE_PDL on a GPU of compute capability 9.0 or more (cached
+ * per device). */
+static int pdl_applies(void) {
+    static int enabled = -1;
+    static signed char capable[GPC_CUDA_MAX_DEVICES]; /* 0 unknown, 1 yes, -1 no */
+    if (!gpc_cuda_setting_flag("GPC_DECODE_PDL", &enabled)) return 0;
+    int d = 0;
+    if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= GPC_CUDA_MAX_DEVICES) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (!capable[d]) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess) {
+            cudaGetLastError();
+            major = 0;
+        }
+        capable[d] = major >= 9 ? 1 : -1;
+    }
+    return capable[d] > 0;
+}
+
+template <typename T, int MT> static gpc_status launch(const dp_params &p, size_t smem) {
+    gpc_status allowed = allow_shared<T, MT>(smem);
+    if (allowed != GPC_OK) return allowed;
+    unsigned grid = (unsigned)p.tiles;
+    unsigned cap = (unsigned)gpc_cuda_sm_count() * DP_BLOCKS_PER_SM;
+    if (grid > cap) grid = cap;
+    if (pdl_applies()) {
+        cudaLaunchAttribute attr;
+        memset(&attr, 0, sizeof attr);
+        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr.val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.gridDim = dim3(grid);
+        cfg.blockDim = dim3(DP_THREADS);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = gpc_cuda_stream();
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        GPC_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_product_kernel<T, MT>, p));
+        return GPC_OK;
+    }
+    decode_product_kernel<T, MT><<<grid, DP_THREADS, smem, gpc_cuda_stream()>>>(p);
+    GPC_CUDA_CHECK_LAUNCH();
+    return GPC_OK;
+}
+
+gpc_status gpc_cuda_decode_product(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
+                                   const gpc_decode_product_args *a) {
+    const char *op = "decode_product";
+    GPC_TRY(gpc_cuda_same_dtype(op, "out", out, "inp", inp));
+    GPC_TRY(gpc_cuda_same_dtype(op, "weight", weight, "inp", inp));
+    GPC_TRY(gpc_cuda_enter(out));
+    int64_t C = inp->shape[inp->ndim - 1], N = C ? gpc_tensor_numel(inp) / C : 0;
+    int64_t OC = gpc_tensor_numel(weight) / (C ? C : 1);
+    if (N == 0 || OC == 0) return GPC_OK;
+    if (C == 0) return gpc_error(GPC_ERR_UNSUPPORTED, "%s: inputs with 0 channels", op);
+    if (C > 0x7fffffff || OC > 0x7fffffff)
+        return gpc_error(GPC_ERR_UNSUPPORTED, "%s: %lld x %lld weights are beyond 32-bit sizes", op,
+                         (long long)OC, (long long)C);
+    dp_params p;
+    memset(&p, 0, sizeof p);
+    p.out = out->data;
+    p.inp = inp->data;
+    p.weight = weight->data;
+    p.residual = a->residual ? a->residual->data : NULL;
+    p.ln_w = gpc_cuda_any_of(a->ln_weight);
+    p.ln_b = gpc_cuda_any_of(a->ln_bias);
+    p.bias = gpc_cuda_any_of(a->bias && a->bias->data ? a->bias : NULL);
+    p.k_cache = a->k_cache ? a->k_cache->data : NULL;
+    p.v_cache = a->v_cache ? a->v_cache->data : NULL;
+    p.slots = a->slots ? (const int32_t *)a->slots->data : NULL;
+    p.gelu = a->gelu != 0;
+    p.M = (int)N;
+    p.C = (int)C;
+    p.OC = (int)OC;
+    size_t elem = gpc_dtype_size(inp->dtype), smem = 0;
+    int pn = (int)(16 / elem);
+    p.vec = C % pn == 0 && gpc_cuda_aligned16(inp->data) && gpc_cuda_aligned16(weight->data);
+    int chunks = p.vec ? (int)(C / pn) : (int)C;
+    /* kw warps share a pair of channels when one warp's lanes would load
+     * more than DP_UNROLL chunks each */
+    int need = (chunks + 32 * DP_UNROLL - 1) / (32 * DP_UNROLL);
+    p.kw = need <= 1 ? 1 : need <= 2 ? 2 : 4;
+    int per_tile = (DP_WARPS / p.kw) * DP_OUTS;
+    p.tiles = (int)((OC + per_tile - 1) / per_tile);
+    if (a->ln_weight) {
+        size_t bytes = (size_t)N * (size_t)C * elem;
+        int staged = __atomic_load_n(&ln_staging, __ATOMIC_RELAXED) && bytes <= staging_limit();
+        p.ln = staged ? DP_LN_STAGED : DP_LN_INLINE;
+        if (staged) smem = bytes;
+    }
+    GPC_CUDA_DISPATCH(out->dtype, E, {
+        gpc_status s;
+        if (N <= 1)
+            s = launch<E, 1>(p, smem);
+        else if (N <= 2)
+            s = launch<E, 2>(p, smem);
+        else if (N <= 4)
+            s = launch<E, 4>(p, smem);
+        else if (N <= 8)
+            s = launch<E, 8>(p, smem);
+        else
+            s = launch<E, 16>(p, smem);
+        GPC_TRY(s);
+    });
+    __atomic_fetch_add(&decode_calls, 1, __ATOMIC_RELAXED);
+    return GPC_OK;
+}
