@@ -21,6 +21,11 @@
 # FP32 (default 67e12), PROFILE (default 1: when nsys is there, the GPU time
 # of each kernel of the first variant at the middle size, 100 steps).
 #
+# Each run sets GPC_MD_PHASES=1 (PHASES=0: not), so its RESULT line ends
+# with the GPU milliseconds of each phase of the step (integrate, decide,
+# build, forces, thermo) and each one's share: CUDA events between the
+# phases, a few microseconds a step.
+#
 # The bound each RESULT line compares against: DRAM bytes per atom-step at
 # BANDWIDTH and FLOPs at FP64 (f64) or FP32 (f32), from the model in
 # bench/md_model.py, which says what each term is.
@@ -45,7 +50,7 @@ for s in "${!sizes[@]}"; do
   steps=${steps_list[$s]:-${steps_list[-1]}}
   for variant in $variants; do
     IFS=/ read -r forces lanes build <<<"$variant"
-    if ! "$gpc" md --device "$device" --cells "$cells" --steps "$steps" --thermo "$steps" \
+    if ! GPC_MD_PHASES=${PHASES:-1} "$gpc" md --device "$device" --cells "$cells" --steps "$steps" --thermo "$steps" \
       --forces "$forces" --gpu-lanes "$lanes" --gpu-build "$build" --json "$work/run.json" \
       >"$work/run.out" 2>&1; then
       echo "RESULT variant=$variant cells=$cells FAILED: $(tail -1 "$work/run.out")"
@@ -73,7 +78,11 @@ print(f"RESULT variant={variant} atoms={r['atoms']} steps={r['steps']} "
       f"memory_bound={mem_bound:.3g} of_memory_bound={100 * rate / mem_bound:.0f}% "
       f"flop_bound={flop_bound:.3g} achieved_TBps={rate * bytes_atom / 1e12:.2f} "
       f"last_row=\"{last['step']} {last['temperature']:.7f} {last['potential']:.7f} "
-      f"{last['total']:.7f} {last['pressure']:.7f}\"")
+      f"{last['total']:.7f} {last['pressure']:.7f}\""
+      + "".join(f" gpu_ms_{k}={v:.1f}" for k, v in r.get("gpu_ms", {}).items())
+      + (" gpu_share=" + "/".join(f"{100 * v / max(sum(r['gpu_ms'].values()), 1e-9):.0f}"
+                                  for v in r["gpu_ms"].values()) + "%"
+         if "gpu_ms" in r else ""))
 PY
   done
 done

@@ -99,6 +99,26 @@ int64_t gpc_md_neighbor_builds(const gpc_md *md);
 int64_t gpc_md_dangerous_builds(const gpc_md *md);
 int64_t gpc_md_pairs(const gpc_md *md); /* pairs in the current neighbour list */
 
+/* The phases of a GPU time step, for gpc_md_gpu_phase_ms: the opening half
+ * kick and drift (fused into the forces with --gpu-step fused, but for a
+ * chunk's first step), the rebuild decision, the list build (its kernels
+ * return at once on steps without one), the pair forces, and the closing
+ * half kick with the thermo sums at the end of each run. */
+enum {
+    GPC_MD_PHASE_INTEGRATE,
+    GPC_MD_PHASE_DECIDE,
+    GPC_MD_PHASE_BUILD,
+    GPC_MD_PHASE_FORCES,
+    GPC_MD_PHASE_THERMO,
+    GPC_MD_PHASES
+};
+/* "integrate", "decide", "build", "forces", "thermo". */
+const char *gpc_md_phase_name(int phase);
+/* On a GPU with GPC_MD_PHASES=1 (CUDA events between the phases' kernels,
+ * read when the run is created): the GPU milliseconds of each phase over
+ * every gpc_md_run so far, and 1. Else 0, ms untouched. */
+int gpc_md_gpu_phase_ms(const gpc_md *md, double ms[GPC_MD_PHASES]);
+
 /* "cpu, 4 threads" or "NVIDIA H200 (cuda:0)": where the run computes. */
 const char *gpc_md_where(const gpc_md *md);
 

@@ -70,7 +70,7 @@ static gpc_status write_json(const char *path, const gpc_md_config *c, gpc_md *m
             "\"gpu_lanes\": %d, \"gpu_build\": \"%s\", \"processes\": %d, "
             "\"threads\": %d, \"steps\": %d, "
             "\"seconds\": %.9g, \"atom_steps_per_s\": %.9g, \"neighbor_builds\": %lld, "
-            "\"dangerous_builds\": %lld, \"pairs\": %lld,\n \"thermo\": [",
+            "\"dangerous_builds\": %lld, \"pairs\": %lld,\n",
             (long long)gpc_md_atoms(md), c->cells, c->density, gpc_md_box(md), c->temperature,
             c->cutoff, c->skin, c->dt, (unsigned long long)c->seed, c->rebuild_every,
             gpc_device_name(c->device),
@@ -80,6 +80,14 @@ static gpc_status write_json(const char *path, const gpc_md_config *c, gpc_md *m
             seconds > 0 ? (double)gpc_md_atoms(md) * steps / seconds : 0.0,
             (long long)gpc_md_neighbor_builds(md), (long long)gpc_md_dangerous_builds(md),
             (long long)gpc_md_pairs(md));
+    double ms[GPC_MD_PHASES];
+    if (gpc_md_gpu_phase_ms(md, ms)) {
+        fprintf(f, " \"gpu_ms\": {");
+        for (int p = 0; p < GPC_MD_PHASES; p++)
+            fprintf(f, "%s\"%s\": %.9g", p ? ", " : "", gpc_md_phase_name(p), ms[p]);
+        fprintf(f, "},\n");
+    }
+    fprintf(f, " \"thermo\": [");
     for (int i = 0; i < log->count; i++) {
         const gpc_md_thermo *t = &log->rows[i];
         fprintf(f,
@@ -276,6 +284,15 @@ int cmd_md(int argc, char **argv) {
                steps, seconds, seconds > 0 ? (double)gpc_md_atoms(md) * steps / seconds / 1e6 : 0.0,
                (long long)gpc_md_neighbor_builds(md),
                (double)gpc_md_pairs(md) / (double)gpc_md_atoms(md), last->total - first->total);
+        double ms[GPC_MD_PHASES], total = 0;
+        if (gpc_md_gpu_phase_ms(md, ms)) {
+            for (int p = 0; p < GPC_MD_PHASES; p++)
+                total += ms[p];
+            printf("gpc md: GPU time by phase (GPC_MD_PHASES):");
+            for (int p = 0; p < GPC_MD_PHASES; p++)
+                printf(" %s %.1f ms (%.0f%%)%s", gpc_md_phase_name(p), ms[p],
+                       total > 0 ? 100 * ms[p] / total : 0.0, p + 1 < GPC_MD_PHASES ? "," : "\n");
+        }
         if (json) st = write_json(json, &c, md, &log, steps, seconds);
     }
     /* also when the run failed: missed pairs are a likely reason it blew up */

@@ -679,6 +679,16 @@ int64_t gpc_md_pairs(const gpc_md *md) {
     return md->gpu ? gpc_md_cuda_pairs(md->gpu) : md->before[md->n];
 }
 
+const char *gpc_md_phase_name(int phase) {
+    static const char *const names[GPC_MD_PHASES] = {"integrate", "decide", "build", "forces",
+                                                     "thermo"};
+    return phase >= 0 && phase < GPC_MD_PHASES ? names[phase] : "?";
+}
+
+int gpc_md_gpu_phase_ms(const gpc_md *md, double ms[GPC_MD_PHASES]) {
+    return md->gpu ? gpc_md_cuda_phase_ms(md->gpu, ms) : 0;
+}
+
 const char *gpc_md_where(const gpc_md *md) {
     return md->where;
 }

@@ -61,12 +61,15 @@
 #include "sci/md_cuda.h"
 
 #include "cuda/cuda_common.cuh"
+#include "gpc/md.h"
+#include "gpc/settings.h"
 
 #include <climits>
 #include <type_traits>
 #include <cub/device/device_scan.cuh>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 namespace {
 
@@ -557,6 +560,14 @@ struct gpc_md_cuda {
     double *energy_partials, *v2_partials;
     md_flags *flags; /* on the device */
     md_flags host;   /* its last copy */
+    /* GPC_MD_PHASES: events recorded between the phases of the queue, each
+     * with the phase it ends (-1: a run's start), tallied into phase_ms when
+     * the host next waits */
+    int phases_on;
+    cudaEvent_t *events;
+    int *event_phase;
+    int event_cap, event_used;
+    double phase_ms[GPC_MD_PHASES];
 };
 
 #define MD_CHECK(call)                                                                             \
@@ -638,6 +649,10 @@ extern "C" void gpc_md_cuda_free(gpc_md_cuda *g) {
         g->v2_partials, g->flags};
     for (size_t k = 0; k < sizeof buffers / sizeof buffers[0]; k++)
         cudaFree(buffers[k]);
+    for (int k = 0; k < g->event_cap; k++)
+        if (g->events[k]) cudaEventDestroy(g->events[k]);
+    gpc_free(g->events);
+    gpc_free(g->event_phase);
     if (g->stream) cudaStreamDestroy(g->stream);
     gpc_free(g);
 }
@@ -673,12 +688,54 @@ static gpc_status queue_build(gpc_md_cuda *g, long long step) {
     return GPC_OK;
 }
 
+/* With GPC_MD_PHASES: an event in the queue ending `phase` (-1: the start
+ * of a run). */
+static gpc_status mark(gpc_md_cuda *g, int phase) {
+    if (!g->phases_on) return GPC_OK;
+    if (g->event_used == g->event_cap) {
+        const int cap = g->event_cap ? 2 * g->event_cap : 128;
+        cudaEvent_t *events = (cudaEvent_t *)gpc_calloc((size_t)cap, sizeof *events);
+        int *tags = (int *)gpc_calloc((size_t)cap, sizeof *tags);
+        if (!events || !tags) {
+            gpc_free(events), gpc_free(tags);
+            return gpc_error(GPC_ERR_NOMEM, "md: out of host memory");
+        }
+        if (g->event_cap) {
+            memcpy(events, g->events, (size_t)g->event_cap * sizeof *events);
+            memcpy(tags, g->event_phase, (size_t)g->event_cap * sizeof *tags);
+        }
+        gpc_free(g->events), gpc_free(g->event_phase);
+        g->events = events, g->event_phase = tags;
+        for (int k = g->event_cap; k < cap; k++) {
+            GPC_CUDA_CHECK(cudaEventCreate(&g->events[k]));
+            g->event_cap = k + 1;
+        }
+    }
+    GPC_CUDA_CHECK(cudaEventRecord(g->events[g->event_used], g->stream));
+    g->event_phase[g->event_used++] = phase;
+    return GPC_OK;
+}
+
+/* After the stream has drained: the time between each event and the one
+ * before, added to the phase the later one ends. */
+static gpc_status tally_phases(gpc_md_cuda *g) {
+    for (int k = 1; k < g->event_used; k++) {
+        if (g->event_phase[k] < 0) continue;
+        float ms = 0;
+        GPC_CUDA_CHECK(cudaEventElapsedTime(&ms, g->events[k - 1], g->events[k]));
+        g->phase_ms[g->event_phase[k]] += ms;
+    }
+    g->event_used = 0;
+    return GPC_OK;
+}
+
 /* Waits for the queue and reads the flags; turns what they say into the
  * errors md.c gives on the CPU. `last` is the step the queue ended on. */
 static gpc_status read_flags(gpc_md_cuda *g, long long last) {
     GPC_CUDA_CHECK(
         cudaMemcpyAsync(&g->host, g->flags, sizeof g->host, cudaMemcpyDeviceToHost, g->stream));
     GPC_CUDA_CHECK(cudaStreamSynchronize(g->stream));
+    GPC_TRY(tally_phases(g));
     const md_flags *h = &g->host;
     if (h->blowup_step != LLONG_MAX)
         return gpc_error(GPC_ERR_INVALID_ARG,
@@ -796,6 +853,7 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
     if (!g) return gpc_error(GPC_ERR_NOMEM, "md: out of host memory");
     g->c = *config;
     g->device = device;
+    g->phases_on = gpc_setting_flag("GPC_MD_PHASES");
     g->n = config->atoms;
     g->m = config->cells_per_side;
     g->cells = cells_of(config);
@@ -880,26 +938,32 @@ extern "C" gpc_status gpc_md_cuda_run(gpc_md_cuda *g, int steps, int64_t first_s
     if (steps <= 0) return GPC_OK;
     GPC_CUDA_CHECK(cudaSetDevice(g->device));
     const double dt = g->c.dt, half_dt = 0.5 * dt;
+    GPC_TRY(mark(g, -1));
     for (int s = 0; s < steps; s++) {
         const long long step = (long long)first_step + s + 1;
         md_integrate<<<g->atom_blocks, ATOM_THREADS, 0, g->stream>>>(
             g->n, g->x, g->v, g->f, g->x_built, g->c.forces_f32 ? g->xr : NULL, g->inv_box, g->m,
             g->width, dt, half_dt, s > 0, g->limit2, step, g->flags);
+        GPC_TRY(mark(g, GPC_MD_PHASE_INTEGRATE));
         int forced = -1;
         if (g->c.rebuild_every > 0) {
             forced = ++g->since_build >= g->c.rebuild_every;
             if (forced) g->since_build = 0;
         }
         md_decide<<<1, 1, 0, g->stream>>>(g->flags, forced);
+        GPC_TRY(mark(g, GPC_MD_PHASE_DECIDE));
         GPC_TRY(queue_build(g, step));
+        GPC_TRY(mark(g, GPC_MD_PHASE_BUILD));
         queue_forces(g, s == steps - 1);
         GPC_CUDA_CHECK_LAUNCH();
+        GPC_TRY(mark(g, GPC_MD_PHASE_FORCES));
     }
     md_finish<<<g->atom_blocks, ATOM_THREADS, 0, g->stream>>>(g->n, g->v, g->f, half_dt, 1,
                                                               g->v2_partials);
     md_reduce_thermo<<<1, REDUCE_THREADS, 0, g->stream>>>(g->force_blocks, g->energy_partials,
                                                           g->atom_blocks, g->v2_partials, g->flags);
     GPC_CUDA_CHECK_LAUNCH();
+    GPC_TRY(mark(g, GPC_MD_PHASE_THERMO));
     return read_flags(g, (long long)first_step + steps);
 }
 
@@ -969,6 +1033,13 @@ extern "C" int64_t gpc_md_cuda_pairs(gpc_md_cuda *g) {
         cudaStreamSynchronize(g->stream) != cudaSuccess)
         return -1;
     return pairs / 2; /* a full list holds each pair from both ends */
+}
+
+extern "C" int gpc_md_cuda_phase_ms(const gpc_md_cuda *g, double *ms) {
+    if (!g->phases_on) return 0;
+    for (int p = 0; p < GPC_MD_PHASES; p++)
+        ms[p] = g->phase_ms[p];
+    return 1;
 }
 
 extern "C" const char *gpc_md_cuda_device_name(const gpc_md_cuda *g) {

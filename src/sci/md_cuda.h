@@ -85,6 +85,11 @@ int64_t gpc_md_cuda_builds(const gpc_md_cuda *gpu);
 int64_t gpc_md_cuda_dangerous(const gpc_md_cuda *gpu);
 /* Listed pairs (each pair once) in the current list: summed on the GPU. */
 int64_t gpc_md_cuda_pairs(gpc_md_cuda *gpu);
+/* With GPC_MD_PHASES=1 (read at create): the GPU time in milliseconds of
+ * each phase (gpc/md.h's GPC_MD_PHASE_*) over every run so far, from CUDA
+ * events recorded between the phases' kernels; returns 1. Else 0, ms left
+ * as it is. */
+int gpc_md_cuda_phase_ms(const gpc_md_cuda *gpu, double *ms);
 /* "NVIDIA H200 (cuda:0)" or the like, for the run's header. */
 const char *gpc_md_cuda_device_name(const gpc_md_cuda *gpu);
 
