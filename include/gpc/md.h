@@ -44,6 +44,8 @@ typedef struct {
     int gpu_lanes;      /* on a GPU: threads per atom in the force kernel, 1, 2, 4 or 8; 0: 4 */
     int gpu_build_f64;  /* on a GPU: the list build tests every candidate in float64, not
                            in float32 first */
+    int gpu_step_fused; /* on a GPU: the force kernel ends each step and begins the next
+                           (the half kicks and the drift); default GPC_MD_STEP=fused */
 } gpc_md_config;
 
 /* LAMMPS's in.lj: 20 cells (32,000 atoms), 0.8442, 3.0, 2.5, 0.3, 0.005;

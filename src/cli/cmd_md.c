@@ -67,7 +67,7 @@ static gpc_status write_json(const char *path, const gpc_md_config *c, gpc_md *m
             "{\"atoms\": %lld, \"cells\": %d, \"density\": %.17g, \"box\": %.17g, "
             "\"temperature\": %.17g, \"cutoff\": %.17g, \"skin\": %.17g, \"dt\": %.17g, "
             "\"seed\": %llu, \"rebuild_every\": %d, \"device\": \"%s\", \"forces\": \"%s\", "
-            "\"gpu_lanes\": %d, \"gpu_build\": \"%s\", \"processes\": %d, "
+            "\"gpu_lanes\": %d, \"gpu_build\": \"%s\", \"gpu_step\": \"%s\", \"processes\": %d, "
             "\"threads\": %d, \"steps\": %d, "
             "\"seconds\": %.9g, \"atom_steps_per_s\": %.9g, \"neighbor_builds\": %lld, "
             "\"dangerous_builds\": %lld, \"pairs\": %lld,\n",
@@ -75,9 +75,9 @@ static gpc_status write_json(const char *path, const gpc_md_config *c, gpc_md *m
             c->cutoff, c->skin, c->dt, (unsigned long long)c->seed, c->rebuild_every,
             gpc_device_name(c->device),
             c->device.type == GPC_DEVICE_CUDA && c->gpu_forces_f32 ? "f32" : "f64",
-            c->gpu_lanes ? c->gpu_lanes : 4, c->gpu_build_f64 ? "f64" : "f32", gpc_md_processes(md),
-            omp_get_max_threads(), steps, seconds,
-            seconds > 0 ? (double)gpc_md_atoms(md) * steps / seconds : 0.0,
+            c->gpu_lanes ? c->gpu_lanes : 4, c->gpu_build_f64 ? "f64" : "f32",
+            c->gpu_step_fused ? "fused" : "split", gpc_md_processes(md), omp_get_max_threads(),
+            steps, seconds, seconds > 0 ? (double)gpc_md_atoms(md) * steps / seconds : 0.0,
             (long long)gpc_md_neighbor_builds(md), (long long)gpc_md_dangerous_builds(md),
             (long long)gpc_md_pairs(md));
     double ms[GPC_MD_PHASES];
@@ -107,6 +107,7 @@ int cmd_md(int argc, char **argv) {
     int steps = 100, thermo = -1;
     int64_t seed = (int64_t)c.seed; /* signed, so a negative value is refused, not wrapped */
     const char *json = NULL, *dump = NULL, *device = "cpu", *forces = "f64", *build = "f32";
+    const char *gpu_step = c.gpu_step_fused ? "fused" : "split";
     int dump_every = 0;
     const cli_option options[] = {
         {"cells", CLI_INT, &c.cells, "N",
@@ -125,6 +126,9 @@ int cmd_md(int argc, char **argv) {
         {"gpu-build", CLI_STRING, &build, "P",
          "on a GPU, the list build tests candidates in f32, in f64 only near the reach (f32, "
          "default), or each in f64"},
+        {"gpu-step", CLI_STRING, &gpu_step, "S",
+         "on a GPU, split: an integration kernel, then the forces; fused: the force kernel ends "
+         "each step and begins the next (default split, or GPC_MD_STEP)"},
         {"steps", CLI_INT, &steps, "N", "time steps to run (default 100)"},
         {"seed", CLI_INT64, &seed, "S", "seed of the initial velocities (default 87287)"},
         {"rebuild-every", CLI_INT, &c.rebuild_every, "N",
@@ -143,6 +147,7 @@ int cmd_md(int argc, char **argv) {
         "md",
         "md [--cells N] [--density RHO] [--temperature T] [--cutoff RC] [--skin S] [--dt DT] "
         "[--device cpu|cuda[:N]] [--forces f64|f32] [--gpu-lanes L] [--gpu-build f32|f64] "
+        "[--gpu-step split|fused] "
         "[--steps N] [--seed S] [--rebuild-every N] "
         "[--thermo N] [--json "
         "FILE] [--dump FILE "
@@ -176,6 +181,9 @@ int cmd_md(int argc, char **argv) {
     if (strcmp(build, "f64") != 0 && strcmp(build, "f32") != 0)
         return cli_usage_error("md", "--gpu-build %s: use f32 or f64", build);
     c.gpu_build_f64 = strcmp(build, "f64") == 0;
+    if (strcmp(gpu_step, "split") != 0 && strcmp(gpu_step, "fused") != 0)
+        return cli_usage_error("md", "--gpu-step %s: use split or fused", gpu_step);
+    c.gpu_step_fused = strcmp(gpu_step, "fused") == 0;
     /* the syntax only: whether the GPU exists, and has room, gpc_md_create
      * says before it allocates anything */
     if (strcmp(device, "cuda") == 0) {

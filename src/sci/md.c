@@ -19,6 +19,7 @@
  * GPU when asked for.
  */
 #include "gpc/md.h"
+#include "gpc/settings.h"
 #include "sci/md_cuda.h"
 #include "sci/md_split.h"
 #include "sci/sci.h"
@@ -72,6 +73,8 @@ void gpc_md_defaults(gpc_md_config *c) {
     c->seed = 87287;
     c->rebuild_every = 0;
     c->device = gpc_cpu();
+    const char *step = gpc_setting_str("GPC_MD_STEP");
+    c->gpu_step_fused = step && strcmp(step, "fused") == 0;
 }
 
 static gpc_status check_config(const gpc_md_config *c) {
@@ -456,6 +459,7 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
         .forces_f32 = c->gpu_forces_f32,
         .lanes = c->gpu_lanes,
         .build_f64 = c->gpu_build_f64,
+        .fused_step = c->gpu_step_fused,
     };
     {
         /* refuse what cannot fit rather than be killed filling it in */

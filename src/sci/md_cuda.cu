@@ -26,6 +26,16 @@
  *                (with one lane this is column-major: k * atoms + i)
  *   (last step)  the closing half kick and the thermo sums
  *
+ * With fused_step (--gpu-step fused) the force kernel of each step but a
+ * run's last goes on, once an atom's force is summed, to that atom's
+ * closing half kick and the next step's opening half kick, drift and
+ * displacement test (kick_drift, the integrate kernel's own body), so
+ * integrate runs only at a run's first step. Other threads still read the
+ * atom's position as a partner, so the drifted one goes to a second buffer
+ * (x_alt, and xr_alt for float32 forces) and the host swaps the pair after
+ * queueing each such step; the force is not stored. The last step stores
+ * its forces and ends as the split step does, so thermo rows are the same.
+ *
  * A neighbour entry is the partner's index in its low 27 bits and, in the
  * top 5, a code (0 to 26) of three offsets -1, 0 or 1 fixed at the build:
  * so the force loop takes no rounding per pair to find the periodic image.
@@ -158,31 +168,51 @@ __device__ __forceinline__ float4 relative(const md_vec &p, const md_vec &built,
 
 /* ------------------------------------------------------------ the step */
 
-/* xr: the float32 positions, refreshed here when the forces read them
- * (NULL: float64 forces, which read x). */
-__global__ void md_integrate(int64_t n, md_vec *__restrict__ x, md_vec *__restrict__ v,
-                             const md_vec *__restrict__ f, const md_vec *__restrict__ x_built,
-                             float4 *__restrict__ xr, double inv_box, int m, double width,
-                             double dt, double half_dt, int finish_previous, double limit2,
-                             long long step, md_flags *flags) {
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    md_vec vi = v[i];
-    const md_vec fi = f[i];
+/* Where a step's drift writes, and what it needs besides the atom's own
+ * position, velocity and force. x and xr: the drifted positions (md_integrate:
+ * the arrays it reads; the fused step: the other buffers of the pair, as the
+ * force kernel's partners still read the current ones); xr NULL with float64
+ * forces, which read x alone. */
+struct md_drift {
+    md_vec *v; /* in place: only atom i's thread reads v[i] */
+    md_vec *x;
+    float4 *xr;
+    const md_vec *x_built;
+    double inv_box, width, dt, half_dt, limit2;
+    int m;
+    long long step; /* the step the drift begins, for the blow-up message */
+    md_flags *flags;
+};
+
+/* Atom i's closing half kick of the step before (finish_previous), the
+ * opening half kick and the drift from xi, and the checks of displacement
+ * and blow-up: md_integrate's body and the fused step's, one expression so
+ * the two give the same bits. */
+__device__ __forceinline__ void kick_drift(int64_t i, md_vec xi, const md_vec &fi,
+                                           bool finish_previous, const md_drift &d) {
+    md_vec vi = d.v[i];
     if (finish_previous) { /* the closing half kick of the step before */
-        vi.x += half_dt * fi.x, vi.y += half_dt * fi.y, vi.z += half_dt * fi.z;
+        vi.x += d.half_dt * fi.x, vi.y += d.half_dt * fi.y, vi.z += d.half_dt * fi.z;
     }
-    vi.x += half_dt * fi.x, vi.y += half_dt * fi.y, vi.z += half_dt * fi.z;
-    md_vec xi = x[i];
-    xi.x += dt * vi.x, xi.y += dt * vi.y, xi.z += dt * vi.z;
-    v[i] = vi;
-    x[i] = xi;
-    const md_vec b = x_built[i];
-    if (xr) xr[i] = relative(xi, b, inv_box, m, width);
+    vi.x += d.half_dt * fi.x, vi.y += d.half_dt * fi.y, vi.z += d.half_dt * fi.z;
+    xi.x += d.dt * vi.x, xi.y += d.dt * vi.y, xi.z += d.dt * vi.z;
+    d.v[i] = vi;
+    d.x[i] = xi;
+    const md_vec b = d.x_built[i];
+    if (d.xr) d.xr[i] = relative(xi, b, d.inv_box, d.m, d.width);
     double dx = xi.x - b.x, dy = xi.y - b.y, dz = xi.z - b.z;
     /* written so that NaN counts as moved: a blown-up atom forces a build */
-    if (!(dx * dx + dy * dy + dz * dz <= limit2)) flags->moved = 1;
-    if (!isfinite(xi.x) || !isfinite(xi.y) || !isfinite(xi.z)) atomicMin(&flags->blowup_step, step);
+    if (!(dx * dx + dy * dy + dz * dz <= d.limit2)) d.flags->moved = 1;
+    if (!isfinite(xi.x) || !isfinite(xi.y) || !isfinite(xi.z))
+        atomicMin(&d.flags->blowup_step, d.step);
+}
+
+/* The step's first half in place (d.x: the positions read). */
+__global__ void md_integrate(int64_t n, const md_vec *__restrict__ f, int finish_previous,
+                             md_drift d) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    kick_drift(i, d.x[i], f[i], finish_previous, d);
 }
 
 /* forced: -1 rebuild when an atom moved over half the skin; 0 or 1 the
@@ -379,6 +409,8 @@ template <int LANES, typename T> __device__ __forceinline__ T lanes_sum(T value)
 }
 
 /* LANES threads per atom: lane l takes slots l, l + LANES, .. of the row.
+ * With drift.v (the fused step, never with THERMO) lane 0 then ends the
+ * atom's step and begins the next (kick_drift) instead of storing f.
  * F32: pair forces computed and summed in float32 from xr (cell-relative
  * positions, the code being the partner's cell offset); else in float64
  * from x (the code being the partner's image), md.c's expressions.
@@ -390,7 +422,7 @@ __global__ void __launch_bounds__(ATOM_THREADS)
     md_forces(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
               const int *__restrict__ count, const unsigned *__restrict__ neigh,
               md_vec *__restrict__ f, double box, double inv_box, double width, double rc2,
-              double *__restrict__ partials) {
+              double *__restrict__ partials, md_drift drift) {
     /* F32: each code's cell offset times the cell's width (the build's
      * float32 values, exact negatives of each other, so the two halves of a
      * pair see opposite separations) */
@@ -471,7 +503,10 @@ __global__ void __launch_bounds__(ATOM_THREADS)
     if (i < n && lane == 0) {
         md_vec out;
         out.x = fx, out.y = fy, out.z = fz, out.w = 0;
-        f[i] = out;
+        if (!THERMO && drift.v)
+            kick_drift(i, x[i], out, true, drift);
+        else
+            f[i] = out;
     }
     if (THERMO) {
         __shared__ double shared[ATOM_THREADS];
@@ -552,6 +587,10 @@ struct gpc_md_cuda {
     md_vec *x, *v, *x_built, *x_tmp, *v_tmp;
     md_vec *f;
     float4 *xr; /* positions relative to each atom's cell, float32 (the file's head) */
+    /* the fused step's other position buffers (NULL without it): it reads x
+     * and xr, writes these, and the two swap */
+    md_vec *x_alt;
+    float4 *xr_alt;
     long long *id, *id_tmp;
     int *cell_of, *cell_rank, *cell_count, *cell_start, *order, *count;
     unsigned *neigh;
@@ -596,7 +635,8 @@ extern "C" double gpc_md_cuda_bytes(const gpc_md_cuda_config *c) {
     const double n = (double)c->atoms;
     /* x, v, f, x_built and two gather buffers of 32 bytes; xr 16; ids and
      * their buffer 16; cell, rank, order, count 16; the rows */
-    const double per_atom = 6 * 32 + 16 + 16 + 16 + 4.0 * rounded_capacity(c);
+    const double per_atom =
+        6 * 32 + 16 + 16 + 16 + 4.0 * rounded_capacity(c) + (c->fused_step ? 32 + 16 : 0);
     /* cell counts and starts, CUB's scan space (under 1% of the counts),
      * the thermo partials, and the context's own share */
     const double cells = 8.0 * (double)(cells_of(c) + 1) * 1.1 + 1e6;
@@ -646,7 +686,7 @@ extern "C" void gpc_md_cuda_free(gpc_md_cuda *g) {
         g->x,           g->v,     g->x_built, g->x_tmp,   g->v_tmp,     g->f,
         g->xr,          g->id,    g->id_tmp,  g->cell_of, g->cell_rank, g->cell_count,
         g->cell_start,  g->order, g->count,   g->neigh,   g->scan_tmp,  g->energy_partials,
-        g->v2_partials, g->flags};
+        g->v2_partials, g->flags, g->x_alt,   g->xr_alt};
     for (size_t k = 0; k < sizeof buffers / sizeof buffers[0]; k++)
         cudaFree(buffers[k]);
     for (int k = 0; k < g->event_cap; k++)
@@ -758,13 +798,30 @@ static gpc_status read_flags(gpc_md_cuda *g, long long last) {
     return GPC_OK;
 }
 
-template <bool THERMO, bool F32> static void launch_forces(gpc_md_cuda *g) {
+/* The drift of the step beginning at `step`: into x and xr in place
+ * (md_integrate) or into the other buffers (the fused step). */
+static md_drift drift_of(gpc_md_cuda *g, long long step, bool into_other) {
+    md_drift d;
+    d.v = g->v;
+    d.x = into_other ? g->x_alt : g->x;
+    d.xr = g->c.forces_f32 ? (into_other ? g->xr_alt : g->xr) : NULL;
+    d.x_built = g->x_built;
+    d.inv_box = g->inv_box, d.width = g->width, d.dt = g->c.dt, d.half_dt = 0.5 * g->c.dt;
+    d.limit2 = g->limit2;
+    d.m = g->m;
+    d.step = step;
+    d.flags = g->flags;
+    return d;
+}
+
+/* drift.v NULL: store the forces; else the fused step (not with THERMO). */
+template <bool THERMO, bool F32> static void launch_forces(gpc_md_cuda *g, const md_drift &drift) {
     const dim3 grid(g->force_blocks), block(ATOM_THREADS);
     double *partials = THERMO ? g->energy_partials : NULL;
 #define MD_FORCES(LANES)                                                                           \
     md_forces<THERMO, F32, LANES>                                                                  \
         <<<grid, block, 0, g->stream>>>(g->n, g->x, g->xr, g->count, g->neigh, g->f, g->c.box,     \
-                                        g->inv_box, g->width, g->rc2, partials)
+                                        g->inv_box, g->width, g->rc2, partials, drift)
     switch (g->lanes) {
     case 1:
         MD_FORCES(1);
@@ -782,18 +839,29 @@ template <bool THERMO, bool F32> static void launch_forces(gpc_md_cuda *g) {
 #undef MD_FORCES
 }
 
-/* Queues the force kernel in the run's precision and lanes. */
-static void queue_forces(gpc_md_cuda *g, bool thermo) {
+/* Queues the force kernel in the run's precision and lanes: the forces
+ * into f, with the thermo sums when `thermo`; or (`fused_next`, the step
+ * beginning then) the fused step, which ends each atom's step and drifts it
+ * into the other position buffers, then makes those the current ones. */
+static void queue_forces(gpc_md_cuda *g, bool thermo, long long fused_next = 0) {
+    md_drift drift = {};
+    if (fused_next) drift = drift_of(g, fused_next, true);
     if (g->c.forces_f32) {
         if (thermo)
-            launch_forces<true, true>(g);
+            launch_forces<true, true>(g, drift);
         else
-            launch_forces<false, true>(g);
+            launch_forces<false, true>(g, drift);
     } else {
         if (thermo)
-            launch_forces<true, false>(g);
+            launch_forces<true, false>(g, drift);
         else
-            launch_forces<false, false>(g);
+            launch_forces<false, false>(g, drift);
+    }
+    if (fused_next) {
+        md_vec *x = g->x;
+        g->x = g->x_alt, g->x_alt = x;
+        float4 *xr = g->xr;
+        g->xr = g->xr_alt, g->xr_alt = xr;
     }
 }
 
@@ -891,6 +959,10 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
         MD_CHECK(cudaMalloc(&g->v_tmp, vec));
         MD_CHECK(cudaMalloc(&g->f, vec));
         MD_CHECK(cudaMalloc(&g->xr, n * sizeof(float4)));
+        if (config->fused_step) {
+            MD_CHECK(cudaMalloc(&g->x_alt, vec));
+            MD_CHECK(cudaMalloc(&g->xr_alt, n * sizeof(float4)));
+        }
         MD_CHECK(cudaMalloc(&g->id, n * sizeof(long long)));
         MD_CHECK(cudaMalloc(&g->id_tmp, n * sizeof(long long)));
         MD_CHECK(cudaMalloc(&g->cell_of, n * sizeof(int)));
@@ -937,14 +1009,17 @@ done:
 extern "C" gpc_status gpc_md_cuda_run(gpc_md_cuda *g, int steps, int64_t first_step) {
     if (steps <= 0) return GPC_OK;
     GPC_CUDA_CHECK(cudaSetDevice(g->device));
-    const double dt = g->c.dt, half_dt = 0.5 * dt;
+    const double half_dt = 0.5 * g->c.dt;
     GPC_TRY(mark(g, -1));
     for (int s = 0; s < steps; s++) {
         const long long step = (long long)first_step + s + 1;
-        md_integrate<<<g->atom_blocks, ATOM_THREADS, 0, g->stream>>>(
-            g->n, g->x, g->v, g->f, g->x_built, g->c.forces_f32 ? g->xr : NULL, g->inv_box, g->m,
-            g->width, dt, half_dt, s > 0, g->limit2, step, g->flags);
-        GPC_TRY(mark(g, GPC_MD_PHASE_INTEGRATE));
+        /* fused: only a run's first step begins here; the force kernel of
+         * each step before the last begins the next */
+        if (s == 0 || !g->c.fused_step) {
+            md_integrate<<<g->atom_blocks, ATOM_THREADS, 0, g->stream>>>(g->n, g->f, s > 0,
+                                                                         drift_of(g, step, false));
+            GPC_TRY(mark(g, GPC_MD_PHASE_INTEGRATE));
+        }
         int forced = -1;
         if (g->c.rebuild_every > 0) {
             forced = ++g->since_build >= g->c.rebuild_every;
@@ -954,7 +1029,8 @@ extern "C" gpc_status gpc_md_cuda_run(gpc_md_cuda *g, int steps, int64_t first_s
         GPC_TRY(mark(g, GPC_MD_PHASE_DECIDE));
         GPC_TRY(queue_build(g, step));
         GPC_TRY(mark(g, GPC_MD_PHASE_BUILD));
-        queue_forces(g, s == steps - 1);
+        const bool last = s == steps - 1;
+        queue_forces(g, last, g->c.fused_step && !last ? step + 1 : 0);
         GPC_CUDA_CHECK_LAUNCH();
         GPC_TRY(mark(g, GPC_MD_PHASE_FORCES));
     }

@@ -34,6 +34,7 @@ typedef struct {
     int forces_f32;     /* pair forces in float32 (1) or float64 (0) */
     int lanes;          /* threads per atom in the force kernel: 1, 2, 4 or 8; 0: 4 */
     int build_f64;      /* the build tests each candidate in float64, not in float32 first */
+    int fused_step;     /* the force kernel ends each step and begins the next (kicks, drift) */
 } gpc_md_cuda_config;
 
 /* The sums of the last step whose thermo was computed (the step a create,
