@@ -7,7 +7,7 @@
 #
 #   bench/md_gpu_variants.sh [GPC]        (default build/gpc)
 #
-# A variant is forces/lanes/build[/step]:
+# A variant is forces/lanes/build[/step[/unroll]]:
 #   forces  f64 or f32: the pair forces' precision (--forces)
 #   lanes   1, 2, 4 or 8 threads per atom in the force kernel (--gpu-lanes)
 #   build   f32: the list build tests candidates in float32, in float64 only
@@ -16,6 +16,8 @@
 #   step    split or fused (--gpu-step): the integration a kernel of its
 #           own, or ending and beginning each step in the force kernel;
 #           left out: gpc's default (GPC_MD_STEP)
+#   unroll  1, 2 or 4 partners a thread takes at a time in the force loop
+#           (--gpu-unroll); left out: gpc's default (GPC_MD_UNROLL)
 #
 # Environment: DEVICE (default cuda:0), VARIANTS (default below), SIZES (fcc
 # cells a side, default "63 100 159": 1.0M, 4.0M and 16.1M atoms), STEPS
@@ -52,9 +54,10 @@ for s in "${!sizes[@]}"; do
   cells=${sizes[$s]}
   steps=${steps_list[$s]:-${steps_list[-1]}}
   for variant in $variants; do
-    IFS=/ read -r forces lanes build step <<<"$variant"
+    IFS=/ read -r forces lanes build step unroll <<<"$variant"
     extra=()
     [[ -n $step ]] && extra+=(--gpu-step "$step")
+    [[ -n $unroll ]] && extra+=(--gpu-unroll "$unroll")
     if ! GPC_MD_PHASES=${PHASES:-1} "$gpc" md --device "$device" --cells "$cells" --steps "$steps" --thermo "$steps" \
       --forces "$forces" --gpu-lanes "$lanes" --gpu-build "$build" "${extra[@]}" \
       --json "$work/run.json" \
@@ -93,12 +96,13 @@ PY
   done
 done
 if [[ ${PROFILE:-1} == 1 ]] && command -v nsys >/dev/null 2>&1; then
-  IFS=/ read -r forces lanes build step <<<"${variants%% *}"
+  IFS=/ read -r forces lanes build step unroll <<<"${variants%% *}"
   cells=${sizes[$(( ${#sizes[@]} / 2 ))]}
   echo "== GPU time by kernel: variant $forces/$lanes/$build, $cells cells, 100 steps (nsys)"
   if nsys profile -o "$work/profile" --force-overwrite true "$gpc" md --device "$device" \
     --cells "$cells" --steps 100 --thermo 100 --forces "$forces" --gpu-lanes "$lanes" \
-    --gpu-build "$build" ${step:+--gpu-step "$step"} >"$work/profile.out" 2>&1; then
+    --gpu-build "$build" ${step:+--gpu-step "$step"} ${unroll:+--gpu-unroll "$unroll"} \
+    >"$work/profile.out" 2>&1; then
     # the report's name changed in 2023; either gives each kernel's total
     nsys stats --report cuda_gpu_kern_sum "$work/profile.nsys-rep" >"$work/kernels.txt" 2>&1 ||
       nsys stats --report gpukernsum "$work/profile.nsys-rep" >"$work/kernels.txt" 2>&1 || true

@@ -67,7 +67,8 @@ static gpc_status write_json(const char *path, const gpc_md_config *c, gpc_md *m
             "{\"atoms\": %lld, \"cells\": %d, \"density\": %.17g, \"box\": %.17g, "
             "\"temperature\": %.17g, \"cutoff\": %.17g, \"skin\": %.17g, \"dt\": %.17g, "
             "\"seed\": %llu, \"rebuild_every\": %d, \"device\": \"%s\", \"forces\": \"%s\", "
-            "\"gpu_lanes\": %d, \"gpu_build\": \"%s\", \"gpu_step\": \"%s\", \"processes\": %d, "
+            "\"gpu_lanes\": %d, \"gpu_build\": \"%s\", \"gpu_step\": \"%s\", "
+            "\"gpu_unroll\": %d, \"processes\": %d, "
             "\"threads\": %d, \"steps\": %d, "
             "\"seconds\": %.9g, \"atom_steps_per_s\": %.9g, \"neighbor_builds\": %lld, "
             "\"dangerous_builds\": %lld, \"pairs\": %lld,\n",
@@ -76,8 +77,9 @@ static gpc_status write_json(const char *path, const gpc_md_config *c, gpc_md *m
             gpc_device_name(c->device),
             c->device.type == GPC_DEVICE_CUDA && c->gpu_forces_f32 ? "f32" : "f64",
             c->gpu_lanes ? c->gpu_lanes : 4, c->gpu_build_f64 ? "f64" : "f32",
-            c->gpu_step_fused ? "fused" : "split", gpc_md_processes(md), omp_get_max_threads(),
-            steps, seconds, seconds > 0 ? (double)gpc_md_atoms(md) * steps / seconds : 0.0,
+            c->gpu_step_fused ? "fused" : "split", c->gpu_unroll ? c->gpu_unroll : 1,
+            gpc_md_processes(md), omp_get_max_threads(), steps, seconds,
+            seconds > 0 ? (double)gpc_md_atoms(md) * steps / seconds : 0.0,
             (long long)gpc_md_neighbor_builds(md), (long long)gpc_md_dangerous_builds(md),
             (long long)gpc_md_pairs(md));
     double ms[GPC_MD_PHASES];
@@ -129,6 +131,9 @@ int cmd_md(int argc, char **argv) {
         {"gpu-step", CLI_STRING, &gpu_step, "S",
          "on a GPU, split: an integration kernel, then the forces; fused: the force kernel ends "
          "each step and begins the next (default split, or GPC_MD_STEP)"},
+        {"gpu-unroll", CLI_INT, &c.gpu_unroll, "U",
+         "on a GPU, partners whose loads the force kernel issues together: 1, 2 or 4 (default 1, "
+         "or GPC_MD_UNROLL)"},
         {"steps", CLI_INT, &steps, "N", "time steps to run (default 100)"},
         {"seed", CLI_INT64, &seed, "S", "seed of the initial velocities (default 87287)"},
         {"rebuild-every", CLI_INT, &c.rebuild_every, "N",
@@ -147,7 +152,7 @@ int cmd_md(int argc, char **argv) {
         "md",
         "md [--cells N] [--density RHO] [--temperature T] [--cutoff RC] [--skin S] [--dt DT] "
         "[--device cpu|cuda[:N]] [--forces f64|f32] [--gpu-lanes L] [--gpu-build f32|f64] "
-        "[--gpu-step split|fused] "
+        "[--gpu-step split|fused] [--gpu-unroll U] "
         "[--steps N] [--seed S] [--rebuild-every N] "
         "[--thermo N] [--json "
         "FILE] [--dump FILE "
@@ -184,6 +189,8 @@ int cmd_md(int argc, char **argv) {
     if (strcmp(gpu_step, "split") != 0 && strcmp(gpu_step, "fused") != 0)
         return cli_usage_error("md", "--gpu-step %s: use split or fused", gpu_step);
     c.gpu_step_fused = strcmp(gpu_step, "fused") == 0;
+    if (c.gpu_unroll != 1 && c.gpu_unroll != 2 && c.gpu_unroll != 4)
+        return cli_usage_error("md", "--gpu-unroll %d: use 1, 2 or 4", c.gpu_unroll);
     /* the syntax only: whether the GPU exists, and has room, gpc_md_create
      * says before it allocates anything */
     if (strcmp(device, "cuda") == 0) {

@@ -27,6 +27,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct gpc_md {
@@ -75,6 +76,8 @@ void gpc_md_defaults(gpc_md_config *c) {
     c->device = gpc_cpu();
     const char *step = gpc_setting_str("GPC_MD_STEP");
     c->gpu_step_fused = step && strcmp(step, "fused") == 0;
+    const char *unroll = gpc_setting_str("GPC_MD_UNROLL");
+    c->gpu_unroll = unroll ? atoi(unroll) : 1;
 }
 
 static gpc_status check_config(const gpc_md_config *c) {
@@ -98,6 +101,9 @@ static gpc_status check_config(const gpc_md_config *c) {
         c->gpu_lanes != 8)
         return gpc_error(GPC_ERR_INVALID_ARG, "md: %d GPU lanes per atom: use 1, 2, 4 or 8",
                          c->gpu_lanes);
+    if (c->gpu_unroll != 0 && c->gpu_unroll != 1 && c->gpu_unroll != 2 && c->gpu_unroll != 4)
+        return gpc_error(GPC_ERR_INVALID_ARG, "md: %d partners at a time on the GPU: use 1, 2 or 4",
+                         c->gpu_unroll);
     return GPC_OK;
 }
 
@@ -460,6 +466,7 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
         .lanes = c->gpu_lanes,
         .build_f64 = c->gpu_build_f64,
         .fused_step = c->gpu_step_fused,
+        .unroll = c->gpu_unroll,
     };
     {
         /* refuse what cannot fit rather than be killed filling it in */

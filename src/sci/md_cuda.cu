@@ -23,7 +23,11 @@
  *                by shuffles: no atomics. Slot k of atom i is at
  *                ((k / lanes) * atoms + i) * lanes + k % lanes, so the lanes
  *                of a warp read one run of memory at each step of the loop
- *                (with one lane this is column-major: k * atoms + i)
+ *                (with one lane this is column-major: k * atoms + i);
+ *                with unroll 2 or 4 each thread takes that many partners at
+ *                a time, their entries and positions loaded together and
+ *                the next group's entries ahead of them (the loop is bound
+ *                by the latency of those dependent loads, not by DRAM)
  *   (last step)  the closing half kick and the thermo sums
  *
  * With fused_step (--gpu-step fused) the force kernel of each step but a
@@ -411,13 +415,15 @@ template <int LANES, typename T> __device__ __forceinline__ T lanes_sum(T value)
 /* LANES threads per atom: lane l takes slots l, l + LANES, .. of the row.
  * With drift.v (the fused step, never with THERMO) lane 0 then ends the
  * atom's step and begins the next (kick_drift) instead of storing f.
+ * UNROLL (1, 2 or 4; 1 with THERMO): partners taken a group at a time,
+ * their loads issued together (the loop's comment).
  * F32: pair forces computed and summed in float32 from xr (cell-relative
  * positions, the code being the partner's cell offset); else in float64
  * from x (the code being the partner's image), md.c's expressions.
  * THERMO: also the pair energy and virial in float64 from x, summed per
  * block into partials[2 * block] and [2 * block + 1] (each pair counted
  * from both ends: the reduction halves them). */
-template <bool THERMO, bool F32, int LANES>
+template <bool THERMO, bool F32, int LANES, int UNROLL>
 __global__ void __launch_bounds__(ATOM_THREADS)
     md_forces(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
               const int *__restrict__ count, const unsigned *__restrict__ neigh,
@@ -451,49 +457,99 @@ __global__ void __launch_bounds__(ATOM_THREADS)
         float4 pr = make_float4(0.f, 0.f, 0.f, 0.f);
         if (F32) pr = xr[i];
         const float frc2 = (float)rc2;
-        for (int k = lane, s = 0; k < partners; k += LANES, s++) {
-            const unsigned entry = __ldg(row + s * stride);
-            const int j = (int)(entry & INDEX_MASK);
-            const unsigned code = entry >> INDEX_BITS;
-            double dx = 0, dy = 0, dz = 0, r2 = 0;
-            if (F32) {
-                const float4 q = xr[j], o = cell_offset[code];
-                const float ex = pr.x - q.x - o.x, ey = pr.y - q.y - o.y, ez = pr.z - q.z - o.z;
-                const float s2 = ex * ex + ey * ey + ez * ez;
-                if (s2 < frc2) {
-                    /* float32 division is not exact-rounded under
-                     * --use_fast_math: unbiased enough for forces, not for
-                     * the printed energy (THERMO does that in float64) */
-                    const float r2inv = 1.f / s2, r6inv = r2inv * r2inv * r2inv;
-                    const float fpair = r6inv * (48.f * r6inv - 24.f) * r2inv;
-                    fx += ex * fpair, fy += ey * fpair, fz += ez * fpair;
-                }
-                if (THERMO) {
-                    const md_vec q64 = x[j];
-                    dx = nearest(p.x - q64.x, box, inv_box);
-                    dy = nearest(p.y - q64.y, box, inv_box);
-                    dz = nearest(p.z - q64.z, box, inv_box);
-                    r2 = dx * dx + dy * dy + dz * dz;
-                }
+        /* UNROLL > 1: that many entries, then that many partners'
+         * positions (through the read-only path) loaded before any is used,
+         * and the next group's entries loaded before this group's
+         * positions: more loads in flight for each thread. UNROLL 1 is the
+         * plain loop. The pairs are summed in the same order either way. */
+        typedef typename std::conditional<F32, float4, md_vec>::type Position;
+        unsigned next[UNROLL];
+        if (UNROLL > 1) {
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++)
+                next[u] = lane + u * LANES < partners ? __ldg(row + u * stride) : 0u;
+        }
+        for (int k = lane, s = 0; k < partners; k += LANES * UNROLL, s += UNROLL) {
+            unsigned entries[UNROLL];
+            Position partner[UNROLL];
+            if (UNROLL == 1) {
+                entries[0] = __ldg(row + s * stride);
+                const int j = (int)(entries[0] & INDEX_MASK);
+                if constexpr (F32)
+                    partner[0] = xr[j];
+                else
+                    partner[0] = x[j];
             } else {
-                const md_vec q = x[j];
-                dx = p.x - q.x, dy = p.y - q.y, dz = p.z - q.z;
-                if (code != CODE_NONE) { /* near a face: the image is a box away */
-                    const int c = (int)code;
-                    dx -= box * (c % 3 - 1), dy -= box * ((c / 3) % 3 - 1), dz -= box * (c / 9 - 1);
-                }
-                r2 = dx * dx + dy * dy + dz * dz;
-                if (r2 < rc2) { /* md.c's expressions (float64 division is
-                                 * exact-rounded even under --use_fast_math) */
-                    const double r2inv = 1.0 / r2, r6inv = r2inv * r2inv * r2inv;
-                    const double fpair = r6inv * (48.0 * r6inv - 24.0) * r2inv;
-                    fx += dx * fpair, fy += dy * fpair, fz += dz * fpair;
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++)
+                    entries[u] = next[u];
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++)
+                    next[u] = k + (UNROLL + u) * LANES < partners
+                                  ? __ldg(row + (s + UNROLL + u) * stride)
+                                  : 0u;
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++) {
+                    const int j = (int)(entries[u] & INDEX_MASK);
+                    if (k + u * LANES < partners) {
+                        if constexpr (F32) {
+                            partner[u] = __ldg(&xr[j]);
+                        } else {
+                            const double2 xy = __ldg((const double2 *)&x[j]);
+                            partner[u].x = xy.x, partner[u].y = xy.y;
+                            partner[u].z = __ldg(&x[j].z), partner[u].w = 0;
+                        }
+                    }
                 }
             }
-            if (THERMO && r2 < rc2) {
-                const double r2i = 1.0 / r2, r6i = r2i * r2i * r2i;
-                e += 4.0 * r6i * (r6i - 1.0);
-                w += r2 * (r6i * (48.0 * r6i - 24.0) * r2i);
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                if (k + u * LANES >= partners) break;
+                const unsigned entry = entries[u];
+                const int j = (int)(entry & INDEX_MASK);
+                const unsigned code = entry >> INDEX_BITS;
+                double dx = 0, dy = 0, dz = 0, r2 = 0;
+                if constexpr (F32) {
+                    const float4 q = partner[u], o = cell_offset[code];
+                    const float ex = pr.x - q.x - o.x, ey = pr.y - q.y - o.y, ez = pr.z - q.z - o.z;
+                    const float s2 = ex * ex + ey * ey + ez * ez;
+                    if (s2 < frc2) {
+                        /* float32 division is not exact-rounded under
+                         * --use_fast_math: unbiased enough for forces, not
+                         * for the printed energy (THERMO does that in
+                         * float64) */
+                        const float r2inv = 1.f / s2, r6inv = r2inv * r2inv * r2inv;
+                        const float fpair = r6inv * (48.f * r6inv - 24.f) * r2inv;
+                        fx += ex * fpair, fy += ey * fpair, fz += ez * fpair;
+                    }
+                    if (THERMO) {
+                        const md_vec q64 = x[j];
+                        dx = nearest(p.x - q64.x, box, inv_box);
+                        dy = nearest(p.y - q64.y, box, inv_box);
+                        dz = nearest(p.z - q64.z, box, inv_box);
+                        r2 = dx * dx + dy * dy + dz * dz;
+                    }
+                } else {
+                    const md_vec q = partner[u];
+                    dx = p.x - q.x, dy = p.y - q.y, dz = p.z - q.z;
+                    if (code != CODE_NONE) { /* near a face: the image is a box away */
+                        const int c = (int)code;
+                        dx -= box * (c % 3 - 1), dy -= box * ((c / 3) % 3 - 1),
+                            dz -= box * (c / 9 - 1);
+                    }
+                    r2 = dx * dx + dy * dy + dz * dz;
+                    if (r2 < rc2) { /* md.c's expressions (float64 division is
+                                     * exact-rounded even under --use_fast_math) */
+                        const double r2inv = 1.0 / r2, r6inv = r2inv * r2inv * r2inv;
+                        const double fpair = r6inv * (48.0 * r6inv - 24.0) * r2inv;
+                        fx += dx * fpair, fy += dy * fpair, fz += dz * fpair;
+                    }
+                }
+                if (THERMO && r2 < rc2) {
+                    const double r2i = 1.0 / r2, r6i = r2i * r2i * r2i;
+                    e += 4.0 * r6i * (r6i - 1.0);
+                    w += r2 * (r6i * (48.0 * r6i - 24.0) * r2i);
+                }
             }
         }
     }
@@ -669,6 +725,9 @@ extern "C" gpc_status gpc_md_cuda_check(int device, const gpc_md_cuda_config *c)
     if (c->lanes != 0 && c->lanes != 1 && c->lanes != 2 && c->lanes != 4 && c->lanes != 8)
         return gpc_error(GPC_ERR_INVALID_ARG, "md: %d GPU lanes per atom: use 1, 2, 4 or 8",
                          c->lanes);
+    if (c->unroll != 0 && c->unroll != 1 && c->unroll != 2 && c->unroll != 4)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "md: %d partners at a time in the force kernel: use 1, 2 or 4", c->unroll);
     const double need = gpc_md_cuda_bytes(c);
     if (need > (double)free_bytes)
         return gpc_error(GPC_ERR_NOMEM,
@@ -815,11 +874,12 @@ static md_drift drift_of(gpc_md_cuda *g, long long step, bool into_other) {
 }
 
 /* drift.v NULL: store the forces; else the fused step (not with THERMO). */
-template <bool THERMO, bool F32> static void launch_forces(gpc_md_cuda *g, const md_drift &drift) {
+template <bool THERMO, bool F32, int UNROLL>
+static void launch_forces(gpc_md_cuda *g, const md_drift &drift) {
     const dim3 grid(g->force_blocks), block(ATOM_THREADS);
     double *partials = THERMO ? g->energy_partials : NULL;
 #define MD_FORCES(LANES)                                                                           \
-    md_forces<THERMO, F32, LANES>                                                                  \
+    md_forces<THERMO, F32, LANES, UNROLL>                                                          \
         <<<grid, block, 0, g->stream>>>(g->n, g->x, g->xr, g->count, g->neigh, g->f, g->c.box,     \
                                         g->inv_box, g->width, g->rc2, partials, drift)
     switch (g->lanes) {
@@ -846,16 +906,26 @@ template <bool THERMO, bool F32> static void launch_forces(gpc_md_cuda *g, const
 static void queue_forces(gpc_md_cuda *g, bool thermo, long long fused_next = 0) {
     md_drift drift = {};
     if (fused_next) drift = drift_of(g, fused_next, true);
+    /* the thermo step, once a run, in the plain loop */
+    const int unroll = thermo ? 1 : g->c.unroll;
     if (g->c.forces_f32) {
         if (thermo)
-            launch_forces<true, true>(g, drift);
+            launch_forces<true, true, 1>(g, drift);
+        else if (unroll == 4)
+            launch_forces<false, true, 4>(g, drift);
+        else if (unroll == 2)
+            launch_forces<false, true, 2>(g, drift);
         else
-            launch_forces<false, true>(g, drift);
+            launch_forces<false, true, 1>(g, drift);
     } else {
         if (thermo)
-            launch_forces<true, false>(g, drift);
+            launch_forces<true, false, 1>(g, drift);
+        else if (unroll == 4)
+            launch_forces<false, false, 4>(g, drift);
+        else if (unroll == 2)
+            launch_forces<false, false, 2>(g, drift);
         else
-            launch_forces<false, false>(g, drift);
+            launch_forces<false, false, 1>(g, drift);
     }
     if (fused_next) {
         md_vec *x = g->x;

@@ -11,10 +11,11 @@
  *   - each kernel variant (lanes per atom 1, 2, 4, 8; the build's float32
  *     test or float64 alone; float64 or float32 forces) on 4,000 atoms
  *     of in.lj, 100 steps: every thermo row agrees with the CPU's;
- *   - the fused step (kicks and drift in the force kernel) against the
- *     split one: the same rows and coordinates, and the same bits from run
- *     to run (run again under GPC_MD_STEP=fused, every test against the
- *     CPU passes as it does split);
+ *   - the fused step (kicks and drift in the force kernel) and the
+ *     unrolled force loops against the plain split step: the same rows and
+ *     coordinates, and the same bits from run to run (run again under
+ *     GPC_MD_STEP=fused or GPC_MD_UNROLL=4, every test against the CPU
+ *     passes as it does with the defaults);
  *   - LAMMPS's in.lj (32,000 atoms), 100 steps: every thermo row agrees
  *     with the CPU's to the printed digits (Temp, E_pair and TotEng within
  *     1e-7, Press within 3e-7: perturbing the CPU's velocities by 1e-8 moves
@@ -42,9 +43,10 @@
 enum { CPU, GPU, GPU_F32 }; /* where make runs: the GPU with float64 or float32 forces */
 
 /* lanes 0 and build_f64 0: the defaults; fused -1: gpc_md_defaults's
- * (GPC_MD_STEP), else the split (0) or fused (1) step */
+ * (GPC_MD_STEP), else the split (0) or fused (1) step; unroll -1:
+ * GPC_MD_UNROLL, else 1, 2 or 4 */
 static gpc_md *make_step(int cells, double temperature, uint64_t seed, int rebuild_every, int where,
-                         int lanes, int build_f64, int fused) {
+                         int lanes, int build_f64, int fused, int unroll) {
     gpc_md_config c;
     gpc_md_defaults(&c);
     c.cells = cells, c.temperature = temperature, c.seed = seed, c.rebuild_every = rebuild_every;
@@ -52,6 +54,7 @@ static gpc_md *make_step(int cells, double temperature, uint64_t seed, int rebui
     c.gpu_forces_f32 = where == GPU_F32;
     c.gpu_lanes = lanes, c.gpu_build_f64 = build_f64;
     if (fused >= 0) c.gpu_step_fused = fused;
+    if (unroll >= 0) c.gpu_unroll = unroll;
     gpc_md *md = NULL;
     TEST_OK(gpc_md_create(&md, &c));
     return md;
@@ -59,7 +62,7 @@ static gpc_md *make_step(int cells, double temperature, uint64_t seed, int rebui
 
 static gpc_md *make_variant(int cells, double temperature, uint64_t seed, int rebuild_every,
                             int where, int lanes, int build_f64) {
-    return make_step(cells, temperature, seed, rebuild_every, where, lanes, build_f64, -1);
+    return make_step(cells, temperature, seed, rebuild_every, where, lanes, build_f64, -1, -1);
 }
 
 static gpc_md *make(int cells, double temperature, uint64_t seed, int rebuild_every, int where) {
@@ -385,49 +388,57 @@ static void test_variants_match_cpu(void **state) {
     }
 }
 
-/* The fused step (the force kernel ends each step and begins the next)
- * against the split one, 4,000 atoms of in.lj, each precision and lanes 1
- * and 4, runs of 10, 1, 37 and 52 steps (a run's first step is the
- * integration kernel's, its last the plain forces'): the same arithmetic in
- * the same order, so the thermo rows and every coordinate agree within
- * 1e-12 (bitwise where the compiler contracts both alike, which the test
- * reports). And each run again: the same bits, run to run. */
-static void test_fused_step_matches_split(void **state) {
-    (void)state;
-    const int runs[] = {10, 1, 37, 52}, lanes[] = {1, 4};
-    for (int v = 0; v < 4; v++) {
-        const int where = v / 2 ? GPU_F32 : GPU, l = lanes[v % 2];
-        gpc_md *split = make_step(10, 3.0, 87287, 0, where, l, 0, 0),
-               *fused = make_step(10, 3.0, 87287, 0, where, l, 0, 1),
-               *again = make_step(10, 3.0, 87287, 0, where, l, 0, 1);
-        int bitwise = 1;
-        for (int r = 0; r < 4; r++) {
-            TEST_OK(gpc_md_run(split, runs[r]));
-            TEST_OK(gpc_md_run(fused, runs[r]));
-            TEST_OK(gpc_md_run(again, runs[r]));
-            gpc_md_thermo a, b, c;
-            gpc_md_get_thermo(split, &a);
-            gpc_md_get_thermo(fused, &b);
-            gpc_md_get_thermo(again, &c);
-            expect_rows_agree(&a, &b, 1e-12, 1e-12);
-            if (memcmp(&b, &c, sizeof b) != 0)
-                fail_msg("fused step, %s lanes %d: two runs differ at step %lld",
-                         where == GPU ? "f64" : "f32", l, (long long)b.step);
-            bitwise &= memcmp(&a, &b, sizeof a) == 0;
-        }
-        assert_int_equal(gpc_md_neighbor_builds(split), gpc_md_neighbor_builds(fused));
-        double *xa = by_id(split), *xb = by_id(fused), box = gpc_md_box(split);
-        for (int64_t k = 0; k < 3 * gpc_md_atoms(split); k++) {
-            if (!(fabs(nearest(xa[k] - xb[k], box)) <= 1e-12))
-                fail_msg("%s lanes %d: coordinate %lld: split %.17g, fused %.17g",
-                         where == GPU ? "f64" : "f32", l, (long long)k, xa[k], xb[k]);
-            bitwise &= xa[k] == xb[k];
-        }
-        printf("fused step, %s forces, lanes %d: %s the split step's\n",
-               where == GPU ? "f64" : "f32", l, bitwise ? "the bits of" : "within 1e-12 of");
-        free(xa), free(xb);
-        gpc_md_free(split), gpc_md_free(fused), gpc_md_free(again);
+/* A kernel variant against the plain split step (an integration kernel,
+ * then the force loop one partner at a time), 4,000 atoms of in.lj, runs
+ * of 10, 1, 37 and 52 steps (a run's first step is the integration
+ * kernel's, its last the plain forces'): the fused step (the force kernel
+ * ends each step and begins the next) and the unrolled loops (2 or 4
+ * partners' loads issued together) do the same arithmetic in the same
+ * order, so the thermo rows and every coordinate agree within 1e-12
+ * (bitwise where the compiler contracts both alike, which the test
+ * reports). And the variant again: the same bits, run to run. */
+static void expect_like_plain(int where, int lanes, int fused, int unroll) {
+    const int runs[] = {10, 1, 37, 52};
+    const char *name = where == GPU ? "f64" : "f32";
+    gpc_md *plain = make_step(10, 3.0, 87287, 0, where, lanes, 0, 0, 1),
+           *variant = make_step(10, 3.0, 87287, 0, where, lanes, 0, fused, unroll),
+           *again = make_step(10, 3.0, 87287, 0, where, lanes, 0, fused, unroll);
+    int bitwise = 1;
+    for (int r = 0; r < 4; r++) {
+        TEST_OK(gpc_md_run(plain, runs[r]));
+        TEST_OK(gpc_md_run(variant, runs[r]));
+        TEST_OK(gpc_md_run(again, runs[r]));
+        gpc_md_thermo a, b, c;
+        gpc_md_get_thermo(plain, &a);
+        gpc_md_get_thermo(variant, &b);
+        gpc_md_get_thermo(again, &c);
+        expect_rows_agree(&a, &b, 1e-12, 1e-12);
+        if (memcmp(&b, &c, sizeof b) != 0)
+            fail_msg("%s lanes %d step %s unroll %d: two runs differ at step %lld", name, lanes,
+                     fused ? "fused" : "split", unroll, (long long)b.step);
+        bitwise &= memcmp(&a, &b, sizeof a) == 0;
     }
+    assert_int_equal(gpc_md_neighbor_builds(plain), gpc_md_neighbor_builds(variant));
+    double *xa = by_id(plain), *xb = by_id(variant), box = gpc_md_box(plain);
+    for (int64_t k = 0; k < 3 * gpc_md_atoms(plain); k++) {
+        if (!(fabs(nearest(xa[k] - xb[k], box)) <= 1e-12))
+            fail_msg("%s lanes %d step %s unroll %d: coordinate %lld: plain %.17g, variant %.17g",
+                     name, lanes, fused ? "fused" : "split", unroll, (long long)k, xa[k], xb[k]);
+        bitwise &= xa[k] == xb[k];
+    }
+    printf("%s forces, lanes %d, %s step, unroll %d: %s the plain split step's\n", name, lanes,
+           fused ? "fused" : "split", unroll, bitwise ? "the bits of" : "within 1e-12 of");
+    free(xa), free(xb);
+    gpc_md_free(plain), gpc_md_free(variant), gpc_md_free(again);
+}
+
+static void test_step_variants_match_plain(void **state) {
+    (void)state;
+    const int fused[] = {1, 0, 0, 1}, unroll[] = {1, 2, 4, 4}, lanes[] = {1, 4};
+    for (int where = GPU; where <= GPU_F32; where++)
+        for (int l = 0; l < 2; l++)
+            for (int v = 0; v < 4; v++)
+                expect_like_plain(where, lanes[l], fused[v], unroll[v]);
 }
 
 /* Pairs closer than the cutoff, over every pair. */
@@ -533,7 +544,7 @@ int main(void) {
         cmocka_unit_test(test_small_run_matches_cpu),
         cmocka_unit_test(test_small_bad_input),
         cmocka_unit_test(test_variants_match_cpu),
-        cmocka_unit_test(test_fused_step_matches_split),
+        cmocka_unit_test(test_step_variants_match_plain),
         cmocka_unit_test(test_in_lj_thermo_matches_cpu),
         cmocka_unit_test(test_energy_drift_like_cpu),
     };
