@@ -46,8 +46,9 @@ typedef struct {
                            in float32 first */
     int gpu_step_fused; /* on a GPU: the force kernel ends each step and begins the next
                            (the half kicks and the drift); default GPC_MD_STEP=fused */
-    int gpu_unroll;     /* on a GPU: partners whose loads the force kernel issues together,
-                           1, 2 or 4 (0: 1); default GPC_MD_UNROLL */
+    int gpu_unroll;     /* on a GPU: partners (forces) and candidates (the list build)
+                           whose loads issue together, 1, 2 or 4 (0: 1); default
+                           GPC_MD_UNROLL */
 } gpc_md_config;
 
 /* LAMMPS's in.lj: 20 cells (32,000 atoms), 0.8442, 3.0, 2.5, 0.3, 0.005;

@@ -132,8 +132,8 @@ int cmd_md(int argc, char **argv) {
          "on a GPU, split: an integration kernel, then the forces; fused: the force kernel ends "
          "each step and begins the next (default split, or GPC_MD_STEP)"},
         {"gpu-unroll", CLI_INT, &c.gpu_unroll, "U",
-         "on a GPU, partners whose loads the force kernel issues together: 1, 2 or 4 (default 1, "
-         "or GPC_MD_UNROLL)"},
+         "on a GPU, partners (in the forces) and candidates (in the list build) whose loads issue "
+         "together: 1, 2 or 4 (default 1, or GPC_MD_UNROLL)"},
         {"steps", CLI_INT, &steps, "N", "time steps to run (default 100)"},
         {"seed", CLI_INT64, &seed, "S", "seed of the initial velocities (default 87287)"},
         {"rebuild-every", CLI_INT, &c.rebuild_every, "N",

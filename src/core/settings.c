@@ -140,7 +140,7 @@ static const gpc_setting_info table[] = {
      "gpc md on a GPU: split (integrate, then forces) or fused (forces end a step, begin the next)",
      0, 0, "split|fused"},
     {"GPC_MD_UNROLL", STRING, "1", "benchmarks",
-     "gpc md's GPU force kernel issues the loads of this many partners together; --gpu-unroll", 0,
+     "gpc md on a GPU: partners (forces) and candidates (list build) whose loads issue together", 0,
      0, "1|2|4"},
     {"GPC_MD_PHASES", FLAG, "0", "benchmarks",
      "gpc md on a GPU times each phase of the step (integrate, decide, build, forces, thermo)", 0,

@@ -27,7 +27,9 @@
  *                with unroll 2 or 4 each thread takes that many partners at
  *                a time, their entries and positions loaded together and
  *                the next group's entries ahead of them (the loop is bound
- *                by the latency of those dependent loads, not by DRAM)
+ *                by the latency of those dependent loads, not by DRAM),
+ *                and the build loads each cell's candidates that many at
+ *                a time
  *   (last step)  the closing half kick and the thermo sums
  *
  * With fused_step (--gpu-step fused) the force kernel of each step but a
@@ -326,13 +328,16 @@ __global__ void md_copy_back(int64_t n, const md_vec *__restrict__ x_in,
  * corner (its own minus the offset times the cell's width) against the
  * partners' relative positions: below screen_low the pair is within reach
  * whatever the rounding, above screen_high beyond it; in between (and
- * with test_f64, always) md.c's float64 test decides. */
-__global__ void md_build(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
-                         double box, double inv_box, int m, double width,
-                         const int *__restrict__ cell_start, double reach2, float screen_low,
-                         float screen_high, int test_f64, int relative_codes, int capacity,
-                         int lanes_log2, int *__restrict__ count, unsigned *__restrict__ neigh,
-                         md_flags *flags) {
+ * with test_f64, always) md.c's float64 test decides. UNROLL (2 or 4,
+ * --gpu-unroll): a cell's candidates taken that many at a time, their
+ * float32 positions loaded together before any is tested; the same tests
+ * in the same order, so the same rows. */
+template <int UNROLL>
+__global__ void
+md_build(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr, double box,
+         double inv_box, int m, double width, const int *__restrict__ cell_start, double reach2,
+         float screen_low, float screen_high, int test_f64, int relative_codes, int capacity,
+         int lanes_log2, int *__restrict__ count, unsigned *__restrict__ neigh, md_flags *flags) {
     if (!flags->rebuild) return;
     const float fwidth = (float)width;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -363,26 +368,38 @@ __global__ void md_build(int64_t n, const md_vec *__restrict__ x, const float4 *
                         (relative_codes ? offset_code(ox, oy, oz) : offset_code(sx, sy, sz))
                         << INDEX_BITS;
                     const int end = cell_start[cell + 1];
-                    for (int j = cell_start[cell]; j < end; j++) {
-                        if (j == i) continue; /* its images are over twice the reach away */
-                        float s2 = 0;
+                    for (int j0 = cell_start[cell]; j0 < end; j0 += UNROLL) {
+                        float4 candidate[UNROLL];
                         if (!test_f64) {
-                            const float4 q = xr[j];
-                            const float dx = rx - q.x, dy = ry - q.y, dz = rz - q.z;
-                            s2 = dx * dx + dy * dy + dz * dz;
-                            if (!(s2 < screen_high)) continue; /* NaN too */
+#pragma unroll
+                            for (int u = 0; u < UNROLL; u++)
+                                if (UNROLL == 1 || j0 + u < end)
+                                    candidate[u] = UNROLL == 1 ? xr[j0] : __ldg(&xr[j0 + u]);
                         }
-                        bool within = !test_f64 && s2 < screen_low;
-                        if (!within) {
-                            const md_vec q = x[j];
-                            const double dx = p.x - q.x - bx, dy = p.y - q.y - by,
-                                         dz = p.z - q.z - bz;
-                            within = dx * dx + dy * dy + dz * dz < reach2;
-                        }
-                        if (within) {
-                            if (found < capacity)
-                                neigh[slot_of(i, found, n, lanes_log2)] = (unsigned)j | code;
-                            found++; /* counted past the end: the host says how many */
+#pragma unroll
+                        for (int u = 0; u < UNROLL; u++) {
+                            const int j = j0 + u;
+                            if (UNROLL > 1 && j >= end) break;
+                            if (j == i) continue; /* its images are over twice the reach away */
+                            float s2 = 0;
+                            if (!test_f64) {
+                                const float4 q = candidate[u];
+                                const float dx = rx - q.x, dy = ry - q.y, dz = rz - q.z;
+                                s2 = dx * dx + dy * dy + dz * dz;
+                                if (!(s2 < screen_high)) continue; /* NaN too */
+                            }
+                            bool within = !test_f64 && s2 < screen_low;
+                            if (!within) {
+                                const md_vec q = x[j];
+                                const double dx = p.x - q.x - bx, dy = p.y - q.y - by,
+                                             dz = p.z - q.z - bz;
+                                within = dx * dx + dy * dy + dz * dz < reach2;
+                            }
+                            if (within) {
+                                if (found < capacity)
+                                    neigh[slot_of(i, found, n, lanes_log2)] = (unsigned)j | code;
+                                found++; /* counted past the end: the host says how many */
+                            }
                         }
                     }
                 }
@@ -778,10 +795,11 @@ static gpc_status queue_build(gpc_md_cuda *g, long long step) {
                                           g->xr, g->v, g->id, g->inv_box, g->m, g->width, g->flags);
     const float screen_low = (float)(g->reach2 * (1 - SCREEN_MARGIN)),
                 screen_high = (float)(g->reach2 * (1 + SCREEN_MARGIN));
-    md_build<<<g->build_blocks, t, 0, g->stream>>>(
-        g->n, g->x, g->xr, box, g->inv_box, g->m, g->width, g->cell_start, g->reach2, screen_low,
-        screen_high, g->c.build_f64, g->c.forces_f32, g->c.row_capacity, g->lanes_log2, g->count,
-        g->neigh, g->flags);
+    auto build = g->c.unroll == 4 ? md_build<4> : g->c.unroll == 2 ? md_build<2> : md_build<1>;
+    build<<<g->build_blocks, t, 0, g->stream>>>(g->n, g->x, g->xr, box, g->inv_box, g->m, g->width,
+                                                g->cell_start, g->reach2, screen_low, screen_high,
+                                                g->c.build_f64, g->c.forces_f32, g->c.row_capacity,
+                                                g->lanes_log2, g->count, g->neigh, g->flags);
     md_end_build<<<1, 1, 0, g->stream>>>(g->flags);
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
@@ -1013,8 +1031,10 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
         snprintf(g->name, sizeof g->name, "%s (cuda:%d)", prop.name, device);
         g->loop_blocks = prop.multiProcessorCount * LOOP_BLOCKS_PER_SM;
         int resident = 0;
-        MD_CHECK(
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, md_build, LOOP_THREADS, 0));
+        auto build = config->unroll == 4   ? md_build<4>
+                     : config->unroll == 2 ? md_build<2>
+                                           : md_build<1>;
+        MD_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, build, LOOP_THREADS, 0));
         g->build_blocks = prop.multiProcessorCount * (resident > 0 ? resident : 1);
     }
     /* a blocking stream: it waits for the default stream's copies and sets

@@ -1,9 +1,9 @@
 /* test_cuda_md.c: `gpc md` on a GPU against the CPU's md.c and against sums
  * over every pair of atoms:
  *   - the neighbour list on random positions holds every pair within
- *     cutoff + skin and nothing else, in each layout (lanes per atom) and
- *     with either build test, and after a hot run still every pair within
- *     the cutoff;
+ *     cutoff + skin and nothing else, in each layout (lanes per atom),
+ *     with either build test and candidates taken 1, 2 or 4 at a time,
+ *     and after a hot run still every pair within the cutoff;
  *   - forces, energy and virial of a disordered crystal against every pair
  *     summed in float64 (float32 forces: 3e-5 of the largest);
  *   - a small crystal's trajectory, atom by atom, and its thermo rows
@@ -133,10 +133,11 @@ static void test_small_neighbor_list_random(void **state) {
     /* 6 cells: 864 atoms, 10 cells of 2.8 wide; 5 cells: 2 cells a side,
      * where the cells at -1 and +1 are one */
     const int sizes[] = {6, 5};
-    /* each layout (lanes per atom), each build test, both kinds of codes */
-    const int lanes[] = {1, 2, 4, 8, 0, 8}, build_f64[] = {0, 0, 1, 0, 1, 1},
-              f32[] = {0, 1, 0, 1, 1, 0};
-    for (int variant = 0; variant < 12; variant++) {
+    /* each layout (lanes per atom), each build test, both kinds of codes,
+     * the candidates one at a time or 2 or 4 together */
+    const int lanes[] = {1, 2, 4, 8, 0, 8, 1, 4}, build_f64[] = {0, 0, 1, 0, 1, 1, 0, 0},
+              f32[] = {0, 1, 0, 1, 1, 0, 1, 0}, unroll[] = {0, 0, 0, 0, 0, 0, 4, 2};
+    for (int variant = 0; variant < 16; variant++) {
         const int s = variant % 2, l = variant / 2;
         const int cells = sizes[s];
         const int64_t n = 4 * (int64_t)cells * cells * cells;
@@ -152,7 +153,8 @@ static void test_small_neighbor_list_random(void **state) {
                                 .rebuild_every = 0,
                                 .forces_f32 = f32[l],
                                 .lanes = lanes[l],
-                                .build_f64 = build_f64[l]};
+                                .build_f64 = build_f64[l],
+                                .unroll = unroll[l]};
         double *x = malloc((size_t)(3 * n) * sizeof *x), *v = calloc((size_t)(3 * n), sizeof *v);
         int64_t *id = malloc((size_t)n * sizeof *id);
         gpc_rng rng;
@@ -181,8 +183,8 @@ static void test_small_neighbor_list_random(void **state) {
             }
         }
         char when[64];
-        snprintf(when, sizeof when, "random, %d cells, lanes %d, build %s, forces %s", cells,
-                 lanes[l], build_f64[l] ? "f64" : "f32", f32[l] ? "f32" : "f64");
+        snprintf(when, sizeof when, "random, %d cells, lanes %d, build %s, forces %s, unroll %d",
+                 cells, lanes[l], build_f64[l] ? "f64" : "f32", f32[l] ? "f32" : "f64", unroll[l]);
         expect_list_complete(sorted, n, box, counts, rows, c.row_capacity, reach, when);
         int64_t pairs = 0;
         for (int64_t i = 0; i < n; i++)
