@@ -14,8 +14,10 @@ by cell):
              32 written: 64 read (v, x at the build), + 32 with f32 (the
              float64 position; f64 forces read it already), 64 written
              (x into the other buffer, v), + 16 with f32
-  build      (484 + 4 P) / B: bin 72, scatter 12, cell sort 8, gather 148,
-             copy back 192, the build 52 and its 4 P of entries
+  build      (420 + 4 P) / B: bin 40 (positions are written back only
+             where wrapping moved them), scatter 12, cell sort 8, gather 164
+             (into the build's positions and the float32 ones), copy back
+             144, the build 52 and its 4 P of entries
 and FLOPs per listed partner: 9 (separation, r^2, test) plus 13 for the
 71% within the cutoff ((2.5/2.8)^3), in the pair forces' precision.
 Each function takes the run's `gpc md --json` record.
@@ -41,7 +43,7 @@ def bytes_per_atom_step(r):
         step = 4 * P + 4 + own + 64 + (32 if f32 else 0) + 64 + (16 if f32 else 0)
     else:
         step = 4 * P + 4 + 32 + own + 192 + (16 if f32 else 0)
-    return step + (484 + 4 * P) / steps_per_build(r)
+    return step + (420 + 4 * P) / steps_per_build(r)
 
 
 def flops_per_atom_step(r):

@@ -250,11 +250,14 @@ __global__ void md_bin(int64_t n, md_vec *__restrict__ x, double box, double inv
     if (!flags->rebuild) return;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        md_vec p = x[i];
-        if (!isfinite(p.x) || !isfinite(p.y) || !isfinite(p.z))
+        const md_vec was = x[i];
+        if (!isfinite(was.x) || !isfinite(was.y) || !isfinite(was.z))
             atomicMin(&flags->blowup_step, step);
+        md_vec p = was;
         p.x = wrap(p.x, box, inv_box), p.y = wrap(p.y, box, inv_box), p.z = wrap(p.z, box, inv_box);
-        x[i] = p;
+        /* written back only where it moved: inside the box wrap is exact,
+         * so most atoms keep their bits and cost no store (NaN != 0) */
+        if (p.x != was.x || p.y != was.y || p.z != was.z) x[i] = p;
         int c = (cell_index(p.z, inv_box, m) * m + cell_index(p.y, inv_box, m)) * m +
                 cell_index(p.x, inv_box, m);
         cell_of[i] = c;
@@ -290,34 +293,35 @@ __global__ void md_sort_cells(int64_t cells, const int *__restrict__ cell_start,
     }
 }
 
+/* Positions go straight to x_built (the new start) and, float32 relative
+ * to each atom's cell, to xr, which nothing reads here; velocities and
+ * ids to buffers. */
 __global__ void md_gather(int64_t n, const int *__restrict__ order, const md_vec *__restrict__ x,
                           const md_vec *__restrict__ v, const long long *__restrict__ id,
-                          md_vec *__restrict__ x_out, md_vec *__restrict__ v_out,
-                          long long *__restrict__ id_out, const md_flags *flags) {
+                          md_vec *__restrict__ x_built, float4 *__restrict__ xr,
+                          md_vec *__restrict__ v_out, long long *__restrict__ id_out,
+                          double inv_box, int m, double width, const md_flags *flags) {
     if (!flags->rebuild) return;
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < n;
          p += (int64_t)gridDim.x * blockDim.x) {
         const int j = order[p];
-        x_out[p] = x[j], v_out[p] = v[j], id_out[p] = id[j];
+        const md_vec q = x[j];
+        x_built[p] = q, v_out[p] = v[j], id_out[p] = id[j];
+        xr[p] = relative(q, q, inv_box, m, width);
     }
 }
 
 /* Back into the arrays the step uses (the host does not know whether a
- * build ran, so it cannot swap pointers); x_built is the new start, and
- * xr its float32 copy relative to each atom's cell. */
-__global__ void md_copy_back(int64_t n, const md_vec *__restrict__ x_in,
+ * build ran, so it cannot swap pointers): x from x_built, v and ids from
+ * the gather's buffers. */
+__global__ void md_copy_back(int64_t n, const md_vec *__restrict__ x_built,
                              const md_vec *__restrict__ v_in, const long long *__restrict__ id_in,
-                             md_vec *__restrict__ x, md_vec *__restrict__ x_built,
-                             float4 *__restrict__ xr, md_vec *__restrict__ v,
-                             long long *__restrict__ id, double inv_box, int m, double width,
-                             const md_flags *flags) {
+                             md_vec *__restrict__ x, md_vec *__restrict__ v,
+                             long long *__restrict__ id, const md_flags *flags) {
     if (!flags->rebuild) return;
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < n;
-         p += (int64_t)gridDim.x * blockDim.x) {
-        const md_vec q = x_in[p];
-        x[p] = q, x_built[p] = q, v[p] = v_in[p], id[p] = id_in[p];
-        xr[p] = relative(q, q, inv_box, m, width);
-    }
+         p += (int64_t)gridDim.x * blockDim.x)
+        x[p] = x_built[p], v[p] = v_in[p], id[p] = id_in[p];
 }
 
 /* Row i: every atom j != i of the 27 cells around i's within reach, each
@@ -657,7 +661,7 @@ struct gpc_md_cuda {
     int build_blocks;    /* as many as are resident at once: one wave, no tail */
     int64_t since_build; /* steps since the last build, for rebuild_every */
     cudaStream_t stream;
-    md_vec *x, *v, *x_built, *x_tmp, *v_tmp;
+    md_vec *x, *v, *x_built, *v_tmp;
     md_vec *f;
     float4 *xr; /* positions relative to each atom's cell, float32 (the file's head) */
     /* the fused step's other position buffers (NULL without it): it reads x
@@ -706,10 +710,11 @@ static int64_t cells_of(const gpc_md_cuda_config *c) {
 
 extern "C" double gpc_md_cuda_bytes(const gpc_md_cuda_config *c) {
     const double n = (double)c->atoms;
-    /* x, v, f, x_built and two gather buffers of 32 bytes; xr 16; ids and
-     * their buffer 16; cell, rank, order, count 16; the rows */
+    /* x, v, f, x_built and the gather's velocities, 32 bytes each; xr 16;
+     * ids and their buffer 16; cell, rank, order, count 16; the rows; the
+     * fused step's second x and xr */
     const double per_atom =
-        6 * 32 + 16 + 16 + 16 + 4.0 * rounded_capacity(c) + (c->fused_step ? 32 + 16 : 0);
+        5 * 32 + 16 + 16 + 16 + 4.0 * rounded_capacity(c) + (c->fused_step ? 32 + 16 : 0);
     /* cell counts and starts, CUB's scan space (under 1% of the counts),
      * the thermo partials, and the context's own share */
     const double cells = 8.0 * (double)(cells_of(c) + 1) * 1.1 + 1e6;
@@ -758,11 +763,27 @@ extern "C" gpc_status gpc_md_cuda_check(int device, const gpc_md_cuda_config *c)
 extern "C" void gpc_md_cuda_free(gpc_md_cuda *g) {
     if (!g) return;
     cudaSetDevice(g->device);
-    void *buffers[] = {
-        g->x,           g->v,     g->x_built, g->x_tmp,   g->v_tmp,     g->f,
-        g->xr,          g->id,    g->id_tmp,  g->cell_of, g->cell_rank, g->cell_count,
-        g->cell_start,  g->order, g->count,   g->neigh,   g->scan_tmp,  g->energy_partials,
-        g->v2_partials, g->flags, g->x_alt,   g->xr_alt};
+    void *buffers[] = {g->x,
+                       g->v,
+                       g->x_built,
+                       g->v_tmp,
+                       g->f,
+                       g->xr,
+                       g->id,
+                       g->id_tmp,
+                       g->cell_of,
+                       g->cell_rank,
+                       g->cell_count,
+                       g->cell_start,
+                       g->order,
+                       g->count,
+                       g->neigh,
+                       g->scan_tmp,
+                       g->energy_partials,
+                       g->v2_partials,
+                       g->flags,
+                       g->x_alt,
+                       g->xr_alt};
     for (size_t k = 0; k < sizeof buffers / sizeof buffers[0]; k++)
         cudaFree(buffers[k]);
     for (int k = 0; k < g->event_cap; k++)
@@ -789,10 +810,10 @@ static gpc_status queue_build(gpc_md_cuda *g, long long step) {
     md_scatter<<<lb, t, 0, g->stream>>>(g->n, g->cell_of, g->cell_rank, g->cell_start, g->order,
                                         g->flags);
     md_sort_cells<<<lb, t, 0, g->stream>>>(g->cells, g->cell_start, g->order, g->flags);
-    md_gather<<<lb, t, 0, g->stream>>>(g->n, g->order, g->x, g->v, g->id, g->x_tmp, g->v_tmp,
-                                       g->id_tmp, g->flags);
-    md_copy_back<<<lb, t, 0, g->stream>>>(g->n, g->x_tmp, g->v_tmp, g->id_tmp, g->x, g->x_built,
-                                          g->xr, g->v, g->id, g->inv_box, g->m, g->width, g->flags);
+    md_gather<<<lb, t, 0, g->stream>>>(g->n, g->order, g->x, g->v, g->id, g->x_built, g->xr,
+                                       g->v_tmp, g->id_tmp, g->inv_box, g->m, g->width, g->flags);
+    md_copy_back<<<lb, t, 0, g->stream>>>(g->n, g->x_built, g->v_tmp, g->id_tmp, g->x, g->v, g->id,
+                                          g->flags);
     const float screen_low = (float)(g->reach2 * (1 - SCREEN_MARGIN)),
                 screen_high = (float)(g->reach2 * (1 + SCREEN_MARGIN));
     auto build = g->c.unroll == 4 ? md_build<4> : g->c.unroll == 2 ? md_build<2> : md_build<1>;
@@ -1045,7 +1066,6 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
         MD_CHECK(cudaMalloc(&g->x, vec));
         MD_CHECK(cudaMalloc(&g->v, vec));
         MD_CHECK(cudaMalloc(&g->x_built, vec));
-        MD_CHECK(cudaMalloc(&g->x_tmp, vec));
         MD_CHECK(cudaMalloc(&g->v_tmp, vec));
         MD_CHECK(cudaMalloc(&g->f, vec));
         MD_CHECK(cudaMalloc(&g->xr, n * sizeof(float4)));
