@@ -7,19 +7,32 @@
 #
 #   bench/md_gpu_variants.sh [GPC]        (default build/gpc)
 #
-# A variant is forces/lanes/build:
+# A variant is forces/lanes/build[/step[/unroll]]:
 #   forces  f64 or f32: the pair forces' precision (--forces)
 #   lanes   1, 2, 4 or 8 threads per atom in the force kernel (--gpu-lanes)
 #   build   f32: the list build tests candidates in float32, in float64 only
 #           those within rounding of the reach; f64: each in float64
 #           (--gpu-build)
+#   step    split or fused (--gpu-step): the integration a kernel of its
+#           own, or ending and beginning each step in the force kernel;
+#           left out: gpc's default (GPC_MD_STEP)
+#   unroll  1, 2 or 4 partners a thread takes at a time in the force loop
+#           (--gpu-unroll); left out: gpc's default (GPC_MD_UNROLL)
 #
 # Environment: DEVICE (default cuda:0), VARIANTS (default below), SIZES (fcc
 # cells a side, default "63 100 159": 1.0M, 4.0M and 16.1M atoms), STEPS
-# (per size, default "400 300 150"), BANDWIDTH (bytes/s, default 4.8e12:
-# the H200's HBM3e), FP64 (flop/s, default 34e12: its float64 vector peak),
-# FP32 (default 67e12), PROFILE (default 1: when nsys is there, the GPU time
-# of each kernel of the first variant at the middle size, 100 steps).
+# (per size, default "400 300 150"), THERMO (steps between thermo rows,
+# default one row at the end; the pair energy is summed only for a row, so
+# THERMO=20 adds an energy pass every 20 steps), BANDWIDTH (bytes/s,
+# default 4.8e12: the H200's HBM3e), FP64 (flop/s, default 34e12: its
+# float64 vector peak), FP32 (default 67e12), PROFILE (default 1: when nsys
+# is there, the GPU time of each kernel of the first variant at the middle
+# size, 100 steps).
+#
+# Each run sets GPC_MD_PHASES=1 (PHASES=0: not), so its RESULT line ends
+# with the GPU milliseconds of each phase of the step (integrate, decide,
+# build, forces, thermo) and each one's share: CUDA events between the
+# phases, a few microseconds a step.
 #
 # The bound each RESULT line compares against: DRAM bytes per atom-step at
 # BANDWIDTH and FLOPs at FP64 (f64) or FP32 (f32), from the model in
@@ -44,9 +57,14 @@ for s in "${!sizes[@]}"; do
   cells=${sizes[$s]}
   steps=${steps_list[$s]:-${steps_list[-1]}}
   for variant in $variants; do
-    IFS=/ read -r forces lanes build <<<"$variant"
-    if ! "$gpc" md --device "$device" --cells "$cells" --steps "$steps" --thermo "$steps" \
-      --forces "$forces" --gpu-lanes "$lanes" --gpu-build "$build" --json "$work/run.json" \
+    IFS=/ read -r forces lanes build step unroll <<<"$variant"
+    extra=()
+    [[ -n $step ]] && extra+=(--gpu-step "$step")
+    [[ -n $unroll ]] && extra+=(--gpu-unroll "$unroll")
+    if ! GPC_MD_PHASES=${PHASES:-1} "$gpc" md --device "$device" --cells "$cells" --steps "$steps" \
+      --thermo "${THERMO:-$steps}" \
+      --forces "$forces" --gpu-lanes "$lanes" --gpu-build "$build" "${extra[@]}" \
+      --json "$work/run.json" \
       >"$work/run.out" 2>&1; then
       echo "RESULT variant=$variant cells=$cells FAILED: $(tail -1 "$work/run.out")"
       continue
@@ -73,17 +91,22 @@ print(f"RESULT variant={variant} atoms={r['atoms']} steps={r['steps']} "
       f"memory_bound={mem_bound:.3g} of_memory_bound={100 * rate / mem_bound:.0f}% "
       f"flop_bound={flop_bound:.3g} achieved_TBps={rate * bytes_atom / 1e12:.2f} "
       f"last_row=\"{last['step']} {last['temperature']:.7f} {last['potential']:.7f} "
-      f"{last['total']:.7f} {last['pressure']:.7f}\"")
+      f"{last['total']:.7f} {last['pressure']:.7f}\""
+      + "".join(f" gpu_ms_{k}={v:.1f}" for k, v in r.get("gpu_ms", {}).items())
+      + (" gpu_share=" + "/".join(f"{100 * v / max(sum(r['gpu_ms'].values()), 1e-9):.0f}"
+                                  for v in r["gpu_ms"].values()) + "%"
+         if "gpu_ms" in r else ""))
 PY
   done
 done
 if [[ ${PROFILE:-1} == 1 ]] && command -v nsys >/dev/null 2>&1; then
-  IFS=/ read -r forces lanes build <<<"${variants%% *}"
+  IFS=/ read -r forces lanes build step unroll <<<"${variants%% *}"
   cells=${sizes[$(( ${#sizes[@]} / 2 ))]}
   echo "== GPU time by kernel: variant $forces/$lanes/$build, $cells cells, 100 steps (nsys)"
   if nsys profile -o "$work/profile" --force-overwrite true "$gpc" md --device "$device" \
     --cells "$cells" --steps 100 --thermo 100 --forces "$forces" --gpu-lanes "$lanes" \
-    --gpu-build "$build" >"$work/profile.out" 2>&1; then
+    --gpu-build "$build" ${step:+--gpu-step "$step"} ${unroll:+--gpu-unroll "$unroll"} \
+    >"$work/profile.out" 2>&1; then
     # the report's name changed in 2023; either gives each kernel's total
     nsys stats --report cuda_gpu_kern_sum "$work/profile.nsys-rep" >"$work/kernels.txt" 2>&1 ||
       nsys stats --report gpukernsum "$work/profile.nsys-rep" >"$work/kernels.txt" 2>&1 || true

@@ -10,8 +10,14 @@ by cell):
              + the atom's own position (32 float64, 16 float32)
   integrate  128 read (x, v, f, x at the build) + 64 written (x, v),
              + 16 with f32 (the float32 position)
-  build      (484 + 4 P) / B: bin 72, scatter 12, cell sort 8, gather 148,
-             copy back 192, the build 52 and its 4 P of entries
+  fused step (gpu_step "fused") in place of integrate and the force's
+             32 written: 64 read (v, x at the build), + 32 with f32 (the
+             float64 position; f64 forces read it already), 64 written
+             (x into the other buffer, v), + 16 with f32
+  build      (420 + 4 P) / B: bin 40 (positions are written back only
+             where wrapping moved them), scatter 12, cell sort 8, gather 164
+             (into the build's positions and the float32 ones), copy back
+             144, the build 52 and its 4 P of entries
 and FLOPs per listed partner: 9 (separation, r^2, test) plus 13 for the
 71% within the cutoff ((2.5/2.8)^3), in the pair forces' precision.
 Each function takes the run's `gpc md --json` record.
@@ -33,8 +39,11 @@ def bytes_per_atom_step(r):
     P = partners(r)
     f32 = r.get("forces") == "f32"
     own = 16 if f32 else 32
-    step = 4 * P + 4 + 32 + own + 192 + (16 if f32 else 0)
-    return step + (484 + 4 * P) / steps_per_build(r)
+    if r.get("gpu_step") == "fused":
+        step = 4 * P + 4 + own + 64 + (32 if f32 else 0) + 64 + (16 if f32 else 0)
+    else:
+        step = 4 * P + 4 + 32 + own + 192 + (16 if f32 else 0)
+    return step + (420 + 4 * P) / steps_per_build(r)
 
 
 def flops_per_atom_step(r):

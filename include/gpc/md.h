@@ -44,6 +44,11 @@ typedef struct {
     int gpu_lanes;      /* on a GPU: threads per atom in the force kernel, 1, 2, 4 or 8; 0: 4 */
     int gpu_build_f64;  /* on a GPU: the list build tests every candidate in float64, not
                            in float32 first */
+    int gpu_step_fused; /* on a GPU: the force kernel ends each step and begins the next
+                           (the half kicks and the drift); default GPC_MD_STEP=fused */
+    int gpu_unroll;     /* on a GPU: partners (forces) and candidates (the list build)
+                           whose loads issue together, 1, 2 or 4 (0: 1); default
+                           GPC_MD_UNROLL */
 } gpc_md_config;
 
 /* LAMMPS's in.lj: 20 cells (32,000 atoms), 0.8442, 3.0, 2.5, 0.3, 0.005;
@@ -98,6 +103,26 @@ int64_t gpc_md_neighbor_builds(const gpc_md *md);
  * half the skin since the one before, so pairs may have been missed. */
 int64_t gpc_md_dangerous_builds(const gpc_md *md);
 int64_t gpc_md_pairs(const gpc_md *md); /* pairs in the current neighbour list */
+
+/* The phases of a GPU time step, for gpc_md_gpu_phase_ms: the opening half
+ * kick and drift (fused into the forces with --gpu-step fused, but for a
+ * chunk's first step), the rebuild decision, the list build (its kernels
+ * return at once on steps without one), the pair forces, and the closing
+ * half kick with the thermo sums at the end of each run. */
+enum {
+    GPC_MD_PHASE_INTEGRATE,
+    GPC_MD_PHASE_DECIDE,
+    GPC_MD_PHASE_BUILD,
+    GPC_MD_PHASE_FORCES,
+    GPC_MD_PHASE_THERMO,
+    GPC_MD_PHASES
+};
+/* "integrate", "decide", "build", "forces", "thermo". */
+const char *gpc_md_phase_name(int phase);
+/* On a GPU with GPC_MD_PHASES=1 (CUDA events between the phases' kernels,
+ * read when the run is created): the GPU milliseconds of each phase over
+ * every gpc_md_run so far, and 1. Else 0, ms untouched. */
+int gpc_md_gpu_phase_ms(const gpc_md *md, double ms[GPC_MD_PHASES]);
 
 /* "cpu, 4 threads" or "NVIDIA H200 (cuda:0)": where the run computes. */
 const char *gpc_md_where(const gpc_md *md);

@@ -67,19 +67,29 @@ static gpc_status write_json(const char *path, const gpc_md_config *c, gpc_md *m
             "{\"atoms\": %lld, \"cells\": %d, \"density\": %.17g, \"box\": %.17g, "
             "\"temperature\": %.17g, \"cutoff\": %.17g, \"skin\": %.17g, \"dt\": %.17g, "
             "\"seed\": %llu, \"rebuild_every\": %d, \"device\": \"%s\", \"forces\": \"%s\", "
-            "\"gpu_lanes\": %d, \"gpu_build\": \"%s\", \"processes\": %d, "
+            "\"gpu_lanes\": %d, \"gpu_build\": \"%s\", \"gpu_step\": \"%s\", "
+            "\"gpu_unroll\": %d, \"processes\": %d, "
             "\"threads\": %d, \"steps\": %d, "
             "\"seconds\": %.9g, \"atom_steps_per_s\": %.9g, \"neighbor_builds\": %lld, "
-            "\"dangerous_builds\": %lld, \"pairs\": %lld,\n \"thermo\": [",
+            "\"dangerous_builds\": %lld, \"pairs\": %lld,\n",
             (long long)gpc_md_atoms(md), c->cells, c->density, gpc_md_box(md), c->temperature,
             c->cutoff, c->skin, c->dt, (unsigned long long)c->seed, c->rebuild_every,
             gpc_device_name(c->device),
             c->device.type == GPC_DEVICE_CUDA && c->gpu_forces_f32 ? "f32" : "f64",
-            c->gpu_lanes ? c->gpu_lanes : 4, c->gpu_build_f64 ? "f64" : "f32", gpc_md_processes(md),
-            omp_get_max_threads(), steps, seconds,
+            c->gpu_lanes ? c->gpu_lanes : 4, c->gpu_build_f64 ? "f64" : "f32",
+            c->gpu_step_fused ? "fused" : "split", c->gpu_unroll ? c->gpu_unroll : 1,
+            gpc_md_processes(md), omp_get_max_threads(), steps, seconds,
             seconds > 0 ? (double)gpc_md_atoms(md) * steps / seconds : 0.0,
             (long long)gpc_md_neighbor_builds(md), (long long)gpc_md_dangerous_builds(md),
             (long long)gpc_md_pairs(md));
+    double ms[GPC_MD_PHASES];
+    if (gpc_md_gpu_phase_ms(md, ms)) {
+        fprintf(f, " \"gpu_ms\": {");
+        for (int p = 0; p < GPC_MD_PHASES; p++)
+            fprintf(f, "%s\"%s\": %.9g", p ? ", " : "", gpc_md_phase_name(p), ms[p]);
+        fprintf(f, "},\n");
+    }
+    fprintf(f, " \"thermo\": [");
     for (int i = 0; i < log->count; i++) {
         const gpc_md_thermo *t = &log->rows[i];
         fprintf(f,
@@ -99,6 +109,7 @@ int cmd_md(int argc, char **argv) {
     int steps = 100, thermo = -1;
     int64_t seed = (int64_t)c.seed; /* signed, so a negative value is refused, not wrapped */
     const char *json = NULL, *dump = NULL, *device = "cpu", *forces = "f64", *build = "f32";
+    const char *gpu_step = c.gpu_step_fused ? "fused" : "split";
     int dump_every = 0;
     const cli_option options[] = {
         {"cells", CLI_INT, &c.cells, "N",
@@ -117,6 +128,12 @@ int cmd_md(int argc, char **argv) {
         {"gpu-build", CLI_STRING, &build, "P",
          "on a GPU, the list build tests candidates in f32, in f64 only near the reach (f32, "
          "default), or each in f64"},
+        {"gpu-step", CLI_STRING, &gpu_step, "S",
+         "on a GPU, split: an integration kernel, then the forces; fused: the force kernel ends "
+         "each step and begins the next (default split, or GPC_MD_STEP)"},
+        {"gpu-unroll", CLI_INT, &c.gpu_unroll, "U",
+         "on a GPU, partners (in the forces) and candidates (in the list build) whose loads issue "
+         "together: 1, 2 or 4 (default 1, or GPC_MD_UNROLL)"},
         {"steps", CLI_INT, &steps, "N", "time steps to run (default 100)"},
         {"seed", CLI_INT64, &seed, "S", "seed of the initial velocities (default 87287)"},
         {"rebuild-every", CLI_INT, &c.rebuild_every, "N",
@@ -135,6 +152,7 @@ int cmd_md(int argc, char **argv) {
         "md",
         "md [--cells N] [--density RHO] [--temperature T] [--cutoff RC] [--skin S] [--dt DT] "
         "[--device cpu|cuda[:N]] [--forces f64|f32] [--gpu-lanes L] [--gpu-build f32|f64] "
+        "[--gpu-step split|fused] [--gpu-unroll U] "
         "[--steps N] [--seed S] [--rebuild-every N] "
         "[--thermo N] [--json "
         "FILE] [--dump FILE "
@@ -168,6 +186,11 @@ int cmd_md(int argc, char **argv) {
     if (strcmp(build, "f64") != 0 && strcmp(build, "f32") != 0)
         return cli_usage_error("md", "--gpu-build %s: use f32 or f64", build);
     c.gpu_build_f64 = strcmp(build, "f64") == 0;
+    if (strcmp(gpu_step, "split") != 0 && strcmp(gpu_step, "fused") != 0)
+        return cli_usage_error("md", "--gpu-step %s: use split or fused", gpu_step);
+    c.gpu_step_fused = strcmp(gpu_step, "fused") == 0;
+    if (c.gpu_unroll != 1 && c.gpu_unroll != 2 && c.gpu_unroll != 4)
+        return cli_usage_error("md", "--gpu-unroll %d: use 1, 2 or 4", c.gpu_unroll);
     /* the syntax only: whether the GPU exists, and has room, gpc_md_create
      * says before it allocates anything */
     if (strcmp(device, "cuda") == 0) {
@@ -276,6 +299,15 @@ int cmd_md(int argc, char **argv) {
                steps, seconds, seconds > 0 ? (double)gpc_md_atoms(md) * steps / seconds / 1e6 : 0.0,
                (long long)gpc_md_neighbor_builds(md),
                (double)gpc_md_pairs(md) / (double)gpc_md_atoms(md), last->total - first->total);
+        double ms[GPC_MD_PHASES], total = 0;
+        if (gpc_md_gpu_phase_ms(md, ms)) {
+            for (int p = 0; p < GPC_MD_PHASES; p++)
+                total += ms[p];
+            printf("gpc md: GPU time by phase (GPC_MD_PHASES):");
+            for (int p = 0; p < GPC_MD_PHASES; p++)
+                printf(" %s %.1f ms (%.0f%%)%s", gpc_md_phase_name(p), ms[p],
+                       total > 0 ? 100 * ms[p] / total : 0.0, p + 1 < GPC_MD_PHASES ? "," : "\n");
+        }
         if (json) st = write_json(json, &c, md, &log, steps, seconds);
     }
     /* also when the run failed: missed pairs are a likely reason it blew up */

@@ -19,6 +19,7 @@
  * GPU when asked for.
  */
 #include "gpc/md.h"
+#include "gpc/settings.h"
 #include "sci/md_cuda.h"
 #include "sci/md_split.h"
 #include "sci/sci.h"
@@ -26,6 +27,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct gpc_md {
@@ -72,6 +74,10 @@ void gpc_md_defaults(gpc_md_config *c) {
     c->seed = 87287;
     c->rebuild_every = 0;
     c->device = gpc_cpu();
+    const char *step = gpc_setting_str("GPC_MD_STEP");
+    c->gpu_step_fused = step && strcmp(step, "fused") == 0;
+    const char *unroll = gpc_setting_str("GPC_MD_UNROLL");
+    c->gpu_unroll = unroll ? atoi(unroll) : 1;
 }
 
 static gpc_status check_config(const gpc_md_config *c) {
@@ -95,6 +101,9 @@ static gpc_status check_config(const gpc_md_config *c) {
         c->gpu_lanes != 8)
         return gpc_error(GPC_ERR_INVALID_ARG, "md: %d GPU lanes per atom: use 1, 2, 4 or 8",
                          c->gpu_lanes);
+    if (c->gpu_unroll != 0 && c->gpu_unroll != 1 && c->gpu_unroll != 2 && c->gpu_unroll != 4)
+        return gpc_error(GPC_ERR_INVALID_ARG, "md: %d partners at a time on the GPU: use 1, 2 or 4",
+                         c->gpu_unroll);
     return GPC_OK;
 }
 
@@ -456,6 +465,8 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
         .forces_f32 = c->gpu_forces_f32,
         .lanes = c->gpu_lanes,
         .build_f64 = c->gpu_build_f64,
+        .fused_step = c->gpu_step_fused,
+        .unroll = c->gpu_unroll,
     };
     {
         /* refuse what cannot fit rather than be killed filling it in */
@@ -587,7 +598,9 @@ void gpc_md_get_thermo(const gpc_md *md, gpc_md_thermo *out) {
         md_split_sums(md->split, &potential, &virial, &sum2, &pairs);
     } else if (md->gpu) {
         gpc_md_cuda_sums sums;
-        gpc_md_cuda_sums_get(md->gpu, &sums); /* read back when the last run ended */
+        /* the energy and virial summed on the GPU at the first call after a
+         * run; NaN if that fails (gpc_last_error says why) */
+        gpc_md_cuda_sums_get(md->gpu, &sums);
         sum2 = sums.v2, potential = sums.potential, virial = sums.virial;
     } else {
         for (int64_t k = 0; k < 3 * md->n; k++)
@@ -677,6 +690,16 @@ int64_t gpc_md_pairs(const gpc_md *md) {
         return pairs;
     }
     return md->gpu ? gpc_md_cuda_pairs(md->gpu) : md->before[md->n];
+}
+
+const char *gpc_md_phase_name(int phase) {
+    static const char *const names[GPC_MD_PHASES] = {"integrate", "decide", "build", "forces",
+                                                     "thermo"};
+    return phase >= 0 && phase < GPC_MD_PHASES ? names[phase] : "?";
+}
+
+int gpc_md_gpu_phase_ms(const gpc_md *md, double ms[GPC_MD_PHASES]) {
+    return md->gpu ? gpc_md_cuda_phase_ms(md->gpu, ms) : 0;
 }
 
 const char *gpc_md_where(const gpc_md *md) {

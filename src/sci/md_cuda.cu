@@ -23,8 +23,28 @@
  *                by shuffles: no atomics. Slot k of atom i is at
  *                ((k / lanes) * atoms + i) * lanes + k % lanes, so the lanes
  *                of a warp read one run of memory at each step of the loop
- *                (with one lane this is column-major: k * atoms + i)
- *   (last step)  the closing half kick and the thermo sums
+ *                (with one lane this is column-major: k * atoms + i);
+ *                with unroll 2 or 4 each thread takes that many partners at
+ *                a time, their entries and positions loaded together and
+ *                the next group's entries ahead of them (the loop is bound
+ *                by the latency of those dependent loads, not by DRAM),
+ *                and the build loads each cell's candidates that many at
+ *                a time
+ *   (run's end)  the closing half kick and the sum of v^2; the pair energy
+ *                and virial only when first asked for (sums_get): the
+ *                thermo force kernel over the same positions and list, so
+ *                a chunk of steps whose row is not printed costs no more
+ *                than its steps
+ *
+ * With fused_step (--gpu-step fused) the force kernel of each step but a
+ * run's last goes on, once an atom's force is summed, to that atom's
+ * closing half kick and the next step's opening half kick, drift and
+ * displacement test (kick_drift, the integrate kernel's own body), so
+ * integrate runs only at a run's first step. Other threads still read the
+ * atom's position as a partner, so the drifted one goes to a second buffer
+ * (x_alt, and xr_alt for float32 forces) and the host swaps the pair after
+ * queueing each such step; the force is not stored. The last step stores
+ * its forces and ends as the split step does, so thermo rows are the same.
  *
  * A neighbour entry is the partner's index in its low 27 bits and, in the
  * top 5, a code (0 to 26) of three offsets -1, 0 or 1 fixed at the build:
@@ -61,12 +81,15 @@
 #include "sci/md_cuda.h"
 
 #include "cuda/cuda_common.cuh"
+#include "gpc/md.h"
+#include "gpc/settings.h"
 
 #include <climits>
 #include <type_traits>
 #include <cub/device/device_scan.cuh>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 namespace {
 
@@ -155,31 +178,51 @@ __device__ __forceinline__ float4 relative(const md_vec &p, const md_vec &built,
 
 /* ------------------------------------------------------------ the step */
 
-/* xr: the float32 positions, refreshed here when the forces read them
- * (NULL: float64 forces, which read x). */
-__global__ void md_integrate(int64_t n, md_vec *__restrict__ x, md_vec *__restrict__ v,
-                             const md_vec *__restrict__ f, const md_vec *__restrict__ x_built,
-                             float4 *__restrict__ xr, double inv_box, int m, double width,
-                             double dt, double half_dt, int finish_previous, double limit2,
-                             long long step, md_flags *flags) {
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    md_vec vi = v[i];
-    const md_vec fi = f[i];
+/* Where a step's drift writes, and what it needs besides the atom's own
+ * position, velocity and force. x and xr: the drifted positions (md_integrate:
+ * the arrays it reads; the fused step: the other buffers of the pair, as the
+ * force kernel's partners still read the current ones); xr NULL with float64
+ * forces, which read x alone. */
+struct md_drift {
+    md_vec *v; /* in place: only atom i's thread reads v[i] */
+    md_vec *x;
+    float4 *xr;
+    const md_vec *x_built;
+    double inv_box, width, dt, half_dt, limit2;
+    int m;
+    long long step; /* the step the drift begins, for the blow-up message */
+    md_flags *flags;
+};
+
+/* Atom i's closing half kick of the step before (finish_previous), the
+ * opening half kick and the drift from xi, and the checks of displacement
+ * and blow-up: md_integrate's body and the fused step's, one expression so
+ * the two give the same bits. */
+__device__ __forceinline__ void kick_drift(int64_t i, md_vec xi, const md_vec &fi,
+                                           bool finish_previous, const md_drift &d) {
+    md_vec vi = d.v[i];
     if (finish_previous) { /* the closing half kick of the step before */
-        vi.x += half_dt * fi.x, vi.y += half_dt * fi.y, vi.z += half_dt * fi.z;
+        vi.x += d.half_dt * fi.x, vi.y += d.half_dt * fi.y, vi.z += d.half_dt * fi.z;
     }
-    vi.x += half_dt * fi.x, vi.y += half_dt * fi.y, vi.z += half_dt * fi.z;
-    md_vec xi = x[i];
-    xi.x += dt * vi.x, xi.y += dt * vi.y, xi.z += dt * vi.z;
-    v[i] = vi;
-    x[i] = xi;
-    const md_vec b = x_built[i];
-    if (xr) xr[i] = relative(xi, b, inv_box, m, width);
+    vi.x += d.half_dt * fi.x, vi.y += d.half_dt * fi.y, vi.z += d.half_dt * fi.z;
+    xi.x += d.dt * vi.x, xi.y += d.dt * vi.y, xi.z += d.dt * vi.z;
+    d.v[i] = vi;
+    d.x[i] = xi;
+    const md_vec b = d.x_built[i];
+    if (d.xr) d.xr[i] = relative(xi, b, d.inv_box, d.m, d.width);
     double dx = xi.x - b.x, dy = xi.y - b.y, dz = xi.z - b.z;
     /* written so that NaN counts as moved: a blown-up atom forces a build */
-    if (!(dx * dx + dy * dy + dz * dz <= limit2)) flags->moved = 1;
-    if (!isfinite(xi.x) || !isfinite(xi.y) || !isfinite(xi.z)) atomicMin(&flags->blowup_step, step);
+    if (!(dx * dx + dy * dy + dz * dz <= d.limit2)) d.flags->moved = 1;
+    if (!isfinite(xi.x) || !isfinite(xi.y) || !isfinite(xi.z))
+        atomicMin(&d.flags->blowup_step, d.step);
+}
+
+/* The step's first half in place (d.x: the positions read). */
+__global__ void md_integrate(int64_t n, const md_vec *__restrict__ f, int finish_previous,
+                             md_drift d) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    kick_drift(i, d.x[i], f[i], finish_previous, d);
 }
 
 /* forced: -1 rebuild when an atom moved over half the skin; 0 or 1 the
@@ -211,11 +254,14 @@ __global__ void md_bin(int64_t n, md_vec *__restrict__ x, double box, double inv
     if (!flags->rebuild) return;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        md_vec p = x[i];
-        if (!isfinite(p.x) || !isfinite(p.y) || !isfinite(p.z))
+        const md_vec was = x[i];
+        if (!isfinite(was.x) || !isfinite(was.y) || !isfinite(was.z))
             atomicMin(&flags->blowup_step, step);
+        md_vec p = was;
         p.x = wrap(p.x, box, inv_box), p.y = wrap(p.y, box, inv_box), p.z = wrap(p.z, box, inv_box);
-        x[i] = p;
+        /* written back only where it moved: inside the box wrap is exact,
+         * so most atoms keep their bits and cost no store (NaN != 0) */
+        if (p.x != was.x || p.y != was.y || p.z != was.z) x[i] = p;
         int c = (cell_index(p.z, inv_box, m) * m + cell_index(p.y, inv_box, m)) * m +
                 cell_index(p.x, inv_box, m);
         cell_of[i] = c;
@@ -251,34 +297,35 @@ __global__ void md_sort_cells(int64_t cells, const int *__restrict__ cell_start,
     }
 }
 
+/* Positions go straight to x_built (the new start) and, float32 relative
+ * to each atom's cell, to xr, which nothing reads here; velocities and
+ * ids to buffers. */
 __global__ void md_gather(int64_t n, const int *__restrict__ order, const md_vec *__restrict__ x,
                           const md_vec *__restrict__ v, const long long *__restrict__ id,
-                          md_vec *__restrict__ x_out, md_vec *__restrict__ v_out,
-                          long long *__restrict__ id_out, const md_flags *flags) {
+                          md_vec *__restrict__ x_built, float4 *__restrict__ xr,
+                          md_vec *__restrict__ v_out, long long *__restrict__ id_out,
+                          double inv_box, int m, double width, const md_flags *flags) {
     if (!flags->rebuild) return;
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < n;
          p += (int64_t)gridDim.x * blockDim.x) {
         const int j = order[p];
-        x_out[p] = x[j], v_out[p] = v[j], id_out[p] = id[j];
+        const md_vec q = x[j];
+        x_built[p] = q, v_out[p] = v[j], id_out[p] = id[j];
+        xr[p] = relative(q, q, inv_box, m, width);
     }
 }
 
 /* Back into the arrays the step uses (the host does not know whether a
- * build ran, so it cannot swap pointers); x_built is the new start, and
- * xr its float32 copy relative to each atom's cell. */
-__global__ void md_copy_back(int64_t n, const md_vec *__restrict__ x_in,
+ * build ran, so it cannot swap pointers): x from x_built, v and ids from
+ * the gather's buffers. */
+__global__ void md_copy_back(int64_t n, const md_vec *__restrict__ x_built,
                              const md_vec *__restrict__ v_in, const long long *__restrict__ id_in,
-                             md_vec *__restrict__ x, md_vec *__restrict__ x_built,
-                             float4 *__restrict__ xr, md_vec *__restrict__ v,
-                             long long *__restrict__ id, double inv_box, int m, double width,
-                             const md_flags *flags) {
+                             md_vec *__restrict__ x, md_vec *__restrict__ v,
+                             long long *__restrict__ id, const md_flags *flags) {
     if (!flags->rebuild) return;
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < n;
-         p += (int64_t)gridDim.x * blockDim.x) {
-        const md_vec q = x_in[p];
-        x[p] = q, x_built[p] = q, v[p] = v_in[p], id[p] = id_in[p];
-        xr[p] = relative(q, q, inv_box, m, width);
-    }
+         p += (int64_t)gridDim.x * blockDim.x)
+        x[p] = x_built[p], v[p] = v_in[p], id[p] = id_in[p];
 }
 
 /* Row i: every atom j != i of the 27 cells around i's within reach, each
@@ -289,13 +336,16 @@ __global__ void md_copy_back(int64_t n, const md_vec *__restrict__ x_in,
  * corner (its own minus the offset times the cell's width) against the
  * partners' relative positions: below screen_low the pair is within reach
  * whatever the rounding, above screen_high beyond it; in between (and
- * with test_f64, always) md.c's float64 test decides. */
-__global__ void md_build(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
-                         double box, double inv_box, int m, double width,
-                         const int *__restrict__ cell_start, double reach2, float screen_low,
-                         float screen_high, int test_f64, int relative_codes, int capacity,
-                         int lanes_log2, int *__restrict__ count, unsigned *__restrict__ neigh,
-                         md_flags *flags) {
+ * with test_f64, always) md.c's float64 test decides. UNROLL (2 or 4,
+ * --gpu-unroll): a cell's candidates taken that many at a time, their
+ * float32 positions loaded together before any is tested; the same tests
+ * in the same order, so the same rows. */
+template <int UNROLL>
+__global__ void
+md_build(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr, double box,
+         double inv_box, int m, double width, const int *__restrict__ cell_start, double reach2,
+         float screen_low, float screen_high, int test_f64, int relative_codes, int capacity,
+         int lanes_log2, int *__restrict__ count, unsigned *__restrict__ neigh, md_flags *flags) {
     if (!flags->rebuild) return;
     const float fwidth = (float)width;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -326,26 +376,38 @@ __global__ void md_build(int64_t n, const md_vec *__restrict__ x, const float4 *
                         (relative_codes ? offset_code(ox, oy, oz) : offset_code(sx, sy, sz))
                         << INDEX_BITS;
                     const int end = cell_start[cell + 1];
-                    for (int j = cell_start[cell]; j < end; j++) {
-                        if (j == i) continue; /* its images are over twice the reach away */
-                        float s2 = 0;
+                    for (int j0 = cell_start[cell]; j0 < end; j0 += UNROLL) {
+                        float4 candidate[UNROLL];
                         if (!test_f64) {
-                            const float4 q = xr[j];
-                            const float dx = rx - q.x, dy = ry - q.y, dz = rz - q.z;
-                            s2 = dx * dx + dy * dy + dz * dz;
-                            if (!(s2 < screen_high)) continue; /* NaN too */
+#pragma unroll
+                            for (int u = 0; u < UNROLL; u++)
+                                if (UNROLL == 1 || j0 + u < end)
+                                    candidate[u] = UNROLL == 1 ? xr[j0] : __ldg(&xr[j0 + u]);
                         }
-                        bool within = !test_f64 && s2 < screen_low;
-                        if (!within) {
-                            const md_vec q = x[j];
-                            const double dx = p.x - q.x - bx, dy = p.y - q.y - by,
-                                         dz = p.z - q.z - bz;
-                            within = dx * dx + dy * dy + dz * dz < reach2;
-                        }
-                        if (within) {
-                            if (found < capacity)
-                                neigh[slot_of(i, found, n, lanes_log2)] = (unsigned)j | code;
-                            found++; /* counted past the end: the host says how many */
+#pragma unroll
+                        for (int u = 0; u < UNROLL; u++) {
+                            const int j = j0 + u;
+                            if (UNROLL > 1 && j >= end) break;
+                            if (j == i) continue; /* its images are over twice the reach away */
+                            float s2 = 0;
+                            if (!test_f64) {
+                                const float4 q = candidate[u];
+                                const float dx = rx - q.x, dy = ry - q.y, dz = rz - q.z;
+                                s2 = dx * dx + dy * dy + dz * dz;
+                                if (!(s2 < screen_high)) continue; /* NaN too */
+                            }
+                            bool within = !test_f64 && s2 < screen_low;
+                            if (!within) {
+                                const md_vec q = x[j];
+                                const double dx = p.x - q.x - bx, dy = p.y - q.y - by,
+                                             dz = p.z - q.z - bz;
+                                within = dx * dx + dy * dy + dz * dz < reach2;
+                            }
+                            if (within) {
+                                if (found < capacity)
+                                    neigh[slot_of(i, found, n, lanes_log2)] = (unsigned)j | code;
+                                found++; /* counted past the end: the host says how many */
+                            }
                         }
                     }
                 }
@@ -376,18 +438,22 @@ template <int LANES, typename T> __device__ __forceinline__ T lanes_sum(T value)
 }
 
 /* LANES threads per atom: lane l takes slots l, l + LANES, .. of the row.
+ * With drift.v (the fused step, never with THERMO) lane 0 then ends the
+ * atom's step and begins the next (kick_drift) instead of storing f.
+ * UNROLL (1, 2 or 4; 1 with THERMO): partners taken a group at a time,
+ * their loads issued together (the loop's comment).
  * F32: pair forces computed and summed in float32 from xr (cell-relative
  * positions, the code being the partner's cell offset); else in float64
  * from x (the code being the partner's image), md.c's expressions.
  * THERMO: also the pair energy and virial in float64 from x, summed per
  * block into partials[2 * block] and [2 * block + 1] (each pair counted
  * from both ends: the reduction halves them). */
-template <bool THERMO, bool F32, int LANES>
+template <bool THERMO, bool F32, int LANES, int UNROLL>
 __global__ void __launch_bounds__(ATOM_THREADS)
     md_forces(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
               const int *__restrict__ count, const unsigned *__restrict__ neigh,
               md_vec *__restrict__ f, double box, double inv_box, double width, double rc2,
-              double *__restrict__ partials) {
+              double *__restrict__ partials, md_drift drift) {
     /* F32: each code's cell offset times the cell's width (the build's
      * float32 values, exact negatives of each other, so the two halves of a
      * pair see opposite separations) */
@@ -416,49 +482,99 @@ __global__ void __launch_bounds__(ATOM_THREADS)
         float4 pr = make_float4(0.f, 0.f, 0.f, 0.f);
         if (F32) pr = xr[i];
         const float frc2 = (float)rc2;
-        for (int k = lane, s = 0; k < partners; k += LANES, s++) {
-            const unsigned entry = __ldg(row + s * stride);
-            const int j = (int)(entry & INDEX_MASK);
-            const unsigned code = entry >> INDEX_BITS;
-            double dx = 0, dy = 0, dz = 0, r2 = 0;
-            if (F32) {
-                const float4 q = xr[j], o = cell_offset[code];
-                const float ex = pr.x - q.x - o.x, ey = pr.y - q.y - o.y, ez = pr.z - q.z - o.z;
-                const float s2 = ex * ex + ey * ey + ez * ez;
-                if (s2 < frc2) {
-                    /* float32 division is not exact-rounded under
-                     * --use_fast_math: unbiased enough for forces, not for
-                     * the printed energy (THERMO does that in float64) */
-                    const float r2inv = 1.f / s2, r6inv = r2inv * r2inv * r2inv;
-                    const float fpair = r6inv * (48.f * r6inv - 24.f) * r2inv;
-                    fx += ex * fpair, fy += ey * fpair, fz += ez * fpair;
-                }
-                if (THERMO) {
-                    const md_vec q64 = x[j];
-                    dx = nearest(p.x - q64.x, box, inv_box);
-                    dy = nearest(p.y - q64.y, box, inv_box);
-                    dz = nearest(p.z - q64.z, box, inv_box);
-                    r2 = dx * dx + dy * dy + dz * dz;
-                }
+        /* UNROLL > 1: that many entries, then that many partners'
+         * positions (through the read-only path) loaded before any is used,
+         * and the next group's entries loaded before this group's
+         * positions: more loads in flight for each thread. UNROLL 1 is the
+         * plain loop. The pairs are summed in the same order either way. */
+        typedef typename std::conditional<F32, float4, md_vec>::type Position;
+        unsigned next[UNROLL];
+        if (UNROLL > 1) {
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++)
+                next[u] = lane + u * LANES < partners ? __ldg(row + u * stride) : 0u;
+        }
+        for (int k = lane, s = 0; k < partners; k += LANES * UNROLL, s += UNROLL) {
+            unsigned entries[UNROLL];
+            Position partner[UNROLL];
+            if (UNROLL == 1) {
+                entries[0] = __ldg(row + s * stride);
+                const int j = (int)(entries[0] & INDEX_MASK);
+                if constexpr (F32)
+                    partner[0] = xr[j];
+                else
+                    partner[0] = x[j];
             } else {
-                const md_vec q = x[j];
-                dx = p.x - q.x, dy = p.y - q.y, dz = p.z - q.z;
-                if (code != CODE_NONE) { /* near a face: the image is a box away */
-                    const int c = (int)code;
-                    dx -= box * (c % 3 - 1), dy -= box * ((c / 3) % 3 - 1), dz -= box * (c / 9 - 1);
-                }
-                r2 = dx * dx + dy * dy + dz * dz;
-                if (r2 < rc2) { /* md.c's expressions (float64 division is
-                                 * exact-rounded even under --use_fast_math) */
-                    const double r2inv = 1.0 / r2, r6inv = r2inv * r2inv * r2inv;
-                    const double fpair = r6inv * (48.0 * r6inv - 24.0) * r2inv;
-                    fx += dx * fpair, fy += dy * fpair, fz += dz * fpair;
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++)
+                    entries[u] = next[u];
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++)
+                    next[u] = k + (UNROLL + u) * LANES < partners
+                                  ? __ldg(row + (s + UNROLL + u) * stride)
+                                  : 0u;
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++) {
+                    const int j = (int)(entries[u] & INDEX_MASK);
+                    if (k + u * LANES < partners) {
+                        if constexpr (F32) {
+                            partner[u] = __ldg(&xr[j]);
+                        } else {
+                            const double2 xy = __ldg((const double2 *)&x[j]);
+                            partner[u].x = xy.x, partner[u].y = xy.y;
+                            partner[u].z = __ldg(&x[j].z), partner[u].w = 0;
+                        }
+                    }
                 }
             }
-            if (THERMO && r2 < rc2) {
-                const double r2i = 1.0 / r2, r6i = r2i * r2i * r2i;
-                e += 4.0 * r6i * (r6i - 1.0);
-                w += r2 * (r6i * (48.0 * r6i - 24.0) * r2i);
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                if (k + u * LANES >= partners) break;
+                const unsigned entry = entries[u];
+                const int j = (int)(entry & INDEX_MASK);
+                const unsigned code = entry >> INDEX_BITS;
+                double dx = 0, dy = 0, dz = 0, r2 = 0;
+                if constexpr (F32) {
+                    const float4 q = partner[u], o = cell_offset[code];
+                    const float ex = pr.x - q.x - o.x, ey = pr.y - q.y - o.y, ez = pr.z - q.z - o.z;
+                    const float s2 = ex * ex + ey * ey + ez * ez;
+                    if (s2 < frc2) {
+                        /* float32 division is not exact-rounded under
+                         * --use_fast_math: unbiased enough for forces, not
+                         * for the printed energy (THERMO does that in
+                         * float64) */
+                        const float r2inv = 1.f / s2, r6inv = r2inv * r2inv * r2inv;
+                        const float fpair = r6inv * (48.f * r6inv - 24.f) * r2inv;
+                        fx += ex * fpair, fy += ey * fpair, fz += ez * fpair;
+                    }
+                    if (THERMO) {
+                        const md_vec q64 = x[j];
+                        dx = nearest(p.x - q64.x, box, inv_box);
+                        dy = nearest(p.y - q64.y, box, inv_box);
+                        dz = nearest(p.z - q64.z, box, inv_box);
+                        r2 = dx * dx + dy * dy + dz * dz;
+                    }
+                } else {
+                    const md_vec q = partner[u];
+                    dx = p.x - q.x, dy = p.y - q.y, dz = p.z - q.z;
+                    if (code != CODE_NONE) { /* near a face: the image is a box away */
+                        const int c = (int)code;
+                        dx -= box * (c % 3 - 1), dy -= box * ((c / 3) % 3 - 1),
+                            dz -= box * (c / 9 - 1);
+                    }
+                    r2 = dx * dx + dy * dy + dz * dz;
+                    if (r2 < rc2) { /* md.c's expressions (float64 division is
+                                     * exact-rounded even under --use_fast_math) */
+                        const double r2inv = 1.0 / r2, r6inv = r2inv * r2inv * r2inv;
+                        const double fpair = r6inv * (48.0 * r6inv - 24.0) * r2inv;
+                        fx += dx * fpair, fy += dy * fpair, fz += dz * fpair;
+                    }
+                }
+                if (THERMO && r2 < rc2) {
+                    const double r2i = 1.0 / r2, r6i = r2i * r2i * r2i;
+                    e += 4.0 * r6i * (r6i - 1.0);
+                    w += r2 * (r6i * (48.0 * r6i - 24.0) * r2i);
+                }
             }
         }
     }
@@ -468,7 +584,10 @@ __global__ void __launch_bounds__(ATOM_THREADS)
     if (i < n && lane == 0) {
         md_vec out;
         out.x = fx, out.y = fy, out.z = fz, out.w = 0;
-        f[i] = out;
+        if (!THERMO && drift.v)
+            kick_drift(i, x[i], out, true, drift);
+        else if (f)
+            f[i] = out;
     }
     if (THERMO) {
         __shared__ double shared[ATOM_THREADS];
@@ -546,9 +665,13 @@ struct gpc_md_cuda {
     int build_blocks;    /* as many as are resident at once: one wave, no tail */
     int64_t since_build; /* steps since the last build, for rebuild_every */
     cudaStream_t stream;
-    md_vec *x, *v, *x_built, *x_tmp, *v_tmp;
+    md_vec *x, *v, *x_built, *v_tmp;
     md_vec *f;
     float4 *xr; /* positions relative to each atom's cell, float32 (the file's head) */
+    /* the fused step's other position buffers (NULL without it): it reads x
+     * and xr, writes these, and the two swap */
+    md_vec *x_alt;
+    float4 *xr_alt;
     long long *id, *id_tmp;
     int *cell_of, *cell_rank, *cell_count, *cell_start, *order, *count;
     unsigned *neigh;
@@ -557,6 +680,18 @@ struct gpc_md_cuda {
     double *energy_partials, *v2_partials;
     md_flags *flags; /* on the device */
     md_flags host;   /* its last copy */
+    /* a run ended since the pair energy and virial were summed (they are
+     * summed when asked for), and the step it ended on */
+    int energy_stale;
+    long long last_step;
+    /* GPC_MD_PHASES: events recorded between the phases of the queue, each
+     * with the phase it ends (-1: a run's start), tallied into phase_ms when
+     * the host next waits */
+    int phases_on;
+    cudaEvent_t *events;
+    int *event_phase;
+    int event_cap, event_used;
+    double phase_ms[GPC_MD_PHASES];
 };
 
 #define MD_CHECK(call)                                                                             \
@@ -583,9 +718,11 @@ static int64_t cells_of(const gpc_md_cuda_config *c) {
 
 extern "C" double gpc_md_cuda_bytes(const gpc_md_cuda_config *c) {
     const double n = (double)c->atoms;
-    /* x, v, f, x_built and two gather buffers of 32 bytes; xr 16; ids and
-     * their buffer 16; cell, rank, order, count 16; the rows */
-    const double per_atom = 6 * 32 + 16 + 16 + 16 + 4.0 * rounded_capacity(c);
+    /* x, v, f, x_built and the gather's velocities, 32 bytes each; xr 16;
+     * ids and their buffer 16; cell, rank, order, count 16; the rows; the
+     * fused step's second x and xr */
+    const double per_atom =
+        5 * 32 + 16 + 16 + 16 + 4.0 * rounded_capacity(c) + (c->fused_step ? 32 + 16 : 0);
     /* cell counts and starts, CUB's scan space (under 1% of the counts),
      * the thermo partials, and the context's own share */
     const double cells = 8.0 * (double)(cells_of(c) + 1) * 1.1 + 1e6;
@@ -618,6 +755,9 @@ extern "C" gpc_status gpc_md_cuda_check(int device, const gpc_md_cuda_config *c)
     if (c->lanes != 0 && c->lanes != 1 && c->lanes != 2 && c->lanes != 4 && c->lanes != 8)
         return gpc_error(GPC_ERR_INVALID_ARG, "md: %d GPU lanes per atom: use 1, 2, 4 or 8",
                          c->lanes);
+    if (c->unroll != 0 && c->unroll != 1 && c->unroll != 2 && c->unroll != 4)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "md: %d partners at a time in the force kernel: use 1, 2 or 4", c->unroll);
     const double need = gpc_md_cuda_bytes(c);
     if (need > (double)free_bytes)
         return gpc_error(GPC_ERR_NOMEM,
@@ -631,13 +771,33 @@ extern "C" gpc_status gpc_md_cuda_check(int device, const gpc_md_cuda_config *c)
 extern "C" void gpc_md_cuda_free(gpc_md_cuda *g) {
     if (!g) return;
     cudaSetDevice(g->device);
-    void *buffers[] = {
-        g->x,           g->v,     g->x_built, g->x_tmp,   g->v_tmp,     g->f,
-        g->xr,          g->id,    g->id_tmp,  g->cell_of, g->cell_rank, g->cell_count,
-        g->cell_start,  g->order, g->count,   g->neigh,   g->scan_tmp,  g->energy_partials,
-        g->v2_partials, g->flags};
+    void *buffers[] = {g->x,
+                       g->v,
+                       g->x_built,
+                       g->v_tmp,
+                       g->f,
+                       g->xr,
+                       g->id,
+                       g->id_tmp,
+                       g->cell_of,
+                       g->cell_rank,
+                       g->cell_count,
+                       g->cell_start,
+                       g->order,
+                       g->count,
+                       g->neigh,
+                       g->scan_tmp,
+                       g->energy_partials,
+                       g->v2_partials,
+                       g->flags,
+                       g->x_alt,
+                       g->xr_alt};
     for (size_t k = 0; k < sizeof buffers / sizeof buffers[0]; k++)
         cudaFree(buffers[k]);
+    for (int k = 0; k < g->event_cap; k++)
+        if (g->events[k]) cudaEventDestroy(g->events[k]);
+    gpc_free(g->events);
+    gpc_free(g->event_phase);
     if (g->stream) cudaStreamDestroy(g->stream);
     gpc_free(g);
 }
@@ -658,18 +818,60 @@ static gpc_status queue_build(gpc_md_cuda *g, long long step) {
     md_scatter<<<lb, t, 0, g->stream>>>(g->n, g->cell_of, g->cell_rank, g->cell_start, g->order,
                                         g->flags);
     md_sort_cells<<<lb, t, 0, g->stream>>>(g->cells, g->cell_start, g->order, g->flags);
-    md_gather<<<lb, t, 0, g->stream>>>(g->n, g->order, g->x, g->v, g->id, g->x_tmp, g->v_tmp,
-                                       g->id_tmp, g->flags);
-    md_copy_back<<<lb, t, 0, g->stream>>>(g->n, g->x_tmp, g->v_tmp, g->id_tmp, g->x, g->x_built,
-                                          g->xr, g->v, g->id, g->inv_box, g->m, g->width, g->flags);
+    md_gather<<<lb, t, 0, g->stream>>>(g->n, g->order, g->x, g->v, g->id, g->x_built, g->xr,
+                                       g->v_tmp, g->id_tmp, g->inv_box, g->m, g->width, g->flags);
+    md_copy_back<<<lb, t, 0, g->stream>>>(g->n, g->x_built, g->v_tmp, g->id_tmp, g->x, g->v, g->id,
+                                          g->flags);
     const float screen_low = (float)(g->reach2 * (1 - SCREEN_MARGIN)),
                 screen_high = (float)(g->reach2 * (1 + SCREEN_MARGIN));
-    md_build<<<g->build_blocks, t, 0, g->stream>>>(
-        g->n, g->x, g->xr, box, g->inv_box, g->m, g->width, g->cell_start, g->reach2, screen_low,
-        screen_high, g->c.build_f64, g->c.forces_f32, g->c.row_capacity, g->lanes_log2, g->count,
-        g->neigh, g->flags);
+    auto build = g->c.unroll == 4 ? md_build<4> : g->c.unroll == 2 ? md_build<2> : md_build<1>;
+    build<<<g->build_blocks, t, 0, g->stream>>>(g->n, g->x, g->xr, box, g->inv_box, g->m, g->width,
+                                                g->cell_start, g->reach2, screen_low, screen_high,
+                                                g->c.build_f64, g->c.forces_f32, g->c.row_capacity,
+                                                g->lanes_log2, g->count, g->neigh, g->flags);
     md_end_build<<<1, 1, 0, g->stream>>>(g->flags);
     GPC_CUDA_CHECK_LAUNCH();
+    return GPC_OK;
+}
+
+/* With GPC_MD_PHASES: an event in the queue ending `phase` (-1: the start
+ * of a run). */
+static gpc_status mark(gpc_md_cuda *g, int phase) {
+    if (!g->phases_on) return GPC_OK;
+    if (g->event_used == g->event_cap) {
+        const int cap = g->event_cap ? 2 * g->event_cap : 128;
+        cudaEvent_t *events = (cudaEvent_t *)gpc_calloc((size_t)cap, sizeof *events);
+        int *tags = (int *)gpc_calloc((size_t)cap, sizeof *tags);
+        if (!events || !tags) {
+            gpc_free(events), gpc_free(tags);
+            return gpc_error(GPC_ERR_NOMEM, "md: out of host memory");
+        }
+        if (g->event_cap) {
+            memcpy(events, g->events, (size_t)g->event_cap * sizeof *events);
+            memcpy(tags, g->event_phase, (size_t)g->event_cap * sizeof *tags);
+        }
+        gpc_free(g->events), gpc_free(g->event_phase);
+        g->events = events, g->event_phase = tags;
+        for (int k = g->event_cap; k < cap; k++) {
+            GPC_CUDA_CHECK(cudaEventCreate(&g->events[k]));
+            g->event_cap = k + 1;
+        }
+    }
+    GPC_CUDA_CHECK(cudaEventRecord(g->events[g->event_used], g->stream));
+    g->event_phase[g->event_used++] = phase;
+    return GPC_OK;
+}
+
+/* After the stream has drained: the time between each event and the one
+ * before, added to the phase the later one ends. */
+static gpc_status tally_phases(gpc_md_cuda *g) {
+    for (int k = 1; k < g->event_used; k++) {
+        if (g->event_phase[k] < 0) continue;
+        float ms = 0;
+        GPC_CUDA_CHECK(cudaEventElapsedTime(&ms, g->events[k - 1], g->events[k]));
+        g->phase_ms[g->event_phase[k]] += ms;
+    }
+    g->event_used = 0;
     return GPC_OK;
 }
 
@@ -679,6 +881,7 @@ static gpc_status read_flags(gpc_md_cuda *g, long long last) {
     GPC_CUDA_CHECK(
         cudaMemcpyAsync(&g->host, g->flags, sizeof g->host, cudaMemcpyDeviceToHost, g->stream));
     GPC_CUDA_CHECK(cudaStreamSynchronize(g->stream));
+    GPC_TRY(tally_phases(g));
     const md_flags *h = &g->host;
     if (h->blowup_step != LLONG_MAX)
         return gpc_error(GPC_ERR_INVALID_ARG,
@@ -701,13 +904,32 @@ static gpc_status read_flags(gpc_md_cuda *g, long long last) {
     return GPC_OK;
 }
 
-template <bool THERMO, bool F32> static void launch_forces(gpc_md_cuda *g) {
+/* The drift of the step beginning at `step`: into x and xr in place
+ * (md_integrate) or into the other buffers (the fused step). */
+static md_drift drift_of(gpc_md_cuda *g, long long step, bool into_other) {
+    md_drift d;
+    d.v = g->v;
+    d.x = into_other ? g->x_alt : g->x;
+    d.xr = g->c.forces_f32 ? (into_other ? g->xr_alt : g->xr) : NULL;
+    d.x_built = g->x_built;
+    d.inv_box = g->inv_box, d.width = g->width, d.dt = g->c.dt, d.half_dt = 0.5 * g->c.dt;
+    d.limit2 = g->limit2;
+    d.m = g->m;
+    d.step = step;
+    d.flags = g->flags;
+    return d;
+}
+
+/* drift.v NULL: store the forces in f (NULL: not at all); else the fused
+ * step (not with THERMO). */
+template <bool THERMO, bool F32, int UNROLL>
+static void launch_forces(gpc_md_cuda *g, const md_drift &drift, md_vec *f) {
     const dim3 grid(g->force_blocks), block(ATOM_THREADS);
     double *partials = THERMO ? g->energy_partials : NULL;
 #define MD_FORCES(LANES)                                                                           \
-    md_forces<THERMO, F32, LANES>                                                                  \
-        <<<grid, block, 0, g->stream>>>(g->n, g->x, g->xr, g->count, g->neigh, g->f, g->c.box,     \
-                                        g->inv_box, g->width, g->rc2, partials)
+    md_forces<THERMO, F32, LANES, UNROLL>                                                          \
+        <<<grid, block, 0, g->stream>>>(g->n, g->x, g->xr, g->count, g->neigh, f, g->c.box,        \
+                                        g->inv_box, g->width, g->rc2, partials, drift)
     switch (g->lanes) {
     case 1:
         MD_FORCES(1);
@@ -725,18 +947,41 @@ template <bool THERMO, bool F32> static void launch_forces(gpc_md_cuda *g) {
 #undef MD_FORCES
 }
 
-/* Queues the force kernel in the run's precision and lanes. */
-static void queue_forces(gpc_md_cuda *g, bool thermo) {
+/* Queues the force kernel in the run's precision and lanes: the forces
+ * into f, with the thermo sums when `thermo`; or (`fused_next`, the step
+ * beginning then) the fused step, which ends each atom's step and drifts it
+ * into the other position buffers, then makes those the current ones. */
+static void queue_forces(gpc_md_cuda *g, bool thermo, long long fused_next = 0,
+                         bool store_f = true) {
+    md_vec *f = store_f ? g->f : NULL;
+    md_drift drift = {};
+    if (fused_next) drift = drift_of(g, fused_next, true);
+    /* the thermo sums (for a printed row) in the plain loop */
+    const int unroll = thermo ? 1 : g->c.unroll;
     if (g->c.forces_f32) {
         if (thermo)
-            launch_forces<true, true>(g);
+            launch_forces<true, true, 1>(g, drift, f);
+        else if (unroll == 4)
+            launch_forces<false, true, 4>(g, drift, f);
+        else if (unroll == 2)
+            launch_forces<false, true, 2>(g, drift, f);
         else
-            launch_forces<false, true>(g);
+            launch_forces<false, true, 1>(g, drift, f);
     } else {
         if (thermo)
-            launch_forces<true, false>(g);
+            launch_forces<true, false, 1>(g, drift, f);
+        else if (unroll == 4)
+            launch_forces<false, false, 4>(g, drift, f);
+        else if (unroll == 2)
+            launch_forces<false, false, 2>(g, drift, f);
         else
-            launch_forces<false, false>(g);
+            launch_forces<false, false, 1>(g, drift, f);
+    }
+    if (fused_next) {
+        md_vec *x = g->x;
+        g->x = g->x_alt, g->x_alt = x;
+        float4 *xr = g->xr;
+        g->xr = g->xr_alt, g->xr_alt = xr;
     }
 }
 
@@ -751,6 +996,7 @@ static gpc_status compute_now(gpc_md_cuda *g, long long step) {
     md_reduce_thermo<<<1, REDUCE_THREADS, 0, g->stream>>>(g->force_blocks, g->energy_partials,
                                                           g->atom_blocks, g->v2_partials, g->flags);
     GPC_CUDA_CHECK_LAUNCH();
+    g->energy_stale = 0;
     return read_flags(g, step);
 }
 
@@ -796,6 +1042,7 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
     if (!g) return gpc_error(GPC_ERR_NOMEM, "md: out of host memory");
     g->c = *config;
     g->device = device;
+    g->phases_on = gpc_setting_flag("GPC_MD_PHASES");
     g->n = config->atoms;
     g->m = config->cells_per_side;
     g->cells = cells_of(config);
@@ -817,8 +1064,10 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
         snprintf(g->name, sizeof g->name, "%s (cuda:%d)", prop.name, device);
         g->loop_blocks = prop.multiProcessorCount * LOOP_BLOCKS_PER_SM;
         int resident = 0;
-        MD_CHECK(
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, md_build, LOOP_THREADS, 0));
+        auto build = config->unroll == 4   ? md_build<4>
+                     : config->unroll == 2 ? md_build<2>
+                                           : md_build<1>;
+        MD_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, build, LOOP_THREADS, 0));
         g->build_blocks = prop.multiProcessorCount * (resident > 0 ? resident : 1);
     }
     /* a blocking stream: it waits for the default stream's copies and sets
@@ -829,10 +1078,13 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
         MD_CHECK(cudaMalloc(&g->x, vec));
         MD_CHECK(cudaMalloc(&g->v, vec));
         MD_CHECK(cudaMalloc(&g->x_built, vec));
-        MD_CHECK(cudaMalloc(&g->x_tmp, vec));
         MD_CHECK(cudaMalloc(&g->v_tmp, vec));
         MD_CHECK(cudaMalloc(&g->f, vec));
         MD_CHECK(cudaMalloc(&g->xr, n * sizeof(float4)));
+        if (config->fused_step) {
+            MD_CHECK(cudaMalloc(&g->x_alt, vec));
+            MD_CHECK(cudaMalloc(&g->xr_alt, n * sizeof(float4)));
+        }
         MD_CHECK(cudaMalloc(&g->id, n * sizeof(long long)));
         MD_CHECK(cudaMalloc(&g->id_tmp, n * sizeof(long long)));
         MD_CHECK(cudaMalloc(&g->cell_of, n * sizeof(int)));
@@ -879,28 +1131,42 @@ done:
 extern "C" gpc_status gpc_md_cuda_run(gpc_md_cuda *g, int steps, int64_t first_step) {
     if (steps <= 0) return GPC_OK;
     GPC_CUDA_CHECK(cudaSetDevice(g->device));
-    const double dt = g->c.dt, half_dt = 0.5 * dt;
+    const double half_dt = 0.5 * g->c.dt;
+    GPC_TRY(mark(g, -1));
     for (int s = 0; s < steps; s++) {
         const long long step = (long long)first_step + s + 1;
-        md_integrate<<<g->atom_blocks, ATOM_THREADS, 0, g->stream>>>(
-            g->n, g->x, g->v, g->f, g->x_built, g->c.forces_f32 ? g->xr : NULL, g->inv_box, g->m,
-            g->width, dt, half_dt, s > 0, g->limit2, step, g->flags);
+        /* fused: only a run's first step begins here; the force kernel of
+         * each step before the last begins the next */
+        if (s == 0 || !g->c.fused_step) {
+            md_integrate<<<g->atom_blocks, ATOM_THREADS, 0, g->stream>>>(g->n, g->f, s > 0,
+                                                                         drift_of(g, step, false));
+            GPC_TRY(mark(g, GPC_MD_PHASE_INTEGRATE));
+        }
         int forced = -1;
         if (g->c.rebuild_every > 0) {
             forced = ++g->since_build >= g->c.rebuild_every;
             if (forced) g->since_build = 0;
         }
         md_decide<<<1, 1, 0, g->stream>>>(g->flags, forced);
+        GPC_TRY(mark(g, GPC_MD_PHASE_DECIDE));
         GPC_TRY(queue_build(g, step));
-        queue_forces(g, s == steps - 1);
+        GPC_TRY(mark(g, GPC_MD_PHASE_BUILD));
+        const bool last = s == steps - 1;
+        queue_forces(g, false, g->c.fused_step && !last ? step + 1 : 0);
         GPC_CUDA_CHECK_LAUNCH();
+        GPC_TRY(mark(g, GPC_MD_PHASE_FORCES));
     }
+    /* the closing half kick and the sum of v^2 (a blow-up check); the pair
+     * energy and virial wait until they are asked for (sums_get) */
     md_finish<<<g->atom_blocks, ATOM_THREADS, 0, g->stream>>>(g->n, g->v, g->f, half_dt, 1,
                                                               g->v2_partials);
-    md_reduce_thermo<<<1, REDUCE_THREADS, 0, g->stream>>>(g->force_blocks, g->energy_partials,
-                                                          g->atom_blocks, g->v2_partials, g->flags);
+    md_reduce_thermo<<<1, REDUCE_THREADS, 0, g->stream>>>(0, g->energy_partials, g->atom_blocks,
+                                                          g->v2_partials, g->flags);
     GPC_CUDA_CHECK_LAUNCH();
-    return read_flags(g, (long long)first_step + steps);
+    GPC_TRY(mark(g, GPC_MD_PHASE_THERMO));
+    g->last_step = (long long)first_step + steps;
+    g->energy_stale = 1;
+    return read_flags(g, g->last_step);
 }
 
 extern "C" gpc_status gpc_md_cuda_compute(gpc_md_cuda *g, const double *x, const double *v) {
@@ -911,7 +1177,32 @@ extern "C" gpc_status gpc_md_cuda_compute(gpc_md_cuda *g, const double *x, const
 }
 
 extern "C" gpc_status gpc_md_cuda_sums_get(gpc_md_cuda *g, gpc_md_cuda_sums *out) {
-    /* read back at the end of every create, compute and run */
+    /* v^2 is read back at the end of every create, compute and run; the pair
+     * energy and virial at a create or compute, and after a run here, at
+     * the first call: the thermo force kernel over the same positions and
+     * list (forces not stored again: they are the run's), then the sums in
+     * their fixed order, as a run that ended with them would have */
+    if (g->energy_stale) {
+        gpc_status st = GPC_OK;
+        if (cudaSetDevice(g->device) != cudaSuccess)
+            st = gpc_error(GPC_ERR_DEVICE, "md: cannot select cuda:%d", g->device);
+        if (st == GPC_OK) st = mark(g, -1);
+        if (st == GPC_OK) {
+            queue_forces(g, true, 0, false);
+            md_reduce_thermo<<<1, REDUCE_THREADS, 0, g->stream>>>(
+                g->force_blocks, g->energy_partials, g->atom_blocks, g->v2_partials, g->flags);
+            const cudaError_t err = cudaGetLastError();
+            if (err != cudaSuccess)
+                st = gpc_error(GPC_ERR_DEVICE, "md: %s", cudaGetErrorString(err));
+        }
+        if (st == GPC_OK) st = mark(g, GPC_MD_PHASE_THERMO);
+        if (st == GPC_OK) st = read_flags(g, g->last_step);
+        if (st != GPC_OK) {
+            out->potential = out->virial = out->v2 = NAN;
+            return st;
+        }
+        g->energy_stale = 0;
+    }
     out->potential = g->host.potential;
     out->virial = g->host.virial;
     out->v2 = g->host.v2;
@@ -969,6 +1260,13 @@ extern "C" int64_t gpc_md_cuda_pairs(gpc_md_cuda *g) {
         cudaStreamSynchronize(g->stream) != cudaSuccess)
         return -1;
     return pairs / 2; /* a full list holds each pair from both ends */
+}
+
+extern "C" int gpc_md_cuda_phase_ms(const gpc_md_cuda *g, double *ms) {
+    if (!g->phases_on) return 0;
+    for (int p = 0; p < GPC_MD_PHASES; p++)
+        ms[p] = g->phase_ms[p];
+    return 1;
 }
 
 extern "C" const char *gpc_md_cuda_device_name(const gpc_md_cuda *g) {

@@ -34,11 +34,17 @@ typedef struct {
     int forces_f32;     /* pair forces in float32 (1) or float64 (0) */
     int lanes;          /* threads per atom in the force kernel: 1, 2, 4 or 8; 0: 4 */
     int build_f64;      /* the build tests each candidate in float64, not in float32 first */
+    int fused_step;     /* the force kernel ends each step and begins the next (kicks, drift) */
+    int unroll; /* partners (forces), candidates (the build) loaded together: 1, 2, 4; 0: 1 */
 } gpc_md_cuda_config;
 
 /* The sums of the last step whose thermo was computed (the step a create,
  * compute or run ended on): the pair energy and virial sum r . f over every
- * pair once, sum of v^2 over the atoms, all accumulated in float64. */
+ * pair once, sum of v^2 over the atoms, all accumulated in float64. After a
+ * run the energy and virial are computed at the first call (a kernel over
+ * the pairs, then a wait): a run whose rows are not printed skips them. On
+ * failure (a device error, or an energy no longer finite: the blow-up
+ * message) the sums are NaN. */
 typedef struct {
     double potential, virial, v2;
 } gpc_md_cuda_sums;
@@ -85,6 +91,11 @@ int64_t gpc_md_cuda_builds(const gpc_md_cuda *gpu);
 int64_t gpc_md_cuda_dangerous(const gpc_md_cuda *gpu);
 /* Listed pairs (each pair once) in the current list: summed on the GPU. */
 int64_t gpc_md_cuda_pairs(gpc_md_cuda *gpu);
+/* With GPC_MD_PHASES=1 (read at create): the GPU time in milliseconds of
+ * each phase (gpc/md.h's GPC_MD_PHASE_*) over every run so far, from CUDA
+ * events recorded between the phases' kernels; returns 1. Else 0, ms left
+ * as it is. */
+int gpc_md_cuda_phase_ms(const gpc_md_cuda *gpu, double *ms);
 /* "NVIDIA H200 (cuda:0)" or the like, for the run's header. */
 const char *gpc_md_cuda_device_name(const gpc_md_cuda *gpu);
 

@@ -74,6 +74,11 @@ int64_t gpc_md_cuda_pairs(gpc_md_cuda *gpu) {
     return 0;
 }
 
+int gpc_md_cuda_phase_ms(const gpc_md_cuda *gpu, double *ms) {
+    (void)gpu, (void)ms;
+    return 0;
+}
+
 const char *gpc_md_cuda_device_name(const gpc_md_cuda *gpu) {
     (void)gpu;
     return "none";

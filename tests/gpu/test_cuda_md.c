@@ -1,9 +1,9 @@
 /* test_cuda_md.c: `gpc md` on a GPU against the CPU's md.c and against sums
  * over every pair of atoms:
  *   - the neighbour list on random positions holds every pair within
- *     cutoff + skin and nothing else, in each layout (lanes per atom) and
- *     with either build test, and after a hot run still every pair within
- *     the cutoff;
+ *     cutoff + skin and nothing else, in each layout (lanes per atom),
+ *     with either build test and candidates taken 1, 2 or 4 at a time,
+ *     and after a hot run still every pair within the cutoff;
  *   - forces, energy and virial of a disordered crystal against every pair
  *     summed in float64 (float32 forces: 3e-5 of the largest);
  *   - a small crystal's trajectory, atom by atom, and its thermo rows
@@ -11,6 +11,13 @@
  *   - each kernel variant (lanes per atom 1, 2, 4, 8; the build's float32
  *     test or float64 alone; float64 or float32 forces) on 4,000 atoms
  *     of in.lj, 100 steps: every thermo row agrees with the CPU's;
+ *   - the fused step (kicks and drift in the force kernel) and the
+ *     unrolled force loops against the plain split step: the same rows and
+ *     coordinates, and the same bits from run to run (run again under
+ *     GPC_MD_STEP=fused or GPC_MD_UNROLL=4, every test against the CPU
+ *     passes as it does with the defaults);
+ *   - the energy and virial summed when asked for: the same bits whether
+ *     each run's row is read or only the last;
  *   - LAMMPS's in.lj (32,000 atoms), 100 steps: every thermo row agrees
  *     with the CPU's to the printed digits (Temp, E_pair and TotEng within
  *     1e-7, Press within 3e-7: perturbing the CPU's velocities by 1e-8 moves
@@ -37,18 +44,27 @@
 
 enum { CPU, GPU, GPU_F32 }; /* where make runs: the GPU with float64 or float32 forces */
 
-/* lanes 0 and build_f64 0: the defaults */
-static gpc_md *make_variant(int cells, double temperature, uint64_t seed, int rebuild_every,
-                            int where, int lanes, int build_f64) {
+/* lanes 0 and build_f64 0: the defaults; fused -1: gpc_md_defaults's
+ * (GPC_MD_STEP), else the split (0) or fused (1) step; unroll -1:
+ * GPC_MD_UNROLL, else 1, 2 or 4 */
+static gpc_md *make_step(int cells, double temperature, uint64_t seed, int rebuild_every, int where,
+                         int lanes, int build_f64, int fused, int unroll) {
     gpc_md_config c;
     gpc_md_defaults(&c);
     c.cells = cells, c.temperature = temperature, c.seed = seed, c.rebuild_every = rebuild_every;
     if (where != CPU) c.device = (gpc_device){GPC_DEVICE_CUDA, 0};
     c.gpu_forces_f32 = where == GPU_F32;
     c.gpu_lanes = lanes, c.gpu_build_f64 = build_f64;
+    if (fused >= 0) c.gpu_step_fused = fused;
+    if (unroll >= 0) c.gpu_unroll = unroll;
     gpc_md *md = NULL;
     TEST_OK(gpc_md_create(&md, &c));
     return md;
+}
+
+static gpc_md *make_variant(int cells, double temperature, uint64_t seed, int rebuild_every,
+                            int where, int lanes, int build_f64) {
+    return make_step(cells, temperature, seed, rebuild_every, where, lanes, build_f64, -1, -1);
 }
 
 static gpc_md *make(int cells, double temperature, uint64_t seed, int rebuild_every, int where) {
@@ -119,10 +135,11 @@ static void test_small_neighbor_list_random(void **state) {
     /* 6 cells: 864 atoms, 10 cells of 2.8 wide; 5 cells: 2 cells a side,
      * where the cells at -1 and +1 are one */
     const int sizes[] = {6, 5};
-    /* each layout (lanes per atom), each build test, both kinds of codes */
-    const int lanes[] = {1, 2, 4, 8, 0, 8}, build_f64[] = {0, 0, 1, 0, 1, 1},
-              f32[] = {0, 1, 0, 1, 1, 0};
-    for (int variant = 0; variant < 12; variant++) {
+    /* each layout (lanes per atom), each build test, both kinds of codes,
+     * the candidates one at a time or 2 or 4 together */
+    const int lanes[] = {1, 2, 4, 8, 0, 8, 1, 4}, build_f64[] = {0, 0, 1, 0, 1, 1, 0, 0},
+              f32[] = {0, 1, 0, 1, 1, 0, 1, 0}, unroll[] = {0, 0, 0, 0, 0, 0, 4, 2};
+    for (int variant = 0; variant < 16; variant++) {
         const int s = variant % 2, l = variant / 2;
         const int cells = sizes[s];
         const int64_t n = 4 * (int64_t)cells * cells * cells;
@@ -138,7 +155,8 @@ static void test_small_neighbor_list_random(void **state) {
                                 .rebuild_every = 0,
                                 .forces_f32 = f32[l],
                                 .lanes = lanes[l],
-                                .build_f64 = build_f64[l]};
+                                .build_f64 = build_f64[l],
+                                .unroll = unroll[l]};
         double *x = malloc((size_t)(3 * n) * sizeof *x), *v = calloc((size_t)(3 * n), sizeof *v);
         int64_t *id = malloc((size_t)n * sizeof *id);
         gpc_rng rng;
@@ -167,8 +185,8 @@ static void test_small_neighbor_list_random(void **state) {
             }
         }
         char when[64];
-        snprintf(when, sizeof when, "random, %d cells, lanes %d, build %s, forces %s", cells,
-                 lanes[l], build_f64[l] ? "f64" : "f32", f32[l] ? "f32" : "f64");
+        snprintf(when, sizeof when, "random, %d cells, lanes %d, build %s, forces %s, unroll %d",
+                 cells, lanes[l], build_f64[l] ? "f64" : "f32", f32[l] ? "f32" : "f64", unroll[l]);
         expect_list_complete(sorted, n, box, counts, rows, c.row_capacity, reach, when);
         int64_t pairs = 0;
         for (int64_t i = 0; i < n; i++)
@@ -374,6 +392,110 @@ static void test_variants_match_cpu(void **state) {
     }
 }
 
+/* A kernel variant against the plain split step (an integration kernel,
+ * then the force loop one partner at a time), 4,000 atoms of in.lj, runs
+ * of 10, 1, 37 and 52 steps (a run's first step is the integration
+ * kernel's, its last the plain forces'): the fused step (the force kernel
+ * ends each step and begins the next) and the unrolled loops (2 or 4
+ * partners' loads issued together) do the same arithmetic in the same
+ * order, so the thermo rows and every coordinate agree bit for bit where
+ * the compiler contracts both alike, which the test reports. It holds
+ * them within 1e-12 with float64 forces; with float32 ones, where a last
+ * bit of one pair force would grow to about 1e-8 over 100 steps, within
+ * 1e-7 (rows; 1e-6 coordinates), still far below the 1e-3 of a pair
+ * missed or counted twice. And the variant again: the same bits, run to
+ * run. */
+static void expect_like_plain(int where, int lanes, int fused, int unroll) {
+    const int runs[] = {10, 1, 37, 52};
+    const char *name = where == GPU ? "f64" : "f32";
+    gpc_md *plain = make_step(10, 3.0, 87287, 0, where, lanes, 0, 0, 1),
+           *variant = make_step(10, 3.0, 87287, 0, where, lanes, 0, fused, unroll),
+           *again = make_step(10, 3.0, 87287, 0, where, lanes, 0, fused, unroll);
+    int bitwise = 1;
+    for (int r = 0; r < 4; r++) {
+        TEST_OK(gpc_md_run(plain, runs[r]));
+        TEST_OK(gpc_md_run(variant, runs[r]));
+        TEST_OK(gpc_md_run(again, runs[r]));
+        gpc_md_thermo a, b, c;
+        gpc_md_get_thermo(plain, &a);
+        gpc_md_get_thermo(variant, &b);
+        gpc_md_get_thermo(again, &c);
+        if (where == GPU)
+            expect_rows_agree(&a, &b, 1e-12, 1e-12);
+        else
+            expect_rows_agree(&a, &b, 1e-7, 1e-6);
+        if (memcmp(&b, &c, sizeof b) != 0)
+            fail_msg("%s lanes %d step %s unroll %d: two runs differ at step %lld", name, lanes,
+                     fused ? "fused" : "split", unroll, (long long)b.step);
+        bitwise &= memcmp(&a, &b, sizeof a) == 0;
+    }
+    assert_int_equal(gpc_md_neighbor_builds(plain), gpc_md_neighbor_builds(variant));
+    double *xa = by_id(plain), *xb = by_id(variant), box = gpc_md_box(plain);
+    for (int64_t k = 0; k < 3 * gpc_md_atoms(plain); k++) {
+        if (!(fabs(nearest(xa[k] - xb[k], box)) <= (where == GPU ? 1e-12 : 1e-6)))
+            fail_msg("%s lanes %d step %s unroll %d: coordinate %lld: plain %.17g, variant %.17g",
+                     name, lanes, fused ? "fused" : "split", unroll, (long long)k, xa[k], xb[k]);
+        bitwise &= xa[k] == xb[k];
+    }
+    printf("%s forces, lanes %d, %s step, unroll %d: %s the plain split step's\n", name, lanes,
+           fused ? "fused" : "split", unroll,
+           bitwise ? "the bits of" : "within the tolerance of, not the bits of");
+    free(xa), free(xb);
+    gpc_md_free(plain), gpc_md_free(variant), gpc_md_free(again);
+}
+
+static void test_step_variants_match_plain(void **state) {
+    (void)state;
+    const int fused[] = {1, 0, 0, 1}, unroll[] = {1, 2, 4, 4}, lanes[] = {1, 4};
+    for (int where = GPU; where <= GPU_F32; where++)
+        for (int l = 0; l < 2; l++)
+            for (int v = 0; v < 4; v++)
+                expect_like_plain(where, lanes[l], fused[v], unroll[v]);
+}
+
+/* The pair energy and virial of a run are summed when first asked for:
+ * runs of 20 steps whose rows are read after each, the same runs read only
+ * at the end, and one run of 100 steps give the same bits (split step: a
+ * run's end and the next one's start do the arithmetic of a step within a
+ * run), forces included, and a second read changes nothing. */
+static void test_thermo_when_asked(void **state) {
+    (void)state;
+    for (int where = GPU; where <= GPU_F32; where++) {
+        gpc_md *each = make_step(6, 3.0, test_seed(), 0, where, 1, 0, 0, 1),
+               *unread = make_step(6, 3.0, test_seed(), 0, where, 1, 0, 0, 1),
+               *whole = make_step(6, 3.0, test_seed(), 0, where, 1, 0, 0, 1);
+        gpc_md_thermo a, b, c, again;
+        for (int r = 0; r < 5; r++) {
+            TEST_OK(gpc_md_run(each, 20));
+            gpc_md_get_thermo(each, &a);
+            TEST_OK(gpc_md_run(unread, 20));
+        }
+        TEST_OK(gpc_md_run(whole, 100));
+        gpc_md_get_thermo(unread, &b);
+        gpc_md_get_thermo(whole, &c);
+        gpc_md_get_thermo(unread, &again);
+        assert_int_equal(a.step, 100);
+        if (memcmp(&a, &b, sizeof a) != 0 || memcmp(&a, &c, sizeof a) != 0 ||
+            memcmp(&b, &again, sizeof b) != 0)
+            fail_msg("%s: step 100 read after each run %.17g %.17g %.17g, read at the end "
+                     "%.17g %.17g %.17g, one run %.17g %.17g %.17g",
+                     where == GPU ? "f64" : "f32", a.temperature, a.potential, a.pressure,
+                     b.temperature, b.potential, b.pressure, c.temperature, c.potential,
+                     c.pressure);
+        const int64_t n3 = 3 * gpc_md_atoms(each);
+        double *fa = malloc((size_t)n3 * sizeof *fa);
+        const double *fb = gpc_md_forces(unread), *got = gpc_md_forces(each);
+        assert_non_null(fb);
+        assert_non_null(got);
+        memcpy(fa, got, (size_t)n3 * sizeof *fa);
+        fb = gpc_md_forces(unread);
+        assert_non_null(fb);
+        assert_memory_equal(fa, fb, (size_t)n3 * sizeof *fa);
+        free(fa);
+        gpc_md_free(each), gpc_md_free(unread), gpc_md_free(whole);
+    }
+}
+
 /* Pairs closer than the cutoff, over every pair. */
 static int64_t pairs_inside(gpc_md *md, double cutoff) {
     const double *x = gpc_md_positions(md), box = gpc_md_box(md);
@@ -477,6 +599,8 @@ int main(void) {
         cmocka_unit_test(test_small_run_matches_cpu),
         cmocka_unit_test(test_small_bad_input),
         cmocka_unit_test(test_variants_match_cpu),
+        cmocka_unit_test(test_step_variants_match_plain),
+        cmocka_unit_test(test_thermo_when_asked),
         cmocka_unit_test(test_in_lj_thermo_matches_cpu),
         cmocka_unit_test(test_energy_drift_like_cpu),
     };
