@@ -106,9 +106,11 @@ int64_t gpc_md_pairs(const gpc_md *md); /* pairs in the current neighbour list *
 
 /* The phases of a GPU time step, for gpc_md_gpu_phase_ms: the opening half
  * kick and drift (fused into the forces with --gpu-step fused, but for a
- * chunk's first step), the rebuild decision, the list build (its kernels
- * return at once on steps without one), the pair forces, and the closing
- * half kick with the thermo sums at the end of each run. */
+ * run's first step), the rebuild decision, the list build (its kernels
+ * return at once on steps without one), the pair forces, and thermo: the
+ * closing half kick and sum of v^2 at the end of each run, and the pair
+ * energy and virial when gpc_md_get_thermo first asks for them after a
+ * run. */
 enum {
     GPC_MD_PHASE_INTEGRATE,
     GPC_MD_PHASE_DECIDE,

@@ -598,7 +598,9 @@ void gpc_md_get_thermo(const gpc_md *md, gpc_md_thermo *out) {
         md_split_sums(md->split, &potential, &virial, &sum2, &pairs);
     } else if (md->gpu) {
         gpc_md_cuda_sums sums;
-        gpc_md_cuda_sums_get(md->gpu, &sums); /* read back when the last run ended */
+        /* the energy and virial summed on the GPU at the first call after a
+         * run; NaN if that fails (gpc_last_error says why) */
+        gpc_md_cuda_sums_get(md->gpu, &sums);
         sum2 = sums.v2, potential = sums.potential, virial = sums.virial;
     } else {
         for (int64_t k = 0; k < 3 * md->n; k++)

@@ -30,7 +30,11 @@
  *                by the latency of those dependent loads, not by DRAM),
  *                and the build loads each cell's candidates that many at
  *                a time
- *   (last step)  the closing half kick and the thermo sums
+ *   (run's end)  the closing half kick and the sum of v^2; the pair energy
+ *                and virial only when first asked for (sums_get): the
+ *                thermo force kernel over the same positions and list, so
+ *                a chunk of steps whose row is not printed costs no more
+ *                than its steps
  *
  * With fused_step (--gpu-step fused) the force kernel of each step but a
  * run's last goes on, once an atom's force is summed, to that atom's
@@ -582,7 +586,7 @@ __global__ void __launch_bounds__(ATOM_THREADS)
         out.x = fx, out.y = fy, out.z = fz, out.w = 0;
         if (!THERMO && drift.v)
             kick_drift(i, x[i], out, true, drift);
-        else
+        else if (f)
             f[i] = out;
     }
     if (THERMO) {
@@ -676,6 +680,10 @@ struct gpc_md_cuda {
     double *energy_partials, *v2_partials;
     md_flags *flags; /* on the device */
     md_flags host;   /* its last copy */
+    /* a run ended since the pair energy and virial were summed (they are
+     * summed when asked for), and the step it ended on */
+    int energy_stale;
+    long long last_step;
     /* GPC_MD_PHASES: events recorded between the phases of the queue, each
      * with the phase it ends (-1: a run's start), tallied into phase_ms when
      * the host next waits */
@@ -912,14 +920,15 @@ static md_drift drift_of(gpc_md_cuda *g, long long step, bool into_other) {
     return d;
 }
 
-/* drift.v NULL: store the forces; else the fused step (not with THERMO). */
+/* drift.v NULL: store the forces in f (NULL: not at all); else the fused
+ * step (not with THERMO). */
 template <bool THERMO, bool F32, int UNROLL>
-static void launch_forces(gpc_md_cuda *g, const md_drift &drift) {
+static void launch_forces(gpc_md_cuda *g, const md_drift &drift, md_vec *f) {
     const dim3 grid(g->force_blocks), block(ATOM_THREADS);
     double *partials = THERMO ? g->energy_partials : NULL;
 #define MD_FORCES(LANES)                                                                           \
     md_forces<THERMO, F32, LANES, UNROLL>                                                          \
-        <<<grid, block, 0, g->stream>>>(g->n, g->x, g->xr, g->count, g->neigh, g->f, g->c.box,     \
+        <<<grid, block, 0, g->stream>>>(g->n, g->x, g->xr, g->count, g->neigh, f, g->c.box,        \
                                         g->inv_box, g->width, g->rc2, partials, drift)
     switch (g->lanes) {
     case 1:
@@ -942,29 +951,31 @@ static void launch_forces(gpc_md_cuda *g, const md_drift &drift) {
  * into f, with the thermo sums when `thermo`; or (`fused_next`, the step
  * beginning then) the fused step, which ends each atom's step and drifts it
  * into the other position buffers, then makes those the current ones. */
-static void queue_forces(gpc_md_cuda *g, bool thermo, long long fused_next = 0) {
+static void queue_forces(gpc_md_cuda *g, bool thermo, long long fused_next = 0,
+                         bool store_f = true) {
+    md_vec *f = store_f ? g->f : NULL;
     md_drift drift = {};
     if (fused_next) drift = drift_of(g, fused_next, true);
-    /* the thermo step, once a run, in the plain loop */
+    /* the thermo sums (for a printed row) in the plain loop */
     const int unroll = thermo ? 1 : g->c.unroll;
     if (g->c.forces_f32) {
         if (thermo)
-            launch_forces<true, true, 1>(g, drift);
+            launch_forces<true, true, 1>(g, drift, f);
         else if (unroll == 4)
-            launch_forces<false, true, 4>(g, drift);
+            launch_forces<false, true, 4>(g, drift, f);
         else if (unroll == 2)
-            launch_forces<false, true, 2>(g, drift);
+            launch_forces<false, true, 2>(g, drift, f);
         else
-            launch_forces<false, true, 1>(g, drift);
+            launch_forces<false, true, 1>(g, drift, f);
     } else {
         if (thermo)
-            launch_forces<true, false, 1>(g, drift);
+            launch_forces<true, false, 1>(g, drift, f);
         else if (unroll == 4)
-            launch_forces<false, false, 4>(g, drift);
+            launch_forces<false, false, 4>(g, drift, f);
         else if (unroll == 2)
-            launch_forces<false, false, 2>(g, drift);
+            launch_forces<false, false, 2>(g, drift, f);
         else
-            launch_forces<false, false, 1>(g, drift);
+            launch_forces<false, false, 1>(g, drift, f);
     }
     if (fused_next) {
         md_vec *x = g->x;
@@ -985,6 +996,7 @@ static gpc_status compute_now(gpc_md_cuda *g, long long step) {
     md_reduce_thermo<<<1, REDUCE_THREADS, 0, g->stream>>>(g->force_blocks, g->energy_partials,
                                                           g->atom_blocks, g->v2_partials, g->flags);
     GPC_CUDA_CHECK_LAUNCH();
+    g->energy_stale = 0;
     return read_flags(g, step);
 }
 
@@ -1140,17 +1152,21 @@ extern "C" gpc_status gpc_md_cuda_run(gpc_md_cuda *g, int steps, int64_t first_s
         GPC_TRY(queue_build(g, step));
         GPC_TRY(mark(g, GPC_MD_PHASE_BUILD));
         const bool last = s == steps - 1;
-        queue_forces(g, last, g->c.fused_step && !last ? step + 1 : 0);
+        queue_forces(g, false, g->c.fused_step && !last ? step + 1 : 0);
         GPC_CUDA_CHECK_LAUNCH();
         GPC_TRY(mark(g, GPC_MD_PHASE_FORCES));
     }
+    /* the closing half kick and the sum of v^2 (a blow-up check); the pair
+     * energy and virial wait until they are asked for (sums_get) */
     md_finish<<<g->atom_blocks, ATOM_THREADS, 0, g->stream>>>(g->n, g->v, g->f, half_dt, 1,
                                                               g->v2_partials);
-    md_reduce_thermo<<<1, REDUCE_THREADS, 0, g->stream>>>(g->force_blocks, g->energy_partials,
-                                                          g->atom_blocks, g->v2_partials, g->flags);
+    md_reduce_thermo<<<1, REDUCE_THREADS, 0, g->stream>>>(0, g->energy_partials, g->atom_blocks,
+                                                          g->v2_partials, g->flags);
     GPC_CUDA_CHECK_LAUNCH();
     GPC_TRY(mark(g, GPC_MD_PHASE_THERMO));
-    return read_flags(g, (long long)first_step + steps);
+    g->last_step = (long long)first_step + steps;
+    g->energy_stale = 1;
+    return read_flags(g, g->last_step);
 }
 
 extern "C" gpc_status gpc_md_cuda_compute(gpc_md_cuda *g, const double *x, const double *v) {
@@ -1161,7 +1177,32 @@ extern "C" gpc_status gpc_md_cuda_compute(gpc_md_cuda *g, const double *x, const
 }
 
 extern "C" gpc_status gpc_md_cuda_sums_get(gpc_md_cuda *g, gpc_md_cuda_sums *out) {
-    /* read back at the end of every create, compute and run */
+    /* v^2 is read back at the end of every create, compute and run; the pair
+     * energy and virial at a create or compute, and after a run here, at
+     * the first call: the thermo force kernel over the same positions and
+     * list (forces not stored again: they are the run's), then the sums in
+     * their fixed order, as a run that ended with them would have */
+    if (g->energy_stale) {
+        gpc_status st = GPC_OK;
+        if (cudaSetDevice(g->device) != cudaSuccess)
+            st = gpc_error(GPC_ERR_DEVICE, "md: cannot select cuda:%d", g->device);
+        if (st == GPC_OK) st = mark(g, -1);
+        if (st == GPC_OK) {
+            queue_forces(g, true, 0, false);
+            md_reduce_thermo<<<1, REDUCE_THREADS, 0, g->stream>>>(
+                g->force_blocks, g->energy_partials, g->atom_blocks, g->v2_partials, g->flags);
+            const cudaError_t err = cudaGetLastError();
+            if (err != cudaSuccess)
+                st = gpc_error(GPC_ERR_DEVICE, "md: %s", cudaGetErrorString(err));
+        }
+        if (st == GPC_OK) st = mark(g, GPC_MD_PHASE_THERMO);
+        if (st == GPC_OK) st = read_flags(g, g->last_step);
+        if (st != GPC_OK) {
+            out->potential = out->virial = out->v2 = NAN;
+            return st;
+        }
+        g->energy_stale = 0;
+    }
     out->potential = g->host.potential;
     out->virial = g->host.virial;
     out->v2 = g->host.v2;

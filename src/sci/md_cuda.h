@@ -40,7 +40,11 @@ typedef struct {
 
 /* The sums of the last step whose thermo was computed (the step a create,
  * compute or run ended on): the pair energy and virial sum r . f over every
- * pair once, sum of v^2 over the atoms, all accumulated in float64. */
+ * pair once, sum of v^2 over the atoms, all accumulated in float64. After a
+ * run the energy and virial are computed at the first call (a kernel over
+ * the pairs, then a wait): a run whose rows are not printed skips them. On
+ * failure (a device error, or an energy no longer finite: the blow-up
+ * message) the sums are NaN. */
 typedef struct {
     double potential, virial, v2;
 } gpc_md_cuda_sums;

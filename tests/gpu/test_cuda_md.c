@@ -16,6 +16,8 @@
  *     coordinates, and the same bits from run to run (run again under
  *     GPC_MD_STEP=fused or GPC_MD_UNROLL=4, every test against the CPU
  *     passes as it does with the defaults);
+ *   - the energy and virial summed when asked for: the same bits whether
+ *     each run's row is read or only the last;
  *   - LAMMPS's in.lj (32,000 atoms), 100 steps: every thermo row agrees
  *     with the CPU's to the printed digits (Temp, E_pair and TotEng within
  *     1e-7, Press within 3e-7: perturbing the CPU's velocities by 1e-8 moves
@@ -443,6 +445,49 @@ static void test_step_variants_match_plain(void **state) {
                 expect_like_plain(where, lanes[l], fused[v], unroll[v]);
 }
 
+/* The pair energy and virial of a run are summed when first asked for:
+ * runs of 20 steps whose rows are read after each, the same runs read only
+ * at the end, and one run of 100 steps give the same bits (split step: a
+ * run's end and the next one's start do the arithmetic of a step within a
+ * run), forces included, and a second read changes nothing. */
+static void test_thermo_when_asked(void **state) {
+    (void)state;
+    for (int where = GPU; where <= GPU_F32; where++) {
+        gpc_md *each = make_step(6, 3.0, test_seed(), 0, where, 1, 0, 0, 1),
+               *unread = make_step(6, 3.0, test_seed(), 0, where, 1, 0, 0, 1),
+               *whole = make_step(6, 3.0, test_seed(), 0, where, 1, 0, 0, 1);
+        gpc_md_thermo a, b, c, again;
+        for (int r = 0; r < 5; r++) {
+            TEST_OK(gpc_md_run(each, 20));
+            gpc_md_get_thermo(each, &a);
+            TEST_OK(gpc_md_run(unread, 20));
+        }
+        TEST_OK(gpc_md_run(whole, 100));
+        gpc_md_get_thermo(unread, &b);
+        gpc_md_get_thermo(whole, &c);
+        gpc_md_get_thermo(unread, &again);
+        assert_int_equal(a.step, 100);
+        if (memcmp(&a, &b, sizeof a) != 0 || memcmp(&a, &c, sizeof a) != 0 ||
+            memcmp(&b, &again, sizeof b) != 0)
+            fail_msg("%s: step 100 read after each run %.17g %.17g %.17g, read at the end "
+                     "%.17g %.17g %.17g, one run %.17g %.17g %.17g",
+                     where == GPU ? "f64" : "f32", a.temperature, a.potential, a.pressure,
+                     b.temperature, b.potential, b.pressure, c.temperature, c.potential,
+                     c.pressure);
+        const int64_t n3 = 3 * gpc_md_atoms(each);
+        double *fa = malloc((size_t)n3 * sizeof *fa);
+        const double *fb = gpc_md_forces(unread), *got = gpc_md_forces(each);
+        assert_non_null(fb);
+        assert_non_null(got);
+        memcpy(fa, got, (size_t)n3 * sizeof *fa);
+        fb = gpc_md_forces(unread);
+        assert_non_null(fb);
+        assert_memory_equal(fa, fb, (size_t)n3 * sizeof *fa);
+        free(fa);
+        gpc_md_free(each), gpc_md_free(unread), gpc_md_free(whole);
+    }
+}
+
 /* Pairs closer than the cutoff, over every pair. */
 static int64_t pairs_inside(gpc_md *md, double cutoff) {
     const double *x = gpc_md_positions(md), box = gpc_md_box(md);
@@ -547,6 +592,7 @@ int main(void) {
         cmocka_unit_test(test_small_bad_input),
         cmocka_unit_test(test_variants_match_cpu),
         cmocka_unit_test(test_step_variants_match_plain),
+        cmocka_unit_test(test_thermo_when_asked),
         cmocka_unit_test(test_in_lj_thermo_matches_cpu),
         cmocka_unit_test(test_energy_drift_like_cpu),
     };
