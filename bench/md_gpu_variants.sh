@@ -21,10 +21,13 @@
 #
 # Environment: DEVICE (default cuda:0), VARIANTS (default below), SIZES (fcc
 # cells a side, default "63 100 159": 1.0M, 4.0M and 16.1M atoms), STEPS
-# (per size, default "400 300 150"), BANDWIDTH (bytes/s, default 4.8e12:
-# the H200's HBM3e), FP64 (flop/s, default 34e12: its float64 vector peak),
-# FP32 (default 67e12), PROFILE (default 1: when nsys is there, the GPU time
-# of each kernel of the first variant at the middle size, 100 steps).
+# (per size, default "400 300 150"), THERMO (steps between thermo rows,
+# default one row at the end; the pair energy is summed only for a row, so
+# THERMO=20 adds an energy pass every 20 steps), BANDWIDTH (bytes/s,
+# default 4.8e12: the H200's HBM3e), FP64 (flop/s, default 34e12: its
+# float64 vector peak), FP32 (default 67e12), PROFILE (default 1: when nsys
+# is there, the GPU time of each kernel of the first variant at the middle
+# size, 100 steps).
 #
 # Each run sets GPC_MD_PHASES=1 (PHASES=0: not), so its RESULT line ends
 # with the GPU milliseconds of each phase of the step (integrate, decide,
@@ -58,7 +61,8 @@ for s in "${!sizes[@]}"; do
     extra=()
     [[ -n $step ]] && extra+=(--gpu-step "$step")
     [[ -n $unroll ]] && extra+=(--gpu-unroll "$unroll")
-    if ! GPC_MD_PHASES=${PHASES:-1} "$gpc" md --device "$device" --cells "$cells" --steps "$steps" --thermo "$steps" \
+    if ! GPC_MD_PHASES=${PHASES:-1} "$gpc" md --device "$device" --cells "$cells" --steps "$steps" \
+      --thermo "${THERMO:-$steps}" \
       --forces "$forces" --gpu-lanes "$lanes" --gpu-build "$build" "${extra[@]}" \
       --json "$work/run.json" \
       >"$work/run.out" 2>&1; then
