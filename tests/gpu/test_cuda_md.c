@@ -398,9 +398,13 @@ static void test_variants_match_cpu(void **state) {
  * kernel's, its last the plain forces'): the fused step (the force kernel
  * ends each step and begins the next) and the unrolled loops (2 or 4
  * partners' loads issued together) do the same arithmetic in the same
- * order, so the thermo rows and every coordinate agree within 1e-12
- * (bitwise where the compiler contracts both alike, which the test
- * reports). And the variant again: the same bits, run to run. */
+ * order, so the thermo rows and every coordinate agree bit for bit where
+ * the compiler contracts both alike, which the test reports. It holds
+ * them within 1e-12 with float64 forces; with float32 ones, where a last
+ * bit of one pair force would grow to about 1e-8 over 100 steps, within
+ * 1e-7 (rows; 1e-6 coordinates), still far below the 1e-3 of a pair
+ * missed or counted twice. And the variant again: the same bits, run to
+ * run. */
 static void expect_like_plain(int where, int lanes, int fused, int unroll) {
     const int runs[] = {10, 1, 37, 52};
     const char *name = where == GPU ? "f64" : "f32";
@@ -416,7 +420,10 @@ static void expect_like_plain(int where, int lanes, int fused, int unroll) {
         gpc_md_get_thermo(plain, &a);
         gpc_md_get_thermo(variant, &b);
         gpc_md_get_thermo(again, &c);
-        expect_rows_agree(&a, &b, 1e-12, 1e-12);
+        if (where == GPU)
+            expect_rows_agree(&a, &b, 1e-12, 1e-12);
+        else
+            expect_rows_agree(&a, &b, 1e-7, 1e-6);
         if (memcmp(&b, &c, sizeof b) != 0)
             fail_msg("%s lanes %d step %s unroll %d: two runs differ at step %lld", name, lanes,
                      fused ? "fused" : "split", unroll, (long long)b.step);
@@ -425,13 +432,14 @@ static void expect_like_plain(int where, int lanes, int fused, int unroll) {
     assert_int_equal(gpc_md_neighbor_builds(plain), gpc_md_neighbor_builds(variant));
     double *xa = by_id(plain), *xb = by_id(variant), box = gpc_md_box(plain);
     for (int64_t k = 0; k < 3 * gpc_md_atoms(plain); k++) {
-        if (!(fabs(nearest(xa[k] - xb[k], box)) <= 1e-12))
+        if (!(fabs(nearest(xa[k] - xb[k], box)) <= (where == GPU ? 1e-12 : 1e-6)))
             fail_msg("%s lanes %d step %s unroll %d: coordinate %lld: plain %.17g, variant %.17g",
                      name, lanes, fused ? "fused" : "split", unroll, (long long)k, xa[k], xb[k]);
         bitwise &= xa[k] == xb[k];
     }
     printf("%s forces, lanes %d, %s step, unroll %d: %s the plain split step's\n", name, lanes,
-           fused ? "fused" : "split", unroll, bitwise ? "the bits of" : "within 1e-12 of");
+           fused ? "fused" : "split", unroll,
+           bitwise ? "the bits of" : "within the tolerance of, not the bits of");
     free(xa), free(xb);
     gpc_md_free(plain), gpc_md_free(variant), gpc_md_free(again);
 }
