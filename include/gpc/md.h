@@ -47,7 +47,7 @@ typedef struct {
     int gpu_step_fused; /* on a GPU: the force kernel ends each step and begins the next
                            (the half kicks and the drift); default GPC_MD_STEP=fused */
     int gpu_unroll;     /* on a GPU: partners (forces) and candidates (the list build)
-                           whose loads issue together, 1, 2 or 4 (0: 1); default
+                           whose loads issue together, 1, 2, 4 or 8 (0: 1); default
                            GPC_MD_UNROLL */
 } gpc_md_config;
 
