@@ -45,10 +45,11 @@ typedef struct {
     int gpu_build_f64;  /* on a GPU: the list build tests every candidate in float64, not
                            in float32 first */
     int gpu_step_fused; /* on a GPU: the force kernel ends each step and begins the next
-                           (the half kicks and the drift); default GPC_MD_STEP=fused */
+                           (the half kicks and the drift); gpc_md_defaults: 1 when
+                           GPC_MD_STEP is fused */
     int gpu_unroll;     /* on a GPU: partners (forces) and candidates (the list build)
-                           whose loads issue together, 1, 2, 4 or 8 (0: 1); default
-                           GPC_MD_UNROLL */
+                           whose loads issue together, 1, 2, 4 or 8 (0: 1);
+                           gpc_md_defaults: GPC_MD_UNROLL */
 } gpc_md_config;
 
 /* LAMMPS's in.lj: 20 cells (32,000 atoms), 0.8442, 3.0, 2.5, 0.3, 0.005;
