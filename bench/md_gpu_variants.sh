@@ -16,7 +16,7 @@
 #   step    split or fused (--gpu-step): the integration a kernel of its
 #           own, or ending and beginning each step in the force kernel;
 #           left out: gpc's default (GPC_MD_STEP)
-#   unroll  1, 2 or 4 partners a thread takes at a time in the force loop
+#   unroll  1, 2, 4 or 8 partners a thread takes at a time in the force loop
 #           (--gpu-unroll); left out: gpc's default (GPC_MD_UNROLL)
 #
 # Environment: DEVICE (default cuda:0), VARIANTS (default below), SIZES (fcc

@@ -45,10 +45,11 @@ typedef struct {
     int gpu_build_f64;  /* on a GPU: the list build tests every candidate in float64, not
                            in float32 first */
     int gpu_step_fused; /* on a GPU: the force kernel ends each step and begins the next
-                           (the half kicks and the drift); default GPC_MD_STEP=fused */
+                           (the half kicks and the drift); gpc_md_defaults: 1 when
+                           GPC_MD_STEP is fused */
     int gpu_unroll;     /* on a GPU: partners (forces) and candidates (the list build)
-                           whose loads issue together, 1, 2 or 4 (0: 1); default
-                           GPC_MD_UNROLL */
+                           whose loads issue together, 1, 2, 4 or 8 (0: 1);
+                           gpc_md_defaults: GPC_MD_UNROLL */
 } gpc_md_config;
 
 /* LAMMPS's in.lj: 20 cells (32,000 atoms), 0.8442, 3.0, 2.5, 0.3, 0.005;
@@ -106,9 +107,11 @@ int64_t gpc_md_pairs(const gpc_md *md); /* pairs in the current neighbour list *
 
 /* The phases of a GPU time step, for gpc_md_gpu_phase_ms: the opening half
  * kick and drift (fused into the forces with --gpu-step fused, but for a
- * chunk's first step), the rebuild decision, the list build (its kernels
- * return at once on steps without one), the pair forces, and the closing
- * half kick with the thermo sums at the end of each run. */
+ * run's first step), the rebuild decision, the list build (its kernels
+ * return at once on steps without one), the pair forces, and thermo: the
+ * closing half kick and sum of v^2 at the end of each run, and the pair
+ * energy and virial when gpc_md_get_thermo first asks for them after a
+ * run. */
 enum {
     GPC_MD_PHASE_INTEGRATE,
     GPC_MD_PHASE_DECIDE,

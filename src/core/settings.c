@@ -151,7 +151,7 @@ static const gpc_setting_info table[] = {
      0, 0, "split|fused"},
     {"GPC_MD_UNROLL", STRING, "1", "benchmarks",
      "gpc md on a GPU: partners (forces) and candidates (list build) whose loads issue together", 0,
-     0, "1|2|4"},
+     0, "1|2|4|8"},
     {"GPC_MD_PHASES", FLAG, "0", "benchmarks",
      "gpc md on a GPU times each phase of the step (integrate, decide, build, forces, thermo)", 0,
      0, NULL},

@@ -101,9 +101,10 @@ static gpc_status check_config(const gpc_md_config *c) {
         c->gpu_lanes != 8)
         return gpc_error(GPC_ERR_INVALID_ARG, "md: %d GPU lanes per atom: use 1, 2, 4 or 8",
                          c->gpu_lanes);
-    if (c->gpu_unroll != 0 && c->gpu_unroll != 1 && c->gpu_unroll != 2 && c->gpu_unroll != 4)
-        return gpc_error(GPC_ERR_INVALID_ARG, "md: %d partners at a time on the GPU: use 1, 2 or 4",
-                         c->gpu_unroll);
+    if (c->gpu_unroll != 0 && c->gpu_unroll != 1 && c->gpu_unroll != 2 && c->gpu_unroll != 4 &&
+        c->gpu_unroll != 8)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "md: %d partners at a time on the GPU: use 1, 2, 4 or 8", c->gpu_unroll);
     return GPC_OK;
 }
 

@@ -24,7 +24,7 @@
  *                ((k / lanes) * atoms + i) * lanes + k % lanes, so the lanes
  *                of a warp read one run of memory at each step of the loop
  *                (with one lane this is column-major: k * atoms + i);
- *                with unroll 2 or 4 each thread takes that many partners at
+ *                with unroll 2, 4 or 8 each thread takes that many partners at
  *                a time, their entries and positions loaded together and
  *                the next group's entries ahead of them (the loop is bound
  *                by the latency of those dependent loads, not by DRAM),
@@ -336,7 +336,7 @@ __global__ void md_copy_back(int64_t n, const md_vec *__restrict__ x_built,
  * corner (its own minus the offset times the cell's width) against the
  * partners' relative positions: below screen_low the pair is within reach
  * whatever the rounding, above screen_high beyond it; in between (and
- * with test_f64, always) md.c's float64 test decides. UNROLL (2 or 4,
+ * with test_f64, always) md.c's float64 test decides. UNROLL (2, 4 or 8,
  * --gpu-unroll): a cell's candidates taken that many at a time, their
  * float32 positions loaded together before any is tested; the same tests
  * in the same order, so the same rows. */
@@ -440,7 +440,7 @@ template <int LANES, typename T> __device__ __forceinline__ T lanes_sum(T value)
 /* LANES threads per atom: lane l takes slots l, l + LANES, .. of the row.
  * With drift.v (the fused step, never with THERMO) lane 0 then ends the
  * atom's step and begins the next (kick_drift) instead of storing f.
- * UNROLL (1, 2 or 4; 1 with THERMO): partners taken a group at a time,
+ * UNROLL (1, 2, 4 or 8; 1 with THERMO): partners taken a group at a time,
  * their loads issued together (the loop's comment).
  * F32: pair forces computed and summed in float32 from xr (cell-relative
  * positions, the code being the partner's cell offset); else in float64
@@ -755,9 +755,10 @@ extern "C" gpc_status gpc_md_cuda_check(int device, const gpc_md_cuda_config *c)
     if (c->lanes != 0 && c->lanes != 1 && c->lanes != 2 && c->lanes != 4 && c->lanes != 8)
         return gpc_error(GPC_ERR_INVALID_ARG, "md: %d GPU lanes per atom: use 1, 2, 4 or 8",
                          c->lanes);
-    if (c->unroll != 0 && c->unroll != 1 && c->unroll != 2 && c->unroll != 4)
+    if (c->unroll != 0 && c->unroll != 1 && c->unroll != 2 && c->unroll != 4 && c->unroll != 8)
         return gpc_error(GPC_ERR_INVALID_ARG,
-                         "md: %d partners at a time in the force kernel: use 1, 2 or 4", c->unroll);
+                         "md: %d partners at a time in the force kernel: use 1, 2, 4 or 8",
+                         c->unroll);
     const double need = gpc_md_cuda_bytes(c);
     if (need > (double)free_bytes)
         return gpc_error(GPC_ERR_NOMEM,
@@ -824,7 +825,10 @@ static gpc_status queue_build(gpc_md_cuda *g, long long step) {
                                           g->flags);
     const float screen_low = (float)(g->reach2 * (1 - SCREEN_MARGIN)),
                 screen_high = (float)(g->reach2 * (1 + SCREEN_MARGIN));
-    auto build = g->c.unroll == 4 ? md_build<4> : g->c.unroll == 2 ? md_build<2> : md_build<1>;
+    auto build = g->c.unroll == 8   ? md_build<8>
+                 : g->c.unroll == 4 ? md_build<4>
+                 : g->c.unroll == 2 ? md_build<2>
+                                    : md_build<1>;
     build<<<g->build_blocks, t, 0, g->stream>>>(g->n, g->x, g->xr, box, g->inv_box, g->m, g->width,
                                                 g->cell_start, g->reach2, screen_low, screen_high,
                                                 g->c.build_f64, g->c.forces_f32, g->c.row_capacity,
@@ -961,6 +965,8 @@ static void queue_forces(gpc_md_cuda *g, bool thermo, long long fused_next = 0,
     if (g->c.forces_f32) {
         if (thermo)
             launch_forces<true, true, 1>(g, drift, f);
+        else if (unroll == 8)
+            launch_forces<false, true, 8>(g, drift, f);
         else if (unroll == 4)
             launch_forces<false, true, 4>(g, drift, f);
         else if (unroll == 2)
@@ -970,6 +976,8 @@ static void queue_forces(gpc_md_cuda *g, bool thermo, long long fused_next = 0,
     } else {
         if (thermo)
             launch_forces<true, false, 1>(g, drift, f);
+        else if (unroll == 8)
+            launch_forces<false, false, 8>(g, drift, f);
         else if (unroll == 4)
             launch_forces<false, false, 4>(g, drift, f);
         else if (unroll == 2)
@@ -1064,7 +1072,8 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
         snprintf(g->name, sizeof g->name, "%s (cuda:%d)", prop.name, device);
         g->loop_blocks = prop.multiProcessorCount * LOOP_BLOCKS_PER_SM;
         int resident = 0;
-        auto build = config->unroll == 4   ? md_build<4>
+        auto build = config->unroll == 8   ? md_build<8>
+                     : config->unroll == 4 ? md_build<4>
                      : config->unroll == 2 ? md_build<2>
                                            : md_build<1>;
         MD_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, build, LOOP_THREADS, 0));

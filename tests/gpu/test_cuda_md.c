@@ -2,7 +2,7 @@
  * over every pair of atoms:
  *   - the neighbour list on random positions holds every pair within
  *     cutoff + skin and nothing else, in each layout (lanes per atom),
- *     with either build test and candidates taken 1, 2 or 4 at a time,
+ *     with either build test and candidates taken 1, 2, 4 or 8 at a time,
  *     and after a hot run still every pair within the cutoff;
  *   - forces, energy and virial of a disordered crystal against every pair
  *     summed in float64 (float32 forces: 3e-5 of the largest);
@@ -46,7 +46,7 @@ enum { CPU, GPU, GPU_F32 }; /* where make runs: the GPU with float64 or float32 
 
 /* lanes 0 and build_f64 0: the defaults; fused -1: gpc_md_defaults's
  * (GPC_MD_STEP), else the split (0) or fused (1) step; unroll -1:
- * GPC_MD_UNROLL, else 1, 2 or 4 */
+ * GPC_MD_UNROLL, else 1, 2, 4 or 8 */
 static gpc_md *make_step(int cells, double temperature, uint64_t seed, int rebuild_every, int where,
                          int lanes, int build_f64, int fused, int unroll) {
     gpc_md_config c;
@@ -136,10 +136,10 @@ static void test_small_neighbor_list_random(void **state) {
      * where the cells at -1 and +1 are one */
     const int sizes[] = {6, 5};
     /* each layout (lanes per atom), each build test, both kinds of codes,
-     * the candidates one at a time or 2 or 4 together */
-    const int lanes[] = {1, 2, 4, 8, 0, 8, 1, 4}, build_f64[] = {0, 0, 1, 0, 1, 1, 0, 0},
-              f32[] = {0, 1, 0, 1, 1, 0, 1, 0}, unroll[] = {0, 0, 0, 0, 0, 0, 4, 2};
-    for (int variant = 0; variant < 16; variant++) {
+     * the candidates one at a time or 2, 4 or 8 together */
+    const int lanes[] = {1, 2, 4, 8, 0, 8, 1, 4, 1}, build_f64[] = {0, 0, 1, 0, 1, 1, 0, 0, 0},
+              f32[] = {0, 1, 0, 1, 1, 0, 1, 0, 0}, unroll[] = {0, 0, 0, 0, 0, 0, 4, 2, 8};
+    for (int variant = 0; variant < 18; variant++) {
         const int s = variant % 2, l = variant / 2;
         const int cells = sizes[s];
         const int64_t n = 4 * (int64_t)cells * cells * cells;
@@ -396,7 +396,7 @@ static void test_variants_match_cpu(void **state) {
  * then the force loop one partner at a time), 4,000 atoms of in.lj, runs
  * of 10, 1, 37 and 52 steps (a run's first step is the integration
  * kernel's, its last the plain forces'): the fused step (the force kernel
- * ends each step and begins the next) and the unrolled loops (2 or 4
+ * ends each step and begins the next) and the unrolled loops (2, 4 or 8
  * partners' loads issued together) do the same arithmetic in the same
  * order, so the thermo rows and every coordinate agree bit for bit where
  * the compiler contracts both alike, which the test reports. It holds
@@ -446,10 +446,10 @@ static void expect_like_plain(int where, int lanes, int fused, int unroll) {
 
 static void test_step_variants_match_plain(void **state) {
     (void)state;
-    const int fused[] = {1, 0, 0, 1}, unroll[] = {1, 2, 4, 4}, lanes[] = {1, 4};
+    const int fused[] = {1, 0, 0, 1, 1}, unroll[] = {1, 2, 4, 4, 8}, lanes[] = {1, 4};
     for (int where = GPU; where <= GPU_F32; where++)
         for (int l = 0; l < 2; l++)
-            for (int v = 0; v < 4; v++)
+            for (int v = 0; v < 5; v++)
                 expect_like_plain(where, lanes[l], fused[v], unroll[v]);
 }
 
