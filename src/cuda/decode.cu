@@ -146,38 +146,70 @@ __device__ __forceinline__ void dp_load_x(float *x, const T *xs, const dp_params
     }
 }
 
-/* The layernorm statistics of the M rows (a warp per row, PER elements a
- * lane at a time as layernorm_forward_kernel), and with DP_LN_STAGED the
- * normalised rows, rounded to T, in xs. */
-template <typename T, int PER>
+/* The layernorm statistics of the M rows (warp w takes rows w, w + 4, ..;
+ * each row's sums PER elements a lane at a time as layernorm_forward_kernel
+ * adds them), and with DP_LN_STAGED the normalised rows, rounded to T, in
+ * xs. */
+template <typename T, int PER, int MT>
 __device__ __forceinline__ void dp_prologue(const dp_params &p, T *xs, float *mean, float *rstd) {
+    /* a warp's rows side by side, so that their loads are in flight
+     * together; each row's sums in the order of layernorm.cu's */
+    const int RPW = (MT + DP_WARPS - 1) / DP_WARPS;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, C = p.C;
-    for (int m = warp; m < p.M; m += DP_WARPS) {
-        const T *x = (const T *)p.inp + (int64_t)m * C;
-        float x8[8];
-        float sum = 0.0f;
-        for (int c = lane * PER; c < C; c += 32 * PER) {
-            gpc_load_f32<PER>(x8, x + c);
+    const T *x[RPW];
+    float mu[RPW], rs[RPW], x8[RPW][8];
+#pragma unroll
+    for (int j = 0; j < RPW; j++) {
+        int m = min(warp + j * DP_WARPS, p.M - 1); /* a row past M repeats the last */
+        x[j] = (const T *)p.inp + (int64_t)m * C;
+        mu[j] = 0.0f, rs[j] = 0.0f;
+    }
+    for (int c = lane * PER; c < C; c += 32 * PER) {
+#pragma unroll
+        for (int j = 0; j < RPW; j++)
+            gpc_load_f32<PER>(x8[j], x[j] + c);
+#pragma unroll
+        for (int j = 0; j < RPW; j++)
+#pragma unroll
             for (int k = 0; k < PER; k++)
-                sum += x8[k];
-        }
-        float mu = gpc_warp_sum(sum) / C;
-        float var = 0.0f;
-        for (int c = lane * PER; c < C; c += 32 * PER) {
-            gpc_load_f32<PER>(x8, x + c);
+                mu[j] += x8[j][k];
+    }
+#pragma unroll
+    for (int j = 0; j < RPW; j++)
+        mu[j] = gpc_warp_sum(mu[j]) / C;
+    for (int c = lane * PER; c < C; c += 32 * PER) {
+#pragma unroll
+        for (int j = 0; j < RPW; j++)
+            gpc_load_f32<PER>(x8[j], x[j] + c);
+#pragma unroll
+        for (int j = 0; j < RPW; j++)
+#pragma unroll
             for (int k = 0; k < PER; k++)
-                var += (x8[k] - mu) * (x8[k] - mu);
-        }
-        float rs = rsqrtf(gpc_warp_sum(var) / C + DP_EPS);
-        if (lane == 0) mean[m] = mu, rstd[m] = rs;
-        if (p.ln != DP_LN_STAGED) continue;
-        T *o = xs + (int64_t)m * C;
-        for (int c = lane * PER; c < C; c += 32 * PER) {
-            gpc_load_f32<PER>(x8, x + c);
+                rs[j] += (x8[j][k] - mu[j]) * (x8[j][k] - mu[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < RPW; j++) {
+        rs[j] = rsqrtf(gpc_warp_sum(rs[j]) / C + DP_EPS);
+        int m = warp + j * DP_WARPS;
+        if (lane == 0 && m < p.M) mean[m] = mu[j], rstd[m] = rs[j];
+    }
+    if (p.ln != DP_LN_STAGED) return;
+    for (int c = lane * PER; c < C; c += 32 * PER) {
+#pragma unroll
+        for (int j = 0; j < RPW; j++)
+            gpc_load_f32<PER>(x8[j], x[j] + c);
+        float w[PER], b[PER];
+#pragma unroll
+        for (int k = 0; k < PER; k++)
+            w[k] = gpc_any_load(p.ln_w, c + k), b[k] = gpc_any_load(p.ln_b, c + k);
+#pragma unroll
+        for (int j = 0; j < RPW; j++) {
+            int m = warp + j * DP_WARPS;
+            if (m >= p.M) break;
+#pragma unroll
             for (int k = 0; k < PER; k++)
-                x8[k] =
-                    (x8[k] - mu) * rs * gpc_any_load(p.ln_w, c + k) + gpc_any_load(p.ln_b, c + k);
-            gpc_store_f32<PER>(o + c, x8);
+                x8[j][k] = (x8[j][k] - mu[j]) * rs[j] * w[k] + b[k];
+            gpc_store_f32<PER>(xs + (int64_t)m * C + c, x8[j]);
         }
     }
 }
@@ -217,9 +249,9 @@ __global__ void __launch_bounds__(DP_THREADS) decode_product_kernel(const dp_par
 
     if (p.ln != DP_PLAIN) {
         if (p.vec)
-            dp_prologue<T, PN>(p, staged, mean, rstd);
+            dp_prologue<T, PN, MT>(p, staged, mean, rstd);
         else
-            dp_prologue<T, 1>(p, staged, mean, rstd);
+            dp_prologue<T, 1, MT>(p, staged, mean, rstd);
         __syncthreads();
     }
 
