@@ -48,6 +48,10 @@
 #define DP_OUTS 2   /* output channels a group computes: each input pack meets both */
 #define DP_UNROLL 4 /* 16-byte chunks a lane loads per channel before it multiplies */
 #define DP_BLOCKS_PER_SM 8
+/* blocks a multiprocessor must hold at once: 170 registers a thread, which
+ * the 16-row kernel needs without spilling (ptxas's own choice for 128
+ * threads was 128 registers, and spills) */
+#define DP_MIN_BLOCKS 3
 #define DP_EPS 1e-5f /* layernorm.cu's */
 
 /* how the input rows reach the product */
@@ -217,7 +221,8 @@ __device__ __forceinline__ void dp_prologue(const dp_params &p, T *xs, float *me
 /* MT: rows the kernel is built for (1, 2, 4, 8 or 16), p.M <= MT of them
  * real. A tile is the DP_WARPS / kw groups' channels of one block. */
 template <typename T, int MT>
-__global__ void __launch_bounds__(DP_THREADS) decode_product_kernel(const dp_params p) {
+__global__ void __launch_bounds__(DP_THREADS, DP_MIN_BLOCKS)
+    decode_product_kernel(const dp_params p) {
     typedef gpc_pack<T> P;
     const int PN = P::n;
     extern __shared__ __align__(16) unsigned char dp_dynamic[];
