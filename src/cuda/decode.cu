@@ -446,12 +446,10 @@ template <typename T, int MT> static gpc_status launch(const dp_params &p, size_
     unsigned cap = (unsigned)gpc_cuda_sm_count() * DP_BLOCKS_PER_SM;
     if (grid > cap) grid = cap;
     if (pdl_applies()) {
-        cudaLaunchAttribute attr;
-        memset(&attr, 0, sizeof attr);
+        cudaLaunchAttribute attr = {};
         attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr.val.programmaticStreamSerializationAllowed = 1;
-        cudaLaunchConfig_t cfg;
-        memset(&cfg, 0, sizeof cfg);
+        cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3(grid);
         cfg.blockDim = dim3(DP_THREADS);
         cfg.dynamicSmemBytes = smem;
