@@ -28,7 +28,7 @@
  * (or shared memory) and meet both channels' weights. f32 accumulation,
  * the lanes' sums added by warp shuffles, then the kw warps' in a fixed
  * order: the bits do not depend on timing. Blocks walk the channels on a
- * grid of at most DP_BLOCKS_PER_SM blocks a multiprocessor, so the output
+ * grid of as many blocks as the multiprocessors hold at once, so the output
  * head's 50304 channels do not repeat the prologue 25,000 times; each block
  * issues its next channels' loads before it reduces and stores the current
  * ones. On Hopper a product launches as a programmatic dependent of the
@@ -41,13 +41,13 @@
 #include "cuda/cuda_common.cuh"
 #include "cuda/decode.h"
 
+#include <pthread.h>
 #include <stdint.h>
 
 #define DP_THREADS 128
 #define DP_WARPS (DP_THREADS / 32)
 #define DP_OUTS 2   /* output channels a group computes: each input pack meets both */
 #define DP_UNROLL 4 /* 16-byte chunks a lane loads per channel before it multiplies */
-#define DP_BLOCKS_PER_SM 8
 /* blocks a multiprocessor must hold at once: 170 registers a thread, which
  * the 16-row kernel needs without spilling (ptxas's own choice for 128
  * threads was 128 registers, and spills) */
@@ -416,6 +416,42 @@ template <typename T, int MT> static gpc_status allow_shared(size_t bytes) {
     return GPC_OK;
 }
 
+/* How many blocks of an instantiation with `smem` bytes of dynamic shared
+ * memory a multiprocessor of the current GPU holds at once: the grid is
+ * that many a multiprocessor (or fewer, one a tile), so every block starts
+ * at once and they walk equal shares of the tiles; a second wave would
+ * start its shares late. Asked of the runtime once per GPU and size. */
+template <typename T, int MT> static gpc_status resident_blocks(size_t smem, int *out) {
+    static struct {
+        int device, blocks;
+        size_t smem;
+    } known[16];
+    static int count;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    int d = 0;
+    GPC_CUDA_CHECK(cudaGetDevice(&d));
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < count; i++)
+        if (known[i].device == d && known[i].smem == smem) {
+            *out = known[i].blocks;
+            pthread_mutex_unlock(&lock);
+            return GPC_OK;
+        }
+    pthread_mutex_unlock(&lock);
+    int blocks = 0;
+    GPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks, decode_product_kernel<T, MT>, DP_THREADS, smem));
+    if (blocks < 1) blocks = 1;
+    pthread_mutex_lock(&lock);
+    if (count < 16) {
+        known[count].device = d, known[count].smem = smem, known[count].blocks = blocks;
+        count++;
+    }
+    pthread_mutex_unlock(&lock);
+    *out = blocks;
+    return GPC_OK;
+}
+
 /* Whether products launch as programmatic dependents of the kernel before
  * them: GPC_DECODE_PDL on a GPU of compute capability 9.0 or more (cached
  * per device). */
@@ -443,7 +479,10 @@ template <typename T, int MT> static gpc_status launch(const dp_params &p, size_
     gpc_status allowed = allow_shared<T, MT>(smem);
     if (allowed != GPC_OK) return allowed;
     unsigned grid = (unsigned)p.tiles;
-    unsigned cap = (unsigned)gpc_cuda_sm_count() * DP_BLOCKS_PER_SM;
+    int per_sm = 0;
+    gpc_status known = resident_blocks<T, MT>(smem, &per_sm);
+    if (known != GPC_OK) return known;
+    unsigned cap = (unsigned)gpc_cuda_sm_count() * (unsigned)per_sm;
     if (grid > cap) grid = cap;
     if (pdl_applies()) {
         cudaLaunchAttribute attr = {};
