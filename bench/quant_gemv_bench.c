@@ -10,6 +10,10 @@
  *
  *   bf16         gpc_op_matmul_forward on bf16 weights (gemv_kernel up to 4
  *                rows, cuBLASLt beyond)
+ *   bf16 decode_product  gpc_op_decode_product (src/cuda/decode.cu, the
+ *                fused products of serving steps of up to 16 rows), with
+ *                the bias only; consecutive calls overlap their starts as
+ *                in the step (GPC_DECODE_PDL)
  *   int8 skinny  gpc_op_matmul_quant_forward, per-channel int8, the skinny
  *                kernel (GPC_QUANT_GEMV_MAX_M 16)
  *   int8 earlier the same with the skinny kernel off (limit 0): the
@@ -56,12 +60,13 @@ int main(void) {
 
 typedef struct {
     const char *name, *path;
-    gpc_dtype dtype; /* of the weight */
-    int per_channel, skinny;
+    gpc_dtype dtype;         /* of the weight */
+    int per_channel, skinny; /* skinny 2: gpc_op_decode_product */
 } variant;
 
 static const variant variants[] = {
     {"bf16", "gemv_or_cublaslt", GPC_BF16, 0, 0},
+    {"bf16", "decode_product", GPC_BF16, 0, 2},
     {"int8", "skinny", GPC_I8, 1, 1},
     {"int8", "earlier", GPC_I8, 1, 0},
     {"fp8", "skinny", GPC_F8E4M3, 1, 1},
@@ -187,7 +192,8 @@ int main(int argc, char **argv) {
                 CHECK(gpc_tensor_copy(&dst, &src));
             }
             free(hw);
-            int before = gpc_cuda_quant_set_gemv_max_rows(var->skinny ? MAX_ROWS : 0);
+            int before = gpc_cuda_quant_set_gemv_max_rows(var->skinny == 1 ? MAX_ROWS : 0);
+            const gpc_decode_product_args fused = {.bias = &bias};
             for (int r = 0; r < n_rows; r++) {
                 int M = rows[r];
                 gpc_tensor xm = gpc_tensor_2d(x.data, GPC_BF16, dev, M, C);
@@ -201,7 +207,9 @@ int main(int argc, char **argv) {
                         gpc_tensor w =
                             gpc_tensor_2d((char *)all.data + (size_t)(c % copies) * bytes,
                                           var->dtype, dev, OC, C);
-                        if (var->dtype == GPC_BF16)
+                        if (var->skinny == 2)
+                            CHECK(gpc_op_decode_product(&om, &xm, &w, &fused));
+                        else if (var->dtype == GPC_BF16)
                             CHECK(gpc_op_matmul_forward(&om, &xm, &w, &bias));
                         else
                             CHECK(gpc_op_matmul_quant_forward(

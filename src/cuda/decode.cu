@@ -28,7 +28,7 @@
  * (or shared memory) and meet both channels' weights. f32 accumulation,
  * the lanes' sums added by warp shuffles, then the kw warps' in a fixed
  * order: the bits do not depend on timing. Blocks walk the channels on a
- * grid of at most DP_BLOCKS_PER_SM blocks a multiprocessor, so the output
+ * grid of as many blocks as the multiprocessors hold at once, so the output
  * head's 50304 channels do not repeat the prologue 25,000 times; each block
  * issues its next channels' loads before it reduces and stores the current
  * ones. On Hopper a product launches as a programmatic dependent of the
@@ -41,13 +41,17 @@
 #include "cuda/cuda_common.cuh"
 #include "cuda/decode.h"
 
+#include <pthread.h>
 #include <stdint.h>
 
 #define DP_THREADS 128
 #define DP_WARPS (DP_THREADS / 32)
 #define DP_OUTS 2   /* output channels a group computes: each input pack meets both */
 #define DP_UNROLL 4 /* 16-byte chunks a lane loads per channel before it multiplies */
-#define DP_BLOCKS_PER_SM 8
+/* blocks a multiprocessor must hold at once: 170 registers a thread, which
+ * the 16-row kernel needs without spilling (ptxas's own choice for 128
+ * threads was 128 registers, and spills) */
+#define DP_MIN_BLOCKS 3
 #define DP_EPS 1e-5f /* layernorm.cu's */
 
 /* how the input rows reach the product */
@@ -146,38 +150,70 @@ __device__ __forceinline__ void dp_load_x(float *x, const T *xs, const dp_params
     }
 }
 
-/* The layernorm statistics of the M rows (a warp per row, PER elements a
- * lane at a time as layernorm_forward_kernel), and with DP_LN_STAGED the
- * normalised rows, rounded to T, in xs. */
-template <typename T, int PER>
+/* The layernorm statistics of the M rows (warp w takes rows w, w + 4, ..;
+ * each row's sums PER elements a lane at a time as layernorm_forward_kernel
+ * adds them), and with DP_LN_STAGED the normalised rows, rounded to T, in
+ * xs. */
+template <typename T, int PER, int MT>
 __device__ __forceinline__ void dp_prologue(const dp_params &p, T *xs, float *mean, float *rstd) {
+    /* a warp's rows side by side, so that their loads are in flight
+     * together; each row's sums in the order of layernorm.cu's */
+    const int RPW = (MT + DP_WARPS - 1) / DP_WARPS;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, C = p.C;
-    for (int m = warp; m < p.M; m += DP_WARPS) {
-        const T *x = (const T *)p.inp + (int64_t)m * C;
-        float x8[8];
-        float sum = 0.0f;
-        for (int c = lane * PER; c < C; c += 32 * PER) {
-            gpc_load_f32<PER>(x8, x + c);
+    const T *x[RPW];
+    float mu[RPW], rs[RPW], x8[RPW][8];
+#pragma unroll
+    for (int j = 0; j < RPW; j++) {
+        int m = min(warp + j * DP_WARPS, p.M - 1); /* a row past M repeats the last */
+        x[j] = (const T *)p.inp + (int64_t)m * C;
+        mu[j] = 0.0f, rs[j] = 0.0f;
+    }
+    for (int c = lane * PER; c < C; c += 32 * PER) {
+#pragma unroll
+        for (int j = 0; j < RPW; j++)
+            gpc_load_f32<PER>(x8[j], x[j] + c);
+#pragma unroll
+        for (int j = 0; j < RPW; j++)
+#pragma unroll
             for (int k = 0; k < PER; k++)
-                sum += x8[k];
-        }
-        float mu = gpc_warp_sum(sum) / C;
-        float var = 0.0f;
-        for (int c = lane * PER; c < C; c += 32 * PER) {
-            gpc_load_f32<PER>(x8, x + c);
+                mu[j] += x8[j][k];
+    }
+#pragma unroll
+    for (int j = 0; j < RPW; j++)
+        mu[j] = gpc_warp_sum(mu[j]) / C;
+    for (int c = lane * PER; c < C; c += 32 * PER) {
+#pragma unroll
+        for (int j = 0; j < RPW; j++)
+            gpc_load_f32<PER>(x8[j], x[j] + c);
+#pragma unroll
+        for (int j = 0; j < RPW; j++)
+#pragma unroll
             for (int k = 0; k < PER; k++)
-                var += (x8[k] - mu) * (x8[k] - mu);
-        }
-        float rs = rsqrtf(gpc_warp_sum(var) / C + DP_EPS);
-        if (lane == 0) mean[m] = mu, rstd[m] = rs;
-        if (p.ln != DP_LN_STAGED) continue;
-        T *o = xs + (int64_t)m * C;
-        for (int c = lane * PER; c < C; c += 32 * PER) {
-            gpc_load_f32<PER>(x8, x + c);
+                rs[j] += (x8[j][k] - mu[j]) * (x8[j][k] - mu[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < RPW; j++) {
+        rs[j] = rsqrtf(gpc_warp_sum(rs[j]) / C + DP_EPS);
+        int m = warp + j * DP_WARPS;
+        if (lane == 0 && m < p.M) mean[m] = mu[j], rstd[m] = rs[j];
+    }
+    if (p.ln != DP_LN_STAGED) return;
+    for (int c = lane * PER; c < C; c += 32 * PER) {
+#pragma unroll
+        for (int j = 0; j < RPW; j++)
+            gpc_load_f32<PER>(x8[j], x[j] + c);
+        float w[PER], b[PER];
+#pragma unroll
+        for (int k = 0; k < PER; k++)
+            w[k] = gpc_any_load(p.ln_w, c + k), b[k] = gpc_any_load(p.ln_b, c + k);
+#pragma unroll
+        for (int j = 0; j < RPW; j++) {
+            int m = warp + j * DP_WARPS;
+            if (m >= p.M) break;
+#pragma unroll
             for (int k = 0; k < PER; k++)
-                x8[k] =
-                    (x8[k] - mu) * rs * gpc_any_load(p.ln_w, c + k) + gpc_any_load(p.ln_b, c + k);
-            gpc_store_f32<PER>(o + c, x8);
+                x8[j][k] = (x8[j][k] - mu[j]) * rs[j] * w[k] + b[k];
+            gpc_store_f32<PER>(xs + (int64_t)m * C + c, x8[j]);
         }
     }
 }
@@ -185,7 +221,8 @@ __device__ __forceinline__ void dp_prologue(const dp_params &p, T *xs, float *me
 /* MT: rows the kernel is built for (1, 2, 4, 8 or 16), p.M <= MT of them
  * real. A tile is the DP_WARPS / kw groups' channels of one block. */
 template <typename T, int MT>
-__global__ void __launch_bounds__(DP_THREADS) decode_product_kernel(const dp_params p) {
+__global__ void __launch_bounds__(DP_THREADS, DP_MIN_BLOCKS)
+    decode_product_kernel(const dp_params p) {
     typedef gpc_pack<T> P;
     const int PN = P::n;
     extern __shared__ __align__(16) unsigned char dp_dynamic[];
@@ -217,9 +254,9 @@ __global__ void __launch_bounds__(DP_THREADS) decode_product_kernel(const dp_par
 
     if (p.ln != DP_PLAIN) {
         if (p.vec)
-            dp_prologue<T, PN>(p, staged, mean, rstd);
+            dp_prologue<T, PN, MT>(p, staged, mean, rstd);
         else
-            dp_prologue<T, 1>(p, staged, mean, rstd);
+            dp_prologue<T, 1, MT>(p, staged, mean, rstd);
         __syncthreads();
     }
 
@@ -379,6 +416,42 @@ template <typename T, int MT> static gpc_status allow_shared(size_t bytes) {
     return GPC_OK;
 }
 
+/* How many blocks of an instantiation with `smem` bytes of dynamic shared
+ * memory a multiprocessor of the current GPU holds at once: the grid is
+ * that many a multiprocessor (or fewer, one a tile), so every block starts
+ * at once and they walk equal shares of the tiles; a second wave would
+ * start its shares late. Asked of the runtime once per GPU and size. */
+template <typename T, int MT> static gpc_status resident_blocks(size_t smem, int *out) {
+    static struct {
+        int device, blocks;
+        size_t smem;
+    } known[16];
+    static int count;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    int d = 0;
+    GPC_CUDA_CHECK(cudaGetDevice(&d));
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < count; i++)
+        if (known[i].device == d && known[i].smem == smem) {
+            *out = known[i].blocks;
+            pthread_mutex_unlock(&lock);
+            return GPC_OK;
+        }
+    pthread_mutex_unlock(&lock);
+    int blocks = 0;
+    GPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks, decode_product_kernel<T, MT>, DP_THREADS, smem));
+    if (blocks < 1) blocks = 1;
+    pthread_mutex_lock(&lock);
+    if (count < 16) {
+        known[count].device = d, known[count].smem = smem, known[count].blocks = blocks;
+        count++;
+    }
+    pthread_mutex_unlock(&lock);
+    *out = blocks;
+    return GPC_OK;
+}
+
 /* Whether products launch as programmatic dependents of the kernel before
  * them: GPC_DECODE_PDL on a GPU of compute capability 9.0 or more (cached
  * per device). */
@@ -406,15 +479,16 @@ template <typename T, int MT> static gpc_status launch(const dp_params &p, size_
     gpc_status allowed = allow_shared<T, MT>(smem);
     if (allowed != GPC_OK) return allowed;
     unsigned grid = (unsigned)p.tiles;
-    unsigned cap = (unsigned)gpc_cuda_sm_count() * DP_BLOCKS_PER_SM;
+    int per_sm = 0;
+    gpc_status known = resident_blocks<T, MT>(smem, &per_sm);
+    if (known != GPC_OK) return known;
+    unsigned cap = (unsigned)gpc_cuda_sm_count() * (unsigned)per_sm;
     if (grid > cap) grid = cap;
     if (pdl_applies()) {
-        cudaLaunchAttribute attr;
-        memset(&attr, 0, sizeof attr);
+        cudaLaunchAttribute attr = {};
         attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr.val.programmaticStreamSerializationAllowed = 1;
-        cudaLaunchConfig_t cfg;
-        memset(&cfg, 0, sizeof cfg);
+        cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3(grid);
         cfg.blockDim = dim3(DP_THREADS);
         cfg.dynamicSmemBytes = smem;
