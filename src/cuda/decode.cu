@@ -67,12 +67,14 @@ struct dp_params {
     int M, C, OC, kw, tiles;
 };
 
-/* 16 weight bytes, read once: past L1, from the read-only path. */
+/* 16 weight bytes, read once: past L1, from the read-only path. Volatile,
+ * so that the compiler keeps the first loads before the wait for the
+ * previous kernel (dp_wait_previous), where they overlap its end. */
 __device__ __forceinline__ uint4 dp_stream16(const void *p) {
     uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
     return v;
 }
 
