@@ -25,6 +25,7 @@
 
 #include "bench_util.h"
 #include "gpc/model.h"
+#include "gpc/settings.h"
 #include "model/gpt_internal.h"
 
 #define PROG "bench_decode_step"
@@ -134,6 +135,10 @@ int main(int argc, char **argv) {
            "captured), %.0f ms without\n",
            depth, (long long)context, precision, create_on * 1e3, gpt_paged_graph_count(on),
            create_off * 1e3);
+    printf("# fused decode products up to %ld rows (GPC_DECODE_FUSED_MAX_M), programmatic "
+           "dependent launch %s (GPC_DECODE_PDL)\n",
+           gpc_setting_int("GPC_DECODE_FUSED_MAX_M"),
+           gpc_setting_flag("GPC_DECODE_PDL") ? "on" : "off");
 
     const int mb = gpt_paged_max_blocks(on);
     int32_t *order = malloc((size_t)po.num_blocks * sizeof *order);

@@ -111,6 +111,8 @@ static const gpc_setting_info table[] = {
      16, NULL},
     {"GPC_DECODE_FUSED_MAX_M", INT, "16", "benchmarks",
      "most rows a serving step runs in the fused decode kernels; 0: the unfused ops", 0, 16, NULL},
+    {"GPC_DECODE_MMA", FLAG, "0", "benchmarks",
+     "fused decode products of 5 to 16 rows in bf16 or f16 on tensor cores (mma.sync)", 0, 0, NULL},
     {"GPC_DECODE_PDL", FLAG, "1", "benchmarks",
      "fused decode kernels start as the kernel before them ends (programmatic dependent launch)", 0,
      0, NULL},

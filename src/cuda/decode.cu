@@ -67,12 +67,14 @@ struct dp_params {
     int M, C, OC, kw, tiles;
 };
 
-/* 16 weight bytes, read once: past L1, from the read-only path. */
+/* 16 weight bytes, read once: past L1, from the read-only path. Volatile,
+ * so that the compiler keeps the first loads before the wait for the
+ * previous kernel (dp_wait_previous), where they overlap its end. */
 __device__ __forceinline__ uint4 dp_stream16(const void *p) {
     uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
     return v;
 }
 
@@ -364,13 +366,209 @@ __global__ void __launch_bounds__(DP_THREADS, DP_MIN_BLOCKS)
     }
 }
 
+/* ------------------------------------------------ tensor cores (opt-in)
+ *
+ * With 16 rows the kernel above does 16 FMAs and a conversion per weight
+ * element and per row, which at 16 rows takes longer than reading the
+ * weight. With GPC_DECODE_MMA=1, products of 5 to 16 rows in bf16 or f16
+ * (C a multiple of 32) run on mma.sync.m16n8k16 instead: a warp takes 16
+ * output channels (A, 16 x 16 of the weight) against 8 input rows (B) per
+ * instruction, f32 accumulators. The sum over the depth does not care in
+ * which order its terms come, so A and B may both be permuted the same way
+ * along it: lane (g, t) = (lane / 4, lane % 4) loads 16 bytes of weight
+ * rows g and g + 8 and of input row g at column 8 t of a 32-column step,
+ * and those words go to the slots the instruction's layout gives the lane
+ * (columns 2t, 2t+1, 2t+8, 2t+9 of each of two 16-column halves): no
+ * shuffle or shared memory on the way. kw warps split the depth as above;
+ * the same prologue and epilogue. */
+#define DP_MMA_MIN_ROWS 5
+
+__device__ __forceinline__ void dp_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                       uint32_t a3, uint32_t b0, uint32_t b1, const gpc_bf16_t *) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void dp_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                       uint32_t a3, uint32_t b0, uint32_t b1, const gpc_f16_t *) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Two values rounded to T (2 bytes) in one word, the first in the low half
+ * (the lower address). */
+__device__ __forceinline__ uint32_t dp_pack2(float a, float b, const gpc_bf16_t *) {
+    return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(a)) |
+           ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(b)) << 16);
+}
+__device__ __forceinline__ uint32_t dp_pack2(float a, float b, const gpc_f16_t *) {
+    return (uint32_t)__half_as_ushort(__float2half_rn(a)) |
+           ((uint32_t)__half_as_ushort(__float2half_rn(b)) << 16);
+}
+
+/* 8 inputs of row m from column k0 as they are stored (2-byte T): from xs,
+ * or normalised here from inp (DP_LN_INLINE) and rounded to T. */
+template <typename T>
+__device__ __forceinline__ uint4 dp_mma_x(const T *xs, const dp_params &p, const float *mean,
+                                          const float *rstd, int m, int k0) {
+    uint4 v = *(const uint4 *)(xs + (int64_t)m * p.C + k0);
+    if (p.ln != DP_LN_INLINE) return v;
+    float x[8];
+    dp_unpack<T>(v, x);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        x[k] = (x[k] - mean[m]) * rstd[m] * gpc_any_load(p.ln_w, k0 + k) +
+               gpc_any_load(p.ln_b, k0 + k);
+    const T *tag = NULL;
+    v.x = dp_pack2(x[0], x[1], tag);
+    v.y = dp_pack2(x[2], x[3], tag);
+    v.z = dp_pack2(x[4], x[5], tag);
+    v.w = dp_pack2(x[6], x[7], tag);
+    return v;
+}
+
+/* NT: tiles of 8 rows (1 or 2), p.M <= 8 NT of them real. p.kw warps
+ * share a warp tile of 16 channels; a block holds DP_WARPS / kw of them.
+ * C % 32 == 0, p.vec. */
+template <typename T, int NT>
+__global__ void __launch_bounds__(DP_THREADS, DP_MIN_BLOCKS) decode_mma_kernel(const dp_params p) {
+    const int MT = 8 * NT;
+    extern __shared__ __align__(16) unsigned char dp_dynamic[];
+    __shared__ float parts[DP_WARPS][NT * 4][32];
+    __shared__ float mean[MT], rstd[MT];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = p.kw;
+    int g = lane >> 2, t = lane & 3;
+    int group = warp / kw, turn = warp % kw, C = p.C, OC = p.OC;
+    int per_tile = (DP_WARPS / kw) * 16, steps = C / 32;
+    const T *weight = (const T *)p.weight;
+    T *staged = (T *)dp_dynamic;
+    const T *xs = p.ln == DP_LN_STAGED ? staged : (const T *)p.inp;
+    const T *tag = NULL;
+
+    int tile = blockIdx.x;
+    int o0 = tile * per_tile + group * 16;
+    const T *wlo = weight + (int64_t)min(o0 + g, OC - 1) * C + 8 * t;
+    const T *whi = weight + (int64_t)min(o0 + g + 8, OC - 1) * C + 8 * t;
+    uint4 rlo[DP_UNROLL], rhi[DP_UNROLL];
+    int s = turn;
+#define DP_MMA_LOAD()                                                                              \
+    do {                                                                                           \
+        _Pragma("unroll") for (int u = 0; u < DP_UNROLL; u++) {                                    \
+            int su = s + u * kw;                                                                   \
+            rlo[u] = su < steps ? dp_stream16(wlo + (int64_t)su * 32) : make_uint4(0, 0, 0, 0);    \
+            rhi[u] = su < steps ? dp_stream16(whi + (int64_t)su * 32) : make_uint4(0, 0, 0, 0);    \
+        }                                                                                          \
+    } while (0)
+    DP_MMA_LOAD();
+    dp_let_next_start();
+    dp_wait_previous();
+    if (p.ln != DP_PLAIN) {
+        dp_prologue<T, 8, MT>(p, staged, mean, rstd);
+        __syncthreads();
+    }
+    /* the input rows this lane feeds to B: g and g + 8 (a row past M
+     * repeats the last; its column of the product is not stored) */
+    int xrow[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+        xrow[j] = min(8 * j + g, p.M - 1);
+
+    for (;;) {
+        float acc[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[j][e] = 0.0f;
+        while (s < steps) {
+#pragma unroll
+            for (int u = 0; u < DP_UNROLL; u++) {
+                int su = s + u * kw;
+                if (su >= steps) break;
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    uint4 xv = dp_mma_x<T>(xs, p, mean, rstd, xrow[j], su * 32 + 8 * t);
+                    dp_mma(acc[j], rlo[u].x, rhi[u].x, rlo[u].y, rhi[u].y, xv.x, xv.y, tag);
+                    dp_mma(acc[j], rlo[u].z, rhi[u].z, rlo[u].w, rhi[u].w, xv.z, xv.w, tag);
+                }
+            }
+            s += DP_UNROLL * kw;
+            if (s < steps) DP_MMA_LOAD();
+        }
+
+        int o_done = o0, next = tile + (int)gridDim.x;
+        if (next < p.tiles) {
+            tile = next;
+            o0 = tile * per_tile + group * 16;
+            wlo = weight + (int64_t)min(o0 + g, OC - 1) * C + 8 * t;
+            whi = weight + (int64_t)min(o0 + g + 8, OC - 1) * C + 8 * t;
+            s = turn;
+            DP_MMA_LOAD();
+        }
+        if (kw > 1) {
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    parts[warp][j * 4 + e][lane] = acc[j][e];
+            __syncthreads();
+            if (turn == 0) {
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float v = 0.0f;
+                        for (int q = 0; q < kw; q++)
+                            v += parts[warp + q][j * 4 + e][lane];
+                        acc[j][e] = v;
+                    }
+            }
+            __syncthreads(); /* parts is rewritten by the next tile */
+        }
+        /* acc[j][e]: channel o_done + g (+ 8 for e >= 2), row 8 j + 2 t (+ 1
+         * for odd e) */
+        if (turn == 0) {
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int o = o_done + g + (e >= 2 ? 8 : 0), m = 8 * j + 2 * t + (e & 1);
+                    if (o >= OC || m >= p.M) continue;
+                    float v = acc[j][e];
+                    if (p.bias.ptr) v += gpc_any_load(p.bias, o);
+                    int64_t at = (int64_t)m * OC + o;
+                    if (p.residual) v += gpc_to_f32(((const T *)p.residual)[at]);
+                    if (p.gelu) v = gpc_gelu(gpc_to_f32(gpc_from_f32<T>(v)));
+                    T y = gpc_from_f32<T>(v);
+                    ((T *)p.out)[at] = y;
+                    int third = OC / 3;
+                    if (p.k_cache && o >= third) {
+                        int64_t slot = p.slots[m];
+                        T *cache = (T *)(o < 2 * third ? p.k_cache : p.v_cache);
+                        cache[slot * third + (o % third)] = y;
+                    }
+                }
+        }
+        if (next >= p.tiles) break;
+    }
+#undef DP_MMA_LOAD
+}
+
 /* ------------------------------------------------------------ host side */
 
-static long decode_calls;
+static long decode_calls, mma_calls;
 static int ln_staging = 1; /* gpc_cuda_decode_set_ln_staging */
 
 extern "C" long gpc_cuda_decode_calls(void) {
     return __atomic_load_n(&decode_calls, __ATOMIC_RELAXED);
+}
+
+extern "C" long gpc_cuda_decode_mma_calls(void) {
+    return __atomic_load_n(&mma_calls, __ATOMIC_RELAXED);
 }
 
 extern "C" int gpc_cuda_decode_set_ln_staging(int on) {
@@ -399,55 +597,87 @@ static size_t staging_limit(void) {
     return limit[d];
 }
 
-/* Lets an instantiation take `bytes` of dynamic shared memory on the
- * current GPU (above the 48 KiB default it must be asked for). Grow-only
- * per instantiation and GPU; the first product of a shape runs before a
- * graph captures it, so the serving step does not call this inside a
- * capture. */
-template <typename T, int MT> static gpc_status allow_shared(size_t bytes) {
-    static size_t allowed[GPC_CUDA_MAX_DEVICES];
-    if (bytes <= (48 << 10)) return GPC_OK;
-    int d = 0;
-    GPC_CUDA_CHECK(cudaGetDevice(&d));
-    if (d >= 0 && d < GPC_CUDA_MAX_DEVICES && bytes <= allowed[d]) return GPC_OK;
-    GPC_CUDA_CHECK(cudaFuncSetAttribute(decode_product_kernel<T, MT>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    if (d >= 0 && d < GPC_CUDA_MAX_DEVICES) allowed[d] = bytes;
-    return GPC_OK;
-}
+/* A kernel of this file. */
+typedef void (*dp_kernel)(const dp_params);
 
-/* How many blocks of an instantiation with `smem` bytes of dynamic shared
- * memory a multiprocessor of the current GPU holds at once: the grid is
- * that many a multiprocessor (or fewer, one a tile), so every block starts
- * at once and they walk equal shares of the tiles; a second wave would
- * start its shares late. Asked of the runtime once per GPU and size. */
-template <typename T, int MT> static gpc_status resident_blocks(size_t smem, int *out) {
+/* What the runtime was told and said per kernel, GPU and shared memory
+ * size, kept so that a product asks once (a serving step's products then
+ * ask nothing inside a graph capture: the first product of a shape runs
+ * before its capture). */
+#define DP_KNOWN 64
+static struct {
+    dp_kernel fn;
+    int device, blocks;
+    size_t smem;
+} known[DP_KNOWN];
+static int known_count;
+static pthread_mutex_t known_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Lets fn take `bytes` of dynamic shared memory on GPU d: above the
+ * 48 KiB default it must be allowed. Only ever raised, so that a graph
+ * captured with a larger size keeps it. */
+static gpc_status allow_shared(dp_kernel fn, int d, size_t bytes) {
     static struct {
-        int device, blocks;
-        size_t smem;
-    } known[16];
+        dp_kernel fn;
+        int device;
+        size_t bytes;
+    } allowed[DP_KNOWN];
     static int count;
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    int d = 0;
-    GPC_CUDA_CHECK(cudaGetDevice(&d));
-    pthread_mutex_lock(&lock);
-    for (int i = 0; i < count; i++)
-        if (known[i].device == d && known[i].smem == smem) {
-            *out = known[i].blocks;
-            pthread_mutex_unlock(&lock);
-            return GPC_OK;
-        }
-    pthread_mutex_unlock(&lock);
-    int blocks = 0;
-    GPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, decode_product_kernel<T, MT>, DP_THREADS, smem));
-    if (blocks < 1) blocks = 1;
-    pthread_mutex_lock(&lock);
-    if (count < 16) {
-        known[count].device = d, known[count].smem = smem, known[count].blocks = blocks;
+    if (bytes <= (48 << 10)) return GPC_OK;
+    pthread_mutex_lock(&known_lock);
+    int i = 0;
+    while (i < count && (allowed[i].fn != fn || allowed[i].device != d))
+        i++;
+    int raise = i == count || allowed[i].bytes < bytes;
+    if (raise && i == count && count < DP_KNOWN) {
+        allowed[count].fn = fn, allowed[count].device = d, allowed[count].bytes = 0;
         count++;
     }
-    pthread_mutex_unlock(&lock);
+    gpc_status status = GPC_OK;
+    if (raise) {
+        cudaError_t e =
+            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            status =
+                gpc_error(GPC_ERR_DEVICE, "decode_product: %zu bytes of shared memory refused: %s",
+                          bytes, cudaGetErrorString(e));
+        } else if (i < count) {
+            allowed[i].bytes = bytes;
+        }
+    }
+    pthread_mutex_unlock(&known_lock);
+    return status;
+}
+
+/* How many blocks of fn with `smem` bytes of dynamic shared memory a
+ * multiprocessor of the current GPU holds at once, having let fn ask for
+ * that much shared memory (above the 48 KiB default it must be allowed).
+ * The grid is that many a multiprocessor (or fewer, one a tile), so every
+ * block starts at once and they walk equal shares of the tiles; a second
+ * wave would start its shares late. */
+static gpc_status resident_blocks(dp_kernel fn, size_t smem, int *out) {
+    int d = 0;
+    GPC_CUDA_CHECK(cudaGetDevice(&d));
+    pthread_mutex_lock(&known_lock);
+    for (int i = 0; i < known_count; i++)
+        if (known[i].fn == fn && known[i].device == d && known[i].smem == smem) {
+            *out = known[i].blocks;
+            pthread_mutex_unlock(&known_lock);
+            return GPC_OK;
+        }
+    pthread_mutex_unlock(&known_lock);
+    GPC_TRY(allow_shared(fn, d, smem));
+    int blocks = 0;
+    GPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn, DP_THREADS, smem));
+    if (blocks < 1) blocks = 1;
+    pthread_mutex_lock(&known_lock);
+    if (known_count < DP_KNOWN) {
+        known[known_count].fn = fn, known[known_count].device = d;
+        known[known_count].smem = smem, known[known_count].blocks = blocks;
+        known_count++;
+    }
+    pthread_mutex_unlock(&known_lock);
     *out = blocks;
     return GPC_OK;
 }
@@ -475,13 +705,10 @@ static int pdl_applies(void) {
     return capable[d] > 0;
 }
 
-template <typename T, int MT> static gpc_status launch(const dp_params &p, size_t smem) {
-    gpc_status allowed = allow_shared<T, MT>(smem);
-    if (allowed != GPC_OK) return allowed;
-    unsigned grid = (unsigned)p.tiles;
+static gpc_status launch(dp_kernel fn, const dp_params &p, size_t smem) {
     int per_sm = 0;
-    gpc_status known = resident_blocks<T, MT>(smem, &per_sm);
-    if (known != GPC_OK) return known;
+    GPC_TRY(resident_blocks(fn, smem, &per_sm));
+    unsigned grid = (unsigned)p.tiles;
     unsigned cap = (unsigned)gpc_cuda_sm_count() * (unsigned)per_sm;
     if (grid > cap) grid = cap;
     if (pdl_applies()) {
@@ -495,12 +722,20 @@ template <typename T, int MT> static gpc_status launch(const dp_params &p, size_
         cfg.stream = gpc_cuda_stream();
         cfg.attrs = &attr;
         cfg.numAttrs = 1;
-        GPC_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_product_kernel<T, MT>, p));
+        GPC_CUDA_CHECK(cudaLaunchKernelEx(&cfg, fn, p));
         return GPC_OK;
     }
-    decode_product_kernel<T, MT><<<grid, DP_THREADS, smem, gpc_cuda_stream()>>>(p);
+    fn<<<grid, DP_THREADS, smem, gpc_cuda_stream()>>>(p);
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
+}
+
+/* Whether a product of N rows runs on tensor cores: GPC_DECODE_MMA, 5 to
+ * 16 rows, 2-byte elements in whole aligned packs, C a multiple of 32. */
+static int mma_applies(int64_t N, int64_t C, size_t elem, int vec) {
+    static int enabled = -1;
+    return N >= DP_MMA_MIN_ROWS && elem == 2 && vec && C % 32 == 0 &&
+           gpc_cuda_setting_flag("GPC_DECODE_MMA", &enabled);
 }
 
 gpc_status gpc_cuda_decode_product(gpc_tensor *out, const gpc_tensor *inp, const gpc_tensor *weight,
@@ -548,19 +783,30 @@ gpc_status gpc_cuda_decode_product(gpc_tensor *out, const gpc_tensor *inp, const
         p.ln = staged ? DP_LN_STAGED : DP_LN_INLINE;
         if (staged) smem = bytes;
     }
-    GPC_CUDA_DISPATCH(out->dtype, E, {
-        gpc_status s;
-        if (N <= 1)
-            s = launch<E, 1>(p, smem);
-        else if (N <= 2)
-            s = launch<E, 2>(p, smem);
-        else if (N <= 4)
-            s = launch<E, 4>(p, smem);
-        else if (N <= 8)
-            s = launch<E, 8>(p, smem);
+    if (mma_applies(N, C, elem, p.vec)) {
+        /* a warp tile of 16 channels, a 32-column step of the depth */
+        int steps = (int)(C / 32);
+        need = (steps + DP_UNROLL - 1) / DP_UNROLL;
+        p.kw = need <= 1 ? 1 : need <= 2 ? 2 : 4;
+        per_tile = (DP_WARPS / p.kw) * 16;
+        p.tiles = (int)((OC + per_tile - 1) / per_tile);
+        dp_kernel fn = NULL;
+        if (inp->dtype == GPC_BF16)
+            fn = N <= 8 ? decode_mma_kernel<gpc_bf16_t, 1> : decode_mma_kernel<gpc_bf16_t, 2>;
         else
-            s = launch<E, 16>(p, smem);
-        GPC_TRY(s);
+            fn = N <= 8 ? decode_mma_kernel<gpc_f16_t, 1> : decode_mma_kernel<gpc_f16_t, 2>;
+        GPC_TRY(launch(fn, p, smem));
+        __atomic_fetch_add(&decode_calls, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&mma_calls, 1, __ATOMIC_RELAXED);
+        return GPC_OK;
+    }
+    GPC_CUDA_DISPATCH(out->dtype, E, {
+        dp_kernel fn = N <= 1   ? decode_product_kernel<E, 1>
+                       : N <= 2 ? decode_product_kernel<E, 2>
+                       : N <= 4 ? decode_product_kernel<E, 4>
+                       : N <= 8 ? decode_product_kernel<E, 8>
+                                : decode_product_kernel<E, 16>;
+        GPC_TRY(launch(fn, p, smem));
     });
     __atomic_fetch_add(&decode_calls, 1, __ATOMIC_RELAXED);
     return GPC_OK;

@@ -13,6 +13,8 @@
  * the scalar path; channel counts not a multiple of a block's), with the
  * normalised rows staged in shared memory and normalised as read
  * (gpc_cuda_decode_set_ln_staging(0)), and f32 rows too wide to stage.
+ * Under GPC_DECODE_MMA=1 (a variant in tests/CMakeLists.txt) the products
+ * of 5 to 16 rows in bf16 and f16 must have run on tensor cores.
  * Tolerance: relative to the larger of |reference| and the output's RMS,
  * 1e-4 in f32, 3e-2 in bf16 and 1e-2 in f16 (the GPU rounds the
  * normalised rows and the output to the dtype, the CPU keeps f32). The
@@ -188,9 +190,12 @@ static void one_case(gpc_dtype dtype, int form, int64_t N, int64_t C, int64_t OC
     ga.gelu = form == FORM_GELU;
     if (form == FORM_RESIDUAL) ga.residual = &gout;
     if (kv) ga.k_cache = &gk, ga.v_cache = &gv, ga.slots = &gs;
-    long before = gpc_cuda_decode_calls();
+    long before = gpc_cuda_decode_calls(), mma_before = gpc_cuda_decode_mma_calls();
     TEST_OK(gpc_op_decode_product(&gout, &gx, &gw, &ga));
     assert_int_equal(gpc_cuda_decode_calls(), before + 1);
+    /* GPC_DECODE_MMA=1: 5 to 16 rows of 2-byte values, C a multiple of 32 */
+    int mma = gpc_setting_flag("GPC_DECODE_MMA") && N >= 5 && dtype != GPC_F32 && C % 32 == 0;
+    assert_int_equal(gpc_cuda_decode_mma_calls(), mma_before + mma);
     float *got = download(&gout);
     char what[160];
     snprintf(what, sizeof what, "%s %s, %lld rows, %lld -> %lld", form_names[form],
