@@ -124,7 +124,7 @@ static void gradient_check(unsigned targets, int recompute) {
             for (size_t k = start; k < end; k++)
                 gmax = fmax(gmax, fabs(grad[k]));
             assert_true(gmax > 0);
-            size_t picks[6];
+            size_t picks[6] = {0};
             for (int p = 0; p < 3; p++) {
                 size_t best = start;
                 double bestv = -1;
