@@ -315,7 +315,10 @@ static void test_step_matches_unfused(void **state) {
                             .max_logits = SEQS};
     gpt_paged *fused = NULL, *plain = NULL;
     long calls0 = gpc_cuda_decode_calls();
-    TEST_OK(gpt_paged_create(&fused, m, &po));
+    setenv("GPC_DECODE_FUSED_MAX_M", "16", 1); /* opt-in */
+    gpc_status made_fused = gpt_paged_create(&fused, m, &po);
+    unsetenv("GPC_DECODE_FUSED_MAX_M");
+    TEST_OK(made_fused);
     long calls1 = gpc_cuda_decode_calls();
     assert_true(calls1 > calls0); /* the warm-up's small buckets ran them */
     setenv("GPC_DECODE_FUSED_MAX_M", "0", 1);

@@ -57,11 +57,14 @@ static void two_caches_agree(int eager, int unfused) {
                             .max_tokens = 64,
                             .max_logits = SEQS};
     gpt_paged *on = NULL, *off = NULL;
-    TEST_OK(gpt_paged_create(&on, m, &po));
+    setenv("GPC_DECODE_FUSED_MAX_M", "16", 1); /* the fused products, opt-in */
+    gpc_status made = gpt_paged_create(&on, m, &po);
+    unsetenv("GPC_DECODE_FUSED_MAX_M");
+    TEST_OK(made);
     po.eager = eager;
-    if (unfused) setenv("GPC_DECODE_FUSED_MAX_M", "0", 1);
+    setenv("GPC_DECODE_FUSED_MAX_M", unfused ? "0" : "16", 1);
     gpc_status created = gpt_paged_create(&off, m, &po);
-    if (unfused) unsetenv("GPC_DECODE_FUSED_MAX_M");
+    unsetenv("GPC_DECODE_FUSED_MAX_M");
     TEST_OK(created);
     int mb = gpt_paged_max_blocks(on);
     sequence seqs[SEQS];
