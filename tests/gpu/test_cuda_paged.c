@@ -471,9 +471,23 @@ static void test_embedding_at(void **state) {
 }
 
 /* The CPU's token for row x at (top_p, uniform) within delta of the given
- * ones: the tokens the GPU may give. */
+ * ones: the tokens the GPU may give. Below top_p 1 the tokens are taken in
+ * order of probability, and the one drawn moves monotonically down that
+ * order as top_p or the uniform grows, so every token whose logit lies
+ * between those drawn at the corners of the box is drawn somewhere in it. */
 static int acceptable(int32_t got, const float *x, int V, const float *p, char *scratch) {
     const double delta = 1e-4;
+    if (p[2] < 1.0f && p[0] > 0) {
+        float lo = INFINITY, hi = -INFINITY;
+        for (int a = -1; a <= 1; a += 2)
+            for (int b = -1; b <= 1; b += 2) {
+                double top_p = fmin(p[2] + a * delta, 1.0 - 1e-9), u = p[3] + b * delta;
+                u = u < 0 ? 0 : u >= 1 ? 1 - 1e-9 : u;
+                uint32_t t = gpc_sample_select(x, V, p[0], (int)p[1], (float)top_p, u, scratch);
+                if (t < (uint32_t)V) lo = fminf(lo, x[t]), hi = fmaxf(hi, x[t]);
+            }
+        if (x[got] >= lo && x[got] <= hi) return 1;
+    }
     for (int a = -1; a <= 1; a++)
         for (int b = -1; b <= 1; b++) {
             double top_p = p[2] + a * delta, u = p[3] + b * delta;
