@@ -579,8 +579,13 @@ paged_launch_v2(dim3 grid, gpc_tensor *out, float *part_ml, float *part_o, const
         (const int32_t *)token_pos->data, s);
 }
 
-/* The kernel that GPC_PAGED_KERNEL=auto (the default) runs. */
-#define PAGED_KERNEL_AUTO 1
+/* GPC_PAGED_KERNEL=auto (the default): v2 for steps of at least
+ * PAGED_AUTO_V2_ROWS rows, v1 for fewer. On an H200 (bench_paged_attention
+ * _bench, GPT-2 124M's 12 heads of 64, bf16) v2 read 2,962-4,208 GB/s at
+ * 256 rows against v1's 2,097-2,848, and won at 64 rows from context 256
+ * up; v1 was faster at 1 and 16 rows, where both are bound by latency. */
+#define PAGED_KERNEL_AUTO 4
+#define PAGED_AUTO_V2_ROWS 64
 
 /* The kernel GPC_PAGED_KERNEL names (1, 2 or 3; auto: PAGED_KERNEL_AUTO),
  * read at the first call, or the one gpc_cuda_paged_set_kernel set; an
@@ -594,8 +599,7 @@ static int paged_kernel_setting(void) {
     if (!strcmp(e, "v1")) return 1;
     if (!strcmp(e, "v2")) return 2;
     if (!strcmp(e, "v3")) return 3;
-    gpc_log(GPC_LOG_WARN, "GPC_PAGED_KERNEL=%s is not auto, v1, v2 or v3: using v%d", e,
-            PAGED_KERNEL_AUTO);
+    gpc_log(GPC_LOG_WARN, "GPC_PAGED_KERNEL=%s is not auto, v1, v2 or v3: using auto", e);
     return PAGED_KERNEL_AUTO;
 }
 
@@ -655,6 +659,7 @@ gpc_status gpc_cuda_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
      * tables a few stages short of 2^31 positions: their key indices run
      * past the last key by that much); v1 the rest */
     int kernel = paged_kernel();
+    if (kernel == PAGED_KERNEL_AUTO) kernel = N >= PAGED_AUTO_V2_ROWS ? 2 : 1;
     if (kernel > 1 && !((lanes == 8 || lanes == 16 || lanes == 32) && width <= 0x7fffffff - 4096))
         kernel = 1;
     /* units: v1's (row, head) pairs, v2's and v3's (row, heads of a block) */
