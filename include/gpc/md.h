@@ -45,8 +45,8 @@ typedef struct {
     int gpu_build_f64;  /* on a GPU: the list build tests every candidate in float64, not
                            in float32 first */
     int gpu_step_fused; /* on a GPU: the force kernel ends each step and begins the next
-                           (the half kicks and the drift); gpc_md_defaults: 1 when
-                           GPC_MD_STEP is fused */
+                           (the half kicks and the drift); gpc_md_defaults: 1 unless
+                           GPC_MD_STEP is split */
     int gpu_unroll;     /* on a GPU: partners (forces) and candidates (the list build)
                            whose loads issue together, 1, 2, 4 or 8 (0: 1);
                            gpc_md_defaults: GPC_MD_UNROLL */

@@ -130,10 +130,10 @@ int cmd_md(int argc, char **argv) {
          "default), or each in f64"},
         {"gpu-step", CLI_STRING, &gpu_step, "S",
          "on a GPU, split: an integration kernel, then the forces; fused: the force kernel ends "
-         "each step and begins the next (default split, or GPC_MD_STEP)"},
+         "each step and begins the next (default fused, or GPC_MD_STEP)"},
         {"gpu-unroll", CLI_INT, &c.gpu_unroll, "U",
          "on a GPU, partners (in the forces) and candidates (in the list build) whose loads issue "
-         "together: 1, 2, 4 or 8 (default 1, or GPC_MD_UNROLL)"},
+         "together: 1, 2, 4 or 8 (default 4, or GPC_MD_UNROLL)"},
         {"steps", CLI_INT, &steps, "N", "time steps to run (default 100)"},
         {"seed", CLI_INT64, &seed, "S", "seed of the initial velocities (default 87287)"},
         {"rebuild-every", CLI_INT, &c.rebuild_every, "N",

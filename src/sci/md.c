@@ -75,9 +75,9 @@ void gpc_md_defaults(gpc_md_config *c) {
     c->rebuild_every = 0;
     c->device = gpc_cpu();
     const char *step = gpc_setting_str("GPC_MD_STEP");
-    c->gpu_step_fused = step && strcmp(step, "fused") == 0;
+    c->gpu_step_fused = !step || strcmp(step, "split") != 0;
     const char *unroll = gpc_setting_str("GPC_MD_UNROLL");
-    c->gpu_unroll = unroll ? atoi(unroll) : 1;
+    c->gpu_unroll = unroll ? atoi(unroll) : 4;
 }
 
 static gpc_status check_config(const gpc_md_config *c) {
