@@ -31,25 +31,28 @@ extern "C" {
 #endif
 
 typedef struct {
-    int cells;          /* fcc unit cells along each side: 4 cells^3 atoms */
-    double density;     /* atoms per unit volume */
-    double temperature; /* initial temperature */
-    double cutoff;      /* pair cutoff */
-    double skin;        /* neighbour-list margin beyond the cutoff */
-    double dt;          /* time step */
-    uint64_t seed;      /* initial velocities */
-    int rebuild_every;  /* 0: rebuild when an atom moved over skin/2; N: every N steps */
-    gpc_device device;  /* the CPU (OpenMP threads) or a GPU */
-    int gpu_forces_f32; /* on a GPU: pair forces in float32, not float64 */
-    int gpu_lanes;      /* on a GPU: threads per atom in the force kernel, 1, 2, 4 or 8; 0: 4 */
-    int gpu_build_f64;  /* on a GPU: the list build tests every candidate in float64, not
-                           in float32 first */
-    int gpu_step_fused; /* on a GPU: the force kernel ends each step and begins the next
-                           (the half kicks and the drift); gpc_md_defaults: 1 unless
-                           GPC_MD_STEP is split */
-    int gpu_unroll;     /* on a GPU: partners (forces) and candidates (the list build)
-                           whose loads issue together, 1, 2, 4 or 8 (0: 1);
-                           gpc_md_defaults: GPC_MD_UNROLL */
+    int cells;             /* fcc unit cells along each side: 4 cells^3 atoms */
+    double density;        /* atoms per unit volume */
+    double temperature;    /* initial temperature */
+    double cutoff;         /* pair cutoff */
+    double skin;           /* neighbour-list margin beyond the cutoff */
+    double dt;             /* time step */
+    uint64_t seed;         /* initial velocities */
+    int rebuild_every;     /* 0: rebuild when an atom moved over skin/2; N: every N steps */
+    gpc_device device;     /* the CPU (OpenMP threads) or a GPU */
+    int gpu_forces_f32;    /* on a GPU: pair forces in float32, not float64 */
+    int gpu_lanes;         /* on a GPU: threads per atom in the force kernel, 1, 2, 4 or 8; 0: 4 */
+    int gpu_build_f64;     /* on a GPU: the list build tests every candidate in float64, not
+                              in float32 first */
+    int gpu_step_fused;    /* on a GPU: the force kernel ends each step and begins the next
+                              (the half kicks and the drift); gpc_md_defaults: 1 unless
+                              GPC_MD_STEP is split */
+    int gpu_unroll;        /* on a GPU: partners (forces) and candidates (the list build)
+                              whose loads issue together, 1, 2, 4 or 8 (0: 1);
+                              gpc_md_defaults: GPC_MD_UNROLL */
+    int gpu_list_per_atom; /* on a GPU: the neighbour list built by a thread per atom, not a
+                              warp per cell (the same rows); gpc_md_defaults: 1 when
+                              GPC_MD_LIST is atoms */
 } gpc_md_config;
 
 /* LAMMPS's in.lj: 20 cells (32,000 atoms), 0.8442, 3.0, 2.5, 0.3, 0.005;

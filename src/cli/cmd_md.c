@@ -68,7 +68,7 @@ static gpc_status write_json(const char *path, const gpc_md_config *c, gpc_md *m
             "\"temperature\": %.17g, \"cutoff\": %.17g, \"skin\": %.17g, \"dt\": %.17g, "
             "\"seed\": %llu, \"rebuild_every\": %d, \"device\": \"%s\", \"forces\": \"%s\", "
             "\"gpu_lanes\": %d, \"gpu_build\": \"%s\", \"gpu_step\": \"%s\", "
-            "\"gpu_unroll\": %d, \"processes\": %d, "
+            "\"gpu_unroll\": %d, \"gpu_list\": \"%s\", \"processes\": %d, "
             "\"threads\": %d, \"steps\": %d, "
             "\"seconds\": %.9g, \"atom_steps_per_s\": %.9g, \"neighbor_builds\": %lld, "
             "\"dangerous_builds\": %lld, \"pairs\": %lld,\n",
@@ -78,8 +78,8 @@ static gpc_status write_json(const char *path, const gpc_md_config *c, gpc_md *m
             c->device.type == GPC_DEVICE_CUDA && c->gpu_forces_f32 ? "f32" : "f64",
             c->gpu_lanes ? c->gpu_lanes : 4, c->gpu_build_f64 ? "f64" : "f32",
             c->gpu_step_fused ? "fused" : "split", c->gpu_unroll ? c->gpu_unroll : 1,
-            gpc_md_processes(md), omp_get_max_threads(), steps, seconds,
-            seconds > 0 ? (double)gpc_md_atoms(md) * steps / seconds : 0.0,
+            c->gpu_list_per_atom ? "atoms" : "cells", gpc_md_processes(md), omp_get_max_threads(),
+            steps, seconds, seconds > 0 ? (double)gpc_md_atoms(md) * steps / seconds : 0.0,
             (long long)gpc_md_neighbor_builds(md), (long long)gpc_md_dangerous_builds(md),
             (long long)gpc_md_pairs(md));
     double ms[GPC_MD_PHASES];
@@ -110,6 +110,7 @@ int cmd_md(int argc, char **argv) {
     int64_t seed = (int64_t)c.seed; /* signed, so a negative value is refused, not wrapped */
     const char *json = NULL, *dump = NULL, *device = "cpu", *forces = "f64", *build = "f32";
     const char *gpu_step = c.gpu_step_fused ? "fused" : "split";
+    const char *gpu_list = c.gpu_list_per_atom ? "atoms" : "cells";
     int dump_every = 0;
     const cli_option options[] = {
         {"cells", CLI_INT, &c.cells, "N",
@@ -134,6 +135,9 @@ int cmd_md(int argc, char **argv) {
         {"gpu-unroll", CLI_INT, &c.gpu_unroll, "U",
          "on a GPU, partners (in the forces) and candidates (in the list build) whose loads issue "
          "together: 1, 2, 4 or 8 (default 4, or GPC_MD_UNROLL)"},
+        {"gpu-list", CLI_STRING, &gpu_list, "B",
+         "on a GPU, the neighbour list built by a warp per cell (cells) or a thread per atom "
+         "(atoms); the same rows (default cells, or GPC_MD_LIST)"},
         {"steps", CLI_INT, &steps, "N", "time steps to run (default 100)"},
         {"seed", CLI_INT64, &seed, "S", "seed of the initial velocities (default 87287)"},
         {"rebuild-every", CLI_INT, &c.rebuild_every, "N",
@@ -152,7 +156,7 @@ int cmd_md(int argc, char **argv) {
         "md",
         "md [--cells N] [--density RHO] [--temperature T] [--cutoff RC] [--skin S] [--dt DT] "
         "[--device cpu|cuda[:N]] [--forces f64|f32] [--gpu-lanes L] [--gpu-build f32|f64] "
-        "[--gpu-step split|fused] [--gpu-unroll U] "
+        "[--gpu-step split|fused] [--gpu-unroll U] [--gpu-list cells|atoms] "
         "[--steps N] [--seed S] [--rebuild-every N] "
         "[--thermo N] [--json "
         "FILE] [--dump FILE "
@@ -189,6 +193,9 @@ int cmd_md(int argc, char **argv) {
     if (strcmp(gpu_step, "split") != 0 && strcmp(gpu_step, "fused") != 0)
         return cli_usage_error("md", "--gpu-step %s: use split or fused", gpu_step);
     c.gpu_step_fused = strcmp(gpu_step, "fused") == 0;
+    if (strcmp(gpu_list, "cells") != 0 && strcmp(gpu_list, "atoms") != 0)
+        return cli_usage_error("md", "--gpu-list %s: use cells or atoms", gpu_list);
+    c.gpu_list_per_atom = strcmp(gpu_list, "atoms") == 0;
     if (c.gpu_unroll != 1 && c.gpu_unroll != 2 && c.gpu_unroll != 4 && c.gpu_unroll != 8)
         return cli_usage_error("md", "--gpu-unroll %d: use 1, 2, 4 or 8", c.gpu_unroll);
     /* the syntax only: whether the GPU exists, and has room, gpc_md_create

@@ -78,6 +78,8 @@ void gpc_md_defaults(gpc_md_config *c) {
     c->gpu_step_fused = !step || strcmp(step, "split") != 0;
     const char *unroll = gpc_setting_str("GPC_MD_UNROLL");
     c->gpu_unroll = unroll ? atoi(unroll) : 4;
+    const char *list = gpc_setting_str("GPC_MD_LIST");
+    c->gpu_list_per_atom = list && strcmp(list, "atoms") == 0;
 }
 
 static gpc_status check_config(const gpc_md_config *c) {
@@ -468,6 +470,7 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
         .build_f64 = c->gpu_build_f64,
         .fused_step = c->gpu_step_fused,
         .unroll = c->gpu_unroll,
+        .build_per_atom = c->gpu_list_per_atom,
     };
     {
         /* refuse what cannot fit rather than be killed filling it in */

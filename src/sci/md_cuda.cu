@@ -96,8 +96,9 @@ namespace {
 constexpr int ATOM_THREADS = 128;   /* the per-atom kernels' block; also the thermo partials' */
 constexpr int REDUCE_THREADS = 256; /* the one block that sums the partials */
 constexpr int LOOP_BLOCKS_PER_SM = 8;
-constexpr int LOOP_THREADS = 256; /* the build kernels' block (grid-stride loops) */
-constexpr int MAX_LANES = 8;      /* threads per atom in the force kernel */
+constexpr int LOOP_THREADS = 256;       /* the build kernels' block (grid-stride loops) */
+constexpr int CELL_BUILD_THREADS = 128; /* md_build_cells: four warps, four cells at a time */
+constexpr int MAX_LANES = 8;            /* threads per atom in the force kernel */
 constexpr int DEFAULT_LANES = 4;
 constexpr int INDEX_BITS = 27; /* a neighbour entry: index, then the offsets' code */
 constexpr unsigned INDEX_MASK = (1u << INDEX_BITS) - 1;
@@ -421,6 +422,127 @@ md_build(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
     }
 }
 
+/* The same rows as md_build's, a warp per cell: the cell's atoms (up to
+ * 32 at a time, their float32 positions in shared memory) against the
+ * candidates of each row of three cells around it (ox = -1, 0, 1 at one
+ * oy, oz), 32 candidates at a time, a lane each. For each of the cell's
+ * atoms in turn the warp's ballot says which of the 32 are within reach;
+ * they take the row's next slots in lane order, which is md_build's order
+ * (the 27 cells in its order, each cell's atoms in ascending index), so the
+ * rows are md_build's slot for slot. A lane keeps the count of the atom of
+ * its own number. Candidates are taken relative to the atom's cell corner
+ * (their own corner plus the offset times the width): rounded otherwise
+ * than md_build's, far below the screen's margin, so the same pairs go to
+ * the float64 test and the same pairs are listed. All the warp's loops are
+ * uniform, its candidate loads one run of memory; md_build's thread per
+ * atom walks other cells than its warp's neighbours and reads each
+ * candidate once per atom. */
+__global__ void __launch_bounds__(CELL_BUILD_THREADS)
+    md_build_cells(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
+                   double box, int m, double width, const int *__restrict__ cell_start,
+                   int64_t cells, double reach2, float screen_low, float screen_high, int test_f64,
+                   int relative_codes, int capacity, int lanes_log2, int *__restrict__ count,
+                   unsigned *__restrict__ neigh, md_flags *flags) {
+    if (!flags->rebuild) return;
+    constexpr int WARPS = CELL_BUILD_THREADS / 32;
+    __shared__ float4 home_all[CELL_BUILD_THREADS];
+    const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
+    float4 *home = home_all + 32 * warp;
+    const unsigned below = (1u << lane) - 1;
+    const float fwidth = (float)width;
+    for (int64_t c = (int64_t)blockIdx.x * WARPS + warp; c < cells;
+         c += (int64_t)gridDim.x * WARPS) {
+        const int cx = (int)(c % m), cy = (int)((c / m) % m), cz = (int)(c / ((int64_t)m * m));
+        const int lo = cell_start[c], hi = cell_start[c + 1];
+        for (int h0 = lo; h0 < hi; h0 += 32) {
+            const int homes = min(32, hi - h0);
+            __syncwarp();
+            if (lane < homes) home[lane] = xr[h0 + lane];
+            __syncwarp();
+            int found = 0; /* of atom h0 + lane */
+            for (int oz = -1; oz <= 1; oz++) {
+                int nz = cz + oz;
+                const int sz = nz < 0 ? -1 : (nz >= m ? 1 : 0);
+                nz -= sz * m;
+                for (int oy = -1; oy <= 1; oy++) {
+                    int ny = cy + oy;
+                    const int sy = ny < 0 ? -1 : (ny >= m ? 1 : 0);
+                    ny -= sy * m;
+                    /* the row's three cells (ox = -1, 0, 1): where each
+                     * one's atoms start, where it ends in the row's count,
+                     * and its x image */
+                    int start0, start1, start2, end0, end1, total, shift0, shift1, shift2;
+                    {
+                        auto cell = [&](int ox, int &shift) {
+                            int nx = cx + ox;
+                            shift = nx < 0 ? -1 : (nx >= m ? 1 : 0);
+                            nx -= shift * m;
+                            return (nz * m + ny) * m + nx;
+                        };
+                        const int c0 = cell(-1, shift0), c1 = cell(0, shift1), c2 = cell(1, shift2);
+                        start0 = cell_start[c0], start1 = cell_start[c1], start2 = cell_start[c2];
+                        end0 = cell_start[c0 + 1] - start0;
+                        end1 = end0 + cell_start[c1 + 1] - start1;
+                        total = end1 + cell_start[c2 + 1] - start2;
+                    }
+                    for (int t0 = 0; t0 < total; t0 += 32) {
+                        const int t = t0 + lane;
+                        const bool valid = t < total;
+                        const int ox = t < end0 ? -1 : (t < end1 ? 0 : 1);
+                        const int j =
+                            ox < 0 ? start0 + t : (ox == 0 ? start1 + t - end0 : start2 + t - end1);
+                        const int sx = ox < 0 ? shift0 : (ox == 0 ? shift1 : shift2);
+                        float4 q = make_float4(0.f, 0.f, 0.f, 0.f);
+                        if (valid) q = __ldg(&xr[j]);
+                        /* relative to the home cell's corner */
+                        const float qx = q.x + fwidth * ox, qy = q.y + fwidth * oy,
+                                    qz = q.z + fwidth * oz;
+                        const unsigned entry =
+                            (unsigned)j |
+                            ((relative_codes ? offset_code(ox, oy, oz) : offset_code(sx, sy, sz))
+                             << INDEX_BITS);
+                        for (int a = 0; a < homes; a++) {
+                            const float4 p = home[a];
+                            const float dx = p.x - qx, dy = p.y - qy, dz = p.z - qz;
+                            const float s2 = dx * dx + dy * dy + dz * dz;
+                            bool within = false;
+                            if (valid && j != h0 + a) {
+                                if (test_f64 || (s2 < screen_high && !(s2 < screen_low))) {
+                                    /* md.c's test (the file's head) */
+                                    const md_vec pi = x[h0 + a], pj = x[j];
+                                    const double ex = pi.x - pj.x - box * sx,
+                                                 ey = pi.y - pj.y - box * sy,
+                                                 ez = pi.z - pj.z - box * sz;
+                                    within = ex * ex + ey * ey + ez * ez < reach2;
+                                } else {
+                                    within = s2 < screen_low; /* NaN: not */
+                                }
+                            }
+                            const unsigned ballot = __ballot_sync(0xffffffffu, within);
+                            if (ballot) {
+                                const int base = __shfl_sync(0xffffffffu, found, a);
+                                if (within) {
+                                    const int slot = base + __popc(ballot & below);
+                                    if (slot < capacity)
+                                        neigh[slot_of(h0 + a, slot, n, lanes_log2)] = entry;
+                                }
+                                if (lane == a) found += __popc(ballot);
+                            }
+                        }
+                    }
+                }
+            }
+            if (lane < homes) {
+                count[h0 + lane] = found < capacity ? found : capacity;
+                if (found > capacity) {
+                    flags->overflow = 1;
+                    atomicMax(&flags->longest, found);
+                }
+            }
+        }
+    }
+}
+
 __global__ void md_end_build(md_flags *flags) {
     if (flags->rebuild) flags->builds++;
     flags->rebuild = 0;
@@ -662,8 +784,9 @@ struct gpc_md_cuda {
     int lanes, lanes_log2;
     int64_t slots; /* of the neighbour list: row_capacity rounded up to MAX_LANES, times n */
     int atom_blocks, loop_blocks, force_blocks;
-    int build_blocks;    /* as many as are resident at once: one wave, no tail */
-    int64_t since_build; /* steps since the last build, for rebuild_every */
+    int build_blocks;      /* as many as are resident at once: one wave, no tail */
+    int cell_build_blocks; /* the same for md_build_cells */
+    int64_t since_build;   /* steps since the last build, for rebuild_every */
     cudaStream_t stream;
     md_vec *x, *v, *x_built, *v_tmp;
     md_vec *f;
@@ -825,6 +948,15 @@ static gpc_status queue_build(gpc_md_cuda *g, long long step) {
                                           g->flags);
     const float screen_low = (float)(g->reach2 * (1 - SCREEN_MARGIN)),
                 screen_high = (float)(g->reach2 * (1 + SCREEN_MARGIN));
+    if (!g->c.build_per_atom) {
+        md_build_cells<<<g->cell_build_blocks, CELL_BUILD_THREADS, 0, g->stream>>>(
+            g->n, g->x, g->xr, box, g->m, g->width, g->cell_start, g->cells, g->reach2, screen_low,
+            screen_high, g->c.build_f64, g->c.forces_f32, g->c.row_capacity, g->lanes_log2,
+            g->count, g->neigh, g->flags);
+        md_end_build<<<1, 1, 0, g->stream>>>(g->flags);
+        GPC_CUDA_CHECK_LAUNCH();
+        return GPC_OK;
+    }
     auto build = g->c.unroll == 8   ? md_build<8>
                  : g->c.unroll == 4 ? md_build<4>
                  : g->c.unroll == 2 ? md_build<2>
@@ -1078,6 +1210,10 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
                                            : md_build<1>;
         MD_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, build, LOOP_THREADS, 0));
         g->build_blocks = prop.multiProcessorCount * (resident > 0 ? resident : 1);
+        resident = 0;
+        MD_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, md_build_cells,
+                                                               CELL_BUILD_THREADS, 0));
+        g->cell_build_blocks = prop.multiProcessorCount * (resident > 0 ? resident : 1);
     }
     /* a blocking stream: it waits for the default stream's copies and sets
      * too, so no copy below can race a kernel */

@@ -36,6 +36,7 @@ typedef struct {
     int build_f64;      /* the build tests each candidate in float64, not in float32 first */
     int fused_step;     /* the force kernel ends each step and begins the next (kicks, drift) */
     int unroll; /* partners (forces), candidates (the build) loaded together: 1, 2, 4, 8; 0: 1 */
+    int build_per_atom; /* the list built by a thread per atom (md_build), not a warp per cell */
 } gpc_md_cuda_config;
 
 /* The sums of the last step whose thermo was computed (the step a create,

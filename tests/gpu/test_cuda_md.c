@@ -3,7 +3,10 @@
  *   - the neighbour list on random positions holds every pair within
  *     cutoff + skin and nothing else, in each layout (lanes per atom),
  *     with either build test and candidates taken 1, 2, 4 or 8 at a time,
- *     and after a hot run still every pair within the cutoff;
+ *     and after a hot run still every pair within the cutoff; the build of
+ *     a warp per cell (the default) gives the rows of the build of a thread
+ *     per atom slot for slot (and under GPC_MD_LIST=atoms every test
+ *     against the CPU runs on the latter);
  *   - forces, energy and virial of a disordered crystal against every pair
  *     summed in float64 (float32 forces: 3e-5 of the largest);
  *   - a small crystal's trajectory, atom by atom, and its thermo rows
@@ -192,6 +195,25 @@ static void test_small_neighbor_list_random(void **state) {
         for (int64_t i = 0; i < n; i++)
             pairs += counts[i];
         assert_int_equal(gpc_md_cuda_pairs(g), pairs / 2);
+        /* the other builder (a thread per atom; c's is a warp per cell) from
+         * the same positions: the same rows, slot for slot */
+        gpc_md_cuda *other = NULL;
+        c.build_per_atom = 1;
+        TEST_OK(gpc_md_cuda_create(&other, 0, &c, x, v, id));
+        int32_t *other_counts = malloc((size_t)n * sizeof *other_counts);
+        int32_t *other_rows = malloc((size_t)(n * c.row_capacity) * sizeof *other_rows);
+        TEST_OK(gpc_md_cuda_neighbors(other, other_counts, other_rows));
+        for (int64_t i = 0; i < n; i++) {
+            if (counts[i] != other_counts[i])
+                fail_msg("%s: row %lld has %d partners per cell, %d per atom", when, (long long)i,
+                         counts[i], other_counts[i]);
+            for (int k = 0; k < counts[i]; k++)
+                if (rows[i * c.row_capacity + k] != other_rows[i * c.row_capacity + k])
+                    fail_msg("%s: row %lld slot %d: %d per cell, %d per atom", when, (long long)i,
+                             k, rows[i * c.row_capacity + k], other_rows[i * c.row_capacity + k]);
+        }
+        free(other_counts), free(other_rows);
+        gpc_md_cuda_free(other);
         gpc_md_cuda_free(g);
         free(x), free(v), free(id), free(counts), free(rows), free(sorted), free(sorted_id);
     }
