@@ -98,7 +98,12 @@ constexpr int REDUCE_THREADS = 256; /* the one block that sums the partials */
 constexpr int LOOP_BLOCKS_PER_SM = 8;
 constexpr int LOOP_THREADS = 256;       /* the build kernels' block (grid-stride loops) */
 constexpr int CELL_BUILD_THREADS = 128; /* md_build_cells: four warps, four cells at a time */
-constexpr int MAX_LANES = 8;            /* threads per atom in the force kernel */
+/* md_build_cells stages up to this many entries of each row in shared
+ * memory before writing them out (a multiple of 32 plus one: a lane's row
+ * starts in the next bank from the lane before) */
+constexpr int CELL_STAGE = 64;
+constexpr int CELL_STAGE_STRIDE = CELL_STAGE + 1;
+constexpr int MAX_LANES = 8; /* threads per atom in the force kernel */
 constexpr int DEFAULT_LANES = 4;
 constexpr int INDEX_BITS = 27; /* a neighbour entry: index, then the offsets' code */
 constexpr unsigned INDEX_MASK = (1u << INDEX_BITS) - 1;
@@ -436,7 +441,16 @@ md_build(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
  * the float64 test and the same pairs are listed. All the warp's loops are
  * uniform, its candidate loads one run of memory; md_build's thread per
  * atom walks other cells than its warp's neighbours and reads each
- * candidate once per atom. */
+ * candidate once per atom.
+ *
+ * The entries go first to a stage in shared memory, CELL_STAGE a row;
+ * when a row's stage might not hold another 32 (before each group of
+ * candidates), and at the end, the warp writes the stages out, lane a
+ * atom a's: at each slot the cell's atoms (consecutive indices) are one
+ * run of memory. Written straight from the ballot, each entry was a store
+ * of its own to another place (the slots of a row are the atoms' number
+ * apart with one lane), and those partial stores were most of the
+ * build's time. */
 __global__ void __launch_bounds__(CELL_BUILD_THREADS)
     md_build_cells(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
                    double box, int m, double width, const int *__restrict__ cell_start,
@@ -446,8 +460,10 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
     if (!flags->rebuild) return;
     constexpr int WARPS = CELL_BUILD_THREADS / 32;
     __shared__ float4 home_all[CELL_BUILD_THREADS];
+    __shared__ unsigned stage_all[WARPS][32 * CELL_STAGE_STRIDE];
     const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
     float4 *home = home_all + 32 * warp;
+    unsigned *stage = stage_all[warp];
     const unsigned below = (1u << lane) - 1;
     const float fwidth = (float)width;
     for (int64_t c = (int64_t)blockIdx.x * WARPS + warp; c < cells;
@@ -459,7 +475,21 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
             __syncwarp();
             if (lane < homes) home[lane] = xr[h0 + lane];
             __syncwarp();
-            int found = 0; /* of atom h0 + lane */
+            int found = 0;  /* of atom h0 + lane, written or staged */
+            int staged = 0; /* of those, staged */
+            /* the stages out: lane a atom a's row, slot by slot */
+            auto flush = [&]() {
+                __syncwarp();
+                const int most = __reduce_max_sync(0xffffffffu, staged);
+                for (int k = 0; k < most; k++) {
+                    const int slot = found - staged + k;
+                    if (k < staged && slot < capacity)
+                        neigh[slot_of(h0 + lane, slot, n, lanes_log2)] =
+                            stage[lane * CELL_STAGE_STRIDE + k];
+                }
+                staged = 0;
+                __syncwarp();
+            };
             for (int oz = -1; oz <= 1; oz++) {
                 int nz = cz + oz;
                 const int sz = nz < 0 ? -1 : (nz >= m ? 1 : 0);
@@ -486,6 +516,7 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
                         total = end1 + cell_start[c2 + 1] - start2;
                     }
                     for (int t0 = 0; t0 < total; t0 += 32) {
+                        if (__reduce_max_sync(0xffffffffu, staged) > CELL_STAGE - 32) flush();
                         const int t = t0 + lane;
                         const bool valid = t < total;
                         const int ox = t < end0 ? -1 : (t < end1 ? 0 : 1);
@@ -520,18 +551,20 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
                             }
                             const unsigned ballot = __ballot_sync(0xffffffffu, within);
                             if (ballot) {
-                                const int base = __shfl_sync(0xffffffffu, found, a);
-                                if (within) {
-                                    const int slot = base + __popc(ballot & below);
-                                    if (slot < capacity)
-                                        neigh[slot_of(h0 + a, slot, n, lanes_log2)] = entry;
+                                const int base = __shfl_sync(0xffffffffu, staged, a);
+                                if (within)
+                                    stage[a * CELL_STAGE_STRIDE + base + __popc(ballot & below)] =
+                                        entry;
+                                if (lane == a) {
+                                    found += __popc(ballot);
+                                    staged += __popc(ballot);
                                 }
-                                if (lane == a) found += __popc(ballot);
                             }
                         }
                     }
                 }
             }
+            flush();
             if (lane < homes) {
                 count[h0 + lane] = found < capacity ? found : capacity;
                 if (found > capacity) {
