@@ -16,7 +16,8 @@
 #               the four projections, in plain PyTorch
 # STEPS (default 6) steps are timed after 3 warm-up steps; CTX (default 1024)
 # and DEVICE (default cuda; cpu with SKIP_TORCH=1 for a quick check of the
-# script) change the rest. Prints per run
+# script) change the rest; GPC_ARGS (e.g. "--recompute block") is added to
+# both gpc runs, and SKIP_TORCH=1 leaves out the PyTorch runs. Prints per run
 #   RESULT lora case=full|lora who=gpc|torch tokens_per_s=N smi_peak_gib=G ...
 # and the memory saved by LoRA for each.
 set -uo pipefail
@@ -31,6 +32,7 @@ mb=${MB:-8}
 acc=${ACC:-8}
 ctx=${CTX:-1024}
 device=${DEVICE:-cuda}
+read -r -a gpc_args <<<"${GPC_ARGS:-}"
 precision=bf16
 [[ $device == cpu ]] && precision=f32
 data=${GPC_BENCH_DATA:-/tmp/gpc-bench-data}
@@ -56,7 +58,7 @@ for mode in full lora; do
   t0=$(date +%s)
   with_peak timeout 400 "$build/gpc" train --data "$data" --out "$work/$mode" --init-from "$work/base" \
     --context $ctx --batch "$mb" --total-batch $total --steps $((steps + 3)) --device "$device" \
-    --precision "$precision" --eval-every 0 --checkpoint-every 0 --no-auto-fit "${extra[@]}" \
+    --precision "$precision" --eval-every 0 --checkpoint-every 0 --no-auto-fit "${gpc_args[@]}" "${extra[@]}" \
     >"$out/lora-$mode-gpc.log" 2>&1
   rc=$?
   peak[gpc$mode]=$(peak_gib)
