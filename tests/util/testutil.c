@@ -25,6 +25,31 @@ uint64_t test_seed(void) {
     return seed;
 }
 
+float *test_random_floats(gpc_rng *rng, int64_t n, float lo, float hi) {
+    float *x = malloc((size_t)n * sizeof(float) + 4);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = lo + (hi - lo) * gpc_rng_uniform(rng);
+    return x;
+}
+
+float test_round_to(gpc_dtype dtype, float x) {
+    if (dtype == GPC_BF16) return gpc_bf16_to_f32(gpc_f32_to_bf16(x));
+    if (dtype == GPC_F16) return gpc_f16_to_f32(gpc_f32_to_f16(x));
+    return x;
+}
+
+gpc_tensor test_f32_1d(float *data, int64_t d0) {
+    return gpc_tensor_1d(data, GPC_F32, gpc_cpu(), d0);
+}
+
+gpc_tensor test_f32_2d(float *data, int64_t d0, int64_t d1) {
+    return gpc_tensor_2d(data, GPC_F32, gpc_cpu(), d0, d1);
+}
+
+double test_gelu64(double x) {
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
 static size_t worst_index(const float *a, const double *b, size_t n, double floor, double *worst) {
     size_t at = 0;
     *worst = 0;
