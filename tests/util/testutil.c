@@ -26,9 +26,13 @@ uint64_t test_seed(void) {
 }
 
 float *test_random_floats(gpc_rng *rng, int64_t n, float lo, float hi) {
+    return test_random_floats_as(rng, GPC_F32, n, lo, hi);
+}
+
+float *test_random_floats_as(gpc_rng *rng, gpc_dtype dtype, int64_t n, float lo, float hi) {
     float *x = malloc((size_t)n * sizeof(float) + 4);
     for (int64_t i = 0; i < n; i++)
-        x[i] = lo + (hi - lo) * gpc_rng_uniform(rng);
+        x[i] = test_round_to(dtype, lo + (hi - lo) * gpc_rng_uniform(rng));
     return x;
 }
 

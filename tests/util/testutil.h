@@ -25,6 +25,8 @@ uint64_t test_seed(void);
 /* n floats drawn from rng, uniform in [lo, hi), malloc'd (with room to
  * spare, so that n = 0 allocates too). */
 float *test_random_floats(gpc_rng *rng, int64_t n, float lo, float hi);
+/* The same, each rounded to dtype (test_round_to). */
+float *test_random_floats_as(gpc_rng *rng, gpc_dtype dtype, int64_t n, float lo, float hi);
 /* x rounded to the nearest value of dtype (bf16, f16), as a float; x itself
  * for f32. Inputs so rounded are the same values on a device that stores
  * dtype and on the CPU, which computes in f32. */
