@@ -237,16 +237,9 @@ enum { SEQS = 16, PROMPT = 20, PER_SEQ = CONTEXT / BS, BLOCKS = SEQS * PER_SEQ +
 
 static void test_step_matches_unfused(void **state) {
     (void)state;
-    gpt_config config;
-    TEST_OK(gpt_config_init(&config, LAYERS, HEADS, CHANNELS, CONTEXT, VOCAB));
-    gpt_model *m = NULL;
-    TEST_OK(gpt_create(&m, &config, gpu, GPC_BF16, 1, 1, 0));
-    TEST_OK(gpt_init_weights(m, 20261202));
-    gpt_paged_options po = {.num_blocks = BLOCKS,
-                            .block_size = BS,
-                            .max_seqs = SEQS,
-                            .max_tokens = SEQS * PROMPT,
-                            .max_logits = SEQS};
+    gpt_model *m =
+        test_make_serving_model(gpu, GPC_BF16, LAYERS, HEADS, CHANNELS, CONTEXT, VOCAB, 20261202);
+    gpt_paged_options po = test_paged_options(BLOCKS, BS, SEQS, SEQS * PROMPT);
     gpt_paged *fused = NULL, *plain = NULL;
     long calls0 = gpc_cuda_decode_calls();
     setenv("GPC_DECODE_FUSED_MAX_M", "16", 1); /* opt-in */

@@ -165,3 +165,21 @@ gpt_config test_make_serving_run(const char *dir, int layers, int heads, int cha
     free(params);
     return config;
 }
+
+gpt_model *test_make_serving_model(gpc_device device, gpc_dtype dtype, int layers, int heads,
+                                   int channels, int context, int vocab, uint64_t seed) {
+    gpt_config config;
+    TEST_OK(gpt_config_init(&config, layers, heads, channels, context, vocab));
+    gpt_model *m = NULL;
+    TEST_OK(gpt_create(&m, &config, device, dtype, 1, 1, 0));
+    TEST_OK(gpt_init_weights(m, seed));
+    return m;
+}
+
+gpt_paged_options test_paged_options(int num_blocks, int block_size, int max_seqs, int max_tokens) {
+    return (gpt_paged_options){.num_blocks = num_blocks,
+                               .block_size = block_size,
+                               .max_seqs = max_seqs,
+                               .max_tokens = max_tokens,
+                               .max_logits = max_seqs};
+}

@@ -88,4 +88,14 @@ char *test_source_path(const char *relative);
 gpt_config test_make_serving_run(const char *dir, int layers, int heads, int channels, int context,
                                  uint64_t seed);
 
+/* A model for the paged serving step (gpt_paged_create): a batch of one
+ * row and no gradients, on device in dtype, its weights random from seed. */
+gpt_model *test_make_serving_model(gpc_device device, gpc_dtype dtype, int layers, int heads,
+                                   int channels, int context, int vocab, uint64_t seed);
+
+/* Options of a paged cache of num_blocks blocks of block_size positions,
+ * for steps of up to max_seqs sequences and max_tokens rows that want one
+ * row of logits a sequence (max_logits = max_seqs), graphs as set. */
+gpt_paged_options test_paged_options(int num_blocks, int block_size, int max_seqs, int max_tokens);
+
 #endif /* GPC_TESTUTIL_H */
