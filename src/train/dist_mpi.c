@@ -201,31 +201,36 @@ static gpc_status mpi_split(gpc_dist *d, int color, int key, gpc_dist *child) {
     return GPC_OK;
 }
 
-static gpc_status mpi_send(gpc_dist *d, const void *buf, size_t count, gpc_dtype dtype, int peer,
-                           gpc_stream stream) {
-    (void)stream;
+/* A send (sending = 1) or a receive of count elements with peer: blocking
+ * outside a group; inside one, posted to complete at group_end. buf is
+ * only read when sending (MPI_Send and MPI_Isend take it as const). */
+static gpc_status mpi_transfer(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype, int peer,
+                               int sending) {
     MPI_Datatype t = MPI_FLOAT;
     int n = 0;
     GPC_TRY(mpi_type(dtype, &t));
     GPC_TRY(mpi_count(count, &n));
     mpi_group_state *g = d->impl;
-    if (!g || !g->in_group) return mpi_check(MPI_Send(buf, n, t, peer, 0, comm_of(d)), "send");
+    if (!g || !g->in_group) {
+        if (sending) return mpi_check(MPI_Send(buf, n, t, peer, 0, comm_of(d)), "send");
+        return mpi_check(MPI_Recv(buf, n, t, peer, 0, comm_of(d), MPI_STATUS_IGNORE), "recv");
+    }
     if (g->pending == MPI_GROUP_PENDING) GPC_TRY(wait_pending(g));
-    return mpi_check(MPI_Isend(buf, n, t, peer, 0, g->comm, &g->requests[g->pending++]), "isend");
+    MPI_Request *request = &g->requests[g->pending++];
+    if (sending) return mpi_check(MPI_Isend(buf, n, t, peer, 0, g->comm, request), "isend");
+    return mpi_check(MPI_Irecv(buf, n, t, peer, 0, g->comm, request), "irecv");
+}
+
+static gpc_status mpi_send(gpc_dist *d, const void *buf, size_t count, gpc_dtype dtype, int peer,
+                           gpc_stream stream) {
+    (void)stream;
+    return mpi_transfer(d, (void *)buf, count, dtype, peer, 1);
 }
 
 static gpc_status mpi_recv(gpc_dist *d, void *buf, size_t count, gpc_dtype dtype, int peer,
                            gpc_stream stream) {
     (void)stream;
-    MPI_Datatype t = MPI_FLOAT;
-    int n = 0;
-    GPC_TRY(mpi_type(dtype, &t));
-    GPC_TRY(mpi_count(count, &n));
-    mpi_group_state *g = d->impl;
-    if (!g || !g->in_group)
-        return mpi_check(MPI_Recv(buf, n, t, peer, 0, comm_of(d), MPI_STATUS_IGNORE), "recv");
-    if (g->pending == MPI_GROUP_PENDING) GPC_TRY(wait_pending(g));
-    return mpi_check(MPI_Irecv(buf, n, t, peer, 0, g->comm, &g->requests[g->pending++]), "irecv");
+    return mpi_transfer(d, buf, count, dtype, peer, 0);
 }
 
 static const gpc_dist_ops mpi_ops = {.name = "mpi",

@@ -42,12 +42,6 @@
 static gpc_rng rng;
 static const gpc_device gpu = {GPC_DEVICE_CUDA, 0};
 
-static float round_to(gpc_dtype dtype, float x) {
-    if (dtype == GPC_BF16) return gpc_bf16_to_f32(gpc_f32_to_bf16(x));
-    if (dtype == GPC_F16) return gpc_f16_to_f32(gpc_f32_to_f16(x));
-    return x;
-}
-
 static void set_path(const char *name) {
     TEST_OK(gpc_op_set_attention_path(name));
 }
@@ -121,13 +115,6 @@ static void expect_device(const char *what, const gpc_tensor *got, const float *
     free(g);
 }
 
-static float *random_values(int64_t n, float lo, float hi, gpc_dtype dtype) {
-    float *x = malloc((size_t)n * sizeof(float) + 4);
-    for (int64_t i = 0; i < n; i++)
-        x[i] = round_to(dtype, lo + (hi - lo) * gpc_rng_uniform(&rng));
-    return x;
-}
-
 /* ------------------------------------------------------------ op level */
 
 static void compare_case(gpc_dtype dt, int64_t B, int64_t T, int NH, int64_t hs) {
@@ -135,7 +122,8 @@ static void compare_case(gpc_dtype dt, int64_t B, int64_t T, int NH, int64_t hs)
     int64_t s_qkv[3] = {B, T, 3 * C}, s_o[3] = {B, T, C}, s_l[3] = {B, NH, T};
     int64_t n_qkv = B * T * 3 * C, n_o = B * T * C, n_l = B * NH * T;
     char what[160];
-    float *hq = random_values(n_qkv, -2, 2, dt), *hdo = random_values(n_o, -1, 1, dt);
+    float *hq = test_random_floats_as(&rng, dt, n_qkv, -2, 2);
+    float *hdo = test_random_floats_as(&rng, dt, n_o, -1, 1);
 
     /* the CPU's forward and backward: the reference */
     gpc_tensor cq = gpc_tensor_make(hq, GPC_F32, gpc_cpu(), 3, s_qkv);
@@ -147,7 +135,7 @@ static void compare_case(gpc_dtype dt, int64_t B, int64_t T, int NH, int64_t hs)
     TEST_OK(gpc_op_attention_forward(&co, &cl, &cq, NH));
     float *ref_out = co.data, *ref_lse = cl.data;
     for (int64_t i = 0; i < n_o; i++) /* the GPU's backward sees out rounded to dt */
-        ref_out[i] = round_to(dt, ref_out[i]);
+        ref_out[i] = test_round_to(dt, ref_out[i]);
     TEST_OK(gpc_op_attention_backward(&cdq, &cdo, &cq, &co, &cl, NH));
     const float *ref_dqkv = cdq.data;
 
@@ -240,7 +228,7 @@ static void test_cudnn_matches(void **state) {
 static void test_auto_always_runs(void **state) {
     (void)state;
     int64_t s_qkv[3] = {1, 1, 3 * 64}, s_o[3] = {1, 1, 64}, s_l[3] = {1, 1, 1};
-    float *hq = random_values(3 * 64, -2, 2, GPC_BF16);
+    float *hq = test_random_floats_as(&rng, GPC_BF16, 3 * 64, -2, 2);
     gpc_tensor q = upload(GPC_BF16, 3, s_qkv, hq);
     gpc_tensor out = poisoned(GPC_BF16, 3, s_o), lse = poisoned(GPC_F32, 3, s_l);
     set_path("auto");
@@ -266,7 +254,7 @@ static void test_auto_uses_prepared_shapes(void **state) {
     (void)state;
     int64_t B = 1, T = 48, NH = 2, hs = 64, C = NH * hs;
     int64_t s_qkv[3] = {B, T, 3 * C}, s_o[3] = {B, T, C}, s_l[3] = {B, NH, T};
-    float *hq = random_values(B * T * 3 * C, -2, 2, GPC_BF16);
+    float *hq = test_random_floats_as(&rng, GPC_BF16, B * T * 3 * C, -2, 2);
     gpc_tensor q = upload(GPC_BF16, 3, s_qkv, hq);
     gpc_tensor out = poisoned(GPC_BF16, 3, s_o), lse = poisoned(GPC_F32, 3, s_l);
     gpc_tensor out_c = poisoned(GPC_BF16, 3, s_o), lse_c = poisoned(GPC_F32, 3, s_l);
@@ -315,8 +303,8 @@ static void test_auto_backward_route(void **state) {
     /* a shape no other test builds plans for, so that prepare's count shows */
     int64_t B = 2, T = 384, NH = 2, hs = 64, C = NH * hs;
     int64_t s_qkv[3] = {B, T, 3 * C}, s_o[3] = {B, T, C}, s_l[3] = {B, NH, T};
-    float *hq = random_values(B * T * 3 * C, -2, 2, GPC_BF16);
-    float *hdo = random_values(B * T * C, -1, 1, GPC_BF16);
+    float *hq = test_random_floats_as(&rng, GPC_BF16, B * T * 3 * C, -2, 2);
+    float *hdo = test_random_floats_as(&rng, GPC_BF16, B * T * C, -1, 1);
     gpc_tensor cq = gpc_tensor_make(hq, GPC_F32, gpc_cpu(), 3, s_qkv);
     gpc_tensor cdo = gpc_tensor_make(hdo, GPC_F32, gpc_cpu(), 3, s_o), co, cl, cdq;
     TEST_OK(gpc_tensor_alloc(&co, GPC_F32, gpc_cpu(), 3, s_o));

@@ -31,9 +31,8 @@
  *
  * Without a usable GPU the test exits 77, which CTest reports as skipped.
  */
-#include "testutil.h"
+#include "testutil_cuda.h"
 
-#include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,73 +45,6 @@
 
 static gpc_rng rng;
 static const gpc_device gpu = {GPC_DEVICE_CUDA, 0};
-
-static float round_to(gpc_dtype dtype, float x) {
-    if (dtype == GPC_BF16) return gpc_bf16_to_f32(gpc_f32_to_bf16(x));
-    if (dtype == GPC_F16) return gpc_f16_to_f32(gpc_f32_to_f16(x));
-    return x;
-}
-
-/* n floats in [lo, hi) rounded to dtype. */
-static float *random_floats(gpc_dtype dtype, int64_t n, float lo, float hi) {
-    float *x = malloc((size_t)n * sizeof(float) + 4);
-    for (int64_t i = 0; i < n; i++)
-        x[i] = round_to(dtype, lo + (hi - lo) * gpc_rng_uniform(&rng));
-    return x;
-}
-
-/* A GPU tensor of dtype holding host (floats; int32 for I32; NULL: NaN). */
-static gpc_tensor gpu_tensor(gpc_dtype dtype, int ndim, const int64_t *shape, const void *host) {
-    gpc_tensor t;
-    TEST_OK(gpc_tensor_alloc(&t, dtype, gpu, ndim, shape));
-    int64_t n = gpc_tensor_numel(&t);
-    size_t es = gpc_dtype_size(dtype);
-    unsigned char *buf = malloc((size_t)n * es + 1);
-    if (!host) {
-        memset(buf, 0xff, (size_t)n * es); /* NaN in f32, bf16 and f16 */
-    } else if (dtype == GPC_F32 || dtype == GPC_I32) {
-        memcpy(buf, host, (size_t)n * 4);
-    } else {
-        for (int64_t i = 0; i < n; i++) {
-            float x = ((const float *)host)[i];
-            uint16_t v = dtype == GPC_BF16 ? gpc_f32_to_bf16(x) : gpc_f32_to_f16(x);
-            memcpy(buf + i * 2, &v, 2);
-        }
-    }
-    assert_int_equal(cudaMemcpy(t.data, buf, (size_t)n * es, cudaMemcpyHostToDevice), 0);
-    free(buf);
-    return t;
-}
-
-static gpc_tensor gpu_2d(gpc_dtype dtype, int64_t d0, int64_t d1, const void *host) {
-    const int64_t shape[] = {d0, d1};
-    return gpu_tensor(dtype, 2, shape, host);
-}
-
-static gpc_tensor gpu_1d(gpc_dtype dtype, int64_t d0, const void *host) {
-    return gpu_tensor(dtype, 1, &d0, host);
-}
-
-/* The GPU tensor's values as floats, malloc'd. */
-static float *download(const gpc_tensor *t) {
-    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-    int64_t n = gpc_tensor_numel(t);
-    size_t es = gpc_dtype_size(t->dtype);
-    unsigned char *buf = malloc((size_t)n * es + 1);
-    float *out = malloc((size_t)n * sizeof(float) + 4);
-    assert_int_equal(cudaMemcpy(buf, t->data, (size_t)n * es, cudaMemcpyDeviceToHost), 0);
-    for (int64_t i = 0; i < n; i++) {
-        if (es == 4) {
-            memcpy(&out[i], buf + i * 4, 4);
-        } else {
-            uint16_t v;
-            memcpy(&v, buf + i * 2, 2);
-            out[i] = t->dtype == GPC_BF16 ? gpc_bf16_to_f32(v) : gpc_f16_to_f32(v);
-        }
-    }
-    free(buf);
-    return out;
-}
 
 static double tolerance(gpc_dtype dtype) {
     return dtype == GPC_F32 ? 1e-4 : dtype == GPC_BF16 ? 3e-2 : 1e-2;
@@ -141,11 +73,12 @@ static const char *const form_names[FORMS] = {"layernorm+product", "layernorm+pr
 /* One form on N rows of C channels into OC outputs, GPU against CPU. */
 static void one_case(gpc_dtype dtype, int form, int64_t N, int64_t C, int64_t OC) {
     enum { BLOCKS = 6, BS = 8 };
-    float *x = random_floats(dtype, N * C, -2, 2);
-    float *w = random_floats(dtype, OC * C, -0.1f, 0.1f);
-    float *b = random_floats(dtype, OC, -0.5f, 0.5f);
-    float *lw = random_floats(dtype, C, 0.5f, 1.5f), *lb = random_floats(dtype, C, -0.5f, 0.5f);
-    float *res = random_floats(dtype, N * OC, -1, 1);
+    float *x = test_random_floats_as(&rng, dtype, N * C, -2, 2);
+    float *w = test_random_floats_as(&rng, dtype, OC * C, -0.1f, 0.1f);
+    float *b = test_random_floats_as(&rng, dtype, OC, -0.5f, 0.5f);
+    float *lw = test_random_floats_as(&rng, dtype, C, 0.5f, 1.5f);
+    float *lb = test_random_floats_as(&rng, dtype, C, -0.5f, 0.5f);
+    float *res = test_random_floats_as(&rng, dtype, N * OC, -1, 1);
     float *ref = malloc((size_t)(N * OC) * 4 + 4);
     int kv = form == FORM_QKV, C3 = (int)(OC / 3);
     int32_t slots[GPC_DECODE_MAX_ROWS];
@@ -176,13 +109,14 @@ static void one_case(gpc_dtype dtype, int form, int64_t N, int64_t C, int64_t OC
     }
     TEST_OK(gpc_op_decode_product(&cref, &cx, &cw, &ca));
     /* the GPU */
-    gpc_tensor gx = gpu_2d(dtype, N, C, x), gw = gpu_2d(dtype, OC, C, w);
-    gpc_tensor gb = gpu_1d(dtype, OC, b), glw = gpu_1d(dtype, C, lw), glb = gpu_1d(dtype, C, lb);
-    gpc_tensor gout = gpu_2d(dtype, N, OC, form == FORM_RESIDUAL ? res : NULL);
+    gpc_tensor gx = test_gpu_2d(dtype, N, C, x), gw = test_gpu_2d(dtype, OC, C, w);
+    gpc_tensor gb = test_gpu_1d(dtype, OC, b), glw = test_gpu_1d(dtype, C, lw);
+    gpc_tensor glb = test_gpu_1d(dtype, C, lb);
+    gpc_tensor gout = test_gpu_2d(dtype, N, OC, form == FORM_RESIDUAL ? res : NULL);
     const int64_t cache_shape[] = {BLOCKS, BS, kv ? C3 : 1};
-    gpc_tensor gk = gpu_tensor(dtype, 3, cache_shape, NULL);
-    gpc_tensor gv = gpu_tensor(dtype, 3, cache_shape, NULL);
-    gpc_tensor gs = gpu_1d(GPC_I32, N, slots);
+    gpc_tensor gk = test_gpu_tensor(dtype, 3, cache_shape, NULL);
+    gpc_tensor gv = test_gpu_tensor(dtype, 3, cache_shape, NULL);
+    gpc_tensor gs = test_gpu_1d(GPC_I32, N, slots);
     gpc_decode_product_args ga;
     memset(&ga, 0, sizeof ga);
     if (form != FORM_RESIDUAL) ga.ln_weight = &glw, ga.ln_bias = &glb;
@@ -196,13 +130,13 @@ static void one_case(gpc_dtype dtype, int form, int64_t N, int64_t C, int64_t OC
     /* GPC_DECODE_MMA=1: 5 to 16 rows of 2-byte values, C a multiple of 32 */
     int mma = gpc_setting_flag("GPC_DECODE_MMA") && N >= 5 && dtype != GPC_F32 && C % 32 == 0;
     assert_int_equal(gpc_cuda_decode_mma_calls(), mma_before + mma);
-    float *got = download(&gout);
+    float *got = test_gpu_download(&gout);
     char what[160];
     snprintf(what, sizeof what, "%s %s, %lld rows, %lld -> %lld", form_names[form],
              gpc_dtype_name(dtype), (long long)N, (long long)C, (long long)OC);
     assert_near(what, got, ref, N * OC, tolerance(dtype));
     if (kv) {
-        float *k = download(&gk), *v = download(&gv);
+        float *k = test_gpu_download(&gk), *v = test_gpu_download(&gv);
         for (int s = 0; s < BLOCKS * BS; s++) {
             int64_t n = -1;
             for (int64_t i = 0; i < N; i++)
@@ -303,16 +237,9 @@ enum { SEQS = 16, PROMPT = 20, PER_SEQ = CONTEXT / BS, BLOCKS = SEQS * PER_SEQ +
 
 static void test_step_matches_unfused(void **state) {
     (void)state;
-    gpt_config config;
-    TEST_OK(gpt_config_init(&config, LAYERS, HEADS, CHANNELS, CONTEXT, VOCAB));
-    gpt_model *m = NULL;
-    TEST_OK(gpt_create(&m, &config, gpu, GPC_BF16, 1, 1, 0));
-    TEST_OK(gpt_init_weights(m, 20261202));
-    gpt_paged_options po = {.num_blocks = BLOCKS,
-                            .block_size = BS,
-                            .max_seqs = SEQS,
-                            .max_tokens = SEQS * PROMPT,
-                            .max_logits = SEQS};
+    gpt_model *m =
+        test_make_serving_model(gpu, GPC_BF16, LAYERS, HEADS, CHANNELS, CONTEXT, VOCAB, 20261202);
+    gpt_paged_options po = test_paged_options(BLOCKS, BS, SEQS, SEQS * PROMPT);
     gpt_paged *fused = NULL, *plain = NULL;
     long calls0 = gpc_cuda_decode_calls();
     setenv("GPC_DECODE_FUSED_MAX_M", "16", 1); /* opt-in */

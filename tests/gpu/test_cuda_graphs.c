@@ -94,16 +94,9 @@ static void test_graphs_match_eager(void **state) {
     (void)state;
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 39);
-    gpt_config config;
-    TEST_OK(gpt_config_init(&config, LAYERS, HEADS, CHANNELS, CONTEXT, VOCAB));
-    gpt_model *m = NULL;
-    TEST_OK(gpt_create(&m, &config, gpu, GPC_BF16, 1, 1, 0));
-    TEST_OK(gpt_init_weights(m, 20261202));
-    gpt_paged_options po = {.num_blocks = BLOCKS,
-                            .block_size = BS,
-                            .max_seqs = SEQS,
-                            .max_tokens = MAX_TOKENS,
-                            .max_logits = SEQS};
+    gpt_model *m =
+        test_make_serving_model(gpu, GPC_BF16, LAYERS, HEADS, CHANNELS, CONTEXT, VOCAB, 20261202);
+    gpt_paged_options po = test_paged_options(BLOCKS, BS, SEQS, MAX_TOKENS);
     gpt_paged *pg = NULL, *pe = NULL;
     TEST_OK(gpt_paged_create(&pg, m, &po));
     po.eager = 1;
@@ -230,13 +223,8 @@ static void test_graphs_match_eager(void **state) {
  * the tokens of a cache with graphs. */
 static void test_setting_turns_graphs_off(void **state) {
     (void)state;
-    gpt_config config;
-    TEST_OK(gpt_config_init(&config, 1, 2, 64, 64, VOCAB));
-    gpt_model *m = NULL;
-    TEST_OK(gpt_create(&m, &config, gpu, GPC_BF16, 1, 1, 0));
-    TEST_OK(gpt_init_weights(m, 7));
-    gpt_paged_options po = {
-        .num_blocks = 16, .block_size = BS, .max_seqs = 4, .max_tokens = 16, .max_logits = 4};
+    gpt_model *m = test_make_serving_model(gpu, GPC_BF16, 1, 2, 64, 64, VOCAB, 7);
+    gpt_paged_options po = test_paged_options(16, BS, 4, 16);
     gpt_paged *off = NULL, *on = NULL;
     TEST_OK(gpc_settings_override("GPC_SERVE_GRAPHS", "0"));
     gpc_status made = gpt_paged_create(&off, m, &po);

@@ -14,7 +14,7 @@
  *
  * Without a usable GPU the test exits 77, which CTest reports as skipped.
  */
-#include "testutil.h"
+#include "testutil_cuda.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -35,49 +35,6 @@ typedef struct {
     int64_t n;
 } pair;
 
-static float round_to(gpc_dtype dtype, float x) {
-    if (dtype == GPC_BF16) return gpc_bf16_to_f32(gpc_f32_to_bf16(x));
-    if (dtype == GPC_F16) return gpc_f16_to_f32(gpc_f32_to_f16(x));
-    return x;
-}
-
-static void upload(gpc_tensor *t, const float *host, int64_t n) {
-    size_t es = gpc_dtype_size(t->dtype);
-    unsigned char *buf = malloc((size_t)n * es + 1);
-    for (int64_t i = 0; i < n; i++) {
-        if (t->dtype == GPC_F32)
-            memcpy(buf + i * es, &host[i], 4);
-        else if (t->dtype == GPC_I32) {
-            int32_t v = (int32_t)host[i];
-            memcpy(buf + i * es, &v, 4);
-        } else {
-            uint16_t v = t->dtype == GPC_BF16 ? gpc_f32_to_bf16(host[i]) : gpc_f32_to_f16(host[i]);
-            memcpy(buf + i * es, &v, 2);
-        }
-    }
-    assert_int_equal(cudaMemcpy(t->data, buf, (size_t)n * es, cudaMemcpyHostToDevice), 0);
-    free(buf);
-}
-
-static float *download(const gpc_tensor *t) {
-    int64_t n = gpc_tensor_numel(t);
-    size_t es = gpc_dtype_size(t->dtype);
-    unsigned char *buf = malloc((size_t)n * es + 1);
-    float *out = malloc((size_t)n * sizeof(float) + 4);
-    assert_int_equal(cudaMemcpy(buf, t->data, (size_t)n * es, cudaMemcpyDeviceToHost), 0);
-    for (int64_t i = 0; i < n; i++) {
-        if (t->dtype == GPC_F32) {
-            memcpy(&out[i], buf + i * es, 4);
-        } else {
-            uint16_t v;
-            memcpy(&v, buf + i * es, 2);
-            out[i] = t->dtype == GPC_BF16 ? gpc_bf16_to_f32(v) : gpc_f16_to_f32(v);
-        }
-    }
-    free(buf);
-    return out;
-}
-
 /* kind: 'r' random in [lo, hi), 'p' poisoned output (NaN on both sides). */
 static pair make(gpc_dtype dtype, int ndim, const int64_t *shape, char kind, float lo, float hi) {
     pair p;
@@ -90,18 +47,18 @@ static pair make(gpc_dtype dtype, int ndim, const int64_t *shape, char kind, flo
     for (int64_t i = 0; i < p.n; i++) {
         float x = kind == 'p' ? NAN : lo + (hi - lo) * gpc_rng_uniform(&rng);
         if (dtype == GPC_I32 && kind != 'p') x = floorf(x);
-        p.host[i] = dtype == GPC_I32 ? x : round_to(dtype, x);
+        p.host[i] = dtype == GPC_I32 ? x : test_round_to(dtype, x);
     }
     if (dtype == GPC_I32) {
         for (int64_t i = 0; i < p.n; i++)
             ((int32_t *)p.cpu.data)[i] = (int32_t)p.host[i];
-        upload(&p.gpu, p.host, p.n);
+        test_gpu_upload(&p.gpu, p.host, p.n);
     } else {
         memcpy(p.cpu.data, p.host, (size_t)p.n * sizeof(float));
         if (kind == 'p')
             assert_int_equal(cudaMemset(p.gpu.data, 0xff, gpc_tensor_bytes(&p.gpu)), 0);
         else
-            upload(&p.gpu, p.host, p.n);
+            test_gpu_upload(&p.gpu, p.host, p.n);
     }
     return p;
 }
@@ -127,16 +84,14 @@ static void expect_got(const char *what, const pair *p, const float *got, double
 
 /* Compares the GPU tensor of p with its CPU twin. */
 static void expect(const char *what, const pair *p, double tol) {
-    assert_int_equal(cudaDeviceSynchronize(), 0);
-    float *got = download(&p->gpu);
+    float *got = test_gpu_download(&p->gpu);
     expect_got(what, p, got, tol);
     free(got);
 }
 
 /* ||gpu - cpu|| / ||cpu|| over the whole tensor. */
 static void expect_norm(const char *what, const pair *p, double tol) {
-    assert_int_equal(cudaDeviceSynchronize(), 0);
-    float *got = download(&p->gpu);
+    float *got = test_gpu_download(&p->gpu);
     const float *want = p->cpu.data;
     double num = 0, den = 0;
     for (int64_t i = 0; i < p->n; i++) {
@@ -155,8 +110,7 @@ static void expect_norm(const char *what, const pair *p, double tol) {
  * under 1% of the whole's is measured against that 1% (at T = 1, dq and dk
  * are zero but for rounding). */
 static void expect_thirds_norm(const char *what, const pair *p, double tol) {
-    assert_int_equal(cudaDeviceSynchronize(), 0);
-    float *got = download(&p->gpu);
+    float *got = test_gpu_download(&p->gpu);
     const float *want = p->cpu.data;
     const int64_t C3 = p->gpu.shape[p->gpu.ndim - 1], C = C3 / 3;
     double num[3] = {0}, den[3] = {0}, rel[3];
@@ -613,8 +567,8 @@ static void attention_case(gpc_dtype dt, int64_t B, int64_t T, int NH, int64_t h
     TEST_OK(gpc_tensor_alloc(&gout, dt, (gpc_device){GPC_DEVICE_CUDA, 0}, 3, s_o));
     TEST_OK(gpc_tensor_alloc(&glse, GPC_F32, (gpc_device){GPC_DEVICE_CUDA, 0}, 3, s_l));
     for (int64_t i = 0; i < out.n; i++)
-        ((float *)out.cpu.data)[i] = round_to(dt, ((float *)out.cpu.data)[i]);
-    upload(&gout, out.cpu.data, out.n);
+        ((float *)out.cpu.data)[i] = test_round_to(dt, ((float *)out.cpu.data)[i]);
+    test_gpu_upload(&gout, out.cpu.data, out.n);
     TEST_OK(gpc_tensor_copy(&glse, &lse.cpu));
     TEST_OK(gpc_op_attention_backward(&dqkv.cpu, &dout.cpu, &qkv.cpu, &out.cpu, &lse.cpu, NH));
     TEST_OK(gpc_op_attention_backward(&dqkv.gpu, &dout.gpu, &qkv.gpu, &gout, &glse, NH));
@@ -702,14 +656,14 @@ static void crossentropy_case_at(gpc_dtype dt, int64_t N, int V, int64_t Vp, int
         targets.host[i] = t;
         cpu_targets[i] = is_bad[i] ? -1 : (int32_t)t;
     }
-    upload(&targets.gpu, targets.host, N);
+    test_gpu_upload(&targets.gpu, targets.host, N);
     if (target_logit != 0.0f) {
         for (int64_t i = 0; i < N; i++)
             if (cpu_targets[i] >= 0) {
                 int64_t at = i * Vp + cpu_targets[i];
                 logits.host[at] = ((float *)logits.cpu.data)[at] = target_logit;
             }
-        upload(&logits.gpu, logits.host, N * Vp);
+        test_gpu_upload(&logits.gpu, logits.host, N * Vp);
     }
     pair dl = make(dt, 2, s_l, 'p', 0, 0);
     pair *d = mode == CE_IN_PLACE ? &logits : mode == CE_OUT_OF_PLACE ? &dl : NULL;
@@ -717,8 +671,8 @@ static void crossentropy_case_at(gpc_dtype dt, int64_t N, int V, int64_t Vp, int
                                                  &targets.cpu, V, dloss));
     TEST_OK(gpc_op_crossentropy_forward_backward(&losses.gpu, d ? &d->gpu : NULL, &logits.gpu,
                                                  &targets.gpu, V, dloss));
-    assert_int_equal(cudaDeviceSynchronize(), 0);
-    float *got_losses = download(&losses.gpu), *got_d = d ? download(&d->gpu) : NULL;
+    float *got_losses = test_gpu_download(&losses.gpu);
+    float *got_d = d ? test_gpu_download(&d->gpu) : NULL;
     for (int64_t i = 0; i < N; i++) {
         if (!is_bad[i]) continue;
         if (!isnan(got_losses[i]))
@@ -776,13 +730,13 @@ static void vocab_slice_case(gpc_dtype dt, int64_t N, int V, int64_t S, int64_t 
         targets.host[i] = t;
         ((int32_t *)targets.cpu.data)[i] = (int32_t)t;
     }
-    upload(&targets.gpu, targets.host, N);
+    test_gpu_upload(&targets.gpu, targets.host, N);
     TEST_OK(gpc_op_crossentropy_slice_max(&stats.cpu, &logits.cpu, col0, V));
     TEST_OK(gpc_op_crossentropy_slice_max(&stats.gpu, &logits.gpu, col0, V));
     TEST_OK(gpc_op_crossentropy_slice_sums(&stats.cpu, &logits.cpu, &targets.cpu, col0, V));
     TEST_OK(gpc_op_crossentropy_slice_sums(&stats.gpu, &logits.gpu, &targets.gpu, col0, V));
     expect("crossentropy_slice stats", &stats, 1e-5);
-    upload(&stats.gpu, stats.cpu.data, 3 * N);
+    test_gpu_upload(&stats.gpu, stats.cpu.data, 3 * N);
     pair dl = make(dt, 2, s_l, 'p', 0, 0);
     pair *d = in_place ? &logits : &dl;
     float dloss = 1.0f / (float)N;
@@ -896,14 +850,15 @@ static void classifier_case(int64_t B, int64_t T, int64_t C, int64_t Vp, int V) 
     float a = 6.0f / sqrtf((float)C), dloss = 1.0f / (float)N;
     pair x = make(GPC_BF16, 3, s_x, 'r', -1, 1), w = make(GPC_BF16, 2, s_w, 'r', -a, a);
     pair dw = make(GPC_BF16, 2, s_w, 'r', -2e-3f, 2e-3f), dw2 = make(GPC_BF16, 2, s_w, 'p', 0, 0);
-    upload(&dw2.gpu, dw.host, dw.n); /* the unfused sequence starts from the same dweight */
+    /* the unfused sequence starts from the same dweight */
+    test_gpu_upload(&dw2.gpu, dw.host, dw.n);
     pair dx = make(GPC_BF16, 3, s_x, 'p', 0, 0), dx2 = make(GPC_BF16, 3, s_x, 'p', 0, 0);
     pair logits = make(GPC_BF16, 3, s_l, 'p', 0, 0), logits2 = make(GPC_BF16, 3, s_l, 'p', 0, 0);
     pair losses = make(GPC_F32, 2, s_n, 'p', 0, 0), losses2 = make(GPC_F32, 2, s_n, 'p', 0, 0);
     pair tgt = make(GPC_I32, 2, s_n, 'r', 0, (float)V);
     for (int64_t n = 0; n < N; n += 37)
         tgt.host[n] = -1;
-    upload(&tgt.gpu, tgt.host, N);
+    test_gpu_upload(&tgt.gpu, tgt.host, N);
 
     /* float64 reference: each row's logits, loss and gradient, then the
      * two products; the loss tolerance of each row as above */
@@ -954,14 +909,13 @@ static void classifier_case(int64_t B, int64_t T, int64_t C, int64_t Vp, int V) 
     TEST_OK(gpc_op_crossentropy_forward_backward(&losses2.gpu, &logits2.gpu, &logits2.gpu, &tgt.gpu,
                                                  V, dloss));
     TEST_OK(gpc_op_matmul_backward(&dx2.gpu, &dw2.gpu, NULL, &logits2.gpu, &x.gpu, &w.gpu));
-    assert_int_equal(cudaDeviceSynchronize(), 0);
-    float *got_loss = download(&losses.gpu), *got_dx = download(&dx.gpu),
-          *got_dw = download(&dw.gpu);
-    float *seq_loss = download(&losses2.gpu), *seq_dx = download(&dx2.gpu),
-          *seq_dw = download(&dw2.gpu);
+    float *got_loss = test_gpu_download(&losses.gpu), *got_dx = test_gpu_download(&dx.gpu);
+    float *got_dw = test_gpu_download(&dw.gpu);
+    float *seq_loss = test_gpu_download(&losses2.gpu), *seq_dx = test_gpu_download(&dx2.gpu);
+    float *seq_dw = test_gpu_download(&dw2.gpu);
     for (int64_t n = 0; n < N; n++) {
-        double err = fabs((double)got_loss[n] - want_loss[n]),
-               err_seq = fabs((double)got_loss[n] - seq_loss[n]);
+        double err = fabs((double)got_loss[n] - want_loss[n]);
+        double err_seq = fabs((double)got_loss[n] - seq_loss[n]);
         if (!(err <= loss_tol[n]) || !(err_seq <= loss_tol[n]))
             fail_msg("classifier loss of row %lld (target %d): %.6g, float64 %.6g, unfused "
                      "sequence %.6g; tolerance %.3g",
@@ -1020,13 +974,13 @@ static void test_classifier_range(void **state) {
     for (int64_t n = 0; n < N; n++)
         x.host[n * C] = n == 3 ? 100.0f : 1.0f;
     w.host[7 * C] = 1.0f;
-    upload(&x.gpu, x.host, x.n);
-    upload(&w.gpu, w.host, w.n);
+    test_gpu_upload(&x.gpu, x.host, x.n);
+    test_gpu_upload(&w.gpu, w.host, w.n);
     long before = gpc_cuda_classifier_sm90_calls();
     TEST_OK(gpc_op_classifier(&losses.gpu, &dx.gpu, &dw.gpu, &logits.gpu, &x.gpu, &w.gpu, &tgt.gpu,
                               V, 1.0f / (float)N));
     int fused = gpc_cuda_classifier_sm90_calls() > before;
-    float *got = download(&losses.gpu);
+    float *got = test_gpu_download(&losses.gpu);
     for (int64_t n = 0; n < N; n++) {
         double xn = n == 3 ? 100.0 : 1.0, want = log(exp(xn) + 189.0) - xn;
         if (n == 3 && fused) {
@@ -1066,10 +1020,10 @@ static void adamw_case(gpc_dtype pdt, gpc_dtype gdt, int with_master, float max_
     pair w = make(GPC_F32, 1, s, 'r', -1, 1); /* master, or the params when f32 */
     pair p = make(pdt, 1, s, 'r', 0, 0);
     for (int64_t i = 0; i < n; i++) {
-        p.host[i] = round_to(pdt, w.host[i]);
+        p.host[i] = test_round_to(pdt, w.host[i]);
         ((float *)p.cpu.data)[i] = p.host[i];
     }
-    upload(&p.gpu, p.host, n);
+    test_gpu_upload(&p.gpu, p.host, n);
     pair *params = with_master ? &p : &w;
     pair g = make(gdt, 1, s, 'r', -0.1f, 0.1f), m = make(GPC_F32, 1, s, 'r', -0.01f, 0.01f),
          v = make(GPC_F32, 1, s, 'r', 0, 1e-4f), norm = make(GPC_F32, 1, one, 'r', 0, 0);
@@ -1096,7 +1050,7 @@ static void adamw_case(gpc_dtype pdt, gpc_dtype gdt, int with_master, float max_
     if (with_master && pdt == GPC_BF16) {
         /* stochastic rounding: each param is one of the two bf16 neighbours of
          * its master value, and not always the nearest one */
-        float *got = download(&p.gpu), *master = w.cpu.data;
+        float *got = test_gpu_download(&p.gpu), *master = w.cpu.data;
         int64_t not_nearest = 0;
         for (int64_t i = 0; i < n; i++) {
             uint32_t bits;
@@ -1106,7 +1060,7 @@ static void adamw_case(gpc_dtype pdt, gpc_dtype gdt, int with_master, float max_
             if (got[i] != toward_zero && got[i] != away)
                 fail_msg("adamw: param %lld is %.9g, not a bf16 neighbour of master %.9g",
                          (long long)i, got[i], master[i]);
-            not_nearest += got[i] != round_to(GPC_BF16, master[i]);
+            not_nearest += got[i] != test_round_to(GPC_BF16, master[i]);
         }
         if (not_nearest < n / 20)
             fail_msg("adamw: only %lld of %lld params were rounded away from the nearest bf16: "
@@ -1139,10 +1093,9 @@ static void test_convert(void **state) {
             int64_t s[1] = {1027};
             pair src = make(dts[a], 1, s, 'r', -100, 100), dst = make(dts[b], 1, s, 'p', 0, 0);
             TEST_OK(gpc_op_convert(&dst.gpu, &src.gpu));
-            assert_int_equal(cudaDeviceSynchronize(), 0);
-            float *got = download(&dst.gpu);
+            float *got = test_gpu_download(&dst.gpu);
             for (int64_t i = 0; i < src.n; i++) {
-                float want = round_to(dts[b], src.host[i]); /* round to nearest even */
+                float want = test_round_to(dts[b], src.host[i]); /* round to nearest even */
                 if (got[i] != want)
                     fail_msg("convert %s -> %s: element %lld is %.9g, want %.9g",
                              gpc_dtype_name(dts[a]), gpc_dtype_name(dts[b]), (long long)i, got[i],

@@ -27,7 +27,7 @@
  *
  * Without a usable GPU the test exits 77, which CTest reports as skipped.
  */
-#include "testutil.h"
+#include "testutil_cuda.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -40,56 +40,6 @@
 
 static gpc_rng rng;
 static const gpc_dtype dtypes[3] = {GPC_F32, GPC_BF16, GPC_F16};
-
-static float round_to(gpc_dtype dtype, float x) {
-    if (dtype == GPC_BF16) return gpc_bf16_to_f32(gpc_f32_to_bf16(x));
-    if (dtype == GPC_F16) return gpc_f16_to_f32(gpc_f32_to_f16(x));
-    return x;
-}
-
-/* A tensor on the GPU of dtype with host values (floats, or int32 for I32). */
-static gpc_tensor gpu_tensor(gpc_dtype dtype, int ndim, const int64_t *shape, const void *host) {
-    gpc_tensor t;
-    TEST_OK(gpc_tensor_alloc(&t, dtype, (gpc_device){GPC_DEVICE_CUDA, 0}, ndim, shape));
-    int64_t n = gpc_tensor_numel(&t);
-    size_t es = gpc_dtype_size(dtype);
-    unsigned char *buf = malloc((size_t)n * es + 1);
-    if (!host) {
-        memset(buf, 0xff, (size_t)n * es); /* NaN in f32, bf16 and f16 */
-    } else if (dtype == GPC_F32 || dtype == GPC_I32) {
-        memcpy(buf, host, (size_t)n * 4);
-    } else {
-        for (int64_t i = 0; i < n; i++) {
-            float x = ((const float *)host)[i];
-            uint16_t v = dtype == GPC_BF16 ? gpc_f32_to_bf16(x) : gpc_f32_to_f16(x);
-            memcpy(buf + i * 2, &v, 2);
-        }
-    }
-    assert_int_equal(cudaMemcpy(t.data, buf, (size_t)n * es, cudaMemcpyHostToDevice), 0);
-    free(buf);
-    return t;
-}
-
-/* The GPU tensor's values as floats (or int32 for I32), malloc'd. */
-static float *download(const gpc_tensor *t) {
-    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-    int64_t n = gpc_tensor_numel(t);
-    size_t es = gpc_dtype_size(t->dtype);
-    unsigned char *buf = malloc((size_t)n * es + 1);
-    float *out = malloc((size_t)n * sizeof(float) + 4);
-    assert_int_equal(cudaMemcpy(buf, t->data, (size_t)n * es, cudaMemcpyDeviceToHost), 0);
-    for (int64_t i = 0; i < n; i++) {
-        if (es == 4) {
-            memcpy(&out[i], buf + i * 4, 4);
-        } else {
-            uint16_t v;
-            memcpy(&v, buf + i * 2, 2);
-            out[i] = t->dtype == GPC_BF16 ? gpc_bf16_to_f32(v) : gpc_f16_to_f32(v);
-        }
-    }
-    free(buf);
-    return out;
-}
 
 static int32_t below(int32_t n) {
     return (int32_t)gpc_rng_below(&rng, (uint32_t)n);
@@ -135,8 +85,8 @@ static host_cache make_cache(gpc_dtype dtype, const int64_t *len, int64_t S, int
             int64_t slot =
                 (int64_t)h.tables[s * h.max_blocks + p / h.block] * h.block + p % h.block;
             for (int64_t c = 0; c < C; c++) {
-                h.k[slot * C + c] = round_to(dtype, gpc_rng_normal(&rng));
-                h.v[slot * C + c] = round_to(dtype, gpc_rng_normal(&rng));
+                h.k[slot * C + c] = test_round_to(dtype, gpc_rng_normal(&rng));
+                h.v[slot * C + c] = test_round_to(dtype, gpc_rng_normal(&rng));
             }
         }
     }
@@ -155,7 +105,7 @@ static void paged_compare(const char *what, gpc_dtype dtype, const host_cache *h
     const int64_t C = h->C;
     float *qkv = malloc((size_t)(N * 3 * C) * sizeof(float));
     for (int64_t i = 0; i < N * 3 * C; i++)
-        qkv[i] = round_to(dtype, gpc_rng_normal(&rng));
+        qkv[i] = test_round_to(dtype, gpc_rng_normal(&rng));
     float *want = malloc((size_t)(N * C) * sizeof(float));
     gpc_device cpu = gpc_cpu();
     gpc_tensor cq = gpc_tensor_2d(qkv, GPC_F32, cpu, N, 3 * C);
@@ -169,12 +119,12 @@ static void paged_compare(const char *what, gpc_dtype dtype, const host_cache *h
 
     const int64_t sq[2] = {N, 3 * C}, so[2] = {N, C}, sc[3] = {h->num_blocks, h->block, C};
     const int64_t st[2] = {h->S, h->max_blocks}, sn[1] = {N};
-    gpc_tensor gq = gpu_tensor(dtype, 2, sq, qkv), go = gpu_tensor(dtype, 2, so, NULL);
-    gpc_tensor gk = gpu_tensor(dtype, 3, sc, h->k), gv = gpu_tensor(dtype, 3, sc, h->v);
-    gpc_tensor gt = gpu_tensor(GPC_I32, 2, st, h->tables);
-    gpc_tensor gs = gpu_tensor(GPC_I32, 1, sn, seq), gp = gpu_tensor(GPC_I32, 1, sn, pos);
+    gpc_tensor gq = test_gpu_tensor(dtype, 2, sq, qkv), go = test_gpu_tensor(dtype, 2, so, NULL);
+    gpc_tensor gk = test_gpu_tensor(dtype, 3, sc, h->k), gv = test_gpu_tensor(dtype, 3, sc, h->v);
+    gpc_tensor gt = test_gpu_tensor(GPC_I32, 2, st, h->tables);
+    gpc_tensor gs = test_gpu_tensor(GPC_I32, 1, sn, seq), gp = test_gpu_tensor(GPC_I32, 1, sn, pos);
     TEST_OK(gpc_op_paged_attention(&go, &gq, &gk, &gv, &gt, &gs, &gp, NH));
-    float *got = download(&go);
+    float *got = test_gpu_download(&go);
 
     double rms = 0;
     for (int64_t i = 0; i < N * C; i++)
@@ -341,15 +291,17 @@ static void test_paged_attention_bad_tables(void **state) {
         const int32_t seq[N] = {1, 3, 0, 2}, pos[N] = {299, 5, -1, 2048 + 100};
         float *qkv = malloc((size_t)(N * 3 * C) * sizeof(float));
         for (int64_t i = 0; i < N * 3 * C; i++)
-            qkv[i] = round_to(dtype, gpc_rng_normal(&rng));
+            qkv[i] = test_round_to(dtype, gpc_rng_normal(&rng));
         const int64_t sq[2] = {N, 3 * C}, so[2] = {N, C}, sc[3] = {h.num_blocks, h.block, C};
         const int64_t st[2] = {h.S, h.max_blocks}, sn[1] = {N};
-        gpc_tensor gq = gpu_tensor(dtype, 2, sq, qkv), go = gpu_tensor(dtype, 2, so, NULL);
-        gpc_tensor gk = gpu_tensor(dtype, 3, sc, h.k), gv = gpu_tensor(dtype, 3, sc, h.v);
-        gpc_tensor gt = gpu_tensor(GPC_I32, 2, st, h.tables);
-        gpc_tensor gs = gpu_tensor(GPC_I32, 1, sn, seq), gp = gpu_tensor(GPC_I32, 1, sn, pos);
+        gpc_tensor gq = test_gpu_tensor(dtype, 2, sq, qkv);
+        gpc_tensor go = test_gpu_tensor(dtype, 2, so, NULL);
+        gpc_tensor gk = test_gpu_tensor(dtype, 3, sc, h.k), gv = test_gpu_tensor(dtype, 3, sc, h.v);
+        gpc_tensor gt = test_gpu_tensor(GPC_I32, 2, st, h.tables);
+        gpc_tensor gs = test_gpu_tensor(GPC_I32, 1, sn, seq);
+        gpc_tensor gp = test_gpu_tensor(GPC_I32, 1, sn, pos);
         TEST_OK(gpc_op_paged_attention(&go, &gq, &gk, &gv, &gt, &gs, &gp, (int)NH));
-        float *got = download(&go);
+        float *got = test_gpu_download(&go);
         double want[64];
         const int64_t keys[N] = {300, 0, 0, 2048};
         for (int64_t i = 0; i < N; i++)
@@ -391,9 +343,9 @@ static void test_kv_store(void **state) {
             float *k = malloc((size_t)(rows * CC) * sizeof(float));
             float *v = malloc((size_t)(rows * CC) * sizeof(float));
             for (int64_t i = 0; i < N * 3 * CC; i++)
-                qkv[i] = round_to(dtype, gpc_rng_normal(&rng));
+                qkv[i] = test_round_to(dtype, gpc_rng_normal(&rng));
             for (int64_t i = 0; i < rows * CC; i++)
-                k[i] = round_to(dtype, gpc_rng_normal(&rng)), v[i] = -k[i];
+                k[i] = test_round_to(dtype, gpc_rng_normal(&rng)), v[i] = -k[i];
             int32_t perm[144], slots[37];
             for (int64_t i = 0; i < rows; i++)
                 perm[i] = (int32_t)i;
@@ -402,10 +354,12 @@ static void test_kv_store(void **state) {
             const int64_t sq[2] = {N, 3 * CC}, sc[3] = {num_blocks, block, CC}, sn[1] = {N};
             /* two slots outside the cache: skipped on the GPU */
             slots[4] = -1, slots[9] = (int32_t)rows;
-            gpc_tensor gq = gpu_tensor(dtype, 2, sq, qkv), gk = gpu_tensor(dtype, 3, sc, k);
-            gpc_tensor gv = gpu_tensor(dtype, 3, sc, v), gs = gpu_tensor(GPC_I32, 1, sn, slots);
+            gpc_tensor gq = test_gpu_tensor(dtype, 2, sq, qkv);
+            gpc_tensor gk = test_gpu_tensor(dtype, 3, sc, k);
+            gpc_tensor gv = test_gpu_tensor(dtype, 3, sc, v);
+            gpc_tensor gs = test_gpu_tensor(GPC_I32, 1, sn, slots);
             TEST_OK(gpc_op_kv_store(&gk, &gv, &gq, &gs));
-            float *gotk = download(&gk), *gotv = download(&gv);
+            float *gotk = test_gpu_download(&gk), *gotv = test_gpu_download(&gv);
             for (int64_t i = 0; i < N; i++) {
                 if (slots[i] < 0 || slots[i] >= rows) continue;
                 for (int64_t x = 0; x < CC; x++) {
@@ -435,19 +389,21 @@ static void test_embedding_at(void **state) {
         float *wte = malloc((size_t)(V * C) * sizeof(float));
         float *wpe = malloc((size_t)(maxT * C) * sizeof(float));
         for (int64_t i = 0; i < V * C; i++)
-            wte[i] = round_to(dtype, gpc_rng_normal(&rng));
+            wte[i] = test_round_to(dtype, gpc_rng_normal(&rng));
         for (int64_t i = 0; i < maxT * C; i++)
-            wpe[i] = round_to(dtype, gpc_rng_normal(&rng));
+            wpe[i] = test_round_to(dtype, gpc_rng_normal(&rng));
         int32_t tok[33], pos[33];
         for (int64_t i = 0; i < N; i++)
             tok[i] = below((int32_t)V), pos[i] = below((int32_t)maxT);
         tok[5] = (int32_t)V, pos[7] = -1; /* outside wte and wpe: NaN rows */
         const int64_t se[2] = {V, C}, sp[2] = {maxT, C}, so[2] = {N, C}, sn[1] = {N};
-        gpc_tensor ge = gpu_tensor(dtype, 2, se, wte), gpe = gpu_tensor(dtype, 2, sp, wpe);
-        gpc_tensor go = gpu_tensor(dtype, 2, so, NULL);
-        gpc_tensor gt = gpu_tensor(GPC_I32, 1, sn, tok), gp = gpu_tensor(GPC_I32, 1, sn, pos);
+        gpc_tensor ge = test_gpu_tensor(dtype, 2, se, wte);
+        gpc_tensor gpe = test_gpu_tensor(dtype, 2, sp, wpe);
+        gpc_tensor go = test_gpu_tensor(dtype, 2, so, NULL);
+        gpc_tensor gt = test_gpu_tensor(GPC_I32, 1, sn, tok);
+        gpc_tensor gp = test_gpu_tensor(GPC_I32, 1, sn, pos);
         TEST_OK(gpc_op_embedding_at(&go, &gt, &gp, &ge, &gpe));
-        float *got = download(&go);
+        float *got = test_gpu_download(&go);
         for (int64_t i = 0; i < N; i++)
             for (int64_t c = 0; c < C; c++) {
                 float g = got[i * C + c];
@@ -458,7 +414,7 @@ static void test_embedding_at(void **state) {
                                  gpc_dtype_name(dtype), (long long)i, tok[i], pos[i], (double)g);
                     continue;
                 }
-                float want = round_to(dtype, wte[tok[i] * C + c] + wpe[pos[i] * C + c]);
+                float want = test_round_to(dtype, wte[tok[i] * C + c] + wpe[pos[i] * C + c]);
                 if (g != want)
                     fail_msg("embedding_at (%s): row %lld channel %lld is %g, want %g",
                              gpc_dtype_name(dtype), (long long)i, (long long)c, (double)g,
@@ -516,7 +472,7 @@ static void test_sample(void **state) {
         float *logits = malloc((size_t)R * VP * sizeof(float));
         float params[R * 4];
         for (int64_t i = 0; i < (int64_t)R * VP; i++)
-            logits[i] = round_to(dtype, 3.0f * gpc_rng_normal(&rng));
+            logits[i] = test_round_to(dtype, 3.0f * gpc_rng_normal(&rng));
         for (int r = 0; r < R; r++) {
             const float *c = cases[r % CASES];
             params[4 * r] = c[0], params[4 * r + 1] = c[1], params[4 * r + 2] = c[2];
@@ -533,12 +489,13 @@ static void test_sample(void **state) {
         gpc_tensor cp = gpc_tensor_2d(params, GPC_F32, cpu, R, 4);
         TEST_OK(gpc_op_sample(&ct, &cl, V, &cp));
         const int64_t sl[2] = {R, VP}, sp[2] = {R, 4}, sn[1] = {R};
-        gpc_tensor gl = gpu_tensor(dtype, 2, sl, logits), gp = gpu_tensor(GPC_F32, 2, sp, params);
-        gpc_tensor gt = gpu_tensor(GPC_I32, 1, sn, NULL);
+        gpc_tensor gl = test_gpu_tensor(dtype, 2, sl, logits);
+        gpc_tensor gp = test_gpu_tensor(GPC_F32, 2, sp, params);
+        gpc_tensor gt = test_gpu_tensor(GPC_I32, 1, sn, NULL);
         TEST_OK(gpc_op_sample(&gt, &gl, V, &gp));
-        int32_t *got = (int32_t *)download(&gt);
+        int32_t *got = (int32_t *)test_gpu_download(&gt);
         TEST_OK(gpc_op_sample(&gt, &gl, V, &gp));
-        int32_t *again = (int32_t *)download(&gt);
+        int32_t *again = (int32_t *)test_gpu_download(&gt);
         int exact = 0;
         for (int r = 0; r < R; r++) {
             const float *p = params + 4 * r;
@@ -588,13 +545,14 @@ static void test_forbid_tokens(void **state) {
         float *logits = malloc((size_t)R * VP * sizeof(float));
         int32_t forbid[R];
         for (int64_t i = 0; i < (int64_t)R * VP; i++)
-            logits[i] = round_to(dtype, gpc_rng_normal(&rng));
+            logits[i] = test_round_to(dtype, gpc_rng_normal(&rng));
         for (int r = 0; r < R; r++)
             forbid[r] = r % 7 == 3 ? -1 : r % 11 == 5 ? VP : (int32_t)gpc_rng_below(&rng, VP);
         const int64_t sl[2] = {R, VP}, sn[1] = {R};
-        gpc_tensor gl = gpu_tensor(dtype, 2, sl, logits), gf = gpu_tensor(GPC_I32, 1, sn, forbid);
+        gpc_tensor gl = test_gpu_tensor(dtype, 2, sl, logits);
+        gpc_tensor gf = test_gpu_tensor(GPC_I32, 1, sn, forbid);
         TEST_OK(gpc_op_forbid_tokens(&gl, &gf));
-        float *got = download(&gl);
+        float *got = test_gpu_download(&gl);
         for (int r = 0; r < R; r++)
             for (int v = 0; v < VP; v++) {
                 float want = v == forbid[r] ? -INFINITY : logits[(int64_t)r * VP + v];
@@ -631,8 +589,9 @@ static void test_feed_tokens(void **state) {
         want[i] = tokens[i];
     }
     const int64_t sn[1] = {N}, sr[1] = {R};
-    gpc_tensor gt = gpu_tensor(GPC_I32, 1, sn, tokens), gf = gpu_tensor(GPC_I32, 1, sn, feed);
-    gpc_tensor gp = gpu_tensor(GPC_I32, 1, sr, previous);
+    gpc_tensor gt = test_gpu_tensor(GPC_I32, 1, sn, tokens);
+    gpc_tensor gf = test_gpu_tensor(GPC_I32, 1, sn, feed);
+    gpc_tensor gp = test_gpu_tensor(GPC_I32, 1, sr, previous);
     TEST_OK(gpc_op_feed_tokens(&gt, &gf, &gp));
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     assert_int_equal(cudaMemcpy(got, gt.data, sizeof got, cudaMemcpyDeviceToHost), cudaSuccess);

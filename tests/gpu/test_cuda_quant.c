@@ -43,12 +43,6 @@
 
 static gpc_rng rng;
 
-static float round_to(gpc_dtype dtype, float x) {
-    if (dtype == GPC_BF16) return gpc_bf16_to_f32(gpc_f32_to_bf16(x));
-    if (dtype == GPC_F16) return gpc_f16_to_f32(gpc_f32_to_f16(x));
-    return x;
-}
-
 static gpc_device gpu(void) {
     return (gpc_device){GPC_DEVICE_CUDA, 0};
 }
@@ -119,17 +113,17 @@ static int fp8_tensor_cores(void) {
 static void random_operands(gpc_dtype act, gpc_dtype qtype, int nx, int C, int OC, int rows,
                             float *x, uint8_t *q, float *scales, float *bias, float *res) {
     for (int i = 0; i < nx; i++)
-        x[i] = round_to(act, gpc_rng_normal(&rng));
+        x[i] = test_round_to(act, gpc_rng_normal(&rng));
     for (int i = 0; i < OC * C; i++) {
         q[i] = (uint8_t)gpc_rng_below(&rng, 256);
         if (qtype == GPC_F8E4M3 && (q[i] & 0x7f) == 0x7f) q[i] ^= 1; /* no NaN codes */
     }
     for (int o = 0; o < OC; o++) {
         scales[o] = (qtype == GPC_I8 ? 0.01f : 0.003f) * (0.5f + (float)gpc_rng_uniform(&rng));
-        bias[o] = round_to(act, gpc_rng_normal(&rng));
+        bias[o] = test_round_to(act, gpc_rng_normal(&rng));
     }
     for (int i = 0; i < rows * OC; i++)
-        res[i] = round_to(act, gpc_rng_normal(&rng));
+        res[i] = test_round_to(act, gpc_rng_normal(&rng));
 }
 
 /* One case: N x C inputs, OC outputs. */

@@ -21,25 +21,6 @@
 
 static gpc_rng rng;
 
-static float *random_floats(int64_t n, float lo, float hi) {
-    float *x = malloc((size_t)n * sizeof(float) + 4);
-    for (int64_t i = 0; i < n; i++)
-        x[i] = lo + (hi - lo) * gpc_rng_uniform(&rng);
-    return x;
-}
-
-static gpc_tensor t2(float *data, int64_t d0, int64_t d1) {
-    return gpc_tensor_2d(data, GPC_F32, gpc_cpu(), d0, d1);
-}
-
-static gpc_tensor t1(float *data, int64_t d0) {
-    return gpc_tensor_1d(data, GPC_F32, gpc_cpu(), d0);
-}
-
-static double gelu64(double x) {
-    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-}
-
 /* want[N, OC] = [gelu](layernorm?(x) @ w^T + b) [+ residual] in float64. */
 static void reference(double *want, const float *x, const float *lw, const float *lb,
                       const float *w, const float *b, const float *residual, int gelu, int64_t N,
@@ -60,7 +41,7 @@ static void reference(double *want, const float *x, const float *lw, const float
             double s = b ? b[o] : 0.0;
             for (int64_t c = 0; c < C; c++)
                 s += row[c] * w[o * C + c];
-            if (gelu) s = gelu64(s);
+            if (gelu) s = test_gelu64(s);
             if (residual) s += residual[n * OC + o];
             want[n * OC + o] = s;
         }
@@ -69,16 +50,21 @@ static void reference(double *want, const float *x, const float *lw, const float
 }
 
 static void one_case(int64_t N, int64_t C, int64_t OC) {
-    float *x = random_floats(N * C, -2, 2), *w = random_floats(OC * C, -0.2f, 0.2f);
-    float *b = random_floats(OC, -1, 1), *lw = random_floats(C, 0.5f, 1.5f);
-    float *lb = random_floats(C, -0.5f, 0.5f), *res = random_floats(N * OC, -1, 1);
+    float *x = test_random_floats(&rng, N * C, -2, 2);
+    float *w = test_random_floats(&rng, OC * C, -0.2f, 0.2f);
+    float *b = test_random_floats(&rng, OC, -1, 1), *lw = test_random_floats(&rng, C, 0.5f, 1.5f);
+    float *lb = test_random_floats(&rng, C, -0.5f, 0.5f);
+    float *res = test_random_floats(&rng, N * OC, -1, 1);
     float *got = malloc((size_t)(N * OC) * 4), *ref = malloc((size_t)(N * OC) * 4);
     float *ln = malloc((size_t)(N * C) * 4), *mean = malloc((size_t)N * 4);
     float *rstd = malloc((size_t)N * 4);
     double *want = malloc((size_t)(N * OC) * 8);
-    gpc_tensor tx = t2(x, N, C), tw = t2(w, OC, C), tb = t1(b, OC), tlw = t1(lw, C);
-    gpc_tensor tlb = t1(lb, C), tgot = t2(got, N, OC), tref = t2(ref, N, OC);
-    gpc_tensor tln = t2(ln, N, C), tmean = t1(mean, N), trstd = t1(rstd, N);
+    gpc_tensor tx = test_f32_2d(x, N, C), tw = test_f32_2d(w, OC, C), tb = test_f32_1d(b, OC);
+    gpc_tensor tlw = test_f32_1d(lw, C);
+    gpc_tensor tlb = test_f32_1d(lb, C), tgot = test_f32_2d(got, N, OC);
+    gpc_tensor tref = test_f32_2d(ref, N, OC);
+    gpc_tensor tln = test_f32_2d(ln, N, C), tmean = test_f32_1d(mean, N);
+    gpc_tensor trstd = test_f32_1d(rstd, N);
     size_t bytes = (size_t)(N * OC) * 4;
 
     /* layernorm, product, bias */
@@ -136,10 +122,13 @@ static void test_kv_store(void **state) {
     const int64_t C = 24, OC = 3 * C;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         int64_t N = rows[i], cache_n = BLOCKS * BS * C;
-        float *x = random_floats(N * C, -2, 2), *w = random_floats(OC * C, -0.3f, 0.3f);
-        float *b = random_floats(OC, -1, 1), *lw = random_floats(C, 0.5f, 1.5f);
-        float *lb = random_floats(C, -0.5f, 0.5f);
-        float *kc = random_floats(cache_n, -1, 1), *vc = random_floats(cache_n, -1, 1);
+        float *x = test_random_floats(&rng, N * C, -2, 2);
+        float *w = test_random_floats(&rng, OC * C, -0.3f, 0.3f);
+        float *b = test_random_floats(&rng, OC, -1, 1);
+        float *lw = test_random_floats(&rng, C, 0.5f, 1.5f);
+        float *lb = test_random_floats(&rng, C, -0.5f, 0.5f);
+        float *kc = test_random_floats(&rng, cache_n, -1, 1);
+        float *vc = test_random_floats(&rng, cache_n, -1, 1);
         float *kc2 = malloc((size_t)cache_n * 4), *vc2 = malloc((size_t)cache_n * 4);
         memcpy(kc2, kc, (size_t)cache_n * 4);
         memcpy(vc2, vc, (size_t)cache_n * 4);
@@ -155,14 +144,17 @@ static void test_kv_store(void **state) {
             used[sl] = 1;
             slots[n] = sl;
         }
-        gpc_tensor tx = t2(x, N, C), tw = t2(w, OC, C), tb = t1(b, OC), tlw = t1(lw, C);
-        gpc_tensor tlb = t1(lb, C), tq = t2(qkv, N, OC), tq2 = t2(qkv2, N, OC);
+        gpc_tensor tx = test_f32_2d(x, N, C), tw = test_f32_2d(w, OC, C), tb = test_f32_1d(b, OC);
+        gpc_tensor tlw = test_f32_1d(lw, C);
+        gpc_tensor tlb = test_f32_1d(lb, C), tq = test_f32_2d(qkv, N, OC);
+        gpc_tensor tq2 = test_f32_2d(qkv2, N, OC);
         gpc_tensor tk = gpc_tensor_3d(kc, GPC_F32, gpc_cpu(), BLOCKS, BS, C);
         gpc_tensor tv = gpc_tensor_3d(vc, GPC_F32, gpc_cpu(), BLOCKS, BS, C);
         gpc_tensor tk2 = gpc_tensor_3d(kc2, GPC_F32, gpc_cpu(), BLOCKS, BS, C);
         gpc_tensor tv2 = gpc_tensor_3d(vc2, GPC_F32, gpc_cpu(), BLOCKS, BS, C);
         gpc_tensor ts = gpc_tensor_1d(slots, GPC_I32, gpc_cpu(), N);
-        gpc_tensor tln = t2(ln, N, C), tm = t1(st, N), tr = t1(st + N, N);
+        gpc_tensor tln = test_f32_2d(ln, N, C), tm = test_f32_1d(st, N);
+        gpc_tensor tr = test_f32_1d(st + N, N);
         gpc_decode_product_args a = {.ln_weight = &tlw,
                                      .ln_bias = &tlb,
                                      .bias = &tb,
@@ -193,12 +185,14 @@ static void test_kv_store(void **state) {
 static void test_bad_calls(void **state) {
     (void)state;
     const int64_t C = 8, OC = 12;
-    float *x = random_floats(17 * C, -1, 1), *w = random_floats(OC * C, -1, 1);
-    float *out = random_floats(17 * OC, -1, 1), *lw = random_floats(C, -1, 1);
-    float *kc = random_floats(2 * 4 * 4, -1, 1);
+    float *x = test_random_floats(&rng, 17 * C, -1, 1);
+    float *w = test_random_floats(&rng, OC * C, -1, 1);
+    float *out = test_random_floats(&rng, 17 * OC, -1, 1), *lw = test_random_floats(&rng, C, -1, 1);
+    float *kc = test_random_floats(&rng, 2 * 4 * 4, -1, 1);
     int32_t slots[2] = {0, 1};
-    gpc_tensor tx = t2(x, 2, C), tw = t2(w, OC, C), to = t2(out, 2, OC), tlw = t1(lw, C);
-    gpc_tensor big_x = t2(x, 17, C), big_o = t2(out, 17, OC);
+    gpc_tensor tx = test_f32_2d(x, 2, C), tw = test_f32_2d(w, OC, C), to = test_f32_2d(out, 2, OC);
+    gpc_tensor tlw = test_f32_1d(lw, C);
+    gpc_tensor big_x = test_f32_2d(x, 17, C), big_o = test_f32_2d(out, 17, OC);
     gpc_tensor ts = gpc_tensor_1d(slots, GPC_I32, gpc_cpu(), 2);
     gpc_tensor tk = gpc_tensor_3d(kc, GPC_F32, gpc_cpu(), 2, 4, 4);
     TEST_FAILS(gpc_op_decode_product(&big_o, &big_x, &tw, NULL), GPC_ERR_INVALID_ARG, "at most 16");
@@ -211,15 +205,15 @@ static void test_bad_calls(void **state) {
     gpc_decode_product_args part_kv = {.k_cache = &tk, .slots = &ts};
     TEST_FAILS(gpc_op_decode_product(&to, &tx, &tw, &part_kv), GPC_ERR_INVALID_ARG,
                "k_cache, v_cache and slots");
-    gpc_tensor self = t2(x, 2, C), sq_w = t2(w, C, C);
+    gpc_tensor self = test_f32_2d(x, 2, C), sq_w = test_f32_2d(w, C, C);
     TEST_FAILS(gpc_op_decode_product(&self, &tx, &sq_w, NULL), GPC_ERR_INVALID_ARG,
                "shares its buffer");
     /* qkv's caches must be [blocks, block_size, OC / 3]: 4 columns here */
     gpc_decode_product_args kv = {.k_cache = &tk, .v_cache = &tk, .slots = &ts};
     TEST_OK(gpc_op_decode_product(&to, &tx, &tw, &kv));
-    gpc_tensor tw9 = t2(w, 9, C), to9 = t2(out, 2, 9);
+    gpc_tensor tw9 = test_f32_2d(w, 9, C), to9 = test_f32_2d(out, 2, 9);
     TEST_FAILS(gpc_op_decode_product(&to9, &tx, &tw9, &kv), GPC_ERR_MISMATCH, "k_cache must be");
-    gpc_tensor tw10 = t2(w, 10, C), to10 = t2(out, 2, 10);
+    gpc_tensor tw10 = test_f32_2d(w, 10, C), to10 = test_f32_2d(out, 2, 10);
     TEST_FAILS(gpc_op_decode_product(&to10, &tx, &tw10, &kv), GPC_ERR_MISMATCH, "3C columns");
     free(x), free(w), free(out), free(lw), free(kc);
 }

@@ -32,26 +32,7 @@
 
 static gpc_rng rng;
 
-static float *random_floats(int64_t n, float lo, float hi) {
-    float *x = malloc((size_t)n * sizeof(float) + 4);
-    for (int64_t i = 0; i < n; i++)
-        x[i] = lo + (hi - lo) * gpc_rng_uniform(&rng);
-    return x;
-}
-
-static gpc_tensor t2(float *data, int64_t d0, int64_t d1) {
-    return gpc_tensor_2d(data, GPC_F32, gpc_cpu(), d0, d1);
-}
-
-static gpc_tensor t1(float *data, int64_t d0) {
-    return gpc_tensor_1d(data, GPC_F32, gpc_cpu(), d0);
-}
-
-/* GPT-2's GELU (tanh form) and its derivative in float64. */
-static double gelu64(double x) {
-    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-}
-
+/* The derivative of GPT-2's GELU (test_gelu64) in float64. */
 static double gelu_grad64(double x) {
     double u = sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
     double t = tanh(u);
@@ -60,13 +41,14 @@ static double gelu_grad64(double x) {
 }
 
 static void fused_case(int64_t N, int64_t C, int64_t OC, int with_bias) {
-    float *x = random_floats(N * C, -1, 1), *w = random_floats(OC * C, -0.5f, 0.5f);
-    float *b = random_floats(OC, -1, 1);
+    float *x = test_random_floats(&rng, N * C, -1, 1);
+    float *w = test_random_floats(&rng, OC * C, -0.5f, 0.5f);
+    float *b = test_random_floats(&rng, OC, -1, 1);
     float *pre = malloc(N * OC * 4), *act = malloc(N * OC * 4);
     float *pre2 = malloc(N * OC * 4), *act2 = malloc(N * OC * 4);
-    gpc_tensor tx = t2(x, N, C), tw = t2(w, OC, C), tb = t1(b, OC);
-    gpc_tensor tpre = t2(pre, N, OC), tact = t2(act, N, OC);
-    gpc_tensor tpre2 = t2(pre2, N, OC), tact2 = t2(act2, N, OC);
+    gpc_tensor tx = test_f32_2d(x, N, C), tw = test_f32_2d(w, OC, C), tb = test_f32_1d(b, OC);
+    gpc_tensor tpre = test_f32_2d(pre, N, OC), tact = test_f32_2d(act, N, OC);
+    gpc_tensor tpre2 = test_f32_2d(pre2, N, OC), tact2 = test_f32_2d(act2, N, OC);
     TEST_OK(gpc_op_matmul_gelu_forward(&tpre, &tact, &tx, &tw, with_bias ? &tb : NULL));
     TEST_OK(gpc_op_matmul_forward(&tpre2, &tx, &tw, with_bias ? &tb : NULL));
     TEST_OK(gpc_op_gelu_forward(&tact2, &tpre2));
@@ -79,24 +61,26 @@ static void fused_case(int64_t N, int64_t C, int64_t OC, int with_bias) {
             for (int64_t c = 0; c < C; c++)
                 s += (double)x[n * C + c] * w[j * C + c];
             want_pre[n * OC + j] = s;
-            want_act[n * OC + j] = gelu64(s);
+            want_act[n * OC + j] = test_gelu64(s);
         }
     test_assert_close("matmul_gelu_forward out_pre", pre, want_pre, (size_t)(N * OC), 1e-5, 1.0);
     test_assert_close("matmul_gelu_forward out_gelu", act, want_act, (size_t)(N * OC), 1e-5, 1.0);
 
     /* backward of a layer C -> OC whose input was gelu(gin) */
-    float *dout = random_floats(N * OC, -1, 1), *gin = random_floats(N * C, -3, 3);
-    float *dw = random_floats(OC * C, -1, 1), *db = random_floats(OC, -1, 1);
+    float *dout = test_random_floats(&rng, N * OC, -1, 1);
+    float *gin = test_random_floats(&rng, N * C, -3, 3);
+    float *dw = test_random_floats(&rng, OC * C, -1, 1), *db = test_random_floats(&rng, OC, -1, 1);
     float *dw2 = malloc(OC * C * 4), *db2 = malloc(OC * 4);
     memcpy(dw2, dw, OC * C * 4);
     memcpy(db2, db, OC * 4);
     float *dinp = malloc(N * C * 4), *dinp2 = malloc(N * C * 4);
-    float *dpb = random_floats(C, -1, 1), *dpb2 = malloc(C * 4);
+    float *dpb = test_random_floats(&rng, C, -1, 1), *dpb2 = malloc(C * 4);
     memcpy(dpb2, dpb, C * 4);
-    gpc_tensor tdpb = t1(dpb, C), tdpb2 = t1(dpb2, C);
-    gpc_tensor tdout = t2(dout, N, OC), tgin = t2(gin, N, C), tdw = t2(dw, OC, C), tdb = t1(db, OC);
-    gpc_tensor tdw2 = t2(dw2, OC, C), tdb2 = t1(db2, OC);
-    gpc_tensor tdinp = t2(dinp, N, C), tdinp2 = t2(dinp2, N, C);
+    gpc_tensor tdpb = test_f32_1d(dpb, C), tdpb2 = test_f32_1d(dpb2, C);
+    gpc_tensor tdout = test_f32_2d(dout, N, OC), tgin = test_f32_2d(gin, N, C);
+    gpc_tensor tdw = test_f32_2d(dw, OC, C), tdb = test_f32_1d(db, OC);
+    gpc_tensor tdw2 = test_f32_2d(dw2, OC, C), tdb2 = test_f32_1d(db2, OC);
+    gpc_tensor tdinp = test_f32_2d(dinp, N, C), tdinp2 = test_f32_2d(dinp2, N, C);
     double *want_dinp = malloc(N * C * 8), *want_dw = malloc(OC * C * 8);
     for (int64_t n = 0; n < N; n++)
         for (int64_t c = 0; c < C; c++) {
@@ -163,8 +147,8 @@ static void test_fused_equals_unfused(void **state) {
  * from random values so that the += is checked. */
 static void classifier_case(int64_t B, int64_t T, int64_t C, int64_t Vp, int V, float dloss) {
     int64_t N = B * T;
-    float *x = random_floats(N * C, -1, 1), *w = random_floats(Vp * C, -1, 1);
-    float *dw = random_floats(Vp * C, -1, 1), *dw2 = malloc(Vp * C * 4);
+    float *x = test_random_floats(&rng, N * C, -1, 1), *w = test_random_floats(&rng, Vp * C, -1, 1);
+    float *dw = test_random_floats(&rng, Vp * C, -1, 1), *dw2 = malloc(Vp * C * 4);
     memcpy(dw2, dw, Vp * C * 4);
     float *logits = malloc(N * Vp * 4), *logits2 = malloc(N * Vp * 4);
     float *losses = malloc(N * 4), *losses2 = malloc(N * 4);
@@ -173,13 +157,13 @@ static void classifier_case(int64_t B, int64_t T, int64_t C, int64_t Vp, int V, 
     for (int64_t n = 0; n < N; n++)
         tgt[n] = (int32_t)gpc_rng_below(&rng, (uint32_t)V);
     if (N > 1) tgt[gpc_rng_below(&rng, (uint32_t)N)] = -1;
-    gpc_tensor tx = gpc_tensor_3d(x, GPC_F32, gpc_cpu(), B, T, C), tw = t2(w, Vp, C);
-    gpc_tensor tdw = t2(dw, Vp, C), tdw2 = t2(dw2, Vp, C);
-    gpc_tensor tl = gpc_tensor_3d(logits, GPC_F32, gpc_cpu(), B, T, Vp),
-               tl2 = gpc_tensor_3d(logits2, GPC_F32, gpc_cpu(), B, T, Vp);
-    gpc_tensor tloss = t2(losses, B, T), tloss2 = t2(losses2, B, T);
-    gpc_tensor tdx = gpc_tensor_3d(dx, GPC_F32, gpc_cpu(), B, T, C),
-               tdx2 = gpc_tensor_3d(dx2, GPC_F32, gpc_cpu(), B, T, C);
+    gpc_tensor tx = gpc_tensor_3d(x, GPC_F32, gpc_cpu(), B, T, C), tw = test_f32_2d(w, Vp, C);
+    gpc_tensor tdw = test_f32_2d(dw, Vp, C), tdw2 = test_f32_2d(dw2, Vp, C);
+    gpc_tensor tl = gpc_tensor_3d(logits, GPC_F32, gpc_cpu(), B, T, Vp);
+    gpc_tensor tl2 = gpc_tensor_3d(logits2, GPC_F32, gpc_cpu(), B, T, Vp);
+    gpc_tensor tloss = test_f32_2d(losses, B, T), tloss2 = test_f32_2d(losses2, B, T);
+    gpc_tensor tdx = gpc_tensor_3d(dx, GPC_F32, gpc_cpu(), B, T, C);
+    gpc_tensor tdx2 = gpc_tensor_3d(dx2, GPC_F32, gpc_cpu(), B, T, C);
     gpc_tensor tt = gpc_tensor_2d(tgt, GPC_I32, gpc_cpu(), B, T);
 
     /* float64: the logits, then each row's loss and gradient */
@@ -264,10 +248,11 @@ static void test_classifier_bad_inputs(void **state) {
         dx[i] = copy_dx[i] = (float)-i;
     for (int i = 0; i < N; i++)
         losses[i] = copy_losses[i] = 7.0f, tgt[i] = i, f32_tgt[i] = (float)i;
-    gpc_tensor tx = t2(x, N, C), tw = t2(w, Vp, C), tdw = t2(dw, Vp, C), tl = t2(logits, N, Vp),
-               tloss = t1(losses, N), tdx = t2(dx, N, C);
+    gpc_tensor tx = test_f32_2d(x, N, C), tw = test_f32_2d(w, Vp, C), tdw = test_f32_2d(dw, Vp, C);
+    gpc_tensor tl = test_f32_2d(logits, N, Vp), tloss = test_f32_1d(losses, N);
+    gpc_tensor tdx = test_f32_2d(dx, N, C);
     gpc_tensor tt = gpc_tensor_1d(tgt, GPC_I32, gpc_cpu(), N);
-    gpc_tensor f32_targets = t1(f32_tgt, N);
+    gpc_tensor f32_targets = test_f32_1d(f32_tgt, N);
     TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &tdw, &tl, &tx, &tw, &f32_targets, 10, 1.0f),
                GPC_ERR_MISMATCH, "classifier: tensor 'targets' must be i32, not f32");
     gpc_tensor i32_losses = gpc_tensor_1d(losses, GPC_I32, gpc_cpu(), N);
@@ -276,16 +261,16 @@ static void test_classifier_bad_inputs(void **state) {
     gpc_tensor bf16_dw = gpc_tensor_2d(dw, GPC_BF16, gpc_cpu(), Vp, C);
     TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &bf16_dw, &tl, &tx, &tw, &tt, 10, 1.0f),
                GPC_ERR_MISMATCH, "classifier: tensor 'dweight' must be f32, not bf16");
-    gpc_tensor short_dx = t2(dx, N - 1, C);
+    gpc_tensor short_dx = test_f32_2d(dx, N - 1, C);
     TEST_FAILS(gpc_op_classifier(&tloss, &short_dx, &tdw, &tl, &tx, &tw, &tt, 10, 1.0f),
                GPC_ERR_MISMATCH, "classifier: tensor 'dinp' is [5, 8]");
-    gpc_tensor narrow_w = t2(w, Vp, C - 1);
+    gpc_tensor narrow_w = test_f32_2d(w, Vp, C - 1);
     TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &tdw, &tl, &tx, &narrow_w, &tt, 10, 1.0f),
                GPC_ERR_MISMATCH, "disagree on C");
-    gpc_tensor short_dw = t2(dw, Vp - 1, C);
+    gpc_tensor short_dw = test_f32_2d(dw, Vp - 1, C);
     TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &short_dw, &tl, &tx, &tw, &tt, 10, 1.0f),
                GPC_ERR_MISMATCH, "classifier: tensor 'dweight' is [11, 8]");
-    gpc_tensor short_logits = t2(logits, N, Vp - 1);
+    gpc_tensor short_logits = test_f32_2d(logits, N, Vp - 1);
     TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &tdw, &short_logits, &tx, &tw, &tt, 10, 1.0f),
                GPC_ERR_MISMATCH, "classifier: tensor 'logits'");
     TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &tdw, &tl, &tx, &tw, &tt, 0, 1.0f), GPC_ERR_MISMATCH,
@@ -294,10 +279,10 @@ static void test_classifier_bad_inputs(void **state) {
                GPC_ERR_MISMATCH, "classifier: vocab_size 13 is outside 1..12");
     TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &tdw, &tl, &tx, &tw, NULL, 10, 1.0f),
                GPC_ERR_INVALID_ARG, "classifier: tensor 'targets' is missing");
-    gpc_tensor dx_over_x = t2(x, N, C);
+    gpc_tensor dx_over_x = test_f32_2d(x, N, C);
     TEST_FAILS(gpc_op_classifier(&tloss, &dx_over_x, &tdw, &tl, &tx, &tw, &tt, 10, 1.0f),
                GPC_ERR_INVALID_ARG, "classifier: dinp shares its buffer with inp");
-    gpc_tensor logits_over_w = t2(w, N, Vp);
+    gpc_tensor logits_over_w = test_f32_2d(w, N, Vp);
     TEST_FAILS(gpc_op_classifier(&tloss, &tdx, &tdw, &logits_over_w, &tx, &tw, &tt, 10, 1.0f),
                GPC_ERR_INVALID_ARG, "classifier: logits shares its buffer with weight");
     gpc_tensor gpu_dw = tdw;
@@ -312,12 +297,12 @@ static void test_classifier_bad_inputs(void **state) {
 static void test_sum(void **state) {
     (void)state;
     int64_t n = 100000 + (int64_t)gpc_rng_below(&rng, 5000);
-    float *x = random_floats(n, -2, 3);
+    float *x = test_random_floats(&rng, n, -2, 3);
     float acc = 1.5f;
     double want = 1.5;
     for (int64_t i = 0; i < n; i++)
         want += x[i];
-    gpc_tensor tx = t1(x, n), tacc = t1(&acc, 1);
+    gpc_tensor tx = test_f32_1d(x, n), tacc = test_f32_1d(&acc, 1);
     TEST_OK(gpc_op_sum(&tacc, &tx));
     if (!(fabs(acc - want) <= 1e-6 * fabs(want)))
         fail_msg("sum: %.9g, float64 %.9g", (double)acc, want);
@@ -329,18 +314,19 @@ static void test_bad_inputs(void **state) {
     float x[6 * 4], w[8 * 4], b[8], pre[6 * 8], act[6 * 8], dinp[6 * 4], acc[2];
     memset(x, 0, sizeof x);
     memset(w, 0, sizeof w);
-    gpc_tensor tx = t2(x, 6, 4), tw = t2(w, 8, 4), tb = t1(b, 8), tpre = t2(pre, 6, 8),
-               tact = t2(act, 6, 8), tdinp = t2(dinp, 6, 4);
+    gpc_tensor tx = test_f32_2d(x, 6, 4), tw = test_f32_2d(w, 8, 4), tb = test_f32_1d(b, 8);
+    gpc_tensor tpre = test_f32_2d(pre, 6, 8), tact = test_f32_2d(act, 6, 8);
+    gpc_tensor tdinp = test_f32_2d(dinp, 6, 4);
     TEST_FAILS(gpc_op_matmul_gelu_forward(&tpre, &tpre, &tx, &tw, &tb), GPC_ERR_INVALID_ARG,
                "out_pre and out_gelu are one buffer");
-    gpc_tensor short_act = t2(act, 5, 8);
+    gpc_tensor short_act = test_f32_2d(act, 5, 8);
     TEST_FAILS(gpc_op_matmul_gelu_forward(&tpre, &short_act, &tx, &tw, &tb), GPC_ERR_MISMATCH,
                "tensor 'out_gelu'");
-    gpc_tensor wrong_w = t2(w, 4, 8);
+    gpc_tensor wrong_w = test_f32_2d(w, 4, 8);
     TEST_FAILS(gpc_op_matmul_gelu_forward(&tpre, &tact, &tx, &wrong_w, &tb), GPC_ERR_MISMATCH,
                "disagree on C");
     /* backward: dinp required, and must not share inp's or dout's buffer */
-    gpc_tensor dw = t2(w, 8, 4);
+    gpc_tensor dw = test_f32_2d(w, 8, 4);
     TEST_FAILS(gpc_op_matmul_backward_dgelu(NULL, &dw, NULL, NULL, &tpre, &tx, &tw, &tx),
                GPC_ERR_INVALID_ARG, "tensor 'dinp' is missing");
     TEST_FAILS(gpc_op_matmul_backward_dgelu(&tx, &dw, NULL, NULL, &tpre, &tx, &tw, &tdinp),
@@ -349,7 +335,7 @@ static void test_bad_inputs(void **state) {
                GPC_ERR_MISMATCH, "tensor 'gelu_inp'");
     TEST_FAILS(gpc_op_matmul_backward_dgelu(&tdinp, &dw, NULL, &tb, &tpre, &tx, &tw, &tx),
                GPC_ERR_MISMATCH, "tensor 'dpre_bias'");
-    gpc_tensor two = t1(acc, 2);
+    gpc_tensor two = test_f32_1d(acc, 2);
     TEST_FAILS(gpc_op_sum(&two, &tx), GPC_ERR_MISMATCH, "tensor 'acc'");
     gpc_tensor acc_i32 = gpc_tensor_1d(acc, GPC_I32, gpc_cpu(), 1);
     TEST_FAILS(gpc_op_sum(&acc_i32, &tx), GPC_ERR_MISMATCH, "must be f32");

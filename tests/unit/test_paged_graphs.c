@@ -46,16 +46,8 @@ typedef struct {
 static void two_caches_agree(int eager, int unfused) {
     gpc_rng rng;
     gpc_rng_seed(&rng, test_seed(), 41);
-    gpt_config config;
-    TEST_OK(gpt_config_init(&config, 2, 2, 32, PER_SEQ * BS, VOCAB));
-    gpt_model *m = NULL;
-    TEST_OK(gpt_create(&m, &config, gpc_cpu(), GPC_F32, 1, 1, 0));
-    TEST_OK(gpt_init_weights(m, 99));
-    gpt_paged_options po = {.num_blocks = BLOCKS,
-                            .block_size = BS,
-                            .max_seqs = SEQS,
-                            .max_tokens = 64,
-                            .max_logits = SEQS};
+    gpt_model *m = test_make_serving_model(gpc_cpu(), GPC_F32, 2, 2, 32, PER_SEQ * BS, VOCAB, 99);
+    gpt_paged_options po = test_paged_options(BLOCKS, BS, SEQS, 64);
     gpt_paged *on = NULL, *off = NULL;
     setenv("GPC_DECODE_FUSED_MAX_M", "16", 1); /* the fused products, opt-in */
     gpc_status made = gpt_paged_create(&on, m, &po);

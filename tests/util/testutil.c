@@ -25,6 +25,35 @@ uint64_t test_seed(void) {
     return seed;
 }
 
+float *test_random_floats(gpc_rng *rng, int64_t n, float lo, float hi) {
+    return test_random_floats_as(rng, GPC_F32, n, lo, hi);
+}
+
+float *test_random_floats_as(gpc_rng *rng, gpc_dtype dtype, int64_t n, float lo, float hi) {
+    float *x = malloc((size_t)n * sizeof(float) + 4);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = test_round_to(dtype, lo + (hi - lo) * gpc_rng_uniform(rng));
+    return x;
+}
+
+float test_round_to(gpc_dtype dtype, float x) {
+    if (dtype == GPC_BF16) return gpc_bf16_to_f32(gpc_f32_to_bf16(x));
+    if (dtype == GPC_F16) return gpc_f16_to_f32(gpc_f32_to_f16(x));
+    return x;
+}
+
+gpc_tensor test_f32_1d(float *data, int64_t d0) {
+    return gpc_tensor_1d(data, GPC_F32, gpc_cpu(), d0);
+}
+
+gpc_tensor test_f32_2d(float *data, int64_t d0, int64_t d1) {
+    return gpc_tensor_2d(data, GPC_F32, gpc_cpu(), d0, d1);
+}
+
+double test_gelu64(double x) {
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
 static size_t worst_index(const float *a, const double *b, size_t n, double floor, double *worst) {
     size_t at = 0;
     *worst = 0;
@@ -135,4 +164,22 @@ gpt_config test_make_serving_run(const char *dir, int layers, int heads, int cha
     TEST_OK(gpc_run_save_weights(dir, &config, params));
     free(params);
     return config;
+}
+
+gpt_model *test_make_serving_model(gpc_device device, gpc_dtype dtype, int layers, int heads,
+                                   int channels, int context, int vocab, uint64_t seed) {
+    gpt_config config;
+    TEST_OK(gpt_config_init(&config, layers, heads, channels, context, vocab));
+    gpt_model *m = NULL;
+    TEST_OK(gpt_create(&m, &config, device, dtype, 1, 1, 0));
+    TEST_OK(gpt_init_weights(m, seed));
+    return m;
+}
+
+gpt_paged_options test_paged_options(int num_blocks, int block_size, int max_seqs, int max_tokens) {
+    return (gpt_paged_options){.num_blocks = num_blocks,
+                               .block_size = block_size,
+                               .max_seqs = max_seqs,
+                               .max_tokens = max_tokens,
+                               .max_logits = max_seqs};
 }

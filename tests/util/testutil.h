@@ -1,7 +1,8 @@
 /*
  * testutil.h: helpers shared by gpc's tests: cmocka includes, fresh random
- * seeds (printed so a failure can be replayed with GPC_TEST_SEED), float64
- * comparison with a relative tolerance, and temporary directories.
+ * seeds (printed so a failure can be replayed with GPC_TEST_SEED), random
+ * inputs, float64 comparison with a relative tolerance, and temporary
+ * directories.
  */
 #ifndef GPC_TESTUTIL_H
 #define GPC_TESTUTIL_H
@@ -20,6 +21,23 @@
 /* A seed that differs from run to run (time and pid) unless GPC_TEST_SEED is
  * set; printed once so a failing run can be repeated exactly. */
 uint64_t test_seed(void);
+
+/* n floats drawn from rng, uniform in [lo, hi), malloc'd (with room to
+ * spare, so that n = 0 allocates too). */
+float *test_random_floats(gpc_rng *rng, int64_t n, float lo, float hi);
+/* The same, each rounded to dtype (test_round_to). */
+float *test_random_floats_as(gpc_rng *rng, gpc_dtype dtype, int64_t n, float lo, float hi);
+/* x rounded to the nearest value of dtype (bf16, f16), as a float; x itself
+ * for f32. Inputs so rounded are the same values on a device that stores
+ * dtype and on the CPU, which computes in f32. */
+float test_round_to(gpc_dtype dtype, float x);
+
+/* f32 tensors on the CPU over data, which the caller owns. */
+gpc_tensor test_f32_1d(float *data, int64_t d0);
+gpc_tensor test_f32_2d(float *data, int64_t d0, int64_t d1);
+
+/* GPT-2's GELU (tanh form) in float64, for references. */
+double test_gelu64(double x);
 
 /* Largest |a-b| / max(|b|, floor) over n elements; floor keeps tiny
  * reference values from inflating the relative error. */
@@ -69,5 +87,15 @@ char *test_source_path(const char *relative);
  * the model's config. */
 gpt_config test_make_serving_run(const char *dir, int layers, int heads, int channels, int context,
                                  uint64_t seed);
+
+/* A model for the paged serving step (gpt_paged_create): a batch of one
+ * row and no gradients, on device in dtype, its weights random from seed. */
+gpt_model *test_make_serving_model(gpc_device device, gpc_dtype dtype, int layers, int heads,
+                                   int channels, int context, int vocab, uint64_t seed);
+
+/* Options of a paged cache of num_blocks blocks of block_size positions,
+ * for steps of up to max_seqs sequences and max_tokens rows that want one
+ * row of logits a sequence (max_logits = max_seqs), graphs as set. */
+gpt_paged_options test_paged_options(int num_blocks, int block_size, int max_seqs, int max_tokens);
 
 #endif /* GPC_TESTUTIL_H */
