@@ -492,16 +492,17 @@ __global__ void __launch_bounds__(EX *EY, 4)
  * ahead), the y neighbours through L1 and the x neighbours from the lanes
  * beside it; lanes 0 and 31 of the tile's rows also compute the rim
  * columns x0 and x0 + TX + 1, one point each. After the plane's barrier
- * the step-one plane goes into one of two shared-memory buffers, and the
- * tile's rows compute step two on plane p - 1 from the other buffer (x and
- * y neighbours) and their own step-one runs of planes p - 2, p - 1 and p,
- * kept in registers. Two buffers take one barrier a plane: the barrier
- * comes after everyone has read plane p - 2's buffer (last plane) and
- * before anyone writes plane p into it or reads plane p - 1's. Step one is
- * 0 on the ring, the faces and past x = n, as the CPU's field is. A z
- * chunk computes step two on planes zb .. ze - 1, so step one on zb - 1 ..
- * ze, from u's planes zb - 2 .. ze + 1. Single slab, single process only.
- */
+ * the tile's rows compute step two on plane p - 1: the x and y neighbours
+ * and their own step one of plane p - 1 from that plane's shared-memory
+ * buffer, their own of plane p - 2 from the other buffer, just before
+ * plane p's step one replaces it there, and plane p's from registers
+ * (which keeps the kernel within 64 registers unspilled). Two buffers
+ * take one barrier a plane: the barrier comes after everyone has read
+ * plane p - 2's buffer (last plane) and before anyone writes plane p into
+ * it or reads plane p - 1's. Step one is 0 on the ring, the faces and
+ * past x = n, as the CPU's field is. A z chunk computes step two on planes
+ * zb .. ze - 1, so step one on zb - 1 .. ze, from u's planes zb - 2 ..
+ * ze + 1. Single slab, single process only. */
 template <typename T, int TY, int A, int MIN_BLOCKS>
 __global__ void __launch_bounds__(32 * (TY + 2), MIN_BLOCKS)
     stencil_stream2(T *__restrict__ v, const T *__restrict__ u, int n, int pitch, long long plane,
@@ -537,7 +538,6 @@ __global__ void __launch_bounds__(32 * (TY + 2), MIN_BLOCKS)
 #pragma unroll
     for (int k = 0; k <= A; k++)
         q[k] = live ? load_nc<T, V>(col + min(max(zb - 2 + k, lo), hi) * plane) : zero;
-    run_of<T, V> o0 = zero, o1 = zero, o2 = zero; /* step one on planes p - 2, p - 1, p */
     T *const mine = &one[0][w][V + V * lane];
     int wb = (zb - 1) & 1; /* plane p's buffer */
     for (int p0 = zb - 1; p0 <= ze; p0 += Q) {
@@ -581,14 +581,15 @@ __global__ void __launch_bounds__(32 * (TY + 2), MIN_BLOCKS)
                 s = add_rn(s, __ldg(c + plane));
                 sr = fma_rn(c6, __ldg(c), mul_rn(r, s));
             }
-            o0 = o1, o1 = o2, o2 = s1;
             __syncthreads(); /* plane p - 1's buffer is whole, p - 2's read */
             T *const put = mine + wb * (TY + 2) * ROW;
-            store_shared<T, V>(put, s1);
-            if (inner && (lane == 0 || lane == 31)) one[wb][w][rim_at] = sr;
             if (inner && p - 1 >= zb) {
-                /* step two on plane p - 1, from the other buffer */
+                /* step two on plane p - 1: this thread's step one on planes
+                 * p - 2 (in the buffer plane p is about to take) and p - 1,
+                 * the neighbours' on plane p - 1, from the buffers */
                 const T *b = mine + (wb ^ 1) * (TY + 2) * ROW;
+                const run_of<T, V> o0 = load_shared<T, V>(put), o1 = load_shared<T, V>(b);
+                const run_of<T, V> &o2 = s1;
                 T west2 = __shfl_up_sync(all, o1.e[V - 1], 1);
                 T east2 = __shfl_down_sync(all, o1.e[0], 1);
                 if (lane == 0) west2 = b[-1];
@@ -610,6 +611,8 @@ __global__ void __launch_bounds__(32 * (TY + 2), MIN_BLOCKS)
                     store_cs<T, V>(v + at + (long long)(p - 1) * plane, out);
                 }
             }
+            store_shared<T, V>(put, s1);
+            if (inner && (lane == 0 || lane == 31)) one[wb][w][rim_at] = sr;
             wb ^= 1;
         }
     }
