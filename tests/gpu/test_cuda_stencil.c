@@ -363,6 +363,9 @@ int main(void) {
         printf("no GPU: %s\n", gpc_last_error());
         return 77;
     }
+    /* GPC_TEST_FILTER='*stream2*' runs the stream2 tiles' test alone */
+    if (gpc_setting_given("GPC_TEST_FILTER"))
+        cmocka_set_test_filter(gpc_setting_given("GPC_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f64_matches_cpu_bits),
         cmocka_unit_test(test_f32_within_tolerance),
