@@ -490,8 +490,9 @@ __global__ void __launch_bounds__(EX *EY, 4)
  * TY + 1 the rim rows above and below it. Each thread computes step one of
  * its run on plane p from a register queue of u's planes (loaded A planes
  * ahead), the y neighbours through L1 and the x neighbours from the lanes
- * beside it; lanes 0 and 31 of the tile's rows also compute the rim
- * columns x0 and x0 + TX + 1, one point each. After the plane's barrier
+ * beside it; the rim rows' warps, which have no step two, also compute
+ * the rim columns x0 and x0 + TX + 1, a point a lane, so the tile's warps
+ * wait on no loads from the tiles beside. After the plane's barrier
  * the tile's rows compute step two on plane p - 1: the x and y neighbours
  * and their own step one of plane p - 1 from that plane's shared-memory
  * buffer, their own of plane p - 2 from the other buffer, just before
@@ -519,13 +520,16 @@ __global__ void __launch_bounds__(32 * (TY + 2), MIN_BLOCKS)
     const bool row_live = y >= 1 && y <= n;
     const bool live = row_live && x <= n; /* the run holds a point of the grid */
     const bool inner = w >= 1 && w <= TY; /* a row of the tile: step two */
-    /* the rim column of lanes 0 and 31 on the tile's rows */
-    const int xr = lane == 0 ? x0 : x0 + TX + 1;
-    const bool rim = inner && row_live && (lane == 0 || lane == 31) && xr >= 1 && xr <= n;
-    const int rim_at = lane == 0 ? V - 1 : V + TX;
+    /* the rim rows' warps also compute the rim columns, a point a lane:
+     * warp 0 column x0, warp TY + 1 column x0 + TX + 1, lane l row
+     * y0 + 1 + l of the tile (lanes TY and up none) */
+    const bool edge = !inner && lane < TY;
+    const int xr = w == 0 ? x0 : x0 + TX + 1, yr = y - w + 1 + lane;
+    const bool rim = edge && yr <= n && xr >= 1 && xr <= n;
+    T *const rim_put = &one[0][1 + (lane < TY ? lane : 0)][w == 0 ? V - 1 : V + TX];
     const long long at = (long long)y * pitch + x;
     const T *col = u + at;
-    const T *rcol = u + (long long)y * pitch + xr;
+    const T *rcol = u + (long long)yr * pitch + xr;
     /* u's planes zb - 2 .. ze + 1, clamped into 0 .. nz + 1 (the planes
      * outside are never used: step one is 0 on planes 0 and nz + 1) */
     const int lo = max(zb - 2, 0), hi = min(ze + 1, nz + 1);
@@ -612,7 +616,7 @@ __global__ void __launch_bounds__(32 * (TY + 2), MIN_BLOCKS)
                 }
             }
             store_shared<T, V>(put, s1);
-            if (inner && (lane == 0 || lane == 31)) one[wb][w][rim_at] = sr;
+            if (edge) rim_put[wb * (TY + 2) * ROW] = sr;
             wb ^= 1;
         }
     }
