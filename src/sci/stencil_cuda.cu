@@ -890,8 +890,8 @@ template <typename T> static gpc_status start_field(gpc_stencil_cuda *g) {
     }
     if (g->c.kernel == GPC_STENCIL_KERNEL_STREAM2) {
         const stream2_kernel<T> s = stream2_of<T>(g->c.stream2_rows);
-        /* shared memory for the blocks an SM its launch bounds allow, the
-         * rest L1, which keeps the y neighbours the block loaded: as a
+        /* shared memory for as many blocks as an SM's 2048 threads take,
+         * the rest L1, which keeps the y neighbours the block loaded: as a
          * percentage of the most an SM can give (rounded up by the driver
          * to a size it has) */
         cudaFuncAttributes fa;
