@@ -18,7 +18,9 @@
 # Environment: DEVICE (default cuda:0), LOGS (default a new folder under
 # /tmp, printed), SIZES (default "512 1024"), PRECISIONS (default "f64
 # f32"), DOMAINS (default "1 2"), KERNELS (default "vector column plain
-# shared twostep async"), STEPS512 (default 300), STEPS1024 (default 100).
+# shared twostep async stream2"), STEPS512 (default 300), STEPS1024
+# (default 100). The two-step kernels (twostep, stream2) pair steps with
+# one domain only; with two they step one at a time with vector.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -28,7 +30,7 @@ if [[ ${1:-} == --sanitize ]]; then
   cs=(compute-sanitizer --error-exitcode 9)
   set -x
   "${cs[@]}" --tool memcheck "$build/tests/gpu_test_cuda_stencil"
-  for kernel in ${KERNELS:-vector column plain shared twostep async}; do
+  for kernel in ${KERNELS:-vector column plain shared twostep async stream2}; do
     export GPC_STENCIL_KERNEL=$kernel
     for tool in racecheck synccheck; do
       for p in f64 f32; do
@@ -39,7 +41,18 @@ if [[ ${1:-} == --sanitize ]]; then
       done
     done
     "${cs[@]}" --tool memcheck "$build/gpc" stencil --device "${DEVICE:-cuda:0}" --n 70 --steps 6 --domains 70
+    "${cs[@]}" --tool memcheck "$build/gpc" stencil --device "${DEVICE:-cuda:0}" --n 131 --steps 5
   done
+  unset GPC_STENCIL_KERNEL
+  # stream2's other tiles
+  if [[ " ${KERNELS:-stream2} " == *" stream2 "* ]]; then
+    for rows in 6 30; do
+      for tool in memcheck racecheck synccheck; do
+        GPC_STENCIL_KERNEL=stream2 GPC_STENCIL_STREAM2_ROWS=$rows "${cs[@]}" --tool "$tool" "$build/gpc" \
+          stencil --device "${DEVICE:-cuda:0}" --precision f32 --n 131 --steps 5
+      done
+    done
+  fi
   exit 0
 fi
 
@@ -50,7 +63,7 @@ logs=${LOGS:-$(mktemp -d /tmp/gpc-stencil-gpu-XXXXXX)}
 mkdir -p "$logs"
 { nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv 2>&1 || true; } >"$logs/gpu.txt"
 "$gpc" --version >>"$logs/gpu.txt" 2>&1 || true
-for kernel in ${KERNELS:-vector column plain shared twostep async}; do
+for kernel in ${KERNELS:-vector column plain shared twostep async stream2}; do
   for n in ${SIZES:-512 1024}; do
     steps=$([[ $n -ge 1024 ]] && echo "${STEPS1024:-100}" || echo "${STEPS512:-300}")
     for p in ${PRECISIONS:-f64 f32}; do

@@ -2,7 +2,7 @@
  * stencil.c: the 3D heat-equation solver of gpc/stencil.h: the checks,
  * the split of the grid, the CPU solver, the exchange with other processes,
  * and the GPU's half (stencil_cuda.h) driven step by step (two steps a call
- * where GPC_STENCIL_KERNEL=twostep allows it).
+ * where GPC_STENCIL_KERNEL=twostep or stream2 allows it).
  *
  * On the CPU each slab d owns planes z0[d] .. z0[d] + nz[d] - 1 of the grid,
  * stored as nz + 2 planes of (n + 2)^2 points: the first and last are halo
@@ -166,8 +166,8 @@ gpc_status gpc_stencil_copy_rate(const gpc_stencil_config *c, double *rate) {
 }
 
 /* GPC_STENCIL_KERNEL's names, in gpc_stencil_kernel's order. */
-static const char *const kernel_names[GPC_STENCIL_KERNELS] = {"vector", "column",  "plain",
-                                                              "shared", "twostep", "async"};
+static const char *const kernel_names[GPC_STENCIL_KERNELS] = {
+    "vector", "column", "plain", "shared", "twostep", "async", "stream2"};
 
 /* The kernel auto picks. */
 static const gpc_stencil_kernel default_kernel = GPC_STENCIL_KERNEL_VECTOR;
@@ -178,6 +178,16 @@ static int async_rows_of_setting(void) {
     const char *rows = gpc_setting_str("GPC_STENCIL_ASYNC_ROWS");
     if (!rows) return 16;
     if (strcmp(rows, "8") == 0 || strcmp(rows, "16") == 0 || strcmp(rows, "32") == 0)
+        return atoi(rows);
+    return -1;
+}
+
+/* The stream2 kernel's tile rows GPC_STENCIL_STREAM2_ROWS names; -1 for a
+ * value it does not allow. */
+static int stream2_rows_of_setting(void) {
+    const char *rows = gpc_setting_str("GPC_STENCIL_STREAM2_ROWS");
+    if (!rows) return 14;
+    if (strcmp(rows, "6") == 0 || strcmp(rows, "14") == 0 || strcmp(rows, "30") == 0)
         return atoi(rows);
     return -1;
 }
@@ -226,13 +236,18 @@ static gpc_status check_config(const gpc_stencil_config *c) {
     if (c->device.type == GPC_DEVICE_CUDA && kernel_of_setting() < 0)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "stencil: GPC_STENCIL_KERNEL=%s is not a GPU kernel: use auto, vector, "
-                         "column, plain, shared, twostep or async (or unset it)",
+                         "column, plain, shared, twostep, async or stream2 (or unset it)",
                          gpc_setting_str("GPC_STENCIL_KERNEL"));
     if (c->device.type == GPC_DEVICE_CUDA && async_rows_of_setting() < 0)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "stencil: GPC_STENCIL_ASYNC_ROWS=%s is not a tile of the async kernel: "
                          "use 8, 16 or 32 (or unset it)",
                          gpc_setting_str("GPC_STENCIL_ASYNC_ROWS"));
+    if (c->device.type == GPC_DEVICE_CUDA && stream2_rows_of_setting() < 0)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "stencil: GPC_STENCIL_STREAM2_ROWS=%s is not a tile of the stream2 "
+                         "kernel: use 6, 14 or 30 (or unset it)",
+                         gpc_setting_str("GPC_STENCIL_STREAM2_ROWS"));
     if (c->fp32 && c->device.type == GPC_DEVICE_CPU)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "stencil: f32 runs on GPUs only (the CPU solver computes in f64): use "
@@ -262,6 +277,8 @@ static void fill_gpu_config(const gpc_stencil *s, gpc_stencil_cuda_config *g, do
     g->kernel = s->kernel;
     g->async_rows = async_rows_of_setting();
     if (g->async_rows < 0) g->async_rows = 16; /* checked at create, unless changed since */
+    g->stream2_rows = stream2_rows_of_setting();
+    if (g->stream2_rows < 0) g->stream2_rows = 14;
     g->r = c->r, g->c6 = c6_of(c->r);
     for (int a = 0; a < 3; a++)
         g->sine[a] = tables ? tables[a] : NULL;
@@ -488,7 +505,7 @@ static gpc_status run_gpu(gpc_stencil *s) {
 gpc_status gpc_stencil_run(gpc_stencil *s, int steps) {
     for (int step = 0; step < steps;) {
         if (s->gpu && steps - step >= 2 && gpc_stencil_cuda_pairs(s->gpu)) {
-            /* the twostep kernel: two steps, one pass over the field */
+            /* twostep or stream2: two steps, one pass over the field */
             GPC_TRY(gpc_stencil_cuda_step_pair(s->gpu));
             step += 2, s->steps += 2;
             continue;

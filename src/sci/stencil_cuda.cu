@@ -5,8 +5,8 @@
  * The update is bound by memory: a load and a store of an element a point
  * at best, against 8 flops. Its ceiling is a device-to-device copy, so a
  * kernel must read each point from DRAM about once and keep enough loads in
- * flight (some 32-64 KiB an SM) to cover HBM's latency. Six kernels do it
- * in different ways; GPC_STENCIL_KERNEL picks one (stencil_cuda.h):
+ * flight (some 32-64 KiB an SM) to cover HBM's latency. Seven kernels do
+ * it in different ways; GPC_STENCIL_KERNEL picks one (stencil_cuda.h):
  *
  *   vector  a thread owns 16 bytes of a row (4 floats or 2 doubles) and
  *           marches along z through a chunk of planes. Planes z - 1, z and
@@ -30,6 +30,13 @@
  *           them; a thread computes 16 bytes of two rows from the stages,
  *           one barrier a plane (GPC_STENCIL_ASYNC_ROWS: tiles of 8 or 32
  *           rows instead, in six or four stages).
+ *   stream2 two time steps a pass (stencil_stream2), streamed like vector:
+ *           16 bytes of a row a thread, u's planes in a register queue, a
+ *           tile of 14 rows (GPC_STENCIL_STREAM2_ROWS: 6 or 30) and its rim
+ *           rows computing step one into two shared-memory planes, the
+ *           tile's rows step two from them, one barrier a plane; each
+ *           point is read and written once every two steps. The same
+ *           restrictions as twostep.
  *
  * The queue's slots are indexed by the unrolled loop's counter, so
  * advancing it renames registers rather than moving values: a move would
@@ -256,6 +263,18 @@ template <typename T, int V> __device__ __forceinline__ run_of<T, V> load_shared
     return out;
 }
 
+/* 16 bytes of a row into shared memory, aligned to 16. */
+template <typename T, int V>
+__device__ __forceinline__ void store_shared(T *p, const run_of<T, V> &w) {
+    if constexpr (sizeof(T) == 4) {
+        static_assert(V == 4, "16 bytes a store");
+        *reinterpret_cast<float4 *>(p) = make_float4(w.e[0], w.e[1], w.e[2], w.e[3]);
+    } else {
+        static_assert(V == 2, "16 bytes a store");
+        *reinterpret_cast<double2 *>(p) = make_double2(w.e[0], w.e[1]);
+    }
+}
+
 /* The async kernel. A block of 32 x H threads owns a tile of TX = 32 V
  * points along x (V: 16 bytes of elements) by TY = H R rows and marches
  * along z through the planes of its z chunk. Each plane of the tile, with
@@ -463,6 +482,146 @@ __global__ void __launch_bounds__(EX *EY, 4)
     }
 }
 
+/* The stream2 kernel: steps t + 1 and t + 2 in one pass, so each point is
+ * read and written once every two steps, streamed like the vector kernel.
+ * A block of 32 x (TY + 2) threads owns a tile of TX = 32 V points along x
+ * (V: 16 bytes of elements) by TY rows and marches along z. Warp w takes
+ * row y0 + w, 16 bytes a lane: warps 1 .. TY the tile's rows, warps 0 and
+ * TY + 1 the rim rows above and below it. Each thread computes step one of
+ * its run on plane p from a register queue of u's planes (loaded A planes
+ * ahead), the y neighbours through L1 and the x neighbours from the lanes
+ * beside it; the rim rows' warps, which have no step two, also compute
+ * the rim columns x0 and x0 + TX + 1, a point a lane, so the tile's warps
+ * wait on no loads from the tiles beside. After the plane's barrier
+ * the tile's rows compute step two on plane p - 1: the x and y neighbours
+ * and their own step one of plane p - 1 from that plane's shared-memory
+ * buffer, their own of plane p - 2 from the other buffer, just before
+ * plane p's step one replaces it there, and plane p's from registers
+ * (which keeps the kernel within 64 registers unspilled). Two buffers
+ * take one barrier a plane: the barrier comes after everyone has read
+ * plane p - 2's buffer (last plane) and before anyone writes plane p into
+ * it or reads plane p - 1's. Step one is 0 on the ring, the faces and
+ * past x = n, as the CPU's field is. A z chunk computes step two on planes
+ * zb .. ze - 1, so step one on zb - 1 .. ze, from u's planes zb - 2 ..
+ * ze + 1. Single slab, single process only. */
+template <typename T, int TY, int A, int MIN_BLOCKS>
+__global__ void __launch_bounds__(32 * (TY + 2), MIN_BLOCKS)
+    stencil_stream2(T *__restrict__ v, const T *__restrict__ u, int n, int pitch, long long plane,
+                    int nz, int zchunk, T c6, T r) {
+    enum { V = 16 / sizeof(T), TX = 32 * V, ROW = TX + 2 * V, Q = A + 2 };
+    /* a buffer's row: the rim column x0 at V - 1, the tile's x0 + 1 .. at
+     * V (16-byte aligned), the rim column x0 + TX + 1 at V + TX */
+    __shared__ __align__(16) T one[2][TY + 2][ROW];
+    const unsigned all = 0xffffffffu;
+    const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
+    const int x0 = (int)blockIdx.x * TX, x = x0 + 1 + V * lane, y = (int)blockIdx.y * TY + w;
+    const int zb = 1 + (int)blockIdx.z * zchunk, ze = min(zb + zchunk, nz + 1);
+    /* every thread reaches every barrier and shuffle: no early return */
+    const bool row_live = y >= 1 && y <= n;
+    const bool live = row_live && x <= n; /* the run holds a point of the grid */
+    const bool inner = w >= 1 && w <= TY; /* a row of the tile: step two */
+    /* the rim rows' warps also compute the rim columns, a point a lane:
+     * warp 0 column x0, warp TY + 1 column x0 + TX + 1, lane l row
+     * y0 + 1 + l of the tile (lanes TY and up none) */
+    const bool edge = !inner && lane < TY;
+    const int xr = w == 0 ? x0 : x0 + TX + 1, yr = y - w + 1 + lane;
+    const bool rim = edge && yr <= n && xr >= 1 && xr <= n;
+    T *const rim_put = &one[0][1 + (lane < TY ? lane : 0)][w == 0 ? V - 1 : V + TX];
+    const long long at = (long long)y * pitch + x;
+    const T *col = u + at;
+    const T *rcol = u + (long long)yr * pitch + xr;
+    /* u's planes zb - 2 .. ze + 1, clamped into 0 .. nz + 1 (the planes
+     * outside are never used: step one is 0 on planes 0 and nz + 1) */
+    const int lo = max(zb - 2, 0), hi = min(ze + 1, nz + 1);
+    run_of<T, V> zero;
+#pragma unroll
+    for (int i = 0; i < V; i++)
+        zero.e[i] = 0;
+    /* u's plane zb - 2 + k in slot k mod Q */
+    run_of<T, V> q[Q];
+#pragma unroll
+    for (int k = 0; k <= A; k++)
+        q[k] = live ? load_nc<T, V>(col + min(max(zb - 2 + k, lo), hi) * plane) : zero;
+    T *const mine = &one[0][w][V + V * lane];
+    int wb = (zb - 1) & 1; /* plane p's buffer */
+    for (int p0 = zb - 1; p0 <= ze; p0 += Q) {
+#pragma unroll
+        for (int j = 0; j < Q; j++) {
+            const int p = p0 + j;
+            if (p > ze) break; /* the same for the whole block */
+            /* u's plane p + A into the slot of plane p - 2, used last plane */
+            q[(j + A + 1) % Q] = live ? load_nc<T, V>(col + min(max(p + A, lo), hi) * plane) : zero;
+            const run_of<T, V> &below = q[j % Q], &here = q[(j + 1) % Q], &above = q[(j + 2) % Q];
+            const bool plane_live = p >= 1 && p <= nz;
+            /* x neighbours: the runs beside this one (0 past x = n, where
+             * the lane holds no point), the block's edges from memory */
+            T west = __shfl_up_sync(all, here.e[V - 1], 1);
+            T east = __shfl_down_sync(all, here.e[0], 1);
+            run_of<T, V> s1 = zero;
+            if (live && plane_live) {
+                const T *c = col + p * plane;
+                if (lane == 0) west = __ldg(c - 1);
+                if (lane == 31) east = __ldg(c + V);
+                const run_of<T, V> north = load_nc<T, V>(c - pitch),
+                                   south = load_nc<T, V>(c + pitch);
+#pragma unroll
+                for (int i = 0; i < V; i++) {
+                    T s = add_rn(i == 0 ? west : here.e[i > 0 ? i - 1 : 0],
+                                 i == V - 1 ? east : here.e[i < V - 1 ? i + 1 : 0]);
+                    s = add_rn(s, north.e[i]);
+                    s = add_rn(s, south.e[i]);
+                    s = add_rn(s, below.e[i]);
+                    s = add_rn(s, above.e[i]);
+                    s1.e[i] = x + i <= n ? fma_rn(c6, here.e[i], mul_rn(r, s)) : T(0);
+                }
+            }
+            T sr = 0; /* step one on the rim column */
+            if (rim && plane_live) {
+                const T *c = rcol + p * plane;
+                T s = add_rn(__ldg(c - 1), __ldg(c + 1));
+                s = add_rn(s, __ldg(c - pitch));
+                s = add_rn(s, __ldg(c + pitch));
+                s = add_rn(s, __ldg(c - plane));
+                s = add_rn(s, __ldg(c + plane));
+                sr = fma_rn(c6, __ldg(c), mul_rn(r, s));
+            }
+            __syncthreads(); /* plane p - 1's buffer is whole, p - 2's read */
+            T *const put = mine + wb * (TY + 2) * ROW;
+            if (inner && p - 1 >= zb) {
+                /* step two on plane p - 1: this thread's step one on planes
+                 * p - 2 (in the buffer plane p is about to take) and p - 1,
+                 * the neighbours' on plane p - 1, from the buffers */
+                const T *b = mine + (wb ^ 1) * (TY + 2) * ROW;
+                const run_of<T, V> o0 = load_shared<T, V>(put), o1 = load_shared<T, V>(b);
+                const run_of<T, V> &o2 = s1;
+                T west2 = __shfl_up_sync(all, o1.e[V - 1], 1);
+                T east2 = __shfl_down_sync(all, o1.e[0], 1);
+                if (lane == 0) west2 = b[-1];
+                if (lane == 31) east2 = b[V];
+                if (live) {
+                    const run_of<T, V> north = load_shared<T, V>(b - ROW),
+                                       south = load_shared<T, V>(b + ROW);
+                    run_of<T, V> out;
+#pragma unroll
+                    for (int i = 0; i < V; i++) {
+                        T s = add_rn(i == 0 ? west2 : o1.e[i > 0 ? i - 1 : 0],
+                                     i == V - 1 ? east2 : o1.e[i < V - 1 ? i + 1 : 0]);
+                        s = add_rn(s, north.e[i]);
+                        s = add_rn(s, south.e[i]);
+                        s = add_rn(s, o0.e[i]);
+                        s = add_rn(s, o2.e[i]);
+                        out.e[i] = x + i <= n ? fma_rn(c6, o1.e[i], mul_rn(r, s)) : T(0);
+                    }
+                    store_cs<T, V>(v + at + (long long)(p - 1) * plane, out);
+                }
+            }
+            store_shared<T, V>(put, s1);
+            if (edge) rim_put[wb * (TY + 2) * ROW] = sr;
+            wb ^= 1;
+        }
+    }
+}
+
 /* The starting mode on planes 0 .. nz + 1 of one slab, halos included
  * (the first step reads them before any exchange): (sx sy) sz at grid
  * plane g0 - 1 + z, g0 the slab's first; the halos beyond the grid's faces
@@ -632,6 +791,20 @@ template <typename T, int ROWS, int S, int BLOCKS> static update_kernel<T> async
             S * (ROWS + 2) * (32 + 2) * 16};
 }
 
+/* The stream2 kernel with a tile of TY rows (TY + 2 warps), A planes
+ * ahead: its kernel, and the blocks an SM its launch bounds ask for (1024
+ * threads an SM, 64 registers a thread). */
+template <typename T> struct stream2_kernel {
+    void (*fn)(T *, const T *, int, int, long long, int, int, T, T);
+    int rows, warps;
+};
+template <typename T> static stream2_kernel<T> stream2_of(int rows) {
+    enum { A = 2 };
+    if (rows == 6) return {stencil_stream2<T, 6, A, 4>, 6, 8};
+    if (rows == 30) return {stencil_stream2<T, 30, A, 1>, 30, 32};
+    return {stencil_stream2<T, 14, A, 2>, 14, 16};
+}
+
 /* The update kernel `kind`; for async, the tile's rows (8, 16 or 32). */
 template <typename T> static update_kernel<T> kernel_of(gpc_stencil_kernel kind, int rows) {
     /* vector: 16 bytes a load. column: one element a load, so more loads
@@ -651,7 +824,7 @@ template <typename T> static update_kernel<T> kernel_of(gpc_stencil_kernel kind,
         if (rows == 8) return async_kernel<T, 8, 6, 6>();
         if (rows == 32) return async_kernel<T, 32, 4, 3>();
         return async_kernel<T, 16, 5, 4>();
-    default: /* twostep's single steps too */
+    default: /* twostep's and stream2's single steps too */
         /* 3 loads of 16 bytes ahead, 1024 threads an SM: 48 KiB in flight */
         return {stencil_column<T, V, 8, 3, 4>, 32 * V, 8, 8, 0};
     }
@@ -660,9 +833,11 @@ template <typename T> static update_kernel<T> kernel_of(gpc_stencil_kernel kind,
 /* Planes a z chunk of the column kernels takes: tiles x chunks blocks run
  * in ceil(blocks / resident) waves, each a chunk's planes long, and a chunk
  * reads the plane on either side of it too (from DRAM when the chunk next
- * to it ran a wave apart). Picks the count of chunks that costs least in
- * those terms: few chunks, unless more fill the last wave better. */
-static int z_chunk(long long tiles, int planes, int resident) {
+ * to it ran a wave apart), which costs `halo` planes of the chunk's time
+ * (stream2 reads two on either side and computes step one on one more).
+ * Picks the count of chunks that costs least in those terms: few chunks,
+ * unless more fill the last wave better. */
+static int z_chunk(long long tiles, int planes, int resident, double halo = 1.0) {
     const int most = planes / 16 > 1 ? planes / 16 : 1;
     int best = planes;
     double best_cost = 0;
@@ -670,7 +845,8 @@ static int z_chunk(long long tiles, int planes, int resident) {
         const int zchunk = (planes + chunks - 1) / chunks;
         const long long blocks = tiles * ((planes + zchunk - 1) / zchunk);
         const double waves = (double)((blocks + resident - 1) / resident);
-        const double cost = waves * (zchunk + 1.0); /* zchunk + 2 planes read, zchunk written */
+        /* zchunk + 2 halo planes read, zchunk written (one-step kernels) */
+        const double cost = waves * (zchunk + halo);
         if (chunks == 1 || cost < best_cost) best = zchunk, best_cost = cost;
     }
     return best;
@@ -710,6 +886,27 @@ template <typename T> static gpc_status start_field(gpc_stencil_cuda *g) {
     if (g->c.kernel == GPC_STENCIL_KERNEL_TWOSTEP) {
         GPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
             &per_sm, stencil_two_steps<T, two_step_ahead<T>::value>, EX * EY, 0));
+        g->resident_pair = per_sm * sms > 0 ? per_sm * sms : 1;
+    }
+    if (g->c.kernel == GPC_STENCIL_KERNEL_STREAM2) {
+        const stream2_kernel<T> s = stream2_of<T>(g->c.stream2_rows);
+        /* shared memory for as many blocks as an SM's 2048 threads take,
+         * the rest L1, which keeps the y neighbours the block loaded: as a
+         * percentage of the most an SM can give (rounded up by the driver
+         * to a size it has) */
+        cudaFuncAttributes fa;
+        int most = 0;
+        GPC_CUDA_CHECK(cudaFuncGetAttributes(&fa, (const void *)s.fn));
+        GPC_CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+                                              g->c.device));
+        const int blocks = 2048 / (32 * s.warps) < 8 ? 2048 / (32 * s.warps) : 8;
+        const size_t want = (size_t)blocks * (fa.sharedSizeBytes + 1024);
+        const int percent = most > 0 ? (int)((want * 100 + (size_t)most - 1) / (size_t)most) : 100;
+        GPC_CUDA_CHECK(cudaFuncSetAttribute((const void *)s.fn,
+                                            cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            percent < 100 ? percent : 100));
+        GPC_CUDA_CHECK(
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, s.fn, 32 * s.warps, 0));
         g->resident_pair = per_sm * sms > 0 ? per_sm * sms : 1;
     }
     return GPC_OK;
@@ -858,12 +1055,27 @@ extern "C" gpc_status gpc_stencil_cuda_step_begin(gpc_stencil_cuda *g) {
 }
 
 extern "C" int gpc_stencil_cuda_pairs(const gpc_stencil_cuda *g) {
-    return g->c.kernel == GPC_STENCIL_KERNEL_TWOSTEP && g->c.slabs == 1 && !g->c.below &&
-           !g->c.above;
+    return (g->c.kernel == GPC_STENCIL_KERNEL_TWOSTEP ||
+            g->c.kernel == GPC_STENCIL_KERNEL_STREAM2) &&
+           g->c.slabs == 1 && !g->c.below && !g->c.above;
 }
 
 template <typename T> static gpc_status two_steps(gpc_stencil_cuda *g) {
     const int n = g->c.n, nz = g->nz[0];
+    if (g->c.kernel == GPC_STENCIL_KERNEL_STREAM2) {
+        const stream2_kernel<T> s = stream2_of<T>(g->c.stream2_rows);
+        const int width = 512 / (int)sizeof(T); /* 32 lanes of 16 bytes */
+        const int gx = (n + width - 1) / width, gy = (n + s.rows - 1) / s.rows;
+        /* a chunk reads two planes on either side, and computes step one
+         * on one of them */
+        const int zchunk = z_chunk((long long)gx * gy, nz, g->resident_pair, 3.0);
+        dim3 grid(gx, gy, (nz + zchunk - 1) / zchunk), block(32, s.warps);
+        s.fn<<<grid, block, 0, g->compute>>>((T *)g->v[0] + g->shift, (const T *)g->u[0] + g->shift,
+                                             n, g->pitch, g->plane, nz, zchunk, (T)g->c.c6,
+                                             (T)g->c.r);
+        GPC_CUDA_CHECK_LAUNCH();
+        return GPC_OK;
+    }
     const long long tiles = (long long)((n + TX - 1) / TX) * ((n + TY - 1) / TY);
     const int zchunk = z_chunk(tiles, nz, g->resident_pair);
     dim3 grid((n + TX - 1) / TX, (n + TY - 1) / TY, (nz + zchunk - 1) / zchunk);
@@ -877,8 +1089,8 @@ template <typename T> static gpc_status two_steps(gpc_stencil_cuda *g) {
 extern "C" gpc_status gpc_stencil_cuda_step_pair(gpc_stencil_cuda *g) {
     if (!gpc_stencil_cuda_pairs(g))
         return gpc_error(GPC_ERR_INVALID_ARG,
-                         "stencil: two steps a pass need the twostep kernel, one slab and one "
-                         "process: step one at a time");
+                         "stencil: two steps a pass need the twostep or stream2 kernel, one slab "
+                         "and one process: step one at a time");
     GPC_CUDA_CHECK(cudaSetDevice(g->c.device));
     /* a single step before ran on this stream, and nothing on the halo stream */
     GPC_TRY(g->c.fp32 ? two_steps<float>(g) : two_steps<double>(g));

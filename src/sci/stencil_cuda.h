@@ -56,6 +56,7 @@ typedef enum {
     GPC_STENCIL_KERNEL_SHARED,  /* z-marching tiles through shared memory */
     GPC_STENCIL_KERNEL_TWOSTEP, /* two steps a pass where it can (else vector) */
     GPC_STENCIL_KERNEL_ASYNC,   /* z-marching tiles, planes copied ahead into shared memory */
+    GPC_STENCIL_KERNEL_STREAM2, /* two steps a pass, z-marching 16-byte runs (else vector) */
     GPC_STENCIL_KERNELS
 } gpc_stencil_kernel;
 
@@ -67,7 +68,8 @@ typedef struct {
     int slabs;        /* subdomains of them on the GPU */
     int below, above; /* 1: a process below (above) exchanges halo planes */
     gpc_stencil_kernel kernel;
-    int async_rows; /* the async kernel's tile: 8, 16 or 32 rows */
+    int async_rows;   /* the async kernel's tile: 8, 16 or 32 rows */
+    int stream2_rows; /* the stream2 kernel's tile: 6, 14 or 30 rows */
     double r;
     /* 1 - 6 r, rounded once (gpc_stencil_c6): the CPU's bits, whatever
      * the host compiler contracts */
@@ -96,8 +98,8 @@ void gpc_stencil_cuda_host_halos(const gpc_stencil_cuda *g, gpc_stencil_cuda_hal
 
 gpc_status gpc_stencil_cuda_step_begin(gpc_stencil_cuda *g);
 gpc_status gpc_stencil_cuda_step_end(gpc_stencil_cuda *g);
-/* 1 when two steps can run as one pass over the field: the twostep kernel,
- * one slab, no other process. step_pair then queues them (it stands for a
+/* 1 when two steps can run as one pass over the field: the twostep or
+ * stream2 kernel, one slab, no other process. step_pair then queues them (it stands for a
  * step_begin and step_end each). */
 int gpc_stencil_cuda_pairs(const gpc_stencil_cuda *g);
 gpc_status gpc_stencil_cuda_step_pair(gpc_stencil_cuda *g);

@@ -1,6 +1,6 @@
 /* test_cuda_stencil.c: the stencil on a GPU against the CPU and against the
  * exact decay of its sine mode, for every update kernel GPC_STENCIL_KERNEL
- * names (vector, column, plain, shared, twostep, async).
+ * names (vector, column, plain, shared, twostep, async, stream2).
  *
  * f64: the GPU computes each point with the CPU's operations in the CPU's
  * order (one fused multiply-add of c6 u and r s, s summed x-1, x+1, y-1,
@@ -9,9 +9,9 @@
  * close; a failure prints the largest distance in units in the last place.
  * The sizes leave part tiles and runs that reach past the row's end, and z
  * chunks whose length is not a multiple of the register queue's; odd step
- * counts make twostep end its pairs with a single step; 70 and 129 are no
- * multiple of any kernel's tile, so the async kernel's copies of the last
- * tiles reach past the ring and fill zeros. f32:
+ * counts make twostep and stream2 end their pairs with a single step; 70
+ * and 129 are no multiple of any kernel's tile, so the async kernel's
+ * copies of the last tiles reach past the ring and fill zeros. f32:
  * within 5e-7 a step (plus 1e-6) of the f64 field, whose amplitude is 1:
  * each step rounds five additions of terms up to 1, a product and the fused
  * multiply-add (under 4.2e-7 at worst for r <= 1/6, and the scheme never
@@ -21,7 +21,9 @@
  * slab's bits, in f64 and f32, down to slabs of one and two planes, for
  * every kernel; so must a run split into several calls, and an odd grid in
  * three slabs must give the CPU's bits in f64, with each of the async
- * kernel's tiles. Bad input: a GPU
+ * kernel's tiles. The stream2 kernel's three tiles (6, 14 and 30 rows)
+ * give the CPU's bits in f64 from n = 1 up, with odd and even step counts,
+ * and the vector kernel's bits in f32. Bad input: a GPU
  * index that does not exist, a kernel that does not, and a grid larger
  * than the GPU. Exits 77 without a GPU. */
 #include "testutil.h"
@@ -34,7 +36,8 @@
 #include "gpc/settings.h"
 #include "gpc/stencil.h"
 
-static const char *const kernels[] = {"vector", "column", "plain", "shared", "twostep", "async"};
+static const char *const kernels[] = {"vector",  "column", "plain",  "shared",
+                                      "twostep", "async",  "stream2"};
 enum { KERNELS = sizeof kernels / sizeof kernels[0] };
 
 /* The kernel GPC_STENCIL_KERNEL=auto (or unset) picks. */
@@ -280,6 +283,50 @@ static void test_async_tiles(void **state) {
     }
 }
 
+/* The stream2 kernel's tiles (GPC_STENCIL_STREAM2_ROWS 6, 14 and 30):
+ * the CPU's bits in f64 and the vector kernel's in f32, on grids from one
+ * point to sizes no multiple of a tile's 128 (f32) or 64 (f64) points by
+ * 6, 14 or 30 rows, with even step counts (pairs only) and odd ones (a
+ * single step last), and a run in two calls of odd steps (a pair after a
+ * single step). */
+static void test_stream2_tiles(void **state) {
+    (void)state;
+    const char *const rows[] = {"6", "14", "30"};
+    const struct {
+        int n, steps;
+    } runs[] = {{1, 2}, {2, 3}, {3, 4}, {5, 7}, {17, 6}, {33, 5}, {70, 10}, {129, 9}, {150, 12}};
+    const int k[3] = {1, 2, 1};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        const int n = runs[i].n, steps = runs[i].steps;
+        const double r = i % 2 ? 0.125 : 1.0 / 6;
+        const int mode[3] = {k[0], k[1] <= n ? k[1] : 1, k[2]};
+        gpc_stencil *cpu = make(n, 1, r, mode, gpc_cpu(), 0, steps);
+        gpc_stencil *f32 = make_with("vector", n, 1, r, mode, cuda0(), 1, steps);
+        for (size_t t = 0; t < sizeof rows / sizeof rows[0]; t++) {
+            TEST_OK(gpc_settings_override("GPC_STENCIL_STREAM2_ROWS", rows[t]));
+            char what[80];
+            snprintf(what, sizeof what, "stream2 %s rows, n %d f64, %d steps vs the CPU", rows[t],
+                     n, steps);
+            gpc_stencil *gpu = make_with("stream2", n, 1, r, mode, cuda0(), 0, steps);
+            same_bits(what, gpu, cpu, n);
+            gpc_stencil_free(gpu);
+            /* 1 + (steps - 1) steps: a single step, then pairs */
+            snprintf(what, sizeof what, "stream2 %s rows, n %d f64 in pieces", rows[t], n);
+            gpu = make_with("stream2", n, 1, r, mode, cuda0(), 0, 1);
+            TEST_OK(gpc_stencil_run(gpu, steps - 1));
+            same_bits(what, gpu, cpu, n);
+            gpc_stencil_free(gpu);
+            snprintf(what, sizeof what, "stream2 %s rows, n %d f32 vs vector", rows[t], n);
+            gpu = make_with("stream2", n, 1, r, mode, cuda0(), 1, steps);
+            same_bits(what, gpu, f32, n);
+            gpc_stencil_free(gpu);
+            TEST_OK(gpc_settings_override("GPC_STENCIL_STREAM2_ROWS", NULL));
+        }
+        gpc_stencil_free(f32);
+        gpc_stencil_free(cpu);
+    }
+}
+
 static void test_bad_input(void **state) {
     (void)state;
     gpc_stencil_config c;
@@ -316,11 +363,15 @@ int main(void) {
         printf("no GPU: %s\n", gpc_last_error());
         return 77;
     }
+    /* GPC_TEST_FILTER='*stream2*' runs the stream2 tiles' test alone */
+    if (gpc_setting_given("GPC_TEST_FILTER"))
+        cmocka_set_test_filter(gpc_setting_given("GPC_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f64_matches_cpu_bits),
         cmocka_unit_test(test_f32_within_tolerance),
         cmocka_unit_test(test_slabs_give_the_same_bits),
         cmocka_unit_test(test_async_tiles),
+        cmocka_unit_test(test_stream2_tiles),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

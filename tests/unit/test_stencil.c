@@ -262,6 +262,10 @@ static void test_bad_configs(void **state) {
     TEST_FAILS(gpc_stencil_create(&s, &c), GPC_ERR_INVALID_ARG,
                "GPC_STENCIL_ASYNC_ROWS=12 is not a tile of the async kernel: use 8, 16 or 32");
     unsetenv("GPC_STENCIL_ASYNC_ROWS");
+    setenv("GPC_STENCIL_STREAM2_ROWS", "16", 1);
+    TEST_FAILS(gpc_stencil_create(&s, &c), GPC_ERR_INVALID_ARG,
+               "GPC_STENCIL_STREAM2_ROWS=16 is not a tile of the stream2 kernel: use 6, 14 or 30");
+    unsetenv("GPC_STENCIL_STREAM2_ROWS");
     /* processes: a grid of fewer planes than slabs, and collectives that do
      * not carry the stencil's halos (the checks come before any message) */
     gpc_dist_ops ops;
