@@ -303,6 +303,27 @@ gpc_status gpc_cuda_transpose16(void *dst, const void *src, int64_t rows, int64_
 /* Number of multiprocessors of the current GPU (cached). */
 int gpc_cuda_sm_count(void);
 
+/* Whether the current GPU takes programmatic dependent launches (compute
+ * capability 9.0 or more; cached per device). */
+int gpc_cuda_pdl_capable(void);
+
+/* Programmatic dependent launch (Hopper): a kernel launched with
+ * cudaLaunchAttributeProgrammaticStreamSerialization may start once every
+ * block of the kernel before it has started and said so (or ended); it
+ * must wait for that kernel's end (and its writes) before it reads what it
+ * wrote. Both are no-ops in a kernel launched plainly. */
+__device__ __forceinline__ void gpc_pdl_let_next_start(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void gpc_pdl_wait_previous(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 static inline unsigned gpc_cuda_blocks(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;
     return (unsigned)(b < 1 ? 1 : b);

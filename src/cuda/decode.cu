@@ -81,21 +81,13 @@ __device__ __forceinline__ uint4 dp_stream16(const void *p) {
     return v;
 }
 
-/* Programmatic dependent launch (Hopper): a kernel launched with
- * cudaLaunchAttributeProgrammaticStreamSerialization may start once every
- * block of the kernel before it has started and said so; it must wait for
- * that kernel's end (and its writes) before it reads what it wrote. Both
- * are no-ops in a kernel launched plainly. */
+/* gpc_pdl_let_next_start and gpc_pdl_wait_previous (cuda_common.cuh) */
 __device__ __forceinline__ void dp_let_next_start(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+    gpc_pdl_let_next_start();
 }
 
 __device__ __forceinline__ void dp_wait_previous(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+    gpc_pdl_wait_previous();
 }
 
 /* The chunks c, c + stride, .. (DP_UNROLL of them) of each channel's row,
@@ -692,22 +684,7 @@ static gpc_status resident_blocks(dp_kernel fn, size_t smem, int *out) {
  * per device). */
 static int pdl_applies(void) {
     static int enabled = -1;
-    static signed char capable[GPC_CUDA_MAX_DEVICES]; /* 0 unknown, 1 yes, -1 no */
-    if (!gpc_cuda_setting_flag("GPC_DECODE_PDL", &enabled)) return 0;
-    int d = 0;
-    if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= GPC_CUDA_MAX_DEVICES) {
-        cudaGetLastError();
-        return 0;
-    }
-    if (!capable[d]) {
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess) {
-            cudaGetLastError();
-            major = 0;
-        }
-        capable[d] = major >= 9 ? 1 : -1;
-    }
-    return capable[d] > 0;
+    return gpc_cuda_setting_flag("GPC_DECODE_PDL", &enabled) && gpc_cuda_pdl_capable();
 }
 
 static gpc_status launch(dp_kernel fn, const dp_params &p, size_t smem) {
