@@ -14,7 +14,8 @@
  * v3) on fresh inputs: 256 rows, one row, rows at random positions, head
  * counts and sizes v2 and v3 take and one they leave to v1; CTest runs the
  * other paged attention tests under each kernel too (gpu_test_cuda_paged_v1,
- * _v2, _v3).
+ * _v2, _v3). test_paged_split_merge runs steps of few rows, whose keys
+ * split over blocks, under each kernel, with either merge of the splits.
  * Tolerances are relative to the larger of |reference| and the output's
  * RMS: 1e-4 in f32, 2e-2 in bf16 and f16 (the output's own rounding).
  * kv_store and embedding_at are copies and sums of rounded values, checked
@@ -291,6 +292,69 @@ static void test_paged_kernels(void **state) {
                      gpc_cuda_paged_calls(kernel) - calls, want_calls);
         gpc_cuda_paged_set_kernel(before);
     }
+}
+
+/* Steps of few rows, whose keys split over several blocks, merged by the
+ * last block of each unit (GPC_PAGED_COMBINE=fused, the default) or by the
+ * combine kernel (=kernel): each kernel, odd head counts and sizes (the
+ * scalar path's too), 1 to 5 rows, each shape three times on fresh
+ * queries, so that a merge counter left behind by one call would spoil the
+ * next (outputs start as NaN). Which merge ran is counted, and must be the
+ * one the setting names. CTest runs it with the combine kernel, without
+ * programmatic launches, and with splits of 64 keys too. */
+static void test_paged_split_merge(void **state) {
+    (void)state;
+    const struct {
+        gpc_dtype dtype;
+        int NH, hs;
+    } cases[] = {
+        {GPC_BF16, 12, 64}, {GPC_BF16, 13, 64}, {GPC_F16, 5, 64},
+        {GPC_F32, 3, 32},   {GPC_BF16, 2, 48},  {GPC_F32, 7, 128},
+    };
+    const char *combine = gpc_setting_str("GPC_PAGED_COMBINE");
+    const int fused = !(combine && !strcmp(combine, "kernel"));
+    long before[3];
+    for (int how = 0; how < 3; how++)
+        before[how] = gpc_cuda_paged_split_calls(how);
+    long calls = 0;
+    for (int kernel = 1; kernel <= 3; kernel++) {
+        int was = gpc_cuda_paged_set_kernel(kernel);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            const gpc_dtype dtype = cases[c].dtype;
+            const int NH = cases[c].NH, S = 6;
+            const int64_t C = (int64_t)NH * cases[c].hs;
+            int64_t len[6];
+            for (int i = 0; i < S; i++)
+                len[i] = 1 + below(1300);
+            len[0] = 2048, len[1] = 1, len[2] = 383;
+            host_cache h = make_cache(dtype, len, S, C);
+            for (int rows = 1; rows <= 5; rows += 2)
+                for (int rep = 0; rep < 3; rep++) {
+                    int32_t seq[5], pos[5];
+                    for (int i = 0; i < rows; i++) {
+                        seq[i] = below(S);
+                        pos[i] = below((int32_t)len[seq[i]]);
+                    }
+                    if (rep == 0) seq[0] = 0, pos[0] = 2047; /* every split has keys */
+                    char what[120];
+                    snprintf(what, sizeof what, "split merge, kernel v%d, call %d", kernel, rep);
+                    paged_compare(what, dtype, &h, NH, seq, pos, rows);
+                    calls++;
+                }
+            drop_cache(&h);
+        }
+        gpc_cuda_paged_set_kernel(was);
+    }
+    long got[3];
+    for (int how = 0; how < 3; how++)
+        got[how] = gpc_cuda_paged_split_calls(how) - before[how];
+    if (got[0] + got[1] + got[2] != calls)
+        fail_msg("split merge: %ld + %ld + %ld calls counted, %ld made", got[0], got[1], got[2],
+                 calls);
+    if (fused ? got[2] == 0 || got[1] != 0 : got[1] == 0 || got[2] != 0)
+        fail_msg("split merge (GPC_PAGED_COMBINE=%s): %ld calls merged by the kernel, %ld by "
+                 "the last blocks",
+                 fused ? "fused" : "kernel", got[1], got[2]);
 }
 
 /* Attention in float64 of query q over the positions 0 .. keys-1 of a
@@ -653,9 +717,10 @@ int main(void) {
         cmocka_set_test_filter(gpc_setting_given("GPC_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paged_attention), cmocka_unit_test(test_paged_attention_bad_tables),
-        cmocka_unit_test(test_paged_kernels),   cmocka_unit_test(test_kv_store),
-        cmocka_unit_test(test_embedding_at),    cmocka_unit_test(test_sample),
-        cmocka_unit_test(test_forbid_tokens),   cmocka_unit_test(test_feed_tokens),
+        cmocka_unit_test(test_paged_kernels),   cmocka_unit_test(test_paged_split_merge),
+        cmocka_unit_test(test_kv_store),        cmocka_unit_test(test_embedding_at),
+        cmocka_unit_test(test_sample),          cmocka_unit_test(test_forbid_tokens),
+        cmocka_unit_test(test_feed_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
