@@ -150,8 +150,9 @@ static const gpc_setting_info table[] = {
      "fewest keys a block of paged attention v1 takes when a step of few rows splits them", 16,
      65536, NULL},
     {"GPC_PAGED_PDL", FLAG, "1", "benchmarks",
-     "paged attention starts as the kernel before it ends (programmatic dependent launch)", 0, 0,
-     NULL},
+     "the serving step's attention, embedding and sampling kernels start as the kernel before "
+     "them ends (programmatic dependent launch)",
+     0, 0, NULL},
     {"GPC_LAYERNORM_ROWS", FLAG, "1", "benchmarks",
      "layernorm forward keeps short rows in registers; 0: the general kernel", 0, 0, NULL},
     {"GPC_STENCIL_KERNEL", STRING, "auto", "benchmarks",

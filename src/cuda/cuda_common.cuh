@@ -324,6 +324,40 @@ __device__ __forceinline__ void gpc_pdl_wait_previous(void) {
 #endif
 }
 
+/* fn<<<grid, threads, 0, stream>>>(args...), as a programmatic dependent
+ * of the kernel before it when pdl (which the caller sets only on a GPU
+ * that takes it: gpc_cuda_pdl_capable); a launch error is left for
+ * GPC_CUDA_CHECK_LAUNCH. */
+template <typename... Params, typename... Args>
+static inline void gpc_cuda_start(int pdl, void (*fn)(Params...), dim3 grid, unsigned threads,
+                                  Args... args) {
+    if (pdl) {
+        cudaLaunchAttribute attr = {};
+        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr.val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(threads);
+        cfg.stream = gpc_cuda_stream();
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        cudaLaunchKernelEx(&cfg, fn, ((Params)args)...);
+    } else {
+        fn<<<grid, threads, 0, gpc_cuda_stream()>>>(((Params)args)...);
+    }
+}
+
+/* Whether the serving ops' kernels (paged.cu: embedding_at, paged
+ * attention and its combine; sample.cu: feed_tokens, forbid_tokens,
+ * sample) launch as programmatic dependents: GPC_PAGED_PDL on a GPU that
+ * takes them. Each waits for the kernel before at its start, then lets
+ * the next start at once, so a decode step's kernels overlap their
+ * launches and ramps. */
+static inline int gpc_cuda_serving_pdl(void) {
+    static int enabled = -1;
+    return gpc_cuda_setting_flag("GPC_PAGED_PDL", &enabled) && gpc_cuda_pdl_capable();
+}
+
 static inline unsigned gpc_cuda_blocks(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;
     return (unsigned)(b < 1 ? 1 : b);

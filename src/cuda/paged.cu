@@ -30,7 +30,8 @@
  * each writes its partial max, sum and output, and the last block of the
  * (row, head) to finish merges them (paged_finish; GPC_PAGED_COMBINE=kernel:
  * a second kernel does). On Hopper the kernels start as programmatic
- * dependents of the kernel before them (GPC_PAGED_PDL). Prefill rows are
+ * dependents of the kernel before them (GPC_PAGED_PDL, as embedding_at
+ * and sample.cu's kernels). Prefill rows are
  * rows like any other: each reads its own prefix of the sequence (through
  * L2 for the shared part).
  * That is kernel v1; GPC_PAGED_KERNEL=v2 or v3 picks the kernels described
@@ -50,6 +51,8 @@ template <typename T>
 __global__ void embedding_at_kernel(T *out, const int32_t *tokens, const int32_t *positions,
                                     const T *wte, const T *wpe, int64_t N, int C, int V, int maxT,
                                     int per) {
+    gpc_pdl_wait_previous(); /* GPC_PAGED_PDL: the tokens come from feed_tokens */
+    gpc_pdl_let_next_start();
     int64_t groups = N * (C / per);
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += stride) {
@@ -94,9 +97,10 @@ gpc_status gpc_cuda_embedding_at(gpc_tensor *out, const gpc_tensor *tokens,
             per = 1;
         unsigned grid = gpc_cuda_blocks(N * (C / per), 256);
         if (grid > (unsigned)gpc_cuda_sm_count() * 32) grid = gpc_cuda_sm_count() * 32;
-        embedding_at_kernel<E><<<grid, 256, 0, gpc_cuda_stream()>>>(
-            (E *)out->data, (const int32_t *)tokens->data, (const int32_t *)positions->data,
-            (const E *)wte->data, (const E *)wpe->data, N, (int)C, (int)V, (int)maxT, per);
+        gpc_cuda_start(gpc_cuda_serving_pdl(), embedding_at_kernel<E>, dim3(grid), 256,
+                       (E *)out->data, (const int32_t *)tokens->data,
+                       (const int32_t *)positions->data, (const E *)wte->data, (const E *)wpe->data,
+                       N, (int)C, (int)V, (int)maxT, per);
     });
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
@@ -616,45 +620,16 @@ static int paged_splits(int64_t units, int64_t width, int min_keys, int per_sm) 
     return splits < 1 ? 1 : (int)splits;
 }
 
-/* Whether the attention and combine kernels launch as programmatic
- * dependents of the kernel before them: GPC_PAGED_PDL on a GPU that takes
- * them. Their blocks then start while that kernel (qkv's fused product, or
- * the attention) ends, and each kernel lets the next one (the combine, the
- * proj product) start as soon as all its blocks run. */
-static int paged_pdl(void) {
-    static int enabled = -1;
-    return gpc_cuda_setting_flag("GPC_PAGED_PDL", &enabled) && gpc_cuda_pdl_capable();
-}
-
-/* fn<<<grid, threads>>>(args) on the stream, as a programmatic dependent
- * where paged_pdl says; the error, if any, left for GPC_CUDA_CHECK_LAUNCH. */
-template <typename... Params, typename... Args>
-static void paged_start(void (*fn)(Params...), dim3 grid, unsigned threads, Args... args) {
-    if (paged_pdl()) {
-        cudaLaunchAttribute attr = {};
-        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr.val.programmaticStreamSerializationAllowed = 1;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = grid;
-        cfg.blockDim = dim3(threads);
-        cfg.stream = gpc_cuda_stream();
-        cfg.attrs = &attr;
-        cfg.numAttrs = 1;
-        cudaLaunchKernelEx(&cfg, fn, ((Params)args)...);
-    } else {
-        fn<<<grid, threads, 0, gpc_cuda_stream()>>>(((Params)args)...);
-    }
-}
-
 template <typename E, int LANES, int PER, bool VEC>
 static void
 paged_launch(dim3 grid, gpc_tensor *out, float *part_ml, float *part_o, const gpc_tensor *qkv,
              const gpc_tensor *k_cache, const gpc_tensor *v_cache, const gpc_tensor *tables,
              const gpc_tensor *token_seq, const gpc_tensor *token_pos, const paged_shape &s) {
-    paged_start(paged_attention_kernel<E, LANES, PER, VEC>, grid, PAGED_THREADS, (E *)out->data,
-                part_ml, part_o, (const E *)qkv->data, (const E *)k_cache->data,
-                (const E *)v_cache->data, (const int32_t *)tables->data,
-                (const int32_t *)token_seq->data, (const int32_t *)token_pos->data, s);
+    gpc_cuda_start(gpc_cuda_serving_pdl(), paged_attention_kernel<E, LANES, PER, VEC>, grid,
+                   PAGED_THREADS, (E *)out->data, part_ml, part_o, (const E *)qkv->data,
+                   (const E *)k_cache->data, (const E *)v_cache->data,
+                   (const int32_t *)tables->data, (const int32_t *)token_seq->data,
+                   (const int32_t *)token_pos->data, s);
 }
 
 /* v2 (HW, WK = PAGED2_*) or v3 (PAGED3_*) for a head of `lanes` 16-byte
@@ -670,9 +645,10 @@ static void paged_launch_v2(int lanes, dim3 grid, gpc_tensor *out, float *part_m
         lanes == 8    ? paged_attention_v2_kernel<E, 8, HW, WK>
         : lanes == 16 ? paged_attention_v2_kernel<E, 16, HW, WK>
                       : paged_attention_v2_kernel<E, 32, HW, WK>;
-    paged_start(fn, grid, 32 * HW * WK, (E *)out->data, part_ml, part_o, (const E *)qkv->data,
-                (const E *)k_cache->data, (const E *)v_cache->data, (const int32_t *)tables->data,
-                (const int32_t *)token_seq->data, (const int32_t *)token_pos->data, s);
+    gpc_cuda_start(gpc_cuda_serving_pdl(), fn, grid, 32 * HW * WK, (E *)out->data, part_ml, part_o,
+                   (const E *)qkv->data, (const E *)k_cache->data, (const E *)v_cache->data,
+                   (const int32_t *)tables->data, (const int32_t *)token_seq->data,
+                   (const int32_t *)token_pos->data, s);
 }
 
 /* Whether split steps merge their parts in the last block of each unit
@@ -868,9 +844,10 @@ gpc_status gpc_cuda_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
         GPC_CUDA_CHECK_LAUNCH();
         __atomic_fetch_add(&paged_calls[kernel], 1, __ATOMIC_RELAXED);
         if (splits > 1 && !s.done)
-            paged_start(paged_combine_kernel<E>, dim3(gpc_cuda_blocks(RH * 32, 128)), 128,
-                        (E *)out->data, (const float *)part_ml, (const float *)part_o, RH,
-                        num_heads, (int)hs, splits);
+            gpc_cuda_start(gpc_cuda_serving_pdl(), paged_combine_kernel<E>,
+                           dim3(gpc_cuda_blocks(RH * 32, 128)), 128, (E *)out->data,
+                           (const float *)part_ml, (const float *)part_o, RH, num_heads, (int)hs,
+                           splits);
         __atomic_fetch_add(&split_calls[splits > 1 ? s.done ? 2 : 1 : 0], 1, __ATOMIC_RELAXED);
     });
     GPC_CUDA_CHECK_LAUNCH();

@@ -206,6 +206,8 @@ template <typename T>
 __global__ void __launch_bounds__(SAMPLE_THREADS)
     sample_kernel(int32_t *tokens, const T *logits, int64_t ld, int V, const float *params) {
     __shared__ sample_shared sh;
+    gpc_pdl_wait_previous(); /* GPC_PAGED_PDL (cuda_common.cuh), as the kernels below */
+    gpc_pdl_let_next_start();
     const int64_t r = blockIdx.x;
     const float temperature = params[4 * r], top_k = params[4 * r + 1];
     const float top_p = params[4 * r + 2], uniform = params[4 * r + 3];
@@ -273,9 +275,9 @@ gpc_status gpc_cuda_sample(gpc_tensor *tokens_out, const gpc_tensor *logits, int
         return gpc_error(GPC_ERR_UNSUPPORTED, "sample: %lld rows are more than one launch takes",
                          (long long)R);
     GPC_CUDA_DISPATCH(logits->dtype, E, {
-        sample_kernel<E><<<(unsigned)R, SAMPLE_THREADS, 0, gpc_cuda_stream()>>>(
-            (int32_t *)tokens_out->data, (const E *)logits->data, Vp, vocab_size,
-            (const float *)params->data);
+        gpc_cuda_start(gpc_cuda_serving_pdl(), sample_kernel<E>, dim3((unsigned)R), SAMPLE_THREADS,
+                       (int32_t *)tokens_out->data, (const E *)logits->data, Vp, vocab_size,
+                       (const float *)params->data);
     });
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
@@ -283,6 +285,8 @@ gpc_status gpc_cuda_sample(gpc_tensor *tokens_out, const gpc_tensor *logits, int
 
 template <typename T>
 __global__ void forbid_tokens_kernel(T *logits, int64_t ld, const int32_t *tokens, int64_t R) {
+    gpc_pdl_wait_previous();
+    gpc_pdl_let_next_start();
     int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= R) return;
     int32_t t = tokens[r];
@@ -295,9 +299,9 @@ gpc_status gpc_cuda_forbid_tokens(gpc_tensor *logits, const gpc_tensor *tokens) 
     if (R == 0) return GPC_OK;
     const int threads = 128;
     GPC_CUDA_DISPATCH(logits->dtype, E, {
-        forbid_tokens_kernel<E>
-            <<<(unsigned)((R + threads - 1) / threads), threads, 0, gpc_cuda_stream()>>>(
-                (E *)logits->data, Vp, (const int32_t *)tokens->data, R);
+        gpc_cuda_start(gpc_cuda_serving_pdl(), forbid_tokens_kernel<E>,
+                       dim3((unsigned)((R + threads - 1) / threads)), threads, (E *)logits->data,
+                       Vp, (const int32_t *)tokens->data, R);
     });
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
@@ -307,6 +311,8 @@ gpc_status gpc_cuda_forbid_tokens(gpc_tensor *logits, const gpc_tensor *tokens) 
  * so a bad feed never reads outside previous. */
 __global__ void feed_tokens_kernel(int32_t *tokens, const int32_t *feed, const int32_t *previous,
                                    int64_t N, int64_t R) {
+    gpc_pdl_wait_previous();
+    gpc_pdl_let_next_start();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) return;
     int32_t f = feed[i];
@@ -319,9 +325,9 @@ gpc_status gpc_cuda_feed_tokens(gpc_tensor *tokens, const gpc_tensor *feed,
     int64_t N = gpc_tensor_numel(tokens), R = gpc_tensor_numel(previous);
     if (N == 0) return GPC_OK;
     const int threads = 128;
-    feed_tokens_kernel<<<(unsigned)((N + threads - 1) / threads), threads, 0, gpc_cuda_stream()>>>(
-        (int32_t *)tokens->data, (const int32_t *)feed->data, (const int32_t *)previous->data, N,
-        R);
+    gpc_cuda_start(gpc_cuda_serving_pdl(), feed_tokens_kernel,
+                   dim3((unsigned)((N + threads - 1) / threads)), threads, (int32_t *)tokens->data,
+                   (const int32_t *)feed->data, (const int32_t *)previous->data, N, R);
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
 }
