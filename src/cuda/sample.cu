@@ -4,15 +4,16 @@
  * the serving engine never copies logits to the host.
  *
  * Greedy rows are an argmax (largest logit, then smallest id) by block
- * reduction. Sampling rows never sort: every step of the rule is a search
- * for "the first candidate, in the ranking (logit descending, id
- * ascending), where a running sum reaches a threshold": top-k is that
- * search on counts (threshold k), top-p and the draw on weights. The search
- * is a radix select over the logits' bits seen as ordered 32-bit keys: four
- * passes of 8 bits, each a histogram of the candidates' weights per digit
- * (only those whose higher digits match the ones chosen so far), then the
- * candidates with the chosen key in id order. A candidate set is kept as
- * its last member (key, id), so the sets never need storing.
+ * reduction, the row read in 16-byte packs. Sampling rows never sort:
+ * every step of the rule is a search for "the first candidate, in the
+ * ranking (logit descending, id ascending), where a running sum reaches a
+ * threshold": top-k is that search on counts (threshold k), top-p and the
+ * draw on weights. The search is a radix select over the logits' bits seen
+ * as ordered 32-bit keys: four passes of 8 bits, each a histogram of the
+ * candidates' weights per digit (only those whose higher digits match the
+ * ones chosen so far), then the candidates with the chosen key in id
+ * order. A candidate set is kept as its last member (key, id), so the sets
+ * never need storing.
  *
  * Weights are exp((logit - max) / temperature) in fixed point, 2^36 for the
  * largest, summed as 64-bit integers: the sums are exact and the same
@@ -215,9 +216,25 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     row.x = logits + r * ld;
     row.V = V;
 
-    /* the largest key, then the smallest id: key above, ~id below */
+    /* the largest key, then the smallest id: key above, ~id below. A row
+     * at a 16-byte boundary is read a pack at a time (a thread's loads all
+     * in flight together; at one row this pass is most of the kernel),
+     * the ids past the last whole pack one at a time. */
     sample_u64 best = 0;
-    for (int i = threadIdx.x; i < V; i += SAMPLE_THREADS) {
+    const int PN = gpc_pack<T>::n;
+    const int packs = ((uintptr_t)row.x & 15) == 0 ? V / PN : 0;
+#pragma unroll 4
+    for (int p = threadIdx.x; p < packs; p += SAMPLE_THREADS) {
+        float x[PN];
+        gpc_load_f32<PN>(x, row.x + (int64_t)p * PN);
+#pragma unroll
+        for (int k = 0; k < PN; k++) {
+            sample_u64 c =
+                ((sample_u64)sample_key(x[k]) << 32) | (0xffffffffu - (uint32_t)(p * PN + k));
+            best = c > best ? c : best;
+        }
+    }
+    for (int i = packs * PN + threadIdx.x; i < V; i += SAMPLE_THREADS) {
         sample_u64 c = ((sample_u64)sample_key(row.value(i)) << 32) | (0xffffffffu - (uint32_t)i);
         best = c > best ? c : best;
     }

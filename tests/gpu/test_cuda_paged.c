@@ -22,7 +22,8 @@
  * exactly. Bad table entries must stay inside the cache (checked against a
  * float64 reference of what the kernel promises). Sampling must give the
  * CPU's token, or, where the uniform or top_p lies within 1e-4 of a
- * boundary, the CPU's token at a nearby uniform or top_p. forbid_tokens
+ * boundary, the CPU's token at a nearby uniform or top_p; greedy rows
+ * full of ties must give the first largest id exactly. forbid_tokens
  * must change exactly the entries it names, feed_tokens give the CPU's
  * tokens.
  *
@@ -644,6 +645,60 @@ static void test_sample(void **state) {
 
 /* forbid_tokens: -inf at each row's token, rows of -1 (and, on the GPU,
  * of a token past the row) unchanged; everything else exactly as it was. */
+/* Greedy rows on logits full of ties (a handful of values), the largest
+ * repeated at random ids: the GPU must give the CPU's token, the smallest
+ * id of the largest logit, exactly. Row lengths and vocabularies that
+ * leave some rows off a 16-byte boundary (read one logit at a time) and
+ * some ids past the last whole pack, for every dtype. */
+static void test_sample_greedy_ties(void **state) {
+    (void)state;
+    const struct { int V, ld; } shapes[] = {{50257, 50304}, {1001, 1003}, {8, 8}, {37, 40}, {3, 5}};
+    enum { R = 23 };
+    for (int d = 0; d < 3; d++)
+        for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+            const gpc_dtype dtype = dtypes[d];
+            const int V = shapes[c].V, ld = shapes[c].ld;
+            float *logits = malloc((size_t)R * ld * sizeof(float));
+            float params[R * 4];
+            for (int r = 0; r < R; r++) {
+                float *row = logits + (int64_t)r * ld;
+                for (int i = 0; i < ld; i++)
+                    row[i] = round_to(dtype, (float)below(5) - 2.0f);
+                /* the largest, 3, at one to four ids (the first pass may miss) */
+                int copies = 1 + below(4);
+                for (int k = 0; k < copies; k++)
+                    row[below(V)] = 3.0f;
+                if (r % 7 == 0) row[V - 1] = 3.0f;       /* in the tail */
+                if (r % 7 == 0 && ld > V) row[V] = 9.0f; /* padding: never a token */
+                params[4 * r] = 0.0f, params[4 * r + 1] = 0.0f, params[4 * r + 2] = 1.0f;
+                params[4 * r + 3] = gpc_rng_uniform(&rng);
+            }
+            int32_t want[R];
+            gpc_device cpu = gpc_cpu();
+            gpc_tensor ct = gpc_tensor_1d(want, GPC_I32, cpu, R);
+            gpc_tensor cl = gpc_tensor_2d(logits, GPC_F32, cpu, R, ld);
+            gpc_tensor cp = gpc_tensor_2d(params, GPC_F32, cpu, R, 4);
+            TEST_OK(gpc_op_sample(&ct, &cl, V, &cp));
+            const int64_t sl[2] = {R, ld}, sp[2] = {R, 4}, sn[1] = {R};
+            gpc_tensor gl = gpu_tensor(dtype, 2, sl, logits);
+            gpc_tensor gp = gpu_tensor(GPC_F32, 2, sp, params);
+            gpc_tensor gt = gpu_tensor(GPC_I32, 1, sn, NULL);
+            TEST_OK(gpc_op_sample(&gt, &gl, V, &gp));
+            int32_t *got = (int32_t *)download(&gt);
+            for (int r = 0; r < R; r++) {
+                int first = 0;
+                while (logits[(int64_t)r * ld + first] != 3.0f)
+                    first++;
+                if (want[r] != first || got[r] != first)
+                    fail_msg("greedy ties (%s, V %d, rows of %d): row %d gave %d on the GPU, %d "
+                             "on the CPU; the first largest is %d",
+                             gpc_dtype_name(dtype), V, ld, r, got[r], want[r], first);
+            }
+            gpc_tensor_free(&gl), gpc_tensor_free(&gp), gpc_tensor_free(&gt);
+            free(logits), free(got);
+        }
+}
+
 static void test_forbid_tokens(void **state) {
     (void)state;
     enum { R = 37, VP = 320 };
@@ -716,10 +771,15 @@ int main(void) {
     if (gpc_setting_given("GPC_TEST_FILTER"))
         cmocka_set_test_filter(gpc_setting_given("GPC_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_paged_attention), cmocka_unit_test(test_paged_attention_bad_tables),
-        cmocka_unit_test(test_paged_kernels),   cmocka_unit_test(test_paged_split_merge),
-        cmocka_unit_test(test_kv_store),        cmocka_unit_test(test_embedding_at),
-        cmocka_unit_test(test_sample),          cmocka_unit_test(test_forbid_tokens),
+        cmocka_unit_test(test_paged_attention),
+        cmocka_unit_test(test_paged_attention_bad_tables),
+        cmocka_unit_test(test_paged_kernels),
+        cmocka_unit_test(test_paged_split_merge),
+        cmocka_unit_test(test_sample_greedy_ties),
+        cmocka_unit_test(test_kv_store),
+        cmocka_unit_test(test_embedding_at),
+        cmocka_unit_test(test_sample),
+        cmocka_unit_test(test_forbid_tokens),
         cmocka_unit_test(test_feed_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
