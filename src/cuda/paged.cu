@@ -652,12 +652,15 @@ static void paged_launch_v2(int lanes, dim3 grid, gpc_tensor *out, float *part_m
 }
 
 /* Whether split steps merge their parts in the last block of each unit
- * (GPC_PAGED_COMBINE=fused, the default) or in the combine kernel. */
+ * (GPC_PAGED_COMBINE=fused, the default) or in the combine kernel; read
+ * once, an unknown value said and taken as fused. */
 static int paged_fused_combine(void) {
     static int fused = -1;
     if (fused < 0) {
         const char *e = gpc_setting_str("GPC_PAGED_COMBINE");
         fused = !(e && !strcmp(e, "kernel"));
+        if (e && *e && strcmp(e, "kernel") && strcmp(e, "fused"))
+            gpc_log(GPC_LOG_WARN, "GPC_PAGED_COMBINE=%s is not fused or kernel: using fused", e);
     }
     return fused;
 }
