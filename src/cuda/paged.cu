@@ -268,6 +268,13 @@ __global__ void __launch_bounds__(PAGED_THREADS)
     const int first = split * s.keys_per_split, last = min(keys, first + s.keys_per_split);
     const int32_t *table = tables + (int64_t)(bad ? 0 : seq) * s.max_blocks;
     const int64_t C = s.C;
+    /* the block entry of key j (-1 past the split), read one iteration
+     * ahead of the key's loads: a lookup never waits in front of them */
+    auto entry_of = [&](int j) -> int64_t { return j < last ? table[j / s.block_size] : -1; };
+    int64_t next[PAGED_UNROLL];
+#pragma unroll
+    for (int u = 0; u < PAGED_UNROLL; u++)
+        next[u] = entry_of(first + u * GROUPS + g);
 
     float q[PER];
     paged_load<T, PER, VEC>(q, qkv + i * 3 * C + (int64_t)h * s.hs, d0, s.hs);
@@ -287,8 +294,7 @@ __global__ void __launch_bounds__(PAGED_THREADS)
 #pragma unroll
         for (int u = 0; u < PAGED_UNROLL; u++) {
             int j = base + u * GROUPS + g;
-            ok[u] = j < last;
-            int64_t entry = ok[u] ? table[j / s.block_size] : -1;
+            int64_t entry = next[u];
             ok[u] = entry >= 0 && entry < s.num_blocks;
             if (ok[u]) {
                 int64_t slot = entry * s.block_size + j % s.block_size;
@@ -301,6 +307,9 @@ __global__ void __launch_bounds__(PAGED_THREADS)
                     kf[u][k] = vf[u][k] = 0.0f;
             }
         }
+#pragma unroll
+        for (int u = 0; u < PAGED_UNROLL; u++)
+            next[u] = entry_of(base + GROUPS * PAGED_UNROLL + u * GROUPS + g);
 #pragma unroll
         for (int u = 0; u < PAGED_UNROLL; u++) {
             float dot = 0.0f;
