@@ -143,15 +143,13 @@ static const gpc_setting_info table[] = {
      "gpc serve's paged attention on the GPU: v1 a block a head, v2 and v3 a block several heads",
      0, 0, "auto|v1|v2|v3"},
     {"GPC_PAGED_COMBINE", STRING, "fused", "benchmarks",
-     "paged attention split over blocks: the last block of each head merges the splits (fused) or "
-     "a kernel does",
-     0, 0, "fused|kernel"},
+     "who merges split paged attention: each head's last block (fused) or a kernel of its own", 0,
+     0, "fused|kernel"},
     {"GPC_PAGED_SPLIT_KEYS", INT, "256", "benchmarks",
      "fewest keys a block of paged attention v1 takes when a step of few rows splits them", 16,
      65536, NULL},
     {"GPC_PAGED_PDL", FLAG, "1", "benchmarks",
-     "the serving step's attention, embedding and sampling kernels start as the kernel before "
-     "them ends (programmatic dependent launch)",
+     "serving kernels (attention, embedding, sampling) start as the kernel before them ends (PDL)",
      0, 0, NULL},
     {"GPC_LAYERNORM_ROWS", FLAG, "1", "benchmarks",
      "layernorm forward keeps short rows in registers; 0: the general kernel", 0, 0, NULL},
