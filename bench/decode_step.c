@@ -18,6 +18,9 @@
  * program fails when they do not. Lines:
  * RESULT decode_step rows=R context=T graphs=on|off us=... tokens_s=...
  * RESULT decode_step_graph_gain rows=R x=... (off's time over on's).
+ * The last timed step of each case and mode is the NVTX range
+ * decode-step-R-graphs-on or -off: Nsight Compute's --nvtx --nvtx-include
+ * "decode-step-1-graphs-off/" times that step's kernels one by one.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +29,7 @@
 #include "bench_util.h"
 #include "gpc/model.h"
 #include "gpc/settings.h"
+#include "gpc/trace.h"
 #include "model/gpt_internal.h"
 
 #define PROG "bench_decode_step"
@@ -34,14 +38,17 @@
 #define MAX_REPS 10000
 
 /* Median wall microseconds of reps steps (after 5 untimed ones), the
- * last step's tokens in drawn. */
+ * last step's tokens in drawn. The last step is the NVTX range `range`, so
+ * a profiler can take its kernels alone. */
 static int time_steps(gpt_paged *p, const gpt_paged_batch *b, const gpt_paged_sampling *rows,
-                      int reps, int32_t *drawn, double *us) {
+                      int reps, int32_t *drawn, double *us, const char *range) {
     static double t[MAX_REPS];
     for (int r = -5; r < reps; r++) {
+        if (r == reps - 1) gpc_trace_push(range);
         double t0 = gpc_time_seconds();
         CHECK(gpt_step_paged_sample(p, b, rows, drawn));
         if (r >= 0) t[r] = (gpc_time_seconds() - t0) * 1e6;
+        if (r == reps - 1) gpc_trace_pop();
     }
     qsort(t, (size_t)reps, sizeof(double), bench_cmp_double);
     *us = t[reps / 2];
@@ -136,9 +143,12 @@ int main(int argc, char **argv) {
            depth, (long long)context, precision, create_on * 1e3, gpt_paged_graph_count(on),
            create_off * 1e3);
     printf("# fused decode products up to %ld rows (GPC_DECODE_FUSED_MAX_M), programmatic "
-           "dependent launch %s (GPC_DECODE_PDL)\n",
+           "dependent launch %s (GPC_DECODE_PDL), attention's %s (GPC_PAGED_PDL); splits merged "
+           "by %s (GPC_PAGED_COMBINE), %ld keys a split at least (GPC_PAGED_SPLIT_KEYS)\n",
            gpc_setting_int("GPC_DECODE_FUSED_MAX_M"),
-           gpc_setting_flag("GPC_DECODE_PDL") ? "on" : "off");
+           gpc_setting_flag("GPC_DECODE_PDL") ? "on" : "off",
+           gpc_setting_flag("GPC_PAGED_PDL") ? "on" : "off", gpc_setting_str("GPC_PAGED_COMBINE"),
+           gpc_setting_int("GPC_PAGED_SPLIT_KEYS"));
 
     const int mb = gpt_paged_max_blocks(on);
     int32_t *order = malloc((size_t)po.num_blocks * sizeof *order);
@@ -188,8 +198,11 @@ int main(int argc, char **argv) {
         int n = (int)sizes[c];
         gpt_paged_batch b = {n, tok, pos, seq, slot, n, tables, n, NULL};
         double us_on, us_off;
-        if (time_steps(on, &b, rows, reps, got_on, &us_on)) return 1;
-        if (time_steps(off, &b, rows, reps, got_off, &us_off)) return 1;
+        char range_on[64], range_off[64];
+        snprintf(range_on, sizeof range_on, "decode-step-%d-graphs-on", n);
+        snprintf(range_off, sizeof range_off, "decode-step-%d-graphs-off", n);
+        if (time_steps(on, &b, rows, reps, got_on, &us_on, range_on)) return 1;
+        if (time_steps(off, &b, rows, reps, got_off, &us_off, range_off)) return 1;
         for (int r = 0; r < n; r++)
             if (got_on[r] != got_off[r]) {
                 fprintf(stderr,

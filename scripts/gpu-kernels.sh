@@ -16,6 +16,10 @@
 # dram__bytes_read.sum), CACHE (ncu's --cache-control: all, the default,
 # empties the caches before each kernel; none keeps what the kernel before
 # left in L2, as in a real step).
+# STEP=decode times one serving decode step instead: the NVTX range
+# "decode-step-ROWS-graphs-off" of bench_decode_step (its last step launched
+# kernel by kernel, no graph), ROWS (1) rows at CONTEXT (256), and lists
+# its kernels in launch order before the sums.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,6 +27,16 @@ build=${1:-$root/build-gpu}
 out=${OUT:-$root/gpu-out}
 mkdir -p "$out"
 bench=$build/bench/bench_gpt2_step
+range=timed-step
+args=(--batch "${BATCH:-16}" --accum "${ACCUM:-1}" --steps 1 --warmup 1)
+case ${STEP:-train} in
+train) ;;
+decode)
+  bench=$build/bench/bench_decode_step
+  range=decode-step-${ROWS:-1}-graphs-off
+  args=(--rows "${ROWS:-1}" --context "${CONTEXT:-256}" --reps 3) ;;
+*) echo "gpu-kernels: STEP=$STEP is not train or decode" >&2; exit 2 ;;
+esac
 case ${CACHE:-all} in all | none) ;; *)
   echo "gpu-kernels: CACHE=$CACHE is not all or none (ncu's --cache-control)" >&2; exit 2 ;;
 esac
@@ -32,12 +46,12 @@ csv=$out/kernels.csv
 metrics=gpu__time_duration.sum${METRICS:+,$METRICS}
 filter=()
 [[ -n ${KERNELS:-} ]] && filter=(-k "regex:$KERNELS")
-timeout 500 ncu --clock-control none --cache-control "${CACHE:-all}" --nvtx --nvtx-include "timed-step/" \
+timeout 500 ncu --clock-control none --cache-control "${CACHE:-all}" --nvtx --nvtx-include "$range/" \
   "${filter[@]}" --metrics "$metrics" --csv --page raw \
-  "$bench" --batch "${BATCH:-16}" --accum "${ACCUM:-1}" --steps 1 --warmup 1 >"$csv" 2>"$out/kernels.err"
+  "$bench" "${args[@]}" >"$csv" 2>"$out/kernels.err"
 echo "ncu exit $? ($(grep -c '^"' "$csv") lines)"
 # columns: find "Kernel Name" and "gpu__time_duration.sum" by header
-python3 - "$csv" "$metrics" <<'PY'
+python3 - "$csv" "$metrics" "${STEP:-train}" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if r]
 head = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
@@ -61,6 +75,12 @@ for r in rows[head + 1:]:
     count[k] += 1
     sums[k] = [a + b for a, b in zip(sums[k], e)]
 grand = sum(total.values())
+if sys.argv[3] == "decode":
+    for r in rows[head + 1:]:
+        try:
+            print(f"{num(r, dur):12.1f}  {r[name][:110]}")
+        except (ValueError, IndexError):
+            pass
 names = "".join(f" {cols[c][:24]:>24}" for c in extra)
 units = " ".join(rows[head + 1][c] for c in extra)
 print(f"{'kernel':90} {'calls':>6} {'time':>12} {'share':>6}{names}  ({unit} {units})")

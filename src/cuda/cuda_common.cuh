@@ -303,6 +303,61 @@ gpc_status gpc_cuda_transpose16(void *dst, const void *src, int64_t rows, int64_
 /* Number of multiprocessors of the current GPU (cached). */
 int gpc_cuda_sm_count(void);
 
+/* Whether the current GPU takes programmatic dependent launches (compute
+ * capability 9.0 or more; cached per device). */
+int gpc_cuda_pdl_capable(void);
+
+/* Programmatic dependent launch (Hopper): a kernel launched with
+ * cudaLaunchAttributeProgrammaticStreamSerialization may start once every
+ * block of the kernel before it has started and said so (or ended); it
+ * must wait for that kernel's end (and its writes) before it reads what it
+ * wrote. Both are no-ops in a kernel launched plainly. */
+__device__ __forceinline__ void gpc_pdl_let_next_start(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void gpc_pdl_wait_previous(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* fn<<<grid, threads, 0, stream>>>(args...), as a programmatic dependent
+ * of the kernel before it when pdl (which the caller sets only on a GPU
+ * that takes it: gpc_cuda_pdl_capable); a launch error is left for
+ * GPC_CUDA_CHECK_LAUNCH. */
+template <typename... Params, typename... Args>
+static inline void gpc_cuda_start(int pdl, void (*fn)(Params...), dim3 grid, unsigned threads,
+                                  Args... args) {
+    if (pdl) {
+        cudaLaunchAttribute attr = {};
+        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr.val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(threads);
+        cfg.stream = gpc_cuda_stream();
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        cudaLaunchKernelEx(&cfg, fn, ((Params)args)...);
+    } else {
+        fn<<<grid, threads, 0, gpc_cuda_stream()>>>(((Params)args)...);
+    }
+}
+
+/* Whether the serving ops' kernels (paged.cu: embedding_at, paged
+ * attention and its combine; sample.cu: feed_tokens, forbid_tokens,
+ * sample) launch as programmatic dependents: GPC_PAGED_PDL on a GPU that
+ * takes them. Each waits for the kernel before at its start, then lets
+ * the next start at once, so a decode step's kernels overlap their
+ * launches and ramps. */
+static inline int gpc_cuda_serving_pdl(void) {
+    static int enabled = -1;
+    return gpc_cuda_setting_flag("GPC_PAGED_PDL", &enabled) && gpc_cuda_pdl_capable();
+}
+
 static inline unsigned gpc_cuda_blocks(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;
     return (unsigned)(b < 1 ? 1 : b);

@@ -113,6 +113,24 @@ int gpc_cuda_sm_count(void) {
     return sm_count[d];
 }
 
+int gpc_cuda_pdl_capable(void) {
+    static signed char capable[GPC_CUDA_MAX_DEVICES]; /* 0 unknown, 1 yes, -1 no */
+    int d = 0;
+    if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= GPC_CUDA_MAX_DEVICES) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (!capable[d]) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess) {
+            cudaGetLastError();
+            major = 0;
+        }
+        capable[d] = major >= 9 ? 1 : -1;
+    }
+    return capable[d] > 0;
+}
+
 gpc_status gpc_cuda_same_dtype(const char *op, const char *name_a, const gpc_tensor *a,
                                const char *name_b, const gpc_tensor *b) {
     if (!a || !b || !a->data || !b->data || a->dtype == b->dtype) return GPC_OK;

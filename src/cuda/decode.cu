@@ -81,21 +81,13 @@ __device__ __forceinline__ uint4 dp_stream16(const void *p) {
     return v;
 }
 
-/* Programmatic dependent launch (Hopper): a kernel launched with
- * cudaLaunchAttributeProgrammaticStreamSerialization may start once every
- * block of the kernel before it has started and said so; it must wait for
- * that kernel's end (and its writes) before it reads what it wrote. Both
- * are no-ops in a kernel launched plainly. */
+/* gpc_pdl_let_next_start and gpc_pdl_wait_previous (cuda_common.cuh) */
 __device__ __forceinline__ void dp_let_next_start(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+    gpc_pdl_let_next_start();
 }
 
 __device__ __forceinline__ void dp_wait_previous(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+    gpc_pdl_wait_previous();
 }
 
 /* The chunks c, c + stride, .. (DP_UNROLL of them) of each channel's row,
@@ -134,6 +126,13 @@ template <typename T> __device__ __forceinline__ void dp_unpack(uint4 raw, float
     dp_unpack_word(raw.w, w + 3 * per, tag);
 }
 
+/* Input x of row m at column k normalised as the layernorm op does (not
+ * yet rounded to the dtype). */
+__device__ __forceinline__ float dp_normalise(const dp_params &p, float x, float mean, float rstd,
+                                              int k) {
+    return (x - mean) * rstd * gpc_any_load(p.ln_w, k) + gpc_any_load(p.ln_b, k);
+}
+
 /* PN inputs of row m from column k0 (a pack's worth; PN 1 for the scalar
  * path): from xs (inp itself, or the normalised rows in shared memory), or
  * normalised here from inp. */
@@ -148,10 +147,27 @@ __device__ __forceinline__ void dp_load_x(float *x, const T *xs, const dp_params
     if (p.ln == DP_LN_INLINE) {
 #pragma unroll
         for (int k = 0; k < PN; k++) {
-            float v = (x[k] - mean[m]) * rstd[m] * gpc_any_load(p.ln_w, k0 + k) +
-                      gpc_any_load(p.ln_b, k0 + k);
-            x[k] = gpc_to_f32(gpc_from_f32<T>(v));
+            x[k] = gpc_to_f32(gpc_from_f32<T>(dp_normalise(p, x[k], mean[m], rstd[m], k0 + k)));
         }
+    }
+}
+
+/* A lane's share of each of a warp's RPW rows' sums (every 32 PER-th run
+ * of PER elements from its own): of x, or with SQUARES of (x - mu)^2, in
+ * the order of layernorm.cu's forward kernel. */
+template <typename T, int PER, int RPW, bool SQUARES>
+__device__ __forceinline__ void dp_row_sums(const T *const (&x)[RPW], int C, int lane,
+                                            const float (&mu)[RPW], float (&sum)[RPW]) {
+    float x8[RPW][PER];
+    for (int c = lane * PER; c < C; c += 32 * PER) {
+#pragma unroll
+        for (int j = 0; j < RPW; j++)
+            gpc_load_f32<PER>(x8[j], x[j] + c);
+#pragma unroll
+        for (int j = 0; j < RPW; j++)
+#pragma unroll
+            for (int k = 0; k < PER; k++)
+                sum[j] += SQUARES ? (x8[j][k] - mu[j]) * (x8[j][k] - mu[j]) : x8[j][k];
     }
 }
 
@@ -166,36 +182,18 @@ __device__ __forceinline__ void dp_prologue(const dp_params &p, T *xs, float *me
     const int RPW = (MT + DP_WARPS - 1) / DP_WARPS;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, C = p.C;
     const T *x[RPW];
-    float mu[RPW], rs[RPW], x8[RPW][8];
+    float mu[RPW], rs[RPW], x8[RPW][PER];
 #pragma unroll
     for (int j = 0; j < RPW; j++) {
         int m = min(warp + j * DP_WARPS, p.M - 1); /* a row past M repeats the last */
         x[j] = (const T *)p.inp + (int64_t)m * C;
         mu[j] = 0.0f, rs[j] = 0.0f;
     }
-    for (int c = lane * PER; c < C; c += 32 * PER) {
-#pragma unroll
-        for (int j = 0; j < RPW; j++)
-            gpc_load_f32<PER>(x8[j], x[j] + c);
-#pragma unroll
-        for (int j = 0; j < RPW; j++)
-#pragma unroll
-            for (int k = 0; k < PER; k++)
-                mu[j] += x8[j][k];
-    }
+    dp_row_sums<T, PER, RPW, false>(x, C, lane, mu, mu);
 #pragma unroll
     for (int j = 0; j < RPW; j++)
         mu[j] = gpc_warp_sum(mu[j]) / C;
-    for (int c = lane * PER; c < C; c += 32 * PER) {
-#pragma unroll
-        for (int j = 0; j < RPW; j++)
-            gpc_load_f32<PER>(x8[j], x[j] + c);
-#pragma unroll
-        for (int j = 0; j < RPW; j++)
-#pragma unroll
-            for (int k = 0; k < PER; k++)
-                rs[j] += (x8[j][k] - mu[j]) * (x8[j][k] - mu[j]);
-    }
+    dp_row_sums<T, PER, RPW, true>(x, C, lane, mu, rs);
 #pragma unroll
     for (int j = 0; j < RPW; j++) {
         rs[j] = rsqrtf(gpc_warp_sum(rs[j]) / C + DP_EPS);
@@ -220,6 +218,25 @@ __device__ __forceinline__ void dp_prologue(const dp_params &p, T *xs, float *me
                 x8[j][k] = (x8[j][k] - mu[j]) * rs[j] * w[k] + b[k];
             gpc_store_f32<PER>(xs + (int64_t)m * C + c, x8[j]);
         }
+    }
+}
+
+/* Row m, channel o of the product (v, its sum) finished and stored: bias;
+ * a residual or GELU; and for qkv's product the key and value thirds also
+ * to their slots of the paged cache. */
+template <typename T>
+__device__ __forceinline__ void dp_epilogue(const dp_params &p, int m, int o, float v) {
+    if (p.bias.ptr) v += gpc_any_load(p.bias, o);
+    int64_t at = (int64_t)m * p.OC + o;
+    if (p.residual) v += gpc_to_f32(((const T *)p.residual)[at]);
+    if (p.gelu) v = gpc_gelu(gpc_to_f32(gpc_from_f32<T>(v)));
+    T y = gpc_from_f32<T>(v);
+    ((T *)p.out)[at] = y;
+    int third = p.OC / 3;
+    if (p.k_cache && o >= third) {
+        int64_t slot = p.slots[m];
+        T *cache = (T *)(o < 2 * third ? p.k_cache : p.v_cache);
+        cache[slot * third + (o % third)] = y;
     }
 }
 
@@ -351,19 +368,7 @@ __global__ void __launch_bounds__(DP_THREADS, DP_MIN_BLOCKS)
         }
         int m = lane / DP_OUTS, o = o_done + lane % DP_OUTS;
         if (warp % kw == 0 && lane < MT * DP_OUTS && m < p.M && o < OC) {
-            float v = mine;
-            if (p.bias.ptr) v += gpc_any_load(p.bias, o);
-            int64_t at = (int64_t)m * OC + o;
-            if (p.residual) v += gpc_to_f32(((const T *)p.residual)[at]);
-            if (p.gelu) v = gpc_gelu(gpc_to_f32(gpc_from_f32<T>(v)));
-            T y = gpc_from_f32<T>(v);
-            ((T *)p.out)[at] = y;
-            int third = OC / 3;
-            if (p.k_cache && o >= third) {
-                int64_t slot = p.slots[m];
-                T *cache = (T *)(o < 2 * third ? p.k_cache : p.v_cache);
-                cache[slot * third + (o % third)] = y;
-            }
+            dp_epilogue<T>(p, m, o, mine);
         }
         if (next >= p.tiles) break;
     }
@@ -424,8 +429,7 @@ __device__ __forceinline__ uint4 dp_mma_x(const T *xs, const dp_params &p, const
     dp_unpack<T>(v, x);
 #pragma unroll
     for (int k = 0; k < 8; k++)
-        x[k] = (x[k] - mean[m]) * rstd[m] * gpc_any_load(p.ln_w, k0 + k) +
-               gpc_any_load(p.ln_b, k0 + k);
+        x[k] = dp_normalise(p, x[k], mean[m], rstd[m], k0 + k);
     const T *tag = NULL;
     v.x = dp_pack2(x[0], x[1], tag);
     v.y = dp_pack2(x[2], x[3], tag);
@@ -541,19 +545,7 @@ __global__ void __launch_bounds__(DP_THREADS, DP_MIN_BLOCKS) decode_mma_kernel(c
                 for (int e = 0; e < 4; e++) {
                     int o = o_done + g + (e >= 2 ? 8 : 0), m = 8 * j + 2 * t + (e & 1);
                     if (o >= OC || m >= p.M) continue;
-                    float v = acc[j][e];
-                    if (p.bias.ptr) v += gpc_any_load(p.bias, o);
-                    int64_t at = (int64_t)m * OC + o;
-                    if (p.residual) v += gpc_to_f32(((const T *)p.residual)[at]);
-                    if (p.gelu) v = gpc_gelu(gpc_to_f32(gpc_from_f32<T>(v)));
-                    T y = gpc_from_f32<T>(v);
-                    ((T *)p.out)[at] = y;
-                    int third = OC / 3;
-                    if (p.k_cache && o >= third) {
-                        int64_t slot = p.slots[m];
-                        T *cache = (T *)(o < 2 * third ? p.k_cache : p.v_cache);
-                        cache[slot * third + (o % third)] = y;
-                    }
+                    dp_epilogue<T>(p, m, o, acc[j][e]);
                 }
         }
         if (next >= p.tiles) break;
@@ -692,22 +684,7 @@ static gpc_status resident_blocks(dp_kernel fn, size_t smem, int *out) {
  * per device). */
 static int pdl_applies(void) {
     static int enabled = -1;
-    static signed char capable[GPC_CUDA_MAX_DEVICES]; /* 0 unknown, 1 yes, -1 no */
-    if (!gpc_cuda_setting_flag("GPC_DECODE_PDL", &enabled)) return 0;
-    int d = 0;
-    if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= GPC_CUDA_MAX_DEVICES) {
-        cudaGetLastError();
-        return 0;
-    }
-    if (!capable[d]) {
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess) {
-            cudaGetLastError();
-            major = 0;
-        }
-        capable[d] = major >= 9 ? 1 : -1;
-    }
-    return capable[d] > 0;
+    return gpc_cuda_setting_flag("GPC_DECODE_PDL", &enabled) && gpc_cuda_pdl_capable();
 }
 
 static gpc_status launch(dp_kernel fn, const dp_params &p, size_t smem) {

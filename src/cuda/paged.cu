@@ -26,9 +26,14 @@
  * softmax in f32 (running max, sum and output, in base 2); the groups merge
  * in shared memory at the end. When the step has few rows (rows x heads
  * under PAGED_BLOCKS_PER_SM blocks per SM), the keys are split over several
- * blocks (flash-decoding): each writes its partial max, sum and output, and
- * a second kernel combines them. Prefill rows are rows like any other: each
- * reads its own prefix of the sequence (through L2 for the shared part).
+ * blocks (flash-decoding; GPC_PAGED_SPLIT_KEYS keys a block at least):
+ * each writes its partial max, sum and output, and the last block of the
+ * (row, head) to finish merges them (paged_finish; GPC_PAGED_COMBINE=kernel:
+ * a second kernel does). On Hopper the kernels start as programmatic
+ * dependents of the kernel before them (GPC_PAGED_PDL, as embedding_at
+ * and sample.cu's kernels). Prefill rows are
+ * rows like any other: each reads its own prefix of the sequence (through
+ * L2 for the shared part).
  * That is kernel v1; GPC_PAGED_KERNEL=v2 or v3 picks the kernels described
  * before paged_attention_v2_kernel (a block a row and group of heads,
  * cp.async copies in flight), with the same guarantees, where they take
@@ -38,6 +43,7 @@
 #include "cuda/paged.h"
 
 #include <math.h>
+#include <pthread.h>
 
 /* ------------------------------------------------------------ embedding */
 
@@ -45,6 +51,8 @@ template <typename T>
 __global__ void embedding_at_kernel(T *out, const int32_t *tokens, const int32_t *positions,
                                     const T *wte, const T *wpe, int64_t N, int C, int V, int maxT,
                                     int per) {
+    gpc_pdl_wait_previous(); /* GPC_PAGED_PDL: the tokens come from feed_tokens */
+    gpc_pdl_let_next_start();
     int64_t groups = N * (C / per);
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += stride) {
@@ -89,9 +97,10 @@ gpc_status gpc_cuda_embedding_at(gpc_tensor *out, const gpc_tensor *tokens,
             per = 1;
         unsigned grid = gpc_cuda_blocks(N * (C / per), 256);
         if (grid > (unsigned)gpc_cuda_sm_count() * 32) grid = gpc_cuda_sm_count() * 32;
-        embedding_at_kernel<E><<<grid, 256, 0, gpc_cuda_stream()>>>(
-            (E *)out->data, (const int32_t *)tokens->data, (const int32_t *)positions->data,
-            (const E *)wte->data, (const E *)wpe->data, N, (int)C, (int)V, (int)maxT, per);
+        gpc_cuda_start(gpc_cuda_serving_pdl(), embedding_at_kernel<E>, dim3(grid), 256,
+                       (E *)out->data, (const int32_t *)tokens->data,
+                       (const int32_t *)positions->data, (const E *)wte->data, (const E *)wpe->data,
+                       N, (int)C, (int)V, (int)maxT, per);
     });
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
@@ -162,6 +171,10 @@ struct paged_shape {
     int block_size, max_blocks, S;
     int64_t num_blocks;
     int keys_per_split;
+    /* per unit, how many of its splits have written their parts: the last
+     * merges them and sets it back to 0 (paged_finish); NULL: the combine
+     * kernel merges them */
+    int *done;
     int block_shift;  /* log2(block_size) when it is a power of two, else -1 */
     float scale_log2; /* 1/sqrt(hs) * log2(e): scores in base 2 */
 };
@@ -180,6 +193,55 @@ __device__ __forceinline__ void paged_load(float *x, const T *p, int d0, int hs)
     }
 }
 
+/* Element d of row-head rh's output from its splits' parts: their
+ * outputs weighted by exp2(max - the largest max), over the sum of their
+ * sums weighted the same; a split without keys (max -inf) weighs 0, a row
+ * without any gets NaN. Read past L1: in the fused merge the parts come
+ * from other blocks of the same kernel. */
+__device__ __forceinline__ float paged_merge(const float *part_ml, const float *part_o, int64_t rh,
+                                             int d, int hs, int splits) {
+    const float *ml = part_ml + 2 * rh * splits;
+    float mx = -INFINITY, total = 0.0f, sum = 0.0f;
+    for (int p = 0; p < splits; p++)
+        mx = fmaxf(mx, __ldcg(ml + 2 * p));
+    for (int p = 0; p < splits; p++) {
+        const float mp = __ldcg(ml + 2 * p);
+        if (mp == -INFINITY) continue;
+        const float f = exp2f(mp - mx);
+        total += __ldcg(ml + 2 * p + 1) * f;
+        sum += __ldcg(part_o + (rh * splits + p) * hs + d) * f;
+    }
+    return total > 0.0f ? sum / total : NAN;
+}
+
+/* After a block of a split step has written its parts (those of unit
+ * `unit`: row i's heads h0 .. h1 - 1): with s.done, the unit's last block
+ * to get here merges all splits' parts into out, so no combine kernel
+ * runs. Each block's parts are visible device-wide (__threadfence) before
+ * it counts itself; the last one sees every count, so every part. */
+template <typename T>
+__device__ __forceinline__ void paged_finish(T *out, const float *part_ml, const float *part_o,
+                                             const paged_shape &s, int64_t unit, int64_t i, int h0,
+                                             int h1) {
+    const int splits = gridDim.y;
+    __threadfence();
+    __syncthreads();
+    int last = 0; /* told to the block by __syncthreads_or: v3 has no shared memory left */
+    if (threadIdx.x == 0) {
+        __threadfence(); /* the block's writes, seen through the barrier, before the count */
+        last = atomicAdd(s.done + unit, 1) == splits - 1;
+        if (last) s.done[unit] = 0; /* for the next call: no other block of it counts now */
+    }
+    if (!__syncthreads_or(last)) return;
+    __threadfence();
+    const int n = (h1 - h0) * s.hs;
+    for (int e = threadIdx.x; e < n; e += blockDim.x) {
+        const int h = h0 + e / s.hs, d = e % s.hs;
+        const float v = paged_merge(part_ml, part_o, i * s.NH + h, d, s.hs, splits);
+        out[i * s.C + (int64_t)h * s.hs + d] = gpc_from_f32<T>(v);
+    }
+}
+
 /* One block: row i = blockIdx.x / NH, head h = blockIdx.x % NH, keys of
  * split blockIdx.y. With one split the block writes out; otherwise its
  * partial (max, sum) to part_ml and unnormalised output to part_o. */
@@ -191,6 +253,10 @@ __global__ void __launch_bounds__(PAGED_THREADS)
     const int GROUPS = PAGED_THREADS / LANES;
     __shared__ float sm_m[GROUPS], sm_l[GROUPS];
     __shared__ float sm_o[GROUPS][LANES * PER];
+    /* launched as a programmatic dependent (GPC_PAGED_PDL): everything
+     * read here (q, this step's key and value) the kernel before wrote */
+    gpc_pdl_wait_previous();
+    gpc_pdl_let_next_start();
     const int64_t rh = blockIdx.x;
     const int64_t i = rh / s.NH;
     const int h = (int)(rh % s.NH), split = blockIdx.y, splits = gridDim.y;
@@ -202,6 +268,13 @@ __global__ void __launch_bounds__(PAGED_THREADS)
     const int first = split * s.keys_per_split, last = min(keys, first + s.keys_per_split);
     const int32_t *table = tables + (int64_t)(bad ? 0 : seq) * s.max_blocks;
     const int64_t C = s.C;
+    /* the block entry of key j (-1 past the split), read one iteration
+     * ahead of the key's loads: a lookup never waits in front of them */
+    auto entry_of = [&](int j) -> int64_t { return j < last ? table[j / s.block_size] : -1; };
+    int64_t next[PAGED_UNROLL];
+#pragma unroll
+    for (int u = 0; u < PAGED_UNROLL; u++)
+        next[u] = entry_of(first + u * GROUPS + g);
 
     float q[PER];
     paged_load<T, PER, VEC>(q, qkv + i * 3 * C + (int64_t)h * s.hs, d0, s.hs);
@@ -221,8 +294,7 @@ __global__ void __launch_bounds__(PAGED_THREADS)
 #pragma unroll
         for (int u = 0; u < PAGED_UNROLL; u++) {
             int j = base + u * GROUPS + g;
-            ok[u] = j < last;
-            int64_t entry = ok[u] ? table[j / s.block_size] : -1;
+            int64_t entry = next[u];
             ok[u] = entry >= 0 && entry < s.num_blocks;
             if (ok[u]) {
                 int64_t slot = entry * s.block_size + j % s.block_size;
@@ -235,6 +307,9 @@ __global__ void __launch_bounds__(PAGED_THREADS)
                     kf[u][k] = vf[u][k] = 0.0f;
             }
         }
+#pragma unroll
+        for (int u = 0; u < PAGED_UNROLL; u++)
+            next[u] = entry_of(base + GROUPS * PAGED_UNROLL + u * GROUPS + g);
 #pragma unroll
         for (int u = 0; u < PAGED_UNROLL; u++) {
             float dot = 0.0f;
@@ -286,6 +361,7 @@ __global__ void __launch_bounds__(PAGED_THREADS)
                 sum += sm_m[w] == -INFINITY ? 0.0f : sm_o[w][d] * exp2f(sm_m[w] - mx);
             part_o[at * s.hs + d] = sum;
         }
+        if (s.done) paged_finish<T>(out, part_ml, part_o, s, rh, i, h, h + 1);
     }
 }
 
@@ -352,6 +428,8 @@ __global__ void __launch_bounds__(32 * HW * WK)
     /* [stage][key of the warp][K, V][thread]: a warp's 16-byte pieces are
      * contiguous, so its copies and reads have no bank conflicts */
     __shared__ uint4 ring[STAGES * KPW * 2][THREADS];
+    gpc_pdl_wait_previous(); /* as in v1 */
+    gpc_pdl_let_next_start();
     const int per_row = (s.NH + HG * HW - 1) / (HG * HW); /* blocks a row */
     const int64_t i = blockIdx.x / per_row;
     const int bg = (int)(blockIdx.x % per_row), split = blockIdx.y, splits = gridDim.y;
@@ -513,6 +591,10 @@ __global__ void __launch_bounds__(32 * HW * WK)
             part_o[at * s.hs + d] = sum;
         }
     }
+    if (splits > 1 && s.done) {
+        const int h0 = bg * HW * HG;
+        paged_finish<T>(out, part_ml, part_o, s, blockIdx.x, i, h0, min(s.NH, h0 + HW * HG));
+    }
 }
 
 /* The splits of each (row, head) merged: one warp a pair, lanes over the
@@ -520,25 +602,15 @@ __global__ void __launch_bounds__(32 * HW * WK)
 template <typename T>
 __global__ void paged_combine_kernel(T *out, const float *part_ml, const float *part_o, int64_t RH,
                                      int NH, int hs, int splits) {
+    gpc_pdl_wait_previous();
+    gpc_pdl_let_next_start();
     int64_t rh = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (rh >= RH) return;
-    const float *ml = part_ml + 2 * rh * splits;
-    float mx = -INFINITY, total = 0.0f;
-    for (int p = 0; p < splits; p++)
-        mx = fmaxf(mx, ml[2 * p]);
-    for (int p = 0; p < splits; p++)
-        total += ml[2 * p] == -INFINITY ? 0.0f : ml[2 * p + 1] * exp2f(ml[2 * p] - mx);
     int64_t i = rh / NH, h = rh % NH;
     T *o = out + i * NH * hs + h * hs;
-    for (int d = lane; d < hs; d += 32) {
-        float sum = 0.0f;
-        for (int p = 0; p < splits; p++)
-            sum += ml[2 * p] == -INFINITY
-                       ? 0.0f
-                       : part_o[(rh * splits + p) * hs + d] * exp2f(ml[2 * p] - mx);
-        o[d] = gpc_from_f32<T>(total > 0.0f ? sum / total : NAN);
-    }
+    for (int d = lane; d < hs; d += 32)
+        o[d] = gpc_from_f32<T>(paged_merge(part_ml, part_o, rh, d, hs, splits));
 }
 
 /* How many blocks share the keys of one unit (a (row, head) in v1, a
@@ -562,21 +634,87 @@ static void
 paged_launch(dim3 grid, gpc_tensor *out, float *part_ml, float *part_o, const gpc_tensor *qkv,
              const gpc_tensor *k_cache, const gpc_tensor *v_cache, const gpc_tensor *tables,
              const gpc_tensor *token_seq, const gpc_tensor *token_pos, const paged_shape &s) {
-    paged_attention_kernel<E, LANES, PER, VEC><<<grid, PAGED_THREADS, 0, gpc_cuda_stream()>>>(
-        (E *)out->data, part_ml, part_o, (const E *)qkv->data, (const E *)k_cache->data,
-        (const E *)v_cache->data, (const int32_t *)tables->data, (const int32_t *)token_seq->data,
-        (const int32_t *)token_pos->data, s);
+    gpc_cuda_start(gpc_cuda_serving_pdl(), paged_attention_kernel<E, LANES, PER, VEC>, grid,
+                   PAGED_THREADS, (E *)out->data, part_ml, part_o, (const E *)qkv->data,
+                   (const E *)k_cache->data, (const E *)v_cache->data,
+                   (const int32_t *)tables->data, (const int32_t *)token_seq->data,
+                   (const int32_t *)token_pos->data, s);
 }
 
-template <typename E, int LANES, int HW, int WK>
-static void
-paged_launch_v2(dim3 grid, gpc_tensor *out, float *part_ml, float *part_o, const gpc_tensor *qkv,
-                const gpc_tensor *k_cache, const gpc_tensor *v_cache, const gpc_tensor *tables,
-                const gpc_tensor *token_seq, const gpc_tensor *token_pos, const paged_shape &s) {
-    paged_attention_v2_kernel<E, LANES, HW, WK><<<grid, 32 * HW * WK, 0, gpc_cuda_stream()>>>(
-        (E *)out->data, part_ml, part_o, (const E *)qkv->data, (const E *)k_cache->data,
-        (const E *)v_cache->data, (const int32_t *)tables->data, (const int32_t *)token_seq->data,
-        (const int32_t *)token_pos->data, s);
+/* v2 (HW, WK = PAGED2_*) or v3 (PAGED3_*) for a head of `lanes` 16-byte
+ * pieces: 8, 16 or 32 */
+template <typename E, int HW, int WK>
+static void paged_launch_v2(int lanes, dim3 grid, gpc_tensor *out, float *part_ml, float *part_o,
+                            const gpc_tensor *qkv, const gpc_tensor *k_cache,
+                            const gpc_tensor *v_cache, const gpc_tensor *tables,
+                            const gpc_tensor *token_seq, const gpc_tensor *token_pos,
+                            const paged_shape &s) {
+    void (*fn)(E *, float *, float *, const E *, const E *, const E *, const int32_t *,
+               const int32_t *, const int32_t *, paged_shape) =
+        lanes == 8    ? paged_attention_v2_kernel<E, 8, HW, WK>
+        : lanes == 16 ? paged_attention_v2_kernel<E, 16, HW, WK>
+                      : paged_attention_v2_kernel<E, 32, HW, WK>;
+    gpc_cuda_start(gpc_cuda_serving_pdl(), fn, grid, 32 * HW * WK, (E *)out->data, part_ml, part_o,
+                   (const E *)qkv->data, (const E *)k_cache->data, (const E *)v_cache->data,
+                   (const int32_t *)tables->data, (const int32_t *)token_seq->data,
+                   (const int32_t *)token_pos->data, s);
+}
+
+/* Whether split steps merge their parts in the last block of each unit
+ * (GPC_PAGED_COMBINE=fused, the default) or in the combine kernel; read
+ * once, an unknown value said and taken as fused. */
+static int paged_fused_combine(void) {
+    static int fused = -1;
+    if (fused < 0) {
+        const char *e = gpc_setting_str("GPC_PAGED_COMBINE");
+        fused = !(e && !strcmp(e, "kernel"));
+        if (e && *e && strcmp(e, "kernel") && strcmp(e, "fused"))
+            gpc_log(GPC_LOG_WARN, "GPC_PAGED_COMBINE=%s is not fused or kernel: using fused", e);
+    }
+    return fused;
+}
+
+/* v1's fewest keys a split (GPC_PAGED_SPLIT_KEYS, read once). */
+static int paged_split_keys(void) {
+    static int keys = 0;
+    if (!keys) {
+        long k = gpc_setting_int("GPC_PAGED_SPLIT_KEYS");
+        keys = k >= 1 && k <= (1 << 20) ? (int)k : PAGED_MIN_SPLIT_KEYS;
+    }
+    return keys;
+}
+
+/* The fused merge's counters on the current GPU: PAGED_BLOCKS_PER_SM x
+ * SMs of them, as many units as a split step can have (it splits only
+ * with fewer), zeroed once; every call leaves them at 0 again. NULL (the
+ * combine kernel runs) while a graph is captured before a first split
+ * step allocated them, or when they cannot be allocated. Never freed, so
+ * graphs holding their address stay valid. Like the scratch buffer they
+ * serve one stream of ops a GPU at a time. */
+static int *paged_counters(int64_t units) {
+    static int *counters[GPC_CUDA_MAX_DEVICES];
+    static int64_t count[GPC_CUDA_MAX_DEVICES];
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    int d = 0;
+    if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= GPC_CUDA_MAX_DEVICES) {
+        cudaGetLastError();
+        return NULL;
+    }
+    pthread_mutex_lock(&lock);
+    if (!counters[d] && !gpc_cuda_capturing()) {
+        int64_t n = (int64_t)PAGED_BLOCKS_PER_SM * gpc_cuda_sm_count();
+        int *c = NULL;
+        if (cudaMalloc((void **)&c, (size_t)n * sizeof(int)) == cudaSuccess &&
+            cudaMemsetAsync(c, 0, (size_t)n * sizeof(int), gpc_cuda_stream()) == cudaSuccess) {
+            counters[d] = c, count[d] = n;
+        } else {
+            cudaGetLastError();
+            if (c) cudaFree(c);
+        }
+    }
+    int *c = units <= count[d] ? counters[d] : NULL;
+    pthread_mutex_unlock(&lock);
+    return c;
 }
 
 /* GPC_PAGED_KERNEL=auto (the default): v2 for steps of at least
@@ -592,6 +730,7 @@ paged_launch_v2(dim3 grid, gpc_tensor *out, float *part_ml, float *part_o, const
  * unknown name is said once and auto's kernel runs. */
 static int paged_kernel_set = -1;
 static long paged_calls[4]; /* by the kernel that ran */
+static long split_calls[3]; /* unsplit, merged by the combine kernel, by the last blocks */
 
 static int paged_kernel_setting(void) {
     const char *e = gpc_setting_str("GPC_PAGED_KERNEL");
@@ -616,6 +755,10 @@ extern "C" int gpc_cuda_paged_set_kernel(int kernel) {
     int before = __atomic_exchange_n(&paged_kernel_set, kernel >= 1 && kernel <= 3 ? kernel : -1,
                                      __ATOMIC_RELAXED);
     return before > 0 ? before : paged_kernel_setting();
+}
+
+extern "C" long gpc_cuda_paged_split_calls(int how) {
+    return how >= 0 && how <= 2 ? __atomic_load_n(&split_calls[how], __ATOMIC_RELAXED) : 0;
 }
 
 extern "C" long gpc_cuda_paged_calls(int kernel) {
@@ -667,7 +810,7 @@ gpc_status gpc_cuda_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
                                   : kernel == 2 ? 32 / lanes * PAGED2_HW
                                                 : 32 / lanes * PAGED3_HW;
     const int64_t units = N * ((num_heads + heads_a_block - 1) / heads_a_block);
-    int splits = kernel == 1 ? paged_splits(units, width, PAGED_MIN_SPLIT_KEYS, PAGED_BLOCKS_PER_SM)
+    int splits = kernel == 1 ? paged_splits(units, width, paged_split_keys(), PAGED_BLOCKS_PER_SM)
                  : kernel == 2
                      ? paged_splits(units, width, PAGED2_MIN_SPLIT_KEYS, PAGED_BLOCKS_PER_SM)
                      : paged_splits(units, width, PAGED2_MIN_SPLIT_KEYS, PAGED3_UNITS_PER_SM);
@@ -680,33 +823,18 @@ gpc_status gpc_cuda_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
         part_ml = (float *)scratch;
         part_o = part_ml + 2 * parts;
     }
+    s.done = splits > 1 && paged_fused_combine() ? paged_counters(units) : NULL;
     dim3 grid((unsigned)units, (unsigned)splits);
     GPC_CUDA_DISPATCH(qkv->dtype, E, {
         const int P = gpc_pack<E>::n;
-        if (kernel == 2 && lanes == 8)
-            paged_launch_v2<E, 8, PAGED2_HW, PAGED2_WK>(grid, out, part_ml, part_o, qkv, k_cache,
-                                                        v_cache, block_tables, token_seq, token_pos,
-                                                        s);
-        else if (kernel == 2 && lanes == 16)
-            paged_launch_v2<E, 16, PAGED2_HW, PAGED2_WK>(grid, out, part_ml, part_o, qkv, k_cache,
-                                                         v_cache, block_tables, token_seq,
-                                                         token_pos, s);
-        else if (kernel == 2)
-            paged_launch_v2<E, 32, PAGED2_HW, PAGED2_WK>(grid, out, part_ml, part_o, qkv, k_cache,
-                                                         v_cache, block_tables, token_seq,
-                                                         token_pos, s);
-        else if (kernel == 3 && lanes == 8)
-            paged_launch_v2<E, 8, PAGED3_HW, PAGED3_WK>(grid, out, part_ml, part_o, qkv, k_cache,
-                                                        v_cache, block_tables, token_seq, token_pos,
-                                                        s);
-        else if (kernel == 3 && lanes == 16)
-            paged_launch_v2<E, 16, PAGED3_HW, PAGED3_WK>(grid, out, part_ml, part_o, qkv, k_cache,
-                                                         v_cache, block_tables, token_seq,
-                                                         token_pos, s);
+        if (kernel == 2)
+            paged_launch_v2<E, PAGED2_HW, PAGED2_WK>(lanes, grid, out, part_ml, part_o, qkv,
+                                                     k_cache, v_cache, block_tables, token_seq,
+                                                     token_pos, s);
         else if (kernel == 3)
-            paged_launch_v2<E, 32, PAGED3_HW, PAGED3_WK>(grid, out, part_ml, part_o, qkv, k_cache,
-                                                         v_cache, block_tables, token_seq,
-                                                         token_pos, s);
+            paged_launch_v2<E, PAGED3_HW, PAGED3_WK>(lanes, grid, out, part_ml, part_o, qkv,
+                                                     k_cache, v_cache, block_tables, token_seq,
+                                                     token_pos, s);
         else if (lanes == 8)
             paged_launch<E, 8, P, true>(grid, out, part_ml, part_o, qkv, k_cache, v_cache,
                                         block_tables, token_seq, token_pos, s);
@@ -727,10 +855,12 @@ gpc_status gpc_cuda_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
                              op, (long long)hs);
         GPC_CUDA_CHECK_LAUNCH();
         __atomic_fetch_add(&paged_calls[kernel], 1, __ATOMIC_RELAXED);
-        if (splits > 1) {
-            paged_combine_kernel<E><<<gpc_cuda_blocks(RH * 32, 128), 128, 0, gpc_cuda_stream()>>>(
-                (E *)out->data, part_ml, part_o, RH, num_heads, (int)hs, splits);
-        }
+        if (splits > 1 && !s.done)
+            gpc_cuda_start(gpc_cuda_serving_pdl(), paged_combine_kernel<E>,
+                           dim3(gpc_cuda_blocks(RH * 32, 128)), 128, (E *)out->data,
+                           (const float *)part_ml, (const float *)part_o, RH, num_heads, (int)hs,
+                           splits);
+        __atomic_fetch_add(&split_calls[splits > 1 ? s.done ? 2 : 1 : 0], 1, __ATOMIC_RELAXED);
     });
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;

@@ -17,6 +17,10 @@ extern "C" {
 int gpc_cuda_paged_set_kernel(int kernel);
 /* Calls that ran kernel 1, 2 or 3 since the process started. */
 long gpc_cuda_paged_calls(int kernel);
+/* Calls since the process started that ran unsplit (how 0), split with the
+ * combine kernel (1), or split with the last blocks merging (2:
+ * GPC_PAGED_COMBINE=fused). */
+long gpc_cuda_paged_split_calls(int how);
 
 #ifdef __cplusplus
 }

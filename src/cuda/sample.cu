@@ -4,15 +4,16 @@
  * the serving engine never copies logits to the host.
  *
  * Greedy rows are an argmax (largest logit, then smallest id) by block
- * reduction. Sampling rows never sort: every step of the rule is a search
- * for "the first candidate, in the ranking (logit descending, id
- * ascending), where a running sum reaches a threshold": top-k is that
- * search on counts (threshold k), top-p and the draw on weights. The search
- * is a radix select over the logits' bits seen as ordered 32-bit keys: four
- * passes of 8 bits, each a histogram of the candidates' weights per digit
- * (only those whose higher digits match the ones chosen so far), then the
- * candidates with the chosen key in id order. A candidate set is kept as
- * its last member (key, id), so the sets never need storing.
+ * reduction, the row read in 16-byte packs. Sampling rows never sort:
+ * every step of the rule is a search for "the first candidate, in the
+ * ranking (logit descending, id ascending), where a running sum reaches a
+ * threshold": top-k is that search on counts (threshold k), top-p and the
+ * draw on weights. The search is a radix select over the logits' bits seen
+ * as ordered 32-bit keys: four passes of 8 bits, each a histogram of the
+ * candidates' weights per digit (only those whose higher digits match the
+ * ones chosen so far), then the candidates with the chosen key in id
+ * order. A candidate set is kept as its last member (key, id), so the sets
+ * never need storing.
  *
  * Weights are exp((logit - max) / temperature) in fixed point, 2^36 for the
  * largest, summed as 64-bit integers: the sums are exact and the same
@@ -206,6 +207,8 @@ template <typename T>
 __global__ void __launch_bounds__(SAMPLE_THREADS)
     sample_kernel(int32_t *tokens, const T *logits, int64_t ld, int V, const float *params) {
     __shared__ sample_shared sh;
+    gpc_pdl_wait_previous(); /* GPC_PAGED_PDL (cuda_common.cuh), as the kernels below */
+    gpc_pdl_let_next_start();
     const int64_t r = blockIdx.x;
     const float temperature = params[4 * r], top_k = params[4 * r + 1];
     const float top_p = params[4 * r + 2], uniform = params[4 * r + 3];
@@ -213,9 +216,25 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     row.x = logits + r * ld;
     row.V = V;
 
-    /* the largest key, then the smallest id: key above, ~id below */
+    /* the largest key, then the smallest id: key above, ~id below. A row
+     * at a 16-byte boundary is read a pack at a time (a thread's loads all
+     * in flight together; at one row this pass is most of the kernel),
+     * the ids past the last whole pack one at a time. */
     sample_u64 best = 0;
-    for (int i = threadIdx.x; i < V; i += SAMPLE_THREADS) {
+    const int PN = gpc_pack<T>::n;
+    const int packs = ((uintptr_t)row.x & 15) == 0 ? V / PN : 0;
+#pragma unroll 4
+    for (int p = threadIdx.x; p < packs; p += SAMPLE_THREADS) {
+        float x[PN];
+        gpc_load_f32<PN>(x, row.x + (int64_t)p * PN);
+#pragma unroll
+        for (int k = 0; k < PN; k++) {
+            sample_u64 c =
+                ((sample_u64)sample_key(x[k]) << 32) | (0xffffffffu - (uint32_t)(p * PN + k));
+            best = c > best ? c : best;
+        }
+    }
+    for (int i = packs * PN + threadIdx.x; i < V; i += SAMPLE_THREADS) {
         sample_u64 c = ((sample_u64)sample_key(row.value(i)) << 32) | (0xffffffffu - (uint32_t)i);
         best = c > best ? c : best;
     }
@@ -273,9 +292,9 @@ gpc_status gpc_cuda_sample(gpc_tensor *tokens_out, const gpc_tensor *logits, int
         return gpc_error(GPC_ERR_UNSUPPORTED, "sample: %lld rows are more than one launch takes",
                          (long long)R);
     GPC_CUDA_DISPATCH(logits->dtype, E, {
-        sample_kernel<E><<<(unsigned)R, SAMPLE_THREADS, 0, gpc_cuda_stream()>>>(
-            (int32_t *)tokens_out->data, (const E *)logits->data, Vp, vocab_size,
-            (const float *)params->data);
+        gpc_cuda_start(gpc_cuda_serving_pdl(), sample_kernel<E>, dim3((unsigned)R), SAMPLE_THREADS,
+                       (int32_t *)tokens_out->data, (const E *)logits->data, Vp, vocab_size,
+                       (const float *)params->data);
     });
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
@@ -283,6 +302,8 @@ gpc_status gpc_cuda_sample(gpc_tensor *tokens_out, const gpc_tensor *logits, int
 
 template <typename T>
 __global__ void forbid_tokens_kernel(T *logits, int64_t ld, const int32_t *tokens, int64_t R) {
+    gpc_pdl_wait_previous();
+    gpc_pdl_let_next_start();
     int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= R) return;
     int32_t t = tokens[r];
@@ -295,9 +316,9 @@ gpc_status gpc_cuda_forbid_tokens(gpc_tensor *logits, const gpc_tensor *tokens) 
     if (R == 0) return GPC_OK;
     const int threads = 128;
     GPC_CUDA_DISPATCH(logits->dtype, E, {
-        forbid_tokens_kernel<E>
-            <<<(unsigned)((R + threads - 1) / threads), threads, 0, gpc_cuda_stream()>>>(
-                (E *)logits->data, Vp, (const int32_t *)tokens->data, R);
+        gpc_cuda_start(gpc_cuda_serving_pdl(), forbid_tokens_kernel<E>,
+                       dim3((unsigned)((R + threads - 1) / threads)), threads, (E *)logits->data,
+                       Vp, (const int32_t *)tokens->data, R);
     });
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
@@ -307,6 +328,8 @@ gpc_status gpc_cuda_forbid_tokens(gpc_tensor *logits, const gpc_tensor *tokens) 
  * so a bad feed never reads outside previous. */
 __global__ void feed_tokens_kernel(int32_t *tokens, const int32_t *feed, const int32_t *previous,
                                    int64_t N, int64_t R) {
+    gpc_pdl_wait_previous();
+    gpc_pdl_let_next_start();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) return;
     int32_t f = feed[i];
@@ -319,9 +342,9 @@ gpc_status gpc_cuda_feed_tokens(gpc_tensor *tokens, const gpc_tensor *feed,
     int64_t N = gpc_tensor_numel(tokens), R = gpc_tensor_numel(previous);
     if (N == 0) return GPC_OK;
     const int threads = 128;
-    feed_tokens_kernel<<<(unsigned)((N + threads - 1) / threads), threads, 0, gpc_cuda_stream()>>>(
-        (int32_t *)tokens->data, (const int32_t *)feed->data, (const int32_t *)previous->data, N,
-        R);
+    gpc_cuda_start(gpc_cuda_serving_pdl(), feed_tokens_kernel,
+                   dim3((unsigned)((N + threads - 1) / threads)), threads, (int32_t *)tokens->data,
+                   (const int32_t *)feed->data, (const int32_t *)previous->data, N, R);
     GPC_CUDA_CHECK_LAUNCH();
     return GPC_OK;
 }

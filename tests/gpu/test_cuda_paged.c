@@ -14,14 +14,16 @@
  * v3) on fresh inputs: 256 rows, one row, rows at random positions, head
  * counts and sizes v2 and v3 take and one they leave to v1; CTest runs the
  * other paged attention tests under each kernel too (gpu_test_cuda_paged_v1,
- * _v2, _v3).
+ * _v2, _v3). test_paged_split_merge runs steps of few rows, whose keys
+ * split over blocks, under each kernel, with either merge of the splits.
  * Tolerances are relative to the larger of |reference| and the output's
  * RMS: 1e-4 in f32, 2e-2 in bf16 and f16 (the output's own rounding).
  * kv_store and embedding_at are copies and sums of rounded values, checked
  * exactly. Bad table entries must stay inside the cache (checked against a
  * float64 reference of what the kernel promises). Sampling must give the
  * CPU's token, or, where the uniform or top_p lies within 1e-4 of a
- * boundary, the CPU's token at a nearby uniform or top_p. forbid_tokens
+ * boundary, the CPU's token at a nearby uniform or top_p; greedy rows
+ * full of ties must give the first largest id exactly. forbid_tokens
  * must change exactly the entries it names, feed_tokens give the CPU's
  * tokens.
  *
@@ -241,6 +243,69 @@ static void test_paged_kernels(void **state) {
                      gpc_cuda_paged_calls(kernel) - calls, want_calls);
         gpc_cuda_paged_set_kernel(before);
     }
+}
+
+/* Steps of few rows, whose keys split over several blocks, merged by the
+ * last block of each unit (GPC_PAGED_COMBINE=fused, the default) or by the
+ * combine kernel (=kernel): each kernel, odd head counts and sizes (the
+ * scalar path's too), 1 to 5 rows, each shape three times on fresh
+ * queries, so that a merge counter left behind by one call would spoil the
+ * next (outputs start as NaN). Which merge ran is counted, and must be the
+ * one the setting names. CTest runs it with the combine kernel, without
+ * programmatic launches, and with splits of 64 keys too. */
+static void test_paged_split_merge(void **state) {
+    (void)state;
+    const struct {
+        gpc_dtype dtype;
+        int NH, hs;
+    } cases[] = {
+        {GPC_BF16, 12, 64}, {GPC_BF16, 13, 64}, {GPC_F16, 5, 64},
+        {GPC_F32, 3, 32},   {GPC_BF16, 2, 48},  {GPC_F32, 7, 128},
+    };
+    const char *combine = gpc_setting_str("GPC_PAGED_COMBINE");
+    const int fused = !(combine && !strcmp(combine, "kernel"));
+    long before[3];
+    for (int how = 0; how < 3; how++)
+        before[how] = gpc_cuda_paged_split_calls(how);
+    long calls = 0;
+    for (int kernel = 1; kernel <= 3; kernel++) {
+        int was = gpc_cuda_paged_set_kernel(kernel);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            const gpc_dtype dtype = cases[c].dtype;
+            const int NH = cases[c].NH, S = 6;
+            const int64_t C = (int64_t)NH * cases[c].hs;
+            int64_t len[6];
+            for (int i = 0; i < S; i++)
+                len[i] = 1 + below(1300);
+            len[0] = 2048, len[1] = 1, len[2] = 383;
+            host_cache h = make_cache(dtype, len, S, C);
+            for (int rows = 1; rows <= 5; rows += 2)
+                for (int rep = 0; rep < 3; rep++) {
+                    int32_t seq[5], pos[5];
+                    for (int i = 0; i < rows; i++) {
+                        seq[i] = below(S);
+                        pos[i] = below((int32_t)len[seq[i]]);
+                    }
+                    if (rep == 0) seq[0] = 0, pos[0] = 2047; /* every split has keys */
+                    char what[120];
+                    snprintf(what, sizeof what, "split merge, kernel v%d, call %d", kernel, rep);
+                    paged_compare(what, dtype, &h, NH, seq, pos, rows);
+                    calls++;
+                }
+            drop_cache(&h);
+        }
+        gpc_cuda_paged_set_kernel(was);
+    }
+    long got[3];
+    for (int how = 0; how < 3; how++)
+        got[how] = gpc_cuda_paged_split_calls(how) - before[how];
+    if (got[0] + got[1] + got[2] != calls)
+        fail_msg("split merge: %ld + %ld + %ld calls counted, %ld made", got[0], got[1], got[2],
+                 calls);
+    if (fused ? got[2] == 0 || got[1] != 0 : got[1] == 0 || got[2] != 0)
+        fail_msg("split merge (GPC_PAGED_COMBINE=%s): %ld calls merged by the kernel, %ld by "
+                 "the last blocks",
+                 fused ? "fused" : "kernel", got[1], got[2]);
 }
 
 /* Attention in float64 of query q over the positions 0 .. keys-1 of a
@@ -537,6 +602,60 @@ static void test_sample(void **state) {
 
 /* forbid_tokens: -inf at each row's token, rows of -1 (and, on the GPU,
  * of a token past the row) unchanged; everything else exactly as it was. */
+/* Greedy rows on logits full of ties (a handful of values), the largest
+ * repeated at random ids: the GPU must give the CPU's token, the smallest
+ * id of the largest logit, exactly. Row lengths and vocabularies that
+ * leave some rows off a 16-byte boundary (read one logit at a time) and
+ * some ids past the last whole pack, for every dtype. */
+static void test_sample_greedy_ties(void **state) {
+    (void)state;
+    const struct { int V, ld; } shapes[] = {{50257, 50304}, {1001, 1003}, {8, 8}, {37, 40}, {3, 5}};
+    enum { R = 23 };
+    for (int d = 0; d < 3; d++)
+        for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+            const gpc_dtype dtype = dtypes[d];
+            const int V = shapes[c].V, ld = shapes[c].ld;
+            float *logits = malloc((size_t)R * ld * sizeof(float));
+            float params[R * 4];
+            for (int r = 0; r < R; r++) {
+                float *row = logits + (int64_t)r * ld;
+                for (int i = 0; i < ld; i++)
+                    row[i] = round_to(dtype, (float)below(5) - 2.0f);
+                /* the largest, 3, at one to four ids (the first pass may miss) */
+                int copies = 1 + below(4);
+                for (int k = 0; k < copies; k++)
+                    row[below(V)] = 3.0f;
+                if (r % 7 == 0) row[V - 1] = 3.0f;       /* in the tail */
+                if (r % 7 == 0 && ld > V) row[V] = 9.0f; /* padding: never a token */
+                params[4 * r] = 0.0f, params[4 * r + 1] = 0.0f, params[4 * r + 2] = 1.0f;
+                params[4 * r + 3] = gpc_rng_uniform(&rng);
+            }
+            int32_t want[R];
+            gpc_device cpu = gpc_cpu();
+            gpc_tensor ct = gpc_tensor_1d(want, GPC_I32, cpu, R);
+            gpc_tensor cl = gpc_tensor_2d(logits, GPC_F32, cpu, R, ld);
+            gpc_tensor cp = gpc_tensor_2d(params, GPC_F32, cpu, R, 4);
+            TEST_OK(gpc_op_sample(&ct, &cl, V, &cp));
+            const int64_t sl[2] = {R, ld}, sp[2] = {R, 4}, sn[1] = {R};
+            gpc_tensor gl = gpu_tensor(dtype, 2, sl, logits);
+            gpc_tensor gp = gpu_tensor(GPC_F32, 2, sp, params);
+            gpc_tensor gt = gpu_tensor(GPC_I32, 1, sn, NULL);
+            TEST_OK(gpc_op_sample(&gt, &gl, V, &gp));
+            int32_t *got = (int32_t *)download(&gt);
+            for (int r = 0; r < R; r++) {
+                int first = 0;
+                while (logits[(int64_t)r * ld + first] != 3.0f)
+                    first++;
+                if (want[r] != first || got[r] != first)
+                    fail_msg("greedy ties (%s, V %d, rows of %d): row %d gave %d on the GPU, %d "
+                             "on the CPU; the first largest is %d",
+                             gpc_dtype_name(dtype), V, ld, r, got[r], want[r], first);
+            }
+            gpc_tensor_free(&gl), gpc_tensor_free(&gp), gpc_tensor_free(&gt);
+            free(logits), free(got);
+        }
+}
+
 static void test_forbid_tokens(void **state) {
     (void)state;
     enum { R = 37, VP = 320 };
@@ -611,10 +730,16 @@ int main(void) {
     if (gpc_setting_given("GPC_TEST_FILTER"))
         cmocka_set_test_filter(gpc_setting_given("GPC_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_paged_attention), cmocka_unit_test(test_paged_attention_bad_tables),
-        cmocka_unit_test(test_paged_kernels),   cmocka_unit_test(test_kv_store),
-        cmocka_unit_test(test_embedding_at),    cmocka_unit_test(test_sample),
-        cmocka_unit_test(test_forbid_tokens),   cmocka_unit_test(test_feed_tokens),
+        cmocka_unit_test(test_paged_attention),
+        cmocka_unit_test(test_paged_attention_bad_tables),
+        cmocka_unit_test(test_paged_kernels),
+        cmocka_unit_test(test_paged_split_merge),
+        cmocka_unit_test(test_sample_greedy_ties),
+        cmocka_unit_test(test_kv_store),
+        cmocka_unit_test(test_embedding_at),
+        cmocka_unit_test(test_sample),
+        cmocka_unit_test(test_forbid_tokens),
+        cmocka_unit_test(test_feed_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
