@@ -620,7 +620,7 @@ static void test_sample_greedy_ties(void **state) {
             for (int r = 0; r < R; r++) {
                 float *row = logits + (int64_t)r * ld;
                 for (int i = 0; i < ld; i++)
-                    row[i] = round_to(dtype, (float)below(5) - 2.0f);
+                    row[i] = test_round_to(dtype, (float)below(5) - 2.0f);
                 /* the largest, 3, at one to four ids (the first pass may miss) */
                 int copies = 1 + below(4);
                 for (int k = 0; k < copies; k++)
@@ -637,11 +637,11 @@ static void test_sample_greedy_ties(void **state) {
             gpc_tensor cp = gpc_tensor_2d(params, GPC_F32, cpu, R, 4);
             TEST_OK(gpc_op_sample(&ct, &cl, V, &cp));
             const int64_t sl[2] = {R, ld}, sp[2] = {R, 4}, sn[1] = {R};
-            gpc_tensor gl = gpu_tensor(dtype, 2, sl, logits);
-            gpc_tensor gp = gpu_tensor(GPC_F32, 2, sp, params);
-            gpc_tensor gt = gpu_tensor(GPC_I32, 1, sn, NULL);
+            gpc_tensor gl = test_gpu_tensor(dtype, 2, sl, logits);
+            gpc_tensor gp = test_gpu_tensor(GPC_F32, 2, sp, params);
+            gpc_tensor gt = test_gpu_tensor(GPC_I32, 1, sn, NULL);
             TEST_OK(gpc_op_sample(&gt, &gl, V, &gp));
-            int32_t *got = (int32_t *)download(&gt);
+            int32_t *got = (int32_t *)test_gpu_download(&gt);
             for (int r = 0; r < R; r++) {
                 int first = 0;
                 while (logits[(int64_t)r * ld + first] != 3.0f)
