@@ -16,7 +16,7 @@
 #               the four projections, in plain PyTorch
 # STEPS (default 6) steps are timed after 3 warm-up steps; CTX (default 1024)
 # and DEVICE (default cuda; cpu with SKIP_TORCH=1 for a quick check of the
-# script) change the rest; GPC_ARGS (e.g. "--recompute block") is added to
+# script) change the rest; TRAIN_ARGS (e.g. "--recompute block") is added to
 # both gpc runs, and SKIP_TORCH=1 leaves out the PyTorch runs. Prints per run
 #   RESULT lora case=full|lora who=gpc|torch tokens_per_s=N smi_peak_gib=G ...
 # and the memory saved by LoRA for each.
@@ -32,7 +32,7 @@ mb=${MB:-8}
 acc=${ACC:-8}
 ctx=${CTX:-1024}
 device=${DEVICE:-cuda}
-read -r -a gpc_args <<<"${GPC_ARGS:-}"
+read -r -a gpc_args <<<"${TRAIN_ARGS:-}"
 precision=bf16
 [[ $device == cpu ]] && precision=f32
 data=${GPC_BENCH_DATA:-/tmp/gpc-bench-data}
