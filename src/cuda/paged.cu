@@ -164,7 +164,7 @@ gpc_status gpc_cuda_kv_store(gpc_tensor *k_cache, gpc_tensor *v_cache, const gpc
 #define PAGED_BLOCKS_PER_SM 4
 /* and never into splits of fewer keys than this (the combine's reads and
  * each block's fixed costs would outweigh the keys' own loads) */
-#define PAGED_MIN_SPLIT_KEYS 256
+#define PAGED_MIN_SPLIT_KEYS 64
 
 struct paged_shape {
     int NH, hs, C;

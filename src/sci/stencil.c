@@ -170,7 +170,7 @@ static const char *const kernel_names[GPC_STENCIL_KERNELS] = {
     "vector", "column", "plain", "shared", "twostep", "async", "stream2"};
 
 /* The kernel auto picks. */
-static const gpc_stencil_kernel default_kernel = GPC_STENCIL_KERNEL_VECTOR;
+static const gpc_stencil_kernel default_kernel = GPC_STENCIL_KERNEL_STREAM2;
 
 /* The async kernel's tile rows GPC_STENCIL_ASYNC_ROWS names; -1 for a
  * value it does not allow. */
@@ -186,7 +186,7 @@ static int async_rows_of_setting(void) {
  * value it does not allow. */
 static int stream2_rows_of_setting(void) {
     const char *rows = gpc_setting_str("GPC_STENCIL_STREAM2_ROWS");
-    if (!rows) return 14;
+    if (!rows) return 6;
     if (strcmp(rows, "6") == 0 || strcmp(rows, "14") == 0 || strcmp(rows, "30") == 0)
         return atoi(rows);
     return -1;

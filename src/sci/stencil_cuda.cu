@@ -32,7 +32,7 @@
  *           rows instead, in six or four stages).
  *   stream2 two time steps a pass (stencil_stream2), streamed like vector:
  *           16 bytes of a row a thread, u's planes in a register queue, a
- *           tile of 14 rows (GPC_STENCIL_STREAM2_ROWS: 6 or 30) and its rim
+ *           tile of 6 rows (GPC_STENCIL_STREAM2_ROWS: 14 or 30) and its rim
  *           rows computing step one into two shared-memory planes, the
  *           tile's rows step two from them, one barrier a plane; each
  *           point is read and written once every two steps. The same

@@ -41,7 +41,7 @@ static const char *const kernels[] = {"vector",  "column", "plain",  "shared",
 enum { KERNELS = sizeof kernels / sizeof kernels[0] };
 
 /* The kernel GPC_STENCIL_KERNEL=auto (or unset) picks. */
-static const char *const default_kernel = "vector";
+static const char *const default_kernel = "stream2";
 
 static int gpu_count(void) {
     const gpc_backend *b = gpc_backend_get(GPC_DEVICE_CUDA);
