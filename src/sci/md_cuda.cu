@@ -464,7 +464,8 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
     const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
     float4 *home = home_all + 32 * warp;
     unsigned *stage = stage_all[warp];
-    const unsigned below = (1u << lane) - 1;
+    __shared__ unsigned cand_all[WARPS][32]; /* the candidates' entries, a lane's each */
+    unsigned *cand = cand_all[warp];
     const float fwidth = (float)width;
     for (int64_t c = (int64_t)blockIdx.x * WARPS + warp; c < cells;
          c += (int64_t)gridDim.x * WARPS) {
@@ -532,35 +533,63 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
                             (unsigned)j |
                             ((relative_codes ? offset_code(ox, oy, oz) : offset_code(sx, sy, sz))
                              << INDEX_BITS);
-                        for (int a = 0; a < homes; a++) {
+                        /* bit a: home a within reach (hits) or for the
+                         * float64 test to decide (unsure) */
+                        unsigned hits = 0, unsure = 0;
+#pragma unroll
+                        for (int a = 0; a < 32; a++) {
+                            if (a >= homes) break;
                             const float4 p = home[a];
                             const float dx = p.x - qx, dy = p.y - qy, dz = p.z - qz;
                             const float s2 = dx * dx + dy * dy + dz * dz;
-                            bool within = false;
-                            if (valid && j != h0 + a) {
-                                if (test_f64 || (s2 < screen_high && !(s2 < screen_low))) {
-                                    /* md.c's test (the file's head) */
-                                    const md_vec pi = x[h0 + a], pj = x[j];
-                                    const double ex = pi.x - pj.x - box * sx,
-                                                 ey = pi.y - pj.y - box * sy,
-                                                 ez = pi.z - pj.z - box * sz;
-                                    within = ex * ex + ey * ey + ez * ez < reach2;
-                                } else {
-                                    within = s2 < screen_low; /* NaN: not */
-                                }
-                            }
-                            const unsigned ballot = __ballot_sync(0xffffffffu, within);
-                            if (ballot) {
-                                const int base = __shfl_sync(0xffffffffu, staged, a);
-                                if (within)
-                                    stage[a * CELL_STAGE_STRIDE + base + __popc(ballot & below)] =
-                                        entry;
-                                if (lane == a) {
-                                    found += __popc(ballot);
-                                    staged += __popc(ballot);
-                                }
-                            }
+                            hits |= (unsigned)(s2 < screen_low) << a; /* NaN: not */
+                            unsure |= (unsigned)(s2 < screen_high) << a;
                         }
+                        unsure &= ~hits;
+                        if (test_f64) unsure = homes == 32 ? ~0u : (1u << homes) - 1, hits = 0;
+                        if (!valid) hits = unsure = 0;
+                        if (j >= h0 && j < h0 + homes) { /* itself */
+                            hits &= ~(1u << (j - h0));
+                            unsure &= ~(1u << (j - h0));
+                        }
+                        if (unsure) { /* md.c's test (the file's head) */
+                            const md_vec pj = x[j];
+                            do {
+                                const int b = __ffs(unsure) - 1;
+                                unsure &= unsure - 1;
+                                const md_vec pi = x[h0 + b];
+                                const double ex = pi.x - pj.x - box * sx,
+                                             ey = pi.y - pj.y - box * sy,
+                                             ez = pi.z - pj.z - box * sz;
+                                if (ex * ex + ey * ey + ez * ez < reach2) hits |= 1u << b;
+                            } while (unsure);
+                        }
+                        /* lane a takes bit a of each lane's hits: the 32 x
+                         * 32 bit matrix transposed by swapping its blocks
+                         * across lanes, halving them each round */
+#pragma unroll
+                        for (int w = 16; w > 0; w >>= 1) {
+                            const unsigned low = w == 16  ? 0x0000ffffu
+                                                 : w == 8 ? 0x00ff00ffu
+                                                 : w == 4 ? 0x0f0f0f0fu
+                                                 : w == 2 ? 0x33333333u
+                                                          : 0x55555555u;
+                            const unsigned other = __shfl_xor_sync(0xffffffffu, hits, w);
+                            hits = lane & w ? (hits & ~low) | ((other & ~low) >> w)
+                                            : (hits & low) | ((other & low) << w);
+                        }
+                        cand[lane] = entry;
+                        __syncwarp();
+                        /* hits: bit l, candidate lane l within reach of this
+                         * lane's home atom; they take its next slots in lane
+                         * order */
+                        found += __popc(hits);
+                        while (hits) {
+                            const int l = __ffs(hits) - 1;
+                            hits &= hits - 1;
+                            stage[lane * CELL_STAGE_STRIDE + staged++] = cand[l];
+                        }
+                        __syncwarp();
                     }
                 }
             }
