@@ -558,9 +558,9 @@ static void test_sample(void **state) {
         gpc_tensor gp = test_gpu_tensor(GPC_F32, 2, sp, params);
         gpc_tensor gt = test_gpu_tensor(GPC_I32, 1, sn, NULL);
         TEST_OK(gpc_op_sample(&gt, &gl, V, &gp));
-        int32_t *got = (int32_t *)test_gpu_download(&gt);
+        int32_t *got = test_gpu_download_i32(&gt);
         TEST_OK(gpc_op_sample(&gt, &gl, V, &gp));
-        int32_t *again = (int32_t *)test_gpu_download(&gt);
+        int32_t *again = test_gpu_download_i32(&gt);
         int exact = 0;
         for (int r = 0; r < R; r++) {
             const float *p = params + 4 * r;
@@ -641,7 +641,7 @@ static void test_sample_greedy_ties(void **state) {
             gpc_tensor gp = test_gpu_tensor(GPC_F32, 2, sp, params);
             gpc_tensor gt = test_gpu_tensor(GPC_I32, 1, sn, NULL);
             TEST_OK(gpc_op_sample(&gt, &gl, V, &gp));
-            int32_t *got = (int32_t *)test_gpu_download(&gt);
+            int32_t *got = test_gpu_download_i32(&gt);
             for (int r = 0; r < R; r++) {
                 int first = 0;
                 while (logits[(int64_t)r * ld + first] != 3.0f)

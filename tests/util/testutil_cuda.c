@@ -56,6 +56,16 @@ void test_gpu_upload(gpc_tensor *t, const float *host, int64_t n) {
     free(buf);
 }
 
+int32_t *test_gpu_download_i32(const gpc_tensor *t) {
+    assert_int_equal(t->dtype, GPC_I32);
+    int64_t n = gpc_tensor_numel(t);
+    float *raw = test_gpu_download(t);
+    int32_t *out = malloc((size_t)n * sizeof(int32_t) + 4);
+    memcpy(out, raw, (size_t)n * sizeof(int32_t));
+    free(raw);
+    return out;
+}
+
 float *test_gpu_download(const gpc_tensor *t) {
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     int64_t n = gpc_tensor_numel(t);

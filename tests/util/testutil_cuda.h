@@ -24,4 +24,7 @@ void test_gpu_upload(gpc_tensor *t, const float *host, int64_t n);
  * malloc'd; for GPC_I32 the buffer holds the int32 values as they are. */
 float *test_gpu_download(const gpc_tensor *t);
 
+/* The same for a GPC_I32 tensor, as int32 values, malloc'd. */
+int32_t *test_gpu_download_i32(const gpc_tensor *t);
+
 #endif /* GPC_TESTUTIL_CUDA_H */
