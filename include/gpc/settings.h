@@ -57,6 +57,9 @@ const gpc_setting_info *gpc_settings_find(const char *name);
  * NULL). Any type: the text as given, unchecked; callers of STRING settings
  * with choices check the value themselves. */
 const char *gpc_setting_str(const char *name);
+/* 1 when text is one of name's choices in the table, or the setting has
+ * none; 0 otherwise (and for a name not in the table). */
+int gpc_setting_is_choice(const char *name, const char *text);
 /* The value given (override, else environment), NULL when none: for callers
  * that must tell "unset" from the default. */
 const char *gpc_setting_given(const char *name);

@@ -325,6 +325,11 @@ static const char *expected_text(const gpc_setting_info *info, char *buf, size_t
     return "valid";
 }
 
+int gpc_setting_is_choice(const char *name, const char *text) {
+    const gpc_setting_info *info = entry(name);
+    return info && text && is_choice(info, text) == 0;
+}
+
 const char *gpc_setting_given(const char *name) {
     const gpc_setting_info *info = entry(name);
     return info ? given(info) : NULL;

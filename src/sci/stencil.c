@@ -172,24 +172,12 @@ static const char *const kernel_names[GPC_STENCIL_KERNELS] = {
 /* The kernel auto picks. */
 static const gpc_stencil_kernel default_kernel = GPC_STENCIL_KERNEL_STREAM2;
 
-/* The async kernel's tile rows GPC_STENCIL_ASYNC_ROWS names; -1 for a
- * value it does not allow. */
-static int async_rows_of_setting(void) {
-    const char *rows = gpc_setting_str("GPC_STENCIL_ASYNC_ROWS");
-    if (!rows) return 16;
-    if (strcmp(rows, "8") == 0 || strcmp(rows, "16") == 0 || strcmp(rows, "32") == 0)
-        return atoi(rows);
-    return -1;
-}
-
-/* The stream2 kernel's tile rows GPC_STENCIL_STREAM2_ROWS names; -1 for a
- * value it does not allow. */
-static int stream2_rows_of_setting(void) {
-    const char *rows = gpc_setting_str("GPC_STENCIL_STREAM2_ROWS");
-    if (!rows) return 6;
-    if (strcmp(rows, "6") == 0 || strcmp(rows, "14") == 0 || strcmp(rows, "30") == 0)
-        return atoi(rows);
-    return -1;
+/* The tile rows a kernel's rows setting (GPC_STENCIL_ASYNC_ROWS,
+ * GPC_STENCIL_STREAM2_ROWS) names, its table default when unset; -1 for a
+ * value that is not one of the table's choices. */
+static int tile_rows_of_setting(const char *name) {
+    const char *rows = gpc_setting_str(name);
+    return gpc_setting_is_choice(name, rows) ? atoi(rows) : -1;
 }
 
 /* The update kernel GPC_STENCIL_KERNEL names; -1 for a name it does not
@@ -238,12 +226,12 @@ static gpc_status check_config(const gpc_stencil_config *c) {
                          "stencil: GPC_STENCIL_KERNEL=%s is not a GPU kernel: use auto, vector, "
                          "column, plain, shared, twostep, async or stream2 (or unset it)",
                          gpc_setting_str("GPC_STENCIL_KERNEL"));
-    if (c->device.type == GPC_DEVICE_CUDA && async_rows_of_setting() < 0)
+    if (c->device.type == GPC_DEVICE_CUDA && tile_rows_of_setting("GPC_STENCIL_ASYNC_ROWS") < 0)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "stencil: GPC_STENCIL_ASYNC_ROWS=%s is not a tile of the async kernel: "
                          "use 8, 16 or 32 (or unset it)",
                          gpc_setting_str("GPC_STENCIL_ASYNC_ROWS"));
-    if (c->device.type == GPC_DEVICE_CUDA && stream2_rows_of_setting() < 0)
+    if (c->device.type == GPC_DEVICE_CUDA && tile_rows_of_setting("GPC_STENCIL_STREAM2_ROWS") < 0)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "stencil: GPC_STENCIL_STREAM2_ROWS=%s is not a tile of the stream2 "
                          "kernel: use 6, 14 or 30 (or unset it)",
@@ -275,9 +263,9 @@ static void fill_gpu_config(const gpc_stencil *s, gpc_stencil_cuda_config *g, do
     g->z0 = s->first, g->nz = s->count, g->slabs = c->domains;
     g->below = s->rank > 0, g->above = s->rank + 1 < s->world;
     g->kernel = s->kernel;
-    g->async_rows = async_rows_of_setting();
+    g->async_rows = tile_rows_of_setting("GPC_STENCIL_ASYNC_ROWS");
     if (g->async_rows < 0) g->async_rows = 16; /* checked at create, unless changed since */
-    g->stream2_rows = stream2_rows_of_setting();
+    g->stream2_rows = tile_rows_of_setting("GPC_STENCIL_STREAM2_ROWS");
     if (g->stream2_rows < 0) g->stream2_rows = 14;
     g->r = c->r, g->c6 = c6_of(c->r);
     for (int a = 0; a < 3; a++)
