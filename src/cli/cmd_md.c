@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "gpc/dist.h"
 #include "gpc/md.h"
+#include "gpc/settings.h"
 
 #include <math.h>
 #include <omp.h>
@@ -171,6 +172,15 @@ int cmd_md(int argc, char **argv) {
         NULL,
         NULL};
     CLI_PARSE_OR_RETURN(&spec, argc, argv);
+    /* the settings behind the GPU flags' defaults: a value the table does
+     * not list is refused, not read as the default */
+    static const char *const choice_settings[] = {"GPC_MD_STEP", "GPC_MD_LIST"};
+    for (size_t k = 0; k < sizeof choice_settings / sizeof choice_settings[0]; k++) {
+        const char *given = gpc_setting_given(choice_settings[k]);
+        if (given && !gpc_setting_is_choice(choice_settings[k], given))
+            return cli_usage_error("md", "%s=%s: use one of %s (or unset it)", choice_settings[k],
+                                   given, gpc_settings_find(choice_settings[k])->choices);
+    }
     if (steps < 0) return cli_usage_error("md", "--steps %d is negative", steps);
     if (thermo == 0 || thermo < -1)
         return cli_usage_error("md", "--thermo %d is not 1 or more", thermo);
