@@ -105,7 +105,9 @@ typedef struct {
 typedef struct {
     step_entry *entries; /* [max_batch] */
     int n;
-    int32_t *drawn; /* [max_logits] */
+    int32_t *drawn;     /* [max_logits] */
+    double launched_at; /* gpc_time_seconds() when it was launched */
+    double cpu_seconds; /* the model's time on the CPU backend (0 on a GPU) */
 } step_record;
 
 typedef struct {
@@ -551,10 +553,12 @@ static gpc_status launch(gpc_engine *e, const gpt_paged_batch *b, step_record *r
         double dt = gpc_time_seconds() - t0;
         *model_seconds += dt;
         e->busy_pending += dt;
+        rec->cpu_seconds = dt;
         GPC_TRY(st);
         draw_all(e, rec);
     }
     e->launched++;
+    rec->launched_at = gpc_time_seconds();
     for (int k = 0; k < rec->n; k++) {
         const step_entry *en = &rec->entries[k];
         seq *s = en->s;
@@ -568,16 +572,37 @@ static gpc_status launch(gpc_engine *e, const gpt_paged_batch *b, step_record *r
     return GPC_OK;
 }
 
+/* At GPC_LOG=debug, a line a collected step: what it ran and how long it
+ * took, so a slow first token or a stalled stream can be traced to steps. */
+static void log_step(const gpc_engine *e, const step_record *rec, double step_seconds) {
+    if (gpc_log_get_level() > GPC_LOG_DEBUG) return;
+    int decoding = 0, prompt = 0;
+    for (int k = 0; k < rec->n; k++) {
+        if (rec->entries[k].count == 1 && rec->entries[k].start >= rec->entries[k].s->prompt_len)
+            decoding++;
+        else
+            prompt += rec->entries[k].count;
+    }
+    gpc_log(GPC_LOG_DEBUG,
+            "engine step %llu: %d sequences, %d decoding, %d prompt tokens; model %.3f ms, "
+            "launch to collect %.3f ms",
+            (unsigned long long)e->collected, rec->n, decoding, prompt, step_seconds * 1e3,
+            (gpc_time_seconds() - rec->launched_at) * 1e3);
+}
+
 /* Waits for the oldest launched step's tokens (on the CPU it has them). */
 static gpc_status collect(gpc_engine *e, step_record *rec, double *model_seconds) {
     gpc_status st = GPC_OK;
+    double step_seconds = e->on_device ? 0 : rec->cpu_seconds;
     if (e->on_device) {
         double t0 = gpc_time_seconds();
         st = gpt_step_paged_collect(e->paged, rec->drawn);
         *model_seconds += gpc_time_seconds() - t0;
-        if (st == GPC_OK) e->busy_pending += gpt_paged_collected_seconds(e->paged);
+        if (st == GPC_OK) step_seconds = gpt_paged_collected_seconds(e->paged);
+        e->busy_pending += step_seconds;
     }
     e->collected++;
+    if (st == GPC_OK) log_step(e, rec, step_seconds);
     return st;
 }
 
