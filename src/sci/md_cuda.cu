@@ -427,6 +427,17 @@ md_build(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
     }
 }
 
+/* CHUNK consecutive entries of a row, from shared memory to one store of
+ * CHUNK * 4 bytes (to aligned to that). */
+template <int CHUNK> __device__ __forceinline__ void store_run(unsigned *to, const unsigned *from) {
+    if constexpr (CHUNK == 4)
+        *reinterpret_cast<uint4 *>(to) = make_uint4(from[0], from[1], from[2], from[3]);
+    else if constexpr (CHUNK == 2)
+        *reinterpret_cast<uint2 *>(to) = make_uint2(from[0], from[1]);
+    else
+        to[0] = from[0];
+}
+
 /* The same rows as md_build's, a warp per cell: the cell's atoms (up to
  * 32 at a time, their float32 positions in shared memory) against the
  * candidates of each row of three cells around it (ox = -1, 0, 1 at one
@@ -451,6 +462,7 @@ md_build(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
  * of its own to another place (the slots of a row are the atoms' number
  * apart with one lane), and those partial stores were most of the
  * build's time. */
+template <int CHUNK>
 __global__ void __launch_bounds__(CELL_BUILD_THREADS)
     md_build_cells(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
                    double box, int m, double width, const int *__restrict__ cell_start,
@@ -478,17 +490,30 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
             __syncwarp();
             int found = 0;  /* of atom h0 + lane, written or staged */
             int staged = 0; /* of those, staged */
-            /* the stages out: lane a atom a's row, slot by slot */
-            auto flush = [&]() {
+            /* the stages out, lane a atom a's row: CHUNK slots at a time,
+             * each run of CHUNK consecutive in memory (slot_of) one store.
+             * A run not yet full stays staged (moved to the stage's front)
+             * unless this is the row's end, so every run starts at a
+             * multiple of CHUNK. */
+            auto flush = [&](bool end) {
                 __syncwarp();
-                const int most = __reduce_max_sync(0xffffffffu, staged);
-                for (int k = 0; k < most; k++) {
-                    const int slot = found - staged + k;
-                    if (k < staged && slot < capacity)
-                        neigh[slot_of(h0 + lane, slot, n, lanes_log2)] =
-                            stage[lane * CELL_STAGE_STRIDE + k];
+                const int ready = end ? staged : staged / CHUNK * CHUNK;
+                const int runs = __reduce_max_sync(0xffffffffu, (ready + CHUNK - 1) / CHUNK);
+                const unsigned *mine = stage + lane * CELL_STAGE_STRIDE;
+                for (int r = 0; r < runs; r++) {
+                    const int k = r * CHUNK, slot = found - staged + k;
+                    if (k >= ready || slot >= capacity) continue;
+                    unsigned *to = neigh + slot_of(h0 + lane, slot, n, lanes_log2);
+                    if (k + CHUNK <= ready) {
+                        store_run<CHUNK>(to, mine + k);
+                    } else {
+                        for (int e = k; e < ready; e++)
+                            to[e - k] = mine[e];
+                    }
                 }
-                staged = 0;
+                for (int e = ready; e < staged; e++)
+                    stage[lane * CELL_STAGE_STRIDE + e - ready] = mine[e];
+                staged -= ready;
                 __syncwarp();
             };
             for (int oz = -1; oz <= 1; oz++) {
@@ -517,7 +542,7 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
                         total = end1 + cell_start[c2 + 1] - start2;
                     }
                     for (int t0 = 0; t0 < total; t0 += 32) {
-                        if (__reduce_max_sync(0xffffffffu, staged) > CELL_STAGE - 32) flush();
+                        if (__reduce_max_sync(0xffffffffu, staged) > CELL_STAGE - 32) flush(false);
                         const int t = t0 + lane;
                         const bool valid = t < total;
                         const int ox = t < end0 ? -1 : (t < end1 ? 0 : 1);
@@ -593,7 +618,7 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
                     }
                 }
             }
-            flush();
+            flush(true);
             if (lane < homes) {
                 count[h0 + lane] = found < capacity ? found : capacity;
                 if (found > capacity) {
@@ -988,6 +1013,14 @@ extern "C" void gpc_md_cuda_free(gpc_md_cuda *g) {
     gpc_free(g);
 }
 
+/* md_build_cells for a layout of 2^lanes_log2 lanes an atom: its stores
+ * are runs of the slots consecutive in memory (1, 2, or 4 of 4 or 8). */
+static auto cell_builder(int lanes_log2) {
+    return lanes_log2 >= 2   ? md_build_cells<4>
+           : lanes_log2 == 1 ? md_build_cells<2>
+                             : md_build_cells<1>;
+}
+
 /* Queues the build (each kernel returns at once unless flags->rebuild). */
 static gpc_status queue_build(gpc_md_cuda *g, long long step) {
     const int lb = g->loop_blocks, t = LOOP_THREADS;
@@ -1011,7 +1044,7 @@ static gpc_status queue_build(gpc_md_cuda *g, long long step) {
     const float screen_low = (float)(g->reach2 * (1 - SCREEN_MARGIN)),
                 screen_high = (float)(g->reach2 * (1 + SCREEN_MARGIN));
     if (!g->c.build_per_atom) {
-        md_build_cells<<<g->cell_build_blocks, CELL_BUILD_THREADS, 0, g->stream>>>(
+        cell_builder(g->lanes_log2)<<<g->cell_build_blocks, CELL_BUILD_THREADS, 0, g->stream>>>(
             g->n, g->x, g->xr, box, g->m, g->width, g->cell_start, g->cells, g->reach2, screen_low,
             screen_high, g->c.build_f64, g->c.forces_f32, g->c.row_capacity, g->lanes_log2,
             g->count, g->neigh, g->flags);
@@ -1273,8 +1306,8 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
         MD_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, build, LOOP_THREADS, 0));
         g->build_blocks = prop.multiProcessorCount * (resident > 0 ? resident : 1);
         resident = 0;
-        MD_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, md_build_cells,
-                                                               CELL_BUILD_THREADS, 0));
+        MD_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &resident, cell_builder(g->lanes_log2), CELL_BUILD_THREADS, 0));
         g->cell_build_blocks = prop.multiProcessorCount * (resident > 0 ? resident : 1);
     }
     /* a blocking stream: it waits for the default stream's copies and sets
