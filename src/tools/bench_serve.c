@@ -45,6 +45,20 @@ static int buffer_append(buffer *b, const void *bytes, size_t n) {
     return 0;
 }
 
+/* Appends t to the growing array *v of *n values (room for *cap); -1
+ * when memory runs out. */
+static int push_time(double **v, size_t *n, size_t *cap, double t) {
+    if (*n == *cap) {
+        size_t grown_cap = *cap ? *cap * 2 : 64;
+        double *grown = realloc(*v, grown_cap * sizeof *grown);
+        if (!grown) return -1;
+        *v = grown;
+        *cap = grown_cap;
+    }
+    (*v)[(*n)++] = t;
+    return 0;
+}
+
 typedef struct {
     struct sockaddr_in addr;
     char host[128];
@@ -192,14 +206,7 @@ static void watch_events(void *user, const buffer *body, double now) {
         if (strncmp(event, "data: {", 7) != 0) continue;
         if (!w->first) w->first = now;
         if (!carries_tokens(event + 6, (size_t)(p - event) - 6)) continue;
-        if (w->count == w->cap) {
-            size_t cap = w->cap ? w->cap * 2 : 64;
-            double *grown = realloc(w->times, cap * sizeof *grown);
-            if (!grown) return;
-            w->times = grown;
-            w->cap = cap;
-        }
-        w->times[w->count++] = now;
+        if (push_time(&w->times, &w->count, &w->cap, now)) return;
     }
 }
 
@@ -258,16 +265,8 @@ static void *client(void *arg) {
             s->r->completion_tokens += (uint64_t)tokens;
             s->r->events += w.count;
             s->ttft[s->nttft++] = (w.count ? w.times[0] : w.first ? w.first : t1) - t0;
-            for (size_t i = 1; i < w.count; i++) {
-                if (s->nitl == s->citl) {
-                    size_t cap = s->citl ? s->citl * 2 : 1024;
-                    double *grown = realloc(s->itl, cap * sizeof *grown);
-                    if (!grown) break;
-                    s->itl = grown;
-                    s->citl = cap;
-                }
-                s->itl[s->nitl++] = w.times[i] - w.times[i - 1];
-            }
+            for (size_t i = 1; i < w.count; i++)
+                if (push_time(&s->itl, &s->nitl, &s->citl, w.times[i] - w.times[i - 1])) break;
         } else {
             if (status == 503)
                 s->r->busy++;
