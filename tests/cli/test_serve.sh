@@ -267,6 +267,22 @@ for r in d["runs"]:
     assert 0 < r["server_busy_fraction"] <= 1.05, r
 EOF
 grep -q "tokens/s" "$work/bench.out" || fail "bench serve table: $(cat "$work/bench.out")"
+# one token a response: one event each, so no inter-token gap to time;
+# without --stream no events at all
+"$GPC" bench serve --url "$url" --requests 4 --prompt-tokens 8 --max-tokens 1 --stream \
+  --json "$work/one.json" >"$work/one.out" 2>&1 || fail "bench serve, 1 token: $(cat "$work/one.out")"
+"$GPC" bench serve --url "$url" --requests 2 --prompt-tokens 8 --max-tokens 3 \
+  --json "$work/plain.json" >"$work/plain.out" 2>&1 || fail "bench serve, plain: $(cat "$work/plain.out")"
+python3 - "$work/one.json" "$work/plain.json" <<'EOF' || fail "bench serve JSON: $(cat "$work"/{one,plain}.json)"
+import json, sys
+r = json.load(open(sys.argv[1]))["runs"][0]
+assert r["ok"] == 4 and r["completion_tokens"] == 4 and r["events"] == 4, r
+assert r["ttft_p50"] > 0 and r["itl_p50"] is None and r["itl_p99"] is None, r
+r = json.load(open(sys.argv[2]))["runs"][0]
+assert r["ok"] == 2 and r["completion_tokens"] == 6 and r["events"] is None, r
+assert r["ttft_p50"] > 0 and r["itl_p50"] is None and r["itl_p99"] is None, r
+EOF
+grep -q "no inter-token gap" "$work/one.out" || fail "bench serve, 1 token: $(cat "$work/one.out")"
 stop_server
 [[ $server_rc -eq 0 ]] || fail "gpc serve exit $server_rc after SIGTERM: $(cat "$work/serve.err")"
 
