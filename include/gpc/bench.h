@@ -110,7 +110,13 @@ typedef struct {
     double seconds;              /* wall time of the whole run */
     double tokens_per_second;    /* completion tokens / seconds */
     double ttft_p50, ttft_p99;   /* seconds */
-    double itl_p50, itl_p99;     /* seconds between stream chunks; -1 without --stream */
+    uint64_t events;             /* streamed events that carried tokens, over the ok
+                                    requests: the server may send several ready tokens
+                                    in one event, so ok <= events <= completion_tokens;
+                                    0 without stream */
+    double itl_p50, itl_p99;     /* seconds between a request's token-carrying events; -1
+                                    without stream, or when no request had two such
+                                    events (events == ok) */
     double server_busy_fraction; /* gpc serve's busy seconds / wall seconds over the run
                                     (its /metrics); -1 when it does not say */
     char first_error[256];       /* the first failure's status and body */

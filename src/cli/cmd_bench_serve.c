@@ -12,11 +12,12 @@
 
 static const char *NAME = "bench serve";
 
+/* A latency cell: milliseconds, or "-" for a figure the run does not have. */
 static void ms(double seconds, char *buf, size_t size) {
     if (seconds < 0)
         snprintf(buf, size, "-");
     else
-        snprintf(buf, size, "%.1f", seconds * 1e3);
+        snprintf(buf, size, "%.1f ms", seconds * 1e3);
 }
 
 static void json_number(FILE *f, const char *name, double v, int last) {
@@ -38,6 +39,10 @@ static void print_json(FILE *f, const gpc_bench_serve_options *o, const gpc_benc
                 "\"failed\": %d, \"completion_tokens\": %llu, ",
                 i ? "," : "", r[i].concurrency, r[i].requests, r[i].ok, r[i].busy, r[i].failed,
                 (unsigned long long)r[i].completion_tokens);
+        if (o->stream)
+            fprintf(f, "\"events\": %llu, ", (unsigned long long)r[i].events);
+        else
+            fprintf(f, "\"events\": null, ");
         json_number(f, "seconds", r[i].seconds, 0);
         json_number(f, "tokens_per_second", r[i].tokens_per_second, 0);
         json_number(f, "ttft_p50", r[i].ttft_p50, 0);
@@ -66,7 +71,8 @@ int cmd_bench_serve(int argc, char **argv) {
          "tokens a response, past end-of-text (default 256)"},
         {"output-tokens", CLI_INT, &max_tokens, "K", "the same as --max-tokens"},
         {"stream", CLI_FLAG, &stream, NULL,
-         "stream the responses: time to first token and inter-token latency"},
+         "stream the responses: time to first token, inter-token latency and the events "
+         "that carried tokens"},
         {"token", CLI_STRING, &token_file, "FILE", "bearer token file of a server with --token"},
         {"json", CLI_STRING, &json, "FILE", "also write the results as JSON (- for stdout)"},
         {0},
@@ -77,7 +83,10 @@ int cmd_bench_serve(int argc, char **argv) {
         "[--prompt-tokens P] [--max-tokens K] [--stream] [--json FILE]",
         "Load-tests a running gpc serve: at each concurrency, M greedy requests of P prompt "
         "tokens and K generated tokens; prints throughput, time to first token and "
-        "inter-token latency (p50, p99) and the server's busy fraction.",
+        "inter-token latency (p50, p99) and the server's busy fraction. Streamed, it also "
+        "counts the events that carried tokens: a server sends the tokens ready at once in "
+        "one event, so a run whose every response came in one event (events = ok) has no "
+        "inter-token gap, and its inter-token latency is '-' (null in JSON).",
         options,
         0,
         NULL,
@@ -114,8 +123,8 @@ int cmd_bench_serve(int argc, char **argv) {
         url, token_file ? token : NULL, 0, 0, prompt_tokens, max_tokens, stream, warmup};
     printf("gpc bench serve: %s, prompts of %d tokens, %d tokens out%s\n", url, prompt_tokens,
            max_tokens, stream ? ", streamed" : "");
-    printf("  %11s %8s %6s %6s %12s %10s %10s %9s %9s %6s\n", "concurrency", "requests", "ok",
-           "503", "tokens/s", "ttft p50", "ttft p99", "itl p50", "itl p99", "busy");
+    printf("  %11s %8s %6s %6s %12s %10s %10s %9s %9s %8s %6s\n", "concurrency", "requests", "ok",
+           "503", "tokens/s", "ttft p50", "ttft p99", "itl p50", "itl p99", "events", "busy");
     int failed = 0;
     for (int i = 0; i < n; i++) {
         o.concurrency = conc[i];
@@ -123,15 +132,18 @@ int cmd_bench_serve(int argc, char **argv) {
         gpc_status s = gpc_bench_serve(&o, &results[i]);
         if (s != GPC_OK) return cli_fail(NAME, s);
         const gpc_bench_serve_result *r = &results[i];
-        char a[16], b[16], c[16], d[16], busy[16] = "-";
+        char a[24], b[24], c[24], d[24], events[24] = "-", busy[16] = "-";
         ms(r->ttft_p50, a, sizeof a);
         ms(r->ttft_p99, b, sizeof b);
         ms(r->itl_p50, c, sizeof c);
         ms(r->itl_p99, d, sizeof d);
+        if (stream) snprintf(events, sizeof events, "%llu", (unsigned long long)r->events);
         if (r->server_busy_fraction >= 0)
             snprintf(busy, sizeof busy, "%.0f%%", 100 * r->server_busy_fraction);
-        printf("  %11d %8d %6d %6d %12.1f %7s ms %7s ms %6s ms %6s ms %6s\n", r->concurrency,
-               r->requests, r->ok, r->busy, r->tokens_per_second, a, b, c, d, busy);
+        printf("  %11d %8d %6d %6d %12.1f %10s %10s %9s %9s %8s %6s\n", r->concurrency, r->requests,
+               r->ok, r->busy, r->tokens_per_second, a, b, c, d, events, busy);
+        if (stream && r->ok && r->itl_p50 < 0)
+            printf("  %11s each response came in one event: no inter-token gap to time\n", "");
         if (r->failed) {
             fprintf(stderr, "gpc bench serve: %d requests failed; the first: %s\n", r->failed,
                     r->first_error);

@@ -193,6 +193,27 @@ __device__ __forceinline__ void paged_load(float *x, const T *p, int d0, int hs)
     }
 }
 
+/* A lane's start on one row-head: its PER elements of the query (0 for a
+ * lane without a head) scaled by scale_log2, so that the scores come out
+ * in log2 units for exp2, and its output accumulator zeroed. */
+template <typename T, int PER, bool VEC>
+__device__ __forceinline__ void paged_query(float (&q)[PER], float (&acc)[PER], const T *head,
+                                            int d0, int hs, bool head_ok, float scale_log2) {
+    if (head_ok) {
+        paged_load<T, PER, VEC>(q, head, d0, hs);
+    } else {
+#pragma unroll
+        for (int k = 0; k < PER; k++)
+            q[k] = 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < PER; k++)
+        q[k] *= scale_log2;
+#pragma unroll
+    for (int k = 0; k < PER; k++)
+        acc[k] = 0.0f;
+}
+
 /* Element d of row-head rh's output from its splits' parts: their
  * outputs weighted by exp2(max - the largest max), over the sum of their
  * sums weighted the same; a split without keys (max -inf) weighs 0, a row
@@ -276,15 +297,10 @@ __global__ void __launch_bounds__(PAGED_THREADS)
     for (int u = 0; u < PAGED_UNROLL; u++)
         next[u] = entry_of(first + u * GROUPS + g);
 
-    float q[PER];
-    paged_load<T, PER, VEC>(q, qkv + i * 3 * C + (int64_t)h * s.hs, d0, s.hs);
-#pragma unroll
-    for (int k = 0; k < PER; k++)
-        q[k] *= s.scale_log2;
-    float m = -INFINITY, l = 0.0f, acc[PER];
-#pragma unroll
-    for (int k = 0; k < PER; k++)
-        acc[k] = 0.0f;
+    float q[PER], acc[PER];
+    paged_query<T, PER, VEC>(q, acc, qkv + i * 3 * C + (int64_t)h * s.hs, d0, s.hs, true,
+                             s.scale_log2);
+    float m = -INFINITY, l = 0.0f;
 
     /* every group runs the same number of iterations, so the shuffles of a
      * warp always have all its lanes */
@@ -443,7 +459,8 @@ __global__ void __launch_bounds__(32 * HW * WK)
     const int keys = bad ? 0 : (int)min((int64_t)pos + 1, width);
     const int first = split * s.keys_per_split, last = min(keys, first + s.keys_per_split);
     const int32_t *table = tables + (int64_t)(bad ? 0 : seq) * s.max_blocks;
-    const int64_t C = s.C, hoff = (int64_t)(head_ok ? h : 0) * s.hs + d0;
+    /* the head's first element in a row of qkv or the caches; the lane's */
+    const int64_t C = s.C, head_at = (int64_t)(head_ok ? h : 0) * s.hs, hoff = head_at + d0;
     const int iters = last > first ? (last - first + KEYS - 1) / KEYS : 0;
 
     /* the block entry of key u of this warp in stage it (-1: none) */
@@ -490,21 +507,9 @@ __global__ void __launch_bounds__(32 * HW * WK)
     for (int u = 0; u < KPW; u++)
         next[u] = ent[STAGES - 1][u];
 
-    float q[PER];
-    if (head_ok) {
-        gpc_load_f32<PER>(q, qkv + i * 3 * C + hoff);
-    } else {
-#pragma unroll
-        for (int k = 0; k < PER; k++)
-            q[k] = 0.0f;
-    }
-#pragma unroll
-    for (int k = 0; k < PER; k++)
-        q[k] *= s.scale_log2;
-    float m = -INFINITY, l = 0.0f, acc[PER];
-#pragma unroll
-    for (int k = 0; k < PER; k++)
-        acc[k] = 0.0f;
+    float q[PER], acc[PER];
+    paged_query<T, PER, true>(q, acc, qkv + i * 3 * C + head_at, d0, s.hs, head_ok, s.scale_log2);
+    float m = -INFINITY, l = 0.0f;
 
     for (int it = 0; it < iters; it++) {
         issue(it + STAGES - 1, (it + STAGES - 1) % STAGES, next);

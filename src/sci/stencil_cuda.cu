@@ -181,6 +181,29 @@ template <typename T, int V> __device__ __forceinline__ void store_cs(T *p, cons
     }
 }
 
+/* One run's update: each point (1 - 6 r) u + r s, s summed x-1, x+1, y-1,
+ * y+1, z-1, z+1 (the file's arithmetic), from the run itself (here), the
+ * points beside its ends (west, east) and the runs of the rows and planes
+ * around it; points past x = n (x is the run's first) are 0. */
+template <typename T, int V>
+__device__ __forceinline__ run_of<T, V>
+update_run(const run_of<T, V> &here, T west, T east, const run_of<T, V> &north,
+           const run_of<T, V> &south, const run_of<T, V> &below, const run_of<T, V> &above, int x,
+           int n, T c6, T r) {
+    run_of<T, V> w;
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+        T s = add_rn(i == 0 ? west : here.e[i > 0 ? i - 1 : 0],
+                     i == V - 1 ? east : here.e[i < V - 1 ? i + 1 : 0]);
+        s = add_rn(s, north.e[i]);
+        s = add_rn(s, south.e[i]);
+        s = add_rn(s, below.e[i]);
+        s = add_rn(s, above.e[i]);
+        w.e[i] = x + i <= n ? fma_rn(c6, here.e[i], mul_rn(r, s)) : T(0);
+    }
+    return w;
+}
+
 /* The column kernels (vector: V = 16 bytes of elements; column: V = 1).
  * A block is 32 x H threads over a tile of 32 V x H points of a plane, and
  * marches through planes zb .. ze - 1 of its z chunk (blockIdx.z). Rows are
@@ -217,17 +240,8 @@ __global__ void __launch_bounds__(32 * H, MIN_BLOCKS)
             const run_of<T, V> north = load_nc<T, V>(c - pitch), south = load_nc<T, V>(c + pitch);
             const T west = __ldg(c - 1), east = __ldg(c + V);
             const run_of<T, V> &below = q[j], &here = q[(j + 1) % Q], &above = q[(j + 2) % Q];
-            run_of<T, V> w;
-#pragma unroll
-            for (int i = 0; i < V; i++) {
-                T s = add_rn(i == 0 ? west : here.e[i > 0 ? i - 1 : 0],
-                             i == V - 1 ? east : here.e[i < V - 1 ? i + 1 : 0]);
-                s = add_rn(s, north.e[i]);
-                s = add_rn(s, south.e[i]);
-                s = add_rn(s, below.e[i]);
-                s = add_rn(s, above.e[i]);
-                w.e[i] = x + i <= n ? fma_rn(c6, here.e[i], mul_rn(r, s)) : T(0);
-            }
+            const run_of<T, V> w =
+                update_run(here, west, east, north, south, below, above, x, n, c6, r);
             store_cs<T, V>(out + z * plane, w);
         }
     }
@@ -372,17 +386,8 @@ __global__ void __launch_bounds__(32 * H, MIN_BLOCKS)
             const T west = c[-1], east = c[V];
             const run_of<T, V> &north = j == 0 ? first : here[j > 0 ? j - 1 : 0];
             const run_of<T, V> &south = j == R - 1 ? last : here[j < R - 1 ? j + 1 : 0];
-            run_of<T, V> w;
-#pragma unroll
-            for (int i = 0; i < V; i++) {
-                T s = add_rn(i == 0 ? west : here[j].e[i > 0 ? i - 1 : 0],
-                             i == V - 1 ? east : here[j].e[i < V - 1 ? i + 1 : 0]);
-                s = add_rn(s, north.e[i]);
-                s = add_rn(s, south.e[i]);
-                s = add_rn(s, below[j].e[i]);
-                s = add_rn(s, above[j].e[i]);
-                w.e[i] = x + i <= n ? fma_rn(c6, here[j].e[i], mul_rn(r, s)) : T(0);
-            }
+            const run_of<T, V> w =
+                update_run(here[j], west, east, north, south, below[j], above[j], x, n, c6, r);
             if (x <= n && y + j <= n) store_cs<T, V>(out + (long long)j * pitch, w);
         }
 #pragma unroll
@@ -564,16 +569,7 @@ __global__ void __launch_bounds__(32 * (TY + 2), MIN_BLOCKS)
                 if (lane == 31) east = __ldg(c + V);
                 const run_of<T, V> north = load_nc<T, V>(c - pitch),
                                    south = load_nc<T, V>(c + pitch);
-#pragma unroll
-                for (int i = 0; i < V; i++) {
-                    T s = add_rn(i == 0 ? west : here.e[i > 0 ? i - 1 : 0],
-                                 i == V - 1 ? east : here.e[i < V - 1 ? i + 1 : 0]);
-                    s = add_rn(s, north.e[i]);
-                    s = add_rn(s, south.e[i]);
-                    s = add_rn(s, below.e[i]);
-                    s = add_rn(s, above.e[i]);
-                    s1.e[i] = x + i <= n ? fma_rn(c6, here.e[i], mul_rn(r, s)) : T(0);
-                }
+                s1 = update_run(here, west, east, north, south, below, above, x, n, c6, r);
             }
             T sr = 0; /* step one on the rim column */
             if (rim && plane_live) {
@@ -601,17 +597,8 @@ __global__ void __launch_bounds__(32 * (TY + 2), MIN_BLOCKS)
                 if (live) {
                     const run_of<T, V> north = load_shared<T, V>(b - ROW),
                                        south = load_shared<T, V>(b + ROW);
-                    run_of<T, V> out;
-#pragma unroll
-                    for (int i = 0; i < V; i++) {
-                        T s = add_rn(i == 0 ? west2 : o1.e[i > 0 ? i - 1 : 0],
-                                     i == V - 1 ? east2 : o1.e[i < V - 1 ? i + 1 : 0]);
-                        s = add_rn(s, north.e[i]);
-                        s = add_rn(s, south.e[i]);
-                        s = add_rn(s, o0.e[i]);
-                        s = add_rn(s, o2.e[i]);
-                        out.e[i] = x + i <= n ? fma_rn(c6, o1.e[i], mul_rn(r, s)) : T(0);
-                    }
+                    const run_of<T, V> out =
+                        update_run(o1, west2, east2, north, south, o0, o2, x, n, c6, r);
                     store_cs<T, V>(v + at + (long long)(p - 1) * plane, out);
                 }
             }

@@ -45,6 +45,20 @@ static int buffer_append(buffer *b, const void *bytes, size_t n) {
     return 0;
 }
 
+/* Appends t to the growing array *v of *n values (room for *cap); -1
+ * when memory runs out. */
+static int push_time(double **v, size_t *n, size_t *cap, double t) {
+    if (*n == *cap) {
+        size_t grown_cap = *cap ? *cap * 2 : 64;
+        double *grown = realloc(*v, grown_cap * sizeof *grown);
+        if (!grown) return -1;
+        *v = grown;
+        *cap = grown_cap;
+    }
+    (*v)[(*n)++] = t;
+    return 0;
+}
+
 typedef struct {
     struct sockaddr_in addr;
     char host[128];
@@ -159,12 +173,28 @@ static int exchange(const bench_state *s, const char *method, const char *path, 
     return rc;
 }
 
-/* The events of a stream, stamped as they complete. */
+/* The events of a stream that carry tokens, stamped as they complete. A
+ * server may send several ready tokens in one event (at most as many
+ * events as tokens, then), and a last event of usage alone. */
 typedef struct {
     size_t scanned;
+    double first; /* the first event of any kind; 0 before it */
     double *times;
     size_t count, cap;
 } stream_watch;
+
+/* Whether one event's JSON carries tokens: gpc serve's gpc_token_ids, or
+ * the text of a server that does not send them. */
+static int carries_tokens(const char *json, size_t len) {
+    json_t *root = json_loadb(json, len, 0, NULL);
+    json_t *choice = json_array_get(json_object_get(root, "choices"), 0);
+    json_t *ids = json_object_get(choice, "gpc_token_ids");
+    json_t *text = json_object_get(choice, "text");
+    int yes = json_is_array(ids) ? json_array_size(ids) > 0
+                                 : json_is_string(text) && json_string_length(text) > 0;
+    json_decref(root);
+    return yes;
+}
 
 static void watch_events(void *user, const buffer *body, double now) {
     stream_watch *w = user;
@@ -172,17 +202,11 @@ static void watch_events(void *user, const buffer *body, double now) {
     if (!body->data) return; /* headers only, so far */
     while ((p = strstr(body->data + w->scanned, "\n\n")) != NULL) {
         const char *event = body->data + w->scanned;
-        if (strncmp(event, "data: {", 7) == 0) {
-            if (w->count == w->cap) {
-                size_t cap = w->cap ? w->cap * 2 : 64;
-                double *grown = realloc(w->times, cap * sizeof *grown);
-                if (!grown) return;
-                w->times = grown;
-                w->cap = cap;
-            }
-            w->times[w->count++] = now;
-        }
         w->scanned = (size_t)(p - body->data) + 2;
+        if (strncmp(event, "data: {", 7) != 0) continue;
+        if (!w->first) w->first = now;
+        if (!carries_tokens(event + 6, (size_t)(p - event) - 6)) continue;
+        if (push_time(&w->times, &w->count, &w->cap, now)) return;
     }
 }
 
@@ -239,17 +263,10 @@ static void *client(void *arg) {
         if (status == 200 && tokens >= 0) {
             s->r->ok++;
             s->r->completion_tokens += (uint64_t)tokens;
-            s->ttft[s->nttft++] = (o->stream && w.count ? w.times[0] : t1) - t0;
-            for (size_t i = 1; i < w.count; i++) {
-                if (s->nitl == s->citl) {
-                    size_t cap = s->citl ? s->citl * 2 : 1024;
-                    double *grown = realloc(s->itl, cap * sizeof *grown);
-                    if (!grown) break;
-                    s->itl = grown;
-                    s->citl = cap;
-                }
-                s->itl[s->nitl++] = w.times[i] - w.times[i - 1];
-            }
+            s->r->events += w.count;
+            s->ttft[s->nttft++] = (w.count ? w.times[0] : w.first ? w.first : t1) - t0;
+            for (size_t i = 1; i < w.count; i++)
+                if (push_time(&s->itl, &s->nitl, &s->citl, w.times[i] - w.times[i - 1])) break;
         } else {
             if (status == 503)
                 s->r->busy++;

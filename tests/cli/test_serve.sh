@@ -251,14 +251,38 @@ d = json.load(open(sys.argv[1]))
 assert [r["concurrency"] for r in d["runs"]] == [1, 4]
 for r in d["runs"]:
     assert r["ok"] == 8 and r["failed"] == 0 and r["completion_tokens"] == 160, r
-    # two tokens may reach the client in one write on a loaded machine
-    # (an inter-token time of 0), but not most of them
-    assert 0 < r["ttft_p50"] <= r["ttft_p99"] and 0 <= r["itl_p50"] <= r["itl_p99"], r
-    assert r["itl_p99"] > 0, r
+    assert 0 < r["ttft_p50"] <= r["ttft_p99"], r
+    # the server sends the tokens ready at once in one event: at least one
+    # event a response, at most one a token
+    assert isinstance(r["events"], int) and 8 <= r["events"] <= 160, r
+    if r["events"] > r["ok"]:
+        # some response came in two events or more: its gaps are timed;
+        # two events may reach the client in one read on a loaded machine
+        # (an inter-token time of 0), but not most of them
+        assert 0 <= r["itl_p50"] <= r["itl_p99"] and r["itl_p99"] > 0, r
+    else:
+        # every response came whole in one event: no gap to time
+        assert r["itl_p50"] is None and r["itl_p99"] is None, r
     assert abs(r["tokens_per_second"] - 160 / r["seconds"]) < 1e-3 * r["tokens_per_second"], r
     assert 0 < r["server_busy_fraction"] <= 1.05, r
 EOF
 grep -q "tokens/s" "$work/bench.out" || fail "bench serve table: $(cat "$work/bench.out")"
+# one token a response: one event each, so no inter-token gap to time;
+# without --stream no events at all
+"$GPC" bench serve --url "$url" --requests 4 --prompt-tokens 8 --max-tokens 1 --stream \
+  --json "$work/one.json" >"$work/one.out" 2>&1 || fail "bench serve, 1 token: $(cat "$work/one.out")"
+"$GPC" bench serve --url "$url" --requests 2 --prompt-tokens 8 --max-tokens 3 \
+  --json "$work/plain.json" >"$work/plain.out" 2>&1 || fail "bench serve, plain: $(cat "$work/plain.out")"
+python3 - "$work/one.json" "$work/plain.json" <<'EOF' || fail "bench serve JSON: $(cat "$work"/{one,plain}.json)"
+import json, sys
+r = json.load(open(sys.argv[1]))["runs"][0]
+assert r["ok"] == 4 and r["completion_tokens"] == 4 and r["events"] == 4, r
+assert r["ttft_p50"] > 0 and r["itl_p50"] is None and r["itl_p99"] is None, r
+r = json.load(open(sys.argv[2]))["runs"][0]
+assert r["ok"] == 2 and r["completion_tokens"] == 6 and r["events"] is None, r
+assert r["ttft_p50"] > 0 and r["itl_p50"] is None and r["itl_p99"] is None, r
+EOF
+grep -q "no inter-token gap" "$work/one.out" || fail "bench serve, 1 token: $(cat "$work/one.out")"
 stop_server
 [[ $server_rc -eq 0 ]] || fail "gpc serve exit $server_rc after SIGTERM: $(cat "$work/serve.err")"
 

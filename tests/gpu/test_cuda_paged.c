@@ -522,6 +522,33 @@ static int acceptable(int32_t got, const float *x, int V, const float *p, char *
     return 0;
 }
 
+/* The inputs and output of gpc_op_sample on the GPU. */
+typedef struct {
+    gpc_tensor logits, params, tokens;
+} sample_gpu;
+
+/* Samples rows of logits (rows of ld floats, a vocabulary of V) with
+ * params (4 a row) on the CPU into want, and on the GPU with the logits in
+ * dtype; returns the GPU's tokens, malloc'd, and leaves its tensors in g. */
+static int32_t *sample_both(gpc_dtype dtype, int rows, int ld, int V, float *logits, float *params,
+                            int32_t *want, sample_gpu *g) {
+    gpc_device cpu = gpc_cpu();
+    gpc_tensor ct = gpc_tensor_1d(want, GPC_I32, cpu, rows);
+    gpc_tensor cl = gpc_tensor_2d(logits, GPC_F32, cpu, rows, ld);
+    gpc_tensor cp = gpc_tensor_2d(params, GPC_F32, cpu, rows, 4);
+    TEST_OK(gpc_op_sample(&ct, &cl, V, &cp));
+    const int64_t sl[2] = {rows, ld}, sp[2] = {rows, 4}, sn[1] = {rows};
+    g->logits = test_gpu_tensor(dtype, 2, sl, logits);
+    g->params = test_gpu_tensor(GPC_F32, 2, sp, params);
+    g->tokens = test_gpu_tensor(GPC_I32, 1, sn, NULL);
+    TEST_OK(gpc_op_sample(&g->tokens, &g->logits, V, &g->params));
+    return test_gpu_download_i32(&g->tokens);
+}
+
+static void sample_gpu_free(sample_gpu *g) {
+    gpc_tensor_free(&g->logits), gpc_tensor_free(&g->params), gpc_tensor_free(&g->tokens);
+}
+
 static void test_sample(void **state) {
     (void)state;
     enum { R = 96, V = 50257, VP = 50304, CASES = 12 };
@@ -548,19 +575,10 @@ static void test_sample(void **state) {
             if (r % 5 == 0) logits[(int64_t)r * VP + 50256] = -INFINITY;
         }
         int32_t want[R];
-        gpc_device cpu = gpc_cpu();
-        gpc_tensor ct = gpc_tensor_1d(want, GPC_I32, cpu, R);
-        gpc_tensor cl = gpc_tensor_2d(logits, GPC_F32, cpu, R, VP);
-        gpc_tensor cp = gpc_tensor_2d(params, GPC_F32, cpu, R, 4);
-        TEST_OK(gpc_op_sample(&ct, &cl, V, &cp));
-        const int64_t sl[2] = {R, VP}, sp[2] = {R, 4}, sn[1] = {R};
-        gpc_tensor gl = test_gpu_tensor(dtype, 2, sl, logits);
-        gpc_tensor gp = test_gpu_tensor(GPC_F32, 2, sp, params);
-        gpc_tensor gt = test_gpu_tensor(GPC_I32, 1, sn, NULL);
-        TEST_OK(gpc_op_sample(&gt, &gl, V, &gp));
-        int32_t *got = test_gpu_download_i32(&gt);
-        TEST_OK(gpc_op_sample(&gt, &gl, V, &gp));
-        int32_t *again = test_gpu_download_i32(&gt);
+        sample_gpu g;
+        int32_t *got = sample_both(dtype, R, VP, V, logits, params, want, &g);
+        TEST_OK(gpc_op_sample(&g.tokens, &g.logits, V, &g.params));
+        int32_t *again = test_gpu_download_i32(&g.tokens);
         int exact = 0;
         for (int r = 0; r < R; r++) {
             const float *p = params + 4 * r;
@@ -594,7 +612,7 @@ static void test_sample(void **state) {
         if (exact < R - 4)
             fail_msg("sample (%s): only %d of %d rows agree exactly", gpc_dtype_name(dtype), exact,
                      R);
-        gpc_tensor_free(&gl), gpc_tensor_free(&gp), gpc_tensor_free(&gt);
+        sample_gpu_free(&g);
         free(logits), free(got), free(again);
     }
     free(scratch);
@@ -631,17 +649,8 @@ static void test_sample_greedy_ties(void **state) {
                 params[4 * r + 3] = gpc_rng_uniform(&rng);
             }
             int32_t want[R];
-            gpc_device cpu = gpc_cpu();
-            gpc_tensor ct = gpc_tensor_1d(want, GPC_I32, cpu, R);
-            gpc_tensor cl = gpc_tensor_2d(logits, GPC_F32, cpu, R, ld);
-            gpc_tensor cp = gpc_tensor_2d(params, GPC_F32, cpu, R, 4);
-            TEST_OK(gpc_op_sample(&ct, &cl, V, &cp));
-            const int64_t sl[2] = {R, ld}, sp[2] = {R, 4}, sn[1] = {R};
-            gpc_tensor gl = test_gpu_tensor(dtype, 2, sl, logits);
-            gpc_tensor gp = test_gpu_tensor(GPC_F32, 2, sp, params);
-            gpc_tensor gt = test_gpu_tensor(GPC_I32, 1, sn, NULL);
-            TEST_OK(gpc_op_sample(&gt, &gl, V, &gp));
-            int32_t *got = test_gpu_download_i32(&gt);
+            sample_gpu g;
+            int32_t *got = sample_both(dtype, R, ld, V, logits, params, want, &g);
             for (int r = 0; r < R; r++) {
                 int first = 0;
                 while (logits[(int64_t)r * ld + first] != 3.0f)
@@ -651,7 +660,7 @@ static void test_sample_greedy_ties(void **state) {
                              "on the CPU; the first largest is %d",
                              gpc_dtype_name(dtype), V, ld, r, got[r], want[r], first);
             }
-            gpc_tensor_free(&gl), gpc_tensor_free(&gp), gpc_tensor_free(&gt);
+            sample_gpu_free(&g);
             free(logits), free(got);
         }
 }
