@@ -103,6 +103,10 @@ constexpr int CELL_BUILD_THREADS = 128; /* md_build_cells: four warps, four cell
  * starts in the next bank from the lane before) */
 constexpr int CELL_STAGE = 64;
 constexpr int CELL_STAGE_STRIDE = CELL_STAGE + 1;
+/* md_build_cells tests 32 * GROUP candidates at a time, GROUP a lane (2;
+ * GPC_MD_LIST=cells1: 1), so that each home position read from shared
+ * memory meets all of them */
+constexpr int MAX_CELL_GROUP = 2;
 constexpr int MAX_LANES = 8; /* threads per atom in the force kernel */
 constexpr int DEFAULT_LANES = 4;
 constexpr int INDEX_BITS = 27; /* a neighbour entry: index, then the offsets' code */
@@ -441,28 +445,31 @@ template <int CHUNK> __device__ __forceinline__ void store_run(unsigned *to, con
 /* The same rows as md_build's, a warp per cell: the cell's atoms (up to
  * 32 at a time, their float32 positions in shared memory) against the
  * candidates of each row of three cells around it (ox = -1, 0, 1 at one
- * oy, oz), 32 candidates at a time, a lane each. For each of the cell's
- * atoms in turn the warp's ballot says which of the 32 are within reach;
- * they take the row's next slots in lane order, which is md_build's order
- * (the 27 cells in its order, each cell's atoms in ascending index), so the
- * rows are md_build's slot for slot. A lane keeps the count of the atom of
- * its own number. Candidates are taken relative to the atom's cell corner
- * (their own corner plus the offset times the width): rounded otherwise
- * than md_build's, far below the screen's margin, so the same pairs go to
- * the float64 test and the same pairs are listed. All the warp's loops are
+ * oy, oz), 32 * GROUP candidates at a time, GROUP a lane. Each lane tests
+ * its candidates against all the cell's atoms, a bit an atom; the warp
+ * transposes the 32 x 32 bits by shuffles, so that lane a holds which
+ * candidates atom a reaches. They take the row's next slots in candidate
+ * order, which is md_build's order (the 27 cells in its order, each
+ * cell's atoms in ascending index), so the rows are md_build's slot for
+ * slot. Candidates are taken relative to the atom's cell corner (their own
+ * corner plus the offset times the width): rounded otherwise than
+ * md_build's, far below the screen's margin, so the same pairs go to the
+ * float64 test and the same pairs are listed. All the warp's loops are
  * uniform, its candidate loads one run of memory; md_build's thread per
  * atom walks other cells than its warp's neighbours and reads each
- * candidate once per atom.
+ * candidate once per atom. The time goes to the tests (a shared-memory
+ * read of the home position, six float operations and two compares), so
+ * two candidates a lane halve the reads and the loop's overhead.
  *
  * The entries go first to a stage in shared memory, CELL_STAGE a row;
- * when a row's stage might not hold another 32 (before each group of
+ * when any row's stage might not hold another 32 (before each group of
  * candidates), and at the end, the warp writes the stages out, lane a
- * atom a's: at each slot the cell's atoms (consecutive indices) are one
- * run of memory. Written straight from the ballot, each entry was a store
- * of its own to another place (the slots of a row are the atoms' number
- * apart with one lane), and those partial stores were most of the
+ * atom a's, in runs of CHUNK slots consecutive in memory (slot_of), one
+ * store each. A lane whose stage would overflow within a group writes its
+ * own out first. Written straight from the ballot, each entry was a store
+ * of its own to another place, and those partial stores were most of the
  * build's time. */
-template <int CHUNK>
+template <int CHUNK, int GROUP>
 __global__ void __launch_bounds__(CELL_BUILD_THREADS)
     md_build_cells(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
                    double box, int m, double width, const int *__restrict__ cell_start,
@@ -476,7 +483,7 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
     const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
     float4 *home = home_all + 32 * warp;
     unsigned *stage = stage_all[warp];
-    __shared__ unsigned cand_all[WARPS][32]; /* the candidates' entries, a lane's each */
+    __shared__ unsigned cand_all[WARPS][32 * MAX_CELL_GROUP]; /* the candidates' entries */
     unsigned *cand = cand_all[warp];
     const float fwidth = (float)width;
     for (int64_t c = (int64_t)blockIdx.x * WARPS + warp; c < cells;
@@ -496,13 +503,11 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
              * unless this is the row's end, so every run starts at a
              * multiple of CHUNK. */
             auto flush = [&](bool end) {
-                __syncwarp();
                 const int ready = end ? staged : staged / CHUNK * CHUNK;
-                const int runs = __reduce_max_sync(0xffffffffu, (ready + CHUNK - 1) / CHUNK);
                 const unsigned *mine = stage + lane * CELL_STAGE_STRIDE;
-                for (int r = 0; r < runs; r++) {
-                    const int k = r * CHUNK, slot = found - staged + k;
-                    if (k >= ready || slot >= capacity) continue;
+                for (int k = 0; k < ready; k += CHUNK) {
+                    const int slot = found - staged + k;
+                    if (slot >= capacity) break;
                     unsigned *to = neigh + slot_of(h0 + lane, slot, n, lanes_log2);
                     if (k + CHUNK <= ready) {
                         store_run<CHUNK>(to, mine + k);
@@ -514,7 +519,6 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
                 for (int e = ready; e < staged; e++)
                     stage[lane * CELL_STAGE_STRIDE + e - ready] = mine[e];
                 staged -= ready;
-                __syncwarp();
             };
             for (int oz = -1; oz <= 1; oz++) {
                 int nz = cz + oz;
@@ -541,78 +545,104 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
                         end1 = end0 + cell_start[c1 + 1] - start1;
                         total = end1 + cell_start[c2 + 1] - start2;
                     }
-                    for (int t0 = 0; t0 < total; t0 += 32) {
+                    for (int t0 = 0; t0 < total; t0 += 32 * GROUP) {
                         if (__reduce_max_sync(0xffffffffu, staged) > CELL_STAGE - 32) flush(false);
-                        const int t = t0 + lane;
-                        const bool valid = t < total;
-                        const int ox = t < end0 ? -1 : (t < end1 ? 0 : 1);
-                        const int j =
-                            ox < 0 ? start0 + t : (ox == 0 ? start1 + t - end0 : start2 + t - end1);
-                        const int sx = ox < 0 ? shift0 : (ox == 0 ? shift1 : shift2);
-                        float4 q = make_float4(0.f, 0.f, 0.f, 0.f);
-                        if (valid) q = __ldg(&xr[j]);
-                        /* relative to the home cell's corner */
-                        const float qx = q.x + fwidth * ox, qy = q.y + fwidth * oy,
-                                    qz = q.z + fwidth * oz;
-                        const unsigned entry =
-                            (unsigned)j |
-                            ((relative_codes ? offset_code(ox, oy, oz) : offset_code(sx, sy, sz))
-                             << INDEX_BITS);
+                        /* candidate t0 + 32 g + lane, for each g */
+                        float qx[GROUP], qy[GROUP], qz[GROUP];
+                        unsigned entry[GROUP];
+                        int jg[GROUP], sxg[GROUP];
+                        bool valid[GROUP];
+#pragma unroll
+                        for (int g = 0; g < GROUP; g++) {
+                            const int t = t0 + 32 * g + lane;
+                            valid[g] = t < total;
+                            const int ox = t < end0 ? -1 : (t < end1 ? 0 : 1);
+                            jg[g] = ox < 0 ? start0 + t
+                                           : (ox == 0 ? start1 + t - end0 : start2 + t - end1);
+                            sxg[g] = ox < 0 ? shift0 : (ox == 0 ? shift1 : shift2);
+                            float4 q = make_float4(0.f, 0.f, 0.f, 0.f);
+                            if (valid[g]) q = __ldg(&xr[jg[g]]);
+                            /* relative to the home cell's corner */
+                            qx[g] = q.x + fwidth * ox, qy[g] = q.y + fwidth * oy,
+                            qz[g] = q.z + fwidth * oz;
+                            entry[g] =
+                                (unsigned)jg[g] | ((relative_codes ? offset_code(ox, oy, oz)
+                                                                   : offset_code(sxg[g], sy, sz))
+                                                   << INDEX_BITS);
+                        }
                         /* bit a: home a within reach (hits) or for the
-                         * float64 test to decide (unsure) */
-                        unsigned hits = 0, unsure = 0;
+                         * float64 test to decide (unsure); each home's
+                         * position read once for all the lane's candidates */
+                        unsigned hits[GROUP] = {}, unsure[GROUP] = {};
 #pragma unroll
                         for (int a = 0; a < 32; a++) {
                             if (a >= homes) break;
                             const float4 p = home[a];
-                            const float dx = p.x - qx, dy = p.y - qy, dz = p.z - qz;
-                            const float s2 = dx * dx + dy * dy + dz * dz;
-                            hits |= (unsigned)(s2 < screen_low) << a; /* NaN: not */
-                            unsure |= (unsigned)(s2 < screen_high) << a;
-                        }
-                        unsure &= ~hits;
-                        if (test_f64) unsure = homes == 32 ? ~0u : (1u << homes) - 1, hits = 0;
-                        if (!valid) hits = unsure = 0;
-                        if (j >= h0 && j < h0 + homes) { /* itself */
-                            hits &= ~(1u << (j - h0));
-                            unsure &= ~(1u << (j - h0));
-                        }
-                        if (unsure) { /* md.c's test (the file's head) */
-                            const md_vec pj = x[j];
-                            do {
-                                const int b = __ffs(unsure) - 1;
-                                unsure &= unsure - 1;
-                                const md_vec pi = x[h0 + b];
-                                const double ex = pi.x - pj.x - box * sx,
-                                             ey = pi.y - pj.y - box * sy,
-                                             ez = pi.z - pj.z - box * sz;
-                                if (ex * ex + ey * ey + ez * ez < reach2) hits |= 1u << b;
-                            } while (unsure);
-                        }
-                        /* lane a takes bit a of each lane's hits: the 32 x
-                         * 32 bit matrix transposed by swapping its blocks
-                         * across lanes, halving them each round */
 #pragma unroll
-                        for (int w = 16; w > 0; w >>= 1) {
-                            const unsigned low = w == 16  ? 0x0000ffffu
-                                                 : w == 8 ? 0x00ff00ffu
-                                                 : w == 4 ? 0x0f0f0f0fu
-                                                 : w == 2 ? 0x33333333u
-                                                          : 0x55555555u;
-                            const unsigned other = __shfl_xor_sync(0xffffffffu, hits, w);
-                            hits = lane & w ? (hits & ~low) | ((other & ~low) >> w)
-                                            : (hits & low) | ((other & low) << w);
+                            for (int g = 0; g < GROUP; g++) {
+                                const float dx = p.x - qx[g], dy = p.y - qy[g], dz = p.z - qz[g];
+                                const float s2 = dx * dx + dy * dy + dz * dz;
+                                hits[g] |= (unsigned)(s2 < screen_low) << a; /* NaN: not */
+                                unsure[g] |= (unsigned)(s2 < screen_high) << a;
+                            }
                         }
-                        cand[lane] = entry;
+#pragma unroll
+                        for (int g = 0; g < GROUP; g++) {
+                            const int j = jg[g];
+                            unsigned h = hits[g], u = unsure[g] & ~hits[g];
+                            if (test_f64) u = homes == 32 ? ~0u : (1u << homes) - 1, h = 0;
+                            if (!valid[g]) h = u = 0;
+                            if (j >= h0 && j < h0 + homes) { /* itself */
+                                h &= ~(1u << (j - h0));
+                                u &= ~(1u << (j - h0));
+                            }
+                            if (u) { /* md.c's test (the file's head) */
+                                const md_vec pj = x[j];
+                                const int sx = sxg[g];
+                                do {
+                                    const int b = __ffs(u) - 1;
+                                    u &= u - 1;
+                                    const md_vec pi = x[h0 + b];
+                                    const double ex = pi.x - pj.x - box * sx,
+                                                 ey = pi.y - pj.y - box * sy,
+                                                 ez = pi.z - pj.z - box * sz;
+                                    if (ex * ex + ey * ey + ez * ez < reach2) h |= 1u << b;
+                                } while (u);
+                            }
+                            /* lane a takes bit a of each lane's hits: the
+                             * 32 x 32 bit matrix transposed by swapping its
+                             * blocks across lanes, halving them each round */
+#pragma unroll
+                            for (int w = 16; w > 0; w >>= 1) {
+                                const unsigned low = w == 16  ? 0x0000ffffu
+                                                     : w == 8 ? 0x00ff00ffu
+                                                     : w == 4 ? 0x0f0f0f0fu
+                                                     : w == 2 ? 0x33333333u
+                                                              : 0x55555555u;
+                                const unsigned other = __shfl_xor_sync(0xffffffffu, h, w);
+                                h = lane & w ? (h & ~low) | ((other & ~low) >> w)
+                                             : (h & low) | ((other & low) << w);
+                            }
+                            hits[g] = h;
+                            cand[32 * g + lane] = entry[g];
+                        }
                         __syncwarp();
-                        /* hits: bit l, candidate lane l within reach of this
-                         * lane's home atom; they take its next slots in lane
-                         * order */
-                        found += __popc(hits);
-                        while (hits) {
-                            const int l = __ffs(hits) - 1;
-                            hits &= hits - 1;
-                            stage[lane * CELL_STAGE_STRIDE + staged++] = cand[l];
+                        /* hits[g]: bit l, candidate t0 + 32 g + l within
+                         * reach of this lane's home atom; they take its next
+                         * slots in candidate order. A stage that might not
+                         * hold them is written out first (this lane's
+                         * alone: rare). */
+#pragma unroll
+                        for (int g = 0; g < GROUP; g++) {
+                            unsigned h = hits[g];
+                            const int more = __popc(h);
+                            if (staged + more > CELL_STAGE) flush(false);
+                            found += more;
+                            while (h) {
+                                const int l = __ffs(h) - 1;
+                                h &= h - 1;
+                                stage[lane * CELL_STAGE_STRIDE + staged++] = cand[32 * g + l];
+                            }
                         }
                         __syncwarp();
                     }
@@ -873,6 +903,7 @@ struct gpc_md_cuda {
     int atom_blocks, loop_blocks, force_blocks;
     int build_blocks;      /* as many as are resident at once: one wave, no tail */
     int cell_build_blocks; /* the same for md_build_cells */
+    int cell_group;        /* its candidates a lane: 2, or 1 with GPC_MD_LIST=cells1 */
     int64_t since_build;   /* steps since the last build, for rebuild_every */
     cudaStream_t stream;
     md_vec *x, *v, *x_built, *v_tmp;
@@ -1013,12 +1044,17 @@ extern "C" void gpc_md_cuda_free(gpc_md_cuda *g) {
     gpc_free(g);
 }
 
-/* md_build_cells for a layout of 2^lanes_log2 lanes an atom: its stores
- * are runs of the slots consecutive in memory (1, 2, or 4 of 4 or 8). */
-static auto cell_builder(int lanes_log2) {
-    return lanes_log2 >= 2   ? md_build_cells<4>
-           : lanes_log2 == 1 ? md_build_cells<2>
-                             : md_build_cells<1>;
+/* md_build_cells for a layout of 2^lanes_log2 lanes an atom (its stores
+ * are runs of the slots consecutive in memory: 1, 2, or 4 of 4 or 8) and
+ * `group` candidates a lane. */
+static auto cell_builder(int lanes_log2, int group) {
+    if (group == 1)
+        return lanes_log2 >= 2   ? md_build_cells<4, 1>
+               : lanes_log2 == 1 ? md_build_cells<2, 1>
+                                 : md_build_cells<1, 1>;
+    return lanes_log2 >= 2   ? md_build_cells<4, 2>
+           : lanes_log2 == 1 ? md_build_cells<2, 2>
+                             : md_build_cells<1, 2>;
 }
 
 /* Queues the build (each kernel returns at once unless flags->rebuild). */
@@ -1044,7 +1080,8 @@ static gpc_status queue_build(gpc_md_cuda *g, long long step) {
     const float screen_low = (float)(g->reach2 * (1 - SCREEN_MARGIN)),
                 screen_high = (float)(g->reach2 * (1 + SCREEN_MARGIN));
     if (!g->c.build_per_atom) {
-        cell_builder(g->lanes_log2)<<<g->cell_build_blocks, CELL_BUILD_THREADS, 0, g->stream>>>(
+        cell_builder(g->lanes_log2,
+                     g->cell_group)<<<g->cell_build_blocks, CELL_BUILD_THREADS, 0, g->stream>>>(
             g->n, g->x, g->xr, box, g->m, g->width, g->cell_start, g->cells, g->reach2, screen_low,
             screen_high, g->c.build_f64, g->c.forces_f32, g->c.row_capacity, g->lanes_log2,
             g->count, g->neigh, g->flags);
@@ -1278,6 +1315,10 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
     g->c = *config;
     g->device = device;
     g->phases_on = gpc_setting_flag("GPC_MD_PHASES");
+    {
+        const char *list = gpc_setting_str("GPC_MD_LIST");
+        g->cell_group = list && strcmp(list, "cells1") == 0 ? 1 : MAX_CELL_GROUP;
+    }
     g->n = config->atoms;
     g->m = config->cells_per_side;
     g->cells = cells_of(config);
@@ -1307,7 +1348,7 @@ extern "C" gpc_status gpc_md_cuda_create(gpc_md_cuda **out, int device,
         g->build_blocks = prop.multiProcessorCount * (resident > 0 ? resident : 1);
         resident = 0;
         MD_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &resident, cell_builder(g->lanes_log2), CELL_BUILD_THREADS, 0));
+            &resident, cell_builder(g->lanes_log2, g->cell_group), CELL_BUILD_THREADS, 0));
         g->cell_build_blocks = prop.multiProcessorCount * (resident > 0 ? resident : 1);
     }
     /* a blocking stream: it waits for the default stream's copies and sets

@@ -104,7 +104,7 @@ expect_usage "--forces f16: use f64 or f32" --forces f16
 expect_usage "--gpu-step both: use split or fused" --gpu-step both
 expect_usage "--gpu-unroll 3: use 1, 2, 4 or 8" --gpu-unroll 3
 expect_usage "--gpu-list warps: use cells or atoms" --gpu-list warps
-GPC_MD_LIST=warps expect_usage "GPC_MD_LIST=warps: use one of cells|atoms" --cells 5
+GPC_MD_LIST=warps expect_usage "GPC_MD_LIST=warps: use one of cells|cells1|atoms" --cells 5
 GPC_MD_STEP=both expect_usage "GPC_MD_STEP=both: use one of split|fused" --cells 5
 expect_usage "--gpu-lanes 3: use 1, 2, 4 or 8" --gpu-lanes 3
 expect_usage "--gpu-build f16: use f32 or f64" --gpu-build f16
