@@ -310,16 +310,41 @@ done
 stop_server
 
 # ----------------------------------------------- a cache of very few blocks
-start_server --listen 127.0.0.1:0 --kv-memory 192K
+# (with GPC_LOG=debug: a line a step, checked against the requests and
+# /metrics)
+GPC_LOG=debug start_server --listen 127.0.0.1:0 --kv-memory 192K
 for k in $(seq 0 7); do
   post "kv$k" "$(body $((k % 4)))" &
   clients+=($!)
 done
 wait_clients
+prompt_sum=0
 for k in $(seq 0 7); do
   text_of "$work/kv$k.json" >"$work/kv$k.txt"
   cmp -s "$work/kv$k.txt" "$work/want$((k % 4)).txt" || fail "tiny cache, client $k: $(cat "$work/kv$k.json")"
+  prompt_sum=$((prompt_sum + $(json "$work/kv$k.json" 'd["usage"]["prompt_tokens"]')))
 done
+steps=$(metric gpc_serve_steps_total)
+preempted=$(metric gpc_serve_preemptions_total)
+python3 - "$work/serve.err" "$steps" "$prompt_sum" "$preempted" <<'EOF' ||
+import re, sys
+pat = re.compile(r"engine step (\d+): (\d+) sequences, (\d+) decoding, (\d+) prompt tokens; "
+                 r"model ([0-9.]+) ms, launch to collect ([0-9.]+) ms$")
+lines = [l.rstrip("\n") for l in open(sys.argv[1]) if "engine step" in l]
+rows = [pat.search(l) for l in lines]
+assert rows and all(rows), "a step line that does not parse"
+rows = [[float(g) for g in m.groups()] for m in rows]
+steps, prompt_sum, preempted = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+assert [int(r[0]) for r in rows] == list(range(1, steps + 1)), (len(rows), steps)
+# every prompt token runs once; more only when a preempted sequence is recomputed
+read = sum(r[3] for r in rows)
+assert (read == prompt_sum) if preempted == 0 else (read > prompt_sum), (read, prompt_sum)
+# 24 tokens a request: the first from its prompt's step, 23 from decoding rows
+decoded = sum(r[2] for r in rows)
+assert decoded <= 8 * 23 and (decoded == 8 * 23 or preempted > 0), (decoded, preempted)
+assert all(r[1] >= 1 and r[2] <= r[1] and r[4] > 0 for r in rows)
+EOF
+  fail "step trace: $(grep -c 'engine step' "$work/serve.err") lines, $steps steps, $preempted preempted"
 stop_server
 
 # ------------------------------------------------ token, unix socket, drain
