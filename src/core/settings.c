@@ -167,8 +167,8 @@ static const gpc_setting_info table[] = {
      "gpc md on a GPU: partners (forces) and candidates (list build) whose loads issue together", 0,
      0, "1|2|4|8"},
     {"GPC_MD_LIST", STRING, "cells", "benchmarks",
-     "gpc md on a GPU: the neighbour list built by a warp per cell (two candidates a lane; cells1: "
-     "one) or a thread per atom",
+     "gpc md on a GPU: the list built by a warp per cell (cells1: a candidate a lane) or a thread "
+     "per atom",
      0, 0, "cells|cells1|atoms"},
     {"GPC_MD_PHASES", FLAG, "0", "benchmarks",
      "gpc md on a GPU times each phase of the step (integrate, decide, build, forces, thermo)", 0,
