@@ -103,6 +103,7 @@ constexpr int CELL_BUILD_THREADS = 128; /* md_build_cells: four warps, four cell
  * starts in the next bank from the lane before) */
 constexpr int CELL_STAGE = 64;
 constexpr int CELL_STAGE_STRIDE = CELL_STAGE + 1;
+constexpr int CELL_FLUSH_RUN = 32; /* the warp writes its stages when each holds this many */
 /* md_build_cells tests 32 * GROUP candidates at a time, GROUP a lane (2;
  * GPC_MD_LIST=cells1: 1), so that each home position read from shared
  * memory meets all of them */
@@ -461,14 +462,17 @@ template <int CHUNK> __device__ __forceinline__ void store_run(unsigned *to, con
  * read of the home position, six float operations and two compares), so
  * two candidates a lane halve the reads and the loop's overhead.
  *
- * The entries go first to a stage in shared memory, CELL_STAGE a row;
- * when any row's stage might not hold another 32 (before each group of
- * candidates), and at the end, the warp writes the stages out, lane a
- * atom a's, in runs of CHUNK slots consecutive in memory (slot_of), one
- * store each. A lane whose stage would overflow within a group writes its
- * own out first. Written straight from the ballot, each entry was a store
- * of its own to another place, and those partial stores were most of the
- * build's time. */
+ * The entries go first to a stage in shared memory, CELL_STAGE a row.
+ * When every row's stage holds CELL_FLUSH_RUN entries or one is filling
+ * (before each group of candidates), the warp writes out the slots that
+ * all the cell's atoms have found, lane a atom a's, in runs of CHUNK slots
+ * consecutive in memory (slot_of), one store each: the lanes write the
+ * same slots at once, and the cell's atoms are consecutive, so each store
+ * is one run of memory. The rest stays staged; a lane whose stage would
+ * overflow within a group writes its own out first, and each lane writes
+ * what is left at the end. Written straight from the ballot, each entry
+ * was a store of its own to another place, and those partial stores were
+ * most of the build's time. */
 template <int CHUNK, int GROUP>
 __global__ void __launch_bounds__(CELL_BUILD_THREADS)
     md_build_cells(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
@@ -497,16 +501,17 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
             __syncwarp();
             int found = 0;  /* of atom h0 + lane, written or staged */
             int staged = 0; /* of those, staged */
-            /* the stages out, lane a atom a's row: CHUNK slots at a time,
-             * each run of CHUNK consecutive in memory (slot_of) one store.
-             * A run not yet full stays staged (moved to the stage's front)
-             * unless this is the row's end, so every run starts at a
-             * multiple of CHUNK. */
-            auto flush = [&](bool end) {
-                const int ready = end ? staged : staged / CHUNK * CHUNK;
+            /* writes this lane's staged entries of the slots below upto,
+             * CHUNK slots (consecutive in memory) a store, and moves the
+             * rest to the stage's front. Callers pass a multiple of CHUNK
+             * but at the row's end, so every run starts at one. */
+            auto flush_to = [&](int upto) {
+                const int from = found - staged;
+                const int ready = min(max(upto - from, 0), staged);
+                if (ready == 0) return;
                 const unsigned *mine = stage + lane * CELL_STAGE_STRIDE;
                 for (int k = 0; k < ready; k += CHUNK) {
-                    const int slot = found - staged + k;
+                    const int slot = from + k;
                     if (slot >= capacity) break;
                     unsigned *to = neigh + slot_of(h0 + lane, slot, n, lanes_log2);
                     if (k + CHUNK <= ready) {
@@ -519,6 +524,13 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
                 for (int e = ready; e < staged; e++)
                     stage[lane * CELL_STAGE_STRIDE + e - ready] = mine[e];
                 staged -= ready;
+            };
+            /* the warp's flush: the slots every atom of the cell has found,
+             * so that lanes write the same slot (runs) at once: a run of
+             * memory across the cell's atoms */
+            auto flush_common = [&]() {
+                const int common = __reduce_min_sync(0xffffffffu, lane < homes ? found : INT_MAX);
+                flush_to(common / CHUNK * CHUNK);
             };
             for (int oz = -1; oz <= 1; oz++) {
                 int nz = cz + oz;
@@ -546,7 +558,12 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
                         total = end1 + cell_start[c2 + 1] - start2;
                     }
                     for (int t0 = 0; t0 < total; t0 += 32 * GROUP) {
-                        if (__reduce_max_sync(0xffffffffu, staged) > CELL_STAGE - 32) flush(false);
+                        /* when every row has a long run to write, or one
+                         * stage is filling */
+                        if (__reduce_min_sync(0xffffffffu, lane < homes ? staged : INT_MAX) >=
+                                CELL_FLUSH_RUN ||
+                            __reduce_max_sync(0xffffffffu, staged) > CELL_STAGE - 24)
+                            flush_common();
                         /* candidate t0 + 32 g + lane, for each g */
                         float qx[GROUP], qy[GROUP], qz[GROUP];
                         unsigned entry[GROUP];
@@ -636,7 +653,7 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
                         for (int g = 0; g < GROUP; g++) {
                             unsigned h = hits[g];
                             const int more = __popc(h);
-                            if (staged + more > CELL_STAGE) flush(false);
+                            if (staged + more > CELL_STAGE) flush_to(found / CHUNK * CHUNK);
                             found += more;
                             while (h) {
                                 const int l = __ffs(h) - 1;
@@ -648,7 +665,7 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
                     }
                 }
             }
-            flush(true);
+            flush_to(found);
             if (lane < homes) {
                 count[h0 + lane] = found < capacity ? found : capacity;
                 if (found > capacity) {
