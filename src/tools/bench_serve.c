@@ -144,7 +144,10 @@ static int exchange(const bench_state *s, const char *method, const char *path, 
         ssize_t got = recv(fd, block, sizeof block, 0);
         if (got < 0 && errno == EINTR) continue;
         if (got <= 0) break;
-        if (buffer_append(&raw, block, (size_t)got)) rc = -1;
+        if (buffer_append(&raw, block, (size_t)got)) {
+            rc = -1; /* out of memory: raw holds nothing to parse */
+            break;
+        }
         double now = gpc_time_seconds();
         if (!body_start) {
             char *end = strstr(raw.data, "\r\n\r\n");
