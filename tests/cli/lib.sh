@@ -38,3 +38,16 @@ sigterm_when() {
   kill -TERM "$pid" 2>/dev/null || true
   wait "$pid" && stopped_rc=0 || stopped_rc=$?
 }
+
+# wait_until SECONDS CHECK: polls the shell command CHECK every 0.05 s until
+# it succeeds (status 0) or SECONDS of wall time have passed (status 1).
+# A deadline in time, not in tries, so that a loaded machine, where each
+# try is slow, gets the same time as an idle one.
+wait_until() {
+  local deadline=$((SECONDS + $1)) check=$2
+  while ((SECONDS < deadline)); do
+    eval "$check" && return 0
+    sleep 0.05
+  done
+  eval "$check"
+}

@@ -25,6 +25,8 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; [[ -f "$work/gpcd.log" ]] && tail -5 "$work/gpcd.log" >&2; exit 1; }
+# shellcheck source=tests/cli/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 token=tok$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
@@ -41,7 +43,8 @@ CONF
 "$GPCD" --config "$work/gpcd.conf" --foreground >"$work/gpcd.log" 2>&1 &
 gpcd_pid=$!
 url=http://127.0.0.1:$port
-for _ in $(seq 400); do curl -sf -o /dev/null "$url/" && break; sleep 0.05; done
+# shellcheck disable=SC2016 # the check expands each time it runs
+wait_until 60 'curl -sf -o /dev/null "$url/"'
 
 # the page: HTML, no token needed, locked down; the API still wants the token
 curl -s -D "$work/headers" -o "$work/page.html" "$url/" || fail "GET / failed"
@@ -60,11 +63,13 @@ export GPC_SOCKET=tcp://127.0.0.1:$port GPC_TOKEN=$token
 tag=$RANDOM$RANDOM
 id=$("$GPC" submit --name "<b>dash-$tag</b>" --priority high -- sleep 60 2>/dev/null | tail -1)
 [[ $id =~ ^[0-9]+$ ]] || fail "submit printed '$id'"
-for _ in $(seq 100); do "$GPC" show "$id" --json | grep -q '"state":"running"' && break; sleep 0.05; done
+# shellcheck disable=SC2016 # the check expands each time it runs
+wait_until 60 '"$GPC" show "$id" --json | grep -q "\"state\":\"running\""'
 busy=$("$GPC" show "$id" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["assigned_gpus"][0])')
 hot=$(( (busy + 1) % 4 ))
 echo "$hot temperature 93" >"$work/sim"
-for _ in $(seq 100); do "$GPC" top --once | grep -q "temperature" && break; sleep 0.05; done
+# shellcheck disable=SC2016 # the check expands each time it runs
+wait_until 60 '"$GPC" top --once | grep -q temperature'
 "$GPC" top --once | grep -q "temperature" || fail "the temperature alert never opened"
 
 chrome() {
