@@ -156,6 +156,14 @@ __device__ __forceinline__ double wrap(double p, double box, double inv_box) {
     return (w >= box || w < 0 || !isfinite(w)) ? 0.0 : w;
 }
 
+/* A neighbour cell's coordinate c (at most one cell outside 0 .. m-1)
+ * wrapped into the box; returns the image it came from: -1, 0 or 1. */
+__device__ __forceinline__ int wrap_cell(int &c, int m) {
+    const int image = c < 0 ? -1 : (c >= m ? 1 : 0);
+    c -= image * m;
+    return image;
+}
+
 __device__ __forceinline__ int cell_index(double p, double inv_box, int m) {
     int c = (int)(p * inv_box * m); /* md.c's expression, so the cells agree */
     return c >= m ? m - 1 : (c < 0 ? 0 : c);
@@ -368,16 +376,13 @@ md_build(int64_t n, const md_vec *__restrict__ x, const float4 *__restrict__ xr,
         int found = 0;
         for (int oz = -1; oz <= 1; oz++) {
             int nz = cz + oz;
-            const int sz = nz < 0 ? -1 : (nz >= m ? 1 : 0);
-            nz -= sz * m;
+            const int sz = wrap_cell(nz, m);
             for (int oy = -1; oy <= 1; oy++) {
                 int ny = cy + oy;
-                const int sy = ny < 0 ? -1 : (ny >= m ? 1 : 0);
-                ny -= sy * m;
+                const int sy = wrap_cell(ny, m);
                 for (int ox = -1; ox <= 1; ox++) {
                     int nx = cx + ox;
-                    const int sx = nx < 0 ? -1 : (nx >= m ? 1 : 0);
-                    nx -= sx * m;
+                    const int sx = wrap_cell(nx, m);
                     const int cell = (nz * m + ny) * m + nx;
                     /* the partners' near image is at x_j + box * (sx, sy, sz) */
                     const double bx = box * sx, by = box * sy, bz = box * sz;
@@ -534,12 +539,10 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
             };
             for (int oz = -1; oz <= 1; oz++) {
                 int nz = cz + oz;
-                const int sz = nz < 0 ? -1 : (nz >= m ? 1 : 0);
-                nz -= sz * m;
+                const int sz = wrap_cell(nz, m);
                 for (int oy = -1; oy <= 1; oy++) {
                     int ny = cy + oy;
-                    const int sy = ny < 0 ? -1 : (ny >= m ? 1 : 0);
-                    ny -= sy * m;
+                    const int sy = wrap_cell(ny, m);
                     /* the row's three cells (ox = -1, 0, 1): where each
                      * one's atoms start, where it ends in the row's count,
                      * and its x image */
@@ -547,8 +550,7 @@ __global__ void __launch_bounds__(CELL_BUILD_THREADS)
                     {
                         auto cell = [&](int ox, int &shift) {
                             int nx = cx + ox;
-                            shift = nx < 0 ? -1 : (nx >= m ? 1 : 0);
-                            nx -= shift * m;
+                            shift = wrap_cell(nx, m);
                             return (nz * m + ny) * m + nx;
                         };
                         const int c0 = cell(-1, shift0), c1 = cell(0, shift1), c2 = cell(1, shift2);
