@@ -180,6 +180,14 @@ static int tile_rows_of_setting(const char *name) {
     return gpc_setting_is_choice(name, rows) ? atoi(rows) : -1;
 }
 
+/* The tile rows a run uses: the setting's, or its table default when it
+ * was changed since create to a value the table does not list (create's
+ * check_config refuses one given before). */
+static int tile_rows(const char *name) {
+    const int rows = tile_rows_of_setting(name);
+    return rows >= 0 ? rows : atoi(gpc_settings_find(name)->default_value);
+}
+
 /* The update kernel GPC_STENCIL_KERNEL names; -1 for a name it does not
  * know. */
 static int kernel_of_setting(void) {
@@ -263,10 +271,8 @@ static void fill_gpu_config(const gpc_stencil *s, gpc_stencil_cuda_config *g, do
     g->z0 = s->first, g->nz = s->count, g->slabs = c->domains;
     g->below = s->rank > 0, g->above = s->rank + 1 < s->world;
     g->kernel = s->kernel;
-    g->async_rows = tile_rows_of_setting("GPC_STENCIL_ASYNC_ROWS");
-    if (g->async_rows < 0) g->async_rows = 16; /* checked at create, unless changed since */
-    g->stream2_rows = tile_rows_of_setting("GPC_STENCIL_STREAM2_ROWS");
-    if (g->stream2_rows < 0) g->stream2_rows = 14;
+    g->async_rows = tile_rows("GPC_STENCIL_ASYNC_ROWS");
+    g->stream2_rows = tile_rows("GPC_STENCIL_STREAM2_ROWS");
     g->r = c->r, g->c6 = c6_of(c->r);
     for (int a = 0; a < 3; a++)
         g->sine[a] = tables ? tables[a] : NULL;
