@@ -137,9 +137,11 @@ const char *gpc_md_where(const gpc_md *md);
  * launch of a CPU run), this one being `rank`: the box cut into slabs along
  * x, one a process, each holding its atoms and copies of its neighbours'
  * within cutoff + skin of its faces (sci/md_split.c). Results equal one
- * process's up to the order of the force sums. CPU only; world 1 is
- * gpc_md_create. Collective from here on: every process calls gpc_md_run,
- * gpc_md_gather_positions and gpc_md_free alike; gpc_md_get_thermo and the
+ * process's up to the order of the force sums. With config->device a GPU
+ * each process steps its slab on that GPU, its pair forces in float64
+ * (gpu_forces_f32 is refused; the other gpu_* choices shape one process's
+ * kernels and are not used here). World 1 is gpc_md_create. Collective from here on: every process
+ * calls gpc_md_run, gpc_md_gather_positions and gpc_md_free alike; gpc_md_get_thermo and the
  * counters give the whole crystal's figures on each. gpc_md_positions and
  * the other per-atom arrays are NULL on a split run. Errors as
  * gpc_md_create's, and slabs narrower than cutoff + skin. */

@@ -228,13 +228,11 @@ int cmd_md(int argc, char **argv) {
     if (st) return cli_fail("md", st);
     gpc_dist *dist = NULL;
     if (env.world_size > 1) {
-        if (c.device.type != GPC_DEVICE_CPU)
-            return cli_usage_error("md",
-                                   "--device %s over %d processes: a split run is on the CPU; "
-                                   "run one process on a GPU",
-                                   device, env.world_size);
         st = gpc_dist_create(&dist, &env, gpc_cpu(), "mpi");
         if (st) return cli_fail("md", st);
+        /* one GPU a process unless the command named one */
+        if (c.device.type == GPC_DEVICE_CUDA && !strchr(device, ':'))
+            c.device.index = env.local_rank;
         printing = env.rank == 0;
     }
     gpc_md *md = NULL;

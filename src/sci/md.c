@@ -732,10 +732,10 @@ gpc_status gpc_md_create_split(gpc_md **out, const gpc_md_config *config, int ra
     *out = NULL;
     GPC_TRY(check_config(config));
     const gpc_md_config *c = config;
-    if (c->device.type != GPC_DEVICE_CPU)
+    if (c->device.type == GPC_DEVICE_CUDA && c->gpu_forces_f32)
         return gpc_error(GPC_ERR_UNSUPPORTED,
-                         "md: a run over several processes runs on the CPU (--device cpu); on a "
-                         "GPU run one process");
+                         "md: a run over several processes on GPUs computes pair forces in "
+                         "float64: leave out --forces f32, or run one process");
     const double a = cbrt(4.0 / c->density), box = a * c->cells, reach = c->cutoff + c->skin;
     if (!(box > 2 * reach))
         return gpc_error(GPC_ERR_INVALID_ARG,
@@ -775,8 +775,12 @@ gpc_status gpc_md_create_split(gpc_md **out, const gpc_md_config *config, int ra
         gpc_md_free(md);
         return st;
     }
-    snprintf(md->where, sizeof md->where, "cpu, %d processes of %d thread%s", world, md->threads,
-             md->threads == 1 ? "" : "s");
+    const char *gpu = md_split_device_name(md->split);
+    if (gpu)
+        snprintf(md->where, sizeof md->where, "%s, %d processes", gpu, world);
+    else
+        snprintf(md->where, sizeof md->where, "cpu, %d processes of %d thread%s", world,
+                 md->threads, md->threads == 1 ? "" : "s");
     *out = md;
     return GPC_OK;
 }

@@ -18,9 +18,17 @@
  * decision (an atom moved over half the skin on any process) is one
  * all-reduce of two ints a step.
  *
+ * On a GPU (md_split_cuda.h) the builds stay here: the GPU's positions and
+ * velocities come back, atoms migrate and ghosts are chosen as on the CPU,
+ * and the result goes to the GPU, which builds the same list and steps the
+ * owned atoms until the next build. Each step it packs the positions the
+ * neighbours need; only those and the rebuild flags pass through the host.
+ *
  * Results differ from one process's only in the order of the force sums.
  */
 #include "sci/md_split.h"
+
+#include "sci/md_split_cuda.h"
 
 #include <math.h>
 #include <string.h>
@@ -56,6 +64,7 @@ struct md_split {
     int64_t pairs;            /* its listed partners */
     double sum_potential, sum_virial, sum_v2;
     int64_t sum_pairs, builds, dangerous;
+    md_split_cuda *gpu; /* the slab on a GPU, or NULL */
 };
 
 static gpc_status mpi_ok(int rc, const char *what) {
@@ -227,7 +236,11 @@ static gpc_status forward(md_split *s, int choose) {
         const int to = side == 0 ? s->right : s->left, from = side == 0 ? s->left : s->right;
         const int64_t count = side == 0 ? s->n_send_right : s->n_send_left;
         GPC_TRY(reserve((void **)&s->buf_out, &s->buf_out_cap, 3 * count, sizeof(double)));
-        pack_positions(s, side);
+        const int on_gpu = s->gpu && !choose; /* at a build the host's positions are fresh */
+        if (on_gpu)
+            GPC_TRY(md_split_cuda_pack(s->gpu, side, s->buf_out));
+        else
+            pack_positions(s, side);
         int64_t got = 0;
         GPC_TRY(exchange(s, to, from, 3 * count, &got, 20 + 2 * side));
         const int64_t expect = side == 0 ? s->recv_left : s->recv_right;
@@ -240,11 +253,15 @@ static gpc_status forward(md_split *s, int choose) {
             return gpc_error(GPC_ERR_INTERNAL, "md: %lld ghost positions came, %lld expected",
                              (long long)got / 3, (long long)expect);
         }
+        if (on_gpu) {
+            GPC_TRY(md_split_cuda_ghosts(s->gpu, side, s->buf_in));
+            continue;
+        }
         const int64_t at = side == 0 ? s->n : s->n + s->recv_left;
         GPC_TRY(reserve((void **)&s->all, &s->all_cap, 3 * (at + got / 3), sizeof(double)));
         memcpy(s->all + 3 * at, s->buf_in, (size_t)got * sizeof(double));
     }
-    memcpy(s->all, s->x, (size_t)(3 * s->n) * sizeof(double));
+    if (!s->gpu || choose) memcpy(s->all, s->x, (size_t)(3 * s->n) * sizeof(double));
     return GPC_OK;
 }
 
@@ -346,11 +363,30 @@ static gpc_status build_list(md_split *s) {
     return GPC_OK;
 }
 
+/* The GPU's build: this process's atoms and ghosts, the lists of the atoms
+ * each neighbour needs and their shifts (as pack_positions's). */
+static gpc_status build_on_gpu(md_split *s) {
+    md_split_cuda_load load = {
+        .owned = s->n,
+        .ghosts = {s->recv_left, s->recv_right},
+        .all = s->all,
+        .v = s->v,
+        .send = {s->send_right, s->send_left},
+        .sends = {s->n_send_right, s->n_send_left},
+        .shift = {s->rank == s->world - 1 ? -s->box : 0.0, s->rank == 0 ? s->box : 0.0},
+    };
+    GPC_TRY(md_split_cuda_build(s->gpu, &load, &s->pairs));
+    s->builds++;
+    s->since_build = 0;
+    return GPC_OK;
+}
+
 static gpc_status rebuild(md_split *s, int64_t step) {
+    if (s->gpu && s->builds > 0) GPC_TRY(md_split_cuda_download(s->gpu, s->x, s->v));
     GPC_TRY(migrate(s, step));
     GPC_TRY(reserve_owned(s, s->n));
     GPC_TRY(choose_ghosts(s));
-    return build_list(s);
+    return s->gpu ? build_on_gpu(s) : build_list(s);
 }
 
 /* --------------------------------------------------------------- forces */
@@ -382,11 +418,46 @@ static void compute_forces(md_split *s) {
     s->virial = w;
 }
 
+/* Forces on the owned atoms, then v += half_dt f (0: none); the pair
+ * energy and virial too where `thermo` (always on the CPU). */
+static gpc_status forces_kick(md_split *s, double half_dt, int thermo) {
+    if (s->gpu) return md_split_cuda_forces(s->gpu, half_dt, thermo, &s->potential, &s->virial);
+    compute_forces(s);
+    if (half_dt != 0)
+        for (int64_t k = 0; k < 3 * s->n; k++)
+            s->v[k] += half_dt * s->f[k];
+    return GPC_OK;
+}
+
+/* The half kick and drift; flags[0]: an atom moved over half the skin,
+ * flags[1]: a position is no longer finite. */
+static gpc_status kick_drift(md_split *s, int flags[2]) {
+    const double dt = s->dt, half_dt = 0.5 * dt;
+    if (s->gpu) return md_split_cuda_drift(s->gpu, half_dt, dt, flags);
+    flags[0] = flags[1] = 0;
+    for (int64_t i = 0; i < s->n; i++) {
+        double d2 = 0;
+        for (int d = 0; d < 3; d++) {
+            const int64_t k = 3 * i + d;
+            s->v[k] += half_dt * s->f[k];
+            s->x[k] += dt * s->v[k];
+            const double dx = s->x[k] - s->x_built[k];
+            d2 += dx * dx;
+        }
+        if (!(d2 <= s->limit2)) flags[0] = 1;
+        if (!isfinite(d2)) flags[1] = 1;
+    }
+    return GPC_OK;
+}
+
 /* The whole crystal's sums, on every process. */
 static gpc_status reduce_sums(md_split *s) {
     double local[4] = {s->potential, s->virial, 0, (double)s->pairs}, total[4];
-    for (int64_t k = 0; k < 3 * s->n; k++)
-        local[2] += s->v[k] * s->v[k];
+    if (s->gpu)
+        GPC_TRY(md_split_cuda_v2(s->gpu, &local[2]));
+    else
+        for (int64_t k = 0; k < 3 * s->n; k++)
+            local[2] += s->v[k] * s->v[k];
     GPC_TRY(
         mpi_ok(MPI_Allreduce(local, total, 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "allreduce"));
     s->sum_potential = total[0], s->sum_virial = total[1], s->sum_v2 = total[2];
@@ -403,6 +474,7 @@ void md_split_free(md_split *s) {
                        s->rows, s->count,     s->head,       s->next};
     for (size_t k = 0; k < sizeof buffers / sizeof buffers[0]; k++)
         gpc_free(buffers[k]);
+    md_split_cuda_free(s->gpu);
     gpc_free(s);
 }
 
@@ -436,11 +508,26 @@ gpc_status md_split_create(md_split **out, const gpc_md_config *c, int rank, int
         memcpy(s->v + 3 * s->n, v + 3 * i, 3 * sizeof(double));
         s->id[s->n++] = id[i];
     }
-    if (st == GPC_OK) st = rebuild(s, 0);
-    if (st == GPC_OK) {
-        compute_forces(s);
-        st = reduce_sums(s);
+    if (st == GPC_OK && c->device.type == GPC_DEVICE_CUDA) {
+        /* this slab's share of the atoms and its ghosts, with room to vary */
+        const double slab = (double)atoms / world * (1.0 + 2.0 * reach / s->width) * 1.25;
+        st = md_split_cuda_create(&s->gpu, c->device.index, slab, s->row_cap, box, s->rc2, reach,
+                                  s->limit2);
     }
+    {
+        /* every process set up, or none goes on to the exchanges (which
+         * would wait for the one that stopped) */
+        int failed = st != GPC_OK, any = 0;
+        gpc_status agreed =
+            mpi_ok(MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "allreduce");
+        if (st == GPC_OK && agreed != GPC_OK) st = agreed;
+        if (st == GPC_OK && any)
+            st = gpc_error(GPC_ERR_DEVICE, "md: another process could not set up its slab (its "
+                                           "message says why)");
+    }
+    if (st == GPC_OK) st = rebuild(s, 0);
+    if (st == GPC_OK) st = forces_kick(s, 0, 1);
+    if (st == GPC_OK) st = reduce_sums(s);
     if (st != GPC_OK) {
         md_split_free(s);
         return st;
@@ -454,18 +541,7 @@ gpc_status md_split_run(md_split *s, int steps, int64_t first_step) {
     for (int step = 0; step < steps; step++) {
         const int64_t now = first_step + step + 1;
         int flags[2] = {0, 0}; /* moved over half the skin; not finite */
-        for (int64_t i = 0; i < s->n; i++) {
-            double d2 = 0;
-            for (int d = 0; d < 3; d++) {
-                const int64_t k = 3 * i + d;
-                s->v[k] += half_dt * s->f[k];
-                s->x[k] += dt * s->v[k];
-                const double dx = s->x[k] - s->x_built[k];
-                d2 += dx * dx;
-            }
-            if (!(d2 <= s->limit2)) flags[0] = 1;
-            if (!isfinite(d2)) flags[1] = 1;
-        }
+        GPC_TRY(kick_drift(s, flags));
         int any[2];
         GPC_TRY(
             mpi_ok(MPI_Allreduce(flags, any, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "allreduce"));
@@ -484,9 +560,7 @@ gpc_status md_split_run(md_split *s, int steps, int64_t first_step) {
             GPC_TRY(rebuild(s, now));
         else
             GPC_TRY(forward(s, 0));
-        compute_forces(s);
-        for (int64_t k = 0; k < 3 * s->n; k++)
-            s->v[k] += half_dt * s->f[k];
+        GPC_TRY(forces_kick(s, half_dt, step == steps - 1));
     }
     GPC_TRY(reduce_sums(s));
     if (!isfinite(s->sum_potential) || !isfinite(s->sum_virial))
@@ -511,7 +585,12 @@ int64_t md_split_dangerous(const md_split *s) {
     return s->dangerous;
 }
 
+const char *md_split_device_name(const md_split *s) {
+    return s->gpu ? md_split_cuda_device_name(s->gpu) : NULL;
+}
+
 gpc_status md_split_gather_positions(md_split *s, double *out) {
+    if (s->gpu) GPC_TRY(md_split_cuda_download(s->gpu, s->x, NULL));
     memset(out, 0, (size_t)(3 * s->total) * sizeof *out);
     for (int64_t i = 0; i < s->n; i++)
         for (int d = 0; d < 3; d++)
@@ -559,6 +638,11 @@ int64_t md_split_builds(const md_split *s) {
 int64_t md_split_dangerous(const md_split *s) {
     (void)s;
     return 0;
+}
+
+const char *md_split_device_name(const md_split *s) {
+    (void)s;
+    return NULL;
 }
 
 gpc_status md_split_gather_positions(md_split *s, double *out) {

@@ -4,6 +4,9 @@
  * the box along x and sees copies (ghosts) of its two neighbours' atoms
  * within cutoff + skin of its faces.
  *
+ * With config->device a GPU, each process steps its slab on that GPU
+ * (md_split_cuda.h); pair forces are float64 there.
+ *
  * Private to the sci layer. Every call is collective: each process of the
  * job makes it, in the same order. Built on MPI when gpc has it; otherwise
  * md_split_create answers GPC_ERR_UNSUPPORTED.
@@ -33,6 +36,8 @@ void md_split_sums(const md_split *s, double *potential, double *virial, double 
                    int64_t *pairs);
 int64_t md_split_builds(const md_split *s);
 int64_t md_split_dangerous(const md_split *s);
+/* "NVIDIA H200 (cuda:0)" or the like for a run on GPUs; NULL on the CPU. */
+const char *md_split_device_name(const md_split *s);
 
 /* Every atom's position, wrapped into the box, by id ([atoms][3]), on every
  * process. */

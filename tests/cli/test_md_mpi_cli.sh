@@ -67,10 +67,16 @@ PY
 [[ $(grep -c "^ *Step " "$work/two.out") -eq 1 ]] || fail "more than one table: $(cat "$work/two.out")"
 grep -q "cpu, 2 processes" "$work/two.out" || fail "no process count: $(head -1 "$work/two.out")"
 
-"${mpi[@]}" 2 "$GPC" md --cells 5 --device cuda >"$work/gpu.out" 2>&1
+# on GPUs: float32 forces are refused; a GPU that is not there stops every
+# process with the reason (none waits for the others)
+"${mpi[@]}" 2 "$GPC" md --cells 5 --device cuda --forces f32 >"$work/gpu.out" 2>&1
 rc=$?
-[[ $rc -ne 0 ]] && grep -q "a split run is on the CPU" "$work/gpu.out" ||
-  fail "a split run on a GPU (exit $rc): $(tail -2 "$work/gpu.out")"
+[[ $rc -ne 0 ]] && grep -q "computes pair forces in float64: leave out --forces f32" "$work/gpu.out" ||
+  fail "float32 forces on GPUs over processes (exit $rc): $(tail -2 "$work/gpu.out")"
+timeout 120 "${mpi[@]}" 2 "$GPC" md --cells 5 --device cuda:99 >"$work/gpu.out" 2>&1
+rc=$?
+[[ $rc -ne 0 && $rc -ne 124 ]] && grep -Eq "GPU|CUDA" "$work/gpu.out" ||
+  fail "a split run on a GPU that is not there (exit $rc): $(tail -2 "$work/gpu.out")"
 "${mpi[@]}" 3 "$GPC" md --cells 5 >"$work/narrow.out" 2>&1
 rc=$?
 [[ $rc -ne 0 ]] && grep -q "narrower than cutoff + skin (2.8): use at most 2 processes" "$work/narrow.out" ||

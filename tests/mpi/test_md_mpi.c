@@ -14,7 +14,13 @@
  * them by 1e-3 or more.
  * The energy of the whole run (drift of TotEng) agrees within 1e-9 per atom.
  * Also: slabs narrower than cutoff + skin are refused on every rank, before
- * anything is sent. Exits 77 outside mpirun or in a build without MPI.
+ * anything is sent; so are float32 forces on GPUs, and a GPU that does not
+ * exist (on every rank, none left waiting for the others).
+ *
+ * With the argument "cuda" every rank steps its slab on cuda:0 (the code
+ * path of one GPU a process, on one GPU); the reference stays the CPU's one
+ * process. Exits 77 outside mpirun, in a build without MPI, or for "cuda"
+ * where no process sees a GPU.
  */
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +31,7 @@
 #include "gpc/md.h"
 
 static int rank, failures;
+static gpc_device split_device; /* where the split run steps */
 
 #include "mpi_check.h"
 
@@ -33,8 +40,13 @@ static void compare_run(int world, int rebuild_every) {
     gpc_md_defaults(&c);
     c.cells = 8, c.rebuild_every = rebuild_every; /* 2,048 atoms, a box 13.4 wide */
     gpc_md *split = NULL, *whole = NULL;
-    MUST(gpc_md_create_split(&split, &c, rank, world));
+    gpc_md_config on = c;
+    on.device = split_device;
+    MUST(gpc_md_create_split(&split, &on, rank, world));
     CHECK(gpc_md_processes(split) == world, "processes %d, not %d", gpc_md_processes(split), world);
+    if (split_device.type == GPC_DEVICE_CUDA)
+        CHECK(strstr(gpc_md_where(split), "(cuda:0)") && strstr(gpc_md_where(split), "processes"),
+              "a split run on a GPU says it runs on %s", gpc_md_where(split));
     if (rank == 0) MUST(gpc_md_create(&whole, &c));
     const int64_t n = gpc_md_atoms(split);
     double *xs = malloc((size_t)(3 * n) * sizeof *xs), *xw = malloc((size_t)(3 * n) * sizeof *xw);
@@ -88,7 +100,8 @@ static void compare_run(int world, int rebuild_every) {
     gpc_md_free(whole);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const int cuda = argc > 1 && strcmp(argv[1], "cuda") == 0;
     gpc_dist_env env;
     if (gpc_dist_env_from_process(&env) != GPC_OK || env.world_size < 2 || !gpc_dist_have_mpi()) {
         fprintf(stderr, "skipped: run under mpirun -np N (N >= 2) in a build with MPI\n");
@@ -97,6 +110,18 @@ int main(void) {
     gpc_dist *d;
     rank = env.rank;
     MUST(gpc_dist_create(&d, &env, gpc_cpu(), "mpi"));
+    split_device = gpc_cpu();
+    if (cuda) {
+        const gpc_backend *b = gpc_backend_get(GPC_DEVICE_CUDA);
+        double none = b && b->device_count && b->device_count() > 0 ? 0 : 1;
+        MUST(d->ops->all_reduce_host(d, &none, 1));
+        if (none > 0) {
+            if (rank == 0) printf("no GPU: skipped\n");
+            gpc_dist_destroy(d);
+            return 77;
+        }
+        split_device = (gpc_device){GPC_DEVICE_CUDA, 0};
+    }
     compare_run(env.world_size, 0);
     compare_run(env.world_size, 10);
 
@@ -111,10 +136,19 @@ int main(void) {
               strstr(gpc_last_error(), "use at most 2 processes"),
           "slabs too narrow: %s", gpc_last_error());
     CHECK(md == NULL, "a refused run left a handle");
+    c.cells = 8;
     c.device = (gpc_device){GPC_DEVICE_CUDA, 0};
+    c.gpu_forces_f32 = 1;
     st = gpc_md_create_split(&md, &c, rank, env.world_size);
-    CHECK(st == GPC_ERR_UNSUPPORTED && strstr(gpc_last_error(), "on the CPU"),
-          "a split run on a GPU: %s", gpc_last_error());
+    CHECK(st == GPC_ERR_UNSUPPORTED && strstr(gpc_last_error(), "float64") && md == NULL,
+          "a split run on GPUs with float32 forces: %s", gpc_last_error());
+    /* no GPU 99 anywhere: every rank stops, the message says why */
+    c.gpu_forces_f32 = 0;
+    c.device.index = 99;
+    st = gpc_md_create_split(&md, &c, rank, env.world_size);
+    CHECK(st != GPC_OK && md == NULL &&
+              (strstr(gpc_last_error(), "GPU") || strstr(gpc_last_error(), "CUDA")),
+          "a split run on a GPU that is not there: %d %s", (int)st, gpc_last_error());
 
     double bad = failures;
     MUST(d->ops->all_reduce_host(d, &bad, 1));
