@@ -4,6 +4,8 @@
  */
 #include "cli/cli_dist.h"
 
+#include "cli/cli.h"
+
 #include <string.h>
 
 gpc_status cli_dist_setup(gpc_train_options *o, const char *backend, gpc_dist **out) {
@@ -27,4 +29,16 @@ gpc_status cli_dist_setup(gpc_train_options *o, const char *backend, gpc_dist **
     o->rank = env.rank;
     o->dist = *out;
     return GPC_OK;
+}
+
+int cli_dist_mpi(const char *command, gpc_dist_env *env, gpc_dist **out) {
+    *out = NULL;
+    if (strcmp(env->source, "gpc launch") == 0)
+        return cli_usage_error(command,
+                               "the processes exchange halos over MPI, which gpc launch does not "
+                               "start: run mpirun -np %d gpc %s ... (or srun)",
+                               env->world_size, command);
+    if (strcmp(env->source, "slurm") == 0) env->source = "mpirun";
+    gpc_status st = gpc_dist_create(out, env, gpc_cpu(), "mpi");
+    return st ? cli_fail(command, st) : 0;
 }

@@ -15,4 +15,11 @@
  * "none"); alone, *out is NULL and o is left as it was. */
 gpc_status cli_dist_setup(gpc_train_options *o, const char *backend, gpc_dist **out);
 
+/* For the commands whose processes exchange halos over MPI (`gpc md`,
+ * `gpc stencil`): refuses processes gpc launch started (it does not start
+ * MPI), takes srun's for MPI's (PMI; the mpi backend checks that the ranks
+ * agree) and creates the mpi collectives into *out. Returns 0, or the exit
+ * code after saying why. */
+int cli_dist_mpi(const char *command, gpc_dist_env *env, gpc_dist **out);
+
 #endif /* GPC_CLI_DIST_H */

@@ -6,6 +6,7 @@
  * In a split run every process steps and rank 0 alone prints and writes.
  */
 #include "cli/cli.h"
+#include "cli/cli_dist.h"
 #include "gpc/dist.h"
 #include "gpc/md.h"
 #include "gpc/settings.h"
@@ -228,8 +229,8 @@ int cmd_md(int argc, char **argv) {
     if (st) return cli_fail("md", st);
     gpc_dist *dist = NULL;
     if (env.world_size > 1) {
-        st = gpc_dist_create(&dist, &env, gpc_cpu(), "mpi");
-        if (st) return cli_fail("md", st);
+        int rc = cli_dist_mpi("md", &env, &dist);
+        if (rc) return rc;
         /* one GPU a process unless the command named one */
         if (c.device.type == GPC_DEVICE_CUDA && !strchr(device, ':'))
             c.device.index = env.local_rank;

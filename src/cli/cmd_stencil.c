@@ -10,6 +10,7 @@
  * so they stop together rather than one waiting forever for another's halo.
  */
 #include "cli/cli.h"
+#include "cli/cli_dist.h"
 #include "gpc/dist.h"
 #include "gpc/stencil.h"
 
@@ -98,16 +99,8 @@ int cmd_stencil(int argc, char **argv) {
     if (st) return cli_fail("stencil", st);
     gpc_dist *dist = NULL;
     if (env.world_size > 1) {
-        if (strcmp(env.source, "gpc launch") == 0)
-            return cli_usage_error("stencil",
-                                   "the processes exchange halo planes over MPI, which gpc launch "
-                                   "does not start: run mpirun -np %d gpc stencil ... (or srun)",
-                                   env.world_size);
-        /* srun starts MPI processes too (PMI): the mpi backend then checks
-         * that MPI's ranks are Slurm's, and says so if MPI started alone */
-        if (strcmp(env.source, "slurm") == 0) env.source = "mpirun";
-        st = gpc_dist_create(&dist, &env, gpc_cpu(), "mpi");
-        if (st) return cli_fail("stencil", st);
+        int rc = cli_dist_mpi("stencil", &env, &dist);
+        if (rc) return rc;
         /* one GPU a process unless the command named one */
         if (c.device.type == GPC_DEVICE_CUDA && !strchr(device, ':'))
             c.device.index = env.local_rank;

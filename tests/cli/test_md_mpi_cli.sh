@@ -77,6 +77,13 @@ timeout 120 "${mpi[@]}" 2 "$GPC" md --cells 5 --device cuda:99 >"$work/gpu.out" 
 rc=$?
 [[ $rc -ne 0 && $rc -ne 124 ]] && grep -Eq "GPU|CUDA" "$work/gpu.out" ||
   fail "a split run on a GPU that is not there (exit $rc): $(tail -2 "$work/gpu.out")"
+# processes gpc launch started on GPUs: the slabs exchange over MPI, which
+# it does not start (a CPU run it hands to mpirun itself)
+GPC_RANK=1 GPC_WORLD_SIZE=2 GPC_LOCAL_RANK=1 GPC_MASTER_ADDR=127.0.0.1 GPC_MASTER_PORT=29999 \
+  "$GPC" md --cells 5 --device cuda >"$work/launch.out" 2>&1
+rc=$?
+[[ $rc -eq 2 ]] && grep -q "which gpc launch does not start: run mpirun -np 2 gpc md" "$work/launch.out" ||
+  fail "gpc launch's processes on GPUs (exit $rc): $(tail -2 "$work/launch.out")"
 "${mpi[@]}" 3 "$GPC" md --cells 5 >"$work/narrow.out" 2>&1
 rc=$?
 [[ $rc -ne 0 ]] && grep -q "narrower than cutoff + skin (2.8): use at most 2 processes" "$work/narrow.out" ||
