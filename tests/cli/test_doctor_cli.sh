@@ -63,7 +63,7 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 bash -c 'while :; do :; done' &
 busy=$!
 pids+=("$busy")
-sleep 30 &
+sleep 600 & # outlives the checks below; killed after them (and by the cleanup)
 idle=$!
 pids+=("$idle")
 hz=$(getconf CLK_TCK)

@@ -11,6 +11,10 @@ fx="$SRC/tests/fixtures/doctor"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# a command that stops the script under set -e says which one it was
+trap 'echo "FAIL: line $LINENO: $BASH_COMMAND exited $?" >&2' ERR
+# shellcheck source=tests/cli/lib.sh
+. "$(dirname "$0")/lib.sh"
 run() { # expected-rc args...: runs gpc doctor, output in $work/out.txt and err.txt
   local want=$1; shift
   set +e
@@ -73,8 +77,9 @@ if [[ -n ${GPCD:-} && -x ${GPCD:-} ]]; then
   "$GPCD" --config "$work/gpcd.conf" --foreground >"$work/gpcd.log" 2>&1 &
   gpcd_pid=$!
   export GPC_SOCKET=$work/state/gpcd.sock
-  for _ in $(seq 400); do [[ -S $GPC_SOCKET ]] && break; sleep 0.05; done
-  [[ -S $GPC_SOCKET ]] || fail "gpcd did not start: $(cat "$work/gpcd.log")"
+  # shellcheck disable=SC2016 # the check expands each time it runs
+  wait_until 30 '[[ -S $GPC_SOCKET ]]' || fail "gpcd did not start: $(cat "$work/gpcd.log")"
+  state_of() { "$GPC" show "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
   mkdir -p "$work/jobdir"
   # the job writes its run folder and dies printing the out-of-memory line,
   # as gpc train does; --out in its command names the folder
@@ -82,11 +87,8 @@ if [[ -n ${GPCD:-} && -x ${GPCD:-} ]]; then
     'mkdir -p "$2" && cp "$0/config.txt" "$2/" && tail -3 "$0/train.log" && exit 1' \
     "$fx/run_oom" --out jobrun | tail -1)
   [[ $id =~ ^[0-9]+$ ]] || fail "submit printed '$id'"
-  for _ in $(seq 400); do
-    state=$("$GPC" show "$id" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
-    [[ $state == failed ]] && break; sleep 0.05
-  done
-  [[ $state == failed ]] || fail "job $id is $state, not failed"
+  # shellcheck disable=SC2016 # the check expands each time it runs
+  wait_until 60 '[[ $(state_of "$id") == failed ]]' || fail "job $id is $(state_of "$id"), not failed"
   run 1 --job "$id"
   grep -q "PROBLEM  out of memory after 0 steps: .*out of GPU memory on cuda:0" "$work/out.txt" ||
     fail "--job of an ended job: $(cat "$work/out.txt" "$work/err.txt")"
@@ -94,10 +96,8 @@ if [[ -n ${GPCD:-} && -x ${GPCD:-} ]]; then
   ls "${TMPDIR:-/tmp}"/gpc-doctor-job-"$id"-* >/dev/null 2>&1 && fail "the log copy was left behind"
   # a job whose command names no run folder
   id2=$("$GPC" submit --gpus 1 -- true | tail -1)
-  for _ in $(seq 400); do
-    state=$("$GPC" show "$id2" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
-    [[ $state == completed ]] && break; sleep 0.05
-  done
+  # shellcheck disable=SC2016 # the check expands each time it runs
+  wait_until 60 '[[ $(state_of "$id2") == completed ]]' || fail "job $id2 is $(state_of "$id2"), not completed"
   run 1 --job "$id2"
   grep -q "names no run folder (--out): give the folder with --run RUN" "$work/err.txt" ||
     fail "--job without --out: $(cat "$work/err.txt")"

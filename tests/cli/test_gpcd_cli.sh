@@ -17,6 +17,11 @@ gpcd_pid=
 cleanup() { gpcd_stop "$work/state/gpcd.sock" "$gpcd_pid"; gpcd_remove "$work"; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; [[ -f "$work/gpcd.log" ]] && tail -5 "$work/gpcd.log" >&2; exit 1; }
+# a command that stops the script under set -e says which one it was (not
+# in the set +e stretches, where a failure is the status being checked)
+trap 'case $- in *e*) echo "FAIL: line $LINENO: $BASH_COMMAND exited $?" >&2 ;; esac' ERR
+# shellcheck source=tests/cli/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 cat >"$work/gpcd.conf" <<CONF
 [gpcd]
@@ -29,8 +34,8 @@ CONF
 "$GPCD" --config "$work/gpcd.conf" --foreground >"$work/gpcd.log" 2>&1 &
 gpcd_pid=$!
 export GPC_SOCKET=$work/state/gpcd.sock
-for _ in $(seq 400); do [[ -S $GPC_SOCKET ]] && break; sleep 0.05; done
-[[ -S $GPC_SOCKET ]] || fail "gpcd did not create its socket"
+# shellcheck disable=SC2016 # the check expands each time it runs
+wait_until 30 '[[ -S $GPC_SOCKET ]]' || fail "gpcd did not create its socket"
 [[ $(stat -c %a "$GPC_SOCKET") == 600 ]] || fail "socket mode $(stat -c %a "$GPC_SOCKET"), want 600"
 
 # submit: the id alone on the last line of stdout
@@ -42,10 +47,8 @@ id=$(printf '%s\n' "$out" | tail -1)
 [[ $id == 1 ]] || fail "first job id $id"
 
 # show --json has what was asked for
-for _ in $(seq 300); do
-  state=$("$GPC" show "$id" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
-  [[ $state == running ]] && break; sleep 0.05
-done
+# shellcheck disable=SC2016 # the check expands each time it runs
+wait_until 60 '"$GPC" show "$id" --json | grep -q "\"state\":\"running\""' || true # checked below
 "$GPC" show "$id" --json >"$work/show.json"
 python3 - "$work/show.json" <<'PY' || fail "show --json: $(cat "$work/show.json")"
 import json, sys
@@ -69,11 +72,12 @@ printf 'hello-%s\nwarn-%s\ndone-%s\n' "$token" "$token" "$token" | cmp -s - "$wo
 import json,sys; jobs=json.load(sys.stdin)["jobs"]; assert [j["id"] for j in jobs]==['"$id"'], jobs'
 
 # cancel: a long job is stopped and recorded as cancelled
-id2=$("$GPC" submit -- sleep 60 2>/dev/null | tail -1)
-for _ in $(seq 100); do "$GPC" show "$id2" --json | grep -q '"pid":[0-9]' && break; sleep 0.05; done
+id2=$("$GPC" submit -- sleep 600 2>/dev/null | tail -1)
+# shellcheck disable=SC2016 # the check expands each time it runs
+wait_until 60 '"$GPC" show "$id2" --json | grep -q "\"pid\":[0-9]"' || fail "job $id2 never started"
 "$GPC" cancel "$id2" | grep -q "job $id2 is stopping" || fail "cancel output"
-for _ in $(seq 100); do "$GPC" show "$id2" --json | grep -q '"state":"cancelled"' && break; sleep 0.05; done
-"$GPC" show "$id2" --json | grep -q '"state":"cancelled"' || fail "job $id2 not cancelled"
+# shellcheck disable=SC2016 # the check expands each time it runs
+wait_until 60 '"$GPC" show "$id2" --json | grep -q "\"state\":\"cancelled\""' || fail "job $id2 not cancelled"
 set +e
 err=$("$GPC" cancel "$id2" 2>&1 >/dev/null); rc=$?
 set -e
@@ -88,7 +92,7 @@ grep -q "jobs: 0 running, 0 waiting, 1 completed, 0 failed, 1 cancelled" "$work/
 
 # gpu drain/resume: the GPU leaves service and comes back (test_api checks placement)
 [[ $("$GPC" gpu drain 3) == "GPU 3 drained: running jobs carry on, new ones go elsewhere" ]] || fail "gpu drain"
-curl -sf --unix-socket "$GPC_SOCKET" http://gpcd/gpus | python3 -c '
+curl -sf --max-time 10 --unix-socket "$GPC_SOCKET" http://gpcd/gpus | python3 -c '
 import json,sys; g=json.load(sys.stdin)["gpus"]; assert g[3]["drained"] and not g[2]["drained"], g' ||
   fail "drained GPU not shown in /gpus"
 [[ $("$GPC" gpu resume 3) == "GPU 3 back in service" ]] || fail "gpu resume"

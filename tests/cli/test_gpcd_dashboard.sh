@@ -25,6 +25,8 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; [[ -f "$work/gpcd.log" ]] && tail -5 "$work/gpcd.log" >&2; exit 1; }
+# a command that stops the script under set -e says which one it was
+trap 'echo "FAIL: line $LINENO: $BASH_COMMAND exited $?" >&2' ERR
 # shellcheck source=tests/cli/lib.sh
 source "$(dirname "$0")/lib.sh"
 
@@ -44,33 +46,33 @@ CONF
 gpcd_pid=$!
 url=http://127.0.0.1:$port
 # shellcheck disable=SC2016 # the check expands each time it runs
-wait_until 60 'curl -sf -o /dev/null "$url/"'
+wait_until 60 'curl -sf --max-time 10 -o /dev/null "$url/"' || fail "gpcd does not answer at $url"
 
 # the page: HTML, no token needed, locked down; the API still wants the token
-curl -s -D "$work/headers" -o "$work/page.html" "$url/" || fail "GET / failed"
+curl -s --max-time 10 -D "$work/headers" -o "$work/page.html" "$url/" || fail "GET / failed"
 grep -qi '^content-type: text/html; charset=utf-8' "$work/headers" || fail "page type: $(cat "$work/headers")"
 grep -qi "^content-security-policy: default-src 'none'.*connect-src 'self'" "$work/headers" || fail "no CSP"
 grep -q '<title>gpcd</title>' "$work/page.html" || fail "GET / is not the dashboard"
-curl -s "$url/dashboard" | cmp -s - "$work/page.html" || fail "/dashboard differs from /"
-curl -s --unix-socket "$work/state/gpcd.sock" http://gpcd/ | cmp -s - "$work/page.html" || fail "no page on the unix socket"
+curl -s --max-time 10 "$url/dashboard" | cmp -s - "$work/page.html" || fail "/dashboard differs from /"
+curl -s --max-time 10 --unix-socket "$work/state/gpcd.sock" http://gpcd/ | cmp -s - "$work/page.html" || fail "no page on the unix socket"
 # nothing loaded from elsewhere: no src/href, no CSS url(), no https
 grep -Eq "(src|href)=|url\(|@import|https://" "$work/page.html" && fail "the page loads something: $(grep -Eo "(src|href)=[^ ]*|url\(|@import|https://" "$work/page.html")"
-[[ $(curl -s -o /dev/null -w '%{http_code}' "$url/status") == 401 ]] || fail "/status without a token"
-[[ $(curl -s -o /dev/null -w '%{http_code}' -X POST "$url/") == 401 ]] || fail "POST / served without a token"
+[[ $(curl -s --max-time 10 -o /dev/null -w '%{http_code}' "$url/status") == 401 ]] || fail "/status without a token"
+[[ $(curl -s --max-time 10 -o /dev/null -w '%{http_code}' -X POST "$url/") == 401 ]] || fail "POST / served without a token"
 
 # a job (through the TCP API, as the page's users would) and a hot GPU
 export GPC_SOCKET=tcp://127.0.0.1:$port GPC_TOKEN=$token
 tag=$RANDOM$RANDOM
-id=$("$GPC" submit --name "<b>dash-$tag</b>" --priority high -- sleep 60 2>/dev/null | tail -1)
+# the job outlives the checks below, however slow Chromium is; the cleanup cancels it
+id=$("$GPC" submit --name "<b>dash-$tag</b>" --priority high -- sleep 600 2>/dev/null | tail -1)
 [[ $id =~ ^[0-9]+$ ]] || fail "submit printed '$id'"
 # shellcheck disable=SC2016 # the check expands each time it runs
-wait_until 60 '"$GPC" show "$id" --json | grep -q "\"state\":\"running\""'
+wait_until 60 '"$GPC" show "$id" --json | grep -q "\"state\":\"running\""' || fail "job $id is not running"
 busy=$("$GPC" show "$id" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["assigned_gpus"][0])')
 hot=$(( (busy + 1) % 4 ))
 echo "$hot temperature 93" >"$work/sim"
 # shellcheck disable=SC2016 # the check expands each time it runs
-wait_until 60 '"$GPC" top --once | grep -q temperature'
-"$GPC" top --once | grep -q "temperature" || fail "the temperature alert never opened"
+wait_until 60 '"$GPC" top --once | grep -q temperature' || fail "the temperature alert never opened"
 
 chrome() {
   "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
@@ -120,7 +122,7 @@ assert "alerting" in gpus[hot][0] and "93 C" in gpus[hot][1], gpus[hot]
 jobs = {k[1]: (k[2], v) for k, v in p.text.items() if k[0] == "job"}
 assert job in jobs, jobs
 state, text = jobs[job]
-assert state == "running" and f"<b>dash-{tag}</b>" in text and "sleep 60" in text and "high" in text, jobs[job]
+assert state == "running" and f"<b>dash-{tag}</b>" in text and "sleep 600" in text and "high" in text, jobs[job]
 assert f"<b>dash-{tag}</b>" not in dom, "the job name was inserted as markup"
 alerts = [(k, v) for k, v in p.text.items() if k[0] == "alert"]
 assert any(k[1] == "temperature" and k[2] == hot and f"GPU {hot} at 93 C" in v for k, v in alerts), alerts
@@ -141,5 +143,5 @@ grep -q 'data-job=' "$work/dom-none.html" && fail "jobs shown without a token"
 chrome shot --screenshot="$work/dashboard.png" "$url/#token=$token" || fail "chromium screenshot failed"
 [[ $(head -c 8 "$work/dashboard.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] || fail "screenshot is not a PNG"
 echo "screenshot: $work/dashboard.png"
-"$GPC" cancel "$id" >/dev/null
+"$GPC" cancel "$id" >/dev/null || fail "cancel job $id"
 echo "ok"

@@ -27,6 +27,8 @@ fail() {
   for f in "$work"/state/jobs/*.log; do [[ -f $f ]] && { echo "== $f" >&2; tail -5 "$f" >&2; }; done
   exit 1
 }
+# a command that stops the script under set -e says which one it was
+trap 'echo "FAIL: line $LINENO: $BASH_COMMAND exited $?" >&2' ERR
 # shellcheck source=tests/cli/lib.sh
 source "$(dirname "$0")/lib.sh"
 unset OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM OMPI_MCA_plm_rsh_agent GPC_JOB_ID
@@ -76,7 +78,8 @@ id=$("$GPC" submit --gpus 1-2 --priority low --type train -- sh -c '
 grep -q "elastic" "$work/submit.err" || fail "submit summary: $(cat "$work/submit.err")"
 # it starts on both GPUs (gpc queue shows count/range)
 # shellcheck disable=SC2016 # the check expands each time it runs
-wait_until 120 '"$GPC" queue >"$work/queue" && grep -qE "^$id +running " "$work/queue"'
+wait_until 120 '"$GPC" queue >"$work/queue" && grep -qE "^$id +running " "$work/queue"' ||
+  true # the checks below say what is missing
 grep -qE "^$id +running +[^ ]+ +low +train +2/1-2 " "$work/queue" || fail "queue: $(cat "$work/queue")"
 "$GPC" show "$id" >"$work/show"
 grep -q "gpus       2/1-2 (elastic) (on 0,1)" "$work/show" || fail "show: $(cat "$work/show")"
@@ -85,12 +88,14 @@ grep -q "gpus       2/1-2 (elastic) (on 0,1)" "$work/show" || fail "show: $(cat 
 # a high priority 1-GPU job preempts it; it comes back on the other GPU
 touch "$work/go"
 # shellcheck disable=SC2016 # the check expands each time it runs
-wait_until 300 '[[ -f $work/run/metrics.jsonl && $(wc -l <"$work/run/metrics.jsonl") -ge 20 ]]'
+wait_until 300 '[[ -f $work/run/metrics.jsonl && $(wc -l <"$work/run/metrics.jsonl") -ge 20 ]]' ||
+  fail "the first run did not reach step 20"
 rigid=$("$GPC" submit --gpus 1 --priority high --type train -- sh -c 'sleep 1' 2>/dev/null | tail -1)
 # 300 steps at the lowest CPU priority: minutes on a loaded 2-core machine
 # (within the test's 600 s)
 # shellcheck disable=SC2016 # the check expands each time it runs
-wait_until 400 's=$(field "$id" "[\"state\"]"); [[ $s == completed || $s == failed || $s == cancelled ]]'
+wait_until 400 's=$(field "$id" "[\"state\"]"); [[ $s == completed || $s == failed || $s == cancelled ]]' ||
+  true # the checks below say what is missing
 "$GPC" show "$id" --json >"$work/final.json"
 [[ $(field "$id" '["state"]') == completed ]] || fail "elastic job ended $(cat "$work/final.json")"
 [[ $(field "$id" '["preemptions"]') == 1 ]] || fail "the elastic job was not preempted once"

@@ -16,6 +16,8 @@ gpcd_pid=
 cleanup() { gpcd_stop "$work/state/gpcd.sock" "$gpcd_pid"; gpcd_remove "$work"; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; [[ -f "$work/gpcd.log" ]] && tail -5 "$work/gpcd.log" >&2; exit 1; }
+# a command that stops the script under set -e says which one it was
+trap 'echo "FAIL: line $LINENO: $BASH_COMMAND exited $?" >&2' ERR
 
 # the systemd unit: restarted after a crash, its jobs left alone on stop
 unit=$src/scripts/gpcd.service
@@ -31,15 +33,15 @@ fi
 start_gpcd() { # CONFIG: starts gpcd and waits for its socket
   "$GPCD" --config "$1" --foreground >>"$work/gpcd.log" 2>&1 &
   gpcd_pid=$!
-  for _ in $(seq 400); do [[ -S $GPC_SOCKET ]] && break; sleep 0.05; done
-  [[ -S $GPC_SOCKET ]] || fail "gpcd did not create its socket"
+  # shellcheck disable=SC2016 # the check expands each time it runs
+  wait_until 30 '[[ -S $GPC_SOCKET ]]' || fail "gpcd did not create its socket"
 }
 stop_gpcd() { gpcd_stop "$GPC_SOCKET" "$gpcd_pid"; gpcd_pid=; }
 wait_state() { # ID STATE
-  for _ in $(seq 200); do
-    "$GPC" show "$1" --json | grep -q "\"state\":\"$2\"" && return 0; sleep 0.05
-  done
-  fail "job $1 never $2: $("$GPC" show "$1")"
+  local job=$1 want=$2
+  # shellcheck disable=SC2016 # the check expands each time it runs
+  wait_until 60 '"$GPC" show "$job" --json | grep -q "\"state\":\"$want\""' ||
+    fail "job $job never $want: $("$GPC" show "$job")"
 }
 mode() { stat -c %a "$1"; }
 export GPC_SOCKET=$work/state/gpcd.sock

@@ -48,6 +48,10 @@ fail() {
   exit 1
 }
 skip() { echo "skip: $*"; for f in ctld.log slurmd.log; do [[ -f $work/$f ]] && tail -3 "$work/$f"; done; exit 77; }
+# a command that stops the script under set -e says which one it was
+trap 'echo "FAIL: line $LINENO: $BASH_COMMAND exited $?" >&2' ERR
+# shellcheck source=tests/cli/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # munge, with a key of its own and its socket in the test's directory
 mkdir -m 700 "$work/munge"
@@ -58,8 +62,8 @@ munged --foreground --force --key-file="$work/munge/munge.key" --socket="$work/m
   --pid-file="$work/munge/munged.pid" --log-file="$work/munge/munged.log" \
   --seed-file="$work/munge/munge.seed" >/dev/null 2>&1 &
 pids+=($!)
-for _ in $(seq 400); do [[ -S $work/munge/munge.sock ]] && break; sleep 0.05; done
-[[ -S $work/munge/munge.sock ]] || skip "munged did not start: $(tail -2 "$work/munge/munged.log" 2>/dev/null)"
+# shellcheck disable=SC2016 # the check expands each time it runs
+wait_until 30 '[[ -S $work/munge/munge.sock ]]' || skip "munged did not start: $(tail -2 "$work/munge/munged.log" 2>/dev/null)"
 
 read -r ctld_port slurmd_port < <(python3 -c '
 import socket
@@ -104,8 +108,8 @@ slurmctld -D -i >"$work/ctld.out" 2>&1 &
 pids+=($!)
 slurmd -D -N gpcnode >"$work/slurmd.out" 2>&1 &
 pids+=($!)
-for _ in $(seq 300); do [[ $(sinfo -h -o %T 2>/dev/null) == idle ]] && break; sleep 0.1; done
-[[ $(sinfo -h -o %T 2>/dev/null) == idle ]] ||
+# shellcheck disable=SC2016 # the check expands each time it runs
+wait_until 60 '[[ $(sinfo -h -o %T 2>/dev/null) == idle ]]' ||
   skip "Slurm did not come up as user $user ($(tail -1 "$work/ctld.out" "$work/slurmd.out" 2>/dev/null | tr '\n' ' '))"
 
 cat >"$work/gpcd.conf" <<CONF
@@ -120,15 +124,17 @@ start_gpcd() {
   "$GPCD" --config "$work/gpcd.conf" --foreground >>"$work/gpcd.log" 2>&1 &
   gpcd_pid=$!
   pids+=($gpcd_pid)
-  for _ in $(seq 400); do [[ -S $work/state/gpcd.sock ]] && break; sleep 0.05; done
-  [[ -S $work/state/gpcd.sock ]] || fail "gpcd did not start"
+  # shellcheck disable=SC2016 # the check expands each time it runs
+  wait_until 30 '[[ -S $work/state/gpcd.sock ]]' || fail "gpcd did not start"
 }
 start_gpcd
 export GPC_SOCKET=$work/state/gpcd.sock
 field() { "$GPC" show "$1" --json | python3 -c "import json,sys; print(json.load(sys.stdin)$2)"; }
 wait_state() { # id state seconds
-  for _ in $(seq $(($3 * 10))); do [[ $(field "$1" '["state"]') == "$2" ]] && return 0; sleep 0.1; done
-  fail "job $1 is $(field "$1" '["state"]') ($(field "$1" '["message"]')), not $2"
+  local job=$1 want=$2
+  # shellcheck disable=SC2016 # the check expands each time it runs
+  wait_until "$3" '[[ $(field "$job" "[\"state\"]") == "$want" ]]' ||
+    fail "job $job is $(field "$job" '["state"]') ($(field "$job" '["message"]')), not $want"
 }
 slurm_id() { field "$1" '["message"]' | sed -n 's/^Slurm job \([0-9]*\).*/\1/p'; }
 
@@ -136,7 +142,7 @@ slurm_id() { field "$1" '["message"]' | sed -n 's/^Slurm job \([0-9]*\).*/\1/p';
 tag=$RANDOM$RANDOM
 a=$("$GPC" submit --gpus 1 --time 5m --name slurm-a -- \
   sh -c "echo out-$tag; echo cpus=\$SLURM_CPUS_PER_TASK job=\$GPC_JOB_ID; echo err-$tag >&2; exit 7" 2>/dev/null | tail -1)
-wait_state "$a" failed 30
+wait_state "$a" failed 60
 [[ $(field "$a" '["exit_code"]') == 7 ]] || fail "exit code $(field "$a" '["exit_code"]'), want 7"
 sa=$(slurm_id "$a")
 [[ $(field "$a" '["message"]') == "Slurm job $sa FAILED (exit status 7)" ]] || fail "message: $(field "$a" '["message"]')"
@@ -155,36 +161,36 @@ done
 g=$(( cpus >= 2 ? 2 : 1 ))
 # (jobs here wait for a flag file, so the checks while they run cannot race their end)
 b=$("$GPC" submit --gpus "$g" -- sh -c "while [ ! -e $work/go-b ]; do sleep 0.05; done; echo fine" 2>/dev/null | tail -1)
-wait_state "$b" running 30
+wait_state "$b" running 60
 [[ $(field "$b" '["message"]') == "Slurm job $(slurm_id "$b") on gpcnode" ]] || fail "running message: $(field "$b" '["message"]')"
 touch "$work/go-b"
-wait_state "$b" completed 30
+wait_state "$b" completed 60
 [[ $(field "$b" '["exit_code"]') == 0 ]] || fail "job $b exit code"
 [[ $("$GPC" logs "$b") == fine ]] || fail "job $b logs"
 scontrol -o show job "$(slurm_id "$b")" | grep -q "CPUs/Task=$g " || fail "job $b did not ask Slurm for $g CPUs"
 
 # cancel a running job: scancel, and gpcd records it
 c=$("$GPC" submit -- sleep 120 2>/dev/null | tail -1)
-wait_state "$c" running 30
+wait_state "$c" running 60
 sc=$(slurm_id "$c")
 "$GPC" cancel "$c" >/dev/null
-wait_state "$c" cancelled 30
+wait_state "$c" cancelled 60
 scontrol -o show job "$sc" | grep -q "JobState=CANCELLED" || fail "Slurm job $sc not cancelled"
 
 # a request Slurm refuses fails with sbatch's reason
 d=$("$GPC" submit --gpus 64 -- true 2>/dev/null | tail -1)
-wait_state "$d" failed 30
+wait_state "$d" failed 60
 msg=$(field "$d" '["message"]')
 [[ $msg == "Slurm refused the job: sbatch: error: "* ]] || fail "refused message: $msg"
 
 # gpcd restarts while a job runs in Slurm: the job is followed to its end
 e=$("$GPC" submit -- sh -c "while [ ! -e $work/go-e ]; do sleep 0.05; done; exit 0" 2>/dev/null | tail -1)
-wait_state "$e" running 30
+wait_state "$e" running 60
 kill "$gpcd_pid"; wait "$gpcd_pid" 2>/dev/null || true
 start_gpcd
 [[ $(field "$e" '["state"]') == running ]] || fail "after restart job $e is $(field "$e" '["state"]')"
 touch "$work/go-e"
-wait_state "$e" completed 30
+wait_state "$e" completed 60
 [[ $(grep -c "handed to Slurm as job $(slurm_id "$e")" "$work/gpcd.log") == 1 ]] || fail "job $e was submitted twice"
 grep -q "backend = slurm: 1 job(s) already in Slurm" "$work/gpcd.log" || fail "restart did not find the job"
 

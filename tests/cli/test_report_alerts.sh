@@ -15,6 +15,10 @@ gpcd_pid=
 cleanup() { gpcd_stop "$work/state/gpcd.sock" "$gpcd_pid"; gpcd_remove "$work"; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; [[ -f "$work/gpcd.log" ]] && tail -5 "$work/gpcd.log" >&2; exit 1; }
+# a command that stops the script under set -e says which one it was
+trap 'echo "FAIL: line $LINENO: $BASH_COMMAND exited $?" >&2' ERR
+# shellcheck source=tests/cli/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 echo "0 mem_used 79GB" >"$work/sim.txt"
 cat >"$work/gpcd.conf" <<CONF
@@ -27,9 +31,10 @@ CONF
 "$GPCD" --config "$work/gpcd.conf" --foreground >"$work/gpcd.log" 2>&1 &
 gpcd_pid=$!
 export GPC_SOCKET=$work/state/gpcd.sock
-for _ in $(seq 400); do [[ -S $GPC_SOCKET ]] && break; sleep 0.05; done
-[[ -S $GPC_SOCKET ]] || fail "gpcd did not create its socket"
-id=$("$GPC" submit --gpus 1 --type train -- sleep 30 | tail -1)
+# shellcheck disable=SC2016 # the check expands each time it runs
+wait_until 30 '[[ -S $GPC_SOCKET ]]' || fail "gpcd did not create its socket"
+# the job outlives any wait below; the cleanup cancels it
+id=$("$GPC" submit --gpus 1 --type train -- sleep 600 | tail -1)
 [[ $id =~ ^[0-9]+$ ]] || fail "submit printed '$id'"
 
 write_run() { # folder, gpcd_job value
@@ -39,11 +44,9 @@ write_run() { # folder, gpcd_job value
 }
 write_run "$work/run" "$id"
 page=$work/run/report.html
-for _ in $(seq 200); do
-  "$GPC" report "$work/run" >/dev/null
-  grep -q "close to running out of memory" "$page" && break
-  sleep 0.1
-done
+# shellcheck disable=SC2016 # the check expands each time it runs
+wait_until 60 '"$GPC" report "$work/run" >/dev/null && grep -q "close to running out of memory" "$page"' ||
+  true # the checks below say what is missing
 grep -q "gpcd job $id: active alerts on its GPUs" "$page" || fail "alerts note: $(grep alerts-note "$page")"
 grep -q "<li>GPU 0 memory 99% used (79.0 of 80.0 GiB)" "$page" || fail "alert text: $(grep -A2 '<ul id="alerts"' "$page")"
 
@@ -55,5 +58,5 @@ GPC_SOCKET=$work/none.sock "$GPC" report "$work/run" --out "$work/away.html" >/d
   fail "report must still be written when gpcd is away"
 grep -q "gpcd job $id: alerts not shown: gpcd is not running at $work/none.sock" "$work/away.html" ||
   fail "unreachable note: $(grep alerts-note "$work/away.html")"
-"$GPC" cancel "$id" >/dev/null
+"$GPC" cancel "$id" >/dev/null || fail "cancel job $id"
 echo "ok"

@@ -119,7 +119,8 @@ chrome() {
     --disable-background-networking --disable-component-update --disable-sync \
     --user-data-dir="$profile" "$@" 2>>"$work/chromium.log"
 }
-chrome --dump-dom "file://$work/page.html" >"$work/dom.html"
+chrome --dump-dom "file://$work/page.html" >"$work/dom.html" ||
+  fail "chromium failed (exit $?): $(tail -3 "$work/chromium.log")"
 python3 - "$work/dom.html" "$final" "$best" "$tps" "$mfu" <<'PY'
 import re, sys
 dom, final, best, tps, mfu = open(sys.argv[1]).read(), *sys.argv[2:]
@@ -136,7 +137,8 @@ assert cell("mfu") == mfu, (cell("mfu"), mfu)
 assert dom.count("<svg") == 8, dom.count("<svg")
 assert "<polyline" in dom and "<circle" in dom
 PY
-chrome --window-size=900,1600 --screenshot="$work/shot.png" "file://$work/page.html" >/dev/null
+chrome --window-size=900,1600 --screenshot="$work/shot.png" "file://$work/page.html" >/dev/null ||
+  fail "chromium screenshot failed (exit $?): $(tail -3 "$work/chromium.log")"
 [[ -s "$work/shot.png" ]] || fail "no screenshot"
 [[ $(head -c 8 "$work/shot.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] || fail "screenshot is not a PNG"
 [[ $(stat -c %s "$work/shot.png") -gt 20000 ]] || fail "screenshot is suspiciously small (blank page?)"

@@ -59,15 +59,17 @@ stop_server() {
 
 # post NAME BODY [CURL ARGS...]: POST /v1/completions; the body lands in
 # $work/NAME.json, the status in $work/NAME.code, the headers in $work/NAME.h
+# (every curl here has a --max-time far above what an answer takes, so that
+# a server that hangs fails the check instead of the whole test timing out)
 post() {
   local name=$1 body=$2
   shift 2
-  curl -s -o "$work/$name.json" -D "$work/$name.h" -w '%{http_code}' "$@" \
+  curl -s --max-time 120 -o "$work/$name.json" -D "$work/$name.h" -w '%{http_code}' "$@" \
     -H 'Content-Type: application/json' -d "$body" "$url/v1/completions" >"$work/$name.code"
 }
 
 # metric NAME: its value in /metrics
-metric() { curl -s "$url/metrics" | awk -v n="$1" '$1 == n {print $2}'; }
+metric() { curl -s --max-time 30 "$url/metrics" | awk -v n="$1" '$1 == n {print $2}'; }
 
 # A small corpus and a tiny model with a long context, so that a long
 # generation lasts long enough to be cut off.
@@ -112,8 +114,8 @@ EOF
 done
 
 start_server --listen 127.0.0.1:0 --max-batch 64
-curl -s "$url/health" | grep -q '"ok"' || fail "/health is not ok"
-curl -s "$url/v1/models" >"$work/models.json"
+curl -s --max-time 30 "$url/health" | grep -q '"ok"' || fail "/health is not ok"
+curl -s --max-time 30 "$url/v1/models" >"$work/models.json"
 [[ $(json "$work/models.json" 'd["data"][0]["max_model_len"]') == 1024 ]] ||
   fail "/v1/models: $(cat "$work/models.json")"
 
@@ -136,7 +138,7 @@ usage=$(json "$work/one0.json" 'd["usage"]["prompt_tokens"], d["usage"]["total_t
 [[ $usage == "2 2" ]] || fail "usage of 'the cat': $usage"
 
 # streaming: the chunks' texts joined equal the whole
-curl -s -N -H 'Content-Type: application/json' -d "$(body 3 '{"stream":true}')" \
+curl -s -N --max-time 120 -H 'Content-Type: application/json' -d "$(body 3 '{"stream":true}')" \
   "$url/v1/completions" >"$work/stream.txt"
 python3 - "$work/stream.txt" "$work/want3.txt" <<'EOF' || fail "streamed text differs"
 import json, sys
@@ -199,39 +201,39 @@ post toolong "{\"prompt\": [$(python3 -c 'print(",".join(["5"] * 1100))')]}"
 check_error toolong 400
 grep -q "context holds 1024" "$work/toolong.json" || fail "prompt too long: $(cat "$work/toolong.json")"
 python3 -c 'print("{\"prompt\": \"" + "a" * 2000000 + "\"}")' >"$work/huge.json.in"
-curl -s -o "$work/huge.json" -w '%{http_code}' -H 'Content-Type: application/json' \
+curl -s --max-time 120 -o "$work/huge.json" -w '%{http_code}' -H 'Content-Type: application/json' \
   --data-binary @"$work/huge.json.in" "$url/v1/completions" >"$work/huge.code"
 check_error huge 413
-curl -s -o "$work/get.json" -D "$work/get.h" -w '%{http_code}' "$url/v1/completions" >"$work/get.code"
+curl -s --max-time 30 -o "$work/get.json" -D "$work/get.h" -w '%{http_code}' "$url/v1/completions" >"$work/get.code"
 check_error get 405
 grep -qi '^Allow: POST' "$work/get.h" || fail "405 without Allow: POST"
-curl -s -o "$work/nope.json" -w '%{http_code}' "$url/v1/nope" >"$work/nope.code"
+curl -s --max-time 30 -o "$work/nope.json" -w '%{http_code}' "$url/v1/nope" >"$work/nope.code"
 check_error nope 404
 [[ $(metric 'gpc_serve_requests_total{code="400"}') -ge 5 ]] || fail "400s not counted in /metrics"
 
 # ------------------------------------------- a client that hangs up early
 before=$(metric gpc_serve_tokens_generated_total)
 # the client leaves as soon as its first chunk is in: a fixed time would let
-# the tiny model finish all 1000 tokens first on an idle machine
-curl -s -N -d '{"prompt": "the cat", "max_tokens": 1000, "ignore_eos": true, "stream": true}' \
+# the tiny model finish all 1000 tokens first on an idle machine (and the
+# wait for that chunk is a deadline in time, not a count of tries)
+curl -s -N --max-time 120 -d '{"prompt": "the cat", "max_tokens": 1000, "ignore_eos": true, "stream": true}' \
   "$url/v1/completions" >"$work/cut.txt" 2>/dev/null &
 cut_pid=$!
-for ((i = 0; i < 2000; i++)); do
+deadline=$((SECONDS + 30))
+while ((SECONDS < deadline)); do
   grep -q '^data: {' "$work/cut.txt" 2>/dev/null && break
   sleep 0.002
 done
 kill "$cut_pid" 2>/dev/null
 wait "$cut_pid" 2>/dev/null
 grep -q '^data: {' "$work/cut.txt" || fail "the cut stream had no chunk before the cut"
-for ((i = 0; i < 50; i++)); do
-  [[ $(metric gpc_serve_running_sequences) == 0 ]] && break
-  sleep 0.1
-done
+# shellcheck disable=SC2016 # the check expands each time it runs
+wait_until 30 '[[ $(metric gpc_serve_running_sequences) == 0 ]]' # the checks below say what is missing
 after=$(metric gpc_serve_tokens_generated_total)
 [[ $(metric gpc_serve_kv_blocks_used) == 0 ]] || fail "blocks still used after the client left"
 [[ $(metric gpc_serve_cancelled_total) -ge 1 ]] || fail "the hang-up was not counted as cancelled"
 ((after - before < 1000)) || fail "the cut request ran to its end ($((after - before)) tokens)"
-grep -q '^gpc_serve_time_to_first_token_seconds_count [1-9]' <(curl -s "$url/metrics") ||
+grep -q '^gpc_serve_time_to_first_token_seconds_count [1-9]' <(curl -s --max-time 30 "$url/metrics") ||
   fail "no time-to-first-token samples"
 
 # the load generator: every request answered in full, the figures sane;
@@ -244,7 +246,7 @@ admitted=$(metric gpc_serve_engine_requests_total)
 "$GPC" bench serve --url "$url" --warmup -1 >"$work/warm.out" 2>&1 && fail "bench serve took --warmup -1"
 grep -q -- "--warmup must be 0 or more" "$work/warm.out" || fail "--warmup -1: $(cat "$work/warm.out")"
 awk '$1 == "gpc_serve_host_seconds_total" && $2 > 0 {found = 1} END {exit !found}' \
-  <(curl -s "$url/metrics") || fail "no host seconds in /metrics"
+  <(curl -s --max-time 30 "$url/metrics") || fail "no host seconds in /metrics"
 python3 - "$work/bench.json" <<'EOF' || fail "bench serve JSON: $(cat "$work/bench.json")"
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -352,7 +354,7 @@ start_server --socket "$work/serve.sock" --token "$work/token"
 [[ $(stat -c %a "$work/serve.sock") == 600 ]] || fail "the socket is not mode 600"
 url=http://localhost
 sock=(--unix-socket "$work/serve.sock")
-[[ $(curl -s "${sock[@]}" -o /dev/null -w '%{http_code}' "$url/health") == 200 ]] ||
+[[ $(curl -s --max-time 30 "${sock[@]}" -o /dev/null -w '%{http_code}' "$url/health") == 200 ]] ||
   fail "/health needs no token"
 post noauth '{"prompt": "the cat"}' "${sock[@]}"
 check_error noauth 401
@@ -363,13 +365,12 @@ post auth "$(body 1)" "${sock[@]}" "${auth[@]}"
 text_of "$work/auth.json" >"$work/auth.txt"
 cmp -s "$work/auth.txt" "$work/want1.txt" || fail "with the token: $(cat "$work/auth.json")"
 # SIGTERM while a long request streams: it completes, then gpc serve exits 0
-curl -s -N "${sock[@]}" "${auth[@]}" -d '{"prompt": "the cat", "max_tokens": 600, "ignore_eos": true, "stream": true}' \
+curl -s -N --max-time 120 "${sock[@]}" "${auth[@]}" -d '{"prompt": "the cat", "max_tokens": 600, "ignore_eos": true, "stream": true}' \
   "$url/v1/completions" >"$work/drain.txt" &
 curl_pid=$!
-for ((i = 0; i < 100; i++)); do
-  grep -q '^data: {' "$work/drain.txt" && break
-  sleep 0.05
-done
+# SIGTERM only once the request is in flight, however slow the start
+# shellcheck disable=SC2016 # the check expands each time it runs
+wait_until 60 'grep -q "^data: {" "$work/drain.txt" 2>/dev/null' || fail "no chunk of the long request before SIGTERM"
 stop_server
 wait "$curl_pid" || fail "the request in flight at SIGTERM failed"
 [[ $server_rc -eq 0 ]] || fail "exit $server_rc after SIGTERM: $(cat "$work/serve.err")"
