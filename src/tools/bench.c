@@ -357,12 +357,18 @@ static gpc_status gpu_overlap(const gpc_bench_options *o, gpc_bench_report *r, c
     static const int streams[] = {1, 2, 4};
     char name[40];
     for (int i = 0; i < 3; i++) {
-        double seconds = 0;
+        double seconds = 0, error = 0;
         snprintf(name, sizeof name, "streams-%d", streams[i]);
-        gpc_status st = gpc_bench_cuda_overlap(o->gpu, streams[i], bytes, 16, reps, &seconds);
+        gpc_status st =
+            gpc_bench_cuda_overlap(o->gpu, streams[i], bytes, 16, reps, &seconds, &error);
         if (st == GPC_ERR_NOMEM) return st;
         if (st) {
             skip(o, r, "overlap %s: %s", name, gpc_last_error());
+            continue;
+        }
+        if (error != 0) {
+            skip(o, r, "overlap %s: the data came back wrong (off by %g): not a measurement", name,
+                 error);
             continue;
         }
         /* bytes in and bytes out through the pipeline */

@@ -80,9 +80,12 @@ gpc_status gpc_bench_cuda_copy(int device, gpc_copy_memory memory, gpc_copy_dire
 
 /* A pipeline over bytes of pinned input: chunks of it are copied to the
  * device, transformed by a kernel that takes about as long as the copy, and
- * copied back, round-robin over streams. Median wall seconds of reps. */
+ * copied back, round-robin over streams. Median wall seconds of reps.
+ * *max_error (where not NULL): the largest difference between what came
+ * back and the same transform computed on the host (0 when every chunk
+ * made its way through: the transform is fmaf in both places). */
 gpc_status gpc_bench_cuda_overlap(int device, int streams, size_t bytes, int chunks, int reps,
-                                  double *seconds);
+                                  double *seconds, double *max_error);
 
 /* NCCL (loaded with dlopen, libnccl.so.2) version as 10000*major +
  * 100*minor + patch, or GPC_ERR_UNSUPPORTED when the library is absent. */

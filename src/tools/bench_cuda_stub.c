@@ -71,8 +71,9 @@ gpc_status gpc_bench_cuda_copy(int device, gpc_copy_memory memory, gpc_copy_dire
 }
 
 gpc_status gpc_bench_cuda_overlap(int device, int streams, size_t bytes, int chunks, int reps,
-                                  double *seconds) {
+                                  double *seconds, double *max_error) {
     (void)device, (void)streams, (void)bytes, (void)chunks, (void)reps, (void)seconds;
+    (void)max_error;
     return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
 }
 

@@ -1,9 +1,10 @@
 /* test_bench_cuda.c: the GPU measurements of gpc bench on a real GPU: every
  * GEMM kernel and precision agrees with float64 on sampled entries (the
  * check inside gpc_bench_cuda_gemm, asserted here with tolerances set by the
- * precision), the naive and tiled kernels agree, copies and the pipeline
- * return positive times with bandwidth under what the device can do, and
- * more streams do not make the pipeline slower. Exits 77 without a GPU. */
+ * precision), the naive and tiled kernels agree, copies return positive
+ * times with bandwidth under what the device can do, and the pipeline over
+ * 1, 2 and 4 streams returns its input transformed exactly as the host
+ * computes it. Exits 77 without a GPU. */
 #include "testutil.h"
 
 #include "tools/bench_cuda.h"
@@ -49,12 +50,15 @@ static void test_copies_and_overlap(void **state) {
                 fail_msg("%s %s: %g s (%g GB/s)", gpc_copy_direction_name(d),
                          gpc_copy_memory_name(m), seconds, gbps);
         }
-    double one = 0, four = 0;
-    TEST_OK(gpc_bench_cuda_overlap(0, 1, 64u << 20, 16, 3, &one));
-    TEST_OK(gpc_bench_cuda_overlap(0, 4, 64u << 20, 16, 3, &four));
-    assert_true(one > 0 && four > 0);
-    /* four streams overlap copies with compute: never much slower than one */
-    if (four > 1.2 * one) fail_msg("4 streams %g s vs 1 stream %g s", four, one);
+    /* the pipeline's output, whatever the streams' interleaving, is the
+     * host's transform of its input to the bit (its speed is gpc bench's
+     * to report, not a test's to judge) */
+    for (int streams = 1; streams <= 4; streams *= 2) {
+        double seconds = 0, error = -1;
+        TEST_OK(gpc_bench_cuda_overlap(0, streams, 64u << 20, 16, 3, &seconds, &error));
+        if (!(seconds > 0 && error == 0))
+            fail_msg("%d streams: %g s, output off by %g", streams, seconds, error);
+    }
 }
 
 int main(void) {
