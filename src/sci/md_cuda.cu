@@ -82,6 +82,7 @@
 
 #include "cuda/cuda_common.cuh"
 #include "gpc/md.h"
+#include "sci/sci_cuda.cuh"
 #include "gpc/settings.h"
 
 #include <climits>
@@ -990,23 +991,8 @@ extern "C" double gpc_md_cuda_bytes(const gpc_md_cuda_config *c) {
 }
 
 extern "C" gpc_status gpc_md_cuda_check(int device, const gpc_md_cuda_config *c) {
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        cudaGetLastError();
-        return gpc_error(GPC_ERR_UNSUPPORTED,
-                         "md: no usable GPU (%s): check nvidia-smi and CUDA_VISIBLE_DEVICES, or "
-                         "run with --device cpu",
-                         err != cudaSuccess ? cudaGetErrorString(err) : "none visible");
-    }
-    if (device < 0 || device >= count)
-        return gpc_error(GPC_ERR_INVALID_ARG,
-                         "md: GPU %d does not exist: this machine has %d usable GPU%s (cuda:0 to "
-                         "cuda:%d)",
-                         device, count, count == 1 ? "" : "s", count - 1);
-    GPC_CUDA_CHECK(cudaSetDevice(device));
     size_t free_bytes = 0, total_bytes = 0;
-    GPC_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    GPC_TRY(sci_cuda_open("md", device, &free_bytes, &total_bytes));
     if (c->atoms > (int64_t)INDEX_MASK + 1)
         return gpc_error(GPC_ERR_INVALID_ARG,
                          "md: %lld atoms on a GPU: at most %u (neighbour entries hold 27 bits of "

@@ -19,6 +19,7 @@
 #include "sci/md_split_cuda.h"
 
 #include "cuda/cuda_common.cuh"
+#include "sci/sci_cuda.cuh"
 
 #include <climits>
 #include <cub/device/device_scan.cuh>
@@ -309,23 +310,8 @@ extern "C" gpc_status md_split_cuda_create(md_split_cuda **out, int device, doub
                                            int64_t row_cap, double box, double rc2, double reach,
                                            double limit2) {
     *out = NULL;
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        cudaGetLastError();
-        return gpc_error(GPC_ERR_UNSUPPORTED,
-                         "md: no usable GPU (%s): check nvidia-smi and CUDA_VISIBLE_DEVICES, or "
-                         "run with --device cpu",
-                         err != cudaSuccess ? cudaGetErrorString(err) : "none visible");
-    }
-    if (device < 0 || device >= count)
-        return gpc_error(GPC_ERR_INVALID_ARG,
-                         "md: GPU %d does not exist: this machine has %d usable GPU%s (cuda:0 to "
-                         "cuda:%d)",
-                         device, count, count == 1 ? "" : "s", count - 1);
-    GPC_CUDA_CHECK(cudaSetDevice(device));
     size_t free_bytes = 0, total_bytes = 0;
-    GPC_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    GPC_TRY(sci_cuda_open("md", device, &free_bytes, &total_bytes));
     /* positions, velocities, forces, build positions, pack, cells and rows */
     const double need = atoms * (5 * 24.0 + 4 * 4.0 + 4.0 * (double)row_cap) * 1.5;
     if (need > (double)free_bytes)
@@ -349,7 +335,7 @@ extern "C" gpc_status md_split_cuda_create(md_split_cuda **out, int device, doub
     if (cudaStreamCreate(&g->stream) != cudaSuccess ||
         cudaMalloc((void **)&g->flags, sizeof *g->flags) != cudaSuccess ||
         cudaMallocHost((void **)&g->host_flags, sizeof *g->host_flags) != cudaSuccess) {
-        err = cudaGetLastError();
+        cudaError_t err = cudaGetLastError();
         st = gpc_error(GPC_ERR_DEVICE, "md: cannot set up cuda:%d: %s", device,
                        cudaGetErrorString(err));
     }

@@ -51,6 +51,7 @@
  * from the CPU's sine tables with the CPU's two products.
  */
 #include "cuda/cuda_common.cuh"
+#include "sci/sci_cuda.cuh"
 #include "sci/stencil_cuda.h"
 
 #include <stdio.h>
@@ -708,22 +709,8 @@ extern "C" double gpc_stencil_cuda_bytes(const gpc_stencil_cuda_config *c) {
 }
 
 extern "C" gpc_status gpc_stencil_cuda_check(int device, double bytes, const char *what) {
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0) {
-        cudaGetLastError(); /* clear it: later calls must not report it */
-        return gpc_error(GPC_ERR_DEVICE,
-                         "stencil: no CUDA GPU is usable here (%s): run with --device cpu",
-                         e != cudaSuccess ? cudaGetErrorString(e) : "none found");
-    }
-    if (device < 0 || device >= count)
-        return gpc_error(GPC_ERR_INVALID_ARG,
-                         "stencil: cuda:%d does not exist: this machine has %d GPU%s (cuda:0 to "
-                         "cuda:%d)",
-                         device, count, count == 1 ? "" : "s", count - 1);
-    GPC_CUDA_CHECK(cudaSetDevice(device));
     size_t free_bytes = 0, total = 0;
-    GPC_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    GPC_TRY(sci_cuda_open("stencil", device, &free_bytes, &total));
     if (bytes > (double)free_bytes)
         return gpc_error(GPC_ERR_NOMEM,
                          "%s need about %.1f GiB on cuda:%d, which has %.1f GiB free of %.1f "

@@ -77,7 +77,7 @@ GPC_RANK=1 GPC_WORLD_SIZE=2 GPC_LOCAL_RANK=1 GPC_MASTER_ADDR=127.0.0.1 GPC_MASTE
   expect_usage "which gpc launch does not start: run mpirun -np 2 gpc stencil"
 # a GPU that is not there: the reason depends on the build and the machine
 "$GPC" stencil --device cuda:99 >/dev/null 2>"$work/gpu.err" && fail "cuda:99 ran"
-grep -Eq "GPU 99 does not exist|no usable NVIDIA GPU|without CUDA|no CUDA GPU" "$work/gpu.err" ||
+grep -Eq "cuda:99 does not exist|GPU 99 does not exist|no usable NVIDIA GPU|without CUDA|no CUDA GPU" "$work/gpu.err" ||
   fail "cuda:99: $(cat "$work/gpu.err")"
 # a grid larger than any machine's memory (a TiB): refused up front
 expect_exit 1 "GiB: use a smaller --n" "$GPC" stencil --n 4096

@@ -1,0 +1,36 @@
+/*
+ * sci_cuda.cuh: what the GPU sides of `gpc md` and `gpc stencil` share:
+ * opening the GPU a run asked for, with a reason a user can act on when it
+ * cannot be opened. Private to the sci layer's .cu files.
+ */
+#ifndef GPC_SCI_SCI_CUDA_CUH
+#define GPC_SCI_SCI_CUDA_CUH
+
+#include "cuda/cuda_common.cuh"
+
+/* Selects GPU `device` for command `who` ("md", "stencil") and reads its
+ * free and total memory. No GPU at all: GPC_ERR_UNSUPPORTED, "no CUDA GPU
+ * is usable here"; a number past the last: GPC_ERR_INVALID_ARG, "cuda:N
+ * does not exist" with the numbers there are. */
+static inline gpc_status sci_cuda_open(const char *who, int device, size_t *free_bytes,
+                                       size_t *total_bytes) {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        cudaGetLastError(); /* clear it: later calls must not report it */
+        return gpc_error(GPC_ERR_UNSUPPORTED,
+                         "%s: no CUDA GPU is usable here (%s): check nvidia-smi and "
+                         "CUDA_VISIBLE_DEVICES, or run with --device cpu",
+                         who, err != cudaSuccess ? cudaGetErrorString(err) : "none visible");
+    }
+    if (device < 0 || device >= count)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "%s: cuda:%d does not exist: this machine has %d usable GPU%s (cuda:0 "
+                         "to cuda:%d)",
+                         who, device, count, count == 1 ? "" : "s", count - 1);
+    GPC_CUDA_CHECK(cudaSetDevice(device));
+    GPC_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+    return GPC_OK;
+}
+
+#endif /* GPC_SCI_SCI_CUDA_CUH */
