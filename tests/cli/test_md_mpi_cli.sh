@@ -76,7 +76,7 @@ rc=$?
 timeout 120 "${mpi[@]}" 2 "$GPC" md --cells 5 --device cuda:99 >"$work/gpu.out" 2>&1
 rc=$?
 [[ $rc -ne 0 && $rc -ne 124 ]] && grep -Eq "GPU|CUDA" "$work/gpu.out" ||
-  fail "a split run on a GPU that is not there (exit $rc): $(tail -2 "$work/gpu.out")"
+  fail "a split run on a GPU that is not there (exit $rc): $(head -20 "$work/gpu.out")"
 # processes gpc launch started on GPUs: the slabs exchange over MPI, which
 # it does not start (a CPU run it hands to mpirun itself)
 GPC_RANK=1 GPC_WORLD_SIZE=2 GPC_LOCAL_RANK=1 GPC_MASTER_ADDR=127.0.0.1 GPC_MASTER_PORT=29999 \
