@@ -115,6 +115,14 @@ if [[ $mode == all || $mode == test ]]; then
   GPC_GEMM_SM90=0 GPC_TEST_FILTER='*gelu*' timeout 150 compute-sanitizer --tool memcheck --leak-check no \
     --error-exitcode 9 "$build/tests/gpu_test_cuda_ops" >"$out/memcheck-gelu-cublaslt.log" 2>&1
   note "memcheck over the GELU products with GPC_GEMM_SM90=0: exit $? $(grep 'ERROR SUMMARY' "$out/memcheck-gelu-cublaslt.log" | tail -1)"
+  # md split over two processes, both slabs on this GPU: each rank's kernels
+  # under memcheck, then racecheck (the sums' shared memory)
+  for tool in memcheck racecheck; do
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm_rsh_agent= timeout 300 \
+      mpirun --oversubscribe --bind-to none -np 2 compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$build/tests/mpi_test_md" cuda >"$out/$tool-md-split.log" 2>&1
+    note "$tool over the split md (2 processes, one GPU): exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool-md-split.log" | sort | uniq -c | tr '\n' ' ')"
+  done
   unset GPC_TEST_SEED
 fi
 
