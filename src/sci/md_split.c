@@ -540,11 +540,19 @@ gpc_status md_split_run(md_split *s, int steps, int64_t first_step) {
     const double dt = s->dt, half_dt = 0.5 * dt;
     for (int step = 0; step < steps; step++) {
         const int64_t now = first_step + step + 1;
-        int flags[2] = {0, 0}; /* moved over half the skin; not finite */
-        GPC_TRY(kick_drift(s, flags));
-        int any[2];
+        /* moved over half the skin; not finite; this process's GPU failed
+         * (which all learn here, every step, rather than wait for it in an
+         * exchange) */
+        int flags[3] = {0, 0, 0}, any[3];
+        const gpc_status drifted = kick_drift(s, flags);
+        flags[2] = drifted != GPC_OK;
         GPC_TRY(
-            mpi_ok(MPI_Allreduce(flags, any, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "allreduce"));
+            mpi_ok(MPI_Allreduce(flags, any, 3, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "allreduce"));
+        if (drifted != GPC_OK) return drifted;
+        if (any[2])
+            return gpc_error(GPC_ERR_DEVICE,
+                             "md: another process's GPU failed at step %lld (its message says why)",
+                             (long long)now);
         if (any[1])
             return gpc_error(GPC_ERR_INVALID_ARG,
                              "md: the run blew up at step %lld (an atom's position is no longer "
