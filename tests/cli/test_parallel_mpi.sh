@@ -67,13 +67,16 @@ train() { # NAME NP ARGS...: one run into $work/NAME
   fi || fail "$name: exit $?: $(tail -3 "$work/$name.err")"
 }
 
-# compare REF RUN: losses of every step within 1e-5, then weights, m and v of
+# compare REF RUN: losses of every step within 1e-4, then weights, m and v of
 # the final checkpoint norm-wise within 1e-3. Typical differences are 1e-7 to
 # 1e-5; on some seeds AdamW turns the rounding of a near-zero gradient into a
-# whole step of opposite sign, and the later steps carry it into m and v
-# (seen up to 3.3e-5 with 2 ranks, and 1.3e-4 with 8 on seed 25172). A wrong
-# gradient scale or a lost bucket (the smallest here, 0.01 MB, is a few
-# percent of the parameters) moves m and v by 1e-2 or more.
+# whole step of opposite sign, and the later steps carry it into the loss,
+# m and v (seen up to 3.3e-5 with 2 ranks, and 1.3e-4 with 8 on seed 25172;
+# losses 4.5e-5 apart by step 4 with --tp 2 on seed 39489, where a tensor-
+# parallel slice sums its products in another order). A wrong gradient
+# scale, a slice's wrong half or a lost bucket (the smallest here, 0.01 MB,
+# is a few percent of the parameters) moves the second step's loss and m
+# and v by 1e-2 or more.
 compare() {
   python3 - "$work/$1" "$work/$2" "1e-3" <<'PY' || fail "$2 differs from $1"
 import array, json, os, sys
@@ -83,7 +86,7 @@ def losses(d):
 a, b = losses(ref), losses(run)
 ok = len(a) == len(b) == 4
 worst = max(abs(x - y) / abs(x) for x, y in zip(a, b)) if ok else 1
-if not ok or worst > 1e-5:
+if not ok or worst > 1e-4:
     print(f"{run}: losses {b} vs {a} (relative {worst:.2e})")
     sys.exit(1)
 def arrays(d):
@@ -129,7 +132,7 @@ def vals(d):
     return [json.loads(l)["val_loss"] for l in open(os.path.join(d, "metrics.jsonl"))
             if "val_loss" in json.loads(l)]
 a, b = vals(sys.argv[1]), vals(sys.argv[2])
-ok = len(a) == len(b) == 2 and all(abs(x - y) <= 1e-5 * x for x, y in zip(a, b))
+ok = len(a) == len(b) == 2 and all(abs(x - y) <= 1e-4 * x for x, y in zip(a, b))
 print(f"validation: {b} at tp 2 x pp 2, {a} on one process")
 sys.exit(0 if ok else 1)
 PY
