@@ -37,7 +37,7 @@ export OMP_NUM_THREADS=1 ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
 for i in $(seq 1 2500); do echo "the cat sees the ball number $((i % 7)). the dog likes it."; done >"$work/corpus.txt"
 "$GPC" data prepare --input "$work/corpus.txt" --out "$work/data" --vocab-size 300 >/dev/null 2>"$work/err" ||
   fail "cannot prepare data: $(cat "$work/err")"
-steps=50000
+steps=1000000 # the first run must not end before it is preempted (50,000 took 92 s)
 train=("$GPC" train --data "$work/data" --layers 2 --heads 2 --channels 32 --context 16
   --total-batch 256 --batch 4 --steps "$steps" --device cpu --lr 1e-2 --warmup 1 --eval-every 0
   --checkpoint-every 0 --seed 11 --out "$work/run")
