@@ -18,11 +18,10 @@
  * decision (an atom moved over half the skin on any process) is one
  * all-reduce of two ints a step.
  *
- * On a GPU (md_split_cuda.h) the builds stay here: the GPU's positions and
- * velocities come back, atoms migrate and ghosts are chosen as on the CPU,
- * and the result goes to the GPU, which builds the same list and steps the
- * owned atoms until the next build. Each step it packs the positions the
- * neighbours need; only those and the rebuild flags pass through the host.
+ * On a GPU (md_split_cuda.h) the atoms stay there: each build's wrap,
+ * migration, choice of ghosts and list run on the GPU in the order above,
+ * and the host carries only what crosses processes (leavers, arrivals,
+ * ghost positions, counts and flags) through the same exchanges.
  *
  * Results differ from one process's only in the order of the force sums.
  */
@@ -125,10 +124,10 @@ static double nearest(double d, double box, double inv_box) {
     return d - box * nearbyint(d * inv_box);
 }
 
-/* Sends `count` doubles of s->buf_out to `to` while receiving what `from`
- * sends into s->buf_in; *received: how many came. */
-static gpc_status exchange(md_split *s, int to, int from, int64_t count, int64_t *received,
-                           int tag) {
+/* Sends `count` doubles of `out` to `to` while receiving what `from` sends
+ * into s->buf_in; *received: how many came. */
+static gpc_status exchange(md_split *s, const double *out, int to, int from, int64_t count,
+                           int64_t *received, int tag) {
     long long n_out = count, n_in = 0;
     GPC_TRY(mpi_ok(MPI_Sendrecv(&n_out, 1, MPI_LONG_LONG, to, tag, &n_in, 1, MPI_LONG_LONG, from,
                                 tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
@@ -140,13 +139,40 @@ static gpc_status exchange(md_split *s, int to, int from, int64_t count, int64_t
                          n_out > n_in ? n_out : n_in);
     GPC_TRY(reserve((void **)&s->buf_in, &s->buf_in_cap, n_in, sizeof(double)));
     *received = n_in;
-    return mpi_ok(MPI_Sendrecv(s->buf_out, (int)n_out, MPI_DOUBLE, to, tag + 1, s->buf_in,
-                               (int)n_in, MPI_DOUBLE, from, tag + 1, MPI_COMM_WORLD,
-                               MPI_STATUS_IGNORE),
+    return mpi_ok(MPI_Sendrecv(out, (int)n_out, MPI_DOUBLE, to, tag + 1, s->buf_in, (int)n_in,
+                               MPI_DOUBLE, from, tag + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
                   "sendrecv");
 }
 
 /* ------------------------------------------------------------- migration */
+
+/* After a build's wrap: whether a position on any process was no longer
+ * finite (bad), the run's end if so. */
+static gpc_status agree_finite(md_split *s, int bad, int64_t step) {
+    int total_bad = 0;
+    GPC_TRY(
+        mpi_ok(MPI_Allreduce(&bad, &total_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "allreduce"));
+    if (total_bad)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "md: the run blew up by step %lld (an atom's position is no longer "
+                         "finite): use a smaller time step than %g or a lower temperature",
+                         (long long)step, s->dt);
+    return GPC_OK;
+}
+
+/* After migration: whether an atom on any process had crossed more than one
+ * slab (stray), which the exchange with neighbours cannot carry. */
+static gpc_status agree_no_stray(int stray, int64_t step) {
+    int any_stray = 0;
+    GPC_TRY(mpi_ok(MPI_Allreduce(&stray, &any_stray, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD),
+                   "allreduce"));
+    if (any_stray)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "md: an atom crossed more than one slab between neighbour-list builds "
+                         "(by step %lld): use --rebuild-every 0, or fewer processes",
+                         (long long)step);
+    return GPC_OK;
+}
 
 /* Wraps the owned positions into the box and sends each atom whose slab is
  * now a neighbour's there (x, v, id as 7 doubles; ids are below 2^53).
@@ -157,14 +183,7 @@ static gpc_status migrate(md_split *s, int64_t step) {
         if (!isfinite(s->x[k])) bad = 1;
         s->x[k] = wrap(s->x[k], s->box, s->inv_box);
     }
-    int total_bad = 0;
-    GPC_TRY(
-        mpi_ok(MPI_Allreduce(&bad, &total_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "allreduce"));
-    if (total_bad)
-        return gpc_error(GPC_ERR_INVALID_ARG,
-                         "md: the run blew up by step %lld (an atom's position is no longer "
-                         "finite): use a smaller time step than %g or a lower temperature",
-                         (long long)step, s->dt);
+    GPC_TRY(agree_finite(s, bad, step));
     int stray = 0;
     for (int side = 0; side < 2; side++) { /* 0: to the right, 1: to the left */
         const int to = side == 0 ? s->right : s->left, from = side == 0 ? s->left : s->right;
@@ -188,7 +207,7 @@ static gpc_status migrate(md_split *s, int64_t step) {
         }
         s->n = kept;
         int64_t got = 0;
-        GPC_TRY(exchange(s, to, from, 7 * out, &got, 10 + 2 * side));
+        GPC_TRY(exchange(s, s->buf_out, to, from, 7 * out, &got, 10 + 2 * side));
         GPC_TRY(reserve_owned(s, s->n + got / 7));
         for (int64_t a = 0; a < got / 7; a++, s->n++) {
             const double *in = s->buf_in + 7 * a;
@@ -197,15 +216,7 @@ static gpc_status migrate(md_split *s, int64_t step) {
             s->id[s->n] = (int64_t)in[6];
         }
     }
-    int any_stray = 0;
-    GPC_TRY(mpi_ok(MPI_Allreduce(&stray, &any_stray, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD),
-                   "allreduce"));
-    if (any_stray)
-        return gpc_error(GPC_ERR_INVALID_ARG,
-                         "md: an atom crossed more than one slab between neighbour-list builds "
-                         "(by step %lld): use --rebuild-every 0, or fewer processes",
-                         (long long)step);
-    return GPC_OK;
+    return agree_no_stray(stray, step);
 }
 
 /* ---------------------------------------------------------------- ghosts */
@@ -231,18 +242,18 @@ static void pack_positions(md_split *s, int side) {
  * from the left, then from the right, in the order of the last build. */
 static gpc_status forward(md_split *s, int choose) {
     const int64_t need = s->n + s->recv_left + s->recv_right;
-    if (!choose) GPC_TRY(reserve((void **)&s->all, &s->all_cap, 3 * need, sizeof(double)));
+    if (!choose && !s->gpu)
+        GPC_TRY(reserve((void **)&s->all, &s->all_cap, 3 * need, sizeof(double)));
     for (int side = 0; side < 2; side++) {
         const int to = side == 0 ? s->right : s->left, from = side == 0 ? s->left : s->right;
         const int64_t count = side == 0 ? s->n_send_right : s->n_send_left;
         GPC_TRY(reserve((void **)&s->buf_out, &s->buf_out_cap, 3 * count, sizeof(double)));
-        const int on_gpu = s->gpu && !choose; /* at a build the host's positions are fresh */
-        if (on_gpu)
+        if (s->gpu)
             GPC_TRY(md_split_cuda_pack(s->gpu, side, s->buf_out));
         else
             pack_positions(s, side);
         int64_t got = 0;
-        GPC_TRY(exchange(s, to, from, 3 * count, &got, 20 + 2 * side));
+        GPC_TRY(exchange(s, s->buf_out, to, from, 3 * count, &got, 20 + 2 * side));
         const int64_t expect = side == 0 ? s->recv_left : s->recv_right;
         if (choose) {
             if (side == 0)
@@ -253,15 +264,15 @@ static gpc_status forward(md_split *s, int choose) {
             return gpc_error(GPC_ERR_INTERNAL, "md: %lld ghost positions came, %lld expected",
                              (long long)got / 3, (long long)expect);
         }
-        if (on_gpu) {
-            GPC_TRY(md_split_cuda_ghosts(s->gpu, side, s->buf_in));
+        if (s->gpu) { /* at a build their number is new */
+            GPC_TRY(md_split_cuda_ghosts(s->gpu, side, s->buf_in, choose ? got / 3 : -1));
             continue;
         }
         const int64_t at = side == 0 ? s->n : s->n + s->recv_left;
         GPC_TRY(reserve((void **)&s->all, &s->all_cap, 3 * (at + got / 3), sizeof(double)));
         memcpy(s->all + 3 * at, s->buf_in, (size_t)got * sizeof(double));
     }
-    if (!s->gpu || choose) memcpy(s->all, s->x, (size_t)(3 * s->n) * sizeof(double));
+    if (!s->gpu) memcpy(s->all, s->x, (size_t)(3 * s->n) * sizeof(double));
     return GPC_OK;
 }
 
@@ -363,30 +374,39 @@ static gpc_status build_list(md_split *s) {
     return GPC_OK;
 }
 
-/* The GPU's build: this process's atoms and ghosts, the lists of the atoms
- * each neighbour needs and their shifts (as pack_positions's). */
-static gpc_status build_on_gpu(md_split *s) {
-    md_split_cuda_load load = {
-        .owned = s->n,
-        .ghosts = {s->recv_left, s->recv_right},
-        .all = s->all,
-        .v = s->v,
-        .send = {s->send_right, s->send_left},
-        .sends = {s->n_send_right, s->n_send_left},
-        .shift = {s->rank == s->world - 1 ? -s->box : 0.0, s->rank == 0 ? s->box : 0.0},
-    };
-    GPC_TRY(md_split_cuda_build(s->gpu, &load, &s->pairs));
+/* A build with the atoms on the GPU: migrate(), choose_ghosts() and
+ * build_list() done there, what crosses processes crossing here. */
+static gpc_status rebuild_on_gpu(md_split *s, int64_t step) {
+    int bad = 0, stray = 0;
+    GPC_TRY(md_split_cuda_wrap(s->gpu, &bad, &stray));
+    GPC_TRY(agree_finite(s, bad, step));
+    for (int side = 0; side < 2; side++) { /* 0: to the right, 1: to the left */
+        const int to = side == 0 ? s->right : s->left, from = side == 0 ? s->left : s->right;
+        const double *out = NULL;
+        int64_t count = 0, got = 0;
+        GPC_TRY(md_split_cuda_leave(s->gpu, side, &out, &count));
+        GPC_TRY(exchange(s, out, to, from, 7 * count, &got, 10 + 2 * side));
+        GPC_TRY(md_split_cuda_arrive(s->gpu, s->buf_in, got / 7));
+    }
+    GPC_TRY(agree_no_stray(stray, step));
+    int64_t sends[2];
+    GPC_TRY(md_split_cuda_choose(s->gpu, sends));
+    s->n_send_right = sends[0], s->n_send_left = sends[1];
+    s->recv_left = s->recv_right = 0;
+    GPC_TRY(forward(s, 1));
+    GPC_TRY(md_split_cuda_list(s->gpu, &s->pairs));
+    s->n = md_split_cuda_owned(s->gpu);
     s->builds++;
     s->since_build = 0;
     return GPC_OK;
 }
 
 static gpc_status rebuild(md_split *s, int64_t step) {
-    if (s->gpu && s->builds > 0) GPC_TRY(md_split_cuda_download(s->gpu, s->x, s->v));
+    if (s->gpu) return rebuild_on_gpu(s, step);
     GPC_TRY(migrate(s, step));
     GPC_TRY(reserve_owned(s, s->n));
     GPC_TRY(choose_ghosts(s));
-    return s->gpu ? build_on_gpu(s) : build_list(s);
+    return build_list(s);
 }
 
 /* --------------------------------------------------------------- forces */
@@ -511,8 +531,15 @@ gpc_status md_split_create(md_split **out, const gpc_md_config *c, int rank, int
     if (st == GPC_OK && c->device.type == GPC_DEVICE_CUDA) {
         /* this slab's share of the atoms and its ghosts, with room to vary */
         const double slab = (double)atoms / world * (1.0 + 2.0 * reach / s->width) * 1.25;
-        st = md_split_cuda_create(&s->gpu, c->device.index, slab, s->row_cap, box, s->rc2, reach,
+        const md_split_cuda_slabs slabs = {.rank = rank,
+                                           .world = world,
+                                           .box = box,
+                                           .width = s->width,
+                                           .reach = reach,
+                                           .slack = s->slack};
+        st = md_split_cuda_create(&s->gpu, c->device.index, &slabs, slab, s->row_cap, s->rc2,
                                   s->limit2);
+        if (st == GPC_OK) st = md_split_cuda_upload(s->gpu, s->n, s->x, s->v, s->id);
     }
     {
         /* every process set up, or none goes on to the exchanges (which
@@ -598,7 +625,11 @@ const char *md_split_device_name(const md_split *s) {
 }
 
 gpc_status md_split_gather_positions(md_split *s, double *out) {
-    if (s->gpu) GPC_TRY(md_split_cuda_download(s->gpu, s->x, NULL));
+    if (s->gpu) { /* the host's arrays have held nothing since the first build */
+        s->n = md_split_cuda_owned(s->gpu);
+        GPC_TRY(reserve_owned(s, s->n));
+        GPC_TRY(md_split_cuda_download(s->gpu, s->x, s->id));
+    }
     memset(out, 0, (size_t)(3 * s->total) * sizeof *out);
     for (int64_t i = 0; i < s->n; i++)
         for (int d = 0; d < 3; d++)

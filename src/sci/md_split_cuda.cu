@@ -2,7 +2,16 @@
  * md_split_cuda.cu: one process's slab of a split `gpc md` run on its GPU
  * (md_split_cuda.h says what the host and the GPU each do).
  *
- * A build bins every atom (owned and ghost) into cells: a count a cell,
+ * A build starts as md_split.c's migrate(): a kernel wraps the owned
+ * positions and flags what the host must know (a position not finite, an
+ * atom whose new owner is no neighbour); then, for each side, a kernel marks
+ * the leavers, a scan numbers them, and a partition kernel writes the
+ * stayers in order into a second set of arrays (x, v, id) and the leavers,
+ * packed [7] each, for the host to send; arrivals are unpacked after the
+ * owned atoms. The atoms each neighbour needs are chosen the same way (mark,
+ * scan, scatter of the indices, ascending).
+ *
+ * The list: every atom (owned and ghost) binned into cells, a count a cell,
  * a scan, a scatter, then each cell's atoms sorted by index, so that the
  * walk over a cell meets them in the host's order. A thread per owned atom
  * then walks the cells around it as md_split.c's build_list does and keeps
@@ -33,7 +42,7 @@ constexpr int THREADS = 128;
 
 /* What the kernels report, zeroed before each kernel that reports. */
 struct split_flags {
-    int moved, bad, longest;
+    int moved, bad, stray, longest;
     unsigned long long pairs;
     double potential, virial, v2;
 };
@@ -233,6 +242,130 @@ __global__ void __launch_bounds__(THREADS)
     if (threadIdx.x == 0) atomicAdd(&flags->v2, s);
 }
 
+/* The slab that owns position x along the box (md_split.c's owner_of). */
+__device__ __forceinline__ int owner_of(double x, double width, int world) {
+    const int r = (int)(x / width);
+    return r < 0 ? 0 : (r >= world ? world - 1 : r);
+}
+
+/* md_split.c's wrap: into [0, box), a face's rounding to 0. */
+__device__ __forceinline__ double wrap(double p, double box, double inv_box) {
+    const double w = p - box * floor(p * inv_box);
+    return w >= box || w < 0 ? 0.0 : w;
+}
+
+struct slab_of {
+    int rank, world, left, right;
+    double box, inv_box, width, lo, hi, near;
+    /* 1 if the atom at x leaves for `side`'s neighbour (0: right, 1: left;
+     * with two processes both neighbours are the right) */
+    __device__ __forceinline__ int leaves(double x, int side) const {
+        const int r = owner_of(x, width, world);
+        return r != rank && (side == 0 ? r == right : r == left);
+    }
+};
+
+__global__ void split_wrap(int64_t n, double *__restrict__ x, slab_of slab, split_flags *flags) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int bad = 0;
+    for (int d = 0; d < 3; d++) {
+        const double p = x[3 * i + d];
+        if (!isfinite(p)) bad = 1;
+        x[3 * i + d] = wrap(p, slab.box, slab.inv_box);
+    }
+    const int r = owner_of(x[3 * i], slab.width, slab.world);
+    if (bad) flags->bad = 1;
+    if (r != slab.rank && r != slab.left && r != slab.right) flags->stray = 1;
+}
+
+/* mark[i]: atom i leaves for `side`; mark[n] = 0, so the scan's last entry
+ * is the count. */
+__global__ void split_mark_leavers(int64_t n, const double *__restrict__ x, slab_of slab, int side,
+                                   int *__restrict__ mark) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) mark[i] = slab.leaves(x[3 * i], side);
+    if (i == n) mark[i] = 0;
+}
+
+/* Stayers in order into x2, v2, id2 (at i minus the leavers before i);
+ * leavers packed into pack[at][7]: x, v, id. */
+__global__ void split_partition(int64_t n, const int *__restrict__ mark, const int *__restrict__ at,
+                                const double *__restrict__ x, const double *__restrict__ v,
+                                const int64_t *__restrict__ id, double *__restrict__ x2,
+                                double *__restrict__ v2, int64_t *__restrict__ id2,
+                                double *__restrict__ pack) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (mark[i]) {
+        double *o = pack + 7 * (int64_t)at[i];
+        for (int d = 0; d < 3; d++)
+            o[d] = x[3 * i + d], o[3 + d] = v[3 * i + d];
+        o[6] = (double)id[i];
+    } else {
+        const int64_t j = i - at[i];
+        for (int d = 0; d < 3; d++)
+            x2[3 * j + d] = x[3 * i + d], v2[3 * j + d] = v[3 * i + d];
+        id2[j] = id[i];
+    }
+}
+
+/* Arrivals ([count][7]) after the first `at` atoms. */
+__global__ void split_unpack(int64_t count, const double *__restrict__ in, int64_t at,
+                             double *__restrict__ x, double *__restrict__ v,
+                             int64_t *__restrict__ id) {
+    const int64_t a = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (a >= count) return;
+    const double *p = in + 7 * a;
+    for (int d = 0; d < 3; d++)
+        x[3 * (at + a) + d] = p[d], v[3 * (at + a) + d] = p[3 + d];
+    id[at + a] = (int64_t)p[6];
+}
+
+/* mark[i] (right) and mark[n + 1 + i] (left): atom i is within reach of
+ * that face (md_split.c's choose_ghosts); each half's last entry 0. */
+__global__ void split_mark_faces(int64_t n, const double *__restrict__ x, slab_of slab,
+                                 int *__restrict__ mark) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i > n) return;
+    int right = 0, left = 0;
+    if (i < n) {
+        const double p = x[3 * i];
+        left = p < slab.lo + slab.near;
+        right = p >= slab.hi - slab.near;
+    }
+    mark[i] = right;
+    mark[n + 1 + i] = left;
+}
+
+__global__ void split_scatter_sends(int64_t n, const int *__restrict__ mark,
+                                    const int *__restrict__ at, int64_t *__restrict__ right,
+                                    int64_t *__restrict__ left) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (mark[i]) right[at[i]] = i;
+    if (mark[n + 1 + i]) left[at[n + 1 + i]] = i;
+}
+
+/* The smallest and largest x over `total` atoms, by one block. */
+__global__ void __launch_bounds__(1024)
+    split_span(int64_t total, const double *__restrict__ all, double *__restrict__ span) {
+    __shared__ double lo[1024], hi[1024];
+    double a = INFINITY, b = -INFINITY;
+    for (int64_t j = threadIdx.x; j < total; j += blockDim.x)
+        a = fmin(a, all[3 * j]), b = fmax(b, all[3 * j]);
+    lo[threadIdx.x] = a, hi[threadIdx.x] = b;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            lo[threadIdx.x] = fmin(lo[threadIdx.x], lo[threadIdx.x + s]);
+            hi[threadIdx.x] = fmax(hi[threadIdx.x], hi[threadIdx.x + s]);
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) span[0] = lo[0], span[1] = hi[0];
+}
+
 unsigned blocks(int64_t items) {
     return (unsigned)((items + THREADS - 1) / THREADS);
 }
@@ -249,37 +382,45 @@ struct md_split_cuda {
     int device;
     char name[300];
     cudaStream_t stream;
-    double box, inv_box, rc2, reach, reach2, limit2;
+    slab_of slab;
+    double rc2, reach2, limit2;
     int64_t owned, ghosts[2], sends[2], row_cap;
     double shift[2];
     /* doubles: all (owned positions, then the ghosts'), v, f, x_built
-     * (owned), pack (the larger side's); int64: send[2]; int: cell_of,
-     * slot, cell_atoms (every atom), cell_count, cell_start (every cell);
-     * int32: rows (owned x row_cap), count (owned) */
-    dev_buf all, v, f, x_built, pack, send[2], cell_of, slot, cell_atoms, cell_count, cell_start,
-        rows, count;
+     * (owned), all2 and v2 (the partition's other side), pack (leavers
+     * [7] each, or the larger side's positions), stage (arrivals), span
+     * [2]; int64: id, id2 (owned), send[2]; int: mark, at (the scans'),
+     * cell_of, slot, cell_atoms (every atom), cell_count, cell_start (every
+     * cell); int32: rows (owned x row_cap), count (owned) */
+    dev_buf all, v, f, x_built, all2, v2, pack, stage, span, id, id2, send[2], mark, at, cell_of,
+        slot, cell_atoms, cell_count, cell_start, rows, count;
     void *scan_tmp;
     size_t scan_bytes;
     split_flags *flags, *host_flags;
+    double *host_pack; /* pinned: the leavers the host sends */
+    int64_t host_pack_cap;
 };
 
 namespace {
 
-/* Device room for `need` items of `item` bytes in *b (contents dropped). */
-gpc_status reserve(dev_buf *b, int64_t need, size_t item) {
+/* Device room for `need` items of `item` bytes in *b; the first `keep`
+ * items stay (0: contents dropped). */
+gpc_status reserve(md_split_cuda *g, dev_buf *b, int64_t need, size_t item, int64_t keep = 0) {
     if (need <= b->cap && b->p) return GPC_OK;
     const int64_t want = need + need / 2 + 64;
-    cudaFree(b->p);
-    b->p = NULL;
-    b->cap = 0;
-    if (cudaMalloc(&b->p, (size_t)want * item) != cudaSuccess) {
+    void *q = NULL;
+    if (cudaMalloc(&q, (size_t)want * item) != cudaSuccess) {
         cudaGetLastError();
-        b->p = NULL;
         return gpc_error(GPC_ERR_NOMEM,
                          "md: out of GPU memory for %lld items of a slab (%.1f MiB): use more "
                          "processes or fewer cells",
                          (long long)need, (double)want * (double)item / (1 << 20));
     }
+    if (keep > 0 && b->p)
+        GPC_CUDA_CHECK(
+            cudaMemcpyAsync(q, b->p, (size_t)keep * item, cudaMemcpyDeviceToDevice, g->stream));
+    cudaFree(b->p); /* waits for the copy */
+    b->p = q;
     b->cap = want;
     return GPC_OK;
 }
@@ -290,6 +431,10 @@ double *dbl(const dev_buf &b) {
 
 int *ints(const dev_buf &b) {
     return (int *)b.p;
+}
+
+int64_t *longs(const dev_buf &b) {
+    return (int64_t *)b.p;
 }
 
 gpc_status wait_flags(md_split_cuda *g) {
@@ -304,16 +449,46 @@ gpc_status clear_flags(md_split_cuda *g) {
     return GPC_OK;
 }
 
+/* at = the exclusive scan of mark over `items` ints. */
+gpc_status scan(md_split_cuda *g, const int *mark, int *at, int64_t items) {
+    size_t bytes = 0;
+    GPC_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(NULL, bytes, mark, at, (int)items, g->stream));
+    if (bytes > g->scan_bytes) {
+        cudaFree(g->scan_tmp);
+        g->scan_tmp = NULL, g->scan_bytes = 0;
+        GPC_CUDA_CHECK(cudaMalloc(&g->scan_tmp, bytes));
+        g->scan_bytes = bytes;
+    }
+    bytes = g->scan_bytes;
+    GPC_CUDA_CHECK(
+        cub::DeviceScan::ExclusiveSum(g->scan_tmp, bytes, mark, at, (int)items, g->stream));
+    return GPC_OK;
+}
+
+/* The int at device address p, waited for. */
+gpc_status read_int(md_split_cuda *g, const int *p, int *out) {
+    GPC_CUDA_CHECK(cudaMemcpyAsync(out, p, sizeof *out, cudaMemcpyDeviceToHost, g->stream));
+    GPC_CUDA_CHECK(cudaStreamSynchronize(g->stream));
+    return GPC_OK;
+}
+
+gpc_status too_many(int64_t n) {
+    return gpc_error(GPC_ERR_UNSUPPORTED,
+                     "md: %lld atoms in one process's slab: at most %d; use more processes",
+                     (long long)n, INT_MAX / 4);
+}
+
 } // namespace
 
-extern "C" gpc_status md_split_cuda_create(md_split_cuda **out, int device, double atoms,
-                                           int64_t row_cap, double box, double rc2, double reach,
-                                           double limit2) {
+extern "C" gpc_status md_split_cuda_create(md_split_cuda **out, int device,
+                                           const md_split_cuda_slabs *slabs, double atoms,
+                                           int64_t row_cap, double rc2, double limit2) {
     *out = NULL;
     size_t free_bytes = 0, total_bytes = 0;
     GPC_TRY(sci_cuda_open("md", device, &free_bytes, &total_bytes));
-    /* positions, velocities, forces, build positions, pack, cells and rows */
-    const double need = atoms * (5 * 24.0 + 4 * 4.0 + 4.0 * (double)row_cap) * 1.5;
+    /* positions, velocities, forces, build positions, the partition's
+     * second arrays, ids, marks and cells, and the rows */
+    const double need = atoms * (7 * 24.0 + 2 * 8.0 + 7 * 4.0 + 4.0 * (double)row_cap) * 1.5;
     if (need > (double)free_bytes)
         return gpc_error(GPC_ERR_NOMEM,
                          "md: a slab of about %.0f atoms needs about %.1f GiB of GPU memory, more "
@@ -324,8 +499,19 @@ extern "C" gpc_status md_split_cuda_create(md_split_cuda **out, int device, doub
     md_split_cuda *g = (md_split_cuda *)gpc_calloc(1, sizeof *g);
     if (!g) return gpc_error(GPC_ERR_NOMEM, "md: out of host memory");
     g->device = device;
-    g->box = box, g->inv_box = 1.0 / box, g->rc2 = rc2, g->reach = reach;
-    g->reach2 = reach * reach, g->limit2 = limit2, g->row_cap = row_cap;
+    slab_of &sl = g->slab;
+    sl.rank = slabs->rank, sl.world = slabs->world;
+    sl.left = (slabs->rank - 1 + slabs->world) % slabs->world;
+    sl.right = (slabs->rank + 1) % slabs->world;
+    sl.box = slabs->box, sl.inv_box = 1.0 / slabs->box, sl.width = slabs->width;
+    sl.lo = slabs->rank * slabs->width, sl.hi = (slabs->rank + 1) * slabs->width;
+    sl.near = slabs->reach + slabs->slack;
+    g->rc2 = rc2, g->reach2 = slabs->reach * slabs->reach, g->limit2 = limit2;
+    g->row_cap = row_cap;
+    /* to the right from the last slab, to the left from the first: the
+     * copies land on the far side of the neighbour's slab */
+    g->shift[0] = slabs->rank == slabs->world - 1 ? -slabs->box : 0.0;
+    g->shift[1] = slabs->rank == 0 ? slabs->box : 0.0;
     cudaDeviceProp prop;
     gpc_status st = GPC_OK;
     if (cudaGetDeviceProperties(&prop, device) == cudaSuccess)
@@ -350,87 +536,225 @@ extern "C" gpc_status md_split_cuda_create(md_split_cuda **out, int device, doub
 extern "C" void md_split_cuda_free(md_split_cuda *g) {
     if (!g) return;
     cudaSetDevice(g->device);
-    dev_buf *buffers[] = {&g->all,        &g->v,          &g->f,       &g->x_built, &g->pack,
-                          &g->send[0],    &g->send[1],    &g->cell_of, &g->slot,    &g->cell_atoms,
-                          &g->cell_count, &g->cell_start, &g->rows,    &g->count};
+    dev_buf *buffers[] = {&g->all,     &g->v,       &g->f,          &g->x_built,    &g->all2,
+                          &g->v2,      &g->pack,    &g->stage,      &g->span,       &g->id,
+                          &g->id2,     &g->send[0], &g->send[1],    &g->mark,       &g->at,
+                          &g->cell_of, &g->slot,    &g->cell_atoms, &g->cell_count, &g->cell_start,
+                          &g->rows,    &g->count};
     for (size_t k = 0; k < sizeof buffers / sizeof buffers[0]; k++)
         cudaFree(buffers[k]->p);
     cudaFree(g->scan_tmp);
     cudaFree(g->flags);
     if (g->host_flags) cudaFreeHost(g->host_flags);
+    if (g->host_pack) cudaFreeHost(g->host_pack);
     if (g->stream) cudaStreamDestroy(g->stream);
     gpc_free(g);
 }
 
-extern "C" gpc_status md_split_cuda_build(md_split_cuda *g, const md_split_cuda_load *load,
-                                          int64_t *pairs) {
+extern "C" gpc_status md_split_cuda_upload(md_split_cuda *g, int64_t n, const double *x,
+                                           const double *v, const int64_t *id) {
     GPC_CUDA_CHECK(cudaSetDevice(g->device));
-    const int64_t n = load->owned, total = n + load->ghosts[0] + load->ghosts[1];
-    GPC_TRY(reserve(&g->all, 3 * total, sizeof(double)));
-    GPC_TRY(reserve(&g->v, 3 * n, sizeof(double)));
-    GPC_TRY(reserve(&g->f, 3 * n, sizeof(double)));
-    GPC_TRY(reserve(&g->x_built, 3 * n, sizeof(double)));
-    GPC_TRY(reserve(&g->count, n, sizeof(int32_t)));
-    GPC_TRY(reserve(&g->cell_of, total, sizeof(int)));
-    GPC_TRY(reserve(&g->slot, total, sizeof(int)));
-    GPC_TRY(reserve(&g->cell_atoms, total, sizeof(int)));
-    g->owned = n, g->ghosts[0] = load->ghosts[0], g->ghosts[1] = load->ghosts[1];
+    if (n > INT_MAX / 4) return too_many(n);
+    GPC_TRY(reserve(g, &g->all, 3 * n, sizeof(double)));
+    GPC_TRY(reserve(g, &g->v, 3 * n, sizeof(double)));
+    GPC_TRY(reserve(g, &g->id, n, sizeof(int64_t)));
+    g->owned = n, g->ghosts[0] = g->ghosts[1] = 0;
+    if (n == 0) return GPC_OK;
     cudaStream_t s = g->stream;
-    GPC_CUDA_CHECK(cudaMemcpyAsync(g->all.p, load->all, (size_t)(3 * total) * sizeof(double),
-                                   cudaMemcpyHostToDevice, s));
-    GPC_CUDA_CHECK(cudaMemcpyAsync(g->v.p, load->v, (size_t)(3 * n) * sizeof(double),
-                                   cudaMemcpyHostToDevice, s));
-    GPC_CUDA_CHECK(cudaMemcpyAsync(g->x_built.p, g->all.p, (size_t)(3 * n) * sizeof(double),
-                                   cudaMemcpyDeviceToDevice, s));
-    int64_t most = 0;
-    for (int side = 0; side < 2; side++) {
-        g->sends[side] = load->sends[side], g->shift[side] = load->shift[side];
-        GPC_TRY(reserve(&g->send[side], load->sends[side], sizeof(int64_t)));
-        if (load->sends[side] > 0)
-            GPC_CUDA_CHECK(cudaMemcpyAsync(g->send[side].p, load->send[side],
-                                           (size_t)load->sends[side] * sizeof(int64_t),
-                                           cudaMemcpyHostToDevice, s));
-        if (load->sends[side] > most) most = load->sends[side];
+    GPC_CUDA_CHECK(
+        cudaMemcpyAsync(g->all.p, x, (size_t)(3 * n) * sizeof(double), cudaMemcpyHostToDevice, s));
+    GPC_CUDA_CHECK(
+        cudaMemcpyAsync(g->v.p, v, (size_t)(3 * n) * sizeof(double), cudaMemcpyHostToDevice, s));
+    GPC_CUDA_CHECK(
+        cudaMemcpyAsync(g->id.p, id, (size_t)n * sizeof(int64_t), cudaMemcpyHostToDevice, s));
+    GPC_CUDA_CHECK(cudaStreamSynchronize(s)); /* the host's arrays may change after */
+    return GPC_OK;
+}
+
+extern "C" gpc_status md_split_cuda_wrap(md_split_cuda *g, int *bad, int *stray) {
+    GPC_CUDA_CHECK(cudaSetDevice(g->device));
+    GPC_TRY(clear_flags(g));
+    if (g->owned > 0) {
+        split_wrap<<<blocks(g->owned), THREADS, 0, g->stream>>>(g->owned, dbl(g->all), g->slab,
+                                                                g->flags);
+        GPC_CUDA_CHECK_LAUNCH();
     }
-    GPC_TRY(reserve(&g->pack, 3 * most, sizeof(double)));
+    GPC_TRY(wait_flags(g));
+    *bad = g->host_flags->bad;
+    *stray = g->host_flags->stray;
+    return GPC_OK;
+}
+
+extern "C" gpc_status md_split_cuda_leave(md_split_cuda *g, int side, const double **out,
+                                          int64_t *count) {
+    GPC_CUDA_CHECK(cudaSetDevice(g->device));
+    const int64_t n = g->owned;
+    *out = g->host_pack;
+    *count = 0;
+    if (n == 0) return GPC_OK;
+    cudaStream_t s = g->stream;
+    GPC_TRY(reserve(g, &g->mark, n + 1, sizeof(int)));
+    GPC_TRY(reserve(g, &g->at, n + 1, sizeof(int)));
+    split_mark_leavers<<<blocks(n + 1), THREADS, 0, s>>>(n, dbl(g->all), g->slab, side,
+                                                         ints(g->mark));
+    GPC_CUDA_CHECK_LAUNCH();
+    GPC_TRY(scan(g, ints(g->mark), ints(g->at), n + 1));
+    int leaving = 0;
+    GPC_TRY(read_int(g, ints(g->at) + n, &leaving));
+    if (leaving == 0) return GPC_OK;
+    GPC_TRY(reserve(g, &g->all2, 3 * n, sizeof(double)));
+    GPC_TRY(reserve(g, &g->v2, 3 * n, sizeof(double)));
+    GPC_TRY(reserve(g, &g->id2, n, sizeof(int64_t)));
+    GPC_TRY(reserve(g, &g->pack, 7 * (int64_t)leaving, sizeof(double)));
+    split_partition<<<blocks(n), THREADS, 0, s>>>(n, ints(g->mark), ints(g->at), dbl(g->all),
+                                                  dbl(g->v), longs(g->id), dbl(g->all2), dbl(g->v2),
+                                                  longs(g->id2), dbl(g->pack));
+    GPC_CUDA_CHECK_LAUNCH();
+    if (7 * (int64_t)leaving > g->host_pack_cap) {
+        if (g->host_pack) cudaFreeHost(g->host_pack);
+        g->host_pack = NULL, g->host_pack_cap = 0;
+        const int64_t want = 7 * (int64_t)leaving * 2 + 64;
+        GPC_CUDA_CHECK(cudaMallocHost((void **)&g->host_pack, (size_t)want * sizeof(double)));
+        g->host_pack_cap = want;
+    }
+    GPC_CUDA_CHECK(cudaMemcpyAsync(g->host_pack, g->pack.p,
+                                   (size_t)(7 * (int64_t)leaving) * sizeof(double),
+                                   cudaMemcpyDeviceToHost, s));
+    GPC_CUDA_CHECK(cudaStreamSynchronize(s));
+    /* the stayers' arrays become the slab's */
+    dev_buf t = g->all;
+    g->all = g->all2, g->all2 = t;
+    t = g->v, g->v = g->v2, g->v2 = t;
+    t = g->id, g->id = g->id2, g->id2 = t;
+    g->owned = n - leaving;
+    *out = g->host_pack;
+    *count = leaving;
+    return GPC_OK;
+}
+
+extern "C" gpc_status md_split_cuda_arrive(md_split_cuda *g, const double *in, int64_t count) {
+    GPC_CUDA_CHECK(cudaSetDevice(g->device));
+    if (count == 0) return GPC_OK;
+    const int64_t n = g->owned, total = n + count;
+    if (total > INT_MAX / 4) return too_many(total);
+    GPC_TRY(reserve(g, &g->all, 3 * total, sizeof(double), 3 * n));
+    GPC_TRY(reserve(g, &g->v, 3 * total, sizeof(double), 3 * n));
+    GPC_TRY(reserve(g, &g->id, total, sizeof(int64_t), n));
+    GPC_TRY(reserve(g, &g->stage, 7 * count, sizeof(double)));
+    GPC_CUDA_CHECK(cudaMemcpyAsync(g->stage.p, in, (size_t)(7 * count) * sizeof(double),
+                                   cudaMemcpyHostToDevice, g->stream));
+    split_unpack<<<blocks(count), THREADS, 0, g->stream>>>(count, dbl(g->stage), n, dbl(g->all),
+                                                           dbl(g->v), longs(g->id));
+    GPC_CUDA_CHECK_LAUNCH();
+    /* `in` is the host's receive buffer, which the next exchange reuses */
+    GPC_CUDA_CHECK(cudaStreamSynchronize(g->stream));
+    g->owned = total;
+    return GPC_OK;
+}
+
+extern "C" gpc_status md_split_cuda_choose(md_split_cuda *g, int64_t sends[2]) {
+    GPC_CUDA_CHECK(cudaSetDevice(g->device));
+    const int64_t n = g->owned;
+    cudaStream_t s = g->stream;
+    GPC_TRY(reserve(g, &g->mark, 2 * (n + 1), sizeof(int)));
+    GPC_TRY(reserve(g, &g->at, 2 * (n + 1), sizeof(int)));
+    split_mark_faces<<<blocks(n + 1), THREADS, 0, s>>>(n, dbl(g->all), g->slab, ints(g->mark));
+    GPC_CUDA_CHECK_LAUNCH();
+    /* each half scanned alone: right, then left */
+    GPC_TRY(scan(g, ints(g->mark), ints(g->at), n + 1));
+    GPC_TRY(scan(g, ints(g->mark) + n + 1, ints(g->at) + n + 1, n + 1));
+    int right = 0, left = 0;
+    GPC_TRY(read_int(g, ints(g->at) + n, &right));
+    GPC_TRY(read_int(g, ints(g->at) + 2 * n + 1, &left));
+    GPC_TRY(reserve(g, &g->send[0], right, sizeof(int64_t)));
+    GPC_TRY(reserve(g, &g->send[1], left, sizeof(int64_t)));
+    if (n > 0) {
+        split_scatter_sends<<<blocks(n), THREADS, 0, s>>>(n, ints(g->mark), ints(g->at),
+                                                          longs(g->send[0]), longs(g->send[1]));
+        GPC_CUDA_CHECK_LAUNCH();
+    }
+    g->sends[0] = sends[0] = right;
+    g->sends[1] = sends[1] = left;
+    GPC_TRY(reserve(g, &g->pack, 3 * (right > left ? right : left), sizeof(double)));
+    g->ghosts[0] = g->ghosts[1] = 0;
+    return GPC_OK;
+}
+
+extern "C" gpc_status md_split_cuda_pack(md_split_cuda *g, int side, double *out) {
+    GPC_CUDA_CHECK(cudaSetDevice(g->device));
+    const int64_t count = g->sends[side];
+    if (count == 0) return GPC_OK;
+    split_pack<<<blocks(count), THREADS, 0, g->stream>>>(count, longs(g->send[side]), dbl(g->all),
+                                                         g->shift[side], dbl(g->pack));
+    GPC_CUDA_CHECK_LAUNCH();
+    GPC_CUDA_CHECK(cudaMemcpyAsync(out, g->pack.p, (size_t)(3 * count) * sizeof(double),
+                                   cudaMemcpyDeviceToHost, g->stream));
+    GPC_CUDA_CHECK(cudaStreamSynchronize(g->stream));
+    return GPC_OK;
+}
+
+extern "C" gpc_status md_split_cuda_ghosts(md_split_cuda *g, int side, const double *in,
+                                           int64_t count) {
+    GPC_CUDA_CHECK(cudaSetDevice(g->device));
+    const int64_t at = g->owned + (side == 0 ? 0 : g->ghosts[0]);
+    if (count >= 0) { /* a build's: room after what is already there */
+        if (at + count > INT_MAX / 4) return too_many(at + count);
+        GPC_TRY(reserve(g, &g->all, 3 * (at + count), sizeof(double), 3 * at));
+        g->ghosts[side] = count;
+    }
+    count = g->ghosts[side];
+    if (count == 0) return GPC_OK;
+    GPC_CUDA_CHECK(cudaMemcpyAsync(dbl(g->all) + 3 * at, in, (size_t)(3 * count) * sizeof(double),
+                                   cudaMemcpyHostToDevice, g->stream));
+    /* `in` is the host's receive buffer, which the next exchange reuses */
+    GPC_CUDA_CHECK(cudaStreamSynchronize(g->stream));
+    return GPC_OK;
+}
+
+extern "C" gpc_status md_split_cuda_list(md_split_cuda *g, int64_t *pairs) {
+    GPC_CUDA_CHECK(cudaSetDevice(g->device));
+    const int64_t n = g->owned, total = n + g->ghosts[0] + g->ghosts[1];
+    cudaStream_t s = g->stream;
+    GPC_TRY(reserve(g, &g->f, 3 * n, sizeof(double)));
+    GPC_TRY(reserve(g, &g->v, 3 * n, sizeof(double), 3 * n));
+    GPC_TRY(reserve(g, &g->x_built, 3 * n, sizeof(double)));
+    GPC_TRY(reserve(g, &g->count, n, sizeof(int32_t)));
+    GPC_TRY(reserve(g, &g->cell_of, total, sizeof(int)));
+    GPC_TRY(reserve(g, &g->slot, total, sizeof(int)));
+    GPC_TRY(reserve(g, &g->cell_atoms, total, sizeof(int)));
+    GPC_TRY(reserve(g, &g->span, 2, sizeof(double)));
+    if (n > 0)
+        GPC_CUDA_CHECK(cudaMemcpyAsync(g->x_built.p, g->all.p, (size_t)(3 * n) * sizeof(double),
+                                       cudaMemcpyDeviceToDevice, s));
 
     /* the host's grid: along x over the span of the positions */
-    double xmin = INFINITY, xmax = -INFINITY;
-    for (int64_t j = 0; j < total; j++)
-        xmin = fmin(xmin, load->all[3 * j]), xmax = fmax(xmax, load->all[3 * j]);
-    if (total == 0) xmin = xmax = 0;
+    double span[2] = {0, 0};
+    if (total > 0) {
+        split_span<<<1, 1024, 0, s>>>(total, dbl(g->all), dbl(g->span));
+        GPC_CUDA_CHECK_LAUNCH();
+        GPC_CUDA_CHECK(cudaMemcpyAsync(span, g->span.p, sizeof span, cudaMemcpyDeviceToHost, s));
+        GPC_CUDA_CHECK(cudaStreamSynchronize(s));
+    }
+    const double xmin = span[0], xmax = span[1], reach = sqrt(g->reach2);
     cell_grid grid;
-    grid.mx = (int)floor((xmax - xmin) / g->reach);
+    grid.mx = (int)floor((xmax - xmin) / reach);
     if (grid.mx < 1) grid.mx = 1;
     grid.cw = (xmax - xmin) / grid.mx > 0 ? (xmax - xmin) / grid.mx : 1.0;
-    grid.m = (int)floor(g->box / g->reach);
+    grid.m = (int)floor(g->slab.box / reach);
     if (grid.m < 1) grid.m = 1;
-    grid.xmin = xmin, grid.inv_box = g->inv_box;
+    grid.xmin = xmin, grid.inv_box = g->slab.inv_box;
     const int64_t cells = (int64_t)grid.mx * grid.m * grid.m;
-    if (cells > INT_MAX / 2 || total > INT_MAX / 2)
-        return gpc_error(GPC_ERR_UNSUPPORTED, "md: %lld atoms in %lld cells: too many for a slab",
-                         (long long)total, (long long)cells);
-    GPC_TRY(reserve(&g->cell_count, cells, sizeof(int)));
-    GPC_TRY(reserve(&g->cell_start, cells, sizeof(int)));
+    if (cells > INT_MAX / 4 || total > INT_MAX / 4) return too_many(total);
+    GPC_TRY(reserve(g, &g->cell_count, cells, sizeof(int)));
+    GPC_TRY(reserve(g, &g->cell_start, cells, sizeof(int)));
     int *cell_count = ints(g->cell_count), *cell_start = ints(g->cell_start);
-    size_t bytes = 0;
-    GPC_CUDA_CHECK(
-        cub::DeviceScan::ExclusiveSum(NULL, bytes, cell_count, cell_start, (int)cells, s));
-    if (bytes > g->scan_bytes) {
-        cudaFree(g->scan_tmp);
-        g->scan_tmp = NULL, g->scan_bytes = 0;
-        GPC_CUDA_CHECK(cudaMalloc(&g->scan_tmp, bytes));
-        g->scan_bytes = bytes;
-    }
     GPC_CUDA_CHECK(cudaMemsetAsync(cell_count, 0, (size_t)cells * sizeof(int), s));
     if (total > 0) {
         split_bin<<<blocks(total), THREADS, 0, s>>>(total, dbl(g->all), grid, ints(g->cell_of),
                                                     ints(g->slot), cell_count);
         GPC_CUDA_CHECK_LAUNCH();
     }
-    bytes = g->scan_bytes;
-    GPC_CUDA_CHECK(
-        cub::DeviceScan::ExclusiveSum(g->scan_tmp, bytes, cell_count, cell_start, (int)cells, s));
+    GPC_TRY(scan(g, cell_count, cell_start, cells));
     if (total > 0) {
         split_scatter<<<blocks(total), THREADS, 0, s>>>(total, ints(g->cell_of), ints(g->slot),
                                                         cell_start, ints(g->cell_atoms));
@@ -442,11 +766,11 @@ extern "C" gpc_status md_split_cuda_build(md_split_cuda *g, const md_split_cuda_
 
     /* rows that overflow make the build run again with more slots */
     for (;;) {
-        GPC_TRY(reserve(&g->rows, n * g->row_cap, sizeof(int32_t)));
+        GPC_TRY(reserve(g, &g->rows, n * g->row_cap, sizeof(int32_t)));
         GPC_TRY(clear_flags(g));
         if (n > 0) {
             split_build<<<blocks(n), THREADS, 0, s>>>(
-                n, dbl(g->all), grid, cell_start, cell_count, ints(g->cell_atoms), g->box,
+                n, dbl(g->all), grid, cell_start, cell_count, ints(g->cell_atoms), g->slab.box,
                 g->reach2, (int32_t *)g->rows.p, (int32_t *)g->count.p, g->row_cap, g->flags);
             GPC_CUDA_CHECK_LAUNCH();
         }
@@ -468,7 +792,7 @@ extern "C" gpc_status md_split_cuda_forces(md_split_cuda *g, double half_dt, int
         auto kernel = thermo ? split_forces<true> : split_forces<false>;
         kernel<<<blocks(n), THREADS, 0, g->stream>>>(
             n, dbl(g->all), (const int32_t *)g->rows.p, (const int32_t *)g->count.p, g->row_cap,
-            g->box, g->inv_box, g->rc2, dbl(g->f), dbl(g->v), half_dt, g->flags);
+            g->slab.box, g->slab.inv_box, g->rc2, dbl(g->f), dbl(g->v), half_dt, g->flags);
         GPC_CUDA_CHECK_LAUNCH();
     }
     if (!thermo) return GPC_OK;
@@ -494,30 +818,6 @@ extern "C" gpc_status md_split_cuda_drift(md_split_cuda *g, double half_dt, doub
     return GPC_OK;
 }
 
-extern "C" gpc_status md_split_cuda_pack(md_split_cuda *g, int side, double *out) {
-    GPC_CUDA_CHECK(cudaSetDevice(g->device));
-    const int64_t count = g->sends[side];
-    if (count == 0) return GPC_OK;
-    split_pack<<<blocks(count), THREADS, 0, g->stream>>>(count, (const int64_t *)g->send[side].p,
-                                                         dbl(g->all), g->shift[side], dbl(g->pack));
-    GPC_CUDA_CHECK_LAUNCH();
-    GPC_CUDA_CHECK(cudaMemcpyAsync(out, g->pack.p, (size_t)(3 * count) * sizeof(double),
-                                   cudaMemcpyDeviceToHost, g->stream));
-    GPC_CUDA_CHECK(cudaStreamSynchronize(g->stream));
-    return GPC_OK;
-}
-
-extern "C" gpc_status md_split_cuda_ghosts(md_split_cuda *g, int side, const double *in) {
-    GPC_CUDA_CHECK(cudaSetDevice(g->device));
-    const int64_t at = g->owned + (side == 0 ? 0 : g->ghosts[0]), count = g->ghosts[side];
-    if (count == 0) return GPC_OK;
-    GPC_CUDA_CHECK(cudaMemcpyAsync(dbl(g->all) + 3 * at, in, (size_t)(3 * count) * sizeof(double),
-                                   cudaMemcpyHostToDevice, g->stream));
-    /* `in` is the host's receive buffer, which the next exchange reuses */
-    GPC_CUDA_CHECK(cudaStreamSynchronize(g->stream));
-    return GPC_OK;
-}
-
 extern "C" gpc_status md_split_cuda_v2(md_split_cuda *g, double *v2) {
     GPC_CUDA_CHECK(cudaSetDevice(g->device));
     GPC_TRY(clear_flags(g));
@@ -530,13 +830,19 @@ extern "C" gpc_status md_split_cuda_v2(md_split_cuda *g, double *v2) {
     return GPC_OK;
 }
 
-extern "C" gpc_status md_split_cuda_download(md_split_cuda *g, double *x, double *v) {
+extern "C" int64_t md_split_cuda_owned(const md_split_cuda *g) {
+    return g->owned;
+}
+
+extern "C" gpc_status md_split_cuda_download(md_split_cuda *g, double *x, int64_t *id) {
     GPC_CUDA_CHECK(cudaSetDevice(g->device));
-    const size_t bytes = (size_t)(3 * g->owned) * sizeof(double);
-    if (x && bytes)
-        GPC_CUDA_CHECK(cudaMemcpyAsync(x, g->all.p, bytes, cudaMemcpyDeviceToHost, g->stream));
-    if (v && bytes)
-        GPC_CUDA_CHECK(cudaMemcpyAsync(v, g->v.p, bytes, cudaMemcpyDeviceToHost, g->stream));
+    const int64_t n = g->owned;
+    if (x && n)
+        GPC_CUDA_CHECK(cudaMemcpyAsync(x, g->all.p, (size_t)(3 * n) * sizeof(double),
+                                       cudaMemcpyDeviceToHost, g->stream));
+    if (id && n)
+        GPC_CUDA_CHECK(cudaMemcpyAsync(id, g->id.p, (size_t)n * sizeof(int64_t),
+                                       cudaMemcpyDeviceToHost, g->stream));
     GPC_CUDA_CHECK(cudaStreamSynchronize(g->stream));
     return GPC_OK;
 }

@@ -3,20 +3,22 @@
  * (md_split.c calls it when the run is on cuda[:N]): one process's slab on
  * its GPU, the steps between neighbour-list builds there.
  *
- * The host keeps what it did on the CPU at each build (wrapping, migrating
- * atoms to their new owners, choosing the ghosts each neighbour needs) and
- * hands the result over with md_split_cuda_build; between builds the GPU
- * steps the owned atoms and packs the positions the neighbours need, and
- * the host only carries those over MPI and the ghosts back. Atoms keep the
- * host's order, so the host's arrays and the GPU's index the same atoms.
+ * The GPU holds the slab's atoms (positions, velocities, ids) and does each
+ * neighbour-list build's work as md_split.c does it on the CPU: it wraps
+ * the positions, takes out the atoms that now belong to a neighbour (kept
+ * ones stay in order) and appends those that arrive, chooses the atoms each
+ * neighbour needs and builds the list. The host only carries what crosses
+ * between processes: leavers and arrivals at a build, the positions the
+ * neighbours need every step, counts and flags. Each call that returns
+ * something waits for it; the others are queued.
  *
  * The list is the host's (md_split.c build_list): full rows in the order
  * of a walk over cells along x over the span of the positions and along y
  * and z over the periodic box, each cell's atoms in ascending index (a
  * candidate within a rounding of cutoff + skin may fall either way, as it
- * adds no force). Forces are float64,
- * summed over each row in order; the pair energy and virial (halves, as on
- * the host) are reduced in float64 on the steps that ask for them.
+ * adds no force). Forces are float64, summed over each row in order; the
+ * pair energy and virial (halves, as on the host) are reduced in float64
+ * on the steps that ask for them.
  *
  * Private to the sci layer. Implemented in md_split_cuda.cu when gpc is
  * built with CUDA; otherwise md_split_cuda_stub.c answers every call with
@@ -33,57 +35,77 @@ extern "C" {
 
 typedef struct md_split_cuda md_split_cuda;
 
-/* What one build hands to the GPU: `owned` atoms then the ghosts in `all`
- * ([owned + ghosts[0] + ghosts[1]][3]: those from the left neighbour, then
- * from the right), the owned atoms' velocities ([owned][3]), and for
- * each side (0: to the right, 1: to the left) the owned atoms whose
- * positions go there every step and the shift along x they take. */
+/* How the box is cut: this process's `rank` of `world`, slabs `width`
+ * wide along x (rank r owns [r width, (r + 1) width)), the ghosts' reach
+ * (cutoff + skin, plus a slack for rounding at the faces). */
 typedef struct {
-    int64_t owned, ghosts[2];
-    const double *all, *v;
-    const int64_t *send[2];
-    int64_t sends[2];
-    double shift[2];
-} md_split_cuda_load;
+    int rank, world;
+    double box, width, reach, slack;
+} md_split_cuda_slabs;
 
 /* Checks that GPU `device` exists and has room for a slab of about `atoms`
  * atoms (owned and ghosts) with rows of `row_cap` partners, then opens it.
- * `box`: the periodic box's side; rc2 and reach2: the squared cutoff and
- * cutoff + skin; limit2: the squared half skin. */
-gpc_status md_split_cuda_create(md_split_cuda **out, int device, double atoms, int64_t row_cap,
-                                double box, double rc2, double reach, double limit2);
+ * rc2: the squared cutoff; limit2: the squared half skin. */
+gpc_status md_split_cuda_create(md_split_cuda **out, int device, const md_split_cuda_slabs *slabs,
+                                double atoms, int64_t row_cap, double rc2, double limit2);
 void md_split_cuda_free(md_split_cuda *g);
 
-/* Uploads a build and builds the neighbour list on the GPU (rows grow until
- * the longest fits). *pairs: the listed partners summed over the rows. */
-gpc_status md_split_cuda_build(md_split_cuda *g, const md_split_cuda_load *load, int64_t *pairs);
+/* Replaces the slab's atoms: positions and velocities [n][3], ids [n]. */
+gpc_status md_split_cuda_upload(md_split_cuda *g, int64_t n, const double *x, const double *v,
+                                const int64_t *id);
+
+/* A build, first part: wraps the owned positions into the box. *bad: a
+ * position was no longer finite; *stray: an atom now belongs to a process
+ * that is no neighbour of this one. */
+gpc_status md_split_cuda_wrap(md_split_cuda *g, int *bad, int *stray);
+
+/* Takes out the atoms whose slab is now the neighbour's on `side` (0: the
+ * right, 1: the left; with two processes both are the right), the others
+ * staying in order, and packs them [count][7] (x, v, id) into host memory
+ * of its own: *out, valid until the next call. */
+gpc_status md_split_cuda_leave(md_split_cuda *g, int side, const double **out, int64_t *count);
+
+/* Appends atoms that arrived ([count][7], as md_split_cuda_leave packs). */
+gpc_status md_split_cuda_arrive(md_split_cuda *g, const double *in, int64_t count);
+
+/* Chooses the owned atoms each neighbour needs, those within reach of the
+ * face they share, in ascending order: sends[0] go right, sends[1] left. */
+gpc_status md_split_cuda_choose(md_split_cuda *g, int64_t sends[2]);
+
+/* The positions of the atoms chosen for `side`, shifted across the
+ * periodic seam where that neighbour sits on the other side of it, into
+ * out ([sends][3]). */
+gpc_status md_split_cuda_pack(md_split_cuda *g, int side, double *out);
+
+/* The ghosts from the neighbour on `side` (0: the left's, placed after the
+ * owned atoms; 1: the right's, after those): with `count` >= 0 a build's
+ * (their number changes), with -1 a step's (as many as the build had). */
+gpc_status md_split_cuda_ghosts(md_split_cuda *g, int side, const double *in, int64_t count);
+
+/* The build's last part: the neighbour list over the owned atoms and the
+ * ghosts (rows grow until the longest fits), and the positions the next
+ * displacement test starts from. *pairs: the listed partners, summed. */
+gpc_status md_split_cuda_list(md_split_cuda *g, int64_t *pairs);
 
 /* Forces on the owned atoms from the current positions, then the half kick
  * v += half_dt f (0: none). With thermo, also this process's halves of the
- * pair energy and virial (waits for them); else queued. */
+ * pair energy and virial. */
 gpc_status md_split_cuda_forces(md_split_cuda *g, double half_dt, int thermo, double *potential,
                                 double *virial);
 
-/* The half kick and drift (v += half_dt f, x += dt v) of every owned atom,
- * then waits for the flags: moved[0] an atom is over half the skin from
- * where the build found it, moved[1] a position is no longer finite. */
+/* The half kick and drift (v += half_dt f, x += dt v) of every owned atom;
+ * moved[0]: an atom is over half the skin from where the last list found
+ * it, moved[1]: a position is no longer finite. */
 gpc_status md_split_cuda_drift(md_split_cuda *g, double half_dt, double dt, int moved[2]);
-
-/* The positions of the atoms listed for `side` at the last build, shifted,
- * into out ([sends][3]); waits for them. */
-gpc_status md_split_cuda_pack(md_split_cuda *g, int side, double *out);
-
-/* The ghosts' new positions from the neighbour on `side` (0: the left's,
- * placed after the owned atoms; 1: the right's, after those), as many as
- * the last build had. */
-gpc_status md_split_cuda_ghosts(md_split_cuda *g, int side, const double *in);
 
 /* Sum of v^2 over the owned atoms, in float64. */
 gpc_status md_split_cuda_v2(md_split_cuda *g, double *v2);
 
-/* The owned atoms' positions and velocities ([owned][3]; either may be
- * NULL). */
-gpc_status md_split_cuda_download(md_split_cuda *g, double *x, double *v);
+/* Atoms this process owns now. */
+int64_t md_split_cuda_owned(const md_split_cuda *g);
+
+/* The owned atoms' positions ([owned][3]) and ids; either may be NULL. */
+gpc_status md_split_cuda_download(md_split_cuda *g, double *x, int64_t *id);
 
 /* "NVIDIA H200 (cuda:0)" or the like. */
 const char *md_split_cuda_device_name(const md_split_cuda *g);

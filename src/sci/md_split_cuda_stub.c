@@ -12,9 +12,9 @@
     "md: this gpc was built without CUDA: install the CUDA toolkit (nvcc) and rebuild, or run "    \
     "with --device cpu"
 
-gpc_status md_split_cuda_create(md_split_cuda **out, int device, double atoms, int64_t row_cap,
-                                double box, double rc2, double reach, double limit2) {
-    (void)device, (void)atoms, (void)row_cap, (void)box, (void)rc2, (void)reach, (void)limit2;
+gpc_status md_split_cuda_create(md_split_cuda **out, int device, const md_split_cuda_slabs *slabs,
+                                double atoms, int64_t row_cap, double rc2, double limit2) {
+    (void)device, (void)slabs, (void)atoms, (void)row_cap, (void)rc2, (void)limit2;
     *out = NULL;
     return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
 }
@@ -23,8 +23,44 @@ void md_split_cuda_free(md_split_cuda *g) {
     (void)g;
 }
 
-gpc_status md_split_cuda_build(md_split_cuda *g, const md_split_cuda_load *load, int64_t *pairs) {
-    (void)g, (void)load, (void)pairs;
+gpc_status md_split_cuda_upload(md_split_cuda *g, int64_t n, const double *x, const double *v,
+                                const int64_t *id) {
+    (void)g, (void)n, (void)x, (void)v, (void)id;
+    return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+gpc_status md_split_cuda_wrap(md_split_cuda *g, int *bad, int *stray) {
+    (void)g, (void)bad, (void)stray;
+    return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+gpc_status md_split_cuda_leave(md_split_cuda *g, int side, const double **out, int64_t *count) {
+    (void)g, (void)side, (void)out, (void)count;
+    return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+gpc_status md_split_cuda_arrive(md_split_cuda *g, const double *in, int64_t count) {
+    (void)g, (void)in, (void)count;
+    return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+gpc_status md_split_cuda_choose(md_split_cuda *g, int64_t sends[2]) {
+    (void)g, (void)sends;
+    return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+gpc_status md_split_cuda_pack(md_split_cuda *g, int side, double *out) {
+    (void)g, (void)side, (void)out;
+    return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+gpc_status md_split_cuda_ghosts(md_split_cuda *g, int side, const double *in, int64_t count) {
+    (void)g, (void)side, (void)in, (void)count;
+    return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+gpc_status md_split_cuda_list(md_split_cuda *g, int64_t *pairs) {
+    (void)g, (void)pairs;
     return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
 }
 
@@ -39,23 +75,18 @@ gpc_status md_split_cuda_drift(md_split_cuda *g, double half_dt, double dt, int 
     return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
 }
 
-gpc_status md_split_cuda_pack(md_split_cuda *g, int side, double *out) {
-    (void)g, (void)side, (void)out;
-    return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
-}
-
-gpc_status md_split_cuda_ghosts(md_split_cuda *g, int side, const double *in) {
-    (void)g, (void)side, (void)in;
-    return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
-}
-
 gpc_status md_split_cuda_v2(md_split_cuda *g, double *v2) {
     (void)g, (void)v2;
     return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
 }
 
-gpc_status md_split_cuda_download(md_split_cuda *g, double *x, double *v) {
-    (void)g, (void)x, (void)v;
+int64_t md_split_cuda_owned(const md_split_cuda *g) {
+    (void)g;
+    return 0;
+}
+
+gpc_status md_split_cuda_download(md_split_cuda *g, double *x, int64_t *id) {
+    (void)g, (void)x, (void)id;
     return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
 }
 
