@@ -139,18 +139,6 @@ struct md_flags {
     double potential, virial, v2;
 };
 
-template <typename T> __device__ T block_sum(T value, T *shared) {
-    shared[threadIdx.x] = value;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
-        __syncthreads();
-    }
-    T total = shared[0];
-    __syncthreads(); /* the caller may use shared again */
-    return total;
-}
-
 __device__ __forceinline__ double wrap(double p, double box, double inv_box) {
     double w = p - box * floor(p * inv_box);
     /* w = box or w < 0: rounding at the faces (md.c does the same) */

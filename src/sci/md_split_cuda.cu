@@ -66,16 +66,6 @@ struct cell_grid {
     }
 };
 
-template <typename T> __device__ T block_sum(T value, T *shared) {
-    shared[threadIdx.x] = value;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
-        __syncthreads();
-    }
-    return shared[0];
-}
-
 __global__ void split_bin(int64_t total, const double *__restrict__ all, cell_grid grid,
                           int *__restrict__ cell_of, int *__restrict__ slot,
                           int *__restrict__ cell_count) {
@@ -194,7 +184,6 @@ __global__ void __launch_bounds__(THREADS)
     if (THERMO) {
         __shared__ double shared[THREADS];
         e = block_sum(e, shared);
-        __syncthreads();
         w = block_sum(w, shared);
         if (threadIdx.x == 0) {
             atomicAdd(&flags->potential, e);

@@ -1,7 +1,8 @@
 /*
  * sci_cuda.cuh: what the GPU sides of `gpc md` and `gpc stencil` share:
  * opening the GPU a run asked for, with a reason a user can act on when it
- * cannot be opened. Private to the sci layer's .cu files.
+ * cannot be opened, and a block's sum. Private to the sci layer's .cu
+ * files.
  */
 #ifndef GPC_SCI_SCI_CUDA_CUH
 #define GPC_SCI_SCI_CUDA_CUH
@@ -31,6 +32,21 @@ static inline gpc_status sci_cuda_open(const char *who, int device, size_t *free
     GPC_CUDA_CHECK(cudaSetDevice(device));
     GPC_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
     return GPC_OK;
+}
+
+/* The sum of `value` over the block, in a fixed order (a tree over
+ * shared[blockDim.x], blockDim.x a power of two), returned to every
+ * thread; shared is free again when it returns. */
+template <typename T> __device__ T block_sum(T value, T *shared) {
+    shared[threadIdx.x] = value;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+        __syncthreads();
+    }
+    T total = shared[0];
+    __syncthreads(); /* the caller may use shared again */
+    return total;
 }
 
 #endif /* GPC_SCI_SCI_CUDA_CUH */
