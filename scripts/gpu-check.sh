@@ -97,7 +97,7 @@ if [[ $mode == all || $mode == test ]]; then
   timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
     "$build/tests/gpu_test_cuda_ops" >"$out/memcheck.log" 2>&1
   note "memcheck over gpu_test_cuda_ops: exit $? ($(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$out/memcheck.log") error lines) $(grep 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)"
-  for t in gpu_test_cuda_cudnn gpu_test_pipeline; do
+  for t in gpu_test_cuda_cudnn gpu_test_pipeline gpu_test_cuda_md_split; do
     timeout 200 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
       "$build/tests/$t" >"$out/memcheck-$t.log" 2>&1
     note "memcheck over $t: exit $? $(grep 'ERROR SUMMARY' "$out/memcheck-$t.log" | tail -1)"

@@ -628,7 +628,7 @@ gpc_status md_split_gather_positions(md_split *s, double *out) {
     if (s->gpu) { /* the host's arrays have held nothing since the first build */
         s->n = md_split_cuda_owned(s->gpu);
         GPC_TRY(reserve_owned(s, s->n));
-        GPC_TRY(md_split_cuda_download(s->gpu, s->x, s->id));
+        GPC_TRY(md_split_cuda_download(s->gpu, s->x, NULL, s->id));
     }
     memset(out, 0, (size_t)(3 * s->total) * sizeof *out);
     for (int64_t i = 0; i < s->n; i++)

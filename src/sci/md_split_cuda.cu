@@ -823,11 +823,14 @@ extern "C" int64_t md_split_cuda_owned(const md_split_cuda *g) {
     return g->owned;
 }
 
-extern "C" gpc_status md_split_cuda_download(md_split_cuda *g, double *x, int64_t *id) {
+extern "C" gpc_status md_split_cuda_download(md_split_cuda *g, double *x, double *v, int64_t *id) {
     GPC_CUDA_CHECK(cudaSetDevice(g->device));
     const int64_t n = g->owned;
     if (x && n)
         GPC_CUDA_CHECK(cudaMemcpyAsync(x, g->all.p, (size_t)(3 * n) * sizeof(double),
+                                       cudaMemcpyDeviceToHost, g->stream));
+    if (v && n)
+        GPC_CUDA_CHECK(cudaMemcpyAsync(v, g->v.p, (size_t)(3 * n) * sizeof(double),
                                        cudaMemcpyDeviceToHost, g->stream));
     if (id && n)
         GPC_CUDA_CHECK(cudaMemcpyAsync(id, g->id.p, (size_t)n * sizeof(int64_t),

@@ -104,8 +104,9 @@ gpc_status md_split_cuda_v2(md_split_cuda *g, double *v2);
 /* Atoms this process owns now. */
 int64_t md_split_cuda_owned(const md_split_cuda *g);
 
-/* The owned atoms' positions ([owned][3]) and ids; either may be NULL. */
-gpc_status md_split_cuda_download(md_split_cuda *g, double *x, int64_t *id);
+/* The owned atoms' positions and velocities ([owned][3]) and ids; any may
+ * be NULL. */
+gpc_status md_split_cuda_download(md_split_cuda *g, double *x, double *v, int64_t *id);
 
 /* "NVIDIA H200 (cuda:0)" or the like. */
 const char *md_split_cuda_device_name(const md_split_cuda *g);

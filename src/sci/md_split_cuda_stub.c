@@ -85,8 +85,8 @@ int64_t md_split_cuda_owned(const md_split_cuda *g) {
     return 0;
 }
 
-gpc_status md_split_cuda_download(md_split_cuda *g, double *x, int64_t *id) {
-    (void)g, (void)x, (void)id;
+gpc_status md_split_cuda_download(md_split_cuda *g, double *x, double *v, int64_t *id) {
+    (void)g, (void)x, (void)v, (void)id;
     return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
 }
 
