@@ -443,9 +443,13 @@ static void compute_forces(md_split *s) {
 static gpc_status forces_kick(md_split *s, double half_dt, int thermo) {
     if (s->gpu) return md_split_cuda_forces(s->gpu, half_dt, thermo, &s->potential, &s->virial);
     compute_forces(s);
-    if (half_dt != 0)
+    if (half_dt != 0) {
+        double *v = s->v;
+        const double *f = s->f;
+#pragma omp parallel for schedule(static)
         for (int64_t k = 0; k < 3 * s->n; k++)
-            s->v[k] += half_dt * s->f[k];
+            v[k] += half_dt * f[k];
+    }
     return GPC_OK;
 }
 
@@ -454,19 +458,23 @@ static gpc_status forces_kick(md_split *s, double half_dt, int thermo) {
 static gpc_status kick_drift(md_split *s, int flags[2]) {
     const double dt = s->dt, half_dt = 0.5 * dt;
     if (s->gpu) return md_split_cuda_drift(s->gpu, half_dt, dt, flags);
-    flags[0] = flags[1] = 0;
+    int moved = 0, bad = 0;
+    double *x = s->x, *v = s->v;
+    const double *f = s->f, *x_built = s->x_built, limit2 = s->limit2;
+#pragma omp parallel for schedule(static) reduction(max : moved, bad)
     for (int64_t i = 0; i < s->n; i++) {
         double d2 = 0;
         for (int d = 0; d < 3; d++) {
             const int64_t k = 3 * i + d;
-            s->v[k] += half_dt * s->f[k];
-            s->x[k] += dt * s->v[k];
-            const double dx = s->x[k] - s->x_built[k];
+            v[k] += half_dt * f[k];
+            x[k] += dt * v[k];
+            const double dx = x[k] - x_built[k];
             d2 += dx * dx;
         }
-        if (!(d2 <= s->limit2)) flags[0] = 1;
-        if (!isfinite(d2)) flags[1] = 1;
+        if (!(d2 <= limit2)) moved = 1;
+        if (!isfinite(d2)) bad = 1;
     }
+    flags[0] = moved, flags[1] = bad;
     return GPC_OK;
 }
 
