@@ -294,14 +294,7 @@ __global__ void md_sort_cells(int64_t cells, const int *__restrict__ cell_start,
     for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < cells;
          c += (int64_t)gridDim.x * blockDim.x) {
         const int lo = cell_start[c], hi = cell_start[c + 1];
-        for (int a = lo + 1; a < hi; a++) {
-            int key = order[a], b = a - 1;
-            while (b >= lo && order[b] > key) {
-                order[b + 1] = order[b];
-                b--;
-            }
-            order[b + 1] = key;
-        }
+        sort_ascending(order + lo, hi - lo);
     }
 }
 

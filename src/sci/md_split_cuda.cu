@@ -89,17 +89,7 @@ __global__ void split_sort_cells(int64_t cells, const int *__restrict__ cell_sta
                                  const int *__restrict__ cell_count, int *__restrict__ cell_atoms) {
     const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (c >= cells) return;
-    int *a = cell_atoms + cell_start[c];
-    const int n = cell_count[c];
-    for (int i = 1; i < n; i++) {
-        const int key = a[i];
-        int k = i - 1;
-        while (k >= 0 && a[k] > key) {
-            a[k + 1] = a[k];
-            k--;
-        }
-        a[k + 1] = key;
-    }
+    sort_ascending(cell_atoms + cell_start[c], cell_count[c]);
 }
 
 __global__ void split_build(int64_t n, const double *__restrict__ all, cell_grid grid,
@@ -705,7 +695,6 @@ extern "C" gpc_status md_split_cuda_list(md_split_cuda *g, int64_t *pairs) {
     const int64_t n = g->owned, total = n + g->ghosts[0] + g->ghosts[1];
     cudaStream_t s = g->stream;
     GPC_TRY(reserve(g, &g->f, 3 * n, sizeof(double)));
-    GPC_TRY(reserve(g, &g->v, 3 * n, sizeof(double), 3 * n));
     GPC_TRY(reserve(g, &g->x_built, 3 * n, sizeof(double)));
     GPC_TRY(reserve(g, &g->count, n, sizeof(int32_t)));
     GPC_TRY(reserve(g, &g->cell_of, total, sizeof(int)));

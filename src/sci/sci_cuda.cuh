@@ -34,6 +34,20 @@ static inline gpc_status sci_cuda_open(const char *who, int device, size_t *free
     return GPC_OK;
 }
 
+/* a[0 .. n) in ascending order by insertion: for the few atoms of a cell,
+ * which the binning's atomics left in any order. */
+__device__ __forceinline__ void sort_ascending(int *a, int n) {
+    for (int i = 1; i < n; i++) {
+        const int key = a[i];
+        int k = i - 1;
+        while (k >= 0 && a[k] > key) {
+            a[k + 1] = a[k];
+            k--;
+        }
+        a[k + 1] = key;
+    }
+}
+
 /* The sum of `value` over the block, in a fixed order (a tree over
  * shared[blockDim.x], blockDim.x a power of two), returned to every
  * thread; shared is free again when it returns. */
