@@ -2,6 +2,13 @@
 # lib.sh: helpers shared by the end-to-end scripts (sourced; not a test).
 # They use the sourcing script's $GPC, $work (a scratch folder) and fail().
 
+# name_failures: from here on, a command that stops the script under set -e
+# says which one it was, on which line (not in set +e stretches, where a
+# failure is the status the script checks).
+name_failures() {
+  trap 'case $- in *e*) echo "FAIL: line $LINENO: $BASH_COMMAND exited $?" >&2 ;; esac' ERR
+}
+
 # make_dataset VOCAB SEED: `gpc data synth` of 20,000 tokens into
 # $work/data, or the script stops (exit 1), since nothing after it can run.
 make_dataset() {

@@ -11,10 +11,9 @@ fx="$SRC/tests/fixtures/doctor"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
-# a command that stops the script under set -e says which one it was
-trap 'echo "FAIL: line $LINENO: $BASH_COMMAND exited $?" >&2' ERR
 # shellcheck source=tests/cli/lib.sh
 . "$(dirname "$0")/lib.sh"
+name_failures
 run() { # expected-rc args...: runs gpc doctor, output in $work/out.txt and err.txt
   local want=$1; shift
   set +e

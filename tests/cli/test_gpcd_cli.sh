@@ -17,11 +17,9 @@ gpcd_pid=
 cleanup() { gpcd_stop "$work/state/gpcd.sock" "$gpcd_pid"; gpcd_remove "$work"; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; [[ -f "$work/gpcd.log" ]] && tail -5 "$work/gpcd.log" >&2; exit 1; }
-# a command that stops the script under set -e says which one it was (not
-# in the set +e stretches, where a failure is the status being checked)
-trap 'case $- in *e*) echo "FAIL: line $LINENO: $BASH_COMMAND exited $?" >&2 ;; esac' ERR
 # shellcheck source=tests/cli/lib.sh
 . "$(dirname "$0")/lib.sh"
+name_failures
 
 cat >"$work/gpcd.conf" <<CONF
 [gpcd]

@@ -27,10 +27,9 @@ fail() {
   for f in "$work"/state/jobs/*.log; do [[ -f $f ]] && { echo "== $f" >&2; tail -5 "$f" >&2; }; done
   exit 1
 }
-# a command that stops the script under set -e says which one it was
-trap 'echo "FAIL: line $LINENO: $BASH_COMMAND exited $?" >&2' ERR
 # shellcheck source=tests/cli/lib.sh
 source "$(dirname "$0")/lib.sh"
+name_failures
 unset OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM OMPI_MCA_plm_rsh_agent GPC_JOB_ID
 export OMP_NUM_THREADS=1 ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
 

@@ -13,11 +13,10 @@ work=$(mktemp -d)
 gpcd_pid=
 . "$(dirname "$0")/gpcd_stop.sh"
 . "$(dirname "$0")/lib.sh"
+name_failures
 cleanup() { gpcd_stop "$work/state/gpcd.sock" "$gpcd_pid"; gpcd_remove "$work"; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; [[ -f "$work/gpcd.log" ]] && tail -5 "$work/gpcd.log" >&2; exit 1; }
-# a command that stops the script under set -e says which one it was
-trap 'echo "FAIL: line $LINENO: $BASH_COMMAND exited $?" >&2' ERR
 
 # the systemd unit: restarted after a crash, its jobs left alone on stop
 unit=$src/scripts/gpcd.service

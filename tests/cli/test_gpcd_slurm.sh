@@ -48,10 +48,9 @@ fail() {
   exit 1
 }
 skip() { echo "skip: $*"; for f in ctld.log slurmd.log; do [[ -f $work/$f ]] && tail -3 "$work/$f"; done; exit 77; }
-# a command that stops the script under set -e says which one it was
-trap 'echo "FAIL: line $LINENO: $BASH_COMMAND exited $?" >&2' ERR
 # shellcheck source=tests/cli/lib.sh
 source "$(dirname "$0")/lib.sh"
+name_failures
 
 # munge, with a key of its own and its socket in the test's directory
 mkdir -m 700 "$work/munge"

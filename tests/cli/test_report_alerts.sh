@@ -15,10 +15,9 @@ gpcd_pid=
 cleanup() { gpcd_stop "$work/state/gpcd.sock" "$gpcd_pid"; gpcd_remove "$work"; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; [[ -f "$work/gpcd.log" ]] && tail -5 "$work/gpcd.log" >&2; exit 1; }
-# a command that stops the script under set -e says which one it was
-trap 'echo "FAIL: line $LINENO: $BASH_COMMAND exited $?" >&2' ERR
 # shellcheck source=tests/cli/lib.sh
 . "$(dirname "$0")/lib.sh"
+name_failures
 
 echo "0 mem_used 79GB" >"$work/sim.txt"
 cat >"$work/gpcd.conf" <<CONF
