@@ -2,7 +2,8 @@
  * mpi_check.h: the checks of the MPI test programs, which run as several
  * processes at once. CHECK counts a failed condition and says which rank
  * saw it, so every rank's failures are reported before the program ends;
- * MUST ends the process at once on a gpc error, with its message. The file
+ * MUST ends the process at once on a gpc error, with its message;
+ * every_rank_has_a_gpu asks all ranks whether they see a GPU. The file
  * that includes this defines `static int rank, failures;` first.
  */
 #ifndef GPC_TESTS_MPI_CHECK_H
@@ -10,6 +11,8 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "gpc/dist.h"
 
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
@@ -28,5 +31,14 @@
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
+
+/* Whether every rank of `d` sees a GPU (through the CUDA backend; a build
+ * without it sees none): a program's "cuda" runs skip unless all do. */
+static inline int every_rank_has_a_gpu(gpc_dist *d) {
+    const gpc_backend *b = gpc_backend_get(GPC_DEVICE_CUDA);
+    double none = b && b->device_count && b->device_count() > 0 ? 0 : 1;
+    MUST(d->ops->all_reduce_host(d, &none, 1));
+    return none == 0;
+}
 
 #endif /* GPC_TESTS_MPI_CHECK_H */

@@ -112,10 +112,7 @@ int main(int argc, char **argv) {
     MUST(gpc_dist_create(&d, &env, gpc_cpu(), "mpi"));
     split_device = gpc_cpu();
     if (cuda) {
-        const gpc_backend *b = gpc_backend_get(GPC_DEVICE_CUDA);
-        double none = b && b->device_count && b->device_count() > 0 ? 0 : 1;
-        MUST(d->ops->all_reduce_host(d, &none, 1));
-        if (none > 0) {
+        if (!every_rank_has_a_gpu(d)) {
             if (rank == 0) printf("no GPU: skipped\n");
             gpc_dist_destroy(d);
             return 77;

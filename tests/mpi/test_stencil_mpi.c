@@ -101,11 +101,7 @@ int main(int argc, char **argv) {
     const int world = dist->world_size;
     gpc_device device = gpc_cpu();
     if (cuda) {
-        const gpc_backend *b = gpc_backend_get(GPC_DEVICE_CUDA);
-        int count = b && b->device_count ? b->device_count() : 0;
-        double none = count > 0 ? 0 : 1;
-        dist->ops->all_reduce_host(dist, &none, 1);
-        if (none > 0) {
+        if (!every_rank_has_a_gpu(dist)) {
             printf("no GPU: skipped\n");
             gpc_dist_destroy(dist);
             return 77;
