@@ -585,7 +585,7 @@ static void test_small_bad_input(void **state) {
     gpc_md *md = NULL;
     gpc_md_defaults(&c);
     c.device = (gpc_device){GPC_DEVICE_CUDA, 999};
-    TEST_FAILS(gpc_md_create(&md, &c), GPC_ERR_INVALID_ARG, "GPU 999 does not exist");
+    TEST_FAILS(gpc_md_create(&md, &c), GPC_ERR_INVALID_ARG, "cuda:999 does not exist");
     gpc_md_defaults(&c);
     c.device = (gpc_device){GPC_DEVICE_CUDA, 0};
     c.cells = 300, c.density = 9; /* 108 million atoms, 1,700 partners each: ~700 GiB */
