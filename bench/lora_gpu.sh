@@ -17,7 +17,8 @@
 # STEPS (default 6) steps are timed after 3 warm-up steps; CTX (default 1024)
 # and DEVICE (default cuda; cpu with SKIP_TORCH=1 for a quick check of the
 # script) change the rest; TRAIN_ARGS (e.g. "--recompute block") is added to
-# both gpc runs, and SKIP_TORCH=1 leaves out the PyTorch runs. Prints per run
+# both gpc runs, SKIP_TORCH=1 leaves out the PyTorch runs, and MODES (default
+# "full lora") picks the cases. Prints per run
 #   RESULT lora case=full|lora who=gpc|torch tokens_per_s=N smi_peak_gib=G ...
 # and the memory saved by LoRA for each.
 set -uo pipefail
@@ -52,7 +53,7 @@ if ! timeout 300 "$build/gpc" train --data "$data" --out "$work/base" --model "$
 fi
 
 declare -A tps peak
-for mode in full lora; do
+for mode in ${MODES:-full lora}; do
   extra=()
   [[ $mode == lora ]] && extra=(--lora "$rank")
   t0=$(date +%s)
