@@ -143,6 +143,10 @@ gpc_status gpc_dist_mpi_init(gpc_dist *d, const gpc_dist_env *env);
 gpc_status gpc_dist_nccl_init(gpc_dist *d, const gpc_dist_env *env);
 /* Whether this build has the MPI backend. */
 int gpc_dist_have_mpi(void);
+/* GPC_OK when NCCL loads (libnccl.so.2); else why not. Lets a process ask
+ * before a collective gpc_dist_create(..., "nccl") that every rank must
+ * reach. */
+gpc_status gpc_dist_nccl_available(void);
 /* MPI_Bcast of host bytes from rank 0 (the NCCL id under mpirun). */
 gpc_status gpc_dist_mpi_bcast_bytes(void *data, size_t bytes);
 

@@ -37,7 +37,7 @@ typedef struct {
     char internal[128]; /* NCCL_UNIQUE_ID_BYTES */
 } nccl_unique_id;
 typedef int nccl_result; /* ncclSuccess = 0 */
-enum { NCCL_FLOAT16 = 6, NCCL_FLOAT32 = 7, NCCL_FLOAT64 = 8, NCCL_BFLOAT16 = 9 };
+enum { NCCL_INT8 = 0, NCCL_FLOAT16 = 6, NCCL_FLOAT32 = 7, NCCL_FLOAT64 = 8, NCCL_BFLOAT16 = 9 };
 enum { NCCL_SUM = 0, NCCL_MAX = 2 }; /* ncclRedOp_t: ncclSum, ncclProd, ncclMax */
 
 typedef struct {
@@ -144,6 +144,9 @@ static gpc_status nccl_type(gpc_dtype dtype, int *out) {
         return GPC_OK;
     case GPC_F16:
         *out = NCCL_FLOAT16;
+        return GPC_OK;
+    case GPC_I8: /* bytes, for point-to-point copies of any data */
+        *out = NCCL_INT8;
         return GPC_OK;
     default:
         return gpc_error(GPC_ERR_UNSUPPORTED, "NCCL collectives on %s are not supported",
@@ -400,6 +403,10 @@ static gpc_status n_split(gpc_dist *d, int color, int key, gpc_dist *child) {
     child->impl = st;
     if (pthread_create(&st->thread, NULL, watchdog, child) == 0) st->thread_started = 1;
     return GPC_OK;
+}
+
+gpc_status gpc_dist_nccl_available(void) {
+    return nccl_load();
 }
 
 gpc_status gpc_dist_nccl_init(gpc_dist *d, const gpc_dist_env *env) {
