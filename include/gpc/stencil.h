@@ -56,6 +56,10 @@ typedef struct {
      * backend), each holding n / world_size planes or so; NULL: this
      * process alone. Not owned. */
     gpc_dist *dist;
+    /* On GPUs, the same processes over NCCL (gpc_dist_create with "nccl"),
+     * each on a GPU of its own: halo planes then go from GPU to GPU over
+     * it. NULL: through host buffers and `dist`. Not owned. */
+    gpc_dist *gpu_dist;
 } gpc_stencil_config;
 
 /* n 128, one domain, r 1/8, mode (1, 1, 1), the CPU, double, alone. */

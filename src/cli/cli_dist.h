@@ -22,4 +22,18 @@ gpc_status cli_dist_setup(gpc_train_options *o, const char *backend, gpc_dist **
  * code after saying why. */
 int cli_dist_mpi(const char *command, gpc_dist_env *env, gpc_dist **out);
 
+/* --halos: "auto", "nccl" or "host"; else says so and returns nonzero. */
+int cli_halos_check(const char *command, const char *halos);
+
+/* The GPUs' halos of a command split over processes (`gpc md`, `gpc
+ * stencil`), after cli_dist_mpi: *out receives NCCL collectives over the
+ * same processes when halos is "nccl", or "auto" with every process on a GPU
+ * of its own (`named` 0: none named for all) and NCCL loading everywhere;
+ * it stays NULL for halos through the host ("host", "auto" otherwise, or
+ * the CPU). All processes agree, so all create the NCCL collectives or
+ * none does. Returns 0, or the exit code after saying why ("nccl" on the
+ * CPU, in one process or where a process cannot use it). */
+int cli_gpu_halos(const char *command, const gpc_dist_env *env, gpc_dist *dist, gpc_device device,
+                  int named, const char *halos, gpc_dist **out);
+
 #endif /* GPC_CLI_DIST_H */

@@ -29,7 +29,7 @@ static double sum_all(gpc_dist *dist, double value) {
 static gpc_status write_json(const char *path, const gpc_stencil_config *c, const char *kernel,
                              int steps, double seconds, double glups, double traffic, double copy,
                              double error, double heat_error, double center, uint64_t checksum,
-                             int world) {
+                             int world, const char *halos) {
     FILE *f = fopen(path, "w");
     if (!f) return gpc_error(GPC_ERR_IO, "cannot write %s: check the directory exists", path);
     fprintf(f,
@@ -38,11 +38,11 @@ static gpc_status write_json(const char *path, const gpc_stencil_config *c, cons
             "\"steps\": %d, "
             "\"seconds\": %.9g, \"glups\": %.9g, \"gb_per_s\": %.9g, \"copy_gb_per_s\": %.9g, "
             "\"lambda\": %.17g, \"error\": %.9g, \"heat_decay\": %.17g, \"heat_error\": %.9g, "
-            "\"center\": %.17g, \"checksum\": \"%016" PRIx64 "\"}\n",
+            "\"center\": %.17g, \"checksum\": \"%016" PRIx64 "\", \"halos\": \"%s\"}\n",
             c->n, c->domains, world, gpc_device_name(c->device), c->fp32 ? "f32" : "f64", kernel,
             c->r, c->mode[0], c->mode[1], c->mode[2], omp_get_max_threads(), steps, seconds, glups,
             traffic, copy, gpc_stencil_lambda(c), error, gpc_stencil_heat_decay(c, steps),
-            heat_error, center, checksum);
+            heat_error, center, checksum, halos);
     if (fclose(f) != 0) return gpc_error(GPC_ERR_IO, "cannot finish writing %s", path);
     return GPC_OK;
 }
@@ -51,7 +51,7 @@ int cmd_stencil(int argc, char **argv) {
     gpc_stencil_config c;
     gpc_stencil_defaults(&c);
     int steps = 100;
-    const char *mode = "1,1,1", *json = NULL, *device = "cpu", *precision = "f64";
+    const char *mode = "1,1,1", *json = NULL, *device = "cpu", *precision = "f64", *halos = "auto";
     const cli_option options[] = {
         {"n", CLI_INT, &c.n, "N", "interior points along each side (default 128)"},
         {"steps", CLI_INT, &steps, "S", "time steps (default 100)"},
@@ -62,18 +62,22 @@ int cmd_stencil(int argc, char **argv) {
         {"device", CLI_STRING, &device, "DEV",
          "cpu (default), cuda or cuda:N; under mpirun, cuda is each process's local rank"},
         {"precision", CLI_STRING, &precision, "P", "f64 (default) or f32 (GPUs only)"},
+        {"halos", CLI_STRING, &halos, "H",
+         "GPUs under mpirun: nccl (GPU to GPU), host (over MPI) or auto (default: nccl when "
+         "each process has its own GPU and NCCL loads)"},
         {"json", CLI_STRING, &json, "FILE", "also write the run's figures as JSON"},
         {0},
     };
     const cli_spec spec = {
         "stencil",
         "stencil [--n N] [--steps S] [--domains D] [--r R] [--mode KX,KY,KZ] [--device DEV] "
-        "[--precision f64|f32] [--json FILE]",
+        "[--precision f64|f32] [--halos auto|nccl|host] [--json FILE]",
         "Solves the 3D heat equation on an N^3 grid (faces held at 0) with the 7-point stencil "
         "and explicit Euler, on the CPU (OpenMP threads: OMP_NUM_THREADS) or a GPU, split into D "
         "slabs that exchange halo planes every step. Under mpirun or srun the grid is split "
-        "across the processes too, halo planes going over MPI while the slabs' insides are "
-        "updated. The field starts as a sine mode, whose exact evolution the result is checked "
+        "across the processes too, halo planes going GPU to GPU over NCCL (each process on a GPU "
+        "of its own) or through the host over MPI while the slabs' insides are updated. The field "
+        "starts as a sine mode, whose exact evolution the result is checked "
         "against. Ctrl-C or SIGTERM stops the run cleanly with its summary.",
         options,
         0,
@@ -90,6 +94,7 @@ int cmd_stencil(int argc, char **argv) {
         c.fp32 = 1;
     else
         return cli_usage_error("stencil", "--precision %s: use f64 or f32", precision);
+    if (cli_halos_check("stencil", halos)) return CLI_EXIT_USAGE;
     gpc_status st = gpc_device_parse(device, &c.device);
     if (st) return cli_fail("stencil", st);
 
@@ -106,6 +111,20 @@ int cmd_stencil(int argc, char **argv) {
             c.device.index = env.local_rank;
         c.dist = dist;
     }
+    gpc_dist *peers = NULL;
+    {
+        int rc = cli_gpu_halos("stencil", &env, dist, c.device, strchr(device, ':') != NULL, halos,
+                               &peers);
+        if (rc) {
+            gpc_dist_destroy(dist);
+            return rc;
+        }
+        c.gpu_dist = peers;
+    }
+    const char *halo_path = !dist                             ? "none"
+                            : c.device.type == GPC_DEVICE_CPU ? "mpi"
+                            : peers                           ? "nccl"
+                                                              : "host";
     const int rank = dist ? dist->rank : 0, world = dist ? dist->world_size : 1;
 
     gpc_stencil *s = NULL;
@@ -115,7 +134,7 @@ int cmd_stencil(int argc, char **argv) {
         int rc = st ? cli_fail("stencil", st) : CLI_EXIT_RUNTIME;
         if (!st) fprintf(stderr, "gpc stencil: rank %d stops: another process failed\n", rank);
         gpc_stencil_free(s);
-        gpc_dist_destroy(dist);
+        gpc_dist_destroy(peers), gpc_dist_destroy(dist);
         return rc;
     }
     const double points = (double)c.n * c.n * c.n;
@@ -129,6 +148,8 @@ int cmd_stencil(int argc, char **argv) {
                    c.domains == 1 ? "" : "s");
         printf(", %s on %s", c.fp32 ? "f32" : "f64", gpc_device_name(c.device));
         if (c.device.type == GPC_DEVICE_CUDA) printf(" (%s kernel)", gpc_stencil_kernel_name(s));
+        if (world > 1 && c.device.type == GPC_DEVICE_CUDA)
+            printf(", halos %s", peers ? "GPU to GPU over NCCL" : "through the host over MPI");
         printf(", r %g, mode %d,%d,%d, %d thread%s\n", c.r, c.mode[0], c.mode[1], c.mode[2],
                omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
     }
@@ -158,7 +179,7 @@ int cmd_stencil(int argc, char **argv) {
     }
     if (st) {
         gpc_stencil_free(s);
-        gpc_dist_destroy(dist);
+        gpc_dist_destroy(peers), gpc_dist_destroy(dist);
         return cli_fail("stencil", st);
     }
     double glups = seconds > 0 ? points * steps / seconds / 1e9 : 0;
@@ -184,10 +205,10 @@ int cmd_stencil(int argc, char **argv) {
         printf("gpc stencil: field checksum %016" PRIx64 "\n", checksum);
         if (json && st == GPC_OK)
             st = write_json(json, &c, gpc_stencil_kernel_name(s), steps, seconds, glups, traffic,
-                            copy, error, heat_error, center, checksum, world);
+                            copy, error, heat_error, center, checksum, world, halo_path);
     }
     gpc_stencil_free(s);
-    gpc_dist_destroy(dist);
+    gpc_dist_destroy(peers), gpc_dist_destroy(dist);
     if (st) return cli_fail("stencil", st);
     return cli_stop_signal() ? 128 + cli_stop_signal() : CLI_EXIT_OK;
 }

@@ -261,6 +261,20 @@ static gpc_status check_config(const gpc_stencil_config *c) {
                              "with the mpi backend",
                              c->dist->ops ? c->dist->ops->name : "none");
     }
+    const gpc_dist *p = c->gpu_dist;
+    if (p) {
+        if (c->device.type != GPC_DEVICE_CUDA || world < 2)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "stencil: halos over NCCL are for GPUs in several processes: leave "
+                             "out --halos nccl on %s",
+                             world < 2 ? "one process" : "the CPU");
+        if (!p->ops || strcmp(p->ops->name, "nccl") != 0 || p->world_size != world ||
+            p->rank != c->dist->rank || p->device.index != c->device.index)
+            return gpc_error(GPC_ERR_INVALID_ARG,
+                             "stencil: the GPU halos' collectives must be nccl over the same %d "
+                             "processes, each on its own device (cuda:%d here)",
+                             world, c->device.index);
+    }
     return GPC_OK;
 }
 
@@ -270,6 +284,7 @@ static void fill_gpu_config(const gpc_stencil *s, gpc_stencil_cuda_config *g, do
     g->device = c->device.index, g->fp32 = c->fp32, g->n = c->n;
     g->z0 = s->first, g->nz = s->count, g->slabs = c->domains;
     g->below = s->rank > 0, g->above = s->rank + 1 < s->world;
+    g->peers = c->gpu_dist;
     g->kernel = s->kernel;
     g->async_rows = tile_rows("GPC_STENCIL_ASYNC_ROWS");
     g->stream2_rows = tile_rows("GPC_STENCIL_STREAM2_ROWS");

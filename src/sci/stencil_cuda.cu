@@ -51,6 +51,7 @@
  * from the CPU's sine tables with the CPU's two products.
  */
 #include "cuda/cuda_common.cuh"
+#include "gpc/dist.h"
 #include "sci/sci_cuda.cuh"
 #include "sci/stencil_cuda.h"
 
@@ -997,6 +998,28 @@ template <typename T> static gpc_status step_kernels(gpc_stencil_cuda *g) {
     return GPC_OK;
 }
 
+/* The band's outer planes of v to the GPUs below and above, and theirs into
+ * its halo planes, queued on the halo stream in one NCCL group (planes as
+ * bytes: sends and receives copy, they do not compute). */
+static gpc_status exchange_peers(gpc_stencil_cuda *g, size_t pb, int last) {
+    gpc_dist *p = g->c.peers;
+    cudaStream_t s = g->halo;
+    const int nz = g->nz[last];
+    GPC_TRY(p->ops->group_start(p));
+    gpc_status st = GPC_OK;
+    if (g->c.below) {
+        st = p->ops->send(p, g->v[0] + pb, pb, GPC_I8, p->rank - 1, s);
+        if (!st) st = p->ops->recv(p, g->v[0], pb, GPC_I8, p->rank - 1, s);
+    }
+    if (g->c.above && !st) {
+        st = p->ops->send(p, g->v[last] + (size_t)nz * pb, pb, GPC_I8, p->rank + 1, s);
+        if (!st)
+            st = p->ops->recv(p, g->v[last] + (size_t)(nz + 1) * pb, pb, GPC_I8, p->rank + 1, s);
+    }
+    const gpc_status ended = p->ops->group_end(p); /* a group opened is closed */
+    return st ? st : ended;
+}
+
 extern "C" gpc_status gpc_stencil_cuda_step_begin(gpc_stencil_cuda *g) {
     GPC_CUDA_CHECK(cudaSetDevice(g->c.device));
     if (g->started) {
@@ -1017,6 +1040,7 @@ extern "C" gpc_status gpc_stencil_cuda_step_begin(gpc_stencil_cuda *g) {
             GPC_CUDA_CHECK(cudaMemcpyAsync(g->v[d + 1], g->v[d] + (size_t)g->nz[d] * pb, pb,
                                            cudaMemcpyDeviceToDevice, g->halo));
     }
+    if (g->c.peers) return exchange_peers(g, pb, last);
     /* and the band's outer planes to the host, for the processes around */
     if (g->c.below)
         GPC_CUDA_CHECK(
@@ -1079,9 +1103,9 @@ extern "C" gpc_status gpc_stencil_cuda_step_pair(gpc_stencil_cuda *g) {
 extern "C" gpc_status gpc_stencil_cuda_step_end(gpc_stencil_cuda *g) {
     const size_t pb = (size_t)g->plane * g->elem;
     const int last = g->c.slabs - 1;
-    if (g->c.below)
+    if (g->c.below && !g->c.peers)
         GPC_CUDA_CHECK(cudaMemcpyAsync(g->v[0], g->host[2], pb, cudaMemcpyHostToDevice, g->halo));
-    if (g->c.above)
+    if (g->c.above && !g->c.peers)
         GPC_CUDA_CHECK(cudaMemcpyAsync(g->v[last] + (size_t)(g->nz[last] + 1) * pb, g->host[3], pb,
                                        cudaMemcpyHostToDevice, g->halo));
     GPC_CUDA_CHECK(cudaEventRecord(g->halo_done, g->halo));

@@ -17,6 +17,9 @@
  *               with processes below or above, into the host send buffers;
  *               returns once those are on the host (at once when alone)
  *   step_end    the received planes up into the halos (halo stream)
+ * With `peers` (NCCL, a GPU a process) step_begin instead queues the
+ * boundary planes' sends and the halos' receives on the halo stream, GPU
+ * to GPU, and returns at once; step_end has nothing to copy.
  * Each stream waits for the other's previous step (events), so the inside
  * of a slab is computed while the halos travel.
  */
@@ -67,6 +70,9 @@ typedef struct {
     int z0, nz;       /* this process's planes of the grid */
     int slabs;        /* subdomains of them on the GPU */
     int below, above; /* 1: a process below (above) exchanges halo planes */
+    /* NULL, or the processes over NCCL (ranks: this one's neighbours are
+     * rank - 1 below and rank + 1 above), for halos from GPU to GPU */
+    struct gpc_dist *peers;
     gpc_stencil_kernel kernel;
     int async_rows;   /* the async kernel's tile: 8, 16 or 32 rows */
     int stream2_rows; /* the stream2 kernel's tile: 6, 14 or 30 rows */

@@ -72,6 +72,8 @@ expect_usage "mode 1,9,1: each must be 1 to n (8)" --n 8 --mode 1,9,1
 expect_usage "--steps -3 is negative" --steps -3
 expect_usage "f32 runs on GPUs only" --precision f32
 expect_usage "--precision f16: use f64 or f32" --precision f16
+expect_usage "--halos gpu: use auto, nccl or host" --halos gpu
+expect_usage "--halos nccl is for GPUs in several processes" --halos nccl
 # processes started by gpc launch: halos go over MPI, which it does not start
 GPC_RANK=1 GPC_WORLD_SIZE=2 GPC_LOCAL_RANK=1 GPC_MASTER_ADDR=127.0.0.1 GPC_MASTER_PORT=29999 \
   expect_usage "which gpc launch does not start: run mpirun -np 2 gpc stencil"

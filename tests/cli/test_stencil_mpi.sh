@@ -42,6 +42,14 @@ for name, np_, dom in (("np2", 2, 1), ("np2d2", 2, 2), ("np4", 4, 1)):
     assert f"27^3 points in {np_} processes x {dom} domain" in out, (name, out)
 PY
 
+# the halos' path in the JSON; NCCL halos on the CPU are a usage error
+python3 -c 'import json, sys; h = json.load(open(sys.argv[1]))["halos"]; assert h == "mpi", h' \
+  "$work/np2.json" || fail "np2's halos: $(cat "$work/np2.json")"
+python3 -c 'import json, sys; h = json.load(open(sys.argv[1]))["halos"]; assert h == "none", h' \
+  "$work/one.json" || fail "one process's halos: $(cat "$work/one.json")"
+if "${mpi[@]}" 2 "$GPC" stencil --n 8 --halos nccl >"$work/nccl.out" 2>&1; then fail "--halos nccl on the CPU ran"; fi
+grep -q "halos nccl is for GPUs in several processes" "$work/nccl.out" || fail "--halos nccl on the CPU: $(cat "$work/nccl.out")"
+
 # 3 planes cannot go to 4 processes: every rank refuses, a usage error
 if "${mpi[@]}" 4 "$GPC" stencil --n 3 >"$work/bad.out" 2>&1; then fail "n 3 on 4 processes ran"; fi
 grep -q "4 processes x 1 domains for 3 planes" "$work/bad.out" || fail "n 3 on 4 processes: $(cat "$work/bad.out")"

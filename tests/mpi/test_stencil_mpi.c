@@ -10,8 +10,10 @@
  * With the argument "cuda", the split runs on cuda:0 for every rank (the
  * halos then go through host buffers and MPI, the path several GPUs take):
  * f64 must still give the CPU's bits, and f32 the bits of one process on
- * the GPU. Exits 77 outside mpirun, in a build without MPI, or for "cuda"
- * without a GPU.
+ * the GPU. With "nccl", each rank runs on its own GPU (its local rank) and
+ * the halos go GPU to GPU over NCCL: the same checks. Exits 77 outside
+ * mpirun, in a build without MPI, for "cuda" without a GPU, and for "nccl"
+ * unless every rank has a GPU of its own and NCCL loads.
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@
 #include "gpc/stencil.h"
 
 static int rank, failures;
+static gpc_dist *peers; /* "nccl": the split runs' GPU halos */
 
 #include "mpi_check.h"
 
@@ -36,6 +39,7 @@ static gpc_stencil *make(const run_spec *r, gpc_dist *dist, gpc_device device, i
     c.n = r->n, c.domains = r->domains, c.r = r->r;
     memcpy(c.mode, r->mode, sizeof c.mode);
     c.dist = dist, c.device = device, c.fp32 = fp32;
+    if (dist) c.gpu_dist = peers;
     gpc_stencil *s = NULL;
     MUST(gpc_stencil_create(&s, &c));
     MUST(gpc_stencil_run(s, r->steps));
@@ -88,7 +92,8 @@ static void compare(const char *what, const run_spec *r, gpc_stencil *split, gpc
 }
 
 int main(int argc, char **argv) {
-    const int cuda = argc > 1 && strcmp(argv[1], "cuda") == 0;
+    const int nccl = argc > 1 && strcmp(argv[1], "nccl") == 0;
+    const int cuda = nccl || (argc > 1 && strcmp(argv[1], "cuda") == 0);
     gpc_dist_env env;
     MUST(gpc_dist_env_from_process(&env));
     rank = env.rank;
@@ -108,6 +113,18 @@ int main(int argc, char **argv) {
         }
         device.type = GPC_DEVICE_CUDA, device.index = 0;
     }
+    if (nccl) { /* a GPU a rank, and NCCL on every one */
+        const gpc_backend *b = gpc_backend_get(GPC_DEVICE_CUDA);
+        double lacking = env.local_rank < b->device_count() && !gpc_dist_nccl_available() ? 0 : 1;
+        MUST(dist->ops->all_reduce_host(dist, &lacking, 1));
+        if (lacking > 0) {
+            printf("not a GPU a process with NCCL: skipped\n");
+            gpc_dist_destroy(dist);
+            return 77;
+        }
+        device.index = env.local_rank;
+        MUST(gpc_dist_create(&peers, &env, device, "nccl"));
+    }
     const run_spec runs[] = {
         {23, 1, 17, {2, 3, 1}, 1.0 / 6}, /* 23 planes do not divide by 2 or 4 */
         {30, 2, 12, {1, 4, 3}, 0.1},     /* two slabs a process */
@@ -118,15 +135,17 @@ int main(int argc, char **argv) {
         const run_spec *r = &runs[k];
         char what[96];
         snprintf(what, sizeof what, "n %d, %d domains, %d processes%s", r->n, r->domains, world,
-                 cuda ? ", cuda f64" : "");
+                 nccl   ? ", nccl f64"
+                 : cuda ? ", cuda f64"
+                        : "");
         gpc_stencil *alone = make(r, NULL, gpc_cpu(), 0);
         gpc_stencil *split = make(r, dist, device, 0);
         compare(what, r, split, alone, !cuda, 1e-14 * r->steps);
         gpc_stencil_free(split);
         gpc_stencil_free(alone);
         if (cuda) { /* f32: the split GPU run against one process on the GPU */
-            snprintf(what, sizeof what, "n %d, %d domains, %d processes, cuda f32", r->n,
-                     r->domains, world);
+            snprintf(what, sizeof what, "n %d, %d domains, %d processes, %s f32", r->n, r->domains,
+                     world, nccl ? "nccl" : "cuda");
             alone = make(r, NULL, device, 1);
             split = make(r, dist, device, 1);
             /* f32's rounding: test_cuda_stencil.c says why 5e-7 a step */
@@ -145,6 +164,20 @@ int main(int argc, char **argv) {
     gpc_status st = gpc_stencil_create(&s, &c);
     CHECK(st == GPC_ERR_INVALID_ARG && strstr(gpc_last_error(), want), "n %d on %d processes: %s",
           world - 1, world, gpc_last_error());
+    /* NCCL halos on the CPU, or over collectives that are not NCCL's, are refused */
+    gpc_stencil_defaults(&c);
+    c.dist = dist, c.gpu_dist = dist;
+    st = gpc_stencil_create(&s, &c);
+    CHECK(st == GPC_ERR_INVALID_ARG &&
+              strstr(gpc_last_error(), "leave out --halos nccl on the CPU"),
+          "NCCL halos on the CPU: %s", gpc_last_error());
+    if (cuda) {
+        c.device = device;
+        st = gpc_stencil_create(&s, &c);
+        CHECK(st == GPC_ERR_INVALID_ARG && strstr(gpc_last_error(), "must be nccl over the same"),
+              "GPU halos over the mpi collectives: %s", gpc_last_error());
+    }
+    gpc_dist_destroy(peers);
 
     double bad = failures;
     dist->ops->all_reduce_host(dist, &bad, 1);
