@@ -53,6 +53,11 @@ typedef struct {
     int gpu_list_per_atom; /* on a GPU: the neighbour list built by a thread per atom, not a
                               warp per cell (the same rows); gpc_md_defaults: 1 when
                               GPC_MD_LIST is atoms */
+    /* Split across processes on GPUs (gpc_md_create_split): the same
+     * processes over NCCL (gpc_dist_create with "nccl"), each on a GPU of
+     * its own, for the ghosts' positions to go from GPU to GPU each step.
+     * NULL: through host buffers and MPI. Not owned. */
+    struct gpc_dist *gpu_dist;
 } gpc_md_config;
 
 /* LAMMPS's in.lj: 20 cells (32,000 atoms), 0.8442, 3.0, 2.5, 0.3, 0.005;

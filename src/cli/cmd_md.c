@@ -111,6 +111,7 @@ int cmd_md(int argc, char **argv) {
     int steps = 100, thermo = -1;
     int64_t seed = (int64_t)c.seed; /* signed, so a negative value is refused, not wrapped */
     const char *json = NULL, *dump = NULL, *device = "cpu", *forces = "f64", *build = "f32";
+    const char *halos = "auto";
     const char *gpu_step = c.gpu_step_fused ? "fused" : "split";
     const char *gpu_list = c.gpu_list_per_atom ? "atoms" : "cells";
     int dump_every = 0;
@@ -140,6 +141,9 @@ int cmd_md(int argc, char **argv) {
         {"gpu-list", CLI_STRING, &gpu_list, "B",
          "on a GPU, the neighbour list built by a warp per cell (cells) or a thread per atom "
          "(atoms); the same rows (default cells, or GPC_MD_LIST)"},
+        {"halos", CLI_STRING, &halos, "H",
+         "GPUs under mpirun: ghosts over nccl (GPU to GPU), host (over MPI) or auto (default: "
+         "nccl when each process has its own GPU and NCCL loads)"},
         {"steps", CLI_INT, &steps, "N", "time steps to run (default 100)"},
         {"seed", CLI_INT64, &seed, "S", "seed of the initial velocities (default 87287)"},
         {"rebuild-every", CLI_INT, &c.rebuild_every, "N",
@@ -159,7 +163,7 @@ int cmd_md(int argc, char **argv) {
         "md [--cells N] [--density RHO] [--temperature T] [--cutoff RC] [--skin S] [--dt DT] "
         "[--device cpu|cuda[:N]] [--forces f64|f32] [--gpu-lanes L] [--gpu-build f32|f64] "
         "[--gpu-step split|fused] [--gpu-unroll U] [--gpu-list cells|atoms] "
-        "[--steps N] [--seed S] [--rebuild-every N] "
+        "[--halos auto|nccl|host] [--steps N] [--seed S] [--rebuild-every N] "
         "[--thermo N] [--json "
         "FILE] [--dump FILE "
         "[--dump-every N]]",
@@ -173,6 +177,7 @@ int cmd_md(int argc, char **argv) {
         NULL,
         NULL};
     CLI_PARSE_OR_RETURN(&spec, argc, argv);
+    if (cli_halos_check("md", halos)) return CLI_EXIT_USAGE;
     /* the settings behind the GPU flags' defaults: a value the table does
      * not list is refused, not read as the default */
     static const char *const choice_settings[] = {"GPC_MD_STEP", "GPC_MD_LIST"};
@@ -236,12 +241,22 @@ int cmd_md(int argc, char **argv) {
             c.device.index = env.local_rank;
         printing = env.rank == 0;
     }
+    gpc_dist *peers = NULL;
+    {
+        int rc =
+            cli_gpu_halos("md", &env, dist, c.device, strchr(device, ':') != NULL, halos, &peers);
+        if (rc) {
+            gpc_dist_destroy(dist);
+            return rc;
+        }
+        c.gpu_dist = peers;
+    }
     gpc_md *md = NULL;
     double t0 = gpc_time_seconds();
     st = gpc_md_create_split(&md, &c, env.rank, env.world_size > 1 ? env.world_size : 1);
     if (st) {
         int rc = cli_fail("md", st);
-        gpc_dist_destroy(dist);
+        gpc_dist_destroy(peers), gpc_dist_destroy(dist);
         return rc;
     }
     double setup = gpc_time_seconds() - t0;
@@ -261,7 +276,7 @@ int cmd_md(int argc, char **argv) {
             if (trajectory) fclose(trajectory);
             free(scratch);
             gpc_md_free(md);
-            gpc_dist_destroy(dist);
+            gpc_dist_destroy(peers), gpc_dist_destroy(dist);
             return cli_fail("md", gpc_error(GPC_ERR_IO,
                                             "cannot write %s: check the directory "
                                             "exists",
@@ -339,7 +354,7 @@ int cmd_md(int argc, char **argv) {
     }
     free(log.rows);
     gpc_md_free(md);
-    gpc_dist_destroy(dist);
+    gpc_dist_destroy(peers), gpc_dist_destroy(dist);
     if (st) return cli_fail("md", st);
     return stopped ? 128 + (cli_stop_signal() ? cli_stop_signal() : SIGTERM) : CLI_EXIT_OK;
 }

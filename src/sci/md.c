@@ -18,6 +18,7 @@
  * the rest to md_cuda.cu; the host arrays are then mirrors, copied from the
  * GPU when asked for.
  */
+#include "gpc/dist.h"
 #include "gpc/md.h"
 #include "gpc/settings.h"
 #include "sci/md_cuda.h"
@@ -444,6 +445,10 @@ static void fill_lattice(const gpc_md_config *c, double a, int64_t n, double *x,
 gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
     *out = NULL;
     GPC_TRY(check_config(config));
+    if (config->gpu_dist)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "md: halos over NCCL are for GPUs in several processes: leave out "
+                         "--halos nccl on one process");
     const gpc_md_config *c = config;
     const double a = cbrt(4.0 / c->density);
     const double box = a * c->cells, reach = c->cutoff + c->skin;
@@ -736,6 +741,16 @@ gpc_status gpc_md_create_split(gpc_md **out, const gpc_md_config *config, int ra
         return gpc_error(GPC_ERR_UNSUPPORTED,
                          "md: a run over several processes on GPUs computes pair forces in "
                          "float64: leave out --forces f32, or run one process");
+    const gpc_dist *p = c->gpu_dist;
+    if (p && c->device.type != GPC_DEVICE_CUDA)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "md: halos over NCCL are for GPUs: leave out --halos nccl on the CPU");
+    if (p && (!p->ops || strcmp(p->ops->name, "nccl") != 0 || p->world_size != world ||
+              p->rank != rank || p->device.index != c->device.index))
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "md: the GPU halos' collectives must be nccl over the same %d processes, "
+                         "each on its own device (cuda:%d here)",
+                         world, c->device.index);
     const double a = cbrt(4.0 / c->density), box = a * c->cells, reach = c->cutoff + c->skin;
     if (!(box > 2 * reach))
         return gpc_error(GPC_ERR_INVALID_ARG,
@@ -777,7 +792,8 @@ gpc_status gpc_md_create_split(gpc_md **out, const gpc_md_config *config, int ra
     }
     const char *gpu = md_split_device_name(md->split);
     if (gpu)
-        snprintf(md->where, sizeof md->where, "%s, %d processes", gpu, world);
+        snprintf(md->where, sizeof md->where, "%s, %d processes, ghosts %s", gpu, world,
+                 c->gpu_dist ? "GPU to GPU over NCCL" : "through the host over MPI");
     else
         snprintf(md->where, sizeof md->where, "cpu, %d processes of %d thread%s", world,
                  md->threads, md->threads == 1 ? "" : "s");

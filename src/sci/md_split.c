@@ -28,6 +28,7 @@
 #include "sci/md_split.h"
 
 #include "sci/md_split_cuda.h"
+#include "gpc/dist.h"
 
 #include <math.h>
 #include <string.h>
@@ -64,6 +65,7 @@ struct md_split {
     double sum_potential, sum_virial, sum_v2;
     int64_t sum_pairs, builds, dangerous;
     md_split_cuda *gpu; /* the slab on a GPU, or NULL */
+    gpc_dist *peers;    /* with gpu: NCCL for the ghosts, GPU to GPU; or NULL */
 };
 
 static gpc_status mpi_ok(int rc, const char *what) {
@@ -125,22 +127,40 @@ static double nearest(double d, double box, double inv_box) {
 }
 
 /* Sends `count` doubles of `out` to `to` while receiving what `from` sends
- * into s->buf_in; *received: how many came. */
-static gpc_status exchange(md_split *s, const double *out, int to, int from, int64_t count,
-                           int64_t *received, int tag) {
+ * into s->buf_in, or on a GPU with ghost_side >= 0 into that side's pinned
+ * room on the GPU's side (md_split_cuda_ghost_room); *received: how many
+ * came. */
+/* Sends `count` to `to` while receiving `from`'s into *received. */
+static gpc_status swap_count(int64_t count, int to, int from, int64_t *received, int tag) {
     long long n_out = count, n_in = 0;
     GPC_TRY(mpi_ok(MPI_Sendrecv(&n_out, 1, MPI_LONG_LONG, to, tag, &n_in, 1, MPI_LONG_LONG, from,
                                 tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
                    "sendrecv of a count"));
+    *received = n_in;
+    return GPC_OK;
+}
+
+static gpc_status exchange(md_split *s, const double *out, int to, int from, int64_t count,
+                           int64_t *received, int tag, int ghost_side) {
+    const long long n_out = count;
+    int64_t got = 0;
+    GPC_TRY(swap_count(count, to, from, &got, tag));
+    const long long n_in = got;
     if (n_out > (1 << 30) || n_in > (1 << 30))
         return gpc_error(GPC_ERR_UNSUPPORTED,
                          "md: a message of %lld values is too long for one MPI call: use more "
                          "processes",
                          n_out > n_in ? n_out : n_in);
-    GPC_TRY(reserve((void **)&s->buf_in, &s->buf_in_cap, n_in, sizeof(double)));
+    double *in = NULL;
+    if (s->gpu && ghost_side >= 0) { /* straight into the GPU's pinned room */
+        GPC_TRY(md_split_cuda_ghost_room(s->gpu, ghost_side, n_in, &in));
+    } else {
+        GPC_TRY(reserve((void **)&s->buf_in, &s->buf_in_cap, n_in, sizeof(double)));
+        in = s->buf_in;
+    }
     *received = n_in;
-    return mpi_ok(MPI_Sendrecv(out, (int)n_out, MPI_DOUBLE, to, tag + 1, s->buf_in, (int)n_in,
-                               MPI_DOUBLE, from, tag + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+    return mpi_ok(MPI_Sendrecv(out, (int)n_out, MPI_DOUBLE, to, tag + 1, in, (int)n_in, MPI_DOUBLE,
+                               from, tag + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
                   "sendrecv");
 }
 
@@ -207,7 +227,7 @@ static gpc_status migrate(md_split *s, int64_t step) {
         }
         s->n = kept;
         int64_t got = 0;
-        GPC_TRY(exchange(s, s->buf_out, to, from, 7 * out, &got, 10 + 2 * side));
+        GPC_TRY(exchange(s, s->buf_out, to, from, 7 * out, &got, 10 + 2 * side, -1));
         GPC_TRY(reserve_owned(s, s->n + got / 7));
         for (int64_t a = 0; a < got / 7; a++, s->n++) {
             const double *in = s->buf_in + 7 * a;
@@ -241,19 +261,31 @@ static void pack_positions(md_split *s, int side) {
 /* The ghosts' positions now: owned positions first in s->all, then those
  * from the left, then from the right, in the order of the last build. */
 static gpc_status forward(md_split *s, int choose) {
+    if (s->peers) { /* GPU to GPU: only a build's counts go over MPI */
+        if (choose) {
+            GPC_TRY(swap_count(s->n_send_right, s->right, s->left, &s->recv_left, 20));
+            GPC_TRY(swap_count(s->n_send_left, s->left, s->right, &s->recv_right, 22));
+        }
+        const int to[2] = {s->right, s->left}, from[2] = {s->left, s->right};
+        const int64_t arriving[2] = {s->recv_left, s->recv_right};
+        return md_split_cuda_forward_peers(s->gpu, s->peers, to, from, choose ? arriving : NULL);
+    }
     const int64_t need = s->n + s->recv_left + s->recv_right;
     if (!choose && !s->gpu)
         GPC_TRY(reserve((void **)&s->all, &s->all_cap, 3 * need, sizeof(double)));
+    /* on a GPU both sides are packed at once, into pinned memory */
+    const double *packed[2] = {NULL, NULL};
+    if (s->gpu) GPC_TRY(md_split_cuda_pack(s->gpu, packed));
     for (int side = 0; side < 2; side++) {
         const int to = side == 0 ? s->right : s->left, from = side == 0 ? s->left : s->right;
         const int64_t count = side == 0 ? s->n_send_right : s->n_send_left;
-        GPC_TRY(reserve((void **)&s->buf_out, &s->buf_out_cap, 3 * count, sizeof(double)));
-        if (s->gpu)
-            GPC_TRY(md_split_cuda_pack(s->gpu, side, s->buf_out));
-        else
+        if (!s->gpu) {
+            GPC_TRY(reserve((void **)&s->buf_out, &s->buf_out_cap, 3 * count, sizeof(double)));
             pack_positions(s, side);
+            packed[side] = s->buf_out;
+        }
         int64_t got = 0;
-        GPC_TRY(exchange(s, s->buf_out, to, from, 3 * count, &got, 20 + 2 * side));
+        GPC_TRY(exchange(s, packed[side], to, from, 3 * count, &got, 20 + 2 * side, side));
         const int64_t expect = side == 0 ? s->recv_left : s->recv_right;
         if (choose) {
             if (side == 0)
@@ -265,7 +297,7 @@ static gpc_status forward(md_split *s, int choose) {
                              (long long)got / 3, (long long)expect);
         }
         if (s->gpu) { /* at a build their number is new */
-            GPC_TRY(md_split_cuda_ghosts(s->gpu, side, s->buf_in, choose ? got / 3 : -1));
+            GPC_TRY(md_split_cuda_ghosts(s->gpu, side, choose ? got / 3 : -1));
             continue;
         }
         const int64_t at = side == 0 ? s->n : s->n + s->recv_left;
@@ -385,7 +417,7 @@ static gpc_status rebuild_on_gpu(md_split *s, int64_t step) {
         const double *out = NULL;
         int64_t count = 0, got = 0;
         GPC_TRY(md_split_cuda_leave(s->gpu, side, &out, &count));
-        GPC_TRY(exchange(s, out, to, from, 7 * count, &got, 10 + 2 * side));
+        GPC_TRY(exchange(s, out, to, from, 7 * count, &got, 10 + 2 * side, -1));
         GPC_TRY(md_split_cuda_arrive(s->gpu, s->buf_in, got / 7));
     }
     GPC_TRY(agree_no_stray(stray, step));
@@ -547,6 +579,7 @@ gpc_status md_split_create(md_split **out, const gpc_md_config *c, int rank, int
                                            .slack = s->slack};
         st = md_split_cuda_create(&s->gpu, c->device.index, &slabs, slab, s->row_cap, s->rc2,
                                   s->limit2);
+        s->peers = c->gpu_dist;
         if (st == GPC_OK) st = md_split_cuda_upload(s->gpu, s->n, s->x, s->v, s->id);
     }
     {

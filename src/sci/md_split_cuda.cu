@@ -28,6 +28,7 @@
 #include "sci/md_split_cuda.h"
 
 #include "cuda/cuda_common.cuh"
+#include "gpc/dist.h"
 #include "sci/sci_cuda.cuh"
 
 #include <climits>
@@ -357,6 +358,12 @@ struct dev_buf {
     int64_t cap;
 };
 
+/* Pinned host memory that grows. */
+struct host_buf {
+    double *p;
+    int64_t cap;
+};
+
 struct md_split_cuda {
     int device;
     char name[300];
@@ -367,7 +374,7 @@ struct md_split_cuda {
     double shift[2];
     /* doubles: all (owned positions, then the ghosts'), v, f, x_built
      * (owned), all2 and v2 (the partition's other side), pack (leavers
-     * [7] each, or the larger side's positions), stage (arrivals), span
+     * [7] each, or both sides' positions), stage (arrivals), span
      * [2]; int64: id, id2 (owned), send[2]; int: mark, at (the scans'),
      * cell_of, slot, cell_atoms (every atom), cell_count, cell_start (every
      * cell); int32: rows (owned x row_cap), count (owned) */
@@ -376,11 +383,32 @@ struct md_split_cuda {
     void *scan_tmp;
     size_t scan_bytes;
     split_flags *flags, *host_flags;
-    double *host_pack; /* pinned: the leavers the host sends */
-    int64_t host_pack_cap;
+    /* pinned: the leavers the host sends at a build; the positions it
+     * sends each step (both sides, the right's first); those it receives
+     * (a side each), uploaded from there, `received` marking each upload */
+    host_buf leavers, sent, got[2];
+    cudaEvent_t received[2];
 };
 
 namespace {
+
+/* Room for `need` doubles in pinned host memory *b (contents dropped). */
+gpc_status host_room(host_buf *b, int64_t need) {
+    if (need <= b->cap && b->p) return GPC_OK;
+    if (b->p) cudaFreeHost(b->p);
+    b->p = NULL, b->cap = 0;
+    const int64_t want = need + need / 2 + 64;
+    if (cudaMallocHost((void **)&b->p, (size_t)want * sizeof(double)) != cudaSuccess) {
+        cudaGetLastError();
+        b->p = NULL;
+        return gpc_error(GPC_ERR_NOMEM,
+                         "md: out of pinned host memory for %lld values (%.1f MiB): use more "
+                         "processes or fewer cells",
+                         (long long)need, (double)want * sizeof(double) / (1 << 20));
+    }
+    b->cap = want;
+    return GPC_OK;
+}
 
 /* Device room for `need` items of `item` bytes in *b; the first `keep`
  * items stay (0: contents dropped). */
@@ -498,6 +526,8 @@ extern "C" gpc_status md_split_cuda_create(md_split_cuda **out, int device,
     else
         snprintf(g->name, sizeof g->name, "cuda:%d", device);
     if (cudaStreamCreate(&g->stream) != cudaSuccess ||
+        cudaEventCreateWithFlags(&g->received[0], cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&g->received[1], cudaEventDisableTiming) != cudaSuccess ||
         cudaMalloc((void **)&g->flags, sizeof *g->flags) != cudaSuccess ||
         cudaMallocHost((void **)&g->host_flags, sizeof *g->host_flags) != cudaSuccess) {
         cudaError_t err = cudaGetLastError();
@@ -525,7 +555,11 @@ extern "C" void md_split_cuda_free(md_split_cuda *g) {
     cudaFree(g->scan_tmp);
     cudaFree(g->flags);
     if (g->host_flags) cudaFreeHost(g->host_flags);
-    if (g->host_pack) cudaFreeHost(g->host_pack);
+    host_buf *pinned[] = {&g->leavers, &g->sent, &g->got[0], &g->got[1]};
+    for (size_t k = 0; k < sizeof pinned / sizeof pinned[0]; k++)
+        if (pinned[k]->p) cudaFreeHost(pinned[k]->p);
+    for (int side = 0; side < 2; side++)
+        if (g->received[side]) cudaEventDestroy(g->received[side]);
     if (g->stream) cudaStreamDestroy(g->stream);
     gpc_free(g);
 }
@@ -568,7 +602,7 @@ extern "C" gpc_status md_split_cuda_leave(md_split_cuda *g, int side, const doub
                                           int64_t *count) {
     GPC_CUDA_CHECK(cudaSetDevice(g->device));
     const int64_t n = g->owned;
-    *out = g->host_pack;
+    *out = g->leavers.p;
     *count = 0;
     if (n == 0) return GPC_OK;
     cudaStream_t s = g->stream;
@@ -589,14 +623,8 @@ extern "C" gpc_status md_split_cuda_leave(md_split_cuda *g, int side, const doub
                                                   dbl(g->v), longs(g->id), dbl(g->all2), dbl(g->v2),
                                                   longs(g->id2), dbl(g->pack));
     GPC_CUDA_CHECK_LAUNCH();
-    if (7 * (int64_t)leaving > g->host_pack_cap) {
-        if (g->host_pack) cudaFreeHost(g->host_pack);
-        g->host_pack = NULL, g->host_pack_cap = 0;
-        const int64_t want = 7 * (int64_t)leaving * 2 + 64;
-        GPC_CUDA_CHECK(cudaMallocHost((void **)&g->host_pack, (size_t)want * sizeof(double)));
-        g->host_pack_cap = want;
-    }
-    GPC_CUDA_CHECK(cudaMemcpyAsync(g->host_pack, g->pack.p,
+    GPC_TRY(host_room(&g->leavers, 7 * (int64_t)leaving));
+    GPC_CUDA_CHECK(cudaMemcpyAsync(g->leavers.p, g->pack.p,
                                    (size_t)(7 * (int64_t)leaving) * sizeof(double),
                                    cudaMemcpyDeviceToHost, s));
     GPC_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -606,7 +634,7 @@ extern "C" gpc_status md_split_cuda_leave(md_split_cuda *g, int side, const doub
     t = g->v, g->v = g->v2, g->v2 = t;
     t = g->id, g->id = g->id2, g->id2 = t;
     g->owned = n - leaving;
-    *out = g->host_pack;
+    *out = g->leavers.p;
     *count = leaving;
     return GPC_OK;
 }
@@ -654,26 +682,47 @@ extern "C" gpc_status md_split_cuda_choose(md_split_cuda *g, int64_t sends[2]) {
     }
     g->sends[0] = sends[0] = right;
     g->sends[1] = sends[1] = left;
-    GPC_TRY(reserve(g, &g->pack, 3 * (right > left ? right : left), sizeof(double)));
     g->ghosts[0] = g->ghosts[1] = 0;
     return GPC_OK;
 }
 
-extern "C" gpc_status md_split_cuda_pack(md_split_cuda *g, int side, double *out) {
+/* Both sides' positions into g->pack on the device, the right's first. */
+static gpc_status pack_sides(md_split_cuda *g) {
+    GPC_TRY(reserve(g, &g->pack, 3 * (g->sends[0] + g->sends[1]), sizeof(double)));
+    for (int side = 0, at = 0; side < 2; at += (int)g->sends[side], side++) {
+        const int64_t count = g->sends[side];
+        if (count == 0) continue;
+        split_pack<<<blocks(count), THREADS, 0, g->stream>>>(
+            count, longs(g->send[side]), dbl(g->all), g->shift[side], dbl(g->pack) + 3 * at);
+        GPC_CUDA_CHECK_LAUNCH();
+    }
+    return GPC_OK;
+}
+
+extern "C" gpc_status md_split_cuda_pack(md_split_cuda *g, const double *out[2]) {
     GPC_CUDA_CHECK(cudaSetDevice(g->device));
-    const int64_t count = g->sends[side];
-    if (count == 0) return GPC_OK;
-    split_pack<<<blocks(count), THREADS, 0, g->stream>>>(count, longs(g->send[side]), dbl(g->all),
-                                                         g->shift[side], dbl(g->pack));
-    GPC_CUDA_CHECK_LAUNCH();
-    GPC_CUDA_CHECK(cudaMemcpyAsync(out, g->pack.p, (size_t)(3 * count) * sizeof(double),
+    const int64_t total = g->sends[0] + g->sends[1];
+    GPC_TRY(pack_sides(g));
+    GPC_TRY(host_room(&g->sent, 3 * total));
+    out[0] = g->sent.p, out[1] = g->sent.p + 3 * g->sends[0];
+    if (total == 0) return GPC_OK;
+    GPC_CUDA_CHECK(cudaMemcpyAsync(g->sent.p, g->pack.p, (size_t)(3 * total) * sizeof(double),
                                    cudaMemcpyDeviceToHost, g->stream));
     GPC_CUDA_CHECK(cudaStreamSynchronize(g->stream));
     return GPC_OK;
 }
 
-extern "C" gpc_status md_split_cuda_ghosts(md_split_cuda *g, int side, const double *in,
-                                           int64_t count) {
+extern "C" gpc_status md_split_cuda_ghost_room(md_split_cuda *g, int side, int64_t values,
+                                               double **in) {
+    GPC_CUDA_CHECK(cudaSetDevice(g->device));
+    /* the last upload from this side's buffer is done before it is reused */
+    GPC_CUDA_CHECK(cudaEventSynchronize(g->received[side]));
+    GPC_TRY(host_room(&g->got[side], values));
+    *in = g->got[side].p;
+    return GPC_OK;
+}
+
+extern "C" gpc_status md_split_cuda_ghosts(md_split_cuda *g, int side, int64_t count) {
     GPC_CUDA_CHECK(cudaSetDevice(g->device));
     const int64_t at = g->owned + (side == 0 ? 0 : g->ghosts[0]);
     if (count >= 0) { /* a build's: room after what is already there */
@@ -683,11 +732,47 @@ extern "C" gpc_status md_split_cuda_ghosts(md_split_cuda *g, int side, const dou
     }
     count = g->ghosts[side];
     if (count == 0) return GPC_OK;
-    GPC_CUDA_CHECK(cudaMemcpyAsync(dbl(g->all) + 3 * at, in, (size_t)(3 * count) * sizeof(double),
-                                   cudaMemcpyHostToDevice, g->stream));
-    /* `in` is the host's receive buffer, which the next exchange reuses */
-    GPC_CUDA_CHECK(cudaStreamSynchronize(g->stream));
+    if (3 * count > g->got[side].cap)
+        return gpc_error(GPC_ERR_INTERNAL, "md: %lld ghosts from side %d, room for %lld",
+                         (long long)count, side, (long long)(g->got[side].cap / 3));
+    GPC_CUDA_CHECK(cudaMemcpyAsync(dbl(g->all) + 3 * at, g->got[side].p,
+                                   (size_t)(3 * count) * sizeof(double), cudaMemcpyHostToDevice,
+                                   g->stream));
+    GPC_CUDA_CHECK(cudaEventRecord(g->received[side], g->stream));
     return GPC_OK;
+}
+
+extern "C" gpc_status md_split_cuda_forward_peers(md_split_cuda *g, gpc_dist *peers,
+                                                  const int to[2], const int from[2],
+                                                  const int64_t *arriving) {
+    GPC_CUDA_CHECK(cudaSetDevice(g->device));
+    const int64_t n = g->owned;
+    if (arriving) { /* a build's: room for the new numbers after the owned atoms */
+        const int64_t total = n + arriving[0] + arriving[1];
+        if (total > INT_MAX / 4) return too_many(total);
+        GPC_TRY(reserve(g, &g->all, 3 * total, sizeof(double), 3 * n));
+        g->ghosts[0] = arriving[0], g->ghosts[1] = arriving[1];
+    }
+    GPC_TRY(pack_sides(g));
+    /* positions as bytes: the sends and receives copy, they do not compute */
+    const size_t atom = 3 * sizeof(double);
+    char *packed = (char *)g->pack.p, *ghosts = (char *)g->all.p + (size_t)n * atom;
+    GPC_TRY(peers->ops->group_start(peers));
+    gpc_status st = GPC_OK;
+    for (int side = 0; side < 2 && !st; side++) {
+        /* a side with nothing to move is skipped on both ends: the
+         * receiver's count is the sender's */
+        if (g->sends[side] > 0)
+            st = peers->ops->send(peers, packed, (size_t)g->sends[side] * atom, GPC_I8, to[side],
+                                  g->stream);
+        if (!st && g->ghosts[side] > 0)
+            st = peers->ops->recv(peers, ghosts, (size_t)g->ghosts[side] * atom, GPC_I8, from[side],
+                                  g->stream);
+        packed += (size_t)g->sends[side] * atom;
+        ghosts += (size_t)g->ghosts[side] * atom;
+    }
+    const gpc_status ended = peers->ops->group_end(peers); /* a group opened is closed */
+    return st ? st : ended;
 }
 
 extern "C" gpc_status md_split_cuda_list(md_split_cuda *g, int64_t *pairs) {

@@ -34,6 +34,7 @@ extern "C" {
 #endif
 
 typedef struct md_split_cuda md_split_cuda;
+struct gpc_dist;
 
 /* How the box is cut: this process's `rank` of `world`, slabs `width`
  * wide along x (rank r owns [r width, (r + 1) width)), the ghosts' reach
@@ -72,16 +73,28 @@ gpc_status md_split_cuda_arrive(md_split_cuda *g, const double *in, int64_t coun
  * face they share, in ascending order: sends[0] go right, sends[1] left. */
 gpc_status md_split_cuda_choose(md_split_cuda *g, int64_t sends[2]);
 
-/* The positions of the atoms chosen for `side`, shifted across the
- * periodic seam where that neighbour sits on the other side of it, into
- * out ([sends][3]). */
-gpc_status md_split_cuda_pack(md_split_cuda *g, int side, double *out);
-
-/* The ghosts from the neighbour on `side` (0: the left's, placed after the
- * owned atoms; 1: the right's, after those): with `count` >= 0 a build's
- * (their number changes), with -1 a step's (as many as the build had). */
-gpc_status md_split_cuda_ghosts(md_split_cuda *g, int side, const double *in, int64_t count);
-
+/* The positions of the atoms chosen for each side, shifted across the
+ * periodic seam where that neighbour sits on the other side of it, packed
+ * into pinned host memory of its own: out[side] ([sends][3]), valid until
+ * the next call. */
+gpc_status md_split_cuda_pack(md_split_cuda *g, const double *out[2]);
+/* Pinned host memory for `values` doubles of ghost positions from the
+ * neighbour on `side`, for the host to receive them into before
+ * md_split_cuda_ghosts; it waits for that side's last upload. */
+gpc_status md_split_cuda_ghost_room(md_split_cuda *g, int side, int64_t values, double **in);
+/* Uploads the ghosts received into the side's room (0: the left's, placed
+ * after the owned atoms; 1: the right's, after those), queued: with
+ * `count` >= 0 a build's (their number changes), with -1 a step's (as
+ * many as the build had). */
+gpc_status md_split_cuda_ghosts(md_split_cuda *g, int side, int64_t count);
+/* The positions each neighbour needs, GPU to GPU over `peers` (NCCL, the
+ * same ranks as MPI's): packed for each side as md_split_cuda_pack does,
+ * sent to to[side] while the ghosts from from[side] arrive in place, all
+ * queued in one group. arriving: a build's new numbers of ghosts from the
+ * left and the right (the neighbours' sends, whose counts came over MPI);
+ * NULL on a step (as many as the build had). */
+gpc_status md_split_cuda_forward_peers(md_split_cuda *g, struct gpc_dist *peers, const int to[2],
+                                       const int from[2], const int64_t *arriving);
 /* The build's last part: the neighbour list over the owned atoms and the
  * ghosts (rows grow until the longest fits), and the positions the next
  * displacement test starts from. *pairs: the listed partners, summed. */

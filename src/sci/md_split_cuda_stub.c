@@ -49,13 +49,24 @@ gpc_status md_split_cuda_choose(md_split_cuda *g, int64_t sends[2]) {
     return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
 }
 
-gpc_status md_split_cuda_pack(md_split_cuda *g, int side, double *out) {
-    (void)g, (void)side, (void)out;
+gpc_status md_split_cuda_pack(md_split_cuda *g, const double *out[2]) {
+    (void)g, (void)out;
     return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
 }
 
-gpc_status md_split_cuda_ghosts(md_split_cuda *g, int side, const double *in, int64_t count) {
-    (void)g, (void)side, (void)in, (void)count;
+gpc_status md_split_cuda_ghost_room(md_split_cuda *g, int side, int64_t values, double **in) {
+    (void)g, (void)side, (void)values, (void)in;
+    return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+gpc_status md_split_cuda_ghosts(md_split_cuda *g, int side, int64_t count) {
+    (void)g, (void)side, (void)count;
+    return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+gpc_status md_split_cuda_forward_peers(md_split_cuda *g, struct gpc_dist *peers, const int to[2],
+                                       const int from[2], const int64_t *arriving) {
+    (void)g, (void)peers, (void)to, (void)from, (void)arriving;
     return gpc_error(GPC_ERR_UNSUPPORTED, NO_CUDA);
 }
 

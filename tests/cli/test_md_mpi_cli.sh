@@ -89,5 +89,15 @@ rc=$?
 [[ $rc -ne 0 ]] && grep -q "narrower than cutoff + skin (2.8): use at most 2 processes" "$work/narrow.out" ||
   fail "slabs too narrow (exit $rc): $(tail -2 "$work/narrow.out")"
 
+# --halos: a word it does not know, and NCCL on the CPU, are usage errors
+"$GPC" md --cells 5 --halos gpu >"$work/halos.out" 2>&1
+rc=$?
+[[ $rc -eq 2 ]] && grep -q -- "--halos gpu: use auto, nccl or host" "$work/halos.out" ||
+  fail "--halos gpu (exit $rc): $(tail -2 "$work/halos.out")"
+"${mpi[@]}" 2 "$GPC" md --cells 5 --halos nccl >"$work/halos.out" 2>&1
+rc=$?
+[[ $rc -ne 0 ]] && grep -q -- "--halos nccl is for GPUs in several processes" "$work/halos.out" ||
+  fail "--halos nccl on the CPU (exit $rc): $(tail -2 "$work/halos.out")"
+
 [[ $failures -eq 0 ]] && echo "md over MPI: ok"
 exit $((failures > 0))

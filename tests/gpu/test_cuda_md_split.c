@@ -86,18 +86,24 @@ static int64_t faces(const double *x, int64_t n, double lo, double hi, double ne
     return k;
 }
 
-static void check_pack(md_split_cuda *g, int side, const double *x, const int64_t *want,
-                       int64_t count, double shift) {
-    double *got = malloc((size_t)(3 * count + 3) * sizeof *got);
-    TEST_OK(md_split_cuda_pack(g, side, got));
-    for (int64_t a = 0; a < count; a++) {
-        const double *p = x + 3 * want[a];
-        if (got[3 * a] != p[0] + shift || got[3 * a + 1] != p[1] || got[3 * a + 2] != p[2])
-            fail_msg("side %d, packed %lld: (%g %g %g), want atom %lld at (%g %g %g) shifted %g",
-                     side, (long long)a, got[3 * a], got[3 * a + 1], got[3 * a + 2],
-                     (long long)want[a], p[0], p[1], p[2], shift);
+/* Both sides' packed positions: side s holds atoms want[s] shifted by
+ * shift[s]. */
+static void check_pack(md_split_cuda *g, const double *x, int64_t *const want[2],
+                       const int64_t count[2], const double shift[2]) {
+    const double *packed[2] = {NULL, NULL};
+    TEST_OK(md_split_cuda_pack(g, packed));
+    for (int side = 0; side < 2; side++) {
+        const double *got = packed[side];
+        for (int64_t a = 0; a < count[side]; a++) {
+            const double *p = x + 3 * want[side][a];
+            if (got[3 * a] != p[0] + shift[side] || got[3 * a + 1] != p[1] ||
+                got[3 * a + 2] != p[2])
+                fail_msg("side %d, packed %lld: (%g %g %g), want atom %lld at (%g %g %g) shifted "
+                         "%g",
+                         side, (long long)a, got[3 * a], got[3 * a + 1], got[3 * a + 2],
+                         (long long)want[side][a], p[0], p[1], p[2], shift[side]);
+        }
     }
-    free(got);
 }
 
 /* One slab of one: the whole periodic crystal, its own ghosts. */
@@ -135,13 +141,15 @@ static void test_one_slab_list_forces_step(void **state) {
     assert_int_equal(sends[0], want_sends[0]);
     assert_int_equal(sends[1], want_sends[1]);
     assert_true(sends[0] > 0 && sends[1] > 0);
-    check_pack(g, 0, x, send[0], sends[0], -box); /* the last slab's seam */
-    check_pack(g, 1, x, send[1], sends[1], box);  /* the first slab's */
+    /* the last slab's seam going right, the first's going left */
+    check_pack(g, x, send, sends, (const double[2]){-box, box});
+    const double *packed[2] = {NULL, NULL};
+    TEST_OK(md_split_cuda_pack(g, packed));
     for (int side = 0; side < 2; side++) {
-        double *packed = malloc((size_t)(3 * sends[side] + 3) * sizeof *packed);
-        TEST_OK(md_split_cuda_pack(g, side, packed));
-        TEST_OK(md_split_cuda_ghosts(g, side, packed, sends[side]));
-        free(packed);
+        double *room = NULL;
+        TEST_OK(md_split_cuda_ghost_room(g, side, 3 * sends[side], &room));
+        memcpy(room, packed[side], (size_t)(3 * sends[side]) * sizeof(double));
+        TEST_OK(md_split_cuda_ghosts(g, side, sends[side]));
     }
 
     /* the list: every pair within reach, once from each side */
@@ -223,7 +231,7 @@ static void test_first_of_two_migrates(void **state) {
     double *x = malloc(vec), *v = malloc(vec), *got = malloc(vec + 64 * 24),
            *gv = malloc(vec + 64 * 24);
     int64_t *id = malloc(ATOMS * sizeof *id), *gid = malloc((ATOMS + 64) * sizeof *gid);
-    int64_t *send = calloc(ATOMS, sizeof *send);
+    int64_t *send[2] = {calloc(ATOMS, sizeof(int64_t)), calloc(ATOMS, sizeof(int64_t))};
     crystal(&rng, 0.1, x, v, id); /* x up to a tenth of the box past each side */
     md_split_cuda *g = open_slab(0, 2);
     TEST_OK(md_split_cuda_upload(g, ATOMS, x, v, id));
@@ -290,12 +298,11 @@ static void test_first_of_two_migrates(void **state) {
     /* faces: right of [0, width) packed as it is, left shifted by the box */
     int64_t sends[2];
     TEST_OK(md_split_cuda_choose(g, sends));
-    int64_t want = faces(got, owned, 0, width, near, 1, send);
-    assert_int_equal(sends[0], want);
-    check_pack(g, 0, got, send, want, 0.0);
-    want = faces(got, owned, 0, width, near, 0, send);
-    assert_int_equal(sends[1], want);
-    check_pack(g, 1, got, send, want, box);
+    const int64_t want[2] = {faces(got, owned, 0, width, near, 1, send[0]),
+                             faces(got, owned, 0, width, near, 0, send[1])};
+    assert_int_equal(sends[0], want[0]);
+    assert_int_equal(sends[1], want[1]);
+    check_pack(g, got, send, want, (const double[2]){0.0, box});
 
     /* a position no longer finite raises the wrap's flag */
     x[4] = NAN;
@@ -303,7 +310,7 @@ static void test_first_of_two_migrates(void **state) {
     TEST_OK(md_split_cuda_wrap(g, &bad, &stray));
     assert_int_equal(bad, 1);
     md_split_cuda_free(g);
-    free(x), free(v), free(got), free(gv), free(id), free(gid), free(send);
+    free(x), free(v), free(got), free(gv), free(id), free(gid), free(send[0]), free(send[1]);
 }
 
 int main(void) {

@@ -19,8 +19,11 @@
  *
  * With the argument "cuda" every rank steps its slab on cuda:0 (the code
  * path of one GPU a process, on one GPU); the reference stays the CPU's one
- * process. Exits 77 outside mpirun, in a build without MPI, or for "cuda"
- * where no process sees a GPU.
+ * process. With "nccl" every rank steps its slab on its own GPU (its local
+ * rank) and the ghosts go GPU to GPU over NCCL: the same checks. Exits 77
+ * outside mpirun, in a build without MPI, for "cuda" where no process sees
+ * a GPU, and for "nccl" unless every rank has a GPU of its own and NCCL
+ * loads.
  */
 #include <math.h>
 #include <stdio.h>
@@ -32,6 +35,7 @@
 
 static int rank, failures;
 static gpc_device split_device; /* where the split run steps */
+static gpc_dist *peers;         /* "nccl": the split run's GPU halos */
 
 #include "mpi_check.h"
 
@@ -42,10 +46,12 @@ static void compare_run(int world, int rebuild_every) {
     gpc_md *split = NULL, *whole = NULL;
     gpc_md_config on = c;
     on.device = split_device;
+    on.gpu_dist = peers;
     MUST(gpc_md_create_split(&split, &on, rank, world));
     CHECK(gpc_md_processes(split) == world, "processes %d, not %d", gpc_md_processes(split), world);
     if (split_device.type == GPC_DEVICE_CUDA)
-        CHECK(strstr(gpc_md_where(split), "(cuda:0)") && strstr(gpc_md_where(split), "processes"),
+        CHECK(strstr(gpc_md_where(split), "(cuda:") && strstr(gpc_md_where(split), "processes") &&
+                  strstr(gpc_md_where(split), peers ? "over NCCL" : "through the host"),
               "a split run on a GPU says it runs on %s", gpc_md_where(split));
     if (rank == 0) MUST(gpc_md_create(&whole, &c));
     const int64_t n = gpc_md_atoms(split);
@@ -101,7 +107,8 @@ static void compare_run(int world, int rebuild_every) {
 }
 
 int main(int argc, char **argv) {
-    const int cuda = argc > 1 && strcmp(argv[1], "cuda") == 0;
+    const int nccl = argc > 1 && strcmp(argv[1], "nccl") == 0;
+    const int cuda = nccl || (argc > 1 && strcmp(argv[1], "cuda") == 0);
     gpc_dist_env env;
     if (gpc_dist_env_from_process(&env) != GPC_OK || env.world_size < 2 || !gpc_dist_have_mpi()) {
         fprintf(stderr, "skipped: run under mpirun -np N (N >= 2) in a build with MPI\n");
@@ -119,8 +126,21 @@ int main(int argc, char **argv) {
         }
         split_device = (gpc_device){GPC_DEVICE_CUDA, 0};
     }
+    if (nccl) { /* a GPU a rank, and NCCL on every one */
+        const gpc_backend *b = gpc_backend_get(GPC_DEVICE_CUDA);
+        double lacking = env.local_rank < b->device_count() && !gpc_dist_nccl_available() ? 0 : 1;
+        MUST(d->ops->all_reduce_host(d, &lacking, 1));
+        if (lacking > 0) {
+            if (rank == 0) printf("not a GPU a process with NCCL: skipped\n");
+            gpc_dist_destroy(d);
+            return 77;
+        }
+        split_device.index = env.local_rank;
+        MUST(gpc_dist_create(&peers, &env, split_device, "nccl"));
+    }
     compare_run(env.world_size, 0);
     compare_run(env.world_size, 10);
+    gpc_dist_destroy(peers);
 
     /* 5 cells: a box 8.4 wide, so slabs of 4.2 (2 processes) pass and 2.8
      * or less (3 and more) are narrower than cutoff + skin, 2.8 */
@@ -146,6 +166,19 @@ int main(int argc, char **argv) {
     CHECK(st != GPC_OK && md == NULL &&
               (strstr(gpc_last_error(), "GPU") || strstr(gpc_last_error(), "CUDA")),
           "a split run on a GPU that is not there: %d %s", (int)st, gpc_last_error());
+    /* NCCL halos on the CPU, in one process, or over collectives not NCCL's */
+    gpc_md_defaults(&c);
+    c.cells = 8, c.gpu_dist = d;
+    st = gpc_md_create_split(&md, &c, rank, env.world_size);
+    CHECK(st == GPC_ERR_INVALID_ARG && strstr(gpc_last_error(), "halos over NCCL are for GPUs"),
+          "NCCL halos on the CPU: %s", gpc_last_error());
+    st = gpc_md_create(&md, &c);
+    CHECK(st == GPC_ERR_INVALID_ARG && strstr(gpc_last_error(), "several processes"),
+          "NCCL halos in one process: %s", gpc_last_error());
+    c.device = (gpc_device){GPC_DEVICE_CUDA, 0};
+    st = gpc_md_create_split(&md, &c, rank, env.world_size);
+    CHECK(st == GPC_ERR_INVALID_ARG && strstr(gpc_last_error(), "must be nccl over the same"),
+          "GPU halos over the mpi collectives: %s", gpc_last_error());
 
     double bad = failures;
     MUST(d->ops->all_reduce_host(d, &bad, 1));
