@@ -317,7 +317,11 @@ uint32_t gpc_rng_u32(gpc_rng *rng);
 uint32_t gpc_rng_below(gpc_rng *rng, uint32_t bound);
 float gpc_rng_uniform(gpc_rng *rng); /* [0, 1) */
 double gpc_rng_uniform64(gpc_rng *rng);
-float gpc_rng_normal(gpc_rng *rng); /* mean 0, stddev 1 (Box-Muller) */
+float gpc_rng_normal(gpc_rng *rng); /* mean 0, stddev 1 (Box-Muller); 4 draws of u32 */
+/* Moves the stream on by `draws` calls of gpc_rng_u32, in O(log draws). */
+void gpc_rng_advance(gpc_rng *rng, uint64_t draws);
+/* n values of gpc_rng_normal (uniform) in turn, the stream left after them,
+ * as a loop of single draws gives; over OpenMP threads when n is large. */
 void gpc_rng_fill_normal(gpc_rng *rng, float *out, size_t n, float mean, float stddev);
 void gpc_rng_fill_uniform(gpc_rng *rng, float *out, size_t n, float low, float high);
 void gpc_rng_shuffle_u64(gpc_rng *rng, uint64_t *items, size_t n);

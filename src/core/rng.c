@@ -4,11 +4,16 @@
  * Generation", 2014), plus uniform, normal and shuffle helpers on top.
  *
  * The same seed gives the same stream on every machine, which is what makes
- * `gpc train --seed S` and `--resume` reproducible bit for bit.
+ * `gpc train --seed S` and `--resume` reproducible bit for bit. The fills
+ * run over OpenMP threads in chunks, each thread jumping the stream ahead
+ * to its chunk's first draw (the LCG's closed form, O(log n) steps), so
+ * they give the sequential stream's values whatever the thread count.
  */
 #include "gpc/core.h"
 
 #include <math.h>
+
+#define PCG_MULT 6364136223846793005ULL
 
 void gpc_rng_seed(gpc_rng *rng, uint64_t seed, uint64_t stream) {
     rng->state = 0;
@@ -20,7 +25,7 @@ void gpc_rng_seed(gpc_rng *rng, uint64_t seed, uint64_t stream) {
 
 uint32_t gpc_rng_u32(gpc_rng *rng) {
     uint64_t old = rng->state;
-    rng->state = old * 6364136223846793005ULL + rng->inc;
+    rng->state = old * PCG_MULT + rng->inc;
     uint32_t xorshifted = (uint32_t)(((old >> 18u) ^ old) >> 27u);
     uint32_t rot = (uint32_t)(old >> 59u);
     return (xorshifted >> rot) | (xorshifted << ((-rot) & 31));
@@ -50,14 +55,48 @@ float gpc_rng_normal(gpc_rng *rng) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
 }
 
+void gpc_rng_advance(gpc_rng *rng, uint64_t draws) {
+    /* state after k steps: A state + C, with A = mult^k and C = inc (mult^(k-1)
+     * + .. + 1), built from the bits of k by squaring the one-step map */
+    uint64_t a = 1, c = 0, mult = PCG_MULT, plus = rng->inc;
+    for (; draws; draws >>= 1) {
+        if (draws & 1) a *= mult, c = c * mult + plus;
+        plus = (mult + 1) * plus;
+        mult *= mult;
+    }
+    rng->state = a * rng->state + c;
+}
+
+/* Values a fill's chunk holds: a thread's share of work, large enough that
+ * jumping ahead costs nothing beside it. */
+enum { FILL_CHUNK = 1 << 16 };
+
 void gpc_rng_fill_normal(gpc_rng *rng, float *out, size_t n, float mean, float stddev) {
-    for (size_t i = 0; i < n; i++)
-        out[i] = mean + stddev * gpc_rng_normal(rng);
+    const size_t chunks = (n + FILL_CHUNK - 1) / FILL_CHUNK;
+    const gpc_rng start = *rng;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+    for (size_t k = 0; k < chunks; k++) {
+        gpc_rng r = start;
+        gpc_rng_advance(&r, 4 * (uint64_t)k * FILL_CHUNK); /* a normal draws 4 u32 */
+        const size_t end = k * FILL_CHUNK + FILL_CHUNK < n ? k * FILL_CHUNK + FILL_CHUNK : n;
+        for (size_t i = k * FILL_CHUNK; i < end; i++)
+            out[i] = mean + stddev * gpc_rng_normal(&r);
+    }
+    gpc_rng_advance(rng, 4 * (uint64_t)n);
 }
 
 void gpc_rng_fill_uniform(gpc_rng *rng, float *out, size_t n, float low, float high) {
-    for (size_t i = 0; i < n; i++)
-        out[i] = low + (high - low) * gpc_rng_uniform(rng);
+    const size_t chunks = (n + FILL_CHUNK - 1) / FILL_CHUNK;
+    const gpc_rng start = *rng;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+    for (size_t k = 0; k < chunks; k++) {
+        gpc_rng r = start;
+        gpc_rng_advance(&r, (uint64_t)k * FILL_CHUNK);
+        const size_t end = k * FILL_CHUNK + FILL_CHUNK < n ? k * FILL_CHUNK + FILL_CHUNK : n;
+        for (size_t i = k * FILL_CHUNK; i < end; i++)
+            out[i] = low + (high - low) * gpc_rng_uniform(&r);
+    }
+    gpc_rng_advance(rng, n);
 }
 
 void gpc_rng_shuffle_u64(gpc_rng *rng, uint64_t *items, size_t n) {

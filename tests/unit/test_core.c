@@ -3,6 +3,7 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,51 @@ static void test_rng_reproducible_and_uniform(void **state) {
         seen[gpc_rng_below(&a, 7)]++;
     for (int i = 0; i < 7; i++)
         assert_true(seen[i] > 800 && seen[i] < 1200);
+}
+
+/* Jumping ahead lands where single steps do; the threaded fills give the
+ * values and the final stream of a loop of single draws, bit for bit, for
+ * any thread count and any length around the chunk size. */
+static void test_rng_advance_and_threaded_fills(void **state) {
+    (void)state;
+    const uint64_t seed = test_seed();
+    gpc_rng a, b;
+    const uint64_t jumps[] = {0, 1, 2, 3, 63, 64, 1000, 262143, 262144, 1000003};
+    for (size_t j = 0; j < sizeof jumps / sizeof jumps[0]; j++) {
+        gpc_rng_seed(&a, seed, 11);
+        gpc_rng_seed(&b, seed, 11);
+        gpc_rng_advance(&a, jumps[j]);
+        for (uint64_t k = 0; k < jumps[j]; k++)
+            (void)gpc_rng_u32(&b);
+        assert_true(a.state == b.state && a.inc == b.inc);
+        assert_int_equal(gpc_rng_u32(&a), gpc_rng_u32(&b));
+    }
+    const size_t sizes[] = {1, 1000, 65535, 65536, 65537, 3 * 65536 + 17};
+    const size_t most = 3 * 65536 + 17;
+    float *got = malloc(most * sizeof *got), *want = malloc(most * sizeof *want);
+    assert_non_null(got);
+    assert_non_null(want);
+    const int threads = omp_get_max_threads();
+    for (int t = 1; t <= 3; t++) {
+        omp_set_num_threads(t);
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+            const size_t n = sizes[s];
+            gpc_rng_seed(&a, seed, 5);
+            gpc_rng_seed(&b, seed, 5);
+            gpc_rng_fill_normal(&a, got, n, 0.5f, 0.02f);
+            for (size_t i = 0; i < n; i++)
+                want[i] = 0.5f + 0.02f * gpc_rng_normal(&b);
+            assert_memory_equal(got, want, n * sizeof *got);
+            assert_true(a.state == b.state);
+            gpc_rng_fill_uniform(&a, got, n, -1.0f, 3.0f);
+            for (size_t i = 0; i < n; i++)
+                want[i] = -1.0f + 4.0f * gpc_rng_uniform(&b);
+            assert_memory_equal(got, want, n * sizeof *got);
+            assert_true(a.state == b.state);
+        }
+    }
+    omp_set_num_threads(threads);
+    free(got), free(want);
 }
 
 static void test_crc32c_known_vectors(void **state) {
@@ -263,6 +309,7 @@ int main(void) {
         cmocka_unit_test(test_error_messages),
         cmocka_unit_test(test_bf16_round_trip),
         cmocka_unit_test(test_rng_reproducible_and_uniform),
+        cmocka_unit_test(test_rng_advance_and_threaded_fills),
         cmocka_unit_test(test_crc32c_known_vectors),
         cmocka_unit_test(test_arena_plans_then_places),
         cmocka_unit_test(test_atomic_file_and_errors),
