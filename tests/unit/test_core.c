@@ -127,6 +127,38 @@ static void test_crc32c_known_vectors(void **state) {
     assert_int_equal(gpc_crc32c(c, "6789", 4), 0xe3069283);
 }
 
+/* Bit by bit, the polynomial's definition: the reference for the fast paths. */
+static uint32_t crc32c_bitwise(uint32_t crc, const unsigned char *p, size_t bytes) {
+    crc = ~crc;
+    for (size_t i = 0; i < bytes; i++) {
+        crc ^= p[i];
+        for (int k = 0; k < 8; k++)
+            crc = (crc & 1) ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
+    }
+    return ~crc;
+}
+
+/* Random bytes at every start alignment and lengths around the 8-byte
+ * steps, whole and in two pieces, against the bitwise reference. */
+static void test_crc32c_random_against_bitwise(void **state) {
+    (void)state;
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 9);
+    unsigned char buf[4096 + 16];
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (unsigned char)gpc_rng_u32(&rng);
+    for (int trial = 0; trial < 400; trial++) {
+        size_t at = gpc_rng_below(&rng, 16),
+               n = trial < 40 ? (size_t)trial : gpc_rng_below(&rng, 4096);
+        uint32_t seed = trial % 3 ? gpc_rng_u32(&rng) : 0;
+        uint32_t want = crc32c_bitwise(seed, buf + at, n);
+        assert_int_equal(gpc_crc32c(seed, buf + at, n), want);
+        size_t cut = n ? gpc_rng_below(&rng, (uint32_t)n + 1) : 0;
+        assert_int_equal(gpc_crc32c(gpc_crc32c(seed, buf + at, cut), buf + at + cut, n - cut),
+                         want);
+    }
+}
+
 static void test_arena_plans_then_places(void **state) {
     (void)state;
     gpc_arena arena;
@@ -311,6 +343,7 @@ int main(void) {
         cmocka_unit_test(test_rng_reproducible_and_uniform),
         cmocka_unit_test(test_rng_advance_and_threaded_fills),
         cmocka_unit_test(test_crc32c_known_vectors),
+        cmocka_unit_test(test_crc32c_random_against_bitwise),
         cmocka_unit_test(test_arena_plans_then_places),
         cmocka_unit_test(test_atomic_file_and_errors),
         cmocka_unit_test(test_tensor_and_device),
