@@ -18,7 +18,6 @@
  * the rest to md_cuda.cu; the host arrays are then mirrors, copied from the
  * GPU when asked for.
  */
-#include "gpc/dist.h"
 #include "gpc/md.h"
 #include "gpc/settings.h"
 #include "sci/md_cuda.h"
@@ -445,10 +444,7 @@ static void fill_lattice(const gpc_md_config *c, double a, int64_t n, double *x,
 gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
     *out = NULL;
     GPC_TRY(check_config(config));
-    if (config->gpu_dist)
-        return gpc_error(GPC_ERR_INVALID_ARG,
-                         "md: halos over NCCL are for GPUs in several processes: leave out "
-                         "--halos nccl on one process");
+    GPC_TRY(gpc_sci_check_gpu_dist("md", config->gpu_dist, config->device, 0, 1));
     const gpc_md_config *c = config;
     const double a = cbrt(4.0 / c->density);
     const double box = a * c->cells, reach = c->cutoff + c->skin;
@@ -741,16 +737,7 @@ gpc_status gpc_md_create_split(gpc_md **out, const gpc_md_config *config, int ra
         return gpc_error(GPC_ERR_UNSUPPORTED,
                          "md: a run over several processes on GPUs computes pair forces in "
                          "float64: leave out --forces f32, or run one process");
-    const gpc_dist *p = c->gpu_dist;
-    if (p && c->device.type != GPC_DEVICE_CUDA)
-        return gpc_error(GPC_ERR_INVALID_ARG,
-                         "md: halos over NCCL are for GPUs: leave out --halos nccl on the CPU");
-    if (p && (!p->ops || strcmp(p->ops->name, "nccl") != 0 || p->world_size != world ||
-              p->rank != rank || p->device.index != c->device.index))
-        return gpc_error(GPC_ERR_INVALID_ARG,
-                         "md: the GPU halos' collectives must be nccl over the same %d processes, "
-                         "each on its own device (cuda:%d here)",
-                         world, c->device.index);
+    GPC_TRY(gpc_sci_check_gpu_dist("md", c->gpu_dist, c->device, rank, world));
     const double a = cbrt(4.0 / c->density), box = a * c->cells, reach = c->cutoff + c->skin;
     if (!(box > 2 * reach))
         return gpc_error(GPC_ERR_INVALID_ARG,

@@ -261,21 +261,8 @@ static gpc_status check_config(const gpc_stencil_config *c) {
                              "with the mpi backend",
                              c->dist->ops ? c->dist->ops->name : "none");
     }
-    const gpc_dist *p = c->gpu_dist;
-    if (p) {
-        if (c->device.type != GPC_DEVICE_CUDA || world < 2)
-            return gpc_error(GPC_ERR_INVALID_ARG,
-                             "stencil: halos over NCCL are for GPUs in several processes: leave "
-                             "out --halos nccl on %s",
-                             world < 2 ? "one process" : "the CPU");
-        if (!p->ops || strcmp(p->ops->name, "nccl") != 0 || p->world_size != world ||
-            p->rank != c->dist->rank || p->device.index != c->device.index)
-            return gpc_error(GPC_ERR_INVALID_ARG,
-                             "stencil: the GPU halos' collectives must be nccl over the same %d "
-                             "processes, each on its own device (cuda:%d here)",
-                             world, c->device.index);
-    }
-    return GPC_OK;
+    return gpc_sci_check_gpu_dist("stencil", c->gpu_dist, c->device, c->dist ? c->dist->rank : 0,
+                                  world);
 }
 
 static void fill_gpu_config(const gpc_stencil *s, gpc_stencil_cuda_config *g, double **tables) {
