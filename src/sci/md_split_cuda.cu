@@ -722,14 +722,20 @@ extern "C" gpc_status md_split_cuda_ghost_room(md_split_cuda *g, int side, int64
     return GPC_OK;
 }
 
+/* A build's `count` ghosts from `side`: room for them in g->all after the
+ * owned atoms and (side 1) the left's ghosts, which stay. */
+static gpc_status ghost_slots(md_split_cuda *g, int side, int64_t count) {
+    const int64_t at = g->owned + (side == 0 ? 0 : g->ghosts[0]);
+    if (at + count > INT_MAX / 4) return too_many(at + count);
+    GPC_TRY(reserve(g, &g->all, 3 * (at + count), sizeof(double), 3 * at));
+    g->ghosts[side] = count;
+    return GPC_OK;
+}
+
 extern "C" gpc_status md_split_cuda_ghosts(md_split_cuda *g, int side, int64_t count) {
     GPC_CUDA_CHECK(cudaSetDevice(g->device));
+    if (count >= 0) GPC_TRY(ghost_slots(g, side, count));
     const int64_t at = g->owned + (side == 0 ? 0 : g->ghosts[0]);
-    if (count >= 0) { /* a build's: room after what is already there */
-        if (at + count > INT_MAX / 4) return too_many(at + count);
-        GPC_TRY(reserve(g, &g->all, 3 * (at + count), sizeof(double), 3 * at));
-        g->ghosts[side] = count;
-    }
     count = g->ghosts[side];
     if (count == 0) return GPC_OK;
     if (3 * count > g->got[side].cap)
@@ -747,12 +753,8 @@ extern "C" gpc_status md_split_cuda_forward_peers(md_split_cuda *g, gpc_dist *pe
                                                   const int64_t *arriving) {
     GPC_CUDA_CHECK(cudaSetDevice(g->device));
     const int64_t n = g->owned;
-    if (arriving) { /* a build's: room for the new numbers after the owned atoms */
-        const int64_t total = n + arriving[0] + arriving[1];
-        if (total > INT_MAX / 4) return too_many(total);
-        GPC_TRY(reserve(g, &g->all, 3 * total, sizeof(double), 3 * n));
-        g->ghosts[0] = arriving[0], g->ghosts[1] = arriving[1];
-    }
+    for (int side = 0; arriving && side < 2; side++) /* a build's: new numbers */
+        GPC_TRY(ghost_slots(g, side, arriving[side]));
     GPC_TRY(pack_sides(g));
     /* positions as bytes: the sends and receives copy, they do not compute */
     const size_t atom = 3 * sizeof(double);
