@@ -3,7 +3,9 @@
  * processes at once. CHECK counts a failed condition and says which rank
  * saw it, so every rank's failures are reported before the program ends;
  * MUST ends the process at once on a gpc error, with its message;
- * every_rank_has_a_gpu asks all ranks whether they see a GPU. The file
+ * every_rank_has_a_gpu asks all ranks whether they see a GPU, and
+ * every_rank_has_its_own_gpu_and_nccl (after it) whether each has a GPU
+ * of its own and NCCL. The file
  * that includes this defines `static int rank, failures;` first.
  */
 #ifndef GPC_TESTS_MPI_CHECK_H
@@ -39,6 +41,15 @@ static inline int every_rank_has_a_gpu(gpc_dist *d) {
     double none = b && b->device_count && b->device_count() > 0 ? 0 : 1;
     MUST(d->ops->all_reduce_host(d, &none, 1));
     return none == 0;
+}
+
+/* Whether every rank of d has a GPU of its own (its local rank) and NCCL
+ * loads there: what the "nccl" variants need. */
+static inline int every_rank_has_its_own_gpu_and_nccl(gpc_dist *d, int local_rank) {
+    const gpc_backend *b = gpc_backend_get(GPC_DEVICE_CUDA);
+    double lacking = local_rank < b->device_count() && !gpc_dist_nccl_available() ? 0 : 1;
+    MUST(d->ops->all_reduce_host(d, &lacking, 1));
+    return lacking == 0;
 }
 
 #endif /* GPC_TESTS_MPI_CHECK_H */

@@ -127,10 +127,7 @@ int main(int argc, char **argv) {
         split_device = (gpc_device){GPC_DEVICE_CUDA, 0};
     }
     if (nccl) { /* a GPU a rank, and NCCL on every one */
-        const gpc_backend *b = gpc_backend_get(GPC_DEVICE_CUDA);
-        double lacking = env.local_rank < b->device_count() && !gpc_dist_nccl_available() ? 0 : 1;
-        MUST(d->ops->all_reduce_host(d, &lacking, 1));
-        if (lacking > 0) {
+        if (!every_rank_has_its_own_gpu_and_nccl(d, env.local_rank)) {
             if (rank == 0) printf("not a GPU a process with NCCL: skipped\n");
             gpc_dist_destroy(d);
             return 77;

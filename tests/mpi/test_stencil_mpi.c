@@ -114,10 +114,7 @@ int main(int argc, char **argv) {
         device.type = GPC_DEVICE_CUDA, device.index = 0;
     }
     if (nccl) { /* a GPU a rank, and NCCL on every one */
-        const gpc_backend *b = gpc_backend_get(GPC_DEVICE_CUDA);
-        double lacking = env.local_rank < b->device_count() && !gpc_dist_nccl_available() ? 0 : 1;
-        MUST(dist->ops->all_reduce_host(dist, &lacking, 1));
-        if (lacking > 0) {
+        if (!every_rank_has_its_own_gpu_and_nccl(dist, env.local_rank)) {
             printf("not a GPU a process with NCCL: skipped\n");
             gpc_dist_destroy(dist);
             return 77;
