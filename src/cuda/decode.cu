@@ -15,7 +15,11 @@
  *    fit in shared memory, stores them there normalised and rounded to the
  *    activations' dtype, as the layernorm op would write them; otherwise
  *    (wide rows in f32) each value is normalised as it is read. The first
- *    weight loads are issued before the prologue, so it hides behind them;
+ *    weight loads are issued before the prologue, so it hides behind them.
+ *    With up to 4 rows of at most 1024 bf16 values (dp_prologue_early,
+ *    GPC_DECODE_EARLY) a warp reads its row once into registers and the
+ *    layernorm's weight and bias come before the wait for the previous
+ *    kernel, through shared memory; else three passes over each row;
  *  - epilogue: bias; then a residual (in place allowed) or GELU (of the
  *    product rounded to the dtype, as matmul_gelu's out_gelu); and for
  *    qkv's product, the key and value thirds also stored to their slots of
@@ -52,10 +56,18 @@
  * the 16-row kernel needs without spilling (ptxas's own choice for 128
  * threads was 128 registers, and spills) */
 #define DP_MIN_BLOCKS 3
+/* and for one row five, so that the output head's grid holds as many
+ * blocks, and the next product's early blocks fit beside a product's */
+#define DP_MIN_BLOCKS_1 5
 /* room left beside the staged rows for a kernel's static shared arrays
  * (parts, mean, rstd: at most about 4.2 KiB, the tensor-core kernel's) */
 #define DP_STATIC_SMEM (8 << 10)
 #define DP_EPS 1e-5f /* layernorm.cu's */
+/* dp_prologue_early: 16-byte packs of its row a lane holds (rows of up to
+ * 2048 bf16 or 1024 f32 values), and 16-byte pieces of the layernorm's
+ * weight and bias a thread loads before the wait (both up to 8 KiB) */
+#define DP_ROW_PACKS 4
+#define DP_LN_PIECES 2
 
 /* how the input rows reach the product */
 enum { DP_PLAIN = 0, DP_LN_STAGED = 1, DP_LN_INLINE = 2 };
@@ -68,6 +80,9 @@ struct dp_params {
     const int32_t *slots;
     int gelu, ln, vec;
     int M, C, OC, kw, tiles;
+    /* dp_prologue_early: bytes of the layernorm's weight (and of its bias),
+     * staged after the rows; 0: dp_prologue */
+    int ln_bytes;
 };
 
 /* 16 weight bytes, read once: past L1, from the read-only path. Volatile,
@@ -221,14 +236,25 @@ __device__ __forceinline__ void dp_prologue(const dp_params &p, T *xs, float *me
     }
 }
 
+/* What the epilogue of row m, channel o adds besides the sum: its bias
+ * and its residual (0 where there are none). */
+template <typename T>
+__device__ __forceinline__ void dp_epilogue_terms(const dp_params &p, int m, int o, float &bias,
+                                                  float &residual) {
+    bias = p.bias.ptr ? gpc_any_load(p.bias, o) : 0.0f;
+    residual = p.residual ? gpc_to_f32(((const T *)p.residual)[(int64_t)m * p.OC + o]) : 0.0f;
+}
+
 /* Row m, channel o of the product (v, its sum) finished and stored: bias;
  * a residual or GELU; and for qkv's product the key and value thirds also
- * to their slots of the paged cache. */
+ * to their slots of the paged cache. bias and residual as
+ * dp_epilogue_terms gives them. */
 template <typename T>
-__device__ __forceinline__ void dp_epilogue(const dp_params &p, int m, int o, float v) {
-    if (p.bias.ptr) v += gpc_any_load(p.bias, o);
+__device__ __forceinline__ void dp_epilogue(const dp_params &p, int m, int o, float v, float bias,
+                                            float residual) {
+    if (p.bias.ptr) v += bias;
     int64_t at = (int64_t)m * p.OC + o;
-    if (p.residual) v += gpc_to_f32(((const T *)p.residual)[at]);
+    if (p.residual) v += residual;
     if (p.gelu) v = gpc_gelu(gpc_to_f32(gpc_from_f32<T>(v)));
     T y = gpc_from_f32<T>(v);
     ((T *)p.out)[at] = y;
@@ -240,10 +266,96 @@ __device__ __forceinline__ void dp_epilogue(const dp_params &p, int m, int o, fl
     }
 }
 
+template <typename T>
+__device__ __forceinline__ void dp_epilogue(const dp_params &p, int m, int o, float v) {
+    float bias, residual;
+    dp_epilogue_terms<T>(p, m, o, bias, residual);
+    dp_epilogue<T>(p, m, o, v, bias, residual);
+}
+
+/* The layernorm's weight and bias as 16-byte pieces, this thread's share
+ * (pieces threadIdx.x, + DP_THREADS, ..: the weight's, then the bias's),
+ * loaded before the wait for the previous kernel: they are parameters. */
+__device__ __forceinline__ void dp_load_ln(const dp_params &p, uint4 (&ln)[DP_LN_PIECES]) {
+    const int half = p.ln_bytes / 16;
+#pragma unroll
+    for (int q = 0; q < DP_LN_PIECES; q++) {
+        int i = (int)threadIdx.x + q * DP_THREADS;
+        if (i < 2 * half)
+            ln[q] = dp_stream16((const uint4 *)(i < half ? p.ln_w.ptr : p.ln_b.ptr) +
+                                (i < half ? i : i - half));
+    }
+}
+
+/* dp_prologue for rows of at most DP_ROW_PACKS packs a lane and one row a
+ * warp (MT <= DP_WARPS), staged (p.ln_bytes > 0): the row read at once
+ * into registers, the sums from there in dp_row_sums' order (the same
+ * bits), the layernorm's weight and bias (ln, loaded before the wait)
+ * through shared memory after the staged rows. One read of the row where
+ * dp_prologue makes three passes over it and reads the weights inside
+ * the wait. */
+template <typename T, int MT>
+__device__ __forceinline__ void dp_prologue_early(const dp_params &p, T *xs,
+                                                  const uint4 (&ln)[DP_LN_PIECES], float *mean,
+                                                  float *rstd) {
+    typedef gpc_pack<T> P;
+    const int PER = P::n;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, C = p.C;
+    const int m = min(warp, p.M - 1); /* a row past M repeats the last */
+    const T *x = (const T *)p.inp + (int64_t)m * C;
+    P raw[DP_ROW_PACKS];
+#pragma unroll
+    for (int i = 0; i < DP_ROW_PACKS; i++) {
+        int c = (lane + 32 * i) * PER;
+        if (c < C) raw[i] = *(const P *)(x + c);
+    }
+    /* the weight and bias to shared memory while the row is on its way */
+    unsigned char *lns = (unsigned char *)(xs + (int64_t)p.M * C);
+    const int pieces = 2 * (p.ln_bytes / 16);
+#pragma unroll
+    for (int q = 0; q < DP_LN_PIECES; q++) {
+        int i = (int)threadIdx.x + q * DP_THREADS;
+        if (i < pieces) ((uint4 *)lns)[i] = ln[q];
+    }
+    float mu = 0.0f, rs = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DP_ROW_PACKS; i++)
+        if ((lane + 32 * i) * PER < C)
+#pragma unroll
+            for (int k = 0; k < PER; k++)
+                mu += gpc_to_f32(raw[i].v[k]);
+    mu = gpc_warp_sum(mu) / C;
+#pragma unroll
+    for (int i = 0; i < DP_ROW_PACKS; i++)
+        if ((lane + 32 * i) * PER < C)
+#pragma unroll
+            for (int k = 0; k < PER; k++) {
+                float d = gpc_to_f32(raw[i].v[k]);
+                rs += (d - mu) * (d - mu);
+            }
+    rs = rsqrtf(gpc_warp_sum(rs) / C + DP_EPS);
+    if (lane == 0 && warp < p.M) mean[warp] = mu, rstd[warp] = rs;
+    __syncthreads(); /* the weight and bias in shared memory */
+    if (warp >= p.M) return;
+    gpc_cuda_any w = p.ln_w, b = p.ln_b;
+    w.ptr = lns, b.ptr = lns + p.ln_bytes;
+#pragma unroll
+    for (int i = 0; i < DP_ROW_PACKS; i++) {
+        int c = (lane + 32 * i) * PER;
+        if (c >= C) break;
+        float y[PER];
+#pragma unroll
+        for (int k = 0; k < PER; k++)
+            y[k] = (gpc_to_f32(raw[i].v[k]) - mu) * rs * gpc_any_load(w, c + k) +
+                   gpc_any_load(b, c + k);
+        gpc_store_f32<PER>(xs + (int64_t)warp * C + c, y);
+    }
+}
+
 /* MT: rows the kernel is built for (1, 2, 4, 8 or 16), p.M <= MT of them
  * real. A tile is the DP_WARPS / kw groups' channels of one block. */
 template <typename T, int MT>
-__global__ void __launch_bounds__(DP_THREADS, DP_MIN_BLOCKS)
+__global__ void __launch_bounds__(DP_THREADS, MT == 1 ? DP_MIN_BLOCKS_1 : DP_MIN_BLOCKS)
     decode_product_kernel(const dp_params p) {
     typedef gpc_pack<T> P;
     const int PN = P::n;
@@ -270,17 +382,31 @@ __global__ void __launch_bounds__(DP_THREADS, DP_MIN_BLOCKS)
     dp_load_weights<T>(raw, w, c, stride, chunks);
     /* the weights are constant: their first loads go out before the wait
      * for the kernel that writes the input rows; the next product may
-     * start its own the same way */
+     * start its own the same way. So do the layernorm's weight and bias
+     * and the bias of the channel this lane finishes in the first tile. */
+    const bool early = MT <= DP_WARPS && p.ln_bytes > 0;
+    uint4 ln[DP_LN_PIECES];
+    if (early) dp_load_ln(p, ln);
+    const int em = lane / DP_OUTS, eo = o0 + lane % DP_OUTS;
+    const bool finisher = warp % kw == 0 && lane < MT * DP_OUTS;
+    float bias = finisher && p.bias.ptr && eo < OC ? gpc_any_load(p.bias, eo) : 0.0f;
     dp_let_next_start();
     dp_wait_previous();
+    /* the first tile's residual, on its way during the product */
+    float residual = finisher && p.residual && em < p.M && eo < OC
+                         ? gpc_to_f32(((const T *)p.residual)[(int64_t)em * OC + eo])
+                         : 0.0f;
 
     if (p.ln != DP_PLAIN) {
-        if (p.vec)
+        if (early)
+            dp_prologue_early<T, MT>(p, staged, ln, mean, rstd);
+        else if (p.vec)
             dp_prologue<T, PN, MT>(p, staged, mean, rstd);
         else
             dp_prologue<T, 1, MT>(p, staged, mean, rstd);
         __syncthreads();
     }
+    bool first = true;
 
     for (;;) {
         float acc[MT][DP_OUTS];
@@ -367,9 +493,11 @@ __global__ void __launch_bounds__(DP_THREADS, DP_MIN_BLOCKS)
             __syncthreads(); /* parts is rewritten by the next tile */
         }
         int m = lane / DP_OUTS, o = o_done + lane % DP_OUTS;
-        if (warp % kw == 0 && lane < MT * DP_OUTS && m < p.M && o < OC) {
-            dp_epilogue<T>(p, m, o, mine);
+        if (finisher && m < p.M && o < OC) {
+            if (!first) dp_epilogue_terms<T>(p, m, o, bias, residual);
+            dp_epilogue<T>(p, m, o, mine, bias, residual);
         }
+        first = false;
         if (next >= p.tiles) break;
     }
 }
@@ -712,6 +840,22 @@ static gpc_status launch(dp_kernel fn, const dp_params &p, size_t smem) {
     return GPC_OK;
 }
 
+/* Whether a layernormed product of N rows takes dp_prologue_early
+ * (GPC_DECODE_EARLY): at most a row a warp, the rows in whole packs of at
+ * most DP_ROW_PACKS a lane, the layernorm's weight and bias of one dtype,
+ * aligned, in whole 16-byte pieces that DP_LN_PIECES a thread hold. The
+ * rows' layernorm then reads each row once, and its weight and bias, and
+ * the products' bias, before the wait for the previous kernel. */
+static int early_applies(int64_t N, int64_t C, int pn, int vec, size_t ln_bytes,
+                         const gpc_decode_product_args *a) {
+    static int enabled = -1;
+    return N <= DP_WARPS && vec && C <= (int64_t)32 * pn * DP_ROW_PACKS && a->ln_bias &&
+           a->ln_bias->dtype == a->ln_weight->dtype && ln_bytes % 16 == 0 &&
+           2 * ln_bytes <= (size_t)16 * DP_THREADS * DP_LN_PIECES &&
+           gpc_cuda_aligned16(a->ln_weight->data) && gpc_cuda_aligned16(a->ln_bias->data) &&
+           gpc_cuda_setting_flag("GPC_DECODE_EARLY", &enabled);
+}
+
 /* Whether a product of N rows runs on tensor cores: GPC_DECODE_MMA, 5 to
  * 16 rows, 2-byte elements in whole aligned packs, C a multiple of 32. */
 static int mma_applies(int64_t N, int64_t C, size_t elem, int vec) {
@@ -764,6 +908,12 @@ gpc_status gpc_cuda_decode_product(gpc_tensor *out, const gpc_tensor *inp, const
         int staged = __atomic_load_n(&ln_staging, __ATOMIC_RELAXED) && bytes <= staging_limit();
         p.ln = staged ? DP_LN_STAGED : DP_LN_INLINE;
         if (staged) smem = bytes;
+        size_t ln_bytes = (size_t)C * gpc_dtype_size(a->ln_weight->dtype);
+        if (staged && early_applies(N, C, pn, p.vec, ln_bytes, a) &&
+            bytes + 2 * ln_bytes <= staging_limit()) {
+            p.ln_bytes = (int)ln_bytes;
+            smem = bytes + 2 * ln_bytes;
+        }
     }
     if (mma_applies(N, C, elem, p.vec)) {
         /* a warp tile of 16 channels, a 32-column step of the depth */

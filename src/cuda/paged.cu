@@ -31,7 +31,8 @@
  * (row, head) to finish merges them (paged_finish; GPC_PAGED_COMBINE=kernel:
  * a second kernel does). On Hopper the kernels start as programmatic
  * dependents of the kernel before them (GPC_PAGED_PDL, as embedding_at
- * and sample.cu's kernels). Prefill rows are
+ * and sample.cu's kernels); v1 reads the rows' tables before it waits for
+ * that kernel and asks L2 for its keys (GPC_PAGED_EARLY). Prefill rows are
  * rows like any other: each reads its own prefix of the sequence (through
  * L2 for the shared part).
  * That is kernel v1; GPC_PAGED_KERNEL=v2 or v3 picks the kernels described
@@ -177,7 +178,13 @@ struct paged_shape {
     int *done;
     int block_shift;  /* log2(block_size) when it is a power of two, else -1 */
     float scale_log2; /* 1/sqrt(hs) * log2(e): scores in base 2 */
+    int early;        /* v1 reads the tables before the wait (GPC_PAGED_EARLY) */
 };
+
+/* Asks L2 for the line at p (a hint: no data comes back, nothing faults). */
+__device__ __forceinline__ void paged_prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
 
 /* PER elements of one lane from p into f32: one 16-byte load when VEC
  * (PER elements are exactly 16 bytes), else PER scalar loads of the
@@ -274,15 +281,21 @@ __global__ void __launch_bounds__(PAGED_THREADS)
     const int GROUPS = PAGED_THREADS / LANES;
     __shared__ float sm_m[GROUPS], sm_l[GROUPS];
     __shared__ float sm_o[GROUPS][LANES * PER];
-    /* launched as a programmatic dependent (GPC_PAGED_PDL): everything
-     * read here (q, this step's key and value) the kernel before wrote */
-    gpc_pdl_wait_previous();
-    gpc_pdl_let_next_start();
+    /* launched as a programmatic dependent (GPC_PAGED_PDL): q and this
+     * step's keys and values the kernel before wrote, so they are read
+     * after the wait. The rows' sequences, positions and tables were
+     * uploaded before the step's first kernel and earlier steps wrote the
+     * other keys: with s.early they are read before it (past L1), and the
+     * block's keys and values asked into L2, while that kernel runs. */
+    if (!s.early) {
+        gpc_pdl_wait_previous();
+        gpc_pdl_let_next_start();
+    }
     const int64_t rh = blockIdx.x;
     const int64_t i = rh / s.NH;
     const int h = (int)(rh % s.NH), split = blockIdx.y, splits = gridDim.y;
     const int g = threadIdx.x / LANES, lane = threadIdx.x % LANES, d0 = lane * PER;
-    const int seq = token_seq[i], pos = token_pos[i];
+    const int seq = __ldcg(token_seq + i), pos = __ldcg(token_pos + i);
     const bool bad = seq < 0 || seq >= s.S || pos < 0;
     const int64_t width = (int64_t)s.max_blocks * s.block_size;
     const int keys = bad ? 0 : (int)min((int64_t)pos + 1, width);
@@ -291,11 +304,27 @@ __global__ void __launch_bounds__(PAGED_THREADS)
     const int64_t C = s.C;
     /* the block entry of key j (-1 past the split), read one iteration
      * ahead of the key's loads: a lookup never waits in front of them */
-    auto entry_of = [&](int j) -> int64_t { return j < last ? table[j / s.block_size] : -1; };
+    auto entry_of = [&](int j) -> int64_t {
+        return j < last ? __ldcg(table + j / s.block_size) : -1;
+    };
     int64_t next[PAGED_UNROLL];
 #pragma unroll
     for (int u = 0; u < PAGED_UNROLL; u++)
         next[u] = entry_of(first + u * GROUPS + g);
+    if (s.early) {
+        const int es = (int)sizeof(T), line = 128 / es; /* elements a line */
+        for (int j = first + (int)threadIdx.x; j < last; j += PAGED_THREADS) {
+            const int64_t entry = __ldcg(table + j / s.block_size);
+            if (entry < 0 || entry >= s.num_blocks) continue;
+            const int64_t at = (entry * s.block_size + j % s.block_size) * C + (int64_t)h * s.hs;
+            for (int d = 0; d < s.hs; d += line) {
+                paged_prefetch_l2(k_cache + at + d);
+                paged_prefetch_l2(v_cache + at + d);
+            }
+        }
+        gpc_pdl_wait_previous();
+        gpc_pdl_let_next_start();
+    }
 
     float q[PER], acc[PER];
     paged_query<T, PER, VEC>(q, acc, qkv + i * 3 * C + (int64_t)h * s.hs, d0, s.hs, true,
@@ -796,6 +825,8 @@ gpc_status gpc_cuda_paged_attention(gpc_tensor *out, const gpc_tensor *qkv,
                          op, (long long)N, num_heads, (long long)C, (long long)width);
     if (width == 0) return gpc_error(GPC_ERR_INVALID_ARG, "%s: block_tables has no blocks", op);
     s.scale_log2 = 1.4426950408889634f / sqrtf((float)hs);
+    static int early = -1;
+    s.early = gpc_cuda_setting_flag("GPC_PAGED_EARLY", &early);
     s.block_shift = -1;
     for (int b = 0; b < 31; b++)
         if (s.block_size == 1 << b) s.block_shift = b;
