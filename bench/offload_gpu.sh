@@ -9,7 +9,8 @@
 # tried, smallest first, each NAME:LAYERS:HEADS:CHANNELS; default d36 and d48
 # as GPT-2 774M and 1.5B, then 32 and 48 layers x 2048 channels, 48 x 3072
 # and 40 x 4096 (1.7B to 8.3B parameters), all with heads of 64), STEPS
-# (default 3).
+# (default 3), MODES (default "0 1": plain, then offloaded; "1" runs the
+# offloaded runs alone, so that a call's time limit need not cover both).
 #
 # A mode (plain or offloaded) stops at its first shape that fails: the
 # larger ones would fail too. Offloaded, the host must pin 16 bytes a
@@ -20,8 +21,11 @@
 # Each shape trains STEPS steps twice, plain and offloaded, on synthetic
 # shards (bench/train_run.sh's). Each run prints one line,
 #   RESULT offload_gpu shape=NAME params=P offload=0|1 status=ok|oom|fail
-#          tokens_per_s=N peak_device_bytes=M
-# tokens/s being the median over the steps after the first (the first pays
+#          saved=yes|no tokens_per_s=N peak_device_bytes=M [error="..."]
+# status ok when every step ran; saved=no when the final checkpoint was not
+# written (an 8B model's, with its optimizer state, is about 100 GB: more
+# than the GPU machine's disk), which does not make the shape fail.
+# tokens_per_s is the median over the steps after the first (the first pays
 # for pinning and warm-up), peak_device_bytes the largest "memory" of its
 # metrics.jsonl (the GPU's used bytes, read after each step). --no-auto-fit
 # keeps the micro-batch at 4, so a shape that does not fit ends as oom.
@@ -31,6 +35,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-gpu}
 out=${OUT:-$root/gpu-out}
 steps=${STEPS:-3}
+modes=${MODES:-0 1}
 shapes=${SHAPES:-"d36:36:20:1280 d48:48:25:1600 l32c2048:32:32:2048 l48c2048:48:32:2048 l48c3072:48:48:3072 l40c4096:40:64:4096"}
 data=${GPC_BENCH_DATA:-/tmp/gpc-bench-data}
 mkdir -p "$out"
@@ -54,7 +59,7 @@ largest_plain=none largest_offload=none
 stopped=(0 0)
 for shape in $shapes; do
   IFS=: read -r name layers heads channels <<<"$shape"
-  for offload in 0 1; do
+  for offload in $modes; do
     [[ ${stopped[$offload]} == 1 ]] && continue
     flag=()
     [[ $offload == 1 ]] && flag=(--offload-optimizer)
@@ -68,26 +73,32 @@ for shape in $shapes; do
       --no-auto-fit "${flag[@]}" >"$run/out" 2>&1
     rc=$?
     cat "$run/out" >>"$log"
-    status=ok
-    if [[ $rc -ne 0 ]]; then
-      status=fail
-      grep -qi "memory" "$run/out" && status=oom
-    fi
-    python3 - "$run/run/metrics.jsonl" "$name" "$offload" "$status" "$run/out" <<'PY' | tee -a "$log"
+    python3 - "$run/run/metrics.jsonl" "$name" "$offload" "$rc" "$run/out" "$steps" <<'PY' | tee -a "$log"
 import json, re, sys
-path, name, offload, status, out = sys.argv[1:6]
+path, name, offload, rc, out, steps = sys.argv[1:7]
 try:
     rows = [json.loads(l) for l in open(path) if l.strip()]
 except OSError:
     rows = []
-m = re.search(r"([0-9.]+[KMB]?) parameters", open(out).read())
+text = open(out).read()
+m = re.search(r"([0-9.]+[KMB]?) parameters", text)
 params = m.group(1) if m else "?"
 tps = sorted(r["tokens_per_s"] for r in rows[1:] if r.get("tokens_per_s"))
 peak = max((r.get("memory", 0) for r in rows), default=0)
-if status == "ok" and not tps:
-    status = "fail"
+# trained: every step ran; saved: the final checkpoint too (a model of
+# billions of parameters with its optimizer state can outgrow the disk)
+trained = len(rows) >= int(steps) and bool(tps)
+if trained:
+    status = "ok"
+elif re.search(r"out of (GPU|host) memory|host memory", text, re.I):
+    status = "oom"
+else:
+    status = "fail" if rc != "0" else "fail-no-steps"
+saved = "yes" if rc == "0" else "no"
+why = re.findall(r"error: (.*)", text)
 print(f"RESULT offload_gpu shape={name} params={params} offload={offload} status={status} "
-      f"tokens_per_s={tps[len(tps) // 2] if tps else 0:.0f} peak_device_bytes={peak}")
+      f"saved={saved} tokens_per_s={tps[len(tps) // 2] if tps else 0:.0f} peak_device_bytes={peak}"
+      + (f" error=\"{why[-1][:160]}\"" if why else ""))
 PY
     if grep -q "shape=$name .*offload=$offload status=ok" "$log"; then
       [[ $offload == 0 ]] && largest_plain=$name || largest_offload=$name

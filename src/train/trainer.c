@@ -304,12 +304,10 @@ static gpc_status resolve(const gpc_train_options *o, const gpc_dataset_info *da
     return GPC_OK;
 }
 
-/* gpc plan's bytes for the run at micro-batch B on its device (the batch
- * buffers included: inputs and targets here and in the loader's two
- * slots); 0 when the plan cannot say. parts: the model's cut, whose first
- * stage the plan counts (NULL: the whole model). */
-static double plan_bytes(const gpc_train_options *o, const run_settings *s,
-                         const train_parts *parts, int B) {
+/* gpc plan's figures for the run at micro-batch B into *r; 0 when the
+ * plan cannot say. */
+static int plan_run(const gpc_train_options *o, const run_settings *s, const train_parts *parts,
+                    int B, gpc_plan_result *r) {
     gpc_plan_input in;
     gpc_plan_defaults(&in);
     in.layers = s->config.layers;
@@ -329,19 +327,29 @@ static double plan_bytes(const gpc_train_options *o, const run_settings *s,
     in.lora_rank = o->lora_rank;
     in.offload = o->offload_optimizer ? 1 : 0;
     in.cuda = o->device.type == GPC_DEVICE_CUDA;
+    in.context = s->T;
+    if (gpc_plan_compute(&in, r) != GPC_OK) { /* resolve checked the shape: leave it to create */
+        gpc_clear_error();
+        return 0;
+    }
+    return 1;
+}
+
+/* gpc plan's bytes for the run at micro-batch B on its device (the batch
+ * buffers included: inputs and targets here and in the loader's two
+ * slots); 0 when the plan cannot say. parts: the model's cut, whose first
+ * stage the plan counts (NULL: the whole model). */
+static double plan_bytes(const gpc_train_options *o, const run_settings *s,
+                         const train_parts *parts, int B) {
     gpc_plan_result r;
+    if (!plan_run(o, s, parts, B, &r)) return 0;
     /* the plan takes one T: a fine-tuned model's extra rows of wpe (more
      * positions than this run's context) are counted apart, each element
      * with its gradient, moments and master copy */
     double wpe = (double)(s->config.max_context - s->T) * s->config.channels *
                  (2.0 * (double)gpc_dtype_size(s->precision) + 8 + (s->precision != GPC_F32) * 4);
-    in.context = s->T;
-    if (gpc_plan_compute(&in, &r) != GPC_OK) { /* resolve checked the shape: leave it to create */
-        gpc_clear_error();
-        return 0;
-    }
     /* on the CPU the offloaded state is host memory like the rest */
-    double host = in.cuda ? 0 : (double)r.host_pinned;
+    double host = o->device.type == GPC_DEVICE_CUDA ? 0 : (double)r.host_pinned;
     /* a GPU's context exists by the time its free memory is read */
     return (double)(r.total - r.context) + host + wpe + 6.0 * B * (double)s->T * sizeof(int32_t);
 }
@@ -403,6 +411,26 @@ static void fit_to_free_memory(trainer *t) {
             gpc_format_bytes(free_bytes, b, sizeof b), s->B, s->accumulation);
 }
 
+/* An offloaded optimizer on a GPU pins its state in host memory (gpc plan's
+ * host_pinned), and the weights start from f32 values on the host (4 bytes
+ * a parameter, freed once uploaded): a run needing more than is free would
+ * be killed by the OOM killer while it pins, so it is refused first. */
+static gpc_status check_pinned_memory(const gpc_train_options *o, const run_settings *s,
+                                      const train_parts *parts) {
+    gpc_plan_result r;
+    if (!o->offload_optimizer || !plan_run(o, s, parts, s->B, &r)) return GPC_OK;
+    double bytes = (double)r.host_pinned + 4.0 * (double)gpt_config_num_params(&s->config);
+    size_t available = gpc_host_memory_available();
+    if (available == 0 || bytes <= (double)available) return GPC_OK; /* 0: unknown */
+    return gpc_error(GPC_ERR_NOMEM,
+                     "--offload-optimizer needs about %.1f GiB of host memory here (%.1f GiB "
+                     "pinned for the optimizer state, the rest to start the weights), more than "
+                     "this machine has free, %.1f GiB: train a smaller model, or leave out "
+                     "--offload-optimizer where the GPU holds the optimizer state",
+                     bytes / (1 << 30), (double)r.host_pinned / (1 << 30),
+                     (double)available / (1 << 30));
+}
+
 /* On the CPU the model lives in host memory beside everything else on the
  * machine: a plan larger than what is free now (MemAvailable, the cgroup's
  * limit) would be killed by the OOM killer part way, so it is refused before
@@ -410,7 +438,7 @@ static void fit_to_free_memory(trainer *t) {
  * (ZeRO-1 shards the optimizer state); of a model-parallel one, a part. */
 static gpc_status check_host_memory(const gpc_train_options *o, const run_settings *s,
                                     const train_parts *parts) {
-    if (o->device.type != GPC_DEVICE_CPU) return GPC_OK;
+    if (o->device.type != GPC_DEVICE_CPU) return check_pinned_memory(o, s, parts);
     double bytes = plan_bytes(o, s, parts, s->B);
     if (bytes == 0) return GPC_OK;
     size_t available = gpc_host_memory_available();

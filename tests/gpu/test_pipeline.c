@@ -475,6 +475,33 @@ static void test_trainer_resume_exact(void **state) {
                      full.loss[s]);
 }
 
+/* --offload-optimizer on a model whose pinned state (16 bytes a parameter)
+ * and starting weights (4) are more than the host has free: refused before
+ * anything is allocated or written, with both sizes, where it used to be
+ * killed by the OOM killer while it pinned. */
+static void test_offload_beyond_host_memory(void **state) {
+    (void)state;
+    size_t avail = gpc_host_memory_available();
+    if (avail == 0) {
+        fprintf(stderr, "offload refusal not checked: free host memory unknown\n");
+        return;
+    }
+    char out[4200];
+    snprintf(out, sizeof out, "%s/offload-huge", root);
+    gpc_train_options o;
+    record r;
+    memset(&r, 0, sizeof r);
+    options(&o, out, &r);
+    o.offload_optimizer = 1;
+    o.heads = 32;
+    o.channels = 2048; /* 12 x 2048^2 = 50M parameters a layer, 1 GB of host memory */
+    o.layers = (int)(avail / (20.0 * 12 * 2048 * 2048)) + 2;
+    TEST_FAILS(gpc_train(&o, NULL), GPC_ERR_NOMEM, "more than this machine has free");
+    assert_non_null(strstr(gpc_last_error(), "pinned for the optimizer state"));
+    assert_false(gpc_path_exists(out));
+    gpc_clear_error();
+}
+
 int main(void) {
     if (!gpc_backend_get(GPC_DEVICE_CUDA)) {
         fprintf(stderr, "skipped: %s\n", gpc_last_error());
@@ -487,9 +514,12 @@ int main(void) {
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_batches_arrive_in_order), cmocka_unit_test(test_training_f32),
-        cmocka_unit_test(test_training_bf16),           cmocka_unit_test(test_f16_check_on_device),
+        cmocka_unit_test(test_batches_arrive_in_order),
+        cmocka_unit_test(test_training_f32),
+        cmocka_unit_test(test_training_bf16),
+        cmocka_unit_test(test_f16_check_on_device),
         cmocka_unit_test(test_trainer_resume_exact),
+        cmocka_unit_test(test_offload_beyond_host_memory),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
