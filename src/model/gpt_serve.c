@@ -633,6 +633,33 @@ static gpc_status run_step(gpt_paged *p, int par, const gpt_paged_batch *b,
     return step_ops(p, par, b->num_tokens, b->num_seqs, b->num_logits, rows != NULL);
 }
 
+/* One warm-up step of n rows of one padding sequence (positions 0, 1, ..
+ * wrapping at the context, every key to the padding slot, so positions
+ * past its block read none) and n / 10 greedy logits rows (at least one,
+ * at most max_logits), run eagerly on parity 0. */
+static gpc_status warm_prompt_step(gpt_paged *p, int n) {
+    int ctx = p->model->config.max_context, r = n / 10;
+    if (r < 1) r = 1;
+    if (r > p->o.max_logits) r = p->o.max_logits;
+    GPC_TRY(host_ints_free(p, 0));
+    int32_t *h = p->host_ints[0];
+    size_t at = sampling_offset(p, n, 1);
+    for (int i = 0; i < n; i++) {
+        h[i] = 0, h[n + i] = i % ctx, h[2 * n + i] = 0, h[4 * n + i] = -1;
+        h[3 * n + i] = (int32_t)((int64_t)p->o.num_blocks * p->o.block_size);
+    }
+    h[5 * n] = p->o.num_blocks;
+    for (int j = 1; j < p->max_blocks; j++)
+        h[5 * n + j] = -1;
+    const float greedy[4] = {0.0f, 0.0f, 1.0f, 0.0f};
+    for (int i = 0; i < r; i++) {
+        h[at + i] = -1;
+        memcpy(h + at + r + 4 * i, greedy, sizeof greedy);
+    }
+    GPC_TRY(upload_packed(p, 0, at + 5 * (size_t)r));
+    return step_ops(p, 0, n, 1, r, 1);
+}
+
 /* Runs every bucket of either parity twice (eagerly, then captured and
  * replayed where graphs are on) and one prompt-sized step, on padding rows
  * only, so that lazy set-up happens here and not in the first request's
@@ -657,25 +684,16 @@ static gpc_status warm_up(gpt_paged *p) {
         }
         if (rows == p->bucket_cap) break;
     }
-    /* a prompt's step: rows at positions 0 .. n-1 of one padding sequence,
-     * every key to the padding slot (positions past its block read none) */
-    int n = p->o.max_tokens < 128 ? p->o.max_tokens : 128;
-    if (n > p->model->config.max_context) n = p->model->config.max_context;
-    GPC_TRY(host_ints_free(p, 0));
-    int32_t *h = p->host_ints[0];
-    size_t at = sampling_offset(p, n, 1);
-    for (int i = 0; i < n; i++) {
-        h[i] = 0, h[n + i] = i, h[2 * n + i] = 0, h[4 * n + i] = -1;
-        h[3 * n + i] = (int32_t)((int64_t)p->o.num_blocks * p->o.block_size);
+    /* prompt-sized steps, as a loaded server runs them (prompt chunks and
+     * decodes mixed, up to max_tokens rows): 128 rows, then each power of
+     * two up to max_tokens, with as many logits rows as a tenth of the
+     * rows (at least one), so that the products' kernels for the larger
+     * shapes are chosen and loaded here, not in the first busy seconds */
+    for (int n = p->o.max_tokens < 128 ? p->o.max_tokens : 128;;
+         n = n * 2 < p->o.max_tokens ? n * 2 : p->o.max_tokens) {
+        GPC_TRY(warm_prompt_step(p, n));
+        if (n == p->o.max_tokens) break;
     }
-    h[5 * n] = p->o.num_blocks;
-    for (int j = 1; j < p->max_blocks; j++)
-        h[5 * n + j] = -1;
-    const float greedy[4] = {0.0f, 0.0f, 1.0f, 0.0f};
-    h[at] = -1;
-    memcpy(h + at + 1, greedy, sizeof greedy);
-    GPC_TRY(upload_packed(p, 0, at + 5));
-    GPC_TRY(step_ops(p, 0, n, 1, 1, 1));
     /* the wait that surfaces any error of the work queued above */
     gpc_tensor drawn = rows_of(&p->drawn[0], 0, 1, 0);
     gpc_tensor host = gpc_tensor_1d(p->host_drawn[0], GPC_I32, gpc_cpu(), 1);
