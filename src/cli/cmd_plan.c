@@ -16,6 +16,23 @@ static void row(const char *what, uint64_t bytes) {
            cli_format_bytes((double)bytes, human, sizeof human));
 }
 
+/* An offloaded GPU run's host memory at start (the pinned state and the
+ * f32 weights it starts from) against what this machine has free now:
+ * gpc train refuses a run that does not fit. */
+static void print_offload_host(const gpc_plan_result *r) {
+    char need[32], have[32];
+    uint64_t bytes = gpc_plan_offload_start_bytes(r);
+    size_t avail = gpc_host_memory_available();
+    printf("  host memory to start (pinned state and the f32 weights it starts from): %s",
+           cli_format_bytes((double)bytes, need, sizeof need));
+    if (avail)
+        printf("; this machine has %s free: %s\n",
+               cli_format_bytes((double)avail, have, sizeof have),
+               bytes <= avail ? "fits" : "does not fit (gpc train refuses it)");
+    else
+        printf("\n");
+}
+
 /* Every layout of tp x pp that divides the model and the GPUs, with its
  * memory per GPU and the smallest listed GPU it fits. */
 static void print_layouts(const gpc_plan_input *base) {
@@ -214,6 +231,7 @@ int cmd_plan(int argc, char **argv) {
                "bytes)\n",
                cli_format_bytes((double)r.host_pinned, human, sizeof human),
                (unsigned long long)r.host_pinned);
+    if (in.offload && in.cuda) print_offload_host(&r);
     printf("\n");
     recompute_table(&in);
 

@@ -419,7 +419,7 @@ static gpc_status check_pinned_memory(const gpc_train_options *o, const run_sett
                                       const train_parts *parts) {
     gpc_plan_result r;
     if (!o->offload_optimizer || !plan_run(o, s, parts, s->B, &r)) return GPC_OK;
-    double bytes = (double)r.host_pinned + 4.0 * (double)gpt_config_num_params(&s->config);
+    double bytes = (double)gpc_plan_offload_start_bytes(&r);
     size_t available = gpc_host_memory_available();
     if (available == 0 || bytes <= (double)available) return GPC_OK; /* 0: unknown */
     return gpc_error(GPC_ERR_NOMEM,

@@ -98,6 +98,20 @@ import json
 p=json.load(open('$work/off.json'))
 assert (p['optimizer'], p['optimizer_unsharded'], p['total'], p['host_pinned'], p['offload_optimizer']) == (0, 0, 2846796032, 1991614720, 1), p"
 
+# On a GPU the offloaded run also needs the f32 weights it starts from (4
+# bytes an element: 497,903,616) beside the pinned state while it starts;
+# the plan says whether this machine has that free (gpc train refuses a run
+# that does not fit); the plan's default device is a GPU. d12 fits any test
+# machine; 48 x 16384 (155B parameters, about 3 TB) none.
+grep -q "^  host memory to start (pinned state and the f32 weights it starts from): 2.3 GiB; this machine has .* free: fits$" "$work/off.txt" ||
+  fail "offload start line: $(grep -i 'to start' "$work/off.txt")"
+"$GPC" plan --model d12 --layers 48 --heads 128 --channels 16384 --batch 1 --offload-optimizer \
+  --device cuda >"$work/offbig.txt"
+grep -q "free: does not fit (gpc train refuses it)$" "$work/offbig.txt" ||
+  fail "offload start line of a huge model: $(grep -i 'to start' "$work/offbig.txt")"
+"$GPC" plan --model d12 --batch 4 --offload-optimizer --device cpu >"$work/offcpu.txt"
+grep -q "to start" "$work/offcpu.txt" && fail "a CPU plan reports the GPU offload's start memory"
+
 # Usage errors: exit 2, one line naming what was wrong.
 expect_usage() {
   local needle=$1; shift
