@@ -64,8 +64,9 @@
 #define DP_STATIC_SMEM (8 << 10)
 #define DP_EPS 1e-5f /* layernorm.cu's */
 /* dp_prologue_early: 16-byte packs of its row a lane holds (rows of up to
- * 2048 bf16 or 1024 f32 values), and 16-byte pieces of the layernorm's
- * weight and bias a thread loads before the wait (both up to 8 KiB) */
+ * 1024 bf16 or 512 f32 values), and 16-byte pieces of the layernorm's
+ * weight and bias a thread loads before the wait (the two together up to
+ * 4 KiB) */
 #define DP_ROW_PACKS 4
 #define DP_LN_PIECES 2
 
@@ -237,18 +238,21 @@ __device__ __forceinline__ void dp_prologue(const dp_params &p, T *xs, float *me
 }
 
 /* What the epilogue of row m, channel o adds besides the sum: its bias
- * and its residual (0 where there are none). */
+ * (a parameter: loaded before the wait for the previous kernel) and its
+ * residual (after it), each 0 where there is none. */
+__device__ __forceinline__ float dp_bias(const dp_params &p, int o) {
+    return p.bias.ptr ? gpc_any_load(p.bias, o) : 0.0f;
+}
+
 template <typename T>
-__device__ __forceinline__ void dp_epilogue_terms(const dp_params &p, int m, int o, float &bias,
-                                                  float &residual) {
-    bias = p.bias.ptr ? gpc_any_load(p.bias, o) : 0.0f;
-    residual = p.residual ? gpc_to_f32(((const T *)p.residual)[(int64_t)m * p.OC + o]) : 0.0f;
+__device__ __forceinline__ float dp_residual(const dp_params &p, int m, int o) {
+    return p.residual ? gpc_to_f32(((const T *)p.residual)[(int64_t)m * p.OC + o]) : 0.0f;
 }
 
 /* Row m, channel o of the product (v, its sum) finished and stored: bias;
  * a residual or GELU; and for qkv's product the key and value thirds also
- * to their slots of the paged cache. bias and residual as
- * dp_epilogue_terms gives them. */
+ * to their slots of the paged cache. bias and residual as dp_bias and
+ * dp_residual give them. */
 template <typename T>
 __device__ __forceinline__ void dp_epilogue(const dp_params &p, int m, int o, float v, float bias,
                                             float residual) {
@@ -268,9 +272,7 @@ __device__ __forceinline__ void dp_epilogue(const dp_params &p, int m, int o, fl
 
 template <typename T>
 __device__ __forceinline__ void dp_epilogue(const dp_params &p, int m, int o, float v) {
-    float bias, residual;
-    dp_epilogue_terms<T>(p, m, o, bias, residual);
-    dp_epilogue<T>(p, m, o, v, bias, residual);
+    dp_epilogue<T>(p, m, o, v, dp_bias(p, o), dp_residual<T>(p, m, o));
 }
 
 /* The layernorm's weight and bias as 16-byte pieces, this thread's share
@@ -389,13 +391,11 @@ __global__ void __launch_bounds__(DP_THREADS, MT == 1 ? DP_MIN_BLOCKS_1 : DP_MIN
     if (early) dp_load_ln(p, ln);
     const int em = lane / DP_OUTS, eo = o0 + lane % DP_OUTS;
     const bool finisher = warp % kw == 0 && lane < MT * DP_OUTS;
-    float bias = finisher && p.bias.ptr && eo < OC ? gpc_any_load(p.bias, eo) : 0.0f;
+    float bias = finisher && eo < OC ? dp_bias(p, eo) : 0.0f;
     dp_let_next_start();
     dp_wait_previous();
     /* the first tile's residual, on its way during the product */
-    float residual = finisher && p.residual && em < p.M && eo < OC
-                         ? gpc_to_f32(((const T *)p.residual)[(int64_t)em * OC + eo])
-                         : 0.0f;
+    float residual = finisher && em < p.M && eo < OC ? dp_residual<T>(p, em, eo) : 0.0f;
 
     if (p.ln != DP_PLAIN) {
         if (early)
@@ -494,7 +494,7 @@ __global__ void __launch_bounds__(DP_THREADS, MT == 1 ? DP_MIN_BLOCKS_1 : DP_MIN
         }
         int m = lane / DP_OUTS, o = o_done + lane % DP_OUTS;
         if (finisher && m < p.M && o < OC) {
-            if (!first) dp_epilogue_terms<T>(p, m, o, bias, residual);
+            if (!first) bias = dp_bias(p, o), residual = dp_residual<T>(p, m, o);
             dp_epilogue<T>(p, m, o, mine, bias, residual);
         }
         first = false;

@@ -661,10 +661,11 @@ static gpc_status warm_prompt_step(gpt_paged *p, int n) {
 }
 
 /* Runs every bucket of either parity twice (eagerly, then captured and
- * replayed where graphs are on) and one prompt-sized step, on padding rows
- * only, so that lazy set-up happens here and not in the first request's
- * time. Only where steps pad (a GPU): the CPU has nothing to set up. The
- * steps count as no launch: what they draw feeds nothing. */
+ * replayed where graphs are on) and prompt-sized steps up to max_tokens
+ * rows (warm_prompt_step), on padding rows only, so that lazy set-up
+ * happens here and not in the first requests' time. Only where steps pad
+ * (a GPU): the CPU has nothing to set up. The steps count as no launch:
+ * what they draw feeds nothing. */
 static gpc_status warm_up(gpt_paged *p) {
     if (!p->bucket_cap) return GPC_OK;
     gpt_paged_batch none;

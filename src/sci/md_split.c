@@ -126,10 +126,6 @@ static double nearest(double d, double box, double inv_box) {
     return d - box * nearbyint(d * inv_box);
 }
 
-/* Sends `count` doubles of `out` to `to` while receiving what `from` sends
- * into s->buf_in, or on a GPU with ghost_side >= 0 into that side's pinned
- * room on the GPU's side (md_split_cuda_ghost_room); *received: how many
- * came. */
 /* Sends `count` to `to` while receiving `from`'s into *received. */
 static gpc_status swap_count(int64_t count, int to, int from, int64_t *received, int tag) {
     long long n_out = count, n_in = 0;
@@ -140,6 +136,10 @@ static gpc_status swap_count(int64_t count, int to, int from, int64_t *received,
     return GPC_OK;
 }
 
+/* Sends `count` doubles of `out` to `to` while receiving what `from` sends
+ * into s->buf_in, or on a GPU with ghost_side >= 0 into that side's pinned
+ * room on the GPU's side (md_split_cuda_ghost_room); *received: how many
+ * came. */
 static gpc_status exchange(md_split *s, const double *out, int to, int from, int64_t count,
                            int64_t *received, int tag, int ghost_side) {
     const long long n_out = count;
