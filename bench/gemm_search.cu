@@ -3,9 +3,11 @@
  * first choice for GPT-2 124M's matrix products? bf16 inputs and outputs, f32
  * accumulation (CUBLAS_COMPUTE_32F, f32 scale), column-major descriptions
  * built as src/cuda/matmul.cu builds them, on N tokens (65536 by default)
- * and C = 768 channels. Self-contained: it calls cuBLASLt directly, not gpc.
+ * and C = 768 channels (--channels for GPT-2's larger shapes).
+ * Self-contained: it calls cuBLASLt directly, not gpc.
  *
- *   bench_gemm_search [--tokens 65536] [--shape NAME|all] [--budget-s 20]
+ *   bench_gemm_search [--tokens 65536] [--channels 768] [--shape NAME|all]
+ *                     [--budget-s 20]
  *                     [--max-configs 400] [--finalists 20] [--runs 10]
  *                     [--warmup 2] [--warm-s 0.5] [--skip-algo ID]...
  *                     [--energy-s 0] [--energy-configs 4] [--verbose] [--list]
@@ -99,7 +101,7 @@
 #define SEEDS 8             /* phase 2 explores around this many of phase 1's fastest */
 #define MAX_CUSTOM_OPTION 7 /* custom options tried in phase 2: 1 to this */
 #define CHECK_LIMIT 5e-2    /* the largest max_rel_diff a winner may have */
-#define GPT2_C 768          /* GPT-2 124M's channels */
+#define GPT2_C 768          /* GPT-2 124M's channels, the default --channels */
 #define GPT2_VP 50304       /* its vocabulary, padded as gpc pads it */
 
 /* Names of cuBLASLt's tile, stages and cluster-shape ids, generated from the
@@ -366,8 +368,7 @@ typedef struct {
 
 #define SHAPE_COUNT 20
 
-static void gpt2_shapes(gemm_shape *s, int N) {
-    const int C = GPT2_C;
+static void gpt2_shapes(gemm_shape *s, int N, int C) {
     const gemm_shape list[SHAPE_COUNT] = {
         {"fc_fwd", "fc forward: out^T (4C x N) = W^T' (4C x C) . inp^T (C x N), GELU_AUX_BIAS",
          4 * C, N, C, 1, 0, 0.0f, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, BIAS_BF16, AUX_OUT},
@@ -455,7 +456,7 @@ static size_t bias_length(const gemm_shape *s) {
 /* ------------------------------------------------------------ the problem */
 
 typedef struct {
-    int tokens;
+    int tokens, channels;
     const char *shape;
     double budget_s, warm_s;
     int max_configs, finalists, runs, warmup;
@@ -1457,11 +1458,14 @@ static int run_shape(bench *b, const gemm_shape *s) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: bench_gemm_search [--tokens N] [--shape NAME|all] [--budget-s S]\n"
+            "usage: bench_gemm_search [--tokens N] [--channels C] [--shape NAME|all]\n"
+            "                         [--budget-s S]\n"
             "                         [--max-configs N] [--finalists N] [--runs N] [--warmup N]\n"
             "                         [--warm-s S] [--skip-algo ID]... [--energy-s S]\n"
             "                         [--energy-configs N] [--verbose] [--list]\n"
             "  --tokens N       tokens in a batch (default 65536)\n"
+            "  --channels C     the model's channels (default 768, GPT-2 124M; 1024, 1280\n"
+            "                   and 1600 are GPT-2 350M, 774M and 1.5B)\n"
             "  --shape NAMES    shapes, comma-separated (see --list), or all (default)\n"
             "  --budget-s S     seconds of full search a shape (default 20)\n"
             "  --max-configs N  configurations screened a shape (default 400)\n"
@@ -1503,7 +1507,7 @@ static int parse_count(const char *name, const char *text, double lo, double hi,
 }
 
 static int parse_args(int argc, char **argv, options *o, int *list) {
-    o->tokens = 65536, o->shape = "all", o->budget_s = 20.0, o->warm_s = 0.5;
+    o->tokens = 65536, o->channels = GPT2_C, o->shape = "all", o->budget_s = 20.0, o->warm_s = 0.5;
     o->max_configs = 400, o->finalists = 20, o->runs = 10, o->warmup = 2;
     o->nskip = 0, o->verbose = 0;
     o->energy_s = 0.0, o->energy_configs = 4;
@@ -1522,6 +1526,9 @@ static int parse_args(int argc, char **argv, options *o, int *list) {
             o->shape = v, i++;
         } else if (!strcmp(a, "--tokens")) {
             if (!parse_count(a, v, 1, 1 << 24, &o->tokens)) return 0;
+            i++;
+        } else if (!strcmp(a, "--channels")) {
+            if (!parse_count(a, v, 64, 1 << 16, &o->channels)) return 0;
             i++;
         } else if (!strcmp(a, "--budget-s")) {
             if (!parse_num(a, v, 0.1, 3600, &x)) return 0;
@@ -1581,7 +1588,7 @@ int main(int argc, char **argv) {
     int list = 0;
     if (!parse_args(argc, argv, &o, &list)) return 2;
     gemm_shape shapes[SHAPE_COUNT];
-    gpt2_shapes(shapes, o.tokens);
+    gpt2_shapes(shapes, o.tokens, o.channels);
     if (list) {
         for (int i = 0; i < SHAPE_COUNT; i++)
             printf("%-30s %s\n", shapes[i].name, shapes[i].what);
@@ -1618,7 +1625,7 @@ int main(int argc, char **argv) {
     printf("bench_gemm_search: %s (sm_%d%d, %d SMs), driver %d, runtime %d, cuBLASLt %zu; "
            "N=%d tokens, C=%d, budget %.1f s a shape, %d configurations at most\n",
            prop.name, prop.major, prop.minor, prop.multiProcessorCount, driver, runtime,
-           cublasLtGetVersion(), o.tokens, GPT2_C, o.budget_s, o.max_configs);
+           cublasLtGetVersion(), o.tokens, o.channels, o.budget_s, o.max_configs);
     if (o.energy_s > 0) {
         char bus[32];
         if (!CUDA_OK(cudaDeviceGetPCIBusId(bus, (int)sizeof bus, dev))) return 1;
