@@ -116,6 +116,12 @@ gpc_status gpc_optim_set_master(gpc_optim *optim, gpc_tensor *params, const floa
 gpc_status gpc_optim_master_to_params(gpc_optim *optim, gpc_tensor *params);
 /* Copies the held master elements into values (host f32, flat-indexed). */
 gpc_status gpc_optim_get_master(const gpc_optim *optim, float *values);
+/* The master as one host array indexed like the flat buffer's first count
+ * elements, where it is one: offloaded, holding every element of
+ * [0, count) in order. Values written there reach the parameters through
+ * gpc_optim_master_to_params, with no f32 copy of the model beside them.
+ * NULL otherwise. */
+float *gpc_optim_host_master(const gpc_optim *optim, size_t count);
 
 /* Zeroes norm_sq (device f32 [1]) and adds the squared gradients of the
  * trained elements in [begin, end) of grads, the flat gradient buffer.

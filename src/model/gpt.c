@@ -737,7 +737,13 @@ gpc_status gpt_init_weights(gpt_model *m, uint64_t seed) {
     const gpt_config *c = &m->whole;
     size_t full[GPT_NUM_PARAM_TENSORS + 1];
     gpt_param_layout(c, 1, full);
-    float *w = gpc_malloc(full[GPT_NUM_PARAM_TENSORS] * sizeof(float));
+    /* an offloaded optimizer's master is already a host array of the whole
+     * model: drawn there, the start needs no f32 copy beside it (4 bytes a
+     * parameter, 28 GB at 7B) */
+    float *master = gpt_is_part(m) || m->quant.on || m->lora.options.rank
+                        ? NULL
+                        : gpc_optim_host_master(m->optim, full[GPT_NUM_PARAM_TENSORS]);
+    float *w = master ? master : gpc_malloc(full[GPT_NUM_PARAM_TENSORS] * sizeof(float));
     if (!w) return gpc_error(GPC_ERR_NOMEM, "out of host memory initialising the model");
     gpc_rng rng;
     gpc_rng_seed(&rng, seed, 0x6770742d696e6974ULL); /* "gpt-init": its own stream */
@@ -766,6 +772,10 @@ gpc_status gpt_init_weights(gpt_model *m, uint64_t seed) {
         }
     }
     gpc_status s = GPC_OK;
+    if (master) {
+        m->cached_len = 0;
+        return gpc_optim_master_to_params(m->optim, &m->params_flat);
+    }
     if (gpt_is_part(m)) {
         float *local = gpc_malloc(m->num_params * sizeof(float));
         if (!local) s = gpc_error(GPC_ERR_NOMEM, "out of host memory initialising the model");

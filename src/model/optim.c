@@ -211,6 +211,13 @@ const gpc_tensor *gpc_optim_master(const gpc_optim *o) {
     return o->master.data ? &o->master : NULL;
 }
 
+float *gpc_optim_host_master(const gpc_optim *o, size_t count) {
+    if (!o->offload || !o->master.data || o->state_count != count) return NULL;
+    for (int i = 0; i < o->piece_count; i++)
+        if (o->pieces[i].state != o->pieces[i].offset) return NULL;
+    return o->master.data;
+}
+
 const gpc_tensor *gpc_optim_m(const gpc_optim *o) {
     return o->m.data ? &o->m : NULL;
 }

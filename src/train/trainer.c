@@ -412,22 +412,23 @@ static void fit_to_free_memory(trainer *t) {
 }
 
 /* An offloaded optimizer on a GPU pins its state in host memory (gpc plan's
- * host_pinned), and the weights start from f32 values on the host (4 bytes
- * a parameter, freed once uploaded): a run needing more than is free would
- * be killed by the OOM killer while it pins, so it is refused first. */
+ * host_pinned; fresh weights are drawn in it), and --init-from reads the
+ * other run's weights on the host first: a run needing more than is free
+ * would be killed by the OOM killer while it pins, so it is refused first. */
 static gpc_status check_pinned_memory(const gpc_train_options *o, const run_settings *s,
                                       const train_parts *parts) {
     gpc_plan_result r;
     if (!o->offload_optimizer || !plan_run(o, s, parts, s->B, &r)) return GPC_OK;
-    double bytes = (double)gpc_plan_offload_start_bytes(&r);
+    double bytes = (double)gpc_plan_offload_start_bytes(&r, o->init_from != NULL);
     size_t available = gpc_host_memory_available();
     if (available == 0 || bytes <= (double)available) return GPC_OK; /* 0: unknown */
     return gpc_error(GPC_ERR_NOMEM,
                      "--offload-optimizer needs about %.1f GiB of host memory here (%.1f GiB "
-                     "pinned for the optimizer state, the rest to start the weights), more than "
-                     "this machine has free, %.1f GiB: train a smaller model, or leave out "
-                     "--offload-optimizer where the GPU holds the optimizer state",
+                     "pinned for the optimizer state%s), more than this machine has free, %.1f "
+                     "GiB: train a smaller model, or leave out --offload-optimizer where the GPU "
+                     "holds the optimizer state",
                      bytes / (1 << 30), (double)r.host_pinned / (1 << 30),
+                     o->init_from ? ", the rest to read --init-from's weights" : "",
                      (double)available / (1 << 30));
 }
 

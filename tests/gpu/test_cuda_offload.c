@@ -12,7 +12,9 @@
  * norm. Exact, whatever the rounding: the device's bf16 weights are the
  * host masters rounded to nearest (every chunk came back), and a
  * checkpoint of the offloaded model loads into a plain one with the same
- * master bits.
+ * master bits. Weights drawn by gpt_init_weights straight into the pinned
+ * master are those a CPU model draws from the seed, bit for bit, and the
+ * device's bf16 copy is theirs rounded to nearest.
  *
  * GPC_OFFLOAD_CHUNK is set to 100,000 elements, so the 3.3M parameters
  * stream in about 33 chunks, and copies and updates overlap as on a large model.
@@ -146,6 +148,43 @@ static void test_offload_against_plain(void **state) {
     gpt_free(off);
 }
 
+/* gpt_init_weights draws an offloaded model's weights in its pinned master
+ * (no f32 copy of the model beside it): the same values as drawn into an
+ * f32 CPU model from the seed, and the device's bf16 weights are those
+ * values rounded to nearest. */
+static void test_offload_init_in_master(void **state) {
+    (void)state;
+    const gpc_device gpu = {GPC_DEVICE_CUDA, 0};
+    gpt_config config;
+    TEST_OK(gpt_config_init(&config, 3, 4, 192, T, V));
+    gpt_model *off = NULL, *ref = NULL;
+    TEST_OK(gpt_create_offload(&off, &config, gpu, GPC_BF16, B, T, 0));
+    TEST_OK(gpt_create(&ref, &config, gpc_cpu(), GPC_F32, 1, 1, 0));
+    size_t P = gpt_num_params(ref);
+    assert_non_null(gpc_optim_host_master(gpt_optimizer(off), P));
+    uint64_t seed = gpc_rng_u32(&rng);
+    TEST_OK(gpt_init_weights(off, seed));
+    TEST_OK(gpt_init_weights(ref, seed));
+    float *w = malloc(P * sizeof *w), *want = malloc(P * sizeof *want);
+    uint16_t *low = malloc(P * sizeof *low);
+    TEST_OK(gpt_get_params(off, w));
+    TEST_OK(gpt_get_params(ref, want));
+    assert_memory_equal(w, want, P * sizeof *w);
+    gpc_tensor host = gpc_tensor_1d(low, GPC_BF16, gpc_cpu(), (int64_t)P);
+    TEST_OK(gpc_tensor_copy(&host, gpt_params_flat(off)));
+    size_t nonzero = 0;
+    for (size_t i = 0; i < P; i++) {
+        if (low[i] != gpc_f32_to_bf16(want[i]))
+            fail_msg("element %zu: device bf16 0x%04x, drawn %.9g rounds to 0x%04x", i, low[i],
+                     (double)want[i], gpc_f32_to_bf16(want[i]));
+        nonzero += want[i] != 0.0f;
+    }
+    assert_true(nonzero > P / 2); /* drawn, not left at zero */
+    free(w), free(want), free(low);
+    gpt_free(ref);
+    gpt_free(off);
+}
+
 int main(void) {
     if (!gpc_backend_get(GPC_DEVICE_CUDA)) {
         fprintf(stderr, "skipped: %s\n", gpc_last_error());
@@ -155,6 +194,7 @@ int main(void) {
     gpc_rng_seed(&rng, test_seed(), 34);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_offload_against_plain),
+        cmocka_unit_test(test_offload_init_in_master),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
