@@ -281,6 +281,14 @@ size_t gpc_host_memory_available(void);
 /* The same from given files (tests): meminfo like /proc/meminfo; limit and
  * usage, each NULL or a file holding a byte count ("max": no limit). */
 size_t gpc_host_memory_available_from(const char *meminfo, const char *limit, const char *usage);
+/* GPC_OK when `bytes` fit in the host memory available now
+ * (gpc_host_memory_available; or it cannot be read); otherwise
+ * GPC_ERR_NOMEM saying "<what> about X GiB of host memory<detail>, more
+ * than this machine has free, Y GiB: <advice>" (what ends in its verb:
+ * "this run needs"; detail is "" or " (...)"), so a run too large is
+ * refused before the OOM killer ends it part way. */
+gpc_status gpc_host_memory_check(double bytes, const char *what, const char *detail,
+                                 const char *advice);
 
 /* CPU cores this process may use: those of its affinity mask, fewer when its
  * cgroup's CPU quota (v2 cpu.max) allows less. At least 1. */

@@ -111,6 +111,18 @@ size_t gpc_host_memory_available(void) {
                                           "/sys/fs/cgroup/memory/memory.usage_in_bytes");
 }
 
+gpc_status gpc_host_memory_check(double bytes, const char *what, const char *detail,
+                                 const char *advice) {
+    /* what is free now, not the machine's total: other processes and the
+     * cgroup's limit decide whether it fits or the OOM killer comes */
+    size_t available = gpc_host_memory_available();
+    if (available == 0 || bytes <= (double)available) return GPC_OK; /* 0: unknown */
+    return gpc_error(GPC_ERR_NOMEM,
+                     "%s about %.1f GiB of host memory%s, more than this machine has free, %.1f "
+                     "GiB: %s",
+                     what, bytes / (1 << 30), detail, (double)available / (1 << 30), advice);
+}
+
 /* ------------------------------------------------ device memory limit */
 
 #define LIMIT_DEVICES 64 /* device indices counted; beyond, no limit applies */

@@ -478,15 +478,15 @@ gpc_status gpc_md_create(gpc_md **out, const gpc_md_config *config) {
         const double atoms = 4.0 * c->cells * c->cells * c->cells;
         const double row = 2.0 * c->density * 2.0 * M_PI / 3.0 * reach * reach * reach + 16;
         char what[64];
-        snprintf(what, sizeof what, "md: %.0f atoms", atoms);
+        snprintf(what, sizeof what, "md: %.0f atoms need", atoms);
         if (on_gpu) {
             GPC_TRY(gpc_md_cuda_check(c->device.index, &gpu_config));
             /* the host's mirrors and a copy's staging buffer */
-            GPC_TRY(gpc_sci_check_memory(atoms * (3 * 24 + 8 + 32), what, "use fewer cells"));
+            GPC_TRY(gpc_host_memory_check(atoms * (3 * 24 + 8 + 32), what, "", "use fewer cells"));
         } else {
-            GPC_TRY(
-                gpc_sci_check_memory(atoms * (5 * 24 + 24.0 * omp_get_max_threads() + 40 + 4 * row),
-                                     what, "use fewer cells"));
+            GPC_TRY(gpc_host_memory_check(
+                atoms * (5 * 24 + 24.0 * omp_get_max_threads() + 40 + 4 * row), what, "",
+                "use fewer cells"));
         }
     }
     gpc_md *md = gpc_calloc(1, sizeof *md);
@@ -750,9 +750,9 @@ gpc_status gpc_md_create_split(gpc_md **out, const gpc_md_config *config, int ra
          * slab) and a slab's share of the rest, twice for ghosts */
         const double row = 2.0 * c->density * 4.0 * M_PI / 3.0 * reach * reach * reach + 32;
         char what[64];
-        snprintf(what, sizeof what, "md: %.0f atoms", atoms);
-        GPC_TRY(gpc_sci_check_memory(atoms * 56 + atoms / world * 2 * (14 * 8 + 4 * row), what,
-                                     "use fewer cells"));
+        snprintf(what, sizeof what, "md: %.0f atoms need", atoms);
+        GPC_TRY(gpc_host_memory_check(atoms * 56 + atoms / world * 2 * (14 * 8 + 4 * row), what, "",
+                                      "use fewer cells"));
     }
     gpc_md *md = gpc_calloc(1, sizeof *md);
     if (!md) return gpc_error(GPC_ERR_NOMEM, "md: out of host memory");

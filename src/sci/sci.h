@@ -6,13 +6,6 @@
 
 #include "gpc/core.h"
 
-/* GPC_OK when `bytes` fit in the host memory available now (MemAvailable
- * and the cgroup's limit: gpc_host_memory_available; or it cannot be read);
- * otherwise GPC_ERR_NOMEM saying "<what> need about X GiB, more than this
- * machine has free, Y GiB: <advice>", so a run too large is refused before
- * it is killed filling its arrays. */
-gpc_status gpc_sci_check_memory(double bytes, const char *what, const char *advice);
-
 struct gpc_dist;
 
 /* GPC_OK when `gpu_dist` (the NCCL collectives for GPU halos, or NULL)

@@ -287,7 +287,7 @@ gpc_status gpc_stencil_create(gpc_stencil **out, const gpc_stencil_config *c) {
     int first, count;
     band_of(c->n, rank, world, &first, &count);
     char what[96];
-    snprintf(what, sizeof what, "stencil: %d^3 points%s in %s", c->n,
+    snprintf(what, sizeof what, "stencil: %d^3 points%s in %s need", c->n,
              world > 1 ? " (this process's share)" : "", c->fp32 ? "f32" : "f64");
     const double copy = (double)gpc_stencil_copy_bytes(c);
     if (c->device.type == GPC_DEVICE_CUDA) {
@@ -306,7 +306,7 @@ gpc_status gpc_stencil_create(gpc_stencil **out, const gpc_stencil_config *c) {
         /* refuse what cannot fit rather than be killed filling it in: the
          * two arrays, and the two buffers of the copy-rate baseline */
         double array = (c->n + 2.0) * (c->n + 2.0) * (count + 2.0 * c->domains) * 8;
-        GPC_TRY(gpc_sci_check_memory(2.0 * array + 2.0 * copy, what, "use a smaller --n"));
+        GPC_TRY(gpc_host_memory_check(2.0 * array + 2.0 * copy, what, "", "use a smaller --n"));
     }
     gpc_stencil *s = gpc_calloc(1, sizeof *s);
     if (!s) return gpc_error(GPC_ERR_NOMEM, "stencil: out of host memory");

@@ -419,17 +419,14 @@ static gpc_status check_pinned_memory(const gpc_train_options *o, const run_sett
                                       const train_parts *parts) {
     gpc_plan_result r;
     if (!o->offload_optimizer || !plan_run(o, s, parts, s->B, &r)) return GPC_OK;
-    double bytes = (double)gpc_plan_offload_start_bytes(&r, o->init_from != NULL);
-    size_t available = gpc_host_memory_available();
-    if (available == 0 || bytes <= (double)available) return GPC_OK; /* 0: unknown */
-    return gpc_error(GPC_ERR_NOMEM,
-                     "--offload-optimizer needs about %.1f GiB of host memory here (%.1f GiB "
-                     "pinned for the optimizer state%s), more than this machine has free, %.1f "
-                     "GiB: train a smaller model, or leave out --offload-optimizer where the GPU "
-                     "holds the optimizer state",
-                     bytes / (1 << 30), (double)r.host_pinned / (1 << 30),
-                     o->init_from ? ", the rest to read --init-from's weights" : "",
-                     (double)available / (1 << 30));
+    char detail[96];
+    snprintf(detail, sizeof detail, " (%.1f GiB pinned for the optimizer state%s)",
+             (double)r.host_pinned / (1 << 30),
+             o->init_from ? ", the rest to read --init-from's weights" : "");
+    return gpc_host_memory_check((double)gpc_plan_offload_start_bytes(&r, o->init_from != NULL),
+                                 "--offload-optimizer needs", detail,
+                                 "train a smaller model, or leave out --offload-optimizer where "
+                                 "the GPU holds the optimizer state");
 }
 
 /* On the CPU the model lives in host memory beside everything else on the
@@ -440,14 +437,8 @@ static gpc_status check_pinned_memory(const gpc_train_options *o, const run_sett
 static gpc_status check_host_memory(const gpc_train_options *o, const run_settings *s,
                                     const train_parts *parts) {
     if (o->device.type != GPC_DEVICE_CPU) return check_pinned_memory(o, s, parts);
-    double bytes = plan_bytes(o, s, parts, s->B);
-    if (bytes == 0) return GPC_OK;
-    size_t available = gpc_host_memory_available();
-    if (available == 0 || bytes <= (double)available) return GPC_OK; /* 0: unknown */
-    return gpc_error(GPC_ERR_NOMEM,
-                     "this run needs about %.1f GiB of host memory, more than this machine has "
-                     "free, %.1f GiB: use a smaller --context, --batch or model, or --recompute",
-                     bytes / (1 << 30), (double)available / (1 << 30));
+    return gpc_host_memory_check(plan_bytes(o, s, parts, s->B), "this run needs", "",
+                                 "use a smaller --context, --batch or model, or --recompute");
 }
 
 /* ------------------------------------------------------------ run folder */

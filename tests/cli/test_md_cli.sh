@@ -116,7 +116,7 @@ fi
 "$GPC" md --help | grep -q "LAMMPS" || fail "gpc md --help does not describe the command"
 # more atoms than any machine's memory holds (about 400 GiB): refused up front
 expect_exit 1 "GiB: use fewer cells" "$GPC" md --cells 300 --density 9
-grep -q "GiB, more than this machine has free, .* GiB: use fewer cells" "$work/expect.err" ||
+grep -q "GiB of host memory, more than this machine has free, .* GiB: use fewer cells" "$work/expect.err" ||
   fail "a run too large for memory: $(cat "$work/expect.err")"
 # a time step far too long: a clear error, not infinities
 expect_usage "the run blew up" --cells 5 --dt 0.5 --steps 100

@@ -83,7 +83,7 @@ grep -Eq "cuda:99 does not exist|GPU 99 does not exist|no usable NVIDIA GPU|with
   fail "cuda:99: $(cat "$work/gpu.err")"
 # a grid larger than any machine's memory (a TiB): refused up front
 expect_exit 1 "GiB: use a smaller --n" "$GPC" stencil --n 4096
-grep -q "GiB, more than this machine has free, .* GiB: use a smaller --n" "$work/expect.err" ||
+grep -q "GiB of host memory, more than this machine has free, .* GiB: use a smaller --n" "$work/expect.err" ||
   fail "a grid too large for memory: $(cat "$work/expect.err")"
 "$GPC" stencil --help | grep -q "halo" || fail "gpc stencil --help does not describe the command"
 echo "stencil: ok"

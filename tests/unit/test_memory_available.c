@@ -1,6 +1,6 @@
 /* test_memory_available.c: memory checks count what is free, not the
  * machine's total: MemAvailable and the cgroup's limit less its usage, the
- * smaller; gpc_sci_check_memory refuses a size between the free and the
+ * smaller; gpc_host_memory_check refuses a size between the free and the
  * total memory; the stencil's copy baseline is larger than the last-level
  * cache and counted by its memory check; the cores a process may use are
  * its affinity's, fewer under a cgroup CPU quota. */
@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "gpc/stencil.h"
-#include "sci/sci.h"
 
 static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
@@ -57,14 +56,18 @@ static void test_check_uses_free_memory(void **state) {
     double total = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (available == 0) skip();
     assert_true((double)available <= total);
-    TEST_OK(gpc_sci_check_memory((double)available * 0.5, "test arrays", "smaller"));
+    TEST_OK(gpc_host_memory_check((double)available * 0.5, "test arrays need", "", "smaller"));
     /* between free and total: the old check, against the total, let it by */
     double between = (double)available + 0.5 * (total - (double)available);
     if (total - (double)available > 64.0 * 1024 * 1024)
-        TEST_FAILS(gpc_sci_check_memory(between, "test arrays", "smaller"), GPC_ERR_NOMEM,
+        TEST_FAILS(gpc_host_memory_check(between, "test arrays need", "", "smaller"), GPC_ERR_NOMEM,
                    "more than this machine has free");
-    TEST_FAILS(gpc_sci_check_memory((double)available * 1.5 + 1e9, "test arrays", "smaller"),
-               GPC_ERR_NOMEM, "test arrays need about");
+    TEST_FAILS(
+        gpc_host_memory_check((double)available * 1.5 + 1e9, "test arrays need", "", "smaller"),
+        GPC_ERR_NOMEM, "test arrays need about");
+    TEST_FAILS(gpc_host_memory_check((double)available * 1.5 + 1e9, "this run needs", " (detail)",
+                                     "advice"),
+               GPC_ERR_NOMEM, "GiB of host memory (detail), more than this machine has free");
 }
 
 static void test_cores_under_quota(void **state) {
