@@ -11,14 +11,15 @@
  * pass but the later passes hit L1, so the cost is one read and one write of
  * the activations. The fused kernel writes residual = a + b in the first
  * pass, saving a separate kernel's read and write of the residual stream.
- * Rows of 1 to 4 16-byte packs a lane (GPT-2's 768 in bf16 is 3) go to a
- * kernel that loads the whole row at once and keeps it in registers: the
- * general one has one pack a lane in flight, which held it to about 2 TB/s
- * at GPT-2's shape.
+ * Rows of 1 to 7 16-byte packs a lane (GPT-2's 768 in bf16 is 3, 1600 is 6
+ * or 7) go to a kernel that loads the whole row at once and keeps it in
+ * registers: the general one has one pack a lane in flight, which held it
+ * to about 2 TB/s at GPT-2's shape.
  *
  * Backward, C <= 1024 (768 in f32) in 16-byte packs (GPT-2's rows): one
  * fused kernel on a persistent grid (LNB_BLOCKS_PER_SM blocks a
- * multiprocessor). A warp takes one row at a time and keeps it in registers
+ * multiprocessor; bf16 and f16 rows of up to 1792 columns, GPT-2 774M's and
+ * 1.5B's, at one block, for the registers their sums take). A warp takes one row at a time and keeps it in registers
  * for both passes (the row sums, then dinp), and each lane owns the same
  * columns of every row, so it also keeps its columns' dweight and dbias sums
  * in registers over all its rows. dout, inp and dinp are each read once and
@@ -41,6 +42,9 @@
 
 #define LAYERNORM_EPS 1e-5f
 #define LN_WARPS 8
+/* the register forward: rows of up to this many 16-byte packs a lane (C <=
+ * 1792 in bf16, GPT-2 1.5B's 1600 included; 896 in f32) */
+#define LN_ROWS_MAX_CHUNKS 7
 /* the fused backward: block size, and blocks per multiprocessor of its
  * persistent grid (a fixed number, so the partial sums and their order, and
  * so the bits of dweight and dbias, depend only on N, C and the GPU) */
@@ -52,6 +56,10 @@
 /* ... and with dinp's column sums too (SUM) without spilling: C <= 768 for
  * bf16 and f16, 512 for f32; wider rows sum dinp in a pass of their own */
 #define LNB_SUM_MAX_ELEMS(E) (sizeof(E) == 2 ? 24 : 16)
+/* wider bf16 and f16 rows, C <= 1792 (GPT-2 774M's 1280 and 1.5B's 1600):
+ * the same kernel at one block a multiprocessor, whose 255 registers hold
+ * a lane's 56 columns of sums and row without spilling */
+#define LNB_WIDE_MAX_ELEMS 56
 
 /* a and b are NULL for plain layernorm (inp is then the input); otherwise
  * residual = a + b is written to inp (cast away: it is the residual tensor). */
@@ -102,18 +110,19 @@ __global__ void layernorm_forward_kernel(T *out, float *mean_out, float *rstd_ou
     }
 }
 
-/* The same forward for rows of exactly 32 * PER * CHUNKS columns (GPT-2's
- * 768 in bf16 is 3 chunks of a 16-byte pack a lane) with weight and bias in
- * T: each lane loads its CHUNKS packs at once and keeps the row in registers
- * for the three passes, so a warp has the whole row in flight instead of one
- * pack a lane. Same sums in the same order as layernorm_forward_kernel, so
- * the same bits. */
+/* The same forward for rows of C columns in at most 32 * CHUNKS 16-byte
+ * packs (GPT-2's 768 in bf16 is 3 chunks of a pack a lane, 1600 is 6 or 7)
+ * with weight and bias in T: each lane loads its packs (lane + 32 i) at once
+ * and keeps the row in registers for the three passes, so a warp has the
+ * whole row in flight instead of one pack a lane. A lane beyond the row's
+ * last pack skips that chunk. Same sums in the same order as
+ * layernorm_forward_kernel, so the same bits. */
 template <typename T, int CHUNKS>
 __global__ void layernorm_forward_rows_kernel(T *out, float *mean_out, float *rstd_out, T *inp,
                                               const T *a, const T *b, const T *weight,
-                                              const T *bias, int64_t N) {
+                                              const T *bias, int64_t N, int C) {
     typedef gpc_pack<T> P;
-    const int C = 32 * P::n * CHUNKS;
+    const int packs = C / P::n;
     int lane = threadIdx.x & 31;
     int64_t row = (int64_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
     if (row >= N) return;
@@ -122,40 +131,45 @@ __global__ void layernorm_forward_rows_kernel(T *out, float *mean_out, float *rs
     if (a) {
         P u[CHUNKS];
 #pragma unroll
-        for (int i = 0; i < CHUNKS; i++) {
-            v[i] = ((const P *)(a + row * C))[lane + 32 * i];
-            u[i] = ((const P *)(b + row * C))[lane + 32 * i];
-        }
+        for (int i = 0; i < CHUNKS; i++)
+            if (lane + 32 * i < packs) {
+                v[i] = ((const P *)(a + row * C))[lane + 32 * i];
+                u[i] = ((const P *)(b + row * C))[lane + 32 * i];
+            }
 #pragma unroll
-        for (int i = 0; i < CHUNKS; i++) {
+        for (int i = 0; i < CHUNKS; i++)
+            if (lane + 32 * i < packs) {
 #pragma unroll
-            for (int k = 0; k < P::n; k++)
-                v[i].v[k] = gpc_from_f32<T>(gpc_to_f32(v[i].v[k]) + gpc_to_f32(u[i].v[k]));
-            ((P *)(inp + row * C))[lane + 32 * i] = v[i];
-        }
+                for (int k = 0; k < P::n; k++)
+                    v[i].v[k] = gpc_from_f32<T>(gpc_to_f32(v[i].v[k]) + gpc_to_f32(u[i].v[k]));
+                ((P *)(inp + row * C))[lane + 32 * i] = v[i];
+            }
     } else {
 #pragma unroll
         for (int i = 0; i < CHUNKS; i++)
-            v[i] = ((const P *)(inp + row * C))[lane + 32 * i];
+            if (lane + 32 * i < packs) v[i] = ((const P *)(inp + row * C))[lane + 32 * i];
     }
     float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < CHUNKS; i++)
+        if (lane + 32 * i < packs)
 #pragma unroll
-        for (int k = 0; k < P::n; k++) {
-            x[i][k] = gpc_to_f32(v[i].v[k]);
-            sum += x[i][k];
-        }
+            for (int k = 0; k < P::n; k++) {
+                x[i][k] = gpc_to_f32(v[i].v[k]);
+                sum += x[i][k];
+            }
     float mean = gpc_warp_sum(sum) / C;
     float var = 0.0f;
 #pragma unroll
     for (int i = 0; i < CHUNKS; i++)
+        if (lane + 32 * i < packs)
 #pragma unroll
-        for (int k = 0; k < P::n; k++)
-            var += (x[i][k] - mean) * (x[i][k] - mean);
+            for (int k = 0; k < P::n; k++)
+                var += (x[i][k] - mean) * (x[i][k] - mean);
     float rstd = rsqrtf(gpc_warp_sum(var) / C + LAYERNORM_EPS);
 #pragma unroll
     for (int i = 0; i < CHUNKS; i++) {
+        if (lane + 32 * i >= packs) continue;
         P w = ((const P *)weight)[lane + 32 * i], c = ((const P *)bias)[lane + 32 * i], o;
 #pragma unroll
         for (int k = 0; k < P::n; k++)
@@ -286,8 +300,8 @@ template <int PER> __device__ __forceinline__ void ln_weights(float *w, const fl
  * blocks' rows in a fixed order. The weight is staged in shared memory as f32
  * once per block. Dynamic shared memory: (1 + GROUPS) * C floats, and
  * LNB_WARPS * C more with SUM. */
-template <typename T, int ELEMS, bool SUM>
-__global__ void __launch_bounds__(LNB_THREADS, LNB_BLOCKS_PER_SM)
+template <typename T, int ELEMS, bool SUM, int MIN_BLOCKS>
+__global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
     layernorm_backward_fused_kernel(T *__restrict__ dinp, const T *__restrict__ dout,
                                     const T *__restrict__ inp, gpc_cuda_any weight,
                                     const float *__restrict__ mean, const float *__restrict__ rstd,
@@ -467,6 +481,13 @@ __global__ void residual_kernel(T *out, const T *a, const T *b, int64_t n, int v
         out[i] = gpc_from_f32<T>(gpc_to_f32(a[i]) + gpc_to_f32(b[i]));
 }
 
+/* GPC_LAYERNORM_WIDE=0 sends bf16 and f16 rows wider than 1024 columns to
+ * the two-kernel backward (for measuring the wide fused kernel against it). */
+static int layernorm_wide_enabled(void) {
+    static int enabled = -1;
+    return gpc_cuda_setting_flag("GPC_LAYERNORM_WIDE", &enabled);
+}
+
 /* GPC_LAYERNORM_ROWS=0 keeps every row on layernorm_forward_kernel (for
  * measuring the register kernel against it). */
 static int layernorm_rows_enabled(void) {
@@ -485,8 +506,8 @@ static gpc_status layernorm_launch(gpc_tensor *out, gpc_tensor *mean, gpc_tensor
                   (!a || (gpc_cuda_aligned16(a->data) && gpc_cuda_aligned16(b->data)));
         unsigned grid = gpc_cuda_blocks(N, LN_WARPS);
         const E *pa = a ? (const E *)a->data : NULL, *pb = b ? (const E *)b->data : NULL;
-        int chunks = (int)(C / (32 * per));
-        int rows = vec && C == (int64_t)chunks * 32 * per && chunks >= 1 && chunks <= 4 &&
+        int chunks = (int)((C / per + 31) / 32); /* packs a lane, the most */
+        int rows = vec && chunks >= 1 && chunks <= LN_ROWS_MAX_CHUNKS &&
                    weight->dtype == out->dtype && bias->dtype == out->dtype &&
                    gpc_cuda_aligned16(weight->data) && gpc_cuda_aligned16(bias->data) &&
                    layernorm_rows_enabled();
@@ -495,22 +516,35 @@ static gpc_status layernorm_launch(gpc_tensor *out, gpc_tensor *mean, gpc_tensor
             const E *w = (const E *)weight->data, *bb = (const E *)bias->data;
             float *mu = (float *)mean->data, *rs = (float *)rstd->data;
             cudaStream_t s = gpc_cuda_stream();
+            int c = (int)C;
             switch (chunks) {
             case 1:
                 layernorm_forward_rows_kernel<E, 1>
-                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N);
+                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, c);
                 break;
             case 2:
                 layernorm_forward_rows_kernel<E, 2>
-                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N);
+                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, c);
                 break;
             case 3:
                 layernorm_forward_rows_kernel<E, 3>
-                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N);
+                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, c);
+                break;
+            case 4:
+                layernorm_forward_rows_kernel<E, 4>
+                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, c);
+                break;
+            case 5:
+                layernorm_forward_rows_kernel<E, 5>
+                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, c);
+                break;
+            case 6:
+                layernorm_forward_rows_kernel<E, 6>
+                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, c);
                 break;
             default:
-                layernorm_forward_rows_kernel<E, 4>
-                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N);
+                layernorm_forward_rows_kernel<E, LN_ROWS_MAX_CHUNKS>
+                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, c);
                 break;
             }
         } else if (vec)
@@ -564,24 +598,27 @@ gpc_status gpc_cuda_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor 
 }
 
 /* Queues the fused backward for ELEMS columns per lane (see its kernel),
- * summing dinp's columns too when sum is set. */
+ * summing dinp's columns too when sum is set; rows wider than
+ * LNB_MAX_ELEMS run at one block a multiprocessor (the caller's grid). */
 template <typename E, int ELEMS>
 static void layernorm_backward_fused(unsigned grid, cudaStream_t s, gpc_tensor *dinp,
                                      const gpc_tensor *dout, const gpc_tensor *inp,
                                      const gpc_tensor *weight, const float *mu, const float *rs,
                                      float *partial, int64_t N, int C, int sum) {
     size_t shared = (sum ? 4 + LNB_WARPS : 3) * (size_t)C * sizeof(float);
+    const int min_blocks = ELEMS <= LNB_MAX_ELEMS(E) ? LNB_BLOCKS_PER_SM : 1;
     /* the caller sets sum only where ELEMS allows it, so only those widths
      * instantiate the summing kernel */
     if (sum)
-        layernorm_backward_fused_kernel<E, ELEMS, (ELEMS <= LNB_SUM_MAX_ELEMS(E))>
+        layernorm_backward_fused_kernel<E, ELEMS, (ELEMS <= LNB_SUM_MAX_ELEMS(E)), min_blocks>
             <<<grid, LNB_THREADS, shared, s>>>((E *)dinp->data, (const E *)dout->data,
                                                (const E *)inp->data, gpc_cuda_any_of(weight), mu,
                                                rs, partial, N, C);
     else
-        layernorm_backward_fused_kernel<E, ELEMS, false><<<grid, LNB_THREADS, shared, s>>>(
-            (E *)dinp->data, (const E *)dout->data, (const E *)inp->data, gpc_cuda_any_of(weight),
-            mu, rs, partial, N, C);
+        layernorm_backward_fused_kernel<E, ELEMS, false, min_blocks>
+            <<<grid, LNB_THREADS, shared, s>>>((E *)dinp->data, (const E *)dout->data,
+                                               (const E *)inp->data, gpc_cuda_any_of(weight), mu,
+                                               rs, partial, N, C);
 }
 
 gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
@@ -604,7 +641,9 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
                   gpc_cuda_aligned16(inp->data);
         /* columns a lane owns in the fused kernel: whole packs, a multiple of 8 */
         int64_t elems = vec ? ((C / P + 31) / 32 * P + 7) / 8 * 8 : 0;
-        int fused = vec && elems <= LNB_MAX_ELEMS(E);
+        int wide = vec && sizeof(E) == 2 && elems > LNB_MAX_ELEMS(E) &&
+                   elems <= LNB_WIDE_MAX_ELEMS && layernorm_wide_enabled();
+        int fused = (vec && elems <= LNB_MAX_ELEMS(E)) || wide;
         /* dinp's incoming column sums: in the fused kernel where it has room
          * for them, else a pass of their own before dinp changes (its scratch
          * use ends before the partial sums below take the buffer) */
@@ -613,7 +652,7 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
             GPC_TRY(gpc_cuda_add_column_sums(dinp_sum, dinp->data, dinp->dtype, N, C, C));
         groups = sum ? 3 : 2;
         if (fused) {
-            int64_t grid = (int64_t)gpc_cuda_sm_count() * LNB_BLOCKS_PER_SM,
+            int64_t grid = (int64_t)gpc_cuda_sm_count() * (wide ? 1 : LNB_BLOCKS_PER_SM),
                     need = (N + LNB_WARPS - 1) / LNB_WARPS;
             parts = (int)(grid < need ? grid : need);
             GPC_TRY(gpc_cuda_scratch((size_t)parts * groups * C * sizeof(float), &partial));
@@ -627,6 +666,15 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
             else if (elems == 24)
                 layernorm_backward_fused<E, 24>(parts, s, dinp, dout, inp, weight, mu, rs, pp, N,
                                                 (int)C, sum);
+            else if (wide && elems == 40)
+                layernorm_backward_fused<E, 40>(parts, s, dinp, dout, inp, weight, mu, rs, pp, N,
+                                                (int)C, sum);
+            else if (wide && elems == 48)
+                layernorm_backward_fused<E, 48>(parts, s, dinp, dout, inp, weight, mu, rs, pp, N,
+                                                (int)C, sum);
+            else if (wide)
+                layernorm_backward_fused<E, LNB_WIDE_MAX_ELEMS>(parts, s, dinp, dout, inp, weight,
+                                                                mu, rs, pp, N, (int)C, sum);
             else
                 layernorm_backward_fused<E, LNB_MAX_ELEMS(E)>(parts, s, dinp, dout, inp, weight, mu,
                                                               rs, pp, N, (int)C, sum);

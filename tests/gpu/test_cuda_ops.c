@@ -298,6 +298,13 @@ static void test_layernorm(void **state) {
     layernorm_case(GPC_BF16, 2, 33, 1024);
     layernorm_case(GPC_F32, 3, 71, 384);
     layernorm_case(GPC_F32, 1, 19, 128);
+    /* wider rows, a lane's packs ragged: GPT-2 774M's 1280 (5 packs a lane)
+     * and 1.5B's 1600 (7 for lanes 0-7, 6 for the rest), 1536 in f16; the
+     * forward in registers, the backward fused at one block an SM */
+    layernorm_case(GPC_BF16, 3, 171, 1280);
+    layernorm_case(GPC_BF16, 2, 333, 1600);
+    layernorm_case(GPC_F16, 1, 77, 1536);
+    layernorm_case(GPC_F32, 2, 41, 800);
 }
 
 /* ---------------------------------------------------------------- matmul */
