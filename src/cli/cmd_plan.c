@@ -163,7 +163,7 @@ int cmd_plan(int argc, char **argv) {
     in.context = context;
     in.batch = batch;
     int recompute;
-    if ((st = gpt_recompute_parse(recompute_name, &recompute)) != GPC_OK)
+    if (gpt_recompute_parse(recompute_name, &recompute) != GPC_OK)
         return cli_usage_error("plan", "%s", gpc_last_error());
     if (recompute_layers < 0 || (recompute_layers && !gpt_recompute_level(recompute)))
         return cli_usage_error("plan",
