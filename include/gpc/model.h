@@ -543,14 +543,14 @@ void gpt_host_state_free(gpt_host_state *state);
  * NULL) instead of the model: how a sharded model writes a whole checkpoint. */
 gpc_status gpt_checkpoint_save_full(const char *path, const gpt_model *model,
                                     const gpt_checkpoint_state *state, const gpt_host_state *full);
-/* Reads and checks the header only (magic, version, size): the config and
- * precision the checkpoint was written with and its state. */
 /* A checkpoint of weights alone (f32, no optimizer state) straight from a
  * host array of gpt_config_num_params(config) floats in gpc's order, with no
  * model built: what an import writes, holding the weights once. Loads like
  * any checkpoint of an f32 model that is not training. */
 gpc_status gpt_checkpoint_save_weights(const char *path, const gpt_config *config,
                                        const float *params, const gpt_checkpoint_state *state);
+/* Reads and checks the header only (magic, version, size): the config and
+ * precision the checkpoint was written with and its state. */
 gpc_status gpt_checkpoint_read_header(const char *path, gpt_config *config, gpc_dtype *precision,
                                       gpt_checkpoint_state *state);
 /* Loads weights (and m, v when the model trains and the file has them) after
@@ -558,6 +558,12 @@ gpc_status gpt_checkpoint_read_header(const char *path, gpt_config *config, gpc_
  * the model's. A sharded model keeps its shard of the optimizer state, so a
  * checkpoint loads at any world size. state may be NULL. */
 gpc_status gpt_checkpoint_load(const char *path, gpt_model *model, gpt_checkpoint_state *state);
+/* The same checks, and the weights alone: the file's optimizer state is
+ * left behind and a training model's m and v start at zero. The file may
+ * come from any device and precision (its values are f32); a model part
+ * takes its slice. How --init-from starts a run, with no host copy of the
+ * model. */
+gpc_status gpt_checkpoint_load_weights(const char *path, gpt_model *model);
 
 /* ----------------------------------------------------------------- LoRA */
 

@@ -93,11 +93,10 @@ const gpc_plan_gpu *gpc_plan_gpus(int *count);
 int gpc_plan_max_batch(const gpc_plan_input *in, uint64_t bytes);
 
 /* Host memory an offloaded GPU run needs while it starts: its pinned state
- * (r->host_pinned), where the weights are drawn or a checkpoint is read in
- * place; with init_from (--init-from) also the f32 weights read from the
- * other run on the host, 8 bytes an element (its model and their copy),
- * freed once set. 0 for a run that does not offload. */
-uint64_t gpc_plan_offload_start_bytes(const gpc_plan_result *r, int init_from);
+ * (r->host_pinned), where fresh weights are drawn and a checkpoint's
+ * (--resume, --init-from) are read in place. 0 for a run that does not
+ * offload. */
+uint64_t gpc_plan_offload_start_bytes(const gpc_plan_result *r);
 
 /* Writes the plan as one JSON object to path: model (its name as given,
  * "d12"), the input, every figure of r in bytes, and for each GPU of

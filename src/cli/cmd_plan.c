@@ -17,13 +17,13 @@ static void row(const char *what, uint64_t bytes) {
 }
 
 /* An offloaded GPU run's host memory at start (the pinned state, where
- * fresh weights are drawn) against what this machine has free now: gpc
- * train refuses a run that does not fit. */
+ * fresh weights are drawn and a checkpoint's are read) against what this
+ * machine has free now: gpc train refuses a run that does not fit. */
 static void print_offload_host(const gpc_plan_result *r) {
     char need[32], have[32];
-    uint64_t bytes = gpc_plan_offload_start_bytes(r, 0);
+    uint64_t bytes = gpc_plan_offload_start_bytes(r);
     size_t avail = gpc_host_memory_available();
-    printf("  host memory to start (the pinned state; --init-from reads 8 B a parameter more): %s",
+    printf("  host memory to start (the pinned state, where the weights start): %s",
            cli_format_bytes((double)bytes, need, sizeof need));
     if (avail)
         printf("; this machine has %s free: %s\n",

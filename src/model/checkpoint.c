@@ -503,7 +503,7 @@ static gpc_status read_tensor(FILE *file, const char *path, const read_target *t
 /* A part's load (tensor or pipeline parallelism): the whole arrays on the
  * host, checked, then this rank's part of them (gpt_tp.c). */
 static gpc_status load_sliced(const char *path, FILE *file, const ckpt_header *hdr,
-                              const unsigned char *raw, gpt_model *m) {
+                              const unsigned char *raw, gpt_model *m, int weights_only) {
     size_t P = (size_t)hdr->num_params, Pl = m->num_params;
     int arrays = hdr->has_optimizer ? 3 : 1;
     float *whole = gpc_malloc((size_t)arrays * P * sizeof(float));
@@ -526,7 +526,7 @@ static gpc_status load_sliced(const char *path, FILE *file, const ckpt_header *h
     for (int k = 1; s == GPC_OK && m->training && k < 3; k++) {
         /* the optimizer's m (k 1) and v (k 2) over its shard; zero without them */
         gpc_tensor dst = *(k == 1 ? gpc_optim_m(m->optim) : gpc_optim_v(m->optim));
-        if (k >= arrays) {
+        if (k >= arrays || weights_only) {
             s = gpc_tensor_zero(&dst);
             continue;
         }
@@ -541,7 +541,11 @@ static gpc_status load_sliced(const char *path, FILE *file, const ckpt_header *h
     return s;
 }
 
-gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_state *state) {
+/* weights_only: the optimizer state in the file is read (for the checksum)
+ * but not kept; a training model's m and v are zeroed, and no state or loss
+ * scale is taken. */
+static gpc_status load_checkpoint(const char *path, gpt_model *m, gpt_checkpoint_state *state,
+                                  int weights_only) {
     FILE *file;
     ckpt_header hdr = {0};
     unsigned char raw[CKPT_HEADER_BYTES];
@@ -563,7 +567,8 @@ gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_st
         return GPC_ERR_MISMATCH;
     }
     if (gpt_is_part(m)) {
-        GPC_TRY(load_sliced(path, file, &hdr, raw, m));
+        GPC_TRY(load_sliced(path, file, &hdr, raw, m, weights_only));
+        if (weights_only) return GPC_OK;
         if (state) *state = hdr.state;
         if (m->dtype == GPC_F16 && hdr.state.loss_scale > 0)
             gpc_optim_set_loss_scale(m->optim, hdr.state.loss_scale);
@@ -582,7 +587,7 @@ gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_st
     }
     uint32_t crc = gpc_crc32c(0, raw, CKPT_HEADER_BYTES);
     size_t P = m->num_params, lo = m->shard_offset, count = m->shard_count;
-    int moments = hdr.has_optimizer && m->training;
+    int moments = hdr.has_optimizer && m->training && !weights_only;
     /* the optimizer's state arrays tile the shard: element e at e - lo */
     read_target params = {&m->params_flat, 0, P, NULL, NULL};
     if (master) params = (read_target){master, lo, count, NULL, NULL};
@@ -608,13 +613,22 @@ gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_st
                             m->device, 1, &n);
         GPC_TRY(gpc_op_convert(low_shard ? &own : &m->params_flat, master));
     }
-    if (m->training && !hdr.has_optimizer) {
+    if (m->training && !moments) {
         gpc_tensor mom_zero = *gpc_optim_m(m->optim), var_zero = *gpc_optim_v(m->optim);
         GPC_TRY(gpc_tensor_zero(&mom_zero));
         GPC_TRY(gpc_tensor_zero(&var_zero));
     }
+    if (weights_only) return GPC_OK;
     if (state) *state = hdr.state;
     if (m->dtype == GPC_F16 && hdr.state.loss_scale > 0)
         gpc_optim_set_loss_scale(m->optim, hdr.state.loss_scale);
     return GPC_OK;
+}
+
+gpc_status gpt_checkpoint_load(const char *path, gpt_model *m, gpt_checkpoint_state *state) {
+    return load_checkpoint(path, m, state, 0);
+}
+
+gpc_status gpt_checkpoint_load_weights(const char *path, gpt_model *m) {
+    return load_checkpoint(path, m, NULL, 1);
 }

@@ -268,8 +268,8 @@ const gpc_plan_gpu *gpc_plan_gpus(int *count) {
     return plan_gpus;
 }
 
-uint64_t gpc_plan_offload_start_bytes(const gpc_plan_result *r, int init_from) {
-    return r->host_pinned ? r->host_pinned + (init_from ? 8 * r->num_params : 0) : 0;
+uint64_t gpc_plan_offload_start_bytes(const gpc_plan_result *r) {
+    return r->host_pinned;
 }
 
 int gpc_plan_max_batch(const gpc_plan_input *in, uint64_t bytes) {

@@ -412,19 +412,15 @@ static void fit_to_free_memory(trainer *t) {
 }
 
 /* An offloaded optimizer on a GPU pins its state in host memory (gpc plan's
- * host_pinned; fresh weights are drawn in it), and --init-from reads the
- * other run's weights on the host first: a run needing more than is free
- * would be killed by the OOM killer while it pins, so it is refused first. */
+ * host_pinned; the weights are drawn or read into it): a run needing more
+ * than is free would be killed by the OOM killer while it pins, so it is
+ * refused first. */
 static gpc_status check_pinned_memory(const gpc_train_options *o, const run_settings *s,
                                       const train_parts *parts) {
     gpc_plan_result r;
     if (!o->offload_optimizer || !plan_run(o, s, parts, s->B, &r)) return GPC_OK;
-    char detail[96];
-    snprintf(detail, sizeof detail, " (%.1f GiB pinned for the optimizer state%s)",
-             (double)r.host_pinned / (1 << 30),
-             o->init_from ? ", the rest to read --init-from's weights" : "");
-    return gpc_host_memory_check((double)gpc_plan_offload_start_bytes(&r, o->init_from != NULL),
-                                 "--offload-optimizer needs", detail,
+    return gpc_host_memory_check((double)gpc_plan_offload_start_bytes(&r),
+                                 "--offload-optimizer needs", " pinned for the optimizer state",
                                  "train a smaller model, or leave out --offload-optimizer where "
                                  "the GPU holds the optimizer state");
 }
@@ -1071,13 +1067,18 @@ static gpc_status run_loop(trainer *t, gpc_train_result *result) {
     return GPC_OK;
 }
 
-/* Fine-tuning: the weights of --init-from's checkpoint, read through a
- * host model (the checkpoint may come from any device and precision) and
- * set on the training model; its optimizer state is left behind. */
+/* Fine-tuning: the weights of --init-from's checkpoint, its optimizer
+ * state left behind. They load straight into the training model (its part
+ * under --tp/--pp), so the host holds no copy of the model; a LoRA base is
+ * read through a host model and set, its frozen weights having no master. */
 static gpc_status init_weights_from(trainer *t) {
     char path[4200];
     const char *from = t->lora.rank ? t->base_run : t->o->init_from;
     snprintf(path, sizeof path, "%s/checkpoint.bin", from);
+    if (!t->lora.rank) {
+        gpc_status s = gpt_checkpoint_load_weights(path, t->model);
+        return s == GPC_OK ? s : gpc_error_context(s, "--init-from %s: ", from);
+    }
     gpt_model *host = NULL;
     float *values = gpc_malloc(gpt_config_num_params(&t->s.config) * sizeof *values);
     gpc_status s = values ? GPC_OK : gpc_error(GPC_ERR_NOMEM, "out of host memory");
@@ -1085,13 +1086,6 @@ static gpc_status init_weights_from(trainer *t) {
     if (s == GPC_OK) s = gpt_checkpoint_load(path, host, NULL);
     if (s == GPC_OK) s = gpt_get_params(host, values);
     gpt_free(host);
-    if (s == GPC_OK && t->parts) { /* this rank's part of the whole model */
-        float *local = gpc_malloc(gpt_num_params(t->model) * sizeof *local);
-        if (!local) s = gpc_error(GPC_ERR_NOMEM, "out of host memory");
-        if (local) gpt_part_slice(&t->s.config, &t->parts->par, values, local);
-        gpc_free(values);
-        values = local;
-    }
     if (s == GPC_OK) s = gpt_set_params(t->model, values);
     gpc_free(values);
     return s == GPC_OK ? s : gpc_error_context(s, "--init-from %s: ", from);

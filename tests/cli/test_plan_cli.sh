@@ -98,12 +98,12 @@ import json
 p=json.load(open('$work/off.json'))
 assert (p['optimizer'], p['optimizer_unsharded'], p['total'], p['host_pinned'], p['offload_optimizer']) == (0, 0, 2846796032, 1991614720, 1), p"
 
-# On a GPU the offloaded run starts in its pinned state (fresh weights are
-# drawn in the pinned master: 1,991,614,720 bytes); the plan says whether
-# this machine has that free (gpc train refuses a run that does not fit);
-# the plan's default device is a GPU. d12 fits any test machine; 48 x 16384
-# (155B parameters, about 3 TB) none.
-grep -q "^  host memory to start (the pinned state; --init-from reads 8 B a parameter more): 1.9 GiB; this machine has .* free: fits$" "$work/off.txt" ||
+# On a GPU the offloaded run starts in its pinned state (the weights are
+# drawn or read into the pinned master: 1,991,614,720 bytes); the plan says
+# whether this machine has that free (gpc train refuses a run that does not
+# fit); the plan's default device is a GPU. d12 fits any test machine; 48 x
+# 16384 (155B parameters, about 3 TB) none.
+grep -q "^  host memory to start (the pinned state, where the weights start): 1.9 GiB; this machine has .* free: fits$" "$work/off.txt" ||
   fail "offload start line: $(grep -i 'to start' "$work/off.txt")"
 "$GPC" plan --model d12 --layers 48 --heads 128 --channels 16384 --batch 1 --offload-optimizer \
   --device cuda >"$work/offbig.txt"

@@ -12,9 +12,10 @@
  * norm. Exact, whatever the rounding: the device's bf16 weights are the
  * host masters rounded to nearest (every chunk came back), and a
  * checkpoint of the offloaded model loads into a plain one with the same
- * master bits. Weights drawn by gpt_init_weights straight into the pinned
- * master are those a CPU model draws from the seed, bit for bit, and the
- * device's bf16 copy is theirs rounded to nearest.
+ * master bits, and its weights alone into an offloaded one (--init-from)
+ * with zero moments. Weights drawn by gpt_init_weights straight into the
+ * pinned master are those a CPU model draws from the seed, bit for bit, and
+ * the device's bf16 copy is theirs rounded to nearest.
  *
  * GPC_OFFLOAD_CHUNK is set to 100,000 elements, so the 3.3M parameters
  * stream in about 33 chunks, and copies and updates overlap as on a large model.
@@ -140,6 +141,23 @@ static void test_offload_against_plain(void **state) {
     float *m_back = state_of(gpc_optim_m(gpt_optimizer(back)));
     float *m_off = state_of(gpc_optim_m(oo));
     assert_memory_equal(m_back, m_off, P * sizeof *m_back);
+    /* and its weights alone (--init-from) into a new offloaded model: read
+     * into the pinned master, rounded to the device, moments zero */
+    gpt_model *fresh = NULL;
+    TEST_OK(gpt_create_offload(&fresh, &config, gpu, GPC_BF16, B, T, 0));
+    TEST_OK(gpt_checkpoint_load_weights(path, fresh));
+    TEST_OK(gpt_get_params(fresh, wp));
+    assert_memory_equal(wp, wo, P * sizeof *wp);
+    uint16_t *low_init = malloc(P * sizeof *low_init);
+    gpc_tensor host_init = gpc_tensor_1d(low_init, GPC_BF16, gpc_cpu(), (int64_t)P);
+    TEST_OK(gpc_tensor_copy(&host_init, gpt_params_flat(fresh)));
+    assert_memory_equal(low_init, low, P * sizeof *low);
+    const float *m_init = gpc_optim_m(gpt_optimizer(fresh))->data; /* host memory */
+    for (size_t i = 0; i < P; i++)
+        if (m_init[i] != 0.0f)
+            fail_msg("element %zu: m %g after a weights-only load", i, m_init[i]);
+    free(low_init);
+    gpt_free(fresh);
     test_rmtree(dir);
     gpc_free(dir);
     free(w0), free(wp), free(wo), free(low), free(m_back), free(m_off);

@@ -125,6 +125,62 @@ static void test_round_trip(void **state) {
     gpt_free(a), gpt_free(b), gpt_free(c);
 }
 
+static int all_zero(const gpc_tensor *t) {
+    const float *x = t->data;
+    for (int64_t i = 0; i < gpc_tensor_numel(t); i++)
+        if (x[i] != 0.0f) return 0;
+    return 1;
+}
+
+/* gpt_checkpoint_load_weights (how --init-from starts a run): the weights
+ * bit for bit, the file's moments left behind and the model's own zeroed,
+ * for a whole model and for a tp rank's slice; a corrupt file is refused
+ * as gpt_checkpoint_load refuses it. */
+static void test_load_weights(void **state) {
+    (void)state;
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 24);
+    gpt_model *a = trained_model(&rng);
+    gpt_checkpoint_state s = sample_state(&rng);
+    const char *path = path_in("init.bin");
+    TEST_OK(gpt_checkpoint_save(path, a, &s));
+    gpt_model *b = trained_model(&rng); /* other weights, moments not zero */
+    assert_false(all_zero(gpc_optim_m(gpt_optimizer(b))));
+    TEST_OK(gpt_checkpoint_load_weights(path, b));
+    assert_tensor_equal(gpt_params_flat(a), gpt_params_flat(b));
+    assert_true(all_zero(gpc_optim_m(gpt_optimizer(b))));
+    assert_true(all_zero(gpc_optim_v(gpt_optimizer(b))));
+
+    /* tp rank 1 of 2 takes its slice of the whole weights */
+    const gpt_config *c = gpt_get_config(a);
+    size_t P = gpt_num_params(a), Pl = gpt_tp_num_params(c, 2);
+    float *whole = malloc(P * sizeof *whole), *want = malloc(Pl * sizeof *want);
+    float *got = malloc(Pl * sizeof *got);
+    TEST_OK(gpt_get_params(a, whole));
+    gpt_tp_slice(c, 2, 1, whole, want);
+    gpt_model *part = NULL;
+    TEST_OK(gpt_create_tp(&part, c, gpc_cpu(), GPC_F32, 2, 8, 0, 2, 1, 0, SIZE_MAX));
+    TEST_OK(gpt_checkpoint_load(path, part, NULL)); /* moments too */
+    assert_false(all_zero(gpc_optim_m(gpt_optimizer(part))));
+    TEST_OK(gpt_checkpoint_load_weights(path, part));
+    TEST_OK(gpt_get_params(part, got));
+    assert_memory_equal(got, want, Pl * sizeof *got);
+    assert_true(all_zero(gpc_optim_m(gpt_optimizer(part))));
+    assert_true(all_zero(gpc_optim_v(gpt_optimizer(part))));
+
+    /* a flipped byte in the moments still fails the checksum */
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, -64, SEEK_END);
+    int byte = fgetc(f);
+    fseek(f, -64, SEEK_END);
+    fputc(byte ^ 0x40, f);
+    fclose(f);
+    TEST_FAILS(gpt_checkpoint_load_weights(path, b), GPC_ERR_FORMAT, "checksum does not match");
+    free(whole), free(want), free(got);
+    gpt_free(a), gpt_free(b), gpt_free(part);
+}
+
 static char *slurp(const char *path, size_t *size) {
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
@@ -303,9 +359,8 @@ static void test_bad_files(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_save_weights),
-        cmocka_unit_test(test_recompute_in_header),
+        cmocka_unit_test(test_round_trip),   cmocka_unit_test(test_save_weights),
+        cmocka_unit_test(test_load_weights), cmocka_unit_test(test_recompute_in_header),
         cmocka_unit_test(test_bad_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
