@@ -19,8 +19,8 @@
  * Backward, C <= 1024 (768 in f32) in 16-byte packs (GPT-2's rows): one
  * fused kernel on a persistent grid (LNB_BLOCKS_PER_SM blocks a
  * multiprocessor; bf16 and f16 rows of up to 1792 columns, GPT-2 774M's and
- * 1.5B's, at one block, for the registers their sums take). A warp takes one row at a time and keeps it in registers
- * for both passes (the row sums, then dinp), and each lane owns the same
+ * 1.5B's, at one block, for the registers their sums take). A warp takes one row at a time and
+ * keeps it in registers for both passes (the row sums, then dinp), and each lane owns the same
  * columns of every row, so it also keeps its columns' dweight and dbias sums
  * in registers over all its rows. dout, inp and dinp are each read once and
  * dinp written once: the minimum traffic (an earlier version read dout and
@@ -481,6 +481,19 @@ __global__ void residual_kernel(T *out, const T *a, const T *b, int64_t n, int v
         out[i] = gpc_from_f32<T>(gpc_to_f32(a[i]) + gpc_to_f32(b[i]));
 }
 
+/* Queues layernorm_forward_rows_kernel<T, chunks> (CHUNKS counts up to it). */
+template <typename T, int CHUNKS>
+static void layernorm_forward_rows(int chunks, unsigned grid, cudaStream_t s, T *out,
+                                   float *mean_out, float *rstd_out, T *inp, const T *a, const T *b,
+                                   const T *weight, const T *bias, int64_t N, int C) {
+    if constexpr (CHUNKS < LN_ROWS_MAX_CHUNKS)
+        if (chunks > CHUNKS)
+            return layernorm_forward_rows<T, CHUNKS + 1>(chunks, grid, s, out, mean_out, rstd_out,
+                                                         inp, a, b, weight, bias, N, C);
+    layernorm_forward_rows_kernel<T, CHUNKS>
+        <<<grid, 32 * LN_WARPS, 0, s>>>(out, mean_out, rstd_out, inp, a, b, weight, bias, N, C);
+}
+
 /* GPC_LAYERNORM_WIDE=0 sends bf16 and f16 rows wider than 1024 columns to
  * the two-kernel backward (for measuring the wide fused kernel against it). */
 static int layernorm_wide_enabled(void) {
@@ -517,36 +530,7 @@ static gpc_status layernorm_launch(gpc_tensor *out, gpc_tensor *mean, gpc_tensor
             float *mu = (float *)mean->data, *rs = (float *)rstd->data;
             cudaStream_t s = gpc_cuda_stream();
             int c = (int)C;
-            switch (chunks) {
-            case 1:
-                layernorm_forward_rows_kernel<E, 1>
-                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, c);
-                break;
-            case 2:
-                layernorm_forward_rows_kernel<E, 2>
-                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, c);
-                break;
-            case 3:
-                layernorm_forward_rows_kernel<E, 3>
-                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, c);
-                break;
-            case 4:
-                layernorm_forward_rows_kernel<E, 4>
-                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, c);
-                break;
-            case 5:
-                layernorm_forward_rows_kernel<E, 5>
-                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, c);
-                break;
-            case 6:
-                layernorm_forward_rows_kernel<E, 6>
-                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, c);
-                break;
-            default:
-                layernorm_forward_rows_kernel<E, LN_ROWS_MAX_CHUNKS>
-                    <<<grid, 32 * LN_WARPS, 0, s>>>(o, mu, rs, x, pa, pb, w, bb, N, c);
-                break;
-            }
+            layernorm_forward_rows<E, 1>(chunks, grid, s, o, mu, rs, x, pa, pb, w, bb, N, c);
         } else if (vec)
             layernorm_forward_kernel<E, 16 / sizeof(E)>
                 <<<grid, 32 * LN_WARPS, 0, gpc_cuda_stream()>>>(
