@@ -19,9 +19,10 @@
  * Backward, C <= 1024 (768 in f32) in 16-byte packs (GPT-2's rows): one
  * fused kernel on a persistent grid (LNB_BLOCKS_PER_SM blocks a
  * multiprocessor; bf16 and f16 rows of up to 1792 columns, GPT-2 774M's and
- * 1.5B's, at one block, for the registers their sums take). A warp takes one row at a time and
- * keeps it in registers for both passes (the row sums, then dinp), and each lane owns the same
- * columns of every row, so it also keeps its columns' dweight and dbias sums
+ * 1.5B's, at one block, for the registers their sums take). A warp takes
+ * one row at a time and keeps it in registers for both passes (the row
+ * sums, then dinp), and each lane owns the same columns of every row, so it
+ * also keeps its columns' dweight and dbias sums
  * in registers over all its rows. dout, inp and dinp are each read once and
  * dinp written once: the minimum traffic (an earlier version read dout and
  * inp a second time in a separate column-sum kernel, a third more traffic).
@@ -581,14 +582,21 @@ gpc_status gpc_cuda_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor 
     return layernorm_launch(out, mean, rstd, residual, a, b, weight, bias);
 }
 
-/* Queues the fused backward for ELEMS columns per lane (see its kernel),
- * summing dinp's columns too when sum is set; rows wider than
- * LNB_MAX_ELEMS run at one block a multiprocessor (the caller's grid). */
+/* Queues the fused backward for elems columns per lane (see its kernel;
+ * ELEMS counts up to it by 8, as far as E's rows go: LNB_WIDE_MAX_ELEMS in
+ * bf16/f16, LNB_MAX_ELEMS in f32), summing dinp's columns too when sum is
+ * set; rows wider than LNB_MAX_ELEMS run at one block a multiprocessor (the
+ * caller's grid). */
 template <typename E, int ELEMS>
-static void layernorm_backward_fused(unsigned grid, cudaStream_t s, gpc_tensor *dinp,
+static void layernorm_backward_fused(int elems, unsigned grid, cudaStream_t s, gpc_tensor *dinp,
                                      const gpc_tensor *dout, const gpc_tensor *inp,
                                      const gpc_tensor *weight, const float *mu, const float *rs,
                                      float *partial, int64_t N, int C, int sum) {
+    constexpr int most = sizeof(E) == 2 ? LNB_WIDE_MAX_ELEMS : LNB_MAX_ELEMS(E);
+    if constexpr (ELEMS < most)
+        if (elems > ELEMS)
+            return layernorm_backward_fused<E, ELEMS + 8>(elems, grid, s, dinp, dout, inp, weight,
+                                                          mu, rs, partial, N, C, sum);
     size_t shared = (sum ? 4 + LNB_WARPS : 3) * (size_t)C * sizeof(float);
     const int min_blocks = ELEMS <= LNB_MAX_ELEMS(E) ? LNB_BLOCKS_PER_SM : 1;
     /* the caller sets sum only where ELEMS allows it, so only those widths
@@ -640,28 +648,8 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
                     need = (N + LNB_WARPS - 1) / LNB_WARPS;
             parts = (int)(grid < need ? grid : need);
             GPC_TRY(gpc_cuda_scratch((size_t)parts * groups * C * sizeof(float), &partial));
-            float *pp = (float *)partial;
-            if (elems == 8)
-                layernorm_backward_fused<E, 8>(parts, s, dinp, dout, inp, weight, mu, rs, pp, N,
-                                               (int)C, sum);
-            else if (elems == 16)
-                layernorm_backward_fused<E, 16>(parts, s, dinp, dout, inp, weight, mu, rs, pp, N,
-                                                (int)C, sum);
-            else if (elems == 24)
-                layernorm_backward_fused<E, 24>(parts, s, dinp, dout, inp, weight, mu, rs, pp, N,
-                                                (int)C, sum);
-            else if (wide && elems == 40)
-                layernorm_backward_fused<E, 40>(parts, s, dinp, dout, inp, weight, mu, rs, pp, N,
-                                                (int)C, sum);
-            else if (wide && elems == 48)
-                layernorm_backward_fused<E, 48>(parts, s, dinp, dout, inp, weight, mu, rs, pp, N,
-                                                (int)C, sum);
-            else if (wide)
-                layernorm_backward_fused<E, LNB_WIDE_MAX_ELEMS>(parts, s, dinp, dout, inp, weight,
-                                                                mu, rs, pp, N, (int)C, sum);
-            else
-                layernorm_backward_fused<E, LNB_MAX_ELEMS(E)>(parts, s, dinp, dout, inp, weight, mu,
-                                                              rs, pp, N, (int)C, sum);
+            layernorm_backward_fused<E, 8>((int)elems, parts, s, dinp, dout, inp, weight, mu, rs,
+                                           (float *)partial, N, (int)C, sum);
         } else {
             /* any C: dinp by one kernel, the column sums by a second */
             int per = vec ? P : 1;
