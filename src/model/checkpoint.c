@@ -541,6 +541,14 @@ static gpc_status load_sliced(const char *path, FILE *file, const ckpt_header *h
     return s;
 }
 
+/* The file's training state into *state (when asked) and its fp16 loss
+ * scale into the optimizer: what a resumed run takes besides the arrays. */
+static void take_state(gpt_model *m, const ckpt_header *hdr, gpt_checkpoint_state *state) {
+    if (state) *state = hdr->state;
+    if (m->dtype == GPC_F16 && hdr->state.loss_scale > 0)
+        gpc_optim_set_loss_scale(m->optim, hdr->state.loss_scale);
+}
+
 /* weights_only: the optimizer state in the file is read (for the checksum)
  * but not kept; a training model's m and v are zeroed, and no state or loss
  * scale is taken. */
@@ -568,10 +576,7 @@ static gpc_status load_checkpoint(const char *path, gpt_model *m, gpt_checkpoint
     }
     if (gpt_is_part(m)) {
         GPC_TRY(load_sliced(path, file, &hdr, raw, m, weights_only));
-        if (weights_only) return GPC_OK;
-        if (state) *state = hdr.state;
-        if (m->dtype == GPC_F16 && hdr.state.loss_scale > 0)
-            gpc_optim_set_loss_scale(m->optim, hdr.state.loss_scale);
+        if (!weights_only) take_state(m, &hdr, state);
         return GPC_OK;
     }
     /* a sharded low-precision model converts every parameter on the host
@@ -618,10 +623,7 @@ static gpc_status load_checkpoint(const char *path, gpt_model *m, gpt_checkpoint
         GPC_TRY(gpc_tensor_zero(&mom_zero));
         GPC_TRY(gpc_tensor_zero(&var_zero));
     }
-    if (weights_only) return GPC_OK;
-    if (state) *state = hdr.state;
-    if (m->dtype == GPC_F16 && hdr.state.loss_scale > 0)
-        gpc_optim_set_loss_scale(m->optim, hdr.state.loss_scale);
+    if (!weights_only) take_state(m, &hdr, state);
     return GPC_OK;
 }
 
