@@ -62,7 +62,9 @@ typedef struct {
     uint64_t total;               /* sum of the above: the device's bytes */
     uint64_t per_sample;          /* bytes added by each extra sequence of the micro-batch */
     uint64_t host_pinned;         /* offload: pinned host memory for the optimizer state and
-                                   * the staged gradients and weights (not in total) */
+                                   * the staged gradients and weights (not in total); all
+                                   * the host memory a run needs to start, the weights
+                                   * being drawn or read into its master */
 } gpc_plan_result;
 
 /* cuBLASLt workspace gpc's CUDA backend asks for (llm.c's choice, enough for
@@ -91,12 +93,6 @@ typedef struct {
 const gpc_plan_gpu *gpc_plan_gpus(int *count);
 /* Largest micro-batch whose plan fits in bytes (0 when not even one does). */
 int gpc_plan_max_batch(const gpc_plan_input *in, uint64_t bytes);
-
-/* Host memory an offloaded GPU run needs while it starts: its pinned state
- * (r->host_pinned), where fresh weights are drawn and a checkpoint's
- * (--resume, --init-from) are read in place. 0 for a run that does not
- * offload. */
-uint64_t gpc_plan_offload_start_bytes(const gpc_plan_result *r);
 
 /* Writes the plan as one JSON object to path: model (its name as given,
  * "d12"), the input, every figure of r in bytes, and for each GPU of

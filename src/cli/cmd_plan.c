@@ -21,7 +21,7 @@ static void row(const char *what, uint64_t bytes) {
  * machine has free now: gpc train refuses a run that does not fit. */
 static void print_offload_host(const gpc_plan_result *r) {
     char need[32], have[32];
-    uint64_t bytes = gpc_plan_offload_start_bytes(r);
+    uint64_t bytes = r->host_pinned;
     size_t avail = gpc_host_memory_available();
     printf("  host memory to start (the pinned state, where the weights start): %s",
            cli_format_bytes((double)bytes, need, sizeof need));

@@ -268,10 +268,6 @@ const gpc_plan_gpu *gpc_plan_gpus(int *count) {
     return plan_gpus;
 }
 
-uint64_t gpc_plan_offload_start_bytes(const gpc_plan_result *r) {
-    return r->host_pinned;
-}
-
 int gpc_plan_max_batch(const gpc_plan_input *in, uint64_t bytes) {
     /* The total is nondecreasing in B: binary search the last B that fits. */
     gpc_plan_input probe = *in;

@@ -419,8 +419,8 @@ static gpc_status check_pinned_memory(const gpc_train_options *o, const run_sett
                                       const train_parts *parts) {
     gpc_plan_result r;
     if (!o->offload_optimizer || !plan_run(o, s, parts, s->B, &r)) return GPC_OK;
-    return gpc_host_memory_check((double)gpc_plan_offload_start_bytes(&r),
-                                 "--offload-optimizer needs", " pinned for the optimizer state",
+    return gpc_host_memory_check((double)r.host_pinned, "--offload-optimizer needs",
+                                 " pinned for the optimizer state",
                                  "train a smaller model, or leave out --offload-optimizer where "
                                  "the GPU holds the optimizer state");
 }
