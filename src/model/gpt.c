@@ -738,11 +738,10 @@ gpc_status gpt_init_weights(gpt_model *m, uint64_t seed) {
     size_t full[GPT_NUM_PARAM_TENSORS + 1];
     gpt_param_layout(c, 1, full);
     /* an offloaded optimizer's master is already a host array of the whole
-     * model: drawn there, the start needs no f32 copy beside it (4 bytes a
+     * model (gpt_create_offload makes no part, LoRA or quantized model):
+     * drawn there, the start needs no f32 copy beside it (4 bytes a
      * parameter, 28 GB at 7B) */
-    float *master = gpt_is_part(m) || m->quant.on || m->lora.options.rank
-                        ? NULL
-                        : gpc_optim_host_master(m->optim, full[GPT_NUM_PARAM_TENSORS]);
+    float *master = gpc_optim_host_master(m->optim, full[GPT_NUM_PARAM_TENSORS]);
     float *w = master ? master : gpc_malloc(full[GPT_NUM_PARAM_TENSORS] * sizeof(float));
     if (!w) return gpc_error(GPC_ERR_NOMEM, "out of host memory initialising the model");
     gpc_rng rng;
