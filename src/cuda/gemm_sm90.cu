@@ -52,9 +52,16 @@
  * instructions of f32; f16 keeps 11 bits, more than the bf16 results' 8),
  * from the bf16 pre-activation, as the backward pass sees it.
  *
- * Shapes: M a multiple of 128, N of 192, K of 64, all pointers 16-byte
- * aligned and bf16; anything else, or another GPU than compute capability
- * 9.0, answers GPC_ERR_UNSUPPORTED and the caller takes cuBLASLt's path.
+ * Shapes: M a multiple of 128, K of 64, N of 192 or, from 1024 on with K
+ * at most 1280, of 64 (GPT-2 350M's and 774M's 4C: 4096, 5120), all
+ * pointers 16-byte aligned and bf16; anything else, or another GPU than
+ * compute capability 9.0, answers GPC_ERR_UNSUPPORTED and the caller takes
+ * cuBLASLt's path. Where N is not whole tiles the last column of tiles runs
+ * partly empty: TMA fills B's and x's rows beyond N with zeros and clips
+ * the stores at N, and the bias fetch and the column sums stop there (at N
+ * = 4096, 2.3% of the products are spent on the zeros). At K = 1600 (1.5B)
+ * cuBLASLt's longer main loop hides its epilogue and it is the faster
+ * (0.536 against 0.560 ms for the GELU product at 16,384 rows).
  *
  * On by default; GPC_GEMM_SM90=0 turns both off, gelu or dgelu keeps one.
  * On an H200 at GPT-2's shape (bench_gelu_bench, bench/RESULTS.md) the GELU
@@ -188,7 +195,7 @@ __device__ __forceinline__ void g_dgelu_end(const CUtensorMap *map_y, const unsi
         s[k] += __shfl_xor_sync(0xffffffffu, s[k], 8);
         s[k] += __shfl_xor_sync(0xffffffffu, s[k], 16);
     }
-    if (lane < 8) {
+    if (lane < 8 && n0 + 64 * w < N) { /* the last tile's boxes beyond N are empty */
         float4 *dst = (float4 *)(sums + (size_t)(m0 / G_SUM_ROWS + h) * N + n0 + 64 * w + 8 * c);
         dst[0] = make_float4(s[0], s[1], s[2], s[3]);
         dst[1] = make_float4(s[4], s[5], s[6], s[7]);
@@ -212,7 +219,7 @@ template <int MODE, int CL>
 __device__ __forceinline__ void g_consume(unsigned char *base, unsigned char *staging,
                                           uint64_t *full, uint64_t *empty, uint64_t *bar,
                                           const g_sched &sc, int kblocks, const gpc_bf16_t *bias,
-                                          int warp, int lane, int stm) {
+                                          int N, int warp, int lane, int stm) {
     const int c = warp / 4 - 1, t = threadIdx.x % 128, cw = t / 32;
     const int r0 = 64 * c + 16 * cw + lane / 4, swz = r0 % 8;
     float acc[G_BN / 2];
@@ -226,7 +233,7 @@ __device__ __forceinline__ void g_consume(unsigned char *base, unsigned char *st
          * each, while the products run; it goes to shared memory after them */
         const int ct = threadIdx.x - 128;
         __nv_bfloat162 bpair = __float2bfloat162_rn(0.0f);
-        if (MODE == G_GELU && bias && ct < G_BN / 2)
+        if (MODE == G_GELU && bias && ct < G_BN / 2 && n0 + 2 * ct < N)
             bpair = *(const __nv_bfloat162 *)(bias + n0 + 2 * ct);
         G_PROF_T(q0);
         g_mainloop<CL>(acc, base, full, empty, pos, kblocks, c, lane, sc.rank);
@@ -357,7 +364,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
     /* GELU: bar[0] the tile is staged, bar[1] the epilogue has drained it.
      * DGELU, each for staging tile b: bar[b] its x tile has arrived,
      * bar[2 + b] gelu'(x) is in it, bar[4 + b] the consumers' y is in it. */
-    const int tiles_n = N / G_BN, kblocks = K / G_BK;
+    const int tiles_n = (N + G_BN - 1) / G_BN, kblocks = K / G_BK;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const g_sched sc = g_schedule<CL>(M / G_BM, tiles_n, 1); /* row by row */
 
@@ -388,7 +395,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
     static_assert(2 * 128 * (G_CONSUMER_REGS + G_OTHER_REGS) <= 65536, "the register file");
     if (warp >= 4 && warp < 12) {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(G_CONSUMER_REGS));
-        g_consume<MODE, CL>(base, staging, full, empty, bar, sc, kblocks, bias, warp, lane, stm);
+        g_consume<MODE, CL>(base, staging, full, empty, bar, sc, kblocks, bias, N, warp, lane, stm);
         return;
     }
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(G_OTHER_REGS));
@@ -600,13 +607,20 @@ long gpc_cuda_gemm_sm90_cluster_calls(void) {
     return __atomic_load_n(&cluster_calls, __ATOMIC_RELAXED);
 }
 
-/* Whether the kernels take this product: which (SM90_*) on, shapes in
- * whole tiles, sizes within int, pointers 16-byte aligned, the GPU able. */
+/* Whether the kernels take this product: which (SM90_*) on, M and K in
+ * whole tiles, N in whole tiles or from 1024 on (K at most 1280) in whole
+ * 64-column boxes (the last tile partly empty), sizes within int, pointers
+ * 16-byte aligned, the GPU able. */
+/* Tiles across N, the last one partly empty where N is not whole tiles. */
+static int64_t sm90_tiles_n(int64_t N) {
+    return (N + G_BN - 1) / G_BN;
+}
+
 static int sm90_takes(int which, int64_t M, int64_t N, int64_t K, const void *const *ptrs,
                       int nptrs) {
-    if (!(sm90_enabled() & which) || M <= 0 || N <= 0 || K <= 0 || M % G_BM || N % G_BN ||
-        K % G_BK || M > 0x7fffffff || N > 0x7fffffff || K > 0x7fffffff ||
-        (M / G_BM) * (N / G_BN) > 0x7fffffff)
+    if (!(sm90_enabled() & which) || M <= 0 || N <= 0 || K <= 0 || M % G_BM ||
+        (N % G_BN && (N % 64 || N < 1024 || K > 1280)) || K % G_BK || M > 0x7fffffff ||
+        N > 0x7fffffff || K > 0x7fffffff || (M / G_BM) * sm90_tiles_n(N) > 0x7fffffff)
         return 0;
     for (int i = 0; i < nptrs; i++)
         if (!gpc_cuda_aligned16(ptrs[i])) return 0;
@@ -650,7 +664,7 @@ template <int MODE>
 static gpc_status sm90_launch(const void *a, const void *b, const void *x, const void *y,
                               const gpc_bf16_t *bias, float *sums, int64_t M, int64_t N,
                               int64_t K) {
-    const int64_t tiles = (M / G_BM) * (N / G_BN);
+    const int64_t tiles = (M / G_BM) * sm90_tiles_n(N);
     const int cl = sm90_clusters(MODE, M);
     CUtensorMap map_a, map_b, map_x, map_y;
     GPC_TRY(gpc_sm90_make_map(&map_a, a, M, K, G_BM));

@@ -437,17 +437,28 @@ static void test_matmul_gelu(void **state) {
     matmul_gelu_case(GPC_BF16, 2, 64, 768, 64, 1);
     matmul_gelu_case(GPC_BF16, 4, 2048, 1536, 128, 0);
     matmul_gelu_case(GPC_BF16, 4, 2048, 1536, 128, 1); /* and with the column sums */
+    /* from 1024 on, widths of whole 64-column boxes that are not whole
+     * 192-column tiles (the larger models' 4C): the last tile partly empty,
+     * with one box of it in use (1024, 4096) or two (1280); in clusters of
+     * two, the second block's half of the last tile of 1024 is all beyond N */
+    matmul_gelu_case(GPC_BF16, 2, 128, 64, 1024, 1);
+    matmul_gelu_case(GPC_BF16, 2, 64, 64, 1280, 0);
+    matmul_gelu_case(GPC_BF16, 4, 512, 128, 4096, 1);
+    matmul_gelu_case(GPC_BF16, 2, 128, 1024, 64, 1);
+    matmul_gelu_case(GPC_BF16, 2, 128, 1280, 64, 1);
+    matmul_gelu_case(GPC_BF16, 4, 512, 4096, 128, 1);
     long sm90 = gpc_cuda_gemm_sm90_calls() - sm90_before;
     int on = gpc_cuda_gemm_sm90_available();
     printf("  gemm_sm90 products: %ld (GELU %s, DGELU %s here)\n", sm90,
            on & 1 ? "available" : "not available", on & 2 ? "available" : "not available");
-    assert_int_equal(sm90, (on & 1 ? 2 : 0) + (on & 2 ? 3 : 0));
-    /* the 8192-row DGELU products pair their tile rows: clusters of two
+    assert_int_equal(sm90, (on & 1 ? 5 : 0) + (on & 2 ? 6 : 0));
+    /* the DGELU products of an even count of row tiles (8192, 256 and 2048
+     * rows) pair them: clusters of two
      * blocks with GPC_GEMM_SM90_CLUSTER=1 (gpu_test_cuda_ops_sm90_cluster) */
     int clusters_on = on && gpc_setting_flag("GPC_GEMM_SM90_CLUSTER");
     long clustered = gpc_cuda_gemm_sm90_cluster_calls() - clusters_before;
     printf("  of them as clusters of two: %ld\n", clustered);
-    assert_int_equal(clustered, clusters_on && (on & 2) ? 2 : 0);
+    assert_int_equal(clustered, clusters_on && (on & 2) ? 5 : 0);
 }
 
 /* GPT-2's large products at n = 8192 tokens, where matmul.cu takes the
