@@ -33,8 +33,10 @@
  * bias gradient of the projection before this layernorm, see ops.h), the
  * kernel also sums the dinp it reads, per warp in shared memory, so the
  * residual gradient is not read again for that bias (rows of up to 768
- * columns in bf16/f16, 512 in f32; wider ones would spill registers and sum
- * in a pass of their own, before the kernel). Other C (odd, wider, or
+ * columns, 512 in f32, and the wide bf16/f16 rows of 1025-1792 at one
+ * block; rows of 769-1024, whose sums would spill at two blocks and ran
+ * slower at one, and with GPC_LAYERNORM_WIDE=0 the wide ones too, sum in a
+ * pass of their own, before the kernel). Other C (odd, wider, or
  * unaligned rows): one warp per row for dinp, and the column sums by a
  * second kernel that reads dout and inp again, in row blocks whose partial
  * sums the same finishing kernel adds.
@@ -54,12 +56,13 @@
 #define LNB_BLOCKS_PER_SM 2
 /* columns per lane: C <= 1024 for bf16 and f16, 768 for f32 (32 f32 spill) */
 #define LNB_MAX_ELEMS(E) (sizeof(E) == 2 ? 32 : 24)
-/* ... and with dinp's column sums too (SUM) without spilling: C <= 768 for
- * bf16 and f16, 512 for f32; wider rows sum dinp in a pass of their own */
+/* ... and with dinp's column sums too (SUM) at two blocks a multiprocessor
+ * without spilling: C <= 768 for bf16 and f16, 512 for f32; the wide bf16
+ * and f16 rows sum them at one block (see LNB_WIDE_MAX_ELEMS) */
 #define LNB_SUM_MAX_ELEMS(E) (sizeof(E) == 2 ? 24 : 16)
 /* wider bf16 and f16 rows, C <= 1792 (GPT-2 774M's 1280 and 1.5B's 1600):
  * the same kernel at one block a multiprocessor, whose 255 registers hold
- * a lane's 56 columns of sums and row without spilling */
+ * a lane's 56 columns of sums and row without spilling (226 with SUM) */
 #define LNB_WIDE_MAX_ELEMS 56
 
 /* a and b are NULL for plain layernorm (inp is then the input); otherwise
@@ -496,7 +499,8 @@ static void layernorm_forward_rows(int chunks, unsigned grid, cudaStream_t s, T 
 }
 
 /* GPC_LAYERNORM_WIDE=0 sends bf16 and f16 rows wider than 1024 columns to
- * the two-kernel backward (for measuring the wide fused kernel against it). */
+ * the two-kernel backward, dinp's column sums in a pass of their own (for
+ * measuring the one-block fused kernel against them). */
 static int layernorm_wide_enabled(void) {
     static int enabled = -1;
     return gpc_cuda_setting_flag("GPC_LAYERNORM_WIDE", &enabled);
@@ -585,8 +589,9 @@ gpc_status gpc_cuda_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor 
 /* Queues the fused backward for elems columns per lane (see its kernel;
  * ELEMS counts up to it by 8, as far as E's rows go: LNB_WIDE_MAX_ELEMS in
  * bf16/f16, LNB_MAX_ELEMS in f32), summing dinp's columns too when sum is
- * set; rows wider than LNB_MAX_ELEMS run at one block a multiprocessor (the
- * caller's grid). */
+ * set (at most LNB_SUM_MAX_ELEMS columns a lane, or wide rows); rows
+ * wider than LNB_MAX_ELEMS run at one block a multiprocessor (the caller's
+ * grid). */
 template <typename E, int ELEMS>
 static void layernorm_backward_fused(int elems, unsigned grid, cudaStream_t s, gpc_tensor *dinp,
                                      const gpc_tensor *dout, const gpc_tensor *inp,
@@ -599,14 +604,20 @@ static void layernorm_backward_fused(int elems, unsigned grid, cudaStream_t s, g
                                                           mu, rs, partial, N, C, sum);
     size_t shared = (sum ? 4 + LNB_WARPS : 3) * (size_t)C * sizeof(float);
     const int min_blocks = ELEMS <= LNB_MAX_ELEMS(E) ? LNB_BLOCKS_PER_SM : 1;
-    /* the caller sets sum only where ELEMS allows it, so only those widths
-     * instantiate the summing kernel */
-    if (sum)
-        layernorm_backward_fused_kernel<E, ELEMS, (ELEMS <= LNB_SUM_MAX_ELEMS(E)), min_blocks>
-            <<<grid, LNB_THREADS, shared, s>>>((E *)dinp->data, (const E *)dout->data,
-                                               (const E *)inp->data, gpc_cuda_any_of(weight), mu,
-                                               rs, partial, N, C);
-    else
+    /* the caller sets sum only where the rows allow it, so only those
+     * widths instantiate the summing kernel */
+    constexpr bool can_sum =
+        ELEMS <= LNB_SUM_MAX_ELEMS(E) || (sizeof(E) == 2 && ELEMS > LNB_MAX_ELEMS(E));
+    if (sum) {
+        auto kernel = layernorm_backward_fused_kernel<E, ELEMS, can_sum, min_blocks>;
+        /* a row of sums a warp: beyond the default 48 KiB from 1025 columns
+         * (set at each such launch: the attribute is the current device's) */
+        if (shared > 48 * 1024)
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+        kernel<<<grid, LNB_THREADS, shared, s>>>((E *)dinp->data, (const E *)dout->data,
+                                                 (const E *)inp->data, gpc_cuda_any_of(weight), mu,
+                                                 rs, partial, N, C);
+    } else
         layernorm_backward_fused_kernel<E, ELEMS, false, min_blocks>
             <<<grid, LNB_THREADS, shared, s>>>((E *)dinp->data, (const E *)dout->data,
                                                (const E *)inp->data, gpc_cuda_any_of(weight), mu,
@@ -639,7 +650,9 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
         /* dinp's incoming column sums: in the fused kernel where it has room
          * for them, else a pass of their own before dinp changes (its scratch
          * use ends before the partial sums below take the buffer) */
-        int sum = dinp_sum != NULL && fused && elems <= LNB_SUM_MAX_ELEMS(E);
+        /* (rows of 769-1024 columns sum in a pass of their own: at one block
+         * an SM their kernel ran 0.996x the d24 step, at two it spills) */
+        int sum = dinp_sum != NULL && fused && (elems <= LNB_SUM_MAX_ELEMS(E) || wide);
         if (dinp_sum && !sum)
             GPC_TRY(gpc_cuda_add_column_sums(dinp_sum, dinp->data, dinp->dtype, N, C, C));
         groups = sum ? 3 : 2;
