@@ -4,9 +4,13 @@
  *
  *   bench_gpt2_step [--depth 12] [--batch 64] [--context 1024] [--accum 8]
  *                   [--steps 10] [--warmup 3] [--precision bf16] [--recompute 0|1|2]
+ *                   [--offload 0|1]
  *
  * --depth N is gpc train's --model dN: 24, 36 and 48 are GPT-2's larger
- * shapes (24 x 16 x 1024, 36 x 20 x 1280, 48 x 25 x 1600).
+ * shapes (24 x 16 x 1024, 36 x 20 x 1280, 48 x 25 x 1600). --offload 1
+ * keeps the optimizer state in pinned host memory (gpc train's
+ * --offload-optimizer), its CPU update overlapping the next step's forward
+ * as gpc train runs it (GPC_OFFLOAD_OVERLAP=0: each step waits for it).
  *
  * Prints one line per timed step and a summary: tokens/s (median step),
  * MFU against the H200's 989 TFLOP/s dense bf16 (FLOPs per token 6N + 6LCT,
@@ -22,6 +26,7 @@
 #include <string.h>
 
 #include "gpc/model.h"
+#include "gpc/settings.h"
 #include "gpc/trace.h"
 #include "bench_util.h"
 #ifdef GPC_HAVE_CUDA
@@ -35,6 +40,7 @@ static int compare_double(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     int depth = 12, B = 64, T = 1024, accum = 8, steps = 10, warmup = 3, recompute = 0;
+    int offload = 0;
     const char *precision = "bf16";
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
@@ -52,6 +58,8 @@ int main(int argc, char **argv) {
             warmup = atoi(v);
         else if (!strcmp(k, "--recompute"))
             recompute = atoi(v);
+        else if (!strcmp(k, "--offload"))
+            offload = atoi(v);
         else if (!strcmp(k, "--precision"))
             precision = v;
         else {
@@ -72,7 +80,9 @@ int main(int argc, char **argv) {
     if (gpc_dtype_parse(precision, &dtype) != GPC_OK ||
         gpt_config_parse_depth(name, &layers, &heads, &channels) != GPC_OK ||
         gpt_config_init(&config, layers, heads, channels, T, 50257) != GPC_OK ||
-        gpt_create_recompute(&model, &config, dev, dtype, B, T, 1, recompute) != GPC_OK ||
+        (offload
+             ? gpt_create_offload(&model, &config, dev, dtype, B, T, recompute)
+             : gpt_create_recompute(&model, &config, dev, dtype, B, T, 1, recompute)) != GPC_OK ||
         gpt_init_weights(model, 1337) != GPC_OK) {
         fprintf(stderr, "bench_gpt2_step: %s\n", gpc_last_error());
         return 1;
@@ -96,6 +106,7 @@ int main(int argc, char **argv) {
 
     gpc_optim_options opt;
     gpc_optim_defaults(&opt);
+    opt.overlap = gpc_setting_flag("GPC_OFFLOAD_OVERLAP"); /* as gpc train; offloaded only */
     double *times = calloc((size_t)steps, sizeof(double));
     gpc_status status = GPC_OK;
     for (int step = 0; step < warmup + steps && status == GPC_OK; step++) {

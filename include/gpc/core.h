@@ -192,6 +192,10 @@ typedef struct gpc_backend {
      * Optional: NULL makes it a plain copy. */
     gpc_status (*copy_async)(void *dst, gpc_device dst_device, const void *src,
                              gpc_device src_device, size_t bytes);
+    /* Makes device index the calling thread's own (a host thread other than
+     * the one that set the device up, queueing copies for it). Optional: NULL
+     * where there is nothing to make current (the CPU). */
+    gpc_status (*make_current)(int index);
     /* Graphs (gpc_graph_capture_begin and the functions after it). Optional:
      * NULL where the device runs every op as it is called (the CPU). */
     gpc_status (*graph_capture_begin)(int index);

@@ -20,8 +20,13 @@
  * runs the CPU backend's AdamW on each chunk as soon as it has arrived, and
  * copies the updated compute-dtype weights back on a second stream: the
  * download of chunk k+1, the update of chunk k and the upload of chunk k-1
- * overlap. The device's next work waits for the last upload; the host
- * returns once every chunk is updated. The CPU update rounds bf16 to
+ * overlap. The chunks follow the order gpc_optim_set_offload_order gives (a
+ * model's layers as its forward reads them). A plain step returns once
+ * every chunk is updated and the device's next work waits for the last
+ * upload. An overlapped step (options.overlap, on a GPU) returns once the
+ * gradient norm is read: a host thread updates the chunks while the caller
+ * queues the next forward, whose reads of each group's weights wait for
+ * that group alone (gpc_optim_wait_group). The CPU update rounds bf16 to
  * nearest (no stochastic rounding).
  *
  * fp16 gradients are computed from a loss scaled by gpc_optim_loss_scale
@@ -47,6 +52,9 @@ typedef struct {
     float max_grad_norm; /* clip the global norm to this; 0 disables */
     int step;            /* 1-based optimizer step, for bias correction */
     uint32_t seed;       /* 0: round to nearest; else stochastic rounding of bf16 */
+    /* offloaded on a GPU: return once the norm is read and leave the update
+     * running on a host thread (see gpc_optim_wait_group); ignored elsewhere */
+    int overlap;
 } gpc_optim_options;
 
 void gpc_optim_defaults(gpc_optim_options *options);
@@ -97,6 +105,30 @@ size_t gpc_optim_host_bytes(const gpc_optim *optim);
 /* Zeroes master, m and v. */
 gpc_status gpc_optim_zero(gpc_optim *optim);
 void gpc_optim_free(gpc_optim *optim);
+
+/* A span of the flat buffers in an offloaded update's order, and its group. */
+typedef struct {
+    size_t offset, count;
+    int group;
+} gpc_optim_span;
+
+/* Offloaded: the order the host updates the state in, before
+ * gpc_optim_alloc. Spans are tagged with groups 0, 1, ... (each group's
+ * spans together, groups ascending) and cover every trained element once:
+ * a model's embedding, then each layer, then its head, as its forward reads
+ * them. Without an order the state is one group in flat order. Nothing for
+ * a state on the device. */
+gpc_status gpc_optim_set_offload_order(gpc_optim *optim, const gpc_optim_span *spans, int count);
+/* After an overlapped step: waits until the weights of group (and every
+ * group before it) are queued on their way to the device, and makes the
+ * device's stream wait for them, so the ops queued next read the new
+ * weights. A group past the last waits for the whole update. Nothing when
+ * no update is running; an update that failed reports its error here. */
+gpc_status gpc_optim_wait_group(gpc_optim *optim, int group);
+/* Waits for the whole running update: the host state is final and the
+ * device's stream waits for the last upload. The state accessors below,
+ * and every function that reads or writes the state, settle first. */
+gpc_status gpc_optim_settle(gpc_optim *optim);
 
 /* Elements in each state array: the trained elements inside the shard. */
 size_t gpc_optim_state_count(const gpc_optim *optim);

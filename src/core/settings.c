@@ -102,6 +102,9 @@ static const gpc_setting_info table[] = {
      NULL},
     {"GPC_OFFLOAD_CHUNK", INT, "8388608", "benchmarks",
      "elements per copy and CPU update of gpc train --offload-optimizer", 1, 100000000, NULL},
+    {"GPC_OFFLOAD_OVERLAP", FLAG, "1", "benchmarks",
+     "--offload-optimizer on a GPU: the CPU update overlaps the next forward; 0: it ends each step",
+     0, 0, NULL},
     {"GPC_QUANT_FP8_LT", FLAG, "1", "benchmarks",
      "per-tensor fp8 weights on cuBLASLt's FP8 tensor cores (prefill); 0: the dequantizing "
      "kernel",

@@ -84,6 +84,11 @@ static gpc_status cuda_copy_async(void *dst, gpc_device dst_device, const void *
     return GPC_OK;
 }
 
+static gpc_status cuda_make_current(int index) {
+    GPC_CUDA_CHECK(cudaSetDevice(index));
+    return GPC_OK;
+}
+
 static gpc_status cuda_synchronize(int index) {
     GPC_CUDA_CHECK(cudaSetDevice(index));
     GPC_CUDA_CHECK(cudaDeviceSynchronize());
@@ -258,6 +263,7 @@ static gpc_backend make_backend(void) {
     b.device_name = cuda_device_name;
     b.device_pci_bus_id = cuda_device_pci_bus_id;
     b.copy_async = cuda_copy_async;
+    b.make_current = cuda_make_current;
     b.graph_capture_begin = cuda_graph_capture_begin;
     b.graph_capture_end = cuda_graph_capture_end;
     b.graph_launch = cuda_graph_launch;

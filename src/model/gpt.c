@@ -267,6 +267,48 @@ static gpc_status place_params(gpt_model *m, gpc_arena *arena) {
 
 /* The optimizer over the 16 tensors, each its own range: weight decay on
  * the 2-D weights, the tensor's index as its rounding id. */
+/* The groups of an offloaded update, in the order the forward reads them:
+ * the embedding (wte, wpe), each layer's slice of the per-layer tensors,
+ * the final layernorm (offload_group gives a layer's). An overlapped step's
+ * next forward then waits for each layer's new weights alone. */
+enum { GPT_OFFLOAD_EMBEDDING = 0 };
+static int offload_group(const gpt_model *m, int layer) {
+    return 1 + (layer < m->config.layers ? layer : m->config.layers);
+}
+
+/* Elements of parameter tensor i in the flat buffer. */
+static size_t param_count(const gpt_model *m, int i) {
+    size_t end = i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
+    return end - m->param_offset[i];
+}
+
+static gpc_status offload_order(gpt_model *m) {
+    /* wte and wpe first, lnfw and lnfb last, the per-layer ones between */
+    const int L = m->config.layers, first_layered = 2, last_layered = GPT_NUM_PARAM_TENSORS - 3;
+    gpc_optim_span *spans = gpc_malloc(((size_t)L * GPT_NUM_PARAM_TENSORS + 4) * sizeof *spans);
+    if (!spans) return gpc_error(GPC_ERR_NOMEM, "out of host memory creating the model");
+    int n = 0;
+    for (int i = 0; i < first_layered; i++)
+        spans[n++] = (gpc_optim_span){m->param_offset[i], param_count(m, i), GPT_OFFLOAD_EMBEDDING};
+    for (int l = 0; l < L; l++)
+        for (int i = first_layered; i <= last_layered; i++) {
+            size_t per = param_count(m, i) / (size_t)L;
+            spans[n++] =
+                (gpc_optim_span){m->param_offset[i] + (size_t)l * per, per, offload_group(m, l)};
+        }
+    for (int i = last_layered + 1; i < GPT_NUM_PARAM_TENSORS; i++)
+        spans[n++] = (gpc_optim_span){m->param_offset[i], param_count(m, i), offload_group(m, L)};
+    gpc_status s = gpc_optim_set_offload_order(m->optim, spans, n);
+    gpc_free(spans);
+    return s;
+}
+
+/* Before the forward reads a group's weights: an overlapped offloaded
+ * update queued them (nothing otherwise). */
+static gpc_status weights_ready(gpt_model *m, int group) {
+    return m->offload && m->optim ? gpc_optim_wait_group(m->optim, group) : GPC_OK;
+}
+
 static gpc_status create_optimizer(gpt_model *m) {
     gpc_optim_range ranges[GPT_NUM_PARAM_TENSORS];
     int count = 0;
@@ -305,7 +347,8 @@ static gpc_status create_optimizer(gpt_model *m) {
                                .moments = m->training,
                                .offload = m->offload,
                                .offload_chunk = (size_t)gpc_setting_int("GPC_OFFLOAD_CHUNK")};
-    return gpc_optim_create(&m->optim, &layout);
+    GPC_TRY(gpc_optim_create(&m->optim, &layout));
+    return m->offload ? offload_order(m) : GPC_OK;
 }
 
 /* One slot's activations; backward's scratch and LoRA's buffers only with
@@ -657,9 +700,11 @@ int gpt_is_sharded(const gpt_model *m) {
 
 void gpt_free(gpt_model *m) {
     if (!m) return;
+    /* first: an offloaded update's thread may still be queueing weights
+     * into the parameters */
+    gpc_optim_free(m->optim);
     gpc_arena_destroy(&m->param_arena);
     gpc_arena_destroy(&m->act_arena);
-    gpc_optim_free(m->optim);
     gpc_free(m->host_losses);
     gpc_free(m->host_row);
     gpc_free(m->slot_acts);
@@ -893,6 +938,7 @@ static gpc_status blocks_range(gpt_model *m, int start, int B, int T, int first,
      * layernorm after it reads the new residual alone. */
     {
         int l = first;
+        GPC_TRY(weights_ready(m, offload_group(m, l)));
         gpc_tensor residual = l == 0 ? encoded : act_rows(m, &a->residual3, l - 1, start, B, T, C);
         gpc_tensor ln1 = act_rows(m, &a->ln1, kept_layer(m, l, 2), start, B, T, C);
         gpc_tensor mean = stat_rows(m, &a->ln1_mean, kept_layer(m, l, 3), start, B, T);
@@ -961,6 +1007,7 @@ static gpc_status blocks_range(gpt_model *m, int start, int B, int T, int first,
                                : stat_rows(m, &a->ln1_rstd, kept_layer(m, l + 1, 3), start, B, T);
         gpc_tensor w = last ? p->lnfw : param_layer(&p->ln1w, l + 1, 0, C);
         gpc_tensor b = last ? p->lnfb : param_layer(&p->ln1b, l + 1, 0, C);
+        GPC_TRY(weights_ready(m, offload_group(m, l + 1))); /* the next layer's, or lnf's */
         GPC_TRY(gpc_op_layernorm_forward(&next, &mean, &rstd, &residual3, &w, &b));
     }
     return GPC_OK;
@@ -978,6 +1025,7 @@ static gpc_status blocks_forward(gpt_model *m, const gpc_tensor *tokens, int sta
     size_t at = (size_t)start * (size_t)c->channels;
     gpc_tensor encoded = view(&m->acts.encoded, at, 3, B, T, c->channels);
     gpc_tensor wpe = view(&p->wpe, at, 2, c->max_context - start, c->channels, 0);
+    GPC_TRY(weights_ready(m, GPT_OFFLOAD_EMBEDDING));
     /* a later pipeline stage's input is in encoded already */
     if (m->par.pp_rank == 0 && m->tp_size == 1)
         GPC_TRY(gpc_op_embedding_forward(&encoded, tokens, &p->wte, &wpe));

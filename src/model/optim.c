@@ -12,12 +12,17 @@
  * optimizer took ranges.
  *
  * Offloaded, the state sits in pinned host memory and a step streams the
- * gradients down and the weights up in chunks (see the offload section).
+ * gradients down and the weights up in chunks, on a host thread of its own
+ * when the step overlaps the next forward (see the offload section).
  */
 #include "gpc/optim.h"
 
+#include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/ops.h"
@@ -31,14 +36,18 @@ typedef struct {
 } piece;
 
 /* An offloaded copy-and-update chunk: flat elements [offset, offset +
- * count) of one run of touching pieces, state elements from state on. */
+ * count) of one run of touching pieces, state elements from state on, in
+ * the update order's group. */
 typedef struct {
     size_t offset, count, state;
+    int group;
 } chunk;
 
 /* The offloaded optimizer's host side: one pinned block holding the state
  * and the staging buffers (indexed like the state), the two copy streams,
- * and an event per chunk for "its gradients are on the host". */
+ * an event per chunk for "its gradients are on the host" and one per group
+ * for "its weights are on their way up", and the thread of an overlapped
+ * update with what it shares with the caller (under lock). */
 typedef struct {
     const gpc_backend *backend;
     void *block;
@@ -49,9 +58,27 @@ typedef struct {
     chunk *chunks;
     int chunk_count;
     gpc_stream down, up;
-    gpc_event ready;    /* on the device's stream: the gradients and norm are final */
-    gpc_event uploaded; /* on up: the last weights are on the device */
-    gpc_event *arrived; /* on down, per chunk */
+    gpc_event ready;      /* on the device's stream: the gradients and norm are final */
+    gpc_event uploaded;   /* on up: the last weights are on the device */
+    gpc_event *arrived;   /* on down, per chunk */
+    gpc_event downloaded; /* on down: every gradient is on the host */
+    gpc_event *group_up;  /* on up, per group: its last chunk is queued */
+    int group_count;
+
+    pthread_t worker;
+    int worker_started, lock_made;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int job;       /* an update queued for the worker */
+    int running;   /* an update queued or running: the state is not final */
+    int published; /* groups whose uploads are queued, of the running update */
+    int quit;
+    int synced; /* the device's stream waits for the last update's uploads */
+    gpc_status job_status;
+    char job_error[256];
+    gpc_tensor job_params;
+    gpc_optim_options job_options;
+    float job_scale;
 } offload_side;
 
 struct gpc_optim {
@@ -67,6 +94,8 @@ struct gpc_optim {
     gpc_arena own;           /* gpc_optim_alloc's arena */
     int offload;
     size_t offload_chunk;
+    gpc_optim_span *order; /* gpc_optim_set_offload_order's spans, or NULL */
+    int order_count;
     offload_side host; /* offloaded only */
 
     float loss_scale;        /* fp16: the loss is multiplied by this before backward */
@@ -181,6 +210,7 @@ gpc_status gpc_optim_alloc(gpc_optim *o) {
 }
 
 gpc_status gpc_optim_zero(gpc_optim *o) {
+    GPC_TRY(gpc_optim_settle(o));
     if (o->master.data) GPC_TRY(gpc_tensor_zero(&o->master));
     if (o->m.data) GPC_TRY(gpc_tensor_zero(&o->m));
     if (o->v.data) GPC_TRY(gpc_tensor_zero(&o->v));
@@ -192,6 +222,7 @@ void gpc_optim_free(gpc_optim *o) {
     offload_free(o);
     gpc_arena_destroy(&o->own);
     gpc_free(o->pieces);
+    gpc_free(o->order);
     gpc_free(o);
 }
 
@@ -207,11 +238,19 @@ size_t gpc_optim_state_count(const gpc_optim *o) {
     return o->state_count;
 }
 
+/* The accessors of the state wait for a running update first (its error,
+ * if any, stays for the next wait or step to report). */
+static void settle_quietly(const gpc_optim *o) {
+    if (__atomic_load_n(&o->host.running, __ATOMIC_ACQUIRE)) (void)gpc_optim_settle((gpc_optim *)o);
+}
+
 const gpc_tensor *gpc_optim_master(const gpc_optim *o) {
+    settle_quietly(o);
     return o->master.data ? &o->master : NULL;
 }
 
 float *gpc_optim_host_master(const gpc_optim *o, size_t count) {
+    settle_quietly(o);
     if (!o->offload || !o->master.data || o->state_count != count) return NULL;
     for (int i = 0; i < o->piece_count; i++)
         if (o->pieces[i].state != o->pieces[i].offset) return NULL;
@@ -219,10 +258,12 @@ float *gpc_optim_host_master(const gpc_optim *o, size_t count) {
 }
 
 const gpc_tensor *gpc_optim_m(const gpc_optim *o) {
+    settle_quietly(o);
     return o->m.data ? &o->m : NULL;
 }
 
 const gpc_tensor *gpc_optim_v(const gpc_optim *o) {
+    settle_quietly(o);
     return o->v.data ? &o->v : NULL;
 }
 
@@ -272,6 +313,7 @@ static gpc_status check_flat(const gpc_optim *o, const gpc_tensor *flat) {
 }
 
 gpc_status gpc_optim_set_master(gpc_optim *o, gpc_tensor *params, const float *values) {
+    GPC_TRY(gpc_optim_settle(o));
     if (!o->master.data) return GPC_OK;
     GPC_TRY(check_flat(o, params));
     piece r = {0};
@@ -287,6 +329,7 @@ gpc_status gpc_optim_set_master(gpc_optim *o, gpc_tensor *params, const float *v
 static gpc_status offload_master_to_params(gpc_optim *o, gpc_tensor *params);
 
 gpc_status gpc_optim_master_to_params(gpc_optim *o, gpc_tensor *params) {
+    GPC_TRY(gpc_optim_settle(o));
     if (!o->master.data) return GPC_OK;
     GPC_TRY(check_flat(o, params));
     if (o->offload) return offload_master_to_params(o, params);
@@ -300,6 +343,7 @@ gpc_status gpc_optim_master_to_params(gpc_optim *o, gpc_tensor *params) {
 }
 
 gpc_status gpc_optim_get_master(const gpc_optim *o, float *values) {
+    GPC_TRY(gpc_optim_settle((gpc_optim *)o));
     if (!o->master.data) return GPC_OK;
     piece r = {0};
     for (int k = 0; next_run(o, 0, SIZE_MAX, &k, &r);) {
@@ -477,23 +521,89 @@ static size_t part_bytes(size_t n, gpc_dtype dtype) {
     return (n * gpc_dtype_size(dtype) + 255) & ~(size_t)255;
 }
 
-/* The chunks: each maximal run of touching pieces cut into pieces of at
- * most offload_chunk elements, so a chunk is one copy each way. */
+/* Cuts r into chunks of at most offload_chunk elements of the group, at
+ * chunks[*n] on (counting only, with chunks NULL). */
+static void cut_chunks(const gpc_optim *o, const piece *r, int group, chunk *chunks, size_t *n) {
+    for (size_t done = 0; done < r->count; done += o->offload_chunk, (*n)++) {
+        size_t count = r->count - done < o->offload_chunk ? r->count - done : o->offload_chunk;
+        if (chunks) chunks[*n] = (chunk){r->offset + done, count, r->state + done, group};
+    }
+}
+
+/* The chunks, so that a chunk is one copy each way: in the order's spans,
+ * each cut at the pieces' ends; without an order, each maximal run of
+ * touching pieces, as one group. Counted first, then made. */
 static gpc_status make_chunks(gpc_optim *o) {
     offload_side *h = &o->host;
     size_t most = 0;
-    piece r = {0};
-    for (int k = 0; next_run(o, 0, SIZE_MAX, &k, &r);)
-        most += (r.count + o->offload_chunk - 1) / o->offload_chunk;
-    h->chunks = gpc_calloc(most ? most : 1, sizeof *h->chunks);
-    h->arrived = gpc_calloc(most ? most : 1, sizeof *h->arrived);
-    if (!h->chunks || !h->arrived)
-        return gpc_error(GPC_ERR_NOMEM, "out of host memory creating the optimizer");
-    for (int k = 0; next_run(o, 0, SIZE_MAX, &k, &r);)
-        for (size_t done = 0; done < r.count; done += o->offload_chunk) {
-            size_t n = r.count - done < o->offload_chunk ? r.count - done : o->offload_chunk;
-            h->chunks[h->chunk_count++] = (chunk){r.offset + done, n, r.state + done};
+    for (int pass = 0; pass < 2; pass++) {
+        size_t n = 0;
+        chunk *out = pass ? h->chunks : NULL;
+        piece r = {0};
+        if (!o->order)
+            for (int k = 0; next_run(o, 0, SIZE_MAX, &k, &r);)
+                cut_chunks(o, &r, 0, out, &n);
+        for (int i = 0; o->order && i < o->order_count; i++) {
+            const gpc_optim_span *sp = &o->order[i];
+            for (int k = 0; k < o->piece_count; k++)
+                if (clip(o, k, sp->offset, sp->offset + sp->count, &r))
+                    cut_chunks(o, &r, sp->group, out, &n);
         }
+        if (pass == 0) {
+            most = n;
+            h->chunks = gpc_calloc(most ? most : 1, sizeof *h->chunks);
+            h->arrived = gpc_calloc(most ? most : 1, sizeof *h->arrived);
+            if (!h->chunks || !h->arrived)
+                return gpc_error(GPC_ERR_NOMEM, "out of host memory creating the optimizer");
+        }
+        h->chunk_count = (int)n;
+    }
+    h->group_count = o->order ? o->order[o->order_count - 1].group + 1 : 1;
+    h->group_up = gpc_calloc((size_t)h->group_count, sizeof *h->group_up);
+    if (!h->group_up) return gpc_error(GPC_ERR_NOMEM, "out of host memory creating the optimizer");
+    return GPC_OK;
+}
+
+static int span_offset_order(const void *a, const void *b) {
+    size_t x = ((const gpc_optim_span *)a)->offset, y = ((const gpc_optim_span *)b)->offset;
+    return x < y ? -1 : x > y;
+}
+
+gpc_status gpc_optim_set_offload_order(gpc_optim *o, const gpc_optim_span *spans, int count) {
+    if (!o->offload) return GPC_OK;
+    if (o->host.backend)
+        return gpc_error(GPC_ERR_INVALID_ARG,
+                         "the offloaded update's order is set before gpc_optim_alloc");
+    if (count <= 0 || !spans)
+        return gpc_error(GPC_ERR_INVALID_ARG, "an offloaded update's order needs spans");
+    gpc_optim_span *copy = gpc_malloc((size_t)count * sizeof *copy);
+    if (!copy) return gpc_error(GPC_ERR_NOMEM, "out of host memory creating the optimizer");
+    memcpy(copy, spans, (size_t)count * sizeof *copy);
+    size_t covered = 0;
+    const char *why = NULL;
+    for (int i = 0; !why && i < count; i++) {
+        int g = spans[i].group, before = i ? spans[i - 1].group : 0;
+        if ((i == 0 && g != 0) || (g != before && g != before + 1))
+            why = "groups must start at 0 and ascend by one";
+        size_t in = 0;
+        piece r;
+        for (int k = 0; k < o->piece_count; k++)
+            if (clip(o, k, spans[i].offset, spans[i].offset + spans[i].count, &r)) in += r.count;
+        if (in != spans[i].count) why = "a span holds elements that are not trained";
+        covered += in;
+    }
+    qsort(copy, (size_t)count, sizeof *copy, span_offset_order);
+    for (int i = 1; !why && i < count; i++)
+        if (copy[i].offset < copy[i - 1].offset + copy[i - 1].count) why = "spans overlap";
+    if (!why && covered != o->state_count) why = "the spans leave trained elements out";
+    if (why) {
+        gpc_free(copy);
+        return gpc_error(GPC_ERR_INVALID_ARG, "offloaded update order: %s", why);
+    }
+    memcpy(copy, spans, (size_t)count * sizeof *copy); /* the caller's order, not sorted */
+    gpc_free(o->order);
+    o->order = copy;
+    o->order_count = count;
     return GPC_OK;
 }
 
@@ -533,8 +643,14 @@ static gpc_status offload_alloc(gpc_optim *o) {
     GPC_TRY(b->stream_create(o->device.index, &h->up));
     GPC_TRY(b->event_create(&h->ready));
     GPC_TRY(b->event_create(&h->uploaded));
+    GPC_TRY(b->event_create(&h->downloaded));
     for (int c = 0; c < h->chunk_count; c++)
         GPC_TRY(b->event_create(&h->arrived[c]));
+    for (int g = 0; g < h->group_count; g++)
+        GPC_TRY(b->event_create(&h->group_up[g]));
+    if (pthread_mutex_init(&h->lock, NULL) || pthread_cond_init(&h->cond, NULL))
+        return gpc_error(GPC_ERR_INTERNAL, "cannot make the offloaded update's lock");
+    h->lock_made = 1;
     return GPC_OK;
 }
 
@@ -542,18 +658,33 @@ static void offload_free(gpc_optim *o) {
     offload_side *h = &o->host;
     const gpc_backend *b = h->backend;
     if (!b) return;
+    if (h->worker_started) { /* its running update ends first */
+        pthread_mutex_lock(&h->lock);
+        h->quit = 1;
+        pthread_cond_broadcast(&h->cond);
+        pthread_mutex_unlock(&h->lock);
+        pthread_join(h->worker, NULL);
+    }
+    if (h->lock_made) {
+        pthread_mutex_destroy(&h->lock);
+        pthread_cond_destroy(&h->cond);
+    }
     /* copies may still be in flight into or out of the block */
     if (h->down) (void)b->stream_synchronize(h->down);
     if (h->up) (void)b->stream_synchronize(h->up);
     for (int c = 0; h->arrived && c < h->chunk_count; c++)
         if (h->arrived[c]) b->event_destroy(h->arrived[c]);
+    for (int g = 0; h->group_up && g < h->group_count; g++)
+        if (h->group_up[g]) b->event_destroy(h->group_up[g]);
     if (h->ready) b->event_destroy(h->ready);
     if (h->uploaded) b->event_destroy(h->uploaded);
+    if (h->downloaded) b->event_destroy(h->downloaded);
     if (h->down) b->stream_destroy(h->down);
     if (h->up) b->stream_destroy(h->up);
     if (h->block) b->free_host(h->block);
     gpc_free(h->chunks);
     gpc_free(h->arrived);
+    gpc_free(h->group_up);
     memset(h, 0, sizeof *h);
     o->master = o->m = o->v = (gpc_tensor){0};
 }
@@ -612,6 +743,115 @@ static gpc_status update_chunk(gpc_optim *o, const chunk *c, const gpc_optim_opt
     return GPC_OK;
 }
 
+/* Updates every chunk in order as its gradients arrive and queues its
+ * weights on the up stream; after a group's last chunk, records the group's
+ * event and (publish: an overlapped update's thread) says so under the lock.
+ * Then records uploaded. Stops at the first error. */
+static gpc_status update_chunks(gpc_optim *o, gpc_tensor *params, const gpc_optim_options *opt,
+                                float scale, int publish) {
+    offload_side *h = &o->host;
+    const gpc_backend *b = h->backend;
+    double start = gpc_time_seconds(), waited = 0, first_group = 0;
+    for (int i = 0; i < h->chunk_count; i++) {
+        const chunk *c = &h->chunks[i];
+        double t = gpc_time_seconds();
+        GPC_TRY(b->event_synchronize(h->arrived[i]));
+        waited += gpc_time_seconds() - t;
+        GPC_TRY(update_chunk(o, c, opt, scale));
+        GPC_TRY(upload(o, params, c));
+        if (c->group == 0) first_group = gpc_time_seconds() - start;
+        if (i + 1 < h->chunk_count && h->chunks[i + 1].group == c->group) continue;
+        GPC_TRY(b->event_record(h->group_up[c->group], h->up));
+        if (!publish) continue;
+        pthread_mutex_lock(&h->lock);
+        h->published = c->group + 1;
+        pthread_cond_broadcast(&h->cond);
+        pthread_mutex_unlock(&h->lock);
+    }
+    /* GPC_LOG=debug: where the host's time went (the step's bound when
+     * offloaded) */
+    gpc_log(GPC_LOG_DEBUG,
+            "offloaded update%s: %d chunks in %.1f ms (%.1f waiting for gradients), the first "
+            "group's in %.1f",
+            publish ? " (overlapped)" : "", h->chunk_count, (gpc_time_seconds() - start) * 1e3,
+            waited * 1e3, first_group * 1e3);
+    return b->event_record(h->uploaded, h->up);
+}
+
+/* The overlapped update's thread: runs each queued update, keeps its error
+ * (the message too: messages are per thread), and says when it is done. */
+static void *update_thread(void *arg) {
+    gpc_optim *o = arg;
+    offload_side *h = &o->host;
+    gpc_status made = h->backend->make_current ? h->backend->make_current(o->device.index) : GPC_OK;
+    pthread_mutex_lock(&h->lock);
+    for (;;) {
+        while (!h->job && !h->quit)
+            pthread_cond_wait(&h->cond, &h->lock);
+        if (!h->job) break;
+        h->job = 0;
+        pthread_mutex_unlock(&h->lock);
+        gpc_status s = made;
+        if (s == GPC_OK) s = update_chunks(o, &h->job_params, &h->job_options, h->job_scale, 1);
+        pthread_mutex_lock(&h->lock);
+        if (s != GPC_OK) {
+            h->job_status = s;
+            snprintf(h->job_error, sizeof h->job_error, "%s", gpc_last_error());
+        }
+        __atomic_store_n(&h->running, 0, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&h->cond);
+    }
+    pthread_mutex_unlock(&h->lock);
+    return NULL;
+}
+
+/* Hands the update to the thread (started on first use). */
+static gpc_status start_update(gpc_optim *o, gpc_tensor *params, const gpc_optim_options *opt,
+                               float scale) {
+    offload_side *h = &o->host;
+    if (!h->worker_started) {
+        if (pthread_create(&h->worker, NULL, update_thread, o))
+            return gpc_error(GPC_ERR_INTERNAL, "cannot start the offloaded update's thread");
+        h->worker_started = 1;
+    }
+    pthread_mutex_lock(&h->lock);
+    h->job_params = *params;
+    h->job_options = *opt;
+    h->job_scale = scale;
+    h->job_status = GPC_OK;
+    h->published = 0;
+    h->synced = 0;
+    h->job = 1;
+    __atomic_store_n(&h->running, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&h->cond);
+    pthread_mutex_unlock(&h->lock);
+    return GPC_OK;
+}
+
+gpc_status gpc_optim_wait_group(gpc_optim *o, int group) {
+    offload_side *h = &o->host;
+    if (!o->offload || !h->lock_made || h->synced) return GPC_OK;
+    pthread_mutex_lock(&h->lock);
+    while (h->running && h->published <= group && h->job_status == GPC_OK)
+        pthread_cond_wait(&h->cond, &h->lock);
+    gpc_status s = h->job_status;
+    int running = h->running;
+    char why[sizeof h->job_error];
+    memcpy(why, h->job_error, sizeof why);
+    pthread_mutex_unlock(&h->lock);
+    if (s != GPC_OK) return gpc_error(s, "the offloaded optimizer's update: %s", why);
+    if (!running) { /* all of it: the last upload */
+        GPC_TRY(h->backend->stream_wait_event(NULL, h->uploaded));
+        h->synced = 1;
+        return GPC_OK;
+    }
+    return h->backend->stream_wait_event(NULL, h->group_up[group]);
+}
+
+gpc_status gpc_optim_settle(gpc_optim *o) {
+    return gpc_optim_wait_group(o, INT_MAX);
+}
+
 /* The offloaded step. The device's stream marks the gradients final; the
  * down stream then copies the norm and every chunk's gradients (f32
  * parameters too: they are their own master) into the staging buffers,
@@ -619,7 +859,11 @@ static gpc_status update_chunk(gpc_optim *o, const chunk *c, const gpc_optim_opt
  * each arrives and queues its weights on the up stream. Everything the
  * device does next waits for the last upload, which the host queued after
  * every download had arrived: the next backward cannot overwrite gradients
- * still being read, nor the next forward read old weights. */
+ * still being read, nor the next forward read old weights. Overlapped, the
+ * host reads the norm (it comes before the first chunk), hands the chunks
+ * to the update's thread and returns: the device's next work waits for the
+ * downloads alone, and each group's weights are waited for where they are
+ * read (gpc_optim_wait_group). */
 static gpc_status offload_step(gpc_optim *o, gpc_tensor *params, const gpc_tensor *grads,
                                size_t begin, size_t end, gpc_tensor *norm_sq,
                                const gpc_optim_options *opt, float *grad_norm, int *skipped) {
@@ -639,6 +883,7 @@ static gpc_status offload_step(gpc_optim *o, gpc_tensor *params, const gpc_tenso
                          "%s and %s",
                          gpc_dtype_name(o->dtype), gpc_dtype_name(params->dtype),
                          gpc_dtype_name(grads->dtype));
+    GPC_TRY(gpc_optim_settle(o)); /* the last overlapped update */
     float scale = o->loss_scale;
     /* fp16: the norm of the unscaled gradients, on the device too, where
      * gpt_read_step reads it (a non-finite norm stays non-finite) */
@@ -660,22 +905,28 @@ static gpc_status offload_step(gpc_optim *o, gpc_tensor *params, const gpc_tenso
                             c->count * size, h->down));
         GPC_TRY(b->event_record(h->arrived[i], h->down));
     }
-    gpc_status s = GPC_OK;
+    GPC_TRY(b->event_record(h->downloaded, h->down));
     int clean = 1;
-    for (int i = 0; s == GPC_OK && clean && i < h->chunk_count; i++) {
-        s = b->event_synchronize(h->arrived[i]);
+    if (opt->overlap && b->type != GPC_DEVICE_CPU && h->chunk_count > 0) {
+        GPC_TRY(b->event_synchronize(h->arrived[0])); /* the norm came first */
         /* fp16: an overflowed step is skipped whole, and the scale halves */
-        if (s == GPC_OK && i == 0 && o->dtype == GPC_F16) clean = scale_update(o, h->norm[0]);
-        if (s == GPC_OK && clean) s = update_chunk(o, &h->chunks[i], opt, scale);
-        if (s == GPC_OK && clean) s = upload(o, params, &h->chunks[i]);
+        if (o->dtype == GPC_F16) clean = scale_update(o, h->norm[0]);
+        if (clean) GPC_TRY(start_update(o, params, opt, scale));
+        /* the next writes of the gradients wait for their copies */
+        GPC_TRY(b->stream_wait_event(NULL, h->downloaded));
+    } else {
+        /* the norm came first; each chunk is waited for as it is updated */
+        gpc_status s = h->chunk_count ? b->event_synchronize(h->arrived[0]) : GPC_OK;
+        if (s == GPC_OK && h->chunk_count && o->dtype == GPC_F16)
+            clean = scale_update(o, h->norm[0]);
+        if (s == GPC_OK && clean) s = update_chunks(o, params, opt, scale, 0);
+        /* every download has arrived (waited for above, or here when the
+         * update stopped early) before the device may reuse the gradients */
+        gpc_status wait = b->stream_synchronize(h->down);
+        if (s == GPC_OK) s = wait;
+        if (s == GPC_OK) s = b->stream_wait_event(NULL, h->uploaded);
+        GPC_TRY(s);
     }
-    /* every download has arrived (waited for above, or here when the loop
-     * stopped early) before the device may reuse the gradients */
-    gpc_status wait = b->stream_synchronize(h->down);
-    if (s == GPC_OK) s = wait;
-    if (s == GPC_OK) s = b->event_record(h->uploaded, h->up);
-    if (s == GPC_OK) s = b->stream_wait_event(NULL, h->uploaded);
-    GPC_TRY(s);
     /* nothing trained: the norm arrived with the synchronisation above */
     if (h->chunk_count == 0 && o->dtype == GPC_F16) clean = scale_update(o, h->norm[0]);
     if (skipped) *skipped = !clean;

@@ -944,6 +944,9 @@ static gpc_status train_step(trainer *t, gpc_train_event *e) {
      * checkpoint do not depend on the choice. */
     uint32_t draw = gpc_rng_u32(&t->rng);
     adam.seed = s->stochastic_rounding ? (draw | 1u) : 0;
+    /* offloaded on a GPU, the CPU update runs on while the next step's
+     * forward waits for each layer's new weights alone */
+    adam.overlap = gpc_setting_flag("GPC_OFFLOAD_OVERLAP");
     gpc_trace_push("optimizer");
     gpc_status update_status = GPC_OK;
     if (t->ddp) update_status = gpc_ddp_finish_backward(t->ddp);

@@ -15,7 +15,9 @@
  * master bits, and its weights alone into an offloaded one (--init-from)
  * with zero moments. Weights drawn by gpt_init_weights straight into the
  * pinned master are those a CPU model draws from the seed, bit for bit, and
- * the device's bf16 copy is theirs rounded to nearest.
+ * the device's bf16 copy is theirs rounded to nearest. An overlapped update,
+ * the next forward waiting layer by layer, repeats the plain offloaded
+ * step bit for bit.
  *
  * GPC_OFFLOAD_CHUNK is set to 100,000 elements, so the 3.3M parameters
  * stream in about 33 chunks, and copies and updates overlap as on a large model.
@@ -203,6 +205,90 @@ static void test_offload_init_in_master(void **state) {
     gpt_free(off);
 }
 
+/* The bf16 weights on the device and the host state (master, m, v) of an
+ * offloaded model, as one host array: P halves, then 3P floats. */
+static void *offload_state(gpt_model *m, size_t P) {
+    char *out = malloc(P * 2 + 3 * P * sizeof(float));
+    /* the accessors first: they wait for a running update, and the device's
+     * stream for its uploads */
+    const gpc_optim *o = gpt_optimizer(m);
+    const gpc_tensor *parts[3] = {gpc_optim_master(o), gpc_optim_m(o), gpc_optim_v(o)};
+    gpc_tensor low = gpc_tensor_1d(out, GPC_BF16, gpc_cpu(), (int64_t)P);
+    TEST_OK(gpc_tensor_copy(&low, gpt_params_flat(m)));
+    for (int k = 0; k < 3; k++)
+        memcpy(out + P * 2 + k * P * sizeof(float), parts[k]->data, P * sizeof(float));
+    return out;
+}
+
+/* An overlapped update (options.overlap: the step returns with the CPU
+ * update running, the next forward waiting for each layer's weights) gives
+ * the same bits as the plain offloaded step: the same CPU arithmetic on the
+ * same chunks, only later. Two micro-steps a step, so the second forward
+ * meets groups already waited for; every fourth step an evaluation forward
+ * (gpt_forward) comes between the update and the next step, and the
+ * second-to-last step is followed by a checkpoint-style read of the state
+ * (the accessors wait for the update). */
+static void test_offload_overlap(void **state) {
+    (void)state;
+    const gpc_device gpu = {GPC_DEVICE_CUDA, 0};
+    gpt_config config;
+    TEST_OK(gpt_config_init(&config, 3, 4, 256, T, V));
+    gpt_model *models[2] = {NULL, NULL}, *init = NULL;
+    for (int k = 0; k < 2; k++)
+        TEST_OK(gpt_create_offload(&models[k], &config, gpu, GPC_BF16, B, T, 0));
+    TEST_OK(gpt_create(&init, &config, gpc_cpu(), GPC_F32, 1, 1, 0));
+    TEST_OK(gpt_init_weights(init, gpc_rng_u32(&rng)));
+    size_t P = gpt_num_params(init);
+    float *w0 = malloc(P * sizeof *w0);
+    TEST_OK(gpt_get_params(init, w0));
+    gpt_free(init);
+    for (int k = 0; k < 2; k++)
+        TEST_OK(gpt_set_params(models[k], w0));
+    int32_t inputs[2][B * T], targets[2][B * T];
+    gpc_optim_options o;
+    gpc_optim_defaults(&o);
+    o.learning_rate = 1e-3f;
+    float first = 0, last = 0;
+    for (int step = 1; step <= STEPS; step++) {
+        for (int u = 0; u < 2; u++)
+            for (int i = 0; i < B * T; i++) {
+                inputs[u][i] = (int32_t)gpc_rng_below(&rng, V);
+                targets[u][i] = (inputs[u][i] * 5 + 1) % V;
+            }
+        float loss[2], norm[2], eval[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            TEST_OK(gpt_zero_grad(models[k]));
+            for (int u = 0; u < 2; u++)
+                TEST_OK(
+                    gpt_forward_backward(models[k], inputs[u], targets[u], B, T, 0.5f / (B * T)));
+            o.step = step;
+            o.overlap = k; /* model 1 overlaps its update */
+            TEST_OK(gpt_update(models[k], &o, NULL, NULL));
+            TEST_OK(gpt_read_step(models[k], &loss[k], &norm[k]));
+            if (step % 4 == 0) { /* an evaluation reads the new weights */
+                TEST_OK(gpt_forward(models[k], inputs[0], targets[0], B, T));
+                TEST_OK(gpt_mean_loss(models[k], &eval[k]));
+            }
+        }
+        if (loss[1] != loss[0] || norm[1] != norm[0] || eval[1] != eval[0])
+            fail_msg("step %d: overlapped loss %.9g norm %.9g eval %.9g, plain %.9g %.9g %.9g",
+                     step, loss[1], norm[1], eval[1], loss[0], norm[0], eval[0]);
+        if (step == STEPS - 1) { /* the state read while the update may run */
+            void *a = offload_state(models[0], P), *b = offload_state(models[1], P);
+            assert_memory_equal(a, b, P * 2 + 3 * P * sizeof(float));
+            free(a), free(b);
+        }
+        if (step == 1) first = loss[0];
+        last = loss[0];
+    }
+    assert_true(last < first);
+    void *a = offload_state(models[0], P), *b = offload_state(models[1], P);
+    assert_memory_equal(a, b, P * 2 + 3 * P * sizeof(float));
+    free(a), free(b), free(w0);
+    for (int k = 0; k < 2; k++)
+        gpt_free(models[k]);
+}
+
 int main(void) {
     if (!gpc_backend_get(GPC_DEVICE_CUDA)) {
         fprintf(stderr, "skipped: %s\n", gpc_last_error());
@@ -213,6 +299,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_offload_against_plain),
         cmocka_unit_test(test_offload_init_in_master),
+        cmocka_unit_test(test_offload_overlap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -355,7 +355,9 @@ static void test_fp16_overflow_and_loss_scale(void **state) {
 /* The offloaded optimizer, in chunks of 7 elements that cut through the
  * ranges, against the plain one on the same values: weights, m, v and the
  * master equal bit for bit after 6 steps, and so do the norms; in fp16 an
- * overflowed step is skipped by both, and the loss scales agree. */
+ * overflowed step is skipped by both, and the loss scales agree. A third,
+ * offloaded with an update order (each range's halves, last range first, a
+ * group each), steps alike. */
 static void test_offload_steps_like_plain(void **state) {
     (void)state;
     const gpc_dtype dtypes[3] = {GPC_F32, GPC_BF16, GPC_F16};
@@ -366,15 +368,27 @@ static void test_offload_steps_like_plain(void **state) {
         size_t P = 300 + gpc_rng_below(&rng, 300), size = gpc_dtype_size(dt);
         gpc_optim_range r[MAX_RANGES];
         int n = random_ranges(&rng, P, r);
-        gpc_optim *opt[2] = {NULL, NULL};
-        void *w[2], *g = malloc(P * size);
-        float *values = malloc(P * sizeof *values), *gf = malloc(P * sizeof *gf), sq[2][1];
+        gpc_optim *opt[3] = {NULL, NULL, NULL};
+        void *w[3], *g = malloc(P * size);
+        float *values = malloc(P * sizeof *values), *gf = malloc(P * sizeof *gf), sq[3][1];
         gpc_rng_fill_normal(&rng, values, P, 0.0f, 1.0f);
-        for (int k = 0; k < 2; k++) {
-            gpc_optim_layout layout = {gpc_cpu(), dt, r, n, 0, SIZE_MAX, 1, k, 7};
+        gpc_optim_span spans[2 * MAX_RANGES];
+        int ns = 0;
+        for (int i = n - 1; i >= 0; i--) {
+            size_t half = r[i].count / 2;
+            spans[ns] = (gpc_optim_span){r[i].offset + half, r[i].count - half, ns};
+            ns++;
+            if (half) {
+                spans[ns] = (gpc_optim_span){r[i].offset, half, ns};
+                ns++;
+            }
+        }
+        for (int k = 0; k < 3; k++) {
+            gpc_optim_layout layout = {gpc_cpu(), dt, r, n, 0, SIZE_MAX, 1, k > 0, 7};
             TEST_OK(gpc_optim_create(&opt[k], &layout));
+            if (k == 2) TEST_OK(gpc_optim_set_offload_order(opt[k], spans, ns));
             TEST_OK(gpc_optim_alloc(opt[k]));
-            assert_int_equal(gpc_optim_offloaded(opt[k]), k);
+            assert_int_equal(gpc_optim_offloaded(opt[k]), k > 0);
             assert_true(k ? gpc_optim_host_bytes(opt[k]) > 0 : gpc_optim_host_bytes(opt[k]) == 0);
             w[k] = malloc(P * size);
             gpc_tensor host = gpc_tensor_1d(values, GPC_F32, gpc_cpu(), (int64_t)P);
@@ -394,29 +408,34 @@ static void test_offload_steps_like_plain(void **state) {
             TEST_OK(gpc_op_convert(&grads, &host));
             o.step = step;
             o.max_grad_norm = step % 2 ? 1.0f : 0.0f;
-            float norm[2];
-            int skipped[2];
-            for (int k = 0; k < 2; k++) {
+            float norm[3];
+            int skipped[3];
+            for (int k = 0; k < 3; k++) {
                 gpc_tensor params = gpc_tensor_1d(w[k], dt, gpc_cpu(), (int64_t)P);
                 gpc_tensor norm_sq = gpc_tensor_1d(sq[k], GPC_F32, gpc_cpu(), 1);
                 TEST_OK(gpc_optim_norm_sq(opt[k], &grads, 0, P, &norm_sq));
                 TEST_OK(gpc_optim_step(opt[k], &params, &grads, 0, P, &norm_sq, &o, &norm[k],
                                        &skipped[k]));
             }
-            assert_int_equal(skipped[0], skipped[1]);
             assert_int_equal(skipped[0], dt == GPC_F16 && step == 3);
-            assert_true(skipped[0] ? isnan(norm[1]) : norm[0] == norm[1]);
-            assert_true(gpc_optim_loss_scale(opt[0]) == gpc_optim_loss_scale(opt[1]));
-            if (memcmp(w[0], w[1], P * size) != 0)
-                fail_msg("%s step %d: the offloaded weights differ", gpc_dtype_name(dt), step);
+            for (int k = 1; k < 3; k++) {
+                assert_int_equal(skipped[0], skipped[k]);
+                assert_true(skipped[0] ? isnan(norm[k]) : norm[0] == norm[k]);
+                assert_true(gpc_optim_loss_scale(opt[0]) == gpc_optim_loss_scale(opt[k]));
+                if (memcmp(w[0], w[k], P * size) != 0)
+                    fail_msg("%s step %d: the offloaded weights differ (%s)", gpc_dtype_name(dt),
+                             step, k == 2 ? "in the given order" : "in flat order");
+            }
         }
         size_t count = gpc_optim_state_count(opt[0]);
-        assert_memory_equal(gpc_optim_m(opt[0])->data, gpc_optim_m(opt[1])->data, count * 4);
-        assert_memory_equal(gpc_optim_v(opt[0])->data, gpc_optim_v(opt[1])->data, count * 4);
-        if (dt != GPC_F32)
-            assert_memory_equal(gpc_optim_master(opt[0])->data, gpc_optim_master(opt[1])->data,
-                                count * 4);
-        for (int k = 0; k < 2; k++) {
+        for (int k = 1; k < 3; k++) {
+            assert_memory_equal(gpc_optim_m(opt[0])->data, gpc_optim_m(opt[k])->data, count * 4);
+            assert_memory_equal(gpc_optim_v(opt[0])->data, gpc_optim_v(opt[k])->data, count * 4);
+            if (dt != GPC_F32)
+                assert_memory_equal(gpc_optim_master(opt[0])->data, gpc_optim_master(opt[k])->data,
+                                    count * 4);
+        }
+        for (int k = 0; k < 3; k++) {
             gpc_optim_free(opt[k]);
             free(w[k]);
         }
@@ -452,6 +471,31 @@ static void test_errors(void **state) {
     TEST_OK(gpc_optim_norm_sq(opt, &grads, 0, 20, &norm_sq));
     TEST_FAILS(gpc_optim_step(opt, &params, &grads, 0, 20, &norm_sq, &o, NULL, NULL),
                GPC_ERR_INVALID_ARG, "without moments");
+    gpc_optim_free(opt);
+    /* an offloaded update's order: the trained elements, each once, in
+     * groups from 0 ascending by one, given before the state is allocated */
+    layout.moments = 1;
+    layout.offload = 1;
+    TEST_OK(gpc_optim_create(&opt, &layout));
+    const gpc_optim_span good[3] = {{10, 10, 0}, {5, 5, 1}, {0, 5, 1}};
+    const gpc_optim_span overlapping[3] = {{10, 10, 0}, {4, 6, 1}, {0, 5, 1}};
+    const gpc_optim_span short_of[2] = {{10, 10, 0}, {0, 9, 1}};
+    const gpc_optim_span beyond[2] = {{10, 11, 0}, {0, 10, 1}};
+    const gpc_optim_span skipping[2] = {{10, 10, 0}, {0, 10, 2}};
+    TEST_FAILS(gpc_optim_set_offload_order(opt, overlapping, 3), GPC_ERR_INVALID_ARG,
+               "spans overlap");
+    TEST_FAILS(gpc_optim_set_offload_order(opt, short_of, 2), GPC_ERR_INVALID_ARG,
+               "leave trained elements out");
+    TEST_FAILS(gpc_optim_set_offload_order(opt, beyond, 2), GPC_ERR_INVALID_ARG, "not trained");
+    TEST_FAILS(gpc_optim_set_offload_order(opt, skipping, 2), GPC_ERR_INVALID_ARG, "ascend by one");
+    TEST_FAILS(gpc_optim_set_offload_order(opt, good, 0), GPC_ERR_INVALID_ARG, "needs spans");
+    TEST_OK(gpc_optim_set_offload_order(opt, good, 3));
+    TEST_OK(gpc_optim_alloc(opt));
+    TEST_FAILS(gpc_optim_set_offload_order(opt, good, 3), GPC_ERR_INVALID_ARG,
+               "before gpc_optim_alloc");
+    /* nothing runs: waiting for a group or for all of it returns at once */
+    TEST_OK(gpc_optim_wait_group(opt, 1));
+    TEST_OK(gpc_optim_settle(opt));
     gpc_optim_free(opt);
     assert_int_equal(gpc_optim_round_seed(0, 3), 0); /* round to nearest */
     for (uint32_t seed = 1; seed < 64; seed++)
