@@ -53,7 +53,9 @@ typedef struct {
     int step;            /* 1-based optimizer step, for bias correction */
     uint32_t seed;       /* 0: round to nearest; else stochastic rounding of bf16 */
     /* offloaded on a GPU: return once the norm is read and leave the update
-     * running on a host thread (see gpc_optim_wait_group); ignored elsewhere */
+     * running on a host thread (see gpc_optim_wait_group); ignored elsewhere.
+     * 2: on the CPU too (tests of the thread: there the update competes with
+     * the forward for the cores) */
     int overlap;
 } gpc_optim_options;
 

@@ -907,7 +907,7 @@ static gpc_status offload_step(gpc_optim *o, gpc_tensor *params, const gpc_tenso
     }
     GPC_TRY(b->event_record(h->downloaded, h->down));
     int clean = 1;
-    if (opt->overlap && b->type != GPC_DEVICE_CPU && h->chunk_count > 0) {
+    if ((opt->overlap > 1 || (opt->overlap && b->type != GPC_DEVICE_CPU)) && h->chunk_count > 0) {
         GPC_TRY(b->event_synchronize(h->arrived[0])); /* the norm came first */
         /* fp16: an overflowed step is skipped whole, and the scale halves */
         if (o->dtype == GPC_F16) clean = scale_update(o, h->norm[0]);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpc/model.h"
 #include "gpc/optim.h"
 #include "ops/ops.h"
 
@@ -357,7 +358,9 @@ static void test_fp16_overflow_and_loss_scale(void **state) {
  * master equal bit for bit after 6 steps, and so do the norms; in fp16 an
  * overflowed step is skipped by both, and the loss scales agree. A third,
  * offloaded with an update order (each range's halves, last range first, a
- * group each), steps alike. */
+ * group each), steps alike, and so does a fourth in the same order whose
+ * update runs on its thread (overlap 2: on the CPU too), waited for group
+ * by group (gpc_optim_wait_group) and then whole. */
 static void test_offload_steps_like_plain(void **state) {
     (void)state;
     const gpc_dtype dtypes[3] = {GPC_F32, GPC_BF16, GPC_F16};
@@ -368,9 +371,10 @@ static void test_offload_steps_like_plain(void **state) {
         size_t P = 300 + gpc_rng_below(&rng, 300), size = gpc_dtype_size(dt);
         gpc_optim_range r[MAX_RANGES];
         int n = random_ranges(&rng, P, r);
-        gpc_optim *opt[3] = {NULL, NULL, NULL};
-        void *w[3], *g = malloc(P * size);
-        float *values = malloc(P * sizeof *values), *gf = malloc(P * sizeof *gf), sq[3][1];
+        enum { RUNS = 4 };
+        gpc_optim *opt[RUNS] = {NULL, NULL, NULL, NULL};
+        void *w[RUNS], *g = malloc(P * size);
+        float *values = malloc(P * sizeof *values), *gf = malloc(P * sizeof *gf), sq[RUNS][1];
         gpc_rng_fill_normal(&rng, values, P, 0.0f, 1.0f);
         gpc_optim_span spans[2 * MAX_RANGES];
         int ns = 0;
@@ -383,10 +387,10 @@ static void test_offload_steps_like_plain(void **state) {
                 ns++;
             }
         }
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < RUNS; k++) {
             gpc_optim_layout layout = {gpc_cpu(), dt, r, n, 0, SIZE_MAX, 1, k > 0, 7};
             TEST_OK(gpc_optim_create(&opt[k], &layout));
-            if (k == 2) TEST_OK(gpc_optim_set_offload_order(opt[k], spans, ns));
+            if (k >= 2) TEST_OK(gpc_optim_set_offload_order(opt[k], spans, ns));
             TEST_OK(gpc_optim_alloc(opt[k]));
             assert_int_equal(gpc_optim_offloaded(opt[k]), k > 0);
             assert_true(k ? gpc_optim_host_bytes(opt[k]) > 0 : gpc_optim_host_bytes(opt[k]) == 0);
@@ -408,38 +412,101 @@ static void test_offload_steps_like_plain(void **state) {
             TEST_OK(gpc_op_convert(&grads, &host));
             o.step = step;
             o.max_grad_norm = step % 2 ? 1.0f : 0.0f;
-            float norm[3];
-            int skipped[3];
-            for (int k = 0; k < 3; k++) {
+            float norm[RUNS];
+            int skipped[RUNS];
+            for (int k = 0; k < RUNS; k++) {
                 gpc_tensor params = gpc_tensor_1d(w[k], dt, gpc_cpu(), (int64_t)P);
                 gpc_tensor norm_sq = gpc_tensor_1d(sq[k], GPC_F32, gpc_cpu(), 1);
                 TEST_OK(gpc_optim_norm_sq(opt[k], &grads, 0, P, &norm_sq));
+                o.overlap = k == 3 ? 2 : 0;
                 TEST_OK(gpc_optim_step(opt[k], &params, &grads, 0, P, &norm_sq, &o, &norm[k],
                                        &skipped[k]));
             }
+            for (int group = 0; group < ns; group++) /* the update's groups as they come */
+                TEST_OK(gpc_optim_wait_group(opt[3], group));
+            TEST_OK(gpc_optim_settle(opt[3]));
             assert_int_equal(skipped[0], dt == GPC_F16 && step == 3);
-            for (int k = 1; k < 3; k++) {
+            for (int k = 1; k < RUNS; k++) {
                 assert_int_equal(skipped[0], skipped[k]);
                 assert_true(skipped[0] ? isnan(norm[k]) : norm[0] == norm[k]);
                 assert_true(gpc_optim_loss_scale(opt[0]) == gpc_optim_loss_scale(opt[k]));
                 if (memcmp(w[0], w[k], P * size) != 0)
                     fail_msg("%s step %d: the offloaded weights differ (%s)", gpc_dtype_name(dt),
-                             step, k == 2 ? "in the given order" : "in flat order");
+                             step,
+                             k == 3   ? "overlapped"
+                             : k == 2 ? "in the given order"
+                                      : "in flat order");
             }
         }
         size_t count = gpc_optim_state_count(opt[0]);
-        for (int k = 1; k < 3; k++) {
+        for (int k = 1; k < RUNS; k++) {
             assert_memory_equal(gpc_optim_m(opt[0])->data, gpc_optim_m(opt[k])->data, count * 4);
             assert_memory_equal(gpc_optim_v(opt[0])->data, gpc_optim_v(opt[k])->data, count * 4);
             if (dt != GPC_F32)
                 assert_memory_equal(gpc_optim_master(opt[0])->data, gpc_optim_master(opt[k])->data,
                                     count * 4);
         }
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < RUNS; k++) {
             gpc_optim_free(opt[k]);
             free(w[k]);
         }
         free(g), free(values), free(gf);
+    }
+}
+
+/* A model offloaded on the CPU, its update on the optimizer's thread
+ * (overlap 2) while the next forward waits layer by layer, against the same
+ * model whose step waits: the same losses, evaluations and weights, bit
+ * for bit, over 4 steps of two micro-steps. */
+static void test_offload_overlap_model(void **state) {
+    (void)state;
+    enum { L = 3, C = 64, T = 32, V = 96, B = 2 };
+    gpt_config config;
+    TEST_OK(gpt_config_init(&config, L, 2, C, T, V));
+    gpt_model *m[2] = {NULL, NULL};
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 90);
+    uint64_t seed = gpc_rng_u32(&rng);
+    for (int k = 0; k < 2; k++) {
+        TEST_OK(gpt_create_offload(&m[k], &config, gpc_cpu(), GPC_F32, B, T, 0));
+        TEST_OK(gpt_init_weights(m[k], seed));
+    }
+    int32_t x[2][B * T], y[2][B * T];
+    gpc_optim_options o;
+    gpc_optim_defaults(&o);
+    o.learning_rate = 3e-3f;
+    for (int step = 1; step <= 4; step++) {
+        for (int u = 0; u < 2; u++)
+            for (int i = 0; i < B * T; i++) {
+                x[u][i] = (int32_t)gpc_rng_below(&rng, V);
+                y[u][i] = (x[u][i] * 3 + 1) % V;
+            }
+        float loss[2], norm[2], eval[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            TEST_OK(gpt_zero_grad(m[k]));
+            for (int u = 0; u < 2; u++)
+                TEST_OK(gpt_forward_backward(m[k], x[u], y[u], B, T, 0.5f / (B * T)));
+            o.step = step;
+            o.overlap = 2 * k;
+            TEST_OK(gpt_update(m[k], &o, NULL, NULL));
+            TEST_OK(gpt_read_step(m[k], &loss[k], &norm[k]));
+            if (step % 2 == 0) { /* an evaluation reads the new weights */
+                TEST_OK(gpt_forward(m[k], x[0], y[0], B, T));
+                TEST_OK(gpt_mean_loss(m[k], &eval[k]));
+            }
+        }
+        if (loss[1] != loss[0] || norm[1] != norm[0] || eval[1] != eval[0])
+            fail_msg("step %d: overlapped loss %.9g norm %.9g eval %.9g, waiting %.9g %.9g %.9g",
+                     step, loss[1], norm[1], eval[1], loss[0], norm[0], eval[0]);
+    }
+    size_t P = gpt_num_params(m[0]);
+    float *w[2] = {malloc(P * sizeof(float)), malloc(P * sizeof(float))};
+    for (int k = 0; k < 2; k++) /* read while the last update may still run */
+        TEST_OK(gpt_get_params(m[k], w[k]));
+    assert_memory_equal(w[0], w[1], P * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        free(w[k]);
+        gpt_free(m[k]);
     }
 }
 
@@ -512,6 +579,7 @@ int main(void) {
         cmocka_unit_test(test_shards_step_like_the_whole),
         cmocka_unit_test(test_fp16_overflow_and_loss_scale),
         cmocka_unit_test(test_offload_steps_like_plain),
+        cmocka_unit_test(test_offload_overlap_model),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
