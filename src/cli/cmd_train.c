@@ -224,7 +224,8 @@ int cmd_train(int argc, char **argv) {
          "twice the accumulation steps"},
         {"offload-optimizer", CLI_FLAG, &offload_optimizer, NULL,
          "keep the f32 master weights and AdamW moments in pinned host memory and update them "
-         "on CPU threads, for models whose optimizer state does not fit the GPU (one process)"},
+         "on CPU threads while the next forward runs, for models whose optimizer state does not "
+         "fit the GPU (one process)"},
         {"resume", CLI_FLAG, &resume, NULL,
          "continue the run in --out from its checkpoint, on its schedule"},
         {"stop-after", CLI_INT, &stop_after, "N",
