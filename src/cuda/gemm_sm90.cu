@@ -205,6 +205,11 @@ __device__ __forceinline__ void g_dgelu_end(const CUtensorMap *map_y, const unsi
 
 #endif /* G_KERNEL_BODY */
 
+/* Tiles across N, the last one partly empty where N is not whole tiles. */
+__host__ __device__ __forceinline__ int64_t sm90_tiles_n(int64_t N) {
+    return (N + G_BN - 1) / G_BN;
+}
+
 /* MODE G_GELU: x = A . B^T + bias and y = gelu(x), both written (map_x,
  * map_y). MODE G_DGELU: y = (A . B^T) * gelu'(x), x read (map_x), and with
  * sums, y's column sums over each 128-row tile in sums[M / 128][N]. */
@@ -364,7 +369,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
     /* GELU: bar[0] the tile is staged, bar[1] the epilogue has drained it.
      * DGELU, each for staging tile b: bar[b] its x tile has arrived,
      * bar[2 + b] gelu'(x) is in it, bar[4 + b] the consumers' y is in it. */
-    const int tiles_n = (N + G_BN - 1) / G_BN, kblocks = K / G_BK;
+    const int tiles_n = (int)sm90_tiles_n(N), kblocks = K / G_BK;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const g_sched sc = g_schedule<CL>(M / G_BM, tiles_n, 1); /* row by row */
 
@@ -611,11 +616,6 @@ long gpc_cuda_gemm_sm90_cluster_calls(void) {
  * whole tiles, N in whole tiles or from 1024 on (K at most 1280) in whole
  * 64-column boxes (the last tile partly empty), sizes within int, pointers
  * 16-byte aligned, the GPU able. */
-/* Tiles across N, the last one partly empty where N is not whole tiles. */
-static int64_t sm90_tiles_n(int64_t N) {
-    return (N + G_BN - 1) / G_BN;
-}
-
 static int sm90_takes(int which, int64_t M, int64_t N, int64_t K, const void *const *ptrs,
                       int nptrs) {
     if (!(sm90_enabled() & which) || M <= 0 || N <= 0 || K <= 0 || M % G_BM ||

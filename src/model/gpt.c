@@ -265,27 +265,25 @@ static gpc_status place_params(gpt_model *m, gpc_arena *arena) {
     return gpc_optim_place(m->optim, arena);
 }
 
-/* The optimizer over the 16 tensors, each its own range: weight decay on
- * the 2-D weights, the tensor's index as its rounding id. */
 /* The groups of an offloaded update, in the order the forward reads them:
  * the embedding (wte, wpe), each layer's slice of the per-layer tensors,
  * the final layernorm (offload_group gives a layer's). An overlapped step's
  * next forward then waits for each layer's new weights alone. */
 enum { GPT_OFFLOAD_EMBEDDING = 0 };
-static int offload_group(const gpt_model *m, int layer) {
-    return 1 + (layer < m->config.layers ? layer : m->config.layers);
+static int offload_group(int layer) {
+    return 1 + layer; /* layer L: the final layernorm's */
 }
 
 /* Elements of parameter tensor i in the flat buffer. */
 static size_t param_count(const gpt_model *m, int i) {
-    size_t end = i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
-    return end - m->param_offset[i];
+    return gpt_param_end(m, i) - m->param_offset[i];
 }
 
 static gpc_status offload_order(gpt_model *m) {
     /* wte and wpe first, lnfw and lnfb last, the per-layer ones between */
     const int L = m->config.layers, first_layered = 2, last_layered = GPT_NUM_PARAM_TENSORS - 3;
-    gpc_optim_span *spans = gpc_malloc(((size_t)L * GPT_NUM_PARAM_TENSORS + 4) * sizeof *spans);
+    const size_t most = (size_t)L * (last_layered - first_layered + 1) + 4;
+    gpc_optim_span *spans = gpc_malloc(most * sizeof *spans);
     if (!spans) return gpc_error(GPC_ERR_NOMEM, "out of host memory creating the model");
     int n = 0;
     for (int i = 0; i < first_layered; i++)
@@ -294,10 +292,10 @@ static gpc_status offload_order(gpt_model *m) {
         for (int i = first_layered; i <= last_layered; i++) {
             size_t per = param_count(m, i) / (size_t)L;
             spans[n++] =
-                (gpc_optim_span){m->param_offset[i] + (size_t)l * per, per, offload_group(m, l)};
+                (gpc_optim_span){m->param_offset[i] + (size_t)l * per, per, offload_group(l)};
         }
     for (int i = last_layered + 1; i < GPT_NUM_PARAM_TENSORS; i++)
-        spans[n++] = (gpc_optim_span){m->param_offset[i], param_count(m, i), offload_group(m, L)};
+        spans[n++] = (gpc_optim_span){m->param_offset[i], param_count(m, i), offload_group(L)};
     gpc_status s = gpc_optim_set_offload_order(m->optim, spans, n);
     gpc_free(spans);
     return s;
@@ -309,6 +307,8 @@ static gpc_status weights_ready(gpt_model *m, int group) {
     return m->offload && m->optim ? gpc_optim_wait_group(m->optim, group) : GPC_OK;
 }
 
+/* The optimizer over the 16 tensors, each its own range: weight decay on
+ * the 2-D weights, the tensor's index as its rounding id. */
 static gpc_status create_optimizer(gpt_model *m) {
     gpc_optim_range ranges[GPT_NUM_PARAM_TENSORS];
     int count = 0;
@@ -332,11 +332,9 @@ static gpc_status create_optimizer(gpt_model *m) {
                                                 (uint32_t)(GPT_NUM_PARAM_TENSORS + 2 * t + 1)};
         }
     } else {
-        for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
-            size_t end = i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
-            ranges[count++] = (gpc_optim_range){m->param_offset[i], end - m->param_offset[i],
+        for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++)
+            ranges[count++] = (gpc_optim_range){m->param_offset[i], param_count(m, i),
                                                 gpt_param_decays(i), (uint32_t)i};
-        }
     }
     gpc_optim_layout layout = {.device = m->device,
                                .dtype = m->quant.on ? GPC_F32 : m->dtype,
@@ -938,7 +936,7 @@ static gpc_status blocks_range(gpt_model *m, int start, int B, int T, int first,
      * layernorm after it reads the new residual alone. */
     {
         int l = first;
-        GPC_TRY(weights_ready(m, offload_group(m, l)));
+        GPC_TRY(weights_ready(m, offload_group(l)));
         gpc_tensor residual = l == 0 ? encoded : act_rows(m, &a->residual3, l - 1, start, B, T, C);
         gpc_tensor ln1 = act_rows(m, &a->ln1, kept_layer(m, l, 2), start, B, T, C);
         gpc_tensor mean = stat_rows(m, &a->ln1_mean, kept_layer(m, l, 3), start, B, T);
@@ -1007,7 +1005,7 @@ static gpc_status blocks_range(gpt_model *m, int start, int B, int T, int first,
                                : stat_rows(m, &a->ln1_rstd, kept_layer(m, l + 1, 3), start, B, T);
         gpc_tensor w = last ? p->lnfw : param_layer(&p->ln1w, l + 1, 0, C);
         gpc_tensor b = last ? p->lnfb : param_layer(&p->ln1b, l + 1, 0, C);
-        GPC_TRY(weights_ready(m, offload_group(m, l + 1))); /* the next layer's, or lnf's */
+        GPC_TRY(weights_ready(m, offload_group(l + 1))); /* the next layer's, or lnf's */
         GPC_TRY(gpc_op_layernorm_forward(&next, &mean, &rstd, &residual3, &w, &b));
     }
     return GPC_OK;
@@ -1520,7 +1518,7 @@ static gpc_status part_norm_sq(gpt_model *m, size_t begin, size_t end, gpc_tenso
         for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++) {
             if (gpt_tp_sliced(i) != (pass == 0) || !stage_owns(m, i)) continue;
             size_t lo = m->param_offset[i];
-            size_t hi = i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
+            size_t hi = gpt_param_end(m, i);
             if (lo < begin) lo = begin;
             if (hi > end) hi = end;
             if (lo >= hi) continue;

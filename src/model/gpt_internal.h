@@ -194,6 +194,11 @@ void gpt_param_shapes(const gpt_config *config, int tp, int64_t shapes[GPT_NUM_P
 void gpt_param_layout(const gpt_config *config, int tp, size_t offsets[GPT_NUM_PARAM_TENSORS + 1]);
 /* Whether the model is a part (tp or pp above 1) of a whole one. */
 int gpt_is_part(const gpt_model *model);
+/* Where parameter tensor i ends in the flat buffers (its next's offset, or
+ * the parameter count for the last). */
+static inline size_t gpt_param_end(const gpt_model *m, int i) {
+    return i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
+}
 
 /* For tests of serving (gpt_serve.c): the paged cache's keys and values,
  * [L, blocks, block_size, C], whose last block is the padding rows' where

@@ -224,17 +224,13 @@ static gpc_status host_download(const gpt_model *m, quant_host *h) {
     return s;
 }
 
-static size_t tensor_end(const gpt_model *m, int i) {
-    return i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
-}
-
 gpc_status gpt_quant_set_params(gpt_model *m, const float *values) {
     quant_host h;
     GPC_TRY(host_alloc(m, &h));
     gpc_status s = GPC_OK;
     for (int i = 0; s == GPC_OK && i < GPT_NUM_PARAM_TENSORS; i++) {
         const float *v = values + m->param_offset[i];
-        size_t n = tensor_end(m, i) - m->param_offset[i];
+        size_t n = gpt_param_end(m, i) - m->param_offset[i];
         if (!gpt_param_quantized(i)) {
             memcpy(h.dense + m->quant.dense_offset[i], v, n * sizeof(float));
             continue;
@@ -261,7 +257,7 @@ gpc_status gpt_quant_get_params(const gpt_model *m, float *values) {
     gpc_status s = host_download(m, &h);
     for (int i = 0; s == GPC_OK && i < GPT_NUM_PARAM_TENSORS; i++) {
         float *v = values + m->param_offset[i];
-        size_t n = tensor_end(m, i) - m->param_offset[i];
+        size_t n = gpt_param_end(m, i) - m->param_offset[i];
         if (!gpt_param_quantized(i)) {
             memcpy(v, h.dense + m->quant.dense_offset[i], n * sizeof(float));
             continue;

@@ -233,58 +233,24 @@ static void test_offload_overlap(void **state) {
     const gpc_device gpu = {GPC_DEVICE_CUDA, 0};
     gpt_config config;
     TEST_OK(gpt_config_init(&config, 3, 4, 256, T, V));
-    gpt_model *models[2] = {NULL, NULL}, *init = NULL;
-    for (int k = 0; k < 2; k++)
+    gpt_model *models[2] = {NULL, NULL};
+    uint64_t seed = gpc_rng_u32(&rng);
+    for (int k = 0; k < 2; k++) {
         TEST_OK(gpt_create_offload(&models[k], &config, gpu, GPC_BF16, B, T, 0));
-    TEST_OK(gpt_create(&init, &config, gpc_cpu(), GPC_F32, 1, 1, 0));
-    TEST_OK(gpt_init_weights(init, gpc_rng_u32(&rng)));
-    size_t P = gpt_num_params(init);
-    float *w0 = malloc(P * sizeof *w0);
-    TEST_OK(gpt_get_params(init, w0));
-    gpt_free(init);
-    for (int k = 0; k < 2; k++)
-        TEST_OK(gpt_set_params(models[k], w0));
-    int32_t inputs[2][B * T], targets[2][B * T];
-    gpc_optim_options o;
-    gpc_optim_defaults(&o);
-    o.learning_rate = 1e-3f;
-    float first = 0, last = 0;
-    for (int step = 1; step <= STEPS; step++) {
-        for (int u = 0; u < 2; u++)
-            for (int i = 0; i < B * T; i++) {
-                inputs[u][i] = (int32_t)gpc_rng_below(&rng, V);
-                targets[u][i] = (inputs[u][i] * 5 + 1) % V;
-            }
-        float loss[2], norm[2], eval[2] = {0, 0};
-        for (int k = 0; k < 2; k++) {
-            TEST_OK(gpt_zero_grad(models[k]));
-            for (int u = 0; u < 2; u++)
-                TEST_OK(
-                    gpt_forward_backward(models[k], inputs[u], targets[u], B, T, 0.5f / (B * T)));
-            o.step = step;
-            o.overlap = k; /* model 1 overlaps its update */
-            TEST_OK(gpt_update(models[k], &o, NULL, NULL));
-            TEST_OK(gpt_read_step(models[k], &loss[k], &norm[k]));
-            if (step % 4 == 0) { /* an evaluation reads the new weights */
-                TEST_OK(gpt_forward(models[k], inputs[0], targets[0], B, T));
-                TEST_OK(gpt_mean_loss(models[k], &eval[k]));
-            }
-        }
-        if (loss[1] != loss[0] || norm[1] != norm[0] || eval[1] != eval[0])
-            fail_msg("step %d: overlapped loss %.9g norm %.9g eval %.9g, plain %.9g %.9g %.9g",
-                     step, loss[1], norm[1], eval[1], loss[0], norm[0], eval[0]);
-        if (step == STEPS - 1) { /* the state read while the update may run */
-            void *a = offload_state(models[0], P), *b = offload_state(models[1], P);
-            assert_memory_equal(a, b, P * 2 + 3 * P * sizeof(float));
-            free(a), free(b);
-        }
-        if (step == 1) first = loss[0];
-        last = loss[0];
+        TEST_OK(gpt_init_weights(models[k], seed));
     }
-    assert_true(last < first);
+    size_t P = gpt_num_params(models[0]);
+    float first = 0, last = 0;
+    test_offload_overlap_steps(models, 1, 1, STEPS - 1, 4, B, T, V, 1e-3f, &rng, &first, NULL);
+    /* the state read while the update may run */
     void *a = offload_state(models[0], P), *b = offload_state(models[1], P);
     assert_memory_equal(a, b, P * 2 + 3 * P * sizeof(float));
-    free(a), free(b), free(w0);
+    free(a), free(b);
+    test_offload_overlap_steps(models, 1, STEPS, STEPS, 4, B, T, V, 1e-3f, &rng, NULL, &last);
+    assert_true(last < first);
+    a = offload_state(models[0], P), b = offload_state(models[1], P);
+    assert_memory_equal(a, b, P * 2 + 3 * P * sizeof(float));
+    free(a), free(b);
     for (int k = 0; k < 2; k++)
         gpt_free(models[k]);
 }

@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpc/model.h"
 #include "gpc/optim.h"
 #include "ops/ops.h"
 
@@ -471,34 +470,7 @@ static void test_offload_overlap_model(void **state) {
         TEST_OK(gpt_create_offload(&m[k], &config, gpc_cpu(), GPC_F32, B, T, 0));
         TEST_OK(gpt_init_weights(m[k], seed));
     }
-    int32_t x[2][B * T], y[2][B * T];
-    gpc_optim_options o;
-    gpc_optim_defaults(&o);
-    o.learning_rate = 3e-3f;
-    for (int step = 1; step <= 4; step++) {
-        for (int u = 0; u < 2; u++)
-            for (int i = 0; i < B * T; i++) {
-                x[u][i] = (int32_t)gpc_rng_below(&rng, V);
-                y[u][i] = (x[u][i] * 3 + 1) % V;
-            }
-        float loss[2], norm[2], eval[2] = {0, 0};
-        for (int k = 0; k < 2; k++) {
-            TEST_OK(gpt_zero_grad(m[k]));
-            for (int u = 0; u < 2; u++)
-                TEST_OK(gpt_forward_backward(m[k], x[u], y[u], B, T, 0.5f / (B * T)));
-            o.step = step;
-            o.overlap = 2 * k;
-            TEST_OK(gpt_update(m[k], &o, NULL, NULL));
-            TEST_OK(gpt_read_step(m[k], &loss[k], &norm[k]));
-            if (step % 2 == 0) { /* an evaluation reads the new weights */
-                TEST_OK(gpt_forward(m[k], x[0], y[0], B, T));
-                TEST_OK(gpt_mean_loss(m[k], &eval[k]));
-            }
-        }
-        if (loss[1] != loss[0] || norm[1] != norm[0] || eval[1] != eval[0])
-            fail_msg("step %d: overlapped loss %.9g norm %.9g eval %.9g, waiting %.9g %.9g %.9g",
-                     step, loss[1], norm[1], eval[1], loss[0], norm[0], eval[0]);
-    }
+    test_offload_overlap_steps(m, 2, 1, 4, 2, B, T, V, 3e-3f, &rng, NULL, NULL);
     size_t P = gpt_num_params(m[0]);
     float *w[2] = {malloc(P * sizeof(float)), malloc(P * sizeof(float))};
     for (int k = 0; k < 2; k++) /* read while the last update may still run */

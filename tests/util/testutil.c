@@ -1,6 +1,7 @@
 /* testutil.c: see testutil.h. */
 #include "testutil.h"
 
+#include "gpc/optim.h"
 #include "gpc/tokenizer.h"
 #include "gpc/train.h"
 
@@ -182,4 +183,42 @@ gpt_paged_options test_paged_options(int num_blocks, int block_size, int max_seq
                                .max_seqs = max_seqs,
                                .max_tokens = max_tokens,
                                .max_logits = max_seqs};
+}
+
+void test_offload_overlap_steps(gpt_model *models[2], int overlap, int first_step, int last_step,
+                                int eval_every, int B, int T, int V, float learning_rate,
+                                gpc_rng *rng, float *first_loss, float *last_loss) {
+    const size_t n = (size_t)B * T;
+    int32_t *x = malloc(4 * n * sizeof *x), *y = x + 2 * n;
+    assert_non_null(x);
+    gpc_optim_options o;
+    gpc_optim_defaults(&o);
+    o.learning_rate = learning_rate;
+    for (int step = first_step; step <= last_step; step++) {
+        for (size_t i = 0; i < 2 * n; i++) {
+            x[i] = (int32_t)gpc_rng_below(rng, (uint64_t)V);
+            y[i] = (x[i] * 5 + 1) % V;
+        }
+        float loss[2], norm[2], eval[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            TEST_OK(gpt_zero_grad(models[k]));
+            for (int u = 0; u < 2; u++)
+                TEST_OK(
+                    gpt_forward_backward(models[k], x + u * n, y + u * n, B, T, 0.5f / (float)n));
+            o.step = step;
+            o.overlap = k ? overlap : 0;
+            TEST_OK(gpt_update(models[k], &o, NULL, NULL));
+            TEST_OK(gpt_read_step(models[k], &loss[k], &norm[k]));
+            if (step % eval_every == 0) { /* an evaluation reads the new weights */
+                TEST_OK(gpt_forward(models[k], x, y, B, T));
+                TEST_OK(gpt_mean_loss(models[k], &eval[k]));
+            }
+        }
+        if (loss[1] != loss[0] || norm[1] != norm[0] || eval[1] != eval[0])
+            fail_msg("step %d: overlapped loss %.9g norm %.9g eval %.9g, waiting %.9g %.9g %.9g",
+                     step, loss[1], norm[1], eval[1], loss[0], norm[0], eval[0]);
+        if (step == first_step && first_loss) *first_loss = loss[0];
+        if (step == last_step && last_loss) *last_loss = loss[0];
+    }
+    free(x);
 }

@@ -98,4 +98,16 @@ gpt_model *test_make_serving_model(gpc_device device, gpc_dtype dtype, int layer
  * row of logits a sequence (max_logits = max_seqs), graphs as set. */
 gpt_paged_options test_paged_options(int num_blocks, int block_size, int max_seqs, int max_tokens);
 
+/* Steps first_step .. last_step of two offloaded models of batch B x T and
+ * vocabulary V holding the same weights, on the same random batches (two
+ * micro-steps a step, targets a learnable map of the inputs), model 0's
+ * update waiting and model 1's with options.overlap = overlap; on steps
+ * that are a multiple of eval_every, an evaluation forward follows the
+ * update. Fails unless every step's loss and gradient norm and every
+ * evaluation's loss are equal bit for bit. Model 0's losses of the first
+ * and last steps go to first_loss and last_loss. */
+void test_offload_overlap_steps(gpt_model *models[2], int overlap, int first_step, int last_step,
+                                int eval_every, int B, int T, int V, float learning_rate,
+                                gpc_rng *rng, float *first_loss, float *last_loss);
+
 #endif /* GPC_TESTUTIL_H */
