@@ -324,6 +324,22 @@ __device__ __forceinline__ void gpc_pdl_wait_previous(void) {
 #endif
 }
 
+/* cp.async: 16 bytes from global to shared memory (L2 only), zero-filled
+ * where !valid; a thread's copies are its own to wait for (commit, then
+ * wait until at most N groups are in flight) before it reads them. */
+__device__ __forceinline__ void gpc_cp_async16(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void gpc_cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void gpc_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 /* fn<<<grid, threads, 0, stream>>>(args...), as a programmatic dependent
  * of the kernel before it when pdl (which the caller sets only on a GPU
  * that takes it: gpc_cuda_pdl_capable); a launch error is left for

@@ -449,19 +449,6 @@ __global__ void __launch_bounds__(PAGED_THREADS)
  * at once and keep them in flight) */
 #define PAGED2_MIN_SPLIT_KEYS 32
 
-__device__ __forceinline__ void paged_cp16(void *dst, const void *src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                     (uint32_t)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(valid ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void paged_cp_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void paged_cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 template <typename T, int LANES, int HW, int WK>
 __global__ void __launch_bounds__(32 * HW * WK)
     paged_attention_v2_kernel(T *out, float *part_ml, float *part_o, const T *qkv, const T *k_cache,
@@ -512,8 +499,8 @@ __global__ void __launch_bounds__(32 * HW * WK)
                 int64_t at = (e * s.block_size + in_block) * C + hoff;
                 kp += at, vp += at;
             }
-            paged_cp16(&ring[(st * KPW + u) * 2][threadIdx.x], kp, ok && head_ok);
-            paged_cp16(&ring[(st * KPW + u) * 2 + 1][threadIdx.x], vp, ok && head_ok);
+            gpc_cp_async16(&ring[(st * KPW + u) * 2][threadIdx.x], kp, ok && head_ok);
+            gpc_cp_async16(&ring[(st * KPW + u) * 2 + 1][threadIdx.x], vp, ok && head_ok);
             unsigned bit = 1u << (st * KPW + u);
             okb = ok ? okb | bit : okb & ~bit;
         }
@@ -529,7 +516,7 @@ __global__ void __launch_bounds__(32 * HW * WK)
 #pragma unroll
     for (int st = 0; st < STAGES - 1; st++) {
         issue(st, st, ent[st]);
-        paged_cp_commit();
+        gpc_cp_async_commit();
     }
     int32_t next[KPW];
 #pragma unroll
@@ -542,11 +529,11 @@ __global__ void __launch_bounds__(32 * HW * WK)
 
     for (int it = 0; it < iters; it++) {
         issue(it + STAGES - 1, (it + STAGES - 1) % STAGES, next);
-        paged_cp_commit();
+        gpc_cp_async_commit();
 #pragma unroll
         for (int u = 0; u < KPW; u++)
             next[u] = entry_of(it + STAGES, u);
-        paged_cp_wait<STAGES - 1>();
+        gpc_cp_async_wait<STAGES - 1>();
         const int st = it % STAGES;
         const unsigned ok = (okb >> (st * KPW)) & ((1u << KPW) - 1);
         if (ok == 0) continue; /* the same for the whole warp */
@@ -588,7 +575,7 @@ __global__ void __launch_bounds__(32 * HW * WK)
         }
         m = mn;
     }
-    paged_cp_wait<0>();
+    gpc_cp_async_wait<0>();
     __syncthreads();
 
     /* the warps' softmaxes merged, in the ring's memory */
