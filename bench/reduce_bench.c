@@ -1,7 +1,9 @@
 /*
  * reduce_bench.c: the memory-bound reductions of GPT-2's backward pass on the
  * GPU, as the model calls them, timed with CUDA events (the median of --reps
- * calls after 3 warm-up calls) with the memory rate each makes:
+ * timings after 3 warm-up ones, each over BATCH calls in a row so that the
+ * host's launch time hides behind the GPU's work, as in a training step)
+ * with the memory rate each makes:
  *
  *   layernorm   gpc_op_layernorm_backward with dinp's column sums, [N, C]:
  *               reads dout, inp and dinp, writes dinp (4 N C elements)
@@ -24,6 +26,7 @@
 #define PROG "bench_reduce_bench"
 #define CHECK(x) BENCH_TRY(PROG, x)
 #define REPEAT_ROWS 64
+#define BATCH 10
 
 /* t filled with REPEAT_ROWS random rows in [lo, hi), repeated. */
 static int fill(gpc_tensor *t, gpc_rng *rng, float lo, float hi) {
@@ -81,17 +84,19 @@ int main(int argc, char **argv) {
     for (int k = 0; k < KINDS; k++) {
         for (int r = -3; r < reps; r++) {
             CHECK(cuda->event_record(e0, NULL));
-            if (k == LAYERNORM)
-                CHECK(
-                    gpc_op_layernorm_backward(&dinp, &dw, &db, &ds, &dout, &inp, &w, &mean, &rstd));
-            else if (k == FC_BIAS)
-                CHECK(gpc_op_column_sums(&dfc, &fc, 0));
-            else
-                CHECK(gpc_op_column_sums(&ds, &qkv, 0));
+            for (int b = 0; b < BATCH; b++) {
+                if (k == LAYERNORM)
+                    CHECK(gpc_op_layernorm_backward(&dinp, &dw, &db, &ds, &dout, &inp, &w, &mean,
+                                                    &rstd));
+                else if (k == FC_BIAS)
+                    CHECK(gpc_op_column_sums(&dfc, &fc, 0));
+                else
+                    CHECK(gpc_op_column_sums(&ds, &qkv, 0));
+            }
             CHECK(cuda->event_record(e1, NULL));
             float t;
             CHECK(cuda->event_elapsed_ms(e0, e1, &t));
-            if (r >= 0) ms[r] = t;
+            if (r >= 0) ms[r] = t / BATCH;
         }
         qsort(ms, (size_t)reps, sizeof(float), bench_cmp_float);
         double elems = k == LAYERNORM ? 4.0 * C : k == FC_BIAS ? 4.0 * C : 1.0 * C;

@@ -229,7 +229,8 @@ __device__ __forceinline__ float gpc_parts_column_sum(const float *partial, int 
     __shared__ float s[GPC_PARTS_ROWS][33];
     int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
     float v = 0.0f;
-    if (c < width)
+    if (c < width) /* unrolled: four loads in flight, added in the same order */
+#pragma unroll 4
         for (int k = threadIdx.y; k < parts; k += GPC_PARTS_ROWS)
             v += partial[(int64_t)k * width + c];
     s[threadIdx.y][threadIdx.x] = v;

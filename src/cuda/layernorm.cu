@@ -32,11 +32,18 @@
  * count, the same on every run. Asked for dinp's incoming column sums (the
  * bias gradient of the projection before this layernorm, see ops.h), the
  * kernel also sums the dinp it reads, per warp in shared memory, so the
- * residual gradient is not read again for that bias (rows of up to 768
- * columns, 512 in f32, and the wide bf16/f16 rows of 1025-1792 at one
- * block; rows of 769-1024, whose sums would spill at two blocks and ran
- * slower at one, and with GPC_LAYERNORM_WIDE=0 the wide ones too, sum in a
- * pass of their own, before the kernel). Other C (odd, wider, or
+ * residual gradient is not read again for that bias (every bf16/f16 row
+ * of the fused kernel, f32 rows of up to 512 columns; other rows, and
+ * with GPC_LAYERNORM_STAGE=0 those of 769-1024 columns, with
+ * GPC_LAYERNORM_WIDE=0 the wide ones, sum in a pass of their own, before
+ * the kernel).
+ * bf16 and f16 rows too wide to load their dinp with dout and inp in
+ * registers (from 769 columns) are staged: each warp copies its
+ * rows into shared memory with cp.async, one row ahead (the next row's
+ * dout and inp while pass 2 of this one runs, its dinp after), so a warp's
+ * loads no longer wait for its arithmetic. At d24's 16,384 rows of 1024 it
+ * took the op from 77 to 62 us, at 1600 from 129 to 96 (GPC_LAYERNORM_STAGE
+ * =0 measures it). Other C (odd, wider, or
  * unaligned rows): one warp per row for dinp, and the column sums by a
  * second kernel that reads dout and inp again, in row blocks whose partial
  * sums the same finishing kernel adds.
@@ -60,6 +67,10 @@
  * without spilling: C <= 768 for bf16 and f16, 512 for f32; the wide bf16
  * and f16 rows sum them at one block (see LNB_WIDE_MAX_ELEMS) */
 #define LNB_SUM_MAX_ELEMS(E) (sizeof(E) == 2 ? 24 : 16)
+/* ... and with the rows staged in shared memory (STAGE): C <= 1024 for
+ * bf16 and f16, whose instance spills 72 bytes at two blocks but ran 1.19x
+ * faster than summing dinp in a pass of its own (bench_reduce_bench) */
+#define LNB_STAGE_SUM_MAX_ELEMS(E) (sizeof(E) == 2 ? 32 : 16)
 /* wider bf16 and f16 rows, C <= 1792 (GPT-2 774M's 1280 and 1.5B's 1600):
  * the same kernel at one block a multiprocessor, whose 255 registers hold
  * a lane's 56 columns of sums and row without spilling (226 with SUM) */
@@ -288,6 +299,30 @@ template <int PER> __device__ __forceinline__ void ln_weights(float *w, const fl
     }
 }
 
+/* Whether the fused backward sums dinp's columns too at elems columns a
+ * lane: rows of up to LNB_SUM_MAX_ELEMS, the wide bf16 and f16 rows (at one
+ * block), and with the rows staged those of up to LNB_STAGE_SUM_MAX_ELEMS. */
+template <typename T> constexpr bool lnb_can_sum(int elems, bool staged) {
+    return elems <= LNB_SUM_MAX_ELEMS(T) || (sizeof(T) == 2 && elems > LNB_MAX_ELEMS(T)) ||
+           (staged && elems <= LNB_STAGE_SUM_MAX_ELEMS(T));
+}
+
+/* Whether the fused backward loads a row's dinp with its dout and inp (no
+ * spills at 128 registers); wider rows load it in pass 2, or in bf16 and
+ * f16 are staged in shared memory (STAGE). */
+template <typename T> constexpr bool lnb_early(int elems) {
+    return elems <= 24 && elems * sizeof(T) <= 64;
+}
+
+/* Copies this lane's packs of a row (lane + 32 i, as far as packs) from g to
+ * s[32 i] with cp.async. */
+template <typename P, int ITEMS>
+__device__ __forceinline__ void lnb_copy_row(P *s, const P *g, int lane, int packs) {
+#pragma unroll
+    for (int i = 0; i < ITEMS; i++)
+        if (lane + 32 * i < packs) gpc_cp_async16(s + 32 * i, g + lane + 32 * i, true);
+}
+
 /* The fused backward for rows of at most 32 * ELEMS columns in 16-byte packs:
  * a persistent grid, one warp per row at a time, each warp walking the rows
  * warp, warp + warps, ... of the whole grid. A lane owns the same packs of
@@ -302,9 +337,11 @@ template <int PER> __device__ __forceinline__ void ln_weights(float *w, const fl
  * and the block writes one partial row [GROUPS * C] (dweight, dbias, then
  * dinp's sums) to partial[blockIdx.x]; layernorm_params_finish_kernel adds the
  * blocks' rows in a fixed order. The weight is staged in shared memory as f32
- * once per block. Dynamic shared memory: (1 + GROUPS) * C floats, and
- * LNB_WARPS * C more with SUM. */
-template <typename T, int ELEMS, bool SUM, int MIN_BLOCKS>
+ * once per block. With STAGE each warp's rows come through its three slots
+ * of shared memory (see the comment above the row loop). Dynamic shared
+ * memory: (1 + GROUPS) * C floats, LNB_WARPS * C more with SUM, and
+ * LNB_WARPS slots of 3 * 32 * ELEMS elements with STAGE. */
+template <typename T, int ELEMS, bool SUM, bool STAGE, int MIN_BLOCKS>
 __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
     layernorm_backward_fused_kernel(T *__restrict__ dinp, const T *__restrict__ dout,
                                     const T *__restrict__ inp, gpc_cuda_any weight,
@@ -312,10 +349,15 @@ __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
                                     float *__restrict__ partial, int64_t N, int C) {
     typedef gpc_pack<T> P;
     const int PER = P::n, ITEMS = ELEMS / P::n, GROUPS = SUM ? 3 : 2;
-    const bool EARLY = ELEMS <= 24 && ELEMS * sizeof(T) <= 64; /* no spills at 128 registers */
+    const bool EARLY = lnb_early<T>(ELEMS);
     extern __shared__ float4 ln_shared[];              /* float4: 16-byte aligned for ln_weights */
     float *w_s = (float *)ln_shared, *sum_s = w_s + C; /* sum_s: [GROUPS * C] */
     float *ds_s = sum_s + GROUPS * C;                  /* SUM: [LNB_WARPS][C], a row per warp */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, packs = C / PER;
+    /* STAGE: the warp's rows of dout, inp and dinp, pack lane + 32 i of each
+     * at [32 i + lane] of its slot */
+    P *dy_s = (P *)(ds_s + (SUM ? LNB_WARPS * C : 0)) + warp * 3 * 32 * ITEMS + lane;
+    P *x_s = dy_s + 32 * ITEMS, *dx_s = x_s + 32 * ITEMS;
     for (int c = threadIdx.x; c < C; c += LNB_THREADS)
         w_s[c] = gpc_any_load(weight, c);
     if (SUM)
@@ -323,8 +365,8 @@ __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
             ds_s[c] = 0.0f;
     __syncthreads();
 
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, packs = C / PER;
     const int64_t warps = (int64_t)gridDim.x * LNB_WARPS;
+    const int64_t first = (int64_t)blockIdx.x * LNB_WARPS + warp;
     float dw[ITEMS][PER], db[ITEMS][PER];
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
@@ -332,17 +374,31 @@ __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
         for (int k = 0; k < PER; k++)
             dw[i][k] = db[i][k] = 0.0f;
 
-    for (int64_t row = (int64_t)blockIdx.x * LNB_WARPS + warp; row < N; row += warps) {
+    /* STAGE: copies to shared memory, two groups a row in flight: the first
+     * row's now, then each next row's dout and inp once pass 1 has read this
+     * row's, and its dinp once pass 2 has */
+    if (STAGE && first < N) {
+        lnb_copy_row<P, ITEMS>(dy_s, (const P *)(dout + first * C), lane, packs);
+        lnb_copy_row<P, ITEMS>(x_s, (const P *)(inp + first * C), lane, packs);
+        gpc_cp_async_commit();
+        lnb_copy_row<P, ITEMS>(dx_s, (const P *)(dinp + first * C), lane, packs);
+        gpc_cp_async_commit();
+    }
+    for (int64_t row = first; row < N; row += warps) {
+        const int64_t next = row + warps;
         const P *dy = (const P *)(dout + row * C), *x = (const P *)(inp + row * C);
         P *dx = (P *)(dinp + row * C);
         P dyp[ITEMS], xp[ITEMS];
-        /* every load of the row first, so they are in flight together */
+        /* STAGE: this row's dout and inp are this lane's copies (its dinp
+         * may still be in flight); else every load of the row first, so
+         * they are in flight together */
+        if (STAGE) gpc_cp_async_wait<1>();
 #pragma unroll
         for (int i = 0; i < ITEMS; i++) {
             int p = lane + 32 * i;
             if (p < packs) {
-                dyp[i] = dy[p];
-                xp[i] = x[p];
+                dyp[i] = STAGE ? dy_s[32 * i] : dy[p];
+                xp[i] = STAGE ? x_s[32 * i] : x[p];
             }
         }
         const float m = mean[row], r = rstd[row];
@@ -364,12 +420,19 @@ __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
                 }
             }
         }
+        if (STAGE) { /* pass 1 has used the slots' values: the next row's */
+            if (next < N) {
+                lnb_copy_row<P, ITEMS>(dy_s, (const P *)(dout + next * C), lane, packs);
+                lnb_copy_row<P, ITEMS>(x_s, (const P *)(inp + next * C), lane, packs);
+            }
+            gpc_cp_async_commit();
+        }
         /* dinp's loads overlap the row reduction where the registers allow
          * (pass 1's floats are dead by now); otherwise pass 2 loads them */
         P dxp[ITEMS];
 #pragma unroll
         for (int i = 0; i < ITEMS; i++)
-            if (EARLY && lane + 32 * i < packs) dxp[i] = dx[lane + 32 * i];
+            if (EARLY && !STAGE && lane + 32 * i < packs) dxp[i] = dx[lane + 32 * i];
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             g_sum += __shfl_xor_sync(0xffffffffu, g_sum, o);
@@ -382,8 +445,11 @@ __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
         int c_row = C;
         asm volatile("" : "+r"(c_row));
         const float g_mean = g_sum / c_row, gx_mean = gx_sum / c_row;
-        /* pass 2 converts the packs again rather than keeping pass 1's floats
-         * alive across the reduction (twice the registers for bf16/f16) */
+        /* STAGE: this row's dinp (the next row's dout and inp may still be
+         * in flight). Pass 2 converts the packs again rather than keeping
+         * pass 1's floats alive across the reduction (twice the registers
+         * for bf16/f16) */
+        if (STAGE) gpc_cp_async_wait<1>();
 #pragma unroll
         for (int i = 0; i < ITEMS; i++) {
             ln_opaque(dyp[i]);
@@ -394,7 +460,10 @@ __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
             int p = lane + 32 * i;
             if (p < packs) {
                 P out;
-                if (!EARLY) dxp[i] = dx[p];
+                if (STAGE)
+                    dxp[i] = dx_s[32 * i];
+                else if (!EARLY)
+                    dxp[i] = dx[p];
                 float w[PER];
                 ln_weights<PER>(w, w_s + p * PER);
                 float4 *acc = (float4 *)(ds_s + warp * C + p * PER);
@@ -417,6 +486,10 @@ __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
                 }
                 dx[p] = out;
             }
+        }
+        if (STAGE) {
+            if (next < N) lnb_copy_row<P, ITEMS>(dx_s, (const P *)(dinp + next * C), lane, packs);
+            gpc_cp_async_commit();
         }
     }
 
@@ -506,6 +579,15 @@ static int layernorm_wide_enabled(void) {
     return gpc_cuda_setting_flag("GPC_LAYERNORM_WIDE", &enabled);
 }
 
+/* GPC_LAYERNORM_STAGE=0 has the fused backward load its rows into
+ * registers itself, dinp in the second pass where the rows are too wide to
+ * load it early (for measuring the staged copies against it; rows of
+ * 769-1024 columns then sum dinp in a pass of their own). */
+static int layernorm_stage_enabled(void) {
+    static int enabled = -1;
+    return gpc_cuda_setting_flag("GPC_LAYERNORM_STAGE", &enabled);
+}
+
 /* GPC_LAYERNORM_ROWS=0 keeps every row on layernorm_forward_kernel (for
  * measuring the register kernel against it). */
 static int layernorm_rows_enabled(void) {
@@ -592,36 +674,59 @@ gpc_status gpc_cuda_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor 
  * set (at most LNB_SUM_MAX_ELEMS columns a lane, or wide rows); rows
  * wider than LNB_MAX_ELEMS run at one block a multiprocessor (the caller's
  * grid). */
+template <typename E, int ELEMS, bool SUM, bool STAGE>
+static void layernorm_backward_fused_launch(unsigned grid, size_t shared, cudaStream_t s,
+                                            gpc_tensor *dinp, const gpc_tensor *dout,
+                                            const gpc_tensor *inp, const gpc_tensor *weight,
+                                            const float *mu, const float *rs, float *partial,
+                                            int64_t N, int C) {
+    constexpr int min_blocks = ELEMS <= LNB_MAX_ELEMS(E) ? LNB_BLOCKS_PER_SM : 1;
+    auto kernel = layernorm_backward_fused_kernel<E, ELEMS, SUM, STAGE, min_blocks>;
+    /* beyond the default 48 KiB (a row of sums a warp from 1025 columns):
+     * set at each such launch, the attribute being the current device's */
+    if (shared > 48 * 1024)
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    kernel<<<grid, LNB_THREADS, shared, s>>>((E *)dinp->data, (const E *)dout->data,
+                                             (const E *)inp->data, gpc_cuda_any_of(weight), mu, rs,
+                                             partial, N, C);
+}
+
+/* The fused backward at the smallest ELEMS that holds elems columns a lane
+ * (ELEMS counts up to it by 8, as far as E's rows go: LNB_WIDE_MAX_ELEMS in
+ * bf16/f16, LNB_MAX_ELEMS in f32), summing dinp's columns too when sum is
+ * set (the caller sets it only where lnb_can_sum allows), staging dinp in
+ * shared memory when stage is set and the rows are too wide to load it
+ * early; rows wider than LNB_MAX_ELEMS run at one block a multiprocessor
+ * (the caller's grid). */
 template <typename E, int ELEMS>
 static void layernorm_backward_fused(int elems, unsigned grid, cudaStream_t s, gpc_tensor *dinp,
                                      const gpc_tensor *dout, const gpc_tensor *inp,
                                      const gpc_tensor *weight, const float *mu, const float *rs,
-                                     float *partial, int64_t N, int C, int sum) {
+                                     float *partial, int64_t N, int C, int sum, int stage) {
     constexpr int most = sizeof(E) == 2 ? LNB_WIDE_MAX_ELEMS : LNB_MAX_ELEMS(E);
     if constexpr (ELEMS < most)
         if (elems > ELEMS)
             return layernorm_backward_fused<E, ELEMS + 8>(elems, grid, s, dinp, dout, inp, weight,
-                                                          mu, rs, partial, N, C, sum);
-    size_t shared = (sum ? 4 + LNB_WARPS : 3) * (size_t)C * sizeof(float);
-    const int min_blocks = ELEMS <= LNB_MAX_ELEMS(E) ? LNB_BLOCKS_PER_SM : 1;
-    /* the caller sets sum only where the rows allow it, so only those
-     * widths instantiate the summing kernel */
-    constexpr bool can_sum =
-        ELEMS <= LNB_SUM_MAX_ELEMS(E) || (sizeof(E) == 2 && ELEMS > LNB_MAX_ELEMS(E));
-    if (sum) {
-        auto kernel = layernorm_backward_fused_kernel<E, ELEMS, can_sum, min_blocks>;
-        /* a row of sums a warp: beyond the default 48 KiB from 1025 columns
-         * (set at each such launch: the attribute is the current device's) */
-        if (shared > 48 * 1024)
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-        kernel<<<grid, LNB_THREADS, shared, s>>>((E *)dinp->data, (const E *)dout->data,
-                                                 (const E *)inp->data, gpc_cuda_any_of(weight), mu,
-                                                 rs, partial, N, C);
-    } else
-        layernorm_backward_fused_kernel<E, ELEMS, false, min_blocks>
-            <<<grid, LNB_THREADS, shared, s>>>((E *)dinp->data, (const E *)dout->data,
-                                               (const E *)inp->data, gpc_cuda_any_of(weight), mu,
-                                               rs, partial, N, C);
+                                                          mu, rs, partial, N, C, sum, stage);
+    constexpr bool can_stage = sizeof(E) == 2 && !lnb_early<E>(ELEMS);
+    /* only the widths the caller may sum at instantiate the summing kernel */
+    constexpr bool sum_plain = lnb_can_sum<E>(ELEMS, false);
+    constexpr bool sum_staged = lnb_can_sum<E>(ELEMS, true);
+    stage = stage && can_stage;
+    size_t shared = (sum ? 4 + LNB_WARPS : 3) * (size_t)C * sizeof(float) +
+                    (stage ? (size_t)LNB_WARPS * 3 * 32 * ELEMS * sizeof(E) : 0);
+    if (stage && sum)
+        layernorm_backward_fused_launch<E, ELEMS, sum_staged, can_stage>(
+            grid, shared, s, dinp, dout, inp, weight, mu, rs, partial, N, C);
+    else if (stage)
+        layernorm_backward_fused_launch<E, ELEMS, false, can_stage>(
+            grid, shared, s, dinp, dout, inp, weight, mu, rs, partial, N, C);
+    else if (sum)
+        layernorm_backward_fused_launch<E, ELEMS, sum_plain, false>(
+            grid, shared, s, dinp, dout, inp, weight, mu, rs, partial, N, C);
+    else
+        layernorm_backward_fused_launch<E, ELEMS, false, false>(grid, shared, s, dinp, dout, inp,
+                                                                weight, mu, rs, partial, N, C);
 }
 
 gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
@@ -650,9 +755,8 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
         /* dinp's incoming column sums: in the fused kernel where it has room
          * for them, else a pass of their own before dinp changes (its scratch
          * use ends before the partial sums below take the buffer) */
-        /* (rows of 769-1024 columns sum in a pass of their own: at one block
-         * an SM their kernel ran 0.996x the d24 step, at two it spills) */
-        int sum = dinp_sum != NULL && fused && (elems <= LNB_SUM_MAX_ELEMS(E) || wide);
+        int stage = layernorm_stage_enabled();
+        int sum = dinp_sum != NULL && fused && lnb_can_sum<E>((int)elems, stage);
         if (dinp_sum && !sum)
             GPC_TRY(gpc_cuda_add_column_sums(dinp_sum, dinp->data, dinp->dtype, N, C, C));
         groups = sum ? 3 : 2;
@@ -662,7 +766,7 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
             parts = (int)(grid < need ? grid : need);
             GPC_TRY(gpc_cuda_scratch((size_t)parts * groups * C * sizeof(float), &partial));
             layernorm_backward_fused<E, 8>((int)elems, parts, s, dinp, dout, inp, weight, mu, rs,
-                                           (float *)partial, N, (int)C, sum);
+                                           (float *)partial, N, (int)C, sum, stage);
         } else {
             /* any C: dinp by one kernel, the column sums by a second */
             int per = vec ? P : 1;

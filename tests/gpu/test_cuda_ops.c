@@ -305,6 +305,12 @@ static void test_layernorm(void **state) {
     layernorm_case(GPC_BF16, 2, 333, 1600);
     layernorm_case(GPC_F16, 1, 77, 1536);
     layernorm_case(GPC_F32, 2, 41, 800);
+    /* several rows a warp at 769-1024 and at the wide widths, so the staged
+     * backward copies each warp's next rows while it works on one */
+    layernorm_case(GPC_BF16, 4, 1000, 1024);
+    layernorm_case(GPC_F16, 3, 1001, 1000);
+    layernorm_case(GPC_BF16, 3, 1001, 1600);
+    layernorm_case(GPC_BF16, 2, 1100, 1280);
 }
 
 /* ---------------------------------------------------------------- matmul */
