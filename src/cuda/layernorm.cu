@@ -42,11 +42,11 @@
  * rows into shared memory with cp.async, one row ahead (the next row's
  * dout and inp while pass 2 of this one runs, its dinp after), so a warp's
  * loads no longer wait for its arithmetic. At d24's 16,384 rows of 1024 it
- * took the op from 77 to 62 us, at 1600 from 129 to 96 (GPC_LAYERNORM_STAGE
- * =0 measures it). Other C (odd, wider, or
- * unaligned rows): one warp per row for dinp, and the column sums by a
- * second kernel that reads dout and inp again, in row blocks whose partial
- * sums the same finishing kernel adds.
+ * took the op from 76 to 62 us, at 1600 from 127 to 96
+ * (GPC_LAYERNORM_STAGE=0 measures it).
+ * Other C (odd, wider, or unaligned rows): one warp per row for dinp, and
+ * the column sums by a second kernel that reads dout and inp again, in row
+ * blocks whose partial sums the same finishing kernel adds.
  */
 #include "cuda/cuda_common.cuh"
 
@@ -73,7 +73,8 @@
 #define LNB_STAGE_SUM_MAX_ELEMS(E) (sizeof(E) == 2 ? 32 : 16)
 /* wider bf16 and f16 rows, C <= 1792 (GPT-2 774M's 1280 and 1.5B's 1600):
  * the same kernel at one block a multiprocessor, whose 255 registers hold
- * a lane's 56 columns of sums and row without spilling (226 with SUM) */
+ * a lane's 56 columns of sums and row without spilling (241 with SUM and
+ * STAGE) */
 #define LNB_WIDE_MAX_ELEMS 56
 
 /* a and b are NULL for plain layernorm (inp is then the input); otherwise
