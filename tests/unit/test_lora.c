@@ -167,12 +167,18 @@ static void gradient_check(unsigned targets, int recompute) {
             }
             /* the step halved until two estimates agree: where the loss
              * curves steeply along dir, 2.5e-3 still truncates by a per
-             * cent, and 3e-4 is as small as f32's rounding of it allows */
+             * cent, and 3e-4 is as small as f32's rounding of it allows.
+             * Once a halving moves the estimate more than the one before,
+             * the f32 loss's rounding outweighs the truncation: the
+             * coarser estimate is kept */
             double fd = difference(m, a, ap, n, tok, tgt, start, end, dir, 2.5e-3);
+            double last_move = INFINITY;
             for (double h = 1.25e-3; h > 3e-4; h /= 2) {
-                double coarser = fd;
-                fd = difference(m, a, ap, n, tok, tgt, start, end, dir, h);
-                if (fabs(fd - coarser) <= 5e-4 * fmax(fabs(fd), 0.25)) break;
+                double finer = difference(m, a, ap, n, tok, tgt, start, end, dir, h);
+                double move = fabs(finer - fd);
+                if (move >= last_move) break;
+                fd = finer, last_move = move;
+                if (move <= 5e-4 * fmax(fabs(fd), 0.25)) break;
             }
             double err = fabs(fd - analytic) / fmax(fabs(analytic), 0.25);
             if (err > 2e-3)
