@@ -274,11 +274,6 @@ static int offload_group(int layer) {
     return 1 + layer; /* layer L: the final layernorm's */
 }
 
-/* Elements of parameter tensor i in the flat buffer. */
-static size_t param_count(const gpt_model *m, int i) {
-    return gpt_param_end(m, i) - m->param_offset[i];
-}
-
 static gpc_status offload_order(gpt_model *m) {
     /* wte and wpe first, lnfw and lnfb last, the per-layer ones between */
     const int L = m->config.layers, first_layered = 2, last_layered = GPT_NUM_PARAM_TENSORS - 3;
@@ -287,15 +282,16 @@ static gpc_status offload_order(gpt_model *m) {
     if (!spans) return gpc_error(GPC_ERR_NOMEM, "out of host memory creating the model");
     int n = 0;
     for (int i = 0; i < first_layered; i++)
-        spans[n++] = (gpc_optim_span){m->param_offset[i], param_count(m, i), GPT_OFFLOAD_EMBEDDING};
+        spans[n++] =
+            (gpc_optim_span){m->param_offset[i], gpt_param_count(m, i), GPT_OFFLOAD_EMBEDDING};
     for (int l = 0; l < L; l++)
         for (int i = first_layered; i <= last_layered; i++) {
-            size_t per = param_count(m, i) / (size_t)L;
+            size_t per = gpt_param_count(m, i) / (size_t)L;
             spans[n++] =
                 (gpc_optim_span){m->param_offset[i] + (size_t)l * per, per, offload_group(l)};
         }
     for (int i = last_layered + 1; i < GPT_NUM_PARAM_TENSORS; i++)
-        spans[n++] = (gpc_optim_span){m->param_offset[i], param_count(m, i), offload_group(L)};
+        spans[n++] = (gpc_optim_span){m->param_offset[i], gpt_param_count(m, i), offload_group(L)};
     gpc_status s = gpc_optim_set_offload_order(m->optim, spans, n);
     gpc_free(spans);
     return s;
@@ -333,7 +329,7 @@ static gpc_status create_optimizer(gpt_model *m) {
         }
     } else {
         for (int i = 0; i < GPT_NUM_PARAM_TENSORS; i++)
-            ranges[count++] = (gpc_optim_range){m->param_offset[i], param_count(m, i),
+            ranges[count++] = (gpc_optim_range){m->param_offset[i], gpt_param_count(m, i),
                                                 gpt_param_decays(i), (uint32_t)i};
     }
     gpc_optim_layout layout = {.device = m->device,

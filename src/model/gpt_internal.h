@@ -199,6 +199,10 @@ int gpt_is_part(const gpt_model *model);
 static inline size_t gpt_param_end(const gpt_model *m, int i) {
     return i + 1 < GPT_NUM_PARAM_TENSORS ? m->param_offset[i + 1] : m->num_params;
 }
+/* Elements of parameter tensor i in the flat buffers. */
+static inline size_t gpt_param_count(const gpt_model *m, int i) {
+    return gpt_param_end(m, i) - m->param_offset[i];
+}
 
 /* For tests of serving (gpt_serve.c): the paged cache's keys and values,
  * [L, blocks, block_size, C], whose last block is the padding rows' where

@@ -230,7 +230,7 @@ gpc_status gpt_quant_set_params(gpt_model *m, const float *values) {
     gpc_status s = GPC_OK;
     for (int i = 0; s == GPC_OK && i < GPT_NUM_PARAM_TENSORS; i++) {
         const float *v = values + m->param_offset[i];
-        size_t n = gpt_param_end(m, i) - m->param_offset[i];
+        size_t n = gpt_param_count(m, i);
         if (!gpt_param_quantized(i)) {
             memcpy(h.dense + m->quant.dense_offset[i], v, n * sizeof(float));
             continue;
@@ -257,7 +257,7 @@ gpc_status gpt_quant_get_params(const gpt_model *m, float *values) {
     gpc_status s = host_download(m, &h);
     for (int i = 0; s == GPC_OK && i < GPT_NUM_PARAM_TENSORS; i++) {
         float *v = values + m->param_offset[i];
-        size_t n = gpt_param_end(m, i) - m->param_offset[i];
+        size_t n = gpt_param_count(m, i);
         if (!gpt_param_quantized(i)) {
             memcpy(v, h.dense + m->quant.dense_offset[i], n * sizeof(float));
             continue;
