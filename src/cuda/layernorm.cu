@@ -683,10 +683,21 @@ static void layernorm_backward_fused_launch(unsigned grid, size_t shared, cudaSt
                                             int64_t N, int C) {
     constexpr int min_blocks = ELEMS <= LNB_MAX_ELEMS(E) ? LNB_BLOCKS_PER_SM : 1;
     auto kernel = layernorm_backward_fused_kernel<E, ELEMS, SUM, STAGE, min_blocks>;
-    /* beyond the default 48 KiB (a row of sums a warp from 1025 columns):
-     * set at each such launch, the attribute being the current device's */
-    if (shared > 48 * 1024)
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    /* beyond the default 48 KiB (staged rows, or a row of sums a warp from
+     * 1025 columns): the attribute is the device's, so allowed[] keeps the
+     * most set on each device and it is set again only to go higher (two
+     * threads racing only set it twice) */
+    static int allowed[GPC_CUDA_MAX_DEVICES];
+    int dev = 0;
+    if (shared > 48 * 1024) {
+        if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= GPC_CUDA_MAX_DEVICES) {
+            cudaGetLastError();
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+        } else if ((size_t)__atomic_load_n(&allowed[dev], __ATOMIC_RELAXED) < shared &&
+                   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)shared) == cudaSuccess)
+            __atomic_store_n(&allowed[dev], (int)shared, __ATOMIC_RELAXED);
+    }
     kernel<<<grid, LNB_THREADS, shared, s>>>((E *)dinp->data, (const E *)dout->data,
                                              (const E *)inp->data, gpc_cuda_any_of(weight), mu, rs,
                                              partial, N, C);
