@@ -304,6 +304,14 @@ gpc_status gpc_cuda_transpose16(void *dst, const void *src, int64_t rows, int64_
 /* Number of multiprocessors of the current GPU (cached). */
 int gpc_cuda_sm_count(void);
 
+/* Lets kernel fn take `bytes` of dynamic shared memory on the current GPU
+ * beside its `static_bytes` of static arrays: above the 48 KiB default the
+ * runtime must allow it. Asked once per kernel, GPU and larger size, and
+ * only ever raised (a graph captured with a larger size keeps it), so a
+ * launch in a capture asks nothing once an eager run of the same size has.
+ * A refusal is an error naming op. */
+gpc_status gpc_cuda_allow_shared(const void *fn, size_t bytes, size_t static_bytes, const char *op);
+
 /* Whether the current GPU takes programmatic dependent launches (compute
  * capability 9.0 or more; cached per device). */
 int gpc_cuda_pdl_capable(void);

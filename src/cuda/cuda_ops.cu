@@ -113,6 +113,51 @@ int gpc_cuda_sm_count(void) {
     return sm_count[d];
 }
 
+/* What the runtime was allowed per kernel and GPU (gpc_cuda_allow_shared):
+ * the most dynamic shared memory asked so far. */
+#define ALLOWED_KNOWN 128
+static struct {
+    const void *fn;
+    int device;
+    size_t bytes;
+} allowed[ALLOWED_KNOWN];
+static int allowed_count;
+static pthread_mutex_t allowed_lock = PTHREAD_MUTEX_INITIALIZER;
+
+gpc_status gpc_cuda_allow_shared(const void *fn, size_t bytes, size_t static_bytes,
+                                 const char *op) {
+    if (bytes + static_bytes <= (48 << 10)) return GPC_OK;
+    int d = 0;
+    if (cudaGetDevice(&d) != cudaSuccess) {
+        cudaGetLastError();
+        d = -1; /* not recorded: asked every time */
+    }
+    pthread_mutex_lock(&allowed_lock);
+    int i = 0;
+    while (i < allowed_count && (allowed[i].fn != fn || allowed[i].device != d))
+        i++;
+    int raise = i == allowed_count || allowed[i].bytes < bytes;
+    if (raise && i == allowed_count && d >= 0 && allowed_count < ALLOWED_KNOWN) {
+        allowed[allowed_count].fn = fn, allowed[allowed_count].device = d;
+        allowed[allowed_count].bytes = 0;
+        allowed_count++;
+    }
+    gpc_status status = GPC_OK;
+    if (raise) {
+        cudaError_t e =
+            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            status = gpc_error(GPC_ERR_DEVICE, "%s: %zu bytes of shared memory refused: %s", op,
+                               bytes, cudaGetErrorString(e));
+        } else if (i < allowed_count) {
+            allowed[i].bytes = bytes;
+        }
+    }
+    pthread_mutex_unlock(&allowed_lock);
+    return status;
+}
+
 int gpc_cuda_pdl_capable(void) {
     static signed char capable[GPC_CUDA_MAX_DEVICES]; /* 0 unknown, 1 yes, -1 no */
     int d = 0;

@@ -736,45 +736,6 @@ static struct {
 static int known_count;
 static pthread_mutex_t known_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Lets fn take `bytes` of dynamic shared memory on GPU d: above the
- * 48 KiB default it must be allowed. Only ever raised, so that a graph
- * captured with a larger size keeps it. */
-static gpc_status allow_shared(dp_kernel fn, int d, size_t bytes) {
-    static struct {
-        dp_kernel fn;
-        int device;
-        size_t bytes;
-    } allowed[DP_KNOWN];
-    static int count;
-    /* the 48 KiB count the kernel's own shared arrays too (under 5 KiB
-     * here): a size within DP_STATIC_SMEM of the default needs raising */
-    if (bytes + DP_STATIC_SMEM <= (48 << 10)) return GPC_OK;
-    pthread_mutex_lock(&known_lock);
-    int i = 0;
-    while (i < count && (allowed[i].fn != fn || allowed[i].device != d))
-        i++;
-    int raise = i == count || allowed[i].bytes < bytes;
-    if (raise && i == count && count < DP_KNOWN) {
-        allowed[count].fn = fn, allowed[count].device = d, allowed[count].bytes = 0;
-        count++;
-    }
-    gpc_status status = GPC_OK;
-    if (raise) {
-        cudaError_t e =
-            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            status =
-                gpc_error(GPC_ERR_DEVICE, "decode_product: %zu bytes of shared memory refused: %s",
-                          bytes, cudaGetErrorString(e));
-        } else if (i < count) {
-            allowed[i].bytes = bytes;
-        }
-    }
-    pthread_mutex_unlock(&known_lock);
-    return status;
-}
-
 /* How many blocks of fn with `smem` bytes of dynamic shared memory a
  * multiprocessor of the current GPU holds at once, having let fn ask for
  * that much shared memory (above the 48 KiB default it must be allowed).
@@ -792,7 +753,8 @@ static gpc_status resident_blocks(dp_kernel fn, size_t smem, int *out) {
             return GPC_OK;
         }
     pthread_mutex_unlock(&known_lock);
-    GPC_TRY(allow_shared(fn, d, smem));
+    /* the 48 KiB count the kernel's own shared arrays too (under 5 KiB) */
+    GPC_TRY(gpc_cuda_allow_shared((const void *)fn, smem, DP_STATIC_SMEM, "decode_product"));
     int blocks = 0;
     GPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn, DP_THREADS, smem));
     if (blocks < 1) blocks = 1;

@@ -676,31 +676,19 @@ gpc_status gpc_cuda_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor 
  * wider than LNB_MAX_ELEMS run at one block a multiprocessor (the caller's
  * grid). */
 template <typename E, int ELEMS, bool SUM, bool STAGE>
-static void layernorm_backward_fused_launch(unsigned grid, size_t shared, cudaStream_t s,
-                                            gpc_tensor *dinp, const gpc_tensor *dout,
-                                            const gpc_tensor *inp, const gpc_tensor *weight,
-                                            const float *mu, const float *rs, float *partial,
-                                            int64_t N, int C) {
+static gpc_status layernorm_backward_fused_launch(unsigned grid, size_t shared, cudaStream_t s,
+                                                  gpc_tensor *dinp, const gpc_tensor *dout,
+                                                  const gpc_tensor *inp, const gpc_tensor *weight,
+                                                  const float *mu, const float *rs, float *partial,
+                                                  int64_t N, int C) {
     constexpr int min_blocks = ELEMS <= LNB_MAX_ELEMS(E) ? LNB_BLOCKS_PER_SM : 1;
     auto kernel = layernorm_backward_fused_kernel<E, ELEMS, SUM, STAGE, min_blocks>;
-    /* beyond the default 48 KiB (staged rows, or a row of sums a warp from
-     * 1025 columns): the attribute is the device's, so allowed[] keeps the
-     * most set on each device and it is set again only to go higher (two
-     * threads racing only set it twice) */
-    static int allowed[GPC_CUDA_MAX_DEVICES];
-    int dev = 0;
-    if (shared > 48 * 1024) {
-        if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= GPC_CUDA_MAX_DEVICES) {
-            cudaGetLastError();
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-        } else if ((size_t)__atomic_load_n(&allowed[dev], __ATOMIC_RELAXED) < shared &&
-                   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)shared) == cudaSuccess)
-            __atomic_store_n(&allowed[dev], (int)shared, __ATOMIC_RELAXED);
-    }
+    /* beyond the default 48 KiB: staged rows, or a row of sums a warp */
+    GPC_TRY(gpc_cuda_allow_shared((const void *)kernel, shared, 0, "layernorm_backward"));
     kernel<<<grid, LNB_THREADS, shared, s>>>((E *)dinp->data, (const E *)dout->data,
                                              (const E *)inp->data, gpc_cuda_any_of(weight), mu, rs,
                                              partial, N, C);
+    return GPC_OK;
 }
 
 /* The fused backward at the smallest ELEMS that holds elems columns a lane
@@ -711,10 +699,11 @@ static void layernorm_backward_fused_launch(unsigned grid, size_t shared, cudaSt
  * early; rows wider than LNB_MAX_ELEMS run at one block a multiprocessor
  * (the caller's grid). */
 template <typename E, int ELEMS>
-static void layernorm_backward_fused(int elems, unsigned grid, cudaStream_t s, gpc_tensor *dinp,
-                                     const gpc_tensor *dout, const gpc_tensor *inp,
-                                     const gpc_tensor *weight, const float *mu, const float *rs,
-                                     float *partial, int64_t N, int C, int sum, int stage) {
+static gpc_status layernorm_backward_fused(int elems, unsigned grid, cudaStream_t s,
+                                           gpc_tensor *dinp, const gpc_tensor *dout,
+                                           const gpc_tensor *inp, const gpc_tensor *weight,
+                                           const float *mu, const float *rs, float *partial,
+                                           int64_t N, int C, int sum, int stage) {
     constexpr int most = sizeof(E) == 2 ? LNB_WIDE_MAX_ELEMS : LNB_MAX_ELEMS(E);
     if constexpr (ELEMS < most)
         if (elems > ELEMS)
@@ -728,17 +717,17 @@ static void layernorm_backward_fused(int elems, unsigned grid, cudaStream_t s, g
     size_t shared = (sum ? 4 + LNB_WARPS : 3) * (size_t)C * sizeof(float) +
                     (stage ? (size_t)LNB_WARPS * 3 * 32 * ELEMS * sizeof(E) : 0);
     if (stage && sum)
-        layernorm_backward_fused_launch<E, ELEMS, sum_staged, can_stage>(
+        return layernorm_backward_fused_launch<E, ELEMS, sum_staged, can_stage>(
             grid, shared, s, dinp, dout, inp, weight, mu, rs, partial, N, C);
     else if (stage)
-        layernorm_backward_fused_launch<E, ELEMS, false, can_stage>(
+        return layernorm_backward_fused_launch<E, ELEMS, false, can_stage>(
             grid, shared, s, dinp, dout, inp, weight, mu, rs, partial, N, C);
     else if (sum)
-        layernorm_backward_fused_launch<E, ELEMS, sum_plain, false>(
+        return layernorm_backward_fused_launch<E, ELEMS, sum_plain, false>(
             grid, shared, s, dinp, dout, inp, weight, mu, rs, partial, N, C);
     else
-        layernorm_backward_fused_launch<E, ELEMS, false, false>(grid, shared, s, dinp, dout, inp,
-                                                                weight, mu, rs, partial, N, C);
+        return layernorm_backward_fused_launch<E, ELEMS, false, false>(
+            grid, shared, s, dinp, dout, inp, weight, mu, rs, partial, N, C);
 }
 
 gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gpc_tensor *dbias,
@@ -777,8 +766,10 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
                     need = (N + LNB_WARPS - 1) / LNB_WARPS;
             parts = (int)(grid < need ? grid : need);
             GPC_TRY(gpc_cuda_scratch((size_t)parts * groups * C * sizeof(float), &partial));
-            layernorm_backward_fused<E, 8>((int)elems, parts, s, dinp, dout, inp, weight, mu, rs,
-                                           (float *)partial, N, (int)C, sum, stage);
+            gpc_status st =
+                layernorm_backward_fused<E, 8>((int)elems, parts, s, dinp, dout, inp, weight, mu,
+                                               rs, (float *)partial, N, (int)C, sum, stage);
+            if (st != GPC_OK) return st;
         } else {
             /* any C: dinp by one kernel, the column sums by a second */
             int per = vec ? P : 1;
