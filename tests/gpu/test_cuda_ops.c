@@ -467,9 +467,48 @@ static void test_matmul_gelu(void **state) {
     assert_int_equal(clustered, clusters_on && (on & 2) ? 5 : 0);
 }
 
+/* One bf16 product of 8192 rows as the model runs it, against the CPU: the
+ * forward with bias C -> OC ('f'), with GELU as well ('g'), or the input
+ * gradient OC -> C ('d'). Lighter than matmul_case, which runs each shape
+ * seven times: the reference for 1.5B's shapes is OpenBLAS on the CPU. */
+static void large_product_case(char kind, int64_t C, int64_t OC) {
+    const int64_t B = 2, T = 4096;
+    int64_t s_x[3] = {B, T, C}, s_w[2] = {OC, C}, s_b[1] = {OC}, s_o[3] = {B, T, OC};
+    pair w = make(GPC_BF16, 2, s_w, 'r', -1, 1);
+    if (kind == 'd') {
+        pair dout = make(GPC_BF16, 3, s_o, 'r', -1, 1), x = make(GPC_BF16, 3, s_x, 'r', -1, 1),
+             dinp = make(GPC_BF16, 3, s_x, 'p', 0, 0);
+        TEST_OK(gpc_op_matmul_backward(&dinp.cpu, NULL, NULL, &dout.cpu, &x.cpu, &w.cpu));
+        TEST_OK(gpc_op_matmul_backward(&dinp.gpu, NULL, NULL, &dout.gpu, &x.gpu, &w.gpu));
+        expect("large matmul_backward dinp", &dinp, tol_for(GPC_BF16, 1e-5));
+        drop(&dout);
+        drop(&x);
+        drop(&dinp);
+    } else {
+        pair x = make(GPC_BF16, 3, s_x, 'r', -1, 1), b = make(GPC_BF16, 1, s_b, 'r', -1, 1),
+             out = make(GPC_BF16, 3, s_o, 'p', 0, 0), act = make(GPC_BF16, 3, s_o, 'p', 0, 0);
+        if (kind == 'g') {
+            TEST_OK(gpc_op_matmul_gelu_forward(&out.cpu, &act.cpu, &x.cpu, &w.cpu, &b.cpu));
+            TEST_OK(gpc_op_matmul_gelu_forward(&out.gpu, &act.gpu, &x.gpu, &w.gpu, &b.gpu));
+            expect("large matmul_gelu_forward out_gelu", &act, tol_for(GPC_BF16, 1e-5));
+        } else {
+            TEST_OK(gpc_op_matmul_forward(&out.cpu, &x.cpu, &w.cpu, &b.cpu));
+            TEST_OK(gpc_op_matmul_forward(&out.gpu, &x.gpu, &w.gpu, &b.gpu));
+        }
+        expect("large matmul forward out", &out, tol_for(GPC_BF16, 1e-5));
+        drop(&x);
+        drop(&b);
+        drop(&out);
+        drop(&act);
+    }
+    drop(&w);
+}
+
 /* GPT-2's large products at n = 8192 tokens, where matmul.cu takes the
  * configurations of its measured table (on an H100/H200 with cuBLASLt 13;
- * elsewhere the heuristic's, and the values are checked all the same). */
+ * elsewhere the heuristic's, and the values are checked all the same): 124M's
+ * and 1.5B's. Each configuration counts once, when its product is first
+ * planned (the residual forms and repeated calls reuse the plan). */
 static void test_matmul_measured(void **state) {
     (void)state;
     int before = gpc_cuda_matmul_measured_uses();
@@ -478,11 +517,21 @@ static void test_matmul_measured(void **state) {
     matmul_case(GPC_BF16, GPC_BF16, 2, 4096, 768, 768, 1, 1);   /* attention projection */
     matmul_gelu_case(GPC_BF16, 2, 4096, 768, 3072, 1);          /* fc, GELU_AUX_BIAS */
     matmul_gelu_case(GPC_BF16, 2, 4096, 3072, 768, 1);          /* fcproj's DGELU backward */
+    /* 1.5B (C = 1600): qkv and the attention projection forward and dinp,
+     * fcproj's forward, fc's dinp, and fc's GELU forward (its K of 1600 is
+     * cuBLASLt's, not gemm_sm90.cu's) */
+    large_product_case('f', 1600, 4800);
+    large_product_case('d', 1600, 4800);
+    large_product_case('f', 1600, 1600);
+    large_product_case('d', 1600, 1600);
+    large_product_case('f', 6400, 1600);
+    large_product_case('d', 1600, 6400);
+    large_product_case('g', 1600, 6400);
     int used = gpc_cuda_matmul_measured_uses() - before;
     int applies = gpc_cuda_matmul_measured_applies();
     /* the fc forward and fcproj's DGELU are gemm_sm90.cu's where it runs them */
     int on = gpc_cuda_gemm_sm90_available();
-    int expected = applies ? 6 - (on & 1 ? 1 : 0) - (on & 2 ? 1 : 0) : 0;
+    int expected = applies ? 6 - (on & 1 ? 1 : 0) - (on & 2 ? 1 : 0) + 7 : 0;
     printf("  measured configurations taken: %d of %d (the table %s here)\n", used, expected,
            applies ? "applies" : "does not apply");
     assert_int_equal(used, expected);
