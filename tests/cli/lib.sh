@@ -58,3 +58,18 @@ wait_until() {
   done
   eval "$check"
 }
+
+# wait_for_socket SOCKET PID: waits until the daemon PID has made its Unix
+# socket SOCKET (status 0), has exited (status 1, at once), or 120 s have
+# passed (status 1). Starting takes well under a second; the long deadline
+# is for a machine that stalls for tens of seconds (one CI machine held
+# every test for about 40 s at once), not for a slow start.
+wait_for_socket() {
+  local sock=$1 pid=$2 deadline=$((SECONDS + 120))
+  while ((SECONDS < deadline)); do
+    [[ -S $sock ]] && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  [[ -S $sock ]]
+}

@@ -76,8 +76,7 @@ if [[ -n ${GPCD:-} && -x ${GPCD:-} ]]; then
   "$GPCD" --config "$work/gpcd.conf" --foreground >"$work/gpcd.log" 2>&1 &
   gpcd_pid=$!
   export GPC_SOCKET=$work/state/gpcd.sock
-  # shellcheck disable=SC2016 # the check expands each time it runs
-  wait_until 30 '[[ -S $GPC_SOCKET ]]' || fail "gpcd did not start: $(cat "$work/gpcd.log")"
+  wait_for_socket "$GPC_SOCKET" "$gpcd_pid" || fail "gpcd did not start: $(cat "$work/gpcd.log")"
   state_of() { "$GPC" show "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
   mkdir -p "$work/jobdir"
   # the job writes its run folder and dies printing the out-of-memory line,

@@ -32,8 +32,7 @@ CONF
 "$GPCD" --config "$work/gpcd.conf" --foreground >"$work/gpcd.log" 2>&1 &
 gpcd_pid=$!
 export GPC_SOCKET=$work/state/gpcd.sock
-# shellcheck disable=SC2016 # the check expands each time it runs
-wait_until 30 '[[ -S $GPC_SOCKET ]]' || fail "gpcd did not create its socket"
+wait_for_socket "$GPC_SOCKET" "$gpcd_pid" || fail "gpcd did not create its socket"
 [[ $(stat -c %a "$GPC_SOCKET") == 600 ]] || fail "socket mode $(stat -c %a "$GPC_SOCKET"), want 600"
 
 # submit: the id alone on the last line of stdout

@@ -58,8 +58,7 @@ CONF
 "$GPCD" --config "$work/gpcd.conf" --foreground >"$work/gpcd.log" 2>&1 &
 gpcd_pid=$!
 export GPC_SOCKET=$work/state/gpcd.sock
-# shellcheck disable=SC2016 # the check expands each time it runs
-wait_until 60 '[[ -S $GPC_SOCKET ]]' || fail "gpcd did not create its socket"
+wait_for_socket "$GPC_SOCKET" "$gpcd_pid" || fail "gpcd did not create its socket"
 
 field() { "$GPC" show "$1" --json | python3 -c "import json,sys; print(json.load(sys.stdin)$2)"; }
 

@@ -25,7 +25,7 @@ CONF
 "$GPCD" --config "$work/gpcd.conf" --foreground >"$work/gpcd.log" 2>&1 &
 gpcd_pid=$!
 sock=$work/state/gpcd.sock
-wait_until 30 '[[ -S $sock ]]' || fail "no socket: $(cat "$work/gpcd.log")"
+wait_for_socket "$sock" "$gpcd_pid" || fail "no socket: $(cat "$work/gpcd.log")"
 api() { curl -sf --max-time 10 --unix-socket "$sock" "http://gpcd$1" "${@:2}"; }
 # the jobs outlive any wait below; the cleanup cancels them
 api /jobs -d '{"command":["sleep","600"],"gpus":2,"type":"train"}' >/dev/null
@@ -39,7 +39,7 @@ sampled() {
     grep -q '^gpcd_alert_active{gpu="0",kind="temperature"} 1$' "$work/metrics.txt" &&
     [[ $(grep -c '^gpcd_gpu_busy{gpu="[0-7]"} 1$' "$work/metrics.txt") == 3 ]]
 }
-wait_until 60 sampled || true # the checks below say what is missing
+wait_until 120 sampled || true # the checks below say what is missing
 promtool check metrics <"$work/metrics.txt" || fail "promtool: $(promtool check metrics <"$work/metrics.txt" 2>&1)"
 grep -q '^gpcd_running_jobs 2$' "$work/metrics.txt" || fail "running jobs: $(grep running_jobs "$work/metrics.txt")"
 grep -q '^gpcd_gpu_temperature_celsius{gpu="0"} 91$' "$work/metrics.txt" || fail "temperature"

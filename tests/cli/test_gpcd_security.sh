@@ -32,8 +32,7 @@ fi
 start_gpcd() { # CONFIG: starts gpcd and waits for its socket
   "$GPCD" --config "$1" --foreground >>"$work/gpcd.log" 2>&1 &
   gpcd_pid=$!
-  # shellcheck disable=SC2016 # the check expands each time it runs
-  wait_until 30 '[[ -S $GPC_SOCKET ]]' || fail "gpcd did not create its socket"
+  wait_for_socket "$GPC_SOCKET" "$gpcd_pid" || fail "gpcd did not create its socket"
 }
 stop_gpcd() { gpcd_stop "$GPC_SOCKET" "$gpcd_pid"; gpcd_pid=; }
 wait_state() { # ID STATE

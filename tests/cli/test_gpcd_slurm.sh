@@ -123,8 +123,7 @@ start_gpcd() {
   "$GPCD" --config "$work/gpcd.conf" --foreground >>"$work/gpcd.log" 2>&1 &
   gpcd_pid=$!
   pids+=($gpcd_pid)
-  # shellcheck disable=SC2016 # the check expands each time it runs
-  wait_until 30 '[[ -S $work/state/gpcd.sock ]]' || fail "gpcd did not start"
+  wait_for_socket "$work/state/gpcd.sock" "$gpcd_pid" || fail "gpcd did not start"
 }
 start_gpcd
 export GPC_SOCKET=$work/state/gpcd.sock

@@ -30,8 +30,7 @@ CONF
 "$GPCD" --config "$work/gpcd.conf" --foreground >"$work/gpcd.log" 2>&1 &
 gpcd_pid=$!
 export GPC_SOCKET=$work/state/gpcd.sock
-# shellcheck disable=SC2016 # the check expands each time it runs
-wait_until 30 '[[ -S $GPC_SOCKET ]]' || fail "gpcd did not create its socket"
+wait_for_socket "$GPC_SOCKET" "$gpcd_pid" || fail "gpcd did not create its socket"
 # the job outlives any wait below; the cleanup cancels it
 id=$("$GPC" submit --gpus 1 --type train -- sleep 600 | tail -1)
 [[ $id =~ ^[0-9]+$ ]] || fail "submit printed '$id'"
