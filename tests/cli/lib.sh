@@ -65,11 +65,8 @@ wait_until() {
 # is for a machine that stalls for tens of seconds (one CI machine held
 # every test for about 40 s at once), not for a slow start.
 wait_for_socket() {
-  local sock=$1 pid=$2 deadline=$((SECONDS + 120))
-  while ((SECONDS < deadline)); do
-    [[ -S $sock ]] && return 0
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  [[ -S $sock ]]
+  local sock
+  sock=$(printf %q "$1")
+  wait_until 120 "[[ -S $sock ]] || ! kill -0 $2 2>/dev/null"
+  [[ -S $1 ]]
 }
