@@ -224,13 +224,14 @@ __device__ __forceinline__ float gpc_block_sum(float v, float *shared) {
  * sum is returned to the threads with threadIdx.y == 0 (0 elsewhere and for
  * c >= width). Every thread of the block must call it. */
 #define GPC_PARTS_ROWS 16
+template <int UNROLL = 4>
 __device__ __forceinline__ float gpc_parts_column_sum(const float *partial, int parts,
                                                       int64_t width) {
     __shared__ float s[GPC_PARTS_ROWS][33];
     int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
     float v = 0.0f;
-    if (c < width) /* unrolled: four loads in flight, added in the same order */
-#pragma unroll 4
+    if (c < width) /* unrolled: UNROLL loads in flight, added in the same order */
+#pragma unroll UNROLL
         for (int k = threadIdx.y; k < parts; k += GPC_PARTS_ROWS)
             v += partial[(int64_t)k * width + c];
     s[threadIdx.y][threadIdx.x] = v;

@@ -18,14 +18,17 @@
  *
  * Backward, C <= 1024 (768 in f32) in 16-byte packs (GPT-2's rows): one
  * fused kernel on a persistent grid (LNB_BLOCKS_PER_SM blocks a
- * multiprocessor; bf16 and f16 rows of up to 1792 columns, GPT-2 774M's and
- * 1.5B's, at one block, for the registers their sums take). A warp takes
+ * multiprocessor; bf16 and f16 rows of 1537-1792 columns, GPT-2 1.5B's
+ * 1600, at one block, for the registers their sums take). A warp takes
  * one row at a time and keeps it in registers for both passes (the row
  * sums, then dinp), and each lane owns the same columns of every row, so it
  * also keeps its columns' dweight and dbias sums
- * in registers over all its rows. dout, inp and dinp are each read once and
- * dinp written once: the minimum traffic (an earlier version read dout and
- * inp a second time in a separate column-sum kernel, a third more traffic).
+ * in registers over all its rows. bf16 and f16 rows of 769-1536 columns
+ * (GPT-2 350M's 1024, 774M's 1280) go to two warps, each with half the
+ * columns, which add the row's two sums through shared memory: half the
+ * registers, so two blocks a multiprocessor and twice the warps a row.
+ * dout, inp and dinp are each read once and dinp written once: the minimum traffic (an earlier
+ * version read dout and inp a second time in a separate column-sum kernel, a third more traffic).
  * Each block adds its warps' sums in warp order and writes one row of
  * partial sums to scratch; a small kernel adds those rows in a fixed order.
  * No atomics: the bits depend only on N, C and the GPU's multiprocessor
@@ -76,6 +79,13 @@
  * a lane's 56 columns of sums and row without spilling (241 with SUM and
  * STAGE) */
 #define LNB_WIDE_MAX_ELEMS 56
+/* bf16 and f16 rows of more than LNB_SPLIT_MIN_ELEMS columns a lane at a
+ * warp a row (from 769 columns) are split over two warps where that needs
+ * at most LNB_SPLIT_MAX_ELEMS a lane (up to 1536 columns): at 16,384 rows
+ * 1.08x for 1024 columns, 1.05x for 1280. Rows of 768 ran 0.91x split, and
+ * rows of 1600 0.88x (32 columns a lane spill at two blocks an SM) */
+#define LNB_SPLIT_MIN_ELEMS 24
+#define LNB_SPLIT_MAX_ELEMS 24
 
 /* a and b are NULL for plain layernorm (inp is then the input); otherwise
  * residual = a + b is written to inp (cast away: it is the residual tensor). */
@@ -315,23 +325,36 @@ template <typename T> constexpr bool lnb_early(int elems) {
     return elems <= 24 && elems * sizeof(T) <= 64;
 }
 
-/* Copies this lane's packs of a row (lane + 32 i, as far as packs) from g to
- * s[32 i] with cp.async. */
-template <typename P, int ITEMS>
-__device__ __forceinline__ void lnb_copy_row(P *s, const P *g, int lane, int packs) {
+/* Copies this thread's packs of a row (t + STRIDE i, as far as packs) from
+ * g to s[32 i] with cp.async. */
+template <typename P, int ITEMS, int STRIDE>
+__device__ __forceinline__ void lnb_copy_row(P *s, const P *g, int t, int packs) {
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
-        if (lane + 32 * i < packs) gpc_cp_async16(s + 32 * i, g + lane + 32 * i, true);
+        if (t + STRIDE * i < packs) gpc_cp_async16(s + 32 * i, g + t + STRIDE * i, true);
 }
 
-/* The fused backward for rows of at most 32 * ELEMS columns in 16-byte packs:
- * a persistent grid, one warp per row at a time, each warp walking the rows
- * warp, warp + warps, ... of the whole grid. A lane owns the same packs of
- * every row (pack lane + 32 i), so it keeps dweight's and dbias's column sums
- * for them in registers across all of its rows; dout and inp are read once
- * (both passes over the row use the registers), dinp once and written once.
+/* Waits for the 32 * n threads of named barrier id (1-15; 0 is
+ * __syncthreads') and orders their shared memory accesses. */
+__device__ __forceinline__ void lnb_bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(32 * n) : "memory");
+}
+
+/* The fused backward for rows of at most 32 * SPLIT * ELEMS columns in
+ * 16-byte packs: a persistent grid, SPLIT warps per row at a time (a unit),
+ * each unit walking the rows unit, unit + units, ... of the whole grid.
+ * Thread t of a unit (t = 32 * its warp's place in the unit + lane) owns the
+ * same packs of every row (pack t + 32 SPLIT i), so it keeps dweight's and
+ * dbias's column sums for them in registers across all of its rows; dout
+ * and inp are read once (both passes over the row use the registers), dinp
+ * once and written once. With SPLIT 2 the unit's warps add their halves of
+ * the row's two sums through shared memory (a slot a warp and row parity)
+ * behind a named barrier of the unit's 64 threads, both in the same order,
+ * so they agree to the bit: half the registers a lane, and so two blocks a
+ * multiprocessor and twice the warps on each row where one warp a row left
+ * the schedulers idle (bf16 and f16 rows of 769-1536 columns).
  * With SUM it also sums the columns of dinp as they come in (the residual
- * gradient's column sums: a projection's bias gradient), each warp into its
+ * gradient's column sums: a projection's bias gradient), each unit into its
  * own row of shared memory, since registers for a third set of sums would
  * spill or cost the early loads of dinp (measured 25% slower).
  * At the end the block's warps add their sums in warp order in shared memory
@@ -340,34 +363,41 @@ __device__ __forceinline__ void lnb_copy_row(P *s, const P *g, int lane, int pac
  * blocks' rows in a fixed order. The weight is staged in shared memory as f32
  * once per block. With STAGE each warp's rows come through its three slots
  * of shared memory (see the comment above the row loop). Dynamic shared
- * memory: (1 + GROUPS) * C floats, LNB_WARPS * C more with SUM, and
- * LNB_WARPS slots of 3 * 32 * ELEMS elements with STAGE. */
-template <typename T, int ELEMS, bool SUM, bool STAGE, int MIN_BLOCKS>
+ * memory: (1 + GROUPS) * C floats, LNB_WARPS / SPLIT * C more with SUM,
+ * LNB_WARPS slots of 3 * 32 * ELEMS elements with STAGE, and with SPLIT 2
+ * LNB_WARPS * 2 float2 slots first. */
+template <typename T, int ELEMS, bool SUM, bool STAGE, int MIN_BLOCKS, int SPLIT>
 __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
     layernorm_backward_fused_kernel(T *__restrict__ dinp, const T *__restrict__ dout,
                                     const T *__restrict__ inp, gpc_cuda_any weight,
                                     const float *__restrict__ mean, const float *__restrict__ rstd,
                                     float *__restrict__ partial, int64_t N, int C) {
+    static_assert(SPLIT == 1 || SPLIT == 2, "a row is split over one or two warps");
     typedef gpc_pack<T> P;
     const int PER = P::n, ITEMS = ELEMS / P::n, GROUPS = SUM ? 3 : 2;
+    const int UNITS = LNB_WARPS / SPLIT, STRIDE = 32 * SPLIT;
     const bool EARLY = lnb_early<T>(ELEMS);
-    extern __shared__ float4 ln_shared[];              /* float4: 16-byte aligned for ln_weights */
-    float *w_s = (float *)ln_shared, *sum_s = w_s + C; /* sum_s: [GROUPS * C] */
-    float *ds_s = sum_s + GROUPS * C;                  /* SUM: [LNB_WARPS][C], a row per warp */
+    extern __shared__ float4 ln_shared[]; /* float4: 16-byte aligned for ln_weights */
+    /* SPLIT 2: the row sums' exchange slots, [unit][parity][warp of the unit] */
+    float2 *xch = (float2 *)ln_shared;
+    float *w_s = (float *)(ln_shared + (SPLIT > 1 ? LNB_WARPS * 2 * sizeof(float2) / 16 : 0));
+    float *sum_s = w_s + C;           /* [GROUPS * C] */
+    float *ds_s = sum_s + GROUPS * C; /* SUM: [UNITS][C], a row per unit */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, packs = C / PER;
-    /* STAGE: the warp's rows of dout, inp and dinp, pack lane + 32 i of each
-     * at [32 i + lane] of its slot */
-    P *dy_s = (P *)(ds_s + (SUM ? LNB_WARPS * C : 0)) + warp * 3 * 32 * ITEMS + lane;
+    const int unit = warp / SPLIT, half = warp % SPLIT, t = 32 * half + lane;
+    /* STAGE: the warp's rows of dout, inp and dinp, pack t + STRIDE i of
+     * each at [32 i + lane] of its slot */
+    P *dy_s = (P *)(ds_s + (SUM ? UNITS * C : 0)) + warp * 3 * 32 * ITEMS + lane;
     P *x_s = dy_s + 32 * ITEMS, *dx_s = x_s + 32 * ITEMS;
     for (int c = threadIdx.x; c < C; c += LNB_THREADS)
         w_s[c] = gpc_any_load(weight, c);
     if (SUM)
-        for (int c = threadIdx.x; c < LNB_WARPS * C; c += LNB_THREADS)
+        for (int c = threadIdx.x; c < UNITS * C; c += LNB_THREADS)
             ds_s[c] = 0.0f;
     __syncthreads();
 
-    const int64_t warps = (int64_t)gridDim.x * LNB_WARPS;
-    const int64_t first = (int64_t)blockIdx.x * LNB_WARPS + warp;
+    const int64_t units = (int64_t)gridDim.x * UNITS;
+    const int64_t first = (int64_t)blockIdx.x * UNITS + unit;
     float dw[ITEMS][PER], db[ITEMS][PER];
 #pragma unroll
     for (int i = 0; i < ITEMS; i++)
@@ -379,24 +409,25 @@ __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
      * row's now, then each next row's dout and inp once pass 1 has read this
      * row's, and its dinp once pass 2 has */
     if (STAGE && first < N) {
-        lnb_copy_row<P, ITEMS>(dy_s, (const P *)(dout + first * C), lane, packs);
-        lnb_copy_row<P, ITEMS>(x_s, (const P *)(inp + first * C), lane, packs);
+        lnb_copy_row<P, ITEMS, STRIDE>(dy_s, (const P *)(dout + first * C), t, packs);
+        lnb_copy_row<P, ITEMS, STRIDE>(x_s, (const P *)(inp + first * C), t, packs);
         gpc_cp_async_commit();
-        lnb_copy_row<P, ITEMS>(dx_s, (const P *)(dinp + first * C), lane, packs);
+        lnb_copy_row<P, ITEMS, STRIDE>(dx_s, (const P *)(dinp + first * C), t, packs);
         gpc_cp_async_commit();
     }
-    for (int64_t row = first; row < N; row += warps) {
-        const int64_t next = row + warps;
+    int parity = 0;
+    for (int64_t row = first; row < N; row += units) {
+        const int64_t next = row + units;
         const P *dy = (const P *)(dout + row * C), *x = (const P *)(inp + row * C);
         P *dx = (P *)(dinp + row * C);
         P dyp[ITEMS], xp[ITEMS];
-        /* STAGE: this row's dout and inp are this lane's copies (its dinp
+        /* STAGE: this row's dout and inp are this thread's copies (its dinp
          * may still be in flight); else every load of the row first, so
          * they are in flight together */
         if (STAGE) gpc_cp_async_wait<1>();
 #pragma unroll
         for (int i = 0; i < ITEMS; i++) {
-            int p = lane + 32 * i;
+            int p = t + STRIDE * i;
             if (p < packs) {
                 dyp[i] = STAGE ? dy_s[32 * i] : dy[p];
                 xp[i] = STAGE ? x_s[32 * i] : x[p];
@@ -406,7 +437,7 @@ __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
         float g_sum = 0.0f, gx_sum = 0.0f;
 #pragma unroll
         for (int i = 0; i < ITEMS; i++) {
-            int p = lane + 32 * i;
+            int p = t + STRIDE * i;
             if (p < packs) {
                 float w[PER];
                 ln_weights<PER>(w, w_s + p * PER);
@@ -423,8 +454,8 @@ __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
         }
         if (STAGE) { /* pass 1 has used the slots' values: the next row's */
             if (next < N) {
-                lnb_copy_row<P, ITEMS>(dy_s, (const P *)(dout + next * C), lane, packs);
-                lnb_copy_row<P, ITEMS>(x_s, (const P *)(inp + next * C), lane, packs);
+                lnb_copy_row<P, ITEMS, STRIDE>(dy_s, (const P *)(dout + next * C), t, packs);
+                lnb_copy_row<P, ITEMS, STRIDE>(x_s, (const P *)(inp + next * C), t, packs);
             }
             gpc_cp_async_commit();
         }
@@ -433,11 +464,22 @@ __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
         P dxp[ITEMS];
 #pragma unroll
         for (int i = 0; i < ITEMS; i++)
-            if (EARLY && !STAGE && lane + 32 * i < packs) dxp[i] = dx[lane + 32 * i];
+            if (EARLY && !STAGE && t + STRIDE * i < packs) dxp[i] = dx[t + STRIDE * i];
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             g_sum += __shfl_xor_sync(0xffffffffu, g_sum, o);
             gx_sum += __shfl_xor_sync(0xffffffffu, gx_sum, o);
+        }
+        if (SPLIT > 1) { /* the unit's halves, added in the same order by both */
+            float2 *slot = xch + (unit * 2 + parity) * SPLIT;
+            if (lane == 0) slot[half] = make_float2(g_sum, gx_sum);
+            lnb_bar_sync(1 + unit, SPLIT);
+            const float2 a = slot[0], b = slot[1];
+            g_sum = a.x + b.x;
+            gx_sum = a.y + b.y;
+            parity ^= 1; /* the next row's slots: a warp writes these again only
+                          * after the next barrier, which its partner reaches
+                          * after reading them */
         }
         /* (float)C converted again each row, from a value ptxas cannot
          * hoist: kept across the row loop it is the one value the bf16
@@ -458,7 +500,7 @@ __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
         }
 #pragma unroll
         for (int i = 0; i < ITEMS; i++) {
-            int p = lane + 32 * i;
+            int p = t + STRIDE * i;
             if (p < packs) {
                 P out;
                 if (STAGE)
@@ -467,7 +509,7 @@ __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
                     dxp[i] = dx[p];
                 float w[PER];
                 ln_weights<PER>(w, w_s + p * PER);
-                float4 *acc = (float4 *)(ds_s + warp * C + p * PER);
+                float4 *acc = (float4 *)(ds_s + unit * C + p * PER);
 #pragma unroll
                 for (int q = 0; q < PER / 4; q++) {
                     float in[4];
@@ -489,34 +531,48 @@ __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
             }
         }
         if (STAGE) {
-            if (next < N) lnb_copy_row<P, ITEMS>(dx_s, (const P *)(dinp + next * C), lane, packs);
+            if (next < N)
+                lnb_copy_row<P, ITEMS, STRIDE>(dx_s, (const P *)(dinp + next * C), t, packs);
             gpc_cp_async_commit();
         }
     }
 
-    /* the block's column sums, warp 0 first, then each warp in turn */
+    /* the block's column sums in warp order: the first unit's warps (which
+     * between them own every column) set them, then each warp adds its own,
+     * 16 bytes an access (a lane's columns are PER in a row: one float a
+     * time was an 8-way bank conflict, 20 us of the kernel at 1600 columns) */
     for (int w = 0; w < LNB_WARPS; w++) {
         if (warp == w) {
 #pragma unroll
             for (int i = 0; i < ITEMS; i++) {
-                int p = lane + 32 * i;
-                if (p < packs)
+                int p = t + STRIDE * i;
+                if (p < packs) {
+                    float4 *sw = (float4 *)(sum_s + p * PER), *sb = (float4 *)(sum_s + C + p * PER);
 #pragma unroll
-                    for (int k = 0; k < PER; k++) {
-                        int c = p * PER + k;
-                        sum_s[c] = w ? sum_s[c] + dw[i][k] : dw[i][k];
-                        sum_s[C + c] = w ? sum_s[C + c] + db[i][k] : db[i][k];
+                    for (int q = 0; q < PER / 4; q++) {
+                        float4 a = make_float4(dw[i][4 * q], dw[i][4 * q + 1], dw[i][4 * q + 2],
+                                               dw[i][4 * q + 3]);
+                        float4 b = make_float4(db[i][4 * q], db[i][4 * q + 1], db[i][4 * q + 2],
+                                               db[i][4 * q + 3]);
+                        if (w >= SPLIT) {
+                            const float4 u = sw[q], v = sb[q];
+                            a.x += u.x, a.y += u.y, a.z += u.z, a.w += u.w;
+                            b.x += v.x, b.y += v.y, b.z += v.z, b.w += v.w;
+                        }
+                        sw[q] = a;
+                        sb[q] = b;
                     }
+                }
             }
         }
         __syncthreads();
     }
-    if (SUM) /* the warps' rows of dinp's sums, in warp order */
+    if (SUM) /* the units' rows of dinp's sums, in unit order */
         for (int c = threadIdx.x; c < C; c += LNB_THREADS) {
-            float t = 0.0f;
-            for (int w = 0; w < LNB_WARPS; w++)
-                t += ds_s[w * C + c];
-            sum_s[2 * C + c] = t;
+            float s = 0.0f;
+            for (int u = 0; u < UNITS; u++)
+                s += ds_s[u * C + c];
+            sum_s[2 * C + c] = s;
         }
     __syncthreads();
     float *out = partial + (int64_t)blockIdx.x * GROUPS * C;
@@ -527,12 +583,13 @@ __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
 /* dweight[c] += sum over parts of partial[part][c], dbias[c] += that of
  * partial[part][C + c], and with dsum (groups 3) dsum[c] += that of
  * partial[part][2C + c]. A block adds 32 of the groups * C columns, in a
- * fixed order (gpc_parts_column_sum). */
+ * fixed order (gpc_parts_column_sum, 16 loads in flight a thread: 264
+ * blocks' rows took about 1% less time than with 4). */
 __global__ void layernorm_params_finish_kernel(gpc_cuda_any dweight, gpc_cuda_any dbias,
                                                gpc_cuda_any dsum, const float *partial, int parts,
                                                int C, int groups) {
     int c = blockIdx.x * 32 + threadIdx.x;
-    float t = gpc_parts_column_sum(partial, parts, groups * (int64_t)C);
+    float t = gpc_parts_column_sum<16>(partial, parts, groups * (int64_t)C);
     if (threadIdx.y != 0 || c >= groups * C) return;
     gpc_cuda_any to = c < C ? dweight : c < 2 * C ? dbias : dsum;
     int j = c % C;
@@ -578,6 +635,14 @@ static void layernorm_forward_rows(int chunks, unsigned grid, cudaStream_t s, T 
 static int layernorm_wide_enabled(void) {
     static int enabled = -1;
     return gpc_cuda_setting_flag("GPC_LAYERNORM_WIDE", &enabled);
+}
+
+/* GPC_LAYERNORM_SPLIT=0 keeps bf16 and f16 rows wider than 768 columns
+ * at a warp a row in the fused backward (for measuring the split rows
+ * against it). */
+static int layernorm_split_enabled(void) {
+    static int enabled = -1;
+    return gpc_cuda_setting_flag("GPC_LAYERNORM_SPLIT", &enabled);
 }
 
 /* GPC_LAYERNORM_STAGE=0 has the fused backward load its rows into
@@ -675,15 +740,15 @@ gpc_status gpc_cuda_residual_layernorm_forward(gpc_tensor *residual, gpc_tensor 
  * set (at most LNB_SUM_MAX_ELEMS columns a lane, or wide rows); rows
  * wider than LNB_MAX_ELEMS run at one block a multiprocessor (the caller's
  * grid). */
-template <typename E, int ELEMS, bool SUM, bool STAGE>
+template <typename E, int ELEMS, bool SUM, bool STAGE, int SPLIT>
 static gpc_status layernorm_backward_fused_launch(unsigned grid, size_t shared, cudaStream_t s,
                                                   gpc_tensor *dinp, const gpc_tensor *dout,
                                                   const gpc_tensor *inp, const gpc_tensor *weight,
                                                   const float *mu, const float *rs, float *partial,
                                                   int64_t N, int C) {
     constexpr int min_blocks = ELEMS <= LNB_MAX_ELEMS(E) ? LNB_BLOCKS_PER_SM : 1;
-    auto kernel = layernorm_backward_fused_kernel<E, ELEMS, SUM, STAGE, min_blocks>;
-    /* beyond the default 48 KiB: staged rows, or a row of sums a warp */
+    auto kernel = layernorm_backward_fused_kernel<E, ELEMS, SUM, STAGE, min_blocks, SPLIT>;
+    /* beyond the default 48 KiB: staged rows, or a row of sums a unit */
     GPC_TRY(gpc_cuda_allow_shared((const void *)kernel, shared, 0, "layernorm_backward"));
     kernel<<<grid, LNB_THREADS, shared, s>>>((E *)dinp->data, (const E *)dout->data,
                                              (const E *)inp->data, gpc_cuda_any_of(weight), mu, rs,
@@ -693,40 +758,43 @@ static gpc_status layernorm_backward_fused_launch(unsigned grid, size_t shared, 
 
 /* The fused backward at the smallest ELEMS that holds elems columns a lane
  * (ELEMS counts up to it by 8, as far as E's rows go: LNB_WIDE_MAX_ELEMS in
- * bf16/f16, LNB_MAX_ELEMS in f32), summing dinp's columns too when sum is
- * set (the caller sets it only where lnb_can_sum allows), staging dinp in
- * shared memory when stage is set and the rows are too wide to load it
- * early; rows wider than LNB_MAX_ELEMS run at one block a multiprocessor
- * (the caller's grid). */
-template <typename E, int ELEMS>
+ * bf16/f16 rows a warp each, LNB_MAX_ELEMS in f32 and in rows split over two
+ * warps), summing dinp's columns too when sum is set (the caller sets it
+ * only where lnb_can_sum allows), staging dinp in shared memory when stage
+ * is set and the rows are too wide to load it early; rows wider than
+ * LNB_MAX_ELEMS run at one block a multiprocessor (the caller's grid). */
+template <typename E, int ELEMS, int SPLIT>
 static gpc_status layernorm_backward_fused(int elems, unsigned grid, cudaStream_t s,
                                            gpc_tensor *dinp, const gpc_tensor *dout,
                                            const gpc_tensor *inp, const gpc_tensor *weight,
                                            const float *mu, const float *rs, float *partial,
                                            int64_t N, int C, int sum, int stage) {
-    constexpr int most = sizeof(E) == 2 ? LNB_WIDE_MAX_ELEMS : LNB_MAX_ELEMS(E);
+    constexpr int most = SPLIT > 1        ? LNB_SPLIT_MAX_ELEMS
+                         : sizeof(E) == 2 ? LNB_WIDE_MAX_ELEMS
+                                          : LNB_MAX_ELEMS(E);
     if constexpr (ELEMS < most)
         if (elems > ELEMS)
-            return layernorm_backward_fused<E, ELEMS + 8>(elems, grid, s, dinp, dout, inp, weight,
-                                                          mu, rs, partial, N, C, sum, stage);
+            return layernorm_backward_fused<E, ELEMS + 8, SPLIT>(
+                elems, grid, s, dinp, dout, inp, weight, mu, rs, partial, N, C, sum, stage);
     constexpr bool can_stage = sizeof(E) == 2 && !lnb_early<E>(ELEMS);
     /* only the widths the caller may sum at instantiate the summing kernel */
     constexpr bool sum_plain = lnb_can_sum<E>(ELEMS, false);
     constexpr bool sum_staged = lnb_can_sum<E>(ELEMS, true);
     stage = stage && can_stage;
-    size_t shared = (sum ? 4 + LNB_WARPS : 3) * (size_t)C * sizeof(float) +
-                    (stage ? (size_t)LNB_WARPS * 3 * 32 * ELEMS * sizeof(E) : 0);
+    size_t shared = (sum ? 4 + LNB_WARPS / SPLIT : 3) * (size_t)C * sizeof(float) +
+                    (stage ? (size_t)LNB_WARPS * 3 * 32 * ELEMS * sizeof(E) : 0) +
+                    (SPLIT > 1 ? LNB_WARPS * 2 * sizeof(float2) : 0);
     if (stage && sum)
-        return layernorm_backward_fused_launch<E, ELEMS, sum_staged, can_stage>(
+        return layernorm_backward_fused_launch<E, ELEMS, sum_staged, can_stage, SPLIT>(
             grid, shared, s, dinp, dout, inp, weight, mu, rs, partial, N, C);
     else if (stage)
-        return layernorm_backward_fused_launch<E, ELEMS, false, can_stage>(
+        return layernorm_backward_fused_launch<E, ELEMS, false, can_stage, SPLIT>(
             grid, shared, s, dinp, dout, inp, weight, mu, rs, partial, N, C);
     else if (sum)
-        return layernorm_backward_fused_launch<E, ELEMS, sum_plain, false>(
+        return layernorm_backward_fused_launch<E, ELEMS, sum_plain, false, SPLIT>(
             grid, shared, s, dinp, dout, inp, weight, mu, rs, partial, N, C);
     else
-        return layernorm_backward_fused_launch<E, ELEMS, false, false>(
+        return layernorm_backward_fused_launch<E, ELEMS, false, false, SPLIT>(
             grid, shared, s, dinp, dout, inp, weight, mu, rs, partial, N, C);
 }
 
@@ -750,7 +818,12 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
                   gpc_cuda_aligned16(inp->data);
         /* columns a lane owns in the fused kernel: whole packs, a multiple of 8 */
         int64_t elems = vec ? ((C / P + 31) / 32 * P + 7) / 8 * 8 : 0;
-        int wide = vec && sizeof(E) == 2 && elems > LNB_MAX_ELEMS(E) &&
+        /* ... and split over two warps (bf16/f16 rows of 769-1536 columns) */
+        int64_t elems2 = vec ? ((C / P + 63) / 64 * P + 7) / 8 * 8 : 0;
+        int split = vec && sizeof(E) == 2 && elems > LNB_SPLIT_MIN_ELEMS &&
+                    elems2 <= LNB_SPLIT_MAX_ELEMS && layernorm_split_enabled();
+        if (split) elems = elems2;
+        int wide = !split && vec && sizeof(E) == 2 && elems > LNB_MAX_ELEMS(E) &&
                    elems <= LNB_WIDE_MAX_ELEMS && layernorm_wide_enabled();
         int fused = (vec && elems <= LNB_MAX_ELEMS(E)) || wide;
         /* dinp's incoming column sums: in the fused kernel where it has room
@@ -763,12 +836,18 @@ gpc_status gpc_cuda_layernorm_backward(gpc_tensor *dinp, gpc_tensor *dweight, gp
         groups = sum ? 3 : 2;
         if (fused) {
             int64_t grid = (int64_t)gpc_cuda_sm_count() * (wide ? 1 : LNB_BLOCKS_PER_SM),
-                    need = (N + LNB_WARPS - 1) / LNB_WARPS;
+                    per_block = LNB_WARPS / (split ? 2 : 1), need = (N + per_block - 1) / per_block;
             parts = (int)(grid < need ? grid : need);
             GPC_TRY(gpc_cuda_scratch((size_t)parts * groups * C * sizeof(float), &partial));
+            /* (split is never set for f32: its instances stay at a warp a row) */
+            constexpr int two = sizeof(E) == 2 ? 2 : 1;
             gpc_status st =
-                layernorm_backward_fused<E, 8>((int)elems, parts, s, dinp, dout, inp, weight, mu,
-                                               rs, (float *)partial, N, (int)C, sum, stage);
+                split ? layernorm_backward_fused<E, 8, two>((int)elems, parts, s, dinp, dout, inp,
+                                                            weight, mu, rs, (float *)partial, N,
+                                                            (int)C, sum, stage)
+                      : layernorm_backward_fused<E, 8, 1>((int)elems, parts, s, dinp, dout, inp,
+                                                          weight, mu, rs, (float *)partial, N,
+                                                          (int)C, sum, stage);
             if (st != GPC_OK) return st;
         } else {
             /* any C: dinp by one kernel, the column sums by a second */
