@@ -907,18 +907,17 @@ static gpc_status offload_step(gpc_optim *o, gpc_tensor *params, const gpc_tenso
     }
     GPC_TRY(b->event_record(h->downloaded, h->down));
     int clean = 1;
+    /* the norm came first, with the first chunk; fp16: an overflowed step
+     * is skipped whole, and the scale halves */
+    gpc_status s = h->chunk_count ? b->event_synchronize(h->arrived[0]) : GPC_OK;
+    if (s == GPC_OK && h->chunk_count && o->dtype == GPC_F16) clean = scale_update(o, h->norm[0]);
     if ((opt->overlap > 1 || (opt->overlap && b->type != GPC_DEVICE_CPU)) && h->chunk_count > 0) {
-        GPC_TRY(b->event_synchronize(h->arrived[0])); /* the norm came first */
-        /* fp16: an overflowed step is skipped whole, and the scale halves */
-        if (o->dtype == GPC_F16) clean = scale_update(o, h->norm[0]);
+        GPC_TRY(s);
         if (clean) GPC_TRY(start_update(o, params, opt, scale));
         /* the next writes of the gradients wait for their copies */
         GPC_TRY(b->stream_wait_event(NULL, h->downloaded));
     } else {
-        /* the norm came first; each chunk is waited for as it is updated */
-        gpc_status s = h->chunk_count ? b->event_synchronize(h->arrived[0]) : GPC_OK;
-        if (s == GPC_OK && h->chunk_count && o->dtype == GPC_F16)
-            clean = scale_update(o, h->norm[0]);
+        /* each chunk is waited for as it is updated */
         if (s == GPC_OK && clean) s = update_chunks(o, params, opt, scale, 0);
         /* every download has arrived (waited for above, or here when the
          * update stopped early) before the device may reuse the gradients */
