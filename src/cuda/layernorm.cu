@@ -86,6 +86,9 @@
  * rows of 1600 0.88x (32 columns a lane spill at two blocks an SM) */
 #define LNB_SPLIT_MIN_ELEMS 24
 #define LNB_SPLIT_MAX_ELEMS 24
+/* split rows: the row sums' exchange slots at the start of the kernel's
+ * shared memory, two float2 a warp (one a row parity); a multiple of 16 */
+#define LNB_EXCHANGE_BYTES (LNB_WARPS * 2 * sizeof(float2))
 
 /* a and b are NULL for plain layernorm (inp is then the input); otherwise
  * residual = a + b is written to inp (cast away: it is the residual tensor). */
@@ -380,7 +383,7 @@ __global__ void __launch_bounds__(LNB_THREADS, MIN_BLOCKS)
     extern __shared__ float4 ln_shared[]; /* float4: 16-byte aligned for ln_weights */
     /* SPLIT 2: the row sums' exchange slots, [unit][parity][warp of the unit] */
     float2 *xch = (float2 *)ln_shared;
-    float *w_s = (float *)(ln_shared + (SPLIT > 1 ? LNB_WARPS * 2 * sizeof(float2) / 16 : 0));
+    float *w_s = (float *)(ln_shared + (SPLIT > 1 ? LNB_EXCHANGE_BYTES / 16 : 0));
     float *sum_s = w_s + C;           /* [GROUPS * C] */
     float *ds_s = sum_s + GROUPS * C; /* SUM: [UNITS][C], a row per unit */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, packs = C / PER;
@@ -783,7 +786,7 @@ static gpc_status layernorm_backward_fused(int elems, unsigned grid, cudaStream_
     stage = stage && can_stage;
     size_t shared = (sum ? 4 + LNB_WARPS / SPLIT : 3) * (size_t)C * sizeof(float) +
                     (stage ? (size_t)LNB_WARPS * 3 * 32 * ELEMS * sizeof(E) : 0) +
-                    (SPLIT > 1 ? LNB_WARPS * 2 * sizeof(float2) : 0);
+                    (SPLIT > 1 ? LNB_EXCHANGE_BYTES : 0);
     if (stage && sum)
         return layernorm_backward_fused_launch<E, ELEMS, sum_staged, can_stage, SPLIT>(
             grid, shared, s, dinp, dout, inp, weight, mu, rs, partial, N, C);
