@@ -17,6 +17,11 @@ frozen base Linear plus (alpha / R) x B A x, A (R x in) and B (out x R) in
 f32 with B zero at the start, written in plain PyTorch; the base weights
 are held in bf16 without gradients, and only the adapters are in AdamW.
 
+--profile 1 runs one more step under torch.profiler and prints its GPU
+time by kernel family (PROFILE lines: products, attention, layernorm,
+optimizer, ...) and its 25 longest kernels (KERNEL lines), to set beside
+gpc's `GPC_CUDA_PROFILE=1` table.
+
 Prints one line per step and a RESULT line: tokens/s of the median timed
 step, MFU against 989 TFLOP/s (6N + 6LCT FLOPs per token, N without the
 position embedding), and peak memory (allocated by tensors, and reserved by
@@ -103,6 +108,61 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 
+def train_step(opt, run, data, accum, trained):
+    """One optimizer step of accum micro-batches: (loss, gradient norm)."""
+    opt.zero_grad(set_to_none=True)
+    for micro in range(accum):
+        x = data[micro & 1, :, :-1]
+        y = data[micro & 1, :, 1:]
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+            loss = run(x, y) / accum
+        loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(trained, 1.0)
+    opt.step()
+    return loss.item() * accum, norm
+
+
+# kernel families, first match wins: (family, pattern in the kernel's name)
+FAMILIES = [
+    ("layernorm", r"layer_norm"),
+    ("attention backward", r"bprop|bwd|backward.*(flash|fmha|sdpa)|dot_do_o|convert_dq"),
+    ("attention forward", r"fprop|flash|fmha|sdpa|attention"),
+    ("products", r"nvjet|gemm|cutlass|xmma|cublas|splitK|gemv"),
+    ("optimizer and gradient norm", r"multi_tensor|adam|foreach|norm"),
+    ("loss and softmax", r"softmax|nll|cross_entropy|logsumexp"),
+    ("gelu (fused)", r"gelu|tanh"),
+    ("embedding", r"embedding|index_put|scatter|index_add|sort|radix"),
+]
+
+def profile_step(step, tokens):
+    """Runs step once under torch.profiler and prints its GPU time by
+    kernel family, then the 25 kernels that took the longest."""
+    import re
+    from collections import defaultdict
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    kernels = defaultdict(lambda: [0, 0.0])
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        k = kernels[e.name]
+        k[0] += 1
+        k[1] += e.time_range.elapsed_us() / 1e3
+    families = defaultdict(float)
+    for name, (_, ms) in kernels.items():
+        family = next((f for f, pat in FAMILIES if re.search(pat, name, re.I)), "other")
+        families[family] += ms
+    total = sum(families.values())
+    print(f"PROFILE torch GPU time {total:.1f} ms a step of {tokens} tokens", flush=True)
+    for f, ms in sorted(families.items(), key=lambda x: -x[1]):
+        print(f"PROFILE {f:24s} {ms:9.2f} ms {100 * ms / total:5.1f}%", flush=True)
+    for name, (n, ms) in sorted(kernels.items(), key=lambda x: -x[1][1])[:25]:
+        print(f"KERNEL {ms:9.2f} ms {n:5d} calls  {name[:150]}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--depth", type=int, default=12)
@@ -116,6 +176,8 @@ def main():
     p.add_argument("--compile", type=int, default=1)
     p.add_argument("--lora", type=int, default=0, help="rank of LoRA adapters (0: full training)")
     p.add_argument("--lora-alpha", type=float, default=0, help="LoRA alpha (0: the rank)")
+    p.add_argument("--profile", type=int, default=0,
+                   help="1: one more step under torch.profiler; GPU time by kernel family")
     a = p.parse_args()
     torch.manual_seed(1337)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -149,16 +211,7 @@ def main():
     for step in range(a.warmup + a.steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        for micro in range(accum):
-            x = data[micro & 1, :, :-1]
-            y = data[micro & 1, :, 1:]
-            with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-                loss = run(x, y) / accum
-            loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(trained, 1.0)
-        opt.step()
-        lossf = loss.item() * accum
+        lossf, norm = train_step(opt, run, data, accum, trained)
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         if step >= a.warmup:
@@ -166,6 +219,8 @@ def main():
         print(f"step {step + 1:3d}{' (warm-up)' if step < a.warmup else ''} loss {lossf:.4f} "
               f"norm {norm.item():.3f} {dt * 1e3:8.1f} ms {B * T * accum / dt:10.0f} tokens/s",
               flush=True)
+    if a.profile:
+        profile_step(lambda: train_step(opt, run, data, accum, trained), B * T * accum)
     times.sort()
     med = times[len(times) // 2]
     tps = B * T * accum / med
