@@ -37,13 +37,19 @@ COMMANDS = ["data prepare", "data synth", "train", "sample", "import hf", "expor
 SANITIZERS = ("AddressSanitizer", "LeakSanitizer", "runtime error:", "UndefinedBehaviorSanitizer")
 
 
-def options_of(gpc, command):
-    """The --options a command's help lists, each with its metavar ("" for a
-    flag): "--steps N", "--device auto|cpu|cuda", "--out RUN"."""
+def help_of(gpc, command):
+    """A command's help: gpc help WORD, and after it, for a two-word command,
+    its own --help."""
     words = command.split()
     text = subprocess.run([gpc, "help", words[0]], capture_output=True, text=True).stdout
     if len(words) > 1:
         text += subprocess.run([gpc] + words + ["--help"], capture_output=True, text=True).stdout
+    return text
+
+
+def options_of(text):
+    """The --options a help lists, each with its metavar ("" for a flag):
+    "--steps N", "--device auto|cpu|cuda", "--out RUN"."""
     found = {}
     for m in re.finditer(r"^\s+(--[a-z][a-z0-9-]*)(?: (\S+))?(?:\s{2,}|$)", text, re.M):
         found.setdefault(m.group(1), m.group(2) or "")
@@ -53,19 +59,14 @@ def options_of(gpc, command):
     return found
 
 
-def usage_of(gpc, command):
-    """The command's usage line, less "usage: gpc COMMAND"."""
-    words = command.split()
-    text = subprocess.run([gpc] + words + ["--help"], capture_output=True, text=True).stdout
-    line = next((u for u in text.splitlines() if u.startswith("usage:")), "")
-    return line[len("usage: gpc " + command):]
-
-
-def required_of(usage):
-    """(positional metavars, required options) of a usage line: "RUN --to
-    int8|fp8 [--scales ...] --out RUN2" gives (["RUN"], ["--to", "--out"]);
-    of a group "(--data DIR | --text-file F)" the first."""
-    line = usage
+def required_of(text, command):
+    """(positional metavars, required options) of the command's usage line
+    in its help: "gpc quantize RUN --to int8|fp8 [--scales ...] --out RUN2"
+    gives (["RUN"], ["--to", "--out"]); of a group "(--data DIR |
+    --text-file F)" the first."""
+    head = "usage: gpc " + command
+    line = next((u for u in text.splitlines() if u == head or u.startswith(head + " ")), "")
+    line = line[len(head):]
     while True:
         bare = re.sub(r"\[[^\[\]]*\]", "", line)
         if bare == line:
@@ -80,7 +81,8 @@ def required_of(usage):
 
 
 def make_files(work):
-    files = {"garbage": os.urandom(4096), "empty": b"", "text.txt": b"the cat sees the dog.\n" * 40}
+    files = {"garbage": os.urandom(4096), "empty": b"", "text.txt": b"the cat sees the dog.\n" * 40,
+             "trace.csv": b"submit,duration,gpus\n0,60,1\n5,30,2\n"}
     for name, data in files.items():
         with open(os.path.join(work, name), "wb") as f:
             f.write(data)
@@ -200,10 +202,9 @@ def main():
     print(f"cli_random: seed {seed} (GPC_TEST_SEED={seed} repeats this run)", flush=True)
     make_files(a.work)
     kinds = value_pools(a.work)
-    options = {c: options_of(a.gpc, c) for c in COMMANDS}
-    required = {c: required_of(usage_of(a.gpc, c)) for c in COMMANDS}
-    with open(os.path.join(a.work, "trace.csv"), "w") as f:
-        f.write("submit,duration,gpus\n0,60,1\n5,30,2\n")
+    helps = {c: help_of(a.gpc, c) for c in COMMANDS}
+    options = {c: options_of(helps[c]) for c in COMMANDS}
+    required = {c: required_of(helps[c], c) for c in COMMANDS}
     missing = [c for c in COMMANDS if not options[c]]
     if missing:
         print(f"FAIL: no options read from the help of: {', '.join(missing)}", flush=True)
