@@ -54,14 +54,13 @@ sampled() {
           else printf "CLOCKS %s: no samples above 400 W\n", tag }' "$out/$tag-clocks.csv"
 }
 
+gpc_args=(--depth $L --batch $batch --accum $accum --context $context --warmup 2)
 torch_args=(--depth $L --heads $NH --channels $C --context $context --batch $batch
   --total-batch $((batch * context * accum)) --warmup 3)
-sampled gpc timeout 300 "$step" --depth $L --batch $batch --accum $accum --context $context \
-  --steps $steps --warmup 2
+sampled gpc timeout 300 "$step" "${gpc_args[@]}" --steps $steps
 sampled torch timeout 500 python3 "$root/bench/reference/gpt2_torch.py" "${torch_args[@]}" --steps $steps
 
-GPC_CUDA_PROFILE=1 timeout 300 "$step" --depth $L --batch $batch --accum $accum --context $context \
-  --steps 3 --warmup 2 >"$out/gpc-profile.log" 2>&1
+GPC_CUDA_PROFILE=1 timeout 300 "$step" "${gpc_args[@]}" --steps 3 >"$out/gpc-profile.log" 2>&1
 sed -n '/^per-op GPU time/,$p' "$out/gpc-profile.log"
 timeout 500 python3 "$root/bench/reference/gpt2_torch.py" "${torch_args[@]}" --steps 1 --profile 1 \
   >"$out/torch-profile.log" 2>&1
