@@ -134,6 +134,7 @@ FAMILIES = [
     ("embedding", r"embedding|index_put|scatter|index_add|sort|radix"),
 ]
 
+
 def profile_step(step, tokens):
     """Runs step once under torch.profiler and prints its GPU time by
     kernel family, then the 25 kernels that took the longest."""
