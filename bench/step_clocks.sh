@@ -24,6 +24,10 @@ build=${1:-$root/build-gpu}
 model=${2:-d36}
 out=${OUT:-$root/gpu-out}
 batch=${BATCH:-16} accum=${ACCUM:-4} context=${CONTEXT:-1024} steps=${STEPS:-4}
+for v in BATCH=$batch ACCUM=$accum CONTEXT=$context STEPS=$steps; do
+  [[ ${v#*=} =~ ^[1-9][0-9]{0,5}$ ]] ||
+    { echo "step_clocks: ${v%%=*} needs a whole number from 1 to 999999, not '${v#*=}'" >&2; exit 2; }
+done
 case $model in
 d12) L=12 NH=12 C=768 ;;
 d24) L=24 NH=16 C=1024 ;;

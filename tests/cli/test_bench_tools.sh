@@ -4,7 +4,8 @@
 # (CUDA found at build time), GPU or not. bench_gemm_search: --list names
 # every shape of the GPT-2 step once; each bad number, an unknown shape and
 # an unknown option exit 2 with a line saying which; so do bench_ce_bench's
-# bad numbers, precisions and options. Skipped (77) where the programs were
+# bad numbers, precisions and options, and step_clocks.sh's bad model,
+# numbers and build folder. Skipped (77) where the programs were
 # not built.
 set -u
 bench=${GPC_BINARY_DIR:?set GPC_BINARY_DIR to the build folder}/bench
@@ -40,6 +41,17 @@ expect_usage "--runs needs a whole number, not '3.5'" --runs 3.5
 expect_usage "--skip-algo needs a whole number, not '1e-3'" --skip-algo 1e-3
 expect_usage "unknown option or missing value: --bogus" --bogus
 expect_usage "unknown option or missing value: --shape" --shape
+
+# bench/step_clocks.sh: its shape and numbers, and the build it needs, are
+# checked before it looks for nvidia-smi
+clocks=$GPC_SOURCE_DIR/bench/step_clocks.sh
+expect_exit 2 "step_clocks: unknown model 'd13': use d12, d24, d36 or d48" \
+  "$clocks" "$GPC_BINARY_DIR" d13
+expect_exit 2 "step_clocks: BATCH needs a whole number from 1 to 999999, not '1x'" \
+  env BATCH=1x "$clocks" "$GPC_BINARY_DIR" d12
+expect_exit 2 "step_clocks: STEPS needs a whole number from 1 to 999999, not '0'" \
+  env STEPS=0 "$clocks" "$GPC_BINARY_DIR" d12
+expect_exit 2 "step_clocks: $work/none/bench/bench_gpt2_step not found" "$clocks" "$work/none" d36
 
 # bench_ce_bench: its options are checked before it looks for a GPU
 ce=$bench/bench_ce_bench
