@@ -385,6 +385,26 @@ static void test_resume_exact(void **state) {
     gpc_train_clear_stop();
     assert_int_equal(part.steps, 5);
 
+    /* lines past the checkpoint, as a run killed long after its last save
+     * leaves them: 200,000 of them, one that is no record and one cut off
+     * mid-write; the resume keeps the five before the checkpoint, byte for
+     * byte, and drops the rest (in well under a second: the file is read
+     * once, not once a line) */
+    char metrics[4200];
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", run_dir("part"));
+    char *kept;
+    size_t kept_size;
+    TEST_OK(gpc_read_file(metrics, &kept, &kept_size));
+    FILE *f = fopen(metrics, "a");
+    assert_non_null(f);
+    for (int s = 6; s < 6 + 200000; s++) /* about 20 MB, as long as the real lines */
+        fprintf(f,
+                "{\"step\":%d,\"loss\":1.5,\"lr\":0.001,\"grad_norm\":0.25,"
+                "\"tokens_per_s\":250000,\"ms\":1,\"memory\":182124544,\"tokens\":%d}\n",
+                s, 256 * s);
+    fprintf(f, "not a record\n{\"step\":3");
+    assert_int_equal(fclose(f), 0);
+
     /* resume with only the folders given: every other setting comes from the checkpoint */
     record resumed;
     gpc_train_options_init(&o);
@@ -416,9 +436,14 @@ static void test_resume_exact(void **state) {
     assert_int_equal(na, nb);
     assert_memory_equal(ta, tb, na);
     gpc_free(ta), gpc_free(tb);
-    /* metrics.jsonl has each step once */
+    /* metrics.jsonl has each step once, the first five as they were */
     snprintf(b, sizeof b, "%s/metrics.jsonl", run_dir("part"));
     assert_int_equal(count_lines(b, NULL), 12);
+    TEST_OK(gpc_read_file(b, &tb, &nb));
+    assert_true(nb > kept_size);
+    assert_memory_equal(tb, kept, kept_size);
+    assert_memory_equal(tb + kept_size, "{\"step\":6,", 10);
+    gpc_free(tb), gpc_free(kept);
     assert_int_equal(count_lines(b, "{\"step\":5,"), 1);
     assert_int_equal(count_lines(b, "{\"step\":6,"), 1);
     snprintf(b, sizeof b, "%s/checkpoint.prev.bin", run_dir("part"));
