@@ -559,10 +559,26 @@ static gpc_status list_query(gpcd_store *store, const char *sql, unsigned state_
 
 gpc_status gpcd_store_list(gpcd_store *store, unsigned state_mask, double since_end,
                            gpcd_job ***out, int *count) {
-    return list_query(store,
-                      "SELECT " JOB_COLUMNS " FROM jobs WHERE ((1 << state) & ?1) != 0"
-                      " AND (?2 = 0 OR state IN (0, 1, 5) OR end_time >= ?2) ORDER BY id",
-                      state_mask, since_end, out, count);
+    /* The states as an IN list, not a bit test on each row: SQLite finds
+     * the few waiting and running jobs through jobs_state, where the test
+     * read every job ever run, environment and all, on each `gpc queue`
+     * and each frame of `gpc top` (0.2 s a call at 200,000 jobs) */
+    const unsigned all = (1u << GPCD_STATE_COUNT) - 1;
+    char states[64] = "1";
+    if ((state_mask & all) != all) {
+        size_t len = (size_t)snprintf(states, sizeof states, "state IN (");
+        for (int st = 0; st < GPCD_STATE_COUNT; st++)
+            if (state_mask & (1u << st))
+                len += (size_t)snprintf(states + len, sizeof states - len, "%s%d",
+                                        states[len - 1] == '(' ? "" : ", ", st);
+        snprintf(states + len, sizeof states - len, ")");
+    }
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "SELECT " JOB_COLUMNS " FROM jobs WHERE %s"
+             " AND (?2 = 0 OR state IN (0, 1, 5) OR end_time >= ?2) ORDER BY id",
+             states);
+    return list_query(store, sql, state_mask, since_end, out, count);
 }
 
 gpc_status gpcd_store_list_recent(gpcd_store *store, unsigned state_mask, int newest,

@@ -118,6 +118,19 @@ static void test_jobs_round_trip(void **state) {
     assert_int_equal(list[0]->exit_code, 3);
     assert_string_equal(list[0]->message, "exited with status 3");
     gpcd_store_free_list(list, n);
+    /* two states: every job of either, in id order; none asked, none */
+    TEST_OK(gpcd_store_list(store, 1u << GPCD_QUEUED | 1u << GPCD_FAILED, 0, &list, &n));
+    assert_int_equal(n, 20);
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(list[i]->id, jobs[i]->id);
+    assert_int_equal(list[2]->state, GPCD_FAILED);
+    gpcd_store_free_list(list, n);
+    TEST_OK(gpcd_store_list(store, 1u << GPCD_RUNNING | 1u << GPCD_PREEMPTED, 0, &list, &n));
+    assert_int_equal(n, 0);
+    gpcd_store_free_list(list, n);
+    TEST_OK(gpcd_store_list(store, 0, 0, &list, &n));
+    assert_int_equal(n, 0);
+    gpcd_store_free_list(list, n);
     int64_t counts[GPCD_STATE_COUNT];
     TEST_OK(gpcd_store_state_counts(store, counts));
     assert_int_equal(counts[GPCD_QUEUED], 19);
