@@ -176,6 +176,19 @@ static void test_disk_full(void **state) {
     assert_non_null(strstr(json_string_value(json_object_get(j, "message")), "not saved yet"));
     json_decref(j);
     assert_int_equal(storage_alerts(&g), 1);
+    /* the list shows the end the database has not taken, as GET /jobs/ID does */
+    int status;
+    json_t *all = test_request(g.socket, "GET", "/jobs?all=1", "", &status);
+    assert_int_equal(status, 200);
+    json_t *listed = NULL, *one;
+    size_t k;
+    json_array_foreach(json_object_get(all, "jobs"), k, one) {
+        if (json_integer_value(json_object_get(one, "id")) == blocker) listed = one;
+    }
+    assert_non_null(listed);
+    assert_string_equal(json_string_value(json_object_get(listed, "state")), "completed");
+    assert_non_null(strstr(json_string_value(json_object_get(listed, "message")), "not saved yet"));
+    json_decref(all);
     /* its end is known and said the same way everywhere */
     char path[64];
     snprintf(path, sizeof path, "/jobs/%lld/cancel", (long long)blocker);
