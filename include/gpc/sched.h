@@ -199,6 +199,7 @@ typedef struct {
     double kill_grace;
     double sample_interval;
     double sample_retention;
+    double keep_finished; /* seconds a finished job is kept; 0: forever */
     double alert_util_below;
     double alert_util_window;
     double alert_mem_above;
@@ -376,6 +377,12 @@ gpc_status gpcd_store_count_samples(gpcd_store *store, int64_t *out);
 gpc_status gpcd_store_alert_open(gpcd_store *store, int gpu, const char *kind, const char *message,
                                  double now, int64_t *id_out);
 gpc_status gpcd_store_alert_close(gpcd_store *store, int64_t id, double now);
+/* Removes, oldest first, up to `most` jobs that finished (completed,
+ * failed, cancelled) before ended_before, with their events; their ids go
+ * to ids (room for `most`) and their number to *count. One transaction:
+ * on an error nothing is removed and *count is 0. */
+gpc_status gpcd_store_prune_finished(gpcd_store *store, double ended_before, int most, int64_t *ids,
+                                     int *count);
 /* Counts of jobs by state, indexed by gpcd_state. */
 gpc_status gpcd_store_state_counts(gpcd_store *store, int64_t counts[GPCD_STATE_COUNT]);
 

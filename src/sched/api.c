@@ -318,7 +318,7 @@ static enum MHD_Result handle_show(gpcd_daemon *d, struct MHD_Connection *c, int
     gpcd_job *job;
     char msg[128];
     if (gpcd_store_get(d->store, id, &job) != GPC_OK) {
-        snprintf(msg, sizeof msg, "no job %lld", (long long)id);
+        gpcd_daemon_no_job(d, id, msg, sizeof msg);
         return respond_error(c, 404, msg);
     }
     pthread_mutex_lock(&d->lock);
@@ -340,7 +340,7 @@ static enum MHD_Result handle_logs(gpcd_daemon *d, struct MHD_Connection *c,
     gpcd_job *job;
     char msg[256];
     if (gpcd_store_get(d->store, req->job_id, &job) != GPC_OK) {
-        snprintf(msg, sizeof msg, "no job %lld", (long long)req->job_id);
+        gpcd_daemon_no_job(d, req->job_id, msg, sizeof msg);
         return respond_error(c, 404, msg);
     }
     if (caller != 0 && caller != job->owner_uid && caller != d->uid) {

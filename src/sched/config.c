@@ -18,6 +18,7 @@
 typedef enum {
     OPT_STRING,
     OPT_DURATION,
+    OPT_DURATION_OR_0, /* a duration, or 0 for "never" */
     OPT_NUMBER,
     OPT_BYTES,
     OPT_MODE,
@@ -115,6 +116,10 @@ static const config_option options[] = {
      "Largest a job's log grows (at least 1M): past it gpcd keeps the first half and the latest "
      "output, with a line saying what was cut, so a job printing endlessly cannot fill the "
      "disk."},
+    {"keep_finished", NUM(OPT_DURATION_OR_0, keep_finished), "0",
+     "How long a job that ended (completed, failed, cancelled) is kept: its record, state "
+     "changes, log and exit file; then gpcd removes them, oldest first. 0 keeps them forever "
+     "(the database and STATE_DIR/jobs then grow with every job run)."},
     {"log_level", STR(log_level), "info", "debug, info, warn or error."},
     {"backend", STR(backend), "local",
      "Where jobs run: local (this server's GPUs, placed by the policies) or slurm (each job is "
@@ -171,6 +176,12 @@ gpc_status gpcd_config_set(gpcd_config *config, const char *key, const char *val
                              o->size - 1);
         snprintf(field, o->size, "%s", value);
         return GPC_OK;
+    case OPT_DURATION_OR_0:
+        if (strcmp(value, "0") == 0) {
+            *(double *)field = 0;
+            return GPC_OK;
+        }
+        /* fall through */
     case OPT_DURATION: {
         double v;
         if (gpcd_duration_parse(value, &v) != GPC_OK)

@@ -32,6 +32,22 @@ void gpcd_daemon_log_path(const gpcd_daemon *d, int64_t id, char *buf, size_t si
     snprintf(buf, size, "%s/%lld.log", d->logs_dir, (long long)id);
 }
 
+void gpcd_daemon_no_job(const gpcd_daemon *d, int64_t id, char *buf, size_t size) {
+    double keep = d->config.keep_finished;
+    if (keep <= 0) {
+        snprintf(buf, size, "no job %lld", (long long)id);
+        return;
+    }
+    /* keep_finished as it would be written: 30d, 12h, 90m, 45s */
+    const double units[] = {86400, 3600, 60, 1};
+    const char *names = "dhms";
+    int u = 0;
+    while (u < 3 && fmod(keep, units[u]) != 0)
+        u++;
+    snprintf(buf, size, "no job %lld (gpcd removes jobs %g%c after they end: keep_finished)",
+             (long long)id, keep / units[u], names[u]);
+}
+
 static void exit_path(const gpcd_daemon *d, int64_t id, char *buf, size_t size) {
     snprintf(buf, size, "%s/%lld.exit", d->jobs_dir, (long long)id);
 }
@@ -676,7 +692,7 @@ int gpcd_daemon_cancel(gpcd_daemon *d, int64_t id, uid_t caller, char *body, siz
         pthread_mutex_unlock(&d->lock);
         gpcd_job *job = NULL;
         if (gpcd_store_get(d->store, id, &job) != GPC_OK) {
-            snprintf(body, size, "no job %lld", (long long)id);
+            gpcd_daemon_no_job(d, id, body, size);
             return 404;
         }
         snprintf(body, size, "job %lld has already %s", (long long)id,
@@ -861,9 +877,39 @@ gpc_status gpcd_daemon_create(const gpcd_config *config, gpcd_daemon **out) {
     return GPC_OK;
 }
 
+/* With keep_finished: once a second, removes the jobs that ended longer
+ * ago than that (a batch at a time, oldest first), then their files. Runs
+ * outside d->lock: finished jobs have left d->active, and the store has its
+ * own lock. */
+#define PRUNE_BATCH 256
+
+static void prune_finished(gpcd_daemon *d) {
+    int64_t ids[PRUNE_BATCH];
+    int n;
+    if (gpcd_store_prune_finished(d->store, gpc_wall_seconds() - d->config.keep_finished,
+                                  PRUNE_BATCH, ids, &n) != GPC_OK) {
+        gpc_log(GPC_LOG_WARN, "removing old finished jobs: %s", gpc_last_error());
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        char path[700];
+        gpcd_daemon_log_path(d, ids[i], path, sizeof path);
+        unlink(path);
+        exit_path(d, ids[i], path, sizeof path);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/%lld.sbatch", d->jobs_dir, (long long)ids[i]);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/%lld.slurm", d->jobs_dir, (long long)ids[i]);
+        unlink(path);
+    }
+    if (n)
+        gpc_log(GPC_LOG_INFO, "removed %d job(s) that ended over %.0f s ago (keep_finished)", n,
+                d->config.keep_finished);
+}
+
 gpc_status gpcd_daemon_run(gpcd_daemon *d) {
     double next_sample = gpc_time_seconds() + d->config.sample_interval;
-    double next_pass = 0;
+    double next_pass = 0, next_prune = 0;
     while (!d->stop) {
         struct pollfd p = {d->wake_fd, POLLIN, 0};
         poll(&p, 1, LOOP_TICK_MS);
@@ -891,7 +937,12 @@ gpc_status gpcd_daemon_run(gpcd_daemon *d) {
             schedule(d);
             next_pass = now + 1.0;
         }
+        int prune = d->config.keep_finished > 0 && !d->storage_failing && now >= next_prune;
         pthread_mutex_unlock(&d->lock);
+        if (prune) {
+            prune_finished(d);
+            next_prune = now + 1.0;
+        }
     }
     gpc_log(GPC_LOG_INFO, "gpcd stopping; running jobs keep running and are re-attached on the "
                           "next start");

@@ -94,6 +94,8 @@ void gpcd_daemon_wake(gpcd_daemon *daemon);
 int gpcd_daemon_submit(gpcd_daemon *daemon, gpcd_job *job, char *body, size_t size);
 int gpcd_daemon_cancel(gpcd_daemon *daemon, int64_t id, uid_t caller, char *body, size_t size);
 void gpcd_daemon_log_path(const gpcd_daemon *daemon, int64_t id, char *buf, size_t size);
+/* "no job ID", and when keep_finished is set, that gpcd removes old jobs. */
+void gpcd_daemon_no_job(const gpcd_daemon *daemon, int64_t id, char *buf, size_t size);
 /* Under the lock: a job's state as gpcd holds it when the database has not
  * caught up (job->unsaved), copied over what the store returned. */
 void gpcd_daemon_overlay_unsaved(gpcd_daemon *daemon, gpcd_job *job);

@@ -706,6 +706,53 @@ gpc_status gpcd_store_alert_close(gpcd_store *store, int64_t id, double now) {
     return st;
 }
 
+gpc_status gpcd_store_prune_finished(gpcd_store *store, double ended_before, int most, int64_t *ids,
+                                     int *count) {
+    *count = 0;
+    sqlite3_stmt *pick = NULL, *events = NULL, *job = NULL;
+    pthread_mutex_lock(&store->db_lock);
+    gpc_status st = exec_sql(store, "BEGIN IMMEDIATE");
+    /* the oldest first, through jobs_end; completed, failed, cancelled */
+    if (st == GPC_OK)
+        st = prepare(store,
+                     "SELECT id FROM jobs WHERE end_time < ?1 AND state IN (2, 3, 4)"
+                     " ORDER BY end_time LIMIT ?2",
+                     &pick);
+    if (st == GPC_OK) st = prepare(store, "DELETE FROM job_events WHERE job_id = ?", &events);
+    if (st == GPC_OK) st = prepare(store, "DELETE FROM jobs WHERE id = ?", &job);
+    if (st == GPC_OK) {
+        sqlite3_bind_double(pick, 1, ended_before);
+        sqlite3_bind_int(pick, 2, most);
+        int rc;
+        while (*count < most && (rc = sqlite3_step(pick)) == SQLITE_ROW)
+            ids[(*count)++] = sqlite3_column_int64(pick, 0);
+        if (*count < most && rc != SQLITE_DONE) st = store_fail(store, "finding finished jobs");
+    }
+    for (int i = 0; st == GPC_OK && i < *count; i++) {
+        sqlite3_reset(events);
+        sqlite3_reset(job);
+        sqlite3_bind_int64(events, 1, ids[i]);
+        sqlite3_bind_int64(job, 1, ids[i]);
+        if (sqlite3_step(events) != SQLITE_DONE || sqlite3_step(job) != SQLITE_DONE)
+            st = store_fail(store, "removing a finished job");
+    }
+    sqlite3_finalize(pick);
+    sqlite3_finalize(events);
+    sqlite3_finalize(job);
+    if (st == GPC_OK) st = exec_sql(store, "COMMIT");
+    if (st != GPC_OK) {
+        *count = 0;
+        if (sqlite3_get_autocommit(store->db) == 0) {
+            char message[1024]; /* the failure, not the rollback's answer */
+            snprintf(message, sizeof message, "%s", gpc_last_error());
+            exec_sql(store, "ROLLBACK");
+            gpc_error(st, "%s", message);
+        }
+    }
+    pthread_mutex_unlock(&store->db_lock);
+    return st;
+}
+
 gpc_status gpcd_store_state_counts(gpcd_store *store, int64_t counts[GPCD_STATE_COUNT]) {
     sqlite3_stmt *s;
     memset(counts, 0, sizeof(int64_t) * GPCD_STATE_COUNT);

@@ -217,11 +217,73 @@ static void test_disk_full(void **state) {
     finish(&g);
 }
 
+/* keep_finished = 1s: a job that ended goes, with its log and exit file,
+ * and then reads as gone with the reason; a job still running stays, and
+ * goes a second after it ends in turn. */
+static void test_keep_finished(void **state) {
+    (void)state;
+    test_gpcd g;
+    memset(&g, 0, sizeof g);
+    g.dir = test_tmpdir("keep");
+    test_gpcd_config(&g, g.dir, "simulated:2x80GB");
+    TEST_OK(gpcd_config_set(&g.config, "keep_finished", "1s"));
+    test_gpcd_start(&g);
+    char body[9000], go[4200], log[4300], exit_file[4300];
+    snprintf(go, sizeof go, "%s/go", g.dir);
+    snprintf(body, sizeof body,
+             "{\"command\":[\"sh\",\"-c\",\"echo waiting; while [ ! -e %s ]; do sleep 0.02; "
+             "done\"]}",
+             go);
+    int64_t running = test_submit(g.socket, body);
+    int64_t quick = test_submit(g.socket, "{\"command\":[\"sh\",\"-c\",\"echo done\"]}");
+    json_decref(test_wait_state(g.socket, quick, "completed", 10));
+    snprintf(log, sizeof log, "%s/jobs/%lld.log", g.dir, (long long)quick);
+    snprintf(exit_file, sizeof exit_file, "%s/jobs/%lld.exit", g.dir, (long long)quick);
+    char path[64];
+    snprintf(path, sizeof path, "/jobs/%lld", (long long)quick);
+    double end = gpc_time_seconds() + 10;
+    for (;;) { /* gone within about two seconds of its end */
+        int status;
+        json_t *j = test_request(g.socket, "GET", path, "", &status);
+        json_decref(j);
+        if (status == 404) break;
+        if (gpc_time_seconds() > end)
+            fail_msg("job %lld is still there after 10 s", (long long)quick);
+        usleep(50000);
+    }
+    test_request_fails(g.socket, "GET", path, "", 404,
+                       "gpcd removes jobs 1s after they end: keep_finished");
+    snprintf(path, sizeof path, "/jobs/%lld/logs", (long long)quick);
+    test_request_fails(g.socket, "GET", path, "", 404, "keep_finished");
+    assert_false(file_exists(log));
+    assert_false(file_exists(exit_file));
+    /* the running job is untouched, its log too */
+    json_t *j = test_job(g.socket, running);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "running");
+    json_decref(j);
+    snprintf(log, sizeof log, "%s/jobs/%lld.log", g.dir, (long long)running);
+    assert_true(file_exists(log));
+    FILE *f = fopen(go, "w");
+    fclose(f);
+    json_decref(test_wait_state(g.socket, running, "completed", 10));
+    end = gpc_time_seconds() + 10;
+    while (file_exists(log) && gpc_time_seconds() < end)
+        usleep(50000);
+    assert_false(file_exists(log));
+    int status; /* both gone from the list of every job */
+    json_t *all = test_request(g.socket, "GET", "/jobs?all=1", "", &status);
+    assert_int_equal(status, 200);
+    assert_int_equal(json_array_size(json_object_get(all, "jobs")), 0);
+    json_decref(all);
+    finish(&g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_log_cap),
         cmocka_unit_test(test_log_cap_on_rerun),
         cmocka_unit_test(test_disk_full),
+        cmocka_unit_test(test_keep_finished),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -217,6 +217,91 @@ static void test_list_recent(void **state) {
     gpc_free(dir);
 }
 
+/* keep_finished's pruning: only jobs that ended (completed, failed,
+ * cancelled) before the cutoff go, oldest first and at most `most` a call,
+ * with their events; waiting, running and preempted jobs stay whatever
+ * their times; a failed write removes nothing. */
+static void test_prune_finished(void **state) {
+    (void)state;
+    char *dir, path[4200];
+    gpcd_store *store = open_fresh("prune", &dir, path, sizeof path);
+    gpc_rng rng;
+    gpc_rng_seed(&rng, test_seed(), 35);
+    enum { JOBS = 60 };
+    const gpcd_state kinds[] = {GPCD_QUEUED,    GPCD_RUNNING, GPCD_PREEMPTED,
+                                GPCD_COMPLETED, GPCD_FAILED,  GPCD_CANCELLED};
+    double end[JOBS + 1];
+    int state_of[JOBS + 1], slot[JOBS];
+    for (int i = 0; i < JOBS; i++) /* distinct end times, in random order */
+        slot[i] = i;
+    for (int i = JOBS - 1; i > 0; i--) {
+        int k = (int)gpc_rng_below(&rng, (uint32_t)i + 1), t = slot[i];
+        slot[i] = slot[k], slot[k] = t;
+    }
+    for (int i = 1; i <= JOBS; i++) {
+        gpcd_job *j = sample_job(&rng);
+        TEST_OK(gpcd_store_submit(store, j));
+        j->state = kinds[gpc_rng_below(&rng, 6)];
+        j->start_time = j->submit_time + 1;
+        j->end_time = 1.8e9 + slot[i - 1]; /* set even on jobs that have not ended */
+        end[i] = j->end_time, state_of[i] = j->state;
+        if (j->state != GPCD_QUEUED) TEST_OK(gpcd_store_update(store, j));
+        gpcd_job_free(j);
+    }
+    const double cutoff = 1.8e9 + JOBS / 2;
+    /* the reference: finished jobs that ended before the cutoff, by end time */
+    int order[JOBS], count = 0;
+    for (int i = 1; i <= JOBS; i++)
+        if (state_of[i] >= GPCD_COMPLETED && state_of[i] <= GPCD_CANCELLED && end[i] < cutoff)
+            order[count++] = i;
+    for (int a = 0; a < count; a++)
+        for (int b = a + 1; b < count; b++)
+            if (end[order[b]] < end[order[a]]) {
+                int t = order[a];
+                order[a] = order[b], order[b] = t;
+            }
+    assert_true(count > 5);
+    int64_t ids[JOBS];
+    int n;
+    TEST_OK(gpcd_store_prune_finished(store, cutoff, 5, ids, &n));
+    assert_int_equal(n, 5);
+    for (int k = 0; k < 5; k++)
+        assert_int_equal(ids[k], order[k]);
+    /* a failed write removes nothing */
+    gpcd_store_simulate_full(store, 1);
+    TEST_FAILS(gpcd_store_prune_finished(store, cutoff, JOBS, ids, &n), GPC_ERR_IO, "full");
+    assert_int_equal(n, 0);
+    gpcd_store_simulate_full(store, 0);
+    TEST_OK(gpcd_store_prune_finished(store, cutoff, JOBS, ids, &n));
+    assert_int_equal(n, count - 5);
+    for (int k = 0; k < n; k++)
+        assert_int_equal(ids[k], order[k + 5]);
+    TEST_OK(gpcd_store_prune_finished(store, cutoff, JOBS, ids, &n));
+    assert_int_equal(n, 0);
+    /* what is left: every other job, with its events */
+    for (int i = 1; i <= JOBS; i++) {
+        int pruned = 0;
+        for (int k = 0; k < count; k++)
+            pruned |= order[k] == i;
+        gpcd_job *got = NULL;
+        char *events = NULL;
+        TEST_OK(gpcd_store_events(store, i, &events));
+        if (pruned) {
+            TEST_FAILS(gpcd_store_get(store, i, &got), GPC_ERR_INVALID_ARG, "no job");
+            assert_string_equal(events, "[]");
+        } else {
+            TEST_OK(gpcd_store_get(store, i, &got));
+            assert_int_equal(got->state, state_of[i]);
+            assert_non_null(strstr(events, "\"state\":\"queued\""));
+            gpcd_job_free(got);
+        }
+        free(events);
+    }
+    gpcd_store_close(store);
+    test_rmtree(dir);
+    gpc_free(dir);
+}
+
 static void test_group_commit_concurrent(void **state) {
     (void)state;
     char *dir, path[4200];
@@ -384,6 +469,14 @@ static void test_config(void **state) {
     assert_true(c.alert_mem_above == 90 && c.alert_temp_above == 85 &&
                 c.alert_slowdown_margin == 5);
     assert_true(c.preempt_grace == 30 && c.sample_retention == 86400);
+    /* keep_finished: 0 (forever) by default, or a duration; nothing else */
+    assert_true(c.keep_finished == 0);
+    TEST_OK(gpcd_config_set(&c, "keep_finished", "30d"));
+    assert_true(c.keep_finished == 30 * 86400);
+    TEST_FAILS(gpcd_config_set(&c, "keep_finished", "-1d"), GPC_ERR_INVALID_ARG, "keep_finished");
+    TEST_FAILS(gpcd_config_set(&c, "keep_finished", "0s"), GPC_ERR_INVALID_ARG, "above 0");
+    TEST_OK(gpcd_config_set(&c, "keep_finished", "0"));
+    assert_true(c.keep_finished == 0);
     assert_true(c.policy.small_job_mem == 24ull << 30);
     TEST_OK(gpcd_config_finish(&c));
     assert_string_equal(c.socket, "/var/lib/gpcd/gpcd.sock");
@@ -457,7 +550,7 @@ int main(void) {
         cmocka_unit_test(test_jobs_round_trip),         cmocka_unit_test(test_list_recent),
         cmocka_unit_test(test_group_commit_concurrent), cmocka_unit_test(test_samples_and_alerts),
         cmocka_unit_test(test_store_open_errors),       cmocka_unit_test(test_config),
-        cmocka_unit_test(test_store_migration),
+        cmocka_unit_test(test_store_migration),         cmocka_unit_test(test_prune_finished),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
