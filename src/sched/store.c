@@ -94,6 +94,20 @@ static gpc_status exec_sql(gpcd_store *store, const char *sql) {
     return GPC_OK;
 }
 
+/* Ends the transaction begun under db_lock: COMMIT when st is GPC_OK;
+ * otherwise ROLLBACK when one is open, keeping st's message rather than
+ * the rollback's. Returns the outcome. */
+static gpc_status end_transaction(gpcd_store *store, gpc_status st) {
+    if (st == GPC_OK) st = exec_sql(store, "COMMIT");
+    if (st != GPC_OK && sqlite3_get_autocommit(store->db) == 0) {
+        char message[1024];
+        snprintf(message, sizeof message, "%s", gpc_last_error());
+        exec_sql(store, "ROLLBACK");
+        gpc_error(st, "%s", message);
+    }
+    return st;
+}
+
 static gpc_status prepare(gpcd_store *store, const char *sql, sqlite3_stmt **out) {
     if (sqlite3_prepare_v2(store->db, sql, -1, out, NULL) != SQLITE_OK)
         return store_fail(store, "preparing a statement");
@@ -223,10 +237,7 @@ gpc_status gpcd_store_reserve_ids(gpcd_store *store, int64_t above) {
         if (sqlite3_step(s) != SQLITE_DONE) st = store_fail(store, "reserving job ids");
         sqlite3_finalize(s);
     }
-    if (st == GPC_OK)
-        st = exec_sql(store, "COMMIT");
-    else
-        exec_sql(store, "ROLLBACK");
+    st = end_transaction(store, st);
     pthread_mutex_unlock(&store->db_lock);
     return st;
 }
@@ -258,13 +269,7 @@ gpc_status gpcd_store_meta_set(gpcd_store *store, const char *key, const char *v
         if (sqlite3_step(s) != SQLITE_DONE) st = store_fail(store, "saving a setting");
     }
     sqlite3_finalize(s);
-    if (st == GPC_OK) st = exec_sql(store, "COMMIT");
-    if (st != GPC_OK && sqlite3_get_autocommit(store->db) == 0) {
-        char message[1024];
-        snprintf(message, sizeof message, "%s", gpc_last_error());
-        exec_sql(store, "ROLLBACK");
-        gpc_error(st, "%s", message);
-    }
+    st = end_transaction(store, st);
     pthread_mutex_unlock(&store->db_lock);
     return st;
 }
@@ -337,13 +342,7 @@ static void commit_batch(gpcd_store *store, submit_request *batch) {
     gpc_status st = exec_sql(store, "BEGIN IMMEDIATE");
     for (submit_request *r = batch; st == GPC_OK && r; r = r->next)
         if (insert_job(store, r->job) != 0) st = store_fail(store, "inserting a job");
-    if (st == GPC_OK) st = exec_sql(store, "COMMIT");
-    if (st != GPC_OK) {
-        char message[1024];
-        snprintf(message, sizeof message, "%s", gpc_last_error());
-        exec_sql(store, "ROLLBACK");
-        gpc_error(st, "%s", message);
-    }
+    st = end_transaction(store, st);
     pthread_mutex_unlock(&store->db_lock);
     for (submit_request *r = batch; r; r = r->next) {
         r->status = st;
@@ -424,13 +423,7 @@ gpc_status gpcd_store_update(gpcd_store *store, const gpcd_job *job) {
     }
     if (st == GPC_OK && insert_event(store, job->id, gpc_wall_seconds(), job->state, job->message))
         st = store_fail(store, "recording a state change");
-    if (st == GPC_OK) st = exec_sql(store, "COMMIT");
-    if (st != GPC_OK && sqlite3_get_autocommit(store->db) == 0) {
-        char message[1024]; /* the failure, not the rollback's answer */
-        snprintf(message, sizeof message, "%s", gpc_last_error());
-        exec_sql(store, "ROLLBACK");
-        gpc_error(st, "%s", message);
-    }
+    st = end_transaction(store, st);
     pthread_mutex_unlock(&store->db_lock);
     return st;
 }
@@ -651,10 +644,7 @@ gpc_status gpcd_store_add_samples(gpcd_store *store, const gpcd_sample_row *rows
     }
     sqlite3_finalize(s);
     sqlite3_finalize(prune);
-    if (st == GPC_OK)
-        st = exec_sql(store, "COMMIT");
-    else
-        exec_sql(store, "ROLLBACK");
+    st = end_transaction(store, st);
     pthread_mutex_unlock(&store->db_lock);
     return st;
 }
@@ -739,16 +729,8 @@ gpc_status gpcd_store_prune_finished(gpcd_store *store, double ended_before, int
     sqlite3_finalize(pick);
     sqlite3_finalize(events);
     sqlite3_finalize(job);
-    if (st == GPC_OK) st = exec_sql(store, "COMMIT");
-    if (st != GPC_OK) {
-        *count = 0;
-        if (sqlite3_get_autocommit(store->db) == 0) {
-            char message[1024]; /* the failure, not the rollback's answer */
-            snprintf(message, sizeof message, "%s", gpc_last_error());
-            exec_sql(store, "ROLLBACK");
-            gpc_error(st, "%s", message);
-        }
-    }
+    st = end_transaction(store, st);
+    if (st != GPC_OK) *count = 0;
     pthread_mutex_unlock(&store->db_lock);
     return st;
 }
