@@ -258,15 +258,19 @@ for r in d["runs"]:
     # event a response, at most one a token
     assert isinstance(r["events"], int) and 8 <= r["events"] <= 160, r
     if r["events"] > r["ok"]:
-        # some response came in two events or more: its gaps are timed;
-        # two events may reach the client in one read on a loaded machine
-        # (an inter-token time of 0), but not most of them
-        assert 0 <= r["itl_p50"] <= r["itl_p99"] and r["itl_p99"] > 0, r
+        # some response came in two events or more: its gaps are timed.
+        # Events that reach the client in one read share its time (a gap
+        # of 0): on a loaded machine every gap of a run can (CI saw 17 of
+        # 17 at concurrency 1), so a gap above 0 is asked of the runs
+        # together, below
+        assert 0 <= r["itl_p50"] <= r["itl_p99"], r
     else:
         # every response came whole in one event: no gap to time
         assert r["itl_p50"] is None and r["itl_p99"] is None, r
     assert abs(r["tokens_per_second"] - 160 / r["seconds"]) < 1e-3 * r["tokens_per_second"], r
     assert 0 < r["server_busy_fraction"] <= 1.05, r
+timed = [r for r in d["runs"] if r["events"] > r["ok"]]
+assert not timed or max(r["itl_p99"] for r in timed) > 0, d["runs"]
 EOF
 grep -q "tokens/s" "$work/bench.out" || fail "bench serve table: $(cat "$work/bench.out")"
 # one token a response: one event each, so no inter-token gap to time;
