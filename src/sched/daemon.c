@@ -877,19 +877,22 @@ gpc_status gpcd_daemon_create(const gpcd_config *config, gpcd_daemon **out) {
     return GPC_OK;
 }
 
-/* With keep_finished: once a second, removes the jobs that ended longer
- * ago than that (a batch at a time, oldest first), then their files. Runs
- * outside d->lock: finished jobs have left d->active, and the store has its
- * own lock. */
+/* With keep_finished: removes the jobs that ended longer ago than that (a
+ * batch at a time, oldest first), then their files. Runs outside d->lock:
+ * finished jobs have left d->active, and the store has its own lock.
+ * Returns the seconds until the next try: 1, or 60 after a failure, which
+ * is logged (once a minute, not once a second). */
 #define PRUNE_BATCH 256
 
-static void prune_finished(gpcd_daemon *d) {
+static double prune_finished(gpcd_daemon *d) {
     int64_t ids[PRUNE_BATCH];
     int n;
     if (gpcd_store_prune_finished(d->store, gpc_wall_seconds() - d->config.keep_finished,
                                   PRUNE_BATCH, ids, &n) != GPC_OK) {
-        gpc_log(GPC_LOG_WARN, "removing old finished jobs: %s", gpc_last_error());
-        return;
+        gpc_log(GPC_LOG_WARN,
+                "removing old finished jobs (keep_finished): %s; trying again in 60 s",
+                gpc_last_error());
+        return 60.0;
     }
     for (int i = 0; i < n; i++) {
         char path[700];
@@ -905,6 +908,7 @@ static void prune_finished(gpcd_daemon *d) {
     if (n)
         gpc_log(GPC_LOG_INFO, "removed %d job(s) that ended over %.0f s ago (keep_finished)", n,
                 d->config.keep_finished);
+    return 1.0;
 }
 
 gpc_status gpcd_daemon_run(gpcd_daemon *d) {
@@ -939,10 +943,7 @@ gpc_status gpcd_daemon_run(gpcd_daemon *d) {
         }
         int prune = d->config.keep_finished > 0 && !d->storage_failing && now >= next_prune;
         pthread_mutex_unlock(&d->lock);
-        if (prune) {
-            prune_finished(d);
-            next_prune = now + 1.0;
-        }
+        if (prune) next_prune = now + prune_finished(d);
     }
     gpc_log(GPC_LOG_INFO, "gpcd stopping; running jobs keep running and are re-attached on the "
                           "next start");
