@@ -900,10 +900,7 @@ static double prune_finished(gpcd_daemon *d) {
         unlink(path);
         exit_path(d, ids[i], path, sizeof path);
         unlink(path);
-        snprintf(path, sizeof path, "%s/%lld.sbatch", d->jobs_dir, (long long)ids[i]);
-        unlink(path);
-        snprintf(path, sizeof path, "%s/%lld.slurm", d->jobs_dir, (long long)ids[i]);
-        unlink(path);
+        gpcd_slurm_remove_files(d, ids[i]);
     }
     if (n)
         gpc_log(GPC_LOG_INFO, "removed %d job(s) that ended over %.0f s ago (keep_finished)", n,

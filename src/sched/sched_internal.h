@@ -85,6 +85,9 @@ void gpcd_slurm_poll(gpcd_daemon *daemon);
 void gpcd_slurm_stop(gpcd_daemon *daemon);
 /* Whether the job was handed to Slurm already (0 with the local backend). */
 int gpcd_slurm_submitted(gpcd_daemon *daemon, int64_t job);
+/* Removes a finished job's files of the Slurm backend (its batch script and
+ * the record of its Slurm id); the local backend writes neither. */
+void gpcd_slurm_remove_files(const gpcd_daemon *daemon, int64_t job);
 
 /* daemon.c: operations the API calls */
 void gpcd_daemon_wake(gpcd_daemon *daemon);

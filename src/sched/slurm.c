@@ -282,6 +282,18 @@ static void link_path(const gpcd_daemon *d, int64_t job, char *buf, size_t size)
     snprintf(buf, size, "%s/%lld.slurm", d->jobs_dir, (long long)job);
 }
 
+static void script_path(const gpcd_daemon *d, int64_t job, char *buf, size_t size) {
+    snprintf(buf, size, "%s/%lld.sbatch", d->jobs_dir, (long long)job);
+}
+
+void gpcd_slurm_remove_files(const gpcd_daemon *d, int64_t job) {
+    char path[700];
+    link_path(d, job, path, sizeof path);
+    unlink(path);
+    script_path(d, job, path, sizeof path);
+    unlink(path);
+}
+
 static void save_link(const gpcd_daemon *d, int64_t job, int64_t slurm) {
     char path[700], text[32];
     link_path(d, job, path, sizeof path);
@@ -302,7 +314,7 @@ static submit_result submit(const gpcd_daemon *d, const slurm_state *s, const gp
                             int64_t *slurm_id, char *message, size_t size) {
     char script[700], log[700], name[64], gpus[96] = "", time_opt[48] = "", nice[32] = "";
     char chdir[1100] = "", uid[32] = "", gid[32] = "";
-    snprintf(script, sizeof script, "%s/%lld.sbatch", d->jobs_dir, (long long)job->id);
+    script_path(d, job->id, script, sizeof script);
     gpcd_daemon_log_path(d, job->id, log, sizeof log);
     if (write_script(d, job, script) != GPC_OK) {
         snprintf(message, size, "%s", gpc_last_error());
